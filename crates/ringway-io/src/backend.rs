@@ -1,0 +1,95 @@
+//! The batch I/O interface and backend selection.
+
+use crate::batch::{RxBatch, TxBatch, TxStamp};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+mod placeholder;
+
+/// Which I/O path a backend uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// poll + one recvfrom/sendto per datagram (the papers' baseline).
+    Socket,
+    /// recvmmsg/sendmmsg: one syscall per batch.
+    Mmsg,
+}
+
+impl BackendKind {
+    /// All backends this build knows, in report order.
+    pub const ALL: &'static [BackendKind] = &[BackendKind::Socket, BackendKind::Mmsg];
+    /// Short name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Socket => "socket",
+            BackendKind::Mmsg => "mmsg",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        BackendKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown backend {s:?} (known: socket, mmsg)"))
+    }
+}
+
+/// Counters a backend keeps about its own work.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IoStats {
+    /// Datagrams received.
+    pub rx_packets: u64,
+    /// Receive syscalls made (including those that returned nothing).
+    pub rx_syscalls: u64,
+    /// Datagrams handed to the kernel.
+    pub tx_packets: u64,
+    /// Send syscalls made.
+    pub tx_syscalls: u64,
+    /// Datagrams the kernel refused to send (counted, skipped).
+    pub tx_errors: u64,
+    /// Latest SO_RXQ_OVFL value: datagrams this socket dropped for lack of buffer.
+    pub rx_dropped: u64,
+}
+
+/// Receive and send batches of datagrams on one UDP socket.
+pub trait BatchIo: Send {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// The socket's local address.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+    /// The socket's file descriptor (for counters and diagnostics).
+    fn raw_fd(&self) -> RawFd;
+    /// Clear `batch`, then fill it with up to `batch.capacity()` datagrams.
+    /// Waits at most `timeout` for the first one (`None`: without limit);
+    /// returns how many were received (0 on timeout or EINTR).
+    fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize>;
+    /// Hand every entry of `batch` to the kernel; returns how many were
+    /// accepted. Per-datagram refusals (ECONNREFUSED, EAGAIN, ...) are
+    /// counted in [`IoStats::tx_errors`] and skipped, not returned as errors.
+    fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize>;
+    /// Move kernel TX timestamps collected so far (entries sent with
+    /// [`TxBatch::request_stamp`]) into `out`; returns how many were added.
+    fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize>;
+    /// Counters of this backend instance.
+    fn stats(&self) -> IoStats;
+}
+
+/// Wrap a configured socket (see [`crate::open_udp`]) in the chosen backend.
+/// The socket is switched to non-blocking mode.
+pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn BatchIo>> {
+    sock.set_nonblocking(true)?;
+    Ok(Box::new(placeholder::StdBackend::new(kind, sock)))
+}

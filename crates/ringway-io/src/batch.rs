@@ -1,0 +1,265 @@
+//! Pre-allocated receive and send batches.
+
+use crate::time::Nanos;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+/// Metadata of one received datagram.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RxMeta {
+    /// Sender address.
+    pub peer: SocketAddr,
+    /// Bytes stored in the frame (at most the frame size).
+    pub len: usize,
+    /// The datagram was longer than the frame and was cut.
+    pub truncated: bool,
+    /// Kernel software RX timestamp (CLOCK_REALTIME), when enabled and delivered.
+    pub kernel_rx: Option<Nanos>,
+    /// When the application got the datagram (CLOCK_REALTIME, taken after the syscall).
+    pub app_rx: Nanos,
+}
+
+impl Default for RxMeta {
+    fn default() -> Self {
+        RxMeta {
+            peer: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            len: 0,
+            truncated: false,
+            kernel_rx: None,
+            app_rx: Nanos(0),
+        }
+    }
+}
+
+/// A received datagram: metadata plus a view of its bytes in the batch's frame.
+#[derive(Copy, Clone, Debug)]
+pub struct Datagram<'a> {
+    /// Metadata (peer, length, timestamps).
+    pub meta: &'a RxMeta,
+    /// The payload bytes.
+    pub data: &'a [u8],
+}
+
+/// Fixed-size frames in one contiguous arena (UMEM-like layout).
+#[derive(Debug)]
+struct Arena {
+    mem: Vec<u8>,
+    frame_size: usize,
+    frames: usize,
+}
+
+impl Arena {
+    fn new(frames: usize, frame_size: usize) -> Self {
+        assert!(
+            frames > 0 && frame_size > 0,
+            "batch needs at least one frame of at least one byte"
+        );
+        Arena {
+            mem: vec![0u8; frames * frame_size],
+            frame_size,
+            frames,
+        }
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        &self.mem[i * self.frame_size..(i + 1) * self.frame_size]
+    }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.mem[i * self.frame_size..(i + 1) * self.frame_size]
+    }
+}
+
+/// A receive batch: `capacity` frames of `frame_size` bytes, allocated once.
+#[derive(Debug)]
+pub struct RxBatch {
+    arena: Arena,
+    meta: Vec<RxMeta>,
+}
+
+impl RxBatch {
+    /// Allocate a batch of `capacity` frames of `frame_size` bytes each.
+    pub fn new(capacity: usize, frame_size: usize) -> Self {
+        RxBatch {
+            arena: Arena::new(capacity, frame_size),
+            meta: Vec::with_capacity(capacity),
+        }
+    }
+    /// Number of frames.
+    pub fn capacity(&self) -> usize {
+        self.arena.frames
+    }
+    /// Bytes per frame.
+    pub fn frame_size(&self) -> usize {
+        self.arena.frame_size
+    }
+    /// Number of datagrams currently held.
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+    /// True when no datagram is held.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+    /// Forget all held datagrams (frames are reused).
+    pub fn clear(&mut self) {
+        self.meta.clear();
+    }
+    /// The `i`-th datagram, if held.
+    pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
+        let meta = self.meta.get(i)?;
+        Some(Datagram {
+            meta,
+            data: &self.arena.frame(i)[..meta.len],
+        })
+    }
+    /// Iterate the held datagrams in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = Datagram<'_>> + '_ {
+        (0..self.len()).filter_map(move |i| self.get(i))
+    }
+    /// Mutable bytes of the `i`-th held datagram (for in-place edits).
+    pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
+        let len = self.meta[i].len;
+        &mut self.arena.frame_mut(i)[..len]
+    }
+    /// Metadata of the held datagrams.
+    pub fn metas(&self) -> &[RxMeta] {
+        &self.meta
+    }
+    /// Backend use: the whole frame that the next received datagram goes to.
+    pub fn next_frame_mut(&mut self) -> Option<&mut [u8]> {
+        let i = self.meta.len();
+        if i >= self.arena.frames {
+            return None;
+        }
+        Some(self.arena.frame_mut(i))
+    }
+    /// Backend use: record that the frame handed out by [`Self::next_frame_mut`] is filled.
+    pub fn commit(&mut self, meta: RxMeta) {
+        assert!(self.meta.len() < self.arena.frames, "commit past capacity");
+        self.meta.push(meta);
+    }
+    /// Backend use: frame `i` of the arena (whole frame, for scatter I/O).
+    pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        self.arena.frame_mut(i)
+    }
+    /// Backend use: raw pointer to the start of the arena (for iovec setup).
+    pub fn arena_ptr(&mut self) -> *mut u8 {
+        self.arena.mem.as_mut_ptr()
+    }
+}
+
+/// Error: the send batch has no free frame, or the datagram exceeds a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("send batch full or datagram larger than a frame")]
+pub struct TxFull;
+
+/// One datagram queued for sending.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TxEntry {
+    /// Destination.
+    pub dst: SocketAddr,
+    /// Bytes in the frame.
+    pub len: usize,
+    /// When set, ask the kernel for a TX timestamp and report it under this tag.
+    pub stamp_tag: Option<u64>,
+}
+
+/// A send batch: frames allocated once, each entry with its own destination.
+#[derive(Debug)]
+pub struct TxBatch {
+    arena: Arena,
+    entries: Vec<TxEntry>,
+}
+
+impl TxBatch {
+    /// Allocate a batch of `capacity` frames of `frame_size` bytes each.
+    pub fn new(capacity: usize, frame_size: usize) -> Self {
+        TxBatch {
+            arena: Arena::new(capacity, frame_size),
+            entries: Vec::with_capacity(capacity),
+        }
+    }
+    /// Number of frames.
+    pub fn capacity(&self) -> usize {
+        self.arena.frames
+    }
+    /// Bytes per frame.
+    pub fn frame_size(&self) -> usize {
+        self.arena.frame_size
+    }
+    /// Number of queued datagrams.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// True when every frame is used.
+    pub fn is_full(&self) -> bool {
+        self.entries.len() == self.arena.frames
+    }
+    /// Drop all queued datagrams.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+    /// Queue a copy of `data` for `dst`.
+    pub fn push(&mut self, dst: SocketAddr, data: &[u8]) -> Result<(), TxFull> {
+        self.push_with(dst, |frame| {
+            if data.len() > frame.len() {
+                return None;
+            }
+            frame[..data.len()].copy_from_slice(data);
+            Some(data.len())
+        })
+        .map(|_| ())
+    }
+    /// Queue a datagram written in place by `fill`, which returns its length
+    /// (or `None` to abandon it, e.g. when it does not fit).
+    pub fn push_with(
+        &mut self,
+        dst: SocketAddr,
+        fill: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Result<usize, TxFull> {
+        let i = self.entries.len();
+        if i >= self.arena.frames {
+            return Err(TxFull);
+        }
+        let frame = self.arena.frame_mut(i);
+        let len = fill(frame).ok_or(TxFull)?;
+        if len > frame.len() {
+            return Err(TxFull);
+        }
+        self.entries.push(TxEntry {
+            dst,
+            len,
+            stamp_tag: None,
+        });
+        Ok(i)
+    }
+    /// Ask for a kernel TX timestamp of entry `i`, reported under `tag`.
+    pub fn request_stamp(&mut self, i: usize, tag: u64) {
+        self.entries[i].stamp_tag = Some(tag);
+    }
+    /// Queued entries.
+    pub fn entries(&self) -> &[TxEntry] {
+        &self.entries
+    }
+    /// Bytes of entry `i`.
+    pub fn data(&self, i: usize) -> &[u8] {
+        &self.arena.frame(i)[..self.entries[i].len]
+    }
+    /// Iterate (destination, bytes) of the queued datagrams.
+    pub fn iter(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        (0..self.len()).map(move |i| (self.entries[i].dst, self.data(i)))
+    }
+}
+
+/// A kernel TX timestamp collected from the socket error queue.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TxStamp {
+    /// Tag given in [`TxBatch::request_stamp`].
+    pub tag: u64,
+    /// When the application handed the datagram to the kernel (CLOCK_REALTIME).
+    pub app_tx: Nanos,
+    /// Kernel software TX timestamp (CLOCK_REALTIME).
+    pub kernel_tx: Nanos,
+}

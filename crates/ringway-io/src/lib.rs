@@ -1,0 +1,22 @@
+//! ringway-io: batch datagram I/O backends, timestamps, drop counters,
+//! thread placement and network-namespace test helpers.
+//!
+//! This is the only crate of the workspace allowed to contain `unsafe`;
+//! every block carries a `// SAFETY:` line.
+//!
+//! The central abstraction is [`BatchIo`]: receive a batch of datagrams into
+//! the pre-allocated frames of an [`RxBatch`], send a [`TxBatch`] whose
+//! entries each carry their own destination. Frames are fixed-size slots of
+//! one contiguous, page-aligned arena, the same shape as an AF_XDP UMEM or an
+//! io_uring provided-buffer ring, so ring-based backends can adopt it.
+
+pub mod backend;
+pub mod batch;
+pub mod netns;
+pub mod sock;
+pub mod time;
+
+pub use backend::{open_backend, BackendKind, BatchIo, IoStats};
+pub use batch::{Datagram, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
+pub use sock::{open_udp, SocketConfig, SocketReport};
+pub use time::{monotonic_now, realtime_now, Nanos};

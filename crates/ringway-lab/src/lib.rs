@@ -1,0 +1,4 @@
+//! ringway-lab: load generators, impairment, experiments, scheduler
+//! profiles, models and reports.
+
+pub mod stats;

@@ -1,0 +1,1 @@
+//! ringway-reorder (placeholder: being built).

@@ -1,0 +1,1 @@
+//! ringway-sfu (placeholder: being built).

@@ -1,0 +1,1 @@
+//! ringway-sip (placeholder: being built).

@@ -1,0 +1,49 @@
+//! `ringway`: one binary whose subcommands wire the sans-IO cores to the I/O backends.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Fast UDP packet-switching servers (SIP proxy, SFU, SRPIC) and the lab that measures them.
+#[derive(Parser, Debug)]
+#[command(name = "ringway", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Short end-to-end demo on loopback (no system packages needed).
+    Demo(cmd::demo::DemoArgs),
+    /// Report what this kernel offers (backends, timestamps, AF_XDP, io_uring, netem, scheduler knobs).
+    Doctor(cmd::io::DoctorArgs),
+    /// Micro-benchmarks.
+    #[command(subcommand)]
+    Bench(cmd::io::BenchCmd),
+    /// SIP proxy, registrar and load generator.
+    #[command(subcommand)]
+    Sip(cmd::sip::SipCmd),
+    /// pktswitch SFU, its client and load tool.
+    #[command(subcommand)]
+    Sfu(cmd::sfu::SfuCmd),
+    /// SRPIC sorting and reordering metrics.
+    #[command(subcommand)]
+    Reorder(cmd::reorder::ReorderCmd),
+    /// Experiments: sweeps, repetitions, reports.
+    #[command(subcommand)]
+    Lab(cmd::lab::LabCmd),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Demo(a) => cmd::demo::run(a),
+        Cmd::Doctor(a) => cmd::io::doctor(a),
+        Cmd::Bench(c) => cmd::io::bench(c),
+        Cmd::Sip(c) => cmd::sip::run(c),
+        Cmd::Sfu(c) => cmd::sfu::run(c),
+        Cmd::Reorder(c) => cmd::reorder::run(c),
+        Cmd::Lab(c) => cmd::lab::run(c),
+    }
+}
