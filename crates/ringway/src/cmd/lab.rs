@@ -3,11 +3,22 @@
 /// `ringway lab` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum LabCmd {
-    /// Placeholder until this area lands.
-    Todo,
+    /// SIP capacity sweeps (rates × workers × repetitions) and the paper-shaped report.
+    Sip(super::lab_sip::LabSipArgs),
+    /// SFU experiments: clients × rates × backends, CPU and delay, model fits.
+    Sfu(super::lab_sfu::LabSfuArgs),
+    /// SRPIC in the SFU: reordering seen by subscribers with sorting on and off.
+    Srpic(super::lab_srpic::LabSrpicArgs),
+    /// UDP impairment relay: reorder, delay, drop (netem is not in this kernel).
+    Impair(super::lab_impair::ImpairArgs),
 }
 
 /// Run a `ringway lab` subcommand.
-pub fn run(_c: LabCmd) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+pub fn run(c: LabCmd) -> anyhow::Result<()> {
+    match c {
+        LabCmd::Sip(a) => super::lab_sip::run(a),
+        LabCmd::Sfu(a) => super::lab_sfu::run(a),
+        LabCmd::Srpic(a) => super::lab_srpic::run(a),
+        LabCmd::Impair(a) => super::lab_impair::run(a),
+    }
 }

@@ -3,11 +3,16 @@
 /// `ringway sip` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum SipCmd {
-    /// Placeholder until this area lands.
-    Todo,
+    /// Run the SIP proxy (stateless or stateful) and optional registrar.
+    Proxy(super::sip_proxy::ProxyArgs),
+    /// Generate SIP call load (UAC and UAS) through a proxy.
+    Load(super::sip_load::LoadArgs),
 }
 
 /// Run a `ringway sip` subcommand.
-pub fn run(_c: SipCmd) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+pub fn run(c: SipCmd) -> anyhow::Result<()> {
+    match c {
+        SipCmd::Proxy(a) => super::sip_proxy::run(a),
+        SipCmd::Load(a) => super::sip_load::run(a),
+    }
 }
