@@ -6,7 +6,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-mod placeholder;
+mod common;
+mod mmsg;
+mod socket;
 
 /// Which I/O path a backend uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -91,5 +93,8 @@ pub trait BatchIo: Send {
 /// The socket is switched to non-blocking mode.
 pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn BatchIo>> {
     sock.set_nonblocking(true)?;
-    Ok(Box::new(placeholder::StdBackend::new(kind, sock)))
+    Ok(match kind {
+        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock)),
+        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock)),
+    })
 }

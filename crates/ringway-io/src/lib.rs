@@ -14,6 +14,7 @@ pub mod backend;
 pub mod batch;
 pub mod netns;
 pub mod sock;
+mod sys;
 pub mod time;
 
 pub use backend::{open_backend, BackendKind, BatchIo, IoStats};

@@ -1,7 +1,9 @@
 //! UDP socket setup with the options operators ask for.
 
+use crate::sys;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// How to open a UDP socket.
 #[derive(Clone, Debug)]
@@ -20,6 +22,9 @@ pub struct SocketConfig {
     pub tx_timestamps: bool,
     /// Ask for SO_RXQ_OVFL drop counts with each receive.
     pub rxq_ovfl: bool,
+    /// When a buffer request exceeds `net.core.{r,w}mem_max`, retry with
+    /// SO_RCVBUFFORCE/SO_SNDBUFFORCE (works with CAP_NET_ADMIN).
+    pub force_buffers: bool,
 }
 
 impl SocketConfig {
@@ -33,6 +38,7 @@ impl SocketConfig {
             rx_timestamps: true,
             tx_timestamps: false,
             rxq_ovfl: true,
+            force_buffers: true,
         }
     }
 }
@@ -40,20 +46,238 @@ impl SocketConfig {
 /// What was actually applied when opening a socket.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SocketReport {
-    /// Receive buffer the kernel reports after setup (SO_RCVBUF read back).
+    /// Receive buffer the kernel reports after setup (SO_RCVBUF read back;
+    /// the kernel doubles the requested value for bookkeeping overhead).
     pub rcvbuf_granted: usize,
-    /// Send buffer read back.
+    /// Send buffer read back (also doubled by the kernel).
     pub sndbuf_granted: usize,
+    /// Requested receive buffer, if any.
+    pub rcvbuf_requested: Option<usize>,
+    /// Requested send buffer, if any.
+    pub sndbuf_requested: Option<usize>,
+    /// `net.core.rmem_max` at setup time (0 when unreadable).
+    pub rmem_max: usize,
+    /// `net.core.wmem_max` at setup time (0 when unreadable).
+    pub wmem_max: usize,
+    /// The buffer size was set with SO_RCVBUFFORCE (past rmem_max).
+    pub rcvbuf_forced: bool,
+    /// The buffer size was set with SO_SNDBUFFORCE (past wmem_max).
+    pub sndbuf_forced: bool,
+    /// SO_REUSEPORT is on.
+    pub reuseport: bool,
+    /// SO_TIMESTAMPING with software RX stamps is on.
+    pub rx_timestamps: bool,
+    /// SO_TIMESTAMPING with software TX stamps (OPT_ID, TSONLY) is enabled.
+    pub tx_timestamps: bool,
+    /// SO_RXQ_OVFL is on.
+    pub rxq_ovfl: bool,
+    /// Options that were applied, by name.
+    pub applied: Vec<String>,
     /// Human-readable warnings (clamped buffers, refused options).
     pub warnings: Vec<String>,
 }
 
-/// Open and configure a UDP socket as `cfg` says (placeholder: bind only).
+/// Read an integer sysctl under `/proc/sys` (e.g. `net/core/rmem_max`).
+pub fn read_sysctl(path: &str) -> io::Result<i64> {
+    let s = std::fs::read_to_string(format!("/proc/sys/{path}"))?;
+    s.trim()
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
+}
+
+fn errno_text(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => format!("EPERM ({e})"),
+        Some(libc::EACCES) => format!("EACCES ({e})"),
+        Some(libc::EINVAL) => format!("EINVAL ({e})"),
+        Some(libc::ENOPROTOOPT) => format!("ENOPROTOOPT ({e})"),
+        _ => e.to_string(),
+    }
+}
+
+/// Apply one buffer size (receive or send): plain option first, FORCE when
+/// the request exceeds the sysctl limit and `force` allows it.
+#[allow(clippy::too_many_arguments)]
+fn apply_buffer(
+    fd: RawFd,
+    what: &str,
+    req: usize,
+    max: usize,
+    opt: libc::c_int,
+    force_opt: libc::c_int,
+    force: bool,
+    rep: &mut SocketReport,
+) -> (usize, bool) {
+    let reqi = req.min(i32::MAX as usize / 2) as libc::c_int;
+    let mut forced = false;
+    match sys::setsockopt_int(fd, libc::SOL_SOCKET, opt, reqi) {
+        Ok(()) => rep.applied.push(format!("{what}={req}")),
+        Err(e) => rep
+            .warnings
+            .push(format!("{what}={req} refused: {}", errno_text(&e))),
+    }
+    let name_force = if opt == libc::SO_RCVBUF {
+        "SO_RCVBUFFORCE"
+    } else {
+        "SO_SNDBUFFORCE"
+    };
+    if force && max > 0 && req > max {
+        match sys::setsockopt_int(fd, libc::SOL_SOCKET, force_opt, reqi) {
+            Ok(()) => {
+                forced = true;
+                rep.applied.push(format!("{name_force}={req}"));
+            }
+            Err(e) => rep.warnings.push(format!(
+                "{name_force}={req} refused: {} (limit stays at the sysctl maximum {max})",
+                errno_text(&e)
+            )),
+        }
+    }
+    let granted = sys::getsockopt_int(fd, libc::SOL_SOCKET, opt)
+        .unwrap_or(0)
+        .max(0) as usize;
+    // The kernel stores twice the request; anything less means it was clamped.
+    if granted < req.saturating_mul(2).min(i32::MAX as usize) {
+        rep.warnings.push(format!(
+            "{what}: requested {req} bytes, kernel granted {granted} (the kernel doubles the value; \
+             sysctl max {max}, so at most {} without FORCE)",
+            max.saturating_mul(2)
+        ));
+    }
+    (granted, forced)
+}
+
+/// Open and configure a UDP socket as `cfg` says.
+///
+/// Every option that the kernel refuses becomes a warning in the report;
+/// only socket creation and `bind` failures are errors. The socket is
+/// returned in non-blocking mode.
 pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
-    let sock = UdpSocket::bind(cfg.bind)?;
-    let report = SocketReport {
-        warnings: vec!["socket options not applied yet (placeholder)".into()],
+    let domain = match cfg.bind {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: plain socket(2) call with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_UDP,
+        )
+    };
+    if fd < 0 {
+        return Err(sys::last_err());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own exclusively.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut rep = SocketReport {
+        rcvbuf_requested: cfg.rcvbuf,
+        sndbuf_requested: cfg.sndbuf,
+        rmem_max: read_sysctl("net/core/rmem_max").unwrap_or(0).max(0) as usize,
+        wmem_max: read_sysctl("net/core/wmem_max").unwrap_or(0).max(0) as usize,
         ..Default::default()
     };
-    Ok((sock, report))
+    if let Some(req) = cfg.rcvbuf {
+        let (g, f) = apply_buffer(
+            fd,
+            "SO_RCVBUF",
+            req,
+            rep.rmem_max,
+            libc::SO_RCVBUF,
+            sys::SO_RCVBUFFORCE,
+            cfg.force_buffers,
+            &mut rep,
+        );
+        rep.rcvbuf_granted = g;
+        rep.rcvbuf_forced = f;
+    }
+    if let Some(req) = cfg.sndbuf {
+        let (g, f) = apply_buffer(
+            fd,
+            "SO_SNDBUF",
+            req,
+            rep.wmem_max,
+            libc::SO_SNDBUF,
+            sys::SO_SNDBUFFORCE,
+            cfg.force_buffers,
+            &mut rep,
+        );
+        rep.sndbuf_granted = g;
+        rep.sndbuf_forced = f;
+    }
+    if cfg.reuseport {
+        match sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1) {
+            Ok(()) => {
+                rep.reuseport = sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT)
+                    .map(|v| v != 0)
+                    .unwrap_or(false);
+                rep.applied.push("SO_REUSEPORT".into());
+            }
+            Err(e) => rep
+                .warnings
+                .push(format!("SO_REUSEPORT refused: {}", errno_text(&e))),
+        }
+    }
+    let mut ts_flags = 0u32;
+    if cfg.rx_timestamps {
+        ts_flags |= sys::SOF_RX_SOFTWARE | sys::SOF_SOFTWARE;
+    }
+    if cfg.tx_timestamps {
+        ts_flags |= sys::SOF_SOFTWARE | sys::SOF_OPT_ID | sys::SOF_OPT_TSONLY;
+    }
+    if ts_flags != 0 {
+        match sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPING, ts_flags as i32) {
+            Ok(()) => {
+                let back = sys::getsockopt_int(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPING)
+                    .unwrap_or(0) as u32;
+                rep.rx_timestamps = cfg.rx_timestamps && back & sys::SOF_RX_SOFTWARE != 0;
+                rep.tx_timestamps = cfg.tx_timestamps && back & sys::SOF_OPT_ID != 0;
+                rep.applied.push(format!("SO_TIMESTAMPING=0x{ts_flags:x}"));
+                if back & ts_flags != ts_flags {
+                    rep.warnings.push(format!(
+                        "SO_TIMESTAMPING: asked 0x{ts_flags:x}, kernel reports 0x{back:x}"
+                    ));
+                }
+            }
+            Err(e) => rep
+                .warnings
+                .push(format!("SO_TIMESTAMPING refused: {}", errno_text(&e))),
+        }
+    }
+    if cfg.rxq_ovfl {
+        match sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_RXQ_OVFL, 1) {
+            Ok(()) => {
+                rep.rxq_ovfl = sys::getsockopt_int(fd, libc::SOL_SOCKET, sys::SO_RXQ_OVFL)
+                    .map(|v| v != 0)
+                    .unwrap_or(false);
+                rep.applied.push("SO_RXQ_OVFL".into());
+            }
+            Err(e) => rep
+                .warnings
+                .push(format!("SO_RXQ_OVFL refused: {}", errno_text(&e))),
+        }
+    }
+    let mut st = sys::zero_storage();
+    let len = sys::sockaddr_from(&cfg.bind, &mut st);
+    // SAFETY: `st` holds a valid sockaddr of length `len` for this family.
+    let rc = unsafe { libc::bind(fd, (&st as *const libc::sockaddr_storage).cast(), len) };
+    if rc != 0 {
+        let e = sys::last_err();
+        return Err(io::Error::new(e.kind(), format!("bind {}: {e}", cfg.bind)));
+    }
+    if cfg.rcvbuf.is_none() {
+        rep.rcvbuf_granted =
+            sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0) as usize;
+    }
+    if cfg.sndbuf.is_none() {
+        rep.sndbuf_granted =
+            sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap_or(0) as usize;
+    }
+    Ok((UdpSocket::from(owned), rep))
+}
+
+/// Current drop counter of a socket (`SO_MEMINFO` drops): datagrams the
+/// kernel discarded for this socket, e.g. for lack of receive buffer.
+pub fn socket_drops(fd: RawFd) -> io::Result<u64> {
+    sys::socket_drop_count(fd)
 }

@@ -1,0 +1,102 @@
+//! Parts both real backends share: TX timestamp bookkeeping and the error
+//! queue reader.
+
+use crate::batch::TxStamp;
+use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
+use crate::time::Nanos;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Most TX stamps waiting for their kernel half; older ones are forgotten.
+const MAX_PENDING: usize = 8192;
+/// Most collected stamps kept before the caller polls; older ones are dropped.
+const MAX_READY: usize = 65536;
+
+/// Matches kernel TX timestamps (keyed by the socket's OPT_ID counter, which
+/// advances once per datagram that requested a stamp) to caller tags.
+#[derive(Debug, Default)]
+pub(crate) struct TxStamps {
+    /// Key the kernel will give the next stamped datagram.
+    next_key: u32,
+    /// (key, tag, app_tx) of stamped datagrams not yet reported.
+    pending: VecDeque<(u32, u64, Nanos)>,
+    /// Stamps matched and waiting for `poll_tx_stamps`.
+    ready: Vec<TxStamp>,
+    /// Stamps given up on (never came back, or evicted).
+    pub(crate) lost: u64,
+}
+
+impl TxStamps {
+    /// Record that a datagram with a stamp request was accepted by the kernel.
+    pub(crate) fn sent(&mut self, tag: u64, app_tx: Nanos) {
+        if self.pending.len() >= MAX_PENDING {
+            self.pending.pop_front();
+            self.lost += 1;
+        }
+        self.pending.push_back((self.next_key, tag, app_tx));
+        self.next_key = self.next_key.wrapping_add(1);
+    }
+
+    /// A kernel stamp with `key` arrived.
+    fn matched(&mut self, key: u32, kernel_tx: Nanos) {
+        let Some(pos) = self.pending.iter().position(|p| p.0 == key) else {
+            return;
+        };
+        // Entries before it will not be stamped any more (the kernel reports in order).
+        for _ in 0..pos {
+            self.pending.pop_front();
+            self.lost += 1;
+        }
+        let (_, tag, app_tx) = self.pending.pop_front().expect("position found");
+        if self.ready.len() >= MAX_READY {
+            self.lost += 1;
+            return;
+        }
+        self.ready.push(TxStamp {
+            tag,
+            app_tx,
+            kernel_tx,
+        });
+    }
+
+    /// Read every message from the socket's error queue and match stamps.
+    pub(crate) fn drain_errqueue(&mut self, fd: RawFd) -> io::Result<()> {
+        let mut cbuf: CmsgBuf = [0; CMSG_BUF_WORDS];
+        let mut data = [0u8; 64];
+        loop {
+            let mut iov = libc::iovec {
+                iov_base: data.as_mut_ptr().cast(),
+                iov_len: data.len(),
+            };
+            // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = cbuf.as_mut_ptr().cast();
+            hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+            // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
+            let rc =
+                unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+            if rc < 0 {
+                let e = sys::last_err();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(()),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            let c = sys::parse_cmsgs(&hdr);
+            if let (Some(key), Some(ts)) = (c.ts_key, c.sw_stamp) {
+                self.matched(key, ts);
+            }
+        }
+    }
+
+    /// Move collected stamps into `out`.
+    pub(crate) fn take(&mut self, out: &mut Vec<TxStamp>) -> usize {
+        let n = self.ready.len();
+        out.append(&mut self.ready);
+        n
+    }
+}

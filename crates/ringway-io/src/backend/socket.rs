@@ -1,0 +1,173 @@
+//! The baseline backend: poll, then one `recvmsg`/`sendmsg` per datagram
+//! (recvmsg rather than recvfrom so control messages — timestamps, drop
+//! counts — arrive with each datagram).
+
+use super::common::TxStamps;
+use crate::backend::{BackendKind, BatchIo, IoStats};
+use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
+use crate::sys::{self, CmsgBuf, Ready, CMSG_BUF_WORDS};
+use crate::time::realtime_now;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+/// One syscall per datagram.
+pub(crate) struct SocketBackend {
+    sock: UdpSocket,
+    stats: IoStats,
+    stamps: TxStamps,
+    cbuf: CmsgBuf,
+}
+
+impl SocketBackend {
+    pub(crate) fn new(sock: UdpSocket) -> Self {
+        SocketBackend {
+            sock,
+            stats: IoStats::default(),
+            stamps: TxStamps::default(),
+            cbuf: [0; CMSG_BUF_WORDS],
+        }
+    }
+
+    /// Receive one datagram into the batch's next frame; `Ok(false)` when none is queued.
+    fn recv_one(&mut self, batch: &mut RxBatch) -> io::Result<bool> {
+        let fd = self.sock.as_raw_fd();
+        let Some(frame) = batch.next_frame_mut() else {
+            return Ok(false);
+        };
+        let mut iov = libc::iovec {
+            iov_base: frame.as_mut_ptr().cast(),
+            iov_len: frame.len(),
+        };
+        let mut name = sys::zero_storage();
+        loop {
+            // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = self.cbuf.as_mut_ptr().cast();
+            hdr.msg_controllen = std::mem::size_of_val(&self.cbuf) as _;
+            self.stats.rx_syscalls += 1;
+            // SAFETY: every pointer in hdr refers to a live buffer (frame, name,
+            // cbuf) with the stated length, valid for the duration of the call.
+            let rc = unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_DONTWAIT) };
+            if rc < 0 {
+                let e = sys::last_err();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => return Ok(false),
+                    _ => return Err(e),
+                }
+            }
+            let app_rx = realtime_now();
+            let c = sys::parse_cmsgs(&hdr);
+            if let Some(d) = c.rxq_ovfl {
+                self.stats.rx_dropped = d as u64;
+            }
+            let Some(peer) = sys::sockaddr_to(&name, hdr.msg_namelen) else {
+                // Not an IP peer (cannot happen on a UDP socket): skip it.
+                continue;
+            };
+            batch.commit(RxMeta {
+                peer,
+                len: rc as usize,
+                truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
+                kernel_rx: c.sw_stamp,
+                app_rx,
+            });
+            self.stats.rx_packets += 1;
+            return Ok(true);
+        }
+    }
+}
+
+impl BatchIo for SocketBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Socket
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+    fn raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+    fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
+        batch.clear();
+        let fd = self.sock.as_raw_fd();
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            match sys::wait_readable(fd, left)? {
+                Ready::Readable => break,
+                Ready::ErrQueue => {
+                    self.stamps.drain_errqueue(fd)?;
+                    if left == Some(Duration::ZERO) {
+                        return Ok(0);
+                    }
+                }
+                Ready::Nothing => return Ok(0),
+            }
+        }
+        while batch.len() < batch.capacity() {
+            if !self.recv_one(batch)? {
+                break;
+            }
+        }
+        Ok(batch.len())
+    }
+    fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let mut sent = 0;
+        let mut name = sys::zero_storage();
+        for (i, e) in batch.entries().iter().enumerate() {
+            let data = batch.data(i);
+            let namelen = sys::sockaddr_from(&e.dst, &mut name);
+            let mut iov = libc::iovec {
+                iov_base: data.as_ptr() as *mut libc::c_void,
+                iov_len: data.len(),
+            };
+            // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = namelen;
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            if e.stamp_tag.is_some() {
+                let clen = sys::write_tx_stamp_cmsg(&mut self.cbuf);
+                hdr.msg_control = self.cbuf.as_mut_ptr().cast();
+                hdr.msg_controllen = clen as _;
+            }
+            let app_tx = realtime_now();
+            loop {
+                self.stats.tx_syscalls += 1;
+                // SAFETY: hdr points at live buffers (name, iov over the frame,
+                // cbuf) valid for the call; the kernel only reads them.
+                let rc = unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT) };
+                if rc >= 0 {
+                    sent += 1;
+                    if let Some(tag) = e.stamp_tag {
+                        self.stamps.sent(tag, app_tx);
+                    }
+                    break;
+                }
+                if sys::last_err().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.stats.tx_errors += 1;
+                break;
+            }
+        }
+        self.stats.tx_packets += sent as u64;
+        Ok(sent)
+    }
+    fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
+        self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
+        Ok(self.stamps.take(out))
+    }
+    fn stats(&self) -> IoStats {
+        self.stats
+    }
+}

@@ -1,0 +1,311 @@
+//! Thin, checked wrappers over the libc calls the backends and probes share:
+//! socket options, socket addresses, control messages, polling.
+
+use crate::time::Nanos;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+// Constants spelled out here (x86_64/aarch64 Linux values) so the crate does
+// not depend on which of them a given libc release exports.
+/// `SO_TIMESTAMPING` (old layout; identical to the new one on 64-bit).
+pub(crate) const SO_TIMESTAMPING: libc::c_int = 37;
+/// `SCM_TIMESTAMPING` control message type.
+pub(crate) const SCM_TIMESTAMPING: libc::c_int = SO_TIMESTAMPING;
+/// `SO_RXQ_OVFL`: per-datagram socket drop counter as a control message.
+pub(crate) const SO_RXQ_OVFL: libc::c_int = 40;
+/// `SO_RCVBUFFORCE` (needs CAP_NET_ADMIN).
+pub(crate) const SO_RCVBUFFORCE: libc::c_int = 33;
+/// `SO_SNDBUFFORCE` (needs CAP_NET_ADMIN).
+pub(crate) const SO_SNDBUFFORCE: libc::c_int = 32;
+/// `SO_MEMINFO`: socket memory counters, including drops.
+pub(crate) const SO_MEMINFO: libc::c_int = 55;
+/// Index of the drop counter in the `SO_MEMINFO` array.
+pub(crate) const SK_MEMINFO_DROPS: usize = 8;
+/// `UDP_SEGMENT` (UDP GSO segment size).
+#[allow(dead_code)]
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO`.
+#[allow(dead_code)]
+pub(crate) const UDP_GRO: libc::c_int = 104;
+/// `SOL_UDP`.
+#[allow(dead_code)]
+pub(crate) const SOL_UDP: libc::c_int = 17;
+
+/// `SOF_TIMESTAMPING_TX_SOFTWARE`.
+pub(crate) const SOF_TX_SOFTWARE: u32 = 1 << 1;
+/// `SOF_TIMESTAMPING_RX_SOFTWARE`.
+pub(crate) const SOF_RX_SOFTWARE: u32 = 1 << 3;
+/// `SOF_TIMESTAMPING_SOFTWARE` (report software stamps).
+pub(crate) const SOF_SOFTWARE: u32 = 1 << 4;
+/// `SOF_TIMESTAMPING_OPT_ID`.
+pub(crate) const SOF_OPT_ID: u32 = 1 << 7;
+/// `SOF_TIMESTAMPING_OPT_TSONLY`.
+pub(crate) const SOF_OPT_TSONLY: u32 = 1 << 11;
+/// `SO_EE_ORIGIN_TIMESTAMPING`.
+pub(crate) const SO_EE_ORIGIN_TIMESTAMPING: u8 = 4;
+
+/// Last OS error as `io::Error`.
+pub(crate) fn last_err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// Set an integer socket option.
+pub(crate) fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the value pointer and length describe a live c_int on the stack.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&val as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_err())
+    }
+}
+
+/// Read an integer socket option.
+pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+    let mut val: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: value pointer and in/out length describe a live c_int.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(val)
+    } else {
+        Err(last_err())
+    }
+}
+
+/// Current drop counter of a socket (`SO_MEMINFO[SK_MEMINFO_DROPS]`).
+pub fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
+    let mut vals = [0u32; 16];
+    let mut len = std::mem::size_of_val(&vals) as libc::socklen_t;
+    // SAFETY: buffer pointer and in/out length describe a live, writable u32 array.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            vals.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(last_err());
+    }
+    if (len as usize) < (SK_MEMINFO_DROPS + 1) * 4 {
+        return Err(io::Error::other(
+            "SO_MEMINFO too short for the drop counter",
+        ));
+    }
+    Ok(vals[SK_MEMINFO_DROPS] as u64)
+}
+
+/// Encode `addr` into a `sockaddr_storage`; returns the length to pass.
+pub(crate) fn sockaddr_from(
+    addr: &SocketAddr,
+    out: &mut libc::sockaddr_storage,
+) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
+            let sin =
+                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(a.ip().octets()),
+            };
+            sin.sin_zero = [0; 8];
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
+            let sin6 =
+                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: a.ip().octets(),
+            };
+            sin6.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Decode a `sockaddr_storage` filled by the kernel.
+pub(crate) fn sockaddr_to(st: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    match st.ss_family as libc::c_int {
+        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and it is long enough.
+            let sin =
+                unsafe { &*(st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, and it is long enough.
+            let sin6 =
+                unsafe { &*(st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// A zeroed `sockaddr_storage`.
+pub(crate) fn zero_storage() -> libc::sockaddr_storage {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    unsafe { zeroed() }
+}
+
+/// Outcome of waiting on a socket.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ready {
+    /// Data to read.
+    Readable,
+    /// Only the error queue has something (e.g. TX timestamps).
+    ErrQueue,
+    /// Timed out or interrupted.
+    Nothing,
+}
+
+/// Wait until `fd` is readable, at most `timeout` (`None`: forever).
+pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<Ready> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: one valid pollfd; the timespec pointer is null or points to a live value.
+    let rc = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    if rc < 0 {
+        let e = last_err();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(Ready::Nothing);
+        }
+        return Err(e);
+    }
+    if rc == 0 {
+        return Ok(Ready::Nothing);
+    }
+    if pfd.revents & libc::POLLIN != 0 {
+        Ok(Ready::Readable)
+    } else if pfd.revents & libc::POLLERR != 0 {
+        Ok(Ready::ErrQueue)
+    } else if pfd.revents & libc::POLLNVAL != 0 {
+        Err(io::Error::from_raw_os_error(libc::EBADF))
+    } else {
+        Ok(Ready::Readable)
+    }
+}
+
+/// Space for the control messages one received datagram may carry
+/// (SCM_TIMESTAMPING 48 bytes, SO_RXQ_OVFL 4 bytes, IP_RECVERR ~32, with headers).
+pub(crate) const CMSG_BUF_WORDS: usize = 32;
+
+/// An 8-byte aligned control-message buffer.
+pub(crate) type CmsgBuf = [u64; CMSG_BUF_WORDS];
+
+/// What the control messages of one received message said.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct Cmsgs {
+    /// Software timestamp (SCM_TIMESTAMPING ts[0]), when present and nonzero.
+    pub sw_stamp: Option<Nanos>,
+    /// SO_RXQ_OVFL counter value.
+    pub rxq_ovfl: Option<u32>,
+    /// A timestamping extended error's key (ee_data) from the error queue.
+    pub ts_key: Option<u32>,
+}
+
+/// Parse the control messages a kernel left in `hdr`.
+pub(crate) fn parse_cmsgs(hdr: &libc::msghdr) -> Cmsgs {
+    let mut out = Cmsgs::default();
+    // SAFETY: `hdr` was filled by a successful recvmsg/recvmmsg, so its control
+    // pointer/length describe the kernel-written, aligned buffer we supplied;
+    // CMSG_FIRSTHDR/NXTHDR stay inside msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            let level = (*c).cmsg_level;
+            let ty = (*c).cmsg_type;
+            let data = libc::CMSG_DATA(c);
+            let data_len = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            if level == libc::SOL_SOCKET && ty == SCM_TIMESTAMPING && data_len >= 16 {
+                let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
+                if ts.tv_sec != 0 || ts.tv_nsec != 0 {
+                    out.sw_stamp =
+                        Some(Nanos(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64));
+                }
+            } else if level == libc::SOL_SOCKET && ty == SO_RXQ_OVFL && data_len >= 4 {
+                out.rxq_ovfl = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+            } else if ((level == libc::SOL_IP && ty == libc::IP_RECVERR)
+                || (level == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR))
+                && data_len >= size_of::<libc::sock_extended_err>()
+            {
+                let ee: libc::sock_extended_err = std::ptr::read_unaligned(data.cast());
+                if ee.ee_errno == libc::ENOMSG as u32 && ee.ee_origin == SO_EE_ORIGIN_TIMESTAMPING {
+                    out.ts_key = Some(ee.ee_data);
+                }
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    out
+}
+
+/// Write one SOL_SOCKET/SO_TIMESTAMPING control message requesting a software
+/// TX timestamp into `buf`; returns the control length to use.
+pub(crate) fn write_tx_stamp_cmsg(buf: &mut CmsgBuf) -> usize {
+    // SAFETY: `buf` is 8-byte aligned and 256 bytes long, far more than
+    // CMSG_SPACE(4); we build the header through a msghdr that points at it.
+    unsafe {
+        let space = libc::CMSG_SPACE(4) as usize;
+        let mut hdr: libc::msghdr = zeroed();
+        hdr.msg_control = buf.as_mut_ptr().cast();
+        hdr.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = SO_TIMESTAMPING;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), SOF_TX_SOFTWARE);
+        space
+    }
+}
