@@ -1,0 +1,1135 @@
+//! Zero-copy SIP message view ([`SipMsg`]) over one datagram.
+//!
+//! [`SipMsg::parse`] validates everything a proxy depends on (start line,
+//! Via, From/To, Call-ID, CSeq, Max-Forwards, Content-Length, Contact,
+//! Request-URI) and records where every header sits, without allocating.
+//! Accessors return slices of the original datagram.
+
+use crate::text::{find_param, is_lws, is_token, is_token_str, parse_dec, trim, CommaSplit};
+use crate::uri::{host_ip, scheme, split_host, NameAddr, SipUri};
+use std::fmt;
+use std::net::IpAddr;
+
+/// Most header fields (lines) a message may carry.
+pub const MAX_HEADERS: usize = 128;
+/// Largest message accepted (the UDP datagram limit).
+pub const MAX_MESSAGE: usize = 65535;
+
+/// A SIP method; extension methods are kept as text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method<'a> {
+    /// INVITE
+    Invite,
+    /// ACK
+    Ack,
+    /// BYE
+    Bye,
+    /// CANCEL
+    Cancel,
+    /// REGISTER
+    Register,
+    /// OPTIONS
+    Options,
+    /// INFO
+    Info,
+    /// UPDATE
+    Update,
+    /// PRACK
+    Prack,
+    /// SUBSCRIBE
+    Subscribe,
+    /// NOTIFY
+    Notify,
+    /// REFER
+    Refer,
+    /// MESSAGE
+    Message,
+    /// PUBLISH
+    Publish,
+    /// Any other (extension) method token, case preserved.
+    Other(&'a str),
+}
+
+impl<'a> Method<'a> {
+    /// Classify a method token (methods are case-sensitive).
+    pub fn from_token(s: &'a str) -> Method<'a> {
+        match s {
+            "INVITE" => Method::Invite,
+            "ACK" => Method::Ack,
+            "BYE" => Method::Bye,
+            "CANCEL" => Method::Cancel,
+            "REGISTER" => Method::Register,
+            "OPTIONS" => Method::Options,
+            "INFO" => Method::Info,
+            "UPDATE" => Method::Update,
+            "PRACK" => Method::Prack,
+            "SUBSCRIBE" => Method::Subscribe,
+            "NOTIFY" => Method::Notify,
+            "REFER" => Method::Refer,
+            "MESSAGE" => Method::Message,
+            "PUBLISH" => Method::Publish,
+            other => Method::Other(other),
+        }
+    }
+
+    /// The method token.
+    pub fn as_str(&self) -> &'a str {
+        match self {
+            Method::Invite => "INVITE",
+            Method::Ack => "ACK",
+            Method::Bye => "BYE",
+            Method::Cancel => "CANCEL",
+            Method::Register => "REGISTER",
+            Method::Options => "OPTIONS",
+            Method::Info => "INFO",
+            Method::Update => "UPDATE",
+            Method::Prack => "PRACK",
+            Method::Subscribe => "SUBSCRIBE",
+            Method::Notify => "NOTIFY",
+            Method::Refer => "REFER",
+            Method::Message => "MESSAGE",
+            Method::Publish => "PUBLISH",
+            Method::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for Method<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a datagram is not an acceptable SIP message. `Display` gives a short
+/// phrase suitable for a `400` reason phrase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// Empty datagram (or only CRLF keep-alives).
+    Empty,
+    /// Larger than [`MAX_MESSAGE`].
+    TooLarge,
+    /// No empty line terminating the header section.
+    NoHeaderEnd,
+    /// Start line or headers are not UTF-8.
+    NotUtf8,
+    /// The start line is malformed; the text says how.
+    BadStartLine(&'static str),
+    /// SIP version other than 2.0 (a request gets `505`).
+    BadVersion,
+    /// Status code not three digits in 100..=699.
+    BadStatus,
+    /// The Request-URI is malformed.
+    BadRequestUri(&'static str),
+    /// A header line is not `name: value`.
+    BadHeaderLine,
+    /// More than [`MAX_HEADERS`] header fields.
+    TooManyHeaders,
+    /// A required header is missing (name given).
+    MissingHeader(&'static str),
+    /// A single-valued header appears more than once.
+    DuplicateHeader(&'static str),
+    /// A header value does not parse (name given).
+    BadHeaderValue(&'static str),
+    /// Content-Length exceeds the bytes present.
+    ContentLengthTooLarge,
+    /// CSeq method differs from the request method.
+    CSeqMethodMismatch,
+}
+
+impl ParseError {
+    /// Response code a request with this error gets (`505` or `400`).
+    pub fn status(&self) -> u16 {
+        match self {
+            ParseError::BadVersion => 505,
+            _ => 400,
+        }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Empty => f.write_str("Empty Message"),
+            ParseError::TooLarge => f.write_str("Message Too Large"),
+            ParseError::NoHeaderEnd => f.write_str("Bad Request - No End Of Headers"),
+            ParseError::NotUtf8 => f.write_str("Bad Request - Headers Not UTF-8"),
+            ParseError::BadStartLine(w) => write!(f, "Bad Request - Bad Start Line ({w})"),
+            ParseError::BadVersion => f.write_str("Version Not Supported"),
+            ParseError::BadStatus => f.write_str("Bad Status Code"),
+            ParseError::BadRequestUri(w) => write!(f, "Bad Request - Bad Request-URI ({w})"),
+            ParseError::BadHeaderLine => f.write_str("Bad Request - Malformed Header Line"),
+            ParseError::TooManyHeaders => f.write_str("Bad Request - Too Many Headers"),
+            ParseError::MissingHeader(h) => write!(f, "Bad Request - Missing {h}"),
+            ParseError::DuplicateHeader(h) => write!(f, "Bad Request - Multiple {h}"),
+            ParseError::BadHeaderValue(h) => write!(f, "Bad Request - Malformed {h}"),
+            ParseError::ContentLengthTooLarge => {
+                f.write_str("Bad Request - Content-Length Exceeds Message")
+            }
+            ParseError::CSeqMethodMismatch => f.write_str("Bad Request - CSeq Method Mismatch"),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Header kinds the parser recognises (long and compact names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum HeaderKind {
+    /// Via / v
+    Via,
+    /// Route
+    Route,
+    /// Record-Route
+    RecordRoute,
+    /// Call-ID / i
+    CallId,
+    /// CSeq
+    CSeq,
+    /// From / f
+    From,
+    /// To / t
+    To,
+    /// Max-Forwards
+    MaxForwards,
+    /// Contact / m
+    Contact,
+    /// Content-Length / l
+    ContentLength,
+    /// Content-Type / c
+    ContentType,
+    /// Expires
+    Expires,
+    /// Proxy-Require
+    ProxyRequire,
+    /// Require
+    Require,
+    /// Supported / k
+    Supported,
+    /// Anything else.
+    Other,
+}
+
+/// Full names of compact header forms (RFC 3261 7.3.3 and extensions).
+fn expand_compact(name: &str) -> &str {
+    if name.len() != 1 {
+        return name;
+    }
+    match name.as_bytes()[0].to_ascii_lowercase() {
+        b'i' => "Call-ID",
+        b'm' => "Contact",
+        b'e' => "Content-Encoding",
+        b'l' => "Content-Length",
+        b'c' => "Content-Type",
+        b'f' => "From",
+        b's' => "Subject",
+        b'k' => "Supported",
+        b't' => "To",
+        b'v' => "Via",
+        b'o' => "Event",
+        b'r' => "Refer-To",
+        b'b' => "Referred-By",
+        b'u' => "Allow-Events",
+        b'x' => "Session-Expires",
+        b'a' => "Accept-Contact",
+        b'j' => "Reject-Contact",
+        b'd' => "Request-Disposition",
+        b'y' => "Identity",
+        b'n' => "Identity-Info",
+        _ => name,
+    }
+}
+
+impl HeaderKind {
+    /// Classify a header name (case-insensitive, compact forms mapped).
+    pub fn of(name: &str) -> HeaderKind {
+        let n = expand_compact(name);
+        let eq = |s: &str| n.eq_ignore_ascii_case(s);
+        match n.len() {
+            3 if eq("Via") => HeaderKind::Via,
+            5 if eq("Route") => HeaderKind::Route,
+            12 if eq("Record-Route") => HeaderKind::RecordRoute,
+            7 if eq("Call-ID") => HeaderKind::CallId,
+            4 if eq("CSeq") => HeaderKind::CSeq,
+            4 if eq("From") => HeaderKind::From,
+            2 if eq("To") => HeaderKind::To,
+            12 if eq("Max-Forwards") => HeaderKind::MaxForwards,
+            7 if eq("Contact") => HeaderKind::Contact,
+            14 if eq("Content-Length") => HeaderKind::ContentLength,
+            12 if eq("Content-Type") => HeaderKind::ContentType,
+            7 if eq("Expires") => HeaderKind::Expires,
+            13 if eq("Proxy-Require") => HeaderKind::ProxyRequire,
+            7 if eq("Require") => HeaderKind::Require,
+            9 if eq("Supported") => HeaderKind::Supported,
+            _ => HeaderKind::Other,
+        }
+    }
+}
+
+/// Where one header field sits in the datagram (byte offsets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderPos {
+    /// Kind of header.
+    pub kind: HeaderKind,
+    /// Offset of the header name (start of the line).
+    pub line_start: u16,
+    /// End of the name.
+    pub name_end: u16,
+    /// Start of the value (after `:` and LWS).
+    pub value_start: u16,
+    /// End of the value (trailing LWS trimmed).
+    pub value_end: u16,
+    /// Offset just past the line terminator of the last (folded) line.
+    pub line_end: u16,
+}
+
+const EMPTY_POS: HeaderPos = HeaderPos {
+    kind: HeaderKind::Other,
+    line_start: 0,
+    name_end: 0,
+    value_start: 0,
+    value_end: 0,
+    line_end: 0,
+};
+
+/// One Via value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Via<'a> {
+    /// Transport token (`UDP`, `TCP`, ...).
+    pub transport: &'a str,
+    /// sent-by host as written (IPv6 keeps brackets).
+    pub host: &'a str,
+    /// sent-by port.
+    pub port: Option<u16>,
+    /// `branch` parameter.
+    pub branch: Option<&'a str>,
+    /// `received` parameter.
+    pub received: Option<&'a str>,
+    /// `rport` present (with or without value).
+    pub rport_flag: bool,
+    /// `rport` value.
+    pub rport: Option<u16>,
+    /// `maddr` parameter.
+    pub maddr: Option<&'a str>,
+    /// All parameters (leading `;` included), raw.
+    pub params: &'a str,
+    /// The whole value.
+    pub raw: &'a str,
+}
+
+impl<'a> Via<'a> {
+    /// Parse one Via value (`SIP/2.0/UDP host:port;params`), LWS tolerated
+    /// around `/` as RFC 3261 allows.
+    pub fn parse(v: &'a str) -> Option<Via<'a>> {
+        let raw = trim(v);
+        let mut rest = raw;
+        let next_tok = |rest: &mut &'a str| -> Option<&'a str> {
+            let r = trim(rest);
+            let end = r.bytes().position(|b| !is_token(b)).unwrap_or(r.len());
+            let t = &r[..end];
+            *rest = &r[end..];
+            (!t.is_empty()).then_some(t)
+        };
+        let name = next_tok(&mut rest)?;
+        rest = trim(rest).strip_prefix('/')?;
+        let ver = next_tok(&mut rest)?;
+        rest = trim(rest).strip_prefix('/')?;
+        let transport = next_tok(&mut rest)?;
+        if !name.eq_ignore_ascii_case("SIP") || ver != "2.0" {
+            return None;
+        }
+        // LWS before sent-by is mandatory, but folding makes it any LWS.
+        if !rest.as_bytes().first().is_some_and(|&b| is_lws(b)) {
+            return None;
+        }
+        let r = trim(rest);
+        let (host, after) = split_host(r)?;
+        if after.starts_with('?') {
+            return None;
+        }
+        let mut after = after.trim_start_matches(|c: char| c.is_ascii() && is_lws(c as u8));
+        let mut port = None;
+        if let Some(p) = after.strip_prefix(':') {
+            let p = p.trim_start_matches(|c: char| c.is_ascii() && is_lws(c as u8));
+            let end = p
+                .bytes()
+                .position(|b| !b.is_ascii_digit())
+                .unwrap_or(p.len());
+            if end == 0 || end > 5 {
+                return None;
+            }
+            port = Some(p[..end].parse::<u16>().ok()?);
+            after = &p[end..];
+        }
+        let params = trim(after);
+        if !params.is_empty() && !crate::text::params_valid(params) {
+            return None;
+        }
+        let branch = find_param(params, "branch").flatten();
+        if find_param(params, "branch") == Some(None) {
+            return None;
+        }
+        let rport_p = find_param(params, "rport");
+        let rport = match rport_p {
+            Some(Some(v)) => Some(v.parse::<u16>().ok()?),
+            _ => None,
+        };
+        Some(Via {
+            transport,
+            host,
+            port,
+            branch,
+            received: find_param(params, "received").flatten(),
+            rport_flag: rport_p.is_some(),
+            rport,
+            maddr: find_param(params, "maddr").flatten(),
+            params,
+            raw,
+        })
+    }
+
+    /// Where a response to this hop goes (RFC 3261 18.2.2 / RFC 3581):
+    /// `received` (or host) and `rport` (or port, default 5060). `None` if
+    /// the host is not an IP literal (no DNS here).
+    pub fn response_target(&self) -> Option<std::net::SocketAddr> {
+        let ip: IpAddr = match self.received.and_then(host_ip) {
+            Some(ip) => ip,
+            None => host_ip(self.maddr.unwrap_or(self.host))?,
+        };
+        let port = self.rport.or(self.port).unwrap_or(5060);
+        Some(std::net::SocketAddr::new(ip, port))
+    }
+
+    /// Whether the branch carries the RFC 3261 magic cookie (and more).
+    pub fn has_cookie(&self) -> bool {
+        self.branch
+            .is_some_and(|b| b.len() > 7 && b[..7].eq_ignore_ascii_case("z9hG4bK"))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    Request { method: (u16, u16), uri: (u16, u16) },
+    Response { status: u16, reason: (u16, u16) },
+}
+
+const NONE: u8 = u8::MAX;
+
+/// A parsed SIP message borrowing its datagram.
+#[derive(Clone)]
+pub struct SipMsg<'a> {
+    buf: &'a [u8],
+    head: &'a str,
+    start: Start,
+    start_line_end: u16,
+    head_end: u16,
+    body_start: u16,
+    body_end: u16,
+    nhdrs: u8,
+    hdrs: [HeaderPos; MAX_HEADERS],
+    i_call_id: u8,
+    i_cseq: u8,
+    i_from: u8,
+    i_to: u8,
+    i_max_fwd: u8,
+    i_clen: u8,
+    cseq_num: u32,
+    max_fwd: u32,
+}
+
+impl fmt::Debug for SipMsg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SipMsg")
+            .field("start", &self.start_line())
+            .field("headers", &self.nhdrs)
+            .field("body_len", &self.body().len())
+            .finish()
+    }
+}
+
+fn find_head_end(buf: &[u8]) -> Option<(usize, usize)> {
+    // Returns (end of header section incl. last header's line end, body start).
+    let mut i = 0;
+    while let Some(p) = memchr::memchr(b'\n', &buf[i..]) {
+        let nl = i + p;
+        let next = nl + 1;
+        if next < buf.len() {
+            if buf[next] == b'\n' {
+                return Some((next, next + 1));
+            }
+            if buf[next] == b'\r' && buf.get(next + 1) == Some(&b'\n') {
+                return Some((next, next + 2));
+            }
+        }
+        i = next;
+    }
+    None
+}
+
+impl<'a> SipMsg<'a> {
+    /// Parse and validate a datagram. Leading CRLFs (keep-alives) are
+    /// skipped; bytes after `Content-Length` are ignored (RFC 3261 18.3).
+    pub fn parse(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
+        if buf.len() > MAX_MESSAGE {
+            return Err(ParseError::TooLarge);
+        }
+        let mut skip = 0;
+        while skip < buf.len() && (buf[skip] == b'\r' || buf[skip] == b'\n') {
+            skip += 1;
+        }
+        if skip == buf.len() {
+            return Err(ParseError::Empty);
+        }
+        // Offsets are relative to `buf` (skipped CRLFs stay outside the
+        // message range but offsets still index `buf`).
+        let (head_end, body_start) = match find_head_end(&buf[skip..]) {
+            Some((h, b)) => (skip + h, skip + b),
+            None => return Err(ParseError::NoHeaderEnd),
+        };
+        let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
+
+        // ---- start line
+        let sl_nl = skip + memchr::memchr(b'\n', &buf[skip..head_end]).unwrap_or(head_end - skip);
+        let sl_end = if sl_nl > skip && buf[sl_nl - 1] == b'\r' {
+            sl_nl - 1
+        } else {
+            sl_nl
+        };
+        let line = &head[skip..sl_end];
+        let start = parse_start_line(line, skip)?;
+        let mut msg = SipMsg {
+            buf,
+            head,
+            start,
+            start_line_end: (sl_nl + 1) as u16,
+            head_end: head_end as u16,
+            body_start: body_start as u16,
+            body_end: buf.len() as u16,
+            nhdrs: 0,
+            hdrs: [EMPTY_POS; MAX_HEADERS],
+            i_call_id: NONE,
+            i_cseq: NONE,
+            i_from: NONE,
+            i_to: NONE,
+            i_max_fwd: NONE,
+            i_clen: NONE,
+            cseq_num: 0,
+            max_fwd: 0,
+        };
+
+        // ---- header lines
+        let hb = &buf[..head_end];
+        let mut pos = sl_nl + 1;
+        let mut n = 0usize;
+        while pos < head_end {
+            let nl = memchr::memchr(b'\n', &hb[pos..]).map_or(head_end, |p| pos + p);
+            let line_end = (nl + 1).min(head_end);
+            let mut content_end = nl;
+            if content_end > pos && hb[content_end - 1] == b'\r' {
+                content_end -= 1;
+            }
+            let first = hb[pos];
+            if first == b' ' || first == b'\t' {
+                // continuation (folded) line
+                if n == 0 {
+                    return Err(ParseError::BadHeaderLine);
+                }
+                let h = &mut msg.hdrs[n - 1];
+                let seg = trim(&head[pos..content_end]);
+                if !seg.is_empty() {
+                    let seg_start = seg.as_ptr() as usize - head.as_ptr() as usize;
+                    if h.value_start == h.value_end {
+                        h.value_start = seg_start as u16;
+                    }
+                    h.value_end = (seg_start + seg.len()) as u16;
+                }
+                h.line_end = line_end as u16;
+                pos = line_end;
+                continue;
+            }
+            let lb = &hb[pos..content_end];
+            let name_len = lb.iter().position(|&b| !is_token(b)).unwrap_or(lb.len());
+            if name_len == 0 {
+                return Err(ParseError::BadHeaderLine);
+            }
+            let mut j = name_len;
+            while j < lb.len() && (lb[j] == b' ' || lb[j] == b'\t') {
+                j += 1;
+            }
+            if lb.get(j) != Some(&b':') {
+                return Err(ParseError::BadHeaderLine);
+            }
+            j += 1;
+            let vraw = &head[pos + j..content_end];
+            let v = trim(vraw);
+            let vs = if v.is_empty() {
+                content_end
+            } else {
+                v.as_ptr() as usize - head.as_ptr() as usize
+            };
+            if n == MAX_HEADERS {
+                return Err(ParseError::TooManyHeaders);
+            }
+            msg.hdrs[n] = HeaderPos {
+                kind: HeaderKind::of(&head[pos..pos + name_len]),
+                line_start: pos as u16,
+                name_end: (pos + name_len) as u16,
+                value_start: vs as u16,
+                value_end: (vs + v.len()) as u16,
+                line_end: line_end as u16,
+            };
+            n += 1;
+            pos = line_end;
+        }
+        msg.nhdrs = n as u8;
+        msg.validate()?;
+        Ok(msg)
+    }
+
+    fn validate(&mut self) -> Result<(), ParseError> {
+        let mut via_seen = false;
+        for i in 0..self.nhdrs as usize {
+            let h = self.hdrs[i];
+            let slot = match h.kind {
+                HeaderKind::CallId => Some((&mut self.i_call_id, "Call-ID")),
+                HeaderKind::CSeq => Some((&mut self.i_cseq, "CSeq")),
+                HeaderKind::From => Some((&mut self.i_from, "From")),
+                HeaderKind::To => Some((&mut self.i_to, "To")),
+                HeaderKind::MaxForwards => Some((&mut self.i_max_fwd, "Max-Forwards")),
+                HeaderKind::ContentLength => Some((&mut self.i_clen, "Content-Length")),
+                _ => None,
+            };
+            if let Some((slot, name)) = slot {
+                if *slot != NONE {
+                    return Err(ParseError::DuplicateHeader(name));
+                }
+                *slot = i as u8;
+            }
+            let v = self.value_at(i);
+            match h.kind {
+                HeaderKind::Via => {
+                    for item in CommaSplit::new(v) {
+                        Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
+                        via_seen = true;
+                    }
+                }
+                HeaderKind::From | HeaderKind::To => {
+                    let name = if h.kind == HeaderKind::From {
+                        "From"
+                    } else {
+                        "To"
+                    };
+                    NameAddr::parse(v).ok_or(ParseError::BadHeaderValue(name))?;
+                }
+                HeaderKind::Contact if v != "*" => {
+                    for item in CommaSplit::new(v) {
+                        NameAddr::parse(item).ok_or(ParseError::BadHeaderValue("Contact"))?;
+                    }
+                }
+                HeaderKind::Route | HeaderKind::RecordRoute => {
+                    let name = if h.kind == HeaderKind::Route {
+                        "Route"
+                    } else {
+                        "Record-Route"
+                    };
+                    for item in CommaSplit::new(v) {
+                        NameAddr::parse(item).ok_or(ParseError::BadHeaderValue(name))?;
+                    }
+                }
+                HeaderKind::CallId if v.is_empty() || v.bytes().any(is_lws) => {
+                    return Err(ParseError::BadHeaderValue("Call-ID"));
+                }
+                _ => {}
+            }
+        }
+        if !via_seen {
+            return Err(ParseError::MissingHeader("Via"));
+        }
+        for (idx, name) in [
+            (self.i_call_id, "Call-ID"),
+            (self.i_cseq, "CSeq"),
+            (self.i_from, "From"),
+            (self.i_to, "To"),
+        ] {
+            if idx == NONE {
+                return Err(ParseError::MissingHeader(name));
+            }
+        }
+        // CSeq
+        let cs = self.value_at(self.i_cseq as usize);
+        let cb = cs.as_bytes();
+        let dend = cb
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(cb.len());
+        let num = parse_dec(&cs[..dend], u64::from(u32::MAX))
+            .ok_or(ParseError::BadHeaderValue("CSeq"))?;
+        let m = trim(&cs[dend..]);
+        if dend == cs.len() || !cb[dend..].first().is_some_and(|&b| is_lws(b)) || !is_token_str(m) {
+            return Err(ParseError::BadHeaderValue("CSeq"));
+        }
+        self.cseq_num = num as u32;
+        if let Start::Request { method, .. } = self.start {
+            if &self.head[method.0 as usize..method.1 as usize] != m {
+                return Err(ParseError::CSeqMethodMismatch);
+            }
+        }
+        // Max-Forwards
+        if self.i_max_fwd != NONE {
+            let v = self.value_at(self.i_max_fwd as usize);
+            self.max_fwd =
+                parse_dec(v, 255).ok_or(ParseError::BadHeaderValue("Max-Forwards"))? as u32;
+        }
+        // Content-Length bounds the message (extra datagram bytes ignored).
+        if self.i_clen != NONE {
+            let v = self.value_at(self.i_clen as usize);
+            let cl = parse_dec(v, MAX_MESSAGE as u64)
+                .ok_or(ParseError::BadHeaderValue("Content-Length"))? as usize;
+            let avail = self.buf.len() - self.body_start as usize;
+            if cl > avail {
+                return Err(ParseError::ContentLengthTooLarge);
+            }
+            self.body_end = self.body_start + cl as u16;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn value_at(&self, i: usize) -> &'a str {
+        let h = &self.hdrs[i];
+        &self.head[h.value_start as usize..h.value_end as usize]
+    }
+
+    #[inline]
+    fn opt_value(&self, i: u8) -> Option<&'a str> {
+        (i != NONE).then(|| self.value_at(i as usize))
+    }
+
+    /// The message bytes (up to the end of the body per Content-Length).
+    pub fn as_bytes(&self) -> &'a [u8] {
+        &self.buf[..self.body_end as usize]
+    }
+
+    /// The header section (start line and headers) as text.
+    pub fn head(&self) -> &'a str {
+        self.head
+    }
+
+    /// The start line, without line terminator.
+    pub fn start_line(&self) -> &'a str {
+        self.head[..self.start_line_end as usize]
+            .trim_end_matches(['\r', '\n'])
+            .trim_start_matches(['\r', '\n'])
+    }
+
+    /// `true` for requests.
+    pub fn is_request(&self) -> bool {
+        matches!(self.start, Start::Request { .. })
+    }
+
+    /// Request method.
+    pub fn method(&self) -> Option<Method<'a>> {
+        match self.start {
+            Start::Request { method, .. } => Some(Method::from_token(
+                &self.head[method.0 as usize..method.1 as usize],
+            )),
+            Start::Response { .. } => None,
+        }
+    }
+
+    /// Response status code.
+    pub fn status(&self) -> Option<u16> {
+        match self.start {
+            Start::Response { status, .. } => Some(status),
+            Start::Request { .. } => None,
+        }
+    }
+
+    /// Response reason phrase.
+    pub fn reason(&self) -> Option<&'a str> {
+        match self.start {
+            Start::Response { reason, .. } => {
+                Some(&self.head[reason.0 as usize..reason.1 as usize])
+            }
+            Start::Request { .. } => None,
+        }
+    }
+
+    /// Request-URI text.
+    pub fn request_uri(&self) -> Option<&'a str> {
+        match self.start {
+            Start::Request { uri, .. } => Some(&self.head[uri.0 as usize..uri.1 as usize]),
+            Start::Response { .. } => None,
+        }
+    }
+
+    /// Byte range of the Request-URI in the datagram.
+    pub fn request_uri_range(&self) -> Option<(usize, usize)> {
+        match self.start {
+            Start::Request { uri, .. } => Some((uri.0 as usize, uri.1 as usize)),
+            Start::Response { .. } => None,
+        }
+    }
+
+    /// Call-ID value.
+    pub fn call_id(&self) -> Option<&'a str> {
+        self.opt_value(self.i_call_id)
+    }
+
+    /// CSeq number and method.
+    pub fn cseq(&self) -> Option<(u32, Method<'a>)> {
+        let v = self.opt_value(self.i_cseq)?;
+        let d = v
+            .bytes()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(v.len());
+        Some((self.cseq_num, Method::from_token(trim(&v[d..]))))
+    }
+
+    /// From as a name-addr.
+    pub fn from(&self) -> Option<NameAddr<'a>> {
+        NameAddr::parse(self.opt_value(self.i_from)?)
+    }
+
+    /// To as a name-addr.
+    pub fn to(&self) -> Option<NameAddr<'a>> {
+        NameAddr::parse(self.opt_value(self.i_to)?)
+    }
+
+    /// From tag.
+    pub fn from_tag(&self) -> Option<&'a str> {
+        self.from()?.tag()
+    }
+
+    /// To tag.
+    pub fn to_tag(&self) -> Option<&'a str> {
+        self.to()?.tag()
+    }
+
+    /// All Via values, top first (multiple values per line and `v:` handled).
+    pub fn vias(&self) -> impl Iterator<Item = Via<'a>> + '_ {
+        self.values(HeaderKind::Via).filter_map(Via::parse)
+    }
+
+    /// The topmost Via.
+    pub fn top_via(&self) -> Option<Via<'a>> {
+        self.vias().next()
+    }
+
+    /// Max-Forwards value if present.
+    pub fn max_forwards(&self) -> Option<u32> {
+        (self.i_max_fwd != NONE).then_some(self.max_fwd)
+    }
+
+    /// Route values, top first.
+    pub fn routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
+        self.values(HeaderKind::Route).filter_map(NameAddr::parse)
+    }
+
+    /// Record-Route values, top first.
+    pub fn record_routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
+        self.values(HeaderKind::RecordRoute)
+            .filter_map(NameAddr::parse)
+    }
+
+    /// Contact values (empty for `Contact: *`; see [`Self::contact_star`]).
+    pub fn contact(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
+        self.values(HeaderKind::Contact)
+            .filter(|v| *v != "*")
+            .filter_map(NameAddr::parse)
+    }
+
+    /// `true` if a `Contact: *` is present.
+    pub fn contact_star(&self) -> bool {
+        self.values(HeaderKind::Contact).any(|v| v == "*")
+    }
+
+    /// Expires header value; values beyond 2^32-1 saturate.
+    pub fn expires(&self) -> Option<u32> {
+        let v = self.raw_values(HeaderKind::Expires).next()?;
+        parse_delta(v)
+    }
+
+    /// Content-Length value if present.
+    pub fn content_length(&self) -> Option<usize> {
+        (self.i_clen != NONE).then(|| (self.body_end - self.body_start) as usize)
+    }
+
+    /// Proxy-Require option tags.
+    pub fn proxy_require(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.values(HeaderKind::ProxyRequire)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The body (Content-Length bytes, or the rest of the datagram).
+    pub fn body(&self) -> &'a [u8] {
+        &self.buf[self.body_start as usize..self.body_end as usize]
+    }
+
+    /// Raw values of every header named `name` (case-insensitive, compact
+    /// forms mapped), one item per header line.
+    pub fn header<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a str> + 's {
+        let kind = HeaderKind::of(name);
+        let long = expand_compact(name);
+        self.hdrs[..self.nhdrs as usize]
+            .iter()
+            .enumerate()
+            .filter(move |(_, h)| {
+                h.kind == kind
+                    && (kind != HeaderKind::Other
+                        || expand_compact(&self.head[h.line_start as usize..h.name_end as usize])
+                            .eq_ignore_ascii_case(long))
+            })
+            .map(|(i, _)| self.value_at(i))
+    }
+
+    /// Every header as `(name, raw value)` in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
+        (0..self.nhdrs as usize).map(|i| {
+            let h = &self.hdrs[i];
+            (
+                &self.head[h.line_start as usize..h.name_end as usize],
+                self.value_at(i),
+            )
+        })
+    }
+
+    /// Header positions (for the editor).
+    pub fn header_positions(&self) -> &[HeaderPos] {
+        &self.hdrs[..self.nhdrs as usize]
+    }
+
+    /// Offset where the first header line starts (after the start line).
+    pub fn headers_start(&self) -> usize {
+        self.start_line_end as usize
+    }
+
+    /// Offset of the empty line ending the header section.
+    pub fn head_end(&self) -> usize {
+        self.head_end as usize
+    }
+
+    /// The underlying datagram.
+    pub fn datagram(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// Raw header values of a kind, one per line.
+    pub fn raw_values(&self, kind: HeaderKind) -> impl Iterator<Item = &'a str> + '_ {
+        self.hdrs[..self.nhdrs as usize]
+            .iter()
+            .enumerate()
+            .filter(move |(_, h)| h.kind == kind)
+            .map(|(i, _)| self.value_at(i))
+    }
+
+    /// Comma-separated values of a kind across all its lines.
+    pub fn values(&self, kind: HeaderKind) -> impl Iterator<Item = &'a str> + '_ {
+        self.raw_values(kind).flat_map(CommaSplit::new)
+    }
+
+    /// The Request-URI as a SIP URI, if it is one.
+    pub fn request_sip_uri(&self) -> Option<SipUri<'a>> {
+        SipUri::parse(self.request_uri()?)
+    }
+}
+
+/// Parse delta-seconds, saturating at `u32::MAX` (RFC 3261 20.19).
+pub fn parse_delta(v: &str) -> Option<u32> {
+    let v = trim(v);
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(parse_dec(v, u64::from(u32::MAX)).map_or(u32::MAX, |x| x as u32))
+}
+
+fn parse_version(v: &str) -> Result<(), ParseError> {
+    let b = v.as_bytes();
+    if b.len() < 7 || !v[..4].eq_ignore_ascii_case("SIP/") {
+        return Err(ParseError::BadStartLine("version"));
+    }
+    let rest = &v[4..];
+    let dot = rest.find('.').ok_or(ParseError::BadStartLine("version"))?;
+    let (maj, min) = (&rest[..dot], &rest[dot + 1..]);
+    if maj.is_empty()
+        || min.is_empty()
+        || !maj.bytes().all(|c| c.is_ascii_digit())
+        || !min.bytes().all(|c| c.is_ascii_digit())
+    {
+        return Err(ParseError::BadStartLine("version"));
+    }
+    if maj != "2" || min != "0" {
+        return Err(ParseError::BadVersion);
+    }
+    Ok(())
+}
+
+fn parse_start_line(line: &str, off: usize) -> Result<Start, ParseError> {
+    if line.len() >= 4 && line[..4].eq_ignore_ascii_case("SIP/") {
+        // Status-Line = SIP-Version SP Status-Code SP Reason-Phrase
+        let sp = line
+            .find(' ')
+            .ok_or(ParseError::BadStartLine("status line"))?;
+        parse_version(&line[..sp])?;
+        let rest = &line[sp + 1..];
+        let code_end = rest.find(' ').unwrap_or(rest.len());
+        let code = &rest[..code_end];
+        if code.len() != 3 || !code.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(ParseError::BadStatus);
+        }
+        let status: u16 = code.parse().map_err(|_| ParseError::BadStatus)?;
+        if !(100..=699).contains(&status) {
+            return Err(ParseError::BadStatus);
+        }
+        let rs = (sp + 1 + code_end + 1).min(line.len());
+        return Ok(Start::Response {
+            status,
+            reason: ((off + rs) as u16, (off + line.len()) as u16),
+        });
+    }
+    // Request-Line = Method SP Request-URI SP SIP-Version
+    let mut parts = line.split(' ');
+    let (m, u, v) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(u), Some(v), None) => (m, u, v),
+        _ => {
+            return Err(ParseError::BadStartLine(
+                "expected METHOD SP URI SP VERSION",
+            ))
+        }
+    };
+    if !is_token_str(m) {
+        return Err(ParseError::BadStartLine("method"));
+    }
+    if u.is_empty() || v.is_empty() {
+        return Err(ParseError::BadStartLine(
+            "expected METHOD SP URI SP VERSION",
+        ));
+    }
+    if u.bytes().any(|b| is_lws(b) || b < 0x21) {
+        return Err(ParseError::BadRequestUri("whitespace"));
+    }
+    parse_version(v)?;
+    match scheme(u) {
+        None => return Err(ParseError::BadRequestUri("scheme")),
+        Some(s) if s.eq_ignore_ascii_case("sip") || s.eq_ignore_ascii_case("sips") => {
+            let su = SipUri::parse(u).ok_or(ParseError::BadRequestUri("sip uri"))?;
+            if su.headers.is_some() {
+                return Err(ParseError::BadRequestUri("headers not allowed"));
+            }
+        }
+        Some(_) => {}
+    }
+    let m0 = off;
+    let u0 = off + m.len() + 1;
+    Ok(Start::Request {
+        method: (m0 as u16, (m0 + m.len()) as u16),
+        uri: (u0 as u16, (u0 + u.len()) as u16),
+    })
+}
+
+/// Is `host` (as written) an IP literal equal to `ip`?
+pub fn host_is(host: &str, ip: IpAddr) -> bool {
+    host_ip(host) == Some(ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INV: &[u8] = b"INVITE sip:bob@192.0.2.4 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK776asdhds;rport\r\n\
+v: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKold, SIP/2.0/TCP [2001:db8::1]:5070;branch=z9hG4bKx;received=192.0.2.77\r\n\
+Max-Forwards: 70\r\n\
+To: Bob <sip:bob@example.com>\r\n\
+f: Alice <sip:alice@example.com>;tag=1928301774\r\n\
+i: a84b4c76e66710@pc33.example.com\r\n\
+CSeq: 314159 INVITE\r\n\
+Route: <sip:192.0.2.10;lr>, <sip:192.0.2.11;lr>\r\n\
+Contact: <sip:alice@192.0.2.1>;expires=60\r\n\
+Proxy-Require: foo, bar\r\n\
+Content-Type: application/sdp\r\n\
+l: 4\r\n\
+\r\n\
+v=0\r\ntrailing";
+
+    #[test]
+    fn parses_request() {
+        let m = SipMsg::parse(INV).unwrap();
+        assert!(m.is_request());
+        assert_eq!(m.method(), Some(Method::Invite));
+        assert_eq!(m.request_uri(), Some("sip:bob@192.0.2.4"));
+        assert_eq!(m.call_id(), Some("a84b4c76e66710@pc33.example.com"));
+        assert_eq!(m.cseq(), Some((314159, Method::Invite)));
+        assert_eq!(m.from_tag(), Some("1928301774"));
+        assert_eq!(m.to_tag(), None);
+        let vias: Vec<_> = m.vias().collect();
+        assert_eq!(vias.len(), 3);
+        assert_eq!(vias[0].branch, Some("z9hG4bK776asdhds"));
+        assert!(vias[0].rport_flag);
+        assert_eq!(vias[2].host, "[2001:db8::1]");
+        assert_eq!(vias[2].port, Some(5070));
+        assert_eq!(vias[2].transport, "TCP");
+        assert_eq!(
+            vias[2].response_target(),
+            Some("192.0.2.77:5070".parse().unwrap())
+        );
+        assert_eq!(m.max_forwards(), Some(70));
+        assert_eq!(m.routes().count(), 2);
+        assert_eq!(
+            m.contact().next().unwrap().param("expires"),
+            Some(Some("60"))
+        );
+        assert_eq!(m.proxy_require().collect::<Vec<_>>(), vec!["foo", "bar"]);
+        assert_eq!(m.body(), b"v=0\r");
+        assert_eq!(m.content_length(), Some(4));
+        assert_eq!(m.header("content-type").next(), Some("application/sdp"));
+        assert_eq!(m.header("c").next(), Some("application/sdp"));
+        assert_eq!(m.header("Call-ID").next(), m.call_id());
+    }
+
+    #[test]
+    fn parses_response_and_folding() {
+        let r = b"SIP/2.0 180 Ringing\r\nVia: SIP/2.0/UDP\r\n 192.0.2.1\r\n ;branch=z9hG4bKa\r\nTo: <sip:b@x>;tag=2\r\nFrom: <sip:a@x>;tag=1\r\nCall-ID: c\r\nCSeq: 1\r\n  INVITE\r\n\r\n";
+        let m = SipMsg::parse(r).unwrap();
+        assert_eq!(m.status(), Some(180));
+        assert_eq!(m.reason(), Some("Ringing"));
+        assert_eq!(m.top_via().unwrap().branch, Some("z9hG4bKa"));
+        assert_eq!(m.cseq(), Some((1, Method::Invite)));
+        assert_eq!(m.to_tag(), Some("2"));
+        assert_eq!(m.body(), b"");
+    }
+
+    #[test]
+    fn errors() {
+        let base = "OPTIONS sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nTo: <sip:a@b>\r\nFrom: <sip:c@d>;tag=1\r\nCall-ID: x\r\nCSeq: 1 OPTIONS\r\n";
+        let ok = format!("{base}\r\n");
+        assert!(SipMsg::parse(ok.as_bytes()).is_ok());
+        let e = |s: String| SipMsg::parse(s.as_bytes()).unwrap_err();
+        assert_eq!(
+            e(format!("{base}Call-ID: y\r\n\r\n")),
+            ParseError::DuplicateHeader("Call-ID")
+        );
+        assert_eq!(
+            e(format!("{base}Max-Forwards: 256\r\n\r\n")),
+            ParseError::BadHeaderValue("Max-Forwards")
+        );
+        assert_eq!(
+            e(format!("{base}l: 5\r\n\r\nab")),
+            ParseError::ContentLengthTooLarge
+        );
+        assert_eq!(
+            e(base.replace("SIP/2.0\r\n", "SIP/3.0\r\n") + "\r\n"),
+            ParseError::BadVersion
+        );
+        assert_eq!(
+            e(base.replace("1 OPTIONS", "1 INVITE") + "\r\n"),
+            ParseError::CSeqMethodMismatch
+        );
+        assert_eq!(
+            e(base.replace("Call-ID: x\r\n", "") + "\r\n"),
+            ParseError::MissingHeader("Call-ID")
+        );
+        assert_eq!(e(base.to_string()), ParseError::NoHeaderEnd);
+        assert_eq!(SipMsg::parse(b"\r\n\r\n").unwrap_err(), ParseError::Empty);
+    }
+}
