@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod batch;
+pub mod counters;
 pub mod netns;
 pub mod sock;
 mod sys;

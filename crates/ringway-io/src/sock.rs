@@ -228,6 +228,9 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
     if ts_flags != 0 {
         match sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPING, ts_flags as i32) {
             Ok(()) => {
+                if cfg.rx_timestamps {
+                    ensure_rx_stamping_live();
+                }
                 let back = sys::getsockopt_int(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPING)
                     .unwrap_or(0) as u32;
                 rep.rx_timestamps = cfg.rx_timestamps && back & sys::SOF_RX_SOFTWARE != 0;
@@ -280,4 +283,41 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
 /// kernel discarded for this socket, e.g. for lack of receive buffer.
 pub fn socket_drops(fd: RawFd) -> io::Result<u64> {
     sys::socket_drop_count(fd)
+}
+
+/// The kernel turns RX software timestamping on lazily: the first socket
+/// that asks for it schedules a work item that flips a global static key, and
+/// datagrams received before that runs carry no stamp (and the key flips off
+/// again when the last such socket closes). To make stamps dependable, the
+/// first call keeps one stamping socket open for the life of the process and
+/// waits (at most ~200 ms) until a datagram it sends itself comes back stamped.
+fn ensure_rx_stamping_live() {
+    static KEEPER: std::sync::OnceLock<Option<UdpSocket>> = std::sync::OnceLock::new();
+    KEEPER.get_or_init(|| {
+        let s = UdpSocket::bind("127.0.0.1:0").ok()?;
+        use std::os::fd::AsRawFd;
+        let fd = s.as_raw_fd();
+        let flags = (sys::SOF_RX_SOFTWARE | sys::SOF_SOFTWARE) as i32;
+        sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPING, flags).ok()?;
+        s.set_nonblocking(true).ok()?;
+        let me = s.local_addr().ok()?;
+        let mut io =
+            crate::backend::open_backend(crate::BackendKind::Socket, s.try_clone().ok()?).ok()?;
+        let mut rx = crate::RxBatch::new(1, 16);
+        for _ in 0..200 {
+            if s.send_to(b"ts", me).is_err() {
+                break; // no usable loopback here: nothing to wait on
+            }
+            if io
+                .recv_batch(&mut rx, Some(std::time::Duration::from_millis(1)))
+                .unwrap_or(0)
+                > 0
+                && rx.get(0).and_then(|d| d.meta.kernel_rx).is_some()
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        Some(s)
+    });
 }
