@@ -1,1 +1,19 @@
-//! ringway-sfu (placeholder: being built).
+//! ringway-sfu: the pktswitch Selective Forwarding Unit for networked music
+//! performance, without I/O.
+//!
+//! - [`wire`]: zero-copy views and writers for RTP media packets (RFC 3550,
+//!   send time in an RFC 8285 one-byte header extension) and the small binary
+//!   control protocol (register, subscribe, keepalive, leave).
+//! - [`core`]: the forwarding core. Callers feed datagrams with a `now`
+//!   timestamp and get back where to send copies (or a control reply).
+//! - [`client`]: client-side logic: RTP stream generation, control requests,
+//!   receive statistics (loss, reordering, RTT from the echo).
+//!
+//! The protocol is documented in `docs/pktswitch.md`.
+
+pub mod client;
+pub mod core;
+pub mod wire;
+
+pub use crate::core::{Action, DropReason, Sfu, SfuConfig, SfuStats};
+pub use wire::{Control, ControlError, MediaType, MsgType, RtpPacket, Selector, WireError};
