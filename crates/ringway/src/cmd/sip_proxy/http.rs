@@ -1,0 +1,125 @@
+//! A tiny HTTP/1.0 server answering `GET /metrics` with Prometheus text.
+//! One connection at a time, bounded request size and time.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request head read (bytes); longer requests get 400.
+const MAX_REQUEST: usize = 8192;
+
+/// Check that `addr` may serve metrics: loopback only unless `allow_public`.
+pub fn validate_addr(addr: SocketAddr, allow_public: bool) -> anyhow::Result<()> {
+    if !addr.ip().is_loopback() && !allow_public {
+        anyhow::bail!(
+            "--metrics {addr}: refusing a non-loopback address (pass --metrics-public to allow it)"
+        );
+    }
+    Ok(())
+}
+
+/// Serve until `stop` is set; `render` builds the exposition text per request.
+/// Returns the bound address through the listener given.
+pub fn serve(
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    render: impl Fn() -> String + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("sip-metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        if let Err(e) = answer(s, &render) {
+                            eprintln!("metrics: connection error: {e}");
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        eprintln!("metrics: accept error: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })
+}
+
+fn answer(mut s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > MAX_REQUEST {
+            return respond(
+                &mut s,
+                "400 Bad Request",
+                "text/plain",
+                "request too large\n",
+            );
+        }
+    }
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    match (parts.next(), parts.next()) {
+        (Some("GET"), Some("/metrics")) => respond(
+            &mut s,
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            &render(),
+        ),
+        (Some("GET"), Some(_)) => respond(&mut s, "404 Not Found", "text/plain", "try /metrics\n"),
+        _ => respond(&mut s, "400 Bad Request", "text/plain", "bad request\n"),
+    }
+}
+
+fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serves_metrics_and_404() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = serve(l, stop.clone(), || "x_total 1\n".to_string()).unwrap();
+        let get = |path: &str| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            write!(c, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
+            let mut r = String::new();
+            c.read_to_string(&mut r).unwrap();
+            r
+        };
+        let r = get("/metrics");
+        assert!(r.starts_with("HTTP/1.0 200 OK"), "{r}");
+        assert!(r.ends_with("x_total 1\n"));
+        assert!(get("/nope").starts_with("HTTP/1.0 404"));
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+        assert!(validate_addr("0.0.0.0:9000".parse().unwrap(), false).is_err());
+        assert!(validate_addr("127.0.0.1:9000".parse().unwrap(), false).is_ok());
+    }
+}
