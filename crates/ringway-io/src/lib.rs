@@ -16,6 +16,7 @@ pub mod counters;
 pub mod netns;
 pub mod sock;
 mod sys;
+pub mod thread;
 pub mod time;
 
 pub use backend::{open_backend, BackendKind, BatchIo, IoStats};

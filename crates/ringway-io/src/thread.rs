@@ -1,0 +1,500 @@
+//! Thread placement: CPU affinity, scheduling policy, nice, per-thread EEVDF
+//! slice, and per-thread CPU time split into user and kernel.
+//!
+//! Every setter acts on the calling thread and returns an [`Outcome`]:
+//! applied (with the value read back from the kernel) or refused with the
+//! errno reason. Nothing is silently ignored.
+
+use std::io;
+use std::time::Duration;
+
+/// Result of one placement request.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", content = "detail", rename_all = "lowercase")]
+pub enum Outcome {
+    /// The kernel accepted it; the text is the value read back.
+    Applied(String),
+    /// The kernel refused it; the text is the reason (errno name and message).
+    Refused(String),
+}
+
+impl Outcome {
+    /// True when applied.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Outcome::Applied(_))
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Applied(s) => write!(f, "applied ({s})"),
+            Outcome::Refused(s) => write!(f, "refused: {s}"),
+        }
+    }
+}
+
+/// Errno as "ENAME (message)".
+pub fn errno_reason(e: &io::Error) -> String {
+    let name = match e.raw_os_error() {
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::ESRCH) => "ESRCH",
+        Some(libc::E2BIG) => "E2BIG",
+        Some(libc::EBUSY) => "EBUSY",
+        Some(libc::ENOSYS) => "ENOSYS",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(libc::ENOENT) => "ENOENT",
+        Some(libc::EROFS) => "EROFS",
+        Some(libc::ENODEV) => "ENODEV",
+        Some(libc::EAFNOSUPPORT) => "EAFNOSUPPORT",
+        Some(libc::ENOPROTOOPT) => "ENOPROTOOPT",
+        _ => return e.to_string(),
+    };
+    format!("{name} ({e})")
+}
+
+fn refused(e: io::Error) -> Outcome {
+    Outcome::Refused(errno_reason(&e))
+}
+
+/// Kernel thread id of the calling thread.
+pub fn current_tid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Number of CPUs the kernel reports online.
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf with a constant name.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as usize
+}
+
+/// CPUs the calling thread may run on.
+pub fn affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain old data; all-zero is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pointer and size describe a live cpu_set_t.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: index is below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pin the calling thread to `cpus`.
+pub fn set_affinity(cpus: &[usize]) -> Outcome {
+    if cpus.is_empty() {
+        return Outcome::Refused("EINVAL (empty CPU list)".into());
+    }
+    // SAFETY: cpu_set_t is plain old data; all-zero is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Outcome::Refused(format!("EINVAL (CPU {c} out of range)"));
+        }
+        // SAFETY: index checked against CPU_SETSIZE above.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pointer and size describe a live cpu_set_t.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return refused(io::Error::last_os_error());
+    }
+    match affinity() {
+        Ok(v) => Outcome::Applied(format!("cpus {v:?}")),
+        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+    }
+}
+
+/// Scheduling policy of a thread.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// SCHED_OTHER (EEVDF on 6.6+).
+    Other,
+    /// SCHED_BATCH.
+    Batch,
+    /// SCHED_IDLE.
+    Idle,
+    /// SCHED_FIFO with a real-time priority 1..=99.
+    Fifo(u8),
+    /// SCHED_RR with a real-time priority 1..=99.
+    Rr(u8),
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Policy::Other => f.write_str("other"),
+            Policy::Batch => f.write_str("batch"),
+            Policy::Idle => f.write_str("idle"),
+            Policy::Fifo(p) => write!(f, "fifo:{p}"),
+            Policy::Rr(p) => write!(f, "rr:{p}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    /// `other`, `batch`, `idle`, `fifo:N`, `rr:N`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let prio = |p: &str| -> Result<u8, String> {
+            p.parse::<u8>()
+                .ok()
+                .filter(|v| (1..=99).contains(v))
+                .ok_or_else(|| format!("bad real-time priority {p:?} (1..=99)"))
+        };
+        match s.split_once(':') {
+            None => match s {
+                "other" => Ok(Policy::Other),
+                "batch" => Ok(Policy::Batch),
+                "idle" => Ok(Policy::Idle),
+                "fifo" => Ok(Policy::Fifo(1)),
+                "rr" => Ok(Policy::Rr(1)),
+                _ => Err(format!(
+                    "unknown policy {s:?} (other, batch, idle, fifo:N, rr:N)"
+                )),
+            },
+            Some(("fifo", p)) => Ok(Policy::Fifo(prio(p)?)),
+            Some(("rr", p)) => Ok(Policy::Rr(prio(p)?)),
+            _ => Err(format!("unknown policy {s:?}")),
+        }
+    }
+}
+
+impl Policy {
+    fn raw(self) -> (libc::c_int, libc::c_int) {
+        match self {
+            Policy::Other => (libc::SCHED_OTHER, 0),
+            Policy::Batch => (libc::SCHED_BATCH, 0),
+            Policy::Idle => (libc::SCHED_IDLE, 0),
+            Policy::Fifo(p) => (libc::SCHED_FIFO, p as libc::c_int),
+            Policy::Rr(p) => (libc::SCHED_RR, p as libc::c_int),
+        }
+    }
+    /// True for the fair-class policies (other, batch, idle).
+    pub fn is_fair(self) -> bool {
+        matches!(self, Policy::Other | Policy::Batch | Policy::Idle)
+    }
+}
+
+/// Size of the `struct sched_attr` we pass (version 0, 48 bytes).
+const SCHED_ATTR_SIZE: u32 = std::mem::size_of::<libc::sched_attr>() as u32;
+
+fn sched_getattr() -> io::Result<libc::sched_attr> {
+    // SAFETY: sched_attr is plain old data; all-zero is valid.
+    let mut a: libc::sched_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the buffer is a live sched_attr of the size we pass.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut a as *mut libc::sched_attr,
+            std::mem::size_of::<libc::sched_attr>() as libc::c_uint,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(a)
+}
+
+/// Policy of the calling thread.
+pub fn policy() -> io::Result<Policy> {
+    let a = sched_getattr()?;
+    let prio = a.sched_priority.min(99) as u8;
+    Ok(match a.sched_policy as libc::c_int {
+        libc::SCHED_FIFO => Policy::Fifo(prio),
+        libc::SCHED_RR => Policy::Rr(prio),
+        libc::SCHED_BATCH => Policy::Batch,
+        libc::SCHED_IDLE => Policy::Idle,
+        _ => Policy::Other,
+    })
+}
+
+/// Set the calling thread's policy (real-time ones need CAP_SYS_NICE or an RLIMIT_RTPRIO).
+pub fn set_policy(p: Policy) -> Outcome {
+    let (pol, prio) = p.raw();
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: pid 0 = calling thread; param is a live sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, pol, &param) };
+    if rc != 0 {
+        return refused(io::Error::last_os_error());
+    }
+    match policy() {
+        Ok(now) => Outcome::Applied(format!("policy {now}")),
+        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+    }
+}
+
+/// Nice value of the calling thread.
+pub fn nice() -> io::Result<i32> {
+    Ok(sched_getattr()?.sched_nice)
+}
+
+/// Set the calling thread's nice value (-20..=19; lowering needs CAP_SYS_NICE).
+pub fn set_nice(n: i32) -> Outcome {
+    // SAFETY: setpriority on our own thread id.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, current_tid() as libc::id_t, n) };
+    if rc != 0 {
+        return refused(io::Error::last_os_error());
+    }
+    match nice() {
+        Ok(v) => Outcome::Applied(format!("nice {v}")),
+        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+    }
+}
+
+/// The calling thread's EEVDF slice (`sched_runtime` of a fair-class thread).
+pub fn slice() -> io::Result<Duration> {
+    Ok(Duration::from_nanos(sched_getattr()?.sched_runtime))
+}
+
+/// Ask for a custom EEVDF slice (`sched_setattr` with `sched_runtime`; the
+/// kernel clamps to 100 µs..100 ms, so the read-back value is reported).
+/// Keeps the thread's fair policy and nice value; refused for real-time threads.
+pub fn set_slice(d: Duration) -> Outcome {
+    let cur = match sched_getattr() {
+        Ok(a) => a,
+        Err(e) => return refused(e),
+    };
+    let pol = cur.sched_policy as libc::c_int;
+    if pol != libc::SCHED_OTHER && pol != libc::SCHED_BATCH && pol != libc::SCHED_IDLE {
+        return Outcome::Refused("EINVAL (slice applies only to fair-class threads)".into());
+    }
+    let mut a = cur;
+    a.size = SCHED_ATTR_SIZE;
+    a.sched_flags = 0;
+    a.sched_priority = 0;
+    a.sched_runtime = d.as_nanos().min(u64::MAX as u128) as u64;
+    a.sched_deadline = 0;
+    a.sched_period = 0;
+    // SAFETY: pid 0 = calling thread; `a` is a live, fully initialised sched_attr.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const libc::sched_attr, 0) };
+    if rc != 0 {
+        return refused(io::Error::last_os_error());
+    }
+    match slice() {
+        Ok(v) => Outcome::Applied(format!("slice {} us", v.as_micros())),
+        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+    }
+}
+
+/// What to apply to a thread; `None` fields are left alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Placement {
+    /// CPUs to pin to.
+    pub cpus: Option<Vec<usize>>,
+    /// Scheduling policy.
+    pub policy: Option<Policy>,
+    /// Nice value (fair policies).
+    pub nice: Option<i32>,
+    /// EEVDF slice (fair policies).
+    pub slice: Option<Duration>,
+}
+
+/// One line of a placement report.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlacementItem {
+    /// Which knob ("affinity", "policy", "nice", "slice").
+    pub what: String,
+    /// What was asked.
+    pub requested: String,
+    /// What happened.
+    pub result: Outcome,
+}
+
+impl Placement {
+    /// Apply to the calling thread in the order policy, nice, slice, affinity.
+    pub fn apply(&self) -> Vec<PlacementItem> {
+        let mut out = Vec::new();
+        if let Some(p) = self.policy {
+            out.push(PlacementItem {
+                what: "policy".into(),
+                requested: p.to_string(),
+                result: set_policy(p),
+            });
+        }
+        if let Some(n) = self.nice {
+            out.push(PlacementItem {
+                what: "nice".into(),
+                requested: n.to_string(),
+                result: set_nice(n),
+            });
+        }
+        if let Some(s) = self.slice {
+            out.push(PlacementItem {
+                what: "slice".into(),
+                requested: format!("{} us", s.as_micros()),
+                result: set_slice(s),
+            });
+        }
+        if let Some(c) = &self.cpus {
+            out.push(PlacementItem {
+                what: "affinity".into(),
+                requested: format!("{c:?}"),
+                result: set_affinity(c),
+            });
+        }
+        out
+    }
+}
+
+/// Snapshot of the calling thread's placement.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CurrentPlacement {
+    /// Kernel thread id.
+    pub tid: i32,
+    /// Allowed CPUs.
+    pub cpus: Vec<usize>,
+    /// Policy.
+    pub policy: Policy,
+    /// Nice value.
+    pub nice: i32,
+    /// EEVDF slice in nanoseconds (fair policies).
+    pub slice_ns: u64,
+}
+
+/// Read the calling thread's affinity, policy, nice and slice.
+pub fn current() -> io::Result<CurrentPlacement> {
+    let a = sched_getattr()?;
+    Ok(CurrentPlacement {
+        tid: current_tid(),
+        cpus: affinity()?,
+        policy: policy()?,
+        nice: a.sched_nice,
+        slice_ns: a.sched_runtime,
+    })
+}
+
+/// CPU time split into user and kernel (system) time.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CpuTime {
+    /// Time spent in user mode, nanoseconds.
+    pub user_ns: u64,
+    /// Time spent in the kernel, nanoseconds.
+    pub system_ns: u64,
+}
+
+impl CpuTime {
+    /// User plus system.
+    pub fn total_ns(&self) -> u64 {
+        self.user_ns + self.system_ns
+    }
+    /// Growth from `earlier` to `self` (saturating).
+    pub fn since(&self, earlier: &CpuTime) -> CpuTime {
+        CpuTime {
+            user_ns: self.user_ns.saturating_sub(earlier.user_ns),
+            system_ns: self.system_ns.saturating_sub(earlier.system_ns),
+        }
+    }
+}
+
+fn rusage(who: libc::c_int) -> io::Result<CpuTime> {
+    // SAFETY: rusage is plain old data; all-zero is valid.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a live, writable rusage.
+    let rc = unsafe { libc::getrusage(who, &mut r) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    Ok(CpuTime {
+        user_ns: ns(r.ru_utime),
+        system_ns: ns(r.ru_stime),
+    })
+}
+
+/// CPU time of the calling thread (`getrusage(RUSAGE_THREAD)`, microsecond
+/// resolution; the kernel splits the exact runtime by its tick samples).
+pub fn thread_cpu_time() -> io::Result<CpuTime> {
+    const RUSAGE_THREAD: libc::c_int = 1;
+    rusage(RUSAGE_THREAD)
+}
+
+/// CPU time of the whole process (all threads).
+pub fn process_cpu_time() -> io::Result<CpuTime> {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// CPU time of thread `tid` of this process, from `/proc/self/task/<tid>/stat`
+/// (clock-tick resolution, usually 10 ms).
+pub fn thread_cpu_time_of(tid: i32) -> io::Result<CpuTime> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
+    parse_stat_cpu(&s, clock_ticks())
+}
+
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf with a constant name.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// Parse utime/stime (fields 14 and 15) of a `/proc/.../stat` line.
+pub fn parse_stat_cpu(stat: &str, ticks_per_sec: u64) -> io::Result<CpuTime> {
+    // The command name (field 2) may contain spaces: split after its ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "stat: no ')'"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); utime is field 14 → index 11.
+    let get = |i: usize| -> io::Result<u64> {
+        f.get(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "stat: short line"))
+    };
+    let per = 1_000_000_000 / ticks_per_sec.max(1);
+    Ok(CpuTime {
+        user_ns: get(11)? * per,
+        system_ns: get(12)? * per,
+    })
+}
+
+/// Precise total CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_total() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live timespec; the clock id is constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat() {
+        let s = "123 (my (odd) name) S 1 2 3 4 5 6 7 8 9 10 250 30 0 0 20 0 1 0";
+        let c = parse_stat_cpu(s, 100).unwrap();
+        assert_eq!(c.user_ns, 2_500_000_000);
+        assert_eq!(c.system_ns, 300_000_000);
+        assert!(parse_stat_cpu("nonsense", 100).is_err());
+    }
+
+    #[test]
+    fn policy_parse() {
+        assert_eq!("fifo:10".parse::<Policy>().unwrap(), Policy::Fifo(10));
+        assert_eq!("other".parse::<Policy>().unwrap(), Policy::Other);
+        assert!("fifo:0".parse::<Policy>().is_err());
+        assert!("fifo:100".parse::<Policy>().is_err());
+        assert!("deadline".parse::<Policy>().is_err());
+    }
+}
