@@ -2,3 +2,4 @@
 //! profiles, models and reports.
 
 pub mod stats;
+pub mod sipload;

@@ -1,10 +1,136 @@
 //! `ringway sip load`: SIP UAC+UAS load generator.
 
-/// Arguments (being built).
+use ringway_lab::sipload::{self, ArrivalKind, Live, LoadConfig};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Arguments of `ringway sip load`.
 #[derive(clap::Args, Debug)]
-pub struct LoadArgs {}
+pub struct LoadArgs {
+    /// Proxy to send INVITEs to (ip:port); omit to call the UAS directly.
+    #[arg(long)]
+    pub proxy: Option<SocketAddr>,
+    /// External UAS for the Request-URI (ip:port); omit to answer calls with the built-in UAS.
+    #[arg(long)]
+    pub uas: Option<SocketAddr>,
+    /// Local IP of the generator's sockets.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// First local port (thread i binds port+i); 0 = ephemeral.
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Target call rate (calls/s).
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Arrival process: poisson or constant.
+    #[arg(long, default_value = "poisson")]
+    pub arrival: ArrivalKind,
+    /// RNG seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Maximum number of calls.
+    #[arg(long, default_value_t = 1000)]
+    pub calls: u64,
+    /// Maximum time to start calls for (seconds).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Socket backend: socket or mmsg.
+    #[arg(long, default_value = "mmsg")]
+    pub backend: ringway_io::BackendKind,
+    /// RFC 3261 T1 in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub t1_ms: u64,
+    /// Time between ACK and BYE in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub hold_ms: u64,
+    /// Write the final summary as JSON to this file ("-" for stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Turn the arguments into a generator configuration.
+pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 86400.0) {
+        anyhow::bail!(
+            "--duration must be in (0, 86400] seconds (got {})",
+            a.duration
+        );
+    }
+    if a.t1_ms == 0 || a.t1_ms > 60_000 {
+        anyhow::bail!("--t1-ms must be in 1..=60000");
+    }
+    let cfg = LoadConfig {
+        proxy: a.proxy,
+        uas: a.uas,
+        bind_ip: a.bind,
+        base_port: a.port,
+        rate: a.rate,
+        arrival: a.arrival,
+        seed: a.seed,
+        calls: a.calls,
+        duration: Duration::from_secs_f64(a.duration),
+        threads: a.threads,
+        backend: a.backend,
+        t1: Duration::from_millis(a.t1_ms),
+        t2: Duration::from_millis((a.t1_ms * 8).max(4000)),
+        hold: Duration::from_millis(a.hold_ms),
+        ..LoadConfig::default()
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    Ok(cfg)
+}
 
 /// Run it.
-pub fn run(_a: LoadArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+pub fn run(a: LoadArgs) -> anyhow::Result<()> {
+    let cfg = config(&a)?;
+    let live = Arc::new(Live::default());
+    {
+        let live = live.clone();
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop_flag(&live));
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop_flag(&live));
+    }
+    let quiet = a.quiet;
+    let calls = cfg.calls;
+    let mut prog = |l: &Live, e: Duration| {
+        if !quiet {
+            eprint!("\r{}   ", sipload::progress_line(l, e, calls));
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let sum = sipload::run(&cfg, live, Some(&mut prog))?;
+    if !quiet {
+        eprintln!();
+    }
+    match a.json.as_deref() {
+        Some(p) if p.as_os_str() == "-" => println!("{}", serde_json::to_string_pretty(&sum)?),
+        Some(p) => {
+            std::fs::write(p, serde_json::to_string_pretty(&sum)?)?;
+            print!("{}", sum.text());
+        }
+        None => print!("{}", sum.text()),
+    }
+    Ok(())
+}
+
+fn stop_flag(live: &Arc<Live>) -> Arc<std::sync::atomic::AtomicBool> {
+    // signal-hook sets a plain AtomicBool; mirror it into the generator's stop flag.
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (f2, l2) = (flag.clone(), live.clone());
+    std::thread::spawn(move || loop {
+        if f2.load(std::sync::atomic::Ordering::Relaxed) {
+            l2.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    });
+    flag
 }

@@ -1,0 +1,447 @@
+//! SIP call load generator (UAC and UAS in one process).
+//!
+//! Each worker thread owns one UDP socket (through a `ringway_io` batch
+//! backend) that plays both roles: as UAC it starts calls at its share of
+//! the target rate (Poisson or constant spacing, seeded), sending INVITE to
+//! the proxy with the Request-URI naming the UAS; as UAS it answers INVITE
+//! with 180 and 200 (Record-Route copied), retransmits the 200 until ACK,
+//! and answers BYE with 200. The UAC follows the route set of the 200
+//! (RFC 3261 12.1.2, loose or strict routing) for ACK and BYE, and
+//! retransmits INVITE (Timer A/B) and BYE (Timer E/F).
+//!
+//! Starting stops at whichever of the call count and the duration comes
+//! first; calls in flight are then given at most hold + 64·T1 to finish.
+
+pub mod arrival;
+pub mod cpu;
+pub mod view;
+mod worker;
+
+pub use arrival::{ArrivalKind, Arrivals};
+pub use cpu::CpuTimes;
+
+use hdrhistogram::Histogram;
+use ringway_io::BackendKind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Upper bound on `calls` (keeps memory and run time bounded).
+pub const MAX_CALLS: u64 = 50_000_000;
+/// Upper bound on the duration.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// Upper bound on threads.
+pub const MAX_THREADS: usize = 256;
+
+/// What the generator does.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// Where requests outside a dialog go (the proxy); `None`: straight to the UAS.
+    pub proxy: Option<SocketAddr>,
+    /// External UAS named in the Request-URI; `None`: each worker's own socket is the UAS.
+    pub uas: Option<SocketAddr>,
+    /// Local address of the workers' sockets.
+    pub bind_ip: IpAddr,
+    /// First local port (worker i binds `base_port + i`); 0: ephemeral ports.
+    pub base_port: u16,
+    /// Target call rate (calls per second, all threads together).
+    pub rate: f64,
+    /// Spacing of call starts.
+    pub arrival: ArrivalKind,
+    /// RNG seed (worker i uses `seed + i`).
+    pub seed: u64,
+    /// Maximum number of calls to start.
+    pub calls: u64,
+    /// Maximum time during which calls are started.
+    pub duration: Duration,
+    /// Worker threads.
+    pub threads: usize,
+    /// I/O backend of the sockets.
+    pub backend: BackendKind,
+    /// RFC 3261 T1 (retransmission base, default 500 ms).
+    pub t1: Duration,
+    /// RFC 3261 T2 (retransmission cap, default 4 s).
+    pub t2: Duration,
+    /// Time between the ACK and the BYE.
+    pub hold: Duration,
+    /// Requested socket receive buffer.
+    pub rcvbuf: Option<usize>,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            proxy: None,
+            uas: None,
+            bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            base_port: 0,
+            rate: 100.0,
+            arrival: ArrivalKind::Poisson,
+            seed: 1,
+            calls: 1000,
+            duration: Duration::from_secs(10),
+            threads: 1,
+            backend: BackendKind::Mmsg,
+            t1: Duration::from_millis(500),
+            t2: Duration::from_secs(4),
+            hold: Duration::ZERO,
+            rcvbuf: Some(4 << 20),
+        }
+    }
+}
+
+impl LoadConfig {
+    /// Check the parameters; the message says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.rate.is_finite() && self.rate > 0.0) {
+            return Err(format!("rate must be > 0 calls/s (got {})", self.rate));
+        }
+        if self.rate > 1e6 {
+            return Err(format!("rate {} calls/s is above the 1e6 limit", self.rate));
+        }
+        if self.calls == 0 || self.calls > MAX_CALLS {
+            return Err(format!(
+                "calls must be in 1..={MAX_CALLS} (got {})",
+                self.calls
+            ));
+        }
+        if self.duration.is_zero() || self.duration > MAX_DURATION {
+            return Err(format!(
+                "duration must be in (0, {} s] (got {:?})",
+                MAX_DURATION.as_secs(),
+                self.duration
+            ));
+        }
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return Err(format!(
+                "threads must be in 1..={MAX_THREADS} (got {})",
+                self.threads
+            ));
+        }
+        if self.t1.is_zero() || self.t2 < self.t1 {
+            return Err("need 0 < T1 <= T2".into());
+        }
+        if self.hold > Duration::from_secs(3600) {
+            return Err("hold must be at most 1 h".into());
+        }
+        if self.base_port != 0 && self.base_port as usize + self.threads > 65536 {
+            return Err("base port + threads exceeds 65535".into());
+        }
+        if self.rate * self.duration.as_secs_f64() < 1.0 {
+            return Err(format!(
+                "rate {} calls/s for {:?} starts no call",
+                self.rate, self.duration
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Live counters shared with the progress printer.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Calls started.
+    pub attempted: AtomicU64,
+    /// Calls completed successfully.
+    pub succeeded: AtomicU64,
+    /// Calls failed (error response or timeout).
+    pub failed: AtomicU64,
+    /// Retransmissions sent.
+    pub retransmissions: AtomicU64,
+    /// Set to stop starting calls early (in-flight calls still finish).
+    pub stop: AtomicBool,
+}
+
+/// Percentiles of one response-time histogram, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Maximum.
+    pub max_ms: f64,
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Percentiles {
+        count: h.len(),
+        mean_ms: h.mean() / 1000.0,
+        p50_ms: ms(h.value_at_quantile(0.5)),
+        p90_ms: ms(h.value_at_quantile(0.9)),
+        p99_ms: ms(h.value_at_quantile(0.99)),
+        max_ms: ms(h.max()),
+    }
+}
+
+/// Final result of a load run.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct LoadSummary {
+    /// Target rate (calls/s).
+    pub target_cps: f64,
+    /// Calls started.
+    pub attempted: u64,
+    /// Calls that completed INVITE/200/ACK/BYE/200.
+    pub succeeded: u64,
+    /// Failed calls by reason (`"486"`, `"timeout_invite"`, `"bye_481"`, `"unfinished"`, ...).
+    pub failed: BTreeMap<String, u64>,
+    /// Total failed calls.
+    pub failed_total: u64,
+    /// failed_total / attempted.
+    pub failed_ratio: f64,
+    /// INVITE retransmissions (Timer A).
+    pub retrans_invite: u64,
+    /// BYE retransmissions (Timer E).
+    pub retrans_bye: u64,
+    /// 200 OK retransmissions by the UAS (waiting for ACK).
+    pub retrans_200: u64,
+    /// ACKs re-sent for retransmitted 200s.
+    pub retrans_ack: u64,
+    /// Calls answered by the built-in UAS.
+    pub uas_calls: u64,
+    /// UAS calls whose ACK never came.
+    pub uas_ack_timeouts: u64,
+    /// INVITE → 180.
+    pub invite_to_180: Percentiles,
+    /// INVITE → 200.
+    pub invite_to_200: Percentiles,
+    /// BYE → 200.
+    pub bye_to_200: Percentiles,
+    /// Wall time from the first call start to the last call end (s).
+    pub elapsed_s: f64,
+    /// Time during which calls were started (s).
+    pub start_phase_s: f64,
+    /// attempted / start_phase_s.
+    pub achieved_cps: f64,
+    /// Datagrams sent (all).
+    pub msgs_sent: u64,
+    /// Datagrams sent to the proxy address.
+    pub msgs_to_proxy: u64,
+    /// Datagrams received.
+    pub msgs_received: u64,
+    /// Received datagrams that were not understood (or not ours).
+    pub msgs_ignored: u64,
+    /// Datagrams the kernel refused to send.
+    pub send_errors: u64,
+    /// Datagrams dropped by the generator's own sockets (SO_RXQ_OVFL).
+    pub rx_dropped: u64,
+    /// CPU used by the worker threads.
+    pub cpu: CpuTimes,
+    /// CPU seconds per attempted call.
+    pub cpu_s_per_call: f64,
+    /// Backend used.
+    pub backend: String,
+    /// Worker threads.
+    pub threads: usize,
+}
+
+impl LoadSummary {
+    /// Short multi-line human summary.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "calls: attempted {} succeeded {} failed {} ({:.3}%)\n",
+            self.attempted,
+            self.succeeded,
+            self.failed_total,
+            100.0 * self.failed_ratio
+        );
+        if !self.failed.is_empty() {
+            let f: Vec<String> = self
+                .failed
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            s += &format!("failed by reason: {}\n", f.join(" "));
+        }
+        s += &format!(
+            "rate: target {:.1} achieved {:.1} calls/s over {:.2} s (total {:.2} s)\n",
+            self.target_cps, self.achieved_cps, self.start_phase_s, self.elapsed_s
+        );
+        s += &format!(
+            "retransmissions: INVITE {} BYE {} 200 {} ACK {}\n",
+            self.retrans_invite, self.retrans_bye, self.retrans_200, self.retrans_ack
+        );
+        for (name, p) in [
+            ("INVITE->180", &self.invite_to_180),
+            ("INVITE->200", &self.invite_to_200),
+            ("BYE->200", &self.bye_to_200),
+        ] {
+            s += &format!(
+                "{name:12} n={} mean {:.3} p50 {:.3} p90 {:.3} p99 {:.3} max {:.3} ms\n",
+                p.count, p.mean_ms, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms
+            );
+        }
+        s += &format!(
+            "messages: sent {} (to proxy {}) received {} ignored {} send errors {} rx dropped {}\n",
+            self.msgs_sent,
+            self.msgs_to_proxy,
+            self.msgs_received,
+            self.msgs_ignored,
+            self.send_errors,
+            self.rx_dropped
+        );
+        s += &format!(
+            "cpu: user {:.2} s sys {:.2} s = {:.1} µs per call ({} threads, {} backend)\n",
+            self.cpu.user_s,
+            self.cpu.sys_s,
+            self.cpu_s_per_call * 1e6,
+            self.threads,
+            self.backend
+        );
+        s
+    }
+}
+
+/// Per-worker result, merged into the summary.
+pub(crate) struct WorkerResult {
+    pub attempted: u64,
+    pub succeeded: u64,
+    pub failed: BTreeMap<String, u64>,
+    pub retrans_invite: u64,
+    pub retrans_bye: u64,
+    pub retrans_200: u64,
+    pub retrans_ack: u64,
+    pub uas_calls: u64,
+    pub uas_ack_timeouts: u64,
+    pub h180: Histogram<u64>,
+    pub h200: Histogram<u64>,
+    pub hbye: Histogram<u64>,
+    pub msgs_sent: u64,
+    pub msgs_to_proxy: u64,
+    pub msgs_received: u64,
+    pub msgs_ignored: u64,
+    pub send_errors: u64,
+    pub rx_dropped: u64,
+    pub cpu: CpuTimes,
+    pub last_start: Instant,
+    pub finished: Instant,
+}
+
+/// Run the generator until it stops by itself; `progress` (if any) is
+/// called about once a second from the calling thread.
+pub fn run(
+    cfg: &LoadConfig,
+    live: Arc<Live>,
+    mut progress: Option<&mut dyn FnMut(&Live, Duration)>,
+) -> anyhow::Result<LoadSummary> {
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let run_id = format!(
+        "{:08x}",
+        (std::process::id() as u64)
+            .wrapping_mul(0x9E37_79B9)
+            .wrapping_add(ringway_io::monotonic_now().0 / 1000) as u32
+    );
+    let mut workers = Vec::with_capacity(cfg.threads);
+    for i in 0..cfg.threads {
+        workers.push(worker::Worker::new(cfg, i, &run_id, live.clone())?);
+    }
+    let t0 = Instant::now();
+    let results: Vec<anyhow::Result<WorkerResult>> = std::thread::scope(|s| {
+        let hs: Vec<_> = workers
+            .into_iter()
+            .map(|w| s.spawn(move || w.run(t0)))
+            .collect();
+        let mut last = Instant::now();
+        while !hs.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(50));
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                if let Some(p) = progress.as_mut() {
+                    p(&live, t0.elapsed());
+                }
+            }
+        }
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
+            })
+            .collect()
+    });
+    let mut sum = LoadSummary {
+        target_cps: cfg.rate,
+        backend: cfg.backend.name().into(),
+        threads: cfg.threads,
+        ..Default::default()
+    };
+    let mut h180 = worker::new_hist();
+    let mut h200 = worker::new_hist();
+    let mut hbye = worker::new_hist();
+    let mut last_start = t0;
+    let mut finished = t0;
+    for r in results {
+        let r = r?;
+        sum.attempted += r.attempted;
+        sum.succeeded += r.succeeded;
+        for (k, v) in r.failed {
+            *sum.failed.entry(k).or_default() += v;
+        }
+        sum.retrans_invite += r.retrans_invite;
+        sum.retrans_bye += r.retrans_bye;
+        sum.retrans_200 += r.retrans_200;
+        sum.retrans_ack += r.retrans_ack;
+        sum.uas_calls += r.uas_calls;
+        sum.uas_ack_timeouts += r.uas_ack_timeouts;
+        h180.add(&r.h180).ok();
+        h200.add(&r.h200).ok();
+        hbye.add(&r.hbye).ok();
+        sum.msgs_sent += r.msgs_sent;
+        sum.msgs_to_proxy += r.msgs_to_proxy;
+        sum.msgs_received += r.msgs_received;
+        sum.msgs_ignored += r.msgs_ignored;
+        sum.send_errors += r.send_errors;
+        sum.rx_dropped += r.rx_dropped;
+        sum.cpu = sum.cpu.add(&r.cpu);
+        last_start = last_start.max(r.last_start);
+        finished = finished.max(r.finished);
+    }
+    sum.failed_total = sum.failed.values().sum();
+    sum.failed_ratio = if sum.attempted > 0 {
+        sum.failed_total as f64 / sum.attempted as f64
+    } else {
+        0.0
+    };
+    sum.invite_to_180 = percentiles(&h180);
+    sum.invite_to_200 = percentiles(&h200);
+    sum.bye_to_200 = percentiles(&hbye);
+    sum.elapsed_s = (finished - t0).as_secs_f64();
+    // Starting lasted until the last start, rounded up to the planned span
+    // of the calls (so one fast burst does not inflate the rate).
+    let planned = (sum.attempted as f64 / cfg.rate).min(cfg.duration.as_secs_f64());
+    sum.start_phase_s = (last_start - t0).as_secs_f64().max(planned).max(1e-9);
+    sum.achieved_cps = sum.attempted as f64 / sum.start_phase_s;
+    sum.cpu_s_per_call = if sum.attempted > 0 {
+        sum.cpu.total() / sum.attempted as f64
+    } else {
+        0.0
+    };
+    Ok(sum)
+}
+
+/// One-line progress text.
+pub fn progress_line(live: &Live, elapsed: Duration, target_calls: u64) -> String {
+    let a = live.attempted.load(Ordering::Relaxed);
+    let ok = live.succeeded.load(Ordering::Relaxed);
+    let f = live.failed.load(Ordering::Relaxed);
+    let r = live.retransmissions.load(Ordering::Relaxed);
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    format!(
+        "{:7.1}s started {a}/{target_calls} ({:.0}/s) ok {ok} failed {f} in-flight {} retrans {r}",
+        secs,
+        a as f64 / secs,
+        a.saturating_sub(ok + f)
+    )
+}

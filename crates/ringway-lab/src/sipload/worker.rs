@@ -1,0 +1,791 @@
+//! One generator thread: a UDP socket acting as UAC and UAS.
+
+use super::arrival::Arrivals;
+use super::cpu::{thread_cpu, CpuTimes};
+use super::view::{name_addr_uri, uri_addr, Hdr, View};
+use super::{Live, LoadConfig, WorkerResult};
+use hdrhistogram::Histogram;
+use ringway_io::{open_backend, open_udp, BatchIo, RxBatch, SocketConfig, TxBatch};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SDP: &str = "v=0\r\no=ringway 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+const TX_FRAMES: usize = 128;
+const TX_FRAME: usize = 2048;
+const RX_FRAMES: usize = 64;
+const RX_FRAME: usize = 8192;
+/// Most calls started in one loop pass (keeps receiving responsive when late).
+const START_BURST: u32 = 64;
+
+pub(crate) fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum UacState {
+    /// INVITE sent, nothing heard (Timer A running).
+    Calling,
+    /// Provisional response heard.
+    Proceeding,
+    /// 200 ACKed, waiting to send BYE.
+    Confirmed,
+    /// BYE sent.
+    Terminating,
+}
+
+struct UacCall {
+    state: UacState,
+    t_invite: u64,
+    t_bye: u64,
+    got_180: bool,
+    interval: u64,
+    bye_prov: bool,
+    to_tag: Vec<u8>,
+    /// Route set (name-addr values as received, already reversed for the UAC).
+    route: Vec<Vec<u8>>,
+    /// Remote target (Contact URI of the 200).
+    target: Vec<u8>,
+}
+
+struct UasCall {
+    resp200: Vec<u8>,
+    dst: SocketAddr,
+    interval: u64,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TKind {
+    InviteRetx,
+    InviteTimeout,
+    ByeStart,
+    ByeRetx,
+    ByeTimeout,
+    UasRetx,
+    UasTimeout,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: u64,
+    key: u64,
+    kind: TKind,
+}
+
+pub(crate) struct Worker {
+    tid: usize,
+    io: Box<dyn BatchIo>,
+    local: SocketAddr,
+    next_hop: SocketAddr,
+    proxy: Option<SocketAddr>,
+    ruri: SocketAddr,
+    run_id: String,
+    t1: u64,
+    t2: u64,
+    hold: u64,
+    duration: u64,
+    arrivals: Arrivals,
+    quota: u64,
+    live: Arc<Live>,
+    calls: HashMap<u64, UacCall>,
+    uas_ids: HashMap<Vec<u8>, u64>,
+    uas: HashMap<u64, (Vec<u8>, UasCall)>,
+    next_uas: u64,
+    timers: BinaryHeap<Reverse<Timer>>,
+    tx: TxBatch,
+    rx: RxBatch,
+    scratch: Vec<u8>,
+    r: WorkerCounts,
+}
+
+#[derive(Default)]
+struct WorkerCounts {
+    attempted: u64,
+    succeeded: u64,
+    failed: BTreeMap<String, u64>,
+    retrans_invite: u64,
+    retrans_bye: u64,
+    retrans_200: u64,
+    retrans_ack: u64,
+    uas_calls: u64,
+    uas_ack_timeouts: u64,
+    msgs_sent: u64,
+    msgs_to_proxy: u64,
+    msgs_received: u64,
+    msgs_ignored: u64,
+}
+
+fn now_ns() -> u64 {
+    ringway_io::monotonic_now().0
+}
+
+/// FNV-1a of the Call-ID: the UAS's To tag.
+fn tag_of(call_id: &[u8]) -> u64 {
+    call_id.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl Worker {
+    pub(crate) fn new(
+        cfg: &LoadConfig,
+        i: usize,
+        run_id: &str,
+        live: Arc<Live>,
+    ) -> anyhow::Result<Worker> {
+        let port = if cfg.base_port == 0 {
+            0
+        } else {
+            cfg.base_port + i as u16
+        };
+        let mut sc = SocketConfig::new(SocketAddr::new(cfg.bind_ip, port));
+        sc.rcvbuf = cfg.rcvbuf;
+        sc.sndbuf = cfg.rcvbuf;
+        sc.rx_timestamps = false;
+        let (sock, _rep) = open_udp(&sc).map_err(|e| anyhow::anyhow!("bind {}: {e}", sc.bind))?;
+        let io = open_backend(cfg.backend, sock)?;
+        let local = io.local_addr()?;
+        let ruri = cfg.uas.unwrap_or(local);
+        let next_hop = cfg.proxy.unwrap_or(ruri);
+        let n = cfg.threads as u64;
+        let quota = cfg.calls / n + u64::from((i as u64) < cfg.calls % n);
+        Ok(Worker {
+            tid: i,
+            io,
+            local,
+            next_hop,
+            proxy: cfg.proxy,
+            ruri,
+            run_id: run_id.to_string(),
+            t1: cfg.t1.as_nanos() as u64,
+            t2: cfg.t2.as_nanos() as u64,
+            hold: cfg.hold.as_nanos() as u64,
+            duration: cfg.duration.as_nanos() as u64,
+            arrivals: Arrivals::new(
+                cfg.arrival,
+                cfg.rate / cfg.threads as f64,
+                cfg.seed.wrapping_add(i as u64),
+            ),
+            quota,
+            live,
+            calls: HashMap::new(),
+            uas_ids: HashMap::new(),
+            uas: HashMap::new(),
+            next_uas: 0,
+            timers: BinaryHeap::new(),
+            tx: TxBatch::new(TX_FRAMES, TX_FRAME),
+            rx: RxBatch::new(RX_FRAMES, RX_FRAME),
+            scratch: Vec::with_capacity(2048),
+            r: WorkerCounts::default(),
+        })
+    }
+
+    pub(crate) fn run(mut self, t0: Instant) -> anyhow::Result<WorkerResult> {
+        let cpu0 = thread_cpu().unwrap_or_default();
+        let mut h180 = new_hist();
+        let mut h200 = new_hist();
+        let mut hbye = new_hist();
+        let start = now_ns() - t0.elapsed().as_nanos() as u64;
+        let end_start = start + self.duration;
+        let mut next_start = start + self.arrivals.next_gap_ns();
+        let mut started = 0u64;
+        let mut last_start = t0;
+        let mut starting = self.quota > 0;
+        let mut hard_deadline = u64::MAX;
+        loop {
+            let now = now_ns();
+            if starting
+                && (started >= self.quota
+                    || now >= end_start
+                    || self.live.stop.load(Ordering::Relaxed))
+            {
+                starting = false;
+            }
+            if !starting && hard_deadline == u64::MAX {
+                hard_deadline = now + self.hold + 64 * self.t1 + 2 * self.t2;
+            }
+            let mut burst = 0;
+            while starting && next_start <= now && started < self.quota && burst < START_BURST {
+                self.start_call(started, now);
+                started += 1;
+                burst += 1;
+                next_start += self.arrivals.next_gap_ns();
+                last_start = Instant::now();
+            }
+            self.fire_timers(now);
+            self.flush();
+            if !starting && self.calls.is_empty() && self.uas.is_empty() {
+                break;
+            }
+            if now >= hard_deadline {
+                let left = self.calls.len() as u64;
+                if left > 0 {
+                    *self.r.failed.entry("unfinished".into()).or_default() += left;
+                    self.live.failed.fetch_add(left, Ordering::Relaxed);
+                }
+                break;
+            }
+            let mut wake = now + 50_000_000;
+            if starting {
+                wake = wake.min(next_start);
+            }
+            if let Some(Reverse(t)) = self.timers.peek() {
+                wake = wake.min(t.at);
+            }
+            let timeout = Duration::from_nanos(wake.saturating_sub(now));
+            let n = self.io.recv_batch(&mut self.rx, Some(timeout))?;
+            if n > 0 {
+                let now = now_ns();
+                self.r.msgs_received += n as u64;
+                let rx = std::mem::replace(&mut self.rx, RxBatch::new(1, 1));
+                for d in rx.iter() {
+                    self.on_datagram(d.data, d.meta.peer, now, &mut h180, &mut h200, &mut hbye);
+                }
+                self.rx = rx;
+                self.flush();
+            }
+        }
+        self.flush();
+        let cpu = thread_cpu().unwrap_or_default().since(&cpu0);
+        let st = self.io.stats();
+        let r = self.r;
+        Ok(WorkerResult {
+            attempted: r.attempted,
+            succeeded: r.succeeded,
+            failed: r.failed,
+            retrans_invite: r.retrans_invite,
+            retrans_bye: r.retrans_bye,
+            retrans_200: r.retrans_200,
+            retrans_ack: r.retrans_ack,
+            uas_calls: r.uas_calls,
+            uas_ack_timeouts: r.uas_ack_timeouts,
+            h180,
+            h200,
+            hbye,
+            msgs_sent: r.msgs_sent,
+            msgs_to_proxy: r.msgs_to_proxy,
+            msgs_received: r.msgs_received,
+            msgs_ignored: r.msgs_ignored,
+            send_errors: st.tx_errors,
+            rx_dropped: st.rx_dropped,
+            cpu: CpuTimes {
+                user_s: cpu.user_s,
+                sys_s: cpu.sys_s,
+            },
+            last_start,
+            finished: Instant::now(),
+        })
+    }
+
+    fn flush(&mut self) {
+        if self.tx.is_empty() {
+            return;
+        }
+        let _ = self.io.send_batch(&self.tx);
+        self.tx.clear();
+    }
+
+    /// Queue `scratch` for `dst`.
+    fn send_scratch(&mut self, dst: SocketAddr) {
+        if self.tx.is_full() {
+            self.flush();
+        }
+        if self.tx.push(dst, &self.scratch).is_ok() {
+            self.r.msgs_sent += 1;
+            if Some(dst) == self.proxy {
+                self.r.msgs_to_proxy += 1;
+            }
+        }
+    }
+
+    fn fail(&mut self, reason: &str) {
+        *self.r.failed.entry(reason.to_string()).or_default() += 1;
+        self.live.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn schedule(&mut self, at: u64, key: u64, kind: TKind) {
+        self.timers.push(Reverse(Timer { at, key, kind }));
+    }
+
+    fn call_id(&self, n: u64) -> String {
+        format!("{n}-{}-{}@ringway", self.tid, self.run_id)
+    }
+
+    /// Parse our own Call-ID back to the call number.
+    fn our_call(&self, cid: &[u8]) -> Option<u64> {
+        let s = std::str::from_utf8(cid).ok()?;
+        let s = s.strip_suffix("@ringway")?;
+        let mut it = s.splitn(3, '-');
+        let n: u64 = it.next()?.parse().ok()?;
+        let tid: usize = it.next()?.parse().ok()?;
+        (tid == self.tid && it.next()? == self.run_id).then_some(n)
+    }
+
+    fn build_invite(&mut self, n: u64) {
+        let cid = self.call_id(n);
+        self.scratch.clear();
+        let _ = write!(
+            self.scratch,
+            "INVITE sip:service@{r} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-i;rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:ringway@{l}>;tag={t}x{n}\r\n\
+             To: <sip:service@{r}>\r\n\
+             Call-ID: {cid}\r\n\
+             CSeq: 1 INVITE\r\n\
+             Contact: <sip:ringway@{l}>\r\n\
+             Content-Type: application/sdp\r\n\
+             Content-Length: {len}\r\n\r\n{SDP}",
+            r = self.ruri,
+            l = self.local,
+            run = self.run_id,
+            t = self.tid,
+            len = SDP.len()
+        );
+    }
+
+    fn start_call(&mut self, n: u64, now: u64) {
+        self.build_invite(n);
+        self.send_scratch(self.next_hop);
+        self.r.attempted += 1;
+        self.live.attempted.fetch_add(1, Ordering::Relaxed);
+        self.calls.insert(
+            n,
+            UacCall {
+                state: UacState::Calling,
+                t_invite: now,
+                t_bye: 0,
+                got_180: false,
+                interval: self.t1,
+                bye_prov: false,
+                to_tag: Vec::new(),
+                route: Vec::new(),
+                target: Vec::new(),
+            },
+        );
+        self.schedule(now + self.t1, n, TKind::InviteRetx);
+        self.schedule(now + 64 * self.t1, n, TKind::InviteTimeout);
+    }
+
+    /// Build an in-dialog request (ACK or BYE) for call `n`; returns where to send it.
+    fn build_in_dialog(&mut self, n: u64, method: &str, cseq: u32) -> Option<SocketAddr> {
+        let cid = self.call_id(n);
+        let c = self.calls.get(&n)?;
+        // RFC 3261 12.2.1.1: loose routing keeps the remote target in the
+        // Request-URI; a strict first route becomes the Request-URI.
+        let first = c.route.first().map(|r| name_addr_uri(r).to_vec());
+        let (ruri, routes, dst): (Vec<u8>, Vec<Vec<u8>>, SocketAddr) = match first {
+            None => (c.target.clone(), Vec::new(), uri_addr(&c.target)?.0),
+            Some(f) => {
+                let (addr, lr) = uri_addr(&f)?;
+                if lr {
+                    (c.target.clone(), c.route.clone(), addr)
+                } else {
+                    let strip = f.iter().position(|&b| b == b';').unwrap_or(f.len());
+                    let mut rest: Vec<Vec<u8>> = c.route[1..].to_vec();
+                    let mut t = b"<".to_vec();
+                    t.extend_from_slice(&c.target);
+                    t.push(b'>');
+                    rest.push(t);
+                    (f[..strip].to_vec(), rest, addr)
+                }
+            }
+        };
+        let kind = if method == "ACK" { 'a' } else { 'b' };
+        self.scratch.clear();
+        self.scratch.extend_from_slice(method.as_bytes());
+        self.scratch.push(b' ');
+        self.scratch.extend_from_slice(&ruri);
+        let _ = write!(
+            self.scratch,
+            " SIP/2.0\r\nVia: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-{kind};rport\r\nMax-Forwards: 70\r\n",
+            l = self.local,
+            run = self.run_id,
+            t = self.tid
+        );
+        if !routes.is_empty() {
+            self.scratch.extend_from_slice(b"Route: ");
+            for (i, r) in routes.iter().enumerate() {
+                if i > 0 {
+                    self.scratch.extend_from_slice(b", ");
+                }
+                self.scratch.extend_from_slice(r);
+            }
+            self.scratch.extend_from_slice(b"\r\n");
+        }
+        let _ = write!(
+            self.scratch,
+            "From: <sip:ringway@{l}>;tag={t}x{n}\r\nTo: <sip:service@{r}>;tag=",
+            l = self.local,
+            t = self.tid,
+            r = self.ruri
+        );
+        let c = self.calls.get(&n)?;
+        self.scratch.extend_from_slice(&c.to_tag);
+        let _ = write!(
+            self.scratch,
+            "\r\nCall-ID: {cid}\r\nCSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
+        );
+        Some(dst)
+    }
+
+    fn send_in_dialog(&mut self, n: u64, method: &str, cseq: u32) -> bool {
+        match self.build_in_dialog(n, method, cseq) {
+            Some(dst) => {
+                self.send_scratch(dst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn fire_timers(&mut self, now: u64) {
+        while let Some(Reverse(t)) = self.timers.peek().copied() {
+            if t.at > now {
+                break;
+            }
+            self.timers.pop();
+            match t.kind {
+                TKind::InviteRetx => {
+                    let Some(c) = self.calls.get_mut(&t.key) else {
+                        continue;
+                    };
+                    if c.state != UacState::Calling {
+                        continue;
+                    }
+                    c.interval *= 2;
+                    let next = now + c.interval;
+                    self.build_invite(t.key);
+                    self.send_scratch(self.next_hop);
+                    self.r.retrans_invite += 1;
+                    self.live.retransmissions.fetch_add(1, Ordering::Relaxed);
+                    self.schedule(next, t.key, TKind::InviteRetx);
+                }
+                TKind::InviteTimeout => {
+                    let timed_out = matches!(
+                        self.calls.get(&t.key).map(|c| c.state),
+                        Some(UacState::Calling | UacState::Proceeding)
+                    );
+                    if timed_out {
+                        self.calls.remove(&t.key);
+                        self.fail("timeout_invite");
+                    }
+                }
+                TKind::ByeStart => {
+                    let Some(c) = self.calls.get_mut(&t.key) else {
+                        continue;
+                    };
+                    if c.state != UacState::Confirmed {
+                        continue;
+                    }
+                    c.state = UacState::Terminating;
+                    c.t_bye = now;
+                    c.interval = self.t1;
+                    if self.send_in_dialog(t.key, "BYE", 2) {
+                        self.schedule(now + self.t1, t.key, TKind::ByeRetx);
+                        self.schedule(now + 64 * self.t1, t.key, TKind::ByeTimeout);
+                    } else {
+                        self.calls.remove(&t.key);
+                        self.fail("bad_route");
+                    }
+                }
+                TKind::ByeRetx => {
+                    let t2 = self.t2;
+                    let Some(c) = self.calls.get_mut(&t.key) else {
+                        continue;
+                    };
+                    if c.state != UacState::Terminating {
+                        continue;
+                    }
+                    c.interval = if c.bye_prov {
+                        t2
+                    } else {
+                        (c.interval * 2).min(t2)
+                    };
+                    let next = now + c.interval;
+                    self.send_in_dialog(t.key, "BYE", 2);
+                    self.r.retrans_bye += 1;
+                    self.live.retransmissions.fetch_add(1, Ordering::Relaxed);
+                    self.schedule(next, t.key, TKind::ByeRetx);
+                }
+                TKind::ByeTimeout => {
+                    if self.calls.get(&t.key).map(|c| c.state) == Some(UacState::Terminating) {
+                        self.calls.remove(&t.key);
+                        self.fail("timeout_bye");
+                    }
+                }
+                TKind::UasRetx => {
+                    let t2 = self.t2;
+                    let Some((_, u)) = self.uas.get_mut(&t.key) else {
+                        continue;
+                    };
+                    u.interval = (u.interval * 2).min(t2);
+                    let next = now + u.interval;
+                    let dst = u.dst;
+                    std::mem::swap(&mut self.scratch, &mut u.resp200);
+                    self.send_scratch(dst);
+                    let (_, u) = self.uas.get_mut(&t.key).expect("present");
+                    std::mem::swap(&mut self.scratch, &mut u.resp200);
+                    self.r.retrans_200 += 1;
+                    self.live.retransmissions.fetch_add(1, Ordering::Relaxed);
+                    self.schedule(next, t.key, TKind::UasRetx);
+                }
+                TKind::UasTimeout => {
+                    if let Some((cid, _)) = self.uas.remove(&t.key) {
+                        self.uas_ids.remove(&cid);
+                        self.r.uas_ack_timeouts += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_datagram(
+        &mut self,
+        data: &[u8],
+        peer: SocketAddr,
+        now: u64,
+        h180: &mut Histogram<u64>,
+        h200: &mut Histogram<u64>,
+        hbye: &mut Histogram<u64>,
+    ) {
+        let Some(v) = View::parse(data) else {
+            self.r.msgs_ignored += 1;
+            return;
+        };
+        if v.is_request() {
+            self.on_request(&v, peer, now);
+        } else if !self.on_response(&v, now, h180, h200, hbye) {
+            self.r.msgs_ignored += 1;
+        }
+    }
+
+    fn on_response(
+        &mut self,
+        v: &View<'_>,
+        now: u64,
+        h180: &mut Histogram<u64>,
+        h200: &mut Histogram<u64>,
+        hbye: &mut Histogram<u64>,
+    ) -> bool {
+        let (Some(code), Some((_, method)), Some(cid)) = (v.status(), v.cseq(), v.call_id()) else {
+            return false;
+        };
+        let Some(n) = self.our_call(cid) else {
+            return false;
+        };
+        let us = |d: u64| (d / 1000).max(1);
+        if method == b"INVITE" {
+            if (300..700).contains(&code) {
+                // Non-2xx final: ACK hop-by-hop (same branch), from the response alone.
+                self.ack_non2xx(v, n);
+                if self
+                    .calls
+                    .get(&n)
+                    .is_some_and(|c| matches!(c.state, UacState::Calling | UacState::Proceeding))
+                {
+                    self.calls.remove(&n);
+                    self.fail(&code.to_string());
+                }
+                return true;
+            }
+            let Some(c) = self.calls.get_mut(&n) else {
+                return true; // late response of a finished call
+            };
+            if (100..200).contains(&code) {
+                if c.state == UacState::Calling {
+                    c.state = UacState::Proceeding;
+                }
+                if code == 180 && !c.got_180 {
+                    c.got_180 = true;
+                    let _ = h180.record(us(now - c.t_invite));
+                }
+                return true;
+            }
+            if (200..300).contains(&code) {
+                if matches!(c.state, UacState::Calling | UacState::Proceeding) {
+                    let _ = h200.record(us(now - c.t_invite));
+                    c.state = UacState::Confirmed;
+                    c.to_tag = v.to_tag().unwrap_or_default().to_vec();
+                    c.route = v.record_routes().iter().rev().map(|r| r.to_vec()).collect();
+                    c.target = match v.contact_uri() {
+                        Some(t) => t.to_vec(),
+                        None => format!("sip:service@{}", self.ruri).into_bytes(),
+                    };
+                    if self.send_in_dialog(n, "ACK", 1) {
+                        let at = now + self.hold;
+                        self.schedule(at, n, TKind::ByeStart);
+                    } else {
+                        self.calls.remove(&n);
+                        self.fail("bad_route");
+                    }
+                } else {
+                    // Retransmitted 200: the UAS did not see our ACK.
+                    self.send_in_dialog(n, "ACK", 1);
+                    self.r.retrans_ack += 1;
+                }
+                return true;
+            }
+            return false;
+        }
+        if method == b"BYE" {
+            let Some(c) = self.calls.get_mut(&n) else {
+                return true;
+            };
+            if c.state != UacState::Terminating {
+                return true;
+            }
+            if (100..200).contains(&code) {
+                c.bye_prov = true;
+                return true;
+            }
+            let t_bye = c.t_bye;
+            self.calls.remove(&n);
+            if (200..300).contains(&code) {
+                let _ = hbye.record(us(now - t_bye));
+                self.r.succeeded += 1;
+                self.live.succeeded.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.fail(&format!("bye_{code}"));
+            }
+            return true;
+        }
+        false
+    }
+
+    /// ACK for a non-2xx final response (RFC 3261 17.1.1.3): same branch as
+    /// the INVITE, To from the response, sent where the INVITE went.
+    fn ack_non2xx(&mut self, v: &View<'_>, n: u64) {
+        let Some(to) = v.lines(Hdr::To).next() else {
+            return;
+        };
+        self.scratch.clear();
+        let _ = write!(
+            self.scratch,
+            "ACK sip:service@{r} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-i;rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:ringway@{l}>;tag={t}x{n}\r\n",
+            r = self.ruri,
+            l = self.local,
+            run = self.run_id,
+            t = self.tid
+        );
+        self.scratch.extend_from_slice(to);
+        let cid = self.call_id(n);
+        let _ = write!(
+            self.scratch,
+            "\r\nCall-ID: {cid}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
+        );
+        self.send_scratch(self.next_hop);
+    }
+
+    /// Build a response to request `v` into `scratch`.
+    fn build_response(&mut self, v: &View<'_>, code: u16, reason: &str, dialog: bool) {
+        let cid = v.call_id().unwrap_or_default();
+        let s = &mut self.scratch;
+        s.clear();
+        let _ = write!(s, "SIP/2.0 {code} {reason}\r\n");
+        for l in v.lines(Hdr::Via) {
+            s.extend_from_slice(l);
+            s.extend_from_slice(b"\r\n");
+        }
+        if dialog {
+            for l in v.lines(Hdr::RecordRoute) {
+                s.extend_from_slice(l);
+                s.extend_from_slice(b"\r\n");
+            }
+        }
+        for h in [Hdr::From, Hdr::To, Hdr::CallId, Hdr::CSeq] {
+            if let Some(l) = v.lines(h).next() {
+                s.extend_from_slice(l);
+                if h == Hdr::To && v.to_tag().is_none() {
+                    let _ = write!(s, ";tag={:x}", tag_of(cid));
+                }
+                s.extend_from_slice(b"\r\n");
+            }
+        }
+        if dialog {
+            let _ = write!(s, "Contact: <sip:service@{}>\r\n", self.local);
+        }
+        if dialog && code == 200 {
+            let _ = write!(
+                s,
+                "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
+                SDP.len()
+            );
+        } else {
+            s.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+        }
+    }
+
+    fn on_request(&mut self, v: &View<'_>, peer: SocketAddr, now: u64) {
+        let (Some(method), Some(cid), Some(_)) = (v.method(), v.call_id(), v.cseq()) else {
+            self.r.msgs_ignored += 1;
+            return;
+        };
+        let Some(dst) = v.response_target(peer) else {
+            self.r.msgs_ignored += 1;
+            return;
+        };
+        match method {
+            b"INVITE" => {
+                if let Some(id) = self.uas_ids.get(cid).copied() {
+                    // Retransmitted INVITE: repeat the last response.
+                    let (_, u) = self.uas.get_mut(&id).expect("ids and calls in step");
+                    std::mem::swap(&mut self.scratch, &mut u.resp200);
+                    self.send_scratch(dst);
+                    let (_, u) = self.uas.get_mut(&id).expect("present");
+                    std::mem::swap(&mut self.scratch, &mut u.resp200);
+                    return;
+                }
+                self.build_response(v, 180, "Ringing", true);
+                self.send_scratch(dst);
+                self.build_response(v, 200, "OK", true);
+                self.send_scratch(dst);
+                let id = self.next_uas;
+                self.next_uas += 1;
+                self.uas_ids.insert(cid.to_vec(), id);
+                self.uas.insert(
+                    id,
+                    (
+                        cid.to_vec(),
+                        UasCall {
+                            resp200: self.scratch.clone(),
+                            dst,
+                            interval: self.t1,
+                        },
+                    ),
+                );
+                self.r.uas_calls += 1;
+                self.schedule(now + self.t1, id, TKind::UasRetx);
+                self.schedule(now + 64 * self.t1, id, TKind::UasTimeout);
+            }
+            b"ACK" => {
+                if let Some(id) = self.uas_ids.remove(cid) {
+                    self.uas.remove(&id);
+                }
+            }
+            b"BYE" => {
+                if let Some(id) = self.uas_ids.remove(cid) {
+                    self.uas.remove(&id);
+                }
+                self.build_response(v, 200, "OK", false);
+                self.send_scratch(dst);
+            }
+            b"OPTIONS" | b"CANCEL" => {
+                self.build_response(v, 200, "OK", false);
+                self.send_scratch(dst);
+            }
+            _ => {
+                self.build_response(v, 501, "Not Implemented", false);
+                self.send_scratch(dst);
+            }
+        }
+    }
+}
