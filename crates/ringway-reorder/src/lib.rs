@@ -18,9 +18,13 @@
 //! (The first packet, 2, starts the flow's manager, so 1 lands on
 //! PrevPacketList, which is flushed first.)
 
+pub mod analyze;
 pub mod classify;
+pub mod metrics;
+pub mod pcap;
 pub mod seq;
 pub mod sorter;
+pub mod workload;
 
 pub use classify::{classify_ipv4_tcp, classify_ipv6_tcp, classify_rtp, flow_hash};
 pub use seq::{SeqSpace, Unwrapper};
