@@ -1,7 +1,24 @@
 //! Network-namespace helpers for tests and experiments.
+//!
+//! * [`in_private_netns`] / [`command_in_private_netns`]: an anonymous
+//!   namespace with only `lo`, gone when the last user ends.
+//! * [`Topology`]: named namespaces ("hosts") joined by veth pairs, either
+//!   point-to-point or through a bridge, with addresses in 10.77.0.0/16
+//!   (used only inside these namespaces). Everything is deleted on drop
+//!   (also while unwinding from a panic); [`cleanup_leftovers`] removes what
+//!   crashed processes left behind.
+//!
+//! Names: namespaces are `rw-<pid>-<n>-<host>`; veth ends are created
+//! directly inside their namespaces, so the root namespace never sees them.
 
 use std::io;
-use std::process::Command;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Prefix of every namespace name this module creates.
+pub const PREFIX: &str = "rw-";
 
 /// Run `f` on a new thread inside a fresh, private network namespace that
 /// has only `lo` (brought up). Threads and child processes started from `f`
@@ -28,4 +45,312 @@ pub fn in_private_netns<T: Send + 'static>(
     })
     .join()
     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Run `cmd` to completion inside a fresh private namespace with only `lo`
+/// (the child inherits the namespace of the thread that forks it).
+pub fn command_in_private_netns(mut cmd: Command) -> io::Result<Output> {
+    in_private_netns(move || cmd.output())?
+}
+
+fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Names of the named network namespaces (`ip netns list`).
+pub fn list_netns() -> io::Result<Vec<String>> {
+    let out = Command::new("ip").args(["netns", "list"]).output()?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Delete namespaces named `rw-<pid>-...` whose process is gone (or all of
+/// them with `include_live`); returns the names deleted.
+pub fn cleanup_leftovers(include_live: bool) -> io::Result<Vec<String>> {
+    let mut gone = Vec::new();
+    for n in list_netns()? {
+        let Some(rest) = n.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if include_live || !pid_alive(pid) {
+            ip(&["netns", "del", &n])?;
+            gone.push(n);
+        }
+    }
+    Ok(gone)
+}
+
+/// One network namespace of a [`Topology`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// Short name given to the builder.
+    pub name: String,
+    /// Namespace name (`ip netns`).
+    pub netns: String,
+    /// (interface, address, prefix length) of each veth end in this host.
+    pub ifaces: Vec<(String, Ipv4Addr, u8)>,
+}
+
+impl Host {
+    /// First address of this host.
+    pub fn addr(&self) -> Ipv4Addr {
+        self.ifaces
+            .first()
+            .map(|i| i.1)
+            .unwrap_or(Ipv4Addr::LOCALHOST)
+    }
+
+    /// A `Command` that runs `program` inside this host (`ip netns exec`).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.netns, program]);
+        c
+    }
+
+    /// Move the calling thread into this host's namespace (for good).
+    pub fn enter(&self) -> io::Result<()> {
+        let f = std::fs::File::open(format!("/run/netns/{}", self.netns))?;
+        // SAFETY: setns with a namespace fd we hold open; affects only this thread.
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Start a thread inside this host. The thread enters the namespace
+    /// before `f` runs; an error to enter is returned through the handle.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<io::Result<T>> {
+        let me = self.clone();
+        std::thread::spawn(move || {
+            me.enter()?;
+            Ok(f())
+        })
+    }
+
+    /// Run `f` on a thread inside this host and wait for it.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
+        self.spawn(f)
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
+
+/// How hosts are joined.
+#[derive(Clone, Debug)]
+enum Wiring {
+    /// veth pairs between named hosts, one /24 each.
+    Links(Vec<(String, String)>),
+    /// Every host on one bridge in a hidden switch namespace, one /24.
+    Bridge,
+}
+
+/// Builds a [`Topology`].
+#[derive(Clone, Debug)]
+pub struct TopologyBuilder {
+    hosts: Vec<String>,
+    wiring: Wiring,
+}
+
+impl TopologyBuilder {
+    /// Add a host (names: letters, digits, `_`; at most 16 bytes).
+    pub fn host(mut self, name: &str) -> Self {
+        self.hosts.push(name.to_string());
+        self
+    }
+    /// Join `a` and `b` with a veth pair (point-to-point).
+    pub fn link(mut self, a: &str, b: &str) -> Self {
+        match &mut self.wiring {
+            Wiring::Links(l) => l.push((a.to_string(), b.to_string())),
+            Wiring::Bridge => {}
+        }
+        self
+    }
+    /// Put every host on one bridge instead of point-to-point links.
+    pub fn bridge(mut self) -> Self {
+        self.wiring = Wiring::Bridge;
+        self
+    }
+
+    /// Create the namespaces and links. On any failure, what was created is removed.
+    pub fn build(self) -> io::Result<Topology> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let base = format!("{PREFIX}{}-{n}-", std::process::id());
+        for h in &self.hosts {
+            if h.is_empty()
+                || h.len() > 16
+                || !h.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("bad host name {h:?}"),
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        if !self.hosts.iter().all(|h| seen.insert(h)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "duplicate host name",
+            ));
+        }
+        let mut topo = Topology {
+            hosts: self
+                .hosts
+                .iter()
+                .map(|h| Host {
+                    name: h.clone(),
+                    netns: format!("{base}{h}"),
+                    ifaces: Vec::new(),
+                })
+                .collect(),
+            extra_netns: Vec::new(),
+        };
+        // From here on, dropping `topo` on error removes whatever exists.
+        for h in &topo.hosts {
+            ip(&["netns", "add", &h.netns])?;
+            ip(&["-n", &h.netns, "link", "set", "lo", "up"])?;
+        }
+        match self.wiring {
+            Wiring::Links(links) => {
+                for (k, (a, b)) in links.iter().enumerate() {
+                    if k >= 250 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "too many links",
+                        ));
+                    }
+                    let ia = topo.index(a)?;
+                    let ib = topo.index(b)?;
+                    if ia == ib {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "link to itself",
+                        ));
+                    }
+                    let net = (k + 1) as u8;
+                    let na = format!("eth{}", topo.hosts[ia].ifaces.len());
+                    let nb = format!("eth{}", topo.hosts[ib].ifaces.len());
+                    let (nsa, nsb) = (topo.hosts[ia].netns.clone(), topo.hosts[ib].netns.clone());
+                    ip(&[
+                        "link", "add", "name", &na, "netns", &nsa, "type", "veth", "peer", "name",
+                        &nb, "netns", &nsb,
+                    ])?;
+                    for (ns, ifn, host, i) in [(&nsa, &na, 1u8, ia), (&nsb, &nb, 2u8, ib)] {
+                        let a = Ipv4Addr::new(10, 77, net, host);
+                        ip(&["-n", ns, "addr", "add", &format!("{a}/24"), "dev", ifn])?;
+                        ip(&["-n", ns, "link", "set", ifn, "up"])?;
+                        topo.hosts[i].ifaces.push((ifn.clone(), a, 24));
+                    }
+                }
+            }
+            Wiring::Bridge => {
+                if topo.hosts.len() > 250 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "too many hosts",
+                    ));
+                }
+                let sw = format!("{base}switch");
+                ip(&["netns", "add", &sw])?;
+                topo.extra_netns.push(sw.clone());
+                ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+                ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+                for i in 0..topo.hosts.len() {
+                    let ns = topo.hosts[i].netns.clone();
+                    let port = format!("p{i}");
+                    ip(&[
+                        "link", "add", "name", "eth0", "netns", &ns, "type", "veth", "peer",
+                        "name", &port, "netns", &sw,
+                    ])?;
+                    ip(&["-n", &sw, "link", "set", &port, "master", "br0"])?;
+                    ip(&["-n", &sw, "link", "set", &port, "up"])?;
+                    let a = Ipv4Addr::new(10, 77, 0, (i + 1) as u8);
+                    ip(&["-n", &ns, "addr", "add", &format!("{a}/24"), "dev", "eth0"])?;
+                    ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+                    topo.hosts[i].ifaces.push(("eth0".into(), a, 24));
+                }
+            }
+        }
+        Ok(topo)
+    }
+}
+
+/// Named namespaces joined by veth pairs; all deleted on drop.
+#[derive(Debug)]
+pub struct Topology {
+    hosts: Vec<Host>,
+    extra_netns: Vec<String>,
+}
+
+impl Topology {
+    /// Start describing a topology.
+    pub fn builder() -> TopologyBuilder {
+        TopologyBuilder {
+            hosts: Vec::new(),
+            wiring: Wiring::Links(Vec::new()),
+        }
+    }
+
+    fn index(&self, name: &str) -> io::Result<usize> {
+        self.hosts
+            .iter()
+            .position(|h| h.name == name)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no host {name:?}")))
+    }
+
+    /// The host called `name`.
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// All hosts, in the order they were added.
+    pub fn hosts(&self) -> &[Host] {
+        &self.hosts
+    }
+
+    /// Every namespace name this topology owns (hosts and switch).
+    pub fn netns_names(&self) -> Vec<String> {
+        self.hosts
+            .iter()
+            .map(|h| h.netns.clone())
+            .chain(self.extra_netns.iter().cloned())
+            .collect()
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // Deleting a namespace destroys the veth ends inside it (and with them
+        // their peers). Errors are reported, never raised, while dropping.
+        for ns in self.netns_names() {
+            if let Err(e) = ip(&["netns", "del", &ns]) {
+                if std::path::Path::new(&format!("/run/netns/{ns}")).exists() {
+                    eprintln!("ringway-io: could not delete netns {ns}: {e}");
+                }
+            }
+        }
+    }
 }
