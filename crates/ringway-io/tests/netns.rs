@@ -40,8 +40,7 @@ fn udp_across(topo: &Topology, from: &str, to: &str) {
             .map(|d| (d.meta.peer, d.data.to_vec(), d.meta.kernel_rx.is_some()))
     });
     let dst = ready_rx.recv().unwrap();
-    let sent_from = topo
-        .host(from)
+    topo.host(from)
         .unwrap()
         .run(move || {
             let (s, _) = open_udp(&SocketConfig::new("0.0.0.0:0".parse().unwrap())).unwrap();
@@ -51,7 +50,6 @@ fn udp_across(topo: &Topology, from: &str, to: &str) {
             assert_eq!(io.send_batch(&tx).unwrap(), 1);
         })
         .unwrap();
-    let _ = sent_from;
     let (peer, data, stamped) = rx_thread
         .join()
         .unwrap()
