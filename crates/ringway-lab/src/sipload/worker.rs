@@ -379,7 +379,12 @@ impl Worker {
         // Request-URI; a strict first route becomes the Request-URI.
         let first = c.route.first().map(|r| name_addr_uri(r).to_vec());
         let (ruri, routes, dst): (Vec<u8>, Vec<Vec<u8>>, SocketAddr) = match first {
-            None => (c.target.clone(), Vec::new(), uri_addr(&c.target)?.0),
+            // No route set: an outbound proxy, when configured, still gets
+            // the request (RFC 3261 8.1.2); else the remote target does.
+            None => {
+                let t = uri_addr(&c.target)?.0;
+                (c.target.clone(), Vec::new(), self.proxy.unwrap_or(t))
+            }
             Some(f) => {
                 let (addr, lr) = uri_addr(&f)?;
                 if lr {
@@ -612,7 +617,7 @@ impl Worker {
                     let _ = h200.record(us(now - c.t_invite));
                     c.state = UacState::Confirmed;
                     c.to_tag = v.to_tag().unwrap_or_default().to_vec();
-                    c.route = v.record_routes().iter().rev().map(|r| r.to_vec()).collect();
+                    c.route = v.record_routes().into_iter().rev().collect();
                     c.target = match v.contact_uri() {
                         Some(t) => t.to_vec(),
                         None => format!("sip:service@{}", self.ruri).into_bytes(),
