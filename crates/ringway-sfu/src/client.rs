@@ -175,6 +175,7 @@ pub struct RxStats {
     own: Vec<u32>,
     streams: BTreeMap<(u32, u8), (SeqTracker, u64)>,
     merged: BTreeMap<(u32, u8), [u64; 4]>,
+    merged_media: (u64, u64, u64),
     /// RTT of echoed own packets (ns).
     pub rtt: Histogram<u64>,
     /// One-way delay of other sources' packets (ns; same-host clocks only).
@@ -199,6 +200,7 @@ impl Default for RxStats {
             own: Vec::new(),
             streams: BTreeMap::new(),
             merged: BTreeMap::new(),
+            merged_media: (0, 0, 0),
             rtt: latency_histogram(),
             owd: latency_histogram(),
             rx_packets: 0,
@@ -290,16 +292,24 @@ impl RxStats {
             })
             .collect()
     }
-    /// Totals over streams from other sources: (packets, lost, reordered).
+    /// Totals over streams from other sources: (packets, lost, reordered);
+    /// merged receivers contribute their own totals.
     pub fn media_totals(&self) -> (u64, u64, u64) {
-        self.counts()
+        self.streams
             .iter()
             .filter(|((s, _), _)| !self.own.contains(s))
-            .fold((0, 0, 0), |a, (_, c)| (a.0 + c[0], a.1 + c[2], a.2 + c[3]))
+            .fold(self.merged_media, |a, (_, (t, _))| {
+                (a.0 + t.received, a.1 + t.lost(), a.2 + t.reordered)
+            })
     }
     /// Add another receiver's statistics to this one (stream counters are summed).
     pub fn merge(&mut self, o: &RxStats) {
-        self.own.extend_from_slice(&o.own);
+        let m = o.media_totals();
+        self.merged_media = (
+            self.merged_media.0 + m.0,
+            self.merged_media.1 + m.1,
+            self.merged_media.2 + m.2,
+        );
         for (k, c) in o.counts() {
             let e = self.merged.entry(k).or_default();
             for i in 0..4 {

@@ -1,0 +1,25 @@
+//! `ringway sfu ...`: the pktswitch SFU server, its client and load tool.
+
+pub mod client;
+pub mod serve;
+pub mod util;
+
+/// `ringway sfu` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum SfuCmd {
+    /// Run the SFU: register/subscribe control plane, verified-source RTP forwarding with echo.
+    Serve(serve::ServeArgs),
+    /// Run a client: N registered sources sending RTP streams, receive statistics.
+    Client(client::ClientArgs),
+    /// Run many clients in one process (shared engine threads, one socket each).
+    Load(client::LoadArgs),
+}
+
+/// Run a `ringway sfu` subcommand.
+pub fn run(c: SfuCmd) -> anyhow::Result<()> {
+    match c {
+        SfuCmd::Serve(a) => serve::run(a),
+        SfuCmd::Client(a) => client::run(a),
+        SfuCmd::Load(a) => client::run_load(a),
+    }
+}

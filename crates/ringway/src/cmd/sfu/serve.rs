@@ -1,0 +1,463 @@
+//! `ringway sfu serve`: the SFU. The main thread prints statistics; one
+//! engine thread receives batches, runs them through the sans-IO core
+//! ([`ringway_sfu::Sfu`]) and sends the copies.
+
+use super::util::{pin_this_thread, stop_flag, CpuTime};
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use ringway_io::{
+    monotonic_now, open_backend, open_udp, realtime_now, BackendKind, IoStats, Nanos, RxBatch,
+    SocketConfig, TxBatch,
+};
+use ringway_reorder::{Class, SeqSpace, Srpic, SrpicConfig};
+use ringway_sfu::client::{latency_histogram, Percentiles};
+use ringway_sfu::{Action, Sfu, SfuConfig, SfuStats};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Datagram frame size of the receive and send batches.
+pub const FRAME: usize = 2048;
+
+/// `ringway sfu serve` options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any; the bound address is printed).
+    #[arg(long, default_value = "127.0.0.1:5004")]
+    pub listen: SocketAddr,
+    /// I/O backend.
+    #[arg(long, default_value = "socket")]
+    pub backend: BackendKind,
+    /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Do not echo media packets back to their senders.
+    #[arg(long)]
+    pub no_echo: bool,
+    /// Admit plain RTP senders by address into one static room (latching).
+    #[arg(long)]
+    pub static_room: bool,
+    /// Most registered clients (and static-room members).
+    #[arg(long, default_value_t = 1024)]
+    pub max_clients: usize,
+    /// Most subscription selectors per client.
+    #[arg(long, default_value_t = 64)]
+    pub max_subs: usize,
+    /// Remove clients silent for this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub idle_timeout: f64,
+    /// Pin the engine thread to these CPUs (taskset list, e.g. `1`).
+    #[arg(long)]
+    pub cpus: Option<String>,
+    /// Stop after this many seconds (default: until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print live statistics every S seconds (0: never).
+    #[arg(long, default_value_t = 1.0)]
+    pub stats_interval: f64,
+    /// Write the final report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Sort each RTP stream (SSRC, payload type) by sequence number within
+    /// each receive batch before forwarding (SRPIC).
+    #[arg(long)]
+    pub srpic: bool,
+    /// SRPIC block size (packets a flow may hold before it flushes).
+    #[arg(long, default_value_t = 32)]
+    pub srpic_block: usize,
+}
+
+/// SRPIC counters in the report.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SrpicReport {
+    /// Packets pushed through the sorter.
+    pub packets: u64,
+    /// Packets put behind a gap (AfterPacketList).
+    pub to_after: u64,
+    /// Packets older than the expected one (PrevPacketList).
+    pub to_prev: u64,
+    /// Flows tracked now.
+    pub flows: usize,
+}
+
+/// Final report of `ringway sfu serve`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ServeReport {
+    /// Backend name.
+    pub backend: String,
+    /// Receive batch size.
+    pub batch: usize,
+    /// Address served.
+    pub listen: String,
+    /// Wall time of the engine loop (s).
+    pub wall_s: f64,
+    /// Engine thread CPU time.
+    pub cpu: CpuTime,
+    /// User CPU in % of one core over `wall_s`.
+    pub cpu_user_pct: f64,
+    /// Kernel CPU in % of one core over `wall_s`.
+    pub cpu_system_pct: f64,
+    /// Per-packet processing delay (app receive → last copy handed to the kernel).
+    pub delay: Percentiles,
+    /// Mean of that delay (µs).
+    pub delay_mean_us: f64,
+    /// Mean number of copies (subscribers + echo) per forwarded packet.
+    pub copies_per_packet: f64,
+    /// Core counters.
+    pub sfu: SfuStats,
+    /// Backend counters.
+    pub io: IoStats,
+    /// Bytes received / sent by the engine.
+    pub rx_bytes: u64,
+    /// See `rx_bytes`.
+    pub tx_bytes: u64,
+    /// Receive frames that were truncated (counted as malformed, dropped).
+    pub truncated: u64,
+    /// SRPIC counters, when sorting was on.
+    pub srpic: Option<SrpicReport>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Live {
+    sfu: SfuStats,
+    rx_bytes: u64,
+    tx_bytes: u64,
+}
+
+/// Send side of the engine: the send batch and the packets whose last copy it holds.
+struct Out {
+    tx: TxBatch,
+    pending: Vec<Nanos>,
+    hist: Histogram<u64>,
+    tx_bytes: u64,
+}
+
+impl Out {
+    /// Hand the queued copies to the kernel, then record the processing
+    /// delay of every packet whose last copy was among them.
+    fn flush(&mut self, io: &mut dyn ringway_io::BatchIo) -> anyhow::Result<()> {
+        if !self.tx.is_empty() {
+            io.send_batch(&self.tx)?;
+            self.tx_bytes += self.tx.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+            self.tx.clear();
+        }
+        if !self.pending.is_empty() {
+            let done = realtime_now();
+            for t in self.pending.drain(..) {
+                let _ = self.hist.record(done.saturating_since(t).max(1));
+            }
+        }
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        io: &mut dyn ringway_io::BatchIo,
+        dst: SocketAddr,
+        data: &[u8],
+    ) -> anyhow::Result<()> {
+        if self.tx.push(dst, data).is_err() {
+            self.flush(io)?;
+            self.tx
+                .push(dst, data)
+                .map_err(|_| anyhow::anyhow!("datagram larger than a send frame"))?;
+        }
+        Ok(())
+    }
+}
+
+struct Engine {
+    sfu: Sfu,
+    rx: RxBatch,
+    out: Out,
+    order: Vec<usize>,
+    srpic: Option<Srpic<usize>>,
+    rx_bytes: u64,
+    truncated: u64,
+    forwarded: u64,
+    copies: u64,
+}
+
+impl Engine {
+    /// Handle the datagrams of the current receive batch.
+    fn handle_batch(&mut self, io: &mut dyn ringway_io::BatchIo, now: u64) -> anyhow::Result<()> {
+        let n = self.rx.len();
+        self.order.clear();
+        if let Some(s) = self.srpic.as_mut() {
+            let order = &mut self.order;
+            let mut out = |i: usize| order.push(i);
+            for i in 0..n {
+                let d = self.rx.get(i).expect("held");
+                s.push(classify(d.data), i, &mut out);
+            }
+            s.flush_all(&mut out);
+        } else {
+            self.order.extend(0..n);
+        }
+        let Engine {
+            sfu,
+            rx,
+            out,
+            order,
+            rx_bytes,
+            truncated,
+            forwarded,
+            copies,
+            ..
+        } = self;
+        for &i in order.iter() {
+            let d = rx.get(i).expect("held");
+            *rx_bytes += d.meta.len as u64;
+            if d.meta.truncated {
+                *truncated += 1;
+                continue;
+            }
+            match sfu.handle(now, d.meta.peer, d.data) {
+                Action::Forward { targets, echo, .. } => {
+                    for dst in targets.iter().chain(echo.iter()) {
+                        out.push(io, *dst, d.data)?;
+                    }
+                    let count = targets.len() + echo.is_some() as usize;
+                    if count > 0 {
+                        *forwarded += 1;
+                        *copies += count as u64;
+                        out.pending.push(d.meta.app_rx);
+                    }
+                }
+                Action::Reply { dst, msg } => out.push(io, dst, msg)?,
+                Action::Drop(_) => {}
+            }
+        }
+        out.flush(io)
+    }
+}
+
+/// SRPIC classification of a datagram: RTP flows keyed by (SSRC, payload type).
+fn classify(data: &[u8]) -> Class {
+    match ringway_sfu::RtpPacket::new_checked(data) {
+        Ok(p) => Class::Flow {
+            key: ((p.ssrc() as u64) << 8) | p.payload_type() as u64,
+            seq: p.seq() as u32,
+            len: 1,
+        },
+        Err(_) => Class::PassThrough,
+    }
+}
+
+/// Run the SFU until the duration ends or a signal arrives.
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let stop = stop_flag()?;
+    let report = serve(a.clone(), stop, |addr| {
+        println!("ringway sfu: listening on {addr} ({} backend)", a.backend);
+        let _ = std::io::stdout().flush();
+    })?;
+    print_final(&report);
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn print_final(r: &ServeReport) {
+    let s = &r.sfu;
+    println!(
+        "final: {:.1}s backend={} batch={} rx={} media={} copies={} echoes={} acks={} errors={} \
+         cpu user={:.1}% sys={:.1}% delay p50={:.1}us p99={:.1}us",
+        r.wall_s,
+        r.backend,
+        r.batch,
+        s.rx_datagrams,
+        s.media_accepted,
+        s.copies,
+        s.echoes,
+        s.acks,
+        s.errors_sent,
+        r.cpu_user_pct,
+        r.cpu_system_pct,
+        r.delay.p50_us,
+        r.delay.p99_us
+    );
+    println!(
+        "drops: malformed={} unregistered={} unverified={} unknown_pt={} bad_token={} \
+         unknown_ssid={} wrong_address={} rejected_register={} rejected_subscribe={} timeouts={}",
+        s.drop_malformed,
+        s.drop_unregistered,
+        s.drop_unverified,
+        s.drop_unknown_pt,
+        s.drop_bad_token,
+        s.drop_unknown_ssid,
+        s.drop_wrong_address,
+        s.rejected_register,
+        s.rejected_subscribe,
+        s.timeouts
+    );
+}
+
+/// Run the SFU with `args`; `on_bound` is called with the bound address once
+/// the socket is open. Returns when `stop` is set or the duration ends.
+pub fn serve(
+    args: ServeArgs,
+    stop: Arc<AtomicBool>,
+    on_bound: impl FnOnce(SocketAddr),
+) -> anyhow::Result<ServeReport> {
+    let mut cfg = SocketConfig::new(args.listen);
+    cfg.rcvbuf = Some(8 << 20);
+    cfg.sndbuf = Some(8 << 20);
+    let (sock, _rep) = open_udp(&cfg).with_context(|| format!("binding {}", args.listen))?;
+    let mut io = open_backend(args.backend, sock)?;
+    let bound = io.local_addr()?;
+    on_bound(bound);
+    let batch = args.batch.unwrap_or(match args.backend {
+        BackendKind::Socket => 1,
+        _ => 64,
+    });
+    anyhow::ensure!(batch >= 1, "--batch must be at least 1");
+    let seed = realtime_now().0 ^ ((std::process::id() as u64) << 32);
+    let sfu = Sfu::new(SfuConfig {
+        echo: !args.no_echo,
+        static_room: args.static_room,
+        max_clients: args.max_clients,
+        max_subs: args.max_subs,
+        idle_timeout_ns: (args.idle_timeout * 1e9) as u64,
+        seed,
+    });
+    let srpic = args.srpic.then(|| {
+        Srpic::new(
+            SrpicConfig {
+                block_size: args.srpic_block.max(1),
+                ring_size: batch.max(args.srpic_block).max(1),
+                ..Default::default()
+            },
+            SeqSpace::U16,
+        )
+    });
+    let live = Arc::new(Mutex::new(Live::default()));
+    let engine_live = live.clone();
+    let engine_stop = stop.clone();
+    let cpus = args.cpus.clone();
+    let engine = std::thread::Builder::new()
+        .name("sfu-engine".into())
+        .spawn(move || -> anyhow::Result<(Engine, IoStats, CpuTime, f64)> {
+            if let Some(c) = &cpus {
+                pin_this_thread(c)?;
+            }
+            let mut e = Engine {
+                sfu,
+                rx: RxBatch::new(batch, FRAME),
+                out: Out {
+                    tx: TxBatch::new(256, FRAME),
+                    pending: Vec::with_capacity(batch),
+                    hist: latency_histogram(),
+                    tx_bytes: 0,
+                },
+                order: Vec::with_capacity(batch),
+                srpic,
+                rx_bytes: 0,
+                truncated: 0,
+                forwarded: 0,
+                copies: 0,
+            };
+            let cpu0 = CpuTime::this_thread();
+            let t0 = Instant::now();
+            let mut next_tick = 0u64;
+            while !engine_stop.load(Ordering::Relaxed) {
+                let n = io.recv_batch(&mut e.rx, Some(Duration::from_millis(20)))?;
+                let now = monotonic_now().0;
+                if n > 0 {
+                    e.handle_batch(io.as_mut(), now)?;
+                }
+                if now >= next_tick {
+                    e.sfu.tick(now);
+                    next_tick = now + 50_000_000;
+                    let mut l = engine_live.lock().expect("not poisoned");
+                    l.sfu = e.sfu.stats();
+                    l.rx_bytes = e.rx_bytes;
+                    l.tx_bytes = e.out.tx_bytes;
+                }
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            let cpu = CpuTime::this_thread().since(cpu0);
+            Ok((e, io.stats(), cpu, wall))
+        })?;
+    let start = Instant::now();
+    let mut last = (Instant::now(), Live::default());
+    let interval = Duration::from_secs_f64(args.stats_interval.max(0.0));
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        if engine.is_finished() {
+            break;
+        }
+        if let Some(d) = args.duration {
+            if start.elapsed().as_secs_f64() >= d {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if !interval.is_zero() && last.0.elapsed() >= interval {
+            let l = live.lock().expect("not poisoned").clone();
+            let dt = last.0.elapsed().as_secs_f64();
+            println!(
+                "[{:6.1}s] clients={} room={} in={:.0}pps {:.2}Mbps out={:.2}Mbps copies={:.0}/s drops={}",
+                start.elapsed().as_secs_f64(),
+                l.sfu.clients,
+                l.sfu.room_members,
+                (l.sfu.rx_datagrams - last.1.sfu.rx_datagrams) as f64 / dt,
+                (l.rx_bytes - last.1.rx_bytes) as f64 * 8.0 / dt / 1e6,
+                (l.tx_bytes - last.1.tx_bytes) as f64 * 8.0 / dt / 1e6,
+                (l.sfu.copies + l.sfu.echoes - last.1.sfu.copies - last.1.sfu.echoes) as f64 / dt,
+                l.sfu.drop_malformed
+                    + l.sfu.drop_unregistered
+                    + l.sfu.drop_unverified
+                    + l.sfu.drop_unknown_pt,
+            );
+            let _ = std::io::stdout().flush();
+            last = (Instant::now(), l);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (e, io_stats, cpu, wall) = engine
+        .join()
+        .map_err(|_| anyhow::anyhow!("engine thread panicked"))??;
+    let pct = |s: f64| if wall > 0.0 { 100.0 * s / wall } else { 0.0 };
+    let hist = &e.out.hist;
+    Ok(ServeReport {
+        backend: args.backend.name().into(),
+        batch,
+        listen: bound.to_string(),
+        wall_s: wall,
+        cpu,
+        cpu_user_pct: pct(cpu.user_s),
+        cpu_system_pct: pct(cpu.system_s),
+        delay: Percentiles::of(hist),
+        delay_mean_us: if hist.is_empty() {
+            0.0
+        } else {
+            hist.mean() / 1000.0
+        },
+        copies_per_packet: if e.forwarded > 0 {
+            e.copies as f64 / e.forwarded as f64
+        } else {
+            0.0
+        },
+        sfu: e.sfu.stats(),
+        io: io_stats,
+        rx_bytes: e.rx_bytes,
+        tx_bytes: e.out.tx_bytes,
+        truncated: e.truncated,
+        srpic: e.srpic.as_ref().map(|s| {
+            let st = s.stats();
+            SrpicReport {
+                packets: st.packets,
+                to_after: st.to_after,
+                to_prev: st.to_prev,
+                flows: st.flows,
+            }
+        }),
+    })
+}
