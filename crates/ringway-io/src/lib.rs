@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod batch;
 pub mod counters;
+pub mod doctor;
 pub mod netns;
 pub mod sock;
 mod sys;

@@ -25,13 +25,10 @@ pub(crate) const SO_MEMINFO: libc::c_int = 55;
 /// Index of the drop counter in the `SO_MEMINFO` array.
 pub(crate) const SK_MEMINFO_DROPS: usize = 8;
 /// `UDP_SEGMENT` (UDP GSO segment size).
-#[allow(dead_code)]
 pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 /// `UDP_GRO`.
-#[allow(dead_code)]
 pub(crate) const UDP_GRO: libc::c_int = 104;
 /// `SOL_UDP`.
-#[allow(dead_code)]
 pub(crate) const SOL_UDP: libc::c_int = 17;
 
 /// `SOF_TIMESTAMPING_TX_SOFTWARE`.

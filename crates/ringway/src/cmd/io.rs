@@ -20,8 +20,14 @@ pub enum BenchCmd {
 }
 
 /// Run `ringway doctor`.
-pub fn doctor(_a: DoctorArgs) -> anyhow::Result<()> {
-    anyhow::bail!("doctor not built yet")
+pub fn doctor(a: DoctorArgs) -> anyhow::Result<()> {
+    let rep = ringway_io::doctor::run();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        print!("{}", ringway_io::doctor::render_text(&rep));
+    }
+    Ok(())
 }
 
 /// Run `ringway bench ...`.

@@ -1,0 +1,817 @@
+//! `ringway doctor`: probe (never assume) what this kernel and machine offer.
+//!
+//! Every check calls the real interface and reports what happened. Probes
+//! that could disturb the host run in throwaway namespaces: drop and netem
+//! probes in a private network namespace, the debugfs probe in a private
+//! mount namespace (with propagation to the host turned off first).
+
+use crate::backend::{open_backend, BackendKind};
+use crate::batch::{RxBatch, TxBatch};
+use crate::netns::in_private_netns;
+use crate::sock::{open_udp, read_sysctl, SocketConfig};
+use crate::sys;
+use crate::thread::{self, errno_reason, Outcome, Policy};
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// One probe result.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Check {
+    /// Area ("io", "timestamps", "offload", "kernel", "sched", "perf", "impair").
+    pub area: String,
+    /// What was probed.
+    pub name: String,
+    /// The feature works here.
+    pub ok: bool,
+    /// What the probe saw (counts, errno, error text).
+    pub detail: String,
+}
+
+/// Everything `ringway doctor` found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DoctorReport {
+    /// `uname -r` and `uname -v`.
+    pub kernel: String,
+    /// Machine (`uname -m`).
+    pub machine: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// Effective uid is 0.
+    pub root: bool,
+    /// Probe results in report order.
+    pub checks: Vec<Check>,
+    /// Relevant sysctls (name, value or error).
+    pub sysctls: Vec<(String, String)>,
+}
+
+impl DoctorReport {
+    /// The check called `name`, if present.
+    pub fn check(&self, name: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+}
+
+fn chk(area: &str, name: &str, ok: bool, detail: impl Into<String>) -> Check {
+    Check {
+        area: area.into(),
+        name: name.into(),
+        ok,
+        detail: detail.into(),
+    }
+}
+
+fn utsname() -> (String, String) {
+    // SAFETY: utsname is plain old data; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a live, writable utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return ("unknown".into(), "unknown".into());
+    }
+    let s = |f: &[libc::c_char]| {
+        let b: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    (
+        format!("{} {}", s(&u.release), s(&u.version)),
+        s(&u.machine),
+    )
+}
+
+/// Run every probe.
+pub fn run() -> DoctorReport {
+    let (kernel, machine) = utsname();
+    let mut checks = Vec::new();
+    for &k in BackendKind::ALL {
+        checks.push(probe_backend(k));
+    }
+    checks.push(probe_rxq_ovfl());
+    checks.push(probe_reuseport());
+    checks.push(probe_rcvbuf_force());
+    checks.push(probe_tx_stamps());
+    checks.push(probe_gso());
+    checks.push(probe_gro());
+    checks.push(probe_io_uring());
+    checks.extend(probe_af_xdp());
+    checks.extend(probe_qdiscs());
+    checks.extend(probe_sched());
+    checks.push(probe_debugfs_sched());
+    checks.extend(probe_perf());
+    let sysctls = [
+        "net/core/rmem_max",
+        "net/core/wmem_max",
+        "net/core/rmem_default",
+        "net/core/wmem_default",
+        "net/core/netdev_max_backlog",
+        "kernel/io_uring_disabled",
+        "kernel/perf_event_paranoid",
+        "kernel/sched_rt_runtime_us",
+    ]
+    .iter()
+    .map(|p| {
+        let v = std::fs::read_to_string(format!("/proc/sys/{p}"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        (p.replace('/', "."), v)
+    })
+    .collect();
+    DoctorReport {
+        kernel,
+        machine,
+        cpus: thread::online_cpus(),
+        // SAFETY: geteuid has no arguments and cannot fail.
+        root: unsafe { libc::geteuid() } == 0,
+        checks,
+        sysctls,
+    }
+}
+
+fn loop_pair(
+    kind: BackendKind,
+    tx_stamps: bool,
+) -> io::Result<(Box<dyn crate::BatchIo>, Box<dyn crate::BatchIo>)> {
+    let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
+    cfg.tx_timestamps = tx_stamps;
+    let (a, _) = open_udp(&cfg)?;
+    let (b, _) = open_udp(&cfg)?;
+    Ok((open_backend(kind, a)?, open_backend(kind, b)?))
+}
+
+fn probe_backend(kind: BackendKind) -> Check {
+    let name = format!("backend {kind}");
+    let r = (|| -> io::Result<(usize, usize, usize)> {
+        let (mut a, mut b) = loop_pair(kind, false)?;
+        let dst = b.local_addr()?;
+        let mut tx = TxBatch::new(8, 64);
+        for i in 0..8u8 {
+            tx.push(dst, &[i; 32]).map_err(io::Error::other)?;
+        }
+        let sent = a.send_batch(&tx)?;
+        let mut rx = RxBatch::new(8, 64);
+        let (mut got, mut stamped) = (0, 0);
+        let end = Instant::now() + Duration::from_secs(1);
+        while got < sent && Instant::now() < end {
+            b.recv_batch(&mut rx, Some(Duration::from_millis(50)))?;
+            got += rx.len();
+            stamped += rx
+                .iter()
+                .filter(|d| d.meta.kernel_rx.is_some_and(|k| k <= d.meta.app_rx))
+                .count();
+        }
+        Ok((sent, got, stamped))
+    })();
+    match r {
+        Ok((s, g, st)) => chk(
+            "io",
+            &name,
+            s == 8 && g == 8 && st == g,
+            format!(
+                "loopback: sent {s}/8, received {g}/8, kernel RX software stamps on {st}/{g} (each <= app receive time)"
+            ),
+        ),
+        Err(e) => chk("io", &name, false, format!("probe failed: {e}")),
+    }
+}
+
+fn probe_tx_stamps() -> Check {
+    let r = (|| -> io::Result<(usize, Vec<u64>)> {
+        let (mut a, mut b) = loop_pair(BackendKind::Mmsg, true)?;
+        let dst = b.local_addr()?;
+        let mut tx = TxBatch::new(4, 64);
+        for _ in 0..4 {
+            tx.push(dst, b"stamp").map_err(io::Error::other)?;
+        }
+        tx.request_stamp(0, 1);
+        tx.request_stamp(2, 3);
+        a.send_batch(&tx)?;
+        let mut st = Vec::new();
+        let end = Instant::now() + Duration::from_millis(500);
+        while st.len() < 2 && Instant::now() < end {
+            a.poll_tx_stamps(&mut st)?;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut rx = RxBatch::new(4, 64);
+        b.recv_batch(&mut rx, Some(Duration::from_millis(100)))?;
+        Ok((
+            st.len(),
+            st.iter()
+                .map(|s| s.kernel_tx.saturating_since(s.app_tx))
+                .collect(),
+        ))
+    })();
+    match r {
+        Ok((n, lat)) => chk(
+            "timestamps",
+            "tx software stamps",
+            n == 2,
+            format!(
+                "SO_TIMESTAMPING TX_SOFTWARE|OPT_ID|OPT_TSONLY via MSG_ERRQUEUE: {n}/2 requested stamps returned (app->kernel ns {lat:?})"
+            ),
+        ),
+        Err(e) => chk("timestamps", "tx software stamps", false, format!("probe failed: {e}")),
+    }
+}
+
+fn probe_rxq_ovfl() -> Check {
+    let r = in_private_netns(|| -> io::Result<(u64, u64)> {
+        const K: u64 = 64;
+        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
+        cfg.rcvbuf = Some(1);
+        let (s, rep) = open_udp(&cfg)?;
+        if !rep.rxq_ovfl {
+            return Err(io::Error::other(format!(
+                "SO_RXQ_OVFL not set: {:?}",
+                rep.warnings
+            )));
+        }
+        let dst = s.local_addr()?;
+        let mut io = open_backend(BackendKind::Mmsg, s)?;
+        let tx = UdpSocket::bind("127.0.0.1:0")?;
+        for _ in 0..K {
+            tx.send_to(&[0u8; 200], dst)?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let mut rx = RxBatch::new(64, 256);
+        let mut got = 0u64;
+        while io.recv_batch(&mut rx, Some(Duration::from_millis(50)))? > 0 {
+            got += rx.len() as u64;
+        }
+        tx.send_to(b"sentinel", dst)?;
+        io.recv_batch(&mut rx, Some(Duration::from_millis(500)))?;
+        Ok((got, io.stats().rx_dropped))
+    });
+    match r {
+        Ok(Ok((got, drops))) => chk(
+            "io",
+            "SO_RXQ_OVFL",
+            drops > 0 && got + drops == 64,
+            format!(
+                "private netns, tiny rcvbuf, 64 sent: {got} delivered + {drops} reported dropped"
+            ),
+        ),
+        Ok(Err(e)) | Err(e) => chk("io", "SO_RXQ_OVFL", false, format!("probe failed: {e}")),
+    }
+}
+
+fn probe_reuseport() -> Check {
+    let r = (|| -> io::Result<()> {
+        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
+        cfg.reuseport = true;
+        let (a, _) = open_udp(&cfg)?;
+        cfg.bind = a.local_addr()?;
+        let (_b, _) = open_udp(&cfg)?;
+        Ok(())
+    })();
+    match r {
+        Ok(()) => chk(
+            "io",
+            "SO_REUSEPORT",
+            true,
+            "two UDP sockets bound to one port",
+        ),
+        Err(e) => chk(
+            "io",
+            "SO_REUSEPORT",
+            false,
+            format!("second bind failed: {e}"),
+        ),
+    }
+}
+
+fn probe_rcvbuf_force() -> Check {
+    let max = read_sysctl("net/core/rmem_max").unwrap_or(0).max(0) as usize;
+    let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
+    cfg.rcvbuf = Some(max.max(1) * 4);
+    match open_udp(&cfg) {
+        Ok((_s, rep)) => chk(
+            "io",
+            "SO_RCVBUFFORCE",
+            rep.rcvbuf_forced,
+            format!(
+                "asked {} (4x rmem_max {max}): granted {}{}",
+                max * 4,
+                rep.rcvbuf_granted,
+                if rep.warnings.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", rep.warnings.join("; "))
+                }
+            ),
+        ),
+        Err(e) => chk("io", "SO_RCVBUFFORCE", false, format!("open failed: {e}")),
+    }
+}
+
+fn probe_gso() -> Check {
+    let r = (|| -> io::Result<(usize, Vec<usize>)> {
+        let rx = UdpSocket::bind("127.0.0.1:0")?;
+        rx.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let tx = UdpSocket::bind("127.0.0.1:0")?;
+        sys::setsockopt_int(tx.as_raw_fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 1000)?;
+        let n = tx.send_to(&[7u8; 3000], rx.local_addr()?)?;
+        let mut sizes = Vec::new();
+        let mut buf = [0u8; 4000];
+        while let Ok(k) = rx.recv(&mut buf) {
+            sizes.push(k);
+            if sizes.len() == 3 {
+                break;
+            }
+        }
+        Ok((n, sizes))
+    })();
+    match r {
+        Ok((n, sizes)) => chk(
+            "offload",
+            "UDP GSO (UDP_SEGMENT)",
+            sizes == [1000, 1000, 1000],
+            format!("one send of {n} bytes with segment 1000 arrived as datagrams of {sizes:?}"),
+        ),
+        Err(e) => chk(
+            "offload",
+            "UDP GSO (UDP_SEGMENT)",
+            false,
+            format!("refused: {}", errno_reason(&e)),
+        ),
+    }
+}
+
+fn probe_gro() -> Check {
+    let r = (|| -> io::Result<i32> {
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        sys::setsockopt_int(s.as_raw_fd(), sys::SOL_UDP, sys::UDP_GRO, 1)?;
+        sys::getsockopt_int(s.as_raw_fd(), sys::SOL_UDP, sys::UDP_GRO)
+    })();
+    match r {
+        Ok(v) => chk("offload", "UDP GRO (UDP_GRO)", v != 0, format!("setsockopt accepted, reads back {v} (coalescing itself needs a GRO-capable path; not exercised on lo)")),
+        Err(e) => chk("offload", "UDP GRO (UDP_GRO)", false, format!("refused: {}", errno_reason(&e))),
+    }
+}
+
+fn probe_io_uring() -> Check {
+    let disabled = read_sysctl("kernel/io_uring_disabled")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|e| format!("unreadable ({e})"));
+    let mut params = [0u64; 16]; // struct io_uring_params is 120 bytes
+                                 // SAFETY: io_uring_setup reads/writes a 120-byte params struct; we pass 128 zeroed bytes.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) };
+    if fd >= 0 {
+        // SAFETY: closing the descriptor io_uring_setup just returned to us.
+        unsafe { libc::close(fd as i32) };
+        let sq = params[0] as u32;
+        chk(
+            "kernel",
+            "io_uring",
+            true,
+            format!("io_uring_setup(4) gave a ring (sq_entries {sq}); kernel.io_uring_disabled={disabled}"),
+        )
+    } else {
+        chk(
+            "kernel",
+            "io_uring",
+            false,
+            format!(
+                "io_uring_setup refused: {}; kernel.io_uring_disabled={disabled}",
+                errno_reason(&io::Error::last_os_error())
+            ),
+        )
+    }
+}
+
+/// AF_XDP: create the socket, then in a private namespace bind it to a veth
+/// in copy mode and try zero-copy too.
+fn probe_af_xdp() -> Vec<Check> {
+    const AF_XDP: libc::c_int = 44;
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return vec![chk(
+            "kernel",
+            "AF_XDP socket",
+            false,
+            format!(
+                "socket(AF_XDP) refused: {}",
+                errno_reason(&io::Error::last_os_error())
+            ),
+        )];
+    }
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(fd) };
+    let mut out = vec![chk(
+        "kernel",
+        "AF_XDP socket",
+        true,
+        "socket(AF_XDP, SOCK_RAW) created",
+    )];
+    let r = in_private_netns(|| -> io::Result<(Result<(), String>, Result<(), String>)> {
+        let st = Command::new("ip")
+            .args(["link", "add", "xv0", "type", "veth", "peer", "name", "xv1"])
+            .status()?;
+        if !st.success() {
+            return Err(io::Error::other("ip link add veth failed"));
+        }
+        for i in ["xv0", "xv1"] {
+            Command::new("ip").args(["link", "set", i, "up"]).status()?;
+        }
+        // SAFETY: NUL-terminated names; if_nametoindex resolves in this thread's netns.
+        let (i0, i1) = unsafe {
+            (
+                libc::if_nametoindex(c"xv0".as_ptr()),
+                libc::if_nametoindex(c"xv1".as_ptr()),
+            )
+        };
+        // Separate veth ends, so the first socket's teardown cannot interfere.
+        Ok((xsk_bind(i0, 1 << 1), xsk_bind(i1, 1 << 2)))
+    });
+    match r {
+        Ok(Ok((copy, zc))) => {
+            out.push(chk(
+                "kernel",
+                "AF_XDP copy mode (veth)",
+                copy.is_ok(),
+                match copy {
+                    Ok(()) => "UMEM registered, XSK bound to a veth queue 0 with XDP_COPY".into(),
+                    Err(e) => format!("bind with XDP_COPY failed: {e}"),
+                },
+            ));
+            out.push(chk(
+                "kernel",
+                "AF_XDP zero-copy (veth)",
+                zc.is_ok(),
+                match zc {
+                    Ok(()) => "bound with XDP_ZEROCOPY".into(),
+                    Err(e) => format!("bind with XDP_ZEROCOPY refused: {e}"),
+                },
+            ));
+        }
+        Ok(Err(e)) | Err(e) => out.push(chk(
+            "kernel",
+            "AF_XDP copy mode (veth)",
+            false,
+            format!("probe failed: {e}"),
+        )),
+    }
+    out
+}
+
+/// Register a small UMEM, set up rings and bind to `ifindex` queue 0 with `flags`.
+fn xsk_bind(ifindex: u32, flags: u16) -> Result<(), String> {
+    const AF_XDP: libc::c_int = 44;
+    const SOL_XDP: libc::c_int = 283;
+    const XDP_RX_RING: libc::c_int = 2;
+    const XDP_UMEM_REG: libc::c_int = 4;
+    const XDP_UMEM_FILL_RING: libc::c_int = 5;
+    const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
+    #[repr(C)]
+    struct UmemReg {
+        addr: u64,
+        len: u64,
+        chunk_size: u32,
+        headroom: u32,
+        flags: u32,
+        tx_metadata_len: u32,
+    }
+    #[repr(C)]
+    struct SockaddrXdp {
+        family: u16,
+        flags: u16,
+        ifindex: u32,
+        queue_id: u32,
+        shared_umem_fd: u32,
+    }
+    if ifindex == 0 {
+        return Err("no ifindex for the veth".into());
+    }
+    const LEN: usize = 16 * 4096;
+    // SAFETY: anonymous private mapping, checked below, unmapped at the end.
+    let mem = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if mem == libc::MAP_FAILED {
+        return Err(errno_reason(&io::Error::last_os_error()));
+    }
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    let res = (|| -> Result<(), String> {
+        if fd < 0 {
+            return Err(errno_reason(&io::Error::last_os_error()));
+        }
+        let reg = UmemReg {
+            addr: mem as u64,
+            len: LEN as u64,
+            chunk_size: 4096,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        // SAFETY: pointer/length describe a live UmemReg; the UMEM mapping outlives the socket.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                SOL_XDP,
+                XDP_UMEM_REG,
+                (&reg as *const UmemReg).cast(),
+                std::mem::size_of::<UmemReg>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "XDP_UMEM_REG: {}",
+                errno_reason(&io::Error::last_os_error())
+            ));
+        }
+        for (opt, what) in [
+            (XDP_UMEM_FILL_RING, "fill ring"),
+            (XDP_UMEM_COMPLETION_RING, "completion ring"),
+            (XDP_RX_RING, "rx ring"),
+        ] {
+            sys::setsockopt_int(fd, SOL_XDP, opt, 16)
+                .map_err(|e| format!("{what}: {}", errno_reason(&e)))?;
+        }
+        let sa = SockaddrXdp {
+            family: AF_XDP as u16,
+            flags,
+            ifindex,
+            queue_id: 0,
+            shared_umem_fd: 0,
+        };
+        // SAFETY: pointer/length describe a live sockaddr_xdp.
+        let rc = unsafe {
+            libc::bind(
+                fd,
+                (&sa as *const SockaddrXdp).cast(),
+                std::mem::size_of::<SockaddrXdp>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(errno_reason(&io::Error::last_os_error()));
+        }
+        Ok(())
+    })();
+    if fd >= 0 {
+        // SAFETY: closing our own descriptor (before the UMEM goes away).
+        unsafe { libc::close(fd) };
+    }
+    // SAFETY: unmapping the region mapped above; nothing refers to it any more.
+    unsafe { libc::munmap(mem, LEN) };
+    res
+}
+
+/// netem (and tbf for contrast) in a throwaway private namespace.
+fn probe_qdiscs() -> Vec<Check> {
+    let try_qdisc = |args: &'static [&'static str]| -> Result<(), String> {
+        match in_private_netns(move || Command::new("tc").args(args).output()) {
+            Ok(Ok(o)) if o.status.success() => Ok(()),
+            Ok(Ok(o)) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+            Ok(Err(e)) | Err(e) => Err(format!("could not run tc: {e}")),
+        }
+    };
+    let netem = try_qdisc(&["qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]);
+    let tbf = try_qdisc(&[
+        "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1mbit", "burst", "32kbit", "latency",
+        "400ms",
+    ]);
+    vec![
+        chk(
+            "impair",
+            "tc netem",
+            netem.is_ok(),
+            match netem {
+                Ok(()) => {
+                    "tc qdisc add dev lo root netem delay 1ms: ok (private netns)".to_string()
+                }
+                Err(e) => format!("tc qdisc add ... netem delay 1ms (private netns): {e}"),
+            },
+        ),
+        chk(
+            "impair",
+            "tc tbf",
+            tbf.is_ok(),
+            match tbf {
+                Ok(()) => "tc qdisc add dev lo root tbf: ok (private netns)".to_string(),
+                Err(e) => format!("tc qdisc add ... tbf (private netns): {e}"),
+            },
+        ),
+    ]
+}
+
+fn probe_sched() -> Vec<Check> {
+    let (slice, fifo, base) = std::thread::spawn(|| {
+        let base = thread::slice().map(|d| d.as_micros()).unwrap_or(0);
+        let s = thread::set_slice(Duration::from_millis(2));
+        let f = thread::set_policy(Policy::Fifo(1));
+        if f.is_applied() {
+            let _ = thread::set_policy(Policy::Other);
+        }
+        (s, f, base)
+    })
+    .join()
+    .unwrap_or((
+        Outcome::Refused("probe thread panicked".into()),
+        Outcome::Refused("probe thread panicked".into()),
+        0,
+    ));
+    vec![
+        chk(
+            "sched",
+            "EEVDF slice (sched_setattr)",
+            slice.is_applied(),
+            format!("default slice {base} us; request 2 ms on a test thread: {slice}"),
+        ),
+        chk(
+            "sched",
+            "SCHED_FIFO",
+            fifo.is_applied(),
+            format!("fifo:1 on a test thread: {fifo} (restored to other)"),
+        ),
+    ]
+}
+
+/// Can `/sys/kernel/debug/sched/*` be used? Tries in a private mount
+/// namespace (propagation off), mounting debugfs/securityfs there if needed.
+fn probe_debugfs_sched() -> Check {
+    let r = std::thread::spawn(|| -> Result<String, String> {
+        // SAFETY: unshare affects only this thread (mount namespace and fs info).
+        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+            return Err(format!(
+                "unshare(CLONE_NEWNS): {}",
+                errno_reason(&io::Error::last_os_error())
+            ));
+        }
+        let root = c"/";
+        // SAFETY: make every mount in our new namespace private, so nothing we
+        // mount propagates to the host; on failure we stop before mounting.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "make / private: {}",
+                errno_reason(&io::Error::last_os_error())
+            ));
+        }
+        let mut notes = Vec::new();
+        let mut mount_fs = |fs: &std::ffi::CStr, dir: &std::ffi::CStr, probe: &str| {
+            if std::path::Path::new(probe).exists() {
+                return;
+            }
+            // SAFETY: NUL-terminated strings; the mount lives only in this private namespace.
+            let rc =
+                unsafe { libc::mount(fs.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) };
+            if rc != 0 {
+                notes.push(format!(
+                    "mount {}: {}",
+                    fs.to_string_lossy(),
+                    errno_reason(&io::Error::last_os_error())
+                ));
+            } else {
+                notes.push(format!(
+                    "{} was not mounted (mounted privately for the probe)",
+                    fs.to_string_lossy()
+                ));
+            }
+        };
+        mount_fs(c"debugfs", c"/sys/kernel/debug", "/sys/kernel/debug/sched");
+        mount_fs(
+            c"securityfs",
+            c"/sys/kernel/security",
+            "/sys/kernel/security/lockdown",
+        );
+        let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|e| format!("unreadable ({e})"));
+        let f = "/sys/kernel/debug/sched/base_slice_ns";
+        let rd = std::fs::File::open(f)
+            .map(|_| ())
+            .map_err(|e| errno_reason(&e));
+        // Opening for write changes nothing until something is written; we write nothing.
+        let wr = std::fs::OpenOptions::new()
+            .write(true)
+            .open(f)
+            .map(|_| ())
+            .map_err(|e| errno_reason(&e));
+        let fmt = |r: &Result<(), String>| match r {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e.clone(),
+        };
+        let text = format!(
+            "{}open {f} read: {}, write: {}; lockdown: {lockdown}",
+            if notes.is_empty() {
+                String::new()
+            } else {
+                format!("{}; ", notes.join("; "))
+            },
+            fmt(&rd),
+            fmt(&wr),
+        );
+        if wr.is_ok() {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .join()
+    .unwrap_or_else(|_| Err("probe thread panicked".into()));
+    match r {
+        Ok(t) => chk("sched", "debugfs sched knobs", true, t),
+        Err(t) => chk("sched", "debugfs sched knobs", false, t),
+    }
+}
+
+fn perf_open(ty: u32, config: u64) -> Result<(), String> {
+    // struct perf_event_attr, version 0 layout (64 bytes) inside a larger zeroed buffer.
+    let mut attr = [0u64; 16];
+    attr[0] = ty as u64 | (64u64 << 32); // type, size
+    attr[1] = config;
+    attr[6] = 1 | (1 << 5) | (1 << 6); // disabled, exclude_kernel, exclude_hv
+                                       // SAFETY: attr is a live buffer at least `size` (64) bytes long; pid 0 = self, cpu -1 = any.
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) };
+    if fd < 0 {
+        return Err(errno_reason(&io::Error::last_os_error()));
+    }
+    // SAFETY: closing the descriptor we were just given.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+fn probe_perf() -> Vec<Check> {
+    let paranoid = read_sysctl("kernel/perf_event_paranoid")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|e| format!("unreadable ({e})"));
+    let hw = perf_open(0, 0); // PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES
+    let sw = perf_open(1, 1); // PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK
+    vec![
+        chk(
+            "perf",
+            "perf hardware counters",
+            hw.is_ok(),
+            match &hw {
+                Ok(()) => format!("perf_event_open(CPU_CYCLES) ok; perf_event_paranoid={paranoid}"),
+                Err(e) => format!(
+                    "perf_event_open(CPU_CYCLES) refused: {e}; perf_event_paranoid={paranoid}"
+                ),
+            },
+        ),
+        chk(
+            "perf",
+            "perf software counters",
+            sw.is_ok(),
+            match &sw {
+                Ok(()) => "perf_event_open(TASK_CLOCK) ok".to_string(),
+                Err(e) => format!("perf_event_open(TASK_CLOCK) refused: {e}"),
+            },
+        ),
+    ]
+}
+
+/// Render the report as aligned text.
+pub fn render_text(r: &DoctorReport) -> String {
+    let mut s = format!(
+        "kernel   {}\nmachine  {} ({} CPUs online){}\n\n",
+        r.kernel,
+        r.machine,
+        r.cpus,
+        if r.root {
+            ", running as root"
+        } else {
+            ", not root"
+        }
+    );
+    let w = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(10);
+    let mut area = String::new();
+    for c in &r.checks {
+        if c.area != area {
+            area = c.area.clone();
+            s.push_str(&format!("[{area}]\n"));
+        }
+        s.push_str(&format!(
+            "  {:<w$}  {:<3}  {}\n",
+            c.name,
+            if c.ok { "yes" } else { "NO" },
+            c.detail
+        ));
+    }
+    s.push_str("[sysctl]\n");
+    for (k, v) in &r.sysctls {
+        s.push_str(&format!("  {k} = {v}\n"));
+    }
+    s
+}

@@ -1,0 +1,39 @@
+//! `doctor::run` probes the real kernel. Facts that hold on any Linux that
+//! runs these tests (loopback UDP, both backends) are asserted; the rest is
+//! checked for shape and printed.
+
+#[test]
+fn doctor_probes_and_renders() {
+    let rep = ringway_io::doctor::run();
+    let text = ringway_io::doctor::render_text(&rep);
+    println!("{text}");
+    for name in ["backend socket", "backend mmsg"] {
+        let c = rep.check(name).unwrap_or_else(|| panic!("missing {name}"));
+        assert!(c.ok, "{name}: {}", c.detail);
+    }
+    for name in [
+        "tx software stamps",
+        "SO_RXQ_OVFL",
+        "SO_REUSEPORT",
+        "UDP GSO (UDP_SEGMENT)",
+        "io_uring",
+        "AF_XDP socket",
+        "tc netem",
+        "EEVDF slice (sched_setattr)",
+        "SCHED_FIFO",
+        "debugfs sched knobs",
+        "perf hardware counters",
+    ] {
+        let c = rep.check(name).unwrap_or_else(|| panic!("missing {name}"));
+        assert!(!c.detail.is_empty());
+        assert!(text.contains(name));
+    }
+    let json = serde_json::to_value(&rep).unwrap();
+    assert!(json["checks"].as_array().unwrap().len() >= 15);
+    // Probes must not leave named namespaces behind.
+    let mine = format!("rw-{}-", std::process::id());
+    assert!(ringway_io::netns::list_netns()
+        .unwrap()
+        .iter()
+        .all(|n| !n.starts_with(&mine)));
+}
