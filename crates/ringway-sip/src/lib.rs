@@ -9,9 +9,18 @@
 //! Nothing here opens sockets, reads clocks or spawns threads: callers pass
 //! `now` (monotonic nanoseconds) and datagrams, and receive datagrams to send.
 
+pub mod edit;
+pub mod hash;
 pub mod msg;
+pub mod proxy;
+pub mod registrar;
 mod text;
 pub mod uri;
 
+pub use edit::{
+    build_response, forward_request, forward_response, EditError, RequestEdits, ViaEdit,
+};
 pub use msg::{HeaderKind, Method, ParseError, SipMsg, Via};
+pub use proxy::{Action, DropReason, Mode, MsgLabel, Outcome, Proxy, ProxyConfig, ProxyStats};
+pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use uri::{NameAddr, SipUri};

@@ -421,6 +421,7 @@ pub struct SipMsg<'a> {
     buf: &'a [u8],
     head: &'a str,
     start: Start,
+    msg_start: u16,
     start_line_end: u16,
     head_end: u16,
     body_start: u16,
@@ -470,6 +471,19 @@ impl<'a> SipMsg<'a> {
     /// Parse and validate a datagram. Leading CRLFs (keep-alives) are
     /// skipped; bytes after `Content-Length` are ignored (RFC 3261 18.3).
     pub fn parse(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
+        Self::parse_impl(buf, true)
+    }
+
+    /// Structure-only parse used to answer a malformed request: the start
+    /// line and header values are not validated (a bad start line becomes a
+    /// request with an empty Request-URI), only line structure, UTF-8 and
+    /// the header end are required. Accessors that need a valid value
+    /// (e.g. [`Self::cseq`]) may return `None`.
+    pub fn parse_loose(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
+        Self::parse_impl(buf, false)
+    }
+
+    fn parse_impl(buf: &'a [u8], strict: bool) -> Result<SipMsg<'a>, ParseError> {
         if buf.len() > MAX_MESSAGE {
             return Err(ParseError::TooLarge);
         }
@@ -496,11 +510,22 @@ impl<'a> SipMsg<'a> {
             sl_nl
         };
         let line = &head[skip..sl_end];
-        let start = parse_start_line(line, skip)?;
+        let start = match parse_start_line(line, skip) {
+            Ok(s) => s,
+            Err(e) if strict => return Err(e),
+            Err(_) => {
+                let m = line.find(' ').unwrap_or(line.len());
+                Start::Request {
+                    method: (skip as u16, (skip + m) as u16),
+                    uri: ((skip + m) as u16, (skip + m) as u16),
+                }
+            }
+        };
         let mut msg = SipMsg {
             buf,
             head,
             start,
+            msg_start: skip as u16,
             start_line_end: (sl_nl + 1) as u16,
             head_end: head_end as u16,
             body_start: body_start as u16,
@@ -582,8 +607,27 @@ impl<'a> SipMsg<'a> {
             pos = line_end;
         }
         msg.nhdrs = n as u8;
-        msg.validate()?;
+        if strict {
+            msg.validate()?;
+        } else {
+            msg.index_loose();
+        }
         Ok(msg)
+    }
+
+    fn index_loose(&mut self) {
+        for i in 0..self.nhdrs as usize {
+            let slot = match self.hdrs[i].kind {
+                HeaderKind::CallId => &mut self.i_call_id,
+                HeaderKind::CSeq => &mut self.i_cseq,
+                HeaderKind::From => &mut self.i_from,
+                HeaderKind::To => &mut self.i_to,
+                _ => continue,
+            };
+            if *slot == NONE {
+                *slot = i as u8;
+            }
+        }
     }
 
     fn validate(&mut self) -> Result<(), ParseError> {
@@ -705,9 +749,20 @@ impl<'a> SipMsg<'a> {
         (i != NONE).then(|| self.value_at(i as usize))
     }
 
-    /// The message bytes (up to the end of the body per Content-Length).
+    /// The message bytes (from the start line to the end of the body per
+    /// Content-Length; leading keep-alive CRLFs and trailing junk excluded).
     pub fn as_bytes(&self) -> &'a [u8] {
-        &self.buf[..self.body_end as usize]
+        &self.buf[self.msg_start as usize..self.body_end as usize]
+    }
+
+    /// Offset of the start line in the datagram.
+    pub fn msg_start(&self) -> usize {
+        self.msg_start as usize
+    }
+
+    /// Offset just past the body (Content-Length honoured).
+    pub fn msg_end(&self) -> usize {
+        self.body_end as usize
     }
 
     /// The header section (start line and headers) as text.
@@ -717,9 +772,8 @@ impl<'a> SipMsg<'a> {
 
     /// The start line, without line terminator.
     pub fn start_line(&self) -> &'a str {
-        self.head[..self.start_line_end as usize]
+        self.head[self.msg_start as usize..self.start_line_end as usize]
             .trim_end_matches(['\r', '\n'])
-            .trim_start_matches(['\r', '\n'])
     }
 
     /// `true` for requests.
