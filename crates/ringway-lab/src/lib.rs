@@ -2,5 +2,9 @@
 //! profiles, models and reports.
 
 pub mod impair;
+pub mod sfulab;
 pub mod stats;
+pub mod sched;
+pub mod siplab;
 pub mod sipload;
+pub mod report;

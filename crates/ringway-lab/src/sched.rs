@@ -1,0 +1,385 @@
+//! Scheduler profiles for the proxy's threads, and recorded/restored
+//! global settings (sysctls, scheduler knobs).
+//!
+//! Profiles only translate into the proxy's own per-thread flags
+//! (`--policy`, `--priority`, `--nice`, `--slice-us`); nothing global.
+//! Global changes go through [`SysState`]: every original value is written
+//! to a state file *before* the change, restored at the end (also on drop),
+//! and a leftover state file from a crashed run is restored by
+//! [`SysState::recover`] at the next start.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A named scheduler profile for the proxy's worker threads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Name used on the command line and in reports.
+    pub name: String,
+    /// `other`, `fifo` or `rr` (None: leave as is).
+    pub policy: Option<String>,
+    /// Real-time priority (fifo/rr).
+    pub priority: Option<i32>,
+    /// Nice value (SCHED_OTHER).
+    pub nice: Option<i32>,
+    /// EEVDF slice request in microseconds (sched_setattr sched_runtime).
+    pub slice_us: Option<u64>,
+}
+
+/// Names accepted by [`profile`].
+pub const PROFILES: &[&str] = &[
+    "default",
+    "fifo",
+    "rr",
+    "nice-10",
+    "slice-100us",
+    "slice-1ms",
+    "slice-3ms",
+];
+
+/// Look up a profile by name: one of [`PROFILES`], or `slice-<N>us` /
+/// `slice-<N>ms` / `fifo-<prio>` / `nice<N>`.
+pub fn profile(name: &str) -> Result<Profile, String> {
+    let mut p = Profile {
+        name: name.to_string(),
+        policy: None,
+        priority: None,
+        nice: None,
+        slice_us: None,
+    };
+    let bad = || {
+        format!(
+            "unknown scheduler profile {name:?} (known: {}, slice-<N>us|ms, fifo-<1..99>, nice<-20..19>)",
+            PROFILES.join(", ")
+        )
+    };
+    match name {
+        "default" => {}
+        "fifo" => {
+            p.policy = Some("fifo".into());
+            p.priority = Some(10);
+        }
+        "rr" => {
+            p.policy = Some("rr".into());
+            p.priority = Some(10);
+        }
+        _ => {
+            if let Some(v) = name.strip_prefix("slice-") {
+                let us = if let Some(n) = v.strip_suffix("us") {
+                    n.parse::<u64>().map_err(|_| bad())?
+                } else if let Some(n) = v.strip_suffix("ms") {
+                    n.parse::<u64>().map_err(|_| bad())? * 1000
+                } else {
+                    return Err(bad());
+                };
+                if !(100..=100_000).contains(&us) {
+                    return Err(format!(
+                        "profile {name:?}: EEVDF slices must be 100 µs ..= 100 ms"
+                    ));
+                }
+                p.policy = Some("other".into());
+                p.slice_us = Some(us);
+            } else if let Some(v) = name.strip_prefix("fifo-") {
+                let prio: i32 = v.parse().map_err(|_| bad())?;
+                if !(1..=99).contains(&prio) {
+                    return Err(bad());
+                }
+                p.policy = Some("fifo".into());
+                p.priority = Some(prio);
+            } else if let Some(v) = name.strip_prefix("nice") {
+                let n: i32 = v.parse().map_err(|_| bad())?;
+                if !(-20..=19).contains(&n) {
+                    return Err(bad());
+                }
+                p.policy = Some("other".into());
+                p.nice = Some(n);
+            } else {
+                return Err(bad());
+            }
+        }
+    }
+    Ok(p)
+}
+
+impl Profile {
+    /// Flags for `ringway sip proxy` that apply this profile to its threads.
+    pub fn proxy_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        if let Some(p) = &self.policy {
+            a.push("--policy".into());
+            a.push(p.clone());
+        }
+        if let Some(p) = self.priority {
+            a.push("--priority".into());
+            a.push(p.to_string());
+        }
+        if let Some(n) = self.nice {
+            a.push(format!("--nice={n}"));
+        }
+        if let Some(s) = self.slice_us {
+            a.push("--slice-us".into());
+            a.push(s.to_string());
+        }
+        a
+    }
+
+    /// `chrt`-style prefix for external proxies (Kamailio): the command and
+    /// arguments to put in front, or an explanation why it cannot be applied.
+    pub fn external_prefix(&self) -> Result<Vec<String>, String> {
+        if self.slice_us.is_some() {
+            return Err(format!(
+                "profile {}: EEVDF slices cannot be set on an external proxy's threads",
+                self.name
+            ));
+        }
+        let mut a = Vec::new();
+        match (self.policy.as_deref(), self.priority) {
+            (Some("fifo"), Some(p)) => a.extend(["chrt".into(), "-f".into(), p.to_string()]),
+            (Some("rr"), Some(p)) => a.extend(["chrt".into(), "-r".into(), p.to_string()]),
+            _ => {}
+        }
+        if let Some(n) = self.nice {
+            a.extend(["nice".into(), "-n".into(), n.to_string()]);
+        }
+        Ok(a)
+    }
+}
+
+/// One global setting: a file under /proc/sys or /sys and its value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knob {
+    /// Absolute path of the knob.
+    pub path: String,
+    /// Value to write (or, in the state file, the original value).
+    pub value: String,
+}
+
+impl Knob {
+    /// A sysctl by dotted name (`net.core.rmem_max`).
+    pub fn sysctl(name: &str, value: impl ToString) -> Knob {
+        Knob {
+            path: format!("/proc/sys/{}", name.replace('.', "/")),
+            value: value.to_string(),
+        }
+    }
+}
+
+/// State file contents.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct StateFile {
+    /// PID of the tool that made the changes.
+    pid: u32,
+    /// Original values to restore.
+    originals: Vec<Knob>,
+}
+
+/// Global settings changed by this run, restored on [`SysState::restore`] or drop.
+#[derive(Debug)]
+pub struct SysState {
+    file: PathBuf,
+    originals: Vec<Knob>,
+    restored: bool,
+}
+
+fn write_state(file: &Path, originals: &[Knob]) -> std::io::Result<()> {
+    if let Some(d) = file.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let s = StateFile {
+        pid: std::process::id(),
+        originals: originals.to_vec(),
+    };
+    let tmp = file.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&s).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, file)
+}
+
+fn restore_knobs(originals: &[Knob]) -> Vec<String> {
+    let mut msgs = Vec::new();
+    for k in originals.iter().rev() {
+        match std::fs::write(&k.path, &k.value) {
+            Ok(()) => msgs.push(format!("restored {} = {}", k.path, k.value)),
+            Err(e) => msgs.push(format!("could not restore {} = {}: {e}", k.path, k.value)),
+        }
+    }
+    msgs
+}
+
+impl SysState {
+    /// Restore settings left by a run that did not finish (crash, kill):
+    /// returns messages saying what was restored (empty if no state file).
+    pub fn recover(file: &Path) -> Vec<String> {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            return Vec::new();
+        };
+        let mut msgs = vec![format!(
+            "found leftover state file {} (an earlier run did not finish): restoring",
+            file.display()
+        )];
+        match serde_json::from_str::<StateFile>(&text) {
+            Ok(s) => msgs.extend(restore_knobs(&s.originals)),
+            Err(e) => msgs.push(format!("state file unreadable ({e}); nothing restored")),
+        }
+        let _ = std::fs::remove_file(file);
+        msgs
+    }
+
+    /// Apply `changes`, recording each original value in `file` before it
+    /// is changed. Returns the guard and one message per knob saying what
+    /// was applied and what could not be (and why).
+    pub fn apply(file: &Path, changes: &[Knob]) -> (SysState, Vec<String>) {
+        let mut st = SysState {
+            file: file.to_path_buf(),
+            originals: Vec::new(),
+            restored: false,
+        };
+        let mut msgs = Vec::new();
+        for c in changes {
+            let orig = match std::fs::read_to_string(&c.path) {
+                Ok(v) => v.trim().to_string(),
+                Err(e) => {
+                    msgs.push(format!("not applied: {} (cannot read: {e})", c.path));
+                    continue;
+                }
+            };
+            if orig == c.value {
+                msgs.push(format!("{} already {}", c.path, c.value));
+                continue;
+            }
+            st.originals.push(Knob {
+                path: c.path.clone(),
+                value: orig.clone(),
+            });
+            if let Err(e) = write_state(file, &st.originals) {
+                st.originals.pop();
+                msgs.push(format!(
+                    "not applied: {} (cannot record the original in {}: {e})",
+                    c.path,
+                    file.display()
+                ));
+                continue;
+            }
+            match std::fs::write(&c.path, &c.value) {
+                Ok(()) => msgs.push(format!("set {} = {} (was {orig})", c.path, c.value)),
+                Err(e) => {
+                    st.originals.pop();
+                    let _ = write_state(file, &st.originals);
+                    let why =
+                        if e.raw_os_error() == Some(1) && c.path.starts_with("/sys/kernel/debug") {
+                            " (debugfs locked down?)".to_string()
+                        } else {
+                            String::new()
+                        };
+                    msgs.push(format!("not applied: {} = {}: {e}{why}", c.path, c.value));
+                }
+            }
+        }
+        if st.originals.is_empty() {
+            let _ = std::fs::remove_file(file);
+        }
+        (st, msgs)
+    }
+
+    /// Knobs changed (with their original values).
+    pub fn originals(&self) -> &[Knob] {
+        &self.originals
+    }
+
+    /// Put every original value back and delete the state file.
+    pub fn restore(mut self) -> Vec<String> {
+        self.do_restore()
+    }
+
+    fn do_restore(&mut self) -> Vec<String> {
+        if self.restored {
+            return Vec::new();
+        }
+        self.restored = true;
+        let msgs = restore_knobs(&self.originals);
+        let _ = std::fs::remove_file(&self.file);
+        msgs
+    }
+}
+
+impl Drop for SysState {
+    fn drop(&mut self) {
+        for m in self.do_restore() {
+            eprintln!("{m}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_map_to_proxy_flags() {
+        assert!(profile("default").unwrap().proxy_args().is_empty());
+        assert_eq!(
+            profile("fifo").unwrap().proxy_args(),
+            vec!["--policy", "fifo", "--priority", "10"]
+        );
+        assert_eq!(
+            profile("slice-3ms").unwrap().proxy_args(),
+            vec!["--policy", "other", "--slice-us", "3000"]
+        );
+        assert_eq!(profile("slice-100us").unwrap().slice_us, Some(100));
+        assert_eq!(
+            profile("nice-5").unwrap().proxy_args(),
+            vec!["--policy", "other", "--nice=-5"]
+        );
+        assert!(profile("slice-5us").is_err());
+        assert!(profile("fifo-0").is_err());
+        assert!(profile("turbo").unwrap_err().contains("unknown"));
+        assert!(profile("slice-3ms").unwrap().external_prefix().is_err());
+        assert_eq!(
+            profile("fifo").unwrap().external_prefix().unwrap(),
+            vec!["chrt", "-f", "10"]
+        );
+    }
+
+    #[test]
+    fn state_is_recorded_before_change_and_restored_after_crash() {
+        let dir = std::env::temp_dir().join(format!("ringway-sched-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let knob = dir.join("knob");
+        std::fs::write(&knob, "100\n").unwrap();
+        let state = dir.join("state.json");
+        let k = Knob {
+            path: knob.display().to_string(),
+            value: "200".into(),
+        };
+        let missing = Knob {
+            path: dir.join("nope/knob").display().to_string(),
+            value: "1".into(),
+        };
+        let (st, msgs) = SysState::apply(&state, &[k.clone(), missing]);
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "200");
+        assert!(
+            msgs.iter().any(|m| m.starts_with("not applied")),
+            "{msgs:?}"
+        );
+        // The state file holds the original while the change is active.
+        let s: StateFile = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+        assert_eq!(s.originals[0].value, "100");
+        // Simulate a crash: forget the guard without restoring.
+        std::mem::forget(st);
+        let msgs = SysState::recover(&state);
+        assert!(msgs[0].contains("leftover"));
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100");
+        assert!(!state.exists());
+        assert!(SysState::recover(&state).is_empty());
+        // Normal path: restore on drop.
+        {
+            let (_st, _) = SysState::apply(&state, std::slice::from_ref(&k));
+            assert!(state.exists());
+        }
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100");
+        assert!(!state.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
