@@ -1,0 +1,217 @@
+//! Helpers for the SFU integration tests: start `ringway sfu serve` as a
+//! child process (killed by PID on drop), and raw UDP peers that speak the
+//! pktswitch protocol through the `ringway_sfu` wire module.
+#![allow(dead_code)]
+
+use ringway_sfu::client::{parse_reply, Reply, Requests, Session};
+use ringway_sfu::wire::{self, MsgType, RtpHeader};
+use ringway_sfu::{MediaType, RtpPacket, Selector};
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ringway");
+
+/// A running `ringway sfu serve`.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub json: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn start(backend: &str, extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("serve.json");
+        let mut child = Command::new(BIN)
+            .args([
+                "sfu",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--backend",
+                backend,
+            ])
+            .args(["--stats-interval", "0", "--duration", "60", "--json"])
+            .arg(&json)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ringway sfu serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split_whitespace()
+            .find_map(|w| w.parse::<SocketAddr>().ok())
+            .unwrap_or_else(|| {
+                let mut e = String::new();
+                let _ = child.stderr.as_mut().unwrap().read_to_string(&mut e);
+                panic!("no address in {line:?}; stderr: {e}")
+            });
+        Server {
+            child,
+            addr,
+            json,
+            dir,
+        }
+    }
+
+    /// SIGTERM, wait (bounded), and return the JSON report.
+    pub fn stop(mut self) -> serde_json::Value {
+        terminate(&mut self.child);
+        let text = std::fs::read_to_string(&self.json).expect("serve wrote its JSON report");
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Send SIGTERM to `child` by PID and wait up to 10 s (then SIGKILL).
+pub fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A raw pktswitch peer on its own UDP socket.
+pub struct Peer {
+    pub sock: UdpSocket,
+    pub server: SocketAddr,
+    pub reqs: Requests,
+    pub session: Option<Session>,
+}
+
+impl Peer {
+    pub fn new(server: SocketAddr) -> Peer {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        Peer {
+            sock,
+            server,
+            reqs: Requests::default(),
+            session: None,
+        }
+    }
+    pub fn addr(&self) -> SocketAddr {
+        self.sock.local_addr().unwrap()
+    }
+    /// Send a control message and wait for its reply (ignoring media).
+    pub fn request(&self, id: u32, msg: &[u8]) -> Reply {
+        self.sock.send_to(msg, self.server).unwrap();
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut b = [0u8; 2048];
+        while Instant::now() < until {
+            if let Ok((n, _)) = self.sock.recv_from(&mut b) {
+                if let Some(r) = parse_reply(&b[..n]) {
+                    let rid = match r {
+                        Reply::Ack(i, _) | Reply::Error(i, _, _) => i,
+                    };
+                    if rid == id {
+                        return r;
+                    }
+                }
+            }
+        }
+        panic!("no reply to request {id}")
+    }
+    pub fn register(&mut self) -> Session {
+        let (id, m) = self.reqs.register();
+        match self.request(id, &m) {
+            Reply::Ack(_, s) => {
+                self.session = Some(s);
+                s
+            }
+            r => panic!("register refused: {r:?}"),
+        }
+    }
+    pub fn subscribe(&mut self, sels: &str, unsub: bool) -> Reply {
+        let s: Vec<Selector> = sels.split(',').map(|x| x.parse().unwrap()).collect();
+        let (id, m) = self.reqs.subscribe(self.session.unwrap(), &s, unsub);
+        self.request(id, &m)
+    }
+    pub fn simple(&mut self, ty: MsgType) -> Reply {
+        let (id, m) = self.reqs.simple(ty, self.session.unwrap());
+        self.request(id, &m)
+    }
+    /// Send one RTP packet (SSRC, type, seq) and return its bytes.
+    pub fn send_rtp(&self, ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
+        let b = rtp(ssrc, m, seq);
+        self.sock.send_to(&b, self.server).unwrap();
+        b
+    }
+
+    /// Everything received until `quiet` passes without a datagram.
+    pub fn drain(&self, quiet: Duration) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut b = [0u8; 2048];
+        let mut last = Instant::now();
+        while last.elapsed() < quiet {
+            if let Ok((n, _)) = self.sock.recv_from(&mut b) {
+                out.push(b[..n].to_vec());
+                last = Instant::now();
+            }
+        }
+        out
+    }
+}
+
+/// An RTP packet (SSRC, type, seq) with a send-time extension.
+pub fn rtp(ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
+    let mut b = vec![0u8; 120];
+    let h = RtpHeader {
+        payload_type: m.payload_type(),
+        marker: false,
+        seq,
+        timestamp: seq as u32 * 160,
+        ssrc,
+    };
+    let n = wire::write_rtp(&mut b, &h, Some(1), 60 + m as usize * 20).unwrap();
+    b.truncate(n);
+    b
+}
+
+/// (SSRC, media) of each RTP datagram in `v` (control replies skipped).
+pub fn rtp_ids(v: &[Vec<u8>]) -> Vec<(u32, Option<MediaType>, u16)> {
+    v.iter()
+        .filter_map(|d| RtpPacket::new_checked(d).ok())
+        .map(|p| {
+            (
+                p.ssrc(),
+                MediaType::from_payload_type(p.payload_type()),
+                p.seq(),
+            )
+        })
+        .collect()
+}
+
+/// Run `f` inside a private network namespace with only `lo`.
+pub fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    ringway_io::netns::in_private_netns(f).expect("private netns (run as root)")
+}
+
+pub fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
