@@ -1,0 +1,629 @@
+//! Proxy core behaviour: call flows, response codes, transactions, timers,
+//! CANCEL, registrar, overload. Fake clock; no sockets.
+
+mod common;
+use common::*;
+use ringway_sip::proxy::{T1, TIMER_64T1};
+use ringway_sip::{Action, DropReason, Method, Mode, MsgLabel, Proxy, ProxyConfig};
+
+fn cfg(mode: Mode) -> ProxyConfig {
+    ProxyConfig {
+        mode,
+        local: addr(PROXY),
+        route_to: Some(addr(UAS)),
+        registrar: false,
+        record_route: true,
+        max_transactions: 1000,
+        domains: vec!["example.com".into()],
+    }
+}
+
+fn sec(s: u64) -> u64 {
+    s * 1_000_000_000
+}
+
+fn call_flow(mode: Mode) {
+    let p = Proxy::new(cfg(mode));
+    let inv = invite("z9hG4bKc1", "sip:bob@example.com", "");
+    let (o, sent) = handle(&p, 0, UAC, &inv);
+    assert_eq!(o.label, MsgLabel::Invite);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    let fwd: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAS)).collect();
+    assert_eq!(fwd.len(), 1);
+    if mode == Mode::Stateful {
+        let trying: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAC)).collect();
+        assert_eq!(trying.len(), 1);
+        assert_eq!(parse(&trying[0].1).status(), Some(100));
+    } else {
+        assert_eq!(sent.len(), 1);
+    }
+    let fwd_inv = fwd[0].1.clone();
+    let m = parse(&fwd_inv);
+    let vias: Vec<_> = m.vias().collect();
+    assert_eq!(vias.len(), 2);
+    assert_eq!(vias[0].host, "192.0.2.10");
+    assert_eq!(vias[0].port, Some(5060));
+    assert!(vias[0].branch.unwrap().starts_with("z9hG4bK"));
+    assert_eq!(vias[1].branch, Some("z9hG4bKc1"));
+    assert_eq!(m.max_forwards(), Some(69));
+    assert_eq!(
+        m.record_routes().next().unwrap().uri,
+        "sip:192.0.2.10:5060;lr"
+    );
+    assert_eq!(m.request_uri(), Some("sip:bob@example.com"));
+    assert_eq!(m.body(), b"v=0\r\n");
+    let text = std::str::from_utf8(&fwd_inv).unwrap();
+    assert!(text.starts_with(
+        "INVITE sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK"
+    ));
+
+    // Stateless: a retransmission is forwarded again with the same branch.
+    // Stateful: absorbed and the 100 Trying repeated.
+    let (o, sent) = handle(&p, 1000, UAC, &inv);
+    if mode == Mode::Stateless {
+        assert_eq!(o.action, Action::Forwarded { copies: 1 });
+        assert_eq!(
+            parse(&sent[0].1).top_via().unwrap().branch,
+            vias[0].branch,
+            "RFC 3261 16.11: retransmission gets the same branch"
+        );
+    } else {
+        assert_eq!(o.action, Action::Absorbed);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0, addr(UAC));
+        assert_eq!(parse(&sent[0].1).status(), Some(100));
+    }
+
+    // 180 and 200 from the UAS go back to the UAC without our Via.
+    for (code, reason) in [(180, "Ringing"), (200, "OK")] {
+        let resp = response_to(
+            &fwd_inv,
+            code,
+            reason,
+            "Contact: <sip:bob@192.0.2.2:5060>\r\n",
+        );
+        let (o, sent) = handle(&p, 2000, UAS, &resp);
+        assert_eq!(o.label, MsgLabel::Response(code));
+        assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{code}");
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0, addr(UAC));
+        let r = parse(&sent[0].1);
+        assert_eq!(r.status(), Some(code));
+        assert_eq!(r.vias().count(), 1);
+        assert_eq!(r.top_via().unwrap().branch, Some("z9hG4bKc1"));
+        assert_eq!(r.record_routes().count(), 1);
+    }
+
+    // ACK for the 2xx (new branch) follows the route set: Route = us.
+    let ack = b"ACK sip:bob@192.0.2.2:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKack1\r\n\
+Route: <sip:192.0.2.10:5060;lr>\r\n\
+Max-Forwards: 70\r\n\
+From: Alice <sip:alice@example.com>;tag=a1\r\n\
+To: Bob <sip:bob@example.com>;tag=b1\r\n\
+Call-ID: call-z9hG4bKc1@192.0.2.1\r\n\
+CSeq: 1 ACK\r\n\
+Content-Length: 0\r\n\r\n";
+    let (o, sent) = handle(&p, 3000, UAC, ack);
+    assert_eq!(o.label, MsgLabel::Ack);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, addr(UAS));
+    let a = parse(&sent[0].1);
+    assert_eq!(a.routes().count(), 0, "our Route consumed");
+    assert_eq!(a.record_routes().count(), 0, "no RR on in-dialog requests");
+    assert_eq!(a.method(), Some(Method::Ack));
+
+    // BYE from the UAS to the UAC through us.
+    let bye = b"BYE sip:alice@192.0.2.1:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.2:5060;branch=z9hG4bKbye1\r\n\
+Route: <sip:192.0.2.10:5060;lr>\r\n\
+Max-Forwards: 70\r\n\
+From: Bob <sip:bob@example.com>;tag=b1\r\n\
+To: Alice <sip:alice@example.com>;tag=a1\r\n\
+Call-ID: call-z9hG4bKc1@192.0.2.1\r\n\
+CSeq: 1 BYE\r\n\
+Content-Length: 0\r\n\r\n";
+    let (o, sent) = handle(&p, 4000, UAS, bye);
+    assert_eq!(o.label, MsgLabel::Bye);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr(UAC));
+    let fwd_bye = sent[0].1.clone();
+    let ok = response_to(&fwd_bye, 200, "OK", "");
+    let (o, sent) = handle(&p, 5000, UAC, &ok);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr(UAS));
+    assert_eq!(parse(&sent[0].1).cseq(), Some((1, Method::Bye)));
+    let st = p.stats();
+    assert_eq!(st.requests_received, 4);
+    assert_eq!(st.responses_received, 3);
+}
+
+#[test]
+fn stateless_call_flow() {
+    call_flow(Mode::Stateless);
+}
+
+#[test]
+fn stateful_call_flow() {
+    call_flow(Mode::Stateful);
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let inv = invite("z9hG4bKst", "sip:bob@example.com", "");
+    handle(&p, 0, UAC, &inv);
+    assert_eq!(p.stats().transactions_active, 1);
+    assert_eq!(p.stats().responses_generated.get(&100), Some(&1));
+}
+
+fn one_response(p: &Proxy, msg: &[u8]) -> (Action, ringway_sip::SipMsg<'static>, u16) {
+    let (o, sent) = handle(p, 0, UAC, msg);
+    assert_eq!(sent.len(), 1, "{o:?}");
+    assert_eq!(sent[0].0, addr(UAC));
+    let bytes: &'static [u8] = Box::leak(sent[0].1.clone().into_boxed_slice());
+    let m = parse(bytes);
+    let code = m.status().unwrap();
+    (o.action, m, code)
+}
+
+#[test]
+fn response_codes() {
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        // 416 unsupported scheme
+        let r = invite("z9hG4bK416", "tel:+15551234", "");
+        let (a, m, c) = one_response(&p, &r);
+        assert_eq!((a, c), (Action::Responded(416), 416));
+        assert!(m.to_tag().is_some());
+        // 483 Max-Forwards 0
+        let r = String::from_utf8(invite("z9hG4bK483", "sip:bob@example.com", ""))
+            .unwrap()
+            .replace("Max-Forwards: 70", "Max-Forwards: 0");
+        let (a, _, _) = one_response(&p, r.as_bytes());
+        assert_eq!(a, Action::Responded(483));
+        // 420 with Unsupported
+        let r = invite(
+            "z9hG4bK420",
+            "sip:bob@example.com",
+            "Proxy-Require: foo, bar\r\n",
+        );
+        let (a, m, _) = one_response(&p, &r);
+        assert_eq!(a, Action::Responded(420));
+        assert_eq!(m.header("Unsupported").next(), Some("foo, bar"));
+        // 505
+        let r = String::from_utf8(invite("z9hG4bK505", "sip:bob@example.com", ""))
+            .unwrap()
+            .replace(" SIP/2.0\r\n", " SIP/3.0\r\n");
+        let (a, _, _) = one_response(&p, r.as_bytes());
+        assert_eq!(a, Action::Responded(505));
+        // 400 with a reason naming the problem
+        let r = String::from_utf8(invite("z9hG4bK400", "sip:bob@example.com", ""))
+            .unwrap()
+            .replace("CSeq: 1 INVITE", "CSeq: 1 BYE");
+        let (a, m, _) = one_response(&p, r.as_bytes());
+        assert_eq!(a, Action::Responded(400));
+        assert_eq!(m.reason(), Some("Bad Request - CSeq Method Mismatch"));
+        let r = String::from_utf8(invite("z9hG4bK400b", "sip:bob@example.com", ""))
+            .unwrap()
+            .replace("Call-ID: call-z9hG4bK400b@192.0.2.1\r\n", "");
+        let (o, sent) = handle(&p, 0, UAC, r.as_bytes());
+        assert_eq!(o.action, Action::Responded(400));
+        // Our own parser rejects a response lacking Call-ID, so read it loosely.
+        let m = ringway_sip::SipMsg::parse_loose(&sent[0].1).unwrap();
+        assert_eq!(m.reason(), Some("Bad Request - Missing Call-ID"));
+        // OPTIONS to us -> 200
+        let r = b"OPTIONS sip:192.0.2.10:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKo1\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:192.0.2.10>\r\nCall-ID: o1\r\nCSeq: 1 OPTIONS\r\n\r\n";
+        let (a, m, _) = one_response(&p, r);
+        assert_eq!(a, Action::Responded(200));
+        assert!(m.header("Allow").next().unwrap().contains("INVITE"));
+        // 482 loop: our Via with the branch we would compute is present.
+        let inv = invite("z9hG4bKloop", "sip:bob@example.com", "");
+        let (_, sent) = handle(&p, 0, UAC, &inv);
+        let looped = sent
+            .iter()
+            .find(|(a, _)| *a == addr(UAS))
+            .unwrap()
+            .1
+            .clone();
+        // The request comes back to us (e.g. UAS misconfigured to route to us)
+        // with one more Via on top.
+        let back = String::from_utf8(looped).unwrap().replacen(
+            "Via: ",
+            "Via: SIP/2.0/UDP 192.0.2.2:5060;branch=z9hG4bKuas\r\nVia: ",
+            1,
+        );
+        let (o, sent) = handle(&p, 0, UAS, back.as_bytes());
+        assert_eq!(o.action, Action::Responded(482), "{mode:?}");
+        assert_eq!(parse(&sent[0].1).status(), Some(482));
+        let st = p.stats();
+        for c in [416, 483, 420, 505, 400, 200, 482] {
+            assert!(st.responses_generated.get(&c).is_some(), "{c} {st:?}");
+        }
+    }
+}
+
+#[test]
+fn no_dns_unknown_domain_gets_404() {
+    let mut c = cfg(Mode::Stateless);
+    c.route_to = None;
+    let p = Proxy::new(c);
+    let r = invite("z9hG4bKnd", "sip:bob@elsewhere.example.net", "");
+    let (a, m, _) = one_response(&p, &r);
+    assert_eq!(a, Action::Responded(404));
+    assert_eq!(m.reason(), Some("Not Found"));
+    // IP literal R-URI is forwarded there directly.
+    let r = invite("z9hG4bKip", "sip:bob@198.51.100.9:5070", "");
+    let (o, sent) = handle(&p, 0, UAC, &r);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr("198.51.100.9:5070"));
+    // ... but never to broadcast.
+    let r = invite("z9hG4bKbc", "sip:bob@255.255.255.255", "");
+    let (o, sent) = handle(&p, 0, UAC, &r);
+    assert_eq!(o.action, Action::Dropped(DropReason::ForbiddenDestination));
+    assert!(sent.is_empty());
+}
+
+#[test]
+fn responses_dropped_and_counted() {
+    let p = Proxy::new(cfg(Mode::Stateless));
+    // malformed response
+    let bad = b"SIP/2.0 2000 OK\r\nVia: SIP/2.0/UDP 192.0.2.10;branch=z9hG4bKx\r\n\r\n";
+    let (o, sent) = handle(&p, 0, UAS, bad);
+    assert_eq!(o.action, Action::Dropped(DropReason::MalformedResponse));
+    assert!(sent.is_empty());
+    // top Via not ours
+    let inv = invite("z9hG4bKr1", "sip:bob@example.com", "");
+    let resp = response_to(&inv, 200, "OK", "");
+    let (o, _) = handle(&p, 0, UAS, &resp);
+    assert_eq!(o.action, Action::Dropped(DropReason::ResponseNotOurs));
+    // our Via but next Via is a host name without received: unroutable
+    let inv2 = String::from_utf8(inv.clone())
+        .unwrap()
+        .replace("192.0.2.1:5060;branch", "client.example.com;branch");
+    let (_, sent) = handle(&p, 0, UAC, inv2.as_bytes());
+    // The proxy added received=192.0.2.1 so the response *is* routable.
+    let resp = response_to(&sent[0].1, 180, "Ringing", "");
+    let (o, sent) = handle(&p, 0, UAS, &resp);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr(UAC));
+    let st = p.stats();
+    assert_eq!(st.drops.get("malformed_response"), Some(&1));
+    assert_eq!(st.drops.get("response_via_not_ours"), Some(&1));
+    // Keep-alive CRLF
+    let (o, _) = handle(&p, 0, UAC, b"\r\n\r\n");
+    assert_eq!(o.action, Action::Dropped(DropReason::KeepAlive));
+}
+
+#[test]
+fn stateful_timers_retransmit_then_408() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let inv = invite("z9hG4bKt1", "sip:bob@example.com", "");
+    let (_, sent) = handle(&p, 0, UAC, &inv);
+    let fwd = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    assert_eq!(p.next_deadline(), Some(T1));
+    // Nothing due before T1.
+    let (n, sent) = timer(&p, T1 - 1);
+    assert_eq!((n, sent.len()), (0, 0));
+    // Timer A: T1, 2T1, 4T1 ... identical retransmissions.
+    let mut now = T1;
+    let mut retrans = 0;
+    let mut got408 = None;
+    while now <= TIMER_64T1 {
+        let (_, sent) = timer(&p, now);
+        for (a, b) in sent {
+            if a == addr(UAS) {
+                assert_eq!(b, fwd);
+                retrans += 1;
+            } else {
+                got408 = Some(b);
+            }
+        }
+        now = p.next_deadline().unwrap();
+    }
+    assert_eq!(retrans, 6, "A fires at 1,2,4,8,16 s... before B at 32 s");
+    let r408 = got408.expect("408 upstream on timer B");
+    let r = parse(&r408);
+    assert_eq!(r.status(), Some(408));
+    assert_eq!(r.vias().count(), 1);
+    assert_eq!(r.top_via().unwrap().branch, Some("z9hG4bKt1"));
+    assert_eq!(p.stats().transactions_timed_out, 1);
+    // Timer G retransmits the 408 until the ACK arrives, which is absorbed.
+    let (_, sent) = timer(&p, p.next_deadline().unwrap());
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].1, r408);
+    let ack = format!(
+        "ACK sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKt1\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>;tag={}\r\nCall-ID: call-z9hG4bKt1@192.0.2.1\r\nCSeq: 1 ACK\r\n\r\n",
+        r.to_tag().unwrap()
+    );
+    let (o, sent) = handle(&p, now + sec(1), UAC, ack.as_bytes());
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(sent.is_empty());
+    // Cleanup: table empties, no more deadlines.
+    let (_, _) = timer(&p, now + sec(100));
+    assert_eq!(p.stats().transactions_active, 0);
+    assert_eq!(p.next_deadline(), None);
+}
+
+#[test]
+fn stateful_non_invite_retransmissions_absorbed() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let opt = b"OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKn1\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\nCall-ID: n1\r\nCSeq: 1 OPTIONS\r\n\r\n";
+    let (o, sent) = handle(&p, 0, UAC, opt);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent.len(), 1, "no 100 for non-INVITE");
+    let fwd = sent[0].1.clone();
+    // request retransmission before any response: absorbed, nothing sent
+    let (o, sent) = handle(&p, 10, UAC, opt);
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(sent.is_empty());
+    let ok = response_to(&fwd, 200, "OK", "");
+    let (o, sent) = handle(&p, 20, UAS, &ok);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    let up = sent[0].1.clone();
+    // response retransmission: absorbed
+    let (o, sent) = handle(&p, 30, UAS, &ok);
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(sent.is_empty());
+    // request retransmission after final: the final is resent upstream
+    let (o, sent) = handle(&p, 40, UAC, opt);
+    assert_eq!(o.action, Action::Absorbed);
+    assert_eq!(sent, vec![(addr(UAC), up)]);
+    assert_eq!(p.stats().retransmissions_absorbed, 3);
+}
+
+#[test]
+fn stateful_cancel() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let inv = invite("z9hG4bKcx", "sip:bob@example.com", "");
+    let (_, sent) = handle(&p, 0, UAC, &inv);
+    let fwd = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    let our_branch = parse(&fwd).top_via().unwrap().branch.unwrap().to_string();
+    let (_, sent) = handle(&p, 100, UAS, &response_to(&fwd, 180, "Ringing", ""));
+    assert_eq!(sent.len(), 1);
+    let cancel = b"CANCEL sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcx\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>\r\nCall-ID: call-z9hG4bKcx@192.0.2.1\r\nCSeq: 1 CANCEL\r\nContent-Length: 0\r\n\r\n";
+    let (o, sent) = handle(&p, 200, UAC, cancel);
+    assert_eq!(o.label, MsgLabel::Cancel);
+    assert_eq!(o.action, Action::Responded(200));
+    assert_eq!(sent.len(), 2);
+    let up = sent.iter().find(|(a, _)| *a == addr(UAC)).unwrap();
+    let r = parse(&up.1);
+    assert_eq!(
+        (r.status(), r.cseq()),
+        (Some(200), Some((1, Method::Cancel)))
+    );
+    let down = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    let c = parse(&down);
+    assert_eq!(c.method(), Some(Method::Cancel));
+    assert_eq!(c.top_via().unwrap().branch, Some(our_branch.as_str()));
+    assert_eq!(c.vias().count(), 1);
+    assert_eq!(c.request_uri(), Some("sip:bob@example.com"));
+    assert_eq!(c.cseq(), Some((1, Method::Cancel)));
+    // CANCEL retransmission from the UAC: our 200 again
+    let (o, sent) = handle(&p, 250, UAC, cancel);
+    assert_eq!(o.action, Action::Absorbed);
+    assert_eq!(parse(&sent[0].1).status(), Some(200));
+    // UAS: 200 to CANCEL (absorbed), 487 to INVITE (forwarded + ACK downstream)
+    let (o, sent) = handle(&p, 300, UAS, &response_to(&down, 200, "OK", ""));
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(sent.is_empty());
+    let r487 = response_to(&fwd, 487, "Request Terminated", "");
+    let (o, sent) = handle(&p, 400, UAS, &r487);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent.len(), 2);
+    let ack = sent.iter().find(|(a, _)| *a == addr(UAS)).unwrap();
+    let ack = parse(&ack.1);
+    assert_eq!(ack.method(), Some(Method::Ack));
+    assert_eq!(ack.to_tag(), Some("b1"));
+    assert_eq!(ack.top_via().unwrap().branch, Some(our_branch.as_str()));
+    let up = sent.iter().find(|(a, _)| *a == addr(UAC)).unwrap();
+    assert_eq!(parse(&up.1).status(), Some(487));
+    // 487 retransmitted by the UAS: absorbed, ACK repeated
+    let (o, sent) = handle(&p, 500, UAS, &r487);
+    assert_eq!(o.action, Action::Absorbed);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, addr(UAS));
+    // UAC's ACK for the 487 is absorbed (hop-by-hop)
+    let uac_ack = b"ACK sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcx\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>;tag=b1\r\nCall-ID: call-z9hG4bKcx@192.0.2.1\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n";
+    let (o, sent) = handle(&p, 600, UAC, uac_ack);
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(sent.is_empty());
+    timer(&p, sec(100));
+    assert_eq!(p.stats().transactions_active, 0);
+}
+
+#[test]
+fn cancel_without_provisional_waits_then_487_on_timeout() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let inv = invite("z9hG4bKcw", "sip:bob@example.com", "");
+    handle(&p, 0, UAC, &inv);
+    let cancel = b"CANCEL sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKcw\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>\r\nCall-ID: call-z9hG4bKcw@192.0.2.1\r\nCSeq: 1 CANCEL\r\n\r\n";
+    let (o, sent) = handle(&p, 10, UAC, cancel);
+    assert_eq!(o.action, Action::Responded(200));
+    // RFC 3261 9.1: no CANCEL downstream before a provisional response.
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, addr(UAC));
+    // Timer B: the cancelled INVITE gets 487 upstream.
+    let (_, sent) = timer(&p, TIMER_64T1);
+    let up: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAC)).collect();
+    assert_eq!(parse(&up[0].1).status(), Some(487));
+}
+
+#[test]
+fn registrar_then_invite() {
+    let mut c = cfg(Mode::Stateless);
+    c.registrar = true;
+    c.route_to = None;
+    let p = Proxy::new(c);
+    let reg = |contact: &str, expires: &str, cseq: u32| {
+        format!("REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.3:5060;branch=z9hG4bKr{cseq}\r\nMax-Forwards: 70\r\nFrom: <sip:carol@example.com>;tag=r\r\nTo: <sip:carol@example.com>\r\nCall-ID: reg1\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\n{expires}Content-Length: 0\r\n\r\n").into_bytes()
+    };
+    let (o, sent) = handle(
+        &p,
+        0,
+        "192.0.2.3:5060",
+        &reg("<sip:carol@192.0.2.3:5062>", "Expires: 60\r\n", 1),
+    );
+    assert_eq!(o.label, MsgLabel::Register);
+    assert_eq!(o.action, Action::Responded(200));
+    let r = parse(&sent[0].1);
+    let contacts: Vec<_> = r.contact().collect();
+    assert_eq!(contacts.len(), 1);
+    assert_eq!(contacts[0].uri, "sip:carol@192.0.2.3:5062");
+    assert_eq!(contacts[0].param("expires"), Some(Some("60")));
+    assert_eq!(p.stats().bindings, 1);
+
+    // INVITE to the AOR goes to the contact with the R-URI rewritten.
+    let inv = invite("z9hG4bKri", "sip:carol@example.com", "");
+    let (o, sent) = handle(&p, sec(1), UAC, &inv);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr("192.0.2.3:5062"));
+    assert_eq!(
+        parse(&sent[0].1).request_uri(),
+        Some("sip:carol@192.0.2.3:5062")
+    );
+    // Unknown user at our domain: 404.
+    let inv = invite("z9hG4bKru", "sip:nobody@example.com", "");
+    let (o, _) = handle(&p, sec(1), UAC, &inv);
+    assert_eq!(o.action, Action::Responded(404));
+    // Binding expires (on_timer runs registrar expiry).
+    timer(&p, sec(61));
+    assert_eq!(p.stats().bindings, 0);
+    let inv = invite("z9hG4bKrx", "sip:carol@example.com", "");
+    let (o, _) = handle(&p, sec(62), UAC, &inv);
+    assert_eq!(o.action, Action::Responded(404));
+    // Contact param expires, then "*" with Expires: 0 removes everything.
+    let (o, sent) = handle(
+        &p,
+        sec(70),
+        "192.0.2.3:5060",
+        &reg(
+            "<sip:carol@192.0.2.3:5062>;expires=30, <sip:carol@192.0.2.4>",
+            "",
+            2,
+        ),
+    );
+    assert_eq!(o.action, Action::Responded(200));
+    let r = parse(&sent[0].1);
+    let exps: Vec<_> = r
+        .contact()
+        .map(|c| c.param("expires").unwrap().unwrap().to_string())
+        .collect();
+    assert_eq!(exps.len(), 2);
+    assert!(
+        exps.contains(&"30".to_string()) && exps.contains(&"3600".to_string()),
+        "{exps:?}"
+    );
+    let (o, sent) = handle(
+        &p,
+        sec(71),
+        "192.0.2.3:5060",
+        &reg("*", "Expires: 0\r\n", 3),
+    );
+    assert_eq!(o.action, Action::Responded(200));
+    assert_eq!(parse(&sent[0].1).contact().count(), 0);
+    assert_eq!(p.stats().bindings, 0);
+    // "*" without Expires: 0 is a 400.
+    let (o, _) = handle(&p, sec(72), "192.0.2.3:5060", &reg("*", "", 4));
+    assert_eq!(o.action, Action::Responded(400));
+}
+
+#[test]
+fn overload_503_and_bounded_table() {
+    let mut c = cfg(Mode::Stateful);
+    c.max_transactions = 2;
+    let p = Proxy::new(c);
+    for i in 0..2 {
+        let (o, _) = handle(
+            &p,
+            0,
+            UAC,
+            &invite(&format!("z9hG4bKo{i}"), "sip:bob@example.com", ""),
+        );
+        assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    }
+    let (o, sent) = handle(&p, 0, UAC, &invite("z9hG4bKo9", "sip:bob@example.com", ""));
+    assert_eq!(o.action, Action::Responded(503));
+    let r = parse(&sent[0].1);
+    assert_eq!(r.header("Retry-After").next(), Some("5"));
+    let opt = b"OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKov\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\nCall-ID: ov\r\nCSeq: 1 OPTIONS\r\n\r\n";
+    let (o, sent) = handle(&p, 0, UAC, opt);
+    assert_eq!(o.action, Action::Dropped(DropReason::Overload));
+    assert!(sent.is_empty());
+    let st = p.stats();
+    assert_eq!(st.overload_sheds, 2);
+    assert_eq!(st.transactions_active, 2);
+    // Many more attempts never grow the table.
+    for i in 0..500 {
+        handle(
+            &p,
+            0,
+            UAC,
+            &invite(&format!("z9hG4bKm{i}"), "sip:bob@example.com", ""),
+        );
+    }
+    assert_eq!(p.stats().transactions_active, 2);
+    // After timeouts the table drains and accepts again.
+    timer(&p, sec(40));
+    timer(&p, sec(80));
+    assert_eq!(p.stats().transactions_active, 0);
+    let (o, _) = handle(
+        &p,
+        sec(81),
+        UAC,
+        &invite("z9hG4bKagain", "sip:bob@example.com", ""),
+    );
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+}
+
+#[test]
+fn strict_route_and_loose_route_multi() {
+    let mut c = cfg(Mode::Stateless);
+    c.route_to = None;
+    let p = Proxy::new(c);
+    // Loose route: first Route is us, next Route is an IP literal.
+    let r = invite(
+        "z9hG4bKlr",
+        "sip:bob@example.org",
+        "Route: <sip:192.0.2.10:5060;lr>, <sip:198.51.100.20;lr>\r\n",
+    );
+    let (o, sent) = handle(&p, 0, UAC, &r);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr("198.51.100.20:5060"));
+    let m = parse(&sent[0].1);
+    let routes: Vec<_> = m.routes().map(|r| r.uri).collect();
+    assert_eq!(routes, vec!["sip:198.51.100.20;lr"]);
+    assert_eq!(m.request_uri(), Some("sip:bob@example.org"));
+    // Strict routing fix-up: R-URI is our RR value; last Route becomes R-URI.
+    let r = invite(
+        "z9hG4bKsr",
+        "sip:192.0.2.10:5060;lr",
+        "Route: <sip:bob@198.51.100.30:5080>\r\n",
+    );
+    let (o, sent) = handle(&p, 0, UAC, &r);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr("198.51.100.30:5080"));
+    let m = parse(&sent[0].1);
+    assert_eq!(m.request_uri(), Some("sip:bob@198.51.100.30:5080"));
+    assert_eq!(m.routes().count(), 0);
+}
+
+#[test]
+fn labels() {
+    assert_eq!(MsgLabel::Response(183).as_str(), "183");
+    assert_eq!(MsgLabel::Response(699).to_string(), "699");
+    assert_eq!(MsgLabel::Invite.as_str(), "INVITE");
+    assert_eq!(MsgLabel::OtherRequest.as_str(), "other");
+}
