@@ -15,6 +15,8 @@
 //! Time is passed in as `now` (nanoseconds); the caller sleeps until
 //! [`Impairer::next_deadline`] and calls [`Impairer::poll`].
 
+pub mod relay;
+
 use ringway_reorder::workload::XorShift;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

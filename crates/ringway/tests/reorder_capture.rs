@@ -1,0 +1,267 @@
+//! End to end: in a private network namespace, RTP packets go through the
+//! `ringway lab impair` relay (seeded reordering) while tcpdump captures the
+//! impaired leg on `lo`; `ringway reorder analyze` must then see exactly the
+//! reordering the relay induced, and less of it after SRPIC sorting.
+
+use ringway_lab::impair::{ImpairConfig, Impairer};
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringway");
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rtp(seq: u16) -> [u8; 32] {
+    let mut p = [0u8; 32];
+    p[0] = 0x80;
+    p[1] = 96;
+    p[2..4].copy_from_slice(&seq.to_be_bytes());
+    p[8..12].copy_from_slice(&0xcafe_f00du32.to_be_bytes());
+    p
+}
+
+fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, String) {
+    let pcap = dir.join("impaired.pcap");
+    // 1. tcpdump on lo, only the relay → receiver leg, packet-buffered.
+    let mut td = Kill(
+        Command::new("tcpdump")
+            .args([
+                "-i",
+                "lo",
+                "-n",
+                "-U",
+                "--immediate-mode",
+                "-Z",
+                "root",
+                "-w",
+            ])
+            .arg(&pcap)
+            .args(["udp", "and", "dst", "port", "5004"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump is installed"),
+    );
+    let stderr = td.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let ready = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("tcpdump reports that it listens");
+    assert!(ready.contains("listening on lo"), "{ready}");
+
+    // 2. Receiver and relay.
+    let sink = UdpSocket::bind("127.0.0.1:5004").unwrap();
+    sink.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut relay = Kill(
+        Command::new(BIN)
+            .args([
+                "lab",
+                "impair",
+                "--listen",
+                "127.0.0.1:5003",
+                "--to",
+                "127.0.0.1:5004",
+                "--reorder",
+                "0.1",
+                "--reorder-gap",
+                "3",
+                "--seed",
+                "11",
+                "--hold-timeout-ms",
+                "10000",
+                "--duration",
+                "3",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The relay announces itself on stderr once its sockets are bound.
+    let rerr = relay.0.stderr.take().unwrap();
+    let (rtx, rrx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(rerr).lines().map_while(Result::ok) {
+            let _ = rtx.send(line);
+        }
+    });
+    let up = rrx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("relay reports that it is bound");
+    assert!(up.contains("impair relay on 127.0.0.1:5003"), "{up}");
+
+    // The receiver drains concurrently (a 600-datagram backlog would
+    // overflow the default socket buffer).
+    let receiver = std::thread::spawn(move || {
+        let mut got = 0;
+        let t0 = Instant::now();
+        let mut buf = [0u8; 64];
+        while got < 600 && t0.elapsed() < Duration::from_secs(8) {
+            if sink.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+        }
+        got
+    });
+    // 3. 600 RTP packets, sequence numbers wrapping through 0.
+    let snd = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..600u16 {
+        snd.send_to(&rtp(65300u16.wrapping_add(i)), "127.0.0.1:5003")
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let got = receiver.join().unwrap();
+    let relay_out = wait_bounded(&mut relay.0);
+    // 4. Let tcpdump write all 600 records (74-byte frames on lo: 24-byte
+    // file header + 600 × (16 + 74) bytes), bounded to 5 s; then stop it
+    // cleanly (SIGINT by PID) so the file is complete.
+    let want = 24 + 600 * (16 + 74);
+    let tw = Instant::now();
+    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < want
+        && tw.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &td.0.id().to_string()])
+        .status();
+    let t1 = Instant::now();
+    while td.0.try_wait().unwrap().is_none() && t1.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(got, 600, "all packets arrive (no loss configured)");
+
+    // 5. Analyze, once with the whole capture as one batch, once with 100 µs batches.
+    let analyze = |batch_us: &str| {
+        let o = Command::new(BIN)
+            .args([
+                "reorder",
+                "analyze",
+                "--block",
+                "1,32",
+                "--batch-us",
+                batch_us,
+                "--json",
+            ])
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let table = Command::new(BIN)
+        .args([
+            "reorder",
+            "analyze",
+            "--block",
+            "1,5,10,32",
+            "--batch-us",
+            "1000",
+        ])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    (
+        analyze("10000000"),
+        serde_json::from_str(&relay_out).unwrap_or(serde_json::Value::Null),
+        String::from_utf8_lossy(&table.stdout).into_owned(),
+    )
+}
+
+/// Wait up to 10 s for a child to finish (killing it after that); return its stdout.
+fn wait_bounded(c: &mut Child) -> String {
+    let t = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = c.kill();
+            let _ = c.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut s = String::new();
+    if let Some(mut o) = c.stdout.take() {
+        use std::io::Read;
+        let _ = o.read_to_string(&mut s);
+    }
+    s
+}
+
+#[test]
+fn analyze_capture_of_impaired_rtp() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (an, relay, table) = ringway_io::netns::in_private_netns(move || scenario(d)).unwrap();
+    eprintln!("{table}");
+    let reordered_by_relay = relay["forward"]["reordered"]
+        .as_u64()
+        .expect("relay report");
+    assert!(reordered_by_relay > 20, "{relay}");
+    assert_eq!(an["packets"].as_u64(), Some(600));
+    assert_eq!(an["flows"].as_array().unwrap().len(), 1);
+    let v = an["variants"].as_array().unwrap();
+    let capture = &v[0]["total"];
+    let b1 = &v[1]["total"];
+    let b32 = &v[2]["total"];
+    // The capture shows exactly the order the sans-IO impairer predicts for
+    // this seed (no delay, so timing does not matter).
+    let mut im = Impairer::new(ImpairConfig {
+        reorder: 0.1,
+        reorder_gap: 3,
+        seed: 11,
+        hold_timeout_ns: 10_000_000_000,
+        ..Default::default()
+    });
+    let mut predicted = Vec::new();
+    for i in 0..600u16 {
+        im.push(0, 65300u16.wrapping_add(i));
+        im.poll(0, &mut |x| predicted.push(x));
+    }
+    im.drain(&mut |x| predicted.push(x));
+    assert_eq!(im.stats().reordered, reordered_by_relay);
+    let bytes = std::fs::read(dir.path().join("impaired.pcap")).unwrap();
+    let frames = ringway_reorder::pcap::parse(&bytes).unwrap();
+    let captured: Vec<u16> = frames
+        .iter()
+        .map(|f| {
+            let (v, ip) = ringway_reorder::pcap::ip_of(f).unwrap();
+            let u = ringway_reorder::pcap::udp_of(v, ip).unwrap();
+            u16::from_be_bytes([u.payload[2], u.payload[3]])
+        })
+        .collect();
+    assert_eq!(captured, predicted);
+    // Held-back packets that some later packet overtook are exactly the
+    // RFC 4737 reordered singletons.
+    let expected_reordered = ringway_reorder::metrics::rfc4737(
+        &predicted
+            .iter()
+            .map(|&q| (q.wrapping_sub(65300)) as i64)
+            .collect::<Vec<_>>(),
+    )
+    .reordered;
+    assert!(expected_reordered + 3 >= reordered_by_relay);
+    assert_eq!(capture["reordered"].as_u64(), Some(expected_reordered));
+    assert!(capture["extent_max"].as_u64().unwrap() >= 3);
+    // Block size 1 does not sort; block size 32 sorts most of it.
+    assert_eq!(b1["reordered"], capture["reordered"]);
+    assert!(
+        b32["reordered"].as_u64().unwrap() * 2 < capture["reordered"].as_u64().unwrap(),
+        "{b32} vs {capture}"
+    );
+    assert!(b32["rd0"].as_f64().unwrap() > capture["rd0"].as_f64().unwrap());
+    assert!(table.contains("srpic b=10"), "{table}");
+}
