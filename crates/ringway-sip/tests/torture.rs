@@ -8,7 +8,7 @@ use common::*;
 use ringway_sip::{Action, DropReason, HeaderKind, Mode, Proxy, ProxyConfig, SipMsg};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const ROUTE_TO: &str = "192.0.2.200:5060";
 /// Our address: the Via host of RFC 4475's response tests (bcast, unreason)
@@ -123,7 +123,7 @@ fn torture_dir() -> Option<PathBuf> {
 }
 
 /// (file, class, bytes) rows of both manifests.
-fn manifest(dir: &PathBuf) -> Vec<(String, PathBuf, String, usize)> {
+fn manifest(dir: &Path) -> Vec<(String, PathBuf, String, usize)> {
     let mut rows = Vec::new();
     for sub in ["rfc4475", "rfc5118"] {
         let text = std::fs::read_to_string(dir.join(sub).join("MANIFEST.tsv")).unwrap();
