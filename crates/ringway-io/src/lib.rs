@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod batch;
+pub mod bench;
 pub mod counters;
 pub mod doctor;
 pub mod netns;

@@ -16,6 +16,18 @@ pub enum BenchCmd {
         /// Seconds per backend.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
+        /// Datagram payload sizes in bytes (comma separated).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1200])]
+        payload: Vec<usize>,
+        /// Datagrams per batch (and GSO segments per send, at most 64).
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        /// Skip the UDP GSO sender variant.
+        #[arg(long)]
+        no_gso: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -31,6 +43,29 @@ pub fn doctor(a: DoctorArgs) -> anyhow::Result<()> {
 }
 
 /// Run `ringway bench ...`.
-pub fn bench(_c: BenchCmd) -> anyhow::Result<()> {
-    anyhow::bail!("bench not built yet")
+pub fn bench(c: BenchCmd) -> anyhow::Result<()> {
+    match c {
+        BenchCmd::Io {
+            seconds,
+            payload,
+            batch,
+            no_gso,
+            json,
+        } => {
+            use ringway_io::bench;
+            let rows = bench::run_all(&payload, seconds, batch, !no_gso)?;
+            let conclusion = bench::conclusion(&rows);
+            if json {
+                let v = serde_json::json!({ "rows": rows, "conclusion": conclusion });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "loopback UDP, {seconds} s per path, batch {batch}; ns/p = CPU ns per datagram (user/sys split), sc/p = syscalls per datagram"
+                );
+                print!("{}", bench::render_table(&rows));
+                println!("{conclusion}");
+            }
+            Ok(())
+        }
+    }
 }
