@@ -239,8 +239,15 @@ fn udp_port_bound(port: u16) -> bool {
         .unwrap_or(false)
 }
 
+/// The error line of a log (`Error: ...`, as anyhow prints it), else its last `n` lines.
 fn tail(path: &Path, n: usize) -> String {
     let t = std::fs::read_to_string(path).unwrap_or_default();
+    if let Some(l) = t
+        .lines()
+        .find(|l| l.starts_with("Error") || l.contains("ERROR:"))
+    {
+        return l.trim().to_string();
+    }
     let lines: Vec<&str> = t.lines().collect();
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }

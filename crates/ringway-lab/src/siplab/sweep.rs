@@ -198,6 +198,17 @@ pub struct Capacity {
     pub censored: bool,
 }
 
+/// Outcome of [`find_capacity`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Search {
+    /// Highest probed rate under the threshold (rate, mean PDR).
+    pub below: Option<(f64, f64)>,
+    /// Lowest probed rate at or over the threshold (rate, mean PDR).
+    pub above: Option<(f64, f64)>,
+    /// Every probe in order (rate, mean PDR or None for a failed point).
+    pub probes: Vec<(f64, Option<f64>)>,
+}
+
 /// Find the highest rate with PDR under `threshold`: step from `start` by
 /// `step` up to `max` until `probe(rate)` (mean PDR; `None` = the point
 /// failed, skipped) crosses, then bisect `refine` times between the last
@@ -209,11 +220,7 @@ pub fn find_capacity(
     refine: u32,
     threshold: f64,
     mut probe: impl FnMut(f64) -> Option<f64>,
-) -> (
-    Option<(f64, f64)>,
-    Option<(f64, f64)>,
-    Vec<(f64, Option<f64>)>,
-) {
+) -> Search {
     let mut probes = Vec::new();
     let mut below: Option<(f64, f64)> = None;
     let mut above: Option<(f64, f64)> = None;
@@ -258,7 +265,11 @@ pub fn find_capacity(
             }
         }
     }
-    (below, above, probes)
+    Search {
+        below,
+        above,
+        probes,
+    }
 }
 
 /// Append-only JSONL store of run records, keyed for resuming.
@@ -343,7 +354,11 @@ pub fn run_sweep(
             for &workers in &cfg.workers {
                 let label = config_label(proxy, &cfg.mode, cfg.backend, &prof.name);
                 let mut err: Option<anyhow::Error> = None;
-                let (below, above, probes) = find_capacity(
+                let Search {
+                    below,
+                    above,
+                    probes,
+                } = find_capacity(
                     cfg.rate_start,
                     cfg.rate_step,
                     cfg.rate_max,
@@ -475,8 +490,11 @@ mod tests {
     #[test]
     fn finds_capacity_on_synthetic_curves() {
         for cap in [350.0, 999.0, 1500.0, 4321.0] {
-            let (below, above, probes) =
-                find_capacity(200.0, 200.0, 10_000.0, 8, 0.01, synthetic(cap));
+            let Search {
+                below,
+                above,
+                probes,
+            } = find_capacity(200.0, 200.0, 10_000.0, 8, 0.01, synthetic(cap));
             let b = below.unwrap().0;
             let a = above.unwrap().0;
             // True crossing is where (r-cap)/r = 0.01, i.e. r = cap/0.99.
@@ -489,11 +507,15 @@ mod tests {
 
     #[test]
     fn capacity_below_first_rate_and_censored_top() {
-        let (below, above, _) = find_capacity(200.0, 200.0, 1000.0, 0, 0.01, synthetic(50.0));
+        let Search { below, above, .. } =
+            find_capacity(200.0, 200.0, 1000.0, 0, 0.01, synthetic(50.0));
         assert!(below.is_none());
         assert_eq!(above.unwrap().0, 200.0);
-        let (below, above, probes) =
-            find_capacity(200.0, 200.0, 1000.0, 3, 0.01, synthetic(5000.0));
+        let Search {
+            below,
+            above,
+            probes,
+        } = find_capacity(200.0, 200.0, 1000.0, 3, 0.01, synthetic(5000.0));
         assert_eq!(below.unwrap().0, 1000.0);
         assert!(above.is_none());
         assert_eq!(probes.len(), 5);
@@ -502,7 +524,11 @@ mod tests {
     #[test]
     fn failed_points_are_skipped() {
         let mut calls = 0;
-        let (below, above, probes) = find_capacity(200.0, 200.0, 2000.0, 0, 0.01, |r| {
+        let Search {
+            below,
+            above,
+            probes,
+        } = find_capacity(200.0, 200.0, 2000.0, 0, 0.01, |r| {
             calls += 1;
             if r == 400.0 {
                 None

@@ -330,12 +330,15 @@ pub(crate) struct WorkerResult {
     pub finished: Instant,
 }
 
+/// Progress callback: live counters and time since start.
+pub type ProgressFn<'a> = &'a mut dyn FnMut(&Live, Duration);
+
 /// Run the generator until it stops by itself; `progress` (if any) is
 /// called about once a second from the calling thread.
 pub fn run(
     cfg: &LoadConfig,
     live: Arc<Live>,
-    mut progress: Option<&mut dyn FnMut(&Live, Duration)>,
+    mut progress: Option<ProgressFn<'_>>,
 ) -> anyhow::Result<LoadSummary> {
     cfg.validate().map_err(anyhow::Error::msg)?;
     let run_id = format!(
