@@ -3,6 +3,7 @@
 //! that sent last, through a reverse impairer (no impairment unless asked).
 
 use super::{ImpairConfig, ImpairStats, Impairer};
+use ringway_io::{open_backend, BackendKind, BatchIo, RxBatch, TxBatch};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,50 +69,48 @@ impl Relay {
         self.listen.local_addr()
     }
 
-    /// Relay until `duration` passes or `stop` is set; then flush what is queued.
+    /// Relay until `duration` passes or `stop` is set; then flush what is
+    /// queued. Both directions use the recvmmsg/sendmmsg backend, so the
+    /// packets released together (e.g. a burst) leave in one syscall.
     pub fn run(self, stop: Arc<AtomicBool>) -> std::io::Result<RelayReport> {
         let start = Instant::now();
         let end = start + self.cfg.duration;
         let client: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
+        let to = self.cfg.to;
         let fwd = {
-            let rx = self.listen.try_clone()?;
-            let tx = self.upstream.try_clone()?;
+            let rx = open_backend(BackendKind::Mmsg, self.listen.try_clone()?)?;
+            let tx = open_backend(BackendKind::Mmsg, self.upstream.try_clone()?)?;
             let client = client.clone();
             let stop = stop.clone();
             let cfg = self.cfg.forward;
             std::thread::spawn(move || {
                 pump(
                     rx,
-                    start,
-                    end,
+                    tx,
+                    Dir { start, end, cfg },
                     &stop,
-                    cfg,
                     |from| {
                         *client.lock().expect("client lock") = Some(from);
                         true
                     },
-                    |p| tx.send(p).map(|_| ()),
+                    || Some(to),
                 )
             })
         };
         let rev = {
-            let rx = self.upstream.try_clone()?;
-            let tx = self.listen.try_clone()?;
-            let client2 = client.clone();
-            let client3 = client.clone();
+            let rx = open_backend(BackendKind::Mmsg, self.upstream)?;
+            let tx = open_backend(BackendKind::Mmsg, self.listen)?;
+            let c2 = client.clone();
+            let c3 = client.clone();
             let cfg = self.cfg.reverse.unwrap_or_default();
             std::thread::spawn(move || {
                 pump(
                     rx,
-                    start,
-                    end,
+                    tx,
+                    Dir { start, end, cfg },
                     &stop,
-                    cfg,
-                    |_| client2.lock().expect("client lock").is_some(),
-                    |p| match *client3.lock().expect("client lock") {
-                        Some(c) => tx.send_to(p, c).map(|_| ()),
-                        None => Ok(()),
-                    },
+                    |_| c2.lock().expect("client lock").is_some(),
+                    || *c3.lock().expect("client lock"),
                 )
             })
         };
@@ -132,59 +131,78 @@ impl Relay {
     }
 }
 
-/// Receive on `rx`, impair, send with `send`. Returns (stats, send errors, refused).
-fn pump(
-    rx: UdpSocket,
+struct Dir {
     start: Instant,
     end: Instant,
-    stop: &AtomicBool,
     cfg: ImpairConfig,
+}
+
+/// Receive on `rx`, impair, send on `tx` to `dst()`. Returns (stats, send errors, refused).
+fn pump(
+    mut rx: Box<dyn BatchIo>,
+    mut tx: Box<dyn BatchIo>,
+    d: Dir,
+    stop: &AtomicBool,
     mut accept: impl FnMut(SocketAddr) -> bool,
-    mut send: impl FnMut(&[u8]) -> std::io::Result<()>,
+    dst: impl Fn() -> Option<SocketAddr>,
 ) -> std::io::Result<(ImpairStats, u64, u64)> {
-    let mut im: Impairer<Vec<u8>> = Impairer::new(cfg);
-    let mut buf = vec![0u8; 65536];
+    let mut im: Impairer<Vec<u8>> = Impairer::new(d.cfg);
+    let mut batch = RxBatch::new(64, 65536);
+    let mut out = TxBatch::new(64, 65536);
     let mut errors = 0u64;
     let mut refused = 0u64;
-    let now_ns = || start.elapsed().as_nanos() as u64;
+    let now_ns = || d.start.elapsed().as_nanos() as u64;
+    let mut send_due = |im: &mut Impairer<Vec<u8>>, now: Option<u64>, errors: &mut u64| {
+        let target = dst();
+        let mut flush = |out: &mut TxBatch, errors: &mut u64| {
+            if !out.is_empty() {
+                match tx.send_batch(out) {
+                    Ok(n) => *errors += (out.len() - n) as u64,
+                    Err(_) => *errors += out.len() as u64,
+                }
+                out.clear();
+            }
+        };
+        let mut emit = |p: Vec<u8>| match target {
+            Some(t) => {
+                if out.is_full() {
+                    flush(&mut out, errors);
+                }
+                if out.push(t, &p).is_err() {
+                    *errors += 1;
+                }
+            }
+            None => *errors += 1,
+        };
+        match now {
+            Some(n) => im.poll(n, &mut emit),
+            None => im.drain(&mut emit),
+        }
+        flush(&mut out, errors);
+    };
     loop {
         let now = Instant::now();
-        if now >= end || stop.load(Ordering::Relaxed) {
+        if now >= d.end || stop.load(Ordering::Relaxed) {
             break;
         }
         let t = now_ns();
-        let mut wait = (end - now).min(Duration::from_millis(5));
-        if let Some(d) = im.next_deadline() {
-            wait = wait.min(Duration::from_nanos(d.saturating_sub(t)));
+        let mut wait = (d.end - now).min(Duration::from_millis(5));
+        if let Some(dl) = im.next_deadline() {
+            wait = wait.min(Duration::from_nanos(dl.saturating_sub(t)));
         }
-        rx.set_read_timeout(Some(wait.max(Duration::from_micros(20))))?;
-        match rx.recv_from(&mut buf) {
-            Ok((n, from)) => {
-                if accept(from) {
-                    im.push(now_ns(), buf[..n].to_vec());
+        let n = rx.recv_batch(&mut batch, Some(wait.max(Duration::from_micros(20))))?;
+        if n > 0 {
+            let t = now_ns();
+            for dg in batch.iter() {
+                if accept(dg.meta.peer) {
+                    im.push(t, dg.data.to_vec());
                 } else {
                     refused += 1;
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::ConnectionRefused
-                ) => {}
-            Err(e) => return Err(e),
         }
-        im.poll(now_ns(), &mut |p| {
-            if send(&p).is_err() {
-                errors += 1;
-            }
-        });
+        send_due(&mut im, Some(now_ns()), &mut errors);
     }
-    im.drain(&mut |p| {
-        if send(&p).is_err() {
-            errors += 1;
-        }
-    });
+    send_due(&mut im, None, &mut errors);
     Ok((im.stats(), errors, refused))
 }

@@ -39,6 +39,10 @@ pub struct ImpairArgs {
     /// Longest a held-back datagram waits for followers, in milliseconds.
     #[arg(long, default_value_t = 50.0)]
     pub hold_timeout_ms: f64,
+    /// Release packets in bursts every this many microseconds (emulated
+    /// interrupt coalescing at the receiver; 0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub burst_us: f64,
     /// Impair replies too (with the same settings, seed + 1).
     #[arg(long)]
     pub impair_replies: bool,
@@ -69,6 +73,7 @@ pub fn run(a: ImpairArgs) -> anyhow::Result<()> {
         loss: a.loss,
         seed: a.seed,
         hold_timeout_ns: ms(a.hold_timeout_ms, "hold-timeout-ms")?,
+        burst_ns: ms(a.burst_us / 1000.0, "burst-us")?,
         ..Default::default()
     };
     let rev = a.impair_replies.then_some(ImpairConfig {
