@@ -62,8 +62,15 @@ pub struct IoStats {
     pub tx_syscalls: u64,
     /// Datagrams the kernel refused to send (counted, skipped).
     pub tx_errors: u64,
-    /// Latest SO_RXQ_OVFL value: datagrams this socket dropped for lack of buffer.
+    /// Latest SO_RXQ_OVFL value: datagrams this socket dropped for lack of
+    /// buffer, as of the most recent datagram that carried the counter (the
+    /// kernel attaches it only once it is nonzero, to datagrams queued after
+    /// a drop; [`crate::sock::socket_drops`] reads the live value).
     pub rx_dropped: u64,
+    /// TX timestamp requests that will not produce a [`TxStamp`]: the socket
+    /// was opened without [`crate::SocketConfig::tx_timestamps`], or the
+    /// kernel never returned the stamp, or too many were pending.
+    pub tx_stamps_lost: u64,
 }
 
 /// Receive and send batches of datagrams on one UDP socket.
@@ -93,8 +100,22 @@ pub trait BatchIo: Send {
 /// The socket is switched to non-blocking mode.
 pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn BatchIo>> {
     sock.set_nonblocking(true)?;
+    let tx_stamps = tx_stamps_enabled(&sock);
     Ok(match kind {
-        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock)),
-        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock)),
+        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps)),
+        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps)),
     })
+}
+
+/// The socket has SO_TIMESTAMPING with OPT_ID (set by `open_udp` when
+/// `tx_timestamps` is on), which per-datagram stamp requests rely on.
+fn tx_stamps_enabled(sock: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    crate::sys::getsockopt_int(
+        sock.as_raw_fd(),
+        libc::SOL_SOCKET,
+        crate::sys::SO_TIMESTAMPING,
+    )
+    .map(|f| (f as u32) & crate::sys::SOF_OPT_ID != 0)
+    .unwrap_or(false)
 }

@@ -235,7 +235,10 @@ impl TxBatch {
         });
         Ok(i)
     }
-    /// Ask for a kernel TX timestamp of entry `i`, reported under `tag`.
+    /// Ask for a kernel TX timestamp of entry `i`, reported under `tag` by
+    /// [`crate::BatchIo::poll_tx_stamps`]. Needs a socket opened with
+    /// [`crate::SocketConfig::tx_timestamps`]; otherwise the request is
+    /// counted in [`crate::IoStats::tx_stamps_lost`]. Panics if `i` is not queued.
     pub fn request_stamp(&mut self, i: usize, tag: u64) {
         self.entries[i].stamp_tag = Some(tag);
     }

@@ -175,3 +175,22 @@ fn tx_error_is_counted_not_fatal() {
         );
     }
 }
+
+#[test]
+fn stamp_requests_without_tx_timestamps_are_counted_lost() {
+    for kind in BackendKind::ALL {
+        let (mut a, mut b) = pair(*kind, "127.0.0.1", false);
+        let dst = b.local_addr().unwrap();
+        let mut tx = TxBatch::new(4, 64);
+        tx.push(dst, b"a").unwrap();
+        tx.push(dst, b"b").unwrap();
+        tx.request_stamp(1, 9);
+        assert_eq!(a.send_batch(&tx).unwrap(), 2);
+        assert_eq!(a.stats().tx_stamps_lost, 1, "{kind}");
+        std::thread::sleep(Duration::from_millis(20));
+        let mut st = Vec::new();
+        assert_eq!(a.poll_tx_stamps(&mut st).unwrap(), 0);
+        let mut rx = RxBatch::new(4, 64);
+        assert_eq!(recv_n(b.as_mut(), &mut rx, 2).len(), 2);
+    }
+}

@@ -42,15 +42,18 @@ pub(crate) struct MmsgBackend {
     sock: UdpSocket,
     stats: IoStats,
     stamps: TxStamps,
+    /// Stamp requests are honoured (socket has OPT_ID).
+    tx_stamps: bool,
     s: Scratch,
 }
 
 impl MmsgBackend {
-    pub(crate) fn new(sock: UdpSocket) -> Self {
+    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool) -> Self {
         MmsgBackend {
             sock,
             stats: IoStats::default(),
             stamps: TxStamps::default(),
+            tx_stamps,
             s: Scratch {
                 hdrs: Vec::new(),
                 iovs: Vec::new(),
@@ -188,7 +191,10 @@ impl BatchIo for MmsgBackend {
                 iov_base: data.as_ptr() as *mut libc::c_void,
                 iov_len: data.len(),
             };
-            let clen = if e.stamp_tag.is_some() {
+            if e.stamp_tag.is_some() && !self.tx_stamps {
+                self.stats.tx_stamps_lost += 1;
+            }
+            let clen = if e.stamp_tag.is_some() && self.tx_stamps {
                 sys::write_tx_stamp_cmsg(&mut self.s.cbufs[k])
             } else {
                 0
@@ -234,9 +240,11 @@ impl BatchIo for MmsgBackend {
                 continue;
             }
             let got = rc as usize;
-            for e in &entries[at..at + got] {
-                if let Some(tag) = e.stamp_tag {
-                    self.stamps.sent(tag, app_tx);
+            if self.tx_stamps {
+                for e in &entries[at..at + got] {
+                    if let Some(tag) = e.stamp_tag {
+                        self.stamps.sent(tag, app_tx);
+                    }
                 }
             }
             sent += got;
@@ -255,6 +263,9 @@ impl BatchIo for MmsgBackend {
         Ok(self.stamps.take(out))
     }
     fn stats(&self) -> IoStats {
-        self.stats
+        IoStats {
+            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
+            ..self.stats
+        }
     }
 }

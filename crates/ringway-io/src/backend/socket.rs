@@ -17,15 +17,18 @@ pub(crate) struct SocketBackend {
     sock: UdpSocket,
     stats: IoStats,
     stamps: TxStamps,
+    /// Stamp requests are honoured (socket has OPT_ID).
+    tx_stamps: bool,
     cbuf: CmsgBuf,
 }
 
 impl SocketBackend {
-    pub(crate) fn new(sock: UdpSocket) -> Self {
+    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool) -> Self {
         SocketBackend {
             sock,
             stats: IoStats::default(),
             stamps: TxStamps::default(),
+            tx_stamps,
             cbuf: [0; CMSG_BUF_WORDS],
         }
     }
@@ -135,7 +138,11 @@ impl BatchIo for SocketBackend {
             hdr.msg_namelen = namelen;
             hdr.msg_iov = &mut iov;
             hdr.msg_iovlen = 1;
-            if e.stamp_tag.is_some() {
+            let want_stamp = e.stamp_tag.is_some() && self.tx_stamps;
+            if e.stamp_tag.is_some() && !self.tx_stamps {
+                self.stats.tx_stamps_lost += 1;
+            }
+            if want_stamp {
                 let clen = sys::write_tx_stamp_cmsg(&mut self.cbuf);
                 hdr.msg_control = self.cbuf.as_mut_ptr().cast();
                 hdr.msg_controllen = clen as _;
@@ -148,7 +155,7 @@ impl BatchIo for SocketBackend {
                 let rc = unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT) };
                 if rc >= 0 {
                     sent += 1;
-                    if let Some(tag) = e.stamp_tag {
+                    if let (Some(tag), true) = (e.stamp_tag, want_stamp) {
                         self.stamps.sent(tag, app_tx);
                     }
                     break;
@@ -168,6 +175,9 @@ impl BatchIo for SocketBackend {
         Ok(self.stamps.take(out))
     }
     fn stats(&self) -> IoStats {
-        self.stats
+        IoStats {
+            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
+            ..self.stats
+        }
     }
 }
