@@ -140,6 +140,14 @@ impl RxBatch {
     pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
         self.arena.frame_mut(i)
     }
+    /// Backend use: copy the first `len` bytes of frame `src` into frame `dst`.
+    pub(crate) fn move_frame(&mut self, src: usize, dst: usize, len: usize) {
+        let fs = self.arena.frame_size;
+        let len = len.min(fs);
+        self.arena
+            .mem
+            .copy_within(src * fs..src * fs + len, dst * fs);
+    }
     /// Backend use: raw pointer to the start of the arena (for iovec setup).
     pub fn arena_ptr(&mut self) -> *mut u8 {
         self.arena.mem.as_mut_ptr()

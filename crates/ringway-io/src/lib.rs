@@ -7,8 +7,22 @@
 //! The central abstraction is [`BatchIo`]: receive a batch of datagrams into
 //! the pre-allocated frames of an [`RxBatch`], send a [`TxBatch`] whose
 //! entries each carry their own destination. Frames are fixed-size slots of
-//! one contiguous, page-aligned arena, the same shape as an AF_XDP UMEM or an
-//! io_uring provided-buffer ring, so ring-based backends can adopt it.
+//! one contiguous arena, the same shape as an AF_XDP UMEM or an io_uring
+//! provided-buffer ring, so ring-based backends can adopt it.
+//!
+//! Modules:
+//! * [`backend`]: `socket` (poll + one recvmsg/sendmsg per datagram) and
+//!   `mmsg` (recvmmsg/sendmmsg). Each datagram carries peer, length,
+//!   truncation, kernel software RX stamp and app receive time; TX stamps
+//!   come back from the error queue on request ([`TxBatch::request_stamp`]).
+//! * [`sock`]: [`open_udp`] applies buffers (FORCE when permitted),
+//!   SO_REUSEPORT, SO_TIMESTAMPING, SO_RXQ_OVFL and reports what it got.
+//! * [`counters`]: `/proc/net/snmp{,6}` UDP totals and `/proc/net/udp{,6}`
+//!   per-socket drops.
+//! * [`thread`]: affinity, policy, nice, EEVDF slice; user/kernel CPU time.
+//! * [`netns`]: private namespaces and veth topologies for tests.
+//! * [`doctor`]: probes of what this kernel offers; [`bench`]: loopback
+//!   cost of each path.
 
 pub mod backend;
 pub mod batch;

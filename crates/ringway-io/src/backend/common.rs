@@ -100,3 +100,44 @@ impl TxStamps {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_in_order_and_skips_lost() {
+        let mut t = TxStamps::default();
+        for tag in [10, 11, 12, 13] {
+            t.sent(tag, Nanos(tag));
+        }
+        // Key 1 (tag 11) arrives first: key 0 is given up.
+        t.matched(1, Nanos(100));
+        t.matched(3, Nanos(300));
+        // Unknown or already consumed keys are ignored.
+        t.matched(0, Nanos(1));
+        t.matched(77, Nanos(1));
+        let mut out = Vec::new();
+        assert_eq!(t.take(&mut out), 2);
+        assert_eq!(out.iter().map(|s| s.tag).collect::<Vec<_>>(), vec![11, 13]);
+        assert_eq!(out[0].kernel_tx, Nanos(100));
+        assert_eq!(out[0].app_tx, Nanos(11));
+        assert_eq!(t.lost, 2);
+        assert!(t.pending.is_empty());
+    }
+
+    #[test]
+    fn pending_is_bounded() {
+        let mut t = TxStamps::default();
+        for i in 0..(MAX_PENDING as u64 + 5) {
+            t.sent(i, Nanos(i));
+        }
+        assert_eq!(t.pending.len(), MAX_PENDING);
+        assert_eq!(t.lost, 5);
+        // The key counter kept counting: the newest entry still matches.
+        t.matched((MAX_PENDING + 4) as u32, Nanos(1));
+        let mut out = Vec::new();
+        t.take(&mut out);
+        assert_eq!(out[0].tag, MAX_PENDING as u64 + 4);
+    }
+}

@@ -132,13 +132,9 @@ impl MmsgBackend {
                 kernel_rx: c.sw_stamp,
                 app_rx,
             };
-            if start + added != start + k {
-                // A skipped slot: move the payload down so frames stay dense.
-                let len = meta.len;
-                let (dst, src) = (start + added, start + k);
-                let mut tmp = vec![0u8; len];
-                tmp.copy_from_slice(&batch.frame_mut(src)[..len]);
-                batch.frame_mut(dst)[..len].copy_from_slice(&tmp);
+            if added != k {
+                // A skipped slot before this one: move the payload down so frames stay dense.
+                batch.move_frame(start + k, start + added, meta.len);
             }
             batch.commit(meta);
             added += 1;
