@@ -21,7 +21,7 @@
 //!   per-socket drops.
 //! * [`thread`]: affinity, policy, nice, EEVDF slice; user/kernel CPU time.
 //! * [`netns`]: private namespaces and veth topologies for tests.
-//! * [`doctor`]: probes of what this kernel offers; [`bench`]: loopback
+//! * [`doctor`]: probes of what this kernel offers; [`mod@bench`]: loopback
 //!   cost of each path.
 
 pub mod backend;
