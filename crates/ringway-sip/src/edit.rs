@@ -272,23 +272,37 @@ pub fn forward_request(
     } else {
         0
     };
-    if edits.pop_route {
-        let i = first_route.ok_or(EditError::NoRoute)?;
-        let (a, b) = first_value_range(msg, i);
-        sp.push(a, b, None);
+    if edits.pop_route && edits.pop_last_route && route_count < 2 {
+        return Err(EditError::NoRoute);
     }
-    if edits.pop_last_route {
-        let i = last_route.ok_or(EditError::NoRoute)?;
-        if edits.pop_route && route_count < 2 {
-            return Err(EditError::NoRoute);
+    let same_line_pair = edits.pop_route
+        && edits.pop_last_route
+        && first_route.is_some()
+        && first_route == last_route
+        && first_route.is_some_and(|i| {
+            let h = hp[i];
+            CommaSplit::new(&msg.head()[h.value_start as usize..h.value_end as usize]).count() == 2
+        });
+    if same_line_pair {
+        // Both values of one line go: drop the whole line.
+        let h = hp[first_route.unwrap_or(0)];
+        sp.push(h.line_start as usize, h.line_end as usize, None);
+    } else {
+        if edits.pop_route {
+            let i = first_route.ok_or(EditError::NoRoute)?;
+            let (a, b) = first_value_range(msg, i);
+            sp.push(a, b, None);
         }
-        let (mut a, b) = last_value_range(msg, i);
-        if edits.pop_route && Some(i) == first_route {
-            // Both ends of one line: never overlap the first-value splice.
-            let (_, fb) = first_value_range(msg, i);
-            a = a.max(fb);
+        if edits.pop_last_route {
+            let i = last_route.ok_or(EditError::NoRoute)?;
+            let (mut a, b) = last_value_range(msg, i);
+            if edits.pop_route && Some(i) == first_route {
+                // Both ends of one line: never overlap the first-value splice.
+                let (_, fb) = first_value_range(msg, i);
+                a = a.max(fb);
+            }
+            sp.push(a, b, None);
         }
-        sp.push(a, b, None);
     }
     if let Some(u) = edits.request_uri {
         if let Some((a, b)) = msg.request_uri_range() {
@@ -465,6 +479,36 @@ hi"
         assert_eq!(m2.max_forwards(), Some(70));
         assert_eq!(m2.request_uri(), Some("sip:bob@192.0.2.44:5070"));
         assert_eq!(m2.body(), b"hi");
+    }
+
+    #[test]
+    fn pop_first_and_last_route_of_one_line() {
+        // Found by fuzzing: both values of a two-value line must take the
+        // whole line with them (an empty Route value is invalid).
+        for (routes, left) in [
+            ("<sip:192.0.2.10;lr>, <sip:192.0.2.11;lr>", 0),
+            (
+                "<sip:192.0.2.10;lr>, <sip:192.0.2.12;lr>, <sip:192.0.2.11;lr>",
+                1,
+            ),
+        ] {
+            let req = String::from_utf8(REQ.to_vec())
+                .unwrap()
+                .replace("<sip:192.0.2.10;lr>, <sip:192.0.2.11;lr>", routes);
+            let m = SipMsg::parse(req.as_bytes()).unwrap();
+            let mut out = Vec::new();
+            let e = RequestEdits {
+                pop_route: true,
+                pop_last_route: true,
+                ..Default::default()
+            };
+            forward_request(&m, &e, &mut out).unwrap();
+            let m2 = SipMsg::parse(&out).unwrap();
+            assert_eq!(m2.routes().count(), left);
+            if left == 1 {
+                assert_eq!(m2.routes().next().unwrap().uri, "sip:192.0.2.12;lr");
+            }
+        }
     }
 
     #[test]
