@@ -296,6 +296,19 @@ pub fn conclusion(rows: &[BenchRow]) -> String {
             kernel_share(s),
             kernel_share(m),
         );
+        let per_core = |ns: f64| if ns > 0.0 { 1e9 / ns } else { 0.0 };
+        t.push_str(&format!(
+            "; per fully used core (1/CPU per packet) mmsg sends {:.2}x and receives {:.2}x socket",
+            ratio(per_core(m.send_ns_per_pkt), per_core(s.send_ns_per_pkt)),
+            ratio(per_core(m.recv_ns_per_pkt), per_core(s.recv_ns_per_pkt)),
+        ));
+        if (s.send_cpu_share - m.send_cpu_share).abs() > 0.15 {
+            t.push_str(&format!(
+                " (raw pps are load-skewed: the sender got {:.0}% of a CPU with socket, {:.0}% with mmsg)",
+                100.0 * s.send_cpu_share,
+                100.0 * m.send_cpu_share
+            ));
+        }
         if let Some(g) = get("gso->mmsg") {
             t.push_str(&format!(
                 "; GSO sends {:.2}x the pps of mmsg at {:.2} us send CPU/packet",
