@@ -3,6 +3,7 @@
 
 pub mod impair;
 pub mod sfulab;
+pub mod srpiclab;
 pub mod stats;
 pub mod sched;
 pub mod siplab;
