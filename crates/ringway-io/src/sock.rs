@@ -294,6 +294,26 @@ pub fn socket_drops(fd: RawFd) -> io::Result<u64> {
 fn ensure_rx_stamping_live() {
     static KEEPER: std::sync::OnceLock<Option<UdpSocket>> = std::sync::OnceLock::new();
     KEEPER.get_or_init(|| {
+        // Build the keeper on a helper thread placed in the main thread's
+        // network namespace, so a caller inside a test namespace does not pin
+        // that namespace for the life of the process.
+        std::thread::spawn(|| {
+            if let Ok(f) = std::fs::File::open("/proc/self/ns/net") {
+                use std::os::fd::AsRawFd;
+                // SAFETY: setns with a namespace fd we hold open; affects only
+                // this helper thread. On failure we stay where we are.
+                let _ = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+            }
+            make_keeper()
+        })
+        .join()
+        .ok()
+        .flatten()
+    });
+}
+
+fn make_keeper() -> Option<UdpSocket> {
+    {
         let s = UdpSocket::bind("127.0.0.1:0").ok()?;
         use std::os::fd::AsRawFd;
         let fd = s.as_raw_fd();
@@ -319,5 +339,5 @@ fn ensure_rx_stamping_live() {
             std::thread::sleep(std::time::Duration::from_micros(500));
         }
         Some(s)
-    });
+    }
 }
