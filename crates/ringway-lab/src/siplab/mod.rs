@@ -370,6 +370,17 @@ fn start_proxy(
     })
 }
 
+/// True while `pid` exists and is not a zombie.
+fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(st) => st
+            .rfind(')')
+            .and_then(|i| st[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 /// CPU of `pid` and all its descendants (Kamailio forks worker processes).
 fn tree_cpu(pid: u32) -> sipload::CpuTimes {
     let mut total = sipload::cpu::pid_cpu(pid).unwrap_or_default();
@@ -480,7 +491,24 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
         ..LoadConfig::default()
     };
     let live = std::sync::Arc::new(sipload::Live::default());
+    // If the proxy dies, end the generator at once instead of waiting for
+    // every call to time out.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (live, done) = (live.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if !pid_alive(pid) {
+                    live.abort.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
     let gen = sipload::run(&cfg, live, None);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = watcher.join();
     let cpu1 = tree_cpu(pid);
     let snmp1 = ringway_io::counters::udp_snmp().unwrap_or_default();
     let alive = proxy.child.try_wait()?.is_none();

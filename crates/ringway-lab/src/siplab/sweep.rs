@@ -286,6 +286,13 @@ impl Store {
         let path = dir.join("runs.jsonl");
         let mut done = HashMap::new();
         if let Ok(t) = std::fs::read_to_string(&path) {
+            if !t.is_empty() && !t.ends_with('\n') {
+                // A line cut by a crash: end it so the next record starts clean.
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)?
+                    .write_all(b"\n")?;
+            }
             for l in t.lines() {
                 if let Ok(r) = serde_json::from_str::<RunRecord>(l) {
                     done.insert(r.key.clone(), r);

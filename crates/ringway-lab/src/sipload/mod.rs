@@ -153,6 +153,8 @@ pub struct Live {
     pub retransmissions: AtomicU64,
     /// Set to stop starting calls early (in-flight calls still finish).
     pub stop: AtomicBool,
+    /// Set to end at once (in-flight calls count as failed, `aborted`).
+    pub abort: AtomicBool,
 }
 
 /// Percentiles of one response-time histogram, in milliseconds.

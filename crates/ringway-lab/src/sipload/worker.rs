@@ -221,10 +221,12 @@ impl Worker {
             if !starting && self.calls.is_empty() && self.uas.is_empty() {
                 break;
             }
-            if now >= hard_deadline {
+            let abort = self.live.abort.load(Ordering::Relaxed);
+            if now >= hard_deadline || abort {
                 let left = self.calls.len() as u64;
                 if left > 0 {
-                    *self.r.failed.entry("unfinished".into()).or_default() += left;
+                    let why = if abort { "aborted" } else { "unfinished" };
+                    *self.r.failed.entry(why.into()).or_default() += left;
                     self.live.failed.fetch_add(left, Ordering::Relaxed);
                 }
                 break;
