@@ -712,8 +712,20 @@ fn probe_debugfs_sched() -> Check {
             Ok(()) => "ok".to_string(),
             Err(e) => e.clone(),
         };
+        let mode = lockdown
+            .split_whitespace()
+            .find(|w| w.starts_with('['))
+            .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
+            .unwrap_or_default();
+        let why = if wr.as_ref().is_err_and(|e| e.starts_with("EPERM"))
+            && (mode == "integrity" || mode == "confidentiality")
+        {
+            format!(" => blocked by kernel lockdown ({mode}): debugfs files cannot be opened")
+        } else {
+            String::new()
+        };
         let text = format!(
-            "{}open {f} read: {}, write: {}; lockdown: {lockdown}",
+            "{}open {f} read: {}, write: {}; lockdown: {lockdown}{why}",
             if notes.is_empty() {
                 String::new()
             } else {
