@@ -109,8 +109,12 @@ fn cpu_time_splits_user_and_kernel() {
         let dst = s.local_addr().unwrap();
         s.set_nonblocking(true).unwrap();
         let mut buf = [0u8; 64];
-        let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(300) {
+        // Run until this thread has used 200 ms of CPU (bounded by 10 s of wall time),
+        // so the tick-sampled user/system split has enough samples even under load.
+        let (start, cpu0) = (std::time::Instant::now(), thread::thread_cpu_total());
+        while thread::thread_cpu_total() - cpu0 < Duration::from_millis(200)
+            && start.elapsed() < Duration::from_secs(10)
+        {
             for _ in 0..100 {
                 s.send_to(&buf[..32], dst).unwrap();
                 let _ = s.recv_from(&mut buf);
@@ -121,8 +125,10 @@ fn cpu_time_splits_user_and_kernel() {
         assert!(kernel.system_ns > 0, "{kernel:?}");
         // User-heavy: pure arithmetic.
         let mut x = 1u64;
-        let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(300) {
+        let (start, cpu0) = (std::time::Instant::now(), thread::thread_cpu_total());
+        while thread::thread_cpu_total() - cpu0 < Duration::from_millis(200)
+            && start.elapsed() < Duration::from_secs(10)
+        {
             for i in 0..10_000u64 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
             }
