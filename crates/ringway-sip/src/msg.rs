@@ -403,7 +403,7 @@ impl<'a> Via<'a> {
     /// Whether the branch carries the RFC 3261 magic cookie (and more).
     pub fn has_cookie(&self) -> bool {
         self.branch
-            .is_some_and(|b| b.len() > 7 && b[..7].eq_ignore_ascii_case("z9hG4bK"))
+            .is_some_and(|b| b.len() > 7 && b.as_bytes()[..7].eq_ignore_ascii_case(b"z9hG4bK"))
     }
 }
 
@@ -999,7 +999,7 @@ pub fn parse_delta(v: &str) -> Option<u32> {
 
 fn parse_version(v: &str) -> Result<(), ParseError> {
     let b = v.as_bytes();
-    if b.len() < 7 || !v[..4].eq_ignore_ascii_case("SIP/") {
+    if b.len() < 7 || !b[..4].eq_ignore_ascii_case(b"SIP/") {
         return Err(ParseError::BadStartLine("version"));
     }
     let rest = &v[4..];
@@ -1019,7 +1019,7 @@ fn parse_version(v: &str) -> Result<(), ParseError> {
 }
 
 fn parse_start_line(line: &str, off: usize) -> Result<Start, ParseError> {
-    if line.len() >= 4 && line[..4].eq_ignore_ascii_case("SIP/") {
+    if line.len() >= 4 && line.as_bytes()[..4].eq_ignore_ascii_case(b"SIP/") {
         // Status-Line = SIP-Version SP Status-Code SP Reason-Phrase
         let sp = line
             .find(' ')

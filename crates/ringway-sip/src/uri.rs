@@ -40,9 +40,10 @@ pub struct SipUri<'a> {
 impl<'a> SipUri<'a> {
     /// Parse a `sip:` or `sips:` URI. `None` if it is not one or is malformed.
     pub fn parse(uri: &'a str) -> Option<SipUri<'a>> {
-        let (secure, rest) = if uri.len() >= 4 && uri[..4].eq_ignore_ascii_case("sip:") {
+        let (secure, rest) = if uri.len() >= 4 && uri.as_bytes()[..4].eq_ignore_ascii_case(b"sip:")
+        {
             (false, &uri[4..])
-        } else if uri.len() >= 5 && uri[..5].eq_ignore_ascii_case("sips:") {
+        } else if uri.len() >= 5 && uri.as_bytes()[..5].eq_ignore_ascii_case(b"sips:") {
             (true, &uri[5..])
         } else {
             return None;

@@ -1,0 +1,164 @@
+//! Property tests: parsing, editing and proxying never panic on mutated
+//! messages, and edits of valid requests stay valid (run in CI, unlike the
+//! cargo-fuzz targets).
+
+mod common;
+use common::*;
+use proptest::prelude::*;
+use ringway_sip::{
+    forward_request, forward_response, Mode, Proxy, ProxyConfig, RequestEdits, SipMsg, ViaEdit,
+};
+
+fn seeds() -> Vec<Vec<u8>> {
+    let inv = invite(
+        "z9hG4bKp1",
+        "sip:bob@example.com",
+        "Route: <sip:192.0.2.10:5060;lr>, <sip:192.0.2.11;lr>\r\nRecord-Route: <sip:192.0.2.30;lr>\r\n",
+    );
+    let resp = response_to(&inv, 180, "Ringing", "");
+    vec![
+        inv,
+        resp,
+        b"REGISTER sip:example.com SIP/2.0\r\nv: SIP/2.0/UDP 192.0.2.3;branch=z9hG4bKr;rport\r\nf: <sip:c@example.com>;tag=1\r\nt: <sip:c@example.com>\r\ni: r1\r\nCSeq: 1 REGISTER\r\nm: <sip:c@192.0.2.3>;expires=60\r\nExpires: 60\r\nl: 0\r\n\r\n".to_vec(),
+        b"OPTIONS sip:[2001:db8::1]:5070 SIP/2.0\r\nVia: SIP / 2.0 / UDP\r\n [2001:db8::2];branch=z9hG4bKo;received=2001:db8::9\r\nTo :\r\n <sip:a@b>\r\nFrom: \"x\\\"y\" <sip:c@d>;tag=1\r\nCall-ID: o\r\nCSeq: 1\r\n OPTIONS\r\nProxy-Require: x\r\n\r\n".to_vec(),
+        b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.10;branch=z9hG4bKrw0000000000000000.00000000, SIP/2.0/UDP 192.0.2.1\r\nTo: <sip:b@x>;tag=2\r\nFrom: <sip:a@x>;tag=1\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\n\r\n".to_vec(),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip(usize, u8),
+    Insert(usize, u8),
+    Delete(usize),
+    Truncate(usize),
+    Dup(usize, usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let special = prop_oneof![
+        Just(b'\r'),
+        Just(b'\n'),
+        Just(b' '),
+        Just(b':'),
+        Just(b';'),
+        Just(b','),
+        Just(b'"'),
+        Just(b'<'),
+        Just(b'>'),
+        Just(b'['),
+        Just(b'\\'),
+        Just(0xC3u8),
+        any::<u8>()
+    ];
+    prop_oneof![
+        (any::<usize>(), special.clone()).prop_map(|(p, b)| Mutation::Flip(p, b)),
+        (any::<usize>(), special).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        any::<usize>().prop_map(Mutation::Delete),
+        any::<usize>().prop_map(Mutation::Truncate),
+        (any::<usize>(), 1usize..40).prop_map(|(p, n)| Mutation::Dup(p, n)),
+    ]
+}
+
+fn apply(mut v: Vec<u8>, ms: &[Mutation]) -> Vec<u8> {
+    for m in ms {
+        if v.is_empty() {
+            break;
+        }
+        let n = v.len();
+        match *m {
+            Mutation::Flip(p, b) => v[p % n] = b,
+            Mutation::Insert(p, b) => v.insert(p % (n + 1), b),
+            Mutation::Delete(p) => {
+                v.remove(p % n);
+            }
+            Mutation::Truncate(p) => v.truncate(p % (n + 1)),
+            Mutation::Dup(p, len) => {
+                let s = p % n;
+                let e = (s + len).min(n);
+                let chunk = v[s..e].to_vec();
+                v.splice(s..s, chunk);
+            }
+        }
+    }
+    v
+}
+
+fn exercise(data: &[u8], proxies: &[Proxy]) {
+    let _ = SipMsg::parse_loose(data);
+    if let Ok(m) = SipMsg::parse(data) {
+        let _ = (m.call_id(), m.cseq(), m.from_tag(), m.to_tag(), m.expires());
+        let _ = (m.vias().count(), m.routes().count(), m.contact().count());
+        let mut out = Vec::new();
+        if m.is_request() {
+            let e = RequestEdits {
+                via: Some(ViaEdit {
+                    transport: "UDP",
+                    sent_by: "192.0.2.10:5060",
+                    branch: "z9hG4bKx",
+                }),
+                max_forwards: true,
+                record_route: Some("sip:192.0.2.10:5060;lr"),
+                pop_route: m.routes().count() > 0,
+                pop_last_route: m.routes().count() > 1,
+                request_uri: Some("sip:x@192.0.2.9"),
+                received: Some("192.0.2.1"),
+                rport: Some(1),
+            };
+            if forward_request(&m, &e, &mut out).is_ok() {
+                let f = SipMsg::parse(&out).expect("edited request must parse");
+                assert_eq!(f.call_id(), m.call_id());
+                assert_eq!(f.body(), m.body());
+            }
+        } else {
+            let _ = forward_response(&m, &mut out);
+        }
+    }
+    for (i, p) in proxies.iter().enumerate() {
+        let mut n = 0;
+        p.handle(i as u64, addr(UAC), data, &mut |_, b| {
+            assert!(!b.is_empty());
+            n += 1;
+        });
+        assert!(n <= 2);
+        p.on_timer(40_000_000_000, &mut |_, _| {});
+    }
+}
+
+fn proxies() -> Vec<Proxy> {
+    [Mode::Stateless, Mode::Stateful]
+        .into_iter()
+        .map(|mode| {
+            Proxy::new(ProxyConfig {
+                mode,
+                local: addr(PROXY),
+                route_to: Some(addr(UAS)),
+                registrar: true,
+                record_route: true,
+                max_transactions: 64,
+                domains: vec!["example.com".into()],
+            })
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_messages_never_panic(seed in 0usize..5, ms in proptest::collection::vec(mutation(), 1..8)) {
+        let data = apply(seeds()[seed].clone(), &ms);
+        exercise(&data, &proxies());
+    }
+
+    #[test]
+    fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        exercise(&data, &proxies());
+    }
+}
+
+#[test]
+fn seeds_are_valid() {
+    for s in seeds() {
+        parse(&s);
+    }
+}
