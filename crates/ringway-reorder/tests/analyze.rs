@@ -326,3 +326,79 @@ fn table1_block_size_reduces_reordering() {
         );
     }
 }
+
+fn tcp_seg(v6: bool, seq: u32, payload: usize, flags: u8) -> Vec<u8> {
+    let mut t = vec![0u8; 20 + payload];
+    t[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    t[2..4].copy_from_slice(&80u16.to_be_bytes());
+    t[4..8].copy_from_slice(&seq.to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = flags;
+    let mut e = vec![0u8; 12];
+    if v6 {
+        e.extend_from_slice(&0x86ddu16.to_be_bytes());
+        let mut ip = vec![0u8; 40];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&(t.len() as u16).to_be_bytes());
+        ip[6] = 6;
+        ip[7] = 64;
+        ip[23] = 1;
+        ip[39] = 2;
+        e.extend(ip);
+    } else {
+        e.extend_from_slice(&0x0800u16.to_be_bytes());
+        let mut ip = vec![0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((20 + t.len()) as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        e.extend(ip);
+    }
+    e.extend(t);
+    e
+}
+
+#[test]
+fn tcp_flows_ipv4_and_ipv6_with_wrap() {
+    // 100-byte segments starting 150 bytes before the 32-bit wrap; arrival
+    // order 0,2,1,3 (segment index), then a FIN (never sorted, not counted).
+    let base = u32::MAX - 149;
+    let mut frames = Vec::new();
+    let mut ts = 1_000_000_000u64;
+    for v6 in [false, true] {
+        for k in [0u32, 2, 1, 3] {
+            frames.push((ts, tcp_seg(v6, base.wrapping_add(k * 100), 100, 0x10)));
+            ts += 1_000;
+        }
+        frames.push((ts, tcp_seg(v6, base.wrapping_add(400), 0, 0x11)));
+        ts += 1_000;
+    }
+    let bytes = pcap_file(1, true, &frames);
+    let f = pcap::parse(&bytes).unwrap();
+    let t = Trace::from_frames(&f);
+    assert_eq!(t.flows.len(), 2);
+    assert!(t.flows[0]
+        .name
+        .starts_with("tcp 10.0.0.1:40000 > 10.0.0.2:80"));
+    assert!(
+        t.flows[1].name.starts_with("tcp [::1]:40000 > [::2]:80"),
+        "{}",
+        t.flows[1].name
+    );
+    let v = analyze(
+        &t,
+        &AnalyzeOpts {
+            blocks: vec![32],
+            batch_ns: 1_000_000,
+            ring_size: 1024,
+            dt: 8,
+        },
+    );
+    for fi in 0..2 {
+        let (cap, srt) = (&v[0].flows[fi].0, &v[1].flows[fi].0);
+        assert_eq!((cap.received, cap.reordered), (4, 1), "flow {fi}");
+        assert_eq!((srt.received, srt.reordered), (4, 0), "flow {fi}");
+    }
+}
