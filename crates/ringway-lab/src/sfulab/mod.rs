@@ -89,7 +89,8 @@ pub struct DelayModel {
 pub struct Summary {
     /// Per-cell rows.
     pub rows: Vec<Row>,
-    /// Delay model per backend (fitted on every run's mean delay vs copies).
+    /// Delay model per backend (fitted on every run's median delay vs copies;
+    /// the median is robust to scheduling outliers on shared machines).
     pub models: Vec<DelayModel>,
     /// Mean ratio over cells of each backend to socket: (backend, cpu, delay p50, delay p99).
     pub overall: Vec<(String, f64, f64, f64)>,
@@ -156,7 +157,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
         let pts: Vec<(f64, f64)> = runs
             .iter()
             .filter(|r| &r.backend == b && r.copies_per_packet > 0.0)
-            .map(|r| (r.copies_per_packet, r.delay_mean_us))
+            .map(|r| (r.copies_per_packet, r.delay_p50_us))
             .collect();
         if let Some(LineFit {
             intercept,
@@ -242,7 +243,7 @@ pub fn render(s: &Summary) -> String {
         o,
         "(±: 95% CI over repetitions; x/s: ratio to the socket backend)"
     );
-    for (b, cpu, p50, p99) in &s.overall {
+    for (b, cpu, p50, p99) in s.overall.iter().filter(|o| o.0 != "socket") {
         let _ = writeln!(
             o,
             "overall {b} vs socket: cpu {cpu:.2}x, delay p50 {p50:.2}x, delay p99 {p99:.2}x"
@@ -251,14 +252,14 @@ pub fn render(s: &Summary) -> String {
     for m in &s.models {
         let _ = writeln!(
             o,
-            "delay model {}: d(n) = {:.2} us + n * {:.2} us  (R2 {:.3}, {} runs; n = copies/packet)",
+            "delay model {}: d(n) = {:.2} us + n * {:.2} us  (median delay, R2 {:.3}, {} runs; n = copies/packet)",
             m.backend, m.k_rcv_us, m.k_snd_us, m.r2, m.points
         );
     }
     o
 }
 
-/// An SVG plot of mean delay versus copies per packet, one series per backend,
+/// An SVG plot of median delay versus copies per packet, one series per backend,
 /// with the fitted model lines.
 pub fn svg(runs: &[Run], s: &Summary) -> String {
     let (w, h, m) = (640.0, 400.0, 50.0);
@@ -267,7 +268,7 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
         .map(|r| r.copies_per_packet)
         .fold(1.0f64, f64::max)
         * 1.1;
-    let ymax = runs.iter().map(|r| r.delay_mean_us).fold(1.0f64, f64::max) * 1.1;
+    let ymax = runs.iter().map(|r| r.delay_p50_us).fold(1.0f64, f64::max) * 1.1;
     let px = |x: f64| m + x / xmax * (w - 2.0 * m);
     let py = |y: f64| h - m - y / ymax * (h - 2.0 * m);
     let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
@@ -293,7 +294,7 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
                 o,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
                 px(r.copies_per_packet),
-                py(r.delay_mean_us)
+                py(r.delay_p50_us)
             );
         }
         let y0 = mdl.k_rcv_us;

@@ -182,6 +182,25 @@ struct Engine {
 }
 
 impl Engine {
+    fn new(sfu: Sfu, batch: usize, srpic: Option<Srpic<usize>>) -> Engine {
+        Engine {
+            sfu,
+            rx: RxBatch::new(batch, FRAME),
+            out: Out {
+                tx: TxBatch::new(256, FRAME),
+                pending: Vec::with_capacity(batch),
+                hist: latency_histogram(),
+                tx_bytes: 0,
+            },
+            order: Vec::with_capacity(batch),
+            srpic,
+            rx_bytes: 0,
+            truncated: 0,
+            forwarded: 0,
+            copies: 0,
+        }
+    }
+
     /// Handle the datagrams of the current receive batch.
     fn handle_batch(&mut self, io: &mut dyn ringway_io::BatchIo, now: u64) -> anyhow::Result<()> {
         let n = self.rx.len();
@@ -345,22 +364,7 @@ pub fn serve(
             if let Some(c) = &cpus {
                 pin_this_thread(c)?;
             }
-            let mut e = Engine {
-                sfu,
-                rx: RxBatch::new(batch, FRAME),
-                out: Out {
-                    tx: TxBatch::new(256, FRAME),
-                    pending: Vec::with_capacity(batch),
-                    hist: latency_histogram(),
-                    tx_bytes: 0,
-                },
-                order: Vec::with_capacity(batch),
-                srpic,
-                rx_bytes: 0,
-                truncated: 0,
-                forwarded: 0,
-                copies: 0,
-            };
+            let mut e = Engine::new(sfu, batch, srpic);
             let cpu0 = CpuTime::this_thread();
             let t0 = Instant::now();
             let mut next_tick = 0u64;
@@ -460,4 +464,146 @@ pub fn serve(
             }
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringway_io::{BatchIo, RxMeta, TxStamp};
+    use ringway_sfu::client::{parse_reply, Reply, Requests};
+    use ringway_sfu::wire::{write_rtp, RtpHeader};
+    use ringway_sfu::{MediaType, RtpPacket, Selector};
+
+    /// Records what the engine sends.
+    #[derive(Default)]
+    struct Capture(Vec<(SocketAddr, Vec<u8>)>);
+
+    impl BatchIo for Capture {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Mmsg
+        }
+        fn local_addr(&self) -> std::io::Result<SocketAddr> {
+            Ok(SocketAddr::from(([127, 0, 0, 1], 5004)))
+        }
+        fn raw_fd(&self) -> std::os::fd::RawFd {
+            -1
+        }
+        fn recv_batch(&mut self, _: &mut RxBatch, _: Option<Duration>) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn send_batch(&mut self, b: &TxBatch) -> std::io::Result<usize> {
+            self.0.extend(b.iter().map(|(d, x)| (d, x.to_vec())));
+            Ok(b.len())
+        }
+        fn poll_tx_stamps(&mut self, _: &mut Vec<TxStamp>) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn stats(&self) -> IoStats {
+            IoStats::default()
+        }
+    }
+
+    fn put(e: &mut Engine, peer: SocketAddr, data: &[u8]) {
+        let f = e.rx.next_frame_mut().expect("room");
+        f[..data.len()].copy_from_slice(data);
+        e.rx.commit(RxMeta {
+            peer,
+            len: data.len(),
+            truncated: false,
+            kernel_rx: None,
+            app_rx: realtime_now(),
+        });
+    }
+
+    fn rtp(ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 64];
+        let h = RtpHeader {
+            payload_type: m.payload_type(),
+            marker: false,
+            seq,
+            timestamp: 0,
+            ssrc,
+        };
+        let n = write_rtp(&mut b, &h, None, 40).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    /// Register a sender and a subscriber, then forward one batch of
+    /// out-of-order packets of two streams; returns the subscriber's seqs per type.
+    fn forward_shuffled(srpic: bool) -> Vec<(u8, u16)> {
+        let sorter = srpic.then(|| {
+            Srpic::new(
+                SrpicConfig {
+                    block_size: 32,
+                    ring_size: 64,
+                    ..Default::default()
+                },
+                SeqSpace::U16,
+            )
+        });
+        let sfu = Sfu::new(SfuConfig {
+            echo: false,
+            ..Default::default()
+        });
+        let mut e = Engine::new(sfu, 64, sorter);
+        let mut io = Capture::default();
+        let (tx_addr, rx_addr) = (
+            SocketAddr::from(([127, 0, 0, 1], 1000)),
+            SocketAddr::from(([127, 0, 0, 1], 2000)),
+        );
+        let mut reqs = Requests::default();
+        let mut sessions = Vec::new();
+        for a in [tx_addr, rx_addr] {
+            e.rx.clear();
+            put(&mut e, a, &reqs.register().1);
+            e.handle_batch(&mut io, 0).unwrap();
+            let Some(Reply::Ack(_, s)) = parse_reply(&io.0.pop().unwrap().1) else {
+                panic!("register failed")
+            };
+            sessions.push(s);
+        }
+        e.rx.clear();
+        put(
+            &mut e,
+            rx_addr,
+            &reqs.subscribe(sessions[1], &[Selector::ALL], false).1,
+        );
+        e.handle_batch(&mut io, 0).unwrap();
+        io.0.clear();
+        e.rx.clear();
+        let ssid = sessions[0].ssid;
+        for (m, s) in [
+            (MediaType::Asq, 3),
+            (MediaType::Vsq, 11),
+            (MediaType::Asq, 1),
+            (MediaType::Asq, 2),
+            (MediaType::Vsq, 10),
+            (MediaType::Asq, 4),
+        ] {
+            put(&mut e, tx_addr, &rtp(ssid, m, s));
+        }
+        e.handle_batch(&mut io, 1).unwrap();
+        assert!(io.0.iter().all(|(d, _)| *d == rx_addr));
+        io.0.iter()
+            .map(|(_, b)| {
+                let p = RtpPacket::new_checked(b).unwrap();
+                (p.payload_type(), p.seq())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn srpic_sorts_each_stream_within_a_batch() {
+        let per_type = |v: &[(u8, u16)], pt: u8| -> Vec<u16> {
+            v.iter().filter(|x| x.0 == pt).map(|x| x.1).collect()
+        };
+        let plain = forward_shuffled(false);
+        assert_eq!(per_type(&plain, 96), vec![3, 1, 2, 4]);
+        assert_eq!(per_type(&plain, 97), vec![11, 10]);
+        let sorted = forward_shuffled(true);
+        assert_eq!(sorted.len(), 6);
+        assert_eq!(per_type(&sorted, 96), vec![1, 2, 3, 4]);
+        assert_eq!(per_type(&sorted, 97), vec![10, 11]);
+    }
 }
