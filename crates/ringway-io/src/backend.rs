@@ -71,6 +71,9 @@ pub struct IoStats {
     /// was opened without [`crate::SocketConfig::tx_timestamps`], or the
     /// kernel never returned the stamp, or too many were pending.
     pub tx_stamps_lost: u64,
+    /// Asynchronous socket errors (SO_ERROR, e.g. ECONNREFUSED after an ICMP
+    /// port unreachable on a connected socket) consumed while waiting.
+    pub socket_errors: u64,
 }
 
 /// Receive and send batches of datagrams on one UDP socket.

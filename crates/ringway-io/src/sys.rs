@@ -94,6 +94,14 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -
     }
 }
 
+/// Read and clear a pending socket error (`SO_ERROR`), e.g. ECONNREFUSED on
+/// a connected UDP socket; without this, poll keeps reporting POLLERR.
+pub(crate) fn take_socket_error(fd: RawFd) -> Option<i32> {
+    getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)
+        .ok()
+        .filter(|&e| e != 0)
+}
+
 /// Current drop counter of a socket (`SO_MEMINFO[SK_MEMINFO_DROPS]`).
 pub fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
     let mut vals = [0u32; 16];

@@ -194,3 +194,30 @@ fn stamp_requests_without_tx_timestamps_are_counted_lost() {
         assert_eq!(recv_n(b.as_mut(), &mut rx, 2).len(), 2);
     }
 }
+
+#[test]
+fn pending_socket_error_is_consumed_not_spun_on() {
+    for kind in BackendKind::ALL {
+        let (s, _) = open_udp(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        // Connect to a port nobody listens on and send: ICMP port unreachable
+        // leaves ECONNREFUSED pending on the connected socket.
+        let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dead_addr = dead.local_addr().unwrap();
+        drop(dead);
+        s.connect(dead_addr).unwrap();
+        s.send(b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let same = s.try_clone().unwrap();
+        let mut io = open_backend(*kind, s).unwrap();
+        let mut rx = RxBatch::new(4, 64);
+        assert_eq!(
+            io.recv_batch(&mut rx, Some(Duration::from_millis(100)))
+                .unwrap(),
+            0
+        );
+        // recv_batch consumed the pending error, so poll stops reporting POLLERR
+        // (otherwise the wait would spin on it until the timeout).
+        assert!(same.take_error().unwrap().is_none(), "{kind}");
+        assert_eq!(io.stats().socket_errors, 1, "{kind}");
+    }
+}

@@ -164,6 +164,10 @@ impl BatchIo for MmsgBackend {
                 Ready::Readable => break,
                 Ready::ErrQueue => {
                     self.stamps.drain_errqueue(fd)?;
+                    // A pending socket error (not queued) also raises POLLERR.
+                    if sys::take_socket_error(fd).is_some() {
+                        self.stats.socket_errors += 1;
+                    }
                     if left == Some(Duration::ZERO) {
                         return Ok(0);
                     }
