@@ -102,6 +102,15 @@ pub(crate) fn take_socket_error(fd: RawFd) -> Option<i32> {
         .filter(|&e| e != 0)
 }
 
+/// An asynchronous error a receive call can report for an earlier send
+/// (ICMP feedback on connected sockets); it says nothing about this receive.
+pub(crate) fn is_async_send_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN)
+    )
+}
+
 /// Current drop counter of a socket (`SO_MEMINFO[SK_MEMINFO_DROPS]`).
 pub fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
     let mut vals = [0u32; 16];

@@ -221,3 +221,28 @@ fn pending_socket_error_is_consumed_not_spun_on() {
         assert_eq!(io.stats().socket_errors, 1, "{kind}");
     }
 }
+
+#[test]
+fn async_error_with_data_queued_still_delivers() {
+    for kind in BackendKind::ALL {
+        let (s, _) = open_udp(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let me = s.local_addr().unwrap();
+        let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dead_addr = dead.local_addr().unwrap();
+        drop(dead);
+        // Unconnected sends to a dead port leave no error; a connected one does.
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.connect(dead_addr).unwrap();
+        s.send(b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // Reconnect to the live peer (clears nothing pending) and queue data from it.
+        s.connect(peer.local_addr().unwrap()).unwrap();
+        peer.send_to(b"data", me).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut io = open_backend(*kind, s).unwrap();
+        let mut rx = RxBatch::new(4, 64);
+        let got = recv_n(io.as_mut(), &mut rx, 1);
+        assert_eq!(got.len(), 1, "{kind}");
+        assert_eq!(got[0].1, b"data");
+    }
+}

@@ -111,6 +111,10 @@ impl MmsgBackend {
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => return Ok(0),
+                _ if sys::is_async_send_error(&e) => {
+                    self.stats.socket_errors += 1;
+                    continue;
+                }
                 _ => return Err(e),
             }
         };

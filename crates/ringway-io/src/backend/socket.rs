@@ -62,6 +62,10 @@ impl SocketBackend {
                 match e.kind() {
                     io::ErrorKind::Interrupted => continue,
                     io::ErrorKind::WouldBlock => return Ok(false),
+                    _ if sys::is_async_send_error(&e) => {
+                        self.stats.socket_errors += 1;
+                        continue;
+                    }
                     _ => return Err(e),
                 }
             }
