@@ -73,8 +73,9 @@ fn load_command_mmsg() {
     client_cli("mmsg", "load");
 }
 
-/// `ringway lab sfu --netns`: SFU and load in two namespace hosts over veth;
-/// the table is printed and the namespaces are gone afterwards.
+/// `ringway lab sfu --netns`: the SFU in one namespace host, each client in
+/// its own host (veth to one bridge); the table is printed and the
+/// namespaces are gone afterwards.
 #[test]
 fn lab_sfu_in_veth_hosts() {
     let dir = tempfile::tempdir().unwrap();
@@ -109,10 +110,54 @@ fn lab_sfu_in_veth_hosts() {
     }
     let rows = v["summary"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
-    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let names = String::from_utf8_lossy(&ns.stdout);
-    assert!(
-        !names.contains(&format!("rw-sfu-{pid}")) && !names.contains(&format!("rw-load-{pid}")),
-        "namespaces left behind: {names}"
-    );
+    // The topology (host "sfu" + one host per client, bridge) is gone.
+    let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
+    let left: Vec<String> = ringway_io::netns::list_netns()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&mine))
+        .collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
+/// `ringway sfu load --netns`: starts the SFU in host `sfu` and puts each
+/// client's socket in its own host; exact counts at both ends.
+#[test]
+fn load_netns_testbed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
+    let st = Command::new(BIN)
+        .args([
+            "sfu",
+            "load",
+            "--netns",
+            "--clients",
+            "4",
+            "--server",
+            "0.0.0.0:5004",
+        ])
+        .args([
+            "--duration",
+            "1",
+            "--interval-ms",
+            "10",
+            "--stats-interval",
+            "0",
+        ])
+        .args(["--sfu-backend", "mmsg", "--sfu-json"])
+        .arg(&sj)
+        .arg("--json")
+        .arg(&lj)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (s, l) = (read_json(&sj), read_json(&lj));
+    let tx = l["tx_packets"].as_u64().unwrap();
+    assert!(tx > 0);
+    assert_eq!(s["sfu"]["media_accepted"].as_u64().unwrap(), tx);
+    assert_eq!(s["sfu"]["copies"].as_u64().unwrap(), 3 * tx);
+    assert_eq!(l["media_packets"].as_u64().unwrap(), 3 * tx);
+    assert_eq!(l["echoes"].as_u64().unwrap(), tx);
+    assert_eq!(s["sfu"]["drop_unverified"], 0);
+    assert_eq!(s["backend"], "mmsg");
 }

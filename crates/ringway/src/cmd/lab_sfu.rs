@@ -7,11 +7,12 @@
 //! fitted delay model d(n) = k_rcv + n·k_snd.
 //!
 //! Everything runs inside a private network namespace with only `lo`
-//! (default), or with `--netns` in a veth topology: the SFU in one namespace
-//! host and the load in another (`ip netns`, names carry the PID, removed
-//! afterwards).
+//! (default), or with `--netns` in the paper's testbed shape: the SFU in one
+//! namespace host and each client in its own host, joined by veth to one
+//! bridge (ringway-io's `Topology`, names carry the PID, removed afterwards).
 
 use anyhow::{bail, Context};
+use ringway_io::netns::Topology;
 use ringway_io::BackendKind;
 use ringway_lab::sfulab::{render, summarize, svg, Run};
 use std::io::{BufRead, BufReader};
@@ -56,99 +57,36 @@ pub struct LabSfuArgs {
 enum Place {
     /// Both on `lo` of the current (private) namespace.
     Loopback,
-    /// In named namespaces: (sfu ns, sfu ip, load ns).
-    Hosts(String, String, String),
+    /// SFU in namespace host `sfu`, client i in host `c<i>`, all on one bridge.
+    Hosts(Topology),
 }
 
 impl Place {
-    fn command(&self, host_is_sfu: bool) -> Command {
+    fn server_command(&self) -> Command {
+        let exe = std::env::current_exe().expect("own path");
         match self {
-            Place::Loopback => Command::new(std::env::current_exe().expect("own path")),
-            Place::Hosts(sfu, _, load) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", if host_is_sfu { sfu } else { load }])
-                    .arg(std::env::current_exe().expect("own path"));
-                c
-            }
+            Place::Loopback => Command::new(exe),
+            Place::Hosts(t) => t
+                .host("sfu")
+                .expect("built")
+                .command(exe.to_str().expect("utf-8 path")),
         }
     }
     fn listen(&self) -> String {
         match self {
             Place::Loopback => "127.0.0.1:0".into(),
-            Place::Hosts(_, ip, _) => format!("{ip}:0"),
+            Place::Hosts(t) => format!("{}:0", t.host("sfu").expect("built").addr()),
         }
     }
-}
-
-/// Two namespace hosts joined by a veth pair; removed on drop.
-struct Topology {
-    sfu: String,
-    load: String,
-}
-
-impl Topology {
-    fn create() -> anyhow::Result<Topology> {
-        let id = std::process::id();
-        let t = Topology {
-            sfu: format!("rw-sfu-{id}"),
-            load: format!("rw-load-{id}"),
-        };
-        let (va, vb) = (format!("rws{id}"), format!("rwl{id}"));
-        let steps: Vec<Vec<String>> = vec![
-            vec!["netns".into(), "add".into(), t.sfu.clone()],
-            vec!["netns".into(), "add".into(), t.load.clone()],
-            vec![
-                "link".into(),
-                "add".into(),
-                va.clone(),
-                "netns".into(),
-                t.sfu.clone(),
-                "type".into(),
-                "veth".into(),
-                "peer".into(),
-                "name".into(),
-                vb.clone(),
-                "netns".into(),
-                t.load.clone(),
-            ],
-        ];
-        for s in &steps {
-            run_ip(None, s)?;
-        }
-        for (ns, dev, ip) in [
-            (&t.sfu, &va, "10.201.0.1/24"),
-            (&t.load, &vb, "10.201.0.2/24"),
-        ] {
-            run_ip(Some(ns), &["addr", "add", ip, "dev", dev])?;
-            run_ip(Some(ns), &["link", "set", dev, "up"])?;
-            run_ip(Some(ns), &["link", "set", "lo", "up"])?;
-        }
-        Ok(t)
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for ns in [&self.sfu, &self.load] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+    /// `--in-netns` list for `n` clients (empty on loopback).
+    fn client_netns(&self, n: usize) -> Vec<String> {
+        match self {
+            Place::Loopback => Vec::new(),
+            Place::Hosts(t) => (0..n)
+                .map(|i| t.host(&format!("c{i}")).expect("built").netns.clone())
+                .collect(),
         }
     }
-}
-
-fn run_ip<S: AsRef<str>>(ns: Option<&str>, args: &[S]) -> anyhow::Result<()> {
-    let mut c = Command::new("ip");
-    if let Some(n) = ns {
-        c.args(["-n", n]);
-    }
-    c.args(args.iter().map(|a| a.as_ref()));
-    let st = c.status().context("running ip")?;
-    if !st.success() {
-        bail!(
-            "ip {:?} failed",
-            args.iter().map(|a| a.as_ref()).collect::<Vec<_>>()
-        );
-    }
-    Ok(())
 }
 
 fn terminate(child: &mut Child) {
@@ -219,7 +157,7 @@ fn run_one(
 ) -> anyhow::Result<Run> {
     let sj = dir.join(format!("serve-{backend}-{clients}-{pps}-{rep}.json"));
     let lj = dir.join(format!("load-{backend}-{clients}-{pps}-{rep}.json"));
-    let mut srv = place.command(true);
+    let mut srv = place.server_command();
     srv.args(["sfu", "serve", "--listen", &place.listen()])
         .args(["--backend", backend.name(), "--stats-interval", "0"])
         .args(["--duration", &format!("{}", a.duration + 60.0)])
@@ -239,7 +177,7 @@ fn run_one(
         .with_context(|| format!("no address in {line:?}"))?;
     // 3 streams per client: interval = 3 / pps seconds.
     let interval_ms = 3000.0 / pps as f64;
-    let mut load = place.command(false);
+    let mut load = Command::new(std::env::current_exe()?);
     load.args(["sfu", "load", "--clients", &clients.to_string()])
         .args(["--server", &addr.to_string()])
         .args(["--interval-ms", &format!("{interval_ms}")])
@@ -254,6 +192,13 @@ fn run_one(
         ])
         .arg("--json")
         .arg(&lj)
+        .args(
+            Some(place.client_netns(clients).join(","))
+                .filter(|h| !h.is_empty())
+                .map(|h| ["--in-netns".to_string(), h])
+                .into_iter()
+                .flatten(),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     let mut load = Guard(load.spawn().context("starting ringway sfu load")?);
@@ -293,14 +238,19 @@ fn run_one(
 
 fn experiment(a: LabSfuArgs) -> anyhow::Result<()> {
     let dir = TempDir::new()?;
-    let topo = if a.netns {
-        Some(Topology::create()?)
+    let place = if a.netns {
+        let max = a.clients.iter().copied().max().unwrap_or(1);
+        let mut b = Topology::builder().host("sfu");
+        for i in 0..max {
+            b = b.host(&format!("c{i}"));
+        }
+        Place::Hosts(
+            b.bridge()
+                .build()
+                .context("building the namespace topology")?,
+        )
     } else {
-        None
-    };
-    let place = match &topo {
-        Some(t) => Place::Hosts(t.sfu.clone(), "10.201.0.1".into(), t.load.clone()),
-        None => Place::Loopback,
+        Place::Loopback
     };
     let total = a.reps * a.clients.len() * a.pps.len() * a.backends.len();
     println!(
@@ -333,7 +283,7 @@ fn experiment(a: LabSfuArgs) -> anyhow::Result<()> {
             }
         }
     }
-    drop(topo);
+    drop(place);
     let s = summarize(&runs);
     print!("{}", render(&s));
     if let Some(p) = &a.json {

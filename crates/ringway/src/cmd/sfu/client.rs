@@ -6,6 +6,7 @@
 use super::serve::FRAME;
 use super::util::{pin_this_thread, stop_flag};
 use anyhow::{bail, Context};
+use ringway_io::netns::{Host, Topology};
 use ringway_io::{
     open_backend, open_udp, realtime_now, BackendKind, BatchIo, RxBatch, SocketConfig, TxBatch,
 };
@@ -66,9 +67,13 @@ pub struct CommonArgs {
     /// Only register and subscribe; send no media.
     #[arg(long)]
     pub no_send: bool,
-    /// Pin the engine thread to these CPUs (taskset list).
+    /// Pin the engine thread to these CPUs (list, e.g. `1` or `0-1`).
     #[arg(long)]
     pub cpus: Option<String>,
+    /// Open source i's socket inside named network namespace i (mod the
+    /// list length): one namespace host per client.
+    #[arg(long, value_delimiter = ',')]
+    pub in_netns: Vec<String>,
 }
 
 /// `ringway sfu client` options.
@@ -87,9 +92,17 @@ pub struct LoadArgs {
     /// Number of clients (each its own socket and SSID, all in this process).
     #[arg(long)]
     pub clients: usize,
-    /// Run each client in its own namespace host over veth (see `ringway lab sfu --netns`).
+    /// Build a namespace topology (one bridge): the SFU (`ringway sfu serve`,
+    /// started here) in host `sfu` at 10.77.0.1 on the port of `--server`,
+    /// and each client in its own host; removed at the end.
     #[arg(long)]
     pub netns: bool,
+    /// With `--netns`: backend of the SFU started in the `sfu` host.
+    #[arg(long, default_value = "socket")]
+    pub sfu_backend: BackendKind,
+    /// With `--netns`: where the started SFU writes its JSON report.
+    #[arg(long)]
+    pub sfu_json: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -191,11 +204,24 @@ fn setup(c: &CommonArgs, n: usize) -> anyhow::Result<Vec<Source>> {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     });
     let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
+    for i in 0..n {
         let mut cfg = SocketConfig::new(SocketAddr::new(bind_ip, 0));
         cfg.rcvbuf = Some(4 << 20);
         cfg.sndbuf = Some(1 << 20);
-        let (sock, _) = open_udp(&cfg).context("opening client socket")?;
+        let (sock, _) = if c.in_netns.is_empty() {
+            open_udp(&cfg).context("opening client socket")?
+        } else {
+            // A socket stays in the namespace it was created in.
+            let ns = c.in_netns[i % c.in_netns.len()].clone();
+            let host = Host {
+                name: ns.clone(),
+                netns: ns.clone(),
+                ifaces: Vec::new(),
+            };
+            host.run(move || open_udp(&cfg))
+                .with_context(|| format!("entering netns {ns}"))?
+                .with_context(|| format!("opening client socket in netns {ns}"))?
+        };
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
         let mut reqs = Requests::default();
         let (id, m) = reqs.register();
@@ -230,14 +256,56 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
 
 /// Run `ringway sfu load`.
 pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
-    if a.netns {
-        bail!(
-            "--netns: run `ringway lab sfu --netns`, which builds the veth host topology and \
-             starts one load process per namespace host"
-        );
+    if !a.netns {
+        let r = run_sources(&a.common, a.clients, BackendKind::Mmsg)?;
+        return finish(&a.common, &r);
     }
-    let r = run_sources(&a.common, a.clients, BackendKind::Mmsg)?;
-    finish(&a.common, &r)
+    // Testbed: SFU host + one host per client on one bridge.
+    let mut b = Topology::builder().host("sfu");
+    let names: Vec<String> = (0..a.clients).map(|i| format!("c{i}")).collect();
+    for n in &names {
+        b = b.host(n);
+    }
+    let topo = b
+        .bridge()
+        .build()
+        .context("building the namespace topology")?;
+    let sfu = topo.host("sfu").expect("built");
+    let listen = SocketAddr::new(IpAddr::V4(sfu.addr()), a.common.server.port());
+    let exe = std::env::current_exe()?;
+    let mut cmd = sfu.command(exe.to_str().context("executable path")?);
+    cmd.args(["sfu", "serve", "--listen", &listen.to_string()])
+        .args(["--backend", a.sfu_backend.name(), "--stats-interval", "0"]);
+    if let Some(p) = &a.sfu_json {
+        cmd.arg("--json").arg(p);
+    }
+    let mut server = cmd
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting the SFU in its host")?;
+    let mut common = a.common.clone();
+    common.server = listen;
+    common.in_netns = names
+        .iter()
+        .map(|n| topo.host(n).expect("built").netns.clone())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = run_sources(&common, a.clients, BackendKind::Mmsg);
+    // Stop the SFU by PID (SIGTERM: it writes its report), then drop the topology.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let until = Instant::now() + Duration::from_secs(10);
+    while server.try_wait()?.is_none() {
+        if Instant::now() > until {
+            let _ = server.kill();
+            let _ = server.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(topo);
+    finish(&common, &r?)
 }
 
 fn finish(c: &CommonArgs, r: &ClientReport) -> anyhow::Result<()> {
