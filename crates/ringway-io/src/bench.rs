@@ -343,10 +343,12 @@ pub fn conclusion(rows: &[BenchRow]) -> String {
             (sock - mm) / 1000.0,
             100.0 * frac,
             sock / 1000.0,
-            if frac < 0.35 {
+            if frac < 0.15 {
                 "per-packet kernel work (UDP/IP stack, copies, wakeups) dominates, syscall batching helps little"
+            } else if frac < 0.4 {
+                "batching helps moderately, but per-packet kernel work (UDP/IP stack, copies, wakeups) still dominates"
             } else {
-                "syscall overhead is a large part of the per-packet cost here, batching pays"
+                "syscall and wakeup overhead is a large part of the per-packet cost here, batching pays"
             }
         ));
     }

@@ -778,7 +778,12 @@ fn probe_perf() -> Vec<Check> {
             match &hw {
                 Ok(()) => format!("perf_event_open(CPU_CYCLES) ok; perf_event_paranoid={paranoid}"),
                 Err(e) => format!(
-                    "perf_event_open(CPU_CYCLES) refused: {e}; perf_event_paranoid={paranoid}"
+                    "perf_event_open(CPU_CYCLES) refused: {e}{}; perf_event_paranoid={paranoid}",
+                    if e.starts_with("ENOENT") || e.starts_with("EOPNOTSUPP") {
+                        " => no hardware PMU exposed to this kernel (usual in VMs)"
+                    } else {
+                        ""
+                    }
                 ),
             },
         ),
