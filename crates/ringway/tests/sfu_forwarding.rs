@@ -233,3 +233,34 @@ fn idle_client_times_out() {
         assert_eq!(r["sfu"]["clients"], 1);
     });
 }
+
+/// A subscriber that vanishes (its port closed: ICMP port unreachable comes
+/// back) does not disturb forwarding to the others.
+#[test]
+fn vanished_subscriber_is_harmless() {
+    for backend in ["socket", "mmsg"] {
+        in_netns(move || {
+            let srv = Server::start(backend, &[]);
+            let (mut a, mut b, mut c) = (
+                Peer::new(srv.addr),
+                Peer::new(srv.addr),
+                Peer::new(srv.addr),
+            );
+            let sb = b.register();
+            a.register();
+            c.register();
+            assert!(matches!(a.subscribe("all", false), Reply::Ack(..)));
+            assert!(matches!(c.subscribe("all", false), Reply::Ack(..)));
+            drop(a);
+            let mut sent = Vec::new();
+            for i in 0..20 {
+                sent.push(b.send_rtp(sb.ssid, Asq, i));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert_eq!(c.drain(QUIET), sent);
+            assert_eq!(b.drain(QUIET), sent);
+            let r = srv.stop();
+            assert_eq!(r["sfu"]["copies"], 40);
+        });
+    }
+}

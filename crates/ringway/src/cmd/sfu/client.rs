@@ -4,7 +4,7 @@
 //! (receiving on every socket, loss/reordering/RTT statistics).
 
 use super::serve::FRAME;
-use super::util::{pin_this_thread, stop_flag};
+use super::util::{pin_this_thread, stop_flag, transient};
 use anyhow::{bail, Context};
 use ringway_io::netns::{Host, Topology};
 use ringway_io::{
@@ -410,7 +410,11 @@ pub fn run_sources(
                         } else {
                             Duration::ZERO
                         };
-                        let k = io.recv_batch(&mut batch, Some(t))?;
+                        let k = match io.recv_batch(&mut batch, Some(t)) {
+                            Ok(k) => k,
+                            Err(e) if transient(&e) => 0,
+                            Err(e) => return Err(e.into()),
+                        };
                         got += k;
                         let mut bytes = 0;
                         for d in batch.iter() {

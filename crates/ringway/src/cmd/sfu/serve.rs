@@ -2,7 +2,7 @@
 //! engine thread receives batches, runs them through the sans-IO core
 //! ([`ringway_sfu::Sfu`]) and sends the copies.
 
-use super::util::{pin_this_thread, stop_flag, CpuTime};
+use super::util::{pin_this_thread, stop_flag, transient, CpuTime};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use ringway_io::{
@@ -114,8 +114,10 @@ pub struct ServeReport {
     pub rx_bytes: u64,
     /// See `rx_bytes`.
     pub tx_bytes: u64,
-    /// Receive frames that were truncated (counted as malformed, dropped).
+    /// Receive frames that were truncated (dropped).
     pub truncated: u64,
+    /// Per-peer receive errors (ICMP errors reported on the socket), skipped.
+    pub rx_errors: u64,
     /// SRPIC counters, when sorting was on.
     pub srpic: Option<SrpicReport>,
 }
@@ -177,6 +179,7 @@ struct Engine {
     srpic: Option<Srpic<usize>>,
     rx_bytes: u64,
     truncated: u64,
+    rx_errors: u64,
     forwarded: u64,
     copies: u64,
 }
@@ -196,6 +199,7 @@ impl Engine {
             srpic,
             rx_bytes: 0,
             truncated: 0,
+            rx_errors: 0,
             forwarded: 0,
             copies: 0,
         }
@@ -369,7 +373,14 @@ pub fn serve(
             let t0 = Instant::now();
             let mut next_tick = 0u64;
             while !engine_stop.load(Ordering::Relaxed) {
-                let n = io.recv_batch(&mut e.rx, Some(Duration::from_millis(20)))?;
+                let n = match io.recv_batch(&mut e.rx, Some(Duration::from_millis(20))) {
+                    Ok(n) => n,
+                    Err(err) if transient(&err) => {
+                        e.rx_errors += 1;
+                        0
+                    }
+                    Err(err) => return Err(err.into()),
+                };
                 let now = monotonic_now().0;
                 if n > 0 {
                     e.handle_batch(io.as_mut(), now)?;
@@ -454,6 +465,7 @@ pub fn serve(
         rx_bytes: e.rx_bytes,
         tx_bytes: e.out.tx_bytes,
         truncated: e.truncated,
+        rx_errors: e.rx_errors,
         srpic: e.srpic.as_ref().map(|s| {
             let st = s.stats();
             SrpicReport {

@@ -76,6 +76,22 @@ pub fn pin_this_thread(cpus: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Receive errors that concern one peer (an ICMP error reported on the
+/// socket), not the socket itself: count them and keep going.
+pub fn transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | HostUnreachable
+            | NetworkUnreachable
+            | Interrupted
+            | WouldBlock
+            | TimedOut
+    )
+}
+
 /// A flag set on SIGINT/SIGTERM.
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let f = Arc::new(AtomicBool::new(false));
