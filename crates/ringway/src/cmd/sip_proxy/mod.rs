@@ -11,8 +11,7 @@
 
 mod http;
 pub mod metrics;
-pub mod procfs;
-// mod server; (enabled once ringway-sip's proxy core lands)
+mod server;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -138,11 +137,15 @@ impl ProxyArgs {
                 "--duration must be a positive number of seconds"
             );
         }
-        if self.priority.is_some() {
+        if let Some(p) = self.priority {
             anyhow::ensure!(
                 matches!(self.policy, Some(PolicyArg::Fifo | PolicyArg::Rr)),
                 "--priority needs --policy fifo or rr"
             );
+            anyhow::ensure!((1..=99).contains(&p), "--priority must be 1..=99");
+        }
+        if let Some(n) = self.nice {
+            anyhow::ensure!((-20..=19).contains(&n), "--nice must be -20..=19");
         }
         if let Some(m) = self.metrics {
             http::validate_addr(m, self.metrics_public)?;
@@ -173,10 +176,32 @@ pub fn parse_cpu_list(s: &str) -> anyhow::Result<Vec<usize>> {
     Ok(out)
 }
 
+impl ProxyArgs {
+    /// The thread placement requested for worker `i`.
+    pub fn placement(&self, i: usize) -> ringway_io::thread::Placement {
+        use ringway_io::thread::Policy;
+        let prio = self.priority.unwrap_or(1).clamp(1, 99) as u8;
+        ringway_io::thread::Placement {
+            cpus: self
+                .cpus
+                .as_deref()
+                .and_then(|c| parse_cpu_list(c).ok())
+                .map(|l| vec![l[i % l.len()]]),
+            policy: self.policy.map(|p| match p {
+                PolicyArg::Other => Policy::Other,
+                PolicyArg::Fifo => Policy::Fifo(prio),
+                PolicyArg::Rr => Policy::Rr(prio),
+            }),
+            nice: self.nice,
+            slice: self.slice_us.map(std::time::Duration::from_micros),
+        }
+    }
+}
+
 /// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
 pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
     a.validate()?;
-    anyhow::bail!("sip proxy core (ringway-sip) not available yet")
+    server::run(a)
 }
 
 #[cfg(test)]

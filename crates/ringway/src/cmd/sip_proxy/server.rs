@@ -1,9 +1,9 @@
 //! Worker, timer and metrics threads of `ringway sip proxy`, and the summary.
 
 use super::metrics::{Lat, PromText, TypeSummary, WorkerMetrics};
-use super::procfs::{self, CpuTime};
 use super::{http, ModeArg, ProxyArgs, RxModel};
 use ringway_io::counters::{self, UdpSnmp};
+use ringway_io::thread::{self as rthread, CpuTime};
 use ringway_io::{
     monotonic_now, open_backend, open_udp, BatchIo, RxBatch, SocketConfig, TxBatch, TxStamp,
 };
@@ -32,7 +32,7 @@ pub struct ThreadCpu {
     /// Thread name.
     pub name: String,
     /// Kernel thread id.
-    pub tid: u32,
+    pub tid: i32,
     /// User seconds.
     pub user_s: f64,
     /// System seconds.
@@ -126,7 +126,7 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
         stop: AtomicBool::new(false),
         thread_cpu: Mutex::new(Vec::new()),
         snmp_start: udp_totals(),
-        cpu_start: procfs::process_cpu().unwrap_or_default(),
+        cpu_start: rthread::process_cpu_time().unwrap_or_default(),
         started: Instant::now(),
         rcvbuf_granted: granted,
         placement: Mutex::new(Vec::new()),
@@ -137,11 +137,6 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
     for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(s, sig.clone())?;
     }
-
-    eprintln!(
-        "sip proxy: listening on udp {local} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?}",
-        a.mode, a.workers, a.rx_model, a.backend, state.rcvbuf_granted
-    );
 
     let mut handles = Vec::new();
     for (i, s) in socks.into_iter().enumerate() {
@@ -175,6 +170,11 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
         None => None,
     };
 
+    eprintln!(
+        "sip proxy: listening on udp {local} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?}",
+        a.mode, a.workers, a.rx_model, a.backend, state.rcvbuf_granted
+    );
+
     let deadline = a
         .duration
         .map(|d| Instant::now() + Duration::from_secs_f64(d));
@@ -204,29 +204,38 @@ pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
 }
 
 /// Record the calling thread's CPU time in the state when it ends.
-fn record_thread_cpu(st: &State, name: String, tid: Option<u32>) {
-    if let Some(tid) = tid {
-        if let Some(c) = procfs::thread_cpu(tid) {
-            st.thread_cpu.lock().unwrap().push(ThreadCpu {
-                name,
-                tid,
-                user_s: c.user_s,
-                sys_s: c.sys_s,
-            });
-        }
+fn record_thread_cpu(st: &State, name: String) {
+    if let Ok(c) = rthread::thread_cpu_time() {
+        st.thread_cpu.lock().unwrap().push(ThreadCpu {
+            name,
+            tid: rthread::current_tid(),
+            user_s: c.user_ns as f64 / 1e9,
+            sys_s: c.system_ns as f64 / 1e9,
+        });
+    }
+}
+
+/// Apply the requested placement to the calling thread; report each result.
+fn place(st: &State, name: &str, i: usize) {
+    for item in st.args.placement(i).apply() {
+        let line = format!(
+            "{name}: {} {} -> {}",
+            item.what, item.requested, item.result
+        );
+        eprintln!("sip proxy: placement {line}");
+        st.placement.lock().unwrap().push(line);
     }
 }
 
 /// One worker: receive a batch, run each datagram through the core, send once.
 fn worker(st: Arc<State>, idx: usize, mut io: Box<dyn BatchIo>) {
-    let tid = procfs::current_tid();
+    place(&st, &format!("sip-w{idx}"), idx);
     let a = &st.args;
     let mut rx = RxBatch::new(a.batch, RX_FRAME);
     let mut tx = TxBatch::new(a.batch * 4, TX_FRAME);
     let mut stamps: Vec<TxStamp> = Vec::with_capacity(64);
     let metrics = st.workers[idx].clone();
     let mut sent_seq: u64 = 0;
-    let mut reason_buf = String::new();
     while !st.stop.load(Ordering::Relaxed) {
         let n = match io.recv_batch(&mut rx, Some(POLL)) {
             Ok(n) => n,
@@ -284,24 +293,19 @@ fn worker(st: Arc<State>, idx: usize, mut io: Box<dyn BatchIo>) {
                 }
                 Action::Responded(code) => *ts.responded.entry(*code).or_default() += 1,
                 Action::Absorbed => ts.absorbed += 1,
-                Action::Dropped(reason) => {
-                    use std::fmt::Write as _;
-                    reason_buf.clear();
-                    let _ = write!(reason_buf, "{reason}");
-                    match ts.dropped.get_mut(reason_buf.as_str()) {
-                        Some(c) => *c += 1,
-                        None => {
-                            ts.dropped.insert(reason_buf.clone(), 1);
-                        }
+                Action::Dropped(reason) => match ts.dropped.get_mut(reason.as_str()) {
+                    Some(c) => *c += 1,
+                    None => {
+                        ts.dropped.insert(reason.as_str().to_string(), 1);
                     }
-                }
+                },
             }
             // Sample K_snd: every Nth datagram this worker sends gets a TX stamp.
             let start = if flushed > 0 { 0 } else { before };
             if a.tx_stamp_every > 0 {
                 for i in start..tx.len() {
                     sent_seq += 1;
-                    if sent_seq % a.tx_stamp_every == 0 {
+                    if sent_seq.is_multiple_of(a.tx_stamp_every) {
                         tx.request_stamp(
                             i,
                             ((ti as u64) << TAG_SHIFT) | (sent_seq & ((1 << TAG_SHIFT) - 1)),
@@ -334,12 +338,11 @@ fn worker(st: Arc<State>, idx: usize, mut io: Box<dyn BatchIo>) {
         m.tx_errors = m.tx_errors.max(ios.tx_errors);
         m.socket_rx_dropped = ios.rx_dropped;
     }
-    record_thread_cpu(&st, format!("sip-w{idx}"), tid);
+    record_thread_cpu(&st, format!("sip-w{idx}"));
 }
 
 /// The timer thread: run the core's timers at their deadlines and send what they produce.
 fn timer(st: Arc<State>, mut io: Box<dyn BatchIo>) {
-    let tid = procfs::current_tid();
     let mut tx = TxBatch::new(256, TX_FRAME);
     while !st.stop.load(Ordering::Relaxed) {
         let now = monotonic_now().0;
@@ -378,7 +381,7 @@ fn timer(st: Arc<State>, mut io: Box<dyn BatchIo>) {
         m.msgs_out = ios.tx_packets;
         m.tx_errors = ios.tx_errors;
     }
-    record_thread_cpu(&st, "sip-timer".into(), tid);
+    record_thread_cpu(&st, "sip-timer".into());
 }
 
 /// All workers' and the timer's metrics merged, plus socket drops counted
@@ -476,11 +479,29 @@ pub struct Actions {
     pub dropped: BTreeMap<String, u64>,
 }
 
+/// User and system CPU seconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CpuSecs {
+    /// User-mode seconds.
+    pub user_s: f64,
+    /// Kernel-mode seconds.
+    pub sys_s: f64,
+}
+
+impl CpuSecs {
+    fn of(c: CpuTime) -> Self {
+        CpuSecs {
+            user_s: c.user_ns as f64 / 1e9,
+            sys_s: c.system_ns as f64 / 1e9,
+        }
+    }
+}
+
 /// CPU use of the proxy.
 #[derive(Debug, Serialize)]
 pub struct Cpu {
     /// Whole process since start.
-    pub process: CpuTime,
+    pub process: CpuSecs,
     /// Worker and timer threads (at their end).
     pub threads: Vec<ThreadCpu>,
     /// Process CPU (user+sys) µs per received message.
@@ -560,9 +581,11 @@ fn build_summary(st: &State) -> Summary {
     let in_errors = snmp.in_errors;
     let core_dropped: u64 = all.dropped.values().sum();
     let offered = m.msgs_in + rcvbuf;
-    let cpu = procfs::process_cpu()
-        .unwrap_or_default()
-        .since(st.cpu_start);
+    let cpu = CpuSecs::of(
+        rthread::process_cpu_time()
+            .unwrap_or_default()
+            .since(&st.cpu_start),
+    );
     let a = &st.args;
     Summary {
         schema: SCHEMA,
@@ -774,9 +797,11 @@ fn render_prometheus(st: &State) -> String {
     for (k, v) in nums {
         p.gauge(&k, "Proxy core statistic.", &[], v);
     }
-    let cpu = procfs::process_cpu()
-        .unwrap_or_default()
-        .since(st.cpu_start);
+    let cpu = CpuSecs::of(
+        rthread::process_cpu_time()
+            .unwrap_or_default()
+            .since(&st.cpu_start),
+    );
     p.gauge(
         "ringway_sip_cpu_seconds",
         "Process CPU since start.",

@@ -1,0 +1,303 @@
+//! Shared helpers of the `sip_proxy_*` integration tests: a private network
+//! namespace per test, child processes killed by PID on drop, the proxy
+//! started/stopped with its JSON summary, SIPp runs with parsed statistics.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The `ringway` binary under test.
+pub fn ringway() -> &'static str {
+    env!("CARGO_BIN_EXE_ringway")
+}
+
+/// bench/sip (SIPp scenarios).
+pub fn scenarios() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sip")
+}
+
+/// Run `f` inside a fresh network namespace with only `lo` (no DNS, no real network).
+pub fn netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    ringway_io::netns::in_private_netns(f).expect("create private network namespace (needs root)")
+}
+
+/// Children killed by PID (SIGKILL) and reaped when dropped, even on panic.
+#[derive(Default)]
+pub struct Procs {
+    kids: Vec<(String, Child)>,
+}
+
+impl Procs {
+    /// Take ownership of `c`.
+    pub fn add(&mut self, name: &str, c: Child) -> u32 {
+        let pid = c.id();
+        self.kids.push((name.to_string(), c));
+        pid
+    }
+
+    /// Remove and return the child `pid`.
+    pub fn take(&mut self, pid: u32) -> Option<Child> {
+        let i = self.kids.iter().position(|(_, c)| c.id() == pid)?;
+        Some(self.kids.remove(i).1)
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.kids {
+            let _ = c.kill();
+        }
+        for (_, c) in &mut self.kids {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Send `sig` (e.g. "TERM", "INT") to `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Wait for `c` to exit for at most `limit`; kill it (SIGKILL) after that.
+pub fn wait_bounded(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Ok(Some(st)) = c.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    None
+}
+
+/// A running `ringway sip proxy`.
+pub struct ProxyProc {
+    /// PID (the child itself sits in the [`Procs`] guard).
+    pub pid: u32,
+    /// Where the summary JSON goes.
+    pub summary: PathBuf,
+    /// stderr lines collected so far.
+    pub stderr: mpsc::Receiver<String>,
+    /// Startup lines (stderr before "listening on").
+    pub startup: Vec<String>,
+}
+
+/// Start the proxy with `args` (plus --summary/--quiet/--duration) and wait until it listens.
+pub fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
+    let summary = dir.join(format!("summary-{}.json", procs.kids.len()));
+    let mut c = Command::new(ringway())
+        .args(["sip", "proxy"])
+        .args(args)
+        .args(["--duration", "120", "--quiet", "--summary"])
+        .arg(&summary)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ringway sip proxy");
+    let err = c.stderr.take().unwrap();
+    let pid = procs.add("ringway", c);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("[proxy] {line}");
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut startup = Vec::new();
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                let done = l.contains("listening on");
+                startup.push(l);
+                if done {
+                    break;
+                }
+            }
+            Err(_) => panic!("proxy did not start: {startup:?}"),
+        }
+    }
+    ProxyProc {
+        pid,
+        summary,
+        stderr: rx,
+        startup,
+    }
+}
+
+/// Stop the proxy with SIGTERM and return its JSON summary.
+pub fn stop_proxy(procs: &mut Procs, p: &ProxyProc) -> serde_json::Value {
+    signal(p.pid, "TERM");
+    let mut c = procs.take(p.pid).expect("proxy child");
+    let st = wait_bounded(&mut c, Duration::from_secs(15)).expect("proxy exits on SIGTERM");
+    assert!(st.success(), "proxy exit status {st}");
+    let text = std::fs::read_to_string(&p.summary).expect("summary file written");
+    serde_json::from_str(&text).expect("summary is JSON")
+}
+
+/// Start a SIPp process in the background (e.g. a UAS).
+pub fn spawn_sipp(procs: &mut Procs, dir: &Path, args: &[String]) -> u32 {
+    let c = Command::new("sipp")
+        .args(args)
+        .args(["-nostdin"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sipp (Debian package sip-tester)");
+    procs.add("sipp", c)
+}
+
+/// Statistics SIPp wrote with -trace_stat.
+#[derive(Debug, Clone, Default)]
+pub struct SippStats {
+    /// Successful calls.
+    pub successful: u64,
+    /// Failed calls.
+    pub failed: u64,
+    /// Retransmissions SIPp made.
+    pub retransmissions: u64,
+}
+
+/// Parse the last line of a SIPp -trace_stat CSV.
+pub fn parse_sipp_csv(text: &str) -> Option<SippStats> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let head: Vec<&str> = lines.next()?.split(';').collect();
+    let last: Vec<&str> = lines.next_back()?.split(';').collect();
+    let get = |name: &str| -> Option<u64> {
+        let i = head.iter().position(|h| *h == name)?;
+        last.get(i)?.trim().parse().ok()
+    };
+    Some(SippStats {
+        successful: get("SuccessfulCall(C)")?,
+        failed: get("FailedCall(C)")?,
+        retransmissions: get("Retransmissions(C)").unwrap_or(0),
+    })
+}
+
+/// Run SIPp to completion (bounded by `limit`); returns exit status and stats.
+pub fn run_sipp(
+    procs: &mut Procs,
+    dir: &Path,
+    name: &str,
+    args: &[String],
+    limit: Duration,
+) -> (Option<ExitStatus>, SippStats) {
+    let csv = dir.join(format!("{name}.csv"));
+    let c = Command::new("sipp")
+        .args(args)
+        .args(["-nostdin", "-trace_stat", "-fd", "1", "-stf"])
+        .arg(&csv)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sipp");
+    let pid = procs.add(name, c);
+    let mut c = procs.take(pid).unwrap();
+    let st = wait_bounded(&mut c, limit);
+    let text = std::fs::read_to_string(&csv).unwrap_or_default();
+    let stats =
+        parse_sipp_csv(&text).unwrap_or_else(|| panic!("no SIPp statistics in {}", csv.display()));
+    (st, stats)
+}
+
+/// Standard SIPp arguments for a UAS on `addr` with the Record-Route-aware scenario.
+pub fn uas_args(addr: SocketAddr) -> Vec<String> {
+    vec![
+        "-sf".into(),
+        scenarios().join("uas_rr.xml").display().to_string(),
+        "-i".into(),
+        addr.ip().to_string(),
+        "-p".into(),
+        addr.port().to_string(),
+    ]
+}
+
+/// SIPp UAC arguments: `calls` calls at `rate`/s through `proxy` to `dest` (R-URI host part).
+pub fn uac_args(
+    proxy: SocketAddr,
+    local: SocketAddr,
+    service: &str,
+    dest: &str,
+    calls: u32,
+    rate: u32,
+) -> Vec<String> {
+    vec![
+        proxy.to_string(),
+        "-sf".into(),
+        scenarios().join("uac_rr.xml").display().to_string(),
+        "-s".into(),
+        service.into(),
+        "-key".into(),
+        "dest".into(),
+        dest.into(),
+        "-i".into(),
+        local.ip().to_string(),
+        "-p".into(),
+        local.port().to_string(),
+        "-m".into(),
+        calls.to_string(),
+        "-r".into(),
+        rate.to_string(),
+        "-d".into(),
+        "20".into(),
+        "-timeout".into(),
+        "40".into(),
+        "-timeout_error".into(),
+    ]
+}
+
+/// GET http://addr/metrics and return the body.
+pub fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect metrics");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).expect("read metrics");
+    let (head, body) = r.split_once("\r\n\r\n").expect("HTTP response");
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    body.to_string()
+}
+
+/// Value of an unlabelled or exactly-labelled sample `name` in Prometheus text.
+pub fn prom_value(text: &str, name_with_labels: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(name_with_labels)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Sum of all samples of metric `name` (any labels).
+pub fn prom_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `summary.by_type[t].<field>` as u64 (0 when absent).
+pub fn type_count(summary: &serde_json::Value, t: &str, field: &str) -> u64 {
+    summary["by_type"][t][field].as_u64().unwrap_or(0)
+}
