@@ -5,7 +5,7 @@
 //! Request-URI) and records where every header sits, without allocating.
 //! Accessors return slices of the original datagram.
 
-use crate::text::{find_param, is_lws, is_token, is_token_str, parse_dec, trim, CommaSplit};
+use crate::text::{is_lws, is_token, is_token_str, parse_dec, trim, CommaSplit};
 use crate::uri::{host_ip, scheme, split_host, NameAddr, SipUri};
 use std::fmt;
 use std::net::IpAddr;
@@ -365,27 +365,36 @@ impl<'a> Via<'a> {
         if !params.is_empty() && !crate::text::params_valid(params) {
             return None;
         }
-        let branch = find_param(params, "branch").flatten();
-        if find_param(params, "branch") == Some(None) {
-            return None;
-        }
-        let rport_p = find_param(params, "rport");
-        let rport = match rport_p {
-            Some(Some(v)) => Some(v.parse::<u16>().ok()?),
-            _ => None,
-        };
-        Some(Via {
+        let mut via = Via {
             transport,
             host,
             port,
-            branch,
-            received: find_param(params, "received").flatten(),
-            rport_flag: rport_p.is_some(),
-            rport,
-            maddr: find_param(params, "maddr").flatten(),
+            branch: None,
+            received: None,
+            rport_flag: false,
+            rport: None,
+            maddr: None,
             params,
             raw,
-        })
+        };
+        // One pass over the parameters (first occurrence wins).
+        for (name, value) in crate::text::Params::new(params) {
+            let eq = |s: &str| name.eq_ignore_ascii_case(s);
+            match name.len() {
+                6 if eq("branch") && via.branch.is_none() => via.branch = Some(value?),
+                5 if eq("rport") && !via.rport_flag => {
+                    via.rport_flag = true;
+                    via.rport = match value {
+                        Some(v) => Some(v.parse::<u16>().ok()?),
+                        None => None,
+                    };
+                }
+                8 if eq("received") && via.received.is_none() => via.received = value,
+                5 if eq("maddr") && via.maddr.is_none() => via.maddr = value,
+                _ => {}
+            }
+        }
+        Some(via)
     }
 
     /// Where a response to this hop goes (RFC 3261 18.2.2 / RFC 3581):
@@ -436,6 +445,11 @@ pub struct SipMsg<'a> {
     i_clen: u8,
     cseq_num: u32,
     max_fwd: u32,
+    validated: bool,
+    c_top_via: Option<Via<'a>>,
+    c_from_tag: Option<&'a str>,
+    c_to_tag: Option<&'a str>,
+    c_ruri: Option<SipUri<'a>>,
 }
 
 impl fmt::Debug for SipMsg<'_> {
@@ -540,6 +554,11 @@ impl<'a> SipMsg<'a> {
             i_clen: NONE,
             cseq_num: 0,
             max_fwd: 0,
+            validated: false,
+            c_top_via: None,
+            c_from_tag: None,
+            c_to_tag: None,
+            c_ruri: None,
         };
 
         // ---- header lines
@@ -609,6 +628,10 @@ impl<'a> SipMsg<'a> {
         msg.nhdrs = n as u8;
         if strict {
             msg.validate()?;
+            msg.validated = true;
+            if let Some(u) = msg.request_uri() {
+                msg.c_ruri = SipUri::parse(u);
+            }
         } else {
             msg.index_loose();
         }
@@ -653,17 +676,22 @@ impl<'a> SipMsg<'a> {
             match h.kind {
                 HeaderKind::Via => {
                     for item in CommaSplit::new(v) {
-                        Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
+                        let via = Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
+                        if !via_seen {
+                            self.c_top_via = Some(via);
+                        }
                         via_seen = true;
                     }
                 }
                 HeaderKind::From | HeaderKind::To => {
-                    let name = if h.kind == HeaderKind::From {
-                        "From"
+                    let from = h.kind == HeaderKind::From;
+                    let name = if from { "From" } else { "To" };
+                    let na = NameAddr::parse(v).ok_or(ParseError::BadHeaderValue(name))?;
+                    if from {
+                        self.c_from_tag = na.tag();
                     } else {
-                        "To"
-                    };
-                    NameAddr::parse(v).ok_or(ParseError::BadHeaderValue(name))?;
+                        self.c_to_tag = na.tag();
+                    }
                 }
                 HeaderKind::Contact if v != "*" => {
                     for item in CommaSplit::new(v) {
@@ -852,11 +880,17 @@ impl<'a> SipMsg<'a> {
 
     /// From tag.
     pub fn from_tag(&self) -> Option<&'a str> {
+        if self.validated {
+            return self.c_from_tag;
+        }
         self.from()?.tag()
     }
 
     /// To tag.
     pub fn to_tag(&self) -> Option<&'a str> {
+        if self.validated {
+            return self.c_to_tag;
+        }
         self.to()?.tag()
     }
 
@@ -867,6 +901,9 @@ impl<'a> SipMsg<'a> {
 
     /// The topmost Via.
     pub fn top_via(&self) -> Option<Via<'a>> {
+        if self.validated {
+            return self.c_top_via;
+        }
         self.vias().next()
     }
 
@@ -984,6 +1021,9 @@ impl<'a> SipMsg<'a> {
 
     /// The Request-URI as a SIP URI, if it is one.
     pub fn request_sip_uri(&self) -> Option<SipUri<'a>> {
+        if self.validated {
+            return self.c_ruri;
+        }
         SipUri::parse(self.request_uri()?)
     }
 }

@@ -807,7 +807,12 @@ impl Proxy {
         if msg.max_forwards() == Some(0) {
             return Some((483, "Too Many Hops"));
         }
-        for v in msg.vias() {
+        // Only requests that already passed a ringway proxy can loop here.
+        static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+            std::sync::OnceLock::new();
+        let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new(BRANCH_PREFIX.as_bytes()));
+        let seen_us = finder.find(msg.head().as_bytes()).is_some();
+        for v in msg.vias().filter(|_| seen_us) {
             if self.is_our_via(&v) {
                 if let Some((_, l)) = v.branch.and_then(parse_branch) {
                     if l == keys.1 {
@@ -870,7 +875,7 @@ impl Proxy {
         // 16.4 route information preprocessing.
         let route_count = msg.routes().count();
         let ruri = msg.request_uri().unwrap_or("");
-        let rsu = SipUri::parse(ruri);
+        let rsu = msg.request_sip_uri();
         let strict = route_count > 0
             && rsu.is_some_and(|u| {
                 u.user.is_none() && u.param("lr").is_some() && self.host_is_ours(u.host, u.port)
@@ -903,7 +908,10 @@ impl Proxy {
                     None => Target::Respond(404, "Not Found"),
                 },
             },
-            None => self.route_by_uri(now, eff_ruri, method),
+            None => {
+                let eu = if strict { SipUri::parse(eff_ruri) } else { rsu };
+                self.route_by_uri(now, eu, method)
+            }
         };
         let ruri_edit: Option<std::borrow::Cow<'_, str>> = if strict {
             Some(std::borrow::Cow::Borrowed(eff_ruri))
@@ -988,8 +996,8 @@ impl Proxy {
         Action::Dropped(d)
     }
 
-    fn route_by_uri<'m>(&self, now: u64, ruri: &'m str, method: Method<'_>) -> Target<'m> {
-        let Some(u) = SipUri::parse(ruri) else {
+    fn route_by_uri<'m>(&self, now: u64, u: Option<SipUri<'_>>, method: Method<'_>) -> Target<'m> {
+        let Some(u) = u else {
             return Target::Respond(416, "Unsupported URI Scheme");
         };
         if self.host_is_ours(u.host, u.port) {

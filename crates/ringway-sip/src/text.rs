@@ -19,7 +19,17 @@ pub(crate) fn is_token(b: u8) -> bool {
 /// Trim LWS (including folding CRLFs) on both sides.
 #[inline]
 pub(crate) fn trim(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_ascii() && is_lws(c as u8))
+    let b = s.as_bytes();
+    let mut a = 0;
+    let mut e = b.len();
+    while a < e && is_lws(b[a]) {
+        a += 1;
+    }
+    while e > a && is_lws(b[e - 1]) {
+        e -= 1;
+    }
+    // LWS bytes are ASCII, so a and e are char boundaries.
+    s.get(a..e).unwrap_or("")
 }
 
 /// True when `s` is a non-empty token.
