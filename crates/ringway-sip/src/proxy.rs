@@ -689,6 +689,10 @@ impl Proxy {
             self.counters.drop(DropReason::AckNotRoutable);
             return Action::Dropped(DropReason::AckNotRoutable);
         }
+        if !sendable(&to) {
+            self.counters.drop(DropReason::ForbiddenDestination);
+            return Action::Dropped(DropReason::ForbiddenDestination);
+        }
         let tag = Branch::new(
             Hash64::new(self.secret)
                 .str(req.call_id().unwrap_or(""))
@@ -698,7 +702,7 @@ impl Proxy {
         let tag = &tag.as_str()[9..25];
         with_scratch(|buf| {
             build_response(req, code, reason, extra, Some(tag), buf);
-            out(to, buf);
+            send(out, to, buf);
         });
         self.counters.code(code);
         Action::Responded(code)
@@ -762,14 +766,16 @@ impl Proxy {
         self.counters.inc(C::ReqIn);
         let reason = e.to_string();
         let to = Self::upstream_addr(src, loose.top_via().as_ref());
+        if loose.method() == Some(Method::Ack) {
+            // Never answer an ACK.
+            self.counters.drop(DropReason::MalformedRequest);
+            return Outcome {
+                label,
+                action: Action::Dropped(DropReason::MalformedRequest),
+            };
+        }
+        // A forbidden reply address is counted as a drop inside `respond`.
         let action = self.respond(&loose, to, e.status(), &reason, &[], out);
-        let action = match action {
-            Action::Dropped(_) => {
-                self.counters.drop(DropReason::MalformedRequest);
-                Action::Dropped(DropReason::MalformedRequest)
-            }
-            a => a,
-        };
         Outcome { label, action }
     }
 
@@ -976,7 +982,7 @@ impl Proxy {
                 } else {
                     with_scratch(|buf| match forward_request(msg, &edits, buf) {
                         Ok(_) => {
-                            out(to, buf);
+                            send(out, to, buf);
                             self.counters.inc(C::ReqFwd);
                             Action::Forwarded { copies: 1 }
                         }
@@ -1230,7 +1236,7 @@ impl Proxy {
             }
             if !tx.last_resp.is_empty() {
                 if let Some(up) = tx.upstream {
-                    out(up, &tx.last_resp);
+                    send(out, up, &tx.last_resp);
                 }
             }
             self.counters.inc(C::RetransAbsorbed);
@@ -1310,7 +1316,7 @@ impl Proxy {
         ctx.retrans_at = now + T1;
         ctx.retrans_iv = T1;
         ctx.timeout_at = now + TIMER_64T1;
-        out(down, &ctx.request);
+        send(out, down, &ctx.request);
         self.counters.inc(C::ReqFwd);
         true
     }
@@ -1334,7 +1340,7 @@ impl Proxy {
         }
         if class == Class::Invite {
             build_response(msg, 100, "Trying", &[], None, &mut tx.last_resp);
-            out(upstream, &tx.last_resp);
+            send(out, upstream, &tx.last_resp);
             self.counters.code(100);
         }
         tx.downstream = Some(to);
@@ -1343,7 +1349,7 @@ impl Proxy {
         tx.retrans_at = now + T1;
         tx.retrans_iv = T1;
         tx.timeout_at = now + TIMER_64T1;
-        out(to, &tx.request);
+        send(out, to, &tx.request);
         self.counters.inc(C::ReqFwd);
         self.insert_tx((keys.0, class), tx);
         Action::Forwarded { copies: 1 }
@@ -1393,7 +1399,7 @@ impl Proxy {
         }
         with_scratch(|buf| match forward_response(msg, buf) {
             Ok(_) => {
-                out(to, buf);
+                send(out, to, buf);
                 self.counters.inc(C::RespFwd);
                 Outcome {
                     label,
@@ -1447,7 +1453,7 @@ impl Proxy {
                 } else {
                     match (tx.upstream, forward_response(msg, &mut tx.last_resp)) {
                         (Some(up), Ok(_)) if sendable(&up) => {
-                            out(up, &tx.last_resp);
+                            send(out, up, &tx.last_resp);
                             self.counters.inc(C::RespFwd);
                             Action::Forwarded { copies: 1 }
                         }
@@ -1460,7 +1466,7 @@ impl Proxy {
                     if let (Some(d), Ok(req)) = (tx.downstream, SipMsg::parse(&tx.request)) {
                         with_scratch(|buf| {
                             build_hop_request(&req, "ACK", Some(msg), buf);
-                            out(d, buf);
+                            send(out, d, buf);
                         });
                     }
                     self.counters.inc(C::RetransAbsorbed);
@@ -1480,7 +1486,7 @@ impl Proxy {
                     if let (Some(d), Ok(req)) = (tx.downstream, SipMsg::parse(&tx.request)) {
                         with_scratch(|buf| {
                             build_hop_request(&req, "ACK", Some(msg), buf);
-                            out(d, buf);
+                            send(out, d, buf);
                         });
                     }
                 }
@@ -1493,7 +1499,7 @@ impl Proxy {
                 } else {
                     let a = match (tx.upstream, forward_response(msg, &mut tx.last_resp)) {
                         (Some(up), Ok(_)) if sendable(&up) => {
-                            out(up, &tx.last_resp);
+                            send(out, up, &tx.last_resp);
                             self.counters.inc(C::RespFwd);
                             Action::Forwarded { copies: 1 }
                         }
@@ -1535,7 +1541,7 @@ impl Proxy {
         match up {
             Some(up) if sendable(&up) => with_scratch(|buf| match forward_response(msg, buf) {
                 Ok(_) => {
-                    out(up, buf);
+                    send(out, up, buf);
                     self.counters.inc(C::RespFwd);
                     Action::Forwarded { copies: 1 }
                 }
@@ -1617,7 +1623,7 @@ impl Proxy {
                     _ => (tx.upstream, &tx.last_resp),
                 };
                 if let Some(to) = to {
-                    out(to, bytes);
+                    send(out, to, bytes);
                     self.counters.inc(C::RetransSent);
                 }
                 let cap = if tx.class == Class::Invite && tx.retrans == Retrans::Downstream {
@@ -1645,7 +1651,7 @@ impl Proxy {
                     if let (Some(up), Ok(req)) = (tx.upstream, SipMsg::parse(&tx.request)) {
                         let mut resp = Vec::new();
                         build_response_below_top_via(&req, code, reason, &mut resp);
-                        out(up, &resp);
+                        send(out, up, &resp);
                         self.counters.code(code);
                         tx.last_resp = resp;
                     }
@@ -1737,6 +1743,16 @@ impl Proxy {
             bindings: self.store.len() as u64,
         }
     }
+}
+
+/// Hand a datagram to the caller unless the destination is forbidden
+/// (port 0, unspecified, broadcast, multicast) or there is nothing to send.
+fn send(out: &mut dyn FnMut(SocketAddr, &[u8]), to: SocketAddr, bytes: &[u8]) -> bool {
+    if bytes.is_empty() || !sendable(&to) {
+        return false;
+    }
+    out(to, bytes);
+    true
 }
 
 fn top_host_differs(msg: &SipMsg<'_>, src: SocketAddr) -> bool {

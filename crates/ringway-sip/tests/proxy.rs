@@ -627,3 +627,17 @@ fn labels() {
     assert_eq!(MsgLabel::Invite.as_str(), "INVITE");
     assert_eq!(MsgLabel::OtherRequest.as_str(), "other");
 }
+
+#[test]
+fn never_sends_to_port_zero() {
+    // Found by fuzzing: a malformed request whose Via says port 0 must not
+    // make the proxy emit a 400 towards port 0.
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let bad =
+            b"INVITE sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1t-Length: 0\r\n\r\n";
+        let (o, sent) = handle(&p, 0, UAC, bad);
+        assert_eq!(o.action, Action::Dropped(DropReason::ForbiddenDestination));
+        assert!(sent.is_empty());
+    }
+}

@@ -115,8 +115,8 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
     }
     for (i, p) in proxies.iter().enumerate() {
         let mut n = 0;
-        p.handle(i as u64, addr(UAC), data, &mut |_, b| {
-            assert!(!b.is_empty());
+        p.handle(i as u64, addr(UAC), data, &mut |to, b| {
+            assert!(!b.is_empty() && ringway_sip::proxy::sendable(&to));
             n += 1;
         });
         assert!(n <= 2);
