@@ -641,3 +641,43 @@ fn never_sends_to_port_zero() {
         assert!(sent.is_empty());
     }
 }
+
+#[test]
+fn shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Proxy>();
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = std::sync::Arc::new(Proxy::new(cfg(mode)));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let mut sent = 0u64;
+                    for i in 0..500u64 {
+                        let inv = invite(&format!("z9hG4bKmt{t}x{i}"), "sip:bob@example.com", "");
+                        p.handle(i, addr(UAC), &inv, &mut |_, _| sent += 1);
+                        if i % 50 == 0 {
+                            p.on_timer(i * 1_000_000_000, &mut |_, _| sent += 1);
+                        }
+                    }
+                    sent
+                })
+            })
+            .collect();
+        let sent: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let st = p.stats();
+        assert_eq!(st.requests_received, 2000, "{mode:?}");
+        assert_eq!(st.requests_forwarded, 2000);
+        assert!(sent >= 2000);
+        if mode == Mode::Stateful {
+            assert_eq!(st.transactions_created, 2000);
+            assert_eq!(st.responses_generated.get(&100), Some(&2000));
+            // Everything drains once all timers have run.
+            for k in 1..10u64 {
+                p.on_timer(k * 100 * 1_000_000_000 + 1_000_000_000_000, &mut |_, _| {});
+            }
+            assert_eq!(p.stats().transactions_active, 0);
+            assert_eq!(p.next_deadline(), None);
+        }
+    }
+}
