@@ -8,6 +8,38 @@
 //!
 //! Nothing here opens sockets, reads clocks or spawns threads: callers pass
 //! `now` (monotonic nanoseconds) and datagrams, and receive datagrams to send.
+//!
+//! Driving a [`Proxy`] from an I/O loop (one `Arc<Proxy>` shared by all
+//! worker threads; every method takes `&self`):
+//!
+//! ```
+//! use ringway_sip::{Action, Mode, Proxy, ProxyConfig};
+//! use std::net::SocketAddr;
+//!
+//! let proxy = Proxy::new(ProxyConfig {
+//!     mode: Mode::Stateful,
+//!     local: "192.0.2.10:5060".parse().unwrap(), // concrete address, not 0.0.0.0
+//!     route_to: Some("192.0.2.20:5060".parse().unwrap()),
+//!     ..ProxyConfig::default()
+//! });
+//! let invite = b"INVITE sip:bob@192.0.2.10 SIP/2.0\r\n\
+//! Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK1\r\n\
+//! From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+//! Call-ID: doc1\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
+//! let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+//! let now = 0; // monotonic ns from the caller's clock
+//! let o = proxy.handle(now, "192.0.2.1:5060".parse().unwrap(), invite,
+//!                      &mut |to, bytes| out.push((to, bytes.to_vec())));
+//! assert_eq!(o.action, Action::Forwarded { copies: 1 });
+//! assert_eq!(out.len(), 2); // 100 Trying upstream + the INVITE downstream
+//! // Timers: sleep until next_deadline() (and at most ~1 s, for registrar
+//! // expiry), then call on_timer with the current time.
+//! let t = proxy.next_deadline().unwrap();
+//! proxy.on_timer(t, &mut |to, bytes| out.push((to, bytes.to_vec())));
+//! assert_eq!(out.len(), 3); // timer A retransmitted the INVITE
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod edit;
 pub mod hash;
