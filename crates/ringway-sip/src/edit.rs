@@ -28,6 +28,11 @@ pub struct RequestEdits<'e> {
     pub received: Option<&'e str>,
     /// Fill in a valueless `rport` of the top Via (RFC 3581).
     pub rport: Option<u16>,
+    /// The next hop (first Route value left after `pop_route`) is a strict
+    /// router: remove that value as well and append `<uri>` (the
+    /// Request-URI being replaced via `request_uri`) as the last Route
+    /// (RFC 3261 16.6 step 6). Not combinable with `pop_last_route`.
+    pub strict_next_hop: Option<&'e str>,
 }
 
 /// Our Via value.
@@ -54,6 +59,8 @@ pub enum EditError {
     NoVia,
     /// Not a request (or not a response) as the function requires.
     WrongKind,
+    /// Edits that cannot be combined.
+    Conflict,
 }
 
 impl fmt::Display for EditError {
@@ -64,6 +71,7 @@ impl fmt::Display for EditError {
             EditError::NoRoute => "no Route to consume",
             EditError::NoVia => "no Via",
             EditError::WrongKind => "wrong message kind",
+            EditError::Conflict => "conflicting edits",
         })
     }
 }
@@ -76,6 +84,7 @@ enum Piece<'e> {
     MaxFwd(u32),
     MaxFwdLine,
     RecordRoute(&'e str),
+    RouteLine(&'e str),
     Text(&'e str),
     Received(&'e str),
     Rport(u16),
@@ -88,10 +97,10 @@ struct Splice<'e> {
     piece: Option<Piece<'e>>,
 }
 
-/// Up to 8 splices kept on the stack.
+/// Up to 12 splices kept on the stack (at most 9 are ever needed).
 struct Splices<'e> {
     n: usize,
-    s: [Splice<'e>; 8],
+    s: [Splice<'e>; 12],
 }
 
 impl<'e> Splices<'e> {
@@ -102,7 +111,7 @@ impl<'e> Splices<'e> {
                 start: 0,
                 end: 0,
                 piece: None,
-            }; 8],
+            }; 12],
         }
     }
     fn push(&mut self, start: usize, end: usize, piece: Option<Piece<'e>>) {
@@ -147,6 +156,11 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
         Piece::MaxFwdLine => out.extend_from_slice(b"Max-Forwards: 70\r\n"),
         Piece::RecordRoute(u) => {
             out.extend_from_slice(b"Record-Route: <");
+            out.extend_from_slice(u.as_bytes());
+            out.extend_from_slice(b">\r\n");
+        }
+        Piece::RouteLine(u) => {
+            out.extend_from_slice(b"Route: <");
             out.extend_from_slice(u.as_bytes());
             out.extend_from_slice(b">\r\n");
         }
@@ -267,6 +281,21 @@ pub fn forward_request(
     }
     let first_route = hp.iter().position(|h| h.kind == HeaderKind::Route);
     let last_route = hp.iter().rposition(|h| h.kind == HeaderKind::Route);
+    if let Some(orig) = edits.strict_next_hop {
+        if edits.pop_last_route {
+            return Err(EditError::Conflict);
+        }
+        let last = last_route.ok_or(EditError::NoRoute)?;
+        pop_first_routes(msg, 1 + usize::from(edits.pop_route), &mut sp)?;
+        let at = hp[last].line_end as usize;
+        sp.push(at, at, Some(Piece::RouteLine(orig)));
+        if let Some(u) = edits.request_uri {
+            if let Some((a, b)) = msg.request_uri_range() {
+                sp.push(a, b, Some(Piece::Text(u)));
+            }
+        }
+        return splice(msg, &sp, out);
+    }
     let route_count = if edits.pop_route && edits.pop_last_route {
         msg.routes().count()
     } else {
@@ -310,6 +339,35 @@ pub fn forward_request(
         }
     }
     splice(msg, &sp, out)
+}
+
+/// Remove the first `n` Route values (across lines; whole lines when all
+/// their values go).
+fn pop_first_routes(msg: &SipMsg<'_>, n: usize, sp: &mut Splices<'_>) -> Result<(), EditError> {
+    let head = msg.head();
+    let mut left = n;
+    for h in msg.header_positions() {
+        if left == 0 {
+            break;
+        }
+        if h.kind != HeaderKind::Route {
+            continue;
+        }
+        let v = &head[h.value_start as usize..h.value_end as usize];
+        let count = CommaSplit::new(v).count();
+        if left >= count {
+            sp.push(h.line_start as usize, h.line_end as usize, None);
+            left -= count;
+        } else {
+            let keep = CommaSplit::new(v).nth(left).unwrap_or("");
+            sp.push(h.value_start as usize, offset_in(head, keep), None);
+            left = 0;
+        }
+    }
+    if left > 0 {
+        return Err(EditError::NoRoute);
+    }
+    Ok(())
 }
 
 fn splice(msg: &SipMsg<'_>, sp: &Splices<'_>, out: &mut Vec<u8>) -> Result<usize, EditError> {

@@ -924,6 +924,15 @@ impl Proxy {
         } else {
             None
         };
+        // RFC 3261 16.6 step 6: a next hop without `lr` is a strict router;
+        // it becomes the Request-URI and the old one goes to the Route end.
+        let strict_next = next_route
+            .filter(|r| !strict && r.sip_uri().is_some_and(|u| u.param("lr").is_none()))
+            .map(|r| r.uri);
+        let ruri_edit = match strict_next {
+            Some(u) => Some(std::borrow::Cow::Borrowed(u)),
+            None => ruri_edit,
+        };
         match target {
             Target::Respond(code, reason) => {
                 self.local_final(now, msg, keys, upstream, code, reason, &[], out)
@@ -976,6 +985,7 @@ impl Proxy {
                     pop_last_route: strict,
                     received,
                     rport,
+                    strict_next_hop: strict_next.map(|_| eff_ruri),
                 };
                 if stateful {
                     self.forward_stateful(now, msg, method, keys, upstream, to, &edits, out)

@@ -606,6 +606,20 @@ fn strict_route_and_loose_route_multi() {
     let routes: Vec<_> = m.routes().map(|r| r.uri).collect();
     assert_eq!(routes, vec!["sip:198.51.100.20;lr"]);
     assert_eq!(m.request_uri(), Some("sip:bob@example.org"));
+    // Next hop is a strict router (no lr): it becomes the R-URI, the old
+    // R-URI is appended to the Route set (RFC 3261 16.6 step 6).
+    let r = invite(
+        "z9hG4bKsn",
+        "sip:bob@example.org",
+        "Route: <sip:192.0.2.10:5060;lr>\r\nRoute: <sip:198.51.100.50:5090>, <sip:198.51.100.51;lr>\r\n",
+    );
+    let (o, sent) = handle(&p, 0, UAC, &r);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr("198.51.100.50:5090"));
+    let m = parse(&sent[0].1);
+    assert_eq!(m.request_uri(), Some("sip:198.51.100.50:5090"));
+    let routes: Vec<_> = m.routes().map(|r| r.uri).collect();
+    assert_eq!(routes, vec!["sip:198.51.100.51;lr", "sip:bob@example.org"]);
     // Strict routing fix-up: R-URI is our RR value; last Route becomes R-URI.
     let r = invite(
         "z9hG4bKsr",

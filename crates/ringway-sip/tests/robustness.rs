@@ -103,6 +103,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 request_uri: Some("sip:x@192.0.2.9"),
                 received: Some("192.0.2.1"),
                 rport: Some(1),
+                strict_next_hop: None,
             };
             if forward_request(&m, &e, &mut out).is_ok() {
                 let f = SipMsg::parse(&out).expect("edited request must parse");

@@ -31,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
             pop_last_route: routes > 1,
             received: Some("192.0.2.1"),
             rport: Some(5060),
+            strict_next_hop: None,
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
             // An edited valid request must still be a valid request.
