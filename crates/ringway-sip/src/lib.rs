@@ -32,8 +32,8 @@
 //!                      &mut |to, bytes| out.push((to, bytes.to_vec())));
 //! assert_eq!(o.action, Action::Forwarded { copies: 1 });
 //! assert_eq!(out.len(), 2); // 100 Trying upstream + the INVITE downstream
-//! // Timers: sleep until next_deadline() (and at most ~1 s, for registrar
-//! // expiry), then call on_timer with the current time.
+//! // Timers: sleep until next_deadline() (None: nothing pending), then call
+//! // on_timer with the current time. Registrar expiry is included.
 //! let t = proxy.next_deadline().unwrap();
 //! proxy.on_timer(t, &mut |to, bytes| out.push((to, bytes.to_vec())));
 //! assert_eq!(out.len(), 3); // timer A retransmitted the INVITE

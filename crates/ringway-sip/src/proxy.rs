@@ -1694,10 +1694,17 @@ impl Proxy {
         }
     }
 
-    /// Earliest pending timer (ns), if any. Registrar expiry is not
-    /// included: call [`Self::on_timer`] at least once a second anyway.
+    /// Earliest pending timer (ns), if any: transaction timers and, while
+    /// the registrar holds bindings, the next once-a-second expiry sweep.
     pub fn next_deadline(&self) -> Option<u64> {
         let mut best: Option<u64> = None;
+        if self.cfg.registrar && !self.store.is_empty() {
+            best = Some(
+                self.last_expire
+                    .load(Ordering::Relaxed)
+                    .saturating_add(1_000_000_000),
+            );
+        }
         for shard in self.shards.iter() {
             let mut sh = lock(shard);
             // Drop stale heap entries so the answer is exact.

@@ -498,7 +498,9 @@ fn registrar_then_invite() {
     let inv = invite("z9hG4bKru", "sip:nobody@example.com", "");
     let (o, _) = handle(&p, sec(1), UAC, &inv);
     assert_eq!(o.action, Action::Responded(404));
-    // Binding expires (on_timer runs registrar expiry).
+    // Binding expires (on_timer runs registrar expiry; next_deadline asks
+    // for a sweep while bindings exist).
+    assert!(p.next_deadline().is_some());
     timer(&p, sec(61));
     assert_eq!(p.stats().bindings, 0);
     let inv = invite("z9hG4bKrx", "sip:carol@example.com", "");
