@@ -1458,7 +1458,11 @@ impl Proxy {
                     }
                 }
                 if code == 100 || tx.server != ServerState::Proceeding {
-                    self.counters.inc(C::RetransAbsorbed);
+                    // 100 is hop-by-hop (RFC 3261 16.7): consumed, not a
+                    // retransmission.
+                    if code != 100 {
+                        self.counters.inc(C::RetransAbsorbed);
+                    }
                     Action::Absorbed
                 } else {
                     match (tx.upstream, forward_response(msg, &mut tx.last_resp)) {

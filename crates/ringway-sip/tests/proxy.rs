@@ -697,3 +697,30 @@ fn shared_across_threads() {
         }
     }
 }
+
+#[test]
+fn downstream_100_is_hop_by_hop_in_stateful_mode() {
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let inv = invite("z9hG4bKh100", "sip:bob@example.com", "");
+        let (_, sent) = handle(&p, 0, UAC, &inv);
+        let fwd = sent
+            .iter()
+            .find(|(a, _)| *a == addr(UAS))
+            .unwrap()
+            .1
+            .clone();
+        let (o, sent) = handle(&p, 10, UAS, &response_to(&fwd, 100, "Trying", ""));
+        if mode == Mode::Stateful {
+            assert_eq!(o.action, Action::Absorbed);
+            assert!(sent.is_empty());
+            // ... and it stopped timer A: no retransmission at T1.
+            let (_, sent) = timer(&p, T1);
+            assert!(sent.iter().all(|(a, _)| *a != addr(UAS)));
+        } else {
+            // A stateless proxy forwards every response.
+            assert_eq!(o.action, Action::Forwarded { copies: 1 });
+            assert_eq!(sent[0].0, addr(UAC));
+        }
+    }
+}
