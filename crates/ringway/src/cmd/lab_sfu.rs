@@ -39,6 +39,10 @@ pub struct LabSfuArgs {
     /// Seconds of load per run.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
+    /// SFU send flush policy (`batch`: one send call per receive batch;
+    /// `packet`: after each packet's copies).
+    #[arg(long, default_value = "batch")]
+    pub flush: super::sfu::serve::Flush,
     /// Pin the SFU engine thread to these CPUs.
     #[arg(long)]
     pub cpus: Option<String>,
@@ -160,6 +164,13 @@ fn run_one(
     let mut srv = place.server_command();
     srv.args(["sfu", "serve", "--listen", &place.listen()])
         .args(["--backend", backend.name(), "--stats-interval", "0"])
+        .args([
+            "--flush",
+            match a.flush {
+                super::sfu::serve::Flush::Batch => "batch",
+                super::sfu::serve::Flush::Packet => "packet",
+            },
+        ])
         .args(["--duration", &format!("{}", a.duration + 60.0)])
         .arg("--json")
         .arg(&sj)
@@ -254,12 +265,13 @@ fn experiment(a: LabSfuArgs) -> anyhow::Result<()> {
     };
     let total = a.reps * a.clients.len() * a.pps.len() * a.backends.len();
     println!(
-        "ringway lab sfu: {total} runs of {:.0}s ({}), clients {:?}, pps/client {:?}, backends {:?}",
+        "ringway lab sfu: {total} runs of {:.0}s ({}), clients {:?}, pps/client {:?}, backends {:?}, flush {:?}",
         a.duration,
         if a.netns { "veth hosts" } else { "private netns, lo" },
         a.clients,
         a.pps,
-        a.backends.iter().map(|b| b.name()).collect::<Vec<_>>()
+        a.backends.iter().map(|b| b.name()).collect::<Vec<_>>(),
+        a.flush
     );
     let mut runs = Vec::new();
     for rep in 0..a.reps {

@@ -479,7 +479,7 @@ pub fn run_sources(
     let live = Duration::from_secs_f64(c.stats_interval.max(0.0));
     while start.elapsed().as_secs_f64() < c.duration && !stop_sig.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-        if engine.is_finished() || generator.is_finished() {
+        if engine.is_finished() || (generator.is_finished() && !no_send) {
             break;
         }
         if !c.no_keepalive && last_keepalive.elapsed() >= Duration::from_secs(1) {

@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg).
     #[arg(long)]
     pub batch: Option<usize>,
+    /// When copies are handed to the kernel: `batch` (once per receive batch,
+    /// fewest syscalls) or `packet` (after each packet's copies: lower delay).
+    #[arg(long, default_value = "batch")]
+    pub flush: Flush,
     /// Do not echo media packets back to their senders.
     #[arg(long)]
     pub no_echo: bool,
@@ -70,6 +74,16 @@ pub struct ServeArgs {
     pub srpic_block: usize,
 }
 
+/// When the engine hands queued copies to the kernel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flush {
+    /// Once per receive batch (and when the send batch is full).
+    Batch,
+    /// After the copies of every packet.
+    Packet,
+}
+
 /// SRPIC counters in the report.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SrpicReport {
@@ -90,6 +104,8 @@ pub struct ServeReport {
     pub backend: String,
     /// Receive batch size.
     pub batch: usize,
+    /// Send flush policy.
+    pub flush: Flush,
     /// Address served.
     pub listen: String,
     /// Wall time of the engine loop (s).
@@ -177,6 +193,7 @@ struct Engine {
     out: Out,
     order: Vec<usize>,
     srpic: Option<Srpic<usize>>,
+    per_packet: bool,
     rx_bytes: u64,
     truncated: u64,
     rx_errors: u64,
@@ -197,6 +214,7 @@ impl Engine {
             },
             order: Vec::with_capacity(batch),
             srpic,
+            per_packet: false,
             rx_bytes: 0,
             truncated: 0,
             rx_errors: 0,
@@ -225,6 +243,7 @@ impl Engine {
             rx,
             out,
             order,
+            per_packet,
             rx_bytes,
             truncated,
             forwarded,
@@ -248,6 +267,9 @@ impl Engine {
                         *forwarded += 1;
                         *copies += count as u64;
                         out.pending.push(d.meta.app_rx);
+                        if *per_packet {
+                            out.flush(io)?;
+                        }
                     }
                 }
                 Action::Reply { dst, msg } => out.push(io, dst, msg)?,
@@ -362,6 +384,7 @@ pub fn serve(
     let engine_live = live.clone();
     let engine_stop = stop.clone();
     let cpus = args.cpus.clone();
+    let flush = args.flush;
     let engine = std::thread::Builder::new()
         .name("sfu-engine".into())
         .spawn(move || -> anyhow::Result<(Engine, IoStats, CpuTime, f64)> {
@@ -369,6 +392,7 @@ pub fn serve(
                 pin_this_thread(c)?;
             }
             let mut e = Engine::new(sfu, batch, srpic);
+            e.per_packet = flush == Flush::Packet;
             let cpu0 = CpuTime::this_thread();
             let t0 = Instant::now();
             let mut next_tick = 0u64;
@@ -444,6 +468,7 @@ pub fn serve(
     Ok(ServeReport {
         backend: args.backend.name().into(),
         batch,
+        flush: args.flush,
         listen: bound.to_string(),
         wall_s: wall,
         cpu,
