@@ -1,6 +1,8 @@
 //! Single-thread throughput of the sans-IO core (no sockets): parse only,
 //! stateless proxy (INVITE + 180 + 200 path) and stateful proxy.
-//! `cargo run --release -p ringway-sip --example bench_core [iterations]`
+//! `cargo run --release -p ringway-sip --example bench_core [iterations] [parse|stateless|stateful|all]`
+//! Wall-clock numbers; on a shared machine run it under `perf stat -e
+//! task-clock` per phase to get CPU time instead.
 
 use ringway_sip::{Mode, Proxy, ProxyConfig, SipMsg};
 use std::net::SocketAddr;
@@ -11,6 +13,7 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
+    let phase = std::env::args().nth(2).unwrap_or_else(|| "all".into());
     let uac: SocketAddr = "192.0.2.1:5060".parse().unwrap();
     let uas: SocketAddr = "192.0.2.2:5060".parse().unwrap();
     let invite = |i: u64| {
@@ -33,22 +36,32 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
     let msgs: Vec<Vec<u8>> = (0..1024).map(invite).collect();
 
     // Parse only.
-    let t = Instant::now();
-    let mut ok = 0u64;
-    for i in 0..n {
-        if SipMsg::parse(&msgs[(i % 1024) as usize]).is_ok() {
-            ok += 1;
+    if phase == "parse" || phase == "all" {
+        let t = Instant::now();
+        let mut ok = 0u64;
+        for i in 0..n {
+            if SipMsg::parse(&msgs[(i % 1024) as usize]).is_ok() {
+                ok += 1;
+            }
         }
+        let dt = t.elapsed().as_secs_f64();
+        println!(
+            "parse INVITE ({} B): {:.0} ns/msg, {:.2} Mmsg/s (ok {ok})",
+            msgs[0].len(),
+            dt * 1e9 / n as f64,
+            n as f64 / dt / 1e6
+        );
     }
-    let dt = t.elapsed().as_secs_f64();
-    println!(
-        "parse INVITE ({} B): {:.0} ns/msg, {:.2} Mmsg/s (ok {ok})",
-        msgs[0].len(),
-        dt * 1e9 / n as f64,
-        n as f64 / dt / 1e6
-    );
 
     for mode in [Mode::Stateless, Mode::Stateful] {
+        let name = if mode == Mode::Stateless {
+            "stateless"
+        } else {
+            "stateful"
+        };
+        if phase != name && phase != "all" {
+            continue;
+        }
         let p = Proxy::new(ProxyConfig {
             mode,
             local: "192.0.2.10:5060".parse().unwrap(),

@@ -524,15 +524,18 @@ impl<'a> SipMsg<'a> {
             sl_nl
         };
         let line = &head[skip..sl_end];
-        let start = match parse_start_line(line, skip) {
+        let (start, ruri) = match parse_start_line(line, skip) {
             Ok(s) => s,
             Err(e) if strict => return Err(e),
             Err(_) => {
                 let m = line.find(' ').unwrap_or(line.len());
-                Start::Request {
-                    method: (skip as u16, (skip + m) as u16),
-                    uri: ((skip + m) as u16, (skip + m) as u16),
-                }
+                (
+                    Start::Request {
+                        method: (skip as u16, (skip + m) as u16),
+                        uri: ((skip + m) as u16, (skip + m) as u16),
+                    },
+                    None,
+                )
             }
         };
         let mut msg = SipMsg {
@@ -629,9 +632,7 @@ impl<'a> SipMsg<'a> {
         if strict {
             msg.validate()?;
             msg.validated = true;
-            if let Some(u) = msg.request_uri() {
-                msg.c_ruri = SipUri::parse(u);
-            }
+            msg.c_ruri = ruri;
         } else {
             msg.index_loose();
         }
@@ -1058,7 +1059,7 @@ fn parse_version(v: &str) -> Result<(), ParseError> {
     Ok(())
 }
 
-fn parse_start_line(line: &str, off: usize) -> Result<Start, ParseError> {
+fn parse_start_line(line: &str, off: usize) -> Result<(Start, Option<SipUri<'_>>), ParseError> {
     if line.len() >= 4 && line.as_bytes()[..4].eq_ignore_ascii_case(b"SIP/") {
         // Status-Line = SIP-Version SP Status-Code SP Reason-Phrase
         let sp = line
@@ -1076,10 +1077,13 @@ fn parse_start_line(line: &str, off: usize) -> Result<Start, ParseError> {
             return Err(ParseError::BadStatus);
         }
         let rs = (sp + 1 + code_end + 1).min(line.len());
-        return Ok(Start::Response {
-            status,
-            reason: ((off + rs) as u16, (off + line.len()) as u16),
-        });
+        return Ok((
+            Start::Response {
+                status,
+                reason: ((off + rs) as u16, (off + line.len()) as u16),
+            },
+            None,
+        ));
     }
     // Request-Line = Method SP Request-URI SP SIP-Version
     let mut parts = line.split(' ');
@@ -1103,22 +1107,26 @@ fn parse_start_line(line: &str, off: usize) -> Result<Start, ParseError> {
         return Err(ParseError::BadRequestUri("whitespace"));
     }
     parse_version(v)?;
-    match scheme(u) {
+    let sip_uri = match scheme(u) {
         None => return Err(ParseError::BadRequestUri("scheme")),
         Some(s) if s.eq_ignore_ascii_case("sip") || s.eq_ignore_ascii_case("sips") => {
             let su = SipUri::parse(u).ok_or(ParseError::BadRequestUri("sip uri"))?;
             if su.headers.is_some() {
                 return Err(ParseError::BadRequestUri("headers not allowed"));
             }
+            Some(su)
         }
-        Some(_) => {}
-    }
+        Some(_) => None,
+    };
     let m0 = off;
     let u0 = off + m.len() + 1;
-    Ok(Start::Request {
-        method: (m0 as u16, (m0 + m.len()) as u16),
-        uri: (u0 as u16, (u0 + u.len()) as u16),
-    })
+    Ok((
+        Start::Request {
+            method: (m0 as u16, (m0 + m.len()) as u16),
+            uri: (u0 as u16, (u0 + u.len()) as u16),
+        },
+        sip_uri,
+    ))
 }
 
 /// Is `host` (as written) an IP literal equal to `ip`?
