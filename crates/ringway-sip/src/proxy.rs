@@ -1345,6 +1345,9 @@ impl Proxy {
     ) -> Action {
         let class = Class::of(method);
         let mut tx = Tx::new(class, Some(upstream));
+        // One right-sized allocation each instead of repeated growth.
+        tx.request = Vec::with_capacity(msg.as_bytes().len() + 256);
+        tx.last_resp = Vec::with_capacity(512);
         if let Err(e) = forward_request(msg, edits, &mut tx.request) {
             return self.edit_failed(e);
         }

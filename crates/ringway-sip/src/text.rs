@@ -104,6 +104,11 @@ impl<'a> Iterator for CommaSplit<'a> {
         }
         let b = self.s.as_bytes();
         let start = self.pos;
+        if memchr::memchr(b',', &b[start..]).is_none() {
+            // Fast path: no comma left, the rest is one item.
+            self.done = true;
+            return Some(trim(&self.s[start..]));
+        }
         let mut i = start;
         let mut angle = false;
         while i < b.len() {
@@ -160,6 +165,18 @@ impl<'a> Iterator for Params<'a> {
             return None;
         }
         let start = i;
+        if memchr::memchr(b'"', &b[start..]).is_none() {
+            // Fast path: no quoted strings, so `;` and `=` are delimiters.
+            let end = memchr::memchr(b';', &b[start..]).map_or(b.len(), |p| start + p);
+            self.pos = end;
+            return Some(match memchr::memchr(b'=', &b[start..end]) {
+                Some(e) => (
+                    trim(&self.s[start..start + e]),
+                    Some(trim(&self.s[start + e + 1..end])),
+                ),
+                None => (trim(&self.s[start..end]), None),
+            });
+        }
         let mut eq = None;
         while i < b.len() {
             match b[i] {
