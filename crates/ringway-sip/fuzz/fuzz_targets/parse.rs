@@ -7,8 +7,19 @@ use ringway_sip::{forward_request, forward_response, RequestEdits, SipMsg, ViaEd
 fuzz_target!(|data: &[u8]| {
     let _ = SipMsg::parse_loose(data);
     let Ok(m) = SipMsg::parse(data) else { return };
-    let _ = (m.method(), m.status(), m.request_uri(), m.call_id(), m.cseq());
-    let _ = (m.from_tag(), m.to_tag(), m.max_forwards(), m.content_length());
+    let _ = (
+        m.method(),
+        m.status(),
+        m.request_uri(),
+        m.call_id(),
+        m.cseq(),
+    );
+    let _ = (
+        m.from_tag(),
+        m.to_tag(),
+        m.max_forwards(),
+        m.content_length(),
+    );
     let _ = (m.expires(), m.body(), m.request_sip_uri(), m.contact_star());
     for v in m.vias() {
         let _ = v.response_target();
