@@ -69,6 +69,11 @@ pub struct LoadConfig {
     pub hold: Duration,
     /// Requested socket receive buffer.
     pub rcvbuf: Option<usize>,
+    /// Wakeup coalescing while calls are in flight: sleep this long, then
+    /// take everything that arrived (0: wake for every datagram and call
+    /// start). Response times use kernel RX stamps, so they stay exact;
+    /// call starts due within a tick go out together.
+    pub tick: Duration,
 }
 
 impl Default for LoadConfig {
@@ -89,6 +94,7 @@ impl Default for LoadConfig {
             t2: Duration::from_secs(4),
             hold: Duration::ZERO,
             rcvbuf: Some(4 << 20),
+            tick: Duration::from_millis(1),
         }
     }
 }
@@ -123,6 +129,9 @@ impl LoadConfig {
         }
         if self.t1.is_zero() || self.t2 < self.t1 {
             return Err("need 0 < T1 <= T2".into());
+        }
+        if self.tick > Duration::from_millis(100) {
+            return Err("tick must be at most 100 ms".into());
         }
         if self.hold > Duration::from_secs(3600) {
             return Err("hold must be at most 1 h".into());

@@ -100,6 +100,9 @@ pub(crate) struct Worker {
     rx: RxBatch,
     scratch: Vec<u8>,
     r: WorkerCounts,
+    /// CLOCK_REALTIME of the current loop pass (send stamps for response times).
+    rt_now: u64,
+    tick: u64,
 }
 
 #[derive(Default)]
@@ -145,7 +148,8 @@ impl Worker {
         let mut sc = SocketConfig::new(SocketAddr::new(cfg.bind_ip, port));
         sc.rcvbuf = cfg.rcvbuf;
         sc.sndbuf = cfg.rcvbuf;
-        sc.rx_timestamps = false;
+        // Kernel RX stamps make response times exact even when wakeups are coalesced.
+        sc.rx_timestamps = true;
         let (sock, _rep) = open_udp(&sc).map_err(|e| anyhow::anyhow!("bind {}: {e}", sc.bind))?;
         let io = open_backend(cfg.backend, sock)?;
         let local = io.local_addr()?;
@@ -181,6 +185,8 @@ impl Worker {
             rx: RxBatch::new(RX_FRAMES, RX_FRAME),
             scratch: Vec::with_capacity(2048),
             r: WorkerCounts::default(),
+            rt_now: 0,
+            tick: cfg.tick.as_nanos() as u64,
         })
     }
 
@@ -198,6 +204,7 @@ impl Worker {
         let mut hard_deadline = u64::MAX;
         loop {
             let now = now_ns();
+            self.rt_now = ringway_io::realtime_now().0;
             if starting
                 && (started >= self.quota
                     || now >= end_start
@@ -238,17 +245,21 @@ impl Worker {
             if let Some(Reverse(t)) = self.timers.peek() {
                 wake = wake.min(t.at);
             }
-            let timeout = Duration::from_nanos(wake.saturating_sub(now));
-            let n = self.io.recv_batch(&mut self.rx, Some(timeout))?;
-            if n > 0 {
-                let now = now_ns();
-                self.r.msgs_received += n as u64;
-                let rx = std::mem::replace(&mut self.rx, RxBatch::new(1, 1));
-                for d in rx.iter() {
-                    self.on_datagram(d.data, d.meta.peer, now, &mut h180, &mut h200, &mut hbye);
+            let busy = !self.calls.is_empty() || !self.uas.is_empty();
+            let n = if self.tick > 0 && busy {
+                // Coalesced wakeups: sleep one tick (or less, to the next
+                // event), then take everything that arrived meanwhile.
+                let nap = wake.saturating_sub(now).min(self.tick);
+                if nap > 0 {
+                    std::thread::sleep(Duration::from_nanos(nap));
                 }
-                self.rx = rx;
-                self.flush();
+                self.io.recv_batch(&mut self.rx, Some(Duration::ZERO))?
+            } else {
+                let timeout = Duration::from_nanos(wake.saturating_sub(now));
+                self.io.recv_batch(&mut self.rx, Some(timeout))?
+            };
+            if n > 0 {
+                self.drain_rx(n, &mut h180, &mut h200, &mut hbye)?;
             }
         }
         self.flush();
@@ -281,6 +292,36 @@ impl Worker {
             last_start,
             finished: Instant::now(),
         })
+    }
+
+    /// Handle a received batch of `n`, then keep receiving without waiting
+    /// while full batches come in (bounded passes).
+    fn drain_rx(
+        &mut self,
+        mut n: usize,
+        h180: &mut Histogram<u64>,
+        h200: &mut Histogram<u64>,
+        hbye: &mut Histogram<u64>,
+    ) -> anyhow::Result<()> {
+        for _ in 0..16 {
+            let now = now_ns();
+            self.r.msgs_received += n as u64;
+            let rx = std::mem::replace(&mut self.rx, RxBatch::new(1, 1));
+            for d in rx.iter() {
+                let rx_rt = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
+                self.on_datagram(d.data, d.meta.peer, now, rx_rt, h180, h200, hbye);
+            }
+            self.rx = rx;
+            self.flush();
+            if n < self.rx.capacity() {
+                break;
+            }
+            n = self.io.recv_batch(&mut self.rx, Some(Duration::ZERO))?;
+            if n == 0 {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn flush(&mut self) {
@@ -359,7 +400,7 @@ impl Worker {
             n,
             UacCall {
                 state: UacState::Calling,
-                t_invite: now,
+                t_invite: self.rt_now,
                 t_bye: 0,
                 got_180: false,
                 interval: self.t1,
@@ -490,7 +531,7 @@ impl Worker {
                         continue;
                     }
                     c.state = UacState::Terminating;
-                    c.t_bye = now;
+                    c.t_bye = self.rt_now;
                     c.interval = self.t1;
                     if self.send_in_dialog(t.key, "BYE", 2) {
                         self.schedule(now + self.t1, t.key, TKind::ByeRetx);
@@ -557,6 +598,7 @@ impl Worker {
         data: &[u8],
         peer: SocketAddr,
         now: u64,
+        rx_rt: u64,
         h180: &mut Histogram<u64>,
         h200: &mut Histogram<u64>,
         hbye: &mut Histogram<u64>,
@@ -567,15 +609,17 @@ impl Worker {
         };
         if v.is_request() {
             self.on_request(&v, peer, now);
-        } else if !self.on_response(&v, now, h180, h200, hbye) {
+        } else if !self.on_response(&v, now, rx_rt, h180, h200, hbye) {
             self.r.msgs_ignored += 1;
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_response(
         &mut self,
         v: &View<'_>,
         now: u64,
+        rx_rt: u64,
         h180: &mut Histogram<u64>,
         h200: &mut Histogram<u64>,
         hbye: &mut Histogram<u64>,
@@ -586,7 +630,8 @@ impl Worker {
         let Some(n) = self.our_call(cid) else {
             return false;
         };
-        let us = |d: u64| (d / 1000).max(1);
+        // Response times: kernel RX stamp (realtime) minus the send stamp.
+        let us = |t0: u64| (rx_rt.saturating_sub(t0) / 1000).max(1);
         if method == b"INVITE" {
             if (300..700).contains(&code) {
                 // Non-2xx final: ACK hop-by-hop (same branch), from the response alone.
@@ -610,13 +655,13 @@ impl Worker {
                 }
                 if code == 180 && !c.got_180 {
                     c.got_180 = true;
-                    let _ = h180.record(us(now - c.t_invite));
+                    let _ = h180.record(us(c.t_invite));
                 }
                 return true;
             }
             if (200..300).contains(&code) {
                 if matches!(c.state, UacState::Calling | UacState::Proceeding) {
-                    let _ = h200.record(us(now - c.t_invite));
+                    let _ = h200.record(us(c.t_invite));
                     c.state = UacState::Confirmed;
                     c.to_tag = v.to_tag().unwrap_or_default().to_vec();
                     c.route = v.record_routes().into_iter().rev().collect();
@@ -654,7 +699,7 @@ impl Worker {
             let t_bye = c.t_bye;
             self.calls.remove(&n);
             if (200..300).contains(&code) {
-                let _ = hbye.record(us(now - t_bye));
+                let _ = hbye.record(us(t_bye));
                 self.r.succeeded += 1;
                 self.live.succeeded.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -794,5 +839,74 @@ impl Worker {
                 self.send_scratch(dst);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker() -> Worker {
+        let cfg = LoadConfig {
+            proxy: Some("127.0.0.1:5060".parse().unwrap()),
+            ..LoadConfig::default()
+        };
+        Worker::new(&cfg, 0, "abcd1234", Arc::new(Live::default())).unwrap()
+    }
+
+    #[test]
+    fn own_messages_parse_with_ringway_sip() {
+        let mut w = worker();
+        w.build_invite(7);
+        let inv = w.scratch.clone();
+        let m = ringway_sip::SipMsg::parse(&inv);
+        assert!(
+            m.is_ok(),
+            "{:?}\n{}",
+            m.err(),
+            String::from_utf8_lossy(&inv)
+        );
+        let v = View::parse(&inv).unwrap();
+        assert_eq!(w.our_call(v.call_id().unwrap()), Some(7));
+        w.build_response(&v, 200, "OK", true);
+        let resp = w.scratch.clone();
+        let m = ringway_sip::SipMsg::parse(&resp);
+        assert!(
+            m.is_ok(),
+            "{:?}\n{}",
+            m.err(),
+            String::from_utf8_lossy(&resp)
+        );
+        let r = View::parse(&resp).unwrap();
+        assert_eq!(r.status(), Some(200));
+        assert!(r.to_tag().is_some());
+        // Dialog state from the 200, then the in-dialog BYE.
+        w.calls.insert(
+            7,
+            UacCall {
+                state: UacState::Confirmed,
+                t_invite: 0,
+                t_bye: 0,
+                got_180: true,
+                interval: 0,
+                bye_prov: false,
+                to_tag: r.to_tag().unwrap().to_vec(),
+                route: vec![b"<sip:127.0.0.1:5060;lr>".to_vec()],
+                target: r.contact_uri().unwrap().to_vec(),
+            },
+        );
+        let dst = w.build_in_dialog(7, "BYE", 2).unwrap();
+        assert_eq!(dst, "127.0.0.1:5060".parse().unwrap());
+        let bye = w.scratch.clone();
+        let m = ringway_sip::SipMsg::parse(&bye);
+        assert!(
+            m.is_ok(),
+            "{:?}\n{}",
+            m.err(),
+            String::from_utf8_lossy(&bye)
+        );
+        let b = View::parse(&bye).unwrap();
+        assert_eq!(b.method(), Some(&b"BYE"[..]));
+        assert!(String::from_utf8_lossy(&bye).contains("Route: <sip:127.0.0.1:5060;lr>\r\n"));
     }
 }

@@ -49,6 +49,9 @@ pub struct LoadArgs {
     /// Time between ACK and BYE in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub hold_ms: u64,
+    /// Wakeup coalescing in microseconds while calls are in flight (0: wake per event).
+    #[arg(long, default_value_t = 1000)]
+    pub tick_us: u64,
     /// Write the final summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -83,6 +86,7 @@ pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         t1: Duration::from_millis(a.t1_ms),
         t2: Duration::from_millis((a.t1_ms * 8).max(4000)),
         hold: Duration::from_millis(a.hold_ms),
+        tick: Duration::from_micros(a.tick_us),
         ..LoadConfig::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
