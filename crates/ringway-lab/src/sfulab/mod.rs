@@ -30,6 +30,10 @@ pub struct Run {
     pub delay_p99_us: f64,
     /// Processing delay mean (µs).
     pub delay_mean_us: f64,
+    /// Delay from the kernel RX stamp (socket-queue wait included), median (µs; NaN if unavailable).
+    pub kdelay_p50_us: f64,
+    /// Same, 99th percentile (µs).
+    pub kdelay_p99_us: f64,
     /// Mean copies per forwarded packet (subscribers + echo).
     pub copies_per_packet: f64,
     /// Media packets the SFU accepted.
@@ -59,6 +63,10 @@ pub struct Row {
     pub delay_p99: MeanCi,
     /// Delay mean (µs).
     pub delay_mean: MeanCi,
+    /// Delay from the kernel RX stamp, p50 (µs).
+    pub kdelay_p50: MeanCi,
+    /// Delay from the kernel RX stamp, p99 (µs).
+    pub kdelay_p99: MeanCi,
     /// Copies per packet.
     pub copies: f64,
     /// Total CPU relative to the socket baseline of the same cell.
@@ -67,6 +75,8 @@ pub struct Row {
     pub delay_p50_ratio: Option<f64>,
     /// Delay p99 relative to the socket baseline.
     pub delay_p99_ratio: Option<f64>,
+    /// Kernel-stamped delay p50 relative to the socket baseline.
+    pub kdelay_p50_ratio: Option<f64>,
 }
 
 /// Fitted delay model of one backend.
@@ -92,8 +102,9 @@ pub struct Summary {
     /// Delay model per backend (fitted on every run's median delay vs copies;
     /// the median is robust to scheduling outliers on shared machines).
     pub models: Vec<DelayModel>,
-    /// Mean ratio over cells of each backend to socket: (backend, cpu, delay p50, delay p99).
-    pub overall: Vec<(String, f64, f64, f64)>,
+    /// Mean ratio over cells of each backend to socket: (backend, cpu,
+    /// delay p50, delay p99, kernel-stamped delay p50).
+    pub overall: Vec<(String, f64, f64, f64, f64)>,
 }
 
 fn col(runs: &[&Run], f: impl Fn(&Run) -> f64) -> Vec<f64> {
@@ -120,13 +131,16 @@ pub fn summarize(runs: &[Run]) -> Summary {
             delay_p50: mean_ci(&col(rs, |r| r.delay_p50_us)),
             delay_p99: mean_ci(&col(rs, |r| r.delay_p99_us)),
             delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
+            kdelay_p50: mean_ci(&col(rs, |r| r.kdelay_p50_us)),
+            kdelay_p99: mean_ci(&col(rs, |r| r.kdelay_p99_us)),
             copies: mean_ci(&col(rs, |r| r.copies_per_packet)).mean,
             cpu_ratio: None,
             delay_p50_ratio: None,
             delay_p99_ratio: None,
+            kdelay_p50_ratio: None,
         });
     }
-    let base: BTreeMap<(usize, u32), (f64, f64, f64)> = rows
+    let base: BTreeMap<(usize, u32), (f64, f64, f64, f64)> = rows
         .iter()
         .filter(|r| r.backend == "socket")
         .map(|r| {
@@ -136,13 +150,15 @@ pub fn summarize(runs: &[Run]) -> Summary {
                     r.cpu_user.mean + r.cpu_system.mean,
                     r.delay_p50.mean,
                     r.delay_p99.mean,
+                    r.kdelay_p50.mean,
                 ),
             )
         })
         .collect();
     let ratio = |a: f64, b: f64| (b > 0.0 && a.is_finite()).then(|| a / b);
     for r in rows.iter_mut() {
-        if let Some(&(cpu, p50, p99)) = base.get(&(r.clients, r.pps)) {
+        if let Some(&(cpu, p50, p99, k50)) = base.get(&(r.clients, r.pps)) {
+            r.kdelay_p50_ratio = ratio(r.kdelay_p50.mean, k50);
             r.cpu_ratio = ratio(r.cpu_user.mean + r.cpu_system.mean, cpu);
             r.delay_p50_ratio = ratio(r.delay_p50.mean, p50);
             r.delay_p99_ratio = ratio(r.delay_p99.mean, p99);
@@ -187,6 +203,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
             avg(&|r| r.cpu_ratio),
             avg(&|r| r.delay_p50_ratio),
             avg(&|r| r.delay_p99_ratio),
+            avg(&|r| r.kdelay_p50_ratio),
         ));
     }
     Summary {
@@ -209,7 +226,7 @@ pub fn render(s: &Summary) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:>7} {:>5} {:>7} {:>6} {:>12} {:>12} {:>12} {:>12} {:>7} {:>7} {:>7}",
+        "{:>7} {:>5} {:>7} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7} {:>7} {:>7} {:>7}",
         "clients",
         "pps",
         "backend",
@@ -218,14 +235,16 @@ pub fn render(s: &Summary) -> String {
         "cpu_kern%",
         "delay_p50us",
         "delay_p99us",
+        "kdelay_p50us",
         "cpu/s",
         "p50/s",
-        "p99/s"
+        "p99/s",
+        "kp50/s"
     );
     for r in &s.rows {
         let _ = writeln!(
             o,
-            "{:>7} {:>5} {:>7} {:>6.1} {:>12} {:>12} {:>12} {:>12} {:>7} {:>7} {:>7}",
+            "{:>7} {:>5} {:>7} {:>6.1} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7} {:>7} {:>7} {:>7}",
             r.clients,
             r.pps,
             r.backend,
@@ -234,19 +253,23 @@ pub fn render(s: &Summary) -> String {
             ci(&r.cpu_system),
             ci(&r.delay_p50),
             ci(&r.delay_p99),
+            ci(&r.kdelay_p50),
             opt(r.cpu_ratio),
             opt(r.delay_p50_ratio),
-            opt(r.delay_p99_ratio)
+            opt(r.delay_p99_ratio),
+            opt(r.kdelay_p50_ratio)
         );
     }
     let _ = writeln!(
         o,
-        "(±: 95% CI over repetitions; x/s: ratio to the socket backend)"
+        "(±: 95% CI over repetitions; x/s: ratio to the socket backend; delay: app receive -> \
+         last copy to the kernel; kdelay: kernel RX stamp -> last copy, socket-queue wait included)"
     );
-    for (b, cpu, p50, p99) in s.overall.iter().filter(|o| o.0 != "socket") {
+    for (b, cpu, p50, p99, k50) in s.overall.iter().filter(|o| o.0 != "socket") {
         let _ = writeln!(
             o,
-            "overall {b} vs socket: cpu {cpu:.2}x, delay p50 {p50:.2}x, delay p99 {p99:.2}x"
+            "overall {b} vs socket: cpu {cpu:.2}x, delay p50 {p50:.2}x, delay p99 {p99:.2}x, \
+             kdelay p50 {k50:.2}x"
         );
     }
     for m in &s.models {
@@ -333,6 +356,8 @@ mod tests {
             delay_p50_us: d,
             delay_p99_us: 2.0 * d,
             delay_mean_us: d,
+            kdelay_p50_us: d + 1.0,
+            kdelay_p99_us: d + 2.0,
             copies_per_packet: clients as f64,
             media: 1,
             client_lost: 0,

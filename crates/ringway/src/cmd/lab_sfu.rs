@@ -240,6 +240,8 @@ fn run_one(
         delay_p50_us: f(&s["delay"]["p50_us"]),
         delay_p99_us: f(&s["delay"]["p99_us"]),
         delay_mean_us: f(&s["delay_mean_us"]),
+        kdelay_p50_us: f(&s["delay_from_kernel"]["p50_us"]),
+        kdelay_p99_us: f(&s["delay_from_kernel"]["p99_us"]),
         copies_per_packet: f(&s["copies_per_packet"]),
         media: s["sfu"]["media_accepted"].as_u64().unwrap_or(0),
         client_lost: l["lost"].as_u64().unwrap_or(0),
@@ -281,11 +283,13 @@ fn experiment(a: LabSfuArgs) -> anyhow::Result<()> {
                     let r = run_one(&place, &a, dir.path(), b, n, pps, rep)?;
                     println!(
                         "run rep={rep} clients={n} pps={pps} backend={b}: cpu user={:.1}% kern={:.1}% \
-                         delay p50={:.1}us p99={:.1}us copies={:.1} media={} client_lost={}",
+                         delay p50={:.1}us p99={:.1}us kdelay p50={:.1}us copies={:.1} media={} \
+                         client_lost={}",
                         r.cpu_user_pct,
                         r.cpu_system_pct,
                         r.delay_p50_us,
                         r.delay_p99_us,
+                        r.kdelay_p50_us,
                         r.copies_per_packet,
                         r.media,
                         r.client_lost

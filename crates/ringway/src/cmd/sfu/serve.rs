@@ -120,6 +120,9 @@ pub struct ServeReport {
     pub delay: Percentiles,
     /// Mean of that delay (µs).
     pub delay_mean_us: f64,
+    /// Delay from the kernel's software RX timestamp to the last copy handed
+    /// to the kernel (adds the wait in the socket queue; empty without stamps).
+    pub delay_from_kernel: Percentiles,
     /// Mean number of copies (subscribers + echo) per forwarded packet.
     pub copies_per_packet: f64,
     /// Core counters.
@@ -148,8 +151,12 @@ struct Live {
 /// Send side of the engine: the send batch and the packets whose last copy it holds.
 struct Out {
     tx: TxBatch,
-    pending: Vec<Nanos>,
+    /// (application receive stamp, kernel receive stamp) of packets whose
+    /// last copy is queued.
+    pending: Vec<(Nanos, Option<Nanos>)>,
     hist: Histogram<u64>,
+    /// Delay from the kernel's software RX stamp (includes socket-queue wait).
+    khist: Histogram<u64>,
     tx_bytes: u64,
 }
 
@@ -164,8 +171,11 @@ impl Out {
         }
         if !self.pending.is_empty() {
             let done = realtime_now();
-            for t in self.pending.drain(..) {
+            for (t, k) in self.pending.drain(..) {
                 let _ = self.hist.record(done.saturating_since(t).max(1));
+                if let Some(k) = k {
+                    let _ = self.khist.record(done.saturating_since(k).max(1));
+                }
             }
         }
         Ok(())
@@ -210,6 +220,7 @@ impl Engine {
                 tx: TxBatch::new(256, FRAME),
                 pending: Vec::with_capacity(batch),
                 hist: latency_histogram(),
+                khist: latency_histogram(),
                 tx_bytes: 0,
             },
             order: Vec::with_capacity(batch),
@@ -266,7 +277,7 @@ impl Engine {
                     if count > 0 {
                         *forwarded += 1;
                         *copies += count as u64;
-                        out.pending.push(d.meta.app_rx);
+                        out.pending.push((d.meta.app_rx, d.meta.kernel_rx));
                         if *per_packet {
                             out.flush(io)?;
                         }
@@ -475,6 +486,7 @@ pub fn serve(
         cpu_user_pct: pct(cpu.user_s),
         cpu_system_pct: pct(cpu.system_s),
         delay: Percentiles::of(hist),
+        delay_from_kernel: Percentiles::of(&e.out.khist),
         delay_mean_us: if hist.is_empty() {
             0.0
         } else {
