@@ -7,7 +7,8 @@ use super::{Live, LoadConfig, WorkerResult};
 use hdrhistogram::Histogram;
 use ringway_io::{open_backend, open_udp, BatchIo, RxBatch, SocketConfig, TxBatch};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -58,6 +59,19 @@ struct UasCall {
     interval: u64,
 }
 
+/// Call-ID of call `n` of worker `tid` in run `run` (formatted without allocating).
+struct CallId<'a> {
+    n: u64,
+    tid: usize,
+    run: &'a str,
+}
+
+impl std::fmt::Display for CallId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}-{}@ringway", self.n, self.tid, self.run)
+    }
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TKind {
     InviteRetx,
@@ -76,6 +90,87 @@ struct Timer {
     kind: TKind,
 }
 
+/// Which constant offset a first-time timer uses (its FIFO).
+#[derive(Copy, Clone, Debug)]
+enum Fifo {
+    /// now + T1 (first retransmissions).
+    T1,
+    /// now + 64·T1 (transaction timeouts).
+    Long,
+    /// now + hold (BYE start).
+    Hold,
+}
+
+/// Timers: most have a constant offset from "now" (T1, 64·T1, hold), so
+/// for each offset insertion order is deadline order and a FIFO suffices
+/// (O(1), and the many long timeouts never bloat a heap). Back-off
+/// retransmissions (2·T1, 4·T1, ...) go to a small heap.
+#[derive(Default)]
+struct Timers {
+    fifos: [VecDeque<Timer>; 3],
+    heap: BinaryHeap<Reverse<Timer>>,
+}
+
+impl Timers {
+    fn push_fifo(&mut self, q: Fifo, t: Timer) {
+        self.fifos[q as usize].push_back(t);
+    }
+    fn push(&mut self, t: Timer) {
+        self.heap.push(Reverse(t));
+    }
+    fn next_at(&self) -> Option<u64> {
+        let f = self
+            .fifos
+            .iter()
+            .filter_map(|q| q.front().map(|t| t.at))
+            .min();
+        let h = self.heap.peek().map(|Reverse(t)| t.at);
+        match (f, h) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    fn pop_due(&mut self, now: u64) -> Option<Timer> {
+        let mut best: Option<(usize, u64)> = None;
+        for (i, q) in self.fifos.iter().enumerate() {
+            if let Some(t) = q.front() {
+                if t.at <= now && best.is_none_or(|(_, at)| t.at < at) {
+                    best = Some((i, t.at));
+                }
+            }
+        }
+        if let Some(Reverse(t)) = self.heap.peek() {
+            if t.at <= now && best.is_none_or(|(_, at)| t.at < at) {
+                return self.heap.pop().map(|Reverse(t)| t);
+            }
+        }
+        best.and_then(|(i, _)| self.fifos[i].pop_front())
+    }
+}
+
+/// Multiply-rotate hasher for the generator's own keys (call numbers and
+/// Call-IDs it mostly made itself); SipHash is not needed here.
+#[derive(Default, Clone, Copy)]
+struct FastHash(u64);
+
+impl Hasher for FastHash {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHash>>;
+
 pub(crate) struct Worker {
     tid: usize,
     io: Box<dyn BatchIo>,
@@ -91,11 +186,11 @@ pub(crate) struct Worker {
     arrivals: Arrivals,
     quota: u64,
     live: Arc<Live>,
-    calls: HashMap<u64, UacCall>,
-    uas_ids: HashMap<Vec<u8>, u64>,
-    uas: HashMap<u64, (Vec<u8>, UasCall)>,
+    calls: FastMap<u64, UacCall>,
+    uas_ids: FastMap<Vec<u8>, u64>,
+    uas: FastMap<u64, (Vec<u8>, UasCall)>,
     next_uas: u64,
-    timers: BinaryHeap<Reverse<Timer>>,
+    timers: Timers,
     tx: TxBatch,
     rx: RxBatch,
     scratch: Vec<u8>,
@@ -176,11 +271,11 @@ impl Worker {
             ),
             quota,
             live,
-            calls: HashMap::new(),
-            uas_ids: HashMap::new(),
-            uas: HashMap::new(),
+            calls: FastMap::default(),
+            uas_ids: FastMap::default(),
+            uas: FastMap::default(),
             next_uas: 0,
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             tx: TxBatch::new(TX_FRAMES, TX_FRAME),
             rx: RxBatch::new(RX_FRAMES, RX_FRAME),
             scratch: Vec::with_capacity(2048),
@@ -242,8 +337,8 @@ impl Worker {
             if starting {
                 wake = wake.min(next_start);
             }
-            if let Some(Reverse(t)) = self.timers.peek() {
-                wake = wake.min(t.at);
+            if let Some(at) = self.timers.next_at() {
+                wake = wake.min(at);
             }
             let busy = !self.calls.is_empty() || !self.uas.is_empty();
             let n = if self.tick > 0 && busy {
@@ -351,11 +446,17 @@ impl Worker {
     }
 
     fn schedule(&mut self, at: u64, key: u64, kind: TKind) {
-        self.timers.push(Reverse(Timer { at, key, kind }));
+        self.timers.push(Timer { at, key, kind });
     }
 
-    fn call_id(&self, n: u64) -> String {
-        format!("{n}-{}-{}@ringway", self.tid, self.run_id)
+    fn schedule_fifo(&mut self, q: Fifo, now: u64, key: u64, kind: TKind) {
+        let at = now
+            + match q {
+                Fifo::T1 => self.t1,
+                Fifo::Long => 64 * self.t1,
+                Fifo::Hold => self.hold,
+            };
+        self.timers.push_fifo(q, Timer { at, key, kind });
     }
 
     /// Parse our own Call-ID back to the call number.
@@ -369,7 +470,11 @@ impl Worker {
     }
 
     fn build_invite(&mut self, n: u64) {
-        let cid = self.call_id(n);
+        let cid = CallId {
+            n,
+            tid: self.tid,
+            run: &self.run_id,
+        };
         self.scratch.clear();
         let _ = write!(
             self.scratch,
@@ -410,72 +515,78 @@ impl Worker {
                 target: Vec::new(),
             },
         );
-        self.schedule(now + self.t1, n, TKind::InviteRetx);
-        self.schedule(now + 64 * self.t1, n, TKind::InviteTimeout);
+        self.schedule_fifo(Fifo::T1, now, n, TKind::InviteRetx);
+        self.schedule_fifo(Fifo::Long, now, n, TKind::InviteTimeout);
     }
 
     /// Build an in-dialog request (ACK or BYE) for call `n`; returns where to send it.
     fn build_in_dialog(&mut self, n: u64, method: &str, cseq: u32) -> Option<SocketAddr> {
-        let cid = self.call_id(n);
         let c = self.calls.get(&n)?;
+        let out = &mut self.scratch;
+        out.clear();
         // RFC 3261 12.2.1.1: loose routing keeps the remote target in the
-        // Request-URI; a strict first route becomes the Request-URI.
-        let first = c.route.first().map(|r| name_addr_uri(r).to_vec());
-        let (ruri, routes, dst): (Vec<u8>, Vec<Vec<u8>>, SocketAddr) = match first {
+        // Request-URI; a strict first route becomes the Request-URI and the
+        // remote target goes last in the Route header.
+        let (dst, strict) = match c.route.first() {
             // No route set: an outbound proxy, when configured, still gets
             // the request (RFC 3261 8.1.2); else the remote target does.
-            None => {
-                let t = uri_addr(&c.target)?.0;
-                (c.target.clone(), Vec::new(), self.proxy.unwrap_or(t))
-            }
-            Some(f) => {
-                let (addr, lr) = uri_addr(&f)?;
-                if lr {
-                    (c.target.clone(), c.route.clone(), addr)
-                } else {
-                    let strip = f.iter().position(|&b| b == b';').unwrap_or(f.len());
-                    let mut rest: Vec<Vec<u8>> = c.route[1..].to_vec();
-                    let mut t = b"<".to_vec();
-                    t.extend_from_slice(&c.target);
-                    t.push(b'>');
-                    rest.push(t);
-                    (f[..strip].to_vec(), rest, addr)
-                }
+            None => (self.proxy.unwrap_or(uri_addr(&c.target)?.0), false),
+            Some(r) => {
+                let (addr, lr) = uri_addr(name_addr_uri(r))?;
+                (addr, !lr)
             }
         };
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        if strict {
+            let f = name_addr_uri(&c.route[0]);
+            let strip = f.iter().position(|&b| b == b';').unwrap_or(f.len());
+            out.extend_from_slice(&f[..strip]);
+        } else {
+            out.extend_from_slice(&c.target);
+        }
         let kind = if method == "ACK" { 'a' } else { 'b' };
-        self.scratch.clear();
-        self.scratch.extend_from_slice(method.as_bytes());
-        self.scratch.push(b' ');
-        self.scratch.extend_from_slice(&ruri);
         let _ = write!(
-            self.scratch,
+            out,
             " SIP/2.0\r\nVia: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-{kind};rport\r\nMax-Forwards: 70\r\n",
             l = self.local,
             run = self.run_id,
             t = self.tid
         );
-        if !routes.is_empty() {
-            self.scratch.extend_from_slice(b"Route: ");
+        let routes = if strict { &c.route[1..] } else { &c.route[..] };
+        if !routes.is_empty() || strict {
+            out.extend_from_slice(b"Route: ");
             for (i, r) in routes.iter().enumerate() {
                 if i > 0 {
-                    self.scratch.extend_from_slice(b", ");
+                    out.extend_from_slice(b", ");
                 }
-                self.scratch.extend_from_slice(r);
+                out.extend_from_slice(r);
             }
-            self.scratch.extend_from_slice(b"\r\n");
+            if strict {
+                if !routes.is_empty() {
+                    out.extend_from_slice(b", ");
+                }
+                out.push(b'<');
+                out.extend_from_slice(&c.target);
+                out.push(b'>');
+            }
+            out.extend_from_slice(b"\r\n");
         }
         let _ = write!(
-            self.scratch,
+            out,
             "From: <sip:ringway@{l}>;tag={t}x{n}\r\nTo: <sip:service@{r}>;tag=",
             l = self.local,
             t = self.tid,
             r = self.ruri
         );
-        let c = self.calls.get(&n)?;
-        self.scratch.extend_from_slice(&c.to_tag);
+        out.extend_from_slice(&c.to_tag);
+        let cid = CallId {
+            n,
+            tid: self.tid,
+            run: &self.run_id,
+        };
         let _ = write!(
-            self.scratch,
+            out,
             "\r\nCall-ID: {cid}\r\nCSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
         );
         Some(dst)
@@ -492,11 +603,7 @@ impl Worker {
     }
 
     fn fire_timers(&mut self, now: u64) {
-        while let Some(Reverse(t)) = self.timers.peek().copied() {
-            if t.at > now {
-                break;
-            }
-            self.timers.pop();
+        while let Some(t) = self.timers.pop_due(now) {
             match t.kind {
                 TKind::InviteRetx => {
                     let Some(c) = self.calls.get_mut(&t.key) else {
@@ -534,8 +641,8 @@ impl Worker {
                     c.t_bye = self.rt_now;
                     c.interval = self.t1;
                     if self.send_in_dialog(t.key, "BYE", 2) {
-                        self.schedule(now + self.t1, t.key, TKind::ByeRetx);
-                        self.schedule(now + 64 * self.t1, t.key, TKind::ByeTimeout);
+                        self.schedule_fifo(Fifo::T1, now, t.key, TKind::ByeRetx);
+                        self.schedule_fifo(Fifo::Long, now, t.key, TKind::ByeTimeout);
                     } else {
                         self.calls.remove(&t.key);
                         self.fail("bad_route");
@@ -670,8 +777,7 @@ impl Worker {
                         None => format!("sip:service@{}", self.ruri).into_bytes(),
                     };
                     if self.send_in_dialog(n, "ACK", 1) {
-                        let at = now + self.hold;
-                        self.schedule(at, n, TKind::ByeStart);
+                        self.schedule_fifo(Fifo::Hold, now, n, TKind::ByeStart);
                     } else {
                         self.calls.remove(&n);
                         self.fail("bad_route");
@@ -729,7 +835,11 @@ impl Worker {
             t = self.tid
         );
         self.scratch.extend_from_slice(to);
-        let cid = self.call_id(n);
+        let cid = CallId {
+            n,
+            tid: self.tid,
+            run: &self.run_id,
+        };
         let _ = write!(
             self.scratch,
             "\r\nCall-ID: {cid}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
@@ -815,8 +925,8 @@ impl Worker {
                     ),
                 );
                 self.r.uas_calls += 1;
-                self.schedule(now + self.t1, id, TKind::UasRetx);
-                self.schedule(now + 64 * self.t1, id, TKind::UasTimeout);
+                self.schedule_fifo(Fifo::T1, now, id, TKind::UasRetx);
+                self.schedule_fifo(Fifo::Long, now, id, TKind::UasTimeout);
             }
             b"ACK" => {
                 if let Some(id) = self.uas_ids.remove(cid) {
@@ -908,5 +1018,32 @@ mod tests {
         let b = View::parse(&bye).unwrap();
         assert_eq!(b.method(), Some(&b"BYE"[..]));
         assert!(String::from_utf8_lossy(&bye).contains("Route: <sip:127.0.0.1:5060;lr>\r\n"));
+        assert!(String::from_utf8_lossy(&bye).starts_with("BYE sip:service@"));
+        // Strict first route: it becomes the Request-URI, the remote target the last Route.
+        let target = w.calls[&7].target.clone();
+        w.calls.get_mut(&7).unwrap().route = vec![
+            b"<sip:127.0.0.9:5080;transport=udp>".to_vec(),
+            b"<sip:127.0.0.8;lr>".to_vec(),
+        ];
+        let dst = w.build_in_dialog(7, "ACK", 1).unwrap();
+        assert_eq!(dst, "127.0.0.9:5080".parse().unwrap());
+        let ack = String::from_utf8(w.scratch.clone()).unwrap();
+        assert!(
+            ack.starts_with("ACK sip:127.0.0.9:5080 SIP/2.0\r\n"),
+            "{ack}"
+        );
+        let want = format!(
+            "Route: <sip:127.0.0.8;lr>, <{}>\r\n",
+            String::from_utf8_lossy(&target)
+        );
+        assert!(ack.contains(&want), "{ack}");
+        assert!(ringway_sip::SipMsg::parse(ack.as_bytes()).is_ok());
+        // No route set: the outbound proxy gets it, Request-URI = remote target.
+        w.calls.get_mut(&7).unwrap().route.clear();
+        assert_eq!(
+            w.build_in_dialog(7, "BYE", 2),
+            Some("127.0.0.1:5060".parse().unwrap())
+        );
+        assert!(!String::from_utf8_lossy(&w.scratch).contains("Route:"));
     }
 }
