@@ -4,7 +4,7 @@
 //! ranges replaced or inserted (new Via, Max-Forwards, Record-Route, consumed
 //! Route, Request-URI, received/rport on the previous hop's Via).
 
-use crate::msg::{HeaderKind, SipMsg, MAX_MESSAGE};
+use crate::msg::{HeaderKind, SipMsg, MAX_HEADERS, MAX_MESSAGE};
 use crate::text::{CommaSplit, Params};
 use std::fmt;
 use std::io::Write as _;
@@ -226,6 +226,14 @@ pub fn forward_request(
     let mut sp = Splices::new();
     let hstart = msg.headers_start();
     let hp = msg.header_positions();
+    // Never emit a message with more header lines than we accept ourselves.
+    let added = usize::from(edits.via.is_some())
+        + usize::from(edits.record_route.is_some())
+        + usize::from(edits.strict_next_hop.is_some())
+        + usize::from(edits.max_forwards && msg.max_forwards().is_none());
+    if hp.len() + added > MAX_HEADERS {
+        return Err(EditError::TooLarge);
+    }
     if let Some(v) = edits.via {
         sp.push(hstart, hstart, Some(Piece::Via(v)));
     }
@@ -567,6 +575,40 @@ hi"
                 assert_eq!(m2.routes().next().unwrap().uri, "sip:192.0.2.12;lr");
             }
         }
+    }
+
+    #[test]
+    fn never_exceeds_own_header_limit() {
+        // Found by fuzzing: 127 headers + our Via + Record-Route would give a
+        // message our own parser rejects.
+        let mut req = String::from_utf8(REQ.to_vec()).unwrap();
+        let n = SipMsg::parse(REQ).unwrap().header_positions().len();
+        let extra: String = (n..MAX_HEADERS - 1)
+            .map(|i| format!("X-{i}: v\r\n"))
+            .collect();
+        req = req.replacen("To: ", &format!("{extra}To: "), 1);
+        let m = SipMsg::parse(req.as_bytes()).unwrap();
+        assert_eq!(m.header_positions().len(), MAX_HEADERS - 1);
+        let mut out = Vec::new();
+        let via = ViaEdit {
+            transport: "UDP",
+            sent_by: "192.0.2.10:5060",
+            branch: "z9hG4bKx",
+        };
+        let one = RequestEdits {
+            via: Some(via),
+            ..Default::default()
+        };
+        forward_request(&m, &one, &mut out).unwrap();
+        assert!(SipMsg::parse(&out).is_ok());
+        let two = RequestEdits {
+            record_route: Some("sip:192.0.2.10;lr"),
+            ..one
+        };
+        assert_eq!(
+            forward_request(&m, &two, &mut out),
+            Err(EditError::TooLarge)
+        );
     }
 
     #[test]
