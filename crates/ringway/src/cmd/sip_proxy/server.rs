@@ -236,6 +236,7 @@ fn worker(st: Arc<State>, idx: usize, mut io: Box<dyn BatchIo>) {
     let mut stamps: Vec<TxStamp> = Vec::with_capacity(64);
     let metrics = st.workers[idx].clone();
     let mut sent_seq: u64 = 0;
+    let mut stamps_seen: u64 = 0;
     while !st.stop.load(Ordering::Relaxed) {
         let n = match io.recv_batch(&mut rx, Some(POLL)) {
             Ok(n) => n,
@@ -322,9 +323,11 @@ fn worker(st: Arc<State>, idx: usize, mut io: Box<dyn BatchIo>) {
             }
             tx.clear();
         }
-        if a.tx_stamp_every > 0 {
+        // Collect TX stamps only while some are outstanding (each poll is a syscall).
+        if m.k_snd_requested > stamps_seen + io.stats().tx_stamps_lost {
             stamps.clear();
             if io.poll_tx_stamps(&mut stamps).is_ok() {
+                stamps_seen += stamps.len() as u64;
                 for s in &stamps {
                     let ti = (s.tag >> TAG_SHIFT) as usize;
                     if let Some((_, ts)) = m.types.get_mut(ti) {
