@@ -276,11 +276,22 @@ fn experiment(a: LabSfuArgs) -> anyhow::Result<()> {
         a.flush
     );
     let mut runs = Vec::new();
+    let mut failed = 0usize;
     for rep in 0..a.reps {
         for &n in &a.clients {
             for &pps in &a.pps {
                 for &b in &a.backends {
-                    let r = run_one(&place, &a, dir.path(), b, n, pps, rep)?;
+                    let r = match run_one(&place, &a, dir.path(), b, n, pps, rep) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            // One failed run (overloaded machine) must not lose the sweep.
+                            eprintln!(
+                                "run rep={rep} clients={n} pps={pps} backend={b} failed: {e:#}"
+                            );
+                            failed += 1;
+                            continue;
+                        }
+                    };
                     println!(
                         "run rep={rep} clients={n} pps={pps} backend={b}: cpu user={:.1}% kern={:.1}% \
                          delay p50={:.1}us p99={:.1}us kdelay p50={:.1}us copies={:.1} media={} \
@@ -300,6 +311,10 @@ fn experiment(a: LabSfuArgs) -> anyhow::Result<()> {
         }
     }
     drop(place);
+    anyhow::ensure!(!runs.is_empty(), "every run failed");
+    if failed > 0 {
+        println!("{failed} of {total} runs failed (see stderr); summary over the rest");
+    }
     let s = summarize(&runs);
     print!("{}", render(&s));
     if let Some(p) = &a.json {
