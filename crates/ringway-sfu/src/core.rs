@@ -518,6 +518,48 @@ impl Sfu {
         }
     }
 
+    /// Check internal consistency (tests): route lists hold only registered
+    /// subscribers of that source, never the source itself, without duplicates.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.clients.len() > self.cfg.max_clients || self.room.len() > self.cfg.max_clients {
+            return Err("table over its bound".into());
+        }
+        if self.by_addr.len() != self.clients.len() || self.room_list.len() != self.room.len() {
+            return Err("index out of sync".into());
+        }
+        for (src, lists) in &self.routes {
+            let Some(sc) = self.clients.get(src) else {
+                return Err(format!("routes for unknown source {src}"));
+            };
+            for m in MediaType::ALL {
+                let l = &lists[m as usize];
+                for (i, a) in l.iter().enumerate() {
+                    if *a == sc.addr || l[..i].contains(a) {
+                        return Err(format!("self or duplicate in routes of {src}"));
+                    }
+                    let Some(ssid) = self.by_addr.get(a) else {
+                        return Err(format!("unregistered {a} in routes of {src}"));
+                    };
+                    if !self.clients[ssid].subs.iter().any(|s| s.matches(*src, m)) {
+                        return Err(format!("{a} routed without a matching selector"));
+                    }
+                }
+                for (&ssid, c) in &self.clients {
+                    if ssid != *src
+                        && c.subs.iter().any(|s| s.matches(*src, m))
+                        && !l.contains(&c.addr)
+                    {
+                        return Err(format!("subscriber {ssid} missing from routes of {src}"));
+                    }
+                }
+            }
+        }
+        if self.clients.keys().any(|k| !self.routes.contains_key(k)) {
+            return Err("registered client without routes".into());
+        }
+        Ok(())
+    }
+
     /// Remove clients and static-room members silent for longer than the
     /// idle timeout; returns how many were removed.
     pub fn tick(&mut self, now: u64) -> usize {
@@ -736,6 +778,58 @@ mod tests {
             sfu.handle(151, addr(2), b"hello"),
             Action::Drop(DropReason::Malformed)
         );
+    }
+
+    proptest::proptest! {
+        /// Random control and media traffic from a few addresses (with
+        /// guessed and stolen SSIDs/tokens, timeouts) keeps the tables consistent.
+        #[test]
+        fn random_traffic_keeps_tables_consistent(
+            ops in proptest::collection::vec((0u8..8, 0u16..6, 0u32..8, proptest::bool::ANY, 0u8..4), 1..200)
+        ) {
+            let mut sfu = Sfu::new(SfuConfig {
+                max_clients: 4,
+                max_subs: 3,
+                idle_timeout_ns: 50,
+                static_room: true,
+                ..Default::default()
+            });
+            let mut known: Vec<(u32, u64)> = Vec::new();
+            let mut now = 0u64;
+            let mut b = [0u8; 128];
+            for (op, port, pick, good_token, m) in ops {
+                now += 7;
+                let a = addr(port);
+                let (ssid, token) = known.get(pick as usize % known.len().max(1)).copied().unwrap_or((pick, 0));
+                let token = if good_token { token } else { token ^ 0x55 };
+                let media = MediaType::from_code(m % 3).unwrap();
+                let sel = if m == 3 { Selector::ALL } else { Selector { source: SourceSel::Ssid(ssid), media: crate::wire::MediaSel::One(media) } };
+                let n = match op {
+                    0 => write_register(&mut b, 1).unwrap(),
+                    1 => write_subscribe(&mut b, MsgType::Subscribe, 1, ssid, token, &[sel]).unwrap(),
+                    2 => write_subscribe(&mut b, MsgType::Unsubscribe, 1, ssid, token, &[sel]).unwrap(),
+                    3 => write_auth(&mut b, MsgType::Keepalive, 1, ssid, token).unwrap(),
+                    4 => write_auth(&mut b, MsgType::Leave, 1, ssid, token).unwrap(),
+                    5 => { sfu.tick(now); continue; }
+                    _ => {
+                        let p = rtp(ssid, media);
+                        b[..p.len()].copy_from_slice(&p);
+                        p.len()
+                    }
+                };
+                if let Action::Reply { msg, .. } = sfu.handle(now, a, &b[..n]) {
+                    let c = Control::new_checked(msg).unwrap();
+                    // Never a reply larger than the request (no amplification).
+                    proptest::prop_assert!(msg.len() <= n);
+                    if op == 0 && c.msg_type() == MsgType::Ack {
+                        known.push((c.ssid(), c.token()));
+                    }
+                }
+                if let Err(e) = sfu.check_invariants() {
+                    return Err(proptest::test_runner::TestCaseError::fail(e));
+                }
+            }
+        }
     }
 
     #[test]
