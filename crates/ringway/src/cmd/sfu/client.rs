@@ -390,8 +390,12 @@ pub fn run_sources(
     let stop_rx = Arc::new(AtomicBool::new(false));
     let stop_tx = Arc::new(AtomicBool::new(false));
 
+    // Live loss / reordering totals, refreshed by the engine twice a second.
+    let live_lost = Arc::new(AtomicU64::new(0));
+    let live_reord = Arc::new(AtomicU64::new(0));
     let engine = {
         let (rx_pk, rx_by, stop) = (rx_pk.clone(), rx_by.clone(), stop_rx.clone());
+        let (live_lost, live_reord) = (live_lost.clone(), live_reord.clone());
         let cpus = c.cpus.clone();
         std::thread::Builder::new()
             .name("sfu-client-engine".into())
@@ -400,7 +404,17 @@ pub fn run_sources(
                     pin_this_thread(c)?;
                 }
                 let mut batch = RxBatch::new(64, FRAME);
+                let mut published = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    if published.elapsed() >= Duration::from_millis(500) {
+                        published = Instant::now();
+                        let (l, r) = rx_side.iter().fold((0, 0), |a, (_, st)| {
+                            let t = st.media_totals();
+                            (a.0 + t.1, a.1 + t.2)
+                        });
+                        live_lost.store(l, Ordering::Relaxed);
+                        live_reord.store(r, Ordering::Relaxed);
+                    }
                     let mut got = 0;
                     let single = rx_side.len() == 1;
                     for (io, st) in rx_side.iter_mut() {
@@ -498,12 +512,14 @@ pub fn run_sources(
                 tx_by.load(Ordering::Relaxed),
             );
             println!(
-                "[{:6.1}s] out {:.0}pps {:.2}Mbps  in {:.0}pps {:.2}Mbps",
+                "[{:6.1}s] out {:.0}pps {:.2}Mbps  in {:.0}pps {:.2}Mbps  lost={} reordered={}",
                 start.elapsed().as_secs_f64(),
                 (tp - last.3) as f64 / dt,
                 (tb - last.4) as f64 * 8.0 / dt / 1e6,
                 (rp - last.1) as f64 / dt,
-                (rb - last.2) as f64 * 8.0 / dt / 1e6
+                (rb - last.2) as f64 * 8.0 / dt / 1e6,
+                live_lost.load(Ordering::Relaxed),
+                live_reord.load(Ordering::Relaxed)
             );
             let _ = std::io::stdout().flush();
             last = (Instant::now(), rp, rb, tp, tb);
