@@ -255,8 +255,10 @@ pub fn uac_args(
         calls.to_string(),
         "-r".into(),
         rate.to_string(),
+        // Call hold 200 ms: with a shared socket two workers could otherwise
+        // reorder a call's ACK and BYE when one of them is descheduled.
         "-d".into(),
-        "20".into(),
+        "200".into(),
         "-timeout".into(),
         "40".into(),
         "-timeout_error".into(),
