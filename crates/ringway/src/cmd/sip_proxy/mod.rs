@@ -131,6 +131,11 @@ impl ProxyArgs {
         );
         anyhow::ensure!((1..=1024).contains(&self.batch), "--batch must be 1..=1024");
         anyhow::ensure!(self.max_transactions > 0, "--max-transactions must be > 0");
+        anyhow::ensure!(
+            !self.listen.ip().is_unspecified(),
+            "--listen {}: use a concrete address (it goes into Via and Record-Route)",
+            self.listen
+        );
         if let Some(d) = self.duration {
             anyhow::ensure!(
                 d.is_finite() && d > 0.0,
@@ -214,5 +219,38 @@ mod tests {
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("x").is_err());
         assert!(parse_cpu_list("").is_err());
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: ProxyArgs,
+        }
+        let parse = |args: &[&str]| {
+            let mut v = vec!["t"];
+            v.extend_from_slice(args);
+            T::try_parse_from(v).map(|t| t.a)
+        };
+        assert!(parse(&[]).unwrap().validate().is_ok());
+        for bad in [
+            &["--listen", "0.0.0.0:5060"][..],
+            &["--workers", "0"],
+            &["--priority", "5"],
+            &["--policy", "fifo", "--priority", "100"],
+            &["--metrics", "192.0.2.1:9000"],
+            &["--cpus", "3-1"],
+            &["--duration", "0"],
+            &["--nice", "25"],
+        ] {
+            let a = parse(bad).unwrap();
+            assert!(a.validate().is_err(), "{bad:?} accepted");
+        }
+        assert!(parse(&["--metrics", "192.0.2.1:9000", "--metrics-public"])
+            .unwrap()
+            .validate()
+            .is_ok());
     }
 }
