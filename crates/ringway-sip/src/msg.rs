@@ -462,23 +462,16 @@ impl fmt::Debug for SipMsg<'_> {
     }
 }
 
-fn find_head_end(buf: &[u8]) -> Option<(usize, usize)> {
-    // Returns (end of header section incl. last header's line end, body start).
-    let mut i = 0;
-    while let Some(p) = memchr::memchr(b'\n', &buf[i..]) {
-        let nl = i + p;
-        let next = nl + 1;
-        if next < buf.len() {
-            if buf[next] == b'\n' {
-                return Some((next, next + 1));
-            }
-            if buf[next] == b'\r' && buf.get(next + 1) == Some(&b'\n') {
-                return Some((next, next + 2));
-            }
-        }
-        i = next;
+/// Trim LWS from both ends of `buf[a..e]`, returning the new bounds.
+#[inline]
+fn trim_range(buf: &[u8], mut a: usize, mut e: usize) -> (usize, usize) {
+    while a < e && is_lws(buf[a]) {
+        a += 1;
     }
-    None
+    while e > a && is_lws(buf[e - 1]) {
+        e -= 1;
+    }
+    (a, e)
 }
 
 impl<'a> SipMsg<'a> {
@@ -509,15 +502,83 @@ impl<'a> SipMsg<'a> {
             return Err(ParseError::Empty);
         }
         // Offsets are relative to `buf` (skipped CRLFs stay outside the
-        // message range but offsets still index `buf`).
-        let (head_end, body_start) = match find_head_end(&buf[skip..]) {
-            Some((h, b)) => (skip + h, skip + b),
+        // message range but offsets still index `buf`). One pass over the
+        // lines finds every header and the empty line ending the head.
+        let sl_nl = match memchr::memchr(b'\n', &buf[skip..]) {
+            Some(p) => skip + p,
             None => return Err(ParseError::NoHeaderEnd),
+        };
+        let mut hdrs = [EMPTY_POS; MAX_HEADERS];
+        let mut n = 0usize;
+        let mut pos = sl_nl + 1;
+        let (head_end, body_start) = loop {
+            let Some(p) = buf.get(pos..).and_then(|r| memchr::memchr(b'\n', r)) else {
+                return Err(ParseError::NoHeaderEnd);
+            };
+            let nl = pos + p;
+            let line_end = nl + 1;
+            let mut content_end = nl;
+            if content_end > pos && buf[content_end - 1] == b'\r' {
+                content_end -= 1;
+            }
+            if content_end == pos {
+                break (pos, line_end);
+            }
+            let first = buf[pos];
+            if first == b' ' || first == b'\t' {
+                // continuation (folded) line
+                if n == 0 {
+                    return Err(ParseError::BadHeaderLine);
+                }
+                let h = &mut hdrs[n - 1];
+                let (sa, se) = trim_range(buf, pos, content_end);
+                if sa < se {
+                    if h.value_start == h.value_end {
+                        h.value_start = sa as u16;
+                    }
+                    h.value_end = se as u16;
+                }
+                h.line_end = line_end as u16;
+                pos = line_end;
+                continue;
+            }
+            let lb = &buf[pos..content_end];
+            let name_len = lb.iter().position(|&b| !is_token(b)).unwrap_or(lb.len());
+            if name_len == 0 {
+                return Err(ParseError::BadHeaderLine);
+            }
+            let mut j = name_len;
+            while j < lb.len() && (lb[j] == b' ' || lb[j] == b'\t') {
+                j += 1;
+            }
+            if lb.get(j) != Some(&b':') {
+                return Err(ParseError::BadHeaderLine);
+            }
+            let (va, ve) = trim_range(buf, pos + j + 1, content_end);
+            let (vs, vend) = if va == ve {
+                (content_end, content_end)
+            } else {
+                (va, ve)
+            };
+            if n == MAX_HEADERS {
+                return Err(ParseError::TooManyHeaders);
+            }
+            // Token characters are ASCII, so this cannot fail.
+            let name = std::str::from_utf8(&lb[..name_len]).unwrap_or("");
+            hdrs[n] = HeaderPos {
+                kind: HeaderKind::of(name),
+                line_start: pos as u16,
+                name_end: (pos + name_len) as u16,
+                value_start: vs as u16,
+                value_end: vend as u16,
+                line_end: line_end as u16,
+            };
+            n += 1;
+            pos = line_end;
         };
         let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
 
         // ---- start line
-        let sl_nl = skip + memchr::memchr(b'\n', &buf[skip..head_end]).unwrap_or(head_end - skip);
         let sl_end = if sl_nl > skip && buf[sl_nl - 1] == b'\r' {
             sl_nl - 1
         } else {
@@ -548,7 +609,7 @@ impl<'a> SipMsg<'a> {
             body_start: body_start as u16,
             body_end: buf.len() as u16,
             nhdrs: 0,
-            hdrs: [EMPTY_POS; MAX_HEADERS],
+            hdrs,
             i_call_id: NONE,
             i_cseq: NONE,
             i_from: NONE,
@@ -563,71 +624,6 @@ impl<'a> SipMsg<'a> {
             c_to_tag: None,
             c_ruri: None,
         };
-
-        // ---- header lines
-        let hb = &buf[..head_end];
-        let mut pos = sl_nl + 1;
-        let mut n = 0usize;
-        while pos < head_end {
-            let nl = memchr::memchr(b'\n', &hb[pos..]).map_or(head_end, |p| pos + p);
-            let line_end = (nl + 1).min(head_end);
-            let mut content_end = nl;
-            if content_end > pos && hb[content_end - 1] == b'\r' {
-                content_end -= 1;
-            }
-            let first = hb[pos];
-            if first == b' ' || first == b'\t' {
-                // continuation (folded) line
-                if n == 0 {
-                    return Err(ParseError::BadHeaderLine);
-                }
-                let h = &mut msg.hdrs[n - 1];
-                let seg = trim(&head[pos..content_end]);
-                if !seg.is_empty() {
-                    let seg_start = seg.as_ptr() as usize - head.as_ptr() as usize;
-                    if h.value_start == h.value_end {
-                        h.value_start = seg_start as u16;
-                    }
-                    h.value_end = (seg_start + seg.len()) as u16;
-                }
-                h.line_end = line_end as u16;
-                pos = line_end;
-                continue;
-            }
-            let lb = &hb[pos..content_end];
-            let name_len = lb.iter().position(|&b| !is_token(b)).unwrap_or(lb.len());
-            if name_len == 0 {
-                return Err(ParseError::BadHeaderLine);
-            }
-            let mut j = name_len;
-            while j < lb.len() && (lb[j] == b' ' || lb[j] == b'\t') {
-                j += 1;
-            }
-            if lb.get(j) != Some(&b':') {
-                return Err(ParseError::BadHeaderLine);
-            }
-            j += 1;
-            let vraw = &head[pos + j..content_end];
-            let v = trim(vraw);
-            let vs = if v.is_empty() {
-                content_end
-            } else {
-                v.as_ptr() as usize - head.as_ptr() as usize
-            };
-            if n == MAX_HEADERS {
-                return Err(ParseError::TooManyHeaders);
-            }
-            msg.hdrs[n] = HeaderPos {
-                kind: HeaderKind::of(&head[pos..pos + name_len]),
-                line_start: pos as u16,
-                name_end: (pos + name_len) as u16,
-                value_start: vs as u16,
-                value_end: (vs + v.len()) as u16,
-                line_end: line_end as u16,
-            };
-            n += 1;
-            pos = line_end;
-        }
         msg.nhdrs = n as u8;
         if strict {
             msg.validate()?;
