@@ -1229,6 +1229,28 @@ impl Proxy {
         let key = (keys.0, class);
         let mut sh = lock(self.shard(keys.0));
         if let Some(tx) = sh.txs.get_mut(&key) {
+            if method == Method::Cancel && tx.last_resp.is_empty() {
+                // Our own CANCEL (timer C) is in flight; still answer the
+                // UAC's CANCEL with 200 and absorb its retransmissions.
+                let tag = Branch::new(
+                    Hash64::new(self.secret)
+                        .str(msg.call_id().unwrap_or(""))
+                        .finish(),
+                    0,
+                );
+                build_response(
+                    msg,
+                    200,
+                    "OK",
+                    &[],
+                    Some(&tag.as_str()[9..25]),
+                    &mut tx.last_resp,
+                );
+                tx.upstream = Some(upstream);
+                send(out, upstream, &tx.last_resp);
+                self.counters.code(200);
+                return Some(Action::Responded(200));
+            }
             if method == Method::Ack {
                 if tx.server == ServerState::Completed {
                     tx.server = ServerState::Confirmed;

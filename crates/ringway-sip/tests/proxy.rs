@@ -724,3 +724,32 @@ fn downstream_100_is_hop_by_hop_in_stateful_mode() {
         }
     }
 }
+
+#[test]
+fn timer_c_cancels_downstream_and_late_cancel_still_gets_200() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let inv = invite("z9hG4bKtc", "sip:bob@example.com", "");
+    let (_, sent) = handle(&p, 0, UAC, &inv);
+    let fwd = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    handle(&p, 10, UAS, &response_to(&fwd, 180, "Ringing", ""));
+    // Timer C (180 s after the provisional): CANCEL downstream, 408 upstream.
+    let (_, sent) = timer(&p, ringway_sip::proxy::TIMER_C + 10);
+    let down: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAS)).collect();
+    let up: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAC)).collect();
+    assert_eq!(parse(&down[0].1).method(), Some(Method::Cancel));
+    assert_eq!(parse(&up[0].1).status(), Some(408));
+    assert_eq!(p.stats().transactions_timed_out, 1);
+    // The UAC gives up too: its CANCEL is answered.
+    let cancel = b"CANCEL sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKtc\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>\r\nCall-ID: call-z9hG4bKtc@192.0.2.1\r\nCSeq: 1 CANCEL\r\n\r\n";
+    let (o, sent) = handle(&p, ringway_sip::proxy::TIMER_C + 20, UAC, cancel);
+    assert_eq!(o.action, Action::Responded(200));
+    assert_eq!(parse(&sent[0].1).status(), Some(200));
+    let (o, sent) = handle(&p, ringway_sip::proxy::TIMER_C + 30, UAC, cancel);
+    assert_eq!(o.action, Action::Absorbed);
+    assert_eq!(parse(&sent[0].1).status(), Some(200));
+}
