@@ -14,6 +14,7 @@
 #        PROXIES="ringway kamailio" (also ringway-shared, ringway-reuseport)
 #        PAUSE_MS=20      call hold time (ms between ACK and BYE)
 #        BACKEND=mmsg RX_MODEL=reuseport (ringway options)
+#        RINGWAY_ARGS="--rcvbuf 4194304"  (extra ringway arguments)
 #        OUT=/tmp/ringway-sip-bench (results: results.tsv, per-run logs)
 # CPU per call = (utime+stime of all proxy processes/threads, from
 # /proc/<pid>/stat, delta over the step) / successful calls.
@@ -89,7 +90,7 @@ start_proxy() {
         [[ "$kind" == ringway-shared ]] && model=shared
         [[ "$kind" == ringway-reuseport ]] && model=reuseport
         "$RINGWAY" sip proxy --listen "$PROXY" --mode stateless --workers "$WORKERS" \
-            --backend "$BACKEND" --rx-model "$model" --duration 3600 --quiet \
+            --backend "$BACKEND" --rx-model "$model" --duration 3600 --quiet ${RINGWAY_ARGS:-} \
             --summary "$log.summary.json" 2>"$log.err" &
         ;;
     kamailio)
