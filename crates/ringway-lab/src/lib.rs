@@ -2,10 +2,10 @@
 //! profiles, models and reports.
 
 pub mod impair;
-pub mod sfulab;
-pub mod srpiclab;
-pub mod stats;
+pub mod report;
 pub mod sched;
+pub mod sfulab;
 pub mod siplab;
 pub mod sipload;
-pub mod report;
+pub mod srpiclab;
+pub mod stats;

@@ -87,13 +87,14 @@ impl RunSpec {
     /// Key identifying the run in a results file.
     pub fn key(&self) -> String {
         format!(
-            "{}|w{}|r{}|d{}|rep{}|cpus{}",
+            "{}|w{}|r{}|d{}|rep{}|cpus{}|g{}",
             self.config_label(),
             self.workers,
             self.rate,
             self.duration_s,
             self.rep,
-            self.cpus.as_deref().unwrap_or("-")
+            self.cpus.as_deref().unwrap_or("-"),
+            self.gen_threads
         )
     }
 }

@@ -45,7 +45,8 @@ pub struct SweepConfig {
     pub duration_s: f64,
     /// PDR threshold defining capacity (0.01 = 1%).
     pub threshold: f64,
-    /// Generator threads.
+    /// Generator threads (0: as many as proxy workers, at most 8, so that
+    /// SO_REUSEPORT proxies see as many flows as they have sockets).
     pub gen_threads: usize,
     /// CPU list for the proxy.
     pub cpus: Option<String>,
@@ -108,8 +109,8 @@ impl SweepConfig {
                 self.threshold
             ));
         }
-        if self.gen_threads == 0 || self.gen_threads > 64 {
-            return Err("--gen-threads must be in 1..=64".into());
+        if self.gen_threads > 64 {
+            return Err("--gen-threads must be in 0..=64 (0: one per proxy worker)".into());
         }
         if self.rate_start * self.duration_s < 1.0 {
             return Err(format!(
@@ -389,7 +390,11 @@ pub fn run_sweep(
                                 duration_s: cfg.duration_s,
                                 rep,
                                 seed: cfg.seed.wrapping_add(rep as u64 * 1000 + rate as u64),
-                                gen_threads: cfg.gen_threads,
+                                gen_threads: if cfg.gen_threads == 0 {
+                                    workers.clamp(1, 8)
+                                } else {
+                                    cfg.gen_threads
+                                },
                                 rcvbuf: cfg.rcvbuf,
                             };
                             let key = spec.key();

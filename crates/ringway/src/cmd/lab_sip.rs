@@ -50,8 +50,9 @@ pub struct LabSipArgs {
     /// PDR threshold defining capacity (fraction: 0.01 = 1%).
     #[arg(long, default_value_t = 0.01)]
     pub threshold: f64,
-    /// Generator threads.
-    #[arg(long, default_value_t = 1)]
+    /// Generator threads (0: one per proxy worker, at most 8; each has its own
+    /// socket, so a SO_REUSEPORT proxy sees that many flows).
+    #[arg(long, default_value_t = 0)]
     pub gen_threads: usize,
     /// Pin the proxy to these CPUs (e.g. 0-1).
     #[arg(long)]
