@@ -275,6 +275,9 @@ pub struct ProxyStats {
     pub retransmissions_sent: u64,
     /// Requests refused because the table was full (503 or drop).
     pub overload_sheds: u64,
+    /// In-dialog requests forwarded statelessly because the table was full
+    /// (calls already set up are completed, new ones are shed).
+    pub overload_stateless: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -294,8 +297,9 @@ enum C {
     RetransAbsorbed,
     RetransSent,
     Overload,
+    OverloadStateless,
 }
-const NC: usize = 9;
+const NC: usize = 10;
 const STRIPES: usize = 8;
 
 #[repr(align(128))]
@@ -844,7 +848,20 @@ impl Proxy {
         keys: (u64, u32),
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
-        let stateful = self.cfg.mode == Mode::Stateful && method != Method::Ack;
+        let mut stateful = self.cfg.mode == Mode::Stateful && method != Method::Ack;
+        if stateful
+            && method != Method::Invite
+            && msg.to_tag().is_some()
+            && self.active.load(Ordering::Relaxed) >= self.cfg.max_transactions
+        {
+            // Overload control sheds new work first: an in-dialog request
+            // (BYE, re-INVITE excepted) of a call already set up is forwarded
+            // statelessly (RFC 3261 16.11; its responses then follow the Via
+            // stack without a transaction), so that calls can end and the
+            // table can drain.
+            self.counters.inc(C::OverloadStateless);
+            stateful = false;
+        }
         if stateful && self.active.load(Ordering::Relaxed) >= self.cfg.max_transactions {
             self.counters.inc(C::Overload);
             if method == Method::Invite {
@@ -1784,6 +1801,7 @@ impl Proxy {
             retransmissions_absorbed: c.sum(C::RetransAbsorbed),
             retransmissions_sent: c.sum(C::RetransSent),
             overload_sheds: c.sum(C::Overload),
+            overload_stateless: c.sum(C::OverloadStateless),
             responses_generated: codes,
             drops,
             bindings: self.store.len() as u64,

@@ -591,6 +591,37 @@ fn overload_503_and_bounded_table() {
 }
 
 #[test]
+fn overload_forwards_in_dialog_requests_statelessly() {
+    let mut c = cfg(Mode::Stateful);
+    c.max_transactions = 1;
+    let p = Proxy::new(c);
+    let (o, _) = handle(&p, 0, UAC, &invite("z9hG4bKof", "sip:bob@example.com", ""));
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    // A new call is shed ...
+    let (o, _) = handle(&p, 0, UAC, &invite("z9hG4bKog", "sip:bob@example.com", ""));
+    assert_eq!(o.action, Action::Responded(503));
+    // ... but a BYE of a call already set up (To tag) still goes through,
+    // without taking a transaction slot.
+    let bye = b"BYE sip:bob@192.0.2.2:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKob\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>;tag=2\r\nCall-ID: of\r\nCSeq: 2 BYE\r\n\r\n";
+    let (o, sent) = handle(&p, 0, UAC, bye);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent.len(), 1, "no 100 Trying for a non-INVITE");
+    assert_eq!(sent[0].0, addr(UAS));
+    assert_eq!(p.stats().transactions_active, 1);
+    assert_eq!(p.stats().overload_stateless, 1);
+    // Its 200 has no transaction and follows the Via stack back.
+    let ok = response_to(&sent[0].1, 200, "OK", "");
+    let (o, back) = handle(&p, 0, UAS, &ok);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(back[0].0, addr(UAC));
+    assert_eq!(parse(&back[0].1).vias().count(), 1);
+    // An out-of-dialog non-INVITE is still shed.
+    let opt = b"OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKoo\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\nCall-ID: oo\r\nCSeq: 1 OPTIONS\r\n\r\n";
+    let (o, _) = handle(&p, 0, UAC, opt);
+    assert_eq!(o.action, Action::Dropped(DropReason::Overload));
+}
+
+#[test]
 fn strict_route_and_loose_route_multi() {
     let mut c = cfg(Mode::Stateless);
     c.route_to = None;
