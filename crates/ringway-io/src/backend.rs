@@ -9,6 +9,9 @@ use std::time::Duration;
 mod common;
 mod mmsg;
 mod socket;
+mod uring;
+
+pub use uring::UringConfig;
 
 /// Which I/O path a backend uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -18,17 +21,45 @@ pub enum BackendKind {
     Socket,
     /// recvmmsg/sendmmsg: one syscall per batch.
     Mmsg,
+    /// io_uring: multishot recvmsg into a provided-buffer ring, one sendmsg
+    /// SQE per datagram, one io_uring_enter per batch. Needs Linux 6.1+
+    /// (see [`BackendKind::availability`]).
+    Uring,
 }
 
 impl BackendKind {
-    /// All backends this build knows, in report order.
-    pub const ALL: &'static [BackendKind] = &[BackendKind::Socket, BackendKind::Mmsg];
+    /// All backends this build knows, in report order. Not every kernel runs
+    /// all of them: see [`BackendKind::availability`] and [`BackendKind::usable`].
+    pub const ALL: &'static [BackendKind] =
+        &[BackendKind::Socket, BackendKind::Mmsg, BackendKind::Uring];
     /// Short name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Socket => "socket",
             BackendKind::Mmsg => "mmsg",
+            BackendKind::Uring => "uring",
         }
+    }
+
+    /// Whether this kernel runs the backend (probed once per process, with
+    /// a real ring and a loopback datagram); `Err` says why not.
+    pub fn availability(self) -> Result<(), String> {
+        match self {
+            BackendKind::Socket | BackendKind::Mmsg => Ok(()),
+            BackendKind::Uring => {
+                static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+                PROBE.get_or_init(uring::probe).clone()
+            }
+        }
+    }
+
+    /// The backends of [`BackendKind::ALL`] that work on this kernel.
+    pub fn usable() -> Vec<BackendKind> {
+        BackendKind::ALL
+            .iter()
+            .copied()
+            .filter(|k| k.availability().is_ok())
+            .collect()
     }
 }
 
@@ -45,7 +76,7 @@ impl std::str::FromStr for BackendKind {
             .iter()
             .copied()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown backend {s:?} (known: socket, mmsg)"))
+            .ok_or_else(|| format!("unknown backend {s:?} (known: socket, mmsg, uring)"))
     }
 }
 
@@ -71,6 +102,12 @@ pub struct IoStats {
     /// was opened without [`crate::SocketConfig::tx_timestamps`], or the
     /// kernel never returned the stamp, or too many were pending.
     pub tx_stamps_lost: u64,
+    /// io_uring: the provided-buffer ring ran dry (the multishot receive
+    /// ended with ENOBUFS and was re-armed; datagrams waited in the socket).
+    pub rx_nobufs: u64,
+    /// io_uring: times the multishot receive was armed again after it ended
+    /// (ENOBUFS, socket error, CQ overflow).
+    pub rx_rearms: u64,
     /// Asynchronous socket errors (SO_ERROR, e.g. ECONNREFUSED after an ICMP
     /// port unreachable on a connected socket) consumed while waiting.
     pub socket_errors: u64,
@@ -100,14 +137,38 @@ pub trait BatchIo: Send {
 }
 
 /// Wrap a configured socket (see [`crate::open_udp`]) in the chosen backend.
-/// The socket is switched to non-blocking mode.
+/// The socket is switched to non-blocking mode. A backend this kernel cannot
+/// run is an `Unsupported` error "<name> backend not available: <reason>".
 pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn BatchIo>> {
+    if kind == BackendKind::Uring {
+        return open_uring(sock, UringConfig::default());
+    }
     sock.set_nonblocking(true)?;
     let tx_stamps = tx_stamps_enabled(&sock);
     Ok(match kind {
         BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps)),
         BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps)),
+        BackendKind::Uring => unreachable!("handled above"),
     })
+}
+
+/// [`open_backend`] for [`BackendKind::Uring`] with explicit options.
+pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn BatchIo>> {
+    if cfg.buffers == 0 || cfg.buffers > 32768 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "uring buffers must be 1..=32768",
+        ));
+    }
+    BackendKind::Uring.availability().map_err(|why| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("uring backend not available: {why}"),
+        )
+    })?;
+    sock.set_nonblocking(true)?;
+    let tx_stamps = tx_stamps_enabled(&sock);
+    Ok(Box::new(uring::UringBackend::new(sock, tx_stamps, cfg)))
 }
 
 /// The socket has SO_TIMESTAMPING with OPT_ID (set by `open_udp` when

@@ -145,6 +145,9 @@ fn loop_pair(
 
 fn probe_backend(kind: BackendKind) -> Check {
     let name = format!("backend {kind}");
+    if let Err(why) = kind.availability() {
+        return chk("io", &name, false, format!("not available: {why}"));
+    }
     let r = (|| -> io::Result<(usize, usize, usize)> {
         let (mut a, mut b) = loop_pair(kind, false)?;
         let dst = b.local_addr()?;
@@ -172,7 +175,12 @@ fn probe_backend(kind: BackendKind) -> Check {
             &name,
             s == 8 && g == 8 && st == g,
             format!(
-                "loopback: sent {s}/8, received {g}/8, kernel RX software stamps on {st}/{g} (each <= app receive time)"
+                "loopback: sent {s}/8, received {g}/8, kernel RX software stamps on {st}/{g} (each <= app receive time){}",
+                if kind == BackendKind::Uring {
+                    "; multishot IORING_OP_RECVMSG into a provided-buffer ring, IORING_OP_SENDMSG SQEs"
+                } else {
+                    ""
+                }
             ),
         ),
         Err(e) => chk("io", &name, false, format!("probe failed: {e}")),

@@ -11,8 +11,9 @@
 //! provided-buffer ring, so ring-based backends can adopt it.
 //!
 //! Modules:
-//! * [`backend`]: `socket` (poll + one recvmsg/sendmsg per datagram) and
-//!   `mmsg` (recvmmsg/sendmmsg). Each datagram carries peer, length,
+//! * [`backend`]: `socket` (poll + one recvmsg/sendmsg per datagram),
+//!   `mmsg` (recvmmsg/sendmmsg) and `uring` (io_uring multishot recvmsg with
+//!   a provided-buffer ring, sendmsg SQEs). Each datagram carries peer, length,
 //!   truncation, kernel software RX stamp and app receive time; TX stamps
 //!   come back from the error queue on request ([`TxBatch::request_stamp`]).
 //! * [`sock`]: [`open_udp`] applies buffers (FORCE when permitted),
@@ -35,7 +36,7 @@ mod sys;
 pub mod thread;
 pub mod time;
 
-pub use backend::{open_backend, BackendKind, BatchIo, IoStats};
+pub use backend::{open_backend, open_uring, BackendKind, BatchIo, IoStats, UringConfig};
 pub use batch::{Datagram, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};
 pub use time::{monotonic_now, realtime_now, Nanos};

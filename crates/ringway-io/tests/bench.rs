@@ -28,6 +28,20 @@ fn every_datagram_is_received_or_counted_as_dropped() {
 }
 
 #[test]
+fn uring_path_accounts_for_every_datagram() {
+    let r = run_one(Sender::Backend(BackendKind::Uring), 64, 0.2, 16).unwrap();
+    assert_eq!(r.path, "uring");
+    assert!(r.sent > 0 && r.received > 0, "{r:?}");
+    assert_eq!(r.received + r.socket_drops, r.sent, "{r:?}");
+    // One io_uring_enter per batch of 16 sends.
+    assert!(r.send_syscalls_per_pkt <= 1.0 / 16.0 + 1e-9, "{r:?}");
+    let m = run_one(Sender::Backend(BackendKind::Mmsg), 64, 0.2, 16).unwrap();
+    let s = run_one(Sender::Backend(BackendKind::Socket), 64, 0.2, 16).unwrap();
+    let c = conclusion(&[s, m, r]);
+    assert!(c.contains("uring receives"), "{c}");
+}
+
+#[test]
 fn bad_parameters_are_errors() {
     assert!(run_one(Sender::Gso, 0, 0.1, 8).is_err());
     assert!(run_one(Sender::Gso, 64, 0.1, 0).is_err());

@@ -11,6 +11,19 @@ fn doctor_probes_and_renders() {
         let c = rep.check(name).unwrap_or_else(|| panic!("missing {name}"));
         assert!(c.ok, "{name}: {}", c.detail);
     }
+    // io_uring may be missing or disabled: then the check says why.
+    let u = rep.check("backend uring").expect("missing backend uring");
+    assert!(
+        u.ok || u.detail.starts_with("not available: "),
+        "{}",
+        u.detail
+    );
+    assert_eq!(
+        u.ok,
+        ringway_io::BackendKind::Uring.availability().is_ok(),
+        "{}",
+        u.detail
+    );
     for name in [
         "tx software stamps",
         "SO_RXQ_OVFL",

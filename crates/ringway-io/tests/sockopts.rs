@@ -232,6 +232,11 @@ fn exact_drops_mmsg() {
 }
 
 #[test]
+fn exact_drops_uring() {
+    exact_drops(BackendKind::Uring);
+}
+
+#[test]
 fn send_batch_ipv6_counts_in_snmp6() {
     in_private_netns(|| {
         let s0 = counters::udp6_snmp().unwrap();

@@ -56,13 +56,22 @@ pub fn bench(c: BenchCmd) -> anyhow::Result<()> {
             let rows = bench::run_all(&payload, seconds, batch, !no_gso)?;
             let conclusion = bench::conclusion(&rows);
             if json {
-                let v = serde_json::json!({ "rows": rows, "conclusion": conclusion });
+                let unavailable: Vec<_> = ringway_io::BackendKind::ALL
+                    .iter()
+                    .filter_map(|k| k.availability().err().map(|why| (k.name(), why)))
+                    .collect();
+                let v = serde_json::json!({ "rows": rows, "conclusion": conclusion, "unavailable": unavailable });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
                     "loopback UDP, {seconds} s per path, batch {batch}; ns/p = CPU ns per datagram (user/sys split), sc/p = syscalls per datagram"
                 );
                 print!("{}", bench::render_table(&rows));
+                for k in ringway_io::BackendKind::ALL {
+                    if let Err(why) = k.availability() {
+                        println!("{k}: not available: {why}");
+                    }
+                }
                 println!("{conclusion}");
             }
             Ok(())
