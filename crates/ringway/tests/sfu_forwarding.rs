@@ -1,5 +1,5 @@
 //! Exact forwarding behaviour of `ringway sfu serve` over real sockets, in a
-//! private network namespace, on both backends.
+//! private network namespace, on every backend (socket, mmsg, uring).
 
 mod sfu_common;
 
@@ -199,6 +199,11 @@ fn bad_input(backend: &'static str) {
 }
 
 #[test]
+fn exact_forwarding_uring() {
+    exact_forwarding("uring");
+}
+
+#[test]
 fn bad_input_socket() {
     bad_input("socket");
 }
@@ -206,6 +211,11 @@ fn bad_input_socket() {
 #[test]
 fn bad_input_mmsg() {
     bad_input("mmsg");
+}
+
+#[test]
+fn bad_input_uring() {
+    bad_input("uring");
 }
 
 #[test]
@@ -240,7 +250,7 @@ fn idle_client_times_out() {
 /// back) does not disturb forwarding to the others.
 #[test]
 fn vanished_subscriber_is_harmless() {
-    for backend in ["socket", "mmsg"] {
+    for backend in ["socket", "mmsg", "uring"] {
         in_netns(move || {
             let srv = Server::start(backend, &[]);
             let (mut a, mut b, mut c) = (
