@@ -31,7 +31,7 @@ pub struct ServeArgs {
     /// I/O backend.
     #[arg(long, default_value = "socket")]
     pub backend: BackendKind,
-    /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg).
+    /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg and uring).
     #[arg(long)]
     pub batch: Option<usize>,
     /// When copies are handed to the kernel: `batch` (once per receive batch,
