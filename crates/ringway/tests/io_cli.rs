@@ -25,6 +25,13 @@ fn doctor_json_reports_probes() {
     // Loopback UDP works on any Linux that runs the suite.
     assert_eq!(find("backend socket")["ok"], true);
     assert_eq!(find("backend mmsg")["ok"], true);
+    // io_uring may be missing or disabled; then the check says why.
+    let u = find("backend uring");
+    assert_eq!(
+        u["ok"],
+        ringway_io::BackendKind::Uring.availability().is_ok(),
+        "{u}"
+    );
     for n in [
         "tc netem",
         "io_uring",
@@ -83,7 +90,14 @@ fn bench_io_json_is_bounded_and_complete() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
     let paths: Vec<&str> = rows.iter().map(|r| r["path"].as_str().unwrap()).collect();
-    assert_eq!(paths, ["socket", "mmsg", "gso->mmsg"]);
+    let unavailable = v["unavailable"].as_array().unwrap();
+    if ringway_io::BackendKind::Uring.availability().is_ok() {
+        assert_eq!(paths, ["socket", "mmsg", "uring", "gso->mmsg"]);
+        assert!(unavailable.is_empty());
+    } else {
+        assert_eq!(paths, ["socket", "mmsg", "gso->mmsg"]);
+        assert_eq!(unavailable[0][0], "uring");
+    }
     for r in rows {
         let sent = r["sent"].as_u64().unwrap();
         assert!(sent > 0);
