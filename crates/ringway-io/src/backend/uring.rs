@@ -339,9 +339,10 @@ impl Ring {
         done
     }
 
-    /// io_uring_enter: submit queued SQEs; with `wait`, run deferred work and
-    /// wait for a completion at most `timeout` (`None`: forever). Returns
-    /// false when the wait timed out or was interrupted.
+    /// io_uring_enter: publish recycled buffers and submit queued SQEs; with
+    /// `rx` or `want > 0`, run deferred work (the receive); with `want > 0`,
+    /// wait for that many completions at most `timeout` (`None`: forever).
+    /// Returns false when the wait timed out or was interrupted.
     fn enter(
         &mut self,
         want: u32,
@@ -385,14 +386,6 @@ impl Ring {
     }
 }
 
-/// What one receive completion held.
-enum RecvDone {
-    /// A datagram went into the batch.
-    Datagram,
-    /// No datagram (error counted, or not an IP peer).
-    Nothing,
-}
-
 /// Handle one completion of the multishot receive: copy a datagram into
 /// the next frame of `batch` (the caller checked there is one) and give the
 /// buffer back.
@@ -403,7 +396,7 @@ fn take_recv(
     batch: &mut RxBatch,
     stats: &mut IoStats,
     app_rx: crate::time::Nanos,
-) -> io::Result<RecvDone> {
+) -> io::Result<()> {
     if !cqueue::more(flags) {
         rx.armed = false;
     }
@@ -417,12 +410,12 @@ fn take_recv(
         return match -res {
             libc::ENOBUFS => {
                 stats.rx_nobufs += 1;
-                Ok(RecvDone::Nothing)
+                Ok(())
             }
-            libc::ECANCELED | libc::EINTR | libc::EAGAIN => Ok(RecvDone::Nothing),
+            libc::ECANCELED | libc::EINTR | libc::EAGAIN => Ok(()),
             _ if sys::is_async_send_error(&e) => {
                 stats.socket_errors += 1;
-                Ok(RecvDone::Nothing)
+                Ok(())
             }
             _ => Err(e),
         };
@@ -482,14 +475,11 @@ fn take_recv(
     };
     rx.bufs.push(bid);
     rx.recycled = true;
-    match out {
-        Some(meta) => {
-            batch.commit(meta);
-            stats.rx_packets += 1;
-            Ok(RecvDone::Datagram)
-        }
-        None => Ok(RecvDone::Nothing),
+    if let Some(meta) = out {
+        batch.commit(meta);
+        stats.rx_packets += 1;
     }
+    Ok(())
 }
 
 /// Multishot receive, one SQE per sent datagram.
@@ -591,6 +581,37 @@ impl BatchIo for UringBackend {
         self.sock.as_raw_fd()
     }
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
+        let r = self.recv_inner(batch, timeout);
+        if r.is_err() {
+            // Start from a fresh ring next time rather than from a state we
+            // do not understand (queued SQEs, a half-handled completion).
+            self.ring = None;
+        }
+        r
+    }
+    fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+        let r = self.send_inner(batch);
+        if r.is_err() {
+            // SQEs that were queued but not submitted point into scratch
+            // that the next batch rewrites: never submit them.
+            self.ring = None;
+        }
+        r
+    }
+    fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
+        self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
+        Ok(self.stamps.take(out))
+    }
+    fn stats(&self) -> IoStats {
+        IoStats {
+            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
+            ..self.stats
+        }
+    }
+}
+
+impl UringBackend {
+    fn recv_inner(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
         batch.clear();
         let fd = self.sock.as_raw_fd();
         self.ring_for(batch.frame_size())?;
@@ -634,7 +655,8 @@ impl BatchIo for UringBackend {
         }
         Ok(batch.len())
     }
-    fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+
+    fn send_inner(&mut self, batch: &TxBatch) -> io::Result<usize> {
         let n = batch.len();
         if n == 0 {
             return Ok(0);
@@ -716,16 +738,6 @@ impl BatchIo for UringBackend {
         }
         stats.tx_packets += sent as u64;
         Ok(sent)
-    }
-    fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
-        Ok(self.stamps.take(out))
-    }
-    fn stats(&self) -> IoStats {
-        IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
-            ..self.stats
-        }
     }
 }
 
