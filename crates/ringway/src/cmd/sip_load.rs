@@ -40,7 +40,7 @@ pub struct LoadArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Socket backend: socket or mmsg.
+    /// I/O backend: socket, mmsg or uring.
     #[arg(long, default_value = "mmsg")]
     pub backend: ringway_io::BackendKind,
     /// RFC 3261 T1 in milliseconds.

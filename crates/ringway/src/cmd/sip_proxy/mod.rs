@@ -75,7 +75,7 @@ pub struct ProxyArgs {
     /// Allow --metrics on a non-loopback address.
     #[arg(long)]
     pub metrics_public: bool,
-    /// I/O backend: socket or mmsg.
+    /// I/O backend: socket (one syscall per datagram), mmsg (recvmmsg/sendmmsg) or uring (io_uring).
     #[arg(long, default_value = "mmsg")]
     pub backend: ringway_io::BackendKind,
     /// Receive model.
