@@ -160,37 +160,41 @@ pub struct ModelFit {
     pub config: String,
     /// Capacity per effective thread, C₁,₁ (calls/s).
     pub c11: f64,
-    /// R² of the through-origin fit.
-    pub r2: f64,
+    /// R² of the through-origin fit (None with fewer than two distinct
+    /// capacities, where it is undefined).
+    pub r2: Option<f64>,
     /// Cores assumed (T = min(workers, cores + 2)).
     pub cores: usize,
     /// Points (T, capacity).
     pub points: Vec<(f64, f64)>,
     /// Ordinary line fit (intercept, slope) for comparison.
     pub line: Option<(f64, f64)>,
+    /// Worker counts left out because their capacity is only a lower bound
+    /// (the highest rate tried stayed under the threshold).
+    pub censored_workers: Vec<usize>,
 }
 
 /// Fit C = T × C₁,₁ per configuration, with T = min(workers, cores + 2)
 /// (threads beyond cores + 2 add no capacity on one socket).
 pub fn fit_model(caps: &[Capacity], cores: usize) -> Vec<ModelFit> {
-    let mut by: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut by: BTreeMap<&str, (Vec<(f64, f64)>, Vec<usize>)> = BTreeMap::new();
     for c in caps {
-        if let Some(cap) = c.capacity_cps {
-            let t = c.workers.min(cores + 2) as f64;
-            by.entry(&c.config).or_default().push((t, cap));
+        let e = by.entry(&c.config).or_default();
+        match c.capacity_cps {
+            // A censored capacity is a lower bound, not a measurement: fitting
+            // it would pull C₁,₁ towards the rate limit of the sweep.
+            Some(_) if c.censored => e.1.push(c.workers),
+            Some(cap) => e.0.push((c.workers.min(cores + 2) as f64, cap)),
+            None => {}
         }
     }
     by.into_iter()
-        .filter_map(|(config, pts)| {
+        .filter_map(|(config, (pts, censored_workers))| {
             let c11 = fit_through_origin(&pts)?;
             let my = pts.iter().map(|p| p.1).sum::<f64>() / pts.len() as f64;
             let ss_tot: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
             let ss_res: f64 = pts.iter().map(|p| (p.1 - c11 * p.0).powi(2)).sum();
-            let r2 = if ss_tot > 0.0 {
-                1.0 - ss_res / ss_tot
-            } else {
-                1.0
-            };
+            let r2 = (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot);
             Some(ModelFit {
                 config: config.to_string(),
                 c11,
@@ -198,6 +202,7 @@ pub fn fit_model(caps: &[Capacity], cores: usize) -> Vec<ModelFit> {
                 cores,
                 line: fit_line(&pts).map(|f| (f.intercept, f.slope)),
                 points: pts,
+                censored_workers,
             })
         })
         .collect()
@@ -546,11 +551,18 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
             .iter()
             .map(|(t, c)| format!("({t:.0}, {c:.0})"))
             .collect();
+        let mut pts = pts.join(" ");
+        if !f.censored_workers.is_empty() {
+            pts.push_str(&format!(
+                "; left out (lower bounds only): workers {:?}",
+                f.censored_workers
+            ));
+        }
         model.rows.push(vec![
             f.config.clone(),
             format!("{:.1}", f.c11),
-            format!("{:.3}", f.r2),
-            pts.join(" "),
+            f.r2.map_or("n/a".into(), |r| format!("{r:.3}")),
+            pts,
         ]);
     }
     tables.push(model);
@@ -643,4 +655,47 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::siplab::ProxyKind;
+
+    fn cap(workers: usize, c: f64, censored: bool) -> Capacity {
+        Capacity {
+            config: "x".into(),
+            proxy: ProxyKind::Ringway,
+            profile: "default".into(),
+            workers,
+            capacity_cps: Some(c),
+            below: None,
+            above: None,
+            probes: Vec::new(),
+            censored,
+        }
+    }
+
+    #[test]
+    fn model_fit_leaves_out_lower_bounds() {
+        // T = min(workers, 4): (1, 1000), (2, 2000) fit exactly with C₁,₁ = 1000;
+        // the censored 4-worker point would pull it down if it were used.
+        let f = fit_model(
+            &[
+                cap(1, 1000.0, false),
+                cap(2, 2000.0, false),
+                cap(4, 2500.0, true),
+            ],
+            2,
+        );
+        assert_eq!(f.len(), 1);
+        assert!((f[0].c11 - 1000.0).abs() < 1e-9);
+        assert!((f[0].r2.unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(f[0].censored_workers, vec![4]);
+        // Equal capacities: R² is undefined, not 1.
+        let f = fit_model(&[cap(1, 500.0, false), cap(2, 500.0, false)], 2);
+        assert!(f[0].r2.is_none());
+        // Only lower bounds: no fit at all.
+        assert!(fit_model(&[cap(1, 500.0, true)], 2).is_empty());
+    }
 }
