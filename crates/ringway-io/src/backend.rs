@@ -10,8 +10,10 @@ mod common;
 mod mmsg;
 mod socket;
 mod uring;
+mod xdp;
 
 pub use uring::UringConfig;
+pub use xdp::XdpConfig;
 
 /// Which I/O path a backend uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -25,20 +27,41 @@ pub enum BackendKind {
     /// SQE per datagram, one io_uring_enter per batch. Needs Linux 6.1+
     /// (see [`BackendKind::availability`]).
     Uring,
+    /// AF_XDP: an XDP program steers our UDP datagrams on one interface into
+    /// an XSK socket (copy mode, generic XDP); frames are built and parsed
+    /// in user space. IPv4 only, needs an interface: open it with
+    /// [`open_xdp`], not [`open_backend`].
+    Xdp,
 }
 
 impl BackendKind {
     /// All backends this build knows, in report order. Not every kernel runs
     /// all of them: see [`BackendKind::availability`] and [`BackendKind::usable`].
+    /// These work on any UDP socket (loopback included); [`BackendKind::Xdp`]
+    /// needs an interface and is listed in [`BackendKind::EVERY`] only.
     pub const ALL: &'static [BackendKind] =
         &[BackendKind::Socket, BackendKind::Mmsg, BackendKind::Uring];
+    /// [`BackendKind::ALL`] plus the interface backends.
+    pub const EVERY: &'static [BackendKind] = &[
+        BackendKind::Socket,
+        BackendKind::Mmsg,
+        BackendKind::Uring,
+        BackendKind::Xdp,
+    ];
     /// Short name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Socket => "socket",
             BackendKind::Mmsg => "mmsg",
             BackendKind::Uring => "uring",
+            BackendKind::Xdp => "xdp",
         }
+    }
+
+    /// The backend attaches to a network interface ([`open_xdp`]) instead of
+    /// wrapping a UDP socket.
+    pub fn needs_interface(self) -> bool {
+        self == BackendKind::Xdp
     }
 
     /// Whether this kernel runs the backend (probed once per process, with
@@ -49,6 +72,12 @@ impl BackendKind {
             BackendKind::Uring => {
                 static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
                 PROBE.get_or_init(uring::probe).clone()
+            }
+            BackendKind::Xdp => {
+                // Builds two namespace hosts joined by veth and passes one
+                // datagram each way through the backend.
+                static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+                PROBE.get_or_init(xdp::probe).clone()
             }
         }
     }
@@ -72,11 +101,11 @@ impl std::fmt::Display for BackendKind {
 impl std::str::FromStr for BackendKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        BackendKind::ALL
+        BackendKind::EVERY
             .iter()
             .copied()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown backend {s:?} (known: socket, mmsg, uring)"))
+            .ok_or_else(|| format!("unknown backend {s:?} (known: socket, mmsg, uring, xdp)"))
     }
 }
 
@@ -108,6 +137,15 @@ pub struct IoStats {
     /// io_uring: times the multishot receive was armed again after it ended
     /// (ENOBUFS, socket error, CQ overflow).
     pub rx_rearms: u64,
+    /// xdp: frames in the RX ring that were not a valid IPv4 UDP datagram
+    /// for our address and port (bad length or checksum), dropped.
+    pub rx_invalid: u64,
+    /// xdp: datagrams received through the companion UDP socket (what the
+    /// XDP program leaves to the kernel stack, e.g. IP fragments).
+    pub rx_via_socket: u64,
+    /// xdp: datagrams sent through the companion UDP socket because the
+    /// destination's MAC address was not known yet.
+    pub tx_via_socket: u64,
     /// Asynchronous socket errors (SO_ERROR, e.g. ECONNREFUSED after an ICMP
     /// port unreachable on a connected socket) consumed while waiting.
     pub socket_errors: u64,
@@ -140,6 +178,12 @@ pub trait BatchIo: Send {
 /// The socket is switched to non-blocking mode. A backend this kernel cannot
 /// run is an `Unsupported` error "<name> backend not available: <reason>".
 pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn BatchIo>> {
+    if kind == BackendKind::Xdp {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "xdp backend needs an interface: use --xdp-iface (ringway_io::open_xdp)",
+        ));
+    }
     if kind == BackendKind::Uring {
         return open_uring(sock, UringConfig::default());
     }
@@ -148,7 +192,7 @@ pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn Ba
     Ok(match kind {
         BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps)),
         BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps)),
-        BackendKind::Uring => unreachable!("handled above"),
+        BackendKind::Uring | BackendKind::Xdp => unreachable!("handled above"),
     })
 }
 
@@ -169,6 +213,31 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
     sock.set_nonblocking(true)?;
     let tx_stamps = tx_stamps_enabled(&sock);
     Ok(Box::new(uring::UringBackend::new(sock, tx_stamps, cfg)))
+}
+
+/// Open the AF_XDP backend on `cfg.ifname` (in the calling thread's network
+/// namespace; needs CAP_NET_ADMIN and CAP_BPF/CAP_SYS_ADMIN). It binds a
+/// regular UDP socket to `cfg.local` too (port 0: any), attaches the XDP
+/// program, and detaches it when dropped. Bad options are `InvalidInput`;
+/// anything the kernel refuses reads "xdp backend not available: <step>: <errno>".
+pub fn open_xdp(cfg: XdpConfig) -> io::Result<Box<dyn BatchIo>> {
+    match xdp::XdpBackend::open(cfg) {
+        Ok(b) => Ok(Box::new(b)),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("xdp backend: {e}"),
+        )),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("xdp backend not available: {e}"),
+        )),
+    }
+}
+
+/// Whether this kernel creates AF_XDP sockets at all (a cheap check; the
+/// full one is [`BackendKind::availability`] of [`BackendKind::Xdp`]).
+pub fn xdp_socket_supported() -> Result<(), String> {
+    xdp::socket_supported()
 }
 
 /// The socket has SO_TIMESTAMPING with OPT_ID (set by `open_udp` when

@@ -91,6 +91,7 @@ pub fn run() -> DoctorReport {
     for &k in BackendKind::ALL {
         checks.push(probe_backend(k));
     }
+    checks.push(probe_backend_xdp());
     checks.push(probe_rxq_ovfl());
     checks.push(probe_reuseport());
     checks.push(probe_rcvbuf_force());
@@ -184,6 +185,23 @@ fn probe_backend(kind: BackendKind) -> Check {
             ),
         ),
         Err(e) => chk("io", &name, false, format!("probe failed: {e}")),
+    }
+}
+
+/// The xdp backend needs an interface: its availability probe builds two
+/// namespace hosts joined by veth and passes one datagram each way.
+fn probe_backend_xdp() -> Check {
+    match BackendKind::Xdp.availability() {
+        Ok(()) => chk(
+            "io",
+            "backend xdp",
+            true,
+            "usable (--backend xdp --xdp-iface IFACE): veth between two namespace hosts, one datagram \
+             received through the XSK RX ring and one reply sent through its TX ring; XDP program \
+             loaded with bpf(2) and attached in generic (SKB) mode, socket bound with XDP_COPY; \
+             IPv4 only, no kernel RX software stamps",
+        ),
+        Err(why) => chk("io", "backend xdp", false, format!("not available: {why}")),
     }
 }
 

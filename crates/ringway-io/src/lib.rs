@@ -13,7 +13,8 @@
 //! Modules:
 //! * [`backend`]: `socket` (poll + one recvmsg/sendmsg per datagram),
 //!   `mmsg` (recvmmsg/sendmmsg) and `uring` (io_uring multishot recvmsg with
-//!   a provided-buffer ring, sendmsg SQEs). Each datagram carries peer, length,
+//!   a provided-buffer ring, sendmsg SQEs) and `xdp` (AF_XDP on one
+//!   interface, [`open_xdp`]; IPv4, no kernel RX stamps). Each datagram carries peer, length,
 //!   truncation, kernel software RX stamp and app receive time; TX stamps
 //!   come back from the error queue on request ([`TxBatch::request_stamp`]).
 //! * [`sock`]: [`open_udp`] applies buffers (FORCE when permitted),
@@ -21,6 +22,7 @@
 //! * [`counters`]: `/proc/net/snmp{,6}` UDP totals and `/proc/net/udp{,6}`
 //!   per-socket drops.
 //! * [`thread`]: affinity, policy, nice, EEVDF slice; user/kernel CPU time.
+//! * [`wire`]: Ethernet/IPv4/UDP zero-copy checked views (AF_XDP frames).
 //! * [`netns`]: private namespaces and veth topologies for tests.
 //! * [`doctor`]: probes of what this kernel offers; [`mod@bench`]: loopback
 //!   cost of each path.
@@ -35,8 +37,11 @@ pub mod sock;
 mod sys;
 pub mod thread;
 pub mod time;
+pub mod wire;
 
-pub use backend::{open_backend, open_uring, BackendKind, BatchIo, IoStats, UringConfig};
+pub use backend::{
+    open_backend, open_uring, open_xdp, BackendKind, BatchIo, IoStats, UringConfig, XdpConfig,
+};
 pub use batch::{Datagram, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};
 pub use time::{monotonic_now, realtime_now, Nanos};

@@ -24,6 +24,19 @@ fn doctor_probes_and_renders() {
         "{}",
         u.detail
     );
+    // AF_XDP over veth likewise (needs root, BPF and veth).
+    let x = rep.check("backend xdp").expect("missing backend xdp");
+    assert!(
+        x.ok || x.detail.starts_with("not available: "),
+        "{}",
+        x.detail
+    );
+    assert_eq!(
+        x.ok,
+        ringway_io::BackendKind::Xdp.availability().is_ok(),
+        "{}",
+        x.detail
+    );
     for name in [
         "tx software stamps",
         "SO_RXQ_OVFL",

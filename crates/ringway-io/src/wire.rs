@@ -1,0 +1,390 @@
+//! Ethernet II / IPv4 / UDP headers as zero-copy checked views over `&[u8]`
+//! (smoltcp `wire` style), for the AF_XDP backend, which sees whole frames.
+//!
+//! `*::new_checked(buf)` verifies that every field the accessors read lies
+//! inside `buf` and that the lengths the headers claim are consistent;
+//! accessors never panic afterwards. [`write_udp_frame`] builds a frame.
+
+use std::net::Ipv4Addr;
+
+/// Why a frame was not accepted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The buffer ends before the header (or the length it claims) does.
+    #[error("truncated")]
+    Truncated,
+    /// A field has a value this view does not handle (version, IHL, lengths).
+    #[error("malformed")]
+    Malformed,
+}
+
+/// EtherType of IPv4.
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// IP protocol number of UDP.
+pub const IPPROTO_UDP: u8 = 17;
+/// Ethernet II header length.
+pub const ETH_HLEN: usize = 14;
+/// IPv4 header length without options.
+pub const IPV4_HLEN: usize = 20;
+/// UDP header length.
+pub const UDP_HLEN: usize = 8;
+/// Ethernet + IPv4 (no options) + UDP header bytes in front of a payload.
+pub const UDP_FRAME_OVERHEAD: usize = ETH_HLEN + IPV4_HLEN + UDP_HLEN;
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// An Ethernet II frame.
+#[derive(Copy, Clone, Debug)]
+pub struct EthernetFrame<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> EthernetFrame<'a> {
+    /// Check that `buf` holds at least an Ethernet header.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < ETH_HLEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(EthernetFrame { buf })
+    }
+    /// Destination MAC.
+    pub fn dst(&self) -> [u8; 6] {
+        self.buf[0..6].try_into().expect("checked length")
+    }
+    /// Source MAC.
+    pub fn src(&self) -> [u8; 6] {
+        self.buf[6..12].try_into().expect("checked length")
+    }
+    /// EtherType (VLAN tags are not looked through).
+    pub fn ethertype(&self) -> u16 {
+        be16(self.buf, 12)
+    }
+    /// Bytes after the header.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[ETH_HLEN..]
+    }
+}
+
+/// An IPv4 packet (options allowed and skipped).
+#[derive(Copy, Clone, Debug)]
+pub struct Ipv4Packet<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Ipv4Packet<'a> {
+    /// Check version 4, IHL >= 5, total length within `buf` and >= header
+    /// length. Bytes after the total length (Ethernet padding) are ignored.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < IPV4_HLEN {
+            return Err(WireError::Truncated);
+        }
+        if buf[0] >> 4 != 4 {
+            return Err(WireError::Malformed);
+        }
+        let hlen = ((buf[0] & 0x0f) as usize) * 4;
+        let total = be16(buf, 2) as usize;
+        if hlen < IPV4_HLEN || total < hlen {
+            return Err(WireError::Malformed);
+        }
+        if buf.len() < total {
+            return Err(WireError::Truncated);
+        }
+        Ok(Ipv4Packet { buf: &buf[..total] })
+    }
+    /// Header length in bytes (with options).
+    pub fn header_len(&self) -> usize {
+        ((self.buf[0] & 0x0f) as usize) * 4
+    }
+    /// Total length (header + payload).
+    pub fn total_len(&self) -> usize {
+        self.buf.len()
+    }
+    /// More-fragments flag or a nonzero fragment offset.
+    pub fn is_fragment(&self) -> bool {
+        be16(self.buf, 6) & 0x3fff != 0
+    }
+    /// Protocol number.
+    pub fn protocol(&self) -> u8 {
+        self.buf[9]
+    }
+    /// Source address.
+    pub fn src(&self) -> Ipv4Addr {
+        Ipv4Addr::new(self.buf[12], self.buf[13], self.buf[14], self.buf[15])
+    }
+    /// Destination address.
+    pub fn dst(&self) -> Ipv4Addr {
+        Ipv4Addr::new(self.buf[16], self.buf[17], self.buf[18], self.buf[19])
+    }
+    /// The header checksum verifies.
+    pub fn checksum_ok(&self) -> bool {
+        fold(sum16(&self.buf[..self.header_len()], 0)) == 0xffff
+    }
+    /// Bytes after the header, up to the total length.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[self.header_len()..]
+    }
+}
+
+/// A UDP datagram.
+#[derive(Copy, Clone, Debug)]
+pub struct UdpDatagram<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> UdpDatagram<'a> {
+    /// Check the header and that its length field lies within `buf`.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < UDP_HLEN {
+            return Err(WireError::Truncated);
+        }
+        let len = be16(buf, 4) as usize;
+        if len < UDP_HLEN {
+            return Err(WireError::Malformed);
+        }
+        if buf.len() < len {
+            return Err(WireError::Truncated);
+        }
+        Ok(UdpDatagram { buf: &buf[..len] })
+    }
+    /// Source port.
+    pub fn src_port(&self) -> u16 {
+        be16(self.buf, 0)
+    }
+    /// Destination port.
+    pub fn dst_port(&self) -> u16 {
+        be16(self.buf, 2)
+    }
+    /// Checksum field (0: none).
+    pub fn checksum(&self) -> u16 {
+        be16(self.buf, 6)
+    }
+    /// The UDP checksum verifies (or is absent) for this IPv4 pair.
+    pub fn checksum_ok(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+        self.checksum() == 0
+            || fold(sum16(self.buf, pseudo_sum(src, dst, self.buf.len()))) == 0xffff
+    }
+    /// The payload.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[UDP_HLEN..]
+    }
+}
+
+/// A UDP datagram inside IPv4 inside Ethernet, as the XDP backend receives it.
+#[derive(Copy, Clone, Debug)]
+pub struct Udp4Frame<'a> {
+    /// The Ethernet layer.
+    pub eth: EthernetFrame<'a>,
+    /// The IPv4 layer.
+    pub ip: Ipv4Packet<'a>,
+    /// The UDP layer.
+    pub udp: UdpDatagram<'a>,
+}
+
+impl<'a> Udp4Frame<'a> {
+    /// Parse all three layers; `Ok(None)` when the frame is valid but not
+    /// an unfragmented IPv4 UDP datagram.
+    pub fn parse(buf: &'a [u8]) -> Result<Option<Self>, WireError> {
+        let eth = EthernetFrame::new_checked(buf)?;
+        if eth.ethertype() != ETHERTYPE_IPV4 {
+            return Ok(None);
+        }
+        let ip = Ipv4Packet::new_checked(eth.payload())?;
+        if ip.protocol() != IPPROTO_UDP || ip.is_fragment() {
+            return Ok(None);
+        }
+        let udp = UdpDatagram::new_checked(ip.payload())?;
+        Ok(Some(Udp4Frame { eth, ip, udp }))
+    }
+}
+
+/// One's-complement sum of `data` (big-endian 16-bit words) added to `acc`.
+fn sum16(data: &[u8], mut acc: u32) -> u32 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        acc = acc.wrapping_add(u16::from_be_bytes([c[0], c[1]]) as u32);
+        if acc > 0xffff_0000 {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+    }
+    if let [b] = chunks.remainder() {
+        acc = acc.wrapping_add((*b as u32) << 8);
+    }
+    acc
+}
+
+fn fold(mut acc: u32) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
+    let mut p = [0u8; 12];
+    p[0..4].copy_from_slice(&src.octets());
+    p[4..8].copy_from_slice(&dst.octets());
+    p[9] = IPPROTO_UDP;
+    p[10..12].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    sum16(&p, 0)
+}
+
+/// Addresses of a frame to build.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UdpFrameAddrs {
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// Source IPv4 address.
+    pub src_ip: Ipv4Addr,
+    /// Destination IPv4 address.
+    pub dst_ip: Ipv4Addr,
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+}
+
+/// Write Ethernet + IPv4 (no options, DF, TTL 64, header checksum) + UDP
+/// (with checksum) headers and `payload` into `out`; returns the frame
+/// length, or `None` if `out` is too small or the datagram exceeds 65507
+/// payload bytes.
+pub fn write_udp_frame(
+    out: &mut [u8],
+    a: &UdpFrameAddrs,
+    ip_id: u16,
+    payload: &[u8],
+) -> Option<usize> {
+    let total = UDP_FRAME_OVERHEAD + payload.len();
+    if out.len() < total || payload.len() > 65507 {
+        return None;
+    }
+    let f = &mut out[..total];
+    f[0..6].copy_from_slice(&a.dst_mac);
+    f[6..12].copy_from_slice(&a.src_mac);
+    f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let ip_len = (IPV4_HLEN + UDP_HLEN + payload.len()) as u16;
+    let udp_len = (UDP_HLEN + payload.len()) as u16;
+    {
+        let ip = &mut f[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
+        ip[0] = 0x45;
+        ip[1] = 0;
+        ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+        ip[4..6].copy_from_slice(&ip_id.to_be_bytes());
+        ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
+        ip[8] = 64;
+        ip[9] = IPPROTO_UDP;
+        ip[10..12].copy_from_slice(&[0, 0]);
+        ip[12..16].copy_from_slice(&a.src_ip.octets());
+        ip[16..20].copy_from_slice(&a.dst_ip.octets());
+        let c = !fold(sum16(ip, 0));
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+    let u = &mut f[ETH_HLEN + IPV4_HLEN..];
+    u[0..2].copy_from_slice(&a.src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
+    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    u[6..8].copy_from_slice(&[0, 0]);
+    u[UDP_HLEN..].copy_from_slice(payload);
+    let mut c = !fold(sum16(u, pseudo_sum(a.src_ip, a.dst_ip, u.len())));
+    if c == 0 {
+        c = 0xffff; // 0 means "no checksum" in UDP over IPv4
+    }
+    u[6..8].copy_from_slice(&c.to_be_bytes());
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs() -> UdpFrameAddrs {
+        UdpFrameAddrs {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: Ipv4Addr::new(10, 77, 1, 2),
+            dst_ip: Ipv4Addr::new(10, 77, 1, 1),
+            src_port: 5004,
+            dst_port: 40000,
+        }
+    }
+
+    #[test]
+    fn build_then_parse_roundtrip() {
+        let mut buf = [0u8; 128];
+        for payload in [&b""[..], b"x", b"hello world"] {
+            let n = write_udp_frame(&mut buf, &addrs(), 7, payload).unwrap();
+            assert_eq!(n, UDP_FRAME_OVERHEAD + payload.len());
+            let f = Udp4Frame::parse(&buf[..n]).unwrap().unwrap();
+            assert_eq!(f.eth.dst(), [2, 0, 0, 0, 0, 2]);
+            assert_eq!(f.eth.src(), [2, 0, 0, 0, 0, 1]);
+            assert!(f.ip.checksum_ok());
+            assert!(!f.ip.is_fragment());
+            assert_eq!(f.ip.src(), Ipv4Addr::new(10, 77, 1, 2));
+            assert_eq!(f.ip.dst(), Ipv4Addr::new(10, 77, 1, 1));
+            assert_eq!((f.udp.src_port(), f.udp.dst_port()), (5004, 40000));
+            assert_ne!(f.udp.checksum(), 0);
+            assert!(f.udp.checksum_ok(f.ip.src(), f.ip.dst()));
+            assert_eq!(f.udp.payload(), payload);
+        }
+    }
+
+    #[test]
+    fn known_ipv4_header_checksum() {
+        // The example header of RFC 1071 style tutorials (checksum 0xb861).
+        let h: [u8; 20] = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        let mut pkt = h.to_vec();
+        pkt.resize(0x73, 0);
+        assert!(Ipv4Packet::new_checked(&pkt).unwrap().checksum_ok());
+        pkt[11] ^= 1;
+        assert!(!Ipv4Packet::new_checked(&pkt).unwrap().checksum_ok());
+    }
+
+    #[test]
+    fn rejects_bad_lengths_without_panicking() {
+        let mut buf = [0u8; 128];
+        let n = write_udp_frame(&mut buf, &addrs(), 1, b"abcdef").unwrap();
+        // Every truncation is an error or "not UDP", never a panic.
+        for cut in 0..n {
+            assert!(
+                !matches!(Udp4Frame::parse(&buf[..cut]), Ok(Some(_))),
+                "{cut}"
+            );
+        }
+        // Ethernet padding after the IP total length is ignored.
+        let f = Udp4Frame::parse(&buf[..n + 10]).unwrap().unwrap();
+        assert_eq!(f.udp.payload(), b"abcdef");
+        // IHL below 5, UDP length below 8, total length below IHL.
+        let mut b = buf;
+        b[ETH_HLEN] = 0x44;
+        assert_eq!(Udp4Frame::parse(&b[..n]).unwrap_err(), WireError::Malformed);
+        let mut b = buf;
+        b[ETH_HLEN + IPV4_HLEN + 4..ETH_HLEN + IPV4_HLEN + 6].copy_from_slice(&[0, 4]);
+        assert_eq!(Udp4Frame::parse(&b[..n]).unwrap_err(), WireError::Malformed);
+        let mut b = buf;
+        b[ETH_HLEN + 2..ETH_HLEN + 4].copy_from_slice(&[0, 10]);
+        assert_eq!(Udp4Frame::parse(&b[..n]).unwrap_err(), WireError::Malformed);
+        // Not IPv4 / not UDP / a fragment: valid frames we pass over.
+        let mut b = buf;
+        b[12..14].copy_from_slice(&[0x86, 0xdd]);
+        assert!(Udp4Frame::parse(&b[..n]).unwrap().is_none());
+        let mut b = buf;
+        b[ETH_HLEN + 9] = 6;
+        assert!(Udp4Frame::parse(&b[..n]).unwrap().is_none());
+        let mut b = buf;
+        b[ETH_HLEN + 6] |= 0x20; // MF
+        assert!(Udp4Frame::parse(&b[..n]).unwrap().is_none());
+        // A corrupted payload fails the UDP checksum.
+        let mut b = buf;
+        b[n - 1] ^= 0xff;
+        let f = Udp4Frame::parse(&b[..n]).unwrap().unwrap();
+        assert!(!f.udp.checksum_ok(f.ip.src(), f.ip.dst()));
+        // Output too small.
+        assert!(write_udp_frame(&mut buf[..40], &addrs(), 1, b"abcdef").is_none());
+    }
+}

@@ -1,0 +1,285 @@
+//! The AF_XDP backend over a real veth pair between two namespace hosts:
+//! exact payloads and peers both ways, the kernel still gets what the XDP
+//! program passes (other ports, ARP, ping), and teardown leaves nothing.
+//! Needs root (named namespaces, BPF); on a kernel without AF_XDP the
+//! backend must refuse with a clear error, which is what is checked then.
+
+use ringway_io::netns::Topology;
+use ringway_io::{open_backend, open_xdp, BackendKind, RxBatch, TxBatch, XdpConfig};
+use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn topo() -> Topology {
+    Topology::builder()
+        .host("a")
+        .host("b")
+        .link("a", "b")
+        .build()
+        .unwrap()
+}
+
+/// `ip -n NS link show DEV` text.
+fn link_show(ns: &str, dev: &str) -> String {
+    let o = Command::new("ip")
+        .args(["-n", ns, "link", "show", "dev", dev])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// When the kernel has no AF_XDP, the backend must say so; returns true
+/// when the full tests can run.
+fn xdp_here() -> bool {
+    if let Err(why) = ringway_io::backend::xdp_socket_supported() {
+        eprintln!("AF_XDP not available on this kernel: {why}");
+        let t = topo();
+        let b = t.host("b").unwrap().clone();
+        let bip = b.addr();
+        let e = b
+            .run(move || {
+                open_xdp(XdpConfig::new("eth0", SocketAddrV4::new(bip, 0)))
+                    .err()
+                    .expect("must refuse")
+            })
+            .unwrap();
+        assert!(
+            e.to_string().starts_with("xdp backend not available"),
+            "{e}"
+        );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let e = open_backend(BackendKind::Xdp, sock).err().unwrap();
+    assert!(e.to_string().contains("needs an interface"), "{e}");
+    assert_eq!("xdp".parse::<BackendKind>().unwrap(), BackendKind::Xdp);
+    assert!(BackendKind::Xdp.needs_interface());
+    assert!(!BackendKind::ALL.contains(&BackendKind::Xdp));
+    let local = SocketAddrV4::new([10, 0, 0, 1].into(), 0);
+    for (cfg, want) in [
+        (
+            XdpConfig {
+                frames: 100,
+                ..XdpConfig::new("lo", local)
+            },
+            "power of two",
+        ),
+        (
+            XdpConfig {
+                frame_size: 1000,
+                ..XdpConfig::new("lo", local)
+            },
+            "2048 or 4096",
+        ),
+        (
+            XdpConfig::new("lo", SocketAddrV4::new([0, 0, 0, 0].into(), 0)),
+            "own IPv4 address",
+        ),
+    ] {
+        let e = open_xdp(cfg).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().starts_with("xdp backend: "), "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    // An interface that does not exist (in a namespace with only lo).
+    let t = topo();
+    let b = t.host("b").unwrap().clone();
+    let bip = b.addr();
+    let e = b
+        .run(move || {
+            open_xdp(XdpConfig::new("nosuch0", SocketAddrV4::new(bip, 0)))
+                .err()
+                .unwrap()
+        })
+        .unwrap();
+    assert!(e.to_string().contains("nosuch0"), "{e}");
+}
+
+#[test]
+fn veth_roundtrip_exact_and_kernel_keeps_the_rest() {
+    if !xdp_here() {
+        return;
+    }
+    let t = topo();
+    let a = t.host("a").unwrap().clone();
+    let b = t.host("b").unwrap().clone();
+    let (aip, bip) = (a.addr(), b.addr());
+    let (bns, ans) = (b.netns.clone(), a.netns.clone());
+    let (port_tx, port_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    // Host b: the backend on b's veth; receive 20 datagrams, reply to each,
+    // then hold the program attached until told to stop.
+    let server = b.spawn(move || {
+        let mut io = open_xdp(XdpConfig::new("eth0", SocketAddrV4::new(bip, 0))).unwrap();
+        assert_eq!(io.kind(), BackendKind::Xdp);
+        let local = io.local_addr().unwrap();
+        port_tx.send(local.port()).unwrap();
+        let mut got = Vec::new();
+        let mut rx = RxBatch::new(8, 2048);
+        let end = Instant::now() + Duration::from_secs(10);
+        while got.len() < 20 && Instant::now() < end {
+            io.recv_batch(&mut rx, Some(Duration::from_millis(100)))
+                .unwrap();
+            for d in rx.iter() {
+                assert_eq!(d.meta.kernel_rx, None);
+                assert!(d.meta.app_rx.0 > 0);
+                assert!(!d.meta.truncated);
+                got.push((d.meta.peer, d.data.to_vec()));
+            }
+        }
+        let mut tx = TxBatch::new(32, 2048);
+        for (peer, data) in &got {
+            let mut r = b"re:".to_vec();
+            r.extend_from_slice(data);
+            tx.push(*peer, &r).unwrap();
+        }
+        assert_eq!(io.send_batch(&tx).unwrap(), got.len());
+        go_rx.recv().unwrap();
+        (got, io.stats())
+    });
+    let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let dst = SocketAddr::V4(SocketAddrV4::new(bip, port));
+    // The program is attached in generic mode while the backend lives.
+    assert!(
+        link_show(&bns, "eth0").contains("xdpgeneric"),
+        "{}",
+        link_show(&bns, "eth0")
+    );
+    // A kernel UDP socket in b on another port still receives.
+    let other = b
+        .run(move || {
+            let s = UdpSocket::bind((bip, 0)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            s
+        })
+        .unwrap();
+    let other_addr = other.local_addr().unwrap();
+    let client = a.spawn(move || {
+        let s = UdpSocket::bind((aip, 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let sent: Vec<Vec<u8>> = (0..20u8)
+            .map(|i| {
+                let mut p = vec![i; 1 + i as usize * 70];
+                p[0] = b'p';
+                p
+            })
+            .collect();
+        for p in &sent {
+            s.send_to(p, dst).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut replies = Vec::new();
+        let mut buf = [0u8; 4096];
+        while replies.len() < sent.len() {
+            let (n, from) = s.recv_from(&mut buf).expect("reply via xdp");
+            replies.push((from, buf[..n].to_vec()));
+        }
+        s.send_to(b"kernel path", other_addr).unwrap();
+        (s.local_addr().unwrap(), sent, replies)
+    });
+    let (me, sent, replies) = client.join().unwrap().unwrap();
+    let mut buf = [0u8; 64];
+    let (n, from) = other.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (&b"kernel path"[..], me));
+    // ARP and ICMP still work while the program is attached: a resolved b's
+    // MAC (b's kernel answered ARP), and a datagram to a closed port of b
+    // comes back as ICMP port unreachable (ECONNREFUSED on a connected socket).
+    let neigh = Command::new("ip")
+        .args(["-n", &ans, "neigh", "show", &bip.to_string()])
+        .output()
+        .unwrap();
+    let neigh = String::from_utf8_lossy(&neigh.stdout).into_owned();
+    assert!(neigh.contains("lladdr"), "{neigh:?}");
+    let closed = b
+        .run(move || UdpSocket::bind((bip, 0)).unwrap().local_addr().unwrap())
+        .unwrap();
+    let refused = a
+        .run(move || {
+            let s = UdpSocket::bind((aip, 0)).unwrap();
+            s.connect(closed).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            s.send(b"nobody here").unwrap();
+            s.recv(&mut [0u8; 16]).unwrap_err().kind()
+        })
+        .unwrap();
+    assert_eq!(refused, std::io::ErrorKind::ConnectionRefused);
+    go_tx.send(()).unwrap();
+    let (got, stats) = server.join().unwrap().unwrap();
+    // Exact payloads, in order, from the client's address and port.
+    assert_eq!(got.len(), 20);
+    for ((peer, data), p) in got.iter().zip(&sent) {
+        assert_eq!(*peer, me);
+        assert_eq!(data, p);
+    }
+    for ((from, data), p) in replies.iter().zip(&sent) {
+        assert_eq!(*from, dst);
+        let mut want = b"re:".to_vec();
+        want.extend_from_slice(p);
+        assert_eq!(data, &want);
+    }
+    assert_eq!(stats.rx_packets, 20);
+    assert_eq!(stats.rx_via_socket, 0);
+    assert_eq!(stats.tx_packets, 20);
+    // The client's MAC was learnt from its frames: nothing went the kernel way.
+    assert_eq!(stats.tx_via_socket, 0);
+    assert_eq!(stats.tx_errors, 0);
+    // Dropping the backend detached the program.
+    assert!(
+        !link_show(&bns, "eth0").contains("xdp"),
+        "{}",
+        link_show(&bns, "eth0")
+    );
+    let names = t.netns_names();
+    drop(t);
+    let left = ringway_io::netns::list_netns().unwrap();
+    assert!(names.iter().all(|n| !left.contains(n)), "{left:?}");
+}
+
+/// A reply to a peer whose MAC the backend never saw nor finds in the
+/// neighbour table goes through the companion socket (and arrives).
+#[test]
+fn unknown_neighbour_falls_back_to_the_socket() {
+    if !xdp_here() {
+        return;
+    }
+    let t = topo();
+    let a = t.host("a").unwrap().clone();
+    let b = t.host("b").unwrap().clone();
+    let (aip, bip) = (a.addr(), b.addr());
+    let listener = a
+        .run(move || {
+            let s = UdpSocket::bind((aip, 0)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        })
+        .unwrap();
+    let to = listener.local_addr().unwrap();
+    let stats = b
+        .run(move || {
+            let mut io = open_xdp(XdpConfig::new("eth0", SocketAddrV4::new(bip, 0))).unwrap();
+            let mut tx = TxBatch::new(2, 256);
+            tx.push(to, b"first").unwrap();
+            assert_eq!(io.send_batch(&tx).unwrap(), 1);
+            io.stats()
+        })
+        .unwrap();
+    assert_eq!(stats.tx_via_socket, 1);
+    let mut buf = [0u8; 64];
+    let (n, from) = listener.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"first");
+    assert_eq!(from.ip(), std::net::IpAddr::V4(bip));
+}
+
+#[test]
+fn availability_probe_agrees() {
+    if !xdp_here() {
+        return;
+    }
+    BackendKind::Xdp.availability().unwrap();
+}
