@@ -30,7 +30,8 @@ pub struct LabSfuArgs {
     /// Packets per second sent by each client (3 streams: ASQ, VSQ, VHQ).
     #[arg(long, default_value = "750,1500", value_delimiter = ',')]
     pub pps: Vec<u32>,
-    /// Backends to compare (the first `socket` is the baseline).
+    /// Backends to compare (the first `socket` is the baseline). `xdp`
+    /// needs `--netns` (it attaches to the SFU host's veth).
     #[arg(long, default_value = "socket,mmsg", value_delimiter = ',')]
     pub backends: Vec<BackendKind>,
     /// Repetitions of every cell.
@@ -74,6 +75,16 @@ impl Place {
                 .host("sfu")
                 .expect("built")
                 .command(exe.to_str().expect("utf-8 path")),
+        }
+    }
+    /// Interface of the SFU host (for `--xdp-iface`).
+    fn sfu_iface(&self) -> Option<String> {
+        match self {
+            Place::Loopback => None,
+            Place::Hosts(t) => t
+                .host("sfu")
+                .and_then(|h| h.ifaces.first())
+                .map(|i| i.0.clone()),
         }
     }
     fn listen(&self) -> String {
@@ -178,6 +189,12 @@ fn run_one(
         .stderr(Stdio::inherit());
     if let Some(c) = &a.cpus {
         srv.args(["--cpus", c]);
+    }
+    if backend == BackendKind::Xdp {
+        let iface = place
+            .sfu_iface()
+            .context("xdp backend needs --netns (veth hosts)")?;
+        srv.args(["--xdp-iface", &iface]);
     }
     let mut srv = Guard(srv.spawn().context("starting ringway sfu serve")?);
     let mut line = String::new();
@@ -334,6 +351,10 @@ pub fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         "need at least one repetition, client count, rate and backend"
     );
     anyhow::ensure!(a.pps.iter().all(|&p| p > 0), "--pps must be positive");
+    anyhow::ensure!(
+        a.netns || !a.backends.contains(&BackendKind::Xdp),
+        "the xdp backend needs --netns (it attaches to the SFU host's veth)"
+    );
     if a.netns {
         // Named namespaces are created by `ip`; the processes run via `ip netns exec`.
         return experiment(a);

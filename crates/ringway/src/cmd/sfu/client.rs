@@ -97,7 +97,8 @@ pub struct LoadArgs {
     /// and each client in its own host; removed at the end.
     #[arg(long)]
     pub netns: bool,
-    /// With `--netns`: backend of the SFU started in the `sfu` host.
+    /// With `--netns`: backend of the SFU started in the `sfu` host (`xdp`
+    /// attaches to that host's veth, `eth0`).
     #[arg(long, default_value = "socket")]
     pub sfu_backend: BackendKind,
     /// With `--netns`: where the started SFU writes its JSON report.
@@ -276,6 +277,10 @@ pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let mut cmd = sfu.command(exe.to_str().context("executable path")?);
     cmd.args(["sfu", "serve", "--listen", &listen.to_string()])
         .args(["--backend", a.sfu_backend.name(), "--stats-interval", "0"]);
+    if a.sfu_backend == BackendKind::Xdp {
+        let iface = &sfu.ifaces.first().context("sfu host without interface")?.0;
+        cmd.args(["--xdp-iface", iface]);
+    }
     if let Some(p) = &a.sfu_json {
         cmd.arg("--json").arg(p);
     }

@@ -6,8 +6,8 @@ use super::util::{pin_this_thread, stop_flag, transient, CpuTime};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use ringway_io::{
-    monotonic_now, open_backend, open_udp, realtime_now, BackendKind, IoStats, Nanos, RxBatch,
-    SocketConfig, TxBatch,
+    monotonic_now, open_backend, open_udp, open_xdp, realtime_now, BackendKind, IoStats, Nanos,
+    RxBatch, SocketConfig, TxBatch, XdpConfig,
 };
 use ringway_reorder::{Class, SeqSpace, Srpic, SrpicConfig};
 use ringway_sfu::client::{latency_histogram, Percentiles};
@@ -28,10 +28,15 @@ pub struct ServeArgs {
     /// Address to listen on (port 0: any; the bound address is printed).
     #[arg(long, default_value = "127.0.0.1:5004")]
     pub listen: SocketAddr,
-    /// I/O backend.
+    /// I/O backend: socket, mmsg, uring, or xdp (AF_XDP on `--xdp-iface`;
+    /// `--listen` must then be that interface's IPv4 address).
     #[arg(long, default_value = "socket")]
     pub backend: BackendKind,
-    /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg and uring).
+    /// With `--backend xdp`: the interface to attach the XDP program and the
+    /// AF_XDP socket to (queue 0, copy mode, generic XDP).
+    #[arg(long)]
+    pub xdp_iface: Option<String>,
+    /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg, uring and xdp).
     #[arg(long)]
     pub batch: Option<usize>,
     /// When copies are handed to the kernel: `batch` (once per receive batch,
@@ -360,11 +365,23 @@ pub fn serve(
     stop: Arc<AtomicBool>,
     on_bound: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<ServeReport> {
-    let mut cfg = SocketConfig::new(args.listen);
-    cfg.rcvbuf = Some(8 << 20);
-    cfg.sndbuf = Some(8 << 20);
-    let (sock, _rep) = open_udp(&cfg).with_context(|| format!("binding {}", args.listen))?;
-    let mut io = open_backend(args.backend, sock)?;
+    let mut io = if args.backend == BackendKind::Xdp {
+        let Some(iface) = &args.xdp_iface else {
+            anyhow::bail!("xdp backend needs an interface: use --xdp-iface");
+        };
+        let SocketAddr::V4(local) = args.listen else {
+            anyhow::bail!("xdp backend is IPv4 only: --listen must be an IPv4 address");
+        };
+        open_xdp(XdpConfig::new(iface, local))
+            .with_context(|| format!("opening the xdp backend on {iface} for {local}"))?
+    } else {
+        anyhow::ensure!(args.xdp_iface.is_none(), "--xdp-iface needs --backend xdp");
+        let mut cfg = SocketConfig::new(args.listen);
+        cfg.rcvbuf = Some(8 << 20);
+        cfg.sndbuf = Some(8 << 20);
+        let (sock, _rep) = open_udp(&cfg).with_context(|| format!("binding {}", args.listen))?;
+        open_backend(args.backend, sock)?
+    };
     let bound = io.local_addr()?;
     on_bound(bound);
     let batch = args.batch.unwrap_or(match args.backend {

@@ -1,0 +1,146 @@
+//! The SFU on the AF_XDP backend (`--backend xdp --xdp-iface`) in the veth
+//! testbed: exact forwarding and echo counts at both ends, the lab sweep
+//! with an xdp column, and clear errors where xdp cannot run.
+
+mod sfu_common;
+
+use sfu_common::*;
+use std::process::{Command, Stdio};
+
+/// AF_XDP sockets exist on this kernel (else the tests check the error).
+fn xdp_here() -> bool {
+    match ringway_io::backend::xdp_socket_supported() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("AF_XDP not available on this kernel: {why}");
+            false
+        }
+    }
+}
+
+fn no_namespaces_of(pid: u32) {
+    let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
+    let left: Vec<String> = ringway_io::netns::list_netns()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&mine))
+        .collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
+#[test]
+fn xdp_needs_an_interface() {
+    let out = Command::new(BIN)
+        .args([
+            "sfu",
+            "serve",
+            "--backend",
+            "xdp",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--duration", "1", "--stats-interval", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("xdp backend needs an interface: use --xdp-iface"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["lab", "sfu", "--backends", "socket,xdp", "--reps", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("xdp backend needs --netns"), "{err}");
+}
+
+/// `ringway sfu load --netns --sfu-backend xdp`: the SFU attaches to its
+/// host's veth; every packet reaches the 3 other clients and is echoed.
+#[test]
+fn load_netns_testbed_on_xdp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
+    let child = Command::new(BIN)
+        .args(["sfu", "load", "--netns", "--clients", "4"])
+        .args(["--server", "0.0.0.0:5004", "--duration", "1"])
+        .args(["--interval-ms", "10", "--stats-interval", "0"])
+        .args(["--sfu-backend", "xdp", "--sfu-json"])
+        .arg(&sj)
+        .arg("--json")
+        .arg(&lj)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !xdp_here() {
+        assert!(stderr.contains("xdp backend not available"), "{stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let (s, l) = (read_json(&sj), read_json(&lj));
+    assert_eq!(s["backend"], "xdp");
+    let tx = l["tx_packets"].as_u64().unwrap();
+    assert!(tx >= 4 * 3 * 50, "{l}"); // 4 sources × 3 types × ≥50 ticks
+    assert_eq!(s["sfu"]["media_accepted"].as_u64().unwrap(), tx);
+    assert_eq!(s["sfu"]["copies"].as_u64().unwrap(), 3 * tx);
+    assert_eq!(s["sfu"]["echoes"].as_u64().unwrap(), tx);
+    assert_eq!(l["media_packets"].as_u64().unwrap(), 3 * tx);
+    assert_eq!(l["echoes"].as_u64().unwrap(), tx);
+    assert_eq!(l["lost"], 0);
+    assert_eq!(l["control_errors"], 0);
+    assert_eq!(s["sfu"]["drop_unverified"], 0);
+    // Everything took the XSK rings: nothing through the companion socket.
+    let io = &s["io"];
+    assert_eq!(io["rx_via_socket"], 0, "{io}");
+    assert_eq!(io["tx_via_socket"], 0, "{io}");
+    assert_eq!(io["tx_errors"], 0, "{io}");
+    assert!(io["rx_packets"].as_u64().unwrap() >= tx);
+    assert_eq!(s["delay_from_kernel"]["count"], 0); // no kernel RX stamps
+    no_namespaces_of(pid);
+}
+
+/// `ringway lab sfu --netns --backends socket,xdp`: the xdp column runs on
+/// the SFU host's veth with exact copies and no client loss.
+#[test]
+fn lab_sfu_xdp_column() {
+    if !xdp_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("lab.json");
+    let child = Command::new(BIN)
+        .args(["lab", "sfu", "--netns", "--reps", "1", "--duration", "1"])
+        .args(["--clients", "3", "--pps", "300", "--backends", "socket,xdp"])
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("overall xdp vs socket"), "{stdout}");
+    let v = read_json(&json);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{stdout}");
+    let x = runs
+        .iter()
+        .find(|r| r["backend"] == "xdp")
+        .expect("xdp run");
+    assert_eq!(x["copies_per_packet"].as_f64().unwrap(), 3.0, "{x}");
+    assert!(x["media"].as_u64().unwrap() > 0);
+    assert_eq!(x["client_lost"], 0, "{x}");
+    no_namespaces_of(pid);
+}
