@@ -1153,9 +1153,17 @@ fn smoke() -> io::Result<()> {
             io.stats.rx_via_socket, io.stats.rx_invalid
         )))
     });
-    let port = ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| io::Error::other("backend did not start"))??;
+    let port = match ready_rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(r) => r?,
+        // The thread ended without a word (could not enter the namespace):
+        // its own error says why.
+        Err(_) => {
+            return match server.join() {
+                Ok(Err(e)) | Ok(Ok(Err(e))) => Err(e),
+                _ => Err(io::Error::other("backend did not start")),
+            }
+        }
+    };
     let dst = SocketAddrV4::new(bip, port);
     let aip = a.ifaces[0].1;
     let client = a.run(move || -> io::Result<()> {
