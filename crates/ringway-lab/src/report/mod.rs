@@ -177,7 +177,9 @@ pub struct ModelFit {
 /// Fit C = T × C₁,₁ per configuration, with T = min(workers, cores + 2)
 /// (threads beyond cores + 2 add no capacity on one socket).
 pub fn fit_model(caps: &[Capacity], cores: usize) -> Vec<ModelFit> {
-    let mut by: BTreeMap<&str, (Vec<(f64, f64)>, Vec<usize>)> = BTreeMap::new();
+    // Per configuration: fitted points (T, C) and censored worker counts.
+    type Group = (Vec<(f64, f64)>, Vec<usize>);
+    let mut by: BTreeMap<&str, Group> = BTreeMap::new();
     for c in caps {
         let e = by.entry(&c.config).or_default();
         match c.capacity_cps {
