@@ -43,6 +43,7 @@
 
 pub mod edit;
 pub mod hash;
+pub mod invariants;
 pub mod msg;
 pub mod proxy;
 pub mod registrar;
