@@ -90,17 +90,27 @@ fn rfc5236_rd_and_rbd_single_late_packet() {
 
 #[test]
 fn rfc5236_threshold_and_duplicates() {
-    // Arrived 2,3,4,5,1 with DT = 2.
-    // D: 1−2 = −1, 2−3 = −1, 3−4 = −1, 4−5 = −1, 5−1 = 4 (> DT ⇒ beyond threshold).
-    // Buffer: 2 ⇒ {2} 1; 3 ⇒ {2,3} 2; 4 ⇒ {2,3,4} = 3 > DT ⇒ 1 declared lost,
-    // 2,3,4 released ⇒ 0; 5 ⇒ in order ⇒ 0; 1 (already declared lost) ⇒ 0.
+    // Arrived 2,3,4,5,1 with DT = 2 (window of DT + 1 = 3 arrivals).
+    // RD: window {2,3,4}, RI starts at 2. 2, 3 in place (RI 2→4); when 1
+    // arrives RI = 4 has passed it: it was taken as lost and is discarded
+    // (too late). 4, 5 in place. FD = {0: 4}.
+    // RBD: E is the smallest number in the window, so 1 (never in it while
+    // 2..5 are handled) is skipped as lost; no packet waits: FB = {0: 4}.
     let m = rfc5236(&[2, 3, 4, 5, 1], 2);
-    assert_eq!(m.fd.clone().into_iter().collect::<Vec<_>>(), vec![(-1, 4)]);
-    assert_eq!(m.beyond_dt, 1);
-    assert_eq!(m.declared_lost, 1);
+    assert_eq!(m.fd.clone().into_iter().collect::<Vec<_>>(), vec![(0, 4)]);
+    assert_eq!((m.beyond_dt, m.too_late, m.declared_lost), (0, 1, 0));
+    assert_eq!(m.fb.clone().into_iter().collect::<Vec<_>>(), vec![(0, 4)]);
+    // With DT = 4 packet 1 is within the window: 2..5 are early by one and
+    // 1 is late by 4. FD = {-1: 4, 4: 1}; the buffer holds 1, 2, 3, 4
+    // packets until 1 releases all: FB = {0: 1, 1: 1, 2: 1, 3: 1, 4: 1}.
+    let m = rfc5236(&[2, 3, 4, 5, 1], 4);
+    assert_eq!(
+        m.fd.clone().into_iter().collect::<Vec<_>>(),
+        vec![(-1, 4), (4, 1)]
+    );
     assert_eq!(
         m.fb.clone().into_iter().collect::<Vec<_>>(),
-        vec![(0, 3), (1, 1), (2, 1)]
+        vec![(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]
     );
     let d = rfc5236(&[1, 1, 2], 3);
     assert_eq!((d.received, d.duplicates), (2, 1));
@@ -114,4 +124,124 @@ fn ranks_turn_byte_offsets_into_packet_order() {
     // Lost packet 3: ranks close the gap so RD does not see it as displacement.
     let r = ranks(&[1, 2, 4, 5]);
     assert_eq!(rfc5236(&r, 4).rd0(), 1.0);
+}
+
+// RFC 5236 computes RD and RBD with a look-ahead window of DT + 1 arrivals
+// and a buffer of early arrivals (the RD and RBD algorithms its authors
+// publish). The expected values below are traced by hand through those
+// algorithms; the comments give each step.
+
+#[test]
+fn rfc5236_eight_packet_example() {
+    // Arrived 1,6,7,2,3,4,5,8 (the eight-packet example used in the
+    // reordering-metrics literature; displacements 0,−4,−4,2,2,2,2,0).
+    // DT = 4, window {1,6,7,2,3}, RI = 1:
+    //   1: D = 0, RI 2 | 6: D = −4, buffer {6}, RI 3 | 7: D = −4, buffer
+    //   {6,7}, RI 4 | 2: D = 2, RI 5 | 3: D = 2, RI 6 | RI 6 in buffer ⇒
+    //   4: D = 2, RI 7 | 5: D = 2, RI 8 | 8: D = 0.
+    let arr = [1, 6, 7, 2, 3, 4, 5, 8];
+    let m = rfc5236(&arr, 4);
+    assert_eq!(
+        m.fd.clone().into_iter().collect::<Vec<_>>(),
+        vec![(-4, 2), (0, 2), (2, 4)]
+    );
+    assert_eq!((m.beyond_dt, m.too_late, m.declared_lost), (0, 0, 0));
+    // RBD: E = smallest in window. 1 = E ⇒ B 0; 6, 7 early ⇒ B 1, 2; 2, 3,
+    // 4 = E but the smallest outstanding (next in window) is below 6 ⇒ B 2;
+    // 5 = E releases 6, 7 ⇒ B 0; 8 ⇒ B 0. FB = {0: 3, 1: 1, 2: 4}.
+    assert_eq!(
+        m.fb.clone().into_iter().collect::<Vec<_>>(),
+        vec![(0, 3), (1, 1), (2, 4)]
+    );
+    assert!((m.rbd_mean() - 9.0 / 8.0).abs() < 1e-12);
+
+    // DT = 3: |D| = 4 > DT, so 6 and 7 are discarded where they arrive and
+    // RI stays 2; 2, 3, 4, 5 then arrive in place; at RI 6 neither 6 nor 7
+    // is in the window or buffer ⇒ both taken as lost, RI jumps to 8.
+    let m = rfc5236(&arr, 3);
+    assert_eq!(m.fd.clone().into_iter().collect::<Vec<_>>(), vec![(0, 6)]);
+    assert_eq!((m.beyond_dt, m.too_late, m.declared_lost), (2, 0, 2));
+    assert_eq!(m.rd0(), 1.0);
+    // RBD does not discard: same buffer history as with DT = 4.
+    assert_eq!(
+        m.fb.clone().into_iter().collect::<Vec<_>>(),
+        vec![(0, 3), (1, 1), (2, 4)]
+    );
+}
+
+#[test]
+fn rfc5236_loss_is_not_displacement() {
+    // 3 lost: 1,2,4,5,6, DT = 2. At RI 3 the window {4,5,6} and the empty
+    // buffer lack 3 ⇒ lost, RI jumps to 4; everything else is in place.
+    let m = rfc5236(&[1, 2, 4, 5, 6], 2);
+    assert_eq!(m.fd.clone().into_iter().collect::<Vec<_>>(), vec![(0, 5)]);
+    assert_eq!(m.declared_lost, 1);
+    // RBD: E is the smallest number in the window, so 4 is expected next
+    // and no packet waits.
+    assert_eq!(m.fb.clone().into_iter().collect::<Vec<_>>(), vec![(0, 5)]);
+    // A packet that comes back after its number was passed is dropped as
+    // too late, not counted as displaced: 3 arriving last, DT = 1.
+    let m = rfc5236(&[1, 2, 4, 5, 3], 1);
+    assert_eq!(m.fd.clone().into_iter().collect::<Vec<_>>(), vec![(0, 4)]);
+    assert_eq!((m.too_late, m.declared_lost), (1, 1));
+    // RBD takes a packet as lost when, once the awaited packet is
+    // delivered, it is below the smallest of the next DT arrivals:
+    // 1..5,7,6 with DT = 1: after 5 the window holds {7}, E = 7, and 6
+    // (≤ E) is dropped. Six arrivals, all at occupancy 0.
+    let m = rfc5236(&[1, 2, 3, 4, 5, 7, 6], 1);
+    assert_eq!(m.fb.clone().into_iter().collect::<Vec<_>>(), vec![(0, 6)]);
+    // RD keeps it: window {7,6} at RI 6 ⇒ 7 early by 1, 6 late by 1.
+    assert_eq!(
+        m.fd.clone().into_iter().collect::<Vec<_>>(),
+        vec![(-1, 1), (0, 5), (1, 1)]
+    );
+    // The same with a window large enough to hold 3: late by 2.
+    let m = rfc5236(&[1, 2, 4, 5, 3], 2);
+    assert_eq!(
+        m.fd.clone().into_iter().collect::<Vec<_>>(),
+        vec![(-1, 2), (0, 2), (2, 1)]
+    );
+}
+
+#[test]
+fn rfc5236_every_distinct_packet_is_accounted_for() {
+    // Over all orders of 1..=6 with up to two packets lost and one
+    // duplicated, and DT 0..=4: each distinct arrival is either placed
+    // (FD), discarded beyond DT, or discarded as too late; and the
+    // computation ends (the algorithm's loop has no way to spin).
+    fn perms(v: &mut Vec<i64>, k: usize, out: &mut Vec<Vec<i64>>) {
+        if k == v.len() {
+            out.push(v.clone());
+            return;
+        }
+        for i in k..v.len() {
+            v.swap(k, i);
+            perms(v, k + 1, out);
+            v.swap(k, i);
+        }
+    }
+    let mut all = Vec::new();
+    perms(&mut (1..=6).collect(), 0, &mut all);
+    for p in &all {
+        for mask in 0u32..64 {
+            if mask.count_ones() > 2 {
+                continue;
+            }
+            let mut q: Vec<i64> = (0..6)
+                .filter(|i| mask & (1 << i) == 0)
+                .map(|i| p[i])
+                .collect();
+            q.push(q[0]);
+            for dt in 0..5 {
+                let m = rfc5236(&q, dt);
+                assert_eq!(m.duplicates, 1);
+                assert_eq!(
+                    m.fd.values().sum::<u64>() + m.beyond_dt + m.too_late,
+                    m.received,
+                    "{q:?} dt {dt}"
+                );
+                assert!(m.fb.keys().all(|&b| b <= 6), "{q:?} dt {dt}");
+            }
+        }
+    }
 }
