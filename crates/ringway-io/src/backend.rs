@@ -172,6 +172,16 @@ pub trait BatchIo: Send {
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize>;
     /// Counters of this backend instance.
     fn stats(&self) -> IoStats;
+    /// Send runs of adjacent equal-length entries to one destination as one
+    /// UDP GSO train (UDP_SEGMENT); returns whether coalescing is now on.
+    /// Default: not supported (mmsg implements it).
+    fn set_gso(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// GSO counters (all zero for backends without [`BatchIo::set_gso`]).
+    fn gso_stats(&self) -> crate::batch::GsoStats {
+        crate::batch::GsoStats::default()
+    }
 }
 
 /// Wrap a configured socket (see [`crate::open_udp`]) in the chosen backend.

@@ -264,6 +264,22 @@ impl TxBatch {
     }
 }
 
+/// UDP GSO counters of a backend (see [`crate::BatchIo::set_gso`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GsoStats {
+    /// Coalescing is on now (asked for, the kernel accepted UDP_SEGMENT and
+    /// no send refused it since).
+    pub enabled: bool,
+    /// Datagram trains sent as one message with a UDP_SEGMENT control
+    /// message (each of at least two datagrams).
+    pub trains: u64,
+    /// Datagrams sent inside those trains.
+    pub segments: u64,
+    /// Times the kernel refused a train (EIO, EINVAL, EOPNOTSUPP, ...): its
+    /// datagrams went out one by one and coalescing was switched off.
+    pub fallbacks: u64,
+}
+
 /// A kernel TX timestamp collected from the socket error queue.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TxStamp {

@@ -42,6 +42,6 @@ pub mod wire;
 pub use backend::{
     open_backend, open_uring, open_xdp, BackendKind, BatchIo, IoStats, UringConfig, XdpConfig,
 };
-pub use batch::{Datagram, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
+pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};
 pub use time::{monotonic_now, realtime_now, Nanos};

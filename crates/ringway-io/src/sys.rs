@@ -323,3 +323,22 @@ pub(crate) fn write_tx_stamp_cmsg(buf: &mut CmsgBuf) -> usize {
         space
     }
 }
+
+/// Write one SOL_UDP/UDP_SEGMENT control message (UDP GSO: the payload is
+/// cut into datagrams of `seg` bytes) into `buf`; returns the control length.
+pub(crate) fn write_gso_cmsg(buf: &mut CmsgBuf, seg: u16) -> usize {
+    // SAFETY: `buf` is 8-byte aligned and 256 bytes long, far more than
+    // CMSG_SPACE(2); we build the header through a msghdr that points at it.
+    unsafe {
+        let space = libc::CMSG_SPACE(2) as usize;
+        let mut hdr: libc::msghdr = zeroed();
+        hdr.msg_control = buf.as_mut_ptr().cast();
+        hdr.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        space
+    }
+}

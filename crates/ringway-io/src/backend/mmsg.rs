@@ -2,7 +2,7 @@
 
 use super::common::TxStamps;
 use crate::backend::{BackendKind, BatchIo, IoStats};
-use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
+use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, CmsgBuf, Ready, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
 use std::io;
@@ -16,6 +16,8 @@ struct Scratch {
     iovs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
     cbufs: Vec<CmsgBuf>,
+    /// Send messages: (first entry, entries) of each, in order.
+    msgs: Vec<(usize, usize)>,
 }
 
 // SAFETY: the raw pointers inside `hdrs`/`iovs` are rewritten before every
@@ -45,6 +47,8 @@ pub(crate) struct MmsgBackend {
     /// Stamp requests are honoured (socket has OPT_ID).
     tx_stamps: bool,
     s: Scratch,
+    /// UDP GSO coalescing state and counters.
+    gso: GsoStats,
 }
 
 impl MmsgBackend {
@@ -59,7 +63,9 @@ impl MmsgBackend {
                 iovs: Vec::new(),
                 names: Vec::new(),
                 cbufs: Vec::new(),
+                msgs: Vec::new(),
             },
+            gso: GsoStats::default(),
         }
     }
 
@@ -146,6 +152,154 @@ impl MmsgBackend {
         self.stats.rx_packets += added as u64;
         Ok(added)
     }
+
+    /// Send entries `from..` of `batch`: runs of adjacent entries with the
+    /// same destination and length (no stamp request) as one GSO train when
+    /// coalescing is on, the rest one message each, all in sendmmsg calls.
+    fn send_from(&mut self, batch: &TxBatch, from: usize) -> Sent {
+        let entries = batch.entries();
+        let n = entries.len() - from;
+        self.s.ensure(n);
+        self.s.msgs.clear();
+        // Entry from+j uses iovs[j]; message m (entries k..k+run) uses
+        // hdrs[m], names[m], cbufs[m] and iovs[k..k+run].
+        let mut k = 0;
+        while k < n {
+            let e = &entries[from + k];
+            let mut run = 1;
+            if self.gso.enabled && e.stamp_tag.is_none() && e.len > 0 {
+                let cap = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / e.len);
+                while k + run < n && run < cap {
+                    let f = &entries[from + k + run];
+                    if f.dst != e.dst || f.len != e.len || f.stamp_tag.is_some() {
+                        break;
+                    }
+                    run += 1;
+                }
+            }
+            self.s.msgs.push((k, run));
+            k += run;
+        }
+        // Fill the iovecs, names and control messages first, then point the
+        // headers at them through pointers taken after the last write.
+        for j in 0..n {
+            let data = batch.data(from + j);
+            self.s.iovs[j] = libc::iovec {
+                iov_base: data.as_ptr() as *mut libc::c_void,
+                iov_len: data.len(),
+            };
+        }
+        for m in 0..self.s.msgs.len() {
+            let (k, run) = self.s.msgs[m];
+            let e = &entries[from + k];
+            let namelen = sys::sockaddr_from(&e.dst, &mut self.s.names[m]);
+            if e.stamp_tag.is_some() && !self.tx_stamps {
+                self.stats.tx_stamps_lost += 1;
+            }
+            let clen = if run > 1 {
+                sys::write_gso_cmsg(&mut self.s.cbufs[m], e.len as u16)
+            } else if e.stamp_tag.is_some() && self.tx_stamps {
+                sys::write_tx_stamp_cmsg(&mut self.s.cbufs[m])
+            } else {
+                0
+            };
+            let h = &mut self.s.hdrs[m].msg_hdr;
+            h.msg_namelen = namelen;
+            h.msg_iovlen = run as _;
+            h.msg_controllen = clen as _;
+        }
+        let names = self.s.names.as_mut_ptr();
+        let iovs = self.s.iovs.as_mut_ptr();
+        let cbufs = self.s.cbufs.as_mut_ptr();
+        for (m, &(k, _)) in self.s.msgs.iter().enumerate() {
+            let h = &mut self.s.hdrs[m];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = names.wrapping_add(m).cast();
+            h.msg_hdr.msg_iov = iovs.wrapping_add(k);
+            h.msg_hdr.msg_control = if h.msg_hdr.msg_controllen > 0 {
+                cbufs.wrapping_add(m).cast()
+            } else {
+                std::ptr::null_mut()
+            };
+            h.msg_hdr.msg_flags = 0;
+        }
+        let fd = self.sock.as_raw_fd();
+        let nmsg = self.s.msgs.len();
+        let mut at = 0;
+        let mut sent = 0;
+        while at < nmsg {
+            let app_tx = realtime_now();
+            self.stats.tx_syscalls += 1;
+            // SAFETY: hdrs[at..nmsg] point at live name storages, iovecs over
+            // the batch's frames and control buffers; the kernel only reads them.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.s.hdrs.as_mut_ptr().add(at),
+                    (nmsg - at) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if rc < 0 {
+                let e = sys::last_err();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                let (k, run) = self.s.msgs[at];
+                if run > 1 && is_gso_refusal(&e) {
+                    return Sent::GsoRefused { sent, at: from + k };
+                }
+                // The message at `at` was refused: count its datagrams and go on.
+                self.stats.tx_errors += run as u64;
+                at += 1;
+                continue;
+            }
+            let got = rc as usize;
+            for &(k, run) in &self.s.msgs[at..at + got] {
+                sent += run;
+                if run > 1 {
+                    self.gso.trains += 1;
+                    self.gso.segments += run as u64;
+                } else if self.tx_stamps {
+                    if let Some(tag) = entries[from + k].stamp_tag {
+                        self.stamps.sent(tag, app_tx);
+                    }
+                }
+            }
+            at += got;
+            if got == 0 {
+                // Should not happen; avoid spinning.
+                for &(_, run) in &self.s.msgs[at..] {
+                    self.stats.tx_errors += run as u64;
+                }
+                break;
+            }
+        }
+        Sent::All(sent)
+    }
+}
+
+/// Outcome of [`MmsgBackend::send_from`].
+enum Sent {
+    /// Everything was handed over (or counted as refused); datagrams accepted.
+    All(usize),
+    /// The kernel refused a GSO train starting at entry `at`; `sent`
+    /// datagrams before it were accepted.
+    GsoRefused { sent: usize, at: usize },
+}
+
+/// Most datagrams in one GSO train (the kernel's UDP_MAX_SEGMENTS on older kernels).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes in one GSO train (one IP datagram before segmentation).
+const GSO_MAX_BYTES: usize = 65_000;
+
+/// Errors with which a kernel or route refuses UDP segmentation offload
+/// (no checksum offload: EIO; segment too large for the MTU: EINVAL; ...).
+fn is_gso_refusal(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT | libc::EMSGSIZE)
+    )
 }
 
 impl BatchIo for MmsgBackend {
@@ -183,84 +337,37 @@ impl BatchIo for MmsgBackend {
         Ok(batch.len())
     }
     fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
-        let n = batch.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        self.s.ensure(n);
-        for (k, e) in batch.entries().iter().enumerate() {
-            let data = batch.data(k);
-            let namelen = sys::sockaddr_from(&e.dst, &mut self.s.names[k]);
-            self.s.iovs[k] = libc::iovec {
-                iov_base: data.as_ptr() as *mut libc::c_void,
-                iov_len: data.len(),
-            };
-            if e.stamp_tag.is_some() && !self.tx_stamps {
-                self.stats.tx_stamps_lost += 1;
-            }
-            let clen = if e.stamp_tag.is_some() && self.tx_stamps {
-                sys::write_tx_stamp_cmsg(&mut self.s.cbufs[k])
-            } else {
-                0
-            };
-            let h = &mut self.s.hdrs[k];
-            h.msg_len = 0;
-            h.msg_hdr.msg_name = (&mut self.s.names[k] as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = namelen;
-            h.msg_hdr.msg_iov = &mut self.s.iovs[k];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = if clen > 0 {
-                self.s.cbufs[k].as_mut_ptr().cast()
-            } else {
-                std::ptr::null_mut()
-            };
-            h.msg_hdr.msg_controllen = clen as _;
-            h.msg_hdr.msg_flags = 0;
-        }
-        let fd = self.sock.as_raw_fd();
-        let entries = batch.entries();
-        let mut at = 0;
+        let mut from = 0;
         let mut sent = 0;
-        while at < n {
-            let app_tx = realtime_now();
-            self.stats.tx_syscalls += 1;
-            // SAFETY: hdrs[at..n] point at live name storages, iovecs over the
-            // batch's frames and control buffers; the kernel only reads them.
-            let rc = unsafe {
-                libc::sendmmsg(
-                    fd,
-                    self.s.hdrs.as_mut_ptr().add(at),
-                    (n - at) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if rc < 0 {
-                if sys::last_err().kind() == io::ErrorKind::Interrupted {
-                    continue;
+        while from < batch.len() {
+            match self.send_from(batch, from) {
+                Sent::All(s) => {
+                    sent += s;
+                    break;
                 }
-                // The datagram at `at` was refused: count it and go on.
-                self.stats.tx_errors += 1;
-                at += 1;
-                continue;
-            }
-            let got = rc as usize;
-            if self.tx_stamps {
-                for e in &entries[at..at + got] {
-                    if let Some(tag) = e.stamp_tag {
-                        self.stamps.sent(tag, app_tx);
-                    }
+                Sent::GsoRefused { sent: s, at } => {
+                    // The kernel will not segment for us: send the rest
+                    // (that train included) datagram by datagram.
+                    sent += s;
+                    self.gso.enabled = false;
+                    self.gso.fallbacks += 1;
+                    from = at;
                 }
-            }
-            sent += got;
-            at += got;
-            if got == 0 {
-                // Should not happen; avoid spinning.
-                self.stats.tx_errors += (n - at) as u64;
-                break;
             }
         }
         self.stats.tx_packets += sent as u64;
         Ok(sent)
+    }
+    fn set_gso(&mut self, on: bool) -> bool {
+        // Probe once: setting the socket default segment size to 0 (off) is
+        // harmless and fails with ENOPROTOOPT where UDP GSO is unknown.
+        self.gso.enabled = on
+            && sys::setsockopt_int(self.sock.as_raw_fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 0)
+                .is_ok();
+        self.gso.enabled
+    }
+    fn gso_stats(&self) -> GsoStats {
+        self.gso
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
         self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
