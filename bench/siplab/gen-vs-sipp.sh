@@ -15,7 +15,10 @@
 # With PROXY=kamailio every call goes through a stateless Kamailio
 # (bench/kamailio/stateless.cfg); default: UAC -> UAS directly.
 #
-# Usage: bench/siplab/gen-vs-sipp.sh            (env: RATE=1000 CALLS=20000 PROXY=none|kamailio RINGWAY=path)
+# ringway runs once with UDP GSO (--gso on) and once without (--gso off);
+# GSO=on or GSO=off runs only that one.
+#
+# Usage: bench/siplab/gen-vs-sipp.sh            (env: RATE=1000 CALLS=20000 PROXY=none|kamailio RINGWAY=path GSO=both|on|off)
 set -euo pipefail
 
 if [ -z "${RINGWAY_GEN_NETNS:-}" ]; then
@@ -28,6 +31,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 RATE=${RATE:-1000}
 CALLS=${CALLS:-20000}
 PROXY=${PROXY:-none}
+GSO=${GSO:-both}
+case "$GSO" in both) GSOS="on off";; on|off) GSOS=$GSO;; *) echo "GSO must be both, on or off" >&2; exit 1;; esac
 RINGWAY=${RINGWAY:-$ROOT/target/release/ringway}
 [ -x "$RINGWAY" ] || { echo "ringway binary $RINGWAY not found (cargo build --release -p ringway, or RINGWAY=...)" >&2; exit 1; }
 command -v sipp >/dev/null || { echo "sipp not installed" >&2; exit 1; }
@@ -105,22 +110,33 @@ echo "kernel $(uname -r), $(nproc) CPUs, $(sipp -v 2>&1 | grep -o 'SIPp v[^ ]*')
 # A: both roles
 start_sipp_uas; sipp_uac; stop_uas
 A_SIPP_CPU=$(echo "$UAC_CPU + $UAS_CPU" | bc -l); A_SIPP_OK=$UAC_OK
-ringway_load
-A_RW_CPU=$RW_CPU; A_RW_OK=$RW_OK
+declare -A A_RW_CPU A_RW_OK B_RW_CPU B_RW_OK
+for g in $GSOS; do
+    ringway_load --gso "$g"
+    A_RW_CPU[$g]=$RW_CPU; A_RW_OK[$g]=$RW_OK
+done
 # B: UAC only, same SIPp UAS
 start_sipp_uas; sipp_uac; stop_uas
 B_SIPP_CPU=$UAC_CPU; B_SIPP_OK=$UAC_OK
-start_sipp_uas; ringway_load --uas 127.0.0.1:5070; stop_uas
-B_RW_CPU=$RW_CPU; B_RW_OK=$RW_OK
+for g in $GSOS; do
+    start_sipp_uas; ringway_load --uas 127.0.0.1:5070 --gso "$g"; stop_uas
+    B_RW_CPU[$g]=$RW_CPU; B_RW_OK[$g]=$RW_OK
+done
 
 per_call() { if [ "${2:-0}" -gt 0 ]; then echo "scale=2; 1000000 * $1 / $2" | bc -l; else echo n/a; fi; }
 ratio() { if [ "$(echo "$2 > 0" | bc -l)" = 1 ]; then echo "scale=2; $1 / $2" | bc -l; else echo n/a; fi; }
-printf '\n%-34s %10s %10s %12s\n' case "calls ok" "CPU s" "µs/call"
-printf '%-34s %10s %10s %12s\n' "A sipp uac+uas" "$A_SIPP_OK" "$A_SIPP_CPU" "$(per_call "$A_SIPP_CPU" "$A_SIPP_OK")"
-printf '%-34s %10s %10s %12s\n' "A ringway sip load (uac+uas)" "$A_RW_OK" "$A_RW_CPU" "$(per_call "$A_RW_CPU" "$A_RW_OK")"
-printf '%-34s %10s %10s %12s\n' "B sipp uac (vs sipp uas)" "$B_SIPP_OK" "$B_SIPP_CPU" "$(per_call "$B_SIPP_CPU" "$B_SIPP_OK")"
-printf '%-34s %10s %10s %12s\n' "B ringway uac (vs sipp uas)" "$B_RW_OK" "$B_RW_CPU" "$(per_call "$B_RW_CPU" "$B_RW_OK")"
-A_R=$(ratio "$(per_call "$A_SIPP_CPU" "$A_SIPP_OK")" "$(per_call "$A_RW_CPU" "$A_RW_OK")")
-B_R=$(ratio "$(per_call "$B_SIPP_CPU" "$B_SIPP_OK")" "$(per_call "$B_RW_CPU" "$B_RW_OK")")
+printf '\n%-38s %10s %10s %12s\n' case "calls ok" "CPU s" "µs/call"
+printf '%-38s %10s %10s %12s\n' "A sipp uac+uas" "$A_SIPP_OK" "$A_SIPP_CPU" "$(per_call "$A_SIPP_CPU" "$A_SIPP_OK")"
+for g in $GSOS; do
+    printf '%-38s %10s %10s %12s\n' "A ringway sip load (uac+uas) gso $g" "${A_RW_OK[$g]}" "${A_RW_CPU[$g]}" "$(per_call "${A_RW_CPU[$g]}" "${A_RW_OK[$g]}")"
+done
+printf '%-38s %10s %10s %12s\n' "B sipp uac (vs sipp uas)" "$B_SIPP_OK" "$B_SIPP_CPU" "$(per_call "$B_SIPP_CPU" "$B_SIPP_OK")"
+for g in $GSOS; do
+    printf '%-38s %10s %10s %12s\n' "B ringway uac (vs sipp uas) gso $g" "${B_RW_OK[$g]}" "${B_RW_CPU[$g]}" "$(per_call "${B_RW_CPU[$g]}" "${B_RW_OK[$g]}")"
+done
 echo
-echo "calls per CPU-second, ringway / SIPp: A (both roles) ${A_R}x, B (UAC only) ${B_R}x (target >= 3x)"
+for g in $GSOS; do
+    A_R=$(ratio "$(per_call "$A_SIPP_CPU" "$A_SIPP_OK")" "$(per_call "${A_RW_CPU[$g]}" "${A_RW_OK[$g]}")")
+    B_R=$(ratio "$(per_call "$B_SIPP_CPU" "$B_SIPP_OK")" "$(per_call "${B_RW_CPU[$g]}" "${B_RW_OK[$g]}")")
+    echo "calls per CPU-second, ringway (gso $g) / SIPp: A (both roles) ${A_R}x, B (UAC only) ${B_R}x (target >= 3x)"
+done

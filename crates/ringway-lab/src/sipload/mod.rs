@@ -74,6 +74,60 @@ pub struct LoadConfig {
     /// start). Response times use kernel RX stamps, so they stay exact;
     /// call starts due within a tick go out together.
     pub tick: Duration,
+    /// UDP GSO: send runs of equal-length messages to one destination as
+    /// one datagram train (the receiver still sees separate datagrams).
+    pub gso: GsoMode,
+}
+
+/// Whether the workers' sockets coalesce sends with UDP GSO.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GsoMode {
+    /// Use it where the backend and kernel support it (mmsg backend).
+    #[default]
+    Auto,
+    /// Require it: starting fails where it is not available.
+    On,
+    /// Never coalesce (one datagram per message, the original path).
+    Off,
+}
+
+impl std::str::FromStr for GsoMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(GsoMode::Auto),
+            "on" => Ok(GsoMode::On),
+            "off" => Ok(GsoMode::Off),
+            _ => Err(format!("unknown GSO mode {s:?} (auto, on, off)")),
+        }
+    }
+}
+
+impl GsoMode {
+    /// Name used on the command line and in summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            GsoMode::Auto => "auto",
+            GsoMode::On => "on",
+            GsoMode::Off => "off",
+        }
+    }
+}
+
+/// What UDP GSO did during a run.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct GsoSummary {
+    /// Mode asked for (auto, on, off).
+    pub mode: String,
+    /// Coalescing was on in every worker at the start.
+    pub used: bool,
+    /// Datagram trains sent (one sendmmsg entry with UDP_SEGMENT, >= 2 datagrams each).
+    pub trains: u64,
+    /// Datagrams sent inside trains (the rest of `msgs_sent` went one by one).
+    pub segments: u64,
+    /// Trains the kernel refused (sent one by one instead; coalescing then off).
+    pub fallbacks: u64,
 }
 
 impl Default for LoadConfig {
@@ -95,6 +149,7 @@ impl Default for LoadConfig {
             hold: Duration::ZERO,
             rcvbuf: Some(4 << 20),
             tick: Duration::from_millis(1),
+            gso: GsoMode::Auto,
         }
     }
 }
@@ -257,6 +312,9 @@ pub struct LoadSummary {
     pub backend: String,
     /// Worker threads.
     pub threads: usize,
+    /// UDP GSO use.
+    #[serde(default)]
+    pub gso: GsoSummary,
 }
 
 impl LoadSummary {
@@ -312,6 +370,14 @@ impl LoadSummary {
             self.threads,
             self.backend
         );
+        s += &format!(
+            "gso: {} ({}): {} trains with {} datagrams, {} fallbacks\n",
+            if self.gso.used { "used" } else { "not used" },
+            self.gso.mode,
+            self.gso.trains,
+            self.gso.segments,
+            self.gso.fallbacks
+        );
         s
     }
 }
@@ -337,6 +403,8 @@ pub(crate) struct WorkerResult {
     pub send_errors: u64,
     pub rx_dropped: u64,
     pub cpu: CpuTimes,
+    pub gso_used: bool,
+    pub gso: ringway_io::GsoStats,
     pub last_start: Instant,
     pub finished: Instant,
 }
@@ -389,6 +457,11 @@ pub fn run(
         target_cps: cfg.rate,
         backend: cfg.backend.name().into(),
         threads: cfg.threads,
+        gso: GsoSummary {
+            mode: cfg.gso.name().into(),
+            used: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut h180 = worker::new_hist();
@@ -419,6 +492,10 @@ pub fn run(
         sum.send_errors += r.send_errors;
         sum.rx_dropped += r.rx_dropped;
         sum.cpu = sum.cpu.add(&r.cpu);
+        sum.gso.used &= r.gso_used;
+        sum.gso.trains += r.gso.trains;
+        sum.gso.segments += r.gso.segments;
+        sum.gso.fallbacks += r.gso.fallbacks;
         last_start = last_start.max(r.last_start);
         finished = finished.max(r.finished);
     }

@@ -3,7 +3,7 @@
 use super::arrival::Arrivals;
 use super::cpu::{thread_cpu, CpuTimes};
 use super::view::{name_addr_uri, uri_addr, Hdr, View};
-use super::{Live, LoadConfig, WorkerResult};
+use super::{GsoMode, Live, LoadConfig, WorkerResult};
 use hdrhistogram::Histogram;
 use ringway_io::{open_backend, open_udp, BatchIo, RxBatch, SocketConfig, TxBatch};
 use std::cmp::Reverse;
@@ -59,7 +59,33 @@ struct UasCall {
     interval: u64,
 }
 
+/// What a queued message is, in the order one call's messages can follow
+/// each other within one flush. With GSO each flush is sorted by (kind,
+/// destination, length) so equal messages sit together and form one train,
+/// and the messages of one call keep their order (a 180 goes before its 200).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Invite,
+    Provisional,
+    InviteOk,
+    Ack,
+    Bye,
+    /// Final responses to non-INVITE requests (BYE, OPTIONS, ...).
+    Final,
+}
+
+/// A message waiting in the GSO staging area: bytes at `off..off+len` of `Worker::stage`.
+#[derive(Copy, Clone, Debug)]
+struct Staged {
+    kind: Kind,
+    dst: SocketAddr,
+    off: u32,
+    len: u32,
+}
+
 /// Call-ID of call `n` of worker `tid` in run `run` (formatted without allocating).
+/// Fixed width (zero-padded numbers), so every message of a kind has the same
+/// length across calls and GSO can send them as one train.
 struct CallId<'a> {
     n: u64,
     tid: usize,
@@ -68,7 +94,7 @@ struct CallId<'a> {
 
 impl std::fmt::Display for CallId<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}-{}@ringway", self.n, self.tid, self.run)
+        write!(f, "{:08}-{:03}-{}@ringway", self.n, self.tid, self.run)
     }
 }
 
@@ -193,6 +219,10 @@ pub(crate) struct Worker {
     timers: Timers,
     tx: TxBatch,
     rx: RxBatch,
+    /// GSO is on: messages are staged and sorted before each flush.
+    gso: bool,
+    staged: Vec<Staged>,
+    stage: Vec<u8>,
     scratch: Vec<u8>,
     r: WorkerCounts,
     /// CLOCK_REALTIME of the current loop pass (send stamps for response times).
@@ -246,7 +276,14 @@ impl Worker {
         // Kernel RX stamps make response times exact even when wakeups are coalesced.
         sc.rx_timestamps = true;
         let (sock, _rep) = open_udp(&sc).map_err(|e| anyhow::anyhow!("bind {}: {e}", sc.bind))?;
-        let io = open_backend(cfg.backend, sock)?;
+        let mut io = open_backend(cfg.backend, sock)?;
+        let gso = cfg.gso != GsoMode::Off && io.set_gso(true);
+        if cfg.gso == GsoMode::On && !gso {
+            anyhow::bail!(
+                "UDP GSO not available with the {} backend on this kernel (use --gso auto or off)",
+                cfg.backend
+            );
+        }
         let local = io.local_addr()?;
         let ruri = cfg.uas.unwrap_or(local);
         let next_hop = cfg.proxy.unwrap_or(ruri);
@@ -278,6 +315,9 @@ impl Worker {
             timers: Timers::default(),
             tx: TxBatch::new(TX_FRAMES, TX_FRAME),
             rx: RxBatch::new(RX_FRAMES, RX_FRAME),
+            gso,
+            staged: Vec::with_capacity(TX_FRAMES),
+            stage: Vec::with_capacity(TX_FRAMES * 1024),
             scratch: Vec::with_capacity(2048),
             r: WorkerCounts::default(),
             rt_now: 0,
@@ -333,14 +373,21 @@ impl Worker {
                 }
                 break;
             }
+            let busy = !self.calls.is_empty() || !self.uas.is_empty();
             let mut wake = now + 50_000_000;
             if starting {
-                wake = wake.min(next_start);
+                // Coalesced wakeups: call starts due within the next tick go
+                // out together at its end (one batch, GSO trains).
+                let coalesce = if self.tick > 0 && busy {
+                    now + self.tick
+                } else {
+                    0
+                };
+                wake = wake.min(next_start.max(coalesce));
             }
             if let Some(at) = self.timers.next_at() {
                 wake = wake.min(at);
             }
-            let busy = !self.calls.is_empty() || !self.uas.is_empty();
             let n = if self.tick > 0 && busy {
                 // Coalesced wakeups: sleep one tick (or less, to the next
                 // event), then take everything that arrived meanwhile.
@@ -384,6 +431,8 @@ impl Worker {
                 user_s: cpu.user_s,
                 sys_s: cpu.sys_s,
             },
+            gso_used: self.gso,
+            gso: self.io.gso_stats(),
             last_start,
             finished: Instant::now(),
         })
@@ -420,6 +469,19 @@ impl Worker {
     }
 
     fn flush(&mut self) {
+        if !self.staged.is_empty() {
+            // Equal (kind, destination, length) side by side; `off` grows in
+            // queueing order, so ties keep it (a stable sort without allocating).
+            self.staged
+                .sort_unstable_by_key(|m| (m.kind, m.dst, m.len, m.off));
+            for m in &self.staged {
+                let bytes = &self.stage[m.off as usize..(m.off + m.len) as usize];
+                // Fits: at most TX_FRAMES staged, each at most TX_FRAME bytes.
+                let _ = self.tx.push(m.dst, bytes);
+            }
+            self.staged.clear();
+            self.stage.clear();
+        }
         if self.tx.is_empty() {
             return;
         }
@@ -428,15 +490,32 @@ impl Worker {
     }
 
     /// Queue `scratch` for `dst`.
-    fn send_scratch(&mut self, dst: SocketAddr) {
-        if self.tx.is_full() {
-            self.flush();
-        }
-        if self.tx.push(dst, &self.scratch).is_ok() {
-            self.r.msgs_sent += 1;
-            if Some(dst) == self.proxy {
-                self.r.msgs_to_proxy += 1;
+    fn send_scratch(&mut self, dst: SocketAddr, kind: Kind) {
+        if self.gso {
+            if self.scratch.len() > TX_FRAME {
+                return; // as `TxBatch::push` refuses it without GSO
             }
+            if self.staged.len() >= TX_FRAMES {
+                self.flush();
+            }
+            self.staged.push(Staged {
+                kind,
+                dst,
+                off: self.stage.len() as u32,
+                len: self.scratch.len() as u32,
+            });
+            self.stage.extend_from_slice(&self.scratch);
+        } else {
+            if self.tx.is_full() {
+                self.flush();
+            }
+            if self.tx.push(dst, &self.scratch).is_err() {
+                return;
+            }
+        }
+        self.r.msgs_sent += 1;
+        if Some(dst) == self.proxy {
+            self.r.msgs_to_proxy += 1;
         }
     }
 
@@ -479,9 +558,9 @@ impl Worker {
         let _ = write!(
             self.scratch,
             "INVITE sip:service@{r} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-i;rport\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
              Max-Forwards: 70\r\n\
-             From: <sip:ringway@{l}>;tag={t}x{n}\r\n\
+             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n\
              To: <sip:service@{r}>\r\n\
              Call-ID: {cid}\r\n\
              CSeq: 1 INVITE\r\n\
@@ -498,7 +577,7 @@ impl Worker {
 
     fn start_call(&mut self, n: u64, now: u64) {
         self.build_invite(n);
-        self.send_scratch(self.next_hop);
+        self.send_scratch(self.next_hop, Kind::Invite);
         self.r.attempted += 1;
         self.live.attempted.fetch_add(1, Ordering::Relaxed);
         self.calls.insert(
@@ -548,7 +627,7 @@ impl Worker {
         let kind = if method == "ACK" { 'a' } else { 'b' };
         let _ = write!(
             out,
-            " SIP/2.0\r\nVia: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-{kind};rport\r\nMax-Forwards: 70\r\n",
+            " SIP/2.0\r\nVia: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-{kind};rport\r\nMax-Forwards: 70\r\n",
             l = self.local,
             run = self.run_id,
             t = self.tid
@@ -574,7 +653,7 @@ impl Worker {
         }
         let _ = write!(
             out,
-            "From: <sip:ringway@{l}>;tag={t}x{n}\r\nTo: <sip:service@{r}>;tag=",
+            "From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\nTo: <sip:service@{r}>;tag=",
             l = self.local,
             t = self.tid,
             r = self.ruri
@@ -593,9 +672,14 @@ impl Worker {
     }
 
     fn send_in_dialog(&mut self, n: u64, method: &str, cseq: u32) -> bool {
+        let kind = if method == "ACK" {
+            Kind::Ack
+        } else {
+            Kind::Bye
+        };
         match self.build_in_dialog(n, method, cseq) {
             Some(dst) => {
-                self.send_scratch(dst);
+                self.send_scratch(dst, kind);
                 true
             }
             None => false,
@@ -615,7 +699,7 @@ impl Worker {
                     c.interval *= 2;
                     let next = now + c.interval;
                     self.build_invite(t.key);
-                    self.send_scratch(self.next_hop);
+                    self.send_scratch(self.next_hop, Kind::Invite);
                     self.r.retrans_invite += 1;
                     self.live.retransmissions.fetch_add(1, Ordering::Relaxed);
                     self.schedule(next, t.key, TKind::InviteRetx);
@@ -682,7 +766,7 @@ impl Worker {
                     let next = now + u.interval;
                     let dst = u.dst;
                     std::mem::swap(&mut self.scratch, &mut u.resp200);
-                    self.send_scratch(dst);
+                    self.send_scratch(dst, Kind::InviteOk);
                     let (_, u) = self.uas.get_mut(&t.key).expect("present");
                     std::mem::swap(&mut self.scratch, &mut u.resp200);
                     self.r.retrans_200 += 1;
@@ -826,9 +910,9 @@ impl Worker {
         let _ = write!(
             self.scratch,
             "ACK sip:service@{r} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t}-{n}-i;rport\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
              Max-Forwards: 70\r\n\
-             From: <sip:ringway@{l}>;tag={t}x{n}\r\n",
+             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n",
             r = self.ruri,
             l = self.local,
             run = self.run_id,
@@ -844,7 +928,7 @@ impl Worker {
             self.scratch,
             "\r\nCall-ID: {cid}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
         );
-        self.send_scratch(self.next_hop);
+        self.send_scratch(self.next_hop, Kind::Ack);
     }
 
     /// Build a response to request `v` into `scratch`.
@@ -867,7 +951,7 @@ impl Worker {
             if let Some(l) = v.lines(h).next() {
                 s.extend_from_slice(l);
                 if h == Hdr::To && v.to_tag().is_none() {
-                    let _ = write!(s, ";tag={:x}", tag_of(cid));
+                    let _ = write!(s, ";tag={:016x}", tag_of(cid));
                 }
                 s.extend_from_slice(b"\r\n");
             }
@@ -901,15 +985,15 @@ impl Worker {
                     // Retransmitted INVITE: repeat the last response.
                     let (_, u) = self.uas.get_mut(&id).expect("ids and calls in step");
                     std::mem::swap(&mut self.scratch, &mut u.resp200);
-                    self.send_scratch(dst);
+                    self.send_scratch(dst, Kind::InviteOk);
                     let (_, u) = self.uas.get_mut(&id).expect("present");
                     std::mem::swap(&mut self.scratch, &mut u.resp200);
                     return;
                 }
                 self.build_response(v, 180, "Ringing", true);
-                self.send_scratch(dst);
+                self.send_scratch(dst, Kind::Provisional);
                 self.build_response(v, 200, "OK", true);
-                self.send_scratch(dst);
+                self.send_scratch(dst, Kind::InviteOk);
                 let id = self.next_uas;
                 self.next_uas += 1;
                 self.uas_ids.insert(cid.to_vec(), id);
@@ -938,15 +1022,15 @@ impl Worker {
                     self.uas.remove(&id);
                 }
                 self.build_response(v, 200, "OK", false);
-                self.send_scratch(dst);
+                self.send_scratch(dst, Kind::Final);
             }
             b"OPTIONS" | b"CANCEL" => {
                 self.build_response(v, 200, "OK", false);
-                self.send_scratch(dst);
+                self.send_scratch(dst, Kind::Final);
             }
             _ => {
                 self.build_response(v, 501, "Not Implemented", false);
-                self.send_scratch(dst);
+                self.send_scratch(dst, Kind::Final);
             }
         }
     }
@@ -1045,5 +1129,79 @@ mod tests {
             Some("127.0.0.1:5060".parse().unwrap())
         );
         assert!(!String::from_utf8_lossy(&w.scratch).contains("Route:"));
+    }
+
+    #[test]
+    fn messages_of_a_kind_have_one_length() {
+        let mut w = worker();
+        let mut lens: Vec<[usize; 5]> = Vec::new();
+        for n in [0u64, 7, 4242, 12_345_678] {
+            w.build_invite(n);
+            let inv = w.scratch.clone();
+            let v = View::parse(&inv).unwrap();
+            w.build_response(&v, 180, "Ringing", true);
+            let l180 = w.scratch.len();
+            w.build_response(&v, 200, "OK", true);
+            let resp = w.scratch.clone();
+            let r = View::parse(&resp).unwrap();
+            w.calls.insert(
+                n,
+                UacCall {
+                    state: UacState::Confirmed,
+                    t_invite: 0,
+                    t_bye: 0,
+                    got_180: true,
+                    interval: 0,
+                    bye_prov: false,
+                    to_tag: r.to_tag().unwrap().to_vec(),
+                    route: Vec::new(),
+                    target: r.contact_uri().unwrap().to_vec(),
+                },
+            );
+            w.build_in_dialog(n, "ACK", 1).unwrap();
+            let ack = w.scratch.len();
+            w.build_in_dialog(n, "BYE", 2).unwrap();
+            lens.push([inv.len(), l180, resp.len(), ack, w.scratch.len()]);
+            assert_eq!(w.our_call(v.call_id().unwrap()), Some(n));
+        }
+        assert!(lens.iter().all(|l| *l == lens[0]), "{lens:?}");
+    }
+
+    #[test]
+    fn gso_flush_groups_kinds_in_call_order() {
+        let cfg = LoadConfig {
+            gso: GsoMode::On,
+            ..LoadConfig::default()
+        };
+        let mut w = Worker::new(&cfg, 0, "abcd1234", Arc::new(Live::default())).unwrap();
+        let dst = w.local;
+        // Queued interleaved, as answering two INVITEs and a BYE does.
+        for (kind, body) in [
+            (Kind::Provisional, "180a"),
+            (Kind::InviteOk, "200-a"),
+            (Kind::Final, "bye-ok"),
+            (Kind::Provisional, "180b"),
+            (Kind::InviteOk, "200-b"),
+        ] {
+            w.scratch = body.as_bytes().to_vec();
+            w.send_scratch(dst, kind);
+        }
+        w.flush();
+        let mut rx = RxBatch::new(8, 64);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got.len() < 5 && Instant::now() < deadline {
+            w.io.recv_batch(&mut rx, Some(Duration::from_millis(100)))
+                .unwrap();
+            got.extend(
+                rx.iter()
+                    .map(|d| String::from_utf8_lossy(d.data).into_owned()),
+            );
+        }
+        assert_eq!(got, ["180a", "180b", "200-a", "200-b", "bye-ok"]);
+        assert_eq!(w.r.msgs_sent, 5);
+        let g = w.io.gso_stats();
+        assert!(g.enabled);
+        assert_eq!((g.trains, g.segments), (2, 4), "{g:?}");
     }
 }

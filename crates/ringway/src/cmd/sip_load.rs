@@ -1,6 +1,6 @@
 //! `ringway sip load`: SIP UAC+UAS load generator.
 
-use ringway_lab::sipload::{self, ArrivalKind, Live, LoadConfig};
+use ringway_lab::sipload::{self, ArrivalKind, GsoMode, Live, LoadConfig};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -52,6 +52,11 @@ pub struct LoadArgs {
     /// Wakeup coalescing in microseconds while calls are in flight (0: wake per event).
     #[arg(long, default_value_t = 1000)]
     pub tick_us: u64,
+    /// UDP GSO: send equal-length messages to one destination as one
+    /// datagram train (auto: where the backend and kernel support it; on:
+    /// require it; off: one datagram per send entry).
+    #[arg(long, default_value = "auto")]
+    pub gso: GsoMode,
     /// Write the final summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -87,6 +92,7 @@ pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         t2: Duration::from_millis((a.t1_ms * 8).max(4000)),
         hold: Duration::from_millis(a.hold_ms),
         tick: Duration::from_micros(a.tick_us),
+        gso: a.gso,
         ..LoadConfig::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
