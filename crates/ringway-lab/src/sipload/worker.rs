@@ -200,7 +200,10 @@ type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHash>>;
 pub(crate) struct Worker {
     tid: usize,
     io: Box<dyn BatchIo>,
-    local: SocketAddr,
+    /// Local address and `ruri` as text, rendered once (formatting a socket
+    /// address for every message was a visible share of the user time).
+    local_s: String,
+    ruri_s: String,
     next_hop: SocketAddr,
     proxy: Option<SocketAddr>,
     ruri: SocketAddr,
@@ -292,7 +295,8 @@ impl Worker {
         Ok(Worker {
             tid: i,
             io,
-            local,
+            local_s: local.to_string(),
+            ruri_s: ruri.to_string(),
             next_hop,
             proxy: cfg.proxy,
             ruri,
@@ -567,8 +571,8 @@ impl Worker {
              Contact: <sip:ringway@{l}>\r\n\
              Content-Type: application/sdp\r\n\
              Content-Length: {len}\r\n\r\n{SDP}",
-            r = self.ruri,
-            l = self.local,
+            r = self.ruri_s,
+            l = self.local_s,
             run = self.run_id,
             t = self.tid,
             len = SDP.len()
@@ -628,7 +632,7 @@ impl Worker {
         let _ = write!(
             out,
             " SIP/2.0\r\nVia: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-{kind};rport\r\nMax-Forwards: 70\r\n",
-            l = self.local,
+            l = self.local_s,
             run = self.run_id,
             t = self.tid
         );
@@ -654,9 +658,9 @@ impl Worker {
         let _ = write!(
             out,
             "From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\nTo: <sip:service@{r}>;tag=",
-            l = self.local,
+            l = self.local_s,
             t = self.tid,
-            r = self.ruri
+            r = self.ruri_s
         );
         out.extend_from_slice(&c.to_tag);
         let cid = CallId {
@@ -913,8 +917,8 @@ impl Worker {
              Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
              Max-Forwards: 70\r\n\
              From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n",
-            r = self.ruri,
-            l = self.local,
+            r = self.ruri_s,
+            l = self.local_s,
             run = self.run_id,
             t = self.tid
         );
@@ -957,7 +961,9 @@ impl Worker {
             }
         }
         if dialog {
-            let _ = write!(s, "Contact: <sip:service@{}>\r\n", self.local);
+            s.extend_from_slice(b"Contact: <sip:service@");
+            s.extend_from_slice(self.local_s.as_bytes());
+            s.extend_from_slice(b">\r\n");
         }
         if dialog && code == 200 {
             let _ = write!(
@@ -1174,7 +1180,7 @@ mod tests {
             ..LoadConfig::default()
         };
         let mut w = Worker::new(&cfg, 0, "abcd1234", Arc::new(Live::default())).unwrap();
-        let dst = w.local;
+        let dst = w.io.local_addr().unwrap();
         // Queued interleaved, as answering two INVITEs and a BYE does.
         for (kind, body) in [
             (Kind::Provisional, "180a"),
