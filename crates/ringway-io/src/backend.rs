@@ -10,7 +10,7 @@ mod common;
 mod mmsg;
 mod socket;
 mod uring;
-mod xdp;
+pub(crate) mod xdp;
 
 pub use uring::UringConfig;
 pub use xdp::XdpConfig;

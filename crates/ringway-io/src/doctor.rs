@@ -5,7 +5,7 @@
 //! probes in a private network namespace, the debugfs probe in a private
 //! mount namespace (with propagation to the host turned off first).
 
-use crate::backend::{open_backend, BackendKind};
+use crate::backend::{open_backend, xdp, BackendKind};
 use crate::batch::{RxBatch, TxBatch};
 use crate::netns::in_private_netns;
 use crate::sock::{open_udp, read_sysctl, SocketConfig};
@@ -485,114 +485,14 @@ fn probe_af_xdp() -> Vec<Check> {
     out
 }
 
-/// Register a small UMEM, set up rings and bind to `ifindex` queue 0 with `flags`.
+/// Register a small UMEM, size the rings and bind to `ifindex` queue 0 with
+/// `flags` (the xdp backend's own set-up steps); everything is released on return.
 fn xsk_bind(ifindex: u32, flags: u16) -> Result<(), String> {
-    const AF_XDP: libc::c_int = 44;
-    const SOL_XDP: libc::c_int = 283;
-    const XDP_RX_RING: libc::c_int = 2;
-    const XDP_UMEM_REG: libc::c_int = 4;
-    const XDP_UMEM_FILL_RING: libc::c_int = 5;
-    const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
-    #[repr(C)]
-    struct UmemReg {
-        addr: u64,
-        len: u64,
-        chunk_size: u32,
-        headroom: u32,
-        flags: u32,
-        tx_metadata_len: u32,
-    }
-    #[repr(C)]
-    struct SockaddrXdp {
-        family: u16,
-        flags: u16,
-        ifindex: u32,
-        queue_id: u32,
-        shared_umem_fd: u32,
-    }
     if ifindex == 0 {
         return Err("no ifindex for the veth".into());
     }
-    const LEN: usize = 16 * 4096;
-    // SAFETY: anonymous private mapping, checked below, unmapped at the end.
-    let mem = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            LEN,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if mem == libc::MAP_FAILED {
-        return Err(errno_reason(&io::Error::last_os_error()));
-    }
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    let res = (|| -> Result<(), String> {
-        if fd < 0 {
-            return Err(errno_reason(&io::Error::last_os_error()));
-        }
-        let reg = UmemReg {
-            addr: mem as u64,
-            len: LEN as u64,
-            chunk_size: 4096,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
-        };
-        // SAFETY: pointer/length describe a live UmemReg; the UMEM mapping outlives the socket.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                SOL_XDP,
-                XDP_UMEM_REG,
-                (&reg as *const UmemReg).cast(),
-                std::mem::size_of::<UmemReg>() as u32,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "XDP_UMEM_REG: {}",
-                errno_reason(&io::Error::last_os_error())
-            ));
-        }
-        for (opt, what) in [
-            (XDP_UMEM_FILL_RING, "fill ring"),
-            (XDP_UMEM_COMPLETION_RING, "completion ring"),
-            (XDP_RX_RING, "rx ring"),
-        ] {
-            sys::setsockopt_int(fd, SOL_XDP, opt, 16)
-                .map_err(|e| format!("{what}: {}", errno_reason(&e)))?;
-        }
-        let sa = SockaddrXdp {
-            family: AF_XDP as u16,
-            flags,
-            ifindex,
-            queue_id: 0,
-            shared_umem_fd: 0,
-        };
-        // SAFETY: pointer/length describe a live sockaddr_xdp.
-        let rc = unsafe {
-            libc::bind(
-                fd,
-                (&sa as *const SockaddrXdp).cast(),
-                std::mem::size_of::<SockaddrXdp>() as u32,
-            )
-        };
-        if rc != 0 {
-            return Err(errno_reason(&io::Error::last_os_error()));
-        }
-        Ok(())
-    })();
-    if fd >= 0 {
-        // SAFETY: closing our own descriptor (before the UMEM goes away).
-        unsafe { libc::close(fd) };
-    }
-    // SAFETY: unmapping the region mapped above; nothing refers to it any more.
-    unsafe { libc::munmap(mem, LEN) };
-    res
+    let x = xdp::xsk_setup(16, 4096, 16).map_err(|e| e.to_string())?;
+    xdp::xsk_bind(x.fd.as_raw_fd(), ifindex, 0, flags).map_err(|e| e.to_string())
 }
 
 /// netem (and tbf for contrast) in a throwaway private namespace.

@@ -289,7 +289,7 @@ fn attach(
 }
 
 /// A memory mapping, unmapped on drop.
-struct Mapping {
+pub(crate) struct Mapping {
     ptr: *mut u8,
     len: usize,
 }
@@ -541,6 +541,107 @@ fn read_arp(dev: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
         .collect()
 }
 
+/// An AF_XDP socket with its UMEM registered and its four rings sized, not
+/// yet mapped or bound (rings must be mapped before `bind`). Field order is
+/// drop order: the socket is closed before the UMEM is unmapped.
+pub(crate) struct XskSetup {
+    pub(crate) fd: OwnedFd,
+    pub(crate) umem: Mapping,
+}
+
+/// Create an AF_XDP socket, register a UMEM of `frames` × `frame_size`
+/// bytes and size the fill, completion, RX and TX rings to `ring` entries.
+pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<XskSetup> {
+    // SAFETY: plain socket(2) call.
+    let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(err("socket(AF_XDP)", sys::last_err()));
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let umem = Mapping::anon(frames as usize * frame_size as usize)?;
+    #[repr(C)]
+    struct UmemReg {
+        addr: u64,
+        len: u64,
+        chunk_size: u32,
+        headroom: u32,
+        flags: u32,
+        tx_metadata_len: u32,
+    }
+    let reg = UmemReg {
+        addr: umem.ptr as u64,
+        len: umem.len as u64,
+        chunk_size: frame_size,
+        headroom: 0,
+        flags: 0,
+        tx_metadata_len: 0,
+    };
+    // SAFETY: pointer/length describe a live UmemReg; the UMEM mapping
+    // outlives the socket (XskSetup drops the socket first).
+    let rc = unsafe {
+        libc::setsockopt(
+            raw,
+            SOL_XDP,
+            XDP_UMEM_REG,
+            (&reg as *const UmemReg).cast(),
+            std::mem::size_of::<UmemReg>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(err("XDP_UMEM_REG", sys::last_err()));
+    }
+    for (opt, what) in [
+        (XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"),
+        (XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"),
+        (XDP_RX_RING, "XDP_RX_RING"),
+        (XDP_TX_RING, "XDP_TX_RING"),
+    ] {
+        sys::setsockopt_int(raw, SOL_XDP, opt, ring as i32).map_err(|e| err(what, e))?;
+    }
+    Ok(XskSetup { fd, umem })
+}
+
+/// Bind an AF_XDP socket to `ifindex` / `queue` with bind `flags`
+/// (`XDP_COPY`, `XDP_ZEROCOPY`).
+pub(crate) fn xsk_bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16) -> io::Result<()> {
+    #[repr(C)]
+    struct SockaddrXdp {
+        family: u16,
+        flags: u16,
+        ifindex: u32,
+        queue_id: u32,
+        shared_umem_fd: u32,
+    }
+    let sa = SockaddrXdp {
+        family: AF_XDP as u16,
+        flags,
+        ifindex,
+        queue_id: queue,
+        shared_umem_fd: 0,
+    };
+    // SAFETY: pointer/length describe a live sockaddr_xdp.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&sa as *const SockaddrXdp).cast(),
+            std::mem::size_of::<SockaddrXdp>() as u32,
+        )
+    };
+    if rc != 0 {
+        let mode = if flags & XDP_COPY != 0 {
+            "XDP_COPY"
+        } else {
+            "XDP_ZEROCOPY"
+        };
+        return Err(err(
+            &format!("bind AF_XDP to ifindex {ifindex} queue {queue} ({mode})"),
+            sys::last_err(),
+        ));
+    }
+    Ok(())
+}
+
 /// Bytes of the UMEM at `off..off+len`, if inside.
 fn umem_slice(umem: &Mapping, off: u64, len: usize) -> Option<&[u8]> {
     let off = usize::try_from(off).ok()?;
@@ -620,55 +721,10 @@ impl XdpBackend {
         if ifindex == 0 {
             return Err(err(&format!("interface {}", cfg.ifname), sys::last_err()));
         }
-        // SAFETY: plain socket(2) call.
-        let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(err("socket(AF_XDP)", sys::last_err()));
-        }
-        // SAFETY: a new descriptor nobody else owns.
-        let xsk = unsafe { OwnedFd::from_raw_fd(fd) };
-        let fs = cfg.frame_size as usize;
-        let umem = Mapping::anon(cfg.frames as usize * fs)?;
-        #[repr(C)]
-        struct UmemReg {
-            addr: u64,
-            len: u64,
-            chunk_size: u32,
-            headroom: u32,
-            flags: u32,
-            tx_metadata_len: u32,
-        }
-        let reg = UmemReg {
-            addr: umem.ptr as u64,
-            len: umem.len as u64,
-            chunk_size: cfg.frame_size,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
-        };
-        // SAFETY: pointer/length describe a live UmemReg; the UMEM mapping
-        // outlives the socket (declared after it in the backend).
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                SOL_XDP,
-                XDP_UMEM_REG,
-                (&reg as *const UmemReg).cast(),
-                std::mem::size_of::<UmemReg>() as u32,
-            )
-        };
-        if rc != 0 {
-            return Err(err("XDP_UMEM_REG", sys::last_err()));
-        }
         let half = cfg.frames / 2;
-        for (opt, what) in [
-            (XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"),
-            (XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"),
-            (XDP_RX_RING, "XDP_RX_RING"),
-            (XDP_TX_RING, "XDP_TX_RING"),
-        ] {
-            sys::setsockopt_int(fd, SOL_XDP, opt, half as i32).map_err(|e| err(what, e))?;
-        }
+        let XskSetup { fd: xsk, umem } = xsk_setup(cfg.frames, cfg.frame_size, half)?;
+        let fd = xsk.as_raw_fd();
+        let fs = cfg.frame_size as usize;
         let mut offs = [RingOffset::default(); 4]; // rx, tx, fill, completion
         let mut olen = std::mem::size_of_val(&offs) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
@@ -707,38 +763,8 @@ impl XdpBackend {
         let tx_free: Vec<u64> = (half as u64..cfg.frames as u64)
             .map(|i| i * fs as u64)
             .collect();
-        #[repr(C)]
-        struct SockaddrXdp {
-            family: u16,
-            flags: u16,
-            ifindex: u32,
-            queue_id: u32,
-            shared_umem_fd: u32,
-        }
-        let sa = SockaddrXdp {
-            family: AF_XDP as u16,
-            flags: XDP_COPY,
-            ifindex,
-            queue_id: cfg.queue,
-            shared_umem_fd: 0,
-        };
-        // SAFETY: pointer/length describe a live sockaddr_xdp.
-        let rc = unsafe {
-            libc::bind(
-                fd,
-                (&sa as *const SockaddrXdp).cast(),
-                std::mem::size_of::<SockaddrXdp>() as u32,
-            )
-        };
-        if rc != 0 {
-            return Err(err(
-                &format!(
-                    "bind AF_XDP to {} queue {} (XDP_COPY)",
-                    cfg.ifname, cfg.queue
-                ),
-                sys::last_err(),
-            ));
-        }
+        xsk_bind(fd, ifindex, cfg.queue, XDP_COPY)
+            .map_err(|e| io::Error::new(e.kind(), format!("{} ({})", e, cfg.ifname)))?;
         let attached = attach(ifindex, cfg.queue, fd, local.port(), *local.ip())?;
         Ok(XdpBackend {
             _attached: attached,
