@@ -101,6 +101,36 @@ impl TxStamps {
     }
 }
 
+/// Wait until `fd` has a datagram to read, draining TX stamps from the
+/// error queue and counting pending socket errors on the way. Returns
+/// `false` when `timeout` passed with nothing to read.
+pub(crate) fn wait_for_datagram(
+    fd: RawFd,
+    timeout: Option<std::time::Duration>,
+    stamps: &mut TxStamps,
+    socket_errors: &mut u64,
+) -> io::Result<bool> {
+    use std::time::{Duration, Instant};
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        match sys::wait_readable(fd, left)? {
+            sys::Ready::Readable => return Ok(true),
+            sys::Ready::ErrQueue => {
+                stamps.drain_errqueue(fd)?;
+                // A pending socket error (not queued) also raises POLLERR.
+                if sys::take_socket_error(fd).is_some() {
+                    *socket_errors += 1;
+                }
+                if left == Some(Duration::ZERO) {
+                    return Ok(false);
+                }
+            }
+            sys::Ready::Nothing => return Ok(false),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,10 @@
 //! (recvmsg rather than recvfrom so control messages — timestamps, drop
 //! counts — arrive with each datagram).
 
-use super::common::TxStamps;
+use super::common::{wait_for_datagram, TxStamps};
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
-use crate::sys::{self, CmsgBuf, Ready, CMSG_BUF_WORDS};
+use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -104,23 +104,8 @@ impl BatchIo for SocketBackend {
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
         batch.clear();
         let fd = self.sock.as_raw_fd();
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            match sys::wait_readable(fd, left)? {
-                Ready::Readable => break,
-                Ready::ErrQueue => {
-                    self.stamps.drain_errqueue(fd)?;
-                    // A pending socket error (not queued) also raises POLLERR.
-                    if sys::take_socket_error(fd).is_some() {
-                        self.stats.socket_errors += 1;
-                    }
-                    if left == Some(Duration::ZERO) {
-                        return Ok(0);
-                    }
-                }
-                Ready::Nothing => return Ok(0),
-            }
+        if !wait_for_datagram(fd, timeout, &mut self.stamps, &mut self.stats.socket_errors)? {
+            return Ok(0);
         }
         while batch.len() < batch.capacity() {
             if !self.recv_one(batch)? {
