@@ -850,15 +850,19 @@ impl Proxy {
     ) -> Action {
         let mut stateful = self.cfg.mode == Mode::Stateful && method != Method::Ack;
         if stateful
-            && method != Method::Invite
+            && matches!(
+                method,
+                Method::Bye | Method::Prack | Method::Update | Method::Info | Method::Notify
+            )
             && msg.to_tag().is_some()
             && self.active.load(Ordering::Relaxed) >= self.cfg.max_transactions
         {
-            // Overload control sheds new work first: an in-dialog request
-            // (BYE, re-INVITE excepted) of a call already set up is forwarded
-            // statelessly (RFC 3261 16.11; its responses then follow the Via
-            // stack without a transaction), so that calls can end and the
-            // table can drain.
+            // Overload control sheds new work first: a mid-dialog request
+            // that ends or continues a call already set up (BYE, PRACK,
+            // UPDATE, INFO, NOTIFY with a To tag; never REGISTER, OPTIONS,
+            // CANCEL or a re-INVITE) is forwarded statelessly (RFC 3261
+            // 16.11; its responses then follow the Via stack without a
+            // transaction), so that calls can end and the table can drain.
             self.counters.inc(C::OverloadStateless);
             stateful = false;
         }

@@ -615,6 +615,10 @@ fn overload_forwards_in_dialog_requests_statelessly() {
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(back[0].0, addr(UAC));
     assert_eq!(parse(&back[0].1).vias().count(), 1);
+    // A To tag does not buy a REGISTER or OPTIONS past the shedding.
+    let tagged = b"OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKot\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>;tag=x\r\nCall-ID: ot\r\nCSeq: 1 OPTIONS\r\n\r\n";
+    let (o, _) = handle(&p, 0, UAC, tagged);
+    assert_eq!(o.action, Action::Dropped(DropReason::Overload));
     // An out-of-dialog non-INVITE is still shed.
     let opt = b"OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKoo\r\nMax-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\nCall-ID: oo\r\nCSeq: 1 OPTIONS\r\n\r\n";
     let (o, _) = handle(&p, 0, UAC, opt);
