@@ -158,8 +158,9 @@ fn opt_ci(m: &Option<MeanCi>, digits: usize) -> String {
 pub struct ModelFit {
     /// Configuration label.
     pub config: String,
-    /// Capacity per effective thread, C₁,₁ (calls/s).
-    pub c11: f64,
+    /// Capacity per effective thread, C₁,₁ (calls/s); None when every
+    /// capacity of the configuration is only a lower bound.
+    pub c11: Option<f64>,
     /// R² of the through-origin fit (None with fewer than two distinct
     /// capacities, where it is undefined).
     pub r2: Option<f64>,
@@ -191,13 +192,16 @@ pub fn fit_model(caps: &[Capacity], cores: usize) -> Vec<ModelFit> {
         }
     }
     by.into_iter()
-        .filter_map(|(config, (pts, censored_workers))| {
-            let c11 = fit_through_origin(&pts)?;
-            let my = pts.iter().map(|p| p.1).sum::<f64>() / pts.len() as f64;
-            let ss_tot: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
-            let ss_res: f64 = pts.iter().map(|p| (p.1 - c11 * p.0).powi(2)).sum();
-            let r2 = (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot);
-            Some(ModelFit {
+        .filter(|(_, (pts, censored))| !pts.is_empty() || !censored.is_empty())
+        .map(|(config, (pts, censored_workers))| {
+            let c11 = fit_through_origin(&pts);
+            let r2 = c11.and_then(|c11| {
+                let my = pts.iter().map(|p| p.1).sum::<f64>() / pts.len() as f64;
+                let ss_tot: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
+                let ss_res: f64 = pts.iter().map(|p| (p.1 - c11 * p.0).powi(2)).sum();
+                (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot)
+            });
+            ModelFit {
                 config: config.to_string(),
                 c11,
                 r2,
@@ -205,7 +209,7 @@ pub fn fit_model(caps: &[Capacity], cores: usize) -> Vec<ModelFit> {
                 line: fit_line(&pts).map(|f| (f.intercept, f.slope)),
                 points: pts,
                 censored_workers,
-            })
+            }
         })
         .collect()
 }
@@ -562,7 +566,7 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
         }
         model.rows.push(vec![
             f.config.clone(),
-            format!("{:.1}", f.c11),
+            f.c11.map_or("n/a".into(), |c| format!("{c:.1}")),
             f.r2.map_or("n/a".into(), |r| format!("{r:.3}")),
             pts,
         ]);
@@ -691,13 +695,16 @@ mod tests {
             2,
         );
         assert_eq!(f.len(), 1);
-        assert!((f[0].c11 - 1000.0).abs() < 1e-9);
+        assert!((f[0].c11.unwrap() - 1000.0).abs() < 1e-9);
         assert!((f[0].r2.unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(f[0].censored_workers, vec![4]);
         // Equal capacities: R² is undefined, not 1.
         let f = fit_model(&[cap(1, 500.0, false), cap(2, 500.0, false)], 2);
         assert!(f[0].r2.is_none());
-        // Only lower bounds: no fit at all.
-        assert!(fit_model(&[cap(1, 500.0, true)], 2).is_empty());
+        // Only lower bounds: no fit, but the configuration is still listed.
+        let f = fit_model(&[cap(1, 500.0, true)], 2);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].c11.is_none() && f[0].r2.is_none());
+        assert_eq!(f[0].censored_workers, vec![1]);
     }
 }
