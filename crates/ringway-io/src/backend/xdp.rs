@@ -810,9 +810,16 @@ impl XdpBackend {
                         && f.ip.dst() == *self.local.ip()
                         && f.ip.checksum_ok() =>
                 {
-                    let src = f.ip.src();
-                    if self.neigh.len() < MAX_NEIGH || self.neigh.contains_key(&src) {
-                        self.neigh.insert(src, f.eth.src());
+                    // Learn the sender's MAC as a hint only: never a group
+                    // address, never over a known entry (the kernel's
+                    // neighbour table, re-read every second, overrides), and
+                    // a full cache starts over instead of freezing.
+                    let (src, mac) = (f.ip.src(), f.eth.src());
+                    if mac[0] & 1 == 0 && !self.neigh.contains_key(&src) {
+                        if self.neigh.len() >= MAX_NEIGH {
+                            self.neigh.clear();
+                        }
+                        self.neigh.insert(src, mac);
                     }
                     let data = f.udp.payload();
                     let frame = batch.next_frame_mut().expect("room checked");
@@ -967,18 +974,20 @@ impl XdpBackend {
         if ip.is_broadcast() {
             return Some([0xff; 6]);
         }
-        if let Some(m) = self.neigh.get(&ip) {
-            return Some(*m);
-        }
-        let stale = self
-            .arp_read
-            .is_none_or(|t| t.elapsed() >= Duration::from_millis(50));
-        if stale {
+        // The kernel's neighbour table is authoritative: re-read it every
+        // second, and at most every 50 ms while `ip` is unknown.
+        let every = if self.neigh.contains_key(&ip) {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(50)
+        };
+        if self.arp_read.is_none_or(|t| t.elapsed() >= every) {
             self.arp_read = Some(Instant::now());
             for (a, m) in read_arp(&self.cfg.ifname) {
-                if self.neigh.len() < MAX_NEIGH {
-                    self.neigh.insert(a, m);
+                if self.neigh.len() >= MAX_NEIGH && !self.neigh.contains_key(&a) {
+                    self.neigh.clear();
                 }
+                self.neigh.insert(a, m);
             }
         }
         self.neigh.get(&ip).copied()
@@ -1054,12 +1063,15 @@ impl BatchIo for XdpBackend {
                 self.stats.tx_errors += 1;
                 continue;
             };
-            if data.len() > max_payload {
-                self.stats.tx_errors += 1;
-                continue;
-            }
-            let Some(dst_mac) = self.neighbour(*dst.ip()) else {
-                // Unknown neighbour: the kernel path resolves it.
+            let mac = if data.len() > max_payload {
+                None
+            } else {
+                self.neighbour(*dst.ip())
+            };
+            let Some(dst_mac) = mac else {
+                // Unknown neighbour (the kernel path resolves it) or larger
+                // than one frame (the kernel fragments it, as the other
+                // backends do).
                 self.stats.tx_syscalls += 1;
                 match self.sock.send_to(data, dst) {
                     Ok(_) => via_socket += 1,
