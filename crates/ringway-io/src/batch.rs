@@ -275,8 +275,10 @@ pub struct GsoStats {
     pub trains: u64,
     /// Datagrams sent inside those trains.
     pub segments: u64,
-    /// Times the kernel refused a train (EIO, EINVAL, EOPNOTSUPP, ...): its
-    /// datagrams went out one by one and coalescing was switched off.
+    /// Times the kernel refused a train: its datagrams went out one by one.
+    /// Coalescing is switched off when the refusal means no GSO at all
+    /// (EIO, EOPNOTSUPP, ENOPROTOOPT) and stays on after one train's
+    /// EINVAL/EMSGSIZE.
     pub fallbacks: u64,
 }
 

@@ -169,3 +169,40 @@ fn off_by_default_and_switchable() {
     assert!(!s.set_gso(true));
     assert_eq!(s.gso_stats(), ringway_io::GsoStats::default());
 }
+
+/// A train the kernel refuses on its own (SO_NO_CHECK makes UDP_SEGMENT
+/// sends fail with EINVAL) goes out datagram by datagram, every datagram
+/// arrives exactly once, and coalescing stays on for later trains.
+#[test]
+fn refused_train_is_resent_one_by_one_and_gso_stays_on() {
+    let mut a = open(BackendKind::Mmsg, "127.0.0.1", false);
+    let mut b = open(BackendKind::Mmsg, "127.0.0.1", false);
+    assert!(a.set_gso(true), "UDP GSO refused on this kernel");
+    let one: libc::c_int = 1;
+    // SAFETY: valid fd and a live c_int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            a.raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    let bd = b.local_addr().unwrap();
+    let mut tx = TxBatch::new(16, 256);
+    let want: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 100)).collect();
+    for p in &want {
+        tx.push(bd, p).unwrap();
+    }
+    assert_eq!(a.send_batch(&tx).unwrap(), 10);
+    let got: Vec<Vec<u8>> = recv_n(b.as_mut(), 10).into_iter().map(|x| x.1).collect();
+    assert_eq!(got, want);
+    let g = a.gso_stats();
+    assert_eq!((g.trains, g.fallbacks), (0, 1), "{g:?}");
+    assert!(
+        g.enabled,
+        "one refused train must not switch GSO off: {g:?}"
+    );
+}

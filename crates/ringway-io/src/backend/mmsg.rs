@@ -153,12 +153,12 @@ impl MmsgBackend {
         Ok(added)
     }
 
-    /// Send entries `from..` of `batch`: runs of adjacent entries with the
+    /// Send entries `from..to` of `batch`: runs of adjacent entries with the
     /// same destination and length (no stamp request) as one GSO train when
     /// coalescing is on, the rest one message each, all in sendmmsg calls.
-    fn send_from(&mut self, batch: &TxBatch, from: usize) -> Sent {
-        let entries = batch.entries();
-        let n = entries.len() - from;
+    fn send_from(&mut self, batch: &TxBatch, from: usize, to: usize) -> Sent {
+        let entries = &batch.entries()[..to];
+        let n = to - from;
         self.s.ensure(n);
         self.s.msgs.clear();
         // Entry from+j uses iovs[j]; message m (entries k..k+run) uses
@@ -247,7 +247,12 @@ impl MmsgBackend {
                 }
                 let (k, run) = self.s.msgs[at];
                 if run > 1 && is_gso_refusal(&e) {
-                    return Sent::GsoRefused { sent, at: from + k };
+                    return Sent::GsoRefused {
+                        sent,
+                        at: from + k,
+                        run,
+                        permanent: is_gso_unsupported(&e),
+                    };
                 }
                 // The message at `at` was refused: count its datagrams and go on.
                 self.stats.tx_errors += run as u64;
@@ -283,15 +288,31 @@ impl MmsgBackend {
 enum Sent {
     /// Everything was handed over (or counted as refused); datagrams accepted.
     All(usize),
-    /// The kernel refused a GSO train starting at entry `at`; `sent`
-    /// datagrams before it were accepted.
-    GsoRefused { sent: usize, at: usize },
+    /// The kernel refused the GSO train of `run` entries starting at entry
+    /// `at`; `sent` datagrams before it were accepted. `permanent`: the
+    /// socket or route cannot segment at all (not just this train).
+    GsoRefused {
+        sent: usize,
+        at: usize,
+        run: usize,
+        permanent: bool,
+    },
 }
 
 /// Most datagrams in one GSO train (the kernel's UDP_MAX_SEGMENTS on older kernels).
 const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes in one GSO train (one IP datagram before segmentation).
 const GSO_MAX_BYTES: usize = 65_000;
+
+/// Refusals that mean the socket or route cannot segment at all (no
+/// checksum offload: EIO; protocol without GSO), as opposed to one train
+/// the kernel would not take (EINVAL, EMSGSIZE).
+fn is_gso_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+    )
+}
 
 /// Errors with which a kernel or route refuses UDP segmentation offload
 /// (no checksum offload: EIO; segment too large for the MTU: EINVAL; ...).
@@ -325,18 +346,35 @@ impl BatchIo for MmsgBackend {
         let mut from = 0;
         let mut sent = 0;
         while from < batch.len() {
-            match self.send_from(batch, from) {
+            match self.send_from(batch, from, batch.len()) {
                 Sent::All(s) => {
                     sent += s;
                     break;
                 }
-                Sent::GsoRefused { sent: s, at } => {
-                    // The kernel will not segment for us: send the rest
-                    // (that train included) datagram by datagram.
+                Sent::GsoRefused {
+                    sent: s,
+                    at,
+                    run,
+                    permanent,
+                } => {
                     sent += s;
-                    self.gso.enabled = false;
                     self.gso.fallbacks += 1;
-                    from = at;
+                    if permanent {
+                        // The kernel will not segment for us: send the rest
+                        // (that train included) datagram by datagram.
+                        self.gso.enabled = false;
+                        from = at;
+                    } else {
+                        // Only this train was refused (e.g. EINVAL: segment
+                        // larger than the path allows): send it datagram by
+                        // datagram and keep coalescing for the rest.
+                        self.gso.enabled = false;
+                        if let Sent::All(s) = self.send_from(batch, at, at + run) {
+                            sent += s;
+                        }
+                        self.gso.enabled = true;
+                        from = at + run;
+                    }
                 }
             }
         }
