@@ -221,8 +221,10 @@ impl TxScratch {
 
 /// One ring with its buffers, owned by the thread that created it.
 struct Ring {
-    // Declared first so it is dropped (closing the ring and cancelling its
-    // requests) before the buffers it points into are unmapped.
+    // Declared first so it is dropped (closing the ring) before the buffers
+    // it points into are unmapped. Closing is not synchronous (the kernel
+    // tears the ring down later), so `Drop for Ring` first unregisters the
+    // buffer ring, which is: after it no receive can select our buffers.
     uring: IoUring,
     rx: RxState,
     tx: TxScratch,
@@ -234,6 +236,17 @@ struct Ring {
 // ownership along. The single-issuer ring itself is never used from another
 // thread: `UringBackend::ring_for` rebuilds it when the calling thread changes.
 unsafe impl Send for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Synchronous under the ring's lock: once it returns, a receive still
+        // armed in the kernel can only fail with ENOBUFS, never write into
+        // the buffers unmapped after this. (Refused with EEXIST when a
+        // single-issuer ring is dropped by another thread; then the ring's
+        // own teardown cancels the receive.)
+        let _ = self.uring.submitter().unregister_buf_ring(BGID);
+    }
+}
 
 impl Ring {
     fn new(cfg: UringConfig, payload: usize) -> io::Result<Ring> {
