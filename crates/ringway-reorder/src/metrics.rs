@@ -224,8 +224,8 @@ impl<'a> Window<'a> {
 /// Compute RD and RBD with displacement threshold `dt` (used as the RBD
 /// occupancy threshold too) over an arrival sequence of sender-order
 /// numbers that increase by one per packet (use [`ranks`] for TCP byte
-/// offsets). The receive index starts at the smallest of the first DT + 1
-/// distinct arrivals, which is the RFC's start at 1 for numbers from 1.
+/// offsets). The receive index starts at the smallest number that arrived
+/// (the RFC's start at 1 for numbers from 1).
 pub fn rfc5236(arrivals: &[i64], dt: u64) -> Rfc5236 {
     let mut m = Rfc5236 {
         dt,
@@ -260,7 +260,10 @@ fn rd(arrivals: &[i64], dt: u64, m: &mut Rfc5236) {
             None => break,
         }
     }
-    let Some(mut ri) = w.min() else {
+    // RI starts at the first number sent (the RFC's 1), taken as the
+    // smallest number that arrived: a first packet that arrives late, beyond
+    // the first window, is then declared lost and too late, as in the RFC.
+    let Some(mut ri) = arrivals.iter().copied().min() else {
         return;
     };
     // Step 2.

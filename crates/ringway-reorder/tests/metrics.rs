@@ -91,14 +91,15 @@ fn rfc5236_rd_and_rbd_single_late_packet() {
 #[test]
 fn rfc5236_threshold_and_duplicates() {
     // Arrived 2,3,4,5,1 with DT = 2 (window of DT + 1 = 3 arrivals).
-    // RD: window {2,3,4}, RI starts at 2. 2, 3 in place (RI 2→4); when 1
-    // arrives RI = 4 has passed it: it was taken as lost and is discarded
-    // (too late). 4, 5 in place. FD = {0: 4}.
+    // RD: window {2,3,4}, RI starts at 1 (the first number sent): 1 is in
+    // neither window nor buffer ⇒ declared lost, RI 2. 2, 3 in place
+    // (RI 2→4); when 1 arrives RI has passed it: discarded as too late.
+    // 4, 5 in place. FD = {0: 4}.
     // RBD: E is the smallest number in the window, so 1 (never in it while
     // 2..5 are handled) is skipped as lost; no packet waits: FB = {0: 4}.
     let m = rfc5236(&[2, 3, 4, 5, 1], 2);
     assert_eq!(m.fd.clone().into_iter().collect::<Vec<_>>(), vec![(0, 4)]);
-    assert_eq!((m.beyond_dt, m.too_late, m.declared_lost), (0, 1, 0));
+    assert_eq!((m.beyond_dt, m.too_late, m.declared_lost), (0, 1, 1));
     assert_eq!(m.fb.clone().into_iter().collect::<Vec<_>>(), vec![(0, 4)]);
     // With DT = 4 packet 1 is within the window: 2..5 are early by one and
     // 1 is late by 4. FD = {-1: 4, 4: 1}; the buffer holds 1, 2, 3, 4
