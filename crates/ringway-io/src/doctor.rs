@@ -412,22 +412,9 @@ fn probe_io_uring() -> Check {
 /// AF_XDP: create the socket, then in a private namespace bind it to a veth
 /// in copy mode and try zero-copy too.
 fn probe_af_xdp() -> Vec<Check> {
-    const AF_XDP: libc::c_int = 44;
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return vec![chk(
-            "kernel",
-            "AF_XDP socket",
-            false,
-            format!(
-                "socket(AF_XDP) refused: {}",
-                errno_reason(&io::Error::last_os_error())
-            ),
-        )];
+    if let Err(e) = xdp::socket_supported() {
+        return vec![chk("kernel", "AF_XDP socket", false, e)];
     }
-    // SAFETY: closing our own descriptor.
-    unsafe { libc::close(fd) };
     let mut out = vec![chk(
         "kernel",
         "AF_XDP socket",

@@ -342,3 +342,58 @@ pub(crate) fn write_gso_cmsg(buf: &mut CmsgBuf, seg: u16) -> usize {
         space
     }
 }
+
+/// A memory mapping (anonymous, or of a kernel object), unmapped on drop.
+pub(crate) struct Mapping {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+}
+
+impl Mapping {
+    /// An anonymous private read/write mapping (page aligned, zeroed).
+    pub(crate) fn anon(len: usize) -> io::Result<Mapping> {
+        // SAFETY: anonymous private mapping with no address hint; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last_err());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    /// A shared read/write mapping of `len` bytes of `fd` at offset `pgoff`
+    /// (a ring the kernel created on that descriptor), pre-faulted.
+    pub(crate) fn shared(fd: RawFd, len: usize, pgoff: i64) -> io::Result<Mapping> {
+        // SAFETY: shared mapping of an object the kernel created on `fd`; the
+        // caller passes the length the kernel reported; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                pgoff,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last_err());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping created in the constructor.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}

@@ -21,7 +21,7 @@
 use super::common::TxStamps;
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
-use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
+use crate::sys::{self, CmsgBuf, Mapping, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
 use io_uring::{cqueue, opcode, types, IoUring};
 use std::collections::VecDeque;
@@ -69,44 +69,11 @@ impl Default for UringConfig {
     }
 }
 
-/// An anonymous private mapping (page aligned, zeroed).
-struct Region {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Region {
-    fn new(len: usize) -> io::Result<Region> {
-        // SAFETY: anonymous private mapping with no address hint; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(sys::last_err());
-        }
-        Ok(Region { ptr: p.cast(), len })
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping created in `new`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// The provided-buffer ring: `entries` descriptors (16 bytes each, the tail
 /// shares the first one's reserved field) and `entries` buffers.
 struct BufRing {
-    ring: Region,
-    mem: Region,
+    ring: Mapping,
+    mem: Mapping,
     entries: u16,
     buf_size: usize,
     /// Our copy of the tail, published with [`BufRing::publish`].
@@ -116,8 +83,8 @@ struct BufRing {
 impl BufRing {
     fn new(entries: u16, payload: usize) -> io::Result<BufRing> {
         let buf_size = (RECVMSG_OUT + NAME_LEN + CTRL_LEN + payload).next_multiple_of(64);
-        let ring = Region::new(entries as usize * 16)?;
-        let mem = Region::new(entries as usize * buf_size)?;
+        let ring = Mapping::anon(entries as usize * 16)?;
+        let mem = Mapping::anon(entries as usize * buf_size)?;
         let mut b = BufRing {
             ring,
             mem,

@@ -26,7 +26,7 @@
 
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
-use crate::sys;
+use crate::sys::{self, Mapping};
 use crate::time::realtime_now;
 use crate::wire::{write_udp_frame, Udp4Frame, UdpFrameAddrs, UDP_FRAME_OVERHEAD};
 use std::collections::HashMap;
@@ -288,57 +288,6 @@ fn attach(
     })
 }
 
-/// A memory mapping, unmapped on drop.
-pub(crate) struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn anon(len: usize) -> io::Result<Mapping> {
-        // SAFETY: anonymous private mapping with no address hint; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(err("mmap UMEM", sys::last_err()));
-        }
-        Ok(Mapping { ptr: p.cast(), len })
-    }
-    fn ring(fd: RawFd, len: usize, pgoff: i64, what: &str) -> io::Result<Mapping> {
-        // SAFETY: shared mapping of an XSK ring the kernel created on `fd`;
-        // `len` is what XDP_MMAP_OFFSETS says the ring spans; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                pgoff,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(err(&format!("mmap {what} ring"), sys::last_err()));
-        }
-        Ok(Mapping { ptr: p.cast(), len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping created in the constructor.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// `struct xdp_ring_offset`.
 #[derive(Copy, Clone, Default, Debug)]
 #[repr(C)]
@@ -368,7 +317,8 @@ impl Ring {
         what: &str,
     ) -> io::Result<Ring> {
         let len = off.desc as usize + size as usize * entry;
-        let map = Mapping::ring(fd, len, pgoff, what)?;
+        let map =
+            Mapping::shared(fd, len, pgoff).map_err(|e| err(&format!("mmap {what} ring"), e))?;
         let mut r = Ring {
             map,
             off,
@@ -559,7 +509,8 @@ pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<X
     }
     // SAFETY: a new descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let umem = Mapping::anon(frames as usize * frame_size as usize)?;
+    let umem =
+        Mapping::anon(frames as usize * frame_size as usize).map_err(|e| err("mmap UMEM", e))?;
     #[repr(C)]
     struct UmemReg {
         addr: u64,
