@@ -214,13 +214,9 @@ pub(crate) enum Ready {
     Nothing,
 }
 
-/// Wait until `fd` is readable, at most `timeout` (`None`: forever).
-pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<Ready> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// `ppoll` on `fds`, at most `timeout` (`None`: forever). Returns the
+/// number of ready descriptors; 0 on timeout or when a signal interrupted.
+pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -228,15 +224,35 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: one valid pollfd; the timespec pointer is null or points to a live value.
-    let rc = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    // SAFETY: `fds` is a live slice of pollfds of the given length; the
+    // timespec pointer is null or points to a live value.
+    let rc = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
     if rc < 0 {
         let e = last_err();
         if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(Ready::Nothing);
+            return Ok(0);
         }
         return Err(e);
     }
+    Ok(rc as usize)
+}
+
+/// Wait until `fd` is readable, at most `timeout` (`None`: forever).
+pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<Ready> {
+    let mut pfd = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let rc = ppoll(&mut pfd, timeout)?;
+    let pfd = pfd[0];
     if rc == 0 {
         return Ok(Ready::Nothing);
     }

@@ -849,22 +849,9 @@ impl XdpBackend {
                 revents: 0,
             },
         ];
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
         self.stats.rx_syscalls += 1;
-        // SAFETY: two valid pollfds; the timespec pointer is null or live.
-        let rc = unsafe { libc::ppoll(p.as_mut_ptr(), 2, tsp, std::ptr::null()) };
-        if rc < 0 {
-            let e = sys::last_err();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok((false, false));
-            }
-            return Err(e);
+        if sys::ppoll(&mut p, timeout)? == 0 {
+            return Ok((false, false));
         }
         if p[1].revents & libc::POLLERR != 0
             && sys::take_socket_error(self.sock.as_raw_fd()).is_some()
