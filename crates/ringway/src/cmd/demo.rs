@@ -189,7 +189,18 @@ fn sip_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
     finish(spawn(&la, true)?, limit, "sip load")?;
     println!("load: {}", summarize(&read_json(&load_json)?));
     finish(proxy, limit, "sip proxy")?;
-    println!("proxy: {}", summarize(&read_json(&summary)?));
+    let p = read_json(&summary)?;
+    let us = |t: &str, k: &str| p["all"][t][k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "proxy: {} | messages in={} out={} | per message mean K_rcv={:.1} us, T_sip={:.1} us, K_snd={:.1} us (sampled) | drops pdr={}",
+        summarize(&p),
+        p["messages"]["in"],
+        p["messages"]["out"],
+        us("k_rcv", "mean_us"),
+        us("t_sip", "mean_us"),
+        us("k_snd", "mean_us"),
+        p["drops"]["pdr"],
+    );
     Ok(())
 }
 
