@@ -3,14 +3,31 @@
 //! the proxy in front of the built-in UAS. Every call must succeed.
 
 use ringway_io::netns::in_private_netns;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringway");
 
+/// A child in its own process group; dropping it kills the whole group
+/// (Kamailio forks workers that would outlive a killed parent).
 struct Kill(Child);
 impl Drop for Kill {
     fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        // SIGTERM first so the parent reaps its own children, then SIGKILL
+        // whatever of the group is left.
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        for _ in 0..250 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -20,6 +37,7 @@ fn sipp_uas(port: u16) -> Kill {
     let c = Command::new("sipp")
         .args(["-sn", "uas", "-i", "127.0.0.1", "-p", &port.to_string()])
         .args(["-nostdin", "-timeout", "60"])
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -40,6 +58,7 @@ fn kamailio(dir: &std::path::Path, workers: usize) -> Kill {
         .arg("-Y")
         .arg(dir)
         .args(["-m", "32", "-M", "4"])
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

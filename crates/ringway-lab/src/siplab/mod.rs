@@ -15,6 +15,7 @@ use ringway_io::BackendKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -330,6 +331,9 @@ fn start_proxy(
             cmd.args(&args[1..]);
         }
     }
+    // Its own process group, so that stopping it reaches every process it
+    // forked (Kamailio's children) even when the parent has to be killed.
+    cmd.process_group(0);
     cmd.stdin(Stdio::null())
         .stdout(logf.try_clone()?)
         .stderr(logf);
@@ -351,7 +355,7 @@ fn start_proxy(
             break;
         }
         if t0.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
+            kill_group(child.id(), "KILL");
             let _ = child.wait();
             anyhow::bail!(
                 "{} did not bind {PROXY_ADDR} within 10 s",
@@ -422,18 +426,18 @@ fn stop_proxy(p: &mut ProxyProc) -> anyhow::Result<Option<std::process::ExitStat
     if let Some(st) = p.child.try_wait()? {
         return Ok(Some(st));
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
+    kill_group(pid, "TERM");
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
         if p.child.try_wait()?.is_some() {
+            // Anything of the group still alive (a child the proxy did not
+            // take down with it) goes too.
+            kill_group(pid, "KILL");
             return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = p.child.kill();
+    kill_group(pid, "KILL");
     let _ = p.child.wait();
     anyhow::bail!("proxy pid {pid} ignored SIGTERM for 10 s; killed")
 }
@@ -602,4 +606,13 @@ pub fn run_isolated(spec: &RunSpec, tools: &Tools) -> RunRecord {
             r
         }
     }
+}
+
+/// Send `SIG<sig>` to the process group led by `pid` (the proxy and all it
+/// forked; spawned with `process_group(0)`). Errors (group gone) are ignored.
+fn kill_group(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), "--", &format!("-{pid}")])
+        .stderr(Stdio::null())
+        .status();
 }
