@@ -111,13 +111,7 @@ fn lab_sfu_in_veth_hosts() {
     let rows = v["summary"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
     // The topology (host "sfu" + one host per client, bridge) is gone.
-    let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
-    let left: Vec<String> = ringway_io::netns::list_netns()
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.starts_with(&mine))
-        .collect();
-    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    no_namespaces_of(pid);
 }
 
 /// `ringway sfu load --netns`: starts the SFU in host `sfu` and puts each

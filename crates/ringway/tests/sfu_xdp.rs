@@ -18,16 +18,6 @@ fn xdp_here() -> bool {
     }
 }
 
-fn no_namespaces_of(pid: u32) {
-    let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
-    let left: Vec<String> = ringway_io::netns::list_netns()
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.starts_with(&mine))
-        .collect();
-    assert!(left.is_empty(), "namespaces left behind: {left:?}");
-}
-
 #[test]
 fn xdp_needs_an_interface() {
     let out = Command::new(BIN)

@@ -1046,6 +1046,21 @@ impl Worker {
 mod tests {
     use super::*;
 
+    /// A UAC dialog confirmed by the 200 `r`, with route set `route`.
+    fn confirmed(r: &View<'_>, route: Vec<Vec<u8>>) -> UacCall {
+        UacCall {
+            state: UacState::Confirmed,
+            t_invite: 0,
+            t_bye: 0,
+            got_180: true,
+            interval: 0,
+            bye_prov: false,
+            to_tag: r.to_tag().unwrap().to_vec(),
+            route,
+            target: r.contact_uri().unwrap().to_vec(),
+        }
+    }
+
     fn worker() -> Worker {
         let cfg = LoadConfig {
             proxy: Some("127.0.0.1:5060".parse().unwrap()),
@@ -1081,20 +1096,8 @@ mod tests {
         assert_eq!(r.status(), Some(200));
         assert!(r.to_tag().is_some());
         // Dialog state from the 200, then the in-dialog BYE.
-        w.calls.insert(
-            7,
-            UacCall {
-                state: UacState::Confirmed,
-                t_invite: 0,
-                t_bye: 0,
-                got_180: true,
-                interval: 0,
-                bye_prov: false,
-                to_tag: r.to_tag().unwrap().to_vec(),
-                route: vec![b"<sip:127.0.0.1:5060;lr>".to_vec()],
-                target: r.contact_uri().unwrap().to_vec(),
-            },
-        );
+        w.calls
+            .insert(7, confirmed(&r, vec![b"<sip:127.0.0.1:5060;lr>".to_vec()]));
         let dst = w.build_in_dialog(7, "BYE", 2).unwrap();
         assert_eq!(dst, "127.0.0.1:5060".parse().unwrap());
         let bye = w.scratch.clone();
@@ -1150,20 +1153,7 @@ mod tests {
             w.build_response(&v, 200, "OK", true);
             let resp = w.scratch.clone();
             let r = View::parse(&resp).unwrap();
-            w.calls.insert(
-                n,
-                UacCall {
-                    state: UacState::Confirmed,
-                    t_invite: 0,
-                    t_bye: 0,
-                    got_180: true,
-                    interval: 0,
-                    bye_prov: false,
-                    to_tag: r.to_tag().unwrap().to_vec(),
-                    route: Vec::new(),
-                    target: r.contact_uri().unwrap().to_vec(),
-                },
-            );
+            w.calls.insert(n, confirmed(&r, Vec::new()));
             w.build_in_dialog(n, "ACK", 1).unwrap();
             let ack = w.scratch.len();
             w.build_in_dialog(n, "BYE", 2).unwrap();

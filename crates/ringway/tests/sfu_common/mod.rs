@@ -215,3 +215,15 @@ pub fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T 
 pub fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
+
+/// Assert that no namespace made by process `pid` (netns helper names
+/// `<PREFIX><pid>-...`) is left.
+pub fn no_namespaces_of(pid: u32) {
+    let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
+    let left: Vec<String> = ringway_io::netns::list_netns()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&mine))
+        .collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
