@@ -159,7 +159,8 @@ pub trait BatchIo: Send {
     fn local_addr(&self) -> io::Result<SocketAddr>;
     /// The socket's file descriptor (for counters and diagnostics).
     fn raw_fd(&self) -> RawFd;
-    /// Clear `batch`, then fill it with up to `batch.capacity()` datagrams.
+    /// Clear `batch`, then fill its `batch.capacity()` frames with datagrams
+    /// (more datagrams than frames with [`BatchIo::set_gro`]).
     /// Waits at most `timeout` for the first one (`None`: without limit);
     /// returns how many were received (0 on timeout or EINTR).
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize>;
@@ -178,7 +179,17 @@ pub trait BatchIo: Send {
     fn set_gso(&mut self, _on: bool) -> bool {
         false
     }
-    /// GSO counters (all zero for backends without [`BatchIo::set_gso`]).
+    /// Let the kernel deliver a UDP GSO train (or GRO-merged datagrams) as
+    /// one message (UDP_GRO); the backend splits it into its datagrams, so
+    /// one received frame may yield several entries of the [`RxBatch`].
+    /// A train longer than a frame is cut: use frames of 64 KiB with GRO.
+    /// Returns whether receive coalescing is now on. Default: not
+    /// supported (mmsg implements it).
+    fn set_gro(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// GSO and GRO counters (all zero for backends without [`BatchIo::set_gso`]
+    /// and [`BatchIo::set_gro`]).
     fn gso_stats(&self) -> crate::batch::GsoStats {
         crate::batch::GsoStats::default()
     }

@@ -68,10 +68,19 @@ impl Arena {
 }
 
 /// A receive batch: `capacity` frames of `frame_size` bytes, allocated once.
+///
+/// Normally each frame holds one datagram. With UDP GRO
+/// ([`crate::BatchIo::set_gro`]) one frame may hold a coalesced train that
+/// is split into several datagrams, so [`Self::len`] can exceed
+/// [`Self::capacity`]; [`Self::free_frames`] tells how many frames are left.
 #[derive(Debug)]
 pub struct RxBatch {
     arena: Arena,
     meta: Vec<RxMeta>,
+    /// Byte offset of each held datagram in the arena.
+    offs: Vec<usize>,
+    /// Frames filled so far.
+    used: usize,
 }
 
 impl RxBatch {
@@ -80,6 +89,8 @@ impl RxBatch {
         RxBatch {
             arena: Arena::new(capacity, frame_size),
             meta: Vec::with_capacity(capacity),
+            offs: Vec::with_capacity(capacity),
+            used: 0,
         }
     }
     /// Number of frames.
@@ -98,16 +109,27 @@ impl RxBatch {
     pub fn is_empty(&self) -> bool {
         self.meta.is_empty()
     }
+    /// Frames filled so far (equals [`Self::len`] unless GRO split a frame).
+    pub fn frames_used(&self) -> usize {
+        self.used
+    }
+    /// Frames still free.
+    pub fn free_frames(&self) -> usize {
+        self.arena.frames - self.used
+    }
     /// Forget all held datagrams (frames are reused).
     pub fn clear(&mut self) {
         self.meta.clear();
+        self.offs.clear();
+        self.used = 0;
     }
     /// The `i`-th datagram, if held.
     pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
         let meta = self.meta.get(i)?;
+        let off = self.offs[i];
         Some(Datagram {
             meta,
-            data: &self.arena.frame(i)[..meta.len],
+            data: &self.arena.mem[off..off + meta.len],
         })
     }
     /// Iterate the held datagrams in arrival order.
@@ -116,8 +138,8 @@ impl RxBatch {
     }
     /// Mutable bytes of the `i`-th held datagram (for in-place edits).
     pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
-        let len = self.meta[i].len;
-        &mut self.arena.frame_mut(i)[..len]
+        let (off, len) = (self.offs[i], self.meta[i].len);
+        &mut self.arena.mem[off..off + len]
     }
     /// Metadata of the held datagrams.
     pub fn metas(&self) -> &[RxMeta] {
@@ -125,16 +147,48 @@ impl RxBatch {
     }
     /// Backend use: the whole frame that the next received datagram goes to.
     pub fn next_frame_mut(&mut self) -> Option<&mut [u8]> {
-        let i = self.meta.len();
-        if i >= self.arena.frames {
+        if self.used >= self.arena.frames {
             return None;
         }
-        Some(self.arena.frame_mut(i))
+        Some(self.arena.frame_mut(self.used))
     }
     /// Backend use: record that the frame handed out by [`Self::next_frame_mut`] is filled.
     pub fn commit(&mut self, meta: RxMeta) {
-        assert!(self.meta.len() < self.arena.frames, "commit past capacity");
-        self.meta.push(meta);
+        assert!(self.used < self.arena.frames, "commit past capacity");
+        let len = meta.len.min(self.arena.frame_size);
+        self.offs.push(self.used * self.arena.frame_size);
+        self.meta.push(RxMeta { len, ..meta });
+        self.used += 1;
+    }
+    /// Backend use: the next frame holds a GRO train of `meta.len` bytes made
+    /// of `seg`-byte datagrams (the last one may be shorter): record each
+    /// as its own datagram. Returns how many were recorded. A train cut by
+    /// the frame end (`meta.truncated`) marks only its last piece truncated.
+    pub fn commit_segments(&mut self, meta: RxMeta, seg: usize) -> usize {
+        assert!(self.used < self.arena.frames, "commit past capacity");
+        let fs = self.arena.frame_size;
+        let len = meta.len.min(fs);
+        if seg == 0 || seg >= len {
+            self.commit(meta);
+            return 1;
+        }
+        let base = self.used * fs;
+        let mut at = 0;
+        let mut n = 0;
+        while at < len {
+            let l = seg.min(len - at);
+            let last = at + l >= len;
+            self.offs.push(base + at);
+            self.meta.push(RxMeta {
+                len: l,
+                truncated: meta.truncated && last,
+                ..meta
+            });
+            at += l;
+            n += 1;
+        }
+        self.used += 1;
+        n
     }
     /// Backend use: frame `i` of the arena (whole frame, for scatter I/O).
     pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
@@ -264,7 +318,8 @@ impl TxBatch {
     }
 }
 
-/// UDP GSO counters of a backend (see [`crate::BatchIo::set_gso`]).
+/// UDP GSO and GRO counters of a backend (see [`crate::BatchIo::set_gso`]
+/// and [`crate::BatchIo::set_gro`]).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GsoStats {
     /// Coalescing is on now (asked for, the kernel accepted UDP_SEGMENT and
@@ -280,6 +335,12 @@ pub struct GsoStats {
     /// (EIO, EOPNOTSUPP, ENOPROTOOPT) and stays on after one train's
     /// EINVAL/EMSGSIZE.
     pub fallbacks: u64,
+    /// Receive coalescing (UDP_GRO) is on (see [`crate::BatchIo::set_gro`]).
+    pub gro_enabled: bool,
+    /// Received messages that held a coalesced train of two or more datagrams.
+    pub gro_trains: u64,
+    /// Datagrams received inside those trains.
+    pub gro_segments: u64,
 }
 
 /// A kernel TX timestamp collected from the socket error queue.

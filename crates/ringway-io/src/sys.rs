@@ -268,7 +268,8 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
 }
 
 /// Space for the control messages one received datagram may carry
-/// (SCM_TIMESTAMPING 48 bytes, SO_RXQ_OVFL 4 bytes, IP_RECVERR ~32, with headers).
+/// (SCM_TIMESTAMPING 48 bytes, SO_RXQ_OVFL 4 bytes, UDP_GRO 4 bytes,
+/// IP_RECVERR ~32, with headers).
 pub(crate) const CMSG_BUF_WORDS: usize = 32;
 
 /// An 8-byte aligned control-message buffer.
@@ -283,6 +284,8 @@ pub(crate) struct Cmsgs {
     pub rxq_ovfl: Option<u32>,
     /// A timestamping extended error's key (ee_data) from the error queue.
     pub ts_key: Option<u32>,
+    /// UDP_GRO: the message is a coalesced train of datagrams of this size.
+    pub gro_size: Option<u16>,
 }
 
 /// Parse the control messages a kernel left in `hdr`.
@@ -306,6 +309,9 @@ pub(crate) fn parse_cmsgs(hdr: &libc::msghdr) -> Cmsgs {
                 }
             } else if level == libc::SOL_SOCKET && ty == SO_RXQ_OVFL && data_len >= 4 {
                 out.rxq_ovfl = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+            } else if level == SOL_UDP && ty == UDP_GRO && data_len >= 4 {
+                let size = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                out.gro_size = u16::try_from(size).ok().filter(|&s| s > 0);
             } else if ((level == libc::SOL_IP && ty == libc::IP_RECVERR)
                 || (level == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR))
                 && data_len >= size_of::<libc::sock_extended_err>()

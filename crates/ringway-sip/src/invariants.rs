@@ -10,12 +10,22 @@ use std::net::SocketAddr;
 /// Parse `data`, touch every accessor and, for a valid message, forward it
 /// through the editor: an edited request must parse again with the same
 /// Call-ID and body and one Via more; a forwarded response one Via less.
+/// A message [`SipMsg::parse`] accepts is accepted by
+/// [`SipMsg::parse_lazy`] with the same accessor results.
 /// Returns whether `data` parsed.
 pub fn parse_and_edit(data: &[u8]) -> bool {
     let _ = SipMsg::parse_loose(data);
+    let lazy = SipMsg::parse_lazy(data);
     let Ok(m) = SipMsg::parse(data) else {
+        if let Ok(l) = lazy {
+            // Touch the lazily parsed accessors: they must not panic.
+            let _ = (l.to_tag(), l.from_tag(), l.top_via(), l.request_sip_uri());
+            let _ = l.vias().count() + l.contact().count() + l.record_routes().count();
+        }
         return false;
     };
+    let l = lazy.expect("parse_lazy accepts what parse accepts");
+    lazy_agrees(&m, &l);
     let _ = (
         m.method(),
         m.status(),
@@ -98,4 +108,26 @@ pub fn proxy_sequence(data: &[u8]) {
         p.on_timer(now + 400_000_000_000, &mut sink);
         assert!(p.stats().transactions_active <= 8 + 8);
     }
+}
+
+/// `lazy` (from [`SipMsg::parse_lazy`]) reads like `strict` (from [`SipMsg::parse`]).
+pub fn lazy_agrees(strict: &SipMsg<'_>, lazy: &SipMsg<'_>) {
+    assert_eq!(strict.start_line(), lazy.start_line());
+    assert_eq!(strict.method(), lazy.method());
+    assert_eq!(strict.status(), lazy.status());
+    assert_eq!(strict.request_uri(), lazy.request_uri());
+    assert_eq!(strict.request_sip_uri(), lazy.request_sip_uri());
+    assert_eq!(strict.call_id(), lazy.call_id());
+    assert_eq!(strict.cseq(), lazy.cseq());
+    assert_eq!(strict.from_tag(), lazy.from_tag());
+    assert_eq!(strict.to_tag(), lazy.to_tag());
+    assert_eq!(strict.top_via(), lazy.top_via());
+    assert!(strict.vias().eq(lazy.vias()));
+    assert!(strict.routes().eq(lazy.routes()));
+    assert!(strict.record_routes().eq(lazy.record_routes()));
+    assert!(strict.contact().eq(lazy.contact()));
+    assert_eq!(strict.max_forwards(), lazy.max_forwards());
+    assert_eq!(strict.content_length(), lazy.content_length());
+    assert_eq!(strict.body(), lazy.body());
+    assert!(strict.headers().eq(lazy.headers()));
 }

@@ -474,11 +474,34 @@ fn trim_range(buf: &[u8], mut a: usize, mut e: usize) -> (usize, usize) {
     (a, e)
 }
 
+/// How much of a message [`SipMsg::parse_impl`] checks.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Level {
+    /// Everything (`parse`).
+    Strict,
+    /// All but header value grammars (`parse_lazy`).
+    Lazy,
+    /// Structure only (`parse_loose`).
+    Loose,
+}
+
 impl<'a> SipMsg<'a> {
     /// Parse and validate a datagram. Leading CRLFs (keep-alives) are
     /// skipped; bytes after `Content-Length` are ignored (RFC 3261 18.3).
     pub fn parse(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
-        Self::parse_impl(buf, true)
+        Self::parse_impl(buf, Level::Strict)
+    }
+
+    /// Parse for a user agent that trusts the header grammar until it reads
+    /// a header: everything [`Self::parse`] checks except the grammar of
+    /// Via, From, To, Contact, Route and Record-Route values, which their
+    /// accessors parse on use (returning `None` or skipping an entry that
+    /// does not parse). The start line, the presence and uniqueness of
+    /// Via/Call-ID/CSeq/From/To, CSeq, Max-Forwards and Content-Length are
+    /// checked as in [`Self::parse`]. Every message `parse` accepts is
+    /// accepted, with the same accessor results.
+    pub fn parse_lazy(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
+        Self::parse_impl(buf, Level::Lazy)
     }
 
     /// Structure-only parse used to answer a malformed request: the start
@@ -487,10 +510,11 @@ impl<'a> SipMsg<'a> {
     /// the header end are required. Accessors that need a valid value
     /// (e.g. [`Self::cseq`]) may return `None`.
     pub fn parse_loose(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
-        Self::parse_impl(buf, false)
+        Self::parse_impl(buf, Level::Loose)
     }
 
-    fn parse_impl(buf: &'a [u8], strict: bool) -> Result<SipMsg<'a>, ParseError> {
+    fn parse_impl(buf: &'a [u8], level: Level) -> Result<SipMsg<'a>, ParseError> {
+        let strict = level != Level::Loose;
         if buf.len() > MAX_MESSAGE {
             return Err(ParseError::TooLarge);
         }
@@ -625,10 +649,12 @@ impl<'a> SipMsg<'a> {
             c_ruri: None,
         };
         msg.nhdrs = n as u8;
-        if strict {
-            msg.validate()?;
+        if level == Level::Strict {
+            msg.validate(true)?;
             msg.validated = true;
             msg.c_ruri = ruri;
+        } else if level == Level::Lazy {
+            msg.validate(false)?;
         } else {
             msg.index_loose();
         }
@@ -650,7 +676,9 @@ impl<'a> SipMsg<'a> {
         }
     }
 
-    fn validate(&mut self) -> Result<(), ParseError> {
+    /// Index and check the headers; `grammar`: also parse every Via,
+    /// From, To, Contact, Route and Record-Route value (and cache results).
+    fn validate(&mut self, grammar: bool) -> Result<(), ParseError> {
         let mut via_seen = false;
         for i in 0..self.nhdrs as usize {
             let h = self.hdrs[i];
@@ -670,6 +698,16 @@ impl<'a> SipMsg<'a> {
                 *slot = i as u8;
             }
             let v = self.value_at(i);
+            if !grammar {
+                match h.kind {
+                    HeaderKind::Via if !v.is_empty() => via_seen = true,
+                    HeaderKind::CallId if v.is_empty() || v.bytes().any(is_lws) => {
+                        return Err(ParseError::BadHeaderValue("Call-ID"));
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             match h.kind {
                 HeaderKind::Via => {
                     for item in CommaSplit::new(v) {
@@ -1149,6 +1187,47 @@ Content-Type: application/sdp\r\n\
 l: 4\r\n\
 \r\n\
 v=0\r\ntrailing";
+
+    #[test]
+    fn lazy_skips_only_header_grammar() {
+        let s = SipMsg::parse(INV).unwrap();
+        let l = SipMsg::parse_lazy(INV).unwrap();
+        crate::invariants::lazy_agrees(&s, &l);
+        // A Contact that is no name-addr: strict refuses, lazy accepts and
+        // the accessor skips the entry.
+        let bad = String::from_utf8_lossy(INV).replace(
+            "Contact: <sip:alice@192.0.2.1>",
+            "Contact: <sip:alice@192.0.2.1",
+        );
+        assert!(SipMsg::parse(bad.as_bytes()).is_err());
+        let l = SipMsg::parse_lazy(bad.as_bytes()).unwrap();
+        assert_eq!(l.contact().count(), 0);
+        assert_eq!(l.cseq(), Some((314159, Method::Invite)));
+        // What lazy still checks: required headers, CSeq, Content-Length, start line.
+        for (from, to) in [
+            ("i: a84b4c76e66710@pc33.example.com\r\n", ""),
+            ("CSeq: 314159 INVITE", "CSeq: x INVITE"),
+            ("CSeq: 314159 INVITE", "CSeq: 314159 BYE"),
+            ("l: 4", "l: 400"),
+            (
+                "INVITE sip:bob@192.0.2.4 SIP/2.0",
+                "INVITE sip:bob@192.0.2.4 SIP/3.0",
+            ),
+            ("Max-Forwards: 70", "Max-Forwards: 700"),
+        ] {
+            let m = String::from_utf8_lossy(INV).replace(from, to);
+            assert!(SipMsg::parse_lazy(m.as_bytes()).is_err(), "{to:?} accepted");
+        }
+        let no_via = String::from_utf8_lossy(INV)
+            .lines()
+            .filter(|l| !l.starts_with("Via:") && !l.starts_with("v:"))
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        assert_eq!(
+            SipMsg::parse_lazy(no_via.as_bytes()).unwrap_err(),
+            ParseError::MissingHeader("Via")
+        );
+    }
 
     #[test]
     fn parses_request() {

@@ -85,6 +85,19 @@ fn apply(mut v: Vec<u8>, ms: &[Mutation]) -> Vec<u8> {
 
 fn exercise(data: &[u8], proxies: &[Proxy]) {
     let _ = SipMsg::parse_loose(data);
+    match (SipMsg::parse(data), SipMsg::parse_lazy(data)) {
+        (Ok(s), Ok(l)) => ringway_sip::invariants::lazy_agrees(&s, &l),
+        (Ok(_), Err(e)) => panic!("parse_lazy refused what parse accepts: {e}"),
+        (Err(_), Ok(l)) => {
+            let _ = (
+                l.to_tag(),
+                l.top_via(),
+                l.vias().count(),
+                l.contact().count(),
+            );
+        }
+        (Err(_), Err(_)) => {}
+    }
     if let Ok(m) = SipMsg::parse(data) {
         let _ = (m.call_id(), m.cseq(), m.from_tag(), m.to_tag(), m.expires());
         let _ = (m.vias().count(), m.routes().count(), m.contact().count());

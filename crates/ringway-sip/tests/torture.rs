@@ -284,6 +284,11 @@ fn torture_parse_classes_and_fields() {
     for (name, path, class, _) in manifest(&dir) {
         let data = std::fs::read(&path).unwrap();
         let r = SipMsg::parse(&data);
+        match (&r, SipMsg::parse_lazy(&data)) {
+            (Ok(s), Ok(l)) => ringway_sip::invariants::lazy_agrees(s, &l),
+            (Ok(_), Err(e)) => panic!("{name}: parse_lazy refused what parse accepts: {e}"),
+            _ => {}
+        }
         match class.as_str() {
             "valid" | "valid-response" | "invalid-but-tolerate" => {
                 let m = r.unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -1,7 +1,8 @@
 //! `ringway sip load --gso on`: messages of a kind have one length, so the
 //! generator sends them as UDP GSO trains, and receivers still get every
 //! message as its own datagram. Checked with a scripted UAS on a plain UDP
-//! socket and with the built-in UAS, in a private network namespace.
+//! socket and with the built-in UAS (with and without UDP GRO, which hands
+//! the UAS each train as one message), in a private network namespace.
 
 use ringway_io::netns::in_private_netns;
 use std::collections::BTreeMap;
@@ -136,18 +137,24 @@ fn scripted_uas_gets_each_message_alone_and_kinds_have_one_length() {
     assert_eq!(s["gso"]["used"], true, "{s}");
     assert!(s["gso"]["trains"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["gso"]["fallbacks"], 0, "{s}");
+    // GRO is on (auto) but the scripted UAS sends datagram by datagram:
+    // nothing arrives coalesced.
+    assert_eq!(s["gso"]["gro_used"], true, "{s}");
+    assert_eq!(s["gso"]["gro_trains"], 0, "{s}");
 }
 
 #[test]
 fn builtin_uas_sees_every_datagram_with_gso() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("s.json");
-    let run = |gso: &str| {
+    let run = |gso: &str, gro: &str| {
         let json = json.clone();
-        let gso = gso.to_string();
+        let (gso, gro) = (gso.to_string(), gro.to_string());
         in_private_netns(move || {
             let st = Command::new("timeout")
-                .args(["60", BIN, "sip", "load", "--quiet", "--gso", &gso])
+                .args([
+                    "60", BIN, "sip", "load", "--quiet", "--gso", &gso, "--gro", &gro,
+                ])
                 .args(["--rate", "3000", "--calls", &CALLS.to_string()])
                 .args(["--duration", "10", "--json", json.to_str().unwrap()])
                 .status()
@@ -157,7 +164,7 @@ fn builtin_uas_sees_every_datagram_with_gso() {
         })
         .unwrap()
     };
-    let on = run("on");
+    let on = run("on", "off");
     assert_eq!(on["succeeded"], CALLS, "{on}");
     // One socket plays both roles: everything it sent it received, one
     // datagram per message, and understood all of it.
@@ -171,7 +178,19 @@ fn builtin_uas_sees_every_datagram_with_gso() {
     let segs = on["gso"]["segments"].as_u64().unwrap();
     let trains = on["gso"]["trains"].as_u64().unwrap();
     assert!(trains > 0 && segs >= 2 * trains, "{on}");
-    let off = run("off");
+    assert_eq!(on["gso"]["gro_used"], false, "{on}");
+    assert_eq!(on["gso"]["gro_trains"], 0, "{on}");
+    // With GRO the socket receives each of its own trains as one message
+    // (loopback does not segment for a GRO socket) and splits it again:
+    // still every datagram, each understood.
+    let gro = run("on", "on");
+    assert_eq!(gro["succeeded"], CALLS, "{gro}");
+    assert_eq!(gro["msgs_received"], gro["msgs_sent"], "{gro}");
+    assert_eq!(gro["msgs_ignored"], 0, "{gro}");
+    assert_eq!(gro["gso"]["gro_used"], true, "{gro}");
+    assert_eq!(gro["gso"]["gro_trains"], gro["gso"]["trains"], "{gro}");
+    assert_eq!(gro["gso"]["gro_segments"], gro["gso"]["segments"], "{gro}");
+    let off = run("off", "auto");
     assert_eq!(off["succeeded"], CALLS, "{off}");
     assert_eq!(off["gso"]["used"], false, "{off}");
     assert_eq!(off["gso"]["trains"], 0, "{off}");

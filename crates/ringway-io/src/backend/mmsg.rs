@@ -71,8 +71,8 @@ impl MmsgBackend {
 
     /// One non-blocking recvmmsg into the free frames of `batch`; returns datagrams added.
     fn recv_some(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
-        let start = batch.len();
-        let n = batch.capacity() - start;
+        let start = batch.frames_used();
+        let n = batch.free_frames();
         if n == 0 {
             return Ok(0);
         }
@@ -125,6 +125,8 @@ impl MmsgBackend {
             }
         };
         let app_rx = realtime_now();
+        // Frames used (dense) and datagrams recorded (more with GRO).
+        let mut used = 0;
         let mut added = 0;
         for k in 0..got {
             let h = &self.s.hdrs[k].msg_hdr;
@@ -142,12 +144,23 @@ impl MmsgBackend {
                 kernel_rx: c.sw_stamp,
                 app_rx,
             };
-            if added != k {
+            if used != k {
                 // A skipped slot before this one: move the payload down so frames stay dense.
-                batch.move_frame(start + k, start + added, meta.len);
+                batch.move_frame(start + k, start + used, meta.len);
             }
-            batch.commit(meta);
-            added += 1;
+            used += 1;
+            match c.gro_size {
+                Some(seg) if self.gso.gro_enabled && (seg as usize) < meta.len => {
+                    let segs = batch.commit_segments(meta, seg as usize);
+                    self.gso.gro_trains += 1;
+                    self.gso.gro_segments += segs as u64;
+                    added += segs;
+                }
+                _ => {
+                    batch.commit(meta);
+                    added += 1;
+                }
+            }
         }
         self.stats.rx_packets += added as u64;
         Ok(added)
@@ -388,6 +401,12 @@ impl BatchIo for MmsgBackend {
             && sys::setsockopt_int(self.sock.as_raw_fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 0)
                 .is_ok();
         self.gso.enabled
+    }
+    fn set_gro(&mut self, on: bool) -> bool {
+        let fd = self.sock.as_raw_fd();
+        self.gso.gro_enabled =
+            sys::setsockopt_int(fd, sys::SOL_UDP, sys::UDP_GRO, i32::from(on)).is_ok() && on;
+        self.gso.gro_enabled
     }
     fn gso_stats(&self) -> GsoStats {
         self.gso

@@ -107,7 +107,7 @@ impl BatchIo for SocketBackend {
         if !wait_for_datagram(fd, timeout, &mut self.stamps, &mut self.stats.socket_errors)? {
             return Ok(0);
         }
-        while batch.len() < batch.capacity() {
+        while batch.free_frames() > 0 {
             if !self.recv_one(batch)? {
                 break;
             }

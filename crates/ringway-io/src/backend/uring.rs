@@ -518,7 +518,7 @@ impl UringBackend {
         let stats = &mut self.stats;
         let app_rx = realtime_now();
         let mut handled = 0;
-        while batch.len() < batch.capacity() {
+        while batch.free_frames() > 0 {
             let Some((res, flags)) = ring.rx.stash.pop_front() else {
                 break;
             };
@@ -531,7 +531,7 @@ impl UringBackend {
         let Ring { uring, rx, .. } = ring;
         let mut cq = uring.completion();
         let mut err = None;
-        while batch.len() < batch.capacity() {
+        while batch.free_frames() > 0 {
             let Some(e) = cq.next() else { break };
             if e.user_data() != UD_RECV {
                 continue; // a late send completion; sends count their own
@@ -599,7 +599,7 @@ impl UringBackend {
         // Completions left over from the last call (no syscall).
         self.reap_rx(batch)?;
         loop {
-            if batch.len() == batch.capacity() {
+            if batch.free_frames() == 0 {
                 break;
             }
             let ring = self.ring.as_mut().expect("ring exists");

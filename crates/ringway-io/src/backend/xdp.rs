@@ -742,7 +742,7 @@ impl XdpBackend {
 
     /// Take what the RX ring holds (up to the batch's room) into `batch`.
     fn take_rx(&mut self, batch: &mut RxBatch) -> usize {
-        let room = (batch.capacity() - batch.len()) as u32;
+        let room = batch.free_frames() as u32;
         let n = self.rx.ready().min(room);
         if n == 0 {
             return 0;
@@ -806,7 +806,7 @@ impl XdpBackend {
     /// Read datagrams the kernel stack delivered to the companion socket.
     fn take_socket(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
         let mut added = 0;
-        while batch.len() < batch.capacity() {
+        while batch.free_frames() > 0 {
             self.stats.rx_syscalls += 1;
             let flen = batch.frame_size();
             let r = self.sock.recv_from(&mut self.scratch);
@@ -965,7 +965,7 @@ impl BatchIo for XdpBackend {
         self.take_rx(batch);
         // Now and then look at the companion socket even while the ring is
         // busy, so kernel-path datagrams (fragments) are not starved.
-        if self.calls.is_multiple_of(64) && batch.len() < batch.capacity() {
+        if self.calls.is_multiple_of(64) && batch.free_frames() > 0 {
             self.take_socket(batch)?;
         }
         while batch.is_empty() {
@@ -974,7 +974,7 @@ impl BatchIo for XdpBackend {
             if x {
                 self.take_rx(batch);
             }
-            if s && batch.len() < batch.capacity() {
+            if s && batch.free_frames() > 0 {
                 self.take_socket(batch)?;
             }
             if batch.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {

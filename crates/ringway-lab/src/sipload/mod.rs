@@ -77,9 +77,14 @@ pub struct LoadConfig {
     /// UDP GSO: send runs of equal-length messages to one destination as
     /// one datagram train (the receiver still sees separate datagrams).
     pub gso: GsoMode,
+    /// UDP GRO: let the kernel hand a received datagram train (a GSO train
+    /// on loopback, GRO-merged datagrams elsewhere) over as one message,
+    /// split into its datagrams by the backend.
+    pub gro: GsoMode,
 }
 
-/// Whether the workers' sockets coalesce sends with UDP GSO.
+/// Whether the workers' sockets coalesce sends with UDP GSO (or receives
+/// with UDP GRO).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GsoMode {
@@ -128,6 +133,18 @@ pub struct GsoSummary {
     pub segments: u64,
     /// Trains the kernel refused (sent one by one instead; coalescing then off).
     pub fallbacks: u64,
+    /// GRO mode asked for (auto, on, off).
+    #[serde(default)]
+    pub gro_mode: String,
+    /// Receive coalescing (UDP_GRO) was on in every worker.
+    #[serde(default)]
+    pub gro_used: bool,
+    /// Received messages that held a train of two or more datagrams.
+    #[serde(default)]
+    pub gro_trains: u64,
+    /// Datagrams received inside those trains.
+    #[serde(default)]
+    pub gro_segments: u64,
 }
 
 impl Default for LoadConfig {
@@ -150,6 +167,7 @@ impl Default for LoadConfig {
             rcvbuf: Some(4 << 20),
             tick: Duration::from_millis(1),
             gso: GsoMode::Auto,
+            gro: GsoMode::Auto,
         }
     }
 }
@@ -378,6 +396,17 @@ impl LoadSummary {
             self.gso.segments,
             self.gso.fallbacks
         );
+        s += &format!(
+            "gro: {} ({}): {} trains with {} datagrams received\n",
+            if self.gso.gro_used {
+                "used"
+            } else {
+                "not used"
+            },
+            self.gso.gro_mode,
+            self.gso.gro_trains,
+            self.gso.gro_segments
+        );
         s
     }
 }
@@ -460,6 +489,8 @@ pub fn run(
         gso: GsoSummary {
             mode: cfg.gso.name().into(),
             used: true,
+            gro_mode: cfg.gro.name().into(),
+            gro_used: true,
             ..Default::default()
         },
         ..Default::default()
@@ -496,6 +527,9 @@ pub fn run(
         sum.gso.trains += r.gso.trains;
         sum.gso.segments += r.gso.segments;
         sum.gso.fallbacks += r.gso.fallbacks;
+        sum.gso.gro_used &= r.gso.gro_enabled;
+        sum.gso.gro_trains += r.gso.gro_trains;
+        sum.gso.gro_segments += r.gso.gro_segments;
         last_start = last_start.max(r.last_start);
         finished = finished.max(r.finished);
     }

@@ -20,6 +20,9 @@ const TX_FRAMES: usize = 128;
 const TX_FRAME: usize = 2048;
 const RX_FRAMES: usize = 64;
 const RX_FRAME: usize = 8192;
+/// Receive frames with UDP GRO: each may hold a train of up to 64 KiB.
+const RX_FRAMES_GRO: usize = 16;
+const RX_FRAME_GRO: usize = 65_536;
 /// Most calls started in one loop pass (keeps receiving responsive when late).
 const START_BURST: u32 = 64;
 
@@ -222,6 +225,8 @@ pub(crate) struct Worker {
     timers: Timers,
     tx: TxBatch,
     rx: RxBatch,
+    /// Stand-in for `rx` while a received batch is handled.
+    rx_idle: Option<RxBatch>,
     /// GSO is on: messages are staged and sorted before each flush.
     gso: bool,
     staged: Vec<Staged>,
@@ -287,6 +292,13 @@ impl Worker {
                 cfg.backend
             );
         }
+        let gro = cfg.gro != GsoMode::Off && io.set_gro(true);
+        if cfg.gro == GsoMode::On && !gro {
+            anyhow::bail!(
+                "UDP GRO not available with the {} backend on this kernel (use --gro auto or off)",
+                cfg.backend
+            );
+        }
         let local = io.local_addr()?;
         let ruri = cfg.uas.unwrap_or(local);
         let next_hop = cfg.proxy.unwrap_or(ruri);
@@ -318,7 +330,13 @@ impl Worker {
             next_uas: 0,
             timers: Timers::default(),
             tx: TxBatch::new(TX_FRAMES, TX_FRAME),
-            rx: RxBatch::new(RX_FRAMES, RX_FRAME),
+            // A GRO train can fill 64 KiB: fewer, larger frames.
+            rx: if gro {
+                RxBatch::new(RX_FRAMES_GRO, RX_FRAME_GRO)
+            } else {
+                RxBatch::new(RX_FRAMES, RX_FRAME)
+            },
+            rx_idle: Some(RxBatch::new(1, 1)),
             gso,
             staged: Vec::with_capacity(TX_FRAMES),
             stage: Vec::with_capacity(TX_FRAMES * 1024),
@@ -454,14 +472,17 @@ impl Worker {
         for _ in 0..16 {
             let now = now_ns();
             self.r.msgs_received += n as u64;
-            let rx = std::mem::replace(&mut self.rx, RxBatch::new(1, 1));
+            // Borrow the batch out (a one-frame stand-in, allocated once)
+            // so handlers can use `self`.
+            let idle = self.rx_idle.take().unwrap_or_else(|| RxBatch::new(1, 1));
+            let rx = std::mem::replace(&mut self.rx, idle);
             for d in rx.iter() {
                 let rx_rt = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
                 self.on_datagram(d.data, d.meta.peer, now, rx_rt, h180, h200, hbye);
             }
-            self.rx = rx;
+            self.rx_idle = Some(std::mem::replace(&mut self.rx, rx));
             self.flush();
-            if n < self.rx.capacity() {
+            if self.rx.free_frames() > 0 {
                 break;
             }
             n = self.io.recv_batch(&mut self.rx, Some(Duration::ZERO))?;

@@ -57,6 +57,11 @@ pub struct LoadArgs {
     /// require it; off: one datagram per send entry).
     #[arg(long, default_value = "auto")]
     pub gso: GsoMode,
+    /// UDP GRO: receive a datagram train as one message and split it (auto:
+    /// where the backend and kernel support it; on: require it; off: one
+    /// datagram per receive entry).
+    #[arg(long, default_value = "auto")]
+    pub gro: GsoMode,
     /// Write the final summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -93,6 +98,7 @@ pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         hold: Duration::from_millis(a.hold_ms),
         tick: Duration::from_micros(a.tick_us),
         gso: a.gso,
+        gro: a.gro,
         ..LoadConfig::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
