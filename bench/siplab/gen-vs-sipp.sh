@@ -15,10 +15,14 @@
 # With PROXY=kamailio every call goes through a stateless Kamailio
 # (bench/kamailio/stateless.cfg); default: UAC -> UAS directly.
 #
-# ringway runs once with UDP GSO (--gso on) and once without (--gso off);
-# GSO=on or GSO=off runs only that one.
+# ringway runs with its defaults (UDP GSO and GRO where available, automatic
+# wakeup tick); RINGWAY_ARGS adds options (e.g. "--gso off --gro off" or
+# "--tick-us 1000"). REPS repetitions, each running SIPp and ringway back to
+# back (interleaved, so drift of the machine hits both); per-call CPU is
+# reported as mean ± 95% CI over the repetitions, and the ratio per
+# repetition, its mean ± CI and its worst value.
 #
-# Usage: bench/siplab/gen-vs-sipp.sh            (env: RATE=1000 CALLS=20000 PROXY=none|kamailio RINGWAY=path GSO=both|on|off)
+# Usage: bench/siplab/gen-vs-sipp.sh   (env: RATE=1000 CALLS=20000 REPS=3 PROXY=none|kamailio RINGWAY=path RINGWAY_ARGS=...)
 set -euo pipefail
 
 if [ -z "${RINGWAY_GEN_NETNS:-}" ]; then
@@ -31,13 +35,13 @@ ROOT=$(cd "$HERE/../.." && pwd)
 RATE=${RATE:-1000}
 CALLS=${CALLS:-20000}
 PROXY=${PROXY:-none}
-GSO=${GSO:-both}
-case "$GSO" in both) GSOS="on off";; on|off) GSOS=$GSO;; *) echo "GSO must be both, on or off" >&2; exit 1;; esac
+REPS=${REPS:-3}
+read -r -a RW_EXTRA <<< "${RINGWAY_ARGS:-}"
 RINGWAY=${RINGWAY:-$ROOT/target/release/ringway}
 [ -x "$RINGWAY" ] || { echo "ringway binary $RINGWAY not found (cargo build --release -p ringway, or RINGWAY=...)" >&2; exit 1; }
 command -v sipp >/dev/null || { echo "sipp not installed" >&2; exit 1; }
-case "$RATE$CALLS" in *[!0-9]*) echo "RATE and CALLS must be positive integers" >&2; exit 1;; esac
-[ "$RATE" -gt 0 ] && [ "$CALLS" -gt 0 ] || { echo "RATE and CALLS must be > 0" >&2; exit 1; }
+case "$RATE$CALLS$REPS" in *[!0-9]*) echo "RATE, CALLS and REPS must be positive integers" >&2; exit 1;; esac
+[ "$RATE" -gt 0 ] && [ "$CALLS" -gt 0 ] && [ "$REPS" -gt 0 ] || { echo "RATE, CALLS and REPS must be > 0" >&2; exit 1; }
 DURATION=$(( CALLS / RATE + 5 ))
 LIMIT=$(( DURATION + 60 ))   # hard bound for every process
 TMP=$(mktemp -d)
@@ -99,44 +103,61 @@ ringway_load() {
     local extra=()
     [ "$PROXY" = kamailio ] && extra+=(--proxy 127.0.0.1:5060)
     timed timeout "$LIMIT" "$RINGWAY" sip load --quiet --rate "$RATE" --calls "$CALLS" \
-        --duration "$DURATION" --json "$TMP/rw.json" "${extra[@]}" "$@" >/dev/null
+        --duration "$DURATION" --json "$TMP/rw.json" "${extra[@]}" "${RW_EXTRA[@]}" "$@" >/dev/null
     RW_CPU=$CPU
     RW_OK=$(sed -n 's/^ *"succeeded": \([0-9]*\),/\1/p' "$TMP/rw.json")
+    RW_TICK=$(sed -n 's/^ *"tick_us": \([0-9]*\),/\1/p' "$TMP/rw.json")
 }
 
-echo "gen-vs-sipp: $CALLS calls at $RATE calls/s, proxy: $PROXY, ringway: $RINGWAY"
+echo "gen-vs-sipp: $CALLS calls at $RATE calls/s, $REPS repetitions, proxy: $PROXY, ringway: $RINGWAY ${RW_EXTRA[*]}"
 echo "kernel $(uname -r), $(nproc) CPUs, $(sipp -v 2>&1 | grep -o 'SIPp v[^ ]*')"
 
-# A: both roles
-start_sipp_uas; sipp_uac; stop_uas
-A_SIPP_CPU=$(echo "$UAC_CPU + $UAS_CPU" | bc -l); A_SIPP_OK=$UAC_OK
-declare -A A_RW_CPU A_RW_OK B_RW_CPU B_RW_OK
-for g in $GSOS; do
-    ringway_load --gso "$g"
-    A_RW_CPU[$g]=$RW_CPU; A_RW_OK[$g]=$RW_OK
-done
-# B: UAC only, same SIPp UAS
-start_sipp_uas; sipp_uac; stop_uas
-B_SIPP_CPU=$UAC_CPU; B_SIPP_OK=$UAC_OK
-for g in $GSOS; do
-    start_sipp_uas; ringway_load --uas 127.0.0.1:5070 --gso "$g"; stop_uas
-    B_RW_CPU[$g]=$RW_CPU; B_RW_OK[$g]=$RW_OK
-done
-
 per_call() { if [ "${2:-0}" -gt 0 ]; then echo "scale=2; 1000000 * $1 / $2" | bc -l; else echo n/a; fi; }
-ratio() { if [ "$(echo "$2 > 0" | bc -l)" = 1 ]; then echo "scale=2; $1 / $2" | bc -l; else echo n/a; fi; }
-printf '\n%-38s %10s %10s %12s\n' case "calls ok" "CPU s" "µs/call"
-printf '%-38s %10s %10s %12s\n' "A sipp uac+uas" "$A_SIPP_OK" "$A_SIPP_CPU" "$(per_call "$A_SIPP_CPU" "$A_SIPP_OK")"
-for g in $GSOS; do
-    printf '%-38s %10s %10s %12s\n' "A ringway sip load (uac+uas) gso $g" "${A_RW_OK[$g]}" "${A_RW_CPU[$g]}" "$(per_call "${A_RW_CPU[$g]}" "${A_RW_OK[$g]}")"
+ratio() { if [ "$1" != n/a ] && [ "$2" != n/a ] && [ "$(echo "$2 > 0" | bc -l)" = 1 ]; then echo "scale=2; $1 / $2" | bc -l; else echo n/a; fi; }
+ROWS=$TMP/rows   # rep case who calls_ok cpu_s us_per_call
+: > "$ROWS"
+printf '\n%-4s %-34s %10s %8s %10s\n' rep case "calls ok" "CPU s" "µs/call"
+row() {
+    local us; us=$(per_call "$5" "$4")
+    printf '%-4s %-34s %10s %8s %10s\n' "$1" "$2 $3" "$4" "$5" "$us"
+    echo "$1 $2 $3 $4 $5 $us" >> "$ROWS"
+}
+for rep in $(seq "$REPS"); do
+    # A: both roles
+    start_sipp_uas; sipp_uac; stop_uas
+    row "$rep" A sipp "$UAC_OK" "$(echo "$UAC_CPU + $UAS_CPU" | bc -l)"
+    ringway_load
+    row "$rep" A ringway "$RW_OK" "$RW_CPU"
+    # B: UAC only, same SIPp UAS
+    start_sipp_uas; sipp_uac; stop_uas
+    row "$rep" B sipp "$UAC_OK" "$UAC_CPU"
+    start_sipp_uas; ringway_load --uas 127.0.0.1:5070; stop_uas
+    row "$rep" B ringway "$RW_OK" "$RW_CPU"
 done
-printf '%-38s %10s %10s %12s\n' "B sipp uac (vs sipp uas)" "$B_SIPP_OK" "$B_SIPP_CPU" "$(per_call "$B_SIPP_CPU" "$B_SIPP_OK")"
-for g in $GSOS; do
-    printf '%-38s %10s %10s %12s\n' "B ringway uac (vs sipp uas) gso $g" "${B_RW_OK[$g]}" "${B_RW_CPU[$g]}" "$(per_call "${B_RW_CPU[$g]}" "${B_RW_OK[$g]}")"
-done
+echo "ringway's wakeup tick: ${RW_TICK:-?} µs"
+
+# mean ± 95% CI (Student t) of the numbers on stdin, and their minimum.
+summary() {
+    awk 'BEGIN { split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26 2.23", t, " ") }
+         $1 != "n/a" { x[++n] = $1; s += $1 }
+         END {
+           if (n == 0) { print "n/a"; exit }
+           m = s / n; mn = x[1]
+           for (i = 1; i <= n; i++) { v += (x[i] - m)^2; if (x[i] < mn) mn = x[i] }
+           ci = 0
+           if (n > 1) { q = (n - 1 <= 10) ? t[n - 1] : 1.96; ci = q * sqrt(v / (n - 1)) / sqrt(n) }
+           printf "%.2f ± %.2f (min %.2f, n=%d)", m, ci, mn, n
+         }'
+}
 echo
-for g in $GSOS; do
-    A_R=$(ratio "$(per_call "$A_SIPP_CPU" "$A_SIPP_OK")" "$(per_call "${A_RW_CPU[$g]}" "${A_RW_OK[$g]}")")
-    B_R=$(ratio "$(per_call "$B_SIPP_CPU" "$B_SIPP_OK")" "$(per_call "${B_RW_CPU[$g]}" "${B_RW_OK[$g]}")")
-    echo "calls per CPU-second, ringway (gso $g) / SIPp: A (both roles) ${A_R}x, B (UAC only) ${B_R}x (target >= 3x)"
+for c in A B; do
+    for who in sipp ringway; do
+        printf '%s %-8s µs/call: %s\n' "$c" "$who" "$(awk -v c=$c -v w=$who '$2 == c && $3 == w { print $6 }' "$ROWS" | summary)"
+    done
+    R=$(for rep in $(seq "$REPS"); do
+        ratio "$(awk -v c=$c -v r=$rep '$1 == r && $2 == c && $3 == "sipp" { print $6 }' "$ROWS")" \
+              "$(awk -v c=$c -v r=$rep '$1 == r && $2 == c && $3 == "ringway" { print $6 }' "$ROWS")"
+    done)
+    echo "$c calls per CPU-second ringway/SIPp per repetition: $(echo $R)"
+    echo "$c ratio: $(echo "$R" | summary)  (target >= 3x)"
 done

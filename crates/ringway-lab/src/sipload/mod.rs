@@ -70,10 +70,11 @@ pub struct LoadConfig {
     /// Requested socket receive buffer.
     pub rcvbuf: Option<usize>,
     /// Wakeup coalescing while calls are in flight: sleep this long, then
-    /// take everything that arrived (0: wake for every datagram and call
+    /// take everything that arrived (zero: wake for every datagram and call
     /// start). Response times use kernel RX stamps, so they stay exact;
-    /// call starts due within a tick go out together.
-    pub tick: Duration,
+    /// call starts due within a tick go out together. `None` (auto): see
+    /// [`LoadConfig::effective_tick`].
+    pub tick: Option<Duration>,
     /// UDP GSO: send runs of equal-length messages to one destination as
     /// one datagram train (the receiver still sees separate datagrams).
     pub gso: GsoMode,
@@ -165,14 +166,37 @@ impl Default for LoadConfig {
             t2: Duration::from_secs(4),
             hold: Duration::ZERO,
             rcvbuf: Some(4 << 20),
-            tick: Duration::from_millis(1),
+            tick: None,
             gso: GsoMode::Auto,
             gro: GsoMode::Auto,
         }
     }
 }
 
+/// Call starts per wakeup the automatic tick aims at.
+pub const AUTO_TICK_CALLS: f64 = 8.0;
+/// Bounds of the automatic tick: 1 ms, and 10 ms (SIPp's default timer resolution).
+pub const AUTO_TICK_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_millis(10));
+
 impl LoadConfig {
+    /// The tick in use: the one set, or (auto) the time in which
+    /// [`AUTO_TICK_CALLS`] calls start in one thread at the target rate,
+    /// kept within [`AUTO_TICK_RANGE`]. A timer wakeup costs tens of µs of
+    /// CPU on a VM, so at low rates per-call cost would be mostly wakeups;
+    /// at 8000 calls/s per thread and above the tick is 1 ms.
+    pub fn effective_tick(&self) -> Duration {
+        if let Some(t) = self.tick {
+            return t;
+        }
+        let per_thread = self.rate / self.threads.max(1) as f64;
+        let (lo, hi) = AUTO_TICK_RANGE;
+        if !(per_thread.is_finite() && per_thread > 0.0) {
+            return hi;
+        }
+        Duration::from_secs_f64(AUTO_TICK_CALLS / per_thread).clamp(lo, hi)
+    }
+
     /// Check the parameters; the message says what is wrong.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.rate.is_finite() && self.rate > 0.0) {
@@ -203,7 +227,7 @@ impl LoadConfig {
         if self.t1.is_zero() || self.t2 < self.t1 {
             return Err("need 0 < T1 <= T2".into());
         }
-        if self.tick > Duration::from_millis(100) {
+        if self.tick.is_some_and(|t| t > Duration::from_millis(100)) {
             return Err("tick must be at most 100 ms".into());
         }
         if self.hold > Duration::from_secs(3600) {
@@ -330,6 +354,9 @@ pub struct LoadSummary {
     pub backend: String,
     /// Worker threads.
     pub threads: usize,
+    /// Wakeup coalescing tick used, in µs (0: wake per event).
+    #[serde(default)]
+    pub tick_us: u64,
     /// UDP GSO use.
     #[serde(default)]
     pub gso: GsoSummary,
@@ -381,12 +408,13 @@ impl LoadSummary {
             self.rx_dropped
         );
         s += &format!(
-            "cpu: user {:.2} s sys {:.2} s = {:.1} µs per call ({} threads, {} backend)\n",
+            "cpu: user {:.2} s sys {:.2} s = {:.1} µs per call ({} threads, {} backend, tick {} µs)\n",
             self.cpu.user_s,
             self.cpu.sys_s,
             self.cpu_s_per_call * 1e6,
             self.threads,
-            self.backend
+            self.backend,
+            self.tick_us
         );
         s += &format!(
             "gso: {} ({}): {} trains with {} datagrams, {} fallbacks\n",
@@ -486,6 +514,7 @@ pub fn run(
         target_cps: cfg.rate,
         backend: cfg.backend.name().into(),
         threads: cfg.threads,
+        tick_us: cfg.effective_tick().as_micros() as u64,
         gso: GsoSummary {
             mode: cfg.gso.name().into(),
             used: true,
@@ -569,4 +598,30 @@ pub fn progress_line(live: &Live, elapsed: Duration, target_calls: u64) -> Strin
         a as f64 / secs,
         a.saturating_sub(ok + f)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_tick_follows_the_rate_per_thread_within_bounds() {
+        let tick = |rate: f64, threads: usize, tick: Option<Duration>| {
+            LoadConfig {
+                rate,
+                threads,
+                tick,
+                ..LoadConfig::default()
+            }
+            .effective_tick()
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(tick(4000.0, 1, None), ms(2));
+        assert_eq!(tick(8000.0, 2, None), ms(2));
+        assert_eq!(tick(2000.0, 1, None), ms(4));
+        assert_eq!(tick(100_000.0, 1, None), ms(1));
+        assert_eq!(tick(10.0, 1, None), ms(10));
+        assert_eq!(tick(4000.0, 1, Some(Duration::ZERO)), Duration::ZERO);
+        assert_eq!(tick(4000.0, 1, Some(ms(1))), ms(1));
+    }
 }

@@ -9,7 +9,6 @@ use ringway_io::{open_backend, open_udp, BatchIo, RxBatch, SocketConfig, TxBatch
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -86,18 +85,117 @@ struct Staged {
     len: u32,
 }
 
-/// Call-ID of call `n` of worker `tid` in run `run` (formatted without allocating).
-/// Fixed width (zero-padded numbers), so every message of a kind has the same
-/// length across calls and GSO can send them as one train.
-struct CallId<'a> {
-    n: u64,
-    tid: usize,
-    run: &'a str,
+/// Constant pieces of the generator's messages, rendered once per worker
+/// (formatting every message with `write!` was a visible share of the user
+/// time). Call numbers go in fixed width (`{n:08}`), so every message of a
+/// kind has one length across calls and GSO can send them as one train.
+struct Tmpl {
+    /// `INVITE sip:service@{ruri} SIP/2.0\r\n`.
+    invite_line: Vec<u8>,
+    /// `ACK sip:service@{ruri} SIP/2.0\r\n`.
+    ack_line: Vec<u8>,
+    /// `Via: SIP/2.0/UDP {local};branch=z9hG4bK-{run}-{tid:03}-` (call number follows).
+    via: Vec<u8>,
+    /// `From: <sip:ringway@{local}>;tag={tid:03}x` (call number follows).
+    from: Vec<u8>,
+    /// `To: <sip:service@{ruri}>`.
+    to: Vec<u8>,
+    /// `-{tid:03}-{run}@ringway`: the Call-ID after the call number.
+    cid_tail: Vec<u8>,
+    /// The INVITE from its CSeq to the end of the SDP body.
+    invite_tail: Vec<u8>,
+    /// `Contact: <sip:service@{local}>\r\n` of the UAS.
+    uas_contact: Vec<u8>,
+    /// `Content-Type: application/sdp\r\nContent-Length: ..\r\n\r\n{SDP}`.
+    sdp_tail: Vec<u8>,
 }
 
-impl std::fmt::Display for CallId<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:08}-{:03}-{}@ringway", self.n, self.tid, self.run)
+impl Tmpl {
+    fn new(local: &str, ruri: &str, run: &str, tid: usize) -> Tmpl {
+        let sdp_tail = format!(
+            "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
+            SDP.len()
+        );
+        Tmpl {
+            invite_line: format!("INVITE sip:service@{ruri} SIP/2.0\r\n").into_bytes(),
+            ack_line: format!("ACK sip:service@{ruri} SIP/2.0\r\n").into_bytes(),
+            via: format!("Via: SIP/2.0/UDP {local};branch=z9hG4bK-{run}-{tid:03}-").into_bytes(),
+            from: format!("From: <sip:ringway@{local}>;tag={tid:03}x").into_bytes(),
+            to: format!("To: <sip:service@{ruri}>").into_bytes(),
+            cid_tail: format!("-{tid:03}-{run}@ringway").into_bytes(),
+            invite_tail: format!("CSeq: 1 INVITE\r\nContact: <sip:ringway@{local}>\r\n{sdp_tail}")
+                .into_bytes(),
+            uas_contact: format!("Contact: <sip:service@{local}>\r\n").into_bytes(),
+            sdp_tail: sdp_tail.into_bytes(),
+        }
+    }
+
+    /// `Via: ...-{n:08}-{kind};rport\r\nMax-Forwards: 70\r\n`.
+    fn push_via(&self, out: &mut Vec<u8>, n: u64, kind: u8) {
+        out.extend_from_slice(&self.via);
+        push_dec(out, n, 8);
+        out.push(b'-');
+        out.push(kind);
+        out.extend_from_slice(b";rport\r\nMax-Forwards: 70\r\n");
+    }
+
+    /// `From: ...x{n:08}\r\n`.
+    fn push_from(&self, out: &mut Vec<u8>, n: u64) {
+        out.extend_from_slice(&self.from);
+        push_dec(out, n, 8);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// `Call-ID: {n:08}-{tid:03}-{run}@ringway\r\n`.
+    fn push_call_id(&self, out: &mut Vec<u8>, n: u64) {
+        out.extend_from_slice(b"Call-ID: ");
+        push_dec(out, n, 8);
+        out.extend_from_slice(&self.cid_tail);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Append `n` in decimal, zero-padded to at least `width` digits.
+fn push_dec(out: &mut Vec<u8>, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let start = i.min(buf.len() - width.min(buf.len()));
+    out.extend_from_slice(&buf[start..]);
+}
+
+/// Append `n` as 16 lowercase hex digits.
+fn push_hex16(out: &mut Vec<u8>, n: u64) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for k in (0..16).rev() {
+        out.push(HEX[((n >> (4 * k)) & 0xf) as usize]);
+    }
+}
+
+/// The last URI looked up and its address (every call of a run has the
+/// same Contact and Record-Route, so parsing them once is enough).
+#[derive(Default)]
+struct UriMemo {
+    uri: Vec<u8>,
+    addr: Option<(SocketAddr, bool)>,
+}
+
+impl UriMemo {
+    /// [`uri_addr`] of `uri`, remembered for the next identical `uri`.
+    fn get(&mut self, uri: &[u8]) -> Option<(SocketAddr, bool)> {
+        if self.uri != uri || self.uri.is_empty() {
+            self.uri.clear();
+            self.uri.extend_from_slice(uri);
+            self.addr = uri_addr(uri);
+        }
+        self.addr
     }
 }
 
@@ -201,16 +299,15 @@ impl Hasher for FastHash {
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHash>>;
 
 pub(crate) struct Worker {
-    tid: usize,
     io: Box<dyn BatchIo>,
-    /// Local address and `ruri` as text, rendered once (formatting a socket
-    /// address for every message was a visible share of the user time).
-    local_s: String,
-    ruri_s: String,
+    /// Constant message pieces.
+    tm: Tmpl,
+    /// Remote target and first-route lookups.
+    target_memo: UriMemo,
+    route_memo: UriMemo,
     next_hop: SocketAddr,
     proxy: Option<SocketAddr>,
     ruri: SocketAddr,
-    run_id: String,
     t1: u64,
     t2: u64,
     hold: u64,
@@ -305,14 +402,13 @@ impl Worker {
         let n = cfg.threads as u64;
         let quota = cfg.calls / n + u64::from((i as u64) < cfg.calls % n);
         Ok(Worker {
-            tid: i,
             io,
-            local_s: local.to_string(),
-            ruri_s: ruri.to_string(),
+            tm: Tmpl::new(&local.to_string(), &ruri.to_string(), run_id, i),
+            target_memo: UriMemo::default(),
+            route_memo: UriMemo::default(),
             next_hop,
             proxy: cfg.proxy,
             ruri,
-            run_id: run_id.to_string(),
             t1: cfg.t1.as_nanos() as u64,
             t2: cfg.t2.as_nanos() as u64,
             hold: cfg.hold.as_nanos() as u64,
@@ -343,7 +439,7 @@ impl Worker {
             scratch: Vec::with_capacity(2048),
             r: WorkerCounts::default(),
             rt_now: 0,
-            tick: cfg.tick.as_nanos() as u64,
+            tick: cfg.effective_tick().as_nanos() as u64,
         })
     }
 
@@ -461,7 +557,8 @@ impl Worker {
     }
 
     /// Handle a received batch of `n`, then keep receiving without waiting
-    /// while full batches come in (bounded passes).
+    /// while full batches come in (bounded passes). Replies are queued (a
+    /// full queue is sent on the way) and sent by the caller's next flush.
     fn drain_rx(
         &mut self,
         mut n: usize,
@@ -481,7 +578,9 @@ impl Worker {
                 self.on_datagram(d.data, d.meta.peer, now, rx_rt, h180, h200, hbye);
             }
             self.rx_idle = Some(std::mem::replace(&mut self.rx, rx));
-            self.flush();
+            // No flush here: what the handlers queued goes out with the call
+            // starts and timer messages of the next loop pass (it follows at
+            // once), in one send call.
             if self.rx.free_frames() > 0 {
                 break;
             }
@@ -565,39 +664,27 @@ impl Worker {
 
     /// Parse our own Call-ID back to the call number.
     fn our_call(&self, cid: &[u8]) -> Option<u64> {
-        let s = std::str::from_utf8(cid).ok()?;
-        let s = s.strip_suffix("@ringway")?;
-        let mut it = s.splitn(3, '-');
-        let n: u64 = it.next()?.parse().ok()?;
-        let tid: usize = it.next()?.parse().ok()?;
-        (tid == self.tid && it.next()? == self.run_id).then_some(n)
+        let digits = cid.strip_suffix(self.tm.cid_tail.as_slice())?;
+        if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(
+            digits
+                .iter()
+                .fold(0u64, |a, &d| a * 10 + u64::from(d - b'0')),
+        )
     }
 
     fn build_invite(&mut self, n: u64) {
-        let cid = CallId {
-            n,
-            tid: self.tid,
-            run: &self.run_id,
-        };
-        self.scratch.clear();
-        let _ = write!(
-            self.scratch,
-            "INVITE sip:service@{r} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
-             Max-Forwards: 70\r\n\
-             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n\
-             To: <sip:service@{r}>\r\n\
-             Call-ID: {cid}\r\n\
-             CSeq: 1 INVITE\r\n\
-             Contact: <sip:ringway@{l}>\r\n\
-             Content-Type: application/sdp\r\n\
-             Content-Length: {len}\r\n\r\n{SDP}",
-            r = self.ruri_s,
-            l = self.local_s,
-            run = self.run_id,
-            t = self.tid,
-            len = SDP.len()
-        );
+        let (out, tm) = (&mut self.scratch, &self.tm);
+        out.clear();
+        out.extend_from_slice(&tm.invite_line);
+        tm.push_via(out, n, b'i');
+        tm.push_from(out, n);
+        out.extend_from_slice(&tm.to);
+        out.extend_from_slice(b"\r\n");
+        tm.push_call_id(out, n);
+        out.extend_from_slice(&tm.invite_tail);
     }
 
     fn start_call(&mut self, n: u64, now: u64) {
@@ -626,20 +713,23 @@ impl Worker {
     /// Build an in-dialog request (ACK or BYE) for call `n`; returns where to send it.
     fn build_in_dialog(&mut self, n: u64, method: &str, cseq: u32) -> Option<SocketAddr> {
         let c = self.calls.get(&n)?;
-        let out = &mut self.scratch;
-        out.clear();
         // RFC 3261 12.2.1.1: loose routing keeps the remote target in the
         // Request-URI; a strict first route becomes the Request-URI and the
         // remote target goes last in the Route header.
         let (dst, strict) = match c.route.first() {
             // No route set: an outbound proxy, when configured, still gets
             // the request (RFC 3261 8.1.2); else the remote target does.
-            None => (self.proxy.unwrap_or(uri_addr(&c.target)?.0), false),
+            None => {
+                let target = self.target_memo.get(&c.target)?.0;
+                (self.proxy.unwrap_or(target), false)
+            }
             Some(r) => {
-                let (addr, lr) = uri_addr(name_addr_uri(r))?;
+                let (addr, lr) = self.route_memo.get(name_addr_uri(r))?;
                 (addr, !lr)
             }
         };
+        let (out, tm) = (&mut self.scratch, &self.tm);
+        out.clear();
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
         if strict {
@@ -649,14 +739,8 @@ impl Worker {
         } else {
             out.extend_from_slice(&c.target);
         }
-        let kind = if method == "ACK" { 'a' } else { 'b' };
-        let _ = write!(
-            out,
-            " SIP/2.0\r\nVia: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-{kind};rport\r\nMax-Forwards: 70\r\n",
-            l = self.local_s,
-            run = self.run_id,
-            t = self.tid
-        );
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        tm.push_via(out, n, if method == "ACK" { b'a' } else { b'b' });
         let routes = if strict { &c.route[1..] } else { &c.route[..] };
         if !routes.is_empty() || strict {
             out.extend_from_slice(b"Route: ");
@@ -676,23 +760,17 @@ impl Worker {
             }
             out.extend_from_slice(b"\r\n");
         }
-        let _ = write!(
-            out,
-            "From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\nTo: <sip:service@{r}>;tag=",
-            l = self.local_s,
-            t = self.tid,
-            r = self.ruri_s
-        );
+        tm.push_from(out, n);
+        out.extend_from_slice(&tm.to);
+        out.extend_from_slice(b";tag=");
         out.extend_from_slice(&c.to_tag);
-        let cid = CallId {
-            n,
-            tid: self.tid,
-            run: &self.run_id,
-        };
-        let _ = write!(
-            out,
-            "\r\nCall-ID: {cid}\r\nCSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
-        );
+        out.extend_from_slice(b"\r\n");
+        tm.push_call_id(out, n);
+        out.extend_from_slice(b"CSeq: ");
+        push_dec(out, u64::from(cseq), 1);
+        out.push(b' ');
+        out.extend_from_slice(method.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
         Some(dst)
     }
 
@@ -931,37 +1009,28 @@ impl Worker {
         let Some(to) = v.lines(Hdr::To).next() else {
             return;
         };
-        self.scratch.clear();
-        let _ = write!(
-            self.scratch,
-            "ACK sip:service@{r} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
-             Max-Forwards: 70\r\n\
-             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n",
-            r = self.ruri_s,
-            l = self.local_s,
-            run = self.run_id,
-            t = self.tid
-        );
-        self.scratch.extend_from_slice(to);
-        let cid = CallId {
-            n,
-            tid: self.tid,
-            run: &self.run_id,
-        };
-        let _ = write!(
-            self.scratch,
-            "\r\nCall-ID: {cid}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
-        );
+        let (out, tm) = (&mut self.scratch, &self.tm);
+        out.clear();
+        out.extend_from_slice(&tm.ack_line);
+        tm.push_via(out, n, b'i');
+        tm.push_from(out, n);
+        out.extend_from_slice(to);
+        out.extend_from_slice(b"\r\n");
+        tm.push_call_id(out, n);
+        out.extend_from_slice(b"CSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n");
         self.send_scratch(self.next_hop, Kind::Ack);
     }
 
     /// Build a response to request `v` into `scratch`.
     fn build_response(&mut self, v: &View<'_>, code: u16, reason: &str, dialog: bool) {
         let cid = v.call_id().unwrap_or_default();
-        let s = &mut self.scratch;
+        let (s, tm) = (&mut self.scratch, &self.tm);
         s.clear();
-        let _ = write!(s, "SIP/2.0 {code} {reason}\r\n");
+        s.extend_from_slice(b"SIP/2.0 ");
+        push_dec(s, u64::from(code), 3);
+        s.push(b' ');
+        s.extend_from_slice(reason.as_bytes());
+        s.extend_from_slice(b"\r\n");
         for l in v.lines(Hdr::Via) {
             s.extend_from_slice(l);
             s.extend_from_slice(b"\r\n");
@@ -976,22 +1045,17 @@ impl Worker {
             if let Some(l) = v.lines(h).next() {
                 s.extend_from_slice(l);
                 if h == Hdr::To && v.to_tag().is_none() {
-                    let _ = write!(s, ";tag={:016x}", tag_of(cid));
+                    s.extend_from_slice(b";tag=");
+                    push_hex16(s, tag_of(cid));
                 }
                 s.extend_from_slice(b"\r\n");
             }
         }
         if dialog {
-            s.extend_from_slice(b"Contact: <sip:service@");
-            s.extend_from_slice(self.local_s.as_bytes());
-            s.extend_from_slice(b">\r\n");
+            s.extend_from_slice(&tm.uas_contact);
         }
         if dialog && code == 200 {
-            let _ = write!(
-                s,
-                "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
-                SDP.len()
-            );
+            s.extend_from_slice(&tm.sdp_tail);
         } else {
             s.extend_from_slice(b"Content-Length: 0\r\n\r\n");
         }
@@ -1159,6 +1223,90 @@ mod tests {
             Some("127.0.0.1:5060".parse().unwrap())
         );
         assert!(!String::from_utf8_lossy(&w.scratch).contains("Route:"));
+    }
+
+    #[test]
+    fn templates_render_the_documented_messages() {
+        let mut w = worker();
+        let l = w.io.local_addr().unwrap();
+        let r = l; // no --uas: the built-in UAS is the Request-URI
+        let (run, t, n) = ("abcd1234", 0usize, 4242u64);
+        w.build_invite(n);
+        let want = format!(
+            "INVITE sip:service@{r} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n\
+             To: <sip:service@{r}>\r\n\
+             Call-ID: {n:08}-{t:03}-{run}@ringway\r\n\
+             CSeq: 1 INVITE\r\n\
+             Contact: <sip:ringway@{l}>\r\n\
+             Content-Type: application/sdp\r\n\
+             Content-Length: {len}\r\n\r\n{SDP}",
+            len = SDP.len()
+        );
+        assert_eq!(String::from_utf8_lossy(&w.scratch), want);
+        let inv = w.scratch.clone();
+        let v = View::parse(&inv).unwrap();
+        w.build_response(&v, 180, "Ringing", true);
+        let tag = format!("{:016x}", tag_of(v.call_id().unwrap()));
+        let want = format!(
+            "SIP/2.0 180 Ringing\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-i;rport\r\n\
+             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n\
+             To: <sip:service@{r}>;tag={tag}\r\n\
+             Call-ID: {n:08}-{t:03}-{run}@ringway\r\n\
+             CSeq: 1 INVITE\r\n\
+             Contact: <sip:service@{l}>\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        assert_eq!(String::from_utf8_lossy(&w.scratch), want);
+        w.build_response(&v, 200, "OK", true);
+        let resp = w.scratch.clone();
+        assert!(String::from_utf8_lossy(&resp).ends_with(&format!(
+            "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
+            SDP.len()
+        )));
+        let rv = View::parse(&resp).unwrap();
+        w.calls.insert(n, confirmed(&rv, Vec::new()));
+        w.build_in_dialog(n, "BYE", 2).unwrap();
+        let want = format!(
+            "BYE sip:service@{l} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP {l};branch=z9hG4bK-{run}-{t:03}-{n:08}-b;rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:ringway@{l}>;tag={t:03}x{n:08}\r\n\
+             To: <sip:service@{r}>;tag={tag}\r\n\
+             Call-ID: {n:08}-{t:03}-{run}@ringway\r\n\
+             CSeq: 2 BYE\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        assert_eq!(String::from_utf8_lossy(&w.scratch), want);
+        // Call-IDs: ours map back to the call number, others do not.
+        let cid = |s: &str| w.our_call(s.as_bytes());
+        assert_eq!(cid(&format!("{n:08}-000-{run}@ringway")), Some(n));
+        assert_eq!(
+            cid("123456789012-000-abcd1234@ringway"),
+            Some(123_456_789_012)
+        );
+        for other in [
+            "00004242-001-abcd1234@ringway",
+            "00004242-000-abcd1235@ringway",
+            "-000-abcd1234@ringway",
+            "12a4-000-abcd1234@ringway",
+            "99999999999999999999-000-abcd1234@ringway",
+            "x",
+        ] {
+            assert_eq!(cid(other), None, "{other}");
+        }
+        let mut d = Vec::new();
+        push_dec(&mut d, 0, 3);
+        push_dec(&mut d, 7, 1);
+        push_dec(&mut d, 123_456, 3);
+        push_dec(&mut d, u64::MAX, 8);
+        assert_eq!(
+            String::from_utf8(d).unwrap(),
+            format!("0007123456{}", u64::MAX)
+        );
     }
 
     #[test]

@@ -49,9 +49,10 @@ pub struct LoadArgs {
     /// Time between ACK and BYE in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub hold_ms: u64,
-    /// Wakeup coalescing in microseconds while calls are in flight (0: wake per event).
-    #[arg(long, default_value_t = 1000)]
-    pub tick_us: u64,
+    /// Wakeup coalescing in microseconds while calls are in flight (0: wake
+    /// per event; auto: the time 8 call starts take per thread, 1000..=10000)
+    #[arg(long, default_value = "auto")]
+    pub tick_us: TickArg,
     /// UDP GSO: send equal-length messages to one destination as one
     /// datagram train (auto: where the backend and kernel support it; on:
     /// require it; off: one datagram per send entry).
@@ -68,6 +69,22 @@ pub struct LoadArgs {
     /// No live progress line.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// `--tick-us`: `auto` (`None`) or a number of microseconds.
+#[derive(Copy, Clone, Debug)]
+pub struct TickArg(pub Option<u64>);
+
+impl std::str::FromStr for TickArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(TickArg(None));
+        }
+        s.parse()
+            .map(|us| TickArg(Some(us)))
+            .map_err(|_| format!("must be auto or a number of microseconds (got {s:?})"))
+    }
 }
 
 /// Turn the arguments into a generator configuration.
@@ -96,7 +113,7 @@ pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         t1: Duration::from_millis(a.t1_ms),
         t2: Duration::from_millis((a.t1_ms * 8).max(4000)),
         hold: Duration::from_millis(a.hold_ms),
-        tick: Duration::from_micros(a.tick_us),
+        tick: a.tick_us.0.map(Duration::from_micros),
         gso: a.gso,
         gro: a.gro,
         ..LoadConfig::default()
