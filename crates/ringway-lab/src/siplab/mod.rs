@@ -493,6 +493,11 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
         // Short T1 keeps overloaded runs bounded; retransmissions are rare below capacity.
         t1: Duration::from_millis(500),
         t2: Duration::from_secs(4),
+        // A fixed 1 ms tick keeps the Poisson arrivals fine-grained at low
+        // rates too (the automatic tick would batch up to 10 ms there, and
+        // K_rcv would show the bursts); from 8000 calls/s per generator
+        // thread up the automatic tick is 1 ms anyway.
+        tick: Some(Duration::from_millis(1)),
         ..LoadConfig::default()
     };
     let live = std::sync::Arc::new(sipload::Live::default());

@@ -175,6 +175,10 @@ fn sip_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
         &addr,
         "--rate",
         "200",
+        // 1 ms wakeups: at 200 calls/s the automatic tick would be 10 ms
+        // and the proxy would see bursts, which its K_rcv would show.
+        "--tick-us",
+        "1000",
         "--quiet",
         "--duration",
     ]);
