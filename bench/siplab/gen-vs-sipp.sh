@@ -40,8 +40,11 @@ read -r -a RW_EXTRA <<< "${RINGWAY_ARGS:-}"
 RINGWAY=${RINGWAY:-$ROOT/target/release/ringway}
 [ -x "$RINGWAY" ] || { echo "ringway binary $RINGWAY not found (cargo build --release -p ringway, or RINGWAY=...)" >&2; exit 1; }
 command -v sipp >/dev/null || { echo "sipp not installed" >&2; exit 1; }
-case "$RATE$CALLS$REPS" in *[!0-9]*) echo "RATE, CALLS and REPS must be positive integers" >&2; exit 1;; esac
-[ "$RATE" -gt 0 ] && [ "$CALLS" -gt 0 ] && [ "$REPS" -gt 0 ] || { echo "RATE, CALLS and REPS must be > 0" >&2; exit 1; }
+for v in "$RATE" "$CALLS" "$REPS"; do
+    [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "RATE, CALLS and REPS must be positive integers without leading zeros (got $v)" >&2; exit 1; }
+done
+[ "${BASH_VERSINFO[0]}" -gt 4 ] || { [ "${BASH_VERSINFO[0]}" -eq 4 ] && [ "${BASH_VERSINFO[1]}" -ge 4 ]; } \
+    || { echo "needs bash >= 4.4 (empty arrays under set -u)" >&2; exit 1; }
 DURATION=$(( CALLS / RATE + 5 ))
 LIMIT=$(( DURATION + 60 ))   # hard bound for every process
 TMP=$(mktemp -d)
@@ -93,20 +96,25 @@ stop_uas() {
 sipp_uac() {
     local extra=()
     [ "$PROXY" = kamailio ] && extra=(-rsa 127.0.0.1:5060)
+    rm -f "$TMP/uac.csv"
     timed timeout "$LIMIT" sipp -sn uac -r "$RATE" -m "$CALLS" -i 127.0.0.1 -p 5061 "${extra[@]}" \
         -nostdin -trace_stat -stf "$TMP/uac.csv" 127.0.0.1:5070 >/dev/null 2>&1
     UAC_CPU=$CPU
     # Successful calls from SIPp's statistics file (last line, SuccessfulCall(C)).
     UAC_OK=$(awk -F';' 'NR==1 { for (i=1;i<=NF;i++) if ($i=="SuccessfulCall(C)") c=i } END { print $c+0 }' "$TMP/uac.csv" 2>/dev/null || echo 0)
+    [ -n "$UAC_OK" ] || UAC_OK=0
 }
 ringway_load() {
     local extra=()
     [ "$PROXY" = kamailio ] && extra+=(--proxy 127.0.0.1:5060)
+    rm -f "$TMP/rw.json"
     timed timeout "$LIMIT" "$RINGWAY" sip load --quiet --rate "$RATE" --calls "$CALLS" \
         --duration "$DURATION" --json "$TMP/rw.json" "${extra[@]}" "${RW_EXTRA[@]}" "$@" >/dev/null
     RW_CPU=$CPU
-    RW_OK=$(sed -n 's/^ *"succeeded": \([0-9]*\),/\1/p' "$TMP/rw.json")
-    RW_TICK=$(sed -n 's/^ *"tick_us": \([0-9]*\),/\1/p' "$TMP/rw.json")
+    # No summary (killed, failed): no calls counted, so the row reads n/a.
+    RW_OK=$(sed -n 's/^ *"succeeded": \([0-9]*\),/\1/p' "$TMP/rw.json" 2>/dev/null || true)
+    RW_TICK=$(sed -n 's/^ *"tick_us": \([0-9]*\),/\1/p' "$TMP/rw.json" 2>/dev/null || true)
+    [ -n "$RW_OK" ] || RW_OK=0
 }
 
 echo "gen-vs-sipp: $CALLS calls at $RATE calls/s, $REPS repetitions, proxy: $PROXY, ringway: $RINGWAY ${RW_EXTRA[*]}"
@@ -118,9 +126,9 @@ ROWS=$TMP/rows   # rep case who calls_ok cpu_s us_per_call
 : > "$ROWS"
 printf '\n%-4s %-34s %10s %8s %10s\n' rep case "calls ok" "CPU s" "µs/call"
 row() {
-    local us; us=$(per_call "$5" "$4")
+    local us; us=$(per_call "${5:-0}" "${4:-0}")
     printf '%-4s %-34s %10s %8s %10s\n' "$1" "$2 $3" "$4" "$5" "$us"
-    echo "$1 $2 $3 $4 $5 $us" >> "$ROWS"
+    echo "$1 $2 $3 ${4:-0} ${5:-0} $us" >> "$ROWS"
 }
 for rep in $(seq "$REPS"); do
     # A: both roles
@@ -138,14 +146,14 @@ echo "ringway's wakeup tick: ${RW_TICK:-?} µs"
 
 # mean ± 95% CI (Student t) of the numbers on stdin, and their minimum.
 summary() {
-    awk 'BEGIN { split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26 2.23", t, " ") }
-         $1 != "n/a" { x[++n] = $1; s += $1 }
+    awk 'BEGIN { split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26 2.23 2.20 2.18 2.16 2.14 2.13 2.12 2.11 2.10 2.09 2.09 2.08 2.07 2.07 2.06 2.06 2.06 2.05 2.05 2.05 2.04", t, " ") }
+         NF && $1 != "n/a" { x[++n] = $1; s += $1 }
          END {
            if (n == 0) { print "n/a"; exit }
            m = s / n; mn = x[1]
            for (i = 1; i <= n; i++) { v += (x[i] - m)^2; if (x[i] < mn) mn = x[i] }
            ci = 0
-           if (n > 1) { q = (n - 1 <= 10) ? t[n - 1] : 1.96; ci = q * sqrt(v / (n - 1)) / sqrt(n) }
+           if (n > 1) { q = (n - 1 <= 30) ? t[n - 1] : 2.0; ci = q * sqrt(v / (n - 1)) / sqrt(n) }
            printf "%.2f ± %.2f (min %.2f, n=%d)", m, ci, mn, n
          }'
 }

@@ -162,8 +162,10 @@ impl RxBatch {
     }
     /// Backend use: the next frame holds a GRO train of `meta.len` bytes made
     /// of `seg`-byte datagrams (the last one may be shorter): record each
-    /// as its own datagram. Returns how many were recorded. A train cut by
-    /// the frame end (`meta.truncated`) marks only its last piece truncated.
+    /// as its own datagram. Returns how many were recorded. Of a train cut
+    /// by the frame end (`meta.truncated`) the whole datagrams are kept, a
+    /// partial last piece is marked truncated, and the datagrams beyond
+    /// the frame are lost (the backend counts such trains).
     pub fn commit_segments(&mut self, meta: RxMeta, seg: usize) -> usize {
         assert!(self.used < self.arena.frames, "commit past capacity");
         let fs = self.arena.frame_size;
@@ -177,11 +179,10 @@ impl RxBatch {
         let mut n = 0;
         while at < len {
             let l = seg.min(len - at);
-            let last = at + l >= len;
             self.offs.push(base + at);
             self.meta.push(RxMeta {
                 len: l,
-                truncated: meta.truncated && last,
+                truncated: meta.truncated && l < seg,
                 ..meta
             });
             at += l;
@@ -341,6 +342,9 @@ pub struct GsoStats {
     pub gro_trains: u64,
     /// Datagrams received inside those trains.
     pub gro_segments: u64,
+    /// Trains longer than a receive frame: their datagrams beyond the
+    /// frame end were lost (use 64 KiB frames with GRO).
+    pub gro_cut: u64,
 }
 
 /// A kernel TX timestamp collected from the socket error queue.

@@ -144,6 +144,17 @@ fn train_longer_than_a_frame_is_cut_at_the_frame_end() {
     }
     assert_eq!(got[3].1, sent[3][..100]);
     assert!(got[3].2, "the cut piece is marked truncated");
+    assert_eq!(b.gso_stats().gro_cut, 1);
+    // Cut exactly at a datagram boundary: three whole datagrams, none
+    // marked truncated, and the cut train still counted.
+    let sent = send_runs(a.as_mut(), b.local_addr().unwrap(), &[(250, 5)]);
+    let (got, _) = recv_all(b.as_mut(), &mut rx, 4);
+    assert_eq!(got.len(), 4);
+    for (i, (_, bytes, trunc)) in got.iter().enumerate() {
+        assert_eq!(bytes, &sent[i]);
+        assert!(!trunc, "datagram {i} is whole");
+    }
+    assert_eq!(b.gso_stats().gro_cut, 2);
 }
 
 #[test]

@@ -499,7 +499,11 @@ impl<'a> SipMsg<'a> {
     /// does not parse). The start line, the presence and uniqueness of
     /// Via/Call-ID/CSeq/From/To, CSeq, Max-Forwards and Content-Length are
     /// checked as in [`Self::parse`]. Every message `parse` accepts is
-    /// accepted, with the same accessor results.
+    /// accepted, with the same accessor results. For a message only this
+    /// accepts: [`Self::top_via`] is `None` when the topmost Via does not
+    /// parse, and the iterating accessors (`vias`, `routes`,
+    /// `record_routes`, `contact`) skip values that do not parse, so a
+    /// caller that needs the whole list compares with [`Self::values`].
     pub fn parse_lazy(buf: &'a [u8]) -> Result<SipMsg<'a>, ParseError> {
         Self::parse_impl(buf, Level::Lazy)
     }
@@ -939,7 +943,8 @@ impl<'a> SipMsg<'a> {
         if self.validated {
             return self.c_top_via;
         }
-        self.vias().next()
+        // The topmost value, not the first that parses (lazy messages).
+        self.values(HeaderKind::Via).next().and_then(Via::parse)
     }
 
     /// Max-Forwards value if present.
@@ -1202,6 +1207,15 @@ v=0\r\ntrailing";
         assert!(SipMsg::parse(bad.as_bytes()).is_err());
         let l = SipMsg::parse_lazy(bad.as_bytes()).unwrap();
         assert_eq!(l.contact().count(), 0);
+        // A malformed topmost Via is not replaced by the next one.
+        let bad_via = String::from_utf8_lossy(INV).replace(
+            "Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK776asdhds;rport",
+            "Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK776asdhds;rport=99999",
+        );
+        assert!(SipMsg::parse(bad_via.as_bytes()).is_err());
+        let l = SipMsg::parse_lazy(bad_via.as_bytes()).unwrap();
+        assert_eq!(l.top_via(), None);
+        assert_eq!(l.vias().count(), 2);
         assert_eq!(l.cseq(), Some((314159, Method::Invite)));
         // What lazy still checks: required headers, CSeq, Content-Length, start line.
         for (from, to) in [

@@ -151,8 +151,10 @@ impl MmsgBackend {
             used += 1;
             match c.gro_size {
                 Some(seg) if self.gso.gro_enabled && (seg as usize) < meta.len => {
+                    let cut = meta.truncated;
                     let segs = batch.commit_segments(meta, seg as usize);
                     self.gso.gro_trains += 1;
+                    self.gso.gro_cut += u64::from(cut);
                     self.gso.gro_segments += segs as u64;
                     added += segs;
                 }

@@ -184,7 +184,9 @@ impl LoadConfig {
     /// [`AUTO_TICK_CALLS`] calls start in one thread at the target rate,
     /// kept within [`AUTO_TICK_RANGE`]. A timer wakeup costs tens of µs of
     /// CPU on a VM, so at low rates per-call cost would be mostly wakeups;
-    /// at 8000 calls/s per thread and above the tick is 1 ms.
+    /// at 8000 calls/s per thread and above the tick is 1 ms. With the
+    /// built-in UAS, response times include its answer delay of up to one
+    /// tick (an external UAS, `uas`, keeps them exact).
     pub fn effective_tick(&self) -> Duration {
         if let Some(t) = self.tick {
             return t;
@@ -194,7 +196,8 @@ impl LoadConfig {
         if !(per_thread.is_finite() && per_thread > 0.0) {
             return hi;
         }
-        Duration::from_secs_f64(AUTO_TICK_CALLS / per_thread).clamp(lo, hi)
+        let secs = (AUTO_TICK_CALLS / per_thread).min(hi.as_secs_f64());
+        Duration::from_secs_f64(secs).clamp(lo, hi)
     }
 
     /// Check the parameters; the message says what is wrong.
@@ -621,6 +624,7 @@ mod tests {
         assert_eq!(tick(2000.0, 1, None), ms(4));
         assert_eq!(tick(100_000.0, 1, None), ms(1));
         assert_eq!(tick(10.0, 1, None), ms(10));
+        assert_eq!(tick(1e-300, 1, None), ms(10));
         assert_eq!(tick(4000.0, 1, Some(Duration::ZERO)), Duration::ZERO);
         assert_eq!(tick(4000.0, 1, Some(ms(1))), ms(1));
     }

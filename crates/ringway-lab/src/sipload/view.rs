@@ -92,17 +92,26 @@ impl<'a> View<'a> {
         self.m.to_tag().map(str::as_bytes)
     }
 
-    /// Record-Route entries as `<uri>;params` (one per entry), top first.
-    pub fn record_routes(&self) -> Vec<Vec<u8>> {
-        self.m
-            .record_routes()
-            .map(|na| format!("<{}>{}", na.uri, na.params).into_bytes())
-            .collect()
+    /// Record-Route entries as `<uri>;params` (one per entry), top first;
+    /// `None` when any entry does not parse (a route set with a hole would
+    /// skip a proxy).
+    pub fn record_routes(&self) -> Option<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        for v in self.m.values(HeaderKind::RecordRoute) {
+            let na = NameAddr::parse(v)?;
+            out.push(format!("<{}>{}", na.uri, na.params).into_bytes());
+        }
+        Some(out)
     }
 
-    /// URI of the first Contact.
-    pub fn contact_uri(&self) -> Option<&'a [u8]> {
-        self.m.contact().next().map(|c| c.uri.as_bytes())
+    /// URI of the first Contact: `Ok(None)` without Contact, `Err(())`
+    /// when the first Contact value does not parse.
+    #[allow(clippy::result_unit_err)]
+    pub fn contact_uri(&self) -> Result<Option<&'a [u8]>, ()> {
+        match self.m.values(HeaderKind::Contact).next() {
+            None => Ok(None),
+            Some(v) => NameAddr::parse(v).map(|c| Some(c.uri.as_bytes())).ok_or(()),
+        }
     }
 
     /// Where a UAS sends responses to this request: the top Via's
@@ -160,14 +169,14 @@ mod tests {
         let vias: Vec<_> = v.lines(Hdr::Via).collect();
         assert_eq!(vias.len(), 2);
         assert!(vias[1].starts_with(b"v: SIP/2.0/UDP 127.0.0.1:6000"));
-        let rr = v.record_routes();
+        let rr = v.record_routes().unwrap();
         assert_eq!(rr.len(), 2);
         assert_eq!(rr[0], b"<sip:127.0.0.1:5060;lr>".to_vec());
         assert_eq!(
             uri_addr(name_addr_uri(&rr[1])),
             Some(("127.0.0.3:5060".parse().unwrap(), true))
         );
-        assert_eq!(v.contact_uri(), Some(&b"sip:b@127.0.0.1:7000"[..]));
+        assert_eq!(v.contact_uri(), Ok(Some(&b"sip:b@127.0.0.1:7000"[..])));
         let t = v.response_target("127.0.0.9:1".parse().unwrap());
         assert_eq!(t, Some("127.0.0.2:5071".parse().unwrap()));
     }
@@ -184,5 +193,29 @@ mod tests {
         assert!(View::parse(b"").is_none());
         assert!(View::parse(b"hello").is_none());
         assert_eq!(uri_addr(b"sip:proxy.example.com;lr"), None);
+    }
+
+    #[test]
+    fn malformed_route_contact_or_top_via_is_not_skipped() {
+        let s = String::from_utf8_lossy(RESP);
+        // A Record-Route entry that does not parse: no route set at all.
+        let m = s.replace("<sip:127.0.0.3;lr>", "<sip:127.0.0.3;lr");
+        let v = View::parse(m.as_bytes()).unwrap();
+        assert_eq!(v.record_routes(), None);
+        // A first Contact that does not parse: an error, not the second one.
+        let m = s.replace(
+            "Contact: <sip:b@127.0.0.1:7000>",
+            "Contact: garbage<, <sip:c@127.0.0.1:7001>",
+        );
+        let v = View::parse(m.as_bytes()).unwrap();
+        assert_eq!(v.contact_uri(), Err(()));
+        // No Contact: none.
+        let m = s.replace("Contact: <sip:b@127.0.0.1:7000>\r\n", "");
+        assert_eq!(View::parse(m.as_bytes()).unwrap().contact_uri(), Ok(None));
+        // A topmost Via that does not parse gives no response target (the
+        // second Via is the hop before, not where responses go).
+        let m = s.replace("rport=5071", "rport=99999");
+        let v = View::parse(m.as_bytes()).unwrap();
+        assert_eq!(v.response_target("127.0.0.9:1".parse().unwrap()), None);
     }
 }

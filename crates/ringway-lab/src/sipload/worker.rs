@@ -956,10 +956,17 @@ impl Worker {
             if (200..300).contains(&code) {
                 if matches!(c.state, UacState::Calling | UacState::Proceeding) {
                     let _ = h200.record(us(c.t_invite));
+                    let (Some(route), Ok(target)) = (v.record_routes(), v.contact_uri()) else {
+                        // A route set or target that does not parse: the
+                        // dialog cannot be followed.
+                        self.calls.remove(&n);
+                        self.fail("bad_route");
+                        return true;
+                    };
                     c.state = UacState::Confirmed;
                     c.to_tag = v.to_tag().unwrap_or_default().to_vec();
-                    c.route = v.record_routes().into_iter().rev().collect();
-                    c.target = match v.contact_uri() {
+                    c.route = route.into_iter().rev().collect();
+                    c.target = match target {
                         Some(t) => t.to_vec(),
                         None => format!("sip:service@{}", self.ruri).into_bytes(),
                     };
@@ -1142,7 +1149,7 @@ mod tests {
             bye_prov: false,
             to_tag: r.to_tag().unwrap().to_vec(),
             route,
-            target: r.contact_uri().unwrap().to_vec(),
+            target: r.contact_uri().unwrap().unwrap().to_vec(),
         }
     }
 

@@ -50,7 +50,8 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 0)]
     pub hold_ms: u64,
     /// Wakeup coalescing in microseconds while calls are in flight (0: wake
-    /// per event; auto: the time 8 call starts take per thread, 1000..=10000)
+    /// per event; auto: the time 8 call starts take per thread, 1000..=10000).
+    /// With the built-in UAS, response times include up to one tick.
     #[arg(long, default_value = "auto")]
     pub tick_us: TickArg,
     /// UDP GSO: send equal-length messages to one destination as one
