@@ -28,7 +28,8 @@ fn rtp(seq: u16) -> [u8; 32] {
     p
 }
 
-fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, String) {
+/// (analysis JSON, relay report, analysis table, tcpdump's stderr).
+fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, String, String) {
     let pcap = dir.join("impaired.pcap");
     // 1. tcpdump on lo, only the relay → receiver leg, packet-buffered.
     let mut td = Kill(
@@ -39,6 +40,14 @@ fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, S
                 "-n",
                 "-U",
                 "--immediate-mode",
+                // Whole 74-byte frames; a small snap length and a large
+                // buffer give the capture ring room for thousands of
+                // frames (the default 262144-byte snap length leaves few
+                // slots, and a busy machine then drops packets).
+                "-s",
+                "128",
+                "-B",
+                "8192",
                 "-Z",
                 "root",
                 "-w",
@@ -179,6 +188,8 @@ fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, S
         analyze("10000000"),
         serde_json::from_str(&relay_out).unwrap_or(serde_json::Value::Null),
         String::from_utf8_lossy(&table.stdout).into_owned(),
+        // tcpdump's exit statistics ("... packets dropped by kernel").
+        rx.try_iter().collect::<Vec<_>>().join("\n"),
     )
 }
 
@@ -205,13 +216,14 @@ fn wait_bounded(c: &mut Child) -> String {
 fn analyze_capture_of_impaired_rtp() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
-    let (an, relay, table) = ringway_io::netns::in_private_netns(move || scenario(d)).unwrap();
+    let (an, relay, table, tcpdump) =
+        ringway_io::netns::in_private_netns(move || scenario(d)).unwrap();
     eprintln!("{table}");
     let reordered_by_relay = relay["forward"]["reordered"]
         .as_u64()
         .expect("relay report");
     assert!(reordered_by_relay > 20, "{relay}");
-    assert_eq!(an["packets"].as_u64(), Some(600));
+    assert_eq!(an["packets"].as_u64(), Some(600), "tcpdump: {tcpdump}");
     assert_eq!(an["flows"].as_array().unwrap().len(), 1);
     let v = an["variants"].as_array().unwrap();
     let capture = &v[0]["total"];
