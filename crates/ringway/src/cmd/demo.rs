@@ -220,6 +220,9 @@ fn summarize(v: &serde_json::Value) -> String {
                 let f = n.as_f64().unwrap_or(0.0);
                 if f.fract() == 0.0 {
                     parts.push(format!("{k}={f:.0}"));
+                } else if f.abs() < 0.01 {
+                    // Small values (CPU seconds per call) keep their digits.
+                    parts.push(format!("{k}={f:.3e}"));
                 } else {
                     parts.push(format!("{k}={f:.3}"));
                 }
