@@ -155,6 +155,14 @@ fn train_longer_than_a_frame_is_cut_at_the_frame_end() {
         assert!(!trunc, "datagram {i} is whole");
     }
     assert_eq!(b.gso_stats().gro_cut, 2);
+    // A frame shorter than one datagram of the train: one cut piece.
+    let mut small = RxBatch::new(4, 100);
+    let sent = send_runs(a.as_mut(), b.local_addr().unwrap(), &[(300, 3)]);
+    let (got, _) = recv_all(b.as_mut(), &mut small, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, sent[0][..100]);
+    assert!(got[0].2);
+    assert_eq!(b.gso_stats().gro_cut, 3);
 }
 
 #[test]

@@ -150,12 +150,16 @@ impl MmsgBackend {
             }
             used += 1;
             match c.gro_size {
-                Some(seg) if self.gso.gro_enabled && (seg as usize) < meta.len => {
+                Some(seg) if self.gso.gro_enabled => {
+                    // A train (cut by the frame end when truncated, even
+                    // to less than one datagram).
                     let cut = meta.truncated;
                     let segs = batch.commit_segments(meta, seg as usize);
-                    self.gso.gro_trains += 1;
+                    if segs > 1 {
+                        self.gso.gro_trains += 1;
+                        self.gso.gro_segments += segs as u64;
+                    }
                     self.gso.gro_cut += u64::from(cut);
-                    self.gso.gro_segments += segs as u64;
                     added += segs;
                 }
                 _ => {
