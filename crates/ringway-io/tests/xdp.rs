@@ -4,7 +4,7 @@
 //! Needs root (named namespaces, BPF); on a kernel without AF_XDP the
 //! backend must refuse with a clear error, which is what is checked then.
 
-use ringway_io::netns::Topology;
+use ringway_io::netns::{Host, Topology};
 use ringway_io::{open_backend, open_xdp, BackendKind, RxBatch, TxBatch, XdpConfig};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::Command;
@@ -51,6 +51,18 @@ fn xdp_here() -> bool {
         return false;
     }
     true
+}
+
+/// Hosts a and b of a fresh veth pair (keep the `Topology` alive while
+/// they are used), or `None` where this kernel has no AF_XDP.
+fn pair() -> Option<(Topology, Host, Host)> {
+    if !xdp_here() {
+        return None;
+    }
+    let t = topo();
+    let a = t.host("a").unwrap().clone();
+    let b = t.host("b").unwrap().clone();
+    Some((t, a, b))
 }
 
 #[test]
@@ -103,12 +115,9 @@ fn bad_options_are_clear_errors() {
 
 #[test]
 fn veth_roundtrip_exact_and_kernel_keeps_the_rest() {
-    if !xdp_here() {
+    let Some((t, a, b)) = pair() else {
         return;
-    }
-    let t = topo();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
+    };
     let (aip, bip) = (a.addr(), b.addr());
     let (bns, ans) = (b.netns.clone(), a.netns.clone());
     let (port_tx, port_rx) = mpsc::channel();
@@ -245,12 +254,9 @@ fn veth_roundtrip_exact_and_kernel_keeps_the_rest() {
 /// neighbour table goes through the companion socket (and arrives).
 #[test]
 fn unknown_neighbour_falls_back_to_the_socket() {
-    if !xdp_here() {
+    let Some((_t, a, b)) = pair() else {
         return;
-    }
-    let t = topo();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
+    };
     let (aip, bip) = (a.addr(), b.addr());
     let listener = a
         .run(move || {
@@ -288,13 +294,10 @@ fn availability_probe_agrees() {
 /// wrap every ring many times; each reply is exact.
 #[test]
 fn small_umem_rings_wrap_around() {
-    if !xdp_here() {
-        return;
-    }
     const N: usize = 300;
-    let t = topo();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
+    let Some((_t, a, b)) = pair() else {
+        return;
+    };
     let (aip, bip) = (a.addr(), b.addr());
     let (port_tx, port_rx) = mpsc::channel();
     let server = b.spawn(move || {
@@ -344,12 +347,9 @@ fn small_umem_rings_wrap_around() {
 /// through the companion socket.
 #[test]
 fn fragments_take_the_kernel_path() {
-    if !xdp_here() {
+    let Some((_t, a, b)) = pair() else {
         return;
-    }
-    let t = topo();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
+    };
     let (aip, bip) = (a.addr(), b.addr());
     let (port_tx, port_rx) = mpsc::channel();
     let server = b.spawn(move || {

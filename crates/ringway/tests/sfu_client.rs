@@ -80,16 +80,14 @@ fn load_command_mmsg() {
 fn lab_sfu_in_veth_hosts() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("lab.json");
-    let child = Command::new(BIN)
-        .args(["lab", "sfu", "--netns", "--reps", "2", "--duration", "1"])
-        .args(["--clients", "2,3", "--pps", "300", "--json"])
-        .arg(&json)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let mut args: Vec<std::ffi::OsString> =
+        ["lab", "sfu", "--netns", "--reps", "2", "--duration", "1"]
+            .into_iter()
+            .chain(["--clients", "2,3", "--pps", "300", "--json"])
+            .map(Into::into)
+            .collect();
+    args.push(json.clone().into());
+    let (pid, out) = run_ringway(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

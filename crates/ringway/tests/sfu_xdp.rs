@@ -5,7 +5,7 @@
 mod sfu_common;
 
 use sfu_common::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// AF_XDP sockets exist on this kernel (else the tests check the error).
 fn xdp_here() -> bool {
@@ -53,20 +53,15 @@ fn xdp_needs_an_interface() {
 fn load_netns_testbed_on_xdp() {
     let dir = tempfile::tempdir().unwrap();
     let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
-    let child = Command::new(BIN)
-        .args(["sfu", "load", "--netns", "--clients", "4"])
-        .args(["--server", "0.0.0.0:5004", "--duration", "1"])
-        .args(["--interval-ms", "10", "--stats-interval", "0"])
-        .args(["--sfu-backend", "xdp", "--sfu-json"])
-        .arg(&sj)
-        .arg("--json")
-        .arg(&lj)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let mut args: Vec<std::ffi::OsString> = ["sfu", "load", "--netns", "--clients", "4"]
+        .into_iter()
+        .chain(["--server", "0.0.0.0:5004", "--duration", "1"])
+        .chain(["--interval-ms", "10", "--stats-interval", "0"])
+        .chain(["--sfu-backend", "xdp", "--sfu-json"])
+        .map(Into::into)
+        .collect();
+    args.extend([sj.clone().into(), "--json".into(), lj.clone().into()]);
+    let (pid, out) = run_ringway(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !xdp_here() {
         assert!(stderr.contains("xdp backend not available"), "{stderr}");
@@ -104,17 +99,15 @@ fn lab_sfu_xdp_column() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("lab.json");
-    let child = Command::new(BIN)
-        .args(["lab", "sfu", "--netns", "--reps", "1", "--duration", "1"])
-        .args(["--clients", "3", "--pps", "300", "--backends", "socket,xdp"])
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let mut args: Vec<std::ffi::OsString> =
+        ["lab", "sfu", "--netns", "--reps", "1", "--duration", "1"]
+            .into_iter()
+            .chain(["--clients", "3", "--pps", "300", "--backends", "socket,xdp"])
+            .chain(["--json"])
+            .map(Into::into)
+            .collect();
+    args.push(json.clone().into());
+    let (pid, out) = run_ringway(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

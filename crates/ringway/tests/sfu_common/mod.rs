@@ -14,6 +14,19 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ringway");
 
+/// Run `ringway ARGS` to the end with stdout and stderr captured; returns
+/// its PID (to check that its namespaces are gone) and its output.
+pub fn run_ringway<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (u32, std::process::Output) {
+    let child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ringway");
+    let pid = child.id();
+    (pid, child.wait_with_output().expect("wait for ringway"))
+}
+
 /// A running `ringway sfu serve`.
 pub struct Server {
     pub child: Child,
