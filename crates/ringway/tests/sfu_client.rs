@@ -80,19 +80,18 @@ fn load_command_mmsg() {
 fn lab_sfu_in_veth_hosts() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("lab.json");
-    let mut args: Vec<std::ffi::OsString> =
-        ["lab", "sfu", "--netns", "--reps", "2", "--duration", "1"]
-            .into_iter()
-            .chain(["--clients", "2,3", "--pps", "300", "--json"])
-            .map(Into::into)
-            .collect();
-    args.push(json.clone().into());
-    let (pid, out) = run_ringway(&args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (pid, stdout) = lab_sfu_netns(
+        &[
+            "--reps",
+            "2",
+            "--duration",
+            "1",
+            "--clients",
+            "2,3",
+            "--pps",
+            "300",
+        ],
+        &json,
     );
     assert!(stdout.contains("delay model socket"), "{stdout}");
     assert!(stdout.contains("overall mmsg vs socket"), "{stdout}");

@@ -53,15 +53,27 @@ fn xdp_needs_an_interface() {
 fn load_netns_testbed_on_xdp() {
     let dir = tempfile::tempdir().unwrap();
     let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
-    let mut args: Vec<std::ffi::OsString> = ["sfu", "load", "--netns", "--clients", "4"]
-        .into_iter()
-        .chain(["--server", "0.0.0.0:5004", "--duration", "1"])
-        .chain(["--interval-ms", "10", "--stats-interval", "0"])
-        .chain(["--sfu-backend", "xdp", "--sfu-json"])
-        .map(Into::into)
-        .collect();
-    args.extend([sj.clone().into(), "--json".into(), lj.clone().into()]);
-    let (pid, out) = run_ringway(&args);
+    let (pid, out) = run_ringway(&[
+        "sfu",
+        "load",
+        "--netns",
+        "--clients",
+        "4",
+        "--server",
+        "0.0.0.0:5004",
+        "--duration",
+        "1",
+        "--interval-ms",
+        "10",
+        "--stats-interval",
+        "0",
+        "--sfu-backend",
+        "xdp",
+        "--sfu-json",
+        sj.to_str().unwrap(),
+        "--json",
+        lj.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !xdp_here() {
         assert!(stderr.contains("xdp backend not available"), "{stderr}");
@@ -99,20 +111,20 @@ fn lab_sfu_xdp_column() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("lab.json");
-    let mut args: Vec<std::ffi::OsString> =
-        ["lab", "sfu", "--netns", "--reps", "1", "--duration", "1"]
-            .into_iter()
-            .chain(["--clients", "3", "--pps", "300", "--backends", "socket,xdp"])
-            .chain(["--json"])
-            .map(Into::into)
-            .collect();
-    args.push(json.clone().into());
-    let (pid, out) = run_ringway(&args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (pid, stdout) = lab_sfu_netns(
+        &[
+            "--reps",
+            "1",
+            "--duration",
+            "1",
+            "--clients",
+            "3",
+            "--pps",
+            "300",
+            "--backends",
+            "socket,xdp",
+        ],
+        &json,
     );
     assert!(stdout.contains("overall xdp vs socket"), "{stdout}");
     let v = read_json(&json);

@@ -16,7 +16,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_ringway");
 
 /// Run `ringway ARGS` to the end with stdout and stderr captured; returns
 /// its PID (to check that its namespaces are gone) and its output.
-pub fn run_ringway<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (u32, std::process::Output) {
+pub fn run_ringway(args: &[&str]) -> (u32, std::process::Output) {
     let child = Command::new(BIN)
         .args(args)
         .stdout(Stdio::piped())
@@ -25,6 +25,22 @@ pub fn run_ringway<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (u32, std::process:
         .expect("spawn ringway");
     let pid = child.id();
     (pid, child.wait_with_output().expect("wait for ringway"))
+}
+
+/// Run `ringway lab sfu --netns ARGS --json JSON`, which must succeed;
+/// returns its PID and stdout.
+pub fn lab_sfu_netns(args: &[&str], json: &Path) -> (u32, String) {
+    let mut all = vec!["lab", "sfu", "--netns"];
+    all.extend_from_slice(args);
+    all.extend(["--json", json.to_str().expect("UTF-8 temp path")]);
+    let (pid, out) = run_ringway(&all);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (pid, stdout)
 }
 
 /// A running `ringway sfu serve`.
