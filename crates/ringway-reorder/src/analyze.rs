@@ -3,7 +3,8 @@
 //! (packets whose timestamps fall within `batch_ns` of the batch's first
 //! packet form one batch; the sorter flushes all managers at each batch end).
 
-use crate::classify::{flow_hash, ipv4_tcp, ipv6_tcp, rtp_seq};
+use crate::classify::{ipv4_tcp, ipv6_tcp, rtp_seq};
+use crate::key::FlowKey;
 use crate::metrics::{ranks, rfc4737, rfc5236, Rfc4737, Rfc5236};
 use crate::pcap::{ip_of, udp_of, Frame};
 use crate::seq::{SeqSpace, Unwrapper};
@@ -61,7 +62,7 @@ impl Trace {
     /// UDP datagrams whose payload looks like RTP v2.
     pub fn from_frames(frames: &[Frame<'_>]) -> Trace {
         let mut t = Trace::default();
-        let mut index: HashMap<(bool, u64), (u32, Unwrapper)> = HashMap::new();
+        let mut index: HashMap<(bool, FlowKey), (u32, Unwrapper)> = HashMap::new();
         for f in frames {
             let Some((ver, ip)) = ip_of(f) else {
                 t.skipped += 1;
@@ -91,13 +92,16 @@ impl Trace {
                     t.skipped += 1;
                     continue;
                 };
-                let key = flow_hash(&[
+                let Some(key) = FlowKey::from_parts(&[
                     u.src,
                     u.dst,
                     &u.sport.to_be_bytes(),
                     &u.dport.to_be_bytes(),
                     &ssrc.to_be_bytes(),
-                ]);
+                ]) else {
+                    t.skipped += 1;
+                    continue;
+                };
                 let name = format!(
                     "rtp ssrc={ssrc:#010x} {}:{} > {}:{}",
                     addr_str(u.src),

@@ -12,6 +12,7 @@
 //! on the same port, RFC 5761); the flow is the SSRC, the sequence number
 //! the 16-bit RTP sequence number, length 1.
 
+use crate::key::FlowKey;
 use crate::sorter::Class;
 
 /// TCP flag bits.
@@ -36,25 +37,13 @@ pub mod tcp_flags {
     pub const UNSUITABLE: u8 = SYN | FIN | RST | URG | ECE | CWR;
 }
 
-/// FNV-1a style 64-bit hash of a byte string (flow keys).
-pub fn flow_hash(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in *p {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// Classify an RTP packet (the UDP payload) by SSRC and 16-bit sequence number.
+/// Classify an RTP packet (the UDP payload) by SSRC and 16-bit sequence
+/// number. Where the sender's address is known, key by it too (as the SFU
+/// and `analyze` do): an SSRC is chosen by the sender and can collide.
 pub fn classify_rtp(payload: &[u8]) -> Class {
     match rtp_seq(payload) {
         Some((ssrc, seq)) => Class::Flow {
-            key: ssrc as u64,
+            key: FlowKey::from_u64(ssrc as u64),
             seq: seq as u32,
             len: 1,
         },
@@ -82,8 +71,8 @@ pub fn rtp_seq(p: &[u8]) -> Option<(u32, u16)> {
 /// Facts about a TCP segment needed for suitability and flow identity.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TcpSeg {
-    /// Hash of (src addr, dst addr, src port, dst port).
-    pub key: u64,
+    /// (src addr, dst addr, src port, dst port).
+    pub key: FlowKey,
     /// Sequence number.
     pub seq: u32,
     /// Payload length in bytes.
@@ -145,7 +134,7 @@ fn tcp_seg(addrs: (&[u8], &[u8]), tcp: &[u8], seg_len: usize, ip_bad: bool) -> O
         }
     }
     Some(TcpSeg {
-        key: flow_hash(&[addrs.0, addrs.1, &tcp[0..2], &tcp[2..4]]),
+        key: FlowKey::from_parts(&[addrs.0, addrs.1, &tcp[0..2], &tcp[2..4]])?,
         seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
         payload_len: (seg_len - doff) as u32,
         flags: tcp[13],
@@ -284,7 +273,7 @@ mod tests {
         assert_eq!(
             classify_rtp(&p),
             Class::Flow {
-                key: 0xdeadbeef,
+                key: FlowKey::from_u64(0xdeadbeef),
                 seq: 65535,
                 len: 1
             }

@@ -15,17 +15,19 @@
 //! assert_eq!(seqs, [1, 2, 3]);
 //! # fn rtp(seq: u8) -> Vec<u8> { let mut p = vec![0u8; 12]; p[0] = 0x80; p[3] = seq; p }
 //! ```
-//! (The first packet, 2, starts the flow's manager, so 1 lands on
-//! PrevPacketList, which is flushed first.)
+//! (The first packet, 2, starts the sorting block and sets NextExp to 3,
+//! so 1 lands on PrevPacketList, which is flushed first.)
 
 pub mod analyze;
 pub mod classify;
+pub mod key;
 pub mod metrics;
 pub mod pcap;
 pub mod seq;
 pub mod sorter;
 pub mod workload;
 
-pub use classify::{classify_ipv4_tcp, classify_ipv6_tcp, classify_rtp, flow_hash};
+pub use classify::{classify_ipv4_tcp, classify_ipv6_tcp, classify_rtp};
+pub use key::FlowKey;
 pub use seq::{SeqSpace, Unwrapper};
 pub use sorter::{Class, FlowSnapshot, Srpic, SrpicConfig, SrpicStats};

@@ -1,19 +1,29 @@
 //! The SRPIC sorter (Wu, DeMar, Crawford: "Sorting reordered packets with
 //! interrupt coalescing", Listing 1), allocation-free in steady state.
 //!
-//! One *packet manager* per flow keeps three lists:
-//! `PrevPacketList` (packets older than `NextExp`), `CurrPacketList`
-//! (packets contiguous from where the manager started) and
-//! `AfterPacketList` (packets beyond a gap, kept sorted). A manager flushes
-//! its lists in the order Prev, Curr, After when it holds `block_size`
-//! packets; every manager flushes when `ring_size` suitable packets were
-//! accepted since the last global flush, and at the end of each receive
-//! batch (the caller calls [`Srpic::flush_all`]). See `docs/srpic.md`.
+//! One *packet manager* per flow keeps three lists, as Listing 1:
+//! the first packet of a sorting block goes to `CurrPacketList` and sets
+//! `NextExp` to the sequence number that follows it; a later packet equal
+//! to `NextExp` is appended to `CurrPacketList` (and moves `NextExp` on),
+//! one below it is inserted in order into `PrevPacketList`, one above it in
+//! order into `AfterPacketList`. A manager flushes its lists in the order
+//! Prev, Curr, After when it holds `block_size` packets and is then
+//! reinitialised (the next packet starts a new block and sets `NextExp`
+//! again: "stateless across sorting blocks"); every manager flushes when
+//! `ring_size` suitable packets were accepted since the last global flush,
+//! and at the end of each receive batch (the caller calls
+//! [`Srpic::flush_all`]). See `docs/srpic.md`.
+//!
+//! One departure from the pseudo code, for Table 1's baseline: the block
+//! size is checked after every packet, the first included, so
+//! `block_size` 1 delivers every packet at once (no sorting); Listing 1's
+//! first-packet branch skips the check, which would make blocks of 2.
 //!
 //! All storage (packet nodes, managers, the flow hash table, the active
 //! list) is allocated in [`Srpic::new`]; `push` and `flush_all` never
 //! allocate.
 
+use crate::key::FlowKey;
 use crate::seq::SeqSpace;
 
 const NIL: u32 = u32::MAX;
@@ -53,8 +63,8 @@ pub enum Class {
     /// the next expected sequence number is `seq + len` (TCP: payload bytes,
     /// RTP: 1).
     Flow {
-        /// Flow identity (e.g. hash of the TCP 4-tuple, or the RTP SSRC).
-        key: u64,
+        /// Flow identity (e.g. the TCP 4-tuple, or source, SSRC and payload type).
+        key: FlowKey,
         /// Sequence number (in the sorter's [`SeqSpace`]).
         seq: u32,
         /// Sequence-space length of the packet.
@@ -65,7 +75,7 @@ pub enum Class {
     /// It is never held.
     Bypass {
         /// Flow identity, as for [`Class::Flow`].
-        key: u64,
+        key: FlowKey,
     },
     /// Not sortable at all: emitted immediately, never held.
     PassThrough,
@@ -97,8 +107,6 @@ pub struct SrpicStats {
     pub to_curr: u64,
     /// See `to_prev`.
     pub to_after: u64,
-    /// Packets moved from AfterPacketList to CurrPacketList when a gap filled.
-    pub after_to_curr: u64,
     /// Manager flushes because a manager reached `block_size`.
     pub block_flushes: u64,
     /// Global flushes because `ring_size` packets were accepted.
@@ -122,7 +130,7 @@ pub struct SrpicStats {
 /// A copy of one manager's state, for tests and debugging (allocates).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlowSnapshot {
-    /// `NextExp`.
+    /// `NextExp` (0 in a reinitialised manager, as the paper zeroes it).
     pub next_exp: u32,
     /// `PacketCnt`: packets held by this manager.
     pub packet_cnt: usize,
@@ -157,7 +165,7 @@ impl List {
 
 #[derive(Clone, Debug)]
 struct Manager {
-    key: u64,
+    key: FlowKey,
     hash: u64,
     in_use: bool,
     next_exp: u32,
@@ -174,7 +182,7 @@ struct Manager {
 impl Manager {
     fn empty() -> Self {
         Manager {
-            key: 0,
+            key: FlowKey::from_u64(0),
             hash: 0,
             in_use: false,
             next_exp: 0,
@@ -205,15 +213,6 @@ pub struct Srpic<T> {
     epoch: u64,
     sweep_hand: usize,
     stats: SrpicStats,
-}
-
-#[inline]
-fn mix(key: u64) -> u64 {
-    // splitmix64 finaliser: cheap and spreads SSRCs / 4-tuple hashes well.
-    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl<T> Srpic<T> {
@@ -284,7 +283,7 @@ impl<T> Srpic<T> {
         let (key, seq, len) = match class {
             Class::PassThrough => return self.pass(item, out),
             Class::Bypass { key } => {
-                if let Some(m) = self.lookup(key) {
+                if let Some(m) = self.lookup(&key) {
                     if self.managers[m as usize].cnt > 0 {
                         self.stats.bypass_flushes += 1;
                         self.flush_manager(m, Why::Bypass, out);
@@ -294,9 +293,9 @@ impl<T> Srpic<T> {
             }
             Class::Flow { key, seq, len } => (key, self.space.norm(seq), len),
         };
-        let m = match self.lookup(key) {
+        let m = match self.lookup(&key) {
             Some(m) => m,
-            None => match self.insert(key, seq) {
+            None => match self.insert(key) {
                 Some(m) => m,
                 None => {
                     self.stats.table_full += 1;
@@ -345,8 +344,8 @@ impl<T> Srpic<T> {
     }
 
     /// State of flow `key`, if it has a manager (allocates; for tests/debugging).
-    pub fn snapshot(&self, key: u64) -> Option<FlowSnapshot> {
-        let m = &self.managers[self.lookup(key)? as usize];
+    pub fn snapshot(&self, key: impl Into<FlowKey>) -> Option<FlowSnapshot> {
+        let m = &self.managers[self.lookup(&key.into())? as usize];
         let walk = |l: List| {
             let mut v = Vec::new();
             let mut i = l.head;
@@ -374,43 +373,31 @@ impl<T> Srpic<T> {
     /// Put node `n` on the right list of manager `m` (Listing 1's core).
     fn place(&mut self, m: u32, n: u32) {
         let sp = self.space;
-        let seq = self.nodes[n as usize].seq;
-        let len = self.nodes[n as usize].len;
-        let mut mgr = self.managers[m as usize].clone_lists();
-        if sp.lt(seq, mgr.next_exp) {
-            self.append(&mut mgr.prev, n);
-            self.stats.to_prev += 1;
-        } else if seq == mgr.next_exp {
-            self.append(&mut mgr.curr, n);
+        let (seq, len) = {
+            let node = &self.nodes[n as usize];
+            (node.seq, node.len)
+        };
+        let mgr = &self.managers[m as usize];
+        let (mut prev, mut curr, mut after) = (mgr.prev, mgr.curr, mgr.after);
+        let mut next_exp = mgr.next_exp;
+        if mgr.cnt == 0 {
+            // First packet of a sorting block: it anchors NextExp.
+            self.append(&mut curr, n);
             self.stats.to_curr += 1;
-            mgr.next_exp = sp.add(seq, len);
-            // The gap may be filled: move now-contiguous After packets to Curr.
-            while mgr.after.head != NIL {
-                let h = mgr.after.head;
-                let (hs, hl, hn) = {
-                    let hn = &self.nodes[h as usize];
-                    (hn.seq, hn.len, hn.next)
-                };
-                if sp.lt(mgr.next_exp, hs) {
-                    break;
-                }
-                mgr.after.head = hn;
-                if hn == NIL {
-                    mgr.after.tail = NIL;
-                }
-                self.nodes[h as usize].next = NIL;
-                self.append(&mut mgr.curr, h);
-                self.stats.after_to_curr += 1;
-                let end = sp.add(hs, hl);
-                if sp.lt(mgr.next_exp, end) {
-                    mgr.next_exp = end;
-                }
-            }
+            next_exp = sp.add(seq, len);
+        } else if sp.lt(seq, next_exp) {
+            self.insert_sorted(&mut prev, n, seq);
+            self.stats.to_prev += 1;
+        } else if seq == next_exp {
+            self.append(&mut curr, n);
+            self.stats.to_curr += 1;
+            next_exp = sp.add(seq, len);
         } else {
-            self.insert_sorted(&mut mgr.after, n, seq);
+            self.insert_sorted(&mut after, n, seq);
             self.stats.to_after += 1;
         }
-        self.managers[m as usize].set_lists(mgr);
+        let mgr = &mut self.managers[m as usize];
+        (mgr.prev, mgr.curr, mgr.after, mgr.next_exp) = (prev, curr, after, next_exp);
     }
 
     fn append(&mut self, l: &mut List, n: u32) {
@@ -442,14 +429,11 @@ impl<T> Srpic<T> {
         }
     }
 
-    fn emit_list(&mut self, head: u32, out: &mut impl FnMut(T)) -> (u32, u32) {
-        // Returns (last seq, last len) of the list, for NextExp bookkeeping.
+    fn emit_list(&mut self, head: u32, out: &mut impl FnMut(T)) {
         let mut i = head;
-        let mut last = (0, 0);
         while i != NIL {
             let node = &mut self.nodes[i as usize];
             let next = node.next;
-            last = (node.seq, node.len);
             if let Some(it) = node.item.take() {
                 out(it);
                 self.stats.emitted += 1;
@@ -459,33 +443,25 @@ impl<T> Srpic<T> {
             self.stats.held -= 1;
             i = next;
         }
-        last
     }
 
-    /// Deliver Prev, Curr, After of manager `m` (without touching the active list).
+    /// Deliver Prev, Curr, After of manager `m` and reinitialise it
+    /// (without touching the active list).
     fn flush_lists(&mut self, m: u32, out: &mut impl FnMut(T)) {
         let (prev, curr, after) = {
             let mgr = &mut self.managers[m as usize];
-            let l = (mgr.prev, mgr.curr, mgr.after);
+            let lists = (mgr.prev.head, mgr.curr.head, mgr.after.head);
             mgr.prev = List::EMPTY;
             mgr.curr = List::EMPTY;
             mgr.after = List::EMPTY;
             mgr.cnt = 0;
+            mgr.next_exp = 0;
             mgr.active_pos = NIL;
-            l
+            lists
         };
-        self.emit_list(prev.head, out);
-        self.emit_list(curr.head, out);
-        if after.head != NIL {
-            // Interpretation (docs/srpic.md): once After packets are
-            // delivered, expect the packet following the highest one.
-            let (s, l) = self.emit_list(after.head, out);
-            let end = self.space.add(s, l);
-            let mgr = &mut self.managers[m as usize];
-            if self.space.lt(mgr.next_exp, end) {
-                mgr.next_exp = end;
-            }
-        }
+        self.emit_list(prev, out);
+        self.emit_list(curr, out);
+        self.emit_list(after, out);
     }
 
     fn flush_manager(&mut self, m: u32, why: Why, out: &mut impl FnMut(T)) {
@@ -535,26 +511,26 @@ impl<T> Srpic<T> {
         }
     }
 
-    fn lookup(&self, key: u64) -> Option<u32> {
+    fn lookup(&self, key: &FlowKey) -> Option<u32> {
         if self.managers.is_empty() {
             return None;
         }
-        let mut i = mix(key) as usize & self.mask;
+        let mut i = key.hash64() as usize & self.mask;
         loop {
             let m = self.table[i];
             if m == NIL {
                 return None;
             }
-            if self.managers[m as usize].key == key {
+            if self.managers[m as usize].key == *key {
                 return Some(m);
             }
             i = (i + 1) & self.mask;
         }
     }
 
-    fn insert(&mut self, key: u64, seq: u32) -> Option<u32> {
+    fn insert(&mut self, key: FlowKey) -> Option<u32> {
         let m = self.free_mgr.pop()?;
-        let hash = mix(key);
+        let hash = key.hash64();
         let mut i = hash as usize & self.mask;
         while self.table[i] != NIL {
             i = (i + 1) & self.mask;
@@ -565,8 +541,6 @@ impl<T> Srpic<T> {
         mgr.key = key;
         mgr.hash = hash;
         mgr.in_use = true;
-        // A new manager expects the packet that created it.
-        mgr.next_exp = seq;
         self.stats.flows_created += 1;
         self.stats.flows += 1;
         Some(m)
@@ -607,30 +581,5 @@ impl<T> Srpic<T> {
         self.free_mgr.push(m);
         self.stats.flows_evicted += 1;
         self.stats.flows -= 1;
-    }
-}
-
-#[derive(Copy, Clone)]
-struct Lists {
-    next_exp: u32,
-    prev: List,
-    curr: List,
-    after: List,
-}
-
-impl Manager {
-    fn clone_lists(&self) -> Lists {
-        Lists {
-            next_exp: self.next_exp,
-            prev: self.prev,
-            curr: self.curr,
-            after: self.after,
-        }
-    }
-    fn set_lists(&mut self, l: Lists) {
-        self.next_exp = l.next_exp;
-        self.prev = l.prev;
-        self.curr = l.curr;
-        self.after = l.after;
     }
 }

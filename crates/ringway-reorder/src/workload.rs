@@ -1,5 +1,6 @@
 //! Deterministic synthetic packet streams for benchmarks and experiments.
 
+use crate::key::FlowKey;
 use crate::sorter::Class;
 
 /// Small xorshift64 generator (deterministic for a seed; never 0 state).
@@ -58,7 +59,7 @@ pub fn synth(
             let f = i as usize % flows;
             let n = i as usize / flows;
             Class::Flow {
-                key: f as u64 * 0x1_0000_0001 + 7,
+                key: FlowKey::from_u64(f as u64 * 0x1_0000_0001 + 7),
                 seq: (65000u32.wrapping_add(n as u32)) & 0xffff,
                 len: 1,
             }

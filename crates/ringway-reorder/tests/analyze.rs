@@ -262,7 +262,7 @@ fn sorted_by_srpic(arrivals: &[u32], block: usize) -> Vec<i64> {
         for &q in chunk {
             s.push(
                 Class::Flow {
-                    key: 1,
+                    key: 1.into(),
                     seq: q,
                     len: 1,
                 },

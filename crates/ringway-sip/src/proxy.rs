@@ -848,7 +848,12 @@ impl Proxy {
         keys: (u64, u32),
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
-        let mut stateful = self.cfg.mode == Mode::Stateful && method != Method::Ack;
+        // ACK for a 2xx and a CANCEL that matched no transaction (RFC 3261
+        // 16.10) are forwarded statelessly; the responses to such a CANCEL
+        // then match no client transaction and follow the Via stack (16.7).
+        // A client transaction of class CANCEL is only ever one we generated.
+        let mut stateful =
+            self.cfg.mode == Mode::Stateful && method != Method::Ack && method != Method::Cancel;
         if stateful
             && matches!(
                 method,

@@ -444,6 +444,50 @@ fn stateful_cancel() {
     assert_eq!(p.stats().transactions_active, 0);
 }
 
+/// RFC 3261 16.10 / 16.7: a CANCEL that matches no transaction (here its
+/// branch differs from the INVITE's) is forwarded statelessly, and the
+/// response to it, matching no client transaction, is forwarded upstream.
+#[test]
+fn unmatched_cancel_and_its_response_are_forwarded() {
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let (_, sent) = handle(&p, 0, UAC, &invite("z9hG4bKum", "sip:bob@example.com", ""));
+        let fwd = sent
+            .iter()
+            .find(|(a, _)| *a == addr(UAS))
+            .unwrap()
+            .1
+            .clone();
+        handle(&p, 100, UAS, &response_to(&fwd, 180, "Ringing", ""));
+        let cancel = b"CANCEL sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKother\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>\r\nCall-ID: call-z9hG4bKum@192.0.2.1\r\nCSeq: 1 CANCEL\r\nContent-Length: 0\r\n\r\n";
+        let (o, sent) = handle(&p, 200, UAC, cancel);
+        assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
+        assert_eq!(
+            sent.len(),
+            1,
+            "{mode:?}: no local 200 for an unmatched CANCEL"
+        );
+        assert_eq!(sent[0].0, addr(UAS));
+        let down = parse(&sent[0].1);
+        assert_eq!(down.method(), Some(Method::Cancel));
+        assert_eq!(down.vias().count(), 2, "{mode:?}: forwarded, not generated");
+        // The UAS's 200 to that CANCEL goes back to the UAC.
+        let (o, back) = handle(&p, 300, UAS, &response_to(&sent[0].1, 200, "OK", ""));
+        assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].0, addr(UAC));
+        let r = parse(&back[0].1);
+        assert_eq!(
+            (r.status(), r.cseq()),
+            (Some(200), Some((1, Method::Cancel)))
+        );
+        assert_eq!(r.top_via().unwrap().branch, Some("z9hG4bKother"));
+        // Its retransmission is forwarded again (no state to absorb it).
+        let (o, sent) = handle(&p, 400, UAC, cancel);
+        assert_eq!((o.action, sent.len()), (Action::Forwarded { copies: 1 }, 1));
+    }
+}
+
 #[test]
 fn cancel_without_provisional_waits_then_487_on_timeout() {
     let p = Proxy::new(cfg(Mode::Stateful));

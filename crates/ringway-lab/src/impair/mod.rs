@@ -397,7 +397,7 @@ mod tests {
         let mut im = Impairer::new(cfg);
         let mut got: Vec<(u64, u32)> = Vec::new();
         for i in 0..50u32 {
-            let now = i as u64 * 130;
+            let now = 1 + i as u64 * 130;
             im.poll(now, &mut |x| got.push((now, x)));
             im.push(now, i);
         }
@@ -415,15 +415,33 @@ mod tests {
         let mut plain = Impairer::new(ImpairConfig { burst_ns: 0, ..cfg });
         let mut p = Vec::new();
         for i in 0..50u32 {
-            plain.push(i as u64 * 130, i);
-            plain.poll(i as u64 * 130, &mut |x| p.push(x));
+            plain.push(1 + i as u64 * 130, i);
+            plain.poll(1 + i as u64 * 130, &mut |x| p.push(x));
         }
         plain.drain(&mut |x| p.push(x));
         let order: Vec<u32> = got.iter().map(|g| g.1).collect();
         assert_eq!(order.len(), 50);
         assert_eq!(order, p);
-        // Nothing left before its boundary: every release time ≥ the
-        // boundary after its push, checked through the deadline above.
+        // Every packet released by a poll leaves at or after the first
+        // period boundary at or after its push, and only at the first poll
+        // after a boundary (polls come every 130 ns, from 1 ns).
+        let polled: Vec<&(u64, u32)> = got.iter().filter(|g| g.0 != u64::MAX).collect();
+        assert!(
+            polled.len() >= 40,
+            "most packets leave in bursts: {}",
+            polled.len()
+        );
+        for &&(t, x) in &polled {
+            let pushed = 1 + x as u64 * 130;
+            assert!(
+                t >= pushed.div_ceil(1_000) * 1_000,
+                "packet {x} pushed at {pushed} left at {t}"
+            );
+            assert!(
+                t / 1_000 > (t - 130) / 1_000,
+                "release at {t} is not the first poll of a period"
+            );
+        }
     }
 
     #[test]

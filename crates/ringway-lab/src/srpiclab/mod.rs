@@ -77,10 +77,11 @@ pub struct RunResult {
     pub sfu_delay_p99_us: f64,
     /// Mean datagrams per receive syscall at the SFU.
     pub sfu_mean_batch: f64,
-    /// Sorter: packets put on AfterPacketList / PrevPacketList.
-    pub sorter_to_after: u64,
+    /// Sorter: packets put on AfterPacketList / PrevPacketList (`None`:
+    /// the SFU ran no sorter and reported none).
+    pub sorter_to_after: Option<u64>,
     /// See `sorter_to_after`.
-    pub sorter_to_prev: u64,
+    pub sorter_to_prev: Option<u64>,
     /// Sender's echo RTT p50 / p99 (µs), through the relay.
     pub rtt_p50_us: f64,
     /// See `rtt_p50_us`.
@@ -279,8 +280,8 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
         } else {
             0.0
         },
-        sorter_to_after: sv["srpic"]["to_after"].as_u64().unwrap_or(0),
-        sorter_to_prev: sv["srpic"]["to_prev"].as_u64().unwrap_or(0),
+        sorter_to_after: sv["srpic"]["to_after"].as_u64(),
+        sorter_to_prev: sv["srpic"]["to_prev"].as_u64(),
         rtt_p50_us: f(&s, &["rtt", "p50_us"]),
         rtt_p99_us: f(&s, &["rtt", "p99_us"]),
     })

@@ -104,6 +104,7 @@ pub fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
             r.rtt_p50_us,
             r.sfu_mean_batch,
             r.sorter_to_after
+                .map_or_else(|| "n/a".to_string(), |n| n.to_string())
         );
     })?;
     let sum = summarize(&results);

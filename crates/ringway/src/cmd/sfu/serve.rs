@@ -248,7 +248,7 @@ impl Engine {
             let mut out = |i: usize| order.push(i);
             for i in 0..n {
                 let d = self.rx.get(i).expect("held");
-                s.push(classify(d.data), i, &mut out);
+                s.push(classify(d.meta.peer, d.data), i, &mut out);
             }
             s.flush_all(&mut out);
         } else {
@@ -296,11 +296,22 @@ impl Engine {
     }
 }
 
-/// SRPIC classification of a datagram: RTP flows keyed by (SSRC, payload type).
-fn classify(data: &[u8]) -> Class {
+/// SRPIC classification of a datagram: RTP flows keyed by (source address,
+/// SSRC, payload type), so a sender cannot join another's flow by its SSRC.
+fn classify(src: std::net::SocketAddr, data: &[u8]) -> Class {
+    let addr = match src.ip() {
+        std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(a) => a.octets(),
+    };
     match ringway_sfu::RtpPacket::new_checked(data) {
         Ok(p) => Class::Flow {
-            key: ((p.ssrc() as u64) << 8) | p.payload_type() as u64,
+            key: ringway_reorder::FlowKey::from_parts(&[
+                &addr,
+                &src.port().to_be_bytes(),
+                &p.ssrc().to_be_bytes(),
+                &[p.payload_type()],
+            ])
+            .expect("23 bytes fit a flow key"),
             seq: p.seq() as u32,
             len: 1,
         },

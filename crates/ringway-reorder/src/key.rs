@@ -1,0 +1,89 @@
+//! Flow identity for the sorter: the whole key, compared byte for byte.
+//!
+//! The paper finds a flow's `SRPIC_manager` by {src ip, dst ip, src port,
+//! dst port}. A 64-bit hash alone would let two colliding flows share one
+//! manager (and hold or reorder each other's packets), so the sorter keeps
+//! and compares the full key; the hash only picks the table slot.
+
+/// Longest key in bytes: an IPv6 4-tuple is 36, an SFU key (IPv6 source
+/// address and port, SSRC, payload type) 23.
+pub const MAX_KEY_LEN: usize = 40;
+
+/// A flow's full identity, up to [`MAX_KEY_LEN`] bytes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct FlowKey {
+    len: u8,
+    bytes: [u8; MAX_KEY_LEN],
+}
+
+impl FlowKey {
+    /// The concatenation of `parts`. Callers use fixed layouts (the parts of
+    /// one kind of key always have the same lengths), so concatenation is
+    /// unambiguous. `None` if the parts exceed [`MAX_KEY_LEN`] bytes.
+    pub fn from_parts(parts: &[&[u8]]) -> Option<FlowKey> {
+        let mut k = FlowKey {
+            len: 0,
+            bytes: [0; MAX_KEY_LEN],
+        };
+        for p in parts {
+            let at = k.len as usize;
+            k.bytes.get_mut(at..at + p.len())?.copy_from_slice(p);
+            k.len += p.len() as u8;
+        }
+        Some(k)
+    }
+
+    /// A key made of one number (tests, synthetic workloads).
+    pub fn from_u64(v: u64) -> FlowKey {
+        let mut bytes = [0; MAX_KEY_LEN];
+        bytes[..8].copy_from_slice(&v.to_be_bytes());
+        FlowKey { len: 8, bytes }
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// A 64-bit hash of the key (FNV-1a, then a splitmix64 finaliser), for
+    /// picking a table slot; equality is always checked on the whole key.
+    pub fn hash64(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in self.as_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+impl From<u64> for FlowKey {
+    fn from(v: u64) -> FlowKey {
+        FlowKey::from_u64(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_compare_whole_bytes() {
+        let a =
+            FlowKey::from_parts(&[&[10, 0, 0, 1], &[10, 0, 0, 2], &[0, 80], &[4, 210]]).unwrap();
+        let b =
+            FlowKey::from_parts(&[&[10, 0, 0, 1], &[10, 0, 0, 2], &[0, 80], &[4, 211]]).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.as_bytes().len(), 12);
+        assert_eq!(
+            a,
+            FlowKey::from_parts(&[&a.as_bytes()[..6], &a.as_bytes()[6..]]).unwrap()
+        );
+        assert!(FlowKey::from_parts(&[&[0; 36], &[0; 4]]).is_some());
+        assert!(FlowKey::from_parts(&[&[0; 36], &[0; 5]]).is_none());
+        assert_ne!(FlowKey::from_u64(1), FlowKey::from_u64(2));
+    }
+}
