@@ -5,6 +5,7 @@ pub mod impair;
 pub mod report;
 pub mod sched;
 pub mod sfulab;
+pub mod sfuload;
 pub mod siplab;
 pub mod sipload;
 pub mod srpiclab;

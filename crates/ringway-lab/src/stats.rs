@@ -20,21 +20,7 @@ impl std::fmt::Display for MeanCi {
     }
 }
 
-/// Two-sided 97.5% quantile of Student's t with `df` degrees of freedom.
-pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        31..=60 => 2.000,
-        61..=120 => 1.980,
-        _ => 1.960,
-    }
-}
+pub use ringway_server::metrics::t975;
 
 /// Mean and 95% CI (Student t) of `xs`; NaN-free input expected.
 pub fn mean_ci(xs: &[f64]) -> MeanCi {

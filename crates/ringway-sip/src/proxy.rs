@@ -51,8 +51,9 @@ pub const DEFAULT_EXPIRES: u32 = 3600;
 /// Longest registration accepted (s); longer requests are shortened.
 pub const MAX_EXPIRES: u32 = 86400;
 
-/// Forwarding mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Forwarding mode (`stateless` / `stateful` in configuration files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// RFC 3261 16.11 stateless proxy.
     Stateless,

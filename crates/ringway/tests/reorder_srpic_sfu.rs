@@ -1,15 +1,12 @@
 //! SRPIC in the SFU: a sender's RTP goes through the seeded impairment
-//! relay (held-back packets, released in 2 ms bursts) to `ringway sfu serve`
-//! with and without `--srpic`; subscribers count late packets.
+//! relay (held-back packets, released in 2 ms bursts) to the SFU with and
+//! without SRPIC (all in this process); subscribers count late packets.
 
 use ringway_lab::srpiclab::{run_once, SrpicLabConfig};
 
 #[test]
 fn srpic_in_sfu_reduces_reordering_seen_by_subscribers() {
-    let dir = tempfile::tempdir().unwrap();
     let cfg = SrpicLabConfig {
-        exe: env!("CARGO_BIN_EXE_ringway").into(),
-        dir: dir.path().to_path_buf(),
         duration_s: 1.5,
         interval_ms: 0.5,
         subscribers: 1,

@@ -4,6 +4,8 @@
 //! confidence intervals, compared with the `socket` baseline, and fitted to
 //! the delay model d(n) = k_rcv + n · k_snd (n = copies per packet).
 
+pub mod experiment;
+
 use crate::stats::{fit_line, mean_ci, LineFit, MeanCi};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -214,7 +216,11 @@ pub fn summarize(runs: &[Run]) -> Summary {
 }
 
 fn ci(m: &MeanCi) -> String {
-    format!("{:.1}±{:.1}", m.mean, m.ci95)
+    if m.mean.is_finite() {
+        format!("{:.1}±{:.1}", m.mean, m.ci95)
+    } else {
+        "n/a".into()
+    }
 }
 
 fn opt(r: Option<f64>) -> String {
@@ -265,11 +271,21 @@ pub fn render(s: &Summary) -> String {
         "(±: 95% CI over repetitions; x/s: ratio to the socket backend; delay: app receive -> \
          last copy to the kernel; kdelay: kernel RX stamp -> last copy, socket-queue wait included)"
     );
+    let x = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.2}x")
+        } else {
+            "n/a".into()
+        }
+    };
     for (b, cpu, p50, p99, k50) in s.overall.iter().filter(|o| o.0 != "socket") {
         let _ = writeln!(
             o,
-            "overall {b} vs socket: cpu {cpu:.2}x, delay p50 {p50:.2}x, delay p99 {p99:.2}x, \
-             kdelay p50 {k50:.2}x"
+            "overall {b} vs socket: cpu {}, delay p50 {}, delay p99 {}, kdelay p50 {}",
+            x(*cpu),
+            x(*p50),
+            x(*p99),
+            x(*k50)
         );
     }
     for m in &s.models {

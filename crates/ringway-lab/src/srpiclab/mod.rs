@@ -1,11 +1,11 @@
 //! `ringway lab srpic`: SRPIC in the SFU's receive path, on versus off.
 //!
-//! Topology (all on loopback): a sender (`ringway sfu client`) sends RTP
-//! through the impairment relay ([`crate::impair::relay`], seeded
-//! reordering, packets released in bursts to emulate interrupt coalescing)
-//! to the SFU (`ringway sfu serve --backend mmsg`, with or without
-//! `--srpic`); subscribers (`ringway sfu client`, subscribed to everything)
-//! receive the copies directly. We read reordering as the subscribers see
+//! Topology (all on loopback, all in this process): a sender
+//! ([`crate::sfuload`]) sends RTP through the impairment relay
+//! ([`crate::impair::relay`], seeded reordering, packets released in
+//! bursts to emulate interrupt coalescing) to the SFU
+//! ([`ringway_server::sfu`], mmsg backend, with or without SRPIC);
+//! subscribers (subscribed to everything) receive the copies directly. We read reordering as the subscribers see
 //! it (packets of the sender's SSRC that arrive below the highest sequence
 //! number seen: RFC 4737 reordered singletons), the SFU's per-packet
 //! processing delay (app receive → last copy handed to the kernel), the
@@ -13,23 +13,20 @@
 
 use crate::impair::relay::{Relay, RelayConfig};
 use crate::impair::ImpairConfig;
+use crate::sfuload::{self, ClientReport, SfuLoadConfig};
 use crate::stats::{mean_ci, MeanCi};
-use anyhow::{bail, Context};
-use std::io::{BufRead, BufReader};
+use anyhow::Context;
+use ringway_io::BackendKind;
+use ringway_server::sfu::SfuServerConfig;
+use ringway_sfu::MediaType;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Experiment settings.
 #[derive(Clone, Debug)]
 pub struct SrpicLabConfig {
-    /// The `ringway` binary.
-    pub exe: PathBuf,
-    /// Directory for the JSON reports of each run.
-    pub dir: PathBuf,
     /// Seconds the sender sends.
     pub duration_s: f64,
     /// Sender packet interval per media type (ms); 3 types.
@@ -88,97 +85,79 @@ pub struct RunResult {
     pub rtt_p99_us: f64,
 }
 
-/// Kills (by PID, through `Child::kill`) and reaps a child on drop.
-struct Proc(Child, &'static str);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    /// Wait up to `limit` for the child to exit by itself; kill it after that.
-    fn wait_bounded(&mut self, limit: Duration) -> anyhow::Result<()> {
-        let t = Instant::now();
-        while self.0.try_wait()?.is_none() {
-            if t.elapsed() > limit {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-                bail!("{} did not finish within {:?}; killed", self.1, limit);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    }
-}
-
-fn read_json(p: &Path) -> anyhow::Result<serde_json::Value> {
-    let b = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
-    serde_json::from_slice(&b).with_context(|| format!("parsing {}", p.display()))
-}
-
-fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
-    let mut x = v;
-    for k in path {
-        x = &x[*k];
-    }
-    x.as_f64().unwrap_or(0.0)
-}
-
-/// One run with SRPIC `on` or off.
+/// One run with SRPIC `on` or off: the SFU, the relay, the subscribers and
+/// the sender all run in this process, on loopback.
 pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunResult> {
-    let tag = format!("{}_{rep}", if on { "on" } else { "off" });
     let t = c.duration_s;
-    let sfu_json = c.dir.join(format!("sfu_{tag}.json"));
-    let mut sfu_cmd = Command::new(&c.exe);
-    sfu_cmd.args([
-        "sfu",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--backend",
-        "mmsg",
-    ]);
-    sfu_cmd
-        .args(["--batch", &c.batch.to_string(), "--stats-interval", "0"])
-        .args(["--duration", &format!("{}", t + 4.0), "--json"])
-        .arg(&sfu_json);
-    if on {
-        sfu_cmd.args(["--srpic", "--srpic-block", &c.block.to_string()]);
-    }
-    let mut sfu = Proc(
-        sfu_cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting ringway sfu serve")?,
-        "sfu serve",
-    );
-    // The SFU prints "ringway sfu: listening on ADDR (...)" once bound.
-    let out = sfu.0.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let sfu_addr: SocketAddr = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .context("sfu serve did not report its address")?;
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .parse()
-                .context("sfu address")?;
-        }
+    let sfu_config = SfuServerConfig {
+        listen: "127.0.0.1:0".parse().expect("literal"),
+        backend: BackendKind::Mmsg,
+        batch: Some(c.batch),
+        duration_s: Some(t + 4.0),
+        srpic_block: on.then_some(c.block),
+        ..SfuServerConfig::default()
     };
-    // Relay in this process.
+    let sfu_stop = Arc::new(AtomicBool::new(false));
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let sfu = {
+        let stop = sfu_stop.clone();
+        std::thread::spawn(move || {
+            ringway_server::sfu::serve(&sfu_config, stop, |a| {
+                let _ = bound_tx.send(a);
+            })
+        })
+    };
+    let result = bound_rx
+        .recv_timeout(Duration::from_secs(10))
+        .context("the SFU did not start")
+        .and_then(|sfu_addr| clients_through_relay(c, rep, sfu_addr));
+    sfu_stop.store(true, Ordering::Relaxed);
+    let sfu_report = sfu
+        .join()
+        .map_err(|_| anyhow::anyhow!("the SFU thread panicked"))??;
+    let (sender, subscribers, relay_reordered) = result?;
+    let ssid = *sender.ssids.first().context("sender SSID")?;
+    let (mut pk, mut lost, mut re) = (0u64, 0u64, 0u64);
+    for s in subscribers.iter().flat_map(|r| &r.received) {
+        if s.ssrc == ssid {
+            pk += s.packets;
+            lost += s.lost;
+            re += s.reordered;
+        }
+    }
+    let io = &sfu_report.io;
+    Ok(RunResult {
+        srpic: on,
+        rep,
+        sent: sender.tx_packets,
+        relay_reordered,
+        sub_packets: pk,
+        sub_lost: lost,
+        sub_reordered: re,
+        sub_reordered_ratio: if pk > 0 { re as f64 / pk as f64 } else { 0.0 },
+        sfu_delay_p50_us: sfu_report.delay.p50_us,
+        sfu_delay_p99_us: sfu_report.delay.p99_us,
+        sfu_mean_batch: if io.rx_syscalls > 0 {
+            io.rx_packets as f64 / io.rx_syscalls as f64
+        } else {
+            0.0
+        },
+        sorter_to_after: sfu_report.srpic.as_ref().map(|s| s.to_after),
+        sorter_to_prev: sfu_report.srpic.as_ref().map(|s| s.to_prev),
+        rtt_p50_us: sender.rtt.p50_us,
+        rtt_p99_us: sender.rtt.p99_us,
+    })
+}
+
+/// The relay in front of the SFU at `sfu_addr`, the subscribers and the
+/// sender; returns the sender's and the subscribers' reports and the
+/// packets the relay held back.
+fn clients_through_relay(
+    c: &SrpicLabConfig,
+    rep: usize,
+    sfu_addr: SocketAddr,
+) -> anyhow::Result<(ClientReport, Vec<ClientReport>, u64)> {
+    let t = c.duration_s;
     let relay = Relay::bind(RelayConfig {
         listen: "127.0.0.1:0".parse().expect("literal"),
         to: sfu_addr,
@@ -194,97 +173,49 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
         duration: Duration::from_secs_f64(t + 3.0),
     })?;
     let relay_addr = relay.local_addr()?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let relay_stop = Arc::new(AtomicBool::new(false));
     let relay_thread = {
-        let stop = stop.clone();
+        let stop = relay_stop.clone();
         std::thread::spawn(move || relay.run(stop))
     };
-    // Subscribers: they must send something (a 20 pps audio stream) to keep
-    // their client running; only the sender's SSRC is counted.
-    let mut subs = Vec::new();
-    for k in 0..c.subscribers {
-        let j = c.dir.join(format!("sub_{tag}_{k}.json"));
-        let p = Command::new(&c.exe)
-            .args(["sfu", "client", "--server", &sfu_addr.to_string()])
-            .args(["--subscribe", "all", "--types", "asq", "--sizes", "40"])
-            .args(["--interval-ms", "50", "--stats-interval", "0"])
-            .args(["--duration", &format!("{}", t + 1.5), "--json"])
-            .arg(&j)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting subscriber")?;
-        subs.push((Proc(p, "subscriber"), j));
-    }
+    let never = Arc::new(AtomicBool::new(false));
+    // Subscribers: they send a 20 pps audio stream of their own (only the
+    // sender's SSRC is counted) and subscribe to everything.
+    let subscribers: Vec<_> = (0..c.subscribers)
+        .map(|_| {
+            let config = SfuLoadConfig {
+                types: vec![MediaType::Asq],
+                sizes: vec![40],
+                interval_ms: 50.0,
+                duration_s: t + 1.5,
+                backend: BackendKind::Socket,
+                ..SfuLoadConfig::new(sfu_addr, 1)
+            };
+            let never = never.clone();
+            std::thread::spawn(move || sfuload::run(&config, &never, None, |_| {}))
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(700));
-    let snd_json = c.dir.join(format!("snd_{tag}.json"));
-    let mut snd = Proc(
-        Command::new(&c.exe)
-            .args(["sfu", "client", "--server", &relay_addr.to_string()])
-            .args([
-                "--streams",
-                "1",
-                "--subscribe",
-                "none",
-                "--stats-interval",
-                "0",
-            ])
-            .args(["--interval-ms", &c.interval_ms.to_string()])
-            .args(["--duration", &t.to_string(), "--json"])
-            .arg(&snd_json)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting sender")?,
-        "sender",
-    );
-    let limit = Duration::from_secs_f64(t + 15.0);
-    snd.wait_bounded(limit)?;
-    for (p, _) in subs.iter_mut() {
-        p.wait_bounded(limit)?;
-    }
-    stop.store(true, Ordering::Relaxed);
+    let sender = SfuLoadConfig {
+        interval_ms: c.interval_ms,
+        subscribe: Vec::new(),
+        duration_s: t,
+        backend: BackendKind::Socket,
+        ..SfuLoadConfig::new(relay_addr, 1)
+    };
+    let sender = sfuload::run(&sender, &never, None, |_| {});
+    let subscribers: anyhow::Result<Vec<ClientReport>> = subscribers
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a subscriber thread panicked"))?
+        })
+        .collect();
+    relay_stop.store(true, Ordering::Relaxed);
     let relay_report = relay_thread
         .join()
         .map_err(|_| anyhow::anyhow!("relay thread panicked"))??;
-    sfu.wait_bounded(limit)?;
-
-    let s = read_json(&snd_json)?;
-    let ssid = s["ssids"][0].as_u64().context("sender SSID")?;
-    let (mut pk, mut lost, mut re) = (0u64, 0u64, 0u64);
-    for (_, j) in &subs {
-        let v = read_json(j)?;
-        for st in v["received"].as_array().into_iter().flatten() {
-            if st["ssrc"].as_u64() == Some(ssid) {
-                pk += st["packets"].as_u64().unwrap_or(0);
-                lost += st["lost"].as_u64().unwrap_or(0);
-                re += st["reordered"].as_u64().unwrap_or(0);
-            }
-        }
-    }
-    let sv = read_json(&sfu_json)?;
-    let syscalls = f(&sv, &["io", "rx_syscalls"]);
-    Ok(RunResult {
-        srpic: on,
-        rep,
-        sent: s["tx_packets"].as_u64().unwrap_or(0),
-        relay_reordered: relay_report.forward.reordered,
-        sub_packets: pk,
-        sub_lost: lost,
-        sub_reordered: re,
-        sub_reordered_ratio: if pk > 0 { re as f64 / pk as f64 } else { 0.0 },
-        sfu_delay_p50_us: f(&sv, &["delay", "p50_us"]),
-        sfu_delay_p99_us: f(&sv, &["delay", "p99_us"]),
-        sfu_mean_batch: if syscalls > 0.0 {
-            f(&sv, &["io", "rx_packets"]) / syscalls
-        } else {
-            0.0
-        },
-        sorter_to_after: sv["srpic"]["to_after"].as_u64(),
-        sorter_to_prev: sv["srpic"]["to_prev"].as_u64(),
-        rtt_p50_us: f(&s, &["rtt", "p50_us"]),
-        rtt_p99_us: f(&s, &["rtt", "p99_us"]),
-    })
+    Ok((sender?, subscribers?, relay_report.forward.reordered))
 }
 
 /// Mean ± 95% CI of each measure, per mode.
@@ -349,7 +280,6 @@ pub fn run_all(
     c: &SrpicLabConfig,
     mut progress: impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
-    std::fs::create_dir_all(&c.dir)?;
     let mut v = Vec::new();
     for rep in 0..c.reps.max(1) {
         for on in [false, true] {

@@ -168,10 +168,7 @@ pub fn run(a: LabSipArgs) -> anyhow::Result<()> {
         eprintln!("{m}");
         notes.push(m);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(s, stop.clone())?;
-    }
+    let stop = ringway_server::host::stop_flag()?;
     let mut progress = BarProgress::default();
     let mut state = Some(state);
     let caps = sweep::run_sweep(&cfg, &tools, &mut store, &mut progress, |spec, tools| {

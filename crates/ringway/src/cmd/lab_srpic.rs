@@ -36,9 +36,6 @@ pub struct LabSrpicArgs {
     /// Relay seed of the first repetition.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Directory for per-run JSON files (default: a new temporary directory).
-    #[arg(long)]
-    pub dir: Option<std::path::PathBuf>,
     /// Write all runs and the summary as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -52,13 +49,7 @@ pub fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
     if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
         anyhow::bail!("--duration must be in (0, 600] seconds");
     }
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("ringway-lab-srpic-{}", std::process::id())),
-    };
     let cfg = SrpicLabConfig {
-        exe: std::env::current_exe()?,
-        dir: dir.clone(),
         duration_s: a.duration,
         interval_ms: a.interval_ms,
         subscribers: a.subscribers.max(1),
@@ -71,8 +62,8 @@ pub fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
         seed: a.seed,
     };
     println!(
-        "lab srpic: sender -> impair relay (reorder {} gap {}, bursts every {} us) -> SFU (mmsg, batch {}) -> {} subscribers; {} s x {} reps per mode; runs in {}",
-        cfg.reorder, cfg.reorder_gap, cfg.burst_us, cfg.batch, cfg.subscribers, cfg.duration_s, cfg.reps, dir.display()
+        "lab srpic: sender -> impair relay (reorder {} gap {}, bursts every {} us) -> SFU (mmsg, batch {}) -> {} subscribers; {} s x {} reps per mode",
+        cfg.reorder, cfg.reorder_gap, cfg.burst_us, cfg.batch, cfg.subscribers, cfg.duration_s, cfg.reps
     );
     println!(
         "{:<6} {:>3} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8}",

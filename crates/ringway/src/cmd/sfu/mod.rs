@@ -2,7 +2,6 @@
 
 pub mod client;
 pub mod serve;
-pub mod util;
 
 /// `ringway sfu` subcommands.
 #[derive(clap::Subcommand, Debug)]

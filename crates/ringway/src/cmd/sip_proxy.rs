@@ -1,30 +1,17 @@
-//! `ringway sip proxy`: the multi-threaded SIP proxy/registrar server.
-//!
-//! N worker threads receive batches of datagrams (one shared socket whose
-//! fd every worker dups, or one SO_REUSEPORT socket per worker), pass each
-//! datagram to the shared sans-IO [`ringway_sip::proxy::Proxy`] and send
-//! what it produced with one `send_batch` per received batch. A timer thread
-//! drives the core's retransmission/timeout timers. Per message type the
-//! workers measure K_rcv, T_sip and (sampled) K_snd in HDR histograms; the
-//! results are served as Prometheus text (`--metrics`) and written as a JSON
-//! summary on exit (schema in docs/sip-proxy.md).
+//! `ringway sip proxy`: command-line front end of
+//! [`ringway_server::sip::SipServer`] (the multi-threaded SIP
+//! proxy/registrar): options → [`SipServerConfig`], Prometheus text on
+//! `--metrics`, the JSON summary on exit (schema in docs/sip-proxy.md).
 
-mod http;
-pub mod metrics;
-mod server;
-
+use anyhow::Context;
+use ringway_server::host;
+use ringway_server::metrics::http;
+pub use ringway_server::sip::RxModel;
+use ringway_server::sip::{SipServer, SipServerConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-/// How workers receive.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RxModel {
-    /// One socket; every worker receives on a dup of its fd (like Kamailio children).
-    Shared,
-    /// One SO_REUSEPORT socket per worker; the kernel spreads flows over them.
-    Reuseport,
-}
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Proxy operating mode.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -123,19 +110,8 @@ pub struct ProxyArgs {
 }
 
 impl ProxyArgs {
-    /// Reject inconsistent arguments with a clear message.
+    /// Reject inconsistent arguments with a clear message naming the option.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            (1..=256).contains(&self.workers),
-            "--workers must be 1..=256"
-        );
-        anyhow::ensure!((1..=1024).contains(&self.batch), "--batch must be 1..=1024");
-        anyhow::ensure!(self.max_transactions > 0, "--max-transactions must be > 0");
-        anyhow::ensure!(
-            !self.listen.ip().is_unspecified(),
-            "--listen {}: use a concrete address (it goes into Via and Record-Route)",
-            self.listen
-        );
         if let Some(d) = self.duration {
             anyhow::ensure!(
                 d.is_finite() && d > 0.0,
@@ -149,77 +125,112 @@ impl ProxyArgs {
             );
             anyhow::ensure!((1..=99).contains(&p), "--priority must be 1..=99");
         }
-        if let Some(n) = self.nice {
-            anyhow::ensure!((-20..=19).contains(&n), "--nice must be -20..=19");
-        }
         if let Some(m) = self.metrics {
-            http::validate_addr(m, self.metrics_public)?;
+            http::validate_addr(m, self.metrics_public).map_err(|e| {
+                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
+            })?;
         }
-        if let Some(c) = &self.cpus {
-            parse_cpu_list(c)?;
-        }
-        Ok(())
+        SipServerConfig::try_from(self)?
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e} (see ringway sip proxy --help)"))
     }
 }
 
-/// Parse "0,2-3" into [0, 2, 3].
-pub fn parse_cpu_list(s: &str) -> anyhow::Result<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.trim().parse()?;
-            let b: usize = b.trim().parse()?;
-            anyhow::ensure!(a <= b && b < 4096, "bad CPU range {part:?}");
-            out.extend(a..=b);
-        } else {
-            let c: usize = part.parse()?;
-            anyhow::ensure!(c < 4096, "bad CPU {part:?}");
-            out.push(c);
-        }
-    }
-    anyhow::ensure!(!out.is_empty(), "empty CPU list {s:?}");
-    Ok(out)
-}
+impl TryFrom<&ProxyArgs> for SipServerConfig {
+    type Error = anyhow::Error;
 
-impl ProxyArgs {
-    /// The thread placement requested for worker `i`.
-    pub fn placement(&self, i: usize) -> ringway_io::thread::Placement {
-        use ringway_io::thread::Policy;
-        let prio = self.priority.unwrap_or(1).clamp(1, 99) as u8;
-        ringway_io::thread::Placement {
-            cpus: self
-                .cpus
-                .as_deref()
-                .and_then(|c| parse_cpu_list(c).ok())
-                .map(|l| vec![l[i % l.len()]]),
-            policy: self.policy.map(|p| match p {
-                PolicyArg::Other => Policy::Other,
-                PolicyArg::Fifo => Policy::Fifo(prio),
-                PolicyArg::Rr => Policy::Rr(prio),
-            }),
-            nice: self.nice,
-            slice: self.slice_us.map(std::time::Duration::from_micros),
-        }
+    fn try_from(a: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
+        use ringway_io::thread::{Placement, Policy};
+        let priority = a.priority.unwrap_or(1).clamp(1, 99) as u8;
+        let cpus = match &a.cpus {
+            Some(list) => Some(host::parse_cpu_list(list).context("--cpus")?),
+            None => None,
+        };
+        Ok(SipServerConfig {
+            listen: a.listen,
+            mode: match a.mode {
+                ModeArg::Stateless => ringway_sip::Mode::Stateless,
+                ModeArg::Stateful => ringway_sip::Mode::Stateful,
+            },
+            workers: a.workers,
+            route_to: a.route_to,
+            registrar: a.registrar,
+            record_route: !a.no_record_route,
+            backend: a.backend,
+            rx_model: a.rx_model,
+            rcvbuf: a.rcvbuf,
+            placement: Placement {
+                cpus,
+                policy: a.policy.map(|p| match p {
+                    PolicyArg::Other => Policy::Other,
+                    PolicyArg::Fifo => Policy::Fifo(priority),
+                    PolicyArg::Rr => Policy::Rr(priority),
+                }),
+                nice: a.nice,
+                slice: a.slice_us.map(Duration::from_micros),
+            },
+            tx_stamp_every: a.tx_stamp_every,
+            max_transactions: a.max_transactions,
+            domains: a.domains.clone(),
+            batch: a.batch,
+        })
     }
 }
 
 /// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
 pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
     a.validate()?;
-    server::run(a)
+    let stop = host::stop_flag()?;
+    let server = SipServer::start(SipServerConfig::try_from(&a)?)?;
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot bind metrics on {addr}"))?;
+            eprintln!(
+                "sip proxy: metrics on http://{}/metrics",
+                listener.local_addr()?
+            );
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let thread = http::serve("sip-metrics", listener, done.clone(), server.prometheus())?;
+            Some((done, thread))
+        }
+        None => None,
+    };
+    eprintln!(
+        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?}",
+        server.local_addr(),
+        a.mode,
+        a.workers,
+        a.rx_model,
+        a.backend,
+        server.rcvbuf_granted()
+    );
+    let started = Instant::now();
+    while !stop.load(Ordering::Relaxed)
+        && a.duration
+            .is_none_or(|d| started.elapsed().as_secs_f64() < d)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let summary = server.shutdown();
+    if let Some((done, thread)) = metrics {
+        done.store(true, Ordering::Relaxed);
+        let _ = thread.join();
+    }
+    let text = serde_json::to_string_pretty(&summary)?;
+    if let Some(p) = &a.summary {
+        std::fs::write(p, &text)
+            .with_context(|| format!("cannot write summary {}", p.display()))?;
+    }
+    if !a.quiet {
+        println!("{text}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
-        assert!(parse_cpu_list("3-1").is_err());
-        assert!(parse_cpu_list("x").is_err());
-        assert!(parse_cpu_list("").is_err());
-    }
 
     #[test]
     fn rejects_bad_arguments() {

@@ -11,25 +11,26 @@ use std::time::Duration;
 const MAX_REQUEST: usize = 8192;
 
 /// Check that `addr` may serve metrics: loopback only unless `allow_public`.
-pub fn validate_addr(addr: SocketAddr, allow_public: bool) -> anyhow::Result<()> {
+pub fn validate_addr(addr: SocketAddr, allow_public: bool) -> Result<(), crate::ServerError> {
     if !addr.ip().is_loopback() && !allow_public {
-        anyhow::bail!(
-            "--metrics {addr}: refusing a non-loopback address (pass --metrics-public to allow it)"
-        );
+        return Err(crate::ServerError::Config(format!(
+            "metrics address {addr} is not loopback and public metrics are not allowed"
+        )));
     }
     Ok(())
 }
 
-/// Serve until `stop` is set; `render` builds the exposition text per request.
-/// Returns the bound address through the listener given.
+/// Serve `GET /metrics` on `listener` from a thread named `thread` until
+/// `stop` is set; `render` builds the exposition text per request.
 pub fn serve(
+    thread: &str,
     listener: TcpListener,
     stop: Arc<AtomicBool>,
     render: impl Fn() -> String + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     std::thread::Builder::new()
-        .name("sip-metrics".into())
+        .name(thread.into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
@@ -105,7 +106,10 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let h = serve(l, stop.clone(), || "x_total 1\n".to_string()).unwrap();
+        let h = serve("test-metrics", l, stop.clone(), || {
+            "x_total 1\n".to_string()
+        })
+        .unwrap();
         let get = |path: &str| {
             let mut c = TcpStream::connect(addr).unwrap();
             write!(c, "GET {path} HTTP/1.0\r\n\r\n").unwrap();

@@ -1,0 +1,28 @@
+//! ringway-server: the drivers that run ringway's sans-IO protocol cores
+//! over its batch datagram I/O — the glue tier, as the `quinn` crate is for
+//! `quinn-proto` and `quinn-udp`, or `Interface::poll` for smoltcp.
+//!
+//! - [`sip`]: the multi-threaded SIP proxy/registrar server
+//!   ([`sip::SipServer`]: worker threads over a shared or SO_REUSEPORT
+//!   socket, a timer thread, per-message K_rcv / T_sip / K_snd metrics) and
+//!   its per-batch seam [`sip::SipWorker::drive_batch`].
+//! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
+//! - [`metrics`]: latency histograms and percentiles, Prometheus text, a
+//!   tiny HTTP server for `/metrics`.
+//! - [`host`]: what the servers need from the host: CPU time, CPU lists,
+//!   thread placement, the SIGINT/SIGTERM stop flag.
+//!
+//! Protocol logic stays in `ringway-sip`, `ringway-sfu` and
+//! `ringway-reorder`; sockets and `unsafe` stay in `ringway-io`. Nothing
+//! here parses command lines: front ends build the configuration structs
+//! (they are plain data with `serde::Deserialize`).
+
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod host;
+pub mod metrics;
+pub mod sfu;
+pub mod sip;
+
+pub use error::ServerError;

@@ -1,0 +1,10 @@
+//! Measurements the servers report: latency histograms and their summary
+//! ([`LatencySummary`]), Prometheus text exposition ([`PromText`]) and a
+//! tiny HTTP server for `GET /metrics` ([`http`]).
+
+mod hist;
+pub mod http;
+mod prom;
+
+pub use hist::{latency_histogram, t975, LatencySummary, LATENCY_MAX_NS};
+pub use prom::{PromText, BUCKETS_S};

@@ -1,0 +1,396 @@
+//! The pktswitch SFU server: one engine thread receives batches, runs them
+//! through the sans-IO core ([`ringway_sfu::Sfu`], optionally SRPIC-sorted
+//! first) and sends the copies; [`serve`] runs it until stopped and returns
+//! a [`ServeReport`].
+
+mod engine;
+
+pub use engine::LiveStats;
+
+use crate::host::{self, cpu_seconds, CpuTime};
+use crate::metrics::LatencySummary;
+use crate::ServerError;
+use engine::Engine;
+use ringway_io::{
+    monotonic_now, open_backend, open_udp, open_xdp, realtime_now, BackendKind, BatchIo, IoStats,
+    SocketConfig, XdpConfig,
+};
+use ringway_reorder::{SeqSpace, Srpic, SrpicConfig};
+use ringway_sfu::{Sfu, SfuConfig, SfuStats};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Datagram frame size of the receive and send batches.
+pub const FRAME: usize = 2048;
+/// How often the engine runs the core's timers and publishes live counters.
+const TICK_NS: u64 = 50_000_000;
+/// Receive wait before the engine re-checks the stop flag.
+const POLL: Duration = Duration::from_millis(20);
+
+/// When the engine hands queued copies to the kernel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum Flush {
+    /// Once per receive batch (and when the send batch is full).
+    Batch,
+    /// After the copies of every packet.
+    Packet,
+}
+
+/// Everything an SFU needs to start (plain data; front ends build it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SfuServerConfig {
+    /// Address to listen on (port 0: any).
+    pub listen: SocketAddr,
+    /// I/O backend.
+    pub backend: BackendKind,
+    /// With the xdp backend: the interface to attach to (its IPv4 address
+    /// is `listen`).
+    pub xdp_iface: Option<String>,
+    /// Datagrams per receive batch (default: 1 for the socket backend, as
+    /// in the paper's baseline; 64 otherwise).
+    pub batch: Option<usize>,
+    /// When copies are handed to the kernel.
+    pub flush: Flush,
+    /// Echo media packets back to their senders.
+    pub echo: bool,
+    /// Admit plain RTP senders by address into one static room (latching).
+    pub static_room: bool,
+    /// Most registered clients (and static-room members).
+    pub max_clients: usize,
+    /// Most subscription selectors per client.
+    pub max_subs: usize,
+    /// Remove clients silent for this long (seconds).
+    pub idle_timeout_s: f64,
+    /// Pin the engine thread to these CPUs.
+    pub cpus: Option<Vec<usize>>,
+    /// Stop after this many seconds (otherwise when the stop flag is set).
+    pub duration_s: Option<f64>,
+    /// Sort each RTP stream with SRPIC within each receive batch, with this
+    /// block size.
+    pub srpic_block: Option<usize>,
+}
+
+impl Default for SfuServerConfig {
+    fn default() -> Self {
+        SfuServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5004)),
+            backend: BackendKind::Socket,
+            xdp_iface: None,
+            batch: None,
+            flush: Flush::Batch,
+            echo: true,
+            static_room: false,
+            max_clients: 1024,
+            max_subs: 64,
+            idle_timeout_s: 10.0,
+            cpus: None,
+            duration_s: None,
+            srpic_block: None,
+        }
+    }
+}
+
+impl SfuServerConfig {
+    /// The receive batch size in use.
+    pub fn batch_size(&self) -> usize {
+        self.batch.unwrap_or(match self.backend {
+            BackendKind::Socket => 1,
+            _ => 64,
+        })
+    }
+
+    /// Reject inconsistent settings, naming the field.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let fail = |m: &str| Err(ServerError::Config(m.to_string()));
+        if self.batch_size() == 0 {
+            return fail("batch must be at least 1");
+        }
+        if self.backend == BackendKind::Xdp {
+            if self.xdp_iface.is_none() {
+                return fail("the xdp backend needs an interface (xdp_iface)");
+            }
+            if !self.listen.is_ipv4() {
+                return fail("the xdp backend is IPv4 only: listen must be an IPv4 address");
+            }
+        } else if self.xdp_iface.is_some() {
+            return fail("xdp_iface is only for the xdp backend");
+        }
+        if !(self.idle_timeout_s.is_finite() && self.idle_timeout_s > 0.0) {
+            return fail("idle_timeout_s must be a positive number of seconds");
+        }
+        if self.duration_s.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
+            return fail("duration_s must be a positive number of seconds");
+        }
+        Ok(())
+    }
+}
+
+/// SRPIC counters in the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SrpicReport {
+    /// Packets pushed through the sorter.
+    pub packets: u64,
+    /// Packets put behind a gap (AfterPacketList).
+    pub to_after: u64,
+    /// Packets older than the expected one (PrevPacketList).
+    pub to_prev: u64,
+    /// Flows tracked now.
+    pub flows: usize,
+}
+
+/// Final report of an SFU run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServeReport {
+    /// Backend name.
+    pub backend: String,
+    /// Receive batch size.
+    pub batch: usize,
+    /// Send flush policy.
+    pub flush: Flush,
+    /// Address served.
+    pub listen: String,
+    /// Wall time of the engine loop (s).
+    pub wall_s: f64,
+    /// Engine thread CPU time (`user_s`, `sys_s`).
+    #[serde(with = "cpu_seconds")]
+    pub cpu: CpuTime,
+    /// User CPU in % of one core over `wall_s`.
+    pub cpu_user_pct: f64,
+    /// Kernel CPU in % of one core over `wall_s`.
+    pub cpu_system_pct: f64,
+    /// Per-packet processing delay (app receive → last copy handed to the kernel).
+    pub delay: LatencySummary,
+    /// Mean of that delay (µs).
+    pub delay_mean_us: f64,
+    /// Delay from the kernel's software RX timestamp to the last copy handed
+    /// to the kernel (adds the wait in the socket queue; empty without stamps).
+    pub delay_from_kernel: LatencySummary,
+    /// Mean number of copies (subscribers + echo) per forwarded packet.
+    pub copies_per_packet: f64,
+    /// Core counters.
+    pub sfu: SfuStats,
+    /// Backend counters.
+    pub io: IoStats,
+    /// Bytes received / sent by the engine.
+    pub rx_bytes: u64,
+    /// See `rx_bytes`.
+    pub tx_bytes: u64,
+    /// Receive frames that were truncated (dropped).
+    pub truncated: u64,
+    /// Per-peer receive errors (ICMP errors reported on the socket), skipped.
+    pub rx_errors: u64,
+    /// SRPIC counters, when sorting was on.
+    pub srpic: Option<SrpicReport>,
+}
+
+/// Open the backend `config` asks for.
+fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
+    let backend_error = |source| ServerError::Backend {
+        backend: config.backend.to_string(),
+        source,
+    };
+    if config.backend == BackendKind::Xdp {
+        let (Some(iface), SocketAddr::V4(local)) = (&config.xdp_iface, config.listen) else {
+            return Err(ServerError::Config(
+                "the xdp backend needs an interface and an IPv4 address".into(),
+            ));
+        };
+        return open_xdp(XdpConfig::new(iface, local)).map_err(backend_error);
+    }
+    let mut socket_config = SocketConfig::new(config.listen);
+    socket_config.rcvbuf = Some(8 << 20);
+    socket_config.sndbuf = Some(8 << 20);
+    let (socket, _) = open_udp(&socket_config).map_err(|source| ServerError::Socket {
+        addr: config.listen,
+        source,
+    })?;
+    open_backend(config.backend, socket).map_err(backend_error)
+}
+
+/// Run the SFU until `stop` is set or the configured duration ends;
+/// `on_bound` is called with the bound address once the socket is open.
+pub fn serve(
+    config: &SfuServerConfig,
+    stop: Arc<AtomicBool>,
+    on_bound: impl FnOnce(SocketAddr),
+) -> Result<ServeReport, ServerError> {
+    serve_with_live(config, stop, on_bound, None, |_| {})
+}
+
+/// [`serve`], and call `on_live` with the engine's counters every `every`.
+pub fn serve_with_live(
+    config: &SfuServerConfig,
+    stop: Arc<AtomicBool>,
+    on_bound: impl FnOnce(SocketAddr),
+    every: Option<Duration>,
+    mut on_live: impl FnMut(&LiveStats),
+) -> Result<ServeReport, ServerError> {
+    config.validate()?;
+    let mut io = open_io(config)?;
+    let bound = io.local_addr()?;
+    on_bound(bound);
+    let batch = config.batch_size();
+    let seed = realtime_now().0 ^ (u64::from(std::process::id()) << 32);
+    let sfu = Sfu::new(SfuConfig {
+        echo: config.echo,
+        static_room: config.static_room,
+        max_clients: config.max_clients,
+        max_subs: config.max_subs,
+        idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
+        seed,
+    });
+    let srpic = config.srpic_block.map(|block| {
+        Srpic::new(
+            SrpicConfig {
+                block_size: block.max(1),
+                ring_size: batch.max(block).max(1),
+                ..Default::default()
+            },
+            SeqSpace::U16,
+        )
+    });
+    let live = Arc::new(Mutex::new(LiveStats::default()));
+    let engine_live = live.clone();
+    let engine_stop = stop.clone();
+    let cpus = config.cpus.clone();
+    let per_packet = config.flush == Flush::Packet;
+    type EngineEnd = (Engine, IoStats, CpuTime, f64);
+    let engine = std::thread::Builder::new()
+        .name("sfu-engine".into())
+        .spawn(move || -> Result<EngineEnd, ServerError> {
+            if let Some(list) = &cpus {
+                let placement = ringway_io::thread::Placement {
+                    cpus: Some(list.clone()),
+                    ..Default::default()
+                };
+                for line in host::place_this_thread("sfu-engine", &placement) {
+                    eprintln!("sfu: placement {line}");
+                }
+            }
+            let mut e = Engine::new(sfu, batch, srpic);
+            e.per_packet = per_packet;
+            let cpu0 = host::thread_cpu_time().unwrap_or_default();
+            let t0 = Instant::now();
+            let mut next_tick = 0u64;
+            while !engine_stop.load(Ordering::Relaxed) {
+                let n = match io.recv_batch(&mut e.rx, Some(POLL)) {
+                    Ok(n) => n,
+                    Err(err) if host::transient(&err) => {
+                        e.rx_errors += 1;
+                        0
+                    }
+                    Err(err) => return Err(err.into()),
+                };
+                let now = monotonic_now().0;
+                if n > 0 {
+                    e.handle_batch(io.as_mut(), now)?;
+                }
+                if now >= next_tick {
+                    e.sfu.tick(now);
+                    next_tick = now + TICK_NS;
+                    let mut l = engine_live.lock().unwrap_or_else(PoisonError::into_inner);
+                    l.sfu = e.sfu.stats();
+                    l.rx_bytes = e.rx_bytes;
+                    l.tx_bytes = e.out.tx_bytes;
+                }
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            let cpu = host::thread_cpu_time().unwrap_or_default().since(&cpu0);
+            Ok((e, io.stats(), cpu, wall))
+        })
+        .map_err(|source| ServerError::Thread {
+            name: "sfu-engine".into(),
+            source,
+        })?;
+    let start = Instant::now();
+    let mut last_live = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        if engine.is_finished() {
+            break;
+        }
+        if config
+            .duration_s
+            .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+        {
+            stop.store(true, Ordering::Relaxed);
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(every) = every.filter(|e| !e.is_zero()) {
+            if last_live.elapsed() >= every {
+                let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                on_live(&l);
+                last_live = Instant::now();
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (e, io_stats, cpu, wall) = engine
+        .join()
+        .map_err(|_| ServerError::Panicked("sfu-engine".into()))??;
+    Ok(report(config, bound, batch, e, io_stats, cpu, wall))
+}
+
+fn report(
+    config: &SfuServerConfig,
+    bound: SocketAddr,
+    batch: usize,
+    e: Engine,
+    io: IoStats,
+    cpu: CpuTime,
+    wall: f64,
+) -> ServeReport {
+    let pct = |ns: u64| {
+        if wall > 0.0 {
+            100.0 * ns as f64 / 1e9 / wall
+        } else {
+            0.0
+        }
+    };
+    let hist = &e.out.hist;
+    ServeReport {
+        backend: config.backend.name().into(),
+        batch,
+        flush: config.flush,
+        listen: bound.to_string(),
+        wall_s: wall,
+        cpu,
+        cpu_user_pct: pct(cpu.user_ns),
+        cpu_system_pct: pct(cpu.system_ns),
+        delay: LatencySummary::of_ns(hist),
+        delay_from_kernel: LatencySummary::of_ns(&e.out.khist),
+        delay_mean_us: if hist.is_empty() {
+            0.0
+        } else {
+            hist.mean() / 1000.0
+        },
+        copies_per_packet: if e.forwarded > 0 {
+            e.copies as f64 / e.forwarded as f64
+        } else {
+            0.0
+        },
+        sfu: e.sfu.stats(),
+        io,
+        rx_bytes: e.rx_bytes,
+        tx_bytes: e.out.tx_bytes,
+        truncated: e.truncated,
+        rx_errors: e.rx_errors,
+        srpic: e.srpic.as_ref().map(|s| {
+            let st = s.stats();
+            SrpicReport {
+                packets: st.packets,
+                to_after: st.to_after,
+                to_prev: st.to_prev,
+                flows: st.flows,
+            }
+        }),
+    }
+}

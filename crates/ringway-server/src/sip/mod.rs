@@ -1,0 +1,554 @@
+//! The multi-threaded SIP proxy/registrar server.
+//!
+//! N worker threads receive batches of datagrams (one shared socket whose
+//! fd every worker dups, or one SO_REUSEPORT socket per worker), pass each
+//! datagram to the shared sans-IO [`ringway_sip::Proxy`] and send what it
+//! produced with one `send_batch` per received batch
+//! ([`SipWorker::drive_batch`]). A timer thread drives the core's
+//! retransmission/timeout timers ([`SipTimer`]). Per message type the
+//! workers measure K_rcv, T_sip and (sampled) K_snd in HDR histograms.
+//!
+//! Each thread keeps its metrics to itself; [`SipServer::snapshot`] asks
+//! every thread to publish a copy (a thread does so between batches, so
+//! the caller never waits on a lock held across a batch) and merges them.
+//!
+//! ```no_run
+//! use ringway_server::sip::{SipServer, SipServerConfig};
+//! let server = SipServer::start(SipServerConfig {
+//!     listen: "127.0.0.1:0".parse().unwrap(),
+//!     route_to: Some("127.0.0.1:5080".parse().unwrap()),
+//!     ..Default::default()
+//! })?;
+//! println!("listening on {}", server.local_addr());
+//! let summary = server.shutdown();
+//! println!("{} messages in", summary.messages.in_);
+//! # Ok::<(), ringway_server::ServerError>(())
+//! ```
+
+mod prometheus;
+mod stats;
+mod summary;
+mod timer;
+mod worker;
+
+pub use stats::{label_slot, slot_label, Latency, TypeStats, WorkerMetrics, LABEL_SLOTS};
+pub use summary::{
+    Actions, ConfigView, Cpu, Drops, Messages, Summary, ThreadCpu, TypeSummary, SCHEMA,
+};
+pub use timer::{SipTimer, TIMER_TICK_MAX};
+pub use worker::{SipWorker, TX_FRAME};
+
+use crate::host::{self, CpuTime};
+use crate::ServerError;
+use ringway_io::counters::UdpSnmp;
+use ringway_io::thread::Placement;
+use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};
+use ringway_io::{SocketConfig, SocketReport};
+use ringway_sip::{Mode, Proxy, ProxyConfig, ProxyStats};
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bytes per receive frame: larger datagrams are cut and counted as dropped.
+pub const RX_FRAME: usize = 16 * 1024;
+/// Receive wait before a worker re-checks the stop flag and publication requests.
+const POLL: Duration = Duration::from_millis(50);
+/// How long [`SipServer::snapshot`] waits for the threads to publish.
+const SNAPSHOT_WAIT: Duration = Duration::from_millis(250);
+
+/// How the workers receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum RxModel {
+    /// One socket; every worker receives on a dup of its fd (like Kamailio children).
+    Shared,
+    /// One SO_REUSEPORT socket per worker; the kernel spreads flows over them.
+    Reuseport,
+}
+
+/// Everything a SIP server needs to start (plain data; front ends build it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SipServerConfig {
+    /// UDP address to listen on (port 0: any). Must be a concrete address:
+    /// it goes into Via and Record-Route.
+    pub listen: SocketAddr,
+    /// Stateless or transaction-stateful proxying.
+    pub mode: Mode,
+    /// Worker threads (1..=256).
+    pub workers: usize,
+    /// Send every request not addressed elsewhere to this next hop.
+    pub route_to: Option<SocketAddr>,
+    /// Act as registrar for the served domains.
+    pub registrar: bool,
+    /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
+    pub record_route: bool,
+    /// I/O backend of every thread.
+    pub backend: BackendKind,
+    /// Receive model.
+    pub rx_model: RxModel,
+    /// Requested SO_RCVBUF per socket (bytes).
+    pub rcvbuf: Option<usize>,
+    /// Placement of every worker thread; with a CPU list, worker `i` is
+    /// pinned to the `i`-th CPU of it (round robin).
+    pub placement: Placement,
+    /// Request a kernel TX timestamp for every Nth sent datagram (0: never).
+    pub tx_stamp_every: u64,
+    /// Transaction table bound; beyond it new requests get 503 Retry-After.
+    pub max_transactions: usize,
+    /// Domains served by this proxy/registrar.
+    pub domains: Vec<String>,
+    /// Datagrams per receive batch (1..=1024).
+    pub batch: usize,
+}
+
+impl Default for SipServerConfig {
+    fn default() -> Self {
+        SipServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            mode: Mode::Stateless,
+            workers: 1,
+            route_to: None,
+            registrar: false,
+            record_route: true,
+            backend: BackendKind::Mmsg,
+            rx_model: RxModel::Reuseport,
+            rcvbuf: None,
+            placement: Placement::default(),
+            tx_stamp_every: 64,
+            max_transactions: 100_000,
+            domains: Vec::new(),
+            batch: 32,
+        }
+    }
+}
+
+impl SipServerConfig {
+    /// Reject inconsistent settings, naming the field.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
+        if !(1..=256).contains(&self.workers) {
+            return fail(format!("workers must be 1..=256, not {}", self.workers));
+        }
+        if !(1..=1024).contains(&self.batch) {
+            return fail(format!("batch must be 1..=1024, not {}", self.batch));
+        }
+        if self.max_transactions == 0 {
+            return fail("max_transactions must be above 0".into());
+        }
+        if self.listen.ip().is_unspecified() {
+            return fail(format!(
+                "listen {}: use a concrete address (it goes into Via and Record-Route)",
+                self.listen
+            ));
+        }
+        if self.backend == BackendKind::Xdp {
+            return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
+        }
+        if let Some(n) = self.placement.nice {
+            if !(-20..=19).contains(&n) {
+                return fail(format!("nice must be -20..=19, not {n}"));
+            }
+        }
+        if self.placement.cpus.as_ref().is_some_and(|c| c.is_empty()) {
+            return fail("the worker CPU list is empty".into());
+        }
+        Ok(())
+    }
+
+    /// The placement of worker `i`.
+    fn worker_placement(&self, i: usize) -> Placement {
+        let mut p = self.placement.clone();
+        p.cpus = p.cpus.map(|list| vec![list[i % list.len()]]);
+        p
+    }
+
+    fn proxy_config(&self, local: SocketAddr) -> ProxyConfig {
+        ProxyConfig {
+            mode: self.mode,
+            local,
+            route_to: self.route_to,
+            registrar: self.registrar,
+            record_route: self.record_route,
+            max_transactions: self.max_transactions,
+            domains: self.domains.clone(),
+        }
+    }
+}
+
+/// One thread's published metrics.
+#[derive(Default)]
+struct Published {
+    generation: u64,
+    metrics: WorkerMetrics,
+}
+
+/// Where a thread publishes a copy of its metrics when asked.
+#[derive(Default)]
+struct MetricsSlot {
+    wanted: AtomicU64,
+    published: Mutex<Published>,
+}
+
+/// Generation meaning "the thread has ended; this copy is final".
+const FINAL: u64 = u64::MAX;
+
+impl MetricsSlot {
+    /// Publish `metrics` if a newer copy was asked for than `*last`.
+    fn offer(&self, metrics: &WorkerMetrics, last: &mut u64) {
+        let wanted = self.wanted.load(Ordering::Acquire);
+        if wanted > *last {
+            let mut p = self
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            p.metrics.clone_from(metrics);
+            p.generation = p.generation.max(wanted);
+            *last = wanted;
+        }
+    }
+
+    /// Publish the final copy (the thread ends).
+    fn finish(&self, metrics: &WorkerMetrics) {
+        let mut p = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        p.metrics.clone_from(metrics);
+        p.generation = FINAL;
+    }
+
+    fn generation(&self) -> u64 {
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation
+    }
+}
+
+/// Everything the threads share.
+struct Shared {
+    config: SipServerConfig,
+    local: SocketAddr,
+    proxy: Proxy,
+    stop: AtomicBool,
+    /// One per worker, then one for the timer thread.
+    slots: Vec<MetricsSlot>,
+    generation: AtomicU64,
+    threads_cpu: Mutex<Vec<ThreadCpu>>,
+    placement: Mutex<Vec<String>>,
+    udp_start: Option<UdpSnmp>,
+    cpu_start: CpuTime,
+    started: Instant,
+    rcvbuf_granted: Vec<usize>,
+}
+
+/// Merged measurements at one moment (what `/metrics` renders).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// All workers' and the timer's metrics; `socket_rx_dropped` counts each
+    /// socket once (shared model: one socket seen by every worker).
+    pub metrics: WorkerMetrics,
+    /// UDP counters of this network namespace, delta since start.
+    pub udp: UdpSnmp,
+    /// The core's own statistics.
+    pub proxy: ProxyStats,
+    /// Process CPU since start.
+    pub process_cpu: CpuTime,
+    /// Time since start.
+    pub elapsed: Duration,
+    /// Threads that did not publish in time (their previous copy was used).
+    pub stale_threads: usize,
+}
+
+/// A running SIP server.
+pub struct SipServer {
+    shared: Arc<Shared>,
+    threads: Vec<(String, JoinHandle<()>)>,
+}
+
+impl SipServer {
+    /// Open the sockets, start the worker and timer threads, and return.
+    pub fn start(config: SipServerConfig) -> Result<SipServer, ServerError> {
+        config.validate()?;
+        let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
+        let local = sockets[0].local_addr()?;
+        let proxy = Proxy::new(config.proxy_config(local));
+        let shared = Arc::new(Shared {
+            slots: (0..=config.workers)
+                .map(|_| MetricsSlot::default())
+                .collect(),
+            generation: AtomicU64::new(0),
+            local,
+            proxy,
+            stop: AtomicBool::new(false),
+            threads_cpu: Mutex::new(Vec::new()),
+            placement: Mutex::new(Vec::new()),
+            udp_start: host::udp_totals(),
+            cpu_start: host::process_cpu_time().unwrap_or_default(),
+            started: Instant::now(),
+            rcvbuf_granted,
+            config,
+        });
+        let mut server = SipServer {
+            shared,
+            threads: Vec::new(),
+        };
+        let backend = server.shared.config.backend;
+        let open = |socket| {
+            open_backend(backend, socket).map_err(|source| ServerError::Backend {
+                backend: backend.to_string(),
+                source,
+            })
+        };
+        let mut ios = Vec::new();
+        for socket in sockets {
+            ios.push(open(socket)?);
+        }
+        let timer_io = open(timer_socket)?;
+        for (i, io) in ios.into_iter().enumerate() {
+            let shared = server.shared.clone();
+            server.spawn(format!("sip-w{i}"), move || worker_thread(&shared, i, io))?;
+        }
+        let shared = server.shared.clone();
+        server.spawn("sip-timer".into(), move || timer_thread(&shared, timer_io))?;
+        Ok(server)
+    }
+
+    fn spawn(
+        &mut self,
+        name: String,
+        body: impl FnOnce() + Send + 'static,
+    ) -> Result<(), ServerError> {
+        match std::thread::Builder::new().name(name.clone()).spawn(body) {
+            Ok(h) => {
+                self.threads.push((name, h));
+                Ok(())
+            }
+            Err(source) => {
+                self.stop_threads();
+                Err(ServerError::Thread { name, source })
+            }
+        }
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &SipServerConfig {
+        &self.shared.config
+    }
+
+    /// Receive buffer granted per socket (bytes).
+    pub fn rcvbuf_granted(&self) -> &[usize] {
+        &self.shared.rcvbuf_granted
+    }
+
+    /// The proxy core (its statistics, its location store).
+    pub fn proxy(&self) -> &Proxy {
+        &self.shared.proxy
+    }
+
+    /// Thread placement results so far, one line per knob and thread.
+    pub fn placement(&self) -> Vec<String> {
+        lock(&self.shared.placement).clone()
+    }
+
+    /// Merged measurements now (waits up to 250 ms for the threads to publish).
+    pub fn snapshot(&self) -> Snapshot {
+        snapshot(&self.shared)
+    }
+
+    /// A function rendering the current Prometheus text, for a metrics
+    /// server thread (see [`crate::metrics::http::serve`]).
+    pub fn prometheus(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || prometheus::render(&snapshot(&shared))
+    }
+
+    fn stop_threads(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for (name, h) in self.threads.drain(..) {
+            if h.join().is_err() {
+                eprintln!("sip server: thread {name} panicked");
+            }
+        }
+    }
+
+    /// Stop every thread, wait for them, and return the summary.
+    pub fn shutdown(mut self) -> Summary {
+        self.stop_threads();
+        let snap = snapshot(&self.shared);
+        let s = &self.shared;
+        summary::build(
+            &s.config,
+            s.local,
+            &s.rcvbuf_granted,
+            &snap,
+            lock(&s.threads_cpu).clone(),
+            lock(&s.placement).clone(),
+        )
+    }
+}
+
+impl Drop for SipServer {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Open the sockets of the chosen receive model: one per worker plus one
+/// for the timer thread, and the granted receive buffer sizes.
+fn open_sockets(
+    config: &SipServerConfig,
+) -> Result<(Vec<UdpSocket>, UdpSocket, Vec<usize>), ServerError> {
+    let mut socket_config = SocketConfig::new(config.listen);
+    socket_config.rcvbuf = config.rcvbuf;
+    socket_config.tx_timestamps = config.tx_stamp_every > 0;
+    socket_config.rx_timestamps = true;
+    socket_config.rxq_ovfl = true;
+    let open = |c: &SocketConfig| -> Result<(UdpSocket, SocketReport), ServerError> {
+        let (socket, report) = open_udp(c).map_err(|source| ServerError::Socket {
+            addr: c.bind,
+            source,
+        })?;
+        for w in &report.warnings {
+            eprintln!("sip server: socket {}: {w}", c.bind);
+        }
+        Ok((socket, report))
+    };
+    let mut sockets = Vec::with_capacity(config.workers);
+    let mut granted = Vec::new();
+    match config.rx_model {
+        RxModel::Shared => {
+            let (socket, report) = open(&socket_config)?;
+            granted.push(report.rcvbuf_granted);
+            for _ in 1..config.workers {
+                sockets.push(socket.try_clone()?);
+            }
+            sockets.insert(0, socket);
+        }
+        RxModel::Reuseport => {
+            socket_config.reuseport = true;
+            for _ in 0..config.workers {
+                let (socket, report) = open(&socket_config)?;
+                // With port 0 the first bind picks the port the others share.
+                socket_config.bind = socket.local_addr()?;
+                granted.push(report.rcvbuf_granted);
+                sockets.push(socket);
+            }
+        }
+    }
+    let timer = sockets[0].try_clone()?;
+    Ok((sockets, timer, granted))
+}
+
+/// Record the calling thread's CPU time when it ends.
+fn record_thread_cpu(shared: &Shared, name: &str) {
+    if let Ok(cpu) = host::thread_cpu_time() {
+        lock(&shared.threads_cpu).push(ThreadCpu {
+            name: name.to_string(),
+            tid: ringway_io::thread::current_tid(),
+            cpu,
+        });
+    }
+}
+
+/// One worker thread: receive a batch, drive it through the core, repeat.
+fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
+    let name = format!("sip-w{index}");
+    let lines = host::place_this_thread(&name, &shared.config.worker_placement(index));
+    for line in &lines {
+        eprintln!("sip server: placement {line}");
+    }
+    lock(&shared.placement).extend(lines);
+    let config = &shared.config;
+    let mut rx = RxBatch::new(config.batch, RX_FRAME);
+    let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    let slot = &shared.slots[index];
+    let mut published = 0u64;
+    while !shared.stop.load(Ordering::Relaxed) {
+        match io.recv_batch(&mut rx, Some(POLL)) {
+            Ok(0) => {}
+            Ok(_) => worker.drive_batch(io.as_mut(), &rx, monotonic_now),
+            Err(e) => {
+                worker.count_rx_error();
+                eprintln!("sip server: worker {index}: receive error: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        slot.offer(worker.metrics(), &mut published);
+    }
+    slot.finish(worker.metrics());
+    record_thread_cpu(shared, &name);
+}
+
+/// The timer thread: run the core's timers at their deadlines.
+fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+    let mut timer = SipTimer::new(&shared.proxy);
+    let slot = &shared.slots[shared.config.workers];
+    let mut published = 0u64;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let wait = timer.wait(monotonic_now().0);
+        if wait.is_zero() {
+            timer.fire(io.as_mut(), monotonic_now().0);
+        } else {
+            std::thread::sleep(wait);
+        }
+        slot.offer(timer.metrics(), &mut published);
+    }
+    slot.finish(timer.metrics());
+    record_thread_cpu(shared, "sip-timer");
+}
+
+/// Ask every thread for a copy of its metrics, wait (bounded) and merge.
+fn snapshot(shared: &Shared) -> Snapshot {
+    let generation = shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
+    for slot in &shared.slots {
+        slot.wanted.fetch_max(generation, Ordering::Release);
+    }
+    let until = Instant::now() + SNAPSHOT_WAIT;
+    while shared.slots.iter().any(|s| s.generation() < generation) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut merged = WorkerMetrics::default();
+    let mut socket_drops = 0u64;
+    let mut stale_threads = 0;
+    let workers = shared.config.workers;
+    for (i, slot) in shared.slots.iter().enumerate() {
+        let p = lock(&slot.published);
+        stale_threads += usize::from(p.generation < generation);
+        merged.merge(&p.metrics);
+        if i < workers {
+            socket_drops = match shared.config.rx_model {
+                RxModel::Shared => socket_drops.max(p.metrics.socket_rx_dropped),
+                RxModel::Reuseport => socket_drops + p.metrics.socket_rx_dropped,
+            };
+        }
+    }
+    merged.socket_rx_dropped = socket_drops;
+    Snapshot {
+        metrics: merged,
+        udp: match (&shared.udp_start, host::udp_totals()) {
+            (Some(start), Some(now)) => now.since(start),
+            _ => UdpSnmp::default(),
+        },
+        proxy: shared.proxy.stats(),
+        process_cpu: host::process_cpu_time()
+            .unwrap_or_default()
+            .since(&shared.cpu_start),
+        elapsed: shared.started.elapsed(),
+        stale_threads,
+    }
+}
