@@ -5,8 +5,7 @@ use ringway_lab::sched::{Knob, SysState};
 use ringway_lab::siplab::sweep::{self, BarProgress, Store, SweepConfig};
 use ringway_lab::siplab::{ProxyKind, Tools};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The Kamailio config shipped in bench/kamailio/, used unless --kamailio-cfg is given.
 const KAMAILIO_CFG: &str = include_str!("../../../../bench/kamailio/stateless.cfg");
