@@ -102,11 +102,7 @@ fn err(what: &str, e: io::Error) -> io::Error {
 }
 
 fn check_rc(rc: libc::c_long, what: &str) -> io::Result<libc::c_long> {
-    if rc < 0 {
-        Err(err(what, sys::last_err()))
-    } else {
-        Ok(rc)
-    }
+    sys::cvt(rc).map_err(|e| err(what, e))
 }
 
 /// `bpf(cmd, attr, size)`.
@@ -437,10 +433,8 @@ fn if_info(fd: RawFd, name: &str) -> io::Result<([u8; 6], usize)> {
     }
     req[..name.len()].copy_from_slice(name.as_bytes());
     // SAFETY: `req` is a live 40-byte struct ifreq with a NUL-terminated name.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, req.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(err(&format!("SIOCGIFHWADDR {name}"), sys::last_err()));
-    }
+    sys::cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, req.as_mut_ptr()) })
+        .map_err(|e| err(&format!("SIOCGIFHWADDR {name}"), e))?;
     let family = u16::from_ne_bytes([req[16], req[17]]);
     if family != libc::ARPHRD_ETHER {
         return Err(io::Error::new(
@@ -452,10 +446,8 @@ fn if_info(fd: RawFd, name: &str) -> io::Result<([u8; 6], usize)> {
     let mut req2 = [0u8; 40];
     req2[..name.len()].copy_from_slice(name.as_bytes());
     // SAFETY: as above.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, req2.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(err(&format!("SIOCGIFMTU {name}"), sys::last_err()));
-    }
+    sys::cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, req2.as_mut_ptr()) })
+        .map_err(|e| err(&format!("SIOCGIFMTU {name}"), e))?;
     let mtu = i32::from_ne_bytes(req2[16..20].try_into().expect("4 bytes")).max(68) as usize;
     Ok((mac, mtu))
 }
@@ -503,10 +495,8 @@ pub(crate) struct XskSetup {
 /// bytes and size the fill, completion, RX and TX rings to `ring` entries.
 pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<XskSetup> {
     // SAFETY: plain socket(2) call.
-    let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(err("socket(AF_XDP)", sys::last_err()));
-    }
+    let raw = sys::cvt(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+        .map_err(|e| err("socket(AF_XDP)", e))?;
     // SAFETY: a new descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let umem =
@@ -530,7 +520,7 @@ pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<X
     };
     // SAFETY: pointer/length describe a live UmemReg; the UMEM mapping
     // outlives the socket (XskSetup drops the socket first).
-    let rc = unsafe {
+    sys::cvt(unsafe {
         libc::setsockopt(
             raw,
             SOL_XDP,
@@ -538,10 +528,8 @@ pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<X
             (&reg as *const UmemReg).cast(),
             std::mem::size_of::<UmemReg>() as u32,
         )
-    };
-    if rc != 0 {
-        return Err(err("XDP_UMEM_REG", sys::last_err()));
-    }
+    })
+    .map_err(|e| err("XDP_UMEM_REG", e))?;
     for (opt, what) in [
         (XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"),
         (XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"),
@@ -572,25 +560,24 @@ pub(crate) fn xsk_bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16) -> io::R
         shared_umem_fd: 0,
     };
     // SAFETY: pointer/length describe a live sockaddr_xdp.
-    let rc = unsafe {
+    let rc = sys::cvt(unsafe {
         libc::bind(
             fd,
             (&sa as *const SockaddrXdp).cast(),
             std::mem::size_of::<SockaddrXdp>() as u32,
         )
-    };
-    if rc != 0 {
+    });
+    rc.map(drop).map_err(|e| {
         let mode = if flags & XDP_COPY != 0 {
             "XDP_COPY"
         } else {
             "XDP_ZEROCOPY"
         };
-        return Err(err(
+        err(
             &format!("bind AF_XDP to ifindex {ifindex} queue {queue} ({mode})"),
-            sys::last_err(),
-        ));
-    }
-    Ok(())
+            e,
+        )
+    })
 }
 
 /// Bytes of the UMEM at `off..off+len`, if inside.
@@ -679,7 +666,7 @@ impl XdpBackend {
         let mut offs = [RingOffset::default(); 4]; // rx, tx, fill, completion
         let mut olen = std::mem::size_of_val(&offs) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
-        let rc = unsafe {
+        sys::cvt(unsafe {
             libc::getsockopt(
                 fd,
                 SOL_XDP,
@@ -687,10 +674,8 @@ impl XdpBackend {
                 offs.as_mut_ptr().cast(),
                 &mut olen,
             )
-        };
-        if rc != 0 {
-            return Err(err("XDP_MMAP_OFFSETS", sys::last_err()));
-        }
+        })
+        .map_err(|e| err("XDP_MMAP_OFFSETS", e))?;
         if olen as usize != std::mem::size_of_val(&offs) {
             return Err(io::Error::other(
                 "XDP_MMAP_OFFSETS: kernel without ring flags (too old)",
@@ -882,7 +867,7 @@ impl XdpBackend {
             tries += 1;
             self.stats.tx_syscalls += 1;
             // SAFETY: sendto with no buffer and no address only kicks the XSK.
-            let rc = unsafe {
+            let rc = sys::cvt(unsafe {
                 libc::sendto(
                     self.xsk.as_raw_fd(),
                     std::ptr::null(),
@@ -891,9 +876,8 @@ impl XdpBackend {
                     std::ptr::null(),
                     0,
                 )
-            };
-            if rc < 0 {
-                let e = sys::last_err();
+            });
+            if let Err(e) = rc {
                 match e.raw_os_error() {
                     Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {
                         self.reap_completions();
@@ -935,7 +919,7 @@ impl XdpBackend {
         let mut s = [0u64; 6];
         let mut len = std::mem::size_of_val(&s) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
-        let rc = unsafe {
+        let rc = sys::cvt(unsafe {
             libc::getsockopt(
                 self.xsk.as_raw_fd(),
                 SOL_XDP,
@@ -943,8 +927,8 @@ impl XdpBackend {
                 s.as_mut_ptr().cast(),
                 &mut len,
             )
-        };
-        (rc == 0).then_some(s)
+        });
+        rc.ok().map(|_| s)
     }
 }
 
