@@ -45,7 +45,8 @@ pub mod time;
 pub mod wire;
 
 pub use backend::{
-    open_backend, open_uring, open_xdp, BackendKind, BatchIo, IoStats, UringConfig, XdpConfig,
+    open_backend, open_uring, open_xdp, BackendKind, BackendUnavailable, BatchIo, IoStats,
+    NeedsInterface, ParseBackendError, UringConfig, XdpConfig,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};

@@ -139,15 +139,26 @@ impl std::fmt::Display for Policy {
     }
 }
 
+/// Text that is no [`Policy`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParsePolicyError {
+    /// Not one of the policy names.
+    #[error("unknown policy {0:?} (other, batch, idle, fifo:N, rr:N)")]
+    Unknown(String),
+    /// `fifo:N` / `rr:N` with N outside 1..=99 or not a number.
+    #[error("bad real-time priority {0:?} (1..=99)")]
+    BadPriority(String),
+}
+
 impl std::str::FromStr for Policy {
-    type Err = String;
+    type Err = ParsePolicyError;
     /// `other`, `batch`, `idle`, `fifo:N`, `rr:N`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let prio = |p: &str| -> Result<u8, String> {
+    fn from_str(s: &str) -> Result<Self, ParsePolicyError> {
+        let prio = |p: &str| -> Result<u8, ParsePolicyError> {
             p.parse::<u8>()
                 .ok()
                 .filter(|v| (1..=99).contains(v))
-                .ok_or_else(|| format!("bad real-time priority {p:?} (1..=99)"))
+                .ok_or_else(|| ParsePolicyError::BadPriority(p.to_string()))
         };
         match s.split_once(':') {
             None => match s {
@@ -156,13 +167,11 @@ impl std::str::FromStr for Policy {
                 "idle" => Ok(Policy::Idle),
                 "fifo" => Ok(Policy::Fifo(1)),
                 "rr" => Ok(Policy::Rr(1)),
-                _ => Err(format!(
-                    "unknown policy {s:?} (other, batch, idle, fifo:N, rr:N)"
-                )),
+                _ => Err(ParsePolicyError::Unknown(s.to_string())),
             },
             Some(("fifo", p)) => Ok(Policy::Fifo(prio(p)?)),
             Some(("rr", p)) => Ok(Policy::Rr(prio(p)?)),
-            _ => Err(format!("unknown policy {s:?}")),
+            _ => Err(ParsePolicyError::Unknown(s.to_string())),
         }
     }
 }

@@ -24,7 +24,7 @@
 //!   datagrams take the XSK path); counted in `IoStats::tx_via_socket`.
 //!   Destinations must be on-link (no routing). IPv4 only. No TX timestamps.
 
-use crate::backend::{BackendKind, BatchIo, IoStats};
+use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, Mapping};
 use crate::time::realtime_now;
@@ -1050,25 +1050,29 @@ impl BatchIo for XdpBackend {
     }
 }
 
-/// Does this kernel create AF_XDP sockets at all?
-pub(crate) fn socket_supported() -> Result<(), String> {
-    // SAFETY: plain socket(2) call; the descriptor is closed right away.
-    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(format!(
-            "socket(AF_XDP) refused: {}",
-            crate::thread::errno_reason(&sys::last_err())
-        ));
-    }
-    // SAFETY: closing the descriptor we just created.
-    unsafe { libc::close(fd) };
+/// Does this kernel create AF_XDP sockets at all? (socket, then close.)
+pub(crate) fn socket_supported() -> Result<(), BackendUnavailable> {
+    // SAFETY: plain socket(2) call; the descriptor is owned (closed) right away.
+    let fd = sys::cvt(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+        .map_err(|e| {
+            BackendUnavailable::new(
+                BackendKind::Xdp,
+                format!(
+                    "socket(AF_XDP) refused: {}",
+                    crate::thread::errno_reason(&e)
+                ),
+            )
+            .with_errno(e.raw_os_error())
+        })?;
+    // SAFETY: a new descriptor nobody else owns; dropping it closes it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
     Ok(())
 }
 
 /// Can this kernel run the backend? Two namespace hosts joined by veth:
 /// one datagram each way through the real backend.
-pub(crate) fn probe() -> Result<(), String> {
-    smoke().map_err(|e| e.to_string())
+pub(crate) fn veth_probe() -> Result<(), BackendUnavailable> {
+    smoke().map_err(|e| BackendUnavailable::new(BackendKind::Xdp, e.to_string()))
 }
 
 /// Hosts `a` and `b` joined by veth; the backend on b's veth, a regular
