@@ -64,8 +64,18 @@ impl BackendKind {
         self == BackendKind::Xdp
     }
 
-    /// Whether this kernel runs the backend (probed once per process, with
-    /// a real ring and a loopback datagram); `Err` says why not.
+    /// Whether this kernel runs the backend; `Err` says why not. Checked
+    /// once per process, without side effects: whatever a check creates
+    /// lives on descriptors that are closed before it returns, and no
+    /// namespace, interface or route is created.
+    ///
+    /// * socket, mmsg: always available.
+    /// * uring: sets up a ring with the flags the backend uses, registers a
+    ///   provided-buffer ring and passes one datagram over loopback.
+    /// * xdp: creates an AF_XDP socket, registers a small UMEM with its
+    ///   rings, creates an XSKMAP and loads the XDP program (not attached).
+    ///   Binding to an interface and attaching the program are not tried:
+    ///   [`xdp_veth_probe`] does that, on a veth pair of its own.
     pub fn availability(self) -> Result<(), BackendUnavailable> {
         type Probe = std::sync::OnceLock<Result<(), BackendUnavailable>>;
         match self {
@@ -75,10 +85,8 @@ impl BackendKind {
                 PROBE.get_or_init(uring::probe).clone()
             }
             BackendKind::Xdp => {
-                // Builds two namespace hosts joined by veth and passes one
-                // datagram each way through the backend.
                 static PROBE: Probe = Probe::new();
-                PROBE.get_or_init(xdp::veth_probe).clone()
+                PROBE.get_or_init(xdp::available).clone()
             }
         }
     }
@@ -114,7 +122,7 @@ impl std::str::FromStr for BackendKind {
 }
 
 /// A backend this kernel (or this process's privileges) cannot run, from
-/// [`BackendKind::availability`]. Displays as
+/// [`BackendKind::availability`] or [`xdp_veth_probe`]. Displays as
 /// "<kind> backend not available: <reason>".
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} backend not available: {reason}")]
@@ -314,10 +322,25 @@ pub fn open_xdp(cfg: XdpConfig) -> io::Result<Box<dyn BatchIo>> {
     }
 }
 
-/// Whether this kernel creates AF_XDP sockets at all (a cheap check; the
-/// full one is [`BackendKind::availability`] of [`BackendKind::Xdp`]).
+/// Whether this kernel creates AF_XDP sockets at all: creates one and
+/// closes it. The first step of [`BackendKind::availability`] of
+/// [`BackendKind::Xdp`], which also checks UMEM registration and the
+/// program load; not cached.
 pub fn xdp_socket_supported() -> Result<(), BackendUnavailable> {
     xdp::socket_supported()
+}
+
+/// The full, active AF_XDP probe (what `ringway doctor` reports as
+/// "backend xdp"), with side effects while it runs: creates two named
+/// network namespaces (`rw-<pid>-...`) joined by a veth pair, opens the
+/// backend on one end (program attached in generic mode, socket bound with
+/// XDP_COPY), passes one datagram each way and checks them byte for byte.
+/// Everything it created is removed before it returns. Needs root (named
+/// namespaces, BPF). Run once per process; later calls return the first
+/// answer. [`BackendKind::availability`] never does this.
+pub fn xdp_veth_probe() -> Result<(), BackendUnavailable> {
+    static PROBE: std::sync::OnceLock<Result<(), BackendUnavailable>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(xdp::veth_probe).clone()
 }
 
 /// The socket has SO_TIMESTAMPING with OPT_ID (set by `open_udp` when

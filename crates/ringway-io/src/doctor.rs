@@ -5,7 +5,7 @@
 //! probes in a private network namespace, the debugfs probe in a private
 //! mount namespace (with propagation to the host turned off first).
 
-use crate::backend::{open_backend, xdp, BackendKind};
+use crate::backend::{open_backend, xdp, xdp_veth_probe, BackendKind};
 use crate::batch::{RxBatch, TxBatch};
 use crate::netns::in_private_netns;
 use crate::sock::{open_udp, read_sysctl, SocketConfig};
@@ -218,10 +218,11 @@ fn probe_backend(kind: BackendKind) -> Check {
     }
 }
 
-/// The xdp backend needs an interface: its availability probe builds two
-/// namespace hosts joined by veth and passes one datagram each way.
+/// The xdp backend needs an interface: the active probe
+/// ([`xdp_veth_probe`]) builds two namespace hosts joined by veth and passes
+/// one datagram each way.
 fn probe_backend_xdp() -> Check {
-    match BackendKind::Xdp.availability() {
+    match xdp_veth_probe() {
         Ok(()) => chk(
             "io",
             "backend xdp",

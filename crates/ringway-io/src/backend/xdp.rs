@@ -232,6 +232,33 @@ fn attach(
     port: u16,
     daddr: Ipv4Addr,
 ) -> io::Result<Attached> {
+    let (map, prog_fd) = load(queue, Some(xsk), port, daddr)?;
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
+    put32(&mut a, 4, ifindex);
+    put32(&mut a, 8, BPF_XDP);
+    put32(&mut a, 12, XDP_FLAGS_SKB_MODE);
+    let link = bpf(
+        BPF_LINK_CREATE,
+        &mut a,
+        "BPF_LINK_CREATE(BPF_XDP, XDP_FLAGS_SKB_MODE)",
+    )?;
+    Ok(Attached {
+        _link: link,
+        _prog: prog_fd,
+        _map: map,
+    })
+}
+
+/// Create the XSKMAP (with `xsk` at `queue` when given) and load the XDP
+/// program that redirects into it; returns (map, program). Nothing is
+/// attached: both are released when their descriptors close.
+fn load(
+    queue: u32,
+    xsk: Option<RawFd>,
+    port: u16,
+    daddr: Ipv4Addr,
+) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut a = [0u8; 128];
     put32(&mut a, 0, BPF_MAP_TYPE_XSKMAP);
     put32(&mut a, 4, 4); // key size
@@ -239,15 +266,18 @@ fn attach(
     put32(&mut a, 12, (queue + 1).max(64)); // max entries
     a[28..28 + 7].copy_from_slice(b"rw_xsks");
     let map = bpf(BPF_MAP_CREATE, &mut a, "BPF_MAP_CREATE(XSKMAP)")?;
-    let key: u32 = queue;
-    let val: u32 = xsk as u32;
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, map.as_raw_fd() as u32);
-    put64(&mut a, 8, &key as *const u32 as u64);
-    put64(&mut a, 16, &val as *const u32 as u64);
-    // SAFETY: the attr holds the map fd and pointers to the live key/value.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, a.as_mut_ptr(), 128u32) };
-    check_rc(rc, "BPF_MAP_UPDATE_ELEM(xskmap[queue] = socket)")?;
+    if let Some(xsk) = xsk {
+        let key: u32 = queue;
+        let val: u32 = xsk as u32;
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, map.as_raw_fd() as u32);
+        put64(&mut a, 8, &key as *const u32 as u64);
+        put64(&mut a, 16, &val as *const u32 as u64);
+        // SAFETY: the attr holds the map fd and pointers to the live key/value.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, a.as_mut_ptr(), 128u32) };
+        check_rc(rc, "BPF_MAP_UPDATE_ELEM(xskmap[queue] = socket)")?;
+    }
     let prog = xdp_program(map.as_raw_fd(), port, daddr);
     let license = c"GPL";
     let mut log = vec![0u8; 16384];
@@ -267,21 +297,7 @@ fn attach(
         let tail: String = v.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
         io::Error::new(e.kind(), format!("{e}; verifier: {tail}"))
     })?;
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
-    put32(&mut a, 4, ifindex);
-    put32(&mut a, 8, BPF_XDP);
-    put32(&mut a, 12, XDP_FLAGS_SKB_MODE);
-    let link = bpf(
-        BPF_LINK_CREATE,
-        &mut a,
-        "BPF_LINK_CREATE(BPF_XDP, XDP_FLAGS_SKB_MODE)",
-    )?;
-    Ok(Attached {
-        _link: link,
-        _prog: prog_fd,
-        _map: map,
-    })
+    Ok((map, prog_fd))
 }
 
 /// `struct xdp_ring_offset`.
@@ -1069,8 +1085,28 @@ pub(crate) fn socket_supported() -> Result<(), BackendUnavailable> {
     Ok(())
 }
 
-/// Can this kernel run the backend? Two namespace hosts joined by veth:
-/// one datagram each way through the real backend.
+/// The cheap check behind [`BackendKind::availability`]: the set-up steps
+/// that need no interface, each on descriptors released on return. An
+/// AF_XDP socket ([`socket_supported`]), a small UMEM registered on it with
+/// its four rings sized, an XSKMAP created and the XDP program loaded (the
+/// verifier accepts it; it is attached nowhere). No namespace, interface,
+/// route or attached program is created.
+pub(crate) fn available() -> Result<(), BackendUnavailable> {
+    socket_supported()?;
+    let unavailable = |e: io::Error| {
+        let errno = e.raw_os_error();
+        BackendUnavailable::new(BackendKind::Xdp, e.to_string()).with_errno(errno)
+    };
+    let _xsk = xsk_setup(16, 2048, 16).map_err(unavailable)?;
+    // The program as `open` loads it (with an address test), for a
+    // documentation address and the discard port.
+    let _loaded = load(0, None, 9, Ipv4Addr::new(192, 0, 2, 1)).map_err(unavailable)?;
+    Ok(())
+}
+
+/// The full, active probe (see [`crate::backend::xdp_veth_probe`]): two
+/// namespace hosts joined by veth, one datagram each way through the real
+/// backend.
 pub(crate) fn veth_probe() -> Result<(), BackendUnavailable> {
     smoke().map_err(|e| BackendUnavailable::new(BackendKind::Xdp, e.to_string()))
 }
