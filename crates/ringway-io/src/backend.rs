@@ -64,20 +64,29 @@ impl BackendKind {
         self == BackendKind::Xdp
     }
 
-    /// Whether this kernel runs the backend (probed once per process, with
-    /// a real ring and a loopback datagram); `Err` says why not.
-    pub fn availability(self) -> Result<(), String> {
+    /// Whether this kernel runs the backend; `Err` says why not. Checked
+    /// once per process, without side effects: whatever a check creates
+    /// lives on descriptors that are closed before it returns, and no
+    /// namespace, interface or route is created.
+    ///
+    /// * socket, mmsg: always available.
+    /// * uring: sets up a ring with the flags the backend uses, registers a
+    ///   provided-buffer ring and passes one datagram over loopback.
+    /// * xdp: creates an AF_XDP socket, registers a small UMEM with its
+    ///   rings, creates an XSKMAP and loads the XDP program (not attached).
+    ///   Binding to an interface and attaching the program are not tried:
+    ///   [`xdp_veth_probe`] does that, on a veth pair of its own.
+    pub fn availability(self) -> Result<(), BackendUnavailable> {
+        type Probe = std::sync::OnceLock<Result<(), BackendUnavailable>>;
         match self {
             BackendKind::Socket | BackendKind::Mmsg => Ok(()),
             BackendKind::Uring => {
-                static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+                static PROBE: Probe = Probe::new();
                 PROBE.get_or_init(uring::probe).clone()
             }
             BackendKind::Xdp => {
-                // Builds two namespace hosts joined by veth and passes one
-                // datagram each way through the backend.
-                static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-                PROBE.get_or_init(xdp::probe).clone()
+                static PROBE: Probe = Probe::new();
+                PROBE.get_or_init(xdp::available).clone()
             }
         }
     }
@@ -99,14 +108,74 @@ impl std::fmt::Display for BackendKind {
 }
 
 impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseBackendError;
+    /// One of the [`BackendKind::name`]s.
+    fn from_str(s: &str) -> Result<Self, ParseBackendError> {
         BackendKind::EVERY
             .iter()
             .copied()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown backend {s:?} (known: socket, mmsg, uring, xdp)"))
+            .ok_or_else(|| ParseBackendError {
+                name: s.to_string(),
+            })
     }
+}
+
+/// A backend this kernel (or this process's privileges) cannot run, from
+/// [`BackendKind::availability`] or [`xdp_veth_probe`]. Displays as
+/// "<kind> backend not available: <reason>".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} backend not available: {reason}")]
+pub struct BackendUnavailable {
+    /// The backend.
+    pub kind: BackendKind,
+    /// What failed: the step and what the kernel said (e.g.
+    /// "io_uring_setup: EPERM (kernel.io_uring_disabled or seccomp forbids it)").
+    pub reason: String,
+    /// The errno of the refused step, when it was a refused system call.
+    pub errno: Option<i32>,
+}
+
+impl BackendUnavailable {
+    /// `kind` is unavailable because of `reason` (no errno).
+    pub fn new(kind: BackendKind, reason: impl Into<String>) -> Self {
+        BackendUnavailable {
+            kind,
+            reason: reason.into(),
+            errno: None,
+        }
+    }
+    /// The same, with the errno of the refused step.
+    pub fn with_errno(mut self, errno: Option<i32>) -> Self {
+        self.errno = errno;
+        self
+    }
+}
+
+impl From<BackendUnavailable> for io::Error {
+    /// An `Unsupported` error that displays the same text.
+    fn from(e: BackendUnavailable) -> io::Error {
+        io::Error::new(io::ErrorKind::Unsupported, e)
+    }
+}
+
+/// A name that is no [`BackendKind`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend {name:?} (known: socket, mmsg, uring, xdp)")]
+pub struct ParseBackendError {
+    /// The name given.
+    pub name: String,
+}
+
+/// [`open_backend`] was asked for a backend that attaches to a network
+/// interface ([`BackendKind::needs_interface`]); it is opened with
+/// [`open_xdp`] and an interface name instead. Carried inside the
+/// `InvalidInput` [`io::Error`] that [`open_backend`] returns.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} backend needs an interface (open it with ringway_io::open_xdp)")]
+pub struct NeedsInterface {
+    /// The backend.
+    pub kind: BackendKind,
 }
 
 /// Counters a backend keeps about its own work.
@@ -197,12 +266,14 @@ pub trait BatchIo: Send {
 
 /// Wrap a configured socket (see [`crate::open_udp`]) in the chosen backend.
 /// The socket is switched to non-blocking mode. A backend this kernel cannot
-/// run is an `Unsupported` error "<name> backend not available: <reason>".
+/// run is an `Unsupported` error carrying a [`BackendUnavailable`]
+/// ("<name> backend not available: <reason>"); an interface backend is an
+/// `InvalidInput` error carrying a [`NeedsInterface`].
 pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn BatchIo>> {
-    if kind == BackendKind::Xdp {
+    if kind.needs_interface() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "xdp backend needs an interface: use --xdp-iface (ringway_io::open_xdp)",
+            NeedsInterface { kind },
         ));
     }
     if kind == BackendKind::Uring {
@@ -225,12 +296,7 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
             "uring buffers must be 1..=32768",
         ));
     }
-    BackendKind::Uring.availability().map_err(|why| {
-        io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!("uring backend not available: {why}"),
-        )
-    })?;
+    BackendKind::Uring.availability()?;
     sock.set_nonblocking(true)?;
     let tx_stamps = tx_stamps_enabled(&sock);
     Ok(Box::new(uring::UringBackend::new(sock, tx_stamps, cfg)))
@@ -240,7 +306,8 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
 /// namespace; needs CAP_NET_ADMIN and CAP_BPF/CAP_SYS_ADMIN). It binds a
 /// regular UDP socket to `cfg.local` too (port 0: any), attaches the XDP
 /// program, and detaches it when dropped. Bad options are `InvalidInput`;
-/// anything the kernel refuses reads "xdp backend not available: <step>: <errno>".
+/// anything the kernel refuses carries a [`BackendUnavailable`] and reads
+/// "xdp backend not available: <step>: <errno>".
 pub fn open_xdp(cfg: XdpConfig) -> io::Result<Box<dyn BatchIo>> {
     match xdp::XdpBackend::open(cfg) {
         Ok(b) => Ok(Box::new(b)),
@@ -250,15 +317,30 @@ pub fn open_xdp(cfg: XdpConfig) -> io::Result<Box<dyn BatchIo>> {
         )),
         Err(e) => Err(io::Error::new(
             e.kind(),
-            format!("xdp backend not available: {e}"),
+            BackendUnavailable::new(BackendKind::Xdp, e.to_string()).with_errno(e.raw_os_error()),
         )),
     }
 }
 
-/// Whether this kernel creates AF_XDP sockets at all (a cheap check; the
-/// full one is [`BackendKind::availability`] of [`BackendKind::Xdp`]).
-pub fn xdp_socket_supported() -> Result<(), String> {
+/// Whether this kernel creates AF_XDP sockets at all: creates one and
+/// closes it. The first step of [`BackendKind::availability`] of
+/// [`BackendKind::Xdp`], which also checks UMEM registration and the
+/// program load; not cached.
+pub fn xdp_socket_supported() -> Result<(), BackendUnavailable> {
     xdp::socket_supported()
+}
+
+/// The full, active AF_XDP probe (what `ringway doctor` reports as
+/// "backend xdp"), with side effects while it runs: creates two named
+/// network namespaces (`rw-<pid>-...`) joined by a veth pair, opens the
+/// backend on one end (program attached in generic mode, socket bound with
+/// XDP_COPY), passes one datagram each way and checks them byte for byte.
+/// Everything it created is removed before it returns. Needs root (named
+/// namespaces, BPF). Run once per process; later calls return the first
+/// answer. [`BackendKind::availability`] never does this.
+pub fn xdp_veth_probe() -> Result<(), BackendUnavailable> {
+    static PROBE: std::sync::OnceLock<Result<(), BackendUnavailable>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(xdp::veth_probe).clone()
 }
 
 /// The socket has SO_TIMESTAMPING with OPT_ID (set by `open_udp` when

@@ -145,14 +145,34 @@ impl RxBatch {
     pub fn metas(&self) -> &[RxMeta] {
         &self.meta
     }
-    /// Backend use: the whole frame that the next received datagram goes to.
+    /// The whole frame that the next received datagram goes to (`None`
+    /// when every frame is used). Write the datagram into it, then record
+    /// it with [`Self::commit`]. Backends fill a batch this way, and so can
+    /// a test's fake [`crate::BatchIo`]:
+    ///
+    /// ```
+    /// use ringway_io::{realtime_now, RxBatch, RxMeta};
+    /// let mut rx = RxBatch::new(4, 64);
+    /// let frame = rx.next_frame_mut().expect("a free frame");
+    /// frame[..5].copy_from_slice(b"hello");
+    /// rx.commit(RxMeta {
+    ///     peer: "127.0.0.1:5004".parse().unwrap(),
+    ///     len: 5,
+    ///     truncated: false,
+    ///     kernel_rx: None,
+    ///     app_rx: realtime_now(),
+    /// });
+    /// assert_eq!(rx.get(0).unwrap().data, b"hello");
+    /// ```
     pub fn next_frame_mut(&mut self) -> Option<&mut [u8]> {
         if self.used >= self.arena.frames {
             return None;
         }
         Some(self.arena.frame_mut(self.used))
     }
-    /// Backend use: record that the frame handed out by [`Self::next_frame_mut`] is filled.
+    /// Record that the frame handed out by [`Self::next_frame_mut`] holds a
+    /// datagram of `meta.len` bytes (cut to the frame size). Panics when
+    /// every frame is used.
     pub fn commit(&mut self, meta: RxMeta) {
         assert!(self.used < self.arena.frames, "commit past capacity");
         let len = meta.len.min(self.arena.frame_size);
@@ -166,7 +186,7 @@ impl RxBatch {
     /// by the frame end (`meta.truncated`) the whole datagrams are kept, a
     /// partial last piece is marked truncated, and the datagrams beyond
     /// the frame are lost (the backend counts such trains).
-    pub fn commit_segments(&mut self, meta: RxMeta, seg: usize) -> usize {
+    pub(crate) fn commit_segments(&mut self, meta: RxMeta, seg: usize) -> usize {
         assert!(self.used < self.arena.frames, "commit past capacity");
         let fs = self.arena.frame_size;
         let len = meta.len.min(fs);
@@ -191,10 +211,6 @@ impl RxBatch {
         self.used += 1;
         n
     }
-    /// Backend use: frame `i` of the arena (whole frame, for scatter I/O).
-    pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
-        self.arena.frame_mut(i)
-    }
     /// Backend use: copy the first `len` bytes of frame `src` into frame `dst`.
     pub(crate) fn move_frame(&mut self, src: usize, dst: usize, len: usize) {
         let fs = self.arena.frame_size;
@@ -204,7 +220,7 @@ impl RxBatch {
             .copy_within(src * fs..src * fs + len, dst * fs);
     }
     /// Backend use: raw pointer to the start of the arena (for iovec setup).
-    pub fn arena_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn arena_ptr(&mut self) -> *mut u8 {
         self.arena.mem.as_mut_ptr()
     }
 }

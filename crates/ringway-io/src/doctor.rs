@@ -5,7 +5,7 @@
 //! probes in a private network namespace, the debugfs probe in a private
 //! mount namespace (with propagation to the host turned off first).
 
-use crate::backend::{open_backend, xdp, BackendKind};
+use crate::backend::{open_backend, xdp, xdp_veth_probe, BackendKind};
 use crate::batch::{RxBatch, TxBatch};
 use crate::netns::in_private_netns;
 use crate::sock::{open_udp, read_sysctl, SocketConfig};
@@ -13,7 +13,7 @@ use crate::sys;
 use crate::thread::{self, errno_reason, Outcome, Policy};
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,36 @@ impl DoctorReport {
     }
 }
 
+/// Why one step of a probe failed; its text goes into [`Check::detail`].
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    /// A system call was refused: "<step>: ENAME (message)".
+    #[error("{step}: {}", errno_reason(.source))]
+    Refused {
+        step: &'static str,
+        source: io::Error,
+    },
+    /// A helper program could not be run (or its namespace not made).
+    #[error("could not run {program}: {source}")]
+    Spawn {
+        program: &'static str,
+        source: io::Error,
+    },
+    /// A helper program ran and failed: its standard error.
+    #[error("{stderr}")]
+    Failed { stderr: String },
+    /// The probe thread panicked.
+    #[error("probe thread panicked")]
+    Panicked,
+}
+
+impl ProbeError {
+    /// Map an errno from `step` (for `map_err`).
+    fn refused(step: &'static str) -> impl FnOnce(io::Error) -> ProbeError {
+        move |source| ProbeError::Refused { step, source }
+    }
+}
+
 fn chk(area: &str, name: &str, ok: bool, detail: impl Into<String>) -> Check {
     Check {
         area: area.into(),
@@ -67,7 +97,7 @@ fn utsname() -> (String, String) {
     // SAFETY: utsname is plain old data; uname fills it.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: `u` is a live, writable utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
+    if sys::cvt(unsafe { libc::uname(&mut u) }).is_err() {
         return ("unknown".into(), "unknown".into());
     }
     let s = |f: &[libc::c_char]| {
@@ -147,7 +177,7 @@ fn loop_pair(
 fn probe_backend(kind: BackendKind) -> Check {
     let name = format!("backend {kind}");
     if let Err(why) = kind.availability() {
-        return chk("io", &name, false, format!("not available: {why}"));
+        return chk("io", &name, false, format!("not available: {}", why.reason));
     }
     let r = (|| -> io::Result<(usize, usize, usize)> {
         let (mut a, mut b) = loop_pair(kind, false)?;
@@ -188,10 +218,11 @@ fn probe_backend(kind: BackendKind) -> Check {
     }
 }
 
-/// The xdp backend needs an interface: its availability probe builds two
-/// namespace hosts joined by veth and passes one datagram each way.
+/// The xdp backend needs an interface: the active probe
+/// ([`xdp_veth_probe`]) builds two namespace hosts joined by veth and passes
+/// one datagram each way.
 fn probe_backend_xdp() -> Check {
-    match BackendKind::Xdp.availability() {
+    match xdp_veth_probe() {
         Ok(()) => chk(
             "io",
             "backend xdp",
@@ -201,7 +232,12 @@ fn probe_backend_xdp() -> Check {
              loaded with bpf(2) and attached in generic (SKB) mode, socket bound with XDP_COPY; \
              IPv4 only, no kernel RX software stamps",
         ),
-        Err(why) => chk("io", "backend xdp", false, format!("not available: {why}")),
+        Err(why) => chk(
+            "io",
+            "backend xdp",
+            false,
+            format!("not available: {}", why.reason),
+        ),
     }
 }
 
@@ -385,27 +421,30 @@ fn probe_io_uring() -> Check {
         .unwrap_or_else(|e| format!("unreadable ({e})"));
     let mut params = [0u64; 16]; // struct io_uring_params is 120 bytes
                                  // SAFETY: io_uring_setup reads/writes a 120-byte params struct; we pass 128 zeroed bytes.
-    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) };
-    if fd >= 0 {
-        // SAFETY: closing the descriptor io_uring_setup just returned to us.
-        unsafe { libc::close(fd as i32) };
-        let sq = params[0] as u32;
-        chk(
-            "kernel",
-            "io_uring",
-            true,
-            format!("io_uring_setup(4) gave a ring (sq_entries {sq}); kernel.io_uring_disabled={disabled}"),
-        )
-    } else {
-        chk(
+    let fd =
+        sys::cvt(unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) });
+    match fd {
+        Ok(fd) => {
+            // SAFETY: the descriptor io_uring_setup just returned to us;
+            // dropping it closes it.
+            drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            let sq = params[0] as u32;
+            chk(
+                "kernel",
+                "io_uring",
+                true,
+                format!("io_uring_setup(4) gave a ring (sq_entries {sq}); kernel.io_uring_disabled={disabled}"),
+            )
+        }
+        Err(e) => chk(
             "kernel",
             "io_uring",
             false,
             format!(
                 "io_uring_setup refused: {}; kernel.io_uring_disabled={disabled}",
-                errno_reason(&io::Error::last_os_error())
+                errno_reason(&e)
             ),
-        )
+        ),
     }
 }
 
@@ -413,7 +452,7 @@ fn probe_io_uring() -> Check {
 /// in copy mode and try zero-copy too.
 fn probe_af_xdp() -> Vec<Check> {
     if let Err(e) = xdp::socket_supported() {
-        return vec![chk("kernel", "AF_XDP socket", false, e)];
+        return vec![chk("kernel", "AF_XDP socket", false, e.reason)];
     }
     let mut out = vec![chk(
         "kernel",
@@ -421,7 +460,7 @@ fn probe_af_xdp() -> Vec<Check> {
         true,
         "socket(AF_XDP, SOCK_RAW) created",
     )];
-    let r = in_private_netns(|| -> io::Result<(Result<(), String>, Result<(), String>)> {
+    let r = in_private_netns(|| -> io::Result<(io::Result<()>, io::Result<()>)> {
         let st = Command::new("ip")
             .args(["link", "add", "xv0", "type", "veth", "peer", "name", "xv1"])
             .status()?;
@@ -474,21 +513,29 @@ fn probe_af_xdp() -> Vec<Check> {
 
 /// Register a small UMEM, size the rings and bind to `ifindex` queue 0 with
 /// `flags` (the xdp backend's own set-up steps); everything is released on return.
-fn xsk_bind(ifindex: u32, flags: u16) -> Result<(), String> {
+fn xsk_bind(ifindex: u32, flags: u16) -> io::Result<()> {
     if ifindex == 0 {
-        return Err("no ifindex for the veth".into());
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no ifindex for the veth",
+        ));
     }
-    let x = xdp::xsk_setup(16, 4096, 16).map_err(|e| e.to_string())?;
-    xdp::xsk_bind(x.fd.as_raw_fd(), ifindex, 0, flags).map_err(|e| e.to_string())
+    let x = xdp::xsk_setup(16, 4096, 16)?;
+    xdp::xsk_bind(x.fd.as_raw_fd(), ifindex, 0, flags)
 }
 
 /// netem (and tbf for contrast) in a throwaway private namespace.
 fn probe_qdiscs() -> Vec<Check> {
-    let try_qdisc = |args: &'static [&'static str]| -> Result<(), String> {
+    let try_qdisc = |args: &'static [&'static str]| -> Result<(), ProbeError> {
         match in_private_netns(move || Command::new("tc").args(args).output()) {
             Ok(Ok(o)) if o.status.success() => Ok(()),
-            Ok(Ok(o)) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
-            Ok(Err(e)) | Err(e) => Err(format!("could not run tc: {e}")),
+            Ok(Ok(o)) => Err(ProbeError::Failed {
+                stderr: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            }),
+            Ok(Err(source)) | Err(source) => Err(ProbeError::Spawn {
+                program: "tc",
+                source,
+            }),
         }
     };
     let netem = try_qdisc(&["qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]);
@@ -555,18 +602,15 @@ fn probe_sched() -> Vec<Check> {
 /// Can `/sys/kernel/debug/sched/*` be used? Tries in a private mount
 /// namespace (propagation off), mounting debugfs/securityfs there if needed.
 fn probe_debugfs_sched() -> Check {
-    let r = std::thread::spawn(|| -> Result<String, String> {
+    // Ok: (the knobs can be opened for writing, what the probe saw).
+    let r = std::thread::spawn(|| -> Result<(bool, String), ProbeError> {
         // SAFETY: unshare affects only this thread (mount namespace and fs info).
-        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-            return Err(format!(
-                "unshare(CLONE_NEWNS): {}",
-                errno_reason(&io::Error::last_os_error())
-            ));
-        }
+        sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
+            .map_err(ProbeError::refused("unshare(CLONE_NEWNS)"))?;
         let root = c"/";
         // SAFETY: make every mount in our new namespace private, so nothing we
         // mount propagates to the host; on failure we stop before mounting.
-        let rc = unsafe {
+        sys::cvt(unsafe {
             libc::mount(
                 std::ptr::null(),
                 root.as_ptr(),
@@ -574,26 +618,22 @@ fn probe_debugfs_sched() -> Check {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "make / private: {}",
-                errno_reason(&io::Error::last_os_error())
-            ));
-        }
+        })
+        .map_err(ProbeError::refused("make / private"))?;
         let mut notes = Vec::new();
         let mut mount_fs = |fs: &std::ffi::CStr, dir: &std::ffi::CStr, probe: &str| {
             if std::path::Path::new(probe).exists() {
                 return;
             }
             // SAFETY: NUL-terminated strings; the mount lives only in this private namespace.
-            let rc =
-                unsafe { libc::mount(fs.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) };
-            if rc != 0 {
+            let rc = sys::cvt(unsafe {
+                libc::mount(fs.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null())
+            });
+            if let Err(e) = rc {
                 notes.push(format!(
                     "mount {}: {}",
                     fs.to_string_lossy(),
-                    errno_reason(&io::Error::last_os_error())
+                    errno_reason(&e)
                 ));
             } else {
                 notes.push(format!(
@@ -612,25 +652,21 @@ fn probe_debugfs_sched() -> Check {
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|e| format!("unreadable ({e})"));
         let f = "/sys/kernel/debug/sched/base_slice_ns";
-        let rd = std::fs::File::open(f)
-            .map(|_| ())
-            .map_err(|e| errno_reason(&e));
+        let rd = std::fs::File::open(f).map(|_| ());
         // Opening for write changes nothing until something is written; we write nothing.
-        let wr = std::fs::OpenOptions::new()
-            .write(true)
-            .open(f)
-            .map(|_| ())
-            .map_err(|e| errno_reason(&e));
-        let fmt = |r: &Result<(), String>| match r {
+        let wr = std::fs::OpenOptions::new().write(true).open(f).map(|_| ());
+        let fmt = |r: &io::Result<()>| match r {
             Ok(()) => "ok".to_string(),
-            Err(e) => e.clone(),
+            Err(e) => errno_reason(e),
         };
         let mode = lockdown
             .split_whitespace()
             .find(|w| w.starts_with('['))
             .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
             .unwrap_or_default();
-        let why = if wr.as_ref().is_err_and(|e| e.starts_with("EPERM"))
+        let why = if wr
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
             && (mode == "integrity" || mode == "confidentiality")
         {
             format!(" => blocked by kernel lockdown ({mode}): debugfs files cannot be opened")
@@ -647,33 +683,27 @@ fn probe_debugfs_sched() -> Check {
             fmt(&rd),
             fmt(&wr),
         );
-        if wr.is_ok() {
-            Ok(text)
-        } else {
-            Err(text)
-        }
+        Ok((wr.is_ok(), text))
     })
     .join()
-    .unwrap_or_else(|_| Err("probe thread panicked".into()));
+    .unwrap_or(Err(ProbeError::Panicked));
     match r {
-        Ok(t) => chk("sched", "debugfs sched knobs", true, t),
-        Err(t) => chk("sched", "debugfs sched knobs", false, t),
+        Ok((ok, t)) => chk("sched", "debugfs sched knobs", ok, t),
+        Err(e) => chk("sched", "debugfs sched knobs", false, e.to_string()),
     }
 }
 
-fn perf_open(ty: u32, config: u64) -> Result<(), String> {
+fn perf_open(ty: u32, config: u64) -> io::Result<()> {
     // struct perf_event_attr, version 0 layout (64 bytes) inside a larger zeroed buffer.
     let mut attr = [0u64; 16];
     attr[0] = ty as u64 | (64u64 << 32); // type, size
     attr[1] = config;
     attr[6] = 1 | (1 << 5) | (1 << 6); // disabled, exclude_kernel, exclude_hv
                                        // SAFETY: attr is a live buffer at least `size` (64) bytes long; pid 0 = self, cpu -1 = any.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) };
-    if fd < 0 {
-        return Err(errno_reason(&io::Error::last_os_error()));
-    }
-    // SAFETY: closing the descriptor we were just given.
-    unsafe { libc::close(fd as i32) };
+    let fd =
+        sys::cvt(unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) })?;
+    // SAFETY: the descriptor we were just given; dropping it closes it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
     Ok(())
 }
 
@@ -691,8 +721,9 @@ fn probe_perf() -> Vec<Check> {
             match &hw {
                 Ok(()) => format!("perf_event_open(CPU_CYCLES) ok; perf_event_paranoid={paranoid}"),
                 Err(e) => format!(
-                    "perf_event_open(CPU_CYCLES) refused: {e}{}; perf_event_paranoid={paranoid}",
-                    if e.starts_with("ENOENT") || e.starts_with("EOPNOTSUPP") {
+                    "perf_event_open(CPU_CYCLES) refused: {}{}; perf_event_paranoid={paranoid}",
+                    errno_reason(e),
+                    if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP)) {
                         " => no hardware PMU exposed to this kernel (usual in VMs)"
                     } else {
                         ""
@@ -706,7 +737,7 @@ fn probe_perf() -> Vec<Check> {
             sw.is_ok(),
             match &sw {
                 Ok(()) => "perf_event_open(TASK_CLOCK) ok".to_string(),
-                Err(e) => format!("perf_event_open(TASK_CLOCK) refused: {e}"),
+                Err(e) => format!("perf_event_open(TASK_CLOCK) refused: {}", errno_reason(e)),
             },
         ),
     ]

@@ -29,10 +29,7 @@ pub fn in_private_netns<T: Send + 'static>(
     std::thread::spawn(move || -> io::Result<T> {
         // SAFETY: unshare only changes this thread's namespace membership; no
         // memory is shared with the kernel.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        crate::sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
         let st = Command::new("ip")
             .args(["link", "set", "lo", "up"])
             .status()?;
@@ -129,10 +126,7 @@ impl Host {
     pub fn enter(&self) -> io::Result<()> {
         let f = std::fs::File::open(format!("/run/netns/{}", self.netns))?;
         // SAFETY: setns with a namespace fd we hold open; affects only this thread.
-        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        crate::sys::cvt(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) })?;
         Ok(())
     }
 

@@ -158,16 +158,13 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
         SocketAddr::V6(_) => libc::AF_INET6,
     };
     // SAFETY: plain socket(2) call with constant arguments.
-    let fd = unsafe {
+    let fd = sys::cvt(unsafe {
         libc::socket(
             domain,
             libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
             libc::IPPROTO_UDP,
         )
-    };
-    if fd < 0 {
-        return Err(sys::last_err());
-    }
+    })?;
     // SAFETY: `fd` is a fresh descriptor we own exclusively.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut rep = SocketReport {
@@ -263,11 +260,8 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
     let mut st = sys::zero_storage();
     let len = sys::sockaddr_from(&cfg.bind, &mut st);
     // SAFETY: `st` holds a valid sockaddr of length `len` for this family.
-    let rc = unsafe { libc::bind(fd, (&st as *const libc::sockaddr_storage).cast(), len) };
-    if rc != 0 {
-        let e = sys::last_err();
-        return Err(io::Error::new(e.kind(), format!("bind {}: {e}", cfg.bind)));
-    }
+    sys::cvt(unsafe { libc::bind(fd, (&st as *const libc::sockaddr_storage).cast(), len) })
+        .map_err(|e| io::Error::new(e.kind(), format!("bind {}: {e}", cfg.bind)))?;
     if cfg.rcvbuf.is_none() {
         rep.rcvbuf_granted =
             sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0) as usize;

@@ -49,6 +49,39 @@ pub(crate) fn last_err() -> io::Error {
     io::Error::last_os_error()
 }
 
+/// A libc return type whose negative values (the `-1` of a failed call)
+/// mean "see errno": `c_int`, `ssize_t` and `c_long` (from `syscall(2)`).
+pub(crate) trait SysRet: Copy {
+    /// The call failed.
+    fn failed(self) -> bool;
+}
+
+macro_rules! sys_ret {
+    ($($t:ty),*) => {$(
+        impl SysRet for $t {
+            #[inline]
+            fn failed(self) -> bool {
+                self < 0
+            }
+        }
+    )*};
+}
+sys_ret!(i32, i64, isize);
+
+/// The one check of a libc return code (the `syscall!` of mio, std's
+/// `cvt`): a negative `rc` becomes `Err(io::Error::last_os_error())`, any
+/// other value is returned. Call it on the value straight from the call,
+/// before anything else can touch errno. The call itself stays in the
+/// caller's own `unsafe` block, next to its `// SAFETY:` comment.
+#[inline]
+pub(crate) fn cvt<T: SysRet>(rc: T) -> io::Result<T> {
+    if rc.failed() {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
 /// Set an integer socket option.
 pub(crate) fn setsockopt_int(
     fd: RawFd,
@@ -57,7 +90,7 @@ pub(crate) fn setsockopt_int(
     val: libc::c_int,
 ) -> io::Result<()> {
     // SAFETY: the value pointer and length describe a live c_int on the stack.
-    let rc = unsafe {
+    cvt(unsafe {
         libc::setsockopt(
             fd,
             level,
@@ -65,12 +98,8 @@ pub(crate) fn setsockopt_int(
             (&val as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(last_err())
-    }
+    })?;
+    Ok(())
 }
 
 /// Read an integer socket option.
@@ -78,7 +107,7 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -
     let mut val: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: value pointer and in/out length describe a live c_int.
-    let rc = unsafe {
+    cvt(unsafe {
         libc::getsockopt(
             fd,
             level,
@@ -86,12 +115,8 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -
             (&mut val as *mut libc::c_int).cast(),
             &mut len,
         )
-    };
-    if rc == 0 {
-        Ok(val)
-    } else {
-        Err(last_err())
-    }
+    })?;
+    Ok(val)
 }
 
 /// Read and clear a pending socket error (`SO_ERROR`), e.g. ECONNREFUSED on
@@ -116,7 +141,7 @@ pub fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
     let mut vals = [0u32; 16];
     let mut len = std::mem::size_of_val(&vals) as libc::socklen_t;
     // SAFETY: buffer pointer and in/out length describe a live, writable u32 array.
-    let rc = unsafe {
+    cvt(unsafe {
         libc::getsockopt(
             fd,
             libc::SOL_SOCKET,
@@ -124,10 +149,7 @@ pub fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
             vals.as_mut_ptr().cast(),
             &mut len,
         )
-    };
-    if rc != 0 {
-        return Err(last_err());
-    }
+    })?;
     if (len as usize) < (SK_MEMINFO_DROPS + 1) * 4 {
         return Err(io::Error::other(
             "SO_MEMINFO too short for the drop counter",
@@ -226,22 +248,19 @@ pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `fds` is a live slice of pollfds of the given length; the
     // timespec pointer is null or points to a live value.
-    let rc = unsafe {
+    let rc = cvt(unsafe {
         libc::ppoll(
             fds.as_mut_ptr(),
             fds.len() as libc::nfds_t,
             tsp,
             std::ptr::null(),
         )
-    };
-    if rc < 0 {
-        let e = last_err();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
+    });
+    match rc {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
     }
-    Ok(rc as usize)
 }
 
 /// Wait until `fd` is readable, at most `timeout` (`None`: forever).
@@ -417,5 +436,38 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping created in the constructor.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cvt_maps_a_failing_call_to_its_errno() {
+        // SAFETY: closing fd -1 touches no descriptor; it only fails.
+        let e = cvt(unsafe { libc::close(-1) }).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+        // ssize_t (isize) and syscall(2)'s c_long (i64) results too.
+        let mut b = [0u8; 1];
+        // SAFETY: reading into a live 1-byte buffer from a bad descriptor.
+        let e = cvt(unsafe { libc::read(-1, b.as_mut_ptr().cast(), 1) }).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+        // SAFETY: close(-1) through syscall(2): no descriptor is touched.
+        let e = cvt(unsafe { libc::syscall(libc::SYS_close, -1) }).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+    }
+
+    #[test]
+    fn cvt_passes_success_values_through() {
+        assert_eq!(cvt(0i32).unwrap(), 0);
+        assert_eq!(cvt(7isize).unwrap(), 7);
+        assert_eq!(cvt(i64::MAX).unwrap(), i64::MAX);
+        // A real call: open a socket, then close it, both through cvt.
+        // SAFETY: plain socket(2) call; the descriptor is ours.
+        let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) }).unwrap();
+        assert!(fd >= 0);
+        // SAFETY: closing the descriptor socket(2) just gave us.
+        assert_eq!(cvt(unsafe { libc::close(fd) }).unwrap(), 0);
     }
 }

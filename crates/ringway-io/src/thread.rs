@@ -5,6 +5,7 @@
 //! applied (with the value read back from the kernel) or refused with the
 //! errno reason. Nothing is silently ignored.
 
+use crate::sys::cvt;
 use std::io;
 use std::time::Duration;
 
@@ -77,11 +78,7 @@ pub fn affinity() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain old data; all-zero is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pointer and size describe a live cpu_set_t.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
     Ok((0..libc::CPU_SETSIZE as usize)
         // SAFETY: index is below CPU_SETSIZE.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
@@ -103,9 +100,10 @@ pub fn set_affinity(cpus: &[usize]) -> Outcome {
         unsafe { libc::CPU_SET(c, &mut set) };
     }
     // SAFETY: pointer and size describe a live cpu_set_t.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return refused(io::Error::last_os_error());
+    let rc =
+        cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) });
+    if let Err(e) = rc {
+        return refused(e);
     }
     match affinity() {
         Ok(v) => Outcome::Applied(format!("cpus {v:?}")),
@@ -141,15 +139,26 @@ impl std::fmt::Display for Policy {
     }
 }
 
+/// Text that is no [`Policy`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParsePolicyError {
+    /// Not one of the policy names.
+    #[error("unknown policy {0:?} (other, batch, idle, fifo:N, rr:N)")]
+    Unknown(String),
+    /// `fifo:N` / `rr:N` with N outside 1..=99 or not a number.
+    #[error("bad real-time priority {0:?} (1..=99)")]
+    BadPriority(String),
+}
+
 impl std::str::FromStr for Policy {
-    type Err = String;
+    type Err = ParsePolicyError;
     /// `other`, `batch`, `idle`, `fifo:N`, `rr:N`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let prio = |p: &str| -> Result<u8, String> {
+    fn from_str(s: &str) -> Result<Self, ParsePolicyError> {
+        let prio = |p: &str| -> Result<u8, ParsePolicyError> {
             p.parse::<u8>()
                 .ok()
                 .filter(|v| (1..=99).contains(v))
-                .ok_or_else(|| format!("bad real-time priority {p:?} (1..=99)"))
+                .ok_or_else(|| ParsePolicyError::BadPriority(p.to_string()))
         };
         match s.split_once(':') {
             None => match s {
@@ -158,13 +167,11 @@ impl std::str::FromStr for Policy {
                 "idle" => Ok(Policy::Idle),
                 "fifo" => Ok(Policy::Fifo(1)),
                 "rr" => Ok(Policy::Rr(1)),
-                _ => Err(format!(
-                    "unknown policy {s:?} (other, batch, idle, fifo:N, rr:N)"
-                )),
+                _ => Err(ParsePolicyError::Unknown(s.to_string())),
             },
             Some(("fifo", p)) => Ok(Policy::Fifo(prio(p)?)),
             Some(("rr", p)) => Ok(Policy::Rr(prio(p)?)),
-            _ => Err(format!("unknown policy {s:?}")),
+            _ => Err(ParsePolicyError::Unknown(s.to_string())),
         }
     }
 }
@@ -192,7 +199,7 @@ fn sched_getattr() -> io::Result<libc::sched_attr> {
     // SAFETY: sched_attr is plain old data; all-zero is valid.
     let mut a: libc::sched_attr = unsafe { std::mem::zeroed() };
     // SAFETY: the buffer is a live sched_attr of the size we pass.
-    let rc = unsafe {
+    cvt(unsafe {
         libc::syscall(
             libc::SYS_sched_getattr,
             0,
@@ -200,10 +207,7 @@ fn sched_getattr() -> io::Result<libc::sched_attr> {
             std::mem::size_of::<libc::sched_attr>() as libc::c_uint,
             0,
         )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     Ok(a)
 }
 
@@ -227,9 +231,8 @@ pub fn set_policy(p: Policy) -> Outcome {
         sched_priority: prio,
     };
     // SAFETY: pid 0 = calling thread; param is a live sched_param.
-    let rc = unsafe { libc::sched_setscheduler(0, pol, &param) };
-    if rc != 0 {
-        return refused(io::Error::last_os_error());
+    if let Err(e) = cvt(unsafe { libc::sched_setscheduler(0, pol, &param) }) {
+        return refused(e);
     }
     match policy() {
         Ok(now) => Outcome::Applied(format!("policy {now}")),
@@ -245,9 +248,9 @@ pub fn nice() -> io::Result<i32> {
 /// Set the calling thread's nice value (-20..=19; lowering needs CAP_SYS_NICE).
 pub fn set_nice(n: i32) -> Outcome {
     // SAFETY: setpriority on our own thread id.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, current_tid() as libc::id_t, n) };
-    if rc != 0 {
-        return refused(io::Error::last_os_error());
+    let rc = cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, current_tid() as libc::id_t, n) });
+    if let Err(e) = rc {
+        return refused(e);
     }
     match nice() {
         Ok(v) => Outcome::Applied(format!("nice {v}")),
@@ -280,9 +283,10 @@ pub fn set_slice(d: Duration) -> Outcome {
     a.sched_deadline = 0;
     a.sched_period = 0;
     // SAFETY: pid 0 = calling thread; `a` is a live, fully initialised sched_attr.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const libc::sched_attr, 0) };
-    if rc != 0 {
-        return refused(io::Error::last_os_error());
+    let rc =
+        cvt(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const libc::sched_attr, 0) });
+    if let Err(e) = rc {
+        return refused(e);
     }
     match slice() {
         Ok(v) => Outcome::Applied(format!("slice {} us", v.as_micros())),
@@ -404,10 +408,7 @@ fn rusage(who: libc::c_int) -> io::Result<CpuTime> {
     // SAFETY: rusage is plain old data; all-zero is valid.
     let mut r: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `r` is a live, writable rusage.
-    let rc = unsafe { libc::getrusage(who, &mut r) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::getrusage(who, &mut r) })?;
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     Ok(CpuTime {
         user_ns: ns(r.ru_utime),

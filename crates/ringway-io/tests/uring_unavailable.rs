@@ -63,7 +63,9 @@ fn refused_io_uring_is_reported_not_available() {
     std::thread::spawn(|| {
         deny_io_uring_on_this_thread();
         let why = BackendKind::Uring.availability().unwrap_err();
-        assert!(why.contains("EPERM"), "{why}");
+        assert!(why.reason.contains("EPERM"), "{why}");
+        assert_eq!(why.kind, BackendKind::Uring);
+        assert_eq!(why.errno, Some(libc::EPERM));
         assert_eq!(
             BackendKind::usable(),
             [BackendKind::Socket, BackendKind::Mmsg]

@@ -288,6 +288,8 @@ fn availability_probe_agrees() {
         return;
     }
     BackendKind::Xdp.availability().unwrap();
+    // The active probe (namespaces, veth, one datagram each way) too.
+    ringway_io::backend::xdp_veth_probe().unwrap();
 }
 
 /// With the smallest UMEM (8 receive and 8 send frames) 300 ping-pongs

@@ -76,10 +76,10 @@ impl TxStamps {
             hdr.msg_control = cbuf.as_mut_ptr().cast();
             hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
             // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
-            let rc =
-                unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-            if rc < 0 {
-                let e = sys::last_err();
+            let rc = sys::cvt(unsafe {
+                libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
+            });
+            if let Err(e) = rc {
                 match e.kind() {
                     io::ErrorKind::WouldBlock => return Ok(()),
                     io::ErrorKind::Interrupted => continue,

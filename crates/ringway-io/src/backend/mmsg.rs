@@ -101,7 +101,7 @@ impl MmsgBackend {
             self.stats.rx_syscalls += 1;
             // SAFETY: hdrs[..n] point at live iovecs over distinct arena frames,
             // name storages and control buffers, all valid for the call.
-            let rc = unsafe {
+            let rc = sys::cvt(unsafe {
                 libc::recvmmsg(
                     fd,
                     self.s.hdrs.as_mut_ptr(),
@@ -109,11 +109,11 @@ impl MmsgBackend {
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
+            });
+            let e = match rc {
+                Ok(rc) => break rc as usize,
+                Err(e) => e,
             };
-            if rc >= 0 {
-                break rc as usize;
-            }
-            let e = sys::last_err();
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => return Ok(0),
@@ -251,34 +251,33 @@ impl MmsgBackend {
             self.stats.tx_syscalls += 1;
             // SAFETY: hdrs[at..nmsg] point at live name storages, iovecs over
             // the batch's frames and control buffers; the kernel only reads them.
-            let rc = unsafe {
+            let rc = sys::cvt(unsafe {
                 libc::sendmmsg(
                     fd,
                     self.s.hdrs.as_mut_ptr().add(at),
                     (nmsg - at) as libc::c_uint,
                     libc::MSG_DONTWAIT,
                 )
-            };
-            if rc < 0 {
-                let e = sys::last_err();
-                if e.kind() == io::ErrorKind::Interrupted {
+            });
+            let got = match rc {
+                Ok(rc) => rc as usize,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let (k, run) = self.s.msgs[at];
+                    if run > 1 && is_gso_refusal(&e) {
+                        return Sent::GsoRefused {
+                            sent,
+                            at: from + k,
+                            run,
+                            permanent: is_gso_unsupported(&e),
+                        };
+                    }
+                    // The message at `at` was refused: count its datagrams and go on.
+                    self.stats.tx_errors += run as u64;
+                    at += 1;
                     continue;
                 }
-                let (k, run) = self.s.msgs[at];
-                if run > 1 && is_gso_refusal(&e) {
-                    return Sent::GsoRefused {
-                        sent,
-                        at: from + k,
-                        run,
-                        permanent: is_gso_unsupported(&e),
-                    };
-                }
-                // The message at `at` was refused: count its datagrams and go on.
-                self.stats.tx_errors += run as u64;
-                at += 1;
-                continue;
-            }
-            let got = rc as usize;
+            };
             for &(k, run) in &self.s.msgs[at..at + got] {
                 sent += run;
                 if run > 1 {

@@ -56,10 +56,9 @@ impl SocketBackend {
             self.stats.rx_syscalls += 1;
             // SAFETY: every pointer in hdr refers to a live buffer (frame, name,
             // cbuf) with the stated length, valid for the duration of the call.
-            let rc = unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_DONTWAIT) };
-            if rc < 0 {
-                let e = sys::last_err();
-                match e.kind() {
+            let rc = match sys::cvt(unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_DONTWAIT) }) {
+                Ok(rc) => rc,
+                Err(e) => match e.kind() {
                     io::ErrorKind::Interrupted => continue,
                     io::ErrorKind::WouldBlock => return Ok(false),
                     _ if sys::is_async_send_error(&e) => {
@@ -67,8 +66,8 @@ impl SocketBackend {
                         continue;
                     }
                     _ => return Err(e),
-                }
-            }
+                },
+            };
             let app_rx = realtime_now();
             let c = sys::parse_cmsgs(&hdr);
             if let Some(d) = c.rxq_ovfl {
@@ -145,18 +144,16 @@ impl BatchIo for SocketBackend {
                 self.stats.tx_syscalls += 1;
                 // SAFETY: hdr points at live buffers (name, iov over the frame,
                 // cbuf) valid for the call; the kernel only reads them.
-                let rc = unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT) };
-                if rc >= 0 {
-                    sent += 1;
-                    if let (Some(tag), true) = (e.stamp_tag, want_stamp) {
-                        self.stamps.sent(tag, app_tx);
+                match sys::cvt(unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT) }) {
+                    Ok(_) => {
+                        sent += 1;
+                        if let (Some(tag), true) = (e.stamp_tag, want_stamp) {
+                            self.stamps.sent(tag, app_tx);
+                        }
                     }
-                    break;
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => self.stats.tx_errors += 1,
                 }
-                if sys::last_err().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                self.stats.tx_errors += 1;
                 break;
             }
         }

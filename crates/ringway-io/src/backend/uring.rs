@@ -19,7 +19,7 @@
 //! caller's frame cuts it.
 
 use super::common::TxStamps;
-use crate::backend::{BackendKind, BatchIo, IoStats};
+use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, CmsgBuf, Mapping, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
@@ -724,9 +724,9 @@ impl UringBackend {
 /// Can this kernel run the backend? Sets up a ring with the flags we use,
 /// checks the opcodes and registers a provided-buffer ring; then receives
 /// one datagram over loopback through the real backend.
-pub(crate) fn probe() -> Result<(), String> {
+pub(crate) fn probe() -> Result<(), BackendUnavailable> {
     Ring::new(UringConfig { buffers: 4 }, 64).map_err(|e| {
-        match e.raw_os_error() {
+        let reason = match e.raw_os_error() {
             Some(libc::ENOSYS) => "io_uring_setup: ENOSYS (kernel built without io_uring)".into(),
             Some(libc::EPERM) => {
                 "io_uring_setup: EPERM (kernel.io_uring_disabled or seccomp forbids it)".into()
@@ -735,7 +735,8 @@ pub(crate) fn probe() -> Result<(), String> {
                 "ring setup: EINVAL (kernel too old for SINGLE_ISSUER/DEFER_TASKRUN or buffer rings; 6.1+ needed): {e}"
             ),
             _ => format!("ring setup: {e}"),
-        }
+        };
+        BackendUnavailable::new(BackendKind::Uring, reason).with_errno(e.raw_os_error())
     })?;
     let smoke = || -> io::Result<()> {
         let a = UdpSocket::bind("127.0.0.1:0")?;
@@ -759,5 +760,8 @@ pub(crate) fn probe() -> Result<(), String> {
             )),
         }
     };
-    smoke().map_err(|e| format!("loopback smoke test: {e}"))
+    smoke().map_err(|e| {
+        BackendUnavailable::new(BackendKind::Uring, format!("loopback smoke test: {e}"))
+            .with_errno(e.raw_os_error())
+    })
 }

@@ -24,7 +24,7 @@
 //!   datagrams take the XSK path); counted in `IoStats::tx_via_socket`.
 //!   Destinations must be on-link (no routing). IPv4 only. No TX timestamps.
 
-use crate::backend::{BackendKind, BatchIo, IoStats};
+use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, Mapping};
 use crate::time::realtime_now;
@@ -102,11 +102,7 @@ fn err(what: &str, e: io::Error) -> io::Error {
 }
 
 fn check_rc(rc: libc::c_long, what: &str) -> io::Result<libc::c_long> {
-    if rc < 0 {
-        Err(err(what, sys::last_err()))
-    } else {
-        Ok(rc)
-    }
+    sys::cvt(rc).map_err(|e| err(what, e))
 }
 
 /// `bpf(cmd, attr, size)`.
@@ -236,6 +232,33 @@ fn attach(
     port: u16,
     daddr: Ipv4Addr,
 ) -> io::Result<Attached> {
+    let (map, prog_fd) = load(queue, Some(xsk), port, daddr)?;
+    let mut a = [0u8; 128];
+    put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
+    put32(&mut a, 4, ifindex);
+    put32(&mut a, 8, BPF_XDP);
+    put32(&mut a, 12, XDP_FLAGS_SKB_MODE);
+    let link = bpf(
+        BPF_LINK_CREATE,
+        &mut a,
+        "BPF_LINK_CREATE(BPF_XDP, XDP_FLAGS_SKB_MODE)",
+    )?;
+    Ok(Attached {
+        _link: link,
+        _prog: prog_fd,
+        _map: map,
+    })
+}
+
+/// Create the XSKMAP (with `xsk` at `queue` when given) and load the XDP
+/// program that redirects into it; returns (map, program). Nothing is
+/// attached: both are released when their descriptors close.
+fn load(
+    queue: u32,
+    xsk: Option<RawFd>,
+    port: u16,
+    daddr: Ipv4Addr,
+) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut a = [0u8; 128];
     put32(&mut a, 0, BPF_MAP_TYPE_XSKMAP);
     put32(&mut a, 4, 4); // key size
@@ -243,15 +266,18 @@ fn attach(
     put32(&mut a, 12, (queue + 1).max(64)); // max entries
     a[28..28 + 7].copy_from_slice(b"rw_xsks");
     let map = bpf(BPF_MAP_CREATE, &mut a, "BPF_MAP_CREATE(XSKMAP)")?;
-    let key: u32 = queue;
-    let val: u32 = xsk as u32;
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, map.as_raw_fd() as u32);
-    put64(&mut a, 8, &key as *const u32 as u64);
-    put64(&mut a, 16, &val as *const u32 as u64);
-    // SAFETY: the attr holds the map fd and pointers to the live key/value.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, a.as_mut_ptr(), 128u32) };
-    check_rc(rc, "BPF_MAP_UPDATE_ELEM(xskmap[queue] = socket)")?;
+    if let Some(xsk) = xsk {
+        let key: u32 = queue;
+        let val: u32 = xsk as u32;
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, map.as_raw_fd() as u32);
+        put64(&mut a, 8, &key as *const u32 as u64);
+        put64(&mut a, 16, &val as *const u32 as u64);
+        // SAFETY: the attr holds the map fd and pointers to the live key/value.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, a.as_mut_ptr(), 128u32) };
+        check_rc(rc, "BPF_MAP_UPDATE_ELEM(xskmap[queue] = socket)")?;
+    }
     let prog = xdp_program(map.as_raw_fd(), port, daddr);
     let license = c"GPL";
     let mut log = vec![0u8; 16384];
@@ -271,21 +297,7 @@ fn attach(
         let tail: String = v.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
         io::Error::new(e.kind(), format!("{e}; verifier: {tail}"))
     })?;
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
-    put32(&mut a, 4, ifindex);
-    put32(&mut a, 8, BPF_XDP);
-    put32(&mut a, 12, XDP_FLAGS_SKB_MODE);
-    let link = bpf(
-        BPF_LINK_CREATE,
-        &mut a,
-        "BPF_LINK_CREATE(BPF_XDP, XDP_FLAGS_SKB_MODE)",
-    )?;
-    Ok(Attached {
-        _link: link,
-        _prog: prog_fd,
-        _map: map,
-    })
+    Ok((map, prog_fd))
 }
 
 /// `struct xdp_ring_offset`.
@@ -437,10 +449,8 @@ fn if_info(fd: RawFd, name: &str) -> io::Result<([u8; 6], usize)> {
     }
     req[..name.len()].copy_from_slice(name.as_bytes());
     // SAFETY: `req` is a live 40-byte struct ifreq with a NUL-terminated name.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, req.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(err(&format!("SIOCGIFHWADDR {name}"), sys::last_err()));
-    }
+    sys::cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, req.as_mut_ptr()) })
+        .map_err(|e| err(&format!("SIOCGIFHWADDR {name}"), e))?;
     let family = u16::from_ne_bytes([req[16], req[17]]);
     if family != libc::ARPHRD_ETHER {
         return Err(io::Error::new(
@@ -452,10 +462,8 @@ fn if_info(fd: RawFd, name: &str) -> io::Result<([u8; 6], usize)> {
     let mut req2 = [0u8; 40];
     req2[..name.len()].copy_from_slice(name.as_bytes());
     // SAFETY: as above.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, req2.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(err(&format!("SIOCGIFMTU {name}"), sys::last_err()));
-    }
+    sys::cvt(unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, req2.as_mut_ptr()) })
+        .map_err(|e| err(&format!("SIOCGIFMTU {name}"), e))?;
     let mtu = i32::from_ne_bytes(req2[16..20].try_into().expect("4 bytes")).max(68) as usize;
     Ok((mac, mtu))
 }
@@ -503,10 +511,8 @@ pub(crate) struct XskSetup {
 /// bytes and size the fill, completion, RX and TX rings to `ring` entries.
 pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<XskSetup> {
     // SAFETY: plain socket(2) call.
-    let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(err("socket(AF_XDP)", sys::last_err()));
-    }
+    let raw = sys::cvt(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+        .map_err(|e| err("socket(AF_XDP)", e))?;
     // SAFETY: a new descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let umem =
@@ -530,7 +536,7 @@ pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<X
     };
     // SAFETY: pointer/length describe a live UmemReg; the UMEM mapping
     // outlives the socket (XskSetup drops the socket first).
-    let rc = unsafe {
+    sys::cvt(unsafe {
         libc::setsockopt(
             raw,
             SOL_XDP,
@@ -538,10 +544,8 @@ pub(crate) fn xsk_setup(frames: u32, frame_size: u32, ring: u32) -> io::Result<X
             (&reg as *const UmemReg).cast(),
             std::mem::size_of::<UmemReg>() as u32,
         )
-    };
-    if rc != 0 {
-        return Err(err("XDP_UMEM_REG", sys::last_err()));
-    }
+    })
+    .map_err(|e| err("XDP_UMEM_REG", e))?;
     for (opt, what) in [
         (XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"),
         (XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"),
@@ -572,25 +576,24 @@ pub(crate) fn xsk_bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16) -> io::R
         shared_umem_fd: 0,
     };
     // SAFETY: pointer/length describe a live sockaddr_xdp.
-    let rc = unsafe {
+    let rc = sys::cvt(unsafe {
         libc::bind(
             fd,
             (&sa as *const SockaddrXdp).cast(),
             std::mem::size_of::<SockaddrXdp>() as u32,
         )
-    };
-    if rc != 0 {
+    });
+    rc.map(drop).map_err(|e| {
         let mode = if flags & XDP_COPY != 0 {
             "XDP_COPY"
         } else {
             "XDP_ZEROCOPY"
         };
-        return Err(err(
+        err(
             &format!("bind AF_XDP to ifindex {ifindex} queue {queue} ({mode})"),
-            sys::last_err(),
-        ));
-    }
-    Ok(())
+            e,
+        )
+    })
 }
 
 /// Bytes of the UMEM at `off..off+len`, if inside.
@@ -679,7 +682,7 @@ impl XdpBackend {
         let mut offs = [RingOffset::default(); 4]; // rx, tx, fill, completion
         let mut olen = std::mem::size_of_val(&offs) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
-        let rc = unsafe {
+        sys::cvt(unsafe {
             libc::getsockopt(
                 fd,
                 SOL_XDP,
@@ -687,10 +690,8 @@ impl XdpBackend {
                 offs.as_mut_ptr().cast(),
                 &mut olen,
             )
-        };
-        if rc != 0 {
-            return Err(err("XDP_MMAP_OFFSETS", sys::last_err()));
-        }
+        })
+        .map_err(|e| err("XDP_MMAP_OFFSETS", e))?;
         if olen as usize != std::mem::size_of_val(&offs) {
             return Err(io::Error::other(
                 "XDP_MMAP_OFFSETS: kernel without ring flags (too old)",
@@ -882,7 +883,7 @@ impl XdpBackend {
             tries += 1;
             self.stats.tx_syscalls += 1;
             // SAFETY: sendto with no buffer and no address only kicks the XSK.
-            let rc = unsafe {
+            let rc = sys::cvt(unsafe {
                 libc::sendto(
                     self.xsk.as_raw_fd(),
                     std::ptr::null(),
@@ -891,9 +892,8 @@ impl XdpBackend {
                     std::ptr::null(),
                     0,
                 )
-            };
-            if rc < 0 {
-                let e = sys::last_err();
+            });
+            if let Err(e) = rc {
                 match e.raw_os_error() {
                     Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {
                         self.reap_completions();
@@ -935,7 +935,7 @@ impl XdpBackend {
         let mut s = [0u64; 6];
         let mut len = std::mem::size_of_val(&s) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
-        let rc = unsafe {
+        let rc = sys::cvt(unsafe {
             libc::getsockopt(
                 self.xsk.as_raw_fd(),
                 SOL_XDP,
@@ -943,8 +943,8 @@ impl XdpBackend {
                 s.as_mut_ptr().cast(),
                 &mut len,
             )
-        };
-        (rc == 0).then_some(s)
+        });
+        rc.ok().map(|_| s)
     }
 }
 
@@ -1066,25 +1066,49 @@ impl BatchIo for XdpBackend {
     }
 }
 
-/// Does this kernel create AF_XDP sockets at all?
-pub(crate) fn socket_supported() -> Result<(), String> {
-    // SAFETY: plain socket(2) call; the descriptor is closed right away.
-    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(format!(
-            "socket(AF_XDP) refused: {}",
-            crate::thread::errno_reason(&sys::last_err())
-        ));
-    }
-    // SAFETY: closing the descriptor we just created.
-    unsafe { libc::close(fd) };
+/// Does this kernel create AF_XDP sockets at all? (socket, then close.)
+pub(crate) fn socket_supported() -> Result<(), BackendUnavailable> {
+    // SAFETY: plain socket(2) call; the descriptor is owned (closed) right away.
+    let fd = sys::cvt(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+        .map_err(|e| {
+            BackendUnavailable::new(
+                BackendKind::Xdp,
+                format!(
+                    "socket(AF_XDP) refused: {}",
+                    crate::thread::errno_reason(&e)
+                ),
+            )
+            .with_errno(e.raw_os_error())
+        })?;
+    // SAFETY: a new descriptor nobody else owns; dropping it closes it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
     Ok(())
 }
 
-/// Can this kernel run the backend? Two namespace hosts joined by veth:
-/// one datagram each way through the real backend.
-pub(crate) fn probe() -> Result<(), String> {
-    smoke().map_err(|e| e.to_string())
+/// The cheap check behind [`BackendKind::availability`]: the set-up steps
+/// that need no interface, each on descriptors released on return. An
+/// AF_XDP socket ([`socket_supported`]), a small UMEM registered on it with
+/// its four rings sized, an XSKMAP created and the XDP program loaded (the
+/// verifier accepts it; it is attached nowhere). No namespace, interface,
+/// route or attached program is created.
+pub(crate) fn available() -> Result<(), BackendUnavailable> {
+    socket_supported()?;
+    let unavailable = |e: io::Error| {
+        let errno = e.raw_os_error();
+        BackendUnavailable::new(BackendKind::Xdp, e.to_string()).with_errno(errno)
+    };
+    let _xsk = xsk_setup(16, 2048, 16).map_err(unavailable)?;
+    // The program as `open` loads it (with an address test), for a
+    // documentation address and the discard port.
+    let _loaded = load(0, None, 9, Ipv4Addr::new(192, 0, 2, 1)).map_err(unavailable)?;
+    Ok(())
+}
+
+/// The full, active probe (see [`crate::backend::xdp_veth_probe`]): two
+/// namespace hosts joined by veth, one datagram each way through the real
+/// backend.
+pub(crate) fn veth_probe() -> Result<(), BackendUnavailable> {
+    smoke().map_err(|e| BackendUnavailable::new(BackendKind::Xdp, e.to_string()))
 }
 
 /// Hosts `a` and `b` joined by veth; the backend on b's veth, a regular

@@ -58,7 +58,7 @@ pub fn bench(c: BenchCmd) -> anyhow::Result<()> {
             if json {
                 let unavailable: Vec<_> = ringway_io::BackendKind::ALL
                     .iter()
-                    .filter_map(|k| k.availability().err().map(|why| (k.name(), why)))
+                    .filter_map(|k| k.availability().err().map(|why| (k.name(), why.reason)))
                     .collect();
                 let v = serde_json::json!({ "rows": rows, "conclusion": conclusion, "unavailable": unavailable });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -69,7 +69,7 @@ pub fn bench(c: BenchCmd) -> anyhow::Result<()> {
                 print!("{}", bench::render_table(&rows));
                 for k in ringway_io::BackendKind::ALL {
                     if let Err(why) = k.availability() {
-                        println!("{k}: not available: {why}");
+                        println!("{k}: not available: {}", why.reason);
                     }
                 }
                 println!("{conclusion}");
