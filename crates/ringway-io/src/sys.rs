@@ -137,7 +137,7 @@ pub(crate) fn is_async_send_error(e: &io::Error) -> bool {
 }
 
 /// Current drop counter of a socket (`SO_MEMINFO[SK_MEMINFO_DROPS]`).
-pub fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
+pub(crate) fn socket_drop_count(fd: RawFd) -> io::Result<u64> {
     let mut vals = [0u32; 16];
     let mut len = std::mem::size_of_val(&vals) as libc::socklen_t;
     // SAFETY: buffer pointer and in/out length describe a live, writable u32 array.

@@ -1,6 +1,8 @@
 //! ringway-lab: load generators, impairment, experiments, scheduler
 //! profiles, models and reports.
 
+#![forbid(unsafe_code)]
+
 pub mod impair;
 pub mod report;
 pub mod sched;

@@ -18,6 +18,8 @@
 //! (The first packet, 2, starts the sorting block and sets NextExp to 3,
 //! so 1 lands on PrevPacketList, which is flushed first.)
 
+#![forbid(unsafe_code)]
+
 pub mod analyze;
 pub mod classify;
 pub mod key;

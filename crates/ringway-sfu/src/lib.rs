@@ -7,9 +7,11 @@
 //! - [`core`]: the forwarding core. Callers feed datagrams with a `now`
 //!   timestamp and get back where to send copies (or a control reply).
 //! - [`client`]: client-side logic: RTP stream generation, control requests,
-//!   receive statistics (loss, reordering, RTT from the echo).
+//!   per-stream sequence tracking (loss, reordering).
 //!
 //! The protocol is documented in `docs/pktswitch.md`.
+
+#![forbid(unsafe_code)]
 
 pub mod client;
 pub mod core;

@@ -39,7 +39,7 @@
 //! assert_eq!(out.len(), 3); // timer A retransmitted the INVITE
 //! ```
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod edit;
 pub mod hash;

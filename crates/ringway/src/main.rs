@@ -1,5 +1,7 @@
 //! `ringway`: one binary whose subcommands wire the sans-IO cores to the I/O backends.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 
 mod cmd;

@@ -73,7 +73,7 @@ pub fn slot_label(slot: usize) -> MsgLabel {
 }
 
 /// Every drop reason, in slot order.
-pub const DROP_REASONS: [DropReason; 9] = [
+pub(super) const DROP_REASONS: [DropReason; 9] = [
     DropReason::MalformedResponse,
     DropReason::MalformedRequest,
     DropReason::ResponseNotOurs,
@@ -86,7 +86,7 @@ pub const DROP_REASONS: [DropReason; 9] = [
 ];
 
 /// The dense index of a drop reason (position in [`DROP_REASONS`]).
-pub fn drop_slot(reason: DropReason) -> usize {
+pub(super) fn drop_slot(reason: DropReason) -> usize {
     match reason {
         DropReason::MalformedResponse => 0,
         DropReason::MalformedRequest => 1,

@@ -5,34 +5,34 @@
 use ringway_sip::{Outcome, Proxy, SipMsg};
 use std::net::SocketAddr;
 
-pub const PROXY: &str = "192.0.2.10:5060";
-pub const UAC: &str = "192.0.2.1:5060";
-pub const UAS: &str = "192.0.2.2:5060";
+pub(crate) const PROXY: &str = "192.0.2.10:5060";
+pub(crate) const UAC: &str = "192.0.2.1:5060";
+pub(crate) const UAS: &str = "192.0.2.2:5060";
 
-pub fn addr(s: &str) -> SocketAddr {
+pub(crate) fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
 /// Sent datagrams.
-pub type Sent = Vec<(SocketAddr, Vec<u8>)>;
+pub(crate) type Sent = Vec<(SocketAddr, Vec<u8>)>;
 
-pub fn handle(p: &Proxy, now: u64, src: &str, msg: &[u8]) -> (Outcome, Sent) {
+pub(crate) fn handle(p: &Proxy, now: u64, src: &str, msg: &[u8]) -> (Outcome, Sent) {
     let mut sent = Vec::new();
     let o = p.handle(now, addr(src), msg, &mut |a, b| sent.push((a, b.to_vec())));
     (o, sent)
 }
 
-pub fn timer(p: &Proxy, now: u64) -> (usize, Sent) {
+pub(crate) fn timer(p: &Proxy, now: u64) -> (usize, Sent) {
     let mut sent = Vec::new();
     let n = p.on_timer(now, &mut |a, b| sent.push((a, b.to_vec())));
     (n, sent)
 }
 
-pub fn parse(b: &[u8]) -> SipMsg<'_> {
+pub(crate) fn parse(b: &[u8]) -> SipMsg<'_> {
     SipMsg::parse(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
 }
 
-pub fn invite(branch: &str, ruri: &str, extra: &str) -> Vec<u8> {
+pub(crate) fn invite(branch: &str, ruri: &str, extra: &str) -> Vec<u8> {
     format!(
         "INVITE {ruri} SIP/2.0\r\n\
 Via: SIP/2.0/UDP 192.0.2.1:5060;branch={branch}\r\n\
@@ -53,7 +53,7 @@ v=0\r\n"
 
 /// A response built by the UAS from the request it received (all Vias,
 /// Record-Route copied), with To tag `b1`.
-pub fn response_to(req: &[u8], code: u16, reason: &str, extra: &str) -> Vec<u8> {
+pub(crate) fn response_to(req: &[u8], code: u16, reason: &str, extra: &str) -> Vec<u8> {
     let m = parse(req);
     let mut s = format!("SIP/2.0 {code} {reason}\r\n");
     for (n, v) in m.headers() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// Arguments of `ringway demo`.
 #[derive(clap::Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Seconds of traffic per demo part.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
@@ -236,7 +236,7 @@ fn summarize(v: &serde_json::Value) -> String {
 }
 
 /// Run the loopback demo.
-pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: DemoArgs) -> anyhow::Result<()> {
     if !(a.seconds > 0.0 && a.seconds <= 60.0) {
         bail!("--seconds must be in (0, 60]");
     }

@@ -2,7 +2,7 @@
 
 /// Arguments of `ringway doctor`.
 #[derive(clap::Args, Debug)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -10,7 +10,7 @@ pub struct DoctorArgs {
 
 /// `ringway bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum BenchCmd {
+pub(crate) enum BenchCmd {
     /// Loopback send/receive pps and ns/packet per backend, side by side.
     Io {
         /// Seconds per backend.
@@ -32,7 +32,7 @@ pub enum BenchCmd {
 }
 
 /// Run `ringway doctor`.
-pub fn doctor(a: DoctorArgs) -> anyhow::Result<()> {
+pub(crate) fn doctor(a: DoctorArgs) -> anyhow::Result<()> {
     let rep = ringway_io::doctor::run();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
@@ -43,7 +43,7 @@ pub fn doctor(a: DoctorArgs) -> anyhow::Result<()> {
 }
 
 /// Run `ringway bench ...`.
-pub fn bench(c: BenchCmd) -> anyhow::Result<()> {
+pub(crate) fn bench(c: BenchCmd) -> anyhow::Result<()> {
     match c {
         BenchCmd::Io {
             seconds,

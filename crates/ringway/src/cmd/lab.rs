@@ -2,7 +2,7 @@
 
 /// `ringway lab` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum LabCmd {
+pub(crate) enum LabCmd {
     /// SIP capacity sweeps (rates × workers × repetitions) and the paper-shaped report.
     Sip(super::lab_sip::LabSipArgs),
     /// SFU experiments: clients × rates × backends, CPU and delay, model fits.
@@ -14,7 +14,7 @@ pub enum LabCmd {
 }
 
 /// Run a `ringway lab` subcommand.
-pub fn run(c: LabCmd) -> anyhow::Result<()> {
+pub(crate) fn run(c: LabCmd) -> anyhow::Result<()> {
     match c {
         LabCmd::Sip(a) => super::lab_sip::run(a),
         LabCmd::Sfu(a) => super::lab_sfu::run(a),

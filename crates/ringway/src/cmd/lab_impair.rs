@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Arguments of `ringway lab impair`.
 #[derive(clap::Args, Debug)]
-pub struct ImpairArgs {
+pub(crate) struct ImpairArgs {
     /// Address to receive client datagrams on.
     #[arg(long)]
     pub listen: std::net::SocketAddr,
@@ -56,7 +56,7 @@ fn ms(x: f64, what: &str) -> anyhow::Result<u64> {
 }
 
 /// Run the relay until `--duration` passes; print its counters as JSON.
-pub fn run(a: ImpairArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: ImpairArgs) -> anyhow::Result<()> {
     for (p, n) in [(a.reorder, "reorder"), (a.loss, "loss")] {
         if !(0.0..=1.0).contains(&p) {
             anyhow::bail!("--{n} must be a probability in [0, 1]");

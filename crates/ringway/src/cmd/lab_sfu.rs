@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 /// `ringway lab sfu` options.
 #[derive(clap::Args, Debug, Clone)]
-pub struct LabSfuArgs {
+pub(crate) struct LabSfuArgs {
     /// Client counts.
     #[arg(long, default_value = "6,8,10", value_delimiter = ',')]
     pub clients: Vec<usize>,
@@ -112,7 +112,7 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
 }
 
 /// Run `ringway lab sfu`.
-pub fn run(a: LabSfuArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.reps >= 1 && !a.clients.is_empty() && !a.pps.is_empty() && !a.backends.is_empty(),
         "need at least one repetition, client count, rate and backend"

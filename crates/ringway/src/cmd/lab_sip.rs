@@ -12,7 +12,7 @@ const KAMAILIO_CFG: &str = include_str!("../../../../bench/kamailio/stateless.cf
 
 /// Arguments of `ringway lab sip`.
 #[derive(clap::Args, Debug)]
-pub struct LabSipArgs {
+pub(crate) struct LabSipArgs {
     /// Proxies to measure (comma-separated): ringway, kamailio.
     #[arg(long, value_delimiter = ',', default_value = "ringway")]
     pub proxy: Vec<ProxyKind>,
@@ -84,7 +84,7 @@ pub struct LabSipArgs {
 }
 
 /// Run it.
-pub fn run(a: LabSipArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: LabSipArgs) -> anyhow::Result<()> {
     // 1. A crashed earlier run may have left global settings changed.
     for m in SysState::recover(&a.state_file) {
         eprintln!("{m}");

@@ -5,7 +5,7 @@ use ringway_lab::srpiclab::{run_all, summarize, SrpicLabConfig};
 
 /// Arguments of `ringway lab srpic`.
 #[derive(clap::Args, Debug)]
-pub struct LabSrpicArgs {
+pub(crate) struct LabSrpicArgs {
     /// Seconds the sender sends per run.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
@@ -42,7 +42,7 @@ pub struct LabSrpicArgs {
 }
 
 /// Run the experiment and print a table.
-pub fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
     if !(0.0..=1.0).contains(&a.reorder) {
         anyhow::bail!("--reorder must be a probability");
     }

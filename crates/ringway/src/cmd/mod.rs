@@ -1,14 +1,14 @@
 //! Subcommand implementations, one module per area (each owned separately).
 
-pub mod demo;
-pub mod io;
-pub mod lab;
-pub mod lab_impair;
-pub mod lab_sfu;
-pub mod lab_sip;
-pub mod lab_srpic;
-pub mod reorder;
-pub mod sfu;
-pub mod sip;
-pub mod sip_load;
-pub mod sip_proxy;
+pub(crate) mod demo;
+pub(crate) mod io;
+pub(crate) mod lab;
+pub(crate) mod lab_impair;
+pub(crate) mod lab_sfu;
+pub(crate) mod lab_sip;
+pub(crate) mod lab_srpic;
+pub(crate) mod reorder;
+pub(crate) mod sfu;
+pub(crate) mod sip;
+pub(crate) mod sip_load;
+pub(crate) mod sip_proxy;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 /// `ringway reorder` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum ReorderCmd {
+pub(crate) enum ReorderCmd {
     /// Reordering metrics of a pcap/pcapng capture, per flow and overall,
     /// before and after SRPIC sorting (TCP and RTP-over-UDP flows).
     Analyze(AnalyzeArgs),
@@ -20,7 +20,7 @@ pub enum ReorderCmd {
 
 /// Arguments of `ringway reorder analyze`.
 #[derive(clap::Args, Debug)]
-pub struct AnalyzeArgs {
+pub(crate) struct AnalyzeArgs {
     /// Capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2, raw IP, loopback).
     pub file: std::path::PathBuf,
     /// SRPIC block sizes to evaluate.
@@ -43,7 +43,7 @@ pub struct AnalyzeArgs {
 
 /// Arguments of `ringway reorder bench`.
 #[derive(clap::Args, Debug)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Packets per run.
     #[arg(long, default_value_t = 2_000_000)]
     pub packets: usize,
@@ -62,7 +62,7 @@ pub struct BenchArgs {
 }
 
 /// Run a `ringway reorder` subcommand.
-pub fn run(c: ReorderCmd) -> anyhow::Result<()> {
+pub(crate) fn run(c: ReorderCmd) -> anyhow::Result<()> {
     match c {
         ReorderCmd::Analyze(a) => run_analyze(a),
         ReorderCmd::Bench(b) => run_bench(b),

@@ -2,7 +2,7 @@
 
 /// `ringway sip` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum SipCmd {
+pub(crate) enum SipCmd {
     /// Run the SIP proxy (stateless or stateful) and optional registrar.
     Proxy(super::sip_proxy::ProxyArgs),
     /// Generate SIP call load (UAC and UAS) through a proxy.
@@ -10,7 +10,7 @@ pub enum SipCmd {
 }
 
 /// Run a `ringway sip` subcommand.
-pub fn run(c: SipCmd) -> anyhow::Result<()> {
+pub(crate) fn run(c: SipCmd) -> anyhow::Result<()> {
     match c {
         SipCmd::Proxy(a) => super::sip_proxy::run(a),
         SipCmd::Load(a) => super::sip_load::run(a),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Arguments of `ringway sip load`.
 #[derive(clap::Args, Debug)]
-pub struct LoadArgs {
+pub(crate) struct LoadArgs {
     /// Proxy to send INVITEs to (ip:port); omit to call the UAS directly.
     #[arg(long)]
     pub proxy: Option<SocketAddr>,
@@ -74,7 +74,7 @@ pub struct LoadArgs {
 
 /// `--tick-us`: `auto` (`None`) or a number of microseconds.
 #[derive(Copy, Clone, Debug)]
-pub struct TickArg(pub Option<u64>);
+pub(crate) struct TickArg(pub Option<u64>);
 
 impl std::str::FromStr for TickArg {
     type Err = String;
@@ -89,7 +89,7 @@ impl std::str::FromStr for TickArg {
 }
 
 /// Turn the arguments into a generator configuration.
-pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
+pub(crate) fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
     if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 86400.0) {
         anyhow::bail!(
             "--duration must be in (0, 86400] seconds (got {})",
@@ -124,7 +124,7 @@ pub fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
 }
 
 /// Run it.
-pub fn run(a: LoadArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: LoadArgs) -> anyhow::Result<()> {
     let cfg = config(&a)?;
     let live = Arc::new(Live::default());
     {

@@ -6,7 +6,7 @@
 use anyhow::Context;
 use ringway_server::host;
 use ringway_server::metrics::http;
-pub use ringway_server::sip::RxModel;
+pub(crate) use ringway_server::sip::RxModel;
 use ringway_server::sip::{SipServer, SipServerConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -178,7 +178,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
 }
 
 /// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
-pub fn run(a: ProxyArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     a.validate()?;
     let stop = host::stop_flag()?;
     let server = SipServer::start(SipServerConfig::try_from(&a)?)?;

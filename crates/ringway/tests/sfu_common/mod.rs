@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_ringway");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_ringway");
 
 /// Run `ringway ARGS` to the end with stdout and stderr captured; returns
 /// its PID (to check that its namespaces are gone) and its output.
-pub fn run_ringway(args: &[&str]) -> (u32, std::process::Output) {
+pub(crate) fn run_ringway(args: &[&str]) -> (u32, std::process::Output) {
     let child = Command::new(BIN)
         .args(args)
         .stdout(Stdio::piped())
@@ -29,7 +29,7 @@ pub fn run_ringway(args: &[&str]) -> (u32, std::process::Output) {
 
 /// Run `ringway lab sfu --netns ARGS --json JSON`, which must succeed;
 /// returns its PID and stdout.
-pub fn lab_sfu_netns(args: &[&str], json: &Path) -> (u32, String) {
+pub(crate) fn lab_sfu_netns(args: &[&str], json: &Path) -> (u32, String) {
     let mut all = vec!["lab", "sfu", "--netns"];
     all.extend_from_slice(args);
     all.extend(["--json", json.to_str().expect("UTF-8 temp path")]);
@@ -44,7 +44,7 @@ pub fn lab_sfu_netns(args: &[&str], json: &Path) -> (u32, String) {
 }
 
 /// A running `ringway sfu serve`.
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub addr: SocketAddr,
     pub json: PathBuf,
@@ -52,7 +52,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(backend: &str, extra: &[&str]) -> Server {
+    pub(crate) fn start(backend: &str, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("serve.json");
         let mut child = Command::new(BIN)
@@ -92,7 +92,7 @@ impl Server {
     }
 
     /// SIGTERM, wait (bounded), and return the JSON report.
-    pub fn stop(mut self) -> serde_json::Value {
+    pub(crate) fn stop(mut self) -> serde_json::Value {
         terminate(&mut self.child);
         let text = std::fs::read_to_string(&self.json).expect("serve wrote its JSON report");
         serde_json::from_str(&text).unwrap()
@@ -109,7 +109,7 @@ impl Drop for Server {
 }
 
 /// Send SIGTERM to `child` by PID and wait up to 10 s (then SIGKILL).
-pub fn terminate(child: &mut Child) {
+pub(crate) fn terminate(child: &mut Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -125,7 +125,7 @@ pub fn terminate(child: &mut Child) {
 }
 
 /// A raw pktswitch peer on its own UDP socket.
-pub struct Peer {
+pub(crate) struct Peer {
     pub sock: UdpSocket,
     pub server: SocketAddr,
     pub reqs: Requests,
@@ -133,7 +133,7 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn new(server: SocketAddr) -> Peer {
+    pub(crate) fn new(server: SocketAddr) -> Peer {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
@@ -144,11 +144,11 @@ impl Peer {
             session: None,
         }
     }
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.sock.local_addr().unwrap()
     }
     /// Send a control message and wait for its reply (ignoring media).
-    pub fn request(&self, id: u32, msg: &[u8]) -> Reply {
+    pub(crate) fn request(&self, id: u32, msg: &[u8]) -> Reply {
         self.sock.send_to(msg, self.server).unwrap();
         let until = Instant::now() + Duration::from_secs(3);
         let mut b = [0u8; 2048];
@@ -166,7 +166,7 @@ impl Peer {
         }
         panic!("no reply to request {id}")
     }
-    pub fn register(&mut self) -> Session {
+    pub(crate) fn register(&mut self) -> Session {
         let (id, m) = self.reqs.register();
         match self.request(id, &m) {
             Reply::Ack(_, s) => {
@@ -176,24 +176,24 @@ impl Peer {
             r => panic!("register refused: {r:?}"),
         }
     }
-    pub fn subscribe(&mut self, sels: &str, unsub: bool) -> Reply {
+    pub(crate) fn subscribe(&mut self, sels: &str, unsub: bool) -> Reply {
         let s: Vec<Selector> = sels.split(',').map(|x| x.parse().unwrap()).collect();
         let (id, m) = self.reqs.subscribe(self.session.unwrap(), &s, unsub);
         self.request(id, &m)
     }
-    pub fn simple(&mut self, ty: MsgType) -> Reply {
+    pub(crate) fn simple(&mut self, ty: MsgType) -> Reply {
         let (id, m) = self.reqs.simple(ty, self.session.unwrap());
         self.request(id, &m)
     }
     /// Send one RTP packet (SSRC, type, seq) and return its bytes.
-    pub fn send_rtp(&self, ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
+    pub(crate) fn send_rtp(&self, ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
         let b = rtp(ssrc, m, seq);
         self.sock.send_to(&b, self.server).unwrap();
         b
     }
 
     /// Everything received until `quiet` passes without a datagram.
-    pub fn drain(&self, quiet: Duration) -> Vec<Vec<u8>> {
+    pub(crate) fn drain(&self, quiet: Duration) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let mut b = [0u8; 2048];
         let mut last = Instant::now();
@@ -208,7 +208,7 @@ impl Peer {
 }
 
 /// An RTP packet (SSRC, type, seq) with a send-time extension.
-pub fn rtp(ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
+pub(crate) fn rtp(ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
     let mut b = vec![0u8; 120];
     let h = RtpHeader {
         payload_type: m.payload_type(),
@@ -223,7 +223,7 @@ pub fn rtp(ssrc: u32, m: MediaType, seq: u16) -> Vec<u8> {
 }
 
 /// (SSRC, media) of each RTP datagram in `v` (control replies skipped).
-pub fn rtp_ids(v: &[Vec<u8>]) -> Vec<(u32, Option<MediaType>, u16)> {
+pub(crate) fn rtp_ids(v: &[Vec<u8>]) -> Vec<(u32, Option<MediaType>, u16)> {
     v.iter()
         .filter_map(|d| RtpPacket::new_checked(d).ok())
         .map(|p| {
@@ -237,17 +237,17 @@ pub fn rtp_ids(v: &[Vec<u8>]) -> Vec<(u32, Option<MediaType>, u16)> {
 }
 
 /// Run `f` inside a private network namespace with only `lo`.
-pub fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     ringway_io::netns::in_private_netns(f).expect("private netns (run as root)")
 }
 
-pub fn read_json(p: &Path) -> serde_json::Value {
+pub(crate) fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 /// Assert that no namespace made by process `pid` (netns helper names
 /// `<PREFIX><pid>-...`) is left.
-pub fn no_namespaces_of(pid: u32) {
+pub(crate) fn no_namespaces_of(pid: u32) {
     let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
     let left: Vec<String> = ringway_io::netns::list_netns()
         .unwrap()

@@ -11,36 +11,36 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The `ringway` binary under test.
-pub fn ringway() -> &'static str {
+pub(crate) fn ringway() -> &'static str {
     env!("CARGO_BIN_EXE_ringway")
 }
 
 /// bench/sip (SIPp scenarios).
-pub fn scenarios() -> PathBuf {
+pub(crate) fn scenarios() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sip")
 }
 
 /// Run `f` inside a fresh network namespace with only `lo` (no DNS, no real network).
-pub fn netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) fn netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     ringway_io::netns::in_private_netns(f).expect("create private network namespace (needs root)")
 }
 
 /// Children killed by PID (SIGKILL) and reaped when dropped, even on panic.
 #[derive(Default)]
-pub struct Procs {
+pub(crate) struct Procs {
     kids: Vec<(String, Child)>,
 }
 
 impl Procs {
     /// Take ownership of `c`.
-    pub fn add(&mut self, name: &str, c: Child) -> u32 {
+    pub(crate) fn add(&mut self, name: &str, c: Child) -> u32 {
         let pid = c.id();
         self.kids.push((name.to_string(), c));
         pid
     }
 
     /// Remove and return the child `pid`.
-    pub fn take(&mut self, pid: u32) -> Option<Child> {
+    pub(crate) fn take(&mut self, pid: u32) -> Option<Child> {
         let i = self.kids.iter().position(|(_, c)| c.id() == pid)?;
         Some(self.kids.remove(i).1)
     }
@@ -58,7 +58,7 @@ impl Drop for Procs {
 }
 
 /// Send `sig` (e.g. "TERM", "INT") to `pid`.
-pub fn signal(pid: u32, sig: &str) {
+pub(crate) fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
@@ -66,7 +66,7 @@ pub fn signal(pid: u32, sig: &str) {
 }
 
 /// Wait for `c` to exit for at most `limit`; kill it (SIGKILL) after that.
-pub fn wait_bounded(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
+pub(crate) fn wait_bounded(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         if let Ok(Some(st)) = c.try_wait() {
@@ -80,7 +80,7 @@ pub fn wait_bounded(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
 }
 
 /// A running `ringway sip proxy`.
-pub struct ProxyProc {
+pub(crate) struct ProxyProc {
     /// PID (the child itself sits in the [`Procs`] guard).
     pub pid: u32,
     /// Where the summary JSON goes.
@@ -92,7 +92,7 @@ pub struct ProxyProc {
 }
 
 /// Start the proxy with `args` (plus --summary/--quiet/--duration) and wait until it listens.
-pub fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
+pub(crate) fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
     let summary = dir.join(format!("summary-{}.json", procs.kids.len()));
     let mut c = Command::new(ringway())
         .args(["sip", "proxy"])
@@ -139,7 +139,7 @@ pub fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
 }
 
 /// Stop the proxy with SIGTERM and return its JSON summary.
-pub fn stop_proxy(procs: &mut Procs, p: &ProxyProc) -> serde_json::Value {
+pub(crate) fn stop_proxy(procs: &mut Procs, p: &ProxyProc) -> serde_json::Value {
     signal(p.pid, "TERM");
     let mut c = procs.take(p.pid).expect("proxy child");
     let st = wait_bounded(&mut c, Duration::from_secs(15)).expect("proxy exits on SIGTERM");
@@ -149,7 +149,7 @@ pub fn stop_proxy(procs: &mut Procs, p: &ProxyProc) -> serde_json::Value {
 }
 
 /// Start a SIPp process in the background (e.g. a UAS).
-pub fn spawn_sipp(procs: &mut Procs, dir: &Path, args: &[String]) -> u32 {
+pub(crate) fn spawn_sipp(procs: &mut Procs, dir: &Path, args: &[String]) -> u32 {
     let c = Command::new("sipp")
         .args(args)
         .args(["-nostdin"])
@@ -164,7 +164,7 @@ pub fn spawn_sipp(procs: &mut Procs, dir: &Path, args: &[String]) -> u32 {
 
 /// Statistics SIPp wrote with -trace_stat.
 #[derive(Debug, Clone, Default)]
-pub struct SippStats {
+pub(crate) struct SippStats {
     /// Successful calls.
     pub successful: u64,
     /// Failed calls.
@@ -174,7 +174,7 @@ pub struct SippStats {
 }
 
 /// Parse the last line of a SIPp -trace_stat CSV.
-pub fn parse_sipp_csv(text: &str) -> Option<SippStats> {
+pub(crate) fn parse_sipp_csv(text: &str) -> Option<SippStats> {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let head: Vec<&str> = lines.next()?.split(';').collect();
     let last: Vec<&str> = lines.next_back()?.split(';').collect();
@@ -190,7 +190,7 @@ pub fn parse_sipp_csv(text: &str) -> Option<SippStats> {
 }
 
 /// Run SIPp to completion (bounded by `limit`); returns exit status and stats.
-pub fn run_sipp(
+pub(crate) fn run_sipp(
     procs: &mut Procs,
     dir: &Path,
     name: &str,
@@ -218,7 +218,7 @@ pub fn run_sipp(
 }
 
 /// Standard SIPp arguments for a UAS on `addr` with the Record-Route-aware scenario.
-pub fn uas_args(addr: SocketAddr) -> Vec<String> {
+pub(crate) fn uas_args(addr: SocketAddr) -> Vec<String> {
     vec![
         "-sf".into(),
         scenarios().join("uas_rr.xml").display().to_string(),
@@ -230,7 +230,7 @@ pub fn uas_args(addr: SocketAddr) -> Vec<String> {
 }
 
 /// SIPp UAC arguments: `calls` calls at `rate`/s through `proxy` to `dest` (R-URI host part).
-pub fn uac_args(
+pub(crate) fn uac_args(
     proxy: SocketAddr,
     local: SocketAddr,
     service: &str,
@@ -266,7 +266,7 @@ pub fn uac_args(
 }
 
 /// GET http://addr/metrics and return the body.
-pub fn scrape(addr: SocketAddr) -> String {
+pub(crate) fn scrape(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect metrics");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
@@ -278,7 +278,7 @@ pub fn scrape(addr: SocketAddr) -> String {
 }
 
 /// Value of an unlabelled or exactly-labelled sample `name` in Prometheus text.
-pub fn prom_value(text: &str, name_with_labels: &str) -> Option<f64> {
+pub(crate) fn prom_value(text: &str, name_with_labels: &str) -> Option<f64> {
     text.lines().find_map(|l| {
         l.strip_prefix(name_with_labels)?
             .strip_prefix(' ')?
@@ -289,7 +289,7 @@ pub fn prom_value(text: &str, name_with_labels: &str) -> Option<f64> {
 }
 
 /// Sum of all samples of metric `name` (any labels).
-pub fn prom_sum(text: &str, name: &str) -> f64 {
+pub(crate) fn prom_sum(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| {
             l.strip_prefix(name)
@@ -300,6 +300,6 @@ pub fn prom_sum(text: &str, name: &str) -> f64 {
 }
 
 /// `summary.by_type[t].<field>` as u64 (0 when absent).
-pub fn type_count(summary: &serde_json::Value, t: &str, field: &str) -> u64 {
+pub(crate) fn type_count(summary: &serde_json::Value, t: &str, field: &str) -> u64 {
     summary["by_type"][t][field].as_u64().unwrap_or(0)
 }

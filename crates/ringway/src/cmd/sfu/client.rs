@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// Options shared by `client` and `load`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct CommonArgs {
+pub(crate) struct CommonArgs {
     /// SFU address.
     #[arg(long)]
     pub server: SocketAddr,
@@ -72,7 +72,7 @@ pub struct CommonArgs {
 
 /// `ringway sfu client` options.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Number of sources (each its own socket and SSID).
     #[arg(long, default_value_t = 1)]
     pub streams: usize,
@@ -82,7 +82,7 @@ pub struct ClientArgs {
 
 /// `ringway sfu load` options.
 #[derive(clap::Args, Debug, Clone)]
-pub struct LoadArgs {
+pub(crate) struct LoadArgs {
     /// Number of clients (each its own socket and SSID, all in this process).
     #[arg(long)]
     pub clients: usize,
@@ -171,14 +171,14 @@ fn print_live(last: &LiveLoad, l: &LiveLoad) {
 }
 
 /// Run `ringway sfu client`.
-pub fn run(a: ClientArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: ClientArgs) -> anyhow::Result<()> {
     let config = a.common.config(a.streams, BackendKind::Socket)?;
     let r = run_sources(&a.common, &config)?;
     finish(&a.common, &r)
 }
 
 /// Run `ringway sfu load`.
-pub fn run_load(a: LoadArgs) -> anyhow::Result<()> {
+pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     if !a.netns {
         let config = a.common.config(a.clients, BackendKind::Mmsg)?;
         let r = run_sources(&a.common, &config)?;

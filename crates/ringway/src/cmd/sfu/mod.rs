@@ -1,11 +1,11 @@
 //! `ringway sfu ...`: the pktswitch SFU server, its client and load tool.
 
-pub mod client;
-pub mod serve;
+pub(crate) mod client;
+pub(crate) mod serve;
 
 /// `ringway sfu` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum SfuCmd {
+pub(crate) enum SfuCmd {
     /// Run the SFU: register/subscribe control plane, verified-source RTP forwarding with echo.
     Serve(serve::ServeArgs),
     /// Run a client: N registered sources sending RTP streams, receive statistics.
@@ -15,7 +15,7 @@ pub enum SfuCmd {
 }
 
 /// Run a `ringway sfu` subcommand.
-pub fn run(c: SfuCmd) -> anyhow::Result<()> {
+pub(crate) fn run(c: SfuCmd) -> anyhow::Result<()> {
     match c {
         SfuCmd::Serve(a) => serve::run(a),
         SfuCmd::Client(a) => client::run(a),

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use ringway_io::BackendKind;
-pub use ringway_server::sfu::Flush;
+pub(crate) use ringway_server::sfu::Flush;
 use ringway_server::sfu::{serve_with_live, LiveStats, ServeReport, SfuServerConfig};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -108,7 +108,7 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
 }
 
 /// Run the SFU until the duration ends or a signal arrives.
-pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+pub(crate) fn run(a: ServeArgs) -> anyhow::Result<()> {
     let config = SfuServerConfig::try_from(&a)?;
     let stop = ringway_server::host::stop_flag()?;
     let every = Duration::from_secs_f64(a.stats_interval.max(0.0));
