@@ -30,11 +30,14 @@ struct Published {
     retransmissions: u64,
 }
 
+/// One generator thread: its socket, its [`CallGen`] and its share of the calls.
 pub(crate) struct Worker {
     io: Box<dyn BatchIo>,
     gen: CallGen,
+    /// Datagrams the generator emitted, sent once per loop pass.
     queue: SendQueue,
     rx: RxBatch,
+    /// T1, T2, hold and the starting period (ns).
     t1: u64,
     t2: u64,
     hold: u64,
@@ -45,6 +48,7 @@ pub(crate) struct Worker {
     live: Arc<Live>,
     published: Published,
     msgs_received: u64,
+    /// Wakeup coalescing tick (ns; 0: wake per event).
     tick: u64,
 }
 
