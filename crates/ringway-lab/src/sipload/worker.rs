@@ -18,6 +18,8 @@ const RX_FRAME: usize = 8192;
 /// Receive frames with UDP GRO: each may hold a train of up to 64 KiB.
 const RX_FRAMES_GRO: usize = 16;
 const RX_FRAME_GRO: usize = 65_536;
+/// Most received batches handled in one loop pass.
+const DRAIN_PASSES: usize = 16;
 /// Most calls started in one loop pass (keeps receiving responsive when late).
 const START_BURST: u64 = 64;
 
@@ -258,7 +260,7 @@ impl Worker {
     /// while full batches come in (bounded passes). Replies are queued (a
     /// full queue is sent on the way) and sent by the caller's next flush.
     fn drain_rx(&mut self, mut n: usize, realtime_to_mono: u64) -> anyhow::Result<()> {
-        for _ in 0..16 {
+        for pass in 1..=DRAIN_PASSES {
             let now = now_ns();
             self.msgs_received += n as u64;
             let (gen, queue, io) = (&mut self.gen, &mut self.queue, &mut *self.io);
@@ -276,7 +278,9 @@ impl Worker {
             // No flush here: what the handlers queued goes out with the call
             // starts and timer messages of the next loop pass (it follows at
             // once), in one send call.
-            if self.rx.free_frames() > 0 {
+            // The last pass receives nothing more: a batch received then
+            // would be cleared, unhandled, by the next receive.
+            if self.rx.free_frames() > 0 || pass == DRAIN_PASSES {
                 break;
             }
             n = self.io.recv_batch(&mut self.rx, Some(Duration::ZERO))?;
