@@ -9,15 +9,24 @@
 //! (RFC 3261 12.1.2, loose or strict routing) for ACK and BYE, and
 //! retransmits INVITE (Timer A/B) and BYE (Timer E/F).
 //!
+//! That logic is [`CallGen`] ([`callgen`]): no socket, no clock. A worker
+//! thread drives one with its socket (GSO trains out, GRO trains in) and
+//! the clock, on the arrival schedule.
+//!
 //! Starting stops at whichever of the call count and the duration comes
 //! first; calls in flight are then given at most hold + 64·T1 to finish.
 
 pub mod arrival;
+pub mod callgen;
 pub mod cpu;
+mod sendqueue;
+mod template;
+mod timers;
 pub mod view;
 mod worker;
 
 pub use arrival::{ArrivalKind, Arrivals};
+pub use callgen::{CallGen, CallGenConfig, CallStats, MessageKind, Sink};
 pub use cpu::CpuTimes;
 
 use hdrhistogram::Histogram;
@@ -444,22 +453,10 @@ impl LoadSummary {
 
 /// Per-worker result, merged into the summary.
 pub(crate) struct WorkerResult {
-    pub attempted: u64,
-    pub succeeded: u64,
-    pub failed: BTreeMap<String, u64>,
-    pub retrans_invite: u64,
-    pub retrans_bye: u64,
-    pub retrans_200: u64,
-    pub retrans_ack: u64,
-    pub uas_calls: u64,
-    pub uas_ack_timeouts: u64,
-    pub h180: Histogram<u64>,
-    pub h200: Histogram<u64>,
-    pub hbye: Histogram<u64>,
+    pub calls: CallStats,
     pub msgs_sent: u64,
     pub msgs_to_proxy: u64,
     pub msgs_received: u64,
-    pub msgs_ignored: u64,
     pub send_errors: u64,
     pub rx_dropped: u64,
     pub cpu: CpuTimes,
@@ -527,31 +524,15 @@ pub fn run(
         },
         ..Default::default()
     };
-    let mut h180 = worker::new_hist();
-    let mut h200 = worker::new_hist();
-    let mut hbye = worker::new_hist();
+    let mut calls = CallStats::default();
     let mut last_start = t0;
     let mut finished = t0;
     for r in results {
         let r = r?;
-        sum.attempted += r.attempted;
-        sum.succeeded += r.succeeded;
-        for (k, v) in r.failed {
-            *sum.failed.entry(k).or_default() += v;
-        }
-        sum.retrans_invite += r.retrans_invite;
-        sum.retrans_bye += r.retrans_bye;
-        sum.retrans_200 += r.retrans_200;
-        sum.retrans_ack += r.retrans_ack;
-        sum.uas_calls += r.uas_calls;
-        sum.uas_ack_timeouts += r.uas_ack_timeouts;
-        h180.add(&r.h180).ok();
-        h200.add(&r.h200).ok();
-        hbye.add(&r.hbye).ok();
+        calls.merge(&r.calls);
         sum.msgs_sent += r.msgs_sent;
         sum.msgs_to_proxy += r.msgs_to_proxy;
         sum.msgs_received += r.msgs_received;
-        sum.msgs_ignored += r.msgs_ignored;
         sum.send_errors += r.send_errors;
         sum.rx_dropped += r.rx_dropped;
         sum.cpu = sum.cpu.add(&r.cpu);
@@ -565,15 +546,25 @@ pub fn run(
         last_start = last_start.max(r.last_start);
         finished = finished.max(r.finished);
     }
-    sum.failed_total = sum.failed.values().sum();
+    sum.attempted = calls.attempted;
+    sum.succeeded = calls.succeeded;
+    sum.failed_total = calls.failed_total();
+    sum.failed = calls.failed;
+    sum.retrans_invite = calls.retrans_invite;
+    sum.retrans_bye = calls.retrans_bye;
+    sum.retrans_200 = calls.retrans_200;
+    sum.retrans_ack = calls.retrans_ack;
+    sum.uas_calls = calls.uas_calls;
+    sum.uas_ack_timeouts = calls.uas_ack_timeouts;
+    sum.msgs_ignored = calls.msgs_ignored;
     sum.failed_ratio = if sum.attempted > 0 {
         sum.failed_total as f64 / sum.attempted as f64
     } else {
         0.0
     };
-    sum.invite_to_180 = percentiles(&h180);
-    sum.invite_to_200 = percentiles(&h200);
-    sum.bye_to_200 = percentiles(&hbye);
+    sum.invite_to_180 = percentiles(&calls.invite_to_180);
+    sum.invite_to_200 = percentiles(&calls.invite_to_200);
+    sum.bye_to_200 = percentiles(&calls.bye_to_200);
     sum.elapsed_s = (finished - t0).as_secs_f64();
     // Starting lasted until the last start, rounded up to the planned span
     // of the calls (so one fast burst does not inflate the rate).
