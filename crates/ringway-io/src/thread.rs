@@ -402,6 +402,20 @@ impl CpuTime {
             system_ns: self.system_ns.saturating_sub(earlier.system_ns),
         }
     }
+    /// User plus system, in seconds.
+    pub fn total_s(&self) -> f64 {
+        self.total_ns() as f64 / 1e9
+    }
+}
+
+impl std::ops::Add for CpuTime {
+    type Output = CpuTime;
+    fn add(self, other: CpuTime) -> CpuTime {
+        CpuTime {
+            user_ns: self.user_ns + other.user_ns,
+            system_ns: self.system_ns + other.system_ns,
+        }
+    }
 }
 
 fn rusage(who: libc::c_int) -> io::Result<CpuTime> {

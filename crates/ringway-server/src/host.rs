@@ -59,7 +59,7 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, CpuListError> {
 
 /// Clock ticks per second of the times in `/proc/<pid>/stat` (Linux's
 /// USER_HZ, fixed at 100 whatever the kernel's HZ).
-const USER_HZ: u64 = 100;
+pub const USER_HZ: u64 = 100;
 
 /// CPU time of process `pid` (all its threads, not its children), from
 /// `/proc/<pid>/stat` (10 ms resolution).

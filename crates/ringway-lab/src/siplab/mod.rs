@@ -11,7 +11,9 @@ pub mod sweep;
 
 use crate::sched::Profile;
 use crate::sipload::{self, ArrivalKind, LoadConfig};
+use ringway_io::thread::{parse_stat_cpu, CpuTime};
 use ringway_io::BackendKind;
+use ringway_server::host::{process_cpu_time_of, USER_HZ};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -387,8 +389,8 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 /// CPU of `pid` and all its descendants (Kamailio forks worker processes).
-fn tree_cpu(pid: u32) -> sipload::CpuTimes {
-    let mut total = sipload::cpu::pid_cpu(pid).unwrap_or_default();
+fn tree_cpu(pid: u32) -> CpuTime {
+    let mut total = process_cpu_time_of(pid).unwrap_or_default();
     let mut frontier = vec![pid];
     let mut seen = 0;
     while let Some(p) = frontier.pop() {
@@ -411,8 +413,8 @@ fn tree_cpu(pid: u32) -> sipload::CpuTimes {
                 .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
                 .and_then(|s| s.parse::<u32>().ok());
             if ppid == Some(p) {
-                if let Some(c) = sipload::cpu::parse_stat(&stat) {
-                    total = total.add(&c);
+                if let Ok(c) = parse_stat_cpu(&stat, USER_HZ) {
+                    total = total + c;
                 }
                 frontier.push(cpid);
             }
@@ -529,8 +531,8 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
     rec.failed_ratio = gen.failed_ratio;
     rec.failed = gen.failed.clone();
     rec.achieved_cps = gen.achieved_cps;
-    rec.invite_200_ms = gen.invite_to_200.mean_ms;
-    rec.gen_cpu_s = gen.cpu.total();
+    rec.invite_200_ms = gen.invite_to_200.mean_us / 1000.0;
+    rec.gen_cpu_s = gen.cpu.total_s();
     rec.total_msgs = gen.msgs_to_proxy;
     rec.arrival_pps = gen.msgs_to_proxy as f64 / gen.start_phase_s.max(1e-9);
     let d = snmp1.since(&snmp0);
@@ -543,9 +545,9 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
         0.0
     };
     let cpu = cpu1.since(&cpu0);
-    rec.proxy_cpu_user_s = cpu.user_s;
-    rec.proxy_cpu_sys_s = cpu.sys_s;
-    rec.proxy_cpu_s = cpu.total();
+    rec.proxy_cpu_user_s = cpu.user_ns as f64 / 1e9;
+    rec.proxy_cpu_sys_s = cpu.system_ns as f64 / 1e9;
+    rec.proxy_cpu_s = cpu.total_s();
     if !alive {
         anyhow::bail!(
             "{} died during the run: {}",

@@ -18,7 +18,6 @@
 
 pub mod arrival;
 pub mod callgen;
-pub mod cpu;
 mod sendqueue;
 mod template;
 mod timers;
@@ -27,10 +26,10 @@ mod worker;
 
 pub use arrival::{ArrivalKind, Arrivals};
 pub use callgen::{CallGen, CallGenConfig, CallStats, MessageKind, Sink};
-pub use cpu::CpuTimes;
 
-use hdrhistogram::Histogram;
+use ringway_io::thread::CpuTime;
 use ringway_io::BackendKind;
+use ringway_server::metrics::LatencySummary;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -269,42 +268,12 @@ pub struct Live {
     pub failed: AtomicU64,
     /// Retransmissions sent.
     pub retransmissions: AtomicU64,
-    /// Set to stop starting calls early (in-flight calls still finish).
-    pub stop: AtomicBool,
+    /// Set to stop starting calls early (in-flight calls still finish);
+    /// shared so that a signal handler can set it
+    /// (`ringway_server::host::stop_flag`).
+    pub stop: Arc<AtomicBool>,
     /// Set to end at once (in-flight calls count as failed, `aborted`).
     pub abort: AtomicBool,
-}
-
-/// Percentiles of one response-time histogram, in milliseconds.
-#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
-pub struct Percentiles {
-    /// Samples.
-    pub count: u64,
-    /// Mean.
-    pub mean_ms: f64,
-    /// Median.
-    pub p50_ms: f64,
-    /// 90th percentile.
-    pub p90_ms: f64,
-    /// 99th percentile.
-    pub p99_ms: f64,
-    /// Maximum.
-    pub max_ms: f64,
-}
-
-fn percentiles(h: &Histogram<u64>) -> Percentiles {
-    if h.is_empty() {
-        return Percentiles::default();
-    }
-    let ms = |us: u64| us as f64 / 1000.0;
-    Percentiles {
-        count: h.len(),
-        mean_ms: h.mean() / 1000.0,
-        p50_ms: ms(h.value_at_quantile(0.5)),
-        p90_ms: ms(h.value_at_quantile(0.9)),
-        p99_ms: ms(h.value_at_quantile(0.99)),
-        max_ms: ms(h.max()),
-    }
 }
 
 /// Final result of a load run.
@@ -334,12 +303,12 @@ pub struct LoadSummary {
     pub uas_calls: u64,
     /// UAS calls whose ACK never came.
     pub uas_ack_timeouts: u64,
-    /// INVITE → 180.
-    pub invite_to_180: Percentiles,
-    /// INVITE → 200.
-    pub invite_to_200: Percentiles,
-    /// BYE → 200.
-    pub bye_to_200: Percentiles,
+    /// INVITE → 180 (µs).
+    pub invite_to_180: LatencySummary,
+    /// INVITE → 200 (µs).
+    pub invite_to_200: LatencySummary,
+    /// BYE → 200 (µs).
+    pub bye_to_200: LatencySummary,
     /// Wall time from the first call start to the last call end (s).
     pub elapsed_s: f64,
     /// Time during which calls were started (s).
@@ -358,8 +327,9 @@ pub struct LoadSummary {
     pub send_errors: u64,
     /// Datagrams dropped by the generator's own sockets (SO_RXQ_OVFL).
     pub rx_dropped: u64,
-    /// CPU used by the worker threads.
-    pub cpu: CpuTimes,
+    /// CPU used by the worker threads (`user_s`, `sys_s`).
+    #[serde(with = "ringway_server::host::cpu_seconds")]
+    pub cpu: CpuTime,
     /// CPU seconds per attempted call.
     pub cpu_s_per_call: f64,
     /// Backend used.
@@ -405,9 +375,15 @@ impl LoadSummary {
             ("INVITE->200", &self.invite_to_200),
             ("BYE->200", &self.bye_to_200),
         ] {
+            let ms = |us: f64| us / 1000.0;
             s += &format!(
                 "{name:12} n={} mean {:.3} p50 {:.3} p90 {:.3} p99 {:.3} max {:.3} ms\n",
-                p.count, p.mean_ms, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms
+                p.count,
+                ms(p.mean_us),
+                ms(p.p50_us),
+                ms(p.p90_us),
+                ms(p.p99_us),
+                ms(p.max_us)
             );
         }
         s += &format!(
@@ -421,8 +397,8 @@ impl LoadSummary {
         );
         s += &format!(
             "cpu: user {:.2} s sys {:.2} s = {:.1} µs per call ({} threads, {} backend, tick {} µs)\n",
-            self.cpu.user_s,
-            self.cpu.sys_s,
+            self.cpu.user_ns as f64 / 1e9,
+            self.cpu.system_ns as f64 / 1e9,
             self.cpu_s_per_call * 1e6,
             self.threads,
             self.backend,
@@ -459,7 +435,7 @@ pub(crate) struct WorkerResult {
     pub msgs_received: u64,
     pub send_errors: u64,
     pub rx_dropped: u64,
-    pub cpu: CpuTimes,
+    pub cpu: CpuTime,
     pub gso_used: bool,
     pub gso: ringway_io::GsoStats,
     pub last_start: Instant,
@@ -535,7 +511,7 @@ pub fn run(
         sum.msgs_received += r.msgs_received;
         sum.send_errors += r.send_errors;
         sum.rx_dropped += r.rx_dropped;
-        sum.cpu = sum.cpu.add(&r.cpu);
+        sum.cpu = sum.cpu + r.cpu;
         sum.gso.used &= r.gso_used;
         sum.gso.trains += r.gso.trains;
         sum.gso.segments += r.gso.segments;
@@ -562,9 +538,9 @@ pub fn run(
     } else {
         0.0
     };
-    sum.invite_to_180 = percentiles(&calls.invite_to_180);
-    sum.invite_to_200 = percentiles(&calls.invite_to_200);
-    sum.bye_to_200 = percentiles(&calls.bye_to_200);
+    sum.invite_to_180 = LatencySummary::of_us(&calls.invite_to_180);
+    sum.invite_to_200 = LatencySummary::of_us(&calls.invite_to_200);
+    sum.bye_to_200 = LatencySummary::of_us(&calls.bye_to_200);
     sum.elapsed_s = (finished - t0).as_secs_f64();
     // Starting lasted until the last start, rounded up to the planned span
     // of the calls (so one fast burst does not inflate the rate).
@@ -572,7 +548,7 @@ pub fn run(
     sum.start_phase_s = (last_start - t0).as_secs_f64().max(planned).max(1e-9);
     sum.achieved_cps = sum.attempted as f64 / sum.start_phase_s;
     sum.cpu_s_per_call = if sum.attempted > 0 {
-        sum.cpu.total() / sum.attempted as f64
+        sum.cpu.total_s() / sum.attempted as f64
     } else {
         0.0
     };

@@ -5,9 +5,9 @@
 
 use super::arrival::Arrivals;
 use super::callgen::{CallGen, CallGenConfig, CallStats};
-use super::cpu::{thread_cpu, CpuTimes};
 use super::sendqueue::SendQueue;
 use super::{GsoMode, Live, LoadConfig, WorkerResult};
+use ringway_io::thread::thread_cpu_time;
 use ringway_io::{open_backend, open_udp, BatchIo, RxBatch, SocketConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -139,7 +139,7 @@ impl Worker {
     }
 
     pub(crate) fn run(mut self, t0: Instant) -> anyhow::Result<WorkerResult> {
-        let cpu0 = thread_cpu().unwrap_or_default();
+        let cpu0 = thread_cpu_time().unwrap_or_default();
         let start = now_ns() - t0.elapsed().as_nanos() as u64;
         let end_start = start + self.duration;
         let mut next_start = start + self.arrivals.next_gap_ns();
@@ -221,7 +221,7 @@ impl Worker {
         }
         self.queue.flush(&mut *self.io);
         self.publish();
-        let cpu = thread_cpu().unwrap_or_default().since(&cpu0);
+        let cpu = thread_cpu_time().unwrap_or_default().since(&cpu0);
         let st = self.io.stats();
         Ok(WorkerResult {
             calls: self.gen.into_stats(),
@@ -230,10 +230,7 @@ impl Worker {
             msgs_received: self.msgs_received,
             send_errors: st.tx_errors,
             rx_dropped: st.rx_dropped,
-            cpu: CpuTimes {
-                user_s: cpu.user_s,
-                sys_s: cpu.sys_s,
-            },
+            cpu,
             gso_used: self.queue.gso(),
             gso: self.io.gso_stats(),
             last_start,

@@ -126,12 +126,10 @@ pub(crate) fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
 /// Run it.
 pub(crate) fn run(a: LoadArgs) -> anyhow::Result<()> {
     let cfg = config(&a)?;
-    let live = Arc::new(Live::default());
-    {
-        let live = live.clone();
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop_flag(&live));
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, stop_flag(&live));
-    }
+    let live = Arc::new(Live {
+        stop: ringway_server::host::stop_flag()?,
+        ..Live::default()
+    });
     let quiet = a.quiet;
     let calls = cfg.calls;
     let mut prog = |l: &Live, e: Duration| {
@@ -153,18 +151,4 @@ pub(crate) fn run(a: LoadArgs) -> anyhow::Result<()> {
         None => print!("{}", sum.text()),
     }
     Ok(())
-}
-
-fn stop_flag(live: &Arc<Live>) -> Arc<std::sync::atomic::AtomicBool> {
-    // signal-hook sets a plain AtomicBool; mirror it into the generator's stop flag.
-    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (f2, l2) = (flag.clone(), live.clone());
-    std::thread::spawn(move || loop {
-        if f2.load(std::sync::atomic::Ordering::Relaxed) {
-            l2.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    });
-    flag
 }
