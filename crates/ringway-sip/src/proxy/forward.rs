@@ -227,7 +227,7 @@ impl Proxy {
             && self.active.load(Ordering::Relaxed) < self.cfg.max_transactions
         {
             let class = Class::of(method);
-            let mut tx = Tx::new(class, Some(upstream));
+            let mut tx = Transaction::new(class, Some(upstream));
             let tag = Branch::new(
                 Hash64::new(self.secret)
                     .str(msg.call_id().unwrap_or(""))
@@ -240,23 +240,17 @@ impl Proxy {
                 reason,
                 extra,
                 Some(&tag.as_str()[9..25]),
-                &mut tx.last_resp,
+                &mut tx.last_response,
             );
-            tx.server = ServerState::Completed;
-            if class == Class::Invite && code >= 300 {
-                tx.retrans = Retrans::Upstream;
-                tx.retrans_at = now + T1;
-                tx.retrans_iv = T1;
-            }
-            tx.expire_at = now + TIMER_64T1;
-            self.insert_tx((keys.0, class), tx);
+            tx.complete(now, code);
+            self.insert_tx(TransactionKey::new(keys.0, class), tx);
         }
         a
     }
 
-    pub(super) fn insert_tx(&self, key: Key, tx: Tx) {
-        let mut sh = lock(self.shard(key.0));
-        if sh.txs.insert(key, tx).is_none() {
+    pub(super) fn insert_tx(&self, key: TransactionKey, tx: Transaction) {
+        let mut sh = lock(self.shard(key.hash));
+        if sh.transactions.insert(key, tx).is_none() {
             self.active.fetch_add(1, Ordering::Relaxed);
             self.counters.inc(C::TxCreated);
         }

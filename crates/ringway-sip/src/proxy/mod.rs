@@ -30,11 +30,11 @@ use crate::uri::{host_ip, scheme, SipUri};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 mod branch;
 mod config;
@@ -70,10 +70,6 @@ pub struct Proxy {
     active: AtomicUsize,
     counters: Counters,
     last_expire: AtomicU64,
-}
-
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Proxy {

@@ -17,10 +17,10 @@ impl Proxy {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Option<Action> {
         let class = Class::of(method);
-        let key = (keys.0, class);
+        let key = TransactionKey::new(keys.0, class);
         let mut sh = lock(self.shard(keys.0));
-        if let Some(tx) = sh.txs.get_mut(&key) {
-            if method == Method::Cancel && tx.last_resp.is_empty() {
+        if let Some(tx) = sh.transactions.get_mut(&key) {
+            if method == Method::Cancel && tx.last_response.is_empty() {
                 // Our own CANCEL (timer C) is in flight; still answer the
                 // UAC's CANCEL with 200 and absorb its retransmissions.
                 let tag = Branch::new(
@@ -35,19 +35,16 @@ impl Proxy {
                     "OK",
                     &[],
                     Some(&tag.as_str()[9..25]),
-                    &mut tx.last_resp,
+                    &mut tx.last_response,
                 );
                 tx.upstream = Some(upstream);
-                send(out, upstream, &tx.last_resp);
+                send(out, upstream, &tx.last_response);
                 self.counters.code(200);
                 return Some(Action::Responded(200));
             }
             if method == Method::Ack {
                 if tx.server == ServerState::Completed {
-                    tx.server = ServerState::Confirmed;
-                    tx.retrans = Retrans::None;
-                    tx.timeout_at = 0;
-                    tx.expire_at = now + T4;
+                    tx.confirm(now);
                     sh.schedule(key);
                     return Some(Action::Absorbed);
                 }
@@ -57,9 +54,9 @@ impl Proxy {
                 }
                 return None; // end-to-end ACK (2543-style match): forward
             }
-            if !tx.last_resp.is_empty() {
+            if !tx.last_response.is_empty() {
                 if let Some(up) = tx.upstream {
-                    send(out, up, &tx.last_resp);
+                    send(out, up, &tx.last_response);
                 }
             }
             self.counters.inc(C::RetransAbsorbed);
@@ -69,8 +66,8 @@ impl Proxy {
             return None;
         }
         // CANCEL: find the INVITE it cancels (same branch => same hash).
-        let ikey = (keys.0, Class::Invite);
-        let (invite_pending, invite_calling) = match sh.txs.get(&ikey) {
+        let ikey = TransactionKey::new(keys.0, Class::Invite);
+        let (invite_pending, invite_calling) = match sh.transactions.get(&ikey) {
             Some(i) => (
                 i.client == ClientState::Calling || i.client == ClientState::Proceeding,
                 i.client == ClientState::Calling,
@@ -79,7 +76,7 @@ impl Proxy {
         };
         drop(sh);
         let a = self.respond(msg, upstream, 200, "OK", &[], out);
-        let mut ctx = Tx::new(Class::Cancel, Some(upstream));
+        let mut ctx = Transaction::new_cancel(now, Some(upstream));
         let tag = Branch::new(
             Hash64::new(self.secret)
                 .str(msg.call_id().unwrap_or(""))
@@ -92,12 +89,10 @@ impl Proxy {
             "OK",
             &[],
             Some(&tag.as_str()[9..25]),
-            &mut ctx.last_resp,
+            &mut ctx.last_response,
         );
-        ctx.server = ServerState::Completed;
-        ctx.expire_at = now + TIMER_64T1;
         let mut sh = lock(self.shard(keys.0));
-        if let Some(inv) = sh.txs.get_mut(&ikey) {
+        if let Some(inv) = sh.transactions.get_mut(&ikey) {
             if invite_pending {
                 inv.cancelled = true;
                 if invite_calling {
@@ -106,17 +101,18 @@ impl Proxy {
             }
         }
         if let Some(inv) = sh
-            .txs
+            .transactions
             .get(&ikey)
             .filter(|_| invite_pending && !invite_calling)
         {
             self.start_cancel(now, inv, &mut ctx, out);
         }
-        if sh.txs.insert((keys.0, Class::Cancel), ctx).is_none() {
+        let cancel_key = TransactionKey::new(keys.0, Class::Cancel);
+        if sh.transactions.insert(cancel_key, ctx).is_none() {
             self.active.fetch_add(1, Ordering::Relaxed);
             self.counters.inc(C::TxCreated);
         }
-        sh.schedule((keys.0, Class::Cancel));
+        sh.schedule(cancel_key);
         Some(a)
     }
 
@@ -125,20 +121,15 @@ impl Proxy {
     pub(super) fn start_cancel(
         &self,
         now: u64,
-        inv: &Tx,
-        ctx: &mut Tx,
+        inv: &Transaction,
+        ctx: &mut Transaction,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> bool {
         let (Some(down), Ok(req)) = (inv.downstream, SipMsg::parse(&inv.request)) else {
             return false;
         };
         build_hop_request(&req, "CANCEL", None, &mut ctx.request);
-        ctx.downstream = Some(down);
-        ctx.client = ClientState::Calling;
-        ctx.retrans = Retrans::Downstream;
-        ctx.retrans_at = now + T1;
-        ctx.retrans_iv = T1;
-        ctx.timeout_at = now + TIMER_64T1;
+        ctx.start_client(now, down);
         send(out, down, &ctx.request);
         self.counters.inc(C::ReqFwd);
         true
@@ -157,27 +148,22 @@ impl Proxy {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
         let class = Class::of(method);
-        let mut tx = Tx::new(class, Some(upstream));
+        let mut tx = Transaction::new(class, Some(upstream));
         // One right-sized allocation each instead of repeated growth.
         tx.request = Vec::with_capacity(msg.as_bytes().len() + 256);
-        tx.last_resp = Vec::with_capacity(512);
+        tx.last_response = Vec::with_capacity(512);
         if let Err(e) = forward_request(msg, edits, &mut tx.request) {
             return self.edit_failed(e);
         }
         if class == Class::Invite {
-            build_response(msg, 100, "Trying", &[], None, &mut tx.last_resp);
-            send(out, upstream, &tx.last_resp);
+            build_response(msg, 100, "Trying", &[], None, &mut tx.last_response);
+            send(out, upstream, &tx.last_response);
             self.counters.code(100);
         }
-        tx.downstream = Some(to);
-        tx.client = ClientState::Calling;
-        tx.retrans = Retrans::Downstream;
-        tx.retrans_at = now + T1;
-        tx.retrans_iv = T1;
-        tx.timeout_at = now + TIMER_64T1;
+        tx.start_client(now, to);
         send(out, to, &tx.request);
         self.counters.inc(C::ReqFwd);
-        self.insert_tx((keys.0, class), tx);
+        self.insert_tx(TransactionKey::new(keys.0, class), tx);
         Action::Forwarded { copies: 1 }
     }
 
@@ -189,35 +175,20 @@ impl Proxy {
         class: Class,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Option<Action> {
-        let key = (h, class);
+        let key = TransactionKey::new(h, class);
         let code = msg.status().unwrap_or(0);
         let mut sh = lock(self.shard(h));
         let mut start_cancel = false;
         let action = {
-            let tx = sh.txs.get_mut(&key)?;
+            let tx = sh.transactions.get_mut(&key)?;
             if class == Class::Cancel {
                 // Response to our CANCEL: hop-by-hop, never forwarded.
-                if code >= 200 && tx.client != ClientState::Done {
-                    tx.client = ClientState::Done;
-                    tx.retrans = Retrans::None;
-                    tx.timeout_at = 0;
-                    if tx.expire_at == 0 {
-                        tx.expire_at = now + T4;
-                    }
+                if code >= 200 {
+                    tx.cancel_answered(now);
                 }
                 Action::Absorbed
             } else if code < 200 {
-                if tx.client == ClientState::Calling {
-                    tx.client = ClientState::Proceeding;
-                    if class == Class::Invite {
-                        tx.retrans = Retrans::None;
-                        tx.timeout_at = now + TIMER_C;
-                        start_cancel = tx.cancel_pending;
-                        tx.cancel_pending = false;
-                    } else {
-                        tx.retrans_iv = T2;
-                    }
-                }
+                start_cancel = tx.client_provisional(now);
                 if code == 100 || tx.server != ServerState::Proceeding {
                     // 100 is hop-by-hop (RFC 3261 16.7): consumed, not a
                     // retransmission.
@@ -226,9 +197,9 @@ impl Proxy {
                     }
                     Action::Absorbed
                 } else {
-                    match (tx.upstream, forward_response(msg, &mut tx.last_resp)) {
+                    match (tx.upstream, forward_response(msg, &mut tx.last_response)) {
                         (Some(up), Ok(_)) if sendable(&up) => {
-                            send(out, up, &tx.last_resp);
+                            send(out, up, &tx.last_response);
                             self.counters.inc(C::RespFwd);
                             Action::Forwarded { copies: 1 }
                         }
@@ -253,10 +224,7 @@ impl Proxy {
                     Action::Absorbed
                 }
             } else {
-                tx.client = ClientState::Done;
-                tx.retrans = Retrans::None;
-                tx.timeout_at = 0;
-                tx.cancel_pending = false;
+                tx.client_final();
                 if class == Class::Invite && code >= 300 {
                     if let (Some(d), Ok(req)) = (tx.downstream, SipMsg::parse(&tx.request)) {
                         with_scratch(|buf| {
@@ -272,26 +240,18 @@ impl Proxy {
                         Action::Absorbed
                     }
                 } else {
-                    let a = match (tx.upstream, forward_response(msg, &mut tx.last_resp)) {
+                    let a = match (tx.upstream, forward_response(msg, &mut tx.last_response)) {
                         (Some(up), Ok(_)) if sendable(&up) => {
-                            send(out, up, &tx.last_resp);
+                            send(out, up, &tx.last_response);
                             self.counters.inc(C::RespFwd);
                             Action::Forwarded { copies: 1 }
                         }
                         _ => Action::Dropped(DropReason::UnroutableResponse),
                     };
-                    if class == Class::Invite && code >= 300 {
-                        tx.server = ServerState::Completed;
-                        tx.retrans = Retrans::Upstream;
-                        tx.retrans_at = now + T1;
-                        tx.retrans_iv = T1;
-                        tx.expire_at = now + TIMER_64T1;
-                    } else if class == Class::Invite {
-                        tx.server = ServerState::Accepted;
-                        tx.expire_at = now + TIMER_64T1;
+                    if class == Class::Invite && code < 300 {
+                        tx.accept(now);
                     } else {
-                        tx.server = ServerState::Completed;
-                        tx.expire_at = now + TIMER_64T1;
+                        tx.complete(now, code);
                     }
                     a
                 }
@@ -336,19 +296,16 @@ impl Proxy {
         upstream: Option<SocketAddr>,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) {
-        let ckey = (h, Class::Cancel);
-        let mut ctx = sh.txs.remove(&ckey).unwrap_or_else(|| {
+        let ckey = TransactionKey::new(h, Class::Cancel);
+        let mut ctx = sh.transactions.remove(&ckey).unwrap_or_else(|| {
             self.active.fetch_add(1, Ordering::Relaxed);
             self.counters.inc(C::TxCreated);
-            let mut t = Tx::new(Class::Cancel, upstream);
-            t.server = ServerState::Completed;
-            t.expire_at = now + TIMER_64T1;
-            t
+            Transaction::new_cancel(now, upstream)
         });
-        if let Some(inv) = sh.txs.get(&(h, Class::Invite)) {
+        if let Some(inv) = sh.transactions.get(&TransactionKey::new(h, Class::Invite)) {
             self.start_cancel(now, inv, &mut ctx, out);
         }
-        sh.txs.insert(ckey, ctx);
+        sh.transactions.insert(ckey, ctx);
         sh.schedule(ckey);
     }
 }

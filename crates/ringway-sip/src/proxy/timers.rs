@@ -1,4 +1,6 @@
-//! RFC 3261 timers: constants, `on_timer`, `fire`, `next_deadline`.
+//! RFC 3261 timers: the constants, each transaction's [`TimerTable`]
+//! (deadlines as data, indexed by [`TransactionTimer`]), and the proxy's
+//! timer driver (`on_timer`, `fire`, `next_deadline`).
 
 #![allow(unused_imports)]
 use super::*;
@@ -13,6 +15,62 @@ pub const T4: u64 = 5_000_000_000;
 pub const TIMER_64T1: u64 = 64 * T1;
 /// Timer C (proxy INVITE transaction after a provisional), ns.
 pub const TIMER_C: u64 = 180_000_000_000;
+
+/// The timers of one transaction (RFC 3261 17.1, 17.2 and 16.6 as a
+/// proxy runs them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TransactionTimer {
+    /// Resend the request downstream (A, E) or the final response
+    /// upstream (G).
+    Retransmit,
+    /// Give up on the client side (B, F; C after an INVITE provisional).
+    Timeout,
+    /// Remove the transaction; until then it absorbs retransmissions
+    /// (D, H, I, J, K).
+    Expire,
+}
+
+impl TransactionTimer {
+    /// Every timer, in slot order.
+    pub(super) const VALUES: [TransactionTimer; 3] = [
+        TransactionTimer::Retransmit,
+        TransactionTimer::Timeout,
+        TransactionTimer::Expire,
+    ];
+}
+
+/// One deadline slot (ns, `None` = not running) per [`TransactionTimer`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TimerTable {
+    deadlines: [Option<u64>; TransactionTimer::VALUES.len()],
+}
+
+impl TimerTable {
+    /// Run `timer` until `deadline` (replacing any earlier setting).
+    pub(super) fn set(&mut self, timer: TransactionTimer, deadline: u64) {
+        self.deadlines[timer as usize] = Some(deadline);
+    }
+
+    /// When `timer` fires, if it is running.
+    pub(super) fn get(&self, timer: TransactionTimer) -> Option<u64> {
+        self.deadlines[timer as usize]
+    }
+
+    /// Stop `timer`.
+    pub(super) fn stop(&mut self, timer: TransactionTimer) {
+        self.deadlines[timer as usize] = None;
+    }
+
+    /// Earliest deadline of the running timers.
+    pub(super) fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.iter().flatten().min().copied()
+    }
+
+    /// Whether `timer` is running and due at `now`.
+    pub(super) fn is_expired(&self, timer: TransactionTimer, now: u64) -> bool {
+        self.deadlines[timer as usize].is_some_and(|deadline| deadline <= now)
+    }
+}
 
 impl Proxy {
     // ---------------------------------------------------------------- timers
@@ -33,98 +91,84 @@ impl Proxy {
             n += self.store.expire(now);
         }
         for shard in self.shards.iter() {
-            let mut sh = lock(shard);
-            while let Some(&Reverse((d, h, class, gen))) = sh.timers.peek() {
-                if d > now {
+            let mut shard = lock(shard);
+            while let Some(&Reverse(entry)) = shard.timers.peek() {
+                if entry.deadline > now {
                     break;
                 }
-                sh.timers.pop();
-                let key = (h, class);
-                let live = sh.txs.get(&key).is_some_and(|t| t.gen == gen);
-                if !live {
+                shard.timers.pop();
+                if !shard.is_live(&entry) {
                     continue;
                 }
                 n += 1;
-                self.fire(&mut sh, now, key, out);
+                self.fire(&mut shard, now, entry.key(), out);
             }
         }
         n
     }
 
+    /// Run the due timers of the transaction `key`: retransmit, time out
+    /// (answering 408/487 upstream, CANCEL downstream after timer C),
+    /// remove once expired; otherwise queue its next deadline.
     pub(super) fn fire(
         &self,
-        sh: &mut Shard,
+        shard: &mut Shard,
         now: u64,
-        key: Key,
+        key: TransactionKey,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) {
         let mut remove = false;
-        let mut cancel = false;
-        if let Some(tx) = sh.txs.get_mut(&key) {
-            if tx.retrans != Retrans::None && tx.retrans_at <= now {
-                let (to, bytes) = match tx.retrans {
-                    Retrans::Downstream => (tx.downstream, &tx.request),
-                    _ => (tx.upstream, &tx.last_resp),
-                };
-                if let Some(to) = to {
+        let mut cancel_due = false;
+        if let Some(transaction) = shard.transactions.get_mut(&key) {
+            if transaction
+                .timers
+                .is_expired(TransactionTimer::Retransmit, now)
+            {
+                if let (Some(to), bytes) = transaction.retransmission() {
                     send(out, to, bytes);
                     self.counters.inc(C::RetransSent);
                 }
-                let cap = if tx.class == Class::Invite && tx.retrans == Retrans::Downstream {
-                    u64::MAX
-                } else {
-                    T2
-                };
-                tx.retrans_iv = (tx.retrans_iv * 2).min(cap);
-                tx.retrans_at = now + tx.retrans_iv;
+                transaction.back_off_retransmit(now);
             }
-            if tx.timeout_at != 0 && tx.timeout_at <= now {
-                tx.timeout_at = 0;
-                tx.retrans = Retrans::None;
+            if transaction
+                .timers
+                .is_expired(TransactionTimer::Timeout, now)
+            {
+                cancel_due = transaction.time_out();
                 self.counters.inc(C::TxTimedOut);
-                if tx.class == Class::Invite && tx.client == ClientState::Proceeding {
-                    cancel = true;
-                }
-                tx.client = ClientState::Done;
-                if tx.class != Class::Cancel && tx.server == ServerState::Proceeding {
-                    let (code, reason) = if tx.cancelled {
+                if transaction.class != Class::Cancel
+                    && transaction.server == ServerState::Proceeding
+                {
+                    let (code, reason) = if transaction.cancelled {
                         (487, "Request Terminated")
                     } else {
                         (408, "Request Timeout")
                     };
-                    if let (Some(up), Ok(req)) = (tx.upstream, SipMsg::parse(&tx.request)) {
-                        let mut resp = Vec::new();
-                        build_response_below_top_via(&req, code, reason, &mut resp);
-                        send(out, up, &resp);
+                    if let (Some(up), Ok(req)) =
+                        (transaction.upstream, SipMsg::parse(&transaction.request))
+                    {
+                        let mut response = Vec::new();
+                        build_response_below_top_via(&req, code, reason, &mut response);
+                        send(out, up, &response);
                         self.counters.code(code);
-                        tx.last_resp = resp;
+                        transaction.last_response = response;
                     }
-                    tx.server = ServerState::Completed;
-                    if tx.class == Class::Invite {
-                        tx.retrans = Retrans::Upstream;
-                        tx.retrans_iv = T1;
-                        tx.retrans_at = now + T1;
-                        tx.expire_at = now + TIMER_64T1;
-                    } else {
-                        tx.expire_at = now + T4;
-                    }
-                } else if tx.expire_at == 0 || tx.class == Class::Cancel {
-                    tx.expire_at = now;
+                    transaction.complete_timed_out(now, code);
+                } else {
+                    transaction.end_after_timeout(now);
                 }
             }
-            if tx.expire_at != 0 && tx.expire_at <= now {
-                remove = true;
-            }
+            remove = transaction.timers.is_expired(TransactionTimer::Expire, now);
         }
-        if cancel {
-            self.spawn_cancel(sh, now, key.0, None, out);
+        if cancel_due {
+            self.spawn_cancel(shard, now, key.hash, None, out);
         }
         if remove {
-            if sh.txs.remove(&key).is_some() {
+            if shard.transactions.remove(&key).is_some() {
                 self.active.fetch_sub(1, Ordering::Relaxed);
             }
         } else {
-            sh.schedule(key);
+            shard.schedule(key);
         }
     }
 
@@ -140,16 +184,57 @@ impl Proxy {
             );
         }
         for shard in self.shards.iter() {
-            let mut sh = lock(shard);
+            let mut shard = lock(shard);
             // Drop stale heap entries so the answer is exact.
-            while let Some(&Reverse((d, h, class, gen))) = sh.timers.peek() {
-                if sh.txs.get(&(h, class)).is_some_and(|t| t.gen == gen) {
-                    best = Some(best.map_or(d, |b| b.min(d)));
+            while let Some(&Reverse(entry)) = shard.timers.peek() {
+                if shard.is_live(&entry) {
+                    best = Some(best.map_or(entry.deadline, |b| b.min(entry.deadline)));
                     break;
                 }
-                sh.timers.pop();
+                shard.timers.pop();
             }
         }
         best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TimerTable, TransactionTimer};
+
+    #[test]
+    fn timer_table_set_stop_next_and_expired() {
+        let mut table = TimerTable::default();
+        assert_eq!(table.next_deadline(), None);
+        assert!(!table.is_expired(TransactionTimer::Retransmit, u64::MAX));
+
+        table.set(TransactionTimer::Expire, 30);
+        table.set(TransactionTimer::Timeout, 20);
+        table.set(TransactionTimer::Retransmit, 10);
+        assert_eq!(table.next_deadline(), Some(10));
+        assert_eq!(table.get(TransactionTimer::Timeout), Some(20));
+        assert!(!table.is_expired(TransactionTimer::Retransmit, 9));
+        assert!(table.is_expired(TransactionTimer::Retransmit, 10));
+        assert!(table.is_expired(TransactionTimer::Retransmit, 11));
+        assert!(!table.is_expired(TransactionTimer::Timeout, 10));
+
+        table.stop(TransactionTimer::Retransmit);
+        assert_eq!(table.get(TransactionTimer::Retransmit), None);
+        assert!(!table.is_expired(TransactionTimer::Retransmit, 11));
+        assert_eq!(table.next_deadline(), Some(20));
+
+        // Setting again replaces the deadline, earlier or later.
+        table.set(TransactionTimer::Expire, 5);
+        assert_eq!(table.next_deadline(), Some(5));
+        table.set(TransactionTimer::Expire, 50);
+        assert_eq!(table.next_deadline(), Some(20));
+
+        table.stop(TransactionTimer::Timeout);
+        table.stop(TransactionTimer::Expire);
+        assert_eq!(table.next_deadline(), None);
+        // A deadline at 0 is a real deadline (not "unset").
+        table.set(TransactionTimer::Timeout, 0);
+        assert_eq!(table.next_deadline(), Some(0));
+        assert!(table.is_expired(TransactionTimer::Timeout, 0));
     }
 }
