@@ -1,7 +1,7 @@
 //! Forwarding mode and proxy configuration.
 
-#![allow(unused_imports)]
-use super::*;
+use serde::Serialize;
+use std::net::SocketAddr;
 
 /// Forwarding mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -1,7 +1,6 @@
 //! What happened to a datagram: metrics labels, drop reasons, actions.
 
-#![allow(unused_imports)]
-use super::*;
+use crate::msg::Method;
 
 /// Message type for metrics labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,7 +25,7 @@ pub enum MsgLabel {
     Malformed,
 }
 
-pub(super) static CODE_TEXT: [[u8; 3]; 600] = {
+static CODE_TEXT: [[u8; 3]; 600] = {
     let mut t = [[0u8; 3]; 600];
     let mut i = 0;
     while i < 600 {
@@ -42,8 +41,9 @@ pub(super) static CODE_TEXT: [[u8; 3]; 600] = {
 };
 
 impl MsgLabel {
-    pub(super) fn of_method(m: Method<'_>) -> MsgLabel {
-        match m {
+    /// The label of a request with this method.
+    pub(super) fn of_method(method: Method<'_>) -> MsgLabel {
+        match method {
             Method::Invite => MsgLabel::Invite,
             Method::Ack => MsgLabel::Ack,
             Method::Bye => MsgLabel::Bye,
@@ -103,6 +103,7 @@ pub enum DropReason {
     KeepAlive,
 }
 
+/// Every drop reason, in counter-slot order.
 pub(super) const DROP_REASONS: [DropReason; 9] = [
     DropReason::MalformedResponse,
     DropReason::MalformedRequest,
@@ -131,6 +132,7 @@ impl DropReason {
         }
     }
 
+    /// Counter slot of this reason.
     pub(super) fn index(&self) -> usize {
         DROP_REASONS.iter().position(|d| d == self).unwrap_or(0)
     }
@@ -152,7 +154,7 @@ pub enum Action {
     Dropped(DropReason),
 }
 
-/// Result of [`Proxy::handle`].
+/// Result of [`ProxyWorker::handle`](crate::proxy::ProxyWorker::handle).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// Message type.

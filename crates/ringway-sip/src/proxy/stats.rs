@@ -1,7 +1,12 @@
-//! Striped counters and the [`ProxyStats`] snapshot.
+//! Counters, striped per worker so workers do not share cache lines, and
+//! the [`ProxyStats`] snapshot summed over the stripes.
 
-#![allow(unused_imports)]
-use super::*;
+use super::outcome::{DropReason, DROP_REASONS};
+use super::Proxy;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Counters snapshot.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -37,128 +42,148 @@ pub struct ProxyStats {
     pub bindings: u64,
 }
 
-#[derive(Clone, Copy)]
-pub(super) enum C {
-    ReqIn,
-    RespIn,
-    ReqFwd,
-    RespFwd,
-    TxCreated,
-    TxTimedOut,
-    RetransAbsorbed,
-    RetransSent,
-    Overload,
+/// Counted events, one slot each per stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Counter {
+    RequestsReceived,
+    ResponsesReceived,
+    RequestsForwarded,
+    ResponsesForwarded,
+    TransactionsCreated,
+    TransactionsTimedOut,
+    RetransmissionsAbsorbed,
+    RetransmissionsSent,
+    OverloadSheds,
     OverloadStateless,
 }
-pub(super) const NC: usize = 10;
-pub(super) const STRIPES: usize = 8;
 
-#[repr(align(128))]
-pub(super) struct Stripe {
-    pub(super) c: [AtomicU64; NC],
-    pub(super) codes: [AtomicU64; 600],
-    pub(super) drops: [AtomicU64; DROP_REASONS.len()],
+impl Counter {
+    /// Number of counters.
+    pub(super) const COUNT: usize = Counter::OverloadStateless as usize + 1;
 }
 
-impl Stripe {
-    pub(super) fn new() -> Self {
-        Stripe {
-            c: std::array::from_fn(|_| AtomicU64::new(0)),
-            codes: std::array::from_fn(|_| AtomicU64::new(0)),
+/// Number of counter stripes (workers beyond this share stripes).
+const STRIPES: usize = 8;
+
+/// Response codes counted: 100..=699.
+const CODES: usize = 600;
+
+/// One worker's counters, on cache lines of their own.
+#[repr(align(128))]
+pub(super) struct CounterStripe {
+    events: [AtomicU64; Counter::COUNT],
+    responses_generated: [AtomicU64; CODES],
+    drops: [AtomicU64; DROP_REASONS.len()],
+}
+
+impl CounterStripe {
+    fn new() -> Self {
+        CounterStripe {
+            events: std::array::from_fn(|_| AtomicU64::new(0)),
+            responses_generated: std::array::from_fn(|_| AtomicU64::new(0)),
             drops: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
+
+    /// Count one `counter` event.
+    #[inline]
+    pub(super) fn add(&self, counter: Counter) {
+        self.events[counter as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count a response we generated (codes outside 100..=699 are not counted).
+    #[inline]
+    pub(super) fn response_generated(&self, code: u16) {
+        if (100..700).contains(&code) {
+            self.responses_generated[usize::from(code - 100)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Count a dropped datagram.
+    #[inline]
+    pub(super) fn dropped(&self, reason: DropReason) {
+        self.drops[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
+/// All stripes, and the round-robin assignment of stripes to workers.
 pub(super) struct Counters {
-    pub(super) stripes: Box<[Stripe]>,
-}
-
-thread_local! {
-    pub(super) static STRIPE: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES
-    };
-    pub(super) static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
+    stripes: Box<[CounterStripe]>,
+    next_stripe: AtomicUsize,
 }
 
 impl Counters {
     pub(super) fn new() -> Self {
         Counters {
-            stripes: (0..STRIPES).map(|_| Stripe::new()).collect(),
+            stripes: (0..STRIPES).map(|_| CounterStripe::new()).collect(),
+            next_stripe: AtomicUsize::new(0),
         }
     }
-    #[inline]
-    pub(super) fn stripe(&self) -> &Stripe {
-        &self.stripes[STRIPE.with(|s| *s)]
+
+    /// The stripe for a new worker (round-robin).
+    pub(super) fn next_stripe(&self) -> &CounterStripe {
+        let index = self.next_stripe.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        &self.stripes[index]
     }
-    #[inline]
-    pub(super) fn inc(&self, c: C) {
-        self.stripe().c[c as usize].fetch_add(1, Ordering::Relaxed);
+
+    /// A stripe chosen from a datagram's source (for the per-call worker of
+    /// the temporary `Proxy::handle`: no shared write to pick it, and a
+    /// kernel that spreads sources over threads spreads them over stripes).
+    pub(super) fn stripe_for_source(&self, src: SocketAddr) -> &CounterStripe {
+        let ip = match src.ip() {
+            IpAddr::V4(v4) => u64::from(u32::from(v4)),
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                (bits ^ (bits >> 64)) as u64
+            }
+        };
+        let mixed = (ip ^ (u64::from(src.port()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.stripes[(mixed >> 32) as usize % STRIPES]
     }
-    pub(super) fn code(&self, code: u16) {
-        if (100..700).contains(&code) {
-            self.stripe().codes[(code - 100) as usize].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    pub(super) fn drop(&self, d: DropReason) {
-        self.stripe().drops[d.index()].fetch_add(1, Ordering::Relaxed);
-    }
-    pub(super) fn sum(&self, c: C) -> u64 {
+
+    fn sum(&self, read: impl Fn(&CounterStripe) -> &AtomicU64) -> u64 {
         self.stripes
             .iter()
-            .map(|s| s.c[c as usize].load(Ordering::Relaxed))
+            .map(|stripe| read(stripe).load(Ordering::Relaxed))
             .sum()
     }
-}
 
-/// Take the thread-local scratch buffer (reentrancy-safe).
-pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-    let mut v = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-    let r = f(&mut v);
-    SCRATCH.with(|s| *s.borrow_mut() = v);
-    r
+    fn event(&self, counter: Counter) -> u64 {
+        self.sum(|stripe| &stripe.events[counter as usize])
+    }
 }
 
 impl Proxy {
-    /// Counter snapshot.
+    /// Counter snapshot (summed over all workers).
     pub fn stats(&self) -> ProxyStats {
-        let c = &self.counters;
-        let mut codes = BTreeMap::new();
-        for i in 0..600 {
-            let v: u64 = c
-                .stripes
-                .iter()
-                .map(|s| s.codes[i].load(Ordering::Relaxed))
-                .sum();
-            if v > 0 {
-                codes.insert(i as u16 + 100, v);
+        let counters = &self.counters;
+        let mut responses_generated = BTreeMap::new();
+        for slot in 0..CODES {
+            let count = counters.sum(|stripe| &stripe.responses_generated[slot]);
+            if count > 0 {
+                responses_generated.insert(slot as u16 + 100, count);
             }
         }
         let mut drops = BTreeMap::new();
-        for (i, d) in DROP_REASONS.iter().enumerate() {
-            let v: u64 = c
-                .stripes
-                .iter()
-                .map(|s| s.drops[i].load(Ordering::Relaxed))
-                .sum();
-            if v > 0 {
-                drops.insert(d.as_str(), v);
+        for (slot, reason) in DROP_REASONS.iter().enumerate() {
+            let count = counters.sum(|stripe| &stripe.drops[slot]);
+            if count > 0 {
+                drops.insert(reason.as_str(), count);
             }
         }
         ProxyStats {
-            requests_received: c.sum(C::ReqIn),
-            responses_received: c.sum(C::RespIn),
-            requests_forwarded: c.sum(C::ReqFwd),
-            responses_forwarded: c.sum(C::RespFwd),
-            transactions_active: self.active.load(Ordering::Relaxed) as u64,
-            transactions_created: c.sum(C::TxCreated),
-            transactions_timed_out: c.sum(C::TxTimedOut),
-            retransmissions_absorbed: c.sum(C::RetransAbsorbed),
-            retransmissions_sent: c.sum(C::RetransSent),
-            overload_sheds: c.sum(C::Overload),
-            overload_stateless: c.sum(C::OverloadStateless),
-            responses_generated: codes,
+            requests_received: counters.event(Counter::RequestsReceived),
+            responses_received: counters.event(Counter::ResponsesReceived),
+            requests_forwarded: counters.event(Counter::RequestsForwarded),
+            responses_forwarded: counters.event(Counter::ResponsesForwarded),
+            transactions_active: self.active_transactions.load(Ordering::Relaxed) as u64,
+            transactions_created: counters.event(Counter::TransactionsCreated),
+            transactions_timed_out: counters.event(Counter::TransactionsTimedOut),
+            retransmissions_absorbed: counters.event(Counter::RetransmissionsAbsorbed),
+            retransmissions_sent: counters.event(Counter::RetransmissionsSent),
+            overload_sheds: counters.event(Counter::OverloadSheds),
+            overload_stateless: counters.event(Counter::OverloadStateless),
+            responses_generated,
             drops,
             bindings: self.store.len() as u64,
         }

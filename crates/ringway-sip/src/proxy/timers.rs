@@ -1,9 +1,16 @@
 //! RFC 3261 timers: the constants, each transaction's [`TimerTable`]
-//! (deadlines as data, indexed by [`TransactionTimer`]), and the proxy's
-//! timer driver (`on_timer`, `fire`, `next_deadline`).
+//! (deadlines as data, indexed by [`TransactionTimer`]), and the timer
+//! driver (`ProxyWorker::on_timer`, `fire`, `Proxy::next_deadline`).
 
-#![allow(unused_imports)]
-use super::*;
+use super::stats::Counter;
+use super::transaction::{lock, Class, ServerState, Shard, Transaction, TransactionKey};
+use super::worker::{send, ProxyWorker};
+use super::Proxy;
+use crate::edit::{build_response, forward_response};
+use crate::msg::SipMsg;
+use std::cmp::Reverse;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 /// RFC 3261 T1 (RTT estimate), ns.
 pub const T1: u64 = 500_000_000;
@@ -72,25 +79,29 @@ impl TimerTable {
     }
 }
 
-impl Proxy {
-    // ---------------------------------------------------------------- timers
+/// Registrar expiry sweeps run at most this often (ns).
+const EXPIRY_SWEEP_INTERVAL: u64 = 1_000_000_000;
 
-    /// Run due timers: retransmissions (A/E/G), timeouts with 408 or 487
-    /// upstream (B/F/C, CANCEL downstream on C), cleanup (D/H/I/J/K) and
-    /// registrar expiry (once per second). Returns the number of timer
-    /// events processed. Call it at (or after) [`Self::next_deadline`].
-    pub fn on_timer(&self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
-        let mut n = 0;
-        let last = self.last_expire.load(Ordering::Relaxed);
-        if now >= last.saturating_add(1_000_000_000)
-            && self
-                .last_expire
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+impl ProxyWorker<'_> {
+    /// [`ProxyWorker::on_timer`]: the registrar sweep, then every due
+    /// transaction, shard by shard.
+    pub(super) fn run_due_timers(
+        &mut self,
+        now: u64,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> usize {
+        let proxy = self.proxy();
+        let mut events = 0;
+        let last_sweep = proxy.last_expiry_sweep.load(Ordering::Relaxed);
+        if now >= last_sweep.saturating_add(EXPIRY_SWEEP_INTERVAL)
+            && proxy
+                .last_expiry_sweep
+                .compare_exchange(last_sweep, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            n += self.store.expire(now);
+            events += proxy.store.expire(now);
         }
-        for shard in self.shards.iter() {
+        for shard in proxy.shards.iter() {
             let mut shard = lock(shard);
             while let Some(&Reverse(entry)) = shard.timers.peek() {
                 if entry.deadline > now {
@@ -100,17 +111,17 @@ impl Proxy {
                 if !shard.is_live(&entry) {
                     continue;
                 }
-                n += 1;
+                events += 1;
                 self.fire(&mut shard, now, entry.key(), out);
             }
         }
-        n
+        events
     }
 
     /// Run the due timers of the transaction `key`: retransmit, time out
     /// (answering 408/487 upstream, CANCEL downstream after timer C),
     /// remove once expired; otherwise queue its next deadline.
-    pub(super) fn fire(
+    fn fire(
         &self,
         shard: &mut Shard,
         now: u64,
@@ -126,7 +137,7 @@ impl Proxy {
             {
                 if let (Some(to), bytes) = transaction.retransmission() {
                     send(out, to, bytes);
-                    self.counters.inc(C::RetransSent);
+                    self.stripe.add(Counter::RetransmissionsSent);
                 }
                 transaction.back_off_retransmit(now);
             }
@@ -134,53 +145,68 @@ impl Proxy {
                 .timers
                 .is_expired(TransactionTimer::Timeout, now)
             {
-                cancel_due = transaction.time_out();
-                self.counters.inc(C::TxTimedOut);
-                if transaction.class != Class::Cancel
-                    && transaction.server == ServerState::Proceeding
-                {
-                    let (code, reason) = if transaction.cancelled {
-                        (487, "Request Terminated")
-                    } else {
-                        (408, "Request Timeout")
-                    };
-                    if let (Some(up), Ok(req)) =
-                        (transaction.upstream, SipMsg::parse(&transaction.request))
-                    {
-                        let mut response = Vec::new();
-                        build_response_below_top_via(&req, code, reason, &mut response);
-                        send(out, up, &response);
-                        self.counters.code(code);
-                        transaction.last_response = response;
-                    }
-                    transaction.complete_timed_out(now, code);
-                } else {
-                    transaction.end_after_timeout(now);
-                }
+                cancel_due = self.time_out(transaction, now, out);
             }
             remove = transaction.timers.is_expired(TransactionTimer::Expire, now);
         }
         if cancel_due {
-            self.spawn_cancel(shard, now, key.hash, None, out);
+            self.cancel_downstream(shard, now, key.hash, out);
         }
         if remove {
             if shard.transactions.remove(&key).is_some() {
-                self.active.fetch_sub(1, Ordering::Relaxed);
+                self.proxy()
+                    .active_transactions
+                    .fetch_sub(1, Ordering::Relaxed);
             }
         } else {
             shard.schedule(key);
         }
     }
 
+    /// Timer B/F/C fired: the client side gives up; a request not yet
+    /// answered upstream gets 408 (487 if cancelled). Returns whether a
+    /// CANCEL is due downstream (timer C).
+    fn time_out(
+        &self,
+        transaction: &mut Transaction,
+        now: u64,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> bool {
+        let cancel_due = transaction.time_out();
+        self.stripe.add(Counter::TransactionsTimedOut);
+        if transaction.class == Class::Cancel || transaction.server != ServerState::Proceeding {
+            transaction.end_after_timeout(now);
+            return cancel_due;
+        }
+        let (code, reason) = if transaction.cancelled {
+            (487, "Request Terminated")
+        } else {
+            (408, "Request Timeout")
+        };
+        if let (Some(upstream), Ok(forwarded)) =
+            (transaction.upstream, SipMsg::parse(&transaction.request))
+        {
+            let mut response = Vec::new();
+            build_response_below_top_via(&forwarded, code, reason, &mut response);
+            send(out, upstream, &response);
+            self.stripe.response_generated(code);
+            transaction.last_response = response;
+        }
+        transaction.complete_timed_out(now, code);
+        cancel_due
+    }
+}
+
+impl Proxy {
     /// Earliest pending timer (ns), if any: transaction timers and, while
     /// the registrar holds bindings, the next once-a-second expiry sweep.
     pub fn next_deadline(&self) -> Option<u64> {
         let mut best: Option<u64> = None;
-        if self.cfg.registrar && !self.store.is_empty() {
+        if self.config.registrar && !self.store.is_empty() {
             best = Some(
-                self.last_expire
+                self.last_expiry_sweep
                     .load(Ordering::Relaxed)
-                    .saturating_add(1_000_000_000),
+                    .saturating_add(EXPIRY_SWEEP_INTERVAL),
             );
         }
         for shard in self.shards.iter() {
@@ -195,6 +221,33 @@ impl Proxy {
             }
         }
         best
+    }
+}
+
+/// A response to the original request, built from our forwarded copy by
+/// leaving out our own (top) Via.
+fn build_response_below_top_via(
+    forwarded: &SipMsg<'_>,
+    code: u16,
+    reason: &str,
+    out: &mut Vec<u8>,
+) {
+    let mut with_our_via = Vec::new();
+    build_response(
+        forwarded,
+        code,
+        reason,
+        &[],
+        Some("rw-timeout"),
+        &mut with_our_via,
+    );
+    match SipMsg::parse(&with_our_via) {
+        Ok(response) => {
+            if forward_response(&response, out).is_err() {
+                out.clear();
+            }
+        }
+        Err(_) => out.clear(),
     }
 }
 

@@ -384,8 +384,8 @@ mod tests {
 
     #[test]
     fn final_response_stops_client_timers_and_completion_arms_server_timers() {
-        let up = addr("192.0.2.1:5060");
-        let mut invite = Transaction::new(Class::Invite, Some(up));
+        let upstream = addr("192.0.2.1:5060");
+        let mut invite = Transaction::new(Class::Invite, Some(upstream));
         invite.start_client(0, addr("192.0.2.2:5060"));
         invite.cancel_pending = true;
 
@@ -415,7 +415,10 @@ mod tests {
             invite.timers.get(TransactionTimer::Expire),
             Some(30 + TIMER_64T1)
         );
-        assert_eq!(invite.retransmission(), (Some(up), &b"SIP/2.0 486"[..]));
+        assert_eq!(
+            invite.retransmission(),
+            (Some(upstream), &b"SIP/2.0 486"[..])
+        );
 
         // The ACK: retransmissions stop, timer I ends it after T4.
         invite.confirm(40);
