@@ -71,9 +71,11 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
             max_transactions: 1 << 20,
             domains: vec![],
         });
+        // One worker, held for the whole run, as an I/O thread would.
+        let mut worker = p.worker();
         // Forwarded INVITEs, and the UAS's 200 built from one of them.
         let mut fwd = Vec::new();
-        p.handle(0, uac, &msgs[0], &mut |a, b| {
+        worker.handle(0, uac, &msgs[0], &mut |a, b| {
             if a == uas {
                 fwd = b.to_vec()
             }
@@ -94,11 +96,11 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
         let t = Instant::now();
         for i in 0..n {
             let msg = &msgs[(i % 1024) as usize];
-            p.handle(i, uac, msg, &mut |_, b| bytes += b.len());
+            worker.handle(i, uac, msg, &mut |_, b| bytes += b.len());
             if mode == Mode::Stateful && i % 1024 == 1023 {
                 // keep the table bounded: let everything time out
-                p.on_timer(i + 1_000_000_000_000, &mut |_, _| {});
-                p.on_timer(i + 2_000_000_000_000, &mut |_, _| {});
+                worker.on_timer(i + 1_000_000_000_000, &mut |_, _| {});
+                worker.on_timer(i + 2_000_000_000_000, &mut |_, _| {});
             }
         }
         let dt = t.elapsed().as_secs_f64();
@@ -109,7 +111,7 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
         );
         let t = Instant::now();
         for i in 0..n {
-            p.handle(i, uas, &resp, &mut |_, b| bytes += b.len());
+            worker.handle(i, uas, &resp, &mut |_, b| bytes += b.len());
         }
         let dt = t.elapsed().as_secs_f64();
         println!(

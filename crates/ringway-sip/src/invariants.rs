@@ -97,16 +97,17 @@ pub fn proxy_sequence(data: &[u8]) {
     let mut sink = |to: SocketAddr, b: &[u8]| {
         assert!(to.port() != 0 && !b.is_empty(), "bad output to {to}");
     };
+    let mut workers = [proxies[0].worker(), proxies[1].worker()];
     for (i, dg) in data.split(|&b| b == 0xFF).enumerate() {
-        for p in &proxies {
-            p.handle(now, src, dg, &mut sink);
-            p.on_timer(now, &mut sink);
+        for worker in &mut workers {
+            worker.handle(now, src, dg, &mut sink);
+            worker.on_timer(now, &mut sink);
         }
         now += (i as u64 % 7) * 3_000_000_000;
     }
-    for p in &proxies {
-        p.on_timer(now + 400_000_000_000, &mut sink);
-        assert!(p.stats().transactions_active <= 8 + 8);
+    for worker in &mut workers {
+        worker.on_timer(now + 400_000_000_000, &mut sink);
+        assert!(worker.proxy().stats().transactions_active <= 8 + 8);
     }
 }
 

@@ -9,11 +9,12 @@
 //! Nothing here opens sockets, reads clocks or spawns threads: callers pass
 //! `now` (monotonic nanoseconds) and datagrams, and receive datagrams to send.
 //!
-//! Driving a [`Proxy`] from an I/O loop (one `Arc<Proxy>` shared by all
-//! worker threads; every method takes `&self`):
+//! Driving a [`Proxy`] from an I/O loop: one `Arc<Proxy>` shared by all
+//! worker threads, each holding its own [`ProxyWorker`] (scratch buffer and
+//! counters) for its lifetime:
 //!
 //! ```
-//! use ringway_sip::{Action, Mode, Proxy, ProxyConfig};
+//! use ringway_sip::{Action, Mode, Proxy, ProxyConfig, ProxyWorker};
 //! use std::net::SocketAddr;
 //!
 //! let proxy = Proxy::new(ProxyConfig {
@@ -26,16 +27,17 @@
 //! Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK1\r\n\
 //! From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
 //! Call-ID: doc1\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
+//! let mut worker: ProxyWorker<'_> = proxy.worker(); // one per thread
 //! let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
 //! let now = 0; // monotonic ns from the caller's clock
-//! let o = proxy.handle(now, "192.0.2.1:5060".parse().unwrap(), invite,
-//!                      &mut |to, bytes| out.push((to, bytes.to_vec())));
+//! let o = worker.handle(now, "192.0.2.1:5060".parse().unwrap(), invite,
+//!                       &mut |to, bytes| out.push((to, bytes.to_vec())));
 //! assert_eq!(o.action, Action::Forwarded { copies: 1 });
 //! assert_eq!(out.len(), 2); // 100 Trying upstream + the INVITE downstream
 //! // Timers: sleep until next_deadline() (None: nothing pending), then call
 //! // on_timer with the current time. Registrar expiry is included.
 //! let t = proxy.next_deadline().unwrap();
-//! proxy.on_timer(t, &mut |to, bytes| out.push((to, bytes.to_vec())));
+//! worker.on_timer(t, &mut |to, bytes| out.push((to, bytes.to_vec())));
 //! assert_eq!(out.len(), 3); // timer A retransmitted the INVITE
 //! ```
 
@@ -54,6 +56,8 @@ pub use edit::{
     build_response, forward_request, forward_response, EditError, RequestEdits, ViaEdit,
 };
 pub use msg::{HeaderKind, Method, ParseError, SipMsg, Via};
-pub use proxy::{Action, DropReason, Mode, MsgLabel, Outcome, Proxy, ProxyConfig, ProxyStats};
+pub use proxy::{
+    Action, DropReason, Mode, MsgLabel, Outcome, Proxy, ProxyConfig, ProxyStats, ProxyWorker,
+};
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use uri::{NameAddr, SipUri};

@@ -28,22 +28,23 @@ fn stateless_forwarding_does_not_allocate() {
     let invs: Vec<Vec<u8>> = (0..50)
         .map(|i| invite(&format!("z9hG4bKa{i}"), "sip:bob@example.com", ""))
         .collect();
+    let mut worker = p.worker();
     let mut fwd = Vec::new();
-    p.handle(0, addr(UAC), &invs[0], &mut |a, b| {
+    worker.handle(0, addr(UAC), &invs[0], &mut |a, b| {
         if a == addr(UAS) {
             fwd = b.to_vec()
         }
     });
     let resp = response_to(&fwd, 200, "OK", "");
-    // warm-up (thread-local scratch, counters, finder)
-    p.handle(0, addr(UAS), &resp, &mut |_, _| {});
+    // warm-up (the worker's scratch buffer, counters, finder)
+    worker.handle(0, addr(UAS), &resp, &mut |_, _| {});
 
     let (sent, allocs) = counted(|| {
         let mut sent = 0usize;
         for inv in &invs {
-            let o = p.handle(1, addr(UAC), inv, &mut |_, b| sent += b.len());
+            let o = worker.handle(1, addr(UAC), inv, &mut |_, b| sent += b.len());
             assert_eq!(o.action, Action::Forwarded { copies: 1 });
-            let o = p.handle(1, addr(UAS), &resp, &mut |_, b| sent += b.len());
+            let o = worker.handle(1, addr(UAS), &resp, &mut |_, b| sent += b.len());
             assert_eq!(o.action, Action::Forwarded { copies: 1 });
             assert!(SipMsg::parse(inv).is_ok());
         }

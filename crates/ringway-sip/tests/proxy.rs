@@ -747,12 +747,13 @@ fn shared_across_threads() {
             .map(|t| {
                 let p = p.clone();
                 std::thread::spawn(move || {
+                    let mut worker = p.worker();
                     let mut sent = 0u64;
                     for i in 0..500u64 {
                         let inv = invite(&format!("z9hG4bKmt{t}x{i}"), "sip:bob@example.com", "");
-                        p.handle(i, addr(UAC), &inv, &mut |_, _| sent += 1);
+                        worker.handle(i, addr(UAC), &inv, &mut |_, _| sent += 1);
                         if i % 50 == 0 {
-                            p.on_timer(i * 1_000_000_000, &mut |_, _| sent += 1);
+                            worker.on_timer(i * 1_000_000_000, &mut |_, _| sent += 1);
                         }
                     }
                     sent
@@ -768,8 +769,9 @@ fn shared_across_threads() {
             assert_eq!(st.transactions_created, 2000);
             assert_eq!(st.responses_generated.get(&100), Some(&2000));
             // Everything drains once all timers have run.
+            let mut worker = p.worker();
             for k in 1..10u64 {
-                p.on_timer(k * 100 * 1_000_000_000 + 1_000_000_000_000, &mut |_, _| {});
+                worker.on_timer(k * 100 * 1_000_000_000 + 1_000_000_000_000, &mut |_, _| {});
             }
             assert_eq!(p.stats().transactions_active, 0);
             assert_eq!(p.next_deadline(), None);

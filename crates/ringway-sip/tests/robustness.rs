@@ -129,12 +129,13 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
     }
     for (i, p) in proxies.iter().enumerate() {
         let mut n = 0;
-        p.handle(i as u64, addr(UAC), data, &mut |to, b| {
+        let mut worker = p.worker();
+        worker.handle(i as u64, addr(UAC), data, &mut |to, b| {
             assert!(!b.is_empty() && ringway_sip::proxy::sendable(&to));
             n += 1;
         });
         assert!(n <= 2);
-        p.on_timer(40_000_000_000, &mut |_, _| {});
+        worker.on_timer(40_000_000_000, &mut |_, _| {});
     }
 }
 

@@ -224,9 +224,11 @@ fn torture_messages_through_proxy() {
                 .get(name.as_str())
                 .unwrap_or_else(|| panic!("no expectation for {name}"));
             let mut sent = Vec::new();
-            let o = p.handle(0, addr("192.0.2.1:5060"), &data, &mut |a, b| {
-                sent.push((a, b.to_vec()))
-            });
+            let o = p
+                .worker()
+                .handle(0, addr("192.0.2.1:5060"), &data, &mut |a, b| {
+                    sent.push((a, b.to_vec()))
+                });
             match e {
                 Fwd(to) => {
                     assert_eq!(
@@ -366,9 +368,11 @@ fn rfc5118_sdp_content_length_caveat() {
         );
         let p = proxy(Mode::Stateless);
         let mut sent = Vec::new();
-        let o = p.handle(0, addr("192.0.2.1:5060"), fixed.as_bytes(), &mut |a, b| {
-            sent.push((a, b.to_vec()))
-        });
+        let o = p
+            .worker()
+            .handle(0, addr("192.0.2.1:5060"), fixed.as_bytes(), &mut |a, b| {
+                sent.push((a, b.to_vec()))
+            });
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{f}");
         let out = SipMsg::parse(&sent[0].1).unwrap();
         assert_eq!(out.body().len(), actual, "{f}");

@@ -16,15 +16,20 @@ pub(crate) fn addr(s: &str) -> SocketAddr {
 /// Sent datagrams.
 pub(crate) type Sent = Vec<(SocketAddr, Vec<u8>)>;
 
+/// Handle `msg` through a worker of `p` (any worker sees every transaction).
 pub(crate) fn handle(p: &Proxy, now: u64, src: &str, msg: &[u8]) -> (Outcome, Sent) {
     let mut sent = Vec::new();
-    let o = p.handle(now, addr(src), msg, &mut |a, b| sent.push((a, b.to_vec())));
+    let o = p
+        .worker()
+        .handle(now, addr(src), msg, &mut |a, b| sent.push((a, b.to_vec())));
     (o, sent)
 }
 
 pub(crate) fn timer(p: &Proxy, now: u64) -> (usize, Sent) {
     let mut sent = Vec::new();
-    let n = p.on_timer(now, &mut |a, b| sent.push((a, b.to_vec())));
+    let n = p
+        .worker()
+        .on_timer(now, &mut |a, b| sent.push((a, b.to_vec())));
     (n, sent)
 }
 

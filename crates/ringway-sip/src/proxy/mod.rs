@@ -1,0 +1,157 @@
+//! The proxy core: stateless and transaction-stateful forwarding, loose
+//! routing with Record-Route, registrar, and RFC 3261 request validation.
+//!
+//! One [`Proxy`] is shared (`Arc`) by all worker threads. Each thread drives
+//! it through its own [`ProxyWorker`] ([`Proxy::worker`]), which holds that
+//! thread's scratch buffer and counter stripe; transactions live in the
+//! `Proxy`, in hash-sharded tables behind mutexes, so a response may reach
+//! any worker. No I/O: [`ProxyWorker::handle`] and [`ProxyWorker::on_timer`]
+//! emit datagrams through the `out` callback (destination always an IP
+//! literal), and the caller drives timers with [`Proxy::next_deadline`].
+//! The `out` callback must not call back into the same `Proxy` (it may run
+//! while a shard lock is held).
+//!
+//! Routing choices (no DNS is ever done):
+//! - next hop = first remaining Route (if its host is an IP literal), else
+//!   the Request-URI host if it is an IP literal and not ours, else the
+//!   registrar binding for a Request-URI at our domain, else `route_to`;
+//! - if none applies the request gets `404 Not Found` (RFC 3261 21.4.5: the
+//!   domain is not one we handle and we cannot resolve it);
+//! - responses go to the next Via's `received`/`rport`/sent-by; a Via whose
+//!   host is a name without `received` cannot be routed and is dropped;
+//! - never sends to unspecified, broadcast or multicast addresses or port 0.
+//! - Responses we generate go to the request's source address (port from
+//!   the source when the top Via has `rport`, else the sent-by port).
+
+// Layout: `worker` (ProxyWorker, entry point, local responses), `request`
+// (new requests: overload, validation, routing, dispatch), `routing`
+// (16.3, 16.4, 16.6, next hop), `stateful` (requests matching transactions,
+// stateful forwarding), `response`, `cancel`, `register`, `timers` (timer
+// table and driver), `transaction` (state machine, shards), `branch`
+// (request keys, branch and To-tag), `config`, `outcome`, `stats`.
+
+mod branch;
+mod cancel;
+mod config;
+mod outcome;
+mod register;
+mod request;
+mod response;
+mod routing;
+mod stateful;
+mod stats;
+mod timers;
+mod transaction;
+mod worker;
+
+pub use config::{Mode, ProxyConfig};
+pub use outcome::{Action, DropReason, MsgLabel, Outcome};
+pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES};
+pub use routing::sendable;
+pub use stats::ProxyStats;
+pub use timers::{T1, T2, T4, TIMER_64T1, TIMER_C};
+pub use worker::ProxyWorker;
+
+use crate::hash::Hash64;
+use crate::registrar::{LocationStore, MemoryStore};
+use stats::Counters;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use transaction::{Shard, SHARDS};
+
+/// The SIP proxy/registrar core, shared by all workers (`Send + Sync`).
+pub struct Proxy {
+    config: ProxyConfig,
+    /// `host:port` we put in Via.
+    sent_by: String,
+    /// Our Record-Route URI (`sip:host:port;lr`).
+    record_route_uri: String,
+    /// Seed of every hash we put on the wire (branches, To-tags).
+    secret: u64,
+    store: Arc<dyn LocationStore>,
+    shards: Box<[Mutex<Shard>]>,
+    active_transactions: AtomicUsize,
+    counters: Counters,
+    /// When the registrar's expiry sweep last ran (ns).
+    last_expiry_sweep: AtomicU64,
+}
+
+impl Proxy {
+    /// A proxy with an in-memory location store of 100 000 bindings.
+    pub fn new(config: ProxyConfig) -> Self {
+        Self::with_store(config, Arc::new(MemoryStore::new(100_000)))
+    }
+
+    /// A proxy using `store` as location service.
+    pub fn with_store(config: ProxyConfig, store: Arc<dyn LocationStore>) -> Self {
+        let sent_by = config.local.to_string();
+        let record_route_uri = format!("sip:{sent_by};lr");
+        let secret = Hash64::new(0x5EC2E7)
+            .str(&sent_by)
+            .str(&format!("{:?}", config.mode))
+            .finish();
+        Proxy {
+            config,
+            sent_by,
+            record_route_uri,
+            secret,
+            store,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            active_transactions: AtomicUsize::new(0),
+            counters: Counters::new(),
+            last_expiry_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// Replace the branch-hash secret (e.g. random at start-up).
+    pub fn set_secret(&mut self, secret: u64) {
+        self.secret = secret;
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// The location store.
+    pub fn store(&self) -> &Arc<dyn LocationStore> {
+        &self.store
+    }
+
+    /// A handle for one worker thread: its own scratch buffer and counter
+    /// stripe (assigned round-robin). Hold it for the thread's lifetime;
+    /// every worker sees every transaction.
+    pub fn worker(&self) -> ProxyWorker<'_> {
+        ProxyWorker::new(self, self.counters.next_stripe())
+    }
+
+    /// Process one received datagram.
+    ///
+    /// Temporary: creates a worker per call (a scratch allocation for
+    /// datagrams it builds, the counter stripe chosen from `src`); drivers
+    /// should hold a [`ProxyWorker`] and call [`ProxyWorker::handle`].
+    pub fn handle(
+        &self,
+        now: u64,
+        src: SocketAddr,
+        datagram: &[u8],
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        ProxyWorker::temporary(self, self.counters.stripe_for_source(src))
+            .handle(now, src, datagram, out)
+    }
+
+    /// Run due timers.
+    ///
+    /// Temporary: creates a worker per call; drivers should hold a
+    /// [`ProxyWorker`] and call [`ProxyWorker::on_timer`].
+    pub fn on_timer(&self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
+        ProxyWorker::temporary(self, self.counters.next_stripe()).on_timer(now, out)
+    }
+
+    /// The shard holding transactions of hash `hash`.
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[(hash >> 58) as usize % SHARDS]
+    }
+}

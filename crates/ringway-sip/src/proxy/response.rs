@@ -1,0 +1,247 @@
+//! Responses: ours (top Via) or dropped; in stateful mode matched to their
+//! client transaction by our branch, otherwise (and when nothing matches)
+//! forwarded along the Via stack (RFC 3261 16.7, 16.11).
+
+use super::branch::Branch;
+use super::cancel::build_hop_request;
+use super::config::Mode;
+use super::outcome::{Action, DropReason, MsgLabel, Outcome};
+use super::routing::sendable;
+use super::stats::Counter;
+use super::transaction::{lock, Class, ClientState, ServerState, Transaction, TransactionKey};
+use super::worker::{scratch_for, send, ProxyWorker};
+use crate::edit::forward_response;
+use crate::msg::{Method, SipMsg};
+use std::net::SocketAddr;
+
+impl ProxyWorker<'_> {
+    pub(super) fn on_response(
+        &mut self,
+        now: u64,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        self.stripe.add(Counter::ResponsesReceived);
+        let label = MsgLabel::Response(msg.status().unwrap_or(0));
+        let action = self.route_response(now, msg, out);
+        Outcome { label, action }
+    }
+
+    fn route_response(
+        &mut self,
+        now: u64,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        let proxy = self.proxy();
+        let Some(top) = msg.top_via() else {
+            return self.drop_datagram(DropReason::MalformedResponse);
+        };
+        if !proxy.is_our_via(&top) {
+            return self.drop_datagram(DropReason::ResponseNotOurs);
+        }
+        if proxy.config.mode == Mode::Stateful {
+            if let Some(keys) = top.branch.and_then(Branch::parse) {
+                let method = msg.cseq().map_or(Method::Other(""), |cseq| cseq.1);
+                let key = TransactionKey::new(keys.transaction, Class::of(method));
+                if let Some(action) = self.on_transaction_response(now, msg, key, out) {
+                    return action;
+                }
+            }
+        }
+        self.forward_along_vias(msg, out)
+    }
+
+    /// Forward a response to the next Via, statelessly.
+    fn forward_along_vias(
+        &mut self,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
+            return self.drop_datagram(DropReason::UnroutableResponse);
+        };
+        if !sendable(&to) {
+            return self.drop_datagram(DropReason::ForbiddenDestination);
+        }
+        let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());
+        match forward_response(msg, buf) {
+            Ok(_) => {
+                send(out, to, buf);
+                self.stripe.add(Counter::ResponsesForwarded);
+                Action::Forwarded { copies: 1 }
+            }
+            Err(_) => self.drop_datagram(DropReason::MalformedResponse),
+        }
+    }
+
+    /// A response for the client transaction `key`; `None` if we hold none.
+    fn on_transaction_response(
+        &mut self,
+        now: u64,
+        msg: &SipMsg<'_>,
+        key: TransactionKey,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Option<Action> {
+        let code = msg.status().unwrap_or(0);
+        let mut shard = lock(self.proxy().shard(key.hash));
+        let transaction = shard.transactions.get_mut(&key)?;
+        let mut cancel_due = false;
+        let action = if key.class == Class::Cancel {
+            // Response to our CANCEL: hop-by-hop, never forwarded.
+            if code >= 200 {
+                transaction.cancel_answered(now);
+            }
+            Action::Absorbed
+        } else if code < 200 {
+            cancel_due = transaction.client_provisional(now);
+            self.provisional_response(transaction, msg, code, out)
+        } else if transaction.client == ClientState::Done {
+            self.retransmitted_final_response(transaction, msg, code, out)
+        } else {
+            self.final_response(now, transaction, msg, code, out)
+        };
+        if let Action::Dropped(reason) = action {
+            self.stripe.dropped(reason);
+        }
+        if cancel_due {
+            self.cancel_downstream(&mut shard, now, key.hash, out);
+        }
+        shard.schedule(key);
+        Some(action)
+    }
+
+    /// A provisional: relayed upstream unless it is a 100 (hop-by-hop,
+    /// RFC 3261 16.7) or a final response already went upstream.
+    fn provisional_response(
+        &mut self,
+        transaction: &mut Transaction,
+        msg: &SipMsg<'_>,
+        code: u16,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        if code == 100 || transaction.server != ServerState::Proceeding {
+            // A 100 is consumed, not a retransmission.
+            if code != 100 {
+                self.stripe.add(Counter::RetransmissionsAbsorbed);
+            }
+            return Action::Absorbed;
+        }
+        self.relay_upstream(transaction, msg, out)
+    }
+
+    /// A final response again: a non-2xx to an INVITE is ACKed again, a
+    /// 2xx to an INVITE goes on end to end, anything else is absorbed.
+    fn retransmitted_final_response(
+        &mut self,
+        transaction: &Transaction,
+        msg: &SipMsg<'_>,
+        code: u16,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        match transaction.class {
+            Class::Invite if code >= 300 => {
+                self.ack_downstream(transaction, msg, out);
+                self.stripe.add(Counter::RetransmissionsAbsorbed);
+                Action::Absorbed
+            }
+            Class::Invite => self.forward_upstream(transaction.upstream, msg, out),
+            _ => {
+                self.stripe.add(Counter::RetransmissionsAbsorbed);
+                Action::Absorbed
+            }
+        }
+    }
+
+    /// The first final response: the client side is done (a non-2xx to an
+    /// INVITE is ACKed hop by hop); relayed upstream, completing (or, 2xx
+    /// to an INVITE, accepting) the server side, unless one already went.
+    fn final_response(
+        &mut self,
+        now: u64,
+        transaction: &mut Transaction,
+        msg: &SipMsg<'_>,
+        code: u16,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        transaction.client_final();
+        let invite = transaction.class == Class::Invite;
+        if invite && code >= 300 {
+            self.ack_downstream(transaction, msg, out);
+        }
+        if transaction.server != ServerState::Proceeding {
+            // Already answered upstream (408/487 after a timeout): only a
+            // 2xx to an INVITE still goes on, end to end.
+            return if invite && code < 300 {
+                self.forward_upstream(transaction.upstream, msg, out)
+            } else {
+                Action::Absorbed
+            };
+        }
+        let action = self.relay_upstream(transaction, msg, out);
+        if invite && code < 300 {
+            transaction.accept(now);
+        } else {
+            transaction.complete(now, code);
+        }
+        action
+    }
+
+    /// Send the response upstream, kept as the transaction's last response
+    /// (drops are counted by the caller).
+    fn relay_upstream(
+        &self,
+        transaction: &mut Transaction,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        let forwarded = forward_response(msg, &mut transaction.last_response);
+        match (transaction.upstream, forwarded) {
+            (Some(upstream), Ok(_)) if sendable(&upstream) => {
+                send(out, upstream, &transaction.last_response);
+                self.stripe.add(Counter::ResponsesForwarded);
+                Action::Forwarded { copies: 1 }
+            }
+            _ => Action::Dropped(DropReason::UnroutableResponse),
+        }
+    }
+
+    /// Send the response upstream without keeping it (drops are counted by
+    /// the caller).
+    fn forward_upstream(
+        &mut self,
+        upstream: Option<SocketAddr>,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        let Some(upstream) = upstream.filter(sendable) else {
+            return Action::Dropped(DropReason::UnroutableResponse);
+        };
+        let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());
+        match forward_response(msg, buf) {
+            Ok(_) => {
+                send(out, upstream, buf);
+                self.stripe.add(Counter::ResponsesForwarded);
+                Action::Forwarded { copies: 1 }
+            }
+            Err(_) => Action::Dropped(DropReason::MalformedResponse),
+        }
+    }
+
+    /// ACK a non-2xx final response hop by hop (RFC 3261 17.1.1.3).
+    fn ack_downstream(
+        &mut self,
+        transaction: &Transaction,
+        response: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) {
+        let (Some(downstream), Ok(forwarded)) =
+            (transaction.downstream, SipMsg::parse(&transaction.request))
+        else {
+            return;
+        };
+        let buf = scratch_for(&mut self.scratch, transaction.request.len());
+        build_hop_request(&forwarded, "ACK", Some(response), buf);
+        send(out, downstream, buf);
+    }
+}

@@ -1,0 +1,121 @@
+//! Transaction-stateful requests: a request that matches a transaction
+//! (retransmission, ACK) is absorbed or answered from it; a new request
+//! forwarded statefully creates one.
+
+use super::outcome::Action;
+use super::stats::Counter;
+use super::transaction::{lock, Class, ServerState, Transaction, TransactionKey};
+use super::worker::{send, ProxyWorker, Request};
+use crate::edit::{build_response, forward_request, RequestEdits};
+use crate::msg::Method;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+/// Scratch room beyond the received request for the copy we forward.
+const FORWARDED_HEADROOM: usize = 256;
+/// Room for the responses a transaction keeps.
+const RESPONSE_CAPACITY: usize = 512;
+
+impl ProxyWorker<'_> {
+    /// A request that belongs to a transaction we hold (or a CANCEL for an
+    /// INVITE we hold); `None` to handle it as a new request.
+    pub(super) fn on_transaction_request(
+        &mut self,
+        request: &Request<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Option<Action> {
+        let proxy = self.proxy();
+        let hash = request.keys.transaction;
+        let key = TransactionKey::new(hash, Class::of(request.method));
+        let mut shard = lock(proxy.shard(hash));
+        let Some(transaction) = shard.transactions.get_mut(&key) else {
+            return match request.method {
+                Method::Cancel => self.cancel_invite(request, shard, out),
+                _ => None,
+            };
+        };
+        if request.method == Method::Cancel && transaction.last_response.is_empty() {
+            // Our own CANCEL (timer C) is in flight; still answer the
+            // UAC's CANCEL with 200 and absorb its retransmissions.
+            proxy.build_cancel_ok(request.msg, &mut transaction.last_response);
+            transaction.upstream = Some(request.upstream);
+            send(out, request.upstream, &transaction.last_response);
+            self.stripe.response_generated(200);
+            return Some(Action::Responded(200));
+        }
+        if request.method == Method::Ack {
+            return match transaction.server {
+                ServerState::Completed => {
+                    transaction.confirm(request.now);
+                    shard.schedule(key);
+                    Some(Action::Absorbed)
+                }
+                ServerState::Confirmed => {
+                    self.stripe.add(Counter::RetransmissionsAbsorbed);
+                    Some(Action::Absorbed)
+                }
+                // End-to-end ACK (2543-style match): forward.
+                _ => None,
+            };
+        }
+        // A retransmitted request: resend our last response, if any.
+        if !transaction.last_response.is_empty() {
+            if let Some(upstream) = transaction.upstream {
+                send(out, upstream, &transaction.last_response);
+            }
+        }
+        self.stripe.add(Counter::RetransmissionsAbsorbed);
+        Some(Action::Absorbed)
+    }
+
+    /// Forward a new request with `edits` and keep a transaction for it
+    /// (100 Trying upstream first for an INVITE).
+    pub(super) fn forward_stateful(
+        &mut self,
+        request: &Request<'_>,
+        to: SocketAddr,
+        edits: &RequestEdits<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        let msg = request.msg;
+        let class = Class::of(request.method);
+        let mut transaction = Transaction::new(class, Some(request.upstream));
+        // One right-sized allocation each instead of repeated growth.
+        transaction.request = Vec::with_capacity(msg.as_bytes().len() + FORWARDED_HEADROOM);
+        transaction.last_response = Vec::with_capacity(RESPONSE_CAPACITY);
+        if let Err(error) = forward_request(msg, edits, &mut transaction.request) {
+            return self.edit_failed(error);
+        }
+        if class == Class::Invite {
+            build_response(
+                msg,
+                100,
+                "Trying",
+                &[],
+                None,
+                &mut transaction.last_response,
+            );
+            send(out, request.upstream, &transaction.last_response);
+            self.stripe.response_generated(100);
+        }
+        transaction.start_client(request.now, to);
+        send(out, to, &transaction.request);
+        self.stripe.add(Counter::RequestsForwarded);
+        self.insert_transaction(
+            TransactionKey::new(request.keys.transaction, class),
+            transaction,
+        );
+        Action::Forwarded { copies: 1 }
+    }
+
+    /// Put `transaction` in its table (counting it if new) and queue its timers.
+    pub(super) fn insert_transaction(&self, key: TransactionKey, transaction: Transaction) {
+        let proxy = self.proxy();
+        let mut shard = lock(proxy.shard(key.hash));
+        if shard.transactions.insert(key, transaction).is_none() {
+            proxy.active_transactions.fetch_add(1, Ordering::Relaxed);
+            self.stripe.add(Counter::TransactionsCreated);
+        }
+        shard.schedule(key);
+    }
+}

@@ -1,0 +1,191 @@
+//! Counters, striped per worker so workers do not share cache lines, and
+//! the [`ProxyStats`] snapshot summed over the stripes.
+
+use super::outcome::{DropReason, DROP_REASONS};
+use super::Proxy;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Counters snapshot.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProxyStats {
+    /// Requests received (parsed).
+    pub requests_received: u64,
+    /// Responses received (parsed).
+    pub responses_received: u64,
+    /// Requests forwarded (including CANCEL/ACK we generated).
+    pub requests_forwarded: u64,
+    /// Responses forwarded upstream.
+    pub responses_forwarded: u64,
+    /// Transactions currently in the table.
+    pub transactions_active: u64,
+    /// Transactions created.
+    pub transactions_created: u64,
+    /// Transactions ended by timer B/F/C.
+    pub transactions_timed_out: u64,
+    /// Request/response retransmissions absorbed.
+    pub retransmissions_absorbed: u64,
+    /// Retransmissions we sent (timers A/E/G).
+    pub retransmissions_sent: u64,
+    /// Requests refused because the table was full (503 or drop).
+    pub overload_sheds: u64,
+    /// In-dialog requests forwarded statelessly because the table was full
+    /// (calls already set up are completed, new ones are shed).
+    pub overload_stateless: u64,
+    /// Responses we generated, by code.
+    pub responses_generated: BTreeMap<u16, u64>,
+    /// Drops by reason.
+    pub drops: BTreeMap<&'static str, u64>,
+    /// Registrar bindings.
+    pub bindings: u64,
+}
+
+/// Counted events, one slot each per stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Counter {
+    RequestsReceived,
+    ResponsesReceived,
+    RequestsForwarded,
+    ResponsesForwarded,
+    TransactionsCreated,
+    TransactionsTimedOut,
+    RetransmissionsAbsorbed,
+    RetransmissionsSent,
+    OverloadSheds,
+    OverloadStateless,
+}
+
+impl Counter {
+    /// Number of counters.
+    pub(super) const COUNT: usize = Counter::OverloadStateless as usize + 1;
+}
+
+/// Number of counter stripes (workers beyond this share stripes).
+const STRIPES: usize = 8;
+
+/// Response codes counted: 100..=699.
+const CODES: usize = 600;
+
+/// One worker's counters, on cache lines of their own.
+#[repr(align(128))]
+pub(super) struct CounterStripe {
+    events: [AtomicU64; Counter::COUNT],
+    responses_generated: [AtomicU64; CODES],
+    drops: [AtomicU64; DROP_REASONS.len()],
+}
+
+impl CounterStripe {
+    fn new() -> Self {
+        CounterStripe {
+            events: std::array::from_fn(|_| AtomicU64::new(0)),
+            responses_generated: std::array::from_fn(|_| AtomicU64::new(0)),
+            drops: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Count one `counter` event.
+    #[inline]
+    pub(super) fn add(&self, counter: Counter) {
+        self.events[counter as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count a response we generated (codes outside 100..=699 are not counted).
+    #[inline]
+    pub(super) fn response_generated(&self, code: u16) {
+        if (100..700).contains(&code) {
+            self.responses_generated[usize::from(code - 100)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Count a dropped datagram.
+    #[inline]
+    pub(super) fn dropped(&self, reason: DropReason) {
+        self.drops[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// All stripes, and the round-robin assignment of stripes to workers.
+pub(super) struct Counters {
+    stripes: Box<[CounterStripe]>,
+    next_stripe: AtomicUsize,
+}
+
+impl Counters {
+    pub(super) fn new() -> Self {
+        Counters {
+            stripes: (0..STRIPES).map(|_| CounterStripe::new()).collect(),
+            next_stripe: AtomicUsize::new(0),
+        }
+    }
+
+    /// The stripe for a new worker (round-robin).
+    pub(super) fn next_stripe(&self) -> &CounterStripe {
+        let index = self.next_stripe.fetch_add(1, Ordering::Relaxed) % STRIPES;
+        &self.stripes[index]
+    }
+
+    /// A stripe chosen from a datagram's source (for the per-call worker of
+    /// the temporary `Proxy::handle`: no shared write to pick it, and a
+    /// kernel that spreads sources over threads spreads them over stripes).
+    pub(super) fn stripe_for_source(&self, src: SocketAddr) -> &CounterStripe {
+        let ip = match src.ip() {
+            IpAddr::V4(v4) => u64::from(u32::from(v4)),
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                (bits ^ (bits >> 64)) as u64
+            }
+        };
+        let mixed = (ip ^ (u64::from(src.port()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.stripes[(mixed >> 32) as usize % STRIPES]
+    }
+
+    fn sum(&self, read: impl Fn(&CounterStripe) -> &AtomicU64) -> u64 {
+        self.stripes
+            .iter()
+            .map(|stripe| read(stripe).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn event(&self, counter: Counter) -> u64 {
+        self.sum(|stripe| &stripe.events[counter as usize])
+    }
+}
+
+impl Proxy {
+    /// Counter snapshot (summed over all workers).
+    pub fn stats(&self) -> ProxyStats {
+        let counters = &self.counters;
+        let mut responses_generated = BTreeMap::new();
+        for slot in 0..CODES {
+            let count = counters.sum(|stripe| &stripe.responses_generated[slot]);
+            if count > 0 {
+                responses_generated.insert(slot as u16 + 100, count);
+            }
+        }
+        let mut drops = BTreeMap::new();
+        for (slot, reason) in DROP_REASONS.iter().enumerate() {
+            let count = counters.sum(|stripe| &stripe.drops[slot]);
+            if count > 0 {
+                drops.insert(reason.as_str(), count);
+            }
+        }
+        ProxyStats {
+            requests_received: counters.event(Counter::RequestsReceived),
+            responses_received: counters.event(Counter::ResponsesReceived),
+            requests_forwarded: counters.event(Counter::RequestsForwarded),
+            responses_forwarded: counters.event(Counter::ResponsesForwarded),
+            transactions_active: self.active_transactions.load(Ordering::Relaxed) as u64,
+            transactions_created: counters.event(Counter::TransactionsCreated),
+            transactions_timed_out: counters.event(Counter::TransactionsTimedOut),
+            retransmissions_absorbed: counters.event(Counter::RetransmissionsAbsorbed),
+            retransmissions_sent: counters.event(Counter::RetransmissionsSent),
+            overload_sheds: counters.event(Counter::OverloadSheds),
+            overload_stateless: counters.event(Counter::OverloadStateless),
+            responses_generated,
+            drops,
+            bindings: self.store.len() as u64,
+        }
+    }
+}

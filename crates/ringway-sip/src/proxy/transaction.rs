@@ -1,0 +1,465 @@
+//! The transaction model: one [`Transaction`] pairs the server side
+//! (towards the upstream client) with the client side (towards the
+//! downstream server); its RFC 3261 timers are a [`TimerTable`] and every
+//! state change is a named transition below. Transactions live in
+//! hash-sharded [`Shard`] tables, each with a heap of pending deadlines.
+
+use super::timers::{TimerTable, TransactionTimer, T1, T2, T4, TIMER_64T1, TIMER_C};
+use crate::msg::Method;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
+
+/// Number of transaction table shards (each behind its own mutex).
+pub(super) const SHARDS: usize = 64;
+
+/// Transaction class: INVITE (and its ACK), CANCEL, everything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Class {
+    Invite,
+    NonInvite,
+    Cancel,
+}
+
+impl Class {
+    /// The class a request of `method` belongs to (an ACK to INVITE's).
+    pub(super) fn of(method: Method<'_>) -> Class {
+        match method {
+            Method::Invite | Method::Ack => Class::Invite,
+            Method::Cancel => Class::Cancel,
+            _ => Class::NonInvite,
+        }
+    }
+}
+
+/// State of the client side (the request we sent downstream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ClientState {
+    /// Nothing sent downstream (answered locally).
+    None,
+    /// Waiting for any response.
+    Calling,
+    /// Provisional received.
+    Proceeding,
+    /// Final received (or timed out).
+    Done,
+}
+
+/// State of the server side (the request we received from upstream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ServerState {
+    /// No final response sent upstream yet.
+    Proceeding,
+    /// Final non-2xx sent (INVITE: waiting for ACK, timer G/H).
+    Completed,
+    /// 2xx forwarded (INVITE).
+    Accepted,
+    /// ACK received (INVITE), timer I.
+    Confirmed,
+}
+
+/// Which way the retransmit timer resends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    /// The request, to the downstream server (timers A/E).
+    Downstream,
+    /// The last response, to the upstream client (timer G).
+    Upstream,
+}
+
+/// One proxied transaction (RFC 3261 17, as a proxy uses it in 16).
+pub(super) struct Transaction {
+    pub(super) class: Class,
+    pub(super) upstream: Option<SocketAddr>,
+    pub(super) downstream: Option<SocketAddr>,
+    /// Request as forwarded downstream (for retransmission, CANCEL, ACK).
+    pub(super) request: Vec<u8>,
+    /// Last response sent upstream (for retransmission).
+    pub(super) last_response: Vec<u8>,
+    pub(super) client: ClientState,
+    pub(super) server: ServerState,
+    /// Deadlines of this transaction's timers.
+    pub(super) timers: TimerTable,
+    /// Where [`TransactionTimer::Retransmit`] resends (while it is set).
+    retransmit_direction: Direction,
+    /// Current retransmit interval (doubles up to its cap).
+    retransmit_interval: u64,
+    /// A CANCEL arrived before any provisional: send ours on the first one.
+    pub(super) cancel_pending: bool,
+    /// Cancelled by the client: a timeout answers 487, not 408.
+    pub(super) cancelled: bool,
+    /// Bumped on every reschedule; heap entries of older generations are stale.
+    pub(super) generation: u32,
+}
+
+impl Transaction {
+    /// A transaction with no timers running, nothing sent, no final response.
+    pub(super) fn new(class: Class, upstream: Option<SocketAddr>) -> Transaction {
+        Transaction {
+            class,
+            upstream,
+            downstream: None,
+            request: Vec::new(),
+            last_response: Vec::new(),
+            client: ClientState::None,
+            server: ServerState::Proceeding,
+            timers: TimerTable::default(),
+            retransmit_direction: Direction::Downstream,
+            retransmit_interval: T1,
+            cancel_pending: false,
+            cancelled: false,
+            generation: 0,
+        }
+    }
+
+    /// The CANCEL transaction for an INVITE: its server side is answered
+    /// (200) at once, so it starts completed and lives 64*T1.
+    pub(super) fn new_cancel(now: u64, upstream: Option<SocketAddr>) -> Transaction {
+        let mut cancel = Transaction::new(Class::Cancel, upstream);
+        cancel.complete(now, 200);
+        cancel
+    }
+
+    /// Earliest pending deadline, if any.
+    pub(super) fn next_deadline(&self) -> Option<u64> {
+        self.timers.next_deadline()
+    }
+
+    /// Start resending towards `direction` every T1, doubling (timers A/E/G).
+    pub(super) fn arm_retransmit(&mut self, now: u64, direction: Direction) {
+        self.retransmit_direction = direction;
+        self.retransmit_interval = T1;
+        self.timers.set(TransactionTimer::Retransmit, now + T1);
+    }
+
+    /// Where a due retransmission goes and what it resends.
+    pub(super) fn retransmission(&self) -> (Option<SocketAddr>, &[u8]) {
+        match self.retransmit_direction {
+            Direction::Downstream => (self.downstream, &self.request),
+            Direction::Upstream => (self.upstream, &self.last_response),
+        }
+    }
+
+    /// After a retransmission: double the interval (capped at T2, except
+    /// timer A of an INVITE, which is not capped) and rearm.
+    pub(super) fn back_off_retransmit(&mut self, now: u64) {
+        let cap =
+            if self.class == Class::Invite && self.retransmit_direction == Direction::Downstream {
+                u64::MAX
+            } else {
+                T2
+            };
+        self.retransmit_interval = (self.retransmit_interval * 2).min(cap);
+        self.timers
+            .set(TransactionTimer::Retransmit, now + self.retransmit_interval);
+    }
+
+    /// The request went downstream to `to`: client side Calling, timer A/E
+    /// retransmits it, timer B/F gives up after 64*T1.
+    pub(super) fn start_client(&mut self, now: u64, to: SocketAddr) {
+        self.downstream = Some(to);
+        self.client = ClientState::Calling;
+        self.arm_retransmit(now, Direction::Downstream);
+        self.timers.set(TransactionTimer::Timeout, now + TIMER_64T1);
+    }
+
+    /// A provisional response arrived. From Calling: Proceeding; an INVITE
+    /// stops retransmitting and runs timer C instead of B, a non-INVITE
+    /// retransmits every T2. Returns whether a CANCEL that waited for this
+    /// provisional is now due.
+    pub(super) fn client_provisional(&mut self, now: u64) -> bool {
+        if self.client != ClientState::Calling {
+            return false;
+        }
+        self.client = ClientState::Proceeding;
+        if self.class == Class::Invite {
+            self.timers.stop(TransactionTimer::Retransmit);
+            self.timers.set(TransactionTimer::Timeout, now + TIMER_C);
+            std::mem::take(&mut self.cancel_pending)
+        } else {
+            self.retransmit_interval = T2;
+            false
+        }
+    }
+
+    /// A final response arrived: the client side is done, its
+    /// retransmissions and timeout stop, no CANCEL is due any more.
+    pub(super) fn client_final(&mut self) {
+        self.client = ClientState::Done;
+        self.timers.stop(TransactionTimer::Retransmit);
+        self.timers.stop(TransactionTimer::Timeout);
+        self.cancel_pending = false;
+    }
+
+    /// A final response to the CANCEL we sent: done; it lingers T4 unless
+    /// it already has an end.
+    pub(super) fn cancel_answered(&mut self, now: u64) {
+        if self.client == ClientState::Done {
+            return;
+        }
+        self.client = ClientState::Done;
+        self.timers.stop(TransactionTimer::Retransmit);
+        self.timers.stop(TransactionTimer::Timeout);
+        if self.timers.get(TransactionTimer::Expire).is_none() {
+            self.timers.set(TransactionTimer::Expire, now + T4);
+        }
+    }
+
+    /// The final response `code` went upstream: Completed; a non-2xx to an
+    /// INVITE is retransmitted (timer G) until the ACK; gone after 64*T1
+    /// (timers H/J).
+    pub(super) fn complete(&mut self, now: u64, code: u16) {
+        self.server = ServerState::Completed;
+        if self.class == Class::Invite && code >= 300 {
+            self.arm_retransmit(now, Direction::Upstream);
+        }
+        self.timers.set(TransactionTimer::Expire, now + TIMER_64T1);
+    }
+
+    /// A 2xx to an INVITE went upstream: Accepted (its retransmissions are
+    /// forwarded end to end) for 64*T1.
+    pub(super) fn accept(&mut self, now: u64) {
+        self.server = ServerState::Accepted;
+        self.timers.set(TransactionTimer::Expire, now + TIMER_64T1);
+    }
+
+    /// The ACK for our non-2xx arrived: Confirmed, retransmissions stop,
+    /// gone after T4 (timer I).
+    pub(super) fn confirm(&mut self, now: u64) {
+        self.server = ServerState::Confirmed;
+        self.timers.stop(TransactionTimer::Retransmit);
+        self.timers.stop(TransactionTimer::Timeout);
+        self.timers.set(TransactionTimer::Expire, now + T4);
+    }
+
+    /// Timer B/F/C fired: the client side gives up and stops
+    /// retransmitting. Returns whether an INVITE had a provisional (so a
+    /// CANCEL is due downstream).
+    pub(super) fn time_out(&mut self) -> bool {
+        self.timers.stop(TransactionTimer::Timeout);
+        self.timers.stop(TransactionTimer::Retransmit);
+        let cancel_due = self.class == Class::Invite && self.client == ClientState::Proceeding;
+        self.client = ClientState::Done;
+        cancel_due
+    }
+
+    /// After a timeout we answered upstream with `code` (408/487):
+    /// Completed; an INVITE retransmits it until H, a non-INVITE only
+    /// lingers T4.
+    pub(super) fn complete_timed_out(&mut self, now: u64, code: u16) {
+        self.complete(now, code);
+        if self.class != Class::Invite {
+            self.timers.set(TransactionTimer::Expire, now + T4);
+        }
+    }
+
+    /// After a timeout with nothing to answer: end now unless an end is
+    /// already set (a CANCEL always ends now).
+    pub(super) fn end_after_timeout(&mut self, now: u64) {
+        if self.timers.get(TransactionTimer::Expire).is_none() || self.class == Class::Cancel {
+            self.timers.set(TransactionTimer::Expire, now);
+        }
+    }
+}
+
+/// Table key: the request's transaction hash and its class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct TransactionKey {
+    pub(super) hash: u64,
+    pub(super) class: Class,
+}
+
+impl TransactionKey {
+    pub(super) fn new(hash: u64, class: Class) -> TransactionKey {
+        TransactionKey { hash, class }
+    }
+}
+
+/// A pending deadline in a shard's heap; stale once the transaction's
+/// generation moved on (or it is gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct ScheduledTimer {
+    pub(super) deadline: u64,
+    pub(super) hash: u64,
+    pub(super) class: Class,
+    pub(super) generation: u32,
+}
+
+impl ScheduledTimer {
+    pub(super) fn key(&self) -> TransactionKey {
+        TransactionKey::new(self.hash, self.class)
+    }
+}
+
+/// One of the [`SHARDS`] transaction tables.
+#[derive(Default)]
+pub(super) struct Shard {
+    pub(super) transactions: HashMap<TransactionKey, Transaction>,
+    pub(super) timers: BinaryHeap<Reverse<ScheduledTimer>>,
+}
+
+impl Shard {
+    /// Queue the transaction's next deadline (after any timer change);
+    /// older queued entries for it become stale.
+    pub(super) fn schedule(&mut self, key: TransactionKey) {
+        if let Some(transaction) = self.transactions.get_mut(&key) {
+            transaction.generation = transaction.generation.wrapping_add(1);
+            if let Some(deadline) = transaction.next_deadline() {
+                self.timers.push(Reverse(ScheduledTimer {
+                    deadline,
+                    hash: key.hash,
+                    class: key.class,
+                    generation: transaction.generation,
+                }));
+            }
+        }
+    }
+
+    /// Whether `entry` still describes its transaction's current schedule.
+    pub(super) fn is_live(&self, entry: &ScheduledTimer) -> bool {
+        self.transactions
+            .get(&entry.key())
+            .is_some_and(|t| t.generation == entry.generation)
+    }
+}
+
+/// Lock a shard, ignoring poisoning (a panic elsewhere leaves the table usable).
+pub(super) fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn start_client_arms_retransmit_and_timeout_with_backoff() {
+        let down = addr("192.0.2.2:5060");
+        let mut invite = Transaction::new(Class::Invite, Some(addr("192.0.2.1:5060")));
+        invite.request = b"INVITE".to_vec();
+        assert_eq!(invite.next_deadline(), None);
+
+        invite.start_client(100, down);
+        assert_eq!(invite.client, ClientState::Calling);
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Retransmit),
+            Some(100 + T1)
+        );
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Timeout),
+            Some(100 + TIMER_64T1)
+        );
+        assert_eq!(invite.timers.get(TransactionTimer::Expire), None);
+        assert_eq!(invite.next_deadline(), Some(100 + T1));
+        assert_eq!(invite.retransmission(), (Some(down), &b"INVITE"[..]));
+
+        // Timer A doubles without a cap; a non-INVITE's timer E stops at T2.
+        let mut now = 100 + T1;
+        invite.back_off_retransmit(now);
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Retransmit),
+            Some(now + 2 * T1)
+        );
+        let mut options = Transaction::new(Class::NonInvite, None);
+        options.start_client(0, down);
+        for _ in 0..6 {
+            now += T1;
+            invite.back_off_retransmit(now);
+            options.back_off_retransmit(now);
+        }
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Retransmit),
+            Some(now + 128 * T1)
+        );
+        assert_eq!(
+            options.timers.get(TransactionTimer::Retransmit),
+            Some(now + T2)
+        );
+    }
+
+    #[test]
+    fn final_response_stops_client_timers_and_completion_arms_server_timers() {
+        let upstream = addr("192.0.2.1:5060");
+        let mut invite = Transaction::new(Class::Invite, Some(upstream));
+        invite.start_client(0, addr("192.0.2.2:5060"));
+        invite.cancel_pending = true;
+
+        // A provisional: timer A stops, timer C replaces B, the waiting
+        // CANCEL is due.
+        assert!(invite.client_provisional(10));
+        assert_eq!(invite.timers.get(TransactionTimer::Retransmit), None);
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Timeout),
+            Some(10 + TIMER_C)
+        );
+        assert!(!invite.client_provisional(20));
+
+        invite.client_final();
+        assert_eq!(invite.client, ClientState::Done);
+        assert_eq!(invite.next_deadline(), None);
+
+        // A non-2xx forwarded upstream: timer G resends it, H ends it.
+        invite.last_response = b"SIP/2.0 486".to_vec();
+        invite.complete(30, 486);
+        assert_eq!(invite.server, ServerState::Completed);
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Retransmit),
+            Some(30 + T1)
+        );
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Expire),
+            Some(30 + TIMER_64T1)
+        );
+        assert_eq!(
+            invite.retransmission(),
+            (Some(upstream), &b"SIP/2.0 486"[..])
+        );
+
+        // The ACK: retransmissions stop, timer I ends it after T4.
+        invite.confirm(40);
+        assert_eq!(invite.server, ServerState::Confirmed);
+        assert_eq!(invite.timers.get(TransactionTimer::Retransmit), None);
+        assert_eq!(invite.next_deadline(), Some(40 + T4));
+    }
+
+    #[test]
+    fn timeout_transitions() {
+        let mut invite = Transaction::new(Class::Invite, None);
+        invite.start_client(0, addr("192.0.2.2:5060"));
+        invite.client_provisional(1);
+        // Timer C after a provisional: a CANCEL is due, the 408 upstream
+        // is then retransmitted.
+        assert!(invite.time_out());
+        assert_eq!(invite.next_deadline(), None);
+        invite.complete_timed_out(2, 408);
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Retransmit),
+            Some(2 + T1)
+        );
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Expire),
+            Some(2 + TIMER_64T1)
+        );
+
+        // A non-INVITE only lingers T4 after its 408.
+        let mut options = Transaction::new(Class::NonInvite, None);
+        options.start_client(0, addr("192.0.2.2:5060"));
+        assert!(!options.time_out());
+        options.complete_timed_out(3, 408);
+        assert_eq!(options.timers.get(TransactionTimer::Retransmit), None);
+        assert_eq!(options.next_deadline(), Some(3 + T4));
+
+        // Our CANCEL timing out ends at once, even with an end set.
+        let mut cancel = Transaction::new_cancel(0, None);
+        assert_eq!(cancel.next_deadline(), Some(TIMER_64T1));
+        cancel.start_client(0, addr("192.0.2.2:5060"));
+        cancel.time_out();
+        cancel.end_after_timeout(7);
+        assert_eq!(cancel.next_deadline(), Some(7));
+    }
+}

@@ -1,0 +1,327 @@
+//! [`ProxyWorker`]: one thread's handle on a shared [`Proxy`] (its scratch
+//! buffer and counter stripe), the per-datagram entry point, and the
+//! helpers every handling step uses (local responses, drops, sending).
+
+use super::branch::RequestKeys;
+use super::outcome::{Action, DropReason, MsgLabel, Outcome};
+use super::routing::{sendable, upstream_address};
+use super::stats::{Counter, CounterStripe};
+use super::Proxy;
+use crate::edit::EditError;
+use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
+use std::net::SocketAddr;
+
+/// Initial scratch capacity of a held worker (grows if a datagram needs more).
+const SCRATCH_CAPACITY: usize = 4096;
+
+/// Room to leave in the scratch buffer beyond the received datagram's size
+/// (our Via, Record-Route, `received`/`rport`).
+const SCRATCH_HEADROOM: usize = 512;
+
+/// One worker thread's handle on a shared [`Proxy`], from [`Proxy::worker`].
+///
+/// It owns the per-thread state (a scratch buffer for the datagrams it
+/// builds, and the counter stripe it counts into), so handling needs no
+/// thread-locals. Transactions belong to the `Proxy`: a response or a timer
+/// handled by one worker completes a transaction another worker created.
+pub struct ProxyWorker<'p> {
+    proxy: &'p Proxy,
+    pub(super) stripe: &'p CounterStripe,
+    pub(super) scratch: Vec<u8>,
+}
+
+impl<'p> ProxyWorker<'p> {
+    /// A worker to be held: scratch buffer allocated once.
+    pub(super) fn new(proxy: &'p Proxy, stripe: &'p CounterStripe) -> Self {
+        ProxyWorker {
+            proxy,
+            stripe,
+            scratch: Vec::with_capacity(SCRATCH_CAPACITY),
+        }
+    }
+
+    /// A worker for one call: the scratch buffer is allocated (once, sized
+    /// to the datagram) only if something is built in it.
+    pub(super) fn temporary(proxy: &'p Proxy, stripe: &'p CounterStripe) -> Self {
+        ProxyWorker {
+            proxy,
+            stripe,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The shared proxy (configuration, stats, [`Proxy::next_deadline`]).
+    pub fn proxy(&self) -> &'p Proxy {
+        self.proxy
+    }
+
+    /// Process one datagram received from `src` at time `now` (monotonic
+    /// ns); datagrams to send go to `out`.
+    pub fn handle(
+        &mut self,
+        now: u64,
+        src: SocketAddr,
+        datagram: &[u8],
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        match SipMsg::parse(datagram) {
+            Ok(msg) if msg.is_request() => self.on_request(now, src, &msg, out),
+            Ok(msg) => self.on_response(now, &msg, out),
+            Err(error) => self.on_parse_error(src, datagram, error, out),
+        }
+    }
+
+    /// Run due timers: retransmissions (A/E/G), timeouts with 408 or 487
+    /// upstream (B/F/C, CANCEL downstream on C), cleanup (D/H/I/J/K) and
+    /// registrar expiry (once per second). Returns the number of timer
+    /// events processed. Call it at (or after) [`Proxy::next_deadline`].
+    pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
+        self.run_due_timers(now, out)
+    }
+
+    /// A datagram that does not parse: keep-alives and broken responses are
+    /// dropped; a request readable enough to answer gets 400 (or 413/...).
+    fn on_parse_error(
+        &mut self,
+        src: SocketAddr,
+        datagram: &[u8],
+        error: ParseError,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let malformed = |action| Outcome {
+            label: MsgLabel::Malformed,
+            action,
+        };
+        if error == ParseError::Empty {
+            return malformed(self.drop_datagram(DropReason::KeepAlive));
+        }
+        let start = datagram
+            .iter()
+            .position(|&b| b != b'\r' && b != b'\n')
+            .map_or(&[][..], |p| &datagram[p..]);
+        if start.len() >= 4 && start[..4].eq_ignore_ascii_case(b"SIP/") {
+            return malformed(self.drop_datagram(DropReason::MalformedResponse));
+        }
+        let loose = match SipMsg::parse_loose(datagram) {
+            Ok(m) if m.raw_values(HeaderKind::Via).next().is_some() => m,
+            _ => return malformed(self.drop_datagram(DropReason::MalformedRequest)),
+        };
+        let label = loose
+            .method()
+            .map_or(MsgLabel::Malformed, MsgLabel::of_method);
+        self.stripe.add(Counter::RequestsReceived);
+        let reason = error.to_string();
+        let to = upstream_address(src, loose.top_via().as_ref());
+        if loose.method() == Some(Method::Ack) {
+            // Never answer an ACK.
+            let action = self.drop_datagram(DropReason::MalformedRequest);
+            return Outcome { label, action };
+        }
+        // A forbidden reply address is counted as a drop inside `respond`.
+        let action = self.respond(&loose, to, error.status(), &reason, &[], out);
+        Outcome { label, action }
+    }
+
+    /// Send a response we generate to `request` (our To-tag) to `to`.
+    /// Never answers an ACK; never sends to a forbidden address.
+    pub(super) fn respond(
+        &mut self,
+        request: &SipMsg<'_>,
+        to: SocketAddr,
+        code: u16,
+        reason: &str,
+        extra_headers: &[(&str, &str)],
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        if request.method() == Some(Method::Ack) {
+            return self.drop_datagram(DropReason::AckNotRoutable);
+        }
+        if !sendable(&to) {
+            return self.drop_datagram(DropReason::ForbiddenDestination);
+        }
+        let buf = scratch_for(&mut self.scratch, request.as_bytes().len());
+        self.proxy
+            .build_local_response(request, code, reason, extra_headers, buf);
+        send(out, to, buf);
+        self.stripe.response_generated(code);
+        Action::Responded(code)
+    }
+
+    /// Count a drop and return it as the action.
+    pub(super) fn drop_datagram(&self, reason: DropReason) -> Action {
+        self.stripe.dropped(reason);
+        Action::Dropped(reason)
+    }
+
+    /// A forwarding edit failed: count and return the drop.
+    pub(super) fn edit_failed(&self, error: EditError) -> Action {
+        self.drop_datagram(match error {
+            EditError::TooLarge => DropReason::TooLarge,
+            _ => DropReason::MalformedRequest,
+        })
+    }
+}
+
+/// A received request and what every handling step needs to know about it.
+pub(super) struct Request<'m> {
+    /// Receive time (ns).
+    pub(super) now: u64,
+    /// The datagram's source address.
+    pub(super) src: SocketAddr,
+    /// Where our responses go ([`upstream_address`]).
+    pub(super) upstream: SocketAddr,
+    pub(super) msg: &'m SipMsg<'m>,
+    /// Its method (`Other("")` only if the parser let one through without).
+    pub(super) method: Method<'m>,
+    pub(super) keys: RequestKeys,
+}
+
+/// The scratch buffer, cleared, with room for a datagram built from one of
+/// `received_len` bytes (a held worker's buffer rarely needs to grow; a
+/// temporary worker's allocates once here).
+pub(super) fn scratch_for(scratch: &mut Vec<u8>, received_len: usize) -> &mut Vec<u8> {
+    scratch.clear();
+    scratch.reserve(received_len + SCRATCH_HEADROOM);
+    scratch
+}
+
+/// Hand a datagram to the caller unless the destination is forbidden
+/// (port 0, unspecified, broadcast, multicast) or there is nothing to send.
+pub(super) fn send(out: &mut dyn FnMut(SocketAddr, &[u8]), to: SocketAddr, bytes: &[u8]) -> bool {
+    if bytes.is_empty() || !sendable(&to) {
+        return false;
+    }
+    out(to, bytes);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::edit::build_response;
+    use crate::proxy::{Action, Mode, Proxy, ProxyConfig, T1};
+    use crate::SipMsg;
+    use std::net::SocketAddr;
+
+    const UAC: &str = "192.0.2.1:5060";
+    const UAS: &str = "192.0.2.2:5060";
+    const INVITE: &[u8] = b"INVITE sip:bob@192.0.2.10 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKw1\r\n\
+From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+Call-ID: w1\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
+    const ACK: &[u8] = b"ACK sip:bob@192.0.2.10 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKw1\r\n\
+From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>;tag=b1\r\n\
+Call-ID: w1\r\nCSeq: 1 ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn stateful() -> Proxy {
+        Proxy::new(ProxyConfig {
+            mode: Mode::Stateful,
+            local: addr("192.0.2.10:5060"),
+            route_to: Some(addr(UAS)),
+            ..ProxyConfig::default()
+        })
+    }
+
+    type Sent = Vec<(SocketAddr, Vec<u8>)>;
+
+    fn collect(sent: &mut Sent) -> impl FnMut(SocketAddr, &[u8]) + '_ {
+        |to, bytes| sent.push((to, bytes.to_vec()))
+    }
+
+    fn is_ack(bytes: &[u8]) -> bool {
+        SipMsg::parse(bytes).is_ok_and(|m| m.method() == Some(crate::Method::Ack))
+    }
+
+    #[test]
+    fn proxy_is_shared_and_workers_are_sendable() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        fn assert_send<T: Send>() {}
+        assert_send_sync::<Proxy>();
+        assert_send::<super::ProxyWorker<'static>>();
+    }
+
+    #[test]
+    fn two_workers_share_transactions() {
+        let proxy = stateful();
+        let mut worker_a = proxy.worker();
+        let mut worker_b = proxy.worker();
+        assert!(!std::ptr::eq(worker_a.stripe, worker_b.stripe));
+
+        // Worker A creates the INVITE transaction.
+        let mut sent = Sent::new();
+        let outcome = worker_a.handle(0, addr(UAC), INVITE, &mut collect(&mut sent));
+        assert_eq!(outcome.action, Action::Forwarded { copies: 1 });
+        let forwarded = sent
+            .iter()
+            .find(|(to, _)| *to == addr(UAS))
+            .unwrap()
+            .1
+            .clone();
+        let mut busy = Vec::new();
+        build_response(
+            &SipMsg::parse(&forwarded).unwrap(),
+            486,
+            "Busy Here",
+            &[],
+            Some("b1"),
+            &mut busy,
+        );
+
+        // Worker B gets the 486: it completes A's transaction (ACK
+        // downstream hop by hop, 486 upstream), which only a transaction
+        // match does.
+        let mut sent = Sent::new();
+        let outcome = worker_b.handle(10, addr(UAS), &busy, &mut collect(&mut sent));
+        assert_eq!(outcome.action, Action::Forwarded { copies: 1 });
+        assert!(sent.iter().any(|(to, b)| *to == addr(UAS) && is_ack(b)));
+        assert!(sent.iter().any(|(to, _)| *to == addr(UAC)));
+        // Timer G now runs for the 486 (not timer A for the INVITE).
+        assert_eq!(proxy.next_deadline(), Some(10 + T1));
+
+        // Back on worker A: the retransmitted 486 is absorbed (and ACKed
+        // again), the UAC's ACK confirms the transaction.
+        let mut sent = Sent::new();
+        let outcome = worker_a.handle(20, addr(UAS), &busy, &mut collect(&mut sent));
+        assert_eq!(outcome.action, Action::Absorbed);
+        assert!(sent.len() == 1 && is_ack(&sent[0].1));
+        let outcome = worker_b.handle(30, addr(UAC), ACK, &mut |_, _| {});
+        assert_eq!(outcome.action, Action::Absorbed);
+
+        let stats = proxy.stats();
+        assert_eq!(stats.transactions_created, 1);
+        assert_eq!(stats.transactions_active, 1);
+        assert_eq!(stats.retransmissions_absorbed, 1);
+        assert_eq!(stats.requests_received, 2);
+        assert_eq!(stats.responses_received, 2);
+        // Timer I ends it; any worker runs it.
+        assert_eq!(worker_b.on_timer(30 + super::super::T4, &mut |_, _| {}), 1);
+        assert_eq!(proxy.stats().transactions_active, 0);
+    }
+
+    #[test]
+    fn temporary_wrappers_behave_like_a_held_worker() {
+        let (wrapped, held) = (stateful(), stateful());
+        let mut worker = held.worker();
+        let (mut sent_wrapped, mut sent_held) = (Sent::new(), Sent::new());
+        let outcome = wrapped.handle(0, addr(UAC), INVITE, &mut collect(&mut sent_wrapped));
+        assert_eq!(
+            outcome,
+            worker.handle(0, addr(UAC), INVITE, &mut collect(&mut sent_held))
+        );
+        let fired = wrapped.on_timer(T1, &mut collect(&mut sent_wrapped));
+        assert_eq!(fired, worker.on_timer(T1, &mut collect(&mut sent_held)));
+        assert_eq!(fired, 1);
+        assert_eq!(sent_wrapped, sent_held);
+        assert_eq!(sent_wrapped.len(), 3); // 100 Trying, INVITE, timer A
+        let (a, b) = (wrapped.stats(), held.stats());
+        assert_eq!((a.requests_received, a.retransmissions_sent), (1, 1));
+        assert_eq!(
+            (a.requests_forwarded, a.responses_generated),
+            (b.requests_forwarded, b.responses_generated)
+        );
+    }
+}
