@@ -35,17 +35,19 @@ fn addr(s: &str) -> SocketAddr {
 /// Datagrams a node sent while handling an event: (destination, bytes).
 type Sent = Vec<(SocketAddr, Vec<u8>)>;
 
-/// The proxy under test. It is driven only through these three calls, so
-/// moving to another proxy API (e.g. a per-worker handle) changes only them.
+/// The proxy under test, driven only through these three calls (a fresh
+/// worker handle per call: any worker sees every transaction).
 struct ProxyNode(Proxy);
 
 impl ProxyNode {
     fn handle(&self, now: u64, src: SocketAddr, data: &[u8], out: &mut Sent) {
         self.0
+            .worker()
             .handle(now, src, data, &mut |to, b| out.push((to, b.to_vec())));
     }
     fn on_timer(&self, now: u64, out: &mut Sent) {
         self.0
+            .worker()
             .on_timer(now, &mut |to, b| out.push((to, b.to_vec())));
     }
     fn next_deadline(&self) -> Option<u64> {

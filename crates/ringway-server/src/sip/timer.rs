@@ -4,7 +4,7 @@
 use super::stats::WorkerMetrics;
 use super::worker::TX_FRAME;
 use ringway_io::{BatchIo, TxBatch};
-use ringway_sip::Proxy;
+use ringway_sip::{Proxy, ProxyWorker};
 use std::time::Duration;
 
 /// Longest sleep of the timer thread (new transactions may bring earlier
@@ -13,7 +13,7 @@ pub const TIMER_TICK_MAX: Duration = Duration::from_millis(5);
 
 /// Runs the core's timers and counts what they send.
 pub struct SipTimer<'p> {
-    proxy: &'p Proxy,
+    proxy: ProxyWorker<'p>,
     tx: TxBatch,
     metrics: WorkerMetrics,
 }
@@ -22,7 +22,7 @@ impl<'p> SipTimer<'p> {
     /// A timer driver for `proxy`.
     pub fn new(proxy: &'p Proxy) -> SipTimer<'p> {
         SipTimer {
-            proxy,
+            proxy: proxy.worker(),
             tx: TxBatch::new(256, TX_FRAME),
             metrics: WorkerMetrics::default(),
         }
@@ -37,7 +37,7 @@ impl<'p> SipTimer<'p> {
     /// zero when a deadline has passed, else until the next deadline, at
     /// most [`TIMER_TICK_MAX`].
     pub fn wait(&self, now: u64) -> Duration {
-        match self.proxy.next_deadline() {
+        match self.proxy.proxy().next_deadline() {
             Some(d) if d <= now => Duration::ZERO,
             Some(d) => Duration::from_nanos(d - now).min(TIMER_TICK_MAX),
             None => TIMER_TICK_MAX,

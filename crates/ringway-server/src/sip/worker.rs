@@ -4,7 +4,7 @@
 
 use super::stats::{label_slot, Latency, WorkerMetrics};
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{Action, Proxy};
+use ringway_sip::{Action, Proxy, ProxyWorker};
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
@@ -14,7 +14,7 @@ pub const TX_FRAME: usize = super::RX_FRAME + 2048;
 
 /// Per-worker state: the send batch, TX-stamp sampling, and the metrics.
 pub struct SipWorker<'p> {
-    proxy: &'p Proxy,
+    proxy: ProxyWorker<'p>,
     tx: TxBatch,
     stamps: Vec<TxStamp>,
     tx_stamp_every: u64,
@@ -29,7 +29,7 @@ impl<'p> SipWorker<'p> {
     /// for every `tx_stamp_every`th datagram it sends (0: never).
     pub fn new(proxy: &'p Proxy, batch: usize, tx_stamp_every: u64) -> SipWorker<'p> {
         SipWorker {
-            proxy,
+            proxy: proxy.worker(),
             tx: TxBatch::new(batch.max(1) * 4, TX_FRAME),
             stamps: Vec::with_capacity(64),
             tx_stamp_every,
@@ -379,7 +379,8 @@ mod tests {
             // The fake does not keep payloads: run the same INVITE through a
             // second proxy instance to get the forwarded bytes.
             let q = proxy(Mode::Stateless);
-            q.handle(0, UAC.parse().unwrap(), &inv, &mut |_, b| fwd = b.to_vec());
+            q.worker()
+                .handle(0, UAC.parse().unwrap(), &inv, &mut |_, b| fwd = b.to_vec());
         }
         let r180 = ringing(&fwd);
         w.drive_batch(&mut io, &batch(&[(UAS, &r180, None, false)]), ticking());

@@ -55,7 +55,6 @@ pub use worker::ProxyWorker;
 use crate::hash::Hash64;
 use crate::registrar::{LocationStore, MemoryStore};
 use stats::Counters;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use transaction::{Shard, SHARDS};
@@ -124,30 +123,6 @@ impl Proxy {
     /// every worker sees every transaction.
     pub fn worker(&self) -> ProxyWorker<'_> {
         ProxyWorker::new(self, self.counters.next_stripe())
-    }
-
-    /// Process one received datagram.
-    ///
-    /// Temporary: creates a worker per call (a scratch allocation for
-    /// datagrams it builds, the counter stripe chosen from `src`); drivers
-    /// should hold a [`ProxyWorker`] and call [`ProxyWorker::handle`].
-    pub fn handle(
-        &self,
-        now: u64,
-        src: SocketAddr,
-        datagram: &[u8],
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
-    ) -> Outcome {
-        ProxyWorker::temporary(self, self.counters.stripe_for_source(src))
-            .handle(now, src, datagram, out)
-    }
-
-    /// Run due timers.
-    ///
-    /// Temporary: creates a worker per call; drivers should hold a
-    /// [`ProxyWorker`] and call [`ProxyWorker::on_timer`].
-    pub fn on_timer(&self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
-        ProxyWorker::temporary(self, self.counters.next_stripe()).on_timer(now, out)
     }
 
     /// The shard holding transactions of hash `hash`.

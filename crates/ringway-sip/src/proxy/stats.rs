@@ -5,7 +5,6 @@ use super::outcome::{DropReason, DROP_REASONS};
 use super::Proxy;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Counters snapshot.
@@ -124,21 +123,6 @@ impl Counters {
     pub(super) fn next_stripe(&self) -> &CounterStripe {
         let index = self.next_stripe.fetch_add(1, Ordering::Relaxed) % STRIPES;
         &self.stripes[index]
-    }
-
-    /// A stripe chosen from a datagram's source (for the per-call worker of
-    /// the temporary `Proxy::handle`: no shared write to pick it, and a
-    /// kernel that spreads sources over threads spreads them over stripes).
-    pub(super) fn stripe_for_source(&self, src: SocketAddr) -> &CounterStripe {
-        let ip = match src.ip() {
-            IpAddr::V4(v4) => u64::from(u32::from(v4)),
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6);
-                (bits ^ (bits >> 64)) as u64
-            }
-        };
-        let mixed = (ip ^ (u64::from(src.port()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.stripes[(mixed >> 32) as usize % STRIPES]
     }
 
     fn sum(&self, read: impl Fn(&CounterStripe) -> &AtomicU64) -> u64 {

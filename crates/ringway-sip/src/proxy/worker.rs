@@ -40,16 +40,6 @@ impl<'p> ProxyWorker<'p> {
         }
     }
 
-    /// A worker for one call: the scratch buffer is allocated (once, sized
-    /// to the datagram) only if something is built in it.
-    pub(super) fn temporary(proxy: &'p Proxy, stripe: &'p CounterStripe) -> Self {
-        ProxyWorker {
-            proxy,
-            stripe,
-            scratch: Vec::new(),
-        }
-    }
-
     /// The shared proxy (configuration, stats, [`Proxy::next_deadline`]).
     pub fn proxy(&self) -> &'p Proxy {
         self.proxy
@@ -177,8 +167,7 @@ pub(super) struct Request<'m> {
 }
 
 /// The scratch buffer, cleared, with room for a datagram built from one of
-/// `received_len` bytes (a held worker's buffer rarely needs to grow; a
-/// temporary worker's allocates once here).
+/// `received_len` bytes (a held worker's buffer rarely needs to grow).
 pub(super) fn scratch_for(scratch: &mut Vec<u8>, received_len: usize) -> &mut Vec<u8> {
     scratch.clear();
     scratch.reserve(received_len + SCRATCH_HEADROOM);
@@ -300,28 +289,5 @@ Call-ID: w1\r\nCSeq: 1 ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
         // Timer I ends it; any worker runs it.
         assert_eq!(worker_b.on_timer(30 + super::super::T4, &mut |_, _| {}), 1);
         assert_eq!(proxy.stats().transactions_active, 0);
-    }
-
-    #[test]
-    fn temporary_wrappers_behave_like_a_held_worker() {
-        let (wrapped, held) = (stateful(), stateful());
-        let mut worker = held.worker();
-        let (mut sent_wrapped, mut sent_held) = (Sent::new(), Sent::new());
-        let outcome = wrapped.handle(0, addr(UAC), INVITE, &mut collect(&mut sent_wrapped));
-        assert_eq!(
-            outcome,
-            worker.handle(0, addr(UAC), INVITE, &mut collect(&mut sent_held))
-        );
-        let fired = wrapped.on_timer(T1, &mut collect(&mut sent_wrapped));
-        assert_eq!(fired, worker.on_timer(T1, &mut collect(&mut sent_held)));
-        assert_eq!(fired, 1);
-        assert_eq!(sent_wrapped, sent_held);
-        assert_eq!(sent_wrapped.len(), 3); // 100 Trying, INVITE, timer A
-        let (a, b) = (wrapped.stats(), held.stats());
-        assert_eq!((a.requests_received, a.retransmissions_sent), (1, 1));
-        assert_eq!(
-            (a.requests_forwarded, a.responses_generated),
-            (b.requests_forwarded, b.responses_generated)
-        );
     }
 }
