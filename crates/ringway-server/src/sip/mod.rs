@@ -31,7 +31,7 @@ mod summary;
 mod timer;
 mod worker;
 
-pub use stats::{label_slot, slot_label, Latency, TypeStats, WorkerMetrics, LABEL_SLOTS};
+pub use stats::{Latency, TypeStats, WorkerMetrics};
 pub use summary::{
     Actions, ConfigView, Cpu, Drops, Messages, Summary, ThreadCpu, TypeSummary, SCHEMA,
 };

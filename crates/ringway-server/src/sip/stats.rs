@@ -1,10 +1,11 @@
 //! What one SIP worker (or the timer thread) measures: counters and
 //! K_rcv / T_sip / K_snd histograms per message type, indexed by the
-//! core's [`MsgLabel`] and [`DropReason`] enums — no string search or
-//! string-keyed map per datagram.
+//! core's [`MsgLabel::slot`] and [`DropReason::index`] — no string search
+//! or string-keyed map per datagram.
 
 use crate::metrics::{latency_histogram, LATENCY_MAX_NS};
 use hdrhistogram::Histogram;
+use ringway_sip::proxy::DROP_REASONS;
 use ringway_sip::{DropReason, MsgLabel};
 use std::collections::BTreeMap;
 
@@ -33,72 +34,8 @@ impl Latency {
     }
 }
 
-/// Status codes a proxy can generate or receive: 100..=699.
+/// Status codes a proxy can generate: 100..=699.
 const CODES: usize = 600;
-/// Label slots: seven request labels and `malformed`, one per status
-/// code 100..=699, and one for responses with a code outside that range.
-pub const LABEL_SLOTS: usize = 8 + CODES + 1;
-
-/// The dense index of a message type.
-pub fn label_slot(label: MsgLabel) -> usize {
-    match label {
-        MsgLabel::Invite => 0,
-        MsgLabel::Ack => 1,
-        MsgLabel::Bye => 2,
-        MsgLabel::Cancel => 3,
-        MsgLabel::Register => 4,
-        MsgLabel::Options => 5,
-        MsgLabel::OtherRequest => 6,
-        MsgLabel::Malformed => 7,
-        MsgLabel::Response(code) if (100..700).contains(&code) => 8 + (code - 100) as usize,
-        MsgLabel::Response(_) => 8 + CODES,
-    }
-}
-
-/// The message type of a slot (inverse of [`label_slot`]; the out-of-range
-/// response slot reads as code 0).
-pub fn slot_label(slot: usize) -> MsgLabel {
-    match slot {
-        0 => MsgLabel::Invite,
-        1 => MsgLabel::Ack,
-        2 => MsgLabel::Bye,
-        3 => MsgLabel::Cancel,
-        4 => MsgLabel::Register,
-        5 => MsgLabel::Options,
-        6 => MsgLabel::OtherRequest,
-        7 => MsgLabel::Malformed,
-        s if s < 8 + CODES => MsgLabel::Response((s - 8) as u16 + 100),
-        _ => MsgLabel::Response(0),
-    }
-}
-
-/// Every drop reason, in slot order.
-pub(super) const DROP_REASONS: [DropReason; 9] = [
-    DropReason::MalformedResponse,
-    DropReason::MalformedRequest,
-    DropReason::ResponseNotOurs,
-    DropReason::UnroutableResponse,
-    DropReason::ForbiddenDestination,
-    DropReason::Overload,
-    DropReason::AckNotRoutable,
-    DropReason::TooLarge,
-    DropReason::KeepAlive,
-];
-
-/// The dense index of a drop reason (position in [`DROP_REASONS`]).
-pub(super) fn drop_slot(reason: DropReason) -> usize {
-    match reason {
-        DropReason::MalformedResponse => 0,
-        DropReason::MalformedRequest => 1,
-        DropReason::ResponseNotOurs => 2,
-        DropReason::UnroutableResponse => 3,
-        DropReason::ForbiddenDestination => 4,
-        DropReason::Overload => 5,
-        DropReason::AckNotRoutable => 6,
-        DropReason::TooLarge => 7,
-        DropReason::KeepAlive => 8,
-    }
-}
 
 /// Measurements for one message type.
 #[derive(Debug, Clone)]
@@ -113,7 +50,7 @@ pub struct TypeStats {
     responded: [u64; CODES],
     /// Messages consumed without output (e.g. retransmissions, stray ACKs).
     pub absorbed: u64,
-    /// Messages dropped by the core, per [`drop_slot`].
+    /// Messages dropped by the core, per [`DropReason::index`].
     dropped: [u64; DROP_REASONS.len()],
     k_rcv: Histogram<u64>,
     t_sip: Histogram<u64>,
@@ -173,7 +110,7 @@ impl TypeStats {
 
     /// Count a message the core dropped.
     pub fn count_drop(&mut self, reason: DropReason) {
-        self.dropped[drop_slot(reason)] += 1;
+        self.dropped[reason.index()] += 1;
     }
 
     /// Generated responses by status code (codes with a count only).
@@ -222,7 +159,7 @@ impl TypeStats {
 /// Counters and histograms one worker (or the timer thread) keeps.
 #[derive(Debug, Clone)]
 pub struct WorkerMetrics {
-    /// Per message type, by [`label_slot`]; allocated on first use.
+    /// Per message type, by [`MsgLabel::slot`]; allocated on first use.
     types: Vec<Option<Box<TypeStats>>>,
     /// Datagrams received.
     pub msgs_in: u64,
@@ -249,7 +186,7 @@ pub struct WorkerMetrics {
 impl Default for WorkerMetrics {
     fn default() -> Self {
         WorkerMetrics {
-            types: vec![None; LABEL_SLOTS],
+            types: vec![None; MsgLabel::SLOTS],
             msgs_in: 0,
             msgs_out: 0,
             tx_errors: 0,
@@ -267,17 +204,17 @@ impl Default for WorkerMetrics {
 impl WorkerMetrics {
     /// The stats of message type `label`, created on first use.
     pub fn type_mut(&mut self, label: MsgLabel) -> &mut TypeStats {
-        self.slot_mut(label_slot(label))
+        self.slot_mut(label.slot())
     }
 
-    /// The stats of a [`label_slot`], created on first use.
+    /// The stats of a [`MsgLabel::slot`], created on first use.
     pub fn slot_mut(&mut self, slot: usize) -> &mut TypeStats {
-        self.types[slot.min(LABEL_SLOTS - 1)].get_or_insert_with(Default::default)
+        self.types[slot.min(MsgLabel::SLOTS - 1)].get_or_insert_with(Default::default)
     }
 
     /// The stats of message type `label`, if any message of it was seen.
     pub fn get(&self, label: MsgLabel) -> Option<&TypeStats> {
-        self.types[label_slot(label)].as_deref()
+        self.types[label.slot()].as_deref()
     }
 
     /// Message types seen, in slot order.
@@ -285,7 +222,7 @@ impl WorkerMetrics {
         self.types
             .iter()
             .enumerate()
-            .filter_map(|(slot, t)| Some((slot_label(slot), t.as_deref()?)))
+            .filter_map(|(slot, t)| Some((MsgLabel::from_slot(slot), t.as_deref()?)))
     }
 
     /// Add `other` into `self` (counters summed; socket drops summed too, the
@@ -322,22 +259,6 @@ impl WorkerMetrics {
 mod tests {
     use super::*;
     use crate::metrics::LatencySummary;
-
-    #[test]
-    fn slots_are_dense_and_invert() {
-        for slot in 0..LABEL_SLOTS - 1 {
-            assert_eq!(label_slot(slot_label(slot)), slot);
-        }
-        assert_eq!(label_slot(MsgLabel::Response(99)), LABEL_SLOTS - 1);
-        assert_eq!(label_slot(MsgLabel::Response(700)), LABEL_SLOTS - 1);
-        assert_eq!(
-            slot_label(label_slot(MsgLabel::Response(487))).as_str(),
-            "487"
-        );
-        for (i, r) in DROP_REASONS.iter().enumerate() {
-            assert_eq!(drop_slot(*r), i);
-        }
-    }
 
     #[test]
     fn merge_and_summarise() {

@@ -2,7 +2,7 @@
 //! the seam the worker threads run and tests drive with a fake
 //! [`BatchIo`].
 
-use super::stats::{label_slot, Latency, WorkerMetrics};
+use super::stats::{Latency, WorkerMetrics};
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
 use ringway_sip::{Action, Proxy, ProxyWorker};
 
@@ -95,7 +95,7 @@ impl<'p> SipWorker<'p> {
             let t1 = clock();
             m.tx_oversize += oversize;
             m.tx_errors += send_errors;
-            let slot = label_slot(outcome.label);
+            let slot = outcome.label.slot();
             match d.meta.kernel_rx {
                 Some(k) => m
                     .slot_mut(slot)

@@ -45,7 +45,7 @@ mod transaction;
 mod worker;
 
 pub use config::{Mode, ProxyConfig};
-pub use outcome::{Action, DropReason, MsgLabel, Outcome};
+pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES};
 pub use routing::sendable;
 pub use stats::ProxyStats;

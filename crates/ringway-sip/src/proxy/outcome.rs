@@ -40,7 +40,48 @@ static CODE_TEXT: [[u8; 3]; 600] = {
     t
 };
 
+/// Status codes with a label slot each: 100..=699.
+const CODES: usize = 600;
+
 impl MsgLabel {
+    /// Number of [`MsgLabel::slot`]s: seven request labels and `malformed`,
+    /// one per status code 100..=699, and one for responses with a code
+    /// outside that range.
+    pub const SLOTS: usize = 8 + CODES + 1;
+
+    /// Dense index of this label, for counter arrays.
+    pub fn slot(&self) -> usize {
+        match *self {
+            MsgLabel::Invite => 0,
+            MsgLabel::Ack => 1,
+            MsgLabel::Bye => 2,
+            MsgLabel::Cancel => 3,
+            MsgLabel::Register => 4,
+            MsgLabel::Options => 5,
+            MsgLabel::OtherRequest => 6,
+            MsgLabel::Malformed => 7,
+            MsgLabel::Response(code) if (100..700).contains(&code) => 8 + (code - 100) as usize,
+            MsgLabel::Response(_) => 8 + CODES,
+        }
+    }
+
+    /// The label of a slot (inverse of [`MsgLabel::slot`]; the slot of
+    /// out-of-range codes reads as code 0, a slot beyond the last as that).
+    pub fn from_slot(slot: usize) -> MsgLabel {
+        match slot {
+            0 => MsgLabel::Invite,
+            1 => MsgLabel::Ack,
+            2 => MsgLabel::Bye,
+            3 => MsgLabel::Cancel,
+            4 => MsgLabel::Register,
+            5 => MsgLabel::Options,
+            6 => MsgLabel::OtherRequest,
+            7 => MsgLabel::Malformed,
+            s if s < 8 + CODES => MsgLabel::Response((s - 8) as u16 + 100),
+            _ => MsgLabel::Response(0),
+        }
+    }
+
     /// The label of a request with this method.
     pub(super) fn of_method(method: Method<'_>) -> MsgLabel {
         match method {
@@ -103,8 +144,8 @@ pub enum DropReason {
     KeepAlive,
 }
 
-/// Every drop reason, in counter-slot order.
-pub(super) const DROP_REASONS: [DropReason; 9] = [
+/// Every drop reason, in counter-slot order ([`DropReason::index`]).
+pub const DROP_REASONS: [DropReason; 9] = [
     DropReason::MalformedResponse,
     DropReason::MalformedRequest,
     DropReason::ResponseNotOurs,
@@ -132,9 +173,20 @@ impl DropReason {
         }
     }
 
-    /// Counter slot of this reason.
-    pub(super) fn index(&self) -> usize {
-        DROP_REASONS.iter().position(|d| d == self).unwrap_or(0)
+    /// Dense index of this reason (its position in [`DROP_REASONS`]), for
+    /// counter arrays.
+    pub fn index(&self) -> usize {
+        match self {
+            DropReason::MalformedResponse => 0,
+            DropReason::MalformedRequest => 1,
+            DropReason::ResponseNotOurs => 2,
+            DropReason::UnroutableResponse => 3,
+            DropReason::ForbiddenDestination => 4,
+            DropReason::Overload => 5,
+            DropReason::AckNotRoutable => 6,
+            DropReason::TooLarge => 7,
+            DropReason::KeepAlive => 8,
+        }
     }
 }
 
@@ -161,4 +213,25 @@ pub struct Outcome {
     pub label: MsgLabel,
     /// What was done.
     pub action: Action,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_dense_and_invert() {
+        for slot in 0..MsgLabel::SLOTS - 1 {
+            assert_eq!(MsgLabel::from_slot(slot).slot(), slot);
+        }
+        assert_eq!(MsgLabel::Response(99).slot(), MsgLabel::SLOTS - 1);
+        assert_eq!(MsgLabel::Response(700).slot(), MsgLabel::SLOTS - 1);
+        assert_eq!(
+            MsgLabel::from_slot(MsgLabel::Response(487).slot()).as_str(),
+            "487"
+        );
+        for (i, reason) in DROP_REASONS.iter().enumerate() {
+            assert_eq!(reason.index(), i);
+        }
+    }
 }
