@@ -115,6 +115,18 @@ fn wrap(linktype: u32, ip: Vec<u8>) -> Vec<u8> {
             e.extend(ip);
             e
         }
+        239 => {
+            // NFLOG: AF_INET, version 0, group 5; a prefix TLV (type 10,
+            // 6 bytes, padded to 8), then the payload TLV (type 9).
+            let mut e = vec![2, 0, 0, 5];
+            e.extend_from_slice(&6u16.to_le_bytes());
+            e.extend_from_slice(&10u16.to_le_bytes());
+            e.extend_from_slice(&[b'r', b'w', 0, 0]);
+            e.extend_from_slice(&((4 + ip.len()) as u16).to_le_bytes());
+            e.extend_from_slice(&9u16.to_le_bytes());
+            e.extend(ip);
+            e
+        }
         _ => ip,
     }
 }
@@ -153,7 +165,7 @@ fn check_trace(frames: &[Frame<'_>]) {
 
 #[test]
 fn pcap_link_types_parse_and_analyze() {
-    for lt in [1u32, 113, 276, 0, 101] {
+    for lt in [1u32, 113, 276, 0, 101, 239] {
         for nano in [false, true] {
             let bytes = pcap_file(lt, nano, &frames_for(lt));
             let frames = pcap::parse(&bytes).unwrap();
