@@ -110,7 +110,13 @@ impl Proc {
                     break;
                 }
                 Ok(None) if t.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
-                _ => break,
+                _ => {
+                    // Still running (or unknown): kill it by PID before
+                    // reading, or the read would wait for it forever.
+                    let _ = self.0.kill();
+                    let _ = self.0.wait();
+                    break;
+                }
             }
         }
         let mut out = String::new();
