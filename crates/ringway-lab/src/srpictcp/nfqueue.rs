@@ -119,17 +119,20 @@ fn summary(m: &ReorderMeter) -> OrderSummary {
     }
 }
 
-/// Bind the queue and sort until `stop` is set or the duration passes.
+/// Bind the queue (so that packets stop bypassing it), then call
+/// `bound`, then sort until `stop` is set or the duration passes.
 /// `progress` gets the report every second.
 pub fn run(
     cfg: &NfqSortConfig,
     stop: &AtomicBool,
+    bound: impl FnOnce(),
     mut progress: impl FnMut(&NfqSortReport),
 ) -> std::io::Result<NfqSortReport> {
     let mut q = NfQueue::open(NfQueueConfig {
         max_len: cfg.max_len,
         ..NfQueueConfig::new(cfg.queue)
     })?;
+    bound();
     let ring = cfg.ring.max(1);
     let mut sorter: Srpic<Item> = Srpic::new(
         SrpicConfig {

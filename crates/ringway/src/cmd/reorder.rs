@@ -127,14 +127,16 @@ fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
         max_len: a.max_len.max(1),
     };
     let stop = ringway_server::host::stop_flag()?;
-    eprintln!(
-        "reorder nfqueue: queue {} bound (block {}, ring {}, coalesce {} us{})",
-        cfg.queue,
-        cfg.block,
-        cfg.ring,
-        cfg.coalesce_us,
-        if cfg.sort { "" } else { ", not sorting" }
-    );
+    let bound = || {
+        eprintln!(
+            "reorder nfqueue: queue {} bound (block {}, ring {}, coalesce {} us{})",
+            cfg.queue,
+            cfg.block,
+            cfg.ring,
+            cfg.coalesce_us,
+            if cfg.sort { "" } else { ", not sorting" }
+        )
+    };
     let line = |r: &ringway_lab::srpictcp::nfqueue::NfqSortReport| {
         format!(
             "packets {} batches {} held {} sorted {} passed {} (malformed {} not-tcp {} unsuitable {}) reordered before {:.4} after {:.4}",
@@ -150,7 +152,7 @@ fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
             r.after.ratio
         )
     };
-    let rep = run(&cfg, &stop, |r| eprintln!("{}", line(r)))
+    let rep = run(&cfg, &stop, bound, |r| eprintln!("{}", line(r)))
         .with_context(|| format!("NFQUEUE queue {}", cfg.queue))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
