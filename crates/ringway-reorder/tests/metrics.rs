@@ -224,6 +224,7 @@ fn rfc5236_every_distinct_packet_is_accounted_for() {
     }
     let mut all = Vec::new();
     perms(&mut (1..=6).collect(), 0, &mut all);
+    let mut most = [0u64; 5];
     for p in &all {
         for mask in 0u32..64 {
             if mask.count_ones() > 2 {
@@ -249,9 +250,18 @@ fn rfc5236_every_distinct_packet_is_accounted_for() {
                 let occupancy = m.fb.keys().max().copied().unwrap_or(0);
                 assert!(occupancy <= dt + 1, "{q:?} dt {dt}: occupancy {occupancy}");
                 assert!(m.fb.values().sum::<u64>() > 0, "{q:?} dt {dt}");
+                most[dt as usize] = most[dt as usize].max(occupancy);
             }
         }
     }
+    // The buffer is used and bounded: with DT 0 it never holds a packet,
+    // with DT 2 the input 4,5,2,6,3,4 fills it to DT + 1 = 3 (4 and 5
+    // wait for 2, then 6 joins them before 3 arrives); an RBD that never
+    // buffered, or buffered without limit, fails here.
+    assert_eq!(most[0], 0, "{most:?}");
+    assert_eq!(most[2], 3, "{most:?}");
+    assert!(most[4] >= 3, "{most:?}");
+    assert_eq!(rfc5236(&[4, 5, 2, 6, 3, 4], 2).fb.keys().max().copied(), Some(3));
 }
 
 /// The streaming meter agrees with `rfc4737` on a flow's segments (in
