@@ -162,9 +162,10 @@ impl Rfc5236 {
     pub fn rd0(&self) -> f64 {
         self.rd().get(&0).copied().unwrap_or(0.0)
     }
-    /// Mean buffer occupancy Σ B·RBD\[B\].
+    /// Mean buffer occupancy Σ B·RBD\[B\] (0 for an empty trace; a float
+    /// sum over nothing is -0.0, which printed as "-0.000").
     pub fn rbd_mean(&self) -> f64 {
-        self.rbd().iter().map(|(b, p)| *b as f64 * p).sum()
+        self.rbd().iter().map(|(b, p)| *b as f64 * p).sum::<f64>() + 0.0
     }
     /// Add another sample's counts.
     pub fn merge(&mut self, o: &Rfc5236) {

@@ -261,7 +261,10 @@ fn rfc5236_every_distinct_packet_is_accounted_for() {
     assert_eq!(most[0], 0, "{most:?}");
     assert_eq!(most[2], 3, "{most:?}");
     assert!(most[4] >= 3, "{most:?}");
-    assert_eq!(rfc5236(&[4, 5, 2, 6, 3, 4], 2).fb.keys().max().copied(), Some(3));
+    assert_eq!(
+        rfc5236(&[4, 5, 2, 6, 3, 4], 2).fb.keys().max().copied(),
+        Some(3)
+    );
 }
 
 /// The streaming meter agrees with `rfc4737` on a flow's segments (in
@@ -290,4 +293,12 @@ fn streaming_meter_matches_rfc4737_per_flow() {
     small.observe(FlowKey::from_u64(1), 0, 10);
     small.observe(FlowKey::from_u64(2), 0, 10);
     assert_eq!((small.received, small.untracked, small.flows()), (1, 1, 1));
+}
+
+/// An empty trace reports RBD_avg 0, not -0 (printed "-0.000" before).
+#[test]
+fn empty_trace_has_positive_zero_means() {
+    let m = rfc5236(&[], 4);
+    assert!(m.rbd_mean() == 0.0 && m.rbd_mean().is_sign_positive());
+    assert_eq!(format!("{:.3}", m.rbd_mean()), "0.000");
 }
