@@ -283,15 +283,19 @@ fn receiver_view(
 ) {
     let _ = writeln!(
         s,
-        "  receiver: RFC 4737 reordered ratio of the data (arrival → after the driver) and TcpExtTCPOFOQueue/Mbps, N-SRPIC | SRPIC; mean block"
+        "  receiver: RFC 4737 reordered ratio of the data (arrival → after the driver), TcpExtTCPOFOQueue/Mbps and TcpExtTCPHPHits per data segment (fast path), N-SRPIC | SRPIC; mean block"
     );
     for x in cells {
         let (off, on) = (runs(all, x, false), runs(all, x, true));
         let ofo =
             |r: &RunResult| r.per_mbps(*r.receiver_nstat.get("TcpExtTCPOFOQueue").unwrap_or(&0));
+        let hp = |r: &RunResult| {
+            *r.receiver_nstat.get("TcpExtTCPHPHits").unwrap_or(&0) as f64
+                / r.relay.delivery_order.0.max(1) as f64
+        };
         let _ = writeln!(
             s,
-            "  {:<26} reord {} → {} | {} → {}   OFO/Mbps {} | {}   block {}",
+            "  {:<26} reord {} → {} | {} → {}   OFO/Mbps {} | {}   HPHits {} | {}   block {}",
             label(x),
             fmt(&stat(&off, |r| r.relay.arrival_order.2)),
             fmt(&stat(&off, |r| r.relay.delivery_order.2)),
@@ -299,6 +303,8 @@ fn receiver_view(
             fmt(&stat(&on, |r| r.relay.delivery_order.2)),
             fmt(&stat(&off, ofo)),
             fmt(&stat(&on, ofo)),
+            fmt(&stat(&off, hp)),
+            fmt(&stat(&on, hp)),
             fmt(&stat(&on, |r| r.relay.blocks.mean())),
         );
     }
