@@ -68,15 +68,21 @@ pub struct Relay {
 
 impl Relay {
     /// Bind the listening socket and the upstream socket (connected to
-    /// `to`), both with kernel receive timestamps.
+    /// `to`), both with kernel receive timestamps and 4 MiB buffers (a
+    /// burst the emulated link queues must not be lost in the socket).
     pub fn bind(cfg: RelayConfig) -> std::io::Result<Relay> {
-        let (listen, _) = open_udp(&SocketConfig::new(cfg.listen))?;
+        let sock = |bind: SocketAddr| SocketConfig {
+            rcvbuf: Some(4 << 20),
+            sndbuf: Some(4 << 20),
+            ..SocketConfig::new(bind)
+        };
+        let (listen, _) = open_udp(&sock(cfg.listen))?;
         let any: SocketAddr = if cfg.to.is_ipv4() {
             "0.0.0.0:0".parse().expect("literal")
         } else {
             "[::]:0".parse().expect("literal")
         };
-        let (upstream, _) = open_udp(&SocketConfig::new(any))?;
+        let (upstream, _) = open_udp(&sock(any))?;
         upstream.connect(cfg.to)?;
         Ok(Relay {
             cfg,

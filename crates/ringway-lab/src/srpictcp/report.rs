@@ -20,6 +20,10 @@ fn fmt(m: &MeanCi) -> String {
     } else {
         3
     };
+    if m.n == 1 {
+        // One run left: no interval.
+        return format!("{:.*} (n=1)", d, m.mean);
+    }
     format!("{:.*} ± {:.*}", d, m.mean, d, m.ci95)
 }
 
@@ -347,5 +351,18 @@ fn sweep(s: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
             q(1.0),
             eq3
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_without_runs_read_na_and_single_runs_say_so() {
+        assert_eq!(fmt(&mean_ci(&[])), "n/a");
+        assert_eq!(fmt(&mean_ci(&[95.94])), "95.94 (n=1)");
+        assert_eq!(fmt(&mean_ci(&[0.5, 0.5])), "0.500 ± 0.000");
+        assert_eq!(fmt(&mean_ci(&[120.0, 140.0])), "130.0 ± 127.1");
     }
 }
