@@ -54,6 +54,7 @@ pub use worker::ProxyWorker;
 
 use crate::hash::Hash64;
 use crate::registrar::{LocationStore, MemoryStore};
+use cancel::CancelIndex;
 use stats::Counters;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -70,6 +71,8 @@ pub struct Proxy {
     secret: u64,
     store: Arc<dyn LocationStore>,
     shards: Box<[Mutex<Shard>]>,
+    /// Pending INVITEs by RFC 2543 matching key (CANCEL matching).
+    cancel_index: CancelIndex,
     active_transactions: AtomicUsize,
     counters: Counters,
     /// When the registrar's expiry sweep last ran (ns).
@@ -97,6 +100,7 @@ impl Proxy {
             secret,
             store,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            cancel_index: CancelIndex::new(),
             active_transactions: AtomicUsize::new(0),
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),

@@ -33,6 +33,9 @@ pub struct ProxyStats {
     /// In-dialog requests forwarded statelessly because the table was full
     /// (calls already set up are completed, new ones are shed).
     pub overload_stateless: u64,
+    /// CANCELs matched to their INVITE the RFC 2543 way (their branch
+    /// matched no transaction).
+    pub cancels_matched_2543: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -54,11 +57,12 @@ pub(super) enum Counter {
     RetransmissionsSent,
     OverloadSheds,
     OverloadStateless,
+    CancelsMatched2543,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::OverloadStateless as usize + 1;
+    pub(super) const COUNT: usize = Counter::CancelsMatched2543 as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -167,6 +171,7 @@ impl Proxy {
             retransmissions_sent: counters.event(Counter::RetransmissionsSent),
             overload_sheds: counters.event(Counter::OverloadSheds),
             overload_stateless: counters.event(Counter::OverloadStateless),
+            cancels_matched_2543: counters.event(Counter::CancelsMatched2543),
             responses_generated,
             drops,
             bindings: self.store.len() as u64,
