@@ -15,6 +15,7 @@ fn cfg(mode: Mode) -> ProxyConfig {
         record_route: true,
         max_transactions: 1000,
         domains: vec!["example.com".into()],
+        ..ProxyConfig::default()
     }
 }
 
@@ -676,7 +677,7 @@ fn registrar_then_invite() {
         sec(70),
         "192.0.2.3:5060",
         &reg(
-            "<sip:carol@192.0.2.3:5062>;expires=30, <sip:carol@192.0.2.4>",
+            "<sip:carol@192.0.2.3:5062>;expires=90, <sip:carol@192.0.2.4>",
             "",
             2,
         ),
@@ -689,7 +690,7 @@ fn registrar_then_invite() {
         .collect();
     assert_eq!(exps.len(), 2);
     assert!(
-        exps.contains(&"30".to_string()) && exps.contains(&"3600".to_string()),
+        exps.contains(&"90".to_string()) && exps.contains(&"3600".to_string()),
         "{exps:?}"
     );
     let (o, sent) = handle(
@@ -953,4 +954,101 @@ fn timer_c_cancels_downstream_and_late_cancel_still_gets_200() {
     let (o, sent) = handle(&p, ringway_sip::proxy::TIMER_C + 30, UAC, cancel);
     assert_eq!(o.action, Action::Absorbed);
     assert_eq!(parse(&sent[0].1).status(), Some(200));
+}
+
+/// RFC 3261 10.3: Expires bounds (423 with Min-Expires, shortened to the
+/// maximum), bounded contacts per AOR, Call-ID/CSeq ordering, `Contact: *`.
+#[test]
+fn registrar_rules() {
+    let mut c = cfg(Mode::Stateless);
+    c.registrar = true;
+    c.registrar_policy = ringway_sip::RegistrarPolicy {
+        min_expires: 60,
+        max_expires: 7200,
+        default_expires: 3600,
+        max_contacts: 2,
+    };
+    let p = Proxy::new(c);
+    let reg = |call_id: &str, cseq: u32, contact: &str, expires: &str| {
+        format!("REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.3:5060;branch=z9hG4bKrr{call_id}{cseq}\r\nMax-Forwards: 70\r\nFrom: <sip:dave@example.com>;tag=r\r\nTo: <sip:dave@example.com>\r\nCall-ID: {call_id}\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\n{expires}Content-Length: 0\r\n\r\n").into_bytes()
+    };
+    let send = |now: u64, msg: Vec<u8>| {
+        let (o, sent) = handle(&p, now, "192.0.2.3:5060", &msg);
+        (o.action, sent[0].1.clone())
+    };
+    let expires_of = |response: &[u8]| -> Vec<String> {
+        parse(response)
+            .contact()
+            .map(|c| c.param("expires").unwrap().unwrap().to_string())
+            .collect()
+    };
+    // Too brief: 423 with Min-Expires, nothing bound.
+    let (action, r) = send(0, reg("x", 1, "<sip:dave@192.0.2.3>", "Expires: 30\r\n"));
+    assert_eq!(action, Action::Responded(423));
+    assert_eq!(parse(&r).header("Min-Expires").next(), Some("60"));
+    assert_eq!(p.stats().bindings, 0);
+    // Too long: shortened to the maximum.
+    let (action, r) = send(
+        0,
+        reg("x", 2, "<sip:dave@192.0.2.3>", "Expires: 200000\r\n"),
+    );
+    assert_eq!(action, Action::Responded(200));
+    assert_eq!(expires_of(&r), ["7200"]);
+    // A second contact fits, a third does not: 403, nothing changed.
+    assert_eq!(
+        send(0, reg("x", 3, "<sip:dave@192.0.2.4>", "")).0,
+        Action::Responded(200)
+    );
+    let (action, _) = send(
+        0,
+        reg("x", 4, "<sip:dave@192.0.2.5>, <sip:dave@192.0.2.6>", ""),
+    );
+    assert_eq!(action, Action::Responded(403));
+    assert_eq!(p.stats().bindings, 2);
+    // Replacing one while adding one stays within the bound.
+    let (action, r) = send(
+        0,
+        reg(
+            "x",
+            5,
+            "<sip:dave@192.0.2.4>;expires=0, <sip:dave@192.0.2.5>",
+            "",
+        ),
+    );
+    assert_eq!(action, Action::Responded(200));
+    assert_eq!(expires_of(&r).len(), 2);
+    // Ordering: the same Call-ID with a lower CSeq fails and changes nothing.
+    let (action, _) = send(
+        sec(1),
+        reg("x", 4, "<sip:dave@192.0.2.5>", "Expires: 0\r\n"),
+    );
+    assert_eq!(action, Action::Responded(400));
+    assert_eq!(p.stats().bindings, 2);
+    // The same CSeq again (a retransmission) re-applies the same change.
+    let (action, _) = send(
+        sec(1),
+        reg(
+            "x",
+            5,
+            "<sip:dave@192.0.2.4>;expires=0, <sip:dave@192.0.2.5>",
+            "",
+        ),
+    );
+    assert_eq!(action, Action::Responded(200));
+    // Another Call-ID replaces the binding whatever its CSeq.
+    let (action, r) = send(
+        sec(2),
+        reg("y", 1, "<sip:dave@192.0.2.5>", "Expires: 120\r\n"),
+    );
+    assert_eq!(action, Action::Responded(200));
+    assert!(expires_of(&r).contains(&"120".to_string()));
+    // "*" from Call-ID y with a lower CSeq than its binding: refused.
+    let (action, _) = send(sec(3), reg("y", 0, "*", "Expires: 0\r\n"));
+    assert_eq!(action, Action::Responded(400));
+    assert_eq!(p.stats().bindings, 2);
+    // "*" with a higher CSeq removes every binding.
+    let (action, r) = send(sec(4), reg("y", 2, "*", "Expires: 0\r\n"));
+    assert_eq!(action, Action::Responded(200));
+    assert!(expires_of(&r).is_empty());
+    assert_eq!(p.stats().bindings, 0);
 }

@@ -134,6 +134,13 @@ impl Proxy {
         })
     }
 
+    /// Whether `ack` acknowledges a response we generated: its To tag is
+    /// the one we give responses of its Call-ID.
+    pub(super) fn is_ack_for_local_response(&self, ack: &SipMsg<'_>) -> bool {
+        ack.to_tag()
+            .is_some_and(|tag| tag == self.local_to_tag(ack.call_id().unwrap_or("")).to_tag())
+    }
+
     /// Build a response we generate to `request` into `out`, with our
     /// To-tag (derived from the Call-ID, so retransmissions get the same).
     pub(super) fn build_local_response(

@@ -30,6 +30,7 @@
 // table and driver), `transaction` (state machine, shards), `branch`
 // (request keys, branch and To-tag), `config`, `outcome`, `stats`.
 
+mod auth;
 mod branch;
 mod cancel;
 mod config;
@@ -44,7 +45,7 @@ mod timers;
 mod transaction;
 mod worker;
 
-pub use config::{Mode, ProxyConfig};
+pub use config::{AuthConfig, Mode, ProxyConfig, RegistrarPolicy};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES};
 pub use routing::sendable;
@@ -54,6 +55,7 @@ pub use worker::ProxyWorker;
 
 use crate::hash::Hash64;
 use crate::registrar::{LocationStore, MemoryStore};
+use auth::Authenticator;
 use cancel::CancelIndex;
 use stats::Counters;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -70,6 +72,8 @@ pub struct Proxy {
     /// Seed of every hash we put on the wire (branches, To-tags).
     secret: u64,
     store: Arc<dyn LocationStore>,
+    /// Digest authentication, when configured.
+    auth: Option<Authenticator>,
     shards: Box<[Mutex<Shard>]>,
     /// Pending INVITEs by RFC 2543 matching key (CANCEL matching).
     cancel_index: CancelIndex,
@@ -94,6 +98,7 @@ impl Proxy {
             .str(&format!("{:?}", config.mode))
             .finish();
         Proxy {
+            auth: config.auth.clone().map(Authenticator::new),
             config,
             sent_by,
             record_route_uri,

@@ -36,6 +36,17 @@ pub struct ProxyStats {
     /// CANCELs matched to their INVITE the RFC 2543 way (their branch
     /// matched no transaction).
     pub cancels_matched_2543: u64,
+    /// Requests whose digest credentials were verified.
+    pub auth_accepted: u64,
+    /// Requests refused by authentication (400 bad credentials, 403 wrong
+    /// password, unknown user, From not the user, not relaying; 500 store
+    /// down).
+    pub auth_refused: u64,
+    /// Challenges with `stale=true` (nonce expired or forgotten).
+    pub auth_stale: u64,
+    /// Replayed credentials (a used (nonce, nc) on another request),
+    /// answered with a new challenge.
+    pub auth_replays: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -58,11 +69,15 @@ pub(super) enum Counter {
     OverloadSheds,
     OverloadStateless,
     CancelsMatched2543,
+    AuthAccepted,
+    AuthRefused,
+    AuthStale,
+    AuthReplays,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::CancelsMatched2543 as usize + 1;
+    pub(super) const COUNT: usize = Counter::AuthReplays as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -172,6 +187,10 @@ impl Proxy {
             overload_sheds: counters.event(Counter::OverloadSheds),
             overload_stateless: counters.event(Counter::OverloadStateless),
             cancels_matched_2543: counters.event(Counter::CancelsMatched2543),
+            auth_accepted: counters.event(Counter::AuthAccepted),
+            auth_refused: counters.event(Counter::AuthRefused),
+            auth_stale: counters.event(Counter::AuthStale),
+            auth_replays: counters.event(Counter::AuthReplays),
             responses_generated,
             drops,
             bindings: self.store.len() as u64,
