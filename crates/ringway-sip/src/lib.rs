@@ -58,8 +58,8 @@ pub use edit::{
 };
 pub use msg::{HeaderKind, Method, ParseError, SipMsg, Via};
 pub use proxy::{
-    Action, AuthConfig, DropReason, Mode, MsgLabel, Outcome, Proxy, ProxyConfig, ProxyStats,
-    ProxyWorker, RegistrarPolicy,
+    Action, AuthConfig, DropReason, FloodConfig, Mode, MsgLabel, Outcome, Proxy, ProxyConfig,
+    ProxyStats, ProxyWorker, RegistrarPolicy,
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use uri::{NameAddr, SipUri};

@@ -1052,3 +1052,43 @@ fn registrar_rules() {
     assert!(expires_of(&r).is_empty());
     assert_eq!(p.stats().bindings, 0);
 }
+
+/// Flood protection: over the per-source limit, requests are dropped and
+/// counted without an answer; other sources and responses are not
+/// affected; a source that calms down is let through again.
+#[test]
+fn flood_limit_drops_and_counts_requests_of_one_source() {
+    let mut c = cfg(Mode::Stateful);
+    c.flood = Some(ringway_sip::FloodConfig {
+        limit: 5,
+        window: sec(1),
+        table_size: 64,
+        exempt: Vec::new(),
+    });
+    let p = Proxy::new(c);
+    let options = |n: u32| {
+        format!("OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKfl{n}\r\nMax-Forwards: 70\r\nFrom: <sip:alice@example.com>;tag=f\r\nTo: <sip:bob@example.com>\r\nCall-ID: flood{n}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n").into_bytes()
+    };
+    for n in 0..5 {
+        let (o, sent) = handle(&p, u64::from(n), UAC, &options(n));
+        assert_eq!((o.action, sent.len()), (Action::Forwarded { copies: 1 }, 1));
+    }
+    for n in 5..20 {
+        let (o, sent) = handle(&p, u64::from(n), UAC, &options(n));
+        assert_eq!(o.label, MsgLabel::Options);
+        assert_eq!(o.action, Action::Dropped(DropReason::Flood));
+        assert!(sent.is_empty(), "no answer to a possibly spoofed source");
+    }
+    // Another source, and responses from the flooding one, pass.
+    let (o, _) = handle(&p, 30, "192.0.2.7:5060", &options(100));
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    let (o, _) = handle(&p, 31, UAC, &response_to(&options(101), 200, "OK", ""));
+    assert_ne!(o.action, Action::Dropped(DropReason::Flood));
+    let stats = p.stats();
+    assert_eq!(stats.drops.get("flood"), Some(&15));
+    assert_eq!(stats.flood_blocks, 1);
+    assert_eq!(stats.flood_sources_tracked, 2);
+    // Two windows later (one quiet window): through again.
+    let (o, _) = handle(&p, sec(2) + 1, UAC, &options(200));
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+}

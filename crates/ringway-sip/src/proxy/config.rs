@@ -2,7 +2,7 @@
 
 use crate::auth::{Algorithm, NonceKey};
 use serde::Serialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Forwarding mode (`stateless` / `stateful` in configuration files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -36,6 +36,34 @@ pub struct ProxyConfig {
     pub registrar_policy: RegistrarPolicy,
     /// Digest authentication of our domains' users (`None`: off).
     pub auth: Option<AuthConfig>,
+    /// Per-source request rate limit (`None`: off).
+    pub flood: Option<FloodConfig>,
+}
+
+/// Flood protection (like Kamailio's pike): a source IP address that sends
+/// more than `limit` requests in a `window` has its requests dropped (and
+/// counted) until a whole window passes within the limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FloodConfig {
+    /// Requests per window allowed from one source address.
+    pub limit: u32,
+    /// Window length (ns).
+    pub window: u64,
+    /// Sources tracked at most (the table is allocated once).
+    pub table_size: usize,
+    /// Sources never limited (trusted peers; our own address is added).
+    pub exempt: Vec<IpAddr>,
+}
+
+impl Default for FloodConfig {
+    fn default() -> Self {
+        FloodConfig {
+            limit: 100,
+            window: 2_000_000_000,
+            table_size: 16_384,
+            exempt: Vec::new(),
+        }
+    }
 }
 
 /// Registrar rules (RFC 3261 10.3).
@@ -112,6 +140,7 @@ impl Default for ProxyConfig {
             domains: Vec::new(),
             registrar_policy: RegistrarPolicy::default(),
             auth: None,
+            flood: None,
         }
     }
 }

@@ -34,6 +34,7 @@ mod auth;
 mod branch;
 mod cancel;
 mod config;
+mod flood;
 mod outcome;
 mod register;
 mod request;
@@ -45,7 +46,7 @@ mod timers;
 mod transaction;
 mod worker;
 
-pub use config::{AuthConfig, Mode, ProxyConfig, RegistrarPolicy};
+pub use config::{AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES};
 pub use routing::sendable;
@@ -57,6 +58,7 @@ use crate::hash::Hash64;
 use crate::registrar::{LocationStore, MemoryStore};
 use auth::Authenticator;
 use cancel::CancelIndex;
+use flood::FloodLimiter;
 use stats::Counters;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -74,6 +76,8 @@ pub struct Proxy {
     store: Arc<dyn LocationStore>,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
+    /// Per-source request limits, when configured.
+    flood: Option<FloodLimiter>,
     shards: Box<[Mutex<Shard>]>,
     /// Pending INVITEs by RFC 2543 matching key (CANCEL matching).
     cancel_index: CancelIndex,
@@ -99,6 +103,10 @@ impl Proxy {
             .finish();
         Proxy {
             auth: config.auth.clone().map(Authenticator::new),
+            flood: config.flood.clone().map(|mut flood| {
+                flood.exempt.push(config.local.ip());
+                FloodLimiter::new(flood)
+            }),
             config,
             sent_by,
             record_route_uri,
@@ -120,6 +128,11 @@ impl Proxy {
     /// The configuration.
     pub fn config(&self) -> &ProxyConfig {
         &self.config
+    }
+
+    /// Sources the flood limiter tracks now (0 when it is off).
+    pub fn flood_sources_tracked(&self) -> usize {
+        self.flood.as_ref().map_or(0, FloodLimiter::tracked)
     }
 
     /// The location store.

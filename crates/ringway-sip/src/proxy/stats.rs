@@ -47,6 +47,14 @@ pub struct ProxyStats {
     /// Replayed credentials (a used (nonce, nc) on another request),
     /// answered with a new challenge.
     pub auth_replays: u64,
+    /// Times a source went over the flood limit (its requests are then
+    /// dropped, counted under `drops.flood`).
+    pub flood_blocks: u64,
+    /// Requests not tracked by the flood limiter (their table set was full
+    /// of blocked sources); they passed.
+    pub flood_untracked: u64,
+    /// Sources the flood limiter tracks now.
+    pub flood_sources_tracked: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -73,11 +81,13 @@ pub(super) enum Counter {
     AuthRefused,
     AuthStale,
     AuthReplays,
+    FloodBlocks,
+    FloodUntracked,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::AuthReplays as usize + 1;
+    pub(super) const COUNT: usize = Counter::FloodUntracked as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -191,6 +201,9 @@ impl Proxy {
             auth_refused: counters.event(Counter::AuthRefused),
             auth_stale: counters.event(Counter::AuthStale),
             auth_replays: counters.event(Counter::AuthReplays),
+            flood_blocks: counters.event(Counter::FloodBlocks),
+            flood_untracked: counters.event(Counter::FloodUntracked),
+            flood_sources_tracked: self.flood_sources_tracked() as u64,
             responses_generated,
             drops,
             bindings: self.store.len() as u64,
