@@ -5,12 +5,15 @@ use md5::Md5;
 use sha2::Sha256;
 use std::fmt;
 
-/// A digest algorithm we accept (RFC 8760 for SIP).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A digest algorithm we accept (RFC 8760 for SIP); `MD5` / `SHA-256` in
+/// configuration files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Algorithm {
     /// MD5 (RFC 2617; the only one Debian's SIPp and sipsak speak).
+    #[serde(rename = "MD5")]
     Md5,
     /// SHA-256 (RFC 7616, RFC 8760).
+    #[serde(rename = "SHA-256")]
     Sha256,
 }
 
