@@ -62,7 +62,7 @@ fn metrics_endpoint_serves_histograms_and_counters() {
         "ringway_sip_t_sip_seconds_bucket{type=\"INVITE\",le=\"+Inf\"}",
         "ringway_sip_udp_rcvbuf_errors_total",
         "ringway_sip_socket_drops_total",
-        "ringway_sip_cpu_seconds{mode=\"user\"}",
+        "ringway_sip_cpu_seconds_total{mode=\"user\"}",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
