@@ -279,8 +279,14 @@ impl SipServerConfig {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServerError::Config(format!("auth_file {}: {e}", path.display())))?;
-        let credentials = HtdigestCredentials::parse(&text)
-            .map_err(|e| ServerError::Config(format!("auth_file {}:{e}", path.display())))?;
+        let credentials = HtdigestCredentials::parse(&text).map_err(|e| {
+            ServerError::Config(format!(
+                "auth_file {}:{}: {}",
+                path.display(),
+                e.line,
+                e.message
+            ))
+        })?;
         Ok(Some(credentials))
     }
 }
