@@ -56,6 +56,7 @@ fn sent_register_with_credentials(dir: &Path) -> String {
         .replace("\r\r\n", "\r\n")
 }
 
+#[allow(clippy::too_many_arguments)]
 fn sipp_register(
     procs: &mut Procs,
     dir: &Path,
