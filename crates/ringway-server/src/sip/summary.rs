@@ -179,6 +179,30 @@ pub struct ConfigView {
     pub max_transactions: usize,
     /// Served domains.
     pub domains: Vec<String>,
+    /// Registrar Expires bounds and default (s) and contacts per AOR.
+    pub min_expires: u32,
+    /// See `min_expires`.
+    pub max_expires: u32,
+    /// See `min_expires`.
+    pub default_expires: u32,
+    /// See `min_expires`.
+    pub max_contacts: usize,
+    /// Digest authentication on.
+    pub auth: bool,
+    /// Fixed realm (null: the AOR's domain).
+    pub auth_realm: Option<String>,
+    /// Algorithms offered, in order.
+    pub auth_algorithms: Vec<ringway_sip::auth::Algorithm>,
+    /// Nonce lifetime (s).
+    pub nonce_lifetime_s: u64,
+    /// Requests per window per source (null: no flood limit).
+    pub flood_limit: Option<u32>,
+    /// Flood window (ms).
+    pub flood_window_ms: u64,
+    /// Flood table size (sources).
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<std::net::IpAddr>,
 }
 
 /// The JSON summary (schema documented in docs/sip-proxy.md).
@@ -244,6 +268,18 @@ pub(super) fn build(
             tx_stamp_every: config.tx_stamp_every,
             max_transactions: config.max_transactions,
             domains: config.domains.clone(),
+            min_expires: config.min_expires,
+            max_expires: config.max_expires,
+            default_expires: config.default_expires,
+            max_contacts: config.max_contacts,
+            auth: config.auth,
+            auth_realm: config.auth_realm.clone(),
+            auth_algorithms: config.auth_algorithms.clone(),
+            nonce_lifetime_s: config.nonce_lifetime_s,
+            flood_limit: config.flood_limit,
+            flood_window_ms: config.flood_window_ms,
+            flood_table_size: config.flood_table_size,
+            flood_exempt: config.flood_exempt.clone(),
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {

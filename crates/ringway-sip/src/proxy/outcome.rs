@@ -142,10 +142,12 @@ pub enum DropReason {
     TooLarge,
     /// Empty datagram / keep-alive.
     KeepAlive,
+    /// Its source sent more requests than the flood limit allows.
+    Flood,
 }
 
 /// Every drop reason, in counter-slot order ([`DropReason::index`]).
-pub const DROP_REASONS: [DropReason; 9] = [
+pub const DROP_REASONS: [DropReason; 10] = [
     DropReason::MalformedResponse,
     DropReason::MalformedRequest,
     DropReason::ResponseNotOurs,
@@ -155,6 +157,7 @@ pub const DROP_REASONS: [DropReason; 9] = [
     DropReason::AckNotRoutable,
     DropReason::TooLarge,
     DropReason::KeepAlive,
+    DropReason::Flood,
 ];
 
 impl DropReason {
@@ -170,6 +173,7 @@ impl DropReason {
             DropReason::AckNotRoutable => "ack_not_routable",
             DropReason::TooLarge => "too_large",
             DropReason::KeepAlive => "keepalive",
+            DropReason::Flood => "flood",
         }
     }
 
@@ -186,6 +190,7 @@ impl DropReason {
             DropReason::AckNotRoutable => 6,
             DropReason::TooLarge => 7,
             DropReason::KeepAlive => 8,
+            DropReason::Flood => 9,
         }
     }
 }
