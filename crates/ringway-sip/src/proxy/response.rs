@@ -94,7 +94,7 @@ impl ProxyWorker<'_> {
             }
             Action::Absorbed
         } else if code < 200 {
-            cancel_due = transaction.client_provisional(now);
+            cancel_due = transaction.client_provisional(now, code);
             self.provisional_response(transaction, msg, code, out)
         } else if transaction.client == ClientState::Done {
             self.retransmitted_final_response(transaction, msg, code, out)
