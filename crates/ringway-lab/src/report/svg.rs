@@ -38,19 +38,24 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Render a line plot with error bars, axes, ticks, legend and an optional
-/// horizontal reference line (e.g. the PDR threshold).
+/// Render a line plot with 95% CI bands, axes, ticks, a legend under the
+/// plot (one line per series, never cut) and an optional horizontal
+/// reference line (e.g. the PDR threshold). `ycap` bounds the y axis and
+/// the bands (e.g. 100 for a percentage).
 pub fn line_plot(
     title: &str,
     xlabel: &str,
     ylabel: &str,
     series: &[Series],
     hline: Option<f64>,
+    ycap: Option<f64>,
 ) -> String {
-    let (w, h) = (760.0, 440.0);
-    let (ml, mr, mt, mb) = (70.0, 230.0, 40.0, 50.0);
+    let w = 760.0;
+    let (ml, mr, mt, mb) = (70.0, 20.0, 40.0, 50.0);
+    let ph = 340.0;
+    let legend_h = 18.0 * series.len() as f64 + 10.0;
+    let h = mt + ph + mb + legend_h;
     let pw = w - ml - mr;
-    let ph = h - mt - mb;
     let all: Vec<&(f64, f64, f64)> = series.iter().flat_map(|s| &s.points).collect();
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
@@ -73,6 +78,10 @@ pub fn line_plot(
         ymax = ymax.max(hl * 1.5);
     }
     let ymax = if ymax <= 0.0 { 1.0 } else { ymax * 1.05 };
+    let ymax = match ycap {
+        Some(c) if ymax > c => c,
+        _ => ymax,
+    };
     let xs = |x: f64| ml + (x - xmin) / (xmax - xmin) * pw;
     let ys = |y: f64| mt + ph - (y - ymin) / (ymax - ymin) * ph;
     // Axes and ticks.
@@ -115,7 +124,7 @@ pub fn line_plot(
         s,
         "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
         ml + pw / 2.0,
-        h - 12.0,
+        mt + ph + 36.0,
         esc(xlabel)
     );
     let _ = writeln!(
@@ -136,10 +145,30 @@ pub fn line_plot(
     }
     for (i, se) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
+        // The 95% CI band, clipped to the axis range.
+        if se.points.iter().any(|p| p.2 > 0.0) {
+            let up: Vec<String> = se
+                .points
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", xs(p.0), ys((p.1 + p.2).min(ymax))))
+                .collect();
+            let down: Vec<String> = se
+                .points
+                .iter()
+                .rev()
+                .map(|p| format!("{:.1},{:.1}", xs(p.0), ys((p.1 - p.2).max(ymin))))
+                .collect();
+            let _ = writeln!(
+                s,
+                "<polygon points=\"{} {}\" fill=\"{c}\" fill-opacity=\"0.15\" stroke=\"none\"/>",
+                up.join(" "),
+                down.join(" ")
+            );
+        }
         let pts: Vec<String> = se
             .points
             .iter()
-            .map(|p| format!("{:.1},{:.1}", xs(p.0), ys(p.1)))
+            .map(|p| format!("{:.1},{:.1}", xs(p.0), ys(p.1.min(ymax))))
             .collect();
         let _ = writeln!(
             s,
@@ -151,26 +180,17 @@ pub fn line_plot(
                 s,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
                 xs(p.0),
-                ys(p.1)
+                ys(p.1.min(ymax))
             );
-            if p.2 > 0.0 {
-                let _ = writeln!(
-                    s,
-                    "<line x1=\"{0:.1}\" y1=\"{1:.1}\" x2=\"{0:.1}\" y2=\"{2:.1}\" stroke=\"{c}\"/>",
-                    xs(p.0),
-                    ys((p.1 - p.2).max(ymin)),
-                    ys((p.1 + p.2).min(ymax))
-                );
-            }
         }
-        let ly = mt + 10.0 + 18.0 * i as f64;
+        let ly = mt + ph + mb + 10.0 + 18.0 * i as f64;
         let _ = writeln!(
             s,
             "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\">{5}</text>",
-            ml + pw + 10.0,
+            ml,
             ly,
-            ml + pw + 30.0,
-            ml + pw + 35.0,
+            ml + 20.0,
+            ml + 25.0,
             ly + 4.0,
             esc(&se.label)
         );
@@ -200,11 +220,34 @@ mod tests {
                 },
             ],
             Some(1.0),
+            Some(100.0),
         );
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("a&lt;b"));
         assert!(!s.contains("NaN"));
-        assert!(line_plot("t", "x", "y", &[], None).contains("no data"));
+        assert!(line_plot("t", "x", "y", &[], None, None).contains("no data"));
+        // A CI reaching past 100% is clipped at the cap: no point above the
+        // plot's top edge (y = 40).
+        let s = line_plot(
+            "t",
+            "x",
+            "PDR (%)",
+            &[Series {
+                label: "wide".into(),
+                points: vec![(100.0, 90.0, 50.0), (200.0, 95.0, 40.0)],
+            }],
+            None,
+            Some(100.0),
+        );
+        let band = s.lines().find(|l| l.starts_with("<polygon")).unwrap();
+        let ys: Vec<f64> = band
+            .split('"')
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert!(ys.iter().all(|&y| y >= 40.0 - 1e-9), "{band}");
     }
 }
