@@ -917,7 +917,7 @@ pub fn tune_table(t: &TuneResult) -> Table {
             t.workers,
             t.rate
         ),
-        &["Candidate", "Knobs", "PDR (%)", "K_rcv (µs)", "Valid runs", "Effective settings", "Refused", "Pick"],
+        &["Candidate", "Knobs", "PDR (%)", "K_rcv (µs)", "Valid runs", "Effective settings", "Pick"],
     );
     for (i, r) in t.rows.iter().enumerate() {
         tab.rows.push(vec![
@@ -943,7 +943,6 @@ pub fn tune_table(t: &TuneResult) -> Table {
         tab.rows.push(vec![
             "not searched".into(),
             t.not_searched.join("; "),
-            String::new(),
             String::new(),
             String::new(),
             String::new(),
@@ -1273,7 +1272,7 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
         ),
         "PDR (the papers' definition) = drops counted by the proxy's own sockets (per-socket counters of /proc/net/udp, which count receive-buffer and UDP-memory drops; read after the last message of the run, before the proxy stops) / all messages the generator sent to the proxy in the run (retransmissions and the end of the run included). Namespace RcvbufErrors and MemErrors are recorded in runs.csv as a cross-check.".into(),
         format!(
-            "Capacity = highest rate whose mean PDR over the valid repetitions stays under {:.2}%; a run is flagged (not used) when the generator achieved < 95% of the offered rate or may share CPUs with the proxy. Values are means ± 95% CI (Student t) over repetitions; n/a = not measured.",
+            "Capacity = highest rate whose mean PDR over the valid repetitions stays under {:.2}%; a run is flagged (not used) when the generator started < 95% of the calls its Poisson schedule had due (or started them > 5 ms late on average) or may share CPUs with the proxy. Values are means ± 95% CI (Student t) over repetitions; n/a = not measured.",
             100.0 * inp.threshold
         ),
         "K_rcv = kernel RX stamp → receive call return; wait in batch = receive return → processing, plus processing end → send call; T_sip = processing; K_snd = send call → kernel TX stamp (sampled 1/64). Kamailio reports none of them (n/a).".into(),
@@ -1378,4 +1377,192 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::siplab::mode::Knobs;
+    use crate::siplab::{Lat, RunSpec, TypeLat};
+
+    fn rec(
+        sched: &str,
+        workers: usize,
+        rate: f64,
+        rep: u32,
+        pdr: f64,
+        k_rcv: f64,
+        eff: &str,
+    ) -> RunRecord {
+        let spec = RunSpec {
+            proxy: ProxyKind::Ringway,
+            mode: "stateless".into(),
+            workers,
+            backend: ringway_io::BackendKind::Mmsg,
+            sched: sched.into(),
+            knobs: Knobs::default(),
+            cores: 1,
+            proxy_cpus: vec![0],
+            gen_cpus: vec![1],
+            rx_model: "shared".into(),
+            batch: 32,
+            rate,
+            duration_s: 2.0,
+            rep,
+            seed: rep as u64,
+            gen_threads: 2,
+            rcvbuf: None,
+        };
+        let mut r = RunRecord::empty(&spec);
+        r.pdr = pdr;
+        r.effective = eff.into();
+        r.all = Some(TypeLat {
+            count: 100,
+            k_rcv: Lat {
+                count: 100,
+                mean_us: k_rcv,
+                ci95_us: 0.0,
+            },
+            t_sip: Lat {
+                count: 100,
+                mean_us: 3.0,
+                ci95_us: 0.0,
+            },
+            ..TypeLat::default()
+        });
+        r
+    }
+
+    fn cap(sched: &str, workers: usize, below: f64, above: f64) -> Capacity {
+        Capacity {
+            config: format!("ringway/shared/b32/{sched} c1"),
+            proxy: ProxyKind::Ringway,
+            profile: sched.into(),
+            cores: 1,
+            sockets: 1,
+            workers,
+            capacity_cps: Some(below),
+            below: Some((below, 0.005)),
+            above: Some((above, 0.02)),
+            probes: Vec::new(),
+            rep_pdrs: vec![
+                (below, vec![Some(0.005), Some(0.004)]),
+                (above, vec![Some(0.02), Some(0.03)]),
+            ],
+            censored: false,
+        }
+    }
+
+    #[test]
+    fn table_three_pairs_repetitions_and_says_when_settings_are_the_same() {
+        let mut recs = Vec::new();
+        for rep in 0..2 {
+            // 2 threads: baseline and enhanced apply the same settings here.
+            recs.push(rec("baseline", 2, 400.0, rep, 0.02, 100.0, "slice 100"));
+            recs.push(rec("enhanced", 2, 400.0, rep, 0.019, 99.0, "slice 100"));
+            // 4 threads: they differ; enhanced is 25% lower in PDR (0.02 -> 0.015
+            // in both reps) and K_rcv 200 -> 150 / 100 -> 80 (27.8 %).
+            recs.push(rec(
+                "baseline",
+                4,
+                400.0,
+                rep,
+                0.02,
+                [200.0, 100.0][rep as usize],
+                "slice 100",
+            ));
+            recs.push(rec(
+                "enhanced",
+                4,
+                400.0,
+                rep,
+                0.015,
+                [150.0, 80.0][rep as usize],
+                "slice 150",
+            ));
+        }
+        let pts = points(&recs);
+        let caps = vec![
+            cap("baseline", 2, 200.0, 400.0),
+            cap("enhanced", 2, 200.0, 400.0),
+            cap("baseline", 4, 200.0, 400.0),
+            cap("enhanced", 4, 200.0, 400.0),
+        ];
+        let t = &comparison_tables(&caps, &pts)[0];
+        let two = t
+            .rows
+            .iter()
+            .find(|r| r[0].starts_with("2 threads"))
+            .unwrap();
+        assert!(two[3].contains("same settings"), "{two:?}");
+        assert!(two[6].contains("same settings"), "{two:?}");
+        let four = t
+            .rows
+            .iter()
+            .find(|r| r[0].starts_with("4 threads"))
+            .unwrap();
+        assert_eq!(four[3], "25.0% ± 0.0", "{four:?}");
+        assert!(four[6].starts_with("23.3% ±"), "{four:?}");
+        let notes = same_settings_notes(&pts);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("2 threads") && notes[0].contains("baseline, enhanced"));
+    }
+
+    #[test]
+    fn model_table_predicts_from_measured_c11() {
+        // C11 = 1000 (1 core, 1 thread); best at 1 core = 2800 with 2
+        // threads; T_{1,1} = 3 -> predicted 3000, error +7.1 %.
+        let mut c11 = cap("enhanced", 1, 1000.0, 1200.0);
+        c11.rep_pdrs = vec![(1000.0, vec![Some(0.0)]), (1200.0, vec![Some(0.5)])];
+        let mut c2 = cap("enhanced", 2, 2800.0, 3000.0);
+        c2.rep_pdrs = vec![(2800.0, vec![Some(0.0)]), (3000.0, vec![Some(0.5)])];
+        let t = model_table(&[c11, c2], 0.01);
+        assert_eq!(t.rows.len(), 1);
+        let r = &t.rows[0];
+        assert_eq!(r[1], "1000");
+        assert_eq!(r[4], "3");
+        assert_eq!(r[5], "3000");
+        assert!(r[6].starts_with("2800 (2 thr"), "{r:?}");
+        assert_eq!(r[7], "7.1");
+        // Without a 1-core, 1-thread run there is no C11.
+        let t = model_table(&[cap("enhanced", 2, 2800.0, 3000.0)], 0.01);
+        assert!(t.rows[0][1].starts_with("n/a"));
+        assert_eq!(t.rows[0][7], "n/a");
+    }
+
+    #[test]
+    fn crossing_tables_have_the_papers_rows_and_flagged_runs_stay_out() {
+        let mut recs = vec![
+            rec("baseline", 2, 200.0, 0, 0.005, 50.0, "x"),
+            rec("baseline", 2, 400.0, 0, 0.02, 90.0, "x"),
+        ];
+        let mut flagged = rec("baseline", 2, 400.0, 1, 0.9, 9000.0, "x");
+        flagged.flags.push("generator fell behind".into());
+        recs.push(flagged);
+        let pts = points(&recs);
+        let p400 = pts.iter().find(|p| p.rate == 400.0).unwrap();
+        assert_eq!((p400.reps, p400.flagged), (1, 1));
+        assert!((p400.pdr.mean - 0.02).abs() < 1e-12, "flagged run left out");
+        let t = &crossing_tables(&[cap("baseline", 2, 200.0, 400.0)], &pts, 0.01)[0];
+        assert_eq!(
+            t.header[1..],
+            ["2 thr 200 cps".to_string(), "2 thr 400 cps".to_string()]
+        );
+        let names: Vec<&str> = t.rows.iter().map(|r| r[0].as_str()).collect();
+        for want in [
+            "Arrival rate (packets/s)",
+            "T_sip (µs)",
+            "K_rcv (µs)",
+            "RCV errors (proxy socket drops)",
+            "Call-setup drops",
+            "Total messages",
+            "PDR (%)",
+        ] {
+            assert!(names.contains(&want), "{want} missing: {names:?}");
+        }
+        let pdr = t.rows.iter().find(|r| r[0] == "PDR (%)").unwrap();
+        assert_eq!(pdr[2], "2.000");
+        let setup = t.rows.iter().find(|r| r[0] == "Call-setup drops").unwrap();
+        assert_eq!(setup[1], "n/a", "not measured: n/a, never 0");
+    }
 }

@@ -778,6 +778,146 @@ pub fn isolated_runner(spec: &RunSpec, tools: &Tools) -> RunRecord {
 mod tests {
     use super::*;
 
+    fn tools() -> Tools {
+        Tools {
+            ringway: "/bin/sh".into(),
+            kamailio: "/bin/sh".into(),
+            kamailio_cfg: "/etc/hostname".into(),
+            work_dir: "/tmp".into(),
+            state_file: "/tmp/x.json".into(),
+        }
+    }
+
+    fn cfg() -> SweepConfig {
+        SweepConfig {
+            proxies: vec![ProxyKind::Ringway],
+            workers: vec![2],
+            modes: vec!["default".into(), "baseline".into(), "enhanced".into()],
+            mode: "stateless".into(),
+            backend: BackendKind::Mmsg,
+            rate_start: 200.0,
+            rate_step: 200.0,
+            rate_max: 1000.0,
+            refine: 0,
+            reps: 2,
+            duration_s: 2.0,
+            threshold: 0.01,
+            gen_threads: 0,
+            cores: vec![1],
+            proxy_cpus: Vec::new(),
+            gen_cpus: vec![1],
+            rx_model: "shared".into(),
+            batch: 32,
+            rcvbuf: None,
+            seed: 1,
+            tune_reps: 2,
+        }
+    }
+
+    #[test]
+    fn impossible_combinations_are_rejected_before_anything_runs() {
+        let two = [0, 1];
+        let ok = cfg();
+        assert_eq!(ok.validate_on(&tools(), &two).unwrap().len(), 3);
+        assert_eq!(ok.pool(&two), vec![0]);
+        let bad = |f: &dyn Fn(&mut SweepConfig), want: &str, usable: &[usize]| {
+            let mut c = cfg();
+            f(&mut c);
+            let e = c.validate_on(&tools(), usable).unwrap_err();
+            assert!(e.contains(want), "expected {want:?} in {e:?}");
+        };
+        // With the generator on CPU 1 a 2-CPU machine leaves the proxy one.
+        bad(
+            &|c| c.cores = vec![1, 2],
+            "--cores 2: the proxy can have 1..=1",
+            &two,
+        );
+        bad(&|c| c.cores = vec![0], "--cores 0", &two);
+        bad(&|c| c.gen_cpus = vec![5], "--gen-cpus: CPU 5", &two);
+        bad(
+            &|c| c.proxy_cpus = vec![1],
+            "--gen-cpus overlaps the proxy's CPUs (CPU 1)",
+            &two,
+        );
+        bad(
+            &|c| c.modes = vec!["tuned".into()],
+            "list baseline before tuned",
+            &two,
+        );
+        bad(
+            &|c| c.modes = vec!["default".into(), "default".into()],
+            "listed twice",
+            &two,
+        );
+        bad(
+            &|c| c.modes = vec!["turbo".into()],
+            "unknown scheduler profile",
+            &two,
+        );
+        bad(&|c| c.rx_model = "mmap".into(), "--rx-model", &two);
+        bad(&|c| c.batch = 0, "--batch", &two);
+        bad(&|c| c.tune_reps = 0, "--tune-reps", &two);
+        // A mode file with an unknown key.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.toml");
+        std::fs::write(&f, "name = \"m\"\n[knobs]\nsched_latency_ns = 1\n").unwrap();
+        let name = f.display().to_string();
+        bad(&|c| c.modes = vec![name.clone()], "sched_latency_ns", &two);
+        // On a 6-CPU machine 4 cores fit next to one generator CPU.
+        let mut c = cfg();
+        c.cores = vec![1, 2, 4];
+        c.gen_cpus = vec![5];
+        assert!(c.validate_on(&tools(), &[0, 1, 2, 3, 4, 5]).is_ok());
+        assert_eq!(c.pool(&[0, 1, 2, 3, 4, 5]), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn seeds_differ_per_point_and_rep_and_not_per_mode() {
+        let s = seed_for(1, 2, 1, 400.0, 0);
+        assert_eq!(s, seed_for(1, 2, 1, 400.0, 0));
+        let others = [
+            seed_for(1, 4, 1, 400.0, 0),
+            seed_for(1, 2, 2, 400.0, 0),
+            seed_for(1, 2, 1, 600.0, 0),
+            seed_for(1, 2, 1, 400.0, 1),
+            seed_for(2, 2, 1, 400.0, 0),
+        ];
+        assert!(others.iter().all(|&o| o != s));
+        // The old rule base + rep·1000 + rate made rep 1 at 200 cps equal to
+        // rep 0 at 1200 cps.
+        assert_ne!(seed_for(1, 2, 1, 200.0, 1), seed_for(1, 2, 1, 1200.0, 0));
+        // The spec of every mode at a point gets the same seed.
+        let c = cfg();
+        let a = spec_for(
+            &c,
+            ProxyKind::Ringway,
+            1,
+            2,
+            "baseline",
+            Default::default(),
+            400.0,
+            0,
+            s,
+        );
+        let b = spec_for(
+            &c,
+            ProxyKind::Kamailio,
+            1,
+            2,
+            "enhanced",
+            Default::default(),
+            400.0,
+            0,
+            s,
+        );
+        assert_eq!(a.seed, b.seed);
+        assert_eq!(a.gen_threads, 2);
+        let mut r = cfg();
+        r.rx_model = "reuseport".into();
+        assert_eq!(r.gen_threads_for(2), 8);
+        assert_eq!(r.gen_threads_for(16), 64);
+    }
+
     fn synthetic(cap: f64) -> impl FnMut(f64) -> Option<f64> {
         // PDR 0 below capacity, growing linearly above it.
         move |r| Some(if r <= cap { 0.0 } else { (r - cap) / r })
