@@ -370,6 +370,12 @@ mod tests {
         assert_eq!(p.thread.slice_us, Some(100));
         assert_eq!(p.refused.len(), 1);
         assert!(p.refused[0].contains("latency_ns") && p.refused[0].contains("EEVDF"));
+        // Enhanced's wakeup granularity 0 is the opposite feature.
+        let e = mode_by_name("enhanced").unwrap().resolve(2, 4);
+        let p = map_knobs(&e, v(6, 18), &all_writable);
+        assert!(paths(&p).contains(&("/sys/kernel/debug/sched/features", "NO_RUN_TO_PARITY")));
+        assert!(paths(&p).contains(&("/sys/kernel/debug/sched/migration_cost_ns", "0")));
+        assert!(paths(&p).contains(&("/sys/kernel/debug/sched/tunable_scaling", "0")));
         // 6.8: EEVDF but no per-thread slice yet.
         let p = map_knobs(&k, v(6, 8), &all_writable);
         assert!(p.thread.slice_us.is_none());
