@@ -228,12 +228,15 @@ pub fn points(records: &[RunRecord]) -> Vec<Point> {
                 .filter_map(|r| r.setup_drops)
                 .map(|d| d as f64)
                 .collect();
+            // CPU per message handled: ringway counts what it received;
+            // for Kamailio, offered minus what its sockets dropped.
             let per_msg: Vec<f64> = ok
                 .iter()
                 .filter_map(|r| {
-                    r.proxy_msgs_in
-                        .filter(|&n| n > 0)
-                        .map(|n| 1e6 * r.proxy_cpu_s / n as f64)
+                    let n = r
+                        .proxy_msgs_in
+                        .unwrap_or(r.total_msgs.saturating_sub(r.proxy_socket_drops));
+                    (n > 0 && r.proxy_cpu_s > 0.0).then(|| 1e6 * r.proxy_cpu_s / n as f64)
                 })
                 .collect();
             let s = &rs[0].spec;
@@ -446,20 +449,17 @@ pub fn comparison_tables(caps: &[Capacity], pts: &[Point]) -> Vec<Table> {
         keys.insert((c.proxy, c.cores));
     }
     for (proxy, cores) in keys {
-        let others: Vec<String> = {
-            let mut v: Vec<String> = caps
-                .iter()
-                .filter(|c| {
-                    c.proxy == proxy
-                        && c.cores == cores
-                        && c.profile != "baseline"
-                        && c.profile != "default"
-                })
-                .map(|c| c.profile.clone())
-                .collect();
-            v.dedup();
-            v
-        };
+        let mut others: Vec<String> = Vec::new();
+        for c in caps.iter().filter(|c| {
+            c.proxy == proxy
+                && c.cores == cores
+                && c.profile != "baseline"
+                && c.profile != "default"
+        }) {
+            if !others.contains(&c.profile) {
+                others.push(c.profile.clone());
+            }
+        }
         let mut header = vec![
             "Threads and CPS".to_string(),
             "PDR baseline (%)".to_string(),
@@ -550,7 +550,14 @@ pub fn capacity_table(caps: &[Capacity], threshold: f64) -> Table {
         &["Configuration", "Cores", "Threads", "Capacity (calls/s)", "Per-repetition capacity", "Bracket", "Probes"],
     );
     for c in caps {
+        let no_data_above = c
+            .probes
+            .iter()
+            .any(|(r, p)| p.is_none() && c.capacity_cps.is_some_and(|v| *r > v));
         let cap = match c.capacity_cps {
+            Some(v) if c.censored && no_data_above => {
+                format!("≥ {v:.0} (no valid run above: generator behind or runs failed)")
+            }
             Some(v) if c.censored => format!("≥ {v:.0} (never crossed)"),
             Some(v) => format!("{v:.0}"),
             None => match c.above {
@@ -627,10 +634,11 @@ pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
                 )
             }),
             best.map_or("n/a".into(), |b| {
-                cap_with_ci(b, threshold)
-                    .map_or(format!("{:.0}", b.capacity_cps.unwrap_or(0.0)), |m| {
-                        ci(&m, 0)
-                    })
+                let v = b.capacity_cps.unwrap_or(0.0);
+                match cap_with_ci(b, threshold) {
+                    Some(m) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
+                    _ => format!("{v:.0}"),
+                }
             }),
             model_threads(sockets, cores).to_string(),
         ]);
@@ -642,7 +650,7 @@ pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
 /// C_{p,c} = T_{p,c} × C_{1,1} against the best measured per core count.
 pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
     let mut t = Table::new(
-        "Capacity model C_{p,c} = T_{p,c} × C_{1,1} (T_{1,c} = c + 2, T_{p≥2,c} = c; C_{1,1} measured at 1 core, 1 thread)",
+        "Capacity model C_{p,c} = T_{p,c} × C_{1,1} (T_{1,c} = c + 2, T_{p≥2,c} = c; C_{1,1} measured at 1 core, 1 thread); at c = 1 the model gives 3 × C_{1,1}, contradicting its own definition: it is meant for c ≥ 2",
         &["Proxy / mode", "C_{1,1} (calls/s)", "Cores c", "Sockets p", "T_{p,c}", "Predicted (calls/s)", "Measured best (calls/s)", "Error (%)"],
     );
     let mut groups: BTreeMap<(ProxyKind, String), Vec<&Capacity>> = BTreeMap::new();
@@ -677,8 +685,8 @@ pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
             t.rows.push(vec![
                 format!("{}/{sched}", proxy.name()),
                 match (c11v, c11ci) {
-                    (Some(_), Some(m)) => ci(&m, 0),
-                    (Some(v), None) => format!("{v:.0}"),
+                    (Some(v), Some(m)) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
+                    (Some(v), _) => format!("{v:.0}"),
                     _ => "n/a (needs --cores 1 and --workers 1, crossed)".into(),
                 },
                 c.to_string(),
@@ -686,10 +694,11 @@ pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
                 model_threads(sockets, c).to_string(),
                 opt(pred, 0),
                 best.map_or("n/a".into(), |b| {
-                    let m = cap_with_ci(b, threshold)
-                        .map_or(format!("{:.0}", b.capacity_cps.unwrap_or(0.0)), |m| {
-                            ci(&m, 0)
-                        });
+                    let v = b.capacity_cps.unwrap_or(0.0);
+                    let m = match cap_with_ci(b, threshold) {
+                        Some(m) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
+                        _ => format!("{v:.0}"),
+                    };
                     format!(
                         "{m} ({} thr{})",
                         b.workers,
