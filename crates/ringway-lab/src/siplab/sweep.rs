@@ -19,6 +19,8 @@ use std::time::Instant;
 
 /// Most runs one sweep may plan (bounded everything).
 pub const MAX_RUNS: usize = 20_000;
+/// Consecutive rates without a valid run after which the step-up stops.
+pub const MAX_POINTS_WITHOUT_DATA: usize = 2;
 /// Most calls one run may start.
 pub const MAX_CALLS_PER_RUN: f64 = 2_000_000.0;
 /// The mode name that runs the tuner.
@@ -291,8 +293,10 @@ impl SweepConfig {
         let steps = ((self.rate_max - self.rate_start) / self.rate_step).floor() as usize + 1;
         let per_mode = (steps + self.refine as usize) * self.reps as usize;
         let tuned = self.modes.iter().filter(|m| *m == TUNED).count();
-        let per_point =
-            per_mode * self.modes.len() + tuned * tune::MAX_CANDIDATES * self.tune_reps as usize;
+        // Per mode: its search, and its repetitions at the baseline
+        // crossing load when its own search did not reach it.
+        let per_point = (per_mode + self.reps as usize) * self.modes.len()
+            + tuned * tune::MAX_CANDIDATES * self.tune_reps as usize;
         per_point * self.workers.len() * self.proxies.len() * self.cores.len()
     }
 }
@@ -372,6 +376,7 @@ pub fn find_capacity(
     let mut below: Option<(f64, f64)> = None;
     let mut above: Option<(f64, f64)> = None;
     let mut i = 0u64;
+    let mut without_data = 0;
     loop {
         let r = start + step * i as f64;
         if r > max + 1e-9 {
@@ -381,12 +386,23 @@ pub fn find_capacity(
         let p = probe(r);
         probes.push((r, p));
         match p {
-            Some(p) if p < threshold => below = Some((r, p)),
+            Some(p) if p < threshold => {
+                below = Some((r, p));
+                without_data = 0;
+            }
             Some(p) => {
                 above = Some((r, p));
                 break;
             }
-            None => {}
+            None => {
+                // Two rates in a row without a valid run (the generator
+                // cannot offer more, or the proxy does not start): higher
+                // rates will not do better.
+                without_data += 1;
+                if without_data >= MAX_POINTS_WITHOUT_DATA {
+                    break;
+                }
+            }
         }
     }
     if let Some(mut hi) = above {
@@ -703,6 +719,28 @@ pub fn run_sweep(
                         capacity_of(cfg, tools, &mut runs, proxy, cores, workers, &sched, &knobs);
                     if name == "baseline" {
                         baseline = Some((cap.clone(), knobs.clone()));
+                    } else if let Some(rate) = baseline.as_ref().and_then(|b| b.0.above) {
+                        // Tables III/VI/IX compare at the baseline crossing
+                        // load: measure this mode there too if its own
+                        // search did not.
+                        let rate = rate.0;
+                        if !cap.probes.iter().any(|p| p.0 == rate) {
+                            for rep in 0..cfg.reps {
+                                let seed = seed_for(cfg.seed, workers, cores, rate, rep);
+                                let spec = spec_for(
+                                    cfg,
+                                    proxy,
+                                    cores,
+                                    workers,
+                                    &sched,
+                                    knobs.clone(),
+                                    rate,
+                                    rep,
+                                    seed,
+                                );
+                                runs.get(&spec, tools);
+                            }
+                        }
                     }
                     out.caps.push(cap);
                     if let Some(e) = runs.err.take() {
@@ -871,6 +909,78 @@ mod tests {
         assert_eq!(c.pool(&[0, 1, 2, 3, 4, 5]), vec![0, 1, 2, 3, 4]);
     }
 
+    struct Quiet;
+    impl SweepProgress for Quiet {
+        fn starting(&mut self, _: &RunSpec, _: usize, _: usize, _: Option<f64>) {}
+        fn finished(&mut self, _: &RunRecord, _: bool) {}
+    }
+
+    #[test]
+    fn every_mode_is_measured_at_the_baseline_crossing_and_the_tuner_uses_its_own_seeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let mut c = cfg();
+        c.modes = vec!["baseline".into(), "enhanced".into(), TUNED.into()];
+        c.rate_max = 2000.0;
+        c.gen_cpus = vec![*usable_cpus().last().unwrap()];
+        // Synthetic PDR: baseline crosses at 800, enhanced already at 400;
+        // tuner candidates with a larger slice do better.
+        let mut runner = |s: &RunSpec, _: &Tools| {
+            let cap = match s.sched.as_str() {
+                "baseline" => 700.0,
+                "enhanced" => 300.0,
+                _ => 300.0 + s.knobs.slice_us.unwrap_or(0) as f64,
+            };
+            let mut r = RunRecord::empty(s);
+            r.pdr = if s.rate <= cap { 0.0 } else { 0.05 };
+            r
+        };
+        let out = run_sweep(&c, &tools(), &mut store, &mut Quiet, &mut runner).unwrap();
+        let cap = |m: &str| out.caps.iter().find(|c| c.profile == m).unwrap();
+        assert_eq!(cap("baseline").above.unwrap().0, 800.0);
+        assert_eq!(cap("enhanced").above.unwrap().0, 400.0);
+        let recs: Vec<&RunRecord> = store.records().collect();
+        // Enhanced also ran (both reps) at baseline's crossing load, 800.
+        let at = |m: &str, rate: f64| {
+            recs.iter()
+                .filter(|r| r.spec.sched == m && r.spec.rate == rate)
+                .count()
+        };
+        assert_eq!(at("enhanced", 800.0), 2);
+        // The tuner searched at 800 with seeds of its own, picked the first
+        // candidate without drops (slice 1000 µs; 3000 ties, K_rcv unknown),
+        // and the pick was swept with the sweep's seeds.
+        let t = &out.tunes[0];
+        assert_eq!(t.rate, 800.0);
+        let pick = &t.rows[t.pick.unwrap()];
+        assert_eq!(pick.knobs.slice_us, Some(1000));
+        let sweep_seeds: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.spec.sched == "baseline")
+            .map(|r| r.spec.seed)
+            .collect();
+        assert!(recs
+            .iter()
+            .filter(|r| r.spec.sched.starts_with("tune:"))
+            .all(|r| !sweep_seeds.contains(&r.spec.seed)));
+        let tuned_800: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.spec.sched == TUNED && r.spec.rate == 800.0)
+            .map(|r| r.spec.seed)
+            .collect();
+        let base_800: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.spec.sched == "baseline" && r.spec.rate == 800.0)
+            .map(|r| r.spec.seed)
+            .collect();
+        assert_eq!(tuned_800.len(), 2);
+        assert!(
+            tuned_800.iter().all(|s| base_800.contains(s)),
+            "paired seeds"
+        );
+        assert!(cap(TUNED).capacity_cps.unwrap() > cap("baseline").capacity_cps.unwrap());
+    }
+
     #[test]
     fn seeds_differ_per_point_and_rep_and_not_per_mode() {
         let s = seed_for(1, 2, 1, 400.0, 0);
@@ -976,5 +1086,16 @@ mod tests {
         assert_eq!(above.unwrap().0, 800.0);
         assert_eq!(probes[1], (400.0, None));
         assert_eq!(calls, 4);
+        // Two rates in a row without data end the step-up.
+        let Search {
+            below,
+            above,
+            probes,
+        } = find_capacity(200.0, 200.0, 2000.0, 0, 0.01, |r| {
+            (r < 500.0).then_some(0.0)
+        });
+        assert_eq!(below.unwrap().0, 400.0);
+        assert!(above.is_none());
+        assert_eq!(probes.len(), 4, "{probes:?}");
     }
 }
