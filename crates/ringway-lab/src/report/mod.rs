@@ -1022,9 +1022,16 @@ pub fn fig2(tunes: &[TuneResult]) -> Option<(String, String, String)> {
         pdr.push(svg::Series {
             label: label.clone(),
             points: p,
+            color: None,
+            dash: 0,
         });
         if !k.is_empty() {
-            krcv.push(svg::Series { label, points: k });
+            krcv.push(svg::Series {
+                label,
+                points: k,
+                color: None,
+                dash: 0,
+            });
         }
     }
     if pdr.is_empty() {
@@ -1155,7 +1162,8 @@ pub struct ReportInput<'a> {
     pub notes: Vec<String>,
 }
 
-/// Write runs.csv, runs.json, capacity.json, report.md, pdr.svg, krcv.svg,
+/// Write runs.csv, runs.json, capacity.json, report.md, pdr-<proxy>.svg,
+/// krcv-<proxy>.svg,
 /// fig2-*.svg (with a tuner search) and index.html into `dir`.
 pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
@@ -1240,32 +1248,53 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
         .filter(|p| !p.sched.starts_with("tune:"))
         .cloned()
         .collect();
-    put(
-        "pdr.svg",
-        svg::line_plot(
-            "PDR vs call rate (valid runs; band: 95% CI)",
-            "call rate (calls/s)",
-            "PDR (%)",
-            &series(&main_pts, |p| {
-                Some((100.0 * p.pdr.mean, 100.0 * p.pdr.ci95))
-            }),
-            Some(100.0 * inp.threshold),
-            Some(100.0),
-        )
-        .as_bytes(),
-    )?;
-    put(
-        "krcv.svg",
-        svg::line_plot(
-            "K_rcv vs call rate (valid runs; band: 95% CI)",
-            "call rate (calls/s)",
-            "K_rcv mean (µs)",
-            &series(&main_pts, |p| p.k_rcv_us.map(|m| (m.mean, m.ci95))),
-            None,
-            None,
-        )
-        .as_bytes(),
-    )?;
+    // One PDR and one K_rcv plot per proxy (colour = mode, dash = threads).
+    let proxies: BTreeSet<ProxyKind> = main_pts.iter().map(|p| p.proxy).collect();
+    let mut plots: Vec<(String, String)> = Vec::new();
+    for proxy in proxies {
+        let mine: Vec<Point> = main_pts
+            .iter()
+            .filter(|p| p.proxy == proxy)
+            .cloned()
+            .collect();
+        let name = format!("pdr-{}.svg", proxy.name());
+        put(
+            &name,
+            svg::line_plot(
+                &format!(
+                    "{}: PDR vs call rate (valid runs; band: 95% CI)",
+                    proxy.name()
+                ),
+                "call rate (calls/s)",
+                "PDR (%)",
+                &series(&mine, |p| Some((100.0 * p.pdr.mean, 100.0 * p.pdr.ci95))),
+                Some(100.0 * inp.threshold),
+                Some(100.0),
+            )
+            .as_bytes(),
+        )?;
+        plots.push((name, format!("{} PDR vs call rate", proxy.name())));
+        let k = series(&mine, |p| p.k_rcv_us.map(|m| (m.mean, m.ci95)));
+        if !k.is_empty() {
+            let name = format!("krcv-{}.svg", proxy.name());
+            put(
+                &name,
+                svg::line_plot(
+                    &format!(
+                        "{}: K_rcv vs call rate (valid runs; band: 95% CI)",
+                        proxy.name()
+                    ),
+                    "call rate (calls/s)",
+                    "K_rcv mean (µs)",
+                    &k,
+                    None,
+                    None,
+                )
+                .as_bytes(),
+            )?;
+            plots.push((name, format!("{} K_rcv vs call rate", proxy.name())));
+        }
+    }
     let flagged: Vec<&RunRecord> = recs
         .iter()
         .filter(|r| r.error.is_none() && !r.flags.is_empty())
@@ -1301,7 +1330,10 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
             md.push('\n');
         }
     }
-    md += "## Plots\n\n![PDR vs call rate](pdr.svg)\n\n![K_rcv vs call rate](krcv.svg)\n";
+    md += "## Plots\n\n";
+    for (f, alt) in &plots {
+        let _ = writeln!(md, "![{alt}]({f})\n");
+    }
     if let Some((dim, _, _)) = &fig {
         let _ = writeln!(md, "\nFig. 2 analogue over `{dim}`:\n\n![Fig. 2 (a) K_rcv](fig2-krcv.svg)\n\n![Fig. 2 (b) PDR](fig2-pdr.svg)");
     }
@@ -1354,7 +1386,10 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
             html += "</div>\n";
         }
     }
-    html += "<h2>Plots</h2>\n<p><img src=\"pdr.svg\" alt=\"PDR vs call rate\"></p>\n<p><img src=\"krcv.svg\" alt=\"K_rcv vs call rate\"></p>\n";
+    html += "<h2>Plots</h2>\n";
+    for (f, alt) in &plots {
+        let _ = writeln!(html, "<p><img src=\"{f}\" alt=\"{}\"></p>", esc(alt));
+    }
     if fig.is_some() {
         html += "<p><img src=\"fig2-krcv.svg\" alt=\"Fig. 2 analogue K_rcv\"></p>\n<p><img src=\"fig2-pdr.svg\" alt=\"Fig. 2 analogue PDR\"></p>\n";
     }
@@ -1363,8 +1398,33 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
     Ok(written)
 }
 
-/// One plot series per (configuration, workers): (x, y, ci) points.
+/// One plot series per (configuration, workers) of one proxy: (x, y, ci)
+/// points; colour by mode, dash pattern by thread count.
 fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::Series> {
+    let modes: Vec<&str> = pts
+        .iter()
+        .map(|p| p.sched.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let workers: Vec<usize> = pts
+        .iter()
+        .map(|p| p.workers)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let style: BTreeMap<String, (usize, usize)> = pts
+        .iter()
+        .map(|p| {
+            (
+                p.config.clone(),
+                (
+                    modes.iter().position(|m| *m == p.sched).unwrap_or(0),
+                    workers.iter().position(|w| *w == p.workers).unwrap_or(0),
+                ),
+            )
+        })
+        .collect();
     let mut by: SeriesMap = BTreeMap::new();
     for p in pts.iter().filter(|p| p.reps > 0) {
         if let Some((y, c)) = f(p) {
@@ -1380,9 +1440,13 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
     by.into_iter()
         .map(|((c, w), mut pts)| {
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let color = style.get(&c).map(|s| s.0);
+            let dash = workers.iter().position(|x| *x == w).unwrap_or(0);
             svg::Series {
                 label: format!("{c}, {w} threads"),
                 points: pts,
+                color,
+                dash,
             }
         })
         .collect()

@@ -9,7 +9,14 @@ pub struct Series {
     pub label: String,
     /// Points (x, y, half-width of the error bar).
     pub points: Vec<(f64, f64, f64)>,
+    /// Colour index (None: the series' position).
+    pub color: Option<usize>,
+    /// Dash pattern index (0: solid).
+    pub dash: usize,
 }
+
+/// Dash patterns, by [`Series::dash`].
+const DASHES: [&str; 6] = ["", "7 3", "2 3", "10 3 2 3", "1 4", "12 6"];
 
 const COLORS: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -144,7 +151,11 @@ pub fn line_plot(
         );
     }
     for (i, se) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
+        let c = COLORS[se.color.unwrap_or(i) % COLORS.len()];
+        let dash = match DASHES[se.dash % DASHES.len()] {
+            "" => String::new(),
+            d => format!(" stroke-dasharray=\"{d}\""),
+        };
         // The 95% CI band, clipped to the axis range.
         if se.points.iter().any(|p| p.2 > 0.0) {
             let up: Vec<String> = se
@@ -160,7 +171,7 @@ pub fn line_plot(
                 .collect();
             let _ = writeln!(
                 s,
-                "<polygon points=\"{} {}\" fill=\"{c}\" fill-opacity=\"0.15\" stroke=\"none\"/>",
+                "<polygon points=\"{} {}\" fill=\"{c}\" fill-opacity=\"0.10\" stroke=\"none\"/>",
                 up.join(" "),
                 down.join(" ")
             );
@@ -172,7 +183,7 @@ pub fn line_plot(
             .collect();
         let _ = writeln!(
             s,
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>",
             pts.join(" ")
         );
         for p in &se.points {
@@ -186,11 +197,11 @@ pub fn line_plot(
         let ly = mt + ph + mb + 10.0 + 18.0 * i as f64;
         let _ = writeln!(
             s,
-            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\">{5}</text>",
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{c}\" stroke-width=\"2\"{dash}/><text x=\"{3}\" y=\"{4}\">{5}</text>",
             ml,
             ly,
-            ml + 20.0,
-            ml + 25.0,
+            ml + 30.0,
+            ml + 35.0,
             ly + 4.0,
             esc(&se.label)
         );
@@ -213,10 +224,14 @@ mod tests {
                 Series {
                     label: "a<b".into(),
                     points: vec![(200.0, 0.0, 0.0), (400.0, 2.0, 0.5)],
+                    color: None,
+                    dash: 0,
                 },
                 Series {
                     label: "c".into(),
                     points: vec![(200.0, 1.0, 0.0)],
+                    color: Some(0),
+                    dash: 1,
                 },
             ],
             Some(1.0),
@@ -225,6 +240,12 @@ mod tests {
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("a&lt;b"));
+        // The second series shares the first's colour but is dashed.
+        assert_eq!(
+            s.matches("stroke=\"#1f77b4\" stroke-width=\"2\"").count(),
+            4
+        );
+        assert_eq!(s.matches("stroke-dasharray=\"7 3\"").count(), 2);
         assert!(!s.contains("NaN"));
         assert!(line_plot("t", "x", "y", &[], None, None).contains("no data"));
         // A CI reaching past 100% is clipped at the cap: no point above the
@@ -236,6 +257,8 @@ mod tests {
             &[Series {
                 label: "wide".into(),
                 points: vec![(100.0, 90.0, 50.0), (200.0, 95.0, 40.0)],
+                color: None,
+                dash: 0,
             }],
             None,
             Some(100.0),
