@@ -62,18 +62,25 @@ impl SenderProfile {
     }
 }
 
-/// Sysctls every run sets in both namespaces: SACK per table. (CUBIC, the
-/// paper's congestion control, is chosen per socket by `iperf3 -C cubic`:
-/// outside the initial namespace the kernel refuses a default that is not
-/// in `tcp_allowed_congestion_control`; iperf3's report is checked.)
-pub fn common_sysctls(sack: bool) -> Vec<(&'static str, &'static str)> {
-    vec![("net.ipv4.tcp_sack", if sack { "1" } else { "0" })]
+/// Sysctls every run sets in both namespaces: SACK per table, and TCP
+/// timestamps only when turned off (`timestamps == false`; on is the
+/// kernel's default and is left alone). (CUBIC, the paper's congestion
+/// control, is chosen per socket by `iperf3 -C cubic`: outside the initial
+/// namespace the kernel refuses a default that is not in
+/// `tcp_allowed_congestion_control`; iperf3's report is checked.)
+pub fn common_sysctls(sack: bool, timestamps: bool) -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![("net.ipv4.tcp_sack", if sack { "1" } else { "0" })];
+    if !timestamps {
+        v.push(("net.ipv4.tcp_timestamps", "0"));
+    }
+    v
 }
 
 /// Keys read back from every namespace for the record.
 pub const RECORDED_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_congestion_control",
     "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps",
     "net.ipv4.tcp_dsack",
     "net.ipv4.tcp_reordering",
     "net.ipv4.tcp_max_reordering",
@@ -156,6 +163,17 @@ impl Hosts {
     /// point-to-point addresses), the sender's `tbf` at `rate_bps` (0: no
     /// qdisc), the sender profile and SACK setting.
     pub fn create(rate_bps: u64, profile: SenderProfile, sack: bool) -> anyhow::Result<Hosts> {
+        Hosts::create_with(rate_bps, profile, sack, true)
+    }
+
+    /// [`Hosts::create`] with TCP timestamps on (the kernel's default) or
+    /// off in both namespaces.
+    pub fn create_with(
+        rate_bps: u64,
+        profile: SenderProfile,
+        sack: bool,
+        timestamps: bool,
+    ) -> anyhow::Result<Hosts> {
         let topo = Topology::builder()
             .host("snd")
             .host("rcv")
@@ -188,7 +206,7 @@ impl Hosts {
                 "1000",
                 "up",
             ]))?;
-            for (k, v) in common_sysctls(sack) {
+            for (k, v) in common_sysctls(sack, timestamps) {
                 set_sysctl(h, k, v)?;
             }
         }
@@ -398,5 +416,15 @@ mod tests {
         assert_eq!(r.congestion, "cubic");
         assert!(parse_iperf3(r#"{"error":"unable to connect"}"#).is_err());
         assert!(parse_iperf3("not json").is_err());
+    }
+
+    #[test]
+    fn timestamps_are_turned_off_only_when_asked() {
+        assert_eq!(common_sysctls(true, true), [("net.ipv4.tcp_sack", "1")]);
+        assert_eq!(
+            common_sysctls(false, false),
+            [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_timestamps", "0")]
+        );
+        assert!(RECORDED_SYSCTLS.contains(&"net.ipv4.tcp_timestamps"));
     }
 }

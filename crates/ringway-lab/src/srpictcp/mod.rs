@@ -122,6 +122,8 @@ pub struct TcpLabConfig {
     /// Runs whose relay delivered blocks later than this (p99, µs) are
     /// flagged and left out of the tables.
     pub max_late_us: f64,
+    /// TCP timestamps in both namespaces (true: the kernel's default).
+    pub timestamps: bool,
 }
 
 impl TcpLabConfig {
@@ -319,7 +321,12 @@ impl RunResult {
 
 /// One run: fresh namespaces, the relay, iperf3; everything removed after.
 pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::Result<RunResult> {
-    let hosts = Hosts::create((cell.rate_mbps * 1e6) as u64, cell.sender, cell.sack)?;
+    let hosts = Hosts::create_with(
+        (cell.rate_mbps * 1e6) as u64,
+        cell.sender,
+        cell.sack,
+        c.timestamps,
+    )?;
     let mut core = RelayCore::new(&c.relay(cell, on, rep));
     let stop = Arc::new(AtomicBool::new(false));
     let limit = Duration::from_secs_f64(c.duration_s + 40.0);

@@ -100,7 +100,7 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
     let k = c.k();
     let _ = writeln!(
         s,
-        "Link {} Mb/s (k = 1 Gb/s / rate = {:.1}); α = {} ms both ways; σ = β·α·k; receiver: T_intr {:.0} µs, R_sn {:.0} packets/s, ring {} (the paper's receiver scaled by k); BlockSize {}; {} s per run, {} repetitions; counts per Mbps over 50 s.",
+        "Link {} Mb/s (k = 1 Gb/s / rate = {:.1}); α = {} ms both ways; σ = β·α·k; receiver: T_intr {:.0} µs, R_sn {:.0} packets/s, ring {} (the paper's receiver scaled by k); BlockSize {}; {} s per run, {} repetitions; TCP timestamps {}; counts per Mbps over 50 s.",
         c.rate_mbps,
         k,
         c.alpha_ms,
@@ -109,7 +109,8 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
         c.receiver().ring,
         c.block,
         c.duration_s,
-        c.reps
+        c.reps,
+        if c.timestamps { "on" } else { "off" }
     );
     for &t in &c.tables {
         let cells = cells_of(c, t);

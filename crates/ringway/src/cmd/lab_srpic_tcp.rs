@@ -54,6 +54,9 @@ pub(crate) struct LabSrpicTcpArgs {
     /// Leave out runs whose relay delivered blocks later than this (p99, µs).
     #[arg(long, default_value_t = 1000.0)]
     pub max_late_us: f64,
+    /// TCP timestamps in both namespaces: on (the kernel's default) or off.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub tcp_timestamps: String,
     /// Write every run and the tables as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -128,7 +131,16 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
             beta_loss: frac(&[a.beta_loss], "beta-loss")?[0],
             sweep: a.sweep,
             max_late_us: positive(a.max_late_us, "max-late-us")?,
+            timestamps: a.tcp_timestamps == "on",
         })
+    }
+}
+
+fn timestamps_note(c: &TcpLabConfig) -> &'static str {
+    if c.timestamps {
+        "on (kernel default)"
+    } else {
+        "off (net.ipv4.tcp_timestamps=0)"
     }
 }
 
@@ -142,12 +154,13 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         .map(|x| if x.table == Table::Sweep { 1 } else { 2 } * c.reps)
         .sum();
     println!(
-        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults",
+        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces",
         cells.len(),
         runs_total,
         c.duration_s,
         runs_total as f64 * (c.duration_s + 3.0) / 60.0,
-        SenderProfile::S.sysctls()
+        SenderProfile::S.sysctls(),
+        timestamps_note(&c)
     );
     println!(
         "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}",
