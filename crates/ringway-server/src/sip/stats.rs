@@ -356,8 +356,10 @@ mod tests {
 
     #[test]
     fn clone_from_copies_in_place() {
-        let mut source = WorkerMetrics::default();
-        source.msgs_in = 4;
+        let mut source = WorkerMetrics {
+            msgs_in: 4,
+            ..WorkerMetrics::default()
+        };
         let inv = source.type_mut(MsgLabel::Invite);
         inv.count = 4;
         inv.record(Latency::KRcv, 5000);
