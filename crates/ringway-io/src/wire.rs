@@ -200,7 +200,7 @@ impl<'a> Udp4Frame<'a> {
 }
 
 /// One's-complement sum of `data` (big-endian 16-bit words) added to `acc`.
-fn sum16(data: &[u8], mut acc: u32) -> u32 {
+pub(crate) fn sum16(data: &[u8], mut acc: u32) -> u32 {
     let mut chunks = data.chunks_exact(2);
     for c in &mut chunks {
         acc = acc.wrapping_add(u16::from_be_bytes([c[0], c[1]]) as u32);
@@ -214,14 +214,14 @@ fn sum16(data: &[u8], mut acc: u32) -> u32 {
     acc
 }
 
-fn fold(mut acc: u32) -> u16 {
+pub(crate) fn fold(mut acc: u32) -> u16 {
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);
     }
     acc as u16
 }
 
-fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
+pub(crate) fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
     let mut p = [0u8; 12];
     p[0..4].copy_from_slice(&src.octets());
     p[4..8].copy_from_slice(&dst.octets());

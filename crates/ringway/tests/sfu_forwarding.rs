@@ -22,11 +22,8 @@ fn exact_forwarding(backend: &'static str) {
         let (sa, sb, sc) = (a.register(), b.register(), c.register());
         assert!(sa.ssid != sb.ssid && sb.ssid != sc.ssid && sa.ssid != sc.ssid);
         // Re-REGISTER from the same address: same identity.
-        let again = {
-            let (id, m) = a.reqs.register();
-            a.request(id, &m)
-        };
-        assert_eq!(again, Reply::Ack(2, sa));
+        let again = a.register_reply();
+        assert_eq!(again, Reply::Ack(4, sa));
         assert!(matches!(
             a.subscribe(&format!("{}:asq", sb.ssid), false),
             Reply::Ack(..)
@@ -176,8 +173,7 @@ fn bad_input(backend: &'static str) {
         }
         let _c = Peer::new(srv.addr).register();
         let mut d = Peer::new(srv.addr);
-        let (id, m) = d.reqs.register();
-        match d.request(id, &m) {
+        match d.register_reply() {
             Reply::Error(_, Some(ErrorCode::TooManyClients), _) => {}
             r => panic!("{r:?}"),
         }

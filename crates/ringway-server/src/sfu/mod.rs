@@ -1,7 +1,9 @@
 //! The pktswitch SFU server: one engine thread receives batches, runs them
-//! through the sans-IO core ([`ringway_sfu::Sfu`], optionally SRPIC-sorted
-//! first) and sends the copies; [`serve`] runs it until stopped and returns
-//! a [`ServeReport`].
+//! through the sans-IO core ([`ringway_sfu::Sfu`], verified media
+//! optionally SRPIC-sorted first) and sends every packet's copies as it is
+//! handled; [`serve`] runs it until stopped and returns a [`ServeReport`]
+//! with the paper's per-packet delay (the engine module's docs define the four
+//! delays (a)-(d)).
 
 mod engine;
 
@@ -12,8 +14,8 @@ use crate::metrics::LatencySummary;
 use crate::ServerError;
 use engine::Engine;
 use ringway_io::{
-    monotonic_now, open_backend, open_udp, open_xdp, realtime_now, BackendKind, BatchIo, IoStats,
-    SocketConfig, XdpConfig,
+    monotonic_now, open_backend, open_udp, open_xdp, BackendKind, BatchIo, IoStats, SocketConfig,
+    XdpConfig, XdpMode,
 };
 use ringway_reorder::{SeqSpace, Srpic, SrpicConfig};
 use ringway_sfu::{Sfu, SfuConfig, SfuStats};
@@ -29,16 +31,23 @@ pub const FRAME: usize = 2048;
 const TICK_NS: u64 = 50_000_000;
 /// Receive wait before the engine re-checks the stop flag.
 const POLL: Duration = Duration::from_millis(20);
+/// Receive wait while copies still wait for the kernel (kick again soon).
+const POLL_PENDING: Duration = Duration::from_micros(200);
 
 /// When the engine hands queued copies to the kernel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Flush {
-    /// Once per receive batch (and when the send batch is full).
+    /// Once per receive batch (and when the send batch is full): every
+    /// packet of a batch waits for the copies of the whole batch.
     Batch,
-    /// After the copies of every packet.
+    /// After the copies of every packet: one kernel crossing per packet
+    /// (AF_XDP: one kick for its n copies, the paper's Table I).
     Packet,
+    /// When the receive batch is done, or when the oldest unsent copy is
+    /// older than `flush_age_us`, whichever comes first.
+    Adaptive,
 }
 
 /// Everything an SFU needs to start (plain data; front ends build it).
@@ -55,8 +64,18 @@ pub struct SfuServerConfig {
     /// Datagrams per receive batch (default: 1 for the socket backend, as
     /// in the paper's baseline; 64 otherwise).
     pub batch: Option<usize>,
-    /// When copies are handed to the kernel.
-    pub flush: Flush,
+    /// When copies are handed to the kernel (default: `packet` for socket
+    /// and xdp, `adaptive` for mmsg and uring).
+    pub flush: Option<Flush>,
+    /// With `adaptive`: longest a copy may wait unsent (µs).
+    pub flush_age_us: u32,
+    /// Spin (poll without sleeping) this long before a blocking receive
+    /// (µs; 0: never). The CPU it burns is in the report (`spin_s`).
+    pub spin_us: u32,
+    /// Seconds at the start that are not measured (delays, CPU).
+    pub warmup_s: f64,
+    /// With the xdp backend: how to attach the XDP program.
+    pub xdp_mode: XdpMode,
     /// Echo media packets back to their senders.
     pub echo: bool,
     /// Admit plain RTP senders by address into one static room (latching).
@@ -83,7 +102,11 @@ impl Default for SfuServerConfig {
             backend: BackendKind::Socket,
             xdp_iface: None,
             batch: None,
-            flush: Flush::Batch,
+            flush: None,
+            flush_age_us: 20,
+            spin_us: 0,
+            warmup_s: 0.0,
+            xdp_mode: XdpMode::Auto,
             echo: true,
             static_room: false,
             max_clients: 1024,
@@ -102,6 +125,14 @@ impl SfuServerConfig {
         self.batch.unwrap_or(match self.backend {
             BackendKind::Socket => 1,
             _ => 64,
+        })
+    }
+
+    /// The flush policy in use.
+    pub fn flush_policy(&self) -> Flush {
+        self.flush.unwrap_or(match self.backend {
+            BackendKind::Socket | BackendKind::Xdp => Flush::Packet,
+            BackendKind::Mmsg | BackendKind::Uring => Flush::Adaptive,
         })
     }
 
@@ -127,6 +158,12 @@ impl SfuServerConfig {
         if self.duration_s.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
             return fail("duration_s must be a positive number of seconds");
         }
+        if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
+            return fail("warmup_s must be zero or a positive number of seconds");
+        }
+        if self.flush_age_us == 0 {
+            return fail("flush_age_us must be at least 1");
+        }
         Ok(())
     }
 }
@@ -149,28 +186,45 @@ pub struct SrpicReport {
 pub struct ServeReport {
     /// Backend name.
     pub backend: String,
+    /// The backend and its modes (e.g. "xdp (native XDP, copy mode, ...)").
+    pub io_mode: String,
     /// Receive batch size.
     pub batch: usize,
     /// Send flush policy.
     pub flush: Flush,
     /// Address served.
     pub listen: String,
-    /// Wall time of the engine loop (s).
+    /// Seconds at the start left out of the measurement.
+    pub warmup_s: f64,
+    /// Wall time of the measured part of the engine loop (s).
     pub wall_s: f64,
-    /// Engine thread CPU time (`user_s`, `sys_s`).
+    /// Engine thread CPU time over `wall_s` (`user_s`, `sys_s`), spinning
+    /// included.
     #[serde(with = "cpu_seconds")]
     pub cpu: CpuTime,
     /// User CPU in % of one core over `wall_s`.
     pub cpu_user_pct: f64,
     /// Kernel CPU in % of one core over `wall_s`.
     pub cpu_system_pct: f64,
-    /// Per-packet processing delay (app receive → last copy handed to the kernel).
+    /// Seconds the engine spent spinning for datagrams (all of it CPU).
+    pub spin_s: f64,
+    /// (a) Per-packet delay as the paper defines it: pickup → last copy
+    /// queued for transmission ("scheduled").
     pub delay: LatencySummary,
-    /// Mean of that delay (µs).
+    /// Mean of (a) (µs).
     pub delay_mean_us: f64,
-    /// Delay from the kernel's software RX timestamp to the last copy handed
-    /// to the kernel (adds the wait in the socket queue; empty without stamps).
+    /// (b) Pickup → last copy taken by the kernel.
+    pub delay_handoff: LatencySummary,
+    /// (c) Application receive → pickup: waiting behind earlier packets.
+    pub delay_wait: LatencySummary,
+    /// (d) Kernel RX stamp → last copy taken by the kernel (the kernel
+    /// queue's wait included; empty without kernel stamps).
     pub delay_from_kernel: LatencySummary,
+    /// Hand-overs to the kernel (flushes) made.
+    pub flushes: u64,
+    /// The AF_XDP TX ring was congested (the send path had to wait for
+    /// completions): the paper left such runs out of its delay results.
+    pub tx_congested: bool,
     /// Mean number of copies (subscribers + echo) per forwarded packet.
     pub copies_per_packet: f64,
     /// Core counters.
@@ -201,7 +255,11 @@ fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
                 "the xdp backend needs an interface and an IPv4 address".into(),
             ));
         };
-        return open_xdp(XdpConfig::new(iface, local)).map_err(backend_error);
+        let xdp = XdpConfig {
+            mode: config.xdp_mode,
+            ..XdpConfig::new(iface, local)
+        };
+        return open_xdp(xdp).map_err(backend_error);
     }
     let mut socket_config = SocketConfig::new(config.listen);
     socket_config.rcvbuf = Some(8 << 20);
@@ -236,14 +294,14 @@ pub fn serve_with_live(
     let bound = io.local_addr()?;
     on_bound(bound);
     let batch = config.batch_size();
-    let seed = realtime_now().0 ^ (u64::from(std::process::id()) << 32);
     let sfu = Sfu::new(SfuConfig {
         echo: config.echo,
         static_room: config.static_room,
         max_clients: config.max_clients,
         max_subs: config.max_subs,
         idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
-        seed,
+        seed: random_seed()?,
+        ..SfuConfig::default()
     });
     let srpic = config.srpic_block.map(|block| {
         Srpic::new(
@@ -259,8 +317,10 @@ pub fn serve_with_live(
     let engine_live = live.clone();
     let engine_stop = stop.clone();
     let cpus = config.cpus.clone();
-    let per_packet = config.flush == Flush::Packet;
-    type EngineEnd = (Engine, IoStats, CpuTime, f64);
+    let flush = config.flush_policy();
+    let max_age_ns = u64::from(config.flush_age_us) * 1000;
+    let spin = Duration::from_micros(u64::from(config.spin_us));
+    let warmup = Duration::from_secs_f64(config.warmup_s);
     let engine = std::thread::Builder::new()
         .name("sfu-engine".into())
         .spawn(move || -> Result<EngineEnd, ServerError> {
@@ -273,20 +333,48 @@ pub fn serve_with_live(
                     eprintln!("sfu: placement {line}");
                 }
             }
-            let mut e = Engine::new(sfu, batch, srpic);
-            e.per_packet = per_packet;
-            let cpu0 = host::thread_cpu_time().unwrap_or_default();
-            let t0 = Instant::now();
+            let mut e = Engine::new(
+                sfu,
+                batch,
+                srpic,
+                flush,
+                max_age_ns,
+                Box::new(engine::SystemClock),
+            );
+            let started = Instant::now();
+            let mut warm = warmup.is_zero();
+            let mut cpu0 = host::thread_cpu_time().unwrap_or_default();
+            let mut t0 = Instant::now();
+            let mut spin_ns = 0u64;
             let mut next_tick = 0u64;
             while !engine_stop.load(Ordering::Relaxed) {
-                let n = match io.recv_batch(&mut e.rx, Some(POLL)) {
-                    Ok(n) => n,
-                    Err(err) if host::transient(&err) => {
-                        e.rx_errors += 1;
-                        0
+                if !warm && started.elapsed() >= warmup {
+                    // End of the warm-up: measure from here.
+                    warm = true;
+                    e.reset_measurements();
+                    cpu0 = host::thread_cpu_time().unwrap_or_default();
+                    t0 = Instant::now();
+                    spin_ns = 0;
+                }
+                if e.pending() {
+                    // Copies the kernel has not taken: hand them over now.
+                    e.flush_now(io.as_mut())?;
+                }
+                let wait = if e.pending() { POLL_PENDING } else { POLL };
+                let mut n = 0;
+                if !spin.is_zero() {
+                    let s = Instant::now();
+                    loop {
+                        n = receive(io.as_mut(), &mut e, Some(Duration::ZERO))?;
+                        if n > 0 || s.elapsed() >= spin {
+                            break;
+                        }
                     }
-                    Err(err) => return Err(err.into()),
-                };
+                    spin_ns += s.elapsed().as_nanos() as u64;
+                }
+                if n == 0 {
+                    n = receive(io.as_mut(), &mut e, Some(wait))?;
+                }
                 let now = monotonic_now().0;
                 if n > 0 {
                     e.handle_batch(io.as_mut(), now)?;
@@ -297,12 +385,23 @@ pub fn serve_with_live(
                     let mut l = engine_live.lock().unwrap_or_else(PoisonError::into_inner);
                     l.sfu = e.sfu.stats();
                     l.rx_bytes = e.rx_bytes;
-                    l.tx_bytes = e.out.tx_bytes;
+                    l.tx_bytes = e.tx_bytes;
                 }
+            }
+            if e.pending() {
+                e.flush_now(io.as_mut())?;
             }
             let wall = t0.elapsed().as_secs_f64();
             let cpu = host::thread_cpu_time().unwrap_or_default().since(&cpu0);
-            Ok((e, io.stats(), cpu, wall))
+            let mode = io.describe();
+            Ok(EngineEnd {
+                engine: e,
+                io: io.stats(),
+                mode,
+                cpu,
+                wall,
+                spin_s: spin_ns as f64 / 1e9,
+            })
         })
         .map_err(|source| ServerError::Thread {
             name: "sfu-engine".into(),
@@ -333,54 +432,103 @@ pub fn serve_with_live(
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let (e, io_stats, cpu, wall) = engine
+    let end = engine
         .join()
         .map_err(|_| ServerError::Panicked("sfu-engine".into()))??;
-    Ok(report(config, bound, batch, e, io_stats, cpu, wall))
+    Ok(report(config, bound, batch, end))
+}
+
+/// What the engine thread hands back when it stops.
+struct EngineEnd {
+    engine: Engine,
+    io: IoStats,
+    mode: String,
+    cpu: CpuTime,
+    wall: f64,
+    spin_s: f64,
+}
+
+/// One receive call; per-peer errors are counted and skipped.
+fn receive(
+    io: &mut dyn BatchIo,
+    e: &mut Engine,
+    timeout: Option<Duration>,
+) -> Result<usize, ServerError> {
+    match io.recv_batch(&mut e.rx, timeout) {
+        Ok(n) => Ok(n),
+        Err(err) if host::transient(&err) => {
+            e.rx_errors += 1;
+            Ok(0)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// 128 bits from the operating system's random source (the core's key for
+/// tokens and cookie secrets).
+fn random_seed() -> Result<u128, ServerError> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| ServerError::Config(format!("reading /dev/urandom for the SFU's key: {e}")))?;
+    Ok(u128::from_ne_bytes(b))
 }
 
 fn report(
     config: &SfuServerConfig,
     bound: SocketAddr,
     batch: usize,
-    e: Engine,
-    io: IoStats,
-    cpu: CpuTime,
-    wall: f64,
+    end: EngineEnd,
 ) -> ServeReport {
+    let EngineEnd {
+        engine: e,
+        io,
+        mode,
+        cpu,
+        wall,
+        spin_s,
+    } = end;
     let pct = |ns: u64| {
         if wall > 0.0 {
             100.0 * ns as f64 / 1e9 / wall
         } else {
-            0.0
+            f64::NAN
         }
     };
-    let hist = &e.out.hist;
+    let d = &e.delays;
     ServeReport {
         backend: config.backend.name().into(),
+        io_mode: mode,
         batch,
-        flush: config.flush,
+        flush: config.flush_policy(),
         listen: bound.to_string(),
+        warmup_s: config.warmup_s,
         wall_s: wall,
         cpu,
         cpu_user_pct: pct(cpu.user_ns),
         cpu_system_pct: pct(cpu.system_ns),
-        delay: LatencySummary::of_ns(hist),
-        delay_from_kernel: LatencySummary::of_ns(&e.out.khist),
-        delay_mean_us: if hist.is_empty() {
-            0.0
+        spin_s,
+        delay: LatencySummary::of_ns(&d.scheduled),
+        delay_mean_us: if d.scheduled.is_empty() {
+            f64::NAN
         } else {
-            hist.mean() / 1000.0
+            d.scheduled.mean() / 1000.0
         },
+        delay_handoff: LatencySummary::of_ns(&d.handoff),
+        delay_wait: LatencySummary::of_ns(&d.wait),
+        delay_from_kernel: LatencySummary::of_ns(&d.kernel),
+        flushes: e.flushes,
+        tx_congested: io.tx_ring_full_waits > 0,
         copies_per_packet: if e.forwarded > 0 {
             e.copies as f64 / e.forwarded as f64
         } else {
-            0.0
+            f64::NAN
         },
         sfu: e.sfu.stats(),
         io,
         rx_bytes: e.rx_bytes,
-        tx_bytes: e.out.tx_bytes,
+        tx_bytes: e.tx_bytes,
         truncated: e.truncated,
         rx_errors: e.rx_errors,
         srpic: e.srpic.as_ref().map(|s| {

@@ -4,8 +4,8 @@
 //! ([`ringway_server::sfu`]) in a namespace host of its own.
 
 use anyhow::Context;
-use ringway_io::netns::Topology;
 use ringway_io::BackendKind;
+use ringway_lab::sfulab::testbed::Testbed;
 use ringway_lab::sfuload::{self, ClientReport, LiveLoad, SfuLoadConfig};
 use ringway_server::sfu::SfuServerConfig;
 use ringway_sfu::MediaType;
@@ -68,6 +68,10 @@ pub(crate) struct CommonArgs {
     /// list length): one namespace host per client.
     #[arg(long, value_delimiter = ',')]
     pub in_netns: Vec<String>,
+    /// Every source sends at the same tick (one burst per interval) instead
+    /// of at its own phase.
+    #[arg(long)]
+    pub sync: bool,
 }
 
 /// `ringway sfu client` options.
@@ -134,6 +138,8 @@ impl CommonArgs {
             send: !self.no_send,
             cpus,
             in_netns: self.in_netns.clone(),
+            desync: !self.sync,
+            seed: 1,
         })
     }
 }
@@ -184,17 +190,10 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         let r = run_sources(&a.common, &config)?;
         return finish(&a.common, &r);
     }
-    // Testbed: SFU host + one host per client on one bridge.
-    let mut b = Topology::builder().host("sfu");
-    let names: Vec<String> = (0..a.clients).map(|i| format!("c{i}")).collect();
-    for n in &names {
-        b = b.host(n);
-    }
-    let topo = b
-        .bridge()
-        .build()
-        .context("building the namespace topology")?;
-    let sfu_host = topo.host("sfu").expect("built");
+    // Testbed: SFU host + one host per client on one bridge (clients send
+    // full UDP checksums, which the xdp backend verifies).
+    let topo = Testbed::build(a.clients, false)?;
+    let sfu_host = topo.sfu();
     let listen = SocketAddr::new(IpAddr::V4(sfu_host.addr()), a.common.server.port());
     let sfu_config = SfuServerConfig {
         listen,
@@ -219,10 +218,7 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         Ok(addr) => {
             let mut common = a.common.clone();
             common.server = addr;
-            common.in_netns = names
-                .iter()
-                .map(|n| topo.host(n).expect("built").netns.clone())
-                .collect();
+            common.in_netns = topo.client_netns(a.clients);
             common
                 .config(a.clients, BackendKind::Mmsg)
                 .and_then(|config| run_sources(&common, &config))
