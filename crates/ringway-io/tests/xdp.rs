@@ -470,15 +470,14 @@ fn native_mode_with_fallback_to_generic() {
     assert!(c.ok, "{}", c.detail);
 }
 
+/// The echo server's thread: (message, datagrams sent through the
+/// companion socket so far) per message.
+type Echo = std::thread::JoinHandle<std::io::Result<Vec<(Vec<u8>, u64)>>>;
+
 /// Echo server on b's veth for the neighbour test: replies to every
 /// datagram, and records after each reply how many datagrams so far went
 /// through the companion socket (destination MAC unknown). Stops at "end".
-fn echo_recording_via_socket(
-    b: &Host,
-) -> (
-    u16,
-    std::thread::JoinHandle<std::io::Result<Vec<(Vec<u8>, u64)>>>,
-) {
+fn echo_recording_via_socket(b: &Host) -> (u16, Echo) {
     let (port_tx, port_rx) = mpsc::channel();
     let bip = b.addr();
     let server = b.spawn(move || {
