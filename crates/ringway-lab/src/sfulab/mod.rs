@@ -123,7 +123,8 @@ pub struct Row {
     pub copies: f64,
     /// Client loss (%).
     pub loss_pct: MeanCi,
-    /// Engine CPU relative to the socket baseline of the same cell.
+    /// Engine CPU per packet relative to the socket baseline of the same
+    /// cell.
     pub cpu_ratio: Option<f64>,
     /// (a) p50 relative to socket.
     pub delay_p50_ratio: Option<f64>,
@@ -160,7 +161,7 @@ pub struct DelayModel {
 pub struct BackendSummary {
     /// Backend.
     pub backend: String,
-    /// Engine CPU (all SFU threads, spinning included) to socket.
+    /// Engine CPU per packet (all SFU threads, spinning included) to socket.
     pub cpu_ratio: Option<f64>,
     /// Delay (a) p50 to socket.
     pub delay_p50_ratio: Option<f64>,
@@ -262,7 +263,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
     let cpu = |r: &Row| r.cpu_user.mean + r.cpu_system.mean;
     for r in rows.iter_mut() {
         if let Some(b) = base.get(&(r.clients, r.pps)) {
-            r.cpu_ratio = ratio(cpu(r), cpu(b));
+            r.cpu_ratio = ratio(r.cpu_per_packet.mean, b.cpu_per_packet.mean);
             r.delay_p50_ratio = ratio(r.delay_p50.mean, b.delay_p50.mean);
             r.handoff_p50_ratio = ratio(r.handoff_p50.mean, b.handoff_p50.mean);
             r.wait_p50_ratio = ratio(r.wait_p50.mean, b.wait_p50.mean);
@@ -398,7 +399,7 @@ pub fn render(s: &Summary) -> String {
         "(±: 95% CI over repetitions; delays are per-packet medians in µs: (a) pickup -> last copy \
          scheduled (the paper's delay), (b) pickup -> last copy taken by the kernel, (c) app receive \
          -> pickup, (d) kernel RX stamp -> last copy taken; cpu: SFU engine thread, % of one core; \
-         x/s: ratio to the socket backend in the same cell; n/a: no data)"
+         x/s: ratio to the socket backend in the same cell (cpu: per packet); n/a: no data)"
     );
     render_figures(&mut o, s);
     for b in s.backends.iter().filter(|b| b.backend != "socket") {

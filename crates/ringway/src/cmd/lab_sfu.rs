@@ -48,8 +48,7 @@ pub(crate) struct LabSfuArgs {
     pub warmup: f64,
     /// SFU flush policy: `packet` (after each packet's copies), `adaptive`
     /// (end of the receive batch or `--flush-age-us`), `batch` (once per
-    /// receive batch). Default: packet for socket and xdp, adaptive for
-    /// mmsg and uring.
+    /// receive batch). Default: packet.
     #[arg(long)]
     pub flush: Option<Flush>,
     /// Adaptive flush: longest a copy may wait unsent (µs).

@@ -63,6 +63,7 @@ use neigh::Neighbours;
 use program::err;
 use ring::{Ring, RingOffset, TxKernel, TxRing};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -290,6 +291,22 @@ struct Lent {
     moved: bool,
 }
 
+/// A fast hasher for the template map (FxHash's mixing): its keys are the
+/// SFU's own destinations, which senders cannot choose freely.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// The kernel side of the TX ring: `sendto` kicks, `ppoll` for POLLOUT.
 struct Xsk {
     fd: RawFd,
@@ -357,7 +374,7 @@ pub(crate) struct XdpBackend {
     /// through the XSK.
     lent: Vec<Option<Lent>>,
     neigh: Neighbours,
-    templates: HashMap<SocketAddrV4, Template>,
+    templates: HashMap<SocketAddrV4, Template, BuildHasherDefault<AddrHasher>>,
     templates_generation: u64,
     ip_id: u16,
     calls: u64,
@@ -479,7 +496,7 @@ impl XdpBackend {
             rx_owned: 0,
             lent_count: 0,
             lent: Vec::new(),
-            templates: HashMap::new(),
+            templates: HashMap::default(),
             templates_generation: 0,
             ip_id: 0,
             calls: 0,
@@ -704,23 +721,24 @@ impl XdpBackend {
     }
 
     /// The header template towards `dst`, when its MAC is known.
-    fn template(&mut self, dst: SocketAddrV4) -> Option<&Template> {
+    fn template(&mut self, dst: SocketAddrV4) -> Option<Template> {
         if self.templates_generation != self.neigh.generation {
             self.templates.clear();
             self.templates_generation = self.neigh.generation;
         }
-        if !self.templates.contains_key(&dst) {
-            let Some(mac) = self.neigh.get(*dst.ip()) else {
-                self.neigh.note(*dst.ip());
-                return None;
-            };
-            if self.templates.len() >= 65536 {
-                self.templates.clear();
-            }
-            self.templates
-                .insert(dst, Template::new(self.mac, mac, self.local, dst));
+        if let Some(t) = self.templates.get(&dst) {
+            return Some(t.clone());
         }
-        self.templates.get(&dst)
+        let Some(mac) = self.neigh.get(*dst.ip()) else {
+            self.neigh.note(*dst.ip());
+            return None;
+        };
+        if self.templates.len() >= 65536 {
+            self.templates.clear();
+        }
+        let t = Template::new(self.mac, mac, self.local, dst);
+        self.templates.insert(dst, t.clone());
+        Some(t)
     }
 
     /// Send `payload` to `dst` through the companion socket (unknown
@@ -757,10 +775,15 @@ impl XdpBackend {
         };
         let fs = self.cfg.frame_size as usize;
         let max_payload = (self.mtu - 28).min(fs - UDP_FRAME_OVERHEAD);
-        if len > max_payload || self.template(d).is_none() {
+        let template = if len > max_payload {
+            None
+        } else {
+            self.template(d)
+        };
+        let Some(t) = template else {
             self.via_socket(payload, dst);
             return Ok(false);
-        }
+        };
         let mut k = self.kernel();
         let got = self.txr.reserve(&mut k);
         self.stats.tx_syscalls += k.syscalls;
@@ -774,7 +797,6 @@ impl XdpBackend {
         // ring), `fs` bytes inside the UMEM mapping, and not `payload`.
         let frame = unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(off as usize), fs) };
         frame[UDP_FRAME_OVERHEAD..UDP_FRAME_OVERHEAD + len].copy_from_slice(payload);
-        let t = self.templates.get(&d).expect("made above");
         let n = t.write(frame, self.ip_id, len, sum);
         self.txr.push(off, n as u32);
         Ok(true)

@@ -35,7 +35,7 @@ pub struct ServeArgs {
     /// When copies are handed to the kernel: `packet` (after each packet's
     /// copies), `adaptive` (when the receive batch is done or the oldest
     /// unsent copy is `--flush-age-us` old) or `batch` (once per receive
-    /// batch). Default: packet for socket and xdp, adaptive for mmsg and uring.
+    /// batch). Default: packet.
     #[arg(long)]
     pub flush: Option<Flush>,
     /// With `--flush adaptive`: longest a copy may wait unsent (µs).
