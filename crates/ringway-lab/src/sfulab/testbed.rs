@@ -17,6 +17,11 @@
 //!   program, or a pass-everything one for the other backends, so every
 //!   backend pays the same veth XDP receive path) and threaded NAPI: the
 //!   SFU host's receive-side kernel work runs in its own NAPI thread.
+//! * **A transmit queue** (pfifo, 10000 packets) on every host's veth, as a
+//!   NIC driver has: veth stops its queue while the switch port's ring is
+//!   full, so a socket's packets wait there instead of being dropped; the
+//!   AF_XDP backend, which bypasses the qdisc, waits in its TX ring (and a
+//!   run where it had to is flagged as congested).
 //! * **Full UDP checksums** from the clients (TX checksum offload off on
 //!   their veths): the AF_XDP backend verifies every checksum, and a
 //!   same-host sender would otherwise leave it partial.
@@ -77,6 +82,30 @@ impl Testbed {
             h.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
                 .context("entering a client host")?
                 .context("turning TX checksum offload off on a client veth")?;
+        }
+        if napi {
+            // A transmit queue on every host's veth, as a NIC driver has:
+            // with NAPI at the switch port, veth stops its queue while the
+            // port's ring is full, and a socket's packets wait in the qdisc
+            // instead of being dropped (AF_XDP, which bypasses the qdisc,
+            // waits in its TX ring).
+            let hosts: Vec<Host> = topology.hosts().to_vec();
+            for h in hosts {
+                let dev = h.ifaces[0].0.clone();
+                let out = Command::new("ip")
+                    .args([
+                        "netns", "exec", &h.netns, "tc", "qdisc", "replace", "dev", &dev,
+                    ])
+                    .args(["root", "pfifo", "limit", "10000"])
+                    .output()
+                    .context("running tc")?;
+                anyhow::ensure!(
+                    out.status.success(),
+                    "tc qdisc on {dev} in {}: {}",
+                    h.netns,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
         }
         let mut tb = Testbed {
             ports: Vec::new(),
