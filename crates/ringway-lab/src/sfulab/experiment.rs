@@ -125,6 +125,9 @@ impl Placement {
             flush_age_us: c.flush_age_us,
             spin_us: c.spin_us,
             warmup_s: c.warmup_s,
+            // As deep a transmit queue as the other backends get from the
+            // testbed's qdisc (10000 packets): 8192 TX frames.
+            xdp_frames: 16384,
             cpus: c.cpus.clone(),
             duration_s: Some(c.warmup_s + c.duration_s + 60.0),
             ..SfuServerConfig::default()

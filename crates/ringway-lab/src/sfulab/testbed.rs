@@ -20,7 +20,8 @@
 //! * **A transmit queue** (pfifo, 10000 packets) on every host's veth, as a
 //!   NIC driver has: veth stops its queue while the switch port's ring is
 //!   full, so a socket's packets wait there instead of being dropped; the
-//!   AF_XDP backend, which bypasses the qdisc, waits in its TX ring (and a
+//!   AF_XDP backend, which bypasses the qdisc, queues in its TX ring (the
+//!   lab gives it 8192 TX frames, as deep) and waits when that is full (a
 //!   run where it had to is flagged as congested).
 //! * **Full UDP checksums** from the clients (TX checksum offload off on
 //!   their veths): the AF_XDP backend verifies every checksum, and a

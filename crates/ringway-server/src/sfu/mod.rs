@@ -75,6 +75,9 @@ pub struct SfuServerConfig {
     pub warmup_s: f64,
     /// With the xdp backend: how to attach the XDP program.
     pub xdp_mode: XdpMode,
+    /// With the xdp backend: UMEM frames (half on the fill ring, the rest
+    /// for the TX ring; see `XdpConfig::frames`).
+    pub xdp_frames: u32,
     /// Echo media packets back to their senders.
     pub echo: bool,
     /// Admit plain RTP senders by address into one static room (latching).
@@ -106,6 +109,7 @@ impl Default for SfuServerConfig {
             spin_us: 0,
             warmup_s: 0.0,
             xdp_mode: XdpMode::Auto,
+            xdp_frames: 4096,
             echo: true,
             static_room: false,
             max_clients: 1024,
@@ -258,6 +262,7 @@ fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
         };
         let xdp = XdpConfig {
             mode: config.xdp_mode,
+            frames: config.xdp_frames,
             ..XdpConfig::new(iface, local)
         };
         return open_xdp(xdp).map_err(backend_error);

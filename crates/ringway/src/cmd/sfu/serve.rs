@@ -29,6 +29,10 @@ pub struct ServeArgs {
     /// mode, `generic` (SKB) mode, or `auto` (native, else generic).
     #[arg(long, default_value = "auto", value_parser = parse_xdp_mode)]
     pub xdp_mode: XdpMode,
+    /// With `--backend xdp`: UMEM frames, a power of two (half on the fill
+    /// ring, the rest for the TX ring).
+    #[arg(long, default_value_t = 4096)]
+    pub xdp_frames: u32,
     /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg, uring and xdp).
     #[arg(long)]
     pub batch: Option<usize>,
@@ -115,6 +119,7 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             spin_us: a.spin_us,
             warmup_s: a.warmup,
             xdp_mode: a.xdp_mode,
+            xdp_frames: a.xdp_frames,
             echo: !a.no_echo,
             static_room: a.static_room,
             max_clients: a.max_clients,
