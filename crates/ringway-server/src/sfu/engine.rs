@@ -227,7 +227,7 @@ impl Engine {
             sfu, rx, tx, dsts, ..
         } = self;
         let data = rx.get(i).expect("held").data;
-        let forwarded = match sfu.handle(now, peer, data) {
+        match sfu.handle(now, peer, data) {
             Action::Forward { targets, echo, .. } => {
                 dsts.clear();
                 dsts.extend_from_slice(targets);
@@ -236,18 +236,16 @@ impl Engine {
                     return Ok(());
                 }
                 io.replicate(Some(i), data, dsts, tx)?;
-                true
             }
             Action::Reply { dst, msg } => {
                 io.replicate(None, msg, &[dst], tx)?;
                 self.pushed += 1;
                 self.tx_bytes += msg.len() as u64;
                 self.oldest_unflushed.get_or_insert(pickup);
-                return self.after_queue(io, pickup);
+                return self.after_queue(io);
             }
             Action::Drop(_) => return Ok(()),
-        };
-        debug_assert!(forwarded);
+        }
         let count = self.dsts.len();
         self.forwarded += 1;
         self.copies += count as u64;
@@ -264,12 +262,12 @@ impl Engine {
             kernel_rx,
         });
         self.oldest_unflushed.get_or_insert(pickup);
-        self.after_queue(io, pickup)
+        self.after_queue(io)
     }
 
     /// After copies were queued: note what the backend scheduled, and
     /// flush if the policy says so.
-    fn after_queue(&mut self, io: &mut dyn BatchIo, pickup: u64) -> io::Result<()> {
+    fn after_queue(&mut self, io: &mut dyn BatchIo) -> io::Result<()> {
         if let Some(p) = io.tx_progress() {
             let t = self.clock.monotonic().0;
             self.resolve(t, Some(p));
@@ -281,7 +279,6 @@ impl Engine {
                 .oldest_unflushed
                 .is_some_and(|o| self.clock.monotonic().0.saturating_sub(o) >= self.max_age_ns),
         };
-        let _ = pickup;
         if flush || self.tx.is_full() {
             self.flush_now(io)?;
         }
