@@ -344,7 +344,14 @@ impl TxKernel for Xsk {
             events: libc::POLLOUT,
             revents: 0,
         }];
-        sys::ppoll(&mut p, Some(timeout)).map(drop)
+        let start = Instant::now();
+        sys::ppoll(&mut p, Some(timeout))?;
+        // POLLOUT means "the TX ring is less than half full": waiting for
+        // free frames (completions) it may return at once. Do not spin.
+        if start.elapsed() < timeout / 4 {
+            std::thread::sleep(timeout.min(Duration::from_micros(50)));
+        }
+        Ok(())
     }
 }
 
