@@ -13,7 +13,10 @@ mod uring;
 pub(crate) mod xdp;
 
 pub use uring::UringConfig;
-pub use xdp::{attach_xdp_pass, disable_tx_checksum_offload, XdpAttachment, XdpConfig, XdpMode};
+pub use xdp::{
+    attach_xdp_pass, disable_tx_checksum_offload, FanoutRoute, FanoutStats, KernelFanout,
+    XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
+};
 
 /// Which I/O path a backend uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

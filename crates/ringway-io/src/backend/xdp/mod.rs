@@ -46,11 +46,13 @@
 //!
 //! IPv4 only; on-link destinations only; no TX timestamps.
 
+mod fanout;
 mod frame;
 mod neigh;
 mod program;
 mod ring;
 
+pub use fanout::{FanoutRoute, FanoutStats, KernelFanout, MAX_FANOUT};
 pub use program::{attach_xdp_pass, XdpAttachment, XdpMode};
 
 use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats, TxProgress};

@@ -7,10 +7,12 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+pub(super) const BPF_MAP_CREATE: libc::c_long = 0;
+pub(super) const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+pub(super) const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+pub(super) const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
+pub(super) const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
@@ -65,12 +67,12 @@ pub(crate) fn err(what: &str, e: io::Error) -> io::Error {
     )
 }
 
-fn check_rc(rc: libc::c_long, what: &str) -> io::Result<libc::c_long> {
+pub(super) fn check_rc(rc: libc::c_long, what: &str) -> io::Result<libc::c_long> {
     sys::cvt(rc).map_err(|e| err(what, e))
 }
 
 /// `bpf(cmd, attr, size)`.
-fn bpf(cmd: libc::c_long, attr: &mut [u8; 128], what: &str) -> io::Result<OwnedFd> {
+pub(super) fn bpf(cmd: libc::c_long, attr: &mut [u8; 128], what: &str) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a live, zero-initialised 128-byte union bpf_attr
     // prefix; the kernel reads (and for some commands writes) at most `size`.
     let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len() as u32) };
@@ -79,24 +81,24 @@ fn bpf(cmd: libc::c_long, attr: &mut [u8; 128], what: &str) -> io::Result<OwnedF
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn put32(a: &mut [u8], at: usize, v: u32) {
+pub(super) fn put32(a: &mut [u8], at: usize, v: u32) {
     a[at..at + 4].copy_from_slice(&v.to_ne_bytes());
 }
-fn put64(a: &mut [u8], at: usize, v: u64) {
+pub(super) fn put64(a: &mut [u8], at: usize, v: u64) {
     a[at..at + 8].copy_from_slice(&v.to_ne_bytes());
 }
 
 /// One eBPF instruction.
 #[derive(Copy, Clone, Debug)]
 #[repr(C)]
-struct Insn {
+pub(super) struct Insn {
     code: u8,
     regs: u8,
-    off: i16,
+    pub(super) off: i16,
     imm: i32,
 }
 
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+pub(super) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     Insn {
         code,
         regs: (src << 4) | (dst & 0x0f),
@@ -105,26 +107,26 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     }
 }
 
-const LDXW: u8 = 0x61;
-const LDXH: u8 = 0x69;
-const LDXB: u8 = 0x71;
-const STXDW: u8 = 0x7b;
-const MOV64_IMM: u8 = 0xb7;
-const MOV64_REG: u8 = 0xbf;
-const ADD64_IMM: u8 = 0x07;
-const ADD64_REG: u8 = 0x0f;
-const AND64_IMM: u8 = 0x57;
-const LSH64_IMM: u8 = 0x67;
-const RSH64_IMM: u8 = 0x77;
-const JGT_REG: u8 = 0x2d;
-const JNE_IMM: u8 = 0x55;
-const JNE32_IMM: u8 = 0x56;
-const JLT32_IMM: u8 = 0xa6;
-const LD_IMM64: u8 = 0x18;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
+pub(super) const LDXW: u8 = 0x61;
+pub(super) const LDXH: u8 = 0x69;
+pub(super) const LDXB: u8 = 0x71;
+pub(super) const STXDW: u8 = 0x7b;
+pub(super) const MOV64_IMM: u8 = 0xb7;
+pub(super) const MOV64_REG: u8 = 0xbf;
+pub(super) const ADD64_IMM: u8 = 0x07;
+pub(super) const ADD64_REG: u8 = 0x0f;
+pub(super) const AND64_IMM: u8 = 0x57;
+pub(super) const LSH64_IMM: u8 = 0x67;
+pub(super) const RSH64_IMM: u8 = 0x77;
+pub(super) const JGT_REG: u8 = 0x2d;
+pub(super) const JNE_IMM: u8 = 0x55;
+pub(super) const JNE32_IMM: u8 = 0x56;
+pub(super) const JLT32_IMM: u8 = 0xa6;
+pub(super) const LD_IMM64: u8 = 0x18;
+pub(super) const CALL: u8 = 0x85;
+pub(super) const EXIT: u8 = 0x95;
 /// Markers in `off` for "jump to label", patched at the end.
-const TO_PASS: i16 = i16::MIN;
+pub(super) const TO_PASS: i16 = i16::MIN;
 const TO_REDIRECT: i16 = i16::MIN + 1;
 
 /// The steering program. IPv4 (any IHL, not a fragment), protocol UDP,
@@ -213,20 +215,38 @@ fn steering_program(map_fd: RawFd, port: u16, daddr: Ipv4Addr, stamp: bool) -> V
 
 /// Load `prog` as an XDP program; the verifier's last lines on refusal.
 fn load_program(prog: &[Insn], name: &[u8]) -> io::Result<OwnedFd> {
+    load_program_of(BPF_PROG_TYPE_XDP, BPF_XDP, prog, name)
+}
+
+/// Load `prog` as a program of `kind` for `attach_type`.
+pub(super) fn load_program_of(
+    kind: u32,
+    attach_type: u32,
+    prog: &[Insn],
+    name: &[u8],
+) -> io::Result<OwnedFd> {
     let license = c"GPL";
-    let mut log = vec![0u8; 16384];
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, BPF_PROG_TYPE_XDP);
-    put32(&mut a, 4, prog.len() as u32);
-    put64(&mut a, 8, prog.as_ptr() as u64);
-    put64(&mut a, 16, license.as_ptr() as u64);
-    put32(&mut a, 24, 1); // log level
-    put32(&mut a, 28, log.len() as u32);
-    put64(&mut a, 32, log.as_mut_ptr() as u64);
-    let n = name.len().min(15);
-    a[48..48 + n].copy_from_slice(&name[..n]);
-    put32(&mut a, 68, BPF_XDP); // expected attach type
-    bpf(BPF_PROG_LOAD, &mut a, "BPF_PROG_LOAD(XDP)").map_err(|e| {
+    // Without a log first (a long program's log can overflow the buffer,
+    // which fails the load); on refusal again with one, for the reason.
+    let attempt = |log: Option<&mut Vec<u8>>| {
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, kind);
+        put32(&mut a, 4, prog.len() as u32);
+        put64(&mut a, 8, prog.as_ptr() as u64);
+        put64(&mut a, 16, license.as_ptr() as u64);
+        if let Some(log) = log {
+            put32(&mut a, 24, 1); // log level
+            put32(&mut a, 28, log.len() as u32);
+            put64(&mut a, 32, log.as_mut_ptr() as u64);
+        }
+        let n = name.len().min(15);
+        a[48..48 + n].copy_from_slice(&name[..n]);
+        put32(&mut a, 68, attach_type); // expected attach type
+        bpf(BPF_PROG_LOAD, &mut a, "BPF_PROG_LOAD")
+    };
+    attempt(None).map_err(|e| {
+        let mut log = vec![0u8; 1 << 20];
+        let _ = attempt(Some(&mut log));
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let v = String::from_utf8_lossy(&log[..end]);
         let tail: String = v.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
