@@ -94,7 +94,15 @@ fn kernel_fanout_replicates_verified_media_and_passes_the_rest() {
         }
         ready_tx.send(f.stats().entries).unwrap();
         stop_rx.recv().unwrap();
-        f.stats()
+        let before = f.stats();
+        // Removing the route keeps its counters.
+        assert_eq!(f.sync(&[]).unwrap(), 0);
+        let after = f.stats();
+        assert_eq!(
+            (after.packets, after.delay_sum_ns),
+            (before.packets, before.delay_sum_ns)
+        );
+        after
     });
     assert_eq!(ready_rx.recv_timeout(Duration::from_secs(10)).unwrap(), 1);
     let mut buf = [0u8; 2048];

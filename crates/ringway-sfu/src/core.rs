@@ -315,6 +315,18 @@ impl Sfu {
             .unwrap_or(&[])
     }
 
+    /// Every route of a registered source: (SSID, media type, the source's
+    /// address, its subscribers), for a data plane outside the core (the
+    /// in-kernel fan-out). Echo is `config().echo`.
+    pub fn routes(&self) -> impl Iterator<Item = (u32, MediaType, SocketAddr, &[SocketAddr])> + '_ {
+        self.routes.iter().flat_map(move |(&ssid, lists)| {
+            let addr = self.clients[&ssid].addr;
+            MediaType::ALL
+                .into_iter()
+                .map(move |m| (ssid, m, addr, lists[m as usize].addrs.as_slice()))
+        })
+    }
+
     /// Whether `data` from `peer` is media from a verified source: RTP whose
     /// SSRC is registered to `peer`, or RTP from an admitted static-room
     /// member. Changes nothing; the engine asks before it lets a packet

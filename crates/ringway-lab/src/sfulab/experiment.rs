@@ -12,7 +12,7 @@
 //! ([`Placement::Loopback`], the caller enters it), or in the paper's
 //! testbed shape ([`Placement::Hosts`], see [`super::testbed`]).
 
-use super::testbed::{cpu_of, machine_busy_ns, Testbed};
+use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
 use super::Run;
 use crate::sfuload::{self, SfuLoadConfig};
 use anyhow::Context;
@@ -58,6 +58,9 @@ pub struct SfuLabConfig {
     /// Leave out runs whose load generator was late (> 1 ms) on more than
     /// this share of its ticks (%).
     pub max_late_pct: f64,
+    /// Also run a `tc` column: the socket SFU with the in-kernel fan-out on
+    /// its interface (testbed only).
+    pub kernel_fanout: bool,
 }
 
 impl Default for SfuLabConfig {
@@ -77,6 +80,7 @@ impl Default for SfuLabConfig {
             load_cpus: None,
             max_foreign_pct: 50.0,
             max_late_pct: 1.0,
+            kernel_fanout: false,
         }
     }
 }
@@ -96,11 +100,13 @@ impl Placement {
         Ok(Placement::Hosts(Testbed::build(clients, napi)?))
     }
 
-    /// The SFU's configuration for `backend` in this placement.
+    /// The SFU's configuration for `backend` (with the in-kernel fan-out
+    /// when `fanout`) in this placement.
     fn sfu_config(
         &self,
         c: &SfuLabConfig,
         backend: BackendKind,
+        fanout: bool,
     ) -> anyhow::Result<SfuServerConfig> {
         let (listen, xdp_iface) = match self {
             Placement::Loopback => ("127.0.0.1:0".parse().expect("literal"), None),
@@ -113,12 +119,13 @@ impl Placement {
             }
         };
         anyhow::ensure!(
-            backend != BackendKind::Xdp || xdp_iface.is_some(),
-            "the xdp backend needs the namespace testbed (it attaches to the SFU host's veth)"
+            (backend != BackendKind::Xdp && !fanout) || xdp_iface.is_some(),
+            "the xdp backend and the kernel fan-out need the namespace testbed (they attach to the SFU host's veth)"
         );
         Ok(SfuServerConfig {
             listen,
             backend,
+            kernel_fanout: xdp_iface.clone().filter(|_| fanout),
             xdp_iface: xdp_iface.filter(|_| backend == BackendKind::Xdp),
             batch: c.batch,
             flush: c.flush,
@@ -206,8 +213,32 @@ pub fn run_one(
     pps: u32,
     rep: usize,
 ) -> anyhow::Result<Run> {
+    run_column(place, c, backend, false, clients, pps, rep)
+}
+
+/// One run of the `tc` column: the socket SFU with the in-kernel fan-out.
+pub fn run_kernel_fanout(
+    place: &Placement,
+    c: &SfuLabConfig,
+    clients: usize,
+    pps: u32,
+    rep: usize,
+) -> anyhow::Result<Run> {
+    run_column(place, c, BackendKind::Socket, true, clients, pps, rep)
+}
+
+fn run_column(
+    place: &Placement,
+    c: &SfuLabConfig,
+    backend: BackendKind,
+    fanout: bool,
+    clients: usize,
+    pps: u32,
+    rep: usize,
+) -> anyhow::Result<Run> {
     // Every backend's SFU interface gets native XDP in the testbed (the
     // xdp backend attaches its own program).
+    let napi_before = napi_snapshot();
     let pass = match place {
         Placement::Hosts(t) if t.napi() && backend != BackendKind::Xdp => {
             Some(t.sfu_pass_program()?)
@@ -215,9 +246,9 @@ pub fn run_one(
         _ => None,
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr, sfu) = place.start_sfu(place.sfu_config(c, backend)?, stop.clone())?;
+    let (addr, sfu) = place.start_sfu(place.sfu_config(c, backend, fanout)?, stop.clone())?;
     let sfu_napi = match place {
-        Placement::Hosts(t) if t.napi() => t.sfu_threaded_napi().unwrap_or_default(),
+        Placement::Hosts(t) if t.napi() => t.sfu_threaded_napi(&napi_before).unwrap_or_default(),
         _ => Vec::new(),
     };
     let switch_napi = match place {
@@ -289,10 +320,24 @@ pub fn run_one(
     } else {
         None
     };
-    let packets = s.delay.count;
+    let kernel = s.kernel_fanout.filter(|_| fanout);
+    let packets = kernel.map_or(s.delay.count, |k| k.packets);
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
+    let sfu_host_pct = if napi {
+        engine_total + pct_of(sfu_napi_ns, window)
+    } else {
+        f64::NAN
+    };
+    // What the packets' own path costs: for the in-kernel fan-out the
+    // engine only runs the control plane, its delays cover only what the
+    // kernel left to it.
+    let user = |v: f64| if kernel.is_some() { f64::NAN } else { v };
     Ok(Run {
-        backend: backend.name().into(),
+        backend: if fanout {
+            "tc".into()
+        } else {
+            backend.name().into()
+        },
         io_mode: s.io_mode.clone(),
         flush: format!("{:?}", s.flush).to_lowercase(),
         clients,
@@ -307,11 +352,8 @@ pub fn run_one(
         } else {
             f64::NAN
         },
-        sfu_host_pct: if napi {
-            engine_total + pct_of(sfu_napi_ns, window)
-        } else {
-            f64::NAN
-        },
+        sfu_host_pct,
+        sfu_host_per_packet_us: sfu_host_pct / 100.0 * 1e6 / (clients as f64 * f64::from(pps)),
         switch_pct: if napi {
             pct_of(switch_ns, window)
         } else {
@@ -322,16 +364,31 @@ pub fn run_one(
             (c.warmup_s + c.duration_s + 0.3).max(1e-3),
         ),
         foreign_pct,
-        delay_p50_us: or_nan(s.delay.count, s.delay.p50_us),
-        delay_p99_us: or_nan(s.delay.count, s.delay.p99_us),
-        delay_mean_us: or_nan(s.delay.count, s.delay_mean_us),
-        handoff_p50_us: or_nan(s.delay_handoff.count, s.delay_handoff.p50_us),
-        handoff_p99_us: or_nan(s.delay_handoff.count, s.delay_handoff.p99_us),
-        wait_p50_us: or_nan(s.delay_wait.count, s.delay_wait.p50_us),
-        wait_p99_us: or_nan(s.delay_wait.count, s.delay_wait.p99_us),
-        kdelay_p50_us: or_nan(s.delay_from_kernel.count, s.delay_from_kernel.p50_us),
-        kdelay_p99_us: or_nan(s.delay_from_kernel.count, s.delay_from_kernel.p99_us),
-        copies_per_packet: s.copies_per_packet,
+        delay_p50_us: user(or_nan(s.delay.count, s.delay.p50_us)),
+        delay_p99_us: user(or_nan(s.delay.count, s.delay.p99_us)),
+        delay_mean_us: match kernel {
+            Some(k) if k.packets > 0 => k.delay_sum_ns as f64 / 1000.0 / k.packets as f64,
+            Some(_) => f64::NAN,
+            None => or_nan(s.delay.count, s.delay_mean_us),
+        },
+        handoff_p50_us: user(or_nan(s.delay_handoff.count, s.delay_handoff.p50_us)),
+        handoff_p99_us: user(or_nan(s.delay_handoff.count, s.delay_handoff.p99_us)),
+        wait_p50_us: user(or_nan(s.delay_wait.count, s.delay_wait.p50_us)),
+        wait_p99_us: user(or_nan(s.delay_wait.count, s.delay_wait.p99_us)),
+        kdelay_p50_us: user(or_nan(
+            s.delay_from_kernel.count,
+            s.delay_from_kernel.p50_us,
+        )),
+        kdelay_p99_us: user(or_nan(
+            s.delay_from_kernel.count,
+            s.delay_from_kernel.p99_us,
+        )),
+        copies_per_packet: if kernel.is_some() {
+            // Subscribers + echo, as the core would have counted them.
+            clients as f64
+        } else {
+            s.copies_per_packet
+        },
         media: packets,
         client_lost: load.lost,
         client_loss_pct: if expected > 0 {
@@ -346,13 +403,14 @@ pub fn run_one(
     })
 }
 
-/// Every run of the grid, in repetition-major order; a failed run is
-/// reported through `progress` and left out. Returns the runs and the
+/// Every run of the grid, in repetition-major order (the `tc` column, when
+/// asked for, after the backends of each cell: `progress` gets `true`
+/// for it); a failed run is reported through `progress` and left out. Returns the runs and the
 /// number that failed.
 pub fn run_grid(
     place: &Placement,
     c: &SfuLabConfig,
-    mut progress: impl FnMut(&anyhow::Result<Run>, (usize, usize, u32, BackendKind)),
+    mut progress: impl FnMut(&anyhow::Result<Run>, (usize, usize, u32, BackendKind, bool)),
 ) -> (Vec<Run>, usize) {
     let mut runs = Vec::new();
     let mut failed = 0;
@@ -361,7 +419,15 @@ pub fn run_grid(
             for &pps in &c.pps {
                 for &b in &c.backends {
                     let r = run_one(place, c, b, n, pps, rep);
-                    progress(&r, (rep, n, pps, b));
+                    progress(&r, (rep, n, pps, b, false));
+                    match r {
+                        Ok(r) => runs.push(r),
+                        Err(_) => failed += 1,
+                    }
+                }
+                if c.kernel_fanout {
+                    let r = run_kernel_fanout(place, c, n, pps, rep);
+                    progress(&r, (rep, n, pps, BackendKind::Socket, true));
                     match r {
                         Ok(r) => runs.push(r),
                         Err(_) => failed += 1,
@@ -384,7 +450,8 @@ pub struct CapacityPoint {
     pub pps: u32,
     /// Packets per second into the SFU.
     pub load_pps: u64,
-    /// Engine CPU (% of one core).
+    /// Engine CPU (% of one core; for `tc` the SFU host's, where its work
+    /// runs).
     pub cpu_pct: f64,
     /// SFU host CPU (engine + its NAPI thread; NaN without the testbed's
     /// threaded NAPI).
@@ -425,8 +492,9 @@ pub struct Capacity {
     pub limits: (f64, f64),
 }
 
-/// Per backend, raise the clients through `steps` (at `pps` each) until
-/// the clients lose more than `loss_pct` or the engine's CPU reaches
+/// Per backend (and the `tc` column when asked for), raise the clients
+/// through `steps` (at `pps` each) until the clients lose more than
+/// `loss_pct` or the engine's CPU (for `tc` the SFU host's) reaches
 /// `cpu_pct`; `progress` is told about each step.
 pub fn run_capacity(
     place: &Placement,
@@ -438,11 +506,22 @@ pub fn run_capacity(
 ) -> anyhow::Result<Capacity> {
     let mut points = Vec::new();
     let mut carried = Vec::new();
-    for &b in &c.backends {
+    let mut columns: Vec<(BackendKind, bool)> = c.backends.iter().map(|&b| (b, false)).collect();
+    if c.kernel_fanout {
+        columns.push((BackendKind::Socket, true));
+    }
+    for (b, fanout) in columns {
+        let name = if fanout { "tc" } else { b.name() };
         let mut best: Option<(usize, u64)> = None;
         for &n in steps {
-            let r = run_one(place, c, b, n, pps, 0)?;
-            let cpu = r.cpu_user_pct + r.cpu_system_pct;
+            let r = run_column(place, c, b, fanout, n, pps, 0)?;
+            // The in-kernel fan-out works in the SFU's NAPI thread: its
+            // saturation is the SFU host's.
+            let cpu = if fanout {
+                r.sfu_host_pct
+            } else {
+                r.cpu_user_pct + r.cpu_system_pct
+            };
             let over = r.client_loss_pct.is_nan() || r.client_loss_pct > loss_limit;
             let limit = if over {
                 Some(format!(
@@ -450,13 +529,13 @@ pub fn run_capacity(
                     r.client_loss_pct
                 ))
             } else if cpu >= cpu_limit {
-                Some(format!("engine CPU {cpu:.0}% >= {cpu_limit}%"))
+                Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
             } else {
                 None
             };
             let load_pps = (n as u64) * u64::from(pps);
             let p = CapacityPoint {
-                backend: b.name().into(),
+                backend: name.into(),
                 clients: n,
                 pps,
                 load_pps,
@@ -476,7 +555,7 @@ pub fn run_capacity(
             best = Some((n, load_pps));
         }
         carried.push(Carried {
-            backend: b.name().into(),
+            backend: name.into(),
             clients: best.map_or(0, |b| b.0),
             load_pps: best.map_or(0, |b| b.1),
             ratio_to_socket: None,

@@ -46,6 +46,10 @@ pub struct Run {
     /// The SFU host: engine thread plus the NAPI thread of its interface
     /// (% of one core; NaN on loopback).
     pub sfu_host_pct: f64,
+    /// That per packet offered (µs): the SFU host's CPU over clients × pps
+    /// (the measure that also covers the in-kernel fan-out, whose work runs
+    /// in the NAPI thread).
+    pub sfu_host_per_packet_us: f64,
     /// The switch: NAPI threads of the bridge ports (bridging and the
     /// clients' receive path; NaN without threaded NAPI).
     pub switch_pct: f64,
@@ -109,10 +113,14 @@ pub struct Row {
     pub cpu_per_packet: MeanCi,
     /// SFU host CPU % (engine + its NAPI thread).
     pub sfu_host: MeanCi,
+    /// SFU host CPU per packet offered (µs).
+    pub sfu_host_per_packet: MeanCi,
     /// (a) p50 (µs).
     pub delay_p50: MeanCi,
     /// (a) p99 (µs).
     pub delay_p99: MeanCi,
+    /// (a) mean (µs).
+    pub delay_mean: MeanCi,
     /// (b) p50 (µs).
     pub handoff_p50: MeanCi,
     /// (c) p50 (µs).
@@ -134,6 +142,11 @@ pub struct Row {
     pub wait_p50_ratio: Option<f64>,
     /// (d) p50 relative to socket.
     pub kdelay_p50_ratio: Option<f64>,
+    /// SFU host CPU per packet relative to socket.
+    pub sfu_host_ratio: Option<f64>,
+    /// Mean delay (a) relative to socket (the in-kernel fan-out has means
+    /// only).
+    pub delay_mean_ratio: Option<f64>,
 }
 
 /// Fitted delay model of one backend, on the median of delay (a).
@@ -171,6 +184,10 @@ pub struct BackendSummary {
     pub wait_p50_ratio: Option<f64>,
     /// Delay (d) p50 to socket.
     pub kdelay_p50_ratio: Option<f64>,
+    /// SFU host CPU per packet (engine + its NAPI thread) to socket.
+    pub sfu_host_ratio: Option<f64>,
+    /// Mean delay (a) to socket.
+    pub delay_mean_ratio: Option<f64>,
     /// Engine CPU (% of one core).
     pub cpu_pct: f64,
     /// Engine CPU per packet (µs).
@@ -241,6 +258,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
             cpu_system: mean_ci(&col(rs, |r| r.cpu_system_pct)),
             cpu_per_packet: mean_ci(&col(rs, |r| r.cpu_per_packet_us)),
             sfu_host: mean_ci(&col(rs, |r| r.sfu_host_pct)),
+            sfu_host_per_packet: mean_ci(&col(rs, |r| r.sfu_host_per_packet_us)),
             delay_p50: mean_ci(&col(rs, |r| r.delay_p50_us)),
             delay_p99: mean_ci(&col(rs, |r| r.delay_p99_us)),
             handoff_p50: mean_ci(&col(rs, |r| r.handoff_p50_us)),
@@ -253,6 +271,9 @@ pub fn summarize(runs: &[Run]) -> Summary {
             handoff_p50_ratio: None,
             wait_p50_ratio: None,
             kdelay_p50_ratio: None,
+            sfu_host_ratio: None,
+            delay_mean_ratio: None,
+            delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
         });
     }
     let base: BTreeMap<(usize, u32), Row> = rows
@@ -268,6 +289,8 @@ pub fn summarize(runs: &[Run]) -> Summary {
             r.handoff_p50_ratio = ratio(r.handoff_p50.mean, b.handoff_p50.mean);
             r.wait_p50_ratio = ratio(r.wait_p50.mean, b.wait_p50.mean);
             r.kdelay_p50_ratio = ratio(r.kdelay_p50.mean, b.kdelay_p50.mean);
+            r.sfu_host_ratio = ratio(r.sfu_host_per_packet.mean, b.sfu_host_per_packet.mean);
+            r.delay_mean_ratio = ratio(r.delay_mean.mean, b.delay_mean.mean);
         }
     }
     let mut names: Vec<String> = runs.iter().map(|r| r.backend.clone()).collect();
@@ -317,6 +340,8 @@ pub fn summarize(runs: &[Run]) -> Summary {
             handoff_p50_ratio: avg_opt(&|r| r.handoff_p50_ratio),
             wait_p50_ratio: avg_opt(&|r| r.wait_p50_ratio),
             kdelay_p50_ratio: avg_opt(&|r| r.kdelay_p50_ratio),
+            sfu_host_ratio: avg_opt(&|r| r.sfu_host_ratio),
+            delay_mean_ratio: avg_opt(&|r| r.delay_mean_ratio),
             cpu_pct: avg(&cpu),
             cpu_per_packet_us: avg(&|r| r.cpu_per_packet.mean),
             sfu_host_pct: avg(&|r| r.sfu_host.mean),
@@ -405,13 +430,15 @@ pub fn render(s: &Summary) -> String {
     for b in s.backends.iter().filter(|b| b.backend != "socket") {
         let _ = writeln!(
             o,
-            "overall {} vs socket: cpu {}, delay(a) {}, handoff(b) {}, wait(c) {}, kdelay(d) {}",
+            "overall {} vs socket: cpu {}, delay(a) {}, handoff(b) {}, wait(c) {}, kdelay(d) {}; sfu host cpu {}, mean delay(a) {}",
             b.backend,
             x(b.cpu_ratio),
             x(b.delay_p50_ratio),
             x(b.handoff_p50_ratio),
             x(b.wait_p50_ratio),
-            x(b.kdelay_p50_ratio)
+            x(b.kdelay_p50_ratio),
+            x(b.sfu_host_ratio),
+            x(b.delay_mean_ratio)
         );
     }
     for m in &s.models {
@@ -603,6 +630,7 @@ mod tests {
             spin_pct: 0.0,
             cpu_per_packet_us: cpu,
             sfu_host_pct: 2.0 * cpu,
+            sfu_host_per_packet_us: 2.0 * cpu,
             switch_pct: f64::NAN,
             clients_pct: 1.0,
             foreign_pct: 0.0,

@@ -172,12 +172,33 @@ impl Testbed {
     }
 
     /// Turn threaded NAPI on for the SFU's interface (it has NAPI once an
-    /// XDP program is attached); returns its NAPI threads.
-    pub fn sfu_threaded_napi(&self) -> anyhow::Result<Vec<u32>> {
+    /// XDP program is attached); returns its NAPI threads: those named for
+    /// it that are not in `before` (taken with [`napi_snapshot`] before the
+    /// program was attached: the device keeps its threaded setting, so a
+    /// re-attached program gets its thread at once).
+    pub fn sfu_threaded_napi(&self, before: &NapiSnapshot) -> anyhow::Result<Vec<u32>> {
         let host = self.sfu().clone();
         let ifname = host.ifaces[0].0.clone();
-        threaded_napi(&host, &ifname)
+        let mut found = threaded_napi(&host, &ifname)?;
+        let prefix = format!("napi/{ifname}-");
+        found.extend(
+            napi_threads()
+                .difference(&before.0)
+                .filter(|(_, c)| c.starts_with(&prefix))
+                .map(|(p, _)| *p),
+        );
+        found.sort_unstable();
+        found.dedup();
+        Ok(found)
     }
+}
+
+/// The kernel's NAPI threads at one moment.
+pub struct NapiSnapshot(BTreeSet<(u32, String)>);
+
+/// Take a [`NapiSnapshot`].
+pub fn napi_snapshot() -> NapiSnapshot {
+    NapiSnapshot(napi_threads())
 }
 
 /// Kernel threads named `napi/...` now.

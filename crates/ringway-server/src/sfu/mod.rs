@@ -78,6 +78,11 @@ pub struct SfuServerConfig {
     /// With the xdp backend: UMEM frames (half on the fill ring, the rest
     /// for the TX ring; see `XdpConfig::frames`).
     pub xdp_frames: u32,
+    /// Replicate verified media in the kernel: a tcx ingress program on
+    /// this interface (whose IPv4 address is `listen`) with the routes the
+    /// core holds, kept in line every tick; packets it does not cover come
+    /// to the engine as before.
+    pub kernel_fanout: Option<String>,
     /// Echo media packets back to their senders.
     pub echo: bool,
     /// Admit plain RTP senders by address into one static room (latching).
@@ -110,6 +115,7 @@ impl Default for SfuServerConfig {
             warmup_s: 0.0,
             xdp_mode: XdpMode::Auto,
             xdp_frames: 4096,
+            kernel_fanout: None,
             echo: true,
             static_room: false,
             max_clients: 1024,
@@ -155,6 +161,9 @@ impl SfuServerConfig {
             }
         } else if self.xdp_iface.is_some() {
             return fail("xdp_iface is only for the xdp backend");
+        }
+        if self.kernel_fanout.is_some() && !self.listen.is_ipv4() {
+            return fail("kernel_fanout is IPv4 only: listen must be an IPv4 address");
         }
         if !(self.idle_timeout_s.is_finite() && self.idle_timeout_s > 0.0) {
             return fail("idle_timeout_s must be a positive number of seconds");
@@ -226,6 +235,9 @@ pub struct ServeReport {
     pub delay_from_kernel: LatencySummary,
     /// Hand-overs to the kernel (flushes) made.
     pub flushes: u64,
+    /// The in-kernel fan-out's counters, when it ran (packets replicated in
+    /// the kernel never reach the engine: they are not in the delays above).
+    pub kernel_fanout: Option<ringway_io::backend::FanoutStats>,
     /// The AF_XDP TX ring was congested: copies were dropped after the
     /// bounded wait, or the send path waited for room for more than 0.1% of
     /// the packets (the paper left such runs out of its delay results).
@@ -327,6 +339,7 @@ pub fn serve_with_live(
     let max_age_ns = u64::from(config.flush_age_us) * 1000;
     let spin = Duration::from_micros(u64::from(config.spin_us));
     let warmup = Duration::from_secs_f64(config.warmup_s);
+    let fanout_at = config.kernel_fanout.clone();
     let engine = std::thread::Builder::new()
         .name("sfu-engine".into())
         .spawn(move || -> Result<EngineEnd, ServerError> {
@@ -347,6 +360,13 @@ pub fn serve_with_live(
                 max_age_ns,
                 Box::new(engine::SystemClock),
             );
+            let mut fanout = match (&fanout_at, bound) {
+                (Some(iface), SocketAddr::V4(local)) => Some(
+                    ringway_io::backend::KernelFanout::attach(iface, local)
+                        .map_err(|e| ServerError::Config(format!("kernel fan-out: {e}")))?,
+                ),
+                _ => None,
+            };
             let started = Instant::now();
             let mut warm = warmup.is_zero();
             let mut cpu0 = host::thread_cpu_time().unwrap_or_default();
@@ -388,6 +408,23 @@ pub fn serve_with_live(
                 if now >= next_tick {
                     e.sfu.tick(now);
                     next_tick = now + TICK_NS;
+                    if let Some(f) = fanout.as_mut() {
+                        let echo = e.sfu.config().echo;
+                        let routes: Vec<ringway_io::backend::FanoutRoute> = e
+                            .sfu
+                            .routes()
+                            .map(|(ssrc, m, src, dsts)| ringway_io::backend::FanoutRoute {
+                                ssrc,
+                                pt: m.payload_type(),
+                                src,
+                                dsts: dsts.to_vec(),
+                                echo,
+                            })
+                            .collect();
+                        if let Err(err) = f.sync(&routes) {
+                            eprintln!("sfu: kernel fan-out sync: {err}");
+                        }
+                    }
                     let mut l = engine_live.lock().unwrap_or_else(PoisonError::into_inner);
                     l.sfu = e.sfu.stats();
                     l.rx_bytes = e.rx_bytes;
@@ -399,10 +436,14 @@ pub fn serve_with_live(
             }
             let wall = t0.elapsed().as_secs_f64();
             let cpu = host::thread_cpu_time().unwrap_or_default().since(&cpu0);
-            let mode = io.describe();
+            let mode = match &fanout {
+                Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
+                None => io.describe(),
+            };
             Ok(EngineEnd {
                 engine: e,
                 io: io.stats(),
+                fanout: fanout.as_ref().map(|f| f.stats()),
                 mode,
                 cpu,
                 wall,
@@ -448,6 +489,7 @@ pub fn serve_with_live(
 struct EngineEnd {
     engine: Engine,
     io: IoStats,
+    fanout: Option<ringway_io::backend::FanoutStats>,
     mode: String,
     cpu: CpuTime,
     wall: f64,
@@ -490,6 +532,7 @@ fn report(
     let EngineEnd {
         engine: e,
         io,
+        fanout,
         mode,
         cpu,
         wall,
@@ -525,6 +568,7 @@ fn report(
         delay_wait: LatencySummary::of_ns(&d.wait),
         delay_from_kernel: LatencySummary::of_ns(&d.kernel),
         flushes: e.flushes,
+        kernel_fanout: fanout,
         tx_congested: io.tx_ring_full_drops > 0
             || io.tx_ring_full_waits as f64 > 0.001 * e.forwarded.max(1) as f64,
         copies_per_packet: if e.forwarded > 0 {

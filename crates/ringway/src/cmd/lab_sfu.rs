@@ -82,6 +82,12 @@ pub(crate) struct LabSfuArgs {
     /// than this share of its ticks (%).
     #[arg(long, default_value_t = 1.0)]
     pub max_late: f64,
+    /// Also run a `tc` column (with `--netns`): the socket SFU with the
+    /// in-kernel fan-out (a tcx ingress program on its veth replicating
+    /// verified media with bpf_clone_redirect; the engine keeps the control
+    /// plane). Compare it by the SFU host's CPU and the mean delay (a).
+    #[arg(long)]
+    pub kernel_fanout: bool,
     /// Measure the capacity curve instead of the grid: per backend, raise
     /// the clients through `--capacity-clients` at `--capacity-pps` until
     /// loss > `--capacity-loss` % or engine CPU >= `--capacity-cpu` %.
@@ -152,6 +158,7 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             load_cpus: list(&a.load_cpus, "--load-cpus")?,
             max_foreign_pct: a.max_foreign_cpu,
             max_late_pct: a.max_late,
+            kernel_fanout: a.kernel_fanout,
         })
     }
 }
@@ -203,40 +210,47 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let total = a.reps * a.clients.len() * a.pps.len() * config.backends.len();
+    let columns = config.backends.len() + usize::from(a.kernel_fanout);
+    let total = a.reps * a.clients.len() * a.pps.len() * columns;
     println!(
         "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}",
         a.duration, a.warmup, a.clients, a.pps,
     );
-    let (runs, failed) = run_grid(&place, &config, |r, (rep, n, pps, b)| {
+    let (runs, failed) = run_grid(&place, &config, |r, (rep, n, pps, b, tc)| {
+        let name = if tc { "tc" } else { b.name() };
         match r {
-        // One failed run (overloaded machine) must not lose the sweep.
-        Err(e) => eprintln!("run rep={rep} clients={n} pps={pps} backend={b} failed: {e:#}"),
-        Ok(r) => println!(
-            "run rep={rep} clients={n} pps={pps} backend={b} [{}; flush {}]: cpu user={:.1}% kern={:.1}% \
-             ({:.2}us/pkt) delay(a) p50={:.1}us (b)={:.1}us (c)={:.1}us (d)={:.1}us copies={:.1} \
-             media={} client_loss={:.2}% sfu_host={:.1}% switch={:.1}% other={:.0}%{}",
-            r.io_mode,
-            r.flush,
-            r.cpu_user_pct,
-            r.cpu_system_pct,
-            r.cpu_per_packet_us,
-            r.delay_p50_us,
-            r.handoff_p50_us,
-            r.wait_p50_us,
-            r.kdelay_p50_us,
-            r.copies_per_packet,
-            r.media,
-            r.client_loss_pct,
-            r.sfu_host_pct,
-            r.switch_pct,
-            r.foreign_pct,
-            r.excluded
-                .as_deref()
-                .map(|w| format!(" LEFT OUT: {w}"))
-                .unwrap_or_default()
-        ),
-    }
+            // One failed run (overloaded machine) must not lose the sweep.
+            Err(e) => {
+                eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}")
+            }
+            Ok(r) => println!(
+                "run rep={rep} clients={n} pps={pps} backend={name} [{}; flush {}]: cpu user={:.1}% \
+                 kern={:.1}% ({:.2}us/pkt) delay(a) p50={:.1}us mean={:.1}us (b)={:.1}us (c)={:.1}us \
+                 (d)={:.1}us copies={:.1} media={} client_loss={:.2}% sfu_host={:.1}% ({:.2}us/pkt) \
+                 switch={:.1}% other={:.0}%{}",
+                r.io_mode,
+                r.flush,
+                r.cpu_user_pct,
+                r.cpu_system_pct,
+                r.cpu_per_packet_us,
+                r.delay_p50_us,
+                r.delay_mean_us,
+                r.handoff_p50_us,
+                r.wait_p50_us,
+                r.kdelay_p50_us,
+                r.copies_per_packet,
+                r.media,
+                r.client_loss_pct,
+                r.sfu_host_pct,
+                r.sfu_host_per_packet_us,
+                r.switch_pct,
+                r.foreign_pct,
+                r.excluded
+                    .as_deref()
+                    .map(|w| format!(" LEFT OUT: {w}"))
+                    .unwrap_or_default()
+            ),
+        }
     });
     drop(place);
     anyhow::ensure!(!runs.is_empty(), "every run failed");
@@ -264,6 +278,10 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.netns || !a.backends().contains(&BackendKind::Xdp),
         "the xdp backend needs --netns (it attaches to the SFU host's veth)"
+    );
+    anyhow::ensure!(
+        a.netns || !a.kernel_fanout,
+        "--kernel-fanout needs --netns (it attaches to the SFU host's veth)"
     );
     if a.netns {
         let max = if a.capacity {

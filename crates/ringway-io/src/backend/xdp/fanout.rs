@@ -325,6 +325,8 @@ pub struct KernelFanout {
     /// Installed entries: key → the value bytes written (counters zero).
     installed: HashMap<[u8; 8], Vec<u8>>,
     updates: u64,
+    /// Counters of entries removed since (packets, delay ns).
+    removed: (u64, u64),
 }
 
 impl std::fmt::Debug for KernelFanout {
@@ -388,6 +390,7 @@ impl KernelFanout {
             neigh: Neighbours::new(ifname),
             installed: HashMap::new(),
             updates: 0,
+            removed: (0, 0),
         })
     }
 
@@ -415,6 +418,10 @@ impl KernelFanout {
             .copied()
             .collect();
         for k in stale {
+            if let Some((p, d)) = self.counters(&k) {
+                self.removed.0 += p;
+                self.removed.1 += d;
+            }
             map_op(
                 BPF_MAP_DELETE_ELEM,
                 &self.map,
@@ -482,18 +489,28 @@ impl KernelFanout {
         m
     }
 
-    /// Counters summed over the map's entries.
+    /// (packets, delay ns) of entry `k`.
+    fn counters(&self, k: &[u8; 8]) -> Option<(u64, u64)> {
+        let mut v = vec![0u8; VALUE_LEN];
+        map_op(BPF_MAP_LOOKUP_ELEM, &self.map, k, Some(&mut v), "lookup").ok()?;
+        Some((
+            u64::from_ne_bytes(v[24..32].try_into().expect("8 bytes")),
+            u64::from_ne_bytes(v[32..40].try_into().expect("8 bytes")),
+        ))
+    }
+
+    /// Counters since attaching: entries in the map now and removed ones.
     pub fn stats(&self) -> FanoutStats {
         let mut s = FanoutStats {
             entries: self.installed.len(),
             updates: self.updates,
-            ..Default::default()
+            packets: self.removed.0,
+            delay_sum_ns: self.removed.1,
         };
         for k in self.installed.keys() {
-            let mut v = vec![0u8; VALUE_LEN];
-            if map_op(BPF_MAP_LOOKUP_ELEM, &self.map, k, Some(&mut v), "lookup").is_ok() {
-                s.packets += u64::from_ne_bytes(v[24..32].try_into().expect("8 bytes"));
-                s.delay_sum_ns += u64::from_ne_bytes(v[32..40].try_into().expect("8 bytes"));
+            if let Some((p, d)) = self.counters(k) {
+                s.packets += p;
+                s.delay_sum_ns += d;
             }
         }
         s

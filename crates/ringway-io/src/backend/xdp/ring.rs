@@ -349,11 +349,16 @@ impl TxRing {
             self.reap();
             return Ok(());
         }
+        // Copy mode takes at most 32 frames per kick: kick again while the
+        // kernel makes progress, and stop as soon as it makes none (its
+        // queue is stopped: the frames wait for the next flush).
         let tries = 4 + self.tx.size() / 32;
         for _ in 0..tries {
+            let before = self.in_ring();
             k.kick()?;
             self.reap();
-            if self.in_ring() == 0 {
+            let after = self.in_ring();
+            if after == 0 || after >= before {
                 break;
             }
         }

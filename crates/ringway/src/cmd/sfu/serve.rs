@@ -33,6 +33,11 @@ pub struct ServeArgs {
     /// ring, the rest for the TX ring).
     #[arg(long, default_value_t = 4096)]
     pub xdp_frames: u32,
+    /// Replicate verified media in the kernel: a tcx ingress program on
+    /// this interface (`--listen` must be its IPv4 address) with the
+    /// routes the SFU holds; the rest comes to the engine as usual.
+    #[arg(long)]
+    pub kernel_fanout: Option<String>,
     /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg, uring and xdp).
     #[arg(long)]
     pub batch: Option<usize>,
@@ -120,6 +125,7 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             warmup_s: a.warmup,
             xdp_mode: a.xdp_mode,
             xdp_frames: a.xdp_frames,
+            kernel_fanout: a.kernel_fanout.clone(),
             echo: !a.no_echo,
             static_room: a.static_room,
             max_clients: a.max_clients,
