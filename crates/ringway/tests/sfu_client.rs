@@ -100,6 +100,8 @@ fn lab_sfu_in_veth_hosts() {
             "300",
             "--backends",
             "socket,mmsg,xdp",
+            // The stretch's in-kernel fan-out as a fourth column (`tc`).
+            "--kernel-fanout",
         ],
         &json,
     );
@@ -117,13 +119,23 @@ fn lab_sfu_in_veth_hosts() {
     assert!(!stdout.contains("0.00x"), "{stdout}");
     let v = read_json(&json);
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 3);
+    assert_eq!(runs.len(), 2 * 4);
     for r in runs {
         // Every packet: clients − 1 subscribers + echo.
         let n = r["clients"].as_u64().unwrap() as f64;
         assert_eq!(r["copies_per_packet"].as_f64().unwrap(), n, "{r}");
         assert!(r["media"].as_u64().unwrap() > 0);
         assert_eq!(r["client_lost"], 0, "{r}");
+        // CPU per emulated host: the SFU host and the switch threads.
+        assert!(r["sfu_host_pct"].as_f64().is_some(), "{r}");
+        assert!(r["switch_pct"].as_f64().is_some(), "{r}");
+        if r["backend"] == "tc" {
+            // The kernel forwards: the engine's per-packet delays say n/a
+            // (null), the kernel's own mean pickup-to-scheduled is there.
+            assert!(r["delay_p50_us"].is_null(), "{r}");
+            assert!(r["delay_mean_us"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+            continue;
+        }
         // The four delays have data for every backend (xdp's kernel RX
         // time comes from its XDP program).
         for k in [
@@ -134,15 +146,13 @@ fn lab_sfu_in_veth_hosts() {
         ] {
             assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {r}");
         }
-        // CPU per emulated host: the SFU host and the switch threads.
-        assert!(r["sfu_host_pct"].as_f64().is_some(), "{r}");
-        assert!(r["switch_pct"].as_f64().is_some(), "{r}");
     }
     let rows = v["rows"].as_array().unwrap();
     assert!(rows.len() + v["excluded"].as_array().unwrap().len() >= 4);
-    // One object per backend with the five ratios to socket.
+    // One object per backend (socket, mmsg, xdp, tc) with the five ratios
+    // to socket.
     let backends = v["backends"].as_array().unwrap();
-    assert_eq!(backends.len(), 3);
+    assert_eq!(backends.len(), 4, "{stdout}");
     let xdp = backends.iter().find(|b| b["backend"] == "xdp").unwrap();
     for k in [
         "cpu_ratio",
