@@ -91,6 +91,7 @@ pub fn udp_totals() -> Option<ringway_io::counters::UdpSnmp> {
         rcvbuf_errors: v4.rcvbuf_errors + v6.rcvbuf_errors,
         sndbuf_errors: v4.sndbuf_errors + v6.sndbuf_errors,
         in_csum_errors: v4.in_csum_errors + v6.in_csum_errors,
+        mem_errors: v4.mem_errors + v6.mem_errors,
     })
 }
 
@@ -196,14 +197,18 @@ mod tests {
     #[test]
     fn own_process_cpu_time_from_proc() {
         let mine = process_cpu_time_of(std::process::id()).unwrap();
-        // Burn a little CPU so the 10 ms ticks move.
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(60);
+        // Burn CPU until the 10 ms ticks of /proc move (bounded; the
+        // process already ran for a while, so this is quick).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut x = 0u64;
-        while std::time::Instant::now() < until {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut later = mine;
+        while later.total_ns() <= mine.total_ns() && std::time::Instant::now() < until {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            later = process_cpu_time_of(std::process::id()).unwrap();
         }
         std::hint::black_box(x);
-        let later = process_cpu_time_of(std::process::id()).unwrap();
         assert!(later.total_ns() > mine.total_ns(), "{mine:?} -> {later:?}");
         assert!(process_cpu_time_of(u32::MAX).is_err());
     }

@@ -70,6 +70,7 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
             record_route: true,
             max_transactions: 1 << 20,
             domains: vec![],
+            ..ProxyConfig::default()
         });
         // One worker, held for the whole run, as an I/O thread would.
         let mut worker = p.worker();

@@ -80,8 +80,8 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
 /// stateless proxy (table bound 8) with timers in between: nothing may be
 /// sent to port 0 or empty, and the table stays bounded.
 pub fn proxy_sequence(data: &[u8]) {
-    let mk = |mode| {
-        Proxy::new(ProxyConfig {
+    let mk = |mode, auth: bool| {
+        let mut proxy = Proxy::new(ProxyConfig {
             mode,
             local: "192.0.2.10:5060".parse().unwrap(),
             route_to: Some("192.0.2.20:5060".parse().unwrap()),
@@ -89,9 +89,17 @@ pub fn proxy_sequence(data: &[u8]) {
             record_route: true,
             max_transactions: 8,
             domains: vec!["example.com".into()],
-        })
+            auth: auth.then(crate::proxy::AuthConfig::default),
+            ..ProxyConfig::default()
+        });
+        let mut users = crate::auth::HtdigestCredentials::default();
+        users.add_password("alice", "example.com", "secret");
+        proxy.set_credentials(std::sync::Arc::new(users));
+        proxy
     };
-    let proxies = [mk(Mode::Stateful), mk(Mode::Stateless)];
+    // The stateless one authenticates: arbitrary credentials headers
+    // reach the digest code.
+    let proxies = [mk(Mode::Stateful, false), mk(Mode::Stateless, true)];
     let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
     let mut now = 0u64;
     let mut sink = |to: SocketAddr, b: &[u8]| {

@@ -43,6 +43,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod edit;
 pub mod hash;
 pub mod invariants;
@@ -57,7 +58,8 @@ pub use edit::{
 };
 pub use msg::{HeaderKind, Method, ParseError, SipMsg, Via};
 pub use proxy::{
-    Action, DropReason, Mode, MsgLabel, Outcome, Proxy, ProxyConfig, ProxyStats, ProxyWorker,
+    Action, AuthConfig, DropReason, FloodConfig, Mode, MsgLabel, Outcome, Proxy, ProxyConfig,
+    ProxyStats, ProxyWorker, RegistrarPolicy,
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use uri::{NameAddr, SipUri};

@@ -24,6 +24,7 @@ fn stateless_forwarding_does_not_allocate() {
         record_route: true,
         max_transactions: 1000,
         domains: vec!["example.com".into()],
+        ..ProxyConfig::default()
     });
     let invs: Vec<Vec<u8>> = (0..50)
         .map(|i| invite(&format!("z9hG4bKa{i}"), "sip:bob@example.com", ""))

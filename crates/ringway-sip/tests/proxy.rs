@@ -15,6 +15,7 @@ fn cfg(mode: Mode) -> ProxyConfig {
         record_route: true,
         max_transactions: 1000,
         domains: vec!["example.com".into()],
+        ..ProxyConfig::default()
     }
 }
 
@@ -131,6 +132,7 @@ Content-Length: 0\r\n\r\n";
     let fwd_bye = sent[0].1.clone();
     let ok = response_to(&fwd_bye, 200, "OK", "");
     let (o, sent) = handle(&p, 5000, UAC, &ok);
+    assert_eq!(o.label, MsgLabel::ByeOk, "the 200 to BYE has its own label");
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr(UAS));
     assert_eq!(parse(&sent[0].1).cseq(), Some((1, Method::Bye)));
@@ -445,7 +447,8 @@ fn stateful_cancel() {
 }
 
 /// RFC 3261 16.10 / 16.7: a CANCEL that matches no transaction (here its
-/// branch differs from the INVITE's) is forwarded statelessly, and the
+/// branch differs from the INVITE's and it comes from another port, so the
+/// RFC 2543 match does not apply either) is forwarded statelessly, and the
 /// response to it, matching no client transaction, is forwarded upstream.
 #[test]
 fn unmatched_cancel_and_its_response_are_forwarded() {
@@ -460,7 +463,7 @@ fn unmatched_cancel_and_its_response_are_forwarded() {
             .clone();
         handle(&p, 100, UAS, &response_to(&fwd, 180, "Ringing", ""));
         let cancel = b"CANCEL sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKother\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>\r\nCall-ID: call-z9hG4bKum@192.0.2.1\r\nCSeq: 1 CANCEL\r\nContent-Length: 0\r\n\r\n";
-        let (o, sent) = handle(&p, 200, UAC, cancel);
+        let (o, sent) = handle(&p, 200, UAC_OTHER_PORT, cancel);
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
         assert_eq!(
             sent.len(),
@@ -483,9 +486,128 @@ fn unmatched_cancel_and_its_response_are_forwarded() {
         );
         assert_eq!(r.top_via().unwrap().branch, Some("z9hG4bKother"));
         // Its retransmission is forwarded again (no state to absorb it).
-        let (o, sent) = handle(&p, 400, UAC, cancel);
+        let (o, sent) = handle(&p, 400, UAC_OTHER_PORT, cancel);
         assert_eq!((o.action, sent.len()), (Action::Forwarded { copies: 1 }, 1));
     }
+}
+
+/// The UAC's source with another port (not the INVITE's source).
+const UAC_OTHER_PORT: &str = "192.0.2.1:5070";
+
+/// A CANCEL for `invite(branch)` with the given branch of its own.
+fn cancel_for(invite_branch: &str, cancel_branch: &str) -> Vec<u8> {
+    format!(
+        "CANCEL sip:bob@example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch={cancel_branch}\r\n\
+Max-Forwards: 70\r\n\
+From: Alice <sip:alice@example.com>;tag=a1\r\n\
+To: Bob <sip:bob@example.com>\r\n\
+Call-ID: call-{invite_branch}@192.0.2.1\r\n\
+CSeq: 1 CANCEL\r\n\
+Content-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// RFC 3261 9.2 / Kamailio: a CANCEL whose branch matches no transaction
+/// but whose Call-ID, From tag, To, CSeq number and Request-URI are a
+/// pending INVITE's, from the INVITE's source, cancels that INVITE: 200 to
+/// the UAC at once, our CANCEL downstream with the INVITE's branch, the
+/// CANCEL's retransmissions absorbed, the 487 relayed. From another source
+/// it matches nothing and is forwarded statelessly.
+#[test]
+fn cancel_with_its_own_branch_matches_the_rfc2543_way() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let (_, sent) = handle(&p, 0, UAC, &invite("z9hG4bKm1", "sip:bob@example.com", ""));
+    let fwd = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    let invite_branch = parse(&fwd).top_via().unwrap().branch.unwrap().to_string();
+    handle(&p, 100, UAS, &response_to(&fwd, 180, "Ringing", ""));
+    let cancel = cancel_for("z9hG4bKm1", "z9hG4bKown");
+
+    // From another source: not ours to cancel, forwarded statelessly.
+    let (o, sent) = handle(&p, 150, "192.0.2.66:5060", &cancel);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(parse(&sent[0].1).vias().count(), 2);
+    assert_eq!(p.stats().cancels_matched_2543, 0);
+
+    let (o, sent) = handle(&p, 200, UAC, &cancel);
+    assert_eq!(o.action, Action::Responded(200));
+    assert_eq!(sent.len(), 2, "200 upstream and our CANCEL downstream");
+    let up = parse(&sent.iter().find(|(a, _)| *a == addr(UAC)).unwrap().1);
+    assert_eq!(
+        (up.status(), up.cseq(), up.top_via().unwrap().branch),
+        (Some(200), Some((1, Method::Cancel)), Some("z9hG4bKown"))
+    );
+    let down = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    let c = parse(&down);
+    assert_eq!(c.method(), Some(Method::Cancel));
+    assert_eq!(c.vias().count(), 1, "generated hop by hop, not forwarded");
+    assert_eq!(c.top_via().unwrap().branch, Some(invite_branch.as_str()));
+    assert_eq!(p.stats().cancels_matched_2543, 1);
+
+    // A retransmission of the CANCEL: our 200 again, nothing downstream.
+    let (o, sent) = handle(&p, 250, UAC, &cancel);
+    assert_eq!(o.action, Action::Absorbed);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].0, parse(&sent[0].1).status()),
+        (addr(UAC), Some(200))
+    );
+
+    // The UAS: 200 to our CANCEL absorbed, 487 relayed (and ACKed).
+    let (o, sent) = handle(&p, 300, UAS, &response_to(&down, 200, "OK", ""));
+    assert_eq!((o.action, sent.len()), (Action::Absorbed, 0));
+    let (o, sent) = handle(
+        &p,
+        400,
+        UAS,
+        &response_to(&fwd, 487, "Request Terminated", ""),
+    );
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    let up = sent.iter().find(|(a, _)| *a == addr(UAC)).unwrap();
+    assert_eq!(parse(&up.1).status(), Some(487));
+
+    // Once the INVITE transaction is gone, the same CANCEL matches nothing.
+    timer(&p, sec(100));
+    assert_eq!(p.stats().transactions_active, 0);
+    let (o, _) = handle(&p, sec(101), UAC, &cancel_for("z9hG4bKm1", "z9hG4bKown2"));
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+}
+
+/// The RFC 2543 match before any provisional: 200 at once, our CANCEL only
+/// after the first provisional (RFC 3261 9.1).
+#[test]
+fn rfc2543_cancel_before_a_provisional_waits_for_it() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let (_, sent) = handle(&p, 0, UAC, &invite("z9hG4bKm2", "sip:bob@example.com", ""));
+    let fwd = sent
+        .iter()
+        .find(|(a, _)| *a == addr(UAS))
+        .unwrap()
+        .1
+        .clone();
+    let (o, sent) = handle(&p, 10, UAC, &cancel_for("z9hG4bKm2", "z9hG4bKown"));
+    assert_eq!(o.action, Action::Responded(200));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, addr(UAC));
+    let (_, sent) = handle(&p, 20, UAS, &response_to(&fwd, 180, "Ringing", ""));
+    let down: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAS)).collect();
+    assert_eq!(down.len(), 1, "our CANCEL after the provisional");
+    assert_eq!(parse(&down[0].1).method(), Some(Method::Cancel));
+    // Timer B/C: the cancelled INVITE would get 487, not 408.
+    let (_, sent) = timer(&p, ringway_sip::proxy::TIMER_C + 30);
+    let up: Vec<_> = sent.iter().filter(|(a, _)| *a == addr(UAC)).collect();
+    assert_eq!(parse(&up[0].1).status(), Some(487));
 }
 
 #[test]
@@ -556,7 +678,7 @@ fn registrar_then_invite() {
         sec(70),
         "192.0.2.3:5060",
         &reg(
-            "<sip:carol@192.0.2.3:5062>;expires=30, <sip:carol@192.0.2.4>",
+            "<sip:carol@192.0.2.3:5062>;expires=90, <sip:carol@192.0.2.4>",
             "",
             2,
         ),
@@ -569,7 +691,7 @@ fn registrar_then_invite() {
         .collect();
     assert_eq!(exps.len(), 2);
     assert!(
-        exps.contains(&"30".to_string()) && exps.contains(&"3600".to_string()),
+        exps.contains(&"90".to_string()) && exps.contains(&"3600".to_string()),
         "{exps:?}"
     );
     let (o, sent) = handle(
@@ -721,6 +843,7 @@ fn labels() {
     assert_eq!(MsgLabel::Response(699).to_string(), "699");
     assert_eq!(MsgLabel::Invite.as_str(), "INVITE");
     assert_eq!(MsgLabel::OtherRequest.as_str(), "other");
+    assert_eq!(MsgLabel::ByeOk.as_str(), "200-BYE");
 }
 
 #[test]
@@ -833,4 +956,141 @@ fn timer_c_cancels_downstream_and_late_cancel_still_gets_200() {
     let (o, sent) = handle(&p, ringway_sip::proxy::TIMER_C + 30, UAC, cancel);
     assert_eq!(o.action, Action::Absorbed);
     assert_eq!(parse(&sent[0].1).status(), Some(200));
+}
+
+/// RFC 3261 10.3: Expires bounds (423 with Min-Expires, shortened to the
+/// maximum), bounded contacts per AOR, Call-ID/CSeq ordering, `Contact: *`.
+#[test]
+fn registrar_rules() {
+    let mut c = cfg(Mode::Stateless);
+    c.registrar = true;
+    c.registrar_policy = ringway_sip::RegistrarPolicy {
+        min_expires: 60,
+        max_expires: 7200,
+        default_expires: 3600,
+        max_contacts: 2,
+    };
+    let p = Proxy::new(c);
+    let reg = |call_id: &str, cseq: u32, contact: &str, expires: &str| {
+        format!("REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.3:5060;branch=z9hG4bKrr{call_id}{cseq}\r\nMax-Forwards: 70\r\nFrom: <sip:dave@example.com>;tag=r\r\nTo: <sip:dave@example.com>\r\nCall-ID: {call_id}\r\nCSeq: {cseq} REGISTER\r\nContact: {contact}\r\n{expires}Content-Length: 0\r\n\r\n").into_bytes()
+    };
+    let send = |now: u64, msg: Vec<u8>| {
+        let (o, sent) = handle(&p, now, "192.0.2.3:5060", &msg);
+        (o.action, sent[0].1.clone())
+    };
+    let expires_of = |response: &[u8]| -> Vec<String> {
+        parse(response)
+            .contact()
+            .map(|c| c.param("expires").unwrap().unwrap().to_string())
+            .collect()
+    };
+    // Too brief: 423 with Min-Expires, nothing bound.
+    let (action, r) = send(0, reg("x", 1, "<sip:dave@192.0.2.3>", "Expires: 30\r\n"));
+    assert_eq!(action, Action::Responded(423));
+    assert_eq!(parse(&r).header("Min-Expires").next(), Some("60"));
+    assert_eq!(p.stats().bindings, 0);
+    // Too long: shortened to the maximum.
+    let (action, r) = send(
+        0,
+        reg("x", 2, "<sip:dave@192.0.2.3>", "Expires: 200000\r\n"),
+    );
+    assert_eq!(action, Action::Responded(200));
+    assert_eq!(expires_of(&r), ["7200"]);
+    // A second contact fits, a third does not: 403, nothing changed.
+    assert_eq!(
+        send(0, reg("x", 3, "<sip:dave@192.0.2.4>", "")).0,
+        Action::Responded(200)
+    );
+    let (action, _) = send(
+        0,
+        reg("x", 4, "<sip:dave@192.0.2.5>, <sip:dave@192.0.2.6>", ""),
+    );
+    assert_eq!(action, Action::Responded(403));
+    assert_eq!(p.stats().bindings, 2);
+    // Replacing one while adding one stays within the bound.
+    let (action, r) = send(
+        0,
+        reg(
+            "x",
+            5,
+            "<sip:dave@192.0.2.4>;expires=0, <sip:dave@192.0.2.5>",
+            "",
+        ),
+    );
+    assert_eq!(action, Action::Responded(200));
+    assert_eq!(expires_of(&r).len(), 2);
+    // Ordering: the same Call-ID with a lower CSeq fails and changes nothing.
+    let (action, _) = send(
+        sec(1),
+        reg("x", 4, "<sip:dave@192.0.2.5>", "Expires: 0\r\n"),
+    );
+    assert_eq!(action, Action::Responded(400));
+    assert_eq!(p.stats().bindings, 2);
+    // The same CSeq again (a retransmission) re-applies the same change.
+    let (action, _) = send(
+        sec(1),
+        reg(
+            "x",
+            5,
+            "<sip:dave@192.0.2.4>;expires=0, <sip:dave@192.0.2.5>",
+            "",
+        ),
+    );
+    assert_eq!(action, Action::Responded(200));
+    // Another Call-ID replaces the binding whatever its CSeq.
+    let (action, r) = send(
+        sec(2),
+        reg("y", 1, "<sip:dave@192.0.2.5>", "Expires: 120\r\n"),
+    );
+    assert_eq!(action, Action::Responded(200));
+    assert!(expires_of(&r).contains(&"120".to_string()));
+    // "*" from Call-ID y with a lower CSeq than its binding: refused.
+    let (action, _) = send(sec(3), reg("y", 0, "*", "Expires: 0\r\n"));
+    assert_eq!(action, Action::Responded(400));
+    assert_eq!(p.stats().bindings, 2);
+    // "*" with a higher CSeq removes every binding.
+    let (action, r) = send(sec(4), reg("y", 2, "*", "Expires: 0\r\n"));
+    assert_eq!(action, Action::Responded(200));
+    assert!(expires_of(&r).is_empty());
+    assert_eq!(p.stats().bindings, 0);
+}
+
+/// Flood protection: over the per-source limit, requests are dropped and
+/// counted without an answer; other sources and responses are not
+/// affected; a source that calms down is let through again.
+#[test]
+fn flood_limit_drops_and_counts_requests_of_one_source() {
+    let mut c = cfg(Mode::Stateful);
+    c.flood = Some(ringway_sip::FloodConfig {
+        limit: 5,
+        window: sec(1),
+        table_size: 64,
+        exempt: Vec::new(),
+    });
+    let p = Proxy::new(c);
+    let options = |n: u32| {
+        format!("OPTIONS sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKfl{n}\r\nMax-Forwards: 70\r\nFrom: <sip:alice@example.com>;tag=f\r\nTo: <sip:bob@example.com>\r\nCall-ID: flood{n}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n").into_bytes()
+    };
+    for n in 0..5 {
+        let (o, sent) = handle(&p, u64::from(n), UAC, &options(n));
+        assert_eq!((o.action, sent.len()), (Action::Forwarded { copies: 1 }, 1));
+    }
+    for n in 5..20 {
+        let (o, sent) = handle(&p, u64::from(n), UAC, &options(n));
+        assert_eq!(o.label, MsgLabel::Options);
+        assert_eq!(o.action, Action::Dropped(DropReason::Flood));
+        assert!(sent.is_empty(), "no answer to a possibly spoofed source");
+    }
+    // Another source, and responses from the flooding one, pass.
+    let (o, _) = handle(&p, 30, "192.0.2.7:5060", &options(100));
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    let (o, _) = handle(&p, 31, UAC, &response_to(&options(101), 200, "OK", ""));
+    assert_ne!(o.action, Action::Dropped(DropReason::Flood));
+    let stats = p.stats();
+    assert_eq!(stats.drops.get("flood"), Some(&15));
+    assert_eq!(stats.flood_blocks, 1);
+    assert_eq!(stats.flood_sources_tracked, 2);
+    // Two windows later (one quiet window): through again.
+    let (o, _) = handle(&p, sec(2) + 1, UAC, &options(200));
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
 }

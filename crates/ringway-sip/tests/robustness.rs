@@ -151,6 +151,7 @@ fn proxies() -> Vec<Proxy> {
                 record_route: true,
                 max_transactions: 64,
                 domains: vec!["example.com".into()],
+                ..ProxyConfig::default()
             })
         })
         .collect()

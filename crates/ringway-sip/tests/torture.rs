@@ -167,6 +167,7 @@ fn proxy(mode: Mode) -> Proxy {
         record_route: true,
         max_transactions: 10_000,
         domains: vec![],
+        ..ProxyConfig::default()
     })
 }
 

@@ -2,12 +2,12 @@
 
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 mod cmd;
 
 /// Fast UDP packet-switching servers (SIP proxy, SFU, SRPIC) and the lab that measures them.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "ringway", version, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
@@ -35,10 +35,24 @@ enum Cmd {
     /// Experiments: sweeps, repetitions, reports.
     #[command(subcommand)]
     Lab(cmd::lab::LabCmd),
+    /// Configuration files (`--config FILE` of `sip proxy` and `sfu serve`).
+    #[command(subcommand)]
+    Config(cmd::config::ConfigCmd),
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let root = Cli::command();
+    // `--config FILE` of `sip proxy` / `sfu serve`: the file's options go
+    // in before the command line's (which override them).
+    let argv = match cmd::config::expand_args(std::env::args_os().collect(), &root) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("ringway: {e}");
+            std::process::exit(2);
+        }
+    };
+    let matches = root.clone().get_matches_from(argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.cmd {
         Cmd::Demo(a) => cmd::demo::run(a),
         Cmd::Doctor(a) => cmd::io::doctor(a),
@@ -47,5 +61,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Sfu(c) => cmd::sfu::run(c),
         Cmd::Reorder(c) => cmd::reorder::run(c),
         Cmd::Lab(c) => cmd::lab::run(c),
+        Cmd::Config(c) => cmd::config::run(c, &root),
     }
 }

@@ -62,7 +62,7 @@ fn metrics_endpoint_serves_histograms_and_counters() {
         "ringway_sip_t_sip_seconds_bucket{type=\"INVITE\",le=\"+Inf\"}",
         "ringway_sip_udp_rcvbuf_errors_total",
         "ringway_sip_socket_drops_total",
-        "ringway_sip_cpu_seconds{mode=\"user\"}",
+        "ringway_sip_cpu_seconds_total{mode=\"user\"}",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
@@ -81,4 +81,149 @@ fn metrics_endpoint_serves_histograms_and_counters() {
     );
     assert!(prom_sum(&text, "ringway_sip_k_snd_seconds_count") > 0.0);
     assert!(prom_sum(&text, "ringway_sip_forwarded_total") >= 50.0);
+}
+
+/// The exposition passes `promtool check metrics` (Prometheus's own lint:
+/// HELP/TYPE, `_total` counters, base units, naming), with every family
+/// populated: calls answering 407, and a flood from another source address
+/// that the flood limit cuts off after exactly `limit` answered requests.
+#[test]
+fn metrics_pass_promtool_with_auth_and_flood() {
+    let users = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/ringway-users.htdigest")
+        .display()
+        .to_string();
+    let (text, answered) = netns(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--mode",
+                "stateful",
+                "--metrics",
+                "127.0.0.1:9465",
+                "--domain",
+                "ringway.test",
+                "--auth",
+                "--auth-file",
+                &users,
+                "--auth-algorithm",
+                "md5",
+                "--flood-limit",
+                "100",
+                "--flood-window-ms",
+                "20000",
+            ],
+        );
+        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
+        std::thread::sleep(Duration::from_millis(300));
+        let args = strings(&[
+            "127.0.0.1:5060",
+            "-sf",
+            &scenarios().join("uac_auth.xml").display().to_string(),
+            "-s",
+            "bob",
+            "-key",
+            "dest",
+            "127.0.0.1:5070",
+            "-key",
+            "caller",
+            "alice",
+            "-key",
+            "domain",
+            "ringway.test",
+            "-au",
+            "alice",
+            "-ap",
+            "secret",
+            "-auth_uri",
+            "bob@127.0.0.1:5070",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            "5061",
+            "-m",
+            "10",
+            "-r",
+            "20",
+            "-timeout",
+            "30",
+            "-timeout_error",
+        ]);
+        let (st, calls) = run_sipp(
+            &mut procs,
+            dir.path(),
+            "uac",
+            &args,
+            Duration::from_secs(40),
+        );
+        assert!(st.is_some_and(|s| s.success()), "{calls:?}");
+        // 300 OPTIONS from 127.0.0.2 (neither from nor to our domain: 403
+        // until the limit, then dropped without an answer).
+        let socket = std::net::UdpSocket::bind("127.0.0.2:5090").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        for n in 0..300 {
+            let options = format!(
+                "OPTIONS sip:bob@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:5090;branch=z9hG4bKfl{n}\r\n\
+                 Max-Forwards: 70\r\nFrom: <sip:eve@example.org>;tag=f\r\nTo: <sip:bob@example.org>\r\n\
+                 Call-ID: flood{n}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+            );
+            socket
+                .send_to(options.as_bytes(), "127.0.0.1:5060")
+                .unwrap();
+            if n % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let mut answered = 0;
+        let mut buf = [0u8; 2048];
+        while socket.recv_from(&mut buf).is_ok() {
+            answered += 1;
+        }
+        let text = scrape(a("127.0.0.1:9465"));
+        stop_proxy(&mut procs, &p);
+        (text, answered)
+    });
+    assert_eq!(answered, 100, "answers before the flood limit");
+    assert_eq!(
+        prom_value(&text, "ringway_sip_flood_blocks_total"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        prom_value(
+            &text,
+            "ringway_sip_core_drops_total{type=\"OPTIONS\",reason=\"flood\"}"
+        ),
+        Some(200.0)
+    );
+    assert_eq!(
+        prom_value(&text, "ringway_sip_auth_accepted_total"),
+        Some(10.0)
+    );
+    let promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    let mut promtool = promtool;
+    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool: {report}"
+    );
 }

@@ -151,7 +151,7 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
         let end = Instant::now() + Duration::from_secs(90);
         loop {
             let t = scrape(a("127.0.0.1:9464"));
-            if prom_value(&t, "ringway_sip_proxy_transactions_active") == Some(0.0) {
+            if prom_value(&t, "ringway_sip_transactions_active") == Some(0.0) {
                 break;
             }
             assert!(Instant::now() < end, "transactions never drained");

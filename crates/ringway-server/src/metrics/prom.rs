@@ -48,6 +48,12 @@ impl PromText {
         let _ = writeln!(self.out, "{name}{} {v}", Self::labels(labels));
     }
 
+    /// One counter sample with a fractional value (seconds).
+    pub fn counter_f64(&mut self, name: &str, help: &str, labels: &[(&str, &str)], v: f64) {
+        self.head(name, "counter", help);
+        let _ = writeln!(self.out, "{name}{} {v}", Self::labels(labels));
+    }
+
     /// One gauge sample.
     pub fn gauge(&mut self, name: &str, help: &str, labels: &[(&str, &str)], v: f64) {
         self.head(name, "gauge", help);

@@ -44,9 +44,11 @@ use ringway_io::counters::UdpSnmp;
 use ringway_io::thread::Placement;
 use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};
 use ringway_io::{SocketConfig, SocketReport};
-use ringway_sip::{Mode, Proxy, ProxyConfig, ProxyStats};
+use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
+use ringway_sip::{AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy};
 use serde::{Deserialize, Serialize};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -104,6 +106,35 @@ pub struct SipServerConfig {
     pub domains: Vec<String>,
     /// Datagrams per receive batch (1..=1024).
     pub batch: usize,
+    /// Registrar: shortest registration accepted (s); shorter ones get 423.
+    pub min_expires: u32,
+    /// Registrar: longest registration granted (s).
+    pub max_expires: u32,
+    /// Registrar: lifetime of a registration that asks for none (s).
+    pub default_expires: u32,
+    /// Registrar: most contacts bound to one AOR.
+    pub max_contacts: usize,
+    /// Digest authentication: REGISTERs to the registrar get 401, other
+    /// requests from the served domains 407 (needs `auth_file`).
+    pub auth: bool,
+    /// Credentials: htdigest-style `user:realm:HA1` lines (32 hex digits:
+    /// MD5, 64: SHA-256).
+    pub auth_file: Option<PathBuf>,
+    /// Realm of every challenge (default: the AOR's domain).
+    pub auth_realm: Option<String>,
+    /// Algorithms offered, most preferred first.
+    pub auth_algorithms: Vec<Algorithm>,
+    /// How long a nonce may be used (s).
+    pub nonce_lifetime_s: u64,
+    /// Requests per window allowed from one source address (`None`: no
+    /// flood limit).
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (ms).
+    pub flood_window_ms: u64,
+    /// Sources the flood limiter tracks at most.
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<IpAddr>,
 }
 
 impl Default for SipServerConfig {
@@ -123,6 +154,19 @@ impl Default for SipServerConfig {
             max_transactions: 100_000,
             domains: Vec::new(),
             batch: 32,
+            min_expires: RegistrarPolicy::default().min_expires,
+            max_expires: RegistrarPolicy::default().max_expires,
+            default_expires: RegistrarPolicy::default().default_expires,
+            max_contacts: RegistrarPolicy::default().max_contacts,
+            auth: false,
+            auth_file: None,
+            auth_realm: None,
+            auth_algorithms: AuthConfig::default().algorithms,
+            nonce_lifetime_s: 300,
+            flood_limit: None,
+            flood_window_ms: 2000,
+            flood_table_size: FloodConfig::default().table_size,
+            flood_exempt: Vec::new(),
         }
     }
 }
@@ -157,6 +201,36 @@ impl SipServerConfig {
         if self.placement.cpus.as_ref().is_some_and(|c| c.is_empty()) {
             return fail("the worker CPU list is empty".into());
         }
+        if self.min_expires == 0 || self.min_expires > self.max_expires {
+            return fail(format!(
+                "min_expires must be 1..=max_expires ({}), not {}",
+                self.max_expires, self.min_expires
+            ));
+        }
+        if !(self.min_expires..=self.max_expires).contains(&self.default_expires) {
+            return fail(format!(
+                "default_expires must be min_expires..=max_expires ({}..={}), not {}",
+                self.min_expires, self.max_expires, self.default_expires
+            ));
+        }
+        if self.max_contacts == 0 {
+            return fail("max_contacts must be above 0".into());
+        }
+        if self.auth && self.auth_file.is_none() {
+            return fail("auth needs auth_file (the user:realm:HA1 credentials)".into());
+        }
+        if self.auth_algorithms.is_empty() {
+            return fail("auth_algorithms is empty".into());
+        }
+        if self.nonce_lifetime_s == 0 {
+            return fail("nonce_lifetime_s must be above 0".into());
+        }
+        if self.flood_limit == Some(0) {
+            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
+        }
+        if self.flood_window_ms == 0 || self.flood_table_size == 0 {
+            return fail("flood_window_ms and flood_table_size must be above 0".into());
+        }
         Ok(())
     }
 
@@ -167,7 +241,7 @@ impl SipServerConfig {
         p
     }
 
-    fn proxy_config(&self, local: SocketAddr) -> ProxyConfig {
+    fn proxy_config(&self, local: SocketAddr, key: NonceKey) -> ProxyConfig {
         ProxyConfig {
             mode: self.mode,
             local,
@@ -176,7 +250,44 @@ impl SipServerConfig {
             record_route: self.record_route,
             max_transactions: self.max_transactions,
             domains: self.domains.clone(),
+            registrar_policy: RegistrarPolicy {
+                min_expires: self.min_expires,
+                max_expires: self.max_expires,
+                default_expires: self.default_expires,
+                max_contacts: self.max_contacts,
+            },
+            auth: self.auth.then(|| AuthConfig {
+                realm: self.auth_realm.clone(),
+                algorithms: self.auth_algorithms.clone(),
+                nonce_lifetime: self.nonce_lifetime_s.saturating_mul(1_000_000_000),
+                key,
+                ..AuthConfig::default()
+            }),
+            flood: self.flood_limit.map(|limit| FloodConfig {
+                limit,
+                window: self.flood_window_ms.saturating_mul(1_000_000),
+                table_size: self.flood_table_size,
+                exempt: self.flood_exempt.clone(),
+            }),
         }
+    }
+
+    /// The credentials of `auth_file` (when `auth` is on).
+    fn load_credentials(&self) -> Result<Option<HtdigestCredentials>, ServerError> {
+        let Some(path) = self.auth_file.as_ref().filter(|_| self.auth) else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServerError::Config(format!("auth_file {}: {e}", path.display())))?;
+        let credentials = HtdigestCredentials::parse(&text).map_err(|e| {
+            ServerError::Config(format!(
+                "auth_file {}:{}: {}",
+                path.display(),
+                e.line,
+                e.message
+            ))
+        })?;
+        Ok(Some(credentials))
     }
 }
 
@@ -263,6 +374,8 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Threads that did not publish in time (their previous copy was used).
     pub stale_threads: usize,
+    /// Datagrams received per worker (index = worker).
+    pub per_worker_in: Vec<u64>,
 }
 
 /// A running SIP server.
@@ -275,9 +388,13 @@ impl SipServer {
     /// Open the sockets, start the worker and timer threads, and return.
     pub fn start(config: SipServerConfig) -> Result<SipServer, ServerError> {
         config.validate()?;
+        let credentials = config.load_credentials()?;
         let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
         let local = sockets[0].local_addr()?;
-        let proxy = Proxy::new(config.proxy_config(local));
+        let mut proxy = Proxy::new(config.proxy_config(local, random_key()?));
+        if let Some(credentials) = credentials {
+            proxy.set_credentials(Arc::new(credentials));
+        }
         let shared = Arc::new(Shared {
             slots: (0..=config.workers)
                 .map(|_| MetricsSlot::default())
@@ -404,6 +521,14 @@ impl Drop for SipServer {
     }
 }
 
+/// A random nonce key (the kernel's random source).
+fn random_key() -> Result<NonceKey, ServerError> {
+    use std::io::Read as _;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    Ok(NonceKey(key))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -526,11 +651,13 @@ fn snapshot(shared: &Shared) -> Snapshot {
     let mut socket_drops = 0u64;
     let mut stale_threads = 0;
     let workers = shared.config.workers;
+    let mut per_worker_in = Vec::with_capacity(workers);
     for (i, slot) in shared.slots.iter().enumerate() {
         let p = lock(&slot.published);
         stale_threads += usize::from(p.generation < generation);
         merged.merge(&p.metrics);
         if i < workers {
+            per_worker_in.push(p.metrics.msgs_in);
             socket_drops = match shared.config.rx_model {
                 RxModel::Shared => socket_drops.max(p.metrics.socket_rx_dropped),
                 RxModel::Reuseport => socket_drops + p.metrics.socket_rx_dropped,
@@ -550,5 +677,6 @@ fn snapshot(shared: &Shared) -> Snapshot {
             .since(&shared.cpu_start),
         elapsed: shared.started.elapsed(),
         stale_threads,
+        per_worker_in,
     }
 }

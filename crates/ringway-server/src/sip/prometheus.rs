@@ -1,35 +1,103 @@
 //! Prometheus text of a SIP server snapshot (metric names documented in
-//! docs/sip-proxy.md).
+//! docs/sip-proxy.md). Conventions (checked by `promtool check metrics` in
+//! tests/sip_proxy_metrics.rs): base units (seconds), counters end in
+//! `_total`, every metric has HELP and TYPE, one name per meaning with
+//! labels for its dimensions.
 
 use super::stats::Latency;
 use super::Snapshot;
 use crate::metrics::PromText;
+use ringway_sip::ProxyStats;
 
-/// Flatten numeric fields of the core's stats into `prefix_field` gauges.
-fn flatten_numbers(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, f64)>) {
-    match v {
-        serde_json::Value::Number(n) => {
-            if let Some(x) = n.as_f64() {
-                out.push((prefix.to_string(), x));
-            }
-        }
-        serde_json::Value::Object(o) => {
-            for (k, v) in o {
-                let k: String = k
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() {
-                            c.to_ascii_lowercase()
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
-                flatten_numbers(&format!("{prefix}_{k}"), v, out);
-            }
-        }
-        _ => {}
-    }
+/// The core's counters: (name, help, value).
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 17] {
+    [
+        (
+            "ringway_sip_core_requests_received_total",
+            "Requests the core parsed.",
+            stats.requests_received,
+        ),
+        (
+            "ringway_sip_core_responses_received_total",
+            "Responses the core parsed.",
+            stats.responses_received,
+        ),
+        (
+            "ringway_sip_core_requests_forwarded_total",
+            "Requests forwarded, including CANCEL and ACK the proxy generated.",
+            stats.requests_forwarded,
+        ),
+        (
+            "ringway_sip_core_responses_forwarded_total",
+            "Responses forwarded upstream.",
+            stats.responses_forwarded,
+        ),
+        (
+            "ringway_sip_transactions_created_total",
+            "Transactions created (stateful mode).",
+            stats.transactions_created,
+        ),
+        (
+            "ringway_sip_transactions_timed_out_total",
+            "Transactions ended by timer B, F or C.",
+            stats.transactions_timed_out,
+        ),
+        (
+            "ringway_sip_retransmissions_absorbed_total",
+            "Retransmissions absorbed by a transaction.",
+            stats.retransmissions_absorbed,
+        ),
+        (
+            "ringway_sip_retransmissions_sent_total",
+            "Retransmissions sent by timers A, E and G.",
+            stats.retransmissions_sent,
+        ),
+        (
+            "ringway_sip_overload_sheds_total",
+            "Requests refused because the transaction table was full.",
+            stats.overload_sheds,
+        ),
+        (
+            "ringway_sip_overload_stateless_total",
+            "In-dialog requests forwarded statelessly because the transaction table was full.",
+            stats.overload_stateless,
+        ),
+        (
+            "ringway_sip_cancels_matched_2543_total",
+            "CANCELs matched to their INVITE the RFC 2543 way.",
+            stats.cancels_matched_2543,
+        ),
+        (
+            "ringway_sip_auth_accepted_total",
+            "Requests whose digest credentials were verified.",
+            stats.auth_accepted,
+        ),
+        (
+            "ringway_sip_auth_refused_total",
+            "Requests refused by authentication (400, 403, 500).",
+            stats.auth_refused,
+        ),
+        (
+            "ringway_sip_auth_stale_total",
+            "Challenges with stale=true.",
+            stats.auth_stale,
+        ),
+        (
+            "ringway_sip_auth_replays_total",
+            "Replayed credentials answered with a new challenge.",
+            stats.auth_replays,
+        ),
+        (
+            "ringway_sip_flood_blocks_total",
+            "Times a source went over the flood limit.",
+            stats.flood_blocks,
+        ),
+        (
+            "ringway_sip_flood_untracked_total",
+            "Requests the flood limiter could not track (table set full).",
+            stats.flood_untracked,
+        ),
+    ]
 }
 
 /// Prometheus text of the current state.
@@ -136,30 +204,51 @@ pub(super) fn render(snap: &Snapshot) -> String {
             Latency::KRcv => "Kernel RX timestamp to application receive.",
             Latency::TSip => "Processing time inside the proxy core.",
             Latency::KSnd => "Application send to kernel TX timestamp (sampled).",
+            Latency::Wait => "Wait in the receive batch before and after processing.",
         };
         for (label, t) in m.types() {
             p.histogram(&name, help, &[("type", label.as_str())], t.histogram(lat));
         }
     }
-    let mut nums = Vec::new();
-    if let Ok(v) = serde_json::to_value(&snap.proxy) {
-        flatten_numbers("ringway_sip_proxy", &v, &mut nums);
+    let stats = &snap.proxy;
+    for (name, help, value) in core_counters(stats) {
+        p.counter(name, help, &[], value);
     }
-    for (k, v) in nums {
-        p.gauge(&k, "Proxy core statistic.", &[], v);
+    for (code, n) in &stats.responses_generated {
+        p.counter(
+            "ringway_sip_core_responses_generated_total",
+            "Responses the core generated (including timers' 408/487), by code.",
+            &[("code", &code.to_string())],
+            *n,
+        );
+    }
+    for (name, help, value) in [
+        (
+            "ringway_sip_transactions_active",
+            "Transactions in the table.",
+            stats.transactions_active,
+        ),
+        (
+            "ringway_sip_registrar_bindings",
+            "Registrar bindings stored.",
+            stats.bindings,
+        ),
+        (
+            "ringway_sip_flood_sources_tracked",
+            "Sources the flood limiter tracks.",
+            stats.flood_sources_tracked,
+        ),
+    ] {
+        p.gauge(name, help, &[], value as f64);
     }
     let cpu = snap.process_cpu;
-    p.gauge(
-        "ringway_sip_cpu_seconds",
-        "Process CPU since start.",
-        &[("mode", "user")],
-        cpu.user_ns as f64 / 1e9,
-    );
-    p.gauge(
-        "ringway_sip_cpu_seconds",
-        "Process CPU since start.",
-        &[("mode", "system")],
-        cpu.system_ns as f64 / 1e9,
-    );
+    for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {
+        p.counter_f64(
+            "ringway_sip_cpu_seconds_total",
+            "Process CPU time since start.",
+            &[("mode", mode)],
+            ns as f64 / 1e9,
+        );
+    }
     p.finish()
 }

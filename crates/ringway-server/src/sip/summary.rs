@@ -34,6 +34,9 @@ pub struct Messages {
     pub k_rcv_missing: u64,
     /// Kernel TX stamps requested.
     pub k_snd_requested: u64,
+    /// Datagrams received per worker thread (index = worker), the
+    /// per-worker message share.
+    pub per_worker_in: Vec<u64>,
 }
 
 /// Drop counters of the summary.
@@ -128,6 +131,8 @@ pub struct TypeSummary {
     pub t_sip: LatencySummary,
     /// Application → kernel TX stamp (µs, sampled).
     pub k_snd: LatencySummary,
+    /// Wait in the batch before and after processing (µs).
+    pub wait_batch: LatencySummary,
 }
 
 impl TypeSummary {
@@ -143,6 +148,7 @@ impl TypeSummary {
             k_rcv: LatencySummary::of_ns(t.histogram(Latency::KRcv)),
             t_sip: LatencySummary::of_ns(t.histogram(Latency::TSip)),
             k_snd: LatencySummary::of_ns(t.histogram(Latency::KSnd)),
+            wait_batch: LatencySummary::of_ns(t.histogram(Latency::Wait)),
         }
     }
 }
@@ -179,6 +185,30 @@ pub struct ConfigView {
     pub max_transactions: usize,
     /// Served domains.
     pub domains: Vec<String>,
+    /// Registrar Expires bounds and default (s) and contacts per AOR.
+    pub min_expires: u32,
+    /// See `min_expires`.
+    pub max_expires: u32,
+    /// See `min_expires`.
+    pub default_expires: u32,
+    /// See `min_expires`.
+    pub max_contacts: usize,
+    /// Digest authentication on.
+    pub auth: bool,
+    /// Fixed realm (null: the AOR's domain).
+    pub auth_realm: Option<String>,
+    /// Algorithms offered, in order.
+    pub auth_algorithms: Vec<ringway_sip::auth::Algorithm>,
+    /// Nonce lifetime (s).
+    pub nonce_lifetime_s: u64,
+    /// Requests per window per source (null: no flood limit).
+    pub flood_limit: Option<u32>,
+    /// Flood window (ms).
+    pub flood_window_ms: u64,
+    /// Flood table size (sources).
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<std::net::IpAddr>,
 }
 
 /// The JSON summary (schema documented in docs/sip-proxy.md).
@@ -244,6 +274,18 @@ pub(super) fn build(
             tx_stamp_every: config.tx_stamp_every,
             max_transactions: config.max_transactions,
             domains: config.domains.clone(),
+            min_expires: config.min_expires,
+            max_expires: config.max_expires,
+            default_expires: config.default_expires,
+            max_contacts: config.max_contacts,
+            auth: config.auth,
+            auth_realm: config.auth_realm.clone(),
+            auth_algorithms: config.auth_algorithms.clone(),
+            nonce_lifetime_s: config.nonce_lifetime_s,
+            flood_limit: config.flood_limit,
+            flood_window_ms: config.flood_window_ms,
+            flood_table_size: config.flood_table_size,
+            flood_exempt: config.flood_exempt.clone(),
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {
@@ -256,6 +298,7 @@ pub(super) fn build(
             tx_oversize: m.tx_oversize,
             k_rcv_missing: m.k_rcv_missing,
             k_snd_requested: m.k_snd_requested,
+            per_worker_in: snap.per_worker_in.clone(),
         },
         actions: Actions {
             forwarded: all.forwarded,

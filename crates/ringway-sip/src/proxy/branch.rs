@@ -110,6 +110,37 @@ impl Proxy {
         }
     }
 
+    /// The RFC 2543 matching key of an INVITE or a CANCEL (RFC 3261 9.2,
+    /// 17.2.3 without the top Via): Call-ID, From tag, To URI and tag, CSeq
+    /// number and Request-URI. A CANCEL has the same key as the INVITE it
+    /// cancels whatever its branch.
+    pub(super) fn cancel_match_key(&self, msg: &SipMsg<'_>) -> u64 {
+        let to = msg.to();
+        Hash64::new(self.secret ^ 0xCA9CE1)
+            .str(msg.call_id().unwrap_or(""))
+            .str(msg.from_tag().unwrap_or(""))
+            .str(to.map_or("", |to| to.uri))
+            .str(msg.to_tag().unwrap_or(""))
+            .u64(u64::from(msg.cseq().map_or(0, |c| c.0)))
+            .str(msg.request_uri().unwrap_or(""))
+            .finish()
+    }
+
+    /// The To-tag of the responses we generate to requests of `call_id`.
+    pub(super) fn local_to_tag(&self, call_id: &str) -> Branch {
+        Branch::new(RequestKeys {
+            transaction: Hash64::new(self.secret).str(call_id).finish(),
+            loop_detect: 0,
+        })
+    }
+
+    /// Whether `ack` acknowledges a response we generated: its To tag is
+    /// the one we give responses of its Call-ID.
+    pub(super) fn is_ack_for_local_response(&self, ack: &SipMsg<'_>) -> bool {
+        ack.to_tag()
+            .is_some_and(|tag| tag == self.local_to_tag(ack.call_id().unwrap_or("")).to_tag())
+    }
+
     /// Build a response we generate to `request` into `out`, with our
     /// To-tag (derived from the Call-ID, so retransmissions get the same).
     pub(super) fn build_local_response(
@@ -120,12 +151,7 @@ impl Proxy {
         extra_headers: &[(&str, &str)],
         out: &mut Vec<u8>,
     ) {
-        let tag = Branch::new(RequestKeys {
-            transaction: Hash64::new(self.secret)
-                .str(request.call_id().unwrap_or(""))
-                .finish(),
-            loop_detect: 0,
-        });
+        let tag = self.local_to_tag(request.call_id().unwrap_or(""));
         build_response(
             request,
             code,

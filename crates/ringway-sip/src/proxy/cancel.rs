@@ -1,7 +1,18 @@
-//! CANCEL (RFC 3261 9.1, 16.10): a CANCEL for an INVITE we hold is answered
-//! 200 here and sent on hop by hop once the INVITE has had a provisional;
-//! timer C sends our own. Also the builders of hop-by-hop requests (CANCEL,
-//! ACK for a non-2xx) and of our 200 to a CANCEL.
+//! CANCEL (RFC 3261 9.1, 9.2, 16.10): a CANCEL for an INVITE we hold is
+//! answered 200 here and sent on hop by hop once the INVITE has had a
+//! provisional; timer C sends our own. Also the builders of hop-by-hop
+//! requests (CANCEL, ACK for a non-2xx) and of our 200 to a CANCEL.
+//!
+//! Matching: by transaction (the INVITE's branch, RFC 3261 17.2.3), else
+//! the RFC 2543 way (9.2): Call-ID, From tag, To, CSeq number and
+//! Request-URI equal to a pending INVITE's, *and* the CANCEL comes from the
+//! address the INVITE came from. Kamailio matches such CANCELs too; UAs
+//! that give a CANCEL a branch of its own then get their call cancelled
+//! instead of the CANCEL forwarded statelessly to a UAS that may not match
+//! it. The source check keeps a third party that learnt the dialog
+//! identifiers (they are in every message) from cancelling calls it could
+//! not cancel with a matching branch either. A CANCEL that matches
+//! nothing is forwarded statelessly (16.10).
 
 use super::outcome::Action;
 use super::stats::Counter;
@@ -9,59 +20,153 @@ use super::transaction::{lock, Class, ClientState, Shard, Transaction, Transacti
 use super::worker::{send, ProxyWorker, Request};
 use super::Proxy;
 use crate::msg::{HeaderKind, SipMsg};
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
+use std::sync::{Mutex, MutexGuard};
+
+/// Shards of the [`CancelIndex`].
+const INDEX_SHARDS: usize = 16;
+
+/// A pending INVITE as the RFC 2543 CANCEL match finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct IndexedInvite {
+    /// Its transaction hash.
+    hash: u64,
+    /// The address it came from.
+    src: SocketAddr,
+}
+
+/// Pending INVITE transactions by RFC 2543 matching key
+/// ([`Proxy::cancel_match_key`]). An entry lives as long as its INVITE
+/// transaction, so the index is bounded by the transaction table. Lock
+/// order: a transaction shard may be held while an index shard is taken,
+/// never the other way round.
+pub(super) struct CancelIndex {
+    shards: Box<[Mutex<HashMap<u64, IndexedInvite>>]>,
+}
+
+impl CancelIndex {
+    pub(super) fn new() -> CancelIndex {
+        CancelIndex {
+            shards: (0..INDEX_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        }
+    }
+
+    fn shard(&self, key: u64) -> MutexGuard<'_, HashMap<u64, IndexedInvite>> {
+        let shard = &self.shards[(key >> 60) as usize % INDEX_SHARDS];
+        shard.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Index the INVITE transaction `hash` received from `src`.
+    pub(super) fn insert(&self, key: u64, hash: u64, src: SocketAddr) {
+        self.shard(key).insert(key, IndexedInvite { hash, src });
+    }
+
+    /// Forget the INVITE transaction `hash` (a newer INVITE with the same
+    /// key keeps its entry).
+    pub(super) fn remove(&self, key: u64, hash: u64) {
+        let mut shard = self.shard(key);
+        if shard.get(&key).is_some_and(|invite| invite.hash == hash) {
+            shard.remove(&key);
+        }
+    }
+
+    /// The INVITE transaction a CANCEL with `key` from `src` cancels.
+    fn find(&self, key: u64, src: SocketAddr) -> Option<u64> {
+        self.shard(key)
+            .get(&key)
+            .filter(|invite| invite.src == src)
+            .map(|invite| invite.hash)
+    }
+
+    /// Number of indexed INVITEs.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().map_or(0, |s| s.len()))
+            .sum()
+    }
+}
 
 impl ProxyWorker<'_> {
-    /// A CANCEL with no CANCEL transaction yet, `shard` its locked shard.
-    /// If it cancels an INVITE we hold: answer 200, mark the INVITE
-    /// cancelled, and send our CANCEL downstream now (after a provisional)
-    /// or on the first provisional. `None` if there is no such INVITE: the
-    /// CANCEL is then forwarded statelessly (16.10).
+    /// A CANCEL with no CANCEL transaction of its own, `shard` the locked
+    /// shard of its hash. If it cancels an INVITE we hold (same branch, or
+    /// the RFC 2543 match), it is answered here; `None` if it cancels
+    /// nothing we hold: it is then forwarded statelessly (16.10).
     pub(super) fn cancel_invite(
         &mut self,
         request: &Request<'_>,
         shard: MutexGuard<'_, Shard>,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Option<Action> {
-        let proxy = self.proxy();
-        let (now, hash) = (request.now, request.keys.transaction);
-        // Same branch, so same hash as the INVITE it cancels.
-        let invite_key = TransactionKey::new(hash, Class::Invite);
-        let invite_client = shard.transactions.get(&invite_key)?.client;
-        let invite_pending = matches!(
-            invite_client,
-            ClientState::Calling | ClientState::Proceeding
-        );
-        let invite_calling = invite_client == ClientState::Calling;
+        let hash = request.keys.transaction;
+        let same_branch = shard
+            .transactions
+            .contains_key(&TransactionKey::new(hash, Class::Invite));
         drop(shard);
+        let invite_hash = if same_branch {
+            hash
+        } else {
+            let proxy = self.proxy();
+            let key = proxy.cancel_match_key(request.msg);
+            let invite_hash = proxy.cancel_index.find(key, request.src)?;
+            self.stripe.add(Counter::CancelsMatched2543);
+            invite_hash
+        };
+        Some(self.cancel_matched(request, invite_hash, out))
+    }
+
+    /// Answer a CANCEL for the INVITE transaction `invite_hash` with 200,
+    /// mark the INVITE cancelled and send our CANCEL downstream now (after
+    /// a provisional) or on the first provisional. The CANCEL's own
+    /// transaction keeps the 200 for its retransmissions.
+    fn cancel_matched(
+        &mut self,
+        request: &Request<'_>,
+        invite_hash: u64,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        let proxy = self.proxy();
+        let now = request.now;
+        let own_hash = request.keys.transaction;
         let action = self.respond(request.msg, request.upstream, 200, "OK", &[], out);
-        let mut cancel = Transaction::new_cancel(now, Some(request.upstream));
-        proxy.build_cancel_ok(request.msg, &mut cancel.last_response);
-        let mut shard = lock(proxy.shard(hash));
-        if invite_pending {
-            if let Some(invite) = shard.transactions.get_mut(&invite_key) {
-                invite.cancelled = true;
-                if invite_calling {
-                    // No CANCEL before a provisional (RFC 3261 9.1): it waits.
-                    invite.cancel_pending = true;
-                }
+        let mut answered = Transaction::new_cancel(now, Some(request.upstream));
+        proxy.build_cancel_ok(request.msg, &mut answered.last_response);
+        if own_hash != invite_hash {
+            // Matched the RFC 2543 way: the server side lives under the
+            // CANCEL's own branch, the client side (our CANCEL, the
+            // INVITE's branch) is created when it is sent.
+            self.insert_transaction(TransactionKey::new(own_hash, Class::Cancel), answered);
+            let mut shard = lock(proxy.shard(invite_hash));
+            let cancel_now = mark_cancelled(&mut shard, invite_hash);
+            if cancel_now
+                && !shard
+                    .transactions
+                    .contains_key(&TransactionKey::new(invite_hash, Class::Cancel))
+            {
+                self.cancel_downstream(&mut shard, now, invite_hash, out);
             }
-            if !invite_calling {
-                if let Some(invite) = shard.transactions.get(&invite_key) {
-                    self.send_cancel(now, invite, &mut cancel, out);
-                }
+            return action;
+        }
+        let mut shard = lock(proxy.shard(invite_hash));
+        if mark_cancelled(&mut shard, invite_hash) {
+            let invite_key = TransactionKey::new(invite_hash, Class::Invite);
+            if let Some(invite) = shard.transactions.get(&invite_key) {
+                self.send_cancel(now, invite, &mut answered, out);
             }
         }
-        let cancel_key = TransactionKey::new(hash, Class::Cancel);
-        if shard.transactions.insert(cancel_key, cancel).is_none() {
+        let cancel_key = TransactionKey::new(invite_hash, Class::Cancel);
+        if shard.transactions.insert(cancel_key, answered).is_none() {
             proxy.active_transactions.fetch_add(1, Ordering::Relaxed);
             self.stripe.add(Counter::TransactionsCreated);
         }
         shard.schedule(cancel_key);
-        Some(action)
+        action
     }
 
     /// Send our CANCEL for the INVITE transaction `hash` downstream (timer
@@ -112,7 +217,39 @@ impl ProxyWorker<'_> {
     }
 }
 
+/// Mark the INVITE transaction `invite_hash` cancelled if its client side
+/// is still pending; returns whether our CANCEL may go downstream now (a
+/// provisional came). Before one, it waits (RFC 3261 9.1) and goes on the
+/// first provisional.
+fn mark_cancelled(shard: &mut Shard, invite_hash: u64) -> bool {
+    let Some(invite) = shard
+        .transactions
+        .get_mut(&TransactionKey::new(invite_hash, Class::Invite))
+    else {
+        return false;
+    };
+    match invite.client {
+        ClientState::Calling => {
+            invite.cancelled = true;
+            invite.cancel_pending = true;
+            false
+        }
+        ClientState::Proceeding => {
+            invite.cancelled = true;
+            true
+        }
+        ClientState::None | ClientState::Done => false,
+    }
+}
+
 impl Proxy {
+    /// A transaction left the table: take an INVITE out of the CANCEL index.
+    pub(super) fn forget_invite(&self, transaction: &Transaction, hash: u64) {
+        if let Some(key) = transaction.cancel_match {
+            self.cancel_index.remove(key, hash);
+        }
+    }
+
     /// Build our `200 OK` to a CANCEL into `out`.
     pub(super) fn build_cancel_ok(&self, cancel: &SipMsg<'_>, out: &mut Vec<u8>) {
         self.build_local_response(cancel, 200, "OK", &[], out);
@@ -166,4 +303,40 @@ pub(super) fn build_hop_request(
         "CSeq: {} {method}\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
         forwarded.cseq().map_or(0, |c| c.0)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::proxy::{Mode, Proxy, ProxyConfig, TIMER_64T1};
+    use std::net::SocketAddr;
+
+    const INVITE: &[u8] = b"INVITE sip:bob@192.0.2.10 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKix1\r\n\
+From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+Call-ID: ix1\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
+
+    /// The CANCEL index holds an entry exactly while its INVITE
+    /// transaction exists, so it is bounded by the transaction table.
+    #[test]
+    fn index_entries_live_as_long_as_their_invite() {
+        let proxy = Proxy::new(ProxyConfig {
+            mode: Mode::Stateful,
+            local: "192.0.2.10:5060".parse().unwrap(),
+            route_to: Some("192.0.2.2:5060".parse().unwrap()),
+            ..ProxyConfig::default()
+        });
+        let uac: SocketAddr = "192.0.2.1:5060".parse().unwrap();
+        let mut worker = proxy.worker();
+        worker.handle(0, uac, INVITE, &mut |_, _| {});
+        assert_eq!(proxy.cancel_index.len(), 1);
+        // A retransmission is absorbed: still one entry.
+        worker.handle(1, uac, INVITE, &mut |_, _| {});
+        assert_eq!(proxy.cancel_index.len(), 1);
+        // Timer B answers 408, timer H ends the transaction.
+        for step in 1..=4 {
+            worker.on_timer(step * TIMER_64T1, &mut |_, _| {});
+        }
+        assert_eq!(proxy.stats().transactions_active, 0);
+        assert_eq!(proxy.cancel_index.len(), 0);
+    }
 }

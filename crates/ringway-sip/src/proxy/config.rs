@@ -1,7 +1,8 @@
 //! Forwarding mode and proxy configuration.
 
+use crate::auth::{Algorithm, NonceKey};
 use serde::Serialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Forwarding mode (`stateless` / `stateful` in configuration files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -31,6 +32,100 @@ pub struct ProxyConfig {
     pub max_transactions: usize,
     /// Host names we are authoritative for (the local IP is always ours).
     pub domains: Vec<String>,
+    /// Registrar rules (Expires bounds, contacts per AOR).
+    pub registrar_policy: RegistrarPolicy,
+    /// Digest authentication of our domains' users (`None`: off).
+    pub auth: Option<AuthConfig>,
+    /// Per-source request rate limit (`None`: off).
+    pub flood: Option<FloodConfig>,
+}
+
+/// Flood protection (like Kamailio's pike): a source IP address that sends
+/// more than `limit` requests in a `window` has its requests dropped (and
+/// counted) until a whole window passes within the limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FloodConfig {
+    /// Requests per window allowed from one source address.
+    pub limit: u32,
+    /// Window length (ns).
+    pub window: u64,
+    /// Sources tracked at most (the table is allocated once).
+    pub table_size: usize,
+    /// Sources never limited (trusted peers; our own address is added).
+    pub exempt: Vec<IpAddr>,
+}
+
+impl Default for FloodConfig {
+    fn default() -> Self {
+        FloodConfig {
+            limit: 100,
+            window: 2_000_000_000,
+            table_size: 16_384,
+            exempt: Vec::new(),
+        }
+    }
+}
+
+/// Registrar rules (RFC 3261 10.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegistrarPolicy {
+    /// Shortest registration accepted (s); shorter ones (but not 0) get
+    /// `423 Interval Too Brief` with `Min-Expires`.
+    pub min_expires: u32,
+    /// Longest registration granted (s); longer requests are shortened.
+    pub max_expires: u32,
+    /// Registration lifetime when the request gives none (s).
+    pub default_expires: u32,
+    /// Most contacts bound to one AOR; a REGISTER that would exceed it is
+    /// refused with `403`.
+    pub max_contacts: usize,
+}
+
+impl Default for RegistrarPolicy {
+    fn default() -> Self {
+        RegistrarPolicy {
+            min_expires: 60,
+            max_expires: super::MAX_EXPIRES,
+            default_expires: super::DEFAULT_EXPIRES,
+            max_contacts: 16,
+        }
+    }
+}
+
+/// Digest authentication (RFC 3261 22): REGISTERs to our registrar are
+/// challenged with 401, other requests from our domains with 407. The
+/// HA1s come from the store given to [`Proxy::set_credentials`].
+///
+/// [`Proxy::set_credentials`]: crate::Proxy::set_credentials
+#[derive(Clone, Debug)]
+pub struct AuthConfig {
+    /// Realm of every challenge; `None`: the domain of the AOR (To host of
+    /// a REGISTER, From host otherwise), lower-cased.
+    pub realm: Option<String>,
+    /// Algorithms offered, one challenge header each, most preferred first
+    /// (RFC 8760 2.4). Clients use the first they support; Debian's SIPp
+    /// takes the first header whatever its algorithm, so list MD5 first
+    /// for it.
+    pub algorithms: Vec<Algorithm>,
+    /// How long a nonce may be used (ns); after that a request with valid
+    /// credentials gets a new challenge with `stale=true`.
+    pub nonce_lifetime: u64,
+    /// Nonces whose highest `nc` is remembered (replay protection).
+    pub replay_capacity: usize,
+    /// HMAC key of the nonces (random at start-up).
+    pub key: NonceKey,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            realm: None,
+            algorithms: vec![Algorithm::Sha256, Algorithm::Md5],
+            nonce_lifetime: 300_000_000_000,
+            replay_capacity: 65_536,
+            key: NonceKey([0; 32]),
+        }
+    }
 }
 
 impl Default for ProxyConfig {
@@ -43,6 +138,9 @@ impl Default for ProxyConfig {
             record_route: false,
             max_transactions: 65536,
             domains: Vec::new(),
+            registrar_policy: RegistrarPolicy::default(),
+            auth: None,
+            flood: None,
         }
     }
 }

@@ -30,9 +30,11 @@
 // table and driver), `transaction` (state machine, shards), `branch`
 // (request keys, branch and To-tag), `config`, `outcome`, `stats`.
 
+mod auth;
 mod branch;
 mod cancel;
 mod config;
+mod flood;
 mod outcome;
 mod register;
 mod request;
@@ -44,7 +46,7 @@ mod timers;
 mod transaction;
 mod worker;
 
-pub use config::{Mode, ProxyConfig};
+pub use config::{AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES};
 pub use routing::sendable;
@@ -54,6 +56,9 @@ pub use worker::ProxyWorker;
 
 use crate::hash::Hash64;
 use crate::registrar::{LocationStore, MemoryStore};
+use auth::Authenticator;
+use cancel::CancelIndex;
+use flood::FloodLimiter;
 use stats::Counters;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -69,7 +74,13 @@ pub struct Proxy {
     /// Seed of every hash we put on the wire (branches, To-tags).
     secret: u64,
     store: Arc<dyn LocationStore>,
+    /// Digest authentication, when configured.
+    auth: Option<Authenticator>,
+    /// Per-source request limits, when configured.
+    flood: Option<FloodLimiter>,
     shards: Box<[Mutex<Shard>]>,
+    /// Pending INVITEs by RFC 2543 matching key (CANCEL matching).
+    cancel_index: CancelIndex,
     active_transactions: AtomicUsize,
     counters: Counters,
     /// When the registrar's expiry sweep last ran (ns).
@@ -91,12 +102,18 @@ impl Proxy {
             .str(&format!("{:?}", config.mode))
             .finish();
         Proxy {
+            auth: config.auth.clone().map(Authenticator::new),
+            flood: config.flood.clone().map(|mut flood| {
+                flood.exempt.push(config.local.ip());
+                FloodLimiter::new(flood)
+            }),
             config,
             sent_by,
             record_route_uri,
             secret,
             store,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            cancel_index: CancelIndex::new(),
             active_transactions: AtomicUsize::new(0),
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),
@@ -111,6 +128,11 @@ impl Proxy {
     /// The configuration.
     pub fn config(&self) -> &ProxyConfig {
         &self.config
+    }
+
+    /// Sources the flood limiter tracks now (0 when it is off).
+    pub fn flood_sources_tracked(&self) -> usize {
+        self.flood.as_ref().map_or(0, FloodLimiter::tracked)
     }
 
     /// The location store.

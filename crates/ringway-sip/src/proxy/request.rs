@@ -66,11 +66,21 @@ impl ProxyWorker<'_> {
         if let Some(rejection) = proxy.validate(request.msg, request.keys) {
             return self.reject(request, rejection, out);
         }
+        if request.method == Method::Ack && proxy.is_ack_for_local_response(request.msg) {
+            // The ACK for a non-2xx we generated (a challenge, an error):
+            // ours, hop by hop (stateful mode absorbs it in the transaction).
+            return Action::Absorbed;
+        }
         let plan = proxy.plan_route(request.msg);
-        match proxy.choose_target(request, &plan) {
+        let target = proxy.choose_target(request, &plan);
+        let identity = match self.authorize(request, &plan, &target, out) {
+            Ok(identity) => identity,
+            Err(refused) => return refused,
+        };
+        match target {
             Target::Respond(code, reason) => self.local_final(request, code, reason, &[], out),
             Target::OptionsToUs => self.local_final(request, 200, "OK", &OPTIONS_HEADERS, out),
-            Target::Register => self.register(request, out),
+            Target::Register => self.register(request, identity.as_ref(), out),
             Target::Send { to, request_uri } => {
                 let request_uri = request_uri.or(plan.request_uri_edit().map(Cow::Borrowed));
                 self.forward(request, to, request_uri.as_deref(), &plan, stateful, out)

@@ -243,7 +243,13 @@ impl Proxy {
             }
             if self.config.registrar {
                 if let Some(user) = uri.user {
-                    if let Some(binding) = self.store.lookup(user, now).into_iter().next() {
+                    let Ok(bindings) = self.store.lookup(user, now) else {
+                        return Target::Respond(
+                            500,
+                            "Server Internal Error - Location Store Unavailable",
+                        );
+                    };
+                    if let Some(binding) = bindings.into_iter().next() {
                         let to = SipUri::parse(&binding.contact).and_then(|contact| {
                             contact
                                 .host_ip()

@@ -101,10 +101,15 @@ impl ProxyWorker<'_> {
         transaction.start_client(request.now, to);
         send(out, to, &transaction.request);
         self.stripe.add(Counter::RequestsForwarded);
-        self.insert_transaction(
-            TransactionKey::new(request.keys.transaction, class),
-            transaction,
-        );
+        let hash = request.keys.transaction;
+        let cancel_match = (class == Class::Invite).then(|| self.proxy().cancel_match_key(msg));
+        transaction.cancel_match = cancel_match;
+        self.insert_transaction(TransactionKey::new(hash, class), transaction);
+        if let Some(key) = cancel_match {
+            // Indexed once it is in the table: a CANCEL that comes before
+            // is forwarded statelessly, never matched to nothing.
+            self.proxy().cancel_index.insert(key, hash, request.src);
+        }
         Action::Forwarded { copies: 1 }
     }
 
@@ -112,9 +117,12 @@ impl ProxyWorker<'_> {
     pub(super) fn insert_transaction(&self, key: TransactionKey, transaction: Transaction) {
         let proxy = self.proxy();
         let mut shard = lock(proxy.shard(key.hash));
-        if shard.transactions.insert(key, transaction).is_none() {
-            proxy.active_transactions.fetch_add(1, Ordering::Relaxed);
-            self.stripe.add(Counter::TransactionsCreated);
+        match shard.transactions.insert(key, transaction) {
+            None => {
+                proxy.active_transactions.fetch_add(1, Ordering::Relaxed);
+                self.stripe.add(Counter::TransactionsCreated);
+            }
+            Some(replaced) => proxy.forget_invite(&replaced, key.hash),
         }
         shard.schedule(key);
     }

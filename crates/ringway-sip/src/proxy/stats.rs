@@ -33,6 +33,28 @@ pub struct ProxyStats {
     /// In-dialog requests forwarded statelessly because the table was full
     /// (calls already set up are completed, new ones are shed).
     pub overload_stateless: u64,
+    /// CANCELs matched to their INVITE the RFC 2543 way (their branch
+    /// matched no transaction).
+    pub cancels_matched_2543: u64,
+    /// Requests whose digest credentials were verified.
+    pub auth_accepted: u64,
+    /// Requests refused by authentication (400 bad credentials, 403 wrong
+    /// password, unknown user, From not the user, not relaying; 500 store
+    /// down).
+    pub auth_refused: u64,
+    /// Challenges with `stale=true` (nonce expired or forgotten).
+    pub auth_stale: u64,
+    /// Replayed credentials (a used (nonce, nc) on another request),
+    /// answered with a new challenge.
+    pub auth_replays: u64,
+    /// Times a source went over the flood limit (its requests are then
+    /// dropped, counted under `drops.flood`).
+    pub flood_blocks: u64,
+    /// Requests not tracked by the flood limiter (their table set was full
+    /// of blocked sources); they passed.
+    pub flood_untracked: u64,
+    /// Sources the flood limiter tracks now.
+    pub flood_sources_tracked: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -54,11 +76,18 @@ pub(super) enum Counter {
     RetransmissionsSent,
     OverloadSheds,
     OverloadStateless,
+    CancelsMatched2543,
+    AuthAccepted,
+    AuthRefused,
+    AuthStale,
+    AuthReplays,
+    FloodBlocks,
+    FloodUntracked,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::OverloadStateless as usize + 1;
+    pub(super) const COUNT: usize = Counter::FloodUntracked as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -167,6 +196,14 @@ impl Proxy {
             retransmissions_sent: counters.event(Counter::RetransmissionsSent),
             overload_sheds: counters.event(Counter::OverloadSheds),
             overload_stateless: counters.event(Counter::OverloadStateless),
+            cancels_matched_2543: counters.event(Counter::CancelsMatched2543),
+            auth_accepted: counters.event(Counter::AuthAccepted),
+            auth_refused: counters.event(Counter::AuthRefused),
+            auth_stale: counters.event(Counter::AuthStale),
+            auth_replays: counters.event(Counter::AuthReplays),
+            flood_blocks: counters.event(Counter::FloodBlocks),
+            flood_untracked: counters.event(Counter::FloodUntracked),
+            flood_sources_tracked: self.flood_sources_tracked() as u64,
             responses_generated,
             drops,
             bindings: self.store.len() as u64,

@@ -153,10 +153,10 @@ impl ProxyWorker<'_> {
             self.cancel_downstream(shard, now, key.hash, out);
         }
         if remove {
-            if shard.transactions.remove(&key).is_some() {
-                self.proxy()
-                    .active_transactions
-                    .fetch_sub(1, Ordering::Relaxed);
+            if let Some(removed) = shard.transactions.remove(&key) {
+                let proxy = self.proxy();
+                proxy.forget_invite(&removed, key.hash);
+                proxy.active_transactions.fetch_sub(1, Ordering::Relaxed);
             }
         } else {
             shard.schedule(key);

@@ -3,6 +3,7 @@
 //! helpers every handling step uses (local responses, drops, sending).
 
 use super::branch::RequestKeys;
+use super::flood::FloodVerdict;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::{sendable, upstream_address};
 use super::stats::{Counter, CounterStripe};
@@ -54,6 +55,9 @@ impl<'p> ProxyWorker<'p> {
         datagram: &[u8],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
+        if let Some(dropped) = self.flood_check(now, src, datagram) {
+            return dropped;
+        }
         match SipMsg::parse(datagram) {
             Ok(msg) if msg.is_request() => self.on_request(now, src, &msg, out),
             Ok(msg) => self.on_response(now, &msg, out),
@@ -67,6 +71,39 @@ impl<'p> ProxyWorker<'p> {
     /// events processed. Call it at (or after) [`Proxy::next_deadline`].
     pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
         self.run_due_timers(now, out)
+    }
+
+    /// Count a request datagram against its source's flood limit; the
+    /// outcome if it is dropped. Responses and keep-alives are not counted.
+    fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
+        let flood = self.proxy.flood.as_ref()?;
+        let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
+        let message = &datagram[start..];
+        if message.starts_with(b"SIP/") {
+            return None;
+        }
+        match flood.check(src.ip(), now) {
+            FloodVerdict::Pass { untracked } => {
+                if untracked {
+                    self.stripe.add(Counter::FloodUntracked);
+                }
+                None
+            }
+            FloodVerdict::Drop { newly } => {
+                if newly {
+                    self.stripe.add(Counter::FloodBlocks);
+                }
+                let method = message
+                    .split(|&b| b == b' ')
+                    .next()
+                    .and_then(|token| std::str::from_utf8(token).ok())
+                    .map_or(Method::Other(""), Method::from_token);
+                Some(Outcome {
+                    label: MsgLabel::of_method(method),
+                    action: self.drop_datagram(DropReason::Flood),
+                })
+            }
+        }
     }
 
     /// A datagram that does not parse: keep-alives and broken responses are

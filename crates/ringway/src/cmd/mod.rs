@@ -1,5 +1,6 @@
 //! Subcommand implementations, one module per area (each owned separately).
 
+pub(crate) mod config;
 pub(crate) mod demo;
 pub(crate) mod io;
 pub(crate) mod lab;

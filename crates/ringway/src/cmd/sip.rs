@@ -4,7 +4,7 @@
 #[derive(clap::Subcommand, Debug)]
 pub(crate) enum SipCmd {
     /// Run the SIP proxy (stateless or stateful) and optional registrar.
-    Proxy(super::sip_proxy::ProxyArgs),
+    Proxy(Box<super::sip_proxy::ProxyArgs>),
     /// Generate SIP call load (UAC and UAS) through a proxy.
     Load(super::sip_load::LoadArgs),
 }
@@ -12,7 +12,7 @@ pub(crate) enum SipCmd {
 /// Run a `ringway sip` subcommand.
 pub(crate) fn run(c: SipCmd) -> anyhow::Result<()> {
     match c {
-        SipCmd::Proxy(a) => super::sip_proxy::run(a),
+        SipCmd::Proxy(a) => super::sip_proxy::run(*a),
         SipCmd::Load(a) => super::sip_load::run(a),
     }
 }

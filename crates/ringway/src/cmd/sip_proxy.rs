@@ -8,6 +8,7 @@ use ringway_server::host;
 use ringway_server::metrics::http;
 pub(crate) use ringway_server::sip::RxModel;
 use ringway_server::sip::{SipServer, SipServerConfig};
+use ringway_sip::auth::Algorithm;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -29,15 +30,32 @@ pub enum ModeArg {
 pub enum PolicyArg {
     /// SCHED_OTHER (CFS/EEVDF).
     Other,
+    /// SCHED_BATCH (fair class, no wakeup preemption of others).
+    Batch,
     /// SCHED_FIFO (real time).
     Fifo,
     /// SCHED_RR (real time, round robin).
     Rr,
 }
 
+/// Digest algorithm offered in challenges.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlgorithmArg {
+    /// SHA-256 (RFC 7616, RFC 8760).
+    #[value(name = "sha-256")]
+    Sha256,
+    /// MD5 (what Debian's SIPp and sipsak speak).
+    #[value(name = "md5")]
+    Md5,
+}
+
 /// Arguments of `ringway sip proxy`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProxyArgs {
+    /// Read options from this TOML file (table [sip.proxy]; see
+    /// docs/ringway.toml); options on the command line override it.
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub config: Option<PathBuf>,
     /// UDP address to listen on.
     #[arg(long, default_value = "127.0.0.1:5060")]
     pub listen: SocketAddr,
@@ -107,6 +125,45 @@ pub struct ProxyArgs {
     /// Datagrams per receive batch.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// Registrar: shortest registration accepted (s); shorter ones get 423 Interval Too Brief.
+    #[arg(long, default_value_t = 60)]
+    pub min_expires: u32,
+    /// Registrar: longest registration granted (s); longer requests are shortened.
+    #[arg(long, default_value_t = 86400)]
+    pub max_expires: u32,
+    /// Registrar: lifetime of a registration that asks for none (s).
+    #[arg(long, default_value_t = 3600)]
+    pub default_expires: u32,
+    /// Registrar: most contacts bound to one address-of-record (more: 403).
+    #[arg(long, default_value_t = 16)]
+    pub max_contacts: usize,
+    /// Digest authentication: REGISTER challenged with 401, other requests from the served domains with 407.
+    #[arg(long)]
+    pub auth: bool,
+    /// Credentials for --auth: `user:realm:HA1` lines (htdigest; 32 hex digits MD5, 64 SHA-256).
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub auth_file: Option<PathBuf>,
+    /// Realm of every challenge (default: the domain of the AOR / From).
+    #[arg(long)]
+    pub auth_realm: Option<String>,
+    /// Algorithms offered, most preferred first (repeatable; SIPp needs md5 first).
+    #[arg(long = "auth-algorithm", value_enum, default_values_t = [AlgorithmArg::Sha256, AlgorithmArg::Md5])]
+    pub auth_algorithms: Vec<AlgorithmArg>,
+    /// How long a nonce may be used (s); then stale=true.
+    #[arg(long, default_value_t = 300)]
+    pub nonce_lifetime: u64,
+    /// Flood limit: requests per window from one source address (default: no limit).
+    #[arg(long)]
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (ms).
+    #[arg(long, default_value_t = 2000)]
+    pub flood_window_ms: u64,
+    /// Sources the flood limiter tracks at most.
+    #[arg(long, default_value_t = 16384)]
+    pub flood_table_size: usize,
+    /// Source address never flood-limited (repeatable).
+    #[arg(long = "flood-exempt")]
+    pub flood_exempt: Vec<std::net::IpAddr>,
 }
 
 impl ProxyArgs {
@@ -163,6 +220,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 cpus,
                 policy: a.policy.map(|p| match p {
                     PolicyArg::Other => Policy::Other,
+                    PolicyArg::Batch => Policy::Batch,
                     PolicyArg::Fifo => Policy::Fifo(priority),
                     PolicyArg::Rr => Policy::Rr(priority),
                 }),
@@ -173,6 +231,26 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             max_transactions: a.max_transactions,
             domains: a.domains.clone(),
             batch: a.batch,
+            min_expires: a.min_expires,
+            max_expires: a.max_expires,
+            default_expires: a.default_expires,
+            max_contacts: a.max_contacts,
+            auth: a.auth,
+            auth_file: a.auth_file.clone(),
+            auth_realm: a.auth_realm.clone(),
+            auth_algorithms: a
+                .auth_algorithms
+                .iter()
+                .map(|algorithm| match algorithm {
+                    AlgorithmArg::Sha256 => Algorithm::Sha256,
+                    AlgorithmArg::Md5 => Algorithm::Md5,
+                })
+                .collect(),
+            nonce_lifetime_s: a.nonce_lifetime,
+            flood_limit: a.flood_limit,
+            flood_window_ms: a.flood_window_ms,
+            flood_table_size: a.flood_table_size,
+            flood_exempt: a.flood_exempt.clone(),
         })
     }
 }
@@ -197,13 +275,15 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         None => None,
     };
     eprintln!(
-        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?}",
+        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} flood-limit={}",
         server.local_addr(),
         a.mode,
         a.workers,
         a.rx_model,
         a.backend,
-        server.rcvbuf_granted()
+        server.rcvbuf_granted(),
+        if a.auth { "on" } else { "off" },
+        a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
     );
     let started = Instant::now();
     while !stop.load(Ordering::Relaxed)

@@ -303,3 +303,48 @@ pub(crate) fn prom_sum(text: &str, name: &str) -> f64 {
 pub(crate) fn type_count(summary: &serde_json::Value, t: &str, field: &str) -> u64 {
     summary["by_type"][t][field].as_u64().unwrap_or(0)
 }
+
+/// Start SIPp in the background writing statistics (e.g. a UAS with `-m`
+/// whose statistics are wanted); finish it with [`finish_sipp`].
+pub(crate) fn spawn_sipp_with_stats(
+    procs: &mut Procs,
+    dir: &Path,
+    name: &str,
+    args: &[String],
+) -> u32 {
+    let csv = dir.join(format!("{name}.csv"));
+    let c = Command::new("sipp")
+        .args(args)
+        .args(["-nostdin", "-trace_stat", "-fd", "1", "-stf"])
+        .arg(&csv)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sipp (Debian package sip-tester)");
+    procs.add(name, c)
+}
+
+/// Wait (bounded) for a SIPp started by [`spawn_sipp_with_stats`] and
+/// return its exit status and statistics.
+pub(crate) fn finish_sipp(
+    procs: &mut Procs,
+    dir: &Path,
+    name: &str,
+    pid: u32,
+    limit: Duration,
+) -> (Option<ExitStatus>, SippStats) {
+    let mut c = procs.take(pid).expect("sipp child");
+    let st = wait_bounded(&mut c, limit);
+    let csv = dir.join(format!("{name}.csv"));
+    let text = std::fs::read_to_string(&csv).unwrap_or_default();
+    let stats =
+        parse_sipp_csv(&text).unwrap_or_else(|| panic!("no SIPp statistics in {}", csv.display()));
+    (st, stats)
+}
+
+/// Strings as owned arguments.
+pub(crate) fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 /// `ringway sfu serve` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
+    /// Read options from this TOML file (table [sfu.serve]; see
+    /// docs/ringway.toml); options on the command line override it.
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub config: Option<PathBuf>,
     /// Address to listen on (port 0: any; the bound address is printed).
     #[arg(long, default_value = "127.0.0.1:5004")]
     pub listen: SocketAddr,

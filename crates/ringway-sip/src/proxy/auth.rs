@@ -1,0 +1,377 @@
+//! Digest authentication in the proxy (RFC 3261 22.2, 22.3; RFC 7616;
+//! RFC 8760). With `auth` configured:
+//!
+//! - a REGISTER for our registrar must carry `Authorization` for the realm
+//!   (else `401` with one `WWW-Authenticate` per algorithm);
+//! - any other request whose From host is one of ours must carry
+//!   `Proxy-Authorization` (else `407` with `Proxy-Authenticate`), and its
+//!   From user must be the authenticated user;
+//! - a request neither from nor to our domains is refused (`403 Not
+//!   Relaying`, as Kamailio's default configuration does), so that
+//!   changing the From domain does not turn the proxy into an open relay;
+//! - never challenged: ACK and CANCEL (they cannot be, RFC 3261 22.1),
+//!   requests inside a dialog we Record-Routed (To tag and our Route on
+//!   top), OPTIONS to the proxy itself (keep-alives), and requests from
+//!   other domains to ours (incoming calls).
+//!
+//! Verification: credentials for our realm that do not parse get `400`; a
+//! digest-uri other than the Request-URI gets `400` (RFC 2617 3.2.2.5);
+//! `qop=auth` is required (it carries the `nc` replays are detected by);
+//! an unknown algorithm or a nonce that is not ours (another key, another
+//! realm, forged) gets a new challenge; an unknown user or a wrong
+//! response gets `403`; a correct response with an expired nonce gets a
+//! new challenge with `stale=true`; a (nonce, nc) already used by another
+//! request gets a new challenge (the same request retransmitted passes).
+
+use super::outcome::Action;
+use super::routing::{RoutePlan, Target};
+use super::stats::Counter;
+use super::worker::{ProxyWorker, Request};
+use super::Proxy;
+use crate::auth::{Algorithm, CredentialStore, Credentials, NonceCheck, ReplayCheck, ReplayTable};
+use crate::msg::Method;
+use crate::uri::SipUri;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::config::AuthConfig;
+
+/// The authentication state shared by all workers: configuration (with
+/// the nonce key), the credential store, the replay table and the nonce
+/// counter.
+pub(super) struct Authenticator {
+    config: AuthConfig,
+    credentials: Option<Arc<dyn CredentialStore>>,
+    replays: ReplayTable,
+    next_nonce: AtomicU64,
+}
+
+impl Authenticator {
+    pub(super) fn new(config: AuthConfig) -> Authenticator {
+        Authenticator {
+            replays: ReplayTable::new(config.replay_capacity),
+            config,
+            credentials: None,
+            next_nonce: AtomicU64::new(1),
+        }
+    }
+}
+
+/// A user whose credentials were verified for this request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Identity {
+    /// The digest username.
+    pub(super) username: String,
+    /// The realm it was verified in.
+    pub(super) realm: String,
+}
+
+/// Which challenge a request gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Challenge {
+    /// 401 / `Authorization` / `WWW-Authenticate` (registrar).
+    Www,
+    /// 407 / `Proxy-Authorization` / `Proxy-Authenticate` (proxy).
+    Proxy,
+}
+
+impl Challenge {
+    fn credentials_header(self) -> &'static str {
+        match self {
+            Challenge::Www => "Authorization",
+            Challenge::Proxy => "Proxy-Authorization",
+        }
+    }
+
+    fn challenge_header(self) -> &'static str {
+        match self {
+            Challenge::Www => "WWW-Authenticate",
+            Challenge::Proxy => "Proxy-Authenticate",
+        }
+    }
+
+    fn status(self) -> (u16, &'static str) {
+        match self {
+            Challenge::Www => (401, "Unauthorized"),
+            Challenge::Proxy => (407, "Proxy Authentication Required"),
+        }
+    }
+}
+
+/// What verifying credentials came to.
+enum Verdict {
+    Accepted(Identity),
+    /// Challenge (again): `stale` (the nonce expired or was forgotten), or
+    /// after a `replay`.
+    Challenge {
+        stale: bool,
+        replay: bool,
+    },
+    /// Answer with this status.
+    Refuse(u16, &'static str),
+}
+
+impl Proxy {
+    /// Use `credentials` for digest authentication (with `auth` configured).
+    pub fn set_credentials(&mut self, credentials: Arc<dyn CredentialStore>) {
+        if let Some(auth) = &mut self.auth {
+            auth.credentials = Some(credentials);
+        }
+    }
+
+    /// Nonces whose `nc` the replay table tracks.
+    pub fn auth_nonces_tracked(&self) -> usize {
+        self.auth.as_ref().map_or(0, |auth| auth.replays.len())
+    }
+
+    /// Which challenge `request` needs, and in which realm; `Ok(None)`:
+    /// none; `Err`: refused outright (not relaying).
+    fn auth_requirement(
+        &self,
+        request: &Request<'_>,
+        plan: &RoutePlan<'_>,
+        target: &Target<'_>,
+        auth: &AuthConfig,
+    ) -> Result<Option<(Challenge, String)>, (u16, &'static str)> {
+        let msg = request.msg;
+        if matches!(request.method, Method::Ack | Method::Cancel)
+            || matches!(target, Target::OptionsToUs)
+            || (msg.to_tag().is_some() && plan.pop_route)
+        {
+            return Ok(None);
+        }
+        let realm_of = |host: &str| {
+            auth.realm
+                .clone()
+                .unwrap_or_else(|| host.to_ascii_lowercase())
+        };
+        if matches!(target, Target::Register) {
+            let host = msg.to().and_then(|to| to.sip_uri()).map_or("", |u| u.host);
+            return Ok(Some((Challenge::Www, realm_of(host))));
+        }
+        if let Some(from) = msg.from().and_then(|from| from.sip_uri()) {
+            if self.host_is_ours(from.host, from.port) {
+                return Ok(Some((Challenge::Proxy, realm_of(from.host))));
+            }
+        }
+        let to_us =
+            SipUri::parse(plan.request_uri).is_some_and(|u| self.host_is_ours(u.host, u.port));
+        if to_us {
+            Ok(None)
+        } else {
+            Err((403, "Forbidden - Not Relaying"))
+        }
+    }
+
+    /// Verify the credentials of `request` for `realm`.
+    fn verify(
+        &self,
+        request: &Request<'_>,
+        auth: &Authenticator,
+        challenge: Challenge,
+        realm: &str,
+    ) -> Verdict {
+        let msg = request.msg;
+        let mut malformed = false;
+        let mut ours = None;
+        for value in msg.header(challenge.credentials_header()) {
+            match Credentials::parse(value) {
+                Ok(credentials) if credentials.realm == realm => {
+                    ours = Some(credentials);
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => malformed = true,
+            }
+        }
+        let Some(credentials) = ours else {
+            return if malformed {
+                Verdict::Refuse(400, "Bad Request - Malformed Credentials")
+            } else {
+                Verdict::Challenge {
+                    stale: false,
+                    replay: false,
+                }
+            };
+        };
+        if Some(credentials.uri) != msg.request_uri() {
+            return Verdict::Refuse(400, "Bad Request - Digest URI Mismatch");
+        }
+        let (Some(nc), Some(nc_text), Some(cnonce)) =
+            (credentials.nc, credentials.nc_text, credentials.cnonce)
+        else {
+            return Verdict::Refuse(400, "Bad Request - qop=auth Required");
+        };
+        let algorithm = credentials
+            .algorithm
+            .map_or(Some(Algorithm::Md5), Algorithm::from_token)
+            .filter(|a| auth.config.algorithms.contains(a));
+        let Some(algorithm) = algorithm else {
+            return Verdict::Challenge {
+                stale: false,
+                replay: false,
+            };
+        };
+        let nonce = auth.config.key.check(
+            credentials.nonce,
+            realm,
+            request.now,
+            auth.config.nonce_lifetime,
+        );
+        let id = match nonce {
+            NonceCheck::Invalid => {
+                return Verdict::Challenge {
+                    stale: false,
+                    replay: false,
+                }
+            }
+            NonceCheck::Fresh { id, .. } | NonceCheck::Stale { id } => id,
+        };
+        let ha1 = match auth
+            .credentials
+            .as_ref()
+            .map(|store| store.ha1(credentials.username, realm, algorithm))
+        {
+            Some(Ok(Some(ha1))) => ha1,
+            Some(Err(_)) => return Verdict::Refuse(500, "Server Internal Error - Credentials"),
+            // Unknown user: the same answer as a wrong password.
+            Some(Ok(None)) | None => return Verdict::Refuse(403, "Forbidden"),
+        };
+        let method = request.method.as_str();
+        let expected = algorithm.response(
+            ha1.as_str(),
+            credentials.nonce,
+            nc_text,
+            cnonce,
+            method,
+            credentials.uri,
+        );
+        if !expected.matches(credentials.response) {
+            return Verdict::Refuse(403, "Forbidden");
+        }
+        if matches!(nonce, NonceCheck::Stale { .. }) {
+            return Verdict::Challenge {
+                stale: true,
+                replay: false,
+            };
+        }
+        match auth.replays.check(id, nc, request.keys.transaction) {
+            ReplayCheck::New | ReplayCheck::Retransmission => {}
+            ReplayCheck::Replay => {
+                return Verdict::Challenge {
+                    stale: false,
+                    replay: true,
+                }
+            }
+            ReplayCheck::Forgotten => {
+                return Verdict::Challenge {
+                    stale: true,
+                    replay: false,
+                }
+            }
+        }
+        Verdict::Accepted(Identity {
+            username: credentials.username.to_owned(),
+            realm: realm.to_owned(),
+        })
+    }
+
+    /// The challenge headers (one per algorithm, in preference order).
+    fn challenge_headers(
+        &self,
+        auth: &Authenticator,
+        challenge: Challenge,
+        realm: &str,
+        now: u64,
+        stale: bool,
+    ) -> Vec<(&'static str, String)> {
+        let id = auth.next_nonce.fetch_add(1, Ordering::Relaxed);
+        let nonce = auth.config.key.issue(now, id, realm);
+        let realm = realm.replace(['"', '\\', '\r', '\n'], "");
+        auth.config
+            .algorithms
+            .iter()
+            .map(|algorithm| {
+                let stale = if stale { ", stale=true" } else { "" };
+                (
+                    challenge.challenge_header(),
+                    format!(
+                        "Digest realm=\"{realm}\", nonce=\"{nonce}\", algorithm={algorithm}, qop=\"auth\"{stale}"
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+impl ProxyWorker<'_> {
+    /// Authenticate `request` (going to `target`) if it needs it.
+    /// `Ok(Some(identity))`: verified; `Ok(None)`: no authentication
+    /// needed (or configured); `Err(action)`: challenged or refused.
+    pub(super) fn authorize(
+        &mut self,
+        request: &Request<'_>,
+        plan: &RoutePlan<'_>,
+        target: &Target<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Result<Option<Identity>, Action> {
+        let proxy = self.proxy();
+        let Some(auth) = proxy.auth.as_ref() else {
+            return Ok(None);
+        };
+        let (challenge, realm) = match proxy.auth_requirement(request, plan, target, &auth.config) {
+            Ok(Some(requirement)) => requirement,
+            Ok(None) => return Ok(None),
+            Err((code, reason)) => {
+                self.stripe.add(Counter::AuthRefused);
+                return Err(self.local_final(request, code, reason, &[], out));
+            }
+        };
+        match proxy.verify(request, auth, challenge, &realm) {
+            Verdict::Accepted(identity) => {
+                if challenge == Challenge::Proxy && !from_user_is(request, &identity.username) {
+                    self.stripe.add(Counter::AuthRefused);
+                    return Err(self.local_final(
+                        request,
+                        403,
+                        "Forbidden - From Is Not The Authenticated User",
+                        &[],
+                        out,
+                    ));
+                }
+                self.stripe.add(Counter::AuthAccepted);
+                Ok(Some(identity))
+            }
+            Verdict::Refuse(code, reason) => {
+                self.stripe.add(Counter::AuthRefused);
+                Err(self.local_final(request, code, reason, &[], out))
+            }
+            Verdict::Challenge { stale, replay } => {
+                if stale {
+                    self.stripe.add(Counter::AuthStale);
+                }
+                if replay {
+                    self.stripe.add(Counter::AuthReplays);
+                }
+                let headers = proxy.challenge_headers(auth, challenge, &realm, request.now, stale);
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(name, value)| (*name, value.as_str()))
+                    .collect();
+                let (code, reason) = challenge.status();
+                Err(self.local_final(request, code, reason, &headers, out))
+            }
+        }
+    }
+}
+
+/// Whether the From URI's user part is `username`.
+fn from_user_is(request: &Request<'_>, username: &str) -> bool {
+    request
+        .msg
+        .from()
+        .and_then(|from| from.sip_uri())
+        .and_then(|uri| uri.user)
+        .is_some_and(|user| user == username)
+}
