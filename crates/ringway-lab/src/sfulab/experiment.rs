@@ -18,11 +18,10 @@ use crate::sfuload::{self, SfuLoadConfig};
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
 use ringway_io::BackendKind;
-use ringway_server::sfu::{Flush, ServeReport, SfuServerConfig};
+use ringway_server::sfu::{Flush, SfuServer, SfuServerConfig};
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -149,48 +148,27 @@ impl Placement {
         }
     }
 
-    /// Start the SFU (inside its host, if any) on a thread.
-    fn start_sfu(
-        &self,
-        config: SfuServerConfig,
-        stop: Arc<AtomicBool>,
-    ) -> anyhow::Result<(
-        SocketAddr,
-        std::thread::JoinHandle<anyhow::Result<ServeReport>>,
-    )> {
-        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-        let serve = move || {
-            ringway_server::sfu::serve(&config, stop, |a| {
-                let _ = bound_tx.send(a);
-            })
-            .map_err(anyhow::Error::from)
+    /// Start the SFU (inside its host, if any): the handle stops it when
+    /// dropped, on every way out of a run.
+    fn start_sfu(&self, config: SfuServerConfig) -> anyhow::Result<SfuServer> {
+        let started = match self {
+            Placement::Loopback => SfuServer::start(config),
+            Placement::Hosts(t) => t
+                .sfu()
+                .run(move || SfuServer::start(config))
+                .context("entering the SFU host")?,
         };
-        let handle = match self {
-            Placement::Loopback => std::thread::spawn(serve),
-            Placement::Hosts(t) => {
-                let host = t.sfu().clone();
-                std::thread::spawn(move || host.run(serve)?)
-            }
-        };
-        match bound_rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(addr) => Ok((addr, handle)),
-            Err(_) => {
-                let why = match handle.join() {
-                    Ok(Err(e)) => format!("{e:#}"),
-                    _ => "no address within 10 s".into(),
-                };
-                anyhow::bail!("the SFU did not start: {why}")
-            }
-        }
+        started.context("the SFU did not start")
     }
 }
 
 /// CPU times sampled at one moment.
+/// `None`: the kernel did not tell (the column says n/a, never 0).
 struct Sample {
     at: Instant,
-    sfu_napi: CpuTime,
-    switch: CpuTime,
-    process: CpuTime,
+    sfu_napi: Option<CpuTime>,
+    switch: Option<CpuTime>,
+    process: Option<CpuTime>,
     machine_ns: Option<u64>,
 }
 
@@ -199,9 +177,14 @@ fn sample(sfu_napi: &[u32], switch: &[u32]) -> Sample {
         at: Instant::now(),
         sfu_napi: cpu_of(sfu_napi),
         switch: cpu_of(switch),
-        process: process_cpu_time().unwrap_or_default(),
+        process: process_cpu_time().ok(),
         machine_ns: machine_busy_ns(),
     }
+}
+
+/// CPU time between two samples, in ns (`None` if either is unknown).
+fn between(a: Option<CpuTime>, b: Option<CpuTime>) -> Option<u64> {
+    Some(b?.since(&a?).total_ns())
 }
 
 /// One run: the SFU with `backend`, `clients` clients at `pps` each.
@@ -245,8 +228,8 @@ fn run_column(
         }
         _ => None,
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let (addr, sfu) = place.start_sfu(place.sfu_config(c, backend, fanout)?, stop.clone())?;
+    let sfu = place.start_sfu(place.sfu_config(c, backend, fanout)?)?;
+    let addr = sfu.local_addr();
     let sfu_napi = match place {
         Placement::Hosts(t) if t.napi() => t.sfu_threaded_napi(&napi_before).unwrap_or_default(),
         _ => Vec::new(),
@@ -277,25 +260,24 @@ fn run_column(
     let load = load
         .join()
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))?;
-    stop.store(true, Ordering::Relaxed);
-    let served = sfu
-        .join()
-        .map_err(|_| anyhow::anyhow!("the SFU thread panicked"))?;
+    let served = sfu.shutdown();
     drop(pass);
     let load = load.context("the load clients")?;
-    let s = served?;
+    let s = served.context("the SFU")?;
     let window = s1.at.duration_since(s0.at).as_secs_f64().max(1e-3);
     let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
-    let engine_pct = |ns: u64| pct_of(ns, s.wall_s.max(1e-3));
-    let sfu_napi_ns = s1.sfu_napi.since(&s0.sfu_napi).total_ns();
-    let switch_ns = s1.switch.since(&s0.switch).total_ns();
-    let engine_total = engine_pct(s.cpu.total_ns());
+    let engine_pct = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, s.wall_s.max(1e-3)));
+    let sfu_napi_ns = between(s0.sfu_napi, s1.sfu_napi);
+    let switch_ns = between(s0.switch, s1.switch);
+    let engine_total = engine_pct(s.cpu.map(|c| c.total_ns()));
     let or_nan = |count: u64, v: f64| if count > 0 { v } else { f64::NAN };
     let foreign_pct = match (s0.machine_ns, s1.machine_ns) {
-        (Some(a), Some(b)) => {
-            let ours = s1.process.since(&s0.process).total_ns() + sfu_napi_ns + switch_ns;
-            pct_of(b.saturating_sub(a).saturating_sub(ours), window)
-        }
+        (Some(a), Some(b)) => match (between(s0.process, s1.process), sfu_napi_ns, switch_ns) {
+            (Some(p), Some(n), Some(w)) => {
+                pct_of(b.saturating_sub(a).saturating_sub(p + n + w), window)
+            }
+            _ => f64::NAN,
+        },
         _ => f64::NAN,
     };
     let expected = load.media_packets + load.lost;
@@ -304,7 +286,14 @@ fn run_column(
     } else {
         0.0
     };
-    let excluded = if s.tx_congested {
+    let refused: Vec<&String> = s
+        .placement_refused
+        .iter()
+        .chain(&load.placement_refused)
+        .collect();
+    let excluded = if !refused.is_empty() {
+        Some(format!("placement refused: {}", refused[0]))
+    } else if s.tx_congested {
         Some(format!(
             "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
             s.io.tx_ring_full_waits, s.io.tx_ring_full_drops
@@ -323,10 +312,9 @@ fn run_column(
     let kernel = s.kernel_fanout.filter(|_| fanout);
     let packets = kernel.map_or(s.delay.count, |k| k.packets);
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
-    let sfu_host_pct = if napi {
-        engine_total + pct_of(sfu_napi_ns, window)
-    } else {
-        f64::NAN
+    let sfu_host_pct = match sfu_napi_ns {
+        Some(ns) if napi => engine_total + pct_of(ns, window),
+        _ => f64::NAN,
     };
     // What the packets' own path costs: for the in-kernel fan-out the
     // engine only runs the control plane, its delays cover only what the
@@ -344,25 +332,22 @@ fn run_column(
         pps,
         rep,
         seconds: s.wall_s,
-        cpu_user_pct: engine_pct(s.cpu.user_ns),
-        cpu_system_pct: engine_pct(s.cpu.system_ns),
+        cpu_user_pct: engine_pct(s.cpu.map(|c| c.user_ns)),
+        cpu_system_pct: engine_pct(s.cpu.map(|c| c.system_ns)),
         spin_pct: 100.0 * s.spin_s / s.wall_s.max(1e-3),
-        cpu_per_packet_us: if packets > 0 {
-            s.cpu.total_ns() as f64 / 1000.0 / packets as f64
-        } else {
-            f64::NAN
+        cpu_per_packet_us: match s.cpu {
+            Some(cpu) if packets > 0 => cpu.total_ns() as f64 / 1000.0 / packets as f64,
+            _ => f64::NAN,
         },
         sfu_host_pct,
         sfu_host_per_packet_us: sfu_host_pct / 100.0 * 1e6 / (clients as f64 * f64::from(pps)),
-        switch_pct: if napi {
-            pct_of(switch_ns, window)
-        } else {
-            f64::NAN
+        switch_pct: match switch_ns {
+            Some(ns) if napi => pct_of(ns, window),
+            _ => f64::NAN,
         },
-        clients_pct: pct_of(
-            load.cpu.total_ns(),
-            (c.warmup_s + c.duration_s + 0.3).max(1e-3),
-        ),
+        clients_pct: load.cpu.map_or(f64::NAN, |cpu| {
+            pct_of(cpu.total_ns(), (c.warmup_s + c.duration_s + 0.3).max(1e-3))
+        }),
         foreign_pct,
         delay_p50_us: user(or_nan(s.delay.count, s.delay.p50_us)),
         delay_p99_us: user(or_nan(s.delay.count, s.delay.p99_us)),

@@ -253,14 +253,15 @@ fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> {
 }
 
 /// Sum of the CPU times of `pids` (processes or kernel threads) now;
-/// threads that are gone count as zero.
-pub fn cpu_of(pids: &[u32]) -> CpuTime {
-    pids.iter()
-        .filter_map(|&p| ringway_server::host::process_cpu_time_of(p).ok())
-        .fold(CpuTime::default(), |a, c| CpuTime {
+/// `None` if one of them cannot be read (gone): the sum is unknown, n/a.
+pub fn cpu_of(pids: &[u32]) -> Option<CpuTime> {
+    pids.iter().try_fold(CpuTime::default(), |a, &p| {
+        let c = ringway_server::host::process_cpu_time_of(p).ok()?;
+        Some(CpuTime {
             user_ns: a.user_ns + c.user_ns,
             system_ns: a.system_ns + c.system_ns,
         })
+    })
 }
 
 /// Busy CPU time of the whole machine, all CPUs (`/proc/stat`: everything

@@ -155,9 +155,13 @@ pub struct ClientReport {
     pub ticks: u64,
     /// Sender ticks that started more than 1 ms late.
     pub late_ticks: u64,
-    /// CPU time of the sender and receiver threads (`user_s`, `sys_s`).
-    #[serde(with = "ringway_server::host::cpu_seconds")]
-    pub cpu: CpuTime,
+    /// CPU time of the sender and receiver threads (`user_s`, `sys_s`);
+    /// `None` (null) when the kernel did not tell it.
+    #[serde(with = "ringway_server::host::cpu_seconds::option")]
+    pub cpu: Option<CpuTime>,
+    /// Placement lines (`cpus`) the kernel refused, per thread (empty: all
+    /// applied, or nothing asked).
+    pub placement_refused: Vec<String>,
 }
 
 /// Counters of a running load, for live statistics.
@@ -320,8 +324,27 @@ impl Shared {
     }
 }
 
-/// What the receiver thread reports: statistics per socket, its CPU time.
-type ReceiverEnd = (Vec<RxStats>, CpuTime);
+/// What the receiver thread reports: statistics per socket, its CPU time,
+/// the placement lines the kernel refused.
+type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>);
+
+/// Pin the calling thread to `cpus` (if any); the lines the kernel refused.
+fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
+    let Some(list) = cpus else {
+        return Vec::new();
+    };
+    let placement = ringway_io::thread::Placement {
+        cpus: Some(list),
+        ..Default::default()
+    };
+    placement
+        .apply()
+        .into_iter()
+        .filter(|i| !i.result.is_applied())
+        .map(|i| format!("{thread}: {} {} -> {}", i.what, i.requested, i.result))
+        .inspect(|line| eprintln!("sfu load: placement {line}"))
+        .collect()
+}
 
 /// The receiver thread: every source's socket, statistics per socket.
 fn spawn_receiver(
@@ -332,13 +355,7 @@ fn spawn_receiver(
     std::thread::Builder::new()
         .name("sfu-client-rx".into())
         .spawn(move || -> anyhow::Result<ReceiverEnd> {
-            if let Some(list) = cpus {
-                let placement = ringway_io::thread::Placement {
-                    cpus: Some(list),
-                    ..Default::default()
-                };
-                host::place_this_thread("sfu-client-rx", &placement);
-            }
+            let refused = pin("sfu-client-rx", cpus);
             let mut batch = RxBatch::new(64, FRAME);
             let mut published = Instant::now();
             let single = sockets.len() == 1;
@@ -379,8 +396,8 @@ fn spawn_receiver(
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            let cpu = host::thread_cpu_time().unwrap_or_default();
-            Ok((sockets.into_iter().map(|(_, s)| s).collect(), cpu))
+            let cpu = host::thread_cpu_time().ok();
+            Ok((sockets.into_iter().map(|(_, s)| s).collect(), cpu, refused))
         })
 }
 
@@ -388,7 +405,8 @@ fn spawn_receiver(
 struct SenderEnd {
     ticks: u64,
     late: u64,
-    cpu: CpuTime,
+    cpu: Option<CpuTime>,
+    refused: Vec<String>,
 }
 
 /// The sender thread: source k ticks every interval at its own phase
@@ -405,13 +423,7 @@ fn spawn_sender(
     std::thread::Builder::new()
         .name("sfu-client-tx".into())
         .spawn(move || -> anyhow::Result<SenderEnd> {
-            if let Some(list) = cpus {
-                let placement = ringway_io::thread::Placement {
-                    cpus: Some(list),
-                    ..Default::default()
-                };
-                host::place_this_thread("sfu-client-tx", &placement);
-            }
+            let refused = pin("sfu-client-tx", cpus);
             let mut tx = TxBatch::new(64, FRAME);
             let start = Instant::now();
             let mut next = phases;
@@ -450,7 +462,8 @@ fn spawn_sender(
             Ok(SenderEnd {
                 ticks,
                 late,
-                cpu: host::thread_cpu_time().unwrap_or_default(),
+                cpu: host::thread_cpu_time().ok(),
+                refused,
             })
         })
 }
@@ -520,25 +533,29 @@ pub fn run(
         s.sock.set_nonblocking(true)?;
     }
     let shared = Arc::new(Shared::default());
-    let receiver = spawn_receiver(shared.clone(), receivers, c.cpus.clone())?;
-    let sender = if c.send {
-        Some(spawn_sender(
+    // Stops and joins whatever thread is still running on every way out
+    // (a sender that failed to start or stopped with an error included).
+    let mut threads = Threads {
+        shared: shared.clone(),
+        receiver: Some(spawn_receiver(shared.clone(), receivers, c.cpus.clone())?),
+        sender: None,
+    };
+    if c.send {
+        threads.sender = Some(spawn_sender(
             shared.clone(),
             senders,
             c.server,
             interval_ns,
             phases(c.sources, interval_ns, c.desync, c.seed),
             c.cpus.clone(),
-        )?)
-    } else {
-        None
-    };
+        )?);
+    }
     let start = Instant::now();
     let mut last_live = Instant::now();
     let mut last_keepalive = Instant::now();
     while start.elapsed().as_secs_f64() < c.duration_s && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-        if receiver.is_finished() || sender.as_ref().is_some_and(|s| s.is_finished()) {
+        if threads.finished() {
             break;
         }
         if c.keepalive && last_keepalive.elapsed() >= Duration::from_secs(1) {
@@ -557,14 +574,15 @@ pub fn run(
     }
     shared.stop_tx.store(true, Ordering::Relaxed);
     let sent_for = start.elapsed().as_secs_f64();
-    let sent = match sender {
+    let sent = match threads.sender.take() {
         Some(s) => s
             .join()
             .map_err(|_| anyhow::anyhow!("sender thread panicked"))??,
         None => SenderEnd {
             ticks: 0,
             late: 0,
-            cpu: CpuTime::default(),
+            cpu: Some(CpuTime::default()),
+            refused: Vec::new(),
         },
     };
     std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
@@ -576,16 +594,51 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(50));
     }
     shared.stop_rx.store(true, Ordering::Relaxed);
-    let (per_socket, rx_cpu) = receiver
+    let (per_socket, rx_cpu, rx_refused) = threads
+        .receiver
+        .take()
+        .expect("the receiver is joined once")
         .join()
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
     let mut r = report(ssids, sent_for, &shared, &per_socket, sent.late);
     r.ticks = sent.ticks;
-    r.cpu = CpuTime {
-        user_ns: sent.cpu.user_ns + rx_cpu.user_ns,
-        system_ns: sent.cpu.system_ns + rx_cpu.system_ns,
+    r.cpu = match (sent.cpu, rx_cpu) {
+        (Some(a), Some(b)) => Some(CpuTime {
+            user_ns: a.user_ns + b.user_ns,
+            system_ns: a.system_ns + b.system_ns,
+        }),
+        _ => None,
     };
+    r.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
     Ok(r)
+}
+
+/// The load's threads; dropping it stops and joins those still running.
+struct Threads {
+    shared: Arc<Shared>,
+    receiver: Option<JoinHandle<anyhow::Result<ReceiverEnd>>>,
+    sender: Option<JoinHandle<anyhow::Result<SenderEnd>>>,
+}
+
+impl Threads {
+    /// One of the threads has ended (an error, or nothing left to send).
+    fn finished(&self) -> bool {
+        self.receiver.as_ref().is_some_and(|h| h.is_finished())
+            || self.sender.as_ref().is_some_and(|h| h.is_finished())
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        self.shared.stop_tx.store(true, Ordering::Relaxed);
+        self.shared.stop_rx.store(true, Ordering::Relaxed);
+        if let Some(h) = self.sender.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.receiver.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 fn report(
@@ -628,6 +681,7 @@ fn report(
         received: total.streams(),
         ticks: 0,
         late_ticks,
-        cpu: CpuTime::default(),
+        cpu: None,
+        placement_refused: Vec::new(),
     }
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Datagram frame size of the receive and send batches.
@@ -212,15 +213,20 @@ pub struct ServeReport {
     /// Wall time of the measured part of the engine loop (s).
     pub wall_s: f64,
     /// Engine thread CPU time over `wall_s` (`user_s`, `sys_s`), spinning
-    /// included.
-    #[serde(with = "cpu_seconds")]
-    pub cpu: CpuTime,
-    /// User CPU in % of one core over `wall_s`.
+    /// included; `None` (null) when the kernel did not tell it.
+    #[serde(with = "cpu_seconds::option")]
+    pub cpu: Option<CpuTime>,
+    /// User CPU in % of one core over `wall_s` (NaN, null in JSON: unknown).
     pub cpu_user_pct: f64,
-    /// Kernel CPU in % of one core over `wall_s`.
+    /// Kernel CPU in % of one core over `wall_s` (NaN: unknown).
     pub cpu_system_pct: f64,
     /// Seconds the engine spent spinning for datagrams (all of it CPU).
     pub spin_s: f64,
+    /// Placement of the engine thread (`cpus`): one line per knob, what
+    /// was asked and what the kernel did.
+    pub placement: Vec<String>,
+    /// The lines of `placement` the kernel refused (empty: all applied).
+    pub placement_refused: Vec<String>,
     /// (a) Per-packet delay as the paper defines it: pickup → last copy
     /// queued for transmission ("scheduled").
     pub delay: LatencySummary,
@@ -289,6 +295,133 @@ fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
     open_backend(config.backend, socket).map_err(backend_error)
 }
 
+/// A running SFU: the engine thread and its socket (or AF_XDP socket).
+/// [`SfuServer::shutdown`] stops it and returns the report; dropping the
+/// handle stops it too (and waits for the engine thread).
+pub struct SfuServer {
+    config: SfuServerConfig,
+    local: SocketAddr,
+    batch: usize,
+    stop: Arc<AtomicBool>,
+    live: Arc<Mutex<LiveStats>>,
+    engine: Option<JoinHandle<Result<EngineEnd, ServerError>>>,
+}
+
+impl SfuServer {
+    /// Validate `config`, open the backend on the calling thread (inside
+    /// its network namespace) and start the engine thread (which inherits
+    /// that namespace). The engine stops by itself after
+    /// `config.duration_s`, or on [`SfuServer::shutdown`] / drop.
+    pub fn start(config: SfuServerConfig) -> Result<SfuServer, ServerError> {
+        config.validate()?;
+        let io = open_io(&config)?;
+        let local = io.local_addr()?;
+        let batch = config.batch_size();
+        let sfu = Sfu::new(SfuConfig {
+            echo: config.echo,
+            static_room: config.static_room,
+            max_clients: config.max_clients,
+            max_subs: config.max_subs,
+            idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
+            seed: random_seed()?,
+            ..SfuConfig::default()
+        });
+        let srpic = config.srpic_block.map(|block| {
+            Srpic::new(
+                SrpicConfig {
+                    block_size: block.max(1),
+                    ring_size: batch.max(block).max(1),
+                    ..Default::default()
+                },
+                SeqSpace::U16,
+            )
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let live = Arc::new(Mutex::new(LiveStats::default()));
+        let run = EngineRun {
+            io,
+            sfu,
+            srpic,
+            batch,
+            local,
+            flush: config.flush_policy(),
+            max_age_ns: u64::from(config.flush_age_us) * 1000,
+            spin: Duration::from_micros(u64::from(config.spin_us)),
+            warmup: Duration::from_secs_f64(config.warmup_s),
+            duration: config.duration_s.map(Duration::from_secs_f64),
+            cpus: config.cpus.clone(),
+            fanout_at: config.kernel_fanout.clone(),
+            stop: stop.clone(),
+            live: live.clone(),
+        };
+        let engine = std::thread::Builder::new()
+            .name("sfu-engine".into())
+            .spawn(move || engine_thread(run))
+            .map_err(|source| ServerError::Thread {
+                name: "sfu-engine".into(),
+                source,
+            })?;
+        Ok(SfuServer {
+            config,
+            local,
+            batch,
+            stop,
+            live,
+            engine: Some(engine),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &SfuServerConfig {
+        &self.config
+    }
+
+    /// The engine's counters as last published (every tick, 50 ms).
+    pub fn live(&self) -> LiveStats {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The engine thread has ended (its duration is over, or it failed).
+    pub fn is_finished(&self) -> bool {
+        self.engine.as_ref().is_none_or(|h| h.is_finished())
+    }
+
+    fn stop_engine(&mut self) -> Option<Result<EngineEnd, ServerError>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let h = self.engine.take()?;
+        Some(
+            h.join()
+                .map_err(|_| ServerError::Panicked("sfu-engine".into()))
+                .and_then(|r| r),
+        )
+    }
+
+    /// Stop the engine, wait for it, and return its report (or the error
+    /// it stopped with).
+    pub fn shutdown(mut self) -> Result<ServeReport, ServerError> {
+        match self.stop_engine() {
+            Some(end) => Ok(report(&self.config, self.local, self.batch, end?)),
+            None => Err(ServerError::Panicked("sfu-engine".into())),
+        }
+    }
+}
+
+impl Drop for SfuServer {
+    fn drop(&mut self) {
+        if let Some(Err(e)) = self.stop_engine() {
+            eprintln!("sfu: engine: {e}");
+        }
+    }
+}
+
 /// Run the SFU until `stop` is set or the configured duration ends;
 /// `on_bound` is called with the bound address once the socket is open.
 pub fn serve(
@@ -307,182 +440,180 @@ pub fn serve_with_live(
     every: Option<Duration>,
     mut on_live: impl FnMut(&LiveStats),
 ) -> Result<ServeReport, ServerError> {
-    config.validate()?;
-    let mut io = open_io(config)?;
-    let bound = io.local_addr()?;
-    on_bound(bound);
-    let batch = config.batch_size();
-    let sfu = Sfu::new(SfuConfig {
-        echo: config.echo,
-        static_room: config.static_room,
-        max_clients: config.max_clients,
-        max_subs: config.max_subs,
-        idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
-        seed: random_seed()?,
-        ..SfuConfig::default()
-    });
-    let srpic = config.srpic_block.map(|block| {
-        Srpic::new(
-            SrpicConfig {
-                block_size: block.max(1),
-                ring_size: batch.max(block).max(1),
-                ..Default::default()
-            },
-            SeqSpace::U16,
-        )
-    });
-    let live = Arc::new(Mutex::new(LiveStats::default()));
-    let engine_live = live.clone();
-    let engine_stop = stop.clone();
-    let cpus = config.cpus.clone();
-    let flush = config.flush_policy();
-    let max_age_ns = u64::from(config.flush_age_us) * 1000;
-    let spin = Duration::from_micros(u64::from(config.spin_us));
-    let warmup = Duration::from_secs_f64(config.warmup_s);
-    let fanout_at = config.kernel_fanout.clone();
-    let engine = std::thread::Builder::new()
-        .name("sfu-engine".into())
-        .spawn(move || -> Result<EngineEnd, ServerError> {
-            if let Some(list) = &cpus {
-                let placement = ringway_io::thread::Placement {
-                    cpus: Some(list.clone()),
-                    ..Default::default()
-                };
-                for line in host::place_this_thread("sfu-engine", &placement) {
-                    eprintln!("sfu: placement {line}");
-                }
-            }
-            let mut e = Engine::new(
-                sfu,
-                batch,
-                srpic,
-                flush,
-                max_age_ns,
-                Box::new(engine::SystemClock),
-            );
-            let mut fanout = match (&fanout_at, bound) {
-                (Some(iface), SocketAddr::V4(local)) => Some(
-                    ringway_io::backend::KernelFanout::attach(iface, local)
-                        .map_err(|e| ServerError::Config(format!("kernel fan-out: {e}")))?,
-                ),
-                _ => None,
-            };
-            let started = Instant::now();
-            let mut warm = warmup.is_zero();
-            let mut cpu0 = host::thread_cpu_time().unwrap_or_default();
-            let mut t0 = Instant::now();
-            let mut spin_ns = 0u64;
-            let mut next_tick = 0u64;
-            while !engine_stop.load(Ordering::Relaxed) {
-                if !warm && started.elapsed() >= warmup {
-                    // End of the warm-up: measure from here.
-                    warm = true;
-                    e.reset_measurements();
-                    cpu0 = host::thread_cpu_time().unwrap_or_default();
-                    t0 = Instant::now();
-                    spin_ns = 0;
-                }
-                if e.pending() {
-                    // Copies the kernel has not taken: hand them over now.
-                    e.flush_now(io.as_mut())?;
-                }
-                let wait = if e.pending() { POLL_PENDING } else { POLL };
-                let mut n = 0;
-                if !spin.is_zero() {
-                    let s = Instant::now();
-                    loop {
-                        n = receive(io.as_mut(), &mut e, Some(Duration::ZERO))?;
-                        if n > 0 || s.elapsed() >= spin {
-                            break;
-                        }
-                    }
-                    spin_ns += s.elapsed().as_nanos() as u64;
-                }
-                if n == 0 {
-                    n = receive(io.as_mut(), &mut e, Some(wait))?;
-                }
-                let now = monotonic_now().0;
-                if n > 0 {
-                    e.handle_batch(io.as_mut(), now)?;
-                }
-                if now >= next_tick {
-                    e.sfu.tick(now);
-                    next_tick = now + TICK_NS;
-                    if let Some(f) = fanout.as_mut() {
-                        let echo = e.sfu.config().echo;
-                        let routes: Vec<ringway_io::backend::FanoutRoute> = e
-                            .sfu
-                            .routes()
-                            .map(|(ssrc, m, src, dsts)| ringway_io::backend::FanoutRoute {
-                                ssrc,
-                                pt: m.payload_type(),
-                                src,
-                                dsts: dsts.to_vec(),
-                                echo,
-                            })
-                            .collect();
-                        if let Err(err) = f.sync(&routes) {
-                            eprintln!("sfu: kernel fan-out sync: {err}");
-                        }
-                    }
-                    let mut l = engine_live.lock().unwrap_or_else(PoisonError::into_inner);
-                    l.sfu = e.sfu.stats();
-                    l.rx_bytes = e.rx_bytes;
-                    l.tx_bytes = e.tx_bytes;
-                }
-            }
-            if e.pending() {
-                e.flush_now(io.as_mut())?;
-            }
-            let wall = t0.elapsed().as_secs_f64();
-            let cpu = host::thread_cpu_time().unwrap_or_default().since(&cpu0);
-            let mode = match &fanout {
-                Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
-                None => io.describe(),
-            };
-            Ok(EngineEnd {
-                engine: e,
-                io: io.stats(),
-                fanout: fanout.as_ref().map(|f| f.stats()),
-                mode,
-                cpu,
-                wall,
-                spin_s: spin_ns as f64 / 1e9,
-            })
-        })
-        .map_err(|source| ServerError::Thread {
-            name: "sfu-engine".into(),
-            source,
-        })?;
-    let start = Instant::now();
+    let server = SfuServer::start(config.clone())?;
+    on_bound(server.local_addr());
     let mut last_live = Instant::now();
-    loop {
+    while !server.is_finished() && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-        if engine.is_finished() {
-            break;
-        }
-        if config
-            .duration_s
-            .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
-        {
-            stop.store(true, Ordering::Relaxed);
-        }
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
         if let Some(every) = every.filter(|e| !e.is_zero()) {
             if last_live.elapsed() >= every {
-                let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                on_live(&l);
+                on_live(&server.live());
                 last_live = Instant::now();
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let end = engine
-        .join()
-        .map_err(|_| ServerError::Panicked("sfu-engine".into()))??;
-    Ok(report(config, bound, batch, end))
+    server.shutdown()
+}
+
+/// Everything the engine thread owns.
+struct EngineRun {
+    io: Box<dyn BatchIo>,
+    sfu: Sfu,
+    srpic: Option<Srpic<usize>>,
+    batch: usize,
+    local: SocketAddr,
+    flush: Flush,
+    max_age_ns: u64,
+    spin: Duration,
+    warmup: Duration,
+    duration: Option<Duration>,
+    cpus: Option<Vec<usize>>,
+    fanout_at: Option<String>,
+    stop: Arc<AtomicBool>,
+    live: Arc<Mutex<LiveStats>>,
+}
+
+/// The engine thread: receive, handle, flush, tick, until stopped or the
+/// duration is over.
+fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
+    let EngineRun {
+        mut io,
+        sfu,
+        srpic,
+        batch,
+        local,
+        flush,
+        max_age_ns,
+        spin,
+        warmup,
+        duration,
+        cpus,
+        fanout_at,
+        stop,
+        live,
+    } = run;
+    let started = Instant::now();
+    let mut placement = Vec::new();
+    let mut placement_refused = Vec::new();
+    if let Some(list) = &cpus {
+        let asked = ringway_io::thread::Placement {
+            cpus: Some(list.clone()),
+            ..Default::default()
+        };
+        for item in asked.apply() {
+            let line = format!(
+                "sfu-engine: {} {} -> {}",
+                item.what, item.requested, item.result
+            );
+            if !item.result.is_applied() {
+                eprintln!("sfu: placement {line}");
+                placement_refused.push(line.clone());
+            }
+            placement.push(line);
+        }
+    }
+    let mut e = Engine::new(
+        sfu,
+        batch,
+        srpic,
+        flush,
+        max_age_ns,
+        Box::new(engine::SystemClock),
+    );
+    let mut fanout = match (&fanout_at, local) {
+        (Some(iface), SocketAddr::V4(local)) => Some(
+            ringway_io::backend::KernelFanout::attach(iface, local)
+                .map_err(|e| ServerError::Config(format!("kernel fan-out: {e}")))?,
+        ),
+        _ => None,
+    };
+    let mut warm = warmup.is_zero();
+    let mut cpu0 = host::thread_cpu_time().ok();
+    let mut t0 = Instant::now();
+    let mut spin_ns = 0u64;
+    let mut next_tick = 0u64;
+    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
+        if !warm && started.elapsed() >= warmup {
+            // End of the warm-up: measure from here.
+            warm = true;
+            e.reset_measurements();
+            cpu0 = host::thread_cpu_time().ok();
+            t0 = Instant::now();
+            spin_ns = 0;
+        }
+        if e.pending() {
+            // Copies the kernel has not taken: hand them over now.
+            e.flush_now(io.as_mut())?;
+        }
+        let wait = if e.pending() { POLL_PENDING } else { POLL };
+        let mut n = 0;
+        if !spin.is_zero() {
+            let s = Instant::now();
+            loop {
+                n = receive(io.as_mut(), &mut e, Some(Duration::ZERO))?;
+                if n > 0 || s.elapsed() >= spin {
+                    break;
+                }
+            }
+            spin_ns += s.elapsed().as_nanos() as u64;
+        }
+        if n == 0 {
+            n = receive(io.as_mut(), &mut e, Some(wait))?;
+        }
+        let now = monotonic_now().0;
+        if n > 0 {
+            e.handle_batch(io.as_mut(), now)?;
+        }
+        if now >= next_tick {
+            e.sfu.tick(now);
+            next_tick = now + TICK_NS;
+            if let Some(f) = fanout.as_mut() {
+                let echo = e.sfu.config().echo;
+                let routes: Vec<ringway_io::backend::FanoutRoute> = e
+                    .sfu
+                    .routes()
+                    .map(|(ssrc, m, src, dsts)| ringway_io::backend::FanoutRoute {
+                        ssrc,
+                        pt: m.payload_type(),
+                        src,
+                        dsts: dsts.to_vec(),
+                        echo,
+                    })
+                    .collect();
+                if let Err(err) = f.sync(&routes) {
+                    eprintln!("sfu: kernel fan-out sync: {err}");
+                }
+            }
+            let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);
+            l.sfu = e.sfu.stats();
+            l.rx_bytes = e.rx_bytes;
+            l.tx_bytes = e.tx_bytes;
+        }
+    }
+    if e.pending() {
+        e.flush_now(io.as_mut())?;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    // CPU time unknown (getrusage failed at either end): n/a, never 0.
+    let cpu = match (cpu0, host::thread_cpu_time().ok()) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
+        _ => None,
+    };
+    let mode = match &fanout {
+        Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
+        None => io.describe(),
+    };
+    Ok(EngineEnd {
+        engine: e,
+        io: io.stats(),
+        fanout: fanout.as_ref().map(|f| f.stats()),
+        mode,
+        cpu,
+        wall,
+        spin_s: spin_ns as f64 / 1e9,
+        placement,
+        placement_refused,
+    })
 }
 
 /// What the engine thread hands back when it stops.
@@ -491,9 +622,11 @@ struct EngineEnd {
     io: IoStats,
     fanout: Option<ringway_io::backend::FanoutStats>,
     mode: String,
-    cpu: CpuTime,
+    cpu: Option<CpuTime>,
     wall: f64,
     spin_s: f64,
+    placement: Vec<String>,
+    placement_refused: Vec<String>,
 }
 
 /// One receive call; per-peer errors are counted and skipped.
@@ -537,13 +670,12 @@ fn report(
         cpu,
         wall,
         spin_s,
+        placement,
+        placement_refused,
     } = end;
-    let pct = |ns: u64| {
-        if wall > 0.0 {
-            100.0 * ns as f64 / 1e9 / wall
-        } else {
-            f64::NAN
-        }
+    let pct = |ns: Option<u64>| match ns {
+        Some(ns) if wall > 0.0 => 100.0 * ns as f64 / 1e9 / wall,
+        _ => f64::NAN,
     };
     let d = &e.delays;
     ServeReport {
@@ -555,9 +687,11 @@ fn report(
         warmup_s: config.warmup_s,
         wall_s: wall,
         cpu,
-        cpu_user_pct: pct(cpu.user_ns),
-        cpu_system_pct: pct(cpu.system_ns),
+        cpu_user_pct: pct(cpu.map(|c| c.user_ns)),
+        cpu_system_pct: pct(cpu.map(|c| c.system_ns)),
         spin_s,
+        placement,
+        placement_refused,
         delay: LatencySummary::of_ns(&d.scheduled),
         delay_mean_us: if d.scheduled.is_empty() {
             f64::NAN
@@ -591,5 +725,84 @@ fn report(
                 flows: st.flows,
             }
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    fn loopback() -> SfuServerConfig {
+        SfuServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..SfuServerConfig::default()
+        }
+    }
+
+    /// Wait (bounded) until `f` holds.
+    fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn handle_serves_reports_and_releases_its_socket() {
+        let server = SfuServer::start(loopback()).unwrap();
+        let addr = server.local_addr();
+        assert_ne!(addr.port(), 0);
+        // The port is held while the engine runs.
+        assert!(UdpSocket::bind(addr).is_err());
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..3 {
+            peer.send_to(b"not pktswitch", addr).unwrap();
+        }
+        until("3 datagrams seen", || server.live().sfu.rx_datagrams == 3);
+        assert!(!server.is_finished());
+        let r = server.shutdown().unwrap();
+        assert_eq!(r.sfu.rx_datagrams, 3);
+        assert_eq!(r.sfu.drop_malformed, 3);
+        assert_eq!(r.listen, addr.to_string());
+        assert!(r.cpu.is_some() && r.cpu_user_pct.is_finite());
+        assert!(r.placement.is_empty() && r.placement_refused.is_empty());
+        UdpSocket::bind(addr).expect("the port is free after shutdown");
+    }
+
+    #[test]
+    fn dropping_the_handle_stops_the_engine() {
+        let server = SfuServer::start(loopback()).unwrap();
+        let addr = server.local_addr();
+        assert!(UdpSocket::bind(addr).is_err());
+        drop(server);
+        // The engine thread owned the socket: it is closed once it ended.
+        UdpSocket::bind(addr).expect("the port is free after drop");
+    }
+
+    #[test]
+    fn the_engine_stops_after_its_duration() {
+        let server = SfuServer::start(SfuServerConfig {
+            duration_s: Some(0.2),
+            ..loopback()
+        })
+        .unwrap();
+        until("engine ended after 0.2 s", || server.is_finished());
+        let r = server.shutdown().unwrap();
+        assert!(r.wall_s >= 0.15, "{}", r.wall_s);
+    }
+
+    #[test]
+    fn refused_pinning_is_reported() {
+        // CPU 1023 does not exist here: the kernel refuses the affinity.
+        let server = SfuServer::start(SfuServerConfig {
+            cpus: Some(vec![1023]),
+            ..loopback()
+        })
+        .unwrap();
+        let r = server.shutdown().unwrap();
+        assert_eq!(r.placement.len(), 1, "{:?}", r.placement);
+        assert_eq!(r.placement_refused, r.placement);
     }
 }

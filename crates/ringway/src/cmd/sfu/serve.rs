@@ -202,6 +202,14 @@ fn print_live(start: Instant, last: &(Instant, LiveStats), l: &LiveStats) {
 
 fn print_final(r: &ServeReport) {
     let s = &r.sfu;
+    // Unknown CPU time (the kernel did not tell it) prints n/a, never 0.
+    let pct = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.1}%")
+        } else {
+            "n/a".into()
+        }
+    };
     let p50 = |l: &ringway_server::metrics::LatencySummary| {
         if l.count > 0 {
             format!("{:.1}us", l.p50_us)
@@ -211,7 +219,7 @@ fn print_final(r: &ServeReport) {
     };
     println!(
         "final: {:.1}s {} batch={} flush={:?} rx={} media={} copies={} echoes={} acks={} errors={} \
-         challenges={} cpu user={:.1}% sys={:.1}% spin={:.2}s",
+         challenges={} cpu user={} sys={} spin={:.2}s",
         r.wall_s,
         r.io_mode,
         r.batch,
@@ -223,10 +231,13 @@ fn print_final(r: &ServeReport) {
         s.acks,
         s.errors_sent,
         s.challenges,
-        r.cpu_user_pct,
-        r.cpu_system_pct,
+        pct(r.cpu_user_pct),
+        pct(r.cpu_system_pct),
         r.spin_s
     );
+    for line in &r.placement_refused {
+        println!("placement refused: {line}");
+    }
     println!(
         "delay p50: (a) scheduled={} (b) handoff={} (c) wait={} (d) from kernel RX={}; (a) p99={}{}",
         p50(&r.delay),
