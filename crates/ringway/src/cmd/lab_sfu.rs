@@ -188,13 +188,13 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
             (a.capacity_loss, a.capacity_cpu),
             |p| {
                 println!(
-                    "step {} clients={} ({} pps in): cpu={:.1}% loss={:.2}% delay(a) p50={:.1}us{}",
+                    "step {} clients={} ({} pps in): cpu={} loss={} delay(a) p50={}{}",
                     p.backend,
                     p.clients,
                     p.load_pps,
-                    p.cpu_pct,
-                    p.loss_pct,
-                    p.delay_p50_us,
+                    unit(p.cpu_pct, 1, "%"),
+                    unit(p.loss_pct, 2, "%"),
+                    unit(p.delay_p50_us, 1, "us"),
                     p.limit
                         .as_deref()
                         .map(|l| format!(" -> limit: {l}"))
@@ -224,27 +224,26 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
                 eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}")
             }
             Ok(r) => println!(
-                "run rep={rep} clients={n} pps={pps} backend={name} [{}; flush {}]: cpu user={:.1}% \
-                 kern={:.1}% ({:.2}us/pkt) delay(a) p50={:.1}us mean={:.1}us (b)={:.1}us (c)={:.1}us \
-                 (d)={:.1}us copies={:.1} media={} client_loss={:.2}% sfu_host={:.1}% ({:.2}us/pkt) \
-                 switch={:.1}% other={:.0}%{}",
+                "run rep={rep} clients={n} pps={pps} backend={name} [{}; flush {}]: cpu user={} \
+                 kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
+                 media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={}{}",
                 r.io_mode,
                 r.flush,
-                r.cpu_user_pct,
-                r.cpu_system_pct,
-                r.cpu_per_packet_us,
-                r.delay_p50_us,
-                r.delay_mean_us,
-                r.handoff_p50_us,
-                r.wait_p50_us,
-                r.kdelay_p50_us,
+                unit(r.cpu_user_pct, 1, "%"),
+                unit(r.cpu_system_pct, 1, "%"),
+                unit(r.cpu_per_packet_us, 2, "us"),
+                unit(r.delay_p50_us, 1, "us"),
+                unit(r.delay_mean_us, 1, "us"),
+                unit(r.handoff_p50_us, 1, "us"),
+                unit(r.wait_p50_us, 1, "us"),
+                unit(r.kdelay_p50_us, 1, "us"),
                 r.copies_per_packet,
                 r.media,
-                r.client_loss_pct,
-                r.sfu_host_pct,
-                r.sfu_host_per_packet_us,
-                r.switch_pct,
-                r.foreign_pct,
+                unit(r.client_loss_pct, 2, "%"),
+                unit(r.sfu_host_pct, 1, "%"),
+                unit(r.sfu_host_per_packet_us, 2, "us"),
+                unit(r.switch_pct, 1, "%"),
+                unit(r.foreign_pct, 0, "%"),
                 r.excluded
                     .as_deref()
                     .map(|w| format!(" LEFT OUT: {w}"))
@@ -293,4 +292,13 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         return experiment(a, place);
     }
     ringway_io::netns::in_private_netns(move || experiment(a, Placement::Loopback))?
+}
+
+/// `v` with `decimals` and its unit, or `n/a` when there is no data (NaN).
+fn unit(v: f64, decimals: usize, unit: &str) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}{unit}")
+    } else {
+        "n/a".into()
+    }
 }
