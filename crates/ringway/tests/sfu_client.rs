@@ -257,3 +257,44 @@ fn load_netns_testbed() {
     assert_eq!(s["sfu"]["drop_unverified"], 0);
     assert_eq!(s["backend"], "mmsg");
 }
+
+/// `sfu load --netns --sfu-json`: when the clients fail after the SFU
+/// started, the SFU is stopped, its report is still written with the
+/// error, the command fails, and the testbed is gone.
+#[test]
+fn load_netns_failure_writes_sfu_json_with_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let sj = dir.path().join("sfu.json");
+    let (pid, out) = run_ringway(&[
+        "sfu",
+        "load",
+        "--netns",
+        "--clients",
+        "2",
+        "--server",
+        "0.0.0.0:5004",
+        "--interval-ms",
+        "0",
+        "--stats-interval",
+        "0",
+        "--sfu-json",
+        sj.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--interval-ms must be positive"),
+        "{stderr}"
+    );
+    let s = read_json(&sj);
+    assert!(
+        s["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--interval-ms must be positive")),
+        "{s}"
+    );
+    // The SFU ran: its report is there, with nothing forwarded.
+    assert_eq!(s["backend"], "socket", "{s}");
+    assert_eq!(s["sfu"]["media_accepted"], 0, "{s}");
+    no_namespaces_of(pid);
+}
