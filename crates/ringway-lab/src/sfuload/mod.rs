@@ -685,3 +685,29 @@ fn report(
         placement_refused: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guard stops and joins the receiver on an early exit (here: the
+    /// sender failed), so no thread outlives `run`.
+    #[test]
+    fn dropping_the_threads_guard_stops_and_joins_the_receiver() {
+        let shared = Arc::new(Shared::default());
+        let receiver = spawn_receiver(shared.clone(), Vec::new(), None).unwrap();
+        let sender =
+            std::thread::spawn(|| -> anyhow::Result<SenderEnd> { anyhow::bail!("send failed") });
+        let threads = Threads {
+            shared: shared.clone(),
+            receiver: Some(receiver),
+            sender: Some(sender),
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!threads.receiver.as_ref().unwrap().is_finished());
+        drop(threads);
+        assert!(shared.stop_rx.load(Ordering::Relaxed));
+        // The receiver thread held a reference until it ended.
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
+}
