@@ -13,7 +13,10 @@ mod uring;
 pub(crate) mod xdp;
 
 pub use uring::UringConfig;
-pub use xdp::XdpConfig;
+pub use xdp::{
+    attach_xdp_pass, disable_tx_checksum_offload, FanoutRoute, FanoutStats, KernelFanout,
+    XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
+};
 
 /// Which I/O path a backend uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -218,12 +221,45 @@ pub struct IoStats {
     /// Asynchronous socket errors (SO_ERROR, e.g. ECONNREFUSED after an ICMP
     /// port unreachable on a connected socket) consumed while waiting.
     pub socket_errors: u64,
+    /// xdp: frames whose UDP checksum did not verify, dropped (also counted
+    /// in `rx_invalid`).
+    pub rx_bad_checksum: u64,
+    /// xdp: copies written straight from a received frame into a TX frame.
+    pub tx_from_rx_frame: u64,
+    /// xdp: echoes sent by moving the received frame itself to the TX ring.
+    pub tx_moved: u64,
+    /// xdp: times the send path found no free TX frame or ring slot and
+    /// waited for the kernel to complete frames (the TX ring was congested).
+    pub tx_ring_full_waits: u64,
+    /// xdp: copies dropped because the TX ring stayed full for the whole
+    /// bounded wait (also counted in `tx_errors`).
+    pub tx_ring_full_drops: u64,
+    /// xdp: frames published in the TX ring that the kernel has not taken
+    /// yet (not counted in `tx_packets` until it does).
+    pub tx_in_ring: u64,
+}
+
+/// Progress of a backend with a transmit ring shared with the kernel, in
+/// copies since it was opened (see [`BatchIo::tx_progress`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxProgress {
+    /// Copies the application is done with: published in the TX ring (the
+    /// paper's "scheduled for transmission"), sent another way, or dropped.
+    pub queued: u64,
+    /// Of those, copies the kernel has taken from the ring (or that left
+    /// by a send call, or were dropped): "handed to the kernel".
+    pub handed: u64,
 }
 
 /// Receive and send batches of datagrams on one UDP socket.
 pub trait BatchIo: Send {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
+    /// The backend and the modes it runs in, for reports (default: the
+    /// backend's name).
+    fn describe(&self) -> String {
+        self.kind().name().to_string()
+    }
     /// The socket's local address.
     fn local_addr(&self) -> io::Result<SocketAddr>;
     /// The socket's file descriptor (for counters and diagnostics).
@@ -261,6 +297,60 @@ pub trait BatchIo: Send {
     /// and [`BatchIo::set_gro`]).
     fn gso_stats(&self) -> crate::batch::GsoStats {
         crate::batch::GsoStats::default()
+    }
+    /// Queue one copy of `data` for each of `dsts`, in order. `data` is
+    /// datagram `index` of the batch the last [`BatchIo::recv_batch`] filled
+    /// (`None`: not a received datagram, e.g. a control reply).
+    ///
+    /// Default (socket, mmsg, uring): push the copies into `tx`, handing
+    /// `tx` to [`BatchIo::send_batch`] first when it is full; the copies
+    /// leave at the next [`BatchIo::flush`]. A backend with a shared TX ring
+    /// (xdp) writes them straight from the received frame into TX frames
+    /// and publishes them at once (the echo — a destination equal to the
+    /// datagram's sender — by moving the received frame), and leaves `tx`
+    /// alone; see [`BatchIo::tx_progress`].
+    fn replicate(
+        &mut self,
+        index: Option<usize>,
+        data: &[u8],
+        dsts: &[SocketAddr],
+        tx: &mut TxBatch,
+    ) -> io::Result<()> {
+        let _ = index;
+        for &dst in dsts {
+            if tx.push(dst, data).is_err() {
+                self.flush(tx)?;
+                tx.push(dst, data).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "datagram larger than a send frame",
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+    /// Hand everything queued to the kernel: [`BatchIo::send_batch`] of `tx`
+    /// (then cleared) by default; xdp kicks its TX ring (bounded: frames the
+    /// kernel has not taken stay queued and are not counted as sent).
+    fn flush(&mut self, tx: &mut TxBatch) -> io::Result<()> {
+        if !tx.is_empty() {
+            self.send_batch(tx)?;
+            tx.clear();
+        }
+        Ok(())
+    }
+    /// For a backend whose [`BatchIo::replicate`] queues into a ring shared
+    /// with the kernel: copies queued and handed over so far, so the caller
+    /// can tell when a given copy was scheduled and when the kernel took it.
+    /// `None` (default): copies are queued and handed to the kernel together,
+    /// when the send call that carries them returns.
+    fn tx_progress(&self) -> Option<TxProgress> {
+        None
+    }
+    /// Something queued still waits for the kernel (`flush` again later).
+    fn tx_pending(&self) -> bool {
+        self.tx_progress().is_some_and(|p| p.handed < p.queued)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Pre-allocated receive and send batches.
 
-use crate::time::Nanos;
+use crate::time::{monotonic_now, Nanos};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 /// Metadata of one received datagram.
@@ -14,7 +14,10 @@ pub struct RxMeta {
     pub truncated: bool,
     /// Kernel software RX timestamp (CLOCK_REALTIME), when enabled and delivered.
     pub kernel_rx: Option<Nanos>,
-    /// When the application got the datagram (CLOCK_REALTIME, taken after the syscall).
+    /// When the application got the datagram (CLOCK_REALTIME, taken after
+    /// the syscall; comparable with `kernel_rx`). The same moment on the
+    /// monotonic clock, for intervals inside the application, is
+    /// [`RxBatch::received_at`].
     pub app_rx: Nanos,
 }
 
@@ -77,6 +80,8 @@ impl Arena {
 pub struct RxBatch {
     arena: Arena,
     meta: Vec<RxMeta>,
+    /// CLOCK_MONOTONIC application receive time of each held datagram.
+    received: Vec<Nanos>,
     /// Byte offset of each held datagram in the arena.
     offs: Vec<usize>,
     /// Frames filled so far.
@@ -89,6 +94,7 @@ impl RxBatch {
         RxBatch {
             arena: Arena::new(capacity, frame_size),
             meta: Vec::with_capacity(capacity),
+            received: Vec::with_capacity(capacity),
             offs: Vec::with_capacity(capacity),
             used: 0,
         }
@@ -120,6 +126,7 @@ impl RxBatch {
     /// Forget all held datagrams (frames are reused).
     pub fn clear(&mut self) {
         self.meta.clear();
+        self.received.clear();
         self.offs.clear();
         self.used = 0;
     }
@@ -144,6 +151,14 @@ impl RxBatch {
     /// Metadata of the held datagrams.
     pub fn metas(&self) -> &[RxMeta] {
         &self.meta
+    }
+    /// When the application got the `i`-th datagram, on CLOCK_MONOTONIC
+    /// (per datagram: datagrams taken by one `recvmmsg` share the moment
+    /// it returned; socket, io_uring and AF_XDP stamp each datagram as it is
+    /// taken).
+    /// Panics if `i` is not held.
+    pub fn received_at(&self, i: usize) -> Nanos {
+        self.received[i]
     }
     /// The whole frame that the next received datagram goes to (`None`
     /// when every frame is used). Write the datagram into it, then record
@@ -171,13 +186,21 @@ impl RxBatch {
         Some(self.arena.frame_mut(self.used))
     }
     /// Record that the frame handed out by [`Self::next_frame_mut`] holds a
-    /// datagram of `meta.len` bytes (cut to the frame size). Panics when
-    /// every frame is used.
+    /// datagram of `meta.len` bytes (cut to the frame size), received by
+    /// the application now (CLOCK_MONOTONIC, see [`Self::received_at`]).
+    /// Panics when every frame is used.
     pub fn commit(&mut self, meta: RxMeta) {
+        self.commit_received(meta, monotonic_now());
+    }
+    /// [`Self::commit`] with the monotonic application receive time given
+    /// (backends stamp once per receive call or per ring entry; tests give
+    /// known stamps).
+    pub fn commit_received(&mut self, meta: RxMeta, received: Nanos) {
         assert!(self.used < self.arena.frames, "commit past capacity");
         let len = meta.len.min(self.arena.frame_size);
         self.offs.push(self.used * self.arena.frame_size);
         self.meta.push(RxMeta { len, ..meta });
+        self.received.push(received);
         self.used += 1;
     }
     /// Backend use: the next frame holds a GRO train of `meta.len` bytes made
@@ -186,12 +209,12 @@ impl RxBatch {
     /// by the frame end (`meta.truncated`) the whole datagrams are kept, a
     /// partial last piece is marked truncated, and the datagrams beyond
     /// the frame are lost (the backend counts such trains).
-    pub(crate) fn commit_segments(&mut self, meta: RxMeta, seg: usize) -> usize {
+    pub(crate) fn commit_segments(&mut self, meta: RxMeta, seg: usize, received: Nanos) -> usize {
         assert!(self.used < self.arena.frames, "commit past capacity");
         let fs = self.arena.frame_size;
         let len = meta.len.min(fs);
         if seg == 0 || seg >= len {
-            self.commit(meta);
+            self.commit_received(meta, received);
             return 1;
         }
         let base = self.used * fs;
@@ -205,6 +228,7 @@ impl RxBatch {
                 truncated: meta.truncated && l < seg,
                 ..meta
             });
+            self.received.push(received);
             at += l;
             n += 1;
         }

@@ -230,8 +230,9 @@ fn probe_backend_xdp() -> Check {
             true,
             "usable (--backend xdp --xdp-iface IFACE): veth between two namespace hosts, one datagram \
              received through the XSK RX ring and one reply sent through its TX ring; XDP program \
-             loaded with bpf(2) and attached in generic (SKB) mode, socket bound with XDP_COPY; \
-             IPv4 only, no kernel RX software stamps",
+             loaded with bpf(2) and attached in native (driver) mode where the driver has it (veth \
+             does), else generic; socket bound with XDP_COPY | XDP_USE_NEED_WAKEUP; RX time from \
+             bpf_ktime_get_ns() in the XDP metadata; IPv4 only",
         ),
         Err(why) => chk(
             "io",
@@ -449,8 +450,9 @@ fn probe_io_uring() -> Check {
     }
 }
 
-/// AF_XDP: create the socket, then in a private namespace bind it to a veth
-/// in copy mode and try zero-copy too.
+/// AF_XDP: create the socket, then in a private namespace attach an XDP
+/// program to a veth in native (driver) mode, bind a socket to a veth in
+/// copy mode with need_wakeup, and try zero-copy too.
 fn probe_af_xdp() -> Vec<Check> {
     if let Err(e) = xdp::socket_supported() {
         return vec![chk("kernel", "AF_XDP socket", false, e.reason)];
@@ -461,7 +463,8 @@ fn probe_af_xdp() -> Vec<Check> {
         true,
         "socket(AF_XDP, SOCK_RAW) created",
     )];
-    let r = in_private_netns(|| -> io::Result<(io::Result<()>, io::Result<()>)> {
+    type Probes = (io::Result<()>, io::Result<()>, io::Result<()>);
+    let r = in_private_netns(|| -> io::Result<Probes> {
         let st = Command::new("ip")
             .args(["link", "add", "xv0", "type", "veth", "peer", "name", "xv1"])
             .status()?;
@@ -478,18 +481,37 @@ fn probe_af_xdp() -> Vec<Check> {
                 libc::if_nametoindex(c"xv1".as_ptr()),
             )
         };
-        // Separate veth ends, so the first socket's teardown cannot interfere.
-        Ok((xsk_bind(i0, 1 << 1), xsk_bind(i1, 1 << 2)))
+        // Native XDP first (attached and detached again), then the binds on
+        // separate veth ends, so one teardown cannot interfere with another.
+        let native = xdp::native_attach_probe("xv0");
+        Ok((
+            native,
+            xsk_bind(i0, xdp::XDP_COPY | xdp::XDP_USE_NEED_WAKEUP),
+            xsk_bind(i1, xdp::XDP_ZEROCOPY),
+        ))
     });
     match r {
-        Ok(Ok((copy, zc))) => {
+        Ok(Ok((native, copy, zc))) => {
+            out.push(chk(
+                "kernel",
+                "XDP native mode (veth)",
+                native.is_ok(),
+                match native {
+                    Ok(()) => "program attached with BPF_LINK_CREATE + XDP_FLAGS_DRV_MODE (driver \
+                               mode: runs in veth's NAPI poll), detached again"
+                        .into(),
+                    Err(e) => format!("native attach refused (generic mode only): {e}"),
+                },
+            ));
             out.push(chk(
                 "kernel",
                 "AF_XDP copy mode (veth)",
                 copy.is_ok(),
                 match copy {
-                    Ok(()) => "UMEM registered, XSK bound to a veth queue 0 with XDP_COPY".into(),
-                    Err(e) => format!("bind with XDP_COPY failed: {e}"),
+                    Ok(()) => "UMEM registered, XSK bound to a veth queue 0 with XDP_COPY | \
+                               XDP_USE_NEED_WAKEUP"
+                        .into(),
+                    Err(e) => format!("bind with XDP_COPY | XDP_USE_NEED_WAKEUP failed: {e}"),
                 },
             ));
             out.push(chk(

@@ -51,7 +51,7 @@ pub mod wire;
 
 pub use backend::{
     open_backend, open_uring, open_xdp, BackendKind, BackendUnavailable, BatchIo, IoStats,
-    NeedsInterface, ParseBackendError, UringConfig, XdpConfig,
+    NeedsInterface, ParseBackendError, TxProgress, UringConfig, XdpConfig, XdpMode,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};

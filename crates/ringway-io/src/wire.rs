@@ -199,29 +199,46 @@ impl<'a> Udp4Frame<'a> {
     }
 }
 
-/// One's-complement sum of `data` (big-endian 16-bit words) added to `acc`.
-fn sum16(data: &[u8], mut acc: u32) -> u32 {
-    let mut chunks = data.chunks_exact(2);
+/// One's-complement sum of `data` (big-endian 16-bit words, a last odd
+/// byte padded with zero) added to `acc`; the result is not folded to 16
+/// bits yet (see [`fold`]). Eight bytes at a time: summing big-endian
+/// 32-bit words gives the same one's-complement sum, as 2^16 ≡ 1 modulo
+/// 0xffff.
+pub(crate) fn sum16(data: &[u8], acc: u32) -> u32 {
+    let mut wide = u64::from(acc);
+    let mut chunks = data.chunks_exact(8);
     for c in &mut chunks {
-        acc = acc.wrapping_add(u16::from_be_bytes([c[0], c[1]]) as u32);
-        if acc > 0xffff_0000 {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
+        let hi = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+        let lo = u32::from_be_bytes([c[4], c[5], c[6], c[7]]);
+        wide += u64::from(hi) + u64::from(lo);
     }
-    if let [b] = chunks.remainder() {
-        acc = acc.wrapping_add((*b as u32) << 8);
+    let mut pairs = chunks.remainder().chunks_exact(2);
+    for c in &mut pairs {
+        wide += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [b] = pairs.remainder() {
+        wide += u64::from(*b) << 8;
+    }
+    // Fold 64 → 32 bits (end-around carries), keeping the sum mod 0xffff.
+    while wide > 0xffff_ffff {
+        wide = (wide & 0xffff_ffff) + (wide >> 32);
+    }
+    // And below 2^31, so callers may add a few more 16-bit sums.
+    let mut acc = wide as u32;
+    while acc > 0x7fff_ffff {
+        acc = (acc & 0xffff) + (acc >> 16);
     }
     acc
 }
 
-fn fold(mut acc: u32) -> u16 {
+pub(crate) fn fold(mut acc: u32) -> u16 {
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);
     }
     acc as u16
 }
 
-fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
+pub(crate) fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
     let mut p = [0u8; 12];
     p[0..4].copy_from_slice(&src.octets());
     p[4..8].copy_from_slice(&dst.octets());
@@ -329,6 +346,33 @@ mod tests {
             assert!(f.udp.checksum_ok(f.ip.src(), f.ip.dst()));
             assert_eq!(f.udp.payload(), payload);
         }
+    }
+
+    /// The 8-bytes-at-a-time sum equals the plain 16-bit word sum, for
+    /// every length and alignment of the tail.
+    #[test]
+    fn wide_sum_equals_word_sum() {
+        let plain = |d: &[u8], mut acc: u64| {
+            for c in d.chunks(2) {
+                acc += u64::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+            }
+            while acc > 0xffff {
+                acc = (acc & 0xffff) + (acc >> 16);
+            }
+            acc as u16
+        };
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
+        for len in 0..data.len() {
+            for acc in [0u32, 1, 0xffff, 0x1234_5678] {
+                let d = &data[..len];
+                assert_eq!(
+                    fold(sum16(d, acc)),
+                    plain(d, u64::from(acc)),
+                    "len {len} acc {acc}"
+                );
+            }
+        }
+        assert_eq!(fold(sum16(&[0xff; 1500], 0)), 0xffff);
     }
 
     #[test]

@@ -158,6 +158,30 @@ pub mod cpu_seconds {
             system_ns: ns(s.sys_s),
         })
     }
+
+    /// An optional [`CpuTime`]: seconds, or `null` when it is not known.
+    pub mod option {
+        use super::CpuTime;
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        /// Serialise as seconds, or `null`.
+        pub fn serialize<S: Serializer>(cpu: &Option<CpuTime>, s: S) -> Result<S::Ok, S::Error> {
+            cpu.map(|c| super::Seconds {
+                user_s: c.user_ns as f64 / 1e9,
+                sys_s: c.system_ns as f64 / 1e9,
+            })
+            .serialize(s)
+        }
+
+        /// Deserialise from seconds, or `null`.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CpuTime>, D::Error> {
+            let ns = |x: f64| (x.max(0.0) * 1e9).round() as u64;
+            Ok(Option::<super::Seconds>::deserialize(d)?.map(|s| CpuTime {
+                user_ns: ns(s.user_s),
+                system_ns: ns(s.sys_s),
+            }))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -131,6 +131,9 @@ pub enum Reply {
     Ack(u32, Session),
     /// ERROR with (request id, code, ssid).
     Error(u32, Option<ErrorCode>, u32),
+    /// CHALLENGE with (request id, cookie): repeat the REGISTER (or send a
+    /// JOIN) carrying this cookie.
+    Challenge(u32, [u8; wire::COOKIE_LEN]),
 }
 
 /// Parse an SFU reply; `None` for anything else.
@@ -145,6 +148,7 @@ pub fn parse_reply(data: &[u8]) -> Option<Reply> {
             },
         )),
         MsgType::Error => Some(Reply::Error(c.request_id(), c.error_code(), c.ssid())),
+        MsgType::Challenge => Some(Reply::Challenge(c.request_id(), c.cookie()?)),
         _ => None,
     }
 }
@@ -160,11 +164,26 @@ impl Requests {
         self.next = self.next.wrapping_add(1);
         self.next
     }
-    /// REGISTER; returns (request id, bytes).
+    /// A first REGISTER (no cookie: the SFU answers with a CHALLENGE);
+    /// returns (request id, bytes).
     pub fn register(&mut self) -> (u32, Vec<u8>) {
         let id = self.id();
         let mut b = vec![0u8; wire::CTRL_AUTH_LEN];
         wire::write_register(&mut b, id).expect("sized");
+        (id, b)
+    }
+    /// REGISTER echoing the `cookie` of a CHALLENGE.
+    pub fn register_with(&mut self, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
+        self.cookie_msg(MsgType::Register, cookie)
+    }
+    /// JOIN (static room) echoing the `cookie` of a CHALLENGE.
+    pub fn join(&mut self, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
+        self.cookie_msg(MsgType::Join, cookie)
+    }
+    fn cookie_msg(&mut self, ty: MsgType, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
+        let id = self.id();
+        let mut b = vec![0u8; wire::CTRL_AUTH_LEN];
+        wire::write_cookie(&mut b, ty, id, cookie).expect("sized");
         (id, b)
     }
     /// KEEPALIVE or LEAVE.
@@ -224,5 +243,14 @@ mod tests {
         let mut a = [0u8; 20];
         wire::write_auth(&mut a, MsgType::Ack, 4, 3, 9).unwrap();
         assert_eq!(parse_reply(&a), Some(Reply::Ack(4, s)));
+        let cookie = [9u8; wire::COOKIE_LEN];
+        wire::write_cookie(&mut a, MsgType::Challenge, 5, &cookie).unwrap();
+        assert_eq!(parse_reply(&a), Some(Reply::Challenge(5, cookie)));
+        let (id, b) = r.register_with(&cookie);
+        let c = Control::new_checked(&b).unwrap();
+        assert_eq!((c.msg_type(), c.request_id()), (MsgType::Register, id));
+        assert_eq!(c.cookie(), Some(cookie));
+        let (_, b) = r.join(&cookie);
+        assert_eq!(Control::new_checked(&b).unwrap().msg_type(), MsgType::Join);
     }
 }

@@ -1,14 +1,31 @@
 //! The forwarding core: client and subscription tables, verified-source
-//! checks, replication targets, static-room latching and idle timeouts.
+//! checks, replication targets, the static room, return-routability
+//! cookies and idle timeouts.
 //!
 //! Sans-IO: [`Sfu::handle`] takes one received datagram (sender address,
 //! bytes, `now` in ns on any monotonic clock) and returns an [`Action`]: the
 //! addresses to send copies of the same bytes to, a control reply to send,
 //! or a counted drop. [`Sfu::tick`] expires idle clients.
+//!
+//! **No state for unverified addresses.** A REGISTER without a valid
+//! cookie, and the first RTP packet of an address that wants to join the
+//! static room, get one CHALLENGE (20 bytes, never more than the request,
+//! rate-limited per source prefix) and change nothing. Only an address
+//! that echoes the cookie (REGISTER / JOIN) is registered or admitted, so
+//! spoofed sources can neither fill the tables, nor evict anybody, nor be
+//! latched into the room to receive its media.
+//!
+//! **Subscriptions cost what they change.** Route lists are materialised
+//! per (source, media type) with an index, and every (source, subscriber,
+//! media) pair keeps a count of the selectors that want it: SUBSCRIBE and
+//! UNSUBSCRIBE touch only the sources their selectors name (every source
+//! for a wildcard), O(1) each, whatever the number of clients and
+//! subscriptions already there.
 
+use crate::admission::{Cookies, KeyedRng, PrefixLimiter};
 use crate::wire::{
     self, classify, Control, ErrorCode, Kind, MediaType, MsgType, RtpPacket, Selector, SourceSel,
-    CTRL_ERROR_LEN,
+    COOKIE_LEN, CTRL_AUTH_LEN, CTRL_ERROR_LEN,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,7 +35,8 @@ use std::net::SocketAddr;
 pub struct SfuConfig {
     /// Send every accepted media packet back to its sender (RTT measurement).
     pub echo: bool,
-    /// Admit plain RTP senders by address (latching) into one static room.
+    /// Admit RTP senders into one static room by address, after a
+    /// return-routability check (CHALLENGE, then JOIN with the cookie).
     pub static_room: bool,
     /// Most registered clients (and, separately, static-room members).
     pub max_clients: usize,
@@ -26,8 +44,18 @@ pub struct SfuConfig {
     pub max_subs: usize,
     /// Remove clients silent for longer than this (ns).
     pub idle_timeout_ns: u64,
-    /// Seed for token generation (give real entropy in production).
-    pub seed: u64,
+    /// Key of the generator behind tokens and cookie secrets. Give real
+    /// entropy (the server reads the OS random source); with a known seed
+    /// tokens and cookies are predictable.
+    pub seed: u128,
+    /// Lifetime of one cookie secret (ns): a cookie is accepted for one to
+    /// two of these after it was made.
+    pub cookie_period_ns: u64,
+    /// Replies to unverified addresses (CHALLENGE, ERROR) per second per
+    /// source prefix (IPv4 /24, IPv6 /56), and registrations per second.
+    pub prefix_rate: u32,
+    /// Burst of that rate.
+    pub prefix_burst: u32,
 }
 
 impl Default for SfuConfig {
@@ -39,6 +67,9 @@ impl Default for SfuConfig {
             max_subs: 64,
             idle_timeout_ns: 10_000_000_000,
             seed: 0x5eed,
+            cookie_period_ns: 10_000_000_000,
+            prefix_rate: 32,
+            prefix_burst: 128,
         }
     }
 }
@@ -56,8 +87,15 @@ pub enum DropReason {
     UnknownPayloadType,
     /// Static room full.
     RoomFull,
-    /// Control reply (ACK/ERROR) sent to the SFU: never answered.
+    /// Control reply (ACK/ERROR/CHALLENGE) sent to the SFU: never answered.
     UnexpectedControl,
+    /// RTP from an address not (yet) admitted to the static room: at most a
+    /// CHALLENGE went back.
+    NotAdmitted,
+    /// REGISTER or JOIN with a cookie that is not valid for its address.
+    BadCookie,
+    /// Over the per-prefix rate of replies to unverified addresses: no reply.
+    RateLimited,
 }
 
 /// What the caller should do with a datagram.
@@ -75,7 +113,7 @@ pub enum Action<'a> {
         /// The sender, when echo is on.
         echo: Option<SocketAddr>,
     },
-    /// Send `msg` to `dst` (an ACK or ERROR).
+    /// Send `msg` to `dst` (an ACK, ERROR or CHALLENGE).
     Reply {
         /// Destination (the requester).
         dst: SocketAddr,
@@ -105,6 +143,9 @@ pub struct SfuStats {
     pub acks: u64,
     /// ERRORs sent.
     pub errors_sent: u64,
+    /// CHALLENGEs sent (REGISTER without a valid cookie, RTP from an
+    /// address not admitted to the static room).
+    pub challenges: u64,
     /// Malformed datagrams dropped.
     pub drop_malformed: u64,
     /// RTP from unregistered SSRCs dropped.
@@ -119,8 +160,15 @@ pub struct SfuStats {
     pub drop_unknown_ssid: u64,
     /// Control from another address than the registered one refused.
     pub drop_wrong_address: u64,
-    /// Unexpected ACK/ERROR received (ignored).
+    /// Unexpected ACK/ERROR/CHALLENGE received (ignored).
     pub drop_unexpected_control: u64,
+    /// RTP from addresses not admitted to the static room.
+    pub drop_not_admitted: u64,
+    /// REGISTER / JOIN whose cookie was wrong or expired (a CHALLENGE
+    /// followed, rate permitting).
+    pub drop_bad_cookie: u64,
+    /// Replies to unverified addresses withheld by the per-prefix rate limit.
+    pub rate_limited: u64,
     /// Registrations refused (table full).
     pub rejected_register: u64,
     /// Subscriptions refused (too many selectors).
@@ -129,6 +177,8 @@ pub struct SfuStats {
     pub rejected_room: u64,
     /// Successful registrations (new SSIDs).
     pub registrations: u64,
+    /// Addresses admitted to the static room (JOIN with a valid cookie).
+    pub joins: u64,
     /// Clients that left.
     pub leaves: u64,
     /// Clients and static members removed for idleness.
@@ -144,8 +194,42 @@ struct Client {
     addr: SocketAddr,
     token: u64,
     last_seen: u64,
+    /// Selectors (a set: no duplicates), at most `max_subs`.
     subs: Vec<Selector>,
 }
+
+/// Subscriber addresses of one (source, media type), with an index for
+/// O(1) insertion and removal (order is not kept).
+#[derive(Debug, Default)]
+struct RouteList {
+    addrs: Vec<SocketAddr>,
+    ssids: Vec<u32>,
+    pos: HashMap<u32, usize>,
+}
+
+impl RouteList {
+    fn insert(&mut self, ssid: u32, addr: SocketAddr) {
+        if self.pos.contains_key(&ssid) {
+            return;
+        }
+        self.pos.insert(ssid, self.addrs.len());
+        self.addrs.push(addr);
+        self.ssids.push(ssid);
+    }
+    fn remove(&mut self, ssid: u32) {
+        let Some(i) = self.pos.remove(&ssid) else {
+            return;
+        };
+        self.addrs.swap_remove(i);
+        self.ssids.swap_remove(i);
+        if let Some(&moved) = self.ssids.get(i) {
+            self.pos.insert(moved, i);
+        }
+    }
+}
+
+/// Counts of selectors wanting media type m, per media type.
+type Counts = [u16; MediaType::COUNT];
 
 /// The SFU forwarding core.
 #[derive(Debug)]
@@ -153,33 +237,49 @@ pub struct Sfu {
     cfg: SfuConfig,
     clients: HashMap<u32, Client>,
     by_addr: HashMap<SocketAddr, u32>,
-    /// Per source SSID and media type: subscriber addresses.
-    routes: HashMap<u32, [Vec<SocketAddr>; MediaType::COUNT]>,
+    /// Per registered source SSID and media type: subscribers.
+    routes: HashMap<u32, [RouteList; MediaType::COUNT]>,
+    /// Per source SSID (registered or not) and subscriber SSID: selectors
+    /// naming that source, per media type.
+    explicit: HashMap<u32, HashMap<u32, Counts>>,
+    /// Per media type and subscriber SSID: wildcard-source selectors.
+    wildcard: [HashMap<u32, u16>; MediaType::COUNT],
     room: HashMap<SocketAddr, u64>,
     room_list: Vec<SocketAddr>,
     scratch: Vec<SocketAddr>,
     next_ssid: u32,
-    rng: u64,
+    rng: KeyedRng,
+    cookies: Cookies,
+    limiter: PrefixLimiter,
     reply: [u8; 32],
     stats: SfuStats,
+    /// Route-table steps taken by subscription changes (for the cost tests).
+    work: u64,
 }
 
 impl Sfu {
     /// A core with no clients.
     pub fn new(cfg: SfuConfig) -> Self {
-        let rng = cfg.seed ^ 0x9e37_79b9_7f4a_7c15;
+        let mut rng = KeyedRng::new(cfg.seed);
+        let cookies = Cookies::new(cfg.cookie_period_ns, 0, &mut rng);
+        let limiter = PrefixLimiter::new(cfg.prefix_rate, cfg.prefix_burst, 4096);
         Sfu {
             cfg,
             clients: HashMap::new(),
             by_addr: HashMap::new(),
             routes: HashMap::new(),
+            explicit: HashMap::new(),
+            wildcard: Default::default(),
             room: HashMap::new(),
             room_list: Vec::new(),
             scratch: Vec::new(),
             next_ssid: 1,
             rng,
+            cookies,
+            limiter,
             reply: [0; 32],
             stats: SfuStats::default(),
+            work: 0,
         }
     }
 
@@ -206,21 +306,43 @@ impl Sfu {
         self.clients.get(&ssid).map(|c| c.subs.as_slice())
     }
 
-    /// Subscriber addresses of (`ssid`, `media`), sender excluded.
+    /// Subscriber addresses of (`ssid`, `media`), sender excluded, in no
+    /// particular order.
     pub fn subscribers(&self, ssid: u32, media: MediaType) -> &[SocketAddr] {
         self.routes
             .get(&ssid)
-            .map(|r| r[media as usize].as_slice())
+            .map(|r| r[media as usize].addrs.as_slice())
             .unwrap_or(&[])
     }
 
-    fn next_rand(&mut self) -> u64 {
-        // splitmix64
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    /// Every route of a registered source: (SSID, media type, the source's
+    /// address, its subscribers), for a data plane outside the core (the
+    /// in-kernel fan-out). Echo is `config().echo`.
+    pub fn routes(&self) -> impl Iterator<Item = (u32, MediaType, SocketAddr, &[SocketAddr])> + '_ {
+        self.routes.iter().flat_map(move |(&ssid, lists)| {
+            let addr = self.clients[&ssid].addr;
+            MediaType::ALL
+                .into_iter()
+                .map(move |m| (ssid, m, addr, lists[m as usize].addrs.as_slice()))
+        })
+    }
+
+    /// Whether `data` from `peer` is media from a verified source: RTP whose
+    /// SSRC is registered to `peer`, or RTP from an admitted static-room
+    /// member. Changes nothing; the engine asks before it lets a packet
+    /// take a slot of a per-flow structure (SRPIC).
+    pub fn is_verified_media(&self, peer: SocketAddr, data: &[u8]) -> bool {
+        let Ok(p) = RtpPacket::new_checked(data) else {
+            return false;
+        };
+        match self.clients.get(&p.ssrc()) {
+            Some(c) => c.addr == peer,
+            None => {
+                self.cfg.static_room
+                    && !self.by_addr.contains_key(&peer)
+                    && self.room.contains_key(&peer)
+            }
+        }
     }
 
     /// Handle one received datagram from `peer` at time `now` (ns).
@@ -262,7 +384,7 @@ impl Sfu {
             let targets = self
                 .routes
                 .get(&ssrc)
-                .map(|r| r[m as usize].as_slice())
+                .map(|r| r[m as usize].addrs.as_slice())
                 .unwrap_or(&[]);
             self.stats.media_accepted += 1;
             self.stats.copies += targets.len() as u64;
@@ -284,16 +406,15 @@ impl Sfu {
             self.stats.drop_unregistered += 1;
             return Action::Drop(DropReason::Unregistered);
         }
-        if let Some(t) = self.room.get_mut(&peer) {
-            *t = now;
-        } else {
-            if self.room.len() >= self.cfg.max_clients {
-                self.stats.rejected_room += 1;
-                return Action::Drop(DropReason::RoomFull);
+        let Some(t) = self.room.get_mut(&peer) else {
+            // Not admitted: one CHALLENGE if it is no larger than the packet.
+            self.stats.drop_not_admitted += 1;
+            if data.len() >= CTRL_AUTH_LEN {
+                return self.challenge(now, peer, 0);
             }
-            self.room.insert(peer, now);
-            self.room_list.push(peer);
-        }
+            return Action::Drop(DropReason::NotAdmitted);
+        };
+        *t = now;
         self.scratch.clear();
         self.scratch
             .extend(self.room_list.iter().copied().filter(|a| *a != peer));
@@ -309,7 +430,48 @@ impl Sfu {
         }
     }
 
-    fn error(&mut self, peer: SocketAddr, req: u32, code: ErrorCode, ssid: u32) -> Action<'_> {
+    /// A reply to an address that has not proved it receives: subject to
+    /// the per-prefix rate limit.
+    fn limited(&mut self, now: u64, peer: SocketAddr) -> bool {
+        if self.limiter.allow(peer.ip(), now) {
+            false
+        } else {
+            self.stats.rate_limited += 1;
+            true
+        }
+    }
+
+    fn challenge(&mut self, now: u64, peer: SocketAddr, req: u32) -> Action<'_> {
+        if self.limited(now, peer) {
+            return Action::Drop(DropReason::RateLimited);
+        }
+        self.cookies.rotate(now, &mut self.rng);
+        let cookie = self.cookies.make(peer);
+        self.stats.challenges += 1;
+        let n = wire::write_cookie(&mut self.reply, MsgType::Challenge, req, &cookie)
+            .expect("reply buffer fits");
+        Action::Reply {
+            dst: peer,
+            msg: &self.reply[..n],
+        }
+    }
+
+    /// ERROR to `peer`; rate-limited unless `peer` is a verified client.
+    fn error(
+        &mut self,
+        now: u64,
+        peer: SocketAddr,
+        req: u32,
+        code: ErrorCode,
+        ssid: u32,
+    ) -> Action<'_> {
+        let verified = self
+            .by_addr
+            .get(&peer)
+            .is_some_and(|s| self.clients.contains_key(s));
+        if !verified && self.limited(now, peer) {
+            return Action::Drop(DropReason::RateLimited);
+        }
         self.stats.errors_sent += 1;
         let n = wire::write_error(&mut self.reply, req, code, ssid).expect("reply buffer fits");
         Action::Reply {
@@ -335,31 +497,38 @@ impl Sfu {
                 self.stats.drop_malformed += 1;
                 // Answer only when the reply is not larger than the request.
                 if let (Some(req), true) = (e.request_id, data.len() >= CTRL_ERROR_LEN) {
-                    return self.error(peer, req, ErrorCode::Malformed, 0);
+                    return self.error(now, peer, req, ErrorCode::Malformed, 0);
                 }
                 return Action::Drop(DropReason::Malformed);
             }
         };
         let req = c.request_id();
         match c.msg_type() {
-            MsgType::Ack | MsgType::Error => {
+            MsgType::Ack | MsgType::Error | MsgType::Challenge => {
                 self.stats.drop_unexpected_control += 1;
                 Action::Drop(DropReason::UnexpectedControl)
             }
-            MsgType::Register => self.register(now, peer, req),
+            MsgType::Register => {
+                let cookie = c.cookie().expect("REGISTER has a cookie field");
+                self.register(now, peer, req, &cookie)
+            }
+            MsgType::Join => {
+                let cookie = c.cookie().expect("JOIN has a cookie field");
+                self.join(now, peer, req, &cookie)
+            }
             ty => {
                 let ssid = c.ssid();
                 let Some(cl) = self.clients.get_mut(&ssid) else {
                     self.stats.drop_unknown_ssid += 1;
-                    return self.error(peer, req, ErrorCode::UnknownSsid, ssid);
+                    return self.error(now, peer, req, ErrorCode::UnknownSsid, ssid);
                 };
                 if cl.token != c.token() {
                     self.stats.drop_bad_token += 1;
-                    return self.error(peer, req, ErrorCode::BadToken, ssid);
+                    return self.error(now, peer, req, ErrorCode::BadToken, ssid);
                 }
                 if cl.addr != peer {
                     self.stats.drop_wrong_address += 1;
-                    return self.error(peer, req, ErrorCode::WrongAddress, ssid);
+                    return self.error(now, peer, req, ErrorCode::WrongAddress, ssid);
                 }
                 cl.last_seen = now;
                 let token = cl.token;
@@ -376,7 +545,7 @@ impl Sfu {
                             self.ack(peer, req, ssid, token)
                         } else {
                             self.stats.rejected_subscribe += 1;
-                            self.error(peer, req, ErrorCode::TooManySubs, ssid)
+                            self.error(now, peer, req, ErrorCode::TooManySubs, ssid)
                         }
                     }
                     MsgType::Unsubscribe => {
@@ -384,7 +553,11 @@ impl Sfu {
                         self.unsubscribe(ssid, &sels);
                         self.ack(peer, req, ssid, token)
                     }
-                    MsgType::Register | MsgType::Ack | MsgType::Error => {
+                    MsgType::Register
+                    | MsgType::Join
+                    | MsgType::Ack
+                    | MsgType::Error
+                    | MsgType::Challenge => {
                         unreachable!("handled above")
                     }
                 }
@@ -392,7 +565,28 @@ impl Sfu {
         }
     }
 
-    fn register(&mut self, now: u64, peer: SocketAddr, req: u32) -> Action<'_> {
+    /// Is `cookie` valid for `peer` now? (Counts a wrong non-zero one.)
+    fn cookie_ok(&mut self, now: u64, peer: SocketAddr, cookie: &[u8; COOKIE_LEN]) -> bool {
+        self.cookies.rotate(now, &mut self.rng);
+        if self.cookies.check(peer, cookie) {
+            return true;
+        }
+        if cookie.iter().any(|&b| b != 0) {
+            self.stats.drop_bad_cookie += 1;
+        }
+        false
+    }
+
+    fn register(
+        &mut self,
+        now: u64,
+        peer: SocketAddr,
+        req: u32,
+        cookie: &[u8; COOKIE_LEN],
+    ) -> Action<'_> {
+        if !self.cookie_ok(now, peer, cookie) {
+            return self.challenge(now, peer, req);
+        }
         if let Some(&ssid) = self.by_addr.get(&peer) {
             // Retransmitted REGISTER: same answer.
             let c = self.clients.get_mut(&ssid).expect("index consistent");
@@ -402,15 +596,19 @@ impl Sfu {
         }
         if self.clients.len() >= self.cfg.max_clients {
             self.stats.rejected_register += 1;
-            return self.error(peer, req, ErrorCode::TooManyClients, 0);
+            return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+        }
+        if self.limited(now, peer) {
+            return Action::Drop(DropReason::RateLimited);
         }
         let mut ssid = self.next_ssid;
         while ssid == 0 || ssid == wire::ALL_SOURCES || self.clients.contains_key(&ssid) {
             ssid = ssid.wrapping_add(1);
         }
         self.next_ssid = ssid.wrapping_add(1);
-        let token = self.next_rand();
-        // A static-room member that registers leaves the room.
+        let token = self.rng.next_u64();
+        // A static-room member that registers leaves the room (it proved
+        // it owns the address).
         if self.room.remove(&peer).is_some() {
             self.room_list.retain(|a| *a != peer);
         }
@@ -424,15 +622,20 @@ impl Sfu {
             },
         );
         self.by_addr.insert(peer, ssid);
-        // Routes of the new source: everyone whose selectors match it.
-        let mut r: [Vec<SocketAddr>; MediaType::COUNT] = Default::default();
-        for (&other, oc) in &self.clients {
-            if other == ssid {
-                continue;
+        // Routes of the new source: wildcard subscribers and those whose
+        // selectors already name this SSID.
+        let mut r: [RouteList; MediaType::COUNT] = Default::default();
+        for m in MediaType::ALL {
+            for (&sub, &n) in &self.wildcard[m as usize] {
+                if n > 0 && sub != ssid {
+                    r[m as usize].insert(sub, self.clients[&sub].addr);
+                }
             }
-            for m in MediaType::ALL {
-                if oc.subs.iter().any(|s| s.matches(ssid, m)) {
-                    r[m as usize].push(oc.addr);
+            if let Some(ex) = self.explicit.get(&ssid) {
+                for (&sub, counts) in ex {
+                    if counts[m as usize] > 0 && sub != ssid {
+                        r[m as usize].insert(sub, self.clients[&sub].addr);
+                    }
                 }
             }
         }
@@ -441,9 +644,127 @@ impl Sfu {
         self.ack(peer, req, ssid, token)
     }
 
+    fn join(
+        &mut self,
+        now: u64,
+        peer: SocketAddr,
+        req: u32,
+        cookie: &[u8; COOKIE_LEN],
+    ) -> Action<'_> {
+        if !self.cfg.static_room || self.by_addr.contains_key(&peer) {
+            self.stats.drop_unexpected_control += 1;
+            return Action::Drop(DropReason::UnexpectedControl);
+        }
+        if !self.cookie_ok(now, peer, cookie) {
+            return self.challenge(now, peer, req);
+        }
+        if let Some(t) = self.room.get_mut(&peer) {
+            *t = now;
+        } else {
+            if self.room.len() >= self.cfg.max_clients {
+                self.stats.rejected_room += 1;
+                return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+            }
+            self.room.insert(peer, now);
+            self.room_list.push(peer);
+            self.stats.joins += 1;
+        }
+        self.ack(peer, req, 0, 0)
+    }
+
+    fn counts_of(&self, src: u32, sub: u32) -> Counts {
+        self.explicit
+            .get(&src)
+            .and_then(|e| e.get(&sub))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Does subscriber `sub` want media `m` of source `src`?
+    fn wants(&self, src: u32, sub: u32, m: MediaType) -> bool {
+        src != sub
+            && (self.wildcard[m as usize].get(&sub).is_some_and(|&n| n > 0)
+                || self.counts_of(src, sub)[m as usize] > 0)
+    }
+
+    /// Count one selector of `sub` in (`add`) or out, and bring the route
+    /// lists it touches in line.
+    fn apply_selector(&mut self, sub: u32, sel: Selector, add: bool) {
+        let addr = self.clients[&sub].addr;
+        for m in MediaType::ALL.into_iter().filter(|m| sel.media.matches(*m)) {
+            let mi = m as usize;
+            self.work += 1;
+            match sel.source {
+                SourceSel::Ssid(src) => {
+                    let before = self.wants(src, sub, m);
+                    let e = self.explicit.entry(src).or_default();
+                    let counts = e.entry(sub).or_default();
+                    if add {
+                        counts[mi] += 1;
+                    } else {
+                        counts[mi] = counts[mi].saturating_sub(1);
+                        if counts.iter().all(|&n| n == 0) {
+                            e.remove(&sub);
+                            if e.is_empty() {
+                                self.explicit.remove(&src);
+                            }
+                        }
+                    }
+                    let after = self.wants(src, sub, m);
+                    if before != after {
+                        if let Some(lists) = self.routes.get_mut(&src) {
+                            if after {
+                                lists[mi].insert(sub, addr);
+                            } else {
+                                lists[mi].remove(sub);
+                            }
+                        }
+                    }
+                }
+                SourceSel::All => {
+                    let w = self.wildcard[mi].entry(sub).or_default();
+                    let before = *w > 0;
+                    if add {
+                        *w += 1;
+                    } else {
+                        *w = w.saturating_sub(1);
+                    }
+                    let after = *w > 0;
+                    if !after {
+                        self.wildcard[mi].remove(&sub);
+                    }
+                    if before == after {
+                        continue;
+                    }
+                    // Every source, except where an explicit selector keeps
+                    // the route anyway.
+                    for (&src, lists) in self.routes.iter_mut() {
+                        self.work += 1;
+                        if src == sub {
+                            continue;
+                        }
+                        let explicit = self
+                            .explicit
+                            .get(&src)
+                            .and_then(|e| e.get(&sub))
+                            .is_some_and(|c| c[mi] > 0);
+                        if explicit {
+                            continue;
+                        }
+                        if after {
+                            lists[mi].insert(sub, addr);
+                        } else {
+                            lists[mi].remove(sub);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Add selectors to `ssid`; false (and no change) if that would exceed `max_subs`.
     fn subscribe(&mut self, ssid: u32, sels: &[Selector]) -> bool {
-        let c = self.clients.get_mut(&ssid).expect("checked by caller");
+        let c = self.clients.get(&ssid).expect("checked by caller");
         let mut new: Vec<Selector> = Vec::new();
         for s in sels {
             if !c.subs.contains(s) && !new.contains(s) {
@@ -453,8 +774,14 @@ impl Sfu {
         if c.subs.len() + new.len() > self.cfg.max_subs {
             return false;
         }
-        c.subs.extend_from_slice(&new);
-        self.refresh_subscriber(ssid, &new);
+        for s in &new {
+            self.apply_selector(ssid, *s, true);
+        }
+        self.clients
+            .get_mut(&ssid)
+            .expect("checked")
+            .subs
+            .extend_from_slice(&new);
         true
     }
 
@@ -464,7 +791,7 @@ impl Sfu {
         let removed: Vec<Selector> = if sels.contains(&Selector::ALL) {
             std::mem::take(&mut c.subs)
         } else {
-            let r = c
+            let r: Vec<Selector> = c
                 .subs
                 .iter()
                 .copied()
@@ -473,53 +800,26 @@ impl Sfu {
             c.subs.retain(|s| !sels.contains(s));
             r
         };
-        self.refresh_subscriber(ssid, &removed);
-    }
-
-    /// Bring `ssid`'s presence in the route lists of the sources touched by
-    /// `changed` in line with its selectors.
-    fn refresh_subscriber(&mut self, ssid: u32, changed: &[Selector]) {
-        let c = &self.clients[&ssid];
-        let (addr, subs) = (c.addr, c.subs.clone());
-        let all = changed.iter().any(|s| s.source == SourceSel::All);
-        for (&src, lists) in self.routes.iter_mut() {
-            if src == ssid {
-                continue;
-            }
-            let touched = all || changed.iter().any(|s| s.source == SourceSel::Ssid(src));
-            if !touched {
-                continue;
-            }
-            for m in MediaType::ALL {
-                let want = subs.iter().any(|s| s.matches(src, m));
-                let list = &mut lists[m as usize];
-                let has = list.contains(&addr);
-                if want && !has {
-                    list.push(addr);
-                } else if !want && has {
-                    list.retain(|a| *a != addr);
-                }
-            }
+        for s in removed {
+            self.apply_selector(ssid, s, false);
         }
     }
 
     fn remove_client(&mut self, ssid: u32) {
-        let Some(c) = self.clients.remove(&ssid) else {
+        let Some(subs) = self.clients.get(&ssid).map(|c| c.subs.clone()) else {
             return;
         };
+        for s in subs {
+            self.apply_selector(ssid, s, false);
+        }
+        let c = self.clients.remove(&ssid).expect("present");
         self.by_addr.remove(&c.addr);
         self.routes.remove(&ssid);
-        if !c.subs.is_empty() {
-            for lists in self.routes.values_mut() {
-                for l in lists.iter_mut() {
-                    l.retain(|a| *a != c.addr);
-                }
-            }
-        }
     }
 
-    /// Check internal consistency (tests): route lists hold only registered
-    /// subscribers of that source, never the source itself, without duplicates.
+    /// Check internal consistency (tests): route lists hold exactly the
+    /// registered subscribers whose selectors match, never the source
+    /// itself, without duplicates; the selector counts match the selectors.
     pub fn check_invariants(&self) -> Result<(), String> {
         if self.clients.len() > self.cfg.max_clients || self.room.len() > self.cfg.max_clients {
             return Err("table over its bound".into());
@@ -527,35 +827,66 @@ impl Sfu {
         if self.by_addr.len() != self.clients.len() || self.room_list.len() != self.room.len() {
             return Err("index out of sync".into());
         }
-        for (src, lists) in &self.routes {
-            let Some(sc) = self.clients.get(src) else {
-                return Err(format!("routes for unknown source {src}"));
-            };
-            for m in MediaType::ALL {
-                let l = &lists[m as usize];
-                for (i, a) in l.iter().enumerate() {
-                    if *a == sc.addr || l[..i].contains(a) {
-                        return Err(format!("self or duplicate in routes of {src}"));
-                    }
-                    let Some(ssid) = self.by_addr.get(a) else {
-                        return Err(format!("unregistered {a} in routes of {src}"));
-                    };
-                    if !self.clients[ssid].subs.iter().any(|s| s.matches(*src, m)) {
-                        return Err(format!("{a} routed without a matching selector"));
-                    }
-                }
-                for (&ssid, c) in &self.clients {
-                    if ssid != *src
-                        && c.subs.iter().any(|s| s.matches(*src, m))
-                        && !l.contains(&c.addr)
-                    {
-                        return Err(format!("subscriber {ssid} missing from routes of {src}"));
+        if self.clients.keys().any(|k| !self.routes.contains_key(k))
+            || self.routes.len() != self.clients.len()
+        {
+            return Err("registered clients and route tables differ".into());
+        }
+        // Recount every selector.
+        let mut explicit: HashMap<(u32, u32), Counts> = HashMap::new();
+        let mut wildcard: HashMap<(usize, u32), u16> = HashMap::new();
+        for (&sub, c) in &self.clients {
+            for s in &c.subs {
+                for m in MediaType::ALL.into_iter().filter(|m| s.media.matches(*m)) {
+                    match s.source {
+                        SourceSel::Ssid(src) => {
+                            explicit.entry((src, sub)).or_default()[m as usize] += 1
+                        }
+                        SourceSel::All => *wildcard.entry((m as usize, sub)).or_default() += 1,
                     }
                 }
             }
         }
-        if self.clients.keys().any(|k| !self.routes.contains_key(k)) {
-            return Err("registered client without routes".into());
+        let stored: usize = self.explicit.values().map(|e| e.len()).sum();
+        if stored != explicit.len()
+            || explicit
+                .iter()
+                .any(|(&(src, sub), c)| self.counts_of(src, sub) != *c)
+        {
+            return Err("explicit selector counts differ".into());
+        }
+        let stored: usize = self.wildcard.iter().map(|w| w.len()).sum();
+        if stored != wildcard.len()
+            || wildcard
+                .iter()
+                .any(|(&(m, sub), &n)| self.wildcard[m].get(&sub) != Some(&n))
+        {
+            return Err("wildcard selector counts differ".into());
+        }
+        for (&src, lists) in &self.routes {
+            for m in MediaType::ALL {
+                let l = &lists[m as usize];
+                if l.addrs.len() != l.ssids.len() || l.pos.len() != l.ssids.len() {
+                    return Err(format!("route list of {src} out of sync"));
+                }
+                for (i, (&sub, a)) in l.ssids.iter().zip(&l.addrs).enumerate() {
+                    if l.pos.get(&sub) != Some(&i) || l.ssids[..i].contains(&sub) {
+                        return Err(format!("bad index or duplicate in routes of {src}"));
+                    }
+                    match self.clients.get(&sub) {
+                        Some(c) if c.addr == *a => {}
+                        _ => return Err(format!("unregistered {a} in routes of {src}")),
+                    }
+                    if !self.wants(src, sub, m) {
+                        return Err(format!("{a} routed from {src} without a selector"));
+                    }
+                }
+                for &sub in self.clients.keys() {
+                    if self.wants(src, sub, m) && !l.pos.contains_key(&sub) {
+                        return Err(format!("subscriber {sub} missing from routes of {src}"));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -563,6 +894,7 @@ impl Sfu {
     /// Remove clients and static-room members silent for longer than the
     /// idle timeout; returns how many were removed.
     pub fn tick(&mut self, now: u64) -> usize {
+        self.cookies.rotate(now, &mut self.rng);
         let limit = self.cfg.idle_timeout_ns;
         let idle: Vec<u32> = self
             .clients
@@ -588,16 +920,34 @@ impl Sfu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{write_auth, write_register, write_rtp, write_subscribe, RtpHeader};
+    use crate::wire::{
+        write_auth, write_cookie, write_register, write_rtp, write_subscribe, RtpHeader,
+    };
 
     fn addr(p: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], p))
     }
 
-    fn register(sfu: &mut Sfu, a: SocketAddr) -> (u32, u64) {
+    /// The CHALLENGE's cookie from a reply, if it is one.
+    fn cookie_of(a: &Action<'_>) -> Option<[u8; COOKIE_LEN]> {
+        match a {
+            Action::Reply { msg, .. } => {
+                let c = Control::new_checked(msg).ok()?;
+                (c.msg_type() == MsgType::Challenge).then(|| c.cookie().unwrap())
+            }
+            _ => None,
+        }
+    }
+
+    /// REGISTER twice (first without, then with the cookie) at time `now`.
+    fn register_at(sfu: &mut Sfu, now: u64, a: SocketAddr) -> (u32, u64) {
         let mut b = [0u8; 64];
         let n = write_register(&mut b, 1).unwrap();
-        match sfu.handle(0, a, &b[..n]) {
+        let first = sfu.handle(now, a, &b[..n]);
+        let cookie = cookie_of(&first).expect("a first REGISTER earns a CHALLENGE");
+        assert_eq!(sfu.stats().clients as usize, sfu.clients.len());
+        let n = write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap();
+        match sfu.handle(now, a, &b[..n]) {
             Action::Reply { msg, .. } => {
                 let c = Control::new_checked(msg).unwrap();
                 assert_eq!(c.msg_type(), MsgType::Ack);
@@ -605,6 +955,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn register(sfu: &mut Sfu, a: SocketAddr) -> (u32, u64) {
+        register_at(sfu, 0, a)
     }
 
     fn sub(sfu: &mut Sfu, a: SocketAddr, id: (u32, u64), ty: MsgType, s: &str) -> MsgType {
@@ -631,9 +985,14 @@ mod tests {
         b
     }
 
+    /// Targets (sorted) and whether an echo goes back.
     fn targets(sfu: &mut Sfu, a: SocketAddr, p: &[u8]) -> Option<(Vec<SocketAddr>, bool)> {
         match sfu.handle(1, a, p) {
-            Action::Forward { targets, echo, .. } => Some((targets.to_vec(), echo.is_some())),
+            Action::Forward { targets, echo, .. } => {
+                let mut t = targets.to_vec();
+                t.sort();
+                Some((t, echo.is_some()))
+            }
             _ => None,
         }
     }
@@ -682,6 +1041,9 @@ mod tests {
         assert_eq!(targets(&mut sfu, addr(9), &rtp(999, MediaType::Asq)), None);
         let s = sfu.stats();
         assert_eq!((s.drop_unverified, s.drop_unregistered), (2, 1));
+        assert!(sfu.is_verified_media(b, &rtp(ib.0, MediaType::Asq)));
+        assert!(!sfu.is_verified_media(a, &rtp(ib.0, MediaType::Asq)));
+        assert!(!sfu.is_verified_media(addr(9), &rtp(999, MediaType::Asq)));
         // unsubscribe
         assert_eq!(
             sub(
@@ -713,6 +1075,42 @@ mod tests {
             Some((vec![], true))
         );
         assert_eq!(sfu.stats().clients, 3);
+        sfu.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn subscription_to_a_future_source_and_overlapping_selectors() {
+        let mut sfu = Sfu::new(SfuConfig::default());
+        let (a, b) = (addr(1), addr(2));
+        let ia = register(&mut sfu, a);
+        // a names SSID ia.0 + 1 (the next one) before it exists, and also
+        // subscribes to all audio: one copy, not two.
+        let next = ia.0 + 1;
+        for s in [format!("{next}:asq"), "all:asq".into(), format!("{next}")] {
+            assert_eq!(sub(&mut sfu, a, ia, MsgType::Subscribe, &s), MsgType::Ack);
+        }
+        let ib = register(&mut sfu, b);
+        assert_eq!(ib.0, next);
+        assert_eq!(sfu.subscribers(ib.0, MediaType::Asq), &[a]);
+        assert_eq!(sfu.subscribers(ib.0, MediaType::Vhq), &[a]);
+        // Dropping the wildcard keeps the explicit route, and the other way round.
+        assert_eq!(
+            sub(&mut sfu, a, ia, MsgType::Unsubscribe, "all:asq"),
+            MsgType::Ack
+        );
+        assert_eq!(sfu.subscribers(ib.0, MediaType::Asq), &[a]);
+        assert_eq!(
+            sub(
+                &mut sfu,
+                a,
+                ia,
+                MsgType::Unsubscribe,
+                &format!("{next}:asq,{next}")
+            ),
+            MsgType::Ack
+        );
+        assert!(sfu.subscribers(ib.0, MediaType::Asq).is_empty());
+        sfu.check_invariants().unwrap();
     }
 
     #[test]
@@ -729,6 +1127,8 @@ mod tests {
         let ib = register(&mut sfu, addr(2));
         let mut b = [0u8; 64];
         let n = write_register(&mut b, 7).unwrap();
+        let cookie = cookie_of(&sfu.handle(0, addr(3), &b[..n])).unwrap();
+        let n = write_cookie(&mut b, MsgType::Register, 7, &cookie).unwrap();
         let Action::Reply { msg, .. } = sfu.handle(0, addr(3), &b[..n]) else {
             panic!()
         };
@@ -768,8 +1168,13 @@ mod tests {
         assert_eq!(sfu.tick(150), 1);
         assert_eq!(sfu.subscribers(ib.0, MediaType::Asq), &[] as &[SocketAddr]);
         assert!(sfu.subscriptions(ia.0).is_none());
-        // ACK/ERROR sent to the SFU are never answered
+        // ACK/ERROR/CHALLENGE sent to the SFU are never answered
         let n = write_auth(&mut b, MsgType::Ack, 1, ib.0, ib.1).unwrap();
+        assert_eq!(
+            sfu.handle(151, addr(2), &b[..n]),
+            Action::Drop(DropReason::UnexpectedControl)
+        );
+        let n = write_cookie(&mut b, MsgType::Challenge, 1, &cookie).unwrap();
         assert_eq!(
             sfu.handle(151, addr(2), &b[..n]),
             Action::Drop(DropReason::UnexpectedControl)
@@ -778,14 +1183,256 @@ mod tests {
             sfu.handle(151, addr(2), b"hello"),
             Action::Drop(DropReason::Malformed)
         );
+        sfu.check_invariants().unwrap();
+    }
+
+    /// A spoofed REGISTER (the attacker never sees the CHALLENGE) changes
+    /// nothing; a cookie works only for the address it was made for and
+    /// expires; a registration costs exactly one CHALLENGE and one ACK.
+    #[test]
+    fn register_needs_the_cookie_of_its_own_address() {
+        let p = 1_000_000_000;
+        let mut sfu = Sfu::new(SfuConfig {
+            cookie_period_ns: p,
+            ..Default::default()
+        });
+        let mut b = [0u8; 64];
+        let n = write_register(&mut b, 1).unwrap();
+        let victim = addr(40);
+        let c = cookie_of(&sfu.handle(0, victim, &b[..n])).unwrap();
+        assert_eq!(sfu.stats().clients, 0, "a CHALLENGE allocates nothing");
+        // The cookie from another address, a forged one, or an expired one.
+        for (who, cookie, at) in [
+            (addr(41), c, 0),
+            (victim, [7u8; COOKIE_LEN], 0),
+            (victim, c, 2 * p + 1),
+        ] {
+            let n = write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap();
+            let r = sfu.handle(at, who, &b[..n]);
+            assert!(cookie_of(&r).is_some(), "{r:?}");
+        }
+        assert_eq!(sfu.stats().clients, 0);
+        assert_eq!(sfu.stats().drop_bad_cookie, 3);
+        // Within its lifetime (made at 3 s, echoed one epoch later) it works.
+        let c2 = cookie_of(&sfu.handle(3 * p, victim, &write_register_buf())).unwrap();
+        let n = write_cookie(&mut b, MsgType::Register, 1, &c2).unwrap();
+        assert!(matches!(
+            sfu.handle(4 * p + 5, victim, &b[..n]),
+            Action::Reply { msg, .. } if Control::new_checked(msg).unwrap().msg_type() == MsgType::Ack
+        ));
+        assert_eq!(sfu.stats().clients, 1);
+        sfu.check_invariants().unwrap();
+    }
+
+    fn write_register_buf() -> Vec<u8> {
+        let mut b = vec![0u8; CTRL_AUTH_LEN];
+        write_register(&mut b, 1).unwrap();
+        b
+    }
+
+    /// A flood of REGISTERs from many spoofed sources (zero and forged
+    /// cookies) neither fills the client table nor evicts a registered
+    /// client or a static-room member; every request gets at most one reply
+    /// no larger than itself, and the replies per prefix are rate-limited.
+    #[test]
+    fn register_flood_from_spoofed_sources() {
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients: 8,
+            static_room: true,
+            ..Default::default()
+        });
+        let member = register(&mut sfu, addr(1));
+        // A static-room member (admitted through its cookie).
+        let room_addr = addr(2);
+        let n_rtp = rtp(77, MediaType::Asq);
+        let cookie = cookie_of(&sfu.handle(0, room_addr, &n_rtp)).unwrap();
+        let mut b = [0u8; 64];
+        let n = write_cookie(&mut b, MsgType::Join, 5, &cookie).unwrap();
+        assert!(matches!(
+            sfu.handle(0, room_addr, &b[..n]),
+            Action::Reply { .. }
+        ));
+        assert_eq!(sfu.stats().room_members, 1);
+        let mut replies = 0u64;
+        let mut x = 0x1234_5678u64;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Random sources, some of them the member's and the room's own addresses.
+            let src = match i % 50 {
+                0 => addr(1),
+                1 => room_addr,
+                _ => SocketAddr::from(((x as u32).to_be_bytes(), (x >> 32) as u16)),
+            };
+            let n = if i % 2 == 0 {
+                write_register(&mut b, i).unwrap()
+            } else {
+                let forged: [u8; COOKIE_LEN] = std::array::from_fn(|k| (x >> (k % 8 * 8)) as u8);
+                write_cookie(&mut b, MsgType::Register, i, &forged).unwrap()
+            };
+            if let Action::Reply { msg, dst } = sfu.handle(u64::from(i) * 1000, src, &b[..n]) {
+                replies += 1;
+                assert_eq!(dst, src);
+                assert!(msg.len() <= n, "reply larger than its request");
+                assert_eq!(
+                    Control::new_checked(msg).unwrap().msg_type(),
+                    MsgType::Challenge
+                );
+            }
+        }
+        let s = sfu.stats();
+        assert_eq!(s.clients, 1, "the flood registered nobody");
+        assert_eq!(s.room_members, 1, "nor evicted the room member");
+        assert!(replies <= 20_000);
+        assert!(s.rate_limited > 0, "the same prefixes were limited: {s:?}");
+        // The member is still there with its identity, and the table is usable.
+        let mut m = [0u8; 32];
+        let n = write_auth(&mut m, MsgType::Keepalive, 9, member.0, member.1).unwrap();
+        assert!(matches!(
+            sfu.handle(30_000_000_000, addr(1), &m[..n]),
+            Action::Reply { .. }
+        ));
+        register_at(&mut sfu, 30_000_000_000, addr(3));
+        assert_eq!(sfu.stats().clients, 2);
+        assert!(sfu.is_verified_media(room_addr, &n_rtp));
+        sfu.check_invariants().unwrap();
+    }
+
+    /// The static room latches nobody without the return-routability check:
+    /// a spoofed RTP packet from a victim's address earns one CHALLENGE (no
+    /// larger than the packet) and no media; a JOIN with the cookie admits.
+    #[test]
+    fn static_room_requires_return_routability() {
+        let cfg = SfuConfig {
+            static_room: true,
+            echo: true,
+            ..Default::default()
+        };
+        let mut sfu = Sfu::new(cfg);
+        let p = rtp(1234, MediaType::Asq);
+        let join = |sfu: &mut Sfu, a: SocketAddr| {
+            let cookie = cookie_of(&sfu.handle(0, a, &p)).expect("a CHALLENGE");
+            let mut b = [0u8; 32];
+            let n = write_cookie(&mut b, MsgType::Join, 1, &cookie).unwrap();
+            let r = sfu.handle(0, a, &b[..n]);
+            assert!(
+                matches!(r, Action::Reply { msg, .. } if Control::new_checked(msg).unwrap().msg_type() == MsgType::Ack),
+                "{r:?}"
+            );
+        };
+        join(&mut sfu, addr(1));
+        join(&mut sfu, addr(2));
+        assert_eq!(targets(&mut sfu, addr(1), &p), Some((vec![addr(2)], true)));
+        // The victim never sent anything; the attacker spoofs its address.
+        let victim = addr(66);
+        let r = sfu.handle(1, victim, &p);
+        match r {
+            Action::Reply { dst, msg } => {
+                assert_eq!(dst, victim);
+                assert!(msg.len() <= p.len());
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not latched: members' media does not go to the victim, no echo.
+        assert_eq!(targets(&mut sfu, addr(1), &p), Some((vec![addr(2)], true)));
+        assert!(!sfu.is_verified_media(victim, &p));
+        // A JOIN spoofed from the victim with a cookie made for another address fails.
+        let other_cookie = cookie_of(&sfu.handle(1, addr(3), &p)).unwrap();
+        let mut b = [0u8; 32];
+        let n = write_cookie(&mut b, MsgType::Join, 1, &other_cookie).unwrap();
+        assert!(cookie_of(&sfu.handle(1, victim, &b[..n])).is_some());
+        assert_eq!(sfu.stats().room_members, 2);
+        // An RTP packet shorter than a CHALLENGE gets nothing back at all.
+        let mut small = [0u8; 16];
+        let h = RtpHeader {
+            payload_type: 96,
+            marker: false,
+            seq: 1,
+            timestamp: 0,
+            ssrc: 1234,
+        };
+        let n = write_rtp(&mut small, &h, None, 16).unwrap();
+        assert_eq!(
+            sfu.handle(1, victim, &small[..n]),
+            Action::Drop(DropReason::NotAdmitted)
+        );
+        assert_eq!(sfu.stats().drop_not_admitted, 5);
+        sfu.check_invariants().unwrap();
+    }
+
+    /// SUBSCRIBE/UNSUBSCRIBE cost what they change: with 600 clients that
+    /// each hold 60 selectors, one client alternating `all` / unsubscribe
+    /// `all` touches each source a bounded number of times, and a selector
+    /// naming one source costs a constant, however many subscriptions exist.
+    #[test]
+    fn subscription_changes_do_not_scale_with_clients_times_subscriptions() {
+        const N: usize = 600;
+        const S: usize = 60;
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients: N,
+            max_subs: S + 2,
+            echo: false,
+            prefix_burst: 10_000,
+            ..Default::default()
+        });
+        let ids: Vec<(u32, u64)> = (0..N)
+            .map(|i| register(&mut sfu, addr(1000 + i as u16)))
+            .collect();
+        let mut b = vec![0u8; 2048];
+        for (i, id) in ids.iter().enumerate() {
+            let sels: Vec<Selector> = (1..=S)
+                .map(|k| Selector {
+                    source: SourceSel::Ssid(ids[(i + k) % N].0),
+                    media: crate::wire::MediaSel::All,
+                })
+                .collect();
+            let n = write_subscribe(&mut b, MsgType::Subscribe, 2, id.0, id.1, &sels).unwrap();
+            assert!(matches!(
+                sfu.handle(0, addr(1000 + i as u16), &b[..n]),
+                Action::Reply { .. }
+            ));
+        }
+        let a = addr(1000);
+        let before = sfu.work;
+        for _ in 0..10 {
+            assert_eq!(
+                sub(&mut sfu, a, ids[0], MsgType::Subscribe, "all"),
+                MsgType::Ack
+            );
+            assert_eq!(
+                sub(&mut sfu, a, ids[0], MsgType::Unsubscribe, "all"),
+                MsgType::Ack
+            );
+        }
+        let per_pair = (sfu.work - before) / 10;
+        // all/all: 3 media types × (N sources + 1) each way.
+        assert!(
+            per_pair <= 2 * 3 * (N as u64 + 1) + 2 * S as u64 * 3,
+            "{per_pair} steps"
+        );
+        // One explicit selector: constant work.
+        let before = sfu.work;
+        let one = format!("{}:asq", ids[N / 2].0);
+        assert_eq!(
+            sub(&mut sfu, a, ids[0], MsgType::Subscribe, &one),
+            MsgType::Ack
+        );
+        assert_eq!(
+            sub(&mut sfu, a, ids[0], MsgType::Unsubscribe, &one),
+            MsgType::Ack
+        );
+        assert!(sfu.work - before <= 4, "{} steps", sfu.work - before);
+        sfu.check_invariants().unwrap();
     }
 
     proptest::proptest! {
         /// Random control and media traffic from a few addresses (with
-        /// guessed and stolen SSIDs/tokens, timeouts) keeps the tables consistent.
+        /// guessed and stolen SSIDs/tokens/cookies, timeouts) keeps the
+        /// tables consistent and never answers with more bytes than it got.
         #[test]
         fn random_traffic_keeps_tables_consistent(
-            ops in proptest::collection::vec((0u8..8, 0u16..6, 0u32..8, proptest::bool::ANY, 0u8..4), 1..200)
+            ops in proptest::collection::vec((0u8..10, 0u16..6, 0u32..8, proptest::bool::ANY, 0u8..4), 1..200)
         ) {
             let mut sfu = Sfu::new(SfuConfig {
                 max_clients: 4,
@@ -795,15 +1442,19 @@ mod tests {
                 ..Default::default()
             });
             let mut known: Vec<(u32, u64)> = Vec::new();
+            let mut cookies: HashMap<u16, [u8; COOKIE_LEN]> = HashMap::new();
             let mut now = 0u64;
             let mut b = [0u8; 128];
-            for (op, port, pick, good_token, m) in ops {
+            for (op, port, pick, good, m) in ops {
                 now += 7;
                 let a = addr(port);
                 let (ssid, token) = known.get(pick as usize % known.len().max(1)).copied().unwrap_or((pick, 0));
-                let token = if good_token { token } else { token ^ 0x55 };
+                let token = if good { token } else { token ^ 0x55 };
                 let media = MediaType::from_code(m % 3).unwrap();
                 let sel = if m == 3 { Selector::ALL } else { Selector { source: SourceSel::Ssid(ssid), media: crate::wire::MediaSel::One(media) } };
+                // A cookie this address earned, or one stolen from another.
+                let cookie = if good { cookies.get(&port) } else { cookies.get(&((port + 1) % 6)) }
+                    .copied().unwrap_or([0; COOKIE_LEN]);
                 let n = match op {
                     0 => write_register(&mut b, 1).unwrap(),
                     1 => write_subscribe(&mut b, MsgType::Subscribe, 1, ssid, token, &[sel]).unwrap(),
@@ -811,17 +1462,23 @@ mod tests {
                     3 => write_auth(&mut b, MsgType::Keepalive, 1, ssid, token).unwrap(),
                     4 => write_auth(&mut b, MsgType::Leave, 1, ssid, token).unwrap(),
                     5 => { sfu.tick(now); continue; }
+                    7 => write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap(),
+                    8 => write_cookie(&mut b, MsgType::Join, 1, &cookie).unwrap(),
                     _ => {
                         let p = rtp(ssid, media);
                         b[..p.len()].copy_from_slice(&p);
                         p.len()
                     }
                 };
-                if let Action::Reply { msg, .. } = sfu.handle(now, a, &b[..n]) {
+                if let Action::Reply { msg, dst } = sfu.handle(now, a, &b[..n]) {
                     let c = Control::new_checked(msg).unwrap();
                     // Never a reply larger than the request (no amplification).
                     proptest::prop_assert!(msg.len() <= n);
-                    if op == 0 && c.msg_type() == MsgType::Ack {
+                    proptest::prop_assert_eq!(dst, a);
+                    if c.msg_type() == MsgType::Challenge {
+                        cookies.insert(port, c.cookie().unwrap());
+                    }
+                    if op == 7 && c.msg_type() == MsgType::Ack {
                         known.push((c.ssid(), c.token()));
                     }
                 }
@@ -830,20 +1487,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn static_room_latches() {
-        let cfg = SfuConfig {
-            static_room: true,
-            echo: false,
-            ..Default::default()
-        };
-        let mut sfu = Sfu::new(cfg);
-        let p = rtp(1234, MediaType::Asq);
-        assert_eq!(targets(&mut sfu, addr(1), &p), Some((vec![], false)));
-        assert_eq!(targets(&mut sfu, addr(2), &p), Some((vec![addr(1)], false)));
-        assert_eq!(targets(&mut sfu, addr(1), &p), Some((vec![addr(2)], false)));
-        assert_eq!(sfu.stats().room_members, 2);
     }
 }

@@ -6,6 +6,8 @@
 //!   control protocol (register, subscribe, keepalive, leave).
 //! - [`core`]: the forwarding core. Callers feed datagrams with a `now`
 //!   timestamp and get back where to send copies (or a control reply).
+//! - [`admission`]: return-routability cookies (SipHash-2-4 keyed MAC,
+//!   rotating secret) and per-prefix rate limits, without per-address state.
 //! - [`client`]: client-side logic: RTP stream generation, control requests,
 //!   per-stream sequence tracking (loss, reordering).
 //!
@@ -13,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod client;
 pub mod core;
 pub mod wire;

@@ -312,9 +312,12 @@ pub const CTRL_MAGIC: [u8; 2] = *b"PS";
 pub const CTRL_VERSION: u8 = 1;
 /// Control header: magic (2), version (1), type (1), request id (4).
 pub const CTRL_HEADER_LEN: usize = 8;
-/// Header plus SSID (4) and token (8): the length of REGISTER (padded),
-/// KEEPALIVE, LEAVE and ACK.
+/// Header plus SSID (4) and token (8): the length of REGISTER, JOIN,
+/// CHALLENGE, KEEPALIVE, LEAVE and ACK.
 pub const CTRL_AUTH_LEN: usize = CTRL_HEADER_LEN + 12;
+/// Bytes of a return-routability cookie (REGISTER, JOIN, CHALLENGE body):
+/// epoch (u32) and a keyed MAC (8 bytes).
+pub const COOKIE_LEN: usize = 12;
 /// ERROR: header, code (1), reserved (3), SSID (4).
 pub const CTRL_ERROR_LEN: usize = CTRL_HEADER_LEN + 8;
 /// Bytes per subscription selector: source SSID (4) and media code (1).
@@ -329,8 +332,9 @@ pub const MAX_SELECTORS: usize = 256;
 /// Control message types.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum MsgType {
-    /// Client → SFU: ask for an SSID and token (body: 12 zero bytes of padding
-    /// so the ACK is never larger than the request).
+    /// Client → SFU: ask for an SSID and token. Body: the 12-byte cookie of
+    /// a CHALLENGE (all zero on the first try, which only earns a
+    /// CHALLENGE); 20 bytes, so neither reply is larger than the request.
     Register = 1,
     /// Client → SFU: add selectors.
     Subscribe = 2,
@@ -340,10 +344,16 @@ pub enum MsgType {
     Keepalive = 4,
     /// Client → SFU: remove me and my subscriptions.
     Leave = 5,
+    /// Client → SFU: admit my address to the static room; body: the cookie
+    /// of the CHALLENGE my first RTP packet earned.
+    Join = 6,
     /// SFU → client: request done; carries SSID and token.
     Ack = 0x80,
     /// SFU → client: request refused; carries an [`ErrorCode`].
     Error = 0x81,
+    /// SFU → client: prove you receive at this address: send the 12-byte
+    /// cookie back in a REGISTER (or JOIN) within its lifetime.
+    Challenge = 0x82,
 }
 
 impl MsgType {
@@ -354,8 +364,10 @@ impl MsgType {
             3 => MsgType::Unsubscribe,
             4 => MsgType::Keepalive,
             5 => MsgType::Leave,
+            6 => MsgType::Join,
             0x80 => MsgType::Ack,
             0x81 => MsgType::Error,
+            0x82 => MsgType::Challenge,
             _ => return None,
         })
     }
@@ -525,9 +537,12 @@ impl<'a> Control<'a> {
         let req = Some(u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]));
         let ty = MsgType::from_u8(buf[3]).ok_or(fail(WireError::UnknownType(buf[3]), req))?;
         let ok_len = match ty {
-            MsgType::Register | MsgType::Keepalive | MsgType::Leave | MsgType::Ack => {
-                buf.len() == CTRL_AUTH_LEN
-            }
+            MsgType::Register
+            | MsgType::Join
+            | MsgType::Challenge
+            | MsgType::Keepalive
+            | MsgType::Leave
+            | MsgType::Ack => buf.len() == CTRL_AUTH_LEN,
             MsgType::Error => buf.len() == CTRL_ERROR_LEN,
             MsgType::Subscribe | MsgType::Unsubscribe => {
                 if buf.len() < CTRL_AUTH_LEN + 2 {
@@ -575,6 +590,19 @@ impl<'a> Control<'a> {
         }
         u64::from_be_bytes(self.buf[12..20].try_into().expect("length checked"))
     }
+    /// Cookie of REGISTER, JOIN and CHALLENGE (the 12 bytes after the
+    /// header; all zero in a first REGISTER), `None` for other types.
+    pub fn cookie(&self) -> Option<[u8; COOKIE_LEN]> {
+        matches!(
+            self.ty,
+            MsgType::Register | MsgType::Join | MsgType::Challenge
+        )
+        .then(|| {
+            self.buf[CTRL_HEADER_LEN..CTRL_AUTH_LEN]
+                .try_into()
+                .expect("length checked")
+        })
+    }
     /// Error code of an ERROR message.
     pub fn error_code(&self) -> Option<ErrorCode> {
         if self.ty != MsgType::Error {
@@ -603,9 +631,26 @@ fn write_header(buf: &mut [u8], ty: MsgType, req: u32) {
     buf[4..8].copy_from_slice(&req.to_be_bytes());
 }
 
-/// Write REGISTER (padded to [`CTRL_AUTH_LEN`]); returns the length or `None` if `buf` is short.
+/// Write a first REGISTER (zero cookie, [`CTRL_AUTH_LEN`] bytes); returns
+/// the length or `None` if `buf` is short.
 pub fn write_register(buf: &mut [u8], req: u32) -> Option<usize> {
     write_auth(buf, MsgType::Register, req, 0, 0)
+}
+
+/// Write REGISTER, JOIN or CHALLENGE carrying `cookie`.
+pub fn write_cookie(
+    buf: &mut [u8],
+    ty: MsgType,
+    req: u32,
+    cookie: &[u8; COOKIE_LEN],
+) -> Option<usize> {
+    if !matches!(ty, MsgType::Register | MsgType::Join | MsgType::Challenge) {
+        return None;
+    }
+    let b = buf.get_mut(..CTRL_AUTH_LEN)?;
+    write_header(b, ty, req);
+    b[CTRL_HEADER_LEN..].copy_from_slice(cookie);
+    Some(CTRL_AUTH_LEN)
 }
 
 /// Write a header + SSID + token message (REGISTER, KEEPALIVE, LEAVE, ACK).

@@ -160,7 +160,13 @@ fn sweep_writes_report_and_resumes() {
     assert!(lines.iter().all(|l| l.split(',').count() == ncol));
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     // The papers' Table I shape: threads × loads as columns, their rows.
-    assert!(md.contains("|  | 1 thr 200 cps |"), "{md}");
+    // Which loads are columns depends on where the crossing fell (on a
+    // busy machine Kamailio may drop at 200 cps already): 200 cps is one.
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("|  | 1 thr ") && l.contains("1 thr 200 cps |")),
+        "{md}"
+    );
     for row in [
         "| Arrival rate (packets/s) |",
         "| T_sip (µs) | n/a |",

@@ -83,31 +83,136 @@ fn lab_sfu_in_veth_hosts() {
     let (pid, stdout) = lab_sfu_netns(
         &[
             "--reps",
-            "2",
+            "1",
             "--duration",
             "1",
+            "--warmup",
+            "0.5",
+            // Timings are not what these tests check: keep every run even
+            // on a busy machine.
+            "--max-foreign-cpu",
+            "1000",
+            "--max-late",
+            "100",
             "--clients",
             "2,3",
             "--pps",
             "300",
+            "--backends",
+            "socket,mmsg,xdp",
+            // The stretch's in-kernel fan-out as a fourth column (`tc`).
+            "--kernel-fanout",
         ],
         &json,
     );
-    assert!(stdout.contains("delay model socket"), "{stdout}");
-    assert!(stdout.contains("overall mmsg vs socket"), "{stdout}");
+    assert!(
+        stdout.contains("delay model socket: d(n) = k_rcv + n * k_snd"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("delay model xdp: d(n) = u_rx + n * u_tx"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("overall mmsg vs socket: cpu"), "{stdout}");
+    assert!(stdout.contains("Fig. 3/4 shape, 300 pps"), "{stdout}");
+    assert!(stdout.contains("Fig. 5 shape, 300 pps"), "{stdout}");
+    assert!(!stdout.contains("0.00x"), "{stdout}");
     let v = read_json(&json);
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 2 * 2);
+    assert_eq!(runs.len(), 2 * 4);
     for r in runs {
         // Every packet: clients − 1 subscribers + echo.
         let n = r["clients"].as_u64().unwrap() as f64;
         assert_eq!(r["copies_per_packet"].as_f64().unwrap(), n, "{r}");
         assert!(r["media"].as_u64().unwrap() > 0);
         assert_eq!(r["client_lost"], 0, "{r}");
+        // CPU per emulated host: the SFU host and the switch threads.
+        assert!(r["sfu_host_pct"].as_f64().is_some(), "{r}");
+        assert!(r["switch_pct"].as_f64().is_some(), "{r}");
+        if r["backend"] == "tc" {
+            // The kernel forwards: the engine's per-packet delays say n/a
+            // (null), the kernel's own mean pickup-to-scheduled is there.
+            assert!(r["delay_p50_us"].is_null(), "{r}");
+            assert!(r["delay_mean_us"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+            continue;
+        }
+        // The four delays have data for every backend (xdp's kernel RX
+        // time comes from its XDP program).
+        for k in [
+            "delay_p50_us",
+            "handoff_p50_us",
+            "wait_p50_us",
+            "kdelay_p50_us",
+        ] {
+            assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {r}");
+        }
     }
-    let rows = v["summary"]["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4);
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.len() + v["excluded"].as_array().unwrap().len() >= 4);
+    // One object per backend (socket, mmsg, xdp, tc) with the five ratios
+    // to socket.
+    let backends = v["backends"].as_array().unwrap();
+    assert_eq!(backends.len(), 4, "{stdout}");
+    let xdp = backends.iter().find(|b| b["backend"] == "xdp").unwrap();
+    for k in [
+        "cpu_ratio",
+        "delay_p50_ratio",
+        "handoff_p50_ratio",
+        "wait_p50_ratio",
+        "kdelay_p50_ratio",
+        "cpu_pct",
+        "delay_p50_us",
+        "kdelay_p50_us",
+    ] {
+        assert!(xdp.get(k).is_some(), "{k} missing: {xdp}");
+    }
     // The topology (host "sfu" + one host per client, bridge) is gone.
+    no_namespaces_of(pid);
+}
+
+/// `ringway lab sfu --capacity`: the clients rise per backend until a
+/// limit; the curve and the load each backend carried are printed.
+#[test]
+fn lab_sfu_capacity_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cap.json");
+    let (pid, stdout) = lab_sfu_netns(
+        &[
+            "--capacity",
+            "--capacity-clients",
+            "2,3",
+            "--capacity-pps",
+            "300",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.5",
+            // Timings are not what these tests check: keep every run even
+            // on a busy machine.
+            "--max-foreign-cpu",
+            "1000",
+            "--max-late",
+            "100",
+            "--backends",
+            "socket,xdp",
+        ],
+        &json,
+    );
+    assert!(
+        stdout.contains("capacity (loss <= 1% and engine CPU < 95% of a core)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("carried socket: 3 clients, 900 pps in"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("carried xdp: 3 clients, 900 pps in (1.00x socket)"),
+        "{stdout}"
+    );
+    let v = read_json(&json);
+    let points = v["capacity"]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "{v}");
     no_namespaces_of(pid);
 }
 
@@ -151,4 +256,45 @@ fn load_netns_testbed() {
     assert_eq!(l["echoes"].as_u64().unwrap(), tx);
     assert_eq!(s["sfu"]["drop_unverified"], 0);
     assert_eq!(s["backend"], "mmsg");
+}
+
+/// `sfu load --netns --sfu-json`: when the clients fail after the SFU
+/// started, the SFU is stopped, its report is still written with the
+/// error, the command fails, and the testbed is gone.
+#[test]
+fn load_netns_failure_writes_sfu_json_with_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let sj = dir.path().join("sfu.json");
+    let (pid, out) = run_ringway(&[
+        "sfu",
+        "load",
+        "--netns",
+        "--clients",
+        "2",
+        "--server",
+        "0.0.0.0:5004",
+        "--interval-ms",
+        "0",
+        "--stats-interval",
+        "0",
+        "--sfu-json",
+        sj.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--interval-ms must be positive"),
+        "{stderr}"
+    );
+    let s = read_json(&sj);
+    assert!(
+        s["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--interval-ms must be positive")),
+        "{s}"
+    );
+    // The SFU ran: its report is there, with nothing forwarded.
+    assert_eq!(s["backend"], "socket", "{s}");
+    assert_eq!(s["sfu"]["media_accepted"], 0, "{s}");
+    no_namespaces_of(pid);
 }

@@ -22,11 +22,8 @@ fn exact_forwarding(backend: &'static str) {
         let (sa, sb, sc) = (a.register(), b.register(), c.register());
         assert!(sa.ssid != sb.ssid && sb.ssid != sc.ssid && sa.ssid != sc.ssid);
         // Re-REGISTER from the same address: same identity.
-        let again = {
-            let (id, m) = a.reqs.register();
-            a.request(id, &m)
-        };
-        assert_eq!(again, Reply::Ack(2, sa));
+        let again = a.register_reply();
+        assert_eq!(again, Reply::Ack(4, sa));
         assert!(matches!(
             a.subscribe(&format!("{}:asq", sb.ssid), false),
             Reply::Ack(..)
@@ -176,8 +173,7 @@ fn bad_input(backend: &'static str) {
         }
         let _c = Peer::new(srv.addr).register();
         let mut d = Peer::new(srv.addr);
-        let (id, m) = d.reqs.register();
-        match d.request(id, &m) {
+        match d.register_reply() {
             Reply::Error(_, Some(ErrorCode::TooManyClients), _) => {}
             r => panic!("{r:?}"),
         }
@@ -216,6 +212,44 @@ fn bad_input_mmsg() {
 #[test]
 fn bad_input_uring() {
     bad_input("uring");
+}
+
+/// The real server reports the four per-packet delays for every forwarded
+/// packet, and `--spin-us` spins (its time reported) without changing
+/// what is forwarded.
+fn delays_and_spin(backend: &'static str) {
+    in_netns(move || {
+        let srv = Server::start(backend, &["--spin-us", "300"]);
+        let (mut a, mut b) = (Peer::new(srv.addr), Peer::new(srv.addr));
+        let (_sa, sb) = (a.register(), b.register());
+        assert!(matches!(a.subscribe("all", false), Reply::Ack(..)));
+        let mut sent = Vec::new();
+        for i in 0..20u16 {
+            sent.push(b.send_rtp(sb.ssid, Vsq, i));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(a.drain(QUIET), sent);
+        assert_eq!(b.drain(QUIET), sent);
+        let r = srv.stop();
+        assert_eq!(r["flush"], "packet");
+        for k in ["delay", "delay_handoff", "delay_wait", "delay_from_kernel"] {
+            assert_eq!(r[k]["count"], 20, "{k}: {r}");
+            assert!(r[k]["p50_us"].as_f64().unwrap() > 0.0, "{k}");
+        }
+        // (a) = (b) for a socket backend: the send call both schedules and hands over.
+        assert_eq!(r["delay"]["p50_us"], r["delay_handoff"]["p50_us"]);
+        assert!(r["spin_s"].as_f64().unwrap() > 0.0, "{r}");
+    });
+}
+
+#[test]
+fn delays_and_spin_socket() {
+    delays_and_spin("socket");
+}
+
+#[test]
+fn delays_and_spin_mmsg() {
+    delays_and_spin("mmsg");
 }
 
 #[test]

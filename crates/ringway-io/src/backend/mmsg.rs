@@ -4,7 +4,7 @@ use super::common::{wait_for_datagram, TxStamps};
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
-use crate::time::realtime_now;
+use crate::time::{monotonic_now, realtime_now};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -49,6 +49,8 @@ pub(crate) struct MmsgBackend {
     s: Scratch,
     /// UDP GSO coalescing state and counters.
     gso: GsoStats,
+    /// The last receive filled the batch: try the next without polling.
+    busy: bool,
 }
 
 impl MmsgBackend {
@@ -66,6 +68,7 @@ impl MmsgBackend {
                 msgs: Vec::new(),
             },
             gso: GsoStats::default(),
+            busy: false,
         }
     }
 
@@ -125,6 +128,7 @@ impl MmsgBackend {
             }
         };
         let app_rx = realtime_now();
+        let received = monotonic_now();
         // Frames used (dense) and datagrams recorded (more with GRO).
         let mut used = 0;
         let mut added = 0;
@@ -154,7 +158,7 @@ impl MmsgBackend {
                     // A train (cut by the frame end when truncated, even
                     // to less than one datagram).
                     let cut = meta.truncated;
-                    let segs = batch.commit_segments(meta, seg as usize);
+                    let segs = batch.commit_segments(meta, seg as usize, received);
                     if segs > 1 {
                         self.gso.gro_trains += 1;
                         self.gso.gro_segments += segs as u64;
@@ -163,7 +167,7 @@ impl MmsgBackend {
                     added += segs;
                 }
                 _ => {
-                    batch.commit(meta);
+                    batch.commit_received(meta, received);
                     added += 1;
                 }
             }
@@ -354,10 +358,21 @@ impl BatchIo for MmsgBackend {
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
         batch.clear();
         let fd = self.sock.as_raw_fd();
-        if !wait_for_datagram(fd, timeout, &mut self.stamps, &mut self.stats.socket_errors)? {
+        // While the last receive filled the whole batch (or the caller is
+        // spinning) more is probably queued: receive before polling.
+        let direct = self.busy || timeout == Some(Duration::ZERO);
+        if direct && self.recv_some(batch)? > 0 {
+            self.busy = batch.free_frames() == 0;
+            return Ok(batch.len());
+        }
+        self.busy = false;
+        if timeout == Some(Duration::ZERO)
+            || !wait_for_datagram(fd, timeout, &mut self.stamps, &mut self.stats.socket_errors)?
+        {
             return Ok(0);
         }
         self.recv_some(batch)?;
+        self.busy = batch.free_frames() == 0;
         Ok(batch.len())
     }
     fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {

@@ -1,26 +1,28 @@
 //! Running the SFU experiment: for every repetition, client count,
 //! per-client packet rate and backend, an SFU ([`ringway_server::sfu`]) and
 //! its load clients ([`crate::sfuload`], every client subscribed to all, so
-//! each packet is copied to clients − 1 subscribers plus the echo) run in
-//! this process; the SFU engine thread's CPU time and per-packet delays
-//! make one [`Run`].
+//! each packet is copied to clients − 1 subscribers plus the echo, the
+//! clients' phases desynchronised) run in this process; after a warm-up,
+//! the SFU's per-packet delays and the CPU time of every emulated host over
+//! the measured window make one [`Run`]. [`run_capacity`] raises the
+//! client count per backend until the clients lose more than 1% or the
+//! engine's CPU saturates.
 //!
 //! Everything runs inside a private network namespace with only `lo`
 //! ([`Placement::Loopback`], the caller enters it), or in the paper's
-//! testbed shape ([`Placement::Hosts`]): the SFU in one namespace host and
-//! each client in its own host, joined by veth to one bridge (ringway-io's
-//! [`Topology`], names carry the PID, removed when dropped).
+//! testbed shape ([`Placement::Hosts`], see [`super::testbed`]).
 
+use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
 use super::Run;
 use crate::sfuload::{self, SfuLoadConfig};
 use anyhow::Context;
-use ringway_io::netns::Topology;
+use ringway_io::thread::{process_cpu_time, CpuTime};
 use ringway_io::BackendKind;
-use ringway_server::sfu::{Flush, ServeReport, SfuServerConfig};
+use ringway_server::sfu::{Flush, SfuServer, SfuServerConfig};
+use serde::Serialize;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -33,46 +35,82 @@ pub struct SfuLabConfig {
     pub backends: Vec<BackendKind>,
     /// Repetitions of every cell.
     pub reps: usize,
-    /// Seconds of load per run.
+    /// Seconds measured per run (after the warm-up).
     pub duration_s: f64,
-    /// SFU send flush policy.
-    pub flush: Flush,
+    /// Seconds of load before the measurement starts.
+    pub warmup_s: f64,
+    /// SFU flush policy (`None`: each backend's default).
+    pub flush: Option<Flush>,
+    /// Adaptive flush bound (µs).
+    pub flush_age_us: u32,
+    /// SFU receive batch (`None`: each backend's default).
+    pub batch: Option<usize>,
+    /// SFU spin before sleeping (µs).
+    pub spin_us: u32,
     /// Pin the SFU engine thread to these CPUs.
     pub cpus: Option<Vec<usize>>,
+    /// Pin the load threads to these CPUs.
+    pub load_cpus: Option<Vec<usize>>,
+    /// Leave out runs with more than this much other load on the machine
+    /// (% of one core).
+    pub max_foreign_pct: f64,
+    /// Leave out runs whose load generator was late (> 1 ms) on more than
+    /// this share of its ticks (%).
+    pub max_late_pct: f64,
+    /// Also run a `tc` column: the socket SFU with the in-kernel fan-out on
+    /// its interface (testbed only).
+    pub kernel_fanout: bool,
+}
+
+impl Default for SfuLabConfig {
+    fn default() -> Self {
+        SfuLabConfig {
+            clients: vec![6, 8, 10],
+            pps: vec![750, 1500],
+            backends: vec![BackendKind::Socket, BackendKind::Mmsg],
+            reps: 1,
+            duration_s: 60.0,
+            warmup_s: 2.0,
+            flush: None,
+            flush_age_us: 20,
+            batch: None,
+            spin_us: 0,
+            cpus: None,
+            load_cpus: None,
+            max_foreign_pct: 50.0,
+            max_late_pct: 1.0,
+            kernel_fanout: false,
+        }
+    }
 }
 
 /// Where the SFU and the load run.
 pub enum Placement {
     /// Both on `lo` of the current (private) namespace.
     Loopback,
-    /// SFU in namespace host `sfu`, client i in host `c<i>`, all on one bridge.
-    Hosts(Topology),
+    /// The namespace testbed.
+    Hosts(Testbed),
 }
 
 impl Placement {
-    /// The testbed for up to `clients` clients.
-    pub fn hosts(clients: usize) -> anyhow::Result<Placement> {
-        let mut b = Topology::builder().host("sfu");
-        for i in 0..clients {
-            b = b.host(&format!("c{i}"));
-        }
-        let topology = b
-            .bridge()
-            .build()
-            .context("building the namespace topology")?;
-        Ok(Placement::Hosts(topology))
+    /// The testbed for up to `clients` clients; `napi`: threaded NAPI at
+    /// the switch ports.
+    pub fn hosts(clients: usize, napi: bool) -> anyhow::Result<Placement> {
+        Ok(Placement::Hosts(Testbed::build(clients, napi)?))
     }
 
-    /// The SFU's configuration for `backend` in this placement.
+    /// The SFU's configuration for `backend` (with the in-kernel fan-out
+    /// when `fanout`) in this placement.
     fn sfu_config(
         &self,
         c: &SfuLabConfig,
         backend: BackendKind,
+        fanout: bool,
     ) -> anyhow::Result<SfuServerConfig> {
         let (listen, xdp_iface) = match self {
             Placement::Loopback => ("127.0.0.1:0".parse().expect("literal"), None),
             Placement::Hosts(t) => {
-                let sfu = t.host("sfu").expect("built");
+                let sfu = t.sfu();
                 (
                     SocketAddr::new(sfu.addr().into(), 0),
                     sfu.ifaces.first().map(|i| i.0.clone()),
@@ -80,16 +118,24 @@ impl Placement {
             }
         };
         anyhow::ensure!(
-            backend != BackendKind::Xdp || xdp_iface.is_some(),
-            "the xdp backend needs the namespace testbed (it attaches to the SFU host's veth)"
+            (backend != BackendKind::Xdp && !fanout) || xdp_iface.is_some(),
+            "the xdp backend and the kernel fan-out need the namespace testbed (they attach to the SFU host's veth)"
         );
         Ok(SfuServerConfig {
             listen,
             backend,
+            kernel_fanout: xdp_iface.clone().filter(|_| fanout),
             xdp_iface: xdp_iface.filter(|_| backend == BackendKind::Xdp),
+            batch: c.batch,
             flush: c.flush,
+            flush_age_us: c.flush_age_us,
+            spin_us: c.spin_us,
+            warmup_s: c.warmup_s,
+            // As deep a transmit queue as the other backends get from the
+            // testbed's qdisc (10000 packets): 8192 TX frames.
+            xdp_frames: 16384,
             cpus: c.cpus.clone(),
-            duration_s: Some(c.duration_s + 60.0),
+            duration_s: Some(c.warmup_s + c.duration_s + 60.0),
             ..SfuServerConfig::default()
         })
     }
@@ -98,46 +144,47 @@ impl Placement {
     fn client_netns(&self, n: usize) -> Vec<String> {
         match self {
             Placement::Loopback => Vec::new(),
-            Placement::Hosts(t) => (0..n)
-                .map(|i| t.host(&format!("c{i}")).expect("built").netns.clone())
-                .collect(),
+            Placement::Hosts(t) => t.client_netns(n),
         }
     }
 
-    /// Start the SFU (inside its host, if any) on a thread.
-    fn start_sfu(
-        &self,
-        config: SfuServerConfig,
-        stop: Arc<AtomicBool>,
-    ) -> anyhow::Result<(
-        SocketAddr,
-        std::thread::JoinHandle<anyhow::Result<ServeReport>>,
-    )> {
-        let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-        let serve = move || {
-            ringway_server::sfu::serve(&config, stop, |a| {
-                let _ = bound_tx.send(a);
-            })
-            .map_err(anyhow::Error::from)
+    /// Start the SFU (inside its host, if any): the handle stops it when
+    /// dropped, on every way out of a run.
+    fn start_sfu(&self, config: SfuServerConfig) -> anyhow::Result<SfuServer> {
+        let started = match self {
+            Placement::Loopback => SfuServer::start(config),
+            Placement::Hosts(t) => t
+                .sfu()
+                .run(move || SfuServer::start(config))
+                .context("entering the SFU host")?,
         };
-        let handle = match self {
-            Placement::Loopback => std::thread::spawn(serve),
-            Placement::Hosts(t) => {
-                let host = t.host("sfu").expect("built").clone();
-                std::thread::spawn(move || host.run(serve)?)
-            }
-        };
-        match bound_rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(addr) => Ok((addr, handle)),
-            Err(_) => {
-                let why = match handle.join() {
-                    Ok(Err(e)) => format!("{e:#}"),
-                    _ => "no address within 10 s".into(),
-                };
-                anyhow::bail!("the SFU did not start: {why}")
-            }
-        }
+        started.context("the SFU did not start")
     }
+}
+
+/// CPU times sampled at one moment.
+/// `None`: the kernel did not tell (the column says n/a, never 0).
+struct Sample {
+    at: Instant,
+    sfu_napi: Option<CpuTime>,
+    switch: Option<CpuTime>,
+    process: Option<CpuTime>,
+    machine_ns: Option<u64>,
+}
+
+fn sample(sfu_napi: &[u32], switch: &[u32]) -> Sample {
+    Sample {
+        at: Instant::now(),
+        sfu_napi: cpu_of(sfu_napi),
+        switch: cpu_of(switch),
+        process: process_cpu_time().ok(),
+        machine_ns: machine_busy_ns(),
+    }
+}
+
+/// CPU time between two samples, in ns (`None` if either is unknown).
+fn between(a: Option<CpuTime>, b: Option<CpuTime>) -> Option<u64> {
+    Some(b?.since(&a?).total_ns())
 }
 
 /// One run: the SFU with `backend`, `clients` clients at `pps` each.
@@ -149,54 +196,206 @@ pub fn run_one(
     pps: u32,
     rep: usize,
 ) -> anyhow::Result<Run> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (addr, sfu) = place.start_sfu(place.sfu_config(c, backend)?, stop.clone())?;
+    run_column(place, c, backend, false, clients, pps, rep)
+}
+
+/// One run of the `tc` column: the socket SFU with the in-kernel fan-out.
+pub fn run_kernel_fanout(
+    place: &Placement,
+    c: &SfuLabConfig,
+    clients: usize,
+    pps: u32,
+    rep: usize,
+) -> anyhow::Result<Run> {
+    run_column(place, c, BackendKind::Socket, true, clients, pps, rep)
+}
+
+fn run_column(
+    place: &Placement,
+    c: &SfuLabConfig,
+    backend: BackendKind,
+    fanout: bool,
+    clients: usize,
+    pps: u32,
+    rep: usize,
+) -> anyhow::Result<Run> {
+    // Every backend's SFU interface gets native XDP in the testbed (the
+    // xdp backend attaches its own program).
+    let napi_before = napi_snapshot();
+    let pass = match place {
+        Placement::Hosts(t) if t.napi() && backend != BackendKind::Xdp => {
+            Some(t.sfu_pass_program()?)
+        }
+        _ => None,
+    };
+    let sfu = place.start_sfu(place.sfu_config(c, backend, fanout)?)?;
+    let addr = sfu.local_addr();
+    let sfu_napi = match place {
+        Placement::Hosts(t) if t.napi() => t.sfu_threaded_napi(&napi_before).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let switch_napi = match place {
+        Placement::Hosts(t) => t.switch_napi.clone(),
+        Placement::Loopback => Vec::new(),
+    };
     // 3 streams per client: interval = 3 / pps seconds.
     let load = SfuLoadConfig {
         interval_ms: 3000.0 / pps as f64,
-        duration_s: c.duration_s,
+        duration_s: c.warmup_s + c.duration_s,
         drain_s: 0.3,
         backend: BackendKind::Mmsg,
         in_netns: place.client_netns(clients),
+        cpus: c.load_cpus.clone(),
+        seed: rep as u64 + 1,
         ..SfuLoadConfig::new(addr, clients)
     };
-    let never = AtomicBool::new(false);
-    let load = sfuload::run(&load, &never, None, |_| {});
-    stop.store(true, Ordering::Relaxed);
-    let served = sfu
+    let load = std::thread::spawn(move || {
+        let never = AtomicBool::new(false);
+        sfuload::run(&load, &never, None, |_| {})
+    });
+    std::thread::sleep(Duration::from_secs_f64(c.warmup_s + 0.5));
+    let s0 = sample(&sfu_napi, &switch_napi);
+    std::thread::sleep(Duration::from_secs_f64((c.duration_s - 0.5).max(0.1)));
+    let s1 = sample(&sfu_napi, &switch_napi);
+    let load = load
         .join()
-        .map_err(|_| anyhow::anyhow!("the SFU thread panicked"))?;
+        .map_err(|_| anyhow::anyhow!("the load thread panicked"))?;
+    let served = sfu.shutdown();
+    drop(pass);
     let load = load.context("the load clients")?;
-    let s = served?;
-    let dur = load.duration_s.max(1e-3);
-    let pct = |ns: u64| 100.0 * ns as f64 / 1e9 / dur;
+    let s = served.context("the SFU")?;
+    let window = s1.at.duration_since(s0.at).as_secs_f64().max(1e-3);
+    let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
+    let engine_pct = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, s.wall_s.max(1e-3)));
+    let sfu_napi_ns = between(s0.sfu_napi, s1.sfu_napi);
+    let switch_ns = between(s0.switch, s1.switch);
+    let engine_total = engine_pct(s.cpu.map(|c| c.total_ns()));
     let or_nan = |count: u64, v: f64| if count > 0 { v } else { f64::NAN };
+    let foreign_pct = match (s0.machine_ns, s1.machine_ns) {
+        (Some(a), Some(b)) => match (between(s0.process, s1.process), sfu_napi_ns, switch_ns) {
+            (Some(p), Some(n), Some(w)) => {
+                pct_of(b.saturating_sub(a).saturating_sub(p + n + w), window)
+            }
+            _ => f64::NAN,
+        },
+        _ => f64::NAN,
+    };
+    let expected = load.media_packets + load.lost;
+    let late_pct = if load.ticks > 0 {
+        100.0 * load.late_ticks as f64 / load.ticks as f64
+    } else {
+        0.0
+    };
+    let refused: Vec<&String> = s
+        .placement_refused
+        .iter()
+        .chain(&load.placement_refused)
+        .collect();
+    let excluded = if !refused.is_empty() {
+        Some(format!("placement refused: {}", refused[0]))
+    } else if s.tx_congested {
+        Some(format!(
+            "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
+            s.io.tx_ring_full_waits, s.io.tx_ring_full_drops
+        ))
+    } else if late_pct > c.max_late_pct {
+        Some(format!(
+            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late)"
+        ))
+    } else if foreign_pct > c.max_foreign_pct {
+        Some(format!(
+            "other load on the machine ({foreign_pct:.0}% of a core)"
+        ))
+    } else {
+        None
+    };
+    let kernel = s.kernel_fanout.filter(|_| fanout);
+    let packets = kernel.map_or(s.delay.count, |k| k.packets);
+    let napi = matches!(place, Placement::Hosts(t) if t.napi());
+    let sfu_host_pct = match sfu_napi_ns {
+        Some(ns) if napi => engine_total + pct_of(ns, window),
+        _ => f64::NAN,
+    };
+    // What the packets' own path costs: for the in-kernel fan-out the
+    // engine only runs the control plane, its delays cover only what the
+    // kernel left to it.
+    let user = |v: f64| if kernel.is_some() { f64::NAN } else { v };
     Ok(Run {
-        backend: backend.name().into(),
+        backend: if fanout {
+            "tc".into()
+        } else {
+            backend.name().into()
+        },
+        io_mode: s.io_mode.clone(),
+        flush: format!("{:?}", s.flush).to_lowercase(),
         clients,
         pps,
         rep,
-        cpu_user_pct: pct(s.cpu.user_ns),
-        cpu_system_pct: pct(s.cpu.system_ns),
-        delay_p50_us: or_nan(s.delay.count, s.delay.p50_us),
-        delay_p99_us: or_nan(s.delay.count, s.delay.p99_us),
-        delay_mean_us: or_nan(s.delay.count, s.delay_mean_us),
-        kdelay_p50_us: or_nan(s.delay_from_kernel.count, s.delay_from_kernel.p50_us),
-        kdelay_p99_us: or_nan(s.delay_from_kernel.count, s.delay_from_kernel.p99_us),
-        copies_per_packet: s.copies_per_packet,
-        media: s.sfu.media_accepted,
+        seconds: s.wall_s,
+        cpu_user_pct: engine_pct(s.cpu.map(|c| c.user_ns)),
+        cpu_system_pct: engine_pct(s.cpu.map(|c| c.system_ns)),
+        spin_pct: 100.0 * s.spin_s / s.wall_s.max(1e-3),
+        cpu_per_packet_us: match s.cpu {
+            Some(cpu) if packets > 0 => cpu.total_ns() as f64 / 1000.0 / packets as f64,
+            _ => f64::NAN,
+        },
+        sfu_host_pct,
+        sfu_host_per_packet_us: sfu_host_pct / 100.0 * 1e6 / (clients as f64 * f64::from(pps)),
+        switch_pct: match switch_ns {
+            Some(ns) if napi => pct_of(ns, window),
+            _ => f64::NAN,
+        },
+        clients_pct: load.cpu.map_or(f64::NAN, |cpu| {
+            pct_of(cpu.total_ns(), (c.warmup_s + c.duration_s + 0.3).max(1e-3))
+        }),
+        foreign_pct,
+        delay_p50_us: user(or_nan(s.delay.count, s.delay.p50_us)),
+        delay_p99_us: user(or_nan(s.delay.count, s.delay.p99_us)),
+        delay_mean_us: match kernel {
+            Some(k) if k.packets > 0 => k.delay_sum_ns as f64 / 1000.0 / k.packets as f64,
+            Some(_) => f64::NAN,
+            None => or_nan(s.delay.count, s.delay_mean_us),
+        },
+        handoff_p50_us: user(or_nan(s.delay_handoff.count, s.delay_handoff.p50_us)),
+        handoff_p99_us: user(or_nan(s.delay_handoff.count, s.delay_handoff.p99_us)),
+        wait_p50_us: user(or_nan(s.delay_wait.count, s.delay_wait.p50_us)),
+        wait_p99_us: user(or_nan(s.delay_wait.count, s.delay_wait.p99_us)),
+        kdelay_p50_us: user(or_nan(
+            s.delay_from_kernel.count,
+            s.delay_from_kernel.p50_us,
+        )),
+        kdelay_p99_us: user(or_nan(
+            s.delay_from_kernel.count,
+            s.delay_from_kernel.p99_us,
+        )),
+        copies_per_packet: if kernel.is_some() {
+            // Subscribers + echo, as the core would have counted them.
+            clients as f64
+        } else {
+            s.copies_per_packet
+        },
+        media: packets,
         client_lost: load.lost,
+        client_loss_pct: if expected > 0 {
+            100.0 * load.lost as f64 / expected as f64
+        } else {
+            f64::NAN
+        },
         client_rtt_p50_us: or_nan(load.rtt.count, load.rtt.p50_us),
+        tx_congested: s.tx_congested,
+        load_late_pct: late_pct,
+        excluded,
     })
 }
 
-/// Every run of the grid, in repetition-major order; a failed run is
-/// reported through `progress` and left out. Returns the runs and the
+/// Every run of the grid, in repetition-major order (the `tc` column, when
+/// asked for, after the backends of each cell: `progress` gets `true`
+/// for it); a failed run is reported through `progress` and left out. Returns the runs and the
 /// number that failed.
 pub fn run_grid(
     place: &Placement,
     c: &SfuLabConfig,
-    mut progress: impl FnMut(&anyhow::Result<Run>, (usize, usize, u32, BackendKind)),
+    mut progress: impl FnMut(&anyhow::Result<Run>, (usize, usize, u32, BackendKind, bool)),
 ) -> (Vec<Run>, usize) {
     let mut runs = Vec::new();
     let mut failed = 0;
@@ -205,7 +404,15 @@ pub fn run_grid(
             for &pps in &c.pps {
                 for &b in &c.backends {
                     let r = run_one(place, c, b, n, pps, rep);
-                    progress(&r, (rep, n, pps, b));
+                    progress(&r, (rep, n, pps, b, false));
+                    match r {
+                        Ok(r) => runs.push(r),
+                        Err(_) => failed += 1,
+                    }
+                }
+                if c.kernel_fanout {
+                    let r = run_kernel_fanout(place, c, n, pps, rep);
+                    progress(&r, (rep, n, pps, BackendKind::Socket, true));
                     match r {
                         Ok(r) => runs.push(r),
                         Err(_) => failed += 1,
@@ -215,4 +422,199 @@ pub fn run_grid(
         }
     }
     (runs, failed)
+}
+
+/// One step of the capacity sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct CapacityPoint {
+    /// Backend.
+    pub backend: String,
+    /// Clients.
+    pub clients: usize,
+    /// Packets per second per client.
+    pub pps: u32,
+    /// Packets per second into the SFU.
+    pub load_pps: u64,
+    /// Engine CPU (% of one core; for `tc` the SFU host's, where its work
+    /// runs).
+    pub cpu_pct: f64,
+    /// SFU host CPU (engine + its NAPI thread; NaN without the testbed's
+    /// threaded NAPI).
+    pub sfu_host_pct: f64,
+    /// Client loss (%).
+    pub loss_pct: f64,
+    /// Delay (a) p50 (µs).
+    pub delay_p50_us: f64,
+    /// Delay (d) p50 (µs).
+    pub kdelay_p50_us: f64,
+    /// Other load on the machine (% of one core).
+    pub foreign_pct: f64,
+    /// Why this step is the backend's last (loss, CPU), if it is.
+    pub limit: Option<String>,
+}
+
+/// The highest load a backend carried.
+#[derive(Clone, Debug, Serialize)]
+pub struct Carried {
+    /// Backend.
+    pub backend: String,
+    /// Most clients with loss ≤ 1% and CPU below saturation (0: none).
+    pub clients: usize,
+    /// Packets per second into the SFU at that step.
+    pub load_pps: u64,
+    /// That load relative to socket's (the paper: ~4× for netmap).
+    pub ratio_to_socket: Option<f64>,
+}
+
+/// The capacity curve of every backend.
+#[derive(Clone, Debug, Serialize)]
+pub struct Capacity {
+    /// Every step run.
+    pub points: Vec<CapacityPoint>,
+    /// Per backend, the load carried.
+    pub carried: Vec<Carried>,
+    /// Loss limit (%) and CPU limit (% of one core) used.
+    pub limits: (f64, f64),
+}
+
+/// Per backend (and the `tc` column when asked for), raise the clients
+/// through `steps` (at `pps` each) until the clients lose more than
+/// `loss_pct` or the engine's CPU (for `tc` the SFU host's) reaches
+/// `cpu_pct`; `progress` is told about each step.
+pub fn run_capacity(
+    place: &Placement,
+    c: &SfuLabConfig,
+    pps: u32,
+    steps: &[usize],
+    (loss_limit, cpu_limit): (f64, f64),
+    mut progress: impl FnMut(&CapacityPoint),
+) -> anyhow::Result<Capacity> {
+    let mut points = Vec::new();
+    let mut carried = Vec::new();
+    let mut columns: Vec<(BackendKind, bool)> = c.backends.iter().map(|&b| (b, false)).collect();
+    if c.kernel_fanout {
+        columns.push((BackendKind::Socket, true));
+    }
+    for (b, fanout) in columns {
+        let name = if fanout { "tc" } else { b.name() };
+        let mut best: Option<(usize, u64)> = None;
+        for &n in steps {
+            let r = run_column(place, c, b, fanout, n, pps, 0)?;
+            // The in-kernel fan-out works in the SFU's NAPI thread: its
+            // saturation is the SFU host's.
+            let cpu = if fanout {
+                r.sfu_host_pct
+            } else {
+                r.cpu_user_pct + r.cpu_system_pct
+            };
+            let over = r.client_loss_pct.is_nan() || r.client_loss_pct > loss_limit;
+            let limit = if over {
+                Some(format!(
+                    "client loss {:.2}% > {loss_limit}%",
+                    r.client_loss_pct
+                ))
+            } else if cpu >= cpu_limit {
+                Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
+            } else {
+                None
+            };
+            let load_pps = (n as u64) * u64::from(pps);
+            let p = CapacityPoint {
+                backend: name.into(),
+                clients: n,
+                pps,
+                load_pps,
+                cpu_pct: cpu,
+                sfu_host_pct: r.sfu_host_pct,
+                loss_pct: r.client_loss_pct,
+                delay_p50_us: r.delay_p50_us,
+                kdelay_p50_us: r.kdelay_p50_us,
+                foreign_pct: r.foreign_pct,
+                limit: limit.clone(),
+            };
+            progress(&p);
+            points.push(p);
+            if limit.is_some() {
+                break;
+            }
+            best = Some((n, load_pps));
+        }
+        carried.push(Carried {
+            backend: name.into(),
+            clients: best.map_or(0, |b| b.0),
+            load_pps: best.map_or(0, |b| b.1),
+            ratio_to_socket: None,
+        });
+    }
+    let socket = carried
+        .iter()
+        .find(|c| c.backend == "socket")
+        .map(|c| c.load_pps);
+    for c in carried.iter_mut() {
+        c.ratio_to_socket = socket
+            .filter(|&s| s > 0)
+            .map(|s| c.load_pps as f64 / s as f64);
+    }
+    Ok(Capacity {
+        points,
+        carried,
+        limits: (loss_limit, cpu_limit),
+    })
+}
+
+/// The capacity curve as text.
+pub fn render_capacity(cap: &Capacity) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let f = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.1}")
+        } else {
+            "n/a".into()
+        }
+    };
+    let _ = writeln!(
+        o,
+        "capacity (loss <= {}% and engine CPU < {}% of a core):\n{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>8}  limit",
+        cap.limits.0,
+        cap.limits.1,
+        "backend",
+        "clients",
+        "pps_in",
+        "cpu%",
+        "sfuhost%",
+        "loss%",
+        "a_p50_us",
+        "d_p50_us",
+        "other%"
+    );
+    for p in &cap.points {
+        let _ = writeln!(
+            o,
+            "{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>8}  {}",
+            p.backend,
+            p.clients,
+            p.load_pps,
+            f(p.cpu_pct),
+            f(p.sfu_host_pct),
+            format!("{:.2}", p.loss_pct),
+            f(p.delay_p50_us),
+            f(p.kdelay_p50_us),
+            f(p.foreign_pct),
+            p.limit.as_deref().unwrap_or("-")
+        );
+    }
+    for c in &cap.carried {
+        let _ = writeln!(
+            o,
+            "carried {}: {} clients, {} pps in{}",
+            c.backend,
+            c.clients,
+            c.load_pps,
+            c.ratio_to_socket
+                .map(|r| format!(" ({r:.2}x socket)"))
+                .unwrap_or_default()
+        );
+    }
+    o
 }

@@ -1,10 +1,17 @@
-//! SFU experiment analysis (pktswitch Fig. 3-5): per-run measurements of
-//! the SFU engine (CPU user/kernel %, per-packet processing delay) are
+//! SFU experiment analysis (pktswitch Figs. 3-5): per-run measurements of
+//! the SFU (engine CPU user/kernel %, CPU per emulated host, the four
+//! per-packet delays (a) scheduled, (b) handoff, (c) wait, (d) kdelay) are
 //! grouped by (backend, clients, packet rate), summarised with 95%
-//! confidence intervals, compared with the `socket` baseline, and fitted to
-//! the delay model d(n) = k_rcv + n · k_snd (n = copies per packet).
+//! confidence intervals, compared with the `socket` baseline of the same
+//! cell, and fitted to the paper's delay models on delay (a):
+//! d_s(n) = k_rcv + n · k_snd (socket) and d_n(n) = u_rx + n · u_tx (the
+//! others), n = copies per packet. Runs flagged as unreliable (the AF_XDP
+//! TX ring congested, the load generator fell behind, other load on the
+//! machine) are reported and left out, as the paper left out runs with
+//! congested TX rings.
 
 pub mod experiment;
+pub mod testbed;
 
 use crate::stats::{fit_line, mean_ci, LineFit, MeanCi};
 use serde::Serialize;
@@ -14,36 +21,77 @@ use std::fmt::Write;
 /// One measured run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Run {
-    /// Backend name (`socket`, `mmsg`).
+    /// Backend name (`socket`, `mmsg`, `uring`, `xdp`).
     pub backend: String,
+    /// The backend's modes (e.g. xdp native/generic).
+    pub io_mode: String,
+    /// Flush policy of the SFU.
+    pub flush: String,
     /// Number of clients.
     pub clients: usize,
     /// Packets per second sent by each client.
     pub pps: u32,
     /// Repetition index.
     pub rep: usize,
-    /// Engine user CPU (% of one core).
+    /// Measured seconds (after the warm-up).
+    pub seconds: f64,
+    /// SFU engine thread user CPU (% of one core; spinning included).
     pub cpu_user_pct: f64,
-    /// Engine kernel CPU (% of one core).
+    /// SFU engine thread kernel CPU (% of one core).
     pub cpu_system_pct: f64,
-    /// Processing delay median (µs).
+    /// Of the engine's CPU, spinning for datagrams (% of one core).
+    pub spin_pct: f64,
+    /// Engine CPU per forwarded packet (µs).
+    pub cpu_per_packet_us: f64,
+    /// The SFU host: engine thread plus the NAPI thread of its interface
+    /// (% of one core; NaN on loopback).
+    pub sfu_host_pct: f64,
+    /// That per packet offered (µs): the SFU host's CPU over clients × pps
+    /// (the measure that also covers the in-kernel fan-out, whose work runs
+    /// in the NAPI thread).
+    pub sfu_host_per_packet_us: f64,
+    /// The switch: NAPI threads of the bridge ports (bridging and the
+    /// clients' receive path; NaN without threaded NAPI).
+    pub switch_pct: f64,
+    /// The clients' load threads.
+    pub clients_pct: f64,
+    /// Busy CPU of the machine not accounted to any of the above (other
+    /// jobs; % of one core; NaN when unknown).
+    pub foreign_pct: f64,
+    /// (a) pickup → last copy scheduled, median (µs; NaN without samples).
     pub delay_p50_us: f64,
-    /// Processing delay 99th percentile (µs).
+    /// (a) 99th percentile.
     pub delay_p99_us: f64,
-    /// Processing delay mean (µs).
+    /// (a) mean.
     pub delay_mean_us: f64,
-    /// Delay from the kernel RX stamp (socket-queue wait included), median (µs; NaN if unavailable).
+    /// (b) pickup → last copy taken by the kernel, median.
+    pub handoff_p50_us: f64,
+    /// (b) 99th percentile.
+    pub handoff_p99_us: f64,
+    /// (c) application receive → pickup, median.
+    pub wait_p50_us: f64,
+    /// (c) 99th percentile.
+    pub wait_p99_us: f64,
+    /// (d) kernel RX stamp → last copy taken by the kernel, median.
     pub kdelay_p50_us: f64,
-    /// Same, 99th percentile (µs).
+    /// (d) 99th percentile.
     pub kdelay_p99_us: f64,
     /// Mean copies per forwarded packet (subscribers + echo).
     pub copies_per_packet: f64,
-    /// Media packets the SFU accepted.
+    /// Media packets forwarded in the measured part.
     pub media: u64,
-    /// Packets the clients counted as lost.
+    /// Packets the clients counted as lost (whole run).
     pub client_lost: u64,
+    /// Those in % of the media packets the clients should have received.
+    pub client_loss_pct: f64,
     /// Median RTT the clients measured through the echo (µs).
     pub client_rtt_p50_us: f64,
+    /// The AF_XDP TX ring was congested (the send path waited for room).
+    pub tx_congested: bool,
+    /// Sender ticks more than 1 ms late, in % of all ticks.
+    pub load_late_pct: f64,
+    /// Why the run is left out of the summary (`None`: it is not).
+    pub excluded: Option<String>,
 }
 
 /// Summary of one (backend, clients, pps) cell.
@@ -55,45 +103,109 @@ pub struct Row {
     pub clients: usize,
     /// Packets per second per client.
     pub pps: u32,
-    /// User CPU %.
+    /// Runs summarised.
+    pub runs: usize,
+    /// Engine user CPU %.
     pub cpu_user: MeanCi,
-    /// Kernel CPU %.
+    /// Engine kernel CPU %.
     pub cpu_system: MeanCi,
-    /// Delay p50 (µs).
+    /// Engine CPU per packet (µs).
+    pub cpu_per_packet: MeanCi,
+    /// SFU host CPU % (engine + its NAPI thread).
+    pub sfu_host: MeanCi,
+    /// SFU host CPU per packet offered (µs).
+    pub sfu_host_per_packet: MeanCi,
+    /// (a) p50 (µs).
     pub delay_p50: MeanCi,
-    /// Delay p99 (µs).
+    /// (a) p99 (µs).
     pub delay_p99: MeanCi,
-    /// Delay mean (µs).
+    /// (a) mean (µs).
     pub delay_mean: MeanCi,
-    /// Delay from the kernel RX stamp, p50 (µs).
+    /// (b) p50 (µs).
+    pub handoff_p50: MeanCi,
+    /// (c) p50 (µs).
+    pub wait_p50: MeanCi,
+    /// (d) p50 (µs).
     pub kdelay_p50: MeanCi,
-    /// Delay from the kernel RX stamp, p99 (µs).
-    pub kdelay_p99: MeanCi,
     /// Copies per packet.
     pub copies: f64,
-    /// Total CPU relative to the socket baseline of the same cell.
+    /// Client loss (%).
+    pub loss_pct: MeanCi,
+    /// Engine CPU per packet relative to the socket baseline of the same
+    /// cell.
     pub cpu_ratio: Option<f64>,
-    /// Delay p50 relative to the socket baseline.
+    /// (a) p50 relative to socket.
     pub delay_p50_ratio: Option<f64>,
-    /// Delay p99 relative to the socket baseline.
-    pub delay_p99_ratio: Option<f64>,
-    /// Kernel-stamped delay p50 relative to the socket baseline.
+    /// (b) p50 relative to socket.
+    pub handoff_p50_ratio: Option<f64>,
+    /// (c) p50 relative to socket.
+    pub wait_p50_ratio: Option<f64>,
+    /// (d) p50 relative to socket.
     pub kdelay_p50_ratio: Option<f64>,
+    /// SFU host CPU per packet relative to socket.
+    pub sfu_host_ratio: Option<f64>,
+    /// Mean delay (a) relative to socket (the in-kernel fan-out has means
+    /// only).
+    pub delay_mean_ratio: Option<f64>,
 }
 
-/// Fitted delay model of one backend.
+/// Fitted delay model of one backend, on the median of delay (a).
 #[derive(Clone, Debug, Serialize)]
 pub struct DelayModel {
     /// Backend.
     pub backend: String,
-    /// k_rcv (µs): intercept.
-    pub k_rcv_us: f64,
-    /// k_snd (µs per copy): slope.
-    pub k_snd_us: f64,
+    /// The paper's names of the terms: (k_rcv, k_snd) for socket, (u_rx,
+    /// u_tx) for the others.
+    pub terms: (String, String),
+    /// Intercept (µs).
+    pub intercept_us: f64,
+    /// Slope (µs per copy).
+    pub per_copy_us: f64,
     /// R² of the fit.
     pub r2: f64,
     /// Points used.
     pub points: usize,
+}
+
+/// One backend over the whole experiment: mean over cells of its ratios to
+/// socket (each cell against socket in the same cell), and its absolute
+/// values averaged over cells.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendSummary {
+    /// Backend.
+    pub backend: String,
+    /// Engine CPU per packet (all SFU threads, spinning included) to socket.
+    pub cpu_ratio: Option<f64>,
+    /// Delay (a) p50 to socket.
+    pub delay_p50_ratio: Option<f64>,
+    /// Delay (b) p50 to socket.
+    pub handoff_p50_ratio: Option<f64>,
+    /// Delay (c) p50 to socket.
+    pub wait_p50_ratio: Option<f64>,
+    /// Delay (d) p50 to socket.
+    pub kdelay_p50_ratio: Option<f64>,
+    /// SFU host CPU per packet (engine + its NAPI thread) to socket.
+    pub sfu_host_ratio: Option<f64>,
+    /// Mean delay (a) to socket.
+    pub delay_mean_ratio: Option<f64>,
+    /// Engine CPU (% of one core).
+    pub cpu_pct: f64,
+    /// Engine CPU per packet (µs).
+    pub cpu_per_packet_us: f64,
+    /// SFU host CPU (% of one core).
+    pub sfu_host_pct: f64,
+    /// (a) p50 (µs).
+    pub delay_p50_us: f64,
+    /// (b) p50 (µs).
+    pub handoff_p50_us: f64,
+    /// (c) p50 (µs).
+    pub wait_p50_us: f64,
+    /// (d) p50 (µs).
+    pub kdelay_p50_us: f64,
+    /// Runs summarised.
+    pub runs: usize,
+    /// Runs left out.
+    pub excluded: usize,
 }
 
 /// Whole-experiment summary.
@@ -101,22 +213,35 @@ pub struct DelayModel {
 pub struct Summary {
     /// Per-cell rows.
     pub rows: Vec<Row>,
-    /// Delay model per backend (fitted on every run's median delay vs copies;
-    /// the median is robust to scheduling outliers on shared machines).
+    /// Delay models per backend (every run's median delay (a) against its
+    /// copies per packet).
     pub models: Vec<DelayModel>,
-    /// Mean ratio over cells of each backend to socket: (backend, cpu,
-    /// delay p50, delay p99, kernel-stamped delay p50).
-    pub overall: Vec<(String, f64, f64, f64, f64)>,
+    /// One entry per backend.
+    pub backends: Vec<BackendSummary>,
+    /// Runs left out and why.
+    pub excluded: Vec<(String, usize, u32, usize, String)>,
 }
 
 fn col(runs: &[&Run], f: impl Fn(&Run) -> f64) -> Vec<f64> {
-    runs.iter().map(|r| f(r)).collect()
+    runs.iter()
+        .map(|r| f(r))
+        .filter(|v| v.is_finite())
+        .collect()
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
 }
 
 /// Group, summarise, compare with `socket`, fit models.
 pub fn summarize(runs: &[Run]) -> Summary {
     let mut cells: BTreeMap<(usize, u32, String), Vec<&Run>> = BTreeMap::new();
+    let mut excluded = Vec::new();
     for r in runs {
+        if let Some(why) = &r.excluded {
+            excluded.push((r.backend.clone(), r.clients, r.pps, r.rep, why.clone()));
+            continue;
+        }
         cells
             .entry((r.clients, r.pps, r.backend.clone()))
             .or_default()
@@ -128,53 +253,56 @@ pub fn summarize(runs: &[Run]) -> Summary {
             backend: backend.clone(),
             clients: *clients,
             pps: *pps,
+            runs: rs.len(),
             cpu_user: mean_ci(&col(rs, |r| r.cpu_user_pct)),
             cpu_system: mean_ci(&col(rs, |r| r.cpu_system_pct)),
+            cpu_per_packet: mean_ci(&col(rs, |r| r.cpu_per_packet_us)),
+            sfu_host: mean_ci(&col(rs, |r| r.sfu_host_pct)),
+            sfu_host_per_packet: mean_ci(&col(rs, |r| r.sfu_host_per_packet_us)),
             delay_p50: mean_ci(&col(rs, |r| r.delay_p50_us)),
             delay_p99: mean_ci(&col(rs, |r| r.delay_p99_us)),
-            delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
+            handoff_p50: mean_ci(&col(rs, |r| r.handoff_p50_us)),
+            wait_p50: mean_ci(&col(rs, |r| r.wait_p50_us)),
             kdelay_p50: mean_ci(&col(rs, |r| r.kdelay_p50_us)),
-            kdelay_p99: mean_ci(&col(rs, |r| r.kdelay_p99_us)),
             copies: mean_ci(&col(rs, |r| r.copies_per_packet)).mean,
+            loss_pct: mean_ci(&col(rs, |r| r.client_loss_pct)),
             cpu_ratio: None,
             delay_p50_ratio: None,
-            delay_p99_ratio: None,
+            handoff_p50_ratio: None,
+            wait_p50_ratio: None,
             kdelay_p50_ratio: None,
+            sfu_host_ratio: None,
+            delay_mean_ratio: None,
+            delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
         });
     }
-    let base: BTreeMap<(usize, u32), (f64, f64, f64, f64)> = rows
+    let base: BTreeMap<(usize, u32), Row> = rows
         .iter()
         .filter(|r| r.backend == "socket")
-        .map(|r| {
-            (
-                (r.clients, r.pps),
-                (
-                    r.cpu_user.mean + r.cpu_system.mean,
-                    r.delay_p50.mean,
-                    r.delay_p99.mean,
-                    r.kdelay_p50.mean,
-                ),
-            )
-        })
+        .map(|r| ((r.clients, r.pps), r.clone()))
         .collect();
-    let ratio = |a: f64, b: f64| (b > 0.0 && a.is_finite()).then(|| a / b);
+    let cpu = |r: &Row| r.cpu_user.mean + r.cpu_system.mean;
     for r in rows.iter_mut() {
-        if let Some(&(cpu, p50, p99, k50)) = base.get(&(r.clients, r.pps)) {
-            r.kdelay_p50_ratio = ratio(r.kdelay_p50.mean, k50);
-            r.cpu_ratio = ratio(r.cpu_user.mean + r.cpu_system.mean, cpu);
-            r.delay_p50_ratio = ratio(r.delay_p50.mean, p50);
-            r.delay_p99_ratio = ratio(r.delay_p99.mean, p99);
+        if let Some(b) = base.get(&(r.clients, r.pps)) {
+            r.cpu_ratio = ratio(r.cpu_per_packet.mean, b.cpu_per_packet.mean);
+            r.delay_p50_ratio = ratio(r.delay_p50.mean, b.delay_p50.mean);
+            r.handoff_p50_ratio = ratio(r.handoff_p50.mean, b.handoff_p50.mean);
+            r.wait_p50_ratio = ratio(r.wait_p50.mean, b.wait_p50.mean);
+            r.kdelay_p50_ratio = ratio(r.kdelay_p50.mean, b.kdelay_p50.mean);
+            r.sfu_host_ratio = ratio(r.sfu_host_per_packet.mean, b.sfu_host_per_packet.mean);
+            r.delay_mean_ratio = ratio(r.delay_mean.mean, b.delay_mean.mean);
         }
     }
-    let mut backends: Vec<String> = rows.iter().map(|r| r.backend.clone()).collect();
-    backends.sort();
-    backends.dedup();
+    let mut names: Vec<String> = runs.iter().map(|r| r.backend.clone()).collect();
+    names.sort();
+    names.dedup();
     let mut models = Vec::new();
-    let mut overall = Vec::new();
-    for b in &backends {
+    let mut backends = Vec::new();
+    for b in &names {
         let pts: Vec<(f64, f64)> = runs
             .iter()
-            .filter(|r| &r.backend == b && r.copies_per_packet > 0.0)
+            .filter(|r| &r.backend == b && r.excluded.is_none())
+            .filter(|r| r.copies_per_packet.is_finite() && r.delay_p50_us.is_finite())
             .map(|r| (r.copies_per_packet, r.delay_p50_us))
             .collect();
         if let Some(LineFit {
@@ -183,35 +311,53 @@ pub fn summarize(runs: &[Run]) -> Summary {
             r2,
         }) = fit_line(&pts)
         {
+            let terms = if b == "socket" {
+                ("k_rcv", "k_snd")
+            } else {
+                ("u_rx", "u_tx")
+            };
             models.push(DelayModel {
                 backend: b.clone(),
-                k_rcv_us: intercept,
-                k_snd_us: slope,
+                terms: (terms.0.into(), terms.1.into()),
+                intercept_us: intercept,
+                per_copy_us: slope,
                 r2,
                 points: pts.len(),
             });
         }
         let mine: Vec<&Row> = rows.iter().filter(|r| &r.backend == b).collect();
-        let avg = |f: &dyn Fn(&Row) -> Option<f64>| {
+        let avg_opt = |f: &dyn Fn(&Row) -> Option<f64>| {
             let v: Vec<f64> = mine.iter().filter_map(|r| f(r)).collect();
-            if v.is_empty() {
-                f64::NAN
-            } else {
-                v.iter().sum::<f64>() / v.len() as f64
-            }
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
         };
-        overall.push((
-            b.clone(),
-            avg(&|r| r.cpu_ratio),
-            avg(&|r| r.delay_p50_ratio),
-            avg(&|r| r.delay_p99_ratio),
-            avg(&|r| r.kdelay_p50_ratio),
-        ));
+        let avg = |f: &dyn Fn(&Row) -> f64| {
+            avg_opt(&|r| Some(f(r)).filter(|v| v.is_finite())).unwrap_or(f64::NAN)
+        };
+        backends.push(BackendSummary {
+            backend: b.clone(),
+            cpu_ratio: avg_opt(&|r| r.cpu_ratio),
+            delay_p50_ratio: avg_opt(&|r| r.delay_p50_ratio),
+            handoff_p50_ratio: avg_opt(&|r| r.handoff_p50_ratio),
+            wait_p50_ratio: avg_opt(&|r| r.wait_p50_ratio),
+            kdelay_p50_ratio: avg_opt(&|r| r.kdelay_p50_ratio),
+            sfu_host_ratio: avg_opt(&|r| r.sfu_host_ratio),
+            delay_mean_ratio: avg_opt(&|r| r.delay_mean_ratio),
+            cpu_pct: avg(&cpu),
+            cpu_per_packet_us: avg(&|r| r.cpu_per_packet.mean),
+            sfu_host_pct: avg(&|r| r.sfu_host.mean),
+            delay_p50_us: avg(&|r| r.delay_p50.mean),
+            handoff_p50_us: avg(&|r| r.handoff_p50.mean),
+            wait_p50_us: avg(&|r| r.wait_p50.mean),
+            kdelay_p50_us: avg(&|r| r.kdelay_p50.mean),
+            runs: mine.iter().map(|r| r.runs).sum(),
+            excluded: excluded.iter().filter(|e| &e.0 == b).count(),
+        });
     }
     Summary {
         rows,
         models,
-        overall,
+        backends,
+        excluded,
     }
 }
 
@@ -224,90 +370,199 @@ fn ci(m: &MeanCi) -> String {
 }
 
 fn opt(r: Option<f64>) -> String {
-    r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+    r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into())
 }
 
-/// Render the summary as a text table.
+fn x(r: Option<f64>) -> String {
+    r.map(|v| format!("{v:.2}x"))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+fn us(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.1}")
+    } else {
+        "n/a".into()
+    }
+}
+
+/// Render the summary as text: the per-cell table, Figs. 3-5 shaped
+/// tables, the ratios per backend and the delay models.
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:>7} {:>5} {:>7} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7} {:>7} {:>7} {:>7}",
-        "clients",
-        "pps",
-        "backend",
-        "copies",
-        "cpu_user%",
-        "cpu_kern%",
-        "delay_p50us",
-        "delay_p99us",
-        "kdelay_p50us",
-        "cpu/s",
-        "p50/s",
-        "p99/s",
-        "kp50/s"
+        "{:>7} {:>5} {:>7} {:>6} {:>10} {:>10} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "clients", "pps", "backend", "copies", "cpu_user%", "cpu_kern%", "cpu/pkt", "a_sched_us",
+        "b_handoff", "c_wait_us", "d_kdelay", "sfuhost%", "cpu/s", "a/s", "b/s", "c/s", "d/s"
     );
     for r in &s.rows {
         let _ = writeln!(
             o,
-            "{:>7} {:>5} {:>7} {:>6.1} {:>12} {:>12} {:>12} {:>12} {:>12} {:>7} {:>7} {:>7} {:>7}",
+            "{:>7} {:>5} {:>7} {:>6.1} {:>10} {:>10} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>6} {:>6} {:>6} {:>6}",
             r.clients,
             r.pps,
             r.backend,
             r.copies,
             ci(&r.cpu_user),
             ci(&r.cpu_system),
+            ci(&r.cpu_per_packet),
             ci(&r.delay_p50),
-            ci(&r.delay_p99),
+            ci(&r.handoff_p50),
+            ci(&r.wait_p50),
             ci(&r.kdelay_p50),
+            ci(&r.sfu_host),
             opt(r.cpu_ratio),
             opt(r.delay_p50_ratio),
-            opt(r.delay_p99_ratio),
+            opt(r.handoff_p50_ratio),
+            opt(r.wait_p50_ratio),
             opt(r.kdelay_p50_ratio)
         );
     }
     let _ = writeln!(
         o,
-        "(±: 95% CI over repetitions; x/s: ratio to the socket backend; delay: app receive -> \
-         last copy to the kernel; kdelay: kernel RX stamp -> last copy, socket-queue wait included)"
+        "(±: 95% CI over repetitions; delays are per-packet medians in µs: (a) pickup -> last copy \
+         scheduled (the paper's delay), (b) pickup -> last copy taken by the kernel, (c) app receive \
+         -> pickup, (d) kernel RX stamp -> last copy taken; cpu: SFU engine thread, % of one core; \
+         x/s: ratio to the socket backend in the same cell (cpu: per packet); n/a: no data)"
     );
-    let x = |v: f64| {
-        if v.is_finite() {
-            format!("{v:.2}x")
-        } else {
-            "n/a".into()
-        }
-    };
-    for (b, cpu, p50, p99, k50) in s.overall.iter().filter(|o| o.0 != "socket") {
+    render_figures(&mut o, s);
+    for b in s.backends.iter().filter(|b| b.backend != "socket") {
         let _ = writeln!(
             o,
-            "overall {b} vs socket: cpu {}, delay p50 {}, delay p99 {}, kdelay p50 {}",
-            x(*cpu),
-            x(*p50),
-            x(*p99),
-            x(*k50)
+            "overall {} vs socket: cpu {}, delay(a) {}, handoff(b) {}, wait(c) {}, kdelay(d) {}; sfu host cpu {}, mean delay(a) {}",
+            b.backend,
+            x(b.cpu_ratio),
+            x(b.delay_p50_ratio),
+            x(b.handoff_p50_ratio),
+            x(b.wait_p50_ratio),
+            x(b.kdelay_p50_ratio),
+            x(b.sfu_host_ratio),
+            x(b.delay_mean_ratio)
         );
     }
     for m in &s.models {
         let _ = writeln!(
             o,
-            "delay model {}: d(n) = {:.2} us + n * {:.2} us  (median delay, R2 {:.3}, {} runs; n = copies/packet)",
-            m.backend, m.k_rcv_us, m.k_snd_us, m.r2, m.points
+            "delay model {}: d(n) = {} + n * {} = {:.2} us + n * {:.2} us  (median delay (a), R2 {:.3}, {} runs; n = copies/packet; paper: {})",
+            m.backend,
+            m.terms.0,
+            m.terms.1,
+            m.intercept_us,
+            m.per_copy_us,
+            m.r2,
+            m.points,
+            if m.backend == "socket" {
+                "0.7 + n * 2.3 us"
+            } else {
+                "netmap 0.3 + n * 0.2 us"
+            }
+        );
+    }
+    for e in &s.excluded {
+        let _ = writeln!(
+            o,
+            "left out: {} clients={} pps={} rep={}: {}",
+            e.0, e.1, e.2, e.3, e.4
         );
     }
     o
 }
 
-/// An SVG plot of median delay versus copies per packet, one series per backend,
-/// with the fitted model lines.
+/// Figs. 3 and 4 (CPU user/kernel per client count, one table per rate)
+/// and Fig. 5 (delay (a) per client count, one table per rate).
+fn render_figures(o: &mut String, s: &Summary) {
+    let mut backends: Vec<&str> = s.rows.iter().map(|r| r.backend.as_str()).collect();
+    backends.sort();
+    backends.dedup();
+    let mut rates: Vec<u32> = s.rows.iter().map(|r| r.pps).collect();
+    rates.sort();
+    rates.dedup();
+    let mut clients: Vec<usize> = s.rows.iter().map(|r| r.clients).collect();
+    clients.sort();
+    clients.dedup();
+    let get = |b: &str, n: usize, p: u32| {
+        s.rows
+            .iter()
+            .find(|r| r.backend == b && r.clients == n && r.pps == p)
+    };
+    for &p in &rates {
+        let _ = write!(
+            o,
+            "Fig. 3/4 shape, {p} pps per client: SFU engine CPU % user/kernel\n{:>7}",
+            "clients"
+        );
+        for b in &backends {
+            let _ = write!(o, " {b:>15}");
+        }
+        let _ = writeln!(o);
+        for &n in &clients {
+            let _ = write!(o, "{n:>7}");
+            for b in &backends {
+                let cell = get(b, n, p)
+                    .map(|r| format!("{}/{}", us(r.cpu_user.mean), us(r.cpu_system.mean)))
+                    .unwrap_or_else(|| "-".into());
+                let _ = write!(o, " {cell:>15}");
+            }
+            let _ = writeln!(o);
+        }
+        let _ = write!(
+            o,
+            "Fig. 5 shape, {p} pps per client: delay (a) p50 us\n{:>7}",
+            "clients"
+        );
+        for b in &backends {
+            let _ = write!(o, " {b:>15}");
+        }
+        let _ = writeln!(o);
+        for &n in &clients {
+            let _ = write!(o, "{n:>7}");
+            for b in &backends {
+                let cell = get(b, n, p)
+                    .map(|r| us(r.delay_p50.mean))
+                    .unwrap_or_else(|| "-".into());
+                let _ = write!(o, " {cell:>15}");
+            }
+            let _ = writeln!(o);
+        }
+    }
+}
+
+/// The JSON `lab sfu --json` writes: one object per backend (ratios and
+/// absolute values), then the rows, models, runs and (with `--capacity`)
+/// the capacity curve.
+pub fn json(
+    runs: &[Run],
+    s: &Summary,
+    capacity: Option<&experiment::Capacity>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "backends": s.backends,
+        "rows": s.rows,
+        "models": s.models,
+        "excluded": s.excluded,
+        "runs": runs,
+        "capacity": capacity,
+    })
+}
+
+/// An SVG plot of median delay (a) versus copies per packet, one series per
+/// backend, with the fitted model lines.
 pub fn svg(runs: &[Run], s: &Summary) -> String {
     let (w, h, m) = (640.0, 400.0, 50.0);
+    let ok = |r: &&Run| r.excluded.is_none() && r.delay_p50_us.is_finite();
     let xmax = runs
         .iter()
+        .filter(ok)
         .map(|r| r.copies_per_packet)
         .fold(1.0f64, f64::max)
         * 1.1;
-    let ymax = runs.iter().map(|r| r.delay_p50_us).fold(1.0f64, f64::max) * 1.1;
+    let ymax = runs
+        .iter()
+        .filter(ok)
+        .map(|r| r.delay_p50_us)
+        .fold(1.0f64, f64::max)
+        * 1.1;
     let px = |x: f64| m + x / xmax * (w - 2.0 * m);
     let py = |y: f64| h - m - y / ymax * (h - 2.0 * m);
     let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
@@ -317,7 +572,7 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
          <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
          <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n\
          <text x=\"{}\" y=\"{}\" font-size=\"12\">copies per packet (n)</text>\n\
-         <text x=\"5\" y=\"{}\" font-size=\"12\">delay (us, max {ymax:.0})</text>\n",
+         <text x=\"5\" y=\"{}\" font-size=\"12\">delay (a) p50 (us, max {ymax:.0})</text>\n",
         h - m,
         w - m,
         h - m,
@@ -328,7 +583,7 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
     );
     for (i, mdl) in s.models.iter().enumerate() {
         let c = colors[i % colors.len()];
-        for r in runs.iter().filter(|r| r.backend == mdl.backend) {
+        for r in runs.iter().filter(ok).filter(|r| r.backend == mdl.backend) {
             let _ = writeln!(
                 o,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
@@ -336,8 +591,8 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
                 py(r.delay_p50_us)
             );
         }
-        let y0 = mdl.k_rcv_us;
-        let y1 = mdl.k_rcv_us + mdl.k_snd_us * xmax;
+        let y0 = mdl.intercept_us;
+        let y1 = mdl.intercept_us + mdl.per_copy_us * xmax;
         let _ = writeln!(
             o,
             "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\"/>\n\
@@ -349,8 +604,8 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
             m + 10.0,
             m + 15.0 * (i as f64 + 1.0),
             mdl.backend,
-            mdl.k_rcv_us,
-            mdl.k_snd_us
+            mdl.intercept_us,
+            mdl.per_copy_us
         );
     }
     o.push_str("</svg>\n");
@@ -364,48 +619,103 @@ mod tests {
     fn run(backend: &str, clients: usize, rep: usize, cpu: f64, d: f64) -> Run {
         Run {
             backend: backend.into(),
+            io_mode: backend.into(),
+            flush: "packet".into(),
             clients,
             pps: 750,
             rep,
+            seconds: 10.0,
             cpu_user_pct: cpu,
             cpu_system_pct: cpu,
+            spin_pct: 0.0,
+            cpu_per_packet_us: cpu,
+            sfu_host_pct: 2.0 * cpu,
+            sfu_host_per_packet_us: 2.0 * cpu,
+            switch_pct: f64::NAN,
+            clients_pct: 1.0,
+            foreign_pct: 0.0,
             delay_p50_us: d,
             delay_p99_us: 2.0 * d,
             delay_mean_us: d,
-            kdelay_p50_us: d + 1.0,
-            kdelay_p99_us: d + 2.0,
+            handoff_p50_us: d + 1.0,
+            handoff_p99_us: d + 2.0,
+            wait_p50_us: 0.5,
+            wait_p99_us: 1.0,
+            kdelay_p50_us: if backend == "xdp" { f64::NAN } else { d + 3.0 },
+            kdelay_p99_us: d + 4.0,
             copies_per_packet: clients as f64,
             media: 1,
             client_lost: 0,
+            client_loss_pct: 0.0,
             client_rtt_p50_us: 0.0,
+            tx_congested: false,
+            load_late_pct: 0.0,
+            excluded: None,
         }
     }
 
     #[test]
-    fn ratios_and_model() {
+    fn ratios_models_and_exclusions() {
         let mut runs = Vec::new();
         for rep in 0..3 {
             for n in [6, 8, 10] {
-                // socket: d = 5 + 2n; mmsg: d = 10 + 1n, half the CPU
+                // socket: d = 5 + 2n; xdp: d = 10 + 1n, half the CPU
                 runs.push(run("socket", n, rep, 10.0, 5.0 + 2.0 * n as f64));
-                runs.push(run("mmsg", n, rep, 5.0, 10.0 + n as f64));
+                runs.push(run("xdp", n, rep, 5.0, 10.0 + n as f64));
             }
         }
+        // A congested run with absurd values is left out.
+        let mut bad = run("xdp", 6, 3, 1000.0, 1e6);
+        bad.excluded = Some("TX ring congested".into());
+        runs.push(bad);
         let s = summarize(&runs);
         assert_eq!(s.rows.len(), 6);
+        assert_eq!(s.excluded.len(), 1);
         let m = s.models.iter().find(|m| m.backend == "socket").unwrap();
-        assert!((m.k_rcv_us - 5.0).abs() < 1e-9 && (m.k_snd_us - 2.0).abs() < 1e-9);
+        assert!((m.intercept_us - 5.0).abs() < 1e-9 && (m.per_copy_us - 2.0).abs() < 1e-9);
+        assert_eq!(m.terms.0, "k_rcv");
+        let mx = s.models.iter().find(|m| m.backend == "xdp").unwrap();
+        assert_eq!(mx.terms.1, "u_tx");
+        assert!((mx.per_copy_us - 1.0).abs() < 1e-9);
         let r = s
             .rows
             .iter()
-            .find(|r| r.backend == "mmsg" && r.clients == 6)
+            .find(|r| r.backend == "xdp" && r.clients == 6)
             .unwrap();
+        assert_eq!(r.runs, 3);
         assert_eq!(r.cpu_ratio, Some(0.5));
         assert!((r.delay_p50_ratio.unwrap() - 16.0 / 17.0).abs() < 1e-9);
-        let o = s.overall.iter().find(|o| o.0 == "mmsg").unwrap();
-        assert!((o.1 - 0.5).abs() < 1e-9);
+        // No kernel stamps for this xdp: n/a, never 0.
+        assert_eq!(r.kdelay_p50_ratio, None);
+        let b = s.backends.iter().find(|b| b.backend == "xdp").unwrap();
+        assert!((b.cpu_ratio.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(b.kdelay_p50_ratio, None);
+        assert_eq!(b.excluded, 1);
         let t = render(&s);
-        assert!(t.contains("delay model socket"));
+        assert!(t.contains("delay model socket: d(n) = k_rcv + n * k_snd"));
+        assert!(t.contains("kdelay(d) n/a"), "{t}");
+        assert!(!t.contains("0.00x"));
+        assert!(t.contains("Fig. 5 shape"));
+        assert!(t.contains("left out: xdp clients=6"));
         assert!(svg(&runs, &s).starts_with("<svg"));
+        let j = json(&runs, &s, None);
+        let xb = j["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backend"] == "xdp")
+            .unwrap();
+        for k in [
+            "cpu_ratio",
+            "delay_p50_ratio",
+            "handoff_p50_ratio",
+            "wait_p50_ratio",
+            "kdelay_p50_ratio",
+            "delay_p50_us",
+            "cpu_pct",
+        ] {
+            assert!(xb.get(k).is_some(), "{k} missing");
+        }
+        assert!(xb["kdelay_p50_ratio"].is_null());
     }
 }

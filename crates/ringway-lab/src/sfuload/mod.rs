@@ -2,7 +2,13 @@
 //! with its own socket and SSID (optionally each inside its own network
 //! namespace host), a sender thread pacing RTP, a receiver thread counting
 //! loss, reordering, echo RTT and one-way delay, and the control traffic
-//! (register, subscribe, keepalive, leave) on the calling thread.
+//! (register with the SFU's cookie exchange, subscribe, keepalive, leave)
+//! on the calling thread.
+//!
+//! The sources are desynchronised as independent machines are: each has its
+//! own phase within the packet interval (drawn from a seeded generator), so
+//! the SFU sees each client's three packets back to back at the client's
+//! own moment, not every client's packets in one burst.
 
 mod rx_stats;
 
@@ -10,6 +16,7 @@ pub use rx_stats::{RxStats, StreamSummary};
 
 use anyhow::{bail, Context};
 use ringway_io::netns::Host;
+use ringway_io::thread::CpuTime;
 use ringway_io::{
     open_backend, open_udp, realtime_now, BackendKind, BatchIo, RxBatch, SocketConfig, TxBatch,
 };
@@ -59,6 +66,11 @@ pub struct SfuLoadConfig {
     /// Open source i's socket inside named network namespace i (mod the
     /// list length): one namespace host per client.
     pub in_netns: Vec<String>,
+    /// Give each source its own phase within the interval (independent
+    /// clients); `false`: every source sends at the same tick (one burst).
+    pub desync: bool,
+    /// Seed of the phases.
+    pub seed: u64,
 }
 
 impl SfuLoadConfig {
@@ -81,6 +93,8 @@ impl SfuLoadConfig {
             send: true,
             cpus: None,
             in_netns: Vec::new(),
+            desync: true,
+            seed: 1,
         }
     }
 }
@@ -137,8 +151,17 @@ pub struct ClientReport {
     pub malformed: u64,
     /// Per received stream (SSRC, type) counters, summed over receivers.
     pub received: Vec<StreamSummary>,
+    /// Sender ticks (one per source per interval) made.
+    pub ticks: u64,
     /// Sender ticks that started more than 1 ms late.
     pub late_ticks: u64,
+    /// CPU time of the sender and receiver threads (`user_s`, `sys_s`);
+    /// `None` (null) when the kernel did not tell it.
+    #[serde(with = "ringway_server::host::cpu_seconds::option")]
+    pub cpu: Option<CpuTime>,
+    /// Placement lines (`cpus`) the kernel refused, per thread (empty: all
+    /// applied, or nothing asked).
+    pub placement_refused: Vec<String>,
 }
 
 /// Counters of a running load, for live statistics.
@@ -169,11 +192,11 @@ fn request(sock: &UdpSocket, server: SocketAddr, id: u32, msg: &[u8]) -> anyhow:
         while Instant::now() < until {
             match sock.recv_from(&mut buf) {
                 Ok((n, from)) if from == server => match parse_reply(&buf[..n]) {
-                    Some(r @ Reply::Ack(rid, _)) | Some(r @ Reply::Error(rid, _, _))
-                        if rid == id =>
-                    {
-                        return Ok(r)
-                    }
+                    Some(
+                        r @ (Reply::Ack(rid, _)
+                        | Reply::Error(rid, _, _)
+                        | Reply::Challenge(rid, _)),
+                    ) if rid == id => return Ok(r),
                     _ => {} // media or a stale reply
                 },
                 Ok(_) => {}
@@ -187,6 +210,28 @@ fn request(sock: &UdpSocket, server: SocketAddr, id: u32, msg: &[u8]) -> anyhow:
         }
     }
     bail!("no reply from {server}")
+}
+
+/// REGISTER, then REGISTER again with the CHALLENGE's cookie (the SFU's
+/// return-routability check); the session of the ACK.
+pub fn register(
+    sock: &UdpSocket,
+    server: SocketAddr,
+    requests: &mut Requests,
+) -> anyhow::Result<Session> {
+    let (id, m) = requests.register();
+    let mut reply = request(sock, server, id, &m)?;
+    for _ in 0..3 {
+        match reply {
+            Reply::Ack(_, s) => return Ok(s),
+            Reply::Error(_, code, _) => bail!("REGISTER refused: {code:?}"),
+            Reply::Challenge(_, cookie) => {
+                let (id, m) = requests.register_with(&cookie);
+                reply = request(sock, server, id, &m)?;
+            }
+        }
+    }
+    bail!("REGISTER: the SFU kept answering with CHALLENGEs")
 }
 
 /// One registered source.
@@ -232,11 +277,7 @@ fn register_sources(c: &SfuLoadConfig) -> anyhow::Result<Vec<Source>> {
         let sock = open_source_socket(c, i)?;
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
         let mut requests = Requests::default();
-        let (id, m) = requests.register();
-        let session = match request(&sock, c.server, id, &m)? {
-            Reply::Ack(_, s) => s,
-            Reply::Error(_, code, _) => bail!("REGISTER refused: {code:?}"),
-        };
+        let session = register(&sock, c.server, &mut requests)?;
         out.push(Source {
             sock,
             session,
@@ -246,8 +287,9 @@ fn register_sources(c: &SfuLoadConfig) -> anyhow::Result<Vec<Source>> {
     for s in out.iter_mut() {
         for chunk in c.subscribe.chunks(ringway_sfu::wire::MAX_SELECTORS) {
             let (id, m) = s.requests.subscribe(s.session, chunk, false);
-            if let Reply::Error(_, code, _) = request(&s.sock, c.server, id, &m)? {
-                bail!("SUBSCRIBE refused: {code:?}");
+            match request(&s.sock, c.server, id, &m)? {
+                Reply::Ack(..) => {}
+                r => bail!("SUBSCRIBE refused: {r:?}"),
             }
         }
     }
@@ -282,22 +324,38 @@ impl Shared {
     }
 }
 
+/// What the receiver thread reports: statistics per socket, its CPU time,
+/// the placement lines the kernel refused.
+type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>);
+
+/// Pin the calling thread to `cpus` (if any); the lines the kernel refused.
+fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
+    let Some(list) = cpus else {
+        return Vec::new();
+    };
+    let placement = ringway_io::thread::Placement {
+        cpus: Some(list),
+        ..Default::default()
+    };
+    placement
+        .apply()
+        .into_iter()
+        .filter(|i| !i.result.is_applied())
+        .map(|i| format!("{thread}: {} {} -> {}", i.what, i.requested, i.result))
+        .inspect(|line| eprintln!("sfu load: placement {line}"))
+        .collect()
+}
+
 /// The receiver thread: every source's socket, statistics per socket.
 fn spawn_receiver(
     shared: Arc<Shared>,
     mut sockets: Vec<(Box<dyn BatchIo>, RxStats)>,
     cpus: Option<Vec<usize>>,
-) -> std::io::Result<JoinHandle<anyhow::Result<Vec<RxStats>>>> {
+) -> std::io::Result<JoinHandle<anyhow::Result<ReceiverEnd>>> {
     std::thread::Builder::new()
         .name("sfu-client-rx".into())
-        .spawn(move || -> anyhow::Result<Vec<RxStats>> {
-            if let Some(list) = cpus {
-                let placement = ringway_io::thread::Placement {
-                    cpus: Some(list),
-                    ..Default::default()
-                };
-                host::place_this_thread("sfu-client-rx", &placement);
-            }
+        .spawn(move || -> anyhow::Result<ReceiverEnd> {
+            let refused = pin("sfu-client-rx", cpus);
             let mut batch = RxBatch::new(64, FRAME);
             let mut published = Instant::now();
             let single = sockets.len() == 1;
@@ -338,52 +396,97 @@ fn spawn_receiver(
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            Ok(sockets.into_iter().map(|(_, s)| s).collect())
+            let cpu = host::thread_cpu_time().ok();
+            Ok((sockets.into_iter().map(|(_, s)| s).collect(), cpu, refused))
         })
 }
 
-/// The sender thread: one tick every interval, one packet per stream per
-/// tick; returns the ticks that started more than 1 ms late.
+/// What the sender thread reports.
+struct SenderEnd {
+    ticks: u64,
+    late: u64,
+    cpu: Option<CpuTime>,
+    refused: Vec<String>,
+}
+
+/// The sender thread: source k ticks every interval at its own phase
+/// `phases[k]` (ns after the start), one packet per stream per tick;
+/// counts the ticks that started more than 1 ms late.
 fn spawn_sender(
     shared: Arc<Shared>,
     mut sources: Vec<(Box<dyn BatchIo>, Vec<StreamGen>)>,
     server: SocketAddr,
     interval_ns: u64,
-) -> std::io::Result<JoinHandle<anyhow::Result<u64>>> {
+    phases: Vec<u64>,
+    cpus: Option<Vec<usize>>,
+) -> std::io::Result<JoinHandle<anyhow::Result<SenderEnd>>> {
     std::thread::Builder::new()
         .name("sfu-client-tx".into())
-        .spawn(move || -> anyhow::Result<u64> {
+        .spawn(move || -> anyhow::Result<SenderEnd> {
+            let refused = pin("sfu-client-tx", cpus);
             let mut tx = TxBatch::new(64, FRAME);
             let start = Instant::now();
-            let mut tick: u64 = 0;
-            let mut late = 0;
-            while !shared.stop_tx.load(Ordering::Relaxed) {
-                let due = start + Duration::from_nanos(tick * interval_ns);
+            let mut next = phases;
+            let (mut ticks, mut late) = (0u64, 0u64);
+            while !shared.stop_tx.load(Ordering::Relaxed) && !sources.is_empty() {
+                let (k, due_ns) = next
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .min_by_key(|x| x.1)
+                    .expect("a source");
+                let due = start + Duration::from_nanos(due_ns);
                 let now = Instant::now();
                 if due > now {
                     std::thread::sleep(due - now);
                 } else if now - due > Duration::from_millis(1) {
                     late += 1;
                 }
-                tick += 1;
-                for (io, streams) in sources.iter_mut() {
-                    tx.clear();
-                    for s in streams.iter_mut() {
-                        let t = realtime_now().0;
-                        if tx.push_with(server, |f| s.next_packet(f, t)).is_err() {
-                            break;
-                        }
+                next[k] += interval_ns;
+                ticks += 1;
+                let (io, streams) = &mut sources[k];
+                tx.clear();
+                for s in streams.iter_mut() {
+                    let t = realtime_now().0;
+                    if tx.push_with(server, |f| s.next_packet(f, t)).is_err() {
+                        break;
                     }
-                    let sent = io.send_batch(&tx)?;
-                    shared.tx_packets.fetch_add(sent as u64, Ordering::Relaxed);
-                    shared.tx_bytes.fetch_add(
-                        tx.iter().take(sent).map(|(_, d)| d.len() as u64).sum(),
-                        Ordering::Relaxed,
-                    );
                 }
+                let sent = io.send_batch(&tx)?;
+                shared.tx_packets.fetch_add(sent as u64, Ordering::Relaxed);
+                shared.tx_bytes.fetch_add(
+                    tx.iter().take(sent).map(|(_, d)| d.len() as u64).sum(),
+                    Ordering::Relaxed,
+                );
             }
-            Ok(late)
+            Ok(SenderEnd {
+                ticks,
+                late,
+                cpu: host::thread_cpu_time().ok(),
+                refused,
+            })
         })
+}
+
+/// Phase of each of `n` sources within `interval_ns`: uniform from a
+/// seeded generator (independent clients), or all 0 (one burst per tick).
+pub fn phases(n: usize, interval_ns: u64, desync: bool, seed: u64) -> Vec<u64> {
+    let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            // splitmix64
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            if desync {
+                z % interval_ns.max(1)
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 /// Register the sources, send and receive for the configured time (or
@@ -430,23 +533,29 @@ pub fn run(
         s.sock.set_nonblocking(true)?;
     }
     let shared = Arc::new(Shared::default());
-    let receiver = spawn_receiver(shared.clone(), receivers, c.cpus.clone())?;
-    let sender = if c.send {
-        Some(spawn_sender(
+    // Stops and joins whatever thread is still running on every way out
+    // (a sender that failed to start or stopped with an error included).
+    let mut threads = Threads {
+        shared: shared.clone(),
+        receiver: Some(spawn_receiver(shared.clone(), receivers, c.cpus.clone())?),
+        sender: None,
+    };
+    if c.send {
+        threads.sender = Some(spawn_sender(
             shared.clone(),
             senders,
             c.server,
             interval_ns,
-        )?)
-    } else {
-        None
-    };
+            phases(c.sources, interval_ns, c.desync, c.seed),
+            c.cpus.clone(),
+        )?);
+    }
     let start = Instant::now();
     let mut last_live = Instant::now();
     let mut last_keepalive = Instant::now();
     while start.elapsed().as_secs_f64() < c.duration_s && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-        if receiver.is_finished() || sender.as_ref().is_some_and(|s| s.is_finished()) {
+        if threads.finished() {
             break;
         }
         if c.keepalive && last_keepalive.elapsed() >= Duration::from_secs(1) {
@@ -465,11 +574,16 @@ pub fn run(
     }
     shared.stop_tx.store(true, Ordering::Relaxed);
     let sent_for = start.elapsed().as_secs_f64();
-    let late_ticks = match sender {
+    let sent = match threads.sender.take() {
         Some(s) => s
             .join()
             .map_err(|_| anyhow::anyhow!("sender thread panicked"))??,
-        None => 0,
+        None => SenderEnd {
+            ticks: 0,
+            late: 0,
+            cpu: Some(CpuTime::default()),
+            refused: Vec::new(),
+        },
     };
     std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
     if c.leave {
@@ -480,10 +594,51 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(50));
     }
     shared.stop_rx.store(true, Ordering::Relaxed);
-    let per_socket = receiver
+    let (per_socket, rx_cpu, rx_refused) = threads
+        .receiver
+        .take()
+        .expect("the receiver is joined once")
         .join()
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
-    Ok(report(ssids, sent_for, &shared, &per_socket, late_ticks))
+    let mut r = report(ssids, sent_for, &shared, &per_socket, sent.late);
+    r.ticks = sent.ticks;
+    r.cpu = match (sent.cpu, rx_cpu) {
+        (Some(a), Some(b)) => Some(CpuTime {
+            user_ns: a.user_ns + b.user_ns,
+            system_ns: a.system_ns + b.system_ns,
+        }),
+        _ => None,
+    };
+    r.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
+    Ok(r)
+}
+
+/// The load's threads; dropping it stops and joins those still running.
+struct Threads {
+    shared: Arc<Shared>,
+    receiver: Option<JoinHandle<anyhow::Result<ReceiverEnd>>>,
+    sender: Option<JoinHandle<anyhow::Result<SenderEnd>>>,
+}
+
+impl Threads {
+    /// One of the threads has ended (an error, or nothing left to send).
+    fn finished(&self) -> bool {
+        self.receiver.as_ref().is_some_and(|h| h.is_finished())
+            || self.sender.as_ref().is_some_and(|h| h.is_finished())
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        self.shared.stop_tx.store(true, Ordering::Relaxed);
+        self.shared.stop_rx.store(true, Ordering::Relaxed);
+        if let Some(h) = self.sender.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.receiver.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 fn report(
@@ -524,6 +679,35 @@ fn report(
         control_errors: total.control_errors,
         malformed: total.malformed,
         received: total.streams(),
+        ticks: 0,
         late_ticks,
+        cpu: None,
+        placement_refused: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guard stops and joins the receiver on an early exit (here: the
+    /// sender failed), so no thread outlives `run`.
+    #[test]
+    fn dropping_the_threads_guard_stops_and_joins_the_receiver() {
+        let shared = Arc::new(Shared::default());
+        let receiver = spawn_receiver(shared.clone(), Vec::new(), None).unwrap();
+        let sender =
+            std::thread::spawn(|| -> anyhow::Result<SenderEnd> { anyhow::bail!("send failed") });
+        let threads = Threads {
+            shared: shared.clone(),
+            receiver: Some(receiver),
+            sender: Some(sender),
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!threads.receiver.as_ref().unwrap().is_finished());
+        drop(threads);
+        assert!(shared.stop_rx.load(Ordering::Relaxed));
+        // The receiver thread held a reference until it ended.
+        assert_eq!(Arc::strong_count(&shared), 1);
     }
 }

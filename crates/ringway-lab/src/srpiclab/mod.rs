@@ -20,7 +20,7 @@ use crate::sfuload::{self, ClientReport, SfuLoadConfig};
 use crate::stats::{mean_ci, MeanCi};
 use anyhow::Context;
 use ringway_io::BackendKind;
-use ringway_server::sfu::SfuServerConfig;
+use ringway_server::sfu::{SfuServer, SfuServerConfig};
 use ringway_sfu::MediaType;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,24 +106,10 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
         srpic_block: on.then_some(c.block),
         ..SfuServerConfig::default()
     };
-    let sfu_stop = Arc::new(AtomicBool::new(false));
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let sfu = {
-        let stop = sfu_stop.clone();
-        std::thread::spawn(move || {
-            ringway_server::sfu::serve(&sfu_config, stop, |a| {
-                let _ = bound_tx.send(a);
-            })
-        })
-    };
-    let result = bound_rx
-        .recv_timeout(Duration::from_secs(10))
-        .context("the SFU did not start")
-        .and_then(|sfu_addr| clients_through_relay(c, rep, sfu_addr));
-    sfu_stop.store(true, Ordering::Relaxed);
-    let sfu_report = sfu
-        .join()
-        .map_err(|_| anyhow::anyhow!("the SFU thread panicked"))??;
+    // The handle stops the SFU on every way out (also when the clients fail).
+    let sfu = SfuServer::start(sfu_config).context("the SFU did not start")?;
+    let result = clients_through_relay(c, rep, sfu.local_addr());
+    let sfu_report = sfu.shutdown()?;
     let (sender, subscribers, relay) = result?;
     let ssid = *sender.ssids.first().context("sender SSID")?;
     let (mut pk, mut lost, mut re) = (0u64, 0u64, 0u64);

@@ -48,6 +48,7 @@ use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::{AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -603,20 +604,37 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
     let slot = &shared.slots[index];
     let mut published = 0u64;
-    while !shared.stop.load(Ordering::Relaxed) {
-        match io.recv_batch(&mut rx, Some(POLL)) {
-            Ok(0) => {}
-            Ok(_) => worker.drive_batch(io.as_mut(), &rx, monotonic_now),
-            Err(e) => {
-                worker.count_rx_error();
-                eprintln!("sip server: worker {index}: receive error: {e}");
-                std::thread::sleep(Duration::from_millis(10));
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            match io.recv_batch(&mut rx, Some(POLL)) {
+                Ok(0) => {}
+                Ok(_) => worker.drive_batch(io.as_mut(), &rx, monotonic_now),
+                Err(e) => {
+                    worker.count_rx_error();
+                    eprintln!("sip server: worker {index}: receive error: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
+            slot.offer(worker.metrics(), &mut published);
         }
-        slot.offer(worker.metrics(), &mut published);
+    }));
+    finish_thread(shared, slot, worker.metrics(), &name, run);
+}
+
+/// Publish a thread's final metrics and CPU time, also when its loop
+/// panicked (the panic is then passed on, so `join` reports it).
+fn finish_thread(
+    shared: &Shared,
+    slot: &MetricsSlot,
+    metrics: &WorkerMetrics,
+    name: &str,
+    run: std::thread::Result<()>,
+) {
+    slot.finish(metrics);
+    record_thread_cpu(shared, name);
+    if let Err(panic) = run {
+        resume_unwind(panic);
     }
-    slot.finish(worker.metrics());
-    record_thread_cpu(shared, &name);
 }
 
 /// The timer thread: run the core's timers at their deadlines.
@@ -624,17 +642,18 @@ fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let mut timer = SipTimer::new(&shared.proxy);
     let slot = &shared.slots[shared.config.workers];
     let mut published = 0u64;
-    while !shared.stop.load(Ordering::Relaxed) {
-        let wait = timer.wait(monotonic_now().0);
-        if wait.is_zero() {
-            timer.fire(io.as_mut(), monotonic_now().0);
-        } else {
-            std::thread::sleep(wait);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            let wait = timer.wait(monotonic_now().0);
+            if wait.is_zero() {
+                timer.fire(io.as_mut(), monotonic_now().0);
+            } else {
+                std::thread::sleep(wait);
+            }
+            slot.offer(timer.metrics(), &mut published);
         }
-        slot.offer(timer.metrics(), &mut published);
-    }
-    slot.finish(timer.metrics());
-    record_thread_cpu(shared, "sip-timer");
+    }));
+    finish_thread(shared, slot, timer.metrics(), "sip-timer", run);
 }
 
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
@@ -678,5 +697,35 @@ fn snapshot(shared: &Shared) -> Snapshot {
         elapsed: shared.started.elapsed(),
         stale_threads,
         per_worker_in,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_msgs(n: u64) -> WorkerMetrics {
+        let mut m = WorkerMetrics::default();
+        m.msgs_in = n;
+        m
+    }
+
+    #[test]
+    fn metrics_slot_publishes_only_when_asked_and_final_wins() {
+        let slot = MetricsSlot::default();
+        let mut last = 0u64;
+        slot.offer(&with_msgs(1), &mut last);
+        assert_eq!(slot.generation(), 0, "nobody asked: nothing published");
+        assert_eq!(lock(&slot.published).metrics.msgs_in, 0);
+        slot.wanted.store(3, Ordering::Release);
+        slot.offer(&with_msgs(2), &mut last);
+        assert_eq!((slot.generation(), last), (3, 3));
+        assert_eq!(lock(&slot.published).metrics.msgs_in, 2);
+        // Asked once, published once: a later offer does not copy again.
+        slot.offer(&with_msgs(5), &mut last);
+        assert_eq!(lock(&slot.published).metrics.msgs_in, 2);
+        slot.finish(&with_msgs(7));
+        assert_eq!(slot.generation(), FINAL);
+        assert_eq!(lock(&slot.published).metrics.msgs_in, 7);
     }
 }

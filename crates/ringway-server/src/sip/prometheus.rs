@@ -241,6 +241,12 @@ pub(super) fn render(snap: &Snapshot) -> String {
     ] {
         p.gauge(name, help, &[], value as f64);
     }
+    p.gauge(
+        "ringway_sip_metrics_stale_threads",
+        "Threads that did not publish for this scrape in time (their previous copy was used).",
+        &[],
+        snap.stale_threads as f64,
+    );
     let cpu = snap.process_cpu;
     for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {
         p.counter_f64(

@@ -45,7 +45,7 @@ impl Latency {
 const CODES: usize = 600;
 
 /// Measurements for one message type.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TypeStats {
     /// Messages of this type received.
     pub count: u64,
@@ -78,6 +78,31 @@ impl Default for TypeStats {
             t_sip: latency_histogram(),
             k_snd: latency_histogram(),
             wait: latency_histogram(),
+        }
+    }
+}
+
+impl Clone for TypeStats {
+    fn clone(&self) -> Self {
+        let mut copy = TypeStats::default();
+        copy.clone_from(self);
+        copy
+    }
+
+    /// Copy in place: the histograms' buckets are reused, not reallocated
+    /// (the metrics threads publish a copy on every scrape).
+    fn clone_from(&mut self, source: &Self) {
+        self.count = source.count;
+        self.forwarded = source.forwarded;
+        self.copies = source.copies;
+        self.responded = source.responded;
+        self.absorbed = source.absorbed;
+        self.dropped = source.dropped;
+        for l in Latency::ALL {
+            let h = self.histogram_mut(l);
+            h.reset();
+            // Same bounds everywhere, so adding cannot fail.
+            let _ = h.add(source.histogram(l));
         }
     }
 }
@@ -168,7 +193,7 @@ impl TypeStats {
 }
 
 /// Counters and histograms one worker (or the timer thread) keeps.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WorkerMetrics {
     /// Per message type, by [`MsgLabel::slot`]; allocated on first use.
     types: Vec<Option<Box<TypeStats>>>,
@@ -212,15 +237,45 @@ impl Default for WorkerMetrics {
     }
 }
 
+impl Clone for WorkerMetrics {
+    fn clone(&self) -> Self {
+        let mut copy = WorkerMetrics::default();
+        copy.clone_from(self);
+        copy
+    }
+
+    /// Copy in place, reusing the per-type histograms already allocated.
+    fn clone_from(&mut self, source: &Self) {
+        for (to, from) in self.types.iter_mut().zip(&source.types) {
+            match (to.as_deref_mut(), from) {
+                (Some(to), Some(from)) => to.clone_from(from),
+                (_, None) => *to = None,
+                (None, Some(from)) => *to = Some(from.clone()),
+            }
+        }
+        self.msgs_in = source.msgs_in;
+        self.msgs_out = source.msgs_out;
+        self.tx_errors = source.tx_errors;
+        self.tx_oversize = source.tx_oversize;
+        self.rx_truncated = source.rx_truncated;
+        self.rx_errors = source.rx_errors;
+        self.timer_out = source.timer_out;
+        self.k_rcv_missing = source.k_rcv_missing;
+        self.k_snd_requested = source.k_snd_requested;
+        self.socket_rx_dropped = source.socket_rx_dropped;
+    }
+}
+
 impl WorkerMetrics {
     /// The stats of message type `label`, created on first use.
     pub fn type_mut(&mut self, label: MsgLabel) -> &mut TypeStats {
         self.slot_mut(label.slot())
     }
 
-    /// The stats of a [`MsgLabel::slot`], created on first use.
-    pub fn slot_mut(&mut self, slot: usize) -> &mut TypeStats {
-        self.types[slot.min(MsgLabel::SLOTS - 1)].get_or_insert_with(Default::default)
+    /// The stats of a [`MsgLabel::slot`] (below [`MsgLabel::SLOTS`]),
+    /// created on first use.
+    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut TypeStats {
+        self.types[slot].get_or_insert_with(Default::default)
     }
 
     /// The stats of message type `label`, if any message of it was seen.
@@ -297,5 +352,32 @@ mod tests {
         assert!((s.mean_us - 2.0).abs() < 0.01, "{s:?}");
         assert_eq!(a.all_types().histogram(Latency::TSip).len(), 4);
         assert_eq!(a.all_types().dropped_total(), 1);
+    }
+
+    #[test]
+    fn clone_from_copies_in_place() {
+        let mut source = WorkerMetrics {
+            msgs_in: 4,
+            ..WorkerMetrics::default()
+        };
+        let inv = source.type_mut(MsgLabel::Invite);
+        inv.count = 4;
+        inv.record(Latency::KRcv, 5000);
+        inv.count_drop(DropReason::Overload);
+        let mut copy = WorkerMetrics::default();
+        copy.type_mut(MsgLabel::Bye).record(Latency::TSip, 1);
+        copy.type_mut(MsgLabel::Invite).record(Latency::TSip, 9);
+        copy.clone_from(&source);
+        assert_eq!(copy.msgs_in, 4);
+        assert!(
+            copy.get(MsgLabel::Bye).is_none(),
+            "types the source lacks go"
+        );
+        let inv = copy.get(MsgLabel::Invite).unwrap();
+        assert_eq!(inv.count, 4);
+        assert_eq!(inv.histogram(Latency::KRcv).len(), 1);
+        assert_eq!(inv.histogram(Latency::TSip).len(), 0, "old samples reset");
+        assert_eq!(inv.dropped_total(), 1);
+        assert_eq!(source.clone().get(MsgLabel::Invite).unwrap().count, 4);
     }
 }

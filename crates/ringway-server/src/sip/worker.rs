@@ -5,7 +5,7 @@
 use super::stats::{Latency, WorkerMetrics};
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{Action, Proxy, ProxyWorker};
+use ringway_sip::{Action, MsgLabel, Proxy, ProxyWorker};
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
@@ -178,6 +178,10 @@ impl<'p> SipWorker<'p> {
             self.stamps_seen += self.stamps.len() as u64;
             for s in &self.stamps {
                 let slot = (s.tag >> TAG_SHIFT) as usize;
+                if slot >= MsgLabel::SLOTS {
+                    // Not a tag this worker wrote: no message type to charge.
+                    continue;
+                }
                 self.metrics
                     .slot_mut(slot)
                     .record(Latency::KSnd, s.kernel_tx.saturating_since(s.app_tx));

@@ -1,19 +1,25 @@
-//! `ringway lab sfu`: SFU experiments (pktswitch Fig. 3-5), the command-line
+//! `ringway lab sfu`: SFU experiments (pktswitch Figs. 3-5), the command-line
 //! front end of [`ringway_lab::sfulab`]: for every repetition, client
 //! count, per-client packet rate and backend it runs the SFU and its load
-//! clients in this process, collects the SFU engine's CPU user/kernel time
-//! and per-packet delay, and prints a table with 95% CIs, ratios to the
-//! socket baseline and the fitted delay model d(n) = k_rcv + n·k_snd.
+//! clients in this process, measures (after a warm-up) the SFU engine's CPU
+//! user/kernel time, CPU per emulated host and the four per-packet delays,
+//! and prints a table with 95% CIs, ratios to the socket baseline, Figs.
+//! 3-5 shaped tables and the paper's delay models fitted on delay (a).
+//! `--capacity` raises the clients per backend until the clients lose more
+//! than 1% or the engine saturates: the paper's "~4× the load" as a curve.
 //!
 //! Everything runs inside a private network namespace with only `lo`
 //! (default), or with `--netns` in the paper's testbed shape: the SFU in one
 //! namespace host and each client in its own host, joined by veth to one
-//! bridge (names carry the PID, removed afterwards).
+//! bridge with threaded NAPI at its ports (names carry the PID, removed
+//! afterwards).
 
 use anyhow::Context;
 use ringway_io::BackendKind;
-use ringway_lab::sfulab::experiment::{run_grid, Placement, SfuLabConfig};
-use ringway_lab::sfulab::{render, summarize, svg};
+use ringway_lab::sfulab::experiment::{
+    render_capacity, run_capacity, run_grid, Placement, SfuLabConfig,
+};
+use ringway_lab::sfulab::{json, render, summarize, svg};
 use ringway_server::sfu::Flush;
 use std::path::PathBuf;
 
@@ -26,73 +32,224 @@ pub(crate) struct LabSfuArgs {
     /// Packets per second sent by each client (3 streams: ASQ, VSQ, VHQ).
     #[arg(long, default_value = "750,1500", value_delimiter = ',')]
     pub pps: Vec<u32>,
-    /// Backends to compare (the first `socket` is the baseline). `xdp`
-    /// needs `--netns` (it attaches to the SFU host's veth).
-    #[arg(long, default_value = "socket,mmsg", value_delimiter = ',')]
-    pub backends: Vec<BackendKind>,
+    /// Backends to compare (`socket` is the baseline). Default: socket,
+    /// mmsg, uring, and xdp with `--netns` (it attaches to the SFU host's
+    /// veth, so it needs the testbed).
+    #[arg(long, value_delimiter = ',')]
+    pub backends: Option<Vec<BackendKind>>,
     /// Repetitions of every cell.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 1)]
     pub reps: usize,
-    /// Seconds of load per run.
-    #[arg(long, default_value_t = 5.0)]
+    /// Seconds measured per run (the paper: 60).
+    #[arg(long, default_value_t = 60.0)]
     pub duration: f64,
-    /// SFU send flush policy (`batch`: one send call per receive batch;
-    /// `packet`: after each packet's copies).
-    #[arg(long, default_value = "batch")]
-    pub flush: Flush,
+    /// Seconds of load before each run's measurement starts.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// SFU flush policy: `packet` (after each packet's copies), `adaptive`
+    /// (end of the receive batch or `--flush-age-us`), `batch` (once per
+    /// receive batch). Default: packet.
+    #[arg(long)]
+    pub flush: Option<Flush>,
+    /// Adaptive flush: longest a copy may wait unsent (µs).
+    #[arg(long, default_value_t = 20)]
+    pub flush_age_us: u32,
+    /// SFU receive batch (default: 1 for socket, 64 otherwise).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// SFU: spin this long (µs) before sleeping for datagrams (its CPU is
+    /// in the engine's CPU and in the `spin` figure).
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u32,
     /// Pin the SFU engine thread to these CPUs.
     #[arg(long)]
     pub cpus: Option<String>,
+    /// Pin the load threads to these CPUs.
+    #[arg(long)]
+    pub load_cpus: Option<String>,
     /// Run the SFU and the load in separate namespace hosts joined by veth.
     #[arg(long)]
     pub netns: bool,
-    /// Write runs and summary as JSON.
+    /// With `--netns`: no threaded NAPI at the switch ports (client delivery
+    /// then runs inside the SFU's send calls and is charged to it).
+    #[arg(long)]
+    pub no_napi: bool,
+    /// Leave out runs with more other load on the machine than this (% of
+    /// one core).
+    #[arg(long, default_value_t = 50.0)]
+    pub max_foreign_cpu: f64,
+    /// Leave out runs whose load generator was more than 1 ms late on more
+    /// than this share of its ticks (%).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_late: f64,
+    /// Also run a `tc` column (with `--netns`): the socket SFU with the
+    /// in-kernel fan-out (a tcx ingress program on its veth replicating
+    /// verified media with bpf_clone_redirect; the engine keeps the control
+    /// plane). Compare it by the SFU host's CPU and the mean delay (a).
+    #[arg(long)]
+    pub kernel_fanout: bool,
+    /// Measure the capacity curve instead of the grid: per backend, raise
+    /// the clients through `--capacity-clients` at `--capacity-pps` until
+    /// loss > `--capacity-loss` % or engine CPU >= `--capacity-cpu` %.
+    #[arg(long)]
+    pub capacity: bool,
+    /// Capacity: client counts to step through.
+    #[arg(long, default_value = "2,4,6,8,10,12,16,20,24", value_delimiter = ',')]
+    pub capacity_clients: Vec<usize>,
+    /// Capacity: packets per second per client.
+    #[arg(long, default_value_t = 1500)]
+    pub capacity_pps: u32,
+    /// Capacity: client loss limit (%).
+    #[arg(long, default_value_t = 1.0)]
+    pub capacity_loss: f64,
+    /// Capacity: engine CPU limit (% of one core).
+    #[arg(long, default_value_t = 95.0)]
+    pub capacity_cpu: f64,
+    /// Write one object per backend (ratios and absolute values), the rows,
+    /// models, runs and capacity curve as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Write an SVG plot of delay versus copies per packet.
+    /// Write an SVG plot of delay (a) versus copies per packet.
     #[arg(long)]
     pub svg: Option<PathBuf>,
 }
 
+impl LabSfuArgs {
+    fn backends(&self) -> Vec<BackendKind> {
+        self.backends.clone().unwrap_or_else(|| {
+            let mut b = vec![BackendKind::Socket, BackendKind::Mmsg, BackendKind::Uring];
+            if self.netns {
+                b.push(BackendKind::Xdp);
+            }
+            b
+        })
+    }
+}
+
+impl TryFrom<&LabSfuArgs> for SfuLabConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(a: &LabSfuArgs) -> anyhow::Result<SfuLabConfig> {
+        let list = |s: &Option<String>, what: &str| -> anyhow::Result<Option<Vec<usize>>> {
+            s.as_deref()
+                .map(|l| ringway_server::host::parse_cpu_list(l).with_context(|| what.to_string()))
+                .transpose()
+        };
+        anyhow::ensure!(
+            a.duration.is_finite() && a.duration >= 1.0,
+            "--duration must be at least 1 s"
+        );
+        anyhow::ensure!(
+            a.warmup.is_finite() && a.warmup >= 0.0,
+            "--warmup must not be negative"
+        );
+        Ok(SfuLabConfig {
+            clients: a.clients.clone(),
+            pps: a.pps.clone(),
+            backends: a.backends(),
+            reps: a.reps,
+            duration_s: a.duration,
+            warmup_s: a.warmup,
+            flush: a.flush,
+            flush_age_us: a.flush_age_us,
+            batch: a.batch,
+            spin_us: a.spin_us,
+            cpus: list(&a.cpus, "--cpus")?,
+            load_cpus: list(&a.load_cpus, "--load-cpus")?,
+            max_foreign_pct: a.max_foreign_cpu,
+            max_late_pct: a.max_late,
+            kernel_fanout: a.kernel_fanout,
+        })
+    }
+}
+
 fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
-    let config = SfuLabConfig {
-        clients: a.clients.clone(),
-        pps: a.pps.clone(),
-        backends: a.backends.clone(),
-        reps: a.reps,
-        duration_s: a.duration,
-        flush: a.flush,
-        cpus: match &a.cpus {
-            Some(list) => Some(ringway_server::host::parse_cpu_list(list).context("--cpus")?),
-            None => None,
-        },
+    let config = SfuLabConfig::try_from(&a)?;
+    let backends: Vec<&str> = config.backends.iter().map(|b| b.name()).collect();
+    let shape = if a.netns {
+        if a.no_napi {
+            "veth hosts, no threaded NAPI"
+        } else {
+            "veth hosts, threaded NAPI at the switch ports"
+        }
+    } else {
+        "private netns, lo"
     };
-    let total = a.reps * a.clients.len() * a.pps.len() * a.backends.len();
+    if a.capacity {
+        println!(
+            "ringway lab sfu --capacity: {:.0}s (+{:.0}s warm-up) per step ({shape}), clients {:?} at {} pps each, backends {backends:?}",
+            a.duration, a.warmup, a.capacity_clients, a.capacity_pps
+        );
+        let cap = run_capacity(
+            &place,
+            &config,
+            a.capacity_pps,
+            &a.capacity_clients,
+            (a.capacity_loss, a.capacity_cpu),
+            |p| {
+                println!(
+                    "step {} clients={} ({} pps in): cpu={} loss={} delay(a) p50={}{}",
+                    p.backend,
+                    p.clients,
+                    p.load_pps,
+                    unit(p.cpu_pct, 1, "%"),
+                    unit(p.loss_pct, 2, "%"),
+                    unit(p.delay_p50_us, 1, "us"),
+                    p.limit
+                        .as_deref()
+                        .map(|l| format!(" -> limit: {l}"))
+                        .unwrap_or_default()
+                )
+            },
+        )?;
+        drop(place);
+        print!("{}", render_capacity(&cap));
+        if let Some(p) = &a.json {
+            let v = json(&[], &summarize(&[]), Some(&cap));
+            std::fs::write(p, serde_json::to_vec_pretty(&v)?)?;
+        }
+        return Ok(());
+    }
+    let columns = config.backends.len() + usize::from(a.kernel_fanout);
+    let total = a.reps * a.clients.len() * a.pps.len() * columns;
     println!(
-        "ringway lab sfu: {total} runs of {:.0}s ({}), clients {:?}, pps/client {:?}, backends {:?}, flush {:?}",
-        a.duration,
-        if a.netns { "veth hosts" } else { "private netns, lo" },
-        a.clients,
-        a.pps,
-        a.backends.iter().map(|b| b.name()).collect::<Vec<_>>(),
-        a.flush
+        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}",
+        a.duration, a.warmup, a.clients, a.pps,
     );
-    let (runs, failed) = run_grid(&place, &config, |r, (rep, n, pps, b)| match r {
-        // One failed run (overloaded machine) must not lose the sweep.
-        Err(e) => eprintln!("run rep={rep} clients={n} pps={pps} backend={b} failed: {e:#}"),
-        Ok(r) => println!(
-            "run rep={rep} clients={n} pps={pps} backend={b}: cpu user={:.1}% kern={:.1}% \
-             delay p50={:.1}us p99={:.1}us kdelay p50={:.1}us copies={:.1} media={} \
-             client_lost={}",
-            r.cpu_user_pct,
-            r.cpu_system_pct,
-            r.delay_p50_us,
-            r.delay_p99_us,
-            r.kdelay_p50_us,
-            r.copies_per_packet,
-            r.media,
-            r.client_lost
-        ),
+    let (runs, failed) = run_grid(&place, &config, |r, (rep, n, pps, b, tc)| {
+        let name = if tc { "tc" } else { b.name() };
+        match r {
+            // One failed run (overloaded machine) must not lose the sweep.
+            Err(e) => {
+                eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}")
+            }
+            Ok(r) => println!(
+                "run rep={rep} clients={n} pps={pps} backend={name} [{}; flush {}]: cpu user={} \
+                 kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
+                 media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={}{}",
+                r.io_mode,
+                r.flush,
+                unit(r.cpu_user_pct, 1, "%"),
+                unit(r.cpu_system_pct, 1, "%"),
+                unit(r.cpu_per_packet_us, 2, "us"),
+                unit(r.delay_p50_us, 1, "us"),
+                unit(r.delay_mean_us, 1, "us"),
+                unit(r.handoff_p50_us, 1, "us"),
+                unit(r.wait_p50_us, 1, "us"),
+                unit(r.kdelay_p50_us, 1, "us"),
+                r.copies_per_packet,
+                r.media,
+                unit(r.client_loss_pct, 2, "%"),
+                unit(r.sfu_host_pct, 1, "%"),
+                unit(r.sfu_host_per_packet_us, 2, "us"),
+                unit(r.switch_pct, 1, "%"),
+                unit(r.foreign_pct, 0, "%"),
+                r.excluded
+                    .as_deref()
+                    .map(|w| format!(" LEFT OUT: {w}"))
+                    .unwrap_or_default()
+            ),
+        }
     });
     drop(place);
     anyhow::ensure!(!runs.is_empty(), "every run failed");
@@ -102,8 +259,7 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
     let s = summarize(&runs);
     print!("{}", render(&s));
     if let Some(p) = &a.json {
-        let v = serde_json::json!({ "runs": runs, "summary": s });
-        std::fs::write(p, serde_json::to_vec_pretty(&v)?)?;
+        std::fs::write(p, serde_json::to_vec_pretty(&json(&runs, &s, None))?)?;
     }
     if let Some(p) = &a.svg {
         std::fs::write(p, svg(&runs, &s))?;
@@ -114,18 +270,35 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
 /// Run `ringway lab sfu`.
 pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        a.reps >= 1 && !a.clients.is_empty() && !a.pps.is_empty() && !a.backends.is_empty(),
+        a.reps >= 1 && !a.clients.is_empty() && !a.pps.is_empty() && !a.backends().is_empty(),
         "need at least one repetition, client count, rate and backend"
     );
     anyhow::ensure!(a.pps.iter().all(|&p| p > 0), "--pps must be positive");
     anyhow::ensure!(
-        a.netns || !a.backends.contains(&BackendKind::Xdp),
+        a.netns || !a.backends().contains(&BackendKind::Xdp),
         "the xdp backend needs --netns (it attaches to the SFU host's veth)"
     );
+    anyhow::ensure!(
+        a.netns || !a.kernel_fanout,
+        "--kernel-fanout needs --netns (it attaches to the SFU host's veth)"
+    );
     if a.netns {
-        let max = a.clients.iter().copied().max().unwrap_or(1);
-        let place = Placement::hosts(max)?;
+        let max = if a.capacity {
+            a.capacity_clients.iter().copied().max().unwrap_or(1)
+        } else {
+            a.clients.iter().copied().max().unwrap_or(1)
+        };
+        let place = Placement::hosts(max, !a.no_napi)?;
         return experiment(a, place);
     }
     ringway_io::netns::in_private_netns(move || experiment(a, Placement::Loopback))?
+}
+
+/// `v` with `decimals` and its unit, or `n/a` when there is no data (NaN).
+fn unit(v: f64, decimals: usize, unit: &str) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}{unit}")
+    } else {
+        "n/a".into()
+    }
 }

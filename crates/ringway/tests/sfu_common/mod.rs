@@ -156,7 +156,7 @@ impl Peer {
             if let Ok((n, _)) = self.sock.recv_from(&mut b) {
                 if let Some(r) = parse_reply(&b[..n]) {
                     let rid = match r {
-                        Reply::Ack(i, _) | Reply::Error(i, _, _) => i,
+                        Reply::Ack(i, _) | Reply::Error(i, _, _) | Reply::Challenge(i, _) => i,
                     };
                     if rid == id {
                         return r;
@@ -166,9 +166,20 @@ impl Peer {
         }
         panic!("no reply to request {id}")
     }
-    pub(crate) fn register(&mut self) -> Session {
+    /// REGISTER, answering the CHALLENGE with its cookie: the reply to the
+    /// second REGISTER (ACK or ERROR).
+    pub(crate) fn register_reply(&mut self) -> Reply {
         let (id, m) = self.reqs.register();
         match self.request(id, &m) {
+            Reply::Challenge(_, cookie) => {
+                let (id, m) = self.reqs.register_with(&cookie);
+                self.request(id, &m)
+            }
+            r => panic!("a first REGISTER must earn a CHALLENGE: {r:?}"),
+        }
+    }
+    pub(crate) fn register(&mut self) -> Session {
+        match self.register_reply() {
             Reply::Ack(_, s) => {
                 self.session = Some(s);
                 s

@@ -4,16 +4,14 @@
 //! ([`ringway_server::sfu`]) in a namespace host of its own.
 
 use anyhow::Context;
-use ringway_io::netns::Topology;
 use ringway_io::BackendKind;
+use ringway_lab::sfulab::testbed::Testbed;
 use ringway_lab::sfuload::{self, ClientReport, LiveLoad, SfuLoadConfig};
-use ringway_server::sfu::SfuServerConfig;
+use ringway_server::sfu::{SfuServer, SfuServerConfig};
 use ringway_sfu::MediaType;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Options shared by `client` and `load`.
@@ -68,6 +66,10 @@ pub(crate) struct CommonArgs {
     /// list length): one namespace host per client.
     #[arg(long, value_delimiter = ',')]
     pub in_netns: Vec<String>,
+    /// Every source sends at the same tick (one burst per interval) instead
+    /// of at its own phase.
+    #[arg(long)]
+    pub sync: bool,
 }
 
 /// `ringway sfu client` options.
@@ -134,6 +136,8 @@ impl CommonArgs {
             send: !self.no_send,
             cpus,
             in_netns: self.in_netns.clone(),
+            desync: !self.sync,
+            seed: 1,
         })
     }
 }
@@ -184,17 +188,10 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         let r = run_sources(&a.common, &config)?;
         return finish(&a.common, &r);
     }
-    // Testbed: SFU host + one host per client on one bridge.
-    let mut b = Topology::builder().host("sfu");
-    let names: Vec<String> = (0..a.clients).map(|i| format!("c{i}")).collect();
-    for n in &names {
-        b = b.host(n);
-    }
-    let topo = b
-        .bridge()
-        .build()
-        .context("building the namespace topology")?;
-    let sfu_host = topo.host("sfu").expect("built");
+    // Testbed: SFU host + one host per client on one bridge (clients send
+    // full UDP checksums, which the xdp backend verifies).
+    let topo = Testbed::build(a.clients, false)?;
+    let sfu_host = topo.sfu();
     let listen = SocketAddr::new(IpAddr::V4(sfu_host.addr()), a.common.server.port());
     let sfu_config = SfuServerConfig {
         listen,
@@ -204,44 +201,46 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             .flatten(),
         ..SfuServerConfig::default()
     };
-    sfu_config.validate()?;
-    let sfu_stop = Arc::new(AtomicBool::new(false));
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let sfu = {
-        let stop = sfu_stop.clone();
-        sfu_host.spawn(move || {
-            ringway_server::sfu::serve(&sfu_config, stop, |addr| {
-                let _ = bound_tx.send(addr);
-            })
-        })
-    };
-    let result = match bound_rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(addr) => {
+    // The SFU starts inside its host (its engine thread inherits the
+    // namespace); the handle stops it on every way out of this function.
+    let sfu = sfu_host
+        .run(move || SfuServer::start(sfu_config))
+        .context("entering the SFU host")
+        .and_then(|r| r.context("the SFU in its host did not start"));
+    let result = sfu
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e:#}"))
+        .and_then(|sfu| {
             let mut common = a.common.clone();
-            common.server = addr;
-            common.in_netns = names
-                .iter()
-                .map(|n| topo.host(n).expect("built").netns.clone())
-                .collect();
+            common.server = sfu.local_addr();
+            common.in_netns = topo.client_netns(a.clients);
             common
                 .config(a.clients, BackendKind::Mmsg)
                 .and_then(|config| run_sources(&common, &config))
                 .map(|r| (common, r))
-        }
-        Err(_) => Err(anyhow::anyhow!("the SFU in its host did not start")),
-    };
-    sfu_stop.store(true, Ordering::Relaxed);
-    let sfu_report = sfu
-        .join()
-        .map_err(|_| anyhow::anyhow!("the SFU thread panicked"))?
-        .context("entering the SFU host")?;
+        });
+    let sfu_report = sfu.and_then(|s| s.shutdown().context("the SFU"));
     drop(topo);
-    let (common, r) = result?;
-    let sfu_report = sfu_report?;
     if let Some(p) = &a.sfu_json {
-        std::fs::write(p, serde_json::to_vec_pretty(&sfu_report)?)
+        // Written on failure too: the report if the SFU ran, and the error
+        // that ended the run.
+        let mut v = match &sfu_report {
+            Ok(r) => serde_json::to_value(r)?,
+            Err(_) => serde_json::json!({}),
+        };
+        let error = match (&sfu_report, &result) {
+            (Err(e), _) => Some(format!("{e:#}")),
+            (_, Err(e)) => Some(format!("{e:#}")),
+            _ => None,
+        };
+        if let (Some(e), Some(o)) = (error, v.as_object_mut()) {
+            o.insert("error".into(), e.into());
+        }
+        std::fs::write(p, serde_json::to_vec_pretty(&v)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    let (common, r) = result?;
+    sfu_report?;
     finish(&common, &r)
 }
 

@@ -3,7 +3,7 @@
 //! statistics, the final report.
 
 use anyhow::Context;
-use ringway_io::BackendKind;
+use ringway_io::{BackendKind, XdpMode};
 pub(crate) use ringway_server::sfu::Flush;
 use ringway_server::sfu::{serve_with_live, LiveStats, ServeReport, SfuServerConfig};
 use std::io::Write;
@@ -26,20 +26,47 @@ pub struct ServeArgs {
     #[arg(long, default_value = "socket")]
     pub backend: BackendKind,
     /// With `--backend xdp`: the interface to attach the XDP program and the
-    /// AF_XDP socket to (queue 0, copy mode, generic XDP).
+    /// AF_XDP socket to (queue 0, copy mode).
     #[arg(long)]
     pub xdp_iface: Option<String>,
+    /// With `--backend xdp`: attach the XDP program in `native` (driver)
+    /// mode, `generic` (SKB) mode, or `auto` (native, else generic).
+    #[arg(long, default_value = "auto", value_parser = parse_xdp_mode)]
+    pub xdp_mode: XdpMode,
+    /// With `--backend xdp`: UMEM frames, a power of two (half on the fill
+    /// ring, the rest for the TX ring).
+    #[arg(long, default_value_t = 4096)]
+    pub xdp_frames: u32,
+    /// Replicate verified media in the kernel: a tcx ingress program on
+    /// this interface (`--listen` must be its IPv4 address) with the
+    /// routes the SFU holds; the rest comes to the engine as usual.
+    #[arg(long)]
+    pub kernel_fanout: Option<String>,
     /// Datagrams per receive batch (default: 1 for socket, as in the paper's baseline; 64 for mmsg, uring and xdp).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// When copies are handed to the kernel: `batch` (once per receive batch,
-    /// fewest syscalls) or `packet` (after each packet's copies: lower delay).
-    #[arg(long, default_value = "batch")]
-    pub flush: Flush,
+    /// When copies are handed to the kernel: `packet` (after each packet's
+    /// copies), `adaptive` (when the receive batch is done or the oldest
+    /// unsent copy is `--flush-age-us` old) or `batch` (once per receive
+    /// batch). Default: packet.
+    #[arg(long)]
+    pub flush: Option<Flush>,
+    /// With `--flush adaptive`: longest a copy may wait unsent (µs).
+    #[arg(long, default_value_t = 20)]
+    pub flush_age_us: u32,
+    /// Spin this long (µs) polling for datagrams before sleeping (0: never);
+    /// the CPU it burns is reported (`spin_s`).
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u32,
+    /// Seconds at the start left out of the delay and CPU measurement.
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup: f64,
     /// Do not echo media packets back to their senders.
     #[arg(long)]
     pub no_echo: bool,
-    /// Admit plain RTP senders by address into one static room (latching).
+    /// Admit RTP senders by address into one static room, each after a
+    /// return-routability check (its first packet earns a CHALLENGE whose
+    /// cookie it must echo in a JOIN).
     #[arg(long)]
     pub static_room: bool,
     /// Most registered clients (and static-room members).
@@ -97,6 +124,12 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             xdp_iface: a.xdp_iface.clone(),
             batch: a.batch,
             flush: a.flush,
+            flush_age_us: a.flush_age_us,
+            spin_us: a.spin_us,
+            warmup_s: a.warmup,
+            xdp_mode: a.xdp_mode,
+            xdp_frames: a.xdp_frames,
+            kernel_fanout: a.kernel_fanout.clone(),
             echo: !a.no_echo,
             static_room: a.static_room,
             max_clients: a.max_clients,
@@ -109,6 +142,13 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
         config.validate()?;
         Ok(config)
     }
+}
+
+fn parse_xdp_mode(s: &str) -> Result<XdpMode, String> {
+    [XdpMode::Auto, XdpMode::Native, XdpMode::Generic]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| format!("unknown XDP mode {s:?} (auto, native, generic)"))
 }
 
 /// Run the SFU until the duration ends or a signal arrives.
@@ -162,26 +202,63 @@ fn print_live(start: Instant, last: &(Instant, LiveStats), l: &LiveStats) {
 
 fn print_final(r: &ServeReport) {
     let s = &r.sfu;
+    // Unknown CPU time (the kernel did not tell it) prints n/a, never 0.
+    let pct = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.1}%")
+        } else {
+            "n/a".into()
+        }
+    };
+    let p50 = |l: &ringway_server::metrics::LatencySummary| {
+        if l.count > 0 {
+            format!("{:.1}us", l.p50_us)
+        } else {
+            "n/a".into()
+        }
+    };
     println!(
-        "final: {:.1}s backend={} batch={} rx={} media={} copies={} echoes={} acks={} errors={} \
-         cpu user={:.1}% sys={:.1}% delay p50={:.1}us p99={:.1}us",
+        "final: {:.1}s {} batch={} flush={:?} rx={} media={} copies={} echoes={} acks={} errors={} \
+         challenges={} cpu user={} sys={} spin={:.2}s",
         r.wall_s,
-        r.backend,
+        r.io_mode,
         r.batch,
+        r.flush,
         s.rx_datagrams,
         s.media_accepted,
         s.copies,
         s.echoes,
         s.acks,
         s.errors_sent,
-        r.cpu_user_pct,
-        r.cpu_system_pct,
-        r.delay.p50_us,
-        r.delay.p99_us
+        s.challenges,
+        pct(r.cpu_user_pct),
+        pct(r.cpu_system_pct),
+        r.spin_s
+    );
+    for line in &r.placement_refused {
+        println!("placement refused: {line}");
+    }
+    println!(
+        "delay p50: (a) scheduled={} (b) handoff={} (c) wait={} (d) from kernel RX={}; (a) p99={}{}",
+        p50(&r.delay),
+        p50(&r.delay_handoff),
+        p50(&r.delay_wait),
+        p50(&r.delay_from_kernel),
+        if r.delay.count > 0 {
+            format!("{:.1}us", r.delay.p99_us)
+        } else {
+            "n/a".into()
+        },
+        if r.tx_congested {
+            " (TX ring congested)"
+        } else {
+            ""
+        }
     );
     println!(
         "drops: malformed={} unregistered={} unverified={} unknown_pt={} bad_token={} \
-         unknown_ssid={} wrong_address={} rejected_register={} rejected_subscribe={} timeouts={}",
+         unknown_ssid={} wrong_address={} not_admitted={} bad_cookie={} rate_limited={} \
+         rejected_register={} rejected_subscribe={} timeouts={}",
         s.drop_malformed,
         s.drop_unregistered,
         s.drop_unverified,
@@ -189,6 +266,9 @@ fn print_final(r: &ServeReport) {
         s.drop_bad_token,
         s.drop_unknown_ssid,
         s.drop_wrong_address,
+        s.drop_not_admitted,
+        s.drop_bad_cookie,
+        s.rate_limited,
         s.rejected_register,
         s.rejected_subscribe,
         s.timeouts

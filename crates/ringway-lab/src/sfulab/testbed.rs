@@ -1,0 +1,283 @@
+//! The paper's testbed emulated with namespaces: the SFU in host `sfu`,
+//! client i in host `c<i>`, all joined by veth to one bridge in a switch
+//! namespace — with a NIC-like boundary at the switch ports and CPU time
+//! accounted per emulated host.
+//!
+//! * **Switch ports with threaded NAPI.** Every bridge-side veth gets a
+//!   pass-everything XDP program in native mode (which gives veth a NAPI
+//!   receive path) and `threaded` NAPI: a frame sent into a port is queued
+//!   there, and the bridging and the receiving host's stack run in that
+//!   port's NAPI kernel thread. So the SFU's send call pays for handing its
+//!   copies to "the NIC", not for delivering them to the clients (without
+//!   this, veth runs the whole downstream path inside the sender's syscall
+//!   and this kernel, without IRQ time accounting, charges it to the
+//!   sender). Chosen over pinning the load to the other CPU: pinning moves
+//!   no softirq work, which runs on the sender's CPU either way.
+//! * **The SFU's interface** also gets native XDP (the AF_XDP backend's own
+//!   program, or a pass-everything one for the other backends, so every
+//!   backend pays the same veth XDP receive path) and threaded NAPI: the
+//!   SFU host's receive-side kernel work runs in its own NAPI thread.
+//! * **A transmit queue** (pfifo, 10000 packets) on every host's veth, as a
+//!   NIC driver has: veth stops its queue while the switch port's ring is
+//!   full, so a socket's packets wait there instead of being dropped; the
+//!   AF_XDP backend, which bypasses the qdisc, queues in its TX ring (the
+//!   lab gives it 8192 TX frames, as deep) and waits when that is full (a
+//!   run where it had to is flagged as congested).
+//! * **Full UDP checksums** from the clients (TX checksum offload off on
+//!   their veths): the AF_XDP backend verifies every checksum, and a
+//!   same-host sender would otherwise leave it partial.
+//! * **CPU per emulated host**: the SFU host is its engine thread plus its
+//!   NAPI thread, the switch is the port NAPI threads (bridging and the
+//!   clients' receive path), the clients are the load threads. Kernel
+//!   threads are found by name (`napi/<dev>-<id>`) as they appear. The
+//!   machine's busy time (`/proc/stat`) minus all of these is other load
+//!   on the machine. Softirq work done outside these threads (e.g. at a
+//!   syscall's return) is charged to whatever thread ran it: approximate,
+//!   as the kernel has no IRQ time accounting here.
+
+use anyhow::Context;
+use ringway_io::backend::{attach_xdp_pass, XdpAttachment};
+use ringway_io::netns::{Host, Topology};
+use ringway_io::thread::CpuTime;
+use ringway_io::XdpMode;
+use std::collections::BTreeSet;
+use std::process::Command;
+
+/// The namespace testbed (deleted on drop).
+pub struct Testbed {
+    // Declared first: the programs are detached before the namespaces go.
+    ports: Vec<XdpAttachment>,
+    /// NAPI threads of the switch ports (pids).
+    pub switch_napi: Vec<u32>,
+    switch: Host,
+    clients: usize,
+    napi: bool,
+    topology: Topology,
+}
+
+impl Testbed {
+    /// Hosts `sfu` and `c0..c<clients>` on one bridge; `napi`: threaded
+    /// NAPI at the switch ports (see the module docs).
+    pub fn build(clients: usize, napi: bool) -> anyhow::Result<Testbed> {
+        let mut b = Topology::builder().host("sfu");
+        for i in 0..clients {
+            b = b.host(&format!("c{i}"));
+        }
+        let topology = b
+            .bridge()
+            .build()
+            .context("building the namespace topology")?;
+        let switch_ns = topology
+            .netns_names()
+            .into_iter()
+            .find(|n| n.ends_with("-switch"))
+            .context("the topology has no switch namespace")?;
+        let switch = Host {
+            name: "switch".into(),
+            netns: switch_ns,
+            ifaces: Vec::new(),
+        };
+        for i in 0..clients {
+            let h = topology.host(&format!("c{i}")).expect("built").clone();
+            let ifname = h.ifaces[0].0.clone();
+            h.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
+                .context("entering a client host")?
+                .context("turning TX checksum offload off on a client veth")?;
+        }
+        if napi {
+            // A transmit queue on every host's veth, as a NIC driver has:
+            // with NAPI at the switch port, veth stops its queue while the
+            // port's ring is full, and a socket's packets wait in the qdisc
+            // instead of being dropped (AF_XDP, which bypasses the qdisc,
+            // waits in its TX ring).
+            let hosts: Vec<Host> = topology.hosts().to_vec();
+            for h in hosts {
+                let dev = h.ifaces[0].0.clone();
+                let out = Command::new("ip")
+                    .args([
+                        "netns", "exec", &h.netns, "tc", "qdisc", "replace", "dev", &dev,
+                    ])
+                    .args(["root", "pfifo", "limit", "10000"])
+                    .output()
+                    .context("running tc")?;
+                anyhow::ensure!(
+                    out.status.success(),
+                    "tc qdisc on {dev} in {}: {}",
+                    h.netns,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        let mut tb = Testbed {
+            ports: Vec::new(),
+            switch_napi: Vec::new(),
+            switch,
+            clients,
+            napi,
+            topology,
+        };
+        if napi {
+            for p in 0..=clients {
+                let port = format!("p{p}");
+                let name = port.clone();
+                let a = tb
+                    .switch
+                    .run(move || attach_xdp_pass(&name, XdpMode::Native))
+                    .context("entering the switch namespace")?
+                    .with_context(|| format!("native XDP on switch port {port}"))?;
+                tb.ports.push(a);
+                let threads = threaded_napi(&tb.switch, &port)?;
+                tb.switch_napi.extend(threads);
+            }
+        }
+        Ok(tb)
+    }
+
+    /// The SFU's host.
+    pub fn sfu(&self) -> &Host {
+        self.topology.host("sfu").expect("built")
+    }
+
+    /// Namespaces of the first `n` clients.
+    pub fn client_netns(&self, n: usize) -> Vec<String> {
+        (0..n.min(self.clients))
+            .map(|i| {
+                self.topology
+                    .host(&format!("c{i}"))
+                    .expect("built")
+                    .netns
+                    .clone()
+            })
+            .collect()
+    }
+
+    /// Clients the testbed has hosts for.
+    pub fn clients(&self) -> usize {
+        self.clients
+    }
+
+    /// Threaded NAPI is on at the switch ports.
+    pub fn napi(&self) -> bool {
+        self.napi
+    }
+
+    /// Native pass-everything XDP on the SFU's interface (for the backends
+    /// that do not attach their own program); held until dropped.
+    pub fn sfu_pass_program(&self) -> anyhow::Result<XdpAttachment> {
+        let host = self.sfu().clone();
+        let ifname = host.ifaces[0].0.clone();
+        host.run(move || attach_xdp_pass(&ifname, XdpMode::Native))
+            .context("entering the SFU host")?
+            .context("native XDP on the SFU's veth")
+    }
+
+    /// Turn threaded NAPI on for the SFU's interface (it has NAPI once an
+    /// XDP program is attached); returns its NAPI threads: those named for
+    /// it that are not in `before` (taken with [`napi_snapshot`] before the
+    /// program was attached: the device keeps its threaded setting, so a
+    /// re-attached program gets its thread at once).
+    pub fn sfu_threaded_napi(&self, before: &NapiSnapshot) -> anyhow::Result<Vec<u32>> {
+        let host = self.sfu().clone();
+        let ifname = host.ifaces[0].0.clone();
+        let mut found = threaded_napi(&host, &ifname)?;
+        let prefix = format!("napi/{ifname}-");
+        found.extend(
+            napi_threads()
+                .difference(&before.0)
+                .filter(|(_, c)| c.starts_with(&prefix))
+                .map(|(p, _)| *p),
+        );
+        found.sort_unstable();
+        found.dedup();
+        Ok(found)
+    }
+}
+
+/// The kernel's NAPI threads at one moment.
+pub struct NapiSnapshot(BTreeSet<(u32, String)>);
+
+/// Take a [`NapiSnapshot`].
+pub fn napi_snapshot() -> NapiSnapshot {
+    NapiSnapshot(napi_threads())
+}
+
+/// Kernel threads named `napi/...` now.
+fn napi_threads() -> BTreeSet<(u32, String)> {
+    let mut out = BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+            if c.starts_with("napi/") {
+                out.insert((pid, c.trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// `echo 1 > /sys/class/net/<dev>/threaded` inside `host` (sysfs shows the
+/// devices of the namespace it was mounted in, so through `ip netns
+/// exec`); returns the NAPI threads that appeared for `dev`.
+fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> {
+    let before = napi_threads();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &host.netns, "sh", "-c"])
+        .arg(format!("echo 1 > /sys/class/net/{dev}/threaded"))
+        .output()
+        .context("running ip netns exec")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "threaded NAPI on {dev} in {}: {}",
+        host.netns,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let prefix = format!("napi/{dev}-");
+    let mut found = Vec::new();
+    for _ in 0..50 {
+        found = napi_threads()
+            .difference(&before)
+            .filter(|(_, c)| c.starts_with(&prefix))
+            .map(|(p, _)| *p)
+            .collect();
+        if !found.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(found)
+}
+
+/// Sum of the CPU times of `pids` (processes or kernel threads) now;
+/// `None` if one of them cannot be read (gone): the sum is unknown, n/a.
+pub fn cpu_of(pids: &[u32]) -> Option<CpuTime> {
+    pids.iter().try_fold(CpuTime::default(), |a, &p| {
+        let c = ringway_server::host::process_cpu_time_of(p).ok()?;
+        Some(CpuTime {
+            user_ns: a.user_ns + c.user_ns,
+            system_ns: a.system_ns + c.system_ns,
+        })
+    })
+}
+
+/// Busy CPU time of the whole machine, all CPUs (`/proc/stat`: everything
+/// but idle and iowait), in ns.
+pub fn machine_busy_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().next()?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if f.len() < 5 {
+        return None;
+    }
+    let total: u64 = f.iter().take(8).sum();
+    let busy = total - f[3] - f[4];
+    Some(busy * (1_000_000_000 / ringway_server::host::USER_HZ))
+}
