@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 17] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] {
     [
         (
             "ringway_sip_core_requests_received_total",
@@ -96,6 +96,26 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 17] 
             "ringway_sip_flood_untracked_total",
             "Requests the flood limiter could not track (table set full).",
             stats.flood_untracked,
+        ),
+        (
+            "ringway_sip_store_deferred_total",
+            "Requests handed to the location driver to wait for a remote store.",
+            stats.store_deferred,
+        ),
+        (
+            "ringway_sip_store_queue_full_total",
+            "Requests answered as if the store were down because the location queue was full.",
+            stats.store_queue_full,
+        ),
+        (
+            "ringway_sip_store_unavailable_registers_total",
+            "REGISTERs answered 500 with Retry-After because the location store was unavailable.",
+            stats.store_unavailable_registers,
+        ),
+        (
+            "ringway_sip_store_unavailable_lookups_total",
+            "Requests answered 480 because the location store was unavailable for their lookup.",
+            stats.store_unavailable_lookups,
         ),
     ]
 }
@@ -228,17 +248,21 @@ pub(super) fn render(snap: &Snapshot) -> String {
             stats.transactions_active,
         ),
         (
-            "ringway_sip_registrar_bindings",
-            "Registrar bindings stored.",
-            stats.bindings,
-        ),
-        (
             "ringway_sip_flood_sources_tracked",
             "Sources the flood limiter tracks.",
             stats.flood_sources_tracked,
         ),
     ] {
         p.gauge(name, help, &[], value as f64);
+    }
+    // Not known locally with a shared store: no sample rather than 0.
+    if let Some(bindings) = stats.bindings {
+        p.gauge(
+            "ringway_sip_registrar_bindings",
+            "Registrar bindings stored (in-memory store only).",
+            &[],
+            bindings as f64,
+        );
     }
     let cpu = snap.process_cpu;
     for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {

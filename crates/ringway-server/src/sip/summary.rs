@@ -120,6 +120,9 @@ pub struct TypeSummary {
     pub responded: BTreeMap<u16, u64>,
     /// Messages absorbed without output.
     pub absorbed: u64,
+    /// Messages handed to the location driver (their final action is
+    /// counted when it finishes them).
+    pub deferred: u64,
     /// Messages dropped by the core, by reason.
     pub dropped: BTreeMap<String, u64>,
     /// Kernel RX stamp → application (µs).
@@ -139,6 +142,7 @@ impl TypeSummary {
             copies: t.copies,
             responded: t.responded(),
             absorbed: t.absorbed,
+            deferred: t.deferred,
             dropped: t.dropped(),
             k_rcv: LatencySummary::of_ns(t.histogram(Latency::KRcv)),
             t_sip: LatencySummary::of_ns(t.histogram(Latency::TSip)),

@@ -209,6 +209,9 @@ pub enum Action {
     Absorbed,
     /// Dropped and counted.
     Dropped(DropReason),
+    /// Waiting for the location store: handed to the driver, which
+    /// resumes it ([`ProxyWorker::resume`](crate::proxy::ProxyWorker::resume)).
+    Deferred,
 }
 
 /// Result of [`ProxyWorker::handle`](crate::proxy::ProxyWorker::handle).
