@@ -6,6 +6,9 @@
 //!   ([`sip::SipServer`]: worker threads over a shared or SO_REUSEPORT
 //!   socket, a timer thread, per-message K_rcv / T_sip / K_snd metrics) and
 //!   its per-batch seam [`sip::SipWorker::drive_batch`].
+//! - [`location`]: the SIP registrar's location store when it is shared
+//!   by several proxies ([`location::RedisStore`]) and the store threads
+//!   that keep its waits off the workers.
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
 //! - [`metrics`]: latency histograms and percentiles, Prometheus text, a
 //!   tiny HTTP server for `/metrics`.
@@ -21,6 +24,7 @@
 
 pub mod error;
 pub mod host;
+pub mod location;
 pub mod metrics;
 pub mod sfu;
 pub mod sip;

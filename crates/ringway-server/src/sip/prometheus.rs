@@ -264,6 +264,9 @@ pub(super) fn render(snap: &Snapshot) -> String {
             bindings as f64,
         );
     }
+    if let Some(location) = &snap.location {
+        location_metrics(&mut p, location);
+    }
     let cpu = snap.process_cpu;
     for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {
         p.counter_f64(
@@ -274,4 +277,62 @@ pub(super) fn render(snap: &Snapshot) -> String {
         );
     }
     p.finish()
+}
+
+/// The shared location store's counters and latencies.
+fn location_metrics(p: &mut PromText, location: &super::LocationSnapshot) {
+    let c = &location.counts;
+    for (kind, n) in [("register", c.registers), ("lookup", c.lookups)] {
+        p.counter(
+            "ringway_sip_location_queries_total",
+            "Queries sent to the shared location store, by kind.",
+            &[("kind", kind)],
+            n,
+        );
+    }
+    for (reason, n) in [
+        ("connect", c.connect_failures),
+        ("backoff", c.skipped_backoff),
+        ("timeout", c.timeouts),
+        ("io", c.io_errors),
+        ("server", c.server_errors),
+        ("bad_reply", c.bad_replies),
+        ("queue_wait", c.expired_in_queue),
+    ] {
+        p.counter(
+            "ringway_sip_location_failures_total",
+            "Shared location store queries answered as unavailable, by reason.",
+            &[("reason", reason)],
+            n,
+        );
+    }
+    p.counter(
+        "ringway_sip_location_reconnects_total",
+        "Connections to the shared location store made after a failure.",
+        &[],
+        c.reconnects,
+    );
+    p.gauge(
+        "ringway_sip_location_up",
+        "1 if the last connection attempt or command to the shared store succeeded.",
+        &[],
+        if c.up { 1.0 } else { 0.0 },
+    );
+    for (kind, latency) in [
+        ("register", &location.latency.register),
+        ("lookup", &location.latency.lookup),
+    ] {
+        p.histogram(
+            "ringway_sip_location_store_seconds",
+            "Time of one shared location store call (round trip).",
+            &[("kind", kind)],
+            &latency.store,
+        );
+        p.histogram(
+            "ringway_sip_location_added_seconds",
+            "Receive to resumed and sent: what the shared store adds to a request.",
+            &[("kind", kind)],
+            &latency.added,
+        );
+    }
 }

@@ -83,7 +83,7 @@ impl MsgLabel {
     }
 
     /// The label of a request with this method.
-    pub(super) fn of_method(method: Method<'_>) -> MsgLabel {
+    pub(crate) fn of_method(method: Method<'_>) -> MsgLabel {
         match method {
             Method::Invite => MsgLabel::Invite,
             Method::Ack => MsgLabel::Ack,
