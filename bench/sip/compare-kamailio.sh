@@ -28,7 +28,9 @@
 # UASs failed, and receive-buffer drops (proxy: skmem d of port 5060 in
 # `ss -uam`; SIPp: the namespace's Udp RcvbufErrors minus the proxy's) are
 # reported next to it, to tell whether the proxy or SIPp is the limit.
-set -euo pipefail
+set -Eeuo pipefail
+# Every failure says where and why (set -e alone exits without a word).
+trap 'rc=$?; echo "compare-kamailio.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -76,7 +78,9 @@ trap cleanup EXIT
 # children). Reads every /proc/<pid>/stat once: field 4 is the parent pid.
 cpu_ticks() {
     local root=$1
-    cat /proc/[0-9]*/stat 2>/dev/null | awk -v root="$root" '{
+    # A process can exit between the glob and the read: cat then fails,
+    # which pipefail would turn into a silent exit; the rest is still read.
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$root" '{
         line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
         pid = $1; ppid[pid] = f[2]; ticks[pid] = f[12] + f[13] }
         END {
@@ -210,7 +214,7 @@ for kind in $PROXIES; do
         for p in "${UAC_PIDS[@]}"; do
             last=0
             while kill -0 "$p" 2>/dev/null; do
-                v=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v root="$p" '{
+                v=$( { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$p" '{
                     line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
                     if ($1 == root) { t += f[12] + f[13] + f[14] + f[15]; if (f[1] == "Z") z = 1 }
                     else if (f[2] == root) t += f[12] + f[13] }

@@ -25,6 +25,9 @@ pub struct UdpSnmp {
     pub sndbuf_errors: u64,
     /// Datagrams with a bad checksum.
     pub in_csum_errors: u64,
+    /// Datagrams dropped on receive because UDP memory (`udp_mem`) was
+    /// exhausted: counted apart from RcvbufErrors.
+    pub mem_errors: u64,
 }
 
 impl UdpSnmp {
@@ -38,6 +41,7 @@ impl UdpSnmp {
             rcvbuf_errors: self.rcvbuf_errors.saturating_sub(earlier.rcvbuf_errors),
             sndbuf_errors: self.sndbuf_errors.saturating_sub(earlier.sndbuf_errors),
             in_csum_errors: self.in_csum_errors.saturating_sub(earlier.in_csum_errors),
+            mem_errors: self.mem_errors.saturating_sub(earlier.mem_errors),
         }
     }
 
@@ -50,6 +54,7 @@ impl UdpSnmp {
             "RcvbufErrors" => self.rcvbuf_errors = v,
             "SndbufErrors" => self.sndbuf_errors = v,
             "InCsumErrors" => self.in_csum_errors = v,
+            "MemErrors" => self.mem_errors = v,
             _ => {}
         }
     }
@@ -236,6 +241,16 @@ pub fn socket_drops(fd: RawFd) -> io::Result<u64> {
     socket_row(fd).map(|r| r.drops)
 }
 
+/// Sum of drops of the UDP sockets (IPv4 and IPv6) bound to `port` on any
+/// address in the calling thread's namespace.
+pub fn socket_drops_by_port(port: u16) -> io::Result<u64> {
+    Ok(udp_sockets()?
+        .iter()
+        .filter(|r| r.local.port() == port)
+        .map(|r| r.drops)
+        .sum())
+}
+
 /// Sum of drops of the sockets bound to `local` (several with SO_REUSEPORT).
 pub fn socket_drops_by_addr(local: SocketAddr) -> io::Result<u64> {
     Ok(udp_sockets()?
@@ -251,7 +266,7 @@ mod tests {
 
     #[test]
     fn parses_snmp() {
-        let t = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\nUdp: 10 2 3 40 5 6 7 0 0\nUdpLite: InDatagrams\nUdpLite: 0\n";
+        let t = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\nUdp: 10 2 3 40 5 6 7 0 9\nUdpLite: InDatagrams\nUdpLite: 0\n";
         let s = parse_snmp_udp(t).unwrap();
         assert_eq!(s.in_datagrams, 10);
         assert_eq!(s.no_ports, 2);
@@ -260,6 +275,7 @@ mod tests {
         assert_eq!(s.rcvbuf_errors, 5);
         assert_eq!(s.sndbuf_errors, 6);
         assert_eq!(s.in_csum_errors, 7);
+        assert_eq!(s.mem_errors, 9);
         assert!(parse_snmp_udp("Ip: x\n").is_err());
     }
 

@@ -133,6 +133,7 @@ pub fn run() -> DoctorReport {
     checks.extend(probe_qdiscs());
     checks.extend(probe_sched());
     checks.push(probe_debugfs_sched());
+    checks.push(probe_lab_sched_knobs());
     checks.extend(probe_perf());
     let sysctls = [
         "net/core/rmem_max",
@@ -691,6 +692,130 @@ fn probe_debugfs_sched() -> Check {
         Ok((ok, t)) => chk("sched", "debugfs sched knobs", ok, t),
         Err(e) => chk("sched", "debugfs sched knobs", false, e.to_string()),
     }
+}
+
+/// Scheduler knob files the SIP lab may map the papers' knobs to, over all
+/// kernel generations: pre-5.13 sysctls, 5.13+ debugfs (CFS names, then
+/// EEVDF's `base_slice_ns`), and the sched features file.
+pub const SCHED_KNOB_PATHS: &[&str] = &[
+    "/proc/sys/kernel/sched_latency_ns",
+    "/proc/sys/kernel/sched_min_granularity_ns",
+    "/proc/sys/kernel/sched_wakeup_granularity_ns",
+    "/proc/sys/kernel/sched_migration_cost_ns",
+    "/proc/sys/kernel/sched_tunable_scaling",
+    "/sys/kernel/debug/sched/latency_ns",
+    "/sys/kernel/debug/sched/min_granularity_ns",
+    "/sys/kernel/debug/sched/wakeup_granularity_ns",
+    "/sys/kernel/debug/sched/base_slice_ns",
+    "/sys/kernel/debug/sched/migration_cost_ns",
+    "/sys/kernel/debug/sched/tunable_scaling",
+    "/sys/kernel/debug/sched/features",
+];
+
+/// What the calling process (the lab, in its own mount namespace: nothing
+/// is mounted for the probe) can do with one knob file.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KnobAccess {
+    /// The file.
+    pub path: String,
+    /// Its current value (trimmed), or why it cannot be read.
+    pub value: Result<String, String>,
+    /// Ok when it opens for writing (nothing is written), else why not.
+    pub writable: Result<(), String>,
+}
+
+/// Why `/sys/kernel/debug` files are missing or refused, in words.
+fn debugfs_reason(e: &io::Error) -> String {
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/debug"))
+        })
+        .unwrap_or(false);
+    let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
+        .map(|s| s.trim().to_string())
+        .ok();
+    if !mounted {
+        return "debugfs is not mounted in the lab's mount namespace (the lab does not mount it)"
+            .into();
+    }
+    if e.raw_os_error() == Some(libc::EPERM) {
+        return match lockdown {
+            Some(l) => format!("refused by the kernel (lockdown: {l})"),
+            None => "refused by the kernel (EPERM; debugfs locked down?)".into(),
+        };
+    }
+    errno_reason(e)
+}
+
+/// Probe every [`SCHED_KNOB_PATHS`] file as the lab would use it: in the
+/// caller's mount namespace, opening for reading and for writing (nothing
+/// is written, nothing is mounted).
+pub fn sched_knob_access() -> Vec<KnobAccess> {
+    SCHED_KNOB_PATHS
+        .iter()
+        .map(|&path| {
+            let why = |e: &io::Error| {
+                if path.starts_with("/sys/kernel/debug") {
+                    debugfs_reason(e)
+                } else if e.kind() == io::ErrorKind::NotFound {
+                    "no such sysctl on this kernel".into()
+                } else {
+                    errno_reason(e)
+                }
+            };
+            let value = std::fs::read_to_string(path)
+                .map(|v| v.trim().to_string())
+                .map_err(|e| why(&e));
+            // Opening for write changes nothing until something is written.
+            let writable = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map(|_| ())
+                .map_err(|e| why(&e));
+            KnobAccess {
+                path: path.to_string(),
+                value,
+                writable,
+            }
+        })
+        .collect()
+}
+
+/// The scheduler knobs `ringway lab sip` itself can write (its mount
+/// namespace, no private debugfs mount), and why the others are refused.
+fn probe_lab_sched_knobs() -> Check {
+    let acc = sched_knob_access();
+    let writable: Vec<&str> = acc
+        .iter()
+        .filter(|a| a.writable.is_ok())
+        .map(|a| a.path.as_str())
+        .collect();
+    let mut reasons: Vec<String> = acc
+        .iter()
+        .filter_map(|a| a.writable.as_ref().err().cloned())
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    let detail = format!(
+        "writable by the lab: {}; refused: {}; per-thread slice/policy/nice (sched_setattr) and process-wide affinity: see the checks above",
+        if writable.is_empty() {
+            "none".to_string()
+        } else {
+            writable.join(", ")
+        },
+        if reasons.is_empty() {
+            "none".to_string()
+        } else {
+            reasons.join("; ")
+        }
+    );
+    chk(
+        "sched",
+        "scheduler knobs the lab can write",
+        !writable.is_empty(),
+        detail,
+    )
 }
 
 fn perf_open(ty: u32, config: u64) -> io::Result<()> {

@@ -196,13 +196,17 @@ impl Policy {
 const SCHED_ATTR_SIZE: u32 = std::mem::size_of::<libc::sched_attr>() as u32;
 
 fn sched_getattr() -> io::Result<libc::sched_attr> {
+    sched_getattr_of(0)
+}
+
+fn sched_getattr_of(tid: i32) -> io::Result<libc::sched_attr> {
     // SAFETY: sched_attr is plain old data; all-zero is valid.
     let mut a: libc::sched_attr = unsafe { std::mem::zeroed() };
     // SAFETY: the buffer is a live sched_attr of the size we pass.
     cvt(unsafe {
         libc::syscall(
             libc::SYS_sched_getattr,
-            0,
+            tid,
             &mut a as *mut libc::sched_attr,
             std::mem::size_of::<libc::sched_attr>() as libc::c_uint,
             0,
@@ -267,7 +271,13 @@ pub fn slice() -> io::Result<Duration> {
 /// kernel clamps to 100 µs..100 ms, so the read-back value is reported).
 /// Keeps the thread's fair policy and nice value; refused for real-time threads.
 pub fn set_slice(d: Duration) -> Outcome {
-    let cur = match sched_getattr() {
+    set_slice_of(0, d)
+}
+
+/// [`set_slice`] for another thread `tid` (0: the calling thread), e.g. the
+/// threads of an external proxy process; needs the right to change it.
+pub fn set_slice_of(tid: i32, d: Duration) -> Outcome {
+    let cur = match sched_getattr_of(tid) {
         Ok(a) => a,
         Err(e) => return refused(e),
     };
@@ -282,13 +292,20 @@ pub fn set_slice(d: Duration) -> Outcome {
     a.sched_runtime = d.as_nanos().min(u64::MAX as u128) as u64;
     a.sched_deadline = 0;
     a.sched_period = 0;
-    // SAFETY: pid 0 = calling thread; `a` is a live, fully initialised sched_attr.
-    let rc =
-        cvt(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const libc::sched_attr, 0) });
+    // SAFETY: tid names a thread (0 = calling thread); `a` is a live, fully
+    // initialised sched_attr.
+    let rc = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid,
+            &a as *const libc::sched_attr,
+            0,
+        )
+    });
     if let Err(e) = rc {
         return refused(e);
     }
-    match slice() {
+    match sched_getattr_of(tid).map(|a| Duration::from_nanos(a.sched_runtime)) {
         Ok(v) => Outcome::Applied(format!("slice {} us", v.as_micros())),
         Err(e) => Outcome::Applied(format!("read back failed: {e}")),
     }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// A named scheduler profile for the proxy's worker threads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {
     /// Name used on the command line and in reports.
     pub name: String,
@@ -125,17 +125,14 @@ impl Profile {
 
     /// `chrt`-style prefix for external proxies (Kamailio): the command and
     /// arguments to put in front, or an explanation why it cannot be applied.
+    /// (A slice is not part of the prefix: the lab sets it on the running
+    /// proxy's threads with `sched_setattr`.)
     pub fn external_prefix(&self) -> Result<Vec<String>, String> {
-        if self.slice_us.is_some() {
-            return Err(format!(
-                "profile {}: EEVDF slices cannot be set on an external proxy's threads",
-                self.name
-            ));
-        }
         let mut a = Vec::new();
         match (self.policy.as_deref(), self.priority) {
             (Some("fifo"), Some(p)) => a.extend(["chrt".into(), "-f".into(), p.to_string()]),
             (Some("rr"), Some(p)) => a.extend(["chrt".into(), "-r".into(), p.to_string()]),
+            (Some("batch"), _) => a.extend(["chrt".into(), "-b".into(), "0".into()]),
             _ => {}
         }
         if let Some(n) = self.nice {
@@ -208,6 +205,18 @@ fn restore_knobs(originals: &[Knob]) -> Vec<String> {
     msgs
 }
 
+/// The current state of the feature `want` names (`NO_X` or `X`) in the
+/// text of a sched `features` file: the token to write back to restore it.
+pub fn feature_state(features: &str, want: &str) -> String {
+    let name = want.strip_prefix("NO_").unwrap_or(want);
+    let no = format!("NO_{name}");
+    if features.split_whitespace().any(|t| t == no) {
+        no
+    } else {
+        name.to_string()
+    }
+}
+
 impl SysState {
     /// Restore settings left by a run that did not finish (crash, kill):
     /// returns messages saying what was restored (empty if no state file).
@@ -239,6 +248,7 @@ impl SysState {
         let mut msgs = Vec::new();
         for c in changes {
             let orig = match std::fs::read_to_string(&c.path) {
+                Ok(v) if c.path.ends_with("sched/features") => feature_state(&v, &c.value),
                 Ok(v) => v.trim().to_string(),
                 Err(e) => {
                     msgs.push(format!("not applied: {} (cannot read: {e})", c.path));
@@ -335,7 +345,11 @@ mod tests {
         assert!(profile("slice-5us").is_err());
         assert!(profile("fifo-0").is_err());
         assert!(profile("turbo").unwrap_err().contains("unknown"));
-        assert!(profile("slice-3ms").unwrap().external_prefix().is_err());
+        assert!(profile("slice-3ms")
+            .unwrap()
+            .external_prefix()
+            .unwrap()
+            .is_empty());
         assert_eq!(
             profile("fifo").unwrap().external_prefix().unwrap(),
             vec!["chrt", "-f", "10"]

@@ -91,6 +91,7 @@ pub fn udp_totals() -> Option<ringway_io::counters::UdpSnmp> {
         rcvbuf_errors: v4.rcvbuf_errors + v6.rcvbuf_errors,
         sndbuf_errors: v4.sndbuf_errors + v6.sndbuf_errors,
         in_csum_errors: v4.in_csum_errors + v6.in_csum_errors,
+        mem_errors: v4.mem_errors + v6.mem_errors,
     })
 }
 

@@ -132,6 +132,7 @@ Content-Length: 0\r\n\r\n";
     let fwd_bye = sent[0].1.clone();
     let ok = response_to(&fwd_bye, 200, "OK", "");
     let (o, sent) = handle(&p, 5000, UAC, &ok);
+    assert_eq!(o.label, MsgLabel::ByeOk, "the 200 to BYE has its own label");
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr(UAS));
     assert_eq!(parse(&sent[0].1).cseq(), Some((1, Method::Bye)));
@@ -842,6 +843,7 @@ fn labels() {
     assert_eq!(MsgLabel::Response(699).to_string(), "699");
     assert_eq!(MsgLabel::Invite.as_str(), "INVITE");
     assert_eq!(MsgLabel::OtherRequest.as_str(), "other");
+    assert_eq!(MsgLabel::ByeOk.as_str(), "200-BYE");
 }
 
 #[test]

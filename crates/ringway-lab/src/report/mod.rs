@@ -1,14 +1,25 @@
-//! Reports of SIP capacity sweeps: CSV and JSON of every run, Markdown
-//! tables shaped like the papers' Tables I–III, a two-configuration
-//! comparison, the C = T × C₁,₁ model fit, SVG plots and an index.html.
+//! Reports of SIP lab sweeps, shaped like the papers: Tables I/II per mode
+//! (threads × the two loads around the 1% crossing), Tables III/VI/IX
+//! (drop rate and K_rcv at the baseline crossing load, baseline vs enhanced
+//! vs tuned, % lower with paired CIs), the best thread count per core
+//! count, the capacity model C_{p,c} = T_{p,c} × C_{1,1} with C_{1,1}
+//! measured, a queueing check, the six message types, per-thread
+//! scheduling statistics, what each mode applied or was refused, the
+//! tuner's search and a Fig. 2 analogue; CSV/JSON of every run, SVG plots
+//! and an index.html.
 
 pub mod svg;
 
-use crate::siplab::sweep::Capacity;
-use crate::siplab::RunRecord;
-use crate::stats::{fit_line, fit_through_origin, mean_ci, MeanCi};
+use crate::siplab::model::{
+    capacity_ci, capacity_per_rep, error_pct, model_threads, paired_lower, predicted_capacity,
+    queue_prediction,
+};
+use crate::siplab::sweep::{Capacity, SweepOutcome};
+use crate::siplab::tune::TuneResult;
+use crate::siplab::{ProxyKind, RunRecord};
+use crate::stats::{mean_ci, MeanCi};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +34,20 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
+fn esc(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 impl Table {
+    fn new(title: impl Into<String>, header: &[&str]) -> Table {
+        Table {
+            title: title.into(),
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
     /// Markdown rendering.
     pub fn markdown(&self) -> String {
         let mut s = format!("**{}**\n\n| {} |\n|", self.title, self.header.join(" | "));
@@ -38,11 +62,6 @@ impl Table {
     }
     /// HTML rendering.
     pub fn html(&self) -> String {
-        let esc = |t: &str| {
-            t.replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-        };
         let mut s = format!("<table>\n<caption>{}</caption>\n<tr>", esc(&self.title));
         for h in &self.header {
             let _ = write!(s, "<th>{}</th>", esc(h));
@@ -59,17 +78,36 @@ impl Table {
     }
 }
 
-/// Repetitions of one (configuration, workers, rate) point, aggregated.
+/// The papers' six message types (summary labels, table names).
+pub const SIX_TYPES: [(&str, &str); 6] = [
+    ("INVITE", "INVITE"),
+    ("180", "180"),
+    ("200", "200 (INVITE)"),
+    ("ACK", "ACK"),
+    ("BYE", "BYE"),
+    ("200-BYE", "200 (BYE)"),
+];
+
+/// Repetitions of one point (every setting but rep and seed), aggregated
+/// over its valid runs.
 #[derive(Clone, Debug, Serialize)]
 pub struct Point {
     /// Configuration label.
     pub config: String,
+    /// Proxy.
+    pub proxy: ProxyKind,
+    /// Scheduler mode.
+    pub sched: String,
+    /// Cores.
+    pub cores: usize,
     /// Workers.
     pub workers: usize,
     /// Offered call rate.
     pub rate: f64,
-    /// Successful repetitions.
+    /// Valid repetitions (used in the means).
     pub reps: usize,
+    /// Flagged repetitions (left out).
+    pub flagged: usize,
     /// Failed repetitions (errors).
     pub errors: usize,
     /// PDR.
@@ -78,65 +116,196 @@ pub struct Point {
     pub failed_ratio: MeanCi,
     /// Arrival rate at the proxy (packets/s).
     pub arrival_pps: MeanCi,
-    /// T_sip over all messages (µs), if reported.
+    /// T_sip over all messages (µs).
     pub t_sip_us: Option<MeanCi>,
-    /// K_rcv over all messages (µs), if reported.
+    /// K_rcv over all messages (µs).
     pub k_rcv_us: Option<MeanCi>,
-    /// K_snd over all messages (µs), if reported.
+    /// K_snd over all messages (µs, sampled).
     pub k_snd_us: Option<MeanCi>,
-    /// RcvbufErrors per run.
+    /// Wait in the batch (µs).
+    pub wait_us: Option<MeanCi>,
+    /// Proxy socket drops per run.
     pub rcv_errors: MeanCi,
+    /// Call-setup drops per run (ringway).
+    pub setup_drops: Option<MeanCi>,
+    /// Call-setup messages per run.
+    pub setup_msgs: MeanCi,
     /// Messages offered per run.
     pub total_msgs: MeanCi,
     /// Proxy CPU µs per call.
     pub cpu_us_per_call: MeanCi,
+    /// Proxy CPU µs per received message (ringway).
+    pub cpu_us_per_msg: Option<MeanCi>,
+    /// Migrations per proxy thread per run.
+    pub migrations: MeanCi,
+    /// Voluntary context switches per proxy thread per run.
+    pub voluntary: MeanCi,
+    /// Involuntary context switches per proxy thread per run.
+    pub involuntary: MeanCi,
+    /// Smallest and largest per-worker message share (%), ringway.
+    pub share_pct: Option<(f64, f64)>,
+    /// Per-type (K_rcv, wait, T_sip, K_snd) means (µs) over reps.
+    pub by_type: BTreeMap<String, [Option<f64>; 4]>,
+    /// Per rep (rep, PDR, K_rcv) of the valid runs, for pairing.
+    pub per_rep: Vec<RepValues>,
+    /// Effective settings (canonical text) of the runs.
+    pub effective: BTreeSet<String>,
+    /// Settings applied (union over runs).
+    pub applied: BTreeSet<String>,
+    /// Refusals (union over runs).
+    pub refused: BTreeSet<String>,
+    /// Kernel.
+    pub kernel: String,
 }
 
-/// Group records into points (successful runs only count in the means).
+/// Group records into points by every setting but rep and seed.
 pub fn points(records: &[RunRecord]) -> Vec<Point> {
-    let mut g: BTreeMap<(String, usize, u64), Vec<&RunRecord>> = BTreeMap::new();
+    let mut g: BTreeMap<String, Vec<&RunRecord>> = BTreeMap::new();
     for r in records {
-        g.entry((
-            r.spec.config_label(),
-            r.spec.workers,
-            (r.spec.rate * 1000.0) as u64,
-        ))
-        .or_default()
-        .push(r);
+        g.entry(r.spec.point_key()).or_default().push(r);
     }
-    g.into_iter()
-        .map(|((config, workers, _), rs)| {
-            let ok: Vec<&&RunRecord> = rs.iter().filter(|r| r.error.is_none()).collect();
+    let mut out: Vec<Point> = g
+        .into_values()
+        .map(|rs| {
+            let ok: Vec<&RunRecord> = rs.iter().copied().filter(|r| r.valid()).collect();
             let m = |f: &dyn Fn(&RunRecord) -> f64| {
                 mean_ci(&ok.iter().map(|r| f(r)).collect::<Vec<_>>())
             };
-            let lat = |f: &dyn Fn(&crate::siplab::TypeLat) -> f64| {
+            let lat = |f: &dyn Fn(&crate::siplab::TypeLat) -> Option<f64>| {
                 let xs: Vec<f64> = ok
                     .iter()
                     .filter_map(|r| r.all.as_ref())
                     .filter(|a| a.count > 0)
-                    .map(f)
+                    .filter_map(f)
                     .collect();
                 (!xs.is_empty()).then(|| mean_ci(&xs))
             };
+            let nz = |l: &crate::siplab::Lat| (l.count > 0).then_some(l.mean_us);
+            let per_thread = |f: &dyn Fn(&crate::siplab::topology::ThreadSched) -> u64| {
+                mean_ci(
+                    &ok.iter()
+                        .filter(|r| !r.threads.is_empty())
+                        .map(|r| {
+                            r.threads.iter().map(f).sum::<u64>() as f64 / r.threads.len() as f64
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let shares: Vec<(f64, f64)> = ok
+                .iter()
+                .filter(|r| !r.per_worker_in.is_empty())
+                .filter_map(|r| {
+                    let tot: u64 = r.per_worker_in.iter().sum();
+                    (tot > 0).then(|| {
+                        let min = *r.per_worker_in.iter().min().unwrap_or(&0) as f64;
+                        let max = *r.per_worker_in.iter().max().unwrap_or(&0) as f64;
+                        (100.0 * min / tot as f64, 100.0 * max / tot as f64)
+                    })
+                })
+                .collect();
+            let mut by_type = BTreeMap::new();
+            for (label, _) in SIX_TYPES {
+                let col = |f: &dyn Fn(&crate::siplab::TypeLat) -> Option<f64>| {
+                    let xs: Vec<f64> = ok
+                        .iter()
+                        .filter_map(|r| r.by_type.get(label))
+                        .filter_map(f)
+                        .collect();
+                    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+                };
+                let v = [
+                    col(&|t| nz(&t.k_rcv)),
+                    col(&|t| nz(&t.wait)),
+                    col(&|t| nz(&t.t_sip)),
+                    col(&|t| nz(&t.k_snd)),
+                ];
+                if v.iter().any(Option::is_some) {
+                    by_type.insert(label.to_string(), v);
+                }
+            }
+            let setup: Vec<f64> = ok
+                .iter()
+                .filter_map(|r| r.setup_drops)
+                .map(|d| d as f64)
+                .collect();
+            // CPU per message handled: ringway counts what it received;
+            // for Kamailio, offered minus what its sockets dropped.
+            let per_msg: Vec<f64> = ok
+                .iter()
+                .filter_map(|r| {
+                    let n = r
+                        .proxy_msgs_in
+                        .unwrap_or(r.total_msgs.saturating_sub(r.proxy_socket_drops));
+                    (n > 0 && r.proxy_cpu_s > 0.0).then(|| 1e6 * r.proxy_cpu_s / n as f64)
+                })
+                .collect();
+            let s = &rs[0].spec;
             Point {
-                config,
-                workers,
-                rate: rs[0].spec.rate,
+                config: s.config_label(),
+                proxy: s.proxy,
+                sched: s.sched.clone(),
+                cores: s.cores,
+                workers: s.workers,
+                rate: s.rate,
                 reps: ok.len(),
-                errors: rs.len() - ok.len(),
+                flagged: rs
+                    .iter()
+                    .filter(|r| r.error.is_none() && !r.flags.is_empty())
+                    .count(),
+                errors: rs.iter().filter(|r| r.error.is_some()).count(),
                 pdr: m(&|r| r.pdr),
                 failed_ratio: m(&|r| r.failed_ratio),
                 arrival_pps: m(&|r| r.arrival_pps),
-                t_sip_us: lat(&|a| a.t_sip.mean_us),
-                k_rcv_us: lat(&|a| a.k_rcv.mean_us),
-                k_snd_us: lat(&|a| a.k_snd.mean_us),
-                rcv_errors: m(&|r| r.rcvbuf_errors as f64),
+                t_sip_us: lat(&|a| nz(&a.t_sip)),
+                k_rcv_us: lat(&|a| nz(&a.k_rcv)),
+                k_snd_us: lat(&|a| nz(&a.k_snd)),
+                wait_us: lat(&|a| nz(&a.wait)),
+                rcv_errors: m(&|r| r.proxy_socket_drops as f64),
+                setup_drops: (!setup.is_empty()).then(|| mean_ci(&setup)),
+                setup_msgs: m(&|r| r.setup_msgs as f64),
                 total_msgs: m(&|r| r.total_msgs as f64),
                 cpu_us_per_call: m(&|r| 1e6 * r.proxy_cpu_s / (r.attempted.max(1) as f64)),
+                cpu_us_per_msg: (!per_msg.is_empty()).then(|| mean_ci(&per_msg)),
+                migrations: per_thread(&|t| t.migrations),
+                voluntary: per_thread(&|t| t.voluntary),
+                involuntary: per_thread(&|t| t.involuntary),
+                share_pct: (!shares.is_empty()).then(|| {
+                    (
+                        shares.iter().map(|s| s.0).fold(f64::MAX, f64::min),
+                        shares.iter().map(|s| s.1).fold(0.0, f64::max),
+                    )
+                }),
+                by_type,
+                per_rep: ok
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.spec.rep,
+                            r.pdr,
+                            r.all
+                                .as_ref()
+                                .filter(|a| a.k_rcv.count > 0)
+                                .map(|a| a.k_rcv.mean_us),
+                        )
+                    })
+                    .collect(),
+                effective: rs
+                    .iter()
+                    .filter(|r| r.error.is_none())
+                    .map(|r| r.effective.clone())
+                    .collect(),
+                applied: rs.iter().flat_map(|r| r.applied.iter().cloned()).collect(),
+                refused: rs.iter().flat_map(|r| r.refused.iter().cloned()).collect(),
+                kernel: rs[0].kernel.clone(),
             }
         })
-        .collect()
+        .collect();
+    out.sort_by(|a, b| {
+        (a.proxy, a.cores, &a.sched, a.workers)
+            .cmp(&(b.proxy, b.cores, &b.sched, b.workers))
+            .then(a.rate.total_cmp(&b.rate))
+    });
+    out
 }
 
 fn ci(m: &MeanCi, digits: usize) -> String {
@@ -153,164 +322,251 @@ fn opt_ci(m: &Option<MeanCi>, digits: usize) -> String {
     m.as_ref().map_or("n/a".into(), |m| ci(m, digits))
 }
 
-/// Fit of the capacity model C = T × C₁,₁ for one configuration.
-#[derive(Clone, Debug, Serialize)]
-pub struct ModelFit {
-    /// Configuration label.
-    pub config: String,
-    /// Capacity per effective thread, C₁,₁ (calls/s); None when every
-    /// capacity of the configuration is only a lower bound.
-    pub c11: Option<f64>,
-    /// R² of the through-origin fit (None with fewer than two distinct
-    /// capacities, where it is undefined).
-    pub r2: Option<f64>,
-    /// Cores assumed (T = min(workers, cores + 2)).
-    pub cores: usize,
-    /// Points (T, capacity).
-    pub points: Vec<(f64, f64)>,
-    /// Ordinary line fit (intercept, slope) for comparison.
-    pub line: Option<(f64, f64)>,
-    /// Worker counts left out because their capacity is only a lower bound
-    /// (the highest rate tried stayed under the threshold).
-    pub censored_workers: Vec<usize>,
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.*}", digits))
 }
 
-/// Fit C = T × C₁,₁ per configuration, with T = min(workers, cores + 2)
-/// (threads beyond cores + 2 add no capacity on one socket).
-pub fn fit_model(caps: &[Capacity], cores: usize) -> Vec<ModelFit> {
-    // Per configuration: fitted points (T, C) and censored worker counts.
-    type Group = (Vec<(f64, f64)>, Vec<usize>);
-    let mut by: BTreeMap<&str, Group> = BTreeMap::new();
-    for c in caps {
-        let e = by.entry(&c.config).or_default();
-        match c.capacity_cps {
-            // A censored capacity is a lower bound, not a measurement: fitting
-            // it would pull C₁,₁ towards the rate limit of the sweep.
-            Some(_) if c.censored => e.1.push(c.workers),
-            Some(cap) => e.0.push((c.workers.min(cores + 2) as f64, cap)),
-            None => {}
-        }
+fn pct(m: &MeanCi) -> MeanCi {
+    MeanCi {
+        mean: 100.0 * m.mean,
+        ci95: 100.0 * m.ci95,
+        n: m.n,
     }
-    by.into_iter()
-        .filter(|(_, (pts, censored))| !pts.is_empty() || !censored.is_empty())
-        .map(|(config, (pts, censored_workers))| {
-            let c11 = fit_through_origin(&pts);
-            let r2 = c11.and_then(|c11| {
-                let my = pts.iter().map(|p| p.1).sum::<f64>() / pts.len() as f64;
-                let ss_tot: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
-                let ss_res: f64 = pts.iter().map(|p| (p.1 - c11 * p.0).powi(2)).sum();
-                (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot)
-            });
-            ModelFit {
-                config: config.to_string(),
-                c11,
-                r2,
-                cores,
-                line: fit_line(&pts).map(|f| (f.intercept, f.slope)),
-                points: pts,
-                censored_workers,
-            }
-        })
-        .collect()
 }
 
-/// Tables I–III: per configuration and worker count, the two probed rates
-/// around the PDR crossing.
+/// Find the point of a capacity's configuration at `rate`.
+fn point_at<'a>(pts: &'a [Point], c: &Capacity, rate: f64) -> Option<&'a Point> {
+    pts.iter().find(|p| {
+        p.proxy == c.proxy
+            && p.cores == c.cores
+            && p.workers == c.workers
+            && p.sched == c.profile
+            && p.rate == rate
+    })
+}
+
+/// Tables I/II: per (proxy, mode, cores) the two loads around the PDR
+/// crossing for every thread count, as columns; rows as in the papers.
 pub fn crossing_tables(caps: &[Capacity], pts: &[Point], threshold: f64) -> Vec<Table> {
+    let mut groups: BTreeMap<(ProxyKind, usize, String), Vec<&Capacity>> = BTreeMap::new();
+    for c in caps {
+        groups
+            .entry((c.proxy, c.cores, c.profile.clone()))
+            .or_default()
+            .push(c);
+    }
     let mut tables = Vec::new();
-    let mut configs: Vec<&str> = caps.iter().map(|c| c.config.as_str()).collect();
-    configs.dedup();
-    for cfg in configs {
+    for ((proxy, cores, sched), cs) in groups {
+        let mut cols: Vec<(&Capacity, f64, Option<&Point>)> = Vec::new();
+        for c in &cs {
+            for (rate, _) in [c.below, c.above].into_iter().flatten() {
+                cols.push((c, rate, point_at(pts, c, rate)));
+            }
+        }
+        let mut header = vec!["".to_string()];
+        header.extend(
+            cols.iter()
+                .map(|(c, r, _)| format!("{} thr {:.0} cps", c.workers, r)),
+        );
         let mut t = Table {
             title: format!(
-                "{cfg}: rates around the {:.2}% PDR crossing",
+                "Measured performance, {} / {sched} mode, {cores} core(s): loads around the {:.0}% PDR crossing (means ± 95% CI over valid repetitions)",
+                proxy.name(),
                 100.0 * threshold
             ),
-            header: [
-                "Workers",
-                "Call rate (calls/s)",
-                "Arrival rate (packets/s)",
-                "T_sip (µs)",
-                "K_rcv (µs)",
-                "RCV errors",
-                "Total messages",
-                "Drop rate (%)",
-                "Failed calls (%)",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+            header,
             rows: Vec::new(),
         };
-        for c in caps.iter().filter(|c| c.config == cfg) {
-            for (rate, _) in [c.below, c.above].into_iter().flatten() {
-                let Some(p) = pts
-                    .iter()
-                    .find(|p| p.config == cfg && p.workers == c.workers && p.rate == rate)
-                else {
-                    continue;
-                };
-                let pct = |m: &MeanCi| MeanCi {
-                    mean: 100.0 * m.mean,
-                    ci95: 100.0 * m.ci95,
-                    n: m.n,
-                };
-                t.rows.push(vec![
-                    c.workers.to_string(),
-                    format!("{rate:.0}"),
-                    ci(&p.arrival_pps, 0),
-                    opt_ci(&p.t_sip_us, 2),
-                    opt_ci(&p.k_rcv_us, 2),
-                    ci(&p.rcv_errors, 0),
-                    ci(&p.total_msgs, 0),
-                    ci(&pct(&p.pdr), 3),
-                    ci(&pct(&p.failed_ratio), 3),
-                ]);
-            }
-            if c.below.is_none() && c.above.is_none() {
-                t.rows.push(vec![
-                    c.workers.to_string(),
-                    "no successful run".into(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                ]);
-            }
+        let row = |name: &str, f: &dyn Fn(&Point) -> String| -> Vec<String> {
+            let mut r = vec![name.to_string()];
+            r.extend(cols.iter().map(|(_, _, p)| p.map_or("n/a".into(), f)));
+            r
+        };
+        t.rows
+            .push(row("Arrival rate (packets/s)", &|p| ci(&p.arrival_pps, 0)));
+        t.rows.push(row("T_sip (µs)", &|p| opt_ci(&p.t_sip_us, 2)));
+        t.rows.push(row("K_rcv (µs)", &|p| opt_ci(&p.k_rcv_us, 2)));
+        t.rows
+            .push(row("Wait in batch (µs)", &|p| opt_ci(&p.wait_us, 2)));
+        t.rows
+            .push(row("K_snd (µs, sampled)", &|p| opt_ci(&p.k_snd_us, 2)));
+        t.rows.push(row("RCV errors (proxy socket drops)", &|p| {
+            ci(&p.rcv_errors, 0)
+        }));
+        t.rows
+            .push(row("Call-setup drops", &|p| opt_ci(&p.setup_drops, 0)));
+        t.rows
+            .push(row("Call-setup messages", &|p| ci(&p.setup_msgs, 0)));
+        t.rows
+            .push(row("Total messages", &|p| ci(&p.total_msgs, 0)));
+        t.rows.push(row("PDR (%)", &|p| ci(&pct(&p.pdr), 3)));
+        t.rows
+            .push(row("Failed calls (%)", &|p| ci(&pct(&p.failed_ratio), 3)));
+        t.rows.push(row("Valid / flagged / failed runs", &|p| {
+            format!("{} / {} / {}", p.reps, p.flagged, p.errors)
+        }));
+        if cols.is_empty() {
+            t.rows.push(vec!["no successful run".into()]);
         }
         tables.push(t);
     }
     tables
 }
 
-/// Capacity per configuration and workers.
-pub fn capacity_table(caps: &[Capacity]) -> Table {
-    let mut t = Table {
-        title: "Capacity (highest call rate with mean PDR under the threshold)".into(),
-        header: [
-            "Configuration",
-            "Workers",
-            "Capacity (calls/s)",
-            "Bracket",
-            "Probes",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        rows: Vec::new(),
-    };
+/// One repetition of a point: (rep, PDR, K_rcv µs).
+type RepValues = (u32, f64, Option<f64>);
+/// Plot points (x, y, ci) per (configuration, workers).
+type SeriesMap = BTreeMap<(String, usize), Vec<(f64, f64, f64)>>;
+
+/// "% lower" cell: paired over repetitions, or why there is none.
+fn lower_cell(base: &Point, other: &Point, f: fn(&RepValues) -> Option<f64>) -> String {
+    if !base.effective.is_empty() && base.effective == other.effective {
+        return "same settings applied on this kernel".into();
+    }
+    let mut b = Vec::new();
+    let mut o = Vec::new();
+    for x in &base.per_rep {
+        if let Some(y) = other.per_rep.iter().find(|y| y.0 == x.0) {
+            if let (Some(vb), Some(vo)) = (f(x), f(y)) {
+                b.push(vb);
+                o.push(vo);
+            }
+        }
+    }
+    match paired_lower(&b, &o) {
+        Some((p, c)) if b.len() >= 2 => format!("{p:.1}% ± {c:.1}"),
+        Some((p, _)) => format!("{p:.1}% (1 pair)"),
+        None => "n/a".into(),
+    }
+}
+
+/// Tables III/VI/IX: PDR and K_rcv at the baseline crossing load, baseline
+/// vs the other modes, % lower paired by repetition.
+pub fn comparison_tables(caps: &[Capacity], pts: &[Point]) -> Vec<Table> {
+    let mut tables = Vec::new();
+    let mut keys: BTreeSet<(ProxyKind, usize)> = BTreeSet::new();
+    for c in caps.iter().filter(|c| c.profile == "baseline") {
+        keys.insert((c.proxy, c.cores));
+    }
+    for (proxy, cores) in keys {
+        let mut others: Vec<String> = Vec::new();
+        for c in caps.iter().filter(|c| {
+            c.proxy == proxy
+                && c.cores == cores
+                && c.profile != "baseline"
+                && c.profile != "default"
+        }) {
+            if !others.contains(&c.profile) {
+                others.push(c.profile.clone());
+            }
+        }
+        let mut header = vec![
+            "Threads and CPS".to_string(),
+            "PDR baseline (%)".to_string(),
+        ];
+        for o in &others {
+            header.push(format!("PDR {o} (%)"));
+            header.push(format!("% lower ({o})"));
+        }
+        header.push("K_rcv baseline (µs)".into());
+        for o in &others {
+            header.push(format!("K_rcv {o} (µs)"));
+            header.push(format!("% lower ({o})"));
+        }
+        let mut t = Table {
+            title: format!(
+                "Drop rate and kernel time (K_rcv) comparison at the baseline crossing load, {} on {cores} core(s) (paired by repetition: same seeds)",
+                proxy.name()
+            ),
+            header,
+            rows: Vec::new(),
+        };
+        for b in caps
+            .iter()
+            .filter(|c| c.proxy == proxy && c.cores == cores && c.profile == "baseline")
+        {
+            let Some(rate) = b.above.map(|a| a.0) else {
+                t.rows.push(vec![format!(
+                    "{} threads: baseline never crossed the threshold",
+                    b.workers
+                )]);
+                continue;
+            };
+            let Some(bp) = point_at(pts, b, rate) else {
+                continue;
+            };
+            let op: Vec<Option<&Point>> = others
+                .iter()
+                .map(|o| {
+                    pts.iter().find(|p| {
+                        p.proxy == proxy
+                            && p.cores == cores
+                            && p.workers == b.workers
+                            && &p.sched == o
+                            && p.rate == rate
+                    })
+                })
+                .collect();
+            let mut row = vec![
+                format!("{} threads, {:.0} cps", b.workers, rate),
+                ci(&pct(&bp.pdr), 3),
+            ];
+            for p in &op {
+                match p {
+                    Some(p) => {
+                        row.push(ci(&pct(&p.pdr), 3));
+                        row.push(lower_cell(bp, p, |x| Some(x.1)));
+                    }
+                    None => {
+                        row.push("not measured at this load".into());
+                        row.push("n/a".into());
+                    }
+                }
+            }
+            row.push(opt_ci(&bp.k_rcv_us, 1));
+            for p in &op {
+                match p {
+                    Some(p) => {
+                        row.push(opt_ci(&p.k_rcv_us, 1));
+                        row.push(lower_cell(bp, p, |x| x.2));
+                    }
+                    None => {
+                        row.push("n/a".into());
+                        row.push("n/a".into());
+                    }
+                }
+            }
+            t.rows.push(row);
+        }
+        tables.push(t);
+    }
+    tables
+}
+
+/// Capacity per configuration with the per-repetition uncertainty.
+pub fn capacity_table(caps: &[Capacity], threshold: f64) -> Table {
+    let mut t = Table::new(
+        "Capacity (highest call rate whose mean PDR over the valid repetitions stays under the threshold; ± from the per-repetition capacities)",
+        &["Configuration", "Cores", "Threads", "Capacity (calls/s)", "Per-repetition capacity", "Bracket", "Probes"],
+    );
     for c in caps {
+        let no_data_above = c
+            .probes
+            .iter()
+            .any(|(r, p)| p.is_none() && c.capacity_cps.is_some_and(|v| *r > v));
         let cap = match c.capacity_cps {
+            Some(v) if c.censored && no_data_above => {
+                format!("≥ {v:.0} (no valid run above: generator behind or runs failed)")
+            }
             Some(v) if c.censored => format!("≥ {v:.0} (never crossed)"),
             Some(v) => format!("{v:.0}"),
             None => match c.above {
                 Some((r, _)) => format!("< {r:.0}"),
-                None => "n/a (all runs failed)".into(),
+                None => "n/a (no valid run)".into(),
             },
         };
+        let reps = c.rep_pdrs.first().map_or(0, |p| p.1.len());
+        let per = capacity_ci(&capacity_per_rep(&c.rep_pdrs, reps, threshold));
         let br = format!(
             "{} .. {}",
             c.below
@@ -320,8 +576,10 @@ pub fn capacity_table(caps: &[Capacity]) -> Table {
         );
         t.rows.push(vec![
             c.config.clone(),
+            c.cores.to_string(),
             c.workers.to_string(),
             cap,
+            opt_ci(&per, 0),
             br,
             c.probes.len().to_string(),
         ]);
@@ -329,76 +587,180 @@ pub fn capacity_table(caps: &[Capacity]) -> Table {
     t
 }
 
-/// Compare configuration `b` with `a`: capacity and proxy CPU per call,
-/// with "% lower" of b relative to a.
-pub fn comparison_table(caps: &[Capacity], pts: &[Point], a: &str, b: &str) -> Table {
-    let mut t = Table {
-        title: format!("{b} compared with {a}"),
-        header: vec![
-            "Workers".into(),
-            format!("Capacity {a}"),
-            format!("Capacity {b}"),
-            "% lower".into(),
-            format!("CPU µs/call {a}"),
-            format!("CPU µs/call {b}"),
-            "% lower".into(),
+fn cap_with_ci(c: &Capacity, threshold: f64) -> Option<MeanCi> {
+    let reps = c.rep_pdrs.first().map_or(0, |p| p.1.len());
+    capacity_ci(&capacity_per_rep(&c.rep_pdrs, reps, threshold))
+}
+
+/// The best thread count per core count (per proxy and mode).
+pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
+    let mut t = Table::new(
+        "Best thread count per core count (highest capacity; the model's T_{p,c} for comparison)",
+        &[
+            "Proxy / mode",
+            "Cores",
+            "Sockets p",
+            "Best threads",
+            "Capacity (calls/s)",
+            "Model T_{p,c}",
         ],
-        rows: Vec::new(),
-    };
-    let pct = |x: f64, y: f64| {
-        if x > 0.0 {
-            format!("{:.1}", 100.0 * (x - y) / x)
-        } else {
-            "n/a".into()
-        }
-    };
-    // CPU per call over the points under the threshold that both measured.
-    let cpu = |cfg: &str, w: usize, rates: &[f64]| -> Option<f64> {
-        let xs: Vec<f64> = pts
+    );
+    let mut groups: BTreeMap<(ProxyKind, String, usize), Vec<&Capacity>> = BTreeMap::new();
+    for c in caps {
+        groups
+            .entry((c.proxy, c.profile.clone(), c.cores))
+            .or_default()
+            .push(c);
+    }
+    for ((proxy, sched, cores), cs) in groups {
+        let best = cs
             .iter()
-            .filter(|p| p.config == cfg && p.workers == w && rates.contains(&p.rate) && p.reps > 0)
-            .map(|p| p.cpu_us_per_call.mean)
-            .collect();
-        (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
-    };
-    let mut ws: Vec<usize> = caps.iter().map(|c| c.workers).collect();
-    ws.sort();
-    ws.dedup();
-    for w in ws {
-        let ca = caps.iter().find(|c| c.config == a && c.workers == w);
-        let cb = caps.iter().find(|c| c.config == b && c.workers == w);
-        let (Some(ca), Some(cb)) = (ca, cb) else {
+            .filter(|c| c.capacity_cps.is_some())
+            .max_by(|a, b| {
+                a.capacity_cps
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.capacity_cps.unwrap_or(0.0))
+            });
+        let sockets = cs[0].sockets;
+        t.rows.push(vec![
+            format!("{}/{sched}", proxy.name()),
+            cores.to_string(),
+            sockets.to_string(),
+            best.map_or("n/a".into(), |b| {
+                format!(
+                    "{}{}",
+                    b.workers,
+                    if b.censored { " (lower bound)" } else { "" }
+                )
+            }),
+            best.map_or("n/a".into(), |b| {
+                let v = b.capacity_cps.unwrap_or(0.0);
+                match cap_with_ci(b, threshold) {
+                    Some(m) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
+                    _ => format!("{v:.0}"),
+                }
+            }),
+            model_threads(sockets, cores).to_string(),
+        ]);
+    }
+    t
+}
+
+/// The capacity model: C_{1,1} measured (1 core, 1 thread), predicted
+/// C_{p,c} = T_{p,c} × C_{1,1} against the best measured per core count.
+pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
+    let mut t = Table::new(
+        "Capacity model C_{p,c} = T_{p,c} × C_{1,1} (T_{1,c} = c + 2, T_{p≥2,c} = c; C_{1,1} measured at 1 core, 1 thread); at c = 1 the model gives 3 × C_{1,1}, contradicting its own definition: it is meant for c ≥ 2",
+        &["Proxy / mode", "C_{1,1} (calls/s)", "Cores c", "Sockets p", "T_{p,c}", "Predicted (calls/s)", "Measured best (calls/s)", "Error (%)"],
+    );
+    let mut groups: BTreeMap<(ProxyKind, String), Vec<&Capacity>> = BTreeMap::new();
+    for c in caps {
+        groups
+            .entry((c.proxy, c.profile.clone()))
+            .or_default()
+            .push(c);
+    }
+    for ((proxy, sched), cs) in groups {
+        let c11 = cs
+            .iter()
+            .find(|c| c.cores == 1 && c.workers == 1 && !c.censored);
+        let c11v = c11.and_then(|c| c.capacity_cps);
+        let c11ci = c11.and_then(|c| cap_with_ci(c, threshold));
+        let mut cores: Vec<usize> = cs.iter().map(|c| c.cores).collect();
+        cores.sort();
+        cores.dedup();
+        for c in cores {
+            let at: Vec<&&Capacity> = cs
+                .iter()
+                .filter(|x| x.cores == c && x.capacity_cps.is_some())
+                .collect();
+            let best = at.iter().max_by(|a, b| {
+                a.capacity_cps
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.capacity_cps.unwrap_or(0.0))
+            });
+            let sockets = cs.iter().find(|x| x.cores == c).map_or(1, |x| x.sockets);
+            let pred = c11v.map(|v| predicted_capacity(v, sockets, c));
+            let meas = best.and_then(|b| b.capacity_cps);
+            t.rows.push(vec![
+                format!("{}/{sched}", proxy.name()),
+                match (c11v, c11ci) {
+                    (Some(v), Some(m)) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
+                    (Some(v), _) => format!("{v:.0}"),
+                    _ => "n/a (needs --cores 1 and --workers 1, crossed)".into(),
+                },
+                c.to_string(),
+                sockets.to_string(),
+                model_threads(sockets, c).to_string(),
+                opt(pred, 0),
+                best.map_or("n/a".into(), |b| {
+                    let v = b.capacity_cps.unwrap_or(0.0);
+                    let m = match cap_with_ci(b, threshold) {
+                        Some(m) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
+                        _ => format!("{v:.0}"),
+                    };
+                    format!(
+                        "{m} ({} thr{})",
+                        b.workers,
+                        if b.censored { ", lower bound" } else { "" }
+                    )
+                }),
+                match (pred, meas) {
+                    (Some(p), Some(m)) => opt(error_pct(p, m), 1),
+                    _ => "n/a".into(),
+                },
+            ]);
+        }
+    }
+    t
+}
+
+/// Queueing check at the highest load under the threshold: K_rcv predicted
+/// by M/M/1 and M/D/1 from λ and the measured service time, vs measured.
+pub fn queueing_table(caps: &[Capacity], pts: &[Point]) -> Table {
+    let mut t = Table::new(
+        "Queueing check at the highest load under the threshold (λ = arrival rate per core; S = T_sip, or S = proxy CPU per message)",
+        &["Configuration", "Threads", "λ (msg/s)", "S = T_sip (µs)", "ρ", "M/M/1 W (µs)", "M/D/1 W (µs)", "S = CPU/msg (µs)", "ρ'", "M/M/1 W' (µs)", "M/D/1 W' (µs)", "Measured K_rcv (µs)", "Measured K_rcv + wait (µs)"],
+    );
+    for c in caps {
+        let Some((rate, _)) = c.below else { continue };
+        let Some(p) = point_at(pts, c, rate) else {
             continue;
         };
-        let fmt_cap = |c: &Capacity| {
-            c.capacity_cps
-                .map_or("n/a".to_string(), |v| format!("{v:.0}"))
+        if p.reps == 0 {
+            continue;
+        }
+        let lam = p.arrival_pps.mean;
+        let w = |s: Option<f64>| -> [String; 3] {
+            match s {
+                Some(s) => {
+                    let q = queue_prediction(lam, s, c.cores);
+                    let f =
+                        |v: Option<f64>| v.map_or("∞ (ρ ≥ 1)".into(), |v| format!("{v:.2}"));
+                    [format!("{:.3}", q.rho), f(q.mm1_wait_us), f(q.md1_wait_us)]
+                }
+                None => ["n/a".into(), "n/a".into(), "n/a".into()],
+            }
         };
-        let cap_pct = match (ca.capacity_cps, cb.capacity_cps) {
-            (Some(x), Some(y)) => pct(x, y),
-            _ => "n/a".into(),
-        };
-        let under = |c: &Capacity| -> Vec<f64> {
-            c.probes
-                .iter()
-                .filter(|(r, p)| {
-                    p.is_some_and(|p| p < 1.0) && c.capacity_cps.is_some_and(|cap| *r <= cap)
-                })
-                .map(|(r, _)| *r)
-                .collect()
-        };
-        let ra = under(ca);
-        let common: Vec<f64> = under(cb).into_iter().filter(|r| ra.contains(r)).collect();
-        let (xa, xb) = (cpu(a, w, &common), cpu(b, w, &common));
+        let ts = p.t_sip_us.map(|m| m.mean);
+        let cm = p.cpu_us_per_msg.map(|m| m.mean);
+        let [r1, a1, b1] = w(ts);
+        let [r2, a2, b2] = w(cm);
         t.rows.push(vec![
-            w.to_string(),
-            fmt_cap(ca),
-            fmt_cap(cb),
-            cap_pct,
-            xa.map_or("n/a".into(), |v| format!("{v:.1}")),
-            xb.map_or("n/a".into(), |v| format!("{v:.1}")),
-            match (xa, xb) {
-                (Some(x), Some(y)) => pct(x, y),
+            c.config.clone(),
+            c.workers.to_string(),
+            format!("{lam:.0}"),
+            opt(ts, 2),
+            r1,
+            a1,
+            b1,
+            opt(cm, 2),
+            r2,
+            a2,
+            b2,
+            opt_ci(&p.k_rcv_us, 2),
+            match (p.k_rcv_us, p.wait_us) {
+                (Some(k), Some(w)) => format!("{:.2}", k.mean + w.mean),
                 _ => "n/a".into(),
             },
         ]);
@@ -406,7 +768,297 @@ pub fn comparison_table(caps: &[Capacity], pts: &[Point], a: &str, b: &str) -> T
     t
 }
 
-const CSV_HEADER: &str = "config,proxy,mode,backend,profile,workers,cpus,rate_cps,rep,duration_s,error,pdr,pdr_proxy,rcvbuf_errors,socket_drops,total_msgs,arrival_pps,attempted,succeeded,failed_ratio,achieved_cps,invite_200_ms,t_sip_us,t_sip_ci95_us,k_rcv_us,k_rcv_ci95_us,k_snd_us,k_snd_ci95_us,proxy_cpu_user_s,proxy_cpu_sys_s,gen_cpu_s,wall_s";
+/// The six message types at the highest load under the threshold, and E[x].
+pub fn types_table(caps: &[Capacity], pts: &[Point]) -> Table {
+    let mut header = vec![
+        "Configuration".to_string(),
+        "Threads".to_string(),
+        "Quantity (µs)".to_string(),
+    ];
+    header.extend(SIX_TYPES.iter().map(|t| t.1.to_string()));
+    header.push("E[x] = K_stack + K^s_sockq + K_copy + T_sip + K_snd".into());
+    let mut t = Table {
+        title: "Per message type at the highest load under the threshold (ringway; Kamailio reports none); E[x] needs kernel stamps ringway does not take".into(),
+        header,
+        rows: Vec::new(),
+    };
+    for c in caps.iter().filter(|c| c.proxy == ProxyKind::Ringway) {
+        let Some((rate, _)) = c.below else { continue };
+        let Some(p) = point_at(pts, c, rate) else {
+            continue;
+        };
+        for (i, q) in ["K_rcv", "wait in batch", "T_sip", "K_snd"]
+            .iter()
+            .enumerate()
+        {
+            let mut row = vec![c.config.clone(), c.workers.to_string(), q.to_string()];
+            row.extend(
+                SIX_TYPES
+                    .iter()
+                    .map(|(l, _)| opt(p.by_type.get(*l).and_then(|v| v[i]), 2)),
+            );
+            row.push(if i == 0 {
+                format!(
+                    "n/a (K_stack, K^s_sockq, K_copy not measured); T_sip + K_snd = {}",
+                    match (p.t_sip_us, p.k_snd_us) {
+                        (Some(a), Some(b)) => format!("{:.2}", a.mean + b.mean),
+                        _ => "n/a".into(),
+                    }
+                )
+            } else {
+                String::new()
+            });
+            t.rows.push(row);
+        }
+    }
+    t
+}
+
+/// Per-thread scheduling statistics and the per-worker message share.
+pub fn threads_table(caps: &[Capacity], pts: &[Point]) -> Table {
+    let mut t = Table::new(
+        "Proxy threads during the load, per thread and run (/proc/<pid>/task/<tid>/sched and status), and the per-worker message share",
+        &["Configuration", "Threads", "Call rate", "Migrations", "Voluntary ctx switches", "Involuntary ctx switches", "Worker share min..max (%)"],
+    );
+    for c in caps {
+        for (rate, _) in [c.below, c.above].into_iter().flatten() {
+            let Some(p) = point_at(pts, c, rate) else {
+                continue;
+            };
+            t.rows.push(vec![
+                c.config.clone(),
+                c.workers.to_string(),
+                format!("{rate:.0}"),
+                ci(&p.migrations, 1),
+                ci(&p.voluntary, 0),
+                ci(&p.involuntary, 0),
+                p.share_pct
+                    .map_or("n/a".into(), |(a, b)| format!("{a:.1} .. {b:.1}")),
+            ]);
+        }
+    }
+    t
+}
+
+/// What each mode applied and what was refused, per (proxy, mode, cores, threads).
+pub fn knobs_table(pts: &[Point]) -> Table {
+    let mut t = Table::new(
+        "Scheduler knobs per mode: applied here, refused with the reason, and the effective settings",
+        &["Proxy / mode", "Cores", "Threads", "Applied", "Refused", "Effective settings"],
+    );
+    let mut seen = BTreeSet::new();
+    for p in pts {
+        if p.sched.starts_with("tune:")
+            || !seen.insert((p.proxy, p.sched.clone(), p.cores, p.workers))
+        {
+            continue;
+        }
+        let same: Vec<&Point> = pts
+            .iter()
+            .filter(|q| {
+                q.proxy == p.proxy
+                    && q.sched == p.sched
+                    && q.cores == p.cores
+                    && q.workers == p.workers
+            })
+            .collect();
+        let applied: BTreeSet<&String> = same
+            .iter()
+            .flat_map(|q| q.applied.iter())
+            .filter(|a| !a.starts_with("placement: "))
+            .collect();
+        let refused: BTreeSet<&String> = same.iter().flat_map(|q| q.refused.iter()).collect();
+        let eff: BTreeSet<&String> = same.iter().flat_map(|q| q.effective.iter()).collect();
+        let join = |s: &BTreeSet<&String>| {
+            if s.is_empty() {
+                "none".to_string()
+            } else {
+                s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join("; ")
+            }
+        };
+        t.rows.push(vec![
+            format!("{}/{}", p.proxy.name(), p.sched),
+            p.cores.to_string(),
+            p.workers.to_string(),
+            join(&applied),
+            join(&refused),
+            join(&eff),
+        ]);
+    }
+    t
+}
+
+/// Notes on modes that applied the same settings as another on this kernel.
+pub fn same_settings_notes(pts: &[Point]) -> Vec<String> {
+    let mut by: BTreeMap<(ProxyKind, usize, usize), BTreeMap<String, BTreeSet<String>>> =
+        BTreeMap::new();
+    for p in pts.iter().filter(|p| !p.sched.starts_with("tune:")) {
+        for e in &p.effective {
+            by.entry((p.proxy, p.cores, p.workers))
+                .or_default()
+                .entry(e.clone())
+                .or_default()
+                .insert(p.sched.clone());
+        }
+    }
+    let mut notes = Vec::new();
+    for ((proxy, cores, workers), m) in by {
+        for (eff, modes) in m {
+            if modes.len() > 1 {
+                notes.push(format!(
+                    "{} at {cores} core(s), {workers} threads: modes {} applied the same settings on this kernel ({eff}); no % lower is printed between them",
+                    proxy.name(),
+                    modes.into_iter().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+    }
+    notes
+}
+
+/// The tuner's search table.
+pub fn tune_table(t: &TuneResult) -> Table {
+    let mut tab = Table::new(
+        format!(
+            "Tuner search, {} on {} core(s), {} threads at the baseline crossing load {:.0} calls/s (search seeds; the pick is re-measured with the sweep's seeds)",
+            t.proxy.name(),
+            t.cores,
+            t.workers,
+            t.rate
+        ),
+        &["Candidate", "Knobs", "PDR (%)", "K_rcv (µs)", "Valid runs", "Effective settings", "Pick"],
+    );
+    for (i, r) in t.rows.iter().enumerate() {
+        tab.rows.push(vec![
+            r.candidate.label.clone(),
+            r.knobs.describe(),
+            r.pdr.map_or("n/a".into(), |m| ci(&pct(&m), 3)),
+            opt_ci(&r.k_rcv_us, 1),
+            format!("{}/{}", r.valid_runs, r.runs),
+            r.effective.clone(),
+            if r.refused.is_empty() {
+                "none".into()
+            } else {
+                r.refused.join("; ")
+            },
+            if t.pick == Some(i) {
+                "◀ pick".into()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    if !t.not_searched.is_empty() {
+        tab.rows.push(vec![
+            "not searched".into(),
+            t.not_searched.join("; "),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
+    }
+    tab
+}
+
+/// Fig. 2 analogue: K_rcv and PDR against migration_cost_ns at a fixed
+/// (rate, threads), or against the nearest writable knob (the per-thread
+/// slice) when it is not writable. Returns (dimension, PDR plot, K_rcv plot).
+pub fn fig2(tunes: &[TuneResult]) -> Option<(String, String, String)> {
+    let dim = if tunes.iter().any(|t| {
+        t.rows
+            .iter()
+            .any(|r| r.candidate.dimension == "migration_cost")
+    }) {
+        "migration_cost"
+    } else {
+        "slice"
+    };
+    let xlabel = if dim == "migration_cost" {
+        "sched migration_cost (µs)"
+    } else {
+        "per-thread slice (µs) — migration_cost_ns not writable here"
+    };
+    let mut pdr = Vec::new();
+    let mut krcv = Vec::new();
+    for t in tunes {
+        let rows: Vec<_> = t
+            .rows
+            .iter()
+            .filter(|r| r.candidate.dimension == dim && r.candidate.x.is_some())
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let label = format!(
+            "{} c{} {} thr @ {:.0} cps",
+            t.proxy.name(),
+            t.cores,
+            t.workers,
+            t.rate
+        );
+        let mut p: Vec<(f64, f64, f64)> = rows
+            .iter()
+            .filter_map(|r| {
+                r.pdr.map(|m| {
+                    (
+                        r.candidate.x.unwrap_or(0.0),
+                        100.0 * m.mean,
+                        100.0 * m.ci95.max(0.0),
+                    )
+                })
+            })
+            .collect();
+        p.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut k: Vec<(f64, f64, f64)> = rows
+            .iter()
+            .filter_map(|r| {
+                r.k_rcv_us
+                    .map(|m| (r.candidate.x.unwrap_or(0.0), m.mean, m.ci95.max(0.0)))
+            })
+            .collect();
+        k.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pdr.push(svg::Series {
+            label: label.clone(),
+            points: p,
+            color: None,
+            dash: 0,
+        });
+        if !k.is_empty() {
+            krcv.push(svg::Series {
+                label,
+                points: k,
+                color: None,
+                dash: 0,
+            });
+        }
+    }
+    if pdr.is_empty() {
+        return None;
+    }
+    Some((
+        dim.to_string(),
+        svg::line_plot(
+            "Fig. 2 analogue (b): PDR",
+            xlabel,
+            "PDR (%)",
+            &pdr,
+            None,
+            Some(100.0),
+        ),
+        svg::line_plot(
+            "Fig. 2 analogue (a): K_rcv",
+            xlabel,
+            "K_rcv mean (µs)",
+            &krcv,
+            None,
+            None,
+        ),
+    ))
+}
+
+const CSV_HEADER: &str = "config,proxy,mode,backend,sched,knobs,cores,proxy_cpus,gen_cpus,rx_model,batch,workers,rate_cps,rep,seed,duration_s,gen_threads,rcvbuf,error,flags,pdr,proxy_socket_drops,other_socket_drops,udp_rcvbuf_errors,udp_mem_errors,total_msgs,setup_msgs,setup_drops,arrival_pps,attempted,succeeded,failed_ratio,achieved_cps,invite_200_ms,t_sip_us,k_rcv_us,wait_batch_us,k_snd_us,proxy_cpu_user_s,proxy_cpu_sys_s,gen_cpu_s,migrations,voluntary_ctxt,involuntary_ctxt,per_worker_in,sockets,phys_cores,smt,kernel,effective,refused,wall_s";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
@@ -416,54 +1068,78 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// CSV of every run (one row per run).
+/// CSV of every run (one row per run; empty cells where not measured).
 pub fn runs_csv(records: &[RunRecord]) -> String {
     let mut s = String::from(CSV_HEADER);
     s.push('\n');
     for r in records {
         let p = &r.spec;
-        let lat = |f: &dyn Fn(&crate::siplab::TypeLat) -> (f64, f64)| match &r.all {
-            Some(a) if a.count > 0 => {
-                let (m, c) = f(a);
-                (format!("{m:.3}"), format!("{c:.3}"))
-            }
-            _ => ("".into(), "".into()),
+        let lat = |f: &dyn Fn(&crate::siplab::TypeLat) -> &crate::siplab::Lat| match &r.all {
+            Some(a) if f(a).count > 0 => format!("{:.3}", f(a).mean_us),
+            _ => String::new(),
         };
-        let (ts, tsc) = lat(&|a| (a.t_sip.mean_us, a.t_sip.ci95_us));
-        let (kr, krc) = lat(&|a| (a.k_rcv.mean_us, a.k_rcv.ci95_us));
-        let (ks, ksc) = lat(&|a| (a.k_snd.mean_us, a.k_snd.ci95_us));
+        let cpus = |v: &[usize]| crate::siplab::topology::cpu_list_text(v);
+        let sum = |f: fn(&crate::siplab::topology::ThreadSched) -> u64| {
+            r.threads.iter().map(f).sum::<u64>().to_string()
+        };
         let row = [
             csv_field(&p.config_label()),
             p.proxy.name().into(),
             p.mode.clone(),
             p.backend.name().into(),
-            p.profile.name.clone(),
+            csv_field(&p.sched),
+            csv_field(&p.knobs.describe()),
+            p.cores.to_string(),
+            csv_field(&cpus(&p.proxy_cpus)),
+            csv_field(&cpus(&p.gen_cpus)),
+            p.rx_model.clone(),
+            p.batch.to_string(),
             p.workers.to_string(),
-            csv_field(p.cpus.as_deref().unwrap_or("")),
             p.rate.to_string(),
             p.rep.to_string(),
+            p.seed.to_string(),
             p.duration_s.to_string(),
+            p.gen_threads.to_string(),
+            p.rcvbuf.map_or(String::new(), |v| v.to_string()),
             csv_field(r.error.as_deref().unwrap_or("")),
+            csv_field(&r.flags.join("; ")),
             format!("{:.6}", r.pdr),
-            r.pdr_proxy.map_or(String::new(), |v| format!("{v:.6}")),
-            r.rcvbuf_errors.to_string(),
-            r.socket_drops.map_or(String::new(), |v| v.to_string()),
+            r.proxy_socket_drops.to_string(),
+            r.other_socket_drops.to_string(),
+            r.udp_rcvbuf_errors.to_string(),
+            r.udp_mem_errors.to_string(),
             r.total_msgs.to_string(),
+            r.setup_msgs.to_string(),
+            r.setup_drops.map_or(String::new(), |v| v.to_string()),
             format!("{:.1}", r.arrival_pps),
             r.attempted.to_string(),
             r.succeeded.to_string(),
             format!("{:.6}", r.failed_ratio),
             format!("{:.1}", r.achieved_cps),
             format!("{:.3}", r.invite_200_ms),
-            ts,
-            tsc,
-            kr,
-            krc,
-            ks,
-            ksc,
+            lat(&|a| &a.t_sip),
+            lat(&|a| &a.k_rcv),
+            lat(&|a| &a.wait),
+            lat(&|a| &a.k_snd),
             format!("{:.3}", r.proxy_cpu_user_s),
             format!("{:.3}", r.proxy_cpu_sys_s),
             format!("{:.3}", r.gen_cpu_s),
+            sum(|t| t.migrations),
+            sum(|t| t.voluntary),
+            sum(|t| t.involuntary),
+            csv_field(
+                &r.per_worker_in
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            r.topology.sockets.to_string(),
+            r.topology.cores.to_string(),
+            r.topology.smt.to_string(),
+            csv_field(&r.kernel),
+            csv_field(&r.effective),
+            csv_field(&r.refused.join("; ")),
             format!("{:.2}", r.wall_s),
         ];
         s += &row.join(",");
@@ -476,40 +1152,41 @@ pub fn runs_csv(records: &[RunRecord]) -> String {
 pub struct ReportInput<'a> {
     /// Every run.
     pub records: &'a [RunRecord],
-    /// Capacities.
-    pub caps: &'a [Capacity],
+    /// Capacities and tuner searches.
+    pub outcome: &'a SweepOutcome,
     /// PDR threshold.
     pub threshold: f64,
-    /// Cores for the model fit.
-    pub cores: usize,
     /// Command line that produced the data (shown in the report).
     pub command: String,
-    /// Extra notes (knobs applied/refused, generator CPU ratio, ...).
+    /// Extra notes (machine, CPUs, state file, ...).
     pub notes: Vec<String>,
 }
 
-/// Write runs.csv, runs.json, capacity.json, report.md, pdr.svg,
-/// krcv.svg and index.html into `dir`; returns the written paths.
+/// Write runs.csv, runs.json, capacity.json, report.md, pdr-<proxy>.svg,
+/// krcv-<proxy>.svg,
+/// fig2-*.svg (with a tuner search) and index.html into `dir`.
 pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut recs: Vec<RunRecord> = inp.records.to_vec();
     recs.sort_by(|a, b| {
         (
-            a.spec.config_label(),
+            a.spec.proxy,
+            a.spec.cores,
+            &a.spec.sched,
             a.spec.workers,
-            a.spec.rate,
             a.spec.rep,
         )
-            .partial_cmp(&(
-                b.spec.config_label(),
+            .cmp(&(
+                b.spec.proxy,
+                b.spec.cores,
+                &b.spec.sched,
                 b.spec.workers,
-                b.spec.rate,
                 b.spec.rep,
             ))
-            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.spec.rate.total_cmp(&b.spec.rate))
     });
     let pts = points(&recs);
-    let fits = fit_model(inp.caps, inp.cores);
+    let caps = &inp.outcome.caps;
     let mut written = Vec::new();
     let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
         let p = dir.join(name);
@@ -523,124 +1200,232 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
         "capacity.json",
         &serde_json::to_vec_pretty(&serde_json::json!({
             "threshold": inp.threshold,
-            "capacities": inp.caps,
-            "model": fits,
+            "capacities": caps,
+            "tuner": inp.outcome.tunes,
             "points": pts,
         }))?,
     )?;
-    let mut tables = vec![capacity_table(inp.caps)];
-    tables.extend(crossing_tables(inp.caps, &pts, inp.threshold));
-    let mut configs: Vec<String> = inp.caps.iter().map(|c| c.config.clone()).collect();
-    configs.dedup();
-    if configs.len() >= 2 {
-        tables.push(comparison_table(inp.caps, &pts, &configs[0], &configs[1]));
+    let mut sections: Vec<(String, Vec<Table>)> =
+        vec![("Capacity".into(), vec![capacity_table(caps, inp.threshold)])];
+    sections.push((
+        "Tables I/II: measured performance per mode".into(),
+        crossing_tables(caps, &pts, inp.threshold),
+    ));
+    sections.push((
+        "Tables III/VI/IX: baseline vs the other modes".into(),
+        comparison_tables(caps, &pts),
+    ));
+    sections.push((
+        "Threads, cores and the capacity model".into(),
+        vec![
+            best_threads_table(caps, inp.threshold),
+            model_table(caps, inp.threshold),
+        ],
+    ));
+    sections.push(("Queueing check".into(), vec![queueing_table(caps, &pts)]));
+    sections.push((
+        "Message types and E[x]".into(),
+        vec![types_table(caps, &pts)],
+    ));
+    sections.push((
+        "Scheduling of the proxy's threads".into(),
+        vec![threads_table(caps, &pts)],
+    ));
+    sections.push(("Scheduler knobs".into(), vec![knobs_table(&pts)]));
+    if !inp.outcome.tunes.is_empty() {
+        sections.push((
+            "Tuner".into(),
+            inp.outcome.tunes.iter().map(tune_table).collect(),
+        ));
     }
-    let mut model = Table {
-        title: format!(
-            "Capacity model C = T × C₁,₁ (T = min(workers, cores + 2), cores = {})",
-            inp.cores
-        ),
-        header: [
-            "Configuration",
-            "C₁,₁ (calls/s per thread)",
-            "R²",
-            "Points (T, C)",
-        ]
+    let fig = fig2(&inp.outcome.tunes);
+    if let Some((_, p, k)) = &fig {
+        put("fig2-pdr.svg", p.as_bytes())?;
+        put("fig2-krcv.svg", k.as_bytes())?;
+    }
+    let main_pts: Vec<Point> = pts
         .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        rows: Vec::new(),
-    };
-    for f in &fits {
-        let pts: Vec<String> = f
-            .points
+        .filter(|p| !p.sched.starts_with("tune:"))
+        .cloned()
+        .collect();
+    // One PDR and one K_rcv plot per proxy (colour = mode, dash = threads).
+    let proxies: BTreeSet<ProxyKind> = main_pts.iter().map(|p| p.proxy).collect();
+    let mut plots: Vec<(String, String)> = Vec::new();
+    for proxy in proxies {
+        let mine: Vec<Point> = main_pts
             .iter()
-            .map(|(t, c)| format!("({t:.0}, {c:.0})"))
+            .filter(|p| p.proxy == proxy)
+            .cloned()
             .collect();
-        let mut pts = pts.join(" ");
-        if !f.censored_workers.is_empty() {
-            pts.push_str(&format!(
-                "; left out (lower bounds only): workers {:?}",
-                f.censored_workers
-            ));
+        let name = format!("pdr-{}.svg", proxy.name());
+        put(
+            &name,
+            svg::line_plot(
+                &format!(
+                    "{}: PDR vs call rate (valid runs; band: 95% CI)",
+                    proxy.name()
+                ),
+                "call rate (calls/s)",
+                "PDR (%)",
+                &series(&mine, |p| Some((100.0 * p.pdr.mean, 100.0 * p.pdr.ci95))),
+                Some(100.0 * inp.threshold),
+                Some(100.0),
+            )
+            .as_bytes(),
+        )?;
+        plots.push((name, format!("{} PDR vs call rate", proxy.name())));
+        let k = series(&mine, |p| p.k_rcv_us.map(|m| (m.mean, m.ci95)));
+        if !k.is_empty() {
+            let name = format!("krcv-{}.svg", proxy.name());
+            put(
+                &name,
+                svg::line_plot(
+                    &format!(
+                        "{}: K_rcv vs call rate (valid runs; band: 95% CI)",
+                        proxy.name()
+                    ),
+                    "call rate (calls/s)",
+                    "K_rcv mean (µs)",
+                    &k,
+                    None,
+                    None,
+                )
+                .as_bytes(),
+            )?;
+            plots.push((name, format!("{} K_rcv vs call rate", proxy.name())));
         }
-        model.rows.push(vec![
-            f.config.clone(),
-            f.c11.map_or("n/a".into(), |c| format!("{c:.1}")),
-            f.r2.map_or("n/a".into(), |r| format!("{r:.3}")),
-            pts,
-        ]);
     }
-    tables.push(model);
-    let pdr_svg = svg::line_plot(
-        "PDR vs call rate",
-        "call rate (calls/s)",
-        "PDR (%)",
-        &series(&pts, |p| Some((100.0 * p.pdr.mean, 100.0 * p.pdr.ci95))),
-        Some(100.0 * inp.threshold),
-    );
-    let krcv_svg = svg::line_plot(
-        "K_rcv vs call rate",
-        "call rate (calls/s)",
-        "K_rcv mean (µs)",
-        &series(&pts, |p| p.k_rcv_us.map(|m| (m.mean, m.ci95))),
-        None,
-    );
-    put("pdr.svg", pdr_svg.as_bytes())?;
-    put("krcv.svg", krcv_svg.as_bytes())?;
-    let mut md = String::from("# SIP proxy capacity report\n\n");
+    let flagged: Vec<&RunRecord> = recs
+        .iter()
+        .filter(|r| r.error.is_none() && !r.flags.is_empty())
+        .collect();
+    let errs: Vec<&RunRecord> = recs.iter().filter(|r| r.error.is_some()).collect();
+    let mut notes = vec![
+        format!(
+            "{} runs: {} valid, {} flagged (left out of every mean and capacity), {} failed.",
+            recs.len(),
+            recs.iter().filter(|r| r.valid()).count(),
+            flagged.len(),
+            errs.len()
+        ),
+        "PDR (the papers' definition) = drops counted by the proxy's own sockets (per-socket counters of /proc/net/udp, which count receive-buffer and UDP-memory drops; read after the last message of the run, before the proxy stops) / all messages the generator sent to the proxy in the run (retransmissions and the end of the run included). Namespace RcvbufErrors and MemErrors are recorded in runs.csv as a cross-check.".into(),
+        format!(
+            "Capacity = highest rate whose mean PDR over the valid repetitions stays under {:.2}%; a run is flagged (not used) when the generator started < 95% of the calls its Poisson schedule had due (or started them > 5 ms late on average) or may share CPUs with the proxy. Values are means ± 95% CI (Student t) over repetitions; n/a = not measured.",
+            100.0 * inp.threshold
+        ),
+        "K_rcv = kernel RX stamp → receive call return; wait in batch = receive return → processing, plus processing end → send call; T_sip = processing; K_snd = send call → kernel TX stamp (sampled 1/64). Kamailio reports none of them (n/a).".into(),
+    ];
+    notes.extend(same_settings_notes(&pts));
+    notes.extend(inp.notes.iter().cloned());
+    let mut md = String::from("# SIP proxy scheduler study\n\n");
     let _ = writeln!(md, "Command: `{}`\n", inp.command);
-    let _ = writeln!(
-        md,
-        "{} runs ({} failed). PDR = UDP RcvbufErrors delta in the run's private network namespace / messages offered to the proxy; capacity = highest rate whose mean PDR over the repetitions stays under {:.2}%. Values are means ± 95% CI (Student t) over repetitions. Kamailio does not report per-message K_rcv/T_sip (n/a).\n",
-        recs.len(),
-        recs.iter().filter(|r| r.error.is_some()).count(),
-        100.0 * inp.threshold
-    );
-    for n in &inp.notes {
+    for n in &notes {
         let _ = writeln!(md, "- {n}");
     }
     md.push('\n');
-    for t in &tables {
-        md += &t.markdown();
-        md.push('\n');
+    for (h, ts) in &sections {
+        let _ = writeln!(md, "## {h}\n");
+        for t in ts {
+            md += &t.markdown();
+            md.push('\n');
+        }
     }
-    md += "![PDR vs call rate](pdr.svg)\n\n![K_rcv vs call rate](krcv.svg)\n";
-    let errs: Vec<&RunRecord> = recs.iter().filter(|r| r.error.is_some()).collect();
+    md += "## Plots\n\n";
+    for (f, alt) in &plots {
+        let _ = writeln!(md, "![{alt}]({f})\n");
+    }
+    if let Some((dim, _, _)) = &fig {
+        let _ = writeln!(md, "\nFig. 2 analogue over `{dim}`:\n\n![Fig. 2 (a) K_rcv](fig2-krcv.svg)\n\n![Fig. 2 (b) PDR](fig2-pdr.svg)");
+    }
+    if !flagged.is_empty() {
+        md += "\n## Flagged runs (not used)\n\n";
+        for r in &flagged {
+            let _ = writeln!(
+                md,
+                "- {} {} thr {:.0} cps rep {}: {}",
+                r.spec.config_label(),
+                r.spec.workers,
+                r.spec.rate,
+                r.spec.rep,
+                r.flags.join("; ")
+            );
+        }
+    }
     if !errs.is_empty() {
         md += "\n## Failed runs\n\n";
-        for r in errs {
-            let _ = writeln!(md, "- `{}`: {}", r.key, r.error.as_deref().unwrap_or(""));
+        for r in &errs {
+            let _ = writeln!(
+                md,
+                "- {} {} thr {:.0} cps rep {}: {}",
+                r.spec.config_label(),
+                r.spec.workers,
+                r.spec.rate,
+                r.spec.rep,
+                r.error.as_deref().unwrap_or("")
+            );
         }
     }
     put("report.md", md.as_bytes())?;
     let mut html = String::from(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>SIP proxy capacity</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #999;padding:2px 6px;text-align:right}caption{font-weight:bold;text-align:left}</style></head><body>\n<h1>SIP proxy capacity report</h1>\n",
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>SIP proxy scheduler study</title>\n<style>body{font-family:sans-serif;margin:1em 2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #999;padding:2px 6px;text-align:right;vertical-align:top}td:first-child,th:first-child{text-align:left}caption{font-weight:bold;text-align:left;padding:4px 0}.wide{overflow-x:auto}img{max-width:100%;height:auto}li{margin:2px 0}</style></head><body>\n<h1>SIP proxy scheduler study</h1>\n",
     );
     let _ = writeln!(
         html,
-        "<p>Command: <code>{}</code></p>",
-        inp.command.replace('&', "&amp;").replace('<', "&lt;")
+        "<p>Command: <code>{}</code></p>\n<ul>",
+        esc(&inp.command)
     );
-    for n in &inp.notes {
-        let _ = writeln!(
-            html,
-            "<p>{}</p>",
-            n.replace('&', "&amp;").replace('<', "&lt;")
-        );
+    for n in &notes {
+        let _ = writeln!(html, "<li>{}</li>", esc(n));
     }
-    for t in &tables {
-        html += &t.html();
+    html += "</ul>\n";
+    for (h, ts) in &sections {
+        let _ = writeln!(html, "<h2>{}</h2>", esc(h));
+        for t in ts {
+            html += "<div class=\"wide\">";
+            html += &t.html();
+            html += "</div>\n";
+        }
     }
-    html += "<p><img src=\"pdr.svg\" alt=\"PDR vs call rate\"></p>\n<p><img src=\"krcv.svg\" alt=\"K_rcv vs call rate\"></p>\n<p>Data: <a href=\"runs.csv\">runs.csv</a>, <a href=\"runs.json\">runs.json</a>, <a href=\"capacity.json\">capacity.json</a>, <a href=\"report.md\">report.md</a></p>\n</body></html>\n";
+    html += "<h2>Plots</h2>\n";
+    for (f, alt) in &plots {
+        let _ = writeln!(html, "<p><img src=\"{f}\" alt=\"{}\"></p>", esc(alt));
+    }
+    if fig.is_some() {
+        html += "<p><img src=\"fig2-krcv.svg\" alt=\"Fig. 2 analogue K_rcv\"></p>\n<p><img src=\"fig2-pdr.svg\" alt=\"Fig. 2 analogue PDR\"></p>\n";
+    }
+    html += "<p>Data: <a href=\"runs.csv\">runs.csv</a>, <a href=\"runs.json\">runs.json</a>, <a href=\"capacity.json\">capacity.json</a>, <a href=\"report.md\">report.md</a></p>\n</body></html>\n";
     put("index.html", html.as_bytes())?;
     Ok(written)
 }
 
-/// One plot series per (configuration, workers): (x, y, ci) points.
+/// One plot series per (configuration, workers) of one proxy: (x, y, ci)
+/// points; colour by mode, dash pattern by thread count.
 fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::Series> {
-    type Key = (String, usize);
-    let mut by: BTreeMap<Key, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    let modes: Vec<&str> = pts
+        .iter()
+        .map(|p| p.sched.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let workers: Vec<usize> = pts
+        .iter()
+        .map(|p| p.workers)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let style: BTreeMap<String, (usize, usize)> = pts
+        .iter()
+        .map(|p| {
+            (
+                p.config.clone(),
+                (
+                    modes.iter().position(|m| *m == p.sched).unwrap_or(0),
+                    workers.iter().position(|w| *w == p.workers).unwrap_or(0),
+                ),
+            )
+        })
+        .collect();
+    let mut by: SeriesMap = BTreeMap::new();
     for p in pts.iter().filter(|p| p.reps > 0) {
         if let Some((y, c)) = f(p) {
             if y.is_finite() {
@@ -654,10 +1439,14 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
     }
     by.into_iter()
         .map(|((c, w), mut pts)| {
-            pts.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let color = style.get(&c).map(|s| s.0);
+            let dash = workers.iter().position(|x| *x == w).unwrap_or(0);
             svg::Series {
-                label: format!("{c} w={w}"),
+                label: format!("{c}, {w} threads"),
                 points: pts,
+                color,
+                dash,
             }
         })
         .collect()
@@ -666,45 +1455,187 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::siplab::ProxyKind;
+    use crate::siplab::mode::Knobs;
+    use crate::siplab::{Lat, RunSpec, TypeLat};
 
-    fn cap(workers: usize, c: f64, censored: bool) -> Capacity {
-        Capacity {
-            config: "x".into(),
+    fn rec(
+        sched: &str,
+        workers: usize,
+        rate: f64,
+        rep: u32,
+        pdr: f64,
+        k_rcv: f64,
+        eff: &str,
+    ) -> RunRecord {
+        let spec = RunSpec {
             proxy: ProxyKind::Ringway,
-            profile: "default".into(),
+            mode: "stateless".into(),
             workers,
-            capacity_cps: Some(c),
-            below: None,
-            above: None,
+            backend: ringway_io::BackendKind::Mmsg,
+            sched: sched.into(),
+            knobs: Knobs::default(),
+            cores: 1,
+            proxy_cpus: vec![0],
+            gen_cpus: vec![1],
+            rx_model: "shared".into(),
+            batch: 32,
+            rate,
+            duration_s: 2.0,
+            rep,
+            seed: rep as u64,
+            gen_threads: 2,
+            rcvbuf: None,
+        };
+        let mut r = RunRecord::empty(&spec);
+        r.pdr = pdr;
+        r.effective = eff.into();
+        r.all = Some(TypeLat {
+            count: 100,
+            k_rcv: Lat {
+                count: 100,
+                mean_us: k_rcv,
+                ci95_us: 0.0,
+            },
+            t_sip: Lat {
+                count: 100,
+                mean_us: 3.0,
+                ci95_us: 0.0,
+            },
+            ..TypeLat::default()
+        });
+        r
+    }
+
+    fn cap(sched: &str, workers: usize, below: f64, above: f64) -> Capacity {
+        Capacity {
+            config: format!("ringway/shared/b32/{sched} c1"),
+            proxy: ProxyKind::Ringway,
+            profile: sched.into(),
+            cores: 1,
+            sockets: 1,
+            workers,
+            capacity_cps: Some(below),
+            below: Some((below, 0.005)),
+            above: Some((above, 0.02)),
             probes: Vec::new(),
-            censored,
+            rep_pdrs: vec![
+                (below, vec![Some(0.005), Some(0.004)]),
+                (above, vec![Some(0.02), Some(0.03)]),
+            ],
+            censored: false,
         }
     }
 
     #[test]
-    fn model_fit_leaves_out_lower_bounds() {
-        // T = min(workers, 4): (1, 1000), (2, 2000) fit exactly with C₁,₁ = 1000;
-        // the censored 4-worker point would pull it down if it were used.
-        let f = fit_model(
-            &[
-                cap(1, 1000.0, false),
-                cap(2, 2000.0, false),
-                cap(4, 2500.0, true),
-            ],
-            2,
+    fn table_three_pairs_repetitions_and_says_when_settings_are_the_same() {
+        let mut recs = Vec::new();
+        for rep in 0..2 {
+            // 2 threads: baseline and enhanced apply the same settings here.
+            recs.push(rec("baseline", 2, 400.0, rep, 0.02, 100.0, "slice 100"));
+            recs.push(rec("enhanced", 2, 400.0, rep, 0.019, 99.0, "slice 100"));
+            // 4 threads: they differ; enhanced is 25% lower in PDR (0.02 -> 0.015
+            // in both reps) and K_rcv 200 -> 150 / 100 -> 80 (27.8 %).
+            recs.push(rec(
+                "baseline",
+                4,
+                400.0,
+                rep,
+                0.02,
+                [200.0, 100.0][rep as usize],
+                "slice 100",
+            ));
+            recs.push(rec(
+                "enhanced",
+                4,
+                400.0,
+                rep,
+                0.015,
+                [150.0, 80.0][rep as usize],
+                "slice 150",
+            ));
+        }
+        let pts = points(&recs);
+        let caps = vec![
+            cap("baseline", 2, 200.0, 400.0),
+            cap("enhanced", 2, 200.0, 400.0),
+            cap("baseline", 4, 200.0, 400.0),
+            cap("enhanced", 4, 200.0, 400.0),
+        ];
+        let t = &comparison_tables(&caps, &pts)[0];
+        let two = t
+            .rows
+            .iter()
+            .find(|r| r[0].starts_with("2 threads"))
+            .unwrap();
+        assert!(two[3].contains("same settings"), "{two:?}");
+        assert!(two[6].contains("same settings"), "{two:?}");
+        let four = t
+            .rows
+            .iter()
+            .find(|r| r[0].starts_with("4 threads"))
+            .unwrap();
+        assert_eq!(four[3], "25.0% ± 0.0", "{four:?}");
+        assert!(four[6].starts_with("23.3% ±"), "{four:?}");
+        let notes = same_settings_notes(&pts);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("2 threads") && notes[0].contains("baseline, enhanced"));
+    }
+
+    #[test]
+    fn model_table_predicts_from_measured_c11() {
+        // C11 = 1000 (1 core, 1 thread); best at 1 core = 2800 with 2
+        // threads; T_{1,1} = 3 -> predicted 3000, error +7.1 %.
+        let mut c11 = cap("enhanced", 1, 1000.0, 1200.0);
+        c11.rep_pdrs = vec![(1000.0, vec![Some(0.0)]), (1200.0, vec![Some(0.5)])];
+        let mut c2 = cap("enhanced", 2, 2800.0, 3000.0);
+        c2.rep_pdrs = vec![(2800.0, vec![Some(0.0)]), (3000.0, vec![Some(0.5)])];
+        let t = model_table(&[c11, c2], 0.01);
+        assert_eq!(t.rows.len(), 1);
+        let r = &t.rows[0];
+        assert_eq!(r[1], "1000");
+        assert_eq!(r[4], "3");
+        assert_eq!(r[5], "3000");
+        assert!(r[6].starts_with("2800 (2 thr"), "{r:?}");
+        assert_eq!(r[7], "7.1");
+        // Without a 1-core, 1-thread run there is no C11.
+        let t = model_table(&[cap("enhanced", 2, 2800.0, 3000.0)], 0.01);
+        assert!(t.rows[0][1].starts_with("n/a"));
+        assert_eq!(t.rows[0][7], "n/a");
+    }
+
+    #[test]
+    fn crossing_tables_have_the_papers_rows_and_flagged_runs_stay_out() {
+        let mut recs = vec![
+            rec("baseline", 2, 200.0, 0, 0.005, 50.0, "x"),
+            rec("baseline", 2, 400.0, 0, 0.02, 90.0, "x"),
+        ];
+        let mut flagged = rec("baseline", 2, 400.0, 1, 0.9, 9000.0, "x");
+        flagged.flags.push("generator fell behind".into());
+        recs.push(flagged);
+        let pts = points(&recs);
+        let p400 = pts.iter().find(|p| p.rate == 400.0).unwrap();
+        assert_eq!((p400.reps, p400.flagged), (1, 1));
+        assert!((p400.pdr.mean - 0.02).abs() < 1e-12, "flagged run left out");
+        let t = &crossing_tables(&[cap("baseline", 2, 200.0, 400.0)], &pts, 0.01)[0];
+        assert_eq!(
+            t.header[1..],
+            ["2 thr 200 cps".to_string(), "2 thr 400 cps".to_string()]
         );
-        assert_eq!(f.len(), 1);
-        assert!((f[0].c11.unwrap() - 1000.0).abs() < 1e-9);
-        assert!((f[0].r2.unwrap() - 1.0).abs() < 1e-9);
-        assert_eq!(f[0].censored_workers, vec![4]);
-        // Equal capacities: R² is undefined, not 1.
-        let f = fit_model(&[cap(1, 500.0, false), cap(2, 500.0, false)], 2);
-        assert!(f[0].r2.is_none());
-        // Only lower bounds: no fit, but the configuration is still listed.
-        let f = fit_model(&[cap(1, 500.0, true)], 2);
-        assert_eq!(f.len(), 1);
-        assert!(f[0].c11.is_none() && f[0].r2.is_none());
-        assert_eq!(f[0].censored_workers, vec![1]);
+        let names: Vec<&str> = t.rows.iter().map(|r| r[0].as_str()).collect();
+        for want in [
+            "Arrival rate (packets/s)",
+            "T_sip (µs)",
+            "K_rcv (µs)",
+            "RCV errors (proxy socket drops)",
+            "Call-setup drops",
+            "Total messages",
+            "PDR (%)",
+        ] {
+            assert!(names.contains(&want), "{want} missing: {names:?}");
+        }
+        let pdr = t.rows.iter().find(|r| r[0] == "PDR (%)").unwrap();
+        assert_eq!(pdr[2], "2.000");
+        let setup = t.rows.iter().find(|r| r[0] == "Call-setup drops").unwrap();
+        assert_eq!(setup[1], "n/a", "not measured: n/a, never 0");
     }
 }

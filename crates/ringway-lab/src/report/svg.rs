@@ -9,7 +9,14 @@ pub struct Series {
     pub label: String,
     /// Points (x, y, half-width of the error bar).
     pub points: Vec<(f64, f64, f64)>,
+    /// Colour index (None: the series' position).
+    pub color: Option<usize>,
+    /// Dash pattern index (0: solid).
+    pub dash: usize,
 }
+
+/// Dash patterns, by [`Series::dash`].
+const DASHES: [&str; 6] = ["", "7 3", "2 3", "10 3 2 3", "1 4", "12 6"];
 
 const COLORS: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -38,19 +45,24 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Render a line plot with error bars, axes, ticks, legend and an optional
-/// horizontal reference line (e.g. the PDR threshold).
+/// Render a line plot with 95% CI bands, axes, ticks, a legend under the
+/// plot (one line per series, never cut) and an optional horizontal
+/// reference line (e.g. the PDR threshold). `ycap` bounds the y axis and
+/// the bands (e.g. 100 for a percentage).
 pub fn line_plot(
     title: &str,
     xlabel: &str,
     ylabel: &str,
     series: &[Series],
     hline: Option<f64>,
+    ycap: Option<f64>,
 ) -> String {
-    let (w, h) = (760.0, 440.0);
-    let (ml, mr, mt, mb) = (70.0, 230.0, 40.0, 50.0);
+    let w = 760.0;
+    let (ml, mr, mt, mb) = (70.0, 20.0, 40.0, 50.0);
+    let ph = 340.0;
+    let legend_h = 18.0 * series.len() as f64 + 10.0;
+    let h = mt + ph + mb + legend_h;
     let pw = w - ml - mr;
-    let ph = h - mt - mb;
     let all: Vec<&(f64, f64, f64)> = series.iter().flat_map(|s| &s.points).collect();
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
@@ -73,6 +85,10 @@ pub fn line_plot(
         ymax = ymax.max(hl * 1.5);
     }
     let ymax = if ymax <= 0.0 { 1.0 } else { ymax * 1.05 };
+    let ymax = match ycap {
+        Some(c) if ymax > c => c,
+        _ => ymax,
+    };
     let xs = |x: f64| ml + (x - xmin) / (xmax - xmin) * pw;
     let ys = |y: f64| mt + ph - (y - ymin) / (ymax - ymin) * ph;
     // Axes and ticks.
@@ -115,7 +131,7 @@ pub fn line_plot(
         s,
         "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
         ml + pw / 2.0,
-        h - 12.0,
+        mt + ph + 36.0,
         esc(xlabel)
     );
     let _ = writeln!(
@@ -135,15 +151,39 @@ pub fn line_plot(
         );
     }
     for (i, se) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
+        let c = COLORS[se.color.unwrap_or(i) % COLORS.len()];
+        let dash = match DASHES[se.dash % DASHES.len()] {
+            "" => String::new(),
+            d => format!(" stroke-dasharray=\"{d}\""),
+        };
+        // The 95% CI band, clipped to the axis range.
+        if se.points.iter().any(|p| p.2 > 0.0) {
+            let up: Vec<String> = se
+                .points
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", xs(p.0), ys((p.1 + p.2).min(ymax))))
+                .collect();
+            let down: Vec<String> = se
+                .points
+                .iter()
+                .rev()
+                .map(|p| format!("{:.1},{:.1}", xs(p.0), ys((p.1 - p.2).max(ymin))))
+                .collect();
+            let _ = writeln!(
+                s,
+                "<polygon points=\"{} {}\" fill=\"{c}\" fill-opacity=\"0.10\" stroke=\"none\"/>",
+                up.join(" "),
+                down.join(" ")
+            );
+        }
         let pts: Vec<String> = se
             .points
             .iter()
-            .map(|p| format!("{:.1},{:.1}", xs(p.0), ys(p.1)))
+            .map(|p| format!("{:.1},{:.1}", xs(p.0), ys(p.1.min(ymax))))
             .collect();
         let _ = writeln!(
             s,
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>",
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{dash}/>",
             pts.join(" ")
         );
         for p in &se.points {
@@ -151,26 +191,17 @@ pub fn line_plot(
                 s,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
                 xs(p.0),
-                ys(p.1)
+                ys(p.1.min(ymax))
             );
-            if p.2 > 0.0 {
-                let _ = writeln!(
-                    s,
-                    "<line x1=\"{0:.1}\" y1=\"{1:.1}\" x2=\"{0:.1}\" y2=\"{2:.1}\" stroke=\"{c}\"/>",
-                    xs(p.0),
-                    ys((p.1 - p.2).max(ymin)),
-                    ys((p.1 + p.2).min(ymax))
-                );
-            }
         }
-        let ly = mt + 10.0 + 18.0 * i as f64;
+        let ly = mt + ph + mb + 10.0 + 18.0 * i as f64;
         let _ = writeln!(
             s,
-            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\">{5}</text>",
-            ml + pw + 10.0,
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{c}\" stroke-width=\"2\"{dash}/><text x=\"{3}\" y=\"{4}\">{5}</text>",
+            ml,
             ly,
-            ml + pw + 30.0,
-            ml + pw + 35.0,
+            ml + 30.0,
+            ml + 35.0,
             ly + 4.0,
             esc(&se.label)
         );
@@ -193,18 +224,53 @@ mod tests {
                 Series {
                     label: "a<b".into(),
                     points: vec![(200.0, 0.0, 0.0), (400.0, 2.0, 0.5)],
+                    color: None,
+                    dash: 0,
                 },
                 Series {
                     label: "c".into(),
                     points: vec![(200.0, 1.0, 0.0)],
+                    color: Some(0),
+                    dash: 1,
                 },
             ],
             Some(1.0),
+            Some(100.0),
         );
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(s.contains("a&lt;b"));
+        // The second series shares the first's colour but is dashed.
+        assert_eq!(
+            s.matches("stroke=\"#1f77b4\" stroke-width=\"2\"").count(),
+            4
+        );
+        assert_eq!(s.matches("stroke-dasharray=\"7 3\"").count(), 2);
         assert!(!s.contains("NaN"));
-        assert!(line_plot("t", "x", "y", &[], None).contains("no data"));
+        assert!(line_plot("t", "x", "y", &[], None, None).contains("no data"));
+        // A CI reaching past 100% is clipped at the cap: no point above the
+        // plot's top edge (y = 40).
+        let s = line_plot(
+            "t",
+            "x",
+            "PDR (%)",
+            &[Series {
+                label: "wide".into(),
+                points: vec![(100.0, 90.0, 50.0), (200.0, 95.0, 40.0)],
+                color: None,
+                dash: 0,
+            }],
+            None,
+            Some(100.0),
+        );
+        let band = s.lines().find(|l| l.starts_with("<polygon")).unwrap();
+        let ys: Vec<f64> = band
+            .split('"')
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert!(ys.iter().all(|&y| y >= 40.0 - 1e-9), "{band}");
     }
 }

@@ -1,16 +1,25 @@
 //! One SIP experiment run and capacity sweeps.
 //!
 //! A run starts the proxy under test as a child process (`ringway sip
-//! proxy` or Kamailio) inside the caller's network namespace, drives it
-//! with the in-process generator ([`crate::sipload`]) at one rate for a
-//! duration, stops the proxy by PID and collects PDR, failed calls, CPU
-//! and (for ringway) the per-message-type K_rcv / T_sip / K_snd means and
-//! 95% CIs from the proxy's JSON summary.
+//! proxy` or Kamailio) inside the caller's network namespace, on its own
+//! process-wide CPU set, under one scheduler mode (knobs mapped to this
+//! kernel by [`kernel`], global ones recorded and restored through the state
+//! file), drives it with the in-process generator ([`crate::sipload`]) on
+//! the generator's CPUs at one rate for a duration, and collects the
+//! papers' drop rate, per-message-type K_rcv / wait / T_sip / K_snd,
+//! per-thread migrations and context switches, CPU and validity flags.
 
+pub mod kernel;
+pub mod mode;
+pub mod model;
 pub mod sweep;
+pub mod topology;
+pub mod tune;
 
-use crate::sched::Profile;
+use crate::sched::SysState;
 use crate::sipload::{self, ArrivalKind, LoadConfig};
+use kernel::{map_knobs, KernelVersion, Plan};
+use mode::Knobs;
 use ringway_io::thread::{parse_stat_cpu, CpuTime};
 use ringway_io::BackendKind;
 use ringway_server::host::{process_cpu_time_of, USER_HZ};
@@ -21,6 +30,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use topology::{ThreadSched, Topology};
 
 /// Which proxy is under test.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -53,60 +63,66 @@ impl std::str::FromStr for ProxyKind {
     }
 }
 
-/// Everything that defines one run.
+/// Everything that defines one run (all of it is in the resume key).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RunSpec {
     /// Proxy under test.
     pub proxy: ProxyKind,
     /// Proxy mode (`stateless`/`stateful`; Kamailio: always stateless).
     pub mode: String,
-    /// Proxy worker threads/processes.
+    /// Proxy worker threads/processes (the papers' threads).
     pub workers: usize,
     /// Proxy socket backend (ringway only).
     pub backend: BackendKind,
-    /// Scheduler profile of the proxy threads.
-    pub profile: Profile,
-    /// CPU list for the proxy (`0-1`), if pinned.
-    pub cpus: Option<String>,
+    /// Scheduler mode name (`default`, `baseline`, `enhanced`, `tuned`, a file's name).
+    pub sched: String,
+    /// The mode's knobs resolved for this (cores, workers).
+    pub knobs: Knobs,
+    /// Cores given to the proxy (size of `proxy_cpus`).
+    pub cores: usize,
+    /// The proxy's CPU set (process-wide; the scheduler balances inside it).
+    pub proxy_cpus: Vec<usize>,
+    /// The generator's CPUs (empty: not pinned).
+    pub gen_cpus: Vec<usize>,
+    /// Receive model: `shared` (one socket read by all workers) or `reuseport`.
+    pub rx_model: String,
+    /// Datagrams per receive batch (1 = per-packet semantics; ringway only).
+    pub batch: usize,
     /// Offered call rate (calls/s).
     pub rate: f64,
     /// Seconds of call starts.
     pub duration_s: f64,
     /// Repetition index.
     pub rep: u32,
-    /// Generator RNG seed.
+    /// Generator RNG seed (differs per point and rep, shared across modes and proxies).
     pub seed: u64,
-    /// Generator threads.
+    /// Generator threads (each its own socket: a flow).
     pub gen_threads: usize,
     /// Proxy receive buffer request (bytes).
     pub rcvbuf: Option<usize>,
 }
 
 impl RunSpec {
-    /// Label of the configuration (everything but rate and rep).
+    /// Label of the configuration for tables (proxy, receive model, batch, mode, cores).
     pub fn config_label(&self) -> String {
-        config_label(self.proxy, &self.mode, self.backend, &self.profile.name)
+        match self.proxy {
+            ProxyKind::Ringway => format!(
+                "ringway/{}/b{}/{} c{}",
+                self.rx_model, self.batch, self.sched, self.cores
+            ),
+            ProxyKind::Kamailio => format!("kamailio/{} c{}", self.sched, self.cores),
+        }
     }
-    /// Key identifying the run in a results file.
+    /// Key identifying the run in a results file: every setting.
     pub fn key(&self) -> String {
-        format!(
-            "{}|w{}|r{}|d{}|rep{}|cpus{}|g{}",
-            self.config_label(),
-            self.workers,
-            self.rate,
-            self.duration_s,
-            self.rep,
-            self.cpus.as_deref().unwrap_or("-"),
-            self.gen_threads
-        )
+        serde_json::to_string(self).unwrap_or_default()
     }
-}
-
-/// Label of a configuration (`ringway/stateless/mmsg/default`, `kamailio/default`).
-pub fn config_label(proxy: ProxyKind, mode: &str, backend: BackendKind, profile: &str) -> String {
-    match proxy {
-        ProxyKind::Ringway => format!("ringway/{mode}/{}/{profile}", backend.name()),
-        ProxyKind::Kamailio => format!("kamailio/{profile}"),
+    /// Key of the point the run belongs to: every setting but rep and seed.
+    pub fn point_key(&self) -> String {
+        let mut s = self.clone();
+        s.rep = 0;
+        s.seed = 0;
+        s.key()
     }
 }
 
@@ -121,6 +137,8 @@ pub struct Tools {
     pub kamailio_cfg: PathBuf,
     /// Directory for per-run files (summaries, pid files, logs).
     pub work_dir: PathBuf,
+    /// State file for global scheduler settings (recorded before, restored after).
+    pub state_file: PathBuf,
 }
 
 /// Mean and 95% CI (µs) of one latency, `None` where not available.
@@ -145,6 +163,9 @@ pub struct TypeLat {
     pub t_sip: Lat,
     /// Application → kernel TX.
     pub k_snd: Lat,
+    /// Wait in the batch (before and after processing).
+    #[serde(default)]
+    pub wait: Lat,
 }
 
 /// Result of one run (one line of `runs.jsonl`).
@@ -156,17 +177,29 @@ pub struct RunRecord {
     pub key: String,
     /// Error that spoiled the run (proxy died, did not start, ...).
     pub error: Option<String>,
-    /// Packet drop rate: UDP RcvbufErrors delta / messages offered to the proxy.
+    /// Validity flags (generator fell behind, shared CPUs): a flagged run
+    /// is reported but not used for capacity.
+    pub flags: Vec<String>,
+    /// Packet drop rate, the papers' definition: drops of the proxy's own
+    /// sockets / all messages offered to it (see [`drop_rate`]).
     pub pdr: f64,
-    /// PDR as the proxy reported it (ringway only).
-    pub pdr_proxy: Option<f64>,
-    /// UDP RcvbufErrors delta of the run's namespace.
-    pub rcvbuf_errors: u64,
-    /// Datagrams the proxy's sockets reported dropped (SO_RXQ_OVFL; ringway only).
-    pub socket_drops: Option<u64>,
-    /// Messages offered to the proxy (sent to its address by UAC and UAS).
+    /// Drops of the proxy's sockets (per-socket counters, read after the
+    /// last message of the run: receive-buffer and memory drops).
+    pub proxy_socket_drops: u64,
+    /// Drops of every other socket of the namespace (the generator's).
+    pub other_socket_drops: u64,
+    /// UDP RcvbufErrors delta of the run's namespace (cross-check).
+    pub udp_rcvbuf_errors: u64,
+    /// UDP MemErrors delta of the run's namespace (cross-check).
+    pub udp_mem_errors: u64,
+    /// Messages offered to the proxy (sent to its address by UAC and UAS,
+    /// retransmissions and the end of the run included).
     pub total_msgs: u64,
-    /// total_msgs / duration: arrival rate at the proxy (packets/s).
+    /// Call-setup messages offered (INVITE, 180, 200 to INVITE, ACK).
+    pub setup_msgs: u64,
+    /// Call-setup messages dropped (offered − received by the proxy; ringway only).
+    pub setup_drops: Option<u64>,
+    /// total_msgs / start phase: arrival rate at the proxy (packets/s).
     pub arrival_pps: f64,
     /// Calls attempted.
     pub attempted: u64,
@@ -178,6 +211,10 @@ pub struct RunRecord {
     pub failed: BTreeMap<String, u64>,
     /// Achieved call rate.
     pub achieved_cps: f64,
+    /// Calls the arrival schedule had due during the run.
+    pub scheduled: u64,
+    /// Mean delay of call starts behind the schedule (µs).
+    pub start_lag_mean_us: f64,
     /// INVITE → 200 mean (ms).
     pub invite_200_ms: f64,
     /// Proxy CPU seconds (user + sys, all threads/processes).
@@ -186,46 +223,148 @@ pub struct RunRecord {
     pub proxy_cpu_user_s: f64,
     /// Proxy CPU sys seconds.
     pub proxy_cpu_sys_s: f64,
+    /// Messages the proxy received (ringway only).
+    pub proxy_msgs_in: Option<u64>,
     /// Generator CPU seconds.
     pub gen_cpu_s: f64,
     /// Latencies over all message types (ringway only).
     pub all: Option<TypeLat>,
     /// Latencies per message type (ringway only).
     pub by_type: BTreeMap<String, TypeLat>,
-    /// Notes (profile not applicable, placement refused, ...).
+    /// Messages received per worker (ringway only): the message share.
+    pub per_worker_in: Vec<u64>,
+    /// Topology of the proxy's CPU set.
+    pub topology: Topology,
+    /// Per-thread scheduler statistics of the proxy during the load.
+    pub threads: Vec<ThreadSched>,
+    /// Kernel version the run used.
+    pub kernel: String,
+    /// What the mode's knobs became here: applied settings.
+    pub applied: Vec<String>,
+    /// Knobs refused (gone or not writable) with the reason.
+    pub refused: Vec<String>,
+    /// Canonical text of the settings actually applied (modes with equal
+    /// text applied the same settings).
+    pub effective: String,
+    /// Notes (placement refused, ...).
     pub notes: Vec<String>,
     /// Wall-clock seconds the run took.
     pub wall_s: f64,
 }
 
 impl RunRecord {
-    fn empty(spec: &RunSpec) -> RunRecord {
+    /// A record with nothing measured yet.
+    pub fn empty(spec: &RunSpec) -> RunRecord {
         RunRecord {
             key: spec.key(),
             spec: spec.clone(),
             error: None,
+            flags: Vec::new(),
             pdr: 0.0,
-            pdr_proxy: None,
-            rcvbuf_errors: 0,
-            socket_drops: None,
+            proxy_socket_drops: 0,
+            other_socket_drops: 0,
+            udp_rcvbuf_errors: 0,
+            udp_mem_errors: 0,
             total_msgs: 0,
+            setup_msgs: 0,
+            setup_drops: None,
             arrival_pps: 0.0,
             attempted: 0,
             succeeded: 0,
             failed_ratio: 0.0,
             failed: BTreeMap::new(),
             achieved_cps: 0.0,
+            scheduled: 0,
+            start_lag_mean_us: 0.0,
             invite_200_ms: 0.0,
             proxy_cpu_s: 0.0,
             proxy_cpu_user_s: 0.0,
             proxy_cpu_sys_s: 0.0,
+            proxy_msgs_in: None,
             gen_cpu_s: 0.0,
             all: None,
             by_type: BTreeMap::new(),
+            per_worker_in: Vec::new(),
+            topology: Topology::default(),
+            threads: Vec::new(),
+            kernel: String::new(),
+            applied: Vec::new(),
+            refused: Vec::new(),
+            effective: String::new(),
             notes: Vec::new(),
             wall_s: 0.0,
         }
     }
+
+    /// Usable for capacity: no error and no validity flag.
+    pub fn valid(&self) -> bool {
+        self.error.is_none() && self.flags.is_empty()
+    }
+}
+
+/// The papers' drop rate: drops of the proxy's sockets over all messages
+/// offered to the proxy in the run; `None` when nothing was offered.
+pub fn drop_rate(proxy_socket_drops: u64, offered: u64) -> Option<f64> {
+    (offered > 0).then(|| proxy_socket_drops as f64 / offered as f64)
+}
+
+/// Least share of the scheduled calls the generator must start.
+pub const MIN_ACHIEVED: f64 = 0.95;
+/// Largest mean delay of call starts behind the schedule (µs).
+pub const MAX_START_LAG_US: f64 = 5_000.0;
+
+/// What the generator did, for the validity check.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct GenAchieved {
+    /// Calls the Poisson schedule had due during the run.
+    pub scheduled: u64,
+    /// Calls started.
+    pub attempted: u64,
+    /// Mean delay of a start behind its scheduled time (µs).
+    pub start_lag_mean_us: f64,
+}
+
+/// Validity flags of a run: the generator achieved less than 95% of the
+/// offered (scheduled) calls or started them late on average, or the
+/// generator and the proxy may share CPUs (generator not pinned, the sets
+/// overlap, or a proxy thread may run on a generator CPU).
+pub fn validity_flags(
+    gen: GenAchieved,
+    gen_cpus: &[usize],
+    proxy_cpus: &[usize],
+    proxy_threads_allowed: &[Vec<usize>],
+) -> Vec<String> {
+    let mut f = Vec::new();
+    if (gen.attempted as f64) < MIN_ACHIEVED * gen.scheduled as f64 {
+        f.push(format!(
+            "generator fell behind: started {} of {} scheduled calls ({:.1}% < {:.0}%)",
+            gen.attempted,
+            gen.scheduled,
+            100.0 * gen.attempted as f64 / (gen.scheduled.max(1)) as f64,
+            100.0 * MIN_ACHIEVED
+        ));
+    } else if gen.start_lag_mean_us > MAX_START_LAG_US {
+        f.push(format!(
+            "generator fell behind: call starts {:.0} µs late on average (> {:.0} µs)",
+            gen.start_lag_mean_us, MAX_START_LAG_US
+        ));
+    }
+    if gen_cpus.is_empty() {
+        f.push("shared CPUs: the generator is not pinned (--gen-cpus)".into());
+    } else if let Some(c) = gen_cpus.iter().find(|c| proxy_cpus.contains(c)) {
+        f.push(format!(
+            "shared CPUs: CPU {c} is in both the proxy's and the generator's sets"
+        ));
+    } else if let Some(c) = proxy_threads_allowed
+        .iter()
+        .flatten()
+        .find(|c| gen_cpus.contains(c))
+    {
+        f.push(format!(
+            "shared CPUs: a proxy thread may run on generator CPU {c}"
+        ));
+    }
+    f
 }
 
 const PROXY_ADDR: &str = "127.0.0.1:5060";
@@ -258,10 +397,12 @@ fn tail(path: &Path, n: usize) -> String {
 
 fn start_proxy(
     spec: &RunSpec,
+    plan: &Plan,
     tools: &Tools,
     dir: &Path,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<ProxyProc> {
+    let cpus = topology::cpu_list_text(&spec.proxy_cpus);
     let log = dir.join("proxy.log");
     let logf = std::fs::File::create(&log)?;
     let mut cmd;
@@ -270,34 +411,47 @@ fn start_proxy(
         ProxyKind::Ringway => {
             let sum = dir.join("proxy-summary.json");
             let _ = std::fs::remove_file(&sum);
-            cmd = Command::new(&tools.ringway);
-            cmd.args(["sip", "proxy", "--listen", PROXY_ADDR, "--mode", &spec.mode])
+            if plan.pin_threads {
+                cmd = Command::new(&tools.ringway);
+                cmd.args(["sip", "proxy", "--cpus", &cpus]);
+            } else {
+                // One process-wide CPU set: the scheduler balances and
+                // migrates the threads inside it.
+                cmd = Command::new("taskset");
+                cmd.args(["-c", &cpus])
+                    .arg(&tools.ringway)
+                    .args(["sip", "proxy"]);
+            }
+            cmd.args(["--listen", PROXY_ADDR, "--mode", &spec.mode])
                 .args(["--workers", &spec.workers.to_string()])
                 .args(["--backend", spec.backend.name()])
                 .args(["--duration", &format!("{}", spec.duration_s + 120.0)])
                 .arg("--summary")
                 .arg(&sum)
                 .arg("--quiet")
-                .args(spec.profile.proxy_args());
-            if let Some(c) = &spec.cpus {
-                cmd.args(["--cpus", c]);
-            }
+                .args(["--rx-model", &spec.rx_model])
+                .args(["--batch", &spec.batch.to_string()])
+                .args(plan.thread.proxy_args());
             if let Some(b) = spec.rcvbuf {
                 cmd.args(["--rcvbuf", &b.to_string()]);
             }
             summary = Some(sum);
         }
         ProxyKind::Kamailio => {
-            let mut prefix = match spec.profile.external_prefix() {
+            let mut prefix = match plan.thread.external_prefix() {
                 Ok(p) => p,
                 Err(e) => {
                     notes.push(e);
                     Vec::new()
                 }
             };
-            if let Some(c) = &spec.cpus {
-                prefix.splice(0..0, ["taskset".to_string(), "-c".into(), c.clone()]);
+            if plan.pin_threads {
+                notes.push(
+                    "kamailio: affinity = thread not applied (its children are processes; one process-wide set used)"
+                        .into(),
+                );
             }
+            prefix.splice(0..0, ["taskset".to_string(), "-c".into(), cpus.clone()]);
             let rundir = dir.join("kamailio-run");
             std::fs::create_dir_all(&rundir)?;
             let mut args: Vec<String> = prefix;
@@ -376,7 +530,6 @@ fn start_proxy(
         log,
     })
 }
-
 /// True while `pid` exists and is not a zombie.
 fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -458,30 +611,117 @@ fn type_lat(v: &serde_json::Value) -> TypeLat {
         k_rcv: lat(&v["k_rcv"]),
         t_sip: lat(&v["t_sip"]),
         k_snd: lat(&v["k_snd"]),
+        wait: lat(&v["wait_batch"]),
     }
 }
 
+/// The scheduler plan of a spec on this kernel, from what the lab can
+/// write here (`ringway_io::doctor::sched_knob_access`).
+pub fn plan_for(knobs: &Knobs) -> (Plan, String) {
+    let access = ringway_io::doctor::sched_knob_access();
+    let writable = |p: &str| -> Result<(), String> {
+        match access.iter().find(|a| a.path == p) {
+            Some(a) => a.writable.clone(),
+            None => Err("not probed".into()),
+        }
+    };
+    match KernelVersion::running() {
+        Some(v) => (map_knobs(knobs, v, &writable), v.to_string()),
+        None => {
+            let mut p = Plan::default();
+            if !knobs.is_empty() {
+                p.refused
+                    .push("kernel version unreadable: no knob mapped".into());
+            }
+            (p, "unknown".into())
+        }
+    }
+}
+
+/// Messages of one call-setup type received by the proxy (summary label).
+const SETUP_LABELS: [&str; 4] = ["INVITE", "180", "200", "ACK"];
+
 /// Run one experiment point. Call it inside a private network namespace
 /// (see [`run_isolated`]): the proxy binds 127.0.0.1:5060 and the UDP
-/// counters of the namespace are taken as the proxy's.
+/// counters and sockets of the namespace are the run's.
 pub fn run_one(spec: &RunSpec, tools: &Tools) -> RunRecord {
     let t0 = Instant::now();
     let mut rec = RunRecord::empty(spec);
-    if let Err(e) = run_inner(spec, tools, &mut rec) {
+    let (plan, kernel) = plan_for(&spec.knobs);
+    rec.kernel = kernel;
+    rec.effective = plan.effective();
+    rec.refused = plan.refused.clone();
+    rec.applied = plan.mapped.clone();
+    rec.topology = topology::detect(&spec.proxy_cpus);
+    // Global knobs: recorded in the state file before they change,
+    // restored when the run ends (a crash is recovered at the next start).
+    let (state, msgs) = SysState::apply(&tools.state_file, &plan.globals);
+    for m in msgs {
+        if m.starts_with("not applied") {
+            rec.refused.push(m);
+        } else {
+            rec.applied.push(m);
+        }
+    }
+    if let Err(e) = run_inner(spec, &plan, tools, &mut rec) {
         rec.error = Some(format!("{e:#}"));
+    }
+    for m in state.restore() {
+        if m.starts_with("could not") {
+            rec.notes.push(m);
+        }
     }
     rec.wall_s = t0.elapsed().as_secs_f64();
     rec
 }
 
-fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Result<()> {
+fn run_inner(
+    spec: &RunSpec,
+    plan: &Plan,
+    tools: &Tools,
+    rec: &mut RunRecord,
+) -> anyhow::Result<()> {
     let dir = tools.work_dir.join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    // The generator's threads start from this thread: they inherit its CPUs.
+    if !spec.gen_cpus.is_empty() {
+        let o = ringway_io::thread::set_affinity(&spec.gen_cpus);
+        if !o.is_applied() {
+            anyhow::bail!("cannot pin the generator to CPUs {:?}: {o}", spec.gen_cpus);
+        }
+    }
     let mut notes = Vec::new();
-    let mut proxy = start_proxy(spec, tools, &dir, &mut notes)?;
+    let mut proxy = start_proxy(spec, plan, tools, &dir, &mut notes)?;
     let pid = proxy.child.id();
-    let snmp0 = ringway_io::counters::udp_snmp().unwrap_or_default();
+    // An external proxy's threads get the slice from here (sched_setattr).
+    if spec.proxy == ProxyKind::Kamailio {
+        if let Some(us) = plan.thread.slice_us {
+            let ts = topology::tree_threads(pid);
+            let mut ok = 0;
+            for t in &ts {
+                let o = ringway_io::thread::set_slice_of(t.tid as i32, Duration::from_micros(us));
+                if o.is_applied() {
+                    ok += 1;
+                } else {
+                    rec.refused
+                        .push(format!("slice {us} µs on kamailio thread {}: {o}", t.tid));
+                }
+            }
+            rec.applied.push(format!(
+                "slice {us} µs set on {ok} of {} kamailio threads",
+                ts.len()
+            ));
+        }
+    }
+    let port = 5060;
+    let drops0 = ringway_io::counters::socket_drops_by_port(port).unwrap_or(0);
+    let all0: u64 = ringway_io::counters::udp_sockets()
+        .map(|r| r.iter().map(|r| r.drops).sum())
+        .unwrap_or(0);
+    let snmp0 = ringway_server::host::udp_totals().unwrap_or_default();
+    let threads0 = topology::tree_threads(pid);
     let cpu0 = tree_cpu(pid);
+    let reuseport = spec.rx_model == "reuseport" && spec.proxy == ProxyKind::Ringway;
     let cfg = LoadConfig {
         proxy: Some(PROXY_ADDR.parse().expect("valid")),
         uas: None,
@@ -497,8 +737,7 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
         t2: Duration::from_secs(4),
         // A fixed 1 ms tick keeps the Poisson arrivals fine-grained at low
         // rates too (the automatic tick would batch up to 10 ms there, and
-        // K_rcv would show the bursts); from 8000 calls/s per generator
-        // thread up the automatic tick is 1 ms anyway.
+        // K_rcv would show the bursts).
         tick: Some(Duration::from_millis(1)),
         ..LoadConfig::default()
     };
@@ -521,8 +760,15 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
     let gen = sipload::run(&cfg, live, None);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = watcher.join();
+    // Every message of the run has arrived or timed out: read the drop
+    // counters of the proxy's sockets now, while they still exist.
+    let drops1 = ringway_io::counters::socket_drops_by_port(port).unwrap_or(0);
+    let all1: u64 = ringway_io::counters::udp_sockets()
+        .map(|r| r.iter().map(|r| r.drops).sum())
+        .unwrap_or(0);
+    let snmp1 = ringway_server::host::udp_totals().unwrap_or_default();
+    let threads1 = topology::tree_threads(pid);
     let cpu1 = tree_cpu(pid);
-    let snmp1 = ringway_io::counters::udp_snmp().unwrap_or_default();
     let alive = proxy.child.try_wait()?.is_none();
     let stopped = stop_proxy(&mut proxy);
     let gen = gen?;
@@ -534,16 +780,43 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
     rec.invite_200_ms = gen.invite_to_200.mean_us / 1000.0;
     rec.gen_cpu_s = gen.cpu.total_s();
     rec.total_msgs = gen.msgs_to_proxy;
+    rec.setup_msgs = gen.setup_to_proxy;
     rec.arrival_pps = gen.msgs_to_proxy as f64 / gen.start_phase_s.max(1e-9);
+    rec.proxy_socket_drops = drops1.saturating_sub(drops0);
+    rec.other_socket_drops = all1
+        .saturating_sub(all0)
+        .saturating_sub(rec.proxy_socket_drops);
     let d = snmp1.since(&snmp0);
-    // The generator's own sockets are in the namespace too: take their
-    // reported drops out of the namespace total.
-    rec.rcvbuf_errors = d.rcvbuf_errors.saturating_sub(gen.rx_dropped);
-    rec.pdr = if gen.msgs_to_proxy > 0 {
-        rec.rcvbuf_errors as f64 / gen.msgs_to_proxy as f64
-    } else {
-        0.0
-    };
+    rec.udp_rcvbuf_errors = d.rcvbuf_errors;
+    rec.udp_mem_errors = d.mem_errors;
+    rec.pdr = drop_rate(rec.proxy_socket_drops, gen.msgs_to_proxy).unwrap_or(0.0);
+    if d.rcvbuf_errors + d.mem_errors > rec.proxy_socket_drops + rec.other_socket_drops {
+        notes.push(format!(
+            "namespace counted {} receive drops (RcvbufErrors {} + MemErrors {}) but its sockets {}: a socket closed early?",
+            d.rcvbuf_errors + d.mem_errors,
+            d.rcvbuf_errors,
+            d.mem_errors,
+            rec.proxy_socket_drops + rec.other_socket_drops
+        ));
+    }
+    rec.threads = topology::since(&threads1, &threads0);
+    let allowed: Vec<Vec<usize>> = rec
+        .threads
+        .iter()
+        .filter_map(|t| topology::parse_cpu_list(&t.cpus_allowed).ok())
+        .collect();
+    rec.scheduled = gen.scheduled;
+    rec.start_lag_mean_us = gen.start_lag_mean_us;
+    rec.flags = validity_flags(
+        GenAchieved {
+            scheduled: gen.scheduled,
+            attempted: gen.attempted,
+            start_lag_mean_us: gen.start_lag_mean_us,
+        },
+        &spec.gen_cpus,
+        &spec.proxy_cpus,
+        &allowed,
+    );
     let cpu = cpu1.since(&cpu0);
     rec.proxy_cpu_user_s = cpu.user_ns as f64 / 1e9;
     rec.proxy_cpu_sys_s = cpu.system_ns as f64 / 1e9;
@@ -560,20 +833,40 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
         Ok(None) => {}
         Err(e) => notes.push(e.to_string()),
     }
+    if spec.proxy == ProxyKind::Kamailio && spec.rx_model == "reuseport" {
+        notes.push(
+            "kamailio: its UDP children share one socket (rx-model reuseport does not apply)"
+                .into(),
+        );
+    }
     if let Some(sum) = &proxy.summary {
         match std::fs::read_to_string(sum)
             .map_err(anyhow::Error::from)
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(Into::into))
         {
             Ok(v) => {
-                rec.pdr_proxy = v["drops"]["pdr"].as_f64();
-                rec.socket_drops = v["drops"]["socket_rxq_ovfl"].as_u64();
                 if let Some(m) = v["by_type"].as_object() {
                     for (k, t) in m {
                         rec.by_type.insert(k.clone(), type_lat(t));
                     }
                 }
                 rec.all = Some(type_lat(&v["all"]));
+                rec.proxy_msgs_in = v["messages"]["in"].as_u64();
+                rec.per_worker_in = v["messages"]["per_worker_in"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+                    .unwrap_or_default();
+                if reuseport && rec.per_worker_in.contains(&0) {
+                    notes.push(format!(
+                        "reuseport: a worker got no message (share {:?}; {} generator flows)",
+                        rec.per_worker_in, spec.gen_threads
+                    ));
+                }
+                let got: u64 = SETUP_LABELS
+                    .iter()
+                    .map(|l| rec.by_type.get(*l).map_or(0, |t| t.count))
+                    .sum();
+                rec.setup_drops = Some(rec.setup_msgs.saturating_sub(got));
                 if let (Some(u), Some(s)) = (
                     v["cpu"]["process"]["user_s"].as_f64(),
                     v["cpu"]["process"]["sys_s"].as_f64(),
@@ -589,7 +882,9 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
                             || p.contains("not applied")
                             || p.contains("failed")
                         {
-                            notes.push(format!("placement: {p}"));
+                            rec.refused.push(format!("placement: {p}"));
+                        } else {
+                            rec.applied.push(format!("placement: {p}"));
                         }
                     }
                 }
@@ -597,7 +892,7 @@ fn run_inner(spec: &RunSpec, tools: &Tools, rec: &mut RunRecord) -> anyhow::Resu
             Err(e) => notes.push(format!("proxy summary unreadable: {e}")),
         }
     }
-    rec.notes = notes;
+    rec.notes.extend(notes);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -622,4 +917,105 @@ fn kill_group(pid: u32, sig: &str) {
         .args([&format!("-{sig}"), "--", &format!("-{pid}")])
         .stderr(Stdio::null())
         .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_rate_is_proxy_socket_drops_over_all_offered_messages() {
+        // Paper A Table I, 2 threads at 2200 cps: 3926 / 633487 = 0.0062.
+        assert!((drop_rate(3926, 633_487).unwrap() - 0.006197).abs() < 1e-6);
+        assert_eq!(drop_rate(0, 1000), Some(0.0));
+        assert_eq!(drop_rate(5, 0), None);
+        assert_eq!(drop_rate(10, 10), Some(1.0));
+    }
+
+    fn gen(scheduled: u64, attempted: u64, lag: f64) -> GenAchieved {
+        GenAchieved {
+            scheduled,
+            attempted,
+            start_lag_mean_us: lag,
+        }
+    }
+
+    #[test]
+    fn validity_flags_catch_a_slow_generator_and_shared_cpus() {
+        assert!(validity_flags(gen(1000, 1000, 300.0), &[1], &[0], &[vec![0]]).is_empty());
+        // 95% is the limit: 950 of 1000 passes, 949 does not.
+        assert!(validity_flags(gen(1000, 950, 0.0), &[1], &[0], &[]).is_empty());
+        let f = validity_flags(gen(1000, 949, 0.0), &[1], &[0], &[]);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].contains("generator fell behind"), "{f:?}");
+        let f = validity_flags(gen(1000, 1000, 6000.0), &[1], &[0], &[]);
+        assert!(f[0].contains("late"), "{f:?}");
+        let f = validity_flags(gen(10, 10, 0.0), &[], &[0], &[]);
+        assert!(f[0].contains("not pinned"), "{f:?}");
+        let f = validity_flags(gen(10, 10, 0.0), &[0], &[0, 1], &[]);
+        assert!(f[0].contains("CPU 0 is in both"), "{f:?}");
+        let f = validity_flags(gen(10, 10, 0.0), &[1], &[0], &[vec![0], vec![0, 1]]);
+        assert!(f[0].contains("generator CPU 1"), "{f:?}");
+        let mut r = RunRecord::empty(&test_spec());
+        assert!(r.valid());
+        r.flags = f;
+        assert!(!r.valid());
+    }
+
+    fn test_spec() -> RunSpec {
+        RunSpec {
+            proxy: ProxyKind::Ringway,
+            mode: "stateless".into(),
+            workers: 2,
+            backend: BackendKind::Mmsg,
+            sched: "baseline".into(),
+            knobs: Knobs::default(),
+            cores: 1,
+            proxy_cpus: vec![0],
+            gen_cpus: vec![1],
+            rx_model: "shared".into(),
+            batch: 32,
+            rate: 200.0,
+            duration_s: 2.0,
+            rep: 0,
+            seed: 7,
+            gen_threads: 2,
+            rcvbuf: None,
+        }
+    }
+
+    #[test]
+    fn the_resume_key_holds_every_setting_and_the_point_key_all_but_rep_and_seed() {
+        let a = test_spec();
+        type Change = Box<dyn Fn(&mut RunSpec)>;
+        let variants: Vec<Change> = vec![
+            Box::new(|s| s.knobs.slice_us = Some(300)),
+            Box::new(|s| s.rcvbuf = Some(1 << 20)),
+            Box::new(|s| s.rx_model = "reuseport".into()),
+            Box::new(|s| s.batch = 1),
+            Box::new(|s| s.cores = 2),
+            Box::new(|s| s.proxy_cpus = vec![2]),
+            Box::new(|s| s.gen_cpus = vec![3]),
+            Box::new(|s| s.seed = 8),
+            Box::new(|s| s.duration_s = 3.0),
+            Box::new(|s| s.gen_threads = 4),
+        ];
+        for (i, v) in variants.iter().enumerate() {
+            let mut b = a.clone();
+            v(&mut b);
+            assert_ne!(a.key(), b.key(), "variant {i} not in the key");
+            if i != 7 {
+                assert_ne!(
+                    a.point_key(),
+                    b.point_key(),
+                    "variant {i} not in the point key"
+                );
+            }
+        }
+        let mut b = a.clone();
+        b.rep = 1;
+        b.seed = 99;
+        assert_ne!(a.key(), b.key());
+        assert_eq!(a.point_key(), b.point_key());
+    }
 }

@@ -1,10 +1,14 @@
-//! Capacity sweeps: for each configuration and worker count, step the call
-//! rate up until the mean PDR crosses the threshold, refine by bisection,
-//! and record every run (JSONL, appended as they finish, so an interrupted
-//! sweep resumes where it stopped).
+//! Capacity sweeps: for each proxy, core count, worker count and scheduler
+//! mode, step the call rate up until the mean PDR of the valid runs
+//! crosses the threshold (refining by bisection if asked), and record every
+//! run (JSONL, appended as they finish, so an interrupted sweep resumes
+//! where it stopped). The `tuned` mode runs the tuner at the baseline
+//! crossing load first and then sweeps its pick with the sweep's seeds
+//! (fresh: the search used other seeds).
 
-use super::{config_label, run_isolated, ProxyKind, RunRecord, RunSpec, Tools};
-use crate::sched::{profile, Profile};
+use super::mode::{mode_by_name, Mode};
+use super::tune::{self, TuneResult};
+use super::{run_isolated, ProxyKind, RunRecord, RunSpec, Tools};
 use crate::stats::mean_ci;
 use ringway_io::BackendKind;
 use serde::{Deserialize, Serialize};
@@ -15,18 +19,22 @@ use std::time::Instant;
 
 /// Most runs one sweep may plan (bounded everything).
 pub const MAX_RUNS: usize = 20_000;
+/// Consecutive rates without a valid run after which the step-up stops.
+pub const MAX_POINTS_WITHOUT_DATA: usize = 2;
 /// Most calls one run may start.
 pub const MAX_CALLS_PER_RUN: f64 = 2_000_000.0;
+/// The mode name that runs the tuner.
+pub const TUNED: &str = "tuned";
 
 /// Sweep parameters.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SweepConfig {
     /// Proxies to measure.
     pub proxies: Vec<ProxyKind>,
-    /// Worker counts.
+    /// Worker counts (the papers' threads).
     pub workers: Vec<usize>,
-    /// Scheduler profile names.
-    pub profiles: Vec<String>,
+    /// Scheduler modes: built-in names, mode files, per-thread profile names, `tuned`.
+    pub modes: Vec<String>,
     /// ringway proxy mode.
     pub mode: String,
     /// ringway proxy backend.
@@ -37,7 +45,7 @@ pub struct SweepConfig {
     pub rate_step: f64,
     /// Highest rate tried.
     pub rate_max: f64,
-    /// Bisection steps after the crossing is bracketed.
+    /// Bisection steps after the crossing is bracketed (0: the papers' grid pair).
     pub refine: u32,
     /// Repetitions per point.
     pub reps: u32,
@@ -45,20 +53,46 @@ pub struct SweepConfig {
     pub duration_s: f64,
     /// PDR threshold defining capacity (0.01 = 1%).
     pub threshold: f64,
-    /// Generator threads (0: as many as proxy workers, at most 8, so that
-    /// SO_REUSEPORT proxies see as many flows as they have sockets).
+    /// Generator threads (0: automatic; reuseport: 4 per worker, 8..=64).
     pub gen_threads: usize,
-    /// CPU list for the proxy.
-    pub cpus: Option<String>,
+    /// Core counts for the proxy (each a process-wide CPU set).
+    pub cores: Vec<usize>,
+    /// CPUs the proxy's sets are taken from, in order (empty: every CPU the
+    /// lab may use that is not a generator CPU).
+    pub proxy_cpus: Vec<usize>,
+    /// The generator's CPUs (empty: not pinned; runs are then flagged).
+    pub gen_cpus: Vec<usize>,
+    /// Receive model of ringway: `shared` or `reuseport`.
+    pub rx_model: String,
+    /// Datagrams per receive batch (ringway).
+    pub batch: usize,
     /// Proxy receive buffer request.
     pub rcvbuf: Option<usize>,
     /// Base RNG seed.
     pub seed: u64,
+    /// Repetitions per tuner candidate.
+    pub tune_reps: u32,
+}
+
+/// The CPUs the lab may use (its affinity), or 0..online.
+pub fn usable_cpus() -> Vec<usize> {
+    ringway_io::thread::affinity()
+        .unwrap_or_else(|_| (0..ringway_io::thread::online_cpus()).collect())
 }
 
 impl SweepConfig {
-    /// Check everything that can be checked before any run starts.
-    pub fn validate(&self, tools: &Tools) -> Result<Vec<Profile>, String> {
+    /// Check everything that can be checked before any run starts; returns
+    /// the modes (`tuned` as `None`).
+    pub fn validate(&self, tools: &Tools) -> Result<Vec<Option<Mode>>, String> {
+        self.validate_on(tools, &usable_cpus())
+    }
+
+    /// [`SweepConfig::validate`] for a machine whose usable CPUs are `usable`.
+    pub fn validate_on(
+        &self,
+        tools: &Tools,
+        usable: &[usize],
+    ) -> Result<Vec<Option<Mode>>, String> {
         if self.proxies.is_empty() {
             return Err("no proxy given (--proxy ringway,kamailio)".into());
         }
@@ -68,14 +102,32 @@ impl SweepConfig {
         if let Some(w) = self.workers.iter().find(|&&w| w == 0 || w > 256) {
             return Err(format!("worker count {w} out of range 1..=256"));
         }
-        if self.profiles.is_empty() {
-            return Err("empty scheduler profile list (--profiles)".into());
+        if self.modes.is_empty() {
+            return Err("empty scheduler mode list (--profiles)".into());
         }
-        let profiles = self
-            .profiles
+        let mut modes = Vec::new();
+        for (i, m) in self.modes.iter().enumerate() {
+            if m == TUNED {
+                if !self.modes[..i].iter().any(|b| b == "baseline") {
+                    return Err(
+                        "--profiles: tuned searches at the baseline crossing load: list baseline before tuned"
+                            .into(),
+                    );
+                }
+                modes.push(None);
+            } else {
+                modes.push(Some(mode_by_name(m)?));
+            }
+        }
+        let mut names: Vec<&str> = self
+            .modes
             .iter()
-            .map(|p| profile(p))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|m| m.rsplit('/').next().unwrap_or(m).trim_end_matches(".toml"))
+            .collect();
+        names.sort();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err("--profiles: a mode is listed twice".into());
+        }
         for (what, v) in [
             ("--rate-start", self.rate_start),
             ("--rate-step", self.rate_step),
@@ -94,6 +146,12 @@ impl SweepConfig {
         if self.reps == 0 || self.reps > 100 {
             return Err(format!("--reps must be in 1..=100 (got {})", self.reps));
         }
+        if self.tune_reps == 0 || self.tune_reps > 100 {
+            return Err(format!(
+                "--tune-reps must be in 1..=100 (got {})",
+                self.tune_reps
+            ));
+        }
         if self.refine > 20 {
             return Err("--refine must be at most 20".into());
         }
@@ -110,7 +168,51 @@ impl SweepConfig {
             ));
         }
         if self.gen_threads > 64 {
-            return Err("--gen-threads must be in 0..=64 (0: one per proxy worker)".into());
+            return Err("--gen-threads must be in 0..=64 (0: automatic)".into());
+        }
+        if !["shared", "reuseport"].contains(&self.rx_model.as_str()) {
+            return Err(format!(
+                "--rx-model must be shared or reuseport (got {})",
+                self.rx_model
+            ));
+        }
+        if !(1..=1024).contains(&self.batch) {
+            return Err(format!("--batch must be in 1..=1024 (got {})", self.batch));
+        }
+        // CPUs: generator CPUs exist and are usable, the proxy pool is
+        // disjoint from them, every core count fits.
+        if let Some(c) = self.gen_cpus.iter().find(|c| !usable.contains(c)) {
+            return Err(format!(
+                "--gen-cpus: CPU {c} is not one this machine lets the lab use ({})",
+                super::topology::cpu_list_text(usable)
+            ));
+        }
+        if let Some(c) = self.proxy_cpus.iter().find(|c| !usable.contains(c)) {
+            return Err(format!(
+                "--proxy-cpus: CPU {c} is not one this machine lets the lab use ({})",
+                super::topology::cpu_list_text(usable)
+            ));
+        }
+        if let Some(c) = self.proxy_cpus.iter().find(|c| self.gen_cpus.contains(c)) {
+            return Err(format!(
+                "--gen-cpus overlaps the proxy's CPUs (CPU {c}): the generator must run on other CPUs"
+            ));
+        }
+        if self.cores.is_empty() {
+            return Err("empty core list (--cores)".into());
+        }
+        let pool = self.pool(usable);
+        if let Some(&c) = self.cores.iter().find(|&&c| c == 0 || c > pool.len()) {
+            return Err(format!(
+                "--cores {c}: the proxy can have 1..={} CPUs here ({} usable CPU(s){}); larger core counts need a larger machine",
+                pool.len(),
+                usable.len(),
+                if self.gen_cpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} kept for the generator by --gen-cpus", self.gen_cpus.len())
+                }
+            ));
         }
         if self.rate_start * self.duration_s < 1.0 {
             return Err(format!(
@@ -130,7 +232,7 @@ impl SweepConfig {
         let runs = self.max_runs();
         if runs > MAX_RUNS {
             return Err(format!(
-                "sweep could take up to {runs} runs (limit {MAX_RUNS}): fewer rates, workers or reps"
+                "sweep could take up to {runs} runs (limit {MAX_RUNS}): fewer rates, workers, cores or reps"
             ));
         }
         if self.proxies.contains(&ProxyKind::Kamailio) && !is_executable(&tools.kamailio) {
@@ -157,18 +259,60 @@ impl SweepConfig {
                 self.mode
             ));
         }
-        Ok(profiles)
+        Ok(modes)
     }
 
-    /// Upper bound of the number of runs.
+    /// The CPUs proxy sets are taken from, in order.
+    pub fn pool(&self, usable: &[usize]) -> Vec<usize> {
+        if self.proxy_cpus.is_empty() {
+            usable
+                .iter()
+                .copied()
+                .filter(|c| !self.gen_cpus.contains(c))
+                .collect()
+        } else {
+            self.proxy_cpus.clone()
+        }
+    }
+
+    /// Generator threads for `workers` proxy workers.
+    pub fn gen_threads_for(&self, workers: usize) -> usize {
+        if self.gen_threads > 0 {
+            self.gen_threads
+        } else if self.rx_model == "reuseport" {
+            // Enough flows that every SO_REUSEPORT socket is hashed some
+            // traffic (expected idle workers N·e^-4 ≈ 2% of N).
+            (4 * workers).clamp(8, 64)
+        } else {
+            2
+        }
+    }
+
+    /// Upper bound of the number of runs (the tuner's counted per tuned point).
     pub fn max_runs(&self) -> usize {
         let steps = ((self.rate_max - self.rate_start) / self.rate_step).floor() as usize + 1;
-        (steps + self.refine as usize)
-            * self.reps as usize
-            * self.workers.len()
-            * self.proxies.len()
-            * self.profiles.len()
+        let per_mode = (steps + self.refine as usize) * self.reps as usize;
+        let tuned = self.modes.iter().filter(|m| *m == TUNED).count();
+        // Per mode: its search, and its repetitions at the baseline
+        // crossing load when its own search did not reach it.
+        let per_point = (per_mode + self.reps as usize) * self.modes.len()
+            + tuned * tune::MAX_CANDIDATES * self.tune_reps as usize;
+        per_point * self.workers.len() * self.proxies.len() * self.cores.len()
     }
+}
+
+/// The seed of a run: differs per point (workers, cores, rate) and rep,
+/// is the same for every mode and proxy (paired comparisons).
+pub fn seed_for(base: u64, workers: usize, cores: usize, rate: f64, rep: u32) -> u64 {
+    let mut x = base
+        ^ (workers as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (cores as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+        ^ ((rate * 1000.0) as u64).wrapping_mul(0x1656_67B1_9E37_79F9)
+        ^ (rep as u64).wrapping_mul(0x27D4_EB2F_1656_67C5);
+    // splitmix64 finaliser.
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -176,15 +320,19 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Result of the capacity search of one configuration.
+/// Result of the capacity search of one (proxy, cores, workers, mode).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Capacity {
-    /// Configuration label.
+    /// Configuration label (as [`RunSpec::config_label`]).
     pub config: String,
     /// Proxy.
     pub proxy: ProxyKind,
-    /// Scheduler profile.
+    /// Scheduler mode.
     pub profile: String,
+    /// Cores.
+    pub cores: usize,
+    /// Sockets of the proxy's CPU set.
+    pub sockets: usize,
     /// Workers.
     pub workers: usize,
     /// Highest rate (calls/s) whose mean PDR stayed under the threshold; None if none did.
@@ -193,8 +341,10 @@ pub struct Capacity {
     pub below: Option<(f64, f64)>,
     /// The probe just over the crossing (rate, mean PDR).
     pub above: Option<(f64, f64)>,
-    /// Every probe (rate, mean PDR; None when all reps failed).
+    /// Every probe (rate, mean PDR; None when no valid run).
     pub probes: Vec<(f64, Option<f64>)>,
+    /// Every probe with each repetition's PDR (None: that run failed or was flagged).
+    pub rep_pdrs: Vec<(f64, Vec<Option<f64>>)>,
     /// True when the highest rate tried stayed under the threshold (capacity is a lower bound).
     pub censored: bool,
 }
@@ -226,6 +376,7 @@ pub fn find_capacity(
     let mut below: Option<(f64, f64)> = None;
     let mut above: Option<(f64, f64)> = None;
     let mut i = 0u64;
+    let mut without_data = 0;
     loop {
         let r = start + step * i as f64;
         if r > max + 1e-9 {
@@ -235,12 +386,23 @@ pub fn find_capacity(
         let p = probe(r);
         probes.push((r, p));
         match p {
-            Some(p) if p < threshold => below = Some((r, p)),
+            Some(p) if p < threshold => {
+                below = Some((r, p));
+                without_data = 0;
+            }
             Some(p) => {
                 above = Some((r, p));
                 break;
             }
-            None => {}
+            None => {
+                // Two rates in a row without a valid run (the generator
+                // cannot offer more, or the proxy does not start): higher
+                // rates will not do better.
+                without_data += 1;
+                if without_data >= MAX_POINTS_WITHOUT_DATA {
+                    break;
+                }
+            }
         }
     }
     if let Some(mut hi) = above {
@@ -325,16 +487,6 @@ impl Store {
     }
 }
 
-/// Mean PDR of the successful runs of a point; `None` if all failed.
-pub fn point_pdr(runs: &[&RunRecord]) -> Option<f64> {
-    let ok: Vec<f64> = runs
-        .iter()
-        .filter(|r| r.error.is_none())
-        .map(|r| r.pdr)
-        .collect();
-    (!ok.is_empty()).then(|| mean_ci(&ok).mean)
-}
-
 /// How a sweep reports progress.
 pub trait SweepProgress {
     /// A run is about to start (`done` of at most `planned`).
@@ -343,102 +495,262 @@ pub trait SweepProgress {
     fn finished(&mut self, rec: &RunRecord, resumed: bool);
 }
 
-/// Run (or resume) the sweep; returns the capacities, one per configuration × workers.
+/// Mean PDR of the valid runs of a point; `None` if none is valid.
+pub fn point_pdr(runs: &[&RunRecord]) -> Option<f64> {
+    let ok: Vec<f64> = runs.iter().filter(|r| r.valid()).map(|r| r.pdr).collect();
+    (!ok.is_empty()).then(|| mean_ci(&ok).mean)
+}
+
+/// Everything a sweep produced.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SweepOutcome {
+    /// Capacities, one per (proxy, cores, workers, mode).
+    pub caps: Vec<Capacity>,
+    /// Tuner searches (one per tuned point).
+    pub tunes: Vec<TuneResult>,
+}
+
+/// Runs of one sweep: the store, the runner, progress and accounting.
+pub struct Runs<'a> {
+    /// Results file.
+    pub store: &'a mut Store,
+    /// Progress output.
+    pub progress: &'a mut dyn SweepProgress,
+    /// Runs one spec.
+    pub runner: &'a mut dyn FnMut(&RunSpec, &Tools) -> RunRecord,
+    /// Planned runs (upper bound).
+    pub planned: usize,
+    done: usize,
+    run_time: f64,
+    run_count: usize,
+    /// First error appending to the store.
+    pub err: Option<anyhow::Error>,
+}
+
+impl<'a> Runs<'a> {
+    /// Runs against `store`.
+    pub fn new(
+        store: &'a mut Store,
+        progress: &'a mut dyn SweepProgress,
+        runner: &'a mut dyn FnMut(&RunSpec, &Tools) -> RunRecord,
+        planned: usize,
+    ) -> Self {
+        Runs {
+            store,
+            progress,
+            runner,
+            planned,
+            done: 0,
+            run_time: 0.0,
+            run_count: 0,
+            err: None,
+        }
+    }
+
+    /// The record of `spec`: from the store if it is there, else run now.
+    pub fn get(&mut self, spec: &RunSpec, tools: &Tools) -> RunRecord {
+        if let Some(r) = self.store.get(&spec.key()) {
+            self.progress.finished(r, true);
+            self.done += 1;
+            return r.clone();
+        }
+        let eta = (self.run_count > 0).then(|| {
+            self.run_time / self.run_count as f64 * self.planned.saturating_sub(self.done) as f64
+        });
+        self.progress.starting(spec, self.done, self.planned, eta);
+        let r = (self.runner)(spec, tools);
+        self.run_time += r.wall_s;
+        self.run_count += 1;
+        self.done += 1;
+        self.progress.finished(&r, false);
+        if let Err(e) = self.store.add(r.clone()) {
+            self.err.get_or_insert(e);
+        }
+        r
+    }
+}
+
+/// The spec of one run of the sweep.
+#[allow(clippy::too_many_arguments)]
+pub fn spec_for(
+    cfg: &SweepConfig,
+    proxy: ProxyKind,
+    cores: usize,
+    workers: usize,
+    sched: &str,
+    knobs: super::mode::Knobs,
+    rate: f64,
+    rep: u32,
+    seed: u64,
+) -> RunSpec {
+    let pool = cfg.pool(&usable_cpus());
+    RunSpec {
+        proxy,
+        mode: if proxy == ProxyKind::Kamailio {
+            "stateless".into()
+        } else {
+            cfg.mode.clone()
+        },
+        workers,
+        backend: cfg.backend,
+        sched: sched.to_string(),
+        knobs,
+        cores,
+        proxy_cpus: pool.iter().take(cores).copied().collect(),
+        gen_cpus: cfg.gen_cpus.clone(),
+        rx_model: cfg.rx_model.clone(),
+        batch: cfg.batch,
+        rate,
+        duration_s: cfg.duration_s,
+        rep,
+        seed,
+        gen_threads: cfg.gen_threads_for(workers),
+        rcvbuf: cfg.rcvbuf,
+    }
+}
+
+/// Capacity search of one (proxy, cores, workers, mode).
+#[allow(clippy::too_many_arguments)]
+pub fn capacity_of(
+    cfg: &SweepConfig,
+    tools: &Tools,
+    runs: &mut Runs<'_>,
+    proxy: ProxyKind,
+    cores: usize,
+    workers: usize,
+    sched: &str,
+    knobs: &super::mode::Knobs,
+) -> Capacity {
+    let mut rep_pdrs = Vec::new();
+    let mut label = String::new();
+    let Search {
+        below,
+        above,
+        probes,
+    } = find_capacity(
+        cfg.rate_start,
+        cfg.rate_step,
+        cfg.rate_max,
+        cfg.refine,
+        cfg.threshold,
+        |rate| {
+            let mut recs = Vec::new();
+            for rep in 0..cfg.reps {
+                let seed = seed_for(cfg.seed, workers, cores, rate, rep);
+                let spec = spec_for(
+                    cfg,
+                    proxy,
+                    cores,
+                    workers,
+                    sched,
+                    knobs.clone(),
+                    rate,
+                    rep,
+                    seed,
+                );
+                label = spec.config_label();
+                recs.push(runs.get(&spec, tools));
+            }
+            rep_pdrs.push((
+                rate,
+                recs.iter().map(|r| r.valid().then_some(r.pdr)).collect(),
+            ));
+            let refs: Vec<&RunRecord> = recs.iter().collect();
+            point_pdr(&refs)
+        },
+    );
+    Capacity {
+        config: label,
+        proxy,
+        profile: sched.to_string(),
+        cores,
+        sockets: super::topology::detect(&cfg.pool(&usable_cpus())[..cores]).sockets,
+        workers,
+        capacity_cps: below.map(|b| b.0),
+        below,
+        above,
+        censored: above.is_none() && below.is_some(),
+        probes,
+        rep_pdrs,
+    }
+}
+
+/// Run (or resume) the sweep: capacities per (proxy, cores, workers, mode)
+/// and the tuner searches of the `tuned` mode.
 pub fn run_sweep(
     cfg: &SweepConfig,
     tools: &Tools,
     store: &mut Store,
     progress: &mut dyn SweepProgress,
     mut runner: impl FnMut(&RunSpec, &Tools) -> RunRecord,
-) -> anyhow::Result<Vec<Capacity>> {
-    let profiles = cfg.validate(tools).map_err(anyhow::Error::msg)?;
-    let planned = cfg.max_runs();
-    let mut done = 0usize;
-    let mut run_time = 0.0f64;
-    let mut run_count = 0usize;
-    let mut caps = Vec::new();
+) -> anyhow::Result<SweepOutcome> {
+    let modes = cfg.validate(tools).map_err(anyhow::Error::msg)?;
+    let mut runs = Runs::new(store, progress, &mut runner, cfg.max_runs());
+    let mut out = SweepOutcome::default();
     for &proxy in &cfg.proxies {
-        for prof in &profiles {
+        for &cores in &cfg.cores {
             for &workers in &cfg.workers {
-                let label = config_label(proxy, &cfg.mode, cfg.backend, &prof.name);
-                let mut err: Option<anyhow::Error> = None;
-                let Search {
-                    below,
-                    above,
-                    probes,
-                } = find_capacity(
-                    cfg.rate_start,
-                    cfg.rate_step,
-                    cfg.rate_max,
-                    cfg.refine,
-                    cfg.threshold,
-                    |rate| {
-                        let mut recs = Vec::new();
-                        for rep in 0..cfg.reps {
-                            let spec = RunSpec {
-                                proxy,
-                                mode: if proxy == ProxyKind::Kamailio {
-                                    "stateless".into()
-                                } else {
-                                    cfg.mode.clone()
-                                },
-                                workers,
-                                backend: cfg.backend,
-                                profile: prof.clone(),
-                                cpus: cfg.cpus.clone(),
-                                rate,
-                                duration_s: cfg.duration_s,
-                                rep,
-                                seed: cfg.seed.wrapping_add(rep as u64 * 1000 + rate as u64),
-                                gen_threads: if cfg.gen_threads == 0 {
-                                    workers.clamp(1, 8)
-                                } else {
-                                    cfg.gen_threads
-                                },
-                                rcvbuf: cfg.rcvbuf,
-                            };
-                            let key = spec.key();
-                            if let Some(r) = store.get(&key) {
-                                progress.finished(r, true);
-                                recs.push(r.clone());
-                                done += 1;
+                let mut baseline: Option<(Capacity, super::mode::Knobs)> = None;
+                for (name, mode) in cfg.modes.iter().zip(&modes) {
+                    let (sched, knobs) = match mode {
+                        Some(m) => (m.name.clone(), m.resolve(cores, workers)),
+                        None => {
+                            let Some((bcap, bknobs)) = &baseline else {
                                 continue;
+                            };
+                            // The baseline crossing load: the first rate over
+                            // the threshold (else the highest under it).
+                            let Some(rate) = bcap.above.or(bcap.below).map(|p| p.0) else {
+                                eprintln!("tuned: no baseline run succeeded for {proxy:?} c{cores} w{workers}; skipped");
+                                continue;
+                            };
+                            let t = tune::search(
+                                cfg, tools, &mut runs, proxy, cores, workers, rate, bknobs,
+                            );
+                            let knobs = t.pick_knobs();
+                            out.tunes.push(t);
+                            match knobs {
+                                Some(k) => (TUNED.to_string(), k),
+                                None => continue,
                             }
-                            let eta = (run_count > 0)
-                                .then(|| run_time / run_count as f64 * (planned - done) as f64);
-                            progress.starting(&spec, done, planned, eta);
-                            let r = runner(&spec, tools);
-                            run_time += r.wall_s;
-                            run_count += 1;
-                            done += 1;
-                            progress.finished(&r, false);
-                            if let Err(e) = store.add(r.clone()) {
-                                err.get_or_insert(e);
-                            }
-                            recs.push(r);
                         }
-                        let refs: Vec<&RunRecord> = recs.iter().collect();
-                        point_pdr(&refs)
-                    },
-                );
-                if let Some(e) = err {
-                    return Err(e.context("cannot append to runs.jsonl"));
+                    };
+                    let cap =
+                        capacity_of(cfg, tools, &mut runs, proxy, cores, workers, &sched, &knobs);
+                    if name == "baseline" {
+                        baseline = Some((cap.clone(), knobs.clone()));
+                    } else if let Some(rate) = baseline.as_ref().and_then(|b| b.0.above) {
+                        // Tables III/VI/IX compare at the baseline crossing
+                        // load: measure this mode there too if its own
+                        // search did not.
+                        let rate = rate.0;
+                        if !cap.probes.iter().any(|p| p.0 == rate) {
+                            for rep in 0..cfg.reps {
+                                let seed = seed_for(cfg.seed, workers, cores, rate, rep);
+                                let spec = spec_for(
+                                    cfg,
+                                    proxy,
+                                    cores,
+                                    workers,
+                                    &sched,
+                                    knobs.clone(),
+                                    rate,
+                                    rep,
+                                    seed,
+                                );
+                                runs.get(&spec, tools);
+                            }
+                        }
+                    }
+                    out.caps.push(cap);
+                    if let Some(e) = runs.err.take() {
+                        return Err(e.context("cannot append to runs.jsonl"));
+                    }
                 }
-                caps.push(Capacity {
-                    config: label,
-                    proxy,
-                    profile: prof.name.clone(),
-                    workers,
-                    capacity_cps: below.map(|b| b.0),
-                    below,
-                    above,
-                    censored: above.is_none() && below.is_some(),
-                    probes,
-                });
             }
         }
     }
-    Ok(caps)
+    Ok(out)
 }
 
 /// Text progress bar with ETA for stderr.
@@ -459,14 +771,19 @@ impl SweepProgress for BarProgress {
         let fill = ((frac * w as f64) as usize).min(w);
         let eta = eta_s.map_or("?".to_string(), |s| format!("≤{:.0}s", s));
         eprintln!(
-            "[{}{}] {done}/{planned} max  elapsed {:.0}s ETA {eta}  {} w={} rate={} rep={}",
+            "[{}{}] {done}/{planned} max  elapsed {:.0}s ETA {eta}  {} w={} rate={} rep={}{}",
             "#".repeat(fill),
             "-".repeat(w - fill),
             self.t0.elapsed().as_secs_f64(),
             spec.config_label(),
             spec.workers,
             spec.rate,
-            spec.rep
+            spec.rep,
+            if spec.knobs.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", spec.knobs.describe())
+            }
         );
     }
     fn finished(&mut self, r: &RunRecord, resumed: bool) {
@@ -474,12 +791,17 @@ impl SweepProgress for BarProgress {
         match &r.error {
             Some(e) => eprintln!("    run failed{tag}: {e}"),
             None => eprintln!(
-                "    PDR {:.4}% failed calls {:.3}% calls {}/{} proxy cpu {:.2}s{tag}",
+                "    PDR {:.4}% failed calls {:.3}% calls {}/{} proxy cpu {:.2}s{}{tag}",
                 100.0 * r.pdr,
                 100.0 * r.failed_ratio,
                 r.succeeded,
                 r.attempted,
-                r.proxy_cpu_s
+                r.proxy_cpu_s,
+                if r.flags.is_empty() {
+                    String::new()
+                } else {
+                    format!(" FLAGGED: {}", r.flags.join("; "))
+                }
             ),
         }
     }
@@ -493,6 +815,218 @@ pub fn isolated_runner(spec: &RunSpec, tools: &Tools) -> RunRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tools() -> Tools {
+        Tools {
+            ringway: "/bin/sh".into(),
+            kamailio: "/bin/sh".into(),
+            kamailio_cfg: "/etc/hostname".into(),
+            work_dir: "/tmp".into(),
+            state_file: "/tmp/x.json".into(),
+        }
+    }
+
+    fn cfg() -> SweepConfig {
+        SweepConfig {
+            proxies: vec![ProxyKind::Ringway],
+            workers: vec![2],
+            modes: vec!["default".into(), "baseline".into(), "enhanced".into()],
+            mode: "stateless".into(),
+            backend: BackendKind::Mmsg,
+            rate_start: 200.0,
+            rate_step: 200.0,
+            rate_max: 1000.0,
+            refine: 0,
+            reps: 2,
+            duration_s: 2.0,
+            threshold: 0.01,
+            gen_threads: 0,
+            cores: vec![1],
+            proxy_cpus: Vec::new(),
+            gen_cpus: vec![1],
+            rx_model: "shared".into(),
+            batch: 32,
+            rcvbuf: None,
+            seed: 1,
+            tune_reps: 2,
+        }
+    }
+
+    #[test]
+    fn impossible_combinations_are_rejected_before_anything_runs() {
+        let two = [0, 1];
+        let ok = cfg();
+        assert_eq!(ok.validate_on(&tools(), &two).unwrap().len(), 3);
+        assert_eq!(ok.pool(&two), vec![0]);
+        let bad = |f: &dyn Fn(&mut SweepConfig), want: &str, usable: &[usize]| {
+            let mut c = cfg();
+            f(&mut c);
+            let e = c.validate_on(&tools(), usable).unwrap_err();
+            assert!(e.contains(want), "expected {want:?} in {e:?}");
+        };
+        // With the generator on CPU 1 a 2-CPU machine leaves the proxy one.
+        bad(
+            &|c| c.cores = vec![1, 2],
+            "--cores 2: the proxy can have 1..=1",
+            &two,
+        );
+        bad(&|c| c.cores = vec![0], "--cores 0", &two);
+        bad(&|c| c.gen_cpus = vec![5], "--gen-cpus: CPU 5", &two);
+        bad(
+            &|c| c.proxy_cpus = vec![1],
+            "--gen-cpus overlaps the proxy's CPUs (CPU 1)",
+            &two,
+        );
+        bad(
+            &|c| c.modes = vec!["tuned".into()],
+            "list baseline before tuned",
+            &two,
+        );
+        bad(
+            &|c| c.modes = vec!["default".into(), "default".into()],
+            "listed twice",
+            &two,
+        );
+        bad(
+            &|c| c.modes = vec!["turbo".into()],
+            "unknown scheduler profile",
+            &two,
+        );
+        bad(&|c| c.rx_model = "mmap".into(), "--rx-model", &two);
+        bad(&|c| c.batch = 0, "--batch", &two);
+        bad(&|c| c.tune_reps = 0, "--tune-reps", &two);
+        // A mode file with an unknown key.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.toml");
+        std::fs::write(&f, "name = \"m\"\n[knobs]\nsched_latency_ns = 1\n").unwrap();
+        let name = f.display().to_string();
+        bad(&|c| c.modes = vec![name.clone()], "sched_latency_ns", &two);
+        // On a 6-CPU machine 4 cores fit next to one generator CPU.
+        let mut c = cfg();
+        c.cores = vec![1, 2, 4];
+        c.gen_cpus = vec![5];
+        assert!(c.validate_on(&tools(), &[0, 1, 2, 3, 4, 5]).is_ok());
+        assert_eq!(c.pool(&[0, 1, 2, 3, 4, 5]), vec![0, 1, 2, 3, 4]);
+    }
+
+    struct Quiet;
+    impl SweepProgress for Quiet {
+        fn starting(&mut self, _: &RunSpec, _: usize, _: usize, _: Option<f64>) {}
+        fn finished(&mut self, _: &RunRecord, _: bool) {}
+    }
+
+    #[test]
+    fn every_mode_is_measured_at_the_baseline_crossing_and_the_tuner_uses_its_own_seeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let mut c = cfg();
+        c.modes = vec!["baseline".into(), "enhanced".into(), TUNED.into()];
+        c.rate_max = 2000.0;
+        c.gen_cpus = vec![*usable_cpus().last().unwrap()];
+        // Synthetic PDR: baseline crosses at 800, enhanced already at 400;
+        // tuner candidates with a larger slice do better.
+        let mut runner = |s: &RunSpec, _: &Tools| {
+            let cap = match s.sched.as_str() {
+                "baseline" => 700.0,
+                "enhanced" => 300.0,
+                _ => 300.0 + s.knobs.slice_us.unwrap_or(0) as f64,
+            };
+            let mut r = RunRecord::empty(s);
+            r.pdr = if s.rate <= cap { 0.0 } else { 0.05 };
+            r
+        };
+        let out = run_sweep(&c, &tools(), &mut store, &mut Quiet, &mut runner).unwrap();
+        let cap = |m: &str| out.caps.iter().find(|c| c.profile == m).unwrap();
+        assert_eq!(cap("baseline").above.unwrap().0, 800.0);
+        assert_eq!(cap("enhanced").above.unwrap().0, 400.0);
+        let recs: Vec<&RunRecord> = store.records().collect();
+        // Enhanced also ran (both reps) at baseline's crossing load, 800.
+        let at = |m: &str, rate: f64| {
+            recs.iter()
+                .filter(|r| r.spec.sched == m && r.spec.rate == rate)
+                .count()
+        };
+        assert_eq!(at("enhanced", 800.0), 2);
+        // The tuner searched at 800 with seeds of its own, picked the first
+        // candidate without drops (slice 1000 µs; 3000 ties, K_rcv unknown),
+        // and the pick was swept with the sweep's seeds.
+        let t = &out.tunes[0];
+        assert_eq!(t.rate, 800.0);
+        let pick = &t.rows[t.pick.unwrap()];
+        assert_eq!(pick.knobs.slice_us, Some(1000));
+        let sweep_seeds: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.spec.sched == "baseline")
+            .map(|r| r.spec.seed)
+            .collect();
+        assert!(recs
+            .iter()
+            .filter(|r| r.spec.sched.starts_with("tune:"))
+            .all(|r| !sweep_seeds.contains(&r.spec.seed)));
+        let tuned_800: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.spec.sched == TUNED && r.spec.rate == 800.0)
+            .map(|r| r.spec.seed)
+            .collect();
+        let base_800: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.spec.sched == "baseline" && r.spec.rate == 800.0)
+            .map(|r| r.spec.seed)
+            .collect();
+        assert_eq!(tuned_800.len(), 2);
+        assert!(
+            tuned_800.iter().all(|s| base_800.contains(s)),
+            "paired seeds"
+        );
+        assert!(cap(TUNED).capacity_cps.unwrap() > cap("baseline").capacity_cps.unwrap());
+    }
+
+    #[test]
+    fn seeds_differ_per_point_and_rep_and_not_per_mode() {
+        let s = seed_for(1, 2, 1, 400.0, 0);
+        assert_eq!(s, seed_for(1, 2, 1, 400.0, 0));
+        let others = [
+            seed_for(1, 4, 1, 400.0, 0),
+            seed_for(1, 2, 2, 400.0, 0),
+            seed_for(1, 2, 1, 600.0, 0),
+            seed_for(1, 2, 1, 400.0, 1),
+            seed_for(2, 2, 1, 400.0, 0),
+        ];
+        assert!(others.iter().all(|&o| o != s));
+        // The old rule base + rep·1000 + rate made rep 1 at 200 cps equal to
+        // rep 0 at 1200 cps.
+        assert_ne!(seed_for(1, 2, 1, 200.0, 1), seed_for(1, 2, 1, 1200.0, 0));
+        // The spec of every mode at a point gets the same seed.
+        let c = cfg();
+        let a = spec_for(
+            &c,
+            ProxyKind::Ringway,
+            1,
+            2,
+            "baseline",
+            Default::default(),
+            400.0,
+            0,
+            s,
+        );
+        let b = spec_for(
+            &c,
+            ProxyKind::Kamailio,
+            1,
+            2,
+            "enhanced",
+            Default::default(),
+            400.0,
+            0,
+            s,
+        );
+        assert_eq!(a.seed, b.seed);
+        assert_eq!(a.gen_threads, 2);
+        let mut r = cfg();
+        r.rx_model = "reuseport".into();
+        assert_eq!(r.gen_threads_for(2), 8);
+        assert_eq!(r.gen_threads_for(16), 64);
+    }
 
     fn synthetic(cap: f64) -> impl FnMut(f64) -> Option<f64> {
         // PDR 0 below capacity, growing linearly above it.
@@ -552,5 +1086,16 @@ mod tests {
         assert_eq!(above.unwrap().0, 800.0);
         assert_eq!(probes[1], (400.0, None));
         assert_eq!(calls, 4);
+        // Two rates in a row without data end the step-up.
+        let Search {
+            below,
+            above,
+            probes,
+        } = find_capacity(200.0, 200.0, 2000.0, 0, 0.01, |r| {
+            (r < 500.0).then_some(0.0)
+        });
+        assert_eq!(below.unwrap().0, 400.0);
+        assert!(above.is_none());
+        assert_eq!(probes.len(), 4, "{probes:?}");
     }
 }

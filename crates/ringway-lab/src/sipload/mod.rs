@@ -313,12 +313,21 @@ pub struct LoadSummary {
     pub elapsed_s: f64,
     /// Time during which calls were started (s).
     pub start_phase_s: f64,
+    /// Calls the arrival schedule had due during the start phase (started
+    /// or not): attempted / scheduled < 1 means the generator fell behind.
+    #[serde(default)]
+    pub scheduled: u64,
+    /// Mean delay of a call start behind its scheduled time (µs).
+    #[serde(default)]
+    pub start_lag_mean_us: f64,
     /// attempted / start_phase_s.
     pub achieved_cps: f64,
     /// Datagrams sent (all).
     pub msgs_sent: u64,
     /// Datagrams sent to the proxy address.
     pub msgs_to_proxy: u64,
+    /// Of those, call-setup messages (INVITE, 180, 200 to INVITE, ACK).
+    pub setup_to_proxy: u64,
     /// Datagrams received.
     pub msgs_received: u64,
     /// Received datagrams that were not understood (or not ours).
@@ -432,6 +441,9 @@ pub(crate) struct WorkerResult {
     pub calls: CallStats,
     pub msgs_sent: u64,
     pub msgs_to_proxy: u64,
+    pub setup_to_proxy: u64,
+    pub scheduled: u64,
+    pub start_lag_sum_ns: u64,
     pub msgs_received: u64,
     pub send_errors: u64,
     pub rx_dropped: u64,
@@ -503,11 +515,15 @@ pub fn run(
     let mut calls = CallStats::default();
     let mut last_start = t0;
     let mut finished = t0;
+    let mut lag_sum_ns = 0u64;
     for r in results {
         let r = r?;
         calls.merge(&r.calls);
         sum.msgs_sent += r.msgs_sent;
         sum.msgs_to_proxy += r.msgs_to_proxy;
+        sum.setup_to_proxy += r.setup_to_proxy;
+        sum.scheduled += r.scheduled;
+        lag_sum_ns += r.start_lag_sum_ns;
         sum.msgs_received += r.msgs_received;
         sum.send_errors += r.send_errors;
         sum.rx_dropped += r.rx_dropped;
@@ -523,6 +539,11 @@ pub fn run(
         finished = finished.max(r.finished);
     }
     sum.attempted = calls.attempted;
+    sum.start_lag_mean_us = if sum.attempted > 0 {
+        lag_sum_ns as f64 / 1e3 / sum.attempted as f64
+    } else {
+        0.0
+    };
     sum.succeeded = calls.succeeded;
     sum.failed_total = calls.failed_total();
     sum.failed = calls.failed;

@@ -33,6 +33,8 @@ pub(crate) struct SendQueue {
     pub msgs_sent: u64,
     /// Datagrams queued for the proxy address.
     pub msgs_to_proxy: u64,
+    /// Of those, call-setup messages (INVITE, 180, 200 to INVITE, ACK).
+    pub setup_to_proxy: u64,
 }
 
 impl SendQueue {
@@ -46,6 +48,7 @@ impl SendQueue {
             proxy,
             msgs_sent: 0,
             msgs_to_proxy: 0,
+            setup_to_proxy: 0,
         }
     }
 
@@ -87,6 +90,15 @@ impl SendQueue {
         self.msgs_sent += 1;
         if Some(dst) == self.proxy {
             self.msgs_to_proxy += 1;
+            if matches!(
+                kind,
+                MessageKind::Invite
+                    | MessageKind::Provisional
+                    | MessageKind::InviteOk
+                    | MessageKind::Ack
+            ) {
+                self.setup_to_proxy += 1;
+            }
         }
     }
 

@@ -147,6 +147,10 @@ impl Worker {
         let mut last_start = t0;
         let mut starting = self.quota > 0;
         let mut hard_deadline = u64::MAX;
+        // Calls the schedule had due by the end of the start phase, and how
+        // late the started ones went out (the generator falling behind).
+        let mut scheduled = 0u64;
+        let mut lag_sum_ns = 0u64;
         loop {
             let now = now_ns();
             // Received datagrams carry CLOCK_REALTIME stamps; this offset
@@ -158,6 +162,14 @@ impl Worker {
                     || self.live.stop.load(Ordering::Relaxed))
             {
                 starting = false;
+                // Arrivals scheduled before the end that never started.
+                let stop_at = now.min(end_start);
+                let mut missed = 0u64;
+                while next_start < stop_at && started + missed < self.quota {
+                    missed += 1;
+                    next_start += self.arrivals.next_gap_ns();
+                }
+                scheduled = started + missed;
             }
             if !starting && hard_deadline == u64::MAX {
                 hard_deadline = now + self.hold + 64 * self.t1 + 2 * self.t2;
@@ -165,6 +177,7 @@ impl Worker {
             let mut due = 0u64;
             while starting && next_start <= now && started + due < self.quota && due < START_BURST {
                 due += 1;
+                lag_sum_ns += now - next_start;
                 next_start += self.arrivals.next_gap_ns();
             }
             let (gen, queue, io) = (&mut self.gen, &mut self.queue, &mut *self.io);
@@ -227,6 +240,9 @@ impl Worker {
             calls: self.gen.into_stats(),
             msgs_sent: self.queue.msgs_sent,
             msgs_to_proxy: self.queue.msgs_to_proxy,
+            setup_to_proxy: self.queue.setup_to_proxy,
+            scheduled: scheduled.max(started),
+            start_lag_sum_ns: lag_sum_ns,
             msgs_received: self.msgs_received,
             send_errors: st.tx_errors,
             rx_dropped: st.rx_dropped,

@@ -435,6 +435,8 @@ pub struct Snapshot {
     pub stale_threads: usize,
     /// The shared location store (`None`: in memory).
     pub location: Option<LocationSnapshot>,
+    /// Datagrams received per worker (index = worker).
+    pub per_worker_in: Vec<u64>,
 }
 
 /// A running SIP server.
@@ -787,11 +789,13 @@ fn snapshot(shared: &Shared) -> Snapshot {
     let mut socket_drops = 0u64;
     let mut stale_threads = 0;
     let workers = shared.config.workers;
+    let mut per_worker_in = Vec::with_capacity(workers);
     for (i, slot) in shared.slots.iter().enumerate() {
         let p = lock(&slot.published);
         stale_threads += usize::from(p.generation < generation);
         merged.merge(&p.metrics);
         if i < workers {
+            per_worker_in.push(p.metrics.msgs_in);
             socket_drops = match shared.config.rx_model {
                 RxModel::Shared => socket_drops.max(p.metrics.socket_rx_dropped),
                 RxModel::Reuseport => socket_drops + p.metrics.socket_rx_dropped,
@@ -821,5 +825,6 @@ fn snapshot(shared: &Shared) -> Snapshot {
                 latency,
             }
         }),
+        per_worker_in,
     }
 }

@@ -224,6 +224,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
             Latency::KRcv => "Kernel RX timestamp to application receive.",
             Latency::TSip => "Processing time inside the proxy core.",
             Latency::KSnd => "Application send to kernel TX timestamp (sampled).",
+            Latency::Wait => "Wait in the receive batch before and after processing.",
         };
         for (label, t) in m.types() {
             p.histogram(&name, help, &[("type", label.as_str())], t.histogram(lat));

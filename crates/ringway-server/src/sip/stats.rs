@@ -18,11 +18,17 @@ pub enum Latency {
     TSip,
     /// Application hand-off to the kernel TX stamp (sampled).
     KSnd,
+    /// Wait in the batch: from the receive call's return to the start of
+    /// this datagram's `handle()`, plus from its end to the send call that
+    /// hands its output to the kernel (the datagrams processed before and
+    /// after it in the same batch). K_rcv + wait + T_sip + K_snd is the
+    /// whole stay of a forwarded message.
+    Wait,
 }
 
 impl Latency {
     /// All three, in report order.
-    pub const ALL: [Latency; 3] = [Latency::KRcv, Latency::TSip, Latency::KSnd];
+    pub const ALL: [Latency; 4] = [Latency::KRcv, Latency::Wait, Latency::TSip, Latency::KSnd];
 
     /// Name used in JSON keys and Prometheus metric names.
     pub fn name(self) -> &'static str {
@@ -30,6 +36,7 @@ impl Latency {
             Latency::KRcv => "k_rcv",
             Latency::TSip => "t_sip",
             Latency::KSnd => "k_snd",
+            Latency::Wait => "wait_batch",
         }
     }
 }
@@ -58,6 +65,7 @@ pub struct TypeStats {
     k_rcv: Histogram<u64>,
     t_sip: Histogram<u64>,
     k_snd: Histogram<u64>,
+    wait: Histogram<u64>,
 }
 
 impl Default for TypeStats {
@@ -73,6 +81,7 @@ impl Default for TypeStats {
             k_rcv: latency_histogram(),
             t_sip: latency_histogram(),
             k_snd: latency_histogram(),
+            wait: latency_histogram(),
         }
     }
 }
@@ -84,6 +93,7 @@ impl TypeStats {
             Latency::KRcv => &self.k_rcv,
             Latency::TSip => &self.t_sip,
             Latency::KSnd => &self.k_snd,
+            Latency::Wait => &self.wait,
         }
     }
 
@@ -92,6 +102,7 @@ impl TypeStats {
             Latency::KRcv => &mut self.k_rcv,
             Latency::TSip => &mut self.t_sip,
             Latency::KSnd => &mut self.k_snd,
+            Latency::Wait => &mut self.wait,
         }
     }
 

@@ -34,6 +34,9 @@ pub struct Messages {
     pub k_rcv_missing: u64,
     /// Kernel TX stamps requested.
     pub k_snd_requested: u64,
+    /// Datagrams received per worker thread (index = worker), the
+    /// per-worker message share.
+    pub per_worker_in: Vec<u64>,
 }
 
 /// Drop counters of the summary.
@@ -131,6 +134,8 @@ pub struct TypeSummary {
     pub t_sip: LatencySummary,
     /// Application → kernel TX stamp (µs, sampled).
     pub k_snd: LatencySummary,
+    /// Wait in the batch before and after processing (µs).
+    pub wait_batch: LatencySummary,
 }
 
 impl TypeSummary {
@@ -147,6 +152,7 @@ impl TypeSummary {
             k_rcv: LatencySummary::of_ns(t.histogram(Latency::KRcv)),
             t_sip: LatencySummary::of_ns(t.histogram(Latency::TSip)),
             k_snd: LatencySummary::of_ns(t.histogram(Latency::KSnd)),
+            wait_batch: LatencySummary::of_ns(t.histogram(Latency::Wait)),
         }
     }
 }
@@ -321,6 +327,7 @@ pub(super) fn build(
             tx_oversize: m.tx_oversize,
             k_rcv_missing: m.k_rcv_missing,
             k_snd_requested: m.k_snd_requested,
+            per_worker_in: snap.per_worker_in.clone(),
         },
         actions: Actions {
             forwarded: all.forwarded,

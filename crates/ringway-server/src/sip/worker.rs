@@ -3,6 +3,7 @@
 //! [`BatchIo`].
 
 use super::stats::{Latency, WorkerMetrics};
+use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
 use ringway_sip::{Action, Proxy, ProxyWorker};
 
@@ -21,6 +22,10 @@ pub struct SipWorker<'p> {
     sent_seq: u64,
     stamps_seen: u64,
     metrics: WorkerMetrics,
+    /// Datagrams of the current batch whose output waits for the send
+    /// call: (slot, wait before processing in ns, end of processing on the
+    /// realtime clock).
+    waiting: Vec<(usize, u64, Nanos)>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -36,6 +41,7 @@ impl<'p> SipWorker<'p> {
             sent_seq: 0,
             stamps_seen: 0,
             metrics: WorkerMetrics::default(),
+            waiting: Vec::with_capacity(batch.max(1)),
         }
     }
 
@@ -52,7 +58,11 @@ impl<'p> SipWorker<'p> {
     /// Run every datagram of `rx` through the core (T_sip timed with
     /// `clock`, K_rcv from the datagram's stamps), send what it produced
     /// with one `send_batch` (earlier only if the send batch fills), sample
-    /// K_snd, and refresh the socket counters from `io`.
+    /// K_snd, and refresh the socket counters from `io`. Each datagram's
+    /// wait in the batch is stamped per datagram on the realtime clock (the
+    /// clock of the receive stamps): from the receive call's return to its
+    /// own processing, plus from the end of its processing to the send call
+    /// (a datagram with no output waits only before).
     pub fn drive_batch(
         &mut self,
         io: &mut dyn BatchIo,
@@ -65,9 +75,11 @@ impl<'p> SipWorker<'p> {
             tx_stamp_every,
             sent_seq,
             metrics: m,
+            waiting,
             ..
         } = self;
         tx.clear();
+        waiting.clear();
         for d in rx.iter() {
             m.msgs_in += 1;
             if d.meta.truncated {
@@ -78,6 +90,7 @@ impl<'p> SipWorker<'p> {
             let mut oversize = 0u64;
             let mut flushed = 0usize;
             let mut send_errors = 0u64;
+            let r0 = realtime_now();
             let t0 = clock();
             let outcome = proxy.handle(t0.0, d.meta.peer, d.data, &mut |dst, bytes| {
                 if tx.is_full() {
@@ -102,9 +115,16 @@ impl<'p> SipWorker<'p> {
                     .record(Latency::KRcv, d.meta.app_rx.saturating_since(k)),
                 None => m.k_rcv_missing += 1,
             }
+            let t_sip = t1.saturating_since(t0);
+            let wait_before = r0.saturating_since(d.meta.app_rx);
+            if tx.len() > before || flushed > 0 {
+                waiting.push((slot, wait_before, Nanos(r0.0 + t_sip)));
+            } else {
+                m.slot_mut(slot).record(Latency::Wait, wait_before);
+            }
             let stats = m.slot_mut(slot);
             stats.count += 1;
-            stats.record(Latency::TSip, t1.saturating_since(t0));
+            stats.record(Latency::TSip, t_sip);
             match outcome.action {
                 Action::Forwarded { copies } => {
                     stats.forwarded += 1;
@@ -128,6 +148,11 @@ impl<'p> SipWorker<'p> {
                     }
                 }
             }
+        }
+        let sent_at = realtime_now();
+        for &(slot, before, done) in waiting.iter() {
+            m.slot_mut(slot)
+                .record(Latency::Wait, before + sent_at.saturating_since(done));
         }
         if !tx.is_empty() {
             if io.send_batch(tx).is_err() {
@@ -393,5 +418,41 @@ mod tests {
             assert!(k_snd.equivalent(k_snd.max(), K_SND_NS), "{label}");
         }
         assert!(io.sends.concat().iter().all(|s| s.2.is_some()));
+    }
+
+    #[test]
+    fn every_datagram_gets_a_wait_in_batch_sample_that_grows_along_the_batch() {
+        let p = proxy(Mode::Stateless);
+        let mut w = SipWorker::new(&p, 8, 0);
+        let msgs: Vec<Vec<u8>> = (0..4).map(|n| invite(n, 0)).collect();
+        let mut rx = RxBatch::new(4, 64 * 1024);
+        let app_rx = realtime_now();
+        for m in &msgs {
+            rx.next_frame_mut().unwrap()[..m.len()].copy_from_slice(m);
+            rx.commit(RxMeta {
+                peer: UAC.parse().unwrap(),
+                len: m.len(),
+                truncated: false,
+                kernel_rx: Some(Nanos(app_rx.0 - 5_000)),
+                app_rx,
+            });
+        }
+        let mut io = FakeIo::default();
+        // Each handle() takes 200 µs of real time, so a datagram's wait
+        // before and after its own processing spans the others' (3 × 200 µs).
+        let mut real = || {
+            std::thread::sleep(Duration::from_micros(100));
+            ringway_io::time::monotonic_now()
+        };
+        w.drive_batch(&mut io, &rx, &mut real);
+        let inv = w.metrics().get(MsgLabel::Invite).unwrap();
+        let wait = inv.histogram(Latency::Wait);
+        assert_eq!(wait.len(), 4, "one wait sample per datagram");
+        assert!(
+            wait.min() >= 550_000,
+            "each datagram waits for the other three: min {} ns",
+            wait.min()
+        );
+        assert!(wait.max() < 1_000_000_000);
     }
 }

@@ -19,8 +19,11 @@ pub enum MsgLabel {
     Options,
     /// Any other request method.
     OtherRequest,
-    /// A response with this exact code.
+    /// A response with this exact code (a 200 to BYE is [`MsgLabel::ByeOk`]).
     Response(u16),
+    /// The 200 to a BYE, labelled apart from the 200 to INVITE (the
+    /// papers' six message types: INVITE, 180, 200, ACK, BYE, 200).
+    ByeOk,
     /// Unparseable datagram.
     Malformed,
 }
@@ -45,9 +48,9 @@ const CODES: usize = 600;
 
 impl MsgLabel {
     /// Number of [`MsgLabel::slot`]s: seven request labels and `malformed`,
-    /// one per status code 100..=699, and one for responses with a code
-    /// outside that range.
-    pub const SLOTS: usize = 8 + CODES + 1;
+    /// one per status code 100..=699, one for responses with a code
+    /// outside that range, and one for the 200 to BYE.
+    pub const SLOTS: usize = 8 + CODES + 2;
 
     /// Dense index of this label, for counter arrays.
     pub fn slot(&self) -> usize {
@@ -62,11 +65,12 @@ impl MsgLabel {
             MsgLabel::Malformed => 7,
             MsgLabel::Response(code) if (100..700).contains(&code) => 8 + (code - 100) as usize,
             MsgLabel::Response(_) => 8 + CODES,
+            MsgLabel::ByeOk => 8 + CODES + 1,
         }
     }
 
     /// The label of a slot (inverse of [`MsgLabel::slot`]; the slot of
-    /// out-of-range codes reads as code 0, a slot beyond the last as that).
+    /// out-of-range codes reads as code 0, a slot beyond the last as the last).
     pub fn from_slot(slot: usize) -> MsgLabel {
         match slot {
             0 => MsgLabel::Invite,
@@ -78,7 +82,8 @@ impl MsgLabel {
             6 => MsgLabel::OtherRequest,
             7 => MsgLabel::Malformed,
             s if s < 8 + CODES => MsgLabel::Response((s - 8) as u16 + 100),
-            _ => MsgLabel::Response(0),
+            s if s == 8 + CODES => MsgLabel::Response(0),
+            _ => MsgLabel::ByeOk,
         }
     }
 
@@ -96,7 +101,7 @@ impl MsgLabel {
     }
 
     /// Label text: `INVITE`, `ACK`, ..., `other`, the 3-digit code for
-    /// responses, `malformed`.
+    /// responses, `200-BYE` for the 200 to BYE, `malformed`.
     pub fn as_str(&self) -> &'static str {
         match self {
             MsgLabel::Invite => "INVITE",
@@ -110,6 +115,7 @@ impl MsgLabel {
                 std::str::from_utf8(&CODE_TEXT[(*c - 100) as usize]).unwrap_or("response")
             }
             MsgLabel::Response(_) => "response",
+            MsgLabel::ByeOk => "200-BYE",
             MsgLabel::Malformed => "malformed",
         }
     }
@@ -229,11 +235,16 @@ mod tests {
 
     #[test]
     fn slots_are_dense_and_invert() {
-        for slot in 0..MsgLabel::SLOTS - 1 {
-            assert_eq!(MsgLabel::from_slot(slot).slot(), slot);
+        for slot in 0..MsgLabel::SLOTS {
+            if slot != MsgLabel::Response(0).slot() {
+                assert_eq!(MsgLabel::from_slot(slot).slot(), slot);
+            }
         }
-        assert_eq!(MsgLabel::Response(99).slot(), MsgLabel::SLOTS - 1);
-        assert_eq!(MsgLabel::Response(700).slot(), MsgLabel::SLOTS - 1);
+        assert_eq!(MsgLabel::Response(99).slot(), MsgLabel::SLOTS - 2);
+        assert_eq!(MsgLabel::Response(700).slot(), MsgLabel::SLOTS - 2);
+        assert_eq!(MsgLabel::ByeOk.slot(), MsgLabel::SLOTS - 1);
+        assert_eq!(MsgLabel::from_slot(MsgLabel::SLOTS - 1).as_str(), "200-BYE");
+        assert_ne!(MsgLabel::ByeOk.slot(), MsgLabel::Response(200).slot());
         assert_eq!(
             MsgLabel::from_slot(MsgLabel::Response(487).slot()).as_str(),
             "487"

@@ -22,7 +22,13 @@ impl ProxyWorker<'_> {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
         self.stripe.add(Counter::ResponsesReceived);
-        let label = MsgLabel::Response(msg.status().unwrap_or(0));
+        let status = msg.status().unwrap_or(0);
+        let to_bye = status == 200 && msg.cseq().is_some_and(|c| c.1 == Method::Bye);
+        let label = if to_bye {
+            MsgLabel::ByeOk
+        } else {
+            MsgLabel::Response(status)
+        };
         let action = self.route_response(now, msg, out);
         Outcome { label, action }
     }
@@ -94,7 +100,7 @@ impl ProxyWorker<'_> {
             }
             Action::Absorbed
         } else if code < 200 {
-            cancel_due = transaction.client_provisional(now);
+            cancel_due = transaction.client_provisional(now, code);
             self.provisional_response(transaction, msg, code, out)
         } else if transaction.client == ClientState::Done {
             self.retransmitted_final_response(transaction, msg, code, out)

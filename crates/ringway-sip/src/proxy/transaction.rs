@@ -167,12 +167,17 @@ impl Transaction {
         self.timers.set(TransactionTimer::Timeout, now + TIMER_64T1);
     }
 
-    /// A provisional response arrived. From Calling: Proceeding; an INVITE
-    /// stops retransmitting and runs timer C instead of B, a non-INVITE
-    /// retransmits every T2. Returns whether a CANCEL that waited for this
-    /// provisional is now due.
-    pub(super) fn client_provisional(&mut self, now: u64) -> bool {
+    /// A provisional response with status `code` arrived. From Calling:
+    /// Proceeding; an INVITE stops retransmitting and runs timer C instead
+    /// of B, a non-INVITE retransmits every T2. A later provisional other
+    /// than 100 resets an INVITE's timer C (RFC 3261 16.7 step 2). Returns
+    /// whether a CANCEL that waited for this provisional is now due.
+    pub(super) fn client_provisional(&mut self, now: u64, code: u16) -> bool {
         if self.client != ClientState::Calling {
+            if self.client == ClientState::Proceeding && self.class == Class::Invite && code != 100
+            {
+                self.timers.set(TransactionTimer::Timeout, now + TIMER_C);
+            }
             return false;
         }
         self.client = ClientState::Proceeding;
@@ -394,13 +399,24 @@ mod tests {
 
         // A provisional: timer A stops, timer C replaces B, the waiting
         // CANCEL is due.
-        assert!(invite.client_provisional(10));
+        assert!(invite.client_provisional(10, 180));
         assert_eq!(invite.timers.get(TransactionTimer::Retransmit), None);
         assert_eq!(
             invite.timers.get(TransactionTimer::Timeout),
             Some(10 + TIMER_C)
         );
-        assert!(!invite.client_provisional(20));
+        // A later provisional other than 100 resets timer C (RFC 3261 16.7
+        // step 2); a 100 does not.
+        assert!(!invite.client_provisional(20, 183));
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Timeout),
+            Some(20 + TIMER_C)
+        );
+        assert!(!invite.client_provisional(25, 100));
+        assert_eq!(
+            invite.timers.get(TransactionTimer::Timeout),
+            Some(20 + TIMER_C)
+        );
 
         invite.client_final();
         assert_eq!(invite.client, ClientState::Done);
@@ -434,7 +450,7 @@ mod tests {
     fn timeout_transitions() {
         let mut invite = Transaction::new(Class::Invite, None);
         invite.start_client(0, addr("192.0.2.2:5060"));
-        invite.client_provisional(1);
+        invite.client_provisional(1, 180);
         // Timer C after a provisional: a CANCEL is due, the 408 upstream
         // is then retransmitted.
         assert!(invite.time_out());

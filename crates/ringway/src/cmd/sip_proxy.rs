@@ -30,6 +30,8 @@ pub enum ModeArg {
 pub enum PolicyArg {
     /// SCHED_OTHER (CFS/EEVDF).
     Other,
+    /// SCHED_BATCH (fair class, no wakeup preemption of others).
+    Batch,
     /// SCHED_FIFO (real time).
     Fifo,
     /// SCHED_RR (real time, round robin).
@@ -235,6 +237,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 cpus,
                 policy: a.policy.map(|p| match p {
                     PolicyArg::Other => Policy::Other,
+                    PolicyArg::Batch => Policy::Batch,
                     PolicyArg::Fifo => Policy::Fifo(priority),
                     PolicyArg::Rr => Policy::Rr(priority),
                 }),
