@@ -348,4 +348,46 @@ mod tests {
             assert!(parse_reply(&bad, 0).is_err(), "{bad:?}");
         }
     }
+
+    #[test]
+    fn a_reply_of_the_wrong_shape_is_counted_and_answered_unavailable() {
+        let counters = Arc::new(LocationCounters::default());
+        // Never connects: the replies are handed to the store directly.
+        let store = RedisStore::new(
+            "redis://127.0.0.1:6379/0",
+            Duration::from_millis(10),
+            Arc::clone(&counters),
+        )
+        .unwrap();
+        let bad = [
+            Value::Okay,
+            Value::Nil,
+            Value::Int(0),
+            Value::Array(vec![Value::Int(0)]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(0),
+                bulk("x"),
+                bulk("not json"),
+            ]),
+        ];
+        for reply in &bad {
+            assert!(
+                matches!(
+                    store.answer(Ok(reply.clone()), 0),
+                    Err(StoreError::Unavailable)
+                ),
+                "{reply:?}"
+            );
+        }
+        let counts = counters.snapshot();
+        assert_eq!(counts.bad_replies, bad.len() as u64);
+        assert!(counters.last_error().starts_with("bad reply: "));
+        // A store that did not answer is not a bad reply.
+        assert!(matches!(
+            store.answer(Err(StoreError::Unavailable), 0),
+            Err(StoreError::Unavailable)
+        ));
+        assert_eq!(counters.snapshot().bad_replies, bad.len() as u64);
+    }
 }
