@@ -443,7 +443,7 @@ fn a_binding_expires_on_time() {
         proxy(&mut procs, dir.path(), PROXIES[1], &redis.url());
         start_uas(&mut procs, dir.path(), None);
         let started = Instant::now();
-        let reg = register_scenario(dir.path(), "reg-ex", 1, 3, 200);
+        let reg = register_scenario(dir.path(), "reg-ex", 5, 3, 200);
         assert!(sipp_once(
             &mut procs,
             dir.path(),
@@ -467,8 +467,9 @@ fn a_binding_expires_on_time() {
         assert!(sipp_once(&mut procs, dir.path(), PROXIES[1], UAC, &gone));
         let live = redis.cli(&["ZRANGEBYSCORE", "rw:exp:{alice}", "(1", "+inf"]);
         assert!(!live.is_empty(), "the index still holds the expired entry");
-        // A REGISTER prunes it.
-        let other = register_scenario(dir.path(), "reg-ex2", 1, 60, 200);
+        // A REGISTER prunes it first: the same Call-ID with a lower CSeq
+        // is no longer out of order (the expired binding is gone).
+        let other = register_scenario(dir.path(), "reg-ex", 2, 60, 200);
         assert!(sipp_once(
             &mut procs,
             dir.path(),
@@ -476,6 +477,8 @@ fn a_binding_expires_on_time() {
             "127.0.0.1:5073",
             &other
         ));
+        let stored = stored_binding(&redis);
+        assert!(stored.contains(r#""i":"reg-ex","s":2"#), "{stored}");
     });
 }
 
@@ -827,5 +830,45 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn malformed_redis_urls_are_refused_at_start_up() {
+    let refused = netns(|| {
+        [
+            "redis://127.0.0.1:0/0",
+            "redis://127.0.0.1:6379/zero",
+            "rediss://127.0.0.1:6379/0",
+            "redis://",
+            "memcached://127.0.0.1:11211",
+        ]
+        .iter()
+        .map(|bad| {
+            let out = Command::new(ringway())
+                .args(["sip", "proxy", "--listen", "127.0.0.1:5060", "--registrar"])
+                .args(["--domain", DOMAIN, "--location", bad, "--duration", "1"])
+                .stdin(Stdio::null())
+                .output()
+                .expect("run ringway");
+            let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+            (
+                bad.to_string(),
+                out.status.code(),
+                out.stdout.is_empty(),
+                stderr,
+            )
+        })
+        .collect::<Vec<_>>()
+    });
+    for (bad, code, no_summary, stderr) in refused {
+        // A usage error before anything starts: no summary, exit status 2.
+        assert_eq!(code, Some(2), "{bad}: {stderr}");
+        assert!(no_summary, "{bad}");
+        assert!(stderr.contains("--location"), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("expected redis://HOST:PORT/DB"),
+            "{bad}: {stderr}"
+        );
     }
 }
