@@ -14,7 +14,8 @@
 #      worker, which includes the lookup with the in-memory store) and, with
 #      Redis, the lookup's time added per call (receive -> resumed and sent,
 #      location.lookup.added) and the Redis round trip alone
-#      (location.lookup.store), p50/p99.
+#      (location.lookup.store), p50/p99; and from the registrations run
+#      the same two for REGISTERs (location.register.added/.store).
 #
 # Everything runs in a private network namespace with only `lo` (the script
 # re-executes itself under `unshare -n`); every process is started by this
@@ -53,7 +54,7 @@ ticks() { awk '{ line = $0; sub(/^.*\) /, "", line); split(line, f, " "); print 
 wait_port() {
     local i
     for i in $(seq 1 100); do
-        ss -Hln "sport = :$1" | grep -q . && return 0
+        ss -Hln "sport = :$1" 2>/dev/null | grep -q . && return 0
         sleep 0.05
     done
     echo "port $1 never opened" >&2
@@ -83,7 +84,7 @@ stop_proxy() {
 }
 
 printf "load\tstore\toffered_per_s\tok\tfailed\tok_per_s\tretrans\tproxy_cpu_s\tcpu_us_per_ok\n" | tee "$OUT/results.tsv"
-printf "store\tinvite_t_sip_p50_us\tinvite_t_sip_p99_us\tlookup_added_p50_us\tlookup_added_p99_us\tlookup_redis_p50_us\tlookup_redis_p99_us\tregister_redis_p50_us\tregister_redis_p99_us\n" >"$OUT/latency.tsv"
+printf "store\tinvite_t_sip_p50_us\tinvite_t_sip_p99_us\tlookup_added_p50_us\tlookup_added_p99_us\tlookup_redis_p50_us\tlookup_redis_p99_us\tregister_added_p50_us\tregister_added_p99_us\tregister_redis_p50_us\tregister_redis_p99_us\n" >"$OUT/latency.tsv"
 for store in memory redis; do
     # 1. Registrations.
     log="$OUT/register-$store"
@@ -138,12 +139,15 @@ for store in memory redis; do
         cpu = c / tck; el = t1 - t0
         printf "calls\t%s\t%d\t%d\t%d\t%.0f\t%d\t%.2f\t%.1f\n", s, r, ok, f, ok / el, rt, cpu,
             (ok > 0 ? cpu * 1e6 / ok : 0) }' | tee -a "$OUT/results.tsv"
-    jq -r --arg s "$store" '[$s,
-        .by_type.INVITE.t_sip.p50_us, .by_type.INVITE.t_sip.p99_us,
-        (.location.lookup.added.p50_us // "n/a"), (.location.lookup.added.p99_us // "n/a"),
-        (.location.lookup.store.p50_us // "n/a"), (.location.lookup.store.p99_us // "n/a"),
-        (.location.register.store.p50_us // "n/a"), (.location.register.store.p99_us // "n/a")]
-        | @tsv' "$log.summary.json" >>"$OUT/latency.tsv"
+    # Lookups from the calls run, REGISTERs from the registrations run.
+    jq -r -n --arg s "$store" --slurpfile c "$log.summary.json" \
+        --slurpfile r "$OUT/register-$store.summary.json" '[$s,
+        $c[0].by_type.INVITE.t_sip.p50_us, $c[0].by_type.INVITE.t_sip.p99_us,
+        ($c[0].location.lookup.added.p50_us // "n/a"), ($c[0].location.lookup.added.p99_us // "n/a"),
+        ($c[0].location.lookup.store.p50_us // "n/a"), ($c[0].location.lookup.store.p99_us // "n/a"),
+        ($r[0].location.register.added.p50_us // "n/a"), ($r[0].location.register.added.p99_us // "n/a"),
+        ($r[0].location.register.store.p50_us // "n/a"), ($r[0].location.register.store.p99_us // "n/a")]
+        | map(if type == "number" then (. * 10 | round / 10) else . end) | @tsv' >>"$OUT/latency.tsv"
 done
 echo
 column -t "$OUT/latency.tsv"

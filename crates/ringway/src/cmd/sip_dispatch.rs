@@ -2,7 +2,7 @@
 //! [`ringway_server::dispatch::DispatchServer`], a stateless dispatcher
 //! spreading new requests over several `ringway sip proxy` instances
 //! (rendezvous hashing on Call-ID, on the AOR for REGISTER; OPTIONS
-//! probes; Path on REGISTER). See docs/scale-out.md.
+//! probes; Path on REGISTER). See docs/scaleout.md.
 
 use anyhow::Context;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
