@@ -6,7 +6,8 @@
 # SIPp loads:
 #   1. registrations: register_many.xml, a new AOR per REGISTER, at RATE/s
 #      for SECS s: REGISTERs answered 200 per second, failures,
-#      retransmissions, proxy CPU;
+#      retransmissions, proxy CPU (SIPp sends no BYE after a refused
+#      REGISTER: -default_behaviors all,-bye);
 #   2. calls: a SIPp UAS registers alice, then uac_rr.xml calls
 #      alice@ringway.test (each INVITE looks her up) at CPS for SECS s:
 #      successful calls, failures, retransmissions, proxy CPU, and from the
@@ -95,6 +96,7 @@ for store in memory redis; do
     timeout $((SECS * 4 + 60)) sipp 127.0.0.1:5060 -sf "$HERE/register_many.xml" \
         -key domain ringway.test -key contact 127.0.0.1:5099 -i 127.0.0.1 -p 5061 \
         -m $((REG_RATE * SECS)) -r "$REG_RATE" -l $((REG_RATE * 2 + 100)) -buff_size 4194304 \
+        -default_behaviors all,-bye \
         -nostdin -timeout $((SECS * 3 + 30)) -trace_stat -fd 1 -stf "$log.csv" >/dev/null 2>&1 || true
     t1=$(date +%s.%N)
     c1=$(ticks "$PROXY")
