@@ -1,7 +1,8 @@
 //! Configuration files (TOML) for `ringway sip proxy` and `ringway sfu
 //! serve`, and `ringway config check FILE`.
 //!
-//! A file has one table per command, `[sip.proxy]` and `[sfu.serve]`,
+//! A file has one table per command, `[sip.proxy]`, `[sip.dispatch]` and
+//! `[sfu.serve]`,
 //! whose keys are the command's long options without the dashes
 //! (`max-transactions = 1000`, `route-to = "127.0.0.1:5080"`); a flag is
 //! `true`/`false`, a repeatable option an array (`domain = ["a", "b"]`).
@@ -17,6 +18,7 @@
 //! refuses, or one the command's validation refuses.
 
 use super::sfu::serve::ServeArgs;
+use super::sip_dispatch::DispatchArgs;
 use super::sip_proxy::ProxyArgs;
 use clap::{ArgAction, ArgMatches, Command, FromArgMatches, ValueHint};
 use ringway_server::sfu::SfuServerConfig;
@@ -60,15 +62,24 @@ fn validate_proxy(matches: &ArgMatches) -> anyhow::Result<()> {
     ProxyArgs::from_arg_matches(matches)?.validate()
 }
 
+fn validate_dispatch(matches: &ArgMatches) -> anyhow::Result<()> {
+    DispatchArgs::from_arg_matches(matches)?.validate()
+}
+
 fn validate_serve(matches: &ArgMatches) -> anyhow::Result<()> {
     SfuServerConfig::try_from(&ServeArgs::from_arg_matches(matches)?).map(|_| ())
 }
 
-const SECTIONS: [Section; 2] = [
+const SECTIONS: [Section; 3] = [
     Section {
         table: "sip.proxy",
         path: ["sip", "proxy"],
         validate: validate_proxy,
+    },
+    Section {
+        table: "sip.dispatch",
+        path: ["sip", "dispatch"],
+        validate: validate_dispatch,
     },
     Section {
         table: "sfu.serve",
@@ -160,7 +171,7 @@ impl File {
                 return Err(self.error(
                     at,
                     format!(
-                        "`{}` is not a table: use [sip.proxy] or [sfu.serve]",
+                        "`{}` is not a table: use [sip.proxy], [sip.dispatch] or [sfu.serve]",
                         name.get_ref()
                     ),
                 ));
@@ -171,7 +182,7 @@ impl File {
                 let Some(section) = SECTIONS.iter().find(|s| s.table == table) else {
                     return Err(self.error(
                         at,
-                        format!("unknown table [{table}] (known: [sip.proxy], [sfu.serve])"),
+                        format!("unknown table [{table}] (known: [sip.proxy], [sip.dispatch], [sfu.serve])"),
                     ));
                 };
                 let DeValue::Table(keys) = keys.get_ref() else {
@@ -328,7 +339,7 @@ fn check_file(path: &Path, root: &Command) -> Result<String, ConfigError> {
     let file = File::read(path)?;
     let sections = file.sections(root)?;
     if sections.is_empty() {
-        return Err(file.error(None, "no [sip.proxy] or [sfu.serve] table"));
+        return Err(file.error(None, "no [sip.proxy], [sip.dispatch] or [sfu.serve] table"));
     }
     let mut summary = Vec::new();
     for (section, file_args) in &sections {

@@ -11,5 +11,6 @@ pub(crate) mod lab_srpic;
 pub(crate) mod reorder;
 pub(crate) mod sfu;
 pub(crate) mod sip;
+pub(crate) mod sip_dispatch;
 pub(crate) mod sip_load;
 pub(crate) mod sip_proxy;
