@@ -306,18 +306,28 @@ impl File {
             return Ok(());
         };
         let message = error.to_string();
+        let fails_the_same = |args: &[OsString]| match parse(args) {
+            Ok(m) => (section.validate)(&m).is_err_and(|e| e.to_string() == message),
+            Err(_) => false,
+        };
         for file_arg in file_args {
-            let alone = parse(&file_arg.args).map(|m| (section.validate)(&m));
-            if let Ok(Err(e)) = alone {
-                if e.to_string() == message {
-                    return Err(ConfigError(format!(
-                        "{}:{}: [{}] {}: {message}",
-                        self.path.display(),
-                        file_arg.line,
-                        section.table,
-                        file_arg.key
-                    )));
+            // The key to blame fails that way alone, and the rest passes
+            // without it (a key that merely does not supply what another
+            // lacks, e.g. `listen` next to `proxy = []`, is not named).
+            let mut without = args.to_vec();
+            for arg in &file_arg.args {
+                if let Some(i) = without.iter().position(|a| a == arg) {
+                    without.remove(i);
                 }
+            }
+            if fails_the_same(&file_arg.args) && !fails_the_same(&without) {
+                return Err(ConfigError(format!(
+                    "{}:{}: [{}] {}: {message}",
+                    self.path.display(),
+                    file_arg.line,
+                    section.table,
+                    file_arg.key
+                )));
             }
         }
         Err(self.error(None, format!("[{}] {message}", section.table)))
@@ -567,6 +577,16 @@ mod tests {
             assert!(error.contains(want), "{text:?}: {error}");
             assert_eq!(error.lines().count(), 1, "{error}");
         }
+        // A key that only fails to supply what another lacks is not named:
+        // the file as a whole lacks a proxy.
+        let file = write(
+            dir.path(),
+            "dispatch.toml",
+            "[sip.dispatch]\nlisten = \"127.0.0.1:5070\"\nproxy = []\n",
+        );
+        let error = check_file(&file, &root).unwrap_err().to_string();
+        assert!(error.contains("[sip.dispatch]"), "{error}");
+        assert!(!error.contains("listen:"), "{error}");
         // A combination the file's keys are fine with one by one.
         let file = write(
             dir.path(),
