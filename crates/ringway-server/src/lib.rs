@@ -6,6 +6,11 @@
 //!   ([`sip::SipServer`]: worker threads over a shared or SO_REUSEPORT
 //!   socket, a timer thread, per-message K_rcv / T_sip / K_snd metrics) and
 //!   its per-batch seam [`sip::SipWorker::drive_batch`].
+//! - [`dispatch`]: the SIP dispatcher in front of several proxies
+//!   ([`dispatch::DispatchServer`]: workers and a probe thread).
+//! - [`location`]: the SIP registrar's location store when it is shared
+//!   by several proxies ([`location::RedisStore`]) and the store threads
+//!   that keep its waits off the workers.
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
 //! - [`metrics`]: latency histograms and percentiles, Prometheus text, a
 //!   tiny HTTP server for `/metrics`.
@@ -19,8 +24,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dispatch;
 pub mod error;
 pub mod host;
+pub mod location;
 pub mod metrics;
 pub mod sfu;
 pub mod sip;

@@ -55,7 +55,7 @@ fn registers_reports_and_shuts_down() {
         let reply = register(&c, addr, "srv-1");
         assert!(reply.starts_with("SIP/2.0 200"), "{reply}");
         assert!(reply.contains("Contact: <sip:alice@"), "{reply}");
-        assert_eq!(server.proxy().stats().bindings, 1);
+        assert_eq!(server.proxy().stats().bindings, Some(1));
         let snap = server.snapshot();
         assert_eq!(snap.per_worker_in.len(), 2);
         let summary = server.shutdown();

@@ -33,6 +33,14 @@ pub struct RequestEdits<'e> {
     /// Request-URI being replaced via `request_uri`) as the last Route
     /// (RFC 3261 16.6 step 6). Not combinable with `pop_last_route`.
     pub strict_next_hop: Option<&'e str>,
+    /// Insert `Route: {value}` above every other Route (a route set given
+    /// as one comma-separated value, e.g. the Path a binding was
+    /// registered with, RFC 3327 5.3). Not combinable with
+    /// `strict_next_hop`.
+    pub route_set: Option<&'e str>,
+    /// Insert `Path: <{uri}>` above every other Path (a proxy that wants
+    /// to stay on the path of requests to a registering UA, RFC 3327 5.2).
+    pub path: Option<&'e str>,
 }
 
 /// Our Via value.
@@ -85,6 +93,8 @@ enum Piece<'e> {
     MaxFwdLine,
     RecordRoute(&'e str),
     RouteLine(&'e str),
+    RouteSet(&'e str),
+    PathLine(&'e str),
     Text(&'e str),
     Received(&'e str),
     Rport(u16),
@@ -164,6 +174,16 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
             out.extend_from_slice(u.as_bytes());
             out.extend_from_slice(b">\r\n");
         }
+        Piece::RouteSet(set) => {
+            out.extend_from_slice(b"Route: ");
+            out.extend_from_slice(set.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Piece::PathLine(u) => {
+            out.extend_from_slice(b"Path: <");
+            out.extend_from_slice(u.as_bytes());
+            out.extend_from_slice(b">\r\n");
+        }
         Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
         Piece::Received(r) => {
             out.extend_from_slice(b";received=");
@@ -230,12 +250,24 @@ pub fn forward_request(
     let added = usize::from(edits.via.is_some())
         + usize::from(edits.record_route.is_some())
         + usize::from(edits.strict_next_hop.is_some())
+        + usize::from(edits.route_set.is_some())
+        + usize::from(edits.path.is_some())
         + usize::from(edits.max_forwards && msg.max_forwards().is_none());
     if hp.len() + added > MAX_HEADERS {
         return Err(EditError::TooLarge);
     }
+    if edits.route_set.is_some() && edits.strict_next_hop.is_some() {
+        return Err(EditError::Conflict);
+    }
     if let Some(v) = edits.via {
         sp.push(hstart, hstart, Some(Piece::Via(v)));
+    }
+    // At the top of the header block: above every Route / Path received.
+    if let Some(set) = edits.route_set {
+        sp.push(hstart, hstart, Some(Piece::RouteSet(set)));
+    }
+    if let Some(uri) = edits.path {
+        sp.push(hstart, hstart, Some(Piece::PathLine(uri)));
     }
     if edits.received.is_some() || edits.rport.is_some() {
         // Top Via: first value of the first Via line.

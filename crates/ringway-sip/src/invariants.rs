@@ -62,6 +62,8 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             received: Some("192.0.2.1"),
             rport: Some(5060),
             strict_next_hop: None,
+            route_set: None,
+            path: None,
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
             let f = SipMsg::parse(&out).expect("forwarded request must parse");

@@ -5,6 +5,8 @@
 //! - [`edit`]: forwarding edits spliced from slices of the original datagram.
 //! - [`proxy`]: stateless/stateful proxy core with registrar ([`Proxy`]).
 //! - [`registrar`]: location store trait and bounded in-memory store.
+//! - [`dispatch`]: a stateless dispatcher in front of several proxies
+//!   (rendezvous hashing, OPTIONS probes, Path).
 //!
 //! Nothing here opens sockets, reads clocks or spawns threads: callers pass
 //! `now` (monotonic nanoseconds) and datagrams, and receive datagrams to send.
@@ -44,6 +46,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod dispatch;
 pub mod edit;
 pub mod hash;
 pub mod invariants;

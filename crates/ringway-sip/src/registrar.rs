@@ -1,36 +1,93 @@
-//! Location service: the [`LocationStore`] trait and a bounded in-memory
-//! implementation ([`MemoryStore`]). Times are monotonic nanoseconds.
+//! Location service: the [`LocationStore`] trait, the registrar's
+//! state-dependent rules ([`apply_registration`]) and a bounded in-memory
+//! store ([`MemoryStore`]). Times are monotonic nanoseconds of the caller.
 //!
-//! The store only stores: the registrar's rules (who may change an AOR,
-//! Expires bounds, contacts per AOR, Call-ID/CSeq ordering) are applied by
-//! the proxy core before it calls the store, so a shared store that can
-//! fail ([`StoreError::Unavailable`]) can back the same rules.
+//! The proxy core checks what a REGISTER may ask (owner of the AOR,
+//! Expires bounds, `Contact: *`) and turns it into one [`Registration`];
+//! a store applies it atomically together with the rules that depend on
+//! the bindings already stored (Call-ID/CSeq ordering, contacts per AOR,
+//! RFC 3261 10.3 steps 7 and 8), so two proxies sharing one store cannot
+//! interleave a check and a write. A store may fail
+//! ([`StoreError::Unavailable`]): the core then answers `500` with
+//! `Retry-After` to a REGISTER and `480` to a call, and never loses a
+//! binding silently.
+//!
+//! A store that has to wait (a network database) is not called by the
+//! workers at all: the core hands a [`StoreQuery`] to the driver (see
+//! [`crate::proxy::StoreQueue`]), which runs it elsewhere and resumes the
+//! request with the answer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+/// Nanoseconds per second.
+const NS_PER_SECOND: u64 = 1_000_000_000;
 
 /// One contact bound to an address-of-record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// Contact URI (without `<>` and header parameters).
     pub contact: String,
-    /// Expiry time, monotonic ns.
+    /// Expiry time, monotonic ns (the caller's clock).
     pub expires_at: u64,
     /// Call-ID of the REGISTER that last set it (RFC 3261 10.3 step 7).
     pub call_id: String,
     /// CSeq number of that REGISTER.
     pub cseq: u32,
+    /// The REGISTER's Path values, topmost first (RFC 3327): the route
+    /// set that requests to this contact are sent through.
+    pub path: Vec<String>,
 }
 
-/// Why a binding could not be stored.
+/// One change a REGISTER asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindingChange {
+    /// Bind (or refresh) this contact for this many seconds.
+    Bind {
+        /// Contact URI.
+        contact: String,
+        /// Lifetime (s), already within the registrar's bounds.
+        expires: u32,
+    },
+    /// Remove this contact.
+    Unbind {
+        /// Contact URI.
+        contact: String,
+    },
+    /// Remove every contact of the AOR (`Contact: *`).
+    UnbindAll,
+}
+
+/// Everything one REGISTER asks of the store, applied atomically.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The address-of-record.
+    pub aor: String,
+    /// Call-ID of the REGISTER.
+    pub call_id: String,
+    /// CSeq number of the REGISTER.
+    pub cseq: u32,
+    /// Its Path values, topmost first (stored with every binding it sets).
+    pub path: Vec<String>,
+    /// The changes, in the order of the Contact headers (empty: a query).
+    pub changes: Vec<BindingChange>,
+    /// Most bindings the AOR may have afterwards.
+    pub max_contacts: usize,
+}
+
+/// Why a store operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreError {
     /// The store is at capacity.
     Full,
-    /// Too many contacts for this AOR.
+    /// The AOR would have more than `max_contacts` bindings.
     TooManyContacts,
-    /// The store cannot be reached (a shared store down).
+    /// A change is out of order: a binding of the same Call-ID has a
+    /// higher CSeq (RFC 3261 10.3 step 7). Nothing was changed.
+    OutOfOrder,
+    /// The store cannot be reached, did not answer in time, or answered
+    /// something we cannot read (a shared store down).
     Unavailable,
 }
 
@@ -39,6 +96,7 @@ impl std::fmt::Display for StoreError {
         f.write_str(match self {
             StoreError::Full => "location store full",
             StoreError::TooManyContacts => "too many contacts for AOR",
+            StoreError::OutOfOrder => "REGISTER out of order (CSeq)",
             StoreError::Unavailable => "location store unavailable",
         })
     }
@@ -46,48 +104,154 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+/// What a store answers: the AOR's live bindings, most recently refreshed
+/// first, or why not.
+pub type StoreAnswer = Result<Vec<Binding>, StoreError>;
+
 /// A location service shared by all proxy worker threads.
 pub trait LocationStore: Send + Sync {
-    /// Add `binding` to `aor`, or replace the binding of the same contact.
-    fn put(&self, aor: &str, binding: Binding) -> Result<(), StoreError>;
+    /// Apply `registration` atomically under [`apply_registration`]'s
+    /// rules at `now`; returns the AOR's bindings afterwards.
+    fn register(&self, registration: &Registration, now: u64) -> StoreAnswer;
     /// Unexpired bindings of `aor` at `now`, most recently refreshed first.
-    fn lookup(&self, aor: &str, now: u64) -> Result<Vec<Binding>, StoreError>;
-    /// Remove one contact (`Some`) or all contacts (`None`) of `aor`.
-    fn remove(&self, aor: &str, contact: Option<&str>) -> Result<(), StoreError>;
-    /// Drop expired bindings; returns how many were removed.
+    fn lookup(&self, aor: &str, now: u64) -> StoreAnswer;
+    /// Drop expired bindings; returns how many were removed (a store that
+    /// expires bindings by itself returns 0).
     fn expire(&self, now: u64) -> usize;
-    /// Number of live bindings (approximate under concurrency).
-    fn len(&self) -> usize;
-    /// `true` when no bindings are stored.
+    /// Number of live bindings (approximate under concurrency); `None`
+    /// when the store cannot tell without a round trip (a shared store).
+    fn len(&self) -> Option<usize>;
+    /// `true` when the store knows it holds no bindings.
     fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == Some(0)
     }
+}
+
+/// A question for the location store, as the core hands it to a driver
+/// when the store is remote (owned: it outlives the datagram buffer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreQuery {
+    /// Apply a REGISTER.
+    Register(Registration),
+    /// The bindings of an AOR (routing a request to it).
+    Lookup {
+        /// The address-of-record.
+        aor: String,
+    },
+}
+
+impl StoreQuery {
+    /// The AOR the query is about.
+    pub fn aor(&self) -> &str {
+        match self {
+            StoreQuery::Register(registration) => &registration.aor,
+            StoreQuery::Lookup { aor } => aor,
+        }
+    }
+
+    /// Run the query against `store` at `now`.
+    pub fn run(&self, store: &dyn LocationStore, now: u64) -> StoreAnswer {
+        match self {
+            StoreQuery::Register(registration) => store.register(registration, now),
+            StoreQuery::Lookup { aor } => store.lookup(aor, now),
+        }
+    }
+}
+
+/// The registrar's rules that depend on what is stored, applied to one
+/// AOR's `bindings` (most recently refreshed first) at `now`: expired
+/// bindings go; if a change touches a binding set by the same Call-ID with
+/// a higher CSeq the whole registration is refused ([`StoreError::OutOfOrder`];
+/// the same CSeq again is a retransmission and applies again); if the AOR
+/// would end with more than `max_contacts` bindings it is refused
+/// ([`StoreError::TooManyContacts`]). On an error nothing is changed.
+/// Every store applies these rules (the Redis store runs the same rules in
+/// its Lua script; tests run the same cases against both).
+pub fn apply_registration(
+    bindings: &mut Vec<Binding>,
+    registration: &Registration,
+    now: u64,
+) -> Result<(), StoreError> {
+    bindings.retain(|binding| binding.expires_at > now);
+    let out_of_order = |contact: Option<&str>| {
+        bindings.iter().any(|binding| {
+            contact.is_none_or(|c| c == binding.contact)
+                && binding.call_id == registration.call_id
+                && binding.cseq > registration.cseq
+        })
+    };
+    let mut after = bindings.len();
+    let mut known: Vec<&str> = bindings.iter().map(|b| b.contact.as_str()).collect();
+    for change in &registration.changes {
+        match change {
+            BindingChange::Bind { contact, .. } => {
+                if out_of_order(Some(contact)) {
+                    return Err(StoreError::OutOfOrder);
+                }
+                if !known.contains(&contact.as_str()) {
+                    known.push(contact);
+                    after += 1;
+                }
+            }
+            BindingChange::Unbind { contact } => {
+                if out_of_order(Some(contact)) {
+                    return Err(StoreError::OutOfOrder);
+                }
+                if let Some(i) = known.iter().position(|c| *c == contact) {
+                    known.remove(i);
+                    after -= 1;
+                }
+            }
+            BindingChange::UnbindAll => {
+                if out_of_order(None) {
+                    return Err(StoreError::OutOfOrder);
+                }
+                known.clear();
+                after = 0;
+            }
+        }
+    }
+    if after > registration.max_contacts {
+        return Err(StoreError::TooManyContacts);
+    }
+    for change in &registration.changes {
+        match change {
+            BindingChange::UnbindAll => bindings.clear(),
+            BindingChange::Unbind { contact } => bindings.retain(|b| b.contact != *contact),
+            BindingChange::Bind { contact, expires } => {
+                bindings.retain(|b| b.contact != *contact);
+                bindings.insert(
+                    0,
+                    Binding {
+                        contact: contact.clone(),
+                        expires_at: now.saturating_add(u64::from(*expires) * NS_PER_SECOND),
+                        call_id: registration.call_id.clone(),
+                        cseq: registration.cseq,
+                        path: registration.path.clone(),
+                    },
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 const SHARDS: usize = 16;
 
-/// Bounded, sharded in-memory location store.
+/// Bounded, sharded in-memory location store (one process).
 pub struct MemoryStore {
     shards: Vec<Mutex<HashMap<String, Vec<Binding>>>>,
     count: AtomicUsize,
     capacity: usize,
-    max_per_aor: usize,
 }
 
 impl MemoryStore {
-    /// A store holding at most `capacity` bindings, 16 per AOR.
+    /// A store holding at most `capacity` bindings.
     pub fn new(capacity: usize) -> Self {
-        Self::with_limits(capacity, 16)
-    }
-
-    /// A store holding at most `capacity` bindings, `max_per_aor` per AOR
-    /// (a backstop: the registrar enforces its own bound first).
-    pub fn with_limits(capacity: usize, max_per_aor: usize) -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             count: AtomicUsize::new(0),
             capacity,
-            max_per_aor,
         }
     }
 
@@ -103,50 +267,35 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl LocationStore for MemoryStore {
-    fn put(&self, aor: &str, binding: Binding) -> Result<(), StoreError> {
-        let mut map = lock(self.shard(aor));
-        if let Some(v) = map.get_mut(aor) {
-            if let Some(pos) = v.iter().position(|b| b.contact == binding.contact) {
-                v.remove(pos);
-                v.insert(0, binding);
-                return Ok(());
-            }
-            if v.len() >= self.max_per_aor {
-                return Err(StoreError::TooManyContacts);
-            }
-        }
-        if self.count.load(Ordering::Relaxed) >= self.capacity {
+    fn register(&self, registration: &Registration, now: u64) -> StoreAnswer {
+        let mut map = lock(self.shard(&registration.aor));
+        let mut bindings = map.get(&registration.aor).cloned().unwrap_or_default();
+        let before = bindings.len();
+        apply_registration(&mut bindings, registration, now)?;
+        let after = bindings.len();
+        if after > before && self.count.load(Ordering::Relaxed) + (after - before) > self.capacity {
             return Err(StoreError::Full);
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        map.entry(aor.to_owned()).or_default().insert(0, binding);
-        Ok(())
+        // `before` counted expired bindings too: they are gone now.
+        if after >= before {
+            self.count.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.count.fetch_sub(before - after, Ordering::Relaxed);
+        }
+        if bindings.is_empty() {
+            map.remove(&registration.aor);
+        } else {
+            map.insert(registration.aor.clone(), bindings.clone());
+        }
+        Ok(bindings)
     }
 
-    fn lookup(&self, aor: &str, now: u64) -> Result<Vec<Binding>, StoreError> {
+    fn lookup(&self, aor: &str, now: u64) -> StoreAnswer {
         let map = lock(self.shard(aor));
         Ok(map
             .get(aor)
             .map(|v| v.iter().filter(|b| b.expires_at > now).cloned().collect())
             .unwrap_or_default())
-    }
-
-    fn remove(&self, aor: &str, contact: Option<&str>) -> Result<(), StoreError> {
-        let mut map = lock(self.shard(aor));
-        let mut removed = 0;
-        if let Some(v) = map.get_mut(aor) {
-            let before = v.len();
-            match contact {
-                Some(c) => v.retain(|b| b.contact != c),
-                None => v.clear(),
-            }
-            removed = before - v.len();
-            if v.is_empty() {
-                map.remove(aor);
-            }
-        }
-        self.count.fetch_sub(removed, Ordering::Relaxed);
-        Ok(())
     }
 
     fn expire(&self, now: u64) -> usize {
@@ -164,8 +313,8 @@ impl LocationStore for MemoryStore {
         total
     }
 
-    fn len(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
+    fn len(&self) -> Option<usize> {
+        Some(self.count.load(Ordering::Relaxed))
     }
 }
 
@@ -173,41 +322,95 @@ impl LocationStore for MemoryStore {
 mod tests {
     use super::*;
 
-    fn binding(contact: &str, expires_at: u64) -> Binding {
-        Binding {
-            contact: contact.into(),
-            expires_at,
-            call_id: "c".into(),
-            cseq: 1,
+    const S: u64 = NS_PER_SECOND;
+
+    fn bind(aor: &str, contact: &str, expires: u32, call_id: &str, cseq: u32) -> Registration {
+        Registration {
+            aor: aor.into(),
+            call_id: call_id.into(),
+            cseq,
+            path: Vec::new(),
+            changes: vec![BindingChange::Bind {
+                contact: contact.into(),
+                expires,
+            }],
+            max_contacts: 16,
         }
     }
 
     #[test]
-    fn put_lookup_expire_remove_and_bounds() {
+    fn register_lookup_expire_and_capacity() {
         let s = MemoryStore::new(2);
-        s.put("alice", binding("sip:alice@192.0.2.1", 100)).unwrap();
-        s.put("alice", binding("sip:alice@192.0.2.2", 200)).unwrap();
+        s.register(&bind("alice", "sip:alice@192.0.2.1", 100, "a", 1), 0)
+            .unwrap();
+        s.register(&bind("alice", "sip:alice@192.0.2.2", 200, "b", 1), 0)
+            .unwrap();
         assert_eq!(
-            s.put("bob", binding("sip:bob@192.0.2.3", 100)),
+            s.register(&bind("bob", "sip:bob@192.0.2.3", 100, "c", 1), 0),
             Err(StoreError::Full)
         );
-        // refresh does not count twice
-        s.put("alice", binding("sip:alice@192.0.2.1", 300)).unwrap();
-        assert_eq!(s.len(), 2);
-        let l = s.lookup("alice", 150).unwrap();
-        assert_eq!(l.len(), 2);
-        assert_eq!(l[0].contact, "sip:alice@192.0.2.1");
-        assert_eq!(s.lookup("alice", 250).unwrap().len(), 1);
-        assert_eq!(s.expire(250), 1);
-        assert_eq!(s.len(), 1);
-        s.remove("alice", None).unwrap();
+        // A refresh does not count twice and moves to the front.
+        let after = s
+            .register(&bind("alice", "sip:alice@192.0.2.1", 300, "a", 2), 0)
+            .unwrap();
+        assert_eq!(after[0].contact, "sip:alice@192.0.2.1");
+        assert_eq!(s.len(), Some(2));
+        assert_eq!(s.lookup("alice", 150 * S).unwrap().len(), 2);
+        assert_eq!(s.lookup("alice", 250 * S).unwrap().len(), 1);
+        assert_eq!(s.expire(250 * S), 1);
+        assert_eq!(s.len(), Some(1));
+        let mut all = bind("alice", "", 0, "z", 1);
+        all.changes = vec![BindingChange::UnbindAll];
+        assert_eq!(s.register(&all, 250 * S), Ok(Vec::new()));
         assert!(s.is_empty());
-        assert!(s.lookup("alice", 0).unwrap().is_empty());
-        let s = MemoryStore::with_limits(10, 1);
-        s.put("carol", binding("sip:carol@192.0.2.1", 100)).unwrap();
+    }
+
+    #[test]
+    fn ordering_and_contact_bound_change_nothing_when_refused() {
+        let s = MemoryStore::new(100);
+        s.register(&bind("carol", "sip:carol@192.0.2.1", 60, "x", 5), 0)
+            .unwrap();
+        // Same Call-ID, lower CSeq: refused, binding unchanged.
         assert_eq!(
-            s.put("carol", binding("sip:carol@192.0.2.2", 100)),
-            Err(StoreError::TooManyContacts)
+            s.register(&bind("carol", "sip:carol@192.0.2.1", 600, "x", 4), 0),
+            Err(StoreError::OutOfOrder)
         );
+        let l = s.lookup("carol", 0).unwrap();
+        assert_eq!((l[0].cseq, l[0].expires_at), (5, 60 * S));
+        // The same CSeq again (a retransmission) applies; another Call-ID too.
+        s.register(&bind("carol", "sip:carol@192.0.2.1", 60, "x", 5), 0)
+            .unwrap();
+        s.register(&bind("carol", "sip:carol@192.0.2.1", 90, "y", 1), 0)
+            .unwrap();
+        // Unbinding with an old CSeq of the new Call-ID's predecessor is fine
+        // (different Call-ID), an out-of-order `*` is not.
+        let mut all = bind("carol", "", 0, "y", 0);
+        all.changes = vec![BindingChange::UnbindAll];
+        assert_eq!(s.register(&all, 0), Err(StoreError::OutOfOrder));
+        // Bound on contacts: the second contact is one too many.
+        let mut two = bind("carol", "sip:carol@192.0.2.2", 60, "y", 2);
+        two.max_contacts = 1;
+        assert_eq!(s.register(&two, 0), Err(StoreError::TooManyContacts));
+        assert_eq!(s.lookup("carol", 0).unwrap().len(), 1);
+        // Replacing the contact in one request stays within the bound.
+        two.changes.insert(
+            0,
+            BindingChange::Unbind {
+                contact: "sip:carol@192.0.2.1".into(),
+            },
+        );
+        let after = s.register(&two, 0).unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].contact, "sip:carol@192.0.2.2");
+        assert_eq!(s.len(), Some(1));
+    }
+
+    #[test]
+    fn path_is_stored_with_the_binding() {
+        let s = MemoryStore::new(10);
+        let mut r = bind("dave", "sip:dave@192.0.2.9", 60, "p", 1);
+        r.path = vec!["<sip:192.0.2.50;lr>".into()];
+        s.register(&r, 0).unwrap();
+        assert_eq!(s.lookup("dave", 0).unwrap()[0].path, r.path);
     }
 }

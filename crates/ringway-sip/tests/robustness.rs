@@ -117,6 +117,8 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 received: Some("192.0.2.1"),
                 rport: Some(1),
                 strict_next_hop: None,
+                route_set: None,
+                path: None,
             };
             if forward_request(&m, &e, &mut out).is_ok() {
                 let f = SipMsg::parse(&out).expect("edited request must parse");

@@ -39,6 +39,9 @@ pub use timer::{SipTimer, TIMER_TICK_MAX};
 pub use worker::{SipWorker, TX_FRAME};
 
 use crate::host::{self, CpuTime};
+use crate::location::{
+    self, LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
+};
 use crate::ServerError;
 use ringway_io::counters::UdpSnmp;
 use ringway_io::thread::Placement;
@@ -51,6 +54,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -136,6 +140,17 @@ pub struct SipServerConfig {
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<IpAddr>,
+    /// Location store: `memory` (this process), or
+    /// `redis://HOST:PORT/DB` shared by several proxies (reached by store
+    /// threads, never by the workers; see [`crate::location`]).
+    pub location: String,
+    /// Longest wait for the shared store, per command and in its queue (ms).
+    pub location_timeout_ms: u64,
+    /// Store threads (each with one connection, one query at a time).
+    pub location_threads: usize,
+    /// Requests waiting for the shared store at most (beyond: refused at
+    /// once, `500` + `Retry-After` / `480`).
+    pub location_queue: usize,
 }
 
 impl Default for SipServerConfig {
@@ -168,6 +183,10 @@ impl Default for SipServerConfig {
             flood_window_ms: 2000,
             flood_table_size: FloodConfig::default().table_size,
             flood_exempt: Vec::new(),
+            location: "memory".into(),
+            location_timeout_ms: 200,
+            location_threads: 2,
+            location_queue: 1024,
         }
     }
 }
@@ -231,6 +250,22 @@ impl SipServerConfig {
         }
         if self.flood_window_ms == 0 || self.flood_table_size == 0 {
             return fail("flood_window_ms and flood_table_size must be above 0".into());
+        }
+        location::parse_location(&self.location).map_err(ServerError::Config)?;
+        if !(1..=60_000).contains(&self.location_timeout_ms) {
+            return fail(format!(
+                "location_timeout_ms must be 1..=60000, not {}",
+                self.location_timeout_ms
+            ));
+        }
+        if !(1..=64).contains(&self.location_threads) {
+            return fail(format!(
+                "location_threads must be 1..=64, not {}",
+                self.location_threads
+            ));
+        }
+        if self.location_queue == 0 {
+            return fail("location_queue must be above 0".into());
         }
         Ok(())
     }
@@ -348,8 +383,10 @@ struct Shared {
     local: SocketAddr,
     proxy: Proxy,
     stop: AtomicBool,
-    /// One per worker, then one for the timer thread.
+    /// One per worker, one for the timer thread, then one per store thread.
     slots: Vec<MetricsSlot>,
+    /// The shared location store's driver, when there is one.
+    location: Option<LocationShared>,
     generation: AtomicU64,
     threads_cpu: Mutex<Vec<ThreadCpu>>,
     placement: Mutex<Vec<String>>,
@@ -357,6 +394,28 @@ struct Shared {
     cpu_start: CpuTime,
     started: Instant,
     rcvbuf_granted: Vec<usize>,
+}
+
+/// What the threads share about a shared location store.
+struct LocationShared {
+    counters: Arc<LocationCounters>,
+    /// One per store thread.
+    latency: Vec<Arc<Mutex<LocationLatency>>>,
+}
+
+/// The store threads' ends: their channels and stores.
+struct StoreEnds {
+    receivers: Vec<Receiver<ringway_sip::proxy::DeferredRequest>>,
+    stores: Vec<Arc<RedisStore>>,
+}
+
+/// The shared location store's state at one moment.
+#[derive(Debug, Clone)]
+pub struct LocationSnapshot {
+    /// Counters of the store threads and connections.
+    pub counts: LocationCounts,
+    /// Their latencies, per kind of query.
+    pub latency: LocationLatency,
 }
 
 /// Merged measurements at one moment (what `/metrics` renders).
@@ -375,6 +434,8 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Threads that did not publish in time (their previous copy was used).
     pub stale_threads: usize,
+    /// The shared location store (`None`: in memory).
+    pub location: Option<LocationSnapshot>,
     /// Datagrams received per worker (index = worker).
     pub per_worker_in: Vec<u64>,
 }
@@ -392,14 +453,46 @@ impl SipServer {
         let credentials = config.load_credentials()?;
         let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
         let local = sockets[0].local_addr()?;
-        let mut proxy = Proxy::new(config.proxy_config(local, random_key()?));
+        let proxy_config = config.proxy_config(local, random_key()?);
+        let (mut proxy, location, store_ends) =
+            match location::parse_location(&config.location).map_err(ServerError::Config)? {
+                None => (Proxy::new(proxy_config), None, None),
+                Some(url) => {
+                    let counters = Arc::new(LocationCounters::default());
+                    let timeout = Duration::from_millis(config.location_timeout_ms);
+                    let mut stores = Vec::new();
+                    for _ in 0..config.location_threads {
+                        let store = RedisStore::new(&url, timeout, counters.clone())
+                            .map_err(ServerError::Config)?;
+                        stores.push(Arc::new(store));
+                    }
+                    if let Err(e) = stores[0].ping() {
+                        eprintln!(
+                            "sip server: location store {url} unreachable now ({e}); \
+                         REGISTERs get 500 and calls 480 until it answers"
+                        );
+                    }
+                    let (queue, receivers) =
+                        LocationQueue::new(config.location_threads, config.location_queue);
+                    let shared = LocationShared {
+                        counters,
+                        latency: (0..config.location_threads)
+                            .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
+                            .collect(),
+                    };
+                    let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
+                    (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+                }
+            };
         if let Some(credentials) = credentials {
             proxy.set_credentials(Arc::new(credentials));
         }
+        let store_threads = store_ends.as_ref().map_or(0, |ends| ends.stores.len());
         let shared = Arc::new(Shared {
-            slots: (0..=config.workers)
+            slots: (0..config.workers + 1 + store_threads)
                 .map(|_| MetricsSlot::default())
                 .collect(),
+            location,
             generation: AtomicU64::new(0),
             local,
             proxy,
@@ -427,6 +520,10 @@ impl SipServer {
         for socket in sockets {
             ios.push(open(socket)?);
         }
+        let mut store_ios = Vec::new();
+        for _ in 0..store_threads {
+            store_ios.push(open(timer_socket.try_clone()?)?);
+        }
         let timer_io = open(timer_socket)?;
         for (i, io) in ios.into_iter().enumerate() {
             let shared = server.shared.clone();
@@ -434,6 +531,15 @@ impl SipServer {
         }
         let shared = server.shared.clone();
         server.spawn("sip-timer".into(), move || timer_thread(&shared, timer_io))?;
+        if let Some(ends) = store_ends {
+            let threads = ends.receivers.into_iter().zip(ends.stores).zip(store_ios);
+            for (i, ((requests, store), io)) in threads.enumerate() {
+                let shared = server.shared.clone();
+                server.spawn(format!("sip-store{i}"), move || {
+                    store_thread(&shared, i, store, requests, io)
+                })?;
+            }
+        }
         Ok(server)
     }
 
@@ -656,6 +762,38 @@ fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     finish_thread(shared, slot, timer.metrics(), "sip-timer", run);
 }
 
+/// A store thread: take deferred requests, ask the shared store, resume
+/// them in the core and send what they produce.
+fn store_thread(
+    shared: &Shared,
+    index: usize,
+    store: Arc<RedisStore>,
+    requests: Receiver<ringway_sip::proxy::DeferredRequest>,
+    mut io: Box<dyn BatchIo>,
+) {
+    let Some(location) = shared.location.as_ref() else {
+        return;
+    };
+    let mut thread = StoreThread::new(
+        &shared.proxy,
+        store,
+        requests,
+        Duration::from_millis(shared.config.location_timeout_ms),
+        location.latency[index].clone(),
+        location.counters.clone(),
+    );
+    let slot = &shared.slots[shared.config.workers + 1 + index];
+    let mut published = 0u64;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if thread.run_batch(io.as_mut(), POLL, monotonic_now).is_none() {
+            break;
+        }
+        slot.offer(thread.metrics(), &mut published);
+    }
+    slot.finish(thread.metrics());
+    record_thread_cpu(shared, &format!("sip-store{index}"));
+}
+
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
 fn snapshot(shared: &Shared) -> Snapshot {
     let generation = shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
@@ -696,6 +834,16 @@ fn snapshot(shared: &Shared) -> Snapshot {
             .since(&shared.cpu_start),
         elapsed: shared.started.elapsed(),
         stale_threads,
+        location: shared.location.as_ref().map(|location| {
+            let mut latency = LocationLatency::default();
+            for thread in &location.latency {
+                latency.merge(&lock(thread));
+            }
+            LocationSnapshot {
+                counts: location.counters.snapshot(),
+                latency,
+            }
+        }),
         per_worker_in,
     }
 }

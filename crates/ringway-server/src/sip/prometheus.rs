@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 17] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] {
     [
         (
             "ringway_sip_core_requests_received_total",
@@ -96,6 +96,26 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 17] 
             "ringway_sip_flood_untracked_total",
             "Requests the flood limiter could not track (table set full).",
             stats.flood_untracked,
+        ),
+        (
+            "ringway_sip_store_deferred_total",
+            "Requests handed to the location driver to wait for a remote store.",
+            stats.store_deferred,
+        ),
+        (
+            "ringway_sip_store_queue_full_total",
+            "Requests answered as if the store were down because the location queue was full.",
+            stats.store_queue_full,
+        ),
+        (
+            "ringway_sip_store_unavailable_registers_total",
+            "REGISTERs answered 500 with Retry-After because the location store was unavailable.",
+            stats.store_unavailable_registers,
+        ),
+        (
+            "ringway_sip_store_unavailable_lookups_total",
+            "Requests answered 480 because the location store was unavailable for their lookup.",
+            stats.store_unavailable_lookups,
         ),
     ]
 }
@@ -229,11 +249,6 @@ pub(super) fn render(snap: &Snapshot) -> String {
             stats.transactions_active,
         ),
         (
-            "ringway_sip_registrar_bindings",
-            "Registrar bindings stored.",
-            stats.bindings,
-        ),
-        (
             "ringway_sip_flood_sources_tracked",
             "Sources the flood limiter tracks.",
             stats.flood_sources_tracked,
@@ -247,6 +262,18 @@ pub(super) fn render(snap: &Snapshot) -> String {
         &[],
         snap.stale_threads as f64,
     );
+    // Not known locally with a shared store: no sample rather than 0.
+    if let Some(bindings) = stats.bindings {
+        p.gauge(
+            "ringway_sip_registrar_bindings",
+            "Registrar bindings stored (in-memory store only).",
+            &[],
+            bindings as f64,
+        );
+    }
+    if let Some(location) = &snap.location {
+        location_metrics(&mut p, location);
+    }
     let cpu = snap.process_cpu;
     for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {
         p.counter_f64(
@@ -257,4 +284,62 @@ pub(super) fn render(snap: &Snapshot) -> String {
         );
     }
     p.finish()
+}
+
+/// The shared location store's counters and latencies.
+fn location_metrics(p: &mut PromText, location: &super::LocationSnapshot) {
+    let c = &location.counts;
+    for (kind, n) in [("register", c.registers), ("lookup", c.lookups)] {
+        p.counter(
+            "ringway_sip_location_queries_total",
+            "Queries sent to the shared location store, by kind.",
+            &[("kind", kind)],
+            n,
+        );
+    }
+    for (reason, n) in [
+        ("connect", c.connect_failures),
+        ("backoff", c.skipped_backoff),
+        ("timeout", c.timeouts),
+        ("io", c.io_errors),
+        ("server", c.server_errors),
+        ("bad_reply", c.bad_replies),
+        ("queue_wait", c.expired_in_queue),
+    ] {
+        p.counter(
+            "ringway_sip_location_failures_total",
+            "Shared location store queries answered as unavailable, by reason.",
+            &[("reason", reason)],
+            n,
+        );
+    }
+    p.counter(
+        "ringway_sip_location_reconnects_total",
+        "Connections to the shared location store made after a failure.",
+        &[],
+        c.reconnects,
+    );
+    p.gauge(
+        "ringway_sip_location_up",
+        "1 if the last connection attempt or command to the shared store succeeded.",
+        &[],
+        if c.up { 1.0 } else { 0.0 },
+    );
+    for (kind, latency) in [
+        ("register", &location.latency.register),
+        ("lookup", &location.latency.lookup),
+    ] {
+        p.histogram(
+            "ringway_sip_location_store_seconds",
+            "Time of one shared location store call (round trip).",
+            &[("kind", kind)],
+            &latency.store,
+        );
+        p.histogram(
+            "ringway_sip_location_added_seconds",
+            "Receive to resumed and sent: what the shared store adds to a request.",
+            &[("kind", kind)],
+            &latency.added,
+        );
+    }
 }

@@ -57,6 +57,9 @@ pub struct TypeStats {
     responded: [u64; CODES],
     /// Messages consumed without output (e.g. retransmissions, stray ACKs).
     pub absorbed: u64,
+    /// Messages handed to the location driver (finished by its threads,
+    /// which count the final action).
+    pub deferred: u64,
     /// Messages dropped by the core, per [`DropReason::index`].
     dropped: [u64; DROP_REASONS.len()],
     k_rcv: Histogram<u64>,
@@ -73,6 +76,7 @@ impl Default for TypeStats {
             copies: 0,
             responded: [0; CODES],
             absorbed: 0,
+            deferred: 0,
             dropped: [0; DROP_REASONS.len()],
             k_rcv: latency_histogram(),
             t_sip: latency_histogram(),
@@ -179,6 +183,7 @@ impl TypeStats {
         self.forwarded += other.forwarded;
         self.copies += other.copies;
         self.absorbed += other.absorbed;
+        self.deferred += other.deferred;
         for (a, b) in self.responded.iter_mut().zip(other.responded.iter()) {
             *a += b;
         }

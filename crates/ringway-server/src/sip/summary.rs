@@ -123,6 +123,9 @@ pub struct TypeSummary {
     pub responded: BTreeMap<u16, u64>,
     /// Messages absorbed without output.
     pub absorbed: u64,
+    /// Messages handed to the location driver (their final action is
+    /// counted when it finishes them).
+    pub deferred: u64,
     /// Messages dropped by the core, by reason.
     pub dropped: BTreeMap<String, u64>,
     /// Kernel RX stamp → application (µs).
@@ -144,6 +147,7 @@ impl TypeSummary {
             copies: t.copies,
             responded: t.responded(),
             absorbed: t.absorbed,
+            deferred: t.deferred,
             dropped: t.dropped(),
             k_rcv: LatencySummary::of_ns(t.histogram(Latency::KRcv)),
             t_sip: LatencySummary::of_ns(t.histogram(Latency::TSip)),
@@ -209,6 +213,25 @@ pub struct ConfigView {
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<std::net::IpAddr>,
+    /// Location store (`memory` or the Redis URL).
+    pub location: String,
+    /// Wait bound of the shared store (ms).
+    pub location_timeout_ms: u64,
+    /// Store threads.
+    pub location_threads: usize,
+    /// Requests waiting for the shared store at most.
+    pub location_queue: usize,
+}
+
+/// The shared location store in the summary.
+#[derive(Debug, Serialize)]
+pub struct LocationSummary {
+    /// Counters of the store threads and connections.
+    pub counts: crate::location::LocationCounts,
+    /// REGISTER latencies (µs): queued, store call, added in all.
+    pub register: crate::location::QueryLatencySummary,
+    /// Lookup latencies (µs): what a call waits for its lookup.
+    pub lookup: crate::location::QueryLatencySummary,
 }
 
 /// The JSON summary (schema documented in docs/sip-proxy.md).
@@ -238,6 +261,8 @@ pub struct Summary {
     pub cpu: Cpu,
     /// Thread placement/priority results, one line each.
     pub placement: Vec<String>,
+    /// The shared location store (null: in memory).
+    pub location: Option<LocationSummary>,
 }
 
 /// Schema id of [`Summary`].
@@ -286,6 +311,10 @@ pub(super) fn build(
             flood_window_ms: config.flood_window_ms,
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
+            location: config.location.clone(),
+            location_timeout_ms: config.location_timeout_ms,
+            location_threads: config.location_threads,
+            location_queue: config.location_queue,
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {
@@ -335,5 +364,10 @@ pub(super) fn build(
             },
         },
         placement,
+        location: snap.location.as_ref().map(|location| LocationSummary {
+            counts: location.counts.clone(),
+            register: crate::location::QueryLatencySummary::of(&location.latency.register),
+            lookup: crate::location::QueryLatencySummary::of(&location.latency.lookup),
+        }),
     }
 }

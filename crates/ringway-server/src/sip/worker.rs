@@ -133,6 +133,7 @@ impl<'p> SipWorker<'p> {
                 Action::Responded(code) => stats.count_response(code),
                 Action::Absorbed => stats.absorbed += 1,
                 Action::Dropped(reason) => stats.count_drop(reason),
+                Action::Deferred => stats.deferred += 1,
             }
             // Sample K_snd: every Nth datagram this worker sends gets a TX stamp.
             if *tx_stamp_every > 0 {

@@ -34,6 +34,7 @@ mod auth;
 mod branch;
 mod cancel;
 mod config;
+mod deferred;
 mod flood;
 mod outcome;
 mod register;
@@ -47,8 +48,9 @@ mod transaction;
 mod worker;
 
 pub use config::{AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy};
+pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
-pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES};
+pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub use routing::sendable;
 pub use stats::ProxyStats;
 pub use timers::{T1, T2, T4, TIMER_64T1, TIMER_C};
@@ -58,6 +60,7 @@ use crate::hash::Hash64;
 use crate::registrar::{LocationStore, MemoryStore};
 use auth::Authenticator;
 use cancel::CancelIndex;
+use deferred::StoreAccess;
 use flood::FloodLimiter;
 use stats::Counters;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -73,7 +76,7 @@ pub struct Proxy {
     record_route_uri: String,
     /// Seed of every hash we put on the wire (branches, To-tags).
     secret: u64,
-    store: Arc<dyn LocationStore>,
+    store: StoreAccess,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
     /// Per-source request limits, when configured.
@@ -93,8 +96,20 @@ impl Proxy {
         Self::with_store(config, Arc::new(MemoryStore::new(100_000)))
     }
 
-    /// A proxy using `store` as location service.
+    /// A proxy using `store` as location service, called on the workers
+    /// (a store that answers at once).
     pub fn with_store(config: ProxyConfig, store: Arc<dyn LocationStore>) -> Self {
+        Self::with_store_access(config, StoreAccess::Inline(store))
+    }
+
+    /// A proxy whose location store is reached through the driver:
+    /// requests that need it are handed to `queue` and finished by
+    /// [`ProxyWorker::resume`] (see [`StoreQueue`]).
+    pub fn with_store_queue(config: ProxyConfig, queue: Arc<dyn StoreQueue>) -> Self {
+        Self::with_store_access(config, StoreAccess::Deferred(queue))
+    }
+
+    fn with_store_access(config: ProxyConfig, store: StoreAccess) -> Self {
         let sent_by = config.local.to_string();
         let record_route_uri = format!("sip:{sent_by};lr");
         let secret = Hash64::new(0x5EC2E7)
@@ -135,9 +150,18 @@ impl Proxy {
         self.flood.as_ref().map_or(0, FloodLimiter::tracked)
     }
 
-    /// The location store.
-    pub fn store(&self) -> &Arc<dyn LocationStore> {
-        &self.store
+    /// The location store when the workers call it (`None`: reached
+    /// through the driver's queue).
+    pub fn store(&self) -> Option<&Arc<dyn LocationStore>> {
+        match &self.store {
+            StoreAccess::Inline(store) => Some(store),
+            StoreAccess::Deferred(_) => None,
+        }
+    }
+
+    /// Bindings held, when known locally.
+    pub fn bindings(&self) -> Option<usize> {
+        self.store().and_then(|store| store.len())
     }
 
     /// A handle for one worker thread: its own scratch buffer and counter

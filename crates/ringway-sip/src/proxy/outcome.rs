@@ -88,7 +88,7 @@ impl MsgLabel {
     }
 
     /// The label of a request with this method.
-    pub(super) fn of_method(method: Method<'_>) -> MsgLabel {
+    pub(crate) fn of_method(method: Method<'_>) -> MsgLabel {
         match method {
             Method::Invite => MsgLabel::Invite,
             Method::Ack => MsgLabel::Ack,
@@ -215,6 +215,9 @@ pub enum Action {
     Absorbed,
     /// Dropped and counted.
     Dropped(DropReason),
+    /// Waiting for the location store: handed to the driver, which
+    /// resumes it ([`ProxyWorker::resume`](crate::proxy::ProxyWorker::resume)).
+    Deferred,
 }
 
 /// Result of [`ProxyWorker::handle`](crate::proxy::ProxyWorker::handle).

@@ -1,6 +1,9 @@
-//! REGISTER to our registrar (RFC 3261 10.3): the rules, applied here in
-//! the core, and the glue to the [`LocationStore`](crate::registrar::LocationStore)
-//! (which only stores, and may fail).
+//! REGISTER to our registrar (RFC 3261 10.3): the rules that depend on
+//! the request alone, applied here, and one [`Registration`] handed to the
+//! [`LocationStore`](crate::registrar::LocationStore), which applies it
+//! atomically with the rules that depend on what is stored (ordering,
+//! contacts per AOR: [`apply_registration`](crate::registrar::apply_registration)).
+//! A store that cannot answer gets the REGISTER `500` with `Retry-After`.
 //!
 //! - Owner: with authentication on, only the authenticated user whose name
 //!   is the AOR's user part may change the AOR's bindings (step 6); anyone
@@ -18,19 +21,28 @@
 //!   removes every binding of the AOR, under the same ordering rule.
 //! - At most `max_contacts` bindings per AOR: a REGISTER that would bind
 //!   more is refused (`403`), nothing is changed.
+//! - Path (RFC 3327 5.3): the REGISTER's Path values are stored with every
+//!   binding it sets (requests to the contact are then sent through them)
+//!   and echoed in the `200` when the UA lists `path` in Supported.
 
 use super::auth::Identity;
+use super::deferred::StoreCall;
 use super::outcome::Action;
+use super::stats::Counter;
 use super::worker::{ProxyWorker, Request};
 use super::Proxy;
 use crate::msg::{parse_delta, SipMsg};
-use crate::registrar::{Binding, StoreError};
+use crate::registrar::{BindingChange, Registration, StoreError, StoreQuery};
+use crate::text::CommaSplit;
 use std::net::SocketAddr;
 
 /// Default registration lifetime when none is requested (s).
 pub const DEFAULT_EXPIRES: u32 = 3600;
 /// Longest registration accepted by default (s); longer requests are shortened.
 pub const MAX_EXPIRES: u32 = 86400;
+/// `Retry-After` (s) of a `500` to a REGISTER while the location store is
+/// unavailable.
+pub const STORE_RETRY_AFTER: u32 = 5;
 
 const NS_PER_SECOND: u64 = 1_000_000_000;
 
@@ -58,21 +70,14 @@ impl Refusal {
                 extra_headers: vec![("Retry-After", "60".into())],
             },
             StoreError::TooManyContacts => Refusal::new(403, "Forbidden - Too Many Contacts"),
-            StoreError::Unavailable => {
-                Refusal::new(500, "Server Internal Error - Location Store Unavailable")
-            }
+            StoreError::OutOfOrder => Refusal::new(400, "Bad Request - CSeq Out Of Order"),
+            StoreError::Unavailable => Refusal {
+                code: 500,
+                reason: "Server Internal Error - Location Store Unavailable",
+                extra_headers: vec![("Retry-After", STORE_RETRY_AFTER.to_string())],
+            },
         }
     }
-}
-
-/// One change a REGISTER makes.
-enum Change<'m> {
-    /// Bind (or refresh) this contact for this many seconds.
-    Bind { contact: &'m str, expires: u32 },
-    /// Remove this contact.
-    Unbind(&'m str),
-    /// Remove every contact (`Contact: *`).
-    UnbindAll,
 }
 
 impl ProxyWorker<'_> {
@@ -85,10 +90,20 @@ impl ProxyWorker<'_> {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
         let now = request.now;
-        let proxy = self.proxy();
-        let result = proxy
-            .update_bindings(request.msg, identity, now)
-            .and_then(|aor| proxy.store.lookup(&aor, now).map_err(Refusal::store));
+        let result = match self.proxy().registration(request.msg, identity) {
+            Ok(registration) => {
+                match self.store_call(request, StoreQuery::Register(registration)) {
+                    StoreCall::Deferred => return Action::Deferred,
+                    StoreCall::Answered(answer) => answer.map_err(|error| {
+                        if error == StoreError::Unavailable {
+                            self.stripe.add(Counter::StoreUnavailableRegisters);
+                        }
+                        Refusal::store(error)
+                    }),
+                }
+            }
+            Err(refusal) => Err(refusal),
+        };
         let bindings = match result {
             Ok(bindings) => bindings,
             Err(refusal) => {
@@ -100,33 +115,38 @@ impl ProxyWorker<'_> {
                 return self.local_final(request, refusal.code, refusal.reason, &headers, out);
             }
         };
-        let contacts: Vec<String> = bindings
+        let mut extra: Vec<(&str, String)> = bindings
             .iter()
             .map(|binding| {
                 let left = binding
                     .expires_at
                     .saturating_sub(now)
                     .div_ceil(NS_PER_SECOND);
-                format!("<{}>;expires={left}", binding.contact)
+                ("Contact", format!("<{}>;expires={left}", binding.contact))
             })
             .collect();
-        let extra: Vec<(&str, &str)> = contacts
+        // RFC 3327 5.3: the Path stored is echoed to a UA that supports it.
+        if supports_path(request.msg) {
+            extra.extend(path_values(request.msg).map(|hop| ("Path", hop.to_owned())));
+        }
+        let extra: Vec<(&str, &str)> = extra
             .iter()
-            .map(|contact| ("Contact", contact.as_str()))
+            .map(|(name, value)| (*name, value.as_str()))
             .collect();
         self.local_final(request, 200, "OK", &extra, out)
     }
 }
 
 impl Proxy {
-    /// Apply a REGISTER to the store under the registrar rules; returns
-    /// the AOR (the user alone at our domain, else `user@host`).
-    fn update_bindings(
+    /// What a REGISTER asks of the store, with the rules that do not
+    /// depend on the stored bindings applied (owner, Expires bounds,
+    /// `Contact: *`). The AOR is the user alone at our domain, else
+    /// `user@host`.
+    fn registration(
         &self,
         msg: &SipMsg<'_>,
         identity: Option<&Identity>,
-        now: u64,
-    ) -> Result<String, Refusal> {
+    ) -> Result<Registration, Refusal> {
         let policy = self.config.registrar_policy;
         let to = msg.to().ok_or(Refusal::new(400, "Bad Request - To"))?;
         let to_uri = to
@@ -143,78 +163,46 @@ impl Proxy {
         } else {
             format!("{user}@{}", to_uri.host.to_ascii_lowercase())
         };
-        let changes = registration_changes(msg, policy)?;
-        if changes.is_empty() {
-            return Ok(aor);
-        }
-        let call_id = msg.call_id().unwrap_or("");
-        let cseq = msg.cseq().map_or(0, |c| c.0);
-        let existing = self.store.lookup(&aor, now).map_err(Refusal::store)?;
-        // Ordering (10.3 step 7): nothing is changed if any change is out
-        // of order.
-        let out_of_order = |contact: Option<&str>| {
-            existing.iter().any(|binding| {
-                contact.is_none_or(|c| c == binding.contact)
-                    && binding.call_id == call_id
-                    && binding.cseq > cseq
-            })
-        };
-        let mut bound_after = existing.len();
-        for change in &changes {
-            let contact = match change {
-                Change::Bind { contact, .. } | Change::Unbind(contact) => Some(*contact),
-                Change::UnbindAll => None,
-            };
-            if out_of_order(contact) {
-                return Err(Refusal::new(400, "Bad Request - CSeq Out Of Order"));
-            }
-            let known = |c: &str| existing.iter().any(|binding| binding.contact == c);
-            match change {
-                Change::Bind { contact, .. } if !known(contact) => bound_after += 1,
-                Change::Unbind(contact) if known(contact) => {
-                    bound_after = bound_after.saturating_sub(1)
-                }
-                Change::UnbindAll => bound_after = 0,
-                _ => {}
-            }
-        }
-        if bound_after > policy.max_contacts {
-            return Err(Refusal::new(403, "Forbidden - Too Many Contacts"));
-        }
-        for change in changes {
-            match change {
-                Change::UnbindAll => self.store.remove(&aor, None),
-                Change::Unbind(contact) => self.store.remove(&aor, Some(contact)),
-                Change::Bind { contact, expires } => self.store.put(
-                    &aor,
-                    Binding {
-                        contact: contact.to_owned(),
-                        expires_at: now + u64::from(expires) * NS_PER_SECOND,
-                        call_id: call_id.to_owned(),
-                        cseq,
-                    },
-                ),
-            }
-            .map_err(Refusal::store)?;
-        }
-        Ok(aor)
+        Ok(Registration {
+            aor,
+            call_id: msg.call_id().unwrap_or("").to_owned(),
+            cseq: msg.cseq().map_or(0, |c| c.0),
+            path: path_values(msg).map(str::to_owned).collect(),
+            changes: registration_changes(msg, policy)?,
+            max_contacts: policy.max_contacts,
+        })
     }
+}
+
+/// The Path values of a message, topmost first.
+fn path_values<'s, 'm: 's>(msg: &'s SipMsg<'m>) -> impl Iterator<Item = &'m str> + 's {
+    msg.header("Path")
+        .flat_map(CommaSplit::new)
+        .map(str::trim)
+        .filter(|hop| !hop.is_empty())
+}
+
+/// Whether the request's Supported lists `path`.
+fn supports_path(msg: &SipMsg<'_>) -> bool {
+    msg.header("Supported")
+        .flat_map(CommaSplit::new)
+        .any(|tag| tag.trim().eq_ignore_ascii_case("path"))
 }
 
 /// The changes a REGISTER asks for (empty: a query), with the Expires
 /// bounds applied.
-fn registration_changes<'m>(
-    msg: &SipMsg<'m>,
+fn registration_changes(
+    msg: &SipMsg<'_>,
     policy: super::config::RegistrarPolicy,
-) -> Result<Vec<Change<'m>>, Refusal> {
+) -> Result<Vec<BindingChange>, Refusal> {
     let header_expires = msg.expires();
     if msg.contact_star() {
         if header_expires != Some(0) || msg.contact().next().is_some() {
             return Err(Refusal::new(400, "Bad Request - Contact * Needs Expires 0"));
         }
-        return Ok(vec![Change::UnbindAll]);
+        return Ok(vec![BindingChange::UnbindAll]);
     }
-    let mut changes: Vec<Change<'m>> = Vec::new();
+    let mut changes: Vec<BindingChange> = Vec::new();
     for contact in msg.contact() {
         let expires = contact
             .param("expires")
@@ -223,13 +211,15 @@ fn registration_changes<'m>(
             .or(header_expires)
             .unwrap_or(policy.default_expires);
         let duplicate = changes.iter().any(|change| {
-            matches!(change, Change::Bind { contact: c, .. } | Change::Unbind(c) if *c == contact.uri)
+            matches!(change, BindingChange::Bind { contact: c, .. } | BindingChange::Unbind { contact: c } if c == contact.uri)
         });
         if duplicate {
             continue;
         }
         if expires == 0 {
-            changes.push(Change::Unbind(contact.uri));
+            changes.push(BindingChange::Unbind {
+                contact: contact.uri.to_owned(),
+            });
         } else if expires < policy.min_expires {
             return Err(Refusal {
                 code: 423,
@@ -237,8 +227,8 @@ fn registration_changes<'m>(
                 extra_headers: vec![("Min-Expires", policy.min_expires.to_string())],
             });
         } else {
-            changes.push(Change::Bind {
-                contact: contact.uri,
+            changes.push(BindingChange::Bind {
+                contact: contact.uri.to_owned(),
                 expires: expires.min(policy.max_expires),
             });
         }

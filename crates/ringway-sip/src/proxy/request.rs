@@ -5,6 +5,7 @@
 
 use super::branch::Branch;
 use super::config::Mode;
+use super::deferred::StoreCall;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::{sendable, upstream_address, Rejection, RoutePlan, Target};
 use super::stats::Counter;
@@ -12,6 +13,7 @@ use super::transaction::{Class, Transaction, TransactionKey};
 use super::worker::{scratch_for, send, ProxyWorker, Request};
 use crate::edit::{forward_request, RequestEdits, ViaEdit};
 use crate::msg::{Method, SipMsg};
+use crate::registrar::StoreQuery;
 use crate::uri::host_ip;
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -33,6 +35,18 @@ impl ProxyWorker<'_> {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
         self.stripe.add(Counter::RequestsReceived);
+        self.request_outcome(now, src, msg, out)
+    }
+
+    /// Handle a parsed request (counted by the caller): match a
+    /// transaction, else handle it as new. A deferred request resumes here.
+    pub(super) fn request_outcome(
+        &mut self,
+        now: u64,
+        src: SocketAddr,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
         let method = msg.method().unwrap_or(Method::Other(""));
         let label = MsgLabel::of_method(method);
         let request = Request {
@@ -77,13 +91,41 @@ impl ProxyWorker<'_> {
             Ok(identity) => identity,
             Err(refused) => return refused,
         };
+        let target = match target {
+            Target::Lookup { aor } => {
+                let query = StoreQuery::Lookup {
+                    aor: aor.to_owned(),
+                };
+                match self.store_call(request, query) {
+                    StoreCall::Deferred => return Action::Deferred,
+                    StoreCall::Answered(Ok(bindings)) => proxy.binding_target(bindings),
+                    StoreCall::Answered(Err(_)) => {
+                        self.stripe.add(Counter::StoreUnavailableLookups);
+                        Target::Respond(480, "Temporarily Unavailable - Location Store Unavailable")
+                    }
+                }
+            }
+            target => target,
+        };
         match target {
             Target::Respond(code, reason) => self.local_final(request, code, reason, &[], out),
             Target::OptionsToUs => self.local_final(request, 200, "OK", &OPTIONS_HEADERS, out),
             Target::Register => self.register(request, identity.as_ref(), out),
-            Target::Send { to, request_uri } => {
+            // Resolved above.
+            Target::Lookup { .. } => {
+                self.local_final(request, 500, "Server Internal Error", &[], out)
+            }
+            Target::Send {
+                to,
+                request_uri,
+                route_set,
+            } => {
                 let request_uri = request_uri.or(plan.request_uri_edit().map(Cow::Borrowed));
-                self.forward(request, to, request_uri.as_deref(), &plan, stateful, out)
+                let route = Forwarding {
+                    request_uri: request_uri.as_deref(),
+                    route_set: route_set.as_deref(),
+                };
+                self.forward(request, to, route, &plan, stateful, out)
             }
         }
     }
@@ -155,12 +197,13 @@ impl ProxyWorker<'_> {
     }
 
     /// Forward `request` to `to` with our Via (and Record-Route, Route and
-    /// Request-URI edits from `plan`), keeping a transaction if `stateful`.
+    /// Request-URI edits from `plan` and `route`), keeping a transaction if
+    /// `stateful`.
     fn forward(
         &mut self,
         request: &Request<'_>,
         to: SocketAddr,
-        request_uri: Option<&str>,
+        route: Forwarding<'_>,
         plan: &RoutePlan<'_>,
         stateful: bool,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
@@ -194,11 +237,13 @@ impl ProxyWorker<'_> {
             record_route: (proxy.config.record_route && dialog_creating)
                 .then_some(proxy.record_route_uri.as_str()),
             pop_route: plan.pop_route,
-            request_uri,
+            request_uri: route.request_uri,
             pop_last_route: plan.from_strict_router,
             received,
             rport,
             strict_next_hop: plan.strict_next_hop.map(|_| plan.request_uri),
+            route_set: route.route_set,
+            path: None,
         };
         if stateful {
             return self.forward_stateful(request, to, &edits, out);
@@ -249,6 +294,15 @@ impl ProxyWorker<'_> {
         }
         action
     }
+}
+
+/// Where a forwarded request is addressed beyond its next hop.
+#[derive(Clone, Copy)]
+struct Forwarding<'a> {
+    /// A new Request-URI (a binding's contact, a strict-routing fix-up).
+    request_uri: Option<&'a str>,
+    /// A route set to put on top of the Route headers (a binding's Path).
+    route_set: Option<&'a str>,
 }
 
 /// Whether the top Via's host is not the source IP (so `received` is due).

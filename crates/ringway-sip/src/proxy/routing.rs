@@ -7,6 +7,7 @@ use super::branch::{Branch, RequestKeys, BRANCH_PREFIX};
 use super::worker::Request;
 use super::Proxy;
 use crate::msg::{Method, SipMsg, Via};
+use crate::registrar::Binding;
 use crate::uri::{host_ip, scheme, NameAddr, SipUri};
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
@@ -62,10 +63,12 @@ impl Rejection {
 /// Where a request goes.
 pub(super) enum Target<'a> {
     /// Forward to `to`; `request_uri` replaces the Request-URI (a
-    /// registrar binding).
+    /// registrar binding), `route_set` goes on top of the Route headers
+    /// (the binding's Path, RFC 3327).
     Send {
         to: SocketAddr,
         request_uri: Option<Cow<'a, str>>,
+        route_set: Option<String>,
     },
     /// Answer locally with this final response.
     Respond(u16, &'static str),
@@ -73,6 +76,13 @@ pub(super) enum Target<'a> {
     Register,
     /// An OPTIONS for us (no user part): answered with our capabilities.
     OptionsToUs,
+    /// A request to a user of our domain: the location store decides
+    /// (after authentication, so unauthenticated requests cost the store
+    /// nothing).
+    Lookup {
+        /// The AOR (the user part alone, as the registrar keys it).
+        aor: &'a str,
+    },
 }
 
 /// The outcome of route information preprocessing (RFC 3261 16.4) and of
@@ -211,6 +221,7 @@ impl Proxy {
                 Some(to) => Target::Send {
                     to,
                     request_uri: None,
+                    route_set: None,
                 },
                 None => self.default_route(),
             };
@@ -220,17 +231,12 @@ impl Proxy {
         } else {
             plan.received_uri
         };
-        self.route_by_uri(request.now, uri, request.method)
+        self.route_by_uri(uri, request.method)
     }
 
-    /// Route by Request-URI: our registrar or OPTIONS for us, a binding, an
-    /// IP literal, else `route_to`.
-    fn route_by_uri<'m>(
-        &self,
-        now: u64,
-        uri: Option<SipUri<'_>>,
-        method: Method<'_>,
-    ) -> Target<'m> {
+    /// Route by Request-URI: our registrar or OPTIONS for us, a lookup,
+    /// an IP literal, else `route_to`.
+    fn route_by_uri<'m>(&self, uri: Option<SipUri<'m>>, method: Method<'_>) -> Target<'m> {
         let Some(uri) = uri else {
             return Target::Respond(416, "Unsupported URI Scheme");
         };
@@ -243,26 +249,7 @@ impl Proxy {
             }
             if self.config.registrar {
                 if let Some(user) = uri.user {
-                    let Ok(bindings) = self.store.lookup(user, now) else {
-                        return Target::Respond(
-                            500,
-                            "Server Internal Error - Location Store Unavailable",
-                        );
-                    };
-                    if let Some(binding) = bindings.into_iter().next() {
-                        let to = SipUri::parse(&binding.contact).and_then(|contact| {
-                            contact
-                                .host_ip()
-                                .map(|ip| SocketAddr::new(ip, contact.port.unwrap_or(5060)))
-                        });
-                        return match to.or(self.config.route_to) {
-                            Some(to) => Target::Send {
-                                to,
-                                request_uri: Some(Cow::Owned(binding.contact)),
-                            },
-                            None => Target::Respond(480, "Temporarily Unavailable"),
-                        };
-                    }
+                    return Target::Lookup { aor: user };
                 }
             }
             return self.default_route();
@@ -271,6 +258,7 @@ impl Proxy {
             return Target::Send {
                 to: SocketAddr::new(ip, uri.port.unwrap_or(5060)),
                 request_uri: None,
+                route_set: None,
             };
         }
         self.default_route()
@@ -282,8 +270,47 @@ impl Proxy {
             Some(to) => Target::Send {
                 to,
                 request_uri: None,
+                route_set: None,
             },
             None => Target::Respond(404, "Not Found"),
+        }
+    }
+
+    /// Where a request to an AOR with these `bindings` goes: the most
+    /// recently refreshed contact as Request-URI, through its Path when it
+    /// was registered with one (the Path's first hop is the next hop and
+    /// the whole Path goes on top of the Route headers, RFC 3327 5.3);
+    /// `route_to` or the default route when the AOR has no binding.
+    pub(super) fn binding_target<'m>(&self, bindings: Vec<Binding>) -> Target<'m> {
+        let Some(binding) = bindings.into_iter().next() else {
+            return self.default_route();
+        };
+        let uri_address = |uri: SipUri<'_>| {
+            uri.host_ip()
+                .map(|ip| SocketAddr::new(ip, uri.port.unwrap_or(5060)))
+        };
+        if let Some(first) = binding.path.first() {
+            let next_hop = NameAddr::parse(first)
+                .and_then(|hop| hop.sip_uri())
+                .and_then(uri_address);
+            return match next_hop {
+                Some(to) => Target::Send {
+                    to,
+                    route_set: Some(binding.path.join(", ")),
+                    request_uri: Some(Cow::Owned(binding.contact)),
+                },
+                // We resolve no names: a Path we cannot follow.
+                None => Target::Respond(480, "Temporarily Unavailable - Path Not Routable"),
+            };
+        }
+        let to = SipUri::parse(&binding.contact).and_then(uri_address);
+        match to.or(self.config.route_to) {
+            Some(to) => Target::Send {
+                to,
+                request_uri: Some(Cow::Owned(binding.contact)),
+                route_set: None,
+            },
+            None => Target::Respond(480, "Temporarily Unavailable"),
         }
     }
 }

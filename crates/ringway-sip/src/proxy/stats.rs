@@ -55,12 +55,23 @@ pub struct ProxyStats {
     pub flood_untracked: u64,
     /// Sources the flood limiter tracks now.
     pub flood_sources_tracked: u64,
+    /// Requests handed to the driver to wait for a remote location store.
+    pub store_deferred: u64,
+    /// Requests answered as if the store were down because the driver's
+    /// store queue was full (fail closed).
+    pub store_queue_full: u64,
+    /// REGISTERs answered `500` with `Retry-After` because the location
+    /// store was unavailable (down, late, full queue, unreadable reply).
+    pub store_unavailable_registers: u64,
+    /// Requests answered `480` because the location store was unavailable
+    /// for their lookup.
+    pub store_unavailable_lookups: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
     pub drops: BTreeMap<&'static str, u64>,
-    /// Registrar bindings.
-    pub bindings: u64,
+    /// Registrar bindings (`None`: a shared store, not counted locally).
+    pub bindings: Option<u64>,
 }
 
 /// Counted events, one slot each per stripe.
@@ -83,11 +94,15 @@ pub(super) enum Counter {
     AuthReplays,
     FloodBlocks,
     FloodUntracked,
+    StoreDeferred,
+    StoreQueueFull,
+    StoreUnavailableRegisters,
+    StoreUnavailableLookups,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::FloodUntracked as usize + 1;
+    pub(super) const COUNT: usize = Counter::StoreUnavailableLookups as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -204,9 +219,13 @@ impl Proxy {
             flood_blocks: counters.event(Counter::FloodBlocks),
             flood_untracked: counters.event(Counter::FloodUntracked),
             flood_sources_tracked: self.flood_sources_tracked() as u64,
+            store_deferred: counters.event(Counter::StoreDeferred),
+            store_queue_full: counters.event(Counter::StoreQueueFull),
+            store_unavailable_registers: counters.event(Counter::StoreUnavailableRegisters),
+            store_unavailable_lookups: counters.event(Counter::StoreUnavailableLookups),
             responses_generated,
             drops,
-            bindings: self.store.len() as u64,
+            bindings: self.bindings().map(|n| n as u64),
         }
     }
 }

@@ -99,7 +99,9 @@ impl ProxyWorker<'_> {
                 .compare_exchange(last_sweep, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            events += proxy.store.expire(now);
+            if let Some(store) = proxy.store() {
+                events += store.expire(now);
+            }
         }
         for shard in proxy.shards.iter() {
             let mut shard = lock(shard);
@@ -202,7 +204,7 @@ impl Proxy {
     /// the registrar holds bindings, the next once-a-second expiry sweep.
     pub fn next_deadline(&self) -> Option<u64> {
         let mut best: Option<u64> = None;
-        if self.config.registrar && !self.store.is_empty() {
+        if self.config.registrar && self.bindings().is_some_and(|n| n > 0) {
             best = Some(
                 self.last_expiry_sweep
                     .load(Ordering::Relaxed)

@@ -10,6 +10,7 @@ use super::stats::{Counter, CounterStripe};
 use super::Proxy;
 use crate::edit::EditError;
 use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
+use crate::registrar::{StoreAnswer, StoreQuery};
 use std::net::SocketAddr;
 
 /// Initial scratch capacity of a held worker (grows if a datagram needs more).
@@ -29,6 +30,10 @@ pub struct ProxyWorker<'p> {
     proxy: &'p Proxy,
     pub(super) stripe: &'p CounterStripe,
     pub(super) scratch: Vec<u8>,
+    /// While resuming a deferred request: the store's answer to its query.
+    pub(super) resumed_answer: Option<(StoreQuery, StoreAnswer)>,
+    /// While resuming a deferred request (the store step never defers).
+    pub(super) resuming: bool,
 }
 
 impl<'p> ProxyWorker<'p> {
@@ -38,6 +43,8 @@ impl<'p> ProxyWorker<'p> {
             proxy,
             stripe,
             scratch: Vec::with_capacity(SCRATCH_CAPACITY),
+            resumed_answer: None,
+            resuming: false,
         }
     }
 

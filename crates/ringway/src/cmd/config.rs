@@ -1,7 +1,8 @@
 //! Configuration files (TOML) for `ringway sip proxy` and `ringway sfu
 //! serve`, and `ringway config check FILE`.
 //!
-//! A file has one table per command, `[sip.proxy]` and `[sfu.serve]`,
+//! A file has one table per command, `[sip.proxy]`, `[sip.dispatch]` and
+//! `[sfu.serve]`,
 //! whose keys are the command's long options without the dashes
 //! (`max-transactions = 1000`, `route-to = "127.0.0.1:5080"`); a flag is
 //! `true`/`false`, a repeatable option an array (`domain = ["a", "b"]`).
@@ -17,6 +18,7 @@
 //! refuses, or one the command's validation refuses.
 
 use super::sfu::serve::ServeArgs;
+use super::sip_dispatch::DispatchArgs;
 use super::sip_proxy::ProxyArgs;
 use clap::{ArgAction, ArgMatches, Command, FromArgMatches, ValueHint};
 use ringway_server::sfu::SfuServerConfig;
@@ -60,15 +62,24 @@ fn validate_proxy(matches: &ArgMatches) -> anyhow::Result<()> {
     ProxyArgs::from_arg_matches(matches)?.validate()
 }
 
+fn validate_dispatch(matches: &ArgMatches) -> anyhow::Result<()> {
+    DispatchArgs::from_arg_matches(matches)?.validate()
+}
+
 fn validate_serve(matches: &ArgMatches) -> anyhow::Result<()> {
     SfuServerConfig::try_from(&ServeArgs::from_arg_matches(matches)?).map(|_| ())
 }
 
-const SECTIONS: [Section; 2] = [
+const SECTIONS: [Section; 3] = [
     Section {
         table: "sip.proxy",
         path: ["sip", "proxy"],
         validate: validate_proxy,
+    },
+    Section {
+        table: "sip.dispatch",
+        path: ["sip", "dispatch"],
+        validate: validate_dispatch,
     },
     Section {
         table: "sfu.serve",
@@ -160,7 +171,7 @@ impl File {
                 return Err(self.error(
                     at,
                     format!(
-                        "`{}` is not a table: use [sip.proxy] or [sfu.serve]",
+                        "`{}` is not a table: use [sip.proxy], [sip.dispatch] or [sfu.serve]",
                         name.get_ref()
                     ),
                 ));
@@ -171,7 +182,7 @@ impl File {
                 let Some(section) = SECTIONS.iter().find(|s| s.table == table) else {
                     return Err(self.error(
                         at,
-                        format!("unknown table [{table}] (known: [sip.proxy], [sfu.serve])"),
+                        format!("unknown table [{table}] (known: [sip.proxy], [sip.dispatch], [sfu.serve])"),
                     ));
                 };
                 let DeValue::Table(keys) = keys.get_ref() else {
@@ -295,18 +306,28 @@ impl File {
             return Ok(());
         };
         let message = error.to_string();
+        let fails_the_same = |args: &[OsString]| match parse(args) {
+            Ok(m) => (section.validate)(&m).is_err_and(|e| e.to_string() == message),
+            Err(_) => false,
+        };
         for file_arg in file_args {
-            let alone = parse(&file_arg.args).map(|m| (section.validate)(&m));
-            if let Ok(Err(e)) = alone {
-                if e.to_string() == message {
-                    return Err(ConfigError(format!(
-                        "{}:{}: [{}] {}: {message}",
-                        self.path.display(),
-                        file_arg.line,
-                        section.table,
-                        file_arg.key
-                    )));
+            // The key to blame fails that way alone, and the rest passes
+            // without it (a key that merely does not supply what another
+            // lacks, e.g. `listen` next to `proxy = []`, is not named).
+            let mut without = args.to_vec();
+            for arg in &file_arg.args {
+                if let Some(i) = without.iter().position(|a| a == arg) {
+                    without.remove(i);
                 }
+            }
+            if fails_the_same(&file_arg.args) && !fails_the_same(&without) {
+                return Err(ConfigError(format!(
+                    "{}:{}: [{}] {}: {message}",
+                    self.path.display(),
+                    file_arg.line,
+                    section.table,
+                    file_arg.key
+                )));
             }
         }
         Err(self.error(None, format!("[{}] {message}", section.table)))
@@ -328,7 +349,7 @@ fn check_file(path: &Path, root: &Command) -> Result<String, ConfigError> {
     let file = File::read(path)?;
     let sections = file.sections(root)?;
     if sections.is_empty() {
-        return Err(file.error(None, "no [sip.proxy] or [sfu.serve] table"));
+        return Err(file.error(None, "no [sip.proxy], [sip.dispatch] or [sfu.serve] table"));
     }
     let mut summary = Vec::new();
     for (section, file_args) in &sections {
@@ -556,6 +577,16 @@ mod tests {
             assert!(error.contains(want), "{text:?}: {error}");
             assert_eq!(error.lines().count(), 1, "{error}");
         }
+        // A key that only fails to supply what another lacks is not named:
+        // the file as a whole lacks a proxy.
+        let file = write(
+            dir.path(),
+            "dispatch.toml",
+            "[sip.dispatch]\nlisten = \"127.0.0.1:5070\"\nproxy = []\n",
+        );
+        let error = check_file(&file, &root).unwrap_err().to_string();
+        assert!(error.contains("[sip.dispatch]"), "{error}");
+        assert!(!error.contains("listen:"), "{error}");
         // A combination the file's keys are fine with one by one.
         let file = write(
             dir.path(),

@@ -12,5 +12,6 @@ pub(crate) mod lab_srpic_tcp;
 pub(crate) mod reorder;
 pub(crate) mod sfu;
 pub(crate) mod sip;
+pub(crate) mod sip_dispatch;
 pub(crate) mod sip_load;
 pub(crate) mod sip_proxy;

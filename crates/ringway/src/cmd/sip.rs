@@ -5,6 +5,8 @@
 pub(crate) enum SipCmd {
     /// Run the SIP proxy (stateless or stateful) and optional registrar.
     Proxy(Box<super::sip_proxy::ProxyArgs>),
+    /// Stateless dispatcher in front of several proxies (rendezvous hashing, OPTIONS probes, Path).
+    Dispatch(Box<super::sip_dispatch::DispatchArgs>),
     /// Generate SIP call load (UAC and UAS) through a proxy.
     Load(super::sip_load::LoadArgs),
 }
@@ -13,6 +15,7 @@ pub(crate) enum SipCmd {
 pub(crate) fn run(c: SipCmd) -> anyhow::Result<()> {
     match c {
         SipCmd::Proxy(a) => super::sip_proxy::run(*a),
+        SipCmd::Dispatch(a) => super::sip_dispatch::run(*a),
         SipCmd::Load(a) => super::sip_load::run(a),
     }
 }

@@ -164,6 +164,23 @@ pub struct ProxyArgs {
     /// Source address never flood-limited (repeatable).
     #[arg(long = "flood-exempt")]
     pub flood_exempt: Vec<std::net::IpAddr>,
+    /// Location store: `memory`, or `redis://HOST:PORT/DB` shared by several proxies (Redis or Valkey).
+    #[arg(long, default_value = "memory", value_parser = parse_location)]
+    pub location: String,
+    /// Longest wait for the shared location store, per command and in its queue (ms).
+    #[arg(long, default_value_t = 200)]
+    pub location_timeout_ms: u64,
+    /// Store threads (one connection each) for a shared location store.
+    #[arg(long, default_value_t = 2)]
+    pub location_threads: usize,
+    /// Requests waiting for the shared location store at most (more: 500 / 480 at once).
+    #[arg(long, default_value_t = 1024)]
+    pub location_queue: usize,
+}
+
+/// `--location`: checked at start-up (a malformed URL stops it).
+fn parse_location(text: &str) -> Result<String, String> {
+    ringway_server::location::parse_location(text).map(|_| text.to_string())
 }
 
 impl ProxyArgs {
@@ -251,6 +268,10 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             flood_window_ms: a.flood_window_ms,
             flood_table_size: a.flood_table_size,
             flood_exempt: a.flood_exempt.clone(),
+            location: a.location.clone(),
+            location_timeout_ms: a.location_timeout_ms,
+            location_threads: a.location_threads,
+            location_queue: a.location_queue,
         })
     }
 }
@@ -275,7 +296,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         None => None,
     };
     eprintln!(
-        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} flood-limit={}",
+        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} flood-limit={} location={}",
         server.local_addr(),
         a.mode,
         a.workers,
@@ -284,6 +305,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         server.rcvbuf_granted(),
         if a.auth { "on" } else { "off" },
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
+        a.location,
     );
     let started = Instant::now();
     while !stop.load(Ordering::Relaxed)
@@ -335,10 +357,28 @@ mod tests {
             &["--cpus", "3-1"],
             &["--duration", "0"],
             &["--nice", "25"],
+            &["--location-threads", "0"],
+            &["--location-timeout-ms", "0"],
         ] {
             let a = parse(bad).unwrap();
             assert!(a.validate().is_err(), "{bad:?} accepted");
         }
+        for malformed in [
+            "redis://",
+            "redis://127.0.0.1:0/0",
+            "redis://127.0.0.1:6379/x",
+            "rediss://127.0.0.1:6379/0",
+            "postgres://127.0.0.1/0",
+        ] {
+            assert!(
+                parse(&["--location", malformed]).is_err(),
+                "{malformed} accepted"
+            );
+        }
+        assert!(parse(&["--location", "redis://127.0.0.1:6379/0"])
+            .unwrap()
+            .validate()
+            .is_ok());
         assert!(parse(&["--metrics", "192.0.2.1:9000", "--metrics-public"])
             .unwrap()
             .validate()

@@ -1,0 +1,468 @@
+//! The SIP dispatcher server: worker threads (one SO_REUSEPORT socket
+//! each) drive the sans-IO [`ringway_sip::dispatch::Dispatcher`] over
+//! batches of datagrams, and a probe thread sends its OPTIONS probes at
+//! their deadlines and logs proxies going out and coming back.
+//!
+//! ```no_run
+//! use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
+//! let server = DispatchServer::start(DispatchServerConfig {
+//!     listen: "127.0.0.1:5060".parse().unwrap(),
+//!     proxies: vec!["127.0.0.11:5060".parse().unwrap(), "127.0.0.12:5060".parse().unwrap()],
+//!     ..Default::default()
+//! })?;
+//! let summary = server.shutdown();
+//! println!("{} requests dispatched", summary.dispatch.requests_dispatched);
+//! # Ok::<(), ringway_server::ServerError>(())
+//! ```
+
+use crate::metrics::PromText;
+use crate::sip::TX_FRAME;
+use crate::ServerError;
+use ringway_io::SocketConfig;
+use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch, TxBatch};
+use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Receive wait before a worker re-checks the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+/// Longest sleep of the probe thread.
+const PROBE_TICK_MAX: Duration = Duration::from_millis(20);
+
+/// Everything a dispatcher needs to start (plain data).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchServerConfig {
+    /// UDP address (a concrete one: it goes into Via, Record-Route, Path).
+    pub listen: SocketAddr,
+    /// The proxies behind it (1..=64), IP literals.
+    pub proxies: Vec<SocketAddr>,
+    /// Worker threads (1..=64).
+    pub workers: usize,
+    /// I/O backend.
+    pub backend: BackendKind,
+    /// Datagrams per receive batch (1..=1024).
+    pub batch: usize,
+    /// OPTIONS probe interval (ms).
+    pub probe_interval_ms: u64,
+    /// Unanswered probes in a row before a proxy is out.
+    pub probe_failures: u32,
+    /// Record-Route dialog-creating requests.
+    pub record_route: bool,
+}
+
+impl Default for DispatchServerConfig {
+    fn default() -> Self {
+        DispatchServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            proxies: Vec::new(),
+            workers: 1,
+            backend: BackendKind::Mmsg,
+            batch: 32,
+            probe_interval_ms: 500,
+            probe_failures: 3,
+            record_route: true,
+        }
+    }
+}
+
+impl DispatchServerConfig {
+    /// Reject inconsistent settings, naming the field.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
+        if self.listen.ip().is_unspecified() {
+            return fail(format!(
+                "listen {}: use a concrete address (it goes into Via, Record-Route and Path)",
+                self.listen
+            ));
+        }
+        if !(1..=64).contains(&self.proxies.len()) {
+            return fail(format!(
+                "proxies: give 1..=64 proxies, not {}",
+                self.proxies.len()
+            ));
+        }
+        for (i, p) in self.proxies.iter().enumerate() {
+            if !ringway_sip::proxy::sendable(p) || *p == self.listen {
+                return fail(format!("proxy {p}: not an address to send to"));
+            }
+            if self.proxies[..i].contains(p) {
+                return fail(format!("proxy {p} given twice"));
+            }
+        }
+        if !(1..=64).contains(&self.workers) {
+            return fail(format!("workers must be 1..=64, not {}", self.workers));
+        }
+        if !(1..=1024).contains(&self.batch) {
+            return fail(format!("batch must be 1..=1024, not {}", self.batch));
+        }
+        if !(10..=60_000).contains(&self.probe_interval_ms) {
+            return fail(format!(
+                "probe_interval_ms must be 10..=60000, not {}",
+                self.probe_interval_ms
+            ));
+        }
+        if !(1..=100).contains(&self.probe_failures) {
+            return fail(format!(
+                "probe_failures must be 1..=100, not {}",
+                self.probe_failures
+            ));
+        }
+        if self.backend == BackendKind::Xdp {
+            return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the threads share.
+struct Shared {
+    config: DispatchServerConfig,
+    local: SocketAddr,
+    dispatcher: Dispatcher,
+    stop: AtomicBool,
+    messages_in: AtomicU64,
+    messages_out: AtomicU64,
+    tx_errors: AtomicU64,
+    started: Instant,
+}
+
+/// The JSON summary of a dispatcher run (`ringway.sip-dispatch.summary/1`).
+#[derive(Debug, Serialize)]
+pub struct DispatchSummary {
+    /// Schema id.
+    pub schema: &'static str,
+    /// Bound address.
+    pub listen: SocketAddr,
+    /// The configuration.
+    pub config: DispatchServerConfig,
+    /// Seconds it ran.
+    pub duration_s: f64,
+    /// Datagrams received.
+    pub messages_in: u64,
+    /// Datagrams sent.
+    pub messages_out: u64,
+    /// Datagrams the kernel refused.
+    pub tx_errors: u64,
+    /// The dispatcher's counters, per proxy too.
+    pub dispatch: DispatchStats,
+}
+
+/// A running dispatcher.
+pub struct DispatchServer {
+    shared: Arc<Shared>,
+    threads: Vec<(String, JoinHandle<()>)>,
+}
+
+impl DispatchServer {
+    /// Open the sockets and start the worker and probe threads.
+    pub fn start(config: DispatchServerConfig) -> Result<DispatchServer, ServerError> {
+        config.validate()?;
+        let mut socket_config = SocketConfig::new(config.listen);
+        socket_config.reuseport = true;
+        socket_config.rx_timestamps = false;
+        let mut sockets = Vec::new();
+        for _ in 0..config.workers {
+            let (socket, report) =
+                open_udp(&socket_config).map_err(|source| ServerError::Socket {
+                    addr: socket_config.bind,
+                    source,
+                })?;
+            for w in &report.warnings {
+                eprintln!("sip dispatch: socket {}: {w}", socket_config.bind);
+            }
+            socket_config.bind = socket.local_addr()?;
+            sockets.push(socket);
+        }
+        let local = sockets[0].local_addr()?;
+        let probe_socket = sockets[0].try_clone()?;
+        let dispatcher = Dispatcher::new(DispatchConfig {
+            local,
+            proxies: config.proxies.clone(),
+            probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
+            probe_failures: config.probe_failures,
+            record_route: config.record_route,
+        });
+        let backend = config.backend;
+        let shared = Arc::new(Shared {
+            config,
+            local,
+            dispatcher,
+            stop: AtomicBool::new(false),
+            messages_in: AtomicU64::new(0),
+            messages_out: AtomicU64::new(0),
+            tx_errors: AtomicU64::new(0),
+            started: Instant::now(),
+        });
+        let open = |socket| {
+            open_backend(backend, socket).map_err(|source| ServerError::Backend {
+                backend: backend.to_string(),
+                source,
+            })
+        };
+        let mut server = DispatchServer {
+            shared,
+            threads: Vec::new(),
+        };
+        let mut ios = Vec::new();
+        for socket in sockets {
+            ios.push(open(socket)?);
+        }
+        let probe_io = open(probe_socket)?;
+        for (i, io) in ios.into_iter().enumerate() {
+            let shared = server.shared.clone();
+            server.spawn(format!("dispatch-w{i}"), move || worker_thread(&shared, io))?;
+        }
+        let shared = server.shared.clone();
+        server.spawn("dispatch-probe".into(), move || {
+            probe_thread(&shared, probe_io)
+        })?;
+        Ok(server)
+    }
+
+    fn spawn(
+        &mut self,
+        name: String,
+        body: impl FnOnce() + Send + 'static,
+    ) -> Result<(), ServerError> {
+        match std::thread::Builder::new().name(name.clone()).spawn(body) {
+            Ok(h) => {
+                self.threads.push((name, h));
+                Ok(())
+            }
+            Err(source) => {
+                self.stop_threads();
+                Err(ServerError::Thread { name, source })
+            }
+        }
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// The dispatcher's counters now.
+    pub fn stats(&self) -> DispatchStats {
+        self.shared.dispatcher.stats()
+    }
+
+    /// A function rendering the Prometheus text, for a metrics thread.
+    pub fn prometheus(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || render(&shared)
+    }
+
+    fn stop_threads(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for (name, h) in self.threads.drain(..) {
+            if h.join().is_err() {
+                eprintln!("sip dispatch: thread {name} panicked");
+            }
+        }
+    }
+
+    /// Stop every thread and return the summary.
+    pub fn shutdown(mut self) -> DispatchSummary {
+        self.stop_threads();
+        summary(&self.shared)
+    }
+}
+
+impl Drop for DispatchServer {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn summary(shared: &Shared) -> DispatchSummary {
+    DispatchSummary {
+        schema: "ringway.sip-dispatch.summary/1",
+        listen: shared.local,
+        config: shared.config.clone(),
+        duration_s: shared.started.elapsed().as_secs_f64(),
+        messages_in: shared.messages_in.load(Ordering::Relaxed),
+        messages_out: shared.messages_out.load(Ordering::Relaxed),
+        tx_errors: shared.tx_errors.load(Ordering::Relaxed),
+        dispatch: shared.dispatcher.stats(),
+    }
+}
+
+/// Send `tx` and count.
+fn flush(shared: &Shared, io: &mut dyn BatchIo, tx: &mut TxBatch) {
+    if tx.is_empty() {
+        return;
+    }
+    match io.send_batch(tx) {
+        Ok(n) => {
+            shared.messages_out.fetch_add(n as u64, Ordering::Relaxed);
+            let refused = tx.len().saturating_sub(n) as u64;
+            shared.tx_errors.fetch_add(refused, Ordering::Relaxed);
+        }
+        Err(_) => {
+            shared
+                .tx_errors
+                .fetch_add(tx.len() as u64, Ordering::Relaxed);
+        }
+    }
+    tx.clear();
+}
+
+/// One worker: receive a batch, dispatch every datagram, send once.
+fn worker_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+    let mut rx = RxBatch::new(shared.config.batch, crate::sip::RX_FRAME);
+    let mut tx = TxBatch::new(shared.config.batch * 2, TX_FRAME);
+    let mut worker = shared.dispatcher.worker();
+    while !shared.stop.load(Ordering::Relaxed) {
+        match io.recv_batch(&mut rx, Some(POLL)) {
+            Ok(0) => continue,
+            Ok(n) => {
+                shared.messages_in.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                eprintln!("sip dispatch: receive error: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
+        tx.clear();
+        for d in rx.iter() {
+            if d.meta.truncated {
+                continue;
+            }
+            let now = monotonic_now().0;
+            let mut full = Vec::new();
+            worker.handle(now, d.meta.peer, d.data, &mut |to, bytes| {
+                if tx.push(to, bytes).is_err() {
+                    full.push((to, bytes.to_vec()));
+                }
+            });
+            if !full.is_empty() {
+                flush(shared, io.as_mut(), &mut tx);
+                for (to, bytes) in full {
+                    let _ = tx.push(to, &bytes);
+                }
+            }
+        }
+        flush(shared, io.as_mut(), &mut tx);
+    }
+}
+
+/// The probe thread: probes at their deadline; logs proxies going out and
+/// coming back in.
+fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+    let dispatcher = &shared.dispatcher;
+    let mut worker = dispatcher.worker();
+    let mut tx = TxBatch::new(dispatcher.config().proxies.len().max(1), TX_FRAME);
+    let mut alive: Vec<bool> = (0..dispatcher.config().proxies.len())
+        .map(|i| dispatcher.is_alive(i))
+        .collect();
+    while !shared.stop.load(Ordering::Relaxed) {
+        let now = monotonic_now().0;
+        let due = dispatcher.next_deadline();
+        if now < due {
+            std::thread::sleep(Duration::from_nanos(due - now).min(PROBE_TICK_MAX));
+            continue;
+        }
+        worker.on_timer(now, &mut |to, bytes| {
+            let _ = tx.push(to, bytes);
+        });
+        flush(shared, io.as_mut(), &mut tx);
+        for (i, was) in alive.iter_mut().enumerate() {
+            let is = dispatcher.is_alive(i);
+            if is != *was {
+                eprintln!(
+                    "sip dispatch: proxy {} {}",
+                    dispatcher.config().proxies[i],
+                    if is {
+                        "back in"
+                    } else {
+                        "out (probes unanswered)"
+                    }
+                );
+                *was = is;
+            }
+        }
+    }
+}
+
+/// Prometheus text of the dispatcher.
+fn render(shared: &Shared) -> String {
+    let s = shared.dispatcher.stats();
+    let mut p = PromText::default();
+    p.counter(
+        "ringway_dispatch_messages_in_total",
+        "Datagrams received.",
+        &[],
+        shared.messages_in.load(Ordering::Relaxed),
+    );
+    p.counter(
+        "ringway_dispatch_messages_out_total",
+        "Datagrams sent.",
+        &[],
+        shared.messages_out.load(Ordering::Relaxed),
+    );
+    for (how, n) in [
+        ("hash", s.requests_dispatched),
+        ("route", s.requests_routed),
+        ("request_uri", s.requests_to_uri),
+    ] {
+        p.counter(
+            "ringway_dispatch_requests_forwarded_total",
+            "Requests forwarded, by how the next hop was chosen.",
+            &[("by", how)],
+            n,
+        );
+    }
+    p.counter(
+        "ringway_dispatch_responses_forwarded_total",
+        "Responses forwarded to the next Via.",
+        &[],
+        s.responses_forwarded,
+    );
+    p.counter(
+        "ringway_dispatch_probes_sent_total",
+        "OPTIONS probes sent.",
+        &[],
+        s.probes_sent,
+    );
+    p.counter(
+        "ringway_dispatch_no_proxy_total",
+        "Requests answered 503 because no proxy was in.",
+        &[],
+        s.no_proxy,
+    );
+    for (reason, n) in &s.drops {
+        p.counter(
+            "ringway_dispatch_drops_total",
+            "Datagrams dropped, by reason.",
+            &[("reason", reason)],
+            *n,
+        );
+    }
+    for m in &s.proxies {
+        p.gauge(
+            "ringway_dispatch_proxy_up",
+            "1 while the proxy answers its probes.",
+            &[("proxy", &m.address)],
+            if m.alive { 1.0 } else { 0.0 },
+        );
+        p.counter(
+            "ringway_dispatch_proxy_requests_total",
+            "New requests sent to the proxy.",
+            &[("proxy", &m.address)],
+            m.requests,
+        );
+        p.counter(
+            "ringway_dispatch_proxy_downs_total",
+            "Times the proxy went out.",
+            &[("proxy", &m.address)],
+            m.downs,
+        );
+    }
+    p.finish()
+}

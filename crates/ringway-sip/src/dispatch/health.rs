@@ -1,0 +1,122 @@
+//! Health of the proxies behind a dispatcher: an OPTIONS probe to each
+//! every interval (like Kamailio's `ds_ping_interval`); a proxy that
+//! leaves `failures` probes in a row unanswered (or answers them `408` or
+//! `5xx`) is out, and back in with its first good answer. A proxy starts
+//! in (traffic flows before the first probe returns).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Prefix of our probes' branch (after the magic cookie) and Call-ID.
+pub(super) const PROBE_TAG: &str = "rwprobe";
+
+/// One proxy behind the dispatcher.
+pub(super) struct Member {
+    /// Its address.
+    pub(super) address: SocketAddr,
+    /// Its identity for rendezvous hashing (`ip:port`).
+    pub(super) identity: String,
+    /// In: new requests may go to it.
+    pub(super) alive: AtomicBool,
+    /// New requests sent to it.
+    pub(super) requests: AtomicU64,
+    /// Times it went out.
+    pub(super) downs: AtomicU64,
+    probe: Mutex<Probe>,
+}
+
+/// The probe state of one proxy.
+#[derive(Default)]
+struct Probe {
+    /// Sequence number of the probe in flight, if unanswered.
+    outstanding: Option<u64>,
+    /// Probes unanswered in a row.
+    missed: u32,
+    /// Last sequence number used.
+    seq: u64,
+}
+
+impl Member {
+    pub(super) fn new(address: SocketAddr) -> Member {
+        Member {
+            address,
+            identity: address.to_string(),
+            alive: AtomicBool::new(true),
+            requests: AtomicU64::new(0),
+            downs: AtomicU64::new(0),
+            probe: Mutex::new(Probe::default()),
+        }
+    }
+
+    pub(super) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// A probe is due: count the last one if unanswered (out after
+    /// `failures` in a row); returns the new probe's sequence number.
+    pub(super) fn next_probe(&self, failures: u32) -> u64 {
+        let mut probe = self.probe.lock().unwrap_or_else(|e| e.into_inner());
+        if probe.outstanding.take().is_some() {
+            probe.missed = probe.missed.saturating_add(1);
+            if probe.missed >= failures && self.alive.swap(false, Ordering::Relaxed) {
+                self.downs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        probe.seq += 1;
+        probe.outstanding = Some(probe.seq);
+        probe.seq
+    }
+
+    /// The answer `code` to probe `seq` came; `false` if it is not the
+    /// probe in flight (late or forged).
+    pub(super) fn probe_answered(&self, seq: u64, code: u16, failures: u32) -> bool {
+        let mut probe = self.probe.lock().unwrap_or_else(|e| e.into_inner());
+        if probe.outstanding != Some(seq) {
+            return false;
+        }
+        probe.outstanding = None;
+        if code == 408 || code >= 500 {
+            probe.missed = probe.missed.saturating_add(1);
+            if probe.missed >= failures && self.alive.swap(false, Ordering::Relaxed) {
+                self.downs.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            probe.missed = 0;
+            self.alive.store(true, Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+/// `(member index, sequence)` of a probe's Call-ID `rwprobe-I-S@...`.
+pub(super) fn parse_probe_call_id(call_id: &str) -> Option<(usize, u64)> {
+    let rest = call_id.strip_prefix(PROBE_TAG)?.strip_prefix('-')?;
+    let (index, rest) = rest.split_once('-')?;
+    let seq = rest.split('@').next()?;
+    Some((index.parse().ok()?, seq.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_after_failures_in_a_row_back_with_one_answer() {
+        let m = Member::new("192.0.2.11:5060".parse().unwrap());
+        let s1 = m.next_probe(3);
+        assert!(m.probe_answered(s1, 200, 3));
+        assert!(!m.probe_answered(s1, 200, 3), "answered twice");
+        m.next_probe(3);
+        m.next_probe(3); // 1 missed
+        m.next_probe(3); // 2 missed
+        assert!(m.is_alive());
+        let s = m.next_probe(3); // 3 missed: out
+        assert!(!m.is_alive());
+        assert_eq!(m.downs.load(Ordering::Relaxed), 1);
+        assert!(m.probe_answered(s, 404, 3), "any answer but 408/5xx");
+        assert!(m.is_alive());
+        assert_eq!(parse_probe_call_id("rwprobe-2-17@192.0.2.5"), Some((2, 17)));
+        assert_eq!(parse_probe_call_id("call-2-17@192.0.2.5"), None);
+    }
+}

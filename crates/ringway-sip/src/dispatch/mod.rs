@@ -1,0 +1,621 @@
+//! A stateless dispatcher in front of several proxies (sans-IO): new
+//! requests are spread over the proxies by rendezvous hashing
+//! ([`rendezvous`]) of their Call-ID (a REGISTER: its AOR), the proxies are
+//! probed with OPTIONS and one that stops answering gets no new requests
+//! (only its share moves), and a REGISTER gets our Path (RFC 3327) so that
+//! whichever proxy later looks the user up sends the call back through us.
+//!
+//! Per request, after popping our own Route values (we Record-Route):
+//! - a Route left: forward to it (an IP literal; a proxy that
+//!   Record-Routed, or us again later);
+//! - no Route left and the request comes from one of our proxies: forward
+//!   by Request-URI (an IP literal: a registered contact reached through
+//!   our Path, or a UA's contact in a dialog);
+//! - otherwise (a new request from outside): to the proxy chosen by
+//!   rendezvous hashing among those in, with our Record-Route on
+//!   dialog-creating requests and our Path on REGISTER; `503` with
+//!   `Retry-After` when none is in.
+//!
+//! An OPTIONS for us gets `200` (health checks of the dispatcher itself).
+//! Responses lose our Via and go to the next one (RFC 3261 16.11); the
+//! answers to our probes are absorbed. The dispatcher keeps no transaction
+//! or dialog: a proxy's in-flight transactions and dialogs die with it
+//! (every system surveyed accepts that); a retransmission after it went
+//! out is hashed to a live proxy. Nothing is resolved by DNS.
+
+mod health;
+pub mod rendezvous;
+
+use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
+use crate::hash::Hash64;
+use crate::msg::{Method, SipMsg};
+use crate::proxy::{sendable, Action, DropReason, MsgLabel, Outcome};
+use crate::uri::{host_ip, SipUri};
+use health::{parse_probe_call_id, Member, PROBE_TAG};
+use serde::Serialize;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Configuration of a [`Dispatcher`].
+#[derive(Clone, Debug)]
+pub struct DispatchConfig {
+    /// Our address (Via, Record-Route, Path). A concrete address.
+    pub local: SocketAddr,
+    /// The proxies behind us.
+    pub proxies: Vec<SocketAddr>,
+    /// OPTIONS probe interval (ns).
+    pub probe_interval: u64,
+    /// Probes unanswered in a row before a proxy is out.
+    pub probe_failures: u32,
+    /// Record-Route dialog-creating requests (in-dialog requests then come
+    /// through us: the UA only ever talks to the dispatcher).
+    pub record_route: bool,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            local: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            proxies: Vec::new(),
+            probe_interval: 500_000_000,
+            probe_failures: 3,
+            record_route: true,
+        }
+    }
+}
+
+/// Counters of a dispatcher.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DispatchStats {
+    /// Requests received (parsed).
+    pub requests_received: u64,
+    /// Responses received (parsed), probe answers included.
+    pub responses_received: u64,
+    /// New requests sent to the proxy chosen by rendezvous hashing.
+    pub requests_dispatched: u64,
+    /// Requests forwarded to their next Route.
+    pub requests_routed: u64,
+    /// Requests from a proxy forwarded by Request-URI.
+    pub requests_to_uri: u64,
+    /// Responses forwarded to the next Via.
+    pub responses_forwarded: u64,
+    /// OPTIONS probes sent.
+    pub probes_sent: u64,
+    /// Probe answers received.
+    pub probe_answers: u64,
+    /// Requests answered `503` because no proxy was in.
+    pub no_proxy: u64,
+    /// Responses we generated, by code.
+    pub responses_generated: std::collections::BTreeMap<u16, u64>,
+    /// Drops by reason.
+    pub drops: std::collections::BTreeMap<&'static str, u64>,
+    /// Per proxy.
+    pub proxies: Vec<MemberStats>,
+}
+
+/// One proxy's counters.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemberStats {
+    /// Its address.
+    pub address: String,
+    /// In now.
+    pub alive: bool,
+    /// New requests sent to it.
+    pub requests: u64,
+    /// Times it went out.
+    pub downs: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests_received: AtomicU64,
+    responses_received: AtomicU64,
+    requests_dispatched: AtomicU64,
+    requests_routed: AtomicU64,
+    requests_to_uri: AtomicU64,
+    responses_forwarded: AtomicU64,
+    probes_sent: AtomicU64,
+    probe_answers: AtomicU64,
+    no_proxy: AtomicU64,
+    responses_generated: Mutex<std::collections::BTreeMap<u16, u64>>,
+    drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+fn add(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The dispatcher, shared by its worker threads (`Send + Sync`); each
+/// thread drives it through a [`DispatchWorker`].
+pub struct Dispatcher {
+    config: DispatchConfig,
+    members: Vec<Member>,
+    /// `host:port` in our Via.
+    sent_by: String,
+    /// `sip:host:port;lr` (Record-Route, Path).
+    uri: String,
+    /// Seed of our branches.
+    secret: u64,
+    /// Next probe round (ns; 0: at once).
+    next_probe: AtomicU64,
+    counters: Counters,
+}
+
+/// Where a request goes.
+enum Next {
+    /// To a proxy chosen by rendezvous hashing (index).
+    Proxy(usize),
+    /// To its next Route.
+    Route(SocketAddr),
+    /// By its Request-URI.
+    RequestUri(SocketAddr),
+}
+
+impl Dispatcher {
+    /// A dispatcher in front of `config.proxies`.
+    pub fn new(config: DispatchConfig) -> Dispatcher {
+        let sent_by = config.local.to_string();
+        Dispatcher {
+            members: config.proxies.iter().map(|&a| Member::new(a)).collect(),
+            uri: format!("sip:{sent_by};lr"),
+            secret: Hash64::new(0xD15).str(&sent_by).finish(),
+            sent_by,
+            next_probe: AtomicU64::new(0),
+            counters: Counters::default(),
+            config,
+        }
+    }
+
+    /// A handle for one thread (its scratch buffer).
+    pub fn worker(&self) -> DispatchWorker<'_> {
+        DispatchWorker {
+            dispatcher: self,
+            scratch: Vec::with_capacity(4096),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DispatchConfig {
+        &self.config
+    }
+
+    /// When the next probe round is due (ns).
+    pub fn next_deadline(&self) -> u64 {
+        self.next_probe.load(Ordering::Relaxed)
+    }
+
+    /// The proxy a new request with this key goes to now (index into
+    /// `config.proxies`), `None` when none is in.
+    pub fn choose(&self, key: &[u8]) -> Option<usize> {
+        rendezvous::choose(
+            key,
+            self.members
+                .iter()
+                .map(|m| (m.identity.as_str(), m.is_alive())),
+        )
+    }
+
+    /// Whether proxy `index` is in.
+    pub fn is_alive(&self, index: usize) -> bool {
+        self.members.get(index).is_some_and(Member::is_alive)
+    }
+
+    /// Counters now.
+    pub fn stats(&self) -> DispatchStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DispatchStats {
+            requests_received: get(&c.requests_received),
+            responses_received: get(&c.responses_received),
+            requests_dispatched: get(&c.requests_dispatched),
+            requests_routed: get(&c.requests_routed),
+            requests_to_uri: get(&c.requests_to_uri),
+            responses_forwarded: get(&c.responses_forwarded),
+            probes_sent: get(&c.probes_sent),
+            probe_answers: get(&c.probe_answers),
+            no_proxy: get(&c.no_proxy),
+            responses_generated: c
+                .responses_generated
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            drops: c.drops.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            proxies: self
+                .members
+                .iter()
+                .map(|m| MemberStats {
+                    address: m.identity.clone(),
+                    alive: m.is_alive(),
+                    requests: get(&m.requests),
+                    downs: get(&m.downs),
+                })
+                .collect(),
+        }
+    }
+
+    fn is_us(&self, uri: &str) -> bool {
+        SipUri::parse(uri).is_some_and(|u| {
+            u.host_ip() == Some(self.config.local.ip())
+                && u.port.unwrap_or(5060) == self.config.local.port()
+        })
+    }
+
+    fn member_at(&self, address: SocketAddr) -> Option<usize> {
+        self.members.iter().position(|m| m.address == address)
+    }
+
+    /// The hashing key of a new request: the AOR (To URI `user@host`) of
+    /// a REGISTER, else the Call-ID.
+    fn key<'m>(msg: &SipMsg<'m>, method: Method<'_>) -> Option<std::borrow::Cow<'m, str>> {
+        if method == Method::Register {
+            let to = msg.to()?.sip_uri()?;
+            return Some(std::borrow::Cow::Owned(format!(
+                "{}@{}",
+                to.user.unwrap_or(""),
+                to.host.to_ascii_lowercase()
+            )));
+        }
+        msg.call_id().map(std::borrow::Cow::Borrowed)
+    }
+
+    /// Where `msg` (from `src`) goes, after popping `popped` Route values
+    /// of ours.
+    fn next_hop(
+        &self,
+        msg: &SipMsg<'_>,
+        method: Method<'_>,
+        src: SocketAddr,
+        popped: usize,
+    ) -> Result<Next, (u16, &'static str)> {
+        let uri_address = |uri: &str| {
+            SipUri::parse(uri).and_then(|u| {
+                u.host_ip()
+                    .map(|ip| SocketAddr::new(ip, u.port.unwrap_or(5060)))
+            })
+        };
+        if let Some(route) = msg.routes().nth(popped) {
+            return uri_address(route.uri)
+                .map(Next::Route)
+                .ok_or((404, "Not Found - Route Not An Address"));
+        }
+        if self.member_at(src).is_some() {
+            return msg
+                .request_uri()
+                .and_then(uri_address)
+                .map(Next::RequestUri)
+                .ok_or((404, "Not Found"));
+        }
+        let key = Self::key(msg, method).ok_or((400, "Bad Request - No Key"))?;
+        self.choose(key.as_bytes())
+            .map(Next::Proxy)
+            .ok_or((503, "Service Unavailable - No Proxy"))
+    }
+
+    /// Our branch for a request whose top Via is `top` (the same for its
+    /// retransmissions, its CANCEL and the ACK of a non-2xx: RFC 3261
+    /// 16.11 asks a stateless proxy for exactly that).
+    fn branch(&self, msg: &SipMsg<'_>, buf: &mut [u8; 40]) -> usize {
+        let mut h = Hash64::new(self.secret);
+        match msg.top_via() {
+            Some(via) if via.has_cookie() => {
+                h.str(via.branch.unwrap_or("")).str(via.host);
+            }
+            _ => {
+                // RFC 2543 peers: what identifies the transaction.
+                h.str(msg.call_id().unwrap_or(""))
+                    .str(msg.request_uri().unwrap_or(""))
+                    .u64(u64::from(msg.cseq().map_or(0, |c| c.0)));
+            }
+        }
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(cursor, "z9hG4bKrwd{:016x}", h.finish());
+        cursor.position() as usize
+    }
+}
+
+/// One thread's handle on a [`Dispatcher`].
+pub struct DispatchWorker<'d> {
+    dispatcher: &'d Dispatcher,
+    scratch: Vec<u8>,
+}
+
+impl DispatchWorker<'_> {
+    /// Handle one datagram from `src` at `now` (ns); datagrams to send go
+    /// to `out`.
+    /// (The dispatcher keeps no timers per request: `now` is for symmetry
+    /// with the proxy and future use.)
+    pub fn handle(
+        &mut self,
+        _now: u64,
+        src: SocketAddr,
+        datagram: &[u8],
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let msg = match SipMsg::parse(datagram) {
+            Ok(msg) => msg,
+            Err(crate::msg::ParseError::Empty) => {
+                return self.dropped(MsgLabel::Malformed, DropReason::KeepAlive)
+            }
+            Err(_) => return self.dropped(MsgLabel::Malformed, DropReason::MalformedRequest),
+        };
+        if msg.is_request() {
+            self.on_request(src, &msg, out)
+        } else {
+            self.on_response(src, &msg, out)
+        }
+    }
+
+    /// Send the probes due at `now`; returns how many.
+    pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
+        let d = self.dispatcher;
+        let due = d.next_probe.load(Ordering::Relaxed);
+        if now < due
+            || d.next_probe
+                .compare_exchange(
+                    due,
+                    now + d.config.probe_interval,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return 0;
+        }
+        let mut sent = 0;
+        for (index, member) in d.members.iter().enumerate() {
+            let seq = member.next_probe(d.config.probe_failures);
+            let probe = format!(
+                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {us};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}\r\n\
+Max-Forwards: 70\r\nFrom: <sip:dispatch@{us}>;tag={PROBE_TAG}\r\nTo: <sip:{to}>\r\n\
+Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
+                to = member.identity,
+                us = d.sent_by,
+            );
+            if sendable(&member.address) {
+                out(member.address, probe.as_bytes());
+                add(&d.counters.probes_sent);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    fn dropped(&self, label: MsgLabel, reason: DropReason) -> Outcome {
+        *self
+            .dispatcher
+            .counters
+            .drops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(reason.as_str())
+            .or_default() += 1;
+        Outcome {
+            label,
+            action: Action::Dropped(reason),
+        }
+    }
+
+    fn on_response(
+        &mut self,
+        src: SocketAddr,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let d = self.dispatcher;
+        add(&d.counters.responses_received);
+        let code = msg.status().unwrap_or(0);
+        let label = MsgLabel::Response(code);
+        let Some(top) = msg.top_via() else {
+            return self.dropped(label, DropReason::MalformedResponse);
+        };
+        let ours = host_ip(top.host) == Some(d.config.local.ip())
+            && top.port.unwrap_or(5060) == d.config.local.port();
+        if !ours {
+            return self.dropped(label, DropReason::ResponseNotOurs);
+        }
+        if top
+            .branch
+            .is_some_and(|b| b.get(7..).is_some_and(|b| b.starts_with(PROBE_TAG)))
+        {
+            let probe = msg.call_id().and_then(parse_probe_call_id);
+            if let Some((index, seq)) = probe {
+                let from_it = d.members.get(index).is_some_and(|m| m.address == src);
+                if from_it && code >= 200 {
+                    d.members[index].probe_answered(seq, code, d.config.probe_failures);
+                    add(&d.counters.probe_answers);
+                }
+            }
+            return Outcome {
+                label,
+                action: Action::Absorbed,
+            };
+        }
+        let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
+            return self.dropped(label, DropReason::UnroutableResponse);
+        };
+        if !sendable(&to) {
+            return self.dropped(label, DropReason::ForbiddenDestination);
+        }
+        self.scratch.clear();
+        match forward_response(msg, &mut self.scratch) {
+            Ok(_) => {
+                out(to, &self.scratch);
+                add(&d.counters.responses_forwarded);
+                Outcome {
+                    label,
+                    action: Action::Forwarded { copies: 1 },
+                }
+            }
+            Err(_) => self.dropped(label, DropReason::MalformedResponse),
+        }
+    }
+
+    fn on_request(
+        &mut self,
+        src: SocketAddr,
+        msg: &SipMsg<'_>,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let d = self.dispatcher;
+        add(&d.counters.requests_received);
+        let method = msg.method().unwrap_or(Method::Other(""));
+        let label = MsgLabel::of_method(method);
+        let upstream = match msg.top_via() {
+            Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
+            _ => src,
+        };
+        let respond =
+            |me: &mut Self, code: u16, reason: &str, out: &mut dyn FnMut(SocketAddr, &[u8])| {
+                if method == Method::Ack {
+                    return me.dropped(label, DropReason::AckNotRoutable);
+                }
+                if !sendable(&upstream) {
+                    return me.dropped(label, DropReason::ForbiddenDestination);
+                }
+                let tag = format!(
+                    "{:x}",
+                    Hash64::new(d.secret)
+                        .str(msg.call_id().unwrap_or(""))
+                        .finish()
+                );
+                let retry = [("Retry-After", "5")];
+                let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
+                me.scratch.clear();
+                build_response(msg, code, reason, extra, Some(&tag), &mut me.scratch);
+                out(upstream, &me.scratch);
+                *d.counters
+                    .responses_generated
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(code)
+                    .or_default() += 1;
+                Outcome {
+                    label,
+                    action: Action::Responded(code),
+                }
+            };
+        if msg.max_forwards() == Some(0) {
+            return respond(self, 483, "Too Many Hops", out);
+        }
+        // Our own Route values on top (we Record-Routed, maybe twice).
+        let popped = msg.routes().take_while(|r| d.is_us(r.uri)).count();
+        let to_us = msg.request_uri().is_some_and(|u| d.is_us(u));
+        if method == Method::Options
+            && to_us
+            && msg.routes().nth(popped).is_none()
+            && msg.request_sip_uri().is_some_and(|u| u.user.is_none())
+        {
+            return respond(self, 200, "OK", out);
+        }
+        let next = match d.next_hop(msg, method, src, popped) {
+            Ok(next) => next,
+            Err((code, reason)) => {
+                if code == 503 {
+                    add(&d.counters.no_proxy);
+                }
+                return respond(self, code, reason, out);
+            }
+        };
+        let to = match next {
+            Next::Proxy(index) => {
+                let member = &d.members[index];
+                add(&member.requests);
+                add(&d.counters.requests_dispatched);
+                member.address
+            }
+            Next::Route(to) => {
+                add(&d.counters.requests_routed);
+                to
+            }
+            Next::RequestUri(to) => {
+                add(&d.counters.requests_to_uri);
+                to
+            }
+        };
+        if !sendable(&to) {
+            return self.dropped(label, DropReason::ForbiddenDestination);
+        }
+        let dialog_creating = matches!(
+            method,
+            Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
+        ) && msg.to_tag().is_none();
+        let mut branch = [0u8; 40];
+        let branch_len = d.branch(msg, &mut branch);
+        let branch = std::str::from_utf8(&branch[..branch_len]).unwrap_or("z9hG4bKrwd");
+        let ip_text = msg
+            .top_via()
+            .filter(|via| host_ip(via.host) != Some(src.ip()))
+            .map(|_| src.ip().to_string());
+        let received = ip_text.as_deref();
+        let rport = msg
+            .top_via()
+            .filter(|via| via.rport_flag && via.rport.is_none())
+            .map(|_| src.port());
+        let edits = RequestEdits {
+            via: Some(ViaEdit {
+                transport: "UDP",
+                sent_by: &d.sent_by,
+                branch,
+            }),
+            max_forwards: true,
+            record_route: (d.config.record_route && dialog_creating).then_some(d.uri.as_str()),
+            path: (method == Method::Register && matches!(next, Next::Proxy(_)))
+                .then_some(d.uri.as_str()),
+            received,
+            rport,
+            ..RequestEdits::default()
+        };
+        // Pop our Route values: one by the edit, the rest are never more
+        // than one here in practice (two only when we Record-Routed both
+        // legs of a spiral and the UA sends us both on top).
+        let edits = RequestEdits {
+            pop_route: popped > 0,
+            ..edits
+        };
+        self.scratch.clear();
+        let result = if popped > 1 {
+            pop_more_routes(msg, &edits, popped, &mut self.scratch)
+        } else {
+            forward_request(msg, &edits, &mut self.scratch).map(|_| ())
+        };
+        match result {
+            Ok(()) => {
+                out(to, &self.scratch);
+                Outcome {
+                    label,
+                    action: Action::Forwarded { copies: 1 },
+                }
+            }
+            Err(crate::edit::EditError::TooLarge) => self.dropped(label, DropReason::TooLarge),
+            Err(_) => self.dropped(label, DropReason::MalformedRequest),
+        }
+    }
+}
+
+/// Forward `msg` with `edits` and `popped` Route values of ours removed
+/// from the top (the edit removes one; the others go by re-editing the
+/// result).
+fn pop_more_routes(
+    msg: &SipMsg<'_>,
+    edits: &RequestEdits<'_>,
+    popped: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), crate::edit::EditError> {
+    let mut current = Vec::new();
+    forward_request(msg, edits, &mut current)?;
+    for _ in 1..popped {
+        let parsed = SipMsg::parse(&current).map_err(|_| crate::edit::EditError::NoRoute)?;
+        let pop = RequestEdits {
+            pop_route: true,
+            ..RequestEdits::default()
+        };
+        let mut next = Vec::new();
+        forward_request(&parsed, &pop, &mut next)?;
+        current = next;
+    }
+    out.clear();
+    out.extend_from_slice(&current);
+    Ok(())
+}

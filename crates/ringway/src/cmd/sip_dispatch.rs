@@ -1,0 +1,194 @@
+//! `ringway sip dispatch`: command-line front end of
+//! [`ringway_server::dispatch::DispatchServer`], a stateless dispatcher
+//! spreading new requests over several `ringway sip proxy` instances
+//! (rendezvous hashing on Call-ID, on the AOR for REGISTER; OPTIONS
+//! probes; Path on REGISTER). See docs/scaleout.md.
+
+use anyhow::Context;
+use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
+use ringway_server::host;
+use ringway_server::metrics::http;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Arguments of `ringway sip dispatch`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DispatchArgs {
+    /// Read options from this TOML file (table [sip.dispatch]; see
+    /// docs/ringway.toml); options on the command line override it.
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub config: Option<PathBuf>,
+    /// UDP address to listen on (goes into Via, Record-Route and Path).
+    #[arg(long, default_value = "127.0.0.1:5060")]
+    pub listen: SocketAddr,
+    /// A proxy behind the dispatcher, IP:PORT (repeatable, at least one; give each once).
+    #[arg(long = "proxy")]
+    pub proxies: Vec<SocketAddr>,
+    /// Worker threads (one SO_REUSEPORT socket each).
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// I/O backend: socket, mmsg or uring.
+    #[arg(long, default_value = "mmsg")]
+    pub backend: ringway_io::BackendKind,
+    /// Datagrams per receive batch.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// OPTIONS probe interval (ms).
+    #[arg(long, default_value_t = 500)]
+    pub probe_interval_ms: u64,
+    /// Probes unanswered in a row before a proxy is out (back in with one answer).
+    #[arg(long, default_value_t = 3)]
+    pub probe_failures: u32,
+    /// Do not Record-Route (in-dialog requests then bypass the dispatcher).
+    #[arg(long)]
+    pub no_record_route: bool,
+    /// Serve Prometheus text on http://ADDR/metrics (loopback only unless --metrics-public).
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// Allow --metrics on a non-loopback address.
+    #[arg(long)]
+    pub metrics_public: bool,
+    /// Stop after this many seconds (otherwise on SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Also write the JSON summary to this file.
+    #[arg(long)]
+    pub summary: Option<PathBuf>,
+    /// Do not print the JSON summary to stdout.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl DispatchArgs {
+    /// Reject inconsistent arguments, naming the option.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(d) = self.duration {
+            anyhow::ensure!(
+                d.is_finite() && d > 0.0,
+                "--duration must be a positive number of seconds"
+            );
+        }
+        if let Some(m) = self.metrics {
+            http::validate_addr(m, self.metrics_public).map_err(|e| {
+                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
+            })?;
+        }
+        DispatchServerConfig::from(self)
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e} (see ringway sip dispatch --help)"))
+    }
+}
+
+impl From<&DispatchArgs> for DispatchServerConfig {
+    fn from(a: &DispatchArgs) -> DispatchServerConfig {
+        DispatchServerConfig {
+            listen: a.listen,
+            proxies: a.proxies.clone(),
+            workers: a.workers,
+            backend: a.backend,
+            batch: a.batch,
+            probe_interval_ms: a.probe_interval_ms,
+            probe_failures: a.probe_failures,
+            record_route: !a.no_record_route,
+        }
+    }
+}
+
+/// Run the dispatcher until SIGINT/SIGTERM or `--duration`.
+pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
+    a.validate()?;
+    let stop = host::stop_flag()?;
+    let server = DispatchServer::start(DispatchServerConfig::from(&a))?;
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot bind metrics on {addr}"))?;
+            eprintln!(
+                "sip dispatch: metrics on http://{}/metrics",
+                listener.local_addr()?
+            );
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let thread = http::serve(
+                "dispatch-metrics",
+                listener,
+                done.clone(),
+                server.prometheus(),
+            )?;
+            Some((done, thread))
+        }
+        None => None,
+    };
+    let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{}",
+        server.local_addr(),
+        proxies.join(","),
+        a.workers,
+        a.probe_interval_ms,
+        a.probe_failures,
+    );
+    let started = Instant::now();
+    while !stop.load(Ordering::Relaxed)
+        && a.duration
+            .is_none_or(|d| started.elapsed().as_secs_f64() < d)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let summary = server.shutdown();
+    if let Some((done, thread)) = metrics {
+        done.store(true, Ordering::Relaxed);
+        let _ = thread.join();
+    }
+    let text = serde_json::to_string_pretty(&summary)?;
+    if let Some(p) = &a.summary {
+        std::fs::write(p, &text)
+            .with_context(|| format!("cannot write summary {}", p.display()))?;
+    }
+    if !a.quiet {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_arguments() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: DispatchArgs,
+        }
+        let parse = |args: &[&str]| {
+            let mut v = vec!["t"];
+            v.extend_from_slice(args);
+            T::try_parse_from(v).map(|t| t.a)
+        };
+        assert!(
+            parse(&[]).unwrap().validate().is_err(),
+            "--proxy is required"
+        );
+        let ok = ["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.12:5060"];
+        assert!(parse(&ok).unwrap().validate().is_ok());
+        for bad in [
+            &["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.11:5060"][..],
+            &["--proxy", "127.0.0.11:0"],
+            &["--proxy", "127.0.0.1:5060"],
+            &["--proxy", "127.0.0.11:5060", "--listen", "0.0.0.0:5060"],
+            &["--proxy", "127.0.0.11:5060", "--probe-interval-ms", "1"],
+            &["--proxy", "127.0.0.11:5060", "--probe-failures", "0"],
+            &["--proxy", "127.0.0.11:5060", "--workers", "0"],
+        ] {
+            assert!(parse(bad).unwrap().validate().is_err(), "{bad:?} accepted");
+        }
+        assert!(
+            parse(&["--proxy", "proxy.example.net:5060"]).is_err(),
+            "names are not resolved"
+        );
+    }
+}
