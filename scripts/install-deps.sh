@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests and benchmarks use (idempotent).
 set -euo pipefail
-PKGS=(sip-tester sipsak tshark tcpdump iperf3 kamailio iproute2 prometheus
+PKGS=(sip-tester sipsak tshark tcpdump iperf3 iptables kamailio iproute2 prometheus
       redis-server redis-tools
       gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-base
       xdp-tools libxdp-dev clang)

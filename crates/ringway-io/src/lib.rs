@@ -27,6 +27,9 @@
 //! * [`thread`]: affinity, policy, nice, EEVDF slice; user/kernel CPU time.
 //! * [`wire`]: Ethernet/IPv4/UDP zero-copy checked views (AF_XDP frames).
 //! * [`netns`]: private namespaces and veth topologies for tests.
+//! * [`tun`]: TUN devices (one IP packet per read/write) and a multi-fd
+//!   wait; [`nfqueue`]: NFQUEUE packets and per-packet verdicts over
+//!   netlink (the SRPIC receive paths in front of the kernel's TCP).
 //! * [`doctor`]: probes of what this kernel offers; [`mod@bench`]: loopback
 //!   cost of each path.
 
@@ -38,10 +41,12 @@ pub mod bench;
 pub mod counters;
 pub mod doctor;
 pub mod netns;
+pub mod nfqueue;
 pub mod sock;
 mod sys;
 pub mod thread;
 pub mod time;
+pub mod tun;
 pub mod wire;
 
 pub use backend::{

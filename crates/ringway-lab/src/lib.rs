@@ -11,4 +11,5 @@ pub mod sfuload;
 pub mod siplab;
 pub mod sipload;
 pub mod srpiclab;
+pub mod srpictcp;
 pub mod stats;

@@ -1,12 +1,13 @@
 //! Flow identity for the sorter: the whole key, compared byte for byte.
 //!
 //! The paper finds a flow's `SRPIC_manager` by {src ip, dst ip, src port,
-//! dst port}. A 64-bit hash alone would let two colliding flows share one
+//! dst port}; ringway's TCP key also carries the protocol (the 5-tuple). A 64-bit hash alone would let two colliding flows share one
 //! manager (and hold or reorder each other's packets), so the sorter keeps
 //! and compares the full key; the hash only picks the table slot.
 
-/// Longest key in bytes: an IPv6 4-tuple is 36, an SFU key (IPv6 source
-/// address and port, SSRC, payload type) 23.
+/// Longest key in bytes: an IPv6 TCP 5-tuple is 37 (protocol, two
+/// addresses, two ports), an SFU key (IPv6 source address and port, SSRC,
+/// payload type) 23.
 pub const MAX_KEY_LEN: usize = 40;
 
 /// A flow's full identity, up to [`MAX_KEY_LEN`] bytes.

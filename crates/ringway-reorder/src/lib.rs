@@ -29,7 +29,7 @@ pub mod seq;
 pub mod sorter;
 pub mod workload;
 
-pub use classify::{classify_ipv4_tcp, classify_ipv6_tcp, classify_rtp};
+pub use classify::{classify_ipv4_tcp, classify_ipv6_tcp, classify_rtp, inspect_ip, Inspect};
 pub use key::FlowKey;
 pub use seq::{SeqSpace, Unwrapper};
 pub use sorter::{Class, FlowSnapshot, Srpic, SrpicConfig, SrpicStats};

@@ -162,9 +162,10 @@ impl Rfc5236 {
     pub fn rd0(&self) -> f64 {
         self.rd().get(&0).copied().unwrap_or(0.0)
     }
-    /// Mean buffer occupancy Σ B·RBD\[B\].
+    /// Mean buffer occupancy Σ B·RBD\[B\] (0 for an empty trace; a float
+    /// sum over nothing is -0.0, which printed as "-0.000").
     pub fn rbd_mean(&self) -> f64 {
-        self.rbd().iter().map(|(b, p)| *b as f64 * p).sum()
+        self.rbd().iter().map(|(b, p)| *b as f64 * p).sum::<f64>() + 0.0
     }
     /// Add another sample's counts.
     pub fn merge(&mut self, o: &Rfc5236) {
@@ -371,4 +372,82 @@ pub fn ranks(xs: &[i64]) -> Vec<i64> {
     xs.iter()
         .map(|x| sorted.binary_search(x).map_or(0, |i| i as i64 + 1))
         .collect()
+}
+
+/// RFC 4737 reordered singletons counted on a live stream of TCP segments
+/// (or any flow with sequence numbers and lengths), per flow, with bounded
+/// state: a segment is reordered when its first sequence number is below
+/// the flow's `NextExp`, the end (`seq + len`) of the furthest segment seen
+/// (serial arithmetic in `space`). Duplicates cannot be told from late
+/// segments without remembering every segment, so a retransmission counts
+/// as reordered too; compare two points of one stream with the same meter
+/// (e.g. before and after a sorter), where both see the same
+/// retransmissions. At most `max_flows` flows are followed; segments of
+/// further flows are counted in `untracked`.
+#[derive(Clone, Debug)]
+pub struct ReorderMeter {
+    space: crate::seq::SeqSpace,
+    next_exp: std::collections::HashMap<crate::key::FlowKey, u32>,
+    max_flows: usize,
+    /// Segments observed (of followed flows).
+    pub received: u64,
+    /// Of those, reordered singletons.
+    pub reordered: u64,
+    /// Segments of flows beyond `max_flows`.
+    pub untracked: u64,
+}
+
+impl ReorderMeter {
+    /// A meter following at most `max_flows` flows.
+    pub fn new(space: crate::seq::SeqSpace, max_flows: usize) -> Self {
+        ReorderMeter {
+            space,
+            next_exp: std::collections::HashMap::new(),
+            max_flows,
+            received: 0,
+            reordered: 0,
+            untracked: 0,
+        }
+    }
+
+    /// Observe one segment of flow `key`.
+    pub fn observe(&mut self, key: crate::key::FlowKey, seq: u32, len: u32) {
+        let sp = self.space;
+        let end = sp.add(seq, len.max(1));
+        let n = match self.next_exp.get_mut(&key) {
+            Some(n) => n,
+            None => {
+                if self.next_exp.len() >= self.max_flows {
+                    self.untracked += 1;
+                    return;
+                }
+                self.next_exp.insert(key, end);
+                self.received += 1;
+                return;
+            }
+        };
+        self.received += 1;
+        if sp.lt(seq, *n) {
+            self.reordered += 1;
+        } else {
+            *n = end;
+        }
+        if sp.lt(*n, end) {
+            *n = end;
+        }
+    }
+
+    /// Reordered ratio (0 without segments).
+    pub fn ratio(&self) -> f64 {
+        if self.received == 0 {
+            0.0
+        } else {
+            self.reordered as f64 / self.received as f64
+        }
+    }
+
+    /// Flows followed.
+    pub fn flows(&self) -> usize {
+        self.next_exp.len()
+    }
 }

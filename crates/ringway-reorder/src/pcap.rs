@@ -3,7 +3,9 @@
 //!
 //! Link types: Ethernet (1, with 802.1Q tags), Linux cooked SLL (113) and
 //! SLL2 (276) as written by `tcpdump -i any`, raw IP (101, 12, 14, 228,
-//! 229), and loopback DLT_NULL (0) / DLT_LOOP (108).
+//! 229; a TUN device), loopback DLT_NULL (0) / DLT_LOOP (108), and NFLOG
+//! (239, `tcpdump -i nflog:N`: packets where an iptables NFLOG rule saw
+//! them).
 
 use std::fmt;
 
@@ -245,6 +247,29 @@ pub fn ip_of<'a>(f: &Frame<'a>) -> Option<(u8, &'a [u8])> {
             }
         }
         101 | 12 | 14 | 228 | 229 => (0, d),
+        239 => {
+            // NFLOG (`tcpdump -i nflog:N`): family, version, resource id,
+            // then TLVs (length and type in the capturing host's byte
+            // order, here little-endian) up to the payload TLV (type 9).
+            let family = *d.first()?;
+            let mut off = 4;
+            loop {
+                let len = u16::from_le_bytes([*d.get(off)?, *d.get(off + 1)?]) as usize;
+                let ty = u16::from_le_bytes([*d.get(off + 2)?, *d.get(off + 3)?]);
+                if len < 4 {
+                    return None;
+                }
+                if ty == 9 {
+                    let et = match family {
+                        2 => 0x0800,
+                        10 => 0x86dd,
+                        _ => return None,
+                    };
+                    break (et, d.get(off + 4..(off + len).min(d.len()))?);
+                }
+                off += len.div_ceil(4) * 4;
+            }
+        }
         _ => return None,
     };
     let ver = match ethertype_or_ver {

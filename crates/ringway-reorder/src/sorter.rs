@@ -63,7 +63,7 @@ pub enum Class {
     /// the next expected sequence number is `seq + len` (TCP: payload bytes,
     /// RTP: 1).
     Flow {
-        /// Flow identity (e.g. the TCP 4-tuple, or source, SSRC and payload type).
+        /// Flow identity (e.g. the TCP 5-tuple, or source, SSRC and payload type).
         key: FlowKey,
         /// Sequence number (in the sorter's [`SeqSpace`]).
         seq: u32,

@@ -224,6 +224,7 @@ fn rfc5236_every_distinct_packet_is_accounted_for() {
     }
     let mut all = Vec::new();
     perms(&mut (1..=6).collect(), 0, &mut all);
+    let mut most = [0u64; 5];
     for p in &all {
         for mask in 0u32..64 {
             if mask.count_ones() > 2 {
@@ -249,7 +250,55 @@ fn rfc5236_every_distinct_packet_is_accounted_for() {
                 let occupancy = m.fb.keys().max().copied().unwrap_or(0);
                 assert!(occupancy <= dt + 1, "{q:?} dt {dt}: occupancy {occupancy}");
                 assert!(m.fb.values().sum::<u64>() > 0, "{q:?} dt {dt}");
+                most[dt as usize] = most[dt as usize].max(occupancy);
             }
         }
     }
+    // The buffer is used and bounded: with DT 0 it never holds a packet,
+    // with DT 2 the input 4,5,2,6,3,4 fills it to DT + 1 = 3 (4 and 5
+    // wait for 2, then 6 joins them before 3 arrives); an RBD that never
+    // buffered, or buffered without limit, fails here.
+    assert_eq!(most[0], 0, "{most:?}");
+    assert_eq!(most[2], 3, "{most:?}");
+    assert!(most[4] >= 3, "{most:?}");
+    assert_eq!(
+        rfc5236(&[4, 5, 2, 6, 3, 4], 2).fb.keys().max().copied(),
+        Some(3)
+    );
+}
+
+/// The streaming meter agrees with `rfc4737` on a flow's segments (in
+/// units of one segment), keeps flows apart, and stays bounded.
+#[test]
+fn streaming_meter_matches_rfc4737_per_flow() {
+    use ringway_reorder::metrics::ReorderMeter;
+    use ringway_reorder::{FlowKey, SeqSpace};
+    let arrivals: [i64; 10] = [1, 2, 4, 3, 5, 8, 6, 7, 9, 10];
+    let want = rfc4737(&arrivals);
+    let mut m = ReorderMeter::new(SeqSpace::U32, 8);
+    // Two flows interleaved, 1448-byte segments, the second across the
+    // 32-bit wrap: each alone is `arrivals`.
+    for &a in &arrivals {
+        m.observe(FlowKey::from_u64(1), 1000 + a as u32 * 1448, 1448);
+        m.observe(
+            FlowKey::from_u64(2),
+            (u32::MAX - 5000).wrapping_add(a as u32 * 1448),
+            1448,
+        );
+    }
+    assert_eq!((m.received, m.reordered), (20, 2 * want.reordered));
+    assert_eq!(want.reordered, 3);
+    assert_eq!(m.flows(), 2);
+    let mut small = ReorderMeter::new(SeqSpace::U32, 1);
+    small.observe(FlowKey::from_u64(1), 0, 10);
+    small.observe(FlowKey::from_u64(2), 0, 10);
+    assert_eq!((small.received, small.untracked, small.flows()), (1, 1, 1));
+}
+
+/// An empty trace reports RBD_avg 0, not -0 (printed "-0.000" before).
+#[test]
+fn empty_trace_has_positive_zero_means() {
+    let m = rfc5236(&[], 4);
+    assert!(m.rbd_mean() == 0.0 && m.rbd_mean().is_sign_positive());
+    assert_eq!(format!("{:.3}", m.rbd_mean()), "0.000");
 }

@@ -1,6 +1,7 @@
 //! SRPIC in the SFU: a sender's RTP goes through the seeded impairment
-//! relay (held-back packets, released in 2 ms bursts) to the SFU with and
-//! without SRPIC (all in this process); subscribers count late packets.
+//! relay (the paper's Normal delay model at an emulated link rate, the
+//! receiver's interrupt coalescing) to the SFU with and without SRPIC (all
+//! in this process, same seed); subscribers count late packets.
 
 use ringway_lab::srpiclab::{run_once, SrpicLabConfig};
 
@@ -10,9 +11,10 @@ fn srpic_in_sfu_reduces_reordering_seen_by_subscribers() {
         duration_s: 1.5,
         interval_ms: 0.5,
         subscribers: 1,
-        reorder: 0.1,
-        reorder_gap: 3,
-        burst_us: 2000.0,
+        rate_mbps: 100.0,
+        delay_ms: 2.5,
+        beta: 0.02,
+        coalesce: true,
         batch: 64,
         block: 32,
         reps: 1,
@@ -32,8 +34,17 @@ fn srpic_in_sfu_reduces_reordering_seen_by_subscribers() {
     assert_eq!(off.sorter_to_after, None, "no sorter runs with SRPIC off");
     // With sorting the sorter found the gaps and most are repaired.
     assert!(on.sorter_to_after.is_some_and(|n| n > 50), "{on:?}");
+    // (Under the paper's model SRPIC repairs intra-block reordering only:
+    // about half of it at this rate and β; see docs/srpic.md.)
     assert!(
-        on.sub_reordered * 2 < off.sub_reordered,
+        on.sub_reordered * 4 < off.sub_reordered * 3,
+        "{on:?} vs {off:?}"
+    );
+    // Same seed, same receiver model: the blocks are the same function of
+    // the arrival times (a live sender's times differ by scheduling
+    // jitter, so the histograms agree closely rather than exactly).
+    assert!(
+        (on.relay_mean_block - off.relay_mean_block).abs() < 0.05 * off.relay_mean_block,
         "{on:?} vs {off:?}"
     );
 }

@@ -2,8 +2,11 @@
 //!
 //! Topology (all on loopback, all in this process): a sender
 //! ([`crate::sfuload`]) sends RTP through the impairment relay
-//! ([`crate::impair::relay`], seeded reordering, packets released in
-//! bursts to emulate interrupt coalescing) to the SFU
+//! ([`crate::impair::relay`]: the paper's netem model — a link at
+//! `rate_mbps`, forward delay `N(α, σ²)` per packet with σ = β·α scaled by
+//! 1 Gb/s ÷ rate, and the paper's receiver coalescing scaled the same way,
+//! each block released in one `sendmmsg` when its drain ends; the same
+//! seed for SRPIC on and off) to the SFU
 //! ([`ringway_server::sfu`], mmsg backend, with or without SRPIC);
 //! subscribers (subscribed to everything) receive the copies directly. We read reordering as the subscribers see
 //! it (packets of the sender's SSRC that arrive below the highest sequence
@@ -11,8 +14,8 @@
 //! processing delay (app receive → last copy handed to the kernel), the
 //! sorter's counters, and the sender's echo RTT.
 
-use crate::impair::relay::{Relay, RelayConfig};
-use crate::impair::ImpairConfig;
+use crate::impair::relay::{Relay, RelayConfig, RelayReport};
+use crate::impair::{scaled_receiver, PathConfig};
 use crate::sfuload::{self, ClientReport, SfuLoadConfig};
 use crate::stats::{mean_ci, MeanCi};
 use anyhow::Context;
@@ -33,12 +36,15 @@ pub struct SrpicLabConfig {
     pub interval_ms: f64,
     /// Number of subscribers.
     pub subscribers: usize,
-    /// Relay: probability of holding a packet back.
-    pub reorder: f64,
-    /// Relay: packets that overtake a held one.
-    pub reorder_gap: u32,
-    /// Relay: burst period (µs) = emulated interrupt-coalescing interval.
-    pub burst_us: f64,
+    /// Relay: emulated link rate (Mb/s).
+    pub rate_mbps: f64,
+    /// Relay: mean forward delay α (ms).
+    pub delay_ms: f64,
+    /// Relay: relative delay variation β (σ = β·α·1000/rate_mbps).
+    pub beta: f64,
+    /// Relay: emulate the receiver's interrupt coalescing (the paper's
+    /// receiver scaled to the rate); off: each packet leaves when it arrives.
+    pub coalesce: bool,
     /// SFU receive batch (recvmmsg).
     pub batch: usize,
     /// SRPIC block size.
@@ -58,8 +64,11 @@ pub struct RunResult {
     pub rep: usize,
     /// Media packets sent.
     pub sent: u64,
-    /// Packets the relay held back.
+    /// Packets the relay delivered after a packet that arrived later
+    /// (RFC 4737 reordered singletons of the relay's output).
     pub relay_reordered: u64,
+    /// Mean block size of the relay's emulated receiver (NaN without).
+    pub relay_mean_block: f64,
     /// Sender's packets received by subscribers (sum).
     pub sub_packets: u64,
     /// Of those lost.
@@ -101,7 +110,7 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
     let sfu = SfuServer::start(sfu_config).context("the SFU did not start")?;
     let result = clients_through_relay(c, rep, sfu.local_addr());
     let sfu_report = sfu.shutdown()?;
-    let (sender, subscribers, relay_reordered) = result?;
+    let (sender, subscribers, relay) = result?;
     let ssid = *sender.ssids.first().context("sender SSID")?;
     let (mut pk, mut lost, mut re) = (0u64, 0u64, 0u64);
     for s in subscribers.iter().flat_map(|r| &r.received) {
@@ -116,7 +125,8 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
         srpic: on,
         rep,
         sent: sender.tx_packets,
-        relay_reordered,
+        relay_reordered: relay.forward_reordered,
+        relay_mean_block: relay.blocks.mean(),
         sub_packets: pk,
         sub_lost: lost,
         sub_reordered: re,
@@ -135,29 +145,46 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
     })
 }
 
+/// The relay's forward path and receiver model for `c` (repetition `rep`).
+pub fn relay_config(
+    c: &SrpicLabConfig,
+    rep: usize,
+    to: SocketAddr,
+    duration: Duration,
+) -> RelayConfig {
+    let k = 1000.0 / c.rate_mbps.max(1e-3);
+    let alpha_ns = c.delay_ms * 1e6;
+    RelayConfig {
+        listen: "127.0.0.1:0".parse().expect("literal"),
+        to,
+        forward: PathConfig {
+            rate_bps: (c.rate_mbps * 1e6) as u64,
+            delay_ns: alpha_ns as u64,
+            sigma_ns: (c.beta * alpha_ns * k) as u64,
+            seed: c.seed + rep as u64,
+            ..Default::default()
+        },
+        reverse: PathConfig::default(),
+        coalesce: c.coalesce.then(|| scaled_receiver(k)),
+        duration,
+    }
+}
+
 /// The relay in front of the SFU at `sfu_addr`, the subscribers and the
 /// sender; returns the sender's and the subscribers' reports and the
-/// packets the relay held back.
+/// relay's report.
 fn clients_through_relay(
     c: &SrpicLabConfig,
     rep: usize,
     sfu_addr: SocketAddr,
-) -> anyhow::Result<(ClientReport, Vec<ClientReport>, u64)> {
+) -> anyhow::Result<(ClientReport, Vec<ClientReport>, RelayReport)> {
     let t = c.duration_s;
-    let relay = Relay::bind(RelayConfig {
-        listen: "127.0.0.1:0".parse().expect("literal"),
-        to: sfu_addr,
-        forward: ImpairConfig {
-            reorder: c.reorder,
-            reorder_gap: c.reorder_gap,
-            seed: c.seed + rep as u64,
-            burst_ns: (c.burst_us * 1000.0) as u64,
-            hold_timeout_ns: 50_000_000,
-            ..Default::default()
-        },
-        reverse: None,
-        duration: Duration::from_secs_f64(t + 3.0),
-    })?;
+    let relay = Relay::bind(relay_config(
+        c,
+        rep,
+        sfu_addr,
+        Duration::from_secs_f64(t + 3.0),
+    ))?;
     let relay_addr = relay.local_addr()?;
     let relay_stop = Arc::new(AtomicBool::new(false));
     let relay_thread = {
@@ -201,7 +228,7 @@ fn clients_through_relay(
     let relay_report = relay_thread
         .join()
         .map_err(|_| anyhow::anyhow!("relay thread panicked"))??;
-    Ok((sender?, subscribers?, relay_report.forward.reordered))
+    Ok((sender?, subscribers?, relay_report))
 }
 
 /// Mean ± 95% CI of each measure, per mode.

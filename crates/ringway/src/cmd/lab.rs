@@ -9,7 +9,9 @@ pub(crate) enum LabCmd {
     Sfu(super::lab_sfu::LabSfuArgs),
     /// SRPIC in the SFU: reordering seen by subscribers with sorting on and off.
     Srpic(super::lab_srpic::LabSrpicArgs),
-    /// UDP impairment relay: reorder, delay, drop (netem is not in this kernel).
+    /// SRPIC in front of a real TCP receiver: iperf3 through the TUN relay, Tables 4-8.
+    SrpicTcp(super::lab_srpic_tcp::LabSrpicTcpArgs),
+    /// UDP impairment relay: Normal delay, loss, coalescing (netem is not in this kernel).
     Impair(super::lab_impair::ImpairArgs),
 }
 
@@ -19,6 +21,7 @@ pub(crate) fn run(c: LabCmd) -> anyhow::Result<()> {
         LabCmd::Sip(a) => super::lab_sip::run(a),
         LabCmd::Sfu(a) => super::lab_sfu::run(a),
         LabCmd::Srpic(a) => super::lab_srpic::run(a),
+        LabCmd::SrpicTcp(a) => super::lab_srpic_tcp::run(a),
         LabCmd::Impair(a) => super::lab_impair::run(a),
     }
 }

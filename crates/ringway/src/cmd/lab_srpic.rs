@@ -15,15 +15,19 @@ pub(crate) struct LabSrpicArgs {
     /// Subscribers.
     #[arg(long, default_value_t = 2)]
     pub subscribers: usize,
-    /// Relay: probability of holding a packet back.
-    #[arg(long, default_value_t = 0.1)]
-    pub reorder: f64,
-    /// Relay: packets that overtake a held-back one.
-    #[arg(long, default_value_t = 3)]
-    pub reorder_gap: u32,
-    /// Relay burst period in µs (emulated interrupt coalescing; 0: off).
-    #[arg(long, default_value_t = 2000.0)]
-    pub burst_us: f64,
+    /// Relay: emulated link rate in Mb/s (σ and the receiver's coalescing
+    /// are scaled by 1000 / rate).
+    #[arg(long, default_value_t = 100.0)]
+    pub rate_mbps: f64,
+    /// Relay: mean forward delay α in ms.
+    #[arg(long, default_value_t = 2.5)]
+    pub delay_ms: f64,
+    /// Relay: relative delay variation β in percent (σ = β·α, scaled).
+    #[arg(long, default_value_t = 2.0)]
+    pub beta_pct: f64,
+    /// Relay: no receiver coalescing (each packet leaves when it arrives).
+    #[arg(long)]
+    pub no_coalesce: bool,
     /// SFU receive batch (recvmmsg).
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
@@ -43,8 +47,12 @@ pub(crate) struct LabSrpicArgs {
 
 /// Run the experiment and print a table.
 pub(crate) fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
-    if !(0.0..=1.0).contains(&a.reorder) {
-        anyhow::bail!("--reorder must be a probability");
+    if !(a.rate_mbps.is_finite() && a.rate_mbps > 0.0) {
+        anyhow::bail!("--rate-mbps must be positive");
+    }
+    if !(a.beta_pct.is_finite() && a.beta_pct >= 0.0 && a.delay_ms.is_finite() && a.delay_ms >= 0.0)
+    {
+        anyhow::bail!("--beta-pct and --delay-ms must be non-negative");
     }
     if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
         anyhow::bail!("--duration must be in (0, 600] seconds");
@@ -53,24 +61,34 @@ pub(crate) fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
         duration_s: a.duration,
         interval_ms: a.interval_ms,
         subscribers: a.subscribers.max(1),
-        reorder: a.reorder,
-        reorder_gap: a.reorder_gap.max(1),
-        burst_us: a.burst_us.max(0.0),
+        rate_mbps: a.rate_mbps,
+        delay_ms: a.delay_ms,
+        beta: a.beta_pct / 100.0,
+        coalesce: !a.no_coalesce,
         batch: a.batch.max(1),
         block: a.block.max(1),
         reps: a.reps.max(1),
         seed: a.seed,
     };
     println!(
-        "lab srpic: sender -> impair relay (reorder {} gap {}, bursts every {} us) -> SFU (mmsg, batch {}) -> {} subscribers; {} s x {} reps per mode",
-        cfg.reorder, cfg.reorder_gap, cfg.burst_us, cfg.batch, cfg.subscribers, cfg.duration_s, cfg.reps
+        "lab srpic: sender -> impair relay ({} Mb/s, delay N({} ms, sigma {:.1} us) = beta {} % scaled by 1000/rate, receiver coalescing {}) -> SFU (mmsg, batch {}) -> {} subscribers; {} s x {} reps per mode, same seeds on and off",
+        cfg.rate_mbps,
+        cfg.delay_ms,
+        cfg.beta * cfg.delay_ms * 1e3 * 1000.0 / cfg.rate_mbps,
+        a.beta_pct,
+        if cfg.coalesce { "on (paper receiver scaled)" } else { "off" },
+        cfg.batch,
+        cfg.subscribers,
+        cfg.duration_s,
+        cfg.reps
     );
     println!(
-        "{:<6} {:>3} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "{:<6} {:>3} {:>8} {:>9} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8}",
         "srpic",
         "rep",
         "sent",
         "relay_re",
+        "rblock",
         "sub_pkts",
         "sub_reord",
         "ratio",
@@ -82,11 +100,16 @@ pub(crate) fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
     );
     let results = run_all(&cfg, |r| {
         println!(
-            "{:<6} {:>3} {:>8} {:>9} {:>9} {:>9} {:>8.4} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>8}",
+            "{:<6} {:>3} {:>8} {:>9} {:>7} {:>9} {:>9} {:>8.4} {:>9.1} {:>9.1} {:>9.1} {:>8.2} {:>8}",
             if r.srpic { "on" } else { "off" },
             r.rep,
             r.sent,
             r.relay_reordered,
+            if r.relay_mean_block.is_finite() {
+                format!("{:.2}", r.relay_mean_block)
+            } else {
+                "n/a".to_string()
+            },
             r.sub_packets,
             r.sub_reordered,
             r.sub_reordered_ratio,

@@ -8,6 +8,7 @@ pub(crate) mod lab_impair;
 pub(crate) mod lab_sfu;
 pub(crate) mod lab_sip;
 pub(crate) mod lab_srpic;
+pub(crate) mod lab_srpic_tcp;
 pub(crate) mod reorder;
 pub(crate) mod sfu;
 pub(crate) mod sip;

@@ -1,5 +1,6 @@
 //! `ringway reorder ...`: analyze captures with RFC 4737/5236 metrics before
-//! and after SRPIC sorting, and benchmark the sorter.
+//! and after SRPIC sorting, benchmark the sorter, and sort a host's own
+//! TCP through NFQUEUE.
 
 use anyhow::Context;
 use ringway_reorder::analyze::{analyze, report, AnalyzeOpts, Trace};
@@ -16,6 +17,44 @@ pub(crate) enum ReorderCmd {
     Analyze(AnalyzeArgs),
     /// ns/packet of the sorter alone (in order, mild, heavy reordering; 1 and 1000 flows).
     Bench(BenchArgs),
+    /// SRPIC in front of this host's TCP: sort NFQUEUE packets and issue
+    /// one verdict per packet in sorted order. Rule (fails open when
+    /// ringway is not running):
+    /// iptables -t raw -A PREROUTING -p tcp -j NFQUEUE --queue-num N --queue-bypass
+    Nfqueue(NfqueueArgs),
+}
+
+/// Arguments of `ringway reorder nfqueue`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct NfqueueArgs {
+    /// Queue number (the rule's --queue-num).
+    #[arg(long)]
+    pub queue: u16,
+    /// SRPIC BlockSize.
+    #[arg(long, default_value_t = 32)]
+    pub block: usize,
+    /// SRPIC Ringbuffer_Size: most packets taken per drain and held at once.
+    #[arg(long, default_value_t = 512)]
+    pub ring: usize,
+    /// Most flows sorted at once (further flows pass through, counted).
+    #[arg(long, default_value_t = 4096)]
+    pub max_flows: usize,
+    /// After the first packet of a drain, keep taking packets for this many
+    /// µs (an interrupt coalescing delay; 0: only what is already queued).
+    #[arg(long, default_value_t = 0)]
+    pub coalesce_us: u64,
+    /// Do not sort (verdicts in arrival order; for comparison).
+    #[arg(long)]
+    pub no_sort: bool,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Kernel-side queue length (beyond it packets are accepted unsorted).
+    #[arg(long, default_value_t = 4096)]
+    pub max_len: u32,
+    /// Print the final report as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `ringway reorder analyze`.
@@ -66,7 +105,61 @@ pub(crate) fn run(c: ReorderCmd) -> anyhow::Result<()> {
     match c {
         ReorderCmd::Analyze(a) => run_analyze(a),
         ReorderCmd::Bench(b) => run_bench(b),
+        ReorderCmd::Nfqueue(n) => run_nfqueue(n),
     }
+}
+
+fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
+    use ringway_lab::srpictcp::nfqueue::{run, NfqSortConfig};
+    let duration = match a.duration {
+        Some(d) if d.is_finite() && d > 0.0 => Some(std::time::Duration::from_secs_f64(d)),
+        Some(_) => anyhow::bail!("--duration must be positive"),
+        None => None,
+    };
+    let cfg = NfqSortConfig {
+        queue: a.queue,
+        block: a.block.max(1),
+        ring: a.ring.clamp(1, 65536),
+        max_flows: a.max_flows,
+        coalesce_us: a.coalesce_us.min(100_000),
+        sort: !a.no_sort,
+        duration,
+        max_len: a.max_len.max(1),
+    };
+    let stop = ringway_server::host::stop_flag()?;
+    let bound = || {
+        eprintln!(
+            "reorder nfqueue: queue {} bound (block {}, ring {}, coalesce {} us{})",
+            cfg.queue,
+            cfg.block,
+            cfg.ring,
+            cfg.coalesce_us,
+            if cfg.sort { "" } else { ", not sorting" }
+        )
+    };
+    let line = |r: &ringway_lab::srpictcp::nfqueue::NfqSortReport| {
+        format!(
+            "packets {} batches {} held {} sorted {} passed {} (malformed {} not-tcp {} unsuitable {}) reordered before {:.4} after {:.4}",
+            r.packets,
+            r.batches,
+            r.held,
+            r.sorted,
+            r.passed_through,
+            r.malformed,
+            r.not_tcp,
+            r.unsuitable,
+            r.before.ratio,
+            r.after.ratio
+        )
+    };
+    let rep = run(&cfg, &stop, bound, |r| eprintln!("{}", line(r)))
+        .with_context(|| format!("NFQUEUE queue {}", cfg.queue))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        println!("{}", line(&rep));
+    }
+    Ok(())
 }
 
 fn run_analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
