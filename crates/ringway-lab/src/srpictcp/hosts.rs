@@ -88,48 +88,65 @@ pub const RECORDED_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_early_retrans",
     "net.ipv4.tcp_frto",
     "net.ipv4.tcp_no_metrics_save",
-    "net.ipv4.tcp_timestamps",
 ];
 
-/// A process killed (by PID) and reaped when dropped.
+/// A process killed (by PID) and reaped when dropped; a child process whose stdout is drained by a thread while it runs (a
+/// child that writes more than a pipe holds, as iperf3 `-J` does at exit
+/// with many streams, would otherwise block and never end).
 #[derive(Debug)]
-pub struct Proc(pub Child);
+pub struct Proc {
+    child: Child,
+    stdout: Option<std::thread::JoinHandle<String>>,
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
         }
-        let _ = self.0.wait();
+        let _ = self.child.wait();
     }
 }
 
 impl Proc {
+    /// Take `child` (spawned with a piped stdout) and start draining it.
+    pub fn new(mut child: Child) -> Proc {
+        let stdout = child.stdout.take().map(|mut o| {
+            std::thread::spawn(move || {
+                let mut out = String::new();
+                let _ = o.read_to_string(&mut out);
+                out
+            })
+        });
+        Proc { child, stdout }
+    }
+
     /// Wait at most `limit` for the process to end; kill it after that.
     /// Returns its stdout and whether it ended by itself with success.
     pub fn finish(mut self, limit: Duration) -> (String, bool) {
         let t = Instant::now();
         let mut ok = false;
         loop {
-            match self.0.try_wait() {
+            match self.child.try_wait() {
                 Ok(Some(st)) => {
                     ok = st.success();
                     break;
                 }
                 Ok(None) if t.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
                 _ => {
-                    // Still running (or unknown): kill it by PID before
-                    // reading, or the read would wait for it forever.
-                    let _ = self.0.kill();
-                    let _ = self.0.wait();
+                    // Still running (or unknown): kill it by PID.
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
                     break;
                 }
             }
         }
-        let mut out = String::new();
-        if let Some(mut o) = self.0.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
+        // The process has ended, so its stdout is closed and the drain ends.
+        let out = self
+            .stdout
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
         (out, ok)
     }
 }
@@ -323,7 +340,7 @@ pub fn iperf3_server(h: &Host, port: u16) -> anyhow::Result<Proc> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting iperf3 -s (is iperf3 installed?)")?;
-    Ok(Proc(c))
+    Ok(Proc::new(c))
 }
 
 /// Start `iperf3 -c` on the sender: `streams` parallel streams for
@@ -350,7 +367,7 @@ pub fn iperf3_client(h: &Host, port: u16, duration_s: f64, streams: usize) -> an
         .stderr(Stdio::null())
         .spawn()
         .context("starting iperf3 -c")?;
-    Ok(Proc(c))
+    Ok(Proc::new(c))
 }
 
 /// What an iperf3 client run reported.
@@ -401,6 +418,22 @@ pub fn parse_iperf3(json: &str) -> anyhow::Result<IperfResult> {
 
 #[cfg(test)]
 mod tests {
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn output_larger_than_a_pipe_does_not_block_the_child() {
+        // 300 kB, far above the 64 KiB pipe: the child ends by itself only
+        // if its stdout is read while it runs.
+        let child = Command::new("sh")
+            .args(["-c", "yes 0123456789 | head -c 300000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (out, ok) = Proc::new(child).finish(Duration::from_secs(60));
+        assert!(ok, "the child was killed instead of ending");
+        assert_eq!(out.len(), 300_000);
+    }
+
     use super::*;
 
     #[test]
