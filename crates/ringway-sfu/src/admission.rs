@@ -187,6 +187,10 @@ pub(crate) struct PrefixLimiter {
     /// (tokens × 1e9, last refill ns) per prefix.
     buckets: HashMap<[u8; 8], (u64, u64)>,
     overflow: (u64, u64),
+    /// When the table was last swept for full buckets (ns): at most once
+    /// per token interval, so packets from ever new prefixes cannot make
+    /// every packet scan the whole table.
+    last_sweep: Option<u64>,
 }
 
 impl PrefixLimiter {
@@ -197,6 +201,7 @@ impl PrefixLimiter {
             max_prefixes: max_prefixes.max(1),
             buckets: HashMap::new(),
             overflow: (u64::from(burst.max(1)) * 1_000_000_000, 0),
+            last_sweep: None,
         }
     }
 
@@ -214,10 +219,18 @@ impl PrefixLimiter {
     pub(crate) fn allow(&mut self, ip: IpAddr, now: u64) -> bool {
         let key = prefix(ip);
         let cap = u64::from(self.burst) * 1_000_000_000;
-        if !self.buckets.contains_key(&key) && self.buckets.len() >= self.max_prefixes {
+        let sweep_interval = (1_000_000_000 / u64::from(self.rate.max(1))).max(1_000_000);
+        if !self.buckets.contains_key(&key)
+            && self.buckets.len() >= self.max_prefixes
+            && self
+                .last_sweep
+                .is_none_or(|t| now.saturating_sub(t) >= sweep_interval)
+        {
+            self.last_sweep = Some(now);
             let (rate, full) = (u64::from(self.rate), cap);
-            self.buckets
-                .retain(|_, b| b.0 + now.saturating_sub(b.1).saturating_mul(rate) < full);
+            self.buckets.retain(|_, b| {
+                b.0.saturating_add(now.saturating_sub(b.1).saturating_mul(rate)) < full
+            });
         }
         let mut bucket = if let Some(b) = self.buckets.get(&key) {
             *b
