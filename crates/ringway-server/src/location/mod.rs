@@ -39,6 +39,19 @@ pub fn parse_location(text: &str) -> Result<Option<String>, String> {
     parse_redis_url(text).map(Some)
 }
 
+/// `text` with any `USER:PASSWORD@` of a Redis URL replaced by `***@`, for
+/// printing (logs, errors, the JSON summary).
+pub fn redact_location(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => text.to_string(),
+    }
+}
+
 /// Check a Redis URL: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]` (HOST
 /// an IP address or a name, PORT 1..=65535, DB a number). Returns it as
 /// given. Anything else is refused with the reason (TLS, `rediss://`, and
@@ -46,7 +59,8 @@ pub fn parse_location(text: &str) -> Result<Option<String>, String> {
 pub fn parse_redis_url(url: &str) -> Result<String, String> {
     let fail = |why: &str| {
         Err(format!(
-            "location {url:?}: {why} (expected redis://HOST:PORT/DB)"
+            "location {:?}: {why} (expected redis://HOST:PORT/DB)",
+            redact_location(url)
         ))
     };
     let Some(rest) = url.strip_prefix("redis://") else {
@@ -475,6 +489,27 @@ fn count_final(stats: &mut TypeStats, action: Action) {
 
 #[cfg(test)]
 mod tests {
+    use super::redact_location;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact_location("redis://:secret@127.0.0.1:6379/0"),
+            "redis://***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_location("redis://user:p@ss@[::1]:6379"),
+            "redis://***@[::1]:6379"
+        );
+        assert_eq!(
+            redact_location("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact_location("memory"), "memory");
+        let error = super::parse_location("redis://:secret@127.0.0.1:0/x").unwrap_err();
+        assert!(!error.contains("secret"), "{error}");
+    }
+
     use super::*;
 
     #[test]

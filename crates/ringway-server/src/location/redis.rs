@@ -79,7 +79,8 @@ impl RedisStore {
         timeout: Duration,
         counters: Arc<LocationCounters>,
     ) -> Result<RedisStore, String> {
-        let client = redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
+        let client = redis::Client::open(url)
+            .map_err(|e| format!("{}: {e}", super::redact_location(url)))?;
         Ok(RedisStore {
             client,
             timeout,

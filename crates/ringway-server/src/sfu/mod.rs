@@ -163,8 +163,20 @@ impl SfuServerConfig {
         } else if self.xdp_iface.is_some() {
             return fail("xdp_iface is only for the xdp backend");
         }
-        if self.kernel_fanout.is_some() && !self.listen.is_ipv4() {
-            return fail("kernel_fanout is IPv4 only: listen must be an IPv4 address");
+        if self.kernel_fanout.is_some() {
+            if !self.listen.is_ipv4() {
+                return fail("kernel_fanout is IPv4 only: listen must be an IPv4 address");
+            }
+            if self.listen.ip().is_unspecified() {
+                return fail(
+                    "kernel_fanout matches packets by destination address: listen must be a concrete address",
+                );
+            }
+            if self.backend == BackendKind::Xdp {
+                return fail(
+                    "kernel_fanout cannot run with the xdp backend (the XDP program hands media to AF_XDP before tc sees it)",
+                );
+            }
         }
         if !(self.idle_timeout_s.is_finite() && self.idle_timeout_s > 0.0) {
             return fail("idle_timeout_s must be a positive number of seconds");
@@ -746,6 +758,31 @@ mod tests {
         while !f() {
             assert!(t.elapsed() < Duration::from_secs(10), "{what}");
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn kernel_fanout_only_where_it_can_work() {
+        let fanout = |listen: &str, backend| SfuServerConfig {
+            listen: listen.parse().unwrap(),
+            backend,
+            kernel_fanout: Some("veth0".into()),
+            xdp_iface: (backend == BackendKind::Xdp).then(|| "veth0".into()),
+            ..SfuServerConfig::default()
+        };
+        assert!(fanout("10.0.0.1:5000", BackendKind::Socket)
+            .validate()
+            .is_ok());
+        for (config, why) in [
+            (
+                fanout("0.0.0.0:5000", BackendKind::Socket),
+                "concrete address",
+            ),
+            (fanout("[::1]:5000", BackendKind::Socket), "IPv4 only"),
+            (fanout("10.0.0.1:5000", BackendKind::Xdp), "xdp backend"),
+        ] {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(why), "{error}");
         }
     }
 

@@ -468,8 +468,9 @@ impl SipServer {
                     }
                     if let Err(e) = stores[0].ping() {
                         eprintln!(
-                            "sip server: location store {url} unreachable now ({e}); \
-                         REGISTERs get 500 and calls 480 until it answers"
+                            "sip server: location store {} unreachable now ({e}); \
+                         REGISTERs get 500 and calls 480 until it answers",
+                            crate::location::redact_location(&url)
                         );
                     }
                     let (queue, receivers) =

@@ -311,7 +311,7 @@ pub(super) fn build(
             flood_window_ms: config.flood_window_ms,
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
-            location: config.location.clone(),
+            location: crate::location::redact_location(&config.location),
             location_timeout_ms: config.location_timeout_ms,
             location_threads: config.location_threads,
             location_queue: config.location_queue,

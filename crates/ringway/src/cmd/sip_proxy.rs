@@ -305,7 +305,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         server.rcvbuf_granted(),
         if a.auth { "on" } else { "off" },
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
-        a.location,
+        ringway_server::location::redact_location(&a.location),
     );
     let started = Instant::now();
     while !stop.load(Ordering::Relaxed)
