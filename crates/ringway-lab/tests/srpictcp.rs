@@ -58,6 +58,7 @@ fn config(srpic: bool, max_flows: usize) -> RelayCoreConfig {
             idle_flushes: 64,
         }),
         max_flows,
+        retransmissions_in_place: false,
     }
 }
 
@@ -237,5 +238,41 @@ fn a_retransmission_is_delivered_before_new_segments_sent_earlier() {
         deliver(true),
         [987_574, 989_022, 1_077_350, 1_078_798],
         "SRPIC on: sequence order, the later-sent retransmissions first"
+    );
+}
+
+/// The diagnostic `retransmissions_in_place`: the relay knows from what
+/// the sender sent which segments are retransmissions and hands them to
+/// the sorter as unsuitable, so the traced block keeps its transmission
+/// order; segments the sender sent once are still sorted.
+#[test]
+fn retransmissions_in_place_keep_their_transmission_position() {
+    let mss = 1448;
+    let deliver = |in_place: bool, block: &[u32]| {
+        let mut core = RelayCore::new(&RelayCoreConfig {
+            retransmissions_in_place: in_place,
+            ..config(true, 64)
+        });
+        // The sender's transmissions: 987574 … 1078798 once, then the
+        // first two again (fast retransmissions).
+        let mut t = 0;
+        for s in (987_574..=1_078_798).step_by(mss).chain([987_574, 989_022]) {
+            t += 1_000;
+            core.from_sender(t, seg(0, s, mss));
+        }
+        let out = core.receive_block(block.iter().map(|&s| seg(0, s, mss)).collect());
+        out.iter().map(|p| id(p).1).collect::<Vec<_>>()
+    };
+    let traced = [1_077_350, 1_078_798, 987_574, 989_022];
+    assert_eq!(deliver(true, &traced), traced);
+    assert_eq!(
+        deliver(false, &traced),
+        [987_574, 989_022, 1_077_350, 1_078_798]
+    );
+    // Reordering of segments sent once is still repaired.
+    let late = [1_077_350, 1_074_454, 1_075_902, 1_078_798];
+    assert_eq!(
+        deliver(true, &late),
+        [1_074_454, 1_075_902, 1_077_350, 1_078_798]
     );
 }
