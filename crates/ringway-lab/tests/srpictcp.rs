@@ -58,6 +58,7 @@ fn config(srpic: bool, max_flows: usize) -> RelayCoreConfig {
             idle_flushes: 64,
         }),
         max_flows,
+        retransmissions_in_place: false,
     }
 }
 
@@ -212,4 +213,66 @@ fn flow_tables_are_bounded() {
     assert!(s.table_full > 0, "{s:?}");
     assert!(s.held_max <= 512);
     assert!(r.sent_by_sender.untracked > 0, "{:?}", r.sent_by_sender);
+}
+
+/// The mechanism behind SRPIC's extra retransmissions under loss
+/// (docs/srpic.md, "Loss with SRPIC"), from a traced recovery: the sender
+/// sent two new segments and then retransmitted the lost ones; all arrive
+/// in one receive block in that order. Listing 1 anchors `NextExp` on the
+/// first new segment, puts the retransmissions (below `NextExp`) on
+/// PrevPacketList and flushes Prev first, so the receiver's TCP gets the
+/// retransmissions before the new segments that were sent before them.
+/// With SRPIC off the block keeps the sender's transmission order.
+#[test]
+fn a_retransmission_is_delivered_before_new_segments_sent_earlier() {
+    let mss = 1448;
+    // Transmission (and arrival) order: new data, then two retransmissions.
+    let block = [1_077_350, 1_078_798, 987_574, 989_022];
+    let deliver = |srpic: bool| {
+        let mut core = RelayCore::new(&config(srpic, 64));
+        let out = core.receive_block(block.iter().map(|&s| seg(0, s, mss)).collect());
+        out.iter().map(|p| id(p).1).collect::<Vec<_>>()
+    };
+    assert_eq!(deliver(false), block, "SRPIC off: arrival order");
+    assert_eq!(
+        deliver(true),
+        [987_574, 989_022, 1_077_350, 1_078_798],
+        "SRPIC on: sequence order, the later-sent retransmissions first"
+    );
+}
+
+/// The diagnostic `retransmissions_in_place`: the relay knows from what
+/// the sender sent which segments are retransmissions and hands them to
+/// the sorter as unsuitable, so the traced block keeps its transmission
+/// order; segments the sender sent once are still sorted.
+#[test]
+fn retransmissions_in_place_keep_their_transmission_position() {
+    let mss = 1448;
+    let deliver = |in_place: bool, block: &[u32]| {
+        let mut core = RelayCore::new(&RelayCoreConfig {
+            retransmissions_in_place: in_place,
+            ..config(true, 64)
+        });
+        // The sender's transmissions: 987574 … 1078798 once, then the
+        // first two again (fast retransmissions).
+        let mut t = 0;
+        for s in (987_574..=1_078_798).step_by(mss).chain([987_574, 989_022]) {
+            t += 1_000;
+            core.from_sender(t, seg(0, s, mss));
+        }
+        let out = core.receive_block(block.iter().map(|&s| seg(0, s, mss)).collect());
+        out.iter().map(|p| id(p).1).collect::<Vec<_>>()
+    };
+    let traced = [1_077_350, 1_078_798, 987_574, 989_022];
+    assert_eq!(deliver(true, &traced), traced);
+    assert_eq!(
+        deliver(false, &traced),
+        [987_574, 989_022, 1_077_350, 1_078_798]
+    );
+    // Reordering of segments sent once is still repaired.
+    let late = [1_077_350, 1_074_454, 1_075_902, 1_078_798];
+    assert_eq!(
+        deliver(true, &late),
+        [1_074_454, 1_075_902, 1_077_350, 1_078_798]
+    );
 }

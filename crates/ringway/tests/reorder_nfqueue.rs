@@ -38,6 +38,7 @@ fn upstream(rate: u64, beta: f64) -> RelayCoreConfig {
         receiver: scaled_receiver(k),
         srpic: None,
         max_flows: 64,
+        retransmissions_in_place: false,
     }
 }
 

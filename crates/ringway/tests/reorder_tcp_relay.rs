@@ -44,6 +44,7 @@ fn relay_config(srpic: bool) -> RelayCoreConfig {
             idle_flushes: 64,
         }),
         max_flows: 64,
+        retransmissions_in_place: false,
     }
 }
 

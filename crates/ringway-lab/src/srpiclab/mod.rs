@@ -69,6 +69,9 @@ pub struct RunResult {
     pub relay_reordered: u64,
     /// Mean block size of the relay's emulated receiver (NaN without).
     pub relay_mean_block: f64,
+    /// Media packets the relay dropped: its path's loss, queue and
+    /// overflow drops (none configured here, but counted) and failed sends.
+    pub relay_dropped: u64,
     /// Sender's packets received by subscribers (sum).
     pub sub_packets: u64,
     /// Of those lost.
@@ -127,6 +130,10 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
         sent: sender.tx_packets,
         relay_reordered: relay.forward_reordered,
         relay_mean_block: relay.blocks.mean(),
+        relay_dropped: relay.forward.lost
+            + relay.forward.queue_drops
+            + relay.forward.overflow
+            + relay.send_errors,
         sub_packets: pk,
         sub_lost: lost,
         sub_reordered: re,

@@ -30,9 +30,12 @@ pub enum SenderProfile {
     /// Static reordering threshold: dupthresh fixed at 3 (the paper patched
     /// its kernel). Approximated by sysctls in the sender namespace:
     /// `tcp_reordering=3`, `tcp_max_reordering=3` (the adaptive threshold
-    /// can no longer grow), `tcp_recovery=0` (RACK loss detection off, so
-    /// the duplicate-ACK threshold decides fast retransmit),
-    /// `tcp_no_metrics_save=1`.
+    /// can no longer grow), `tcp_recovery=0`, `tcp_no_metrics_save=1`.
+    /// `tcp_recovery=0` turned RACK loss detection off only up to Linux
+    /// 6.16: since 6.17 (commit 1c120191dcec, RFC 3517/6675 loss recovery
+    /// removed) RACK-TLP is the only SACK loss detection and the bit is
+    /// ignored, so on this machine's 6.18 the S-Sender differs from the
+    /// A-Sender by the capped reordering threshold only (docs/srpic.md).
     S,
     /// Adaptive threshold: the kernel's defaults (RACK on, reordering up
     /// to `tcp_max_reordering`).

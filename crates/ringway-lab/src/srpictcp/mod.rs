@@ -124,6 +124,9 @@ pub struct TcpLabConfig {
     pub max_late_us: f64,
     /// TCP timestamps in both namespaces (true: the kernel's default).
     pub timestamps: bool,
+    /// Diagnostic (false: Listing 1): SRPIC leaves retransmissions in
+    /// their transmission position (see `RelayCoreConfig`).
+    pub retransmissions_in_place: bool,
 }
 
 impl TcpLabConfig {
@@ -270,6 +273,7 @@ impl TcpLabConfig {
                 idle_flushes: 64,
             }),
             max_flows: 4096,
+            retransmissions_in_place: self.retransmissions_in_place,
         }
     }
 }

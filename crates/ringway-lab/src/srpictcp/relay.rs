@@ -26,7 +26,8 @@ use super::wire::{DataOrder, WireCounter, WireCounts};
 use super::SorterCounts;
 use crate::impair::{BlockHistogram, CoalesceConfig, Coalescer, Path, PathConfig, PathStats};
 use ringway_io::tun::{wait_readable, Tun};
-use ringway_reorder::{classify_ipv4_tcp, SeqSpace, Srpic, SrpicConfig};
+use ringway_reorder::{classify_ipv4_tcp, Class, FlowKey, SeqSpace, Srpic, SrpicConfig};
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -44,6 +45,14 @@ pub struct RelayCoreConfig {
     pub srpic: Option<SrpicConfig>,
     /// Connection directions followed by the counters.
     pub max_flows: usize,
+    /// Diagnostic, not Listing 1 (off: Listing 1): hand a retransmitted
+    /// segment to the sorter as unsuitable ([`Class::Bypass`]: its flow's
+    /// held packets first, then the segment), so it keeps its transmission
+    /// position instead of going to PrevPacketList ahead of new segments
+    /// sent before it. The relay knows a retransmission from what the
+    /// sender sent (data below the furthest sent); a receiver's driver
+    /// would not (see docs/srpic.md, "Loss with SRPIC: the cause").
+    pub retransmissions_in_place: bool,
 }
 
 /// What the relay saw and did.
@@ -92,7 +101,14 @@ pub struct RelayCore {
     to_sender: WireCounter,
     arrival_order: DataOrder,
     delivery_order: DataOrder,
+    /// With `retransmissions_in_place`: retransmitted segments on the
+    /// forward path, (flow, sequence number) → copies (bounded).
+    retransmissions: Option<HashMap<(FlowKey, u32), u32>>,
 }
+
+/// Most retransmissions tracked at once (beyond, the table is cleared:
+/// lost retransmissions never leave it otherwise).
+const MAX_TRACKED_RETRANSMISSIONS: usize = 65_536;
 
 /// One delivery decided by [`RelayCore::poll`].
 #[derive(Debug)]
@@ -123,12 +139,22 @@ impl RelayCore {
             to_sender: WireCounter::new(cfg.max_flows),
             arrival_order: DataOrder::new(cfg.max_flows),
             delivery_order: DataOrder::new(cfg.max_flows),
+            retransmissions: (cfg.retransmissions_in_place && cfg.srpic.is_some())
+                .then(HashMap::new),
         }
     }
 
     /// A packet the sender sent, read at `now`.
     pub fn from_sender(&mut self, now: u64, pkt: Vec<u8>) {
-        self.sent_by_sender.observe(&pkt);
+        let retransmission = self.sent_by_sender.observe(&pkt);
+        if let (true, Some(t)) = (retransmission, self.retransmissions.as_mut()) {
+            if let Class::Flow { key, seq, .. } = classify_ipv4_tcp(&pkt) {
+                if t.len() >= MAX_TRACKED_RETRANSMISSIONS {
+                    t.clear();
+                }
+                *t.entry((key, seq)).or_default() += 1;
+            }
+        }
         self.fwd.push(now, pkt.len(), pkt);
     }
 
@@ -148,7 +174,18 @@ impl RelayCore {
             Some(s) => {
                 let mut sorted = Vec::with_capacity(packets.len());
                 for p in packets {
-                    let class = classify_ipv4_tcp(&p);
+                    let mut class = classify_ipv4_tcp(&p);
+                    if let (Class::Flow { key, seq, .. }, Some(t)) =
+                        (class, self.retransmissions.as_mut())
+                    {
+                        if let Some(n) = t.get_mut(&(key, seq)) {
+                            *n -= 1;
+                            if *n == 0 {
+                                t.remove(&(key, seq));
+                            }
+                            class = Class::Bypass { key };
+                        }
+                    }
                     s.push(class, p, &mut |x| sorted.push(x));
                 }
                 s.flush_all(&mut |x| sorted.push(x));

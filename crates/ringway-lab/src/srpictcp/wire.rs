@@ -81,15 +81,18 @@ impl WireCounter {
     }
 
     /// Count one IP packet.
-    pub fn observe(&mut self, ip: &[u8]) {
+    /// Returns whether `ip` was a retransmission (a data segment starting
+    /// below the furthest data its flow sent before).
+    pub fn observe(&mut self, ip: &[u8]) -> bool {
         match inspect_ip(ip) {
             Inspect::Malformed => self.counts.malformed += 1,
             Inspect::NotTcp => self.counts.not_tcp += 1,
-            Inspect::Tcp(s) => self.segment(&s),
+            Inspect::Tcp(s) => return self.segment(&s),
         }
+        false
     }
 
-    fn segment(&mut self, s: &TcpSeg) {
+    fn segment(&mut self, s: &TcpSeg) -> bool {
         let sp = SeqSpace::U32;
         self.counts.segments += 1;
         let d = match self.flows.get_mut(&s.key) {
@@ -97,7 +100,7 @@ impl WireCounter {
             None => {
                 if self.flows.len() >= self.max_flows {
                     self.counts.untracked += 1;
-                    return;
+                    return false;
                 }
                 self.flows.entry(s.key).or_default()
             }
@@ -106,11 +109,13 @@ impl WireCounter {
         let fin = s.flags & tcp_flags::FIN != 0;
         let rst = s.flags & tcp_flags::RST != 0;
         let ack = s.flags & tcp_flags::ACK != 0;
+        let mut retransmission = false;
         if s.payload_len > 0 {
             self.counts.data_segments += 1;
             self.counts.payload_bytes += s.payload_len as u64;
             if d.max_end.is_some_and(|m| sp.lt(s.seq, m)) {
                 self.counts.retransmitted += 1;
+                retransmission = true;
             }
             let end = sp.add(s.seq, s.payload_len);
             if d.max_end.is_none_or(|m| sp.lt(m, end)) {
@@ -140,6 +145,7 @@ impl WireCounter {
         } else if d.next_seq.is_none() {
             d.next_seq = Some(s.seq);
         }
+        retransmission
     }
 }
 

@@ -57,6 +57,11 @@ pub(crate) struct LabSrpicTcpArgs {
     /// TCP timestamps in both namespaces: on (the kernel's default) or off.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub tcp_timestamps: String,
+    /// Where SRPIC puts a retransmitted segment: sorted (Listing 1: on
+    /// PrevPacketList, ahead of new segments sent before it) or in-place
+    /// (a diagnostic, not the paper: it keeps its transmission position).
+    #[arg(long, default_value = "sorted", value_parser = ["sorted", "in-place"])]
+    pub srpic_retransmissions: String,
     /// Write every run and the tables as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -132,6 +137,7 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
             sweep: a.sweep,
             max_late_us: positive(a.max_late_us, "max-late-us")?,
             timestamps: a.tcp_timestamps == "on",
+            retransmissions_in_place: a.srpic_retransmissions == "in-place",
         })
     }
 }
@@ -154,13 +160,18 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         .map(|x| if x.table == Table::Sweep { 1 } else { 2 } * c.reps)
         .sum();
     println!(
-        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces",
+        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC retransmissions {}",
         cells.len(),
         runs_total,
         c.duration_s,
         runs_total as f64 * (c.duration_s + 3.0) / 60.0,
         SenderProfile::S.sysctls(),
-        timestamps_note(&c)
+        timestamps_note(&c),
+        if c.retransmissions_in_place {
+            "in place (diagnostic, not Listing 1)"
+        } else {
+            "sorted (Listing 1)"
+        }
     );
     println!(
         "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}",
