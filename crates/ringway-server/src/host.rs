@@ -68,6 +68,14 @@ pub fn process_cpu_time_of(pid: u32) -> io::Result<CpuTime> {
     ringway_io::thread::parse_stat_cpu(&stat, USER_HZ)
 }
 
+/// `N` bytes from the operating system's random source (keys, secrets).
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// A flag that SIGINT and SIGTERM set (the one stop flag of every command).
 pub fn stop_flag() -> io::Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));

@@ -24,6 +24,7 @@ fn dispatcher() -> Dispatcher {
         probe_interval: 100 * MS,
         probe_failures: 3,
         record_route: true,
+        ..DispatchConfig::default()
     })
 }
 

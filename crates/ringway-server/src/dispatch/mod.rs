@@ -15,6 +15,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+use crate::host;
 use crate::metrics::PromText;
 use crate::sip::TX_FRAME;
 use crate::ServerError;
@@ -128,6 +129,10 @@ struct Shared {
     messages_in: AtomicU64,
     messages_out: AtomicU64,
     tx_errors: AtomicU64,
+    /// Received datagrams cut at the frame size (dropped).
+    rx_truncated: AtomicU64,
+    /// Produced datagrams too large for a send frame (dropped).
+    tx_oversize: AtomicU64,
     started: Instant,
 }
 
@@ -148,6 +153,10 @@ pub struct DispatchSummary {
     pub messages_out: u64,
     /// Datagrams the kernel refused.
     pub tx_errors: u64,
+    /// Received datagrams longer than a receive frame (dropped).
+    pub rx_truncated: u64,
+    /// Datagrams produced that did not fit a send frame (dropped).
+    pub tx_oversize: u64,
     /// The dispatcher's counters, per proxy too.
     pub dispatch: DispatchStats,
 }
@@ -186,6 +195,7 @@ impl DispatchServer {
             probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
             probe_failures: config.probe_failures,
             record_route: config.record_route,
+            secret: u64::from_ne_bytes(host::random_bytes()?),
         });
         let backend = config.backend;
         let shared = Arc::new(Shared {
@@ -196,6 +206,8 @@ impl DispatchServer {
             messages_in: AtomicU64::new(0),
             messages_out: AtomicU64::new(0),
             tx_errors: AtomicU64::new(0),
+            rx_truncated: AtomicU64::new(0),
+            tx_oversize: AtomicU64::new(0),
             started: Instant::now(),
         });
         let open = |socket| {
@@ -288,6 +300,8 @@ fn summary(shared: &Shared) -> DispatchSummary {
         messages_in: shared.messages_in.load(Ordering::Relaxed),
         messages_out: shared.messages_out.load(Ordering::Relaxed),
         tx_errors: shared.tx_errors.load(Ordering::Relaxed),
+        rx_truncated: shared.rx_truncated.load(Ordering::Relaxed),
+        tx_oversize: shared.tx_oversize.load(Ordering::Relaxed),
         dispatch: shared.dispatcher.stats(),
     }
 }
@@ -332,6 +346,7 @@ fn worker_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
         tx.clear();
         for d in rx.iter() {
             if d.meta.truncated {
+                shared.rx_truncated.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let now = monotonic_now().0;
@@ -344,7 +359,9 @@ fn worker_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
             if !full.is_empty() {
                 flush(shared, io.as_mut(), &mut tx);
                 for (to, bytes) in full {
-                    let _ = tx.push(to, &bytes);
+                    if tx.push(to, &bytes).is_err() {
+                        shared.tx_oversize.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -406,6 +423,17 @@ fn render(shared: &Shared) -> String {
         &[],
         shared.messages_out.load(Ordering::Relaxed),
     );
+    for (reason, n) in [
+        ("rx_truncated", &shared.rx_truncated),
+        ("tx_oversize", &shared.tx_oversize),
+    ] {
+        p.counter(
+            "ringway_dispatch_datagrams_dropped_total",
+            "Datagrams dropped by the driver, by reason (too long to receive or to send).",
+            &[("reason", reason)],
+            n.load(Ordering::Relaxed),
+        );
+    }
     for (how, n) in [
         ("hash", s.requests_dispatched),
         ("route", s.requests_routed),

@@ -660,12 +660,9 @@ fn receive(
 /// 128 bits from the operating system's random source (the core's key for
 /// tokens and cookie secrets).
 fn random_seed() -> Result<u128, ServerError> {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
+    let bytes = crate::host::random_bytes()
         .map_err(|e| ServerError::Config(format!("reading /dev/urandom for the SFU's key: {e}")))?;
-    Ok(u128::from_ne_bytes(b))
+    Ok(u128::from_ne_bytes(bytes))
 }
 
 fn report(

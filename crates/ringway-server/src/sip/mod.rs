@@ -631,10 +631,7 @@ impl Drop for SipServer {
 
 /// A random nonce key (the kernel's random source).
 fn random_key() -> Result<NonceKey, ServerError> {
-    use std::io::Read as _;
-    let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-    Ok(NonceKey(key))
+    Ok(NonceKey(host::random_bytes()?))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

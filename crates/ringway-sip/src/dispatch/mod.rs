@@ -52,6 +52,9 @@ pub struct DispatchConfig {
     /// Record-Route dialog-creating requests (in-dialog requests then come
     /// through us: the UA only ever talks to the dispatcher).
     pub record_route: bool,
+    /// Key of our branches and To tags (a driver passes a random one, so
+    /// they cannot be predicted from our address).
+    pub secret: u64,
 }
 
 impl Default for DispatchConfig {
@@ -62,6 +65,7 @@ impl Default for DispatchConfig {
             probe_interval: 500_000_000,
             probe_failures: 3,
             record_route: true,
+            secret: 0xD15,
         }
     }
 }
@@ -160,7 +164,7 @@ impl Dispatcher {
         Dispatcher {
             members: config.proxies.iter().map(|&a| Member::new(a)).collect(),
             uri: format!("sip:{sent_by};lr"),
-            secret: Hash64::new(0xD15).str(&sent_by).finish(),
+            secret: Hash64::new(config.secret).str(&sent_by).finish(),
             sent_by,
             next_probe: AtomicU64::new(0),
             counters: Counters::default(),
