@@ -335,8 +335,11 @@ fn run_column(
         cpu_user_pct: engine_pct(s.cpu.map(|c| c.user_ns)),
         cpu_system_pct: engine_pct(s.cpu.map(|c| c.system_ns)),
         spin_pct: 100.0 * s.spin_s / s.wall_s.max(1e-3),
+        // With the in-kernel fan-out the engine runs only the control
+        // plane: its CPU per packet is not the packets' cost (n/a; compare
+        // the SFU host's CPU instead).
         cpu_per_packet_us: match s.cpu {
-            Some(cpu) if packets > 0 => cpu.total_ns() as f64 / 1000.0 / packets as f64,
+            Some(cpu) if packets > 0 => user(cpu.total_ns() as f64 / 1000.0 / packets as f64),
             _ => f64::NAN,
         },
         sfu_host_pct,
@@ -368,12 +371,8 @@ fn run_column(
             s.delay_from_kernel.count,
             s.delay_from_kernel.p99_us,
         )),
-        copies_per_packet: if kernel.is_some() {
-            // Subscribers + echo, as the core would have counted them.
-            clients as f64
-        } else {
-            s.copies_per_packet
-        },
+        // The kernel's copies are not counted (n/a), not assumed.
+        copies_per_packet: user(s.copies_per_packet),
         media: packets,
         client_lost: load.lost,
         client_loss_pct: if expected > 0 {
