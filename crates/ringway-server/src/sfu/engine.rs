@@ -127,6 +127,10 @@ pub(super) struct Engine {
     /// Pickup stamp of the oldest packet with copies not yet flushed.
     oldest_unflushed: Option<u64>,
     in_flight: VecDeque<InFlight>,
+    /// Highest sequence number already marked queued: `resolve` starts
+    /// after it, so a long in-flight list (a stalled AF_XDP TX ring) is not
+    /// walked again for every packet.
+    marked_queued: u64,
     pub(super) delays: Delays,
     pub(super) rx_bytes: u64,
     pub(super) tx_bytes: u64,
@@ -161,6 +165,7 @@ impl Engine {
             flushed: 0,
             oldest_unflushed: None,
             in_flight: VecDeque::new(),
+            marked_queued: 0,
             delays: Delays::new(),
             rx_bytes: 0,
             tx_bytes: 0,
@@ -304,11 +309,15 @@ impl Engine {
             Some(p) => (p.queued, p.handed),
             None => (self.flushed, self.flushed),
         };
-        for f in self.in_flight.iter_mut() {
+        let start = self
+            .in_flight
+            .partition_point(|f| f.seq <= self.marked_queued);
+        for f in self.in_flight.range_mut(start..) {
             if f.seq > queued {
                 break;
             }
             f.queued_at.get_or_insert(t);
+            self.marked_queued = f.seq;
         }
         let mut real = None;
         while let Some(f) = self.in_flight.front().copied() {
