@@ -10,6 +10,7 @@ pub(crate) mod lab_sip;
 pub(crate) mod lab_srpic;
 pub(crate) mod lab_srpic_tcp;
 pub(crate) mod reorder;
+pub(crate) mod serving;
 pub(crate) mod sfu;
 pub(crate) mod sip;
 pub(crate) mod sip_dispatch;

@@ -4,14 +4,12 @@
 //! (rendezvous hashing on Call-ID, on the AOR for REGISTER; OPTIONS
 //! probes; Path on REGISTER). See docs/scaleout.md.
 
-use anyhow::Context;
+use super::serving;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
 use ringway_server::host;
 use ringway_server::metrics::http;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 /// Arguments of `ringway sip dispatch`.
 #[derive(clap::Args, Debug, Clone)]
@@ -101,25 +99,12 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
     a.validate()?;
     let stop = host::stop_flag()?;
     let server = DispatchServer::start(DispatchServerConfig::from(&a))?;
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let listener = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("cannot bind metrics on {addr}"))?;
-            eprintln!(
-                "sip dispatch: metrics on http://{}/metrics",
-                listener.local_addr()?
-            );
-            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let thread = http::serve(
-                "dispatch-metrics",
-                listener,
-                done.clone(),
-                server.prometheus(),
-            )?;
-            Some((done, thread))
-        }
-        None => None,
-    };
+    let metrics = serving::MetricsEndpoint::start(
+        "sip dispatch",
+        "dispatch-metrics",
+        a.metrics,
+        server.prometheus(),
+    )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     eprintln!(
         "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{}",
@@ -129,26 +114,12 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.probe_interval_ms,
         a.probe_failures,
     );
-    let started = Instant::now();
-    while !stop.load(Ordering::Relaxed)
-        && a.duration
-            .is_none_or(|d| started.elapsed().as_secs_f64() < d)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    serving::wait_for_stop(&stop, a.duration);
     let summary = server.shutdown();
-    if let Some((done, thread)) = metrics {
-        done.store(true, Ordering::Relaxed);
-        let _ = thread.join();
+    if let Some(metrics) = metrics {
+        metrics.stop();
     }
-    let text = serde_json::to_string_pretty(&summary)?;
-    if let Some(p) = &a.summary {
-        std::fs::write(p, &text)
-            .with_context(|| format!("cannot write summary {}", p.display()))?;
-    }
-    if !a.quiet {
-        println!("{text}");
-    }
+    serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! proxy/registrar): options → [`SipServerConfig`], Prometheus text on
 //! `--metrics`, the JSON summary on exit (schema in docs/sip-proxy.md).
 
+use super::serving;
 use anyhow::Context;
 use ringway_server::host;
 use ringway_server::metrics::http;
@@ -11,8 +12,7 @@ use ringway_server::sip::{SipServer, SipServerConfig};
 use ringway_sip::auth::Algorithm;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Proxy operating mode.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -281,20 +281,12 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     a.validate()?;
     let stop = host::stop_flag()?;
     let server = SipServer::start(SipServerConfig::try_from(&a)?)?;
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let listener = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("cannot bind metrics on {addr}"))?;
-            eprintln!(
-                "sip proxy: metrics on http://{}/metrics",
-                listener.local_addr()?
-            );
-            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let thread = http::serve("sip-metrics", listener, done.clone(), server.prometheus())?;
-            Some((done, thread))
-        }
-        None => None,
-    };
+    let metrics = serving::MetricsEndpoint::start(
+        "sip proxy",
+        "sip-metrics",
+        a.metrics,
+        server.prometheus(),
+    )?;
     eprintln!(
         "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} flood-limit={} location={}",
         server.local_addr(),
@@ -307,26 +299,12 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         ringway_server::location::redact_location(&a.location),
     );
-    let started = Instant::now();
-    while !stop.load(Ordering::Relaxed)
-        && a.duration
-            .is_none_or(|d| started.elapsed().as_secs_f64() < d)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    serving::wait_for_stop(&stop, a.duration);
     let summary = server.shutdown();
-    if let Some((done, thread)) = metrics {
-        done.store(true, Ordering::Relaxed);
-        let _ = thread.join();
+    if let Some(metrics) = metrics {
+        metrics.stop();
     }
-    let text = serde_json::to_string_pretty(&summary)?;
-    if let Some(p) = &a.summary {
-        std::fs::write(p, &text)
-            .with_context(|| format!("cannot write summary {}", p.display()))?;
-    }
-    if !a.quiet {
-        println!("{text}");
-    }
+    serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
     Ok(())
 }
 

@@ -1,0 +1,76 @@
+//! What the long-running server commands (`sip proxy`, `sip dispatch`)
+//! share around their server: the metrics endpoint, the wait for a signal
+//! or the duration, and the JSON summary at the end.
+
+use anyhow::Context;
+use ringway_server::metrics::http;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A running `/metrics` HTTP endpoint.
+pub(crate) struct MetricsEndpoint {
+    done: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl MetricsEndpoint {
+    /// Serve `render` on `addr` (if given) from a thread named `thread`;
+    /// `who` prefixes the line that says where.
+    pub(crate) fn start(
+        who: &str,
+        thread: &str,
+        addr: Option<SocketAddr>,
+        render: impl Fn() -> String + Send + 'static,
+    ) -> anyhow::Result<Option<MetricsEndpoint>> {
+        let Some(addr) = addr else {
+            return Ok(None);
+        };
+        let listener =
+            TcpListener::bind(addr).with_context(|| format!("cannot bind metrics on {addr}"))?;
+        eprintln!(
+            "{who}: metrics on http://{}/metrics",
+            listener.local_addr()?
+        );
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = http::serve(thread, listener, done.clone(), render)?;
+        Ok(Some(MetricsEndpoint { done, thread }))
+    }
+
+    /// Stop serving and wait for the thread.
+    pub(crate) fn stop(self) {
+        self.done.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// Sleep until `stop` is set or `duration_s` (if any) has passed.
+pub(crate) fn wait_for_stop(stop: &AtomicBool, duration_s: Option<f64>) {
+    let started = Instant::now();
+    while !stop.load(Ordering::Relaxed)
+        && duration_s.is_none_or(|d| started.elapsed().as_secs_f64() < d)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Write the summary as pretty JSON to `path` (if any) and, unless
+/// `quiet`, to stdout.
+pub(crate) fn emit_summary(
+    summary: &impl serde::Serialize,
+    path: Option<&Path>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(summary)?;
+    if let Some(p) = path {
+        std::fs::write(p, &text)
+            .with_context(|| format!("cannot write summary {}", p.display()))?;
+    }
+    if !quiet {
+        println!("{text}");
+    }
+    Ok(())
+}
