@@ -245,3 +245,36 @@ mod tests {
         assert!(process_cpu_time_of(u32::MAX).is_err());
     }
 }
+
+/// A server's named threads: spawned one by one, joined together.
+#[derive(Debug, Default)]
+pub struct ThreadGroup {
+    threads: Vec<(String, std::thread::JoinHandle<()>)>,
+}
+
+impl ThreadGroup {
+    /// Start `body` on a thread called `name`.
+    pub fn spawn(
+        &mut self,
+        name: String,
+        body: impl FnOnce() + Send + 'static,
+    ) -> Result<(), crate::ServerError> {
+        match std::thread::Builder::new().name(name.clone()).spawn(body) {
+            Ok(handle) => {
+                self.threads.push((name, handle));
+                Ok(())
+            }
+            Err(source) => Err(crate::ServerError::Thread { name, source }),
+        }
+    }
+
+    /// Wait for every thread (the caller has told them to stop); a thread
+    /// that panicked is reported on stderr, prefixed with `who`.
+    pub fn join_all(&mut self, who: &str) {
+        for (name, handle) in self.threads.drain(..) {
+            if handle.join().is_err() {
+                eprintln!("{who}: thread {name} panicked");
+            }
+        }
+    }
+}

@@ -26,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Receive wait before a worker re-checks the stop flag.
@@ -164,7 +163,7 @@ pub struct DispatchSummary {
 /// A running dispatcher.
 pub struct DispatchServer {
     shared: Arc<Shared>,
-    threads: Vec<(String, JoinHandle<()>)>,
+    threads: host::ThreadGroup,
 }
 
 impl DispatchServer {
@@ -218,7 +217,7 @@ impl DispatchServer {
         };
         let mut server = DispatchServer {
             shared,
-            threads: Vec::new(),
+            threads: host::ThreadGroup::default(),
         };
         let mut ios = Vec::new();
         for socket in sockets {
@@ -241,16 +240,11 @@ impl DispatchServer {
         name: String,
         body: impl FnOnce() + Send + 'static,
     ) -> Result<(), ServerError> {
-        match std::thread::Builder::new().name(name.clone()).spawn(body) {
-            Ok(h) => {
-                self.threads.push((name, h));
-                Ok(())
-            }
-            Err(source) => {
-                self.stop_threads();
-                Err(ServerError::Thread { name, source })
-            }
+        let spawned = self.threads.spawn(name, body);
+        if spawned.is_err() {
+            self.stop_threads();
         }
+        spawned
     }
 
     /// The bound address.
@@ -271,11 +265,7 @@ impl DispatchServer {
 
     fn stop_threads(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for (name, h) in self.threads.drain(..) {
-            if h.join().is_err() {
-                eprintln!("sip dispatch: thread {name} panicked");
-            }
-        }
+        self.threads.join_all("sip dispatch");
     }
 
     /// Stop every thread and return the summary.

@@ -56,7 +56,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Bytes per receive frame: larger datagrams are cut and counted as dropped.
@@ -443,7 +442,7 @@ pub struct Snapshot {
 /// A running SIP server.
 pub struct SipServer {
     shared: Arc<Shared>,
-    threads: Vec<(String, JoinHandle<()>)>,
+    threads: host::ThreadGroup,
 }
 
 impl SipServer {
@@ -508,7 +507,7 @@ impl SipServer {
         });
         let mut server = SipServer {
             shared,
-            threads: Vec::new(),
+            threads: host::ThreadGroup::default(),
         };
         let backend = server.shared.config.backend;
         let open = |socket| {
@@ -549,16 +548,11 @@ impl SipServer {
         name: String,
         body: impl FnOnce() + Send + 'static,
     ) -> Result<(), ServerError> {
-        match std::thread::Builder::new().name(name.clone()).spawn(body) {
-            Ok(h) => {
-                self.threads.push((name, h));
-                Ok(())
-            }
-            Err(source) => {
-                self.stop_threads();
-                Err(ServerError::Thread { name, source })
-            }
+        let spawned = self.threads.spawn(name, body);
+        if spawned.is_err() {
+            self.stop_threads();
         }
+        spawned
     }
 
     /// The bound address.
@@ -600,11 +594,7 @@ impl SipServer {
 
     fn stop_threads(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for (name, h) in self.threads.drain(..) {
-            if h.join().is_err() {
-                eprintln!("sip server: thread {name} panicked");
-            }
-        }
+        self.threads.join_all("sip server");
     }
 
     /// Stop every thread, wait for them, and return the summary.
