@@ -83,10 +83,12 @@ fn srpic_in_sfu_reduces_reordering_seen_by_subscribers() {
         "{on:?} vs {off:?}"
     );
     // Same seed, same receiver model: the blocks are the same function of
-    // the arrival times (a live sender's times differ by scheduling
-    // jitter, so the histograms agree closely rather than exactly).
+    // the arrival times. A live sender's times differ by scheduling jitter
+    // (on a loaded machine the means differed by 7 %), so this only checks
+    // that both runs used one model (a different coalescing interval or
+    // ring would change the mean block by a factor), not a timing.
     assert!(
-        (on.relay_mean_block - off.relay_mean_block).abs() < 0.05 * off.relay_mean_block,
+        (on.relay_mean_block - off.relay_mean_block).abs() < 0.25 * off.relay_mean_block,
         "{on:?} vs {off:?}"
     );
 }
