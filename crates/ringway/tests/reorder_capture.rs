@@ -4,6 +4,8 @@
 //! `ringway reorder analyze` must then see exactly the reordering the
 //! relay's seed predicts, and less of it after SRPIC sorting.
 
+mod reorder_common;
+
 use ringway_lab::impair::{Path, PathConfig};
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
@@ -33,44 +35,12 @@ fn rtp(seq: u16) -> [u8; 32] {
 fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, String, String) {
     let pcap = dir.join("impaired.pcap");
     // 1. tcpdump on lo, only the relay → receiver leg, packet-buffered.
-    let mut td = Kill(
-        Command::new("tcpdump")
-            .args([
-                "-i",
-                "lo",
-                "-n",
-                "-U",
-                "--immediate-mode",
-                // Whole 74-byte frames; a small snap length and a large
-                // buffer give the capture ring room for thousands of
-                // frames (the default 262144-byte snap length leaves few
-                // slots, and a busy machine then drops packets).
-                "-s",
-                "128",
-                "-B",
-                "8192",
-                "-Z",
-                "root",
-                "-w",
-            ])
-            .arg(&pcap)
-            .args(["udp", "and", "dst", "port", "5004"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump is installed"),
+    let td = reorder_common::tcpdump_with(
+        Command::new("tcpdump"),
+        "lo",
+        &pcap,
+        &["udp", "and", "dst", "port", "5004"],
     );
-    let stderr = td.0.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let ready = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("tcpdump reports that it listens");
-    assert!(ready.contains("listening on lo"), "{ready}");
 
     // 2. Receiver and relay.
     let sink = UdpSocket::bind("127.0.0.1:5004").unwrap();
@@ -163,13 +133,7 @@ fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, S
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = Command::new("kill")
-        .args(["-INT", &td.0.id().to_string()])
-        .status();
-    let t1 = Instant::now();
-    while td.0.try_wait().unwrap().is_none() && t1.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let tcpdump_stats = td.interrupt();
     assert_eq!(got, 600, "all packets arrive (no loss configured)");
 
     // 5. Analyze, once with the whole capture as one batch, once with 100 µs batches.
@@ -207,7 +171,7 @@ fn scenario(dir: std::path::PathBuf) -> (serde_json::Value, serde_json::Value, S
         serde_json::from_str(&relay_out).unwrap_or(serde_json::Value::Null),
         String::from_utf8_lossy(&table.stdout).into_owned(),
         // tcpdump's exit statistics ("... packets dropped by kernel").
-        rx.try_iter().collect::<Vec<_>>().join("\n"),
+        tcpdump_stats,
     )
 }
 

@@ -69,7 +69,15 @@ impl Bg {
 /// tcpdump on `iface` inside `h`, `-s 128`, packet-buffered into `file`;
 /// returns once it listens.
 pub fn tcpdump(h: &Host, iface: &str, file: &std::path::Path, filter: &[&str]) -> Bg {
-    let mut c = h.command("tcpdump");
+    tcpdump_with(h.command("tcpdump"), iface, file, filter)
+}
+
+/// tcpdump from `c` (a `tcpdump` command, e.g. in the caller's own
+/// namespace) on `iface`, as [`tcpdump`]. A small snap length and a large
+/// buffer give the capture ring room for thousands of frames (the default
+/// 262144-byte snap length leaves few slots, and a busy machine then drops
+/// packets).
+pub fn tcpdump_with(mut c: Command, iface: &str, file: &std::path::Path, filter: &[&str]) -> Bg {
     c.args([
         "-i",
         iface,
