@@ -6,6 +6,7 @@
 mod reorder_common;
 
 use reorder_common::*;
+use ringway_io::netns::Host;
 use ringway_lab::impair::{scaled_receiver, PathConfig};
 use ringway_lab::srpictcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
 use ringway_lab::srpictcp::relay::RelayCoreConfig;
@@ -63,6 +64,27 @@ fn report(out: &str) -> serde_json::Value {
 /// TCP queues fewer segments out of order (TcpExtTCPOFOQueue per data
 /// segment) than in the same run without ringway (same seed; the queue
 /// bypassed).
+/// The receiver's rule sending TCP from the relay's TUN device to NFQUEUE
+/// `queue` (with `--queue-bypass`: fail-open when nobody binds it).
+fn queue_rule(rcv: &Host, queue: u16, bypass: bool) -> Rule {
+    let queue = queue.to_string();
+    let mut spec = vec![
+        "PREROUTING",
+        "-i",
+        "tun0",
+        "-p",
+        "tcp",
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        &queue,
+    ];
+    if bypass {
+        spec.push("--queue-bypass");
+    }
+    Rule::append(rcv, "raw", &spec)
+}
+
 #[test]
 fn nfqueue_sorts_a_tcp_transfer_reordered_upstream() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,22 +95,7 @@ fn nfqueue_sorts_a_tcp_transfer_reordered_upstream() {
     for with_ringway in [true, false] {
         let hosts = Hosts::create(rate, SenderProfile::A, true).unwrap();
         let rcv = hosts.receiver().clone();
-        let queue = Rule::append(
-            &rcv,
-            "raw",
-            &[
-                "PREROUTING",
-                "-i",
-                "tun0",
-                "-p",
-                "tcp",
-                "-j",
-                "NFQUEUE",
-                "--queue-num",
-                "7",
-                "--queue-bypass",
-            ],
-        );
+        let queue = queue_rule(&rcv, 7, true);
         let before = ringway_lab::srpictcp::hosts::nstat(&rcv).unwrap();
         let td = with_ringway.then(|| tcpdump(&rcv, "tun0", &cap_in, &["tcp"]));
         let sorter = with_ringway.then(|| ringway_nfqueue(&rcv, &["--queue", "7"]));
@@ -194,22 +201,7 @@ tcpdump {tcpdump_stats}"
 fn nfqueue_fails_open_with_queue_bypass() {
     let hosts = Hosts::create(RATE, SenderProfile::A, true).unwrap();
     let rcv = hosts.receiver().clone();
-    let queue = Rule::append(
-        &rcv,
-        "raw",
-        &[
-            "PREROUTING",
-            "-i",
-            "tun0",
-            "-p",
-            "tcp",
-            "-j",
-            "NFQUEUE",
-            "--queue-num",
-            "8",
-            "--queue-bypass",
-        ],
-    );
+    let queue = queue_rule(&rcv, 8, true);
     let cfg = upstream(RATE, 0.0);
     // 1. No program bound: packets bypass the queue.
     let (json, _) = with_relay(&hosts, &cfg, || iperf3(&hosts, 1.0, 1));
@@ -235,21 +227,7 @@ fn nfqueue_fails_open_with_queue_bypass() {
     // 3. Control: the same rule without --queue-bypass and no program:
     // the connection cannot even be set up.
     drop(queue);
-    let _strict = Rule::append(
-        &rcv,
-        "raw",
-        &[
-            "PREROUTING",
-            "-i",
-            "tun0",
-            "-p",
-            "tcp",
-            "-j",
-            "NFQUEUE",
-            "--queue-num",
-            "8",
-        ],
-    );
+    let _strict = queue_rule(&rcv, 8, false);
     let (json, _) = with_relay(&hosts, &cfg, || iperf3(&hosts, 1.0, 1));
     assert!(
         parse_iperf3(&json).is_err(),
@@ -280,22 +258,7 @@ fn ip_checksum(h: &[u8]) -> u16 {
 fn nfqueue_passes_malformed_packets_and_stays_bounded() {
     let hosts = Hosts::create(RATE, SenderProfile::A, true).unwrap();
     let rcv = hosts.receiver().clone();
-    let _queue = Rule::append(
-        &rcv,
-        "raw",
-        &[
-            "PREROUTING",
-            "-i",
-            "tun0",
-            "-p",
-            "tcp",
-            "-j",
-            "NFQUEUE",
-            "--queue-num",
-            "9",
-            "--queue-bypass",
-        ],
-    );
+    let _queue = queue_rule(&rcv, 9, true);
     let seen = Rule::append(&rcv, "filter", &["INPUT", "-s", "10.77.99.9", "-p", "tcp"]);
     let sorter = ringway_nfqueue(&rcv, &["--queue", "9", "--max-flows", "1", "--ring", "8"]);
     let (json, _) = with_relay(&hosts, &upstream(RATE, 0.02), || {
