@@ -121,39 +121,7 @@ fn metrics_pass_promtool_with_auth_and_flood() {
         );
         spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
         std::thread::sleep(Duration::from_millis(300));
-        let args = strings(&[
-            "127.0.0.1:5060",
-            "-sf",
-            &scenarios().join("uac_auth.xml").display().to_string(),
-            "-s",
-            "bob",
-            "-key",
-            "dest",
-            "127.0.0.1:5070",
-            "-key",
-            "caller",
-            "alice",
-            "-key",
-            "domain",
-            "ringway.test",
-            "-au",
-            "alice",
-            "-ap",
-            "secret",
-            "-auth_uri",
-            "bob@127.0.0.1:5070",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5061",
-            "-m",
-            "10",
-            "-r",
-            "20",
-            "-timeout",
-            "30",
-            "-timeout_error",
-        ]);
+        let args = uac_auth_args(10, 20, None);
         let (st, calls) = run_sipp(
             &mut procs,
             dir.path(),

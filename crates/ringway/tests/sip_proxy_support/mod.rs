@@ -348,3 +348,45 @@ pub(crate) fn finish_sipp(
 pub(crate) fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
+
+/// SIPp UAC arguments for `calls` calls at 1 call per 1000/`rate` ms from
+/// alice@ringway.test (password `secret`, the sample htdigest file) to bob
+/// at the UAS on 127.0.0.1:5070, through the proxy on 127.0.0.1:5060,
+/// answering its challenges (`uac_auth.xml`); call hold `hold_ms`.
+pub(crate) fn uac_auth_args(calls: u32, rate: u32, hold_ms: Option<u32>) -> Vec<String> {
+    let mut args = strings(&[
+        "127.0.0.1:5060",
+        "-sf",
+        &scenarios().join("uac_auth.xml").display().to_string(),
+        "-s",
+        "bob",
+        "-key",
+        "dest",
+        "127.0.0.1:5070",
+        "-key",
+        "caller",
+        "alice",
+        "-key",
+        "domain",
+        "ringway.test",
+        "-au",
+        "alice",
+        "-ap",
+        "secret",
+        "-auth_uri",
+        "bob@127.0.0.1:5070",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        "5061",
+        "-m",
+        &calls.to_string(),
+        "-r",
+        &rate.to_string(),
+    ]);
+    if let Some(hold) = hold_ms {
+        args.extend(strings(&["-d", &hold.to_string()]));
+    }
+    args.extend(strings(&["-timeout", "30", "-timeout_error"]));
+    args
+}
