@@ -2,6 +2,7 @@
 
 pub(crate) mod client;
 pub(crate) mod serve;
+pub(crate) mod token;
 
 /// `ringway sfu` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -12,6 +13,8 @@ pub(crate) enum SfuCmd {
     Client(client::ClientArgs),
     /// Run many clients in one process (shared engine threads, one socket each).
     Load(client::LoadArgs),
+    /// Mint a signed join token (JWT HS256) for a room and an identity.
+    Token(token::TokenArgs),
 }
 
 /// Run a `ringway sfu` subcommand.
@@ -20,5 +23,6 @@ pub(crate) fn run(c: SfuCmd) -> anyhow::Result<()> {
         SfuCmd::Serve(a) => serve::run(a),
         SfuCmd::Client(a) => client::run(a),
         SfuCmd::Load(a) => client::run_load(a),
+        SfuCmd::Token(a) => token::run(a),
     }
 }
