@@ -8,6 +8,8 @@
 //!   timestamp and get back where to send copies (or a control reply).
 //! - [`admission`]: return-routability cookies (SipHash-2-4 keyed MAC,
 //!   rotating secret) and per-prefix rate limits, without per-address state.
+//! - [`jacktrip`]: JackTrip 1.7's packet header and a hub mixer (N−1 mix or
+//!   plain forwarding) for JackTrip hub clients.
 //! - [`token`]: signed join tokens (JWT, HMAC-SHA256): mint and verify.
 //! - [`quality`]: per-stream reception statistics (RFC 3550 loss and
 //!   interarrival jitter, reordering, late packets).
@@ -21,6 +23,7 @@
 pub mod admission;
 pub mod client;
 pub mod core;
+pub mod jacktrip;
 pub mod quality;
 pub mod token;
 pub mod wire;
