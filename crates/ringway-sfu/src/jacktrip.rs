@@ -33,7 +33,6 @@
 //! pending mix: 0 for the last contributor, less than a period for the
 //! others.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 
 /// Header length.
@@ -623,6 +622,7 @@ impl Hub {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     fn addr(p: u16) -> SocketAddr {
         SocketAddr::from(([10, 0, 0, 1], p))

@@ -7,6 +7,7 @@
 
 pub mod admin;
 mod engine;
+pub mod hub;
 
 pub use engine::LiveStats;
 
