@@ -186,8 +186,8 @@ pub fn token_matches(presented: Option<&str>, expected: &str) -> bool {
     };
     let (p, e) = (p.as_bytes(), expected.as_bytes());
     let mut diff = (p.len() != e.len()) as u8;
-    for i in 0..e.len() {
-        diff |= e[i] ^ p.get(i).copied().unwrap_or(0);
+    for (i, &b) in e.iter().enumerate() {
+        diff |= b ^ p.get(i).copied().unwrap_or(0);
     }
     diff == 0
 }

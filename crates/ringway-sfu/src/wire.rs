@@ -777,7 +777,7 @@ pub fn write_keepalive_v2(
     let b = buf.get_mut(..CTRL_KEEPALIVE_V2_LEN)?;
     write_auth(b, MsgType::Keepalive, req, ssid, token)?;
     b[2] = CTRL_VERSION_2;
-    b[CTRL_AUTH_LEN..].copy_from_slice(&echo_rtt_us.unwrap_or(NO_RTT).min(NO_RTT).to_be_bytes());
+    b[CTRL_AUTH_LEN..].copy_from_slice(&echo_rtt_us.unwrap_or(NO_RTT).to_be_bytes());
     Some(CTRL_KEEPALIVE_V2_LEN)
 }
 

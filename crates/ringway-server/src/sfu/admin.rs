@@ -297,7 +297,7 @@ pub fn render_metrics(l: &LiveStats) -> String {
             );
         }
     }
-    if let serde_json::Value::Object(io) = serde_json::to_value(&l.io).unwrap_or_default() {
+    if let serde_json::Value::Object(io) = serde_json::to_value(l.io).unwrap_or_default() {
         for (k, v) in io {
             if let Some(v) = v.as_u64() {
                 p.counter(
