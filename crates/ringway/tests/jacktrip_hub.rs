@@ -43,9 +43,36 @@ impl Drop for Procs {
     }
 }
 
+/// Polls `ready` every 100 ms until it holds or `secs` pass (a loaded
+/// machine starts jackd and the clients slowly; fixed sleeps made this flaky).
+fn wait_until(secs: u64, mut ready: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ready()
+}
+
+/// Whether the JACK server `server` lists a port named `port`.
+fn has_port(server: &str, port: &str) -> bool {
+    jack(server, &["jack_lsp"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == port)
+        })
+}
+
 fn jack(server: &str, args: &[&str]) -> Command {
     let mut c = Command::new(args[0]);
-    c.args(&args[1..]).env("JACK_DEFAULT_SERVER", server);
+    c.args(&args[1..])
+        .env("JACK_DEFAULT_SERVER", server)
+        .env("JACK_NO_START_SERVER", "1");
     c
 }
 
@@ -91,6 +118,15 @@ fn read_wav(p: &Path) -> Vec<f32> {
 /// tone `tones[i]` (Hz, amplitude) if given; every client records 3 s of
 /// what it receives. Returns the recordings and the hub's JSON report.
 fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_json::Value) {
+    // JACK servers share /dev/shm across network namespaces and its registry
+    // holds at most 8 of them; an entry whose server died is reused only by a
+    // server of the same name. So the names are fixed (not per process), and
+    // each session (the tests run in parallel) has its own.
+    static SESSION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let tag = format!(
+        "rwjt{}",
+        SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     in_netns(move || {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_path_buf();
@@ -112,7 +148,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             &d.join("hub.log"),
         );
         for i in 0..n {
-            let name = format!("rwjt{}-{i}", std::process::id());
+            let name = format!("{tag}-{i}");
             procs.spawn(
                 &mut jack(
                     &name,
@@ -123,9 +159,16 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
                 &d.join(format!("jackd{i}.log")),
             );
         }
-        std::thread::sleep(Duration::from_secs(2));
         for i in 0..n {
-            let name = format!("rwjt{}-{i}", std::process::id());
+            let name = format!("{tag}-{i}");
+            assert!(
+                wait_until(20, || has_port(&name, "system:playback_1")),
+                "jackd {i} did not start: {}",
+                std::fs::read_to_string(d.join(format!("jackd{i}.log"))).unwrap_or_default()
+            );
+        }
+        for i in 0..n {
+            let name = format!("{tag}-{i}");
             let bind = (5001 + i).to_string();
             procs.spawn(
                 &mut jack(
@@ -146,10 +189,19 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
                 &d.join(format!("jacktrip{i}.log")),
             );
         }
-        std::thread::sleep(Duration::from_secs(3));
+        for i in 0..n {
+            let name = format!("{tag}-{i}");
+            let port = format!("c{i}:send_1");
+            assert!(
+                wait_until(20, || has_port(&name, &port)),
+                "jacktrip client {i} did not register {port}"
+            );
+        }
+        // Give the hub time to latch every client's first audio packet.
+        std::thread::sleep(Duration::from_secs(1));
         for (i, t) in tones.iter().enumerate() {
             let Some((f, a)) = t else { continue };
-            let name = format!("rwjt{}-{i}", std::process::id());
+            let name = format!("{tag}-{i}");
             procs.spawn(
                 &mut jack(
                     &name,
@@ -173,38 +225,51 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
                 ),
                 &d.join(format!("metro{i}.log")),
             );
-            std::thread::sleep(Duration::from_millis(500));
-            let ok = jack(
-                &name,
-                &["jack_connect", "metro:60_bpm", &format!("c{i}:send_1")],
-            )
-            .status()
-            .unwrap();
-            assert!(ok.success(), "jack_connect on client {i}");
-        }
-        let recs: Vec<PathBuf> = (0..n).map(|i| d.join(format!("rec{i}.wav"))).collect();
-        let recorders: Vec<Child> = (0..n)
-            .map(|i| {
-                let name = format!("rwjt{}-{i}", std::process::id());
+            let ok = wait_until(20, || {
                 jack(
                     &name,
-                    &[
-                        "jack_rec",
-                        "-f",
-                        recs[i].to_str().unwrap(),
-                        "-d",
-                        "3",
-                        &format!("c{i}:receive_1"),
-                    ],
+                    &["jack_connect", "metro:60_bpm", &format!("c{i}:send_1")],
                 )
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(d.join(format!("rec{i}.log"))).unwrap())
-                .spawn()
-                .unwrap()
-            })
-            .collect();
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+            });
+            assert!(ok, "jack_connect on client {i}");
+        }
+        let recs: Vec<PathBuf> = (0..n).map(|i| d.join(format!("rec{i}.wav"))).collect();
+        let record = |i: usize| -> Child {
+            let name = format!("{tag}-{i}");
+            jack(
+                &name,
+                &[
+                    "jack_rec",
+                    "-f",
+                    recs[i].to_str().unwrap(),
+                    "-d",
+                    "3",
+                    &format!("c{i}:receive_1"),
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join(format!("rec{i}.log"))).unwrap())
+            .spawn()
+            .unwrap()
+        };
+        let recorders: Vec<Child> = (0..n).map(record).collect();
         for mut r in recorders {
             r.wait().unwrap();
+        }
+        // jack_rec sometimes fails to open its client while the machine is
+        // loaded ("Cannot open jackrec client"): record that client again.
+        for attempt in 0..3 {
+            let missing: Vec<usize> = (0..n).filter(|&i| !recs[i].exists()).collect();
+            if missing.is_empty() {
+                break;
+            }
+            eprintln!("jack_rec retry {attempt} for clients {missing:?}");
+            for i in missing {
+                record(i).wait().unwrap();
+            }
         }
         for (i, p) in recs.iter().enumerate() {
             if !p.exists() {
@@ -212,6 +277,8 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
                     "hub.log",
                     &format!("rec{i}.log"),
                     &format!("jacktrip{i}.log"),
+                    &format!("jackd{i}.log"),
+                    &format!("metro{i}.log"),
                 ]
                 .iter()
                 .map(|f| {
@@ -231,7 +298,10 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             .args(["-TERM", &hub.id().to_string()])
             .status()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
+        wait_until(10, || {
+            std::fs::read_to_string(&json)
+                .is_ok_and(|t| serde_json::from_str::<serde_json::Value>(&t).is_ok())
+        });
         let report = std::fs::read_to_string(&json)
             .map(|t| serde_json::from_str(&t).unwrap())
             .unwrap_or_else(|_| {
