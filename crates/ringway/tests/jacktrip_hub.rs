@@ -76,6 +76,12 @@ fn jack(server: &str, args: &[&str]) -> Command {
     c
 }
 
+/// Largest level at which a tone counts as absent: dropouts of the other
+/// tone under load (a late packet played as silence) leak about 0.01 into
+/// every frequency in the worst 50 ms window; a tone sent back to its sender
+/// or mixed where it does not belong arrives at 0.15–0.5.
+const ABSENT: f64 = 0.05;
+
 /// The sine amplitude at `freq` Hz in `samples` (48 kHz): the largest
 /// Goertzel estimate over 50 ms windows.
 fn tone_level(samples: &[f32], freq: f64) -> f64 {
@@ -323,8 +329,8 @@ fn two_jacktrip_clients_hear_each_other() {
     assert!((0.4..0.6).contains(&at1), "440 Hz at client 1: level {at1}");
     // Client 0 does not hear itself (N-1), and nothing else plays.
     let at0 = tone_level(&audio[0], 440.0);
-    assert!(at0 < 0.01, "440 Hz came back to its sender: {at0}");
-    assert!(tone_level(&audio[1], 1000.0) < 0.01);
+    assert!(at0 < ABSENT, "440 Hz came back to its sender: {at0}");
+    assert!(tone_level(&audio[1], 1000.0) < ABSENT);
     assert!(
         report["hub"]["tx_forwarded"].as_u64().unwrap() > 0,
         "plain forwarding"
@@ -349,13 +355,13 @@ fn three_jacktrip_clients_get_the_others_mix() {
     );
     // Client 0 hears 1000 Hz only, client 1 hears 440 Hz only.
     assert!(
-        l(0, 440.0) < 0.01 && (0.14..0.26).contains(&l(0, 1000.0)),
+        l(0, 440.0) < ABSENT && (0.14..0.26).contains(&l(0, 1000.0)),
         "{} {}",
         l(0, 440.0),
         l(0, 1000.0)
     );
     assert!(
-        l(1, 1000.0) < 0.01 && (0.22..0.38).contains(&l(1, 440.0)),
+        l(1, 1000.0) < ABSENT && (0.22..0.38).contains(&l(1, 440.0)),
         "{} {}",
         l(1, 1000.0),
         l(1, 440.0)
