@@ -76,6 +76,48 @@ impl FlowKey {
     }
 }
 
+/// Secret keys of [`FlowKey::hash_seeded`], drawn per sorter.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct HashSeed([u64; 6]);
+
+impl HashSeed {
+    /// Fresh keys from the standard library's per-process random source
+    /// (`RandomState`): the table layout cannot be predicted by a sender
+    /// choosing addresses and ports.
+    pub(crate) fn random() -> HashSeed {
+        use std::hash::BuildHasher;
+        let state = std::collections::hash_map::RandomState::new();
+        let mut seed = [0u64; 6];
+        for (i, s) in seed.iter_mut().enumerate() {
+            *s = state.hash_one(i as u64);
+        }
+        HashSeed(seed)
+    }
+}
+
+/// The 128-bit product of `a` and `b`, its halves xor-ed together.
+#[inline(always)]
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl FlowKey {
+    /// A keyed 64-bit hash for the sorter's flow table: three independent
+    /// folded multiplies over the five words and the length, then one more
+    /// (two multiplies of latency, against [`FlowKey::hash64`]'s seven
+    /// dependent ones). Equality is still checked on the whole key.
+    #[inline]
+    pub(crate) fn hash_seeded(&self, seed: &HashSeed) -> u64 {
+        let s = &seed.0;
+        let w = self.words();
+        let a = folded_multiply(w[0] ^ s[0], w[1] ^ s[1]);
+        let b = folded_multiply(w[2] ^ s[2], w[3] ^ s[3]);
+        let c = folded_multiply(w[4] ^ s[4], u64::from(self.len) ^ s[5]);
+        folded_multiply(a ^ s[5], b ^ c ^ s[1])
+    }
+}
+
 impl PartialEq for FlowKey {
     #[inline]
     fn eq(&self, other: &FlowKey) -> bool {
