@@ -19,6 +19,13 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
+    /// A key equal to no other (its length is impossible): an empty cache
+    /// entry or table slot.
+    pub(crate) const NONE: FlowKey = FlowKey {
+        len: u8::MAX,
+        bytes: [0; MAX_KEY_LEN],
+    };
+
     /// The concatenation of `parts`. Callers use fixed layouts (the parts of
     /// one kind of key always have the same lengths), so concatenation is
     /// unambiguous. `None` if the parts exceed [`MAX_KEY_LEN`] bytes.
@@ -49,13 +56,11 @@ impl FlowKey {
 
     /// The key as five 64-bit words (compared and hashed word by word: no
     /// byte loop, no `memcmp` call on the sorter's per-packet lookup).
-    #[inline]
+    #[inline(always)]
     fn words(&self) -> [u64; MAX_KEY_LEN / 8] {
-        let mut words = [0u64; MAX_KEY_LEN / 8];
-        for (word, chunk) in words.iter_mut().zip(self.bytes.chunks_exact(8)) {
-            *word = u64::from_le_bytes(chunk.try_into().expect("8-byte chunk"));
-        }
-        words
+        let b = &self.bytes;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        [w(0), w(1), w(2), w(3), w(4)]
     }
 
     /// A 64-bit hash of the key (a multiply-rotate mix per word, then a
@@ -111,6 +116,10 @@ impl FlowKey {
     pub(crate) fn hash_seeded(&self, seed: &HashSeed) -> u64 {
         let s = &seed.0;
         let w = self.words();
+        if self.len <= 16 {
+            // An IPv4 TCP 5-tuple, an SSRC: the other words are zero.
+            return folded_multiply(w[0] ^ s[0], w[1] ^ s[1] ^ u64::from(self.len));
+        }
         let a = folded_multiply(w[0] ^ s[0], w[1] ^ s[1]);
         let b = folded_multiply(w[2] ^ s[2], w[3] ^ s[3]);
         let c = folded_multiply(w[4] ^ s[4], u64::from(self.len) ^ s[5]);
@@ -118,10 +127,27 @@ impl FlowKey {
     }
 }
 
+impl FlowKey {
+    /// True if the keys certainly differ: their lengths or first words
+    /// differ (a cheap test before the whole comparison).
+    #[inline(always)]
+    pub(crate) fn differs_quickly(&self, other: &FlowKey) -> bool {
+        self.len != other.len || self.words()[0] != other.words()[0]
+    }
+}
+
 impl PartialEq for FlowKey {
     #[inline]
     fn eq(&self, other: &FlowKey) -> bool {
-        self.len == other.len && self.words() == other.words()
+        // Branch-free: one or-reduction of the differences.
+        let (a, b) = (self.words(), other.words());
+        let diff = (a[0] ^ b[0])
+            | (a[1] ^ b[1])
+            | (a[2] ^ b[2])
+            | (a[3] ^ b[3])
+            | (a[4] ^ b[4])
+            | u64::from(self.len ^ other.len);
+        diff == 0
     }
 }
 

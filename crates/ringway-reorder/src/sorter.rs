@@ -171,16 +171,21 @@ enum ListTag {
 }
 
 /// One accepted packet, at its arrival index since the last global flush.
-#[derive(Copy, Clone, Debug)]
-struct Slot {
+#[derive(Debug)]
+struct Slot<T> {
     seq: u32,
     /// The manager's next slot in arrival order (NIL at its tail).
     link: u32,
     tag: ListTag,
+    /// The packet, until it is emitted.
+    item: Option<T>,
 }
 
 #[derive(Clone, Debug)]
 struct Manager {
+    /// The flow's whole key (compared on every lookup: full-key confirmation).
+    key: FlowKey,
+    in_use: bool,
     next_exp: u32,
     /// `PacketCnt`: packets in the current block.
     cnt: u32,
@@ -189,25 +194,23 @@ struct Manager {
     tail: u32,
     /// Packets of the block on Prev or After (0: emit in arrival order).
     moved: u32,
-    /// Position in the active list, or NIL.
+    /// Position in the active list (meaningful while `cnt > 0`).
     active_pos: u32,
-    hash: u64,
     /// Epoch (global flush count) of the last packet.
     last_epoch: u64,
-    in_use: bool,
 }
 
 impl Manager {
     const EMPTY: Manager = Manager {
+        key: FlowKey::NONE,
+        in_use: false,
         next_exp: 0,
         cnt: 0,
         head: NIL,
         tail: NIL,
         moved: 0,
         active_pos: NIL,
-        hash: 0,
         last_epoch: 0,
-        in_use: false,
     };
 }
 
@@ -239,17 +242,19 @@ pub struct Srpic<T> {
     global_cnt: u32,
     /// Of those, packets already emitted by manager flushes.
     flushed_in_epoch: u32,
-    /// The manager of the last suitable packet (the last-flow cache), or NIL.
+    /// The last-flow cache: the manager of the last flow looked up (NIL:
+    /// none); a hit is confirmed by the manager's whole key.
     last: u32,
-    slots: Vec<Slot>,
-    items: Vec<Option<T>>,
+    slots: Vec<Slot<T>>,
     managers: Vec<Manager>,
-    keys: Vec<FlowKey>,
     free_mgr: Vec<u32>,
     table: Vec<u64>,
     mask: usize,
     seed: HashSeed,
+    /// Managers holding packets, in the order they got their first one;
+    /// the first `n_active` entries are in use.
     active: Vec<u32>,
+    n_active: u32,
     scratch: Scratch,
     epoch: u64,
     sweep_hand: usize,
@@ -302,7 +307,8 @@ impl<T> Srpic<T> {
             max_flows: cfg.max_flows.min(u32::MAX as usize / 4),
             idle_flushes: cfg.idle_flushes,
         };
-        let table_len = (cfg.max_flows * 2).next_power_of_two().max(2);
+        // At most a quarter full: 1.2 probes per lookup on average.
+        let table_len = (cfg.max_flows * 4).next_power_of_two().max(2);
         let per_block = cfg.block_size.min(cfg.ring_size);
         let (seq_mask, shift) = match space {
             SeqSpace::U16 => (0xffff, 16),
@@ -318,22 +324,21 @@ impl<T> Srpic<T> {
             global_cnt: 0,
             flushed_in_epoch: 0,
             last: NIL,
-            slots: vec![
-                Slot {
+            slots: (0..cfg.ring_size)
+                .map(|_| Slot {
                     seq: 0,
                     link: NIL,
                     tag: ListTag::Curr,
-                };
-                cfg.ring_size
-            ],
-            items: (0..cfg.ring_size).map(|_| None).collect(),
+                    item: None,
+                })
+                .collect(),
             managers: vec![Manager::EMPTY; cfg.max_flows],
-            keys: vec![FlowKey::from_u64(0); cfg.max_flows],
             free_mgr: (0..cfg.max_flows as u32).rev().collect(),
             table: vec![EMPTY_ENTRY; table_len],
             mask: table_len - 1,
             seed: HashSeed::random(),
-            active: Vec::with_capacity(cfg.max_flows),
+            active: vec![NIL; cfg.max_flows],
+            n_active: 0,
             scratch: Scratch {
                 prev: Vec::with_capacity(per_block),
                 curr: Vec::with_capacity(per_block),
@@ -432,6 +437,16 @@ impl<T> Srpic<T> {
         let key = key.into();
         let m = self.lookup(&key, key.hash_seeded(&self.seed))?;
         let mgr = &self.managers[m as usize];
+        if mgr.cnt == 0 {
+            // Reinitialised: the paper zeroes every field.
+            return Some(FlowSnapshot {
+                next_exp: 0,
+                packet_cnt: 0,
+                prev: Vec::new(),
+                curr: Vec::new(),
+                after: Vec::new(),
+            });
+        }
         let mut scratch = Scratch {
             prev: Vec::new(),
             curr: Vec::new(),
@@ -465,12 +480,16 @@ impl<T> Srpic<T> {
         let seq = seq & self.seq_mask;
         let mgr = &mut self.managers[m as usize];
         let tag = if mgr.cnt == 0 {
-            // First packet of a sorting block: it anchors NextExp.
+            // First packet of a sorting block: it anchors NextExp (the
+            // manager was reinitialised: only `cnt` was zeroed at the
+            // flush, the rest is set here).
             mgr.head = g;
             mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
-            mgr.active_pos = self.active.len() as u32;
+            mgr.moved = 0;
+            mgr.active_pos = self.n_active;
             mgr.last_epoch = self.epoch;
-            self.active.push(m);
+            self.active[self.n_active as usize] = m;
+            self.n_active += 1;
             ListTag::Curr
         } else {
             self.slots[mgr.tail as usize].link = g;
@@ -495,8 +514,8 @@ impl<T> Srpic<T> {
             seq,
             link: NIL,
             tag,
+            item: Some(item),
         };
-        self.items[g as usize] = Some(item);
         self.global_cnt = g + 1;
         if full {
             self.block_flushes += 1;
@@ -517,7 +536,7 @@ impl<T> Srpic<T> {
         scratch.after.clear();
         let mut s = head;
         for _ in 0..cnt {
-            let slot = self.slots[s as usize];
+            let slot = &self.slots[s as usize];
             match slot.tag {
                 ListTag::Curr => scratch.curr.push(s),
                 ListTag::Prev => insert_sorted(&mut scratch.prev, slot.seq, s, self.shift),
@@ -529,22 +548,19 @@ impl<T> Srpic<T> {
 
     #[inline]
     fn emit(&mut self, s: u32, out: &mut impl FnMut(T)) {
-        if let Some(it) = self.items[s as usize].take() {
+        if let Some(it) = self.slots[s as usize].item.take() {
             out(it);
         }
     }
 
     /// Deliver Prev, Curr, After of manager `m` and reinitialise it
-    /// (without touching the active list).
-    fn flush_lists(&mut self, m: u32, out: &mut impl FnMut(T)) {
+    /// (without touching the active list or the held count); returns the
+    /// number of packets emitted.
+    #[inline]
+    fn flush_lists(&mut self, m: u32, out: &mut impl FnMut(T)) -> u32 {
         let mgr = &mut self.managers[m as usize];
         let (head, tail, cnt, moved) = (mgr.head, mgr.tail, mgr.cnt, mgr.moved);
         mgr.cnt = 0;
-        mgr.next_exp = 0;
-        mgr.moved = 0;
-        mgr.active_pos = NIL;
-        self.held_max = self.held_max.max(self.held());
-        self.flushed_in_epoch += cnt;
         if moved == 0 {
             if tail.wrapping_sub(head) == cnt - 1 {
                 // In order and no other flow in between: consecutive slots.
@@ -554,12 +570,14 @@ impl<T> Srpic<T> {
             } else {
                 let mut s = head;
                 for _ in 0..cnt {
-                    let next = self.slots[s as usize].link;
-                    self.emit(s, out);
-                    s = next;
+                    let slot = &mut self.slots[s as usize];
+                    s = slot.link;
+                    if let Some(it) = slot.item.take() {
+                        out(it);
+                    }
                 }
             }
-            return;
+            return cnt;
         }
         let mut scratch = std::mem::replace(
             &mut self.scratch,
@@ -580,27 +598,29 @@ impl<T> Srpic<T> {
             self.emit(s, out);
         }
         self.scratch = scratch;
+        cnt
     }
 
+    /// Flush one manager that holds packets; the last active manager takes
+    /// its place in the active list (as `Vec::swap_remove`).
     fn flush_manager(&mut self, m: u32, out: &mut impl FnMut(T)) {
         let pos = self.managers[m as usize].active_pos;
-        if pos != NIL {
-            let last = *self.active.last().expect("active list holds m");
-            self.active.swap_remove(pos as usize);
-            if last != m {
-                self.managers[last as usize].active_pos = pos;
-            }
-        }
-        self.flush_lists(m, out);
+        self.n_active -= 1;
+        let last = self.active[self.n_active as usize];
+        self.active[pos as usize] = last;
+        self.managers[last as usize].active_pos = pos;
+        self.held_max = self.held_max.max(self.held());
+        self.flushed_in_epoch += self.flush_lists(m, out);
     }
 
     /// The global flush (ring full or end of batch; the caller counts it).
     fn flush_everything(&mut self, out: &mut impl FnMut(T)) {
-        for i in 0..self.active.len() {
+        self.held_max = self.held_max.max(self.held());
+        for i in 0..self.n_active as usize {
             let m = self.active[i];
             self.flush_lists(m, out);
         }
-        self.active.clear();
+        self.n_active = 0;
         self.accepted_before += u64::from(self.global_cnt);
         self.global_cnt = 0;
         self.flushed_in_epoch = 0;
@@ -627,12 +647,19 @@ impl<T> Srpic<T> {
         }
     }
 
+    /// The last-flow cache: the manager of the last flow if `key` is its key.
+    #[inline(always)]
+    fn cached(&self, key: &FlowKey) -> Option<u32> {
+        let mgr = self.managers.get(self.last as usize)?;
+        // First word and length first: a different flow misses cheaply.
+        (!mgr.key.differs_quickly(key) && mgr.key == *key).then_some(self.last)
+    }
+
     /// The manager of `key`: the last flow's, or from the table.
     #[inline]
     fn find(&mut self, key: &FlowKey) -> Option<u32> {
-        let last = self.last;
-        if last != NIL && self.keys[last as usize] == *key {
-            return Some(last);
+        if let Some(m) = self.cached(key) {
+            return Some(m);
         }
         let m = self.lookup(key, key.hash_seeded(&self.seed))?;
         self.last = m;
@@ -642,9 +669,8 @@ impl<T> Srpic<T> {
     /// As [`Srpic::find`], creating a manager for a new flow if one is free.
     #[inline]
     fn find_or_insert(&mut self, key: &FlowKey) -> Option<u32> {
-        let last = self.last;
-        if last != NIL && self.keys[last as usize] == *key {
-            return Some(last);
+        if let Some(m) = self.cached(key) {
+            return Some(m);
         }
         let hash = key.hash_seeded(&self.seed);
         let m = match self.lookup(key, hash) {
@@ -655,6 +681,8 @@ impl<T> Srpic<T> {
         Some(m)
     }
 
+    /// Probe the table: an entry whose tag (the hash's high 32 bits)
+    /// matches is confirmed by comparing the manager's whole key.
     #[inline]
     fn lookup(&self, key: &FlowKey, hash: u64) -> Option<u32> {
         let tag = hash >> 32;
@@ -665,7 +693,7 @@ impl<T> Srpic<T> {
             if m == NIL {
                 return None;
             }
-            if e >> 32 == tag && self.keys[m as usize] == *key {
+            if e >> 32 == tag && self.managers[m as usize].key == *key {
                 return Some(m);
             }
             i = (i + 1) & self.mask;
@@ -679,19 +707,23 @@ impl<T> Srpic<T> {
             i = (i + 1) & self.mask;
         }
         self.table[i] = (hash >> 32) << 32 | u64::from(m);
-        self.keys[m as usize] = key;
         let mgr = &mut self.managers[m as usize];
         *mgr = Manager::EMPTY;
-        mgr.hash = hash;
+        mgr.key = key;
         mgr.in_use = true;
         self.flows_created += 1;
         self.flows += 1;
         Some(m)
     }
 
+    /// Home slot of manager `m` in the table.
+    fn home(&self, m: u32) -> usize {
+        self.managers[m as usize].key.hash_seeded(&self.seed) as usize & self.mask
+    }
+
     /// Remove an empty manager from the table (linear probing, backward-shift delete).
     fn remove(&mut self, m: u32) {
-        let mut i = self.managers[m as usize].hash as usize & self.mask;
+        let mut i = self.home(m);
         while self.table[i] as u32 != m {
             if self.table[i] as u32 == NIL {
                 return;
@@ -705,7 +737,7 @@ impl<T> Srpic<T> {
             if t == NIL {
                 break;
             }
-            let k = self.managers[t as usize].hash as usize & self.mask;
+            let k = self.home(t);
             let stays = if i <= j {
                 i < k && k <= j
             } else {
