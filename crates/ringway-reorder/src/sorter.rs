@@ -192,8 +192,10 @@ struct Manager {
     /// First and last slot of the block, in arrival order.
     head: u32,
     tail: u32,
-    /// Packets of the block on Prev or After (0: emit in arrival order).
-    moved: u32,
+    /// Packets of the block on Prev / on After (both 0: the block leaves
+    /// in arrival order).
+    prevs: u32,
+    afters: u32,
     /// Position in the active list (meaningful while `cnt > 0`).
     active_pos: u32,
     /// Epoch (global flush count) of the last packet.
@@ -208,7 +210,8 @@ impl Manager {
         cnt: 0,
         head: NIL,
         tail: NIL,
-        moved: 0,
+        prevs: 0,
+        afters: 0,
         active_pos: NIL,
         last_epoch: 0,
     };
@@ -485,7 +488,8 @@ impl<T> Srpic<T> {
             // flush, the rest is set here).
             mgr.head = g;
             mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
-            mgr.moved = 0;
+            mgr.prevs = 0;
+            mgr.afters = 0;
             mgr.active_pos = self.n_active;
             mgr.last_epoch = self.epoch;
             self.active[self.n_active as usize] = m;
@@ -498,11 +502,11 @@ impl<T> Srpic<T> {
                 mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
                 ListTag::Curr
             } else if (d as i32) < 0 {
-                mgr.moved += 1;
+                mgr.prevs += 1;
                 self.to_prev += 1;
                 ListTag::Prev
             } else {
-                mgr.moved += 1;
+                mgr.afters += 1;
                 self.to_after += 1;
                 ListTag::After
             }
@@ -559,9 +563,15 @@ impl<T> Srpic<T> {
     #[inline]
     fn flush_lists(&mut self, m: u32, out: &mut impl FnMut(T)) -> u32 {
         let mgr = &mut self.managers[m as usize];
-        let (head, tail, cnt, moved) = (mgr.head, mgr.tail, mgr.cnt, mgr.moved);
+        let (head, tail, cnt) = (mgr.head, mgr.tail, mgr.cnt);
+        let (prevs, afters) = (mgr.prevs, mgr.afters);
         mgr.cnt = 0;
-        if moved == 0 {
+        if cnt == 1 {
+            // One packet (many flows, one packet each per batch).
+            self.emit(head, out);
+            return 1;
+        }
+        if prevs == 0 && afters == 0 {
             if tail.wrapping_sub(head) == cnt - 1 {
                 // In order and no other flow in between: consecutive slots.
                 for s in head..=tail {
@@ -577,6 +587,31 @@ impl<T> Srpic<T> {
                     }
                 }
             }
+            return cnt;
+        }
+        if prevs == 0 {
+            // Nothing precedes Curr: Curr leaves during the walk, After is
+            // built (the mild-reordering case: a late first packet sends
+            // the rest of its block to After, mostly in order).
+            let mut after = std::mem::take(&mut self.scratch.after);
+            after.clear();
+            let mut s = head;
+            for _ in 0..cnt {
+                let slot = &mut self.slots[s as usize];
+                let this = s;
+                s = slot.link;
+                if slot.tag == ListTag::Curr {
+                    if let Some(it) = slot.item.take() {
+                        out(it);
+                    }
+                } else {
+                    insert_sorted(&mut after, slot.seq, this, self.shift);
+                }
+            }
+            for &(_, s) in &after {
+                self.emit(s, out);
+            }
+            self.scratch.after = after;
             return cnt;
         }
         let mut scratch = std::mem::replace(
