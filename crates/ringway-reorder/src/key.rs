@@ -83,7 +83,7 @@ impl FlowKey {
 
 /// Secret keys of [`FlowKey::hash_seeded`], drawn per sorter.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct HashSeed([u64; 6]);
+pub(crate) struct HashSeed(pub(crate) [u64; 6]);
 
 impl HashSeed {
     /// Fresh keys from the standard library's per-process random source

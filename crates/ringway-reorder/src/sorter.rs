@@ -304,6 +304,18 @@ impl<T> Srpic<T> {
     /// Allocate a sorter for sequence space `space`. Zero sizes are raised
     /// to 1 (`max_flows` may be 0: everything passes through).
     pub fn new(cfg: SrpicConfig, space: SeqSpace) -> Self {
+        Self::with_hash_seed(cfg, space, HashSeed::random())
+    }
+
+    /// A sorter whose flow-table hash uses `keys` instead of random keys.
+    /// For tests only: keys chosen to make every flow collide exercise the
+    /// full-key confirmation and the table's probing and deletion.
+    #[doc(hidden)]
+    pub fn with_hash_keys(cfg: SrpicConfig, space: SeqSpace, keys: [u64; 6]) -> Self {
+        Self::with_hash_seed(cfg, space, HashSeed(keys))
+    }
+
+    fn with_hash_seed(cfg: SrpicConfig, space: SeqSpace, seed: HashSeed) -> Self {
         let cfg = SrpicConfig {
             block_size: cfg.block_size.clamp(1, u32::MAX as usize / 2),
             ring_size: cfg.ring_size.clamp(1, u32::MAX as usize / 2),
@@ -339,7 +351,7 @@ impl<T> Srpic<T> {
             free_mgr: (0..cfg.max_flows as u32).rev().collect(),
             table: vec![EMPTY_ENTRY; table_len],
             mask: table_len - 1,
-            seed: HashSeed::random(),
+            seed,
             active: vec![NIL; cfg.max_flows],
             n_active: 0,
             scratch: Scratch {

@@ -5,7 +5,9 @@
 //! random runs: many flows, reordering, duplicates, arbitrary and wrapping
 //! sequence numbers, packets that are not TCP/RTP (pass-through) or not
 //! suitable (bypass), block and ring boundaries, a full flow table and
-//! idle eviction.
+//! idle eviction; and with hash keys that make every short key collide
+//! (same table slot, same tag), so only the full-key confirmation tells
+//! those flows apart.
 
 use proptest::prelude::*;
 use ringway_reorder::reference::ReferenceSrpic;
@@ -66,6 +68,11 @@ fn seq_of(next: &mut [u32], flow: u8, pick: u8, jump: u32, len: u32) -> u32 {
     q
 }
 
+/// Hash keys under which every 8-byte key (the even flows of `key_of`)
+/// hashes to 0: the short-key hash is `fold(w0 ^ k0, w1 ^ k1 ^ len)` and
+/// `w1 ^ k1 ^ len` is then 0.
+const COLLIDING: [u64; 6] = [0x1234, 8, 0, 0, 0, 0];
+
 /// One run through both sorters, comparing after every call.
 fn compare(
     evs: &[Ev],
@@ -73,8 +80,13 @@ fn compare(
     space: SeqSpace,
     start: u32,
     tcp_lengths: bool,
+    collide: bool,
 ) -> Result<(), TestCaseError> {
-    let mut fast: Srpic<usize> = Srpic::new(cfg, space);
+    let mut fast: Srpic<usize> = if collide {
+        Srpic::with_hash_keys(cfg, space, COLLIDING)
+    } else {
+        Srpic::new(cfg, space)
+    };
     let mut oracle: ReferenceSrpic<usize> = ReferenceSrpic::new(cfg, space);
     let mut next = [start; 256];
     let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -143,8 +155,9 @@ proptest! {
         evs in prop::collection::vec(ev(12), 0..500),
         cfg in config(),
         start in any::<u16>(),
+        collide in any::<bool>(),
     ) {
-        compare(&evs, cfg, SeqSpace::U16, u32::from(start), false)?;
+        compare(&evs, cfg, SeqSpace::U16, u32::from(start), false, collide)?;
     }
 
     /// TCP-like flows (32-bit space, byte lengths, zero-length included).
@@ -153,8 +166,9 @@ proptest! {
         evs in prop::collection::vec(ev(12), 0..500),
         cfg in config(),
         start in any::<u32>(),
+        collide in any::<bool>(),
     ) {
-        compare(&evs, cfg, SeqSpace::U32, start, true)?;
+        compare(&evs, cfg, SeqSpace::U32, start, true, collide)?;
     }
 
     /// Few flows, big blocks: long Prev and After lists.
@@ -165,8 +179,34 @@ proptest! {
         start in any::<u16>(),
     ) {
         let cfg = SrpicConfig { block_size: block, ring_size: 1000, max_flows: 4, idle_flushes: 2 };
-        compare(&evs, cfg, SeqSpace::U16, u32::from(start), false)?;
+        compare(&evs, cfg, SeqSpace::U16, u32::from(start), false, false)?;
     }
+}
+
+/// The colliding hash keys do make the even flows collide: without the
+/// full-key confirmation they would share one manager.
+#[test]
+fn colliding_keys_collide_and_stay_apart() {
+    let cfg = SrpicConfig {
+        block_size: 32,
+        ring_size: 64,
+        max_flows: 8,
+        idle_flushes: 1,
+    };
+    let mut s: Srpic<u32> = Srpic::with_hash_keys(cfg, SeqSpace::U16, COLLIDING);
+    let mut out = Vec::new();
+    for (flow, seq) in [(0u8, 5u32), (2, 9), (4, 1), (2, 8), (0, 4)] {
+        let class = Class::Flow {
+            key: key_of(flow),
+            seq,
+            len: 1,
+        };
+        s.push(class, flow as u32 * 100 + seq, &mut |x| out.push(x));
+    }
+    assert_eq!(s.stats().flows, 3);
+    assert_eq!(s.snapshot(key_of(2)).unwrap().prev, vec![8]);
+    s.flush_all(&mut |x| out.push(x));
+    assert_eq!(out, vec![4, 5, 208, 209, 401]);
 }
 
 /// The bench's workloads (1 and 1000 flows; in order, mild, heavy): the
