@@ -127,20 +127,19 @@ impl FlowKey {
     }
 }
 
-impl FlowKey {
-    /// True if the keys certainly differ: their lengths or first words
-    /// differ (a cheap test before the whole comparison).
-    #[inline(always)]
-    pub(crate) fn differs_quickly(&self, other: &FlowKey) -> bool {
-        self.len != other.len || self.words()[0] != other.words()[0]
-    }
-}
-
 impl PartialEq for FlowKey {
     #[inline]
     fn eq(&self, other: &FlowKey) -> bool {
-        // Branch-free: one or-reduction of the differences.
+        if self.len != other.len {
+            return false;
+        }
         let (a, b) = (self.words(), other.words());
+        if self.len <= 16 {
+            // The bytes beyond the length are zero in both keys: an IPv4
+            // 5-tuple or an SSRC needs two words.
+            return (a[0] ^ b[0]) | (a[1] ^ b[1]) == 0;
+        }
+        // One or-reduction of the differences, no branch per word.
         let diff = (a[0] ^ b[0])
             | (a[1] ^ b[1])
             | (a[2] ^ b[2])

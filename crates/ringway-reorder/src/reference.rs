@@ -108,7 +108,7 @@ impl<T> ReferenceSrpic<T> {
             block_size: cfg.block_size.clamp(1, u32::MAX as usize / 2),
             ring_size: cfg.ring_size.clamp(1, u32::MAX as usize / 2),
             max_flows: cfg.max_flows.min(u32::MAX as usize / 4),
-            idle_flushes: cfg.idle_flushes,
+            idle_flushes: cfg.idle_flushes.min(u32::MAX / 2),
         };
         let mut nodes = Vec::with_capacity(cfg.ring_size);
         for i in 0..cfg.ring_size {

@@ -69,7 +69,8 @@ pub struct SrpicConfig {
     /// Maximum number of flow managers; packets of further flows pass through (counted).
     pub max_flows: usize,
     /// A manager that held nothing for this many global flushes may be
-    /// evicted to make room for new flows.
+    /// evicted to make room for new flows (at most 2^31 − 1; larger values
+    /// are lowered to it).
     pub idle_flushes: u32,
 }
 
@@ -181,39 +182,51 @@ struct Slot<T> {
     item: Option<T>,
 }
 
+/// A manager in use (its key is in the table).
+const IN_USE: u8 = 1;
+/// The current block has a packet on PrevPacketList.
+const HAS_PREV: u8 = 2;
+/// The current block has a packet on AfterPacketList.
+const HAS_AFTER: u8 = 4;
+
+/// One flow's packet manager: one 64-byte cache line (the first slot of
+/// its block is kept in the active list).
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 struct Manager {
     /// The flow's whole key (compared on every lookup: full-key confirmation).
     key: FlowKey,
-    in_use: bool,
-    next_exp: u32,
-    /// `PacketCnt`: packets in the current block.
-    cnt: u32,
-    /// First and last slot of the block, in arrival order.
-    head: u32,
-    tail: u32,
-    /// Packets of the block on Prev / on After (both 0: the block leaves
+    /// `IN_USE`, `HAS_PREV`, `HAS_AFTER` (neither list: the block leaves
     /// in arrival order).
-    prevs: u32,
-    afters: u32,
+    flags: u8,
+    next_exp: u32,
+    /// `PacketCnt`: packets in the current block, valid only while
+    /// `epoch` is the sorter's epoch (a global flush reinitialises every
+    /// manager without touching it); see [`Srpic::packet_cnt`].
+    cnt: u32,
+    /// Last slot of the block, in arrival order.
+    tail: u32,
     /// Position in the active list (meaningful while `cnt > 0`).
     active_pos: u32,
-    /// Epoch (global flush count) of the last packet.
-    last_epoch: u64,
+    /// Low 32 bits of the epoch (global flush count) of the current
+    /// block's packets, which is also the epoch of the manager's last
+    /// packet (a block never outlives its epoch). 32 bits are exact: an
+    /// idle manager is evicted long before its stamp could wrap (see
+    /// [`Srpic::sweep`]).
+    epoch: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Manager>() == 64);
 
 impl Manager {
     const EMPTY: Manager = Manager {
         key: FlowKey::NONE,
-        in_use: false,
+        flags: 0,
         next_exp: 0,
         cnt: 0,
-        head: NIL,
         tail: NIL,
-        prevs: 0,
-        afters: 0,
         active_pos: NIL,
-        last_epoch: 0,
+        epoch: 0,
     };
 }
 
@@ -254,9 +267,10 @@ pub struct Srpic<T> {
     table: Vec<u64>,
     mask: usize,
     seed: HashSeed,
-    /// Managers holding packets, in the order they got their first one;
-    /// the first `n_active` entries are in use.
-    active: Vec<u32>,
+    /// Managers holding packets, in the order they got their first one,
+    /// with the slot of their block's first packet; the first `n_active`
+    /// entries are in use.
+    active: Vec<(u32, u32)>,
     n_active: u32,
     scratch: Scratch,
     epoch: u64,
@@ -320,10 +334,10 @@ impl<T> Srpic<T> {
             block_size: cfg.block_size.clamp(1, u32::MAX as usize / 2),
             ring_size: cfg.ring_size.clamp(1, u32::MAX as usize / 2),
             max_flows: cfg.max_flows.min(u32::MAX as usize / 4),
-            idle_flushes: cfg.idle_flushes,
+            idle_flushes: cfg.idle_flushes.min(u32::MAX / 2),
         };
-        // At most a quarter full: 1.2 probes per lookup on average.
-        let table_len = (cfg.max_flows * 4).next_power_of_two().max(2);
+        // At most half full: 1.5 probes per lookup on average, 8 per line.
+        let table_len = (cfg.max_flows * 2).next_power_of_two().max(2);
         let per_block = cfg.block_size.min(cfg.ring_size);
         let (seq_mask, shift) = match space {
             SeqSpace::U16 => (0xffff, 16),
@@ -352,7 +366,7 @@ impl<T> Srpic<T> {
             table: vec![EMPTY_ENTRY; table_len],
             mask: table_len - 1,
             seed,
-            active: vec![NIL; cfg.max_flows],
+            active: vec![(NIL, NIL); cfg.max_flows],
             n_active: 0,
             scratch: Scratch {
                 prev: Vec::with_capacity(per_block),
@@ -430,7 +444,7 @@ impl<T> Srpic<T> {
             },
             Class::Bypass { key } => {
                 if let Some(m) = self.find(&key) {
-                    if self.managers[m as usize].cnt > 0 {
+                    if self.packet_cnt(m) > 0 {
                         self.bypass_flushes += 1;
                         self.flush_manager(m, out);
                     }
@@ -452,7 +466,7 @@ impl<T> Srpic<T> {
         let key = key.into();
         let m = self.lookup(&key, key.hash_seeded(&self.seed))?;
         let mgr = &self.managers[m as usize];
-        if mgr.cnt == 0 {
+        if self.packet_cnt(m) == 0 {
             // Reinitialised: the paper zeroes every field.
             return Some(FlowSnapshot {
                 next_exp: 0,
@@ -467,7 +481,8 @@ impl<T> Srpic<T> {
             curr: Vec::new(),
             after: Vec::new(),
         };
-        self.build_lists(mgr.head, mgr.cnt, &mut scratch);
+        let head = self.active[mgr.active_pos as usize].1;
+        self.build_lists(head, mgr.cnt, &mut scratch);
         let seqs = |v: &[(u32, u32)]| v.iter().map(|&(q, _)| q).collect::<Vec<u32>>();
         Some(FlowSnapshot {
             next_exp: mgr.next_exp,
@@ -494,17 +509,19 @@ impl<T> Srpic<T> {
         let g = self.global_cnt;
         let seq = seq & self.seq_mask;
         let mgr = &mut self.managers[m as usize];
+        let epoch = self.epoch as u32;
+        if mgr.epoch != epoch {
+            mgr.cnt = 0;
+        }
         let tag = if mgr.cnt == 0 {
             // First packet of a sorting block: it anchors NextExp (the
             // manager was reinitialised: only `cnt` was zeroed at the
             // flush, the rest is set here).
-            mgr.head = g;
             mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
-            mgr.prevs = 0;
-            mgr.afters = 0;
+            mgr.flags &= IN_USE;
             mgr.active_pos = self.n_active;
-            mgr.last_epoch = self.epoch;
-            self.active[self.n_active as usize] = m;
+            mgr.epoch = epoch;
+            self.active[self.n_active as usize] = (m, g);
             self.n_active += 1;
             ListTag::Curr
         } else {
@@ -514,11 +531,11 @@ impl<T> Srpic<T> {
                 mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
                 ListTag::Curr
             } else if (d as i32) < 0 {
-                mgr.prevs += 1;
+                mgr.flags |= HAS_PREV;
                 self.to_prev += 1;
                 ListTag::Prev
             } else {
-                mgr.afters += 1;
+                mgr.flags |= HAS_AFTER;
                 self.to_after += 1;
                 ListTag::After
             }
@@ -569,21 +586,21 @@ impl<T> Srpic<T> {
         }
     }
 
-    /// Deliver Prev, Curr, After of manager `m` and reinitialise it
-    /// (without touching the active list or the held count); returns the
-    /// number of packets emitted.
+    /// Deliver Prev, Curr, After of manager `m`, whose block starts at
+    /// slot `head`, and reinitialise it (without touching the active list
+    /// or the held count); returns the number of packets emitted.
     #[inline]
-    fn flush_lists(&mut self, m: u32, out: &mut impl FnMut(T)) -> u32 {
+    fn flush_lists(&mut self, m: u32, head: u32, out: &mut impl FnMut(T)) -> u32 {
         let mgr = &mut self.managers[m as usize];
-        let (head, tail, cnt) = (mgr.head, mgr.tail, mgr.cnt);
-        let (prevs, afters) = (mgr.prevs, mgr.afters);
+        let (tail, cnt) = (mgr.tail, mgr.cnt);
+        let (prevs, afters) = (mgr.flags & HAS_PREV != 0, mgr.flags & HAS_AFTER != 0);
         mgr.cnt = 0;
         if cnt == 1 {
             // One packet (many flows, one packet each per batch).
             self.emit(head, out);
             return 1;
         }
-        if prevs == 0 && afters == 0 {
+        if !prevs && !afters {
             if tail.wrapping_sub(head) == cnt - 1 {
                 // In order and no other flow in between: consecutive slots.
                 for s in head..=tail {
@@ -601,7 +618,7 @@ impl<T> Srpic<T> {
             }
             return cnt;
         }
-        if prevs == 0 {
+        if !prevs {
             // Nothing precedes Curr: Curr leaves during the walk, After is
             // built (the mild-reordering case: a late first packet sends
             // the rest of its block to After, mostly in order).
@@ -652,20 +669,27 @@ impl<T> Srpic<T> {
     /// its place in the active list (as `Vec::swap_remove`).
     fn flush_manager(&mut self, m: u32, out: &mut impl FnMut(T)) {
         let pos = self.managers[m as usize].active_pos;
+        let head = self.active[pos as usize].1;
         self.n_active -= 1;
         let last = self.active[self.n_active as usize];
         self.active[pos as usize] = last;
-        self.managers[last as usize].active_pos = pos;
+        self.managers[last.0 as usize].active_pos = pos;
         self.held_max = self.held_max.max(self.held());
-        self.flushed_in_epoch += self.flush_lists(m, out);
+        self.flushed_in_epoch += self.flush_lists(m, head, out);
     }
 
     /// The global flush (ring full or end of batch; the caller counts it).
     fn flush_everything(&mut self, out: &mut impl FnMut(T)) {
         self.held_max = self.held_max.max(self.held());
         for i in 0..self.n_active as usize {
-            let m = self.active[i];
-            self.flush_lists(m, out);
+            let (m, head) = self.active[i];
+            if self.slots[head as usize].link == NIL {
+                // A block of one packet: emitted without touching its
+                // manager, which the new epoch reinitialises.
+                self.emit(head, out);
+            } else {
+                self.flush_lists(m, head, out);
+            }
         }
         self.n_active = 0;
         self.accepted_before += u64::from(self.global_cnt);
@@ -675,7 +699,11 @@ impl<T> Srpic<T> {
         self.sweep();
     }
 
-    /// Evict a few managers that stayed empty for `idle_flushes` global flushes.
+    /// Evict a few managers that stayed empty for `idle_flushes` global
+    /// flushes. Every manager is examined once per `max_flows / 4` global
+    /// flushes (at most 2^28), and `idle_flushes` is at most 2^31 − 1, so
+    /// an idle manager is evicted before the difference of 32-bit epoch
+    /// stamps could wrap: comparing stamps is the same as comparing epochs.
     fn sweep(&mut self) {
         let n = self.managers.len();
         if n == 0 || self.free_mgr.len() == n {
@@ -685,12 +713,23 @@ impl<T> Srpic<T> {
             let m = self.sweep_hand;
             self.sweep_hand = if m + 1 == n { 0 } else { m + 1 };
             let mgr = &self.managers[m];
-            if mgr.in_use
-                && mgr.cnt == 0
-                && self.epoch.saturating_sub(mgr.last_epoch) > self.cfg.idle_flushes as u64
+            if mgr.flags & IN_USE != 0
+                && self.packet_cnt(m as u32) == 0
+                && (self.epoch as u32).wrapping_sub(mgr.epoch) > self.cfg.idle_flushes
             {
                 self.remove(m as u32);
             }
+        }
+    }
+
+    /// `PacketCnt` of manager `m` (0 if its block ended with an epoch).
+    #[inline]
+    fn packet_cnt(&self, m: u32) -> u32 {
+        let mgr = &self.managers[m as usize];
+        if mgr.epoch == self.epoch as u32 {
+            mgr.cnt
+        } else {
+            0
         }
     }
 
@@ -698,8 +737,7 @@ impl<T> Srpic<T> {
     #[inline(always)]
     fn cached(&self, key: &FlowKey) -> Option<u32> {
         let mgr = self.managers.get(self.last as usize)?;
-        // First word and length first: a different flow misses cheaply.
-        (!mgr.key.differs_quickly(key) && mgr.key == *key).then_some(self.last)
+        (mgr.key == *key).then_some(self.last)
     }
 
     /// The manager of `key`: the last flow's, or from the table.
@@ -757,7 +795,7 @@ impl<T> Srpic<T> {
         let mgr = &mut self.managers[m as usize];
         *mgr = Manager::EMPTY;
         mgr.key = key;
-        mgr.in_use = true;
+        mgr.flags = IN_USE;
         self.flows_created += 1;
         self.flows += 1;
         Some(m)
@@ -799,7 +837,7 @@ impl<T> Srpic<T> {
         if self.last == m {
             self.last = NIL;
         }
-        self.managers[m as usize].in_use = false;
+        self.managers[m as usize].flags = 0;
         self.free_mgr.push(m);
         self.flows_evicted += 1;
         self.flows -= 1;
