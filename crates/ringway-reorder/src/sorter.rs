@@ -162,7 +162,6 @@ pub struct FlowSnapshot {
     pub after: Vec<u32>,
 }
 
-
 /// The list a packet was put on (Listing 1).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum ListTag {

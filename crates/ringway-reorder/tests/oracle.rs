@@ -40,7 +40,7 @@ fn ev(flows: u8) -> impl Strategy<Value = Ev> {
 /// Keys of different shapes: short numbers and TCP-like 5-tuples that
 /// differ in one byte (so equal hashes are not enough to share a manager).
 fn key_of(flow: u8) -> FlowKey {
-    if flow % 2 == 0 {
+    if flow.is_multiple_of(2) {
         FlowKey::from_u64(u64::from(flow))
     } else {
         FlowKey::from_parts(&[&[6], &[10, 0, 0, 1], &[10, 0, 0, 2], &[0, 80], &[4, flow]])

@@ -3,11 +3,11 @@
 //! TCP through NFQUEUE.
 
 use anyhow::Context;
+use ringway_io::thread::thread_cpu_total;
 use ringway_reorder::analyze::{analyze, report, AnalyzeOpts, Trace};
 use ringway_reorder::reference::ReferenceSrpic;
 use ringway_reorder::workload::{synth_stream, SynthStream};
 use ringway_reorder::{Class, SeqSpace, Srpic, SrpicConfig, SrpicStats};
-use ringway_io::thread::thread_cpu_total;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -363,7 +363,11 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
             // A fresh sorter per run (allocated before the clock starts),
             // the two sorters alternating so that both see the same load.
             if run_reference {
-                reference.time(ReferenceSrpic::<u32>::new(cfg, SeqSpace::U16), &stream, batch);
+                reference.time(
+                    ReferenceSrpic::<u32>::new(cfg, SeqSpace::U16),
+                    &stream,
+                    batch,
+                );
             }
             if run_fast {
                 fast.time(Srpic::<u32>::new(cfg, SeqSpace::U16), &stream, batch);
@@ -412,12 +416,20 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
         "input per packet: (flow, seq); the flow's key is copied into a Class at push time. \
          reference = Listing 1 with linked lists (before issue 23), fast = ringway_reorder::Srpic"
     );
-    println!(
-        "ns/packet: wall clock (median, best of the runs) and the thread's CPU time (median)"
-    );
+    println!("ns/packet: wall clock (median, best of the runs) and the thread's CPU time (median)");
     println!(
         "{:<20} {:>6} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7}",
-        "case", "flows", "ref wall", "best", "cpu", "fast wall", "best", "cpu", "fast/ref", "prev%", "after%"
+        "case",
+        "flows",
+        "ref wall",
+        "best",
+        "cpu",
+        "fast wall",
+        "best",
+        "cpu",
+        "fast/ref",
+        "prev%",
+        "after%"
     );
     let num = |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
     for r in &rows {
