@@ -8,7 +8,8 @@
 #
 # Setup: two network namespaces made here (hub, clients) joined by a veth
 # pair (10.77.0.1 hub, 10.77.0.2 clients); nothing leaves them. Each client
-# is `jacktrip -C` on its own `jackd -d dummy -r 48000 -p FRAMES`; client 0
+# is `jacktrip -C` on a `jackd -d dummy -r 48000 -p FRAMES` (client i on
+# server i mod JACKDS, 4: JACK allows 8 servers per machine); client 0
 # plays a metronome (jack_metro, 10 beats/s, 20 ms bursts), the others send
 # silence, so every beat's onset can be seen going in and coming out.
 #
@@ -36,6 +37,9 @@ FRAMES=${FRAMES:-"64 128"}
 HUBS=${HUBS:-"jacktrip ringway"}
 SECONDS_MEASURED=${SECONDS_MEASURED:-8}
 SETTLE=${SETTLE:-4}
+# Client jackd servers: JACK allows 8 servers per machine (the hub's
+# jackd is one), so client i runs on server i mod JACKDS.
+JACKDS=${JACKDS:-4}
 NS_HUB=rwjh-hub-$$
 NS_CLI=rwjh-cli-$$
 PIDS=()
@@ -98,13 +102,14 @@ run_one() { # hub n frames
     fi
     sleep 1
     local i
-    for ((i = 0; i < n; i++)); do
+    local m=$((n < JACKDS ? n : JACKDS))
+    for ((i = 0; i < m; i++)); do
         bg "$NS_CLI" "$dir/jackd$i.log" env JACK_DEFAULT_SERVER=rwjh$$-$i \
             jackd -n rwjh$$-$i -d dummy -r 48000 -p "$frames"
     done
     sleep 2
     for ((i = 0; i < n; i++)); do
-        bg "$NS_CLI" "$dir/jacktrip$i.log" env JACK_DEFAULT_SERVER=rwjh$$-$i \
+        bg "$NS_CLI" "$dir/jacktrip$i.log" env JACK_DEFAULT_SERVER=rwjh$$-$((i % m)) \
             jacktrip -C 10.77.0.1 -B $((5001 + i)) -n 1 -J c$i -K c$i -D
     done
     sleep 3

@@ -88,15 +88,31 @@ def analyse(pcap):
         elif src == HUB:
             outs.append((at, dport))
     ins.sort()
-    delays = []
-    j = 0
-    for at, _ in sorted(outs):
-        while j + 1 < len(ins) and ins[j + 1] <= at:
-            j += 1
-        if ins and ins[j] <= at and at - ins[j] < 0.09:
-            delays.append((at - ins[j]) * 1e6)
+    # Per receiving client, the first onset after each beat went in (and
+    # before the next beat): the delay the hub added to that beat. Further
+    # onsets within a beat (a burst split by a silent packet: a
+    # contribution that missed its mix) are counted as `split`.
+    delays, split = [], 0
+    by_dst = {}
+    for at, port in outs:
+        by_dst.setdefault(port, []).append(at)
+    for port, times in by_dst.items():
+        times.sort()
+        j = 0
+        for k, b in enumerate(ins):
+            nxt = ins[k + 1] if k + 1 < len(ins) else float("inf")
+            while j < len(times) and times[j] < b:
+                j += 1
+            first = True
+            while j < len(times) and times[j] < nxt:
+                if first and times[j] - b < 0.09:
+                    delays.append((times[j] - b) * 1e6)
+                else:
+                    split += 1
+                first = False
+                j += 1
     rate = npk / (t_last - t_first) if t_first is not None and t_last > t_first else 0
-    return ins, outs, sorted(delays), rate
+    return ins, outs, sorted(delays), rate, split
 
 
 def pct(v, q):
@@ -127,21 +143,21 @@ def main(out):
         p = os.path.join(out, d)
         c = cpu(os.path.join(p, "cpu.txt"), n)
         pc = os.path.join(p, "hub.pcap")
-        ins, outs, delays, rate = analyse(pc) if os.path.exists(pc) else ([], [], [], 0)
+        ins, outs, delays, rate, split = analyse(pc) if os.path.exists(pc) else ([], [], [], 0, 0)
         flag = ""
         if os.path.exists(os.path.join(p, "FAILED")):
             flag = "metronome not connected"
-        elif len(outs) < 0.9 * len(ins) * (n - 1):
+        elif len(delays) < 0.9 * len(ins) * (n - 1):
             flag = "onsets missing at some clients"
-        rows.append((frames, n, hub, c, ins, outs, delays, rate, flag))
+        rows.append((frames, n, hub, c, ins, delays, split, rate, flag))
     print("| frames | clients | hub | CPU/client % (hub process) | CPU/client % (+ hub jackd) | "
-          "beats in | onsets out | added delay p50 / p90 / max (µs) | packets/s at hub | note |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for frames, n, hub, c, ins, outs, delays, rate, flag in rows:
+          "beats in | beats out (clients x beats) | split bursts | added delay p50 / p90 / max (µs) | packets/s at hub | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for frames, n, hub, c, ins, delays, split, rate, flag in rows:
         proc = "%.2f" % c[0] if c else "n/a"
         total = "%.2f" % sum(c) if len(c) > 1 else "n/a"
-        print("| %d | %d | %s | %s | %s | %d | %d | %s / %s / %s | %.0f | %s |" % (
-            frames, n, hub, proc, total, len(ins), len(outs),
+        print("| %d | %d | %s | %s | %s | %d | %d | %d | %s / %s / %s | %.0f | %s |" % (
+            frames, n, hub, proc, total, len(ins), len(delays), split,
             pct(delays, 0.5), pct(delays, 0.9), pct(delays, 1.0) if delays else "n/a",
             rate, flag))
     # Ratios side by side, same (frames, clients).
@@ -158,8 +174,8 @@ def main(out):
         cr = ratio(r[3][0], j[3][0]) if r[3] and j[3] else "n/a"
         cj = ratio(r[3][0], sum(j[3])) if r[3] and len(j[3]) > 1 else "n/a"
         dr = "n/a"
-        if r[6] and j[6]:
-            dr = ratio(r[6][len(r[6]) // 2], j[6][len(j[6]) // 2])
+        if r[5] and j[5]:
+            dr = ratio(r[5][len(r[5]) // 2], j[5][len(j[5]) // 2])
         print("| %d | %d | %s; %s | %s |" % (frames, n, cr, cj, dr))
 
 

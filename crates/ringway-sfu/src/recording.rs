@@ -190,7 +190,8 @@ pub struct PayloadMap(BTreeMap<u8, PayloadFormat>);
 impl PayloadMap {
     /// Add one `PT=ENC/RATE[/CHANNELS]` entry (channels default to 1).
     pub fn add(&mut self, spec: &str) -> Result<(), String> {
-        let bad = |why: &str| format!("payload map entry {spec:?}: {why} (want e.g. 96=L16/48000/1)");
+        let bad =
+            |why: &str| format!("payload map entry {spec:?}: {why} (want e.g. 96=L16/48000/1)");
         let (pt, fmt) = spec.split_once('=').ok_or_else(|| bad("no '='"))?;
         let pt: u8 = pt
             .trim()
@@ -542,7 +543,9 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!(
             r[1],
-            Err(RecordError::Truncated(HEADER_LEN + RECORD_HEADER_LEN + p.len()))
+            Err(RecordError::Truncated(
+                HEADER_LEN + RECORD_HEADER_LEN + p.len()
+            ))
         );
         let mut bad = f.clone();
         bad[HEADER_LEN + 8..HEADER_LEN + 10].copy_from_slice(&4000u16.to_le_bytes());

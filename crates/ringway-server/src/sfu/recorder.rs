@@ -95,9 +95,8 @@ pub(super) struct Recorder {
 impl Recorder {
     /// Create `dir` if needed and start the thread.
     pub(super) fn start(dir: &Path, max_bytes: u64) -> Result<(Recorder, RecordTx), ServerError> {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            ServerError::Config(format!("record directory {}: {e}", dir.display()))
-        })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ServerError::Config(format!("record directory {}: {e}", dir.display())))?;
         let (tx, rx) = sync_channel(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let stamp = std::time::SystemTime::now()
@@ -178,7 +177,8 @@ impl Writer {
             r.dropped_too_many_sources += 1;
             return;
         }
-        let need = (RECORD_HEADER_LEN + item.packet.len() + if new { HEADER_LEN } else { 0 }) as u64;
+        let need =
+            (RECORD_HEADER_LEN + item.packet.len() + if new { HEADER_LEN } else { 0 }) as u64;
         if r.bytes.saturating_add(need) > r.max_bytes {
             r.full = true;
             r.dropped_disk_full += 1;

@@ -142,7 +142,10 @@ fn run_convert(a: ConvertArgs) -> anyhow::Result<()> {
             stats.discontinuities
         );
     }
-    anyhow::ensure!(failed == 0, "{failed} recording file(s) could not be read completely");
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} recording file(s) could not be read completely"
+    );
     if written == 0 {
         eprintln!("no track had a payload type in the map");
     }
