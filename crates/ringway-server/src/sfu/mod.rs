@@ -8,8 +8,10 @@
 pub mod admin;
 mod engine;
 pub mod hub;
+pub mod recorder;
 
 pub use engine::LiveStats;
+pub use recorder::RecordReport;
 
 use crate::host::{self, cpu_seconds, CpuTime};
 use crate::metrics::LatencySummary;
@@ -122,6 +124,12 @@ pub struct SfuServerConfig {
     /// File holding the admin API's bearer token (at least 16 bytes;
     /// trailing whitespace ignored). Required with `admin_listen`.
     pub admin_token_file: Option<PathBuf>,
+    /// Record forwarded media to this directory (one file per source,
+    /// written by a recorder thread off the data path; created if needed).
+    pub record_dir: Option<PathBuf>,
+    /// Most bytes a recording may write (file and record headers
+    /// included); the recording stops, counting drops, when it is reached.
+    pub record_max_bytes: u64,
 }
 
 impl Default for SfuServerConfig {
@@ -153,6 +161,8 @@ impl Default for SfuServerConfig {
             late_after_ms: 20.0,
             admin_listen: None,
             admin_token_file: None,
+            record_dir: None,
+            record_max_bytes: 1 << 30,
         }
     }
 }
@@ -223,6 +233,16 @@ impl SfuServerConfig {
         }
         if !(self.late_after_ms.is_finite() && self.late_after_ms > 0.0) {
             return fail("late_after_ms must be a positive number of milliseconds");
+        }
+        if self.record_dir.is_some() {
+            if self.kernel_fanout.is_some() {
+                return fail(
+                    "record_dir cannot run with kernel_fanout (media replicated in the kernel never reaches the recorder)",
+                );
+            }
+            if self.record_max_bytes == 0 {
+                return fail("record_max_bytes must be at least 1");
+            }
         }
         match (self.admin_listen, &self.admin_token_file) {
             (Some(a), Some(_)) => crate::metrics::http::validate_addr(a, false)?,
@@ -316,6 +336,8 @@ pub struct ServeReport {
     pub rx_errors: u64,
     /// SRPIC counters, when sorting was on.
     pub srpic: Option<SrpicReport>,
+    /// The recorder's counters, when recording was on.
+    pub recording: Option<RecordReport>,
 }
 
 /// Read a secret from `path`: its bytes with trailing whitespace removed.
@@ -370,6 +392,7 @@ pub struct SfuServer {
     live: Arc<Mutex<LiveStats>>,
     engine: Option<JoinHandle<Result<EngineEnd, ServerError>>>,
     admin: Option<(SocketAddr, Arc<AtomicBool>, JoinHandle<()>)>,
+    recorder: Option<recorder::Recorder>,
 }
 
 impl SfuServer {
@@ -455,7 +478,15 @@ impl SfuServer {
             }
             _ => None,
         };
+        let (recorder, record_tx) = match &config.record_dir {
+            Some(dir) => {
+                let (r, tx) = recorder::Recorder::start(dir, config.record_max_bytes)?;
+                (Some(r), Some(tx))
+            }
+            None => (None, None),
+        };
         let run = EngineRun {
+            record: record_tx,
             admin: admin_rx,
             io,
             sfu,
@@ -487,6 +518,7 @@ impl SfuServer {
             live,
             engine: Some(engine),
             admin,
+            recorder,
         })
     }
 
@@ -535,8 +567,16 @@ impl SfuServer {
     /// Stop the engine, wait for it, and return its report (or the error
     /// it stopped with).
     pub fn shutdown(mut self) -> Result<ServeReport, ServerError> {
-        match self.stop_engine() {
-            Some(end) => Ok(report(&self.config, self.local, self.batch, end?)),
+        let end = self.stop_engine();
+        // The engine thread has ended and dropped its sender: the recorder
+        // drains what is queued, flushes and ends.
+        let recording = self.recorder.take().map(recorder::Recorder::finish);
+        match end {
+            Some(end) => {
+                let mut r = report(&self.config, self.local, self.batch, end?);
+                r.recording = recording;
+                Ok(r)
+            }
             None => Err(ServerError::Panicked("sfu-engine".into())),
         }
     }
@@ -546,6 +586,9 @@ impl Drop for SfuServer {
     fn drop(&mut self) {
         if let Some(Err(e)) = self.stop_engine() {
             eprintln!("sfu: engine: {e}");
+        }
+        if let Some(r) = self.recorder.take() {
+            r.finish();
         }
     }
 }
@@ -600,6 +643,7 @@ struct EngineRun {
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
     admin: std::sync::mpsc::Receiver<admin::AdminRequest>,
+    record: Option<recorder::RecordTx>,
 }
 
 /// The engine thread: receive, handle, flush, tick, until stopped or the
@@ -621,6 +665,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         stop,
         live,
         admin,
+        record,
     } = run;
     let started = Instant::now();
     let mut placement = Vec::new();
@@ -650,6 +695,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         max_age_ns,
         Box::new(engine::SystemClock),
     );
+    e.record = record;
     let mut fanout = match (&fanout_at, local) {
         (Some(iface), SocketAddr::V4(local)) => Some(
             ringway_io::backend::KernelFanout::attach(iface, local)
@@ -735,8 +781,11 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
             l.rooms = rooms;
             l.io = io_stats;
             l.engine_cpu_s = cpu;
+            l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
         }
     }
+    // Close the recorder's channel: it drains what is queued and ends.
+    e.record = None;
     if e.pending() {
         e.flush_now(io.as_mut())?;
     }
@@ -869,6 +918,7 @@ fn report(
                 flows: st.flows,
             }
         }),
+        recording: None,
     }
 }
 
