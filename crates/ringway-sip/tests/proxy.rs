@@ -840,7 +840,8 @@ fn strict_route_and_loose_route_multi() {
 #[test]
 fn labels() {
     assert_eq!(MsgLabel::Response(183).as_str(), "183");
-    assert_eq!(MsgLabel::Response(699).to_string(), "699");
+    // Codes without a slot of their own are labelled by class (review S2).
+    assert_eq!(MsgLabel::Response(699).to_string(), "6xx");
     assert_eq!(MsgLabel::Invite.as_str(), "INVITE");
     assert_eq!(MsgLabel::OtherRequest.as_str(), "other");
     assert_eq!(MsgLabel::ByeOk.as_str(), "200-BYE");

@@ -472,8 +472,11 @@ impl SipServer {
                             crate::location::redact_location(&url)
                         );
                     }
-                    let (queue, receivers) =
-                        LocationQueue::new(config.location_threads, config.location_queue);
+                    let (queue, receivers) = LocationQueue::new(
+                        config.location_threads,
+                        config.location_queue,
+                        u64::from_le_bytes(host::random_bytes()?),
+                    );
                     let shared = LocationShared {
                         counters,
                         latency: (0..config.location_threads)

@@ -49,7 +49,7 @@ mod worker;
 
 pub use config::{AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy};
 pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
-pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
+pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS, EXACT_CODES};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub use routing::sendable;
 pub use stats::ProxyStats;

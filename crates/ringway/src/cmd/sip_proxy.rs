@@ -165,7 +165,7 @@ pub struct ProxyArgs {
     #[arg(long = "flood-exempt")]
     pub flood_exempt: Vec<std::net::IpAddr>,
     /// Location store: `memory`, or `redis://HOST:PORT/DB` shared by several proxies (Redis or Valkey).
-    #[arg(long, default_value = "memory", value_parser = parse_location)]
+    #[arg(long, default_value = "memory", value_parser = LocationParser)]
     pub location: String,
     /// Longest wait for the shared location store, per command and in its queue (ms).
     #[arg(long, default_value_t = 200)]
@@ -178,9 +178,33 @@ pub struct ProxyArgs {
     pub location_queue: usize,
 }
 
-/// `--location`: checked at start-up (a malformed URL stops it).
-fn parse_location(text: &str) -> Result<String, String> {
-    ringway_server::location::parse_location(text).map(|_| text.to_string())
+/// `--location`: checked at start-up (a malformed URL stops it). Its
+/// errors never repeat the value (it may hold the Redis password; clap's
+/// own "invalid value" message would print it).
+#[derive(Clone)]
+struct LocationParser;
+
+impl clap::builder::TypedValueParser for LocationParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let refuse = |message: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--location: {message}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
+        ringway_server::location::parse_location(text)
+            .map(|_| text.to_string())
+            .map_err(refuse)
+    }
 }
 
 impl ProxyArgs {
@@ -353,6 +377,12 @@ mod tests {
                 "{malformed} accepted"
             );
         }
+        // Review S22: the error names the option, never the password.
+        let error = parse(&["--location", "redis://:hunter2@127.0.0.1:0/0"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--location"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
         assert!(parse(&["--location", "redis://127.0.0.1:6379/0"])
             .unwrap()
             .validate()

@@ -1,0 +1,186 @@
+//! State of `ringway sip proxy` stays bounded under hostile traffic
+//! (issue 19 part 4, review findings S2, S8, S9, S11, S12, S17), each in a
+//! private network namespace against the real binary:
+//! - responses with 600 distinct status codes do not grow the metrics (S2);
+//! - a slow `/metrics` client cannot hold the endpoint (S17).
+
+mod sip_proxy_support;
+
+use sip_proxy_support::*;
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+fn a(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// Resident set size of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A small response (~150 bytes) with status `code` whose top Via is not
+/// the proxy's: the core drops it, but it is labelled and counted.
+fn stray_response(code: u16) -> Vec<u8> {
+    format!(
+        "SIP/2.0 {code} x\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKs{code}\r\n\
+         From: <sip:a@192.0.2.1>;tag=1\r\nTo: <sip:b@192.0.2.2>;tag=2\r\n\
+         Call-ID: s{code}@192.0.2.1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// The distinct values of label `label` in the samples of `metric`.
+fn label_values(text: &str, metric: &str, label: &str) -> BTreeSet<String> {
+    let key = format!("{label}=\"");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(metric)?.strip_prefix('{'))
+        .filter_map(|rest| {
+            let v = &rest[rest.find(&key)? + key.len()..];
+            Some(v[..v.find('"')?].to_string())
+        })
+        .collect()
+}
+
+/// Review S2: one response per status code 100..=699, from many source
+/// ports (spread over both workers), then a scrape. Before the fix each
+/// code got its own slot of four HDR histograms (~0.9 MiB) in every
+/// worker, its published copy and the merged snapshot: ~550 MiB per
+/// worker. Now the codes map to a fixed table (exact codes and classes).
+#[test]
+fn distinct_status_codes_do_not_grow_the_metrics() {
+    let (text, rss0, rss1, summary) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--workers",
+                "2",
+                "--rcvbuf",
+                "4194304",
+                "--metrics",
+                "127.0.0.1:9464",
+            ],
+        );
+        // Baseline with the metrics machinery warmed up (one type seen, one scrape).
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(&stray_response(200), "127.0.0.1:5060").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        scrape(a("127.0.0.1:9464"));
+        let rss0 = rss_kib(p.pid);
+        let senders: Vec<UdpSocket> = (0..16)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        for round in 0..2 {
+            for code in 100u16..=699 {
+                let s = &senders[(code as usize + round) % senders.len()];
+                s.send_to(&stray_response(code), "127.0.0.1:5060").unwrap();
+                if code % 50 == 0 {
+                    // Paced: the point is distinct codes, not socket drops.
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let text = scrape(a("127.0.0.1:9464"));
+        std::thread::sleep(Duration::from_millis(200));
+        let rss1 = rss_kib(p.pid);
+        (text, rss0, rss1, stop_proxy(&mut procs, &p))
+    });
+    let types = label_values(&text, "ringway_sip_messages_by_type_total", "type");
+    eprintln!("RSS {rss0} -> {rss1} KiB; type labels {types:?}");
+    // Every datagram was seen and counted (1 + 2 × 600 responses), or
+    // dropped by a full socket and counted as such.
+    let seen = summary["messages"]["in"].as_u64().unwrap();
+    let socket_drops = summary["drops"]["socket_rxq_ovfl"].as_u64().unwrap();
+    assert_eq!(seen + socket_drops, 1201, "{}", summary["drops"]);
+    assert!(seen > 1100, "most responses reach the core: {seen}");
+    let counted: f64 = prom_sum(&text, "ringway_sip_messages_by_type_total");
+    assert_eq!(counted as u64, seen);
+    // A fixed set of labels: the exact codes seen and the six classes.
+    assert!(types.contains("6xx") && types.contains("3xx"), "{types:?}");
+    assert!(
+        !types.contains("699") && !types.contains("302"),
+        "{types:?}"
+    );
+    assert!(
+        types.len() <= ringway_sip::MsgLabel::SLOTS,
+        "{} type labels",
+        types.len()
+    );
+    let by_type = summary["by_type"].as_object().unwrap();
+    assert_eq!(by_type.len(), types.len(), "{:?}", by_type.keys());
+    // Memory: a bounded table costs at most ~20 slots × 0.9 MiB per copy.
+    assert!(
+        rss1 < rss0 + 96 * 1024,
+        "RSS grew from {rss0} to {rss1} KiB with 600 status codes"
+    );
+}
+
+/// Review S17: a client that trickles its request a byte at a time (each
+/// byte well within the old per-read timeout) used to hold the one
+/// `/metrics` handler for as long as it liked. Now the whole request must
+/// arrive within a deadline: a scrape started after the slow client is
+/// answered while the slow client is still trickling, and the slow
+/// client's connection is closed before it has sent everything.
+#[test]
+fn slow_metrics_client_cannot_hold_the_endpoint() {
+    let (answered_while_trickling, trickle_cut) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &["--listen", "127.0.0.1:5060", "--metrics", "127.0.0.1:9464"],
+        );
+        let trickling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = trickling.clone();
+        let slow = std::thread::spawn(move || {
+            let mut c = TcpStream::connect("127.0.0.1:9464").unwrap();
+            // 100 bytes, one every 200 ms (20 s), never ending the head.
+            let request = format!("GET /metrics HTTP/1.0\r\nX-Slow: {}", "a".repeat(100));
+            let mut cut = false;
+            for b in request.as_bytes().iter().take(100) {
+                if c.write_all(&[*b]).is_err() {
+                    cut = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            flag.store(false, std::sync::atomic::Ordering::SeqCst);
+            cut
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        let body = scrape(a("127.0.0.1:9464"));
+        let answered_while_trickling = trickling.load(std::sync::atomic::Ordering::SeqCst);
+        eprintln!(
+            "scrape answered after {:?} ({} bytes) while the slow client {}",
+            started.elapsed(),
+            body.len(),
+            if answered_while_trickling {
+                "still trickled"
+            } else {
+                "had finished"
+            }
+        );
+        let trickle_cut = slow.join().unwrap();
+        stop_proxy(&mut procs, &p);
+        (answered_while_trickling, trickle_cut)
+    });
+    assert!(
+        answered_while_trickling,
+        "the scrape waited for the slow client to finish"
+    );
+    assert!(trickle_cut, "the slow client's connection was never closed");
+}
