@@ -150,6 +150,11 @@ pub struct SipServerConfig {
     /// Requests waiting for the shared store at most (beyond: refused at
     /// once, `500` + `Retry-After` / `480`).
     pub location_queue: usize,
+    /// Overload shedding (RFC 6357/7339 in spirit): a new INVITE that
+    /// waited longer than this (ms) between its kernel receive stamp and
+    /// its processing is answered `503` + `Retry-After` before any state
+    /// (0: off). Needs kernel RX stamps (always requested).
+    pub overload_queue_delay_ms: u64,
 }
 
 impl Default for SipServerConfig {
@@ -186,9 +191,13 @@ impl Default for SipServerConfig {
             location_timeout_ms: 200,
             location_threads: 2,
             location_queue: 1024,
+            overload_queue_delay_ms: DEFAULT_OVERLOAD_QUEUE_DELAY_MS,
         }
     }
 }
+
+/// Default of [`SipServerConfig::overload_queue_delay_ms`].
+pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 20;
 
 impl SipServerConfig {
     /// Reject inconsistent settings, naming the field.
@@ -265,6 +274,12 @@ impl SipServerConfig {
         }
         if self.location_queue == 0 {
             return fail("location_queue must be above 0".into());
+        }
+        if self.overload_queue_delay_ms > 10_000 {
+            return fail(format!(
+                "overload_queue_delay_ms must be 0..=10000 (0: off), not {}",
+                self.overload_queue_delay_ms
+            ));
         }
         Ok(())
     }
@@ -699,6 +714,9 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let config = &shared.config;
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    worker.shed_after(
+        (config.overload_queue_delay_ms > 0).then(|| config.overload_queue_delay_ms * 1_000_000),
+    );
     let slot = &shared.slots[index];
     let mut published = 0u64;
     let run = catch_unwind(AssertUnwindSafe(|| {

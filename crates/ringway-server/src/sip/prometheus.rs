@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 22] {
     [
         (
             "ringway_sip_core_requests_received_total",
@@ -56,6 +56,11 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] 
             "ringway_sip_overload_sheds_total",
             "Requests refused because the transaction table was full.",
             stats.overload_sheds,
+        ),
+        (
+            "ringway_sip_overload_queue_sheds_total",
+            "New INVITEs answered 503 before any state because the receive queue was too long.",
+            stats.overload_queue_sheds,
         ),
         (
             "ringway_sip_overload_stateless_total",

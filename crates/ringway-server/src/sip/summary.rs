@@ -221,6 +221,8 @@ pub struct ConfigView {
     pub location_threads: usize,
     /// Requests waiting for the shared store at most.
     pub location_queue: usize,
+    /// New INVITEs that waited longer than this (ms) are shed with 503 (0: off).
+    pub overload_queue_delay_ms: u64,
 }
 
 /// The shared location store in the summary.
@@ -315,6 +317,7 @@ pub(super) fn build(
             location_timeout_ms: config.location_timeout_ms,
             location_threads: config.location_threads,
             location_queue: config.location_queue,
+            overload_queue_delay_ms: config.overload_queue_delay_ms,
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {

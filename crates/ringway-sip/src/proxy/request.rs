@@ -144,6 +144,19 @@ impl ProxyWorker<'_> {
     ) -> Result<bool, Action> {
         let proxy = self.proxy();
         let method = request.method;
+        if self.shedding && method == Method::Invite && request.msg.to_tag().is_none() {
+            // Overload reported by the driver: shed new calls first,
+            // statelessly (no transaction, no timer G).
+            self.stripe.add(Counter::OverloadQueueSheds);
+            return Err(self.respond(
+                request.msg,
+                request.upstream,
+                503,
+                "Service Unavailable",
+                &[("Retry-After", "5")],
+                out,
+            ));
+        }
         let stateful = proxy.config.mode == Mode::Stateful
             && method != Method::Ack
             && method != Method::Cancel;

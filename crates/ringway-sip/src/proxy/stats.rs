@@ -30,6 +30,12 @@ pub struct ProxyStats {
     pub retransmissions_sent: u64,
     /// Requests refused because the table was full (503 or drop).
     pub overload_sheds: u64,
+    /// New INVITEs answered `503` + `Retry-After` before any state because
+    /// the driver reported overload ([`ProxyWorker::set_shedding`]: its
+    /// receive queue is too long), RFC 7339 style.
+    ///
+    /// [`ProxyWorker::set_shedding`]: crate::ProxyWorker::set_shedding
+    pub overload_queue_sheds: u64,
     /// In-dialog requests forwarded statelessly because the table was full
     /// (calls already set up are completed, new ones are shed).
     pub overload_stateless: u64,
@@ -86,6 +92,7 @@ pub(super) enum Counter {
     RetransmissionsAbsorbed,
     RetransmissionsSent,
     OverloadSheds,
+    OverloadQueueSheds,
     OverloadStateless,
     CancelsMatched2543,
     AuthAccepted,
@@ -210,6 +217,7 @@ impl Proxy {
             retransmissions_absorbed: counters.event(Counter::RetransmissionsAbsorbed),
             retransmissions_sent: counters.event(Counter::RetransmissionsSent),
             overload_sheds: counters.event(Counter::OverloadSheds),
+            overload_queue_sheds: counters.event(Counter::OverloadQueueSheds),
             overload_stateless: counters.event(Counter::OverloadStateless),
             cancels_matched_2543: counters.event(Counter::CancelsMatched2543),
             auth_accepted: counters.event(Counter::AuthAccepted),

@@ -34,6 +34,8 @@ pub struct ProxyWorker<'p> {
     pub(super) resumed_answer: Option<(StoreQuery, StoreAnswer)>,
     /// While resuming a deferred request (the store step never defers).
     pub(super) resuming: bool,
+    /// The driver reports overload: new INVITEs are shed.
+    pub(super) shedding: bool,
 }
 
 impl<'p> ProxyWorker<'p> {
@@ -45,7 +47,18 @@ impl<'p> ProxyWorker<'p> {
             scratch: Vec::with_capacity(SCRATCH_CAPACITY),
             resumed_answer: None,
             resuming: false,
+            shedding: false,
         }
+    }
+
+    /// Overload from the driver's side (RFC 6357 / 7339 in spirit): while
+    /// `on`, a new INVITE (no To tag, no transaction) is answered `503` with
+    /// `Retry-After` before any transaction, store lookup or authentication
+    /// work; requests of calls already set up, retransmissions and responses
+    /// are handled as usual. The driver sets it per datagram, e.g. from how
+    /// long that datagram waited in its receive queue.
+    pub fn set_shedding(&mut self, on: bool) {
+        self.shedding = on;
     }
 
     /// The shared proxy (configuration, stats, [`Proxy::next_deadline`]).

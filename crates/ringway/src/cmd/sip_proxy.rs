@@ -176,6 +176,9 @@ pub struct ProxyArgs {
     /// Requests waiting for the shared location store at most (more: 500 / 480 at once).
     #[arg(long, default_value_t = 1024)]
     pub location_queue: usize,
+    /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
+    #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
+    pub overload_queue_delay_ms: u64,
 }
 
 /// `--location`: checked at start-up (a malformed URL stops it). Its
@@ -296,6 +299,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             location_timeout_ms: a.location_timeout_ms,
             location_threads: a.location_threads,
             location_queue: a.location_queue,
+            overload_queue_delay_ms: a.overload_queue_delay_ms,
         })
     }
 }
