@@ -2,7 +2,9 @@
 //! (issue 19 part 4, review findings S2, S8, S9, S11, S12, S17), each in a
 //! private network namespace against the real binary:
 //! - responses with 600 distinct status codes do not grow the metrics (S2);
-//! - a slow `/metrics` client cannot hold the endpoint (S17).
+//! - a slow `/metrics` client cannot hold the endpoint (S17);
+//! - a worker thread that panics takes the process down with an error,
+//!   reported in the summary, and leaves no socket bound (S11).
 
 mod sip_proxy_support;
 
@@ -10,6 +12,7 @@ use sip_proxy_support::*;
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn a(s: &str) -> SocketAddr {
@@ -118,6 +121,9 @@ fn distinct_status_codes_do_not_grow_the_metrics() {
         "{} type labels",
         types.len()
     );
+    // Every thread still runs (2 workers and the timer).
+    assert_eq!(prom_value(&text, "ringway_sip_threads_alive"), Some(3.0));
+    assert_eq!(prom_value(&text, "ringway_sip_threads"), Some(3.0));
     let by_type = summary["by_type"].as_object().unwrap();
     assert_eq!(by_type.len(), types.len(), "{:?}", by_type.keys());
     // Memory: a bounded table costs at most ~20 slots × 0.9 MiB per copy.
@@ -183,4 +189,70 @@ fn slow_metrics_client_cannot_hold_the_endpoint() {
         "the scrape waited for the slow client to finish"
     );
     assert!(trickle_cut, "the slow client's connection was never closed");
+}
+
+/// Review S11: with `--rx-model reuseport` each worker has its own socket in
+/// the SO_REUSEPORT group; a worker that panicked used to leave its socket
+/// bound (the kernel kept hashing 1/N of the peers to it) while the process
+/// and the other workers ran on. A panic injected into one worker (test
+/// hook `RINGWAY_TEST_PANIC`) now stops the whole proxy: it exits non-zero
+/// with the thread named in its summary, and the port is free again.
+#[test]
+fn a_panicking_worker_stops_the_proxy_with_an_error() {
+    let (status, summary, rebind, stderr) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let summary_path = dir.path().join("summary.json");
+        let mut child = Command::new(ringway())
+            .args([
+                "sip",
+                "proxy",
+                "--listen",
+                "127.0.0.1:5060",
+                "--workers",
+                "2",
+            ])
+            .args([
+                "--rx-model",
+                "reuseport",
+                "--duration",
+                "60",
+                "--quiet",
+                "--summary",
+            ])
+            .arg(&summary_path)
+            .env("RINGWAY_TEST_PANIC", "sip-w1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr_pipe = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr_pipe, &mut text);
+            text
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        // Datagrams from many source ports: some hash to the doomed worker.
+        let sockets: Vec<UdpSocket> = (0..32)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        for s in &sockets {
+            let _ = s.send_to(b"OPTIONS sip:x SIP/2.0\r\n\r\n", "127.0.0.1:5060");
+        }
+        // Bounded wait (not a timing assertion: the old binary never exits).
+        let status = wait_bounded(&mut child, Duration::from_secs(30));
+        let summary: Option<serde_json::Value> = std::fs::read_to_string(&summary_path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let rebind = UdpSocket::bind("127.0.0.1:5060").is_ok();
+        (status, summary, rebind, reader.join().unwrap())
+    });
+    eprintln!("{stderr}");
+    let status = status.expect("the proxy kept running after a worker panicked");
+    assert!(!status.success(), "exit status {status}");
+    assert!(stderr.contains("sip-w1"), "{stderr}");
+    let summary = summary.expect("the summary is still written");
+    assert_eq!(summary["threads_panicked"], serde_json::json!(["sip-w1"]));
+    assert!(rebind, "the proxy's port is still bound");
 }

@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -408,6 +408,45 @@ struct Shared {
     cpu_start: CpuTime,
     started: Instant,
     rcvbuf_granted: Vec<usize>,
+    /// Worker, timer and store threads running now.
+    threads_alive: AtomicUsize,
+    /// Threads that panicked (their names). Any panic stops every thread:
+    /// the process does not go on with a socket nobody reads.
+    panicked: Mutex<Vec<String>>,
+    /// Test hook (`RINGWAY_TEST_PANIC=<thread name>`): that thread panics
+    /// on its first datagram (worker) or loop (timer, store thread).
+    inject_panic: Option<String>,
+}
+
+impl Shared {
+    /// A thread ended by a panic: remember it and stop every thread.
+    fn thread_panicked(&self, name: &str) {
+        lock(&self.panicked).push(name.to_string());
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Panic here if the test hook names this thread.
+    fn injected_panic(&self, name: &str) {
+        if self.inject_panic.as_deref() == Some(name) {
+            panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
+        }
+    }
+}
+
+/// Counts a thread alive from its start to its end (also by unwinding).
+struct AliveGuard<'a>(&'a AtomicUsize);
+
+impl<'a> AliveGuard<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        AliveGuard(count)
+    }
+}
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What the threads share about a shared location store.
@@ -448,6 +487,12 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Threads that did not publish in time (their previous copy was used).
     pub stale_threads: usize,
+    /// Worker, timer and store threads running.
+    pub threads_alive: usize,
+    /// Worker, timer and store threads started.
+    pub threads_started: usize,
+    /// Threads that panicked (each stops the server).
+    pub threads_panicked: usize,
     /// The shared location store (`None`: in memory).
     pub location: Option<LocationSnapshot>,
     /// Datagrams received per worker (index = worker).
@@ -521,6 +566,9 @@ impl SipServer {
             cpu_start: host::process_cpu_time().unwrap_or_default(),
             started: Instant::now(),
             rcvbuf_granted,
+            threads_alive: AtomicUsize::new(0),
+            panicked: Mutex::new(Vec::new()),
+            inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
             config,
         });
         let mut server = SipServer {
@@ -578,6 +626,13 @@ impl SipServer {
         self.shared.local
     }
 
+    /// Names of the threads that panicked (empty while all is well). A
+    /// panic in any worker, timer or store thread stops them all; the
+    /// front end should then exit with an error (a supervisor restarts it).
+    pub fn panicked_threads(&self) -> Vec<String> {
+        lock(&self.shared.panicked).clone()
+    }
+
     /// The configuration it runs with.
     pub fn config(&self) -> &SipServerConfig {
         &self.shared.config
@@ -627,6 +682,7 @@ impl SipServer {
             &snap,
             lock(&s.threads_cpu).clone(),
             lock(&s.placement).clone(),
+            lock(&s.panicked).clone(),
         )
     }
 }
@@ -719,11 +775,15 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     );
     let slot = &shared.slots[index];
     let mut published = 0u64;
+    let _alive = AliveGuard::new(&shared.threads_alive);
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
             match io.recv_batch(&mut rx, Some(POLL)) {
                 Ok(0) => {}
-                Ok(_) => worker.drive_batch(io.as_mut(), &rx, monotonic_now),
+                Ok(_) => {
+                    shared.injected_panic(&name);
+                    worker.drive_batch(io.as_mut(), &rx, monotonic_now)
+                }
                 Err(e) => {
                     worker.count_rx_error();
                     eprintln!("sip server: worker {index}: receive error: {e}");
@@ -737,7 +797,9 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
 }
 
 /// Publish a thread's final metrics and CPU time, also when its loop
-/// panicked (the panic is then passed on, so `join` reports it).
+/// panicked: then every thread is told to stop (review S11: no worker
+/// goes on alone with a dead one's socket still bound, no timer-less
+/// proxy), and the panic is passed on, so `join` reports it.
 fn finish_thread(
     shared: &Shared,
     slot: &MetricsSlot,
@@ -748,6 +810,8 @@ fn finish_thread(
     slot.finish(metrics);
     record_thread_cpu(shared, name);
     if let Err(panic) = run {
+        shared.thread_panicked(name);
+        eprintln!("sip server: thread {name} panicked: stopping every thread");
         resume_unwind(panic);
     }
 }
@@ -757,8 +821,10 @@ fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let mut timer = SipTimer::new(&shared.proxy);
     let slot = &shared.slots[shared.config.workers];
     let mut published = 0u64;
+    let _alive = AliveGuard::new(&shared.threads_alive);
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic("sip-timer");
             let wait = timer.wait(monotonic_now().0);
             if wait.is_zero() {
                 timer.fire(io.as_mut(), monotonic_now().0);
@@ -793,14 +859,18 @@ fn store_thread(
     );
     let slot = &shared.slots[shared.config.workers + 1 + index];
     let mut published = 0u64;
-    while !shared.stop.load(Ordering::Relaxed) {
-        if thread.run_batch(io.as_mut(), POLL, monotonic_now).is_none() {
-            break;
+    let name = format!("sip-store{index}");
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic(&name);
+            if thread.run_batch(io.as_mut(), POLL, monotonic_now).is_none() {
+                break;
+            }
+            slot.offer(thread.metrics(), &mut published);
         }
-        slot.offer(thread.metrics(), &mut published);
-    }
-    slot.finish(thread.metrics());
-    record_thread_cpu(shared, &format!("sip-store{index}"));
+    }));
+    finish_thread(shared, slot, thread.metrics(), &name, run);
 }
 
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
@@ -843,6 +913,9 @@ fn snapshot(shared: &Shared) -> Snapshot {
             .since(&shared.cpu_start),
         elapsed: shared.started.elapsed(),
         stale_threads,
+        threads_alive: shared.threads_alive.load(Ordering::Relaxed),
+        threads_started: shared.slots.len(),
+        threads_panicked: lock(&shared.panicked).len(),
         location: shared.location.as_ref().map(|location| {
             let mut latency = LocationLatency::default();
             for thread in &location.latency {

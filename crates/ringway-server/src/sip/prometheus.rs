@@ -267,6 +267,24 @@ pub(super) fn render(snap: &Snapshot) -> String {
         &[],
         snap.stale_threads as f64,
     );
+    p.gauge(
+        "ringway_sip_threads_alive",
+        "Worker, timer and store threads running (below ringway_sip_threads: the server is stopping).",
+        &[],
+        snap.threads_alive as f64,
+    );
+    p.gauge(
+        "ringway_sip_threads",
+        "Worker, timer and store threads started.",
+        &[],
+        snap.threads_started as f64,
+    );
+    p.counter(
+        "ringway_sip_thread_panics_total",
+        "Threads ended by a panic (each stops the whole server).",
+        &[],
+        snap.threads_panicked as u64,
+    );
     // Not known locally with a shared store: no sample rather than 0.
     if let Some(bindings) = stats.bindings {
         p.gauge(

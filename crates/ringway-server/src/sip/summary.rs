@@ -265,6 +265,9 @@ pub struct Summary {
     pub placement: Vec<String>,
     /// The shared location store (null: in memory).
     pub location: Option<LocationSummary>,
+    /// Threads that panicked (each stops the server; the command then
+    /// exits with an error). Empty on a clean run.
+    pub threads_panicked: Vec<String>,
 }
 
 /// Schema id of [`Summary`].
@@ -278,6 +281,7 @@ pub(super) fn build(
     snap: &Snapshot,
     threads: Vec<ThreadCpu>,
     placement: Vec<String>,
+    threads_panicked: Vec<String>,
 ) -> Summary {
     let m = &snap.metrics;
     let all = m.all_types();
@@ -372,5 +376,6 @@ pub(super) fn build(
             register: crate::location::QueryLatencySummary::of(&location.latency.register),
             lookup: crate::location::QueryLatencySummary::of(&location.latency.lookup),
         }),
+        threads_panicked,
     }
 }

@@ -486,8 +486,11 @@ mod tests {
         let fresh = realtime_now().0;
         let (late, on_time, in_dialog) = (invite(1, 0), invite(2, 0), {
             let text = String::from_utf8(invite(3, 0)).unwrap();
-            text.replace("To: <sip:bob@example.com>", "To: <sip:bob@example.com>;tag=b3")
-                .into_bytes()
+            text.replace(
+                "To: <sip:bob@example.com>",
+                "To: <sip:bob@example.com>;tag=b3",
+            )
+            .into_bytes()
         });
         let rx = batch(&[
             // Received by the kernel 100 ms ago (far beyond 20 ms).
@@ -499,8 +502,14 @@ mod tests {
         w.drive_batch(&mut io, &rx, ticking());
         let inv = w.metrics().get(MsgLabel::Invite).unwrap();
         assert_eq!(inv.count, 3);
-        assert_eq!(inv.responded(), std::collections::BTreeMap::from([(503, 1)]));
-        assert_eq!(inv.forwarded, 2, "the fresh INVITE and the in-dialog one go on");
+        assert_eq!(
+            inv.responded(),
+            std::collections::BTreeMap::from([(503, 1)])
+        );
+        assert_eq!(
+            inv.forwarded, 2,
+            "the fresh INVITE and the in-dialog one go on"
+        );
         let stats = p.stats();
         assert_eq!(stats.overload_queue_sheds, 1);
         // The shed INVITE left no transaction: two were created (the fresh

@@ -327,12 +327,19 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         ringway_server::location::redact_location(&a.location),
     );
-    serving::wait_for_stop(&stop, a.duration);
+    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
     }
     serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
+    // A panicked thread stopped the server: exit non-zero (a supervisor
+    // restarts the process), never run on with a socket nobody reads.
+    anyhow::ensure!(
+        summary.threads_panicked.is_empty(),
+        "thread(s) {} panicked; the proxy stopped",
+        summary.threads_panicked.join(", ")
+    );
     Ok(())
 }
 
