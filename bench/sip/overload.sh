@@ -5,7 +5,8 @@
 #
 #  1. Capacity: fresh proxy per step, RATES for CAP_SECS each; capacity =
 #     the highest goodput (successful calls/s over the start phase) of a
-#     step with <= 1 % failed calls and a generator that kept its schedule.
+#     step whose generator kept its schedule (its failed calls are 503s
+#     from shedding at the edge, reported in capacity.tsv).
 #  2. Overload: fresh proxy, FACTOR x capacity for OVER_SECS; goodput per
 #     second from the generator's progress lines (calls completed OK per
 #     second, by completion time). Right after the overload's start phase
@@ -115,13 +116,17 @@ best = 0
 for line in open(sys.argv[1]).read().splitlines()[1:]:
     f = line.split("\t")
     att, ok, failed, goodput, sched = int(f[1]), int(f[2]), int(f[3]), int(f[4]), float(f[5])
-    if att and failed <= 0.01 * att and sched >= 0.99:
+    if att and sched >= 0.99:
         best = max(best, goodput)
 print(best)
 EOF
 )
 fi
 echo "capacity: $CAPACITY calls/s" | tee "$OUT/capacity.txt"
+if [[ "$CAPACITY" -le 0 ]]; then
+    echo "no capacity step had a generator on schedule: machine too busy?" >&2
+    exit 1
+fi
 OFFER=$((CAPACITY * FACTOR))
 
 # 2. Overload, then the probes.

@@ -970,6 +970,7 @@ fn registrar_rules() {
         max_expires: 7200,
         default_expires: 3600,
         max_contacts: 2,
+        ..Default::default()
     };
     let p = Proxy::new(c);
     let reg = |call_id: &str, cseq: u32, contact: &str, expires: &str| {

@@ -48,6 +48,7 @@ use ringway_io::thread::Placement;
 use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};
 use ringway_io::{SocketConfig, SocketReport};
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
+use ringway_sip::MemoryStore;
 use ringway_sip::{AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -106,6 +107,17 @@ pub struct SipServerConfig {
     pub tx_stamp_every: u64,
     /// Transaction table bound; beyond it new requests get 503 Retry-After.
     pub max_transactions: usize,
+    /// Bytes the transaction table may hold (kept requests and responses
+    /// included); beyond it new requests are refused as beyond
+    /// `max_transactions`.
+    pub max_transaction_bytes: usize,
+    /// Registrar (in-memory store): most bindings held.
+    pub max_bindings: usize,
+    /// Registrar (in-memory store): most bytes of bindings held (contacts,
+    /// Call-IDs, Path values); beyond it REGISTERs that add get 503.
+    pub max_binding_bytes: usize,
+    /// Registrar: most bytes of Path values in one REGISTER (more: 400).
+    pub max_path_bytes: usize,
     /// Domains served by this proxy/registrar.
     pub domains: Vec<String>,
     /// Datagrams per receive batch (1..=1024).
@@ -172,6 +184,10 @@ impl Default for SipServerConfig {
             placement: Placement::default(),
             tx_stamp_every: 64,
             max_transactions: 100_000,
+            max_transaction_bytes: ringway_sip::DEFAULT_MAX_TRANSACTION_BYTES,
+            max_bindings: 100_000,
+            max_binding_bytes: 64 << 20,
+            max_path_bytes: ringway_sip::DEFAULT_MAX_PATH_BYTES,
             domains: Vec::new(),
             batch: 32,
             min_expires: RegistrarPolicy::default().min_expires,
@@ -211,6 +227,18 @@ impl SipServerConfig {
         }
         if self.max_transactions == 0 {
             return fail("max_transactions must be above 0".into());
+        }
+        if self.max_transaction_bytes < 1 << 20 {
+            return fail(format!(
+                "max_transaction_bytes must be at least 1048576 (1 MiB), not {}",
+                self.max_transaction_bytes
+            ));
+        }
+        if self.max_bindings == 0 || self.max_binding_bytes < 1 << 16 {
+            return fail(format!(
+                "max_bindings must be above 0 and max_binding_bytes at least 65536, not {} and {}",
+                self.max_bindings, self.max_binding_bytes
+            ));
         }
         if self.listen.ip().is_unspecified() {
             return fail(format!(
@@ -299,12 +327,14 @@ impl SipServerConfig {
             registrar: self.registrar,
             record_route: self.record_route,
             max_transactions: self.max_transactions,
+            max_transaction_bytes: self.max_transaction_bytes,
             domains: self.domains.clone(),
             registrar_policy: RegistrarPolicy {
                 min_expires: self.min_expires,
                 max_expires: self.max_expires,
                 default_expires: self.default_expires,
                 max_contacts: self.max_contacts,
+                max_path_bytes: self.max_path_bytes,
             },
             auth: self.auth.then(|| AuthConfig {
                 realm: self.auth_realm.clone(),
@@ -471,6 +501,19 @@ pub struct LocationSnapshot {
     pub latency: LocationLatency,
 }
 
+/// The configured state bounds, exported next to what they bound.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// [`SipServerConfig::max_transactions`].
+    pub max_transactions: usize,
+    /// [`SipServerConfig::max_transaction_bytes`].
+    pub max_transaction_bytes: usize,
+    /// [`SipServerConfig::max_bindings`].
+    pub max_bindings: usize,
+    /// [`SipServerConfig::max_binding_bytes`].
+    pub max_binding_bytes: usize,
+}
+
 /// Merged measurements at one moment (what `/metrics` renders).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -487,6 +530,8 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Threads that did not publish in time (their previous copy was used).
     pub stale_threads: usize,
+    /// The configured state bounds.
+    pub config: Bounds,
     /// Worker, timer and store threads running.
     pub threads_alive: usize,
     /// Worker, timer and store threads started.
@@ -513,40 +558,44 @@ impl SipServer {
         let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
         let local = sockets[0].local_addr()?;
         let proxy_config = config.proxy_config(local, random_key()?);
-        let (mut proxy, location, store_ends) =
-            match location::parse_location(&config.location).map_err(ServerError::Config)? {
-                None => (Proxy::new(proxy_config), None, None),
-                Some(url) => {
-                    let counters = Arc::new(LocationCounters::default());
-                    let timeout = Duration::from_millis(config.location_timeout_ms);
-                    let mut stores = Vec::new();
-                    for _ in 0..config.location_threads {
-                        let store = RedisStore::new(&url, timeout, counters.clone())
-                            .map_err(ServerError::Config)?;
-                        stores.push(Arc::new(store));
-                    }
-                    if let Err(e) = stores[0].ping() {
-                        eprintln!(
-                            "sip server: location store {} unreachable now ({e}); \
-                         REGISTERs get 500 and calls 480 until it answers",
-                            crate::location::redact_location(&url)
-                        );
-                    }
-                    let (queue, receivers) = LocationQueue::new(
-                        config.location_threads,
-                        config.location_queue,
-                        u64::from_le_bytes(host::random_bytes()?),
-                    );
-                    let shared = LocationShared {
-                        counters,
-                        latency: (0..config.location_threads)
-                            .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
-                            .collect(),
-                    };
-                    let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
-                    (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+        let (mut proxy, location, store_ends) = match location::parse_location(&config.location)
+            .map_err(ServerError::Config)?
+        {
+            None => {
+                let store = MemoryStore::with_limits(config.max_bindings, config.max_binding_bytes);
+                (Proxy::with_store(proxy_config, Arc::new(store)), None, None)
+            }
+            Some(url) => {
+                let counters = Arc::new(LocationCounters::default());
+                let timeout = Duration::from_millis(config.location_timeout_ms);
+                let mut stores = Vec::new();
+                for _ in 0..config.location_threads {
+                    let store = RedisStore::new(&url, timeout, counters.clone())
+                        .map_err(ServerError::Config)?;
+                    stores.push(Arc::new(store));
                 }
-            };
+                if let Err(e) = stores[0].ping() {
+                    eprintln!(
+                        "sip server: location store {} unreachable now ({e}); \
+                         REGISTERs get 500 and calls 480 until it answers",
+                        crate::location::redact_location(&url)
+                    );
+                }
+                let (queue, receivers) = LocationQueue::new(
+                    config.location_threads,
+                    config.location_queue,
+                    u64::from_le_bytes(host::random_bytes()?),
+                );
+                let shared = LocationShared {
+                    counters,
+                    latency: (0..config.location_threads)
+                        .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
+                        .collect(),
+                };
+                let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
+                (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+            }
+        };
         if let Some(credentials) = credentials {
             proxy.set_credentials(Arc::new(credentials));
         }
@@ -913,6 +962,12 @@ fn snapshot(shared: &Shared) -> Snapshot {
             .since(&shared.cpu_start),
         elapsed: shared.started.elapsed(),
         stale_threads,
+        config: Bounds {
+            max_transactions: shared.config.max_transactions,
+            max_transaction_bytes: shared.config.max_transaction_bytes,
+            max_bindings: shared.config.max_bindings,
+            max_binding_bytes: shared.config.max_binding_bytes,
+        },
         threads_alive: shared.threads_alive.load(Ordering::Relaxed),
         threads_started: shared.slots.len(),
         threads_panicked: lock(&shared.panicked).len(),

@@ -267,6 +267,52 @@ pub(super) fn render(snap: &Snapshot) -> String {
         &[],
         snap.stale_threads as f64,
     );
+    // The bounds, next to what they bound (review S9).
+    let c = &snap.config;
+    for (name, help, value) in [
+        (
+            "ringway_sip_transaction_bytes",
+            "Bytes the transaction table holds (kept requests and responses included).",
+            stats.transaction_bytes as f64,
+        ),
+        (
+            "ringway_sip_transaction_bytes_max",
+            "Bound on ringway_sip_transaction_bytes (max_transaction_bytes).",
+            c.max_transaction_bytes as f64,
+        ),
+        (
+            "ringway_sip_timer_entries",
+            "Deadlines queued in the transaction timer heaps (stale ones included).",
+            stats.timer_entries as f64,
+        ),
+        (
+            "ringway_sip_transactions_max",
+            "Bound on ringway_sip_transactions_active (max_transactions).",
+            c.max_transactions as f64,
+        ),
+    ] {
+        p.gauge(name, help, &[], value);
+    }
+    if let Some(bytes) = stats.binding_bytes {
+        p.gauge(
+            "ringway_sip_registrar_binding_bytes",
+            "Bytes the registrar bindings take (in-memory store only).",
+            &[],
+            bytes as f64,
+        );
+        p.gauge(
+            "ringway_sip_registrar_binding_bytes_max",
+            "Bound on ringway_sip_registrar_binding_bytes (max_binding_bytes).",
+            &[],
+            c.max_binding_bytes as f64,
+        );
+        p.gauge(
+            "ringway_sip_registrar_bindings_max",
+            "Bound on ringway_sip_registrar_bindings (max_bindings).",
+            &[],
+            c.max_bindings as f64,
+        );
+    }
     p.gauge(
         "ringway_sip_threads_alive",
         "Worker, timer and store threads running (below ringway_sip_threads: the server is stopping).",

@@ -187,6 +187,14 @@ pub struct ConfigView {
     pub tx_stamp_every: u64,
     /// Transaction bound.
     pub max_transactions: usize,
+    /// Transaction table bound in bytes.
+    pub max_transaction_bytes: usize,
+    /// Registrar (in-memory store): binding bound.
+    pub max_bindings: usize,
+    /// Registrar (in-memory store): bound in bytes.
+    pub max_binding_bytes: usize,
+    /// Registrar: Path bytes per REGISTER.
+    pub max_path_bytes: usize,
     /// Served domains.
     pub domains: Vec<String>,
     /// Registrar Expires bounds and default (s) and contacts per AOR.
@@ -304,6 +312,10 @@ pub(super) fn build(
             rcvbuf_granted: rcvbuf_granted.to_vec(),
             tx_stamp_every: config.tx_stamp_every,
             max_transactions: config.max_transactions,
+            max_transaction_bytes: config.max_transaction_bytes,
+            max_bindings: config.max_bindings,
+            max_binding_bytes: config.max_binding_bytes,
+            max_path_bytes: config.max_path_bytes,
             domains: config.domains.clone(),
             min_expires: config.min_expires,
             max_expires: config.max_expires,

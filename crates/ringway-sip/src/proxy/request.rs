@@ -18,7 +18,6 @@ use crate::uri::host_ip;
 use std::borrow::Cow;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 
 /// What we answer an OPTIONS for us with.
 const OPTIONS_HEADERS: [(&str, &str); 2] = [
@@ -160,9 +159,7 @@ impl ProxyWorker<'_> {
         let stateful = proxy.config.mode == Mode::Stateful
             && method != Method::Ack
             && method != Method::Cancel;
-        if !stateful
-            || proxy.active_transactions.load(Ordering::Relaxed) < proxy.config.max_transactions
-        {
+        if !stateful || proxy.transaction_room() {
             return Ok(stateful);
         }
         if matches!(
@@ -288,7 +285,7 @@ impl ProxyWorker<'_> {
         if proxy.config.mode == Mode::Stateful
             && method != Method::Ack
             && matches!(action, Action::Responded(_))
-            && proxy.active_transactions.load(Ordering::Relaxed) < proxy.config.max_transactions
+            && proxy.transaction_room()
         {
             let class = Class::of(method);
             let mut transaction = Transaction::new(class, Some(request.upstream));

@@ -119,6 +119,18 @@ pub struct ProxyArgs {
     /// Transaction table bound; beyond it new requests get 503 Retry-After.
     #[arg(long, default_value_t = 100_000)]
     pub max_transactions: usize,
+    /// Bytes the transaction table may hold (kept requests and responses included); beyond it as beyond --max-transactions.
+    #[arg(long, default_value_t = ringway_sip::DEFAULT_MAX_TRANSACTION_BYTES)]
+    pub max_transaction_bytes: usize,
+    /// Registrar (memory store): most bindings held (more: 503).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_bindings: usize,
+    /// Registrar (memory store): most bytes of bindings held, Path values included (more: 503).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_binding_bytes: usize,
+    /// Registrar: most bytes of Path values in one REGISTER (more: 400).
+    #[arg(long, default_value_t = ringway_sip::DEFAULT_MAX_PATH_BYTES)]
+    pub max_path_bytes: usize,
     /// Domain served by this proxy/registrar (repeatable).
     #[arg(long = "domain")]
     pub domains: Vec<String>,
@@ -273,6 +285,10 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             },
             tx_stamp_every: a.tx_stamp_every,
             max_transactions: a.max_transactions,
+            max_transaction_bytes: a.max_transaction_bytes,
+            max_bindings: a.max_bindings,
+            max_binding_bytes: a.max_binding_bytes,
+            max_path_bytes: a.max_path_bytes,
             domains: a.domains.clone(),
             batch: a.batch,
             min_expires: a.min_expires,
