@@ -4,7 +4,9 @@
 //! - responses with 600 distinct status codes do not grow the metrics (S2);
 //! - a slow `/metrics` client cannot hold the endpoint (S17);
 //! - a worker thread that panics takes the process down with an error,
-//!   reported in the summary, and leaves no socket bound (S11).
+//!   reported in the summary, and leaves no socket bound (S11);
+//! - large INVITEs to a next hop that never answers fill the transaction
+//!   table's byte bound, not memory (S9).
 
 mod sip_proxy_support;
 
@@ -255,4 +257,75 @@ fn a_panicking_worker_stops_the_proxy_with_an_error() {
     let summary = summary.expect("the summary is still written");
     assert_eq!(summary["threads_panicked"], serde_json::json!(["sip-w1"]));
     assert!(rebind, "the proxy's port is still bound");
+}
+
+/// Review S9: ~15 KB INVITEs to a next hop that never answers. The table
+/// holds at most `--max-transaction-bytes`; beyond it new INVITEs get 503,
+/// and the gauges say how full it is.
+#[test]
+fn large_invites_fill_the_byte_bound_not_memory() {
+    const MAX: u64 = 2 << 20;
+    let (text, refused, rss0, rss1) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        let max = MAX.to_string();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--mode",
+                "stateful",
+                "--domain",
+                "ringway.test",
+                "--route-to",
+                "127.0.0.1:5099",
+                "--max-transaction-bytes",
+                &max,
+                "--rcvbuf",
+                "4194304",
+                "--metrics",
+                "127.0.0.1:9464",
+            ],
+        );
+        let rss0 = rss_kib(p.pid);
+        let uac = UdpSocket::bind("127.0.0.1:5061").unwrap();
+        let pad = "x".repeat(15_000);
+        for n in 0..400 {
+            let invite = format!(
+                "INVITE sip:bob@ringway.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKbig{n}\r\n\
+                 Max-Forwards: 70\r\nFrom: <sip:alice@example.net>;tag=a{n}\r\nTo: <sip:bob@ringway.test>\r\n\
+                 Call-ID: big{n}@127.0.0.1\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@127.0.0.1:5061>\r\n\
+                 X-Pad: {pad}\r\nContent-Length: 0\r\n\r\n"
+            );
+            uac.send_to(invite.as_bytes(), "127.0.0.1:5060").unwrap();
+            if n % 5 == 0 {
+                // Paced: the point is the table, not socket drops.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let text = scrape(a("127.0.0.1:9464"));
+        let rss1 = rss_kib(p.pid);
+        let summary = stop_proxy(&mut procs, &p);
+        let refused = summary["by_type"]["INVITE"]["responded"]["503"]
+            .as_u64()
+            .unwrap_or(0);
+        (text, refused, rss0, rss1)
+    });
+    let bytes = prom_value(&text, "ringway_sip_transaction_bytes").unwrap();
+    let active = prom_value(&text, "ringway_sip_transactions_active").unwrap();
+    eprintln!("503s {refused}, {active} transactions, {bytes} bytes, RSS {rss0} -> {rss1} KiB");
+    assert_eq!(
+        prom_value(&text, "ringway_sip_transaction_bytes_max"),
+        Some(MAX as f64)
+    );
+    assert!(bytes <= (MAX + 32 * 1024) as f64, "{bytes} bytes held");
+    assert!(active < 200.0, "{active} transactions");
+    assert!(refused >= 200, "only {refused} INVITEs refused");
+    assert!(
+        rss1 < rss0 + 32 * 1024,
+        "RSS grew from {rss0} to {rss1} KiB"
+    );
 }
