@@ -6,7 +6,9 @@
 //! - a worker thread that panics takes the process down with an error,
 //!   reported in the summary, and leaves no socket bound (S11);
 //! - large INVITEs to a next hop that never answers fill the transaction
-//!   table's byte bound, not memory (S9).
+//!   table's byte bound, not memory (S9);
+//! - a source flooding responses is flood-limited like one flooding
+//!   requests (S12).
 
 mod sip_proxy_support;
 
@@ -328,4 +330,47 @@ fn large_invites_fill_the_byte_bound_not_memory() {
         rss1 < rss0 + 32 * 1024,
         "RSS grew from {rss0} to {rss1} KiB"
     );
+}
+
+/// Review S12: responses were exempt from the flood limit (the S2 flood and
+/// forged responses passed unlimited). Now a response counts a quarter of
+/// a request: with `--flood-limit 50`, 200 responses from one source pass
+/// in a window, the rest are dropped and counted as `flood`.
+#[test]
+fn response_floods_are_limited() {
+    let summary = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--flood-limit",
+                "50",
+                "--flood-window-ms",
+                "60000",
+                "--rcvbuf",
+                "4194304",
+            ],
+        );
+        let s = UdpSocket::bind("127.0.0.3:5060").unwrap();
+        for n in 0..1000 {
+            s.send_to(&stray_response(200), "127.0.0.1:5060").unwrap();
+            if n % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        stop_proxy(&mut procs, &p)
+    });
+    let seen = summary["messages"]["in"].as_u64().unwrap();
+    let ok = &summary["by_type"]["200"]["dropped"];
+    eprintln!("{seen} seen, dropped {ok}");
+    assert_eq!(summary["drops"]["socket_rxq_ovfl"].as_u64(), Some(0));
+    assert_eq!(seen, 1000);
+    assert_eq!(ok["flood"].as_u64(), Some(800), "{ok}");
+    assert_eq!(ok["response_via_not_ours"].as_u64(), Some(200), "{ok}");
+    assert_eq!(summary["proxy"]["flood_blocks"].as_u64(), Some(1));
 }

@@ -151,6 +151,8 @@ pub struct SipServerConfig {
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<IpAddr>,
+    /// IPv6 sources are flood-limited per prefix of this length (bits).
+    pub flood_ipv6_prefix: u8,
     /// Location store: `memory` (this process), or
     /// `redis://HOST:PORT/DB` shared by several proxies (reached by store
     /// threads, never by the workers; see [`crate::location`]).
@@ -203,6 +205,7 @@ impl Default for SipServerConfig {
             flood_window_ms: 2000,
             flood_table_size: FloodConfig::default().table_size,
             flood_exempt: Vec::new(),
+            flood_ipv6_prefix: 64,
             location: "memory".into(),
             location_timeout_ms: 200,
             location_threads: 2,
@@ -284,6 +287,12 @@ impl SipServerConfig {
         if self.flood_limit == Some(0) {
             return fail("flood_limit must be above 0 (leave it out for no limit)".into());
         }
+        if !(16..=128).contains(&self.flood_ipv6_prefix) {
+            return fail(format!(
+                "flood_ipv6_prefix must be 16..=128, not {}",
+                self.flood_ipv6_prefix
+            ));
+        }
         if self.flood_window_ms == 0 || self.flood_table_size == 0 {
             return fail("flood_window_ms and flood_table_size must be above 0".into());
         }
@@ -319,7 +328,7 @@ impl SipServerConfig {
         p
     }
 
-    fn proxy_config(&self, local: SocketAddr, key: NonceKey) -> ProxyConfig {
+    fn proxy_config(&self, local: SocketAddr, key: NonceKey, seed: u64) -> ProxyConfig {
         ProxyConfig {
             mode: self.mode,
             local,
@@ -348,6 +357,8 @@ impl SipServerConfig {
                 window: self.flood_window_ms.saturating_mul(1_000_000),
                 table_size: self.flood_table_size,
                 exempt: self.flood_exempt.clone(),
+                ipv6_prefix: self.flood_ipv6_prefix,
+                seed,
             }),
         }
     }
@@ -557,7 +568,11 @@ impl SipServer {
         let credentials = config.load_credentials()?;
         let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
         let local = sockets[0].local_addr()?;
-        let proxy_config = config.proxy_config(local, random_key()?);
+        let proxy_config = config.proxy_config(
+            local,
+            random_key()?,
+            u64::from_le_bytes(host::random_bytes()?),
+        );
         let (mut proxy, location, store_ends) = match location::parse_location(&config.location)
             .map_err(ServerError::Config)?
         {

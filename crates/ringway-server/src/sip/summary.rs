@@ -221,6 +221,8 @@ pub struct ConfigView {
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<std::net::IpAddr>,
+    /// IPv6 flood-limit key prefix (bits).
+    pub flood_ipv6_prefix: u8,
     /// Location store (`memory` or the Redis URL).
     pub location: String,
     /// Wait bound of the shared store (ms).
@@ -329,6 +331,7 @@ pub(super) fn build(
             flood_window_ms: config.flood_window_ms,
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
+            flood_ipv6_prefix: config.flood_ipv6_prefix,
             location: crate::location::redact_location(&config.location),
             location_timeout_ms: config.location_timeout_ms,
             location_threads: config.location_threads,

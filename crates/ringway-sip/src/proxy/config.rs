@@ -63,6 +63,12 @@ pub struct FloodConfig {
     pub table_size: usize,
     /// Sources never limited (trusted peers; our own address is added).
     pub exempt: Vec<IpAddr>,
+    /// IPv6 sources are keyed by this prefix length (bits; 64: one host's
+    /// /64 is one source). IPv4 sources are whole addresses.
+    pub ipv6_prefix: u8,
+    /// Key of the hash that places sources in the table (random per
+    /// process in the server, so sets cannot be aimed at).
+    pub seed: u64,
 }
 
 impl Default for FloodConfig {
@@ -72,6 +78,8 @@ impl Default for FloodConfig {
             window: 2_000_000_000,
             table_size: 16_384,
             exempt: Vec::new(),
+            ipv6_prefix: 64,
+            seed: 0,
         }
     }
 }

@@ -125,7 +125,10 @@ impl Proxy {
         Proxy {
             auth: config.auth.clone().map(Authenticator::new),
             flood: config.flood.clone().map(|mut flood| {
+                // Ourselves, and the configured next hop (its responses
+                // and requests are the traffic we serve).
                 flood.exempt.push(config.local.ip());
+                flood.exempt.extend(config.route_to.map(|to| to.ip()));
                 FloodLimiter::new(flood)
             }),
             config,

@@ -3,7 +3,7 @@
 //! helpers every handling step uses (local responses, drops, sending).
 
 use super::branch::RequestKeys;
-use super::flood::FloodVerdict;
+use super::flood::{FloodKind, FloodVerdict};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::{sendable, upstream_address};
 use super::stats::{Counter, CounterStripe};
@@ -93,16 +93,18 @@ impl<'p> ProxyWorker<'p> {
         self.run_due_timers(now, out)
     }
 
-    /// Count a request datagram against its source's flood limit; the
-    /// outcome if it is dropped. Responses and keep-alives are not counted.
+    /// Count a datagram against its source's flood limit (a response a
+    /// quarter of a request); the outcome if it is dropped. Keep-alives
+    /// are not counted.
     fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
         let flood = self.proxy.flood.as_ref()?;
         let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
         let message = &datagram[start..];
-        if message.starts_with(b"SIP/") {
-            return None;
-        }
-        match flood.check(src.ip(), now) {
+        let kind = match message.starts_with(b"SIP/") {
+            true => FloodKind::Response,
+            false => FloodKind::Request,
+        };
+        match flood.count(src.ip(), kind, now) {
             FloodVerdict::Pass { untracked } => {
                 if untracked {
                     self.stripe.add(Counter::FloodUntracked);
@@ -112,6 +114,18 @@ impl<'p> ProxyWorker<'p> {
             FloodVerdict::Drop { newly } => {
                 if newly {
                     self.stripe.add(Counter::FloodBlocks);
+                }
+                if kind == FloodKind::Response {
+                    // Labelled by its code (a fixed table, S2), not parsed.
+                    let code = message
+                        .get(8..12)
+                        .and_then(|t| std::str::from_utf8(t).ok())
+                        .and_then(|t| t.trim().parse().ok())
+                        .unwrap_or(0);
+                    return Some(Outcome {
+                        label: MsgLabel::Response(code),
+                        action: self.drop_datagram(DropReason::Flood),
+                    });
                 }
                 let method = message
                     .split(|&b| b == b' ')

@@ -176,6 +176,9 @@ pub struct ProxyArgs {
     /// Source address never flood-limited (repeatable).
     #[arg(long = "flood-exempt")]
     pub flood_exempt: Vec<std::net::IpAddr>,
+    /// Flood limit: IPv6 sources are counted per prefix of this many bits (a host owns a /64).
+    #[arg(long, default_value_t = 64)]
+    pub flood_ipv6_prefix: u8,
     /// Location store: `memory`, or `redis://HOST:PORT/DB` shared by several proxies (Redis or Valkey).
     #[arg(long, default_value = "memory", value_parser = LocationParser)]
     pub location: String,
@@ -311,6 +314,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             flood_window_ms: a.flood_window_ms,
             flood_table_size: a.flood_table_size,
             flood_exempt: a.flood_exempt.clone(),
+            flood_ipv6_prefix: a.flood_ipv6_prefix,
             location: a.location.clone(),
             location_timeout_ms: a.location_timeout_ms,
             location_threads: a.location_threads,
