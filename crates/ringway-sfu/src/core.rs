@@ -40,6 +40,14 @@ pub struct SfuConfig {
     pub static_room: bool,
     /// Most registered clients (and, separately, static-room members).
     pub max_clients: usize,
+    /// Most registered clients (and, separately, static-room members) from
+    /// one source prefix ([`SfuConfig::client_prefix_v4`],
+    /// [`SfuConfig::client_prefix_v6`]): one host cannot fill the table.
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length (bits) of that cap: 32 (one address) or e.g. 24.
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length (bits) of that cap (56: a customer site).
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     pub max_subs: usize,
     /// Remove clients silent for longer than this (ns).
@@ -64,6 +72,9 @@ impl Default for SfuConfig {
             echo: true,
             static_room: false,
             max_clients: 1024,
+            max_clients_per_prefix: 64,
+            client_prefix_v4: 32,
+            client_prefix_v6: 56,
             max_subs: 64,
             idle_timeout_ns: 10_000_000_000,
             seed: 0x5eed,
@@ -175,6 +186,10 @@ pub struct SfuStats {
     pub rejected_subscribe: u64,
     /// Static-room senders refused (room full).
     pub rejected_room: u64,
+    /// Registrations and static-room senders refused because their source
+    /// prefix holds `max_clients_per_prefix` already (also counted in
+    /// `rejected_register` / `rejected_room`).
+    pub rejected_prefix: u64,
     /// Successful registrations (new SSIDs).
     pub registrations: u64,
     /// Addresses admitted to the static room (JOIN with a valid cookie).
@@ -246,6 +261,10 @@ pub struct Sfu {
     wildcard: [HashMap<u32, u16>; MediaType::COUNT],
     room: HashMap<SocketAddr, u64>,
     room_list: Vec<SocketAddr>,
+    /// Registered clients per source prefix (entries only while above 0).
+    client_prefixes: HashMap<PrefixKey, usize>,
+    /// Static-room members per source prefix.
+    room_prefixes: HashMap<PrefixKey, usize>,
     scratch: Vec<SocketAddr>,
     next_ssid: u32,
     rng: KeyedRng,
@@ -272,6 +291,8 @@ impl Sfu {
             wildcard: Default::default(),
             room: HashMap::new(),
             room_list: Vec::new(),
+            client_prefixes: HashMap::new(),
+            room_prefixes: HashMap::new(),
             scratch: Vec::new(),
             next_ssid: 1,
             rng,
@@ -598,6 +619,14 @@ impl Sfu {
             self.stats.rejected_register += 1;
             return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
         }
+        let prefix = self.client_prefix(peer);
+        if self.client_prefixes.get(&prefix).copied().unwrap_or(0)
+            >= self.cfg.max_clients_per_prefix
+        {
+            self.stats.rejected_register += 1;
+            self.stats.rejected_prefix += 1;
+            return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+        }
         if self.limited(now, peer) {
             return Action::Drop(DropReason::RateLimited);
         }
@@ -611,7 +640,9 @@ impl Sfu {
         // it owns the address).
         if self.room.remove(&peer).is_some() {
             self.room_list.retain(|a| *a != peer);
+            uncount(&mut self.room_prefixes, prefix);
         }
+        *self.client_prefixes.entry(prefix).or_insert(0) += 1;
         self.clients.insert(
             ssid,
             Client {
@@ -665,6 +696,14 @@ impl Sfu {
                 self.stats.rejected_room += 1;
                 return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
             }
+            let prefix = self.client_prefix(peer);
+            let count = self.room_prefixes.entry(prefix).or_insert(0);
+            if *count >= self.cfg.max_clients_per_prefix {
+                self.stats.rejected_room += 1;
+                self.stats.rejected_prefix += 1;
+                return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+            }
+            *count += 1;
             self.room.insert(peer, now);
             self.room_list.push(peer);
             self.stats.joins += 1;
@@ -815,6 +854,25 @@ impl Sfu {
         let c = self.clients.remove(&ssid).expect("present");
         self.by_addr.remove(&c.addr);
         self.routes.remove(&ssid);
+        let prefix = self.client_prefix(c.addr);
+        uncount(&mut self.client_prefixes, prefix);
+    }
+
+    /// The per-prefix cap's key of `peer`: its address cut to
+    /// `client_prefix_v4` / `client_prefix_v6` bits (IPv4-mapped IPv6 as IPv4).
+    fn client_prefix(&self, peer: SocketAddr) -> PrefixKey {
+        // The top `len` bits of a `bits`-bit address.
+        let mask = |bits: u32, len: u8| -> u128 {
+            let keep = u32::from(len).min(bits);
+            u128::MAX.checked_shl(bits - keep).unwrap_or(0) & (u128::MAX >> (128 - bits))
+        };
+        match peer.ip().to_canonical() {
+            std::net::IpAddr::V4(v4) => (
+                4,
+                u128::from(u32::from(v4)) & mask(32, self.cfg.client_prefix_v4),
+            ),
+            std::net::IpAddr::V6(v6) => (6, u128::from(v6) & mask(128, self.cfg.client_prefix_v6)),
+        }
     }
 
     /// Check internal consistency (tests): route lists hold exactly the
@@ -826,6 +884,24 @@ impl Sfu {
         }
         if self.by_addr.len() != self.clients.len() || self.room_list.len() != self.room.len() {
             return Err("index out of sync".into());
+        }
+        let mut per_prefix: HashMap<PrefixKey, usize> = HashMap::new();
+        for c in self.clients.values() {
+            *per_prefix.entry(self.client_prefix(c.addr)).or_insert(0) += 1;
+        }
+        if per_prefix != self.client_prefixes
+            || per_prefix
+                .values()
+                .any(|&n| n > self.cfg.max_clients_per_prefix)
+        {
+            return Err("per-prefix client counts out of sync or over the cap".into());
+        }
+        let mut per_prefix: HashMap<PrefixKey, usize> = HashMap::new();
+        for a in self.room.keys() {
+            *per_prefix.entry(self.client_prefix(*a)).or_insert(0) += 1;
+        }
+        if per_prefix != self.room_prefixes {
+            return Err("per-prefix room counts out of sync".into());
         }
         if self.clients.keys().any(|k| !self.routes.contains_key(k))
             || self.routes.len() != self.clients.len()
@@ -906,7 +982,17 @@ impl Sfu {
             self.remove_client(*s);
         }
         let before = self.room.len();
-        self.room.retain(|_, t| now.saturating_sub(*t) <= limit);
+        let gone: Vec<SocketAddr> = self
+            .room
+            .iter()
+            .filter(|(_, t)| now.saturating_sub(**t) > limit)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in &gone {
+            self.room.remove(a);
+            let prefix = self.client_prefix(*a);
+            uncount(&mut self.room_prefixes, prefix);
+        }
         if self.room.len() != before {
             let room = &self.room;
             self.room_list.retain(|a| room.contains_key(a));
@@ -914,6 +1000,19 @@ impl Sfu {
         let n = idle.len() + before - self.room.len();
         self.stats.timeouts += n as u64;
         n
+    }
+}
+
+/// A source prefix of the per-prefix client cap: (IP version, masked address).
+type PrefixKey = (u8, u128);
+
+/// Count one member of `prefix` out (the entry goes at 0).
+fn uncount(counts: &mut HashMap<PrefixKey, usize>, prefix: PrefixKey) {
+    if let Some(n) = counts.get_mut(&prefix) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&prefix);
+        }
     }
 }
 
@@ -1230,6 +1329,88 @@ mod tests {
         b
     }
 
+    /// Review S15: one host with many ports cannot fill `max_clients`: a
+    /// prefix holds at most `max_clients_per_prefix` clients (and static-room
+    /// members); other hosts still get in.
+    #[test]
+    fn one_prefix_cannot_fill_the_client_table() {
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients: 1024,
+            max_clients_per_prefix: 16,
+            ..Default::default()
+        });
+        let host = |ip: [u8; 4], port: u16| SocketAddr::from((ip, port));
+        let try_register = |sfu: &mut Sfu, now: u64, a: SocketAddr| -> MsgType {
+            let mut b = [0u8; 64];
+            let n = write_register(&mut b, 1).unwrap();
+            let cookie = cookie_of(&sfu.handle(now, a, &b[..n])).unwrap();
+            let n = write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap();
+            match sfu.handle(now, a, &b[..n]) {
+                Action::Reply { msg, .. } => Control::new_checked(msg).unwrap().msg_type(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let mut accepted = 0;
+        for port in 0..100u16 {
+            let now = u64::from(port) * 1_000_000_000;
+            match try_register(&mut sfu, now, host([198, 51, 100, 7], 10_000 + port)) {
+                MsgType::Ack => accepted += 1,
+                MsgType::Error => {}
+                other => panic!("{other:?}"),
+            }
+            sfu.check_invariants().unwrap();
+        }
+        assert_eq!(accepted, 16);
+        let s = sfu.stats();
+        assert_eq!((s.clients, s.rejected_prefix), (16, 84));
+        // Another address (its own /32) still registers.
+        assert_eq!(
+            try_register(&mut sfu, 200_000_000_000, host([198, 51, 100, 8], 5000)),
+            MsgType::Ack
+        );
+        // A client that leaves by timeout frees its slot.
+        sfu.tick(200_000_000_000 + 11_000_000_000);
+        sfu.check_invariants().unwrap();
+        assert_eq!(sfu.stats().clients, 0);
+        assert_eq!(
+            try_register(&mut sfu, 300_000_000_000, host([198, 51, 100, 7], 9)),
+            MsgType::Ack
+        );
+        // Keyed by /24 when configured: the neighbour shares the cap.
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients_per_prefix: 1,
+            client_prefix_v4: 24,
+            ..Default::default()
+        });
+        assert_eq!(
+            try_register(&mut sfu, 0, host([198, 51, 100, 7], 1)),
+            MsgType::Ack
+        );
+        assert_eq!(
+            try_register(&mut sfu, 1_000_000_000, host([198, 51, 100, 9], 1)),
+            MsgType::Error
+        );
+        assert_eq!(
+            try_register(&mut sfu, 2_000_000_000, host([198, 51, 101, 9], 1)),
+            MsgType::Ack
+        );
+        // IPv6 by /56.
+        let v6 = |text: &str| SocketAddr::new(text.parse().unwrap(), 5004);
+        assert_eq!(
+            try_register(&mut sfu, 3_000_000_000, v6("2001:db8:0:100::1")),
+            MsgType::Ack
+        );
+        assert_eq!(
+            try_register(&mut sfu, 4_000_000_000, v6("2001:db8:0:1ff::2")),
+            MsgType::Error,
+            "same /56"
+        );
+        assert_eq!(
+            try_register(&mut sfu, 5_000_000_000, v6("2001:db8:0:200::1")),
+            MsgType::Ack
+        );
+    }
+
     /// A flood of REGISTERs from many spoofed sources (zero and forged
     /// cookies) neither fills the client table nor evicts a registered
     /// client or a static-room member; every request gets at most one reply
@@ -1371,6 +1552,8 @@ mod tests {
         const S: usize = 60;
         let mut sfu = Sfu::new(SfuConfig {
             max_clients: N,
+            // Every client is on 127.0.0.1 here.
+            max_clients_per_prefix: N,
             max_subs: S + 2,
             echo: false,
             prefix_burst: 10_000,
