@@ -195,36 +195,30 @@ fn slow_metrics_client_cannot_hold_the_endpoint() {
     assert!(trickle_cut, "the slow client's connection was never closed");
 }
 
-/// Review S11: with `--rx-model reuseport` each worker has its own socket in
-/// the SO_REUSEPORT group; a worker that panicked used to leave its socket
-/// bound (the kernel kept hashing 1/N of the peers to it) while the process
-/// and the other workers ran on. A panic injected into one worker (test
-/// hook `RINGWAY_TEST_PANIC`) now stops the whole proxy: it exits non-zero
-/// with the thread named in its summary, and the port is free again.
-#[test]
-fn a_panicking_worker_stops_the_proxy_with_an_error() {
-    let (status, summary, rebind, stderr) = netns(|| {
+/// Run `ringway ARGS` with `RINGWAY_TEST_PANIC=thread`, send datagrams
+/// from many source ports to `target`, and return its exit status (None:
+/// still running after 30 s, then killed), its summary, whether `target`
+/// can be bound again, and its stderr.
+fn run_with_injected_panic(
+    args: &[&str],
+    thread: &str,
+    target: &str,
+) -> (
+    Option<std::process::ExitStatus>,
+    Option<serde_json::Value>,
+    bool,
+    String,
+) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let (thread, target) = (thread.to_string(), target.to_string());
+    netns(move || {
         let dir = tempfile::tempdir().unwrap();
         let summary_path = dir.path().join("summary.json");
         let mut child = Command::new(ringway())
-            .args([
-                "sip",
-                "proxy",
-                "--listen",
-                "127.0.0.1:5060",
-                "--workers",
-                "2",
-            ])
-            .args([
-                "--rx-model",
-                "reuseport",
-                "--duration",
-                "60",
-                "--quiet",
-                "--summary",
-            ])
+            .args(&args)
+            .args(["--duration", "60", "--quiet", "--summary"])
             .arg(&summary_path)
-            .env("RINGWAY_TEST_PANIC", "sip-w1")
+            .env("RINGWAY_TEST_PANIC", &thread)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -242,16 +236,41 @@ fn a_panicking_worker_stops_the_proxy_with_an_error() {
             .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
             .collect();
         for s in &sockets {
-            let _ = s.send_to(b"OPTIONS sip:x SIP/2.0\r\n\r\n", "127.0.0.1:5060");
+            let _ = s.send_to(b"OPTIONS sip:x SIP/2.0\r\n\r\n", target.as_str());
         }
         // Bounded wait (not a timing assertion: the old binary never exits).
         let status = wait_bounded(&mut child, Duration::from_secs(30));
         let summary: Option<serde_json::Value> = std::fs::read_to_string(&summary_path)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
-        let rebind = UdpSocket::bind("127.0.0.1:5060").is_ok();
+        let rebind = UdpSocket::bind(target.as_str()).is_ok();
         (status, summary, rebind, reader.join().unwrap())
-    });
+    })
+}
+
+/// Review S11: with `--rx-model reuseport` each worker has its own socket in
+/// the SO_REUSEPORT group; a worker that panicked used to leave its socket
+/// bound (the kernel kept hashing 1/N of the peers to it) while the process
+/// and the other workers ran on. A panic injected into one worker (test
+/// hook `RINGWAY_TEST_PANIC`) now stops the whole proxy: it exits non-zero
+/// with the thread named in its summary, and the port is free again. The
+/// dispatcher's workers do the same.
+#[test]
+fn a_panicking_worker_stops_the_proxy_with_an_error() {
+    let (status, summary, rebind, stderr) = run_with_injected_panic(
+        &[
+            "sip",
+            "proxy",
+            "--listen",
+            "127.0.0.1:5060",
+            "--workers",
+            "2",
+            "--rx-model",
+            "reuseport",
+        ],
+        "sip-w1",
+        "127.0.0.1:5060",
+    );
     eprintln!("{stderr}");
     let status = status.expect("the proxy kept running after a worker panicked");
     assert!(!status.success(), "exit status {status}");
@@ -259,6 +278,28 @@ fn a_panicking_worker_stops_the_proxy_with_an_error() {
     let summary = summary.expect("the summary is still written");
     assert_eq!(summary["threads_panicked"], serde_json::json!(["sip-w1"]));
     assert!(rebind, "the proxy's port is still bound");
+
+    let (status, summary, rebind, stderr) = run_with_injected_panic(
+        &[
+            "sip",
+            "dispatch",
+            "--listen",
+            "127.0.0.1:5070",
+            "--proxy",
+            "127.0.0.1:5060",
+        ],
+        "dispatch-w0",
+        "127.0.0.1:5070",
+    );
+    eprintln!("{stderr}");
+    let status = status.expect("the dispatcher kept running after a worker panicked");
+    assert!(!status.success(), "exit status {status}");
+    let summary = summary.expect("the dispatcher's summary is still written");
+    assert_eq!(
+        summary["threads_panicked"],
+        serde_json::json!(["dispatch-w0"])
+    );
+    assert!(rebind, "the dispatcher's port is still bound");
 }
 
 /// Review S9: ~15 KB INVITEs to a next hop that never answers. The table

@@ -47,11 +47,6 @@ impl MetricsEndpoint {
     }
 }
 
-/// Sleep until `stop` is set or `duration_s` (if any) has passed.
-pub(crate) fn wait_for_stop(stop: &AtomicBool, duration_s: Option<f64>) {
-    wait_for_stop_or(stop, duration_s, || false);
-}
-
 /// Sleep until `stop` is set, `duration_s` (if any) has passed, or
 /// `failed()` says the server cannot go on.
 pub(crate) fn wait_for_stop_or(
