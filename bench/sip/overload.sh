@@ -34,6 +34,8 @@
 #        RATES="3000 4000 5000 6000 7000 8000"  CAP_SECS=10  FACTOR=3  OVER_SECS=30
 #        CAPACITY=N (skip step 1)  PROBES=10  PROBE_RATE=1000  NICE=-5
 #        SHED_MS=20 (the shedding run's --overload-queue-delay-ms)  MODES="on off"
+#        GENS=2 (generator processes sharing the offered load, all on CPU 1:
+#        one alone does not drain its socket fast enough at ~36 000 calls/s)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -54,6 +56,7 @@ PROBE_RATE="${PROBE_RATE:-1000}"
 NICE="${NICE:--5}"
 SHED_MS="${SHED_MS:-20}"
 MODES="${MODES:-on off}"
+GENS="${GENS:-2}"
 PROXY=127.0.0.1:5060
 # With autogroups (kernel.sched_autogroup_enabled) a process's nice counts
 # only inside its session; between sessions the autogroup's nice decides.
@@ -71,7 +74,7 @@ cleanup() {
 trap cleanup EXIT
 # Nanoseconds the threads of PID waited for a CPU (run queue) so far.
 run_delay() {
-    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $2 } END { printf "%d", s }'
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $2 } END { printf "%.0f", s }'
 }
 wait_port() {
     local i
@@ -154,13 +157,17 @@ for mode in $MODES; do
     grep -E '^cpu[01] ' /proc/stat >"$log.stat0"
     date +%s.%N >"$log.t0"
     run_delay "$proxy" >"$log.proxy-wait0"
-    nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" --rate "$OFFER" \
-        --calls $((OFFER * OVER_SECS)) --duration "$OVER_SECS" --arrival constant \
-        --json "$log.json" >"$log.out" 2>"$log.err" &
-    gen=$!
-    PIDS+=("$gen")
+    gens=()
+    for g in $(seq 1 "$GENS"); do
+        nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" \
+            --rate "$((OFFER / GENS))" --calls $((OFFER / GENS * OVER_SECS)) \
+            --duration "$OVER_SECS" --arrival constant --seed "$g" \
+            --json "$log.gen$g.json" >"$log.gen$g.out" 2>"$log.gen$g.err" &
+        gens+=($!)
+        PIDS+=("$!")
+    done
     sleep "$((OVER_SECS - 1))"
-    run_delay "$gen" >"$log.gen-wait"
+    for g in "${gens[@]}"; do run_delay "$g"; echo; done >"$log.gen-wait"
     run_delay "$proxy" >"$log.proxy-wait1"
     sleep 1
     # The start phase ends about now: probes, one per second.
@@ -173,27 +180,50 @@ for mode in $MODES; do
         PIDS+=("$!")
         sleep 1
     done
-    wait "$gen" || true
+    for g in "${gens[@]}"; do wait "$g" || true; done
     for p in "${probes[@]}"; do wait "$p" || true; done
     grep -E '^cpu[01] ' /proc/stat >"$log.stat1"
     date +%s.%N >"$log.t1"
     stop_proxy
-    python3 - "$log" "$CAPACITY" "$OFFER" "$PROBES" "$mode" <<'EOF' | tee "$log.report.txt"
+    python3 - "$log" "$CAPACITY" "$OFFER" "$PROBES" "$mode" "$GENS" <<'EOF' | tee "$log.report.txt"
 import json, re, sys
-log, cap, offer, probes, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-l = json.load(open(log + ".json")); p = json.load(open(log + ".proxy.json"))
-text = open(log + ".err").read().replace("\r", "\n")
-points = [(float(m.group(1)), int(m.group(2)))
-          for m in re.finditer(r"(\d+\.\d)s started \S+ \(\S+\) ok (\d+) failed", text)]
-series, prev_t, prev_ok = [], 0.0, 0
-for t, ok in points:
-    series.append((t, (ok - prev_ok) / max(t - prev_t, 1e-9))); prev_t, prev_ok = t, ok
-over = [g for t, g in series if 1.5 <= t <= l["start_phase_s"] + 0.5]
+log, cap, offer, probes, mode, gens = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                       int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+p = json.load(open(log + ".proxy.json"))
+# The generators' summaries summed (start lag: the worst mean).
+ls = [json.load(open(f"{log}.gen{g}.json")) for g in range(1, gens + 1)]
+l = {k: sum(x[k] for x in ls) for k in ["attempted", "scheduled", "succeeded", "failed_total", "rx_dropped"]}
+l["start_lag_mean_us"] = max(x["start_lag_mean_us"] for x in ls)
+l["start_phase_s"] = max(x["start_phase_s"] for x in ls)
+l["cpu"] = {"user_s": sum(x["cpu"]["user_s"] for x in ls), "sys_s": sum(x["cpu"]["sys_s"] for x in ls)}
+l["failed"] = {}
+for x in ls:
+    for k, v in x["failed"].items():
+        l["failed"][k] = l["failed"].get(k, 0) + v
+# Goodput per second: each generator's progress lines (about one a
+# second) give its cumulative OK count over time; interpolated linearly
+# to whole seconds and summed over generators, then differenced.
+def cumulative(g):
+    text = open(f"{log}.gen{g}.err").read().replace("\r", "\n")
+    pts = [(0.0, 0)] + [(float(m.group(1)), int(m.group(2))) for m in
+           re.finditer(r"(\d+\.\d)s started \S+ \(\S+\) ok (\d+) failed", text)]
+    def at(t):
+        for (t0, c0), (t1, c1) in zip(pts, pts[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / max(t1 - t0, 1e-9)
+        return pts[-1][1]
+    return at, pts[-1][0]
+curves = [cumulative(g) for g in range(1, gens + 1)]
+end = int(min(e for _, e in curves))
+total = [sum(at(t) for at, _ in curves) for t in range(0, end + 1)]
+series = [(t, total[t] - total[t - 1]) for t in range(1, end + 1)]
+over = [g for t, g in series if 2 <= t <= l["start_phase_s"]]
 sched = l["attempted"] / max(l["scheduled"], 1)
 behind = sched < 0.99 or l["start_lag_mean_us"] > 10_000
 flag = "  ** generator fell behind (or its CPU was taken): left out **" if behind else ""
-print(f"mode shedding={mode}: capacity {cap}/s, offered {offer}/s for {l['start_phase_s']:.1f} s")
-print(f"  generator: attempted {l['attempted']} / scheduled {l['scheduled']} ({sched:.4f}), "
+print(f"mode shedding={mode}: capacity {cap}/s, offered {offer}/s for {l['start_phase_s']:.1f} s "
+      f"by {gens} generator processes")
+print(f"  generators: attempted {l['attempted']} / scheduled {l['scheduled']} ({sched:.4f}), "
       f"mean start lag {l['start_lag_mean_us']:.0f} us, its socket drops {l['rx_dropped']}{flag}")
 print(f"  calls: ok {l['succeeded']} failed {l['failed_total']} {dict(l['failed'])}")
 print(f"  proxy: socket drops {p['drops']['socket_rxq_ovfl']}, queue sheds {p['proxy'].get('overload_queue_sheds')}, "
@@ -224,9 +254,9 @@ print(f"  CPU over {wall:.0f} s: cpu0 busy {(b1['cpu0'] - b0['cpu0']) / wall:.0%
       f"other processes ~{others0 / wall:.0%} of cpu0 and ~{others1 / wall:.0%} of cpu1 "
       f"(the proxy's CPU includes the seconds before and after)")
 pw = (int(open(log + ".proxy-wait1").read() or 0) - int(open(log + ".proxy-wait0").read() or 0)) / 1e9
-gw = int(open(log + ".gen-wait").read() or 0) / 1e9
+gw = sum(int(x) for x in open(log + ".gen-wait").read().split()) / 1e9
 print(f"  run-queue wait during the overload: proxy threads {pw:.1f} s, generator threads {gw:.1f} s "
-      f"(CPU time taken by other processes while ours were runnable)")
+      f"(summed over threads; includes waiting for each other on the shared CPU)")
 print("  goodput per second (calls completed OK):")
 print("   " + " ".join(f"{g:.0f}" for t, g in series))
 if over:
