@@ -1068,6 +1068,7 @@ fn flood_limit_drops_and_counts_requests_of_one_source() {
         window: sec(1),
         table_size: 64,
         exempt: Vec::new(),
+        ..Default::default()
     });
     let p = Proxy::new(c);
     let options = |n: u32| {
