@@ -95,6 +95,13 @@ pub struct SfuServerConfig {
     pub static_room: bool,
     /// Most registered clients (and static-room members).
     pub max_clients: usize,
+    /// Most clients (and, separately, static-room members) per source
+    /// prefix: one host cannot fill `max_clients`.
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length (bits) of that cap.
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length (bits) of that cap.
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     pub max_subs: usize,
     /// Remove clients silent for this long (seconds).
@@ -149,6 +156,9 @@ impl Default for SfuServerConfig {
             echo: true,
             static_room: false,
             max_clients: 1024,
+            max_clients_per_prefix: SfuConfig::default().max_clients_per_prefix,
+            client_prefix_v4: SfuConfig::default().client_prefix_v4,
+            client_prefix_v6: SfuConfig::default().client_prefix_v6,
             max_subs: 64,
             idle_timeout_s: 10.0,
             cpus: None,
@@ -190,6 +200,14 @@ impl SfuServerConfig {
         let fail = |m: &str| Err(ServerError::Config(m.to_string()));
         if self.batch_size() == 0 {
             return fail("batch must be at least 1");
+        }
+        if self.max_clients_per_prefix == 0
+            || !(8..=32).contains(&self.client_prefix_v4)
+            || !(16..=128).contains(&self.client_prefix_v6)
+        {
+            return fail(
+                "max_clients_per_prefix must be above 0, client_prefix_v4 8..=32, client_prefix_v6 16..=128",
+            );
         }
         if self.backend == BackendKind::Xdp {
             if self.xdp_iface.is_none() {
@@ -431,6 +449,9 @@ impl SfuServer {
             echo: config.echo,
             static_room: config.static_room,
             max_clients: config.max_clients,
+            max_clients_per_prefix: config.max_clients_per_prefix,
+            client_prefix_v4: config.client_prefix_v4,
+            client_prefix_v6: config.client_prefix_v6,
             max_subs: config.max_subs,
             idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
             seed: random_seed()?,

@@ -72,6 +72,15 @@ pub struct ServeArgs {
     /// Most registered clients (and static-room members).
     #[arg(long, default_value_t = 1024)]
     pub max_clients: usize,
+    /// Most clients (and static-room members) from one source prefix (--client-prefix-v4/-v6).
+    #[arg(long, default_value_t = 64)]
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length of --max-clients-per-prefix (32: one address, 24: a /24).
+    #[arg(long, default_value_t = 32)]
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length of --max-clients-per-prefix.
+    #[arg(long, default_value_t = 56)]
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     #[arg(long, default_value_t = 64)]
     pub max_subs: usize,
@@ -169,6 +178,9 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             echo: !a.no_echo,
             static_room: a.static_room,
             max_clients: a.max_clients,
+            max_clients_per_prefix: a.max_clients_per_prefix,
+            client_prefix_v4: a.client_prefix_v4,
+            client_prefix_v6: a.client_prefix_v6,
             max_subs: a.max_subs,
             idle_timeout_s: a.idle_timeout,
             cpus,
