@@ -56,7 +56,7 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             }),
             max_forwards: true,
             record_route: Some("sip:192.0.2.10:5060;lr"),
-            pop_route: routes > 0,
+            pop_routes: usize::from(routes > 0),
             request_uri: Some("sip:x@192.0.2.20"),
             pop_last_route: routes > 1,
             received: Some("192.0.2.1"),
@@ -64,6 +64,10 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             strict_next_hop: None,
             route_set: None,
             path: None,
+            remove: crate::edit::RemoveHeaders {
+                asserted_identity: true,
+                proxy_authorization_realm: Some("example.com"),
+            },
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
             let f = SipMsg::parse(&out).expect("forwarded request must parse");

@@ -53,6 +53,7 @@ pub mod invariants;
 pub mod msg;
 pub mod proxy;
 pub mod registrar;
+pub mod relay;
 mod text;
 pub mod uri;
 
@@ -65,4 +66,5 @@ pub use proxy::{
     ProxyStats, ProxyWorker, RegistrarPolicy,
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
+pub use relay::{Grant, RelayNets, RelayPolicy};
 pub use uri::{NameAddr, SipUri};

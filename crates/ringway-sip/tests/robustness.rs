@@ -111,7 +111,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 }),
                 max_forwards: true,
                 record_route: Some("sip:192.0.2.10:5060;lr"),
-                pop_route: m.routes().count() > 0,
+                pop_routes: usize::from(m.routes().count() > 0),
                 pop_last_route: m.routes().count() > 1,
                 request_uri: Some("sip:x@192.0.2.9"),
                 received: Some("192.0.2.1"),
@@ -119,6 +119,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 strict_next_hop: None,
                 route_set: None,
                 path: None,
+                remove: ringway_sip::edit::RemoveHeaders::default(),
             };
             if forward_request(&m, &e, &mut out).is_ok() {
                 let f = SipMsg::parse(&out).expect("edited request must parse");

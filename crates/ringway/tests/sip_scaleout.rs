@@ -135,6 +135,9 @@ fn proxy(procs: &mut Procs, dir: &Path, listen: &str, url: &str) -> ProxyProc {
         &[
             "--listen",
             listen,
+            // Every UA of this test bed is on loopback (docs/security.md).
+            "--relay",
+            "127.0.0.0/8",
             "--mode",
             "stateful",
             "--registrar",
@@ -644,6 +647,8 @@ fn start_dispatch(procs: &mut Procs, dir: &Path, listen: &str) -> DispatchProc {
     let summary = dir.join("dispatch-summary.json");
     let mut c = Command::new(ringway());
     c.args(["sip", "dispatch", "--listen", listen]);
+    // The UAs the proxies call back through the dispatcher are on loopback.
+    c.args(["--relay", "127.0.0.0/8"]);
     for p in PROXIES {
         c.args(["--proxy", p]);
     }

@@ -53,6 +53,10 @@ pub struct DispatchServerConfig {
     pub probe_failures: u32,
     /// Record-Route dialog-creating requests.
     pub record_route: bool,
+    /// Destinations beyond the proxies requests may go to (`none`, `any`
+    /// or networks; see `ringway_sip::relay`): loopback, link-local and
+    /// our own IP only when a network names them.
+    pub relay: ringway_sip::RelayNets,
 }
 
 impl Default for DispatchServerConfig {
@@ -66,6 +70,7 @@ impl Default for DispatchServerConfig {
             probe_interval_ms: 500,
             probe_failures: 3,
             record_route: true,
+            relay: ringway_sip::RelayNets::None,
         }
     }
 }
@@ -194,7 +199,8 @@ impl DispatchServer {
             probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
             probe_failures: config.probe_failures,
             record_route: config.record_route,
-            secret: u64::from_ne_bytes(host::random_bytes()?),
+            secret: host::random_bytes()?,
+            relay: config.relay.clone(),
         });
         let backend = config.backend;
         let shared = Arc::new(Shared {

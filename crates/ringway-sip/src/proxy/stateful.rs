@@ -1,8 +1,12 @@
 //! Transaction-stateful requests: a request that matches a transaction
 //! (retransmission, ACK) is absorbed or answered from it; a new request
-//! forwarded statefully creates one.
+//! forwarded statefully creates one. A request matching a transaction is
+//! only taken as its retransmission (or its ACK, CANCEL) when it comes from
+//! where the transaction's request came from: a copy sent from elsewhere
+//! is dropped (`source_mismatch`), never answered, so the stored response
+//! cannot be reflected to the original source by third parties.
 
-use super::outcome::Action;
+use super::outcome::{Action, DropReason};
 use super::stats::Counter;
 use super::transaction::{lock, Class, ServerState, Transaction, TransactionKey};
 use super::worker::{send, ProxyWorker, Request};
@@ -34,6 +38,10 @@ impl ProxyWorker<'_> {
                 _ => None,
             };
         };
+        if transaction.upstream.is_some_and(|upstream| upstream != request.upstream) {
+            drop(shard);
+            return Some(self.drop_datagram(DropReason::SourceMismatch));
+        }
         if request.method == Method::Cancel && transaction.last_response.is_empty() {
             // Our own CANCEL (timer C) is in flight; still answer the
             // UAC's CANCEL with 200 and absorb its retransmissions.
@@ -58,7 +66,8 @@ impl ProxyWorker<'_> {
                 _ => None,
             };
         }
-        // A retransmitted request: resend our last response, if any.
+        // A retransmitted request: resend our last response, if any, once,
+        // to where the request came from.
         if !transaction.last_response.is_empty() {
             if let Some(upstream) = transaction.upstream {
                 send(out, upstream, &transaction.last_response);
