@@ -283,7 +283,8 @@ impl Proxy {
         // copy sent from elsewhere (or with another Route) is a replay.
         let copy = crate::hash::Hash64::new(self.secret)
             .u64(request.keys.transaction)
-            .str(&request.src.to_string())
+            .str(request.src.ip().to_string().as_str())
+            .u64(u64::from(request.src.port()))
             .bytes(request.msg.as_bytes())
             .finish();
         match auth.replays.check(id, nc, copy) {

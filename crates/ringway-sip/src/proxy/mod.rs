@@ -40,6 +40,7 @@
 // (request keys, branch and To-tag), `config`, `outcome`, `stats`.
 
 mod auth;
+mod authorised;
 mod branch;
 mod cancel;
 mod config;
@@ -70,6 +71,7 @@ use crate::hash::{Hash64, MacKey};
 use crate::relay::RelayPolicy;
 use crate::registrar::{LocationStore, MemoryStore};
 use auth::Authenticator;
+use authorised::AuthorisedHops;
 use cancel::CancelIndex;
 use deferred::StoreAccess;
 use flood::FloodLimiter;
@@ -95,6 +97,9 @@ pub struct Proxy {
     store: StoreAccess,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
+    /// Stateless with authentication: where authenticated INVITEs went
+    /// (their CANCEL and non-2xx ACK may follow).
+    authorised: Option<AuthorisedHops>,
     /// Per-source request limits, when configured.
     flood: Option<FloodLimiter>,
     shards: Box<[Mutex<Shard>]>,
@@ -140,6 +145,8 @@ impl Proxy {
             config.relay.clone(),
         );
         Proxy {
+            authorised: (config.auth.is_some() && config.mode == Mode::Stateless)
+                .then(|| AuthorisedHops::new(secret)),
             mac_key: MacKey::from_seed(secret),
             relay,
             auth: config.auth.clone().map(Authenticator::new),

@@ -220,7 +220,25 @@ impl ProxyWorker<'_> {
     ) -> Action {
         let proxy = self.proxy();
         let to = route.to;
-        if let Err(refusal) = proxy.relay.check(to, route.grant) {
+        let mut grant = route.grant;
+        if let Some(authorised) = &proxy.authorised {
+            let transaction = request.keys.transaction;
+            match request.method {
+                Method::Invite if grant == Grant::Authenticated => {
+                    authorised.remember(transaction, request.upstream, to);
+                }
+                // The CANCEL or non-2xx ACK of an authenticated INVITE
+                // (same branch, same source) follows it (RFC 3261 16.10).
+                Method::Cancel | Method::Ack
+                    if grant == Grant::None
+                        && authorised.went_to(transaction, request.upstream, to) =>
+                {
+                    grant = Grant::Authenticated;
+                }
+                _ => {}
+            }
+        }
+        if let Err(refusal) = proxy.relay.check(to, grant) {
             return self.refuse_relay(request, refusal, out);
         }
         let msg = request.msg;
