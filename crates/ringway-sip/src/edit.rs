@@ -60,13 +60,14 @@ pub struct RemoveHeaders<'e> {
     /// `P-Preferred-Identity`, `Remote-Party-ID`): only a trusted peer may
     /// assert one (RFC 3325).
     pub asserted_identity: bool,
-    /// `Proxy-Authorization` credentials for this realm (consumed by us).
-    pub proxy_authorization_realm: Option<&'e str>,
+    /// `Proxy-Authorization` credentials for these realms (ours: consumed,
+    /// never passed on).
+    pub proxy_authorization_realms: &'e [String],
 }
 
 impl RemoveHeaders<'_> {
     fn any(&self) -> bool {
-        self.asserted_identity || self.proxy_authorization_realm.is_some()
+        self.asserted_identity || !self.proxy_authorization_realms.is_empty()
     }
 
     /// Whether the header line `h` of `msg` goes.
@@ -82,13 +83,15 @@ impl RemoveHeaders<'_> {
         {
             return true;
         }
-        match self.proxy_authorization_realm {
-            Some(realm) if is("Proxy-Authorization") => {
-                let value = &head[h.value_start as usize..h.value_end as usize];
-                crate::auth::Credentials::parse(value).is_ok_and(|c| c.realm == realm)
-            }
-            _ => false,
+        if self.proxy_authorization_realms.is_empty() || !is("Proxy-Authorization") {
+            return false;
         }
+        let value = &head[h.value_start as usize..h.value_end as usize];
+        crate::auth::Credentials::realm_of(value).is_some_and(|realm| {
+            self.proxy_authorization_realms
+                .iter()
+                .any(|ours| ours.eq_ignore_ascii_case(realm))
+        })
     }
 }
 
@@ -474,7 +477,9 @@ impl Iterator for Removals<'_, '_> {
             let item_end = |i: usize| {
                 CommaSplit::new(value)
                     .nth(i)
-                    .map_or(h.value_end as usize, |item| offset_in(head, item) + item.len())
+                    .map_or(h.value_end as usize, |item| {
+                        offset_in(head, item) + item.len()
+                    })
             };
             let tail = last.then(|| (item_end(count - 2), h.value_end as usize));
             if prefix > 0 {
@@ -732,7 +737,10 @@ hi"
         assert_eq!(via.received, Some("192.0.2.77"));
         assert_eq!(via.rport, Some(5099));
         assert_eq!(via.branch, Some("z9hG4bKabc"));
-        assert_eq!(via.response_target(), Some("192.0.2.77:5099".parse().unwrap()));
+        assert_eq!(
+            via.response_target(),
+            Some("192.0.2.77:5099".parse().unwrap())
+        );
         assert_eq!(via.params.matches("received").count(), 1, "{}", via.raw);
         assert_eq!(m2.max_forwards(), Some(MAX_FORWARDS - 1));
         // A Via without parameters gets them appended.
@@ -746,12 +754,17 @@ hi"
         };
         forward_request(&m, &e, &mut out).unwrap();
         let text = String::from_utf8(out.clone()).unwrap();
-        assert!(text.contains("Via: SIP/2.0/UDP host.example;received=192.0.2.77\r\n"), "{text}");
+        assert!(
+            text.contains("Via: SIP/2.0/UDP host.example;received=192.0.2.77\r\n"),
+            "{text}"
+        );
     }
 
     #[test]
     fn removes_many_routes_identity_and_our_credentials_in_one_pass() {
-        let routes: Vec<String> = (0..60).map(|i| format!("Route: <sip:a{i}@192.0.2.10>\r\n")).collect();
+        let routes: Vec<String> = (0..60)
+            .map(|i| format!("Route: <sip:a{i}@192.0.2.10>\r\n"))
+            .collect();
         let req = String::from_utf8(REQ.to_vec())
             .unwrap()
             .replace(
@@ -766,12 +779,13 @@ Remote-Party-ID: <sip:boss@example.com>\r\n",
             );
         let m = SipMsg::parse(req.as_bytes()).unwrap();
         assert_eq!(m.routes().count(), 62);
+        let realms = ["example.com".to_string()];
         let mut out = Vec::new();
         let e = RequestEdits {
             pop_routes: 61,
             remove: RemoveHeaders {
                 asserted_identity: true,
-                proxy_authorization_realm: Some("example.com"),
+                proxy_authorization_realms: &realms,
             },
             ..Default::default()
         };

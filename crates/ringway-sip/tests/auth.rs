@@ -227,7 +227,9 @@ fn replayed_authorization_gets_a_new_challenge() {
         // captured copy, not a retransmission.
         let (action, sent) = handle(&p, sec(4), "192.0.2.99:5060", &first);
         assert_eq!(action.action, Action::Responded(401), "{mode:?}");
-        assert!(sent.iter().all(|(to, _)| to.ip().to_string() == "192.0.2.99"));
+        assert!(sent
+            .iter()
+            .all(|(to, _)| to.ip().to_string() == "192.0.2.99"));
         assert_eq!(p.stats().auth_replays, 2, "{mode:?}");
     }
 }
@@ -487,8 +489,14 @@ To: <sip:carol@example.com>;tag=c1\r\nCall-ID: call-z9hG4bKi2\r\nCSeq: 2 BYE\r\n
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
         // The callee's BYE (tags the other way round) is in the dialog too.
         let callee_bye = bye
-            .replace("From: <sip:alice@ringway.test>;tag=a1", "From: <sip:carol@example.com>;tag=c1")
-            .replace("To: <sip:carol@example.com>;tag=c1", "To: <sip:alice@ringway.test>;tag=a1")
+            .replace(
+                "From: <sip:alice@ringway.test>;tag=a1",
+                "From: <sip:carol@example.com>;tag=c1",
+            )
+            .replace(
+                "To: <sip:carol@example.com>;tag=c1",
+                "To: <sip:alice@ringway.test>;tag=a1",
+            )
             .replace("z9hG4bKb1", "z9hG4bKb0");
         let (o, _) = handle(&p, 7, UAS, callee_bye.as_bytes());
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");

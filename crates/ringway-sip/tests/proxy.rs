@@ -830,7 +830,10 @@ fn strict_route_and_loose_route_multi() {
     let in_dialog = |branch: &str, ruri: &str, extra: &str| {
         String::from_utf8(invite(branch, ruri, extra))
             .unwrap()
-            .replace("To: Bob <sip:bob@example.com>", "To: Bob <sip:bob@example.com>;tag=b1")
+            .replace(
+                "To: Bob <sip:bob@example.com>",
+                "To: Bob <sip:bob@example.com>;tag=b1",
+            )
             .into_bytes()
     };
     // Loose route: first Route is us, next Route is an IP literal.

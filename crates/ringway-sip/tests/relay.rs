@@ -8,9 +8,7 @@ mod common;
 use common::*;
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::dispatch::{DispatchConfig, Dispatcher};
-use ringway_sip::{
-    Action, AuthConfig, DropReason, Mode, Proxy, ProxyConfig, RelayNets, SipMsg,
-};
+use ringway_sip::{Action, AuthConfig, DropReason, Mode, Proxy, ProxyConfig, RelayNets, SipMsg};
 use std::sync::Arc;
 
 const FAR: &str = "203.0.113.7:5060";
@@ -55,7 +53,10 @@ fn proxies() -> Vec<(String, Proxy)> {
 fn tagged(message: Vec<u8>) -> Vec<u8> {
     String::from_utf8(message)
         .unwrap()
-        .replace("To: Bob <sip:bob@example.com>", "To: Bob <sip:bob@example.com>;tag=b1")
+        .replace(
+            "To: Bob <sip:bob@example.com>",
+            "To: Bob <sip:bob@example.com>;tag=b1",
+        )
         .into_bytes()
 }
 
@@ -77,10 +78,7 @@ fn preloaded_routes_of_initial_requests_are_removed() {
         .iter()
         .enumerate()
         {
-            let inv = invite(&format!("z9hG4bKpre{i}"), "sip:bob@example.com", route)
-                .iter()
-                .copied()
-                .collect::<Vec<u8>>();
+            let inv = invite(&format!("z9hG4bKpre{i}"), "sip:bob@example.com", route);
             // From another domain to ours: no challenge.
             let inv = String::from_utf8(inv)
                 .unwrap()
@@ -125,7 +123,12 @@ fn in_dialog_requests_follow_only_routes_we_signed() {
         let p = Proxy::new(cfg(mode));
         let inv = invite("z9hG4bKdlg", "sip:bob@example.com", "");
         let (_, sent) = handle(&p, 0, UAC, &inv);
-        let fwd = parse(&to(&sent, UAS)[0]).record_routes().next().unwrap().uri.to_string();
+        let fwd = parse(&to(&sent, UAS)[0])
+            .record_routes()
+            .next()
+            .unwrap()
+            .uri
+            .to_string();
         let bye = |route: &str, branch: &str, call: &str| {
             format!(
                 "BYE sip:carol@203.0.113.7 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.2:5060;branch={branch}\r\n\
@@ -185,8 +188,7 @@ fn unmatched_ack_and_cancel_go_only_where_the_policy_allows() {
 fn alice(method: &str, uri: &str, nonce: &str, nc: u32) -> String {
     let ha1 = Algorithm::Sha256.ha1("alice", "example.com", "secret");
     let nc_text = format!("{nc:08x}");
-    let response =
-        Algorithm::Sha256.response(ha1.as_str(), nonce, &nc_text, "c0ffee", method, uri);
+    let response = Algorithm::Sha256.response(ha1.as_str(), nonce, &nc_text, "c0ffee", method, uri);
     format!(
         "Digest username=\"alice\", realm=\"example.com\", nonce=\"{nonce}\", uri=\"{uri}\", \
 response=\"{response}\", algorithm=SHA-256, qop=auth, nc={nc_text}, cnonce=\"c0ffee\""
@@ -232,16 +234,29 @@ fn authenticated_calls_go_anywhere_public_and_their_cancel_follows() {
         let (o, sent) = handle(&p, 2, "192.0.2.66:5060", cancel.as_bytes());
         assert!(to(&sent, FAR).is_empty(), "{mode:?}: {o:?}");
         let (o, sent) = handle(&p, 3, UAC, cancel.as_bytes());
-        assert!(matches!(o.action, Action::Forwarded { .. } | Action::Responded(200)), "{mode:?}: {o:?}");
-        assert!(!to(&sent, FAR).is_empty() || mode == Mode::Stateful, "{mode:?}");
+        assert!(
+            matches!(o.action, Action::Forwarded { .. } | Action::Responded(200)),
+            "{mode:?}: {o:?}"
+        );
+        assert!(
+            !to(&sent, FAR).is_empty() || mode == Mode::Stateful,
+            "{mode:?}"
+        );
         // Loopback, link-local and our own IP stay out even authenticated.
-        for target in ["sip:x@127.0.0.1:514", "sip:x@169.254.1.1", "sip:x@192.0.2.10:5070"] {
+        for target in [
+            "sip:x@127.0.0.1:514",
+            "sip:x@169.254.1.1",
+            "sip:x@192.0.2.10:5070",
+        ] {
             let (_, sent) = handle(&p, 4, UAC, &invite("z9hG4bKa2", target, ""));
             let nonce = nonce_of(&sent[0].1);
             let inv = invite(
                 "z9hG4bKa3",
                 target,
-                &format!("Proxy-Authorization: {}\r\n", alice("INVITE", target, &nonce, 1)),
+                &format!(
+                    "Proxy-Authorization: {}\r\n",
+                    alice("INVITE", target, &nonce, 1)
+                ),
             );
             let (o, sent) = handle(&p, 5, UAC, &inv);
             assert_eq!(o.action, Action::Responded(403), "{mode:?} {target}");
@@ -259,7 +274,10 @@ fn a_binding_at_our_own_address_is_a_loop_not_a_forward() {
         let reg = "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKr\r\n\
 Max-Forwards: 70\r\nFrom: <sip:bob@example.com>;tag=r\r\nTo: <sip:bob@example.com>\r\nCall-ID: r\r\n\
 CSeq: 1 REGISTER\r\nContact: <sip:bob@192.0.2.10:5060>\r\nContent-Length: 0\r\n\r\n";
-        assert_eq!(handle(&p, 0, UAC, reg.as_bytes()).0.action, Action::Responded(200));
+        assert_eq!(
+            handle(&p, 0, UAC, reg.as_bytes()).0.action,
+            Action::Responded(200)
+        );
         let (o, sent) = handle(&p, 1, UAC, &invite("z9hG4bKl", "sip:bob@example.com", ""));
         assert_eq!(o.action, Action::Responded(482), "{mode:?}");
         assert!(sent.iter().all(|(a, _)| *a == addr(UAC)));
@@ -288,8 +306,11 @@ fn max_forwards_is_capped_and_via_received_rport_come_from_the_source() {
         // The UAS's answer goes to the real source.
         let busy = response_to(fwd, 486, "Busy Here", "");
         let (_, back) = handle(&p, 1, UAS, &busy);
-        assert!(back.iter().any(|(a, b)| *a == addr("192.0.2.1:5071")
-            && parse(b).status() == Some(486)), "{mode:?}: {back:?}");
+        assert!(
+            back.iter()
+                .any(|(a, b)| *a == addr("192.0.2.1:5071") && parse(b).status() == Some(486)),
+            "{mode:?}: {back:?}"
+        );
     }
 }
 
@@ -309,7 +330,11 @@ fn forged_responses_and_replayed_copies_are_not_reflected() {
                 "Via: SIP/2.0/UDP 198.51.100.9:53;branch=z9hG4bKfr",
             );
         let digit = forged.find("z9hG4bKrw").unwrap() + 9;
-        let flipped = if &forged[digit..=digit] == "0" { "1" } else { "0" };
+        let flipped = if &forged[digit..=digit] == "0" {
+            "1"
+        } else {
+            "0"
+        };
         let other_branch = format!("{}{flipped}{}", &forged[..digit], &forged[digit + 1..]);
         for response in [forged.clone(), other_branch] {
             let (o, sent) = handle(&p, 1, UAS, response.as_bytes());
@@ -355,8 +380,14 @@ CSeq: {} REGISTER\r\nContact: <sip:alice@198.51.100.4>\r\n{auth}Content-Length: 
     let start = value.find("nonce=\"").unwrap() + 7;
     let nonce = value[start..].split('"').next().unwrap();
     let ha1 = Algorithm::Sha256.ha1("alice", "b.test", "secret");
-    let response =
-        Algorithm::Sha256.response(ha1.as_str(), nonce, "00000001", "c", "REGISTER", "sip:b.test");
+    let response = Algorithm::Sha256.response(
+        ha1.as_str(),
+        nonce,
+        "00000001",
+        "c",
+        "REGISTER",
+        "sip:b.test",
+    );
     let auth = format!(
         "Authorization: Digest username=\"alice\", realm=\"b.test\", nonce=\"{nonce}\", uri=\"sip:b.test\", \
 response=\"{response}\", algorithm=SHA-256, qop=auth, nc=00000001, cnonce=\"c\"\r\n"
@@ -376,7 +407,12 @@ response=\"{response}\", algorithm=SHA-256, qop=auth, nc=00000001, cnonce=\"c\"\
     let (o, sent) = handle(&p, 3, UAC, call("sip:alice@a.test", "z9hG4bKx1").as_bytes());
     assert_eq!(o.action, Action::Responded(404));
     assert!(sent.iter().all(|(a, _)| *a == addr(UAC)));
-    let (o, sent) = handle(&p, 4, UAC, call("sip:alice@B.TEST.", "z9hG4bKx2").as_bytes());
+    let (o, sent) = handle(
+        &p,
+        4,
+        UAC,
+        call("sip:alice@B.TEST.", "z9hG4bKx2").as_bytes(),
+    );
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr("198.51.100.4:5060"));
     // From one of our users with a port or a trailing dot: still ours,
@@ -415,7 +451,11 @@ fn dispatch(d: &Dispatcher, src: &str, msg: &[u8]) -> (Action, Sent) {
 fn dispatcher_sends_outsiders_to_its_proxies_only() {
     let d = dispatcher(RelayNets::None);
     // A preloaded Route: ignored, to the proxy.
-    let inv = invite("z9hG4bKd1", "sip:bob@example.com", "Route: <sip:203.0.113.7;lr>\r\n");
+    let inv = invite(
+        "z9hG4bKd1",
+        "sip:bob@example.com",
+        "Route: <sip:203.0.113.7;lr>\r\n",
+    );
     let (o, sent) = dispatch(&d, UAC, &inv);
     assert_eq!(o, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr(MEMBER));
@@ -441,10 +481,7 @@ fn dispatcher_sends_outsiders_to_its_proxies_only() {
     let local = tagged(invite("z9hG4bKd4", "sip:bob@127.0.0.1:5070", ""));
     assert_eq!(dispatch(&d, MEMBER, &local).0, Action::Responded(403));
     let d = dispatcher("127.0.0.0/8".parse().unwrap());
-    assert_eq!(
-        dispatch(&d, MEMBER, &local).1[0].0,
-        addr("127.0.0.1:5070")
-    );
+    assert_eq!(dispatch(&d, MEMBER, &local).1[0].0, addr("127.0.0.1:5070"));
 }
 
 #[test]
@@ -452,7 +489,10 @@ fn dispatcher_relays_responses_only_to_where_requests_came_from() {
     let d = dispatcher(RelayNets::None);
     let inv = String::from_utf8(invite("z9hG4bKd5", "sip:bob@example.com", ""))
         .unwrap()
-        .replace(";branch=z9hG4bKd5", ";received=198.51.100.9;rport=53;branch=z9hG4bKd5;rport");
+        .replace(
+            ";branch=z9hG4bKd5",
+            ";received=198.51.100.9;rport=53;branch=z9hG4bKd5;rport",
+        );
     let (_, sent) = dispatch(&d, "192.0.2.1:5077", inv.as_bytes());
     let fwd = &sent[0].1;
     let answer = response_to(fwd, 486, "Busy Here", "");
@@ -477,8 +517,18 @@ fn dispatcher_probe_answers_must_carry_the_probe_nonce() {
         let mut probe = Vec::new();
         w.on_timer(t * 1_000_000_000, &mut |_, b| probe = b.to_vec());
         let text = String::from_utf8(response_to(&probe, 200, "OK", "")).unwrap();
-        let call_id = SipMsg::parse(&probe).unwrap().call_id().unwrap().to_string();
-        let nonce = call_id.split('@').next().unwrap().rsplit('-').next().unwrap();
+        let call_id = SipMsg::parse(&probe)
+            .unwrap()
+            .call_id()
+            .unwrap()
+            .to_string();
+        let nonce = call_id
+            .split('@')
+            .next()
+            .unwrap()
+            .rsplit('-')
+            .next()
+            .unwrap();
         assert_eq!(nonce.len(), 16, "{call_id}");
         let forged = text.replace(nonce, "0000000000000000");
         w.handle(0, addr(MEMBER), forged.as_bytes(), &mut |_, _| {});

@@ -12,7 +12,7 @@
 mod sip_proxy_support;
 
 use sip_proxy_support::*;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,10 +28,6 @@ const VICTIM: &str = "127.0.0.5:5099";
 /// The largest reply-to-request byte ratio towards an unverified source
 /// (docs/security.md).
 const AMPLIFICATION_LIMIT: usize = 4;
-
-fn a(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 /// docs/ringway-users.htdigest (alice/secret in ringway.test).
 fn users() -> String {
@@ -117,11 +113,7 @@ fn tagged(message: String) -> String {
 }
 
 fn status(message: &str) -> Option<u16> {
-    message
-        .strip_prefix("SIP/2.0 ")?
-        .get(..3)?
-        .parse()
-        .ok()
+    message.strip_prefix("SIP/2.0 ")?.get(..3)?.parse().ok()
 }
 
 /// One proxy configuration of the test bed.
@@ -249,7 +241,11 @@ fn preloaded_strict_and_loose_routes_never_reach_the_victim() {
             );
             assert!(!got[0].contains("\r\nRoute:"), "{config:?}: {}", got[0]);
         }
-        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new(), "{config:?}");
+        assert_eq!(
+            drain(&bed.victim, SHORT),
+            Vec::<String>::new(),
+            "{config:?}"
+        );
         bed.stop();
     });
 }
@@ -309,15 +305,16 @@ fn to_tag_with_our_route_ip_literal_uri_and_unmatched_ack_cancel_are_not_relayed
             send(&bed.attacker, PROXY, attack);
         }
         let answers = drain(&bed.attacker, SHORT);
-        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new(), "{config:?}");
+        assert_eq!(
+            drain(&bed.victim, SHORT),
+            Vec::<String>::new(),
+            "{config:?}"
+        );
         // Refused out loud (403; 407 to our own domain's user with auth;
         // 100 Trying first in stateful mode), never an ACK or CANCEL.
         for answer in &answers {
             let code = status(answer).unwrap_or(0);
-            assert!(
-                [100, 403, 407].contains(&code),
-                "{config:?}: {answer}"
-            );
+            assert!([100, 403, 407].contains(&code), "{config:?}: {answer}");
         }
         assert!(
             answers.iter().filter(|m| status(m) == Some(403)).count() >= 4,
@@ -398,7 +395,11 @@ fn received_rport_maddr_in_via_never_steer_relayed_responses() {
             back.iter().any(|m| status(m) == Some(486)),
             "{config:?}: the 486 goes to the real source: {back:?}"
         );
-        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new(), "{config:?}");
+        assert_eq!(
+            drain(&bed.victim, SHORT),
+            Vec::<String>::new(),
+            "{config:?}"
+        );
         bed.stop();
     });
 }
@@ -421,7 +422,11 @@ Call-ID: forged@x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
             );
             send(&bed.attacker, PROXY, &forged);
         }
-        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new(), "{config:?}");
+        assert_eq!(
+            drain(&bed.victim, SHORT),
+            Vec::<String>::new(),
+            "{config:?}"
+        );
         bed.stop();
     });
 }
@@ -584,7 +589,11 @@ fn dispatcher_ignores_preloaded_routes_and_reflects_nothing() {
             .iter()
             .find(|m| m.contains("dsteer"))
             .unwrap_or_else(|| panic!("{got:?}"));
-        send(&bed.proxy, DISPATCH, &response_to(forwarded, 486, "Busy Here"));
+        send(
+            &bed.proxy,
+            DISPATCH,
+            &response_to(forwarded, 486, "Busy Here"),
+        );
         let back = drain(&bed.attacker, SHORT);
         assert!(
             back.iter().any(|m| status(m) == Some(486)),

@@ -196,9 +196,7 @@ impl Dispatcher {
         Dispatcher {
             members: config.proxies.iter().map(|&a| Member::new(a)).collect(),
             uri: format!("sip:{sent_by};lr"),
-            secret: Hash64::new(u64::from_le_bytes(seed))
-                .str(&sent_by)
-                .finish(),
+            secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
             mac_key: MacKey::new(key),
             relay: RelayPolicy::new(config.local, config.proxies.clone(), config.relay.clone()),
             sent_by,
@@ -341,7 +339,12 @@ impl Dispatcher {
     /// The MAC in our branch of a request with branch hash `hash` whose
     /// responses go to `upstream`.
     fn upstream_mac(&self, hash: u64, upstream: SocketAddr) -> u64 {
-        self.mac_key.mac().u64(0xD15).u64(hash).addr(upstream).finish()
+        self.mac_key
+            .mac()
+            .u64(0xD15)
+            .u64(hash)
+            .addr(upstream)
+            .finish()
     }
 
     /// The nonce of probe `seq` to proxy `index`.
@@ -507,7 +510,11 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         if !ours {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
-        if let Some(probe) = top.branch.and_then(|b| b.get(7..)).filter(|b| b.starts_with(PROBE_TAG)) {
+        if let Some(probe) = top
+            .branch
+            .and_then(|b| b.get(7..))
+            .filter(|b| b.starts_with(PROBE_TAG))
+        {
             if let Some((index, seq, nonce)) = parse_probe_id(probe) {
                 let from_it = d.members.get(index).is_some_and(|m| m.address == src);
                 let genuine = nonce == d.probe_nonce(index, seq);
@@ -683,7 +690,10 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         } else {
             popped
         };
-        let edits = RequestEdits { pop_routes, ..edits };
+        let edits = RequestEdits {
+            pop_routes,
+            ..edits
+        };
         self.scratch.clear();
         match forward_request(msg, &edits, &mut self.scratch) {
             Ok(_) => {

@@ -150,11 +150,9 @@ impl Proxy {
             return Ok(None);
         }
         let realm_of = |host: &str| {
-            auth.realm.clone().unwrap_or_else(|| {
-                host.strip_suffix('.')
-                    .unwrap_or(host)
-                    .to_ascii_lowercase()
-            })
+            auth.realm
+                .clone()
+                .unwrap_or_else(|| host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase())
         };
         if matches!(target, Target::Register) {
             let host = msg.to().and_then(|to| to.sip_uri()).map_or("", |u| u.host);

@@ -15,9 +15,12 @@ use std::sync::Mutex;
 const SLOTS: usize = 8192;
 const SHARDS: usize = 32;
 
+/// One slot: the key of a (transaction, source) and where it went.
+type Slot = (u64, Option<SocketAddr>);
+
 /// The table (see the module documentation).
 pub(super) struct AuthorisedHops {
-    shards: Box<[Mutex<Box<[(u64, Option<SocketAddr>)]>>]>,
+    shards: Box<[Mutex<Box<[Slot]>>]>,
     seed: u64,
 }
 
@@ -45,7 +48,7 @@ impl AuthorisedHops {
             | 1
     }
 
-    fn slot<R>(&self, key: u64, f: impl FnOnce(&mut (u64, Option<SocketAddr>)) -> R) -> R {
+    fn slot<R>(&self, key: u64, f: impl FnOnce(&mut Slot) -> R) -> R {
         let shard = &self.shards[(key >> 59) as usize % SHARDS];
         let mut slots = shard.lock().unwrap_or_else(|e| e.into_inner());
         let len = slots.len();
@@ -84,6 +87,9 @@ mod tests {
         for t in 0..(4 * SLOTS as u64) {
             table.remember(1000 + t, uac, far);
         }
-        assert_eq!(table.shards.len() * table.shards[0].lock().unwrap().len(), SLOTS);
+        assert_eq!(
+            table.shards.len() * table.shards[0].lock().unwrap().len(),
+            SLOTS
+        );
     }
 }

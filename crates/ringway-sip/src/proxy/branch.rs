@@ -142,7 +142,13 @@ impl Proxy {
     /// `call_id` whose caller's tag is `tag` (the INVITE's From tag; the
     /// From or To tag of later requests, by direction).
     pub(super) fn route_signature(&self, call_id: &str, tag: &str) -> RouteSignature {
-        let mac = self.mac_key.mac().u64(0x5EED).str(call_id).str(tag).finish();
+        let mac = self
+            .mac_key
+            .mac()
+            .u64(0x5EED)
+            .str(call_id)
+            .str(tag)
+            .finish();
         let mut buf = [0u8; MAC_DIGITS];
         write_hex(&mut buf, mac, MAC_DIGITS);
         RouteSignature { buf }
@@ -150,7 +156,11 @@ impl Proxy {
 
     /// Whether `uri` (one of our Route values, or our Request-URI behind a
     /// strict router) carries our signature for the dialog of `msg`.
-    pub(super) fn route_is_signed(&self, msg: &SipMsg<'_>, uri: Option<crate::uri::SipUri<'_>>) -> bool {
+    pub(super) fn route_is_signed(
+        &self,
+        msg: &SipMsg<'_>,
+        uri: Option<crate::uri::SipUri<'_>>,
+    ) -> bool {
         let Some(Some(signature)) = uri.and_then(|u| u.param(SIGNATURE_PARAM)) else {
             return false;
         };

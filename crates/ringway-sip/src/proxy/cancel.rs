@@ -105,7 +105,9 @@ impl ProxyWorker<'_> {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Option<Action> {
         let hash = request.keys.transaction;
-        let invite = shard.transactions.get(&TransactionKey::new(hash, Class::Invite));
+        let invite = shard
+            .transactions
+            .get(&TransactionKey::new(hash, Class::Invite));
         // The same branch from another source is not the INVITE's CANCEL.
         let same_branch = invite.is_some_and(|invite| invite.upstream == Some(request.upstream));
         let foreign = invite.is_some() && !same_branch;

@@ -57,19 +57,19 @@ mod timers;
 mod transaction;
 mod worker;
 
+pub use crate::relay::sendable;
 pub use config::{AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy};
 pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
-pub use crate::relay::sendable;
-pub use worker::AMPLIFICATION_LIMIT;
 pub use stats::ProxyStats;
 pub use timers::{T1, T2, T4, TIMER_64T1, TIMER_C};
 pub use worker::ProxyWorker;
+pub use worker::AMPLIFICATION_LIMIT;
 
 use crate::hash::{Hash64, MacKey};
-use crate::relay::RelayPolicy;
 use crate::registrar::{LocationStore, MemoryStore};
+use crate::relay::RelayPolicy;
 use auth::Authenticator;
 use authorised::AuthorisedHops;
 use cancel::CancelIndex;
@@ -94,6 +94,9 @@ pub struct Proxy {
     mac_key: MacKey,
     /// Where requests may go.
     relay: RelayPolicy,
+    /// Our digest realms (the fixed one, or every served domain): their
+    /// `Proxy-Authorization` is never forwarded.
+    realms: Vec<String>,
     store: StoreAccess,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
@@ -144,7 +147,19 @@ impl Proxy {
             config.route_to.into_iter().collect(),
             config.relay.clone(),
         );
+        let realms = match &config.auth {
+            Some(auth) => match &auth.realm {
+                Some(realm) => vec![realm.clone()],
+                None => config
+                    .domains
+                    .iter()
+                    .map(|d| d.to_ascii_lowercase())
+                    .collect(),
+            },
+            None => Vec::new(),
+        };
         Proxy {
+            realms,
             authorised: (config.auth.is_some() && config.mode == Mode::Stateless)
                 .then(|| AuthorisedHops::new(secret)),
             mac_key: MacKey::from_seed(secret),

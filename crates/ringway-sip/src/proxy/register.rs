@@ -184,7 +184,9 @@ impl Proxy {
         let aor = self
             .aor(user, to_uri.host)
             .ok_or(Refusal::new(403, "Forbidden - Not Our Domain"))?;
-        if identity.is_some_and(|identity| super::routing::canonical_user(user) != identity.username) {
+        if identity
+            .is_some_and(|identity| super::routing::canonical_user(user) != identity.username)
+        {
             return Err(Refusal::new(403, "Forbidden - Not The Owner Of This AOR"));
         }
         Ok(Registration {

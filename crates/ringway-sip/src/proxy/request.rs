@@ -3,7 +3,6 @@
 //! preprocessing (16.4, 16.6) and target choice, and the dispatch to a
 //! local answer, the registrar, or forwarding (stateless or stateful).
 
-use super::auth::Identity;
 use super::branch::{Branch, SIGNATURE_PARAM};
 use super::config::Mode;
 use super::deferred::StoreCall;
@@ -134,7 +133,7 @@ impl ProxyWorker<'_> {
                     request_uri: request_uri.as_deref(),
                     route_set: route_set.as_deref(),
                 };
-                self.forward(request, route, &plan, identity.as_ref(), stateful, out)
+                self.forward(request, route, &plan, stateful, out)
             }
         }
     }
@@ -214,7 +213,6 @@ impl ProxyWorker<'_> {
         request: &Request<'_>,
         route: Forwarding<'_>,
         plan: &RoutePlan<'_>,
-        identity: Option<&Identity>,
         stateful: bool,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
@@ -255,10 +253,9 @@ impl ProxyWorker<'_> {
         // RFC 3261 18.2.1 / RFC 3581: `received` when the sent-by host is
         // not the source (or the sender wrote one: it is replaced), `rport`
         // filled in (or replaced) with the source port.
-        let received = match top
-            .as_ref()
-            .is_some_and(|via| via.received.is_some() || host_ip(via.host) != Some(request.src.ip()))
-        {
+        let received = match top.as_ref().is_some_and(|via| {
+            via.received.is_some() || host_ip(via.host) != Some(request.src.ip())
+        }) {
             true => format_ip(&mut ip_text, request.src.ip()),
             false => None,
         };
@@ -293,7 +290,7 @@ impl ProxyWorker<'_> {
                     .route_to
                     .is_none_or(|trusted| trusted.ip() != request.src.ip()),
                 // Consumed: the next hop must not get our users' digests.
-                proxy_authorization_realm: identity.map(|identity| identity.realm.as_str()),
+                proxy_authorization_realms: &proxy.realms,
             },
         };
         if stateful {

@@ -6,12 +6,12 @@ use super::branch::Branch;
 use super::cancel::build_hop_request;
 use super::config::Mode;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
-use crate::relay::sendable;
 use super::stats::Counter;
 use super::transaction::{lock, Class, ClientState, ServerState, Transaction, TransactionKey};
 use super::worker::{scratch_for, send, ProxyWorker};
 use crate::edit::forward_response;
 use crate::msg::{Method, SipMsg};
+use crate::relay::sendable;
 use std::net::SocketAddr;
 
 impl ProxyWorker<'_> {

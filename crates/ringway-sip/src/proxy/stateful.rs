@@ -9,6 +9,7 @@
 use super::outcome::{Action, DropReason};
 use super::stats::Counter;
 use super::transaction::{lock, Class, ServerState, Transaction, TransactionKey};
+use super::worker::AMPLIFICATION_LIMIT;
 use super::worker::{send, ProxyWorker, Request};
 use crate::edit::{build_response, forward_request, RequestEdits};
 use crate::msg::Method;
@@ -38,7 +39,10 @@ impl ProxyWorker<'_> {
                 _ => None,
             };
         };
-        if transaction.upstream.is_some_and(|upstream| upstream != request.upstream) {
+        if transaction
+            .upstream
+            .is_some_and(|upstream| upstream != request.upstream)
+        {
             drop(shard);
             return Some(self.drop_datagram(DropReason::SourceMismatch));
         }
@@ -67,8 +71,16 @@ impl ProxyWorker<'_> {
             };
         }
         // A retransmitted request: resend our last response, if any, once,
-        // to where the request came from.
+        // to where the request came from, unless it is many times the
+        // request's size (a downstream's answer, however large, is not
+        // re-sent at will towards a claimed source).
         if !transaction.last_response.is_empty() {
+            let too_large = transaction.last_response.len()
+                > AMPLIFICATION_LIMIT * request.msg.as_bytes().len();
+            if too_large {
+                drop(shard);
+                return Some(self.drop_datagram(DropReason::ReplyTooLarge));
+            }
             if let Some(upstream) = transaction.upstream {
                 send(out, upstream, &transaction.last_response);
             }

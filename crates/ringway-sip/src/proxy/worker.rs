@@ -6,12 +6,12 @@ use super::branch::RequestKeys;
 use super::flood::FloodVerdict;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::upstream_address;
-use crate::relay::sendable;
 use super::stats::{Counter, CounterStripe};
 use super::Proxy;
 use crate::edit::EditError;
 use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
 use crate::registrar::{StoreAnswer, StoreQuery};
+use crate::relay::sendable;
 use std::net::SocketAddr;
 
 /// A response we generate is at most this many times the size of the

@@ -355,7 +355,10 @@ mod tests {
         assert!(parse(&["--relay", "127.0.0.0/33"]).is_err());
         assert!(parse(&["--relay", "any"]).unwrap().validate().is_ok());
         assert_eq!(
-            parse(&["--relay", "127.0.0.0/8,192.0.2.7"]).unwrap().relay.to_string(),
+            parse(&["--relay", "127.0.0.0/8,192.0.2.7"])
+                .unwrap()
+                .relay
+                .to_string(),
             "127.0.0.0/8,192.0.2.7/32"
         );
         for malformed in [
