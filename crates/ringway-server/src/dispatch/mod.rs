@@ -460,6 +460,12 @@ fn render(shared: &Shared) -> String {
         &[],
         s.no_proxy,
     );
+    p.counter(
+        "ringway_dispatch_relay_refused_total",
+        "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+        &[],
+        s.relay_refused,
+    );
     for (reason, n) in &s.drops {
         p.counter(
             "ringway_dispatch_drops_total",

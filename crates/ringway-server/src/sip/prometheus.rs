@@ -88,6 +88,11 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] 
             stats.auth_replays,
         ),
         (
+            "ringway_sip_relay_refused_total",
+            "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+            stats.relay_refused,
+        ),
+        (
             "ringway_sip_flood_blocks_total",
             "Times a source went over the flood limit.",
             stats.flood_blocks,
