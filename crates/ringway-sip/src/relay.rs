@@ -235,13 +235,6 @@ impl RelayPolicy {
         Err(Refusal::NotRelaying)
     }
 
-    /// Whether a response may be sent to `to` (it goes where a request
-    /// came from, so no grant is needed, but never to our own address or
-    /// an unconfigured local network).
-    pub fn check_response(&self, to: SocketAddr) -> Result<(), Refusal> {
-        self.check(to, Grant::Authenticated)
-    }
-
     /// The relay networks.
     pub fn nets(&self) -> &RelayNets {
         &self.nets

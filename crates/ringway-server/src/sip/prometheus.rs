@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 22] {
     [
         (
             "ringway_sip_core_requests_received_total",
