@@ -148,6 +148,8 @@ enum Piece<'e> {
     RouteSet(&'e str),
     PathLine(&'e str),
     Text(&'e str),
+    Received(&'e str),
+    Rport(u16),
     /// The top Via's parameters without `received`/`rport`, then ours.
     ViaParams {
         params: &'e str,
@@ -246,6 +248,14 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
             out.extend_from_slice(b">\r\n");
         }
         Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
+        Piece::Received(r) => {
+            out.extend_from_slice(b";received=");
+            out.extend_from_slice(r.as_bytes());
+        }
+        Piece::Rport(p) => {
+            out.push(b'=');
+            write_u32(out, u32::from(p));
+        }
         Piece::ViaParams {
             params,
             received,
@@ -342,22 +352,39 @@ pub fn forward_request(
         let v = &head[h.value_start as usize..h.value_end as usize];
         let top = CommaSplit::new(v).next().unwrap_or("");
         let via = Via::parse(top).ok_or(EditError::NoVia)?;
-        let (start, end) = if via.params.is_empty() {
-            let end = offset_in(head, top) + top.len();
-            (end, end)
+        let top_end = offset_in(head, top) + top.len();
+        if via.received.is_none() && via.rport.is_none() {
+            // Nothing of the sender's to replace (the common case): fill
+            // in a valueless `rport`, append `received`.
+            if let Some(p) = edits.rport {
+                let semi = top.find(';').unwrap_or(top.len());
+                if let Some((name, _)) = Params::new(&top[semi..])
+                    .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
+                {
+                    let at = offset_in(head, name) + name.len();
+                    sp.push(at, at, Some(Piece::Rport(p)));
+                }
+            }
+            if let Some(r) = edits.received {
+                sp.push(top_end, top_end, Some(Piece::Received(r)));
+            }
         } else {
-            let start = offset_in(head, via.params);
-            (start, start + via.params.len())
-        };
-        sp.push(
-            start,
-            end,
-            Some(Piece::ViaParams {
-                params: via.params,
-                received: edits.received,
-                rport: edits.rport,
-            }),
-        );
+            let (start, end) = if via.params.is_empty() {
+                (top_end, top_end)
+            } else {
+                let start = offset_in(head, via.params);
+                (start, start + via.params.len())
+            };
+            sp.push(
+                start,
+                end,
+                Some(Piece::ViaParams {
+                    params: via.params,
+                    received: edits.received,
+                    rport: edits.rport,
+                }),
+            );
+        }
     }
     if edits.max_forwards {
         match hp.iter().find(|h| h.kind == HeaderKind::MaxForwards) {
@@ -641,7 +668,7 @@ hi";
             s,
             "INVITE sip:bob@example.com SIP/2.0\r\n\
 Via: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bKxyz\r\n\
-Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKabc;received=198.51.100.7;rport=5062\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKabc;rport=5062;received=198.51.100.7\r\n\
 Max-Forwards: 69\r\n\
 Route: <sip:192.0.2.11;lr>\r\n\
 Record-Route: <sip:192.0.2.10:5060;lr>\r\n\

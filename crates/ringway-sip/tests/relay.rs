@@ -547,3 +547,20 @@ fn dispatcher_probe_answers_must_carry_the_probe_nonce() {
     assert_eq!(d.stats().probe_answers, 3);
     assert!(d.is_alive(0));
 }
+
+#[test]
+fn a_relayed_non_2xx_goes_upstream_at_most_three_times() {
+    let p = Proxy::new(cfg(Mode::Stateful));
+    let inv = invite("z9hG4bKg", "sip:bob@example.com", "");
+    let (_, sent) = handle(&p, 0, UAC, &inv);
+    let busy = response_to(&to(&sent, UAS)[0], 486, "Busy Here", "");
+    let (_, sent) = handle(&p, 1, UAS, &busy);
+    let mut upstream = to(&sent, UAC).len();
+    let mut now = 1;
+    while let Some(deadline) = p.next_deadline() {
+        now = deadline.max(now);
+        let (_, sent) = timer(&p, now);
+        upstream += to(&sent, UAC).len();
+    }
+    assert_eq!(upstream, 3, "the 486 and two timer-G copies");
+}

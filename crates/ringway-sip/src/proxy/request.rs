@@ -265,7 +265,8 @@ impl ProxyWorker<'_> {
             .map(|_| request.src.port());
         let mut rr_text = [0u8; 128];
         let record_route = (proxy.config.record_route && dialog_creating)
-            .then(|| proxy.signed_record_route(msg, &mut rr_text));
+            .then(|| proxy.signed_record_route(msg, &mut rr_text))
+            .filter(|uri| !uri.is_empty());
         let edits = RequestEdits {
             via: Some(ViaEdit {
                 transport: "UDP",
@@ -365,18 +366,21 @@ impl Proxy {
     ) -> &'b str {
         let signature =
             self.route_signature(msg.call_id().unwrap_or(""), msg.from_tag().unwrap_or(""));
-        let mut cursor = std::io::Cursor::new(&mut buf[..]);
-        let written = write!(
-            cursor,
-            "{};{SIGNATURE_PARAM}={}",
-            self.record_route_uri,
-            signature.as_str()
-        );
-        let len = if written.is_ok() {
-            cursor.position() as usize
-        } else {
-            0
-        };
+        let parts = [
+            self.record_route_uri.as_bytes(),
+            b";",
+            SIGNATURE_PARAM.as_bytes(),
+            b"=",
+            signature.as_str().as_bytes(),
+        ];
+        let mut len = 0;
+        for part in parts {
+            let Some(room) = buf.get_mut(len..len + part.len()) else {
+                return "";
+            };
+            room.copy_from_slice(part);
+            len += part.len();
+        }
         std::str::from_utf8(&buf[..len]).unwrap_or("")
     }
 }
