@@ -49,7 +49,9 @@ use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, Rx
 use ringway_io::{SocketConfig, SocketReport};
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::MemoryStore;
-use ringway_sip::{AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy};
+use ringway_sip::{
+    AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy, RelayNets,
+};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -90,6 +92,11 @@ pub struct SipServerConfig {
     pub workers: usize,
     /// Send every request not addressed elsewhere to this next hop.
     pub route_to: Option<SocketAddr>,
+    /// Destinations any request may be relayed to, authenticated or not
+    /// (`none`: only `route_to`, bindings, signed dialogs and
+    /// authenticated users' targets; `any`; or networks). Loopback,
+    /// link-local and our own IP only when a network names them.
+    pub relay: RelayNets,
     /// Act as registrar for the served domains.
     pub registrar: bool,
     /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
@@ -178,6 +185,7 @@ impl Default for SipServerConfig {
             mode: Mode::Stateless,
             workers: 1,
             route_to: None,
+            relay: RelayNets::None,
             registrar: false,
             record_route: true,
             backend: BackendKind::Mmsg,
@@ -360,6 +368,7 @@ impl SipServerConfig {
                 ipv6_prefix: self.flood_ipv6_prefix,
                 seed,
             }),
+            relay: self.relay.clone(),
         }
     }
 
@@ -614,6 +623,8 @@ impl SipServer {
         if let Some(credentials) = credentials {
             proxy.set_credentials(Arc::new(credentials));
         }
+        // Hashes and MACs we put on the wire: unpredictable (S19).
+        proxy.set_secret(host::random_bytes()?);
         let store_threads = store_ends.as_ref().map_or(0, |ends| ends.stores.len());
         let shared = Arc::new(Shared {
             slots: (0..config.workers + 1 + store_threads)
