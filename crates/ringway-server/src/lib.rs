@@ -26,6 +26,8 @@
 
 pub mod dispatch;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod location;
 pub mod metrics;

@@ -1,6 +1,8 @@
-//! Invariants the fuzz targets (crates/ringway-sip/fuzz) check, shared with
-//! the corpus replay test so both assert the same things. Each function
-//! panics when an invariant is broken; that is the point.
+//! Invariants the SIP fuzz targets (`fuzz/`) check, shared with the corpus
+//! replay tests so both assert the same things. Each function panics when
+//! an invariant is broken; that is the point.
+
+mod script;
 
 use crate::{
     forward_request, forward_response, Mode, Proxy, ProxyConfig, RequestEdits, SipMsg, ViaEdit,
@@ -78,46 +80,123 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
     true
 }
 
-/// Feed a datagram sequence (split on 0xFF) through a stateful and a
-/// stateless proxy (table bound 8) with timers in between: nothing may be
-/// sent to port 0 or empty, and the table stays bounded.
-pub fn proxy_sequence(data: &[u8]) {
-    let mk = |mode, auth: bool| {
-        let mut proxy = Proxy::new(ProxyConfig {
-            mode,
-            local: "192.0.2.10:5060".parse().unwrap(),
-            route_to: Some("192.0.2.20:5060".parse().unwrap()),
-            registrar: true,
-            record_route: true,
-            max_transactions: 8,
-            domains: vec!["example.com".into()],
-            auth: auth.then(crate::proxy::AuthConfig::default),
-            ..ProxyConfig::default()
-        });
-        let mut users = crate::auth::HtdigestCredentials::default();
-        users.add_password("alice", "example.com", "secret");
-        proxy.set_credentials(std::sync::Arc::new(users));
-        proxy
-    };
-    // The stateless one authenticates: arbitrary credentials headers
-    // reach the digest code.
-    let proxies = [mk(Mode::Stateful, false), mk(Mode::Stateless, true)];
-    let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
-    let mut now = 0u64;
-    let mut sink = |to: SocketAddr, b: &[u8]| {
-        assert!(to.port() != 0 && !b.is_empty(), "bad output to {to}");
-    };
-    let mut workers = [proxies[0].worker(), proxies[1].worker()];
-    for (i, dg) in data.split(|&b| b == 0xFF).enumerate() {
-        for worker in &mut workers {
-            worker.handle(now, src, dg, &mut sink);
-            worker.on_timer(now, &mut sink);
-        }
-        now += (i as u64 % 7) * 3_000_000_000;
+/// Bound on the fuzzed proxies' transaction tables.
+const FUZZ_MAX_TRANSACTIONS: usize = 8;
+
+/// A proxy as the fuzz targets run it: our address 192.0.2.10:5060,
+/// `route_to` 192.0.2.20:5060, registrar for `example.com` with [`script::USER`]'s
+/// password, Record-Route, [`FUZZ_MAX_TRANSACTIONS`].
+fn fuzz_proxy(mode: Mode, auth: bool) -> Proxy {
+    let mut proxy = Proxy::new(ProxyConfig {
+        mode,
+        local: "192.0.2.10:5060".parse().unwrap(),
+        route_to: Some("192.0.2.20:5060".parse().unwrap()),
+        registrar: true,
+        record_route: true,
+        max_transactions: FUZZ_MAX_TRANSACTIONS,
+        domains: vec!["example.com".into()],
+        auth: auth.then(crate::proxy::AuthConfig::default),
+        ..ProxyConfig::default()
+    });
+    let mut users = crate::auth::HtdigestCredentials::default();
+    let (user, realm, password) = script::USER;
+    users.add_password(user, realm, password);
+    proxy.set_credentials(std::sync::Arc::new(users));
+    proxy
+}
+
+/// What every datagram a core sends must satisfy: a real destination, a
+/// message that parses (an error response to a malformed request, which
+/// echoes its headers, at least loosely).
+pub fn check_sent(to: SocketAddr, bytes: &[u8]) {
+    assert!(to.port() != 0 && !to.ip().is_unspecified(), "sent to {to}");
+    if let Err(e) = SipMsg::parse(bytes) {
+        let echoes_a_malformed_request = SipMsg::parse_loose(bytes)
+            .is_ok_and(|m| m.status().is_some_and(|s| (400..600).contains(&s)));
+        assert!(
+            echoes_a_malformed_request,
+            "sent an unparseable message ({e:?}) to {to}: {:?}",
+            String::from_utf8_lossy(bytes)
+        );
     }
-    for worker in &mut workers {
-        worker.on_timer(now + 400_000_000_000, &mut sink);
-        assert!(worker.proxy().stats().transactions_active <= 8 + 8);
+}
+
+/// Run a fuzz script (see [`script`]: datagrams from a user agent, the next
+/// hop, another host and an IPv6 host, with time steps; peers answer the
+/// last request, replay what the proxy sent, or add digest credentials
+/// answering its last challenge) through four proxies: stateful and
+/// stateless, each with and without digest authentication. Every datagram
+/// sent passes [`check_sent`], and the transaction table stays bounded.
+pub fn proxy_sequence(data: &[u8]) {
+    let proxies = [
+        fuzz_proxy(Mode::Stateful, false),
+        fuzz_proxy(Mode::Stateless, false),
+        fuzz_proxy(Mode::Stateful, true),
+        fuzz_proxy(Mode::Stateless, true),
+    ];
+    for proxy in &proxies {
+        let mut worker = proxy.worker();
+        let mut peers = script::Peers::default();
+        let mut sent = Vec::new();
+        let mut now = 1_000_000_000u64;
+        for step in script::steps(data) {
+            now += script::WAITS[step.wait];
+            worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+            if let Some((src, datagram)) = peers.datagram(&step) {
+                worker.handle(now, src, datagram, &mut |to, b| sent.push((to, b.to_vec())));
+            }
+            for (to, bytes) in sent.drain(..) {
+                check_sent(to, &bytes);
+                peers.saw(to, &bytes);
+            }
+            let active = proxy.transactions_active();
+            assert!(active <= 2 * FUZZ_MAX_TRANSACTIONS, "{active} transactions");
+        }
+        // Timers that fire start others (timer C sends CANCEL, a final
+        // response starts D): let 10 × 200 s pass, one step at a time.
+        for _ in 0..10 {
+            now += 200_000_000_000;
+            worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+            for (to, bytes) in sent.drain(..) {
+                check_sent(to, &bytes);
+            }
+        }
+        assert_eq!(
+            proxy.transactions_active(),
+            0,
+            "transactions left after every timer fired"
+        );
+    }
+}
+
+/// Run a fuzz script (see [`script`]; peer 1 and 2 are the two proxies
+/// behind it) through a dispatcher with probes every 500 ms: every
+/// datagram sent passes [`check_sent`], and requests from outside go to a
+/// proxy unless they carry a Route.
+pub fn dispatch_sequence(data: &[u8]) {
+    let proxies = [script::peer(1), script::peer(2)];
+    let dispatcher = crate::dispatch::Dispatcher::new(crate::dispatch::DispatchConfig {
+        local: "192.0.2.10:5060".parse().unwrap(),
+        proxies: proxies.to_vec(),
+        probe_interval: 500_000_000,
+        probe_failures: 3,
+        record_route: true,
+        secret: 0x5EED,
+    });
+    let mut worker = dispatcher.worker();
+    let mut peers = script::Peers::default();
+    let mut sent = Vec::new();
+    let mut now = 1_000_000_000u64;
+    for step in script::steps(data) {
+        now += script::WAITS[step.wait];
+        worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+        if let Some((src, datagram)) = peers.datagram(&step) {
+            worker.handle(now, src, datagram, &mut |to, b| sent.push((to, b.to_vec())));
+        }
+        for (to, bytes) in sent.drain(..) {
+            check_sent(to, &bytes);
+            peers.saw(to, &bytes);
+        }
     }
 }
 

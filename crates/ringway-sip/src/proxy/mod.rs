@@ -164,6 +164,13 @@ impl Proxy {
         self.store().and_then(|store| store.len())
     }
 
+    /// Transactions in the table now (what `stats().transactions_active`
+    /// says, without summing every counter).
+    pub fn transactions_active(&self) -> usize {
+        self.active_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A handle for one worker thread: its own scratch buffer and counter
     /// stripe (assigned round-robin). Hold it for the thread's lifetime;
     /// every worker sees every transaction.
