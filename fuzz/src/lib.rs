@@ -30,9 +30,12 @@ pub fn metrics_http(data: &[u8]) {
     ringway_server::fuzzing::metrics_request(data);
 }
 
+/// A fuzz target's function.
+pub type Target = fn(&[u8]);
+
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, fn(&[u8])); 10] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),

@@ -246,21 +246,19 @@ fn step(
                         .insert(from, c.cookie().expect("challenge cookie"));
                 }
                 MsgType::Ack
-                    if Control::new_checked(datagram)
-                        .is_ok_and(|r| r.msg_type() == MsgType::Register) =>
+                    if learnt.clients.len() < 64
+                        && Control::new_checked(datagram)
+                            .is_ok_and(|r| r.msg_type() == MsgType::Register) =>
                 {
-                    if learnt.clients.len() < 64 {
-                        learnt.clients.push((c.ssid(), c.token()));
-                    }
+                    learnt.clients.push((c.ssid(), c.token()));
                 }
                 _ => {}
             }
         }
         Action::Forward { targets, echo, .. } => {
             assert!(!targets.contains(&from), "media copied back to its sender");
-            match echo {
-                Some(e) => assert!(echo_on && e == from, "echo to {e} from {from}"),
-                None => {}
+            if let Some(e) = echo {
+                assert!(echo_on && e == from, "echo to {e} from {from}");
             }
         }
         Action::Drop(_) => {}
