@@ -128,61 +128,72 @@ pub fn check_sent(to: SocketAddr, bytes: &[u8]) {
 /// stateless, each with and without digest authentication. Every datagram
 /// sent passes [`check_sent`], and the transaction table stays bounded.
 pub fn proxy_sequence(data: &[u8]) {
-    let proxies = [
-        fuzz_proxy(Mode::Stateful, false),
-        fuzz_proxy(Mode::Stateless, false),
-        fuzz_proxy(Mode::Stateful, true),
-        fuzz_proxy(Mode::Stateless, true),
-    ];
-    for proxy in &proxies {
-        let mut worker = proxy.worker();
-        let mut peers = script::Peers::default();
-        let mut sent = Vec::new();
-        let mut now = 1_000_000_000u64;
-        for step in script::steps(data) {
-            now += script::WAITS[step.wait];
-            worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
-            if let Some((src, datagram)) = peers.datagram(&step) {
-                worker.handle(now, src, datagram, &mut |to, b| sent.push((to, b.to_vec())));
-            }
-            for (to, bytes) in sent.drain(..) {
-                check_sent(to, &bytes);
-                peers.saw(to, &bytes);
-            }
-            let active = proxy.transactions_active();
-            assert!(active <= 2 * FUZZ_MAX_TRANSACTIONS, "{active} transactions");
-        }
-        // Timers that fire start others (timer C sends CANCEL, a final
-        // response starts D): let 10 × 200 s pass, one step at a time.
-        for _ in 0..10 {
-            now += 200_000_000_000;
-            worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
-            for (to, bytes) in sent.drain(..) {
-                check_sent(to, &bytes);
-            }
-        }
-        assert_eq!(
-            proxy.transactions_active(),
-            0,
-            "transactions left after every timer fired"
-        );
+    for (mode, auth) in [
+        (Mode::Stateful, false),
+        (Mode::Stateless, false),
+        (Mode::Stateful, true),
+        (Mode::Stateless, true),
+    ] {
+        run_proxy_script(&fuzz_proxy(mode, auth), data);
     }
+}
+
+/// One proxy through a script, with the checks of [`proxy_sequence`].
+fn run_proxy_script(proxy: &Proxy, data: &[u8]) {
+    let mut worker = proxy.worker();
+    let mut peers = script::Peers::default();
+    let mut sent = Vec::new();
+    let mut now = 1_000_000_000u64;
+    for step in script::steps(data) {
+        now += script::WAITS[step.wait];
+        worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+        if let Some((src, datagram)) = peers.datagram(&step) {
+            worker.handle(now, src, datagram, &mut |to, b| sent.push((to, b.to_vec())));
+        }
+        for (to, bytes) in sent.drain(..) {
+            check_sent(to, &bytes);
+            peers.saw(to, &bytes);
+        }
+        let active = proxy.transactions_active();
+        assert!(active <= 2 * FUZZ_MAX_TRANSACTIONS, "{active} transactions");
+    }
+    // Timers that fire start others (timer C sends CANCEL, a final
+    // response starts D): let 10 × 200 s pass, one step at a time.
+    for _ in 0..10 {
+        now += 200_000_000_000;
+        worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+        for (to, bytes) in sent.drain(..) {
+            check_sent(to, &bytes);
+        }
+    }
+    assert_eq!(
+        proxy.transactions_active(),
+        0,
+        "transactions left after every timer fired"
+    );
 }
 
 /// Run a fuzz script (see [`script`]; peer 1 and 2 are the two proxies
 /// behind it) through a dispatcher with probes every 500 ms: every
-/// datagram sent passes [`check_sent`], and requests from outside go to a
-/// proxy unless they carry a Route.
+/// datagram sent passes [`check_sent`].
 pub fn dispatch_sequence(data: &[u8]) {
-    let proxies = [script::peer(1), script::peer(2)];
-    let dispatcher = crate::dispatch::Dispatcher::new(crate::dispatch::DispatchConfig {
+    run_dispatch_script(&fuzz_dispatcher(), data);
+}
+
+/// The dispatcher of [`dispatch_sequence`]: peers 1 and 2 are its proxies.
+fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
+    crate::dispatch::Dispatcher::new(crate::dispatch::DispatchConfig {
         local: "192.0.2.10:5060".parse().unwrap(),
-        proxies: proxies.to_vec(),
+        proxies: vec![script::peer(1), script::peer(2)],
         probe_interval: 500_000_000,
         probe_failures: 3,
         record_route: true,
         secret: 0x5EED,
-    });
+    })
+}
+
+/// One dispatcher through a script, with the checks of [`dispatch_sequence`].
+fn run_dispatch_script(dispatcher: &crate::dispatch::Dispatcher, data: &[u8]) {
     let mut worker = dispatcher.worker();
     let mut peers = script::Peers::default();
     let mut sent = Vec::new();
@@ -220,4 +231,40 @@ pub fn lazy_agrees(strict: &SipMsg<'_>, lazy: &SipMsg<'_>) {
     assert_eq!(strict.content_length(), lazy.content_length());
     assert_eq!(strict.body(), lazy.body());
     assert!(strict.headers().eq(lazy.headers()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scripted peers' credentials are accepted: the fuzz target
+    /// reaches the authenticated paths, not only the challenges.
+    #[test]
+    fn scripted_credentials_answer_the_challenge() {
+        let invite = b"INVITE sip:bob@example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKa1\r\nMax-Forwards: 70\r\n\
+From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+Call-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        // Raw INVITE (challenged), then the same with credentials (0x20).
+        let data = [&[0x00][..], invite, &[0xff, 0x20], invite].concat();
+        for mode in [Mode::Stateful, Mode::Stateless] {
+            let proxy = fuzz_proxy(mode, true);
+            run_proxy_script(&proxy, &data);
+            let stats = proxy.stats();
+            assert_eq!(stats.auth_accepted, 1, "{mode:?}: {stats:?}");
+            assert_eq!(stats.requests_forwarded, 1, "{mode:?}: {stats:?}");
+        }
+    }
+
+    /// A step that lets 600 ms pass makes the dispatcher probe; answering
+    /// the last request answers a probe, from the probed proxy.
+    #[test]
+    fn scripted_peers_answer_probes() {
+        let data = [&[0x0c][..], b"", &[0xff, 0x40, 0x00, 0x64]].concat();
+        let dispatcher = fuzz_dispatcher();
+        run_dispatch_script(&dispatcher, &data);
+        let stats = dispatcher.stats();
+        assert_eq!(stats.probes_sent, 2, "{stats:?}");
+        assert_eq!(stats.probe_answers, 1, "{stats:?}");
+    }
 }

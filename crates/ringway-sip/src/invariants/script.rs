@@ -49,7 +49,8 @@ pub(crate) enum StepKind {
     /// The payload as it is.
     Raw,
     /// The payload (a request) with digest credentials for [`USER`]
-    /// answering the last challenge the core sent (or a made-up nonce).
+    /// answering the last challenge the core sent (or a made-up nonce),
+    /// and a branch of its own (a new transaction).
     WithCredentials,
     /// A response to the last request the core sent, from where it was
     /// sent: status from the first two payload bytes (100–699), the rest
@@ -228,6 +229,14 @@ impl Peers {
         self.buf.extend_from_slice(&request[..split]);
         self.buf.extend_from_slice(line.as_bytes());
         self.buf.extend_from_slice(&request[split..]);
+        // A new transaction, as a client answering a challenge makes it
+        // (the same branch would be absorbed as a retransmission).
+        const MAGIC: &[u8] = b"branch=z9hG4bK";
+        if let Some(at) = self.buf.windows(MAGIC.len()).position(|w| w == MAGIC) {
+            let tag = format!("{nc}x");
+            let at = at + MAGIC.len();
+            self.buf.splice(at..at, tag.bytes());
+        }
     }
 }
 
