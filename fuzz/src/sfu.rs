@@ -35,23 +35,41 @@ pub fn sfu_wire(data: &[u8]) {
     };
     assert_eq!(kind, Kind::Control);
     let (ty, req) = (c.msg_type(), c.request_id());
-    let mut out = [0u8; CTRL_AUTH_LEN + 2 + wire::MAX_SELECTORS * wire::SELECTOR_LEN];
-    let n = match ty {
-        MsgType::Register | MsgType::Join | MsgType::Challenge => {
-            write_cookie(&mut out, ty, req, &c.cookie().expect("cookie type"))
+    let mut out = vec![0u8; data.len().max(CTRL_AUTH_LEN)];
+    let v2 = c.version() == wire::CTRL_VERSION_2;
+    let cookie = c.cookie();
+    let n = match (ty, cookie) {
+        (MsgType::Register, Some(cookie)) if v2 => wire::write_register_v2(
+            &mut out,
+            req,
+            &cookie,
+            c.room().expect("v2 REGISTER has a room"),
+            c.join_token().expect("v2 REGISTER has a token field"),
+        ),
+        (MsgType::Rebind, Some(cookie)) => {
+            wire::write_rebind(&mut out, req, &cookie, c.ssid(), c.token())
         }
-        MsgType::Keepalive | MsgType::Leave | MsgType::Ack => {
+        (MsgType::Keepalive, _) if v2 => {
+            wire::write_keepalive_v2(&mut out, req, c.ssid(), c.token(), c.echo_rtt_us())
+        }
+        // The other messages have one layout, written as version 1.
+        _ if v2 => None,
+        (MsgType::Register | MsgType::Join | MsgType::Challenge, Some(cookie)) => {
+            write_cookie(&mut out, ty, req, &cookie)
+        }
+        (MsgType::Keepalive | MsgType::Leave | MsgType::Ack, _) => {
             write_auth(&mut out, ty, req, c.ssid(), c.token())
         }
-        MsgType::Subscribe | MsgType::Unsubscribe => {
+        (MsgType::Subscribe | MsgType::Unsubscribe, _) => {
             let sels: Vec<Selector> = c.selectors().collect();
             write_subscribe(&mut out, ty, req, c.ssid(), c.token(), &sels)
         }
-        MsgType::Error => match c.error_code() {
+        (MsgType::Error, _) => match c.error_code() {
             // The writer zeroes the reserved bytes; compare what it writes.
             Some(code) if data[9..12] == [0, 0, 0] => write_error(&mut out, req, code, c.ssid()),
             _ => None,
         },
+        _ => None,
     };
     if let Some(n) = n {
         assert_eq!(&out[..n], data, "{ty:?} does not round-trip");
