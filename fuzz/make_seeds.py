@@ -354,6 +354,16 @@ def main():
         put("redis_reply", name, data)
     for name, data in http_seeds():
         put("metrics_http", name, data)
+    # The SFU crate's own corpora: JackTrip datagrams (as scripts: each from
+    # the three clients and from one that never shook hands) and join tokens.
+    sfu = os.path.join(HERE, "..", "crates", "ringway-sfu", "tests", "corpus")
+    for f in sorted(os.listdir(os.path.join(sfu, "jacktrip"))):
+        with open(os.path.join(sfu, "jacktrip", f), "rb") as fh:
+            d = fh.read()
+        put("sfu_jacktrip", f, b"".join(bytes([p]) + struct.pack(">H", len(d)) + d for p in (0, 1, 2, 3, 0)))
+    for f in sorted(os.listdir(os.path.join(sfu, "token"))):
+        with open(os.path.join(sfu, "token", f), "rb") as fh:
+            put("sfu_token", f, fh.read())
 
 
 if __name__ == "__main__":

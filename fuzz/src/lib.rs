@@ -17,7 +17,7 @@ mod sfu;
 mod sip;
 
 pub use capture::{nfqueue, pcap};
-pub use sfu::{sfu_core, sfu_wire};
+pub use sfu::{sfu_core, sfu_jacktrip, sfu_token, sfu_wire};
 pub use sip::{sip_digest, sip_dispatch, sip_parse, sip_proxy};
 
 /// A Redis reply (RESP bytes) through the location store's reply parser.
@@ -35,13 +35,15 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
     ("sip_dispatch", sip_dispatch),
     ("sfu_wire", sfu_wire),
     ("sfu_core", sfu_core),
+    ("sfu_jacktrip", sfu_jacktrip),
+    ("sfu_token", sfu_token),
     ("pcap", pcap),
     ("nfqueue", nfqueue),
     ("redis_reply", redis_reply),

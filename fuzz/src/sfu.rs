@@ -282,3 +282,45 @@ fn step(
         Action::Drop(_) => {}
     }
 }
+
+/// A script of JackTrip datagrams through a three-client hub: each
+/// datagram is `[sender (0–3; 3 never shook hands), length (2 bytes, big
+/// endian), bytes...]`, and the hub's period runs after each. Whatever the hub sends is a JackTrip packet, to a
+/// client that completed the handshake.
+pub fn sfu_jacktrip(data: &[u8]) {
+    use ringway_sfu::jacktrip::{parse, Hub, HubConfig};
+    let mut hub = Hub::new(HubConfig::default()).expect("default hub");
+    let client = |p: u8| SocketAddr::from(([192, 0, 2, 1 + (p & 3)], 4464));
+    for p in 0..3 {
+        assert!(hub.handshake(0, client(p).ip(), client(p).port()));
+    }
+    let mut input = Input(data);
+    let mut out = Vec::new();
+    let mut now = 0u64;
+    while !input.0.is_empty() {
+        let from = client(input.byte());
+        let n = usize::from(u16::from_be_bytes([input.byte(), input.byte()]));
+        let datagram = input.bytes(n).to_vec();
+        now += 1_000_000;
+        let _ = parse(&datagram);
+        hub.handle(now, from, &datagram, &mut out);
+        hub.tick(now, &mut out);
+        for o in out.drain(..) {
+            assert!(parse(&o.data).is_ok(), "the hub sent a malformed packet");
+            assert!((0..3).any(|p| client(p) == o.dst), "sent to {}", o.dst);
+        }
+    }
+}
+
+/// A join token through verification (and base64url decoding): never a
+/// panic, and a token that verifies names the room it was checked for.
+pub fn sfu_token(data: &[u8]) {
+    use ringway_sfu::token::{b64url_decode, b64url_encode, verify, TokenKey};
+    let key = TokenKey::new(b"ringway-corpus-key-0123456789abcdef".to_vec()).expect("key");
+    if let Ok(v) = verify(&key, data, "jam", 1_700_000_000) {
+        assert_eq!(v.claims.room, "jam");
+    }
+    if let Some(bytes) = b64url_decode(data) {
+        assert_eq!(b64url_decode(b64url_encode(&bytes).as_bytes()), Some(bytes));
+    }
+}
