@@ -1145,3 +1145,25 @@ fn a_response_with_no_via_left_after_ours_is_not_forwarded() {
         }
     }
 }
+
+#[test]
+fn a_route_that_cannot_be_a_request_uri_is_refused() {
+    // Found by fuzzing (fuzz/corpus/sip_proxy/crash-nul-request-uri): a
+    // strict next hop (Route without `lr`) with control characters became
+    // the Request-URI of the forwarded INVITE, which no parser accepts.
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let inv = invite(
+            "z9hG4bKnul",
+            "sip:bob@example.com",
+            "Route: <sip:bob\0\0@198.51.100.30>\r\n",
+        );
+        let (o, sent) = handle(&p, 0, UAC, &inv);
+        assert_eq!(o.action, Action::Responded(400), "{mode:?}");
+        assert!(
+            sent.iter().all(|(a, _)| *a == addr(UAC)),
+            "{mode:?}: {sent:?}"
+        );
+        assert_eq!(parse(&sent.last().unwrap().1).status(), Some(400));
+    }
+}
