@@ -29,6 +29,8 @@
 pub mod admin_http;
 pub mod dispatch;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod location;
 pub mod metrics;

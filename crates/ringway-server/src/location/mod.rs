@@ -16,6 +16,7 @@
 
 mod redis;
 
+pub(crate) use self::redis::parse_resp_reply;
 pub use self::redis::{bindings_key, expiry_key, RedisStore};
 
 use crate::metrics::{latency_histogram, LatencySummary};
