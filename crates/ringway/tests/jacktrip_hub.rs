@@ -43,6 +43,24 @@ impl Drop for Procs {
     }
 }
 
+/// JACK's server registry (/dev/shm/jack-shm-registry, 8 entries) keeps the
+/// entries of servers that were killed; servers of other names cannot reuse
+/// them ("Too many servers already active"). When no jackd runs on this
+/// machine every entry is stale, and the registry is removed.
+fn clear_stale_jack_registry() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let running = Command::new("pgrep")
+            .args(["-x", "jackd"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !running {
+            let _ = std::fs::remove_file("/dev/shm/jack-shm-registry");
+        }
+    });
+}
+
 /// Polls `ready` every 100 ms until it holds or `secs` pass (a loaded
 /// machine starts jackd and the clients slowly; fixed sleeps made this flaky).
 fn wait_until(secs: u64, mut ready: impl FnMut() -> bool) -> bool {
@@ -128,6 +146,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
     // holds at most 8 of them; an entry whose server died is reused only by a
     // server of the same name. So the names are fixed (not per process), and
     // each session (the tests run in parallel) has its own.
+    clear_stale_jack_registry();
     static SESSION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let tag = format!(
         "rwjt{}",
