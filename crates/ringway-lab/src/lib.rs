@@ -1,5 +1,5 @@
-//! ringway-lab: load generators, impairment, experiments, scheduler
-//! profiles, models and reports.
+//! ringway-lab: experiments and their reports (impairment, scheduler
+//! profiles, models). The generators they drive are in `ringway-load`.
 
 #![forbid(unsafe_code)]
 
@@ -7,9 +7,7 @@ pub mod impair;
 pub mod report;
 pub mod sched;
 pub mod sfulab;
-pub mod sfuload;
 pub mod siplab;
-pub mod sipload;
 pub mod srpiclab;
 pub mod srpictcp;
 pub mod stats;

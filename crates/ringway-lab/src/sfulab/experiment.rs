@@ -1,6 +1,6 @@
 //! Running the SFU experiment: for every repetition, client count,
 //! per-client packet rate and backend, an SFU ([`ringway_server::sfu`]) and
-//! its load clients ([`crate::sfuload`], every client subscribed to all, so
+//! its load clients ([`ringway_load::sfu`], every client subscribed to all, so
 //! each packet is copied to clients − 1 subscribers plus the echo, the
 //! clients' phases desynchronised) run in this process; after a warm-up,
 //! the SFU's per-packet delays and the CPU time of every emulated host over
@@ -14,7 +14,7 @@
 
 use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
 use super::Run;
-use crate::sfuload::{self, SfuLoadConfig};
+use ringway_load::sfu::{SfuLoadConfig};
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
 use ringway_io::BackendKind;
@@ -251,7 +251,7 @@ fn run_column(
     };
     let load = std::thread::spawn(move || {
         let never = AtomicBool::new(false);
-        sfuload::run(&load, &never, None, |_| {})
+        ringway_load::sfu::run(&load, &never, None, |_| {})
     });
     std::thread::sleep(Duration::from_secs_f64(c.warmup_s + 0.5));
     let s0 = sample(&sfu_napi, &switch_napi);

@@ -4,7 +4,7 @@
 //! proxy` or Kamailio) inside the caller's network namespace, on its own
 //! process-wide CPU set, under one scheduler mode (knobs mapped to this
 //! kernel by [`kernel`], global ones recorded and restored through the state
-//! file), drives it with the in-process generator ([`crate::sipload`]) on
+//! file), drives it with the in-process generator ([`ringway_load::sip`]) on
 //! the generator's CPUs at one rate for a duration, and collects the
 //! papers' drop rate, per-message-type K_rcv / wait / T_sip / K_snd,
 //! per-thread migrations and context switches, CPU and validity flags.
@@ -17,7 +17,7 @@ pub mod topology;
 pub mod tune;
 
 use crate::sched::SysState;
-use crate::sipload::{self, ArrivalKind, LoadConfig};
+use ringway_load::sip::{ArrivalKind, LoadConfig};
 use kernel::{map_knobs, KernelVersion, Plan};
 use mode::Knobs;
 use ringway_io::thread::{parse_stat_cpu, CpuTime};
@@ -741,7 +741,7 @@ fn run_inner(
         tick: Some(Duration::from_millis(1)),
         ..LoadConfig::default()
     };
-    let live = std::sync::Arc::new(sipload::Live::default());
+    let live = std::sync::Arc::new(ringway_load::sip::Live::default());
     // If the proxy dies, end the generator at once instead of waiting for
     // every call to time out.
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -757,7 +757,7 @@ fn run_inner(
             }
         })
     };
-    let gen = sipload::run(&cfg, live, None);
+    let gen = ringway_load::sip::run(&cfg, live, None);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = watcher.join();
     // Every message of the run has arrived or timed out: read the drop

@@ -1,7 +1,7 @@
 //! `ringway lab srpic`: SRPIC in the SFU's receive path, on versus off.
 //!
 //! Topology (all on loopback, all in this process): a sender
-//! ([`crate::sfuload`]) sends RTP through the impairment relay
+//! ([`ringway_load::sfu`]) sends RTP through the impairment relay
 //! ([`crate::impair::relay`]: the paper's netem model — a link at
 //! `rate_mbps`, forward delay `N(α, σ²)` per packet with σ = β·α scaled by
 //! 1 Gb/s ÷ rate, and the paper's receiver coalescing scaled the same way,
@@ -16,7 +16,7 @@
 
 use crate::impair::relay::{Relay, RelayConfig, RelayReport};
 use crate::impair::{scaled_receiver, PathConfig};
-use crate::sfuload::{self, ClientReport, SfuLoadConfig};
+use ringway_load::sfu::{ClientReport, SfuLoadConfig};
 use crate::stats::{mean_ci, MeanCi};
 use anyhow::Context;
 use ringway_io::BackendKind;
@@ -212,7 +212,7 @@ fn clients_through_relay(
                 ..SfuLoadConfig::new(sfu_addr, 1)
             };
             let never = never.clone();
-            std::thread::spawn(move || sfuload::run(&config, &never, None, |_| {}))
+            std::thread::spawn(move || ringway_load::sfu::run(&config, &never, None, |_| {}))
         })
         .collect();
     std::thread::sleep(Duration::from_millis(700));
@@ -223,7 +223,7 @@ fn clients_through_relay(
         backend: BackendKind::Socket,
         ..SfuLoadConfig::new(relay_addr, 1)
     };
-    let sender = sfuload::run(&sender, &never, None, |_| {});
+    let sender = ringway_load::sfu::run(&sender, &never, None, |_| {});
     let subscribers: anyhow::Result<Vec<ClientReport>> = subscribers
         .into_iter()
         .map(|h| {

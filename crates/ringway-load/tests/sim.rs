@@ -13,7 +13,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use ringway_lab::sipload::{CallGen, CallGenConfig, CallStats, MessageKind};
+use ringway_load::sip::{CallGen, CallGenConfig, CallStats, MessageKind};
 use ringway_sip::{Mode, Proxy, ProxyConfig, ProxyStats};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
