@@ -92,6 +92,7 @@ enum Why {
 
 /// Counters of a sorter.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct SrpicStats {
     /// Packets given to `push`.
     pub packets: u64,

@@ -12,6 +12,8 @@
 //!   by several proxies ([`location::RedisStore`]) and the store threads
 //!   that keep its waits off the workers.
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
+//! - [`reorder`]: SRPIC in front of the host's TCP over NFQUEUE
+//!   ([`reorder::nfqueue::run`], `ringway reorder nfqueue`).
 //! - [`metrics`]: latency histograms and percentiles, Prometheus text, a
 //!   tiny HTTP server for `/metrics`.
 //! - [`host`]: what the servers need from the host: CPU time, CPU lists,
@@ -29,6 +31,7 @@ pub mod error;
 pub mod host;
 pub mod location;
 pub mod metrics;
+pub mod reorder;
 pub mod sfu;
 pub mod sip;
 

@@ -18,10 +18,10 @@
 //! namespaces, sender and receiver CPU. [`report`] prints the paper's
 //! Tables 4–8 shapes and the block-size sweep (Fig. 2).
 //!
-//! [`nfqueue`] is the host variant: SRPIC as NFQUEUE verdict order.
+//! The host variant, SRPIC as NFQUEUE verdict order (`ringway reorder
+//! nfqueue`), is a server: `ringway_server::reorder::nfqueue`.
 
 pub mod hosts;
-pub mod nfqueue;
 pub mod relay;
 pub mod report;
 pub mod wire;
@@ -441,48 +441,3 @@ pub fn run_grid(
     v
 }
 
-/// The sorter's counters in reports (a serialisable copy of
-/// [`ringway_reorder::SrpicStats`]).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SorterCounts {
-    /// Packets offered.
-    pub packets: u64,
-    /// Released at once (not sortable, or the flow table was full).
-    pub passed_through: u64,
-    /// Of those, refused because the flow table was full.
-    pub table_full: u64,
-    /// Put on PrevPacketList.
-    pub to_prev: u64,
-    /// Put on CurrPacketList.
-    pub to_curr: u64,
-    /// Put on AfterPacketList.
-    pub to_after: u64,
-    /// Flushes of a full block.
-    pub block_flushes: u64,
-    /// Flushes of all flows at the ring size.
-    pub ring_flushes: u64,
-    /// Flushes of all flows at the end of a receive block.
-    pub batch_flushes: u64,
-    /// Flows created.
-    pub flows_created: u64,
-    /// Most packets held at once.
-    pub held_max: usize,
-}
-
-impl From<ringway_reorder::SrpicStats> for SorterCounts {
-    fn from(s: ringway_reorder::SrpicStats) -> Self {
-        SorterCounts {
-            packets: s.packets,
-            passed_through: s.passed_through,
-            table_full: s.table_full,
-            to_prev: s.to_prev,
-            to_curr: s.to_curr,
-            to_after: s.to_after,
-            block_flushes: s.block_flushes,
-            ring_flushes: s.ring_flushes,
-            batch_flushes: s.batch_flushes,
-            flows_created: s.flows_created,
-            held_max: s.held_max,
-        }
-    }
-}

@@ -23,7 +23,6 @@
 //! [`run_tun_relay`] drives it with two TUN devices.
 
 use super::wire::{DataOrder, WireCounter, WireCounts};
-use super::SorterCounts;
 use crate::impair::{BlockHistogram, CoalesceConfig, Coalescer, Path, PathConfig, PathStats};
 use ringway_io::tun::{wait_readable, Tun};
 use ringway_reorder::{classify_ipv4_tcp, Class, FlowKey, SeqSpace, Srpic, SrpicConfig};
@@ -65,7 +64,7 @@ pub struct RelayReport {
     /// Receive blocks of the receiver's coalescing.
     pub blocks: BlockHistogram,
     /// Sorter counters (`None` with SRPIC off).
-    pub srpic: Option<SorterCounts>,
+    pub srpic: Option<ringway_reorder::SrpicStats>,
     /// Counted on what the sender sent (retransmissions).
     pub sent_by_sender: WireCounts,
     /// Counted on what the relay handed the sender (DupAcksIn, SackBlocksRcvd).
@@ -264,7 +263,7 @@ impl RelayCore {
             forward: self.fwd.stats(),
             reverse: self.rev.stats(),
             blocks: self.coal.histogram().clone(),
-            srpic: self.srpic.as_ref().map(|s| s.stats().into()),
+            srpic: self.srpic.as_ref().map(|s| s.stats()),
             sent_by_sender: self.sent_by_sender.counts(),
             to_sender: self.to_sender.counts(),
             arrival_order: self.arrival_order.summary(),

@@ -17,7 +17,7 @@ use ringway_io::{
     monotonic_now, open_backend, open_udp, open_xdp, BackendKind, BatchIo, IoStats, SocketConfig,
     XdpConfig, XdpMode,
 };
-use ringway_reorder::{SeqSpace, Srpic, SrpicConfig};
+use ringway_reorder::{SeqSpace, Srpic, SrpicConfig, SrpicStats};
 use ringway_sfu::{Sfu, SfuConfig, SfuStats};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -194,19 +194,6 @@ impl SfuServerConfig {
     }
 }
 
-/// SRPIC counters in the report.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct SrpicReport {
-    /// Packets pushed through the sorter.
-    pub packets: u64,
-    /// Packets put behind a gap (AfterPacketList).
-    pub to_after: u64,
-    /// Packets older than the expected one (PrevPacketList).
-    pub to_prev: u64,
-    /// Flows tracked now.
-    pub flows: usize,
-}
-
 /// Final report of an SFU run.
 #[derive(Clone, Debug, Serialize)]
 pub struct ServeReport {
@@ -275,7 +262,7 @@ pub struct ServeReport {
     /// Per-peer receive errors (ICMP errors reported on the socket), skipped.
     pub rx_errors: u64,
     /// SRPIC counters, when sorting was on.
-    pub srpic: Option<SrpicReport>,
+    pub srpic: Option<SrpicStats>,
 }
 
 /// Open the backend `config` asks for.
@@ -725,15 +712,7 @@ fn report(
         tx_bytes: e.tx_bytes,
         truncated: e.truncated,
         rx_errors: e.rx_errors,
-        srpic: e.srpic.as_ref().map(|s| {
-            let st = s.stats();
-            SrpicReport {
-                packets: st.packets,
-                to_after: st.to_after,
-                to_prev: st.to_prev,
-                flows: st.flows,
-            }
-        }),
+        srpic: e.srpic.as_ref().map(Srpic::stats),
     }
 }
 

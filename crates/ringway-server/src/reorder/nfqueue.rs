@@ -17,10 +17,9 @@
 //! flows (further flows pass through); the kernel queue holds at most
 //! `max_len` packets and accepts beyond that (fail-open flag).
 
-use super::SorterCounts;
 use ringway_io::nfqueue::{NfQueue, NfQueueConfig, NfQueueStats, Verdict};
 use ringway_reorder::metrics::ReorderMeter;
-use ringway_reorder::{inspect_ip, Class, Inspect, SeqSpace, Srpic, SrpicConfig};
+use ringway_reorder::{inspect_ip, Class, Inspect, SeqSpace, Srpic, SrpicConfig, SrpicStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -98,7 +97,7 @@ pub struct NfqSortReport {
     /// Data order as released (verdict order).
     pub after: OrderSummary,
     /// Sorter counters.
-    pub srpic: SorterCounts,
+    pub srpic: SrpicStats,
     /// Queue and verdict counters.
     pub queue: NfQueueStats,
 }
@@ -242,7 +241,7 @@ fn fill(
     after: &ReorderMeter,
 ) {
     let st = sorter.stats();
-    rep.srpic = st.into();
+    rep.srpic = st;
     rep.held_max = st.held_max;
     rep.passed_through = st.passed_through;
     rep.queue = q.stats();
