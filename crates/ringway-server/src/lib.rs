@@ -5,12 +5,12 @@
 //! - [`sip`]: the multi-threaded SIP proxy/registrar server
 //!   ([`sip::SipServer`]: worker threads over a shared or SO_REUSEPORT
 //!   socket, a timer thread, per-message K_rcv / T_sip / K_snd metrics) and
-//!   its per-batch seam [`sip::SipWorker::drive_batch`].
+//!   its per-batch seam [`sip::SipWorker::drive_batch`]; [`sip::location`]
+//!   is the registrar's location store when several proxies share it
+//!   ([`sip::location::RedisStore`]) and the store threads that keep its
+//!   waits off the workers.
 //! - [`dispatch`]: the SIP dispatcher in front of several proxies
 //!   ([`dispatch::DispatchServer`]: workers and a probe thread).
-//! - [`location`]: the SIP registrar's location store when it is shared
-//!   by several proxies ([`location::RedisStore`]) and the store threads
-//!   that keep its waits off the workers.
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
 //! - [`reorder`]: SRPIC in front of the host's TCP over NFQUEUE
 //!   ([`reorder::nfqueue::run`], `ringway reorder nfqueue`).
@@ -29,7 +29,6 @@
 pub mod dispatch;
 pub mod error;
 pub mod host;
-pub mod location;
 pub mod metrics;
 pub mod reorder;
 pub mod sfu;

@@ -25,6 +25,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+pub mod location;
 mod prometheus;
 mod stats;
 mod summary;
@@ -39,7 +40,7 @@ pub use timer::{SipTimer, TIMER_TICK_MAX};
 pub use worker::{SipWorker, TX_FRAME};
 
 use crate::host::{self, CpuTime};
-use crate::location::{
+use crate::sip::location::{
     self, LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
 };
 use crate::ServerError;
@@ -141,7 +142,7 @@ pub struct SipServerConfig {
     pub flood_exempt: Vec<IpAddr>,
     /// Location store: `memory` (this process), or
     /// `redis://HOST:PORT/DB` shared by several proxies (reached by store
-    /// threads, never by the workers; see [`crate::location`]).
+    /// threads, never by the workers; see [`crate::sip::location`]).
     pub location: String,
     /// Longest wait for the shared store, per command and in its queue (ms).
     pub location_timeout_ms: u64,
@@ -469,7 +470,7 @@ impl SipServer {
                         eprintln!(
                             "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
-                            crate::location::redact_location(&url)
+                            crate::sip::location::redact_location(&url)
                         );
                     }
                     let (queue, receivers) =

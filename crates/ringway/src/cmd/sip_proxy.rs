@@ -180,7 +180,7 @@ pub struct ProxyArgs {
 
 /// `--location`: checked at start-up (a malformed URL stops it).
 fn parse_location(text: &str) -> Result<String, String> {
-    ringway_server::location::parse_location(text).map(|_| text.to_string())
+    ringway_server::sip::location::parse_location(text).map(|_| text.to_string())
 }
 
 impl ProxyArgs {
@@ -297,7 +297,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         server.rcvbuf_granted(),
         if a.auth { "on" } else { "off" },
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
-        ringway_server::location::redact_location(&a.location),
+        ringway_server::sip::location::redact_location(&a.location),
     );
     serving::wait_for_stop(&stop, a.duration);
     let summary = server.shutdown();
