@@ -4,10 +4,9 @@
 #![forbid(unsafe_code)]
 
 pub mod impair;
-pub mod report;
 pub mod sched;
 pub mod sfulab;
 pub mod siplab;
-pub mod srpiclab;
-pub mod srpictcp;
+pub mod srpic_sfu;
+pub mod srpic_tcp;
 pub mod stats;

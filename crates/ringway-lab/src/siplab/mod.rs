@@ -12,6 +12,7 @@
 pub mod kernel;
 pub mod mode;
 pub mod model;
+pub mod report;
 pub mod sweep;
 pub mod topology;
 pub mod tune;

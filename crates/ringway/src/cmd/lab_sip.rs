@@ -1,7 +1,7 @@
 //! `ringway lab sip` (the papers' scheduler study: modes × cores × threads
 //! × rates × repetitions) and `ringway lab sip tune` (the tuner).
 
-use ringway_lab::report::{self, ReportInput};
+use ringway_lab::siplab::report::{self, ReportInput};
 use ringway_lab::sched::{Knob, SysState};
 use ringway_lab::siplab::sweep::{self, BarProgress, Store, SweepConfig, TUNED};
 use ringway_lab::siplab::topology::{cpu_list_text, parse_cpu_list};

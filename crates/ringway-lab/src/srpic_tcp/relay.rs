@@ -14,7 +14,7 @@
 //! On and off differ in nothing but the sorter: the same seed gives the
 //! n-th packet of each direction the same delay and loss draw, and the
 //! blocks are the same function of the arrival times (see
-//! `tests/srpictcp.rs`). The relay counts on the wire what the paper read
+//! `tests/srpic_tcp.rs`). The relay counts on the wire what the paper read
 //! from Web100 (retransmitted segments sent, duplicate ACKs and SACK
 //! blocks handed to the sender) and the RFC 4737 reordering of the data
 //! as it arrives at the receiver and as the receiver's stack gets it.

@@ -4,7 +4,7 @@
 //! tables are bounded.
 
 use ringway_lab::impair::{scaled_receiver, LossModel, PathConfig};
-use ringway_lab::srpictcp::relay::{Delivery, RelayCore, RelayCoreConfig};
+use ringway_lab::srpic_tcp::relay::{Delivery, RelayCore, RelayCoreConfig};
 use ringway_reorder::SrpicConfig;
 
 /// An IPv4/TCP data segment of flow `f` (source port 40000 + f).
