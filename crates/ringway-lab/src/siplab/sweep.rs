@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// Most runs one sweep may plan (bounded everything).
 pub const MAX_RUNS: usize = 20_000;
@@ -701,7 +700,7 @@ pub fn run_sweep(
                             // The baseline crossing load: the first rate over
                             // the threshold (else the highest under it).
                             let Some(rate) = bcap.above.or(bcap.below).map(|p| p.0) else {
-                                eprintln!("tuned: no baseline run succeeded for {proxy:?} c{cores} w{workers}; skipped");
+                                log::warn!("tuned: no baseline run succeeded for {proxy:?} c{cores} w{workers}; skipped");
                                 continue;
                             };
                             let t = tune::search(
@@ -751,60 +750,6 @@ pub fn run_sweep(
         }
     }
     Ok(out)
-}
-
-/// Text progress bar with ETA for stderr.
-pub struct BarProgress {
-    t0: Instant,
-}
-
-impl Default for BarProgress {
-    fn default() -> Self {
-        BarProgress { t0: Instant::now() }
-    }
-}
-
-impl SweepProgress for BarProgress {
-    fn starting(&mut self, spec: &RunSpec, done: usize, planned: usize, eta_s: Option<f64>) {
-        let frac = done as f64 / planned.max(1) as f64;
-        let w = 24usize;
-        let fill = ((frac * w as f64) as usize).min(w);
-        let eta = eta_s.map_or("?".to_string(), |s| format!("≤{:.0}s", s));
-        eprintln!(
-            "[{}{}] {done}/{planned} max  elapsed {:.0}s ETA {eta}  {} w={} rate={} rep={}{}",
-            "#".repeat(fill),
-            "-".repeat(w - fill),
-            self.t0.elapsed().as_secs_f64(),
-            spec.config_label(),
-            spec.workers,
-            spec.rate,
-            spec.rep,
-            if spec.knobs.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", spec.knobs.describe())
-            }
-        );
-    }
-    fn finished(&mut self, r: &RunRecord, resumed: bool) {
-        let tag = if resumed { " (from runs.jsonl)" } else { "" };
-        match &r.error {
-            Some(e) => eprintln!("    run failed{tag}: {e}"),
-            None => eprintln!(
-                "    PDR {:.4}% failed calls {:.3}% calls {}/{} proxy cpu {:.2}s{}{tag}",
-                100.0 * r.pdr,
-                100.0 * r.failed_ratio,
-                r.succeeded,
-                r.attempted,
-                r.proxy_cpu_s,
-                if r.flags.is_empty() {
-                    String::new()
-                } else {
-                    format!(" FLAGGED: {}", r.flags.join("; "))
-                }
-            ),
-        }
-    }
 }
 
 /// Runner used by the real sweep: every run in its own private namespace.

@@ -342,7 +342,7 @@ fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
         .into_iter()
         .filter(|i| !i.result.is_applied())
         .map(|i| format!("{thread}: {} {} -> {}", i.what, i.requested, i.result))
-        .inspect(|line| eprintln!("sfu load: placement {line}"))
+        .inspect(|line| log::info!("sfu load: placement {line}"))
         .collect()
 }
 

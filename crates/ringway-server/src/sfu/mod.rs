@@ -416,7 +416,7 @@ impl SfuServer {
 impl Drop for SfuServer {
     fn drop(&mut self) {
         if let Some(Err(e)) = self.stop_engine() {
-            eprintln!("sfu: engine: {e}");
+            log::error!("sfu: engine: {e}");
         }
     }
 }
@@ -505,7 +505,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                 item.what, item.requested, item.result
             );
             if !item.result.is_applied() {
-                eprintln!("sfu: placement {line}");
+                log::warn!("sfu: placement {line}");
                 placement_refused.push(line.clone());
             }
             placement.push(line);
@@ -580,7 +580,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                     })
                     .collect();
                 if let Err(err) = f.sync(&routes) {
-                    eprintln!("sfu: kernel fan-out sync: {err}");
+                    log::warn!("sfu: kernel fan-out sync: {err}");
                 }
             }
             let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);

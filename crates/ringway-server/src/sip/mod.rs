@@ -467,7 +467,7 @@ impl SipServer {
                         stores.push(Arc::new(store));
                     }
                     if let Err(e) = stores[0].ping() {
-                        eprintln!(
+                        log::warn!(
                             "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
                             crate::sip::location::redact_location(&url)
@@ -645,7 +645,7 @@ fn open_sockets(
             source,
         })?;
         for w in &report.warnings {
-            eprintln!("sip server: socket {}: {w}", c.bind);
+            log::warn!("sip server: socket {}: {w}", c.bind);
         }
         Ok((socket, report))
     };
@@ -691,7 +691,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let name = format!("sip-w{index}");
     let lines = host::place_this_thread(&name, &shared.config.worker_placement(index));
     for line in &lines {
-        eprintln!("sip server: placement {line}");
+        log::info!("sip server: placement {line}");
     }
     lock(&shared.placement).extend(lines);
     let config = &shared.config;
@@ -706,7 +706,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
                 Ok(_) => worker.drive_batch(io.as_mut(), &rx, monotonic_now),
                 Err(e) => {
                     worker.count_rx_error();
-                    eprintln!("sip server: worker {index}: receive error: {e}");
+                    log::warn!("sip server: worker {index}: receive error: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
