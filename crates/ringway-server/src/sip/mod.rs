@@ -40,8 +40,8 @@ pub use timer::{SipTimer, TIMER_TICK_MAX};
 pub use worker::{SipWorker, TX_FRAME};
 
 use crate::host::{self, CpuTime};
-use crate::sip::location::{
-    self, LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
+use location::{
+    LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
 };
 use crate::ServerError;
 use ringway_io::counters::UdpSnmp;
@@ -470,7 +470,7 @@ impl SipServer {
                         log::warn!(
                             "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
-                            crate::sip::location::redact_location(&url)
+                            location::redact_location(&url)
                         );
                     }
                     let (queue, receivers) =
