@@ -14,10 +14,10 @@
 
 use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
 use super::Run;
-use ringway_load::sfu::{SfuLoadConfig};
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
 use ringway_io::BackendKind;
+use ringway_load::sfu::SfuLoadConfig;
 use ringway_server::sfu::{Flush, SfuServer, SfuServerConfig};
 use serde::Serialize;
 use std::net::SocketAddr;

@@ -19,11 +19,11 @@ pub mod topology;
 pub mod tune;
 
 use crate::sched::SysState;
-use ringway_load::sip::{ArrivalKind, LoadConfig};
 use kernel::{map_knobs, KernelVersion, Plan};
 use mode::Knobs;
 use ringway_io::thread::{parse_stat_cpu, CpuTime};
 use ringway_io::BackendKind;
+use ringway_load::sip::{ArrivalKind, LoadConfig};
 use ringway_server::host::{process_cpu_time_of, USER_HZ};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

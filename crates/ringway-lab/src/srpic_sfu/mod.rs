@@ -16,10 +16,10 @@
 
 use crate::impair::relay::{Relay, RelayConfig, RelayReport};
 use crate::impair::{scaled_receiver, PathConfig};
-use ringway_load::sfu::{ClientReport, SfuLoadConfig};
 use crate::stats::{mean_ci, MeanCi};
 use anyhow::Context;
 use ringway_io::BackendKind;
+use ringway_load::sfu::{ClientReport, SfuLoadConfig};
 use ringway_server::sfu::{SfuServer, SfuServerConfig};
 use ringway_sfu::MediaType;
 use std::net::SocketAddr;

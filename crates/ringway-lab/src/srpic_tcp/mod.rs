@@ -440,4 +440,3 @@ pub fn run_grid(
     }
     v
 }
-

@@ -40,10 +40,10 @@ pub use timer::{SipTimer, TIMER_TICK_MAX};
 pub use worker::{SipWorker, TX_FRAME};
 
 use crate::host::{self, CpuTime};
+use crate::ServerError;
 use location::{
     LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
 };
-use crate::ServerError;
 use ringway_io::counters::UdpSnmp;
 use ringway_io::thread::Placement;
 use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};

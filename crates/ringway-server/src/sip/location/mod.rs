@@ -14,9 +14,15 @@
 //! given up by then). In flight at most: one query per store thread, and
 //! `queue` requests waiting.
 
+#[cfg(not(feature = "redis"))]
+#[path = "no_redis.rs"]
+mod redis;
+#[cfg(feature = "redis")]
 mod redis;
 
-pub use self::redis::{bindings_key, expiry_key, RedisStore};
+pub use self::redis::RedisStore;
+#[cfg(feature = "redis")]
+pub use self::redis::{bindings_key, expiry_key};
 
 use crate::metrics::{latency_histogram, LatencySummary};
 use crate::sip::{TypeStats, WorkerMetrics, TX_FRAME};
@@ -63,6 +69,10 @@ pub fn parse_redis_url(url: &str) -> Result<String, String> {
             redact_location(url)
         ))
     };
+    #[cfg(not(feature = "redis"))]
+    if url.starts_with("redis://") {
+        return fail(self::redis::NOT_BUILT);
+    }
     let Some(rest) = url.strip_prefix("redis://") else {
         if url.starts_with("rediss://") {
             return fail("TLS (rediss://) is not built in");
@@ -108,6 +118,7 @@ pub fn parse_redis_url(url: &str) -> Result<String, String> {
             return fail("the port is not 1..=65535");
         }
     }
+    #[cfg(feature = "redis")]
     ::redis::Client::open(url).map_err(|e| format!("location {url:?}: {e}"))?;
     Ok(url.to_string())
 }
@@ -155,6 +166,7 @@ impl LocationCounters {
             .clone()
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // only the Redis store fails
     fn set_last_error(&self, error: String) {
         *self
             .last_error

@@ -126,7 +126,8 @@ impl CommonArgs {
             types: self.types.clone(),
             interval_ms: self.interval_ms,
             sizes: self.sizes.clone(),
-            subscribe: ringway_load::sfu::parse_subscribe(&self.subscribe).context("--subscribe")?,
+            subscribe: ringway_load::sfu::parse_subscribe(&self.subscribe)
+                .context("--subscribe")?,
             duration_s: self.duration,
             drain_s: self.drain,
             backend: self.backend.unwrap_or(default_backend),
