@@ -44,6 +44,8 @@ pub mod netns;
 pub mod nfqueue;
 pub mod sock;
 mod sys;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod thread;
 pub mod time;
 pub mod tun;
