@@ -114,10 +114,6 @@ fn expectations() -> BTreeMap<&'static str, Vec<Handling>> {
     e.iter().map(|(f, h)| (*f, h.to_vec())).collect()
 }
 
-fn torture_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/sip-torture")
-}
-
 /// Files listed in a MANIFEST.tsv (first column, header skipped).
 fn manifest(dir: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("MANIFEST.tsv");
@@ -219,14 +215,9 @@ fn replay(msg: &[u8], sinks: &[UdpSocket], metrics: SocketAddr) -> (Handling, St
 
 #[test]
 fn torture_messages_get_manifest_handling() {
-    let root = torture_root();
-    if !root.join("rfc4475/MANIFEST.tsv").exists() {
-        eprintln!(
-            "SKIP: torture messages not found at {} (checkout outside the workplace)",
-            root.display()
-        );
+    let Some(root) = ringway_io::testing::testdata("sip-torture") else {
         return;
-    }
+    };
     let expect = expectations();
     let mut files = Vec::new();
     for sub in ["rfc4475", "rfc5118"] {

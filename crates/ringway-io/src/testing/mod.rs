@@ -3,7 +3,7 @@
 //! `FaultInjector` with the code they test:
 //!
 //! * [`MemIo`], an in-memory [`crate::BatchIo`] for the drivers' tests;
-//! * [`skip`] and [`data_missing`], so that a test which cannot run its
+//! * [`skip`], [`data_missing`] and [`testdata`], so that a test which cannot run its
 //!   checks says so on the test output (and in the summary of
 //!   `scripts/test.sh`) instead of passing silently.
 
@@ -11,4 +11,4 @@ mod mem_io;
 mod skip;
 
 pub use mem_io::{MemIo, SentDatagram, SimClock};
-pub use skip::{data_missing, skip};
+pub use skip::{data_missing, skip, testdata};

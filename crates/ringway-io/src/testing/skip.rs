@@ -8,6 +8,7 @@
 
 use std::fmt::Display;
 use std::io::Write;
+use std::path::PathBuf;
 
 /// Report that the calling test is not checking anything because `why`
 /// (a facility of the machine or data it needs is absent). The caller
@@ -38,4 +39,16 @@ pub fn data_missing(what: impl Display) {
         panic!("{what} (CI=true: the suite is meant to run on it)");
     }
     skip(what);
+}
+
+/// The folder `testdata/NAME` of the repository (test corpora the
+/// repository carries), or `None` after [`data_missing`] when it is absent.
+pub fn testdata(name: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata")).join(name);
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        data_missing(format!("test data {} is absent", dir.display()));
+        None
+    }
 }
