@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod impair;
+pub mod render;
 pub mod sched;
 pub mod sfulab;
 pub mod siplab;

@@ -6,25 +6,12 @@
 
 use super::{Cell, RunResult, Table, TcpLabConfig};
 use crate::impair::eq3_block;
+use crate::render::{self, Digits};
 use crate::stats::{mean_ci, MeanCi};
 use std::fmt::Write as _;
 
 fn fmt(m: &MeanCi) -> String {
-    if m.n == 0 || !m.mean.is_finite() {
-        return "n/a".to_string();
-    }
-    let d = if m.mean.abs() >= 100.0 {
-        1
-    } else if m.mean.abs() >= 1.0 {
-        2
-    } else {
-        3
-    };
-    if m.n == 1 {
-        // One run left: no interval.
-        return format!("{:.*} (n=1)", d, m.mean);
-    }
-    format!("{:.*} ± {:.*}", d, m.mean, d, m.ci95)
+    render::mean_ci(m, Digits::ByMagnitude)
 }
 
 fn same_cell(a: &Cell, b: &Cell) -> bool {

@@ -8,8 +8,7 @@
 //! tuner's search and a Fig. 2 analogue; CSV/JSON of every run, SVG plots
 //! and an index.html.
 
-pub mod svg;
-
+use crate::render::{self, esc, svg, Digits, Table};
 use crate::siplab::model::{
     capacity_ci, capacity_per_rep, error_pct, model_threads, paired_lower, predicted_capacity,
     queue_prediction,
@@ -22,61 +21,6 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// A table rendered to Markdown and HTML.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Table {
-    /// Caption.
-    pub title: String,
-    /// Column headers.
-    pub header: Vec<String>,
-    /// Rows of cells.
-    pub rows: Vec<Vec<String>>,
-}
-
-fn esc(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-impl Table {
-    fn new(title: impl Into<String>, header: &[&str]) -> Table {
-        Table {
-            title: title.into(),
-            header: header.iter().map(|s| s.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-    /// Markdown rendering.
-    pub fn markdown(&self) -> String {
-        let mut s = format!("**{}**\n\n| {} |\n|", self.title, self.header.join(" | "));
-        for _ in &self.header {
-            s += "---|";
-        }
-        s += "\n";
-        for r in &self.rows {
-            s += &format!("| {} |\n", r.join(" | "));
-        }
-        s
-    }
-    /// HTML rendering.
-    pub fn html(&self) -> String {
-        let mut s = format!("<table>\n<caption>{}</caption>\n<tr>", esc(&self.title));
-        for h in &self.header {
-            let _ = write!(s, "<th>{}</th>", esc(h));
-        }
-        s += "</tr>\n";
-        for r in &self.rows {
-            s += "<tr>";
-            for c in r {
-                let _ = write!(s, "<td>{}</td>", esc(c));
-            }
-            s += "</tr>\n";
-        }
-        s + "</table>\n"
-    }
-}
 
 /// The papers' six message types (summary labels, table names).
 pub const SIX_TYPES: [(&str, &str); 6] = [
@@ -309,21 +253,15 @@ pub fn points(records: &[RunRecord]) -> Vec<Point> {
 }
 
 fn ci(m: &MeanCi, digits: usize) -> String {
-    if m.n == 0 || m.mean.is_nan() {
-        return "n/a".into();
-    }
-    if m.n < 2 {
-        return format!("{:.*}", digits, m.mean);
-    }
-    format!("{:.*} ± {:.*}", digits, m.mean, digits, m.ci95)
+    render::mean_ci(m, Digits::Fixed(digits))
 }
 
 fn opt_ci(m: &Option<MeanCi>, digits: usize) -> String {
-    m.as_ref().map_or("n/a".into(), |m| ci(m, digits))
+    render::opt_mean_ci(m.as_ref(), Digits::Fixed(digits))
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("n/a".into(), |v| format!("{v:.*}", digits))
+    render::opt(v, digits)
 }
 
 fn pct(m: &MeanCi) -> MeanCi {
@@ -1024,6 +962,7 @@ pub fn fig2(tunes: &[TuneResult]) -> Option<(String, String, String)> {
             points: p,
             color: None,
             dash: 0,
+            markers_only: false,
         });
         if !k.is_empty() {
             krcv.push(svg::Series {
@@ -1031,6 +970,7 @@ pub fn fig2(tunes: &[TuneResult]) -> Option<(String, String, String)> {
                 points: k,
                 color: None,
                 dash: 0,
+                markers_only: false,
             });
         }
     }
@@ -1447,6 +1387,7 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
                 points: pts,
                 color,
                 dash,
+                markers_only: false,
             }
         })
         .collect()
@@ -1634,7 +1575,8 @@ mod tests {
             assert!(names.contains(&want), "{want} missing: {names:?}");
         }
         let pdr = t.rows.iter().find(|r| r[0] == "PDR (%)").unwrap();
-        assert_eq!(pdr[2], "2.000");
+        // One valid repetition: its value, marked, with no interval.
+        assert_eq!(pdr[2], "2.000 (n=1)");
         let setup = t.rows.iter().find(|r| r[0] == "Call-setup drops").unwrap();
         assert_eq!(setup[1], "n/a", "not measured: n/a, never 0");
     }
