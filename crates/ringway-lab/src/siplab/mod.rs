@@ -9,6 +9,7 @@
 //! papers' drop rate, per-message-type K_rcv / wait / T_sip / K_snd,
 //! per-thread migrations and context switches, CPU and validity flags.
 
+pub mod analysis;
 pub mod campaign;
 pub mod kernel;
 pub mod mode;

@@ -9,248 +9,18 @@
 //! and an index.html.
 
 use crate::render::{self, esc, svg, Digits, Table};
-use crate::siplab::model::{
-    capacity_ci, capacity_per_rep, error_pct, model_threads, paired_lower, predicted_capacity,
-    queue_prediction,
+use crate::siplab::analysis::{
+    best_threads, capacity_model, comparisons, per_rep_capacity, point_at, points, queueing_check,
+    Comparison, ComparisonRow, Lower, MeasuredCapacity, Point, SIX_TYPES,
 };
+use crate::siplab::model::QueuePrediction;
 use crate::siplab::sweep::{Capacity, SweepOutcome};
 use crate::siplab::tune::TuneResult;
 use crate::siplab::{ProxyKind, RunRecord};
-use crate::stats::{mean_ci, MeanCi};
-use serde::Serialize;
+use crate::stats::MeanCi;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// The papers' six message types (summary labels, table names).
-pub const SIX_TYPES: [(&str, &str); 6] = [
-    ("INVITE", "INVITE"),
-    ("180", "180"),
-    ("200", "200 (INVITE)"),
-    ("ACK", "ACK"),
-    ("BYE", "BYE"),
-    ("200-BYE", "200 (BYE)"),
-];
-
-/// Repetitions of one point (every setting but rep and seed), aggregated
-/// over its valid runs.
-#[derive(Clone, Debug, Serialize)]
-pub struct Point {
-    /// Configuration label.
-    pub config: String,
-    /// Proxy.
-    pub proxy: ProxyKind,
-    /// Scheduler mode.
-    pub sched: String,
-    /// Cores.
-    pub cores: usize,
-    /// Workers.
-    pub workers: usize,
-    /// Offered call rate.
-    pub rate: f64,
-    /// Valid repetitions (used in the means).
-    pub reps: usize,
-    /// Flagged repetitions (left out).
-    pub flagged: usize,
-    /// Failed repetitions (errors).
-    pub errors: usize,
-    /// PDR.
-    pub pdr: MeanCi,
-    /// Failed-call ratio.
-    pub failed_ratio: MeanCi,
-    /// Arrival rate at the proxy (packets/s).
-    pub arrival_pps: MeanCi,
-    /// T_sip over all messages (µs).
-    pub t_sip_us: Option<MeanCi>,
-    /// K_rcv over all messages (µs).
-    pub k_rcv_us: Option<MeanCi>,
-    /// K_snd over all messages (µs, sampled).
-    pub k_snd_us: Option<MeanCi>,
-    /// Wait in the batch (µs).
-    pub wait_us: Option<MeanCi>,
-    /// Proxy socket drops per run.
-    pub rcv_errors: MeanCi,
-    /// Call-setup drops per run (ringway).
-    pub setup_drops: Option<MeanCi>,
-    /// Call-setup messages per run.
-    pub setup_msgs: MeanCi,
-    /// Messages offered per run.
-    pub total_msgs: MeanCi,
-    /// Proxy CPU µs per call.
-    pub cpu_us_per_call: MeanCi,
-    /// Proxy CPU µs per received message (ringway).
-    pub cpu_us_per_msg: Option<MeanCi>,
-    /// Migrations per proxy thread per run.
-    pub migrations: MeanCi,
-    /// Voluntary context switches per proxy thread per run.
-    pub voluntary: MeanCi,
-    /// Involuntary context switches per proxy thread per run.
-    pub involuntary: MeanCi,
-    /// Smallest and largest per-worker message share (%), ringway.
-    pub share_pct: Option<(f64, f64)>,
-    /// Per-type (K_rcv, wait, T_sip, K_snd) means (µs) over reps.
-    pub by_type: BTreeMap<String, [Option<f64>; 4]>,
-    /// Per rep (rep, PDR, K_rcv) of the valid runs, for pairing.
-    pub per_rep: Vec<RepValues>,
-    /// Effective settings (canonical text) of the runs.
-    pub effective: BTreeSet<String>,
-    /// Settings applied (union over runs).
-    pub applied: BTreeSet<String>,
-    /// Refusals (union over runs).
-    pub refused: BTreeSet<String>,
-    /// Kernel.
-    pub kernel: String,
-}
-
-/// Group records into points by every setting but rep and seed.
-pub fn points(records: &[RunRecord]) -> Vec<Point> {
-    let mut g: BTreeMap<String, Vec<&RunRecord>> = BTreeMap::new();
-    for r in records {
-        g.entry(r.spec.point_key()).or_default().push(r);
-    }
-    let mut out: Vec<Point> = g
-        .into_values()
-        .map(|rs| {
-            let ok: Vec<&RunRecord> = rs.iter().copied().filter(|r| r.valid()).collect();
-            let m = |f: &dyn Fn(&RunRecord) -> f64| {
-                mean_ci(&ok.iter().map(|r| f(r)).collect::<Vec<_>>())
-            };
-            let lat = |f: &dyn Fn(&crate::siplab::TypeLat) -> Option<f64>| {
-                let xs: Vec<f64> = ok
-                    .iter()
-                    .filter_map(|r| r.all.as_ref())
-                    .filter(|a| a.count > 0)
-                    .filter_map(f)
-                    .collect();
-                (!xs.is_empty()).then(|| mean_ci(&xs))
-            };
-            let nz = |l: &crate::siplab::Lat| (l.count > 0).then_some(l.mean_us);
-            let per_thread = |f: &dyn Fn(&crate::siplab::topology::ThreadSched) -> u64| {
-                mean_ci(
-                    &ok.iter()
-                        .filter(|r| !r.threads.is_empty())
-                        .map(|r| {
-                            r.threads.iter().map(f).sum::<u64>() as f64 / r.threads.len() as f64
-                        })
-                        .collect::<Vec<_>>(),
-                )
-            };
-            let shares: Vec<(f64, f64)> = ok
-                .iter()
-                .filter(|r| !r.per_worker_in.is_empty())
-                .filter_map(|r| {
-                    let tot: u64 = r.per_worker_in.iter().sum();
-                    (tot > 0).then(|| {
-                        let min = *r.per_worker_in.iter().min().unwrap_or(&0) as f64;
-                        let max = *r.per_worker_in.iter().max().unwrap_or(&0) as f64;
-                        (100.0 * min / tot as f64, 100.0 * max / tot as f64)
-                    })
-                })
-                .collect();
-            let mut by_type = BTreeMap::new();
-            for (label, _) in SIX_TYPES {
-                let col = |f: &dyn Fn(&crate::siplab::TypeLat) -> Option<f64>| {
-                    let xs: Vec<f64> = ok
-                        .iter()
-                        .filter_map(|r| r.by_type.get(label))
-                        .filter_map(f)
-                        .collect();
-                    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
-                };
-                let v = [
-                    col(&|t| nz(&t.k_rcv)),
-                    col(&|t| nz(&t.wait)),
-                    col(&|t| nz(&t.t_sip)),
-                    col(&|t| nz(&t.k_snd)),
-                ];
-                if v.iter().any(Option::is_some) {
-                    by_type.insert(label.to_string(), v);
-                }
-            }
-            let setup: Vec<f64> = ok
-                .iter()
-                .filter_map(|r| r.setup_drops)
-                .map(|d| d as f64)
-                .collect();
-            // CPU per message handled: ringway counts what it received;
-            // for Kamailio, offered minus what its sockets dropped.
-            let per_msg: Vec<f64> = ok
-                .iter()
-                .filter_map(|r| {
-                    let n = r
-                        .proxy_msgs_in
-                        .unwrap_or(r.total_msgs.saturating_sub(r.proxy_socket_drops));
-                    (n > 0 && r.proxy_cpu_s > 0.0).then(|| 1e6 * r.proxy_cpu_s / n as f64)
-                })
-                .collect();
-            let s = &rs[0].spec;
-            Point {
-                config: s.config_label(),
-                proxy: s.proxy,
-                sched: s.sched.clone(),
-                cores: s.cores,
-                workers: s.workers,
-                rate: s.rate,
-                reps: ok.len(),
-                flagged: rs
-                    .iter()
-                    .filter(|r| r.error.is_none() && !r.flags.is_empty())
-                    .count(),
-                errors: rs.iter().filter(|r| r.error.is_some()).count(),
-                pdr: m(&|r| r.pdr),
-                failed_ratio: m(&|r| r.failed_ratio),
-                arrival_pps: m(&|r| r.arrival_pps),
-                t_sip_us: lat(&|a| nz(&a.t_sip)),
-                k_rcv_us: lat(&|a| nz(&a.k_rcv)),
-                k_snd_us: lat(&|a| nz(&a.k_snd)),
-                wait_us: lat(&|a| nz(&a.wait)),
-                rcv_errors: m(&|r| r.proxy_socket_drops as f64),
-                setup_drops: (!setup.is_empty()).then(|| mean_ci(&setup)),
-                setup_msgs: m(&|r| r.setup_msgs as f64),
-                total_msgs: m(&|r| r.total_msgs as f64),
-                cpu_us_per_call: m(&|r| 1e6 * r.proxy_cpu_s / (r.attempted.max(1) as f64)),
-                cpu_us_per_msg: (!per_msg.is_empty()).then(|| mean_ci(&per_msg)),
-                migrations: per_thread(&|t| t.migrations),
-                voluntary: per_thread(&|t| t.voluntary),
-                involuntary: per_thread(&|t| t.involuntary),
-                share_pct: (!shares.is_empty()).then(|| {
-                    (
-                        shares.iter().map(|s| s.0).fold(f64::MAX, f64::min),
-                        shares.iter().map(|s| s.1).fold(0.0, f64::max),
-                    )
-                }),
-                by_type,
-                per_rep: ok
-                    .iter()
-                    .map(|r| {
-                        (
-                            r.spec.rep,
-                            r.pdr,
-                            r.all
-                                .as_ref()
-                                .filter(|a| a.k_rcv.count > 0)
-                                .map(|a| a.k_rcv.mean_us),
-                        )
-                    })
-                    .collect(),
-                effective: rs
-                    .iter()
-                    .filter(|r| r.error.is_none())
-                    .map(|r| r.effective.clone())
-                    .collect(),
-                applied: rs.iter().flat_map(|r| r.applied.iter().cloned()).collect(),
-                refused: rs.iter().flat_map(|r| r.refused.iter().cloned()).collect(),
-                kernel: rs[0].kernel.clone(),
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        (a.proxy, a.cores, &a.sched, a.workers)
-            .cmp(&(b.proxy, b.cores, &b.sched, b.workers))
-            .then(a.rate.total_cmp(&b.rate))
-    });
-    out
-}
 
 fn ci(m: &MeanCi, digits: usize) -> String {
     render::mean_ci(m, Digits::Fixed(digits))
@@ -270,17 +40,6 @@ fn pct(m: &MeanCi) -> MeanCi {
         ci95: 100.0 * m.ci95,
         n: m.n,
     }
-}
-
-/// Find the point of a capacity's configuration at `rate`.
-fn point_at<'a>(pts: &'a [Point], c: &Capacity, rate: f64) -> Option<&'a Point> {
-    pts.iter().find(|p| {
-        p.proxy == c.proxy
-            && p.cores == c.cores
-            && p.workers == c.workers
-            && p.sched == c.profile
-            && p.rate == rate
-    })
 }
 
 /// Tables I/II: per (proxy, mode, cores) the two loads around the PDR
@@ -352,133 +111,100 @@ pub fn crossing_tables(caps: &[Capacity], pts: &[Point], threshold: f64) -> Vec<
 }
 
 /// One repetition of a point: (rep, PDR, K_rcv µs).
-type RepValues = (u32, f64, Option<f64>);
 /// Plot points (x, y, ci) per (configuration, workers).
 type SeriesMap = BTreeMap<(String, usize), Vec<(f64, f64, f64)>>;
 
-/// "% lower" cell: paired over repetitions, or why there is none.
-fn lower_cell(base: &Point, other: &Point, f: fn(&RepValues) -> Option<f64>) -> String {
-    if !base.effective.is_empty() && base.effective == other.effective {
-        return "same settings applied on this kernel".into();
-    }
-    let mut b = Vec::new();
-    let mut o = Vec::new();
-    for x in &base.per_rep {
-        if let Some(y) = other.per_rep.iter().find(|y| y.0 == x.0) {
-            if let (Some(vb), Some(vo)) = (f(x), f(y)) {
-                b.push(vb);
-                o.push(vo);
-            }
-        }
-    }
-    match paired_lower(&b, &o) {
-        Some((p, c)) if b.len() >= 2 => format!("{p:.1}% ± {c:.1}"),
-        Some((p, _)) => format!("{p:.1}% (1 pair)"),
-        None => "n/a".into(),
+/// A "% lower" cell.
+fn lower_cell(lower: &Lower) -> String {
+    match lower {
+        Lower::SameSettings => "same settings applied on this kernel".into(),
+        Lower::Paired { pct, ci95, pairs } if *pairs >= 2 => format!("{pct:.1}% ± {ci95:.1}"),
+        Lower::Paired { pct, .. } => format!("{pct:.1}% (1 pair)"),
+        Lower::NoData => "n/a".into(),
     }
 }
 
 /// Tables III/VI/IX: PDR and K_rcv at the baseline crossing load, baseline
 /// vs the other modes, % lower paired by repetition.
 pub fn comparison_tables(caps: &[Capacity], pts: &[Point]) -> Vec<Table> {
-    let mut tables = Vec::new();
-    let mut keys: BTreeSet<(ProxyKind, usize)> = BTreeSet::new();
-    for c in caps.iter().filter(|c| c.profile == "baseline") {
-        keys.insert((c.proxy, c.cores));
+    comparisons(caps, pts)
+        .iter()
+        .map(comparison_table)
+        .collect()
+}
+
+fn comparison_table(comparison: &Comparison) -> Table {
+    let others = &comparison.others;
+    let mut header = vec![
+        "Threads and CPS".to_string(),
+        "PDR baseline (%)".to_string(),
+    ];
+    for o in others {
+        header.push(format!("PDR {o} (%)"));
+        header.push(format!("% lower ({o})"));
     }
-    for (proxy, cores) in keys {
-        let mut others: Vec<String> = Vec::new();
-        for c in caps.iter().filter(|c| {
-            c.proxy == proxy
-                && c.cores == cores
-                && c.profile != "baseline"
-                && c.profile != "default"
-        }) {
-            if !others.contains(&c.profile) {
-                others.push(c.profile.clone());
-            }
-        }
-        let mut header = vec![
-            "Threads and CPS".to_string(),
-            "PDR baseline (%)".to_string(),
-        ];
-        for o in &others {
-            header.push(format!("PDR {o} (%)"));
-            header.push(format!("% lower ({o})"));
-        }
-        header.push("K_rcv baseline (µs)".into());
-        for o in &others {
-            header.push(format!("K_rcv {o} (µs)"));
-            header.push(format!("% lower ({o})"));
-        }
-        let mut t = Table {
-            title: format!(
-                "Drop rate and kernel time (K_rcv) comparison at the baseline crossing load, {} on {cores} core(s) (paired by repetition: same seeds)",
-                proxy.name()
-            ),
-            header,
-            rows: Vec::new(),
-        };
-        for b in caps
-            .iter()
-            .filter(|c| c.proxy == proxy && c.cores == cores && c.profile == "baseline")
-        {
-            let Some(rate) = b.above.map(|a| a.0) else {
+    header.push("K_rcv baseline (µs)".into());
+    for o in others {
+        header.push(format!("K_rcv {o} (µs)"));
+        header.push(format!("% lower ({o})"));
+    }
+    let mut t = Table {
+        title: format!(
+            "Drop rate and kernel time (K_rcv) comparison at the baseline crossing load, {} on {} core(s) (paired by repetition: same seeds)",
+            comparison.proxy.name(),
+            comparison.cores
+        ),
+        header,
+        rows: Vec::new(),
+    };
+    for row in &comparison.rows {
+        let (workers, rate, pdr, k_rcv, modes) = match row {
+            ComparisonRow::NeverCrossed { workers } => {
                 t.rows.push(vec![format!(
-                    "{} threads: baseline never crossed the threshold",
-                    b.workers
+                    "{workers} threads: baseline never crossed the threshold"
                 )]);
                 continue;
-            };
-            let Some(bp) = point_at(pts, b, rate) else {
-                continue;
-            };
-            let op: Vec<Option<&Point>> = others
-                .iter()
-                .map(|o| {
-                    pts.iter().find(|p| {
-                        p.proxy == proxy
-                            && p.cores == cores
-                            && p.workers == b.workers
-                            && &p.sched == o
-                            && p.rate == rate
-                    })
-                })
-                .collect();
-            let mut row = vec![
-                format!("{} threads, {:.0} cps", b.workers, rate),
-                ci(&pct(&bp.pdr), 3),
-            ];
-            for p in &op {
-                match p {
-                    Some(p) => {
-                        row.push(ci(&pct(&p.pdr), 3));
-                        row.push(lower_cell(bp, p, |x| Some(x.1)));
-                    }
-                    None => {
-                        row.push("not measured at this load".into());
-                        row.push("n/a".into());
-                    }
+            }
+            ComparisonRow::At {
+                workers,
+                rate,
+                pdr,
+                k_rcv,
+                others,
+            } => (workers, rate, pdr, k_rcv, others),
+        };
+        let mut cells = vec![
+            format!("{workers} threads, {rate:.0} cps"),
+            ci(&pct(pdr), 3),
+        ];
+        for mode in modes {
+            match mode {
+                Some(m) => {
+                    cells.push(ci(&pct(&m.pdr), 3));
+                    cells.push(lower_cell(&m.pdr_lower));
+                }
+                None => {
+                    cells.push("not measured at this load".into());
+                    cells.push("n/a".into());
                 }
             }
-            row.push(opt_ci(&bp.k_rcv_us, 1));
-            for p in &op {
-                match p {
-                    Some(p) => {
-                        row.push(opt_ci(&p.k_rcv_us, 1));
-                        row.push(lower_cell(bp, p, |x| x.2));
-                    }
-                    None => {
-                        row.push("n/a".into());
-                        row.push("n/a".into());
-                    }
-                }
-            }
-            t.rows.push(row);
         }
-        tables.push(t);
+        cells.push(opt_ci(k_rcv, 1));
+        for mode in modes {
+            match mode {
+                Some(m) => {
+                    cells.push(opt_ci(&m.k_rcv, 1));
+                    cells.push(lower_cell(&m.k_rcv_lower));
+                }
+                None => {
+                    cells.push("n/a".into());
+                    cells.push("n/a".into());
+                }
+            }
+        }
+        t.rows.push(cells);
     }
-    tables
+    t
 }
 
 /// Capacity per configuration with the per-repetition uncertainty.
@@ -503,8 +229,7 @@ pub fn capacity_table(caps: &[Capacity], threshold: f64) -> Table {
                 None => "n/a (no valid run)".into(),
             },
         };
-        let reps = c.rep_pdrs.first().map_or(0, |p| p.1.len());
-        let per = capacity_ci(&capacity_per_rep(&c.rep_pdrs, reps, threshold));
+        let per = per_rep_capacity(c, threshold);
         let br = format!(
             "{} .. {}",
             c.below
@@ -525,9 +250,12 @@ pub fn capacity_table(caps: &[Capacity], threshold: f64) -> Table {
     t
 }
 
-fn cap_with_ci(c: &Capacity, threshold: f64) -> Option<MeanCi> {
-    let reps = c.rep_pdrs.first().map_or(0, |p| p.1.len());
-    capacity_ci(&capacity_per_rep(&c.rep_pdrs, reps, threshold))
+/// "capacity (per rep mean ± CI)" of a measured capacity.
+fn capacity_cell(m: &MeasuredCapacity) -> String {
+    match &m.per_rep {
+        Some(per_rep) if per_rep.n >= 2 => format!("{:.0} (per rep {})", m.cps, ci(per_rep, 0)),
+        _ => format!("{:.0}", m.cps),
+    }
 }
 
 /// The best thread count per core count (per proxy and mode).
@@ -543,42 +271,20 @@ pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
             "Model T_{p,c}",
         ],
     );
-    let mut groups: BTreeMap<(ProxyKind, String, usize), Vec<&Capacity>> = BTreeMap::new();
-    for c in caps {
-        groups
-            .entry((c.proxy, c.profile.clone(), c.cores))
-            .or_default()
-            .push(c);
-    }
-    for ((proxy, sched, cores), cs) in groups {
-        let best = cs
-            .iter()
-            .filter(|c| c.capacity_cps.is_some())
-            .max_by(|a, b| {
-                a.capacity_cps
-                    .unwrap_or(0.0)
-                    .total_cmp(&b.capacity_cps.unwrap_or(0.0))
-            });
-        let sockets = cs[0].sockets;
+    for row in best_threads(caps, threshold) {
         t.rows.push(vec![
-            format!("{}/{sched}", proxy.name()),
-            cores.to_string(),
-            sockets.to_string(),
-            best.map_or("n/a".into(), |b| {
+            format!("{}/{}", row.proxy.name(), row.sched),
+            row.cores.to_string(),
+            row.sockets.to_string(),
+            row.best.as_ref().map_or("n/a".into(), |b| {
                 format!(
                     "{}{}",
                     b.workers,
                     if b.censored { " (lower bound)" } else { "" }
                 )
             }),
-            best.map_or("n/a".into(), |b| {
-                let v = b.capacity_cps.unwrap_or(0.0);
-                match cap_with_ci(b, threshold) {
-                    Some(m) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
-                    _ => format!("{v:.0}"),
-                }
-            }),
-            model_threads(sockets, cores).to_string(),
+            row.best.as_ref().map_or("n/a".into(), capacity_cell),
+            row.model_threads.to_string(),
         ]);
     }
     t
@@ -591,64 +297,27 @@ pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
         "Capacity model C_{p,c} = T_{p,c} × C_{1,1} (T_{1,c} = c + 2, T_{p≥2,c} = c; C_{1,1} measured at 1 core, 1 thread); at c = 1 the model gives 3 × C_{1,1}, contradicting its own definition: it is meant for c ≥ 2",
         &["Proxy / mode", "C_{1,1} (calls/s)", "Cores c", "Sockets p", "T_{p,c}", "Predicted (calls/s)", "Measured best (calls/s)", "Error (%)"],
     );
-    let mut groups: BTreeMap<(ProxyKind, String), Vec<&Capacity>> = BTreeMap::new();
-    for c in caps {
-        groups
-            .entry((c.proxy, c.profile.clone()))
-            .or_default()
-            .push(c);
-    }
-    for ((proxy, sched), cs) in groups {
-        let c11 = cs
-            .iter()
-            .find(|c| c.cores == 1 && c.workers == 1 && !c.censored);
-        let c11v = c11.and_then(|c| c.capacity_cps);
-        let c11ci = c11.and_then(|c| cap_with_ci(c, threshold));
-        let mut cores: Vec<usize> = cs.iter().map(|c| c.cores).collect();
-        cores.sort();
-        cores.dedup();
-        for c in cores {
-            let at: Vec<&&Capacity> = cs
-                .iter()
-                .filter(|x| x.cores == c && x.capacity_cps.is_some())
-                .collect();
-            let best = at.iter().max_by(|a, b| {
-                a.capacity_cps
-                    .unwrap_or(0.0)
-                    .total_cmp(&b.capacity_cps.unwrap_or(0.0))
-            });
-            let sockets = cs.iter().find(|x| x.cores == c).map_or(1, |x| x.sockets);
-            let pred = c11v.map(|v| predicted_capacity(v, sockets, c));
-            let meas = best.and_then(|b| b.capacity_cps);
-            t.rows.push(vec![
-                format!("{}/{sched}", proxy.name()),
-                match (c11v, c11ci) {
-                    (Some(v), Some(m)) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
-                    (Some(v), _) => format!("{v:.0}"),
-                    _ => "n/a (needs --cores 1 and --workers 1, crossed)".into(),
-                },
-                c.to_string(),
-                sockets.to_string(),
-                model_threads(sockets, c).to_string(),
-                opt(pred, 0),
-                best.map_or("n/a".into(), |b| {
-                    let v = b.capacity_cps.unwrap_or(0.0);
-                    let m = match cap_with_ci(b, threshold) {
-                        Some(m) if m.n >= 2 => format!("{v:.0} (per rep {})", ci(&m, 0)),
-                        _ => format!("{v:.0}"),
-                    };
-                    format!(
-                        "{m} ({} thr{})",
-                        b.workers,
-                        if b.censored { ", lower bound" } else { "" }
-                    )
-                }),
-                match (pred, meas) {
-                    (Some(p), Some(m)) => opt(error_pct(p, m), 1),
-                    _ => "n/a".into(),
-                },
-            ]);
-        }
+    for row in capacity_model(caps, threshold) {
+        t.rows.push(vec![
+            format!("{}/{}", row.proxy.name(), row.sched),
+            row.c11.as_ref().map_or_else(
+                || "n/a (needs --cores 1 and --workers 1, crossed)".into(),
+                capacity_cell,
+            ),
+            row.cores.to_string(),
+            row.sockets.to_string(),
+            row.threads.to_string(),
+            opt(row.predicted, 0),
+            row.best.as_ref().map_or("n/a".into(), |b| {
+                format!(
+                    "{} ({} thr{})",
+                    capacity_cell(b),
+                    b.workers,
+                    if b.censored { ", lower bound" } else { "" }
+                )
+            }),
+            opt(row.error_pct, 1),
+        ]);
     }
     t
 }
@@ -660,48 +329,30 @@ pub fn queueing_table(caps: &[Capacity], pts: &[Point]) -> Table {
         "Queueing check at the highest load under the threshold (λ = arrival rate per core; S = T_sip, or S = proxy CPU per message)",
         &["Configuration", "Threads", "λ (msg/s)", "S = T_sip (µs)", "ρ", "M/M/1 W (µs)", "M/D/1 W (µs)", "S = CPU/msg (µs)", "ρ'", "M/M/1 W' (µs)", "M/D/1 W' (µs)", "Measured K_rcv (µs)", "Measured K_rcv + wait (µs)"],
     );
-    for c in caps {
-        let Some((rate, _)) = c.below else { continue };
-        let Some(p) = point_at(pts, c, rate) else {
-            continue;
-        };
-        if p.reps == 0 {
-            continue;
+    // (S, ρ, M/M/1 W, M/D/1 W) cells; "∞" where ρ ≥ 1 has no steady state.
+    let cells = |by: &Option<(f64, QueuePrediction)>| -> [String; 4] {
+        let wait = |v: Option<f64>| v.map_or("∞ (ρ ≥ 1)".into(), |v| format!("{v:.2}"));
+        match by {
+            Some((service, q)) => [
+                format!("{service:.2}"),
+                format!("{:.3}", q.rho),
+                wait(q.mm1_wait_us),
+                wait(q.md1_wait_us),
+            ],
+            None => ["n/a".into(), "n/a".into(), "n/a".into(), "n/a".into()],
         }
-        let lam = p.arrival_pps.mean;
-        let w = |s: Option<f64>| -> [String; 3] {
-            match s {
-                Some(s) => {
-                    let q = queue_prediction(lam, s, c.cores);
-                    let f =
-                        |v: Option<f64>| v.map_or("∞ (ρ ≥ 1)".into(), |v| format!("{v:.2}"));
-                    [format!("{:.3}", q.rho), f(q.mm1_wait_us), f(q.md1_wait_us)]
-                }
-                None => ["n/a".into(), "n/a".into(), "n/a".into()],
-            }
-        };
-        let ts = p.t_sip_us.map(|m| m.mean);
-        let cm = p.cpu_us_per_msg.map(|m| m.mean);
-        let [r1, a1, b1] = w(ts);
-        let [r2, a2, b2] = w(cm);
-        t.rows.push(vec![
-            c.config.clone(),
-            c.workers.to_string(),
-            format!("{lam:.0}"),
-            opt(ts, 2),
-            r1,
-            a1,
-            b1,
-            opt(cm, 2),
-            r2,
-            a2,
-            b2,
-            opt_ci(&p.k_rcv_us, 2),
-            match (p.k_rcv_us, p.wait_us) {
-                (Some(k), Some(w)) => format!("{:.2}", k.mean + w.mean),
-                _ => "n/a".into(),
-            },
-        ]);
+    };
+    for row in queueing_check(caps, pts) {
+        let mut cells_row = vec![
+            row.config.clone(),
+            row.workers.to_string(),
+            format!("{:.0}", row.arrival_pps),
+        ];
+        cells_row.extend(cells(&row.by_t_sip));
+        cells_row.extend(cells(&row.by_cpu));
+        cells_row.push(opt_ci(&row.k_rcv, 2));
+        cells_row.push(opt(row.k_rcv_plus_wait, 2));
+        t.rows.push(cells_row);
     }
     t
 }
@@ -1102,151 +753,129 @@ pub struct ReportInput<'a> {
     pub notes: Vec<String>,
 }
 
-/// Write runs.csv, runs.json, capacity.json, report.md, pdr-<proxy>.svg,
-/// krcv-<proxy>.svg,
-/// fig2-*.svg (with a tuner search) and index.html into `dir`.
-pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let mut recs: Vec<RunRecord> = inp.records.to_vec();
-    recs.sort_by(|a, b| {
-        (
-            a.spec.proxy,
-            a.spec.cores,
-            &a.spec.sched,
-            a.spec.workers,
-            a.spec.rep,
-        )
-            .cmp(&(
-                b.spec.proxy,
-                b.spec.cores,
-                &b.spec.sched,
-                b.spec.workers,
-                b.spec.rep,
-            ))
+/// The report's sections: a heading and its tables.
+type Sections = Vec<(String, Vec<Table>)>;
+
+/// The records in report order: proxy, cores, mode, threads, repetition, rate.
+fn sorted_records(records: &[RunRecord]) -> Vec<RunRecord> {
+    let mut sorted = records.to_vec();
+    sorted.sort_by(|a, b| {
+        let key = |r: &RunRecord| {
+            (
+                r.spec.proxy,
+                r.spec.cores,
+                r.spec.sched.clone(),
+                r.spec.workers,
+                r.spec.rep,
+            )
+        };
+        key(a)
+            .cmp(&key(b))
             .then(a.spec.rate.total_cmp(&b.spec.rate))
     });
-    let pts = points(&recs);
+    sorted
+}
+
+/// Every table of the report, by section.
+fn sections(inp: &ReportInput<'_>, pts: &[Point]) -> Sections {
     let caps = &inp.outcome.caps;
-    let mut written = Vec::new();
-    let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
-        let p = dir.join(name);
-        std::fs::write(&p, data)?;
-        written.push(p);
-        Ok(())
-    };
-    put("runs.csv", runs_csv(&recs).as_bytes())?;
-    put("runs.json", &serde_json::to_vec_pretty(&recs)?)?;
-    put(
-        "capacity.json",
-        &serde_json::to_vec_pretty(&serde_json::json!({
-            "threshold": inp.threshold,
-            "capacities": caps,
-            "tuner": inp.outcome.tunes,
-            "points": pts,
-        }))?,
-    )?;
-    let mut sections: Vec<(String, Vec<Table>)> =
-        vec![("Capacity".into(), vec![capacity_table(caps, inp.threshold)])];
-    sections.push((
-        "Tables I/II: measured performance per mode".into(),
-        crossing_tables(caps, &pts, inp.threshold),
-    ));
-    sections.push((
-        "Tables III/VI/IX: baseline vs the other modes".into(),
-        comparison_tables(caps, &pts),
-    ));
-    sections.push((
-        "Threads, cores and the capacity model".into(),
-        vec![
-            best_threads_table(caps, inp.threshold),
-            model_table(caps, inp.threshold),
-        ],
-    ));
-    sections.push(("Queueing check".into(), vec![queueing_table(caps, &pts)]));
-    sections.push((
-        "Message types and E[x]".into(),
-        vec![types_table(caps, &pts)],
-    ));
-    sections.push((
-        "Scheduling of the proxy's threads".into(),
-        vec![threads_table(caps, &pts)],
-    ));
-    sections.push(("Scheduler knobs".into(), vec![knobs_table(&pts)]));
+    let mut sections: Sections = vec![
+        ("Capacity".into(), vec![capacity_table(caps, inp.threshold)]),
+        (
+            "Tables I/II: measured performance per mode".into(),
+            crossing_tables(caps, pts, inp.threshold),
+        ),
+        (
+            "Tables III/VI/IX: baseline vs the other modes".into(),
+            comparison_tables(caps, pts),
+        ),
+        (
+            "Threads, cores and the capacity model".into(),
+            vec![
+                best_threads_table(caps, inp.threshold),
+                model_table(caps, inp.threshold),
+            ],
+        ),
+        ("Queueing check".into(), vec![queueing_table(caps, pts)]),
+        (
+            "Message types and E[x]".into(),
+            vec![types_table(caps, pts)],
+        ),
+        (
+            "Scheduling of the proxy's threads".into(),
+            vec![threads_table(caps, pts)],
+        ),
+        ("Scheduler knobs".into(), vec![knobs_table(pts)]),
+    ];
     if !inp.outcome.tunes.is_empty() {
         sections.push((
             "Tuner".into(),
             inp.outcome.tunes.iter().map(tune_table).collect(),
         ));
     }
-    let fig = fig2(&inp.outcome.tunes);
-    if let Some((_, p, k)) = &fig {
-        put("fig2-pdr.svg", p.as_bytes())?;
-        put("fig2-krcv.svg", k.as_bytes())?;
-    }
-    let main_pts: Vec<Point> = pts
+    sections
+}
+
+/// One PDR and one K_rcv plot per proxy (colour = mode, dash = threads):
+/// (file name, alt text, SVG).
+fn proxy_plots(pts: &[Point], threshold: f64) -> Vec<(String, String, String)> {
+    // The tuner's candidates are in its own Fig. 2, not here.
+    let main: Vec<Point> = pts
         .iter()
         .filter(|p| !p.sched.starts_with("tune:"))
         .cloned()
         .collect();
-    // One PDR and one K_rcv plot per proxy (colour = mode, dash = threads).
-    let proxies: BTreeSet<ProxyKind> = main_pts.iter().map(|p| p.proxy).collect();
-    let mut plots: Vec<(String, String)> = Vec::new();
+    let proxies: BTreeSet<ProxyKind> = main.iter().map(|p| p.proxy).collect();
+    let mut plots = Vec::new();
     for proxy in proxies {
-        let mine: Vec<Point> = main_pts
-            .iter()
-            .filter(|p| p.proxy == proxy)
-            .cloned()
-            .collect();
-        let name = format!("pdr-{}.svg", proxy.name());
-        put(
-            &name,
+        let mine: Vec<Point> = main.iter().filter(|p| p.proxy == proxy).cloned().collect();
+        let name = proxy.name();
+        plots.push((
+            format!("pdr-{name}.svg"),
+            format!("{name} PDR vs call rate"),
             svg::line_plot(
-                &format!(
-                    "{}: PDR vs call rate (valid runs; band: 95% CI)",
-                    proxy.name()
-                ),
+                &format!("{name}: PDR vs call rate (valid runs; band: 95% CI)"),
                 "call rate (calls/s)",
                 "PDR (%)",
                 &series(&mine, |p| Some((100.0 * p.pdr.mean, 100.0 * p.pdr.ci95))),
-                Some(100.0 * inp.threshold),
+                Some(100.0 * threshold),
                 Some(100.0),
-            )
-            .as_bytes(),
-        )?;
-        plots.push((name, format!("{} PDR vs call rate", proxy.name())));
-        let k = series(&mine, |p| p.k_rcv_us.map(|m| (m.mean, m.ci95)));
-        if !k.is_empty() {
-            let name = format!("krcv-{}.svg", proxy.name());
-            put(
-                &name,
+            ),
+        ));
+        let k_rcv = series(&mine, |p| p.k_rcv_us.map(|m| (m.mean, m.ci95)));
+        if !k_rcv.is_empty() {
+            plots.push((
+                format!("krcv-{name}.svg"),
+                format!("{name} K_rcv vs call rate"),
                 svg::line_plot(
-                    &format!(
-                        "{}: K_rcv vs call rate (valid runs; band: 95% CI)",
-                        proxy.name()
-                    ),
+                    &format!("{name}: K_rcv vs call rate (valid runs; band: 95% CI)"),
                     "call rate (calls/s)",
                     "K_rcv mean (µs)",
-                    &k,
+                    &k_rcv,
                     None,
                     None,
-                )
-                .as_bytes(),
-            )?;
-            plots.push((name, format!("{} K_rcv vs call rate", proxy.name())));
+                ),
+            ));
         }
     }
-    let flagged: Vec<&RunRecord> = recs
+    plots
+}
+
+/// The notes at the top of the report: run counts, definitions, then the
+/// campaign's own.
+fn notes(inp: &ReportInput<'_>, records: &[RunRecord], pts: &[Point]) -> Vec<String> {
+    let flagged = records
         .iter()
         .filter(|r| r.error.is_none() && !r.flags.is_empty())
-        .collect();
-    let errs: Vec<&RunRecord> = recs.iter().filter(|r| r.error.is_some()).collect();
+        .count();
+    let failed = records.iter().filter(|r| r.error.is_some()).count();
     let mut notes = vec![
         format!(
             "{} runs: {} valid, {} flagged (left out of every mean and capacity), {} failed.",
-            recs.len(),
-            recs.iter().filter(|r| r.valid()).count(),
-            flagged.len(),
-            errs.len()
+            records.len(),
+            records.iter().filter(|r| r.valid()).count(),
+            flagged,
+            failed
         ),
         "PDR (the papers' definition) = drops counted by the proxy's own sockets (per-socket counters of /proc/net/udp, which count receive-buffer and UDP-memory drops; read after the last message of the run, before the proxy stops) / all messages the generator sent to the proxy in the run (retransmissions and the end of the run included). Namespace RcvbufErrors and MemErrors are recorded in runs.csv as a cross-check.".into(),
         format!(
@@ -1255,86 +884,157 @@ pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<Pat
         ),
         "K_rcv = kernel RX stamp → receive call return; wait in batch = receive return → processing, plus processing end → send call; T_sip = processing; K_snd = send call → kernel TX stamp (sampled 1/64). Kamailio reports none of them (n/a).".into(),
     ];
-    notes.extend(same_settings_notes(&pts));
+    notes.extend(same_settings_notes(pts));
     notes.extend(inp.notes.iter().cloned());
+    notes
+}
+
+/// What the Markdown and HTML pages show.
+struct Page<'p> {
+    command: &'p str,
+    notes: &'p [String],
+    sections: &'p Sections,
+    /// (file, alt text) of the per-proxy plots.
+    plots: Vec<(&'p str, &'p str)>,
+    /// The dimension of the Fig. 2 analogue, when the tuner ran.
+    fig2: Option<&'p str>,
+    records: &'p [RunRecord],
+}
+
+/// "- config threads rate rep: why" lines of flagged or failed runs.
+fn run_lines(md: &mut String, runs: &[&RunRecord], why: impl Fn(&RunRecord) -> String) {
+    for r in runs {
+        let _ = writeln!(
+            md,
+            "- {} {} thr {:.0} cps rep {}: {}",
+            r.spec.config_label(),
+            r.spec.workers,
+            r.spec.rate,
+            r.spec.rep,
+            why(r)
+        );
+    }
+}
+
+fn markdown(page: &Page<'_>) -> String {
     let mut md = String::from("# SIP proxy scheduler study\n\n");
-    let _ = writeln!(md, "Command: `{}`\n", inp.command);
-    for n in &notes {
-        let _ = writeln!(md, "- {n}");
+    let _ = writeln!(md, "Command: `{}`\n", page.command);
+    for note in page.notes {
+        let _ = writeln!(md, "- {note}");
     }
     md.push('\n');
-    for (h, ts) in &sections {
-        let _ = writeln!(md, "## {h}\n");
-        for t in ts {
-            md += &t.markdown();
+    for (heading, tables) in page.sections {
+        let _ = writeln!(md, "## {heading}\n");
+        for table in tables {
+            md += &table.markdown();
             md.push('\n');
         }
     }
     md += "## Plots\n\n";
-    for (f, alt) in &plots {
-        let _ = writeln!(md, "![{alt}]({f})\n");
+    for (file, alt) in &page.plots {
+        let _ = writeln!(md, "![{alt}]({file})\n");
     }
-    if let Some((dim, _, _)) = &fig {
-        let _ = writeln!(md, "\nFig. 2 analogue over `{dim}`:\n\n![Fig. 2 (a) K_rcv](fig2-krcv.svg)\n\n![Fig. 2 (b) PDR](fig2-pdr.svg)");
+    if let Some(dimension) = page.fig2 {
+        let _ = writeln!(md, "\nFig. 2 analogue over `{dimension}`:\n\n![Fig. 2 (a) K_rcv](fig2-krcv.svg)\n\n![Fig. 2 (b) PDR](fig2-pdr.svg)");
     }
+    let flagged: Vec<&RunRecord> = page
+        .records
+        .iter()
+        .filter(|r| r.error.is_none() && !r.flags.is_empty())
+        .collect();
     if !flagged.is_empty() {
         md += "\n## Flagged runs (not used)\n\n";
-        for r in &flagged {
-            let _ = writeln!(
-                md,
-                "- {} {} thr {:.0} cps rep {}: {}",
-                r.spec.config_label(),
-                r.spec.workers,
-                r.spec.rate,
-                r.spec.rep,
-                r.flags.join("; ")
-            );
-        }
+        run_lines(&mut md, &flagged, |r| r.flags.join("; "));
     }
-    if !errs.is_empty() {
+    let failed: Vec<&RunRecord> = page.records.iter().filter(|r| r.error.is_some()).collect();
+    if !failed.is_empty() {
         md += "\n## Failed runs\n\n";
-        for r in &errs {
-            let _ = writeln!(
-                md,
-                "- {} {} thr {:.0} cps rep {}: {}",
-                r.spec.config_label(),
-                r.spec.workers,
-                r.spec.rate,
-                r.spec.rep,
-                r.error.as_deref().unwrap_or("")
-            );
-        }
+        run_lines(&mut md, &failed, |r| r.error.clone().unwrap_or_default());
     }
-    put("report.md", md.as_bytes())?;
+    md
+}
+
+fn html(page: &Page<'_>) -> String {
     let mut html = String::from(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>SIP proxy scheduler study</title>\n<style>body{font-family:sans-serif;margin:1em 2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #999;padding:2px 6px;text-align:right;vertical-align:top}td:first-child,th:first-child{text-align:left}caption{font-weight:bold;text-align:left;padding:4px 0}.wide{overflow-x:auto}img{max-width:100%;height:auto}li{margin:2px 0}</style></head><body>\n<h1>SIP proxy scheduler study</h1>\n",
     );
     let _ = writeln!(
         html,
         "<p>Command: <code>{}</code></p>\n<ul>",
-        esc(&inp.command)
+        esc(page.command)
     );
-    for n in &notes {
-        let _ = writeln!(html, "<li>{}</li>", esc(n));
+    for note in page.notes {
+        let _ = writeln!(html, "<li>{}</li>", esc(note));
     }
     html += "</ul>\n";
-    for (h, ts) in &sections {
-        let _ = writeln!(html, "<h2>{}</h2>", esc(h));
-        for t in ts {
+    for (heading, tables) in page.sections {
+        let _ = writeln!(html, "<h2>{}</h2>", esc(heading));
+        for table in tables {
             html += "<div class=\"wide\">";
-            html += &t.html();
+            html += &table.html();
             html += "</div>\n";
         }
     }
     html += "<h2>Plots</h2>\n";
-    for (f, alt) in &plots {
-        let _ = writeln!(html, "<p><img src=\"{f}\" alt=\"{}\"></p>", esc(alt));
+    for (file, alt) in &page.plots {
+        let _ = writeln!(html, "<p><img src=\"{file}\" alt=\"{}\"></p>", esc(alt));
     }
-    if fig.is_some() {
+    if page.fig2.is_some() {
         html += "<p><img src=\"fig2-krcv.svg\" alt=\"Fig. 2 analogue K_rcv\"></p>\n<p><img src=\"fig2-pdr.svg\" alt=\"Fig. 2 analogue PDR\"></p>\n";
     }
     html += "<p>Data: <a href=\"runs.csv\">runs.csv</a>, <a href=\"runs.json\">runs.json</a>, <a href=\"capacity.json\">capacity.json</a>, <a href=\"report.md\">report.md</a></p>\n</body></html>\n";
-    put("index.html", html.as_bytes())?;
+    html
+}
+
+/// Write runs.csv, runs.json, capacity.json, report.md, pdr-<proxy>.svg,
+/// krcv-<proxy>.svg, fig2-*.svg (with a tuner search) and index.html into
+/// `dir`; returns the files written.
+pub fn write_report(dir: &Path, inp: &ReportInput<'_>) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let records = sorted_records(inp.records);
+    let pts = points(&records);
+    let mut written = Vec::new();
+    let mut put = |name: &str, data: &[u8]| -> anyhow::Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, data)?;
+        written.push(path);
+        Ok(())
+    };
+    put("runs.csv", runs_csv(&records).as_bytes())?;
+    put("runs.json", &serde_json::to_vec_pretty(&records)?)?;
+    put(
+        "capacity.json",
+        &serde_json::to_vec_pretty(&serde_json::json!({
+            "threshold": inp.threshold,
+            "capacities": inp.outcome.caps,
+            "tuner": inp.outcome.tunes,
+            "points": pts,
+        }))?,
+    )?;
+    let sections = sections(inp, &pts);
+    let fig = fig2(&inp.outcome.tunes);
+    if let Some((_, pdr, k_rcv)) = &fig {
+        put("fig2-pdr.svg", pdr.as_bytes())?;
+        put("fig2-krcv.svg", k_rcv.as_bytes())?;
+    }
+    let plots = proxy_plots(&pts, inp.threshold);
+    for (file, _, svg) in &plots {
+        put(file, svg.as_bytes())?;
+    }
+    let notes = notes(inp, &records, &pts);
+    let page = Page {
+        command: &inp.command,
+        notes: &notes,
+        sections: &sections,
+        plots: plots
+            .iter()
+            .map(|(file, alt, _)| (file.as_str(), alt.as_str()))
+            .collect(),
+        fig2: fig.as_ref().map(|(dimension, _, _)| dimension.as_str()),
+        records: &records,
+    };
+    put("report.md", markdown(&page).as_bytes())?;
+    put("index.html", html(&page).as_bytes())?;
     Ok(written)
 }
 
