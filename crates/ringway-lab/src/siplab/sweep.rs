@@ -87,11 +87,22 @@ impl SweepConfig {
     }
 
     /// [`SweepConfig::validate`] for a machine whose usable CPUs are `usable`.
+    /// The checks run in this order, so the first problem is the one named.
     pub fn validate_on(
         &self,
         tools: &Tools,
         usable: &[usize],
     ) -> Result<Vec<Option<Mode>>, String> {
+        let modes = self.checked_lists()?;
+        self.check_numbers()?;
+        self.check_cpus(usable)?;
+        self.check_size()?;
+        self.check_tools(tools)?;
+        Ok(modes)
+    }
+
+    /// Proxies, workers and modes (parsed; `tuned` as `None`, after baseline).
+    fn checked_lists(&self) -> Result<Vec<Option<Mode>>, String> {
         if self.proxies.is_empty() {
             return Err("no proxy given (--proxy ringway,kamailio)".into());
         }
@@ -127,6 +138,11 @@ impl SweepConfig {
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err("--profiles: a mode is listed twice".into());
         }
+        Ok(modes)
+    }
+
+    /// Rates, repetitions, durations and the other numbers are in range.
+    fn check_numbers(&self) -> Result<(), String> {
         for (what, v) in [
             ("--rate-start", self.rate_start),
             ("--rate-step", self.rate_step),
@@ -178,8 +194,12 @@ impl SweepConfig {
         if !(1..=1024).contains(&self.batch) {
             return Err(format!("--batch must be in 1..=1024 (got {})", self.batch));
         }
-        // CPUs: generator CPUs exist and are usable, the proxy pool is
-        // disjoint from them, every core count fits.
+        Ok(())
+    }
+
+    /// Generator CPUs exist and are usable, the proxy pool is disjoint
+    /// from them, every core count fits.
+    fn check_cpus(&self, usable: &[usize]) -> Result<(), String> {
         if let Some(c) = self.gen_cpus.iter().find(|c| !usable.contains(c)) {
             return Err(format!(
                 "--gen-cpus: CPU {c} is not one this machine lets the lab use ({})",
@@ -213,6 +233,11 @@ impl SweepConfig {
                 }
             ));
         }
+        Ok(())
+    }
+
+    /// Every run starts a call, no run starts too many, the sweep is bounded.
+    fn check_size(&self) -> Result<(), String> {
         if self.rate_start * self.duration_s < 1.0 {
             return Err(format!(
                 "rate {} calls/s for {} s starts no call: raise the rate or the duration",
@@ -234,6 +259,11 @@ impl SweepConfig {
                 "sweep could take up to {runs} runs (limit {MAX_RUNS}): fewer rates, workers, cores or reps"
             ));
         }
+        Ok(())
+    }
+
+    /// The proxies' binaries and configuration exist; the proxy mode is known.
+    fn check_tools(&self, tools: &Tools) -> Result<(), String> {
         if self.proxies.contains(&ProxyKind::Kamailio) && !is_executable(&tools.kamailio) {
             return Err(format!(
                 "kamailio binary {} not found or not executable (install kamailio or pass --kamailio PATH)",
@@ -258,7 +288,7 @@ impl SweepConfig {
                 self.mode
             ));
         }
-        Ok(modes)
+        Ok(())
     }
 
     /// The CPUs proxy sets are taken from, in order.
