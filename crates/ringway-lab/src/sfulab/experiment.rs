@@ -17,8 +17,8 @@ use super::Run;
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
 use ringway_io::BackendKind;
-use ringway_load::sfu::SfuLoadConfig;
-use ringway_server::sfu::{Flush, SfuServer, SfuServerConfig};
+use ringway_load::sfu::{ClientReport, SfuLoadConfig};
+use ringway_server::sfu::{Flush, ServeReport, SfuServer, SfuServerConfig};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -210,7 +210,9 @@ pub fn run_kernel_fanout(
     run_column(place, c, BackendKind::Socket, true, clients, pps, rep)
 }
 
-fn run_column(
+/// Run the SFU and its clients, sampling CPU times over the measured
+/// window (after the warm-up).
+fn measure(
     place: &Placement,
     c: &SfuLabConfig,
     backend: BackendKind,
@@ -218,7 +220,7 @@ fn run_column(
     clients: usize,
     pps: u32,
     rep: usize,
-) -> anyhow::Result<Run> {
+) -> anyhow::Result<Measured> {
     // Every backend's SFU interface gets native XDP in the testbed (the
     // xdp backend attaches its own program).
     let napi_before = napi_snapshot();
@@ -263,7 +265,72 @@ fn run_column(
     let served = sfu.shutdown();
     drop(pass);
     let load = load.context("the load clients")?;
-    let s = served.context("the SFU")?;
+    let served = served.context("the SFU")?;
+    Ok(Measured {
+        served,
+        load,
+        before: s0,
+        after: s1,
+    })
+}
+
+/// What one run measured.
+struct Measured {
+    served: ServeReport,
+    load: ClientReport,
+    /// CPU samples at the start and the end of the measured window.
+    before: Sample,
+    after: Sample,
+}
+
+/// Why a run is left out of the summaries, if it is.
+fn exclusion(
+    c: &SfuLabConfig,
+    served: &ServeReport,
+    load: &ClientReport,
+    late_pct: f64,
+    foreign_pct: f64,
+) -> Option<String> {
+    let refused: Vec<&String> = served
+        .placement_refused
+        .iter()
+        .chain(&load.placement_refused)
+        .collect();
+    if !refused.is_empty() {
+        Some(format!("placement refused: {}", refused[0]))
+    } else if served.tx_congested {
+        Some(format!(
+            "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
+            served.io.tx_ring_full_waits, served.io.tx_ring_full_drops
+        ))
+    } else if late_pct > c.max_late_pct {
+        Some(format!(
+            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late)"
+        ))
+    } else if foreign_pct > c.max_foreign_pct {
+        Some(format!(
+            "other load on the machine ({foreign_pct:.0}% of a core)"
+        ))
+    } else {
+        None
+    }
+}
+
+fn run_column(
+    place: &Placement,
+    c: &SfuLabConfig,
+    backend: BackendKind,
+    fanout: bool,
+    clients: usize,
+    pps: u32,
+    rep: usize,
+) -> anyhow::Result<Run> {
+    let Measured {
+        served: s,
+        load,
+        before: s0,
+        after: s1,
+    } = measure(place, c, backend, fanout, clients, pps, rep)?;
     let window = s1.at.duration_since(s0.at).as_secs_f64().max(1e-3);
     let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
     let engine_pct = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, s.wall_s.max(1e-3)));
@@ -286,29 +353,7 @@ fn run_column(
     } else {
         0.0
     };
-    let refused: Vec<&String> = s
-        .placement_refused
-        .iter()
-        .chain(&load.placement_refused)
-        .collect();
-    let excluded = if !refused.is_empty() {
-        Some(format!("placement refused: {}", refused[0]))
-    } else if s.tx_congested {
-        Some(format!(
-            "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
-            s.io.tx_ring_full_waits, s.io.tx_ring_full_drops
-        ))
-    } else if late_pct > c.max_late_pct {
-        Some(format!(
-            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late)"
-        ))
-    } else if foreign_pct > c.max_foreign_pct {
-        Some(format!(
-            "other load on the machine ({foreign_pct:.0}% of a core)"
-        ))
-    } else {
-        None
-    };
+    let excluded = exclusion(c, &s, &load, late_pct, foreign_pct);
     let kernel = s.kernel_fanout.filter(|_| fanout);
     let packets = kernel.map_or(s.delay.count, |k| k.packets);
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
