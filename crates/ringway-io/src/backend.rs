@@ -6,12 +6,14 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+mod choice;
 mod common;
 mod mmsg;
 mod socket;
 mod uring;
 pub(crate) mod xdp;
 
+pub use choice::{Io, IoChoiceError, OpenError, XdpInterface};
 pub use uring::UringConfig;
 pub use xdp::{
     attach_xdp_pass, disable_tx_checksum_offload, FanoutRoute, FanoutStats, KernelFanout,

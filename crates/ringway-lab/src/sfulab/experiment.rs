@@ -16,7 +16,7 @@ use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
 use super::Run;
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
-use ringway_io::BackendKind;
+use ringway_io::{BackendKind, Io, XdpInterface};
 use ringway_load::sfu::{ClientReport, SfuLoadConfig};
 use ringway_server::sfu::{Flush, ServeReport, SfuServer, SfuServerConfig};
 use serde::Serialize;
@@ -107,7 +107,7 @@ impl Placement {
         backend: BackendKind,
         fanout: bool,
     ) -> anyhow::Result<SfuServerConfig> {
-        let (listen, xdp_iface) = match self {
+        let (listen, veth) = match self {
             Placement::Loopback => ("127.0.0.1:0".parse().expect("literal"), None),
             Placement::Hosts(t) => {
                 let sfu = t.sfu();
@@ -118,22 +118,27 @@ impl Placement {
             }
         };
         anyhow::ensure!(
-            (backend != BackendKind::Xdp && !fanout) || xdp_iface.is_some(),
+            (backend != BackendKind::Xdp && !fanout) || veth.is_some(),
             "the xdp backend and the kernel fan-out need the namespace testbed (they attach to the SFU host's veth)"
         );
+        let interface = veth
+            .clone()
+            .filter(|_| backend == BackendKind::Xdp)
+            .map(|iface| XdpInterface {
+                // As deep a transmit queue as the other backends get from
+                // the testbed's qdisc (10000 packets): 8192 TX frames.
+                frames: 16384,
+                ..XdpInterface::new(iface)
+            });
         Ok(SfuServerConfig {
             listen,
-            backend,
-            kernel_fanout: xdp_iface.clone().filter(|_| fanout),
-            xdp_iface: xdp_iface.filter(|_| backend == BackendKind::Xdp),
+            io: Io::new(backend, interface)?,
+            kernel_fanout: veth.filter(|_| fanout),
             batch: c.batch,
             flush: c.flush,
             flush_age_us: c.flush_age_us,
             spin_us: c.spin_us,
             warmup_s: c.warmup_s,
-            // As deep a transmit queue as the other backends get from the
-            // testbed's qdisc (10000 packets): 8192 TX frames.
-            xdp_frames: 16384,
             cpus: c.cpus.clone(),
             duration_s: Some(c.warmup_s + c.duration_s + 60.0),
             ..SfuServerConfig::default()

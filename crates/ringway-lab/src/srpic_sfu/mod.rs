@@ -18,7 +18,7 @@ use crate::impair::relay::{Relay, RelayConfig, RelayReport};
 use crate::impair::{scaled_receiver, PathConfig};
 use crate::stats::{mean_ci, MeanCi};
 use anyhow::Context;
-use ringway_io::BackendKind;
+use ringway_io::{BackendKind, Io};
 use ringway_load::sfu::{ClientReport, SfuLoadConfig};
 use ringway_server::sfu::{SfuServer, SfuServerConfig};
 use ringway_sfu::MediaType;
@@ -103,7 +103,7 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
     let t = c.duration_s;
     let sfu_config = SfuServerConfig {
         listen: "127.0.0.1:0".parse().expect("literal"),
-        backend: BackendKind::Mmsg,
+        io: Io::Mmsg,
         batch: Some(c.batch),
         duration_s: Some(t + 4.0),
         srpic_block: on.then_some(c.block),

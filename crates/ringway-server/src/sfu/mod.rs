@@ -13,10 +13,7 @@ use crate::host::{self, cpu_seconds, CpuTime};
 use crate::metrics::LatencySummary;
 use crate::ServerError;
 use engine::Engine;
-use ringway_io::{
-    monotonic_now, open_backend, open_udp, open_xdp, BackendKind, BatchIo, IoStats, SocketConfig,
-    XdpConfig, XdpMode,
-};
+use ringway_io::{monotonic_now, BackendKind, BatchIo, Io, IoStats, OpenError, SocketConfig};
 use ringway_reorder::{SeqSpace, Srpic, SrpicConfig, SrpicStats};
 use ringway_sfu::{Sfu, SfuConfig, SfuStats};
 use serde::{Deserialize, Serialize};
@@ -57,11 +54,8 @@ pub enum Flush {
 pub struct SfuServerConfig {
     /// Address to listen on (port 0: any).
     pub listen: SocketAddr,
-    /// I/O backend.
-    pub backend: BackendKind,
-    /// With the xdp backend: the interface to attach to (its IPv4 address
-    /// is `listen`).
-    pub xdp_iface: Option<String>,
+    /// I/O backend (xdp with its interface, whose IPv4 address is `listen`).
+    pub io: Io,
     /// Datagrams per receive batch (default: 1 for the socket backend, as
     /// in the paper's baseline; 64 otherwise).
     pub batch: Option<usize>,
@@ -74,11 +68,6 @@ pub struct SfuServerConfig {
     pub spin_us: u32,
     /// Seconds at the start that are not measured (delays, CPU).
     pub warmup_s: f64,
-    /// With the xdp backend: how to attach the XDP program.
-    pub xdp_mode: XdpMode,
-    /// With the xdp backend: UMEM frames (half on the fill ring, the rest
-    /// for the TX ring; see `XdpConfig::frames`).
-    pub xdp_frames: u32,
     /// Replicate verified media in the kernel: a tcx ingress program on
     /// this interface (whose IPv4 address is `listen`) with the routes the
     /// core holds, kept in line every tick; packets it does not cover come
@@ -107,15 +96,12 @@ impl Default for SfuServerConfig {
     fn default() -> Self {
         SfuServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5004)),
-            backend: BackendKind::Socket,
-            xdp_iface: None,
+            io: Io::Socket,
             batch: None,
             flush: None,
             flush_age_us: 20,
             spin_us: 0,
             warmup_s: 0.0,
-            xdp_mode: XdpMode::Auto,
-            xdp_frames: 4096,
             kernel_fanout: None,
             echo: true,
             static_room: false,
@@ -132,7 +118,7 @@ impl Default for SfuServerConfig {
 impl SfuServerConfig {
     /// The receive batch size in use.
     pub fn batch_size(&self) -> usize {
-        self.batch.unwrap_or(match self.backend {
+        self.batch.unwrap_or(match self.io.kind() {
             BackendKind::Socket => 1,
             _ => 64,
         })
@@ -153,15 +139,9 @@ impl SfuServerConfig {
         if self.batch_size() == 0 {
             return fail("batch must be at least 1");
         }
-        if self.backend == BackendKind::Xdp {
-            if self.xdp_iface.is_none() {
-                return fail("the xdp backend needs an interface (xdp_iface)");
-            }
-            if !self.listen.is_ipv4() {
-                return fail("the xdp backend is IPv4 only: listen must be an IPv4 address");
-            }
-        } else if self.xdp_iface.is_some() {
-            return fail("xdp_iface is only for the xdp backend");
+        let xdp = matches!(self.io, Io::Xdp(_));
+        if xdp && !self.listen.is_ipv4() {
+            return fail("the xdp backend is IPv4 only: listen must be an IPv4 address");
         }
         if self.kernel_fanout.is_some() {
             if !self.listen.is_ipv4() {
@@ -172,7 +152,7 @@ impl SfuServerConfig {
                     "kernel_fanout matches packets by destination address: listen must be a concrete address",
                 );
             }
-            if self.backend == BackendKind::Xdp {
+            if xdp {
                 return fail(
                     "kernel_fanout cannot run with the xdp backend (the XDP program hands media to AF_XDP before tc sees it)",
                 );
@@ -265,33 +245,19 @@ pub struct ServeReport {
     pub srpic: Option<SrpicStats>,
 }
 
-/// Open the backend `config` asks for.
+/// Open the backend `config` asks for (8 MiB socket buffers).
 fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
-    let backend_error = |source| ServerError::Backend {
-        backend: config.backend.to_string(),
-        source,
-    };
-    if config.backend == BackendKind::Xdp {
-        let (Some(iface), SocketAddr::V4(local)) = (&config.xdp_iface, config.listen) else {
-            return Err(ServerError::Config(
-                "the xdp backend needs an interface and an IPv4 address".into(),
-            ));
-        };
-        let xdp = XdpConfig {
-            mode: config.xdp_mode,
-            frames: config.xdp_frames,
-            ..XdpConfig::new(iface, local)
-        };
-        return open_xdp(xdp).map_err(backend_error);
-    }
     let mut socket_config = SocketConfig::new(config.listen);
     socket_config.rcvbuf = Some(8 << 20);
     socket_config.sndbuf = Some(8 << 20);
-    let (socket, _) = open_udp(&socket_config).map_err(|source| ServerError::Socket {
-        addr: config.listen,
-        source,
-    })?;
-    open_backend(config.backend, socket).map_err(backend_error)
+    match config.io.open(&socket_config) {
+        Ok((io, _)) => Ok(io),
+        Err(OpenError::Socket { addr, source }) => Err(ServerError::Socket { addr, source }),
+        Err(OpenError::Backend { kind, source }) => Err(ServerError::Backend {
+            backend: kind.to_string(),
+            source,
+        }),
+    }
 }
 
 /// A running SFU: the engine thread and its socket (or AF_XDP socket).
@@ -675,7 +641,7 @@ fn report(
     };
     let d = &e.delays;
     ServeReport {
-        backend: config.backend.name().into(),
+        backend: config.io.kind().name().into(),
         io_mode: mode,
         batch,
         flush: config.flush_policy(),
@@ -719,6 +685,7 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringway_io::XdpInterface;
     use std::net::UdpSocket;
 
     fn loopback() -> SfuServerConfig {
@@ -741,9 +708,12 @@ mod tests {
     fn kernel_fanout_only_where_it_can_work() {
         let fanout = |listen: &str, backend| SfuServerConfig {
             listen: listen.parse().unwrap(),
-            backend,
+            io: Io::new(
+                backend,
+                (backend == BackendKind::Xdp).then(|| XdpInterface::new("veth0")),
+            )
+            .unwrap(),
             kernel_fanout: Some("veth0".into()),
-            xdp_iface: (backend == BackendKind::Xdp).then(|| "veth0".into()),
             ..SfuServerConfig::default()
         };
         assert!(fanout("10.0.0.1:5000", BackendKind::Socket)

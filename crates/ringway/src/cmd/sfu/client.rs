@@ -4,7 +4,7 @@
 //! ([`ringway_server::sfu`]) in a namespace host of its own.
 
 use anyhow::Context;
-use ringway_io::BackendKind;
+use ringway_io::{BackendKind, Io, XdpInterface};
 use ringway_lab::sfulab::testbed::Testbed;
 use ringway_load::sfu::{ClientReport, LiveLoad, SfuLoadConfig};
 use ringway_server::sfu::{SfuServer, SfuServerConfig};
@@ -196,10 +196,12 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let listen = SocketAddr::new(IpAddr::V4(sfu_host.addr()), a.common.server.port());
     let sfu_config = SfuServerConfig {
         listen,
-        backend: a.sfu_backend,
-        xdp_iface: (a.sfu_backend == BackendKind::Xdp)
-            .then(|| sfu_host.ifaces.first().map(|i| i.0.clone()))
-            .flatten(),
+        io: Io::new(
+            a.sfu_backend,
+            (a.sfu_backend == BackendKind::Xdp)
+                .then(|| sfu_host.ifaces.first().map(|i| XdpInterface::new(&i.0)))
+                .flatten(),
+        )?,
         ..SfuServerConfig::default()
     };
     // The SFU starts inside its host (its engine thread inherits the
