@@ -125,7 +125,8 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
                 anyhow::anyhow!("--xdp-iface needs --backend xdp")
             }
         })?;
-        let config = SfuServerConfig {
+        // Validated once, by the server when it starts (or by `config check`).
+        Ok(SfuServerConfig {
             listen: a.listen,
             io,
             batch: a.batch,
@@ -142,9 +143,7 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             cpus,
             duration_s: a.duration,
             srpic_block: a.srpic.then_some(a.srpic_block),
-        };
-        config.validate()?;
-        Ok(config)
+        })
     }
 }
 
