@@ -16,7 +16,7 @@ mod sip_proxy_support;
 use sip_proxy_support::*;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const PROXY: &str = "127.0.0.2:5060";

@@ -34,7 +34,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 
-/// Counters the engine publishes while it runs (for live statistics).
+/// Counters the engine publishes while it runs (for live statistics and
+/// `/metrics`), every tick (50 ms).
 #[derive(Clone, Debug, Default)]
 pub struct LiveStats {
     /// Core counters.
@@ -43,6 +44,16 @@ pub struct LiveStats {
     pub rx_bytes: u64,
     /// Bytes sent by the engine.
     pub tx_bytes: u64,
+    /// Truncated datagrams dropped.
+    pub truncated: u64,
+    /// Rooms and their client counts.
+    pub rooms: Vec<(String, usize)>,
+    /// Backend counters.
+    pub io: ringway_io::IoStats,
+    /// Backend name.
+    pub backend: String,
+    /// Engine thread CPU time since start (s); `None` if the kernel did not tell.
+    pub engine_cpu_s: Option<f64>,
 }
 
 /// The engine's clocks; tests give it a fake one.

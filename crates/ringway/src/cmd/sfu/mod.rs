@@ -1,7 +1,9 @@
 //! `ringway sfu ...`: the pktswitch SFU server, its client and load tool.
 
 pub(crate) mod client;
+pub(crate) mod jacktrip;
 pub(crate) mod serve;
+pub(crate) mod token;
 
 /// `ringway sfu` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -12,6 +14,10 @@ pub(crate) enum SfuCmd {
     Client(client::ClientArgs),
     /// Run many clients in one process (shared engine threads, one socket each).
     Load(client::LoadArgs),
+    /// Run a JackTrip hub: JackTrip 1.7 clients (`jacktrip -C`) get an N-1 mix of the others.
+    Jacktrip(jacktrip::HubArgs),
+    /// Mint a signed join token (JWT HS256) for a room and an identity.
+    Token(token::TokenArgs),
 }
 
 /// Run a `ringway sfu` subcommand.
@@ -20,5 +26,7 @@ pub(crate) fn run(c: SfuCmd) -> anyhow::Result<()> {
         SfuCmd::Serve(a) => serve::run(a),
         SfuCmd::Client(a) => client::run(a),
         SfuCmd::Load(a) => client::run_load(a),
+        SfuCmd::Token(a) => token::run(a),
+        SfuCmd::Jacktrip(a) => jacktrip::run(a),
     }
 }
