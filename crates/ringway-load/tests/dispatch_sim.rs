@@ -13,8 +13,6 @@
 mod netsim;
 
 use netsim::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use ringway_load::sip::{CallGen, CallGenConfig, CallStats};
 use ringway_sip::dispatch::{rendezvous, DispatchConfig, DispatchStats, Dispatcher};
 use ringway_sip::{Mode, Proxy, ProxyConfig, SipMsg};
@@ -60,9 +58,7 @@ struct Sim {
     sc: Scenario,
     now: u64,
     link: Link,
-    starts: StdRng,
-    next_start: u64,
-    started: u64,
+    starts: Starts,
     /// Call-ID → simulated time of its first INVITE.
     started_at: BTreeMap<String, u64>,
     uac: CallGen,
@@ -107,9 +103,7 @@ impl Sim {
             sc,
             now: 0,
             link: Link::new(LOSSY, sc.seed),
-            starts: StdRng::seed_from_u64(sc.seed ^ 0xd15),
-            next_start: 0,
-            started: 0,
+            starts: Starts::new(sc.seed ^ 0xd15, sc.calls),
             started_at: BTreeMap::new(),
             uac: generator(UAC, Some(UAS), 0),
             uas: generator(UAS, None, 1),
@@ -134,9 +128,7 @@ impl Sim {
     }
 
     fn send_all(&mut self, from: SocketAddr, sent: Sent) {
-        for (dst, data) in sent {
-            self.link.send(self.now, from, dst, data);
-        }
+        self.link.send_all(self.now, from, sent);
     }
 
     /// Note the proxy each INVITE the dispatcher sends goes to.
@@ -188,14 +180,14 @@ impl Sim {
     }
 
     fn done(&self) -> bool {
-        self.started == self.sc.calls
+        self.starts.all_started()
             && self.uac.calls_in_flight() == 0
             && self.uas.uas_calls_waiting() == 0
             && self.link.is_empty()
     }
 
     fn next_event(&self) -> Option<u64> {
-        let starts = (self.started < self.sc.calls).then_some(self.next_start);
+        let starts = self.starts.next_at();
         let proxies = self
             .proxies
             .iter()
@@ -217,17 +209,13 @@ impl Sim {
     }
 
     fn start_calls(&mut self) {
-        // One to three calls at once, then a gap of up to 10 ms.
-        let count = self
-            .starts
-            .gen_range(1..=3)
-            .min(self.sc.calls - self.started);
-        let mut sent = Sent::new();
-        self.uac
-            .start_calls(self.now, count, &mut collect(&mut sent));
-        self.send_all(addr(UAC), sent);
-        self.started += count;
-        self.next_start = self.now + self.starts.gen_range(0..=10 * MS);
+        let count = self.starts.due(self.now);
+        if count > 0 {
+            let mut sent = Sent::new();
+            self.uac
+                .start_calls(self.now, count, &mut collect(&mut sent));
+            self.send_all(addr(UAC), sent);
+        }
     }
 
     fn run_timers(&mut self) {
@@ -260,9 +248,7 @@ impl Sim {
             return false;
         };
         self.now = self.now.max(next);
-        if self.started < self.sc.calls && self.next_start <= self.now {
-            self.start_calls();
-        }
+        self.start_calls();
         while let Some(packet) = self.link.pop_due(self.now) {
             self.deliver(packet);
         }

@@ -14,8 +14,6 @@
 mod netsim;
 
 use netsim::*;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use ringway_load::sip::{CallGen, CallGenConfig, CallStats};
 use ringway_sip::{Mode, Proxy, ProxyConfig, ProxyStats};
 use std::net::SocketAddr;
@@ -113,9 +111,7 @@ struct Sim {
     now: u64,
     link: Link,
     /// Call starts: spacing and batch sizes.
-    starts: StdRng,
-    next_start: u64,
-    started: u64,
+    starts: Starts,
     uac: CallGen,
     uas: Option<CallGen>,
     proxy: ProxyNode,
@@ -134,9 +130,7 @@ impl Sim {
             sc,
             now: 0,
             link: Link::new(sc.link, sc.seed),
-            starts: StdRng::seed_from_u64(sc.seed ^ 0x5742_7473),
-            next_start: 0,
-            started: 0,
+            starts: Starts::new(sc.seed ^ 0x5742_7473, sc.calls),
             uac,
             uas,
             proxy: ProxyNode(Proxy::new(ProxyConfig {
@@ -152,9 +146,7 @@ impl Sim {
 
     /// Send what node `from` emitted.
     fn send_all(&mut self, from: SocketAddr, sent: Sent) {
-        for (dst, data) in sent {
-            self.link.send(self.now, from, dst, data);
-        }
+        self.link.send_all(self.now, from, sent);
     }
 
     fn deliver(&mut self, p: Packet) {
@@ -176,7 +168,7 @@ impl Sim {
 
     fn done(&self) -> bool {
         let uas_waiting = self.uas.as_ref().unwrap_or(&self.uac).uas_calls_waiting();
-        self.started == self.sc.calls
+        self.starts.all_started()
             && self.uac.calls_in_flight() == 0
             && uas_waiting == 0
             && self.link.is_empty()
@@ -185,7 +177,7 @@ impl Sim {
     /// Advance to the next event and handle everything due then; false
     /// when nothing is left to happen.
     fn step(&mut self) -> bool {
-        let starts = (self.started < self.sc.calls).then_some(self.next_start);
+        let starts = self.starts.next_at();
         let next = [
             starts,
             self.link.next_at(),
@@ -201,17 +193,11 @@ impl Sim {
         };
         self.now = self.now.max(t);
         let now = self.now;
-        if starts.is_some_and(|s| s <= now) {
-            // One to three calls at once, then a gap of up to 10 ms.
-            let n = self
-                .starts
-                .gen_range(1..=3)
-                .min(self.sc.calls - self.started);
+        let count = self.starts.due(now);
+        if count > 0 {
             let mut sent = Sent::new();
-            self.uac.start_calls(now, n, &mut collect(&mut sent));
+            self.uac.start_calls(now, count, &mut collect(&mut sent));
             self.send_all(addr(UAC), sent);
-            self.started += n;
-            self.next_start = now + self.starts.gen_range(0..=10 * MS);
         }
         while let Some(p) = self.link.pop_due(now) {
             self.deliver(p);

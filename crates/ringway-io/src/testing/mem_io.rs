@@ -220,18 +220,7 @@ impl BatchIo for MemIo {
         self.charge(self.replicate_call_ns);
         if !self.ring() {
             // As the trait's default: copies go with the next send call.
-            for &dst in dsts {
-                if tx.push(dst, data).is_err() {
-                    self.flush(tx)?;
-                    tx.push(dst, data).map_err(|_| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            "datagram larger than a send frame",
-                        )
-                    })?;
-                }
-            }
-            return Ok(());
+            return crate::backend::queue_copies(self, data, dsts, tx);
         }
         self.charge(self.queue_ns * dsts.len() as u64);
         self.queued += dsts.len() as u64;

@@ -201,7 +201,14 @@ pub fn run_one(
     pps: u32,
     rep: usize,
 ) -> anyhow::Result<Run> {
-    run_column(place, c, backend, false, clients, pps, rep)
+    let column = Column {
+        backend,
+        fanout: false,
+        clients,
+        pps,
+        rep,
+    };
+    run_column(place, c, column)
 }
 
 /// One run of the `tc` column: the socket SFU with the in-kernel fan-out.
@@ -212,30 +219,29 @@ pub fn run_kernel_fanout(
     pps: u32,
     rep: usize,
 ) -> anyhow::Result<Run> {
-    run_column(place, c, BackendKind::Socket, true, clients, pps, rep)
+    let column = Column {
+        backend: BackendKind::Socket,
+        fanout: true,
+        clients,
+        pps,
+        rep,
+    };
+    run_column(place, c, column)
 }
 
 /// Run the SFU and its clients, sampling CPU times over the measured
 /// window (after the warm-up).
-fn measure(
-    place: &Placement,
-    c: &SfuLabConfig,
-    backend: BackendKind,
-    fanout: bool,
-    clients: usize,
-    pps: u32,
-    rep: usize,
-) -> anyhow::Result<Measured> {
+fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Result<Measured> {
     // Every backend's SFU interface gets native XDP in the testbed (the
     // xdp backend attaches its own program).
     let napi_before = napi_snapshot();
     let pass = match place {
-        Placement::Hosts(t) if t.napi() && backend != BackendKind::Xdp => {
+        Placement::Hosts(t) if t.napi() && column.backend != BackendKind::Xdp => {
             Some(t.sfu_pass_program()?)
         }
         _ => None,
     };
-    let sfu = place.start_sfu(place.sfu_config(c, backend, fanout)?)?;
+    let sfu = place.start_sfu(place.sfu_config(c, column.backend, column.fanout)?)?;
     let addr = sfu.local_addr();
     let sfu_napi = match place {
         Placement::Hosts(t) if t.napi() => t.sfu_threaded_napi(&napi_before).unwrap_or_default(),
@@ -247,14 +253,14 @@ fn measure(
     };
     // 3 streams per client: interval = 3 / pps seconds.
     let load = SfuLoadConfig {
-        interval_ms: 3000.0 / pps as f64,
+        interval_ms: 3000.0 / column.pps as f64,
         duration_s: c.warmup_s + c.duration_s,
         drain_s: 0.3,
         backend: BackendKind::Mmsg,
-        in_netns: place.client_netns(clients),
+        in_netns: place.client_netns(column.clients),
         cpus: c.load_cpus.clone(),
-        seed: rep as u64 + 1,
-        ..SfuLoadConfig::new(addr, clients)
+        seed: column.rep as u64 + 1,
+        ..SfuLoadConfig::new(addr, column.clients)
     };
     let load = std::thread::spawn(move || {
         let never = AtomicBool::new(false);
@@ -269,7 +275,7 @@ fn measure(
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))?;
     let served = sfu.shutdown();
     drop(pass);
-    let load = load.context("the load clients")?;
+    let load = load.context("the load column.clients")?;
     let served = served.context("the SFU")?;
     Ok(Measured {
         served,
@@ -321,21 +327,31 @@ fn exclusion(
     }
 }
 
-fn run_column(
-    place: &Placement,
-    c: &SfuLabConfig,
+/// One cell of the grid: the backend (or the in-kernel fan-out), the
+/// client count, the rate and the repetition.
+#[derive(Copy, Clone, Debug)]
+struct Column {
     backend: BackendKind,
     fanout: bool,
     clients: usize,
     pps: u32,
     rep: usize,
-) -> anyhow::Result<Run> {
+}
+
+fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Result<Run> {
+    let Column {
+        backend,
+        fanout,
+        clients,
+        pps,
+        rep,
+    } = column;
     let Measured {
         served: s,
         load,
         before: s0,
         after: s1,
-    } = measure(place, c, backend, fanout, clients, pps, rep)?;
+    } = measure(place, c, column)?;
     let window = s1.at.duration_since(s0.at).as_secs_f64().max(1e-3);
     let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
     let engine_pct = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, s.wall_s.max(1e-3)));
@@ -548,7 +564,14 @@ pub fn run_capacity(
         let name = if fanout { "tc" } else { b.name() };
         let mut best: Option<(usize, u64)> = None;
         for &n in steps {
-            let r = run_column(place, c, b, fanout, n, pps, 0)?;
+            let column = Column {
+                backend: b,
+                fanout,
+                clients: n,
+                pps,
+                rep: 0,
+            };
+            let r = run_column(place, c, column)?;
             // The in-kernel fan-out works in the SFU's NAPI thread: its
             // saturation is the SFU host's.
             let cpu = if fanout {

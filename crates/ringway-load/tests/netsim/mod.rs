@@ -144,6 +144,13 @@ impl Link {
         }
     }
 
+    /// Send everything node `from` emitted at `now`.
+    pub(crate) fn send_all(&mut self, now: u64, from: SocketAddr, sent: Sent) {
+        for (dst, data) in sent {
+            self.send(now, from, dst, data);
+        }
+    }
+
     pub(crate) fn send(&mut self, now: u64, src: SocketAddr, dst: SocketAddr, data: Vec<u8>) {
         self.counts.sent += 1;
         let index = self.sent_on.entry((src, dst)).or_default();
@@ -221,5 +228,45 @@ impl Trace {
         self.add(p.src.to_string().as_bytes());
         self.add(p.dst.to_string().as_bytes());
         self.add(&p.data);
+    }
+}
+
+/// Call starts in bursts: one to three calls at once, then a gap of up to
+/// 10 ms, until `total` calls have started (seeded).
+pub(crate) struct Starts {
+    rng: StdRng,
+    next: u64,
+    started: u64,
+    total: u64,
+}
+
+impl Starts {
+    pub(crate) fn new(seed: u64, total: u64) -> Starts {
+        Starts {
+            rng: StdRng::seed_from_u64(seed),
+            next: 0,
+            started: 0,
+            total,
+        }
+    }
+
+    /// When the next burst is due (`None`: every call has started).
+    pub(crate) fn next_at(&self) -> Option<u64> {
+        (self.started < self.total).then_some(self.next)
+    }
+
+    /// How many calls to start at `now` (0 when no burst is due).
+    pub(crate) fn due(&mut self, now: u64) -> u64 {
+        if self.next_at().is_none_or(|at| at > now) {
+            return 0;
+        }
+        let count = self.rng.gen_range(1..=3).min(self.total - self.started);
+        self.started += count;
+        self.next = now + self.rng.gen_range(0..=10 * MS);
+        count
+    }
+
+    pub(crate) fn all_started(&self) -> bool {
+        self.started == self.total
     }
 }
