@@ -7,9 +7,10 @@ use crate::metrics::http::{route, Route};
 /// A Redis reply (RESP bytes, as read from the socket) through the
 /// location store's reply parser at a fixed `now`: a reply is either
 /// refused with a reason or gives bindings that have not expired.
+#[cfg(feature = "redis")]
 pub fn redis_reply(bytes: &[u8]) {
     const NOW: u64 = 1_000_000_000_000;
-    let Some(answer) = crate::location::parse_resp_reply(bytes, NOW) else {
+    let Some(answer) = crate::sip::location::parse_resp_reply(bytes, NOW) else {
         return;
     };
     if let Ok(Ok(bindings)) = answer {

@@ -197,7 +197,8 @@ fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
         probe_interval: 500_000_000,
         probe_failures: 3,
         record_route: true,
-        secret: 0x5EED,
+        secret: [0x5E; 32],
+        relay: crate::RelayNets::default(),
     })
 }
 
@@ -217,6 +218,8 @@ fn run_dispatch_script(dispatcher: &crate::dispatch::Dispatcher, data: &[u8]) {
             check_sent(to, &bytes);
             peers.saw(to, &bytes);
         }
+    }
+}
 
 /// A proxy worker whose every output is checked against the security
 /// invariants of issue 19 (docs/security.md), given what it was fed:

@@ -1,6 +1,7 @@
 //! RFC 4475 and RFC 5118 torture messages fed to the parser and to
-//! `Proxy::handle` (read in place from `../shared/sip-torture`; skipped with a
-//! message when that folder is absent). Sans-IO: nothing is sent anywhere,
+//! `Proxy::handle` (read in place from the repository's
+//! `testdata/sip-torture`; a missing corpus fails under CI and is a visible
+//! skip elsewhere). Sans-IO: nothing is sent anywhere,
 //! the "sent" datagrams are only collected.
 
 mod common;
@@ -107,19 +108,7 @@ fn expectations() -> BTreeMap<&'static str, Expect> {
 }
 
 fn torture_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/sip-torture"
-    ));
-    if d.is_dir() {
-        Some(d)
-    } else {
-        eprintln!(
-            "SKIP: torture messages not found at {} (only present in the ringway workplace)",
-            d.display()
-        );
-        None
-    }
+    ringway_io::testing::testdata("sip-torture")
 }
 
 /// (file, class, bytes) rows of both manifests.

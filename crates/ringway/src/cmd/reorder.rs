@@ -131,7 +131,7 @@ pub(crate) fn run(c: ReorderCmd) -> anyhow::Result<()> {
 }
 
 fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
-    use ringway_lab::srpictcp::nfqueue::{run, NfqSortConfig};
+    use ringway_server::reorder::nfqueue::{run, NfqSortConfig};
     let duration = match a.duration {
         Some(d) if d.is_finite() && d > 0.0 => Some(std::time::Duration::from_secs_f64(d)),
         Some(_) => anyhow::bail!("--duration must be positive"),
@@ -158,7 +158,7 @@ fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
             if cfg.sort { "" } else { ", not sorting" }
         )
     };
-    let line = |r: &ringway_lab::srpictcp::nfqueue::NfqSortReport| {
+    let line = |r: &ringway_server::reorder::nfqueue::NfqSortReport| {
         format!(
             "packets {} batches {} held {} sorted {} passed {} (malformed {} not-tcp {} unsuitable {}) reordered before {:.4} after {:.4}",
             r.packets,
