@@ -53,6 +53,7 @@ pub mod invariants;
 pub mod msg;
 pub mod proxy;
 pub mod registrar;
+pub mod relay;
 mod text;
 pub mod uri;
 
@@ -62,7 +63,9 @@ pub use edit::{
 pub use msg::{HeaderKind, Method, ParseError, SipMsg, Via};
 pub use proxy::{
     Action, AuthConfig, DropReason, FloodConfig, Mode, MsgLabel, Outcome, Proxy, ProxyConfig,
-    ProxyStats, ProxyWorker, RegistrarPolicy,
+    ProxyStats, ProxyWorker, RegistrarPolicy, DEFAULT_MAX_PATH_BYTES,
+    DEFAULT_MAX_TRANSACTION_BYTES,
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
+pub use relay::{Grant, RelayNets, RelayPolicy};
 pub use uri::{NameAddr, SipUri};

@@ -259,6 +259,9 @@ fn torture_messages_get_manifest_handling() {
             &[
                 "--listen",
                 PROXY,
+                // Every peer of this test bed is on loopback.
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 "stateless",
                 "--route-to",

@@ -422,7 +422,9 @@ fn start_proxy(
                     .arg(&tools.ringway)
                     .args(["sip", "proxy"]);
             }
+            // The generator's UAS is on loopback: relayed to explicitly.
             cmd.args(["--listen", PROXY_ADDR, "--mode", &spec.mode])
+                .args(["--relay", "127.0.0.0/8"])
                 .args(["--workers", &spec.workers.to_string()])
                 .args(["--backend", spec.backend.name()])
                 .args(["--duration", &format!("{}", spec.duration_s + 120.0)])
@@ -431,6 +433,9 @@ fn start_proxy(
                 .arg("--quiet")
                 .args(["--rx-model", &spec.rx_model])
                 .args(["--batch", &spec.batch.to_string()])
+                // The papers measure raw forwarding under overload (and
+                // Kamailio next to it sheds nothing): no 503 shedding.
+                .args(["--overload-queue-delay-ms", "0"])
                 .args(plan.thread.proxy_args());
             if let Some(b) = spec.rcvbuf {
                 cmd.args(["--rcvbuf", &b.to_string()]);

@@ -155,7 +155,7 @@ impl ProxyWorker<'_> {
             self.cancel_downstream(shard, now, key.hash, out);
         }
         if remove {
-            if let Some(removed) = shard.transactions.remove(&key) {
+            if let Some(removed) = shard.remove(&key) {
                 let proxy = self.proxy();
                 proxy.forget_invite(&removed, key.hash);
                 proxy.active_transactions.fetch_sub(1, Ordering::Relaxed);
@@ -195,6 +195,9 @@ impl ProxyWorker<'_> {
             transaction.last_response = response;
         }
         transaction.complete_timed_out(now, code);
+        // Our own 408/487 goes once: no timer-G series towards a source
+        // nothing verified (a retransmitted INVITE gets it again).
+        transaction.timers.stop(TransactionTimer::Retransmit);
         cancel_due
     }
 }
