@@ -589,7 +589,10 @@ impl SipServer {
                         .map_err(ServerError::Config)?;
                     stores.push(Arc::new(store));
                 }
-                if let Err(e) = stores[0].ping() {
+                // Every store thread's connection is made now (which AORs
+                // a thread serves depends on the random channel seed, so
+                // none may be left to connect on its first query).
+                if let Some(e) = stores.iter().find_map(|store| store.ping().err()) {
                     eprintln!(
                         "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
