@@ -599,7 +599,10 @@ impl SipServer {
                         .map_err(ServerError::Config)?;
                     stores.push(Arc::new(store));
                 }
-                if let Err(e) = stores[0].ping() {
+                // Every store thread's connection is made now (which AORs
+                // a thread serves depends on the random channel seed, so
+                // none may be left to connect on its first query).
+                if let Some(e) = stores.iter().find_map(|store| store.ping().err()) {
                     log::warn!(
                         "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
