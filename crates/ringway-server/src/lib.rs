@@ -14,6 +14,8 @@
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
 //! - [`metrics`]: latency histograms and percentiles, Prometheus text, a
 //!   tiny HTTP server for `/metrics`.
+//! - [`admin_http`]: bounded HTTP/1.x for management APIs (bearer token,
+//!   deadline and size per connection); the SFU's admin API uses it.
 //! - [`host`]: what the servers need from the host: CPU time, CPU lists,
 //!   thread placement, the SIGINT/SIGTERM stop flag.
 //!
@@ -24,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin_http;
 pub mod dispatch;
 pub mod error;
 pub mod host;

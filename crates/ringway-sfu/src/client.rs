@@ -176,6 +176,36 @@ impl Requests {
     pub fn register_with(&mut self, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
         self.cookie_msg(MsgType::Register, cookie)
     }
+    /// A version-2 REGISTER for `room` with an optional join `token`;
+    /// `cookie` is zeros on the first try (answered by a CHALLENGE), then
+    /// the CHALLENGE's. `None` if the room or token is too long.
+    pub fn register_v2(
+        &mut self,
+        cookie: &[u8; wire::COOKIE_LEN],
+        room: &str,
+        token: &[u8],
+    ) -> Option<(u32, Vec<u8>)> {
+        let id = self.id();
+        let mut b = vec![0u8; wire::CTRL_AUTH_LEN + 3 + room.len() + token.len()];
+        let n = wire::write_register_v2(&mut b, id, cookie, room.as_bytes(), token)?;
+        b.truncate(n);
+        Some((id, b))
+    }
+    /// REBIND of session `s` from a new address: `cookie` zeros on the
+    /// first try, then the CHALLENGE's.
+    pub fn rebind(&mut self, cookie: &[u8; wire::COOKIE_LEN], s: Session) -> (u32, Vec<u8>) {
+        let id = self.id();
+        let mut b = vec![0u8; wire::CTRL_REBIND_LEN];
+        wire::write_rebind(&mut b, id, cookie, s.ssid, s.token).expect("sized");
+        (id, b)
+    }
+    /// A version-2 KEEPALIVE reporting the echo RTT (µs) measured so far.
+    pub fn keepalive_v2(&mut self, s: Session, echo_rtt_us: Option<u32>) -> (u32, Vec<u8>) {
+        let id = self.id();
+        let mut b = vec![0u8; wire::CTRL_KEEPALIVE_V2_LEN];
+        wire::write_keepalive_v2(&mut b, id, s.ssid, s.token, echo_rtt_us).expect("sized");
+        (id, b)
+    }
     /// JOIN (static room) echoing the `cookie` of a CHALLENGE.
     pub fn join(&mut self, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
         self.cookie_msg(MsgType::Join, cookie)

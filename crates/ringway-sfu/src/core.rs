@@ -23,9 +23,11 @@
 //! subscriptions already there.
 
 use crate::admission::{Cookies, KeyedRng, PrefixLimiter};
+use crate::quality::{QualitySnapshot, StreamQuality};
+use crate::token::{self, TokenError, TokenKey};
 use crate::wire::{
     self, classify, Control, ErrorCode, Kind, MediaType, MsgType, RtpPacket, Selector, SourceSel,
-    COOKIE_LEN, CTRL_AUTH_LEN, CTRL_ERROR_LEN,
+    COOKIE_LEN, CTRL_AUTH_LEN, CTRL_ERROR_LEN, MAX_ROOM_LEN,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -40,6 +42,14 @@ pub struct SfuConfig {
     pub static_room: bool,
     /// Most registered clients (and, separately, static-room members).
     pub max_clients: usize,
+    /// Most registered clients (and, separately, static-room members) from
+    /// one source prefix ([`SfuConfig::client_prefix_v4`],
+    /// [`SfuConfig::client_prefix_v6`]): one host cannot fill the table.
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length (bits) of that cap: 32 (one address) or e.g. 24.
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length (bits) of that cap (56: a customer site).
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     pub max_subs: usize,
     /// Remove clients silent for longer than this (ns).
@@ -56,7 +66,27 @@ pub struct SfuConfig {
     pub prefix_rate: u32,
     /// Burst of that rate.
     pub prefix_burst: u32,
+    /// With a key, REGISTER needs a valid join token for its room
+    /// (version-2 REGISTER); without, anyone who passes the cookie joins.
+    pub token_key: Option<TokenKey>,
+    /// Most rooms at once.
+    pub max_rooms: usize,
+    /// Most registered clients per room (rooms created through the admin
+    /// API may set a lower one).
+    pub max_clients_per_room: usize,
+    /// Create a room when the first client names it; otherwise only rooms
+    /// created through [`Sfu::create_room`] (and `default`, for version-1
+    /// REGISTERs, if created) can be joined.
+    pub auto_create_rooms: bool,
+    /// A media packet whose transit exceeds the stream's smallest by more
+    /// than this (ns) counts as late (see [`crate::quality`]).
+    pub late_after_ns: u64,
+    /// Most revoked tokens remembered (until they expire).
+    pub max_revoked: usize,
 }
+
+/// The room a version-1 REGISTER joins.
+pub const DEFAULT_ROOM: &str = "default";
 
 impl Default for SfuConfig {
     fn default() -> Self {
@@ -64,12 +94,21 @@ impl Default for SfuConfig {
             echo: true,
             static_room: false,
             max_clients: 1024,
+            max_clients_per_prefix: 64,
+            client_prefix_v4: 32,
+            client_prefix_v6: 56,
             max_subs: 64,
             idle_timeout_ns: 10_000_000_000,
             seed: 0x5eed,
             cookie_period_ns: 10_000_000_000,
             prefix_rate: 32,
             prefix_burst: 128,
+            token_key: None,
+            max_rooms: 256,
+            max_clients_per_room: 1024,
+            auto_create_rooms: true,
+            late_after_ns: 20_000_000,
+            max_revoked: 4096,
         }
     }
 }
@@ -96,6 +135,8 @@ pub enum DropReason {
     BadCookie,
     /// Over the per-prefix rate of replies to unverified addresses: no reply.
     RateLimited,
+    /// Media from a client whose token does not grant publishing.
+    NotAllowed,
 }
 
 /// What the caller should do with a datagram.
@@ -175,6 +216,10 @@ pub struct SfuStats {
     pub rejected_subscribe: u64,
     /// Static-room senders refused (room full).
     pub rejected_room: u64,
+    /// Registrations and static-room senders refused because their source
+    /// prefix holds `max_clients_per_prefix` already (also counted in
+    /// `rejected_register` / `rejected_room`).
+    pub rejected_prefix: u64,
     /// Successful registrations (new SSIDs).
     pub registrations: u64,
     /// Addresses admitted to the static room (JOIN with a valid cookie).
@@ -187,6 +232,97 @@ pub struct SfuStats {
     pub clients: u64,
     /// Static-room members now.
     pub room_members: u64,
+    /// Rooms now.
+    pub rooms: u64,
+    /// REGISTERs without a token where one is required.
+    pub token_missing: u64,
+    /// Tokens that were not well-formed HS256 JWTs with our claims.
+    pub token_malformed: u64,
+    /// Tokens whose signature did not verify.
+    pub token_forged: u64,
+    /// Tokens past `exp` (or before `nbf`).
+    pub token_expired: u64,
+    /// Tokens for another room.
+    pub token_wrong_room: u64,
+    /// Revoked tokens (replayed after a kick).
+    pub token_revoked: u64,
+    /// Registrations refused: room full.
+    pub rejected_room_full: u64,
+    /// Registrations refused: no such room, bad room name, or room table full.
+    pub rejected_no_room: u64,
+    /// Media from non-publishers and SUBSCRIBEs from non-subscribers refused.
+    pub drop_not_allowed: u64,
+    /// Clients removed by the operator.
+    pub kicks: u64,
+    /// Sessions moved to a new address (REBIND with token and cookie).
+    pub rebinds: u64,
+    /// Revoked tokens remembered now.
+    pub revoked: u64,
+}
+
+/// Why a room operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RoomError {
+    /// Room names are 1-64 bytes of `A-Z a-z 0-9 . _ -`.
+    #[error("bad room name (1-64 bytes of A-Z a-z 0-9 . _ -)")]
+    BadName,
+    /// The room table is full.
+    #[error("room table full")]
+    TooManyRooms,
+    /// No such room.
+    #[error("no such room")]
+    NoSuchRoom,
+    /// The room exists already.
+    #[error("room exists")]
+    Exists,
+}
+
+/// One room in the admin API's view.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RoomInfo {
+    /// Name.
+    pub name: String,
+    /// Most clients.
+    pub max_clients: usize,
+    /// Created through the admin API (kept while empty).
+    pub pinned: bool,
+    /// Its clients.
+    pub clients: Vec<ClientInfo>,
+}
+
+/// One client in the admin API's view.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClientInfo {
+    /// SSID.
+    pub ssid: u32,
+    /// Address (media and control).
+    pub addr: SocketAddr,
+    /// Identity from its token (`sub`), if any.
+    pub identity: Option<String>,
+    /// May send media.
+    pub publish: bool,
+    /// May subscribe.
+    pub subscribe: bool,
+    /// Seconds since it registered.
+    pub age_s: f64,
+    /// Seconds since it was last heard.
+    pub idle_s: f64,
+    /// Echo RTT its last KEEPALIVE reported (ms; with echo on).
+    pub echo_rtt_ms: Option<f64>,
+    /// Subscription selectors.
+    pub subscriptions: usize,
+    /// Reception statistics per media stream it sends.
+    pub streams: Vec<StreamInfo>,
+}
+
+/// Reception statistics of one media stream.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StreamInfo {
+    /// Media type.
+    pub media: MediaType,
+    /// The statistics.
+    #[serde(flatten)]
+    pub quality: QualitySnapshot,
 }
 
 #[derive(Debug)]
@@ -196,6 +332,34 @@ struct Client {
     last_seen: u64,
     /// Selectors (a set: no duplicates), at most `max_subs`.
     subs: Vec<Selector>,
+    room: u32,
+    registered_at: u64,
+    /// From the join token: identity, signature id and expiry (for
+    /// revocation), rights.
+    identity: Option<String>,
+    token_id: Option<([u8; 16], u64)>,
+    publish: bool,
+    subscribe: bool,
+    echo_rtt_us: Option<u32>,
+    quality: [Option<Box<StreamQuality>>; MediaType::COUNT],
+}
+
+/// A room: a set of clients that see each other's media.
+#[derive(Debug)]
+struct Room {
+    name: String,
+    members: usize,
+    max_clients: usize,
+    pinned: bool,
+}
+
+/// Room names: 1-64 bytes of `A-Z a-z 0-9 . _ -` (safe as a label).
+fn valid_room_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_ROOM_LEN
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Subscriber addresses of one (source, media type), with an index for
@@ -246,6 +410,10 @@ pub struct Sfu {
     wildcard: [HashMap<u32, u16>; MediaType::COUNT],
     room: HashMap<SocketAddr, u64>,
     room_list: Vec<SocketAddr>,
+    /// Registered clients per source prefix (entries only while above 0).
+    client_prefixes: HashMap<PrefixKey, usize>,
+    /// Static-room members per source prefix.
+    room_prefixes: HashMap<PrefixKey, usize>,
     scratch: Vec<SocketAddr>,
     next_ssid: u32,
     rng: KeyedRng,
@@ -253,6 +421,13 @@ pub struct Sfu {
     limiter: PrefixLimiter,
     reply: [u8; 32],
     stats: SfuStats,
+    rooms: HashMap<u32, Room>,
+    room_ids: HashMap<String, u32>,
+    next_room: u32,
+    /// Revoked token ids and their expiry (Unix s).
+    revoked: HashMap<[u8; 16], u64>,
+    /// Unix time (s) minus monotonic `now` (ns) / 1e9, set by the driver.
+    unix_offset_s: i64,
     /// Route-table steps taken by subscription changes (for the cost tests).
     work: u64,
 }
@@ -272,6 +447,8 @@ impl Sfu {
             wildcard: Default::default(),
             room: HashMap::new(),
             room_list: Vec::new(),
+            client_prefixes: HashMap::new(),
+            room_prefixes: HashMap::new(),
             scratch: Vec::new(),
             next_ssid: 1,
             rng,
@@ -280,6 +457,11 @@ impl Sfu {
             reply: [0; 32],
             stats: SfuStats::default(),
             work: 0,
+            rooms: HashMap::new(),
+            room_ids: HashMap::new(),
+            next_room: 1,
+            revoked: HashMap::new(),
+            unix_offset_s: 0,
         }
     }
 
@@ -293,7 +475,171 @@ impl Sfu {
         let mut s = self.stats;
         s.clients = self.clients.len() as u64;
         s.room_members = self.room.len() as u64;
+        s.rooms = self.rooms.len() as u64;
+        s.revoked = self.revoked.len() as u64;
         s
+    }
+
+    /// Tell the core the wall-clock time: `unix_ns` (CLOCK_REALTIME) at
+    /// monotonic `now` (ns). Token expiry is checked against it. The driver
+    /// calls it at start and on every tick.
+    pub fn set_unix_time(&mut self, now: u64, unix_ns: u64) {
+        self.unix_offset_s = (unix_ns / 1_000_000_000) as i64 - (now / 1_000_000_000) as i64;
+    }
+
+    fn unix_s(&self, now: u64) -> u64 {
+        ((now / 1_000_000_000) as i64 + self.unix_offset_s).max(0) as u64
+    }
+
+    /// Create a room that stays while empty, with at most `max_clients`
+    /// (capped by the configuration's `max_clients_per_room`).
+    pub fn create_room(&mut self, name: &str, max_clients: Option<usize>) -> Result<(), RoomError> {
+        if !valid_room_name(name.as_bytes()) {
+            return Err(RoomError::BadName);
+        }
+        if let Some(id) = self.room_ids.get(name) {
+            let r = self.rooms.get_mut(id).expect("index consistent");
+            if r.pinned {
+                return Err(RoomError::Exists);
+            }
+            r.pinned = true;
+            if let Some(m) = max_clients {
+                r.max_clients = m.min(self.cfg.max_clients_per_room);
+            }
+            return Ok(());
+        }
+        let id = self.new_room(name).ok_or(RoomError::TooManyRooms)?;
+        let r = self.rooms.get_mut(&id).expect("just made");
+        r.pinned = true;
+        if let Some(m) = max_clients {
+            r.max_clients = m.min(self.cfg.max_clients_per_room);
+        }
+        Ok(())
+    }
+
+    /// Close a room: kick every client in it (their tokens revoked) and
+    /// forget it. Returns how many clients were kicked.
+    pub fn close_room(&mut self, name: &str) -> Result<usize, RoomError> {
+        let id = *self.room_ids.get(name).ok_or(RoomError::NoSuchRoom)?;
+        let members: Vec<u32> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.room == id)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in &members {
+            self.kick(*s);
+        }
+        if let Some(r) = self.rooms.remove(&id) {
+            self.room_ids.remove(&r.name);
+        }
+        Ok(members.len())
+    }
+
+    /// Remove client `ssid` now and revoke its join token (a replay of it is
+    /// refused until it expires). False if there is no such client.
+    pub fn kick(&mut self, ssid: u32) -> bool {
+        let Some(c) = self.clients.get(&ssid) else {
+            return false;
+        };
+        if let Some((id, exp)) = c.token_id {
+            self.revoke(id, exp);
+        }
+        self.remove_client(ssid);
+        self.stats.kicks += 1;
+        true
+    }
+
+    /// Remember a revoked token id until `exp`, within `max_revoked`
+    /// (expired ones go first, then the one expiring soonest).
+    fn revoke(&mut self, id: [u8; 16], exp: u64) {
+        if self.revoked.len() >= self.cfg.max_revoked.max(1) {
+            if let Some((&k, _)) = self.revoked.iter().min_by_key(|(_, &e)| e) {
+                self.revoked.remove(&k);
+            }
+        }
+        self.revoked.insert(id, exp);
+    }
+
+    /// Rooms, their clients and each client's statistics, at `now`.
+    pub fn rooms_info(&self, now: u64) -> Vec<RoomInfo> {
+        let mut rooms: Vec<RoomInfo> = self
+            .rooms
+            .iter()
+            .map(|(&id, r)| {
+                let mut clients: Vec<ClientInfo> = self
+                    .clients
+                    .iter()
+                    .filter(|(_, c)| c.room == id)
+                    .map(|(&ssid, c)| self.client_info(now, ssid, c))
+                    .collect();
+                clients.sort_by_key(|c| c.ssid);
+                RoomInfo {
+                    name: r.name.clone(),
+                    max_clients: r.max_clients,
+                    pinned: r.pinned,
+                    clients,
+                }
+            })
+            .collect();
+        rooms.sort_by(|a, b| a.name.cmp(&b.name));
+        rooms
+    }
+
+    fn client_info(&self, now: u64, ssid: u32, c: &Client) -> ClientInfo {
+        ClientInfo {
+            ssid,
+            addr: c.addr,
+            identity: c.identity.clone(),
+            publish: c.publish,
+            subscribe: c.subscribe,
+            age_s: now.saturating_sub(c.registered_at) as f64 / 1e9,
+            idle_s: now.saturating_sub(c.last_seen) as f64 / 1e9,
+            echo_rtt_ms: c.echo_rtt_us.map(|u| f64::from(u) / 1000.0),
+            subscriptions: c.subs.len(),
+            streams: MediaType::ALL
+                .into_iter()
+                .filter_map(|m| {
+                    c.quality[m as usize].as_ref().map(|q| StreamInfo {
+                        media: m,
+                        quality: q.snapshot(m.clock_rate()),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The room of client `ssid`.
+    pub fn room_of(&self, ssid: u32) -> Option<&str> {
+        let c = self.clients.get(&ssid)?;
+        self.rooms.get(&c.room).map(|r| r.name.as_str())
+    }
+
+    /// Room names and their client counts.
+    pub fn room_sizes(&self) -> impl Iterator<Item = (&str, usize)> + '_ {
+        self.rooms.values().map(|r| (r.name.as_str(), r.members))
+    }
+
+    fn new_room(&mut self, name: &str) -> Option<u32> {
+        if self.rooms.len() >= self.cfg.max_rooms {
+            return None;
+        }
+        let mut id = self.next_room;
+        while id == 0 || self.rooms.contains_key(&id) {
+            id = id.wrapping_add(1);
+        }
+        self.next_room = id.wrapping_add(1);
+        self.rooms.insert(
+            id,
+            Room {
+                name: name.to_string(),
+                members: 0,
+                max_clients: self.cfg.max_clients_per_room,
+                pinned: false,
+            },
+        );
+        self.room_ids.insert(name.to_string(), id);
+        Some(id)
     }
 
     /// Registered clients: (SSID, address).
@@ -319,12 +665,15 @@ impl Sfu {
     /// address, its subscribers), for a data plane outside the core (the
     /// in-kernel fan-out). Echo is `config().echo`.
     pub fn routes(&self) -> impl Iterator<Item = (u32, MediaType, SocketAddr, &[SocketAddr])> + '_ {
-        self.routes.iter().flat_map(move |(&ssid, lists)| {
-            let addr = self.clients[&ssid].addr;
-            MediaType::ALL
-                .into_iter()
-                .map(move |m| (ssid, m, addr, lists[m as usize].addrs.as_slice()))
-        })
+        self.routes
+            .iter()
+            .filter(move |(ssid, _)| self.clients[ssid].publish)
+            .flat_map(move |(&ssid, lists)| {
+                let addr = self.clients[&ssid].addr;
+                MediaType::ALL
+                    .into_iter()
+                    .map(move |m| (ssid, m, addr, lists[m as usize].addrs.as_slice()))
+            })
     }
 
     /// Whether `data` from `peer` is media from a verified source: RTP whose
@@ -381,6 +730,18 @@ impl Sfu {
                 self.stats.drop_unknown_pt += 1;
                 return Action::Drop(DropReason::UnknownPayloadType);
             };
+            if !c.publish {
+                self.stats.drop_not_allowed += 1;
+                return Action::Drop(DropReason::NotAllowed);
+            }
+            c.quality[m as usize].get_or_insert_default().record(
+                now,
+                p.seq(),
+                p.timestamp(),
+                data.len(),
+                m.clock_rate(),
+                self.cfg.late_after_ns,
+            );
             let targets = self
                 .routes
                 .get(&ssrc)
@@ -510,7 +871,12 @@ impl Sfu {
             }
             MsgType::Register => {
                 let cookie = c.cookie().expect("REGISTER has a cookie field");
-                self.register(now, peer, req, &cookie)
+                let room = c.room().unwrap_or(DEFAULT_ROOM.as_bytes());
+                self.register(now, peer, req, &cookie, room, c.join_token())
+            }
+            MsgType::Rebind => {
+                let cookie = c.cookie().expect("REBIND has a cookie field");
+                self.rebind(now, peer, req, &cookie, c.ssid(), c.token())
             }
             MsgType::Join => {
                 let cookie = c.cookie().expect("JOIN has a cookie field");
@@ -531,9 +897,17 @@ impl Sfu {
                     return self.error(now, peer, req, ErrorCode::WrongAddress, ssid);
                 }
                 cl.last_seen = now;
+                if let Some(rtt) = c.echo_rtt_us() {
+                    cl.echo_rtt_us = Some(rtt);
+                }
                 let token = cl.token;
+                let may_subscribe = cl.subscribe;
                 match ty {
                     MsgType::Keepalive => self.ack(peer, req, ssid, token),
+                    MsgType::Subscribe if !may_subscribe => {
+                        self.stats.drop_not_allowed += 1;
+                        self.error(now, peer, req, ErrorCode::NotAllowed, ssid)
+                    }
                     MsgType::Leave => {
                         self.remove_client(ssid);
                         self.stats.leaves += 1;
@@ -555,6 +929,7 @@ impl Sfu {
                     }
                     MsgType::Register
                     | MsgType::Join
+                    | MsgType::Rebind
                     | MsgType::Ack
                     | MsgType::Error
                     | MsgType::Challenge => {
@@ -577,12 +952,28 @@ impl Sfu {
         false
     }
 
+    /// Count a refused token; the ERROR to send.
+    fn token_refused(&mut self, e: TokenError) -> ErrorCode {
+        let s = &mut self.stats;
+        match e {
+            TokenError::Missing => s.token_missing += 1,
+            TokenError::Malformed => s.token_malformed += 1,
+            TokenError::Forged => s.token_forged += 1,
+            TokenError::Expired => s.token_expired += 1,
+            TokenError::WrongRoom => s.token_wrong_room += 1,
+            TokenError::Revoked => s.token_revoked += 1,
+        }
+        ErrorCode::Unauthorized
+    }
+
     fn register(
         &mut self,
         now: u64,
         peer: SocketAddr,
         req: u32,
         cookie: &[u8; COOKIE_LEN],
+        room: &[u8],
+        join_token: Option<&[u8]>,
     ) -> Action<'_> {
         if !self.cookie_ok(now, peer, cookie) {
             return self.challenge(now, peer, req);
@@ -598,9 +989,62 @@ impl Sfu {
             self.stats.rejected_register += 1;
             return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
         }
+        let prefix = self.client_prefix(peer);
+        if self.client_prefixes.get(&prefix).copied().unwrap_or(0)
+            >= self.cfg.max_clients_per_prefix
+        {
+            self.stats.rejected_register += 1;
+            self.stats.rejected_prefix += 1;
+            return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+        }
+        // Rate-limited before the token is verified: a token flood from a
+        // verified address costs at most the prefix rate in MACs.
         if self.limited(now, peer) {
             return Action::Drop(DropReason::RateLimited);
         }
+        if !valid_room_name(room) {
+            self.stats.rejected_no_room += 1;
+            return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
+        }
+        let room = std::str::from_utf8(room).expect("checked ASCII");
+        let mut verified = None;
+        if let Some(key) = &self.cfg.token_key {
+            let unix = self.unix_s(now);
+            let v = token::verify(key, join_token.unwrap_or(&[]), room, unix).and_then(|v| {
+                if self.revoked.contains_key(&v.id) {
+                    Err(TokenError::Revoked)
+                } else {
+                    Ok(v)
+                }
+            });
+            match v {
+                Ok(v) => verified = Some(v),
+                Err(e) => {
+                    let code = self.token_refused(e);
+                    return self.error(now, peer, req, code, 0);
+                }
+            }
+        }
+        let room_id = match self.room_ids.get(room) {
+            Some(&id) => id,
+            None if self.cfg.auto_create_rooms => match self.new_room(room) {
+                Some(id) => id,
+                None => {
+                    self.stats.rejected_no_room += 1;
+                    return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
+                }
+            },
+            None => {
+                self.stats.rejected_no_room += 1;
+                return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
+            }
+        };
+        let r = self.rooms.get_mut(&room_id).expect("index consistent");
+        if r.members >= r.max_clients {
+            self.stats.rejected_room_full += 1;
+            return self.error(now, peer, req, ErrorCode::RoomFull, 0);
+        }
+        r.members += 1;
         let mut ssid = self.next_ssid;
         while ssid == 0 || ssid == wire::ALL_SOURCES || self.clients.contains_key(&ssid) {
             ssid = ssid.wrapping_add(1);
@@ -611,7 +1055,18 @@ impl Sfu {
         // it owns the address).
         if self.room.remove(&peer).is_some() {
             self.room_list.retain(|a| *a != peer);
+            uncount(&mut self.room_prefixes, prefix);
         }
+        *self.client_prefixes.entry(prefix).or_insert(0) += 1;
+        let (identity, token_id, publish, subscribe) = match verified {
+            Some(v) => (
+                Some(v.claims.sub),
+                Some((v.id, v.claims.exp)),
+                v.claims.publish,
+                v.claims.subscribe,
+            ),
+            None => (None, None, true, true),
+        };
         self.clients.insert(
             ssid,
             Client {
@@ -619,22 +1074,32 @@ impl Sfu {
                 token,
                 last_seen: now,
                 subs: Vec::new(),
+                room: room_id,
+                registered_at: now,
+                identity,
+                token_id,
+                publish,
+                subscribe,
+                echo_rtt_us: None,
+                quality: Default::default(),
             },
         );
         self.by_addr.insert(peer, ssid);
         // Routes of the new source: wildcard subscribers and those whose
-        // selectors already name this SSID.
+        // selectors already name this SSID, in its room.
         let mut r: [RouteList; MediaType::COUNT] = Default::default();
         for m in MediaType::ALL {
             for (&sub, &n) in &self.wildcard[m as usize] {
-                if n > 0 && sub != ssid {
-                    r[m as usize].insert(sub, self.clients[&sub].addr);
+                let c = &self.clients[&sub];
+                if n > 0 && sub != ssid && c.room == room_id {
+                    r[m as usize].insert(sub, c.addr);
                 }
             }
             if let Some(ex) = self.explicit.get(&ssid) {
                 for (&sub, counts) in ex {
-                    if counts[m as usize] > 0 && sub != ssid {
-                        r[m as usize].insert(sub, self.clients[&sub].addr);
+                    let c = &self.clients[&sub];
+                    if counts[m as usize] > 0 && sub != ssid && c.room == room_id {
+                        r[m as usize].insert(sub, c.addr);
                     }
                 }
             }
@@ -665,11 +1130,81 @@ impl Sfu {
                 self.stats.rejected_room += 1;
                 return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
             }
+            let prefix = self.client_prefix(peer);
+            let count = self.room_prefixes.entry(prefix).or_insert(0);
+            if *count >= self.cfg.max_clients_per_prefix {
+                self.stats.rejected_room += 1;
+                self.stats.rejected_prefix += 1;
+                return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+            }
+            *count += 1;
             self.room.insert(peer, now);
             self.room_list.push(peer);
             self.stats.joins += 1;
         }
         self.ack(peer, req, 0, 0)
+    }
+
+    /// REBIND: move session `ssid` to `peer` once `peer` proved it
+    /// receives (cookie) and the request carries the session's token.
+    fn rebind(
+        &mut self,
+        now: u64,
+        peer: SocketAddr,
+        req: u32,
+        cookie: &[u8; COOKIE_LEN],
+        ssid: u32,
+        token: u64,
+    ) -> Action<'_> {
+        if !self.cookie_ok(now, peer, cookie) {
+            return self.challenge(now, peer, req);
+        }
+        let Some(c) = self.clients.get(&ssid) else {
+            self.stats.drop_unknown_ssid += 1;
+            return self.error(now, peer, req, ErrorCode::UnknownSsid, ssid);
+        };
+        if c.token != token {
+            self.stats.drop_bad_token += 1;
+            return self.error(now, peer, req, ErrorCode::BadToken, ssid);
+        }
+        if c.addr == peer {
+            return self.ack(peer, req, ssid, token);
+        }
+        if self.by_addr.contains_key(&peer) {
+            // The new address is another client's: refuse.
+            self.stats.drop_wrong_address += 1;
+            return self.error(now, peer, req, ErrorCode::WrongAddress, ssid);
+        }
+        let old = c.addr;
+        let (old_prefix, prefix) = (self.client_prefix(old), self.client_prefix(peer));
+        if prefix != old_prefix
+            && self.client_prefixes.get(&prefix).copied().unwrap_or(0)
+                >= self.cfg.max_clients_per_prefix
+        {
+            // Moving there would put one prefix over its cap.
+            self.stats.rejected_prefix += 1;
+            return self.error(now, peer, req, ErrorCode::TooManyClients, ssid);
+        }
+        uncount(&mut self.client_prefixes, old_prefix);
+        *self.client_prefixes.entry(prefix).or_insert(0) += 1;
+        self.by_addr.remove(&old);
+        self.by_addr.insert(peer, ssid);
+        let c = self.clients.get_mut(&ssid).expect("present");
+        c.addr = peer;
+        c.last_seen = now;
+        for lists in self.routes.values_mut() {
+            for l in lists.iter_mut() {
+                if let Some(&i) = l.pos.get(&ssid) {
+                    l.addrs[i] = peer;
+                }
+            }
+        }
+        if self.room.remove(&peer).is_some() {
+            self.room_list.retain(|a| *a != peer);
+            uncount(&mut self.room_prefixes, prefix);
+        }
+        self.stats.rebinds += 1;
+        self.ack(peer, req, ssid, token)
     }
 
     fn counts_of(&self, src: u32, sub: u32) -> Counts {
@@ -683,14 +1218,24 @@ impl Sfu {
     /// Does subscriber `sub` want media `m` of source `src`?
     fn wants(&self, src: u32, sub: u32, m: MediaType) -> bool {
         src != sub
+            && self.same_room(src, sub)
             && (self.wildcard[m as usize].get(&sub).is_some_and(|&n| n > 0)
                 || self.counts_of(src, sub)[m as usize] > 0)
+    }
+
+    /// Both are registered, in one room.
+    fn same_room(&self, a: u32, b: u32) -> bool {
+        match (self.clients.get(&a), self.clients.get(&b)) {
+            (Some(x), Some(y)) => x.room == y.room,
+            _ => false,
+        }
     }
 
     /// Count one selector of `sub` in (`add`) or out, and bring the route
     /// lists it touches in line.
     fn apply_selector(&mut self, sub: u32, sel: Selector, add: bool) {
         let addr = self.clients[&sub].addr;
+        let sub_room = self.clients[&sub].room;
         for m in MediaType::ALL.into_iter().filter(|m| sel.media.matches(*m)) {
             let mi = m as usize;
             self.work += 1;
@@ -740,7 +1285,7 @@ impl Sfu {
                     // the route anyway.
                     for (&src, lists) in self.routes.iter_mut() {
                         self.work += 1;
-                        if src == sub {
+                        if src == sub || self.clients[&src].room != sub_room {
                             continue;
                         }
                         let explicit = self
@@ -815,6 +1360,33 @@ impl Sfu {
         let c = self.clients.remove(&ssid).expect("present");
         self.by_addr.remove(&c.addr);
         self.routes.remove(&ssid);
+        let prefix = self.client_prefix(c.addr);
+        uncount(&mut self.client_prefixes, prefix);
+        if let Some(r) = self.rooms.get_mut(&c.room) {
+            r.members = r.members.saturating_sub(1);
+            if r.members == 0 && !r.pinned {
+                let name = std::mem::take(&mut r.name);
+                self.rooms.remove(&c.room);
+                self.room_ids.remove(&name);
+            }
+        }
+    }
+
+    /// The per-prefix cap's key of `peer`: its address cut to
+    /// `client_prefix_v4` / `client_prefix_v6` bits (IPv4-mapped IPv6 as IPv4).
+    fn client_prefix(&self, peer: SocketAddr) -> PrefixKey {
+        // The top `len` bits of a `bits`-bit address.
+        let mask = |bits: u32, len: u8| -> u128 {
+            let keep = u32::from(len).min(bits);
+            u128::MAX.checked_shl(bits - keep).unwrap_or(0) & (u128::MAX >> (128 - bits))
+        };
+        match peer.ip().to_canonical() {
+            std::net::IpAddr::V4(v4) => (
+                4,
+                u128::from(u32::from(v4)) & mask(32, self.cfg.client_prefix_v4),
+            ),
+            std::net::IpAddr::V6(v6) => (6, u128::from(v6) & mask(128, self.cfg.client_prefix_v6)),
+        }
     }
 
     /// Check internal consistency (tests): route lists hold exactly the
@@ -826,6 +1398,36 @@ impl Sfu {
         }
         if self.by_addr.len() != self.clients.len() || self.room_list.len() != self.room.len() {
             return Err("index out of sync".into());
+        }
+        let mut per_prefix: HashMap<PrefixKey, usize> = HashMap::new();
+        for c in self.clients.values() {
+            *per_prefix.entry(self.client_prefix(c.addr)).or_insert(0) += 1;
+        }
+        if per_prefix != self.client_prefixes
+            || per_prefix
+                .values()
+                .any(|&n| n > self.cfg.max_clients_per_prefix)
+        {
+            return Err("per-prefix client counts out of sync or over the cap".into());
+        }
+        let mut per_prefix: HashMap<PrefixKey, usize> = HashMap::new();
+        for a in self.room.keys() {
+            *per_prefix.entry(self.client_prefix(*a)).or_insert(0) += 1;
+        }
+        if per_prefix != self.room_prefixes {
+            return Err("per-prefix room counts out of sync".into());
+        }
+        if self.rooms.len() != self.room_ids.len()
+            || self.rooms.values().map(|r| r.members).sum::<usize>() != self.clients.len()
+            || self
+                .clients
+                .values()
+                .any(|c| !self.rooms.contains_key(&c.room))
+            || self.rooms.iter().any(|(id, r)| {
+                self.room_ids.get(&r.name) != Some(id) || (r.members == 0 && !r.pinned)
+            })
+        {
+            return Err("room table out of sync".into());
         }
         if self.clients.keys().any(|k| !self.routes.contains_key(k))
             || self.routes.len() != self.clients.len()
@@ -895,6 +1497,8 @@ impl Sfu {
     /// idle timeout; returns how many were removed.
     pub fn tick(&mut self, now: u64) -> usize {
         self.cookies.rotate(now, &mut self.rng);
+        let unix = self.unix_s(now);
+        self.revoked.retain(|_, exp| *exp > unix);
         let limit = self.cfg.idle_timeout_ns;
         let idle: Vec<u32> = self
             .clients
@@ -906,7 +1510,17 @@ impl Sfu {
             self.remove_client(*s);
         }
         let before = self.room.len();
-        self.room.retain(|_, t| now.saturating_sub(*t) <= limit);
+        let gone: Vec<SocketAddr> = self
+            .room
+            .iter()
+            .filter(|(_, t)| now.saturating_sub(**t) > limit)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in &gone {
+            self.room.remove(a);
+            let prefix = self.client_prefix(*a);
+            uncount(&mut self.room_prefixes, prefix);
+        }
         if self.room.len() != before {
             let room = &self.room;
             self.room_list.retain(|a| room.contains_key(a));
@@ -917,11 +1531,26 @@ impl Sfu {
     }
 }
 
+/// A source prefix of the per-prefix client cap: (IP version, masked address).
+type PrefixKey = (u8, u128);
+
+/// Count one member of `prefix` out (the entry goes at 0).
+fn uncount(counts: &mut HashMap<PrefixKey, usize>, prefix: PrefixKey) {
+    if let Some(n) = counts.get_mut(&prefix) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&prefix);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::token::{mint, Claims};
     use crate::wire::{
-        write_auth, write_cookie, write_register, write_rtp, write_subscribe, RtpHeader,
+        write_auth, write_cookie, write_rebind, write_register, write_register_v2, write_rtp,
+        write_subscribe, RtpHeader,
     };
 
     fn addr(p: u16) -> SocketAddr {
@@ -1230,6 +1859,88 @@ mod tests {
         b
     }
 
+    /// Review S15: one host with many ports cannot fill `max_clients`: a
+    /// prefix holds at most `max_clients_per_prefix` clients (and static-room
+    /// members); other hosts still get in.
+    #[test]
+    fn one_prefix_cannot_fill_the_client_table() {
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients: 1024,
+            max_clients_per_prefix: 16,
+            ..Default::default()
+        });
+        let host = |ip: [u8; 4], port: u16| SocketAddr::from((ip, port));
+        let try_register = |sfu: &mut Sfu, now: u64, a: SocketAddr| -> MsgType {
+            let mut b = [0u8; 64];
+            let n = write_register(&mut b, 1).unwrap();
+            let cookie = cookie_of(&sfu.handle(now, a, &b[..n])).unwrap();
+            let n = write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap();
+            match sfu.handle(now, a, &b[..n]) {
+                Action::Reply { msg, .. } => Control::new_checked(msg).unwrap().msg_type(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let mut accepted = 0;
+        for port in 0..100u16 {
+            let now = u64::from(port) * 1_000_000_000;
+            match try_register(&mut sfu, now, host([198, 51, 100, 7], 10_000 + port)) {
+                MsgType::Ack => accepted += 1,
+                MsgType::Error => {}
+                other => panic!("{other:?}"),
+            }
+            sfu.check_invariants().unwrap();
+        }
+        assert_eq!(accepted, 16);
+        let s = sfu.stats();
+        assert_eq!((s.clients, s.rejected_prefix), (16, 84));
+        // Another address (its own /32) still registers.
+        assert_eq!(
+            try_register(&mut sfu, 200_000_000_000, host([198, 51, 100, 8], 5000)),
+            MsgType::Ack
+        );
+        // A client that leaves by timeout frees its slot.
+        sfu.tick(200_000_000_000 + 11_000_000_000);
+        sfu.check_invariants().unwrap();
+        assert_eq!(sfu.stats().clients, 0);
+        assert_eq!(
+            try_register(&mut sfu, 300_000_000_000, host([198, 51, 100, 7], 9)),
+            MsgType::Ack
+        );
+        // Keyed by /24 when configured: the neighbour shares the cap.
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients_per_prefix: 1,
+            client_prefix_v4: 24,
+            ..Default::default()
+        });
+        assert_eq!(
+            try_register(&mut sfu, 0, host([198, 51, 100, 7], 1)),
+            MsgType::Ack
+        );
+        assert_eq!(
+            try_register(&mut sfu, 1_000_000_000, host([198, 51, 100, 9], 1)),
+            MsgType::Error
+        );
+        assert_eq!(
+            try_register(&mut sfu, 2_000_000_000, host([198, 51, 101, 9], 1)),
+            MsgType::Ack
+        );
+        // IPv6 by /56.
+        let v6 = |text: &str| SocketAddr::new(text.parse().unwrap(), 5004);
+        assert_eq!(
+            try_register(&mut sfu, 3_000_000_000, v6("2001:db8:0:100::1")),
+            MsgType::Ack
+        );
+        assert_eq!(
+            try_register(&mut sfu, 4_000_000_000, v6("2001:db8:0:1ff::2")),
+            MsgType::Error,
+            "same /56"
+        );
+        assert_eq!(
+            try_register(&mut sfu, 5_000_000_000, v6("2001:db8:0:200::1")),
+            MsgType::Ack
+        );
+    }
+
     /// A flood of REGISTERs from many spoofed sources (zero and forged
     /// cookies) neither fills the client table nor evicts a registered
     /// client or a static-room member; every request gets at most one reply
@@ -1371,6 +2082,8 @@ mod tests {
         const S: usize = 60;
         let mut sfu = Sfu::new(SfuConfig {
             max_clients: N,
+            // Every client is on 127.0.0.1 here.
+            max_clients_per_prefix: N,
             max_subs: S + 2,
             echo: false,
             prefix_burst: 10_000,
@@ -1426,13 +2139,333 @@ mod tests {
         sfu.check_invariants().unwrap();
     }
 
+    /// The reply to `msg` from `a`: (type, error code, ssid, token).
+    fn ask(
+        sfu: &mut Sfu,
+        now: u64,
+        a: SocketAddr,
+        msg: &[u8],
+    ) -> (MsgType, Option<ErrorCode>, u32, u64) {
+        match sfu.handle(now, a, msg) {
+            Action::Reply { msg, .. } => {
+                let c = Control::new_checked(msg).unwrap();
+                (c.msg_type(), c.error_code(), c.ssid(), c.token())
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// REGISTER v2 for `room` with `token`, the cookie exchange included.
+    fn join_room(
+        sfu: &mut Sfu,
+        now: u64,
+        a: SocketAddr,
+        room: &str,
+        token: &str,
+    ) -> (MsgType, Option<ErrorCode>, u32, u64) {
+        let mut b = vec![0u8; 2048];
+        let n = write_register_v2(
+            &mut b,
+            1,
+            &[0; COOKIE_LEN],
+            room.as_bytes(),
+            token.as_bytes(),
+        )
+        .unwrap();
+        let cookie = cookie_of(&sfu.handle(now, a, &b[..n])).expect("challenge");
+        let n = write_register_v2(&mut b, 2, &cookie, room.as_bytes(), token.as_bytes()).unwrap();
+        ask(sfu, now, a, &b[..n])
+    }
+
+    const T0: u64 = 1_700_000_000;
+
+    fn keyed() -> (Sfu, TokenKey) {
+        let key = TokenKey::new(vec![3u8; 32]).unwrap();
+        let mut sfu = Sfu::new(SfuConfig {
+            token_key: Some(key.clone()),
+            ..Default::default()
+        });
+        sfu.set_unix_time(0, T0 * 1_000_000_000);
+        (sfu, key)
+    }
+
+    fn claims(room: &str, who: &str, exp: u64) -> Claims {
+        Claims {
+            room: room.into(),
+            sub: who.into(),
+            exp,
+            nbf: None,
+            iat: Some(T0),
+            publish: true,
+            subscribe: true,
+        }
+    }
+
+    /// Rooms isolate media: "all" in room a never reaches room b, and an
+    /// explicit selector naming a source of another room routes nothing.
+    #[test]
+    fn rooms_isolate_media() {
+        let mut sfu = Sfu::new(SfuConfig::default());
+        let ids: Vec<(u32, u64)> = ["a", "a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let (t, _, ssid, token) = join_room(&mut sfu, 0, addr(10 + i as u16), r, "");
+                assert_eq!(t, MsgType::Ack);
+                (ssid, token)
+            })
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(
+                sub(
+                    &mut sfu,
+                    addr(10 + i as u16),
+                    *id,
+                    MsgType::Subscribe,
+                    "all"
+                ),
+                MsgType::Ack
+            );
+        }
+        let x = format!("{}", ids[0].0);
+        assert_eq!(
+            sub(&mut sfu, addr(12), ids[2], MsgType::Subscribe, &x),
+            MsgType::Ack
+        );
+        assert_eq!(
+            targets(&mut sfu, addr(10), &rtp(ids[0].0, MediaType::Asq)),
+            Some((vec![addr(11)], true))
+        );
+        assert_eq!(
+            targets(&mut sfu, addr(12), &rtp(ids[2].0, MediaType::Asq)),
+            Some((vec![], true))
+        );
+        assert_eq!(sfu.room_of(ids[2].0), Some("b"));
+        assert_eq!(sfu.stats().rooms, 2);
+        // v1 REGISTER lands in "default".
+        let v1 = register(&mut sfu, addr(20));
+        assert_eq!(sfu.room_of(v1.0), Some(DEFAULT_ROOM));
+        sfu.check_invariants().unwrap();
+        // The last member leaving removes an auto-created room.
+        let mut m = [0u8; 32];
+        let n = write_auth(&mut m, MsgType::Leave, 3, ids[2].0, ids[2].1).unwrap();
+        sfu.handle(1, addr(12), &m[..n]);
+        assert_eq!(sfu.stats().rooms, 2);
+        sfu.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn room_limits_and_admin_rooms() {
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients_per_room: 2,
+            max_rooms: 2,
+            auto_create_rooms: false,
+            ..Default::default()
+        });
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(1), "jam", "").1,
+            Some(ErrorCode::NoSuchRoom)
+        );
+        sfu.create_room("jam", Some(5)).unwrap();
+        assert_eq!(sfu.create_room("jam", None), Err(RoomError::Exists));
+        assert_eq!(sfu.create_room("bad name", None), Err(RoomError::BadName));
+        sfu.create_room("two", None).unwrap();
+        assert_eq!(sfu.create_room("three", None), Err(RoomError::TooManyRooms));
+        assert_eq!(join_room(&mut sfu, 0, addr(1), "jam", "").0, MsgType::Ack);
+        assert_eq!(join_room(&mut sfu, 0, addr(2), "jam", "").0, MsgType::Ack);
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(3), "jam", "").1,
+            Some(ErrorCode::RoomFull)
+        );
+        assert_eq!(sfu.stats().rejected_room_full, 1);
+        assert_eq!(sfu.close_room("jam"), Ok(2));
+        assert_eq!(sfu.stats().clients, 0);
+        assert_eq!(sfu.close_room("jam"), Err(RoomError::NoSuchRoom));
+        sfu.check_invariants().unwrap();
+    }
+
+    /// With a key: a token is needed; forged, expired, wrong-room and
+    /// revoked (replayed after a kick) tokens are refused and counted.
+    #[test]
+    fn join_tokens_checked() {
+        let (mut sfu, key) = keyed();
+        let good = mint(&key, &claims("jam", "alice", T0 + 60));
+        let r = join_room(&mut sfu, 0, addr(1), "jam", "");
+        assert_eq!(r.1, Some(ErrorCode::Unauthorized));
+        let other = TokenKey::new(vec![4u8; 32]).unwrap();
+        let forged = mint(&other, &claims("jam", "alice", T0 + 60));
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(1), "jam", &forged).1,
+            Some(ErrorCode::Unauthorized)
+        );
+        let expired = mint(&key, &claims("jam", "alice", T0 - 1));
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(1), "jam", &expired).1,
+            Some(ErrorCode::Unauthorized)
+        );
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(1), "other", &good).1,
+            Some(ErrorCode::Unauthorized)
+        );
+        // v1 REGISTER has no token: refused.
+        let mut b = [0u8; 64];
+        let n = write_register(&mut b, 1).unwrap();
+        let cookie = cookie_of(&sfu.handle(0, addr(1), &b[..n])).unwrap();
+        let n = write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap();
+        assert_eq!(
+            ask(&mut sfu, 0, addr(1), &b[..n]).1,
+            Some(ErrorCode::Unauthorized)
+        );
+        let s = sfu.stats();
+        assert_eq!(
+            (
+                s.token_missing,
+                s.token_forged,
+                s.token_expired,
+                s.token_wrong_room,
+                s.clients
+            ),
+            (2, 1, 1, 1, 0)
+        );
+        let (t, _, ssid, _) = join_room(&mut sfu, 0, addr(1), "jam", &good);
+        assert_eq!(t, MsgType::Ack);
+        let info = sfu.rooms_info(0);
+        assert_eq!(info[0].clients[0].identity.as_deref(), Some("alice"));
+        // Kicked: media stops, and the same token is refused from anywhere.
+        assert!(targets(&mut sfu, addr(1), &rtp(ssid, MediaType::Asq)).is_some());
+        assert!(sfu.kick(ssid));
+        assert!(targets(&mut sfu, addr(1), &rtp(ssid, MediaType::Asq)).is_none());
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(1), "jam", &good).1,
+            Some(ErrorCode::Unauthorized)
+        );
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(5), "jam", &good).1,
+            Some(ErrorCode::Unauthorized)
+        );
+        assert_eq!(sfu.stats().token_revoked, 2);
+        // A new token for the same identity is the operator's decision: accepted.
+        let fresh = mint(&key, &claims("jam", "alice", T0 + 61));
+        assert_eq!(
+            join_room(&mut sfu, 0, addr(1), "jam", &fresh).0,
+            MsgType::Ack
+        );
+        // The revocation is forgotten once the token has expired anyway.
+        sfu.set_unix_time(0, (T0 + 100) * 1_000_000_000);
+        sfu.tick(1);
+        assert_eq!(sfu.stats().revoked, 0);
+        sfu.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn rights_from_the_token() {
+        let (mut sfu, key) = keyed();
+        let mut listener = claims("jam", "bob", T0 + 60);
+        listener.publish = false;
+        let mut mute = claims("jam", "carol", T0 + 60);
+        mute.subscribe = false;
+        let (_, _, lb, lt) = join_room(&mut sfu, 0, addr(1), "jam", &mint(&key, &listener));
+        let (_, _, cs, ct) = join_room(&mut sfu, 0, addr(2), "jam", &mint(&key, &mute));
+        assert_eq!(
+            sub(&mut sfu, addr(1), (lb, lt), MsgType::Subscribe, "all"),
+            MsgType::Ack
+        );
+        assert_eq!(
+            sub(&mut sfu, addr(2), (cs, ct), MsgType::Subscribe, "all"),
+            MsgType::Error
+        );
+        assert_eq!(
+            sfu.handle(1, addr(1), &rtp(lb, MediaType::Asq)),
+            Action::Drop(DropReason::NotAllowed)
+        );
+        assert_eq!(
+            targets(&mut sfu, addr(2), &rtp(cs, MediaType::Asq)),
+            Some((vec![addr(1)], true))
+        );
+        assert_eq!(sfu.stats().drop_not_allowed, 2);
+    }
+
+    /// NAT rebinding: the new address proves it receives (cookie) and
+    /// knows the session token; only then do media and routes move. A
+    /// guessed token, or a cookie of another address, moves nothing.
+    #[test]
+    fn rebind_moves_a_session_and_cannot_be_hijacked() {
+        let mut sfu = Sfu::new(SfuConfig::default());
+        let (a, b, new, evil) = (addr(1), addr(2), addr(3), addr(4));
+        let ia = register(&mut sfu, a);
+        let ib = register(&mut sfu, b);
+        assert_eq!(
+            sub(&mut sfu, b, ib, MsgType::Subscribe, "all"),
+            MsgType::Ack
+        );
+        assert_eq!(
+            sub(&mut sfu, a, ia, MsgType::Subscribe, "all"),
+            MsgType::Ack
+        );
+        // a's NAT rebinds to `new`: its media is unverified there.
+        assert!(targets(&mut sfu, new, &rtp(ia.0, MediaType::Asq)).is_none());
+        let mut m = [0u8; 64];
+        let n = write_rebind(&mut m, 1, &[0; COOKIE_LEN], ia.0, ia.1).unwrap();
+        let cookie = cookie_of(&sfu.handle(0, new, &m[..n])).expect("challenge first");
+        // The attacker has a cookie for its own address but not the token.
+        let n = write_rebind(&mut m, 1, &[0; COOKIE_LEN], ia.0, 0).unwrap();
+        let evil_cookie = cookie_of(&sfu.handle(0, evil, &m[..n])).unwrap();
+        let n = write_rebind(&mut m, 1, &evil_cookie, ia.0, ia.1 ^ 1).unwrap();
+        assert_eq!(ask(&mut sfu, 0, evil, &m[..n]).1, Some(ErrorCode::BadToken));
+        // A cookie stolen from `new` does not work from `evil`.
+        let n = write_rebind(&mut m, 1, &cookie, ia.0, ia.1).unwrap();
+        assert_eq!(ask(&mut sfu, 0, evil, &m[..n]).0, MsgType::Challenge);
+        assert_eq!(sfu.stats().rebinds, 0);
+        // The real client completes it.
+        assert_eq!(ask(&mut sfu, 0, new, &m[..n]).0, MsgType::Ack);
+        assert_eq!(sfu.stats().rebinds, 1);
+        assert_eq!(
+            targets(&mut sfu, b, &rtp(ib.0, MediaType::Asq)),
+            Some((vec![new], true))
+        );
+        assert_eq!(
+            targets(&mut sfu, new, &rtp(ia.0, MediaType::Asq)),
+            Some((vec![b], true))
+        );
+        assert!(targets(&mut sfu, a, &rtp(ia.0, MediaType::Asq)).is_none());
+        // Rebinding onto another client's address is refused.
+        let n = write_rebind(&mut m, 1, &[0; COOKIE_LEN], ia.0, ia.1).unwrap();
+        let cb = cookie_of(&sfu.handle(0, b, &m[..n])).unwrap();
+        let n = write_rebind(&mut m, 1, &cb, ia.0, ia.1).unwrap();
+        assert_eq!(
+            ask(&mut sfu, 0, b, &m[..n]).1,
+            Some(ErrorCode::WrongAddress)
+        );
+        sfu.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn per_stream_quality_in_the_room_view() {
+        let mut sfu = Sfu::new(SfuConfig::default());
+        let ia = register(&mut sfu, addr(1));
+        for (i, seq) in [0u16, 1, 3, 2, 5].into_iter().enumerate() {
+            let mut p = rtp(ia.0, MediaType::Asq);
+            p[2..4].copy_from_slice(&seq.to_be_bytes());
+            p[4..8].copy_from_slice(&(u32::from(seq) * 960).to_be_bytes());
+            sfu.handle(i as u64 * 20_000_000, addr(1), &p);
+        }
+        let info = sfu.rooms_info(100_000_000);
+        let st = &info[0].clients[0].streams[0];
+        assert_eq!(st.media, MediaType::Asq);
+        assert_eq!(
+            (st.quality.packets, st.quality.lost, st.quality.reordered),
+            (5, 1, 1)
+        );
+        assert!(st.quality.jitter_ms > 0.0);
+    }
+
     proptest::proptest! {
         /// Random control and media traffic from a few addresses (with
         /// guessed and stolen SSIDs/tokens/cookies, timeouts) keeps the
         /// tables consistent and never answers with more bytes than it got.
         #[test]
         fn random_traffic_keeps_tables_consistent(
-            ops in proptest::collection::vec((0u8..10, 0u16..6, 0u32..8, proptest::bool::ANY, 0u8..4), 1..200)
+            ops in proptest::collection::vec((0u8..13, 0u16..6, 0u32..8, proptest::bool::ANY, 0u8..4), 1..200)
         ) {
             let mut sfu = Sfu::new(SfuConfig {
                 max_clients: 4,
@@ -1464,6 +2497,9 @@ mod tests {
                     5 => { sfu.tick(now); continue; }
                     7 => write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap(),
                     8 => write_cookie(&mut b, MsgType::Join, 1, &cookie).unwrap(),
+                    10 => write_register_v2(&mut b, 1, &cookie, if m % 2 == 0 { b"a" } else { b"b" }, b"").unwrap(),
+                    11 => write_rebind(&mut b, 1, &cookie, ssid, token).unwrap(),
+                    12 => { sfu.kick(ssid); continue; }
                     _ => {
                         let p = rtp(ssid, media);
                         b[..p.len()].copy_from_slice(&p);
@@ -1478,7 +2514,7 @@ mod tests {
                     if c.msg_type() == MsgType::Challenge {
                         cookies.insert(port, c.cookie().unwrap());
                     }
-                    if op == 7 && c.msg_type() == MsgType::Ack {
+                    if (op == 7 || op == 10) && c.msg_type() == MsgType::Ack {
                         known.push((c.ssid(), c.token()));
                     }
                 }

@@ -308,8 +308,22 @@ pub fn write_rtp(
 
 /// Control message magic (first two bytes): `b"PS"`.
 pub const CTRL_MAGIC: [u8; 2] = *b"PS";
-/// Control protocol version.
+/// Control protocol version of the original messages (and of every reply).
 pub const CTRL_VERSION: u8 = 1;
+/// Control protocol version 2: REGISTER names a room and may carry a join
+/// token, REBIND moves a session to a new address, KEEPALIVE may report
+/// the client's echo RTT. Every version-1 message is still accepted as is.
+pub const CTRL_VERSION_2: u8 = 2;
+/// Longest room name in a version-2 REGISTER (bytes).
+pub const MAX_ROOM_LEN: usize = 64;
+/// Longest join token in a version-2 REGISTER (bytes).
+pub const MAX_TOKEN_LEN: usize = 1024;
+/// Length of REBIND: header, cookie (12), SSID (4), token (8).
+pub const CTRL_REBIND_LEN: usize = CTRL_AUTH_LEN + 12;
+/// Length of a version-2 KEEPALIVE: header, SSID, token, echo RTT (µs, u32).
+pub const CTRL_KEEPALIVE_V2_LEN: usize = CTRL_AUTH_LEN + 4;
+/// Echo RTT field value meaning "not measured".
+pub const NO_RTT: u32 = u32::MAX;
 /// Control header: magic (2), version (1), type (1), request id (4).
 pub const CTRL_HEADER_LEN: usize = 8;
 /// Header plus SSID (4) and token (8): the length of REGISTER, JOIN,
@@ -347,6 +361,10 @@ pub enum MsgType {
     /// Client → SFU: admit my address to the static room; body: the cookie
     /// of the CHALLENGE my first RTP packet earned.
     Join = 6,
+    /// Client → SFU (version 2): my address changed (NAT rebinding); body:
+    /// the cookie of a CHALLENGE sent to the new address (zero on the first
+    /// try), then my SSID and token.
+    Rebind = 7,
     /// SFU → client: request done; carries SSID and token.
     Ack = 0x80,
     /// SFU → client: request refused; carries an [`ErrorCode`].
@@ -365,6 +383,7 @@ impl MsgType {
             4 => MsgType::Keepalive,
             5 => MsgType::Leave,
             6 => MsgType::Join,
+            7 => MsgType::Rebind,
             0x80 => MsgType::Ack,
             0x81 => MsgType::Error,
             0x82 => MsgType::Challenge,
@@ -388,6 +407,15 @@ pub enum ErrorCode {
     TooManySubs = 5,
     /// The message could not be parsed (only sent for well-framed headers).
     Malformed = 6,
+    /// Join token missing, malformed, forged, expired, for another room,
+    /// or revoked (kicked).
+    Unauthorized = 7,
+    /// The room is full (`max_clients_per_room`).
+    RoomFull = 8,
+    /// No such room (and rooms are not created on demand), or the room table is full.
+    NoSuchRoom = 9,
+    /// The token does not grant this (publish or subscribe).
+    NotAllowed = 10,
 }
 
 impl ErrorCode {
@@ -400,6 +428,10 @@ impl ErrorCode {
             4 => ErrorCode::TooManyClients,
             5 => ErrorCode::TooManySubs,
             6 => ErrorCode::Malformed,
+            7 => ErrorCode::Unauthorized,
+            8 => ErrorCode::RoomFull,
+            9 => ErrorCode::NoSuchRoom,
+            10 => ErrorCode::NotAllowed,
             _ => return None,
         })
     }
@@ -508,6 +540,7 @@ impl std::str::FromStr for Selector {
 pub struct Control<'a> {
     buf: &'a [u8],
     ty: MsgType,
+    version: u8,
 }
 
 /// A control message failed the checks; `request_id` is set when the
@@ -531,12 +564,17 @@ impl<'a> Control<'a> {
         if buf[..2] != CTRL_MAGIC {
             return Err(fail(WireError::BadMagic, None));
         }
-        if buf[2] != CTRL_VERSION {
-            return Err(fail(WireError::UnsupportedVersion(buf[2]), None));
+        let version = buf[2];
+        if version != CTRL_VERSION && version != CTRL_VERSION_2 {
+            return Err(fail(WireError::UnsupportedVersion(version), None));
         }
         let req = Some(u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]));
         let ty = MsgType::from_u8(buf[3]).ok_or(fail(WireError::UnknownType(buf[3]), req))?;
+        let v2 = version == CTRL_VERSION_2;
         let ok_len = match ty {
+            MsgType::Rebind => v2 && buf.len() == CTRL_REBIND_LEN,
+            MsgType::Register if v2 => register_v2_ok(buf),
+            MsgType::Keepalive if v2 => buf.len() == CTRL_KEEPALIVE_V2_LEN,
             MsgType::Register
             | MsgType::Join
             | MsgType::Challenge
@@ -557,7 +595,7 @@ impl<'a> Control<'a> {
         if !ok_len {
             return Err(fail(WireError::BadLength, req));
         }
-        let c = Control { buf, ty };
+        let c = Control { buf, ty, version };
         if matches!(ty, MsgType::Subscribe | MsgType::Unsubscribe) {
             for s in c.raw_selectors() {
                 Selector::decode(s).map_err(|e| fail(e, req))?;
@@ -569,13 +607,21 @@ impl<'a> Control<'a> {
     pub fn msg_type(&self) -> MsgType {
         self.ty
     }
+    /// Protocol version of the message (1 or 2).
+    pub fn version(&self) -> u8 {
+        self.version
+    }
     /// Request id (echoed in the ACK or ERROR).
     pub fn request_id(&self) -> u32 {
         u32::from_be_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]])
     }
     /// SSID field (0 in REGISTER).
     pub fn ssid(&self) -> u32 {
-        let o = if self.ty == MsgType::Error { 12 } else { 8 };
+        let o = match self.ty {
+            MsgType::Error => 12,
+            MsgType::Rebind => CTRL_AUTH_LEN,
+            _ => 8,
+        };
         u32::from_be_bytes([
             self.buf[o],
             self.buf[o + 1],
@@ -585,17 +631,42 @@ impl<'a> Control<'a> {
     }
     /// Token field (0 in REGISTER and ERROR).
     pub fn token(&self) -> u64 {
-        if self.ty == MsgType::Error {
-            return 0;
+        let o = match self.ty {
+            MsgType::Error => return 0,
+            MsgType::Rebind => CTRL_AUTH_LEN + 4,
+            _ => 12,
+        };
+        u64::from_be_bytes(self.buf[o..o + 8].try_into().expect("length checked"))
+    }
+    /// Room name of a version-2 REGISTER (1 to [`MAX_ROOM_LEN`] bytes).
+    pub fn room(&self) -> Option<&'a [u8]> {
+        if self.ty != MsgType::Register || self.version != CTRL_VERSION_2 {
+            return None;
         }
-        u64::from_be_bytes(self.buf[12..20].try_into().expect("length checked"))
+        let n = self.buf[CTRL_AUTH_LEN] as usize;
+        Some(&self.buf[CTRL_AUTH_LEN + 1..CTRL_AUTH_LEN + 1 + n])
+    }
+    /// Join token of a version-2 REGISTER (empty when none was given).
+    pub fn join_token(&self) -> Option<&'a [u8]> {
+        let room = self.room()?;
+        let o = CTRL_AUTH_LEN + 1 + room.len();
+        Some(&self.buf[o + 2..])
+    }
+    /// Echo RTT (µs) a version-2 KEEPALIVE reports; `None` when absent or
+    /// [`NO_RTT`].
+    pub fn echo_rtt_us(&self) -> Option<u32> {
+        if self.ty != MsgType::Keepalive || self.buf.len() != CTRL_KEEPALIVE_V2_LEN {
+            return None;
+        }
+        let v = u32::from_be_bytes(self.buf[CTRL_AUTH_LEN..].try_into().expect("4 bytes"));
+        (v != NO_RTT).then_some(v)
     }
     /// Cookie of REGISTER, JOIN and CHALLENGE (the 12 bytes after the
     /// header; all zero in a first REGISTER), `None` for other types.
     pub fn cookie(&self) -> Option<[u8; COOKIE_LEN]> {
         matches!(
             self.ty,
-            MsgType::Register | MsgType::Join | MsgType::Challenge
+            MsgType::Register | MsgType::Join | MsgType::Challenge | MsgType::Rebind
         )
         .then(|| {
             self.buf[CTRL_HEADER_LEN..CTRL_AUTH_LEN]
@@ -624,11 +695,90 @@ impl<'a> Control<'a> {
     }
 }
 
+/// A version-2 REGISTER: cookie, room length (1..=64), room, token length
+/// (u16, at most [`MAX_TOKEN_LEN`]), token; nothing after it.
+fn register_v2_ok(buf: &[u8]) -> bool {
+    let Some(&n) = buf.get(CTRL_AUTH_LEN) else {
+        return false;
+    };
+    let n = n as usize;
+    if n == 0 || n > MAX_ROOM_LEN {
+        return false;
+    }
+    let o = CTRL_AUTH_LEN + 1 + n;
+    let Some(t) = buf.get(o..o + 2) else {
+        return false;
+    };
+    let t = u16::from_be_bytes([t[0], t[1]]) as usize;
+    t <= MAX_TOKEN_LEN && buf.len() == o + 2 + t
+}
+
 fn write_header(buf: &mut [u8], ty: MsgType, req: u32) {
+    write_header_v(buf, ty, req, CTRL_VERSION);
+}
+
+fn write_header_v(buf: &mut [u8], ty: MsgType, req: u32, version: u8) {
     buf[..2].copy_from_slice(&CTRL_MAGIC);
-    buf[2] = CTRL_VERSION;
+    buf[2] = version;
     buf[3] = ty as u8;
     buf[4..8].copy_from_slice(&req.to_be_bytes());
+}
+
+/// Write a version-2 REGISTER for `room` with `cookie` (zeros on the first
+/// try) and an optional join `token`; `None` if a field is too long or `buf`
+/// is short.
+pub fn write_register_v2(
+    buf: &mut [u8],
+    req: u32,
+    cookie: &[u8; COOKIE_LEN],
+    room: &[u8],
+    token: &[u8],
+) -> Option<usize> {
+    if room.is_empty() || room.len() > MAX_ROOM_LEN || token.len() > MAX_TOKEN_LEN {
+        return None;
+    }
+    let len = CTRL_AUTH_LEN + 1 + room.len() + 2 + token.len();
+    let b = buf.get_mut(..len)?;
+    write_header_v(b, MsgType::Register, req, CTRL_VERSION_2);
+    b[CTRL_HEADER_LEN..CTRL_AUTH_LEN].copy_from_slice(cookie);
+    b[CTRL_AUTH_LEN] = room.len() as u8;
+    let o = CTRL_AUTH_LEN + 1 + room.len();
+    b[CTRL_AUTH_LEN + 1..o].copy_from_slice(room);
+    b[o..o + 2].copy_from_slice(&(token.len() as u16).to_be_bytes());
+    b[o + 2..].copy_from_slice(token);
+    Some(len)
+}
+
+/// Write REBIND (version 2): `cookie` (zeros on the first try), SSID, token.
+pub fn write_rebind(
+    buf: &mut [u8],
+    req: u32,
+    cookie: &[u8; COOKIE_LEN],
+    ssid: u32,
+    token: u64,
+) -> Option<usize> {
+    let b = buf.get_mut(..CTRL_REBIND_LEN)?;
+    write_header_v(b, MsgType::Rebind, req, CTRL_VERSION_2);
+    b[CTRL_HEADER_LEN..CTRL_AUTH_LEN].copy_from_slice(cookie);
+    b[CTRL_AUTH_LEN..CTRL_AUTH_LEN + 4].copy_from_slice(&ssid.to_be_bytes());
+    b[CTRL_AUTH_LEN + 4..].copy_from_slice(&token.to_be_bytes());
+    Some(CTRL_REBIND_LEN)
+}
+
+/// Write a version-2 KEEPALIVE reporting the client's echo RTT (µs; `None`:
+/// not measured).
+pub fn write_keepalive_v2(
+    buf: &mut [u8],
+    req: u32,
+    ssid: u32,
+    token: u64,
+    echo_rtt_us: Option<u32>,
+) -> Option<usize> {
+    let b = buf.get_mut(..CTRL_KEEPALIVE_V2_LEN)?;
+    write_auth(b, MsgType::Keepalive, req, ssid, token)?;
+    b[2] = CTRL_VERSION_2;
+    b[CTRL_AUTH_LEN..].copy_from_slice(&echo_rtt_us.unwrap_or(NO_RTT).to_be_bytes());
+    Some(CTRL_KEEPALIVE_V2_LEN)
 }
 
 /// Write a first REGISTER (zero cookie, [`CTRL_AUTH_LEN`] bytes); returns
@@ -794,6 +944,7 @@ mod tests {
             }
             if let Ok(c) = Control::new_checked(&data) {
                 let _ = (c.ssid(), c.token(), c.error_code(), c.selectors().count());
+                let _ = (c.room(), c.join_token(), c.echo_rtt_us(), c.cookie());
             }
             let _ = classify(&data);
         }

@@ -34,7 +34,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 
-/// Counters the engine publishes while it runs (for live statistics).
+/// Counters the engine publishes while it runs (for live statistics and
+/// `/metrics`), every tick (50 ms).
 #[derive(Clone, Debug, Default)]
 pub struct LiveStats {
     /// Core counters.
@@ -43,6 +44,19 @@ pub struct LiveStats {
     pub rx_bytes: u64,
     /// Bytes sent by the engine.
     pub tx_bytes: u64,
+    /// Truncated datagrams dropped.
+    pub truncated: u64,
+    /// Rooms and their client counts.
+    pub rooms: Vec<(String, usize)>,
+    /// Backend counters.
+    pub io: ringway_io::IoStats,
+    /// Backend name.
+    pub backend: String,
+    /// Engine thread CPU time since start (s); `None` if the kernel did not tell.
+    pub engine_cpu_s: Option<f64>,
+    /// Packets the recorder's full channel dropped so far (`None`: not
+    /// recording).
+    pub record_queue_drops: Option<u64>,
 }
 
 /// The engine's clocks; tests give it a fake one.
@@ -140,6 +154,8 @@ pub(super) struct Engine {
     pub(super) copies: u64,
     /// Flushes (hand-overs to the kernel) made.
     pub(super) flushes: u64,
+    /// The recorder's channel, when recording.
+    pub(super) record: Option<super::recorder::RecordTx>,
 }
 
 impl Engine {
@@ -174,6 +190,7 @@ impl Engine {
             forwarded: 0,
             copies: 0,
             flushes: 0,
+            record: None,
         }
     }
 
@@ -229,11 +246,25 @@ impl Engine {
         let (peer, kernel_rx) = (d.meta.peer, d.meta.kernel_rx);
         let received = self.rx.received_at(i).0;
         let Engine {
-            sfu, rx, tx, dsts, ..
+            sfu,
+            rx,
+            tx,
+            dsts,
+            record,
+            clock,
+            ..
         } = self;
         let data = rx.get(i).expect("held").data;
         match sfu.handle(now, peer, data) {
-            Action::Forward { targets, echo, .. } => {
+            Action::Forward {
+                ssid,
+                targets,
+                echo,
+                ..
+            } => {
+                if let Some(r) = record {
+                    r.offer(ssid, clock.realtime().0, data);
+                }
                 dsts.clear();
                 dsts.extend_from_slice(targets);
                 dsts.extend(echo);

@@ -5,9 +5,13 @@
 //! with the paper's per-packet delay (the engine module's docs define the four
 //! delays (a)-(d)).
 
+pub mod admin;
 mod engine;
+pub mod hub;
+pub mod recorder;
 
 pub use engine::LiveStats;
+pub use recorder::RecordReport;
 
 use crate::host::{self, cpu_seconds, CpuTime};
 use crate::metrics::LatencySummary;
@@ -20,7 +24,8 @@ use ringway_io::{
 use ringway_reorder::{SeqSpace, Srpic, SrpicConfig};
 use ringway_sfu::{Sfu, SfuConfig, SfuStats};
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -90,6 +95,13 @@ pub struct SfuServerConfig {
     pub static_room: bool,
     /// Most registered clients (and static-room members).
     pub max_clients: usize,
+    /// Most clients (and, separately, static-room members) per source
+    /// prefix: one host cannot fill `max_clients`.
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length (bits) of that cap.
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length (bits) of that cap.
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     pub max_subs: usize,
     /// Remove clients silent for this long (seconds).
@@ -101,6 +113,30 @@ pub struct SfuServerConfig {
     /// Sort each RTP stream with SRPIC within each receive batch, with this
     /// block size.
     pub srpic_block: Option<usize>,
+    /// File holding the join-token key (HMAC-SHA256, at least 32 bytes;
+    /// trailing whitespace ignored). With it, joining needs a valid token.
+    pub token_key_file: Option<PathBuf>,
+    /// Most rooms at once.
+    pub max_rooms: usize,
+    /// Most clients per room.
+    pub max_clients_per_room: usize,
+    /// Create rooms when a client first names them (otherwise only through
+    /// the admin API).
+    pub auto_create_rooms: bool,
+    /// A media packet more than this (ms) later than its stream's earliest
+    /// counts as late in the per-peer statistics.
+    pub late_after_ms: f64,
+    /// Serve the admin API (and `/metrics`) on this loopback address.
+    pub admin_listen: Option<SocketAddr>,
+    /// File holding the admin API's bearer token (at least 16 bytes;
+    /// trailing whitespace ignored). Required with `admin_listen`.
+    pub admin_token_file: Option<PathBuf>,
+    /// Record forwarded media to this directory (one file per source,
+    /// written by a recorder thread off the data path; created if needed).
+    pub record_dir: Option<PathBuf>,
+    /// Most bytes a recording may write (file and record headers
+    /// included); the recording stops, counting drops, when it is reached.
+    pub record_max_bytes: u64,
 }
 
 impl Default for SfuServerConfig {
@@ -120,11 +156,23 @@ impl Default for SfuServerConfig {
             echo: true,
             static_room: false,
             max_clients: 1024,
+            max_clients_per_prefix: SfuConfig::default().max_clients_per_prefix,
+            client_prefix_v4: SfuConfig::default().client_prefix_v4,
+            client_prefix_v6: SfuConfig::default().client_prefix_v6,
             max_subs: 64,
             idle_timeout_s: 10.0,
             cpus: None,
             duration_s: None,
             srpic_block: None,
+            token_key_file: None,
+            max_rooms: 256,
+            max_clients_per_room: 1024,
+            auto_create_rooms: true,
+            late_after_ms: 20.0,
+            admin_listen: None,
+            admin_token_file: None,
+            record_dir: None,
+            record_max_bytes: 1 << 30,
         }
     }
 }
@@ -152,6 +200,14 @@ impl SfuServerConfig {
         let fail = |m: &str| Err(ServerError::Config(m.to_string()));
         if self.batch_size() == 0 {
             return fail("batch must be at least 1");
+        }
+        if self.max_clients_per_prefix == 0
+            || !(8..=32).contains(&self.client_prefix_v4)
+            || !(16..=128).contains(&self.client_prefix_v6)
+        {
+            return fail(
+                "max_clients_per_prefix must be above 0, client_prefix_v4 8..=32, client_prefix_v6 16..=128",
+            );
         }
         if self.backend == BackendKind::Xdp {
             if self.xdp_iface.is_none() {
@@ -189,6 +245,28 @@ impl SfuServerConfig {
         }
         if self.flush_age_us == 0 {
             return fail("flush_age_us must be at least 1");
+        }
+        if self.max_rooms == 0 || self.max_clients_per_room == 0 {
+            return fail("max_rooms and max_clients_per_room must be at least 1");
+        }
+        if !(self.late_after_ms.is_finite() && self.late_after_ms > 0.0) {
+            return fail("late_after_ms must be a positive number of milliseconds");
+        }
+        if self.record_dir.is_some() {
+            if self.kernel_fanout.is_some() {
+                return fail(
+                    "record_dir cannot run with kernel_fanout (media replicated in the kernel never reaches the recorder)",
+                );
+            }
+            if self.record_max_bytes == 0 {
+                return fail("record_max_bytes must be at least 1");
+            }
+        }
+        match (self.admin_listen, &self.admin_token_file) {
+            (Some(a), Some(_)) => crate::metrics::http::validate_addr(a, false)?,
+            (Some(_), None) => return fail("admin_listen needs admin_token_file"),
+            (None, Some(_)) => return fail("admin_token_file is only for admin_listen"),
+            (None, None) => {}
         }
         Ok(())
     }
@@ -276,6 +354,20 @@ pub struct ServeReport {
     pub rx_errors: u64,
     /// SRPIC counters, when sorting was on.
     pub srpic: Option<SrpicReport>,
+    /// The recorder's counters, when recording was on.
+    pub recording: Option<RecordReport>,
+}
+
+/// Read a secret from `path`: its bytes with trailing whitespace removed.
+/// Errors name the file, never its contents.
+fn read_secret(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ServerError> {
+    let mut b = std::fs::read(path).map_err(|e| {
+        ServerError::Config(format!("reading the {what} file {}: {e}", path.display()))
+    })?;
+    while b.last().is_some_and(|c| c.is_ascii_whitespace()) {
+        b.pop();
+    }
+    Ok(b)
 }
 
 /// Open the backend `config` asks for.
@@ -317,6 +409,8 @@ pub struct SfuServer {
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
     engine: Option<JoinHandle<Result<EngineEnd, ServerError>>>,
+    admin: Option<(SocketAddr, Arc<AtomicBool>, JoinHandle<()>)>,
+    recorder: Option<recorder::Recorder>,
 }
 
 impl SfuServer {
@@ -326,18 +420,49 @@ impl SfuServer {
     /// `config.duration_s`, or on [`SfuServer::shutdown`] / drop.
     pub fn start(config: SfuServerConfig) -> Result<SfuServer, ServerError> {
         config.validate()?;
+        let token_key = match &config.token_key_file {
+            Some(p) => Some(
+                ringway_sfu::token::TokenKey::new(read_secret(p, "token key")?)
+                    .map_err(|e| ServerError::Config(format!("{}: {e}", p.display())))?,
+            ),
+            None => None,
+        };
+        let admin_token = match &config.admin_token_file {
+            Some(p) => {
+                let t = String::from_utf8(read_secret(p, "admin token")?).map_err(|_| {
+                    ServerError::Config(format!("{}: the admin token must be text", p.display()))
+                })?;
+                if t.len() < 16 || t.contains(char::is_whitespace) {
+                    return Err(ServerError::Config(format!(
+                        "{}: the admin token must be at least 16 characters without spaces",
+                        p.display()
+                    )));
+                }
+                Some(t)
+            }
+            None => None,
+        };
         let io = open_io(&config)?;
         let local = io.local_addr()?;
         let batch = config.batch_size();
-        let sfu = Sfu::new(SfuConfig {
+        let mut sfu = Sfu::new(SfuConfig {
             echo: config.echo,
             static_room: config.static_room,
             max_clients: config.max_clients,
+            max_clients_per_prefix: config.max_clients_per_prefix,
+            client_prefix_v4: config.client_prefix_v4,
+            client_prefix_v6: config.client_prefix_v6,
             max_subs: config.max_subs,
             idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
             seed: random_seed()?,
+            token_key,
+            max_rooms: config.max_rooms,
+            max_clients_per_room: config.max_clients_per_room,
+            auto_create_rooms: config.auto_create_rooms,
+            late_after_ns: (config.late_after_ms * 1e6) as u64,
             ..SfuConfig::default()
         });
+        sfu.set_unix_time(monotonic_now().0, ringway_io::realtime_now().0);
         let srpic = config.srpic_block.map(|block| {
             Srpic::new(
                 SrpicConfig {
@@ -349,8 +474,41 @@ impl SfuServer {
             )
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let live = Arc::new(Mutex::new(LiveStats::default()));
+        let live = Arc::new(Mutex::new(LiveStats {
+            backend: config.backend.name().into(),
+            ..LiveStats::default()
+        }));
+        let (admin_tx, admin_rx) = admin::channel();
+        let admin = match (config.admin_listen, admin_token) {
+            (Some(addr), Some(token)) => {
+                let listener = TcpListener::bind(addr)
+                    .map_err(|source| ServerError::Socket { addr, source })?;
+                let bound = listener.local_addr()?;
+                let admin_stop = Arc::new(AtomicBool::new(false));
+                let h = crate::admin_http::serve(
+                    "sfu-admin",
+                    listener,
+                    admin_stop.clone(),
+                    admin::handler(token, admin_tx, live.clone()),
+                )
+                .map_err(|source| ServerError::Thread {
+                    name: "sfu-admin".into(),
+                    source,
+                })?;
+                Some((bound, admin_stop, h))
+            }
+            _ => None,
+        };
+        let (recorder, record_tx) = match &config.record_dir {
+            Some(dir) => {
+                let (r, tx) = recorder::Recorder::start(dir, config.record_max_bytes)?;
+                (Some(r), Some(tx))
+            }
+            None => (None, None),
+        };
         let run = EngineRun {
+            record: record_tx,
+            admin: admin_rx,
             io,
             sfu,
             srpic,
@@ -380,7 +538,14 @@ impl SfuServer {
             stop,
             live,
             engine: Some(engine),
+            admin,
+            recorder,
         })
+    }
+
+    /// The admin API's bound address, when it runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.0)
     }
 
     /// The bound address.
@@ -408,6 +573,10 @@ impl SfuServer {
 
     fn stop_engine(&mut self) -> Option<Result<EngineEnd, ServerError>> {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some((_, stop, h)) = self.admin.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
         let h = self.engine.take()?;
         Some(
             h.join()
@@ -419,8 +588,16 @@ impl SfuServer {
     /// Stop the engine, wait for it, and return its report (or the error
     /// it stopped with).
     pub fn shutdown(mut self) -> Result<ServeReport, ServerError> {
-        match self.stop_engine() {
-            Some(end) => Ok(report(&self.config, self.local, self.batch, end?)),
+        let end = self.stop_engine();
+        // The engine thread has ended and dropped its sender: the recorder
+        // drains what is queued, flushes and ends.
+        let recording = self.recorder.take().map(recorder::Recorder::finish);
+        match end {
+            Some(end) => {
+                let mut r = report(&self.config, self.local, self.batch, end?);
+                r.recording = recording;
+                Ok(r)
+            }
             None => Err(ServerError::Panicked("sfu-engine".into())),
         }
     }
@@ -430,6 +607,9 @@ impl Drop for SfuServer {
     fn drop(&mut self) {
         if let Some(Err(e)) = self.stop_engine() {
             eprintln!("sfu: engine: {e}");
+        }
+        if let Some(r) = self.recorder.take() {
+            r.finish();
         }
     }
 }
@@ -483,6 +663,8 @@ struct EngineRun {
     fanout_at: Option<String>,
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
+    admin: std::sync::mpsc::Receiver<admin::AdminRequest>,
+    record: Option<recorder::RecordTx>,
 }
 
 /// The engine thread: receive, handle, flush, tick, until stopped or the
@@ -503,6 +685,8 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         fanout_at,
         stop,
         live,
+        admin,
+        record,
     } = run;
     let started = Instant::now();
     let mut placement = Vec::new();
@@ -532,6 +716,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         max_age_ns,
         Box::new(engine::SystemClock),
     );
+    e.record = record;
     let mut fanout = match (&fanout_at, local) {
         (Some(iface), SocketAddr::V4(local)) => Some(
             ringway_io::backend::KernelFanout::attach(iface, local)
@@ -576,7 +761,11 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         if n > 0 {
             e.handle_batch(io.as_mut(), now)?;
         }
+        while let Ok(req) = admin.try_recv() {
+            let _ = req.reply.send(admin::apply(&mut e.sfu, now, req.op));
+        }
         if now >= next_tick {
+            e.sfu.set_unix_time(now, ringway_io::realtime_now().0);
             e.sfu.tick(now);
             next_tick = now + TICK_NS;
             if let Some(f) = fanout.as_mut() {
@@ -596,12 +785,28 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                     eprintln!("sfu: kernel fan-out sync: {err}");
                 }
             }
+            let rooms: Vec<(String, usize)> = e
+                .sfu
+                .room_sizes()
+                .map(|(r, n)| (r.to_string(), n))
+                .collect();
+            let cpu = host::thread_cpu_time()
+                .ok()
+                .map(|c| (c.user_ns + c.system_ns) as f64 / 1e9);
+            let io_stats = io.stats();
             let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);
             l.sfu = e.sfu.stats();
             l.rx_bytes = e.rx_bytes;
             l.tx_bytes = e.tx_bytes;
+            l.truncated = e.truncated;
+            l.rooms = rooms;
+            l.io = io_stats;
+            l.engine_cpu_s = cpu;
+            l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
         }
     }
+    // Close the recorder's channel: it drains what is queued and ends.
+    e.record = None;
     if e.pending() {
         e.flush_now(io.as_mut())?;
     }
@@ -734,6 +939,7 @@ fn report(
                 flows: st.flows,
             }
         }),
+        recording: None,
     }
 }
 

@@ -47,6 +47,8 @@ pub(crate) fn lab_sfu_netns(args: &[&str], json: &Path) -> (u32, String) {
 pub(crate) struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The start-up line (addresses).
+    pub line: String,
     pub json: PathBuf,
     pub dir: tempfile::TempDir,
 }
@@ -86,6 +88,7 @@ impl Server {
         Server {
             child,
             addr,
+            line,
             json,
             dir,
         }

@@ -5,7 +5,7 @@
 use anyhow::Context;
 use ringway_io::{BackendKind, XdpMode};
 pub(crate) use ringway_server::sfu::Flush;
-use ringway_server::sfu::{serve_with_live, LiveStats, ServeReport, SfuServerConfig};
+use ringway_server::sfu::{LiveStats, ServeReport, SfuServer, SfuServerConfig};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,6 +72,15 @@ pub struct ServeArgs {
     /// Most registered clients (and static-room members).
     #[arg(long, default_value_t = 1024)]
     pub max_clients: usize,
+    /// Most clients (and static-room members) from one source prefix (--client-prefix-v4/-v6).
+    #[arg(long, default_value_t = 64)]
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length of --max-clients-per-prefix (32: one address, 24: a /24).
+    #[arg(long, default_value_t = 32)]
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length of --max-clients-per-prefix.
+    #[arg(long, default_value_t = 56)]
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     #[arg(long, default_value_t = 64)]
     pub max_subs: usize,
@@ -97,6 +106,42 @@ pub struct ServeArgs {
     /// SRPIC block size (packets a flow may hold before it flushes).
     #[arg(long, default_value_t = 32)]
     pub srpic_block: usize,
+    /// Join tokens: the HMAC-SHA256 key is in this file (at least 32 bytes;
+    /// trailing whitespace ignored; never printed). With it, REGISTER needs
+    /// a valid token for its room (`ringway sfu token` mints them).
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub token_key_file: Option<PathBuf>,
+    /// Most rooms at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_rooms: usize,
+    /// Most clients per room.
+    #[arg(long, default_value_t = 1024)]
+    pub max_clients_per_room: usize,
+    /// Only rooms created through the admin API can be joined (default:
+    /// a room is created when a client first names it).
+    #[arg(long)]
+    pub no_auto_rooms: bool,
+    /// Per-peer statistics: a media packet more than this many ms later
+    /// than its stream's earliest counts as late.
+    #[arg(long, default_value_t = 20.0)]
+    pub late_after_ms: f64,
+    /// Serve the admin API (JSON, bearer token) and /metrics on this
+    /// loopback address (port 0: any; the bound address is printed).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// The admin API's bearer token is in this file (at least 16
+    /// characters). Required with --admin.
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Record forwarded media into this directory: one file per source,
+    /// written by a recorder thread off the data path (`ringway sfu record
+    /// convert` makes WAV files of them).
+    #[arg(long, value_hint = clap::ValueHint::DirPath)]
+    pub record_dir: Option<PathBuf>,
+    /// With --record-dir: most bytes the recording may write (headers
+    /// included); then it stops, and later packets are counted as dropped.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub record_max_bytes: u64,
 }
 
 impl TryFrom<&ServeArgs> for SfuServerConfig {
@@ -133,11 +178,23 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             echo: !a.no_echo,
             static_room: a.static_room,
             max_clients: a.max_clients,
+            max_clients_per_prefix: a.max_clients_per_prefix,
+            client_prefix_v4: a.client_prefix_v4,
+            client_prefix_v6: a.client_prefix_v6,
             max_subs: a.max_subs,
             idle_timeout_s: a.idle_timeout,
             cpus,
             duration_s: a.duration,
             srpic_block: a.srpic.then_some(a.srpic_block),
+            token_key_file: a.token_key_file.clone(),
+            max_rooms: a.max_rooms,
+            max_clients_per_room: a.max_clients_per_room,
+            auto_create_rooms: !a.no_auto_rooms,
+            late_after_ms: a.late_after_ms,
+            admin_listen: a.admin,
+            admin_token_file: a.admin_token_file.clone(),
+            record_dir: a.record_dir.clone(),
+            record_max_bytes: a.record_max_bytes,
         };
         config.validate()?;
         Ok(config)
@@ -158,19 +215,29 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<()> {
     let every = Duration::from_secs_f64(a.stats_interval.max(0.0));
     let start = Instant::now();
     let mut last = (Instant::now(), LiveStats::default());
-    let report = serve_with_live(
-        &config,
-        stop,
-        |addr: SocketAddr| {
-            println!("ringway sfu: listening on {addr} ({} backend)", a.backend);
-            let _ = std::io::stdout().flush();
-        },
-        Some(every),
-        |l: &LiveStats| {
-            print_live(start, &last, l);
-            last = (Instant::now(), l.clone());
-        },
-    )?;
+    let server = SfuServer::start(config)?;
+    // One line: tests and scripts read the addresses from it.
+    let admin = server
+        .admin_addr()
+        .map(|a| format!("; admin API and /metrics on http://{a}"))
+        .unwrap_or_default();
+    println!(
+        "ringway sfu: listening on {} ({} backend){admin}",
+        server.local_addr(),
+        a.backend
+    );
+    let _ = std::io::stdout().flush();
+    let mut last_live = Instant::now();
+    while !server.is_finished() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if !every.is_zero() && last_live.elapsed() >= every {
+            let l = server.live();
+            print_live(start, &last, &l);
+            last = (Instant::now(), l);
+            last_live = Instant::now();
+        }
+    }
+    let report = server.shutdown()?;
     print_final(&report);
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)
@@ -255,6 +322,23 @@ fn print_final(r: &ServeReport) {
             ""
         }
     );
+    if let Some(rec) = &r.recording {
+        println!(
+            "recording: {} files, {} packets, {} bytes (cap {}{}) dropped: queue_full={} disk_full={} too_many_sources={} write_errors={}",
+            rec.files,
+            rec.packets,
+            rec.bytes,
+            rec.max_bytes,
+            if rec.full { ", reached" } else { "" },
+            rec.dropped_queue_full,
+            rec.dropped_disk_full,
+            rec.dropped_too_many_sources,
+            rec.write_errors
+        );
+        if let Some(e) = &rec.error {
+            println!("recording error: {e}");
+        }
+    }
     println!(
         "drops: malformed={} unregistered={} unverified={} unknown_pt={} bad_token={} \
          unknown_ssid={} wrong_address={} not_admitted={} bad_cookie={} rate_limited={} \

@@ -1,0 +1,359 @@
+//! The SFU's admin API and `/metrics`: JSON handlers over
+//! [`crate::admin_http`] (loopback, bearer token), answered by the engine
+//! thread, which owns the core: a request becomes an [`AdminRequest`] on a
+//! bounded channel the engine drains between receive batches (at most one
+//! poll interval, 20 ms, later), and the reply comes back on its own
+//! channel.
+//!
+//! | method and path | does |
+//! |---|---|
+//! | `GET /api/rooms` | rooms, their clients, per-client stream statistics |
+//! | `POST /api/rooms/NAME[?max_clients=N]` | create a room (kept while empty) |
+//! | `DELETE /api/rooms/NAME` | close a room: kick everyone in it |
+//! | `DELETE /api/clients/SSID` | kick a client (its token is revoked) |
+//! | `GET /api/stats` | the core's counters |
+//! | `GET /metrics` | Prometheus text (no token needed) |
+
+use super::LiveStats;
+use crate::admin_http::{token_matches, Handler, Request, Response};
+use crate::metrics::PromText;
+use ringway_sfu::{RoomError, Sfu};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How long a handler waits for the engine's answer.
+const ENGINE_WAIT: Duration = Duration::from_secs(2);
+/// Requests queued for the engine at most.
+pub(super) const QUEUE: usize = 16;
+
+/// What the admin API asks the engine to do.
+#[derive(Debug)]
+pub(super) enum AdminOp {
+    Rooms,
+    Kick(u32),
+    CreateRoom(String, Option<usize>),
+    CloseRoom(String),
+}
+
+/// One request to the engine, with where to answer.
+pub(super) struct AdminRequest {
+    pub(super) op: AdminOp,
+    pub(super) reply: SyncSender<Response>,
+}
+
+/// The engine's side: apply `op` to the core at `now`.
+pub(super) fn apply(sfu: &mut Sfu, now: u64, op: AdminOp) -> Response {
+    let room_error = |e: RoomError| {
+        let status = match e {
+            RoomError::BadName => 400,
+            RoomError::NoSuchRoom => 404,
+            RoomError::Exists | RoomError::TooManyRooms => 409,
+        };
+        Response::error(status, &e.to_string())
+    };
+    match op {
+        AdminOp::Rooms => Response::json(200, &serde_json::json!({ "rooms": sfu.rooms_info(now) })),
+        AdminOp::Kick(ssid) => {
+            if sfu.kick(ssid) {
+                Response::json(200, &serde_json::json!({ "kicked": ssid }))
+            } else {
+                Response::error(404, "no such client")
+            }
+        }
+        AdminOp::CreateRoom(name, max) => match sfu.create_room(&name, max) {
+            Ok(()) => Response::json(201, &serde_json::json!({ "created": name })),
+            Err(e) => room_error(e),
+        },
+        AdminOp::CloseRoom(name) => match sfu.close_room(&name) {
+            Ok(n) => Response::json(200, &serde_json::json!({ "closed": name, "kicked": n })),
+            Err(e) => room_error(e),
+        },
+    }
+}
+
+/// The channel the engine drains.
+pub(super) fn channel() -> (SyncSender<AdminRequest>, Receiver<AdminRequest>) {
+    sync_channel(QUEUE)
+}
+
+/// The HTTP handler: `/metrics` from the live counters, `/api/...` through
+/// the engine, behind `token`.
+pub(super) fn handler(
+    token: String,
+    engine: SyncSender<AdminRequest>,
+    live: Arc<Mutex<LiveStats>>,
+) -> Handler {
+    Arc::new(move |r: &Request| {
+        if r.method == "GET" && r.path == "/metrics" {
+            let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            return Response {
+                status: 200,
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: render_metrics(&l),
+            };
+        }
+        if !token_matches(r.bearer.as_deref(), &token) {
+            return Response::error(401, "missing or wrong bearer token");
+        }
+        if r.method == "GET" && r.path == "/api/stats" {
+            let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            return Response::json(200, &serde_json::json!({ "sfu": l.sfu, "io": l.io }));
+        }
+        let op = match route(r) {
+            Ok(op) => op,
+            Err(resp) => return resp,
+        };
+        let (tx, rx) = sync_channel(1);
+        match engine.try_send(AdminRequest { op, reply: tx }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Response::error(503, "engine busy"),
+            Err(TrySendError::Disconnected(_)) => return Response::error(503, "engine stopped"),
+        }
+        rx.recv_timeout(ENGINE_WAIT)
+            .unwrap_or_else(|_| Response::error(503, "engine did not answer"))
+    })
+}
+
+fn route(r: &Request) -> Result<AdminOp, Response> {
+    let segs: Vec<&str> = r.path.trim_end_matches('/').split('/').skip(1).collect();
+    match (r.method.as_str(), segs.as_slice()) {
+        ("GET", ["api", "rooms"]) => Ok(AdminOp::Rooms),
+        ("POST", ["api", "rooms", name]) => {
+            let max = match r.query_param("max_clients") {
+                Some(v) => Some(
+                    v.parse::<usize>()
+                        .map_err(|_| Response::error(400, "max_clients must be a number"))?,
+                ),
+                None => None,
+            };
+            Ok(AdminOp::CreateRoom(name.to_string(), max))
+        }
+        ("DELETE", ["api", "rooms", name]) => Ok(AdminOp::CloseRoom(name.to_string())),
+        ("DELETE", ["api", "clients", ssid]) | ("POST", ["api", "clients", ssid, "kick"]) => ssid
+            .parse()
+            .map(AdminOp::Kick)
+            .map_err(|_| Response::error(400, "SSID must be a number")),
+        (_, ["api", ..]) => Err(Response::error(404, "no such endpoint")),
+        _ => Err(Response::error(404, "try /api/rooms or /metrics")),
+    }
+}
+
+/// Prometheus text for the SFU: the core's counters (drops by reason),
+/// clients, rooms (and clients per room), engine CPU and CPU per media
+/// packet, the backend's counters.
+pub fn render_metrics(l: &LiveStats) -> String {
+    let mut p = PromText::default();
+    let s = &l.sfu;
+    let drops: [(&str, u64); 17] = [
+        ("malformed", s.drop_malformed),
+        ("unregistered", s.drop_unregistered),
+        ("unverified", s.drop_unverified),
+        ("unknown_payload_type", s.drop_unknown_pt),
+        ("bad_token", s.drop_bad_token),
+        ("unknown_ssid", s.drop_unknown_ssid),
+        ("wrong_address", s.drop_wrong_address),
+        ("unexpected_control", s.drop_unexpected_control),
+        ("not_admitted", s.drop_not_admitted),
+        ("bad_cookie", s.drop_bad_cookie),
+        ("rate_limited", s.rate_limited),
+        ("not_allowed", s.drop_not_allowed),
+        ("table_full", s.rejected_register),
+        ("room_full", s.rejected_room_full),
+        ("no_room", s.rejected_no_room),
+        ("too_many_subs", s.rejected_subscribe),
+        ("truncated", l.truncated),
+    ];
+    for (reason, v) in drops {
+        p.counter(
+            "ringway_sfu_drops_total",
+            "Datagrams and requests dropped or refused, by reason.",
+            &[("reason", reason)],
+            v,
+        );
+    }
+    let tokens: [(&str, u64); 6] = [
+        ("missing", s.token_missing),
+        ("malformed", s.token_malformed),
+        ("forged", s.token_forged),
+        ("expired", s.token_expired),
+        ("wrong_room", s.token_wrong_room),
+        ("revoked", s.token_revoked),
+    ];
+    for (reason, v) in tokens {
+        p.counter(
+            "ringway_sfu_token_refused_total",
+            "Join tokens refused, by reason.",
+            &[("reason", reason)],
+            v,
+        );
+    }
+    let counters: [(&str, &str, u64); 13] = [
+        (
+            "ringway_sfu_rx_datagrams_total",
+            "Datagrams handled by the core.",
+            s.rx_datagrams,
+        ),
+        (
+            "ringway_sfu_media_packets_total",
+            "Media packets accepted for forwarding.",
+            s.media_accepted,
+        ),
+        (
+            "ringway_sfu_copies_total",
+            "Copies sent to subscribers.",
+            s.copies,
+        ),
+        (
+            "ringway_sfu_echoes_total",
+            "Echo copies sent back to senders.",
+            s.echoes,
+        ),
+        (
+            "ringway_sfu_challenges_total",
+            "CHALLENGEs sent.",
+            s.challenges,
+        ),
+        (
+            "ringway_sfu_registrations_total",
+            "Clients registered.",
+            s.registrations,
+        ),
+        ("ringway_sfu_leaves_total", "Clients that left.", s.leaves),
+        (
+            "ringway_sfu_timeouts_total",
+            "Clients removed for idleness.",
+            s.timeouts,
+        ),
+        (
+            "ringway_sfu_kicks_total",
+            "Clients kicked by the operator.",
+            s.kicks,
+        ),
+        (
+            "ringway_sfu_rebinds_total",
+            "Sessions moved to a new address.",
+            s.rebinds,
+        ),
+        (
+            "ringway_sfu_rx_bytes_total",
+            "Bytes received by the engine.",
+            l.rx_bytes,
+        ),
+        (
+            "ringway_sfu_tx_bytes_total",
+            "Bytes sent by the engine.",
+            l.tx_bytes,
+        ),
+        (
+            "ringway_sfu_errors_sent_total",
+            "ERROR replies sent.",
+            s.errors_sent,
+        ),
+    ];
+    for (name, help, v) in counters {
+        p.counter(name, help, &[], v);
+    }
+    p.gauge(
+        "ringway_sfu_clients",
+        "Registered clients.",
+        &[],
+        s.clients as f64,
+    );
+    p.gauge("ringway_sfu_rooms", "Rooms.", &[], s.rooms as f64);
+    p.gauge(
+        "ringway_sfu_static_room_members",
+        "Static-room members.",
+        &[],
+        s.room_members as f64,
+    );
+    p.gauge(
+        "ringway_sfu_revoked_tokens",
+        "Revoked tokens remembered.",
+        &[],
+        s.revoked as f64,
+    );
+    for (room, n) in &l.rooms {
+        p.gauge(
+            "ringway_sfu_room_clients",
+            "Clients per room (at most max_rooms series).",
+            &[("room", room)],
+            *n as f64,
+        );
+    }
+    if let Some(cpu) = l.engine_cpu_s {
+        p.counter_f64(
+            "ringway_sfu_engine_cpu_seconds_total",
+            "CPU time of the engine thread (user + system).",
+            &[],
+            cpu,
+        );
+        if s.rx_datagrams > 0 {
+            p.gauge(
+                "ringway_sfu_engine_cpu_per_datagram_seconds",
+                "Engine CPU per datagram handled, since start.",
+                &[],
+                cpu / s.rx_datagrams as f64,
+            );
+        }
+    }
+    if let Some(n) = l.record_queue_drops {
+        p.counter(
+            "ringway_sfu_record_queue_drops_total",
+            "Packets not recorded because the recorder's channel was full.",
+            &[],
+            n,
+        );
+    }
+    if let serde_json::Value::Object(io) = serde_json::to_value(l.io).unwrap_or_default() {
+        for (k, v) in io {
+            if let Some(v) = v.as_u64() {
+                p.counter(
+                    &format!("ringway_sfu_io_{k}_total"),
+                    "Backend counter (see ringway_io::IoStats).",
+                    &[("backend", &l.backend)],
+                    v,
+                );
+            }
+        }
+    }
+    p.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, path: &str) -> Request {
+        crate::admin_http::parse_request(format!("{method} {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap()
+    }
+
+    #[test]
+    fn routes() {
+        assert!(matches!(
+            route(&req("GET", "/api/rooms")),
+            Ok(AdminOp::Rooms)
+        ));
+        assert!(matches!(
+            route(&req("POST", "/api/rooms/jam?max_clients=3")),
+            Ok(AdminOp::CreateRoom(n, Some(3))) if n == "jam"
+        ));
+        assert!(matches!(
+            route(&req("DELETE", "/api/clients/7")),
+            Ok(AdminOp::Kick(7))
+        ));
+        assert!(matches!(
+            route(&req("POST", "/api/clients/7/kick")),
+            Ok(AdminOp::Kick(7))
+        ));
+        assert_eq!(
+            route(&req("DELETE", "/api/clients/x"))
+                .err()
+                .unwrap()
+                .status,
+            400
+        );
+        assert_eq!(route(&req("GET", "/nope")).err().unwrap().status, 404);
+    }
+}

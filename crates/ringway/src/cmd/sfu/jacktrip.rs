@@ -1,0 +1,87 @@
+//! `ringway sfu jacktrip`: a hub for JackTrip 1.7 hub clients.
+
+use anyhow::Context;
+use ringway_server::sfu::hub::{HubServer, HubServerConfig};
+use ringway_sfu::jacktrip::HubConfig;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// `ringway sfu jacktrip` options.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct HubArgs {
+    /// TCP address of the handshake (JackTrip clients connect to port 4464 by default).
+    #[arg(long, default_value = "0.0.0.0:4464")]
+    pub listen: SocketAddr,
+    /// UDP port for audio, told to every client (0: any).
+    #[arg(long, default_value_t = 61002)]
+    pub udp_port: u16,
+    /// Sampling rate every client must use (Hz).
+    #[arg(long, default_value_t = 48_000)]
+    pub rate: u32,
+    /// Most clients.
+    #[arg(long, default_value_t = 32)]
+    pub max_clients: usize,
+    /// Most clients (and pending handshakes) per IP address.
+    #[arg(long, default_value_t = 8)]
+    pub max_per_ip: usize,
+    /// Stop after this many seconds (default: until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Write the final report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub(crate) fn run(a: HubArgs) -> anyhow::Result<()> {
+    let server = HubServer::start(HubServerConfig {
+        listen: a.listen,
+        udp_port: a.udp_port,
+        hub: HubConfig {
+            rate: a.rate,
+            max_clients: a.max_clients,
+            max_per_ip: a.max_per_ip,
+            ..HubConfig::default()
+        },
+        duration_s: a.duration,
+    })?;
+    println!(
+        "ringway sfu jacktrip: handshake on tcp {}; audio on udp {}",
+        server.tcp_addr(),
+        server.udp_addr()
+    );
+    let _ = std::io::stdout().flush();
+    let stop = ringway_server::host::stop_flag()?;
+    while !server.is_finished() && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = server.shutdown()?;
+    let s = &r.hub;
+    println!(
+        "final: {:.1}s joins={} exits={} rx_audio={} tx={} forwarded={} by_deadline={} cpu={} \
+         mix_wait p50={:.1}us p99={:.1}us; drops: unknown_peer={} malformed={} rate_mismatch={} \
+         frames_mismatch={} handshakes_refused={}",
+        r.wall_s,
+        s.joins,
+        s.exits,
+        s.rx_audio,
+        s.tx_packets,
+        s.tx_forwarded,
+        s.mixes_by_deadline,
+        r.cpu_s.map_or("n/a".into(), |c| format!("{c:.3}s")),
+        r.mix_wait.p50_us,
+        r.mix_wait.p99_us,
+        s.drop_unknown_peer,
+        s.drop_malformed,
+        s.drop_rate_mismatch,
+        s.drop_frames_mismatch,
+        s.handshakes_refused
+    );
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&r)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,388 @@
+//! Real JackTrip 1.7 hub clients (`jacktrip -C`, each on its own `jackd -d
+//! dummy` server) through `ringway sfu jacktrip`, in a private network
+//! namespace: a sine played into one client (jack_metro) is recorded at
+//! the others (jack_rec) and its frequency and level are measured
+//! (Goertzel). Needs the Debian packages jacktrip, jackd2 and sox.
+
+mod sfu_common;
+
+use sfu_common::{in_netns, BIN};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Child processes, killed by PID (SIGTERM, then SIGKILL) on drop.
+#[derive(Default)]
+struct Procs(Vec<Child>);
+
+impl Procs {
+    fn spawn(&mut self, c: &mut Command, log: &Path) {
+        let f = std::fs::File::create(log).unwrap();
+        let child = c
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {c:?}: {e}"));
+        self.0.push(child);
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for c in self.0.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// JACK's server registry (/dev/shm/jack-shm-registry, 8 entries) keeps the
+/// entries of servers that were killed; servers of other names cannot reuse
+/// them ("Too many servers already active"). When no jackd runs on this
+/// machine every entry is stale, and the registry is removed.
+fn clear_stale_jack_registry() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let running = Command::new("pgrep")
+            .args(["-x", "jackd"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !running {
+            let _ = std::fs::remove_file("/dev/shm/jack-shm-registry");
+        }
+    });
+}
+
+/// Polls `ready` every 100 ms until it holds or `secs` pass (a loaded
+/// machine starts jackd and the clients slowly; fixed sleeps made this flaky).
+fn wait_until(secs: u64, mut ready: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ready()
+}
+
+/// Whether the JACK server `server` lists a port named `port`.
+fn has_port(server: &str, port: &str) -> bool {
+    jack(server, &["jack_lsp"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == port)
+        })
+}
+
+fn jack(server: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(args[0]);
+    c.args(&args[1..])
+        .env("JACK_DEFAULT_SERVER", server)
+        .env("JACK_NO_START_SERVER", "1");
+    c
+}
+
+/// Largest level at which a tone counts as absent: dropouts of the other
+/// tone under load (a late packet played as silence) leak about 0.01 into
+/// every frequency in the worst 50 ms window; a tone sent back to its sender
+/// or mixed where it does not belong arrives at 0.15–0.5.
+const ABSENT: f64 = 0.05;
+
+/// The sine amplitude at `freq` Hz in `samples` (48 kHz): the largest
+/// Goertzel estimate over 50 ms windows.
+fn tone_level(samples: &[f32], freq: f64) -> f64 {
+    let n = 2400;
+    samples
+        .chunks_exact(n)
+        .map(|w| {
+            let k = 2.0 * (2.0 * std::f64::consts::PI * freq / 48_000.0).cos();
+            let (mut s1, mut s2) = (0.0f64, 0.0f64);
+            for &x in w {
+                let s0 = f64::from(x) + k * s1 - s2;
+                s2 = s1;
+                s1 = s0;
+            }
+            let power = s1 * s1 + s2 * s2 - k * s1 * s2;
+            2.0 * power.max(0.0).sqrt() / n as f64
+        })
+        .fold(0.0, f64::max)
+}
+
+/// A recorded WAV as f32 samples (through sox).
+fn read_wav(p: &Path) -> Vec<f32> {
+    let out = Command::new("sox")
+        .arg(p)
+        .args(["-t", "f32", "-c", "1", "-"])
+        .output()
+        .expect("sox (Debian package sox)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// Start the hub and `n` JackTrip clients; client i (0-based) plays the
+/// tone `tones[i]` (Hz, amplitude) if given; every client records 3 s of
+/// what it receives. Returns the recordings and the hub's JSON report.
+fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_json::Value) {
+    // JACK servers share /dev/shm across network namespaces and its registry
+    // holds at most 8 of them; an entry whose server died is reused only by a
+    // server of the same name. So the names are fixed (not per process), and
+    // each session (the tests run in parallel) has its own.
+    clear_stale_jack_registry();
+    static SESSION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let tag = format!(
+        "rwjt{}",
+        SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    in_netns(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let mut procs = Procs::default();
+        let json = d.join("hub.json");
+        procs.spawn(
+            Command::new(BIN).args([
+                "sfu",
+                "jacktrip",
+                "--listen",
+                "127.0.0.1:4464",
+                "--udp-port",
+                "61002",
+                "--duration",
+                "20",
+                "--json",
+                json.to_str().unwrap(),
+            ]),
+            &d.join("hub.log"),
+        );
+        for i in 0..n {
+            let name = format!("{tag}-{i}");
+            procs.spawn(
+                &mut jack(
+                    &name,
+                    &[
+                        "jackd", "-n", &name, "-d", "dummy", "-r", "48000", "-p", "128",
+                    ],
+                ),
+                &d.join(format!("jackd{i}.log")),
+            );
+        }
+        for i in 0..n {
+            let name = format!("{tag}-{i}");
+            assert!(
+                wait_until(20, || has_port(&name, "system:playback_1")),
+                "jackd {i} did not start: {}",
+                std::fs::read_to_string(d.join(format!("jackd{i}.log"))).unwrap_or_default()
+            );
+        }
+        for i in 0..n {
+            let name = format!("{tag}-{i}");
+            let bind = (5001 + i).to_string();
+            procs.spawn(
+                &mut jack(
+                    &name,
+                    &[
+                        "jacktrip",
+                        "-C",
+                        "127.0.0.1",
+                        "-B",
+                        &bind,
+                        "-n",
+                        "1",
+                        "-J",
+                        &format!("c{i}"),
+                        "-D",
+                    ],
+                ),
+                &d.join(format!("jacktrip{i}.log")),
+            );
+        }
+        for i in 0..n {
+            let name = format!("{tag}-{i}");
+            let port = format!("c{i}:send_1");
+            assert!(
+                wait_until(20, || has_port(&name, &port)),
+                "jacktrip client {i} did not register {port}"
+            );
+        }
+        // Give the hub time to latch every client's first audio packet.
+        std::thread::sleep(Duration::from_secs(1));
+        for (i, t) in tones.iter().enumerate() {
+            let Some((f, a)) = t else { continue };
+            let name = format!("{tag}-{i}");
+            procs.spawn(
+                &mut jack(
+                    &name,
+                    &[
+                        "jack_metro",
+                        "-f",
+                        &f.to_string(),
+                        "-A",
+                        &a.to_string(),
+                        "-b",
+                        "60",
+                        "-D",
+                        "900",
+                        "-a",
+                        "1",
+                        "-d",
+                        "1",
+                        "-n",
+                        "metro",
+                    ],
+                ),
+                &d.join(format!("metro{i}.log")),
+            );
+            let ok = wait_until(20, || {
+                jack(
+                    &name,
+                    &["jack_connect", "metro:60_bpm", &format!("c{i}:send_1")],
+                )
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+            });
+            assert!(ok, "jack_connect on client {i}");
+        }
+        let recs: Vec<PathBuf> = (0..n).map(|i| d.join(format!("rec{i}.wav"))).collect();
+        let record = |i: usize| -> Child {
+            let name = format!("{tag}-{i}");
+            jack(
+                &name,
+                &[
+                    "jack_rec",
+                    "-f",
+                    recs[i].to_str().unwrap(),
+                    "-d",
+                    "3",
+                    &format!("c{i}:receive_1"),
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join(format!("rec{i}.log"))).unwrap())
+            .spawn()
+            .unwrap()
+        };
+        let recorders: Vec<Child> = (0..n).map(record).collect();
+        for mut r in recorders {
+            r.wait().unwrap();
+        }
+        // jack_rec sometimes fails to open its client while the machine is
+        // loaded ("Cannot open jackrec client"): record that client again.
+        for attempt in 0..3 {
+            let missing: Vec<usize> = (0..n).filter(|&i| !recs[i].exists()).collect();
+            if missing.is_empty() {
+                break;
+            }
+            eprintln!("jack_rec retry {attempt} for clients {missing:?}");
+            for i in missing {
+                record(i).wait().unwrap();
+            }
+        }
+        for (i, p) in recs.iter().enumerate() {
+            if !p.exists() {
+                let logs: Vec<String> = [
+                    "hub.log",
+                    &format!("rec{i}.log"),
+                    &format!("jacktrip{i}.log"),
+                    &format!("jackd{i}.log"),
+                    &format!("metro{i}.log"),
+                ]
+                .iter()
+                .map(|f| {
+                    format!(
+                        "--- {f}\n{}",
+                        std::fs::read_to_string(d.join(f)).unwrap_or_default()
+                    )
+                })
+                .collect();
+                panic!("client {i} recorded nothing\n{}", logs.join("\n"));
+            }
+        }
+        let audio: Vec<Vec<f32>> = recs.iter().map(|p| read_wav(p)).collect();
+        // Stop the hub (SIGTERM) for its report.
+        let hub = &procs.0[0];
+        Command::new("kill")
+            .args(["-TERM", &hub.id().to_string()])
+            .status()
+            .unwrap();
+        wait_until(10, || {
+            std::fs::read_to_string(&json)
+                .is_ok_and(|t| serde_json::from_str::<serde_json::Value>(&t).is_ok())
+        });
+        let report = std::fs::read_to_string(&json)
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no hub report; log: {}",
+                    std::fs::read_to_string(d.join("hub.log")).unwrap_or_default()
+                )
+            });
+        drop(procs);
+        (audio, report)
+    })
+}
+
+#[test]
+fn two_jacktrip_clients_hear_each_other() {
+    let (audio, report) = session(2, vec![Some((440, 0.5)), None]);
+    assert_eq!(report["hub"]["joins"], 2, "{report}");
+    let at1 = tone_level(&audio[1], 440.0);
+    assert!((0.4..0.6).contains(&at1), "440 Hz at client 1: level {at1}");
+    // Client 0 does not hear itself (N-1), and nothing else plays.
+    let at0 = tone_level(&audio[0], 440.0);
+    assert!(at0 < ABSENT, "440 Hz came back to its sender: {at0}");
+    assert!(tone_level(&audio[1], 1000.0) < ABSENT);
+    assert!(
+        report["hub"]["tx_forwarded"].as_u64().unwrap() > 0,
+        "plain forwarding"
+    );
+}
+
+#[test]
+fn three_jacktrip_clients_get_the_others_mix() {
+    let (audio, report) = session(3, vec![Some((440, 0.3)), Some((1000, 0.2)), None]);
+    assert_eq!(report["hub"]["joins"], 3, "{report}");
+    let l = |i: usize, f: f64| tone_level(&audio[i], f);
+    // Client 2 hears both, at their levels.
+    assert!(
+        (0.22..0.38).contains(&l(2, 440.0)),
+        "440 at 2: {}",
+        l(2, 440.0)
+    );
+    assert!(
+        (0.14..0.26).contains(&l(2, 1000.0)),
+        "1000 at 2: {}",
+        l(2, 1000.0)
+    );
+    // Client 0 hears 1000 Hz only, client 1 hears 440 Hz only.
+    assert!(
+        l(0, 440.0) < ABSENT && (0.14..0.26).contains(&l(0, 1000.0)),
+        "{} {}",
+        l(0, 440.0),
+        l(0, 1000.0)
+    );
+    assert!(
+        l(1, 1000.0) < ABSENT && (0.22..0.38).contains(&l(1, 440.0)),
+        "{} {}",
+        l(1, 1000.0),
+        l(1, 440.0)
+    );
+}
