@@ -88,7 +88,8 @@ wait_port() {
 
 # start_proxy LOG SHED_MS: the proxy on CPU 0, PID in $proxy.
 start_proxy() {
-    nice -n "$NICE" "$RINGWAY" sip proxy --listen "$PROXY" --mode stateful --workers 2 \
+    # The generator's UAS is on loopback: relayed to explicitly (docs/security.md).
+    nice -n "$NICE" "$RINGWAY" sip proxy --listen "$PROXY" --relay 127.0.0.0/8 --mode stateful --workers 2 \
         --rx-model shared --cpus 0 --rcvbuf 4194304 --max-transactions 4000000 \
         --max-transaction-bytes 8589934592 \
         --overload-queue-delay-ms "$2" --duration 3600 --quiet --summary "$1.proxy.json" \
