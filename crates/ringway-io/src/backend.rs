@@ -6,12 +6,14 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+mod choice;
 mod common;
 mod mmsg;
 mod socket;
 mod uring;
 pub(crate) mod xdp;
 
+pub use choice::{Io, IoChoiceError, OpenError, XdpInterface};
 pub use uring::UringConfig;
 pub use xdp::{
     attach_xdp_pass, disable_tx_checksum_offload, FanoutRoute, FanoutStats, KernelFanout,
@@ -317,18 +319,7 @@ pub trait BatchIo: Send {
         tx: &mut TxBatch,
     ) -> io::Result<()> {
         let _ = index;
-        for &dst in dsts {
-            if tx.push(dst, data).is_err() {
-                self.flush(tx)?;
-                tx.push(dst, data).map_err(|_| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "datagram larger than a send frame",
-                    )
-                })?;
-            }
-        }
-        Ok(())
+        queue_copies(self, data, dsts, tx)
     }
     /// Hand everything queued to the kernel: [`BatchIo::send_batch`] of `tx`
     /// (then cleared) by default; xdp kicks its TX ring (bounded: frames the
@@ -352,6 +343,28 @@ pub trait BatchIo: Send {
     fn tx_pending(&self) -> bool {
         self.tx_progress().is_some_and(|p| p.handed < p.queued)
     }
+}
+
+/// [`BatchIo::replicate`]'s default: push one copy per destination into
+/// `tx`, flushing it first when it is full.
+pub(crate) fn queue_copies<B: BatchIo + ?Sized>(
+    io: &mut B,
+    data: &[u8],
+    dsts: &[SocketAddr],
+    tx: &mut TxBatch,
+) -> io::Result<()> {
+    for &dst in dsts {
+        if tx.push(dst, data).is_err() {
+            io.flush(tx)?;
+            tx.push(dst, data).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "datagram larger than a send frame",
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Wrap a configured socket (see [`crate::open_udp`]) in the chosen backend.

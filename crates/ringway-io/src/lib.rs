@@ -44,14 +44,17 @@ pub mod netns;
 pub mod nfqueue;
 pub mod sock;
 mod sys;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod thread;
 pub mod time;
 pub mod tun;
 pub mod wire;
 
 pub use backend::{
-    open_backend, open_uring, open_xdp, BackendKind, BackendUnavailable, BatchIo, IoStats,
-    NeedsInterface, ParseBackendError, TxProgress, UringConfig, XdpConfig, XdpMode,
+    open_backend, open_uring, open_xdp, BackendKind, BackendUnavailable, BatchIo, Io,
+    IoChoiceError, IoStats, NeedsInterface, OpenError, ParseBackendError, TxProgress, UringConfig,
+    XdpConfig, XdpInterface, XdpMode,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};

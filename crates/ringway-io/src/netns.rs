@@ -342,7 +342,7 @@ impl Drop for Topology {
         for ns in self.netns_names() {
             if let Err(e) = ip(&["netns", "del", &ns]) {
                 if std::path::Path::new(&format!("/run/netns/{ns}")).exists() {
-                    eprintln!("ringway-io: could not delete netns {ns}: {e}");
+                    log::warn!("could not delete netns {ns}: {e}");
                 }
             }
         }

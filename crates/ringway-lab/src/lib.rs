@@ -1,15 +1,13 @@
-//! ringway-lab: load generators, impairment, experiments, scheduler
-//! profiles, models and reports.
+//! ringway-lab: experiments and their reports (impairment, scheduler
+//! profiles, models). The generators they drive are in `ringway-load`.
 
 #![forbid(unsafe_code)]
 
 pub mod impair;
-pub mod report;
+pub mod render;
 pub mod sched;
 pub mod sfulab;
-pub mod sfuload;
 pub mod siplab;
-pub mod sipload;
-pub mod srpiclab;
-pub mod srpictcp;
+pub mod srpic_sfu;
+pub mod srpic_tcp;
 pub mod stats;

@@ -480,7 +480,7 @@ impl SysState {
 impl Drop for SysState {
     fn drop(&mut self) {
         for m in self.do_restore() {
-            eprintln!("{m}");
+            log::info!("{m}");
         }
     }
 }

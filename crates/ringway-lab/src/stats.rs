@@ -16,7 +16,10 @@ pub struct MeanCi {
 
 impl std::fmt::Display for MeanCi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:.3} ± {:.3}", self.mean, self.ci95)
+        f.write_str(&crate::render::mean_ci(
+            self,
+            crate::render::Digits::Fixed(3),
+        ))
     }
 }
 

@@ -273,7 +273,7 @@ impl ThreadGroup {
     pub fn join_all(&mut self, who: &str) {
         for (name, handle) in self.threads.drain(..) {
             if handle.join().is_err() {
-                eprintln!("{who}: thread {name} panicked");
+                log::error!("{who}: thread {name} panicked");
             }
         }
     }

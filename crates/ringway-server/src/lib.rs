@@ -5,13 +5,15 @@
 //! - [`sip`]: the multi-threaded SIP proxy/registrar server
 //!   ([`sip::SipServer`]: worker threads over a shared or SO_REUSEPORT
 //!   socket, a timer thread, per-message K_rcv / T_sip / K_snd metrics) and
-//!   its per-batch seam [`sip::SipWorker::drive_batch`].
+//!   its per-batch seam [`sip::SipWorker::drive_batch`]; [`sip::location`]
+//!   is the registrar's location store when several proxies share it
+//!   ([`sip::location::RedisStore`]) and the store threads that keep its
+//!   waits off the workers.
 //! - [`dispatch`]: the SIP dispatcher in front of several proxies
 //!   ([`dispatch::DispatchServer`]: workers and a probe thread).
-//! - [`location`]: the SIP registrar's location store when it is shared
-//!   by several proxies ([`location::RedisStore`]) and the store threads
-//!   that keep its waits off the workers.
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
+//! - [`reorder`]: SRPIC in front of the host's TCP over NFQUEUE
+//!   ([`reorder::nfqueue::run`], `ringway reorder nfqueue`).
 //! - [`metrics`]: latency histograms and percentiles, Prometheus text, a
 //!   tiny HTTP server for `/metrics`.
 //! - [`admin_http`]: bounded HTTP/1.x for management APIs (bearer token,
@@ -29,9 +31,11 @@
 pub mod admin_http;
 pub mod dispatch;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
-pub mod location;
 pub mod metrics;
+pub mod reorder;
 pub mod sfu;
 pub mod sip;
 

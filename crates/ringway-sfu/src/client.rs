@@ -1,7 +1,7 @@
 //! Client-side logic without I/O: RTP stream generation, control requests
 //! and replies, and per-stream sequence tracking (loss, reordering). The
 //! latency statistics of a load run live with the load tool
-//! (`ringway_lab::sfuload`).
+//! (`ringway_load::sfu`).
 
 use crate::wire::{
     self, Control, ErrorCode, MediaType, MsgType, RtpHeader, Selector, RTP_HEADER_LEN,

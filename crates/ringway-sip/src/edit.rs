@@ -115,7 +115,8 @@ pub enum EditError {
     MaxForwardsExhausted,
     /// Asked to consume a Route that is not there.
     NoRoute,
-    /// Asked to strip the top Via of a message that has none.
+    /// Asked to strip the top Via of a message that has none, or to
+    /// forward a response that has no Via after ours.
     NoVia,
     /// Not a request (or not a response) as the function requires.
     WrongKind,
@@ -566,10 +567,15 @@ fn splice(
     Ok(out.len())
 }
 
-/// Copy a response into `out` without its top Via value.
+/// Copy a response into `out` without its top Via value. A response with
+/// no Via after that one was meant for us and is not forwarded (RFC 3261
+/// 16.7 step 3): [`EditError::NoVia`].
 pub fn forward_response(msg: &SipMsg<'_>, out: &mut Vec<u8>) -> Result<usize, EditError> {
     if msg.is_request() {
         return Err(EditError::WrongKind);
+    }
+    if msg.vias().nth(1).is_none() {
+        return Err(EditError::NoVia);
     }
     let idx = msg
         .header_positions()

@@ -1,6 +1,8 @@
-//! Invariants the fuzz targets (crates/ringway-sip/fuzz) check, shared with
-//! the corpus replay test so both assert the same things. Each function
-//! panics when an invariant is broken; that is the point.
+//! Invariants the SIP fuzz targets (`fuzz/`) check, shared with the corpus
+//! replay tests so both assert the same things. Each function panics when
+//! an invariant is broken; that is the point.
+
+mod script;
 
 use crate::auth::Credentials;
 use crate::proxy::{ProxyWorker, AMPLIFICATION_LIMIT};
@@ -87,53 +89,135 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
     true
 }
 
-/// Feed a datagram sequence (split on 0xFF) from three sources (a client,
-/// the configured next hop, a stranger) through stateful and stateless
-/// proxies, with and without authentication (table bound 8), with timers
-/// in between: nothing may be sent to port 0 or empty, the table stays
-/// bounded, and every step keeps the [`Guarded`] security invariants.
-pub fn proxy_sequence(data: &[u8]) {
-    let mk = |mode, auth: bool| {
-        let mut proxy = Proxy::new(ProxyConfig {
-            mode,
-            local: "192.0.2.10:5060".parse().unwrap(),
-            route_to: Some("192.0.2.20:5060".parse().unwrap()),
-            registrar: true,
-            record_route: true,
-            max_transactions: 8,
-            domains: vec!["example.com".into()],
-            auth: auth.then(crate::proxy::AuthConfig::default),
-            ..ProxyConfig::default()
-        });
-        let mut users = crate::auth::HtdigestCredentials::default();
-        users.add_password("alice", "example.com", "secret");
-        proxy.set_credentials(std::sync::Arc::new(users));
-        proxy
-    };
-    let proxies = [
-        mk(Mode::Stateful, false),
-        mk(Mode::Stateless, true),
-        mk(Mode::Stateful, true),
-        mk(Mode::Stateless, false),
-    ];
-    let sources: [SocketAddr; 3] = [
-        "192.0.2.1:5060".parse().unwrap(),
-        "192.0.2.20:5060".parse().unwrap(),
-        "192.0.2.7:5070".parse().unwrap(),
-    ];
-    let mut now = 0u64;
-    let mut guarded: Vec<Guarded<'_>> = proxies.iter().map(Guarded::new).collect();
-    for (i, dg) in data.split(|&b| b == 0xFF).enumerate() {
-        let src = sources[i % sources.len()];
-        for guard in &mut guarded {
-            guard.handle(now, src, dg);
-            guard.on_timer(now);
-        }
-        now += (i as u64 % 7) * 3_000_000_000;
+/// Bound on the fuzzed proxies' transaction tables.
+const FUZZ_MAX_TRANSACTIONS: usize = 8;
+
+/// A proxy as the fuzz targets run it: our address 192.0.2.10:5060,
+/// `route_to` 192.0.2.20:5060, registrar for `example.com` with [`script::USER`]'s
+/// password, Record-Route, [`FUZZ_MAX_TRANSACTIONS`].
+fn fuzz_proxy(mode: Mode, auth: bool) -> Proxy {
+    let mut proxy = Proxy::new(ProxyConfig {
+        mode,
+        local: "192.0.2.10:5060".parse().unwrap(),
+        route_to: Some("192.0.2.20:5060".parse().unwrap()),
+        registrar: true,
+        record_route: true,
+        max_transactions: FUZZ_MAX_TRANSACTIONS,
+        domains: vec!["example.com".into()],
+        auth: auth.then(crate::proxy::AuthConfig::default),
+        ..ProxyConfig::default()
+    });
+    let mut users = crate::auth::HtdigestCredentials::default();
+    let (user, realm, password) = script::USER;
+    users.add_password(user, realm, password);
+    proxy.set_credentials(std::sync::Arc::new(users));
+    proxy
+}
+
+/// What every datagram a core sends must satisfy: a real destination, a
+/// message that parses (an error response to a malformed request, which
+/// echoes its headers, at least loosely).
+pub fn check_sent(to: SocketAddr, bytes: &[u8]) {
+    assert!(to.port() != 0 && !to.ip().is_unspecified(), "sent to {to}");
+    if let Err(e) = SipMsg::parse(bytes) {
+        let echoes_a_malformed_request = SipMsg::parse_loose(bytes)
+            .is_ok_and(|m| m.status().is_some_and(|s| (400..600).contains(&s)));
+        assert!(
+            echoes_a_malformed_request,
+            "sent an unparseable message ({e:?}) to {to}: {:?}",
+            String::from_utf8_lossy(bytes)
+        );
     }
-    for guard in &mut guarded {
-        guard.on_timer(now + 400_000_000_000);
-        assert!(guard.worker.proxy().stats().transactions_active <= 8 + 8);
+}
+
+/// Run a fuzz script (see [`script`]: datagrams from a user agent, the next
+/// hop, another host and an IPv6 host, with time steps; peers answer the
+/// last request, replay what the proxy sent, or add digest credentials
+/// answering its last challenge) through four proxies: stateful and
+/// stateless, each with and without digest authentication. Every datagram
+/// sent passes [`check_sent`], and the transaction table stays bounded.
+pub fn proxy_sequence(data: &[u8]) {
+    for (mode, auth) in [
+        (Mode::Stateful, false),
+        (Mode::Stateless, false),
+        (Mode::Stateful, true),
+        (Mode::Stateless, true),
+    ] {
+        run_proxy_script(&fuzz_proxy(mode, auth), data);
+    }
+}
+
+/// One proxy through a script, with the checks of [`proxy_sequence`] and
+/// the security invariants of [`Guarded`].
+fn run_proxy_script(proxy: &Proxy, data: &[u8]) {
+    let mut guard = Guarded::new(proxy);
+    let mut peers = script::Peers::default();
+    let mut now = 1_000_000_000u64;
+    for step in script::steps(data) {
+        now += script::WAITS[step.wait];
+        guard.on_timer(now);
+        if let Some((src, datagram)) = peers.datagram(&step) {
+            guard.handle(now, src, datagram);
+        }
+        for (to, bytes) in guard.take_outputs() {
+            check_sent(to, &bytes);
+            peers.saw(to, &bytes);
+        }
+        let active = proxy.transactions_active();
+        assert!(active <= 2 * FUZZ_MAX_TRANSACTIONS, "{active} transactions");
+    }
+    // Timers that fire start others (timer C sends CANCEL, a final
+    // response starts D): let 10 × 200 s pass, one step at a time.
+    for _ in 0..10 {
+        now += 200_000_000_000;
+        guard.on_timer(now);
+        for (to, bytes) in guard.take_outputs() {
+            check_sent(to, &bytes);
+        }
+    }
+    assert_eq!(
+        proxy.transactions_active(),
+        0,
+        "transactions left after every timer fired"
+    );
+}
+
+/// Run a fuzz script (see [`script`]; peer 1 and 2 are the two proxies
+/// behind it) through a dispatcher with probes every 500 ms: every
+/// datagram sent passes [`check_sent`].
+pub fn dispatch_sequence(data: &[u8]) {
+    run_dispatch_script(&fuzz_dispatcher(), data);
+}
+
+/// The dispatcher of [`dispatch_sequence`]: peers 1 and 2 are its proxies.
+fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
+    crate::dispatch::Dispatcher::new(crate::dispatch::DispatchConfig {
+        local: "192.0.2.10:5060".parse().unwrap(),
+        proxies: vec![script::peer(1), script::peer(2)],
+        probe_interval: 500_000_000,
+        probe_failures: 3,
+        record_route: true,
+        secret: [0x5E; 32],
+        relay: crate::RelayNets::default(),
+    })
+}
+
+/// One dispatcher through a script, with the checks of [`dispatch_sequence`].
+fn run_dispatch_script(dispatcher: &crate::dispatch::Dispatcher, data: &[u8]) {
+    let mut worker = dispatcher.worker();
+    let mut peers = script::Peers::default();
+    let mut sent = Vec::new();
+    let mut now = 1_000_000_000u64;
+    for step in script::steps(data) {
+        now += script::WAITS[step.wait];
+        worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+        if let Some((src, datagram)) = peers.datagram(&step) {
+            worker.handle(now, src, datagram, &mut |to, b| sent.push((to, b.to_vec())));
+        }
+        for (to, bytes) in sent.drain(..) {
+            check_sent(to, &bytes);
+            peers.saw(to, &bytes);
+        }
     }
 }
 
@@ -160,6 +244,7 @@ pub struct Guarded<'p> {
     generated_to: HashMap<IpAddr, usize>,
     responders: HashSet<IpAddr>,
     relayed: HashSet<u64>,
+    outputs: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 /// What kind of step produced an output.
@@ -180,6 +265,7 @@ impl<'p> Guarded<'p> {
             generated_to: HashMap::new(),
             responders: HashSet::new(),
             relayed: HashSet::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -227,7 +313,9 @@ impl<'p> Guarded<'p> {
                 self.allowed.extend(hops);
             }
         }
-        outputs.len()
+        let produced = outputs.len();
+        self.outputs.extend(outputs);
+        produced
     }
 
     /// Run due timers and check what they produced.
@@ -238,6 +326,12 @@ impl<'p> Guarded<'p> {
         for (to, bytes) in &outputs {
             self.check(*to, bytes, Step::Timer);
         }
+        self.outputs.extend(outputs);
+    }
+
+    /// The datagrams produced (and checked) since the last call.
+    pub fn take_outputs(&mut self) -> Vec<(SocketAddr, Vec<u8>)> {
+        std::mem::take(&mut self.outputs)
     }
 
     fn check(&mut self, to: SocketAddr, bytes: &[u8], step: Step) {
@@ -330,4 +424,40 @@ pub fn lazy_agrees(strict: &SipMsg<'_>, lazy: &SipMsg<'_>) {
     assert_eq!(strict.content_length(), lazy.content_length());
     assert_eq!(strict.body(), lazy.body());
     assert!(strict.headers().eq(lazy.headers()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scripted peers' credentials are accepted: the fuzz target
+    /// reaches the authenticated paths, not only the challenges.
+    #[test]
+    fn scripted_credentials_answer_the_challenge() {
+        let invite = b"INVITE sip:bob@example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKa1\r\nMax-Forwards: 70\r\n\
+From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+Call-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        // Raw INVITE (challenged), then the same with credentials (0x20).
+        let data = [&[0x00][..], invite, &[0xff, 0x20], invite].concat();
+        for mode in [Mode::Stateful, Mode::Stateless] {
+            let proxy = fuzz_proxy(mode, true);
+            run_proxy_script(&proxy, &data);
+            let stats = proxy.stats();
+            assert_eq!(stats.auth_accepted, 1, "{mode:?}: {stats:?}");
+            assert_eq!(stats.requests_forwarded, 1, "{mode:?}: {stats:?}");
+        }
+    }
+
+    /// A step that lets 600 ms pass makes the dispatcher probe; answering
+    /// the last request answers a probe, from the probed proxy.
+    #[test]
+    fn scripted_peers_answer_probes() {
+        let data = [&[0x0c][..], b"", &[0xff, 0x40, 0x00, 0x64]].concat();
+        let dispatcher = fuzz_dispatcher();
+        run_dispatch_script(&dispatcher, &data);
+        let stats = dispatcher.stats();
+        assert_eq!(stats.probes_sent, 2, "{stats:?}");
+        assert_eq!(stats.probe_answers, 1, "{stats:?}");
+    }
 }

@@ -5,7 +5,6 @@
 use ringway_sip::SipMsg;
 use rsip::headers::{ToTypedHeader, UntypedHeader};
 use rsip::prelude::HeadersExt;
-use std::path::PathBuf;
 
 #[derive(Debug, PartialEq)]
 struct Fields {
@@ -194,14 +193,9 @@ fn agrees_with_rsip_on_generated_messages() {
 
 #[test]
 fn agrees_with_rsip_on_valid_torture_messages() {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/sip-torture"
-    ));
-    if !dir.is_dir() {
-        eprintln!("SKIP: {} not found", dir.display());
+    let Some(dir) = ringway_io::testing::testdata("sip-torture") else {
         return;
-    }
+    };
     let mut compared = Vec::new();
     let mut rsip_rejected = Vec::new();
     for sub in ["rfc4475", "rfc5118"] {

@@ -1124,8 +1124,8 @@ fn flood_limit_drops_and_counts_requests_of_one_source() {
         assert_eq!(o.action, Action::Dropped(DropReason::Flood));
         assert!(sent.is_empty(), "no answer to a possibly spoofed source");
     }
-    // Another source passes; the blocked source's responses are limited
-    // too (S12: responses count a quarter of a request).
+    // Another source passes. Responses from the flooding one are dropped
+    // too since review S12 (they used to pass unlimited).
     let (o, _) = handle(&p, 30, "192.0.2.7:5060", &options(100));
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     let (o, _) = handle(&p, 31, UAC, &response_to(&options(101), 200, "OK", ""));
@@ -1137,4 +1137,74 @@ fn flood_limit_drops_and_counts_requests_of_one_source() {
     // Two windows later (one quiet window): through again.
     let (o, _) = handle(&p, sec(2) + 1, UAC, &options(200));
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
+}
+
+#[test]
+fn a_response_with_no_via_left_after_ours_is_not_forwarded() {
+    // Found by fuzzing (fuzz/corpus/sip_proxy/crash-no-via-left): a
+    // "response" to the hop-by-hop ACK of a non-2xx carries only our Via;
+    // it matched the INVITE's client transaction (an ACK's class) and went
+    // upstream with no Via at all. RFC 3261 16.7 step 3: with no Via left
+    // the response was meant for us; 17.1.3: a response matches a client
+    // transaction only with the CSeq method of its request (an ACK is
+    // never answered).
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let inv = invite("z9hG4bKnv", "sip:bob@example.com", "");
+        let (_, sent) = handle(&p, 0, UAC, &inv);
+        let fwd = sent
+            .iter()
+            .find(|(a, _)| *a == addr(UAS))
+            .unwrap()
+            .1
+            .clone();
+        // Only our Via: what a response to a request we originated carries.
+        let ours = parse(&fwd).vias().next().unwrap();
+        let only_ours = String::from_utf8(response_to(&fwd, 180, "Ringing", ""))
+            .unwrap()
+            .split("\r\n")
+            .filter(|l| !l.starts_with("Via:") || l.contains(ours.branch.unwrap()))
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        assert_eq!(parse(only_ours.as_bytes()).vias().count(), 1);
+        let (o, sent) = handle(&p, 1, UAS, only_ours.as_bytes());
+        assert!(sent.is_empty(), "{mode:?}: forwarded {sent:?}");
+        assert!(matches!(o.action, Action::Dropped(_)), "{mode:?}: {o:?}");
+        if mode == Mode::Stateful {
+            // The ACK of a 486, answered: nothing goes upstream.
+            let (_, sent) = handle(&p, 2, UAS, &response_to(&fwd, 486, "Busy Here", ""));
+            let ack = sent
+                .iter()
+                .find(|(a, _)| *a == addr(UAS))
+                .unwrap()
+                .1
+                .clone();
+            assert_eq!(parse(&ack).method(), Some(Method::Ack));
+            let (o, sent) = handle(&p, 3, UAS, &response_to(&ack, 200, "OK", ""));
+            assert!(sent.is_empty(), "answer to an ACK forwarded: {sent:?}");
+            assert!(matches!(o.action, Action::Dropped(_)), "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn a_route_that_cannot_be_a_request_uri_is_refused() {
+    // Found by fuzzing (fuzz/corpus/sip_proxy/crash-nul-request-uri): a
+    // strict next hop (Route without `lr`) with control characters became
+    // the Request-URI of the forwarded INVITE, which no parser accepts.
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let inv = invite(
+            "z9hG4bKnul",
+            "sip:bob@example.com",
+            "Route: <sip:bob\0\0@198.51.100.30>\r\n",
+        );
+        let (o, sent) = handle(&p, 0, UAC, &inv);
+        assert_eq!(o.action, Action::Responded(400), "{mode:?}");
+        assert!(
+            sent.iter().all(|(a, _)| *a == addr(UAC)),
+            "{mode:?}: {sent:?}"
+        );
+        assert_eq!(parse(&sent.last().unwrap().1).status(), Some(400));
+    }
 }

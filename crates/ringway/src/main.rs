@@ -5,6 +5,7 @@
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 mod cmd;
+mod logging;
 
 /// Fast UDP packet-switching servers (SIP proxy, SFU, SRPIC) and the lab that measures them.
 #[derive(clap::Parser, Debug)]
@@ -41,6 +42,7 @@ enum Cmd {
 }
 
 fn main() -> anyhow::Result<()> {
+    logging::init();
     let root = Cli::command();
     // `--config FILE` of `sip proxy` / `sfu serve`: the file's options go
     // in before the command line's (which override them).

@@ -280,9 +280,22 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             .spawn()
             .unwrap()
         };
+        // jack_rec can hang when its server stalls: never wait for it
+        // longer than its 3 s recording plus a margin.
+        let finish = |mut r: Child| {
+            let end = std::time::Instant::now() + Duration::from_secs(20);
+            while std::time::Instant::now() < end {
+                if r.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = r.kill();
+            let _ = r.wait();
+        };
         let recorders: Vec<Child> = (0..n).map(record).collect();
-        for mut r in recorders {
-            r.wait().unwrap();
+        for r in recorders {
+            finish(r);
         }
         // jack_rec sometimes fails to open its client while the machine is
         // loaded ("Cannot open jackrec client"): record that client again.
@@ -293,7 +306,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             }
             eprintln!("jack_rec retry {attempt} for clients {missing:?}");
             for i in missing {
-                record(i).wait().unwrap();
+                finish(record(i));
             }
         }
         for (i, p) in recs.iter().enumerate() {

@@ -8,8 +8,8 @@ mod reorder_common;
 use reorder_common::*;
 use ringway_io::netns::Host;
 use ringway_lab::impair::{scaled_receiver, PathConfig};
-use ringway_lab::srpictcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
-use ringway_lab::srpictcp::relay::RelayCoreConfig;
+use ringway_lab::srpic_tcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
+use ringway_lab::srpic_tcp::relay::RelayCoreConfig;
 use std::process::Command;
 use std::time::Duration;
 
@@ -96,12 +96,12 @@ fn nfqueue_sorts_a_tcp_transfer_reordered_upstream() {
         let hosts = Hosts::create(rate, SenderProfile::A, true).unwrap();
         let rcv = hosts.receiver().clone();
         let queue = queue_rule(&rcv, 7, true);
-        let before = ringway_lab::srpictcp::hosts::nstat(&rcv).unwrap();
+        let before = ringway_lab::srpic_tcp::hosts::nstat(&rcv).unwrap();
         let td = with_ringway.then(|| tcpdump(&rcv, "tun0", &cap_in, &["tcp"]));
         let sorter = with_ringway.then(|| ringway_nfqueue(&rcv, &["--queue", "7"]));
         let (json, relay) = with_relay(&hosts, &cfg, || iperf3(&hosts, 3.0, 1));
-        let after = ringway_lab::srpictcp::hosts::nstat(&rcv).unwrap();
-        let d = ringway_lab::srpictcp::hosts::delta(&before, &after);
+        let after = ringway_lab::srpic_tcp::hosts::nstat(&rcv).unwrap();
+        let d = ringway_lab::srpic_tcp::hosts::delta(&before, &after);
         let ip = parse_iperf3(&json).unwrap_or_else(|e| panic!("{e:#}: {json}"));
         assert!(ip.mbps > 5.0, "the transfer went through: {ip:?}");
         let segs = relay.arrival_order.0 as f64;
@@ -134,7 +134,7 @@ fn nfqueue_sorts_a_tcp_transfer_reordered_upstream() {
 
 fn check_sorter(
     sorter: Bg,
-    relay: &ringway_lab::srpictcp::relay::RelayReport,
+    relay: &ringway_lab::srpic_tcp::relay::RelayReport,
     tcpdump_stats: &str,
     cap_in: &std::path::Path,
 ) {

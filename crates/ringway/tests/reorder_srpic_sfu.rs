@@ -9,7 +9,7 @@
 //! buffer space under CPU contention is accounted for, and a packet lost
 //! anywhere else (e.g. in the SFU's sorter) is not.
 
-use ringway_lab::srpiclab::{run_once, RunResult, SrpicLabConfig};
+use ringway_lab::srpic_sfu::{run_once, RunResult, SrpicLabConfig};
 
 /// UDP datagrams the kernel dropped in the calling thread's namespace
 /// (receive and send buffer errors).

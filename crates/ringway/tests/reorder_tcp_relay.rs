@@ -10,8 +10,8 @@ mod reorder_common;
 
 use reorder_common::*;
 use ringway_lab::impair::{scaled_receiver, LossModel, PathConfig};
-use ringway_lab::srpictcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
-use ringway_lab::srpictcp::relay::RelayCoreConfig;
+use ringway_lab::srpic_tcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
+use ringway_lab::srpic_tcp::relay::RelayCoreConfig;
 use ringway_reorder::SrpicConfig;
 use std::process::Command;
 

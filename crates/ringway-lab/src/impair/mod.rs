@@ -11,7 +11,7 @@
 //!   and reverse directions configured separately).
 //!
 //! The TCP relay of `ringway lab srpic-tcp` (TUN devices) uses the same
-//! two cores (`crate::srpictcp`).
+//! two cores (`crate::srpic_tcp`).
 
 pub mod coalesce;
 pub mod path;

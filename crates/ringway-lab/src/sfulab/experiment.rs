@@ -1,6 +1,6 @@
 //! Running the SFU experiment: for every repetition, client count,
 //! per-client packet rate and backend, an SFU ([`ringway_server::sfu`]) and
-//! its load clients ([`crate::sfuload`], every client subscribed to all, so
+//! its load clients ([`ringway_load::sfu`], every client subscribed to all, so
 //! each packet is copied to clients − 1 subscribers plus the echo, the
 //! clients' phases desynchronised) run in this process; after a warm-up,
 //! the SFU's per-packet delays and the CPU time of every emulated host over
@@ -14,11 +14,11 @@
 
 use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
 use super::Run;
-use crate::sfuload::{self, SfuLoadConfig};
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
-use ringway_io::BackendKind;
-use ringway_server::sfu::{Flush, SfuServer, SfuServerConfig};
+use ringway_io::{BackendKind, Io, XdpInterface};
+use ringway_load::sfu::{ClientReport, SfuLoadConfig};
+use ringway_server::sfu::{Flush, ServeReport, SfuServer, SfuServerConfig};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -107,7 +107,7 @@ impl Placement {
         backend: BackendKind,
         fanout: bool,
     ) -> anyhow::Result<SfuServerConfig> {
-        let (listen, xdp_iface) = match self {
+        let (listen, veth) = match self {
             Placement::Loopback => ("127.0.0.1:0".parse().expect("literal"), None),
             Placement::Hosts(t) => {
                 let sfu = t.sfu();
@@ -118,22 +118,27 @@ impl Placement {
             }
         };
         anyhow::ensure!(
-            (backend != BackendKind::Xdp && !fanout) || xdp_iface.is_some(),
+            (backend != BackendKind::Xdp && !fanout) || veth.is_some(),
             "the xdp backend and the kernel fan-out need the namespace testbed (they attach to the SFU host's veth)"
         );
+        let interface = veth
+            .clone()
+            .filter(|_| backend == BackendKind::Xdp)
+            .map(|iface| XdpInterface {
+                // As deep a transmit queue as the other backends get from
+                // the testbed's qdisc (10000 packets): 8192 TX frames.
+                frames: 16384,
+                ..XdpInterface::new(iface)
+            });
         Ok(SfuServerConfig {
             listen,
-            backend,
-            kernel_fanout: xdp_iface.clone().filter(|_| fanout),
-            xdp_iface: xdp_iface.filter(|_| backend == BackendKind::Xdp),
+            io: Io::new(backend, interface)?,
+            kernel_fanout: veth.filter(|_| fanout),
             batch: c.batch,
             flush: c.flush,
             flush_age_us: c.flush_age_us,
             spin_us: c.spin_us,
             warmup_s: c.warmup_s,
-            // As deep a transmit queue as the other backends get from the
-            // testbed's qdisc (10000 packets): 8192 TX frames.
-            xdp_frames: 16384,
             cpus: c.cpus.clone(),
             duration_s: Some(c.warmup_s + c.duration_s + 60.0),
             ..SfuServerConfig::default()
@@ -196,7 +201,14 @@ pub fn run_one(
     pps: u32,
     rep: usize,
 ) -> anyhow::Result<Run> {
-    run_column(place, c, backend, false, clients, pps, rep)
+    let column = Column {
+        backend,
+        fanout: false,
+        clients,
+        pps,
+        rep,
+    };
+    run_column(place, c, column)
 }
 
 /// One run of the `tc` column: the socket SFU with the in-kernel fan-out.
@@ -207,28 +219,29 @@ pub fn run_kernel_fanout(
     pps: u32,
     rep: usize,
 ) -> anyhow::Result<Run> {
-    run_column(place, c, BackendKind::Socket, true, clients, pps, rep)
+    let column = Column {
+        backend: BackendKind::Socket,
+        fanout: true,
+        clients,
+        pps,
+        rep,
+    };
+    run_column(place, c, column)
 }
 
-fn run_column(
-    place: &Placement,
-    c: &SfuLabConfig,
-    backend: BackendKind,
-    fanout: bool,
-    clients: usize,
-    pps: u32,
-    rep: usize,
-) -> anyhow::Result<Run> {
+/// Run the SFU and its clients, sampling CPU times over the measured
+/// window (after the warm-up).
+fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Result<Measured> {
     // Every backend's SFU interface gets native XDP in the testbed (the
     // xdp backend attaches its own program).
     let napi_before = napi_snapshot();
     let pass = match place {
-        Placement::Hosts(t) if t.napi() && backend != BackendKind::Xdp => {
+        Placement::Hosts(t) if t.napi() && column.backend != BackendKind::Xdp => {
             Some(t.sfu_pass_program()?)
         }
         _ => None,
     };
-    let sfu = place.start_sfu(place.sfu_config(c, backend, fanout)?)?;
+    let sfu = place.start_sfu(place.sfu_config(c, column.backend, column.fanout)?)?;
     let addr = sfu.local_addr();
     let sfu_napi = match place {
         Placement::Hosts(t) if t.napi() => t.sfu_threaded_napi(&napi_before).unwrap_or_default(),
@@ -240,18 +253,18 @@ fn run_column(
     };
     // 3 streams per client: interval = 3 / pps seconds.
     let load = SfuLoadConfig {
-        interval_ms: 3000.0 / pps as f64,
+        interval_ms: 3000.0 / column.pps as f64,
         duration_s: c.warmup_s + c.duration_s,
         drain_s: 0.3,
         backend: BackendKind::Mmsg,
-        in_netns: place.client_netns(clients),
+        in_netns: place.client_netns(column.clients),
         cpus: c.load_cpus.clone(),
-        seed: rep as u64 + 1,
-        ..SfuLoadConfig::new(addr, clients)
+        seed: column.rep as u64 + 1,
+        ..SfuLoadConfig::new(addr, column.clients)
     };
     let load = std::thread::spawn(move || {
         let never = AtomicBool::new(false);
-        sfuload::run(&load, &never, None, |_| {})
+        ringway_load::sfu::run(&load, &never, None, |_| {})
     });
     std::thread::sleep(Duration::from_secs_f64(c.warmup_s + 0.5));
     let s0 = sample(&sfu_napi, &switch_napi);
@@ -262,8 +275,83 @@ fn run_column(
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))?;
     let served = sfu.shutdown();
     drop(pass);
-    let load = load.context("the load clients")?;
-    let s = served.context("the SFU")?;
+    let load = load.context("the load column.clients")?;
+    let served = served.context("the SFU")?;
+    Ok(Measured {
+        served,
+        load,
+        before: s0,
+        after: s1,
+    })
+}
+
+/// What one run measured.
+struct Measured {
+    served: ServeReport,
+    load: ClientReport,
+    /// CPU samples at the start and the end of the measured window.
+    before: Sample,
+    after: Sample,
+}
+
+/// Why a run is left out of the summaries, if it is.
+fn exclusion(
+    c: &SfuLabConfig,
+    served: &ServeReport,
+    load: &ClientReport,
+    late_pct: f64,
+    foreign_pct: f64,
+) -> Option<String> {
+    let refused: Vec<&String> = served
+        .placement_refused
+        .iter()
+        .chain(&load.placement_refused)
+        .collect();
+    if !refused.is_empty() {
+        Some(format!("placement refused: {}", refused[0]))
+    } else if served.tx_congested {
+        Some(format!(
+            "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
+            served.io.tx_ring_full_waits, served.io.tx_ring_full_drops
+        ))
+    } else if late_pct > c.max_late_pct {
+        Some(format!(
+            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late)"
+        ))
+    } else if foreign_pct > c.max_foreign_pct {
+        Some(format!(
+            "other load on the machine ({foreign_pct:.0}% of a core)"
+        ))
+    } else {
+        None
+    }
+}
+
+/// One cell of the grid: the backend (or the in-kernel fan-out), the
+/// client count, the rate and the repetition.
+#[derive(Copy, Clone, Debug)]
+struct Column {
+    backend: BackendKind,
+    fanout: bool,
+    clients: usize,
+    pps: u32,
+    rep: usize,
+}
+
+fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Result<Run> {
+    let Column {
+        backend,
+        fanout,
+        clients,
+        pps,
+        rep,
+    } = column;
+    let Measured {
+        served: s,
+        load,
+        before: s0,
+        after: s1,
+    } = measure(place, c, column)?;
     let window = s1.at.duration_since(s0.at).as_secs_f64().max(1e-3);
     let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
     let engine_pct = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, s.wall_s.max(1e-3)));
@@ -286,29 +374,7 @@ fn run_column(
     } else {
         0.0
     };
-    let refused: Vec<&String> = s
-        .placement_refused
-        .iter()
-        .chain(&load.placement_refused)
-        .collect();
-    let excluded = if !refused.is_empty() {
-        Some(format!("placement refused: {}", refused[0]))
-    } else if s.tx_congested {
-        Some(format!(
-            "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
-            s.io.tx_ring_full_waits, s.io.tx_ring_full_drops
-        ))
-    } else if late_pct > c.max_late_pct {
-        Some(format!(
-            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late)"
-        ))
-    } else if foreign_pct > c.max_foreign_pct {
-        Some(format!(
-            "other load on the machine ({foreign_pct:.0}% of a core)"
-        ))
-    } else {
-        None
-    };
+    let excluded = exclusion(c, &s, &load, late_pct, foreign_pct);
     let kernel = s.kernel_fanout.filter(|_| fanout);
     let packets = kernel.map_or(s.delay.count, |k| k.packets);
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
@@ -498,7 +564,14 @@ pub fn run_capacity(
         let name = if fanout { "tc" } else { b.name() };
         let mut best: Option<(usize, u64)> = None;
         for &n in steps {
-            let r = run_column(place, c, b, fanout, n, pps, 0)?;
+            let column = Column {
+                backend: b,
+                fanout,
+                clients: n,
+                pps,
+                rep: 0,
+            };
+            let r = run_column(place, c, column)?;
             // The in-kernel fan-out works in the SFU's NAPI thread: its
             // saturation is the SFU host's.
             let cpu = if fanout {

@@ -13,6 +13,7 @@
 pub mod experiment;
 pub mod testbed;
 
+use crate::render::{self, svg, Digits, Table};
 use crate::stats::{fit_line, mean_ci, LineFit, MeanCi};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -362,48 +363,53 @@ pub fn summarize(runs: &[Run]) -> Summary {
 }
 
 fn ci(m: &MeanCi) -> String {
-    if m.mean.is_finite() {
-        format!("{:.1}±{:.1}", m.mean, m.ci95)
-    } else {
-        "n/a".into()
-    }
+    render::mean_ci(m, Digits::Fixed(1))
 }
 
 fn opt(r: Option<f64>) -> String {
-    r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into())
+    render::opt(r, 2)
 }
 
 fn x(r: Option<f64>) -> String {
-    r.map(|v| format!("{v:.2}x"))
-        .unwrap_or_else(|| "n/a".into())
+    r.filter(|v| v.is_finite())
+        .map_or_else(|| "n/a".into(), |v| format!("{v:.2}x"))
 }
 
 fn us(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v:.1}")
-    } else {
-        "n/a".into()
-    }
+    render::opt(Some(v), 1)
 }
 
-/// Render the summary as text: the per-cell table, Figs. 3-5 shaped
-/// tables, the ratios per backend and the delay models.
-pub fn render(s: &Summary) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:>7} {:>5} {:>7} {:>6} {:>10} {:>10} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>6} {:>6} {:>6} {:>6}",
-        "clients", "pps", "backend", "copies", "cpu_user%", "cpu_kern%", "cpu/pkt", "a_sched_us",
-        "b_handoff", "c_wait_us", "d_kdelay", "sfuhost%", "cpu/s", "a/s", "b/s", "c/s", "d/s"
+/// The per-cell table: CPU, delays (a)-(d) with their CIs and the ratios
+/// to the socket backend.
+fn cells_table(s: &Summary) -> Table {
+    let mut table = Table::new(
+        "",
+        &[
+            "clients",
+            "pps",
+            "backend",
+            "copies",
+            "cpu_user%",
+            "cpu_kern%",
+            "cpu/pkt",
+            "a_sched_us",
+            "b_handoff",
+            "c_wait_us",
+            "d_kdelay",
+            "sfuhost%",
+            "cpu/s",
+            "a/s",
+            "b/s",
+            "c/s",
+            "d/s",
+        ],
     );
     for r in &s.rows {
-        let _ = writeln!(
-            o,
-            "{:>7} {:>5} {:>7} {:>6.1} {:>10} {:>10} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6} {:>6} {:>6} {:>6} {:>6}",
-            r.clients,
-            r.pps,
-            r.backend,
-            r.copies,
+        table.rows.push(vec![
+            r.clients.to_string(),
+            r.pps.to_string(),
+            r.backend.clone(),
+            format!("{:.1}", r.copies),
             ci(&r.cpu_user),
             ci(&r.cpu_system),
             ci(&r.cpu_per_packet),
@@ -416,9 +422,16 @@ pub fn render(s: &Summary) -> String {
             opt(r.delay_p50_ratio),
             opt(r.handoff_p50_ratio),
             opt(r.wait_p50_ratio),
-            opt(r.kdelay_p50_ratio)
-        );
+            opt(r.kdelay_p50_ratio),
+        ]);
     }
+    table
+}
+
+/// Render the summary as text: the per-cell table, Figs. 3-5 shaped
+/// tables, the ratios per backend and the delay models.
+pub fn render(s: &Summary) -> String {
+    let mut o = cells_table(s).text();
     let _ = writeln!(
         o,
         "(±: 95% CI over repetitions; delays are per-packet medians in µs: (a) pickup -> last copy \
@@ -426,7 +439,9 @@ pub fn render(s: &Summary) -> String {
          -> pickup, (d) kernel RX stamp -> last copy taken; cpu: SFU engine thread, % of one core; \
          x/s: ratio to the socket backend in the same cell (cpu: per packet); n/a: no data)"
     );
-    render_figures(&mut o, s);
+    for table in figure_tables(s) {
+        o.push_str(&table.text());
+    }
     for b in s.backends.iter().filter(|b| b.backend != "socket") {
         let _ = writeln!(
             o,
@@ -471,61 +486,49 @@ pub fn render(s: &Summary) -> String {
 
 /// Figs. 3 and 4 (CPU user/kernel per client count, one table per rate)
 /// and Fig. 5 (delay (a) per client count, one table per rate).
-fn render_figures(o: &mut String, s: &Summary) {
-    let mut backends: Vec<&str> = s.rows.iter().map(|r| r.backend.as_str()).collect();
-    backends.sort();
-    backends.dedup();
+fn figure_tables(s: &Summary) -> Vec<Table> {
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v.dedup();
+        v
+    };
+    let backends = sorted(s.rows.iter().map(|r| r.backend.clone()).collect());
     let mut rates: Vec<u32> = s.rows.iter().map(|r| r.pps).collect();
     rates.sort();
     rates.dedup();
     let mut clients: Vec<usize> = s.rows.iter().map(|r| r.clients).collect();
     clients.sort();
     clients.dedup();
-    let get = |b: &str, n: usize, p: u32| {
-        s.rows
-            .iter()
-            .find(|r| r.backend == b && r.clients == n && r.pps == p)
-    };
-    for &p in &rates {
-        let _ = write!(
-            o,
-            "Fig. 3/4 shape, {p} pps per client: SFU engine CPU % user/kernel\n{:>7}",
-            "clients"
-        );
-        for b in &backends {
-            let _ = write!(o, " {b:>15}");
-        }
-        let _ = writeln!(o);
-        for &n in &clients {
-            let _ = write!(o, "{n:>7}");
-            for b in &backends {
-                let cell = get(b, n, p)
-                    .map(|r| format!("{}/{}", us(r.cpu_user.mean), us(r.cpu_system.mean)))
-                    .unwrap_or_else(|| "-".into());
-                let _ = write!(o, " {cell:>15}");
+    let header: Vec<&str> = std::iter::once("clients")
+        .chain(backends.iter().map(String::as_str))
+        .collect();
+    let mut tables = Vec::new();
+    for &pps in &rates {
+        let figure = |title: String, cell: &dyn Fn(&Row) -> String| {
+            let mut table = Table::new(title, &header);
+            for &n in &clients {
+                let mut row = vec![n.to_string()];
+                for b in &backends {
+                    let found = s
+                        .rows
+                        .iter()
+                        .find(|r| &r.backend == b && r.clients == n && r.pps == pps);
+                    row.push(found.map_or_else(|| "-".into(), cell));
+                }
+                table.rows.push(row);
             }
-            let _ = writeln!(o);
-        }
-        let _ = write!(
-            o,
-            "Fig. 5 shape, {p} pps per client: delay (a) p50 us\n{:>7}",
-            "clients"
-        );
-        for b in &backends {
-            let _ = write!(o, " {b:>15}");
-        }
-        let _ = writeln!(o);
-        for &n in &clients {
-            let _ = write!(o, "{n:>7}");
-            for b in &backends {
-                let cell = get(b, n, p)
-                    .map(|r| us(r.delay_p50.mean))
-                    .unwrap_or_else(|| "-".into());
-                let _ = write!(o, " {cell:>15}");
-            }
-            let _ = writeln!(o);
-        }
+            table
+        };
+        tables.push(figure(
+            format!("Fig. 3/4 shape, {pps} pps per client: SFU engine CPU % user/kernel"),
+            &|r| format!("{}/{}", us(r.cpu_user.mean), us(r.cpu_system.mean)),
+        ));
+        tables.push(figure(
+            format!("Fig. 5 shape, {pps} pps per client: delay (a) p50 us"),
+            &|r| us(r.delay_p50.mean),
+        ));
     }
+    tables
 }
 
 /// The JSON `lab sfu --json` writes: one object per backend (ratios and
@@ -546,70 +549,51 @@ pub fn json(
     })
 }
 
-/// An SVG plot of median delay (a) versus copies per packet, one series per
-/// backend, with the fitted model lines.
+/// An SVG plot of median delay (a) versus copies per packet: each
+/// backend's runs as markers and its fitted model as a dashed line.
 pub fn svg(runs: &[Run], s: &Summary) -> String {
-    let (w, h, m) = (640.0, 400.0, 50.0);
-    let ok = |r: &&Run| r.excluded.is_none() && r.delay_p50_us.is_finite();
+    let kept = |r: &&Run| r.excluded.is_none() && r.delay_p50_us.is_finite();
     let xmax = runs
         .iter()
-        .filter(ok)
+        .filter(kept)
         .map(|r| r.copies_per_packet)
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let ymax = runs
-        .iter()
-        .filter(ok)
-        .map(|r| r.delay_p50_us)
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let px = |x: f64| m + x / xmax * (w - 2.0 * m);
-    let py = |y: f64| h - m - y / ymax * (h - 2.0 * m);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
-    let mut o = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <text x=\"{}\" y=\"{}\" font-size=\"12\">copies per packet (n)</text>\n\
-         <text x=\"5\" y=\"{}\" font-size=\"12\">delay (a) p50 (us, max {ymax:.0})</text>\n",
-        h - m,
-        w - m,
-        h - m,
-        h - m,
-        w / 2.0 - 50.0,
-        h - 15.0,
-        m - 10.0
-    );
-    for (i, mdl) in s.models.iter().enumerate() {
-        let c = colors[i % colors.len()];
-        for r in runs.iter().filter(ok).filter(|r| r.backend == mdl.backend) {
-            let _ = writeln!(
-                o,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"/>",
-                px(r.copies_per_packet),
-                py(r.delay_p50_us)
-            );
-        }
-        let y0 = mdl.intercept_us;
-        let y1 = mdl.intercept_us + mdl.per_copy_us * xmax;
-        let _ = writeln!(
-            o,
-            "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\"/>\n\
-             <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" fill=\"{c}\">{}: {:.1} + n*{:.2} us</text>",
-            px(0.0),
-            py(y0.max(0.0)),
-            px(xmax),
-            py(y1.max(0.0)),
-            m + 10.0,
-            m + 15.0 * (i as f64 + 1.0),
-            mdl.backend,
-            mdl.intercept_us,
-            mdl.per_copy_us
-        );
+        .fold(1.0f64, f64::max);
+    let mut series = Vec::new();
+    for (index, model) in s.models.iter().enumerate() {
+        let mut points: Vec<(f64, f64, f64)> = runs
+            .iter()
+            .filter(kept)
+            .filter(|r| r.backend == model.backend)
+            .map(|r| (r.copies_per_packet, r.delay_p50_us, 0.0))
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        series.push(svg::Series {
+            label: format!("{} (runs)", model.backend),
+            points,
+            color: Some(index),
+            dash: 0,
+            markers_only: true,
+        });
+        let at = |n: f64| (model.intercept_us + model.per_copy_us * n).max(0.0);
+        series.push(svg::Series {
+            label: format!(
+                "{}: {:.1} + n*{:.2} us",
+                model.backend, model.intercept_us, model.per_copy_us
+            ),
+            points: vec![(0.0, at(0.0), 0.0), (xmax, at(xmax), 0.0)],
+            color: Some(index),
+            dash: 1,
+            markers_only: false,
+        });
     }
-    o.push_str("</svg>\n");
-    o
+    svg::line_plot(
+        "SFU delay (a) vs copies per packet",
+        "copies per packet (n)",
+        "delay (a) p50 (us)",
+        &series,
+        None,
+        None,
+    )
 }
 
 #[cfg(test)]

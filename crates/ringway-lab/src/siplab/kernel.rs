@@ -125,160 +125,158 @@ impl Plan {
 const DEBUGFS: &str = "/sys/kernel/debug/sched";
 const SYSCTL: &str = "/proc/sys/kernel";
 
-/// Map `k` to kernel `v`; `writable(path)` says whether the lab can write a
-/// file (Err: why not; see `ringway_io::doctor::sched_knob_access`).
-pub fn map_knobs(
-    k: &Knobs,
-    v: KernelVersion,
-    writable: &dyn Fn(&str) -> Result<(), String>,
-) -> Plan {
-    let gen = v.generation();
-    let mut p = Plan {
-        thread: Profile {
-            name: String::new(),
-            policy: k.policy.clone(),
-            priority: k.priority,
-            nice: k.nice,
-            slice_us: None,
-        },
-        pin_threads: k.affinity.as_deref() == Some("thread"),
-        ..Plan::default()
-    };
-    let global = |p: &mut Plan, knob: &str, value: String, path: String| match writable(&path) {
-        Ok(()) => {
-            p.mapped.push(format!("{knob} = {value} -> {path}"));
-            p.globals.push(Knob { path, value });
-        }
-        Err(why) => p
-            .refused
-            .push(format!("{knob} = {value}: {path} not writable: {why}")),
-    };
-    let cfs_path = |sysctl: &str, debugfs: &str| match gen {
-        Generation::Sysctl => format!("{SYSCTL}/{sysctl}"),
-        _ => format!("{DEBUGFS}/{debugfs}"),
-    };
-    let scaling = |s: &str| match s {
-        "none" => "0",
-        "log" => "1",
-        _ => "2",
-    };
-    let mut slice_wanted: Option<(String, u64)> = None;
-    if let Some(ns) = k.latency_ns {
-        match gen {
-            Generation::Eevdf => p.refused.push(format!(
-                "latency_ns = {ns}: gone under EEVDF (kernel {v}, 6.6+): there is no scheduling period"
-            )),
-            _ => global(&mut p, "latency_ns", ns.to_string(), cfs_path("sched_latency_ns", "latency_ns")),
+/// The plan being built for one kernel.
+struct Mapper<'w> {
+    plan: Plan,
+    kernel: KernelVersion,
+    generation: Generation,
+    writable: &'w dyn Fn(&str) -> Result<(), String>,
+    /// The per-thread slice asked for: (the knob that asked, µs).
+    slice_wanted: Option<(String, u64)>,
+}
+
+impl Mapper<'_> {
+    /// A global setting: planned when the lab can write `path`, else refused with why.
+    fn global(&mut self, knob: &str, value: String, path: String) {
+        match (self.writable)(&path) {
+            Ok(()) => {
+                self.plan.mapped.push(format!("{knob} = {value} -> {path}"));
+                self.plan.globals.push(Knob { path, value });
+            }
+            Err(why) => self
+                .plan
+                .refused
+                .push(format!("{knob} = {value}: {path} not writable: {why}")),
         }
     }
-    if let Some(ns) = k.min_granularity_ns {
-        match gen {
+
+    /// Where a CFS knob lives: a sysctl before 5.13, debugfs after.
+    fn cfs_path(&self, sysctl: &str, debugfs: &str) -> String {
+        match self.generation {
+            Generation::Sysctl => format!("{SYSCTL}/{sysctl}"),
+            _ => format!("{DEBUGFS}/{debugfs}"),
+        }
+    }
+
+    fn latency(&mut self, ns: u64) {
+        match self.generation {
+            Generation::Eevdf => self.plan.refused.push(format!(
+                "latency_ns = {ns}: gone under EEVDF (kernel {}, 6.6+): there is no scheduling period",
+                self.kernel
+            )),
+            _ => {
+                let path = self.cfs_path("sched_latency_ns", "latency_ns");
+                self.global("latency_ns", ns.to_string(), path);
+            }
+        }
+    }
+
+    fn min_granularity(&mut self, ns: u64) {
+        match self.generation {
             Generation::Eevdf => {
                 // The nearest knobs: the global base slice, and the proxy
                 // threads' own slice request.
-                global(
-                    &mut p,
+                self.global(
                     "min_granularity_ns",
                     ns.to_string(),
                     format!("{DEBUGFS}/base_slice_ns"),
                 );
-                slice_wanted = Some(("min_granularity_ns".into(), ns.div_ceil(1000)));
+                self.slice_wanted = Some(("min_granularity_ns".into(), ns.div_ceil(1000)));
             }
-            _ => global(
-                &mut p,
-                "min_granularity_ns",
-                ns.to_string(),
-                cfs_path("sched_min_granularity_ns", "min_granularity_ns"),
-            ),
+            _ => {
+                let path = self.cfs_path("sched_min_granularity_ns", "min_granularity_ns");
+                self.global("min_granularity_ns", ns.to_string(), path);
+            }
         }
     }
-    if let Some(ns) = k.wakeup_granularity_ns {
-        match gen {
+
+    fn wakeup_granularity(&mut self, ns: u64) {
+        match self.generation {
             Generation::Eevdf => {
                 // Gone; the nearest lever is whether a waking task may
                 // preempt before the current one used its slice.
-                let f = if ns == 0 {
+                let feature = if ns == 0 {
                     "NO_RUN_TO_PARITY"
                 } else {
                     "RUN_TO_PARITY"
                 };
-                p.mapped.push(format!(
-                    "wakeup_granularity_ns = {ns}: gone under EEVDF (kernel {v}); nearest: sched feature {f}"
+                self.plan.mapped.push(format!(
+                    "wakeup_granularity_ns = {ns}: gone under EEVDF (kernel {}); nearest: sched feature {feature}",
+                    self.kernel
                 ));
-                global(
-                    &mut p,
+                self.global(
                     "wakeup_granularity_ns (as feature)",
-                    f.to_string(),
+                    feature.to_string(),
                     format!("{DEBUGFS}/features"),
                 );
             }
-            _ => global(
-                &mut p,
-                "wakeup_granularity_ns",
-                ns.to_string(),
-                cfs_path("sched_wakeup_granularity_ns", "wakeup_granularity_ns"),
-            ),
-        }
-    }
-    if let Some(ns) = k.migration_cost_ns {
-        global(
-            &mut p,
-            "migration_cost_ns",
-            ns.to_string(),
-            cfs_path("sched_migration_cost_ns", "migration_cost_ns"),
-        );
-    }
-    if let Some(s) = &k.tunable_scaling {
-        global(
-            &mut p,
-            "tunable_scaling",
-            format!("{} ({s})", scaling(s)),
-            cfs_path("sched_tunable_scaling", "tunable_scaling"),
-        );
-        if let Some(last) = p.globals.last_mut() {
-            if last.path.ends_with("tunable_scaling") {
-                last.value = scaling(s).to_string();
+            _ => {
+                let path = self.cfs_path("sched_wakeup_granularity_ns", "wakeup_granularity_ns");
+                self.global("wakeup_granularity_ns", ns.to_string(), path);
             }
         }
     }
-    if let Some(ns) = k.base_slice_ns {
-        match gen {
-            Generation::Eevdf => global(
-                &mut p,
+
+    fn tunable_scaling(&mut self, scaling: &str) {
+        let number = match scaling {
+            "none" => "0",
+            "log" => "1",
+            _ => "2",
+        };
+        let path = self.cfs_path("sched_tunable_scaling", "tunable_scaling");
+        self.global("tunable_scaling", format!("{number} ({scaling})"), path);
+        // The file takes the number alone; the name is for the reader.
+        if let Some(last) = self.plan.globals.last_mut() {
+            if last.path.ends_with("tunable_scaling") {
+                last.value = number.to_string();
+            }
+        }
+    }
+
+    fn base_slice(&mut self, ns: u64) {
+        match self.generation {
+            Generation::Eevdf => self.global(
                 "base_slice_ns",
                 ns.to_string(),
                 format!("{DEBUGFS}/base_slice_ns"),
             ),
-            _ => p.refused.push(format!(
-                "base_slice_ns = {ns}: EEVDF only (kernel {v}); use min_granularity_ns"
+            _ => self.plan.refused.push(format!(
+                "base_slice_ns = {ns}: EEVDF only (kernel {}); use min_granularity_ns",
+                self.kernel
             )),
         }
     }
-    for f in k.features.iter().flatten() {
-        match gen {
-            Generation::Sysctl => p.refused.push(format!(
-                "feature {f}: sched features are in debugfs from 5.13 (kernel {v})"
+
+    fn feature(&mut self, feature: &str) {
+        match self.generation {
+            Generation::Sysctl => self.plan.refused.push(format!(
+                "feature {feature}: sched features are in debugfs from 5.13 (kernel {})",
+                self.kernel
             )),
-            _ => global(&mut p, "feature", f.clone(), format!("{DEBUGFS}/features")),
+            _ => self.global(
+                "feature",
+                feature.to_string(),
+                format!("{DEBUGFS}/features"),
+            ),
         }
     }
-    if let Some(us) = k.slice_us {
-        slice_wanted = Some(("slice_us".into(), us));
-    }
-    if let Some((knob, us)) = slice_wanted {
-        let rt = matches!(k.policy.as_deref(), Some("fifo" | "rr"));
-        if !v.per_thread_slice() {
-            p.refused.push(format!(
-                "{knob}: per-thread slice needs kernel 6.12+ (kernel {v})"
+
+    /// The per-thread slice (sched_setattr, 6.12+), never for real-time
+    /// threads, clamped to 100 µs..100 ms.
+    fn thread_slice(&mut self, knob: &str, us: u64, policy: Option<&str>) {
+        if !self.kernel.per_thread_slice() {
+            self.plan.refused.push(format!(
+                "{knob}: per-thread slice needs kernel 6.12+ (kernel {})",
+                self.kernel
             ));
-        } else if rt {
-            p.refused.push(format!(
+        } else if matches!(policy, Some("fifo" | "rr")) {
+            self.plan.refused.push(format!(
                 "{knob}: no slice for real-time threads (policy {:?})",
-                k.policy
+                policy
             ));
         } else {
             let clamped = us.clamp(100, 100_000);
-            p.mapped.push(format!(
+            self.plan.mapped.push(format!(
                 "{knob} -> per-thread slice {clamped} µs (sched_setattr{})",
                 if clamped != us {
                     format!(", clamped from {us} µs")
@@ -286,17 +284,72 @@ pub fn map_knobs(
                     String::new()
                 }
             ));
-            p.thread.slice_us = Some(clamped);
-            if p.thread.policy.is_none() {
-                p.thread.policy = Some("other".into());
+            self.plan.thread.slice_us = Some(clamped);
+            if self.plan.thread.policy.is_none() {
+                self.plan.thread.policy = Some("other".into());
             }
         }
     }
-    if p.pin_threads {
-        p.mapped
+}
+
+/// Map `k` to kernel `v`; `writable(path)` says whether the lab can write a
+/// file (Err: why not; see `ringway_io::doctor::sched_knob_access`).
+pub fn map_knobs(
+    k: &Knobs,
+    v: KernelVersion,
+    writable: &dyn Fn(&str) -> Result<(), String>,
+) -> Plan {
+    let mut mapper = Mapper {
+        plan: Plan {
+            thread: Profile {
+                name: String::new(),
+                policy: k.policy.clone(),
+                priority: k.priority,
+                nice: k.nice,
+                slice_us: None,
+            },
+            pin_threads: k.affinity.as_deref() == Some("thread"),
+            ..Plan::default()
+        },
+        kernel: v,
+        generation: v.generation(),
+        writable,
+        slice_wanted: None,
+    };
+    if let Some(ns) = k.latency_ns {
+        mapper.latency(ns);
+    }
+    if let Some(ns) = k.min_granularity_ns {
+        mapper.min_granularity(ns);
+    }
+    if let Some(ns) = k.wakeup_granularity_ns {
+        mapper.wakeup_granularity(ns);
+    }
+    if let Some(ns) = k.migration_cost_ns {
+        let path = mapper.cfs_path("sched_migration_cost_ns", "migration_cost_ns");
+        mapper.global("migration_cost_ns", ns.to_string(), path);
+    }
+    if let Some(scaling) = &k.tunable_scaling {
+        mapper.tunable_scaling(scaling);
+    }
+    if let Some(ns) = k.base_slice_ns {
+        mapper.base_slice(ns);
+    }
+    for feature in k.features.iter().flatten() {
+        mapper.feature(feature);
+    }
+    if let Some(us) = k.slice_us {
+        mapper.slice_wanted = Some(("slice_us".into(), us));
+    }
+    if let Some((knob, us)) = mapper.slice_wanted.take() {
+        mapper.thread_slice(&knob, us, k.policy.as_deref());
+    }
+    let mut plan = mapper.plan;
+    if plan.pin_threads {
+        plan.mapped
             .push("affinity = thread -> each worker pinned to one CPU of the set".into());
     }
-    p
+    plan
 }
 
 #[cfg(test)]

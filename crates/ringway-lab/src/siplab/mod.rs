@@ -4,24 +4,27 @@
 //! proxy` or Kamailio) inside the caller's network namespace, on its own
 //! process-wide CPU set, under one scheduler mode (knobs mapped to this
 //! kernel by [`kernel`], global ones recorded and restored through the state
-//! file), drives it with the in-process generator ([`crate::sipload`]) on
+//! file), drives it with the in-process generator ([`ringway_load::sip`]) on
 //! the generator's CPUs at one rate for a duration, and collects the
 //! papers' drop rate, per-message-type K_rcv / wait / T_sip / K_snd,
 //! per-thread migrations and context switches, CPU and validity flags.
 
+pub mod analysis;
+pub mod campaign;
 pub mod kernel;
 pub mod mode;
 pub mod model;
+pub mod report;
 pub mod sweep;
 pub mod topology;
 pub mod tune;
 
 use crate::sched::SysState;
-use crate::sipload::{self, ArrivalKind, LoadConfig};
 use kernel::{map_knobs, KernelVersion, Plan};
 use mode::Knobs;
 use ringway_io::thread::{parse_stat_cpu, CpuTime};
 use ringway_io::BackendKind;
+use ringway_load::sip::{ArrivalKind, LoadConfig};
 use ringway_server::host::{process_cpu_time_of, USER_HZ};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -680,54 +683,77 @@ pub fn run_one(spec: &RunSpec, tools: &Tools) -> RunRecord {
     rec
 }
 
-fn run_inner(
-    spec: &RunSpec,
-    plan: &Plan,
-    tools: &Tools,
-    rec: &mut RunRecord,
-) -> anyhow::Result<()> {
-    let dir = tools.work_dir.join(format!("run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    // The generator's threads start from this thread: they inherit its CPUs.
+/// The generator's threads start from this thread: they inherit its CPUs.
+fn pin_generator(spec: &RunSpec) -> anyhow::Result<()> {
     if !spec.gen_cpus.is_empty() {
-        let o = ringway_io::thread::set_affinity(&spec.gen_cpus);
-        if !o.is_applied() {
-            anyhow::bail!("cannot pin the generator to CPUs {:?}: {o}", spec.gen_cpus);
+        let outcome = ringway_io::thread::set_affinity(&spec.gen_cpus);
+        if !outcome.is_applied() {
+            anyhow::bail!(
+                "cannot pin the generator to CPUs {:?}: {outcome}",
+                spec.gen_cpus
+            );
         }
     }
-    let mut notes = Vec::new();
-    let mut proxy = start_proxy(spec, plan, tools, &dir, &mut notes)?;
-    let pid = proxy.child.id();
-    // An external proxy's threads get the slice from here (sched_setattr).
-    if spec.proxy == ProxyKind::Kamailio {
-        if let Some(us) = plan.thread.slice_us {
-            let ts = topology::tree_threads(pid);
-            let mut ok = 0;
-            for t in &ts {
-                let o = ringway_io::thread::set_slice_of(t.tid as i32, Duration::from_micros(us));
-                if o.is_applied() {
-                    ok += 1;
-                } else {
-                    rec.refused
-                        .push(format!("slice {us} µs on kamailio thread {}: {o}", t.tid));
-                }
-            }
-            rec.applied.push(format!(
-                "slice {us} µs set on {ok} of {} kamailio threads",
-                ts.len()
+    Ok(())
+}
+
+/// An external proxy's threads get the mode's slice from here
+/// (sched_setattr); ringway sets its own.
+fn slice_kamailio_threads(spec: &RunSpec, plan: &Plan, pid: u32, rec: &mut RunRecord) {
+    let (ProxyKind::Kamailio, Some(us)) = (spec.proxy, plan.thread.slice_us) else {
+        return;
+    };
+    let threads = topology::tree_threads(pid);
+    let mut applied = 0;
+    for thread in &threads {
+        let outcome =
+            ringway_io::thread::set_slice_of(thread.tid as i32, Duration::from_micros(us));
+        if outcome.is_applied() {
+            applied += 1;
+        } else {
+            rec.refused.push(format!(
+                "slice {us} µs on kamailio thread {}: {outcome}",
+                thread.tid
             ));
         }
     }
-    let port = 5060;
-    let drops0 = ringway_io::counters::socket_drops_by_port(port).unwrap_or(0);
-    let all0: u64 = ringway_io::counters::udp_sockets()
-        .map(|r| r.iter().map(|r| r.drops).sum())
-        .unwrap_or(0);
-    let snmp0 = ringway_server::host::udp_totals().unwrap_or_default();
-    let threads0 = topology::tree_threads(pid);
-    let cpu0 = tree_cpu(pid);
-    let reuseport = spec.rx_model == "reuseport" && spec.proxy == ProxyKind::Ringway;
-    let cfg = LoadConfig {
+    rec.applied.push(format!(
+        "slice {us} µs set on {applied} of {} kamailio threads",
+        threads.len()
+    ));
+}
+
+/// The proxy's port.
+const PROXY_PORT: u16 = 5060;
+
+/// The counters a run reads before and after its load.
+struct Counters {
+    /// Drops of the proxy's sockets.
+    proxy_drops: u64,
+    /// Drops of every socket of the namespace.
+    all_drops: u64,
+    snmp: ringway_io::counters::UdpSnmp,
+    threads: Vec<topology::ThreadSched>,
+    cpu: CpuTime,
+}
+
+impl Counters {
+    fn read(pid: u32) -> Counters {
+        Counters {
+            proxy_drops: ringway_io::counters::socket_drops_by_port(PROXY_PORT).unwrap_or(0),
+            all_drops: ringway_io::counters::udp_sockets()
+                .map(|sockets| sockets.iter().map(|s| s.drops).sum())
+                .unwrap_or(0),
+            snmp: ringway_server::host::udp_totals().unwrap_or_default(),
+            threads: topology::tree_threads(pid),
+            cpu: tree_cpu(pid),
+        }
+    }
+}
+
+/// The generator's configuration for `spec`.
+fn generator_config(spec: &RunSpec) -> LoadConfig {
+    LoadConfig {
         proxy: Some(PROXY_ADDR.parse().expect("valid")),
         uas: None,
         rate: spec.rate,
@@ -745,87 +771,167 @@ fn run_inner(
         // K_rcv would show the bursts).
         tick: Some(Duration::from_millis(1)),
         ..LoadConfig::default()
-    };
-    let live = std::sync::Arc::new(sipload::Live::default());
-    // If the proxy dies, end the generator at once instead of waiting for
-    // every call to time out.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    }
+}
+
+/// Run the generator against the proxy `pid`; if the proxy dies, the
+/// generator ends at once instead of waiting for every call to time out.
+fn run_generator(cfg: &LoadConfig, pid: u32) -> anyhow::Result<ringway_load::sip::LoadSummary> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let live = std::sync::Arc::new(ringway_load::sip::Live::default());
+    let done = std::sync::Arc::new(AtomicBool::new(false));
     let watcher = {
         let (live, done) = (live.clone(), done.clone());
         std::thread::spawn(move || {
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) {
                 if !pid_alive(pid) {
-                    live.abort.store(true, std::sync::atomic::Ordering::Relaxed);
+                    live.abort.store(true, Ordering::Relaxed);
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         })
     };
-    let gen = sipload::run(&cfg, live, None);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let summary = ringway_load::sip::run(cfg, live, None);
+    done.store(true, Ordering::Relaxed);
     let _ = watcher.join();
-    // Every message of the run has arrived or timed out: read the drop
-    // counters of the proxy's sockets now, while they still exist.
-    let drops1 = ringway_io::counters::socket_drops_by_port(port).unwrap_or(0);
-    let all1: u64 = ringway_io::counters::udp_sockets()
-        .map(|r| r.iter().map(|r| r.drops).sum())
-        .unwrap_or(0);
-    let snmp1 = ringway_server::host::udp_totals().unwrap_or_default();
-    let threads1 = topology::tree_threads(pid);
-    let cpu1 = tree_cpu(pid);
-    let alive = proxy.child.try_wait()?.is_none();
-    let stopped = stop_proxy(&mut proxy);
-    let gen = gen?;
-    rec.attempted = gen.attempted;
-    rec.succeeded = gen.succeeded;
-    rec.failed_ratio = gen.failed_ratio;
-    rec.failed = gen.failed.clone();
-    rec.achieved_cps = gen.achieved_cps;
-    rec.invite_200_ms = gen.invite_to_200.mean_us / 1000.0;
-    rec.gen_cpu_s = gen.cpu.total_s();
-    rec.total_msgs = gen.msgs_to_proxy;
-    rec.setup_msgs = gen.setup_to_proxy;
-    rec.arrival_pps = gen.msgs_to_proxy as f64 / gen.start_phase_s.max(1e-9);
-    rec.proxy_socket_drops = drops1.saturating_sub(drops0);
-    rec.other_socket_drops = all1
-        .saturating_sub(all0)
+    summary
+}
+
+/// What the generator saw, the drop counters' differences (the PDR), the
+/// threads' scheduling and CPU, and the validity flags.
+fn record_load(
+    spec: &RunSpec,
+    load: &ringway_load::sip::LoadSummary,
+    before: &Counters,
+    after: &Counters,
+    rec: &mut RunRecord,
+    notes: &mut Vec<String>,
+) {
+    rec.attempted = load.attempted;
+    rec.succeeded = load.succeeded;
+    rec.failed_ratio = load.failed_ratio;
+    rec.failed = load.failed.clone();
+    rec.achieved_cps = load.achieved_cps;
+    rec.invite_200_ms = load.invite_to_200.mean_us / 1000.0;
+    rec.gen_cpu_s = load.cpu.total_s();
+    rec.total_msgs = load.msgs_to_proxy;
+    rec.setup_msgs = load.setup_to_proxy;
+    rec.arrival_pps = load.msgs_to_proxy as f64 / load.start_phase_s.max(1e-9);
+    rec.proxy_socket_drops = after.proxy_drops.saturating_sub(before.proxy_drops);
+    rec.other_socket_drops = after
+        .all_drops
+        .saturating_sub(before.all_drops)
         .saturating_sub(rec.proxy_socket_drops);
-    let d = snmp1.since(&snmp0);
-    rec.udp_rcvbuf_errors = d.rcvbuf_errors;
-    rec.udp_mem_errors = d.mem_errors;
-    rec.pdr = drop_rate(rec.proxy_socket_drops, gen.msgs_to_proxy).unwrap_or(0.0);
-    if d.rcvbuf_errors + d.mem_errors > rec.proxy_socket_drops + rec.other_socket_drops {
+    let snmp = after.snmp.since(&before.snmp);
+    rec.udp_rcvbuf_errors = snmp.rcvbuf_errors;
+    rec.udp_mem_errors = snmp.mem_errors;
+    rec.pdr = drop_rate(rec.proxy_socket_drops, load.msgs_to_proxy).unwrap_or(0.0);
+    let namespace_drops = snmp.rcvbuf_errors + snmp.mem_errors;
+    if namespace_drops > rec.proxy_socket_drops + rec.other_socket_drops {
         notes.push(format!(
-            "namespace counted {} receive drops (RcvbufErrors {} + MemErrors {}) but its sockets {}: a socket closed early?",
-            d.rcvbuf_errors + d.mem_errors,
-            d.rcvbuf_errors,
-            d.mem_errors,
+            "namespace counted {namespace_drops} receive drops (RcvbufErrors {} + MemErrors {}) but its sockets {}: a socket closed early?",
+            snmp.rcvbuf_errors,
+            snmp.mem_errors,
             rec.proxy_socket_drops + rec.other_socket_drops
         ));
     }
-    rec.threads = topology::since(&threads1, &threads0);
+    rec.threads = topology::since(&after.threads, &before.threads);
     let allowed: Vec<Vec<usize>> = rec
         .threads
         .iter()
         .filter_map(|t| topology::parse_cpu_list(&t.cpus_allowed).ok())
         .collect();
-    rec.scheduled = gen.scheduled;
-    rec.start_lag_mean_us = gen.start_lag_mean_us;
+    rec.scheduled = load.scheduled;
+    rec.start_lag_mean_us = load.start_lag_mean_us;
     rec.flags = validity_flags(
         GenAchieved {
-            scheduled: gen.scheduled,
-            attempted: gen.attempted,
-            start_lag_mean_us: gen.start_lag_mean_us,
+            scheduled: load.scheduled,
+            attempted: load.attempted,
+            start_lag_mean_us: load.start_lag_mean_us,
         },
         &spec.gen_cpus,
         &spec.proxy_cpus,
         &allowed,
     );
-    let cpu = cpu1.since(&cpu0);
+    let cpu = after.cpu.since(&before.cpu);
     rec.proxy_cpu_user_s = cpu.user_ns as f64 / 1e9;
     rec.proxy_cpu_sys_s = cpu.system_ns as f64 / 1e9;
     rec.proxy_cpu_s = cpu.total_s();
+}
+
+/// The ringway proxy's JSON summary: per-type latencies, messages per
+/// worker, call-setup drops, its own CPU figure and its placement.
+fn record_proxy_summary(
+    spec: &RunSpec,
+    summary: &serde_json::Value,
+    rec: &mut RunRecord,
+    notes: &mut Vec<String>,
+) {
+    if let Some(by_type) = summary["by_type"].as_object() {
+        for (label, value) in by_type {
+            rec.by_type.insert(label.clone(), type_lat(value));
+        }
+    }
+    rec.all = Some(type_lat(&summary["all"]));
+    rec.proxy_msgs_in = summary["messages"]["in"].as_u64();
+    rec.per_worker_in = summary["messages"]["per_worker_in"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+        .unwrap_or_default();
+    let reuseport = spec.rx_model == "reuseport" && spec.proxy == ProxyKind::Ringway;
+    if reuseport && rec.per_worker_in.contains(&0) {
+        notes.push(format!(
+            "reuseport: a worker got no message (share {:?}; {} generator flows)",
+            rec.per_worker_in, spec.gen_threads
+        ));
+    }
+    let received: u64 = SETUP_LABELS
+        .iter()
+        .map(|label| rec.by_type.get(*label).map_or(0, |t| t.count))
+        .sum();
+    rec.setup_drops = Some(rec.setup_msgs.saturating_sub(received));
+    if let (Some(user), Some(sys)) = (
+        summary["cpu"]["process"]["user_s"].as_f64(),
+        summary["cpu"]["process"]["sys_s"].as_f64(),
+    ) {
+        // The proxy's own whole-run figure is more precise than ticks.
+        rec.proxy_cpu_user_s = user;
+        rec.proxy_cpu_sys_s = sys;
+        rec.proxy_cpu_s = user + sys;
+    }
+    if let Some(placement) = summary["placement"].as_array() {
+        for line in placement.iter().filter_map(|x| x.as_str()) {
+            if line.contains("refused") || line.contains("not applied") || line.contains("failed") {
+                rec.refused.push(format!("placement: {line}"));
+            } else {
+                rec.applied.push(format!("placement: {line}"));
+            }
+        }
+    }
+}
+
+fn run_inner(
+    spec: &RunSpec,
+    plan: &Plan,
+    tools: &Tools,
+    rec: &mut RunRecord,
+) -> anyhow::Result<()> {
+    let dir = tools.work_dir.join(format!("run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    pin_generator(spec)?;
+    let mut notes = Vec::new();
+    let mut proxy = start_proxy(spec, plan, tools, &dir, &mut notes)?;
+    let pid = proxy.child.id();
+    slice_kamailio_threads(spec, plan, pid, rec);
+    let before = Counters::read(pid);
+    let load = run_generator(&generator_config(spec), pid);
+    // Every message of the run has arrived or timed out: read the drop
+    // counters of the proxy's sockets now, while they still exist.
+    let after = Counters::read(pid);
+    let alive = proxy.child.try_wait()?.is_none();
+    let stopped = stop_proxy(&mut proxy);
+    record_load(spec, &load?, &before, &after, rec, &mut notes);
     if !alive {
         anyhow::bail!(
             "{} died during the run: {}",
@@ -834,7 +940,7 @@ fn run_inner(
         );
     }
     match stopped {
-        Ok(Some(st)) => notes.push(format!("proxy had already exited: {st}")),
+        Ok(Some(status)) => notes.push(format!("proxy had already exited: {status}")),
         Ok(None) => {}
         Err(e) => notes.push(e.to_string()),
     }
@@ -844,56 +950,12 @@ fn run_inner(
                 .into(),
         );
     }
-    if let Some(sum) = &proxy.summary {
-        match std::fs::read_to_string(sum)
+    if let Some(path) = &proxy.summary {
+        match std::fs::read_to_string(path)
             .map_err(anyhow::Error::from)
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(Into::into))
         {
-            Ok(v) => {
-                if let Some(m) = v["by_type"].as_object() {
-                    for (k, t) in m {
-                        rec.by_type.insert(k.clone(), type_lat(t));
-                    }
-                }
-                rec.all = Some(type_lat(&v["all"]));
-                rec.proxy_msgs_in = v["messages"]["in"].as_u64();
-                rec.per_worker_in = v["messages"]["per_worker_in"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-                    .unwrap_or_default();
-                if reuseport && rec.per_worker_in.contains(&0) {
-                    notes.push(format!(
-                        "reuseport: a worker got no message (share {:?}; {} generator flows)",
-                        rec.per_worker_in, spec.gen_threads
-                    ));
-                }
-                let got: u64 = SETUP_LABELS
-                    .iter()
-                    .map(|l| rec.by_type.get(*l).map_or(0, |t| t.count))
-                    .sum();
-                rec.setup_drops = Some(rec.setup_msgs.saturating_sub(got));
-                if let (Some(u), Some(s)) = (
-                    v["cpu"]["process"]["user_s"].as_f64(),
-                    v["cpu"]["process"]["sys_s"].as_f64(),
-                ) {
-                    // The proxy's own whole-run figure is more precise than ticks.
-                    rec.proxy_cpu_user_s = u;
-                    rec.proxy_cpu_sys_s = s;
-                    rec.proxy_cpu_s = u + s;
-                }
-                if let Some(pl) = v["placement"].as_array() {
-                    for p in pl.iter().filter_map(|x| x.as_str()) {
-                        if p.contains("refused")
-                            || p.contains("not applied")
-                            || p.contains("failed")
-                        {
-                            rec.refused.push(format!("placement: {p}"));
-                        } else {
-                            rec.applied.push(format!("placement: {p}"));
-                        }
-                    }
-                }
-            }
+            Ok(summary) => record_proxy_summary(spec, &summary, rec, &mut notes),
             Err(e) => notes.push(format!("proxy summary unreadable: {e}")),
         }
     }

@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// Most runs one sweep may plan (bounded everything).
 pub const MAX_RUNS: usize = 20_000;
@@ -88,11 +87,22 @@ impl SweepConfig {
     }
 
     /// [`SweepConfig::validate`] for a machine whose usable CPUs are `usable`.
+    /// The checks run in this order, so the first problem is the one named.
     pub fn validate_on(
         &self,
         tools: &Tools,
         usable: &[usize],
     ) -> Result<Vec<Option<Mode>>, String> {
+        let modes = self.checked_lists()?;
+        self.check_numbers()?;
+        self.check_cpus(usable)?;
+        self.check_size()?;
+        self.check_tools(tools)?;
+        Ok(modes)
+    }
+
+    /// Proxies, workers and modes (parsed; `tuned` as `None`, after baseline).
+    fn checked_lists(&self) -> Result<Vec<Option<Mode>>, String> {
         if self.proxies.is_empty() {
             return Err("no proxy given (--proxy ringway,kamailio)".into());
         }
@@ -128,6 +138,11 @@ impl SweepConfig {
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err("--profiles: a mode is listed twice".into());
         }
+        Ok(modes)
+    }
+
+    /// Rates, repetitions, durations and the other numbers are in range.
+    fn check_numbers(&self) -> Result<(), String> {
         for (what, v) in [
             ("--rate-start", self.rate_start),
             ("--rate-step", self.rate_step),
@@ -179,8 +194,12 @@ impl SweepConfig {
         if !(1..=1024).contains(&self.batch) {
             return Err(format!("--batch must be in 1..=1024 (got {})", self.batch));
         }
-        // CPUs: generator CPUs exist and are usable, the proxy pool is
-        // disjoint from them, every core count fits.
+        Ok(())
+    }
+
+    /// Generator CPUs exist and are usable, the proxy pool is disjoint
+    /// from them, every core count fits.
+    fn check_cpus(&self, usable: &[usize]) -> Result<(), String> {
         if let Some(c) = self.gen_cpus.iter().find(|c| !usable.contains(c)) {
             return Err(format!(
                 "--gen-cpus: CPU {c} is not one this machine lets the lab use ({})",
@@ -214,6 +233,11 @@ impl SweepConfig {
                 }
             ));
         }
+        Ok(())
+    }
+
+    /// Every run starts a call, no run starts too many, the sweep is bounded.
+    fn check_size(&self) -> Result<(), String> {
         if self.rate_start * self.duration_s < 1.0 {
             return Err(format!(
                 "rate {} calls/s for {} s starts no call: raise the rate or the duration",
@@ -235,6 +259,11 @@ impl SweepConfig {
                 "sweep could take up to {runs} runs (limit {MAX_RUNS}): fewer rates, workers, cores or reps"
             ));
         }
+        Ok(())
+    }
+
+    /// The proxies' binaries and configuration exist; the proxy mode is known.
+    fn check_tools(&self, tools: &Tools) -> Result<(), String> {
         if self.proxies.contains(&ProxyKind::Kamailio) && !is_executable(&tools.kamailio) {
             return Err(format!(
                 "kamailio binary {} not found or not executable (install kamailio or pass --kamailio PATH)",
@@ -259,7 +288,7 @@ impl SweepConfig {
                 self.mode
             ));
         }
-        Ok(modes)
+        Ok(())
     }
 
     /// The CPUs proxy sets are taken from, in order.
@@ -701,7 +730,7 @@ pub fn run_sweep(
                             // The baseline crossing load: the first rate over
                             // the threshold (else the highest under it).
                             let Some(rate) = bcap.above.or(bcap.below).map(|p| p.0) else {
-                                eprintln!("tuned: no baseline run succeeded for {proxy:?} c{cores} w{workers}; skipped");
+                                log::warn!("tuned: no baseline run succeeded for {proxy:?} c{cores} w{workers}; skipped");
                                 continue;
                             };
                             let t = tune::search(
@@ -751,60 +780,6 @@ pub fn run_sweep(
         }
     }
     Ok(out)
-}
-
-/// Text progress bar with ETA for stderr.
-pub struct BarProgress {
-    t0: Instant,
-}
-
-impl Default for BarProgress {
-    fn default() -> Self {
-        BarProgress { t0: Instant::now() }
-    }
-}
-
-impl SweepProgress for BarProgress {
-    fn starting(&mut self, spec: &RunSpec, done: usize, planned: usize, eta_s: Option<f64>) {
-        let frac = done as f64 / planned.max(1) as f64;
-        let w = 24usize;
-        let fill = ((frac * w as f64) as usize).min(w);
-        let eta = eta_s.map_or("?".to_string(), |s| format!("≤{:.0}s", s));
-        eprintln!(
-            "[{}{}] {done}/{planned} max  elapsed {:.0}s ETA {eta}  {} w={} rate={} rep={}{}",
-            "#".repeat(fill),
-            "-".repeat(w - fill),
-            self.t0.elapsed().as_secs_f64(),
-            spec.config_label(),
-            spec.workers,
-            spec.rate,
-            spec.rep,
-            if spec.knobs.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", spec.knobs.describe())
-            }
-        );
-    }
-    fn finished(&mut self, r: &RunRecord, resumed: bool) {
-        let tag = if resumed { " (from runs.jsonl)" } else { "" };
-        match &r.error {
-            Some(e) => eprintln!("    run failed{tag}: {e}"),
-            None => eprintln!(
-                "    PDR {:.4}% failed calls {:.3}% calls {}/{} proxy cpu {:.2}s{}{tag}",
-                100.0 * r.pdr,
-                100.0 * r.failed_ratio,
-                r.succeeded,
-                r.attempted,
-                r.proxy_cpu_s,
-                if r.flags.is_empty() {
-                    String::new()
-                } else {
-                    format!(" FLAGGED: {}", r.flags.join("; "))
-                }
-            ),
-        }
-    }
 }
 
 /// Runner used by the real sweep: every run in its own private namespace.

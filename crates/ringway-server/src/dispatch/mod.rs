@@ -195,7 +195,7 @@ impl DispatchServer {
                     source,
                 })?;
             for w in &report.warnings {
-                eprintln!("sip dispatch: socket {}: {w}", socket_config.bind);
+                log::warn!("sip dispatch: socket {}: {w}", socket_config.bind);
             }
             socket_config.bind = socket.local_addr()?;
             sockets.push(socket);
@@ -381,7 +381,7 @@ fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
                 }
             }
             Err(e) => {
-                eprintln!("sip dispatch: receive error: {e}");
+                log::warn!("sip dispatch: receive error: {e}");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -435,7 +435,7 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
         for (i, was) in alive.iter_mut().enumerate() {
             let is = dispatcher.is_alive(i);
             if is != *was {
-                eprintln!(
+                log::warn!(
                     "sip dispatch: proxy {} {}",
                     dispatcher.config().proxies[i],
                     if is {

@@ -408,15 +408,15 @@ fn classify(src: SocketAddr, data: &[u8]) -> Class {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringway_io::{BackendKind, IoStats, RxMeta, TxStamp};
+    use ringway_io::testing::MemIo;
+    use ringway_io::{BackendKind, RxMeta};
     use ringway_reorder::{SeqSpace, SrpicConfig};
     use ringway_sfu::client::{parse_reply, Reply, Requests, Session};
     use ringway_sfu::wire::{write_rtp, RtpHeader};
     use ringway_sfu::SfuConfig;
     use ringway_sfu::{MediaType, RtpPacket, Selector};
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration;
+    use std::sync::Arc;
 
     /// Realtime = monotonic + this (the fake clocks' offset).
     const REAL_OFFSET: u64 = 1_000_000_000_000;
@@ -444,107 +444,21 @@ mod tests {
     }
 
     /// A backend with known costs on the fake clock. `ring: false`: a
-    /// socket-like backend (copies go with the send call, `send_ns` each).
+    /// socket-like backend (copies go with the send call, 2 µs each).
     /// `ring: true`: an AF_XDP-like one — `replicate` writes each copy into
-    /// a ring (`queue_ns` each) and publishes it, `flush` kicks and the
-    /// kernel takes at most `take_per_kick` copies (`send_ns` each).
-    struct FakeIo {
-        clock: FakeClock,
-        ring: bool,
-        queue_ns: u64,
-        send_ns: u64,
-        take_per_kick: u64,
-        queued: u64,
-        handed: u64,
-        sent: Sent,
-    }
-
-    /// What a fake backend sent: (destination, bytes).
-    type Sent = Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>;
-
-    impl FakeIo {
-        fn new(clock: &FakeClock, ring: bool) -> FakeIo {
-            FakeIo {
-                clock: clock.clone(),
-                ring,
-                queue_ns: 100,
-                send_ns: 2000,
-                take_per_kick: u64::MAX,
-                queued: 0,
-                handed: 0,
-                sent: Arc::default(),
-            }
-        }
-    }
-
-    impl BatchIo for FakeIo {
-        fn kind(&self) -> BackendKind {
-            if self.ring {
-                BackendKind::Xdp
-            } else {
-                BackendKind::Socket
-            }
-        }
-        fn local_addr(&self) -> std::io::Result<SocketAddr> {
-            Ok(SocketAddr::from(([127, 0, 0, 1], 5004)))
-        }
-        fn raw_fd(&self) -> std::os::fd::RawFd {
-            -1
-        }
-        fn recv_batch(&mut self, _: &mut RxBatch, _: Option<Duration>) -> std::io::Result<usize> {
-            Ok(0)
-        }
-        fn send_batch(&mut self, b: &TxBatch) -> std::io::Result<usize> {
-            self.clock.advance(self.send_ns * b.len() as u64);
-            let mut s = self.sent.lock().unwrap();
-            s.extend(b.iter().map(|(d, x)| (d, x.to_vec())));
-            Ok(b.len())
-        }
-        fn replicate(
-            &mut self,
-            index: Option<usize>,
-            data: &[u8],
-            dsts: &[SocketAddr],
-            tx: &mut TxBatch,
-        ) -> std::io::Result<()> {
-            if !self.ring {
-                for d in dsts {
-                    tx.push(*d, data).unwrap();
-                }
-                return Ok(());
-            }
-            let _ = index;
-            self.clock.advance(self.queue_ns * dsts.len() as u64);
-            self.queued += dsts.len() as u64;
-            let mut s = self.sent.lock().unwrap();
-            s.extend(dsts.iter().map(|d| (*d, data.to_vec())));
-            Ok(())
-        }
-        fn flush(&mut self, tx: &mut TxBatch) -> std::io::Result<()> {
-            if !self.ring {
-                if !tx.is_empty() {
-                    self.send_batch(tx)?;
-                    tx.clear();
-                }
-                return Ok(());
-            }
-            let take = (self.queued - self.handed).min(self.take_per_kick);
-            self.clock.advance(self.send_ns * take);
-            self.handed += take;
-            Ok(())
-        }
-        fn tx_progress(&self) -> Option<TxProgress> {
-            self.ring.then_some(TxProgress {
-                queued: self.queued,
-                handed: self.handed,
-            })
-        }
-        fn poll_tx_stamps(&mut self, _: &mut Vec<TxStamp>) -> std::io::Result<usize> {
-            Ok(0)
-        }
-        fn stats(&self) -> IoStats {
-            IoStats::default()
-        }
+    /// a ring (0.1 µs each) and publishes it, `flush` kicks and the kernel
+    /// takes at most `take_per_kick` copies (2 µs each).
+    fn mem_io(clock: &FakeClock, ring: bool) -> MemIo {
+        let kind = if ring {
+            BackendKind::Xdp
+        } else {
+            BackendKind::Socket
+        };
+        let mut io =
+            MemIo::new(kind, SocketAddr::from(([127, 0, 0, 1], 5004))).charging(clock.0.clone());
+        io.queue_ns = 100;
+        io.send_ns = 2000;
+        io
     }
 
     fn put(e: &mut Engine, peer: SocketAddr, data: &[u8], received: u64, kernel: Option<u64>) {
@@ -581,17 +495,17 @@ mod tests {
     }
 
     /// One control exchange through the engine; the reply.
-    fn control(e: &mut Engine, io: &mut FakeIo, from: SocketAddr, msg: &[u8]) -> Reply {
+    fn control(e: &mut Engine, io: &mut MemIo, from: SocketAddr, msg: &[u8]) -> Reply {
         e.rx.clear();
-        put(e, from, msg, io.clock.now(), None);
+        put(e, from, msg, io.now(), None);
         e.handle_batch(io, 0).unwrap();
-        let (dst, b) = io.sent.lock().unwrap().pop().expect("a reply");
-        assert_eq!(dst, from);
-        parse_reply(&b).expect("a control reply")
+        let reply = io.sent().last().expect("a reply");
+        assert_eq!(reply.dst, from);
+        parse_reply(&reply.bytes).expect("a control reply")
     }
 
     /// Register `peers` (cookie exchange included) and subscribe each to all.
-    fn setup(e: &mut Engine, io: &mut FakeIo, peers: &[SocketAddr]) -> Vec<Session> {
+    fn setup(e: &mut Engine, io: &mut MemIo, peers: &[SocketAddr]) -> Vec<Session> {
         let mut reqs = Requests::default();
         let mut out = Vec::new();
         for &a in peers {
@@ -607,10 +521,8 @@ mod tests {
             let r = control(e, io, a, &reqs.subscribe(s, &[Selector::ALL], false).1);
             assert!(matches!(r, Reply::Ack(..)));
         }
-        io.sent.lock().unwrap().clear();
-        if io.ring {
-            io.handed = io.queued;
-        }
+        io.take_sent();
+        io.hand_all_to_kernel();
         out
     }
 
@@ -641,7 +553,7 @@ mod tests {
     fn per_packet_delays_with_known_stamps() {
         let clock = FakeClock::default();
         clock.advance(5000);
-        let mut io = FakeIo::new(&clock, false);
+        let mut io = mem_io(&clock, false);
         let mut e = engine(Flush::Packet, &clock);
         let peers = [addr(1), addr(2), addr(3)];
         let s = setup(&mut e, &mut io, &peers);
@@ -657,7 +569,7 @@ mod tests {
             );
         }
         e.handle_batch(&mut io, 1).unwrap();
-        assert_eq!(io.sent.lock().unwrap().len(), 9);
+        assert_eq!(io.sent().len(), 9);
         let d = &e.delays;
         assert_eq!(d.scheduled.len(), 3);
         assert_all(&d.scheduled, 6000, "3 copies × 2 µs");
@@ -677,7 +589,7 @@ mod tests {
     #[test]
     fn batch_flush_charges_the_whole_batch() {
         let clock = FakeClock::default();
-        let mut io = FakeIo::new(&clock, false);
+        let mut io = mem_io(&clock, false);
         let mut e = engine(Flush::Batch, &clock);
         let peers = [addr(1), addr(2), addr(3)];
         let s = setup(&mut e, &mut io, &peers);
@@ -705,7 +617,7 @@ mod tests {
     #[test]
     fn ring_backend_scheduled_before_handoff() {
         let clock = FakeClock::default();
-        let mut io = FakeIo::new(&clock, true);
+        let mut io = mem_io(&clock, true);
         let mut e = engine(Flush::Packet, &clock);
         let peers = [addr(1), addr(2), addr(3)];
         let s = setup(&mut e, &mut io, &peers);
@@ -755,7 +667,7 @@ mod tests {
     #[test]
     fn adaptive_flush_bounds_the_wait() {
         let clock = FakeClock::default();
-        let mut io = FakeIo::new(&clock, false);
+        let mut io = mem_io(&clock, false);
         io.send_ns = 0;
         let mut e = engine(Flush::Adaptive, &clock);
         let peers = [addr(1), addr(2), addr(3)];
@@ -773,15 +685,12 @@ mod tests {
         }
         // Every packet's replicate costs 8 µs here.
         let before = e.flushes;
-        let mut slow = SlowIo {
-            inner: io,
-            clock: clock.clone(),
-        };
-        e.handle_batch(&mut slow, 1).unwrap();
+        io.replicate_call_ns = 8000;
+        e.handle_batch(&mut io, 1).unwrap();
         // Flushed when the oldest unsent copy reached 20 µs: after packets
         // 3 (24 µs) and 6 (48 µs, also the end of the batch).
         assert_eq!(e.flushes - before, 2);
-        assert_eq!(slow.inner.sent.lock().unwrap().len(), 18);
+        assert_eq!(io.sent().len(), 18);
         assert!(e
             .delays
             .scheduled
@@ -790,49 +699,6 @@ mod tests {
             .delays
             .scheduled
             .equivalent(e.delays.scheduled.min(), 8_000));
-    }
-
-    /// A fake backend whose replicate costs 8 µs per call.
-    struct SlowIo {
-        inner: FakeIo,
-        clock: FakeClock,
-    }
-
-    impl BatchIo for SlowIo {
-        fn kind(&self) -> BackendKind {
-            self.inner.kind()
-        }
-        fn local_addr(&self) -> std::io::Result<SocketAddr> {
-            self.inner.local_addr()
-        }
-        fn raw_fd(&self) -> std::os::fd::RawFd {
-            -1
-        }
-        fn recv_batch(&mut self, b: &mut RxBatch, t: Option<Duration>) -> std::io::Result<usize> {
-            self.inner.recv_batch(b, t)
-        }
-        fn send_batch(&mut self, b: &TxBatch) -> std::io::Result<usize> {
-            self.inner.send_batch(b)
-        }
-        fn replicate(
-            &mut self,
-            i: Option<usize>,
-            d: &[u8],
-            dsts: &[SocketAddr],
-            tx: &mut TxBatch,
-        ) -> std::io::Result<()> {
-            self.clock.advance(8000);
-            self.inner.replicate(i, d, dsts, tx)
-        }
-        fn flush(&mut self, tx: &mut TxBatch) -> std::io::Result<()> {
-            self.inner.flush(tx)
-        }
-        fn poll_tx_stamps(&mut self, o: &mut Vec<TxStamp>) -> std::io::Result<usize> {
-            self.inner.poll_tx_stamps(o)
-        }
-        fn stats(&self) -> IoStats {
-            self.inner.stats()
-        }
     }
 
     /// Register a sender and a subscriber, then forward one batch of
@@ -861,7 +727,7 @@ mod tests {
             20_000,
             Box::new(clock.clone()),
         );
-        let mut io = FakeIo::new(&clock, false);
+        let mut io = mem_io(&clock, false);
         let (tx_addr, rx_addr) = (addr(1000), addr(2000));
         let sessions = setup(&mut e, &mut io, &[tx_addr, rx_addr]);
         e.rx.clear();
@@ -891,11 +757,11 @@ mod tests {
             // Only the verified sender's two streams took flow slots.
             assert_eq!(s.stats().flows, 2);
         }
-        let sent = io.sent.lock().unwrap();
-        assert!(sent.iter().all(|(d, _)| *d == rx_addr));
+        let sent = io.sent();
+        assert!(sent.iter().all(|datagram| datagram.dst == rx_addr));
         sent.iter()
-            .map(|(_, b)| {
-                let p = RtpPacket::new_checked(b).unwrap();
+            .map(|datagram| {
+                let p = RtpPacket::new_checked(&datagram.bytes).unwrap();
                 (p.payload_type(), p.seq())
             })
             .collect()

@@ -17,11 +17,8 @@ use crate::host::{self, cpu_seconds, CpuTime};
 use crate::metrics::LatencySummary;
 use crate::ServerError;
 use engine::Engine;
-use ringway_io::{
-    monotonic_now, open_backend, open_udp, open_xdp, BackendKind, BatchIo, IoStats, SocketConfig,
-    XdpConfig, XdpMode,
-};
-use ringway_reorder::{SeqSpace, Srpic, SrpicConfig};
+use ringway_io::{monotonic_now, BackendKind, BatchIo, Io, IoStats, OpenError, SocketConfig};
+use ringway_reorder::{SeqSpace, Srpic, SrpicConfig, SrpicStats};
 use ringway_sfu::{Sfu, SfuConfig, SfuStats};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpListener};
@@ -62,11 +59,8 @@ pub enum Flush {
 pub struct SfuServerConfig {
     /// Address to listen on (port 0: any).
     pub listen: SocketAddr,
-    /// I/O backend.
-    pub backend: BackendKind,
-    /// With the xdp backend: the interface to attach to (its IPv4 address
-    /// is `listen`).
-    pub xdp_iface: Option<String>,
+    /// I/O backend (xdp with its interface, whose IPv4 address is `listen`).
+    pub io: Io,
     /// Datagrams per receive batch (default: 1 for the socket backend, as
     /// in the paper's baseline; 64 otherwise).
     pub batch: Option<usize>,
@@ -79,11 +73,6 @@ pub struct SfuServerConfig {
     pub spin_us: u32,
     /// Seconds at the start that are not measured (delays, CPU).
     pub warmup_s: f64,
-    /// With the xdp backend: how to attach the XDP program.
-    pub xdp_mode: XdpMode,
-    /// With the xdp backend: UMEM frames (half on the fill ring, the rest
-    /// for the TX ring; see `XdpConfig::frames`).
-    pub xdp_frames: u32,
     /// Replicate verified media in the kernel: a tcx ingress program on
     /// this interface (whose IPv4 address is `listen`) with the routes the
     /// core holds, kept in line every tick; packets it does not cover come
@@ -143,15 +132,12 @@ impl Default for SfuServerConfig {
     fn default() -> Self {
         SfuServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5004)),
-            backend: BackendKind::Socket,
-            xdp_iface: None,
+            io: Io::Socket,
             batch: None,
             flush: None,
             flush_age_us: 20,
             spin_us: 0,
             warmup_s: 0.0,
-            xdp_mode: XdpMode::Auto,
-            xdp_frames: 4096,
             kernel_fanout: None,
             echo: true,
             static_room: false,
@@ -180,7 +166,7 @@ impl Default for SfuServerConfig {
 impl SfuServerConfig {
     /// The receive batch size in use.
     pub fn batch_size(&self) -> usize {
-        self.batch.unwrap_or(match self.backend {
+        self.batch.unwrap_or(match self.io.kind() {
             BackendKind::Socket => 1,
             _ => 64,
         })
@@ -209,15 +195,9 @@ impl SfuServerConfig {
                 "max_clients_per_prefix must be above 0, client_prefix_v4 8..=32, client_prefix_v6 16..=128",
             );
         }
-        if self.backend == BackendKind::Xdp {
-            if self.xdp_iface.is_none() {
-                return fail("the xdp backend needs an interface (xdp_iface)");
-            }
-            if !self.listen.is_ipv4() {
-                return fail("the xdp backend is IPv4 only: listen must be an IPv4 address");
-            }
-        } else if self.xdp_iface.is_some() {
-            return fail("xdp_iface is only for the xdp backend");
+        let xdp = matches!(self.io, Io::Xdp(_));
+        if xdp && !self.listen.is_ipv4() {
+            return fail("the xdp backend is IPv4 only: listen must be an IPv4 address");
         }
         if self.kernel_fanout.is_some() {
             if !self.listen.is_ipv4() {
@@ -228,7 +208,7 @@ impl SfuServerConfig {
                     "kernel_fanout matches packets by destination address: listen must be a concrete address",
                 );
             }
-            if self.backend == BackendKind::Xdp {
+            if xdp {
                 return fail(
                     "kernel_fanout cannot run with the xdp backend (the XDP program hands media to AF_XDP before tc sees it)",
                 );
@@ -270,19 +250,6 @@ impl SfuServerConfig {
         }
         Ok(())
     }
-}
-
-/// SRPIC counters in the report.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct SrpicReport {
-    /// Packets pushed through the sorter.
-    pub packets: u64,
-    /// Packets put behind a gap (AfterPacketList).
-    pub to_after: u64,
-    /// Packets older than the expected one (PrevPacketList).
-    pub to_prev: u64,
-    /// Flows tracked now.
-    pub flows: usize,
 }
 
 /// Final report of an SFU run.
@@ -353,7 +320,7 @@ pub struct ServeReport {
     /// Per-peer receive errors (ICMP errors reported on the socket), skipped.
     pub rx_errors: u64,
     /// SRPIC counters, when sorting was on.
-    pub srpic: Option<SrpicReport>,
+    pub srpic: Option<SrpicStats>,
     /// The recorder's counters, when recording was on.
     pub recording: Option<RecordReport>,
 }
@@ -370,33 +337,19 @@ fn read_secret(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ServerErro
     Ok(b)
 }
 
-/// Open the backend `config` asks for.
+/// Open the backend `config` asks for (8 MiB socket buffers).
 fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
-    let backend_error = |source| ServerError::Backend {
-        backend: config.backend.to_string(),
-        source,
-    };
-    if config.backend == BackendKind::Xdp {
-        let (Some(iface), SocketAddr::V4(local)) = (&config.xdp_iface, config.listen) else {
-            return Err(ServerError::Config(
-                "the xdp backend needs an interface and an IPv4 address".into(),
-            ));
-        };
-        let xdp = XdpConfig {
-            mode: config.xdp_mode,
-            frames: config.xdp_frames,
-            ..XdpConfig::new(iface, local)
-        };
-        return open_xdp(xdp).map_err(backend_error);
-    }
     let mut socket_config = SocketConfig::new(config.listen);
     socket_config.rcvbuf = Some(8 << 20);
     socket_config.sndbuf = Some(8 << 20);
-    let (socket, _) = open_udp(&socket_config).map_err(|source| ServerError::Socket {
-        addr: config.listen,
-        source,
-    })?;
-    open_backend(config.backend, socket).map_err(backend_error)
+    match config.io.open(&socket_config) {
+        Ok((io, _)) => Ok(io),
+        Err(OpenError::Socket { addr, source }) => Err(ServerError::Socket { addr, source }),
+        Err(OpenError::Backend { kind, source }) => Err(ServerError::Backend {
+            backend: kind.to_string(),
+            source,
+        }),
+    }
 }
 
 /// A running SFU: the engine thread and its socket (or AF_XDP socket).
@@ -475,7 +428,7 @@ impl SfuServer {
         });
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(Mutex::new(LiveStats {
-            backend: config.backend.name().into(),
+            backend: config.io.kind().name().into(),
             ..LiveStats::default()
         }));
         let (admin_tx, admin_rx) = admin::channel();
@@ -606,7 +559,7 @@ impl SfuServer {
 impl Drop for SfuServer {
     fn drop(&mut self) {
         if let Some(Err(e)) = self.stop_engine() {
-            eprintln!("sfu: engine: {e}");
+            log::error!("sfu: engine: {e}");
         }
         if let Some(r) = self.recorder.take() {
             r.finish();
@@ -702,7 +655,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                 item.what, item.requested, item.result
             );
             if !item.result.is_applied() {
-                eprintln!("sfu: placement {line}");
+                log::warn!("sfu: placement {line}");
                 placement_refused.push(line.clone());
             }
             placement.push(line);
@@ -782,7 +735,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                     })
                     .collect();
                 if let Err(err) = f.sync(&routes) {
-                    eprintln!("sfu: kernel fan-out sync: {err}");
+                    log::warn!("sfu: kernel fan-out sync: {err}");
                 }
             }
             let rooms: Vec<(String, usize)> = e
@@ -893,7 +846,7 @@ fn report(
     };
     let d = &e.delays;
     ServeReport {
-        backend: config.backend.name().into(),
+        backend: config.io.kind().name().into(),
         io_mode: mode,
         batch,
         flush: config.flush_policy(),
@@ -930,15 +883,7 @@ fn report(
         tx_bytes: e.tx_bytes,
         truncated: e.truncated,
         rx_errors: e.rx_errors,
-        srpic: e.srpic.as_ref().map(|s| {
-            let st = s.stats();
-            SrpicReport {
-                packets: st.packets,
-                to_after: st.to_after,
-                to_prev: st.to_prev,
-                flows: st.flows,
-            }
-        }),
+        srpic: e.srpic.as_ref().map(Srpic::stats),
         recording: None,
     }
 }
@@ -946,6 +891,7 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringway_io::XdpInterface;
     use std::net::UdpSocket;
 
     fn loopback() -> SfuServerConfig {
@@ -968,9 +914,12 @@ mod tests {
     fn kernel_fanout_only_where_it_can_work() {
         let fanout = |listen: &str, backend| SfuServerConfig {
             listen: listen.parse().unwrap(),
-            backend,
+            io: Io::new(
+                backend,
+                (backend == BackendKind::Xdp).then(|| XdpInterface::new("veth0")),
+            )
+            .unwrap(),
             kernel_fanout: Some("veth0".into()),
-            xdp_iface: (backend == BackendKind::Xdp).then(|| "veth0".into()),
             ..SfuServerConfig::default()
         };
         assert!(fanout("10.0.0.1:5000", BackendKind::Socket)

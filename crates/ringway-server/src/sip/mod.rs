@@ -25,6 +25,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+pub mod location;
 mod prometheus;
 mod stats;
 mod summary;
@@ -39,10 +40,10 @@ pub use timer::{SipTimer, TIMER_TICK_MAX};
 pub use worker::{SipWorker, TX_FRAME};
 
 use crate::host::{self, CpuTime};
-use crate::location::{
-    self, LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
-};
 use crate::ServerError;
+use location::{
+    LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
+};
 use ringway_io::counters::UdpSnmp;
 use ringway_io::thread::Placement;
 use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};
@@ -162,7 +163,7 @@ pub struct SipServerConfig {
     pub flood_ipv6_prefix: u8,
     /// Location store: `memory` (this process), or
     /// `redis://HOST:PORT/DB` shared by several proxies (reached by store
-    /// threads, never by the workers; see [`crate::location`]).
+    /// threads, never by the workers; see [`crate::sip::location`]).
     pub location: String,
     /// Longest wait for the shared store, per command and in its queue (ms).
     pub location_timeout_ms: u64,
@@ -224,7 +225,7 @@ impl Default for SipServerConfig {
 }
 
 /// Default of [`SipServerConfig::overload_queue_delay_ms`].
-pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 20;
+pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 0;
 
 impl SipServerConfig {
     /// Reject inconsistent settings, naming the field.
@@ -598,11 +599,14 @@ impl SipServer {
                         .map_err(ServerError::Config)?;
                     stores.push(Arc::new(store));
                 }
-                if let Err(e) = stores[0].ping() {
-                    eprintln!(
+                // Every store thread's connection is made now (which AORs
+                // a thread serves depends on the random channel seed, so
+                // none may be left to connect on its first query).
+                if let Some(e) = stores.iter().find_map(|store| store.ping().err()) {
+                    log::warn!(
                         "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
-                        crate::location::redact_location(&url)
+                        crate::sip::location::redact_location(&url)
                     );
                 }
                 let (queue, receivers) = LocationQueue::new(
@@ -793,7 +797,7 @@ fn open_sockets(
             source,
         })?;
         for w in &report.warnings {
-            eprintln!("sip server: socket {}: {w}", c.bind);
+            log::warn!("sip server: socket {}: {w}", c.bind);
         }
         Ok((socket, report))
     };
@@ -839,7 +843,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let name = format!("sip-w{index}");
     let lines = host::place_this_thread(&name, &shared.config.worker_placement(index));
     for line in &lines {
-        eprintln!("sip server: placement {line}");
+        log::info!("sip server: placement {line}");
     }
     lock(&shared.placement).extend(lines);
     let config = &shared.config;
@@ -861,7 +865,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
                 }
                 Err(e) => {
                     worker.count_rx_error();
-                    eprintln!("sip server: worker {index}: receive error: {e}");
+                    log::warn!("sip server: worker {index}: receive error: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
@@ -886,7 +890,7 @@ fn finish_thread(
     record_thread_cpu(shared, name);
     if let Err(panic) = run {
         shared.thread_panicked(name);
-        eprintln!("sip server: thread {name} panicked: stopping every thread");
+        log::error!("sip server: thread {name} panicked: stopping every thread");
         resume_unwind(panic);
     }
 }

@@ -241,11 +241,11 @@ pub struct ConfigView {
 #[derive(Debug, Serialize)]
 pub struct LocationSummary {
     /// Counters of the store threads and connections.
-    pub counts: crate::location::LocationCounts,
+    pub counts: crate::sip::location::LocationCounts,
     /// REGISTER latencies (µs): queued, store call, added in all.
-    pub register: crate::location::QueryLatencySummary,
+    pub register: crate::sip::location::QueryLatencySummary,
     /// Lookup latencies (µs): what a call waits for its lookup.
-    pub lookup: crate::location::QueryLatencySummary,
+    pub lookup: crate::sip::location::QueryLatencySummary,
 }
 
 /// The JSON summary (schema documented in docs/sip-proxy.md).
@@ -335,7 +335,7 @@ pub(super) fn build(
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
             flood_ipv6_prefix: config.flood_ipv6_prefix,
-            location: crate::location::redact_location(&config.location),
+            location: crate::sip::location::redact_location(&config.location),
             location_timeout_ms: config.location_timeout_ms,
             location_threads: config.location_threads,
             location_queue: config.location_queue,
@@ -391,8 +391,8 @@ pub(super) fn build(
         placement,
         location: snap.location.as_ref().map(|location| LocationSummary {
             counts: location.counts.clone(),
-            register: crate::location::QueryLatencySummary::of(&location.latency.register),
-            lookup: crate::location::QueryLatencySummary::of(&location.latency.lookup),
+            register: crate::sip::location::QueryLatencySummary::of(&location.latency.register),
+            lookup: crate::sip::location::QueryLatencySummary::of(&location.latency.lookup),
         }),
         threads_panicked,
     }

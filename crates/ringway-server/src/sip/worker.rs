@@ -213,9 +213,9 @@ impl<'p> SipWorker<'p> {
 mod tests {
     use super::*;
     use crate::sip::stats::Latency;
-    use ringway_io::{BackendKind, IoStats, RxMeta};
+    use ringway_io::testing::MemIo;
+    use ringway_io::{BackendKind, RxMeta};
     use ringway_sip::{Mode, MsgLabel, ProxyConfig};
-    use std::net::SocketAddr;
     use std::time::Duration;
 
     const UAC: &str = "192.0.2.1:5060";
@@ -223,57 +223,11 @@ mod tests {
     /// What the fake kernel adds between hand-off and its TX stamp.
     const K_SND_NS: u64 = 7_000;
 
-    /// Records every send call and hands back a TX stamp for every
-    /// datagram that asked for one.
-    #[derive(Default)]
-    struct FakeIo {
-        sends: Vec<Vec<(SocketAddr, usize, Option<u64>)>>,
-        stamps: Vec<TxStamp>,
-    }
-
-    impl BatchIo for FakeIo {
-        fn kind(&self) -> BackendKind {
-            BackendKind::Mmsg
-        }
-        fn local_addr(&self) -> std::io::Result<SocketAddr> {
-            Ok("192.0.2.10:5060".parse().unwrap())
-        }
-        fn raw_fd(&self) -> std::os::fd::RawFd {
-            -1
-        }
-        fn recv_batch(&mut self, _: &mut RxBatch, _: Option<Duration>) -> std::io::Result<usize> {
-            Ok(0)
-        }
-        fn send_batch(&mut self, b: &TxBatch) -> std::io::Result<usize> {
-            let sent: Vec<_> = b
-                .entries()
-                .iter()
-                .map(|e| (e.dst, e.len, e.stamp_tag))
-                .collect();
-            for (i, e) in b.entries().iter().enumerate() {
-                if let Some(tag) = e.stamp_tag {
-                    let app_tx = Nanos(1_000_000 + i as u64);
-                    self.stamps.push(TxStamp {
-                        tag,
-                        app_tx,
-                        kernel_tx: Nanos(app_tx.0 + K_SND_NS),
-                    });
-                }
-            }
-            self.sends.push(sent);
-            Ok(b.len())
-        }
-        fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> std::io::Result<usize> {
-            let n = self.stamps.len();
-            out.append(&mut self.stamps);
-            Ok(n)
-        }
-        fn stats(&self) -> IoStats {
-            IoStats {
-                tx_packets: self.sends.iter().map(|s| s.len() as u64).sum(),
-                ..IoStats::default()
-            }
-        }
+    /// A backend that records every send call and hands back a TX stamp
+    /// (K_SND_NS after hand-off) for every datagram that asked for one.
+    fn mem_io() -> MemIo {
+        MemIo::new(BackendKind::Mmsg, "192.0.2.10:5060".parse().unwrap())
+            .with_tx_stamps(1_000_000, K_SND_NS)
     }
 
     fn proxy(mode: Mode) -> Proxy {
@@ -352,19 +306,18 @@ mod tests {
             (UAC, &msgs[1], None, false),
             (UAC, &msgs[2], None, false),
         ]);
-        let mut io = FakeIo::default();
+        let mut io = mem_io();
         w.drive_batch(&mut io, &rx, ticking());
-        let sizes: Vec<usize> = io.sends.iter().map(Vec::len).collect();
+        let sizes = io.send_calls().to_vec();
         assert_eq!(
             sizes,
             vec![4, 2],
             "one early flush of a full batch, then the rest"
         );
         let to_uas = io
-            .sends
-            .concat()
+            .sent()
             .iter()
-            .filter(|s| s.0 == UAS.parse().unwrap())
+            .filter(|s| s.dst == UAS.parse().unwrap())
             .count();
         assert_eq!(to_uas, 3);
         let m = w.metrics();
@@ -392,7 +345,7 @@ mod tests {
             (UAC, &small, Some(40_000), false),
             (UAC, &small, None, true),
         ]);
-        let mut io = FakeIo::default();
+        let mut io = mem_io();
         w.drive_batch(&mut io, &rx, ticking());
         let m = w.metrics();
         assert_eq!(m.msgs_in, 3);
@@ -401,7 +354,7 @@ mod tests {
             m.tx_oversize, 1,
             "the grown INVITE did not fit a send frame"
         );
-        assert_eq!(io.sends.concat().len(), 1, "only the small INVITE went out");
+        assert_eq!(io.sent().len(), 1, "only the small INVITE went out");
         let inv = m.get(MsgLabel::Invite).unwrap();
         assert_eq!(inv.count, 2);
         let k_rcv = inv.histogram(Latency::KRcv);
@@ -417,19 +370,11 @@ mod tests {
         let p = proxy(Mode::Stateless);
         let mut w = SipWorker::new(&p, 8, 1);
         let inv = invite(7, 0);
-        let mut io = FakeIo::default();
+        let mut io = mem_io();
         w.drive_batch(&mut io, &batch(&[(UAC, &inv, None, false)]), ticking());
-        let fwd_len = io.sends[0][0].1;
-        assert!(fwd_len > inv.len());
-        // Build the UAS's 180 from the forwarded INVITE (with our Via).
-        let mut fwd = vec![0u8; 0];
-        {
-            // The fake does not keep payloads: run the same INVITE through a
-            // second proxy instance to get the forwarded bytes.
-            let q = proxy(Mode::Stateless);
-            q.worker()
-                .handle(0, UAC.parse().unwrap(), &inv, &mut |_, b| fwd = b.to_vec());
-        }
+        let fwd = io.call(0)[0].bytes.clone();
+        assert!(fwd.len() > inv.len());
+        // The UAS's 180 to the forwarded INVITE (with our Via).
         let r180 = ringing(&fwd);
         w.drive_batch(&mut io, &batch(&[(UAS, &r180, None, false)]), ticking());
         let m = w.metrics();
@@ -439,7 +384,7 @@ mod tests {
             assert_eq!(k_snd.len(), 1, "{label}");
             assert!(k_snd.equivalent(k_snd.max(), K_SND_NS), "{label}");
         }
-        assert!(io.sends.concat().iter().all(|s| s.2.is_some()));
+        assert!(io.sent().iter().all(|s| s.stamp_tag.is_some()));
     }
 
     #[test]
@@ -459,7 +404,7 @@ mod tests {
                 app_rx,
             });
         }
-        let mut io = FakeIo::default();
+        let mut io = mem_io();
         // Each handle() takes 200 µs of real time, so a datagram's wait
         // before and after its own processing spans the others' (3 × 200 µs).
         let mut real = || {
@@ -498,7 +443,7 @@ mod tests {
             (UAC, &on_time, Some(fresh), false),
             (UAC, &in_dialog, Some(fresh - 100_000_000), false),
         ]);
-        let mut io = FakeIo::default();
+        let mut io = mem_io();
         w.drive_batch(&mut io, &rx, ticking());
         let inv = w.metrics().get(MsgLabel::Invite).unwrap();
         assert_eq!(inv.count, 3);

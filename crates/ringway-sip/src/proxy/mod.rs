@@ -231,6 +231,13 @@ impl Proxy {
         self.store().and_then(|store| store.len())
     }
 
+    /// Transactions in the table now (what `stats().transactions_active`
+    /// says, without summing every counter).
+    pub fn transactions_active(&self) -> usize {
+        self.active_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Bytes the bindings take, when held locally.
     pub fn binding_bytes(&self) -> Option<usize> {
         self.store().and_then(|store| store.bytes())

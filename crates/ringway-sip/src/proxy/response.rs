@@ -49,8 +49,13 @@ impl ProxyWorker<'_> {
         let Some((keys, mac)) = top.branch.and_then(Branch::parse) else {
             return self.drop_datagram(DropReason::ResponseNotOurs);
         };
+        let method = msg.cseq().map_or(Method::Other(""), |cseq| cseq.1);
+        if method == Method::Ack {
+            // Nobody answers an ACK (RFC 3261 17.1.3: a response matches
+            // the client transaction of its CSeq method; an ACK has none).
+            return self.drop_datagram(DropReason::MalformedResponse);
+        }
         if proxy.config.mode == Mode::Stateful {
-            let method = msg.cseq().map_or(Method::Other(""), |cseq| cseq.1);
             let key = TransactionKey::new(keys.transaction, Class::of(method));
             if let Some(action) = self.on_transaction_response(now, msg, key, out) {
                 return action;

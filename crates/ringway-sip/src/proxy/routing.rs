@@ -38,6 +38,9 @@ pub(super) enum Rejection {
     LoopDetected,
     /// Step 5: a Proxy-Require we do not support.
     BadExtension,
+    /// A Route value that could not be a Request-URI (a strict router's
+    /// next hop becomes one): control characters, headers, no scheme.
+    MalformedRoute,
 }
 
 impl Rejection {
@@ -48,6 +51,7 @@ impl Rejection {
             Rejection::TooManyHops => (483, "Too Many Hops"),
             Rejection::LoopDetected => (482, "Loop Detected"),
             Rejection::BadExtension => (420, "Bad Extension"),
+            Rejection::MalformedRoute => (400, "Bad Request - Malformed Route"),
         }
     }
 }
@@ -199,6 +203,14 @@ impl Proxy {
         }
         if msg.proxy_require().next().is_some() {
             return Some(Rejection::BadExtension);
+        }
+        // Found by fuzzing: a strict next hop `<sip:bob\0...@host>` became
+        // a Request-URI that no parser (ours included) accepts.
+        if msg
+            .routes()
+            .any(|route| crate::msg::check_request_uri(route.uri).is_err())
+        {
+            return Some(Rejection::MalformedRoute);
         }
         None
     }

@@ -67,7 +67,8 @@ fn validate_dispatch(matches: &ArgMatches) -> anyhow::Result<()> {
 }
 
 fn validate_serve(matches: &ArgMatches) -> anyhow::Result<()> {
-    SfuServerConfig::try_from(&ServeArgs::from_arg_matches(matches)?).map(|_| ())
+    SfuServerConfig::try_from(&ServeArgs::from_arg_matches(matches)?)?.validate()?;
+    Ok(())
 }
 
 const SECTIONS: [Section; 3] = [

@@ -1,16 +1,13 @@
 //! `ringway lab sip` (the papers' scheduler study: modes × cores × threads
 //! × rates × repetitions) and `ringway lab sip tune` (the tuner).
 
-use ringway_lab::report::{self, ReportInput};
-use ringway_lab::sched::{Knob, SysState};
-use ringway_lab::siplab::sweep::{self, BarProgress, Store, SweepConfig, TUNED};
-use ringway_lab::siplab::topology::{cpu_list_text, parse_cpu_list};
-use ringway_lab::siplab::{ProxyKind, Tools};
+use ringway_lab::siplab::campaign::{self, Campaign, GenCpus};
+use ringway_lab::siplab::report;
+use ringway_lab::siplab::sweep::{SweepConfig, SweepProgress, TUNED};
+use ringway_lab::siplab::topology::parse_cpu_list;
+use ringway_lab::siplab::{ProxyKind, RunRecord, RunSpec};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-
-/// The Kamailio config shipped in bench/kamailio/, used unless --kamailio-cfg is given.
-const KAMAILIO_CFG: &str = include_str!("../../../../bench/kamailio/stateless.cfg");
+use std::time::Instant;
 
 /// Arguments of `ringway lab sip`.
 #[derive(clap::Args, Debug)]
@@ -156,72 +153,22 @@ fn cpus_arg(what: &str, v: &str) -> anyhow::Result<Vec<usize>> {
     parse_cpu_list(v).map_err(|e| anyhow::anyhow!("{what}: {e}"))
 }
 
-fn sweep_and_report(a: SweepArgs, tune_only: bool) -> anyhow::Result<()> {
-    // 1. A crashed earlier run may have left global settings changed.
-    for m in SysState::recover(&a.state_file) {
-        eprintln!("{m}");
-    }
-    // 2. Validate everything before anything starts.
-    let mut knobs = Vec::new();
-    if let Some(v) = a.rmem_max {
-        if v < 4096 {
-            anyhow::bail!("--rmem-max {v} is too small (at least 4096)");
-        }
-        knobs.push(Knob::sysctl("net.core.rmem_max", v));
-    }
-    for k in &a.knobs {
-        let (p, v) = k
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--knob {k:?}: expected PATH=VALUE"))?;
-        if !(p.starts_with("/proc/sys/") || p.starts_with("/sys/")) || p.contains("..") {
-            anyhow::bail!("--knob {p:?}: only files under /proc/sys/ or /sys/ are allowed");
-        }
-        knobs.push(Knob {
-            path: p.into(),
-            value: v.into(),
-        });
-    }
-    let usable = sweep::usable_cpus();
+/// The campaign the flags describe (checked by the lab before it starts).
+fn campaign(a: SweepArgs) -> anyhow::Result<Campaign> {
     let gen_cpus = match a.gen_cpus.as_deref() {
-        Some("none") => Vec::new(),
-        Some(v) => cpus_arg("--gen-cpus", v)?,
-        None if usable.len() >= 2 => vec![*usable.last().unwrap_or(&0)],
-        None => Vec::new(),
+        Some("none") => GenCpus::Unpinned,
+        Some(v) => GenCpus::List(cpus_arg("--gen-cpus", v)?),
+        None => GenCpus::Auto,
     };
     let proxy_cpus = match a.proxy_cpus.as_deref() {
         Some(v) => cpus_arg("--proxy-cpus", v)?,
         None => Vec::new(),
     };
-    std::fs::create_dir_all(&a.out)?;
-    let kamailio_cfg = match &a.kamailio_cfg {
-        Some(p) => p.clone(),
-        None => {
-            let p = a.out.join("kamailio-stateless.cfg");
-            std::fs::write(&p, KAMAILIO_CFG)?;
-            p
-        }
-    };
-    let out = std::fs::canonicalize(&a.out)?;
-    let state_file = {
-        let p = &a.state_file;
-        if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d)?;
-        }
-        std::path::absolute(p)?
-    };
-    let tools = Tools {
-        ringway: std::env::current_exe()?,
-        kamailio: a.kamailio.clone(),
-        kamailio_cfg: std::fs::canonicalize(&kamailio_cfg)
-            .map_err(|e| anyhow::anyhow!("kamailio config {}: {e}", kamailio_cfg.display()))?,
-        work_dir: out.join("work"),
-        state_file: state_file.with_extension("runs.json"),
-    };
-    let cfg = SweepConfig {
-        proxies: a.proxy.clone(),
-        workers: a.workers.clone(),
-        modes: a.profiles.clone(),
-        mode: a.mode.clone(),
+    let sweep = SweepConfig {
+        proxies: a.proxy,
+        workers: a.workers,
+        modes: a.profiles,
+        mode: a.mode,
         backend: a.backend,
         rate_start: a.rate_start,
         rate_step: a.rate_step,
@@ -231,136 +178,106 @@ fn sweep_and_report(a: SweepArgs, tune_only: bool) -> anyhow::Result<()> {
         duration_s: a.duration,
         threshold: a.threshold,
         gen_threads: a.gen_threads,
-        cores: a.cores.clone(),
+        cores: a.cores,
         proxy_cpus,
-        gen_cpus: gen_cpus.clone(),
-        rx_model: a.rx_model.clone(),
+        gen_cpus: Vec::new(),
+        rx_model: a.rx_model,
         batch: a.batch,
         rcvbuf: a.rcvbuf,
         seed: a.seed,
         tune_reps: a.tune_reps,
     };
-    cfg.validate(&tools).map_err(anyhow::Error::msg)?;
-    // A leftover per-run state file (kill -9 during a run) is restored too.
-    for m in SysState::recover(&tools.state_file) {
-        eprintln!("{m}");
-    }
-    let mut store = Store::open(&out)?;
-    let pool = cfg.pool(&usable);
-    let mut notes = vec![format!(
-        "Machine: {} usable CPU(s) ({}); generator on CPU(s) {}; proxy sets taken from {} (cores {:?}); kernel {}.",
-        usable.len(),
-        cpu_list_text(&usable),
-        if gen_cpus.is_empty() {
-            "none (not pinned: runs flagged)".to_string()
-        } else {
-            cpu_list_text(&gen_cpus)
-        },
-        cpu_list_text(&pool),
-        cfg.cores,
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    )];
-    if gen_cpus.is_empty() {
-        eprintln!("warning: the generator is not pinned (--gen-cpus): every run will be flagged for shared CPUs and left out of capacities");
-    }
-    eprintln!(
-        "sweep: {} proxy(ies) × modes {:?} × cores {:?} × threads {:?}, rates {}..{} step {} (+{} bisection), {} reps, {} s each: at most {} runs; {} already in {}",
-        cfg.proxies.len(),
-        cfg.modes,
-        cfg.cores,
-        cfg.workers,
-        cfg.rate_start,
-        cfg.rate_max,
-        cfg.rate_step,
-        cfg.refine,
-        cfg.reps,
-        cfg.duration_s,
-        cfg.max_runs(),
-        store.records().count(),
-        out.join("runs.jsonl").display()
-    );
-    // 3. Sweep-wide global knobs: recorded before, restored after (also on Ctrl-C).
-    let (state, msgs) = SysState::apply(&a.state_file, &knobs);
-    for m in msgs {
-        eprintln!("{m}");
-        notes.push(m);
-    }
+    Ok(Campaign {
+        sweep,
+        gen_cpus,
+        out: a.out,
+        ringway: std::env::current_exe()?,
+        kamailio: a.kamailio,
+        kamailio_cfg: a.kamailio_cfg,
+        rmem_max: a.rmem_max,
+        knobs: a.knobs,
+        state_file: a.state_file,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    })
+}
+
+fn sweep_and_report(a: SweepArgs, tune_only: bool) -> anyhow::Result<()> {
     let stop = ringway_server::host::stop_flag()?;
-    let mut progress = BarProgress::default();
-    let mut state = Some(state);
-    let outcome = sweep::run_sweep(&cfg, &tools, &mut store, &mut progress, |spec, tools| {
-        if stop.load(Ordering::Relaxed) {
-            eprintln!(
-                "interrupted: finished runs are in {}; run the same command again to resume",
-                out.join("runs.jsonl").display()
-            );
-            if let Some(s) = state.take() {
-                for m in s.restore() {
-                    eprintln!("{m}");
-                }
-            }
-            std::process::exit(130);
-        }
-        sweep::isolated_runner(spec, tools)
-    });
-    if let Some(s) = state.take() {
-        for m in s.restore() {
-            eprintln!("{m}");
-        }
-    }
-    let outcome = outcome?;
-    let _ = std::fs::remove_dir_all(out.join("work"));
-    // 4. Report over this sweep's runs (every setting is in the key).
-    let records: Vec<_> = store
-        .records()
-        .filter(|r| {
-            cfg.proxies.contains(&r.spec.proxy)
-                && cfg.cores.contains(&r.spec.cores)
-                && cfg.workers.contains(&r.spec.workers)
-                && r.spec.duration_s == cfg.duration_s
-                && r.spec.rx_model == cfg.rx_model
-                && r.spec.batch == cfg.batch
-                && r.spec.gen_cpus == cfg.gen_cpus
-                && r.spec.rcvbuf == cfg.rcvbuf
-        })
-        .cloned()
-        .collect();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let files = report::write_report(
-        &out,
-        &ReportInput {
-            records: &records,
-            outcome: &outcome,
-            threshold: cfg.threshold,
-            command,
-            notes,
-        },
-    )?;
-    for t in &outcome.tunes {
-        if let Some(m) = t.pick_mode() {
-            let p = out.join(format!(
-                "tuned-{}-c{}-w{}.toml",
-                t.proxy.name(),
-                t.cores,
-                t.workers
-            ));
-            std::fs::write(&p, m.to_toml())?;
-            eprintln!("wrote {}", p.display());
-        }
+    let threshold = a.threshold;
+    let result = campaign::run(campaign(a)?, &stop, &mut BarProgress::default(), || {
+        std::process::exit(130)
+    })?;
+    for path in &result.tuned_files {
+        eprintln!("wrote {}", path.display());
     }
     println!(
         "{}",
-        report::capacity_table(&outcome.caps, cfg.threshold).markdown()
+        report::capacity_table(&result.outcome.caps, threshold).markdown()
     );
     if tune_only {
-        for t in &outcome.tunes {
-            println!("{}", report::tune_table(t).markdown());
+        for tune in &result.outcome.tunes {
+            println!("{}", report::tune_table(tune).markdown());
         }
     }
-    for f in files {
-        eprintln!("wrote {}", f.display());
+    for path in result.files {
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Text progress bar with ETA on stderr.
+struct BarProgress {
+    started: Instant,
+}
+
+impl Default for BarProgress {
+    fn default() -> Self {
+        BarProgress {
+            started: Instant::now(),
+        }
+    }
+}
+
+impl SweepProgress for BarProgress {
+    fn starting(&mut self, spec: &RunSpec, done: usize, planned: usize, eta_s: Option<f64>) {
+        const WIDTH: usize = 24;
+        let fraction = done as f64 / planned.max(1) as f64;
+        let fill = ((fraction * WIDTH as f64) as usize).min(WIDTH);
+        let eta = eta_s.map_or("?".to_string(), |s| format!("≤{:.0}s", s));
+        eprintln!(
+            "[{}{}] {done}/{planned} max  elapsed {:.0}s ETA {eta}  {} w={} rate={} rep={}{}",
+            "#".repeat(fill),
+            "-".repeat(WIDTH - fill),
+            self.started.elapsed().as_secs_f64(),
+            spec.config_label(),
+            spec.workers,
+            spec.rate,
+            spec.rep,
+            if spec.knobs.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", spec.knobs.describe())
+            }
+        );
+    }
+
+    fn finished(&mut self, record: &RunRecord, resumed: bool) {
+        let tag = if resumed { " (from runs.jsonl)" } else { "" };
+        match &record.error {
+            Some(e) => eprintln!("    run failed{tag}: {e}"),
+            None => eprintln!(
+                "    PDR {:.4}% failed calls {:.3}% calls {}/{} proxy cpu {:.2}s{}{tag}",
+                100.0 * record.pdr,
+                100.0 * record.failed_ratio,
+                record.succeeded,
+                record.attempted,
+                record.proxy_cpu_s,
+                if record.flags.is_empty() {
+                    String::new()
+                } else {
+                    format!(" FLAGGED: {}", record.flags.join("; "))
+                }
+            ),
+        }
+    }
 }

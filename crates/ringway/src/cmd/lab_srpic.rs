@@ -1,7 +1,7 @@
 //! `ringway lab srpic`: SRPIC in the SFU, reordering seen by subscribers and
-//! delay added, with sorting on and off (see `ringway_lab::srpiclab`).
+//! delay added, with sorting on and off (see `ringway_lab::srpic_sfu`).
 
-use ringway_lab::srpiclab::{run_all, summarize, SrpicLabConfig};
+use ringway_lab::srpic_sfu::{run_all, summarize, SrpicLabConfig};
 
 /// Arguments of `ringway lab srpic`.
 #[derive(clap::Args, Debug)]

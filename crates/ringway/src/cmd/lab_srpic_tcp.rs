@@ -1,9 +1,9 @@
 //! `ringway lab srpic-tcp`: SRPIC in front of a real TCP receiver (iperf3
 //! through the TUN relay), the SRPIC paper's Tables 4–8 and Fig. 2 (see
-//! `ringway_lab::srpictcp` and docs/srpic.md).
+//! `ringway_lab::srpic_tcp` and docs/srpic.md).
 
-use ringway_lab::srpictcp::hosts::SenderProfile;
-use ringway_lab::srpictcp::{report, run_grid, Table, TcpLabConfig};
+use ringway_lab::srpic_tcp::hosts::SenderProfile;
+use ringway_lab::srpic_tcp::{report, run_grid, Table, TcpLabConfig};
 
 /// Arguments of `ringway lab srpic-tcp`.
 #[derive(clap::Args, Debug)]

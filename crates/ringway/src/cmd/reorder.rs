@@ -131,7 +131,7 @@ pub(crate) fn run(c: ReorderCmd) -> anyhow::Result<()> {
 }
 
 fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
-    use ringway_lab::srpictcp::nfqueue::{run, NfqSortConfig};
+    use ringway_server::reorder::nfqueue::{run, NfqSortConfig};
     let duration = match a.duration {
         Some(d) if d.is_finite() && d > 0.0 => Some(std::time::Duration::from_secs_f64(d)),
         Some(_) => anyhow::bail!("--duration must be positive"),
@@ -158,7 +158,7 @@ fn run_nfqueue(a: NfqueueArgs) -> anyhow::Result<()> {
             if cfg.sort { "" } else { ", not sorting" }
         )
     };
-    let line = |r: &ringway_lab::srpictcp::nfqueue::NfqSortReport| {
+    let line = |r: &ringway_server::reorder::nfqueue::NfqSortReport| {
         format!(
             "packets {} batches {} held {} sorted {} passed {} (malformed {} not-tcp {} unsuitable {}) reordered before {:.4} after {:.4}",
             r.packets,
@@ -416,7 +416,10 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
         "input per packet: (flow, seq); the flow's key is copied into a Class at push time. \
          reference = Listing 1 with linked lists (before issue 23), fast = ringway_reorder::Srpic"
     );
-    println!("ns/packet: wall clock (median, best of the runs) and the thread's CPU time (median)");
+    println!(
+        "ns/packet: wall clock (median, best of the runs) and the thread's CPU time (median); \
+         cpu f/r = fast / reference CPU time"
+    );
     println!(
         "{:<20} {:>6} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7}",
         "case",
@@ -427,7 +430,7 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
         "fast wall",
         "best",
         "cpu",
-        "fast/ref",
+        "cpu f/r",
         "prev%",
         "after%"
     );
@@ -435,7 +438,7 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
     for r in &rows {
         let st = counters(r);
         let n = st.packets.max(1) as f64;
-        let ratio = match (r.3.median(), r.2.median()) {
+        let ratio = match (r.3.cpu_median(), r.2.cpu_median()) {
             (Some(f), Some(rf)) => format!("{:.2}", f / rf),
             _ => "n/a".to_string(),
         };

@@ -1,6 +1,6 @@
 //! `ringway sip load`: SIP UAC+UAS load generator.
 
-use ringway_lab::sipload::{self, ArrivalKind, GsoMode, Live, LoadConfig};
+use ringway_load::sip::{ArrivalKind, GsoMode, Live, LoadConfig};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -134,11 +134,11 @@ pub(crate) fn run(a: LoadArgs) -> anyhow::Result<()> {
     let calls = cfg.calls;
     let mut prog = |l: &Live, e: Duration| {
         if !quiet {
-            eprint!("\r{}   ", sipload::progress_line(l, e, calls));
+            eprint!("\r{}   ", ringway_load::sip::progress_line(l, e, calls));
             let _ = std::io::stderr().flush();
         }
     };
-    let sum = sipload::run(&cfg, live, Some(&mut prog))?;
+    let sum = ringway_load::sip::run(&cfg, live, Some(&mut prog))?;
     if !quiet {
         eprintln!();
     }

@@ -223,7 +223,7 @@ impl clap::builder::TypedValueParser for LocationParser {
             .with_cmd(cmd)
         };
         let text = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
-        ringway_server::location::parse_location(text)
+        ringway_server::sip::location::parse_location(text)
             .map(|_| text.to_string())
             .map_err(refuse)
     }
@@ -356,7 +356,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         if a.auth { "on" } else { "off" },
         a.relay,
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
-        ringway_server::location::redact_location(&a.location),
+        ringway_server::sip::location::redact_location(&a.location),
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
     let summary = server.shutdown();

@@ -5,8 +5,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use ringway_io::netns::Host;
-use ringway_lab::srpictcp::hosts::Hosts;
-use ringway_lab::srpictcp::relay::{run_tun_relay, RelayCore, RelayCoreConfig, RelayReport};
+use ringway_lab::srpic_tcp::hosts::Hosts;
+use ringway_lab::srpic_tcp::relay::{run_tun_relay, RelayCore, RelayCoreConfig, RelayReport};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -166,10 +166,10 @@ pub fn with_relay<T>(
 
 /// iperf3 from the sender to the receiver: `(client JSON, ok)`.
 pub fn iperf3(hosts: &Hosts, seconds: f64, streams: usize) -> String {
-    let server = ringway_lab::srpictcp::hosts::iperf3_server(hosts.receiver(), 5201).unwrap();
+    let server = ringway_lab::srpic_tcp::hosts::iperf3_server(hosts.receiver(), 5201).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let client =
-        ringway_lab::srpictcp::hosts::iperf3_client(hosts.sender(), 5201, seconds, streams)
+        ringway_lab::srpic_tcp::hosts::iperf3_client(hosts.sender(), 5201, seconds, streams)
             .unwrap();
     let (out, _) = client.finish(Duration::from_secs_f64(seconds + 20.0));
     let _ = server.finish(Duration::from_secs(3));

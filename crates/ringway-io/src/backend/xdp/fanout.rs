@@ -75,12 +75,17 @@ fn le32(v: [u8; 4]) -> i32 {
     u32::from_le_bytes(v) as i32
 }
 
-/// The program for our address `local`, MAC `mac`, interface `ifindex`.
-fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) -> Vec<Insn> {
-    let ip = le32(local.ip().octets());
-    let port = le16(local.port());
-    let call = |f| insn(CALL, 0, 0, 0, f);
-    let mut p = vec![
+fn call(function: i32) -> Insn {
+    insn(CALL, 0, 0, 0, function)
+}
+
+/// The checks before any change (the packet is ours: IPv4/UDP to our
+/// address and port, RTP version 2; its source is in the map, verified;
+/// at most [`MAX_FANOUT`] destinations), then our MAC, address and port
+/// on the stack. Registers from here on: r6 the context, r7 the map
+/// entry, r8 the destination count, r9 the pickup time.
+fn checks(map_fd: i32, ip: i32, port: i32, mac: [u8; 6]) -> Vec<Insn> {
+    vec![
         insn(MOV64_REG, 6, 1, 0, 0),
         call(FUNC_KTIME),
         insn(MOV64_REG, 9, 0, 0, 0), // r9 = pickup
@@ -151,9 +156,24 @@ fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) 
         insn(ST_H, 10, 0, -28, port),
         insn(ST_W, 10, 0, -16, ip),   // current destination address
         insn(ST_W, 10, 0, -12, port), // current destination port
-    ];
-    let store = |p: &mut Vec<Insn>, off: i32, from_reg: u8, from_off: i32, len: i32| {
-        p.extend([
+    ]
+}
+
+/// The rest of the program, written after [`checks`]: helper sequences as
+/// methods, so each step below reads as one line.
+struct Builder {
+    program: Vec<Insn>,
+}
+
+impl Builder {
+    fn extend(&mut self, insns: impl IntoIterator<Item = Insn>) {
+        self.program.extend(insns);
+    }
+
+    /// `bpf_skb_store_bytes` of `len` bytes at `from_reg + from_off` into
+    /// the packet at `off`.
+    fn store(&mut self, off: i32, from_reg: u8, from_off: i32, len: i32) {
+        self.extend([
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(MOV64_IMM, 2, 0, 0, off),
             insn(MOV64_REG, 3, from_reg, 0, 0),
@@ -162,11 +182,13 @@ fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) 
             insn(MOV64_IMM, 5, 0, 0, 0),
             call(FUNC_STORE_BYTES),
         ]);
-    };
-    // r3 = old (a load), r4 = new (a load): l3 and/or l4 checksum update.
-    let csum = |p: &mut Vec<Insn>, l3: bool, size: i32, old: Insn, new: Insn| {
+    }
+
+    /// r3 = old (a load), r4 = new (a load): the UDP checksum update, and
+    /// the IPv4 header's first when `l3`.
+    fn csum(&mut self, l3: bool, size: i32, old: Insn, new: Insn) {
         if l3 {
-            p.extend([
+            self.extend([
                 insn(MOV64_REG, 1, 6, 0, 0),
                 insn(MOV64_IMM, 2, 0, 0, IP_CSUM),
                 old,
@@ -175,7 +197,7 @@ fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) 
                 call(FUNC_L3_CSUM),
             ]);
         }
-        p.extend([
+        self.extend([
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(MOV64_IMM, 2, 0, 0, UDP_CSUM),
             old,
@@ -183,103 +205,133 @@ fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) 
             insn(MOV64_IMM, 5, 0, 0, L4_FLAGS | size),
             call(FUNC_L4_CSUM),
         ]);
-    };
-    // The source becomes us: MAC, address (both checksums), port.
-    store(&mut p, 6, 10, -24, 6);
-    csum(
-        &mut p,
-        true,
-        4,
-        insn(LDXW, 3, 7, 0, 0),
-        insn(MOV64_IMM, 4, 0, 0, ip),
-    );
-    store(&mut p, IP_SRC, 10, -32, 4);
-    csum(
-        &mut p,
-        false,
-        2,
-        insn(LDXH, 3, 7, 4, 0),
-        insn(MOV64_IMM, 4, 0, 0, port),
-    );
-    store(&mut p, UDP_SPORT, 10, -28, 2);
-    // Point the packet at destination `at` (entry offset) and remember it.
-    let retarget = |p: &mut Vec<Insn>, at: i32| {
-        csum(
-            p,
+    }
+
+    /// The source becomes us: MAC, address (both checksums), port.
+    fn source_is_us(&mut self, ip: i32, port: i32) {
+        self.store(6, 10, -24, 6);
+        self.csum(
+            true,
+            4,
+            insn(LDXW, 3, 7, 0, 0),
+            insn(MOV64_IMM, 4, 0, 0, ip),
+        );
+        self.store(IP_SRC, 10, -32, 4);
+        self.csum(
+            false,
+            2,
+            insn(LDXH, 3, 7, 4, 0),
+            insn(MOV64_IMM, 4, 0, 0, port),
+        );
+        self.store(UDP_SPORT, 10, -28, 2);
+    }
+
+    /// Point the packet at the destination at entry offset `at` (address
+    /// and port, checksums from the current destination kept on the stack)
+    /// and remember it as the current one.
+    fn retarget(&mut self, at: i32) {
+        self.csum(
             true,
             4,
             insn(LDXW, 3, 10, -16, 0),
             insn(LDXW, 4, 7, at as i16, 0),
         );
-        store(p, IP_DST, 7, at, 4);
-        p.extend([insn(LDXW, 1, 7, at as i16, 0), insn(STX_W, 10, 1, -16, 0)]);
-        csum(
-            p,
+        self.store(IP_DST, 7, at, 4);
+        self.extend([insn(LDXW, 1, 7, at as i16, 0), insn(STX_W, 10, 1, -16, 0)]);
+        self.csum(
             false,
             2,
             insn(LDXW, 3, 10, -12, 0),
             insn(LDXH, 4, 7, (at + 4) as i16, 0),
         );
-        store(p, UDP_DPORT, 7, at + 4, 2);
-        p.extend([
+        self.store(UDP_DPORT, 7, at + 4, 2);
+        self.extend([
             insn(LDXH, 1, 7, (at + 4) as i16, 0),
             insn(STX_W, 10, 1, -12, 0),
         ]);
-    };
-    let mut to_echo = Vec::new();
-    for i in 0..MAX_FANOUT {
-        to_echo.push(p.len());
-        p.push(insn(JLE_IMM, 8, 0, 0, i as i32)); // n <= i: done
-        let at = 40 + 16 * i as i32;
-        retarget(&mut p, at);
-        store(&mut p, 0, 7, at + 6, 6); // destination MAC
-        p.extend([
-            insn(MOV64_REG, 1, 6, 0, 0),
-            insn(MOV64_IMM, 2, 0, 0, ifindex as i32),
-            insn(MOV64_IMM, 3, 0, 0, 0), // egress
-            call(FUNC_CLONE_REDIRECT),
-        ]);
     }
-    let echo = p.len();
-    for j in to_echo {
-        p[j].off = (echo - j - 1) as i16;
+
+    /// One clone per destination i < n (unrolled: the verifier wants
+    /// bounded code), each jump "n <= i" going to the end of the copies.
+    fn copies(&mut self, ifindex: u32) {
+        let mut done_jumps = Vec::new();
+        for i in 0..MAX_FANOUT {
+            done_jumps.push(self.program.len());
+            self.program.push(insn(JLE_IMM, 8, 0, 0, i as i32)); // n <= i: done
+            let at = 40 + 16 * i as i32;
+            self.retarget(at);
+            self.store(0, 7, at + 6, 6); // destination MAC
+            self.extend([
+                insn(MOV64_REG, 1, 6, 0, 0),
+                insn(MOV64_IMM, 2, 0, 0, ifindex as i32),
+                insn(MOV64_IMM, 3, 0, 0, 0), // egress
+                call(FUNC_CLONE_REDIRECT),
+            ]);
+        }
+        let end = self.program.len();
+        for at in done_jumps {
+            self.program[at].off = (end - at - 1) as i16;
+        }
     }
-    let account = |p: &mut Vec<Insn>| {
-        p.extend([
+
+    /// Add the packet and its delay (now − pickup) to the entry's counters.
+    fn account(&mut self) {
+        self.extend([
             call(FUNC_KTIME),
             insn(SUB64_REG, 0, 9, 0, 0),
             insn(ATOMIC_ADD_DW, 7, 0, 32, 0),
             insn(MOV64_IMM, 1, 0, 0, 1),
             insn(ATOMIC_ADD_DW, 7, 1, 24, 0),
         ]);
-    };
-    // No echo: account and drop the original.
-    p.push(insn(LDXW, 1, 7, 16, 0));
-    let no_echo = p.len();
-    p.push(insn(JNE32_IMM, 1, 0, 0, 0));
-    account(&mut p);
-    p.extend([insn(MOV64_IMM, 0, 0, 0, TC_SHOT), insn(EXIT, 0, 0, 0, 0)]);
-    let echo_at = p.len();
-    p[no_echo].off = (echo_at - no_echo - 1) as i16;
-    // The echo: the packet itself, back to the sender.
-    retarget(&mut p, 0);
-    store(&mut p, 0, 7, 8, 6);
-    account(&mut p);
-    p.extend([
-        insn(MOV64_IMM, 1, 0, 0, ifindex as i32),
-        insn(MOV64_IMM, 2, 0, 0, 0),
-        call(FUNC_REDIRECT),
-        insn(EXIT, 0, 0, 0, 0),
-    ]);
-    let pass = p.len();
-    p.push(insn(MOV64_IMM, 0, 0, 0, TC_OK));
-    p.push(insn(EXIT, 0, 0, 0, 0));
-    for (i, x) in p.iter_mut().enumerate() {
-        if x.off == TO_PASS {
-            x.off = (pass - i - 1) as i16;
-        }
     }
-    p
+
+    /// Without an echo: account and drop the original. With one: the
+    /// packet itself goes back to the sender.
+    fn echo_or_drop(&mut self, ifindex: u32) {
+        self.program.push(insn(LDXW, 1, 7, 16, 0));
+        let no_echo = self.program.len();
+        self.program.push(insn(JNE32_IMM, 1, 0, 0, 0));
+        self.account();
+        self.extend([insn(MOV64_IMM, 0, 0, 0, TC_SHOT), insn(EXIT, 0, 0, 0, 0)]);
+        let echo = self.program.len();
+        self.program[no_echo].off = (echo - no_echo - 1) as i16;
+        self.retarget(0);
+        self.store(0, 7, 8, 6);
+        self.account();
+        self.extend([
+            insn(MOV64_IMM, 1, 0, 0, ifindex as i32),
+            insn(MOV64_IMM, 2, 0, 0, 0),
+            call(FUNC_REDIRECT),
+            insn(EXIT, 0, 0, 0, 0),
+        ]);
+    }
+
+    /// The pass exit (up the stack to user space), where every check's
+    /// `TO_PASS` jump lands.
+    fn pass(mut self) -> Vec<Insn> {
+        let pass = self.program.len();
+        self.program.push(insn(MOV64_IMM, 0, 0, 0, TC_OK));
+        self.program.push(insn(EXIT, 0, 0, 0, 0));
+        for (i, x) in self.program.iter_mut().enumerate() {
+            if x.off == TO_PASS {
+                x.off = (pass - i - 1) as i16;
+            }
+        }
+        self.program
+    }
+}
+
+/// The program for our address `local`, MAC `mac`, interface `ifindex`.
+fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) -> Vec<Insn> {
+    let ip = le32(local.ip().octets());
+    let port = le16(local.port());
+    let mut builder = Builder {
+        program: checks(map_fd, ip, port, mac),
+    };
+    builder.source_is_us(ip, port);
+    builder.copies(ifindex);
+    builder.echo_or_drop(ifindex);
+    builder.pass()
 }
 
 const JGT_IMM: u8 = 0x25;
@@ -514,5 +566,31 @@ impl KernelFanout {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a of the program's instructions as printed.
+    fn fingerprint(program: &[Insn]) -> u64 {
+        format!("{program:?}")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            })
+    }
+
+    /// A golden test of the instruction stream: any edit of the program
+    /// changes it (the program itself runs only in the root/veth tests).
+    #[test]
+    fn the_program_is_the_one_reviewed() {
+        let local = SocketAddrV4::new([192, 0, 2, 7].into(), 5004);
+        let program = fanout_program(9, local, [2, 0, 0, 0, 0, 7], 3);
+        assert_eq!(
+            (program.len(), fingerprint(&program)),
+            (925, 0x6ef4_ec77_f897_8859)
+        );
     }
 }

@@ -1,12 +1,12 @@
 //! `ringway sfu client` and `ringway sfu load`: command-line front ends of
-//! the load clients in [`ringway_lab::sfuload`] (options → config, live
+//! the load clients in [`ringway_load::sfu`] (options → config, live
 //! statistics, the final report). `load --netns` also runs the SFU itself
 //! ([`ringway_server::sfu`]) in a namespace host of its own.
 
 use anyhow::Context;
-use ringway_io::BackendKind;
+use ringway_io::{BackendKind, Io, XdpInterface};
 use ringway_lab::sfulab::testbed::Testbed;
-use ringway_lab::sfuload::{self, ClientReport, LiveLoad, SfuLoadConfig};
+use ringway_load::sfu::{ClientReport, LiveLoad, SfuLoadConfig};
 use ringway_server::sfu::{SfuServer, SfuServerConfig};
 use ringway_sfu::MediaType;
 use std::io::Write;
@@ -126,7 +126,8 @@ impl CommonArgs {
             types: self.types.clone(),
             interval_ms: self.interval_ms,
             sizes: self.sizes.clone(),
-            subscribe: sfuload::parse_subscribe(&self.subscribe).context("--subscribe")?,
+            subscribe: ringway_load::sfu::parse_subscribe(&self.subscribe)
+                .context("--subscribe")?,
             duration_s: self.duration,
             drain_s: self.drain,
             backend: self.backend.unwrap_or(default_backend),
@@ -148,7 +149,7 @@ fn run_sources(c: &CommonArgs, config: &SfuLoadConfig) -> anyhow::Result<ClientR
     let stop = ringway_server::host::stop_flag()?;
     let mut last = LiveLoad::default();
     let every = Duration::from_secs_f64(c.stats_interval.max(0.0));
-    let report = sfuload::run(config, &stop, Some(every), |l| {
+    let report = ringway_load::sfu::run(config, &stop, Some(every), |l| {
         print_live(&last, l);
         last = *l;
     })?;
@@ -195,10 +196,12 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let listen = SocketAddr::new(IpAddr::V4(sfu_host.addr()), a.common.server.port());
     let sfu_config = SfuServerConfig {
         listen,
-        backend: a.sfu_backend,
-        xdp_iface: (a.sfu_backend == BackendKind::Xdp)
-            .then(|| sfu_host.ifaces.first().map(|i| i.0.clone()))
-            .flatten(),
+        io: Io::new(
+            a.sfu_backend,
+            (a.sfu_backend == BackendKind::Xdp)
+                .then(|| sfu_host.ifaces.first().map(|i| XdpInterface::new(&i.0)))
+                .flatten(),
+        )?,
         ..SfuServerConfig::default()
     };
     // The SFU starts inside its host (its engine thread inherits the

@@ -3,7 +3,7 @@
 //! statistics, the final report.
 
 use anyhow::Context;
-use ringway_io::{BackendKind, XdpMode};
+use ringway_io::{BackendKind, Io, IoChoiceError, XdpInterface, XdpMode};
 pub(crate) use ringway_server::sfu::Flush;
 use ringway_server::sfu::{LiveStats, ServeReport, SfuServer, SfuServerConfig};
 use std::io::Write;
@@ -155,25 +155,30 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
         if let Some(d) = a.duration {
             anyhow::ensure!(d.is_finite() && d > 0.0, "--duration must be positive");
         }
-        if a.backend == BackendKind::Xdp {
-            anyhow::ensure!(
-                a.xdp_iface.is_some(),
-                "xdp backend needs an interface: use --xdp-iface"
-            );
-        } else {
-            anyhow::ensure!(a.xdp_iface.is_none(), "--xdp-iface needs --backend xdp");
-        }
-        let config = SfuServerConfig {
+        // The one place "xdp needs an interface" is checked: from here on
+        // the backend carries its interface.
+        let interface = a.xdp_iface.as_ref().map(|iface| XdpInterface {
+            mode: a.xdp_mode,
+            frames: a.xdp_frames,
+            ..XdpInterface::new(iface)
+        });
+        let io = Io::new(a.backend, interface).map_err(|e| match e {
+            IoChoiceError::NeedsInterface => {
+                anyhow::anyhow!("xdp backend needs an interface: use --xdp-iface")
+            }
+            IoChoiceError::InterfaceWithoutXdp(_) => {
+                anyhow::anyhow!("--xdp-iface needs --backend xdp")
+            }
+        })?;
+        // Validated once, by the server when it starts (or by `config check`).
+        Ok(SfuServerConfig {
             listen: a.listen,
-            backend: a.backend,
-            xdp_iface: a.xdp_iface.clone(),
+            io,
             batch: a.batch,
             flush: a.flush,
             flush_age_us: a.flush_age_us,
             spin_us: a.spin_us,
             warmup_s: a.warmup,
-            xdp_mode: a.xdp_mode,
-            xdp_frames: a.xdp_frames,
             kernel_fanout: a.kernel_fanout.clone(),
             echo: !a.no_echo,
             static_room: a.static_room,
@@ -195,9 +200,7 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             admin_token_file: a.admin_token_file.clone(),
             record_dir: a.record_dir.clone(),
             record_max_bytes: a.record_max_bytes,
-        };
-        config.validate()?;
-        Ok(config)
+        })
     }
 }
 

@@ -1,0 +1,269 @@
+//! One `ringway lab sip` campaign, from a validated configuration to the
+//! written report: recover settings a crashed campaign left changed,
+//! validate everything before anything starts, apply the sweep-wide knobs
+//! (recorded first, restored afterwards, also on interruption), sweep, and
+//! write the report over this sweep's runs. The binary only turns its
+//! flags into a [`Campaign`] and prints the result.
+
+use super::report::{self, ReportInput};
+use super::sweep::{self, Store, SweepConfig, SweepOutcome, SweepProgress};
+use super::topology::cpu_list_text;
+use super::{RunRecord, Tools};
+use crate::sched::{Knob, SysState};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The Kamailio config shipped in bench/kamailio/, used unless the
+/// campaign names another.
+pub const KAMAILIO_CFG: &str = include_str!("../../../../bench/kamailio/stateless.cfg");
+
+/// Which CPUs the load generator runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GenCpus {
+    /// The last usable CPU when there are two or more, else not pinned.
+    Auto,
+    /// Not pinned: every run is then flagged for shared CPUs.
+    Unpinned,
+    /// These CPU ids (disjoint from the proxy's).
+    List(Vec<usize>),
+}
+
+/// Everything one campaign needs.
+#[derive(Clone, Debug)]
+pub struct Campaign {
+    /// The sweep; its `gen_cpus` is filled in from [`Campaign::gen_cpus`].
+    pub sweep: SweepConfig,
+    /// The generator's CPUs.
+    pub gen_cpus: GenCpus,
+    /// Output directory (runs.jsonl is appended there; the sweep resumes from it).
+    pub out: PathBuf,
+    /// The `ringway` binary the proxy runs from.
+    pub ringway: PathBuf,
+    /// Kamailio binary.
+    pub kamailio: PathBuf,
+    /// Kamailio config (`None`: [`KAMAILIO_CFG`], written into `out`).
+    pub kamailio_cfg: Option<PathBuf>,
+    /// net.core.rmem_max for the whole sweep.
+    pub rmem_max: Option<u64>,
+    /// Other global knobs `PATH=VALUE` under /proc/sys or /sys for the whole sweep.
+    pub knobs: Vec<String>,
+    /// State file recording the original values of changed global settings.
+    pub state_file: PathBuf,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// What a campaign produced.
+#[derive(Debug)]
+pub struct CampaignResult {
+    /// Capacities and tuner searches.
+    pub outcome: SweepOutcome,
+    /// Report files written.
+    pub files: Vec<PathBuf>,
+    /// Tuned mode files written (`tuned-PROXY-cC-wW.toml`).
+    pub tuned_files: Vec<PathBuf>,
+}
+
+/// The sweep-wide knobs of `c`, checked: `--rmem-max` at least 4096,
+/// `--knob` paths under /proc/sys or /sys only.
+fn global_knobs(c: &Campaign) -> anyhow::Result<Vec<Knob>> {
+    let mut knobs = Vec::new();
+    if let Some(value) = c.rmem_max {
+        if value < 4096 {
+            anyhow::bail!("--rmem-max {value} is too small (at least 4096)");
+        }
+        knobs.push(Knob::sysctl("net.core.rmem_max", value));
+    }
+    for knob in &c.knobs {
+        let (path, value) = knob
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--knob {knob:?}: expected PATH=VALUE"))?;
+        // The knobs are written as root: nothing outside the kernel's tunables.
+        if !(path.starts_with("/proc/sys/") || path.starts_with("/sys/")) || path.contains("..") {
+            anyhow::bail!("--knob {path:?}: only files under /proc/sys/ or /sys/ are allowed");
+        }
+        knobs.push(Knob {
+            path: path.into(),
+            value: value.into(),
+        });
+    }
+    Ok(knobs)
+}
+
+/// The tools of a campaign writing into the canonical directory `out`.
+fn tools(c: &Campaign, out: &Path) -> anyhow::Result<Tools> {
+    let kamailio_cfg = match &c.kamailio_cfg {
+        Some(path) => path.clone(),
+        None => {
+            let path = c.out.join("kamailio-stateless.cfg");
+            std::fs::write(&path, KAMAILIO_CFG)?;
+            path
+        }
+    };
+    let state_file = {
+        let path = &c.state_file;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        // Absolute: the runs' processes start in other directories.
+        std::path::absolute(path)?
+    };
+    Ok(Tools {
+        ringway: c.ringway.clone(),
+        kamailio: c.kamailio.clone(),
+        kamailio_cfg: std::fs::canonicalize(&kamailio_cfg)
+            .map_err(|e| anyhow::anyhow!("kamailio config {}: {e}", kamailio_cfg.display()))?,
+        work_dir: out.join("work"),
+        state_file: state_file.with_extension("runs.json"),
+    })
+}
+
+/// The machine line at the top of the report's notes.
+fn machine_note(cfg: &SweepConfig, usable: &[usize]) -> String {
+    format!(
+        "Machine: {} usable CPU(s) ({}); generator on CPU(s) {}; proxy sets taken from {} (cores {:?}); kernel {}.",
+        usable.len(),
+        cpu_list_text(usable),
+        if cfg.gen_cpus.is_empty() {
+            "none (not pinned: runs flagged)".to_string()
+        } else {
+            cpu_list_text(&cfg.gen_cpus)
+        },
+        cpu_list_text(&cfg.pool(usable)),
+        cfg.cores,
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    )
+}
+
+/// The records of this sweep among those in the store (every setting that
+/// changes a result is in the key, but the store may hold other sweeps').
+fn sweep_records(store: &Store, cfg: &SweepConfig) -> Vec<RunRecord> {
+    store
+        .records()
+        .filter(|r| {
+            cfg.proxies.contains(&r.spec.proxy)
+                && cfg.cores.contains(&r.spec.cores)
+                && cfg.workers.contains(&r.spec.workers)
+                && r.spec.duration_s == cfg.duration_s
+                && r.spec.rx_model == cfg.rx_model
+                && r.spec.batch == cfg.batch
+                && r.spec.gen_cpus == cfg.gen_cpus
+                && r.spec.rcvbuf == cfg.rcvbuf
+        })
+        .cloned()
+        .collect()
+}
+
+fn log_all(messages: Vec<String>) {
+    for message in messages {
+        log::info!("{message}");
+    }
+}
+
+/// Run the campaign `c`. `stop` is polled before every run; when it is set
+/// the global settings are restored and `on_interrupt` ends the process
+/// (finished runs are already in runs.jsonl; a run cut in half must not be
+/// recorded, so the sweep cannot just go on).
+pub fn run(
+    mut c: Campaign,
+    stop: &AtomicBool,
+    progress: &mut dyn SweepProgress,
+    on_interrupt: fn() -> !,
+) -> anyhow::Result<CampaignResult> {
+    // 1. A crashed earlier run may have left global settings changed.
+    log_all(SysState::recover(&c.state_file));
+    // 2. Validate everything before anything starts.
+    let knobs = global_knobs(&c)?;
+    let usable = sweep::usable_cpus();
+    c.sweep.gen_cpus = match &c.gen_cpus {
+        GenCpus::List(cpus) => cpus.clone(),
+        GenCpus::Unpinned => Vec::new(),
+        GenCpus::Auto if usable.len() >= 2 => vec![*usable.last().unwrap_or(&0)],
+        GenCpus::Auto => Vec::new(),
+    };
+    std::fs::create_dir_all(&c.out)?;
+    let out = std::fs::canonicalize(&c.out)?;
+    let tools = tools(&c, &out)?;
+    let cfg = &c.sweep;
+    cfg.validate(&tools).map_err(anyhow::Error::msg)?;
+    // A leftover per-run state file (kill -9 during a run) is restored too.
+    log_all(SysState::recover(&tools.state_file));
+    let mut store = Store::open(&out)?;
+    let mut notes = vec![machine_note(cfg, &usable)];
+    if cfg.gen_cpus.is_empty() {
+        log::warn!("the generator is not pinned (--gen-cpus): every run will be flagged for shared CPUs and left out of capacities");
+    }
+    log::info!(
+        "sweep: {} proxy(ies) × modes {:?} × cores {:?} × threads {:?}, rates {}..{} step {} (+{} bisection), {} reps, {} s each: at most {} runs; {} already in {}",
+        cfg.proxies.len(),
+        cfg.modes,
+        cfg.cores,
+        cfg.workers,
+        cfg.rate_start,
+        cfg.rate_max,
+        cfg.rate_step,
+        cfg.refine,
+        cfg.reps,
+        cfg.duration_s,
+        cfg.max_runs(),
+        store.records().count(),
+        out.join("runs.jsonl").display()
+    );
+    // 3. Sweep-wide global knobs: recorded before, restored after (also on interruption).
+    let (state, messages) = SysState::apply(&c.state_file, &knobs);
+    for message in messages {
+        log::info!("{message}");
+        notes.push(message);
+    }
+    let mut state = Some(state);
+    let outcome = sweep::run_sweep(cfg, &tools, &mut store, progress, |spec, tools| {
+        if stop.load(Ordering::Relaxed) {
+            log::warn!(
+                "interrupted: finished runs are in {}; run the same command again to resume",
+                out.join("runs.jsonl").display()
+            );
+            if let Some(state) = state.take() {
+                log_all(state.restore());
+            }
+            on_interrupt();
+        }
+        sweep::isolated_runner(spec, tools)
+    });
+    if let Some(state) = state.take() {
+        log_all(state.restore());
+    }
+    let outcome = outcome?;
+    let _ = std::fs::remove_dir_all(out.join("work"));
+    // 4. Report over this sweep's runs.
+    let records = sweep_records(&store, cfg);
+    let files = report::write_report(
+        &out,
+        &ReportInput {
+            records: &records,
+            outcome: &outcome,
+            threshold: cfg.threshold,
+            command: c.command.clone(),
+            notes,
+        },
+    )?;
+    let mut tuned_files = Vec::new();
+    for tune in &outcome.tunes {
+        if let Some(mode) = tune.pick_mode() {
+            let path = out.join(format!(
+                "tuned-{}-c{}-w{}.toml",
+                tune.proxy.name(),
+                tune.cores,
+                tune.workers
+            ));
+            std::fs::write(&path, mode.to_toml())?;
+            tuned_files.push(path);
+        }
+    }
+    Ok(CampaignResult {
+        outcome,
+        files,
+        tuned_files,
+    })
+}

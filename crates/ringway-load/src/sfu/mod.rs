@@ -1,0 +1,713 @@
+//! The SFU's load clients: N registered RTP sources in one process, each
+//! with its own socket and SSID (optionally each inside its own network
+//! namespace host), a sender thread pacing RTP, a receiver thread counting
+//! loss, reordering, echo RTT and one-way delay, and the control traffic
+//! (register with the SFU's cookie exchange, subscribe, keepalive, leave)
+//! on the calling thread.
+//!
+//! The sources are desynchronised as independent machines are: each has its
+//! own phase within the packet interval (drawn from a seeded generator), so
+//! the SFU sees each client's three packets back to back at the client's
+//! own moment, not every client's packets in one burst.
+
+mod rx_stats;
+
+pub use rx_stats::{RxStats, StreamSummary};
+
+use anyhow::{bail, Context};
+use ringway_io::netns::Host;
+use ringway_io::thread::CpuTime;
+use ringway_io::{
+    open_backend, open_udp, realtime_now, BackendKind, BatchIo, RxBatch, SocketConfig, TxBatch,
+};
+use ringway_server::host::{self, transient};
+use ringway_server::metrics::LatencySummary;
+use ringway_server::sfu::FRAME;
+use ringway_sfu::client::{parse_reply, Reply, Requests, Session, StreamGen};
+use ringway_sfu::wire::MsgType;
+use ringway_sfu::{MediaType, Selector};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What a load run does.
+#[derive(Clone, Debug)]
+pub struct SfuLoadConfig {
+    /// SFU address.
+    pub server: SocketAddr,
+    /// Sources (clients), each with its own socket and SSID.
+    pub sources: usize,
+    /// Media types each source sends.
+    pub types: Vec<MediaType>,
+    /// Interval between packets of one stream (ms).
+    pub interval_ms: f64,
+    /// Packet sizes (bytes) per type, in `types` order (the last one repeats).
+    pub sizes: Vec<usize>,
+    /// What every source subscribes to.
+    pub subscribe: Vec<Selector>,
+    /// Seconds of sending.
+    pub duration_s: f64,
+    /// Seconds to keep receiving after sending stops.
+    pub drain_s: f64,
+    /// I/O backend of the sender and receiver threads.
+    pub backend: BackendKind,
+    /// Local IP to bind (default: the server's IP when loopback, else any).
+    pub bind: Option<IpAddr>,
+    /// Send keepalives every second.
+    pub keepalive: bool,
+    /// Send LEAVE at the end.
+    pub leave: bool,
+    /// Send media (otherwise only register and subscribe).
+    pub send: bool,
+    /// Pin the receiver thread to these CPUs.
+    pub cpus: Option<Vec<usize>>,
+    /// Open source i's socket inside named network namespace i (mod the
+    /// list length): one namespace host per client.
+    pub in_netns: Vec<String>,
+    /// Give each source its own phase within the interval (independent
+    /// clients); `false`: every source sends at the same tick (one burst).
+    pub desync: bool,
+    /// Seed of the phases.
+    pub seed: u64,
+}
+
+impl SfuLoadConfig {
+    /// Defaults of the command line (4 ms per stream, ASQ/VSQ/VHQ of 80,
+    /// 160 and 320 bytes, subscribe to all, 10 s, mmsg).
+    pub fn new(server: SocketAddr, sources: usize) -> SfuLoadConfig {
+        SfuLoadConfig {
+            server,
+            sources,
+            types: vec![MediaType::Asq, MediaType::Vsq, MediaType::Vhq],
+            interval_ms: 4.0,
+            sizes: vec![80, 160, 320],
+            subscribe: vec![Selector::ALL],
+            duration_s: 10.0,
+            drain_s: 0.5,
+            backend: BackendKind::Mmsg,
+            bind: None,
+            keepalive: true,
+            leave: true,
+            send: true,
+            cpus: None,
+            in_netns: Vec::new(),
+            desync: true,
+            seed: 1,
+        }
+    }
+}
+
+/// Parse a subscription list: `all`, `none`, or `SSID:TYPE` / `SSID` /
+/// `all:TYPE` items separated by commas.
+pub fn parse_subscribe(s: &str) -> anyhow::Result<Vec<Selector>> {
+    if s.eq_ignore_ascii_case("none") || s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|x| x.trim().parse::<Selector>().map_err(|e| anyhow::anyhow!(e)))
+        .collect()
+}
+
+/// Final report of a load run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClientReport {
+    /// SSIDs of the sources in this process.
+    pub ssids: Vec<u32>,
+    /// Seconds of sending.
+    pub duration_s: f64,
+    /// Media packets sent.
+    pub tx_packets: u64,
+    /// Media bytes sent.
+    pub tx_bytes: u64,
+    /// Datagrams received (media, echoes, control replies).
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Send rate (Mbit/s).
+    pub out_mbps: f64,
+    /// Receive rate (Mbit/s).
+    pub in_mbps: f64,
+    /// Media packets received from other sources.
+    pub media_packets: u64,
+    /// Of those: lost (expected − received, per stream and receiver).
+    pub lost: u64,
+    /// Of those: late / out-of-order by RTP sequence number.
+    pub reordered: u64,
+    /// Reordered / received media packets.
+    pub reordered_ratio: f64,
+    /// Echoes of own packets received.
+    pub echoes: u64,
+    /// RTT from the echo.
+    pub rtt: LatencySummary,
+    /// One-way delay of other sources' packets (same-host clocks).
+    pub owd: LatencySummary,
+    /// Control replies received after setup (keepalive/leave ACKs, errors).
+    pub control: u64,
+    /// ERROR replies among them.
+    pub control_errors: u64,
+    /// Datagrams that were neither RTP nor control.
+    pub malformed: u64,
+    /// Per received stream (SSRC, type) counters, summed over receivers.
+    pub received: Vec<StreamSummary>,
+    /// Sender ticks (one per source per interval) made.
+    pub ticks: u64,
+    /// Sender ticks that started more than 1 ms late.
+    pub late_ticks: u64,
+    /// CPU time of the sender and receiver threads (`user_s`, `sys_s`);
+    /// `None` (null) when the kernel did not tell it.
+    #[serde(with = "ringway_server::host::cpu_seconds::option")]
+    pub cpu: Option<CpuTime>,
+    /// Placement lines (`cpus`) the kernel refused, per thread (empty: all
+    /// applied, or nothing asked).
+    pub placement_refused: Vec<String>,
+}
+
+/// Counters of a running load, for live statistics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LiveLoad {
+    /// Seconds since sending started.
+    pub elapsed_s: f64,
+    /// Media packets / bytes sent so far.
+    pub tx_packets: u64,
+    /// See `tx_packets`.
+    pub tx_bytes: u64,
+    /// Datagrams / bytes received so far.
+    pub rx_packets: u64,
+    /// See `rx_packets`.
+    pub rx_bytes: u64,
+    /// Media lost and reordered so far (refreshed twice a second).
+    pub lost: u64,
+    /// See `lost`.
+    pub reordered: u64,
+}
+
+/// Send `msg` and wait for the matching reply (retransmitting); the socket must be blocking.
+fn request(sock: &UdpSocket, server: SocketAddr, id: u32, msg: &[u8]) -> anyhow::Result<Reply> {
+    let mut buf = [0u8; FRAME];
+    for _ in 0..10 {
+        sock.send_to(msg, server)?;
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            match sock.recv_from(&mut buf) {
+                Ok((n, from)) if from == server => match parse_reply(&buf[..n]) {
+                    Some(
+                        r @ (Reply::Ack(rid, _)
+                        | Reply::Error(rid, _, _)
+                        | Reply::Challenge(rid, _)),
+                    ) if rid == id => return Ok(r),
+                    _ => {} // media or a stale reply
+                },
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    bail!("no reply from {server}")
+}
+
+/// REGISTER, then REGISTER again with the CHALLENGE's cookie (the SFU's
+/// return-routability check); the session of the ACK.
+pub fn register(
+    sock: &UdpSocket,
+    server: SocketAddr,
+    requests: &mut Requests,
+) -> anyhow::Result<Session> {
+    let (id, m) = requests.register();
+    let mut reply = request(sock, server, id, &m)?;
+    for _ in 0..3 {
+        match reply {
+            Reply::Ack(_, s) => return Ok(s),
+            Reply::Error(_, code, _) => bail!("REGISTER refused: {code:?}"),
+            Reply::Challenge(_, cookie) => {
+                let (id, m) = requests.register_with(&cookie);
+                reply = request(sock, server, id, &m)?;
+            }
+        }
+    }
+    bail!("REGISTER: the SFU kept answering with CHALLENGEs")
+}
+
+/// One registered source.
+struct Source {
+    sock: UdpSocket,
+    session: Session,
+    requests: Requests,
+}
+
+/// Open source `i`'s socket (inside its namespace host, if any).
+fn open_source_socket(c: &SfuLoadConfig, i: usize) -> anyhow::Result<UdpSocket> {
+    let bind_ip = c.bind.unwrap_or(if c.server.ip().is_loopback() {
+        c.server.ip()
+    } else if c.server.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    });
+    let mut cfg = SocketConfig::new(SocketAddr::new(bind_ip, 0));
+    cfg.rcvbuf = Some(4 << 20);
+    cfg.sndbuf = Some(1 << 20);
+    if c.in_netns.is_empty() {
+        return Ok(open_udp(&cfg).context("opening client socket")?.0);
+    }
+    // A socket stays in the namespace it was created in.
+    let ns = c.in_netns[i % c.in_netns.len()].clone();
+    let host = Host {
+        name: ns.clone(),
+        netns: ns.clone(),
+        ifaces: Vec::new(),
+    };
+    let (sock, _) = host
+        .run(move || open_udp(&cfg))
+        .with_context(|| format!("entering netns {ns}"))?
+        .with_context(|| format!("opening client socket in netns {ns}"))?;
+    Ok(sock)
+}
+
+/// Register every source, then subscribe each to `c.subscribe`.
+fn register_sources(c: &SfuLoadConfig) -> anyhow::Result<Vec<Source>> {
+    let mut out = Vec::with_capacity(c.sources);
+    for i in 0..c.sources {
+        let sock = open_source_socket(c, i)?;
+        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let mut requests = Requests::default();
+        let session = register(&sock, c.server, &mut requests)?;
+        out.push(Source {
+            sock,
+            session,
+            requests,
+        });
+    }
+    for s in out.iter_mut() {
+        for chunk in c.subscribe.chunks(ringway_sfu::wire::MAX_SELECTORS) {
+            let (id, m) = s.requests.subscribe(s.session, chunk, false);
+            match request(&s.sock, c.server, id, &m)? {
+                Reply::Ack(..) => {}
+                r => bail!("SUBSCRIBE refused: {r:?}"),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Counters the threads share with the controlling thread.
+#[derive(Default)]
+struct Shared {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    lost: AtomicU64,
+    reordered: AtomicU64,
+    stop_rx: AtomicBool,
+    stop_tx: AtomicBool,
+}
+
+impl Shared {
+    fn live(&self, elapsed_s: f64) -> LiveLoad {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LiveLoad {
+            elapsed_s,
+            tx_packets: get(&self.tx_packets),
+            tx_bytes: get(&self.tx_bytes),
+            rx_packets: get(&self.rx_packets),
+            rx_bytes: get(&self.rx_bytes),
+            lost: get(&self.lost),
+            reordered: get(&self.reordered),
+        }
+    }
+}
+
+/// What the receiver thread reports: statistics per socket, its CPU time,
+/// the placement lines the kernel refused.
+type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>);
+
+/// Pin the calling thread to `cpus` (if any); the lines the kernel refused.
+fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
+    let Some(list) = cpus else {
+        return Vec::new();
+    };
+    let placement = ringway_io::thread::Placement {
+        cpus: Some(list),
+        ..Default::default()
+    };
+    placement
+        .apply()
+        .into_iter()
+        .filter(|i| !i.result.is_applied())
+        .map(|i| format!("{thread}: {} {} -> {}", i.what, i.requested, i.result))
+        .inspect(|line| log::info!("sfu load: placement {line}"))
+        .collect()
+}
+
+/// The receiver thread: every source's socket, statistics per socket.
+fn spawn_receiver(
+    shared: Arc<Shared>,
+    mut sockets: Vec<(Box<dyn BatchIo>, RxStats)>,
+    cpus: Option<Vec<usize>>,
+) -> std::io::Result<JoinHandle<anyhow::Result<ReceiverEnd>>> {
+    std::thread::Builder::new()
+        .name("sfu-client-rx".into())
+        .spawn(move || -> anyhow::Result<ReceiverEnd> {
+            let refused = pin("sfu-client-rx", cpus);
+            let mut batch = RxBatch::new(64, FRAME);
+            let mut published = Instant::now();
+            let single = sockets.len() == 1;
+            while !shared.stop_rx.load(Ordering::Relaxed) {
+                if published.elapsed() >= Duration::from_millis(500) {
+                    published = Instant::now();
+                    let (lost, reordered) = sockets.iter().fold((0, 0), |a, (_, st)| {
+                        let t = st.media_totals();
+                        (a.0 + t.1, a.1 + t.2)
+                    });
+                    shared.lost.store(lost, Ordering::Relaxed);
+                    shared.reordered.store(reordered, Ordering::Relaxed);
+                }
+                let mut got = 0;
+                for (io, st) in sockets.iter_mut() {
+                    // One socket: block briefly; many: poll each without waiting.
+                    let wait = if single {
+                        Duration::from_millis(5)
+                    } else {
+                        Duration::ZERO
+                    };
+                    let k = match io.recv_batch(&mut batch, Some(wait)) {
+                        Ok(k) => k,
+                        Err(e) if transient(&e) => 0,
+                        Err(e) => return Err(e.into()),
+                    };
+                    got += k;
+                    let mut bytes = 0;
+                    for d in batch.iter() {
+                        let at = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
+                        st.record(at, d.data);
+                        bytes += d.data.len() as u64;
+                    }
+                    shared.rx_packets.fetch_add(k as u64, Ordering::Relaxed);
+                    shared.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
+                }
+                if got == 0 && !single {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            let cpu = host::thread_cpu_time().ok();
+            Ok((sockets.into_iter().map(|(_, s)| s).collect(), cpu, refused))
+        })
+}
+
+/// What the sender thread reports.
+struct SenderEnd {
+    ticks: u64,
+    late: u64,
+    cpu: Option<CpuTime>,
+    refused: Vec<String>,
+}
+
+/// The sender thread: source k ticks every interval at its own phase
+/// `phases[k]` (ns after the start), one packet per stream per tick;
+/// counts the ticks that started more than 1 ms late.
+fn spawn_sender(
+    shared: Arc<Shared>,
+    mut sources: Vec<(Box<dyn BatchIo>, Vec<StreamGen>)>,
+    server: SocketAddr,
+    interval_ns: u64,
+    phases: Vec<u64>,
+    cpus: Option<Vec<usize>>,
+) -> std::io::Result<JoinHandle<anyhow::Result<SenderEnd>>> {
+    std::thread::Builder::new()
+        .name("sfu-client-tx".into())
+        .spawn(move || -> anyhow::Result<SenderEnd> {
+            let refused = pin("sfu-client-tx", cpus);
+            let mut tx = TxBatch::new(64, FRAME);
+            let start = Instant::now();
+            let mut next = phases;
+            let (mut ticks, mut late) = (0u64, 0u64);
+            while !shared.stop_tx.load(Ordering::Relaxed) && !sources.is_empty() {
+                let (k, due_ns) = next
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .min_by_key(|x| x.1)
+                    .expect("a source");
+                let due = start + Duration::from_nanos(due_ns);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                } else if now - due > Duration::from_millis(1) {
+                    late += 1;
+                }
+                next[k] += interval_ns;
+                ticks += 1;
+                let (io, streams) = &mut sources[k];
+                tx.clear();
+                for s in streams.iter_mut() {
+                    let t = realtime_now().0;
+                    if tx.push_with(server, |f| s.next_packet(f, t)).is_err() {
+                        break;
+                    }
+                }
+                let sent = io.send_batch(&tx)?;
+                shared.tx_packets.fetch_add(sent as u64, Ordering::Relaxed);
+                shared.tx_bytes.fetch_add(
+                    tx.iter().take(sent).map(|(_, d)| d.len() as u64).sum(),
+                    Ordering::Relaxed,
+                );
+            }
+            Ok(SenderEnd {
+                ticks,
+                late,
+                cpu: host::thread_cpu_time().ok(),
+                refused,
+            })
+        })
+}
+
+/// Phase of each of `n` sources within `interval_ns`: uniform from a
+/// seeded generator (independent clients), or all 0 (one burst per tick).
+pub fn phases(n: usize, interval_ns: u64, desync: bool, seed: u64) -> Vec<u64> {
+    let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            // splitmix64
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            if desync {
+                z % interval_ns.max(1)
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// Register the sources, send and receive for the configured time (or
+/// until `stop` is set), and report. `on_live` is called every `every`.
+pub fn run(
+    c: &SfuLoadConfig,
+    stop: &AtomicBool,
+    every: Option<Duration>,
+    mut on_live: impl FnMut(&LiveLoad),
+) -> anyhow::Result<ClientReport> {
+    anyhow::ensure!(c.sources >= 1, "need at least one source");
+    anyhow::ensure!(
+        !c.types.is_empty() && !c.sizes.is_empty(),
+        "need media types and sizes"
+    );
+    anyhow::ensure!(c.interval_ms > 0.0, "the packet interval must be positive");
+    let mut sources = register_sources(c)?;
+    let ssids: Vec<u32> = sources.iter().map(|s| s.session.ssid).collect();
+    let interval_ns = (c.interval_ms * 1e6) as u64;
+    // One receive and one send backend instance per socket.
+    let mut receivers = Vec::new();
+    let mut senders = Vec::new();
+    for s in &sources {
+        receivers.push((
+            open_backend(c.backend, s.sock.try_clone()?)?,
+            RxStats::new(vec![s.session.ssid]),
+        ));
+        let streams = c
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let size = c.sizes[i.min(c.sizes.len() - 1)];
+                StreamGen::new(
+                    s.session.ssid,
+                    *m,
+                    size,
+                    interval_ns,
+                    (s.session.ssid as u16) ^ 0x1234,
+                )
+            })
+            .collect();
+        senders.push((open_backend(c.backend, s.sock.try_clone()?)?, streams));
+        s.sock.set_nonblocking(true)?;
+    }
+    let shared = Arc::new(Shared::default());
+    // Stops and joins whatever thread is still running on every way out
+    // (a sender that failed to start or stopped with an error included).
+    let mut threads = Threads {
+        shared: shared.clone(),
+        receiver: Some(spawn_receiver(shared.clone(), receivers, c.cpus.clone())?),
+        sender: None,
+    };
+    if c.send {
+        threads.sender = Some(spawn_sender(
+            shared.clone(),
+            senders,
+            c.server,
+            interval_ns,
+            phases(c.sources, interval_ns, c.desync, c.seed),
+            c.cpus.clone(),
+        )?);
+    }
+    let start = Instant::now();
+    let mut last_live = Instant::now();
+    let mut last_keepalive = Instant::now();
+    while start.elapsed().as_secs_f64() < c.duration_s && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if threads.finished() {
+            break;
+        }
+        if c.keepalive && last_keepalive.elapsed() >= Duration::from_secs(1) {
+            last_keepalive = Instant::now();
+            for s in sources.iter_mut() {
+                let (_, m) = s.requests.simple(MsgType::Keepalive, s.session);
+                let _ = s.sock.send_to(&m, c.server);
+            }
+        }
+        if let Some(every) = every.filter(|e| !e.is_zero()) {
+            if last_live.elapsed() >= every {
+                last_live = Instant::now();
+                on_live(&shared.live(start.elapsed().as_secs_f64()));
+            }
+        }
+    }
+    shared.stop_tx.store(true, Ordering::Relaxed);
+    let sent_for = start.elapsed().as_secs_f64();
+    let sent = match threads.sender.take() {
+        Some(s) => s
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender thread panicked"))??,
+        None => SenderEnd {
+            ticks: 0,
+            late: 0,
+            cpu: Some(CpuTime::default()),
+            refused: Vec::new(),
+        },
+    };
+    std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
+    if c.leave {
+        for s in sources.iter_mut() {
+            let (_, m) = s.requests.simple(MsgType::Leave, s.session);
+            let _ = s.sock.send_to(&m, c.server);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    shared.stop_rx.store(true, Ordering::Relaxed);
+    let (per_socket, rx_cpu, rx_refused) = threads
+        .receiver
+        .take()
+        .expect("the receiver is joined once")
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
+    let mut r = report(ssids, sent_for, &shared, &per_socket, sent.late);
+    r.ticks = sent.ticks;
+    r.cpu = match (sent.cpu, rx_cpu) {
+        (Some(a), Some(b)) => Some(CpuTime {
+            user_ns: a.user_ns + b.user_ns,
+            system_ns: a.system_ns + b.system_ns,
+        }),
+        _ => None,
+    };
+    r.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
+    Ok(r)
+}
+
+/// The load's threads; dropping it stops and joins those still running.
+struct Threads {
+    shared: Arc<Shared>,
+    receiver: Option<JoinHandle<anyhow::Result<ReceiverEnd>>>,
+    sender: Option<JoinHandle<anyhow::Result<SenderEnd>>>,
+}
+
+impl Threads {
+    /// One of the threads has ended (an error, or nothing left to send).
+    fn finished(&self) -> bool {
+        self.receiver.as_ref().is_some_and(|h| h.is_finished())
+            || self.sender.as_ref().is_some_and(|h| h.is_finished())
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        self.shared.stop_tx.store(true, Ordering::Relaxed);
+        self.shared.stop_rx.store(true, Ordering::Relaxed);
+        if let Some(h) = self.sender.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.receiver.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn report(
+    ssids: Vec<u32>,
+    sent_for: f64,
+    shared: &Shared,
+    per_socket: &[RxStats],
+    late_ticks: u64,
+) -> ClientReport {
+    let mut total = RxStats::new(Vec::new());
+    for s in per_socket {
+        total.merge(s);
+    }
+    let (media, lost, reordered) = total.media_totals();
+    let tx_packets = shared.tx_packets.load(Ordering::Relaxed);
+    let tx_bytes = shared.tx_bytes.load(Ordering::Relaxed);
+    ClientReport {
+        ssids,
+        duration_s: sent_for,
+        tx_packets,
+        tx_bytes,
+        rx_packets: total.rx_packets,
+        rx_bytes: total.rx_bytes,
+        out_mbps: tx_bytes as f64 * 8.0 / sent_for / 1e6,
+        in_mbps: total.rx_bytes as f64 * 8.0 / sent_for / 1e6,
+        media_packets: media,
+        lost,
+        reordered,
+        reordered_ratio: if media > 0 {
+            reordered as f64 / media as f64
+        } else {
+            0.0
+        },
+        echoes: total.echoes,
+        rtt: LatencySummary::of_ns(&total.rtt),
+        owd: LatencySummary::of_ns(&total.owd),
+        control: total.control,
+        control_errors: total.control_errors,
+        malformed: total.malformed,
+        received: total.streams(),
+        ticks: 0,
+        late_ticks,
+        cpu: None,
+        placement_refused: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guard stops and joins the receiver on an early exit (here: the
+    /// sender failed), so no thread outlives `run`.
+    #[test]
+    fn dropping_the_threads_guard_stops_and_joins_the_receiver() {
+        let shared = Arc::new(Shared::default());
+        let receiver = spawn_receiver(shared.clone(), Vec::new(), None).unwrap();
+        let sender =
+            std::thread::spawn(|| -> anyhow::Result<SenderEnd> { anyhow::bail!("send failed") });
+        let threads = Threads {
+            shared: shared.clone(),
+            receiver: Some(receiver),
+            sender: Some(sender),
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!threads.receiver.as_ref().unwrap().is_finished());
+        drop(threads);
+        assert!(shared.stop_rx.load(Ordering::Relaxed));
+        // The receiver thread held a reference until it ended.
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
+}
