@@ -1,6 +1,8 @@
 //! Single-thread throughput of the sans-IO core (no sockets): parse only,
-//! stateless proxy (INVITE + 180 + 200 path) and stateful proxy.
-//! `cargo run --release -p ringway-sip --example bench_core [iterations] [parse|stateless|stateful|all]`
+//! stateless proxy (INVITE + 180 + 200 path) and stateful proxy, and whole
+//! Record-Routed calls (INVITE, 180, 200, ACK, BYE, 200: `call-stateless`,
+//! `call-stateful`; the ACK and BYE carry the Route the proxy recorded).
+//! `cargo run --release -p ringway-sip --example bench_core [iterations] [parse|stateless|stateful|call-stateless|call-stateful|all]`
 //! Wall-clock numbers; on a shared machine run it under `perf stat -e
 //! task-clock` per phase to get CPU time instead.
 
@@ -51,6 +53,17 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
             dt * 1e9 / n as f64,
             n as f64 / dt / 1e6
         );
+    }
+
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let name = if mode == Mode::Stateless {
+            "call-stateless"
+        } else {
+            "call-stateful"
+        };
+        if phase == name || phase == "all" {
+            calls(mode, n / 6);
+        }
     }
 
     for mode in [Mode::Stateless, Mode::Stateful] {
@@ -121,4 +134,106 @@ v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1
             n as f64 / dt / 1e6
         );
     }
+}
+
+/// `n` whole calls through a proxy in `mode`: the messages of 1024 calls are
+/// built once by a twin proxy (same configuration, so the same branches and
+/// Record-Route), then replayed.
+fn calls(mode: Mode, n: u64) {
+    let uac: SocketAddr = "192.0.2.1:5060".parse().unwrap();
+    let uas: SocketAddr = "192.0.2.2:5060".parse().unwrap();
+    let config = || ProxyConfig {
+        mode,
+        local: "192.0.2.10:5060".parse().unwrap(),
+        route_to: Some(uas),
+        record_route: true,
+        max_transactions: 1 << 20,
+        ..ProxyConfig::default()
+    };
+    let header = |msg: &SipMsg<'_>, names: &[&str]| -> String {
+        msg.headers()
+            .filter(|(name, _)| names.contains(name))
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect()
+    };
+    let twin = Proxy::new(config());
+    let mut twin_worker = twin.worker();
+    let mut flows: Vec<[(SocketAddr, Vec<u8>); 6]> = Vec::new();
+    for i in 0..1024u64 {
+        let invite = format!(
+            "INVITE sip:service@192.0.2.10:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-c{i}-1;rport\r\n\
+From: sipp <sip:sipp@192.0.2.1:5060>;tag={i}SIPpTag001\r\n\
+To: service <sip:service@192.0.2.10:5060>\r\nCall-ID: c{i}-1@192.0.2.1\r\n\
+CSeq: 1 INVITE\r\nContact: sip:sipp@192.0.2.1:5060\r\nMax-Forwards: 70\r\n\
+Content-Type: application/sdp\r\nContent-Length: 129\r\n\r\n\
+v=0\r\no=user1 53655765 2353687637 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+        )
+        .into_bytes();
+        let mut forwarded = Vec::new();
+        twin_worker.handle(0, uac, &invite, &mut |to, b| {
+            if to == uas {
+                forwarded = b.to_vec();
+            }
+        });
+        let fwd = SipMsg::parse(&forwarded).unwrap();
+        let record_route = fwd.record_routes().next().unwrap().uri.to_string();
+        let common = header(&fwd, &["Via", "From", "Call-ID", "CSeq", "Record-Route"]);
+        let to = format!("To: service <sip:service@192.0.2.10:5060>;tag=uas{i}\r\n");
+        let response = |code: &str| {
+            format!("SIP/2.0 {code}\r\n{common}{to}Contact: <sip:service@192.0.2.2:5060>\r\nContent-Length: 0\r\n\r\n")
+                .into_bytes()
+        };
+        let in_dialog = |method: &str, branch: &str, cseq: u32| {
+            format!(
+                "{method} sip:service@192.0.2.2:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-c{i}-{branch};rport\r\nRoute: <{record_route}>\r\n\
+From: sipp <sip:sipp@192.0.2.1:5060>;tag={i}SIPpTag001\r\n{to}Call-ID: c{i}-1@192.0.2.1\r\n\
+CSeq: {cseq} {method}\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+            )
+            .into_bytes()
+        };
+        let bye = in_dialog("BYE", "3", 2);
+        let mut bye_forwarded = Vec::new();
+        twin_worker.handle(0, uac, &bye, &mut |to, b| {
+            if to == uas {
+                bye_forwarded = b.to_vec();
+            }
+        });
+        let bye_fwd = SipMsg::parse(&bye_forwarded).expect("the BYE is forwarded");
+        let bye_ok = format!(
+            "SIP/2.0 200 OK\r\n{}{to}Content-Length: 0\r\n\r\n",
+            header(&bye_fwd, &["Via", "From", "Call-ID", "CSeq"])
+        )
+        .into_bytes();
+        flows.push([
+            (uac, invite),
+            (uas, response("180 Ringing")),
+            (uas, response("200 OK")),
+            (uac, in_dialog("ACK", "2", 1)),
+            (uac, bye),
+            (uas, bye_ok),
+        ]);
+    }
+    let p = Proxy::new(config());
+    let mut worker = p.worker();
+    let mut bytes = 0usize;
+    let t = Instant::now();
+    for i in 0..n {
+        for (src, msg) in &flows[(i % 1024) as usize] {
+            worker.handle(i, *src, msg, &mut |_, b| bytes += b.len());
+        }
+        if mode == Mode::Stateful && i % 1024 == 1023 {
+            worker.on_timer(i + 1_000_000_000_000, &mut |_, _| {});
+            worker.on_timer(i + 2_000_000_000_000, &mut |_, _| {});
+        }
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let stats = p.stats();
+    println!(
+        "{mode:?} call (6 messages): {:.0} ns/call wall, forwarded {} requests {} responses, out {bytes} B",
+        dt * 1e9 / n as f64,
+        stats.requests_forwarded,
+        stats.responses_forwarded
+    );
 }

@@ -4,7 +4,7 @@
 //! ranges replaced or inserted (new Via, Max-Forwards, Record-Route, consumed
 //! Route, Request-URI, received/rport on the previous hop's Via).
 
-use crate::msg::{HeaderKind, HeaderPos, SipMsg, Via, MAX_HEADERS, MAX_MESSAGE};
+use crate::msg::{HeaderKind, HeaderPos, SipMsg, MAX_HEADERS, MAX_MESSAGE};
 use crate::text::{CommaSplit, Params};
 use std::fmt;
 use std::io::Write as _;
@@ -352,35 +352,39 @@ pub fn forward_request(
         let head = msg.head();
         let v = &head[h.value_start as usize..h.value_end as usize];
         let top = CommaSplit::new(v).next().unwrap_or("");
-        let via = Via::parse(top).ok_or(EditError::NoVia)?;
         let top_end = offset_in(head, top) + top.len();
-        if via.received.is_none() && via.rport.is_none() {
-            // Nothing of the sender's to replace (the common case): fill
-            // in a valueless `rport`, append `received`.
-            if let Some(p) = edits.rport {
-                let semi = top.find(';').unwrap_or(top.len());
-                if let Some((name, _)) = Params::new(&top[semi..])
-                    .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
-                {
-                    let at = offset_in(head, name) + name.len();
-                    sp.push(at, at, Some(Piece::Rport(p)));
+        // The parameters (a `;` cannot occur before them: sent-by is a
+        // host and port).
+        let params = &top[top.find(';').unwrap_or(top.len())..];
+        let mut senders_value = false;
+        let mut rport_flag_end = None;
+        for (name, value) in Params::new(params) {
+            if name.eq_ignore_ascii_case("received") {
+                senders_value = true;
+            } else if name.eq_ignore_ascii_case("rport") {
+                match value {
+                    Some(_) => senders_value = true,
+                    None => {
+                        rport_flag_end.get_or_insert(offset_in(head, name) + name.len());
+                    }
                 }
+            }
+        }
+        if !senders_value {
+            // Nothing of the sender's to replace (the common case): fill
+            // in the valueless `rport`, append `received`.
+            if let (Some(p), Some(at)) = (edits.rport, rport_flag_end) {
+                sp.push(at, at, Some(Piece::Rport(p)));
             }
             if let Some(r) = edits.received {
                 sp.push(top_end, top_end, Some(Piece::Received(r)));
             }
         } else {
-            let (start, end) = if via.params.is_empty() {
-                (top_end, top_end)
-            } else {
-                let start = offset_in(head, via.params);
-                (start, start + via.params.len())
-            };
             sp.push(
-                start,
-                end,
+                top_end - params.len(),
+                top_end,
                 Some(Piece::ViaParams {
-                    params: via.params,
+                    params,
                     received: edits.received,
                     rport: edits.rport,
                 }),

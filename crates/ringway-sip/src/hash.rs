@@ -103,21 +103,24 @@ impl MacKey {
                 self.k0 ^ 0x6c79_6765_6e65_7261,
                 self.k1 ^ 0x7465_6462_7974_6573,
             ],
-            tail: 0,
-            tail_len: 0,
+            buf: [0; MAC_BLOCK],
+            buffered: 0,
             length: 0,
         }
     }
 }
 
+/// Bytes a [`Mac`] gathers before compressing them (8 words).
+const MAC_BLOCK: usize = 64;
+
 /// Streaming SipHash-2-4 (Aumasson and Bernstein, the reference algorithm
-/// over the concatenated input). [`Mac::str`] and [`Mac::u64`] frame their
-/// input (length suffix), so field boundaries matter.
+/// over the concatenated input). [`Mac::str`] frames its input (length
+/// suffix), so field boundaries matter.
 #[derive(Clone, Copy, Debug)]
 pub struct Mac {
     v: [u64; 4],
-    tail: u64,
-    tail_len: usize,
+    buf: [u8; MAC_BLOCK],
+    buffered: usize,
     length: usize,
 }
 
@@ -137,39 +140,34 @@ impl Mac {
     }
 
     #[inline]
-    fn compress(&mut self, m: u64) {
-        self.v[3] ^= m;
-        Self::round(&mut self.v);
-        Self::round(&mut self.v);
-        self.v[0] ^= m;
+    fn compress(v: &mut [u64; 4], m: u64) {
+        v[3] ^= m;
+        Self::round(v);
+        Self::round(v);
+        v[0] ^= m;
+    }
+
+    /// Compress the whole words of `bytes` (a multiple of 8 long).
+    fn compress_words(v: &mut [u64; 4], bytes: &[u8]) {
+        for word in bytes.chunks_exact(8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            Self::compress(v, u64::from_le_bytes(w));
+        }
     }
 
     /// Absorb raw bytes (no framing: `raw(b"ab").raw(b"c")` equals `raw(b"abc")`).
     pub fn raw(&mut self, mut b: &[u8]) -> &mut Self {
         self.length = self.length.wrapping_add(b.len());
-        if self.tail_len > 0 {
-            while self.tail_len < 8 {
-                let Some((&x, rest)) = b.split_first() else {
-                    return self;
-                };
-                self.tail |= u64::from(x) << (8 * self.tail_len);
-                self.tail_len += 1;
-                b = rest;
+        while !b.is_empty() {
+            let take = b.len().min(MAC_BLOCK - self.buffered);
+            self.buf[self.buffered..self.buffered + take].copy_from_slice(&b[..take]);
+            self.buffered += take;
+            b = &b[take..];
+            if self.buffered == MAC_BLOCK {
+                Self::compress_words(&mut self.v, &self.buf);
+                self.buffered = 0;
             }
-            let m = self.tail;
-            self.compress(m);
-            self.tail = 0;
-            self.tail_len = 0;
-        }
-        let mut chunks = b.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.compress(u64::from_le_bytes(w));
-        }
-        for &x in chunks.remainder() {
-            self.tail |= u64::from(x) << (8 * self.tail_len);
-            self.tail_len += 1;
         }
         self
     }
@@ -195,14 +193,18 @@ impl Mac {
 
     /// The 64-bit tag.
     pub fn finish(&self) -> u64 {
-        let mut s = *self;
-        let b = ((s.length as u64 & 0xFF) << 56) | s.tail;
-        s.compress(b);
-        s.v[2] ^= 0xFF;
+        let mut v = self.v;
+        let whole = self.buffered & !7;
+        Self::compress_words(&mut v, &self.buf[..whole]);
+        let mut tail = [0u8; 8];
+        tail[..self.buffered - whole].copy_from_slice(&self.buf[whole..self.buffered]);
+        let b = ((self.length as u64 & 0xFF) << 56) | u64::from_le_bytes(tail);
+        Self::compress(&mut v, b);
+        v[2] ^= 0xFF;
         for _ in 0..4 {
-            Self::round(&mut s.v);
+            Self::round(&mut v);
         }
-        s.v[0] ^ s.v[1] ^ s.v[2] ^ s.v[3]
+        v[0] ^ v[1] ^ v[2] ^ v[3]
     }
 }
 
@@ -220,6 +222,13 @@ mod tests {
         for split in 0..=15 {
             let (a, b) = message.split_at(split);
             assert_eq!(key.mac().raw(a).raw(b).finish(), 0xa129_ca61_49be_45e5);
+        }
+        // Longer than the buffer, in any split, is one stream.
+        let long: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
+        let whole = key.mac().raw(&long).finish();
+        for split in [1, 7, 8, 63, 64, 65, 130, 199] {
+            let (a, b) = long.split_at(split);
+            assert_eq!(key.mac().raw(a).raw(b).finish(), whole, "{split}");
         }
         // The empty message (first entry of the reference vector table).
         assert_eq!(key.mac().finish(), 0x726f_db47_dd0e_0e31);

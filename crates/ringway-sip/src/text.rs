@@ -6,14 +6,26 @@ pub(crate) fn is_lws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
+/// RFC 3261 `token` characters, one flag per byte value.
+static TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
 /// RFC 3261 `token` character.
 #[inline]
 pub(crate) fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
-        )
+    TOKEN[usize::from(b)]
 }
 
 /// Trim LWS (including folding CRLFs) on both sides.

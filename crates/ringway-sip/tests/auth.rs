@@ -505,7 +505,7 @@ To: <sip:carol@example.com>;tag=c1\r\nCall-ID: call-z9hG4bKi2\r\nCSeq: 2 BYE\r\n
         for (n, route) in [
             "",
             "Route: <sip:192.0.2.10:5060;lr>\r\n",
-            "Route: <sip:192.0.2.10:5060;lr;rw=0123456789abcdef>\r\n",
+            "Route: <sip:192.0.2.10:5060;lr;rw=ABCDEFGHIJK>\r\n",
         ]
         .into_iter()
         .enumerate()

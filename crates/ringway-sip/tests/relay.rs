@@ -142,7 +142,7 @@ To: Alice <sip:alice@example.com>;tag=a1\r\nCall-ID: {call}\r\nCSeq: 2 BYE\r\nCo
         assert_eq!(sent.last().unwrap().0, addr(FAR));
         for (route, call) in [
             ("sip:192.0.2.10:5060;lr", call),
-            ("sip:192.0.2.10:5060;lr;rw=0000000000000000", call),
+            ("sip:192.0.2.10:5060;lr;rw=AAAAAAAAAAA", call),
             (fwd.as_str(), "another-call"),
         ] {
             let (o, sent) = handle(&p, 2, UAS, bye(route, "z9hG4bKb2", call).as_bytes());

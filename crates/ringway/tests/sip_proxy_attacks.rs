@@ -410,7 +410,7 @@ fn forged_responses_with_our_via_on_top_are_not_reflected() {
         let bed = ProxyBed::start(config);
         for branch in [
             // Our branch shapes (today's and older), any digits.
-            "z9hG4bKrw0123456789abcdef.01234567.0123456789abcdef",
+            "z9hG4bKrw0123456789abcdef.01234567.89abcdef",
             "z9hG4bKrw0123456789abcdef.01234567",
             "z9hG4bKforged",
         ] {

@@ -1,5 +1,5 @@
 //! The hashes that identify a request ([`RequestKeys`]), their encoding in
-//! our Via branch (`z9hG4bKrw<16 hex>.<8 hex>.<16 hex>`: transaction hash,
+//! our Via branch (`z9hG4bKrw<16 hex>.<8 hex>.<8 hex>`: transaction hash,
 //! loop-detection hash, and a MAC of where the responses go), our To-tags,
 //! and the signature of our Record-Route.
 
@@ -13,8 +13,18 @@ pub(super) const BRANCH_PREFIX: &str = "z9hG4bKrw";
 
 const HASH_DIGITS: usize = 16;
 const LOOP_DIGITS: usize = 8;
-const MAC_DIGITS: usize = 16;
-const BRANCH_LEN: usize = BRANCH_PREFIX.len() + HASH_DIGITS + 1 + LOOP_DIGITS + 1 + MAC_DIGITS;
+/// Digits of the upstream MAC in our branch: 32 bits. A forger needs about
+/// 2^31 responses to have one relayed (one datagram, no amplification):
+/// worthless, and every message of a call carries the branch.
+const UPSTREAM_MAC_DIGITS: usize = 8;
+/// Characters of the Record-Route signature: 64 bits in base64url (it
+/// grants relaying).
+const SIGNATURE_CHARS: usize = 11;
+
+/// The base64url alphabet (RFC 4648 5): unreserved in URIs, token in SIP.
+const BASE64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const BRANCH_LEN: usize =
+    BRANCH_PREFIX.len() + HASH_DIGITS + 1 + LOOP_DIGITS + 1 + UPSTREAM_MAC_DIGITS;
 
 /// URI parameter of our Record-Route carrying its signature.
 pub(super) const SIGNATURE_PARAM: &str = "rw";
@@ -37,7 +47,7 @@ fn write_hex(out: &mut [u8], value: u64, digits: usize) {
     }
 }
 
-/// Stack-formatted branch `z9hG4bKrw<16 hex transaction>.<8 hex loop>.<16
+/// Stack-formatted branch `z9hG4bKrw<16 hex transaction>.<8 hex loop>.<8
 /// hex upstream MAC>`.
 pub(super) struct Branch {
     buf: [u8; BRANCH_LEN],
@@ -56,7 +66,7 @@ impl Branch {
         write_hex(&mut buf[at + 1..], u64::from(keys.loop_detect), LOOP_DIGITS);
         at += 1 + LOOP_DIGITS;
         buf[at] = b'.';
-        write_hex(&mut buf[at + 1..], upstream_mac, MAC_DIGITS);
+        write_hex(&mut buf[at + 1..], upstream_mac, UPSTREAM_MAC_DIGITS);
         Branch { buf }
     }
 
@@ -78,20 +88,16 @@ impl Branch {
         let loop_at = HASH_DIGITS + 1;
         let mac_at = loop_at + LOOP_DIGITS + 1;
         let bytes = rest.as_bytes();
-        if bytes.len() != mac_at + MAC_DIGITS
+        if bytes.len() != mac_at + UPSTREAM_MAC_DIGITS
             || bytes[HASH_DIGITS] != b'.'
             || bytes[mac_at - 1] != b'.'
         {
             return None;
         }
-        let hex = |range: std::ops::Range<usize>| {
-            rest.get(range)
-                .filter(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()))
-                .and_then(|digits| u64::from_str_radix(digits, 16).ok())
-        };
+        let hex = |range: std::ops::Range<usize>| parse_hex(bytes.get(range)?);
         let transaction = hex(0..HASH_DIGITS)?;
         let loop_detect = hex(loop_at..loop_at + LOOP_DIGITS)? as u32;
-        let mac = hex(mac_at..mac_at + MAC_DIGITS)?;
+        let mac = hex(mac_at..mac_at + UPSTREAM_MAC_DIGITS)?;
         Some((
             RequestKeys {
                 transaction,
@@ -102,19 +108,53 @@ impl Branch {
     }
 }
 
-/// `a == b` in time independent of where they differ (case-insensitive
-/// for `b`, hex digits).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y.to_ascii_lowercase()))
-            == 0
+/// Up to 16 hex digits (either case) as a number; `None` for anything else.
+fn parse_hex(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |value, &digit| {
+        let nibble = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            b'A'..=b'F' => digit - b'A' + 10,
+            _ => return None,
+        };
+        Some(value << 4 | u64::from(nibble))
+    })
 }
 
-/// Stack-formatted signature of our Record-Route (`;rw=<16 hex>`).
+/// Stack-formatted signature of our Record-Route (`;rw=<11 base64url>`).
 pub(super) struct RouteSignature {
-    buf: [u8; MAC_DIGITS],
+    buf: [u8; SIGNATURE_CHARS],
+}
+
+/// `value` as 11 base64url characters, most significant first.
+fn encode_signature(value: u64) -> [u8; SIGNATURE_CHARS] {
+    let mut out = [0u8; SIGNATURE_CHARS];
+    for (i, c) in out.iter_mut().enumerate() {
+        let shift = 6 * (SIGNATURE_CHARS - 1 - i);
+        *c = BASE64URL[((value >> shift) & 0x3F) as usize];
+    }
+    out
+}
+
+/// The value of 11 base64url characters (`None` for anything else).
+fn decode_signature(text: &[u8]) -> Option<u64> {
+    if text.len() != SIGNATURE_CHARS {
+        return None;
+    }
+    text.iter().try_fold(0u64, |value, &c| {
+        let digit = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        };
+        Some(value << 6 | u64::from(digit))
+    })
 }
 
 impl RouteSignature {
@@ -125,7 +165,7 @@ impl RouteSignature {
 }
 
 impl Proxy {
-    /// The MAC in our branch of a request with transaction hash
+    /// The (32-bit) MAC in our branch of a request with transaction hash
     /// `transaction` whose responses go to `upstream`: a response with our
     /// Via on top is relayed (without a transaction) only to the address
     /// that matches it, so a forged one cannot be reflected anywhere else.
@@ -136,22 +176,25 @@ impl Proxy {
             .u64(transaction)
             .addr(upstream)
             .finish()
+            & 0xFFFF_FFFF
     }
 
     /// The signature of our Record-Route for the dialog of Call-ID
     /// `call_id` whose caller's tag is `tag` (the INVITE's From tag; the
     /// From or To tag of later requests, by direction).
     pub(super) fn route_signature(&self, call_id: &str, tag: &str) -> RouteSignature {
-        let mac = self
-            .mac_key
+        RouteSignature {
+            buf: encode_signature(self.route_mac(call_id, tag)),
+        }
+    }
+
+    fn route_mac(&self, call_id: &str, tag: &str) -> u64 {
+        self.mac_key
             .mac()
             .u64(0x5EED)
             .str(call_id)
             .str(tag)
-            .finish();
-        let mut buf = [0u8; MAC_DIGITS];
-        write_hex(&mut buf, mac, MAC_DIGITS);
-        RouteSignature { buf }
+            .finish()
     }
 
     /// Whether `uri` (one of our Route values, or our Request-URI behind a
@@ -164,16 +207,15 @@ impl Proxy {
         let Some(Some(signature)) = uri.and_then(|u| u.param(SIGNATURE_PARAM)) else {
             return false;
         };
+        let Some(signature) = decode_signature(signature.as_bytes()) else {
+            return false;
+        };
         let call_id = msg.call_id().unwrap_or("");
+        // (Comparing two u64 takes the same time wherever they differ.)
         [msg.from_tag(), msg.to_tag()]
             .into_iter()
             .flatten()
-            .any(|tag| {
-                constant_time_eq(
-                    self.route_signature(call_id, tag).as_str().as_bytes(),
-                    signature.as_bytes(),
-                )
-            })
+            .any(|tag| self.route_mac(call_id, tag) == signature)
     }
 
     /// The keys of a request (RFC 3261 16.11; 16.6 step 8).
@@ -274,6 +316,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn signatures_round_trip() {
+        for value in [0, 1, u64::MAX, 0x0123_4567_89ab_cdef] {
+            let text = encode_signature(value);
+            assert_eq!(decode_signature(&text), Some(value), "{text:?}");
+        }
+        assert_eq!(&encode_signature(0), b"AAAAAAAAAAA");
+        assert_eq!(decode_signature(b"AAAAAAAAAA"), None);
+        assert_eq!(decode_signature(b"AAAAAAAAAA="), None);
+    }
+
+    #[test]
     fn branch_round_trip_and_to_tag() {
         let keys = RequestKeys {
             transaction: 0x0123_4567_89ab_cdef,
@@ -282,20 +335,17 @@ mod tests {
         let branch = Branch::new(keys, 0x1122_3344_5566_7788);
         assert_eq!(
             branch.as_str(),
-            "z9hG4bKrw0123456789abcdef.feedbeef.1122334455667788"
+            "z9hG4bKrw0123456789abcdef.feedbeef.55667788"
         );
         assert_eq!(branch.to_tag(), "0123456789abcdef");
+        assert_eq!(Branch::parse(branch.as_str()), Some((keys, 0x5566_7788)));
         assert_eq!(
-            Branch::parse(branch.as_str()),
-            Some((keys, 0x1122_3344_5566_7788))
-        );
-        assert_eq!(
-            Branch::parse("z9hG4bKrw0123456789abcdef-feedbeef.1122334455667788"),
+            Branch::parse("z9hG4bKrw0123456789abcdef-feedbeef.55667788"),
             None
         );
         assert_eq!(Branch::parse("z9hG4bKrw0123456789abcdef.feedbeef"), None);
         assert_eq!(
-            Branch::parse("z9hG4bKrw0123456789abcdef.+eedbeef.1122334455667788"),
+            Branch::parse("z9hG4bKrw0123456789abcdef.+eedbeef.55667788"),
             None
         );
     }

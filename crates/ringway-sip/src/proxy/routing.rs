@@ -171,10 +171,6 @@ impl Proxy {
             && via.port.unwrap_or(5060) == self.config.local.port()
     }
 
-    fn uri_is_us(&self, uri: &str) -> bool {
-        SipUri::parse(uri).is_some_and(|u| self.host_is_ours(u.host, u.port))
-    }
-
     /// RFC 3261 16.3 validation (steps 2 to 5), with a bound on our own
     /// Vias in the request.
     pub(super) fn validate(&self, msg: &SipMsg<'_>, keys: RequestKeys) -> Option<Rejection> {
@@ -227,34 +223,48 @@ impl Proxy {
     /// the Routes left are followed, and [`RoutePlan::signed`] says
     /// whether we Record-Routed it.
     pub(super) fn plan_route<'m>(&self, msg: &SipMsg<'m>) -> RoutePlan<'m> {
-        let route_count = msg.routes().count();
         let received = msg.request_uri().unwrap_or("");
         let received_uri = msg.request_sip_uri();
+        let in_dialog = msg.to_tag().is_some();
+        // One pass over the Route values: how many, how many of ours lead
+        // (and whether one of them is signed for this dialog), the first
+        // other one, and the last one.
+        let mut route_count = 0;
+        let mut ours = 0;
+        let mut signed = false;
+        let mut first_other: Option<NameAddr<'m>> = None;
+        let mut last: Option<NameAddr<'m>> = None;
+        for route in msg.routes() {
+            if first_other.is_none() {
+                let uri = route.sip_uri();
+                if uri.is_some_and(|u| self.host_is_ours(u.host, u.port)) {
+                    ours += 1;
+                    signed = signed || in_dialog && self.route_is_signed(msg, uri);
+                } else {
+                    first_other = Some(route);
+                }
+            }
+            last = Some(route);
+            route_count += 1;
+        }
         let from_strict_router = route_count > 0
             && received_uri.is_some_and(|u| {
                 u.user.is_none() && u.param("lr").is_some() && self.host_is_ours(u.host, u.port)
             });
         let routes_left = route_count - usize::from(from_strict_router);
         let request_uri = if from_strict_router {
-            msg.routes().last().map_or(received, |route| route.uri)
+            last.map_or(received, |route| route.uri)
         } else {
             received
         };
-        let ours = msg
-            .routes()
-            .take(routes_left)
-            .take_while(|r| self.uri_is_us(r.uri))
-            .count();
-        let in_dialog = msg.to_tag().is_some();
-        let signed = in_dialog
-            && (from_strict_router && self.route_is_signed(msg, received_uri)
-                || msg
-                    .routes()
-                    .take(ours)
-                    .any(|r| self.route_is_signed(msg, r.sip_uri())));
+        // Behind a strict router the last Route is the Request-URI, not a
+        // Route of ours or a next hop.
+        let ours = ours.min(routes_left);
+        let signed =
+            in_dialog && (from_strict_router && self.route_is_signed(msg, received_uri) || signed);
         let preloaded = !in_dialog && routes_left > ours;
         let next_route = if !preloaded && routes_left > ours {
-            msg.routes().nth(ours)
+            first_other
         } else {
             None
         };
