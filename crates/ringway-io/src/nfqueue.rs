@@ -150,6 +150,9 @@ pub struct NfQueueStats {
     pub kernel_errors: u64,
     /// Messages that could not be parsed.
     pub malformed: u64,
+    /// Verdict sends that failed (their verdicts stay queued for the next
+    /// [`NfQueue::flush_verdicts`]).
+    pub verdict_send_errors: u64,
 }
 
 fn put_nlmsghdr(buf: &mut Vec<u8>, len: usize, ty: u16, flags: u16, seq: u32) {
@@ -515,7 +518,10 @@ impl NfQueue {
         Ok(())
     }
 
-    /// Send the verdicts queued so far, in order, in one `send`.
+    /// Send the verdicts queued so far, in order, in one `send`. When the
+    /// send fails the verdicts stay queued (a packet without a verdict is
+    /// held by the kernel until the queue closes, then dropped): call again
+    /// to retry (review S24).
     pub fn flush_verdicts(&mut self) -> io::Result<()> {
         if self.tx.is_empty() {
             return Ok(());
@@ -523,9 +529,22 @@ impl NfQueue {
         let tx = std::mem::take(&mut self.tx);
         let r = self.send_all(&tx);
         self.tx = tx;
-        self.tx.clear();
-        self.stats.verdict_sends += 1;
-        r
+        match r {
+            Ok(()) => {
+                self.tx.clear();
+                self.stats.verdict_sends += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.verdict_send_errors += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Verdicts queued and not sent yet.
+    pub fn pending_verdicts(&self) -> usize {
+        self.tx.len() / VERDICT_MSG_LEN
     }
 }
 
@@ -538,6 +557,47 @@ impl AsRawFd for NfQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A queue object over any socket (the verdict path only).
+    fn over(fd: OwnedFd) -> NfQueue {
+        NfQueue {
+            fd,
+            cfg: NfQueueConfig::new(3),
+            seq: 0,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            stats: NfQueueStats::default(),
+        }
+    }
+
+    #[test]
+    fn verdicts_survive_a_failed_send() {
+        use std::os::unix::net::UnixDatagram;
+        // A socket whose peer is gone: every send fails.
+        let (dead, peer) = UnixDatagram::pair().unwrap();
+        drop(peer);
+        let mut q = over(OwnedFd::from(dead));
+        for id in 1..=3 {
+            q.verdict(id, Verdict::Accept).unwrap();
+        }
+        assert!(q.flush_verdicts().is_err());
+        assert!(q.flush_verdicts().is_err());
+        assert_eq!(q.pending_verdicts(), 3, "the verdicts are kept");
+        assert_eq!(q.stats().verdict_send_errors, 2);
+        q.verdict(4, Verdict::Accept).unwrap();
+        // The socket works again: everything queued leaves, in order.
+        let (live, peer) = UnixDatagram::pair().unwrap();
+        q.fd = OwnedFd::from(live);
+        q.flush_verdicts().unwrap();
+        assert_eq!(q.pending_verdicts(), 0);
+        let mut buf = [0u8; 4096];
+        let n = peer.recv(&mut buf).unwrap();
+        assert_eq!(n, 4 * VERDICT_MSG_LEN);
+        let ids: Vec<u32> = (0..4)
+            .map(|k| u32::from_be_bytes(buf[k * VERDICT_MSG_LEN + 28..][..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(ids, vec![1, 2, 3, 4]);
+    }
 
     #[test]
     fn verdicts_encode_as_the_kernel_reads_them() {

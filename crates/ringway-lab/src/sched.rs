@@ -6,7 +6,11 @@
 //! Global changes go through [`SysState`]: every original value is written
 //! to a state file *before* the change, restored at the end (also on drop),
 //! and a leftover state file from a crashed run is restored by
-//! [`SysState::recover`] at the next start.
+//! [`SysState::recover`] at the next start. Recovery trusts the file only
+//! so far (review S16): it must be a regular file owned by the invoking
+//! user and writable by nobody else, every path must lie under /proc/sys
+//! or /sys (no `..`), and a value is put back only while the knob still
+//! holds the value this tool wrote (an administrator's later change stays).
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -161,13 +165,29 @@ impl Knob {
     }
 }
 
+/// Where recovered knobs may live.
+pub const KNOB_ROOTS: [&str; 2] = ["/proc/sys", "/sys"];
+
+/// One changed knob in the state file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Entry {
+    /// Absolute path of the knob.
+    path: String,
+    /// Its original value (restored).
+    value: String,
+    /// The value this tool wrote (restore only while it is still there;
+    /// absent in files of older versions: then nothing is restored).
+    #[serde(default)]
+    written: Option<String>,
+}
+
 /// State file contents.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct StateFile {
     /// PID of the tool that made the changes.
     pid: u32,
     /// Original values to restore.
-    originals: Vec<Knob>,
+    originals: Vec<Entry>,
 }
 
 /// Global settings changed by this run, restored on [`SysState::restore`] or drop.
@@ -175,23 +195,143 @@ struct StateFile {
 pub struct SysState {
     file: PathBuf,
     originals: Vec<Knob>,
+    /// The value written to each of `originals`.
+    written: Vec<String>,
     restored: bool,
 }
 
-fn write_state(file: &Path, originals: &[Knob]) -> std::io::Result<()> {
+fn write_state(file: &Path, originals: &[Knob], written: &[String]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     if let Some(d) = file.parent() {
         std::fs::create_dir_all(d)?;
     }
     let s = StateFile {
         pid: std::process::id(),
-        originals: originals.to_vec(),
+        originals: originals
+            .iter()
+            .zip(written)
+            .map(|(k, w)| Entry {
+                path: k.path.clone(),
+                value: k.value.clone(),
+                written: Some(w.clone()),
+            })
+            .collect(),
     };
     let tmp = file.with_extension("tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(&s).map_err(std::io::Error::other)?,
-    )?;
+    let _ = std::fs::remove_file(&tmp);
+    // Owner-only, whatever the umask: recovery refuses anything else.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec_pretty(&s).map_err(std::io::Error::other)?)?;
+    f.sync_all()?;
     std::fs::rename(&tmp, file)
+}
+
+/// The effective user id of this process (from /proc/self/status).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    uids.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Why the state file at `file` is not to be trusted, if it is not: it
+/// must be a regular file (not a symlink) owned by this process's
+/// effective user and not writable by group or others.
+fn untrusted(file: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = match std::fs::symlink_metadata(file) {
+        Ok(meta) => meta,
+        Err(e) => return Some(format!("cannot stat: {e}")),
+    };
+    if !meta.file_type().is_file() {
+        return Some("not a regular file".into());
+    }
+    match effective_uid() {
+        Some(uid) if uid == meta.uid() => {}
+        Some(uid) => return Some(format!("owned by uid {}, not {uid}", meta.uid())),
+        None => return Some("cannot tell who runs this process".into()),
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Some(format!(
+            "mode {:o}: writable by group or others",
+            meta.mode() & 0o777
+        ));
+    }
+    None
+}
+
+/// `path` if it is an absolute path without `.`/`..` that resolves to a
+/// file under one of `roots`; else why not.
+fn allowed_knob(path: &str, roots: &[&Path]) -> Result<PathBuf, String> {
+    use std::path::Component;
+    let p = Path::new(path);
+    if !p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err("not a plain absolute path".into());
+    }
+    let real = p
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve: {e}"))?;
+    let under = roots.iter().any(|root| {
+        root.canonicalize()
+            .is_ok_and(|root| real.starts_with(&root))
+    });
+    if !under {
+        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        return Err(format!("not under {}", roots.join(" or ")));
+    }
+    Ok(real)
+}
+
+/// The value a knob holds now, as [`SysState::apply`] compares it with the
+/// value it wrote (`sched/features`: the state of that one feature).
+fn current_value(path: &Path, written: &str) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(if path.ends_with("sched/features") {
+        feature_state(&text, written)
+    } else {
+        text.trim().to_string()
+    })
+}
+
+/// Restore the entries of a recovered state file under `roots`, each only
+/// while it still holds the value we wrote.
+fn recover_entries(entries: &[Entry], roots: &[&Path]) -> Vec<String> {
+    let mut msgs = Vec::new();
+    for e in entries.iter().rev() {
+        let path = match allowed_knob(&e.path, roots) {
+            Ok(path) => path,
+            Err(why) => {
+                msgs.push(format!("not restored: {} ({why})", e.path));
+                continue;
+            }
+        };
+        let Some(written) = &e.written else {
+            msgs.push(format!(
+                "not restored: {} (the file does not say what was written)",
+                e.path
+            ));
+            continue;
+        };
+        match current_value(&path, written) {
+            Ok(now) if now == *written => msgs.extend(restore_knobs(&[Knob {
+                path: path.display().to_string(),
+                value: e.value.clone(),
+            }])),
+            Ok(now) => msgs.push(format!(
+                "not restored: {} is {now}, not the {written} we wrote (changed since; left as is)",
+                e.path
+            )),
+            Err(err) => msgs.push(format!("not restored: {} (cannot read: {err})", e.path)),
+        }
+    }
+    msgs
 }
 
 fn restore_knobs(originals: &[Knob]) -> Vec<String> {
@@ -220,16 +360,35 @@ pub fn feature_state(features: &str, want: &str) -> String {
 impl SysState {
     /// Restore settings left by a run that did not finish (crash, kill):
     /// returns messages saying what was restored (empty if no state file).
+    /// Only knobs under [`KNOB_ROOTS`], from a file this user owns and
+    /// nobody else can write, and only while they hold what we wrote.
     pub fn recover(file: &Path) -> Vec<String> {
-        let Ok(text) = std::fs::read_to_string(file) else {
+        let roots: Vec<&Path> = KNOB_ROOTS.iter().map(Path::new).collect();
+        Self::recover_under(file, &roots)
+    }
+
+    /// [`SysState::recover`] with knobs allowed under `roots` instead (tests
+    /// use stand-in files in a temporary directory).
+    pub fn recover_under(file: &Path, roots: &[&Path]) -> Vec<String> {
+        if std::fs::symlink_metadata(file).is_err() {
             return Vec::new();
-        };
+        }
         let mut msgs = vec![format!(
             "found leftover state file {} (an earlier run did not finish): restoring",
             file.display()
         )];
+        if let Some(why) = untrusted(file) {
+            msgs.push(format!(
+                "state file not trusted ({why}): nothing restored, file left for inspection"
+            ));
+            return msgs;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            msgs.push("state file unreadable; nothing restored".into());
+            return msgs;
+        };
         match serde_json::from_str::<StateFile>(&text) {
-            Ok(s) => msgs.extend(restore_knobs(&s.originals)),
+            Ok(s) => msgs.extend(recover_entries(&s.originals, roots)),
             Err(e) => msgs.push(format!("state file unreadable ({e}); nothing restored")),
         }
         let _ = std::fs::remove_file(file);
@@ -243,6 +402,7 @@ impl SysState {
         let mut st = SysState {
             file: file.to_path_buf(),
             originals: Vec::new(),
+            written: Vec::new(),
             restored: false,
         };
         let mut msgs = Vec::new();
@@ -263,8 +423,10 @@ impl SysState {
                 path: c.path.clone(),
                 value: orig.clone(),
             });
-            if let Err(e) = write_state(file, &st.originals) {
+            st.written.push(c.value.clone());
+            if let Err(e) = write_state(file, &st.originals, &st.written) {
                 st.originals.pop();
+                st.written.pop();
                 msgs.push(format!(
                     "not applied: {} (cannot record the original in {}: {e})",
                     c.path,
@@ -276,7 +438,8 @@ impl SysState {
                 Ok(()) => msgs.push(format!("set {} = {} (was {orig})", c.path, c.value)),
                 Err(e) => {
                     st.originals.pop();
-                    let _ = write_state(file, &st.originals);
+                    st.written.pop();
+                    let _ = write_state(file, &st.originals, &st.written);
                     let why =
                         if e.raw_os_error() == Some(1) && c.path.starts_with("/sys/kernel/debug") {
                             " (debugfs locked down?)".to_string()
@@ -382,11 +545,11 @@ mod tests {
         assert_eq!(s.originals[0].value, "100");
         // Simulate a crash: forget the guard without restoring.
         std::mem::forget(st);
-        let msgs = SysState::recover(&state);
+        let msgs = SysState::recover_under(&state, &[&dir]);
         assert!(msgs[0].contains("leftover"));
         assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100");
         assert!(!state.exists());
-        assert!(SysState::recover(&state).is_empty());
+        assert!(SysState::recover_under(&state, &[&dir]).is_empty());
         // Normal path: restore on drop.
         {
             let (_st, _) = SysState::apply(&state, std::slice::from_ref(&k));
@@ -395,5 +558,96 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100");
         assert!(!state.exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A state file as a crashed run leaves it: knob `path` changed from
+    /// `original` to `written`.
+    fn leftover(state: &Path, entries: &[(&Path, &str, &str)]) {
+        let originals: Vec<Knob> = entries
+            .iter()
+            .map(|(p, original, _)| Knob {
+                path: p.display().to_string(),
+                value: original.to_string(),
+            })
+            .collect();
+        let written: Vec<String> = entries.iter().map(|e| e.2.to_string()).collect();
+        write_state(state, &originals, &written).unwrap();
+    }
+
+    /// Review S16: recovery wrote any path/value of the state file (as
+    /// root, from a file anyone with write access to results/ could plant).
+    #[test]
+    fn recovery_trusts_only_its_own_file_paths_and_values() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let allowed = dir.join("sys");
+        std::fs::create_dir_all(&allowed).unwrap();
+        let knob = allowed.join("knob");
+        let outside = dir.join("cron-job");
+        let state = dir.join("state.json");
+        let roots = [allowed.as_path()];
+
+        // A path outside the roots (directly, or through `..`) is refused.
+        std::fs::write(&knob, "200").unwrap();
+        std::fs::write(&outside, "harmless").unwrap();
+        let sneaky = PathBuf::from(format!("{}/../cron-job", allowed.display()));
+        leftover(
+            &state,
+            &[
+                (&outside, "* * * * * root evil", "harmless"),
+                (&sneaky, "evil", "harmless"),
+                (&knob, "100", "200"),
+            ],
+        );
+        let msgs = SysState::recover_under(&state, &roots);
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap(),
+            "harmless",
+            "{msgs:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100", "{msgs:?}");
+        assert_eq!(
+            msgs.iter()
+                .filter(|m| m.starts_with("not restored"))
+                .count(),
+            2
+        );
+        assert!(!state.exists());
+
+        // A value changed since we wrote it is left alone.
+        std::fs::write(&knob, "300").unwrap();
+        leftover(&state, &[(&knob, "100", "200")]);
+        let msgs = SysState::recover_under(&state, &roots);
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "300", "{msgs:?}");
+
+        // A group- or world-writable file is not trusted (and kept).
+        std::fs::write(&knob, "200").unwrap();
+        leftover(&state, &[(&knob, "100", "200")]);
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let msgs = SysState::recover_under(&state, &roots);
+        assert!(msgs.iter().any(|m| m.contains("not trusted")), "{msgs:?}");
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "200");
+        assert!(state.exists());
+
+        // Nor a file of another user (checkable as root: chown it away).
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if effective_uid() == Some(0) {
+            std::os::unix::fs::chown(&state, Some(65534), None).unwrap();
+            let msgs = SysState::recover_under(&state, &roots);
+            assert!(
+                msgs.iter().any(|m| m.contains("owned by uid 65534")),
+                "{msgs:?}"
+            );
+            assert_eq!(std::fs::read_to_string(&knob).unwrap(), "200");
+            std::os::unix::fs::chown(&state, Some(0), None).unwrap();
+        }
+        // Our own file, our value still there: restored.
+        let msgs = SysState::recover_under(&state, &roots);
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100", "{msgs:?}");
+        // The default roots are /proc/sys and /sys.
+        leftover(&state, &[(&knob, "7", "100")]);
+        let msgs = SysState::recover(&state);
+        assert_eq!(std::fs::read_to_string(&knob).unwrap(), "100", "{msgs:?}");
     }
 }

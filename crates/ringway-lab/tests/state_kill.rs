@@ -79,10 +79,10 @@ fn settings_are_restored_after_kill_9() {
         "still changed"
     );
     // The next start restores from the state file.
-    let msgs = SysState::recover(&state);
+    let msgs = SysState::recover_under(&state, &[dir]);
     assert!(msgs[0].contains("leftover"), "{msgs:?}");
     assert_eq!(std::fs::read_to_string(&gran).unwrap(), "3000000");
     assert_eq!(std::fs::read_to_string(&feat).unwrap(), "RUN_TO_PARITY");
     assert!(!state.exists());
-    assert!(SysState::recover(&state).is_empty());
+    assert!(SysState::recover_under(&state, &[dir]).is_empty());
 }

@@ -19,6 +19,13 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
+    /// A key equal to no other (its length is impossible): an empty cache
+    /// entry or table slot.
+    pub(crate) const NONE: FlowKey = FlowKey {
+        len: u8::MAX,
+        bytes: [0; MAX_KEY_LEN],
+    };
+
     /// The concatenation of `parts`. Callers use fixed layouts (the parts of
     /// one kind of key always have the same lengths), so concatenation is
     /// unambiguous. `None` if the parts exceed [`MAX_KEY_LEN`] bytes.
@@ -49,13 +56,11 @@ impl FlowKey {
 
     /// The key as five 64-bit words (compared and hashed word by word: no
     /// byte loop, no `memcmp` call on the sorter's per-packet lookup).
-    #[inline]
+    #[inline(always)]
     fn words(&self) -> [u64; MAX_KEY_LEN / 8] {
-        let mut words = [0u64; MAX_KEY_LEN / 8];
-        for (word, chunk) in words.iter_mut().zip(self.bytes.chunks_exact(8)) {
-            *word = u64::from_le_bytes(chunk.try_into().expect("8-byte chunk"));
-        }
-        words
+        let b = &self.bytes;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        [w(0), w(1), w(2), w(3), w(4)]
     }
 
     /// A 64-bit hash of the key (a multiply-rotate mix per word, then a
@@ -76,10 +81,72 @@ impl FlowKey {
     }
 }
 
+/// Secret keys of [`FlowKey::hash_seeded`], drawn per sorter.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct HashSeed(pub(crate) [u64; 6]);
+
+impl HashSeed {
+    /// Fresh keys from the standard library's per-process random source
+    /// (`RandomState`): the table layout cannot be predicted by a sender
+    /// choosing addresses and ports.
+    pub(crate) fn random() -> HashSeed {
+        use std::hash::BuildHasher;
+        let state = std::collections::hash_map::RandomState::new();
+        let mut seed = [0u64; 6];
+        for (i, s) in seed.iter_mut().enumerate() {
+            *s = state.hash_one(i as u64);
+        }
+        HashSeed(seed)
+    }
+}
+
+/// The 128-bit product of `a` and `b`, its halves xor-ed together.
+#[inline(always)]
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl FlowKey {
+    /// A keyed 64-bit hash for the sorter's flow table: three independent
+    /// folded multiplies over the five words and the length, then one more
+    /// (two multiplies of latency, against [`FlowKey::hash64`]'s seven
+    /// dependent ones). Equality is still checked on the whole key.
+    #[inline]
+    pub(crate) fn hash_seeded(&self, seed: &HashSeed) -> u64 {
+        let s = &seed.0;
+        let w = self.words();
+        if self.len <= 16 {
+            // An IPv4 TCP 5-tuple, an SSRC: the other words are zero.
+            return folded_multiply(w[0] ^ s[0], w[1] ^ s[1] ^ u64::from(self.len));
+        }
+        let a = folded_multiply(w[0] ^ s[0], w[1] ^ s[1]);
+        let b = folded_multiply(w[2] ^ s[2], w[3] ^ s[3]);
+        let c = folded_multiply(w[4] ^ s[4], u64::from(self.len) ^ s[5]);
+        folded_multiply(a ^ s[5], b ^ c ^ s[1])
+    }
+}
+
 impl PartialEq for FlowKey {
     #[inline]
     fn eq(&self, other: &FlowKey) -> bool {
-        self.len == other.len && self.words() == other.words()
+        if self.len != other.len {
+            return false;
+        }
+        let (a, b) = (self.words(), other.words());
+        if self.len <= 16 {
+            // The bytes beyond the length are zero in both keys: an IPv4
+            // 5-tuple or an SSRC needs two words.
+            return (a[0] ^ b[0]) | (a[1] ^ b[1]) == 0;
+        }
+        // One or-reduction of the differences, no branch per word.
+        let diff = (a[0] ^ b[0])
+            | (a[1] ^ b[1])
+            | (a[2] ^ b[2])
+            | (a[3] ^ b[3])
+            | (a[4] ^ b[4])
+            | u64::from(self.len ^ other.len);
+        diff == 0
     }
 }
 

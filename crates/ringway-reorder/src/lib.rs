@@ -25,6 +25,7 @@ pub mod classify;
 pub mod key;
 pub mod metrics;
 pub mod pcap;
+pub mod reference;
 pub mod seq;
 pub mod sorter;
 pub mod workload;

@@ -1,29 +1,57 @@
 //! The SRPIC sorter (Wu, DeMar, Crawford: "Sorting reordered packets with
 //! interrupt coalescing", Listing 1), allocation-free in steady state.
 //!
-//! One *packet manager* per flow keeps three lists, as Listing 1:
-//! the first packet of a sorting block goes to `CurrPacketList` and sets
-//! `NextExp` to the sequence number that follows it; a later packet equal
-//! to `NextExp` is appended to `CurrPacketList` (and moves `NextExp` on),
-//! one below it is inserted in order into `PrevPacketList`, one above it in
-//! order into `AfterPacketList`. A manager flushes its lists in the order
-//! Prev, Curr, After when it holds `block_size` packets and is then
-//! reinitialised (the next packet starts a new block and sets `NextExp`
-//! again: "stateless across sorting blocks"); every manager flushes when
-//! `ring_size` suitable packets were accepted since the last global flush,
-//! and at the end of each receive batch (the caller calls
-//! [`Srpic::flush_all`]). See `docs/srpic.md`.
+//! One *packet manager* per flow sorts, as Listing 1: the first packet of a
+//! sorting block goes to `CurrPacketList` and sets `NextExp` to the
+//! sequence number that follows it; a later packet equal to `NextExp` is
+//! appended to `CurrPacketList` (and moves `NextExp` on), one below it is
+//! inserted in order into `PrevPacketList`, one above it in order into
+//! `AfterPacketList`. A manager flushes its lists in the order Prev, Curr,
+//! After when it holds `block_size` packets and is then reinitialised (the
+//! next packet starts a new block and sets `NextExp` again: "stateless
+//! across sorting blocks"); every manager flushes when `ring_size`
+//! suitable packets were accepted since the last global flush, and at the
+//! end of each receive batch (the caller calls [`Srpic::flush_all`]). See
+//! `docs/srpic.md`.
 //!
 //! One departure from the pseudo code, for Table 1's baseline: the block
 //! size is checked after every packet, the first included, so
 //! `block_size` 1 delivers every packet at once (no sorting); Listing 1's
 //! first-packet branch skips the check, which would make blocks of 2.
 //!
-//! All storage (packet nodes, managers, the flow hash table, the active
-//! list) is allocated in [`Srpic::new`]; `push` and `flush_all` never
-//! allocate.
+//! **How it is fast and still Listing 1.** The output is defined by
+//! Listing 1; [`crate::reference::ReferenceSrpic`] is that pseudo code with
+//! linked lists, and the property test `tests/oracle.rs` holds this sorter
+//! to the same emitted order and the same counters. What differs is where
+//! the work is done:
+//!
+//! * *Slots by arrival.* A packet accepted since the last global flush is
+//!   stored at index `global_cnt` (the paper's global counter), which is
+//!   below `ring_size`: no free list, no node pool. A manager chains its
+//!   slots in arrival order (`head`, `tail`, one link per slot).
+//! * *Lists decided on arrival, built at the flush.* On arrival only the
+//!   list (Prev, Curr or After) is decided, by Listing 1's `NextExp` rule,
+//!   and recorded in the slot. A block with nothing on Prev or After (the
+//!   common, in-order case) is emitted in arrival order: a run of
+//!   consecutive slots without even following the links. Otherwise the
+//!   flush builds Prev and After in a scratch array by the same sorted
+//!   insertion, in the same arrival order, as the linked lists (tail
+//!   first, then the first larger element from the head), so even equal
+//!   and wrapping sequence numbers land where Listing 1 puts them.
+//! * *Flow lookup.* A last-flow cache (one key compare) in front of an
+//!   open-addressing table whose entries carry 32 bits of a keyed hash, so
+//!   the full key is compared only on a tag match (full-key confirmation:
+//!   colliding flows never share a manager).
+//! * *Counters per block.* The per-packet path updates only the manager and
+//!   the global counter; the statistics are derived (`to_curr` = accepted
+//!   − `to_prev` − `to_after`, `held` from the global counter and the
+//!   packets flushed since, `held_max` at each flush).
+//!
+//! All storage (slots, managers, keys, the flow hash table, the active
+//! list, the flush scratch) is allocated in [`Srpic::new`]; `push` and
+//! `flush_all` never allocate.
 
-use crate::key::FlowKey;
+use crate::key::{FlowKey, HashSeed};
 use crate::seq::SeqSpace;
 
 const NIL: u32 = u32::MAX;
@@ -41,7 +69,8 @@ pub struct SrpicConfig {
     /// Maximum number of flow managers; packets of further flows pass through (counted).
     pub max_flows: usize,
     /// A manager that held nothing for this many global flushes may be
-    /// evicted to make room for new flows.
+    /// evicted to make room for new flows (at most 2^31 − 1; larger values
+    /// are lowered to it).
     pub idle_flushes: u32,
 }
 
@@ -79,15 +108,6 @@ pub enum Class {
     },
     /// Not sortable at all: emitted immediately, never held.
     PassThrough,
-}
-
-/// Why lists were flushed.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Why {
-    Block,
-    Ring,
-    Batch,
-    Bypass,
 }
 
 /// Counters of a sorter.
@@ -143,58 +163,83 @@ pub struct FlowSnapshot {
     pub after: Vec<u32>,
 }
 
+/// The list a packet was put on (Listing 1).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum ListTag {
+    Prev,
+    Curr,
+    After,
+}
+
+/// One accepted packet, at its arrival index since the last global flush.
 #[derive(Debug)]
-struct Node<T> {
-    item: Option<T>,
+struct Slot<T> {
     seq: u32,
-    len: u32,
-    next: u32,
+    /// The manager's next slot in arrival order (NIL at its tail).
+    link: u32,
+    tag: ListTag,
+    /// The packet, until it is emitted.
+    item: Option<T>,
 }
 
-#[derive(Copy, Clone, Debug)]
-struct List {
-    head: u32,
+/// A manager in use (its key is in the table).
+const IN_USE: u8 = 1;
+/// The current block has a packet on PrevPacketList.
+const HAS_PREV: u8 = 2;
+/// The current block has a packet on AfterPacketList.
+const HAS_AFTER: u8 = 4;
+
+/// One flow's packet manager: one 64-byte cache line (the first slot of
+/// its block is kept in the active list).
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+struct Manager {
+    /// The flow's whole key (compared on every lookup: full-key confirmation).
+    key: FlowKey,
+    /// `IN_USE`, `HAS_PREV`, `HAS_AFTER` (neither list: the block leaves
+    /// in arrival order).
+    flags: u8,
+    next_exp: u32,
+    /// `PacketCnt`: packets in the current block, valid only while
+    /// `epoch` is the sorter's epoch (a global flush reinitialises every
+    /// manager without touching it); see [`Srpic::packet_cnt`].
+    cnt: u32,
+    /// Last slot of the block, in arrival order.
     tail: u32,
+    /// Position in the active list (meaningful while `cnt > 0`).
+    active_pos: u32,
+    /// Low 32 bits of the epoch (global flush count) of the current
+    /// block's packets, which is also the epoch of the manager's last
+    /// packet (a block never outlives its epoch). 32 bits are exact: an
+    /// idle manager is evicted long before its stamp could wrap (see
+    /// [`Srpic::sweep`]).
+    epoch: u32,
 }
 
-impl List {
-    const EMPTY: List = List {
-        head: NIL,
+const _: () = assert!(std::mem::size_of::<Manager>() == 64);
+
+impl Manager {
+    const EMPTY: Manager = Manager {
+        key: FlowKey::NONE,
+        flags: 0,
+        next_exp: 0,
+        cnt: 0,
         tail: NIL,
+        active_pos: NIL,
+        epoch: 0,
     };
 }
 
-#[derive(Clone, Debug)]
-struct Manager {
-    key: FlowKey,
-    hash: u64,
-    in_use: bool,
-    next_exp: u32,
-    cnt: u32,
-    prev: List,
-    curr: List,
-    after: List,
-    /// Position in the active list, or NIL.
-    active_pos: u32,
-    /// Epoch (global flush count) of the last packet.
-    last_epoch: u64,
-}
+/// A flow-table entry: the manager index in the low 32 bits (NIL: empty),
+/// the hash's high 32 bits above it.
+const EMPTY_ENTRY: u64 = NIL as u64;
 
-impl Manager {
-    fn empty() -> Self {
-        Manager {
-            key: FlowKey::from_u64(0),
-            hash: 0,
-            in_use: false,
-            next_exp: 0,
-            cnt: 0,
-            prev: List::EMPTY,
-            curr: List::EMPTY,
-            after: List::EMPTY,
-            active_pos: NIL,
-            last_epoch: 0,
-        }
-    }
+/// Scratch of one flush: (sequence number, slot) per list.
+#[derive(Debug)]
+struct Scratch {
+    prev: Vec<(u32, u32)>,
+    curr: Vec<u32>,
+    after: Vec<(u32, u32)>,
 }
 
 /// The SRPIC sorter over items of type `T` (packet handles, buffers, indices).
@@ -202,58 +247,147 @@ impl Manager {
 pub struct Srpic<T> {
     cfg: SrpicConfig,
     space: SeqSpace,
-    nodes: Vec<Node<T>>,
-    free_node: u32,
+    /// `0xffff` (RTP) or `u32::MAX` (TCP).
+    seq_mask: u32,
+    /// Serial order in the space: `a < b` iff `((a - b) << shift) as i32 < 0`.
+    shift: u32,
+    block: u32,
+    ring: u32,
+    /// Suitable packets accepted since the last global flush (the paper's
+    /// global counter); also the next free slot.
+    global_cnt: u32,
+    /// Of those, packets already emitted by manager flushes.
+    flushed_in_epoch: u32,
+    /// The last-flow cache: the manager of the last flow looked up (NIL:
+    /// none); a hit is confirmed by the manager's whole key.
+    last: u32,
+    slots: Vec<Slot<T>>,
     managers: Vec<Manager>,
     free_mgr: Vec<u32>,
-    table: Vec<u32>,
+    table: Vec<u64>,
     mask: usize,
-    active: Vec<u32>,
-    /// Suitable packets accepted since the last global flush (the paper's global counter).
-    global_cnt: usize,
+    seed: HashSeed,
+    /// Managers holding packets, in the order they got their first one,
+    /// with the slot of their block's first packet; the first `n_active`
+    /// entries are in use.
+    active: Vec<(u32, u32)>,
+    n_active: u32,
+    scratch: Scratch,
     epoch: u64,
     sweep_hand: usize,
-    stats: SrpicStats,
+    /// Suitable packets accepted before the current epoch.
+    accepted_before: u64,
+    passed_through: u64,
+    table_full: u64,
+    to_prev: u64,
+    to_after: u64,
+    block_flushes: u64,
+    ring_flushes: u64,
+    batch_flushes: u64,
+    bypass_flushes: u64,
+    flows_created: u64,
+    flows_evicted: u64,
+    flows: usize,
+    held_max: usize,
+}
+
+/// `a < b` in serial order (see [`Srpic::shift`]).
+#[inline(always)]
+fn serial_lt(a: u32, b: u32, shift: u32) -> bool {
+    ((a.wrapping_sub(b) << shift) as i32) < 0
+}
+
+/// Listing 1's `Add_packet_to_list_and_sort`, on an array: the tail is
+/// checked first; otherwise the packet goes before the first element
+/// (from the head) it precedes. Equal numbers keep arrival order.
+#[inline]
+fn insert_sorted(list: &mut Vec<(u32, u32)>, seq: u32, slot: u32, shift: u32) {
+    match list.last() {
+        Some(&(tail, _)) if serial_lt(seq, tail, shift) => {
+            let at = list
+                .iter()
+                .position(|&(q, _)| serial_lt(seq, q, shift))
+                .unwrap_or(list.len());
+            list.insert(at, (seq, slot));
+        }
+        _ => list.push((seq, slot)),
+    }
 }
 
 impl<T> Srpic<T> {
     /// Allocate a sorter for sequence space `space`. Zero sizes are raised
     /// to 1 (`max_flows` may be 0: everything passes through).
     pub fn new(cfg: SrpicConfig, space: SeqSpace) -> Self {
+        Self::with_hash_seed(cfg, space, HashSeed::random())
+    }
+
+    /// A sorter whose flow-table hash uses `keys` instead of random keys.
+    /// For tests only: keys chosen to make every flow collide exercise the
+    /// full-key confirmation and the table's probing and deletion.
+    #[doc(hidden)]
+    pub fn with_hash_keys(cfg: SrpicConfig, space: SeqSpace, keys: [u64; 6]) -> Self {
+        Self::with_hash_seed(cfg, space, HashSeed(keys))
+    }
+
+    fn with_hash_seed(cfg: SrpicConfig, space: SeqSpace, seed: HashSeed) -> Self {
         let cfg = SrpicConfig {
             block_size: cfg.block_size.clamp(1, u32::MAX as usize / 2),
             ring_size: cfg.ring_size.clamp(1, u32::MAX as usize / 2),
             max_flows: cfg.max_flows.min(u32::MAX as usize / 4),
-            idle_flushes: cfg.idle_flushes,
+            idle_flushes: cfg.idle_flushes.min(u32::MAX / 2),
         };
-        let mut nodes = Vec::with_capacity(cfg.ring_size);
-        for i in 0..cfg.ring_size {
-            nodes.push(Node {
-                item: None,
-                seq: 0,
-                len: 0,
-                next: if i + 1 < cfg.ring_size {
-                    (i + 1) as u32
-                } else {
-                    NIL
-                },
-            });
-        }
+        // At most half full: 1.5 probes per lookup on average, 8 per line.
         let table_len = (cfg.max_flows * 2).next_power_of_two().max(2);
+        let per_block = cfg.block_size.min(cfg.ring_size);
+        let (seq_mask, shift) = match space {
+            SeqSpace::U16 => (0xffff, 16),
+            SeqSpace::U32 => (u32::MAX, 0),
+        };
         Srpic {
             cfg,
             space,
-            nodes,
-            free_node: 0,
-            managers: vec![Manager::empty(); cfg.max_flows],
-            free_mgr: (0..cfg.max_flows as u32).rev().collect(),
-            table: vec![NIL; table_len],
-            mask: table_len - 1,
-            active: Vec::with_capacity(cfg.max_flows),
+            seq_mask,
+            shift,
+            block: cfg.block_size as u32,
+            ring: cfg.ring_size as u32,
             global_cnt: 0,
+            flushed_in_epoch: 0,
+            last: NIL,
+            slots: (0..cfg.ring_size)
+                .map(|_| Slot {
+                    seq: 0,
+                    link: NIL,
+                    tag: ListTag::Curr,
+                    item: None,
+                })
+                .collect(),
+            managers: vec![Manager::EMPTY; cfg.max_flows],
+            free_mgr: (0..cfg.max_flows as u32).rev().collect(),
+            table: vec![EMPTY_ENTRY; table_len],
+            mask: table_len - 1,
+            seed,
+            active: vec![(NIL, NIL); cfg.max_flows],
+            n_active: 0,
+            scratch: Scratch {
+                prev: Vec::with_capacity(per_block),
+                curr: Vec::with_capacity(per_block),
+                after: Vec::with_capacity(per_block),
+            },
             epoch: 0,
             sweep_hand: 0,
-            stats: SrpicStats::default(),
+            accepted_before: 0,
+            passed_through: 0,
+            table_full: 0,
+            to_prev: 0,
+            to_after: 0,
+            block_flushes: 0,
+            ring_flushes: 0,
+            batch_flushes: 0,
+            bypass_flushes: 0,
+            flows_created: 0,
+            flows_evicted: 0,
+            flows: 0,
+            held_max: 0,
         }
     }
 
@@ -269,231 +403,307 @@ impl<T> Srpic<T> {
 
     /// Counters.
     pub fn stats(&self) -> SrpicStats {
-        self.stats
+        let held = self.held();
+        let accepted = self.accepted_before + u64::from(self.global_cnt);
+        SrpicStats {
+            packets: accepted + self.passed_through,
+            emitted: self.passed_through + accepted - held as u64,
+            passed_through: self.passed_through,
+            table_full: self.table_full,
+            to_prev: self.to_prev,
+            to_curr: accepted - self.to_prev - self.to_after,
+            to_after: self.to_after,
+            block_flushes: self.block_flushes,
+            ring_flushes: self.ring_flushes,
+            batch_flushes: self.batch_flushes,
+            bypass_flushes: self.bypass_flushes,
+            flows_created: self.flows_created,
+            flows_evicted: self.flows_evicted,
+            flows: self.flows,
+            held,
+            held_max: self.held_max.max(held),
+        }
     }
 
     /// Packets held now.
     pub fn held(&self) -> usize {
-        self.stats.held
+        (self.global_cnt - self.flushed_in_epoch) as usize
     }
 
     /// Offer one packet. Emits, through `out`, zero or more packets in their
     /// final order (possibly including this one).
+    #[inline]
     pub fn push(&mut self, class: Class, item: T, out: &mut impl FnMut(T)) {
-        self.stats.packets += 1;
-        let (key, seq, len) = match class {
-            Class::PassThrough => return self.pass(item, out),
-            Class::Bypass { key } => {
-                if let Some(m) = self.lookup(&key) {
-                    if self.managers[m as usize].cnt > 0 {
-                        self.stats.bypass_flushes += 1;
-                        self.flush_manager(m, Why::Bypass, out);
-                    }
-                }
-                return self.pass(item, out);
-            }
-            Class::Flow { key, seq, len } => (key, self.space.norm(seq), len),
-        };
-        let m = match self.lookup(&key) {
-            Some(m) => m,
-            None => match self.insert(key) {
-                Some(m) => m,
+        match class {
+            Class::Flow { key, seq, len } => match self.find_or_insert(&key) {
+                Some(m) => self.place(m, seq, len, item, out),
                 None => {
-                    self.stats.table_full += 1;
-                    return self.pass(item, out);
+                    self.table_full += 1;
+                    self.pass(item, out)
                 }
             },
-        };
-        if self.free_node == NIL {
-            // Cannot happen (global_cnt bounds what is held), but stay safe.
-            self.flush_all_why(Why::Ring, out);
-        }
-        let n = self.free_node;
-        {
-            let node = &mut self.nodes[n as usize];
-            self.free_node = node.next;
-            node.item = Some(item);
-            node.seq = seq;
-            node.len = len;
-            node.next = NIL;
-        }
-        self.place(m, n);
-        let epoch = self.epoch;
-        let mgr = &mut self.managers[m as usize];
-        mgr.last_epoch = epoch;
-        mgr.cnt += 1;
-        let cnt = mgr.cnt;
-        if cnt == 1 {
-            mgr.active_pos = self.active.len() as u32;
-            self.active.push(m);
-        }
-        self.stats.held += 1;
-        self.stats.held_max = self.stats.held_max.max(self.stats.held);
-        self.global_cnt += 1;
-        if cnt as usize >= self.cfg.block_size {
-            self.stats.block_flushes += 1;
-            self.flush_manager(m, Why::Block, out);
-        }
-        if self.global_cnt >= self.cfg.ring_size {
-            self.flush_all_why(Why::Ring, out);
+            Class::Bypass { key } => {
+                if let Some(m) = self.find(&key) {
+                    if self.packet_cnt(m) > 0 {
+                        self.bypass_flushes += 1;
+                        self.flush_manager(m, out);
+                    }
+                }
+                self.pass(item, out)
+            }
+            Class::PassThrough => self.pass(item, out),
         }
     }
 
     /// Flush every manager (call at the end of each receive batch).
     pub fn flush_all(&mut self, out: &mut impl FnMut(T)) {
-        self.flush_all_why(Why::Batch, out);
+        self.batch_flushes += 1;
+        self.flush_everything(out);
     }
 
     /// State of flow `key`, if it has a manager (allocates; for tests/debugging).
     pub fn snapshot(&self, key: impl Into<FlowKey>) -> Option<FlowSnapshot> {
-        let m = &self.managers[self.lookup(&key.into())? as usize];
-        let walk = |l: List| {
-            let mut v = Vec::new();
-            let mut i = l.head;
-            while i != NIL {
-                v.push(self.nodes[i as usize].seq);
-                i = self.nodes[i as usize].next;
-            }
-            v
+        let key = key.into();
+        let m = self.lookup(&key, key.hash_seeded(&self.seed))?;
+        let mgr = &self.managers[m as usize];
+        if self.packet_cnt(m) == 0 {
+            // Reinitialised: the paper zeroes every field.
+            return Some(FlowSnapshot {
+                next_exp: 0,
+                packet_cnt: 0,
+                prev: Vec::new(),
+                curr: Vec::new(),
+                after: Vec::new(),
+            });
+        }
+        let mut scratch = Scratch {
+            prev: Vec::new(),
+            curr: Vec::new(),
+            after: Vec::new(),
         };
+        let head = self.active[mgr.active_pos as usize].1;
+        self.build_lists(head, mgr.cnt, &mut scratch);
+        let seqs = |v: &[(u32, u32)]| v.iter().map(|&(q, _)| q).collect::<Vec<u32>>();
         Some(FlowSnapshot {
-            next_exp: m.next_exp,
-            packet_cnt: m.cnt as usize,
-            prev: walk(m.prev),
-            curr: walk(m.curr),
-            after: walk(m.after),
+            next_exp: mgr.next_exp,
+            packet_cnt: mgr.cnt as usize,
+            prev: seqs(&scratch.prev),
+            curr: scratch
+                .curr
+                .iter()
+                .map(|&s| self.slots[s as usize].seq)
+                .collect(),
+            after: seqs(&scratch.after),
         })
     }
 
     fn pass(&mut self, item: T, out: &mut impl FnMut(T)) {
-        self.stats.passed_through += 1;
-        self.stats.emitted += 1;
+        self.passed_through += 1;
         out(item);
     }
 
-    /// Put node `n` on the right list of manager `m` (Listing 1's core).
-    fn place(&mut self, m: u32, n: u32) {
-        let sp = self.space;
-        let (seq, len) = {
-            let node = &self.nodes[n as usize];
-            (node.seq, node.len)
-        };
-        let mgr = &self.managers[m as usize];
-        let (mut prev, mut curr, mut after) = (mgr.prev, mgr.curr, mgr.after);
-        let mut next_exp = mgr.next_exp;
-        if mgr.cnt == 0 {
-            // First packet of a sorting block: it anchors NextExp.
-            self.append(&mut curr, n);
-            self.stats.to_curr += 1;
-            next_exp = sp.add(seq, len);
-        } else if sp.lt(seq, next_exp) {
-            self.insert_sorted(&mut prev, n, seq);
-            self.stats.to_prev += 1;
-        } else if seq == next_exp {
-            self.append(&mut curr, n);
-            self.stats.to_curr += 1;
-            next_exp = sp.add(seq, len);
-        } else {
-            self.insert_sorted(&mut after, n, seq);
-            self.stats.to_after += 1;
-        }
+    /// Listing 1's core: decide the list of a packet of manager `m` by
+    /// `NextExp`, store it in the next slot, and flush what is full.
+    #[inline]
+    fn place(&mut self, m: u32, seq: u32, len: u32, item: T, out: &mut impl FnMut(T)) {
+        let g = self.global_cnt;
+        let seq = seq & self.seq_mask;
         let mgr = &mut self.managers[m as usize];
-        (mgr.prev, mgr.curr, mgr.after, mgr.next_exp) = (prev, curr, after, next_exp);
-    }
-
-    fn append(&mut self, l: &mut List, n: u32) {
-        if l.tail == NIL {
-            l.head = n;
-        } else {
-            self.nodes[l.tail as usize].next = n;
-        }
-        l.tail = n;
-    }
-
-    /// Insert keeping ascending serial order; equal numbers keep arrival order.
-    fn insert_sorted(&mut self, l: &mut List, n: u32, seq: u32) {
-        let sp = self.space;
-        if l.tail == NIL || !sp.lt(seq, self.nodes[l.tail as usize].seq) {
-            return self.append(l, n);
-        }
-        let mut prev = NIL;
-        let mut cur = l.head;
-        while cur != NIL && !sp.lt(seq, self.nodes[cur as usize].seq) {
-            prev = cur;
-            cur = self.nodes[cur as usize].next;
-        }
-        self.nodes[n as usize].next = cur;
-        if prev == NIL {
-            l.head = n;
-        } else {
-            self.nodes[prev as usize].next = n;
-        }
-    }
-
-    fn emit_list(&mut self, head: u32, out: &mut impl FnMut(T)) {
-        let mut i = head;
-        while i != NIL {
-            let node = &mut self.nodes[i as usize];
-            let next = node.next;
-            if let Some(it) = node.item.take() {
-                out(it);
-                self.stats.emitted += 1;
-            }
-            node.next = self.free_node;
-            self.free_node = i;
-            self.stats.held -= 1;
-            i = next;
-        }
-    }
-
-    /// Deliver Prev, Curr, After of manager `m` and reinitialise it
-    /// (without touching the active list).
-    fn flush_lists(&mut self, m: u32, out: &mut impl FnMut(T)) {
-        let (prev, curr, after) = {
-            let mgr = &mut self.managers[m as usize];
-            let lists = (mgr.prev.head, mgr.curr.head, mgr.after.head);
-            mgr.prev = List::EMPTY;
-            mgr.curr = List::EMPTY;
-            mgr.after = List::EMPTY;
+        let epoch = self.epoch as u32;
+        if mgr.epoch != epoch {
             mgr.cnt = 0;
-            mgr.next_exp = 0;
-            mgr.active_pos = NIL;
-            lists
+        }
+        let tag = if mgr.cnt == 0 {
+            // First packet of a sorting block: it anchors NextExp (the
+            // manager was reinitialised: only `cnt` was zeroed at the
+            // flush, the rest is set here).
+            mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
+            mgr.flags &= IN_USE;
+            mgr.active_pos = self.n_active;
+            mgr.epoch = epoch;
+            self.active[self.n_active as usize] = (m, g);
+            self.n_active += 1;
+            ListTag::Curr
+        } else {
+            self.slots[mgr.tail as usize].link = g;
+            let d = seq.wrapping_sub(mgr.next_exp) << self.shift;
+            if d == 0 {
+                mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
+                ListTag::Curr
+            } else if (d as i32) < 0 {
+                mgr.flags |= HAS_PREV;
+                self.to_prev += 1;
+                ListTag::Prev
+            } else {
+                mgr.flags |= HAS_AFTER;
+                self.to_after += 1;
+                ListTag::After
+            }
         };
-        self.emit_list(prev, out);
-        self.emit_list(curr, out);
-        self.emit_list(after, out);
+        mgr.tail = g;
+        mgr.cnt += 1;
+        let full = mgr.cnt >= self.block;
+        self.slots[g as usize] = Slot {
+            seq,
+            link: NIL,
+            tag,
+            item: Some(item),
+        };
+        self.global_cnt = g + 1;
+        if full {
+            self.block_flushes += 1;
+            self.flush_manager(m, out);
+        }
+        if self.global_cnt >= self.ring {
+            self.ring_flushes += 1;
+            self.flush_everything(out);
+        }
     }
 
-    fn flush_manager(&mut self, m: u32, why: Why, out: &mut impl FnMut(T)) {
-        debug_assert!(matches!(why, Why::Block | Why::Bypass));
+    /// Prev, Curr and After of a block (first slot `head`, `cnt` packets),
+    /// built as Listing 1 builds them: in arrival order, Prev and After by
+    /// sorted insertion.
+    fn build_lists(&self, head: u32, cnt: u32, scratch: &mut Scratch) {
+        scratch.prev.clear();
+        scratch.curr.clear();
+        scratch.after.clear();
+        let mut s = head;
+        for _ in 0..cnt {
+            let slot = &self.slots[s as usize];
+            match slot.tag {
+                ListTag::Curr => scratch.curr.push(s),
+                ListTag::Prev => insert_sorted(&mut scratch.prev, slot.seq, s, self.shift),
+                ListTag::After => insert_sorted(&mut scratch.after, slot.seq, s, self.shift),
+            }
+            s = slot.link;
+        }
+    }
+
+    #[inline]
+    fn emit(&mut self, s: u32, out: &mut impl FnMut(T)) {
+        if let Some(it) = self.slots[s as usize].item.take() {
+            out(it);
+        }
+    }
+
+    /// Deliver Prev, Curr, After of manager `m`, whose block starts at
+    /// slot `head`, and reinitialise it (without touching the active list
+    /// or the held count); returns the number of packets emitted.
+    #[inline]
+    fn flush_lists(&mut self, m: u32, head: u32, out: &mut impl FnMut(T)) -> u32 {
+        let mgr = &mut self.managers[m as usize];
+        let (tail, cnt) = (mgr.tail, mgr.cnt);
+        let (prevs, afters) = (mgr.flags & HAS_PREV != 0, mgr.flags & HAS_AFTER != 0);
+        mgr.cnt = 0;
+        if cnt == 1 {
+            // One packet (many flows, one packet each per batch).
+            self.emit(head, out);
+            return 1;
+        }
+        if !prevs && !afters {
+            if tail.wrapping_sub(head) == cnt - 1 {
+                // In order and no other flow in between: consecutive slots.
+                for s in head..=tail {
+                    self.emit(s, out);
+                }
+            } else {
+                let mut s = head;
+                for _ in 0..cnt {
+                    let slot = &mut self.slots[s as usize];
+                    s = slot.link;
+                    if let Some(it) = slot.item.take() {
+                        out(it);
+                    }
+                }
+            }
+            return cnt;
+        }
+        if !prevs {
+            // Nothing precedes Curr: Curr leaves during the walk, After is
+            // built (the mild-reordering case: a late first packet sends
+            // the rest of its block to After, mostly in order).
+            let mut after = std::mem::take(&mut self.scratch.after);
+            after.clear();
+            let mut s = head;
+            for _ in 0..cnt {
+                let slot = &mut self.slots[s as usize];
+                let this = s;
+                s = slot.link;
+                if slot.tag == ListTag::Curr {
+                    if let Some(it) = slot.item.take() {
+                        out(it);
+                    }
+                } else {
+                    insert_sorted(&mut after, slot.seq, this, self.shift);
+                }
+            }
+            for &(_, s) in &after {
+                self.emit(s, out);
+            }
+            self.scratch.after = after;
+            return cnt;
+        }
+        let mut scratch = std::mem::replace(
+            &mut self.scratch,
+            Scratch {
+                prev: Vec::new(),
+                curr: Vec::new(),
+                after: Vec::new(),
+            },
+        );
+        self.build_lists(head, cnt, &mut scratch);
+        for &(_, s) in &scratch.prev {
+            self.emit(s, out);
+        }
+        for &s in &scratch.curr {
+            self.emit(s, out);
+        }
+        for &(_, s) in &scratch.after {
+            self.emit(s, out);
+        }
+        self.scratch = scratch;
+        cnt
+    }
+
+    /// Flush one manager that holds packets; the last active manager takes
+    /// its place in the active list (as `Vec::swap_remove`).
+    fn flush_manager(&mut self, m: u32, out: &mut impl FnMut(T)) {
         let pos = self.managers[m as usize].active_pos;
-        if pos != NIL {
-            let last = *self.active.last().expect("active list holds m");
-            self.active.swap_remove(pos as usize);
-            if last != m {
-                self.managers[last as usize].active_pos = pos;
+        let head = self.active[pos as usize].1;
+        self.n_active -= 1;
+        let last = self.active[self.n_active as usize];
+        self.active[pos as usize] = last;
+        self.managers[last.0 as usize].active_pos = pos;
+        self.held_max = self.held_max.max(self.held());
+        self.flushed_in_epoch += self.flush_lists(m, head, out);
+    }
+
+    /// The global flush (ring full or end of batch; the caller counts it).
+    fn flush_everything(&mut self, out: &mut impl FnMut(T)) {
+        self.held_max = self.held_max.max(self.held());
+        for i in 0..self.n_active as usize {
+            let (m, head) = self.active[i];
+            if self.slots[head as usize].link == NIL {
+                // A block of one packet: emitted without touching its
+                // manager, which the new epoch reinitialises.
+                self.emit(head, out);
+            } else {
+                self.flush_lists(m, head, out);
             }
         }
-        self.flush_lists(m, out);
-    }
-
-    fn flush_all_why(&mut self, why: Why, out: &mut impl FnMut(T)) {
-        match why {
-            Why::Ring => self.stats.ring_flushes += 1,
-            _ => self.stats.batch_flushes += 1,
-        }
-        for i in 0..self.active.len() {
-            let m = self.active[i];
-            self.flush_lists(m, out);
-        }
-        self.active.clear();
+        self.n_active = 0;
+        self.accepted_before += u64::from(self.global_cnt);
         self.global_cnt = 0;
+        self.flushed_in_epoch = 0;
         self.epoch += 1;
         self.sweep();
     }
 
-    /// Evict a few managers that stayed empty for `idle_flushes` global flushes.
+    /// Evict a few managers that stayed empty for `idle_flushes` global
+    /// flushes. Every manager is examined once per `max_flows / 4` global
+    /// flushes (at most 2^28), and `idle_flushes` is at most 2^31 − 1, so
+    /// an idle manager is evicted before the difference of 32-bit epoch
+    /// stamps could wrap: comparing stamps is the same as comparing epochs.
     fn sweep(&mut self) {
         let n = self.managers.len();
         if n == 0 || self.free_mgr.len() == n {
@@ -503,56 +713,104 @@ impl<T> Srpic<T> {
             let m = self.sweep_hand;
             self.sweep_hand = if m + 1 == n { 0 } else { m + 1 };
             let mgr = &self.managers[m];
-            if mgr.in_use
-                && mgr.cnt == 0
-                && self.epoch.saturating_sub(mgr.last_epoch) > self.cfg.idle_flushes as u64
+            if mgr.flags & IN_USE != 0
+                && self.packet_cnt(m as u32) == 0
+                && (self.epoch as u32).wrapping_sub(mgr.epoch) > self.cfg.idle_flushes
             {
                 self.remove(m as u32);
             }
         }
     }
 
-    fn lookup(&self, key: &FlowKey) -> Option<u32> {
-        if self.managers.is_empty() {
-            return None;
+    /// `PacketCnt` of manager `m` (0 if its block ended with an epoch).
+    #[inline]
+    fn packet_cnt(&self, m: u32) -> u32 {
+        let mgr = &self.managers[m as usize];
+        if mgr.epoch == self.epoch as u32 {
+            mgr.cnt
+        } else {
+            0
         }
-        let mut i = key.hash64() as usize & self.mask;
+    }
+
+    /// The last-flow cache: the manager of the last flow if `key` is its key.
+    #[inline(always)]
+    fn cached(&self, key: &FlowKey) -> Option<u32> {
+        let mgr = self.managers.get(self.last as usize)?;
+        (mgr.key == *key).then_some(self.last)
+    }
+
+    /// The manager of `key`: the last flow's, or from the table.
+    #[inline]
+    fn find(&mut self, key: &FlowKey) -> Option<u32> {
+        if let Some(m) = self.cached(key) {
+            return Some(m);
+        }
+        let m = self.lookup(key, key.hash_seeded(&self.seed))?;
+        self.last = m;
+        Some(m)
+    }
+
+    /// As [`Srpic::find`], creating a manager for a new flow if one is free.
+    #[inline]
+    fn find_or_insert(&mut self, key: &FlowKey) -> Option<u32> {
+        if let Some(m) = self.cached(key) {
+            return Some(m);
+        }
+        let hash = key.hash_seeded(&self.seed);
+        let m = match self.lookup(key, hash) {
+            Some(m) => m,
+            None => self.insert(*key, hash)?,
+        };
+        self.last = m;
+        Some(m)
+    }
+
+    /// Probe the table: an entry whose tag (the hash's high 32 bits)
+    /// matches is confirmed by comparing the manager's whole key.
+    #[inline]
+    fn lookup(&self, key: &FlowKey, hash: u64) -> Option<u32> {
+        let tag = hash >> 32;
+        let mut i = hash as usize & self.mask;
         loop {
-            let m = self.table[i];
+            let e = self.table[i];
+            let m = e as u32;
             if m == NIL {
                 return None;
             }
-            if self.managers[m as usize].key == *key {
+            if e >> 32 == tag && self.managers[m as usize].key == *key {
                 return Some(m);
             }
             i = (i + 1) & self.mask;
         }
     }
 
-    fn insert(&mut self, key: FlowKey) -> Option<u32> {
+    fn insert(&mut self, key: FlowKey, hash: u64) -> Option<u32> {
         let m = self.free_mgr.pop()?;
-        let hash = key.hash64();
         let mut i = hash as usize & self.mask;
-        while self.table[i] != NIL {
+        while self.table[i] as u32 != NIL {
             i = (i + 1) & self.mask;
         }
-        self.table[i] = m;
+        self.table[i] = (hash >> 32) << 32 | u64::from(m);
         let mgr = &mut self.managers[m as usize];
-        *mgr = Manager::empty();
+        *mgr = Manager::EMPTY;
         mgr.key = key;
-        mgr.hash = hash;
-        mgr.in_use = true;
-        self.stats.flows_created += 1;
-        self.stats.flows += 1;
+        mgr.flags = IN_USE;
+        self.flows_created += 1;
+        self.flows += 1;
         Some(m)
+    }
+
+    /// Home slot of manager `m` in the table.
+    fn home(&self, m: u32) -> usize {
+        self.managers[m as usize].key.hash_seeded(&self.seed) as usize & self.mask
     }
 
     /// Remove an empty manager from the table (linear probing, backward-shift delete).
     fn remove(&mut self, m: u32) {
-        let key = self.managers[m as usize].key;
-        let mut i = self.managers[m as usize].hash as usize & self.mask;
-        while self.table[i] != m {
-            if self.table[i] == NIL {
+        let mut i = self.home(m);
+        while self.table[i] as u32 != m {
+            if self.table[i] as u32 == NIL {
                 return;
             }
             i = (i + 1) & self.mask;
@@ -560,27 +818,28 @@ impl<T> Srpic<T> {
         let mut j = i;
         loop {
             j = (j + 1) & self.mask;
-            let t = self.table[j];
+            let t = self.table[j] as u32;
             if t == NIL {
                 break;
             }
-            let k = self.managers[t as usize].hash as usize & self.mask;
+            let k = self.home(t);
             let stays = if i <= j {
                 i < k && k <= j
             } else {
                 i < k || k <= j
             };
             if !stays {
-                self.table[i] = t;
+                self.table[i] = self.table[j];
                 i = j;
             }
         }
-        self.table[i] = NIL;
-        let mgr = &mut self.managers[m as usize];
-        debug_assert_eq!(mgr.key, key);
-        mgr.in_use = false;
+        self.table[i] = EMPTY_ENTRY;
+        if self.last == m {
+            self.last = NIL;
+        }
+        self.managers[m as usize].flags = 0;
         self.free_mgr.push(m);
-        self.stats.flows_evicted += 1;
-        self.stats.flows -= 1;
+        self.flows_evicted += 1;
+        self.flows -= 1;
     }
 }

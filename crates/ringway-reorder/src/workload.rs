@@ -27,16 +27,42 @@ impl XorShift {
     }
 }
 
+/// A synthetic stream in compact form: one key per flow, and per packet
+/// its flow (an index into `keys`) and sequence number. A bench builds
+/// each packet's [`Class`] from it as a driver does from the headers it
+/// just read, instead of streaming a prebuilt 52-byte `Class` per packet
+/// from memory.
+#[derive(Clone, Debug)]
+pub struct SynthStream {
+    /// The flows' keys.
+    pub keys: Vec<FlowKey>,
+    /// (flow, sequence number) per packet, in arrival order.
+    pub packets: Vec<(u32, u32)>,
+}
+
+impl SynthStream {
+    /// The class of packet `i` (length 1, as RTP).
+    #[inline]
+    pub fn class(&self, i: usize) -> Class {
+        let (f, seq) = self.packets[i];
+        Class::Flow {
+            key: self.keys[f as usize],
+            seq,
+            len: 1,
+        }
+    }
+}
+
 /// `packets` RTP-like packets (len 1, 16-bit sequence numbers starting
 /// near the wrap point) of `flows` flows sent round-robin; each packet is
 /// held back by 1..=`max_disp` positions with probability `p_reorder`.
-pub fn synth(
+pub fn synth_stream(
     flows: usize,
     packets: usize,
     p_reorder: f64,
     max_disp: usize,
     seed: u64,
-) -> Vec<Class> {
+) -> SynthStream {
     let flows = flows.max(1);
     let mut rng = XorShift::new(seed);
     let thresh = (p_reorder.clamp(0.0, 1.0) * (1u64 << 32) as f64) as u64;
@@ -53,16 +79,29 @@ pub fn synth(
         })
         .collect();
     keyed.sort_unstable();
-    keyed
-        .into_iter()
-        .map(|(_, i)| {
-            let f = i as usize % flows;
-            let n = i as usize / flows;
-            Class::Flow {
-                key: FlowKey::from_u64(f as u64 * 0x1_0000_0001 + 7),
-                seq: (65000u32.wrapping_add(n as u32)) & 0xffff,
-                len: 1,
-            }
-        })
-        .collect()
+    SynthStream {
+        keys: (0..flows as u64)
+            .map(|f| FlowKey::from_u64(f * 0x1_0000_0001 + 7))
+            .collect(),
+        packets: keyed
+            .into_iter()
+            .map(|(_, i)| {
+                let f = i as usize % flows;
+                let n = i as usize / flows;
+                (f as u32, (65000u32.wrapping_add(n as u32)) & 0xffff)
+            })
+            .collect(),
+    }
+}
+
+/// [`synth_stream`] with a prebuilt [`Class`] per packet.
+pub fn synth(
+    flows: usize,
+    packets: usize,
+    p_reorder: f64,
+    max_disp: usize,
+    seed: u64,
+) -> Vec<Class> {
+    let s = synth_stream(flows, packets, p_reorder, max_disp, seed);
+    (0..s.packets.len()).map(|i| s.class(i)).collect()
 }

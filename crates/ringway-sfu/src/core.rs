@@ -42,6 +42,14 @@ pub struct SfuConfig {
     pub static_room: bool,
     /// Most registered clients (and, separately, static-room members).
     pub max_clients: usize,
+    /// Most registered clients (and, separately, static-room members) from
+    /// one source prefix ([`SfuConfig::client_prefix_v4`],
+    /// [`SfuConfig::client_prefix_v6`]): one host cannot fill the table.
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length (bits) of that cap: 32 (one address) or e.g. 24.
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length (bits) of that cap (56: a customer site).
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     pub max_subs: usize,
     /// Remove clients silent for longer than this (ns).
@@ -86,6 +94,9 @@ impl Default for SfuConfig {
             echo: true,
             static_room: false,
             max_clients: 1024,
+            max_clients_per_prefix: 64,
+            client_prefix_v4: 32,
+            client_prefix_v6: 56,
             max_subs: 64,
             idle_timeout_ns: 10_000_000_000,
             seed: 0x5eed,
@@ -205,6 +216,10 @@ pub struct SfuStats {
     pub rejected_subscribe: u64,
     /// Static-room senders refused (room full).
     pub rejected_room: u64,
+    /// Registrations and static-room senders refused because their source
+    /// prefix holds `max_clients_per_prefix` already (also counted in
+    /// `rejected_register` / `rejected_room`).
+    pub rejected_prefix: u64,
     /// Successful registrations (new SSIDs).
     pub registrations: u64,
     /// Addresses admitted to the static room (JOIN with a valid cookie).
@@ -395,6 +410,10 @@ pub struct Sfu {
     wildcard: [HashMap<u32, u16>; MediaType::COUNT],
     room: HashMap<SocketAddr, u64>,
     room_list: Vec<SocketAddr>,
+    /// Registered clients per source prefix (entries only while above 0).
+    client_prefixes: HashMap<PrefixKey, usize>,
+    /// Static-room members per source prefix.
+    room_prefixes: HashMap<PrefixKey, usize>,
     scratch: Vec<SocketAddr>,
     next_ssid: u32,
     rng: KeyedRng,
@@ -428,6 +447,8 @@ impl Sfu {
             wildcard: Default::default(),
             room: HashMap::new(),
             room_list: Vec::new(),
+            client_prefixes: HashMap::new(),
+            room_prefixes: HashMap::new(),
             scratch: Vec::new(),
             next_ssid: 1,
             rng,
@@ -968,6 +989,14 @@ impl Sfu {
             self.stats.rejected_register += 1;
             return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
         }
+        let prefix = self.client_prefix(peer);
+        if self.client_prefixes.get(&prefix).copied().unwrap_or(0)
+            >= self.cfg.max_clients_per_prefix
+        {
+            self.stats.rejected_register += 1;
+            self.stats.rejected_prefix += 1;
+            return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+        }
         // Rate-limited before the token is verified: a token flood from a
         // verified address costs at most the prefix rate in MACs.
         if self.limited(now, peer) {
@@ -1026,7 +1055,9 @@ impl Sfu {
         // it owns the address).
         if self.room.remove(&peer).is_some() {
             self.room_list.retain(|a| *a != peer);
+            uncount(&mut self.room_prefixes, prefix);
         }
+        *self.client_prefixes.entry(prefix).or_insert(0) += 1;
         let (identity, token_id, publish, subscribe) = match verified {
             Some(v) => (
                 Some(v.claims.sub),
@@ -1099,6 +1130,14 @@ impl Sfu {
                 self.stats.rejected_room += 1;
                 return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
             }
+            let prefix = self.client_prefix(peer);
+            let count = self.room_prefixes.entry(prefix).or_insert(0);
+            if *count >= self.cfg.max_clients_per_prefix {
+                self.stats.rejected_room += 1;
+                self.stats.rejected_prefix += 1;
+                return self.error(now, peer, req, ErrorCode::TooManyClients, 0);
+            }
+            *count += 1;
             self.room.insert(peer, now);
             self.room_list.push(peer);
             self.stats.joins += 1;
@@ -1137,6 +1176,17 @@ impl Sfu {
             return self.error(now, peer, req, ErrorCode::WrongAddress, ssid);
         }
         let old = c.addr;
+        let (old_prefix, prefix) = (self.client_prefix(old), self.client_prefix(peer));
+        if prefix != old_prefix
+            && self.client_prefixes.get(&prefix).copied().unwrap_or(0)
+                >= self.cfg.max_clients_per_prefix
+        {
+            // Moving there would put one prefix over its cap.
+            self.stats.rejected_prefix += 1;
+            return self.error(now, peer, req, ErrorCode::TooManyClients, ssid);
+        }
+        uncount(&mut self.client_prefixes, old_prefix);
+        *self.client_prefixes.entry(prefix).or_insert(0) += 1;
         self.by_addr.remove(&old);
         self.by_addr.insert(peer, ssid);
         let c = self.clients.get_mut(&ssid).expect("present");
@@ -1151,6 +1201,7 @@ impl Sfu {
         }
         if self.room.remove(&peer).is_some() {
             self.room_list.retain(|a| *a != peer);
+            uncount(&mut self.room_prefixes, prefix);
         }
         self.stats.rebinds += 1;
         self.ack(peer, req, ssid, token)
@@ -1309,6 +1360,8 @@ impl Sfu {
         let c = self.clients.remove(&ssid).expect("present");
         self.by_addr.remove(&c.addr);
         self.routes.remove(&ssid);
+        let prefix = self.client_prefix(c.addr);
+        uncount(&mut self.client_prefixes, prefix);
         if let Some(r) = self.rooms.get_mut(&c.room) {
             r.members = r.members.saturating_sub(1);
             if r.members == 0 && !r.pinned {
@@ -1316,6 +1369,23 @@ impl Sfu {
                 self.rooms.remove(&c.room);
                 self.room_ids.remove(&name);
             }
+        }
+    }
+
+    /// The per-prefix cap's key of `peer`: its address cut to
+    /// `client_prefix_v4` / `client_prefix_v6` bits (IPv4-mapped IPv6 as IPv4).
+    fn client_prefix(&self, peer: SocketAddr) -> PrefixKey {
+        // The top `len` bits of a `bits`-bit address.
+        let mask = |bits: u32, len: u8| -> u128 {
+            let keep = u32::from(len).min(bits);
+            u128::MAX.checked_shl(bits - keep).unwrap_or(0) & (u128::MAX >> (128 - bits))
+        };
+        match peer.ip().to_canonical() {
+            std::net::IpAddr::V4(v4) => (
+                4,
+                u128::from(u32::from(v4)) & mask(32, self.cfg.client_prefix_v4),
+            ),
+            std::net::IpAddr::V6(v6) => (6, u128::from(v6) & mask(128, self.cfg.client_prefix_v6)),
         }
     }
 
@@ -1328,6 +1398,24 @@ impl Sfu {
         }
         if self.by_addr.len() != self.clients.len() || self.room_list.len() != self.room.len() {
             return Err("index out of sync".into());
+        }
+        let mut per_prefix: HashMap<PrefixKey, usize> = HashMap::new();
+        for c in self.clients.values() {
+            *per_prefix.entry(self.client_prefix(c.addr)).or_insert(0) += 1;
+        }
+        if per_prefix != self.client_prefixes
+            || per_prefix
+                .values()
+                .any(|&n| n > self.cfg.max_clients_per_prefix)
+        {
+            return Err("per-prefix client counts out of sync or over the cap".into());
+        }
+        let mut per_prefix: HashMap<PrefixKey, usize> = HashMap::new();
+        for a in self.room.keys() {
+            *per_prefix.entry(self.client_prefix(*a)).or_insert(0) += 1;
+        }
+        if per_prefix != self.room_prefixes {
+            return Err("per-prefix room counts out of sync".into());
         }
         if self.rooms.len() != self.room_ids.len()
             || self.rooms.values().map(|r| r.members).sum::<usize>() != self.clients.len()
@@ -1422,7 +1510,17 @@ impl Sfu {
             self.remove_client(*s);
         }
         let before = self.room.len();
-        self.room.retain(|_, t| now.saturating_sub(*t) <= limit);
+        let gone: Vec<SocketAddr> = self
+            .room
+            .iter()
+            .filter(|(_, t)| now.saturating_sub(**t) > limit)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in &gone {
+            self.room.remove(a);
+            let prefix = self.client_prefix(*a);
+            uncount(&mut self.room_prefixes, prefix);
+        }
         if self.room.len() != before {
             let room = &self.room;
             self.room_list.retain(|a| room.contains_key(a));
@@ -1430,6 +1528,19 @@ impl Sfu {
         let n = idle.len() + before - self.room.len();
         self.stats.timeouts += n as u64;
         n
+    }
+}
+
+/// A source prefix of the per-prefix client cap: (IP version, masked address).
+type PrefixKey = (u8, u128);
+
+/// Count one member of `prefix` out (the entry goes at 0).
+fn uncount(counts: &mut HashMap<PrefixKey, usize>, prefix: PrefixKey) {
+    if let Some(n) = counts.get_mut(&prefix) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&prefix);
+        }
     }
 }
 
@@ -1748,6 +1859,88 @@ mod tests {
         b
     }
 
+    /// Review S15: one host with many ports cannot fill `max_clients`: a
+    /// prefix holds at most `max_clients_per_prefix` clients (and static-room
+    /// members); other hosts still get in.
+    #[test]
+    fn one_prefix_cannot_fill_the_client_table() {
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients: 1024,
+            max_clients_per_prefix: 16,
+            ..Default::default()
+        });
+        let host = |ip: [u8; 4], port: u16| SocketAddr::from((ip, port));
+        let try_register = |sfu: &mut Sfu, now: u64, a: SocketAddr| -> MsgType {
+            let mut b = [0u8; 64];
+            let n = write_register(&mut b, 1).unwrap();
+            let cookie = cookie_of(&sfu.handle(now, a, &b[..n])).unwrap();
+            let n = write_cookie(&mut b, MsgType::Register, 1, &cookie).unwrap();
+            match sfu.handle(now, a, &b[..n]) {
+                Action::Reply { msg, .. } => Control::new_checked(msg).unwrap().msg_type(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let mut accepted = 0;
+        for port in 0..100u16 {
+            let now = u64::from(port) * 1_000_000_000;
+            match try_register(&mut sfu, now, host([198, 51, 100, 7], 10_000 + port)) {
+                MsgType::Ack => accepted += 1,
+                MsgType::Error => {}
+                other => panic!("{other:?}"),
+            }
+            sfu.check_invariants().unwrap();
+        }
+        assert_eq!(accepted, 16);
+        let s = sfu.stats();
+        assert_eq!((s.clients, s.rejected_prefix), (16, 84));
+        // Another address (its own /32) still registers.
+        assert_eq!(
+            try_register(&mut sfu, 200_000_000_000, host([198, 51, 100, 8], 5000)),
+            MsgType::Ack
+        );
+        // A client that leaves by timeout frees its slot.
+        sfu.tick(200_000_000_000 + 11_000_000_000);
+        sfu.check_invariants().unwrap();
+        assert_eq!(sfu.stats().clients, 0);
+        assert_eq!(
+            try_register(&mut sfu, 300_000_000_000, host([198, 51, 100, 7], 9)),
+            MsgType::Ack
+        );
+        // Keyed by /24 when configured: the neighbour shares the cap.
+        let mut sfu = Sfu::new(SfuConfig {
+            max_clients_per_prefix: 1,
+            client_prefix_v4: 24,
+            ..Default::default()
+        });
+        assert_eq!(
+            try_register(&mut sfu, 0, host([198, 51, 100, 7], 1)),
+            MsgType::Ack
+        );
+        assert_eq!(
+            try_register(&mut sfu, 1_000_000_000, host([198, 51, 100, 9], 1)),
+            MsgType::Error
+        );
+        assert_eq!(
+            try_register(&mut sfu, 2_000_000_000, host([198, 51, 101, 9], 1)),
+            MsgType::Ack
+        );
+        // IPv6 by /56.
+        let v6 = |text: &str| SocketAddr::new(text.parse().unwrap(), 5004);
+        assert_eq!(
+            try_register(&mut sfu, 3_000_000_000, v6("2001:db8:0:100::1")),
+            MsgType::Ack
+        );
+        assert_eq!(
+            try_register(&mut sfu, 4_000_000_000, v6("2001:db8:0:1ff::2")),
+            MsgType::Error,
+            "same /56"
+        );
+        assert_eq!(
+            try_register(&mut sfu, 5_000_000_000, v6("2001:db8:0:200::1")),
+            MsgType::Ack
+        );
+    }
+
     /// A flood of REGISTERs from many spoofed sources (zero and forged
     /// cookies) neither fills the client table nor evicts a registered
     /// client or a static-room member; every request gets at most one reply
@@ -1889,6 +2082,8 @@ mod tests {
         const S: usize = 60;
         let mut sfu = Sfu::new(SfuConfig {
             max_clients: N,
+            // Every client is on 127.0.0.1 here.
+            max_clients_per_prefix: N,
             max_subs: S + 2,
             echo: false,
             prefix_burst: 10_000,

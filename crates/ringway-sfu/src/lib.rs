@@ -13,6 +13,8 @@
 //! - [`token`]: signed join tokens (JWT, HMAC-SHA256): mint and verify.
 //! - [`quality`]: per-stream reception statistics (RFC 3550 loss and
 //!   interarrival jitter, reordering, late packets).
+//! - [`recording`]: the SFU's recording files (one per source), their
+//!   reader, and L16/L24 payloads to WAV through a payload-type map.
 //! - [`client`]: client-side logic: RTP stream generation, control requests,
 //!   per-stream sequence tracking (loss, reordering).
 //!
@@ -25,6 +27,7 @@ pub mod client;
 pub mod core;
 pub mod jacktrip;
 pub mod quality;
+pub mod recording;
 pub mod token;
 pub mod wire;
 

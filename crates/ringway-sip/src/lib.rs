@@ -62,7 +62,8 @@ pub use edit::{
 pub use msg::{HeaderKind, Method, ParseError, SipMsg, Via};
 pub use proxy::{
     Action, AuthConfig, DropReason, FloodConfig, Mode, MsgLabel, Outcome, Proxy, ProxyConfig,
-    ProxyStats, ProxyWorker, RegistrarPolicy,
+    ProxyStats, ProxyWorker, RegistrarPolicy, DEFAULT_MAX_PATH_BYTES,
+    DEFAULT_MAX_TRANSACTION_BYTES,
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use uri::{NameAddr, SipUri};

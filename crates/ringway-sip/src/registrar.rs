@@ -121,6 +121,10 @@ pub trait LocationStore: Send + Sync {
     /// Number of live bindings (approximate under concurrency); `None`
     /// when the store cannot tell without a round trip (a shared store).
     fn len(&self) -> Option<usize>;
+    /// Bytes the bindings take in this process (`None`: not held here).
+    fn bytes(&self) -> Option<usize> {
+        None
+    }
     /// `true` when the store knows it holds no bindings.
     fn is_empty(&self) -> bool {
         self.len() == Some(0)
@@ -238,20 +242,59 @@ pub fn apply_registration(
 
 const SHARDS: usize = 16;
 
-/// Bounded, sharded in-memory location store (one process).
+/// Bytes of one stored AOR besides its strings (map entry, vector).
+const AOR_ENTRY_BYTES: usize =
+    std::mem::size_of::<String>() + std::mem::size_of::<Vec<Binding>>() + 16;
+
+/// Bytes one AOR's entry holds: its key, and each binding with its strings
+/// (contact, Call-ID and every Path value).
+fn entry_bytes(aor: &str, bindings: &[Binding]) -> usize {
+    if bindings.is_empty() {
+        return 0;
+    }
+    let strings = |b: &Binding| {
+        b.contact.len()
+            + b.call_id.len()
+            + b.path
+                .iter()
+                .map(|p| p.len() + std::mem::size_of::<String>())
+                .sum::<usize>()
+    };
+    AOR_ENTRY_BYTES
+        + aor.len()
+        + bindings
+            .iter()
+            .map(|b| std::mem::size_of::<Binding>() + strings(b))
+            .sum::<usize>()
+}
+
+/// Bounded, sharded in-memory location store (one process): at most
+/// `capacity` bindings and `max_bytes` bytes of them (review S9: a
+/// REGISTER with many contacts and a long Path costs what it stores).
 pub struct MemoryStore {
     shards: Vec<Mutex<HashMap<String, Vec<Binding>>>>,
     count: AtomicUsize,
+    bytes: AtomicUsize,
     capacity: usize,
+    max_bytes: usize,
 }
 
 impl MemoryStore {
-    /// A store holding at most `capacity` bindings.
+    /// A store holding at most `capacity` bindings (of any size).
     pub fn new(capacity: usize) -> Self {
+        Self::with_limits(capacity, usize::MAX)
+    }
+
+    /// A store holding at most `capacity` bindings and `max_bytes` bytes
+    /// of them ([`LocationStore::bytes`]); beyond either a REGISTER that
+    /// adds gets [`StoreError::Full`].
+    pub fn with_limits(capacity: usize, max_bytes: usize) -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             count: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
             capacity,
+            max_bytes,
         }
     }
 
@@ -271,11 +314,20 @@ impl LocationStore for MemoryStore {
         let mut map = lock(self.shard(&registration.aor));
         let mut bindings = map.get(&registration.aor).cloned().unwrap_or_default();
         let before = bindings.len();
+        let bytes_before = entry_bytes(&registration.aor, &bindings);
         apply_registration(&mut bindings, registration, now)?;
         let after = bindings.len();
         if after > before && self.count.load(Ordering::Relaxed) + (after - before) > self.capacity {
             return Err(StoreError::Full);
         }
+        let bytes_after = entry_bytes(&registration.aor, &bindings);
+        if bytes_after > bytes_before
+            && self.bytes.load(Ordering::Relaxed) + (bytes_after - bytes_before) > self.max_bytes
+        {
+            return Err(StoreError::Full);
+        }
+        self.bytes.fetch_add(bytes_after, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes_before, Ordering::Relaxed);
         // `before` counted expired bindings too: they are gone now.
         if after >= before {
             self.count.fetch_add(after - before, Ordering::Relaxed);
@@ -302,10 +354,13 @@ impl LocationStore for MemoryStore {
         let mut total = 0;
         for s in &self.shards {
             let mut map = lock(s);
-            map.retain(|_, v| {
+            map.retain(|aor, v| {
                 let before = v.len();
+                let bytes_before = entry_bytes(aor, v);
                 v.retain(|b| b.expires_at > now);
                 total += before - v.len();
+                self.bytes.fetch_add(entry_bytes(aor, v), Ordering::Relaxed);
+                self.bytes.fetch_sub(bytes_before, Ordering::Relaxed);
                 !v.is_empty()
             });
         }
@@ -315,6 +370,10 @@ impl LocationStore for MemoryStore {
 
     fn len(&self) -> Option<usize> {
         Some(self.count.load(Ordering::Relaxed))
+    }
+
+    fn bytes(&self) -> Option<usize> {
+        Some(self.bytes.load(Ordering::Relaxed))
     }
 }
 
@@ -403,6 +462,43 @@ mod tests {
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].contact, "sip:carol@192.0.2.2");
         assert_eq!(s.len(), Some(1));
+    }
+
+    #[test]
+    fn bytes_are_bounded_and_given_back() {
+        // Review S9: 16 contacts × a long Path are refused once the bytes
+        // run out, even far below the count bound.
+        let s = MemoryStore::with_limits(100_000, 64 * 1024);
+        let path = vec![format!("<sip:{};lr>", "p".repeat(900))];
+        let mut stored = 0;
+        for n in 0..1000 {
+            let mut r = bind(&format!("u{n}"), &format!("sip:u{n}@192.0.2.1"), 60, "c", 1);
+            r.path = path.clone();
+            match s.register(&r, 0) {
+                Ok(_) => stored += 1,
+                Err(e) => {
+                    assert_eq!(e, StoreError::Full);
+                    break;
+                }
+            }
+        }
+        let used = s.bytes().unwrap();
+        assert!((30..70).contains(&stored), "{stored} stored");
+        assert!(used <= 64 * 1024 && used > 60 * 900, "{used}");
+        // After expiry every byte comes back.
+        assert_eq!(s.expire(61 * S), stored);
+        assert_eq!(s.bytes(), Some(0));
+        assert_eq!(s.len(), Some(0));
+        // Unregistering gives the bytes back too.
+        let r = bind("x", "sip:x@192.0.2.1", 60, "c", 1);
+        s.register(&r, 0).unwrap();
+        assert!(s.bytes().unwrap() > 0);
+        let mut un = bind("x", "sip:x@192.0.2.1", 0, "c", 2);
+        un.changes = vec![BindingChange::Unbind {
+            contact: "sip:x@192.0.2.1".into(),
+        }];
+        s.register(&un, 0).unwrap();
+        assert_eq!(s.bytes(), Some(0));
     }
 
     #[test]

@@ -840,7 +840,8 @@ fn strict_route_and_loose_route_multi() {
 #[test]
 fn labels() {
     assert_eq!(MsgLabel::Response(183).as_str(), "183");
-    assert_eq!(MsgLabel::Response(699).to_string(), "699");
+    // Codes without a slot of their own are labelled by class (review S2).
+    assert_eq!(MsgLabel::Response(699).to_string(), "6xx");
     assert_eq!(MsgLabel::Invite.as_str(), "INVITE");
     assert_eq!(MsgLabel::OtherRequest.as_str(), "other");
     assert_eq!(MsgLabel::ByeOk.as_str(), "200-BYE");
@@ -969,6 +970,7 @@ fn registrar_rules() {
         max_expires: 7200,
         default_expires: 3600,
         max_contacts: 2,
+        ..Default::default()
     };
     let p = Proxy::new(c);
     let reg = |call_id: &str, cseq: u32, contact: &str, expires: &str| {
@@ -1066,6 +1068,7 @@ fn flood_limit_drops_and_counts_requests_of_one_source() {
         window: sec(1),
         table_size: 64,
         exempt: Vec::new(),
+        ..Default::default()
     });
     let p = Proxy::new(c);
     let options = |n: u32| {

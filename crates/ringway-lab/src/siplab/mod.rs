@@ -434,6 +434,9 @@ fn start_proxy(
                 .arg("--quiet")
                 .args(["--rx-model", &spec.rx_model])
                 .args(["--batch", &spec.batch.to_string()])
+                // The papers measure raw forwarding under overload (and
+                // Kamailio next to it sheds nothing): no 503 shedding.
+                .args(["--overload-queue-delay-ms", "0"])
                 .args(plan.thread.proxy_args());
             if let Some(b) = spec.rcvbuf {
                 cmd.args(["--rcvbuf", &b.to_string()]);

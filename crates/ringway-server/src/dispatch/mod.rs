@@ -24,8 +24,9 @@ use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, Rx
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Receive wait before a worker re-checks the stop flag.
@@ -133,6 +134,11 @@ struct Shared {
     /// Produced datagrams too large for a send frame (dropped).
     tx_oversize: AtomicU64,
     started: Instant,
+    /// Threads that panicked (each stops every thread: review S11).
+    panicked: Mutex<Vec<String>>,
+    /// Test hook (`RINGWAY_TEST_PANIC=dispatch-w0`): that worker panics on
+    /// its first datagram.
+    inject_panic: Option<String>,
 }
 
 /// The JSON summary of a dispatcher run (`ringway.sip-dispatch.summary/1`).
@@ -158,6 +164,9 @@ pub struct DispatchSummary {
     pub tx_oversize: u64,
     /// The dispatcher's counters, per proxy too.
     pub dispatch: DispatchStats,
+    /// Threads that panicked (each stops the dispatcher; the command then
+    /// exits with an error). Empty on a clean run.
+    pub threads_panicked: Vec<String>,
 }
 
 /// A running dispatcher.
@@ -208,6 +217,8 @@ impl DispatchServer {
             rx_truncated: AtomicU64::new(0),
             tx_oversize: AtomicU64::new(0),
             started: Instant::now(),
+            panicked: Mutex::new(Vec::new()),
+            inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
         });
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
@@ -226,7 +237,9 @@ impl DispatchServer {
         let probe_io = open(probe_socket)?;
         for (i, io) in ios.into_iter().enumerate() {
             let shared = server.shared.clone();
-            server.spawn(format!("dispatch-w{i}"), move || worker_thread(&shared, io))?;
+            let name = format!("dispatch-w{i}");
+            let thread = name.clone();
+            server.spawn(name, move || worker_thread(&shared, &thread, io))?;
         }
         let shared = server.shared.clone();
         server.spawn("dispatch-probe".into(), move || {
@@ -235,11 +248,28 @@ impl DispatchServer {
         Ok(server)
     }
 
+    /// Start `body` on a thread; if it panics, every thread is told to
+    /// stop (no socket stays bound with nobody reading it) and the panic is
+    /// passed on to `join`.
     fn spawn(
         &mut self,
         name: String,
         body: impl FnOnce() + Send + 'static,
     ) -> Result<(), ServerError> {
+        let shared = self.shared.clone();
+        let thread = name.clone();
+        let body = move || {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(body)) {
+                shared
+                    .panicked
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(thread.clone());
+                shared.stop.store(true, Ordering::Relaxed);
+                log::error!("sip dispatch: thread {thread} panicked: stopping every thread");
+                resume_unwind(panic);
+            }
+        };
         let spawned = self.threads.spawn(name, body);
         if spawned.is_err() {
             self.stop_threads();
@@ -250,6 +280,15 @@ impl DispatchServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local
+    }
+
+    /// Names of the threads that panicked (empty while all is well).
+    pub fn panicked_threads(&self) -> Vec<String> {
+        self.shared
+            .panicked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The dispatcher's counters now.
@@ -293,6 +332,11 @@ fn summary(shared: &Shared) -> DispatchSummary {
         rx_truncated: shared.rx_truncated.load(Ordering::Relaxed),
         tx_oversize: shared.tx_oversize.load(Ordering::Relaxed),
         dispatch: shared.dispatcher.stats(),
+        threads_panicked: shared
+            .panicked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone(),
     }
 }
 
@@ -317,7 +361,7 @@ fn flush(shared: &Shared, io: &mut dyn BatchIo, tx: &mut TxBatch) {
 }
 
 /// One worker: receive a batch, dispatch every datagram, send once.
-fn worker_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
     let mut rx = RxBatch::new(shared.config.batch, crate::sip::RX_FRAME);
     let mut tx = TxBatch::new(shared.config.batch * 2, TX_FRAME);
     let mut worker = shared.dispatcher.worker();
@@ -326,6 +370,9 @@ fn worker_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
             Ok(0) => continue,
             Ok(n) => {
                 shared.messages_in.fetch_add(n as u64, Ordering::Relaxed);
+                if shared.inject_panic.as_deref() == Some(name) {
+                    panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
+                }
             }
             Err(e) => {
                 log::warn!("sip dispatch: receive error: {e}");
@@ -412,6 +459,16 @@ fn render(shared: &Shared) -> String {
         "Datagrams sent.",
         &[],
         shared.messages_out.load(Ordering::Relaxed),
+    );
+    p.counter(
+        "ringway_dispatch_thread_panics_total",
+        "Threads ended by a panic (each stops the dispatcher).",
+        &[],
+        shared
+            .panicked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len() as u64,
     );
     for (reason, n) in [
         ("rx_truncated", &shared.rx_truncated),

@@ -1,14 +1,22 @@
 //! A tiny HTTP/1.0 server answering `GET /metrics` with Prometheus text.
-//! One connection at a time, bounded request size and time.
+//! One connection at a time, bounded request size and time: the whole
+//! request must arrive within [`REQUEST_DEADLINE`] and the whole answer
+//! leave within [`CONNECTION_DEADLINE`] of the accept, however slowly the
+//! client trickles bytes (a slowloris client cannot hold the endpoint;
+//! review finding S17).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Largest request head read (bytes); longer requests get 400.
 const MAX_REQUEST: usize = 8192;
+/// Time from the accept for the whole request head to arrive.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// Time from the accept for the whole exchange, answer included.
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Check that `addr` may serve metrics: loopback only unless `allow_public`.
 pub fn validate_addr(addr: SocketAddr, allow_public: bool) -> Result<(), crate::ServerError> {
@@ -51,13 +59,28 @@ pub fn serve(
         })
 }
 
+/// The time left until `deadline`, or a `TimedOut` error.
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connection deadline passed",
+        ));
+    }
+    Ok(left)
+}
+
 fn answer(mut s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()> {
+    let accepted = Instant::now();
+    let request_deadline = accepted + REQUEST_DEADLINE;
+    let deadline = accepted + CONNECTION_DEADLINE;
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        // Each read may only wait for what is left of the whole request's time.
+        s.set_read_timeout(Some(left(request_deadline)?))?;
         let n = s.read(&mut chunk)?;
         if n == 0 {
             break;
@@ -66,6 +89,7 @@ fn answer(mut s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()>
         if buf.len() > MAX_REQUEST {
             return respond(
                 &mut s,
+                deadline,
                 "400 Bad Request",
                 "text/plain",
                 "request too large\n",
@@ -78,22 +102,52 @@ fn answer(mut s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()>
     match (parts.next(), parts.next()) {
         (Some("GET"), Some("/metrics")) => respond(
             &mut s,
+            deadline,
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
             &render(),
         ),
-        (Some("GET"), Some(_)) => respond(&mut s, "404 Not Found", "text/plain", "try /metrics\n"),
-        _ => respond(&mut s, "400 Bad Request", "text/plain", "bad request\n"),
+        (Some("GET"), Some(_)) => respond(
+            &mut s,
+            deadline,
+            "404 Not Found",
+            "text/plain",
+            "try /metrics\n",
+        ),
+        _ => respond(
+            &mut s,
+            deadline,
+            "400 Bad Request",
+            "text/plain",
+            "bad request\n",
+        ),
     }
 }
 
-fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+fn respond(
+    s: &mut TcpStream,
+    deadline: Instant,
+    status: &str,
+    ctype: &str,
+    body: &str,
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
+    for mut bytes in [head.as_bytes(), body.as_bytes()] {
+        // Each write may only wait for what is left of the connection's time
+        // (a client that does not read cannot hold the endpoint either).
+        while !bytes.is_empty() {
+            s.set_write_timeout(Some(left(deadline)?))?;
+            match s.write(bytes) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
     s.flush()
 }
 

@@ -207,6 +207,7 @@ pub fn run(
             }
         }
         sorter.flush_all(&mut |x| out.push(x));
+        let mut send_error = None;
         for (i, it) in out.iter().enumerate() {
             if it.pos as usize != i {
                 rep.sorted += 1;
@@ -214,9 +215,13 @@ pub fn run(
             if let Some((k, s, l)) = it.seg {
                 after.observe(k, s, l);
             }
-            q.verdict(it.id, Verdict::Accept)?;
+            // A failed send keeps its verdicts queued: go on giving every
+            // held packet its verdict, then retry (review S24).
+            if let Err(e) = q.verdict(it.id, Verdict::Accept) {
+                send_error.get_or_insert(e);
+            }
         }
-        q.flush_verdicts()?;
+        flush_with_retries(&mut q, send_error)?;
         if last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = Instant::now();
             fill(&mut rep, &sorter, &q, &before, &after);
@@ -225,12 +230,33 @@ pub fn run(
     }
     let mut rest = Vec::new();
     sorter.flush_all(&mut |x| rest.push(x));
+    let mut send_error = None;
     for it in rest {
-        q.verdict(it.id, Verdict::Accept)?;
+        if let Err(e) = q.verdict(it.id, Verdict::Accept) {
+            send_error.get_or_insert(e);
+        }
     }
-    q.flush_verdicts()?;
+    flush_with_retries(&mut q, send_error)?;
     fill(&mut rep, &sorter, &q, &before, &after);
     Ok(rep)
+}
+
+/// Send the queued verdicts, retrying a failed send a few times (1, 2, 4,
+/// 8 ms apart) before giving up: a packet without a verdict is dropped when
+/// the queue closes, even with `--queue-bypass` (which only lets *new*
+/// packets pass). `earlier`: a send that already failed on this batch.
+fn flush_with_retries(q: &mut NfQueue, earlier: Option<std::io::Error>) -> std::io::Result<()> {
+    let mut last = earlier;
+    for attempt in 0..5u32 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(1 << (attempt - 1)));
+        }
+        match q.flush_verdicts() {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("verdict send failed")))
 }
 
 fn fill(

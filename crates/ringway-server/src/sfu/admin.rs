@@ -297,6 +297,14 @@ pub fn render_metrics(l: &LiveStats) -> String {
             );
         }
     }
+    if let Some(n) = l.record_queue_drops {
+        p.counter(
+            "ringway_sfu_record_queue_drops_total",
+            "Packets not recorded because the recorder's channel was full.",
+            &[],
+            n,
+        );
+    }
     if let serde_json::Value::Object(io) = serde_json::to_value(l.io).unwrap_or_default() {
         for (k, v) in io {
             if let Some(v) = v.as_u64() {

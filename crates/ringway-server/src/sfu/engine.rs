@@ -54,6 +54,9 @@ pub struct LiveStats {
     pub backend: String,
     /// Engine thread CPU time since start (s); `None` if the kernel did not tell.
     pub engine_cpu_s: Option<f64>,
+    /// Packets the recorder's full channel dropped so far (`None`: not
+    /// recording).
+    pub record_queue_drops: Option<u64>,
 }
 
 /// The engine's clocks; tests give it a fake one.
@@ -151,6 +154,8 @@ pub(super) struct Engine {
     pub(super) copies: u64,
     /// Flushes (hand-overs to the kernel) made.
     pub(super) flushes: u64,
+    /// The recorder's channel, when recording.
+    pub(super) record: Option<super::recorder::RecordTx>,
 }
 
 impl Engine {
@@ -185,6 +190,7 @@ impl Engine {
             forwarded: 0,
             copies: 0,
             flushes: 0,
+            record: None,
         }
     }
 
@@ -240,11 +246,25 @@ impl Engine {
         let (peer, kernel_rx) = (d.meta.peer, d.meta.kernel_rx);
         let received = self.rx.received_at(i).0;
         let Engine {
-            sfu, rx, tx, dsts, ..
+            sfu,
+            rx,
+            tx,
+            dsts,
+            record,
+            clock,
+            ..
         } = self;
         let data = rx.get(i).expect("held").data;
         match sfu.handle(now, peer, data) {
-            Action::Forward { targets, echo, .. } => {
+            Action::Forward {
+                ssid,
+                targets,
+                echo,
+                ..
+            } => {
+                if let Some(r) = record {
+                    r.offer(ssid, clock.realtime().0, data);
+                }
                 dsts.clear();
                 dsts.extend_from_slice(targets);
                 dsts.extend(echo);

@@ -8,8 +8,10 @@
 pub mod admin;
 mod engine;
 pub mod hub;
+pub mod recorder;
 
 pub use engine::LiveStats;
+pub use recorder::RecordReport;
 
 use crate::host::{self, cpu_seconds, CpuTime};
 use crate::metrics::LatencySummary;
@@ -82,6 +84,13 @@ pub struct SfuServerConfig {
     pub static_room: bool,
     /// Most registered clients (and static-room members).
     pub max_clients: usize,
+    /// Most clients (and, separately, static-room members) per source
+    /// prefix: one host cannot fill `max_clients`.
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length (bits) of that cap.
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length (bits) of that cap.
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     pub max_subs: usize,
     /// Remove clients silent for this long (seconds).
@@ -111,6 +120,12 @@ pub struct SfuServerConfig {
     /// File holding the admin API's bearer token (at least 16 bytes;
     /// trailing whitespace ignored). Required with `admin_listen`.
     pub admin_token_file: Option<PathBuf>,
+    /// Record forwarded media to this directory (one file per source,
+    /// written by a recorder thread off the data path; created if needed).
+    pub record_dir: Option<PathBuf>,
+    /// Most bytes a recording may write (file and record headers
+    /// included); the recording stops, counting drops, when it is reached.
+    pub record_max_bytes: u64,
 }
 
 impl Default for SfuServerConfig {
@@ -127,6 +142,9 @@ impl Default for SfuServerConfig {
             echo: true,
             static_room: false,
             max_clients: 1024,
+            max_clients_per_prefix: SfuConfig::default().max_clients_per_prefix,
+            client_prefix_v4: SfuConfig::default().client_prefix_v4,
+            client_prefix_v6: SfuConfig::default().client_prefix_v6,
             max_subs: 64,
             idle_timeout_s: 10.0,
             cpus: None,
@@ -139,6 +157,8 @@ impl Default for SfuServerConfig {
             late_after_ms: 20.0,
             admin_listen: None,
             admin_token_file: None,
+            record_dir: None,
+            record_max_bytes: 1 << 30,
         }
     }
 }
@@ -166,6 +186,14 @@ impl SfuServerConfig {
         let fail = |m: &str| Err(ServerError::Config(m.to_string()));
         if self.batch_size() == 0 {
             return fail("batch must be at least 1");
+        }
+        if self.max_clients_per_prefix == 0
+            || !(8..=32).contains(&self.client_prefix_v4)
+            || !(16..=128).contains(&self.client_prefix_v6)
+        {
+            return fail(
+                "max_clients_per_prefix must be above 0, client_prefix_v4 8..=32, client_prefix_v6 16..=128",
+            );
         }
         let xdp = matches!(self.io, Io::Xdp(_));
         if xdp && !self.listen.is_ipv4() {
@@ -203,6 +231,16 @@ impl SfuServerConfig {
         }
         if !(self.late_after_ms.is_finite() && self.late_after_ms > 0.0) {
             return fail("late_after_ms must be a positive number of milliseconds");
+        }
+        if self.record_dir.is_some() {
+            if self.kernel_fanout.is_some() {
+                return fail(
+                    "record_dir cannot run with kernel_fanout (media replicated in the kernel never reaches the recorder)",
+                );
+            }
+            if self.record_max_bytes == 0 {
+                return fail("record_max_bytes must be at least 1");
+            }
         }
         match (self.admin_listen, &self.admin_token_file) {
             (Some(a), Some(_)) => crate::metrics::http::validate_addr(a, false)?,
@@ -283,6 +321,8 @@ pub struct ServeReport {
     pub rx_errors: u64,
     /// SRPIC counters, when sorting was on.
     pub srpic: Option<SrpicStats>,
+    /// The recorder's counters, when recording was on.
+    pub recording: Option<RecordReport>,
 }
 
 /// Read a secret from `path`: its bytes with trailing whitespace removed.
@@ -323,6 +363,7 @@ pub struct SfuServer {
     live: Arc<Mutex<LiveStats>>,
     engine: Option<JoinHandle<Result<EngineEnd, ServerError>>>,
     admin: Option<(SocketAddr, Arc<AtomicBool>, JoinHandle<()>)>,
+    recorder: Option<recorder::Recorder>,
 }
 
 impl SfuServer {
@@ -361,6 +402,9 @@ impl SfuServer {
             echo: config.echo,
             static_room: config.static_room,
             max_clients: config.max_clients,
+            max_clients_per_prefix: config.max_clients_per_prefix,
+            client_prefix_v4: config.client_prefix_v4,
+            client_prefix_v6: config.client_prefix_v6,
             max_subs: config.max_subs,
             idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
             seed: random_seed()?,
@@ -408,7 +452,15 @@ impl SfuServer {
             }
             _ => None,
         };
+        let (recorder, record_tx) = match &config.record_dir {
+            Some(dir) => {
+                let (r, tx) = recorder::Recorder::start(dir, config.record_max_bytes)?;
+                (Some(r), Some(tx))
+            }
+            None => (None, None),
+        };
         let run = EngineRun {
+            record: record_tx,
             admin: admin_rx,
             io,
             sfu,
@@ -440,6 +492,7 @@ impl SfuServer {
             live,
             engine: Some(engine),
             admin,
+            recorder,
         })
     }
 
@@ -488,8 +541,16 @@ impl SfuServer {
     /// Stop the engine, wait for it, and return its report (or the error
     /// it stopped with).
     pub fn shutdown(mut self) -> Result<ServeReport, ServerError> {
-        match self.stop_engine() {
-            Some(end) => Ok(report(&self.config, self.local, self.batch, end?)),
+        let end = self.stop_engine();
+        // The engine thread has ended and dropped its sender: the recorder
+        // drains what is queued, flushes and ends.
+        let recording = self.recorder.take().map(recorder::Recorder::finish);
+        match end {
+            Some(end) => {
+                let mut r = report(&self.config, self.local, self.batch, end?);
+                r.recording = recording;
+                Ok(r)
+            }
             None => Err(ServerError::Panicked("sfu-engine".into())),
         }
     }
@@ -499,6 +560,9 @@ impl Drop for SfuServer {
     fn drop(&mut self) {
         if let Some(Err(e)) = self.stop_engine() {
             log::error!("sfu: engine: {e}");
+        }
+        if let Some(r) = self.recorder.take() {
+            r.finish();
         }
     }
 }
@@ -553,6 +617,7 @@ struct EngineRun {
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
     admin: std::sync::mpsc::Receiver<admin::AdminRequest>,
+    record: Option<recorder::RecordTx>,
 }
 
 /// The engine thread: receive, handle, flush, tick, until stopped or the
@@ -574,6 +639,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         stop,
         live,
         admin,
+        record,
     } = run;
     let started = Instant::now();
     let mut placement = Vec::new();
@@ -603,6 +669,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         max_age_ns,
         Box::new(engine::SystemClock),
     );
+    e.record = record;
     let mut fanout = match (&fanout_at, local) {
         (Some(iface), SocketAddr::V4(local)) => Some(
             ringway_io::backend::KernelFanout::attach(iface, local)
@@ -688,8 +755,11 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
             l.rooms = rooms;
             l.io = io_stats;
             l.engine_cpu_s = cpu;
+            l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
         }
     }
+    // Close the recorder's channel: it drains what is queued and ends.
+    e.record = None;
     if e.pending() {
         e.flush_now(io.as_mut())?;
     }
@@ -814,6 +884,7 @@ fn report(
         truncated: e.truncated,
         rx_errors: e.rx_errors,
         srpic: e.srpic.as_ref().map(Srpic::stats),
+        recording: None,
     }
 }
 

@@ -49,12 +49,13 @@ use ringway_io::thread::Placement;
 use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};
 use ringway_io::{SocketConfig, SocketReport};
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
+use ringway_sip::MemoryStore;
 use ringway_sip::{AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -107,6 +108,17 @@ pub struct SipServerConfig {
     pub tx_stamp_every: u64,
     /// Transaction table bound; beyond it new requests get 503 Retry-After.
     pub max_transactions: usize,
+    /// Bytes the transaction table may hold (kept requests and responses
+    /// included); beyond it new requests are refused as beyond
+    /// `max_transactions`.
+    pub max_transaction_bytes: usize,
+    /// Registrar (in-memory store): most bindings held.
+    pub max_bindings: usize,
+    /// Registrar (in-memory store): most bytes of bindings held (contacts,
+    /// Call-IDs, Path values); beyond it REGISTERs that add get 503.
+    pub max_binding_bytes: usize,
+    /// Registrar: most bytes of Path values in one REGISTER (more: 400).
+    pub max_path_bytes: usize,
     /// Domains served by this proxy/registrar.
     pub domains: Vec<String>,
     /// Datagrams per receive batch (1..=1024).
@@ -140,6 +152,8 @@ pub struct SipServerConfig {
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<IpAddr>,
+    /// IPv6 sources are flood-limited per prefix of this length (bits).
+    pub flood_ipv6_prefix: u8,
     /// Location store: `memory` (this process), or
     /// `redis://HOST:PORT/DB` shared by several proxies (reached by store
     /// threads, never by the workers; see [`crate::sip::location`]).
@@ -151,6 +165,11 @@ pub struct SipServerConfig {
     /// Requests waiting for the shared store at most (beyond: refused at
     /// once, `500` + `Retry-After` / `480`).
     pub location_queue: usize,
+    /// Overload shedding (RFC 6357/7339 in spirit): a new INVITE that
+    /// waited longer than this (ms) between its kernel receive stamp and
+    /// its processing is answered `503` + `Retry-After` before any state
+    /// (0: off). Needs kernel RX stamps (always requested).
+    pub overload_queue_delay_ms: u64,
 }
 
 impl Default for SipServerConfig {
@@ -168,6 +187,10 @@ impl Default for SipServerConfig {
             placement: Placement::default(),
             tx_stamp_every: 64,
             max_transactions: 100_000,
+            max_transaction_bytes: ringway_sip::DEFAULT_MAX_TRANSACTION_BYTES,
+            max_bindings: 100_000,
+            max_binding_bytes: 64 << 20,
+            max_path_bytes: ringway_sip::DEFAULT_MAX_PATH_BYTES,
             domains: Vec::new(),
             batch: 32,
             min_expires: RegistrarPolicy::default().min_expires,
@@ -183,13 +206,18 @@ impl Default for SipServerConfig {
             flood_window_ms: 2000,
             flood_table_size: FloodConfig::default().table_size,
             flood_exempt: Vec::new(),
+            flood_ipv6_prefix: 64,
             location: "memory".into(),
             location_timeout_ms: 200,
             location_threads: 2,
             location_queue: 1024,
+            overload_queue_delay_ms: DEFAULT_OVERLOAD_QUEUE_DELAY_MS,
         }
     }
 }
+
+/// Default of [`SipServerConfig::overload_queue_delay_ms`].
+pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 20;
 
 impl SipServerConfig {
     /// Reject inconsistent settings, naming the field.
@@ -203,6 +231,18 @@ impl SipServerConfig {
         }
         if self.max_transactions == 0 {
             return fail("max_transactions must be above 0".into());
+        }
+        if self.max_transaction_bytes < 1 << 20 {
+            return fail(format!(
+                "max_transaction_bytes must be at least 1048576 (1 MiB), not {}",
+                self.max_transaction_bytes
+            ));
+        }
+        if self.max_bindings == 0 || self.max_binding_bytes < 1 << 16 {
+            return fail(format!(
+                "max_bindings must be above 0 and max_binding_bytes at least 65536, not {} and {}",
+                self.max_bindings, self.max_binding_bytes
+            ));
         }
         if self.listen.ip().is_unspecified() {
             return fail(format!(
@@ -248,6 +288,12 @@ impl SipServerConfig {
         if self.flood_limit == Some(0) {
             return fail("flood_limit must be above 0 (leave it out for no limit)".into());
         }
+        if !(16..=128).contains(&self.flood_ipv6_prefix) {
+            return fail(format!(
+                "flood_ipv6_prefix must be 16..=128, not {}",
+                self.flood_ipv6_prefix
+            ));
+        }
         if self.flood_window_ms == 0 || self.flood_table_size == 0 {
             return fail("flood_window_ms and flood_table_size must be above 0".into());
         }
@@ -267,6 +313,12 @@ impl SipServerConfig {
         if self.location_queue == 0 {
             return fail("location_queue must be above 0".into());
         }
+        if self.overload_queue_delay_ms > 10_000 {
+            return fail(format!(
+                "overload_queue_delay_ms must be 0..=10000 (0: off), not {}",
+                self.overload_queue_delay_ms
+            ));
+        }
         Ok(())
     }
 
@@ -277,7 +329,7 @@ impl SipServerConfig {
         p
     }
 
-    fn proxy_config(&self, local: SocketAddr, key: NonceKey) -> ProxyConfig {
+    fn proxy_config(&self, local: SocketAddr, key: NonceKey, seed: u64) -> ProxyConfig {
         ProxyConfig {
             mode: self.mode,
             local,
@@ -285,12 +337,14 @@ impl SipServerConfig {
             registrar: self.registrar,
             record_route: self.record_route,
             max_transactions: self.max_transactions,
+            max_transaction_bytes: self.max_transaction_bytes,
             domains: self.domains.clone(),
             registrar_policy: RegistrarPolicy {
                 min_expires: self.min_expires,
                 max_expires: self.max_expires,
                 default_expires: self.default_expires,
                 max_contacts: self.max_contacts,
+                max_path_bytes: self.max_path_bytes,
             },
             auth: self.auth.then(|| AuthConfig {
                 realm: self.auth_realm.clone(),
@@ -304,6 +358,8 @@ impl SipServerConfig {
                 window: self.flood_window_ms.saturating_mul(1_000_000),
                 table_size: self.flood_table_size,
                 exempt: self.flood_exempt.clone(),
+                ipv6_prefix: self.flood_ipv6_prefix,
+                seed,
             }),
         }
     }
@@ -394,6 +450,45 @@ struct Shared {
     cpu_start: CpuTime,
     started: Instant,
     rcvbuf_granted: Vec<usize>,
+    /// Worker, timer and store threads running now.
+    threads_alive: AtomicUsize,
+    /// Threads that panicked (their names). Any panic stops every thread:
+    /// the process does not go on with a socket nobody reads.
+    panicked: Mutex<Vec<String>>,
+    /// Test hook (`RINGWAY_TEST_PANIC=<thread name>`): that thread panics
+    /// on its first datagram (worker) or loop (timer, store thread).
+    inject_panic: Option<String>,
+}
+
+impl Shared {
+    /// A thread ended by a panic: remember it and stop every thread.
+    fn thread_panicked(&self, name: &str) {
+        lock(&self.panicked).push(name.to_string());
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Panic here if the test hook names this thread.
+    fn injected_panic(&self, name: &str) {
+        if self.inject_panic.as_deref() == Some(name) {
+            panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
+        }
+    }
+}
+
+/// Counts a thread alive from its start to its end (also by unwinding).
+struct AliveGuard<'a>(&'a AtomicUsize);
+
+impl<'a> AliveGuard<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        AliveGuard(count)
+    }
+}
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What the threads share about a shared location store.
@@ -418,6 +513,19 @@ pub struct LocationSnapshot {
     pub latency: LocationLatency,
 }
 
+/// The configured state bounds, exported next to what they bound.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// [`SipServerConfig::max_transactions`].
+    pub max_transactions: usize,
+    /// [`SipServerConfig::max_transaction_bytes`].
+    pub max_transaction_bytes: usize,
+    /// [`SipServerConfig::max_bindings`].
+    pub max_bindings: usize,
+    /// [`SipServerConfig::max_binding_bytes`].
+    pub max_binding_bytes: usize,
+}
+
 /// Merged measurements at one moment (what `/metrics` renders).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -434,6 +542,14 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Threads that did not publish in time (their previous copy was used).
     pub stale_threads: usize,
+    /// The configured state bounds.
+    pub config: Bounds,
+    /// Worker, timer and store threads running.
+    pub threads_alive: usize,
+    /// Worker, timer and store threads started.
+    pub threads_started: usize,
+    /// Threads that panicked (each stops the server).
+    pub threads_panicked: usize,
     /// The shared location store (`None`: in memory).
     pub location: Option<LocationSnapshot>,
     /// Datagrams received per worker (index = worker).
@@ -453,38 +569,49 @@ impl SipServer {
         let credentials = config.load_credentials()?;
         let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
         let local = sockets[0].local_addr()?;
-        let proxy_config = config.proxy_config(local, random_key()?);
-        let (mut proxy, location, store_ends) =
-            match location::parse_location(&config.location).map_err(ServerError::Config)? {
-                None => (Proxy::new(proxy_config), None, None),
-                Some(url) => {
-                    let counters = Arc::new(LocationCounters::default());
-                    let timeout = Duration::from_millis(config.location_timeout_ms);
-                    let mut stores = Vec::new();
-                    for _ in 0..config.location_threads {
-                        let store = RedisStore::new(&url, timeout, counters.clone())
-                            .map_err(ServerError::Config)?;
-                        stores.push(Arc::new(store));
-                    }
-                    if let Err(e) = stores[0].ping() {
-                        log::warn!(
-                            "sip server: location store {} unreachable now ({e}); \
-                         REGISTERs get 500 and calls 480 until it answers",
-                            location::redact_location(&url)
-                        );
-                    }
-                    let (queue, receivers) =
-                        LocationQueue::new(config.location_threads, config.location_queue);
-                    let shared = LocationShared {
-                        counters,
-                        latency: (0..config.location_threads)
-                            .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
-                            .collect(),
-                    };
-                    let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
-                    (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+        let proxy_config = config.proxy_config(
+            local,
+            random_key()?,
+            u64::from_le_bytes(host::random_bytes()?),
+        );
+        let (mut proxy, location, store_ends) = match location::parse_location(&config.location)
+            .map_err(ServerError::Config)?
+        {
+            None => {
+                let store = MemoryStore::with_limits(config.max_bindings, config.max_binding_bytes);
+                (Proxy::with_store(proxy_config, Arc::new(store)), None, None)
+            }
+            Some(url) => {
+                let counters = Arc::new(LocationCounters::default());
+                let timeout = Duration::from_millis(config.location_timeout_ms);
+                let mut stores = Vec::new();
+                for _ in 0..config.location_threads {
+                    let store = RedisStore::new(&url, timeout, counters.clone())
+                        .map_err(ServerError::Config)?;
+                    stores.push(Arc::new(store));
                 }
-            };
+                if let Err(e) = stores[0].ping() {
+                    log::warn!(
+                        "sip server: location store {} unreachable now ({e}); \
+                         REGISTERs get 500 and calls 480 until it answers",
+                        location::redact_location(&url)
+                    );
+                }
+                let (queue, receivers) = LocationQueue::new(
+                    config.location_threads,
+                    config.location_queue,
+                    u64::from_le_bytes(host::random_bytes()?),
+                );
+                let shared = LocationShared {
+                    counters,
+                    latency: (0..config.location_threads)
+                        .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
+                        .collect(),
+                };
+                let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
+                (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+            }
+        };
         if let Some(credentials) = credentials {
             proxy.set_credentials(Arc::new(credentials));
         }
@@ -504,6 +631,9 @@ impl SipServer {
             cpu_start: host::process_cpu_time().unwrap_or_default(),
             started: Instant::now(),
             rcvbuf_granted,
+            threads_alive: AtomicUsize::new(0),
+            panicked: Mutex::new(Vec::new()),
+            inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
             config,
         });
         let mut server = SipServer {
@@ -561,6 +691,13 @@ impl SipServer {
         self.shared.local
     }
 
+    /// Names of the threads that panicked (empty while all is well). A
+    /// panic in any worker, timer or store thread stops them all; the
+    /// front end should then exit with an error (a supervisor restarts it).
+    pub fn panicked_threads(&self) -> Vec<String> {
+        lock(&self.shared.panicked).clone()
+    }
+
     /// The configuration it runs with.
     pub fn config(&self) -> &SipServerConfig {
         &self.shared.config
@@ -610,6 +747,7 @@ impl SipServer {
             &snap,
             lock(&s.threads_cpu).clone(),
             lock(&s.placement).clone(),
+            lock(&s.panicked).clone(),
         )
     }
 }
@@ -697,13 +835,20 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let config = &shared.config;
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    worker.shed_after(
+        (config.overload_queue_delay_ms > 0).then(|| config.overload_queue_delay_ms * 1_000_000),
+    );
     let slot = &shared.slots[index];
     let mut published = 0u64;
+    let _alive = AliveGuard::new(&shared.threads_alive);
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
             match io.recv_batch(&mut rx, Some(POLL)) {
                 Ok(0) => {}
-                Ok(_) => worker.drive_batch(io.as_mut(), &rx, monotonic_now),
+                Ok(_) => {
+                    shared.injected_panic(&name);
+                    worker.drive_batch(io.as_mut(), &rx, monotonic_now)
+                }
                 Err(e) => {
                     worker.count_rx_error();
                     log::warn!("sip server: worker {index}: receive error: {e}");
@@ -717,7 +862,9 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
 }
 
 /// Publish a thread's final metrics and CPU time, also when its loop
-/// panicked (the panic is then passed on, so `join` reports it).
+/// panicked: then every thread is told to stop (review S11: no worker
+/// goes on alone with a dead one's socket still bound, no timer-less
+/// proxy), and the panic is passed on, so `join` reports it.
 fn finish_thread(
     shared: &Shared,
     slot: &MetricsSlot,
@@ -728,6 +875,8 @@ fn finish_thread(
     slot.finish(metrics);
     record_thread_cpu(shared, name);
     if let Err(panic) = run {
+        shared.thread_panicked(name);
+        log::error!("sip server: thread {name} panicked: stopping every thread");
         resume_unwind(panic);
     }
 }
@@ -737,8 +886,10 @@ fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let mut timer = SipTimer::new(&shared.proxy);
     let slot = &shared.slots[shared.config.workers];
     let mut published = 0u64;
+    let _alive = AliveGuard::new(&shared.threads_alive);
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic("sip-timer");
             let wait = timer.wait(monotonic_now().0);
             if wait.is_zero() {
                 timer.fire(io.as_mut(), monotonic_now().0);
@@ -773,14 +924,18 @@ fn store_thread(
     );
     let slot = &shared.slots[shared.config.workers + 1 + index];
     let mut published = 0u64;
-    while !shared.stop.load(Ordering::Relaxed) {
-        if thread.run_batch(io.as_mut(), POLL, monotonic_now).is_none() {
-            break;
+    let name = format!("sip-store{index}");
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic(&name);
+            if thread.run_batch(io.as_mut(), POLL, monotonic_now).is_none() {
+                break;
+            }
+            slot.offer(thread.metrics(), &mut published);
         }
-        slot.offer(thread.metrics(), &mut published);
-    }
-    slot.finish(thread.metrics());
-    record_thread_cpu(shared, &format!("sip-store{index}"));
+    }));
+    finish_thread(shared, slot, thread.metrics(), &name, run);
 }
 
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
@@ -823,6 +978,15 @@ fn snapshot(shared: &Shared) -> Snapshot {
             .since(&shared.cpu_start),
         elapsed: shared.started.elapsed(),
         stale_threads,
+        config: Bounds {
+            max_transactions: shared.config.max_transactions,
+            max_transaction_bytes: shared.config.max_transaction_bytes,
+            max_bindings: shared.config.max_bindings,
+            max_binding_bytes: shared.config.max_binding_bytes,
+        },
+        threads_alive: shared.threads_alive.load(Ordering::Relaxed),
+        threads_started: shared.slots.len(),
+        threads_panicked: lock(&shared.panicked).len(),
         location: shared.location.as_ref().map(|location| {
             let mut latency = LocationLatency::default();
             for thread in &location.latency {

@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 22] {
     [
         (
             "ringway_sip_core_requests_received_total",
@@ -56,6 +56,11 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 21] 
             "ringway_sip_overload_sheds_total",
             "Requests refused because the transaction table was full.",
             stats.overload_sheds,
+        ),
+        (
+            "ringway_sip_overload_queue_sheds_total",
+            "New INVITEs answered 503 before any state because the receive queue was too long.",
+            stats.overload_queue_sheds,
         ),
         (
             "ringway_sip_overload_stateless_total",
@@ -261,6 +266,70 @@ pub(super) fn render(snap: &Snapshot) -> String {
         "Threads that did not publish for this scrape in time (their previous copy was used).",
         &[],
         snap.stale_threads as f64,
+    );
+    // The bounds, next to what they bound (review S9).
+    let c = &snap.config;
+    for (name, help, value) in [
+        (
+            "ringway_sip_transaction_bytes",
+            "Bytes the transaction table holds (kept requests and responses included).",
+            stats.transaction_bytes as f64,
+        ),
+        (
+            "ringway_sip_transaction_bytes_max",
+            "Bound on ringway_sip_transaction_bytes (max_transaction_bytes).",
+            c.max_transaction_bytes as f64,
+        ),
+        (
+            "ringway_sip_timer_entries",
+            "Deadlines queued in the transaction timer heaps (stale ones included).",
+            stats.timer_entries as f64,
+        ),
+        (
+            "ringway_sip_transactions_max",
+            "Bound on ringway_sip_transactions_active (max_transactions).",
+            c.max_transactions as f64,
+        ),
+    ] {
+        p.gauge(name, help, &[], value);
+    }
+    if let Some(bytes) = stats.binding_bytes {
+        p.gauge(
+            "ringway_sip_registrar_binding_bytes",
+            "Bytes the registrar bindings take (in-memory store only).",
+            &[],
+            bytes as f64,
+        );
+        p.gauge(
+            "ringway_sip_registrar_binding_bytes_max",
+            "Bound on ringway_sip_registrar_binding_bytes (max_binding_bytes).",
+            &[],
+            c.max_binding_bytes as f64,
+        );
+        p.gauge(
+            "ringway_sip_registrar_bindings_max",
+            "Bound on ringway_sip_registrar_bindings (max_bindings).",
+            &[],
+            c.max_bindings as f64,
+        );
+    }
+    p.gauge(
+        "ringway_sip_threads_alive",
+        "Worker, timer and store threads running (below ringway_sip_threads: the server is stopping).",
+        &[],
+        snap.threads_alive as f64,
+    );
+    p.gauge(
+        "ringway_sip_threads",
+        "Worker, timer and store threads started.",
+        &[],
+        snap.threads_started as f64,
+    );
+    p.counter(
+        "ringway_sip_thread_panics_total",
+        "Threads ended by a panic (each stops the whole server).",
+        &[],
+        snap.threads_panicked as u64,
     );
     // Not known locally with a shared store: no sample rather than 0.
     if let Some(bindings) = stats.bindings {

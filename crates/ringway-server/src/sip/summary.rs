@@ -187,6 +187,14 @@ pub struct ConfigView {
     pub tx_stamp_every: u64,
     /// Transaction bound.
     pub max_transactions: usize,
+    /// Transaction table bound in bytes.
+    pub max_transaction_bytes: usize,
+    /// Registrar (in-memory store): binding bound.
+    pub max_bindings: usize,
+    /// Registrar (in-memory store): bound in bytes.
+    pub max_binding_bytes: usize,
+    /// Registrar: Path bytes per REGISTER.
+    pub max_path_bytes: usize,
     /// Served domains.
     pub domains: Vec<String>,
     /// Registrar Expires bounds and default (s) and contacts per AOR.
@@ -213,6 +221,8 @@ pub struct ConfigView {
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<std::net::IpAddr>,
+    /// IPv6 flood-limit key prefix (bits).
+    pub flood_ipv6_prefix: u8,
     /// Location store (`memory` or the Redis URL).
     pub location: String,
     /// Wait bound of the shared store (ms).
@@ -221,6 +231,8 @@ pub struct ConfigView {
     pub location_threads: usize,
     /// Requests waiting for the shared store at most.
     pub location_queue: usize,
+    /// New INVITEs that waited longer than this (ms) are shed with 503 (0: off).
+    pub overload_queue_delay_ms: u64,
 }
 
 /// The shared location store in the summary.
@@ -263,6 +275,9 @@ pub struct Summary {
     pub placement: Vec<String>,
     /// The shared location store (null: in memory).
     pub location: Option<LocationSummary>,
+    /// Threads that panicked (each stops the server; the command then
+    /// exits with an error). Empty on a clean run.
+    pub threads_panicked: Vec<String>,
 }
 
 /// Schema id of [`Summary`].
@@ -276,6 +291,7 @@ pub(super) fn build(
     snap: &Snapshot,
     threads: Vec<ThreadCpu>,
     placement: Vec<String>,
+    threads_panicked: Vec<String>,
 ) -> Summary {
     let m = &snap.metrics;
     let all = m.all_types();
@@ -298,6 +314,10 @@ pub(super) fn build(
             rcvbuf_granted: rcvbuf_granted.to_vec(),
             tx_stamp_every: config.tx_stamp_every,
             max_transactions: config.max_transactions,
+            max_transaction_bytes: config.max_transaction_bytes,
+            max_bindings: config.max_bindings,
+            max_binding_bytes: config.max_binding_bytes,
+            max_path_bytes: config.max_path_bytes,
             domains: config.domains.clone(),
             min_expires: config.min_expires,
             max_expires: config.max_expires,
@@ -311,10 +331,12 @@ pub(super) fn build(
             flood_window_ms: config.flood_window_ms,
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
+            flood_ipv6_prefix: config.flood_ipv6_prefix,
             location: crate::sip::location::redact_location(&config.location),
             location_timeout_ms: config.location_timeout_ms,
             location_threads: config.location_threads,
             location_queue: config.location_queue,
+            overload_queue_delay_ms: config.overload_queue_delay_ms,
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {
@@ -369,5 +391,6 @@ pub(super) fn build(
             register: crate::sip::location::QueryLatencySummary::of(&location.latency.register),
             lookup: crate::sip::location::QueryLatencySummary::of(&location.latency.lookup),
         }),
+        threads_panicked,
     }
 }

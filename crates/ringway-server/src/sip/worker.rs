@@ -26,6 +26,9 @@ pub struct SipWorker<'p> {
     /// call: (slot, wait before processing in ns, end of processing on the
     /// realtime clock).
     waiting: Vec<(usize, u64, Nanos)>,
+    /// Shed new INVITEs that waited longer than this (ns) since their
+    /// kernel RX stamp.
+    shed_after: Option<u64>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -42,7 +45,16 @@ impl<'p> SipWorker<'p> {
             stamps_seen: 0,
             metrics: WorkerMetrics::default(),
             waiting: Vec::with_capacity(batch.max(1)),
+            shed_after: None,
         }
+    }
+
+    /// Overload shedding: a datagram that waited longer than `limit` ns
+    /// from its kernel RX stamp to its processing is handled with the
+    /// core's shedding on ([`ProxyWorker::set_shedding`]: a new INVITE gets
+    /// `503` + `Retry-After`, nothing else changes). `None`: never.
+    pub fn shed_after(&mut self, limit: Option<u64>) {
+        self.shed_after = limit;
     }
 
     /// What this worker measured so far.
@@ -76,6 +88,7 @@ impl<'p> SipWorker<'p> {
             sent_seq,
             metrics: m,
             waiting,
+            shed_after,
             ..
         } = self;
         tx.clear();
@@ -91,6 +104,11 @@ impl<'p> SipWorker<'p> {
             let mut flushed = 0usize;
             let mut send_errors = 0u64;
             let r0 = realtime_now();
+            if let Some(limit) = *shed_after {
+                // Queueing delay: the kernel's RX stamp (realtime) to now.
+                let waited = d.meta.kernel_rx.map(|k| r0.saturating_since(k));
+                proxy.set_shedding(waited.is_some_and(|w| w > limit));
+            }
             let t0 = clock();
             let outcome = proxy.handle(t0.0, d.meta.peer, d.data, &mut |dst, bytes| {
                 if tx.is_full() {
@@ -403,5 +421,51 @@ mod tests {
             wait.min()
         );
         assert!(wait.max() < 1_000_000_000);
+    }
+
+    #[test]
+    fn invites_that_waited_too_long_are_shed_before_any_state() {
+        let p = proxy(Mode::Stateful);
+        let mut w = SipWorker::new(&p, 8, 0);
+        w.shed_after(Some(20_000_000));
+        let fresh = realtime_now().0;
+        let (late, on_time, in_dialog) = (invite(1, 0), invite(2, 0), {
+            let text = String::from_utf8(invite(3, 0)).unwrap();
+            text.replace(
+                "To: <sip:bob@example.com>",
+                "To: <sip:bob@example.com>;tag=b3",
+            )
+            .into_bytes()
+        });
+        let rx = batch(&[
+            // Received by the kernel 100 ms ago (far beyond 20 ms).
+            (UAC, &late, Some(fresh - 100_000_000), false),
+            (UAC, &on_time, Some(fresh), false),
+            (UAC, &in_dialog, Some(fresh - 100_000_000), false),
+        ]);
+        let mut io = mem_io();
+        w.drive_batch(&mut io, &rx, ticking());
+        let inv = w.metrics().get(MsgLabel::Invite).unwrap();
+        assert_eq!(inv.count, 3);
+        assert_eq!(
+            inv.responded(),
+            std::collections::BTreeMap::from([(503, 1)])
+        );
+        assert_eq!(
+            inv.forwarded, 2,
+            "the fresh INVITE and the in-dialog one go on"
+        );
+        let stats = p.stats();
+        assert_eq!(stats.overload_queue_sheds, 1);
+        // The shed INVITE left no transaction: two were created (the fresh
+        // INVITE and the re-INVITE).
+        assert_eq!(stats.transactions_created, 2);
+        // Off: nothing is shed however long a datagram waited.
+        let mut w = SipWorker::new(&p, 8, 0);
+        let late = invite(4, 0);
+        let rx = batch(&[(UAC, &late, Some(fresh - 100_000_000), false)]);
+        w.drive_batch(&mut io, &rx, ticking());
+        assert_eq!(w.metrics().get(MsgLabel::Invite).unwrap().forwarded, 1);
+        assert_eq!(p.stats().overload_queue_sheds, 1);
     }
 }

@@ -140,8 +140,12 @@ impl ProxyWorker<'_> {
         if own_hash != invite_hash {
             // Matched the RFC 2543 way: the server side lives under the
             // CANCEL's own branch, the client side (our CANCEL, the
-            // INVITE's branch) is created when it is sent.
-            self.insert_transaction(TransactionKey::new(own_hash, Class::Cancel), answered);
+            // INVITE's branch) is created when it is sent. It counts
+            // against the table's bounds (review S8): when full, the 200
+            // went out statelessly and a retransmission is answered again.
+            if proxy.transaction_room() {
+                self.insert_transaction(TransactionKey::new(own_hash, Class::Cancel), answered);
+            }
             let mut shard = lock(proxy.shard(invite_hash));
             let cancel_now = mark_cancelled(&mut shard, invite_hash);
             if cancel_now
@@ -161,7 +165,7 @@ impl ProxyWorker<'_> {
             }
         }
         let cancel_key = TransactionKey::new(invite_hash, Class::Cancel);
-        if shard.transactions.insert(cancel_key, answered).is_none() {
+        if shard.insert(cancel_key, answered).is_none() {
             proxy.active_transactions.fetch_add(1, Ordering::Relaxed);
             self.stripe.add(Counter::TransactionsCreated);
         }
@@ -180,7 +184,7 @@ impl ProxyWorker<'_> {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) {
         let cancel_key = TransactionKey::new(hash, Class::Cancel);
-        let mut cancel = shard.transactions.remove(&cancel_key).unwrap_or_else(|| {
+        let mut cancel = shard.remove(&cancel_key).unwrap_or_else(|| {
             self.proxy()
                 .active_transactions
                 .fetch_add(1, Ordering::Relaxed);
@@ -193,7 +197,7 @@ impl ProxyWorker<'_> {
         {
             self.send_cancel(now, invite, &mut cancel, out);
         }
-        shard.transactions.insert(cancel_key, cancel);
+        shard.insert(cancel_key, cancel);
         shard.schedule(cancel_key);
     }
 

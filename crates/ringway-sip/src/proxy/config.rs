@@ -30,6 +30,10 @@ pub struct ProxyConfig {
     pub record_route: bool,
     /// Bound on the transaction table (stateful mode).
     pub max_transactions: usize,
+    /// Bound on the bytes the transaction table holds (kept requests and
+    /// responses included); beyond it new transactions are refused like
+    /// beyond `max_transactions`.
+    pub max_transaction_bytes: usize,
     /// Host names we are authoritative for (the local IP is always ours).
     pub domains: Vec<String>,
     /// Registrar rules (Expires bounds, contacts per AOR).
@@ -39,6 +43,12 @@ pub struct ProxyConfig {
     /// Per-source request rate limit (`None`: off).
     pub flood: Option<FloodConfig>,
 }
+
+/// Default of [`ProxyConfig::max_transaction_bytes`]: 256 MiB.
+pub const DEFAULT_MAX_TRANSACTION_BYTES: usize = 256 << 20;
+
+/// Default of [`RegistrarPolicy::max_path_bytes`].
+pub const DEFAULT_MAX_PATH_BYTES: usize = 1024;
 
 /// Flood protection (like Kamailio's pike): a source IP address that sends
 /// more than `limit` requests in a `window` has its requests dropped (and
@@ -53,6 +63,12 @@ pub struct FloodConfig {
     pub table_size: usize,
     /// Sources never limited (trusted peers; our own address is added).
     pub exempt: Vec<IpAddr>,
+    /// IPv6 sources are keyed by this prefix length (bits; 64: one host's
+    /// /64 is one source). IPv4 sources are whole addresses.
+    pub ipv6_prefix: u8,
+    /// Key of the hash that places sources in the table (random per
+    /// process in the server, so sets cannot be aimed at).
+    pub seed: u64,
 }
 
 impl Default for FloodConfig {
@@ -62,6 +78,8 @@ impl Default for FloodConfig {
             window: 2_000_000_000,
             table_size: 16_384,
             exempt: Vec::new(),
+            ipv6_prefix: 64,
+            seed: 0,
         }
     }
 }
@@ -79,6 +97,9 @@ pub struct RegistrarPolicy {
     /// Most contacts bound to one AOR; a REGISTER that would exceed it is
     /// refused with `403`.
     pub max_contacts: usize,
+    /// Most bytes of Path values one REGISTER may carry (they are stored
+    /// with every binding it sets); more is refused with `400`.
+    pub max_path_bytes: usize,
 }
 
 impl Default for RegistrarPolicy {
@@ -88,6 +109,7 @@ impl Default for RegistrarPolicy {
             max_expires: super::MAX_EXPIRES,
             default_expires: super::DEFAULT_EXPIRES,
             max_contacts: 16,
+            max_path_bytes: DEFAULT_MAX_PATH_BYTES,
         }
     }
 }
@@ -137,6 +159,7 @@ impl Default for ProxyConfig {
             registrar: false,
             record_route: false,
             max_transactions: 65536,
+            max_transaction_bytes: DEFAULT_MAX_TRANSACTION_BYTES,
             domains: Vec::new(),
             registrar_policy: RegistrarPolicy::default(),
             auth: None,

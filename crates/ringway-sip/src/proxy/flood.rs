@@ -1,9 +1,11 @@
-//! Flood protection like Kamailio's `pike`: per source IP address, the
-//! requests of the current and the previous window (`window` ns) are
-//! counted; while either count is over `limit`, the source's requests are
-//! dropped and counted (`DropReason::Flood`) without an answer (a reply
-//! to a spoofed source would make us the flood). Responses are never
-//! limited (they come from servers we sent requests to).
+//! Flood protection like Kamailio's `pike`: per source (an IPv4 address,
+//! or an IPv6 prefix of `ipv6_prefix` bits, /64 by default: one host holds
+//! a whole /64), the datagrams of the current and the previous window
+//! (`window` ns) are counted; while either count is over `limit`, the
+//! source's datagrams are dropped and counted (`DropReason::Flood`) without
+//! an answer (a reply to a spoofed source would make us the flood). A
+//! response counts a quarter of a request (a UAS sends a few per call it
+//! answers): a peer flooding responses is limited too (review S12).
 //!
 //! The table is bounded and allocated once: a set-associative array of
 //! `table_size` slots (4 ways per set, sets behind their own mutex). A new
@@ -12,7 +14,9 @@
 //! source, the new source is not tracked and passes (counted as
 //! `flood_untracked`): a spoofed flood of many addresses cannot evict the
 //! sources it is blocked for, and legitimate new sources are not dropped
-//! for the table being full.
+//! for the table being full. The set of a source is chosen by a hash
+//! keyed with `seed` (random per process): which sources share a set
+//! cannot be computed from outside.
 
 use super::config::FloodConfig;
 use crate::hash::Hash64;
@@ -21,6 +25,8 @@ use std::sync::Mutex;
 
 /// Slots per set.
 const WAYS: usize = 4;
+/// Units one request counts; a response counts one unit.
+const REQUEST_UNITS: u32 = 4;
 
 /// One tracked source.
 #[derive(Clone, Copy, Debug, Default)]
@@ -67,10 +73,34 @@ pub(super) enum FloodVerdict {
     },
 }
 
-/// The per-source request counters.
+/// What a datagram is, for the limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FloodKind {
+    /// A request: [`REQUEST_UNITS`] units.
+    Request,
+    /// A response: one unit.
+    Response,
+}
+
+/// The per-source datagram counters.
 pub(super) struct FloodLimiter {
     config: FloodConfig,
     sets: Box<[Mutex<[Slot; WAYS]>]>,
+    /// Over this many units per window a source is blocked.
+    limit_units: u32,
+}
+
+/// The key of `source`: an IPv4 address (also IPv4-mapped IPv6), or the
+/// IPv6 address cut to its first `ipv6_prefix` bits.
+pub(super) fn flood_key(source: IpAddr, ipv6_prefix: u8) -> IpAddr {
+    match source.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u32::from(ipv6_prefix.min(128));
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+        v4 => v4,
+    }
 }
 
 impl FloodLimiter {
@@ -80,23 +110,40 @@ impl FloodLimiter {
             sets: (0..sets)
                 .map(|_| Mutex::new([Slot::default(); WAYS]))
                 .collect(),
+            limit_units: config.limit.saturating_mul(REQUEST_UNITS),
             config,
         }
     }
 
-    /// Count a request from `source` at `now`.
-    pub(super) fn check(&self, source: IpAddr, now: u64) -> FloodVerdict {
-        if self.config.exempt.contains(&source) {
-            return FloodVerdict::Pass { untracked: false };
-        }
-        let mut hash = Hash64::new(0xF100D);
-        match source {
+    /// The set `key` lives in.
+    fn set_index(&self, key: IpAddr) -> usize {
+        let mut hash = Hash64::new(self.config.seed ^ 0xF100D);
+        match key {
             IpAddr::V4(v4) => hash.bytes(&v4.octets()),
             IpAddr::V6(v6) => hash.bytes(&v6.octets()),
         };
-        let index = (hash.finish() % self.sets.len() as u64) as usize;
+        (hash.finish() % self.sets.len() as u64) as usize
+    }
+
+    /// Count a request from `source` at `now`.
+    #[cfg(test)]
+    pub(super) fn check(&self, source: IpAddr, now: u64) -> FloodVerdict {
+        self.count(source, FloodKind::Request, now)
+    }
+
+    /// Count a datagram of `kind` from `source` at `now`.
+    pub(super) fn count(&self, source: IpAddr, kind: FloodKind, now: u64) -> FloodVerdict {
+        if self.config.exempt.contains(&source) {
+            return FloodVerdict::Pass { untracked: false };
+        }
+        let source = flood_key(source, self.config.ipv6_prefix);
+        let units = match kind {
+            FloodKind::Request => REQUEST_UNITS,
+            FloodKind::Response => 1,
+        };
+        let index = self.set_index(source);
         let mut set = self.sets[index].lock().unwrap_or_else(|e| e.into_inner());
-        let (limit, window) = (self.config.limit, self.config.window);
+        let (limit, window) = (self.limit_units, self.config.window);
         let way = match set.iter().position(|slot| slot.source == Some(source)) {
             Some(way) => way,
             None => {
@@ -124,7 +171,7 @@ impl FloodLimiter {
         let slot = &mut set[way];
         slot.roll(now, window);
         let was_blocked = slot.blocked(limit);
-        slot.count = slot.count.saturating_add(1);
+        slot.count = slot.count.saturating_add(units);
         slot.last_seen = now;
         if slot.blocked(limit) {
             FloodVerdict::Drop {
@@ -159,6 +206,7 @@ mod tests {
             window: 1000 * MS,
             table_size,
             exempt: vec!["192.0.2.99".parse().unwrap()],
+            ..FloodConfig::default()
         })
     }
 
@@ -224,5 +272,71 @@ mod tests {
             ));
         }
         assert_eq!(l.check(ip(5), 1), FloodVerdict::Pass { untracked: true });
+    }
+
+    fn v6(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv6_sources_are_keyed_by_prefix() {
+        // Review S12: one host owns a whole /64; rotating addresses in it
+        // is one source.
+        let l = limiter(3, 64);
+        for i in 0..3u64 {
+            let a = v6(&format!("2001:db8:1:2::{:x}", i + 1));
+            assert_eq!(l.check(a, i), FloodVerdict::Pass { untracked: false });
+        }
+        assert_eq!(
+            l.check(v6("2001:db8:1:2:ffff::9"), 4),
+            FloodVerdict::Drop { newly: true }
+        );
+        // Another /64 is another source.
+        assert_eq!(
+            l.check(v6("2001:db8:1:3::1"), 5),
+            FloodVerdict::Pass { untracked: false }
+        );
+        assert_eq!(
+            flood_key(v6("2001:db8:1:2:3:4:5:6"), 48),
+            v6("2001:db8:1::")
+        );
+        assert_eq!(flood_key(v6("2001:db8::1"), 128), v6("2001:db8::1"));
+        assert_eq!(flood_key(v6("2001:db8::1"), 0), v6("::"));
+        // IPv4 (also mapped) stays a whole address.
+        assert_eq!(flood_key(v6("::ffff:192.0.2.7"), 64), ip(7));
+    }
+
+    #[test]
+    fn responses_count_a_quarter_of_a_request() {
+        // Review S12: responses were never counted.
+        let l = limiter(2, 64);
+        for i in 0..8 {
+            assert_eq!(
+                l.count(ip(1), FloodKind::Response, i),
+                FloodVerdict::Pass { untracked: false },
+                "response {i}"
+            );
+        }
+        assert_eq!(
+            l.count(ip(1), FloodKind::Response, 9),
+            FloodVerdict::Drop { newly: true }
+        );
+        // A blocked source's requests are dropped too.
+        assert!(matches!(l.check(ip(1), 10), FloodVerdict::Drop { .. }));
+    }
+
+    #[test]
+    fn the_set_of_a_source_depends_on_the_seed() {
+        let with_seed = |seed| {
+            FloodLimiter::new(FloodConfig {
+                table_size: 4096,
+                seed,
+                ..FloodConfig::default()
+            })
+        };
+        let (a, b) = (with_seed(1), with_seed(2));
+        let sets = |l: &FloodLimiter| (0..64).map(|n| l.set_index(ip(n))).collect::<Vec<_>>();
+        assert_eq!(sets(&a), sets(&with_seed(1)));
+        assert_ne!(sets(&a), sets(&b));
     }
 }

@@ -47,9 +47,12 @@ mod timers;
 mod transaction;
 mod worker;
 
-pub use config::{AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy};
+pub use config::{
+    AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy, DEFAULT_MAX_PATH_BYTES,
+    DEFAULT_MAX_TRANSACTION_BYTES,
+};
 pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
-pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS};
+pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS, EXACT_CODES};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub use routing::sendable;
 pub use stats::ProxyStats;
@@ -63,7 +66,7 @@ use cancel::CancelIndex;
 use deferred::StoreAccess;
 use flood::FloodLimiter;
 use stats::Counters;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use transaction::{Shard, SHARDS};
 
@@ -85,6 +88,8 @@ pub struct Proxy {
     /// Pending INVITEs by RFC 2543 matching key (CANCEL matching).
     cancel_index: CancelIndex,
     active_transactions: AtomicUsize,
+    /// Bytes the transaction table holds (every shard counts into it).
+    transaction_bytes: Arc<AtomicUsize>,
     counters: Counters,
     /// When the registrar's expiry sweep last ran (ns).
     last_expiry_sweep: AtomicU64,
@@ -112,6 +117,7 @@ impl Proxy {
     fn with_store_access(config: ProxyConfig, store: StoreAccess) -> Self {
         let sent_by = config.local.to_string();
         let record_route_uri = format!("sip:{sent_by};lr");
+        let transaction_bytes = Arc::new(AtomicUsize::new(0));
         let secret = Hash64::new(0x5EC2E7)
             .str(&sent_by)
             .str(&format!("{:?}", config.mode))
@@ -119,7 +125,10 @@ impl Proxy {
         Proxy {
             auth: config.auth.clone().map(Authenticator::new),
             flood: config.flood.clone().map(|mut flood| {
+                // Ourselves, and the configured next hop (its responses
+                // and requests are the traffic we serve).
                 flood.exempt.push(config.local.ip());
+                flood.exempt.extend(config.route_to.map(|to| to.ip()));
                 FloodLimiter::new(flood)
             }),
             config,
@@ -127,9 +136,12 @@ impl Proxy {
             record_route_uri,
             secret,
             store,
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard::new(transaction_bytes.clone())))
+                .collect(),
             cancel_index: CancelIndex::new(),
             active_transactions: AtomicUsize::new(0),
+            transaction_bytes,
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),
         }
@@ -164,11 +176,39 @@ impl Proxy {
         self.store().and_then(|store| store.len())
     }
 
+    /// Bytes the bindings take, when held locally.
+    pub fn binding_bytes(&self) -> Option<usize> {
+        self.store().and_then(|store| store.bytes())
+    }
+
     /// A handle for one worker thread: its own scratch buffer and counter
     /// stripe (assigned round-robin). Hold it for the thread's lifetime;
     /// every worker sees every transaction.
     pub fn worker(&self) -> ProxyWorker<'_> {
         ProxyWorker::new(self, self.counters.next_stripe())
+    }
+
+    /// Bytes the transaction table holds now (requests and responses kept
+    /// for retransmission, table entries).
+    pub fn transaction_bytes(&self) -> usize {
+        self.transaction_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Deadlines queued in the transaction shards' timer heaps, stale ones
+    /// included (bounded: at most two per transaction and a few per shard).
+    pub fn timer_entries(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| transaction::lock(shard).timers.len())
+            .sum()
+    }
+
+    /// Whether one more transaction fits: fewer than `max_transactions`
+    /// and fewer than `max_transaction_bytes` held (review S9: a bound in
+    /// bytes, whatever the size of the messages).
+    pub(super) fn transaction_room(&self) -> bool {
+        self.active_transactions.load(Ordering::Relaxed) < self.config.max_transactions
+            && self.transaction_bytes() < self.config.max_transaction_bytes
     }
 
     /// The shard holding transactions of hash `hash`.

@@ -19,8 +19,14 @@ pub enum MsgLabel {
     Options,
     /// Any other request method.
     OtherRequest,
-    /// A response with this exact code (a 200 to BYE is [`MsgLabel::ByeOk`]).
+    /// A response with this code. Its metrics slot and label text are the
+    /// code's own for the codes in [`EXACT_CODES`], else its class
+    /// (`1xx`…`6xx`): a peer choosing codes cannot make the metrics grow
+    /// (review finding S2).
     Response(u16),
+    /// Responses of class `1`…`6` whose code has no slot of its own (what
+    /// [`MsgLabel::from_slot`] gives for a class slot).
+    ResponseClass(u8),
     /// The 200 to a BYE, labelled apart from the 200 to INVITE (the
     /// papers' six message types: INVITE, 180, 200, ACK, BYE, 200).
     ByeOk,
@@ -28,29 +34,31 @@ pub enum MsgLabel {
     Malformed,
 }
 
-static CODE_TEXT: [[u8; 3]; 600] = {
-    let mut t = [[0u8; 3]; 600];
-    let mut i = 0;
-    while i < 600 {
-        let c = i + 100;
-        t[i] = [
-            b'0' + (c / 100) as u8,
-            b'0' + ((c / 10) % 10) as u8,
-            b'0' + (c % 10) as u8,
-        ];
-        i += 1;
-    }
-    t
-};
+/// Status codes with a metrics slot of their own: the responses of the
+/// papers' call flow (100, 180, 200; the 200 to BYE is [`MsgLabel::ByeOk`])
+/// and the ones an operator tells apart (early media, challenges, timeouts,
+/// CANCEL, overload). Every other code counts under its class.
+pub const EXACT_CODES: [u16; 11] = [100, 180, 183, 200, 401, 407, 408, 481, 486, 487, 503];
 
-/// Status codes with a label slot each: 100..=699.
-const CODES: usize = 600;
+const EXACT_TEXT: [&str; EXACT_CODES.len()] = [
+    "100", "180", "183", "200", "401", "407", "408", "481", "486", "487", "503",
+];
+
+const CLASS_TEXT: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "6xx"];
+
+/// First response slot: after the seven request labels and `malformed`.
+const RESPONSE_BASE: usize = 8;
+/// First class slot.
+const CLASS_BASE: usize = RESPONSE_BASE + EXACT_CODES.len();
+/// The slot of responses with a code outside 100..=699.
+const OUT_OF_RANGE: usize = CLASS_BASE + CLASS_TEXT.len();
 
 impl MsgLabel {
     /// Number of [`MsgLabel::slot`]s: seven request labels and `malformed`,
-    /// one per status code 100..=699, one for responses with a code
-    /// outside that range, and one for the 200 to BYE.
-    pub const SLOTS: usize = 8 + CODES + 2;
+    /// one per code of [`EXACT_CODES`], one per response class 1xx…6xx,
+    /// one for responses with a code outside 100..=699, and one for the
+    /// 200 to BYE. A fixed number whatever the traffic.
+    pub const SLOTS: usize = OUT_OF_RANGE + 2;
 
     /// Dense index of this label, for counter arrays.
     pub fn slot(&self) -> usize {
@@ -63,9 +71,14 @@ impl MsgLabel {
             MsgLabel::Options => 5,
             MsgLabel::OtherRequest => 6,
             MsgLabel::Malformed => 7,
-            MsgLabel::Response(code) if (100..700).contains(&code) => 8 + (code - 100) as usize,
-            MsgLabel::Response(_) => 8 + CODES,
-            MsgLabel::ByeOk => 8 + CODES + 1,
+            MsgLabel::Response(code) => match EXACT_CODES.iter().position(|&c| c == code) {
+                Some(i) => RESPONSE_BASE + i,
+                None if (100..700).contains(&code) => CLASS_BASE + (code / 100 - 1) as usize,
+                None => OUT_OF_RANGE,
+            },
+            MsgLabel::ResponseClass(class @ 1..=6) => CLASS_BASE + class as usize - 1,
+            MsgLabel::ResponseClass(_) => OUT_OF_RANGE,
+            MsgLabel::ByeOk => OUT_OF_RANGE + 1,
         }
     }
 
@@ -81,8 +94,9 @@ impl MsgLabel {
             5 => MsgLabel::Options,
             6 => MsgLabel::OtherRequest,
             7 => MsgLabel::Malformed,
-            s if s < 8 + CODES => MsgLabel::Response((s - 8) as u16 + 100),
-            s if s == 8 + CODES => MsgLabel::Response(0),
+            s if s < CLASS_BASE => MsgLabel::Response(EXACT_CODES[s - RESPONSE_BASE]),
+            s if s < OUT_OF_RANGE => MsgLabel::ResponseClass((s - CLASS_BASE + 1) as u8),
+            OUT_OF_RANGE => MsgLabel::Response(0),
             _ => MsgLabel::ByeOk,
         }
     }
@@ -101,8 +115,12 @@ impl MsgLabel {
     }
 
     /// Label text: `INVITE`, `ACK`, ..., `other`, the 3-digit code for
-    /// responses, `200-BYE` for the 200 to BYE, `malformed`.
+    /// the responses of [`EXACT_CODES`], the class (`4xx`) for other
+    /// responses, `response` for a code outside 100..=699, `200-BYE` for
+    /// the 200 to BYE, `malformed`. The text of a label is the text of its
+    /// slot.
     pub fn as_str(&self) -> &'static str {
+        let slot = self.slot();
         match self {
             MsgLabel::Invite => "INVITE",
             MsgLabel::Ack => "ACK",
@@ -111,10 +129,11 @@ impl MsgLabel {
             MsgLabel::Register => "REGISTER",
             MsgLabel::Options => "OPTIONS",
             MsgLabel::OtherRequest => "other",
-            MsgLabel::Response(c) if (100..700).contains(c) => {
-                std::str::from_utf8(&CODE_TEXT[(*c - 100) as usize]).unwrap_or("response")
-            }
-            MsgLabel::Response(_) => "response",
+            MsgLabel::Response(_) | MsgLabel::ResponseClass(_) => match slot {
+                s if s < CLASS_BASE => EXACT_TEXT[s - RESPONSE_BASE],
+                s if s < OUT_OF_RANGE => CLASS_TEXT[s - CLASS_BASE],
+                _ => "response",
+            },
             MsgLabel::ByeOk => "200-BYE",
             MsgLabel::Malformed => "malformed",
         }
@@ -236,9 +255,7 @@ mod tests {
     #[test]
     fn slots_are_dense_and_invert() {
         for slot in 0..MsgLabel::SLOTS {
-            if slot != MsgLabel::Response(0).slot() {
-                assert_eq!(MsgLabel::from_slot(slot).slot(), slot);
-            }
+            assert_eq!(MsgLabel::from_slot(slot).slot(), slot);
         }
         assert_eq!(MsgLabel::Response(99).slot(), MsgLabel::SLOTS - 2);
         assert_eq!(MsgLabel::Response(700).slot(), MsgLabel::SLOTS - 2);
@@ -249,6 +266,31 @@ mod tests {
             MsgLabel::from_slot(MsgLabel::Response(487).slot()).as_str(),
             "487"
         );
+    }
+
+    #[test]
+    fn every_status_code_maps_to_a_fixed_slot() {
+        let mut texts = std::collections::BTreeSet::new();
+        for code in 0..=u16::MAX {
+            let label = MsgLabel::Response(code);
+            assert!(label.slot() < MsgLabel::SLOTS);
+            assert_eq!(label.as_str(), MsgLabel::from_slot(label.slot()).as_str());
+            texts.insert(label.as_str());
+        }
+        // The exact codes, six classes, one out-of-range label.
+        assert_eq!(texts.len(), EXACT_CODES.len() + 6 + 1, "{texts:?}");
+        assert_eq!(MsgLabel::Response(180).as_str(), "180");
+        assert_eq!(MsgLabel::Response(182).as_str(), "1xx");
+        assert_eq!(MsgLabel::Response(699).as_str(), "6xx");
+        assert_eq!(
+            MsgLabel::Response(302).slot(),
+            MsgLabel::ResponseClass(3).slot()
+        );
+        assert_eq!(MsgLabel::ResponseClass(9).as_str(), "response");
+    }
+
+    #[test]
+    fn drop_reasons_are_dense() {
         for (i, reason) in DROP_REASONS.iter().enumerate() {
             assert_eq!(reason.index(), i);
         }

@@ -163,6 +163,10 @@ impl Proxy {
         } else {
             format!("{user}@{}", to_uri.host.to_ascii_lowercase())
         };
+        // Path is stored with every binding: bounded in bytes (review S9).
+        if path_values(msg).map(str::len).sum::<usize>() > policy.max_path_bytes {
+            return Err(Refusal::new(400, "Bad Request - Path Too Long"));
+        }
         Ok(Registration {
             aor,
             call_id: msg.call_id().unwrap_or("").to_owned(),

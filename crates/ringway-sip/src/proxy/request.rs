@@ -18,7 +18,6 @@ use crate::uri::host_ip;
 use std::borrow::Cow;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 
 /// What we answer an OPTIONS for us with.
 const OPTIONS_HEADERS: [(&str, &str); 2] = [
@@ -144,12 +143,23 @@ impl ProxyWorker<'_> {
     ) -> Result<bool, Action> {
         let proxy = self.proxy();
         let method = request.method;
+        if self.shedding && method == Method::Invite && request.msg.to_tag().is_none() {
+            // Overload reported by the driver: shed new calls first,
+            // statelessly (no transaction, no timer G).
+            self.stripe.add(Counter::OverloadQueueSheds);
+            return Err(self.respond(
+                request.msg,
+                request.upstream,
+                503,
+                "Service Unavailable",
+                &[("Retry-After", "5")],
+                out,
+            ));
+        }
         let stateful = proxy.config.mode == Mode::Stateful
             && method != Method::Ack
             && method != Method::Cancel;
-        if !stateful
-            || proxy.active_transactions.load(Ordering::Relaxed) < proxy.config.max_transactions
-        {
+        if !stateful || proxy.transaction_room() {
             return Ok(stateful);
         }
         if matches!(
@@ -275,7 +285,7 @@ impl ProxyWorker<'_> {
         if proxy.config.mode == Mode::Stateful
             && method != Method::Ack
             && matches!(action, Action::Responded(_))
-            && proxy.active_transactions.load(Ordering::Relaxed) < proxy.config.max_transactions
+            && proxy.transaction_room()
         {
             let class = Class::of(method);
             let mut transaction = Transaction::new(class, Some(request.upstream));

@@ -117,7 +117,7 @@ impl ProxyWorker<'_> {
     pub(super) fn insert_transaction(&self, key: TransactionKey, transaction: Transaction) {
         let proxy = self.proxy();
         let mut shard = lock(proxy.shard(key.hash));
-        match shard.transactions.insert(key, transaction) {
+        match shard.insert(key, transaction) {
             None => {
                 proxy.active_transactions.fetch_add(1, Ordering::Relaxed);
                 self.stripe.add(Counter::TransactionsCreated);

@@ -20,6 +20,12 @@ pub struct ProxyStats {
     pub responses_forwarded: u64,
     /// Transactions currently in the table.
     pub transactions_active: u64,
+    /// Bytes the transaction table holds now (bounded by
+    /// `max_transaction_bytes`).
+    pub transaction_bytes: u64,
+    /// Deadlines queued in the timer heaps (stale ones included; bounded
+    /// by twice the transactions plus a constant).
+    pub timer_entries: u64,
     /// Transactions created.
     pub transactions_created: u64,
     /// Transactions ended by timer B/F/C.
@@ -30,6 +36,12 @@ pub struct ProxyStats {
     pub retransmissions_sent: u64,
     /// Requests refused because the table was full (503 or drop).
     pub overload_sheds: u64,
+    /// New INVITEs answered `503` + `Retry-After` before any state because
+    /// the driver reported overload ([`ProxyWorker::set_shedding`]: its
+    /// receive queue is too long), RFC 7339 style.
+    ///
+    /// [`ProxyWorker::set_shedding`]: crate::ProxyWorker::set_shedding
+    pub overload_queue_sheds: u64,
     /// In-dialog requests forwarded statelessly because the table was full
     /// (calls already set up are completed, new ones are shed).
     pub overload_stateless: u64,
@@ -72,6 +84,8 @@ pub struct ProxyStats {
     pub drops: BTreeMap<&'static str, u64>,
     /// Registrar bindings (`None`: a shared store, not counted locally).
     pub bindings: Option<u64>,
+    /// Bytes the registrar bindings take (`None`: a shared store).
+    pub binding_bytes: Option<u64>,
 }
 
 /// Counted events, one slot each per stripe.
@@ -86,6 +100,7 @@ pub(super) enum Counter {
     RetransmissionsAbsorbed,
     RetransmissionsSent,
     OverloadSheds,
+    OverloadQueueSheds,
     OverloadStateless,
     CancelsMatched2543,
     AuthAccepted,
@@ -205,11 +220,14 @@ impl Proxy {
             requests_forwarded: counters.event(Counter::RequestsForwarded),
             responses_forwarded: counters.event(Counter::ResponsesForwarded),
             transactions_active: self.active_transactions.load(Ordering::Relaxed) as u64,
+            transaction_bytes: self.transaction_bytes() as u64,
+            timer_entries: self.timer_entries() as u64,
             transactions_created: counters.event(Counter::TransactionsCreated),
             transactions_timed_out: counters.event(Counter::TransactionsTimedOut),
             retransmissions_absorbed: counters.event(Counter::RetransmissionsAbsorbed),
             retransmissions_sent: counters.event(Counter::RetransmissionsSent),
             overload_sheds: counters.event(Counter::OverloadSheds),
+            overload_queue_sheds: counters.event(Counter::OverloadQueueSheds),
             overload_stateless: counters.event(Counter::OverloadStateless),
             cancels_matched_2543: counters.event(Counter::CancelsMatched2543),
             auth_accepted: counters.event(Counter::AuthAccepted),
@@ -226,6 +244,7 @@ impl Proxy {
             responses_generated,
             drops,
             bindings: self.bindings().map(|n| n as u64),
+            binding_bytes: self.binding_bytes().map(|n| n as u64),
         }
     }
 }

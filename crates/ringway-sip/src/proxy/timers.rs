@@ -155,7 +155,7 @@ impl ProxyWorker<'_> {
             self.cancel_downstream(shard, now, key.hash, out);
         }
         if remove {
-            if let Some(removed) = shard.transactions.remove(&key) {
+            if let Some(removed) = shard.remove(&key) {
                 let proxy = self.proxy();
                 proxy.forget_invite(&removed, key.hash);
                 proxy.active_transactions.fetch_sub(1, Ordering::Relaxed);

@@ -9,7 +9,8 @@ use crate::msg::Method;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Number of transaction table shards (each behind its own mutex).
 pub(super) const SHARDS: usize = 64;
@@ -93,6 +94,9 @@ pub(super) struct Transaction {
     pub(super) cancel_match: Option<u64>,
     /// Bumped on every reschedule; heap entries of older generations are stale.
     pub(super) generation: u32,
+    /// Bytes this transaction is counted for in its shard's table
+    /// ([`Transaction::footprint`] when last (re)scheduled).
+    charged: usize,
 }
 
 impl Transaction {
@@ -113,7 +117,14 @@ impl Transaction {
             cancelled: false,
             cancel_match: None,
             generation: 0,
+            charged: 0,
         }
+    }
+
+    /// Memory this transaction holds: the entry itself and its two
+    /// buffers (their capacity, not their length).
+    pub(super) fn footprint(&self) -> usize {
+        ENTRY_BYTES + self.request.capacity() + self.last_response.capacity()
     }
 
     /// The CANCEL transaction for an INVITE: its server side is answered
@@ -300,18 +311,70 @@ impl ScheduledTimer {
     }
 }
 
-/// One of the [`SHARDS`] transaction tables.
-#[derive(Default)]
+/// Bytes of a table entry besides its buffers: the transaction, its key,
+/// the hash table's control byte and slack, and its heap entries.
+const ENTRY_BYTES: usize = std::mem::size_of::<Transaction>()
+    + std::mem::size_of::<TransactionKey>()
+    + 2 * std::mem::size_of::<ScheduledTimer>()
+    + 16;
+
+/// Heap entries kept per live transaction at most (beyond, the stale ones
+/// are swept): stale entries of rescheduled transactions stay bounded.
+const HEAP_ENTRIES_PER_TRANSACTION: usize = 2;
+
+/// One of the [`SHARDS`] transaction tables. Its transactions' bytes
+/// ([`Transaction::footprint`]) are counted in `bytes`, shared by every
+/// shard (the table's byte bound, review S9): insert and remove through
+/// [`Shard::insert`] and [`Shard::remove`], and [`Shard::schedule`] after
+/// every change (it recounts a transaction whose buffers grew).
 pub(super) struct Shard {
     pub(super) transactions: HashMap<TransactionKey, Transaction>,
     pub(super) timers: BinaryHeap<Reverse<ScheduledTimer>>,
+    bytes: Arc<AtomicUsize>,
 }
 
 impl Shard {
+    /// An empty shard counting its bytes into `bytes`.
+    pub(super) fn new(bytes: Arc<AtomicUsize>) -> Shard {
+        Shard {
+            transactions: HashMap::new(),
+            timers: BinaryHeap::new(),
+            bytes,
+        }
+    }
+
+    /// Add `transaction` (counting its bytes); returns the one it replaced
+    /// (no longer counted).
+    pub(super) fn insert(
+        &mut self,
+        key: TransactionKey,
+        mut transaction: Transaction,
+    ) -> Option<Transaction> {
+        transaction.charged = transaction.footprint();
+        self.bytes.fetch_add(transaction.charged, Ordering::Relaxed);
+        let replaced = self.transactions.insert(key, transaction)?;
+        self.bytes.fetch_sub(replaced.charged, Ordering::Relaxed);
+        Some(replaced)
+    }
+
+    /// Take a transaction out (no longer counted).
+    pub(super) fn remove(&mut self, key: &TransactionKey) -> Option<Transaction> {
+        let removed = self.transactions.remove(key)?;
+        self.bytes.fetch_sub(removed.charged, Ordering::Relaxed);
+        Some(removed)
+    }
+
     /// Queue the transaction's next deadline (after any timer change);
-    /// older queued entries for it become stale.
+    /// older queued entries for it become stale. Recounts its bytes, and
+    /// sweeps stale heap entries when they outnumber the live ones.
     pub(super) fn schedule(&mut self, key: TransactionKey) {
         if let Some(transaction) = self.transactions.get_mut(&key) {
+            let size = transaction.footprint();
+            if size != transaction.charged {
+                self.bytes.fetch_add(size, Ordering::Relaxed);
+                self.bytes.fetch_sub(transaction.charged, Ordering::Relaxed);
+                transaction.charged = size;
+            }
             transaction.generation = transaction.generation.wrapping_add(1);
             if let Some(deadline) = transaction.next_deadline() {
                 self.timers.push(Reverse(ScheduledTimer {
@@ -321,6 +384,16 @@ impl Shard {
                     generation: transaction.generation,
                 }));
             }
+        }
+        if self.timers.len() > HEAP_ENTRIES_PER_TRANSACTION * self.transactions.len() + 64 {
+            // Every reschedule leaves a stale entry until its deadline
+            // (up to timer C, 180 s): sweep them now (amortised O(1)).
+            let transactions = &self.transactions;
+            self.timers.retain(|Reverse(entry)| {
+                transactions
+                    .get(&entry.key())
+                    .is_some_and(|t| t.generation == entry.generation)
+            });
         }
     }
 

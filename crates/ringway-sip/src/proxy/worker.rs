@@ -3,7 +3,7 @@
 //! helpers every handling step uses (local responses, drops, sending).
 
 use super::branch::RequestKeys;
-use super::flood::FloodVerdict;
+use super::flood::{FloodKind, FloodVerdict};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::{sendable, upstream_address};
 use super::stats::{Counter, CounterStripe};
@@ -34,6 +34,8 @@ pub struct ProxyWorker<'p> {
     pub(super) resumed_answer: Option<(StoreQuery, StoreAnswer)>,
     /// While resuming a deferred request (the store step never defers).
     pub(super) resuming: bool,
+    /// The driver reports overload: new INVITEs are shed.
+    pub(super) shedding: bool,
 }
 
 impl<'p> ProxyWorker<'p> {
@@ -45,7 +47,18 @@ impl<'p> ProxyWorker<'p> {
             scratch: Vec::with_capacity(SCRATCH_CAPACITY),
             resumed_answer: None,
             resuming: false,
+            shedding: false,
         }
+    }
+
+    /// Overload from the driver's side (RFC 6357 / 7339 in spirit): while
+    /// `on`, a new INVITE (no To tag, no transaction) is answered `503` with
+    /// `Retry-After` before any transaction, store lookup or authentication
+    /// work; requests of calls already set up, retransmissions and responses
+    /// are handled as usual. The driver sets it per datagram, e.g. from how
+    /// long that datagram waited in its receive queue.
+    pub fn set_shedding(&mut self, on: bool) {
+        self.shedding = on;
     }
 
     /// The shared proxy (configuration, stats, [`Proxy::next_deadline`]).
@@ -80,16 +93,18 @@ impl<'p> ProxyWorker<'p> {
         self.run_due_timers(now, out)
     }
 
-    /// Count a request datagram against its source's flood limit; the
-    /// outcome if it is dropped. Responses and keep-alives are not counted.
+    /// Count a datagram against its source's flood limit (a response a
+    /// quarter of a request); the outcome if it is dropped. Keep-alives
+    /// are not counted.
     fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
         let flood = self.proxy.flood.as_ref()?;
         let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
         let message = &datagram[start..];
-        if message.starts_with(b"SIP/") {
-            return None;
-        }
-        match flood.check(src.ip(), now) {
+        let kind = match message.starts_with(b"SIP/") {
+            true => FloodKind::Response,
+            false => FloodKind::Request,
+        };
+        match flood.count(src.ip(), kind, now) {
             FloodVerdict::Pass { untracked } => {
                 if untracked {
                     self.stripe.add(Counter::FloodUntracked);
@@ -99,6 +114,18 @@ impl<'p> ProxyWorker<'p> {
             FloodVerdict::Drop { newly } => {
                 if newly {
                     self.stripe.add(Counter::FloodBlocks);
+                }
+                if kind == FloodKind::Response {
+                    // Labelled by its code (a fixed table, S2), not parsed.
+                    let code = message
+                        .get(8..12)
+                        .and_then(|t| std::str::from_utf8(t).ok())
+                        .and_then(|t| t.trim().parse().ok())
+                        .unwrap_or(0);
+                    return Some(Outcome {
+                        label: MsgLabel::Response(code),
+                        action: self.drop_datagram(DropReason::Flood),
+                    });
                 }
                 let method = message
                     .split(|&b| b == b' ')

@@ -3,9 +3,11 @@
 //! TCP through NFQUEUE.
 
 use anyhow::Context;
+use ringway_io::thread::thread_cpu_total;
 use ringway_reorder::analyze::{analyze, report, AnalyzeOpts, Trace};
-use ringway_reorder::workload::synth;
-use ringway_reorder::{SeqSpace, Srpic, SrpicConfig};
+use ringway_reorder::reference::ReferenceSrpic;
+use ringway_reorder::workload::{synth_stream, SynthStream};
+use ringway_reorder::{Class, SeqSpace, Srpic, SrpicConfig, SrpicStats};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -95,9 +97,28 @@ pub(crate) struct BenchArgs {
     /// Block size.
     #[arg(long, default_value_t = 32)]
     pub block: usize,
+    /// Which sorters to run: `fast` (ringway's), `reference` (Listing 1
+    /// with linked lists, the sorter before issue 23) or both,
+    /// alternating run by run on the same input.
+    #[arg(long, value_enum, default_value_t = BenchSorters::Both)]
+    pub sorter: BenchSorters,
+    /// Only these cases (0-5, the table's rows; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub case: Vec<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Sorters `ringway reorder bench` runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BenchSorters {
+    /// `ringway_reorder::Srpic`.
+    Fast,
+    /// `ringway_reorder::reference::ReferenceSrpic`.
+    Reference,
+    /// Both, alternating.
+    Both,
 }
 
 /// Run a `ringway reorder` subcommand.
@@ -227,49 +248,160 @@ const CASES: &[(&str, usize, f64, usize)] = &[
     ("heavy (40%, <=16)", 1000, 0.40, 16),
 ];
 
+/// What `ringway reorder bench` drives: the fast sorter and the reference.
+trait BenchSorter {
+    fn push(&mut self, class: Class, item: u32, out: &mut impl FnMut(u32));
+    fn flush_all(&mut self, out: &mut impl FnMut(u32));
+    fn stats(&self) -> SrpicStats;
+}
+
+impl BenchSorter for Srpic<u32> {
+    #[inline]
+    fn push(&mut self, class: Class, item: u32, out: &mut impl FnMut(u32)) {
+        Srpic::push(self, class, item, out)
+    }
+    fn flush_all(&mut self, out: &mut impl FnMut(u32)) {
+        Srpic::flush_all(self, out)
+    }
+    fn stats(&self) -> SrpicStats {
+        Srpic::stats(self)
+    }
+}
+
+impl BenchSorter for ReferenceSrpic<u32> {
+    #[inline]
+    fn push(&mut self, class: Class, item: u32, out: &mut impl FnMut(u32)) {
+        ReferenceSrpic::push(self, class, item, out)
+    }
+    fn flush_all(&mut self, out: &mut impl FnMut(u32)) {
+        ReferenceSrpic::flush_all(self, out)
+    }
+    fn stats(&self) -> SrpicStats {
+        ReferenceSrpic::stats(self)
+    }
+}
+
+/// One timed run: every packet of `stream` in receive batches of `batch`,
+/// `flush_all` after each; items are the packets' indices. Not inlined, so
+/// that `valgrind --tool=callgrind --toggle-collect='*bench_run*'` counts
+/// exactly this loop.
+#[inline(never)]
+fn bench_run<S: BenchSorter>(s: &mut S, stream: &SynthStream, batch: usize) -> u64 {
+    let mut sink = 0u64;
+    let n = stream.packets.len();
+    let mut at = 0;
+    while at < n {
+        let end = (at + batch).min(n);
+        for i in at..end {
+            s.push(stream.class(i), i as u32, &mut |x| {
+                sink = sink.wrapping_add(x as u64)
+            });
+        }
+        s.flush_all(&mut |x| sink = sink.wrapping_add(x as u64));
+        at = end;
+    }
+    sink
+}
+
+/// ns/packet of `reps` runs, wall clock and the thread's CPU time (which
+/// leaves out the time the thread waited for a CPU on a shared machine),
+/// and the last run's counters.
+#[derive(Default)]
+struct BenchResult {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+    stats: SrpicStats,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied()
+}
+
+impl BenchResult {
+    fn time<S: BenchSorter>(&mut self, mut s: S, stream: &SynthStream, batch: usize) {
+        let n = stream.packets.len().max(1) as f64;
+        let (t0, c0) = (Instant::now(), thread_cpu_total());
+        black_box(bench_run(&mut s, stream, batch));
+        let (el, cpu) = (t0.elapsed(), thread_cpu_total() - c0);
+        self.wall.push(el.as_nanos() as f64 / n);
+        self.cpu.push(cpu.as_nanos() as f64 / n);
+        self.stats = s.stats();
+    }
+    fn median(&self) -> Option<f64> {
+        median(&self.wall)
+    }
+    fn best(&self) -> Option<f64> {
+        self.wall.iter().copied().reduce(f64::min)
+    }
+    fn cpu_median(&self) -> Option<f64> {
+        median(&self.cpu)
+    }
+}
+
 fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
+    let batch = b.batch.max(1);
+    let run_fast = b.sorter != BenchSorters::Reference;
+    let run_reference = b.sorter != BenchSorters::Fast;
     let mut rows = Vec::new();
-    for &(label, flows, p, d) in CASES {
+    for (ci, &(label, flows, p, d)) in CASES.iter().enumerate() {
+        if !b.case.is_empty() && !b.case.contains(&ci) {
+            continue;
+        }
         // For 1000 flows, reorder within a flow: displacement is counted in
         // packets of the interleaved stream, so scale it by the flow count.
-        let classes = synth(flows, b.packets, p, d * flows, 42);
+        let stream = synth_stream(flows, b.packets, p, d * flows, 42);
         let cfg = SrpicConfig {
             block_size: b.block,
-            ring_size: 1024.max(b.batch),
+            ring_size: 1024.max(batch),
             max_flows: flows.max(1024),
             idle_flushes: 64,
         };
-        let mut samples = Vec::new();
-        let mut stats = None;
+        let (mut fast, mut reference) = (BenchResult::default(), BenchResult::default());
         for _ in 0..b.reps.max(1) {
-            // A fresh sorter per run (allocated before the clock starts).
-            let mut s: Srpic<u32> = Srpic::new(cfg, SeqSpace::U16);
-            let mut sink = 0u64;
-            let t0 = Instant::now();
-            for (ci, chunk) in classes.chunks(b.batch.max(1)).enumerate() {
-                let base = (ci * b.batch) as u32;
-                for (i, c) in chunk.iter().enumerate() {
-                    s.push(*c, base + i as u32, &mut |x| {
-                        sink = sink.wrapping_add(x as u64)
-                    });
-                }
-                s.flush_all(&mut |x| sink = sink.wrapping_add(x as u64));
+            // A fresh sorter per run (allocated before the clock starts),
+            // the two sorters alternating so that both see the same load.
+            if run_reference {
+                reference.time(
+                    ReferenceSrpic::<u32>::new(cfg, SeqSpace::U16),
+                    &stream,
+                    batch,
+                );
             }
-            let el = t0.elapsed();
-            black_box(sink);
-            samples.push(el.as_nanos() as f64 / classes.len() as f64);
-            stats = Some(s.stats());
+            if run_fast {
+                fast.time(Srpic::<u32>::new(cfg, SeqSpace::U16), &stream, batch);
+            }
         }
-        samples.sort_by(|a, b| a.total_cmp(b));
-        let st = stats.expect("at least one run");
-        rows.push((label, flows, samples[samples.len() / 2], samples[0], st));
+        if run_fast && run_reference {
+            anyhow::ensure!(
+                fast.stats == reference.stats,
+                "the sorters' counters differ in case {ci}: {:?} vs {:?}",
+                fast.stats,
+                reference.stats
+            );
+        }
+        rows.push((label, flows, reference, fast));
     }
+    let counters = |r: &(&str, usize, BenchResult, BenchResult)| {
+        if r.3.wall.is_empty() {
+            r.2.stats
+        } else {
+            r.3.stats
+        }
+    };
     if b.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(l, f, med, best, st)| {
-                serde_json::json!({"case": l, "flows": f, "ns_per_packet_median": med,
-                  "ns_per_packet_best": best, "to_prev": st.to_prev, "to_after": st.to_after,
+            .map(|r| {
+                let st = counters(r);
+                serde_json::json!({"case": r.0, "flows": r.1,
+                  "fast_ns_per_packet_median": r.3.median(), "fast_ns_per_packet_best": r.3.best(),
+                  "fast_cpu_ns_per_packet_median": r.3.cpu_median(),
+                  "reference_ns_per_packet_median": r.2.median(),
+                  "reference_ns_per_packet_best": r.2.best(),
+                  "reference_cpu_ns_per_packet_median": r.2.cpu_median(),
+                  "to_prev": st.to_prev, "to_after": st.to_after,
                   "block_flushes": st.block_flushes})
             })
             .collect();
@@ -277,21 +409,47 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "SRPIC sorter alone: {} packets/run, {} runs, batch {} (flush all after each), block {}, items u32",
-        b.packets, b.reps, b.batch, b.block
+        "SRPIC sorter alone: {} packets/run, {} runs per sorter (alternating), batch {} (flush all after each), block {}, items u32",
+        b.packets, b.reps, batch, b.block
     );
     println!(
-        "{:<20} {:>6} {:>12} {:>10} {:>10} {:>10}",
-        "case", "flows", "ns/pkt(med)", "best", "prev%", "after%"
+        "input per packet: (flow, seq); the flow's key is copied into a Class at push time. \
+         reference = Listing 1 with linked lists (before issue 23), fast = ringway_reorder::Srpic"
     );
-    for (l, f, med, best, st) in &rows {
+    println!("ns/packet: wall clock (median, best of the runs) and the thread's CPU time (median)");
+    println!(
+        "{:<20} {:>6} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7}",
+        "case",
+        "flows",
+        "ref wall",
+        "best",
+        "cpu",
+        "fast wall",
+        "best",
+        "cpu",
+        "fast/ref",
+        "prev%",
+        "after%"
+    );
+    let num = |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
+    for r in &rows {
+        let st = counters(r);
         let n = st.packets.max(1) as f64;
+        let ratio = match (r.3.median(), r.2.median()) {
+            (Some(f), Some(rf)) => format!("{:.2}", f / rf),
+            _ => "n/a".to_string(),
+        };
         println!(
-            "{:<20} {:>6} {:>12.1} {:>10.1} {:>10.2} {:>10.2}",
-            l,
-            f,
-            med,
-            best,
+            "{:<20} {:>6} {:>9} {:>7} {:>7} {:>9} {:>7} {:>7} {:>9} {:>7.2} {:>7.2}",
+            r.0,
+            r.1,
+            num(r.2.median()),
+            num(r.2.best()),
+            num(r.2.cpu_median()),
+            num(r.3.median()),
+            num(r.3.best()),
+            num(r.3.cpu_median()),
+            ratio,
             100.0 * st.to_prev as f64 / n,
             100.0 * st.to_after as f64 / n
         );

@@ -47,11 +47,17 @@ impl MetricsEndpoint {
     }
 }
 
-/// Sleep until `stop` is set or `duration_s` (if any) has passed.
-pub(crate) fn wait_for_stop(stop: &AtomicBool, duration_s: Option<f64>) {
+/// Sleep until `stop` is set, `duration_s` (if any) has passed, or
+/// `failed()` says the server cannot go on.
+pub(crate) fn wait_for_stop_or(
+    stop: &AtomicBool,
+    duration_s: Option<f64>,
+    failed: impl Fn() -> bool,
+) {
     let started = Instant::now();
     while !stop.load(Ordering::Relaxed)
         && duration_s.is_none_or(|d| started.elapsed().as_secs_f64() < d)
+        && !failed()
     {
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -114,12 +114,17 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.probe_interval_ms,
         a.probe_failures,
     );
-    serving::wait_for_stop(&stop, a.duration);
+    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
     }
     serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
+    anyhow::ensure!(
+        summary.threads_panicked.is_empty(),
+        "thread(s) {} panicked; the dispatcher stopped",
+        summary.threads_panicked.join(", ")
+    );
     Ok(())
 }
 

@@ -119,6 +119,18 @@ pub struct ProxyArgs {
     /// Transaction table bound; beyond it new requests get 503 Retry-After.
     #[arg(long, default_value_t = 100_000)]
     pub max_transactions: usize,
+    /// Bytes the transaction table may hold (kept requests and responses included); beyond it as beyond --max-transactions.
+    #[arg(long, default_value_t = ringway_sip::DEFAULT_MAX_TRANSACTION_BYTES)]
+    pub max_transaction_bytes: usize,
+    /// Registrar (memory store): most bindings held (more: 503).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_bindings: usize,
+    /// Registrar (memory store): most bytes of bindings held, Path values included (more: 503).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_binding_bytes: usize,
+    /// Registrar: most bytes of Path values in one REGISTER (more: 400).
+    #[arg(long, default_value_t = ringway_sip::DEFAULT_MAX_PATH_BYTES)]
+    pub max_path_bytes: usize,
     /// Domain served by this proxy/registrar (repeatable).
     #[arg(long = "domain")]
     pub domains: Vec<String>,
@@ -164,8 +176,11 @@ pub struct ProxyArgs {
     /// Source address never flood-limited (repeatable).
     #[arg(long = "flood-exempt")]
     pub flood_exempt: Vec<std::net::IpAddr>,
+    /// Flood limit: IPv6 sources are counted per prefix of this many bits (a host owns a /64).
+    #[arg(long, default_value_t = 64)]
+    pub flood_ipv6_prefix: u8,
     /// Location store: `memory`, or `redis://HOST:PORT/DB` shared by several proxies (Redis or Valkey).
-    #[arg(long, default_value = "memory", value_parser = parse_location)]
+    #[arg(long, default_value = "memory", value_parser = LocationParser)]
     pub location: String,
     /// Longest wait for the shared location store, per command and in its queue (ms).
     #[arg(long, default_value_t = 200)]
@@ -176,11 +191,38 @@ pub struct ProxyArgs {
     /// Requests waiting for the shared location store at most (more: 500 / 480 at once).
     #[arg(long, default_value_t = 1024)]
     pub location_queue: usize,
+    /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
+    #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
+    pub overload_queue_delay_ms: u64,
 }
 
-/// `--location`: checked at start-up (a malformed URL stops it).
-fn parse_location(text: &str) -> Result<String, String> {
-    ringway_server::sip::location::parse_location(text).map(|_| text.to_string())
+/// `--location`: checked at start-up (a malformed URL stops it). Its
+/// errors never repeat the value (it may hold the Redis password; clap's
+/// own "invalid value" message would print it).
+#[derive(Clone)]
+struct LocationParser;
+
+impl clap::builder::TypedValueParser for LocationParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let refuse = |message: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("--location: {message}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
+        ringway_server::sip::location::parse_location(text)
+            .map(|_| text.to_string())
+            .map_err(refuse)
+    }
 }
 
 impl ProxyArgs {
@@ -246,6 +288,10 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             },
             tx_stamp_every: a.tx_stamp_every,
             max_transactions: a.max_transactions,
+            max_transaction_bytes: a.max_transaction_bytes,
+            max_bindings: a.max_bindings,
+            max_binding_bytes: a.max_binding_bytes,
+            max_path_bytes: a.max_path_bytes,
             domains: a.domains.clone(),
             batch: a.batch,
             min_expires: a.min_expires,
@@ -268,10 +314,12 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             flood_window_ms: a.flood_window_ms,
             flood_table_size: a.flood_table_size,
             flood_exempt: a.flood_exempt.clone(),
+            flood_ipv6_prefix: a.flood_ipv6_prefix,
             location: a.location.clone(),
             location_timeout_ms: a.location_timeout_ms,
             location_threads: a.location_threads,
             location_queue: a.location_queue,
+            overload_queue_delay_ms: a.overload_queue_delay_ms,
         })
     }
 }
@@ -299,12 +347,19 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         ringway_server::sip::location::redact_location(&a.location),
     );
-    serving::wait_for_stop(&stop, a.duration);
+    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
     }
     serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
+    // A panicked thread stopped the server: exit non-zero (a supervisor
+    // restarts the process), never run on with a socket nobody reads.
+    anyhow::ensure!(
+        summary.threads_panicked.is_empty(),
+        "thread(s) {} panicked; the proxy stopped",
+        summary.threads_panicked.join(", ")
+    );
     Ok(())
 }
 
@@ -353,6 +408,12 @@ mod tests {
                 "{malformed} accepted"
             );
         }
+        // Review S22: the error names the option, never the password.
+        let error = parse(&["--location", "redis://:hunter2@127.0.0.1:0/0"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--location"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
         assert!(parse(&["--location", "redis://127.0.0.1:6379/0"])
             .unwrap()
             .validate()

@@ -10,9 +10,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The `ringway` binary under test.
+/// The `ringway` binary under test: this build's, or `RINGWAY_TEST_BIN`
+/// (to watch a new test fail against an older binary).
 pub(crate) fn ringway() -> &'static str {
-    env!("CARGO_BIN_EXE_ringway")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("RINGWAY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ringway").into())
+    })
 }
 
 /// bench/sip (SIPp scenarios).

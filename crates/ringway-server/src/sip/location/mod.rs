@@ -58,6 +58,30 @@ pub fn redact_location(text: &str) -> String {
     }
 }
 
+/// `text` (an error message about the store at `url`) with `url`'s
+/// password and `USER:PASSWORD` replaced by `***` wherever they occur, and
+/// `url` itself redacted: no error path prints the secret (review S22).
+pub fn redact_error(url: &str, text: &str) -> String {
+    let mut out = text.replace(url, &redact_location(url));
+    if let Some(userinfo) = userinfo(url) {
+        if !userinfo.is_empty() {
+            out = out.replace(userinfo, "***");
+        }
+        let password = userinfo.split_once(':').map_or(userinfo, |(_, p)| p);
+        if password.len() >= 3 {
+            out = out.replace(password, "***");
+        }
+    }
+    out
+}
+
+/// The `USER:PASSWORD` (or `:PASSWORD`) part of a URL, if any.
+fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    Some(&authority[..authority.rfind('@')?])
+}
+
 /// Check a Redis URL: `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]` (HOST
 /// an IP address or a name, PORT 1..=65535, DB a number). Returns it as
 /// given. Anything else is refused with the reason (TLS, `rediss://`, and
@@ -119,7 +143,8 @@ pub fn parse_redis_url(url: &str) -> Result<String, String> {
         }
     }
     #[cfg(feature = "redis")]
-    ::redis::Client::open(url).map_err(|e| format!("location {url:?}: {e}"))?;
+    ::redis::Client::open(url)
+        .map_err(|e| redact_error(url, &format!("location {:?}: {e}", redact_location(url))))?;
     Ok(url.to_string())
 }
 
@@ -323,27 +348,35 @@ impl QueryLatencySummary {
 }
 
 /// The bounded queue between the workers and the store threads: one
-/// channel per thread, chosen by a hash of the AOR (one AOR's queries stay
-/// in order).
+/// channel per thread, chosen by a keyed hash of the AOR (one AOR's
+/// queries stay in order). The key is random per process (review S13):
+/// nobody outside can pick AORs that share a victim AOR's channel to fill
+/// it.
 pub struct LocationQueue {
     channels: Vec<SyncSender<DeferredRequest>>,
+    seed: u64,
 }
 
 impl LocationQueue {
-    /// A queue of `threads` channels holding `capacity` requests in all;
-    /// returns it and the receiving ends (one per store thread).
-    pub fn new(threads: usize, capacity: usize) -> (LocationQueue, Vec<Receiver<DeferredRequest>>) {
+    /// A queue of `threads` channels holding `capacity` requests in all,
+    /// spread by a hash keyed with `seed` (random in production); returns
+    /// it and the receiving ends (one per store thread).
+    pub fn new(
+        threads: usize,
+        capacity: usize,
+        seed: u64,
+    ) -> (LocationQueue, Vec<Receiver<DeferredRequest>>) {
         let per_thread = capacity.div_ceil(threads.max(1)).max(1);
         let (channels, receivers) = (0..threads.max(1))
             .map(|_| std::sync::mpsc::sync_channel(per_thread))
             .unzip();
-        (LocationQueue { channels }, receivers)
+        (LocationQueue { channels, seed }, receivers)
     }
 }
 
 impl StoreQueue for LocationQueue {
     fn submit(&self, request: DeferredRequest) -> Result<(), QueueFull> {
-        let hash = ringway_sip::hash::Hash64::new(0x10CA7E)
+        let hash = ringway_sip::hash::Hash64::new(self.seed)
             .str(request.query.aor())
             .finish();
         let channel = &self.channels[(hash % self.channels.len() as u64) as usize];
@@ -520,6 +553,57 @@ mod tests {
         assert_eq!(redact_location("memory"), "memory");
         let error = super::parse_location("redis://:secret@127.0.0.1:0/x").unwrap_err();
         assert!(!error.contains("secret"), "{error}");
+    }
+
+    /// The channels each of `aors` lands on with `seed`.
+    fn channels_of(seed: u64, aors: &[String]) -> Vec<usize> {
+        let (queue, receivers) = LocationQueue::new(8, 8 * aors.len(), seed);
+        aors.iter()
+            .map(|aor| {
+                let request = DeferredRequest {
+                    query: StoreQuery::Lookup { aor: aor.clone() },
+                    received: 0,
+                    src: "192.0.2.1:5060".parse().unwrap(),
+                    datagram: Vec::new(),
+                };
+                queue.submit(request).unwrap();
+                receivers.iter().position(|r| r.try_recv().is_ok()).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn store_channels_depend_on_the_per_process_seed() {
+        // Review S13: which AORs share a channel is not computable from
+        // outside; with another seed the same AORs spread differently.
+        let aors: Vec<String> = (0..64).map(|i| format!("user{i}")).collect();
+        let a = channels_of(1, &aors);
+        assert_eq!(a, channels_of(1, &aors), "one seed, one spread");
+        assert_ne!(a, channels_of(2, &aors));
+        assert!(a.iter().collect::<std::collections::BTreeSet<_>>().len() > 4);
+    }
+
+    #[test]
+    fn error_texts_lose_the_password() {
+        let url = "redis://admin:hunter2@127.0.0.1:6379/0";
+        let scrubbed = super::redact_error(
+            url,
+            &format!("location {url}: refused by admin:hunter2 (hunter2)"),
+        );
+        assert!(!scrubbed.contains("hunter2"), "{scrubbed}");
+        assert!(
+            scrubbed.contains("redis://***@127.0.0.1:6379/0"),
+            "{scrubbed}"
+        );
+        // A store that cannot connect says why, without the password.
+        let store = RedisStore::new(
+            "redis://:hunter2@127.0.0.1:1/0",
+            Duration::from_millis(200),
+            Arc::new(LocationCounters::default()),
+        )
+        .unwrap();
+        let error = store.ping().unwrap_err();
+        assert!(!error.is_empty() && !error.contains("hunter2"), "{error}");
     }
 
     use super::*;

@@ -59,6 +59,8 @@ struct Link {
 /// The location store in Redis; see the module documentation.
 pub struct RedisStore {
     client: redis::Client,
+    /// Only to scrub its secret from error texts ([`super::redact_error`]).
+    url: String,
     timeout: Duration,
     link: Mutex<Link>,
     register: Script,
@@ -79,10 +81,12 @@ impl RedisStore {
         timeout: Duration,
         counters: Arc<LocationCounters>,
     ) -> Result<RedisStore, String> {
-        let client = redis::Client::open(url)
-            .map_err(|e| format!("{}: {e}", super::redact_location(url)))?;
+        let client = redis::Client::open(url).map_err(|e| {
+            super::redact_error(url, &format!("{}: {e}", super::redact_location(url)))
+        })?;
         Ok(RedisStore {
             client,
+            url: url.to_string(),
             timeout,
             link: Mutex::new(Link {
                 connection: None,
@@ -129,7 +133,8 @@ impl RedisStore {
                 }
                 Err(e) => {
                     self.counters.add(&self.counters.connect_failures);
-                    self.counters.set_last_error(format!("connect: {e}"));
+                    self.counters
+                        .set_last_error(super::redact_error(&self.url, &format!("connect: {e}")));
                     link.retry_at = Some(now + link.backoff);
                     link.backoff = (link.backoff * 2).min(BACKOFF_MAX);
                     self.counters.up.store(false, Ordering::Relaxed);

@@ -2,6 +2,7 @@
 
 pub(crate) mod client;
 pub(crate) mod jacktrip;
+pub(crate) mod record;
 pub(crate) mod serve;
 pub(crate) mod token;
 
@@ -16,6 +17,9 @@ pub(crate) enum SfuCmd {
     Load(client::LoadArgs),
     /// Run a JackTrip hub: JackTrip 1.7 clients (`jacktrip -C`) get an N-1 mix of the others.
     Jacktrip(jacktrip::HubArgs),
+    /// Recordings made with `sfu serve --record-dir`: convert to WAV.
+    #[command(subcommand)]
+    Record(record::RecordCmd),
     /// Mint a signed join token (JWT HS256) for a room and an identity.
     Token(token::TokenArgs),
 }
@@ -28,5 +32,6 @@ pub(crate) fn run(c: SfuCmd) -> anyhow::Result<()> {
         SfuCmd::Load(a) => client::run_load(a),
         SfuCmd::Token(a) => token::run(a),
         SfuCmd::Jacktrip(a) => jacktrip::run(a),
+        SfuCmd::Record(c) => record::run(c),
     }
 }

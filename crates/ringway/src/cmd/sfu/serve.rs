@@ -72,6 +72,15 @@ pub struct ServeArgs {
     /// Most registered clients (and static-room members).
     #[arg(long, default_value_t = 1024)]
     pub max_clients: usize,
+    /// Most clients (and static-room members) from one source prefix (--client-prefix-v4/-v6).
+    #[arg(long, default_value_t = 64)]
+    pub max_clients_per_prefix: usize,
+    /// IPv4 prefix length of --max-clients-per-prefix (32: one address, 24: a /24).
+    #[arg(long, default_value_t = 32)]
+    pub client_prefix_v4: u8,
+    /// IPv6 prefix length of --max-clients-per-prefix.
+    #[arg(long, default_value_t = 56)]
+    pub client_prefix_v6: u8,
     /// Most subscription selectors per client.
     #[arg(long, default_value_t = 64)]
     pub max_subs: usize,
@@ -124,6 +133,15 @@ pub struct ServeArgs {
     /// characters). Required with --admin.
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub admin_token_file: Option<PathBuf>,
+    /// Record forwarded media into this directory: one file per source,
+    /// written by a recorder thread off the data path (`ringway sfu record
+    /// convert` makes WAV files of them).
+    #[arg(long, value_hint = clap::ValueHint::DirPath)]
+    pub record_dir: Option<PathBuf>,
+    /// With --record-dir: most bytes the recording may write (headers
+    /// included); then it stops, and later packets are counted as dropped.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub record_max_bytes: u64,
 }
 
 impl TryFrom<&ServeArgs> for SfuServerConfig {
@@ -165,6 +183,9 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             echo: !a.no_echo,
             static_room: a.static_room,
             max_clients: a.max_clients,
+            max_clients_per_prefix: a.max_clients_per_prefix,
+            client_prefix_v4: a.client_prefix_v4,
+            client_prefix_v6: a.client_prefix_v6,
             max_subs: a.max_subs,
             idle_timeout_s: a.idle_timeout,
             cpus,
@@ -177,6 +198,8 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             late_after_ms: a.late_after_ms,
             admin_listen: a.admin,
             admin_token_file: a.admin_token_file.clone(),
+            record_dir: a.record_dir.clone(),
+            record_max_bytes: a.record_max_bytes,
         })
     }
 }
@@ -302,6 +325,23 @@ fn print_final(r: &ServeReport) {
             ""
         }
     );
+    if let Some(rec) = &r.recording {
+        println!(
+            "recording: {} files, {} packets, {} bytes (cap {}{}) dropped: queue_full={} disk_full={} too_many_sources={} write_errors={}",
+            rec.files,
+            rec.packets,
+            rec.bytes,
+            rec.max_bytes,
+            if rec.full { ", reached" } else { "" },
+            rec.dropped_queue_full,
+            rec.dropped_disk_full,
+            rec.dropped_too_many_sources,
+            rec.write_errors
+        );
+        if let Some(e) = &rec.error {
+            println!("recording error: {e}");
+        }
+    }
     println!(
         "drops: malformed={} unregistered={} unverified={} unknown_pt={} bad_token={} \
          unknown_ssid={} wrong_address={} not_admitted={} bad_cookie={} rate_limited={} \
