@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Install the Debian packages the tests and benchmarks use (idempotent).
+# Install what the tests and benchmarks use (idempotent): cargo-fuzz (a
+# cargo tool, for scripts/fuzz.sh) and Debian packages.
 set -euo pipefail
+CARGO_FUZZ_VERSION=0.13.2
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
+  echo "install-deps: installing cargo-fuzz $CARGO_FUZZ_VERSION"
+  cargo install --locked --quiet cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
+# g++: libfuzzer-sys compiles libFuzzer (C++) for the fuzz targets.
 PKGS=(sip-tester sipsak tshark tcpdump iperf3 iptables kamailio iproute2 prometheus
       redis-server redis-tools
       gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-base
-      xdp-tools libxdp-dev clang
+      xdp-tools libxdp-dev clang g++
       jacktrip jackd2 sox bc python3)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -71,7 +71,7 @@ wait_port 6390
 start_proxy() { # store log
     local location=memory
     [[ $1 == redis ]] && location=redis://127.0.0.1:6390/0
-    "$RINGWAY" sip proxy --listen 127.0.0.1:5060 --mode stateful --registrar --domain ringway.test \
+    "$RINGWAY" sip proxy --listen 127.0.0.1:5060 --relay 127.0.0.0/8 --mode stateful --registrar --domain ringway.test \
         --workers 1 --rcvbuf 4194304 --location "$location" --location-threads "$THREADS" \
         --duration 3600 --quiet --summary "$2.summary.json" 2>"$2.err" &
     PROXY=$!

@@ -65,7 +65,8 @@ for rate in "${RATES[@]}"; do
             uas=$!
             PIDS+=("$uas")
             wait_port 5070
-            args=(--listen 127.0.0.1:5060 --mode "$mode" --workers "$WORKERS" --domain ringway.test
+            # The UAS is on loopback: relayed to explicitly (docs/security.md).
+            args=(--listen 127.0.0.1:5060 --relay 127.0.0.0/8 --mode "$mode" --workers "$WORKERS" --domain ringway.test
                 --rcvbuf 4194304 --duration 3600 --quiet --summary "$log.summary.json")
             [[ $auth == on ]] && args+=(--auth --auth-file "$USERS" --auth-algorithm md5)
             "$RINGWAY" sip proxy "${args[@]}" 2>"$log.err" &

@@ -107,7 +107,7 @@ start_proxy() {
         local model="$RX_MODEL"
         [[ "$kind" == ringway-shared ]] && model=shared
         [[ "$kind" == ringway-reuseport ]] && model=reuseport
-        "$RINGWAY" sip proxy --listen "$PROXY" --mode stateless --workers "$WORKERS" \
+        "$RINGWAY" sip proxy --listen "$PROXY" --relay 127.0.0.0/8 --mode stateless --workers "$WORKERS" \
             --backend "$BACKEND" --rx-model "$model" --duration 3600 --quiet ${RINGWAY_ARGS:-} \
             --summary "$log.summary.json" 2>"$log.err" &
         ;;

@@ -95,6 +95,7 @@ impl Sim {
                     mode: Mode::Stateless,
                     local: addr(p),
                     record_route: true,
+                    relay: "192.0.2.0/24".parse().expect("network"),
                     ..ProxyConfig::default()
                 }))
             })
@@ -113,7 +114,13 @@ impl Sim {
                 probe_interval: PROBE_INTERVAL,
                 probe_failures: PROBE_FAILURES,
                 record_route: true,
-                secret: sc.seed,
+                secret: {
+                    let mut key = [0u8; 32];
+                    key[..8].copy_from_slice(&sc.seed.to_le_bytes());
+                    key
+                },
+                // The UAS is an IP literal in the simulated network.
+                relay: "192.0.2.0/24".parse().expect("network"),
             }),
             proxies,
             detected_at: None,

@@ -137,6 +137,9 @@ impl Sim {
                 mode: sc.mode,
                 local: addr(PROXY),
                 record_route: true,
+                // Calls go to the UAS (or the UAC's own) by IP-literal
+                // Request-URI in the simulated network.
+                relay: "192.0.2.0/24".parse().expect("network"),
                 ..ProxyConfig::default()
             })),
             trace: Trace(0xcbf2_9ce4_8422_2325),

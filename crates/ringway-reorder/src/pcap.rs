@@ -147,12 +147,15 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
                 while o + 4 <= body.len() {
                     let code = rd16(&body[o..o + 2], le);
                     let len = rd16(&body[o + 2..o + 4], le) as usize;
-                    let val = body.get(o + 4..o + 4 + len).unwrap_or(&[]);
                     if code == 0 {
                         break;
                     }
-                    if code == 9 && len == 1 {
-                        let v = val[0];
+                    // An option whose value runs past the block is
+                    // malformed (S18: it used to panic on `val[0]`).
+                    let val = body
+                        .get(o + 4..o + 4 + len)
+                        .ok_or(PcapError::BadBlock("interface description option"))?;
+                    if let (9, &[v]) = (code, val) {
                         let exp = (v & 0x7f) as u32;
                         units = if v & 0x80 == 0 {
                             10u64.checked_pow(exp).unwrap_or(1_000_000_000)
@@ -178,11 +181,9 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
                 let data = body
                     .get(20..20 + cap)
                     .ok_or(PcapError::BadBlock("enhanced packet length"))?;
-                let ts_ns = if ifc.units == 0 {
-                    ts
-                } else {
-                    (ts as u128 * 1_000_000_000 / ifc.units as u128) as u64
-                };
+                // `units` is at least 1; a time past u64 nanoseconds saturates.
+                let ts_ns = u64::try_from(ts as u128 * 1_000_000_000 / ifc.units.max(1) as u128)
+                    .unwrap_or(u64::MAX);
                 out.push(Frame {
                     ts_ns,
                     linktype: ifc.linktype,

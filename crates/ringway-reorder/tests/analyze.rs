@@ -567,3 +567,32 @@ fn fig3_table1_twenty_packets() {
         vec![1, 2, 3, 4, 6, 5, 7, 8, 9, 11, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20]
     );
 }
+
+/// S18: an Interface Description Block whose last option header says
+/// `if_tsresol` (code 9) with one value byte, but the block ends right
+/// after the header (a 24-byte IDB). It used to panic on `val[0]`.
+#[test]
+fn pcapng_option_cut_at_the_block_end_is_an_error_not_a_panic() {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0x0a0d0d0au32.to_le_bytes());
+    f.extend_from_slice(&28u32.to_le_bytes());
+    f.extend_from_slice(&0x1a2b3c4du32.to_le_bytes());
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.extend_from_slice(&0u16.to_le_bytes());
+    f.extend_from_slice(&u64::MAX.to_le_bytes());
+    f.extend_from_slice(&28u32.to_le_bytes());
+    // IDB: type, length 24, linktype 1, reserved, snaplen, then only the
+    // option header `code 9, length 1`, then the trailing length.
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&24u32.to_le_bytes());
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.extend_from_slice(&0u16.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes());
+    f.extend_from_slice(&9u16.to_le_bytes());
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.extend_from_slice(&24u32.to_le_bytes());
+    assert_eq!(
+        pcap::parse(&f).map(|frames| frames.len()),
+        Err(pcap::PcapError::BadBlock("interface description option"))
+    );
+}

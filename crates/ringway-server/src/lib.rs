@@ -31,6 +31,8 @@
 pub mod admin_http;
 pub mod dispatch;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod metrics;
 pub mod reorder;

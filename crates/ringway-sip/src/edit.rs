@@ -4,7 +4,7 @@
 //! ranges replaced or inserted (new Via, Max-Forwards, Record-Route, consumed
 //! Route, Request-URI, received/rport on the previous hop's Via).
 
-use crate::msg::{HeaderKind, SipMsg, MAX_HEADERS, MAX_MESSAGE};
+use crate::msg::{HeaderKind, HeaderPos, SipMsg, Via, MAX_HEADERS, MAX_MESSAGE};
 use crate::text::{CommaSplit, Params};
 use std::fmt;
 use std::io::Write as _;
@@ -14,21 +14,25 @@ use std::io::Write as _;
 pub struct RequestEdits<'e> {
     /// Prepend `Via: SIP/2.0/{transport} {sent_by};branch={branch}`.
     pub via: Option<ViaEdit<'e>>,
-    /// Decrement Max-Forwards (insert `Max-Forwards: 70` if absent).
+    /// Decrement Max-Forwards, capped at [`MAX_FORWARDS`] first (insert
+    /// `Max-Forwards: 70` if absent).
     pub max_forwards: bool,
     /// Insert `Record-Route: <{uri}>` above existing Record-Route values.
     pub record_route: Option<&'e str>,
-    /// Remove the first Route value (loose routing: it was us).
-    pub pop_route: bool,
+    /// Remove this many Route values from the top (loose routing: ours;
+    /// or every preloaded Route of an initial request).
+    pub pop_routes: usize,
     /// Replace the Request-URI.
     pub request_uri: Option<&'e str>,
     /// Remove the last Route value (strict-routing fix-up, RFC 3261 16.4).
     pub pop_last_route: bool,
-    /// Add `;received=` to the top Via (RFC 3261 18.2.1).
+    /// Set `received` of the top Via to this (RFC 3261 18.2.1), replacing
+    /// any the sender wrote.
     pub received: Option<&'e str>,
-    /// Fill in a valueless `rport` of the top Via (RFC 3581).
+    /// Set `rport` of the top Via to this port (RFC 3581), replacing any
+    /// value the sender wrote.
     pub rport: Option<u16>,
-    /// The next hop (first Route value left after `pop_route`) is a strict
+    /// The next hop (first Route value left after `pop_routes`) is a strict
     /// router: remove that value as well and append `<uri>` (the
     /// Request-URI being replaced via `request_uri`) as the last Route
     /// (RFC 3261 16.6 step 6). Not combinable with `pop_last_route`.
@@ -41,6 +45,54 @@ pub struct RequestEdits<'e> {
     /// Insert `Path: <{uri}>` above every other Path (a proxy that wants
     /// to stay on the path of requests to a registering UA, RFC 3327 5.2).
     pub path: Option<&'e str>,
+    /// Header lines to remove.
+    pub remove: RemoveHeaders<'e>,
+}
+
+/// Max-Forwards is capped at this on ingress (RFC 3261 8.1.1.6's
+/// recommended initial value) before it is decremented.
+pub const MAX_FORWARDS: u32 = 70;
+
+/// Header lines [`forward_request`] removes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RemoveHeaders<'e> {
+    /// Identity asserted by the sender (`P-Asserted-Identity`,
+    /// `P-Preferred-Identity`, `Remote-Party-ID`): only a trusted peer may
+    /// assert one (RFC 3325).
+    pub asserted_identity: bool,
+    /// `Proxy-Authorization` credentials for these realms (ours: consumed,
+    /// never passed on).
+    pub proxy_authorization_realms: &'e [String],
+}
+
+impl RemoveHeaders<'_> {
+    fn any(&self) -> bool {
+        self.asserted_identity || !self.proxy_authorization_realms.is_empty()
+    }
+
+    /// Whether the header line `h` of `msg` goes.
+    fn removes(&self, msg: &SipMsg<'_>, h: &HeaderPos) -> bool {
+        if h.kind != HeaderKind::Other {
+            return false;
+        }
+        let head = msg.head();
+        let name = &head[h.line_start as usize..h.name_end as usize];
+        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        if self.asserted_identity
+            && (is("P-Asserted-Identity") || is("P-Preferred-Identity") || is("Remote-Party-ID"))
+        {
+            return true;
+        }
+        if self.proxy_authorization_realms.is_empty() || !is("Proxy-Authorization") {
+            return false;
+        }
+        let value = &head[h.value_start as usize..h.value_end as usize];
+        crate::auth::Credentials::realm_of(value).is_some_and(|realm| {
+            self.proxy_authorization_realms
+                .iter()
+                .any(|ours| ours.eq_ignore_ascii_case(realm))
+        })
+    }
 }
 
 /// Our Via value.
@@ -63,7 +115,8 @@ pub enum EditError {
     MaxForwardsExhausted,
     /// Asked to consume a Route that is not there.
     NoRoute,
-    /// Asked to strip the top Via of a message that has none.
+    /// Asked to strip the top Via of a message that has none, or to
+    /// forward a response that has no Via after ours.
     NoVia,
     /// Not a request (or not a response) as the function requires.
     WrongKind,
@@ -98,6 +151,12 @@ enum Piece<'e> {
     Text(&'e str),
     Received(&'e str),
     Rport(u16),
+    /// The top Via's parameters without `received`/`rport`, then ours.
+    ViaParams {
+        params: &'e str,
+        received: Option<&'e str>,
+        rport: Option<u16>,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -107,7 +166,8 @@ struct Splice<'e> {
     piece: Option<Piece<'e>>,
 }
 
-/// Up to 12 splices kept on the stack (at most 9 are ever needed).
+/// Up to 12 splices kept on the stack (at most 8 are ever needed;
+/// removals of whole lines go through [`Removals`]).
 struct Splices<'e> {
     n: usize,
     s: [Splice<'e>; 12],
@@ -163,7 +223,11 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
             out.extend_from_slice(b"\r\n");
         }
         Piece::MaxFwd(n) => write_u32(out, n),
-        Piece::MaxFwdLine => out.extend_from_slice(b"Max-Forwards: 70\r\n"),
+        Piece::MaxFwdLine => {
+            out.extend_from_slice(b"Max-Forwards: ");
+            write_u32(out, MAX_FORWARDS);
+            out.extend_from_slice(b"\r\n");
+        }
         Piece::RecordRoute(u) => {
             out.extend_from_slice(b"Record-Route: <");
             out.extend_from_slice(u.as_bytes());
@@ -190,8 +254,33 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
             out.extend_from_slice(r.as_bytes());
         }
         Piece::Rport(p) => {
-            out.extend_from_slice(b"=");
+            out.push(b'=');
             write_u32(out, u32::from(p));
+        }
+        Piece::ViaParams {
+            params,
+            received,
+            rport,
+        } => {
+            for (name, value) in Params::new(params) {
+                if name.eq_ignore_ascii_case("received") || name.eq_ignore_ascii_case("rport") {
+                    continue;
+                }
+                out.push(b';');
+                out.extend_from_slice(name.as_bytes());
+                if let Some(value) = value {
+                    out.push(b'=');
+                    out.extend_from_slice(value.as_bytes());
+                }
+            }
+            if let Some(r) = received {
+                out.extend_from_slice(b";received=");
+                out.extend_from_slice(r.as_bytes());
+            }
+            if let Some(p) = rport {
+                out.extend_from_slice(b";rport=");
+                write_u32(out, u32::from(p));
+            }
         }
     }
 }
@@ -211,25 +300,6 @@ fn first_value_range(msg: &SipMsg<'_>, idx: usize) -> (usize, usize) {
     match it.next() {
         Some(second) if !second.is_empty() => (h.value_start as usize, offset_in(head, second)),
         _ => (h.line_start as usize, h.line_end as usize),
-    }
-}
-
-/// Byte range removing the last value of header line `idx`.
-fn last_value_range(msg: &SipMsg<'_>, idx: usize) -> (usize, usize) {
-    let h = msg.header_positions()[idx];
-    let head = msg.head();
-    let v = &head[h.value_start as usize..h.value_end as usize];
-    let mut prev_end = None;
-    let mut last = None;
-    for item in CommaSplit::new(v) {
-        if let Some(l) = last {
-            prev_end = Some(offset_in(head, l) + l.len());
-        }
-        last = Some(item);
-    }
-    match prev_end {
-        Some(pe) => (pe, h.value_end as usize),
-        None => (h.line_start as usize, h.line_end as usize),
     }
 }
 
@@ -256,7 +326,9 @@ pub fn forward_request(
     if hp.len() + added > MAX_HEADERS {
         return Err(EditError::TooLarge);
     }
-    if edits.route_set.is_some() && edits.strict_next_hop.is_some() {
+    if edits.route_set.is_some() && edits.strict_next_hop.is_some()
+        || edits.strict_next_hop.is_some() && edits.pop_last_route
+    {
         return Err(EditError::Conflict);
     }
     if let Some(v) = edits.via {
@@ -270,7 +342,8 @@ pub fn forward_request(
         sp.push(hstart, hstart, Some(Piece::PathLine(uri)));
     }
     if edits.received.is_some() || edits.rport.is_some() {
-        // Top Via: first value of the first Via line.
+        // Top Via: first value of the first Via line; its parameters are
+        // rewritten (a sender's own received/rport never survive).
         let idx = hp
             .iter()
             .position(|h| h.kind == HeaderKind::Via)
@@ -279,34 +352,52 @@ pub fn forward_request(
         let head = msg.head();
         let v = &head[h.value_start as usize..h.value_end as usize];
         let top = CommaSplit::new(v).next().unwrap_or("");
+        let via = Via::parse(top).ok_or(EditError::NoVia)?;
         let top_end = offset_in(head, top) + top.len();
-        if let Some(p) = edits.rport {
-            // find a valueless rport parameter
-            let semi = top.find(';').unwrap_or(top.len());
-            let params = &top[semi..];
-            for (name, val) in Params::new(params) {
-                if name.eq_ignore_ascii_case("rport") && val.is_none() {
+        if via.received.is_none() && via.rport.is_none() {
+            // Nothing of the sender's to replace (the common case): fill
+            // in a valueless `rport`, append `received`.
+            if let Some(p) = edits.rport {
+                let semi = top.find(';').unwrap_or(top.len());
+                if let Some((name, _)) = Params::new(&top[semi..])
+                    .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
+                {
                     let at = offset_in(head, name) + name.len();
                     sp.push(at, at, Some(Piece::Rport(p)));
-                    break;
                 }
             }
-        }
-        if let Some(r) = edits.received {
-            sp.push(top_end, top_end, Some(Piece::Received(r)));
+            if let Some(r) = edits.received {
+                sp.push(top_end, top_end, Some(Piece::Received(r)));
+            }
+        } else {
+            let (start, end) = if via.params.is_empty() {
+                (top_end, top_end)
+            } else {
+                let start = offset_in(head, via.params);
+                (start, start + via.params.len())
+            };
+            sp.push(
+                start,
+                end,
+                Some(Piece::ViaParams {
+                    params: via.params,
+                    received: edits.received,
+                    rport: edits.rport,
+                }),
+            );
         }
     }
     if edits.max_forwards {
         match hp.iter().find(|h| h.kind == HeaderKind::MaxForwards) {
             Some(h) => {
-                let mf = msg.max_forwards().unwrap_or(70);
+                let mf = msg.max_forwards().unwrap_or(MAX_FORWARDS);
                 if mf == 0 {
                     return Err(EditError::MaxForwardsExhausted);
                 }
                 sp.push(
                     h.value_start as usize,
                     h.value_end as usize,
-                    Some(Piece::MaxFwd(mf - 1)),
+                    Some(Piece::MaxFwd(mf.min(MAX_FORWARDS) - 1)),
                 );
             }
             None => sp.push(hstart, hstart, Some(Piece::MaxFwdLine)),
@@ -319,109 +410,151 @@ pub fn forward_request(
             .map_or(hstart, |h| h.line_start as usize);
         sp.push(at, at, Some(Piece::RecordRoute(rr)));
     }
-    let first_route = hp.iter().position(|h| h.kind == HeaderKind::Route);
-    let last_route = hp.iter().rposition(|h| h.kind == HeaderKind::Route);
-    if let Some(orig) = edits.strict_next_hop {
-        if edits.pop_last_route {
-            return Err(EditError::Conflict);
-        }
-        let last = last_route.ok_or(EditError::NoRoute)?;
-        pop_first_routes(msg, 1 + usize::from(edits.pop_route), &mut sp)?;
-        let at = hp[last].line_end as usize;
-        sp.push(at, at, Some(Piece::RouteLine(orig)));
-        if let Some(u) = edits.request_uri {
-            if let Some((a, b)) = msg.request_uri_range() {
-                sp.push(a, b, Some(Piece::Text(u)));
-            }
-        }
-        return splice(msg, &sp, out);
-    }
-    let route_count = if edits.pop_route && edits.pop_last_route {
+    let popped = edits.pop_routes + usize::from(edits.strict_next_hop.is_some());
+    let total_routes = if popped > 0 || edits.pop_last_route {
         msg.routes().count()
     } else {
         0
     };
-    if edits.pop_route && edits.pop_last_route && route_count < 2 {
+    if popped + usize::from(edits.pop_last_route) > total_routes {
         return Err(EditError::NoRoute);
     }
-    let same_line_pair = edits.pop_route
-        && edits.pop_last_route
-        && first_route.is_some()
-        && first_route == last_route
-        && first_route.is_some_and(|i| {
-            let h = hp[i];
-            CommaSplit::new(&msg.head()[h.value_start as usize..h.value_end as usize]).count() == 2
-        });
-    if same_line_pair {
-        // Both values of one line go: drop the whole line.
-        let h = hp[first_route.unwrap_or(0)];
-        sp.push(h.line_start as usize, h.line_end as usize, None);
-    } else {
-        if edits.pop_route {
-            let i = first_route.ok_or(EditError::NoRoute)?;
-            let (a, b) = first_value_range(msg, i);
-            sp.push(a, b, None);
-        }
-        if edits.pop_last_route {
-            let i = last_route.ok_or(EditError::NoRoute)?;
-            let (mut a, b) = last_value_range(msg, i);
-            if edits.pop_route && Some(i) == first_route {
-                // Both ends of one line: never overlap the first-value splice.
-                let (_, fb) = first_value_range(msg, i);
-                a = a.max(fb);
-            }
-            sp.push(a, b, None);
-        }
+    if let Some(orig) = edits.strict_next_hop {
+        let last = hp
+            .iter()
+            .rposition(|h| h.kind == HeaderKind::Route)
+            .ok_or(EditError::NoRoute)?;
+        let at = hp[last].line_end as usize;
+        sp.push(at, at, Some(Piece::RouteLine(orig)));
     }
     if let Some(u) = edits.request_uri {
         if let Some((a, b)) = msg.request_uri_range() {
             sp.push(a, b, Some(Piece::Text(u)));
         }
     }
-    splice(msg, &sp, out)
+    let removals = Removals {
+        msg,
+        index: 0,
+        route: 0,
+        popped,
+        last: edits.pop_last_route.then(|| total_routes - 1),
+        remove: edits.remove,
+        pending: None,
+    };
+    splice(msg, &sp, removals, out)
 }
 
-/// Remove the first `n` Route values (across lines; whole lines when all
-/// their values go).
-fn pop_first_routes(msg: &SipMsg<'_>, n: usize, sp: &mut Splices<'_>) -> Result<(), EditError> {
-    let head = msg.head();
-    let mut left = n;
-    for h in msg.header_positions() {
-        if left == 0 {
-            break;
-        }
-        if h.kind != HeaderKind::Route {
-            continue;
-        }
-        let v = &head[h.value_start as usize..h.value_end as usize];
-        let count = CommaSplit::new(v).count();
-        if left >= count {
-            sp.push(h.line_start as usize, h.line_end as usize, None);
-            left -= count;
-        } else {
-            let keep = CommaSplit::new(v).nth(left).unwrap_or("");
-            sp.push(h.value_start as usize, offset_in(head, keep), None);
-            left = 0;
-        }
-    }
-    if left > 0 {
-        return Err(EditError::NoRoute);
-    }
-    Ok(())
+/// The byte ranges of header lines (or Route values) that go, in order:
+/// the first `popped` Route values, the last one (`last`, its index), and
+/// the lines [`RemoveHeaders`] names. A line all of whose Route values go
+/// goes whole (an empty Route value is invalid).
+struct Removals<'m, 'e> {
+    msg: &'m SipMsg<'m>,
+    /// Next header line to look at.
+    index: usize,
+    /// Index of the first Route value of that line.
+    route: usize,
+    popped: usize,
+    last: Option<usize>,
+    remove: RemoveHeaders<'e>,
+    /// A second range of the previous line.
+    pending: Option<(usize, usize)>,
 }
 
-fn splice(msg: &SipMsg<'_>, sp: &Splices<'_>, out: &mut Vec<u8>) -> Result<usize, EditError> {
+impl Iterator for Removals<'_, '_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        if let Some(range) = self.pending.take() {
+            return Some(range);
+        }
+        let hp = self.msg.header_positions();
+        let head = self.msg.head();
+        while let Some(h) = hp.get(self.index) {
+            self.index += 1;
+            let whole = (h.line_start as usize, h.line_end as usize);
+            if h.kind != HeaderKind::Route {
+                if self.remove.any() && self.remove.removes(self.msg, h) {
+                    return Some(whole);
+                }
+                continue;
+            }
+            if self.route >= self.popped && self.last.is_none() {
+                continue;
+            }
+            let value = &head[h.value_start as usize..h.value_end as usize];
+            let count = CommaSplit::new(value).count();
+            let first = self.route;
+            self.route += count;
+            let prefix = self.popped.saturating_sub(first).min(count);
+            let last = self
+                .last
+                .is_some_and(|l| l >= first + prefix && l < first + count);
+            let removed = prefix + usize::from(last);
+            if removed == 0 {
+                continue;
+            }
+            if removed == count {
+                return Some(whole);
+            }
+            let item_start = |i: usize| {
+                CommaSplit::new(value)
+                    .nth(i)
+                    .map_or(h.value_end as usize, |item| offset_in(head, item))
+            };
+            let item_end = |i: usize| {
+                CommaSplit::new(value)
+                    .nth(i)
+                    .map_or(h.value_end as usize, |item| {
+                        offset_in(head, item) + item.len()
+                    })
+            };
+            let tail = last.then(|| (item_end(count - 2), h.value_end as usize));
+            if prefix > 0 {
+                self.pending = tail;
+                return Some((h.value_start as usize, item_start(prefix)));
+            }
+            return tail;
+        }
+        None
+    }
+}
+
+fn splice(
+    msg: &SipMsg<'_>,
+    sp: &Splices<'_>,
+    removals: impl Iterator<Item = (usize, usize)>,
+    out: &mut Vec<u8>,
+) -> Result<usize, EditError> {
     let buf = msg.datagram();
     out.clear();
     let mut cur = msg.msg_start();
-    for s in &sp.s[..sp.n] {
-        if s.start > cur {
-            out.extend_from_slice(&buf[cur..s.start]);
+    let mut removals = removals.peekable();
+    let mut next = 0;
+    loop {
+        let splice = sp.s[..sp.n].get(next);
+        let removal_first = match (splice, removals.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            // At the same offset an insertion goes before a removal.
+            (Some(s), Some(&(start, _))) => start < s.start,
+        };
+        let (start, end, piece) = if removal_first {
+            let (start, end) = removals.next().unwrap_or((cur, cur));
+            (start, end, None)
+        } else {
+            next += 1;
+            let s = sp.s[next - 1];
+            (s.start, s.end, s.piece)
+        };
+        if start > cur {
+            out.extend_from_slice(&buf[cur..start]);
         }
-        if let Some(p) = s.piece {
+        if let Some(p) = piece {
             emit(out, p);
         }
-        cur = cur.max(s.end);
+        cur = cur.max(end);
     }
     out.extend_from_slice(&buf[cur..msg.msg_end()]);
     if out.len() > MAX_MESSAGE {
@@ -430,10 +563,15 @@ fn splice(msg: &SipMsg<'_>, sp: &Splices<'_>, out: &mut Vec<u8>) -> Result<usize
     Ok(out.len())
 }
 
-/// Copy a response into `out` without its top Via value.
+/// Copy a response into `out` without its top Via value. A response with
+/// no Via after that one was meant for us and is not forwarded (RFC 3261
+/// 16.7 step 3): [`EditError::NoVia`].
 pub fn forward_response(msg: &SipMsg<'_>, out: &mut Vec<u8>) -> Result<usize, EditError> {
     if msg.is_request() {
         return Err(EditError::WrongKind);
+    }
+    if msg.vias().nth(1).is_none() {
+        return Err(EditError::NoVia);
     }
     let idx = msg
         .header_positions()
@@ -443,7 +581,7 @@ pub fn forward_response(msg: &SipMsg<'_>, out: &mut Vec<u8>) -> Result<usize, Ed
     let (a, b) = first_value_range(msg, idx);
     let mut sp = Splices::new();
     sp.push(a, b, None);
-    splice(msg, &sp, out)
+    splice(msg, &sp, std::iter::empty(), out)
 }
 
 /// Build a response to `req` (RFC 3261 8.2.6): status line, all Via, From,
@@ -525,7 +663,7 @@ hi";
             }),
             max_forwards: true,
             record_route: Some("sip:192.0.2.10:5060;lr"),
-            pop_route: true,
+            pop_routes: 1,
             received: Some("198.51.100.7"),
             rport: Some(5062),
             ..Default::default()
@@ -567,7 +705,7 @@ hi"
         let mut out = Vec::new();
         let e = RequestEdits {
             max_forwards: true,
-            pop_route: true,
+            pop_routes: 1,
             request_uri: Some("sip:bob@192.0.2.44:5070"),
             ..Default::default()
         };
@@ -596,7 +734,7 @@ hi"
             let m = SipMsg::parse(req.as_bytes()).unwrap();
             let mut out = Vec::new();
             let e = RequestEdits {
-                pop_route: true,
+                pop_routes: 1,
                 pop_last_route: true,
                 ..Default::default()
             };
@@ -607,6 +745,114 @@ hi"
                 assert_eq!(m2.routes().next().unwrap().uri, "sip:192.0.2.12;lr");
             }
         }
+    }
+
+    #[test]
+    fn sender_received_rport_replaced_and_max_forwards_capped() {
+        let req = String::from_utf8(REQ.to_vec())
+            .unwrap()
+            .replace(
+                "branch=z9hG4bKabc;rport",
+                "received=198.51.100.9;rport=53;maddr=198.51.100.9;branch=z9hG4bKabc;received=1.2.3.4",
+            )
+            .replace("Max-Forwards: 70", "Max-Forwards: 255");
+        let m = SipMsg::parse(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let e = RequestEdits {
+            max_forwards: true,
+            received: Some("192.0.2.77"),
+            rport: Some(5099),
+            ..Default::default()
+        };
+        forward_request(&m, &e, &mut out).unwrap();
+        let m2 = SipMsg::parse(&out).unwrap();
+        let via = m2.top_via().unwrap();
+        assert_eq!(via.received, Some("192.0.2.77"));
+        assert_eq!(via.rport, Some(5099));
+        assert_eq!(via.branch, Some("z9hG4bKabc"));
+        assert_eq!(
+            via.response_target(),
+            Some("192.0.2.77:5099".parse().unwrap())
+        );
+        assert_eq!(via.params.matches("received").count(), 1, "{}", via.raw);
+        assert_eq!(m2.max_forwards(), Some(MAX_FORWARDS - 1));
+        // A Via without parameters gets them appended.
+        let bare = String::from_utf8(REQ.to_vec())
+            .unwrap()
+            .replace("192.0.2.1:5060;branch=z9hG4bKabc;rport", "host.example");
+        let m = SipMsg::parse(bare.as_bytes()).unwrap();
+        let e = RequestEdits {
+            received: Some("192.0.2.77"),
+            ..Default::default()
+        };
+        forward_request(&m, &e, &mut out).unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.contains("Via: SIP/2.0/UDP host.example;received=192.0.2.77\r\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn removes_many_routes_identity_and_our_credentials_in_one_pass() {
+        let routes: Vec<String> = (0..60)
+            .map(|i| format!("Route: <sip:a{i}@192.0.2.10>\r\n"))
+            .collect();
+        let req = String::from_utf8(REQ.to_vec())
+            .unwrap()
+            .replace(
+                "Route: <sip:192.0.2.10;lr>, <sip:192.0.2.11;lr>\r\n",
+                &format!(
+                    "{}Route: <sip:x@192.0.2.10>, <sip:y@192.0.2.12>\r\nP-Asserted-Identity: <sip:boss@example.com>\r\n\
+Proxy-Authorization: Digest username=\"alice\", realm=\"example.com\", nonce=\"n\", uri=\"sip:bob@example.com\", response=\"00\"\r\n\
+Proxy-Authorization: Digest username=\"alice\", realm=\"other.example\", nonce=\"n\", uri=\"sip:bob@example.com\", response=\"00\"\r\n\
+Remote-Party-ID: <sip:boss@example.com>\r\n",
+                    routes.concat()
+                ),
+            );
+        let m = SipMsg::parse(req.as_bytes()).unwrap();
+        assert_eq!(m.routes().count(), 62);
+        let realms = ["example.com".to_string()];
+        let mut out = Vec::new();
+        let e = RequestEdits {
+            pop_routes: 61,
+            remove: RemoveHeaders {
+                asserted_identity: true,
+                proxy_authorization_realms: &realms,
+            },
+            ..Default::default()
+        };
+        forward_request(&m, &e, &mut out).unwrap();
+        let m2 = SipMsg::parse(&out).unwrap();
+        let left: Vec<&str> = m2.routes().map(|r| r.uri).collect();
+        assert_eq!(left, ["sip:y@192.0.2.12"]);
+        assert_eq!(m2.header("P-Asserted-Identity").count(), 0);
+        assert_eq!(m2.header("Remote-Party-ID").count(), 0);
+        let creds: Vec<&str> = m2.header("Proxy-Authorization").collect();
+        assert_eq!(creds.len(), 1);
+        assert!(creds[0].contains("other.example"));
+        assert_eq!(m2.body(), b"hi");
+        // Every Route, and the last one besides the first ones.
+        let e = RequestEdits {
+            pop_routes: 62,
+            ..Default::default()
+        };
+        forward_request(&m, &e, &mut out).unwrap();
+        assert_eq!(SipMsg::parse(&out).unwrap().routes().count(), 0);
+        let e = RequestEdits {
+            pop_routes: 63,
+            ..Default::default()
+        };
+        assert_eq!(forward_request(&m, &e, &mut out), Err(EditError::NoRoute));
+        let e = RequestEdits {
+            pop_routes: 60,
+            pop_last_route: true,
+            ..Default::default()
+        };
+        forward_request(&m, &e, &mut out).unwrap();
+        let m2 = SipMsg::parse(&out).unwrap();
+        let left: Vec<&str> = m2.routes().map(|r| r.uri).collect();
+        assert_eq!(left, ["sip:x@192.0.2.10"]);
     }
 
     #[test]

@@ -1,11 +1,18 @@
-//! Invariants the fuzz targets (crates/ringway-sip/fuzz) check, shared with
-//! the corpus replay test so both assert the same things. Each function
-//! panics when an invariant is broken; that is the point.
+//! Invariants the SIP fuzz targets (`fuzz/`) check, shared with the corpus
+//! replay tests so both assert the same things. Each function panics when
+//! an invariant is broken; that is the point.
 
+mod script;
+
+use crate::auth::Credentials;
+use crate::proxy::{ProxyWorker, AMPLIFICATION_LIMIT};
+use crate::uri::NameAddr;
 use crate::{
-    forward_request, forward_response, Mode, Proxy, ProxyConfig, RequestEdits, SipMsg, ViaEdit,
+    forward_request, forward_response, Method, Mode, Proxy, ProxyConfig, RequestEdits, SipMsg,
+    ViaEdit,
 };
-use std::net::SocketAddr;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 
 /// Parse `data`, touch every accessor and, for a valid message, forward it
 /// through the editor: an edited request must parse again with the same
@@ -56,7 +63,7 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             }),
             max_forwards: true,
             record_route: Some("sip:192.0.2.10:5060;lr"),
-            pop_route: routes > 0,
+            pop_routes: usize::from(routes > 0),
             request_uri: Some("sip:x@192.0.2.20"),
             pop_last_route: routes > 1,
             received: Some("192.0.2.1"),
@@ -64,6 +71,10 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             strict_next_hop: None,
             route_set: None,
             path: None,
+            remove: crate::edit::RemoveHeaders {
+                asserted_identity: true,
+                proxy_authorization_realms: &["example.com".to_string()],
+            },
         };
         if forward_request(&m, &edits, &mut out).is_ok() {
             let f = SipMsg::parse(&out).expect("forwarded request must parse");
@@ -78,46 +89,318 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
     true
 }
 
-/// Feed a datagram sequence (split on 0xFF) through a stateful and a
-/// stateless proxy (table bound 8) with timers in between: nothing may be
-/// sent to port 0 or empty, and the table stays bounded.
-pub fn proxy_sequence(data: &[u8]) {
-    let mk = |mode, auth: bool| {
-        let mut proxy = Proxy::new(ProxyConfig {
-            mode,
-            local: "192.0.2.10:5060".parse().unwrap(),
-            route_to: Some("192.0.2.20:5060".parse().unwrap()),
-            registrar: true,
-            record_route: true,
-            max_transactions: 8,
-            domains: vec!["example.com".into()],
-            auth: auth.then(crate::proxy::AuthConfig::default),
-            ..ProxyConfig::default()
-        });
-        let mut users = crate::auth::HtdigestCredentials::default();
-        users.add_password("alice", "example.com", "secret");
-        proxy.set_credentials(std::sync::Arc::new(users));
-        proxy
-    };
-    // The stateless one authenticates: arbitrary credentials headers
-    // reach the digest code.
-    let proxies = [mk(Mode::Stateful, false), mk(Mode::Stateless, true)];
-    let src: SocketAddr = "192.0.2.1:5060".parse().unwrap();
-    let mut now = 0u64;
-    let mut sink = |to: SocketAddr, b: &[u8]| {
-        assert!(to.port() != 0 && !b.is_empty(), "bad output to {to}");
-    };
-    let mut workers = [proxies[0].worker(), proxies[1].worker()];
-    for (i, dg) in data.split(|&b| b == 0xFF).enumerate() {
-        for worker in &mut workers {
-            worker.handle(now, src, dg, &mut sink);
-            worker.on_timer(now, &mut sink);
-        }
-        now += (i as u64 % 7) * 3_000_000_000;
+/// Bound on the fuzzed proxies' transaction tables.
+const FUZZ_MAX_TRANSACTIONS: usize = 8;
+
+/// A proxy as the fuzz targets run it: our address 192.0.2.10:5060,
+/// `route_to` 192.0.2.20:5060, registrar for `example.com` with [`script::USER`]'s
+/// password, Record-Route, [`FUZZ_MAX_TRANSACTIONS`].
+fn fuzz_proxy(mode: Mode, auth: bool) -> Proxy {
+    let mut proxy = Proxy::new(ProxyConfig {
+        mode,
+        local: "192.0.2.10:5060".parse().unwrap(),
+        route_to: Some("192.0.2.20:5060".parse().unwrap()),
+        registrar: true,
+        record_route: true,
+        max_transactions: FUZZ_MAX_TRANSACTIONS,
+        domains: vec!["example.com".into()],
+        auth: auth.then(crate::proxy::AuthConfig::default),
+        ..ProxyConfig::default()
+    });
+    let mut users = crate::auth::HtdigestCredentials::default();
+    let (user, realm, password) = script::USER;
+    users.add_password(user, realm, password);
+    proxy.set_credentials(std::sync::Arc::new(users));
+    proxy
+}
+
+/// What every datagram a core sends must satisfy: a real destination, a
+/// message that parses (an error response to a malformed request, which
+/// echoes its headers, at least loosely).
+pub fn check_sent(to: SocketAddr, bytes: &[u8]) {
+    assert!(to.port() != 0 && !to.ip().is_unspecified(), "sent to {to}");
+    if let Err(e) = SipMsg::parse(bytes) {
+        let echoes_a_malformed_request = SipMsg::parse_loose(bytes)
+            .is_ok_and(|m| m.status().is_some_and(|s| (400..600).contains(&s)));
+        assert!(
+            echoes_a_malformed_request,
+            "sent an unparseable message ({e:?}) to {to}: {:?}",
+            String::from_utf8_lossy(bytes)
+        );
     }
-    for worker in &mut workers {
-        worker.on_timer(now + 400_000_000_000, &mut sink);
-        assert!(worker.proxy().stats().transactions_active <= 8 + 8);
+}
+
+/// Run a fuzz script (see [`script`]: datagrams from a user agent, the next
+/// hop, another host and an IPv6 host, with time steps; peers answer the
+/// last request, replay what the proxy sent, or add digest credentials
+/// answering its last challenge) through four proxies: stateful and
+/// stateless, each with and without digest authentication. Every datagram
+/// sent passes [`check_sent`], and the transaction table stays bounded.
+pub fn proxy_sequence(data: &[u8]) {
+    for (mode, auth) in [
+        (Mode::Stateful, false),
+        (Mode::Stateless, false),
+        (Mode::Stateful, true),
+        (Mode::Stateless, true),
+    ] {
+        run_proxy_script(&fuzz_proxy(mode, auth), data);
+    }
+}
+
+/// One proxy through a script, with the checks of [`proxy_sequence`] and
+/// the security invariants of [`Guarded`].
+fn run_proxy_script(proxy: &Proxy, data: &[u8]) {
+    let mut guard = Guarded::new(proxy);
+    let mut peers = script::Peers::default();
+    let mut now = 1_000_000_000u64;
+    for step in script::steps(data) {
+        now += script::WAITS[step.wait];
+        guard.on_timer(now);
+        if let Some((src, datagram)) = peers.datagram(&step) {
+            guard.handle(now, src, datagram);
+        }
+        for (to, bytes) in guard.take_outputs() {
+            check_sent(to, &bytes);
+            peers.saw(to, &bytes);
+        }
+        let active = proxy.transactions_active();
+        assert!(active <= 2 * FUZZ_MAX_TRANSACTIONS, "{active} transactions");
+    }
+    // Timers that fire start others (timer C sends CANCEL, a final
+    // response starts D): let 10 × 200 s pass, one step at a time.
+    for _ in 0..10 {
+        now += 200_000_000_000;
+        guard.on_timer(now);
+        for (to, bytes) in guard.take_outputs() {
+            check_sent(to, &bytes);
+        }
+    }
+    assert_eq!(
+        proxy.transactions_active(),
+        0,
+        "transactions left after every timer fired"
+    );
+}
+
+/// Run a fuzz script (see [`script`]; peer 1 and 2 are the two proxies
+/// behind it) through a dispatcher with probes every 500 ms: every
+/// datagram sent passes [`check_sent`].
+pub fn dispatch_sequence(data: &[u8]) {
+    run_dispatch_script(&fuzz_dispatcher(), data);
+}
+
+/// The dispatcher of [`dispatch_sequence`]: peers 1 and 2 are its proxies.
+fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
+    crate::dispatch::Dispatcher::new(crate::dispatch::DispatchConfig {
+        local: "192.0.2.10:5060".parse().unwrap(),
+        proxies: vec![script::peer(1), script::peer(2)],
+        probe_interval: 500_000_000,
+        probe_failures: 3,
+        record_route: true,
+        secret: [0x5E; 32],
+        relay: crate::RelayNets::default(),
+    })
+}
+
+/// One dispatcher through a script, with the checks of [`dispatch_sequence`].
+fn run_dispatch_script(dispatcher: &crate::dispatch::Dispatcher, data: &[u8]) {
+    let mut worker = dispatcher.worker();
+    let mut peers = script::Peers::default();
+    let mut sent = Vec::new();
+    let mut now = 1_000_000_000u64;
+    for step in script::steps(data) {
+        now += script::WAITS[step.wait];
+        worker.on_timer(now, &mut |to, b| sent.push((to, b.to_vec())));
+        if let Some((src, datagram)) = peers.datagram(&step) {
+            worker.handle(now, src, datagram, &mut |to, b| sent.push((to, b.to_vec())));
+        }
+        for (to, bytes) in sent.drain(..) {
+            check_sent(to, &bytes);
+            peers.saw(to, &bytes);
+        }
+    }
+}
+
+/// A proxy worker whose every output is checked against the security
+/// invariants of issue 19 (docs/security.md), given what it was fed:
+///
+/// - (a) a request goes only to `route_to`, an address bound by a
+///   REGISTER the proxy accepted, a relay network, a destination a request
+///   already went to (retransmissions, hop-by-hop ACK/CANCEL), or anywhere
+///   (but (c)) while handling a request that was authenticated or that
+///   carries a signed Route of ours;
+/// - (b) towards an address that never sent us a response, the responses
+///   we generate (not those relayed from a downstream hop, nor their
+///   timer-G copies) total at most [`AMPLIFICATION_LIMIT`] times the bytes
+///   of the requests it sent;
+/// - (c) nothing goes to our own address, and no request to loopback,
+///   link-local or our IP unless configured (`route_to`, or a relay
+///   network naming it);
+/// - (d) no request carries `Proxy-Authorization` for one of our realms.
+pub struct Guarded<'p> {
+    worker: ProxyWorker<'p>,
+    allowed: HashSet<SocketAddr>,
+    requested_from: HashMap<IpAddr, usize>,
+    generated_to: HashMap<IpAddr, usize>,
+    responders: HashSet<IpAddr>,
+    relayed: HashSet<u64>,
+    outputs: Vec<(SocketAddr, Vec<u8>)>,
+}
+
+/// What kind of step produced an output.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Request { free: bool },
+    Response,
+    Timer,
+}
+
+impl<'p> Guarded<'p> {
+    /// Guard a new worker of `proxy`.
+    pub fn new(proxy: &'p Proxy) -> Guarded<'p> {
+        Guarded {
+            worker: proxy.worker(),
+            allowed: proxy.config().route_to.into_iter().collect(),
+            requested_from: HashMap::new(),
+            generated_to: HashMap::new(),
+            responders: HashSet::new(),
+            relayed: HashSet::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    /// Handle one datagram and check what it produced; returns how many
+    /// datagrams it produced.
+    pub fn handle(&mut self, now: u64, src: SocketAddr, datagram: &[u8]) -> usize {
+        let msg = SipMsg::parse(datagram).ok();
+        let is_response = msg.as_ref().is_some_and(|m| !m.is_request());
+        let step = if is_response {
+            self.responders.insert(src.ip());
+            Step::Response
+        } else {
+            *self.requested_from.entry(src.ip()).or_default() += datagram.len();
+            let signed = msg
+                .as_ref()
+                .is_some_and(|m| m.to_tag().is_some() && m.head().contains(";rw="));
+            Step::Request { free: signed }
+        };
+        let accepted_before = self.worker.proxy().stats().auth_accepted;
+        let mut outputs = Vec::new();
+        let outcome = self.worker.handle(now, src, datagram, &mut |to, b| {
+            outputs.push((to, b.to_vec()))
+        });
+        let authenticated = self.worker.proxy().stats().auth_accepted > accepted_before;
+        let step = match step {
+            Step::Request { free } => Step::Request {
+                free: free || authenticated,
+            },
+            other => other,
+        };
+        for (to, bytes) in &outputs {
+            self.check(*to, bytes, step);
+        }
+        // A REGISTER the proxy accepted binds its contacts (and Path).
+        if let (Some(m), crate::Action::Responded(200)) = (&msg, outcome.action) {
+            if m.method() == Some(Method::Register) {
+                let hops = m
+                    .contact()
+                    .filter_map(|c| c.sip_uri())
+                    .chain(
+                        m.header("Path")
+                            .filter_map(|p| NameAddr::parse(p)?.sip_uri()),
+                    )
+                    .filter_map(|u| Some(SocketAddr::new(u.host_ip()?, u.port.unwrap_or(5060))));
+                self.allowed.extend(hops);
+            }
+        }
+        let produced = outputs.len();
+        self.outputs.extend(outputs);
+        produced
+    }
+
+    /// Run due timers and check what they produced.
+    pub fn on_timer(&mut self, now: u64) {
+        let mut outputs = Vec::new();
+        self.worker
+            .on_timer(now, &mut |to, b| outputs.push((to, b.to_vec())));
+        for (to, bytes) in &outputs {
+            self.check(*to, bytes, Step::Timer);
+        }
+        self.outputs.extend(outputs);
+    }
+
+    /// The datagrams produced (and checked) since the last call.
+    pub fn take_outputs(&mut self) -> Vec<(SocketAddr, Vec<u8>)> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    fn check(&mut self, to: SocketAddr, bytes: &[u8], step: Step) {
+        let proxy = self.worker.proxy();
+        let config = proxy.config();
+        assert!(to.port() != 0 && !bytes.is_empty(), "bad output to {to}");
+        assert_ne!(to, config.local, "(c) a datagram to our own address");
+        // (Our 400 to a request missing a mandatory header lacks it too.)
+        let Ok(msg) = SipMsg::parse(bytes).or_else(|_| SipMsg::parse_loose(bytes)) else {
+            panic!("an output that does not parse, to {to}");
+        };
+        if msg.is_request() {
+            // (c)
+            let ip = to.ip();
+            let local_network = ip.is_loopback()
+                || ip == config.local.ip()
+                || matches!(ip, IpAddr::V4(v4) if v4.is_link_local());
+            assert!(
+                !local_network || config.route_to == Some(to) || config.relay.names(ip),
+                "(c) a request to {to}"
+            );
+            // (a)
+            let free = matches!(step, Step::Request { free: true });
+            assert!(
+                free || self.allowed.contains(&to) || config.relay.contains(ip),
+                "(a) a request to {to}, which nothing granted"
+            );
+            self.allowed.insert(to);
+            // (d)
+            let realms: Vec<String> = match config.auth.as_ref() {
+                Some(auth) => auth
+                    .realm
+                    .iter()
+                    .cloned()
+                    .chain(config.domains.iter().map(|d| d.to_ascii_lowercase()))
+                    .collect(),
+                None => Vec::new(),
+            };
+            for value in msg.header("Proxy-Authorization") {
+                if let Some(realm) = Credentials::realm_of(value) {
+                    assert!(
+                        !realms.iter().any(|r| r.eq_ignore_ascii_case(realm)),
+                        "(d) our realm's credentials forwarded to {to}"
+                    );
+                }
+            }
+            return;
+        }
+        // (b)
+        let digest = crate::hash::Hash64::new(0).bytes(bytes).finish();
+        match step {
+            Step::Response => {
+                self.relayed.insert(digest);
+                return;
+            }
+            Step::Timer if self.relayed.contains(&digest) => return,
+            _ => {}
+        }
+        if self.responders.contains(&to.ip()) {
+            return;
+        }
+        let generated = self.generated_to.entry(to.ip()).or_default();
+        *generated += bytes.len();
+        let budget = AMPLIFICATION_LIMIT * self.requested_from.get(&to.ip()).copied().unwrap_or(0);
+        assert!(
+            *generated <= budget,
+            "(b) {generated} bytes generated towards {to}, which sent {} bytes of requests",
+            budget / AMPLIFICATION_LIMIT
+        );
     }
 }
 
@@ -141,4 +424,40 @@ pub fn lazy_agrees(strict: &SipMsg<'_>, lazy: &SipMsg<'_>) {
     assert_eq!(strict.content_length(), lazy.content_length());
     assert_eq!(strict.body(), lazy.body());
     assert!(strict.headers().eq(lazy.headers()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scripted peers' credentials are accepted: the fuzz target
+    /// reaches the authenticated paths, not only the challenges.
+    #[test]
+    fn scripted_credentials_answer_the_challenge() {
+        let invite = b"INVITE sip:bob@example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKa1\r\nMax-Forwards: 70\r\n\
+From: <sip:alice@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+Call-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        // Raw INVITE (challenged), then the same with credentials (0x20).
+        let data = [&[0x00][..], invite, &[0xff, 0x20], invite].concat();
+        for mode in [Mode::Stateful, Mode::Stateless] {
+            let proxy = fuzz_proxy(mode, true);
+            run_proxy_script(&proxy, &data);
+            let stats = proxy.stats();
+            assert_eq!(stats.auth_accepted, 1, "{mode:?}: {stats:?}");
+            assert_eq!(stats.requests_forwarded, 1, "{mode:?}: {stats:?}");
+        }
+    }
+
+    /// A step that lets 600 ms pass makes the dispatcher probe; answering
+    /// the last request answers a probe, from the probed proxy.
+    #[test]
+    fn scripted_peers_answer_probes() {
+        let data = [&[0x0c][..], b"", &[0xff, 0x40, 0x00, 0x64]].concat();
+        let dispatcher = fuzz_dispatcher();
+        run_dispatch_script(&dispatcher, &data);
+        let stats = dispatcher.stats();
+        assert_eq!(stats.probes_sent, 2, "{stats:?}");
+        assert_eq!(stats.probe_answers, 1, "{stats:?}");
+    }
 }

@@ -53,6 +53,7 @@ pub mod invariants;
 pub mod msg;
 pub mod proxy;
 pub mod registrar;
+pub mod relay;
 mod text;
 pub mod uri;
 
@@ -66,4 +67,5 @@ pub use proxy::{
     DEFAULT_MAX_TRANSACTION_BYTES,
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
+pub use relay::{Grant, RelayNets, RelayPolicy};
 pub use uri::{NameAddr, SipUri};

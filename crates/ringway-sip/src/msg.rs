@@ -1098,6 +1098,27 @@ fn parse_version(v: &str) -> Result<(), ParseError> {
     Ok(())
 }
 
+/// Check `u` as a Request-URI: no whitespace or control characters, a
+/// scheme, and for `sip:`/`sips:` a SIP URI without headers (returned).
+/// The proxy checks a Route value with it before making it the
+/// Request-URI.
+pub(crate) fn check_request_uri(u: &str) -> Result<Option<SipUri<'_>>, ParseError> {
+    if u.bytes().any(|b| is_lws(b) || b < 0x21) {
+        return Err(ParseError::BadRequestUri("whitespace"));
+    }
+    match scheme(u) {
+        None => Err(ParseError::BadRequestUri("scheme")),
+        Some(s) if s.eq_ignore_ascii_case("sip") || s.eq_ignore_ascii_case("sips") => {
+            let su = SipUri::parse(u).ok_or(ParseError::BadRequestUri("sip uri"))?;
+            if su.headers.is_some() {
+                return Err(ParseError::BadRequestUri("headers not allowed"));
+            }
+            Ok(Some(su))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
 fn parse_start_line(line: &str, off: usize) -> Result<(Start, Option<SipUri<'_>>), ParseError> {
     if line.len() >= 4 && line.as_bytes()[..4].eq_ignore_ascii_case(b"SIP/") {
         // Status-Line = SIP-Version SP Status-Code SP Reason-Phrase
@@ -1146,17 +1167,7 @@ fn parse_start_line(line: &str, off: usize) -> Result<(Start, Option<SipUri<'_>>
         return Err(ParseError::BadRequestUri("whitespace"));
     }
     parse_version(v)?;
-    let sip_uri = match scheme(u) {
-        None => return Err(ParseError::BadRequestUri("scheme")),
-        Some(s) if s.eq_ignore_ascii_case("sip") || s.eq_ignore_ascii_case("sips") => {
-            let su = SipUri::parse(u).ok_or(ParseError::BadRequestUri("sip uri"))?;
-            if su.headers.is_some() {
-                return Err(ParseError::BadRequestUri("headers not allowed"));
-            }
-            Some(su)
-        }
-        Some(_) => None,
-    };
+    let sip_uri = check_request_uri(u)?;
     let m0 = off;
     let u0 = off + m.len() + 1;
     Ok((

@@ -210,8 +210,9 @@ fn replayed_authorization_gets_a_new_challenge() {
         );
         let first = register("alice", "alice", 2, Some(&auth));
         assert_eq!(send(&p, sec(1), &first).0, Action::Responded(200));
-        // The very same request again (a retransmission): same answer
-        // (stateless: verified again; stateful: absorbed).
+        // The very same request again, from the same source (a
+        // retransmission): verified again, same answer (local answers keep
+        // no transaction in either mode).
         let (action, response) = send(&p, sec(2), &first);
         assert_eq!(parse(&response).status(), Some(200), "{mode:?}: {action:?}");
         // The same Authorization on another request: a replay.
@@ -221,10 +222,15 @@ fn replayed_authorization_gets_a_new_challenge() {
         assert!(!c[0].stale);
         assert_ne!(c[0].nonce, nonce, "a new nonce");
         assert_eq!(p.stats().auth_replays, 1, "{mode:?}");
-        assert_eq!(
-            p.stats().auth_accepted,
-            1 + u64::from(mode == Mode::Stateless)
-        );
+        assert_eq!(p.stats().auth_accepted, 2);
+        // The first request again, byte for byte, from another source: a
+        // captured copy, not a retransmission.
+        let (action, sent) = handle(&p, sec(4), "192.0.2.99:5060", &first);
+        assert_eq!(action.action, Action::Responded(401), "{mode:?}");
+        assert!(sent
+            .iter()
+            .all(|(to, _)| to.ip().to_string() == "192.0.2.99"));
+        assert_eq!(p.stats().auth_replays, 2, "{mode:?}");
     }
 }
 
@@ -427,7 +433,12 @@ Call-ID: call-z9hG4bKi1\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
             &invite_from("alice@ringway.test", "z9hG4bKi2", Some(&auth)),
         );
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
-        assert!(sent.iter().any(|(to, _)| *to == addr(UAS)));
+        let forwarded = &sent.iter().find(|(to, _)| *to == addr(UAS)).unwrap().1;
+        let forwarded = parse(forwarded);
+        // Our realm's credentials are consumed, not passed on.
+        assert_eq!(forwarded.header("Proxy-Authorization").count(), 0);
+        let record_route = forwarded.record_routes().next().unwrap().uri.to_string();
+        assert!(record_route.contains(";rw="), "{record_route}");
         // alice's credentials with bob in From: refused.
         let auth = credentials(
             Algorithm::Sha256,
@@ -471,15 +482,44 @@ Call-ID: call-z9hG4bKi1\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
         let (o, _) = handle(&p, 6, UAC, cancel.as_bytes());
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
         let bye = "BYE sip:carol@192.0.2.2:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKb1\r\n\
-Route: <sip:192.0.2.10:5060;lr>\r\nMax-Forwards: 70\r\nFrom: <sip:alice@ringway.test>;tag=a1\r\n\
-To: <sip:carol@example.com>;tag=c1\r\nCall-ID: call-z9hG4bKi2\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n";
+Route: <RR>\r\nMax-Forwards: 70\r\nFrom: <sip:alice@ringway.test>;tag=a1\r\n\
+To: <sip:carol@example.com>;tag=c1\r\nCall-ID: call-z9hG4bKi2\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
+            .replace("RR", &record_route);
         let (o, _) = handle(&p, 7, UAC, bye.as_bytes());
         assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
-        // The same BYE without our Route is not in a dialog we hold.
-        let no_route = bye
-            .replace("Route: <sip:192.0.2.10:5060;lr>\r\n", "")
-            .replace("z9hG4bKb1", "z9hG4bKb2");
-        let (o, _) = handle(&p, 8, UAC, no_route.as_bytes());
+        // The callee's BYE (tags the other way round) is in the dialog too.
+        let callee_bye = bye
+            .replace(
+                "From: <sip:alice@ringway.test>;tag=a1",
+                "From: <sip:carol@example.com>;tag=c1",
+            )
+            .replace(
+                "To: <sip:carol@example.com>;tag=c1",
+                "To: <sip:alice@ringway.test>;tag=a1",
+            )
+            .replace("z9hG4bKb1", "z9hG4bKb0");
+        let (o, _) = handle(&p, 7, UAS, callee_bye.as_bytes());
+        assert_eq!(o.action, Action::Forwarded { copies: 1 }, "{mode:?}");
+        // The same BYE without our Route, with our Route unsigned, or
+        // signed for another dialog, is not in a dialog we hold.
+        for (n, route) in [
+            "",
+            "Route: <sip:192.0.2.10:5060;lr>\r\n",
+            "Route: <sip:192.0.2.10:5060;lr;rw=0123456789abcdef>\r\n",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let other = bye
+                .replace(&format!("Route: <{record_route}>\r\n"), route)
+                .replace("z9hG4bKb1", &format!("z9hG4bKb2{n}"));
+            let (o, _) = handle(&p, 8, UAC, other.as_bytes());
+            assert_eq!(o.action, Action::Responded(407), "{mode:?} {route}");
+        }
+        let other_dialog = bye
+            .replace("call-z9hG4bKi2", "call-other")
+            .replace("z9hG4bKb1", "z9hG4bKb3");
+        let (o, _) = handle(&p, 8, UAC, other_dialog.as_bytes());
         assert_eq!(o.action, Action::Responded(407), "{mode:?}");
     }
 }

@@ -94,7 +94,7 @@ fn deferred_register_and_lookup_resume_with_the_stores_answer() {
         };
         assert_eq!(
             (registration.aor.as_str(), registration.call_id.as_str()),
-            ("carol", "d1")
+            ("carol@example.com", "d1")
         );
         assert_eq!(
             registration.changes,
@@ -121,7 +121,7 @@ fn deferred_register_and_lookup_resume_with_the_stores_answer() {
         assert_eq!(
             job.query,
             StoreQuery::Lookup {
-                aor: "carol".into()
+                aor: "carol@example.com".into()
             }
         );
         let (action, sent) = resume(&p, &job, job.query.run(&store, 30), 30);
@@ -195,7 +195,7 @@ fn a_stateful_retransmission_resumed_after_the_first_is_absorbed() {
     store
         .register(
             &ringway_sip::registrar::Registration {
-                aor: "carol".into(),
+                aor: "carol@example.com".into(),
                 call_id: "x".into(),
                 cseq: 1,
                 path: Vec::new(),
@@ -241,7 +241,7 @@ fn path_is_stored_echoed_and_followed() {
         text.contains("\r\nPath: <sip:192.0.2.60:5060;lr>\r\n"),
         "{text}"
     );
-    let binding = &p.store().unwrap().lookup("carol", 0).unwrap()[0];
+    let binding = &p.store().unwrap().lookup("carol@example.com", 0).unwrap()[0];
     assert_eq!(binding.path, ["<sip:192.0.2.60:5060;lr>"]);
     // No Supported: path, no echo (the Path is stored all the same).
     let reg = register(

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use ringway_sip::proxy::{T1, TIMER_64T1};
-use ringway_sip::{Action, DropReason, Method, Mode, MsgLabel, Proxy, ProxyConfig};
+use ringway_sip::{Action, DropReason, Method, Mode, MsgLabel, Proxy, ProxyConfig, RelayNets};
 
 fn cfg(mode: Mode) -> ProxyConfig {
     ProxyConfig {
@@ -47,9 +47,11 @@ fn call_flow(mode: Mode) {
     assert!(vias[0].branch.unwrap().starts_with("z9hG4bK"));
     assert_eq!(vias[1].branch, Some("z9hG4bKc1"));
     assert_eq!(m.max_forwards(), Some(69));
-    assert_eq!(
-        m.record_routes().next().unwrap().uri,
-        "sip:192.0.2.10:5060;lr"
+    // Our Record-Route, signed for this dialog.
+    let record_route = m.record_routes().next().unwrap().uri.to_string();
+    assert!(
+        record_route.starts_with("sip:192.0.2.10:5060;lr;rw="),
+        "{record_route}"
     );
     assert_eq!(m.request_uri(), Some("sip:bob@example.com"));
     assert_eq!(m.body(), b"v=0\r\n");
@@ -96,16 +98,17 @@ fn call_flow(mode: Mode) {
     }
 
     // ACK for the 2xx (new branch) follows the route set: Route = us.
-    let ack = b"ACK sip:bob@192.0.2.2:5060 SIP/2.0\r\n\
+    let ack = "ACK sip:bob@192.0.2.2:5060 SIP/2.0\r\n\
 Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKack1\r\n\
-Route: <sip:192.0.2.10:5060;lr>\r\n\
+Route: <RR>\r\n\
 Max-Forwards: 70\r\n\
 From: Alice <sip:alice@example.com>;tag=a1\r\n\
 To: Bob <sip:bob@example.com>;tag=b1\r\n\
 Call-ID: call-z9hG4bKc1@192.0.2.1\r\n\
 CSeq: 1 ACK\r\n\
-Content-Length: 0\r\n\r\n";
-    let (o, sent) = handle(&p, 3000, UAC, ack);
+Content-Length: 0\r\n\r\n"
+        .replace("RR", &record_route);
+    let (o, sent) = handle(&p, 3000, UAC, ack.as_bytes());
     assert_eq!(o.label, MsgLabel::Ack);
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent.len(), 1);
@@ -115,17 +118,23 @@ Content-Length: 0\r\n\r\n";
     assert_eq!(a.record_routes().count(), 0, "no RR on in-dialog requests");
     assert_eq!(a.method(), Some(Method::Ack));
 
-    // BYE from the UAS to the UAC through us.
-    let bye = b"BYE sip:alice@192.0.2.1:5060 SIP/2.0\r\n\
+    // BYE from the UAS to the UAC through us (the route set signed for
+    // this dialog is what lets it reach the caller's address).
+    let bye = "BYE sip:alice@192.0.2.1:5060 SIP/2.0\r\n\
 Via: SIP/2.0/UDP 192.0.2.2:5060;branch=z9hG4bKbye1\r\n\
-Route: <sip:192.0.2.10:5060;lr>\r\n\
+Route: <RR>\r\n\
 Max-Forwards: 70\r\n\
 From: Bob <sip:bob@example.com>;tag=b1\r\n\
 To: Alice <sip:alice@example.com>;tag=a1\r\n\
 Call-ID: call-z9hG4bKc1@192.0.2.1\r\n\
 CSeq: 1 BYE\r\n\
-Content-Length: 0\r\n\r\n";
-    let (o, sent) = handle(&p, 4000, UAS, bye);
+Content-Length: 0\r\n\r\n"
+        .replace("RR", &record_route);
+    // Unsigned, our Route does not get it to an address nothing grants.
+    let unsigned = bye.replace(&record_route, "sip:192.0.2.10:5060;lr");
+    let (o, _) = handle(&p, 3500, UAS, unsigned.as_bytes());
+    assert_eq!(o.action, Action::Responded(403));
+    let (o, sent) = handle(&p, 4000, UAS, bye.as_bytes());
     assert_eq!(o.label, MsgLabel::Bye);
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr(UAC));
@@ -137,8 +146,9 @@ Content-Length: 0\r\n\r\n";
     assert_eq!(sent[0].0, addr(UAS));
     assert_eq!(parse(&sent[0].1).cseq(), Some((1, Method::Bye)));
     let st = p.stats();
-    assert_eq!(st.requests_received, 4);
+    assert_eq!(st.requests_received, 5);
     assert_eq!(st.responses_received, 3);
+    assert_eq!(st.relay_refused, 1);
 }
 
 #[test]
@@ -251,8 +261,17 @@ fn no_dns_unknown_domain_gets_404() {
     let (a, m, _) = one_response(&p, &r);
     assert_eq!(a, Action::Responded(404));
     assert_eq!(m.reason(), Some("Not Found"));
-    // IP literal R-URI is forwarded there directly.
+    // An IP-literal R-URI is not served: not relayed without a relay
+    // network for it ...
     let r = invite("z9hG4bKip", "sip:bob@198.51.100.9:5070", "");
+    let (a, m, _) = one_response(&p, &r);
+    assert_eq!(a, Action::Responded(403));
+    assert_eq!(m.reason(), Some("Forbidden - Not Relaying"));
+    // ... with one, forwarded there directly.
+    let mut c = cfg(Mode::Stateless);
+    c.route_to = None;
+    c.relay = "198.51.100.0/24".parse().unwrap();
+    let p = Proxy::new(c);
     let (o, sent) = handle(&p, 0, UAC, &r);
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr("198.51.100.9:5070"));
@@ -332,15 +351,24 @@ fn stateful_timers_retransmit_then_408() {
     assert_eq!(r.vias().count(), 1);
     assert_eq!(r.top_via().unwrap().branch, Some("z9hG4bKt1"));
     assert_eq!(p.stats().transactions_timed_out, 1);
-    // Timer G retransmits the 408 until the ACK arrives, which is absorbed.
-    let (_, sent) = timer(&p, p.next_deadline().unwrap());
-    assert_eq!(sent.len(), 1);
-    assert_eq!(sent[0].1, r408);
+    // Our own 408 goes once (no timer G towards a source nothing
+    // verified); a retransmitted INVITE from the caller gets it again.
+    assert_eq!(now, TIMER_64T1 * 2, "next: timer H, nothing before");
+    let after_b = TIMER_64T1 + sec(2);
+    let (_, sent) = timer(&p, after_b);
+    assert!(sent.is_empty(), "{sent:?}");
+    let (o, sent) = handle(&p, after_b, UAC, &inv);
+    assert_eq!(o.action, Action::Absorbed);
+    assert_eq!(sent, vec![(addr(UAC), r408.clone())]);
+    // The same INVITE from elsewhere (a copy) gets nothing.
+    let (o, sent) = handle(&p, after_b, "192.0.2.66:5060", &inv);
+    assert_eq!(o.action, Action::Dropped(DropReason::SourceMismatch));
+    assert!(sent.is_empty());
     let ack = format!(
         "ACK sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKt1\r\nMax-Forwards: 70\r\nFrom: Alice <sip:alice@example.com>;tag=a1\r\nTo: Bob <sip:bob@example.com>;tag={}\r\nCall-ID: call-z9hG4bKt1@192.0.2.1\r\nCSeq: 1 ACK\r\n\r\n",
         r.to_tag().unwrap()
     );
-    let (o, sent) = handle(&p, now + sec(1), UAC, ack.as_bytes());
+    let (o, sent) = handle(&p, after_b + sec(1), UAC, ack.as_bytes());
     assert_eq!(o.action, Action::Absorbed);
     assert!(sent.is_empty());
     // Cleanup: table empties, no more deadlines.
@@ -795,9 +823,21 @@ fn overload_forwards_in_dialog_requests_statelessly() {
 fn strict_route_and_loose_route_multi() {
     let mut c = cfg(Mode::Stateless);
     c.route_to = None;
+    c.relay = RelayNets::Any;
     let p = Proxy::new(c);
+    // Routes are followed in a dialog (To tag); see preloaded_routes_*
+    // for initial requests.
+    let in_dialog = |branch: &str, ruri: &str, extra: &str| {
+        String::from_utf8(invite(branch, ruri, extra))
+            .unwrap()
+            .replace(
+                "To: Bob <sip:bob@example.com>",
+                "To: Bob <sip:bob@example.com>;tag=b1",
+            )
+            .into_bytes()
+    };
     // Loose route: first Route is us, next Route is an IP literal.
-    let r = invite(
+    let r = in_dialog(
         "z9hG4bKlr",
         "sip:bob@example.org",
         "Route: <sip:192.0.2.10:5060;lr>, <sip:198.51.100.20;lr>\r\n",
@@ -811,7 +851,7 @@ fn strict_route_and_loose_route_multi() {
     assert_eq!(m.request_uri(), Some("sip:bob@example.org"));
     // Next hop is a strict router (no lr): it becomes the R-URI, the old
     // R-URI is appended to the Route set (RFC 3261 16.6 step 6).
-    let r = invite(
+    let r = in_dialog(
         "z9hG4bKsn",
         "sip:bob@example.org",
         "Route: <sip:192.0.2.10:5060;lr>\r\nRoute: <sip:198.51.100.50:5090>, <sip:198.51.100.51;lr>\r\n",
@@ -824,7 +864,7 @@ fn strict_route_and_loose_route_multi() {
     let routes: Vec<_> = m.routes().map(|r| r.uri).collect();
     assert_eq!(routes, vec!["sip:198.51.100.51;lr", "sip:bob@example.org"]);
     // Strict routing fix-up: R-URI is our RR value; last Route becomes R-URI.
-    let r = invite(
+    let r = in_dialog(
         "z9hG4bKsr",
         "sip:192.0.2.10:5060;lr",
         "Route: <sip:bob@198.51.100.30:5080>\r\n",
@@ -1084,16 +1124,87 @@ fn flood_limit_drops_and_counts_requests_of_one_source() {
         assert_eq!(o.action, Action::Dropped(DropReason::Flood));
         assert!(sent.is_empty(), "no answer to a possibly spoofed source");
     }
-    // Another source, and responses from the flooding one, pass.
+    // Another source passes. Responses from the flooding one are dropped
+    // too since review S12 (they used to pass unlimited).
     let (o, _) = handle(&p, 30, "192.0.2.7:5060", &options(100));
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     let (o, _) = handle(&p, 31, UAC, &response_to(&options(101), 200, "OK", ""));
-    assert_ne!(o.action, Action::Dropped(DropReason::Flood));
+    assert_eq!(o.action, Action::Dropped(DropReason::Flood));
     let stats = p.stats();
-    assert_eq!(stats.drops.get("flood"), Some(&15));
+    assert_eq!(stats.drops.get("flood"), Some(&16));
     assert_eq!(stats.flood_blocks, 1);
     assert_eq!(stats.flood_sources_tracked, 2);
     // Two windows later (one quiet window): through again.
     let (o, _) = handle(&p, sec(2) + 1, UAC, &options(200));
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
+}
+
+#[test]
+fn a_response_with_no_via_left_after_ours_is_not_forwarded() {
+    // Found by fuzzing (fuzz/corpus/sip_proxy/crash-no-via-left): a
+    // "response" to the hop-by-hop ACK of a non-2xx carries only our Via;
+    // it matched the INVITE's client transaction (an ACK's class) and went
+    // upstream with no Via at all. RFC 3261 16.7 step 3: with no Via left
+    // the response was meant for us; 17.1.3: a response matches a client
+    // transaction only with the CSeq method of its request (an ACK is
+    // never answered).
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let inv = invite("z9hG4bKnv", "sip:bob@example.com", "");
+        let (_, sent) = handle(&p, 0, UAC, &inv);
+        let fwd = sent
+            .iter()
+            .find(|(a, _)| *a == addr(UAS))
+            .unwrap()
+            .1
+            .clone();
+        // Only our Via: what a response to a request we originated carries.
+        let ours = parse(&fwd).vias().next().unwrap();
+        let only_ours = String::from_utf8(response_to(&fwd, 180, "Ringing", ""))
+            .unwrap()
+            .split("\r\n")
+            .filter(|l| !l.starts_with("Via:") || l.contains(ours.branch.unwrap()))
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        assert_eq!(parse(only_ours.as_bytes()).vias().count(), 1);
+        let (o, sent) = handle(&p, 1, UAS, only_ours.as_bytes());
+        assert!(sent.is_empty(), "{mode:?}: forwarded {sent:?}");
+        assert!(matches!(o.action, Action::Dropped(_)), "{mode:?}: {o:?}");
+        if mode == Mode::Stateful {
+            // The ACK of a 486, answered: nothing goes upstream.
+            let (_, sent) = handle(&p, 2, UAS, &response_to(&fwd, 486, "Busy Here", ""));
+            let ack = sent
+                .iter()
+                .find(|(a, _)| *a == addr(UAS))
+                .unwrap()
+                .1
+                .clone();
+            assert_eq!(parse(&ack).method(), Some(Method::Ack));
+            let (o, sent) = handle(&p, 3, UAS, &response_to(&ack, 200, "OK", ""));
+            assert!(sent.is_empty(), "answer to an ACK forwarded: {sent:?}");
+            assert!(matches!(o.action, Action::Dropped(_)), "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn a_route_that_cannot_be_a_request_uri_is_refused() {
+    // Found by fuzzing (fuzz/corpus/sip_proxy/crash-nul-request-uri): a
+    // strict next hop (Route without `lr`) with control characters became
+    // the Request-URI of the forwarded INVITE, which no parser accepts.
+    for mode in [Mode::Stateless, Mode::Stateful] {
+        let p = Proxy::new(cfg(mode));
+        let inv = invite(
+            "z9hG4bKnul",
+            "sip:bob@example.com",
+            "Route: <sip:bob\0\0@198.51.100.30>\r\n",
+        );
+        let (o, sent) = handle(&p, 0, UAC, &inv);
+        assert_eq!(o.action, Action::Responded(400), "{mode:?}");
+        assert!(
+            sent.iter().all(|(a, _)| *a == addr(UAC)),
+            "{mode:?}: {sent:?}"
+        );
+        assert_eq!(parse(&sent.last().unwrap().1).status(), Some(400));
+    }
 }

@@ -5,8 +5,11 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
+use ringway_sip::auth::{HtdigestCredentials, NonceKey};
+use ringway_sip::invariants::Guarded;
 use ringway_sip::{
-    forward_request, forward_response, Mode, Proxy, ProxyConfig, RequestEdits, SipMsg, ViaEdit,
+    forward_request, forward_response, AuthConfig, Mode, Proxy, ProxyConfig, RequestEdits, SipMsg,
+    ViaEdit,
 };
 
 fn seeds() -> Vec<Vec<u8>> {
@@ -111,7 +114,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 }),
                 max_forwards: true,
                 record_route: Some("sip:192.0.2.10:5060;lr"),
-                pop_route: m.routes().count() > 0,
+                pop_routes: usize::from(m.routes().count() > 0),
                 pop_last_route: m.routes().count() > 1,
                 request_uri: Some("sip:x@192.0.2.9"),
                 received: Some("192.0.2.1"),
@@ -119,6 +122,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 strict_next_hop: None,
                 route_set: None,
                 path: None,
+                remove: ringway_sip::edit::RemoveHeaders::default(),
             };
             if forward_request(&m, &e, &mut out).is_ok() {
                 let f = SipMsg::parse(&out).expect("edited request must parse");
@@ -129,23 +133,23 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
             let _ = forward_response(&m, &mut out);
         }
     }
+    // Each proxy under the security invariants (ringway_sip::invariants::
+    // Guarded): from the client, then the same bytes from the next hop.
     for (i, p) in proxies.iter().enumerate() {
-        let mut n = 0;
-        let mut worker = p.worker();
-        worker.handle(i as u64, addr(UAC), data, &mut |to, b| {
-            assert!(!b.is_empty() && ringway_sip::proxy::sendable(&to));
-            n += 1;
-        });
-        assert!(n <= 2);
-        worker.on_timer(40_000_000_000, &mut |_, _| {});
+        let mut guard = Guarded::new(p);
+        assert!(guard.handle(i as u64, addr(UAC), data) <= 2);
+        assert!(guard.handle(i as u64 + 1, addr(UAS), data) <= 2);
+        guard.on_timer(40_000_000_000);
     }
 }
 
+/// Stateless and stateful, without and with digest authentication.
 fn proxies() -> Vec<Proxy> {
     [Mode::Stateless, Mode::Stateful]
         .into_iter()
-        .map(|mode| {
-            Proxy::new(ProxyConfig {
+        .flat_map(|mode| [(mode, false), (mode, true)])
+        .map(|(mode, auth)| {
+            let mut proxy = Proxy::new(ProxyConfig {
                 mode,
                 local: addr(PROXY),
                 route_to: Some(addr(UAS)),
@@ -153,8 +157,16 @@ fn proxies() -> Vec<Proxy> {
                 record_route: true,
                 max_transactions: 64,
                 domains: vec!["example.com".into()],
+                auth: auth.then(|| AuthConfig {
+                    key: NonceKey([1; 32]),
+                    ..AuthConfig::default()
+                }),
                 ..ProxyConfig::default()
-            })
+            });
+            let mut users = HtdigestCredentials::default();
+            users.add_password("alice", "example.com", "secret");
+            proxy.set_credentials(std::sync::Arc::new(users));
+            proxy
         })
         .collect()
 }

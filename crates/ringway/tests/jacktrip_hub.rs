@@ -43,6 +43,24 @@ impl Drop for Procs {
     }
 }
 
+/// JACK's server registry (/dev/shm/jack-shm-registry, 8 entries) keeps the
+/// entries of servers that were killed; servers of other names cannot reuse
+/// them ("Too many servers already active"). When no jackd runs on this
+/// machine every entry is stale, and the registry is removed.
+fn clear_stale_jack_registry() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let running = Command::new("pgrep")
+            .args(["-x", "jackd"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !running {
+            let _ = std::fs::remove_file("/dev/shm/jack-shm-registry");
+        }
+    });
+}
+
 /// Polls `ready` every 100 ms until it holds or `secs` pass (a loaded
 /// machine starts jackd and the clients slowly; fixed sleeps made this flaky).
 fn wait_until(secs: u64, mut ready: impl FnMut() -> bool) -> bool {
@@ -128,6 +146,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
     // holds at most 8 of them; an entry whose server died is reused only by a
     // server of the same name. So the names are fixed (not per process), and
     // each session (the tests run in parallel) has its own.
+    clear_stale_jack_registry();
     static SESSION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let tag = format!(
         "rwjt{}",
@@ -261,9 +280,22 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             .spawn()
             .unwrap()
         };
+        // jack_rec can hang when its server stalls: never wait for it
+        // longer than its 3 s recording plus a margin.
+        let finish = |mut r: Child| {
+            let end = std::time::Instant::now() + Duration::from_secs(20);
+            while std::time::Instant::now() < end {
+                if r.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = r.kill();
+            let _ = r.wait();
+        };
         let recorders: Vec<Child> = (0..n).map(record).collect();
-        for mut r in recorders {
-            r.wait().unwrap();
+        for r in recorders {
+            finish(r);
         }
         // jack_rec sometimes fails to open its client while the machine is
         // loaded ("Cannot open jackrec client"): record that client again.
@@ -274,7 +306,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             }
             eprintln!("jack_rec retry {attempt} for clients {missing:?}");
             for i in missing {
-                record(i).wait().unwrap();
+                finish(record(i));
             }
         }
         for (i, p) in recs.iter().enumerate() {

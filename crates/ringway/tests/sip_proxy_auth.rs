@@ -123,6 +123,9 @@ fn register_challenged_authenticated_owned_and_replays_refused() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--workers",
@@ -238,6 +241,9 @@ fn calls_answer_407_in_both_modes() {
                 &[
                     "--listen",
                     "127.0.0.1:5060",
+                    // Every UA of this test bed is on loopback (docs/security.md).
+                    "--relay",
+                    "127.0.0.0/8",
                     "--mode",
                     mode,
                     "--domain",

@@ -32,6 +32,9 @@ fn run(
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 mode,
                 "--workers",

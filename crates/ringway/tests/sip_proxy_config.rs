@@ -25,7 +25,15 @@ fn proxy_starts_from_the_sample_and_registers_with_its_users() {
         let proxy = start_proxy(
             &mut procs,
             dir.path(),
-            &["--config", &sample, "--auth-algorithm", "md5"],
+            &[
+                "--config",
+                &sample,
+                "--auth-algorithm",
+                "md5",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
+            ],
         );
         let args = strings(&[
             "127.0.0.1:5060",

@@ -21,6 +21,9 @@ fn metrics_endpoint_serves_histograms_and_counters() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--metrics",
                 "127.0.0.1:9464",
                 "--tx-stamp-every",
@@ -102,6 +105,9 @@ fn metrics_pass_promtool_with_auth_and_flood() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--metrics",

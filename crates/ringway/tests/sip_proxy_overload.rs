@@ -37,6 +37,9 @@ fn flood_is_bounded_accounted_and_recovers() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--workers",
                 "1",
                 "--rx-model",
@@ -121,6 +124,9 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--max-transactions",

@@ -69,6 +69,9 @@ fn proxy_output_is_well_formed_sip_in_tshark() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--workers",

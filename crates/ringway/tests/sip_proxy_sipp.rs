@@ -19,7 +19,8 @@ fn calls_through(proxy_args: &'static [&'static str]) -> (serde_json::Value, Sip
     netns(move || {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Procs::default();
-        let mut args = vec!["--listen", "127.0.0.1:5060"];
+        // Every UA of this test bed is on loopback (docs/security.md).
+        let mut args = vec!["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
         args.extend_from_slice(proxy_args);
         let p = start_proxy(&mut procs, dir.path(), &args);
         spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
@@ -141,6 +142,9 @@ fn sipp_register_then_invite_via_registrar() {
             &[
                 "--listen",
                 "127.0.0.1:5060",
+                // Every UA of this test bed is on loopback (docs/security.md).
+                "--relay",
+                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--registrar",

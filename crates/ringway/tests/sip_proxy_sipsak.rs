@@ -30,7 +30,15 @@ fn sipsak_options_200_and_max_forwards_zero_483() {
         let p = start_proxy(
             &mut procs,
             dir.path(),
-            &["--listen", "127.0.0.1:5060", "--mode", "stateless"],
+            // Every UA of this test bed is on loopback (docs/security.md).
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--relay",
+                "127.0.0.0/8",
+                "--mode",
+                "stateless",
+            ],
         );
         // OPTIONS addressed to the proxy itself: it answers.
         let options = sipsak(&["-s", "sip:127.0.0.1:5060", "-H", "127.0.0.1", "-vv"]);

@@ -250,6 +250,12 @@ fn torture_messages_get_manifest_handling() {
             &[
                 "--listen",
                 PROXY,
+                // The peers of this test bed are on loopback; the RFC 5118
+                // messages name IPv6 targets (the private namespace has no
+                // route to them: forwarded or unreachable, as the manifest
+                // allows).
+                "--relay",
+                "127.0.0.0/8,::/0",
                 "--mode",
                 "stateless",
                 "--route-to",

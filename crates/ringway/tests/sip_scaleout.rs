@@ -135,6 +135,9 @@ fn proxy(procs: &mut Procs, dir: &Path, listen: &str, url: &str) -> ProxyProc {
         &[
             "--listen",
             listen,
+            // Every UA of this test bed is on loopback (docs/security.md).
+            "--relay",
+            "127.0.0.0/8",
             "--mode",
             "stateful",
             "--registrar",
@@ -322,7 +325,11 @@ fn call_alice(procs: &mut Procs, dir: &Path, remote: &str, calls: u32, name: &st
 
 /// The registrar's binding of alice as Redis holds it.
 fn stored_binding(redis: &Redis) -> String {
-    redis.cli(&["HGET", "rw:loc:{alice}", &format!("sip:alice@{UAS}")])
+    redis.cli(&[
+        "HGET",
+        "rw:loc:{alice@ringway.test}",
+        &format!("sip:alice@{UAS}"),
+    ])
 }
 
 #[test]
@@ -453,7 +460,10 @@ fn a_binding_expires_on_time() {
         ));
         let registered = Instant::now();
         // Both keys expire with the binding (plus 10 s slack in Redis).
-        let ttl: i64 = redis.cli(&["PTTL", "rw:exp:{alice}"]).parse().unwrap();
+        let ttl: i64 = redis
+            .cli(&["PTTL", "rw:exp:{alice@ringway.test}"])
+            .parse()
+            .unwrap();
         assert!((3_000..=13_000).contains(&ttl), "PTTL {ttl}");
         // Within its lifetime (3 s from Redis's clock at the REGISTER):
         // reachable through B.
@@ -465,7 +475,7 @@ fn a_binding_expires_on_time() {
         std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
         let gone = failing_invite_scenario(dir.path(), 404);
         assert!(sipp_once(&mut procs, dir.path(), PROXIES[1], UAC, &gone));
-        let live = redis.cli(&["ZRANGEBYSCORE", "rw:exp:{alice}", "(1", "+inf"]);
+        let live = redis.cli(&["ZRANGEBYSCORE", "rw:exp:{alice@ringway.test}", "(1", "+inf"]);
         assert!(!live.is_empty(), "the index still holds the expired entry");
         // A REGISTER prunes it first: the same Call-ID with a lower CSeq
         // is no longer out of order (the expired binding is gone).
@@ -499,6 +509,10 @@ fn redis_restarted_mid_run_bindings_survive_and_registrations_resume() {
             "127.0.0.1:5073",
             &reg
         ));
+        // B looks alice up once, so the store thread her AOR hashes to
+        // holds a connection that the restart then breaks.
+        let before = call_alice(&mut procs, dir.path(), PROXIES[1], 1, "before-kill");
+        assert_eq!(before.successful, 1);
         // Redis dies: REGISTER gets 500 with Retry-After, calls 480.
         redis.kill();
         let refused = register_scenario(dir.path(), "reg-rs", 2, 60, 500);
@@ -583,13 +597,13 @@ fn a_reply_of_the_wrong_shape_is_counted_and_treated_as_unreachable() {
         // Someone else's data where alice's binding should be.
         redis.cli(&[
             "HSET",
-            "rw:loc:{alice}",
+            "rw:loc:{alice@ringway.test}",
             "sip:alice@127.0.0.1:5072",
             "not json",
         ]);
         redis.cli(&[
             "ZADD",
-            "rw:exp:{alice}",
+            "rw:exp:{alice@ringway.test}",
             "99999999999999",
             "sip:alice@127.0.0.1:5072",
         ]);
@@ -644,6 +658,8 @@ fn start_dispatch(procs: &mut Procs, dir: &Path, listen: &str) -> DispatchProc {
     let summary = dir.join("dispatch-summary.json");
     let mut c = Command::new(ringway());
     c.args(["sip", "dispatch", "--listen", listen]);
+    // The UAs the proxies call back through the dispatcher are on loopback.
+    c.args(["--relay", "127.0.0.0/8"]);
     for p in PROXIES {
         c.args(["--proxy", p]);
     }

@@ -425,7 +425,9 @@ fn start_proxy(
                     .arg(&tools.ringway)
                     .args(["sip", "proxy"]);
             }
+            // The generator's UAS is on loopback: relayed to explicitly.
             cmd.args(["--listen", PROXY_ADDR, "--mode", &spec.mode])
+                .args(["--relay", "127.0.0.0/8"])
                 .args(["--workers", &spec.workers.to_string()])
                 .args(["--backend", spec.backend.name()])
                 .args(["--duration", &format!("{}", spec.duration_s + 120.0)])

@@ -54,6 +54,10 @@ pub struct DispatchServerConfig {
     pub probe_failures: u32,
     /// Record-Route dialog-creating requests.
     pub record_route: bool,
+    /// Destinations beyond the proxies requests may go to (`none`, `any`
+    /// or networks; see `ringway_sip::relay`): loopback, link-local and
+    /// our own IP only when a network names them.
+    pub relay: ringway_sip::RelayNets,
 }
 
 impl Default for DispatchServerConfig {
@@ -67,6 +71,7 @@ impl Default for DispatchServerConfig {
             probe_interval_ms: 500,
             probe_failures: 3,
             record_route: true,
+            relay: ringway_sip::RelayNets::None,
         }
     }
 }
@@ -203,7 +208,8 @@ impl DispatchServer {
             probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
             probe_failures: config.probe_failures,
             record_route: config.record_route,
-            secret: u64::from_ne_bytes(host::random_bytes()?),
+            secret: host::random_bytes()?,
+            relay: config.relay.clone(),
         });
         let backend = config.backend;
         let shared = Arc::new(Shared {
@@ -510,6 +516,12 @@ fn render(shared: &Shared) -> String {
         "Requests answered 503 because no proxy was in.",
         &[],
         s.no_proxy,
+    );
+    p.counter(
+        "ringway_dispatch_relay_refused_total",
+        "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+        &[],
+        s.relay_refused,
     );
     for (reason, n) in &s.drops {
         p.counter(

@@ -96,31 +96,52 @@ fn answer(mut s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()>
             );
         }
     }
-    let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    match (parts.next(), parts.next()) {
-        (Some("GET"), Some("/metrics")) => respond(
+    match route(&buf) {
+        Route::Metrics => respond(
             &mut s,
             deadline,
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
             &render(),
         ),
-        (Some("GET"), Some(_)) => respond(
+        Route::NotFound => respond(
             &mut s,
             deadline,
             "404 Not Found",
             "text/plain",
             "try /metrics\n",
         ),
-        _ => respond(
+        Route::BadRequest => respond(
             &mut s,
             deadline,
             "400 Bad Request",
             "text/plain",
             "bad request\n",
         ),
+    }
+}
+
+/// What a request head asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET` of anything else.
+    NotFound,
+    /// Not a `GET` request line.
+    BadRequest,
+}
+
+/// Read the request line of `head` (the bytes received, at most
+/// [`MAX_REQUEST`] and a bit).
+pub(crate) fn route(head: &[u8]) -> Route {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    match (parts.next(), parts.next()) {
+        (Some("GET"), Some("/metrics")) => Route::Metrics,
+        (Some("GET"), Some(_)) => Route::NotFound,
+        _ => Route::BadRequest,
     }
 }
 

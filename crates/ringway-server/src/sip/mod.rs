@@ -50,7 +50,9 @@ use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, Rx
 use ringway_io::{SocketConfig, SocketReport};
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::MemoryStore;
-use ringway_sip::{AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy};
+use ringway_sip::{
+    AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy, RelayNets,
+};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -91,6 +93,11 @@ pub struct SipServerConfig {
     pub workers: usize,
     /// Send every request not addressed elsewhere to this next hop.
     pub route_to: Option<SocketAddr>,
+    /// Destinations any request may be relayed to, authenticated or not
+    /// (`none`: only `route_to`, bindings, signed dialogs and
+    /// authenticated users' targets; `any`; or networks). Loopback,
+    /// link-local and our own IP only when a network names them.
+    pub relay: RelayNets,
     /// Act as registrar for the served domains.
     pub registrar: bool,
     /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
@@ -179,6 +186,7 @@ impl Default for SipServerConfig {
             mode: Mode::Stateless,
             workers: 1,
             route_to: None,
+            relay: RelayNets::None,
             registrar: false,
             record_route: true,
             backend: BackendKind::Mmsg,
@@ -217,7 +225,7 @@ impl Default for SipServerConfig {
 }
 
 /// Default of [`SipServerConfig::overload_queue_delay_ms`].
-pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 20;
+pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 0;
 
 impl SipServerConfig {
     /// Reject inconsistent settings, naming the field.
@@ -361,6 +369,7 @@ impl SipServerConfig {
                 ipv6_prefix: self.flood_ipv6_prefix,
                 seed,
             }),
+            relay: self.relay.clone(),
         }
     }
 
@@ -590,7 +599,10 @@ impl SipServer {
                         .map_err(ServerError::Config)?;
                     stores.push(Arc::new(store));
                 }
-                if let Err(e) = stores[0].ping() {
+                // Every store thread's connection is made now (which AORs
+                // a thread serves depends on the random channel seed, so
+                // none may be left to connect on its first query).
+                if let Some(e) = stores.iter().find_map(|store| store.ping().err()) {
                     log::warn!(
                         "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
@@ -615,6 +627,8 @@ impl SipServer {
         if let Some(credentials) = credentials {
             proxy.set_credentials(Arc::new(credentials));
         }
+        // Hashes and MACs we put on the wire: unpredictable (S19).
+        proxy.set_secret(host::random_bytes()?);
         let store_threads = store_ends.as_ref().map_or(0, |ends| ends.stores.len());
         let shared = Arc::new(Shared {
             slots: (0..config.workers + 1 + store_threads)

@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 22] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 23] {
     [
         (
             "ringway_sip_core_requests_received_total",
@@ -91,6 +91,11 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 22] 
             "ringway_sip_auth_replays_total",
             "Replayed credentials answered with a new challenge.",
             stats.auth_replays,
+        ),
+        (
+            "ringway_sip_relay_refused_total",
+            "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+            stats.relay_refused,
         ),
         (
             "ringway_sip_flood_blocks_total",

@@ -173,6 +173,8 @@ pub struct ConfigView {
     pub rx_model: RxModel,
     /// Next hop.
     pub route_to: Option<SocketAddr>,
+    /// Relay networks (`none`, `any` or a CIDR list).
+    pub relay: String,
     /// Registrar on.
     pub registrar: bool,
     /// Record-Route on.
@@ -307,6 +309,7 @@ pub(super) fn build(
             backend: config.backend.to_string(),
             rx_model: config.rx_model,
             route_to: config.route_to,
+            relay: config.relay.to_string(),
             registrar: config.registrar,
             record_route: config.record_route,
             batch: config.batch,

@@ -89,12 +89,18 @@ impl Member {
     }
 }
 
-/// `(member index, sequence)` of a probe's Call-ID `rwprobe-I-S@...`.
-pub(super) fn parse_probe_call_id(call_id: &str) -> Option<(usize, u64)> {
-    let rest = call_id.strip_prefix(PROBE_TAG)?.strip_prefix('-')?;
-    let (index, rest) = rest.split_once('-')?;
-    let seq = rest.split('@').next()?;
-    Some((index.parse().ok()?, seq.parse().ok()?))
+/// `(member index, sequence, nonce)` of a probe id `rwprobe-I-S-NONCE`
+/// (its branch after the magic cookie; its Call-ID before the `@`).
+pub(super) fn parse_probe_id(id: &str) -> Option<(usize, u64, u64)> {
+    let rest = id.strip_prefix(PROBE_TAG)?.strip_prefix('-')?;
+    let mut parts = rest.split('@').next()?.splitn(3, '-');
+    let index = parts.next()?.parse().ok()?;
+    let seq = parts.next()?.parse().ok()?;
+    let nonce = parts.next()?;
+    if nonce.len() != 16 {
+        return None;
+    }
+    Some((index, seq, u64::from_str_radix(nonce, 16).ok()?))
 }
 
 #[cfg(test)]
@@ -116,7 +122,11 @@ mod tests {
         assert_eq!(m.downs.load(Ordering::Relaxed), 1);
         assert!(m.probe_answered(s, 404, 3), "any answer but 408/5xx");
         assert!(m.is_alive());
-        assert_eq!(parse_probe_call_id("rwprobe-2-17@192.0.2.5"), Some((2, 17)));
-        assert_eq!(parse_probe_call_id("call-2-17@192.0.2.5"), None);
+        assert_eq!(
+            parse_probe_id("rwprobe-2-17-00000000000000ff@192.0.2.5"),
+            Some((2, 17, 255))
+        );
+        assert_eq!(parse_probe_id("rwprobe-2-17"), None);
+        assert_eq!(parse_probe_id("call-2-17-00000000000000ff"), None);
     }
 }

@@ -5,7 +5,10 @@
 //! (only its share moves), and a REGISTER gets our Path (RFC 3327) so that
 //! whichever proxy later looks the user up sends the call back through us.
 //!
-//! Per request, after popping our own Route values (we Record-Route):
+//! Per request, after popping our own Route values (we Record-Route; all
+//! of them in one pass):
+//! - an initial request (no To tag) from outside loses its preloaded
+//!   Routes and goes to a proxy, whatever they said;
 //! - a Route left: forward to it (an IP literal; a proxy that
 //!   Record-Routed, or us again later);
 //! - no Route left and the request comes from one of our proxies: forward
@@ -16,9 +19,19 @@
 //!   dialog-creating requests and our Path on REGISTER; `503` with
 //!   `Retry-After` when none is in.
 //!
+//! The relay policy ([`crate::relay`]) has the last word on every next
+//! hop: from outside, only our proxies (and the relay networks); from a
+//! proxy (which applied its own policy), anywhere but loopback, link-local
+//! and our own addresses unless the relay networks name them. A request
+//! from a proxy's address is trusted: the network between the dispatcher
+//! and its proxies must not let others use those addresses (anti-spoofing
+//! at the edge, docs/security.md).
+//!
 //! An OPTIONS for us gets `200` (health checks of the dispatcher itself).
-//! Responses lose our Via and go to the next one (RFC 3261 16.11); the
-//! answers to our probes are absorbed. The dispatcher keeps no transaction
+//! Responses lose our Via and go to the next one (RFC 3261 16.11) if our
+//! branch's MAC says the request came from there (a forged response is
+//! not reflected); the answers to our probes are absorbed, counted only if
+//! they echo the probe's unguessable nonce. The dispatcher keeps no transaction
 //! or dialog: a proxy's in-flight transactions and dialogs die with it
 //! (every system surveyed accepts that); a retransmission after it went
 //! out is hashed to a live proxy. Nothing is resolved by DNS.
@@ -27,11 +40,12 @@ mod health;
 pub mod rendezvous;
 
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
-use crate::hash::Hash64;
+use crate::hash::{Hash64, MacKey};
 use crate::msg::{Method, SipMsg};
 use crate::proxy::{sendable, Action, DropReason, MsgLabel, Outcome};
+use crate::relay::{Grant, Refusal, RelayNets, RelayPolicy};
 use crate::uri::{host_ip, SipUri};
-use health::{parse_probe_call_id, Member, PROBE_TAG};
+use health::{parse_probe_id, Member, PROBE_TAG};
 use serde::Serialize;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -52,9 +66,14 @@ pub struct DispatchConfig {
     /// Record-Route dialog-creating requests (in-dialog requests then come
     /// through us: the UA only ever talks to the dispatcher).
     pub record_route: bool,
-    /// Key of our branches and To tags (a driver passes a random one, so
-    /// they cannot be predicted from our address).
-    pub secret: u64,
+    /// Key of our branches, To tags, branch MACs and probe nonces (a
+    /// driver passes random bytes, so they cannot be predicted or forged).
+    pub secret: [u8; 32],
+    /// Destinations beyond our proxies requests may go to
+    /// ([`crate::relay`]): from outside, a request goes to a proxy unless
+    /// these say otherwise; a proxy's request may go anywhere but
+    /// loopback, link-local and our own IP unless these name them.
+    pub relay: RelayNets,
 }
 
 impl Default for DispatchConfig {
@@ -65,7 +84,8 @@ impl Default for DispatchConfig {
             probe_interval: 500_000_000,
             probe_failures: 3,
             record_route: true,
-            secret: 0xD15,
+            secret: [0xD1; 32],
+            relay: RelayNets::None,
         }
     }
 }
@@ -91,6 +111,9 @@ pub struct DispatchStats {
     pub probe_answers: u64,
     /// Requests answered `503` because no proxy was in.
     pub no_proxy: u64,
+    /// Requests whose next hop the relay policy refused (403/482, an ACK
+    /// or CANCEL dropped).
+    pub relay_refused: u64,
     /// Responses we generated, by code.
     pub responses_generated: std::collections::BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -123,6 +146,7 @@ struct Counters {
     probes_sent: AtomicU64,
     probe_answers: AtomicU64,
     no_proxy: AtomicU64,
+    relay_refused: AtomicU64,
     responses_generated: Mutex<std::collections::BTreeMap<u16, u64>>,
     drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
@@ -142,6 +166,10 @@ pub struct Dispatcher {
     uri: String,
     /// Seed of our branches.
     secret: u64,
+    /// Key of our branch MACs and probe nonces.
+    mac_key: MacKey,
+    /// Where requests may go.
+    relay: RelayPolicy,
     /// Next probe round (ns; 0: at once).
     next_probe: AtomicU64,
     counters: Counters,
@@ -161,10 +189,16 @@ impl Dispatcher {
     /// A dispatcher in front of `config.proxies`.
     pub fn new(config: DispatchConfig) -> Dispatcher {
         let sent_by = config.local.to_string();
+        let mut seed = [0u8; 8];
+        seed.copy_from_slice(&config.secret[..8]);
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&config.secret[16..]);
         Dispatcher {
             members: config.proxies.iter().map(|&a| Member::new(a)).collect(),
             uri: format!("sip:{sent_by};lr"),
-            secret: Hash64::new(config.secret).str(&sent_by).finish(),
+            secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
+            mac_key: MacKey::new(key),
+            relay: RelayPolicy::new(config.local, config.proxies.clone(), config.relay.clone()),
             sent_by,
             next_probe: AtomicU64::new(0),
             counters: Counters::default(),
@@ -220,6 +254,7 @@ impl Dispatcher {
             probes_sent: get(&c.probes_sent),
             probe_answers: get(&c.probe_answers),
             no_proxy: get(&c.no_proxy),
+            relay_refused: get(&c.relay_refused),
             responses_generated: c
                 .responses_generated
                 .lock()
@@ -279,12 +314,16 @@ impl Dispatcher {
                     .map(|ip| SocketAddr::new(ip, u.port.unwrap_or(5060)))
             })
         };
-        if let Some(route) = msg.routes().nth(popped) {
+        let from_member = self.member_at(src).is_some();
+        // Preloaded Routes of an initial request from outside are ignored
+        // (and removed): a proxy routes it.
+        let preloaded = !from_member && msg.to_tag().is_none();
+        if let Some(route) = msg.routes().nth(popped).filter(|_| !preloaded) {
             return uri_address(route.uri)
                 .map(Next::Route)
                 .ok_or((404, "Not Found - Route Not An Address"));
         }
-        if self.member_at(src).is_some() {
+        if from_member {
             return msg
                 .request_uri()
                 .and_then(uri_address)
@@ -297,10 +336,32 @@ impl Dispatcher {
             .ok_or((503, "Service Unavailable - No Proxy"))
     }
 
+    /// The MAC in our branch of a request with branch hash `hash` whose
+    /// responses go to `upstream`.
+    fn upstream_mac(&self, hash: u64, upstream: SocketAddr) -> u64 {
+        self.mac_key
+            .mac()
+            .u64(0xD15)
+            .u64(hash)
+            .addr(upstream)
+            .finish()
+    }
+
+    /// The nonce of probe `seq` to proxy `index`.
+    fn probe_nonce(&self, index: usize, seq: u64) -> u64 {
+        self.mac_key
+            .mac()
+            .u64(0x9B0BE)
+            .u64(index as u64)
+            .u64(seq)
+            .finish()
+    }
+
     /// Our branch for a request whose top Via is `top` (the same for its
     /// retransmissions, its CANCEL and the ACK of a non-2xx: RFC 3261
-    /// 16.11 asks a stateless proxy for exactly that).
-    fn branch(&self, msg: &SipMsg<'_>, buf: &mut [u8; 40]) -> usize {
+    /// 16.11 asks a stateless proxy for exactly that), with the MAC of
+    /// where its responses go (`upstream`): `z9hG4bKrwd<16 hex>.<16 hex>`.
+    fn branch(&self, msg: &SipMsg<'_>, upstream: SocketAddr, buf: &mut [u8; 48]) -> usize {
         let mut h = Hash64::new(self.secret);
         match msg.top_via() {
             Some(via) if via.has_cookie() => {
@@ -313,9 +374,37 @@ impl Dispatcher {
                     .u64(u64::from(msg.cseq().map_or(0, |c| c.0)));
             }
         }
+        let hash = h.finish();
         let mut cursor = std::io::Cursor::new(&mut buf[..]);
-        let _ = write!(cursor, "z9hG4bKrwd{:016x}", h.finish());
+        let _ = write!(
+            cursor,
+            "{BRANCH_PREFIX}{hash:016x}.{:016x}",
+            self.upstream_mac(hash, upstream)
+        );
         cursor.position() as usize
+    }
+
+    /// `(hash, mac)` of one of our branches.
+    fn parse_branch(branch: &str) -> Option<(u64, u64)> {
+        let rest = branch.strip_prefix(BRANCH_PREFIX)?;
+        let (hash, mac) = rest.split_once('.')?;
+        let hex = |s: &str| {
+            (s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| u64::from_str_radix(s, 16).ok())
+                .flatten()
+        };
+        Some((hex(hash)?, hex(mac)?))
+    }
+}
+
+/// Our branches start with this.
+const BRANCH_PREFIX: &str = "z9hG4bKrwd";
+
+impl Dispatcher {
+    /// Whether `upstream` (from `src`) is where responses may go: never our
+    /// own address.
+    fn own(&self, to: SocketAddr) -> bool {
+        to == self.config.local
     }
 }
 
@@ -370,10 +459,12 @@ impl DispatchWorker<'_> {
         let mut sent = 0;
         for (index, member) in d.members.iter().enumerate() {
             let seq = member.next_probe(d.config.probe_failures);
+            // Unguessable without our key: a spoofed answer cannot name it.
+            let nonce = d.probe_nonce(index, seq);
             let probe = format!(
-                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {us};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}\r\n\
+                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {us};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}\r\n\
 Max-Forwards: 70\r\nFrom: <sip:dispatch@{us}>;tag={PROBE_TAG}\r\nTo: <sip:{to}>\r\n\
-Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
+Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
                 to = member.identity,
                 us = d.sent_by,
             );
@@ -419,14 +510,15 @@ Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length
         if !ours {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
-        if top
+        if let Some(probe) = top
             .branch
-            .is_some_and(|b| b.get(7..).is_some_and(|b| b.starts_with(PROBE_TAG)))
+            .and_then(|b| b.get(7..))
+            .filter(|b| b.starts_with(PROBE_TAG))
         {
-            let probe = msg.call_id().and_then(parse_probe_call_id);
-            if let Some((index, seq)) = probe {
+            if let Some((index, seq, nonce)) = parse_probe_id(probe) {
                 let from_it = d.members.get(index).is_some_and(|m| m.address == src);
-                if from_it && code >= 200 {
+                let genuine = nonce == d.probe_nonce(index, seq);
+                if from_it && genuine && code >= 200 {
                     d.members[index].probe_answered(seq, code, d.config.probe_failures);
                     add(&d.counters.probe_answers);
                 }
@@ -436,10 +528,16 @@ Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length
                 action: Action::Absorbed,
             };
         }
+        let Some((hash, mac)) = top.branch.and_then(Dispatcher::parse_branch) else {
+            return self.dropped(label, DropReason::ResponseNotOurs);
+        };
         let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
-        if !sendable(&to) {
+        if d.upstream_mac(hash, to) != mac {
+            return self.dropped(label, DropReason::ResponseNotOurs);
+        }
+        if !sendable(&to) || d.own(to) {
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
         self.scratch.clear();
@@ -523,39 +621,53 @@ Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length
             }
         };
         let to = match next {
-            Next::Proxy(index) => {
-                let member = &d.members[index];
-                add(&member.requests);
-                add(&d.counters.requests_dispatched);
-                member.address
-            }
-            Next::Route(to) => {
-                add(&d.counters.requests_routed);
-                to
-            }
-            Next::RequestUri(to) => {
-                add(&d.counters.requests_to_uri);
-                to
-            }
+            Next::Proxy(index) => d.members[index].address,
+            Next::Route(to) | Next::RequestUri(to) => to,
         };
-        if !sendable(&to) {
-            return self.dropped(label, DropReason::ForbiddenDestination);
+        // A proxy applied its own policy to what it sends us.
+        let from_member = d.member_at(src).is_some();
+        let grant = if from_member {
+            Grant::Authenticated
+        } else {
+            Grant::None
+        };
+        if let Err(refusal) = d.relay.check(to, grant) {
+            if refusal == Refusal::Unsendable {
+                return self.dropped(label, DropReason::ForbiddenDestination);
+            }
+            add(&d.counters.relay_refused);
+            if matches!(method, Method::Ack | Method::Cancel) {
+                return self.dropped(label, DropReason::NotRelayed);
+            }
+            return match refusal {
+                Refusal::OwnAddress => respond(self, 482, "Loop Detected", out),
+                _ => respond(self, 403, "Forbidden - Not Relaying", out),
+            };
+        }
+        match next {
+            Next::Proxy(index) => {
+                add(&d.members[index].requests);
+                add(&d.counters.requests_dispatched);
+            }
+            Next::Route(_) => add(&d.counters.requests_routed),
+            Next::RequestUri(_) => add(&d.counters.requests_to_uri),
         }
         let dialog_creating = matches!(
             method,
             Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
         ) && msg.to_tag().is_none();
-        let mut branch = [0u8; 40];
-        let branch_len = d.branch(msg, &mut branch);
+        let mut branch = [0u8; 48];
+        let branch_len = d.branch(msg, upstream, &mut branch);
         let branch = std::str::from_utf8(&branch[..branch_len]).unwrap_or("z9hG4bKrwd");
+        // received/rport from the real source, replacing the sender's.
         let ip_text = msg
             .top_via()
-            .filter(|via| host_ip(via.host) != Some(src.ip()))
+            .filter(|via| via.received.is_some() || host_ip(via.host) != Some(src.ip()))
             .map(|_| src.ip().to_string());
         let received = ip_text.as_deref();
         let rport = msg
             .top_via()
-            .filter(|via| via.rport_flag && via.rport.is_none())
+            .filter(|via| via.rport_flag)
             .map(|_| src.port());
         let edits = RequestEdits {
             via: Some(ViaEdit {
@@ -571,21 +683,20 @@ Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length
             rport,
             ..RequestEdits::default()
         };
-        // Pop our Route values: one by the edit, the rest are never more
-        // than one here in practice (two only when we Record-Routed both
-        // legs of a spiral and the UA sends us both on top).
+        // Pop our Route values (all at once), and an initial request's
+        // preloaded ones from outside.
+        let pop_routes = if !from_member && msg.to_tag().is_none() {
+            msg.routes().count()
+        } else {
+            popped
+        };
         let edits = RequestEdits {
-            pop_route: popped > 0,
+            pop_routes,
             ..edits
         };
         self.scratch.clear();
-        let result = if popped > 1 {
-            pop_more_routes(msg, &edits, popped, &mut self.scratch)
-        } else {
-            forward_request(msg, &edits, &mut self.scratch).map(|_| ())
-        };
-        match result {
-            Ok(()) => {
+        match forward_request(msg, &edits, &mut self.scratch) {
+            Ok(_) => {
                 out(to, &self.scratch);
                 Outcome {
                     label,
@@ -596,30 +707,4 @@ Call-ID: {PROBE_TAG}-{index}-{seq}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length
             Err(_) => self.dropped(label, DropReason::MalformedRequest),
         }
     }
-}
-
-/// Forward `msg` with `edits` and `popped` Route values of ours removed
-/// from the top (the edit removes one; the others go by re-editing the
-/// result).
-fn pop_more_routes(
-    msg: &SipMsg<'_>,
-    edits: &RequestEdits<'_>,
-    popped: usize,
-    out: &mut Vec<u8>,
-) -> Result<(), crate::edit::EditError> {
-    let mut current = Vec::new();
-    forward_request(msg, edits, &mut current)?;
-    for _ in 1..popped {
-        let parsed = SipMsg::parse(&current).map_err(|_| crate::edit::EditError::NoRoute)?;
-        let pop = RequestEdits {
-            pop_route: true,
-            ..RequestEdits::default()
-        };
-        let mut next = Vec::new();
-        forward_request(&parsed, &pop, &mut next)?;
-        current = next;
-    }
-    out.clear();
-    out.extend_from_slice(&current);
-    Ok(())
 }

@@ -9,10 +9,15 @@
 //! - a request neither from nor to our domains is refused (`403 Not
 //!   Relaying`, as Kamailio's default configuration does), so that
 //!   changing the From domain does not turn the proxy into an open relay;
-//! - never challenged: ACK and CANCEL (they cannot be, RFC 3261 22.1),
-//!   requests inside a dialog we Record-Routed (To tag and our Route on
-//!   top), OPTIONS to the proxy itself (keep-alives), and requests from
-//!   other domains to ours (incoming calls).
+//! - never challenged: ACK and CANCEL (they cannot be, RFC 3261 22.1; the
+//!   relay policy then decides where they may go), requests inside a
+//!   dialog we Record-Routed (To tag and our Route on top carrying our
+//!   signature for that dialog), OPTIONS to the proxy itself
+//!   (keep-alives), and requests from other domains to ours (incoming
+//!   calls).
+//!
+//! Identities are compared canonically: the From host is ours whatever
+//! its port or a trailing dot, users are compared percent-decoded.
 //!
 //! Verification: credentials for our realm that do not parse get `400`; a
 //! digest-uri other than the Request-URI gets `400` (RFC 2617 3.2.2.5);
@@ -21,7 +26,10 @@
 //! realm, forged) gets a new challenge; an unknown user or a wrong
 //! response gets `403`; a correct response with an expired nonce gets a
 //! new challenge with `stale=true`; a (nonce, nc) already used by another
-//! request gets a new challenge (the same request retransmitted passes).
+//! request gets a new challenge (the same request, byte for byte, from the
+//! same source, retransmitted, passes; a copy from elsewhere does not).
+//! An unknown user costs the same hashing as a known one (a dummy HA1), so
+//! the time to answer does not tell which users exist.
 
 use super::outcome::Action;
 use super::routing::{RoutePlan, Target};
@@ -137,21 +145,21 @@ impl Proxy {
         let msg = request.msg;
         if matches!(request.method, Method::Ack | Method::Cancel)
             || matches!(target, Target::OptionsToUs)
-            || (msg.to_tag().is_some() && plan.pop_route)
+            || plan.signed
         {
             return Ok(None);
         }
         let realm_of = |host: &str| {
             auth.realm
                 .clone()
-                .unwrap_or_else(|| host.to_ascii_lowercase())
+                .unwrap_or_else(|| host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase())
         };
         if matches!(target, Target::Register) {
             let host = msg.to().and_then(|to| to.sip_uri()).map_or("", |u| u.host);
             return Ok(Some((Challenge::Www, realm_of(host))));
         }
         if let Some(from) = msg.from().and_then(|from| from.sip_uri()) {
-            if self.host_is_ours(from.host, from.port) {
+            if self.is_our_host(from.host) {
                 return Ok(Some((Challenge::Proxy, realm_of(from.host))));
             }
         }
@@ -235,8 +243,21 @@ impl Proxy {
         {
             Some(Ok(Some(ha1))) => ha1,
             Some(Err(_)) => return Verdict::Refuse(500, "Server Internal Error - Credentials"),
-            // Unknown user: the same answer as a wrong password.
-            Some(Ok(None)) | None => return Verdict::Refuse(403, "Forbidden"),
+            // Unknown user: the same answer as a wrong password, after the
+            // same work (a response computed from a dummy HA1).
+            Some(Ok(None)) | None => {
+                let dummy = "0".repeat(algorithm.hex_len());
+                let expected = algorithm.response(
+                    &dummy,
+                    credentials.nonce,
+                    nc_text,
+                    cnonce,
+                    request.method.as_str(),
+                    credentials.uri,
+                );
+                std::hint::black_box(expected.matches(credentials.response));
+                return Verdict::Refuse(403, "Forbidden");
+            }
         };
         let method = request.method.as_str();
         let expected = algorithm.response(
@@ -256,7 +277,15 @@ impl Proxy {
                 replay: false,
             };
         }
-        match auth.replays.check(id, nc, request.keys.transaction) {
+        // A retransmission is the same datagram from the same source: a
+        // copy sent from elsewhere (or with another Route) is a replay.
+        let copy = crate::hash::Hash64::new(self.secret)
+            .u64(request.keys.transaction)
+            .str(request.src.ip().to_string().as_str())
+            .u64(u64::from(request.src.port()))
+            .bytes(request.msg.as_bytes())
+            .finish();
+        match auth.replays.check(id, nc, copy) {
             ReplayCheck::New | ReplayCheck::Retransmission => {}
             ReplayCheck::Replay => {
                 return Verdict::Challenge {
@@ -366,12 +395,12 @@ impl ProxyWorker<'_> {
     }
 }
 
-/// Whether the From URI's user part is `username`.
+/// Whether the From URI's user part is `username` (percent-decoded).
 fn from_user_is(request: &Request<'_>, username: &str) -> bool {
     request
         .msg
         .from()
         .and_then(|from| from.sip_uri())
         .and_then(|uri| uri.user)
-        .is_some_and(|user| user == username)
+        .is_some_and(|user| super::routing::canonical_user(user) == username)
 }

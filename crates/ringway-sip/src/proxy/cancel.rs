@@ -105,10 +105,16 @@ impl ProxyWorker<'_> {
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Option<Action> {
         let hash = request.keys.transaction;
-        let same_branch = shard
+        let invite = shard
             .transactions
-            .contains_key(&TransactionKey::new(hash, Class::Invite));
+            .get(&TransactionKey::new(hash, Class::Invite));
+        // The same branch from another source is not the INVITE's CANCEL.
+        let same_branch = invite.is_some_and(|invite| invite.upstream == Some(request.upstream));
+        let foreign = invite.is_some() && !same_branch;
         drop(shard);
+        if foreign {
+            return Some(self.drop_datagram(super::outcome::DropReason::SourceMismatch));
+        }
         let invite_hash = if same_branch {
             hash
         } else {

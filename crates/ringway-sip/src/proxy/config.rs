@@ -1,6 +1,7 @@
 //! Forwarding mode and proxy configuration.
 
 use crate::auth::{Algorithm, NonceKey};
+use crate::relay::RelayNets;
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
 
@@ -42,6 +43,10 @@ pub struct ProxyConfig {
     pub auth: Option<AuthConfig>,
     /// Per-source request rate limit (`None`: off).
     pub flood: Option<FloodConfig>,
+    /// Destinations any request may be relayed to without a grant
+    /// ([`crate::relay`]); the default relays only to `route_to`,
+    /// bindings, signed dialogs and authenticated requests' targets.
+    pub relay: RelayNets,
 }
 
 /// Default of [`ProxyConfig::max_transaction_bytes`]: 256 MiB.
@@ -164,6 +169,7 @@ impl Default for ProxyConfig {
             registrar_policy: RegistrarPolicy::default(),
             auth: None,
             flood: None,
+            relay: RelayNets::None,
         }
     }
 }

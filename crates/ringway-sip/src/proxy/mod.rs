@@ -12,16 +12,25 @@
 //! while a shard lock is held).
 //!
 //! Routing choices (no DNS is ever done):
+//! - our own Route values on top are consumed in one pass; an initial
+//!   request (no To tag) loses every other (preloaded) Route, as
+//!   Kamailio's default configuration does;
 //! - next hop = first remaining Route (if its host is an IP literal), else
 //!   the Request-URI host if it is an IP literal and not ours, else the
 //!   registrar binding for a Request-URI at our domain, else `route_to`;
 //! - if none applies the request gets `404 Not Found` (RFC 3261 21.4.5: the
 //!   domain is not one we handle and we cannot resolve it);
-//! - responses go to the next Via's `received`/`rport`/sent-by; a Via whose
+//! - the next hop must pass the relay policy ([`crate::relay`]): else
+//!   `403` (`482` for our own address), an ACK or CANCEL is dropped;
+//! - responses go to the next Via's `received`/`rport`/sent-by (which we
+//!   set from the real source when forwarding the request), only if our
+//!   branch's MAC says that is where the request came from; a Via whose
 //!   host is a name without `received` cannot be routed and is dropped;
 //! - never sends to unspecified, broadcast or multicast addresses or port 0.
 //! - Responses we generate go to the request's source address (port from
-//!   the source when the top Via has `rport`, else the sent-by port).
+//!   the source when the top Via has `rport`, else the sent-by port), once
+//!   (no retransmissions), at most [`AMPLIFICATION_LIMIT`] times the
+//!   request's size.
 
 // Layout: `worker` (ProxyWorker, entry point, local responses), `request`
 // (new requests: overload, validation, routing, dispatch), `routing`
@@ -31,6 +40,7 @@
 // (request keys, branch and To-tag), `config`, `outcome`, `stats`.
 
 mod auth;
+mod authorised;
 mod branch;
 mod cancel;
 mod config;
@@ -47,6 +57,7 @@ mod timers;
 mod transaction;
 mod worker;
 
+pub use crate::relay::sendable;
 pub use config::{
     AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy, DEFAULT_MAX_PATH_BYTES,
     DEFAULT_MAX_TRANSACTION_BYTES,
@@ -54,14 +65,16 @@ pub use config::{
 pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS, EXACT_CODES};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
-pub use routing::sendable;
 pub use stats::ProxyStats;
 pub use timers::{T1, T2, T4, TIMER_64T1, TIMER_C};
 pub use worker::ProxyWorker;
+pub use worker::AMPLIFICATION_LIMIT;
 
-use crate::hash::Hash64;
+use crate::hash::{Hash64, MacKey};
 use crate::registrar::{LocationStore, MemoryStore};
+use crate::relay::RelayPolicy;
 use auth::Authenticator;
+use authorised::AuthorisedHops;
 use cancel::CancelIndex;
 use deferred::StoreAccess;
 use flood::FloodLimiter;
@@ -75,13 +88,24 @@ pub struct Proxy {
     config: ProxyConfig,
     /// `host:port` we put in Via.
     sent_by: String,
-    /// Our Record-Route URI (`sip:host:port;lr`).
+    /// Our Record-Route URI without its signature (`sip:host:port;lr`).
     record_route_uri: String,
     /// Seed of every hash we put on the wire (branches, To-tags).
     secret: u64,
+    /// Key of the MACs we put on the wire (branch upstream MAC, signed
+    /// Record-Route).
+    mac_key: MacKey,
+    /// Where requests may go.
+    relay: RelayPolicy,
+    /// Our digest realms (the fixed one, or every served domain): their
+    /// `Proxy-Authorization` is never forwarded.
+    realms: Vec<String>,
     store: StoreAccess,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
+    /// Stateless with authentication: where authenticated INVITEs went
+    /// (their CANCEL and non-2xx ACK may follow).
+    authorised: Option<AuthorisedHops>,
     /// Per-source request limits, when configured.
     flood: Option<FloodLimiter>,
     shards: Box<[Mutex<Shard>]>,
@@ -118,11 +142,34 @@ impl Proxy {
         let sent_by = config.local.to_string();
         let record_route_uri = format!("sip:{sent_by};lr");
         let transaction_bytes = Arc::new(AtomicUsize::new(0));
+        // Deterministic until a driver calls `set_secret` (servers do, with
+        // random bytes).
         let secret = Hash64::new(0x5EC2E7)
             .str(&sent_by)
             .str(&format!("{:?}", config.mode))
             .finish();
+        let relay = RelayPolicy::new(
+            config.local,
+            config.route_to.into_iter().collect(),
+            config.relay.clone(),
+        );
+        let realms = match &config.auth {
+            Some(auth) => match &auth.realm {
+                Some(realm) => vec![realm.clone()],
+                None => config
+                    .domains
+                    .iter()
+                    .map(|d| d.to_ascii_lowercase())
+                    .collect(),
+            },
+            None => Vec::new(),
+        };
         Proxy {
+            realms,
+            authorised: (config.auth.is_some() && config.mode == Mode::Stateless)
+                .then(|| AuthorisedHops::new(secret)),
+            mac_key: MacKey::from_seed(secret),
+            relay,
             auth: config.auth.clone().map(Authenticator::new),
             flood: config.flood.clone().map(|mut flood| {
                 // Ourselves, and the configured next hop (its responses
@@ -147,9 +194,17 @@ impl Proxy {
         }
     }
 
-    /// Replace the branch-hash secret (e.g. random at start-up).
-    pub fn set_secret(&mut self, secret: u64) {
-        self.secret = secret;
+    /// Replace the secret of every hash and MAC we put on the wire
+    /// (branches, To-tags, transaction and loop hashes, signed
+    /// Record-Route): random at start-up in a server. Signed Record-Routes
+    /// of dialogs set up before a change no longer verify.
+    pub fn set_secret(&mut self, secret: [u8; 32]) {
+        let mut seed = [0u8; 8];
+        seed.copy_from_slice(&secret[..8]);
+        self.secret = u64::from_le_bytes(seed);
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&secret[16..]);
+        self.mac_key = MacKey::new(key);
     }
 
     /// The configuration.
@@ -174,6 +229,13 @@ impl Proxy {
     /// Bindings held, when known locally.
     pub fn bindings(&self) -> Option<usize> {
         self.store().and_then(|store| store.len())
+    }
+
+    /// Transactions in the table now (what `stats().transactions_active`
+    /// says, without summing every counter).
+    pub fn transactions_active(&self) -> usize {
+        self.active_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Bytes the bindings take, when held locally.

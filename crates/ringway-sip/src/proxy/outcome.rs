@@ -169,10 +169,19 @@ pub enum DropReason {
     KeepAlive,
     /// Its source sent more requests than the flood limit allows.
     Flood,
+    /// An ACK or CANCEL whose next hop the relay policy refused.
+    NotRelayed,
+    /// A request matching a transaction that came from another source than
+    /// the transaction's request (not a retransmission: a copy).
+    SourceMismatch,
+    /// A response we generated would be more than
+    /// [`AMPLIFICATION_LIMIT`](crate::proxy::AMPLIFICATION_LIMIT) times
+    /// the request's size.
+    ReplyTooLarge,
 }
 
 /// Every drop reason, in counter-slot order ([`DropReason::index`]).
-pub const DROP_REASONS: [DropReason; 10] = [
+pub const DROP_REASONS: [DropReason; 13] = [
     DropReason::MalformedResponse,
     DropReason::MalformedRequest,
     DropReason::ResponseNotOurs,
@@ -183,6 +192,9 @@ pub const DROP_REASONS: [DropReason; 10] = [
     DropReason::TooLarge,
     DropReason::KeepAlive,
     DropReason::Flood,
+    DropReason::NotRelayed,
+    DropReason::SourceMismatch,
+    DropReason::ReplyTooLarge,
 ];
 
 impl DropReason {
@@ -199,6 +211,9 @@ impl DropReason {
             DropReason::TooLarge => "too_large",
             DropReason::KeepAlive => "keepalive",
             DropReason::Flood => "flood",
+            DropReason::NotRelayed => "not_relayed",
+            DropReason::SourceMismatch => "source_mismatch",
+            DropReason::ReplyTooLarge => "reply_too_large",
         }
     }
 
@@ -216,6 +231,9 @@ impl DropReason {
             DropReason::TooLarge => 7,
             DropReason::KeepAlive => 8,
             DropReason::Flood => 9,
+            DropReason::NotRelayed => 10,
+            DropReason::SourceMismatch => 11,
+            DropReason::ReplyTooLarge => 12,
         }
     }
 }

@@ -5,9 +5,14 @@
 //! contacts per AOR: [`apply_registration`](crate::registrar::apply_registration)).
 //! A store that cannot answer gets the REGISTER `500` with `Retry-After`.
 //!
+//! - AOR: `user@domain`, the To user percent-decoded at its canonical
+//!   served domain (our IP stands for the first domain): `alice@a.test`
+//!   and `alice@b.test` are two AORs. A To domain we do not serve gets
+//!   `403` (we are not its registrar).
 //! - Owner: with authentication on, only the authenticated user whose name
-//!   is the AOR's user part may change the AOR's bindings (step 6); anyone
-//!   else gets `403`. Without authentication anyone can (documented).
+//!   is the AOR's user part, in the AOR's realm, may change the AOR's
+//!   bindings (step 6); anyone else gets `403`. Without authentication
+//!   anyone can (documented).
 //! - Expires: per contact the `expires` parameter, else the Expires
 //!   header, else the default; a non-zero value under `min_expires` gets
 //!   `423 Interval Too Brief` with `Min-Expires`; above `max_expires` it is
@@ -24,6 +29,11 @@
 //! - Path (RFC 3327 5.3): the REGISTER's Path values are stored with every
 //!   binding it sets (requests to the contact are then sent through them)
 //!   and echoed in the `200` when the UA lists `path` in Supported.
+//! - The `200` lists the AOR's bindings; to an unauthenticated REGISTER
+//!   only as many as keep it within
+//!   [`AMPLIFICATION_LIMIT`](super::AMPLIFICATION_LIMIT) times the
+//!   request's size (a small query must not fetch kilobytes towards a
+//!   spoofed source).
 
 use super::auth::Identity;
 use super::deferred::StoreCall;
@@ -115,19 +125,36 @@ impl ProxyWorker<'_> {
                 return self.local_final(request, refusal.code, refusal.reason, &headers, out);
             }
         };
-        let mut extra: Vec<(&str, String)> = bindings
-            .iter()
-            .map(|binding| {
-                let left = binding
-                    .expires_at
-                    .saturating_sub(now)
-                    .div_ceil(NS_PER_SECOND);
-                ("Contact", format!("<{}>;expires={left}", binding.contact))
-            })
-            .collect();
         // RFC 3327 5.3: the Path stored is echoed to a UA that supports it.
+        let mut extra: Vec<(&str, String)> = Vec::new();
         if supports_path(request.msg) {
             extra.extend(path_values(request.msg).map(|hop| ("Path", hop.to_owned())));
+        }
+        // What the response holds besides the Contacts is at most the
+        // request's size plus the status line, To-tag and Content-Length.
+        let request_len = request.msg.as_bytes().len();
+        let fixed = request_len
+            + 96
+            + extra
+                .iter()
+                .map(|(name, value)| name.len() + value.len() + 4)
+                .sum::<usize>();
+        let mut budget = match identity {
+            Some(_) => usize::MAX,
+            None => (super::AMPLIFICATION_LIMIT * request_len).saturating_sub(fixed),
+        };
+        for binding in &bindings {
+            let left = binding
+                .expires_at
+                .saturating_sub(now)
+                .div_ceil(NS_PER_SECOND);
+            let value = format!("<{}>;expires={left}", binding.contact);
+            let cost = "Contact: \r\n".len() + value.len();
+            if cost > budget {
+                break;
+            }
+            budget -= cost;
+            extra.push(("Contact", value));
         }
         let extra: Vec<(&str, &str)> = extra
             .iter()
@@ -140,8 +167,7 @@ impl ProxyWorker<'_> {
 impl Proxy {
     /// What a REGISTER asks of the store, with the rules that do not
     /// depend on the stored bindings applied (owner, Expires bounds,
-    /// `Contact: *`). The AOR is the user alone at our domain, else
-    /// `user@host`.
+    /// `Contact: *`). The AOR is `user@domain` ([`Proxy::aor`]).
     fn registration(
         &self,
         msg: &SipMsg<'_>,
@@ -155,14 +181,14 @@ impl Proxy {
         let user = to_uri
             .user
             .ok_or(Refusal::new(404, "Not Found - AOR Has No User"))?;
-        if identity.is_some_and(|identity| identity.username != user) {
+        let aor = self
+            .aor(user, to_uri.host)
+            .ok_or(Refusal::new(403, "Forbidden - Not Our Domain"))?;
+        if identity
+            .is_some_and(|identity| super::routing::canonical_user(user) != identity.username)
+        {
             return Err(Refusal::new(403, "Forbidden - Not The Owner Of This AOR"));
         }
-        let aor: String = if self.host_is_ours(to_uri.host, None) {
-            user.to_owned()
-        } else {
-            format!("{user}@{}", to_uri.host.to_ascii_lowercase())
-        };
         // Path is stored with every binding: bounded in bytes (review S9).
         if path_values(msg).map(str::len).sum::<usize>() > policy.max_path_bytes {
             return Err(Refusal::new(400, "Bad Request - Path Too Long"));

@@ -3,17 +3,18 @@
 //! preprocessing (16.4, 16.6) and target choice, and the dispatch to a
 //! local answer, the registrar, or forwarding (stateless or stateful).
 
-use super::branch::Branch;
+use super::branch::{Branch, SIGNATURE_PARAM};
 use super::config::Mode;
 use super::deferred::StoreCall;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
-use super::routing::{sendable, upstream_address, Rejection, RoutePlan, Target};
+use super::routing::{upstream_address, Rejection, RoutePlan, Target};
 use super::stats::Counter;
-use super::transaction::{Class, Transaction, TransactionKey};
 use super::worker::{scratch_for, send, ProxyWorker, Request};
-use crate::edit::{forward_request, RequestEdits, ViaEdit};
+use super::Proxy;
+use crate::edit::{forward_request, RemoveHeaders, RequestEdits, ViaEdit};
 use crate::msg::{Method, SipMsg};
 use crate::registrar::StoreQuery;
+use crate::relay::{Grant, Refusal};
 use crate::uri::host_ip;
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -92,9 +93,7 @@ impl ProxyWorker<'_> {
         };
         let target = match target {
             Target::Lookup { aor } => {
-                let query = StoreQuery::Lookup {
-                    aor: aor.to_owned(),
-                };
+                let query = StoreQuery::Lookup { aor };
                 match self.store_call(request, query) {
                     StoreCall::Deferred => return Action::Deferred,
                     StoreCall::Answered(Ok(bindings)) => proxy.binding_target(bindings),
@@ -116,15 +115,24 @@ impl ProxyWorker<'_> {
             }
             Target::Send {
                 to,
+                grant,
                 request_uri,
                 route_set,
             } => {
                 let request_uri = request_uri.or(plan.request_uri_edit().map(Cow::Borrowed));
                 let route = Forwarding {
+                    to,
+                    // An authenticated user may call anywhere the policy
+                    // lets a request go at all.
+                    grant: if identity.is_some() {
+                        Grant::Authenticated
+                    } else {
+                        grant
+                    },
                     request_uri: request_uri.as_deref(),
                     route_set: route_set.as_deref(),
                 };
-                self.forward(request, to, route, &plan, stateful, out)
+                self.forward(request, route, &plan, stateful, out)
             }
         }
     }
@@ -206,37 +214,69 @@ impl ProxyWorker<'_> {
         self.local_final(request, code, reason, &[], out)
     }
 
-    /// Forward `request` to `to` with our Via (and Record-Route, Route and
-    /// Request-URI edits from `plan` and `route`), keeping a transaction if
-    /// `stateful`.
+    /// Forward `request` to `route.to` with our Via (and Record-Route,
+    /// Route and Request-URI edits from `plan` and `route`), keeping a
+    /// transaction if `stateful`, if the relay policy allows that
+    /// destination with `route.grant`.
     fn forward(
         &mut self,
         request: &Request<'_>,
-        to: SocketAddr,
         route: Forwarding<'_>,
         plan: &RoutePlan<'_>,
         stateful: bool,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
-        if !sendable(&to) {
-            return self.drop_datagram(DropReason::ForbiddenDestination);
-        }
         let proxy = self.proxy();
+        let to = route.to;
+        let mut grant = route.grant;
+        if let Some(authorised) = &proxy.authorised {
+            let transaction = request.keys.transaction;
+            match request.method {
+                Method::Invite if grant == Grant::Authenticated => {
+                    authorised.remember(transaction, request.upstream, to);
+                }
+                // The CANCEL or non-2xx ACK of an authenticated INVITE
+                // (same branch, same source) follows it (RFC 3261 16.10).
+                Method::Cancel | Method::Ack
+                    if grant == Grant::None
+                        && authorised.went_to(transaction, request.upstream, to) =>
+                {
+                    grant = Grant::Authenticated;
+                }
+                _ => {}
+            }
+        }
+        if let Err(refusal) = proxy.relay.check(to, grant) {
+            return self.refuse_relay(request, refusal, out);
+        }
         let msg = request.msg;
         let dialog_creating = matches!(
             request.method,
             Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
         ) && msg.to_tag().is_none();
-        let branch = Branch::new(request.keys);
+        let branch = Branch::new(
+            request.keys,
+            proxy.upstream_mac(request.keys.transaction, request.upstream),
+        );
         let mut ip_text = [0u8; 48];
-        let received = match top_host_differs(msg, request.src) {
+        let top = msg.top_via();
+        // RFC 3261 18.2.1 / RFC 3581: `received` when the sent-by host is
+        // not the source (or the sender wrote one: it is replaced), `rport`
+        // filled in (or replaced) with the source port.
+        let received = match top.as_ref().is_some_and(|via| {
+            via.received.is_some() || host_ip(via.host) != Some(request.src.ip())
+        }) {
             true => format_ip(&mut ip_text, request.src.ip()),
             false => None,
         };
-        let rport = msg
-            .top_via()
-            .filter(|via| via.rport_flag && via.rport.is_none())
+        let rport = top
+            .as_ref()
+            .filter(|via| via.rport_flag)
             .map(|_| request.src.port());
+        let mut rr_text = [0u8; 128];
+        let record_route = (proxy.config.record_route && dialog_creating)
+            .then(|| proxy.signed_record_route(msg, &mut rr_text))
+            .filter(|uri| !uri.is_empty());
         let edits = RequestEdits {
             via: Some(ViaEdit {
                 transport: "UDP",
@@ -244,9 +284,8 @@ impl ProxyWorker<'_> {
                 branch: branch.as_str(),
             }),
             max_forwards: true,
-            record_route: (proxy.config.record_route && dialog_creating)
-                .then_some(proxy.record_route_uri.as_str()),
-            pop_route: plan.pop_route,
+            record_route,
+            pop_routes: plan.pop_routes,
             request_uri: route.request_uri,
             pop_last_route: plan.from_strict_router,
             received,
@@ -254,6 +293,16 @@ impl ProxyWorker<'_> {
             strict_next_hop: plan.strict_next_hop.map(|_| plan.request_uri),
             route_set: route.route_set,
             path: None,
+            remove: RemoveHeaders {
+                // Only a configured next hop (a gateway, a PBX) may assert
+                // an identity to us (RFC 3325 trust domain).
+                asserted_identity: proxy
+                    .config
+                    .route_to
+                    .is_none_or(|trusted| trusted.ip() != request.src.ip()),
+                // Consumed: the next hop must not get our users' digests.
+                proxy_authorization_realms: &proxy.realms,
+            },
         };
         if stateful {
             return self.forward_stateful(request, to, &edits, out);
@@ -269,8 +318,35 @@ impl ProxyWorker<'_> {
         }
     }
 
-    /// Answer locally with a final response; in stateful mode keep a
-    /// transaction so retransmissions and the ACK are absorbed.
+    /// The relay policy refused the next hop: `482` for our own address,
+    /// else `403 Not Relaying`; an ACK or a CANCEL (never answered this
+    /// way) is dropped and counted.
+    fn refuse_relay(
+        &mut self,
+        request: &Request<'_>,
+        refusal: Refusal,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Action {
+        if refusal == Refusal::Unsendable {
+            return self.drop_datagram(DropReason::ForbiddenDestination);
+        }
+        self.stripe.add(Counter::RelayRefused);
+        if matches!(request.method, Method::Ack | Method::Cancel) {
+            return self.drop_datagram(DropReason::NotRelayed);
+        }
+        let (code, reason) = match refusal {
+            Refusal::OwnAddress => (482, "Loop Detected"),
+            _ => (403, "Forbidden - Not Relaying"),
+        };
+        self.local_final(request, code, reason, &[], out)
+    }
+
+    /// Answer locally with a final response, statelessly: once, no
+    /// transaction and no retransmissions (a retransmitted request is
+    /// answered again; the ACK of a non-2xx is recognised by our To-tag
+    /// and absorbed), as Kamailio's `sl_send_reply` does. A spoofed
+    /// request thus draws one response to its claimed source, never a
+    /// timer-G series.
     pub(super) fn local_final(
         &mut self,
         request: &Request<'_>,
@@ -279,46 +355,58 @@ impl ProxyWorker<'_> {
         extra_headers: &[(&str, &str)],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
-        let (msg, method) = (request.msg, request.method);
-        let action = self.respond(msg, request.upstream, code, reason, extra_headers, out);
-        let proxy = self.proxy();
-        if proxy.config.mode == Mode::Stateful
-            && method != Method::Ack
-            && matches!(action, Action::Responded(_))
-            && proxy.transaction_room()
-        {
-            let class = Class::of(method);
-            let mut transaction = Transaction::new(class, Some(request.upstream));
-            proxy.build_local_response(
-                msg,
-                code,
-                reason,
-                extra_headers,
-                &mut transaction.last_response,
-            );
-            transaction.complete(request.now, code);
-            self.insert_transaction(
-                TransactionKey::new(request.keys.transaction, class),
-                transaction,
-            );
-        }
-        action
+        self.respond(
+            request.msg,
+            request.upstream,
+            code,
+            reason,
+            extra_headers,
+            out,
+        )
     }
 }
 
-/// Where a forwarded request is addressed beyond its next hop.
+impl Proxy {
+    /// Our Record-Route URI signed for the dialog `msg` creates
+    /// (`sip:host:port;lr;rw=<MAC of Call-ID and From tag>`), in `buf`.
+    pub(super) fn signed_record_route<'b>(
+        &self,
+        msg: &SipMsg<'_>,
+        buf: &'b mut [u8; 128],
+    ) -> &'b str {
+        let signature =
+            self.route_signature(msg.call_id().unwrap_or(""), msg.from_tag().unwrap_or(""));
+        let parts = [
+            self.record_route_uri.as_bytes(),
+            b";",
+            SIGNATURE_PARAM.as_bytes(),
+            b"=",
+            signature.as_str().as_bytes(),
+        ];
+        let mut len = 0;
+        for part in parts {
+            let Some(room) = buf.get_mut(len..len + part.len()) else {
+                return "";
+            };
+            room.copy_from_slice(part);
+            len += part.len();
+        }
+        std::str::from_utf8(&buf[..len]).unwrap_or("")
+    }
+}
+
+/// Where a forwarded request goes, why it may, and how it is addressed
+/// beyond its next hop.
 #[derive(Clone, Copy)]
 struct Forwarding<'a> {
+    /// The next hop.
+    to: SocketAddr,
+    /// What vouches for it.
+    grant: Grant,
     /// A new Request-URI (a binding's contact, a strict-routing fix-up).
     request_uri: Option<&'a str>,
     /// A route set to put on top of the Route headers (a binding's Path).
     route_set: Option<&'a str>,
-}
-
-/// Whether the top Via's host is not the source IP (so `received` is due).
-fn top_host_differs(msg: &SipMsg<'_>, src: SocketAddr) -> bool {
-    msg.top_via()
-        .is_some_and(|via| host_ip(via.host) != Some(src.ip()))
 }
 
 /// `ip` as text in `buf` (no allocation).

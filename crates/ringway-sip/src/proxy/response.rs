@@ -6,12 +6,12 @@ use super::branch::Branch;
 use super::cancel::build_hop_request;
 use super::config::Mode;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
-use super::routing::sendable;
 use super::stats::Counter;
 use super::transaction::{lock, Class, ClientState, ServerState, Transaction, TransactionKey};
 use super::worker::{scratch_for, send, ProxyWorker};
 use crate::edit::forward_response;
 use crate::msg::{Method, SipMsg};
+use crate::relay::sendable;
 use std::net::SocketAddr;
 
 impl ProxyWorker<'_> {
@@ -46,28 +46,43 @@ impl ProxyWorker<'_> {
         if !proxy.is_our_via(&top) {
             return self.drop_datagram(DropReason::ResponseNotOurs);
         }
+        let Some((keys, mac)) = top.branch.and_then(Branch::parse) else {
+            return self.drop_datagram(DropReason::ResponseNotOurs);
+        };
+        let method = msg.cseq().map_or(Method::Other(""), |cseq| cseq.1);
+        if method == Method::Ack {
+            // Nobody answers an ACK (RFC 3261 17.1.3: a response matches
+            // the client transaction of its CSeq method; an ACK has none).
+            return self.drop_datagram(DropReason::MalformedResponse);
+        }
         if proxy.config.mode == Mode::Stateful {
-            if let Some(keys) = top.branch.and_then(Branch::parse) {
-                let method = msg.cseq().map_or(Method::Other(""), |cseq| cseq.1);
-                let key = TransactionKey::new(keys.transaction, Class::of(method));
-                if let Some(action) = self.on_transaction_response(now, msg, key, out) {
-                    return action;
-                }
+            let key = TransactionKey::new(keys.transaction, Class::of(method));
+            if let Some(action) = self.on_transaction_response(now, msg, key, out) {
+                return action;
             }
         }
-        self.forward_along_vias(msg, out)
+        self.forward_along_vias(msg, keys.transaction, mac, out)
     }
 
-    /// Forward a response to the next Via, statelessly.
+    /// Forward a response to the next Via, statelessly, if that is where
+    /// the request came from: the MAC in our branch (`mac`, over the
+    /// transaction hash and the upstream address) must match the next
+    /// Via's response address, so a forged response with our Via on top
+    /// is not reflected to an address of the forger's choice.
     fn forward_along_vias(
         &mut self,
         msg: &SipMsg<'_>,
+        transaction: u64,
+        mac: u64,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Action {
         let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
             return self.drop_datagram(DropReason::UnroutableResponse);
         };
-        if !sendable(&to) {
+        if self.proxy().upstream_mac(transaction, to) != mac {
+            return self.drop_datagram(DropReason::ResponseNotOurs);
+        }
+        if !sendable(&to) || to == self.proxy().config.local {
             return self.drop_datagram(DropReason::ForbiddenDestination);
         }
         let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());

@@ -1,30 +1,22 @@
 //! Where a request goes: validation (RFC 3261 16.3), route information
 //! preprocessing (16.4), the strict-router rewrite (16.6 step 6) and the
-//! choice of next hop ([`Target`]). Also which addresses are ours and which
-//! we may send to.
+//! choice of next hop ([`Target`]) with what grants it ([`Grant`]). Also
+//! which addresses, domains and identities are ours.
 
 use super::branch::{Branch, RequestKeys, BRANCH_PREFIX};
 use super::worker::Request;
 use super::Proxy;
 use crate::msg::{Method, SipMsg, Via};
 use crate::registrar::Binding;
+use crate::relay::Grant;
 use crate::uri::{host_ip, scheme, NameAddr, SipUri};
 use std::borrow::Cow;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-/// Whether we may send to `a`.
-pub fn sendable(a: &SocketAddr) -> bool {
-    a.port() != 0
-        && match a.ip() {
-            IpAddr::V4(v) => !v.is_unspecified() && !v.is_broadcast() && !v.is_multicast(),
-            IpAddr::V6(v) => {
-                !v.is_unspecified()
-                    && !v.is_multicast()
-                    && v.to_ipv4_mapped()
-                        .is_none_or(|m| !m.is_broadcast() && !m.is_multicast())
-            }
-        }
-}
+/// Our own Vias in one request at most (a spiral through us and back, e.g.
+/// through the dispatcher): one more is a loop whatever the Request-URI
+/// (RFC 3261 16.3 step 4 misses rewrite chains, each pass changes it).
+const MAX_OWN_VIAS: usize = 3;
 
 /// Where responses to a request from `src` go: the source address, with
 /// the sent-by port unless the top Via asked for `rport`.
@@ -46,6 +38,9 @@ pub(super) enum Rejection {
     LoopDetected,
     /// Step 5: a Proxy-Require we do not support.
     BadExtension,
+    /// A Route value that could not be a Request-URI (a strict router's
+    /// next hop becomes one): control characters, headers, no scheme.
+    MalformedRoute,
 }
 
 impl Rejection {
@@ -56,17 +51,20 @@ impl Rejection {
             Rejection::TooManyHops => (483, "Too Many Hops"),
             Rejection::LoopDetected => (482, "Loop Detected"),
             Rejection::BadExtension => (420, "Bad Extension"),
+            Rejection::MalformedRoute => (400, "Bad Request - Malformed Route"),
         }
     }
 }
 
 /// Where a request goes.
 pub(super) enum Target<'a> {
-    /// Forward to `to`; `request_uri` replaces the Request-URI (a
-    /// registrar binding), `route_set` goes on top of the Route headers
-    /// (the binding's Path, RFC 3327).
+    /// Forward to `to` if the relay policy allows it with `grant`;
+    /// `request_uri` replaces the Request-URI (a registrar binding),
+    /// `route_set` goes on top of the Route headers (the binding's Path,
+    /// RFC 3327).
     Send {
         to: SocketAddr,
+        grant: Grant,
         request_uri: Option<Cow<'a, str>>,
         route_set: Option<String>,
     },
@@ -80,8 +78,8 @@ pub(super) enum Target<'a> {
     /// (after authentication, so unauthenticated requests cost the store
     /// nothing).
     Lookup {
-        /// The AOR (the user part alone, as the registrar keys it).
-        aor: &'a str,
+        /// The AOR, `user@domain` ([`Proxy::aor`]).
+        aor: String,
     },
 }
 
@@ -91,8 +89,12 @@ pub(super) struct RoutePlan<'m> {
     /// The Request-URI is ours with `lr`: the previous hop was a strict
     /// router, so the last Route holds the real Request-URI and is popped.
     pub(super) from_strict_router: bool,
-    /// The top Route is us and is popped.
-    pub(super) pop_route: bool,
+    /// Route values removed from the top: ours (all of them, in one pass)
+    /// and, on an initial request, every preloaded one after them.
+    pub(super) pop_routes: usize,
+    /// In a dialog, and one of our Route values we consume (or our
+    /// Request-URI behind a strict router) carries our signature for it.
+    pub(super) signed: bool,
     /// The Request-URI after 16.4.
     pub(super) request_uri: &'m str,
     /// The Route that is the next hop, if one remains.
@@ -114,18 +116,53 @@ impl<'m> RoutePlan<'m> {
 }
 
 impl Proxy {
-    /// Whether `host[:port]` is us (our IP and port, or one of our domains).
+    /// Whether `host[:port]` is us (our IP and port, or one of our domains;
+    /// a fully qualified name's trailing dot is ignored).
     pub(super) fn host_is_ours(&self, host: &str, port: Option<u16>) -> bool {
         let port_ok = port.is_none_or(|p| p == self.config.local.port());
+        port_ok && self.is_our_host(host)
+    }
+
+    /// Whether `host` is our IP or one of our domains (ports do not matter).
+    pub(super) fn is_our_host(&self, host: &str) -> bool {
         if let Some(ip) = host_ip(host) {
-            return ip == self.config.local.ip() && port_ok;
+            return ip == self.config.local.ip();
         }
-        port_ok
-            && self
-                .config
-                .domains
-                .iter()
-                .any(|domain| domain.eq_ignore_ascii_case(host))
+        let host = host.strip_suffix('.').unwrap_or(host);
+        self.config
+            .domains
+            .iter()
+            .any(|domain| domain.eq_ignore_ascii_case(host))
+    }
+
+    /// The served domain `host` names, canonical (lower case, no trailing
+    /// dot): one of our domains, or for our IP the first of them (our IP
+    /// as text when we serve none). `None`: not ours. Ports do not matter.
+    pub(super) fn domain_of(&self, host: &str) -> Option<Cow<'_, str>> {
+        if let Some(ip) = host_ip(host) {
+            if ip != self.config.local.ip() {
+                return None;
+            }
+            return Some(match self.config.domains.first() {
+                Some(domain) => Cow::Owned(domain.to_ascii_lowercase()),
+                None => Cow::Owned(ip.to_string()),
+            });
+        }
+        let host = host.strip_suffix('.').unwrap_or(host);
+        self.config
+            .domains
+            .iter()
+            .find(|domain| domain.eq_ignore_ascii_case(host))
+            .map(|domain| Cow::Owned(domain.to_ascii_lowercase()))
+    }
+
+    /// The address-of-record of `user` at our `host`: `user@domain` with
+    /// the user percent-decoded and the domain canonical
+    /// ([`Proxy::domain_of`]), so that every spelling of one AOR is one key
+    /// and equal users of two domains are two (`None`: not our domain).
+    pub(super) fn aor(&self, user: &str, host: &str) -> Option<String> {
+        let domain = self.domain_of(host)?;
+        Some(format!("{}@{domain}", canonical_user(user)))
     }
 
     /// Whether `via` is one we added.
@@ -138,7 +175,8 @@ impl Proxy {
         SipUri::parse(uri).is_some_and(|u| self.host_is_ours(u.host, u.port))
     }
 
-    /// RFC 3261 16.3 validation (steps 2 to 5).
+    /// RFC 3261 16.3 validation (steps 2 to 5), with a bound on our own
+    /// Vias in the request.
     pub(super) fn validate(&self, msg: &SipMsg<'_>, keys: RequestKeys) -> Option<Rejection> {
         let request_uri = msg.request_uri().unwrap_or("");
         match scheme(request_uri) {
@@ -153,9 +191,14 @@ impl Proxy {
             std::sync::OnceLock::new();
         let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new(BRANCH_PREFIX.as_bytes()));
         let seen_us = finder.find(msg.head().as_bytes()).is_some();
+        let mut own_vias = 0;
         for via in msg.vias().filter(|_| seen_us) {
             if self.is_our_via(&via) {
-                if let Some(seen) = via.branch.and_then(Branch::parse) {
+                own_vias += 1;
+                if own_vias > MAX_OWN_VIAS {
+                    return Some(Rejection::LoopDetected);
+                }
+                if let Some((seen, _)) = via.branch.and_then(Branch::parse) {
                     if seen.loop_detect == keys.loop_detect {
                         return Some(Rejection::LoopDetected);
                     }
@@ -165,10 +208,24 @@ impl Proxy {
         if msg.proxy_require().next().is_some() {
             return Some(Rejection::BadExtension);
         }
+        // Found by fuzzing: a strict next hop `<sip:bob\0...@host>` became
+        // a Request-URI that no parser (ours included) accepts.
+        if msg
+            .routes()
+            .any(|route| crate::msg::check_request_uri(route.uri).is_err())
+        {
+            return Some(Rejection::MalformedRoute);
+        }
         None
     }
 
     /// Route information preprocessing (16.4) and the 16.6 step 6 check.
+    /// Every Route value of ours on top is consumed at once (a request
+    /// naming us sixty times costs one pass, not sixty); on an initial
+    /// request (no To tag) the Routes after them are preloaded and removed
+    /// too, so that only our own routing picks the next hop. In a dialog,
+    /// the Routes left are followed, and [`RoutePlan::signed`] says
+    /// whether we Record-Routed it.
     pub(super) fn plan_route<'m>(&self, msg: &SipMsg<'m>) -> RoutePlan<'m> {
         let route_count = msg.routes().count();
         let received = msg.request_uri().unwrap_or("");
@@ -177,19 +234,27 @@ impl Proxy {
             && received_uri.is_some_and(|u| {
                 u.user.is_none() && u.param("lr").is_some() && self.host_is_ours(u.host, u.port)
             });
-        let mut routes_left = route_count - usize::from(from_strict_router);
+        let routes_left = route_count - usize::from(from_strict_router);
         let request_uri = if from_strict_router {
             msg.routes().last().map_or(received, |route| route.uri)
         } else {
             received
         };
-        let pop_route =
-            routes_left > 0 && msg.routes().next().is_some_and(|r| self.uri_is_us(r.uri));
-        if pop_route {
-            routes_left -= 1;
-        }
-        let next_route = if routes_left > 0 {
-            msg.routes().nth(usize::from(pop_route))
+        let ours = msg
+            .routes()
+            .take(routes_left)
+            .take_while(|r| self.uri_is_us(r.uri))
+            .count();
+        let in_dialog = msg.to_tag().is_some();
+        let signed = in_dialog
+            && (from_strict_router && self.route_is_signed(msg, received_uri)
+                || msg
+                    .routes()
+                    .take(ours)
+                    .any(|r| self.route_is_signed(msg, r.sip_uri())));
+        let preloaded = !in_dialog && routes_left > ours;
+        let next_route = if !preloaded && routes_left > ours {
+            msg.routes().nth(ours)
         } else {
             None
         };
@@ -198,7 +263,8 @@ impl Proxy {
             .map(|r| r.uri);
         RoutePlan {
             from_strict_router,
-            pop_route,
+            pop_routes: if preloaded { routes_left } else { ours },
+            signed,
             request_uri,
             next_route,
             strict_next_hop,
@@ -212,6 +278,11 @@ impl Proxy {
         request: &Request<'_>,
         plan: &RoutePlan<'m>,
     ) -> Target<'m> {
+        let grant = if plan.signed {
+            Grant::SignedRoute
+        } else {
+            Grant::None
+        };
         if let Some(route) = plan.next_route {
             let to = route.sip_uri().and_then(|u| {
                 u.host_ip()
@@ -220,6 +291,7 @@ impl Proxy {
             return match to {
                 Some(to) => Target::Send {
                     to,
+                    grant,
                     request_uri: None,
                     route_set: None,
                 },
@@ -231,12 +303,17 @@ impl Proxy {
         } else {
             plan.received_uri
         };
-        self.route_by_uri(uri, request.method)
+        self.route_by_uri(uri, request.method, grant)
     }
 
     /// Route by Request-URI: our registrar or OPTIONS for us, a lookup,
     /// an IP literal, else `route_to`.
-    fn route_by_uri<'m>(&self, uri: Option<SipUri<'m>>, method: Method<'_>) -> Target<'m> {
+    fn route_by_uri<'m>(
+        &self,
+        uri: Option<SipUri<'m>>,
+        method: Method<'_>,
+        grant: Grant,
+    ) -> Target<'m> {
         let Some(uri) = uri else {
             return Target::Respond(416, "Unsupported URI Scheme");
         };
@@ -248,8 +325,8 @@ impl Proxy {
                 return Target::OptionsToUs;
             }
             if self.config.registrar {
-                if let Some(user) = uri.user {
-                    return Target::Lookup { aor: user };
+                if let Some(aor) = uri.user.and_then(|user| self.aor(user, uri.host)) {
+                    return Target::Lookup { aor };
                 }
             }
             return self.default_route();
@@ -257,6 +334,7 @@ impl Proxy {
         if let Some(ip) = uri.host_ip() {
             return Target::Send {
                 to: SocketAddr::new(ip, uri.port.unwrap_or(5060)),
+                grant,
                 request_uri: None,
                 route_set: None,
             };
@@ -269,6 +347,7 @@ impl Proxy {
         match self.config.route_to {
             Some(to) => Target::Send {
                 to,
+                grant: Grant::None,
                 request_uri: None,
                 route_set: None,
             },
@@ -296,6 +375,7 @@ impl Proxy {
             return match next_hop {
                 Some(to) => Target::Send {
                     to,
+                    grant: Grant::Binding,
                     route_set: Some(binding.path.join(", ")),
                     request_uri: Some(Cow::Owned(binding.contact)),
                 },
@@ -307,10 +387,53 @@ impl Proxy {
         match to.or(self.config.route_to) {
             Some(to) => Target::Send {
                 to,
+                grant: Grant::Binding,
                 request_uri: Some(Cow::Owned(binding.contact)),
                 route_set: None,
             },
             None => Target::Respond(480, "Temporarily Unavailable"),
         }
+    }
+}
+
+/// A user part as one key: percent-escapes decoded (RFC 3261 19.1.4: `%61`
+/// and `a` are the same user); compared case-sensitively.
+pub(super) fn canonical_user(user: &str) -> Cow<'_, str> {
+    if !user.contains('%') {
+        return Cow::Borrowed(user);
+    }
+    let bytes = user.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied(),
+            bytes.get(i + 2).copied(),
+        ) {
+            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_user;
+
+    #[test]
+    fn users_are_compared_decoded() {
+        assert_eq!(canonical_user("alice"), "alice");
+        assert_eq!(canonical_user("%61lice"), "alice");
+        assert_eq!(canonical_user("a%2"), "a%2");
+        assert_ne!(canonical_user("Alice"), "alice");
     }
 }

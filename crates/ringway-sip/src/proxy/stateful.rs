@@ -1,10 +1,15 @@
 //! Transaction-stateful requests: a request that matches a transaction
 //! (retransmission, ACK) is absorbed or answered from it; a new request
-//! forwarded statefully creates one.
+//! forwarded statefully creates one. A request matching a transaction is
+//! only taken as its retransmission (or its ACK, CANCEL) when it comes from
+//! where the transaction's request came from: a copy sent from elsewhere
+//! is dropped (`source_mismatch`), never answered, so the stored response
+//! cannot be reflected to the original source by third parties.
 
-use super::outcome::Action;
+use super::outcome::{Action, DropReason};
 use super::stats::Counter;
 use super::transaction::{lock, Class, ServerState, Transaction, TransactionKey};
+use super::worker::AMPLIFICATION_LIMIT;
 use super::worker::{send, ProxyWorker, Request};
 use crate::edit::{build_response, forward_request, RequestEdits};
 use crate::msg::Method;
@@ -34,6 +39,13 @@ impl ProxyWorker<'_> {
                 _ => None,
             };
         };
+        if transaction
+            .upstream
+            .is_some_and(|upstream| upstream != request.upstream)
+        {
+            drop(shard);
+            return Some(self.drop_datagram(DropReason::SourceMismatch));
+        }
         if request.method == Method::Cancel && transaction.last_response.is_empty() {
             // Our own CANCEL (timer C) is in flight; still answer the
             // UAC's CANCEL with 200 and absorb its retransmissions.
@@ -58,8 +70,17 @@ impl ProxyWorker<'_> {
                 _ => None,
             };
         }
-        // A retransmitted request: resend our last response, if any.
+        // A retransmitted request: resend our last response, if any, once,
+        // to where the request came from, unless it is many times the
+        // request's size (a downstream's answer, however large, is not
+        // re-sent at will towards a claimed source).
         if !transaction.last_response.is_empty() {
+            let too_large = transaction.last_response.len()
+                > AMPLIFICATION_LIMIT * request.msg.as_bytes().len();
+            if too_large {
+                drop(shard);
+                return Some(self.drop_datagram(DropReason::ReplyTooLarge));
+            }
             if let Some(upstream) = transaction.upstream {
                 send(out, upstream, &transaction.last_response);
             }

@@ -59,6 +59,9 @@ pub struct ProxyStats {
     /// Replayed credentials (a used (nonce, nc) on another request),
     /// answered with a new challenge.
     pub auth_replays: u64,
+    /// Requests whose next hop the relay policy refused (403, 482 for our
+    /// own address; an ACK or CANCEL dropped as `not_relayed`).
+    pub relay_refused: u64,
     /// Times a source went over the flood limit (its requests are then
     /// dropped, counted under `drops.flood`).
     pub flood_blocks: u64,
@@ -107,6 +110,7 @@ pub(super) enum Counter {
     AuthRefused,
     AuthStale,
     AuthReplays,
+    RelayRefused,
     FloodBlocks,
     FloodUntracked,
     StoreDeferred,
@@ -234,6 +238,7 @@ impl Proxy {
             auth_refused: counters.event(Counter::AuthRefused),
             auth_stale: counters.event(Counter::AuthStale),
             auth_replays: counters.event(Counter::AuthReplays),
+            relay_refused: counters.event(Counter::RelayRefused),
             flood_blocks: counters.event(Counter::FloodBlocks),
             flood_untracked: counters.event(Counter::FloodUntracked),
             flood_sources_tracked: self.flood_sources_tracked() as u64,

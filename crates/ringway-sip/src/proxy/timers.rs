@@ -195,6 +195,9 @@ impl ProxyWorker<'_> {
             transaction.last_response = response;
         }
         transaction.complete_timed_out(now, code);
+        // Our own 408/487 goes once: no timer-G series towards a source
+        // nothing verified (a retransmitted INVITE gets it again).
+        transaction.timers.stop(TransactionTimer::Retransmit);
         cancel_due
     }
 }

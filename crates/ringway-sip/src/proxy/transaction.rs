@@ -12,6 +12,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Timer-G retransmissions of a final response towards the upstream (RFC
+/// 3261 17.2.1 goes on until timer H, about ten): two keep a lost response
+/// at loss `p` to `p^3` while bounding what a spoofed INVITE draws towards
+/// its claimed source to three copies of the downstream's answer.
+pub(super) const MAX_UPSTREAM_RETRANSMISSIONS: u32 = 2;
+
 /// Number of transaction table shards (each behind its own mutex).
 pub(super) const SHARDS: usize = 64;
 
@@ -156,8 +162,16 @@ impl Transaction {
     }
 
     /// After a retransmission: double the interval (capped at T2, except
-    /// timer A of an INVITE, which is not capped) and rearm.
+    /// timer A of an INVITE, which is not capped) and rearm. Towards the
+    /// upstream (timer G) only [`MAX_UPSTREAM_RETRANSMISSIONS`] go: the
+    /// upstream address is whatever the request claimed (docs/security.md).
     pub(super) fn back_off_retransmit(&mut self, now: u64) {
+        if self.retransmit_direction == Direction::Upstream
+            && self.retransmit_interval >= T1 << (MAX_UPSTREAM_RETRANSMISSIONS - 1)
+        {
+            self.timers.stop(TransactionTimer::Retransmit);
+            return;
+        }
         let cap =
             if self.class == Class::Invite && self.retransmit_direction == Direction::Downstream {
                 u64::MAX

@@ -5,13 +5,20 @@
 use super::branch::RequestKeys;
 use super::flood::{FloodKind, FloodVerdict};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
-use super::routing::{sendable, upstream_address};
+use super::routing::upstream_address;
 use super::stats::{Counter, CounterStripe};
 use super::Proxy;
 use crate::edit::EditError;
 use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
 use crate::registrar::{StoreAnswer, StoreQuery};
+use crate::relay::sendable;
 use std::net::SocketAddr;
+
+/// A response we generate is at most this many times the size of the
+/// request it answers (else it is not sent: `reply_too_large`), so that a
+/// request with a spoofed source draws at most this many bytes per byte
+/// towards the victim (a REGISTER's `200` lists only the bindings that fit).
+pub const AMPLIFICATION_LIMIT: usize = 4;
 
 /// Initial scratch capacity of a held worker (grows if a datagram needs more).
 const SCRATCH_CAPACITY: usize = 4096;
@@ -197,12 +204,15 @@ impl<'p> ProxyWorker<'p> {
         if request.method() == Some(Method::Ack) {
             return self.drop_datagram(DropReason::AckNotRoutable);
         }
-        if !sendable(&to) {
+        if !sendable(&to) || to == self.proxy.config.local {
             return self.drop_datagram(DropReason::ForbiddenDestination);
         }
         let buf = scratch_for(&mut self.scratch, request.as_bytes().len());
         self.proxy
             .build_local_response(request, code, reason, extra_headers, buf);
+        if buf.len() > AMPLIFICATION_LIMIT * request.as_bytes().len() {
+            return self.drop_datagram(DropReason::ReplyTooLarge);
+        }
         send(out, to, buf);
         self.stripe.response_generated(code);
         Action::Responded(code)

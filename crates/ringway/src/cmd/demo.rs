@@ -157,6 +157,9 @@ fn sip_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
         "stateless",
         "--workers",
         "2",
+        // The load generator's UAS is on loopback: relayed to explicitly.
+        "--relay",
+        "127.0.0.0/8",
         "--quiet",
     ]);
     pa.extend([

@@ -42,6 +42,10 @@ pub struct DispatchArgs {
     /// Do not Record-Route (in-dialog requests then bypass the dispatcher).
     #[arg(long)]
     pub no_record_route: bool,
+    /// Destinations beyond the proxies: `none`, `any`, or networks `CIDR,...` (loopback,
+    /// link-local and our own IP only when named, e.g. 127.0.0.0/8 for UAs on this host).
+    #[arg(long, default_value = "none", value_parser = super::sip_proxy::parse_relay)]
+    pub relay: ringway_sip::RelayNets,
     /// Serve Prometheus text on http://ADDR/metrics (loopback only unless --metrics-public).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -90,6 +94,7 @@ impl From<&DispatchArgs> for DispatchServerConfig {
             probe_interval_ms: a.probe_interval_ms,
             probe_failures: a.probe_failures,
             record_route: !a.no_record_route,
+            relay: a.relay.clone(),
         }
     }
 }
@@ -107,12 +112,13 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     eprintln!(
-        "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{}",
+        "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{} relay={}",
         server.local_addr(),
         proxies.join(","),
         a.workers,
         a.probe_interval_ms,
         a.probe_failures,
+        a.relay,
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
     let summary = server.shutdown();

@@ -68,6 +68,10 @@ pub struct ProxyArgs {
     /// Send every request not addressed elsewhere to this next hop.
     #[arg(long)]
     pub route_to: Option<SocketAddr>,
+    /// Relay requests to these destinations without authentication: `none`, `any`, or networks
+    /// `CIDR,...` (loopback, link-local and our own IP only when named, e.g. 127.0.0.0/8).
+    #[arg(long, default_value = "none", value_parser = parse_relay)]
+    pub relay: ringway_sip::RelayNets,
     /// Act as registrar for the served domains (REGISTER → location service).
     #[arg(long)]
     pub registrar: bool,
@@ -225,6 +229,11 @@ impl clap::builder::TypedValueParser for LocationParser {
     }
 }
 
+/// `--relay`: `none`, `any` or `CIDR,...`.
+pub(crate) fn parse_relay(text: &str) -> Result<ringway_sip::RelayNets, String> {
+    text.parse()
+}
+
 impl ProxyArgs {
     /// Reject inconsistent arguments with a clear message naming the option.
     pub fn validate(&self) -> anyhow::Result<()> {
@@ -270,6 +279,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             },
             workers: a.workers,
             route_to: a.route_to,
+            relay: a.relay.clone(),
             registrar: a.registrar,
             record_route: !a.no_record_route,
             backend: a.backend,
@@ -336,7 +346,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         server.prometheus(),
     )?;
     eprintln!(
-        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} flood-limit={} location={}",
+        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
         server.local_addr(),
         a.mode,
         a.workers,
@@ -344,6 +354,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.backend,
         server.rcvbuf_granted(),
         if a.auth { "on" } else { "off" },
+        a.relay,
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         ringway_server::sip::location::redact_location(&a.location),
     );
@@ -396,6 +407,15 @@ mod tests {
             let a = parse(bad).unwrap();
             assert!(a.validate().is_err(), "{bad:?} accepted");
         }
+        assert!(parse(&["--relay", "127.0.0.0/33"]).is_err());
+        assert!(parse(&["--relay", "any"]).unwrap().validate().is_ok());
+        assert_eq!(
+            parse(&["--relay", "127.0.0.0/8,192.0.2.7"])
+                .unwrap()
+                .relay
+                .to_string(),
+            "127.0.0.0/8,192.0.2.7/32"
+        );
         for malformed in [
             "redis://",
             "redis://127.0.0.1:0/0",

@@ -10,12 +10,15 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The `ringway` binary under test: this build's, or `RINGWAY_TEST_BIN`
-/// (to watch a new test fail against an older binary).
+/// The `ringway` binary under test: this build's, or `RINGWAY_BIN` (also
+/// `RINGWAY_TEST_BIN`), to run a test against another build, e.g. to see it
+/// fail on an older one.
 pub(crate) fn ringway() -> &'static str {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
-        std::env::var("RINGWAY_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ringway").into())
+        std::env::var("RINGWAY_BIN")
+            .or_else(|_| std::env::var("RINGWAY_TEST_BIN"))
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ringway").to_string())
     })
 }
 

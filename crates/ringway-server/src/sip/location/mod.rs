@@ -20,6 +20,8 @@ mod redis;
 #[cfg(feature = "redis")]
 mod redis;
 
+#[cfg(feature = "redis")]
+pub(crate) use self::redis::parse_resp_reply;
 pub use self::redis::RedisStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{bindings_key, expiry_key};

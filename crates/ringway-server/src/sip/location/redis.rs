@@ -196,6 +196,18 @@ impl RedisStore {
     }
 }
 
+/// A script reply as the bytes Redis sends (RESP), through [`parse_reply`]:
+/// `None` when the bytes are not one RESP value, else the answer or why
+/// the reply was refused. For the fuzz target
+/// (`ringway_server::fuzzing::redis_reply`).
+pub(crate) fn parse_resp_reply(
+    bytes: &[u8],
+    now: u64,
+) -> Option<Result<StoreAnswer, &'static str>> {
+    let value = redis::parse_redis_value(bytes).ok()?;
+    Some(parse_reply(&value, now).map_err(|BadReply(why)| why))
+}
+
 /// Parse `{status, now_ms, contact, value, ...}`.
 fn parse_reply(reply: &Value, now: u64) -> Result<StoreAnswer, BadReply> {
     let Value::Array(items) = reply else {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Cost of the relay policy (issue 19): CPU per call of `ringway sip proxy`
+# with the relay policy, signed Record-Route and the Via/branch MACs (this
+# build) against an older build without them (e.g. the landed main copied
+# aside), side by side in one run, under `ringway sip load` with its
+# built-in UAS (INVITE/100/180/200, ACK, BYE/200 per call, Record-Routed, so
+# the proxy signs one Record-Route and checks the signature of the ACK and
+# the BYE). The two builds alternate, REPEAT times each per rate and mode,
+# so the spread between runs of one build is the noise floor.
+#
+# Everything runs in a private network namespace with only `lo` (the script
+# re-executes itself under `unshare -n`); the proxy is pinned to CPU 0, the
+# generator to CPU 1; every process is started by this script and stopped
+# by PID. Not a test: timings.
+#
+# Usage: bench/sip/compare-relay.sh OLD_RINGWAY [RATES...]  (default 2000 6000)
+#   env: RINGWAY=path (default target/release/ringway)  SECS=5  REPEAT=2
+#        MODES="stateless stateful"  OUT=/tmp/ringway-relay-bench
+# Columns: build, mode, offered cps, attempted, ok, proxy CPU s (utime+stime
+# of the proxy over the load, /proc/PID/stat), CPU us per successful call,
+# proxy socket drops. A run whose generator did not start every call it
+# was asked for (attempted < rate*SECS) fell behind: flagged `behind`.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
+    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
+fi
+ip link set lo up
+OLD="${1:?usage: compare-relay.sh OLD_RINGWAY [RATES...]}"
+shift
+NEW="${RINGWAY:-$ROOT/target/release/ringway}"
+SECS="${SECS:-5}"
+REPEAT="${REPEAT:-2}"
+MODES="${MODES:-stateless stateful}"
+OUT="${OUT:-/tmp/ringway-relay-bench}"
+RATES=("$@")
+[[ ${#RATES[@]} -gt 0 ]] || RATES=(2000 6000)
+TCK="$(getconf CLK_TCK)"
+mkdir -p "$OUT"
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 0.3
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+ticks() { awk '{ line = $0; sub(/^.*\) /, "", line); split(line, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
+wait_port() {
+    local i
+    for i in $(seq 1 100); do
+        ss -Huln "sport = :$1" | grep -q . && return 0
+        sleep 0.05
+    done
+    echo "port $1 never opened" >&2
+    return 1
+}
+
+printf "build\tmode\trate_cps\tattempted\tok\tproxy_cpu_s\tcpu_us_per_call\tsocket_drops\tflag\n" | tee "$OUT/results.tsv"
+for rate in "${RATES[@]}"; do
+    for mode in $MODES; do
+        for rep in $(seq 1 "$REPEAT"); do
+            for build in old new; do
+                log="$OUT/$build-$mode-$rate-$rep"
+                rm -f "$log".*
+                bin="$OLD"
+                args=(--listen 127.0.0.1:5060 --mode "$mode" --workers 1 --cpus 0
+                    --rcvbuf 4194304 --duration 3600 --quiet --summary "$log.summary.json")
+                if [[ $build == new ]]; then
+                    bin="$NEW"
+                    # The generator's UAS is on loopback (docs/security.md).
+                    args+=(--relay 127.0.0.0/8)
+                fi
+                "$bin" sip proxy "${args[@]}" 2>"$log.err" &
+                proxy=$!
+                PIDS+=("$proxy")
+                wait_port 5060
+                sleep 0.3
+                c0=$(ticks "$proxy")
+                taskset -c 1 "$NEW" sip load --proxy 127.0.0.1:5060 --rate "$rate" \
+                    --calls $((rate * SECS)) --duration "$SECS" --threads 1 --quiet \
+                    --json "$log.load.json" >/dev/null 2>"$log.load.err" || true
+                c1=$(ticks "$proxy")
+                kill -TERM "$proxy"; wait "$proxy" 2>/dev/null || true
+                read -r attempted ok < <(python3 -c "import json;s=json.load(open('$log.load.json'));print(s['attempted'], s['succeeded'])")
+                drops=$(python3 -c "import json;print(json.load(open('$log.summary.json'))['drops']['socket_rxq_ovfl'])")
+                flag=""
+                [[ $attempted -lt $((rate * SECS)) ]] && flag="behind"
+                awk -v b="$build" -v m="$mode" -v r="$rate" -v at="$attempted" -v ok="$ok" \
+                    -v t=$((c1 - c0)) -v tck="$TCK" -v d="$drops" -v fl="$flag" 'BEGIN{
+                    cpu = t / tck; printf "%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%d\t%s\n", b, m, r, at, ok, cpu,
+                    (ok > 0 ? sprintf("%.2f", cpu * 1e6 / ok) : "n/a"), d, fl }' | tee -a "$OUT/results.tsv"
+            done
+        done
+    done
+done
