@@ -233,15 +233,14 @@ impl Sim {
         let mut sent = Sent::new();
         self.uas.on_timer(now, &mut collect(&mut sent));
         self.send_all(addr(UAS), sent);
-        #[allow(clippy::needless_range_loop)]
-        // index names the proxy in PROXIES and self.proxies alike
-        for index in 0..self.proxies.len() {
-            if index == self.sc.victim && self.killed() {
+        let killed = self.killed().then_some(self.sc.victim);
+        for (index, (proxy, address)) in self.proxies.iter().zip(PROXIES).enumerate() {
+            if Some(index) == killed {
                 continue;
             }
             let mut sent = Sent::new();
-            self.proxies[index].on_timer(now, &mut sent);
-            self.send_all(addr(PROXIES[index]), sent);
+            proxy.on_timer(now, &mut sent);
+            self.link.send_all(now, addr(address), sent);
         }
         let mut sent = Sent::new();
         self.dispatcher

@@ -244,10 +244,10 @@ struct FastHash(u64);
 
 impl Hasher for FastHash {
     fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(w));
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
         }
     }
     fn write_u64(&mut self, x: u64) {
@@ -343,13 +343,13 @@ impl CallGen {
         datagram: &[u8],
         out: &mut Sink<'_>,
     ) {
-        let Some(v) = View::parse(datagram) else {
+        let Some(view) = View::parse(datagram) else {
             self.stats.msgs_ignored += 1;
             return;
         };
-        if v.is_request() {
-            self.on_request(&v, src, now, out);
-        } else if !self.on_response(&v, now, received, out) {
+        if view.is_request() {
+            self.on_request(&view, src, now, out);
+        } else if !self.on_response(&view, now, received, out) {
             self.stats.msgs_ignored += 1;
         }
     }
@@ -357,8 +357,8 @@ impl CallGen {
     /// Run the timers due at `now`: retransmissions, timeouts, BYEs after
     /// the hold time.
     pub fn on_timer(&mut self, now: u64, out: &mut Sink<'_>) {
-        while let Some(t) = self.timers.pop_due(now) {
-            self.fire(t, now, out);
+        while let Some(timer) = self.timers.pop_due(now) {
+            self.fire(timer, now, out);
         }
     }
 
@@ -424,21 +424,21 @@ impl CallGen {
     /// returns where to send it (`None`: the route set or remote target
     /// has no usable address, or the call is gone).
     fn build_in_dialog(&mut self, n: u64, method: &str, cseq: u32) -> Option<SocketAddr> {
-        let c = self.calls.get(&n)?;
-        let (dst, strict) = match c.dialog.route.first() {
+        let call = self.calls.get(&n)?;
+        let (dst, strict) = match call.dialog.route.first() {
             // No route set: an outbound proxy, when configured, still gets
             // the request (RFC 3261 8.1.2); else the remote target does.
             None => {
-                let target = self.target_memo.get(&c.dialog.target)?.0;
+                let target = self.target_memo.get(&call.dialog.target)?.0;
                 (self.proxy.unwrap_or(target), false)
             }
-            Some(r) => {
-                let (addr, lr) = self.route_memo.get(name_addr_uri(r))?;
+            Some(route) => {
+                let (addr, lr) = self.route_memo.get(name_addr_uri(route))?;
                 (addr, !lr)
             }
         };
         self.templates
-            .in_dialog(&mut self.scratch, n, method, cseq, &c.dialog, strict);
+            .in_dialog(&mut self.scratch, n, method, cseq, &call.dialog, strict);
         Some(dst)
     }
 
@@ -458,87 +458,88 @@ impl CallGen {
         }
     }
 
-    fn fire(&mut self, t: Timer, now: u64, out: &mut Sink<'_>) {
-        match t.kind {
+    fn fire(&mut self, timer: Timer, now: u64, out: &mut Sink<'_>) {
+        match timer.kind {
             TimerKind::InviteRetransmit => {
-                let Some(c) = self.calls.get_mut(&t.key) else {
+                let Some(call) = self.calls.get_mut(&timer.key) else {
                     return;
                 };
-                if c.state != UacState::Calling {
+                if call.state != UacState::Calling {
                     return;
                 }
-                c.interval *= 2;
-                let next = now + c.interval;
-                self.templates.invite(&mut self.scratch, t.key);
+                call.interval *= 2;
+                let next = now + call.interval;
+                self.templates.invite(&mut self.scratch, timer.key);
                 out(self.next_hop, MessageKind::Invite, &self.scratch);
                 self.stats.retrans_invite += 1;
-                self.schedule(next, t.key, TimerKind::InviteRetransmit);
+                self.schedule(next, timer.key, TimerKind::InviteRetransmit);
             }
             TimerKind::InviteTimeout => {
                 let timed_out = matches!(
-                    self.calls.get(&t.key).map(|c| c.state),
+                    self.calls.get(&timer.key).map(|call| call.state),
                     Some(UacState::Calling | UacState::Proceeding)
                 );
                 if timed_out {
-                    self.calls.remove(&t.key);
+                    self.calls.remove(&timer.key);
                     self.stats.fail("timeout_invite");
                 }
             }
             TimerKind::ByeStart => {
-                let Some(c) = self.calls.get_mut(&t.key) else {
+                let Some(call) = self.calls.get_mut(&timer.key) else {
                     return;
                 };
-                if c.state != UacState::Confirmed {
+                if call.state != UacState::Confirmed {
                     return;
                 }
-                c.state = UacState::Terminating;
-                c.t_bye = now;
-                c.interval = self.t1;
-                if self.send_in_dialog(t.key, "BYE", 2, out) {
-                    self.schedule_after(Delay::T1, now, t.key, TimerKind::ByeRetransmit);
-                    self.schedule_after(Delay::SixtyFourT1, now, t.key, TimerKind::ByeTimeout);
+                call.state = UacState::Terminating;
+                call.t_bye = now;
+                call.interval = self.t1;
+                if self.send_in_dialog(timer.key, "BYE", 2, out) {
+                    self.schedule_after(Delay::T1, now, timer.key, TimerKind::ByeRetransmit);
+                    self.schedule_after(Delay::SixtyFourT1, now, timer.key, TimerKind::ByeTimeout);
                 } else {
-                    self.calls.remove(&t.key);
+                    self.calls.remove(&timer.key);
                     self.stats.fail("bad_route");
                 }
             }
             TimerKind::ByeRetransmit => {
                 let t2 = self.t2;
-                let Some(c) = self.calls.get_mut(&t.key) else {
+                let Some(call) = self.calls.get_mut(&timer.key) else {
                     return;
                 };
-                if c.state != UacState::Terminating {
+                if call.state != UacState::Terminating {
                     return;
                 }
-                c.interval = if c.bye_prov {
+                call.interval = if call.bye_prov {
                     t2
                 } else {
-                    (c.interval * 2).min(t2)
+                    (call.interval * 2).min(t2)
                 };
-                let next = now + c.interval;
-                self.send_in_dialog(t.key, "BYE", 2, out);
+                let next = now + call.interval;
+                self.send_in_dialog(timer.key, "BYE", 2, out);
                 self.stats.retrans_bye += 1;
-                self.schedule(next, t.key, TimerKind::ByeRetransmit);
+                self.schedule(next, timer.key, TimerKind::ByeRetransmit);
             }
             TimerKind::ByeTimeout => {
-                if self.calls.get(&t.key).map(|c| c.state) == Some(UacState::Terminating) {
-                    self.calls.remove(&t.key);
+                if self.calls.get(&timer.key).map(|call| call.state) == Some(UacState::Terminating)
+                {
+                    self.calls.remove(&timer.key);
                     self.stats.fail("timeout_bye");
                 }
             }
             TimerKind::OkRetransmit => {
-                let Some(u) = self.uas.get_mut(&t.key) else {
+                let Some(uas_call) = self.uas.get_mut(&timer.key) else {
                     return;
                 };
-                u.interval = (u.interval * 2).min(self.t2);
-                let next = now + u.interval;
-                out(u.dst, MessageKind::InviteOk, &u.ok);
+                uas_call.interval = (uas_call.interval * 2).min(self.t2);
+                let next = now + uas_call.interval;
+                out(uas_call.dst, MessageKind::InviteOk, &uas_call.ok);
                 self.stats.retrans_200 += 1;
-                self.schedule(next, t.key, TimerKind::OkRetransmit);
+                self.schedule(next, timer.key, TimerKind::OkRetransmit);
             }
             TimerKind::AckTimeout => {
-                if let Some(u) = self.uas.remove(&t.key) {
-                    self.uas_ids.remove(&u.call_id);
+                if let Some(uas_call) = self.uas.remove(&timer.key) {
+                    self.uas_ids.remove(&uas_call.call_id);
                     self.stats.uas_ack_timeouts += 1;
                 }
             }
@@ -546,73 +547,80 @@ impl CallGen {
     }
 
     /// A response; false when it is not understood or not ours.
-    fn on_response(&mut self, v: &View<'_>, now: u64, received: u64, out: &mut Sink<'_>) -> bool {
-        let (Some(code), Some((_, method)), Some(cid)) = (v.status(), v.cseq(), v.call_id()) else {
+    fn on_response(
+        &mut self,
+        view: &View<'_>,
+        now: u64,
+        received: u64,
+        out: &mut Sink<'_>,
+    ) -> bool {
+        let (Some(code), Some((_, method)), Some(cid)) =
+            (view.status(), view.cseq(), view.call_id())
+        else {
             return false;
         };
-        let Some(n) = self.templates.call_number(cid) else {
+        let Some(number) = self.templates.call_number(cid) else {
             return false;
         };
         // Response time in µs: arrival minus the first send.
-        let us = |sent: u64| (received.saturating_sub(sent) / 1000).max(1);
+        let micros = |sent: u64| (received.saturating_sub(sent) / 1000).max(1);
         if method == b"INVITE" {
             if (300..700).contains(&code) {
                 // Non-2xx final: ACK hop-by-hop (same branch), from the response alone.
-                if let Some(to) = v.lines(Hdr::To).next() {
-                    self.templates.ack_non2xx(&mut self.scratch, n, to);
+                if let Some(to) = view.lines(Hdr::To).next() {
+                    self.templates.ack_non2xx(&mut self.scratch, number, to);
                     out(self.next_hop, MessageKind::Ack, &self.scratch);
                 }
-                if self
-                    .calls
-                    .get(&n)
-                    .is_some_and(|c| matches!(c.state, UacState::Calling | UacState::Proceeding))
-                {
-                    self.calls.remove(&n);
+                if self.calls.get(&number).is_some_and(|call| {
+                    matches!(call.state, UacState::Calling | UacState::Proceeding)
+                }) {
+                    self.calls.remove(&number);
                     self.stats.fail(&code.to_string());
                 }
                 return true;
             }
-            let Some(c) = self.calls.get_mut(&n) else {
+            let Some(call) = self.calls.get_mut(&number) else {
                 return true; // late response of a finished call
             };
             if (100..200).contains(&code) {
-                if c.state == UacState::Calling {
-                    c.state = UacState::Proceeding;
+                if call.state == UacState::Calling {
+                    call.state = UacState::Proceeding;
                 }
-                if code == 180 && !c.got_180 {
-                    c.got_180 = true;
-                    let _ = self.stats.invite_to_180.record(us(c.t_invite));
+                if code == 180 && !call.got_180 {
+                    call.got_180 = true;
+                    let _ = self.stats.invite_to_180.record(micros(call.t_invite));
                 }
                 return true;
             }
             if (200..300).contains(&code) {
-                if matches!(c.state, UacState::Calling | UacState::Proceeding) {
-                    let _ = self.stats.invite_to_200.record(us(c.t_invite));
-                    let (Some(route), Ok(target)) = (v.record_routes(), v.contact_uri()) else {
+                if matches!(call.state, UacState::Calling | UacState::Proceeding) {
+                    let _ = self.stats.invite_to_200.record(micros(call.t_invite));
+                    let (Some(route), Ok(target)) = (view.record_routes(), view.contact_uri())
+                    else {
                         // A route set or target that does not parse: the
                         // dialog cannot be followed.
-                        self.calls.remove(&n);
+                        self.calls.remove(&number);
                         self.stats.fail("bad_route");
                         return true;
                     };
-                    c.state = UacState::Confirmed;
-                    c.dialog = Dialog {
-                        to_tag: v.to_tag().unwrap_or_default().to_vec(),
+                    call.state = UacState::Confirmed;
+                    call.dialog = Dialog {
+                        to_tag: view.to_tag().unwrap_or_default().to_vec(),
                         route: route.into_iter().rev().collect(),
                         target: match target {
                             Some(t) => t.to_vec(),
                             None => format!("sip:service@{}", self.ruri).into_bytes(),
                         },
                     };
-                    if self.send_in_dialog(n, "ACK", 1, out) {
-                        self.schedule_after(Delay::Hold, now, n, TimerKind::ByeStart);
+                    if self.send_in_dialog(number, "ACK", 1, out) {
+                        self.schedule_after(Delay::Hold, now, number, TimerKind::ByeStart);
                     } else {
-                        self.calls.remove(&n);
+                        self.calls.remove(&number);
                         self.stats.fail("bad_route");
                     }
                 } else {
                     // Retransmitted 200: the UAS did not see our ACK.
-                    self.send_in_dialog(n, "ACK", 1, out);
+                    self.send_in_dialog(number, "ACK", 1, out);
                     self.stats.retrans_ack += 1;
                 }
                 return true;
@@ -620,51 +628,59 @@ impl CallGen {
             return false;
         }
         if method == b"BYE" {
-            let Some(c) = self.calls.get_mut(&n) else {
-                return true;
-            };
-            if c.state != UacState::Terminating {
-                return true;
-            }
-            if (100..200).contains(&code) {
-                c.bye_prov = true;
-                return true;
-            }
-            let t_bye = c.t_bye;
-            self.calls.remove(&n);
-            if (200..300).contains(&code) {
-                let _ = self.stats.bye_to_200.record(us(t_bye));
-                self.stats.succeeded += 1;
-            } else {
-                self.stats.fail(&format!("bye_{code}"));
-            }
+            self.on_bye_response(number, code, received);
             return true;
         }
         false
     }
 
+    /// A response to our BYE of call `number`: provisional (the UAS is
+    /// there: retransmit at T2 from now on) or final (the call is over).
+    fn on_bye_response(&mut self, number: u64, code: u16, received: u64) {
+        let Some(call) = self.calls.get_mut(&number) else {
+            return;
+        };
+        if call.state != UacState::Terminating {
+            return;
+        }
+        if (100..200).contains(&code) {
+            call.bye_prov = true;
+            return;
+        }
+        let t_bye = call.t_bye;
+        self.calls.remove(&number);
+        if (200..300).contains(&code) {
+            let micros = (received.saturating_sub(t_bye) / 1000).max(1);
+            let _ = self.stats.bye_to_200.record(micros);
+            self.stats.succeeded += 1;
+        } else {
+            self.stats.fail(&format!("bye_{code}"));
+        }
+    }
+
     /// A request (the UAS role).
-    fn on_request(&mut self, v: &View<'_>, src: SocketAddr, now: u64, out: &mut Sink<'_>) {
-        let (Some(method), Some(cid), Some(_)) = (v.method(), v.call_id(), v.cseq()) else {
+    fn on_request(&mut self, view: &View<'_>, src: SocketAddr, now: u64, out: &mut Sink<'_>) {
+        let (Some(method), Some(cid), Some(_)) = (view.method(), view.call_id(), view.cseq())
+        else {
             self.stats.msgs_ignored += 1;
             return;
         };
-        let Some(dst) = v.response_target(src) else {
+        let Some(dst) = view.response_target(src) else {
             self.stats.msgs_ignored += 1;
             return;
         };
-        let tm = &self.templates;
+        let templates = &self.templates;
         match method {
             b"INVITE" => {
                 if let Some(id) = self.uas_ids.get(cid) {
                     // Retransmitted INVITE: repeat the last response.
-                    let u = &self.uas[id];
-                    out(dst, MessageKind::InviteOk, &u.ok);
+                    let uas_call = &self.uas[id];
+                    out(dst, MessageKind::InviteOk, &uas_call.ok);
                     return;
                 }
-                tm.response(&mut self.scratch, v, 180, "Ringing", true);
+                templates.response(&mut self.scratch, view, 180, "Ringing", true);
                 out(dst, MessageKind::Provisional, &self.scratch);
-                tm.response(&mut self.scratch, v, 200, "OK", true);
+                templates.response(&mut self.scratch, view, 200, "OK", true);
                 out(dst, MessageKind::InviteOk, &self.scratch);
                 let id = self.next_uas;
                 self.next_uas += 1;
@@ -691,15 +707,15 @@ impl CallGen {
                 if let Some(id) = self.uas_ids.remove(cid) {
                     self.uas.remove(&id);
                 }
-                tm.response(&mut self.scratch, v, 200, "OK", false);
+                templates.response(&mut self.scratch, view, 200, "OK", false);
                 out(dst, MessageKind::Final, &self.scratch);
             }
             b"OPTIONS" | b"CANCEL" => {
-                tm.response(&mut self.scratch, v, 200, "OK", false);
+                templates.response(&mut self.scratch, view, 200, "OK", false);
                 out(dst, MessageKind::Final, &self.scratch);
             }
             _ => {
-                tm.response(&mut self.scratch, v, 501, "Not Implemented", false);
+                templates.response(&mut self.scratch, view, 501, "Not Implemented", false);
                 out(dst, MessageKind::Final, &self.scratch);
             }
         }

@@ -272,7 +272,7 @@ impl DispatchServer {
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(thread.clone());
                 shared.stop.store(true, Ordering::Relaxed);
-                eprintln!("sip dispatch: thread {thread} panicked: stopping every thread");
+                log::error!("sip dispatch: thread {thread} panicked: stopping every thread");
                 resume_unwind(panic);
             }
         };

@@ -17,7 +17,7 @@
 use super::LiveStats;
 use crate::admin_http::{token_matches, Handler, Request, Response};
 use crate::metrics::PromText;
-use ringway_sfu::{RoomError, Sfu};
+use ringway_sfu::{RoomError, Sfu, SfuStats};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -144,6 +144,16 @@ fn route(r: &Request) -> Result<AdminOp, Response> {
 /// packet, the backend's counters.
 pub fn render_metrics(l: &LiveStats) -> String {
     let mut p = PromText::default();
+    drop_counters(&mut p, l);
+    token_counters(&mut p, &l.sfu);
+    core_counters(&mut p, l);
+    gauges(&mut p, l);
+    engine_and_backend(&mut p, l);
+    p.finish()
+}
+
+/// Drops and refusals, one series per reason.
+fn drop_counters(p: &mut PromText, l: &LiveStats) {
     let s = &l.sfu;
     let drops: [(&str, u64); 17] = [
         ("malformed", s.drop_malformed),
@@ -172,6 +182,10 @@ pub fn render_metrics(l: &LiveStats) -> String {
             v,
         );
     }
+}
+
+/// Join tokens refused, by reason.
+fn token_counters(p: &mut PromText, s: &SfuStats) {
     let tokens: [(&str, u64); 6] = [
         ("missing", s.token_missing),
         ("malformed", s.token_malformed),
@@ -188,6 +202,11 @@ pub fn render_metrics(l: &LiveStats) -> String {
             v,
         );
     }
+}
+
+/// The core's and the engine's plain counters.
+fn core_counters(p: &mut PromText, l: &LiveStats) {
+    let s = &l.sfu;
     let counters: [(&str, &str, u64); 13] = [
         (
             "ringway_sfu_rx_datagrams_total",
@@ -254,6 +273,11 @@ pub fn render_metrics(l: &LiveStats) -> String {
     for (name, help, v) in counters {
         p.counter(name, help, &[], v);
     }
+}
+
+/// Clients, rooms and clients per room now.
+fn gauges(p: &mut PromText, l: &LiveStats) {
+    let s = &l.sfu;
     p.gauge(
         "ringway_sfu_clients",
         "Registered clients.",
@@ -281,6 +305,11 @@ pub fn render_metrics(l: &LiveStats) -> String {
             *n as f64,
         );
     }
+}
+
+/// Engine CPU, recorder drops and the backend's counters.
+fn engine_and_backend(p: &mut PromText, l: &LiveStats) {
+    let s = &l.sfu;
     if let Some(cpu) = l.engine_cpu_s {
         p.counter_f64(
             "ringway_sfu_engine_cpu_seconds_total",
@@ -317,7 +346,6 @@ pub fn render_metrics(l: &LiveStats) -> String {
             }
         }
     }
-    p.finish()
 }
 
 #[cfg(test)]

@@ -620,6 +620,96 @@ struct EngineRun {
     record: Option<recorder::RecordTx>,
 }
 
+/// Pin the engine thread to `cpus`: (every placement line, the refused ones).
+fn place_engine(cpus: Option<&[usize]>) -> (Vec<String>, Vec<String>) {
+    let mut placement = Vec::new();
+    let mut refused = Vec::new();
+    let Some(list) = cpus else {
+        return (placement, refused);
+    };
+    let asked = ringway_io::thread::Placement {
+        cpus: Some(list.to_vec()),
+        ..Default::default()
+    };
+    for item in asked.apply() {
+        let line = format!(
+            "sfu-engine: {} {} -> {}",
+            item.what, item.requested, item.result
+        );
+        if !item.result.is_applied() {
+            log::warn!("sfu: placement {line}");
+            refused.push(line.clone());
+        }
+        placement.push(line);
+    }
+    (placement, refused)
+}
+
+/// Receive a batch: first polling without sleeping for up to `spin` (its
+/// time added to `spin_ns`), then waiting at most `wait`.
+fn receive_spinning(
+    io: &mut dyn BatchIo,
+    e: &mut Engine,
+    spin: Duration,
+    wait: Duration,
+    spin_ns: &mut u64,
+) -> Result<usize, ServerError> {
+    if !spin.is_zero() {
+        let spinning = Instant::now();
+        let n = loop {
+            let n = receive(io, e, Some(Duration::ZERO))?;
+            if n > 0 || spinning.elapsed() >= spin {
+                break n;
+            }
+        };
+        *spin_ns += spinning.elapsed().as_nanos() as u64;
+        if n > 0 {
+            return Ok(n);
+        }
+    }
+    receive(io, e, Some(wait))
+}
+
+/// Keep the in-kernel fan-out's map in line with the core's routes.
+fn sync_fanout(fanout: &mut ringway_io::backend::KernelFanout, e: &Engine) {
+    let echo = e.sfu.config().echo;
+    let routes: Vec<ringway_io::backend::FanoutRoute> = e
+        .sfu
+        .routes()
+        .map(|(ssrc, m, src, dsts)| ringway_io::backend::FanoutRoute {
+            ssrc,
+            pt: m.payload_type(),
+            src,
+            dsts: dsts.to_vec(),
+            echo,
+        })
+        .collect();
+    if let Err(err) = fanout.sync(&routes) {
+        log::warn!("sfu: kernel fan-out sync: {err}");
+    }
+}
+
+/// Publish the live counters (rooms, bytes, backend, engine CPU).
+fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
+    let rooms: Vec<(String, usize)> = e
+        .sfu
+        .room_sizes()
+        .map(|(room, n)| (room.to_string(), n))
+        .collect();
+    let cpu = host::thread_cpu_time()
+        .ok()
+        .map(|c| (c.user_ns + c.system_ns) as f64 / 1e9);
+    let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);
+    l.sfu = e.sfu.stats();
+    l.rx_bytes = e.rx_bytes;
+    l.tx_bytes = e.tx_bytes;
+    l.truncated = e.truncated;
+    l.rooms = rooms;
+    l.io = io_stats;
+    l.engine_cpu_s = cpu;
+    l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
+}
+
 /// The engine thread: receive, handle, flush, tick, until stopped or the
 /// duration is over.
 fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
@@ -642,25 +732,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         record,
     } = run;
     let started = Instant::now();
-    let mut placement = Vec::new();
-    let mut placement_refused = Vec::new();
-    if let Some(list) = &cpus {
-        let asked = ringway_io::thread::Placement {
-            cpus: Some(list.clone()),
-            ..Default::default()
-        };
-        for item in asked.apply() {
-            let line = format!(
-                "sfu-engine: {} {} -> {}",
-                item.what, item.requested, item.result
-            );
-            if !item.result.is_applied() {
-                log::warn!("sfu: placement {line}");
-                placement_refused.push(line.clone());
-            }
-            placement.push(line);
-        }
-    }
+    let (placement, placement_refused) = place_engine(cpus.as_deref());
     let mut e = Engine::new(
         sfu,
         batch,
@@ -696,20 +768,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
             e.flush_now(io.as_mut())?;
         }
         let wait = if e.pending() { POLL_PENDING } else { POLL };
-        let mut n = 0;
-        if !spin.is_zero() {
-            let s = Instant::now();
-            loop {
-                n = receive(io.as_mut(), &mut e, Some(Duration::ZERO))?;
-                if n > 0 || s.elapsed() >= spin {
-                    break;
-                }
-            }
-            spin_ns += s.elapsed().as_nanos() as u64;
-        }
-        if n == 0 {
-            n = receive(io.as_mut(), &mut e, Some(wait))?;
-        }
+        let n = receive_spinning(io.as_mut(), &mut e, spin, wait, &mut spin_ns)?;
         let now = monotonic_now().0;
         if n > 0 {
             e.handle_batch(io.as_mut(), now)?;
@@ -722,40 +781,9 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
             e.sfu.tick(now);
             next_tick = now + TICK_NS;
             if let Some(f) = fanout.as_mut() {
-                let echo = e.sfu.config().echo;
-                let routes: Vec<ringway_io::backend::FanoutRoute> = e
-                    .sfu
-                    .routes()
-                    .map(|(ssrc, m, src, dsts)| ringway_io::backend::FanoutRoute {
-                        ssrc,
-                        pt: m.payload_type(),
-                        src,
-                        dsts: dsts.to_vec(),
-                        echo,
-                    })
-                    .collect();
-                if let Err(err) = f.sync(&routes) {
-                    log::warn!("sfu: kernel fan-out sync: {err}");
-                }
+                sync_fanout(f, &e);
             }
-            let rooms: Vec<(String, usize)> = e
-                .sfu
-                .room_sizes()
-                .map(|(r, n)| (r.to_string(), n))
-                .collect();
-            let cpu = host::thread_cpu_time()
-                .ok()
-                .map(|c| (c.user_ns + c.system_ns) as f64 / 1e9);
-            let io_stats = io.stats();
-            let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);
-            l.sfu = e.sfu.stats();
-            l.rx_bytes = e.rx_bytes;
-            l.tx_bytes = e.tx_bytes;
-            l.truncated = e.truncated;
-            l.rooms = rooms;
-            l.io = io_stats;
-            l.engine_cpu_s = cpu;
-            l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
+            publish_live(&live, &e, io.stats());
         }
     }
     // Close the recorder's channel: it drains what is queued and ends.

@@ -606,7 +606,7 @@ impl SipServer {
                     log::warn!(
                         "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
-                        crate::sip::location::redact_location(&url)
+                        location::redact_location(&url)
                     );
                 }
                 let (queue, receivers) = LocationQueue::new(
