@@ -5,7 +5,7 @@
 use super::stats::{Latency, WorkerMetrics};
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{Action, MsgLabel, Proxy, ProxyWorker};
+use ringway_sip::{MsgLabel, Proxy, ProxyWorker};
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
@@ -143,47 +143,38 @@ impl<'p> SipWorker<'p> {
             let stats = m.slot_mut(slot);
             stats.count += 1;
             stats.record(Latency::TSip, t_sip);
-            match outcome.action {
-                Action::Forwarded { copies } => {
-                    stats.forwarded += 1;
-                    stats.copies += u64::from(copies);
-                }
-                Action::Responded(code) => stats.count_response(code),
-                Action::Absorbed => stats.absorbed += 1,
-                Action::Dropped(reason) => stats.count_drop(reason),
-                Action::Deferred => stats.deferred += 1,
-            }
-            // Sample K_snd: every Nth datagram this worker sends gets a TX stamp.
+            stats.count_action(outcome.action);
             if *tx_stamp_every > 0 {
+                // After an early flush every queued datagram is this one's.
                 let start = if flushed > 0 { 0 } else { before };
-                for i in start..tx.len() {
-                    *sent_seq += 1;
-                    if sent_seq.is_multiple_of(*tx_stamp_every) {
-                        let tag =
-                            ((slot as u64) << TAG_SHIFT) | (*sent_seq & ((1 << TAG_SHIFT) - 1));
-                        tx.request_stamp(i, tag);
-                        m.k_snd_requested += 1;
-                    }
-                }
+                m.k_snd_requested += request_tx_stamps(tx, start, *tx_stamp_every, sent_seq, slot);
             }
         }
-        let sent_at = realtime_now();
-        for &(slot, before, done) in waiting.iter() {
-            m.slot_mut(slot)
-                .record(Latency::Wait, before + sent_at.saturating_since(done));
-        }
-        if !tx.is_empty() {
-            if io.send_batch(tx).is_err() {
-                m.tx_errors += tx.len() as u64;
-            }
-            tx.clear();
-        }
+        self.send_and_record_waits(io);
         self.collect_tx_stamps(io);
         let io_stats = io.stats();
         let m = &mut self.metrics;
         m.msgs_out = io_stats.tx_packets;
         m.tx_errors = m.tx_errors.max(io_stats.tx_errors);
         m.socket_rx_dropped = io_stats.rx_dropped;
+    }
+
+    /// Send what the batch produced, then record each datagram's wait
+    /// after its processing (up to this send call).
+    fn send_and_record_waits(&mut self, io: &mut dyn BatchIo) {
+        let metrics = &mut self.metrics;
+        let sent_at = realtime_now();
+        for &(slot, before, done) in self.waiting.iter() {
+            metrics
+                .slot_mut(slot)
+                .record(Latency::Wait, before + sent_at.saturating_since(done));
+        }
+        if !self.tx.is_empty() {
+            if io.send_batch(&self.tx).is_err() {
+                metrics.tx_errors += self.tx.len() as u64;
+            }
+            self.tx.clear();
+        }
     }
 
     /// Record the K_snd of the TX stamps the kernel returned, polling only
@@ -207,6 +198,29 @@ impl<'p> SipWorker<'p> {
             }
         }
     }
+}
+
+/// Sample K_snd: ask for a kernel TX stamp on every `every`-th datagram
+/// this worker sends (`sent_seq` counts them), for the datagrams of `tx`
+/// from `start` on; each stamp's tag carries the message type's `slot`.
+/// Returns how many stamps were asked for.
+fn request_tx_stamps(
+    tx: &mut TxBatch,
+    start: usize,
+    every: u64,
+    sent_seq: &mut u64,
+    slot: usize,
+) -> u64 {
+    let mut requested = 0;
+    for index in start..tx.len() {
+        *sent_seq += 1;
+        if sent_seq.is_multiple_of(every) {
+            let tag = ((slot as u64) << TAG_SHIFT) | (*sent_seq & ((1 << TAG_SHIFT) - 1));
+            tx.request_stamp(index, tag);
+            requested += 1;
+        }
+    }
+    requested
 }
 
 #[cfg(test)]
