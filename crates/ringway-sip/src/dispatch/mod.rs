@@ -563,43 +563,18 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let d = self.dispatcher;
         add(&d.counters.requests_received);
         let method = msg.method().unwrap_or(Method::Other(""));
-        let label = MsgLabel::of_method(method);
-        let upstream = match msg.top_via() {
-            Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
-            _ => src,
+        let request = Incoming {
+            src,
+            msg,
+            method,
+            label: MsgLabel::of_method(method),
+            upstream: match msg.top_via() {
+                Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
+                _ => src,
+            },
         };
-        let respond =
-            |me: &mut Self, code: u16, reason: &str, out: &mut dyn FnMut(SocketAddr, &[u8])| {
-                if method == Method::Ack {
-                    return me.dropped(label, DropReason::AckNotRoutable);
-                }
-                if !sendable(&upstream) {
-                    return me.dropped(label, DropReason::ForbiddenDestination);
-                }
-                let tag = format!(
-                    "{:x}",
-                    Hash64::new(d.secret)
-                        .str(msg.call_id().unwrap_or(""))
-                        .finish()
-                );
-                let retry = [("Retry-After", "5")];
-                let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
-                me.scratch.clear();
-                build_response(msg, code, reason, extra, Some(&tag), &mut me.scratch);
-                out(upstream, &me.scratch);
-                *d.counters
-                    .responses_generated
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(code)
-                    .or_default() += 1;
-                Outcome {
-                    label,
-                    action: Action::Responded(code),
-                }
-            };
         if msg.max_forwards() == Some(0) {
-            return respond(self, 483, "Too Many Hops", out);
+            return self.respond(&request, 483, "Too Many Hops", out);
         }
         // Our own Route values on top (we Record-Routed, maybe twice).
         let popped = msg.routes().take_while(|r| d.is_us(r.uri)).count();
@@ -609,7 +584,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             && msg.routes().nth(popped).is_none()
             && msg.request_sip_uri().is_some_and(|u| u.user.is_none())
         {
-            return respond(self, 200, "OK", out);
+            return self.respond(&request, 200, "OK", out);
         }
         let next = match d.next_hop(msg, method, src, popped) {
             Ok(next) => next,
@@ -617,7 +592,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
                 if code == 503 {
                     add(&d.counters.no_proxy);
                 }
-                return respond(self, code, reason, out);
+                return self.respond(&request, code, reason, out);
             }
         };
         let to = match next {
@@ -626,49 +601,121 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         };
         // A proxy applied its own policy to what it sends us.
         let from_member = d.member_at(src).is_some();
+        if let Some(refused) = self.refuse_relay(&request, to, from_member, out) {
+            return refused;
+        }
+        d.count_next_hop(&next);
+        // Pop our Route values (all at once), and an initial request's
+        // preloaded ones from outside.
+        let pop_routes = if !from_member && msg.to_tag().is_none() {
+            msg.routes().count()
+        } else {
+            popped
+        };
+        self.forward(&request, &next, to, pop_routes, out)
+    }
+
+    /// Answer `request` ourselves with `code` (never an ACK, never to a
+    /// destination we may not send to); a 503 says when to retry.
+    fn respond(
+        &mut self,
+        request: &Incoming<'_, '_>,
+        code: u16,
+        reason: &str,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let d = self.dispatcher;
+        let label = request.label;
+        if request.method == Method::Ack {
+            return self.dropped(label, DropReason::AckNotRoutable);
+        }
+        if !sendable(&request.upstream) {
+            return self.dropped(label, DropReason::ForbiddenDestination);
+        }
+        let tag = format!(
+            "{:x}",
+            Hash64::new(d.secret)
+                .str(request.msg.call_id().unwrap_or(""))
+                .finish()
+        );
+        let retry = [("Retry-After", "5")];
+        let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
+        self.scratch.clear();
+        build_response(
+            request.msg,
+            code,
+            reason,
+            extra,
+            Some(&tag),
+            &mut self.scratch,
+        );
+        out(request.upstream, &self.scratch);
+        *d.counters
+            .responses_generated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(code)
+            .or_default() += 1;
+        Outcome {
+            label,
+            action: Action::Responded(code),
+        }
+    }
+
+    /// What the relay policy says about sending `request` to `to`: `None`
+    /// when it may go, else the drop or the 403/482 answer.
+    fn refuse_relay(
+        &mut self,
+        request: &Incoming<'_, '_>,
+        to: SocketAddr,
+        from_member: bool,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Option<Outcome> {
+        let d = self.dispatcher;
         let grant = if from_member {
             Grant::Authenticated
         } else {
             Grant::None
         };
-        if let Err(refusal) = d.relay.check(to, grant) {
-            if refusal == Refusal::Unsendable {
-                return self.dropped(label, DropReason::ForbiddenDestination);
-            }
-            add(&d.counters.relay_refused);
-            if matches!(method, Method::Ack | Method::Cancel) {
-                return self.dropped(label, DropReason::NotRelayed);
-            }
-            return match refusal {
-                Refusal::OwnAddress => respond(self, 482, "Loop Detected", out),
-                _ => respond(self, 403, "Forbidden - Not Relaying", out),
-            };
+        let refusal = d.relay.check(to, grant).err()?;
+        if refusal == Refusal::Unsendable {
+            return Some(self.dropped(request.label, DropReason::ForbiddenDestination));
         }
-        match next {
-            Next::Proxy(index) => {
-                add(&d.members[index].requests);
-                add(&d.counters.requests_dispatched);
-            }
-            Next::Route(_) => add(&d.counters.requests_routed),
-            Next::RequestUri(_) => add(&d.counters.requests_to_uri),
+        add(&d.counters.relay_refused);
+        if matches!(request.method, Method::Ack | Method::Cancel) {
+            return Some(self.dropped(request.label, DropReason::NotRelayed));
         }
+        Some(match refusal {
+            Refusal::OwnAddress => self.respond(request, 482, "Loop Detected", out),
+            _ => self.respond(request, 403, "Forbidden - Not Relaying", out),
+        })
+    }
+
+    /// Forward `request` to `to` with our Via (received/rport from its real
+    /// source), Record-Route on dialog-creating requests, Path on a
+    /// REGISTER to a proxy, and `pop_routes` Route values removed.
+    fn forward(
+        &mut self,
+        request: &Incoming<'_, '_>,
+        next: &Next,
+        to: SocketAddr,
+        pop_routes: usize,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let d = self.dispatcher;
+        let (msg, method, src) = (request.msg, request.method, request.src);
         let dialog_creating = matches!(
             method,
             Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
         ) && msg.to_tag().is_none();
         let mut branch = [0u8; 48];
-        let branch_len = d.branch(msg, upstream, &mut branch);
+        let branch_len = d.branch(msg, request.upstream, &mut branch);
         let branch = std::str::from_utf8(&branch[..branch_len]).unwrap_or("z9hG4bKrwd");
         // received/rport from the real source, replacing the sender's.
         let ip_text = msg
             .top_via()
             .filter(|via| via.received.is_some() || host_ip(via.host) != Some(src.ip()))
             .map(|_| src.ip().to_string());
-        let received = ip_text.as_deref();
-        let rport = msg
-            .top_via()
-            .filter(|via| via.rport_flag)
-            .map(|_| src.port());
         let edits = RequestEdits {
             via: Some(ViaEdit {
                 transport: "UDP",
@@ -679,32 +726,53 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             record_route: (d.config.record_route && dialog_creating).then_some(d.uri.as_str()),
             path: (method == Method::Register && matches!(next, Next::Proxy(_)))
                 .then_some(d.uri.as_str()),
-            received,
-            rport,
-            ..RequestEdits::default()
-        };
-        // Pop our Route values (all at once), and an initial request's
-        // preloaded ones from outside.
-        let pop_routes = if !from_member && msg.to_tag().is_none() {
-            msg.routes().count()
-        } else {
-            popped
-        };
-        let edits = RequestEdits {
+            received: ip_text.as_deref(),
+            rport: msg
+                .top_via()
+                .filter(|via| via.rport_flag)
+                .map(|_| src.port()),
             pop_routes,
-            ..edits
+            ..RequestEdits::default()
         };
         self.scratch.clear();
         match forward_request(msg, &edits, &mut self.scratch) {
             Ok(_) => {
                 out(to, &self.scratch);
                 Outcome {
-                    label,
+                    label: request.label,
                     action: Action::Forwarded { copies: 1 },
                 }
             }
-            Err(crate::edit::EditError::TooLarge) => self.dropped(label, DropReason::TooLarge),
-            Err(_) => self.dropped(label, DropReason::MalformedRequest),
+            Err(crate::edit::EditError::TooLarge) => {
+                self.dropped(request.label, DropReason::TooLarge)
+            }
+            Err(_) => self.dropped(request.label, DropReason::MalformedRequest),
+        }
+    }
+}
+
+/// A received request and what answering or forwarding it needs.
+struct Incoming<'a, 'm> {
+    /// The datagram's source.
+    src: SocketAddr,
+    msg: &'a SipMsg<'m>,
+    method: Method<'m>,
+    label: MsgLabel,
+    /// Where our answers go: the top Via's sent-by port at the source's
+    /// address, or the source itself with rport.
+    upstream: SocketAddr,
+}
+
+impl Dispatcher {
+    /// Count a request by where it goes.
+    fn count_next_hop(&self, next: &Next) {
+        match next {
+            Next::Proxy(index) => {
+                add(&self.members[*index].requests);
+                add(&self.counters.requests_dispatched);
+            }
+            Next::Route(_) => add(&self.counters.requests_routed),
+            Next::RequestUri(_) => add(&self.counters.requests_to_uri),
         }
     }
 }
