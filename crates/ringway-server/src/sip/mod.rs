@@ -362,11 +362,11 @@ impl SipServerConfig {
         Ok(())
     }
 
-    /// The placement of worker `i`.
-    fn worker_placement(&self, i: usize) -> Placement {
-        let mut p = self.placement.clone();
-        p.cpus = p.cpus.map(|list| vec![list[i % list.len()]]);
-        p
+    /// The placement of worker `index`.
+    fn worker_placement(&self, index: usize) -> Placement {
+        let mut placement = self.placement.clone();
+        placement.cpus = placement.cpus.map(|list| vec![list[index % list.len()]]);
+        placement
     }
 
     fn proxy_config(&self, local: SocketAddr, key: NonceKey, seed: u64) -> ProxyConfig {
@@ -446,31 +446,22 @@ impl MetricsSlot {
     fn offer(&self, metrics: &WorkerMetrics, last: &mut u64) {
         let wanted = self.wanted.load(Ordering::Acquire);
         if wanted > *last {
-            let mut p = self
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            p.metrics.clone_from(metrics);
-            p.generation = p.generation.max(wanted);
+            let mut published = lock(&self.published);
+            published.metrics.clone_from(metrics);
+            published.generation = published.generation.max(wanted);
             *last = wanted;
         }
     }
 
     /// Publish the final copy (the thread ends).
     fn finish(&self, metrics: &WorkerMetrics) {
-        let mut p = self
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        p.metrics.clone_from(metrics);
-        p.generation = FINAL;
+        let mut published = lock(&self.published);
+        published.metrics.clone_from(metrics);
+        published.generation = FINAL;
     }
 
     fn generation(&self) -> u64 {
-        self.published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .generation
+        lock(&self.published).generation
     }
 }
 
@@ -1024,15 +1015,17 @@ fn snapshot(shared: &Shared) -> Snapshot {
     let mut stale_threads = 0;
     let workers = shared.config.workers;
     let mut per_worker_in = Vec::with_capacity(workers);
-    for (i, slot) in shared.slots.iter().enumerate() {
-        let p = lock(&slot.published);
-        stale_threads += usize::from(p.generation < generation);
-        merged.merge(&p.metrics);
-        if i < workers {
-            per_worker_in.push(p.metrics.msgs_in);
+    for (index, slot) in shared.slots.iter().enumerate() {
+        let published = lock(&slot.published);
+        stale_threads += usize::from(published.generation < generation);
+        merged.merge(&published.metrics);
+        if index < workers {
+            let metrics = &published.metrics;
+            per_worker_in.push(metrics.msgs_in);
+            // Shared model: every worker sees the one socket's counter.
             socket_drops = match shared.config.rx_model {
-                RxModel::Shared => socket_drops.max(p.metrics.socket_rx_dropped),
-                RxModel::Reuseport => socket_drops + p.metrics.socket_rx_dropped,
+                RxModel::Shared => socket_drops.max(metrics.socket_rx_dropped),
+                RxModel::Reuseport => socket_drops + metrics.socket_rx_dropped,
             };
         }
     }

@@ -86,77 +86,86 @@ impl<'p> SipWorker<'p> {
             tx,
             tx_stamp_every,
             sent_seq,
-            metrics: m,
+            metrics,
             waiting,
             shed_after,
             ..
         } = self;
         tx.clear();
         waiting.clear();
-        for d in rx.iter() {
-            m.msgs_in += 1;
-            if d.meta.truncated {
-                m.rx_truncated += 1;
+        for datagram in rx.iter() {
+            metrics.msgs_in += 1;
+            if datagram.meta.truncated {
+                metrics.rx_truncated += 1;
                 continue;
             }
             let before = tx.len();
             let mut oversize = 0u64;
             let mut flushed = 0usize;
             let mut send_errors = 0u64;
-            let r0 = realtime_now();
+            let picked_at = realtime_now();
             if let Some(limit) = *shed_after {
                 // Queueing delay: the kernel's RX stamp (realtime) to now.
-                let waited = d.meta.kernel_rx.map(|k| r0.saturating_since(k));
-                proxy.set_shedding(waited.is_some_and(|w| w > limit));
+                let waited = datagram
+                    .meta
+                    .kernel_rx
+                    .map(|stamp| picked_at.saturating_since(stamp));
+                proxy.set_shedding(waited.is_some_and(|wait| wait > limit));
             }
-            let t0 = clock();
-            let outcome = proxy.handle(t0.0, d.meta.peer, d.data, &mut |dst, bytes| {
-                if tx.is_full() {
-                    // More output than the batch holds: flush early (rare).
-                    match io.send_batch(tx) {
-                        Ok(_) => flushed += tx.len(),
-                        Err(_) => send_errors += tx.len() as u64,
+            let core_start = clock();
+            let outcome = proxy.handle(
+                core_start.0,
+                datagram.meta.peer,
+                datagram.data,
+                &mut |dst, bytes| {
+                    if tx.is_full() {
+                        // More output than the batch holds: flush early (rare).
+                        match io.send_batch(tx) {
+                            Ok(_) => flushed += tx.len(),
+                            Err(_) => send_errors += tx.len() as u64,
+                        }
+                        tx.clear();
                     }
-                    tx.clear();
-                }
-                if tx.push(dst, bytes).is_err() {
-                    oversize += 1;
-                }
-            });
-            let t1 = clock();
-            m.tx_oversize += oversize;
-            m.tx_errors += send_errors;
+                    if tx.push(dst, bytes).is_err() {
+                        oversize += 1;
+                    }
+                },
+            );
+            let core_end = clock();
+            metrics.tx_oversize += oversize;
+            metrics.tx_errors += send_errors;
             let slot = outcome.label.slot();
-            match d.meta.kernel_rx {
-                Some(k) => m
+            match datagram.meta.kernel_rx {
+                Some(stamp) => metrics
                     .slot_mut(slot)
-                    .record(Latency::KRcv, d.meta.app_rx.saturating_since(k)),
-                None => m.k_rcv_missing += 1,
+                    .record(Latency::KRcv, datagram.meta.app_rx.saturating_since(stamp)),
+                None => metrics.k_rcv_missing += 1,
             }
-            let t_sip = t1.saturating_since(t0);
-            let wait_before = r0.saturating_since(d.meta.app_rx);
+            let t_sip = core_end.saturating_since(core_start);
+            let wait_before = picked_at.saturating_since(datagram.meta.app_rx);
             if tx.len() > before || flushed > 0 {
-                waiting.push((slot, wait_before, Nanos(r0.0 + t_sip)));
+                waiting.push((slot, wait_before, Nanos(picked_at.0 + t_sip)));
             } else {
-                m.slot_mut(slot).record(Latency::Wait, wait_before);
+                metrics.slot_mut(slot).record(Latency::Wait, wait_before);
             }
-            let stats = m.slot_mut(slot);
+            let stats = metrics.slot_mut(slot);
             stats.count += 1;
             stats.record(Latency::TSip, t_sip);
             stats.count_action(outcome.action);
             if *tx_stamp_every > 0 {
                 // After an early flush every queued datagram is this one's.
                 let start = if flushed > 0 { 0 } else { before };
-                m.k_snd_requested += request_tx_stamps(tx, start, *tx_stamp_every, sent_seq, slot);
+                metrics.k_snd_requested +=
+                    request_tx_stamps(tx, start, *tx_stamp_every, sent_seq, slot);
             }
         }
         self.send_and_record_waits(io);
         self.collect_tx_stamps(io);
         let io_stats = io.stats();
-        let m = &mut self.metrics;
-        m.msgs_out = io_stats.tx_packets;
-        m.tx_errors = m.tx_errors.max(io_stats.tx_errors);
-        m.socket_rx_dropped = io_stats.rx_dropped;
+        let metrics = &mut self.metrics;
+        metrics.msgs_out = io_stats.tx_packets;
+        metrics.tx_errors = metrics.tx_errors.max(io_stats.tx_errors);
+        metrics.socket_rx_dropped = io_stats.rx_dropped;
     }
 
     /// Send what the batch produced, then record each datagram's wait

@@ -442,13 +442,14 @@ impl DispatchWorker<'_> {
 
     /// Send the probes due at `now`; returns how many.
     pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
-        let d = self.dispatcher;
-        let due = d.next_probe.load(Ordering::Relaxed);
+        let dispatcher = self.dispatcher;
+        let due = dispatcher.next_probe.load(Ordering::Relaxed);
         if now < due
-            || d.next_probe
+            || dispatcher
+                .next_probe
                 .compare_exchange(
                     due,
-                    now + d.config.probe_interval,
+                    now + dispatcher.config.probe_interval,
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )
@@ -457,20 +458,20 @@ impl DispatchWorker<'_> {
             return 0;
         }
         let mut sent = 0;
-        for (index, member) in d.members.iter().enumerate() {
-            let seq = member.next_probe(d.config.probe_failures);
+        for (index, member) in dispatcher.members.iter().enumerate() {
+            let seq = member.next_probe(dispatcher.config.probe_failures);
             // Unguessable without our key: a spoofed answer cannot name it.
-            let nonce = d.probe_nonce(index, seq);
+            let nonce = dispatcher.probe_nonce(index, seq);
             let probe = format!(
                 "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {us};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}\r\n\
 Max-Forwards: 70\r\nFrom: <sip:dispatch@{us}>;tag={PROBE_TAG}\r\nTo: <sip:{to}>\r\n\
 Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
                 to = member.identity,
-                us = d.sent_by,
+                us = dispatcher.sent_by,
             );
             if sendable(&member.address) {
                 out(member.address, probe.as_bytes());
-                add(&d.counters.probes_sent);
+                add(&dispatcher.counters.probes_sent);
                 sent += 1;
             }
         }
@@ -498,15 +499,15 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         msg: &SipMsg<'_>,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        let d = self.dispatcher;
-        add(&d.counters.responses_received);
+        let dispatcher = self.dispatcher;
+        add(&dispatcher.counters.responses_received);
         let code = msg.status().unwrap_or(0);
         let label = MsgLabel::Response(code);
         let Some(top) = msg.top_via() else {
             return self.dropped(label, DropReason::MalformedResponse);
         };
-        let ours = host_ip(top.host) == Some(d.config.local.ip())
-            && top.port.unwrap_or(5060) == d.config.local.port();
+        let ours = host_ip(top.host) == Some(dispatcher.config.local.ip())
+            && top.port.unwrap_or(5060) == dispatcher.config.local.port();
         if !ours {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
@@ -516,11 +517,18 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             .filter(|b| b.starts_with(PROBE_TAG))
         {
             if let Some((index, seq, nonce)) = parse_probe_id(probe) {
-                let from_it = d.members.get(index).is_some_and(|m| m.address == src);
-                let genuine = nonce == d.probe_nonce(index, seq);
+                let from_it = dispatcher
+                    .members
+                    .get(index)
+                    .is_some_and(|m| m.address == src);
+                let genuine = nonce == dispatcher.probe_nonce(index, seq);
                 if from_it && genuine && code >= 200 {
-                    d.members[index].probe_answered(seq, code, d.config.probe_failures);
-                    add(&d.counters.probe_answers);
+                    dispatcher.members[index].probe_answered(
+                        seq,
+                        code,
+                        dispatcher.config.probe_failures,
+                    );
+                    add(&dispatcher.counters.probe_answers);
                 }
             }
             return Outcome {
@@ -534,17 +542,17 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
-        if d.upstream_mac(hash, to) != mac {
+        if dispatcher.upstream_mac(hash, to) != mac {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
-        if !sendable(&to) || d.own(to) {
+        if !sendable(&to) || dispatcher.own(to) {
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
         self.scratch.clear();
         match forward_response(msg, &mut self.scratch) {
             Ok(_) => {
                 out(to, &self.scratch);
-                add(&d.counters.responses_forwarded);
+                add(&dispatcher.counters.responses_forwarded);
                 Outcome {
                     label,
                     action: Action::Forwarded { copies: 1 },
@@ -560,8 +568,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         msg: &SipMsg<'_>,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        let d = self.dispatcher;
-        add(&d.counters.requests_received);
+        let dispatcher = self.dispatcher;
+        add(&dispatcher.counters.requests_received);
         let method = msg.method().unwrap_or(Method::Other(""));
         let request = Incoming {
             src,
@@ -577,8 +585,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             return self.respond(&request, 483, "Too Many Hops", out);
         }
         // Our own Route values on top (we Record-Routed, maybe twice).
-        let popped = msg.routes().take_while(|r| d.is_us(r.uri)).count();
-        let to_us = msg.request_uri().is_some_and(|u| d.is_us(u));
+        let popped = msg.routes().take_while(|r| dispatcher.is_us(r.uri)).count();
+        let to_us = msg.request_uri().is_some_and(|u| dispatcher.is_us(u));
         if method == Method::Options
             && to_us
             && msg.routes().nth(popped).is_none()
@@ -586,25 +594,25 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         {
             return self.respond(&request, 200, "OK", out);
         }
-        let next = match d.next_hop(msg, method, src, popped) {
+        let next = match dispatcher.next_hop(msg, method, src, popped) {
             Ok(next) => next,
             Err((code, reason)) => {
                 if code == 503 {
-                    add(&d.counters.no_proxy);
+                    add(&dispatcher.counters.no_proxy);
                 }
                 return self.respond(&request, code, reason, out);
             }
         };
         let to = match next {
-            Next::Proxy(index) => d.members[index].address,
+            Next::Proxy(index) => dispatcher.members[index].address,
             Next::Route(to) | Next::RequestUri(to) => to,
         };
         // A proxy applied its own policy to what it sends us.
-        let from_member = d.member_at(src).is_some();
+        let from_member = dispatcher.member_at(src).is_some();
         if let Some(refused) = self.refuse_relay(&request, to, from_member, out) {
             return refused;
         }
-        d.count_next_hop(&next);
+        dispatcher.count_next_hop(&next);
         // Pop our Route values (all at once), and an initial request's
         // preloaded ones from outside.
         let pop_routes = if !from_member && msg.to_tag().is_none() {
@@ -624,7 +632,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         reason: &str,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        let d = self.dispatcher;
+        let dispatcher = self.dispatcher;
         let label = request.label;
         if request.method == Method::Ack {
             return self.dropped(label, DropReason::AckNotRoutable);
@@ -634,7 +642,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         }
         let tag = format!(
             "{:x}",
-            Hash64::new(d.secret)
+            Hash64::new(dispatcher.secret)
                 .str(request.msg.call_id().unwrap_or(""))
                 .finish()
         );
@@ -650,7 +658,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             &mut self.scratch,
         );
         out(request.upstream, &self.scratch);
-        *d.counters
+        *dispatcher
+            .counters
             .responses_generated
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -671,17 +680,17 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         from_member: bool,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Option<Outcome> {
-        let d = self.dispatcher;
+        let dispatcher = self.dispatcher;
         let grant = if from_member {
             Grant::Authenticated
         } else {
             Grant::None
         };
-        let refusal = d.relay.check(to, grant).err()?;
+        let refusal = dispatcher.relay.check(to, grant).err()?;
         if refusal == Refusal::Unsendable {
             return Some(self.dropped(request.label, DropReason::ForbiddenDestination));
         }
-        add(&d.counters.relay_refused);
+        add(&dispatcher.counters.relay_refused);
         if matches!(request.method, Method::Ack | Method::Cancel) {
             return Some(self.dropped(request.label, DropReason::NotRelayed));
         }
@@ -702,14 +711,14 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         pop_routes: usize,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        let d = self.dispatcher;
+        let dispatcher = self.dispatcher;
         let (msg, method, src) = (request.msg, request.method, request.src);
         let dialog_creating = matches!(
             method,
             Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
         ) && msg.to_tag().is_none();
         let mut branch = [0u8; 48];
-        let branch_len = d.branch(msg, request.upstream, &mut branch);
+        let branch_len = dispatcher.branch(msg, request.upstream, &mut branch);
         let branch = std::str::from_utf8(&branch[..branch_len]).unwrap_or("z9hG4bKrwd");
         // received/rport from the real source, replacing the sender's.
         let ip_text = msg
@@ -719,13 +728,14 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let edits = RequestEdits {
             via: Some(ViaEdit {
                 transport: "UDP",
-                sent_by: &d.sent_by,
+                sent_by: &dispatcher.sent_by,
                 branch,
             }),
             max_forwards: true,
-            record_route: (d.config.record_route && dialog_creating).then_some(d.uri.as_str()),
+            record_route: (dispatcher.config.record_route && dialog_creating)
+                .then_some(dispatcher.uri.as_str()),
             path: (method == Method::Register && matches!(next, Next::Proxy(_)))
-                .then_some(d.uri.as_str()),
+                .then_some(dispatcher.uri.as_str()),
             received: ip_text.as_deref(),
             rport: msg
                 .top_via()
