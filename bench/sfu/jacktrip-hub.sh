@@ -5,6 +5,8 @@
 #
 #   sudo bench/sfu/jacktrip-hub.sh [OUT_DIR]
 #   CLIENTS="2 4 8" FRAMES="64 128" SECONDS_MEASURED=8 sudo -E bench/sfu/jacktrip-hub.sh
+#   HUBS="jacktrip ringway ringway-clocked"   (the default; ringway-clocked
+#   is `ringway sfu jacktrip --clocked`: one wake per packet period)
 #
 # Setup: two network namespaces made here (hub, clients) joined by a veth
 # pair (10.77.0.1 hub, 10.77.0.2 clients); nothing leaves them. Each client
@@ -34,7 +36,7 @@ RINGWAY=${RINGWAY:-$ROOT/target/release/ringway}
 OUT=${1:-$(mktemp -d /tmp/rw-jthub.XXXXXX)}
 CLIENTS=${CLIENTS:-"2 4 8"}
 FRAMES=${FRAMES:-"64 128"}
-HUBS=${HUBS:-"jacktrip ringway"}
+HUBS=${HUBS:-"jacktrip ringway ringway-clocked"}
 SECONDS_MEASURED=${SECONDS_MEASURED:-8}
 SETTLE=${SETTLE:-4}
 # Client jackd servers: JACK allows 8 servers per machine (the hub's
@@ -96,8 +98,10 @@ run_one() { # hub n frames
             jacktrip -S -p 2 -B 4464 -U 61002
         hubpids=("$LAST" "${hubpids[@]}")
     else
+        local extra=()
+        [ "$hub" = ringway-clocked ] && extra=(--clocked)
         bg "$NS_HUB" "$dir/hub.log" "$RINGWAY" sfu jacktrip --listen 10.77.0.1:4464 \
-            --udp-port 61002 --json "$dir/hub.json"
+            --udp-port 61002 --json "$dir/hub.json" "${extra[@]}"
         hubpids+=("$LAST")
     fi
     sleep 1

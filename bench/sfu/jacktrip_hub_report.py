@@ -136,7 +136,7 @@ def cpu(path, n):
 def main(out):
     rows = []
     for d in sorted(os.listdir(out)):
-        m = re.match(r"(jacktrip|ringway)-n(\d+)-f(\d+)$", d)
+        m = re.match(r"(jacktrip|ringway|ringway-clocked)-n(\d+)-f(\d+)$", d)
         if not m:
             continue
         hub, n, frames = m.group(1), int(m.group(2)), int(m.group(3))
@@ -162,11 +162,11 @@ def main(out):
             rate, flag))
     # Ratios side by side, same (frames, clients).
     print()
-    print("| frames | clients | CPU ratio ringway/jacktrip (hub process; with jackd) | delay ratio ringway/jacktrip (p50) |")
-    print("|---|---|---|---|")
+    print("| frames | clients | hub | CPU ratio to jacktrip (hub process; with jackd) | delay ratio to jacktrip (p50) |")
+    print("|---|---|---|---|---|")
     by = {(r[0], r[1], r[2]): r for r in rows}
     for (frames, n, hub), r in sorted(by.items()):
-        if hub != "ringway" or (frames, n, "jacktrip") not in by:
+        if hub == "jacktrip" or (frames, n, "jacktrip") not in by:
             continue
         j = by[(frames, n, "jacktrip")]
         def ratio(a, b):
@@ -176,7 +176,7 @@ def main(out):
         dr = "n/a"
         if r[5] and j[5]:
             dr = ratio(r[5][len(r[5]) // 2], j[5][len(j[5]) // 2])
-        print("| %d | %d | %s; %s | %s |" % (frames, n, cr, cj, dr))
+        print("| %d | %d | %s | %s; %s | %s |" % (frames, n, hub, cr, cj, dr))
 
 
 if __name__ == "__main__":
