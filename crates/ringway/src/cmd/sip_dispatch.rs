@@ -61,6 +61,9 @@ pub struct DispatchArgs {
     /// Do not print the JSON summary to stdout.
     #[arg(long)]
     pub quiet: bool,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
 }
 
 impl DispatchArgs {
@@ -77,6 +80,7 @@ impl DispatchArgs {
                 anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
             })?;
         }
+        self.manage.validate()?;
         DispatchServerConfig::from(self)
             .validate()
             .map_err(|e| anyhow::anyhow!("{e} (see ringway sip dispatch --help)"))
@@ -110,6 +114,10 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.metrics,
         server.prometheus(),
     )?;
+    let endpoint = a.manage.start(
+        "sip dispatch",
+        ringway_server::manage::Managed::Dispatch(server.control()),
+    )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     eprintln!(
         "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{} relay={}",
@@ -121,6 +129,9 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.relay,
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();

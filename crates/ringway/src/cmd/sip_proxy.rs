@@ -3,7 +3,7 @@
 //! proxy/registrar): options → [`SipServerConfig`], Prometheus text on
 //! `--metrics`, the JSON summary on exit (schema in docs/sip-proxy.md).
 
-use super::serving;
+use super::{manage, serving};
 use anyhow::Context;
 use ringway_server::host;
 use ringway_server::metrics::http;
@@ -198,6 +198,12 @@ pub struct ProxyArgs {
     /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
     #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
     pub overload_queue_delay_ms: u64,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
+    /// Graceful drain on SIGTERM (docs/operations.md).
+    #[command(flatten)]
+    pub drain: super::manage::DrainArgs,
 }
 
 /// `--location`: checked at start-up (a malformed URL stops it). Its
@@ -250,6 +256,8 @@ impl ProxyArgs {
             );
             anyhow::ensure!((1..=99).contains(&p), "--priority must be 1..=99");
         }
+        self.manage.validate()?;
+        self.drain.validate()?;
         if let Some(m) = self.metrics {
             http::validate_addr(m, self.metrics_public).map_err(|e| {
                 anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
@@ -334,16 +342,24 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
     }
 }
 
-/// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
+/// Run the proxy until SIGINT, `--duration`, or the end of a drain
+/// (SIGTERM, `ringway ctl drain`), reloading on SIGHUP; then print the
+/// summary.
 pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     a.validate()?;
-    let stop = host::stop_flag()?;
+    let signals = host::control_signals()?;
     let server = SipServer::start(SipServerConfig::try_from(&a)?)?;
     let metrics = serving::MetricsEndpoint::start(
         "sip proxy",
         "sip-metrics",
         a.metrics,
         server.prometheus(),
+    )?;
+    let control = server.control();
+    let reload = manage::proxy_reloader(control.clone());
+    let endpoint = a.manage.start(
+        "sip proxy",
+        ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
     eprintln!(
         "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
@@ -358,7 +374,12 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         ringway_server::sip::location::redact_location(&a.location),
     );
-    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    let ending = manage::run_proxy(&signals, &control, &reload, &a.drain, a.duration, || {
+        !server.panicked_threads().is_empty()
+    });
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
@@ -371,6 +392,9 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         "thread(s) {} panicked; the proxy stopped",
         summary.threads_panicked.join(", ")
     );
+    if let manage::Ending::DrainTimedOut(left) = ending {
+        anyhow::bail!("drain deadline passed with {left} transaction(s) in flight");
+    }
     Ok(())
 }
 
