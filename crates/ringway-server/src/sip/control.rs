@@ -5,7 +5,7 @@
 //!
 //! Reload applies, without touching transactions, dialogs or bindings:
 //! the credentials of `auth_file` (re-read), `flood_limit` and
-//! `flood_window_ms`, and `relay`. Every other key takes effect at the
+//! `flood_window`, and `relay`. Every other key takes effect at the
 //! next start; a reload that changes one says so in
 //! [`ReloadReport::restart_needed`] (see [`RELOADABLE`]).
 
@@ -21,7 +21,7 @@ use std::time::Instant;
 
 /// Keys a reload applies to the running server; every other key of
 /// [`SipServerConfig`] needs a restart.
-pub const RELOADABLE: [&str; 4] = ["auth_file", "flood_limit", "flood_window_ms", "relay"];
+pub const RELOADABLE: [&str; 4] = ["auth_file", "flood_limit", "flood_window", "relay"];
 
 /// Bindings listed at most by one [`SipControl::bindings`] call.
 pub const MAX_LISTED_AORS: usize = 10_000;
@@ -373,11 +373,9 @@ impl SipControl {
             report.applied.push("auth_file".into());
         }
         if let (Some(limit), true) = (new.flood_limit, current.flood_limit.is_some()) {
-            if Some(limit) != current.flood_limit || new.flood_window_ms != current.flood_window_ms
-            {
-                shared
-                    .proxy
-                    .set_flood_limits(limit, new.flood_window_ms.saturating_mul(1_000_000));
+            if Some(limit) != current.flood_limit || new.flood_window != current.flood_window {
+                let window = u64::try_from(new.flood_window.as_nanos()).unwrap_or(u64::MAX);
+                shared.proxy.set_flood_limits(limit, window);
                 report.applied.push("flood_limit".into());
             }
         }
@@ -389,7 +387,7 @@ impl SipControl {
         current.auth_file = new.auth_file;
         if current.flood_limit.is_some() && new.flood_limit.is_some() {
             current.flood_limit = new.flood_limit;
-            current.flood_window_ms = new.flood_window_ms;
+            current.flood_window = new.flood_window;
         }
         current.relay = new.relay;
         Ok(report)

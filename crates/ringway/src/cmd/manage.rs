@@ -120,8 +120,7 @@ fn reread_proxy_config() -> Result<SipServerConfig, String> {
     let crate::Cmd::Sip(super::sip::SipCmd::Proxy(args)) = cli.cmd else {
         return Err("not a sip proxy command line".into());
     };
-    args.validate().map_err(|e| format!("{e:#}"))?;
-    SipServerConfig::try_from(args.as_ref()).map_err(|e| format!("{e:#}"))
+    super::sip_proxy::checked_config(&args).map_err(|e| format!("{e:#}"))
 }
 
 /// A reloader for `control`: re-read the file, apply.
