@@ -176,6 +176,45 @@ pub struct DispatchSummary {
     pub threads_panicked: Vec<String>,
 }
 
+/// A handle on a running dispatcher for the management API.
+#[derive(Clone)]
+pub struct DispatchControl {
+    shared: Arc<Shared>,
+}
+
+impl DispatchControl {
+    /// Counters, with every proxy's state.
+    pub fn stats(&self) -> DispatchStats {
+        self.shared.dispatcher.stats()
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// Seconds since start.
+    pub fn uptime_s(&self) -> f64 {
+        self.shared.started.elapsed().as_secs_f64()
+    }
+
+    /// Set proxy `address`'s state (`false`: no such proxy).
+    pub fn set_admin_state(
+        &self,
+        address: SocketAddr,
+        state: ringway_sip::dispatch::AdminState,
+    ) -> bool {
+        let done = self.shared.dispatcher.set_admin_state(address, state);
+        if done {
+            log::info!(
+                "sip dispatch: management: proxy {address} set {}",
+                state.as_str()
+            );
+        }
+        done
+    }
+}
+
 /// A running dispatcher.
 pub struct DispatchServer {
     shared: Arc<Shared>,
@@ -302,6 +341,13 @@ impl DispatchServer {
     /// The dispatcher's counters now.
     pub fn stats(&self) -> DispatchStats {
         self.shared.dispatcher.stats()
+    }
+
+    /// A handle for the management API (targets, their states).
+    pub fn control(&self) -> DispatchControl {
+        DispatchControl {
+            shared: self.shared.clone(),
+        }
     }
 
     /// A function rendering the Prometheus text, for a metrics thread.

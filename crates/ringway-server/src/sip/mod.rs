@@ -25,6 +25,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+mod control;
 pub mod location;
 mod prometheus;
 mod stats;
@@ -32,6 +33,10 @@ mod summary;
 mod timer;
 mod worker;
 
+pub use control::{
+    AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
+    RELOADABLE,
+};
 pub use stats::{Latency, TypeStats, WorkerMetrics};
 pub use summary::{
     Actions, ConfigView, Cpu, Drops, Messages, Summary, ThreadCpu, TypeSummary, SCHEMA,
@@ -468,6 +473,8 @@ impl MetricsSlot {
 /// Everything the threads share.
 struct Shared {
     config: SipServerConfig,
+    /// Runtime control: the configuration in force, reloads, drain.
+    control: control::ControlState,
     local: SocketAddr,
     proxy: Proxy,
     stop: AtomicBool,
@@ -607,8 +614,14 @@ impl SipServer {
             u64::from_le_bytes(host::random_bytes()?),
         );
         let (mut proxy, location, store_ends) = build_proxy(&config, proxy_config)?;
-        if let Some(credentials) = credentials {
-            proxy.set_credentials(Arc::new(credentials));
+        // Behind a swap a reload replaces (SIGHUP, `ringway ctl reload`).
+        let swappable = credentials.map(|credentials| {
+            let swap = Arc::new(control::SwappableCredentials::default());
+            swap.set(Arc::new(credentials));
+            swap
+        });
+        if let Some(swap) = &swappable {
+            proxy.set_credentials(swap.clone());
         }
         // Hashes and MACs we put on the wire: unpredictable (S19).
         proxy.set_secret(host::random_bytes()?);
@@ -631,6 +644,7 @@ impl SipServer {
             threads_alive: AtomicUsize::new(0),
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
+            control: control::ControlState::new(config.clone(), swappable),
             config,
         });
         let mut server = SipServer {
@@ -709,7 +723,15 @@ impl SipServer {
         lock(&self.shared.panicked).clone()
     }
 
-    /// The configuration it runs with.
+    /// A handle for runtime control (status, bindings, drain, reload).
+    pub fn control(&self) -> SipControl {
+        SipControl {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The configuration it started with (reloads change what
+    /// [`SipControl`] says is in force, never this).
     pub fn config(&self) -> &SipServerConfig {
         &self.shared.config
     }

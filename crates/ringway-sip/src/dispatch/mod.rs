@@ -37,6 +37,7 @@
 //! out is hashed to a live proxy. Nothing is resolved by DNS.
 
 mod health;
+pub use health::AdminState;
 pub mod rendezvous;
 
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
@@ -127,8 +128,11 @@ pub struct DispatchStats {
 pub struct MemberStats {
     /// Its address.
     pub address: String,
-    /// In now.
+    /// In now (answers its probes).
     pub alive: bool,
+    /// What the operator set: `active`, `disabled` or `draining` (only
+    /// `active` proxies get new requests).
+    pub state: &'static str,
     /// New requests sent to it.
     pub requests: u64,
     /// Times it went out.
@@ -231,13 +235,27 @@ impl Dispatcher {
             key,
             self.members
                 .iter()
-                .map(|m| (m.identity.as_str(), m.is_alive())),
+                .map(|m| (m.identity.as_str(), m.takes_new())),
         )
     }
 
-    /// Whether proxy `index` is in.
+    /// Set the operator's state of the proxy at `address` (the management
+    /// API): only `Active` proxies get new requests; in-dialog requests
+    /// follow their Route whatever the state. Rendezvous hashing moves
+    /// only that proxy's share. `false`: no such proxy.
+    pub fn set_admin_state(&self, address: SocketAddr, state: AdminState) -> bool {
+        match self.members.iter().find(|m| m.address == address) {
+            Some(member) => {
+                member.set_admin_state(state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether proxy `index` is in (answers probes and is `Active`).
     pub fn is_alive(&self, index: usize) -> bool {
-        self.members.get(index).is_some_and(Member::is_alive)
+        self.members.get(index).is_some_and(Member::takes_new)
     }
 
     /// Counters now.
@@ -267,6 +285,7 @@ impl Dispatcher {
                 .map(|m| MemberStats {
                     address: m.identity.clone(),
                     alive: m.is_alive(),
+                    state: m.admin_state().as_str(),
                     requests: get(&m.requests),
                     downs: get(&m.downs),
                 })

@@ -61,6 +61,9 @@ pub struct DispatchArgs {
     /// Do not print the JSON summary to stdout.
     #[arg(long)]
     pub quiet: bool,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
 }
 
 /// The configuration a command line describes, with the checks only the
@@ -104,6 +107,7 @@ pub(crate) fn checked_config(args: &DispatchArgs) -> anyhow::Result<DispatchServ
 
 /// Run the dispatcher until SIGINT/SIGTERM or `--duration`.
 pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
+    a.manage.validate()?;
     let config = DispatchServerConfig::try_from(&a)?;
     let stop = host::stop_flag()?;
     // Validated once, here.
@@ -114,6 +118,10 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         "dispatch-metrics",
         a.metrics,
         server.prometheus(),
+    )?;
+    let endpoint = a.manage.start(
+        "sip dispatch",
+        ringway_server::manage::Managed::Dispatch(server.control()),
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     eprintln!(
@@ -126,6 +134,9 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.relay,
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();

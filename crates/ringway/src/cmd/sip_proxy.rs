@@ -3,7 +3,7 @@
 //! proxy/registrar): options → [`SipServerConfig`], Prometheus text on
 //! `--metrics`, the JSON summary on exit (schema in docs/sip-proxy.md).
 
-use super::serving;
+use super::{manage, serving};
 use anyhow::Context;
 use ringway_io::thread::{Placement, Policy};
 use ringway_io::Io;
@@ -200,6 +200,12 @@ pub struct ProxyArgs {
     /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
     #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
     pub overload_queue_delay_ms: u64,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
+    /// Graceful drain on SIGTERM (docs/operations.md).
+    #[command(flatten)]
+    pub drain: super::manage::DrainArgs,
 }
 
 /// `--location`: parsed once, here (a malformed URL stops the start). Its
@@ -343,10 +349,14 @@ pub(crate) fn checked_config(args: &ProxyArgs) -> anyhow::Result<SipServerConfig
     Ok(config)
 }
 
-/// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
+/// Run the proxy until SIGINT, `--duration`, or the end of a drain
+/// (SIGTERM, `ringway ctl drain`), reloading on SIGHUP; then print the
+/// summary.
 pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
+    a.manage.validate()?;
+    a.drain.validate()?;
     let config = SipServerConfig::try_from(&a)?;
-    let stop = host::stop_flag()?;
+    let signals = host::control_signals()?;
     // Validated once, here.
     let server = SipServer::start(config).map_err(|e| serving::with_help("sip proxy", e))?;
     let metrics = serving::MetricsEndpoint::start(
@@ -354,6 +364,12 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         "sip-metrics",
         a.metrics,
         server.prometheus(),
+    )?;
+    let control = server.control();
+    let reload = manage::proxy_reloader(control.clone());
+    let endpoint = a.manage.start(
+        "sip proxy",
+        ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
     eprintln!(
         "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
@@ -368,7 +384,12 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         a.location,
     );
-    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    let ending = manage::run_proxy(&signals, &control, &reload, &a.drain, a.duration, || {
+        !server.panicked_threads().is_empty()
+    });
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
@@ -381,6 +402,9 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         "thread(s) {} panicked; the proxy stopped",
         summary.threads_panicked.join(", ")
     );
+    if let manage::Ending::DrainTimedOut(left) = ending {
+        anyhow::bail!("drain deadline passed with {left} transaction(s) in flight");
+    }
     Ok(())
 }
 
