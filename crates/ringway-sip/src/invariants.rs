@@ -199,6 +199,11 @@ fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
         record_route: true,
         secret: [0x5E; 32],
         relay: crate::RelayNets::default(),
+        // Low enough that a long script from one peer reaches it.
+        flood: Some(crate::FloodConfig {
+            limit: 40,
+            ..crate::FloodConfig::default()
+        }),
     })
 }
 

@@ -499,6 +499,11 @@ struct DispatchBed {
 
 impl DispatchBed {
     fn start() -> DispatchBed {
+        DispatchBed::start_with(&[])
+    }
+
+    /// With more options on the command line.
+    fn start_with(extra: &[&str]) -> DispatchBed {
         let victim = socket(VICTIM);
         let proxy = socket(UAS);
         let attacker = socket(ATTACKER);
@@ -507,6 +512,7 @@ impl DispatchBed {
             // One probe at start, none during the test.
             .args(["--probe-interval-ms", "60000", "--backend", "socket"])
             .args(["--duration", "60", "--quiet"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -613,6 +619,58 @@ Call-ID: forged@x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
             send(&bed.attacker, DISPATCH, &forged);
             send(&bed.proxy, DISPATCH, &forged);
         }
+        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new());
+    });
+}
+
+/// The dispatcher's per-source flood limit (the proxy's shape): a source
+/// over it is dropped unanswered; other sources and the proxy are not.
+#[test]
+fn dispatcher_limits_a_flooding_source_and_never_its_proxies() {
+    netns(|| {
+        let bed = DispatchBed::start_with(&["--flood-limit", "20", "--flood-window-ms", "60000"]);
+        let invite = |branch: &str| {
+            request(
+                "INVITE sip:bob@ringway.test",
+                branch,
+                "x@evil.example",
+                "bob@ringway.test",
+                "",
+            )
+        };
+        for i in 0..60 {
+            send(&bed.attacker, DISPATCH, &invite(&format!("flood{i}")));
+        }
+        let got = drain_requests(&bed.proxy, Duration::from_millis(600));
+        assert_eq!(got.len(), 20, "the limit (20 per window) passes, no more");
+        // The proxy answers every forwarded request many times over (a
+        // response counts a quarter of a request; 20 x 10 = 50 requests'
+        // worth from one address): never limited, all reach the caller.
+        // (Read as they come: 200 at once overflow a default socket buffer.)
+        let mut back = 0;
+        for forwarded in &got {
+            for _ in 0..10 {
+                send(
+                    &bed.proxy,
+                    DISPATCH,
+                    &response_to(forwarded, 180, "Ringing"),
+                );
+            }
+            back += drain(&bed.attacker, Duration::from_millis(60)).len();
+        }
+        back += drain(&bed.attacker, SHORT).len();
+        assert_eq!(back, 200, "every response relayed");
+        // Another source still gets through; the flooding one does not.
+        let other = socket("127.0.0.4:5062");
+        send(
+            &other,
+            DISPATCH,
+            &invite("other").replace(ATTACKER, "127.0.0.4:5062"),
+        );
+        send(&bed.attacker, DISPATCH, &invite("still"));
+        let got = drain_requests(&bed.proxy, SHORT);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].contains("z9hG4bKother"), "{}", got[0]);
         assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new());
     });
 }

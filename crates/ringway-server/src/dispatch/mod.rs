@@ -22,6 +22,7 @@ use crate::ServerError;
 use ringway_io::SocketConfig;
 use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch, TxBatch};
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
+use ringway_sip::FloodConfig;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -58,6 +59,18 @@ pub struct DispatchServerConfig {
     /// or networks; see `ringway_sip::relay`): loopback, link-local and
     /// our own IP only when a network names them.
     pub relay: ringway_sip::RelayNets,
+    /// Flood limit, as the proxy's: requests per window from one source
+    /// (a response counts a quarter); `None`: no limit. The proxies and
+    /// our own address are never limited.
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (ms).
+    pub flood_window_ms: u64,
+    /// Sources the flood limiter tracks at most.
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<std::net::IpAddr>,
+    /// IPv6 sources are flood-limited per prefix of this length (bits).
+    pub flood_ipv6_prefix: u8,
 }
 
 impl Default for DispatchServerConfig {
@@ -72,6 +85,11 @@ impl Default for DispatchServerConfig {
             probe_failures: 3,
             record_route: true,
             relay: ringway_sip::RelayNets::None,
+            flood_limit: None,
+            flood_window_ms: 2000,
+            flood_table_size: FloodConfig::default().table_size,
+            flood_exempt: Vec::new(),
+            flood_ipv6_prefix: 64,
         }
     }
 }
@@ -117,6 +135,18 @@ impl DispatchServerConfig {
                 "probe_failures must be 1..=100, not {}",
                 self.probe_failures
             ));
+        }
+        if self.flood_limit == Some(0) {
+            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
+        }
+        if !(16..=128).contains(&self.flood_ipv6_prefix) {
+            return fail(format!(
+                "flood_ipv6_prefix must be 16..=128, not {}",
+                self.flood_ipv6_prefix
+            ));
+        }
+        if self.flood_window_ms == 0 || self.flood_table_size == 0 {
+            return fail("flood_window_ms and flood_table_size must be above 0".into());
         }
         if self.backend == BackendKind::Xdp {
             return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
@@ -202,6 +232,8 @@ impl DispatchServer {
         }
         let local = sockets[0].local_addr()?;
         let probe_socket = sockets[0].try_clone()?;
+        // Which sources share a flood-table set cannot be aimed at.
+        let flood_seed: [u8; 8] = host::random_bytes()?;
         let dispatcher = Dispatcher::new(DispatchConfig {
             local,
             proxies: config.proxies.clone(),
@@ -210,6 +242,14 @@ impl DispatchServer {
             record_route: config.record_route,
             secret: host::random_bytes()?,
             relay: config.relay.clone(),
+            flood: config.flood_limit.map(|limit| FloodConfig {
+                limit,
+                window: config.flood_window_ms.saturating_mul(1_000_000),
+                table_size: config.flood_table_size,
+                exempt: config.flood_exempt.clone(),
+                ipv6_prefix: config.flood_ipv6_prefix,
+                seed: u64::from_le_bytes(flood_seed),
+            }),
         });
         let backend = config.backend;
         let shared = Arc::new(Shared {
@@ -522,6 +562,24 @@ fn render(shared: &Shared) -> String {
         "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
         &[],
         s.relay_refused,
+    );
+    p.counter(
+        "ringway_dispatch_flood_blocks_total",
+        "Times a source went over the flood limit.",
+        &[],
+        s.flood_blocks,
+    );
+    p.counter(
+        "ringway_dispatch_flood_untracked_total",
+        "Datagrams let through because the flood table had no room for their source.",
+        &[],
+        s.flood_untracked,
+    );
+    p.gauge(
+        "ringway_dispatch_flood_sources_tracked",
+        "Sources the flood limiter tracks now.",
+        &[],
+        s.flood_sources_tracked as f64,
     );
     for (reason, n) in &s.drops {
         p.counter(
