@@ -674,3 +674,66 @@ fn dispatcher_limits_a_flooding_source_and_never_its_proxies() {
         assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new());
     });
 }
+
+/// The dispatcher's answers towards an unverified source: a victim's
+/// address sends three requests the dispatcher answers itself (OPTIONS for
+/// it: 200; Max-Forwards 0: 483; a Route to a target the policy refuses:
+/// 403), then the attacker replays each 50 times from its own address. The
+/// victim gets one answer per request it sent, within the bound of
+/// docs/security.md (4 times its bytes); the replays are answered to their
+/// real source.
+#[test]
+fn dispatcher_reflection_towards_an_unverified_source_is_bounded() {
+    netns(|| {
+        let bed = DispatchBed::start();
+        let from_victim = |first: &str, branch: &str, extra: &str| {
+            request(first, branch, "v@ringway.test", "x@ringway.test", extra)
+                .replace(ATTACKER, VICTIM)
+        };
+        let requests = [
+            from_victim(&format!("OPTIONS sip:{DISPATCH}"), "damp1", ""),
+            from_victim("INVITE sip:bob@ringway.test", "damp2", "")
+                .replace("Max-Forwards: 70", "Max-Forwards: 0"),
+            tagged(from_victim(
+                "BYE sip:x@127.0.0.9:5099",
+                "damp3",
+                "Route: <sip:127.0.0.9:5099;lr>\r\n",
+            )),
+        ];
+        let mut sent = 0;
+        for r in &requests {
+            send(&bed.victim, DISPATCH, r);
+            sent += r.len();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        for r in &requests {
+            for _ in 0..50 {
+                send(&bed.attacker, DISPATCH, r);
+            }
+        }
+        let got = drain(&bed.victim, Duration::from_millis(800));
+        let received: usize = got.iter().map(String::len).sum();
+        eprintln!(
+            "victim sent {sent} B in 3 requests, received {received} B in {} responses",
+            got.len()
+        );
+        let codes: Vec<Option<u16>> = got.iter().map(|m| status(m)).collect();
+        assert_eq!(codes.len(), 3, "one answer per request: {got:?}");
+        for code in [200, 483, 403] {
+            assert!(codes.contains(&Some(code)), "{code} missing: {got:?}");
+        }
+        assert!(
+            received <= AMPLIFICATION_LIMIT * sent,
+            "{received} B for {sent} B"
+        );
+        // The replays were answered, to the attacker (the real source).
+        let back = drain(&bed.attacker, SHORT);
+        assert!(back.len() >= 100, "{} answers to the replays", back.len());
+        // Nothing reached the proxy for the refused ones.
+        let to_proxy = drain_requests(&bed.proxy, SHORT);
+        assert!(
+            to_proxy.iter().all(|m| !m.contains("damp")),
+            "{to_proxy:?}"
+        );
+    });
+}

@@ -167,6 +167,12 @@ pub(super) fn render(snap: &Snapshot) -> String {
         m.rx_errors,
     );
     p.counter(
+        "ringway_sip_overload_queue_drops_total",
+        "New INVITEs dropped unanswered for waiting over twice the shedding delay.",
+        &[],
+        m.overload_queue_drops,
+    );
+    p.counter(
         "ringway_sip_rx_truncated_total",
         "Datagrams larger than a frame (dropped).",
         &[],

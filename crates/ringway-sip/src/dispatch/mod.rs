@@ -43,7 +43,9 @@ use crate::edit::{build_response, forward_request, forward_response, RequestEdit
 use crate::hash::{Hash64, MacKey};
 use crate::msg::{Method, SipMsg};
 use crate::proxy::flood::{classify, FloodLimiter, FloodVerdict};
-use crate::proxy::{sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome};
+use crate::proxy::{
+    sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome, AMPLIFICATION_LIMIT,
+};
 use crate::relay::{Grant, Refusal, RelayNets, RelayPolicy};
 use crate::uri::{host_ip, SipUri};
 use health::{parse_probe_id, Member, PROBE_TAG};
@@ -642,6 +644,12 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
                 let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
                 me.scratch.clear();
                 build_response(msg, code, reason, extra, Some(&tag), &mut me.scratch);
+                // The proxy's bound towards an unverified source (threat
+                // model, point 3): a generated answer is at most 4 times
+                // the request it answers, else not sent.
+                if me.scratch.len() > AMPLIFICATION_LIMIT * msg.as_bytes().len() {
+                    return me.dropped(label, DropReason::ReplyTooLarge);
+                }
                 out(upstream, &me.scratch);
                 *d.counters
                     .responses_generated
