@@ -731,9 +731,6 @@ fn dispatcher_reflection_towards_an_unverified_source_is_bounded() {
         assert!(back.len() >= 100, "{} answers to the replays", back.len());
         // Nothing reached the proxy for the refused ones.
         let to_proxy = drain_requests(&bed.proxy, SHORT);
-        assert!(
-            to_proxy.iter().all(|m| !m.contains("damp")),
-            "{to_proxy:?}"
-        );
+        assert!(to_proxy.iter().all(|m| !m.contains("damp")), "{to_proxy:?}");
     });
 }

@@ -20,7 +20,7 @@ use crate::metrics::PromText;
 use crate::sip::TX_FRAME;
 use crate::ServerError;
 use ringway_io::SocketConfig;
-use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch, TxBatch};
+use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch, TxBatch};
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
 use ringway_sip::FloodConfig;
 use serde::{Deserialize, Serialize};
@@ -45,8 +45,10 @@ pub struct DispatchServerConfig {
     pub proxies: Vec<SocketAddr>,
     /// Worker threads (1..=64).
     pub workers: usize,
-    /// I/O backend.
-    pub backend: BackendKind,
+    /// I/O backend: a socket backend (the dispatcher refuses `Xdp`).
+    /// Named `backend` in the JSON summary.
+    #[serde(rename = "backend")]
+    pub io: Io,
     /// Datagrams per receive batch (1..=1024).
     pub batch: usize,
     /// OPTIONS probe interval (ms).
@@ -63,8 +65,8 @@ pub struct DispatchServerConfig {
     /// (a response counts a quarter); `None`: no limit. The proxies and
     /// our own address are never limited.
     pub flood_limit: Option<u32>,
-    /// Flood limit window (ms).
-    pub flood_window_ms: u64,
+    /// Flood limit window (at least 1 ms).
+    pub flood_window: Duration,
     /// Sources the flood limiter tracks at most.
     pub flood_table_size: usize,
     /// Sources never flood-limited.
@@ -79,14 +81,14 @@ impl Default for DispatchServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
             proxies: Vec::new(),
             workers: 1,
-            backend: BackendKind::Mmsg,
+            io: Io::Mmsg,
             batch: 32,
             probe_interval_ms: 500,
             probe_failures: 3,
             record_route: true,
             relay: ringway_sip::RelayNets::None,
             flood_limit: None,
-            flood_window_ms: 2000,
+            flood_window: Duration::from_millis(2000),
             flood_table_size: FloodConfig::default().table_size,
             flood_exempt: Vec::new(),
             flood_ipv6_prefix: 64,
@@ -145,10 +147,12 @@ impl DispatchServerConfig {
                 self.flood_ipv6_prefix
             ));
         }
-        if self.flood_window_ms == 0 || self.flood_table_size == 0 {
-            return fail("flood_window_ms and flood_table_size must be above 0".into());
+        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
+            return fail(
+                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
+            );
         }
-        if self.backend == BackendKind::Xdp {
+        if let Io::Xdp(_) = self.io {
             return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
         }
         Ok(())
@@ -244,14 +248,14 @@ impl DispatchServer {
             relay: config.relay.clone(),
             flood: config.flood_limit.map(|limit| FloodConfig {
                 limit,
-                window: config.flood_window_ms.saturating_mul(1_000_000),
+                window: u64::try_from(config.flood_window.as_nanos()).unwrap_or(u64::MAX),
                 table_size: config.flood_table_size,
                 exempt: config.flood_exempt.clone(),
                 ipv6_prefix: config.flood_ipv6_prefix,
                 seed: u64::from_le_bytes(flood_seed),
             }),
         });
-        let backend = config.backend;
+        let backend = config.io.kind();
         let shared = Arc::new(Shared {
             config,
             local,
