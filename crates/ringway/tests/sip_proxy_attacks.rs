@@ -736,3 +736,46 @@ fn dispatcher_reflection_towards_an_unverified_source_is_bounded() {
         assert!(to_proxy.iter().all(|m| !m.contains("damp")), "{to_proxy:?}");
     });
 }
+
+/// Review S19: the proxy's hashing secret (To tags, branches, MACs) is
+/// random per process. The same OPTIONS to two runs of the proxy gets the
+/// same To tag twice from one run (a hash of the request), different tags
+/// from the two (a secret derived from the listen address would give the
+/// same).
+#[test]
+fn local_to_tags_differ_between_runs_the_secret_is_random() {
+    netns(|| {
+        let options = request(
+            &format!("OPTIONS sip:{PROXY}"),
+            "secret1",
+            "x@evil.example",
+            "x@ringway.test",
+            "",
+        );
+        let to_tag = |bed: &ProxyBed| {
+            send(&bed.attacker, PROXY, &options);
+            let got = drain(&bed.attacker, SHORT);
+            let answer = got
+                .iter()
+                .find(|m| status(m) == Some(200))
+                .unwrap_or_else(|| panic!("no 200: {got:?}"));
+            let to = answer
+                .lines()
+                .find(|l| l.starts_with("To:"))
+                .unwrap_or_else(|| panic!("{answer}"));
+            to.split(";tag=")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{to}"))
+                .to_string()
+        };
+        let config = CONFIGS[0];
+        let bed = ProxyBed::start(config);
+        let (first, again) = (to_tag(&bed), to_tag(&bed));
+        bed.stop();
+        let bed = ProxyBed::start(config);
+        let other_run = to_tag(&bed);
+        bed.stop();
+        assert_eq!(first, again, "a tag is a function of the request");
+        assert_ne!(first, other_run, "the same tag in two runs: a fixed secret");
+    });
+}
