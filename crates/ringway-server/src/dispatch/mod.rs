@@ -208,6 +208,45 @@ pub struct DispatchSummary {
     pub threads_panicked: Vec<String>,
 }
 
+/// A handle on a running dispatcher for the management API.
+#[derive(Clone)]
+pub struct DispatchControl {
+    shared: Arc<Shared>,
+}
+
+impl DispatchControl {
+    /// Counters, with every proxy's state.
+    pub fn stats(&self) -> DispatchStats {
+        self.shared.dispatcher.stats()
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// Seconds since start.
+    pub fn uptime_s(&self) -> f64 {
+        self.shared.started.elapsed().as_secs_f64()
+    }
+
+    /// Set proxy `address`'s state (`false`: no such proxy).
+    pub fn set_admin_state(
+        &self,
+        address: SocketAddr,
+        state: ringway_sip::dispatch::AdminState,
+    ) -> bool {
+        let done = self.shared.dispatcher.set_admin_state(address, state);
+        if done {
+            log::info!(
+                "sip dispatch: management: proxy {address} set {}",
+                state.as_str()
+            );
+        }
+        done
+    }
+}
+
 /// A running dispatcher.
 pub struct DispatchServer {
     shared: Arc<Shared>,
@@ -344,6 +383,13 @@ impl DispatchServer {
     /// The dispatcher's counters now.
     pub fn stats(&self) -> DispatchStats {
         self.shared.dispatcher.stats()
+    }
+
+    /// A handle for the management API (targets, their states).
+    pub fn control(&self) -> DispatchControl {
+        DispatchControl {
+            shared: self.shared.clone(),
+        }
     }
 
     /// A function rendering the Prometheus text, for a metrics thread.
@@ -496,21 +542,29 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
 
 /// Prometheus text of the dispatcher.
 fn render(shared: &Shared) -> String {
-    let s = shared.dispatcher.stats();
-    let mut p = PromText::default();
-    p.counter(
+    let stats = shared.dispatcher.stats();
+    let mut text = PromText::default();
+    driver_counters(&mut text, shared);
+    core_counters(&mut text, &stats);
+    proxy_metrics(&mut text, &stats);
+    text.finish()
+}
+
+/// The driver's own counters: datagrams in and out, thread panics, drops.
+fn driver_counters(text: &mut PromText, shared: &Shared) {
+    text.counter(
         "ringway_dispatch_messages_in_total",
         "Datagrams received.",
         &[],
         shared.messages_in.load(Ordering::Relaxed),
     );
-    p.counter(
+    text.counter(
         "ringway_dispatch_messages_out_total",
         "Datagrams sent.",
         &[],
         shared.messages_out.load(Ordering::Relaxed),
     );
-    p.counter(
+    text.counter(
         "ringway_dispatch_thread_panics_total",
         "Threads ended by a panic (each stops the dispatcher).",
         &[],
@@ -520,98 +574,104 @@ fn render(shared: &Shared) -> String {
             .unwrap_or_else(PoisonError::into_inner)
             .len() as u64,
     );
-    for (reason, n) in [
+    for (reason, count) in [
         ("rx_truncated", &shared.rx_truncated),
         ("tx_oversize", &shared.tx_oversize),
     ] {
-        p.counter(
+        text.counter(
             "ringway_dispatch_datagrams_dropped_total",
             "Datagrams dropped by the driver, by reason (too long to receive or to send).",
             &[("reason", reason)],
-            n.load(Ordering::Relaxed),
+            count.load(Ordering::Relaxed),
         );
     }
-    for (how, n) in [
-        ("hash", s.requests_dispatched),
-        ("route", s.requests_routed),
-        ("request_uri", s.requests_to_uri),
+}
+
+/// The dispatcher core's counters.
+fn core_counters(text: &mut PromText, stats: &DispatchStats) {
+    for (how, count) in [
+        ("hash", stats.requests_dispatched),
+        ("route", stats.requests_routed),
+        ("request_uri", stats.requests_to_uri),
     ] {
-        p.counter(
+        text.counter(
             "ringway_dispatch_requests_forwarded_total",
             "Requests forwarded, by how the next hop was chosen.",
             &[("by", how)],
-            n,
+            count,
         );
     }
-    p.counter(
-        "ringway_dispatch_responses_forwarded_total",
-        "Responses forwarded to the next Via.",
-        &[],
-        s.responses_forwarded,
-    );
-    p.counter(
-        "ringway_dispatch_probes_sent_total",
-        "OPTIONS probes sent.",
-        &[],
-        s.probes_sent,
-    );
-    p.counter(
-        "ringway_dispatch_no_proxy_total",
-        "Requests answered 503 because no proxy was in.",
-        &[],
-        s.no_proxy,
-    );
-    p.counter(
-        "ringway_dispatch_relay_refused_total",
-        "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
-        &[],
-        s.relay_refused,
-    );
-    p.counter(
-        "ringway_dispatch_flood_blocks_total",
-        "Times a source went over the flood limit.",
-        &[],
-        s.flood_blocks,
-    );
-    p.counter(
-        "ringway_dispatch_flood_untracked_total",
-        "Datagrams let through because the flood table had no room for their source.",
-        &[],
-        s.flood_untracked,
-    );
-    p.gauge(
+    for (name, help, count) in [
+        (
+            "ringway_dispatch_responses_forwarded_total",
+            "Responses forwarded to the next Via.",
+            stats.responses_forwarded,
+        ),
+        (
+            "ringway_dispatch_probes_sent_total",
+            "OPTIONS probes sent.",
+            stats.probes_sent,
+        ),
+        (
+            "ringway_dispatch_no_proxy_total",
+            "Requests answered 503 because no proxy was in.",
+            stats.no_proxy,
+        ),
+        (
+            "ringway_dispatch_relay_refused_total",
+            "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+            stats.relay_refused,
+        ),
+        (
+            "ringway_dispatch_flood_blocks_total",
+            "Times a source went over the flood limit.",
+            stats.flood_blocks,
+        ),
+        (
+            "ringway_dispatch_flood_untracked_total",
+            "Datagrams let through because the flood table had no room for their source.",
+            stats.flood_untracked,
+        ),
+    ] {
+        text.counter(name, help, &[], count);
+    }
+    text.gauge(
         "ringway_dispatch_flood_sources_tracked",
         "Sources the flood limiter tracks now.",
         &[],
-        s.flood_sources_tracked as f64,
+        stats.flood_sources_tracked as f64,
     );
-    for (reason, n) in &s.drops {
-        p.counter(
+    for (reason, count) in &stats.drops {
+        text.counter(
             "ringway_dispatch_drops_total",
             "Datagrams dropped, by reason.",
             &[("reason", reason)],
-            *n,
+            *count,
         );
     }
-    for m in &s.proxies {
-        p.gauge(
+}
+
+/// Per proxy behind the dispatcher: in or out, requests sent, times out.
+fn proxy_metrics(text: &mut PromText, stats: &DispatchStats) {
+    for member in &stats.proxies {
+        let proxy = [("proxy", member.address.as_str())];
+        text.gauge(
             "ringway_dispatch_proxy_up",
             "1 while the proxy answers its probes.",
-            &[("proxy", &m.address)],
-            if m.alive { 1.0 } else { 0.0 },
+            &proxy,
+            if member.alive { 1.0 } else { 0.0 },
         );
-        p.counter(
+        text.counter(
             "ringway_dispatch_proxy_requests_total",
             "New requests sent to the proxy.",
-            &[("proxy", &m.address)],
-            m.requests,
+            &proxy,
+            member.requests,
         );
-        p.counter(
+        text.counter(
             "ringway_dispatch_proxy_downs_total",
             "Times the proxy went out.",
-            &[("proxy", &m.address)],
-            m.downs,
+            &proxy,
+            member.downs,
         );
     }
-    p.finish()
 }

@@ -6,7 +6,7 @@
 use crate::metrics::{latency_histogram, LATENCY_MAX_NS};
 use hdrhistogram::Histogram;
 use ringway_sip::proxy::DROP_REASONS;
-use ringway_sip::{DropReason, MsgLabel};
+use ringway_sip::{Action, DropReason, MsgLabel};
 use std::collections::BTreeMap;
 
 /// The three per-message latencies of the papers.
@@ -112,6 +112,21 @@ impl Clone for TypeStats {
 }
 
 impl TypeStats {
+    /// Count what the core did with a message of this type (its arrival
+    /// is counted apart: a deferred request is counted again when resumed).
+    pub fn count_action(&mut self, action: Action) {
+        match action {
+            Action::Forwarded { copies } => {
+                self.forwarded += 1;
+                self.copies += u64::from(copies);
+            }
+            Action::Responded(code) => self.count_response(code),
+            Action::Absorbed => self.absorbed += 1,
+            Action::Dropped(reason) => self.count_drop(reason),
+            Action::Deferred => self.deferred += 1,
+        }
+    }
+
     /// The histogram (ns) of one latency.
     pub fn histogram(&self, latency: Latency) -> &Histogram<u64> {
         match latency {

@@ -23,6 +23,7 @@ use super::outcome::MsgLabel;
 use crate::hash::Hash64;
 use crate::msg::Method;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Slots per set.
@@ -111,8 +112,11 @@ pub(crate) fn classify(datagram: &[u8]) -> Option<(FloodKind, MsgLabel)> {
 pub(crate) struct FloodLimiter {
     config: FloodConfig,
     sets: Box<[Mutex<[Slot; WAYS]>]>,
-    /// Over this many units per window a source is blocked.
-    limit_units: u32,
+    /// Over this many units per window a source is blocked (a reload may
+    /// change it).
+    limit_units: AtomicU32,
+    /// Window length (ns; a reload may change it).
+    window: AtomicU64,
 }
 
 /// The key of `source`: an IPv4 address (also IPv4-mapped IPv6), or the
@@ -135,7 +139,8 @@ impl FloodLimiter {
             sets: (0..sets)
                 .map(|_| Mutex::new([Slot::default(); WAYS]))
                 .collect(),
-            limit_units: config.limit.saturating_mul(REQUEST_UNITS),
+            limit_units: AtomicU32::new(config.limit.saturating_mul(REQUEST_UNITS)),
+            window: AtomicU64::new(config.window),
             config,
         }
     }
@@ -168,7 +173,8 @@ impl FloodLimiter {
         };
         let index = self.set_index(source);
         let mut set = self.sets[index].lock().unwrap_or_else(|e| e.into_inner());
-        let (limit, window) = (self.limit_units, self.config.window);
+        let limit = self.limit_units.load(Ordering::Relaxed);
+        let window = self.window.load(Ordering::Relaxed);
         let way = match set.iter().position(|slot| slot.source == Some(source)) {
             Some(way) => way,
             None => {
@@ -205,6 +211,14 @@ impl FloodLimiter {
         } else {
             FloodVerdict::Pass { untracked: false }
         }
+    }
+
+    /// New limit (requests per window) and window (ns), from the next
+    /// datagram on; what the table tracks stays (a reload).
+    pub(super) fn set_limits(&self, limit: u32, window: u64) {
+        self.limit_units
+            .store(limit.saturating_mul(REQUEST_UNITS), Ordering::Relaxed);
+        self.window.store(window.max(1), Ordering::Relaxed);
     }
 
     /// Sources tracked now.

@@ -8,7 +8,6 @@ use super::serving;
 use ringway_io::Io;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
 use ringway_server::host;
-use ringway_server::metrics::http;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -78,6 +77,9 @@ pub struct DispatchArgs {
     /// Do not print the JSON summary to stdout.
     #[arg(long)]
     pub quiet: bool,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
 }
 
 /// The configuration a command line describes, with the checks only the
@@ -88,17 +90,7 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
-        if let Some(duration) = args.duration {
-            anyhow::ensure!(
-                duration.is_finite() && duration > 0.0,
-                "--duration must be a positive number of seconds"
-            );
-        }
-        if let Some(metrics) = args.metrics {
-            http::validate_addr(metrics, args.metrics_public).map_err(|e| {
-                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
-            })?;
-        }
+        serving::check_common_options(args.duration, args.metrics, args.metrics_public)?;
         let io = Io::new(args.backend, None).map_err(|_| {
             anyhow::anyhow!(
                 "--backend {}: the dispatcher runs on sockets (socket, mmsg or uring)",
@@ -128,31 +120,29 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
 /// asks); errors point at `--help`.
 pub(crate) fn checked_config(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
     let config = DispatchServerConfig::try_from(args)?;
-    config.validate().map_err(with_help)?;
+    config
+        .validate()
+        .map_err(|e| serving::with_help("sip dispatch", e))?;
     Ok(config)
-}
-
-/// A server error; configuration errors point at `--help`.
-fn with_help(error: ringway_server::ServerError) -> anyhow::Error {
-    match error {
-        ringway_server::ServerError::Config(_) => {
-            anyhow::anyhow!("{error} (see ringway sip dispatch --help)")
-        }
-        other => other.into(),
-    }
 }
 
 /// Run the dispatcher until SIGINT/SIGTERM or `--duration`.
 pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
+    a.manage.validate()?;
     let config = DispatchServerConfig::try_from(&a)?;
     let stop = host::stop_flag()?;
     // Validated once, here.
-    let server = DispatchServer::start(config).map_err(with_help)?;
+    let server =
+        DispatchServer::start(config).map_err(|e| serving::with_help("sip dispatch", e))?;
     let metrics = serving::MetricsEndpoint::start(
         "sip dispatch",
         "dispatch-metrics",
         a.metrics,
         server.prometheus(),
+    )?;
+    let endpoint = a.manage.start(
+        "sip dispatch",
+        ringway_server::manage::Managed::Dispatch(server.control()),
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     eprintln!(
@@ -167,6 +157,9 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
             .map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
