@@ -22,6 +22,7 @@ use crate::ServerError;
 use ringway_io::SocketConfig;
 use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch, TxBatch};
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
+use ringway_sip::FloodConfig;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -60,6 +61,18 @@ pub struct DispatchServerConfig {
     /// or networks; see `ringway_sip::relay`): loopback, link-local and
     /// our own IP only when a network names them.
     pub relay: ringway_sip::RelayNets,
+    /// Flood limit, as the proxy's: requests per window from one source
+    /// (a response counts a quarter); `None`: no limit. The proxies and
+    /// our own address are never limited.
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (at least 1 ms).
+    pub flood_window: Duration,
+    /// Sources the flood limiter tracks at most.
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<std::net::IpAddr>,
+    /// IPv6 sources are flood-limited per prefix of this length (bits).
+    pub flood_ipv6_prefix: u8,
 }
 
 impl Default for DispatchServerConfig {
@@ -74,6 +87,11 @@ impl Default for DispatchServerConfig {
             probe_failures: 3,
             record_route: true,
             relay: ringway_sip::RelayNets::None,
+            flood_limit: None,
+            flood_window: Duration::from_millis(2000),
+            flood_table_size: FloodConfig::default().table_size,
+            flood_exempt: Vec::new(),
+            flood_ipv6_prefix: 64,
         }
     }
 }
@@ -119,6 +137,20 @@ impl DispatchServerConfig {
                 "probe_failures must be 1..=100, not {}",
                 self.probe_failures
             ));
+        }
+        if self.flood_limit == Some(0) {
+            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
+        }
+        if !(16..=128).contains(&self.flood_ipv6_prefix) {
+            return fail(format!(
+                "flood_ipv6_prefix must be 16..=128, not {}",
+                self.flood_ipv6_prefix
+            ));
+        }
+        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
+            return fail(
+                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
+            );
         }
         if let Io::Xdp(_) = self.io {
             return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
@@ -243,6 +275,8 @@ impl DispatchServer {
         }
         let local = sockets[0].local_addr()?;
         let probe_socket = sockets[0].try_clone()?;
+        // Which sources share a flood-table set cannot be aimed at.
+        let flood_seed: [u8; 8] = host::random_bytes()?;
         let dispatcher = Dispatcher::new(DispatchConfig {
             local,
             proxies: config.proxies.clone(),
@@ -251,6 +285,14 @@ impl DispatchServer {
             record_route: config.record_route,
             secret: host::random_bytes()?,
             relay: config.relay.clone(),
+            flood: config.flood_limit.map(|limit| FloodConfig {
+                limit,
+                window: u64::try_from(config.flood_window.as_nanos()).unwrap_or(u64::MAX),
+                table_size: config.flood_table_size,
+                exempt: config.flood_exempt.clone(),
+                ipv6_prefix: config.flood_ipv6_prefix,
+                seed: u64::from_le_bytes(flood_seed),
+            }),
         });
         let backend = config.io.kind();
         let shared = Arc::new(Shared {
@@ -580,9 +622,25 @@ fn core_counters(text: &mut PromText, stats: &DispatchStats) {
             "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
             stats.relay_refused,
         ),
+        (
+            "ringway_dispatch_flood_blocks_total",
+            "Times a source went over the flood limit.",
+            stats.flood_blocks,
+        ),
+        (
+            "ringway_dispatch_flood_untracked_total",
+            "Datagrams let through because the flood table had no room for their source.",
+            stats.flood_untracked,
+        ),
     ] {
         text.counter(name, help, &[], count);
     }
+    text.gauge(
+        "ringway_dispatch_flood_sources_tracked",
+        "Sources the flood limiter tracks now.",
+        &[],
+        stats.flood_sources_tracked as f64,
+    );
     for (reason, count) in &stats.drops {
         text.counter(
             "ringway_dispatch_drops_total",

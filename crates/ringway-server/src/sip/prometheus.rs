@@ -205,6 +205,11 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
             metrics.rx_truncated,
         ),
         (
+            "ringway_sip_overload_queue_drops_total",
+            "New INVITEs dropped unanswered for waiting over twice the shedding delay.",
+            metrics.overload_queue_drops,
+        ),
+        (
             "ringway_sip_socket_drops_total",
             "SO_RXQ_OVFL drops of the proxy sockets.",
             metrics.socket_rx_dropped,

@@ -24,6 +24,9 @@ pub struct Messages {
     pub timer_out: u64,
     /// Datagrams larger than a receive frame (dropped).
     pub rx_truncated: u64,
+    /// New INVITEs dropped unanswered on a peek: they waited more than
+    /// twice `overload_queue_delay_ms` (the 503 stage's second threshold).
+    pub overload_queue_drops: u64,
     /// Receive syscall errors.
     pub rx_errors: u64,
     /// Datagrams the kernel refused to send.
@@ -355,6 +358,7 @@ pub(super) fn build(
             out: m.msgs_out,
             timer_out: m.timer_out,
             rx_truncated: m.rx_truncated,
+            overload_queue_drops: m.overload_queue_drops,
             rx_errors: m.rx_errors,
             tx_errors: m.tx_errors,
             tx_oversize: m.tx_oversize,

@@ -5,13 +5,20 @@
 use super::stats::{Latency, WorkerMetrics};
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{MsgLabel, Proxy, ProxyWorker};
+use ringway_sip::{DropReason, MsgLabel, Proxy, ProxyWorker};
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
 const TAG_SHIFT: u32 = 40;
 /// Bytes per send frame: a forwarded message grows by Via/Record-Route.
 pub const TX_FRAME: usize = super::RX_FRAME + 2048;
+/// The second stage of overload shedding: a new INVITE that waited more
+/// than this many times the shedding delay is dropped unanswered on a peek
+/// of its first bytes (no parse, no 503 to build and send, no ACK to
+/// absorb); the sender's retransmission covers it like a loss. Such waits
+/// follow a stall (the proxy descheduled, a burst): the queue drains
+/// several times faster than with a 503 each.
+pub(crate) const OVERLOAD_DROP_FACTOR: u64 = 2;
 
 /// Per-worker state: the send batch, TX-stamp sampling, and the metrics.
 pub struct SipWorker<'p> {
@@ -110,6 +117,15 @@ impl<'p> SipWorker<'p> {
                     .meta
                     .kernel_rx
                     .map(|stamp| picked_at.saturating_since(stamp));
+                if waited.is_some_and(|wait| wait > limit.saturating_mul(OVERLOAD_DROP_FACTOR))
+                    && ringway_sip::peek::is_new_invite(datagram.data)
+                {
+                    metrics.overload_queue_drops += 1;
+                    let stats = metrics.slot_mut(MsgLabel::Invite.slot());
+                    stats.count += 1;
+                    stats.count_drop(DropReason::Overload);
+                    continue;
+                }
                 proxy.set_shedding(waited.is_some_and(|wait| wait > limit));
             }
             let core_start = clock();
@@ -460,16 +476,19 @@ mod tests {
             )
             .into_bytes()
         });
+        let very_late = invite(5, 0);
         let rx = batch(&[
-            // Received by the kernel 100 ms ago (far beyond 20 ms).
-            (UAC, &late, Some(fresh - 100_000_000), false),
+            // Received by the kernel 30 ms ago (beyond 20 ms): 503.
+            (UAC, &late, Some(fresh - 30_000_000), false),
             (UAC, &on_time, Some(fresh), false),
             (UAC, &in_dialog, Some(fresh - 100_000_000), false),
+            // 100 ms ago, beyond twice the delay: dropped unanswered.
+            (UAC, &very_late, Some(fresh - 100_000_000), false),
         ]);
         let mut io = mem_io();
         w.drive_batch(&mut io, &rx, ticking());
         let inv = w.metrics().get(MsgLabel::Invite).unwrap();
-        assert_eq!(inv.count, 3);
+        assert_eq!(inv.count, 4);
         assert_eq!(
             inv.responded(),
             std::collections::BTreeMap::from([(503, 1)])
@@ -478,6 +497,35 @@ mod tests {
             inv.forwarded, 2,
             "the fresh INVITE and the in-dialog one go on"
         );
+        assert_eq!(
+            inv.dropped(),
+            std::collections::BTreeMap::from([("overload".to_string(), 1)])
+        );
+        assert_eq!(w.metrics().overload_queue_drops, 1);
+        // Sent: the 503; 100 Trying and the forwarded INVITE, for the
+        // fresh INVITE and the re-INVITE; nothing for the dropped one.
+        let sent: Vec<String> = io
+            .sent()
+            .iter()
+            .map(|d| {
+                String::from_utf8_lossy(&d.bytes)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            sent.iter().filter(|l| l.starts_with("SIP/2.0 503")).count(),
+            1,
+            "{sent:?}"
+        );
+        assert_eq!(
+            sent.iter().filter(|l| l.starts_with("INVITE ")).count(),
+            2,
+            "{sent:?}"
+        );
+        assert_eq!(sent.len(), 5, "and a 100 Trying for each: {sent:?}");
         let stats = p.stats();
         assert_eq!(stats.overload_queue_sheds, 1);
         // The shed INVITE left no transaction: two were created (the fresh

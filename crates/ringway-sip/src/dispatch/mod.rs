@@ -43,7 +43,10 @@ pub mod rendezvous;
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
 use crate::hash::{Hash64, MacKey};
 use crate::msg::{Method, SipMsg};
-use crate::proxy::{sendable, Action, DropReason, MsgLabel, Outcome};
+use crate::proxy::flood::{classify, FloodLimiter, FloodVerdict};
+use crate::proxy::{
+    sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome, AMPLIFICATION_LIMIT,
+};
 use crate::relay::{Grant, Refusal, RelayNets, RelayPolicy};
 use crate::uri::{host_ip, SipUri};
 use health::{parse_probe_id, Member, PROBE_TAG};
@@ -75,6 +78,11 @@ pub struct DispatchConfig {
     /// these say otherwise; a proxy's request may go anywhere but
     /// loopback, link-local and our own IP unless these name them.
     pub relay: RelayNets,
+    /// Per-source flood limit, as the proxy's (`None`: off): a source
+    /// over it has its datagrams dropped and counted, unanswered. Our
+    /// proxies and our own address are exempt (added by
+    /// [`Dispatcher::new`]).
+    pub flood: Option<FloodConfig>,
 }
 
 impl Default for DispatchConfig {
@@ -87,6 +95,7 @@ impl Default for DispatchConfig {
             record_route: true,
             secret: [0xD1; 32],
             relay: RelayNets::None,
+            flood: None,
         }
     }
 }
@@ -115,6 +124,13 @@ pub struct DispatchStats {
     /// Requests whose next hop the relay policy refused (403/482, an ACK
     /// or CANCEL dropped).
     pub relay_refused: u64,
+    /// Sources that went over the flood limit (each time they crossed it).
+    pub flood_blocks: u64,
+    /// Datagrams let through because the flood table had no room for
+    /// their source.
+    pub flood_untracked: u64,
+    /// Sources the flood limiter tracks now.
+    pub flood_sources_tracked: usize,
     /// Responses we generated, by code.
     pub responses_generated: std::collections::BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -151,6 +167,8 @@ struct Counters {
     probe_answers: AtomicU64,
     no_proxy: AtomicU64,
     relay_refused: AtomicU64,
+    flood_blocks: AtomicU64,
+    flood_untracked: AtomicU64,
     responses_generated: Mutex<std::collections::BTreeMap<u16, u64>>,
     drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
@@ -174,6 +192,8 @@ pub struct Dispatcher {
     mac_key: MacKey,
     /// Where requests may go.
     relay: RelayPolicy,
+    /// Per-source flood limiter (`None`: off).
+    flood: Option<FloodLimiter>,
     /// Next probe round (ns; 0: at once).
     next_probe: AtomicU64,
     counters: Counters,
@@ -203,6 +223,14 @@ impl Dispatcher {
             secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
             mac_key: MacKey::new(key),
             relay: RelayPolicy::new(config.local, config.proxies.clone(), config.relay.clone()),
+            flood: config.flood.clone().map(|mut flood| {
+                // Our proxies carry everyone's traffic back: never limited.
+                flood.exempt.push(config.local.ip());
+                flood
+                    .exempt
+                    .extend(config.proxies.iter().map(SocketAddr::ip));
+                FloodLimiter::new(flood)
+            }),
             sent_by,
             next_probe: AtomicU64::new(0),
             counters: Counters::default(),
@@ -273,6 +301,9 @@ impl Dispatcher {
             probe_answers: get(&c.probe_answers),
             no_proxy: get(&c.no_proxy),
             relay_refused: get(&c.relay_refused),
+            flood_blocks: get(&c.flood_blocks),
+            flood_untracked: get(&c.flood_untracked),
+            flood_sources_tracked: self.flood.as_ref().map_or(0, FloodLimiter::tracked),
             responses_generated: c
                 .responses_generated
                 .lock()
@@ -436,15 +467,18 @@ pub struct DispatchWorker<'d> {
 impl DispatchWorker<'_> {
     /// Handle one datagram from `src` at `now` (ns); datagrams to send go
     /// to `out`.
-    /// (The dispatcher keeps no timers per request: `now` is for symmetry
-    /// with the proxy and future use.)
+    /// (The dispatcher keeps no timers per request: `now` is for the
+    /// flood limiter's windows.)
     pub fn handle(
         &mut self,
-        _now: u64,
+        now: u64,
         src: SocketAddr,
         datagram: &[u8],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
+        if let Some(dropped) = self.flood_check(now, src, datagram) {
+            return dropped;
+        }
         let msg = match SipMsg::parse(datagram) {
             Ok(msg) => msg,
             Err(crate::msg::ParseError::Empty) => {
@@ -495,6 +529,30 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             }
         }
         sent
+    }
+
+    /// Count a datagram against its source's flood limit (a response a
+    /// quarter of a request, keep-alives not at all), before any parse;
+    /// the outcome if it is dropped (unanswered: a reply to a spoofed
+    /// source would make us the flood).
+    fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
+        let d = self.dispatcher;
+        let flood = d.flood.as_ref()?;
+        let (kind, label) = classify(datagram)?;
+        match flood.count(src.ip(), kind, now) {
+            FloodVerdict::Pass { untracked } => {
+                if untracked {
+                    add(&d.counters.flood_untracked);
+                }
+                None
+            }
+            FloodVerdict::Drop { newly } => {
+                if newly {
+                    add(&d.counters.flood_blocks);
+                }
+                Some(self.dropped(label, DropReason::Flood))
+            }
+        }
     }
 
     fn dropped(&self, label: MsgLabel, reason: DropReason) -> Outcome {
@@ -676,6 +734,12 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             Some(&tag),
             &mut self.scratch,
         );
+        // The proxy's bound towards an unverified source (threat model,
+        // point 3): a generated answer is at most 4 times the request it
+        // answers, else not sent.
+        if self.scratch.len() > AMPLIFICATION_LIMIT * request.msg.as_bytes().len() {
+            return self.dropped(label, DropReason::ReplyTooLarge);
+        }
         out(request.upstream, &self.scratch);
         *dispatcher
             .counters
