@@ -502,6 +502,7 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
 fn render(shared: &Shared) -> String {
     let s = shared.dispatcher.stats();
     let mut p = PromText::default();
+    crate::metrics::process_metrics(&mut p);
     p.counter(
         "ringway_dispatch_messages_in_total",
         "Datagrams received.",

@@ -10,7 +10,7 @@ use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
 /// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 23] {
+fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 24] {
     [
         (
             "ringway_sip_core_requests_received_total",
@@ -61,6 +61,11 @@ fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 23] 
             "ringway_sip_overload_queue_sheds_total",
             "New INVITEs answered 503 before any state because the receive queue was too long.",
             stats.overload_queue_sheds,
+        ),
+        (
+            "ringway_sip_drain_refusals_total",
+            "New requests answered 503 + Retry-After while draining.",
+            stats.drain_refusals,
         ),
         (
             "ringway_sip_overload_stateless_total",
@@ -136,6 +141,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
     let sock_drops = m.socket_rx_dropped;
     let snmp = &snap.udp;
     let mut p = PromText::default();
+    crate::metrics::process_metrics(&mut p);
     p.counter(
         "ringway_sip_messages_in_total",
         "Datagrams received.",
