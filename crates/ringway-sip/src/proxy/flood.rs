@@ -19,7 +19,9 @@
 //! cannot be computed from outside.
 
 use super::config::FloodConfig;
+use super::outcome::MsgLabel;
 use crate::hash::Hash64;
+use crate::msg::Method;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -61,7 +63,7 @@ impl Slot {
 
 /// What the limiter says about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum FloodVerdict {
+pub(crate) enum FloodVerdict {
     /// Within the limit (or not tracked, see `untracked`).
     Pass {
         /// The table had no room for this source.
@@ -76,15 +78,38 @@ pub(super) enum FloodVerdict {
 
 /// What a datagram is, for the limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum FloodKind {
+pub(crate) enum FloodKind {
     /// A request: [`REQUEST_UNITS`] units.
     Request,
     /// A response: one unit.
     Response,
 }
 
+/// What `datagram` is for the limiter, and its label for the metrics,
+/// from its first bytes only (no parse: a flooded datagram costs a peek).
+/// `None` for a keep-alive (CR/LF only), which is not counted.
+pub(crate) fn classify(datagram: &[u8]) -> Option<(FloodKind, MsgLabel)> {
+    let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let message = &datagram[start..];
+    if message.starts_with(b"SIP/") {
+        // Labelled by its code (a fixed table, S2), not parsed.
+        let code = message
+            .get(8..12)
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        return Some((FloodKind::Response, MsgLabel::Response(code)));
+    }
+    let method = message
+        .split(|&b| b == b' ')
+        .next()
+        .and_then(|token| std::str::from_utf8(token).ok())
+        .map_or(Method::Other(""), Method::from_token);
+    Some((FloodKind::Request, MsgLabel::of_method(method)))
+}
+
 /// The per-source datagram counters.
-pub(super) struct FloodLimiter {
+pub(crate) struct FloodLimiter {
     config: FloodConfig,
     sets: Box<[Mutex<[Slot; WAYS]>]>,
     /// Over this many units per window a source is blocked (a reload may
@@ -108,7 +133,7 @@ pub(super) fn flood_key(source: IpAddr, ipv6_prefix: u8) -> IpAddr {
 }
 
 impl FloodLimiter {
-    pub(super) fn new(config: FloodConfig) -> FloodLimiter {
+    pub(crate) fn new(config: FloodConfig) -> FloodLimiter {
         let sets = config.table_size.div_ceil(WAYS).max(1);
         FloodLimiter {
             sets: (0..sets)
@@ -137,7 +162,7 @@ impl FloodLimiter {
     }
 
     /// Count a datagram of `kind` from `source` at `now`.
-    pub(super) fn count(&self, source: IpAddr, kind: FloodKind, now: u64) -> FloodVerdict {
+    pub(crate) fn count(&self, source: IpAddr, kind: FloodKind, now: u64) -> FloodVerdict {
         if self.config.exempt.contains(&source) {
             return FloodVerdict::Pass { untracked: false };
         }
@@ -197,7 +222,7 @@ impl FloodLimiter {
     }
 
     /// Sources tracked now.
-    pub(super) fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.sets
             .iter()
             .map(|set| {

@@ -45,7 +45,7 @@ mod branch;
 mod cancel;
 mod config;
 mod deferred;
-mod flood;
+pub(crate) mod flood;
 mod outcome;
 mod register;
 mod request;

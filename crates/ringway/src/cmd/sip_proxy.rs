@@ -8,7 +8,6 @@ use anyhow::Context;
 use ringway_io::thread::{Placement, Policy};
 use ringway_io::Io;
 use ringway_server::host;
-use ringway_server::metrics::http;
 use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
 use ringway_server::sip::{SipServer, SipServerConfig};
@@ -249,17 +248,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
-        if let Some(duration) = args.duration {
-            anyhow::ensure!(
-                duration.is_finite() && duration > 0.0,
-                "--duration must be a positive number of seconds"
-            );
-        }
-        if let Some(metrics) = args.metrics {
-            http::validate_addr(metrics, args.metrics_public).map_err(|e| {
-                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
-            })?;
-        }
+        serving::check_common_options(args.duration, args.metrics, args.metrics_public)?;
         // No option names an interface: `--backend xdp` is the one way to
         // ask for xdp here, and the SIP server runs on sockets.
         let io = Io::new(args.backend, None).map_err(|_| {
@@ -354,18 +343,10 @@ fn placement(args: &ProxyArgs) -> anyhow::Result<Placement> {
 /// asks); errors point at `--help`.
 pub(crate) fn checked_config(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
     let config = SipServerConfig::try_from(args)?;
-    config.validate().map_err(with_help)?;
+    config
+        .validate()
+        .map_err(|e| serving::with_help("sip proxy", e))?;
     Ok(config)
-}
-
-/// A server error; configuration errors point at `--help`.
-fn with_help(error: ringway_server::ServerError) -> anyhow::Error {
-    match error {
-        ringway_server::ServerError::Config(_) => {
-            anyhow::anyhow!("{error} (see ringway sip proxy --help)")
-        }
-        other => other.into(),
-    }
 }
 
 /// Run the proxy until SIGINT, `--duration`, or the end of a drain
@@ -377,7 +358,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     let config = SipServerConfig::try_from(&a)?;
     let signals = host::control_signals()?;
     // Validated once, here.
-    let server = SipServer::start(config).map_err(with_help)?;
+    let server = SipServer::start(config).map_err(|e| serving::with_help("sip proxy", e))?;
     let metrics = serving::MetricsEndpoint::start(
         "sip proxy",
         "sip-metrics",
