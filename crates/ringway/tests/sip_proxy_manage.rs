@@ -10,7 +10,7 @@ mod sip_proxy_support;
 use sip_proxy_support::*;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `ringway ctl --socket SOCKET ARGS…`: exit code and stdout.
 fn ctl(socket: &Path, args: &[&str]) -> (Option<i32>, String) {
@@ -187,4 +187,348 @@ fn ctl_lists_and_deletes_a_binding_which_is_then_unreachable() {
         (0, 1),
         "bob unreachable once unbound"
     );
+}
+
+/// SIGTERM with calls in flight (the UAS rings 1.5 s before answering):
+/// every call the proxy had taken completes (ACK and BYE included), new
+/// INVITEs and an OPTIONS probe get 503, and the proxy exits 0 once
+/// nothing waits for a final response.
+#[test]
+fn sigterm_drains_calls_in_flight_and_exits_zero() {
+    let calls: u32 = std::env::var("RINGWAY_DRAIN_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let rate = calls / 2;
+    let (in_flight, options, exit, drained_line, sipp, summary_503, refusals) = netns(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("manage.sock");
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--relay",
+                "127.0.0.0/8",
+                "--mode",
+                "stateful",
+                "--manage-socket",
+                socket.to_str().unwrap(),
+                "--drain-timeout",
+                "20",
+            ],
+        );
+        let slow = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
+            .unwrap()
+            .replace(
+                r#"<pause milliseconds="20"/>"#,
+                r#"<pause milliseconds="1500"/>"#,
+            );
+        let slow_path = dir.path().join("uas_slow.xml");
+        std::fs::write(&slow_path, slow).unwrap();
+        let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
+        uas[1] = slow_path.display().to_string();
+        spawn_sipp(&mut procs, dir.path(), &uas);
+        let uac = uac_args(
+            "127.0.0.1:5060".parse().unwrap(),
+            "127.0.0.1:5061".parse().unwrap(),
+            "bob",
+            "127.0.0.1:5070",
+            calls,
+            rate,
+        );
+        let uac_pid = spawn_sipp_with_stats(&mut procs, dir.path(), "uac", &uac);
+        // Half the calls are ringing: drain.
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut in_flight = 0;
+        while Instant::now() < until {
+            let status = ctl_json(&socket, &["status"]);
+            in_flight = status["transactions_pending"].as_u64().unwrap();
+            if in_flight >= u64::from(calls / 4) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        signal(p.pid, "TERM");
+        std::thread::sleep(Duration::from_millis(100));
+        let options = Command::new("timeout")
+            .args([
+                "10",
+                "sipsak",
+                "-s",
+                "sip:127.0.0.1:5060",
+                "-H",
+                "127.0.0.1",
+                "-vv",
+            ])
+            .output()
+            .expect("run sipsak");
+        let options = String::from_utf8_lossy(&options.stdout).into_owned();
+        let mut child = procs.take(p.pid).unwrap();
+        let exit = wait_bounded(&mut child, Duration::from_secs(30));
+        let drained_line = p
+            .stderr
+            .try_iter()
+            .find(|l| l.contains("drained in"))
+            .unwrap_or_default();
+        let (_, sipp) = finish_sipp(
+            &mut procs,
+            dir.path(),
+            "uac",
+            uac_pid,
+            Duration::from_secs(60),
+        );
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p.summary).unwrap()).unwrap();
+        let summary_503 = summary["by_type"]["INVITE"]["responded"]["503"]
+            .as_u64()
+            .unwrap_or(0);
+        let refusals = summary["proxy"]["drain_refusals"].as_u64().unwrap();
+        (
+            in_flight,
+            options,
+            exit,
+            drained_line,
+            sipp,
+            summary_503,
+            refusals,
+        )
+    });
+    eprintln!(
+        "drain: {in_flight} INVITEs pending at SIGTERM; {drained_line}; SIPp {sipp:?}; 503 to INVITE {summary_503}; refusals {refusals}"
+    );
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "exit 0 after the drain: {exit:?}"
+    );
+    assert!(drained_line.contains("drained in"), "{drained_line}");
+    assert!(
+        options.contains("SIP/2.0 503"),
+        "OPTIONS while draining: {options}"
+    );
+    assert!(
+        in_flight >= u64::from(calls / 4),
+        "calls were in flight: {in_flight}"
+    );
+    assert_eq!(sipp.successful + sipp.failed, u64::from(calls), "{sipp:?}");
+    // Every call in flight at SIGTERM completed (ACK and BYE went through).
+    assert!(
+        sipp.successful >= in_flight,
+        "{sipp:?} vs {in_flight} in flight"
+    );
+    // The failed ones are those refused with 503 (not timeouts).
+    assert_eq!(sipp.failed, summary_503, "{sipp:?}");
+    assert!(refusals > summary_503, "OPTIONS refused too: {refusals}");
+}
+
+/// The proxy's config file, with `flood` requests per window.
+fn write_config(path: &Path, users: &Path, flood: u32) {
+    std::fs::write(
+        path,
+        format!(
+            r#"[sip.proxy]
+listen = "127.0.0.1:5060"
+mode = "stateful"
+registrar = true
+domain = ["ringway.test"]
+relay = "127.0.0.0/8"
+auth = true
+auth-file = "{}"
+auth-realm = "ringway.test"
+auth-algorithm = ["md5", "sha-256"]
+flood-limit = {flood}
+flood-exempt = ["127.0.0.1"]
+"#,
+            users.display()
+        ),
+    )
+    .unwrap();
+}
+
+/// REGISTER `user` (password `password`) with SIPp's digest answer.
+fn register_auth(
+    procs: &mut Procs,
+    dir: &Path,
+    name: &str,
+    user: &str,
+    password: &str,
+    port: &str,
+) -> SippStats {
+    let args = strings(&[
+        "127.0.0.1:5060",
+        "-sf",
+        &scenarios().join("register_auth.xml").display().to_string(),
+        "-s",
+        user,
+        "-key",
+        "domain",
+        "ringway.test",
+        "-key",
+        "contact",
+        "127.0.0.1:5070",
+        "-au",
+        user,
+        "-ap",
+        password,
+        "-auth_uri",
+        "ringway.test",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        port,
+        "-m",
+        "1",
+        "-timeout",
+        "10",
+        "-timeout_error",
+    ]);
+    run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
+}
+
+/// Ten reloads (SIGHUP and `ringway ctl reload`) during a SIPp run with
+/// digest authentication: no call fails; a user added to the credentials
+/// file registers after a reload; an invalid config is refused with its
+/// reason and the old one still serves.
+#[test]
+fn reloads_during_calls_add_a_credential_and_refuse_an_invalid_config() {
+    let out = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("manage.sock");
+        let users = dir.path().join("users.htdigest");
+        let sample = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ringway-users.htdigest"),
+        )
+        .unwrap();
+        let alice_only: String = sample
+            .lines()
+            .filter(|l| l.starts_with("alice:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&users, &alice_only).unwrap();
+        let config = dir.path().join("ringway.toml");
+        write_config(&config, &users, 1000);
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--manage-socket",
+                socket.to_str().unwrap(),
+            ],
+        );
+        spawn_sipp(
+            &mut procs,
+            dir.path(),
+            &uas_args("127.0.0.1:5070".parse().unwrap()),
+        );
+        let bob_before = register_auth(
+            &mut procs,
+            dir.path(),
+            "bob-before",
+            "bob",
+            "hunter2",
+            "5066",
+        );
+        let uac_pid = spawn_sipp_with_stats(
+            &mut procs,
+            dir.path(),
+            "uac",
+            &uac_auth_args(100, 20, Some(100)),
+        );
+        let mut reloads = Vec::new();
+        for i in 0..10 {
+            std::thread::sleep(Duration::from_millis(400));
+            if i == 4 {
+                // The credential file gains bob; flood limit changes.
+                std::fs::write(&users, &sample).unwrap();
+                write_config(&config, &users, 2000);
+            }
+            if i % 2 == 0 {
+                signal(p.pid, "HUP");
+                reloads.push(0);
+            } else {
+                reloads.push(ctl(&socket, &["reload"]).0.unwrap_or(-1));
+            }
+        }
+        let (_, calls) = finish_sipp(
+            &mut procs,
+            dir.path(),
+            "uac",
+            uac_pid,
+            Duration::from_secs(60),
+        );
+        let bob_after = register_auth(
+            &mut procs,
+            dir.path(),
+            "bob-after",
+            "bob",
+            "hunter2",
+            "5067",
+        );
+        // An invalid config: refused, the old one stays.
+        write_config(&config, &users, 0);
+        let (refused_code, _) = ctl(&socket, &["reload"]);
+        let refused = Command::new(ringway())
+            .args([
+                "ctl",
+                "--json",
+                "--socket",
+                socket.to_str().unwrap(),
+                "reload",
+            ])
+            .output()
+            .unwrap();
+        let refused_json = String::from_utf8_lossy(&refused.stdout).into_owned();
+        let alice_after = register_auth(
+            &mut procs,
+            dir.path(),
+            "alice-after",
+            "alice",
+            "secret",
+            "5068",
+        );
+        let status = ctl_json(&socket, &["status"]);
+        stop_proxy(&mut procs, &p);
+        (
+            bob_before,
+            calls,
+            reloads,
+            bob_after,
+            refused_code,
+            refused_json,
+            alice_after,
+            status,
+        )
+    });
+    let (bob_before, calls, reloads, bob_after, refused_code, refused_json, alice_after, status) =
+        out;
+    eprintln!("calls across reloads: {calls:?}; status {status}");
+    assert_eq!(bob_before.successful, 0, "bob unknown before the reload");
+    assert_eq!(
+        (calls.successful, calls.failed),
+        (100, 0),
+        "no call failed across reloads"
+    );
+    assert!(reloads.iter().all(|&c| c == 0), "{reloads:?}");
+    assert_eq!(
+        (bob_after.successful, bob_after.failed),
+        (1, 0),
+        "bob added by a reload"
+    );
+    assert_eq!(refused_code, Some(1), "an invalid config is refused");
+    assert!(
+        refused_json.contains("reload refused") && refused_json.contains("flood"),
+        "{refused_json}"
+    );
+    assert_eq!(
+        (alice_after.successful, alice_after.failed),
+        (1, 0),
+        "the old config still serves"
+    );
+    assert_eq!(status["reloads"], 10, "{status}");
+    assert_eq!(status["reloads_refused"], 2, "{status}");
 }

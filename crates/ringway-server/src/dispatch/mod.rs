@@ -544,6 +544,7 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
 fn render(shared: &Shared) -> String {
     let stats = shared.dispatcher.stats();
     let mut text = PromText::default();
+    crate::metrics::process_metrics(&mut text);
     driver_counters(&mut text, shared);
     core_counters(&mut text, &stats);
     proxy_metrics(&mut text, &stats);

@@ -144,6 +144,7 @@ fn route(r: &Request) -> Result<AdminOp, Response> {
 /// packet, the backend's counters.
 pub fn render_metrics(l: &LiveStats) -> String {
     let mut p = PromText::default();
+    crate::metrics::process_metrics(&mut p);
     drop_counters(&mut p, l);
     token_counters(&mut p, &l.sfu);
     core_counters(&mut p, l);

@@ -120,7 +120,7 @@ pub struct Status {
     pub transaction_bytes: usize,
     /// Registrar bindings (`None`: a shared store).
     pub bindings: Option<usize>,
-    /// Reloads applied and refused.
+    /// Reloads applied.
     pub reloads: u64,
     /// Reloads refused.
     pub reloads_refused: u64,
@@ -314,6 +314,16 @@ impl SipControl {
     /// Whether it is draining.
     pub fn is_draining(&self) -> bool {
         self.shared.proxy.is_draining()
+    }
+
+    /// A reload refused before it reached [`SipControl::reload`] (the
+    /// file could not be read or parsed): count and log it.
+    pub fn reload_refused(&self, reason: &str) {
+        self.shared
+            .control
+            .reloads_refused
+            .fetch_add(1, Ordering::Relaxed);
+        log::warn!("sip server: reload refused, the running configuration stays: {reason}");
     }
 
     /// Apply `new`'s reloadable keys; refuse it whole (the running

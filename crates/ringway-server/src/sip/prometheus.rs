@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 23] = [
+const CORE_COUNTERS: [CoreCounter; 24] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -63,6 +63,11 @@ const CORE_COUNTERS: [CoreCounter; 23] = [
         "ringway_sip_overload_queue_sheds_total",
         "New INVITEs answered 503 before any state because the receive queue was too long.",
         |stats| stats.overload_queue_sheds,
+    ),
+    (
+        "ringway_sip_drain_refusals_total",
+        "New requests answered 503 + Retry-After while draining.",
+        |stats| stats.drain_refusals,
     ),
     (
         "ringway_sip_overload_stateless_total",
@@ -134,6 +139,7 @@ const CORE_COUNTERS: [CoreCounter; 23] = [
 /// Prometheus text of the current state.
 pub(super) fn render(snap: &Snapshot) -> String {
     let mut text = PromText::default();
+    crate::metrics::process_metrics(&mut text);
     datagram_counters(&mut text, snap);
     per_type_counters(&mut text, &snap.metrics);
     latency_histograms(&mut text, &snap.metrics);

@@ -129,7 +129,7 @@ pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
         let config = match reread_proxy_config() {
             Ok(config) => config,
             Err(e) => {
-                log::warn!("sip proxy: reload refused, the running configuration stays: {e}");
+                control.reload_refused(&e);
                 return Err(e);
             }
         };
