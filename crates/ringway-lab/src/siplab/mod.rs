@@ -11,6 +11,7 @@
 
 pub mod analysis;
 pub mod campaign;
+pub mod design;
 pub mod kernel;
 pub mod mode;
 pub mod model;
