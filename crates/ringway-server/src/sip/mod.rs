@@ -27,6 +27,7 @@
 
 pub mod location;
 mod prometheus;
+pub mod service;
 mod stats;
 mod summary;
 mod timer;
@@ -177,6 +178,10 @@ pub struct SipServerConfig {
     /// its processing is answered `503` + `Retry-After` before any state
     /// (0: off). Needs kernel RX stamps (always requested).
     pub overload_queue_delay_ms: u64,
+    /// Lab emulation, off by default: CPU work added to every message the
+    /// core handles (T_sip includes it), to bring T_sip into the range of
+    /// the papers' OpenSIPS. Never for service.
+    pub emulated_service: Option<service::ServiceTime>,
 }
 
 impl Default for SipServerConfig {
@@ -220,6 +225,7 @@ impl Default for SipServerConfig {
             location_threads: 2,
             location_queue: 1024,
             overload_queue_delay_ms: DEFAULT_OVERLOAD_QUEUE_DELAY_MS,
+            emulated_service: None,
         }
     }
 }
@@ -326,6 +332,11 @@ impl SipServerConfig {
                 "overload_queue_delay_ms must be 0..=10000 (0: off), not {}",
                 self.overload_queue_delay_ms
             ));
+        }
+        if let Some(service) = self.emulated_service {
+            service
+                .validate()
+                .map_err(|e| ServerError::Config(format!("emulated_service: {e}")))?;
         }
         Ok(())
     }
@@ -852,6 +863,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     worker.shed_after(
         (config.overload_queue_delay_ms > 0).then(|| config.overload_queue_delay_ms * 1_000_000),
     );
+    worker.emulate_service(config.emulated_service, index as u64 + 1);
     let slot = &shared.slots[index];
     let mut published = 0u64;
     let _alive = AliveGuard::new(&shared.threads_alive);

@@ -235,6 +235,8 @@ pub struct ConfigView {
     pub location_queue: usize,
     /// New INVITEs that waited longer than this (ms) are shed with 503 (0: off).
     pub overload_queue_delay_ms: u64,
+    /// The lab's emulated service time per message, if on (T_sip includes it).
+    pub emulated_service: Option<crate::sip::service::ServiceTime>,
 }
 
 /// The shared location store in the summary.
@@ -340,6 +342,7 @@ pub(super) fn build(
             location_threads: config.location_threads,
             location_queue: config.location_queue,
             overload_queue_delay_ms: config.overload_queue_delay_ms,
+            emulated_service: config.emulated_service,
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {

@@ -2,6 +2,7 @@
 //! the seam the worker threads run and tests drive with a fake
 //! [`BatchIo`].
 
+use super::service::ServiceTime;
 use super::stats::{Latency, WorkerMetrics};
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
@@ -29,6 +30,9 @@ pub struct SipWorker<'p> {
     /// Shed new INVITEs that waited longer than this (ns) since their
     /// kernel RX stamp.
     shed_after: Option<u64>,
+    /// Emulated service time added to every handled message, and its
+    /// random state.
+    service: Option<(ServiceTime, u64)>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -46,6 +50,7 @@ impl<'p> SipWorker<'p> {
             metrics: WorkerMetrics::default(),
             waiting: Vec::with_capacity(batch.max(1)),
             shed_after: None,
+            service: None,
         }
     }
 
@@ -55,6 +60,13 @@ impl<'p> SipWorker<'p> {
     /// `503` + `Retry-After`, nothing else changes). `None`: never.
     pub fn shed_after(&mut self, limit: Option<u64>) {
         self.shed_after = limit;
+    }
+
+    /// Lab emulation: burn `service` CPU time per handled message, inside
+    /// the T_sip measurement (`None`: off, the default). `seed` varies the
+    /// exponential draws per worker.
+    pub fn emulate_service(&mut self, service: Option<ServiceTime>, seed: u64) {
+        self.service = service.map(|s| (s, seed));
     }
 
     /// What this worker measured so far.
@@ -89,6 +101,7 @@ impl<'p> SipWorker<'p> {
             metrics: m,
             waiting,
             shed_after,
+            service,
             ..
         } = self;
         tx.clear();
@@ -123,6 +136,9 @@ impl<'p> SipWorker<'p> {
                     oversize += 1;
                 }
             });
+            if let Some((time, rng)) = service.as_mut() {
+                time.burn(rng);
+            }
             let t1 = clock();
             m.tx_oversize += oversize;
             m.tx_errors += send_errors;
@@ -385,6 +401,30 @@ mod tests {
             assert!(k_snd.equivalent(k_snd.max(), K_SND_NS), "{label}");
         }
         assert!(io.sent().iter().all(|s| s.stamp_tag.is_some()));
+    }
+
+    #[test]
+    fn the_emulated_service_time_is_spent_inside_t_sip() {
+        let p = proxy(Mode::Stateless);
+        let mut w = SipWorker::new(&p, 8, 0);
+        w.emulate_service(Some(ServiceTime::Constant { us: 1500 }), 1);
+        let msgs: Vec<Vec<u8>> = (0..2).map(|n| invite(n, 0)).collect();
+        let rx = batch(&[(UAC, &msgs[0], None, false), (UAC, &msgs[1], None, false)]);
+        let mut io = mem_io();
+        let cpu0 = ringway_io::thread::thread_cpu_total();
+        w.drive_batch(&mut io, &rx, ringway_io::time::monotonic_now);
+        // Lower bounds only: each message burns at least 1.5 ms of this
+        // thread's CPU between the two clock readings of its T_sip.
+        let used = ringway_io::thread::thread_cpu_total() - cpu0;
+        assert!(used >= Duration::from_micros(3000), "{used:?}");
+        let t_sip = w
+            .metrics()
+            .get(MsgLabel::Invite)
+            .unwrap()
+            .histogram(Latency::TSip);
+        assert_eq!(t_sip.len(), 2);
+        assert!(t_sip.min() >= 1_490_000, "T_sip {} ns", t_sip.min());
+        assert_eq!(io.sent().len(), 2, "both still forwarded");
     }
 
     #[test]

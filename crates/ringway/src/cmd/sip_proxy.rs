@@ -198,6 +198,11 @@ pub struct ProxyArgs {
     /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
     #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
     pub overload_queue_delay_ms: u64,
+    /// Lab emulation, off by default: CPU work per handled message (µs):
+    /// N or const:N, or exp:N (exponential, mean N). Brings T_sip into the
+    /// papers' OpenSIPS range (77–540 µs); not for service.
+    #[arg(long, value_name = "DIST")]
+    pub emulated_service_us: Option<ringway_server::sip::service::ServiceTime>,
 }
 
 /// `--location`: checked at start-up (a malformed URL stops it). Its
@@ -330,6 +335,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             location_threads: a.location_threads,
             location_queue: a.location_queue,
             overload_queue_delay_ms: a.overload_queue_delay_ms,
+            emulated_service: a.emulated_service_us,
         })
     }
 }

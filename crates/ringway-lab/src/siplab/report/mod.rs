@@ -1126,6 +1126,8 @@ mod tests {
             seed: rep as u64,
             gen_threads: 2,
             rcvbuf: None,
+            service: None,
+            globals: Vec::new(),
         };
         let mut r = RunRecord::empty(&spec);
         r.pdr = pdr;
