@@ -181,7 +181,7 @@ pub struct TypeLat {
     pub t_sip: Lat,
     /// Application → kernel TX.
     pub k_snd: Lat,
-    /// Wait in the batch (before and after processing).
+    /// Wait after processing until the send call (eq. 1: part of K_snd).
     #[serde(default)]
     pub wait: Lat,
 }

@@ -231,10 +231,10 @@ pub(super) fn render(snap: &Snapshot) -> String {
     for lat in Latency::ALL {
         let name = format!("ringway_sip_{}_seconds", lat.name());
         let help = match lat {
-            Latency::KRcv => "Kernel RX timestamp to application receive.",
+            Latency::KRcv => "Kernel RX timestamp to the start of processing (eq. 1 K_rcv).",
             Latency::TSip => "Processing time inside the proxy core.",
             Latency::KSnd => "Application send to kernel TX timestamp (sampled).",
-            Latency::Wait => "Wait in the receive batch before and after processing.",
+            Latency::Wait => "Wait after processing until the send call.",
         };
         for (label, t) in m.types() {
             p.histogram(&name, help, &[("type", label.as_str())], t.histogram(lat));

@@ -134,7 +134,7 @@ pub struct TypeSummary {
     pub t_sip: LatencySummary,
     /// Application → kernel TX stamp (µs, sampled).
     pub k_snd: LatencySummary,
-    /// Wait in the batch before and after processing (µs).
+    /// Wait after processing until the send call (µs; eq. 1 counts it in K_snd).
     pub wait_batch: LatencySummary,
 }
 
