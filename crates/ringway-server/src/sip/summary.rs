@@ -308,7 +308,7 @@ pub(super) fn build(
             listen: local,
             mode: config.mode,
             workers: config.workers,
-            backend: config.backend.to_string(),
+            backend: config.io.to_string(),
             rx_model: config.rx_model,
             route_to: config.route_to,
             relay: config.relay.to_string(),
@@ -331,17 +331,17 @@ pub(super) fn build(
             auth: config.auth,
             auth_realm: config.auth_realm.clone(),
             auth_algorithms: config.auth_algorithms.clone(),
-            nonce_lifetime_s: config.nonce_lifetime_s,
+            nonce_lifetime_s: config.nonce_lifetime.as_secs(),
             flood_limit: config.flood_limit,
-            flood_window_ms: config.flood_window_ms,
+            flood_window_ms: duration_ms(config.flood_window),
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
             flood_ipv6_prefix: config.flood_ipv6_prefix,
-            location: crate::sip::location::redact_location(&config.location),
-            location_timeout_ms: config.location_timeout_ms,
+            location: config.location.to_string(),
+            location_timeout_ms: duration_ms(config.location_timeout),
             location_threads: config.location_threads,
             location_queue: config.location_queue,
-            overload_queue_delay_ms: config.overload_queue_delay_ms,
+            overload_queue_delay_ms: config.overload_queue_delay.map_or(0, duration_ms),
             emulated_service: config.emulated_service,
         },
         duration_s: snap.elapsed.as_secs_f64(),
@@ -399,4 +399,9 @@ pub(super) fn build(
         }),
         threads_panicked,
     }
+}
+
+/// `duration` in whole milliseconds (the summary's unit), saturating.
+fn duration_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
