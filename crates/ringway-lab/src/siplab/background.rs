@@ -99,7 +99,7 @@ pub fn background(
 pub fn flag(bg: &Background, max_pct: f64) -> Option<String> {
     (bg.foreign_cpu_pct > max_pct).then(|| {
         format!(
-            "shared CPUs: other load took {:.0}% of the proxy's CPUs (steal {:.0}%, load average {:.1}; > {max_pct:.0}%)",
+            "shared CPUs: other load took {:.0}% of the proxy's CPUs (steal {:.0}% and load average {:.1}; limit {max_pct:.0}%)",
             bg.foreign_cpu_pct, bg.steal_pct, bg.loadavg1
         )
     })
