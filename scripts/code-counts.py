@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts the shape figures the aesthetics reviews track, for a tree of Rust crates.
 
-    scripts/code-counts.py [ROOT] [--list]
+    scripts/code-counts.py [ROOT] [--list] [--crates]
 
 Prints three figures for ROOT/crates (default: the repository):
 
@@ -12,7 +12,9 @@ Prints three figures for ROOT/crates (default: the repository):
 * the short-name ratio: `let`, `if let` and `while let` bindings of one or two characters
   among all such bindings, outside test code.
 
-`--list` also prints the long files and functions. The counters read text, not a syntax
+`--list` also prints the long files and functions; `--crates` a line per crate: its
+non-test code lines (lines with code once comments and literals are blanked), its
+functions over 100 lines and its short-name ratio. The counters read text, not a syntax
 tree: comments, strings and char literals are blanked first so that braces inside them do
 not count, which is enough for rustfmt-formatted code.
 """
@@ -213,6 +215,8 @@ def is_test_path(path, root):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     listing = "--list" in sys.argv
+    per_crate = "--crates" in sys.argv
+    crate_figures = {}
     root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     crates = os.path.join(root, "crates")
     long_files, long_fns, names = [], [], []
@@ -226,14 +230,26 @@ def main():
         if is_test_path(path, crates):
             continue
         code = strip_tests(blank_literals(raw))
-        long_fns.extend((count, f"{rel}:{line} {name}") for name, line, count in functions(code) if count > 100)
-        names.extend(let_names(code))
+        file_long = [(count, f"{rel}:{line} {name}") for name, line, count in functions(code) if count > 100]
+        file_names = let_names(code)
+        long_fns.extend(file_long)
+        names.extend(file_names)
+        crate = os.path.relpath(path, crates).split(os.sep)[0]
+        figures = crate_figures.setdefault(crate, [0, 0, 0, 0])
+        figures[0] += sum(1 for line in code.split("\n") if line.strip())
+        figures[1] += len(file_long)
+        figures[2] += sum(1 for n in file_names if len(n.lstrip("_") or n) <= 2)
+        figures[3] += len(file_names)
     short = sum(1 for n in names if len(n.lstrip("_") or n) <= 2)
     over150 = sum(1 for count, _ in long_fns if count > 150)
     print(f"files over 800 lines: {len(long_files)}")
     print(f"non-test functions over 100 lines: {len(long_fns)} (over 150: {over150})")
     ratio = 100.0 * short / max(1, len(names))
     print(f"short let names (<= 2 chars): {short} / {len(names)} = {ratio:.0f}%")
+    if per_crate:
+        for crate, (code_lines, long_count, short_count, name_count) in sorted(crate_figures.items()):
+            share = 100.0 * short_count / max(1, name_count)
+            print(f"  crate {crate:16} {code_lines:6} code lines, {long_count:2} fns > 100, short names {share:3.0f}%")
     if listing:
         for lines, rel in sorted(long_files, reverse=True):
             print(f"  file {lines:5} {rel}")

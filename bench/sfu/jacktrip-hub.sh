@@ -73,7 +73,10 @@ cleanup() {
     ip netns del "$NS_HUB" 2>/dev/null || true
     ip netns del "$NS_CLI" 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+# On INT/TERM: clean up and stop (a trap that only cleaned up would go on
+# to the next configuration without its namespaces).
+trap 'cleanup; exit 130' INT TERM
 
 ip netns add "$NS_HUB"
 ip netns add "$NS_CLI"

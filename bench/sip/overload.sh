@@ -229,7 +229,8 @@ print(f"  generators: attempted {l['attempted']} / scheduled {l['scheduled']} ({
       f"mean start lag {l['start_lag_mean_us']:.0f} us, its socket drops {l['rx_dropped']}{flag}")
 print(f"  calls: ok {l['succeeded']} failed {l['failed_total']} {dict(l['failed'])}")
 print(f"  proxy: socket drops {p['drops']['socket_rxq_ovfl']}, queue sheds {p['proxy'].get('overload_queue_sheds')}, "
-      f"table sheds {p['proxy']['overload_sheds']}, transactions created {p['proxy']['transactions_created']}")
+      f"table sheds {p['proxy']['overload_sheds']}, dropped on a peek {p['messages'].get('overload_queue_drops', 'n/a')}, "
+      f"transactions created {p['proxy']['transactions_created']}")
 # CPU time of both CPUs over the run, and what our processes used of it:
 # the rest went to other processes (the noise of a shared machine).
 hz = 100

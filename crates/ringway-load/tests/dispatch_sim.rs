@@ -121,6 +121,7 @@ impl Sim {
                 },
                 // The UAS is an IP literal in the simulated network.
                 relay: "192.0.2.0/24".parse().expect("network"),
+                flood: None,
             }),
             proxies,
             detected_at: None,

@@ -9,7 +9,8 @@
 //! later be mounted on another transport (issue 22's management socket).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,6 +169,8 @@ fn reason(status: u16) -> &'static str {
         401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        422 => "Unprocessable Entity",
+        501 => "Not Implemented",
         408 => "Request Timeout",
         409 => "Conflict",
         413 => "Payload Too Large",
@@ -210,7 +213,7 @@ pub fn serve(
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((s, peer)) => {
+                    Ok((s, _peer)) => {
                         if busy.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
                             drop(s); // over the bound: closed at once
                             continue;
@@ -220,7 +223,7 @@ pub fn serve(
                         let spawned = std::thread::Builder::new()
                             .name(format!("{thread_name}-conn"))
                             .spawn(move || {
-                                let _ = answer(s, peer, &handler);
+                                let _ = answer(s, &handler);
                                 busy.fetch_sub(1, Ordering::Relaxed);
                             });
                         if spawned.is_err() {
@@ -236,7 +239,75 @@ pub fn serve(
         })
 }
 
-fn answer(mut s: TcpStream, _peer: SocketAddr, handler: &Handler) -> std::io::Result<()> {
+/// A connected stream the server answers on (TCP or Unix).
+trait Conn: Read + Write {
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()>;
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+}
+
+macro_rules! conn {
+    ($t:ty) => {
+        impl Conn for $t {
+            fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+                <$t>::set_nonblocking(self, on)
+            }
+            fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+                <$t>::set_read_timeout(self, t)
+            }
+            fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+                <$t>::set_write_timeout(self, t)
+            }
+        }
+    };
+}
+conn!(TcpStream);
+conn!(UnixStream);
+
+/// Serve `handler` on the Unix socket `listener` (a management socket:
+/// whoever may open the file may ask; no token) with the same bounds as
+/// [`serve`].
+pub fn serve_unix(
+    name: &str,
+    listener: UnixListener,
+    stop: Arc<AtomicBool>,
+    handler: Handler,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    let busy = Arc::new(AtomicUsize::new(0));
+    let thread_name = name.to_string();
+    std::thread::Builder::new()
+        .name(thread_name.clone())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        if busy.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                            drop(s);
+                            continue;
+                        }
+                        busy.fetch_add(1, Ordering::Relaxed);
+                        let (busy, handler) = (busy.clone(), handler.clone());
+                        let spawned = std::thread::Builder::new()
+                            .name(format!("{thread_name}-conn"))
+                            .spawn(move || {
+                                let _ = answer(s, &handler);
+                                busy.fetch_sub(1, Ordering::Relaxed);
+                            });
+                        if spawned.is_err() {
+                            // The closure (and its count) was dropped with the error.
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        })
+}
+
+fn answer(mut s: impl Conn, handler: &Handler) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_write_timeout(Some(REQUEST_DEADLINE))?;
     let deadline = Instant::now() + REQUEST_DEADLINE;
@@ -278,7 +349,7 @@ fn answer(mut s: TcpStream, _peer: SocketAddr, handler: &Handler) -> std::io::Re
     write_response(&mut s, &response)
 }
 
-fn write_response(s: &mut TcpStream, r: &Response) -> std::io::Result<()> {
+fn write_response(s: &mut impl Write, r: &Response) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         r.status,

@@ -85,6 +85,32 @@ pub fn stop_flag() -> io::Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// The flags of a managed server (`sip proxy`): SIGINT stops at once,
+/// SIGTERM asks for a graceful drain, SIGHUP for a reload. The front end
+/// clears `terminate` and `hangup` as it acts on them.
+pub struct ControlSignals {
+    /// SIGINT came.
+    pub interrupt: Arc<AtomicBool>,
+    /// SIGTERM came (drain, then exit).
+    pub terminate: Arc<AtomicBool>,
+    /// SIGHUP came (reload).
+    pub hangup: Arc<AtomicBool>,
+}
+
+/// Register [`ControlSignals`].
+pub fn control_signals() -> io::Result<ControlSignals> {
+    let flag = |signal| -> io::Result<Arc<AtomicBool>> {
+        let flag = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal, flag.clone())?;
+        Ok(flag)
+    };
+    Ok(ControlSignals {
+        interrupt: flag(signal_hook::consts::SIGINT)?,
+        terminate: flag(signal_hook::consts::SIGTERM)?,
+        hangup: flag(signal_hook::consts::SIGHUP)?,
+    })
+}
+
 /// IPv4 + IPv6 UDP counters of this network namespace (`/proc/net/snmp`
 /// and `snmp6`); `None` when they cannot be read.
 pub fn udp_totals() -> Option<ringway_io::counters::UdpSnmp> {

@@ -29,11 +29,13 @@
 #![forbid(unsafe_code)]
 
 pub mod admin_http;
+pub mod build;
 pub mod dispatch;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
+pub mod manage;
 pub mod metrics;
 pub mod reorder;
 pub mod sfu;

@@ -22,6 +22,8 @@ use std::net::{IpAddr, SocketAddr};
 /// Returns whether `data` parsed.
 pub fn parse_and_edit(data: &[u8]) -> bool {
     let _ = SipMsg::parse_loose(data);
+    // The overload peek reads every datagram too (it must not panic).
+    let _ = crate::peek::is_new_invite(data);
     let lazy = SipMsg::parse_lazy(data);
     let Ok(m) = SipMsg::parse(data) else {
         if let Ok(l) = lazy {
@@ -199,6 +201,11 @@ fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
         record_route: true,
         secret: [0x5E; 32],
         relay: crate::RelayNets::default(),
+        // Low enough that a long script from one peer reaches it.
+        flood: Some(crate::FloodConfig {
+            limit: 40,
+            ..crate::FloodConfig::default()
+        }),
     })
 }
 

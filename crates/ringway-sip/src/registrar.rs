@@ -125,6 +125,13 @@ pub trait LocationStore: Send + Sync {
     fn bytes(&self) -> Option<usize> {
         None
     }
+    /// Up to `max` AORs with bindings, in no particular order (an
+    /// operator's listing); `None` when the store cannot list them here
+    /// (a shared store).
+    fn aors(&self, max: usize) -> Option<Vec<String>> {
+        let _ = max;
+        None
+    }
     /// `true` when the store knows it holds no bindings.
     fn is_empty(&self) -> bool {
         self.len() == Some(0)
@@ -374,6 +381,18 @@ impl LocationStore for MemoryStore {
 
     fn bytes(&self) -> Option<usize> {
         Some(self.bytes.load(Ordering::Relaxed))
+    }
+
+    fn aors(&self, max: usize) -> Option<Vec<String>> {
+        let mut aors = Vec::new();
+        for shard in &self.shards {
+            let map = lock(shard);
+            aors.extend(map.keys().take(max - aors.len()).cloned());
+            if aors.len() >= max {
+                break;
+            }
+        }
+        Some(aors)
     }
 }
 

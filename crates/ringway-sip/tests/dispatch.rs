@@ -218,3 +218,57 @@ fn a_call_reaches_the_ua_through_the_path() {
     assert!(at_ua.routes().next().is_none(), "our Route popped");
     assert_eq!(d.stats().requests_to_uri, 1);
 }
+
+#[test]
+fn a_flooding_source_is_dropped_unanswered_and_the_proxies_are_exempt() {
+    use ringway_sip::{DropReason, FloodConfig};
+    let d = Dispatcher::new(DispatchConfig {
+        local: addr(D),
+        proxies: P.iter().map(|p| addr(p)).collect(),
+        flood: Some(FloodConfig {
+            limit: 5,
+            window: 1000 * MS,
+            ..FloodConfig::default()
+        }),
+        ..DispatchConfig::default()
+    });
+    let handle = |src: &str, now: u64, msg: &[u8]| {
+        let mut sent = Sent::new();
+        let o = d.worker().handle(now, addr(src), msg, &mut |to, b| {
+            sent.push((to, b.to_vec()))
+        });
+        (o.action, sent)
+    };
+    // Five requests in a window pass; the sixth and later are dropped,
+    // counted and unanswered.
+    for i in 0..5 {
+        let (action, sent) = handle(UA, i * MS, &invite(&format!("f{i}")));
+        assert_eq!(action, Action::Forwarded { copies: 1 }, "request {i}");
+        assert_eq!(sent.len(), 1);
+    }
+    for i in 5..40 {
+        let (action, sent) = handle(UA, i * MS, &invite(&format!("f{i}")));
+        assert_eq!(action, Action::Dropped(DropReason::Flood), "request {i}");
+        assert!(sent.is_empty(), "nothing sent for a flooded request");
+    }
+    // Another source is not affected.
+    let (action, _) = handle("192.0.2.2:5060", 50 * MS, &invite("other"));
+    assert_eq!(action, Action::Forwarded { copies: 1 });
+    // A proxy is exempt: its responses (which carry everyone's traffic)
+    // are never limited.
+    let (_, sent) = handle("192.0.2.2:5060", 51 * MS, &invite("back"));
+    let forwarded = sent[0].1.clone();
+    let proxy = sent[0].0.to_string();
+    let ok = common::response_to(&forwarded, 180, "Ringing", "");
+    for i in 0..100 {
+        let (action, _) = handle(&proxy, 60 * MS + i, &ok);
+        assert_eq!(action, Action::Forwarded { copies: 1 }, "response {i}");
+    }
+    let stats = d.stats();
+    assert_eq!(stats.flood_blocks, 1);
+    assert_eq!(stats.drops.get("flood"), Some(&35));
+    assert_eq!(stats.flood_sources_tracked, 2);
+    // Two quiet windows later the source is let through again.
+    let (action, _) = handle(UA, 2500 * MS, &invite("later"));
+    assert_eq!(action, Action::Forwarded { copies: 1 });
+}

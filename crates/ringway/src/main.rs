@@ -9,7 +9,7 @@ mod logging;
 
 /// Fast UDP packet-switching servers (SIP proxy, SFU, SRPIC) and the lab that measures them.
 #[derive(clap::Parser, Debug)]
-#[command(name = "ringway", version, about, propagate_version = true)]
+#[command(name = "ringway", version = ringway_server::build::VERSION_LINE, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,6 +39,8 @@ enum Cmd {
     /// Configuration files (`--config FILE` of `sip proxy` and `sfu serve`).
     #[command(subcommand)]
     Config(cmd::config::ConfigCmd),
+    /// Ask a running `sip proxy` or `sip dispatch` (its management socket).
+    Ctl(cmd::ctl::CtlArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,5 +66,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Reorder(c) => cmd::reorder::run(c),
         Cmd::Lab(c) => cmd::lab::run(c),
         Cmd::Config(c) => cmd::config::run(c, &root),
+        Cmd::Ctl(a) => cmd::ctl::run(a),
     }
 }

@@ -617,7 +617,9 @@ fn stop_proxy(p: &mut ProxyProc) -> anyhow::Result<Option<std::process::ExitStat
     if let Some(st) = p.child.try_wait()? {
         return Ok(Some(st));
     }
-    kill_group(pid, "TERM");
+    // SIGINT: stop now (SIGTERM makes `ringway sip proxy` drain first,
+    // up to its --drain-timeout; Kamailio stops on either).
+    kill_group(pid, "INT");
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
         if p.child.try_wait()?.is_some() {
@@ -630,7 +632,7 @@ fn stop_proxy(p: &mut ProxyProc) -> anyhow::Result<Option<std::process::ExitStat
     }
     kill_group(pid, "KILL");
     let _ = p.child.wait();
-    anyhow::bail!("proxy pid {pid} ignored SIGTERM for 10 s; killed")
+    anyhow::bail!("proxy pid {pid} ignored SIGINT for 10 s; killed")
 }
 
 fn lat(v: &serde_json::Value) -> Lat {

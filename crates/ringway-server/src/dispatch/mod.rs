@@ -22,6 +22,7 @@ use crate::ServerError;
 use ringway_io::SocketConfig;
 use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch, TxBatch};
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
+use ringway_sip::FloodConfig;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -60,6 +61,18 @@ pub struct DispatchServerConfig {
     /// or networks; see `ringway_sip::relay`): loopback, link-local and
     /// our own IP only when a network names them.
     pub relay: ringway_sip::RelayNets,
+    /// Flood limit, as the proxy's: requests per window from one source
+    /// (a response counts a quarter); `None`: no limit. The proxies and
+    /// our own address are never limited.
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (at least 1 ms).
+    pub flood_window: Duration,
+    /// Sources the flood limiter tracks at most.
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<std::net::IpAddr>,
+    /// IPv6 sources are flood-limited per prefix of this length (bits).
+    pub flood_ipv6_prefix: u8,
 }
 
 impl Default for DispatchServerConfig {
@@ -74,6 +87,11 @@ impl Default for DispatchServerConfig {
             probe_failures: 3,
             record_route: true,
             relay: ringway_sip::RelayNets::None,
+            flood_limit: None,
+            flood_window: Duration::from_millis(2000),
+            flood_table_size: FloodConfig::default().table_size,
+            flood_exempt: Vec::new(),
+            flood_ipv6_prefix: 64,
         }
     }
 }
@@ -119,6 +137,20 @@ impl DispatchServerConfig {
                 "probe_failures must be 1..=100, not {}",
                 self.probe_failures
             ));
+        }
+        if self.flood_limit == Some(0) {
+            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
+        }
+        if !(16..=128).contains(&self.flood_ipv6_prefix) {
+            return fail(format!(
+                "flood_ipv6_prefix must be 16..=128, not {}",
+                self.flood_ipv6_prefix
+            ));
+        }
+        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
+            return fail(
+                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
+            );
         }
         if let Io::Xdp(_) = self.io {
             return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
@@ -176,6 +208,45 @@ pub struct DispatchSummary {
     pub threads_panicked: Vec<String>,
 }
 
+/// A handle on a running dispatcher for the management API.
+#[derive(Clone)]
+pub struct DispatchControl {
+    shared: Arc<Shared>,
+}
+
+impl DispatchControl {
+    /// Counters, with every proxy's state.
+    pub fn stats(&self) -> DispatchStats {
+        self.shared.dispatcher.stats()
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// Seconds since start.
+    pub fn uptime_s(&self) -> f64 {
+        self.shared.started.elapsed().as_secs_f64()
+    }
+
+    /// Set proxy `address`'s state (`false`: no such proxy).
+    pub fn set_admin_state(
+        &self,
+        address: SocketAddr,
+        state: ringway_sip::dispatch::AdminState,
+    ) -> bool {
+        let done = self.shared.dispatcher.set_admin_state(address, state);
+        if done {
+            log::info!(
+                "sip dispatch: management: proxy {address} set {}",
+                state.as_str()
+            );
+        }
+        done
+    }
+}
+
 /// A running dispatcher.
 pub struct DispatchServer {
     shared: Arc<Shared>,
@@ -204,6 +275,8 @@ impl DispatchServer {
         }
         let local = sockets[0].local_addr()?;
         let probe_socket = sockets[0].try_clone()?;
+        // Which sources share a flood-table set cannot be aimed at.
+        let flood_seed: [u8; 8] = host::random_bytes()?;
         let dispatcher = Dispatcher::new(DispatchConfig {
             local,
             proxies: config.proxies.clone(),
@@ -212,6 +285,14 @@ impl DispatchServer {
             record_route: config.record_route,
             secret: host::random_bytes()?,
             relay: config.relay.clone(),
+            flood: config.flood_limit.map(|limit| FloodConfig {
+                limit,
+                window: u64::try_from(config.flood_window.as_nanos()).unwrap_or(u64::MAX),
+                table_size: config.flood_table_size,
+                exempt: config.flood_exempt.clone(),
+                ipv6_prefix: config.flood_ipv6_prefix,
+                seed: u64::from_le_bytes(flood_seed),
+            }),
         });
         let backend = config.io.kind();
         let shared = Arc::new(Shared {
@@ -302,6 +383,13 @@ impl DispatchServer {
     /// The dispatcher's counters now.
     pub fn stats(&self) -> DispatchStats {
         self.shared.dispatcher.stats()
+    }
+
+    /// A handle for the management API (targets, their states).
+    pub fn control(&self) -> DispatchControl {
+        DispatchControl {
+            shared: self.shared.clone(),
+        }
     }
 
     /// A function rendering the Prometheus text, for a metrics thread.
@@ -454,21 +542,29 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
 
 /// Prometheus text of the dispatcher.
 fn render(shared: &Shared) -> String {
-    let s = shared.dispatcher.stats();
-    let mut p = PromText::default();
-    p.counter(
+    let stats = shared.dispatcher.stats();
+    let mut text = PromText::default();
+    driver_counters(&mut text, shared);
+    core_counters(&mut text, &stats);
+    proxy_metrics(&mut text, &stats);
+    text.finish()
+}
+
+/// The driver's own counters: datagrams in and out, thread panics, drops.
+fn driver_counters(text: &mut PromText, shared: &Shared) {
+    text.counter(
         "ringway_dispatch_messages_in_total",
         "Datagrams received.",
         &[],
         shared.messages_in.load(Ordering::Relaxed),
     );
-    p.counter(
+    text.counter(
         "ringway_dispatch_messages_out_total",
         "Datagrams sent.",
         &[],
         shared.messages_out.load(Ordering::Relaxed),
     );
-    p.counter(
+    text.counter(
         "ringway_dispatch_thread_panics_total",
         "Threads ended by a panic (each stops the dispatcher).",
         &[],
@@ -478,80 +574,104 @@ fn render(shared: &Shared) -> String {
             .unwrap_or_else(PoisonError::into_inner)
             .len() as u64,
     );
-    for (reason, n) in [
+    for (reason, count) in [
         ("rx_truncated", &shared.rx_truncated),
         ("tx_oversize", &shared.tx_oversize),
     ] {
-        p.counter(
+        text.counter(
             "ringway_dispatch_datagrams_dropped_total",
             "Datagrams dropped by the driver, by reason (too long to receive or to send).",
             &[("reason", reason)],
-            n.load(Ordering::Relaxed),
+            count.load(Ordering::Relaxed),
         );
     }
-    for (how, n) in [
-        ("hash", s.requests_dispatched),
-        ("route", s.requests_routed),
-        ("request_uri", s.requests_to_uri),
+}
+
+/// The dispatcher core's counters.
+fn core_counters(text: &mut PromText, stats: &DispatchStats) {
+    for (how, count) in [
+        ("hash", stats.requests_dispatched),
+        ("route", stats.requests_routed),
+        ("request_uri", stats.requests_to_uri),
     ] {
-        p.counter(
+        text.counter(
             "ringway_dispatch_requests_forwarded_total",
             "Requests forwarded, by how the next hop was chosen.",
             &[("by", how)],
-            n,
+            count,
         );
     }
-    p.counter(
-        "ringway_dispatch_responses_forwarded_total",
-        "Responses forwarded to the next Via.",
+    for (name, help, count) in [
+        (
+            "ringway_dispatch_responses_forwarded_total",
+            "Responses forwarded to the next Via.",
+            stats.responses_forwarded,
+        ),
+        (
+            "ringway_dispatch_probes_sent_total",
+            "OPTIONS probes sent.",
+            stats.probes_sent,
+        ),
+        (
+            "ringway_dispatch_no_proxy_total",
+            "Requests answered 503 because no proxy was in.",
+            stats.no_proxy,
+        ),
+        (
+            "ringway_dispatch_relay_refused_total",
+            "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+            stats.relay_refused,
+        ),
+        (
+            "ringway_dispatch_flood_blocks_total",
+            "Times a source went over the flood limit.",
+            stats.flood_blocks,
+        ),
+        (
+            "ringway_dispatch_flood_untracked_total",
+            "Datagrams let through because the flood table had no room for their source.",
+            stats.flood_untracked,
+        ),
+    ] {
+        text.counter(name, help, &[], count);
+    }
+    text.gauge(
+        "ringway_dispatch_flood_sources_tracked",
+        "Sources the flood limiter tracks now.",
         &[],
-        s.responses_forwarded,
+        stats.flood_sources_tracked as f64,
     );
-    p.counter(
-        "ringway_dispatch_probes_sent_total",
-        "OPTIONS probes sent.",
-        &[],
-        s.probes_sent,
-    );
-    p.counter(
-        "ringway_dispatch_no_proxy_total",
-        "Requests answered 503 because no proxy was in.",
-        &[],
-        s.no_proxy,
-    );
-    p.counter(
-        "ringway_dispatch_relay_refused_total",
-        "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
-        &[],
-        s.relay_refused,
-    );
-    for (reason, n) in &s.drops {
-        p.counter(
+    for (reason, count) in &stats.drops {
+        text.counter(
             "ringway_dispatch_drops_total",
             "Datagrams dropped, by reason.",
             &[("reason", reason)],
-            *n,
+            *count,
         );
     }
-    for m in &s.proxies {
-        p.gauge(
+}
+
+/// Per proxy behind the dispatcher: in or out, requests sent, times out.
+fn proxy_metrics(text: &mut PromText, stats: &DispatchStats) {
+    for member in &stats.proxies {
+        let proxy = [("proxy", member.address.as_str())];
+        text.gauge(
             "ringway_dispatch_proxy_up",
             "1 while the proxy answers its probes.",
-            &[("proxy", &m.address)],
-            if m.alive { 1.0 } else { 0.0 },
+            &proxy,
+            if member.alive { 1.0 } else { 0.0 },
         );
-        p.counter(
+        text.counter(
             "ringway_dispatch_proxy_requests_total",
             "New requests sent to the proxy.",
-            &[("proxy", &m.address)],
-            m.requests,
+            &proxy,
+            member.requests,
         );
-        p.counter(
+        text.counter(
             "ringway_dispatch_proxy_downs_total",
             "Times the proxy went out.",
-            &[("proxy", &m.address)],
-            m.downs,
+            &proxy,
+            member.downs,
         );
     }
-    p.finish()
 }

@@ -330,19 +330,21 @@ impl UdpLoop {
                 } else {
                     std::thread::sleep(Duration::from_nanos(next_wake - now));
                 }
-                let mut total = 0;
+                let mut first = None;
                 loop {
                     let n = self
                         .io
                         .recv_batch(&mut rx, Some(Duration::ZERO))
                         .unwrap_or(0);
-                    total += n;
+                    if n > 0 && first.is_none() {
+                        first = Some(rx.received_at(0).0);
+                    }
                     self.handle_batch(&rx, &mut out);
                     if n < rx.capacity() {
-                        break;
+                        break; // the socket is empty (the batch is too, when n = 0)
                     }
                 }
-                total
+                first
             } else {
                 let wait = self
                     .hub
@@ -352,16 +354,15 @@ impl UdpLoop {
                     .min(Duration::from_millis(20));
                 let n = self.io.recv_batch(&mut rx, Some(wait)).unwrap_or(0);
                 self.handle_batch(&rx, &mut out);
-                n
+                (n > 0).then(|| rx.received_at(0).0)
             };
             let now = monotonic_now().0;
             self.hub.tick(now, &mut out);
             if !out.is_empty() {
                 self.send(&out, &mut tx);
                 out.clear();
-                if received > 0 {
+                if let Some(first) = received {
                     // From the batch's receive to the send of what it completed.
-                    let first = rx.received_at(0).0;
                     let _ = processing.record(monotonic_now().0.saturating_sub(first).max(1));
                 }
             }

@@ -25,6 +25,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+mod control;
 pub mod location;
 mod prometheus;
 pub mod service;
@@ -33,6 +34,10 @@ mod summary;
 mod timer;
 mod worker;
 
+pub use control::{
+    AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
+    RELOADABLE,
+};
 pub use stats::{Latency, TypeStats, WorkerMetrics};
 pub use summary::{
     Actions, ConfigView, Cpu, Drops, Messages, Summary, ThreadCpu, TypeSummary, SCHEMA,
@@ -240,6 +245,14 @@ pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 0;
 impl SipServerConfig {
     /// Reject inconsistent settings, naming the field.
     pub fn validate(&self) -> Result<(), ServerError> {
+        self.validate_threads_and_bounds()?;
+        self.validate_registrar()?;
+        self.validate_auth_and_flood()?;
+        self.validate_location_and_overload()
+    }
+
+    /// Threads, batches, sockets and the state bounds.
+    fn validate_threads_and_bounds(&self) -> Result<(), ServerError> {
         let fail = |m: String| Err(ServerError::Config(m));
         if !(1..=256).contains(&self.workers) {
             return fail(format!("workers must be 1..=256, not {}", self.workers));
@@ -279,6 +292,12 @@ impl SipServerConfig {
         if self.placement.cpus.as_ref().is_some_and(|c| c.is_empty()) {
             return fail("the worker CPU list is empty".into());
         }
+        Ok(())
+    }
+
+    /// The registrar's expiry and contact rules.
+    fn validate_registrar(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
         if self.min_expires == 0 || self.min_expires > self.max_expires {
             return fail(format!(
                 "min_expires must be 1..=max_expires ({}), not {}",
@@ -294,6 +313,12 @@ impl SipServerConfig {
         if self.max_contacts == 0 {
             return fail("max_contacts must be above 0".into());
         }
+        Ok(())
+    }
+
+    /// Digest authentication and the flood limiter.
+    fn validate_auth_and_flood(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
         if self.auth && self.auth_file.is_none() {
             return fail("auth needs auth_file (the user:realm:HA1 credentials)".into());
         }
@@ -317,6 +342,12 @@ impl SipServerConfig {
                 "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
             );
         }
+        Ok(())
+    }
+
+    /// The shared location store and overload shedding.
+    fn validate_location_and_overload(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
         if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.location_timeout) {
             return fail(format!(
                 "location_timeout must be 1 ms..=60 s, not {:?}",
@@ -347,11 +378,11 @@ impl SipServerConfig {
         Ok(())
     }
 
-    /// The placement of worker `i`.
-    fn worker_placement(&self, i: usize) -> Placement {
-        let mut p = self.placement.clone();
-        p.cpus = p.cpus.map(|list| vec![list[i % list.len()]]);
-        p
+    /// The placement of worker `index`.
+    fn worker_placement(&self, index: usize) -> Placement {
+        let mut placement = self.placement.clone();
+        placement.cpus = placement.cpus.map(|list| vec![list[index % list.len()]]);
+        placement
     }
 
     fn proxy_config(&self, local: SocketAddr, key: NonceKey, seed: u64) -> ProxyConfig {
@@ -431,37 +462,30 @@ impl MetricsSlot {
     fn offer(&self, metrics: &WorkerMetrics, last: &mut u64) {
         let wanted = self.wanted.load(Ordering::Acquire);
         if wanted > *last {
-            let mut p = self
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            p.metrics.clone_from(metrics);
-            p.generation = p.generation.max(wanted);
+            let mut published = lock(&self.published);
+            published.metrics.clone_from(metrics);
+            published.generation = published.generation.max(wanted);
             *last = wanted;
         }
     }
 
     /// Publish the final copy (the thread ends).
     fn finish(&self, metrics: &WorkerMetrics) {
-        let mut p = self
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        p.metrics.clone_from(metrics);
-        p.generation = FINAL;
+        let mut published = lock(&self.published);
+        published.metrics.clone_from(metrics);
+        published.generation = FINAL;
     }
 
     fn generation(&self) -> u64 {
-        self.published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .generation
+        lock(&self.published).generation
     }
 }
 
 /// Everything the threads share.
 struct Shared {
     config: SipServerConfig,
+    /// Runtime control: the configuration in force, reloads, drain.
+    control: control::ControlState,
     local: SocketAddr,
     proxy: Proxy,
     stop: AtomicBool,
@@ -600,47 +624,15 @@ impl SipServer {
             random_key()?,
             u64::from_le_bytes(host::random_bytes()?),
         );
-        let (mut proxy, location, store_ends) = match &config.location {
-            Location::Memory => {
-                let store = MemoryStore::with_limits(config.max_bindings, config.max_binding_bytes);
-                (Proxy::with_store(proxy_config, Arc::new(store)), None, None)
-            }
-            Location::Redis(url) => {
-                let counters = Arc::new(LocationCounters::default());
-                let timeout = config.location_timeout;
-                let mut stores = Vec::new();
-                for _ in 0..config.location_threads {
-                    let store = RedisStore::new(url, timeout, counters.clone())
-                        .map_err(ServerError::Config)?;
-                    stores.push(Arc::new(store));
-                }
-                // Every store thread's connection is made now (which AORs
-                // a thread serves depends on the random channel seed, so
-                // none may be left to connect on its first query).
-                if let Some(e) = stores.iter().find_map(|store| store.ping().err()) {
-                    log::warn!(
-                        "sip server: location store {} unreachable now ({e}); \
-                         REGISTERs get 500 and calls 480 until it answers",
-                        config.location
-                    );
-                }
-                let (queue, receivers) = LocationQueue::new(
-                    config.location_threads,
-                    config.location_queue,
-                    u64::from_le_bytes(host::random_bytes()?),
-                );
-                let shared = LocationShared {
-                    counters,
-                    latency: (0..config.location_threads)
-                        .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
-                        .collect(),
-                };
-                let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
-                (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
-            }
-        };
-        if let Some(credentials) = credentials {
-            proxy.set_credentials(Arc::new(credentials));
+        let (mut proxy, location, store_ends) = build_proxy(&config, proxy_config)?;
+        // Behind a swap a reload replaces (SIGHUP, `ringway ctl reload`).
+        let swappable = credentials.map(|credentials| {
+            let swap = Arc::new(control::SwappableCredentials::default());
+            swap.set(Arc::new(credentials));
+            swap
+        });
+        if let Some(swap) = &swappable {
+            proxy.set_credentials(swap.clone());
         }
         // Hashes and MACs we put on the wire: unpredictable (S19).
         proxy.set_secret(host::random_bytes()?);
@@ -663,13 +655,26 @@ impl SipServer {
             threads_alive: AtomicUsize::new(0),
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
+            control: control::ControlState::new(config.clone(), swappable),
             config,
         });
         let mut server = SipServer {
             shared,
             threads: host::ThreadGroup::default(),
         };
-        let backend = server.shared.config.io.kind();
+        server.spawn_threads(sockets, timer_socket, store_ends)?;
+        Ok(server)
+    }
+
+    /// Open the backend on every socket and start the worker, timer and
+    /// store threads.
+    fn spawn_threads(
+        &mut self,
+        sockets: Vec<UdpSocket>,
+        timer_socket: UdpSocket,
+        store_ends: Option<StoreEnds>,
+    ) -> Result<(), ServerError> {
+        let backend = self.shared.config.io.kind();
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
                 backend: backend.to_string(),
@@ -681,26 +686,28 @@ impl SipServer {
             ios.push(open(socket)?);
         }
         let mut store_ios = Vec::new();
-        for _ in 0..store_threads {
+        for _ in 0..store_ends.as_ref().map_or(0, |ends| ends.stores.len()) {
             store_ios.push(open(timer_socket.try_clone()?)?);
         }
         let timer_io = open(timer_socket)?;
-        for (i, io) in ios.into_iter().enumerate() {
-            let shared = server.shared.clone();
-            server.spawn(format!("sip-w{i}"), move || worker_thread(&shared, i, io))?;
+        for (index, io) in ios.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            self.spawn(format!("sip-w{index}"), move || {
+                worker_thread(&shared, index, io)
+            })?;
         }
-        let shared = server.shared.clone();
-        server.spawn("sip-timer".into(), move || timer_thread(&shared, timer_io))?;
+        let shared = self.shared.clone();
+        self.spawn("sip-timer".into(), move || timer_thread(&shared, timer_io))?;
         if let Some(ends) = store_ends {
             let threads = ends.receivers.into_iter().zip(ends.stores).zip(store_ios);
-            for (i, ((requests, store), io)) in threads.enumerate() {
-                let shared = server.shared.clone();
-                server.spawn(format!("sip-store{i}"), move || {
-                    store_thread(&shared, i, store, requests, io)
+            for (index, ((requests, store), io)) in threads.enumerate() {
+                let shared = self.shared.clone();
+                self.spawn(format!("sip-store{index}"), move || {
+                    store_thread(&shared, index, store, requests, io)
                 })?;
             }
         }
-        Ok(server)
+        Ok(())
     }
 
     fn spawn(
@@ -727,7 +734,15 @@ impl SipServer {
         lock(&self.shared.panicked).clone()
     }
 
-    /// The configuration it runs with.
+    /// A handle for runtime control (status, bindings, drain, reload).
+    pub fn control(&self) -> SipControl {
+        SipControl {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The configuration it started with (reloads change what
+    /// [`SipControl`] says is in force, never this).
     pub fn config(&self) -> &SipServerConfig {
         &self.shared.config
     }
@@ -785,6 +800,54 @@ impl Drop for SipServer {
     fn drop(&mut self) {
         self.stop_threads();
     }
+}
+
+/// The proxy core over its location store: this process's memory, or a
+/// shared store reached through a queue by store threads (then also what
+/// the threads share about it and the store threads' ends).
+fn build_proxy(
+    config: &SipServerConfig,
+    proxy_config: ProxyConfig,
+) -> Result<(Proxy, Option<LocationShared>, Option<StoreEnds>), ServerError> {
+    Ok(match &config.location {
+        Location::Memory => {
+            let store = MemoryStore::with_limits(config.max_bindings, config.max_binding_bytes);
+            (Proxy::with_store(proxy_config, Arc::new(store)), None, None)
+        }
+        Location::Redis(url) => {
+            let counters = Arc::new(LocationCounters::default());
+            let timeout = config.location_timeout;
+            let mut stores = Vec::new();
+            for _ in 0..config.location_threads {
+                let store =
+                    RedisStore::new(url, timeout, counters.clone()).map_err(ServerError::Config)?;
+                stores.push(Arc::new(store));
+            }
+            // Every store thread's connection is made now (which AORs
+            // a thread serves depends on the random channel seed, so
+            // none may be left to connect on its first query).
+            if let Some(e) = stores.iter().find_map(|store| store.ping().err()) {
+                log::warn!(
+                    "sip server: location store {} unreachable now ({e}); \
+                     REGISTERs get 500 and calls 480 until it answers",
+                    config.location
+                );
+            }
+            let (queue, receivers) = LocationQueue::new(
+                config.location_threads,
+                config.location_queue,
+                u64::from_le_bytes(host::random_bytes()?),
+            );
+            let shared = LocationShared {
+                counters,
+                latency: (0..config.location_threads)
+                    .map(|_| Arc::new(Mutex::new(LocationLatency::default())))
+                    .collect(),
+            };
+            let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
+            (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+        }
+    })
 }
 
 /// `duration` in the cores' unit (ns), saturating.
@@ -986,15 +1049,17 @@ fn snapshot(shared: &Shared) -> Snapshot {
     let mut stale_threads = 0;
     let workers = shared.config.workers;
     let mut per_worker_in = Vec::with_capacity(workers);
-    for (i, slot) in shared.slots.iter().enumerate() {
-        let p = lock(&slot.published);
-        stale_threads += usize::from(p.generation < generation);
-        merged.merge(&p.metrics);
-        if i < workers {
-            per_worker_in.push(p.metrics.msgs_in);
+    for (index, slot) in shared.slots.iter().enumerate() {
+        let published = lock(&slot.published);
+        stale_threads += usize::from(published.generation < generation);
+        merged.merge(&published.metrics);
+        if index < workers {
+            let metrics = &published.metrics;
+            per_worker_in.push(metrics.msgs_in);
+            // Shared model: every worker sees the one socket's counter.
             socket_drops = match shared.config.rx_model {
-                RxModel::Shared => socket_drops.max(p.metrics.socket_rx_dropped),
-                RxModel::Reuseport => socket_drops + p.metrics.socket_rx_dropped,
+                RxModel::Shared => socket_drops.max(metrics.socket_rx_dropped),
+                RxModel::Reuseport => socket_drops + metrics.socket_rx_dropped,
             };
         }
     }

@@ -4,252 +4,306 @@
 //! `_total`, every metric has HELP and TYPE, one name per meaning with
 //! labels for its dimensions.
 
-use super::stats::Latency;
-use super::Snapshot;
+use super::stats::{Latency, WorkerMetrics};
+use super::{Bounds, Snapshot};
 use crate::metrics::PromText;
 use ringway_sip::ProxyStats;
 
-/// The core's counters: (name, help, value).
-fn core_counters(stats: &ProxyStats) -> [(&'static str, &'static str, u64); 23] {
-    [
-        (
-            "ringway_sip_core_requests_received_total",
-            "Requests the core parsed.",
-            stats.requests_received,
-        ),
-        (
-            "ringway_sip_core_responses_received_total",
-            "Responses the core parsed.",
-            stats.responses_received,
-        ),
-        (
-            "ringway_sip_core_requests_forwarded_total",
-            "Requests forwarded, including CANCEL and ACK the proxy generated.",
-            stats.requests_forwarded,
-        ),
-        (
-            "ringway_sip_core_responses_forwarded_total",
-            "Responses forwarded upstream.",
-            stats.responses_forwarded,
-        ),
-        (
-            "ringway_sip_transactions_created_total",
-            "Transactions created (stateful mode).",
-            stats.transactions_created,
-        ),
-        (
-            "ringway_sip_transactions_timed_out_total",
-            "Transactions ended by timer B, F or C.",
-            stats.transactions_timed_out,
-        ),
-        (
-            "ringway_sip_retransmissions_absorbed_total",
-            "Retransmissions absorbed by a transaction.",
-            stats.retransmissions_absorbed,
-        ),
-        (
-            "ringway_sip_retransmissions_sent_total",
-            "Retransmissions sent by timers A, E and G.",
-            stats.retransmissions_sent,
-        ),
-        (
-            "ringway_sip_overload_sheds_total",
-            "Requests refused because the transaction table was full.",
-            stats.overload_sheds,
-        ),
-        (
-            "ringway_sip_overload_queue_sheds_total",
-            "New INVITEs answered 503 before any state because the receive queue was too long.",
-            stats.overload_queue_sheds,
-        ),
-        (
-            "ringway_sip_overload_stateless_total",
-            "In-dialog requests forwarded statelessly because the transaction table was full.",
-            stats.overload_stateless,
-        ),
-        (
-            "ringway_sip_cancels_matched_2543_total",
-            "CANCELs matched to their INVITE the RFC 2543 way.",
-            stats.cancels_matched_2543,
-        ),
-        (
-            "ringway_sip_auth_accepted_total",
-            "Requests whose digest credentials were verified.",
-            stats.auth_accepted,
-        ),
-        (
-            "ringway_sip_auth_refused_total",
-            "Requests refused by authentication (400, 403, 500).",
-            stats.auth_refused,
-        ),
-        (
-            "ringway_sip_auth_stale_total",
-            "Challenges with stale=true.",
-            stats.auth_stale,
-        ),
-        (
-            "ringway_sip_auth_replays_total",
-            "Replayed credentials answered with a new challenge.",
-            stats.auth_replays,
-        ),
-        (
-            "ringway_sip_relay_refused_total",
-            "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
-            stats.relay_refused,
-        ),
-        (
-            "ringway_sip_flood_blocks_total",
-            "Times a source went over the flood limit.",
-            stats.flood_blocks,
-        ),
-        (
-            "ringway_sip_flood_untracked_total",
-            "Requests the flood limiter could not track (table set full).",
-            stats.flood_untracked,
-        ),
-        (
-            "ringway_sip_store_deferred_total",
-            "Requests handed to the location driver to wait for a remote store.",
-            stats.store_deferred,
-        ),
-        (
-            "ringway_sip_store_queue_full_total",
-            "Requests answered as if the store were down because the location queue was full.",
-            stats.store_queue_full,
-        ),
-        (
-            "ringway_sip_store_unavailable_registers_total",
-            "REGISTERs answered 500 with Retry-After because the location store was unavailable.",
-            stats.store_unavailable_registers,
-        ),
-        (
-            "ringway_sip_store_unavailable_lookups_total",
-            "Requests answered 480 because the location store was unavailable for their lookup.",
-            stats.store_unavailable_lookups,
-        ),
-    ]
-}
+/// A core counter: its name, its help, and how to read it from the core's statistics.
+type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
+
+/// The core's counters, in the order they are rendered.
+const CORE_COUNTERS: [CoreCounter; 23] = [
+    (
+        "ringway_sip_core_requests_received_total",
+        "Requests the core parsed.",
+        |stats| stats.requests_received,
+    ),
+    (
+        "ringway_sip_core_responses_received_total",
+        "Responses the core parsed.",
+        |stats| stats.responses_received,
+    ),
+    (
+        "ringway_sip_core_requests_forwarded_total",
+        "Requests forwarded, including CANCEL and ACK the proxy generated.",
+        |stats| stats.requests_forwarded,
+    ),
+    (
+        "ringway_sip_core_responses_forwarded_total",
+        "Responses forwarded upstream.",
+        |stats| stats.responses_forwarded,
+    ),
+    (
+        "ringway_sip_transactions_created_total",
+        "Transactions created (stateful mode).",
+        |stats| stats.transactions_created,
+    ),
+    (
+        "ringway_sip_transactions_timed_out_total",
+        "Transactions ended by timer B, F or C.",
+        |stats| stats.transactions_timed_out,
+    ),
+    (
+        "ringway_sip_retransmissions_absorbed_total",
+        "Retransmissions absorbed by a transaction.",
+        |stats| stats.retransmissions_absorbed,
+    ),
+    (
+        "ringway_sip_retransmissions_sent_total",
+        "Retransmissions sent by timers A, E and G.",
+        |stats| stats.retransmissions_sent,
+    ),
+    (
+        "ringway_sip_overload_sheds_total",
+        "Requests refused because the transaction table was full.",
+        |stats| stats.overload_sheds,
+    ),
+    (
+        "ringway_sip_overload_queue_sheds_total",
+        "New INVITEs answered 503 before any state because the receive queue was too long.",
+        |stats| stats.overload_queue_sheds,
+    ),
+    (
+        "ringway_sip_overload_stateless_total",
+        "In-dialog requests forwarded statelessly because the transaction table was full.",
+        |stats| stats.overload_stateless,
+    ),
+    (
+        "ringway_sip_cancels_matched_2543_total",
+        "CANCELs matched to their INVITE the RFC 2543 way.",
+        |stats| stats.cancels_matched_2543,
+    ),
+    (
+        "ringway_sip_auth_accepted_total",
+        "Requests whose digest credentials were verified.",
+        |stats| stats.auth_accepted,
+    ),
+    (
+        "ringway_sip_auth_refused_total",
+        "Requests refused by authentication (400, 403, 500).",
+        |stats| stats.auth_refused,
+    ),
+    (
+        "ringway_sip_auth_stale_total",
+        "Challenges with stale=true.",
+        |stats| stats.auth_stale,
+    ),
+    (
+        "ringway_sip_auth_replays_total",
+        "Replayed credentials answered with a new challenge.",
+        |stats| stats.auth_replays,
+    ),
+    (
+        "ringway_sip_relay_refused_total",
+        "Requests whose next hop the relay policy refused (403/482; ACK, CANCEL dropped).",
+        |stats| stats.relay_refused,
+    ),
+    (
+        "ringway_sip_flood_blocks_total",
+        "Times a source went over the flood limit.",
+        |stats| stats.flood_blocks,
+    ),
+    (
+        "ringway_sip_flood_untracked_total",
+        "Requests the flood limiter could not track (table set full).",
+        |stats| stats.flood_untracked,
+    ),
+    (
+        "ringway_sip_store_deferred_total",
+        "Requests handed to the location driver to wait for a remote store.",
+        |stats| stats.store_deferred,
+    ),
+    (
+        "ringway_sip_store_queue_full_total",
+        "Requests answered as if the store were down because the location queue was full.",
+        |stats| stats.store_queue_full,
+    ),
+    (
+        "ringway_sip_store_unavailable_registers_total",
+        "REGISTERs answered 500 with Retry-After because the location store was unavailable.",
+        |stats| stats.store_unavailable_registers,
+    ),
+    (
+        "ringway_sip_store_unavailable_lookups_total",
+        "Requests answered 480 because the location store was unavailable for their lookup.",
+        |stats| stats.store_unavailable_lookups,
+    ),
+];
 
 /// Prometheus text of the current state.
 pub(super) fn render(snap: &Snapshot) -> String {
-    let m = &snap.metrics;
-    let sock_drops = m.socket_rx_dropped;
-    let snmp = &snap.udp;
-    let mut p = PromText::default();
-    p.counter(
-        "ringway_sip_messages_in_total",
-        "Datagrams received.",
+    let mut text = PromText::default();
+    datagram_counters(&mut text, snap);
+    per_type_counters(&mut text, &snap.metrics);
+    latency_histograms(&mut text, &snap.metrics);
+    core_metrics(&mut text, &snap.proxy);
+    text.gauge(
+        "ringway_sip_metrics_stale_threads",
+        "Threads that did not publish for this scrape in time (their previous copy was used).",
         &[],
-        m.msgs_in,
+        snap.stale_threads as f64,
     );
-    p.counter(
-        "ringway_sip_messages_out_total",
-        "Datagrams sent.",
-        &[],
-        m.msgs_out,
-    );
-    p.counter(
-        "ringway_sip_timer_out_total",
-        "Datagrams sent by timers.",
-        &[],
-        m.timer_out,
-    );
-    p.counter(
-        "ringway_sip_tx_errors_total",
-        "Datagrams the kernel refused.",
-        &[],
-        m.tx_errors,
-    );
-    p.counter(
-        "ringway_sip_rx_errors_total",
-        "Receive syscall errors.",
-        &[],
-        m.rx_errors,
-    );
-    p.counter(
-        "ringway_sip_rx_truncated_total",
-        "Datagrams larger than a frame (dropped).",
-        &[],
-        m.rx_truncated,
-    );
-    p.counter(
-        "ringway_sip_socket_drops_total",
-        "SO_RXQ_OVFL drops of the proxy sockets.",
-        &[],
-        sock_drops,
-    );
-    for (v, name) in [
-        (snmp.rcvbuf_errors, "rcvbuf_errors"),
-        (snmp.in_errors, "in_errors"),
+    state_bounds(&mut text, &snap.proxy, &snap.config);
+    thread_metrics(&mut text, snap);
+    // Not known locally with a shared store: no sample rather than 0.
+    if let Some(bindings) = snap.proxy.bindings {
+        text.gauge(
+            "ringway_sip_registrar_bindings",
+            "Registrar bindings stored (in-memory store only).",
+            &[],
+            bindings as f64,
+        );
+    }
+    if let Some(location) = &snap.location {
+        location_metrics(&mut text, location);
+    }
+    let cpu = snap.process_cpu;
+    for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {
+        text.counter_f64(
+            "ringway_sip_cpu_seconds_total",
+            "Process CPU time since start.",
+            &[("mode", mode)],
+            ns as f64 / 1e9,
+        );
+    }
+    text.finish()
+}
+
+/// Datagrams in and out, errors, and the kernel's drops.
+fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
+    let metrics = &snap.metrics;
+    for (name, help, value) in [
+        (
+            "ringway_sip_messages_in_total",
+            "Datagrams received.",
+            metrics.msgs_in,
+        ),
+        (
+            "ringway_sip_messages_out_total",
+            "Datagrams sent.",
+            metrics.msgs_out,
+        ),
+        (
+            "ringway_sip_timer_out_total",
+            "Datagrams sent by timers.",
+            metrics.timer_out,
+        ),
+        (
+            "ringway_sip_tx_errors_total",
+            "Datagrams the kernel refused.",
+            metrics.tx_errors,
+        ),
+        (
+            "ringway_sip_rx_errors_total",
+            "Receive syscall errors.",
+            metrics.rx_errors,
+        ),
+        (
+            "ringway_sip_rx_truncated_total",
+            "Datagrams larger than a frame (dropped).",
+            metrics.rx_truncated,
+        ),
+        (
+            "ringway_sip_overload_queue_drops_total",
+            "New INVITEs dropped unanswered for waiting over twice the shedding delay.",
+            metrics.overload_queue_drops,
+        ),
+        (
+            "ringway_sip_socket_drops_total",
+            "SO_RXQ_OVFL drops of the proxy sockets.",
+            metrics.socket_rx_dropped,
+        ),
     ] {
-        p.counter(
+        text.counter(name, help, &[], value);
+    }
+    for (value, name) in [
+        (snap.udp.rcvbuf_errors, "rcvbuf_errors"),
+        (snap.udp.in_errors, "in_errors"),
+    ] {
+        text.counter(
             &format!("ringway_sip_udp_{name}_total"),
             "/proc/net/snmp Udp counter delta since start.",
             &[],
-            v,
+            value,
         );
     }
-    for (label, t) in m.types() {
+}
+
+/// Messages received, forwarded, absorbed, answered and dropped, by type.
+fn per_type_counters(text: &mut PromText, metrics: &WorkerMetrics) {
+    for (label, stats) in metrics.types() {
         let label = label.as_str();
-        let l = [("type", label)];
-        p.counter(
+        let by_type = [("type", label)];
+        text.counter(
             "ringway_sip_messages_by_type_total",
             "Messages received by type.",
-            &l,
-            t.count,
+            &by_type,
+            stats.count,
         );
-        p.counter(
+        text.counter(
             "ringway_sip_forwarded_total",
             "Messages forwarded by type.",
-            &l,
-            t.forwarded,
+            &by_type,
+            stats.forwarded,
         );
-        p.counter(
+        text.counter(
             "ringway_sip_absorbed_total",
             "Messages absorbed by type.",
-            &l,
-            t.absorbed,
+            &by_type,
+            stats.absorbed,
         );
-        for (code, n) in t.responded() {
-            let c = code.to_string();
-            p.counter(
+        for (code, count) in stats.responded() {
+            text.counter(
                 "ringway_sip_responded_total",
                 "Responses generated by the proxy.",
-                &[("type", label), ("code", &c)],
-                n,
+                &[("type", label), ("code", &code.to_string())],
+                count,
             );
         }
-        for (reason, n) in t.dropped() {
-            p.counter(
+        for (reason, count) in stats.dropped() {
+            text.counter(
                 "ringway_sip_core_drops_total",
                 "Messages dropped by the core.",
                 &[("type", label), ("reason", &reason)],
-                n,
+                count,
             );
         }
     }
-    for lat in Latency::ALL {
-        let name = format!("ringway_sip_{}_seconds", lat.name());
-        let help = match lat {
+}
+
+/// One histogram per latency and message type.
+fn latency_histograms(text: &mut PromText, metrics: &WorkerMetrics) {
+    for latency in Latency::ALL {
+        let name = format!("ringway_sip_{}_seconds", latency.name());
+        let help = match latency {
             Latency::KRcv => "Kernel RX timestamp to the start of processing (eq. 1 K_rcv).",
             Latency::TSip => "Processing time inside the proxy core.",
             Latency::KSnd => "Application send to kernel TX timestamp (sampled).",
             Latency::Wait => "Wait after processing until the send call.",
         };
-        for (label, t) in m.types() {
-            p.histogram(&name, help, &[("type", label.as_str())], t.histogram(lat));
+        for (label, stats) in metrics.types() {
+            text.histogram(
+                &name,
+                help,
+                &[("type", label.as_str())],
+                stats.histogram(latency),
+            );
         }
     }
-    let stats = &snap.proxy;
-    for (name, help, value) in core_counters(stats) {
-        p.counter(name, help, &[], value);
+}
+
+/// The core's own counters and its two state gauges.
+fn core_metrics(text: &mut PromText, stats: &ProxyStats) {
+    for (name, help, read) in CORE_COUNTERS {
+        text.counter(name, help, &[], read(stats));
     }
-    for (code, n) in &stats.responses_generated {
-        p.counter(
+    for (code, count) in &stats.responses_generated {
+        text.counter(
             "ringway_sip_core_responses_generated_total",
             "Responses the core generated (including timers' 408/487), by code.",
             &[("code", &code.to_string())],
-            *n,
+            *count,
         );
     }
     for (name, help, value) in [
@@ -264,16 +318,12 @@ pub(super) fn render(snap: &Snapshot) -> String {
             stats.flood_sources_tracked,
         ),
     ] {
-        p.gauge(name, help, &[], value as f64);
+        text.gauge(name, help, &[], value as f64);
     }
-    p.gauge(
-        "ringway_sip_metrics_stale_threads",
-        "Threads that did not publish for this scrape in time (their previous copy was used).",
-        &[],
-        snap.stale_threads as f64,
-    );
-    // The bounds, next to what they bound (review S9).
-    let c = &snap.config;
+}
+
+/// The state the core holds next to its configured bounds (review S9).
+fn state_bounds(text: &mut PromText, stats: &ProxyStats, bounds: &Bounds) {
     for (name, help, value) in [
         (
             "ringway_sip_transaction_bytes",
@@ -283,7 +333,7 @@ pub(super) fn render(snap: &Snapshot) -> String {
         (
             "ringway_sip_transaction_bytes_max",
             "Bound on ringway_sip_transaction_bytes (max_transaction_bytes).",
-            c.max_transaction_bytes as f64,
+            bounds.max_transaction_bytes as f64,
         ),
         (
             "ringway_sip_timer_entries",
@@ -293,123 +343,105 @@ pub(super) fn render(snap: &Snapshot) -> String {
         (
             "ringway_sip_transactions_max",
             "Bound on ringway_sip_transactions_active (max_transactions).",
-            c.max_transactions as f64,
+            bounds.max_transactions as f64,
         ),
     ] {
-        p.gauge(name, help, &[], value);
+        text.gauge(name, help, &[], value);
     }
     if let Some(bytes) = stats.binding_bytes {
-        p.gauge(
+        text.gauge(
             "ringway_sip_registrar_binding_bytes",
             "Bytes the registrar bindings take (in-memory store only).",
             &[],
             bytes as f64,
         );
-        p.gauge(
+        text.gauge(
             "ringway_sip_registrar_binding_bytes_max",
             "Bound on ringway_sip_registrar_binding_bytes (max_binding_bytes).",
             &[],
-            c.max_binding_bytes as f64,
+            bounds.max_binding_bytes as f64,
         );
-        p.gauge(
+        text.gauge(
             "ringway_sip_registrar_bindings_max",
             "Bound on ringway_sip_registrar_bindings (max_bindings).",
             &[],
-            c.max_bindings as f64,
+            bounds.max_bindings as f64,
         );
     }
-    p.gauge(
+}
+
+/// Threads running, started and panicked.
+fn thread_metrics(text: &mut PromText, snap: &Snapshot) {
+    text.gauge(
         "ringway_sip_threads_alive",
         "Worker, timer and store threads running (below ringway_sip_threads: the server is stopping).",
         &[],
         snap.threads_alive as f64,
     );
-    p.gauge(
+    text.gauge(
         "ringway_sip_threads",
         "Worker, timer and store threads started.",
         &[],
         snap.threads_started as f64,
     );
-    p.counter(
+    text.counter(
         "ringway_sip_thread_panics_total",
         "Threads ended by a panic (each stops the whole server).",
         &[],
         snap.threads_panicked as u64,
     );
-    // Not known locally with a shared store: no sample rather than 0.
-    if let Some(bindings) = stats.bindings {
-        p.gauge(
-            "ringway_sip_registrar_bindings",
-            "Registrar bindings stored (in-memory store only).",
-            &[],
-            bindings as f64,
-        );
-    }
-    if let Some(location) = &snap.location {
-        location_metrics(&mut p, location);
-    }
-    let cpu = snap.process_cpu;
-    for (mode, ns) in [("user", cpu.user_ns), ("system", cpu.system_ns)] {
-        p.counter_f64(
-            "ringway_sip_cpu_seconds_total",
-            "Process CPU time since start.",
-            &[("mode", mode)],
-            ns as f64 / 1e9,
-        );
-    }
-    p.finish()
 }
 
 /// The shared location store's counters and latencies.
-fn location_metrics(p: &mut PromText, location: &super::LocationSnapshot) {
-    let c = &location.counts;
-    for (kind, n) in [("register", c.registers), ("lookup", c.lookups)] {
-        p.counter(
+fn location_metrics(text: &mut PromText, location: &super::LocationSnapshot) {
+    let counts = &location.counts;
+    for (kind, count) in [("register", counts.registers), ("lookup", counts.lookups)] {
+        text.counter(
             "ringway_sip_location_queries_total",
             "Queries sent to the shared location store, by kind.",
             &[("kind", kind)],
-            n,
+            count,
         );
     }
-    for (reason, n) in [
-        ("connect", c.connect_failures),
-        ("backoff", c.skipped_backoff),
-        ("timeout", c.timeouts),
-        ("io", c.io_errors),
-        ("server", c.server_errors),
-        ("bad_reply", c.bad_replies),
-        ("queue_wait", c.expired_in_queue),
+    for (reason, count) in [
+        ("connect", counts.connect_failures),
+        ("backoff", counts.skipped_backoff),
+        ("timeout", counts.timeouts),
+        ("io", counts.io_errors),
+        ("server", counts.server_errors),
+        ("bad_reply", counts.bad_replies),
+        ("queue_wait", counts.expired_in_queue),
     ] {
-        p.counter(
+        text.counter(
             "ringway_sip_location_failures_total",
             "Shared location store queries answered as unavailable, by reason.",
             &[("reason", reason)],
-            n,
+            count,
         );
     }
-    p.counter(
+    text.counter(
         "ringway_sip_location_reconnects_total",
         "Connections to the shared location store made after a failure.",
         &[],
-        c.reconnects,
+        counts.reconnects,
     );
-    p.gauge(
+    text.gauge(
         "ringway_sip_location_up",
         "1 if the last connection attempt or command to the shared store succeeded.",
         &[],
-        if c.up { 1.0 } else { 0.0 },
+        if counts.up { 1.0 } else { 0.0 },
     );
     for (kind, latency) in [
         ("register", &location.latency.register),
         ("lookup", &location.latency.lookup),
     ] {
-        p.histogram(
+        text.histogram(
             "ringway_sip_location_store_seconds",
             "Time of one shared location store call (round trip).",
             &[("kind", kind)],
             &latency.store,
         );
-        p.histogram(
+        text.histogram(
             "ringway_sip_location_added_seconds",
             "Receive to resumed and sent: what the shared store adds to a request.",
             &[("kind", kind)],

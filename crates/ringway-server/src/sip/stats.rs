@@ -6,7 +6,7 @@
 use crate::metrics::{latency_histogram, LATENCY_MAX_NS};
 use hdrhistogram::Histogram;
 use ringway_sip::proxy::DROP_REASONS;
-use ringway_sip::{DropReason, MsgLabel};
+use ringway_sip::{Action, DropReason, MsgLabel};
 use std::collections::BTreeMap;
 
 /// The three per-message latencies of the papers.
@@ -114,6 +114,21 @@ impl Clone for TypeStats {
 }
 
 impl TypeStats {
+    /// Count what the core did with a message of this type (its arrival
+    /// is counted apart: a deferred request is counted again when resumed).
+    pub fn count_action(&mut self, action: Action) {
+        match action {
+            Action::Forwarded { copies } => {
+                self.forwarded += 1;
+                self.copies += u64::from(copies);
+            }
+            Action::Responded(code) => self.count_response(code),
+            Action::Absorbed => self.absorbed += 1,
+            Action::Dropped(reason) => self.count_drop(reason),
+            Action::Deferred => self.deferred += 1,
+        }
+    }
+
     /// The histogram (ns) of one latency.
     pub fn histogram(&self, latency: Latency) -> &Histogram<u64> {
         match latency {
@@ -224,6 +239,10 @@ pub struct WorkerMetrics {
     pub k_snd_requested: u64,
     /// Latest SO_RXQ_OVFL value of this worker's socket.
     pub socket_rx_dropped: u64,
+    /// New INVITEs dropped unanswered, on a peek, for waiting more than
+    /// [`OVERLOAD_DROP_FACTOR`](super::worker::OVERLOAD_DROP_FACTOR) times
+    /// the shedding delay.
+    pub overload_queue_drops: u64,
 }
 
 impl Default for WorkerMetrics {
@@ -240,6 +259,7 @@ impl Default for WorkerMetrics {
             k_rcv_missing: 0,
             k_snd_requested: 0,
             socket_rx_dropped: 0,
+            overload_queue_drops: 0,
         }
     }
 }
@@ -270,6 +290,7 @@ impl Clone for WorkerMetrics {
         self.k_rcv_missing = source.k_rcv_missing;
         self.k_snd_requested = source.k_snd_requested;
         self.socket_rx_dropped = source.socket_rx_dropped;
+        self.overload_queue_drops = source.overload_queue_drops;
     }
 }
 
@@ -311,6 +332,7 @@ impl WorkerMetrics {
         self.tx_errors += other.tx_errors;
         self.tx_oversize += other.tx_oversize;
         self.rx_truncated += other.rx_truncated;
+        self.overload_queue_drops += other.overload_queue_drops;
         self.rx_errors += other.rx_errors;
         self.timer_out += other.timer_out;
         self.k_rcv_missing += other.k_rcv_missing;

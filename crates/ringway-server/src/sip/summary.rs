@@ -24,6 +24,9 @@ pub struct Messages {
     pub timer_out: u64,
     /// Datagrams larger than a receive frame (dropped).
     pub rx_truncated: u64,
+    /// New INVITEs dropped unanswered on a peek: they waited more than
+    /// twice `overload_queue_delay_ms` (the 503 stage's second threshold).
+    pub overload_queue_drops: u64,
     /// Receive syscall errors.
     pub rx_errors: u64,
     /// Datagrams the kernel refused to send.
@@ -287,24 +290,11 @@ pub struct Summary {
 /// Schema id of [`Summary`].
 pub const SCHEMA: &str = "ringway.sip-proxy.summary/1";
 
-/// Build the summary of a server from its final snapshot.
-pub(super) fn build(
-    config: &SipServerConfig,
-    local: SocketAddr,
-    rcvbuf_granted: &[usize],
-    snap: &Snapshot,
-    threads: Vec<ThreadCpu>,
-    placement: Vec<String>,
-    threads_panicked: Vec<String>,
-) -> Summary {
-    let m = &snap.metrics;
-    let all = m.all_types();
-    let rcvbuf = snap.udp.rcvbuf_errors;
-    let offered = m.msgs_in + rcvbuf;
-    let cpu = snap.process_cpu;
-    Summary {
-        schema: SCHEMA,
-        config: ConfigView {
+impl ConfigView {
+    /// The view of `config` as the server ran it (its bound address, the
+    /// receive buffers granted).
+    fn of(config: &SipServerConfig, local: SocketAddr, rcvbuf_granted: &[usize]) -> ConfigView {
+        ConfigView {
             listen: local,
             mode: config.mode,
             workers: config.workers,
@@ -343,13 +333,35 @@ pub(super) fn build(
             location_queue: config.location_queue,
             overload_queue_delay_ms: config.overload_queue_delay.map_or(0, duration_ms),
             emulated_service: config.emulated_service,
-        },
+        }
+    }
+}
+
+/// Build the summary of a server from its final snapshot.
+pub(super) fn build(
+    config: &SipServerConfig,
+    local: SocketAddr,
+    rcvbuf_granted: &[usize],
+    snap: &Snapshot,
+    threads: Vec<ThreadCpu>,
+    placement: Vec<String>,
+    threads_panicked: Vec<String>,
+) -> Summary {
+    let m = &snap.metrics;
+    let all = m.all_types();
+    let rcvbuf = snap.udp.rcvbuf_errors;
+    let offered = m.msgs_in + rcvbuf;
+    let cpu = snap.process_cpu;
+    Summary {
+        schema: SCHEMA,
+        config: ConfigView::of(config, local, rcvbuf_granted),
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {
             in_: m.msgs_in,
             out: m.msgs_out,
             timer_out: m.timer_out,
             rx_truncated: m.rx_truncated,
+            overload_queue_drops: m.overload_queue_drops,
             rx_errors: m.rx_errors,
             tx_errors: m.tx_errors,
             tx_oversize: m.tx_oversize,

@@ -6,13 +6,20 @@ use super::service::ServiceTime;
 use super::stats::{Latency, WorkerMetrics};
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{Action, MsgLabel, Proxy, ProxyWorker};
+use ringway_sip::{DropReason, MsgLabel, Proxy, ProxyWorker};
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
 const TAG_SHIFT: u32 = 40;
 /// Bytes per send frame: a forwarded message grows by Via/Record-Route.
 pub const TX_FRAME: usize = super::RX_FRAME + 2048;
+/// The second stage of overload shedding: a new INVITE that waited more
+/// than this many times the shedding delay is dropped unanswered on a peek
+/// of its first bytes (no parse, no 503 to build and send, no ACK to
+/// absorb); the sender's retransmission covers it like a loss. Such waits
+/// follow a stall (the proxy descheduled, a burst): the queue drains
+/// several times faster than with a 503 each.
+pub(crate) const OVERLOAD_DROP_FACTOR: u64 = 2;
 
 /// Per-worker state: the send batch, TX-stamp sampling, and the metrics.
 pub struct SipWorker<'p> {
@@ -100,7 +107,7 @@ impl<'p> SipWorker<'p> {
             tx,
             tx_stamp_every,
             sent_seq,
-            metrics: m,
+            metrics,
             waiting,
             shed_after,
             service,
@@ -108,97 +115,106 @@ impl<'p> SipWorker<'p> {
         } = self;
         tx.clear();
         waiting.clear();
-        for d in rx.iter() {
-            m.msgs_in += 1;
-            if d.meta.truncated {
-                m.rx_truncated += 1;
+        for datagram in rx.iter() {
+            metrics.msgs_in += 1;
+            if datagram.meta.truncated {
+                metrics.rx_truncated += 1;
                 continue;
             }
             let before = tx.len();
             let mut oversize = 0u64;
             let mut flushed = 0usize;
             let mut send_errors = 0u64;
-            let r0 = realtime_now();
+            let picked_at = realtime_now();
             if let Some(limit) = *shed_after {
                 // Queueing delay: the kernel's RX stamp (realtime) to now.
-                let waited = d.meta.kernel_rx.map(|k| r0.saturating_since(k));
-                proxy.set_shedding(waited.is_some_and(|w| w > limit));
+                let waited = datagram
+                    .meta
+                    .kernel_rx
+                    .map(|stamp| picked_at.saturating_since(stamp));
+                if waited.is_some_and(|wait| wait > limit.saturating_mul(OVERLOAD_DROP_FACTOR))
+                    && ringway_sip::peek::is_new_invite(datagram.data)
+                {
+                    metrics.overload_queue_drops += 1;
+                    let stats = metrics.slot_mut(MsgLabel::Invite.slot());
+                    stats.count += 1;
+                    stats.count_drop(DropReason::Overload);
+                    continue;
+                }
+                proxy.set_shedding(waited.is_some_and(|wait| wait > limit));
             }
-            let t0 = clock();
-            let outcome = proxy.handle(t0.0, d.meta.peer, d.data, &mut |dst, bytes| {
-                if tx.is_full() {
-                    // More output than the batch holds: flush early (rare).
-                    match io.send_batch(tx) {
-                        Ok(_) => flushed += tx.len(),
-                        Err(_) => send_errors += tx.len() as u64,
+            let core_start = clock();
+            let outcome = proxy.handle(
+                core_start.0,
+                datagram.meta.peer,
+                datagram.data,
+                &mut |dst, bytes| {
+                    if tx.is_full() {
+                        // More output than the batch holds: flush early (rare).
+                        match io.send_batch(tx) {
+                            Ok(_) => flushed += tx.len(),
+                            Err(_) => send_errors += tx.len() as u64,
+                        }
+                        tx.clear();
                     }
-                    tx.clear();
-                }
-                if tx.push(dst, bytes).is_err() {
-                    oversize += 1;
-                }
-            });
+                    if tx.push(dst, bytes).is_err() {
+                        oversize += 1;
+                    }
+                },
+            );
             if let Some((time, rng)) = service.as_mut() {
                 time.burn(rng);
             }
-            let t1 = clock();
-            m.tx_oversize += oversize;
-            m.tx_errors += send_errors;
+            let core_end = clock();
+            metrics.tx_oversize += oversize;
+            metrics.tx_errors += send_errors;
             let slot = outcome.label.slot();
-            match d.meta.kernel_rx {
-                Some(k) => m
+            match datagram.meta.kernel_rx {
+                Some(stamp) => metrics
                     .slot_mut(slot)
-                    .record(Latency::KRcv, r0.saturating_since(k)),
-                None => m.k_rcv_missing += 1,
+                    .record(Latency::KRcv, picked_at.saturating_since(stamp)),
+                None => metrics.k_rcv_missing += 1,
             }
-            let t_sip = t1.saturating_since(t0);
+            let t_sip = core_end.saturating_since(core_start);
             if tx.len() > before || flushed > 0 {
-                waiting.push((slot, Nanos(r0.0 + t_sip)));
+                waiting.push((slot, Nanos(picked_at.0 + t_sip)));
             }
-            let stats = m.slot_mut(slot);
+            let stats = metrics.slot_mut(slot);
             stats.count += 1;
             stats.record(Latency::TSip, t_sip);
-            match outcome.action {
-                Action::Forwarded { copies } => {
-                    stats.forwarded += 1;
-                    stats.copies += u64::from(copies);
-                }
-                Action::Responded(code) => stats.count_response(code),
-                Action::Absorbed => stats.absorbed += 1,
-                Action::Dropped(reason) => stats.count_drop(reason),
-                Action::Deferred => stats.deferred += 1,
-            }
-            // Sample K_snd: every Nth datagram this worker sends gets a TX stamp.
+            stats.count_action(outcome.action);
             if *tx_stamp_every > 0 {
+                // After an early flush every queued datagram is this one's.
                 let start = if flushed > 0 { 0 } else { before };
-                for i in start..tx.len() {
-                    *sent_seq += 1;
-                    if sent_seq.is_multiple_of(*tx_stamp_every) {
-                        let tag =
-                            ((slot as u64) << TAG_SHIFT) | (*sent_seq & ((1 << TAG_SHIFT) - 1));
-                        tx.request_stamp(i, tag);
-                        m.k_snd_requested += 1;
-                    }
-                }
+                metrics.k_snd_requested +=
+                    request_tx_stamps(tx, start, *tx_stamp_every, sent_seq, slot);
             }
         }
-        let sent_at = realtime_now();
-        for &(slot, done) in waiting.iter() {
-            m.slot_mut(slot)
-                .record(Latency::Wait, sent_at.saturating_since(done));
-        }
-        if !tx.is_empty() {
-            if io.send_batch(tx).is_err() {
-                m.tx_errors += tx.len() as u64;
-            }
-            tx.clear();
-        }
+        self.send_and_record_waits(io);
         self.collect_tx_stamps(io);
         let io_stats = io.stats();
-        let m = &mut self.metrics;
-        m.msgs_out = io_stats.tx_packets;
-        m.tx_errors = m.tx_errors.max(io_stats.tx_errors);
-        m.socket_rx_dropped = io_stats.rx_dropped;
+        let metrics = &mut self.metrics;
+        metrics.msgs_out = io_stats.tx_packets;
+        metrics.tx_errors = metrics.tx_errors.max(io_stats.tx_errors);
+        metrics.socket_rx_dropped = io_stats.rx_dropped;
+    }
+
+    /// Send what the batch produced, then record each datagram's wait
+    /// after its processing (up to this send call).
+    fn send_and_record_waits(&mut self, io: &mut dyn BatchIo) {
+        let metrics = &mut self.metrics;
+        let sent_at = realtime_now();
+        for &(slot, done) in self.waiting.iter() {
+            metrics
+                .slot_mut(slot)
+                .record(Latency::Wait, sent_at.saturating_since(done));
+        }
+        if !self.tx.is_empty() {
+            if io.send_batch(&self.tx).is_err() {
+                metrics.tx_errors += self.tx.len() as u64;
+            }
+            self.tx.clear();
+        }
     }
 
     /// Record the K_snd of the TX stamps the kernel returned, polling only
@@ -222,6 +238,29 @@ impl<'p> SipWorker<'p> {
             }
         }
     }
+}
+
+/// Sample K_snd: ask for a kernel TX stamp on every `every`-th datagram
+/// this worker sends (`sent_seq` counts them), for the datagrams of `tx`
+/// from `start` on; each stamp's tag carries the message type's `slot`.
+/// Returns how many stamps were asked for.
+fn request_tx_stamps(
+    tx: &mut TxBatch,
+    start: usize,
+    every: u64,
+    sent_seq: &mut u64,
+    slot: usize,
+) -> u64 {
+    let mut requested = 0;
+    for index in start..tx.len() {
+        *sent_seq += 1;
+        if sent_seq.is_multiple_of(every) {
+            let tag = ((slot as u64) << TAG_SHIFT) | (*sent_seq & ((1 << TAG_SHIFT) - 1));
+            tx.request_stamp(index, tag);
+            requested += 1;
+        }
+    }
+    requested
 }
 
 #[cfg(test)]
@@ -486,16 +525,19 @@ mod tests {
             )
             .into_bytes()
         });
+        let very_late = invite(5, 0);
         let rx = batch(&[
-            // Received by the kernel 100 ms ago (far beyond 20 ms).
-            (UAC, &late, Some(fresh - 100_000_000), false),
+            // Received by the kernel 30 ms ago (beyond 20 ms): 503.
+            (UAC, &late, Some(fresh - 30_000_000), false),
             (UAC, &on_time, Some(fresh), false),
             (UAC, &in_dialog, Some(fresh - 100_000_000), false),
+            // 100 ms ago, beyond twice the delay: dropped unanswered.
+            (UAC, &very_late, Some(fresh - 100_000_000), false),
         ]);
         let mut io = mem_io();
         w.drive_batch(&mut io, &rx, ticking());
         let inv = w.metrics().get(MsgLabel::Invite).unwrap();
-        assert_eq!(inv.count, 3);
+        assert_eq!(inv.count, 4);
         assert_eq!(
             inv.responded(),
             std::collections::BTreeMap::from([(503, 1)])
@@ -504,6 +546,35 @@ mod tests {
             inv.forwarded, 2,
             "the fresh INVITE and the in-dialog one go on"
         );
+        assert_eq!(
+            inv.dropped(),
+            std::collections::BTreeMap::from([("overload".to_string(), 1)])
+        );
+        assert_eq!(w.metrics().overload_queue_drops, 1);
+        // Sent: the 503; 100 Trying and the forwarded INVITE, for the
+        // fresh INVITE and the re-INVITE; nothing for the dropped one.
+        let sent: Vec<String> = io
+            .sent()
+            .iter()
+            .map(|d| {
+                String::from_utf8_lossy(&d.bytes)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            sent.iter().filter(|l| l.starts_with("SIP/2.0 503")).count(),
+            1,
+            "{sent:?}"
+        );
+        assert_eq!(
+            sent.iter().filter(|l| l.starts_with("INVITE ")).count(),
+            2,
+            "{sent:?}"
+        );
+        assert_eq!(sent.len(), 5, "and a 100 Trying for each: {sent:?}");
         let stats = p.stats();
         assert_eq!(stats.overload_queue_sheds, 1);
         // The shed INVITE left no transaction: two were created (the fresh

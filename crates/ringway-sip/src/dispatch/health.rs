@@ -5,11 +5,35 @@
 //! in (traffic flows before the first probe returns).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 /// Prefix of our probes' branch (after the magic cookie) and Call-ID.
 pub(super) const PROBE_TAG: &str = "rwprobe";
+
+/// What the operator set for one proxy (Kamailio's dispatcher
+/// `ds.set_state` flags, in spirit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminState {
+    /// Gets new requests while it answers its probes.
+    Active = 0,
+    /// Gets no new requests (taken out by hand).
+    Disabled = 1,
+    /// Gets no new requests while its own calls end (it is being drained
+    /// or restarted); as `Disabled` for routing, told apart in listings.
+    Draining = 2,
+}
+
+impl AdminState {
+    /// `active`, `disabled` or `draining`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Active => "active",
+            AdminState::Disabled => "disabled",
+            AdminState::Draining => "draining",
+        }
+    }
+}
 
 /// One proxy behind the dispatcher.
 pub(super) struct Member {
@@ -19,6 +43,8 @@ pub(super) struct Member {
     pub(super) identity: String,
     /// In: new requests may go to it.
     pub(super) alive: AtomicBool,
+    /// The operator's [`AdminState`] (as `u8`).
+    admin: AtomicU8,
     /// New requests sent to it.
     pub(super) requests: AtomicU64,
     /// Times it went out.
@@ -43,6 +69,7 @@ impl Member {
             address,
             identity: address.to_string(),
             alive: AtomicBool::new(true),
+            admin: AtomicU8::new(AdminState::Active as u8),
             requests: AtomicU64::new(0),
             downs: AtomicU64::new(0),
             probe: Mutex::new(Probe::default()),
@@ -51,6 +78,23 @@ impl Member {
 
     pub(super) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Alive and `Active`: new requests may go to it.
+    pub(super) fn takes_new(&self) -> bool {
+        self.is_alive() && self.admin_state() == AdminState::Active
+    }
+
+    pub(super) fn admin_state(&self) -> AdminState {
+        match self.admin.load(Ordering::Relaxed) {
+            1 => AdminState::Disabled,
+            2 => AdminState::Draining,
+            _ => AdminState::Active,
+        }
+    }
+
+    pub(super) fn set_admin_state(&self, state: AdminState) {
+        self.admin.store(state as u8, Ordering::Relaxed);
     }
 
     /// A probe is due: count the last one if unanswered (out after

@@ -37,12 +37,16 @@
 //! out is hashed to a live proxy. Nothing is resolved by DNS.
 
 mod health;
+pub use health::AdminState;
 pub mod rendezvous;
 
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
 use crate::hash::{Hash64, MacKey};
 use crate::msg::{Method, SipMsg};
-use crate::proxy::{sendable, Action, DropReason, MsgLabel, Outcome};
+use crate::proxy::flood::{classify, FloodLimiter, FloodVerdict};
+use crate::proxy::{
+    sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome, AMPLIFICATION_LIMIT,
+};
 use crate::relay::{Grant, Refusal, RelayNets, RelayPolicy};
 use crate::uri::{host_ip, SipUri};
 use health::{parse_probe_id, Member, PROBE_TAG};
@@ -74,6 +78,11 @@ pub struct DispatchConfig {
     /// these say otherwise; a proxy's request may go anywhere but
     /// loopback, link-local and our own IP unless these name them.
     pub relay: RelayNets,
+    /// Per-source flood limit, as the proxy's (`None`: off): a source
+    /// over it has its datagrams dropped and counted, unanswered. Our
+    /// proxies and our own address are exempt (added by
+    /// [`Dispatcher::new`]).
+    pub flood: Option<FloodConfig>,
 }
 
 impl Default for DispatchConfig {
@@ -86,6 +95,7 @@ impl Default for DispatchConfig {
             record_route: true,
             secret: [0xD1; 32],
             relay: RelayNets::None,
+            flood: None,
         }
     }
 }
@@ -114,6 +124,13 @@ pub struct DispatchStats {
     /// Requests whose next hop the relay policy refused (403/482, an ACK
     /// or CANCEL dropped).
     pub relay_refused: u64,
+    /// Sources that went over the flood limit (each time they crossed it).
+    pub flood_blocks: u64,
+    /// Datagrams let through because the flood table had no room for
+    /// their source.
+    pub flood_untracked: u64,
+    /// Sources the flood limiter tracks now.
+    pub flood_sources_tracked: usize,
     /// Responses we generated, by code.
     pub responses_generated: std::collections::BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -127,8 +144,11 @@ pub struct DispatchStats {
 pub struct MemberStats {
     /// Its address.
     pub address: String,
-    /// In now.
+    /// In now (answers its probes).
     pub alive: bool,
+    /// What the operator set: `active`, `disabled` or `draining` (only
+    /// `active` proxies get new requests).
+    pub state: &'static str,
     /// New requests sent to it.
     pub requests: u64,
     /// Times it went out.
@@ -147,6 +167,8 @@ struct Counters {
     probe_answers: AtomicU64,
     no_proxy: AtomicU64,
     relay_refused: AtomicU64,
+    flood_blocks: AtomicU64,
+    flood_untracked: AtomicU64,
     responses_generated: Mutex<std::collections::BTreeMap<u16, u64>>,
     drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
@@ -170,6 +192,8 @@ pub struct Dispatcher {
     mac_key: MacKey,
     /// Where requests may go.
     relay: RelayPolicy,
+    /// Per-source flood limiter (`None`: off).
+    flood: Option<FloodLimiter>,
     /// Next probe round (ns; 0: at once).
     next_probe: AtomicU64,
     counters: Counters,
@@ -199,6 +223,14 @@ impl Dispatcher {
             secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
             mac_key: MacKey::new(key),
             relay: RelayPolicy::new(config.local, config.proxies.clone(), config.relay.clone()),
+            flood: config.flood.clone().map(|mut flood| {
+                // Our proxies carry everyone's traffic back: never limited.
+                flood.exempt.push(config.local.ip());
+                flood
+                    .exempt
+                    .extend(config.proxies.iter().map(SocketAddr::ip));
+                FloodLimiter::new(flood)
+            }),
             sent_by,
             next_probe: AtomicU64::new(0),
             counters: Counters::default(),
@@ -231,13 +263,27 @@ impl Dispatcher {
             key,
             self.members
                 .iter()
-                .map(|m| (m.identity.as_str(), m.is_alive())),
+                .map(|m| (m.identity.as_str(), m.takes_new())),
         )
     }
 
-    /// Whether proxy `index` is in.
+    /// Set the operator's state of the proxy at `address` (the management
+    /// API): only `Active` proxies get new requests; in-dialog requests
+    /// follow their Route whatever the state. Rendezvous hashing moves
+    /// only that proxy's share. `false`: no such proxy.
+    pub fn set_admin_state(&self, address: SocketAddr, state: AdminState) -> bool {
+        match self.members.iter().find(|m| m.address == address) {
+            Some(member) => {
+                member.set_admin_state(state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether proxy `index` is in (answers probes and is `Active`).
     pub fn is_alive(&self, index: usize) -> bool {
-        self.members.get(index).is_some_and(Member::is_alive)
+        self.members.get(index).is_some_and(Member::takes_new)
     }
 
     /// Counters now.
@@ -255,6 +301,9 @@ impl Dispatcher {
             probe_answers: get(&c.probe_answers),
             no_proxy: get(&c.no_proxy),
             relay_refused: get(&c.relay_refused),
+            flood_blocks: get(&c.flood_blocks),
+            flood_untracked: get(&c.flood_untracked),
+            flood_sources_tracked: self.flood.as_ref().map_or(0, FloodLimiter::tracked),
             responses_generated: c
                 .responses_generated
                 .lock()
@@ -267,6 +316,7 @@ impl Dispatcher {
                 .map(|m| MemberStats {
                     address: m.identity.clone(),
                     alive: m.is_alive(),
+                    state: m.admin_state().as_str(),
                     requests: get(&m.requests),
                     downs: get(&m.downs),
                 })
@@ -417,15 +467,18 @@ pub struct DispatchWorker<'d> {
 impl DispatchWorker<'_> {
     /// Handle one datagram from `src` at `now` (ns); datagrams to send go
     /// to `out`.
-    /// (The dispatcher keeps no timers per request: `now` is for symmetry
-    /// with the proxy and future use.)
+    /// (The dispatcher keeps no timers per request: `now` is for the
+    /// flood limiter's windows.)
     pub fn handle(
         &mut self,
-        _now: u64,
+        now: u64,
         src: SocketAddr,
         datagram: &[u8],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
+        if let Some(dropped) = self.flood_check(now, src, datagram) {
+            return dropped;
+        }
         let msg = match SipMsg::parse(datagram) {
             Ok(msg) => msg,
             Err(crate::msg::ParseError::Empty) => {
@@ -442,13 +495,14 @@ impl DispatchWorker<'_> {
 
     /// Send the probes due at `now`; returns how many.
     pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
-        let d = self.dispatcher;
-        let due = d.next_probe.load(Ordering::Relaxed);
+        let dispatcher = self.dispatcher;
+        let due = dispatcher.next_probe.load(Ordering::Relaxed);
         if now < due
-            || d.next_probe
+            || dispatcher
+                .next_probe
                 .compare_exchange(
                     due,
-                    now + d.config.probe_interval,
+                    now + dispatcher.config.probe_interval,
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )
@@ -457,24 +511,48 @@ impl DispatchWorker<'_> {
             return 0;
         }
         let mut sent = 0;
-        for (index, member) in d.members.iter().enumerate() {
-            let seq = member.next_probe(d.config.probe_failures);
+        for (index, member) in dispatcher.members.iter().enumerate() {
+            let seq = member.next_probe(dispatcher.config.probe_failures);
             // Unguessable without our key: a spoofed answer cannot name it.
-            let nonce = d.probe_nonce(index, seq);
+            let nonce = dispatcher.probe_nonce(index, seq);
             let probe = format!(
                 "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {us};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}\r\n\
 Max-Forwards: 70\r\nFrom: <sip:dispatch@{us}>;tag={PROBE_TAG}\r\nTo: <sip:{to}>\r\n\
 Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
                 to = member.identity,
-                us = d.sent_by,
+                us = dispatcher.sent_by,
             );
             if sendable(&member.address) {
                 out(member.address, probe.as_bytes());
-                add(&d.counters.probes_sent);
+                add(&dispatcher.counters.probes_sent);
                 sent += 1;
             }
         }
         sent
+    }
+
+    /// Count a datagram against its source's flood limit (a response a
+    /// quarter of a request, keep-alives not at all), before any parse;
+    /// the outcome if it is dropped (unanswered: a reply to a spoofed
+    /// source would make us the flood).
+    fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
+        let d = self.dispatcher;
+        let flood = d.flood.as_ref()?;
+        let (kind, label) = classify(datagram)?;
+        match flood.count(src.ip(), kind, now) {
+            FloodVerdict::Pass { untracked } => {
+                if untracked {
+                    add(&d.counters.flood_untracked);
+                }
+                None
+            }
+            FloodVerdict::Drop { newly } => {
+                if newly {
+                    add(&d.counters.flood_blocks);
+                }
+                Some(self.dropped(label, DropReason::Flood))
+            }
+        }
     }
 
     fn dropped(&self, label: MsgLabel, reason: DropReason) -> Outcome {
@@ -498,15 +576,15 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         msg: &SipMsg<'_>,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        let d = self.dispatcher;
-        add(&d.counters.responses_received);
+        let dispatcher = self.dispatcher;
+        add(&dispatcher.counters.responses_received);
         let code = msg.status().unwrap_or(0);
         let label = MsgLabel::Response(code);
         let Some(top) = msg.top_via() else {
             return self.dropped(label, DropReason::MalformedResponse);
         };
-        let ours = host_ip(top.host) == Some(d.config.local.ip())
-            && top.port.unwrap_or(5060) == d.config.local.port();
+        let ours = host_ip(top.host) == Some(dispatcher.config.local.ip())
+            && top.port.unwrap_or(5060) == dispatcher.config.local.port();
         if !ours {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
@@ -516,11 +594,18 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             .filter(|b| b.starts_with(PROBE_TAG))
         {
             if let Some((index, seq, nonce)) = parse_probe_id(probe) {
-                let from_it = d.members.get(index).is_some_and(|m| m.address == src);
-                let genuine = nonce == d.probe_nonce(index, seq);
+                let from_it = dispatcher
+                    .members
+                    .get(index)
+                    .is_some_and(|m| m.address == src);
+                let genuine = nonce == dispatcher.probe_nonce(index, seq);
                 if from_it && genuine && code >= 200 {
-                    d.members[index].probe_answered(seq, code, d.config.probe_failures);
-                    add(&d.counters.probe_answers);
+                    dispatcher.members[index].probe_answered(
+                        seq,
+                        code,
+                        dispatcher.config.probe_failures,
+                    );
+                    add(&dispatcher.counters.probe_answers);
                 }
             }
             return Outcome {
@@ -534,17 +619,17 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
-        if d.upstream_mac(hash, to) != mac {
+        if dispatcher.upstream_mac(hash, to) != mac {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
-        if !sendable(&to) || d.own(to) {
+        if !sendable(&to) || dispatcher.own(to) {
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
         self.scratch.clear();
         match forward_response(msg, &mut self.scratch) {
             Ok(_) => {
                 out(to, &self.scratch);
-                add(&d.counters.responses_forwarded);
+                add(&dispatcher.counters.responses_forwarded);
                 Outcome {
                     label,
                     action: Action::Forwarded { copies: 1 },
@@ -560,129 +645,51 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         msg: &SipMsg<'_>,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        let d = self.dispatcher;
-        add(&d.counters.requests_received);
+        let dispatcher = self.dispatcher;
+        add(&dispatcher.counters.requests_received);
         let method = msg.method().unwrap_or(Method::Other(""));
-        let label = MsgLabel::of_method(method);
-        let upstream = match msg.top_via() {
-            Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
-            _ => src,
+        let request = Incoming {
+            src,
+            msg,
+            method,
+            label: MsgLabel::of_method(method),
+            upstream: match msg.top_via() {
+                Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
+                _ => src,
+            },
         };
-        let respond =
-            |me: &mut Self, code: u16, reason: &str, out: &mut dyn FnMut(SocketAddr, &[u8])| {
-                if method == Method::Ack {
-                    return me.dropped(label, DropReason::AckNotRoutable);
-                }
-                if !sendable(&upstream) {
-                    return me.dropped(label, DropReason::ForbiddenDestination);
-                }
-                let tag = format!(
-                    "{:x}",
-                    Hash64::new(d.secret)
-                        .str(msg.call_id().unwrap_or(""))
-                        .finish()
-                );
-                let retry = [("Retry-After", "5")];
-                let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
-                me.scratch.clear();
-                build_response(msg, code, reason, extra, Some(&tag), &mut me.scratch);
-                out(upstream, &me.scratch);
-                *d.counters
-                    .responses_generated
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(code)
-                    .or_default() += 1;
-                Outcome {
-                    label,
-                    action: Action::Responded(code),
-                }
-            };
         if msg.max_forwards() == Some(0) {
-            return respond(self, 483, "Too Many Hops", out);
+            return self.respond(&request, 483, "Too Many Hops", out);
         }
         // Our own Route values on top (we Record-Routed, maybe twice).
-        let popped = msg.routes().take_while(|r| d.is_us(r.uri)).count();
-        let to_us = msg.request_uri().is_some_and(|u| d.is_us(u));
+        let popped = msg.routes().take_while(|r| dispatcher.is_us(r.uri)).count();
+        let to_us = msg.request_uri().is_some_and(|u| dispatcher.is_us(u));
         if method == Method::Options
             && to_us
             && msg.routes().nth(popped).is_none()
             && msg.request_sip_uri().is_some_and(|u| u.user.is_none())
         {
-            return respond(self, 200, "OK", out);
+            return self.respond(&request, 200, "OK", out);
         }
-        let next = match d.next_hop(msg, method, src, popped) {
+        let next = match dispatcher.next_hop(msg, method, src, popped) {
             Ok(next) => next,
             Err((code, reason)) => {
                 if code == 503 {
-                    add(&d.counters.no_proxy);
+                    add(&dispatcher.counters.no_proxy);
                 }
-                return respond(self, code, reason, out);
+                return self.respond(&request, code, reason, out);
             }
         };
         let to = match next {
-            Next::Proxy(index) => d.members[index].address,
+            Next::Proxy(index) => dispatcher.members[index].address,
             Next::Route(to) | Next::RequestUri(to) => to,
         };
         // A proxy applied its own policy to what it sends us.
-        let from_member = d.member_at(src).is_some();
-        let grant = if from_member {
-            Grant::Authenticated
-        } else {
-            Grant::None
-        };
-        if let Err(refusal) = d.relay.check(to, grant) {
-            if refusal == Refusal::Unsendable {
-                return self.dropped(label, DropReason::ForbiddenDestination);
-            }
-            add(&d.counters.relay_refused);
-            if matches!(method, Method::Ack | Method::Cancel) {
-                return self.dropped(label, DropReason::NotRelayed);
-            }
-            return match refusal {
-                Refusal::OwnAddress => respond(self, 482, "Loop Detected", out),
-                _ => respond(self, 403, "Forbidden - Not Relaying", out),
-            };
+        let from_member = dispatcher.member_at(src).is_some();
+        if let Some(refused) = self.refuse_relay(&request, to, from_member, out) {
+            return refused;
         }
-        match next {
-            Next::Proxy(index) => {
-                add(&d.members[index].requests);
-                add(&d.counters.requests_dispatched);
-            }
-            Next::Route(_) => add(&d.counters.requests_routed),
-            Next::RequestUri(_) => add(&d.counters.requests_to_uri),
-        }
-        let dialog_creating = matches!(
-            method,
-            Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
-        ) && msg.to_tag().is_none();
-        let mut branch = [0u8; 48];
-        let branch_len = d.branch(msg, upstream, &mut branch);
-        let branch = std::str::from_utf8(&branch[..branch_len]).unwrap_or("z9hG4bKrwd");
-        // received/rport from the real source, replacing the sender's.
-        let ip_text = msg
-            .top_via()
-            .filter(|via| via.received.is_some() || host_ip(via.host) != Some(src.ip()))
-            .map(|_| src.ip().to_string());
-        let received = ip_text.as_deref();
-        let rport = msg
-            .top_via()
-            .filter(|via| via.rport_flag)
-            .map(|_| src.port());
-        let edits = RequestEdits {
-            via: Some(ViaEdit {
-                transport: "UDP",
-                sent_by: &d.sent_by,
-                branch,
-            }),
-            max_forwards: true,
-            record_route: (d.config.record_route && dialog_creating).then_some(d.uri.as_str()),
-            path: (method == Method::Register && matches!(next, Next::Proxy(_)))
-                .then_some(d.uri.as_str()),
-            received,
-            rport,
-            ..RequestEdits::default()
-        };
+        dispatcher.count_next_hop(&next);
         // Pop our Route values (all at once), and an initial request's
         // preloaded ones from outside.
         let pop_routes = if !from_member && msg.to_tag().is_none() {
@@ -690,21 +697,175 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         } else {
             popped
         };
+        self.forward(&request, &next, to, pop_routes, out)
+    }
+
+    /// Answer `request` ourselves with `code` (never an ACK, never to a
+    /// destination we may not send to); a 503 says when to retry.
+    fn respond(
+        &mut self,
+        request: &Incoming<'_, '_>,
+        code: u16,
+        reason: &str,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let dispatcher = self.dispatcher;
+        let label = request.label;
+        if request.method == Method::Ack {
+            return self.dropped(label, DropReason::AckNotRoutable);
+        }
+        if !sendable(&request.upstream) {
+            return self.dropped(label, DropReason::ForbiddenDestination);
+        }
+        let tag = format!(
+            "{:x}",
+            Hash64::new(dispatcher.secret)
+                .str(request.msg.call_id().unwrap_or(""))
+                .finish()
+        );
+        let retry = [("Retry-After", "5")];
+        let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
+        self.scratch.clear();
+        build_response(
+            request.msg,
+            code,
+            reason,
+            extra,
+            Some(&tag),
+            &mut self.scratch,
+        );
+        // The proxy's bound towards an unverified source (threat model,
+        // point 3): a generated answer is at most 4 times the request it
+        // answers, else not sent.
+        if self.scratch.len() > AMPLIFICATION_LIMIT * request.msg.as_bytes().len() {
+            return self.dropped(label, DropReason::ReplyTooLarge);
+        }
+        out(request.upstream, &self.scratch);
+        *dispatcher
+            .counters
+            .responses_generated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(code)
+            .or_default() += 1;
+        Outcome {
+            label,
+            action: Action::Responded(code),
+        }
+    }
+
+    /// What the relay policy says about sending `request` to `to`: `None`
+    /// when it may go, else the drop or the 403/482 answer.
+    fn refuse_relay(
+        &mut self,
+        request: &Incoming<'_, '_>,
+        to: SocketAddr,
+        from_member: bool,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Option<Outcome> {
+        let dispatcher = self.dispatcher;
+        let grant = if from_member {
+            Grant::Authenticated
+        } else {
+            Grant::None
+        };
+        let refusal = dispatcher.relay.check(to, grant).err()?;
+        if refusal == Refusal::Unsendable {
+            return Some(self.dropped(request.label, DropReason::ForbiddenDestination));
+        }
+        add(&dispatcher.counters.relay_refused);
+        if matches!(request.method, Method::Ack | Method::Cancel) {
+            return Some(self.dropped(request.label, DropReason::NotRelayed));
+        }
+        Some(match refusal {
+            Refusal::OwnAddress => self.respond(request, 482, "Loop Detected", out),
+            _ => self.respond(request, 403, "Forbidden - Not Relaying", out),
+        })
+    }
+
+    /// Forward `request` to `to` with our Via (received/rport from its real
+    /// source), Record-Route on dialog-creating requests, Path on a
+    /// REGISTER to a proxy, and `pop_routes` Route values removed.
+    fn forward(
+        &mut self,
+        request: &Incoming<'_, '_>,
+        next: &Next,
+        to: SocketAddr,
+        pop_routes: usize,
+        out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        let dispatcher = self.dispatcher;
+        let (msg, method, src) = (request.msg, request.method, request.src);
+        let dialog_creating = matches!(
+            method,
+            Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
+        ) && msg.to_tag().is_none();
+        let mut branch = [0u8; 48];
+        let branch_len = dispatcher.branch(msg, request.upstream, &mut branch);
+        let branch = std::str::from_utf8(&branch[..branch_len]).unwrap_or("z9hG4bKrwd");
+        // received/rport from the real source, replacing the sender's.
+        let ip_text = msg
+            .top_via()
+            .filter(|via| via.received.is_some() || host_ip(via.host) != Some(src.ip()))
+            .map(|_| src.ip().to_string());
         let edits = RequestEdits {
+            via: Some(ViaEdit {
+                transport: "UDP",
+                sent_by: &dispatcher.sent_by,
+                branch,
+            }),
+            max_forwards: true,
+            record_route: (dispatcher.config.record_route && dialog_creating)
+                .then_some(dispatcher.uri.as_str()),
+            path: (method == Method::Register && matches!(next, Next::Proxy(_)))
+                .then_some(dispatcher.uri.as_str()),
+            received: ip_text.as_deref(),
+            rport: msg
+                .top_via()
+                .filter(|via| via.rport_flag)
+                .map(|_| src.port()),
             pop_routes,
-            ..edits
+            ..RequestEdits::default()
         };
         self.scratch.clear();
         match forward_request(msg, &edits, &mut self.scratch) {
             Ok(_) => {
                 out(to, &self.scratch);
                 Outcome {
-                    label,
+                    label: request.label,
                     action: Action::Forwarded { copies: 1 },
                 }
             }
-            Err(crate::edit::EditError::TooLarge) => self.dropped(label, DropReason::TooLarge),
-            Err(_) => self.dropped(label, DropReason::MalformedRequest),
+            Err(crate::edit::EditError::TooLarge) => {
+                self.dropped(request.label, DropReason::TooLarge)
+            }
+            Err(_) => self.dropped(request.label, DropReason::MalformedRequest),
+        }
+    }
+}
+
+/// A received request and what answering or forwarding it needs.
+struct Incoming<'a, 'm> {
+    /// The datagram's source.
+    src: SocketAddr,
+    msg: &'a SipMsg<'m>,
+    method: Method<'m>,
+    label: MsgLabel,
+    /// Where our answers go: the top Via's sent-by port at the source's
+    /// address, or the source itself with rport.
+    upstream: SocketAddr,
+}
+
+impl Dispatcher {
+    /// Count a request by where it goes.
+    fn count_next_hop(&self, next: &Next) {
+        match next {
+            Next::Proxy(index) => {
+                add(&self.members[*index].requests);
+                add(&self.counters.requests_dispatched);
+            }
+            Next::Route(_) => add(&self.counters.requests_routed),
+            Next::RequestUri(_) => add(&self.counters.requests_to_uri),
         }
     }
 }

@@ -121,6 +121,35 @@ enum Verdict {
     Refuse(u16, &'static str),
 }
 
+/// A first (or repeated) challenge: no stale nonce, no replay.
+const NEW_CHALLENGE: Verdict = Verdict::Challenge {
+    stale: false,
+    replay: false,
+};
+
+/// The first credentials of `request` (in the header `challenge` asks
+/// for) whose realm is `realm`; without any, a challenge, or `400` if some
+/// credentials were malformed.
+fn realm_credentials<'m>(
+    request: &Request<'m>,
+    challenge: Challenge,
+    realm: &str,
+) -> Result<Credentials<'m>, Verdict> {
+    let mut malformed = false;
+    for value in request.msg.header(challenge.credentials_header()) {
+        match Credentials::parse(value) {
+            Ok(credentials) if credentials.realm == realm => return Ok(credentials),
+            Ok(_) => {}
+            Err(_) => malformed = true,
+        }
+    }
+    Err(if malformed {
+        Verdict::Refuse(400, "Bad Request - Malformed Credentials")
+    } else {
+        NEW_CHALLENGE
+    })
+}
+
 impl Proxy {
     /// Use `credentials` for digest authentication (with `auth` configured).
     pub fn set_credentials(&mut self, credentials: Arc<dyn CredentialStore>) {
@@ -182,27 +211,9 @@ impl Proxy {
         realm: &str,
     ) -> Verdict {
         let msg = request.msg;
-        let mut malformed = false;
-        let mut ours = None;
-        for value in msg.header(challenge.credentials_header()) {
-            match Credentials::parse(value) {
-                Ok(credentials) if credentials.realm == realm => {
-                    ours = Some(credentials);
-                    break;
-                }
-                Ok(_) => {}
-                Err(_) => malformed = true,
-            }
-        }
-        let Some(credentials) = ours else {
-            return if malformed {
-                Verdict::Refuse(400, "Bad Request - Malformed Credentials")
-            } else {
-                Verdict::Challenge {
-                    stale: false,
-                    replay: false,
-                }
-            };
+        let credentials = match realm_credentials(request, challenge, realm) {
+            Ok(credentials) => credentials,
+            Err(verdict) => return verdict,
         };
         if Some(credentials.uri) != msg.request_uri() {
             return Verdict::Refuse(400, "Bad Request - Digest URI Mismatch");
@@ -217,10 +228,7 @@ impl Proxy {
             .map_or(Some(Algorithm::Md5), Algorithm::from_token)
             .filter(|a| auth.config.algorithms.contains(a));
         let Some(algorithm) = algorithm else {
-            return Verdict::Challenge {
-                stale: false,
-                replay: false,
-            };
+            return NEW_CHALLENGE;
         };
         let nonce = auth.config.key.check(
             credentials.nonce,
@@ -229,12 +237,7 @@ impl Proxy {
             auth.config.nonce_lifetime,
         );
         let id = match nonce {
-            NonceCheck::Invalid => {
-                return Verdict::Challenge {
-                    stale: false,
-                    replay: false,
-                }
-            }
+            NonceCheck::Invalid => return NEW_CHALLENGE,
             NonceCheck::Fresh { id, .. } | NonceCheck::Stale { id } => id,
         };
         let ha1 = match auth
@@ -278,6 +281,25 @@ impl Proxy {
                 replay: false,
             };
         }
+        if let Some(verdict) = self.replay_verdict(request, auth, id, nc) {
+            return verdict;
+        }
+        Verdict::Accepted(Identity {
+            username: credentials.username.to_owned(),
+            realm: realm.to_owned(),
+        })
+    }
+
+    /// The answer to credentials that checked out but whose nonce count
+    /// `nc` of nonce `id` was seen before: `None` for the first use or a
+    /// retransmission, a new challenge for a replay or a forgotten nonce.
+    fn replay_verdict(
+        &self,
+        request: &Request<'_>,
+        auth: &Authenticator,
+        id: u64,
+        nc: u32,
+    ) -> Option<Verdict> {
         // A retransmission is the same datagram from the same source: a
         // copy sent from elsewhere (or with another Route) is a replay.
         let copy = crate::hash::Hash64::new(self.secret)
@@ -287,24 +309,16 @@ impl Proxy {
             .bytes(request.msg.as_bytes())
             .finish();
         match auth.replays.check(id, nc, copy) {
-            ReplayCheck::New | ReplayCheck::Retransmission => {}
-            ReplayCheck::Replay => {
-                return Verdict::Challenge {
-                    stale: false,
-                    replay: true,
-                }
-            }
-            ReplayCheck::Forgotten => {
-                return Verdict::Challenge {
-                    stale: true,
-                    replay: false,
-                }
-            }
+            ReplayCheck::New | ReplayCheck::Retransmission => None,
+            ReplayCheck::Replay => Some(Verdict::Challenge {
+                stale: false,
+                replay: true,
+            }),
+            ReplayCheck::Forgotten => Some(Verdict::Challenge {
+                stale: true,
+                replay: false,
+            }),
         }
-        Verdict::Accepted(Identity {
-            username: credentials.username.to_owned(),
-            realm: realm.to_owned(),
-        })
     }
 
     /// The challenge headers (one per algorithm, in preference order).

@@ -19,8 +19,11 @@
 //! cannot be computed from outside.
 
 use super::config::FloodConfig;
+use super::outcome::MsgLabel;
 use crate::hash::Hash64;
+use crate::msg::Method;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Slots per set.
@@ -60,7 +63,7 @@ impl Slot {
 
 /// What the limiter says about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum FloodVerdict {
+pub(crate) enum FloodVerdict {
     /// Within the limit (or not tracked, see `untracked`).
     Pass {
         /// The table had no room for this source.
@@ -75,19 +78,45 @@ pub(super) enum FloodVerdict {
 
 /// What a datagram is, for the limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum FloodKind {
+pub(crate) enum FloodKind {
     /// A request: [`REQUEST_UNITS`] units.
     Request,
     /// A response: one unit.
     Response,
 }
 
+/// What `datagram` is for the limiter, and its label for the metrics,
+/// from its first bytes only (no parse: a flooded datagram costs a peek).
+/// `None` for a keep-alive (CR/LF only), which is not counted.
+pub(crate) fn classify(datagram: &[u8]) -> Option<(FloodKind, MsgLabel)> {
+    let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let message = &datagram[start..];
+    if message.starts_with(b"SIP/") {
+        // Labelled by its code (a fixed table, S2), not parsed.
+        let code = message
+            .get(8..12)
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        return Some((FloodKind::Response, MsgLabel::Response(code)));
+    }
+    let method = message
+        .split(|&b| b == b' ')
+        .next()
+        .and_then(|token| std::str::from_utf8(token).ok())
+        .map_or(Method::Other(""), Method::from_token);
+    Some((FloodKind::Request, MsgLabel::of_method(method)))
+}
+
 /// The per-source datagram counters.
-pub(super) struct FloodLimiter {
+pub(crate) struct FloodLimiter {
     config: FloodConfig,
     sets: Box<[Mutex<[Slot; WAYS]>]>,
-    /// Over this many units per window a source is blocked.
-    limit_units: u32,
+    /// Over this many units per window a source is blocked (a reload may
+    /// change it).
+    limit_units: AtomicU32,
+    /// Window length (ns; a reload may change it).
+    window: AtomicU64,
 }
 
 /// The key of `source`: an IPv4 address (also IPv4-mapped IPv6), or the
@@ -104,13 +133,14 @@ pub(super) fn flood_key(source: IpAddr, ipv6_prefix: u8) -> IpAddr {
 }
 
 impl FloodLimiter {
-    pub(super) fn new(config: FloodConfig) -> FloodLimiter {
+    pub(crate) fn new(config: FloodConfig) -> FloodLimiter {
         let sets = config.table_size.div_ceil(WAYS).max(1);
         FloodLimiter {
             sets: (0..sets)
                 .map(|_| Mutex::new([Slot::default(); WAYS]))
                 .collect(),
-            limit_units: config.limit.saturating_mul(REQUEST_UNITS),
+            limit_units: AtomicU32::new(config.limit.saturating_mul(REQUEST_UNITS)),
+            window: AtomicU64::new(config.window),
             config,
         }
     }
@@ -132,7 +162,7 @@ impl FloodLimiter {
     }
 
     /// Count a datagram of `kind` from `source` at `now`.
-    pub(super) fn count(&self, source: IpAddr, kind: FloodKind, now: u64) -> FloodVerdict {
+    pub(crate) fn count(&self, source: IpAddr, kind: FloodKind, now: u64) -> FloodVerdict {
         if self.config.exempt.contains(&source) {
             return FloodVerdict::Pass { untracked: false };
         }
@@ -143,7 +173,8 @@ impl FloodLimiter {
         };
         let index = self.set_index(source);
         let mut set = self.sets[index].lock().unwrap_or_else(|e| e.into_inner());
-        let (limit, window) = (self.limit_units, self.config.window);
+        let limit = self.limit_units.load(Ordering::Relaxed);
+        let window = self.window.load(Ordering::Relaxed);
         let way = match set.iter().position(|slot| slot.source == Some(source)) {
             Some(way) => way,
             None => {
@@ -182,8 +213,16 @@ impl FloodLimiter {
         }
     }
 
+    /// New limit (requests per window) and window (ns), from the next
+    /// datagram on; what the table tracks stays (a reload).
+    pub(super) fn set_limits(&self, limit: u32, window: u64) {
+        self.limit_units
+            .store(limit.saturating_mul(REQUEST_UNITS), Ordering::Relaxed);
+        self.window.store(window.max(1), Ordering::Relaxed);
+    }
+
     /// Sources tracked now.
-    pub(super) fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.sets
             .iter()
             .map(|set| {

@@ -45,7 +45,7 @@ mod branch;
 mod cancel;
 mod config;
 mod deferred;
-mod flood;
+pub(crate) mod flood;
 mod outcome;
 mod register;
 mod request;
@@ -81,8 +81,8 @@ use cancel::CancelIndex;
 use deferred::StoreAccess;
 use flood::FloodLimiter;
 use stats::Counters;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use transaction::{Shard, SHARDS};
 
 /// The SIP proxy/registrar core, shared by all workers (`Send + Sync`).
@@ -97,8 +97,11 @@ pub struct Proxy {
     /// Key of the MACs we put on the wire (branch upstream MAC, signed
     /// Record-Route).
     mac_key: MacKey,
-    /// Where requests may go.
-    relay: RelayPolicy,
+    /// Where requests may go (a reload may replace it: read-locked per
+    /// forwarded request, written only by [`Proxy::set_relay`]).
+    relay: RwLock<RelayPolicy>,
+    /// Draining ([`Proxy::set_draining`]): new requests get `503`.
+    draining: AtomicBool,
     /// Our digest realms (the fixed one, or every served domain): their
     /// `Proxy-Authorization` is never forwarded.
     realms: Vec<String>,
@@ -171,7 +174,8 @@ impl Proxy {
             authorised: (config.auth.is_some() && config.mode == Mode::Stateless)
                 .then(|| AuthorisedHops::new(secret)),
             mac_key: MacKey::from_seed(secret),
-            relay,
+            relay: RwLock::new(relay),
+            draining: AtomicBool::new(false),
             auth: config.auth.clone().map(Authenticator::new),
             flood: config.flood.clone().map(|mut flood| {
                 // Ourselves, and the configured next hop (its responses
@@ -209,6 +213,46 @@ impl Proxy {
         self.mac_key = MacKey::new(key);
     }
 
+    /// Drain (on) or serve again (off): while draining, a new request
+    /// outside a dialog other than ACK and CANCEL (an INVITE, a REGISTER,
+    /// an OPTIONS probe) is answered `503` with `Retry-After` before any
+    /// state; transactions and dialogs already under way go on, so the
+    /// table empties and a dispatcher probing with OPTIONS moves new
+    /// traffic away.
+    pub fn set_draining(&self, on: bool) {
+        self.draining.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the proxy is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Replace the relay networks (a reload): requests forwarded from now
+    /// on are checked against `nets`; `route_to` and our own address stay
+    /// as configured at start.
+    pub fn set_relay(&self, nets: crate::RelayNets) {
+        let policy = RelayPolicy::new(
+            self.config.local,
+            self.config.route_to.into_iter().collect(),
+            nets,
+        );
+        *self.relay.write().unwrap_or_else(|e| e.into_inner()) = policy;
+    }
+
+    /// New flood limit (requests per window) and window (ns), applied from
+    /// the next datagram (a reload); `false` when the flood limiter is off
+    /// (it is created at start, with its table).
+    pub fn set_flood_limits(&self, limit: u32, window: u64) -> bool {
+        match &self.flood {
+            Some(flood) => {
+                flood.set_limits(limit, window);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ProxyConfig {
         &self.config
@@ -238,6 +282,23 @@ impl Proxy {
     pub fn transactions_active(&self) -> usize {
         self.active_transactions
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Transactions still waiting for their final response (what a drain
+    /// waits for; the rest of the table only absorbs retransmissions until
+    /// its timers end). Locks every shard in turn: for a drain's polling,
+    /// not the data path.
+    pub fn transactions_pending(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                transaction::lock(shard)
+                    .transactions
+                    .values()
+                    .filter(|t| t.server == transaction::ServerState::Proceeding)
+                    .count()
+            })
+            .sum()
     }
 
     /// Bytes the bindings take, when held locally.

@@ -165,6 +165,21 @@ impl ProxyWorker<'_> {
                 out,
             ));
         }
+        if proxy.is_draining()
+            && !matches!(method, Method::Ack | Method::Cancel)
+            && request.msg.to_tag().is_none()
+        {
+            // Draining: no new work; what is under way goes on.
+            self.stripe.add(Counter::DrainRefusals);
+            return Err(self.respond(
+                request.msg,
+                request.upstream,
+                503,
+                "Service Unavailable - Draining",
+                &[("Retry-After", "30")],
+                out,
+            ));
+        }
         let stateful = proxy.config.mode == Mode::Stateful
             && method != Method::Ack
             && method != Method::Cancel;
@@ -247,7 +262,12 @@ impl ProxyWorker<'_> {
                 _ => {}
             }
         }
-        if let Err(refusal) = proxy.relay.check(to, grant) {
+        let relayed = proxy
+            .relay
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .check(to, grant);
+        if let Err(refusal) = relayed {
             return self.refuse_relay(request, refusal, out);
         }
         let msg = request.msg;

@@ -42,6 +42,9 @@ pub struct ProxyStats {
     ///
     /// [`ProxyWorker::set_shedding`]: crate::ProxyWorker::set_shedding
     pub overload_queue_sheds: u64,
+    /// New requests answered `503` + `Retry-After` while draining
+    /// ([`Proxy::set_draining`]).
+    pub drain_refusals: u64,
     /// In-dialog requests forwarded statelessly because the table was full
     /// (calls already set up are completed, new ones are shed).
     pub overload_stateless: u64,
@@ -104,6 +107,7 @@ pub(super) enum Counter {
     RetransmissionsSent,
     OverloadSheds,
     OverloadQueueSheds,
+    DrainRefusals,
     OverloadStateless,
     CancelsMatched2543,
     AuthAccepted,
@@ -232,6 +236,7 @@ impl Proxy {
             retransmissions_sent: counters.event(Counter::RetransmissionsSent),
             overload_sheds: counters.event(Counter::OverloadSheds),
             overload_queue_sheds: counters.event(Counter::OverloadQueueSheds),
+            drain_refusals: counters.event(Counter::DrainRefusals),
             overload_stateless: counters.event(Counter::OverloadStateless),
             cancels_matched_2543: counters.event(Counter::CancelsMatched2543),
             auth_accepted: counters.event(Counter::AuthAccepted),

@@ -1,6 +1,7 @@
 //! Subcommand implementations, one module per area (each owned separately).
 
 pub(crate) mod config;
+pub(crate) mod ctl;
 pub(crate) mod demo;
 pub(crate) mod io;
 pub(crate) mod lab;
@@ -9,6 +10,7 @@ pub(crate) mod lab_sfu;
 pub(crate) mod lab_sip;
 pub(crate) mod lab_srpic;
 pub(crate) mod lab_srpic_tcp;
+pub(crate) mod manage;
 pub(crate) mod reorder;
 pub(crate) mod serving;
 pub(crate) mod sfu;

@@ -11,6 +11,37 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The checks of the options every long-running server command has and
+/// only the front end can make: `--duration` and `--metrics` (loopback
+/// unless `--metrics-public`).
+pub(crate) fn check_common_options(
+    duration: Option<f64>,
+    metrics: Option<SocketAddr>,
+    metrics_public: bool,
+) -> anyhow::Result<()> {
+    if let Some(duration) = duration {
+        anyhow::ensure!(
+            duration.is_finite() && duration > 0.0,
+            "--duration must be a positive number of seconds"
+        );
+    }
+    if let Some(metrics) = metrics {
+        http::validate_addr(metrics, metrics_public)
+            .map_err(|e| anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)"))?;
+    }
+    Ok(())
+}
+
+/// A server's error; configuration errors point at `ringway COMMAND --help`.
+pub(crate) fn with_help(command: &str, error: ringway_server::ServerError) -> anyhow::Error {
+    match error {
+        ringway_server::ServerError::Config(_) => {
+            anyhow::anyhow!("{error} (see ringway {command} --help)")
+        }
+        other => other.into(),
+    }
+}
+
 /// A running `/metrics` HTTP endpoint.
 pub(crate) struct MetricsEndpoint {
     done: Arc<AtomicBool>,

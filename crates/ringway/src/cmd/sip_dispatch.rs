@@ -8,7 +8,6 @@ use super::serving;
 use ringway_io::Io;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
 use ringway_server::host;
-use ringway_server::metrics::http;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -47,6 +46,22 @@ pub struct DispatchArgs {
     /// link-local and our own IP only when named, e.g. 127.0.0.0/8 for UAs on this host).
     #[arg(long, default_value = "none", value_parser = super::sip_proxy::parse_relay)]
     pub relay: ringway_sip::RelayNets,
+    /// Flood limit: requests per window from one source address (default: no limit;
+    /// the proxies are never limited).
+    #[arg(long)]
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (ms).
+    #[arg(long, default_value_t = 2000)]
+    pub flood_window_ms: u64,
+    /// Sources the flood limiter tracks at most.
+    #[arg(long, default_value_t = 16384)]
+    pub flood_table_size: usize,
+    /// Source address never flood-limited (repeatable).
+    #[arg(long = "flood-exempt")]
+    pub flood_exempt: Vec<std::net::IpAddr>,
+    /// Flood limit: IPv6 sources are counted per prefix of this many bits (a host owns a /64).
+    #[arg(long, default_value_t = 64)]
+    pub flood_ipv6_prefix: u8,
     /// Serve Prometheus text on http://ADDR/metrics (loopback only unless --metrics-public).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -62,6 +77,9 @@ pub struct DispatchArgs {
     /// Do not print the JSON summary to stdout.
     #[arg(long)]
     pub quiet: bool,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
 }
 
 /// The configuration a command line describes, with the checks only the
@@ -72,17 +90,7 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
-        if let Some(duration) = args.duration {
-            anyhow::ensure!(
-                duration.is_finite() && duration > 0.0,
-                "--duration must be a positive number of seconds"
-            );
-        }
-        if let Some(metrics) = args.metrics {
-            http::validate_addr(metrics, args.metrics_public).map_err(|e| {
-                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
-            })?;
-        }
+        serving::check_common_options(args.duration, args.metrics, args.metrics_public)?;
         let io = Io::new(args.backend, None).map_err(|_| {
             anyhow::anyhow!(
                 "--backend {}: the dispatcher runs on sockets (socket, mmsg or uring)",
@@ -99,6 +107,11 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
             probe_failures: args.probe_failures,
             record_route: !args.no_record_route,
             relay: args.relay.clone(),
+            flood_limit: args.flood_limit,
+            flood_window: std::time::Duration::from_millis(args.flood_window_ms),
+            flood_table_size: args.flood_table_size,
+            flood_exempt: args.flood_exempt.clone(),
+            flood_ipv6_prefix: args.flood_ipv6_prefix,
         })
     }
 }
@@ -107,43 +120,46 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
 /// asks); errors point at `--help`.
 pub(crate) fn checked_config(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
     let config = DispatchServerConfig::try_from(args)?;
-    config.validate().map_err(with_help)?;
+    config
+        .validate()
+        .map_err(|e| serving::with_help("sip dispatch", e))?;
     Ok(config)
-}
-
-/// A server error; configuration errors point at `--help`.
-fn with_help(error: ringway_server::ServerError) -> anyhow::Error {
-    match error {
-        ringway_server::ServerError::Config(_) => {
-            anyhow::anyhow!("{error} (see ringway sip dispatch --help)")
-        }
-        other => other.into(),
-    }
 }
 
 /// Run the dispatcher until SIGINT/SIGTERM or `--duration`.
 pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
+    a.manage.validate()?;
     let config = DispatchServerConfig::try_from(&a)?;
     let stop = host::stop_flag()?;
     // Validated once, here.
-    let server = DispatchServer::start(config).map_err(with_help)?;
+    let server =
+        DispatchServer::start(config).map_err(|e| serving::with_help("sip dispatch", e))?;
     let metrics = serving::MetricsEndpoint::start(
         "sip dispatch",
         "dispatch-metrics",
         a.metrics,
         server.prometheus(),
     )?;
+    let endpoint = a.manage.start(
+        "sip dispatch",
+        ringway_server::manage::Managed::Dispatch(server.control()),
+    )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     eprintln!(
-        "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{} relay={}",
+        "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{} relay={} flood-limit={}",
         server.local_addr(),
         proxies.join(","),
         a.workers,
         a.probe_interval_ms,
         a.probe_failures,
         a.relay,
+        a.flood_limit
+            .map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
@@ -186,6 +202,8 @@ mod tests {
             &["--proxy", "127.0.0.11:5060", "--probe-interval-ms", "1"],
             &["--proxy", "127.0.0.11:5060", "--probe-failures", "0"],
             &["--proxy", "127.0.0.11:5060", "--workers", "0"],
+            &["--proxy", "127.0.0.11:5060", "--flood-limit", "0"],
+            &["--proxy", "127.0.0.11:5060", "--flood-ipv6-prefix", "8"],
             &["--proxy", "127.0.0.11:5060", "--backend", "xdp"],
             &["--proxy", "127.0.0.11:5060", "--duration", "0"],
             &["--proxy", "127.0.0.11:5060", "--metrics", "192.0.2.1:9000"],

@@ -3,12 +3,11 @@
 //! proxy/registrar): options → [`SipServerConfig`], Prometheus text on
 //! `--metrics`, the JSON summary on exit (schema in docs/sip-proxy.md).
 
-use super::serving;
+use super::{manage, serving};
 use anyhow::Context;
 use ringway_io::thread::{Placement, Policy};
 use ringway_io::Io;
 use ringway_server::host;
-use ringway_server::metrics::http;
 use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
 use ringway_server::sip::{SipServer, SipServerConfig};
@@ -201,6 +200,12 @@ pub struct ProxyArgs {
     /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
     #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
     pub overload_queue_delay_ms: u64,
+    /// Management API (docs/operations.md).
+    #[command(flatten)]
+    pub manage: super::manage::ManageArgs,
+    /// Graceful drain on SIGTERM (docs/operations.md).
+    #[command(flatten)]
+    pub drain: super::manage::DrainArgs,
     /// Lab emulation, off by default: CPU work per handled message (µs):
     /// N or const:N, or exp:N (exponential, mean N). Brings T_sip into the
     /// papers' OpenSIPS range (77–540 µs); not for service.
@@ -248,17 +253,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
-        if let Some(duration) = args.duration {
-            anyhow::ensure!(
-                duration.is_finite() && duration > 0.0,
-                "--duration must be a positive number of seconds"
-            );
-        }
-        if let Some(metrics) = args.metrics {
-            http::validate_addr(metrics, args.metrics_public).map_err(|e| {
-                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
-            })?;
-        }
+        serving::check_common_options(args.duration, args.metrics, args.metrics_public)?;
         // No option names an interface: `--backend xdp` is the one way to
         // ask for xdp here, and the SIP server runs on sockets.
         let io = Io::new(args.backend, None).map_err(|_| {
@@ -354,31 +349,33 @@ fn placement(args: &ProxyArgs) -> anyhow::Result<Placement> {
 /// asks); errors point at `--help`.
 pub(crate) fn checked_config(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
     let config = SipServerConfig::try_from(args)?;
-    config.validate().map_err(with_help)?;
+    config
+        .validate()
+        .map_err(|e| serving::with_help("sip proxy", e))?;
     Ok(config)
 }
 
-/// A server error; configuration errors point at `--help`.
-fn with_help(error: ringway_server::ServerError) -> anyhow::Error {
-    match error {
-        ringway_server::ServerError::Config(_) => {
-            anyhow::anyhow!("{error} (see ringway sip proxy --help)")
-        }
-        other => other.into(),
-    }
-}
-
-/// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
+/// Run the proxy until SIGINT, `--duration`, or the end of a drain
+/// (SIGTERM, `ringway ctl drain`), reloading on SIGHUP; then print the
+/// summary.
 pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
+    a.manage.validate()?;
+    a.drain.validate()?;
     let config = SipServerConfig::try_from(&a)?;
-    let stop = host::stop_flag()?;
+    let signals = host::control_signals()?;
     // Validated once, here.
-    let server = SipServer::start(config).map_err(with_help)?;
+    let server = SipServer::start(config).map_err(|e| serving::with_help("sip proxy", e))?;
     let metrics = serving::MetricsEndpoint::start(
         "sip proxy",
         "sip-metrics",
         a.metrics,
         server.prometheus(),
+    )?;
+    let control = server.control();
+    let reload = manage::proxy_reloader(control.clone());
+    let endpoint = a.manage.start(
+        "sip proxy",
+        ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
     eprintln!(
         "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
@@ -393,7 +390,12 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
         a.location,
     );
-    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    let ending = manage::run_proxy(&signals, &control, &reload, &a.drain, a.duration, || {
+        !server.panicked_threads().is_empty()
+    });
+    if let Some(endpoint) = endpoint {
+        endpoint.stop();
+    }
     let summary = server.shutdown();
     if let Some(metrics) = metrics {
         metrics.stop();
@@ -406,6 +408,9 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         "thread(s) {} panicked; the proxy stopped",
         summary.threads_panicked.join(", ")
     );
+    if let manage::Ending::DrainTimedOut(left) = ending {
+        anyhow::bail!("drain deadline passed with {left} transaction(s) in flight");
+    }
     Ok(())
 }
 

@@ -145,11 +145,12 @@ pub(crate) fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> Proxy
     }
 }
 
-/// Stop the proxy with SIGTERM and return its JSON summary.
+/// Stop the proxy with SIGINT (at once; SIGTERM drains first, see
+/// `sip_proxy_manage.rs`) and return its JSON summary.
 pub(crate) fn stop_proxy(procs: &mut Procs, p: &ProxyProc) -> serde_json::Value {
-    signal(p.pid, "TERM");
+    signal(p.pid, "INT");
     let mut c = procs.take(p.pid).expect("proxy child");
-    let st = wait_bounded(&mut c, Duration::from_secs(15)).expect("proxy exits on SIGTERM");
+    let st = wait_bounded(&mut c, Duration::from_secs(15)).expect("proxy exits on SIGINT");
     assert!(st.success(), "proxy exit status {st}");
     let text = std::fs::read_to_string(&p.summary).expect("summary file written");
     serde_json::from_str(&text).expect("summary is JSON")

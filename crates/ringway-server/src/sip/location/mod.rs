@@ -27,12 +27,12 @@ pub use self::redis::RedisStore;
 pub use self::redis::{bindings_key, expiry_key};
 
 use crate::metrics::{latency_histogram, LatencySummary};
-use crate::sip::{TypeStats, WorkerMetrics, TX_FRAME};
+use crate::sip::{WorkerMetrics, TX_FRAME};
 use hdrhistogram::Histogram;
 use ringway_io::{BatchIo, Nanos, TxBatch};
 use ringway_sip::proxy::{DeferredRequest, QueueFull, StoreQueue};
 use ringway_sip::registrar::{LocationStore, StoreError, StoreQuery};
-use ringway_sip::{Action, Proxy, ProxyWorker};
+use ringway_sip::{Proxy, ProxyWorker};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -555,7 +555,10 @@ impl<'p> StoreThread<'p> {
         let sent = clock().0;
         metrics.tx_oversize += oversize;
         metrics.tx_errors += send_errors;
-        count_final(metrics.slot_mut(outcome.label.slot()), outcome.action);
+        // Its arrival was counted by the worker that deferred it.
+        metrics
+            .slot_mut(outcome.label.slot())
+            .count_action(outcome.action);
         let mut latency = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
         let kind = latency.of_mut(QueryKind::of(&request.query));
         let record = |h: &mut Histogram<u64>, ns: u64| {
@@ -564,21 +567,6 @@ impl<'p> StoreThread<'p> {
         record(&mut kind.queued, queued);
         record(&mut kind.store, answered.saturating_sub(taken));
         record(&mut kind.added, sent.saturating_sub(request.received));
-    }
-}
-
-/// Count the final action of a resumed request (its arrival was counted by
-/// the worker that deferred it).
-fn count_final(stats: &mut TypeStats, action: Action) {
-    match action {
-        Action::Forwarded { copies } => {
-            stats.forwarded += 1;
-            stats.copies += u64::from(copies);
-        }
-        Action::Responded(code) => stats.count_response(code),
-        Action::Absorbed => stats.absorbed += 1,
-        Action::Dropped(reason) => stats.count_drop(reason),
-        Action::Deferred => stats.deferred += 1,
     }
 }
 
