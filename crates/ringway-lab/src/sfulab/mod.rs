@@ -93,6 +93,33 @@ pub struct Run {
     pub load_late_pct: f64,
     /// Why the run is left out of the summary (`None`: it is not).
     pub excluded: Option<String>,
+    /// Why only the run's delays are left out, its CPU kept (the paper
+    /// left runs with a congested TX path out of the delay results only).
+    pub delay_excluded: Option<String>,
+}
+
+impl Run {
+    /// This run as the summaries use it: with its delays blanked (n/a)
+    /// when they are left out.
+    fn for_summary(&self) -> Run {
+        let mut r = self.clone();
+        if r.delay_excluded.is_some() {
+            for v in [
+                &mut r.delay_p50_us,
+                &mut r.delay_p99_us,
+                &mut r.delay_mean_us,
+                &mut r.handoff_p50_us,
+                &mut r.handoff_p99_us,
+                &mut r.wait_p50_us,
+                &mut r.wait_p99_us,
+                &mut r.kdelay_p50_us,
+                &mut r.kdelay_p99_us,
+            ] {
+                *v = f64::NAN;
+            }
+        }
+        r
+    }
 }
 
 /// Summary of one (backend, clients, pps) cell.
@@ -221,6 +248,8 @@ pub struct Summary {
     pub backends: Vec<BackendSummary>,
     /// Runs left out and why.
     pub excluded: Vec<(String, usize, u32, usize, String)>,
+    /// Runs whose delays alone are left out (CPU kept) and why.
+    pub delay_excluded: Vec<(String, usize, u32, usize, String)>,
 }
 
 fn col(runs: &[&Run], f: impl Fn(&Run) -> f64) -> Vec<f64> {
@@ -236,6 +265,16 @@ fn ratio(a: f64, b: f64) -> Option<f64> {
 
 /// Group, summarise, compare with `socket`, fit models.
 pub fn summarize(runs: &[Run]) -> Summary {
+    let runs: Vec<Run> = runs.iter().map(Run::for_summary).collect();
+    let runs = &runs[..];
+    let delay_excluded: Vec<(String, usize, u32, usize, String)> = runs
+        .iter()
+        .filter(|r| r.excluded.is_none())
+        .filter_map(|r| {
+            let why = r.delay_excluded.clone()?;
+            Some((r.backend.clone(), r.clients, r.pps, r.rep, why))
+        })
+        .collect();
     let mut cells: BTreeMap<(usize, u32, String), Vec<&Run>> = BTreeMap::new();
     let mut excluded = Vec::new();
     for r in runs {
@@ -359,6 +398,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
         models,
         backends,
         excluded,
+        delay_excluded,
     }
 }
 
@@ -481,6 +521,13 @@ pub fn render(s: &Summary) -> String {
             e.0, e.1, e.2, e.3, e.4
         );
     }
+    for e in &s.delay_excluded {
+        let _ = writeln!(
+            o,
+            "delay left out (CPU kept): {} clients={} pps={} rep={}: {}",
+            e.0, e.1, e.2, e.3, e.4
+        );
+    }
     o
 }
 
@@ -544,6 +591,7 @@ pub fn json(
         "rows": s.rows,
         "models": s.models,
         "excluded": s.excluded,
+        "delay_excluded": s.delay_excluded,
         "runs": runs,
         "capacity": capacity,
     })
@@ -552,7 +600,8 @@ pub fn json(
 /// An SVG plot of median delay (a) versus copies per packet: each
 /// backend's runs as markers and its fitted model as a dashed line.
 pub fn svg(runs: &[Run], s: &Summary) -> String {
-    let kept = |r: &&Run| r.excluded.is_none() && r.delay_p50_us.is_finite();
+    let kept =
+        |r: &&Run| r.excluded.is_none() && r.delay_excluded.is_none() && r.delay_p50_us.is_finite();
     let xmax = runs
         .iter()
         .filter(kept)
@@ -635,6 +684,7 @@ mod tests {
             tx_congested: false,
             load_late_pct: 0.0,
             excluded: None,
+            delay_excluded: None,
         }
     }
 
@@ -682,6 +732,23 @@ mod tests {
         assert!(t.contains("Fig. 5 shape"));
         assert!(t.contains("left out: xdp clients=6"));
         assert!(svg(&runs, &s).starts_with("<svg"));
+        // A congested run keeps its CPU and loses its delays only.
+        let mut congested = run("xdp", 6, 4, 5.0, 1e6);
+        congested.delay_excluded = Some("AF_XDP TX ring congested".into());
+        let mut with = runs.clone();
+        with.push(congested);
+        let s2 = summarize(&with);
+        let r2 = s2
+            .rows
+            .iter()
+            .find(|r| r.backend == "xdp" && r.clients == 6)
+            .unwrap();
+        assert_eq!(r2.runs, 4, "counted for CPU");
+        assert_eq!(r2.cpu_per_packet.n, 4);
+        assert_eq!(r2.delay_p50.n, 3, "its delay left out");
+        assert!((r2.delay_p50.mean - 16.0).abs() < 1e-9);
+        assert_eq!(s2.delay_excluded.len(), 1);
+        assert!(render(&s2).contains("delay left out (CPU kept): xdp clients=6"));
         let j = json(&runs, &s, None);
         let xb = j["backends"]
             .as_array()

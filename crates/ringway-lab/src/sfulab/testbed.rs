@@ -264,6 +264,18 @@ pub fn cpu_of(pids: &[u32]) -> Option<CpuTime> {
     })
 }
 
+/// The id of a live thread of this process named `name` (`comm`), if any.
+pub fn thread_named(name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let tid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            (comm.trim_end() == name).then_some(tid)
+        })
+}
+
 /// Busy CPU time of the whole machine, all CPUs (`/proc/stat`: everything
 /// but idle and iowait), in ns.
 pub fn machine_busy_ns() -> Option<u64> {
@@ -280,4 +292,27 @@ pub fn machine_busy_ns() -> Option<u64> {
     let total: u64 = f.iter().take(8).sum();
     let busy = total - f[3] - f[4];
     Some(busy * (1_000_000_000 / ringway_server::host::USER_HZ))
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_thread_of_this_process_by_name() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::Builder::new()
+            .name("probe-thread".into())
+            .spawn(move || {
+                let _ = rx.recv();
+            })
+            .unwrap();
+        let tid = thread_named("probe-thread").expect("the named thread");
+        let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+        assert_eq!(comm.trim_end(), "probe-thread");
+        assert!(ringway_io::thread::thread_cpu_time_of(tid).is_ok());
+        tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(thread_named("no-such-thread"), None);
+    }
 }

@@ -5,6 +5,7 @@
 //! write the report over this sweep's runs. The binary only turns its
 //! flags into a [`Campaign`] and prints the result.
 
+use super::compare::{self, CompareConfig, CompareOutcome};
 use super::report::{self, ReportInput};
 use super::sweep::{self, Store, SweepConfig, SweepOutcome, SweepProgress};
 use super::topology::cpu_list_text;
@@ -51,6 +52,8 @@ pub struct Campaign {
     pub state_file: PathBuf,
     /// The command line, for the report.
     pub command: String,
+    /// Runs whose proxy CPUs carried more other load than this (%) are flagged.
+    pub max_foreign_cpu_pct: f64,
 }
 
 /// What a campaign produced.
@@ -115,6 +118,7 @@ fn tools(c: &Campaign, out: &Path) -> anyhow::Result<Tools> {
             .map_err(|e| anyhow::anyhow!("kamailio config {}: {e}", kamailio_cfg.display()))?,
         work_dir: out.join("work"),
         state_file: state_file.with_extension("runs.json"),
+        max_foreign_cpu_pct: c.max_foreign_cpu_pct,
     })
 }
 
@@ -151,6 +155,8 @@ fn sweep_records(store: &Store, cfg: &SweepConfig) -> Vec<RunRecord> {
                 && r.spec.batch == cfg.batch
                 && r.spec.gen_cpus == cfg.gen_cpus
                 && r.spec.rcvbuf == cfg.rcvbuf
+                && r.spec.globals == cfg.globals
+                && (r.spec.proxy != super::ProxyKind::Ringway || r.spec.service == cfg.service)
         })
         .cloned()
         .collect()
@@ -176,6 +182,10 @@ pub fn run(
     log_all(SysState::recover(&c.state_file));
     // 2. Validate everything before anything starts.
     let knobs = global_knobs(&c)?;
+    c.sweep.globals = knobs
+        .iter()
+        .map(|k| format!("{}={}", k.path, k.value))
+        .collect();
     let usable = sweep::usable_cpus();
     c.sweep.gen_cpus = match &c.gen_cpus {
         GenCpus::List(cpus) => cpus.clone(),
@@ -265,5 +275,97 @@ pub fn run(
         outcome,
         files,
         tuned_files,
+    })
+}
+
+/// What a comparison campaign produced.
+#[derive(Debug)]
+pub struct CompareResult {
+    /// The runs and block orders.
+    pub outcome: CompareOutcome,
+    /// The comparison rows.
+    pub rows: Vec<compare::Row>,
+    /// Report files written.
+    pub files: Vec<PathBuf>,
+}
+
+/// Run the comparison of `c`'s modes at the fixed loads `rates` (blocks:
+/// `c.sweep.reps`), with the same preparation as [`run`] (crash recovery,
+/// validation, sweep-wide knobs recorded and restored), and write
+/// `compare.md` and `compare.json` into `out`.
+pub fn run_compare(
+    mut c: Campaign,
+    rates: Vec<f64>,
+    stop: &AtomicBool,
+    progress: &mut dyn SweepProgress,
+    on_interrupt: fn() -> !,
+) -> anyhow::Result<CompareResult> {
+    log_all(SysState::recover(&c.state_file));
+    let knobs = global_knobs(&c)?;
+    c.sweep.globals = knobs
+        .iter()
+        .map(|k| format!("{}={}", k.path, k.value))
+        .collect();
+    let usable = sweep::usable_cpus();
+    c.sweep.gen_cpus = match &c.gen_cpus {
+        GenCpus::List(cpus) => cpus.clone(),
+        GenCpus::Unpinned => Vec::new(),
+        GenCpus::Auto if usable.len() >= 2 => vec![*usable.last().unwrap_or(&0)],
+        GenCpus::Auto => Vec::new(),
+    };
+    std::fs::create_dir_all(&c.out)?;
+    let out = std::fs::canonicalize(&c.out)?;
+    let tools = tools(&c, &out)?;
+    let cfg = CompareConfig {
+        sweep: c.sweep.clone(),
+        rates,
+    };
+    cfg.validate(&tools).map_err(anyhow::Error::msg)?;
+    log_all(SysState::recover(&tools.state_file));
+    let mut store = Store::open(&out)?;
+    let mut notes = vec![machine_note(&cfg.sweep, &usable)];
+    log::info!(
+        "compare: {} run(s) in {} randomised block(s) per point, seed {}",
+        cfg.planned(),
+        cfg.sweep.reps,
+        cfg.sweep.seed
+    );
+    let (state, messages) = SysState::apply(&c.state_file, &knobs);
+    notes.extend(messages);
+    let mut state = Some(state);
+    let outcome = compare::run_compare(&cfg, &tools, &mut store, progress, |spec, tools| {
+        if stop.load(Ordering::Relaxed) {
+            if let Some(state) = state.take() {
+                log_all(state.restore());
+            }
+            on_interrupt();
+        }
+        sweep::isolated_runner(spec, tools)
+    });
+    if let Some(state) = state.take() {
+        log_all(state.restore());
+    }
+    let outcome = outcome?;
+    let _ = std::fs::remove_dir_all(out.join("work"));
+    let rows = compare::analyse(&cfg, &outcome);
+    let md = compare::report_markdown(&cfg, &outcome, &rows, &c.command, &notes);
+    let md_path = out.join("compare.md");
+    std::fs::write(&md_path, md)?;
+    let json_path = out.join("compare.json");
+    std::fs::write(
+        &json_path,
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "seed": cfg.sweep.seed,
+            "rates": cfg.rates,
+            "blocks": cfg.sweep.reps,
+            "arms": outcome.arms,
+            "orders": outcome.orders,
+            "rows": rows,
+        }))?,
+    )?;
+    Ok(CompareResult {
+        outcome,
+        rows,
+        files: vec![md_path, json_path],
     })
 }

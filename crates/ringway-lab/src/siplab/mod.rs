@@ -10,7 +10,10 @@
 //! per-thread migrations and context switches, CPU and validity flags.
 
 pub mod analysis;
+pub mod background;
 pub mod campaign;
+pub mod compare;
+pub mod design;
 pub mod kernel;
 pub mod mode;
 pub mod model;
@@ -26,6 +29,7 @@ use ringway_io::thread::{parse_stat_cpu, CpuTime};
 use ringway_io::BackendKind;
 use ringway_load::sip::{ArrivalKind, LoadConfig};
 use ringway_server::host::{process_cpu_time_of, USER_HZ};
+use ringway_server::sip::service::ServiceTime;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -103,6 +107,14 @@ pub struct RunSpec {
     pub gen_threads: usize,
     /// Proxy receive buffer request (bytes).
     pub rcvbuf: Option<usize>,
+    /// Emulated service time per message (ringway only; `None`: off). Not
+    /// serialised when off, so keys of earlier runs stay valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceTime>,
+    /// Sweep-wide global settings in force (`--rmem-max`, `--knob`), as
+    /// `PATH=VALUE` (empty: none; not serialised then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub globals: Vec<String>,
 }
 
 impl RunSpec {
@@ -142,6 +154,9 @@ pub struct Tools {
     pub work_dir: PathBuf,
     /// State file for global scheduler settings (recorded before, restored after).
     pub state_file: PathBuf,
+    /// A run whose proxy CPUs carried more other load than this (% of
+    /// their time) is flagged when it runs.
+    pub max_foreign_cpu_pct: f64,
 }
 
 /// Mean and 95% CI (µs) of one latency, `None` where not available.
@@ -166,7 +181,7 @@ pub struct TypeLat {
     pub t_sip: Lat,
     /// Application → kernel TX.
     pub k_snd: Lat,
-    /// Wait in the batch (before and after processing).
+    /// Wait after processing until the send call (eq. 1: part of K_snd).
     #[serde(default)]
     pub wait: Lat,
 }
@@ -253,6 +268,10 @@ pub struct RunRecord {
     pub notes: Vec<String>,
     /// Wall-clock seconds the run took.
     pub wall_s: f64,
+    /// Other load on the proxy's CPUs during the load (`None`: unreadable,
+    /// or a record from before it was measured).
+    #[serde(default)]
+    pub background: Option<background::Background>,
 }
 
 impl RunRecord {
@@ -296,6 +315,7 @@ impl RunRecord {
             effective: String::new(),
             notes: Vec::new(),
             wall_s: 0.0,
+            background: None,
         }
     }
 
@@ -443,6 +463,9 @@ fn start_proxy(
             if let Some(b) = spec.rcvbuf {
                 cmd.args(["--rcvbuf", &b.to_string()]);
             }
+            if let Some(service) = spec.service {
+                cmd.args(["--emulated-service-us", &service.to_string()]);
+            }
             summary = Some(sum);
         }
         ProxyKind::Kamailio => {
@@ -490,6 +513,11 @@ fn start_proxy(
             );
             if spec.rcvbuf.is_some() {
                 notes.push("kamailio: --rcvbuf not applied (kernel default buffer)".into());
+            }
+            if spec.service.is_some() {
+                notes.push(
+                    "kamailio: no emulated service time (its own T_sip, not measured)".into(),
+                );
             }
             cmd = Command::new(&args[0]);
             cmd.args(&args[1..]);
@@ -737,11 +765,14 @@ struct Counters {
     snmp: ringway_io::counters::UdpSnmp,
     threads: Vec<topology::ThreadSched>,
     cpu: CpuTime,
+    /// Ticks of the proxy's CPUs.
+    ticks: Option<background::CpuTicks>,
 }
 
 impl Counters {
-    fn read(pid: u32) -> Counters {
+    fn read(pid: u32, proxy_cpus: &[usize]) -> Counters {
         Counters {
+            ticks: background::read(proxy_cpus),
             proxy_drops: ringway_io::counters::socket_drops_by_port(PROXY_PORT).unwrap_or(0),
             all_drops: ringway_io::counters::udp_sockets()
                 .map(|sockets| sockets.iter().map(|s| s.drops).sum())
@@ -805,8 +836,7 @@ fn run_generator(cfg: &LoadConfig, pid: u32) -> anyhow::Result<ringway_load::sip
 fn record_load(
     spec: &RunSpec,
     load: &ringway_load::sip::LoadSummary,
-    before: &Counters,
-    after: &Counters,
+    (before, after): (&Counters, &Counters),
     rec: &mut RunRecord,
     notes: &mut Vec<String>,
 ) {
@@ -860,6 +890,28 @@ fn record_load(
     rec.proxy_cpu_user_s = cpu.user_ns as f64 / 1e9;
     rec.proxy_cpu_sys_s = cpu.system_ns as f64 / 1e9;
     rec.proxy_cpu_s = cpu.total_s();
+}
+
+/// Other load on the proxy's CPUs over the load window, and its flag.
+fn record_background(
+    before: &Counters,
+    after: &Counters,
+    loadavg: f64,
+    max_pct: f64,
+    rec: &mut RunRecord,
+) {
+    let (Some(t0), Some(t1)) = (before.ticks, after.ticks) else {
+        return;
+    };
+    let proxy_ns = after.cpu.since(&before.cpu).total_ns();
+    rec.background = background::background(t0, t1, proxy_ns, 1_000_000_000 / USER_HZ, loadavg);
+    if let Some(flag) = rec
+        .background
+        .as_ref()
+        .and_then(|b| background::flag(b, max_pct))
+    {
+        rec.flags.push(flag);
+    }
 }
 
 /// The ringway proxy's JSON summary: per-type latencies, messages per
@@ -926,14 +978,16 @@ fn run_inner(
     let mut proxy = start_proxy(spec, plan, tools, &dir, &mut notes)?;
     let pid = proxy.child.id();
     slice_kamailio_threads(spec, plan, pid, rec);
-    let before = Counters::read(pid);
+    let loadavg = background::loadavg1().unwrap_or(f64::NAN);
+    let before = Counters::read(pid, &spec.proxy_cpus);
     let load = run_generator(&generator_config(spec), pid);
     // Every message of the run has arrived or timed out: read the drop
     // counters of the proxy's sockets now, while they still exist.
-    let after = Counters::read(pid);
+    let after = Counters::read(pid, &spec.proxy_cpus);
     let alive = proxy.child.try_wait()?.is_none();
     let stopped = stop_proxy(&mut proxy);
-    record_load(spec, &load?, &before, &after, rec, &mut notes);
+    record_load(spec, &load?, (&before, &after), rec, &mut notes);
+    record_background(&before, &after, loadavg, tools.max_foreign_cpu_pct, rec);
     if !alive {
         anyhow::bail!(
             "{} died during the run: {}",
@@ -1050,6 +1104,8 @@ mod tests {
             seed: 7,
             gen_threads: 2,
             rcvbuf: None,
+            service: None,
+            globals: Vec::new(),
         }
     }
 
@@ -1068,6 +1124,8 @@ mod tests {
             Box::new(|s| s.seed = 8),
             Box::new(|s| s.duration_s = 3.0),
             Box::new(|s| s.gen_threads = 4),
+            Box::new(|s| s.service = Some(ServiceTime::Constant { us: 200 })),
+            Box::new(|s| s.globals = vec!["/proc/sys/net/core/rmem_max=8388608".into()]),
         ];
         for (i, v) in variants.iter().enumerate() {
             let mut b = a.clone();

@@ -11,6 +11,7 @@ use super::tune::{self, TuneResult};
 use super::{run_isolated, ProxyKind, RunRecord, RunSpec, Tools};
 use crate::stats::mean_ci;
 use ringway_io::BackendKind;
+use ringway_server::sip::service::ServiceTime;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write;
@@ -71,6 +72,12 @@ pub struct SweepConfig {
     pub seed: u64,
     /// Repetitions per tuner candidate.
     pub tune_reps: u32,
+    /// Emulated service time per message of the ringway proxy (`None`: off).
+    #[serde(default)]
+    pub service: Option<ServiceTime>,
+    /// Sweep-wide global settings (`PATH=VALUE`), recorded in every run's key.
+    #[serde(default)]
+    pub globals: Vec<String>,
 }
 
 /// The CPUs the lab may use (its affinity), or 0..online.
@@ -635,6 +642,12 @@ pub fn spec_for(
         seed,
         gen_threads: cfg.gen_threads_for(workers),
         rcvbuf: cfg.rcvbuf,
+        service: if proxy == ProxyKind::Ringway {
+            cfg.service
+        } else {
+            None
+        },
+        globals: cfg.globals.clone(),
     }
 }
 
@@ -787,6 +800,65 @@ pub fn isolated_runner(spec: &RunSpec, tools: &Tools) -> RunRecord {
     run_isolated(spec, tools)
 }
 
+/// Fixtures the lab's sweep-driven tests share.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// Tools that exist on any machine (nothing is started with them).
+    pub(crate) fn test_tools() -> Tools {
+        Tools {
+            ringway: "/bin/sh".into(),
+            kamailio: "/bin/sh".into(),
+            kamailio_cfg: "/etc/hostname".into(),
+            work_dir: "/tmp".into(),
+            state_file: "/tmp/x.json".into(),
+            max_foreign_cpu_pct: crate::siplab::background::DEFAULT_MAX_FOREIGN_CPU_PCT,
+        }
+    }
+
+    /// A small valid sweep, the generator on the last usable CPU.
+    pub(crate) fn test_cfg() -> SweepConfig {
+        SweepConfig {
+            proxies: vec![ProxyKind::Ringway],
+            workers: vec![2],
+            modes: vec!["default".into(), "baseline".into(), "enhanced".into()],
+            mode: "stateless".into(),
+            backend: BackendKind::Mmsg,
+            rate_start: 200.0,
+            rate_step: 200.0,
+            rate_max: 1000.0,
+            refine: 0,
+            reps: 2,
+            duration_s: 2.0,
+            threshold: 0.01,
+            gen_threads: 0,
+            cores: vec![1],
+            proxy_cpus: Vec::new(),
+            gen_cpus: vec![*usable_cpus().last().unwrap_or(&1)],
+            rx_model: "shared".into(),
+            batch: 32,
+            rcvbuf: None,
+            seed: 1,
+            tune_reps: 2,
+            service: None,
+            globals: Vec::new(),
+        }
+    }
+
+    /// Progress that prints nothing.
+    pub(crate) struct Quiet;
+    impl SweepProgress for Quiet {
+        fn starting(&mut self, _: &RunSpec, _: usize, _: usize, _: Option<f64>) {}
+        fn finished(&mut self, _: &RunRecord, _: bool) {}
+    }
+
+    /// [`Quiet`].
+    pub(crate) fn quiet() -> Quiet {
+        Quiet
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -798,6 +870,7 @@ mod tests {
             kamailio_cfg: "/etc/hostname".into(),
             work_dir: "/tmp".into(),
             state_file: "/tmp/x.json".into(),
+            max_foreign_cpu_pct: crate::siplab::background::DEFAULT_MAX_FOREIGN_CPU_PCT,
         }
     }
 
@@ -824,6 +897,8 @@ mod tests {
             rcvbuf: None,
             seed: 1,
             tune_reps: 2,
+            service: None,
+            globals: Vec::new(),
         }
     }
 

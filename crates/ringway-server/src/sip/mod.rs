@@ -28,6 +28,7 @@
 mod control;
 pub mod location;
 mod prometheus;
+pub mod service;
 mod stats;
 mod summary;
 mod timer;
@@ -185,6 +186,10 @@ pub struct SipServerConfig {
     /// stamp and its processing is answered `503` + `Retry-After` before
     /// any state (`None`: off). Needs kernel RX stamps (always requested).
     pub overload_queue_delay: Option<Duration>,
+    /// Lab emulation, off by default: CPU work added to every message the
+    /// core handles (T_sip includes it), to bring T_sip into the range of
+    /// the papers' OpenSIPS. Never for service.
+    pub emulated_service: Option<service::ServiceTime>,
 }
 
 impl Default for SipServerConfig {
@@ -228,6 +233,7 @@ impl Default for SipServerConfig {
             location_threads: 2,
             location_queue: 1024,
             overload_queue_delay: None,
+            emulated_service: None,
         }
     }
 }
@@ -363,6 +369,11 @@ impl SipServerConfig {
                     "overload_queue_delay must be above 0 and at most 10 s (None: off), not {delay:?}"
                 ));
             }
+        }
+        if let Some(service) = self.emulated_service {
+            service
+                .validate()
+                .map_err(|e| ServerError::Config(format!("emulated_service: {e}")))?;
         }
         Ok(())
     }
@@ -922,6 +933,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
     worker.shed_after(config.overload_queue_delay.map(duration_ns));
+    worker.emulate_service(config.emulated_service, index as u64 + 1);
     let slot = &shared.slots[index];
     let mut published = 0u64;
     let _alive = AliveGuard::new(&shared.threads_alive);

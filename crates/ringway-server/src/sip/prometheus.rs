@@ -283,10 +283,10 @@ fn latency_histograms(text: &mut PromText, metrics: &WorkerMetrics) {
     for latency in Latency::ALL {
         let name = format!("ringway_sip_{}_seconds", latency.name());
         let help = match latency {
-            Latency::KRcv => "Kernel RX timestamp to application receive.",
+            Latency::KRcv => "Kernel RX timestamp to the start of processing (eq. 1 K_rcv).",
             Latency::TSip => "Processing time inside the proxy core.",
             Latency::KSnd => "Application send to kernel TX timestamp (sampled).",
-            Latency::Wait => "Wait in the receive batch before and after processing.",
+            Latency::Wait => "Wait after processing until the send call.",
         };
         for (label, stats) in metrics.types() {
             text.histogram(

@@ -12,17 +12,19 @@ use std::collections::BTreeMap;
 /// The three per-message latencies of the papers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Latency {
-    /// Kernel RX stamp to the application receiving the datagram.
+    /// The papers' K_rcv (eq. 1): kernel RX stamp to the start of this
+    /// datagram's processing, its wait behind earlier datagrams of the
+    /// same receive batch included.
     KRcv,
     /// Time spent inside the proxy core's `handle()`.
     TSip,
     /// Application hand-off to the kernel TX stamp (sampled).
     KSnd,
-    /// Wait in the batch: from the receive call's return to the start of
-    /// this datagram's `handle()`, plus from its end to the send call that
-    /// hands its output to the kernel (the datagrams processed before and
-    /// after it in the same batch). K_rcv + wait + T_sip + K_snd is the
-    /// whole stay of a forwarded message.
+    /// Wait after processing: from the end of this datagram's `handle()`
+    /// to the send call that hands its output to the kernel (the datagrams
+    /// processed after it in the same batch; eq. 1 counts it in K_snd).
+    /// K_rcv + wait + T_sip + K_snd is the whole stay of a forwarded
+    /// message.
     Wait,
 }
 

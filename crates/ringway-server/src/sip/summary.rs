@@ -137,7 +137,7 @@ pub struct TypeSummary {
     pub t_sip: LatencySummary,
     /// Application → kernel TX stamp (µs, sampled).
     pub k_snd: LatencySummary,
-    /// Wait in the batch before and after processing (µs).
+    /// Wait after processing until the send call (µs; eq. 1 counts it in K_snd).
     pub wait_batch: LatencySummary,
 }
 
@@ -238,6 +238,8 @@ pub struct ConfigView {
     pub location_queue: usize,
     /// New INVITEs that waited longer than this (ms) are shed with 503 (0: off).
     pub overload_queue_delay_ms: u64,
+    /// The lab's emulated service time per message, if on (T_sip includes it).
+    pub emulated_service: Option<crate::sip::service::ServiceTime>,
 }
 
 /// The shared location store in the summary.
@@ -330,6 +332,7 @@ impl ConfigView {
             location_threads: config.location_threads,
             location_queue: config.location_queue,
             overload_queue_delay_ms: config.overload_queue_delay.map_or(0, duration_ms),
+            emulated_service: config.emulated_service,
         }
     }
 }

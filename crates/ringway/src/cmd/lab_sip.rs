@@ -2,6 +2,7 @@
 //! × rates × repetitions) and `ringway lab sip tune` (the tuner).
 
 use ringway_lab::siplab::campaign::{self, Campaign, GenCpus};
+use ringway_lab::siplab::compare;
 use ringway_lab::siplab::report;
 use ringway_lab::siplab::sweep::{SweepConfig, SweepProgress, TUNED};
 use ringway_lab::siplab::topology::parse_cpu_list;
@@ -28,6 +29,22 @@ pub(crate) enum LabSipCmd {
     /// the lowest drop rate (then K_rcv), re-measure the pick with fresh
     /// seeds against baseline, and write the search table and tuned.toml.
     Tune(TuneArgs),
+    /// Compare the modes (and proxies) at fixed loads in randomised,
+    /// interleaved blocks with an A/A arm (the first mode run twice): every
+    /// "% lower" with its 95 % CI beside the A/A noise floor and the
+    /// minimum detectable effect. --reps is the number of blocks.
+    Compare(CompareArgs),
+}
+
+/// Arguments of `ringway lab sip compare`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CompareArgs {
+    /// The fixed loads (calls/s, comma-separated), e.g. around the crossing
+    /// a capacity sweep found (chosen before, not from the comparison's data).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub at_rates: Vec<f64>,
+    #[command(flatten)]
+    pub sweep: Box<SweepArgs>,
 }
 
 /// Arguments of `ringway lab sip tune`.
@@ -113,9 +130,18 @@ pub(crate) struct SweepArgs {
     /// Proxy receive buffer request (bytes; ringway only).
     #[arg(long)]
     pub rcvbuf: Option<usize>,
+    /// Flag (and leave out) runs whose proxy CPUs carried more other load
+    /// (other tasks and steal) than this share of their time (%).
+    #[arg(long, default_value_t = ringway_lab::siplab::background::DEFAULT_MAX_FOREIGN_CPU_PCT)]
+    pub max_foreign_cpu: f64,
     /// Base RNG seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Lab emulation (ringway only, off by default): CPU work per message
+    /// the proxy handles, µs: N or const:N, or exp:N (exponential, mean N).
+    /// Puts T_sip in the papers' OpenSIPS range (77–540 µs).
+    #[arg(long, value_name = "DIST")]
+    pub emulated_service_us: Option<ringway_server::sip::service::ServiceTime>,
     /// Output directory (runs.jsonl is appended there; the sweep resumes from it).
     #[arg(long, default_value = "results/sip-lab")]
     pub out: PathBuf,
@@ -145,8 +171,30 @@ pub(crate) fn run(a: LabSipArgs) -> anyhow::Result<()> {
             s.profiles = vec!["baseline".into(), TUNED.into()];
             sweep_and_report(*s, true)
         }
+        Some(LabSipCmd::Compare(c)) => compare_and_report(*c.sweep, c.at_rates),
         None => sweep_and_report(*a.sweep, false),
     }
+}
+
+fn compare_and_report(a: SweepArgs, rates: Vec<f64>) -> anyhow::Result<()> {
+    let stop = ringway_server::host::stop_flag()?;
+    let result = campaign::run_compare(
+        campaign(a)?,
+        rates,
+        &stop,
+        &mut BarProgress::default(),
+        || std::process::exit(130),
+    )?;
+    println!("{}", compare::table(&result.rows).text());
+    let left_out = result.outcome.records.iter().filter(|r| !r.valid()).count();
+    println!(
+        "{} run(s), {left_out} left out (flagged or failed); block orders and reasons in the report",
+        result.outcome.records.len()
+    );
+    for path in result.files {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn cpus_arg(what: &str, v: &str) -> anyhow::Result<Vec<usize>> {
@@ -186,6 +234,8 @@ fn campaign(a: SweepArgs) -> anyhow::Result<Campaign> {
         rcvbuf: a.rcvbuf,
         seed: a.seed,
         tune_reps: a.tune_reps,
+        service: a.emulated_service_us,
+        globals: Vec::new(),
     };
     Ok(Campaign {
         sweep,
@@ -198,6 +248,7 @@ fn campaign(a: SweepArgs) -> anyhow::Result<Campaign> {
         knobs: a.knobs,
         state_file: a.state_file,
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        max_foreign_cpu_pct: a.max_foreign_cpu,
     })
 }
 

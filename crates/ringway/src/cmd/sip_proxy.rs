@@ -206,6 +206,11 @@ pub struct ProxyArgs {
     /// Graceful drain on SIGTERM (docs/operations.md).
     #[command(flatten)]
     pub drain: super::manage::DrainArgs,
+    /// Lab emulation, off by default: CPU work per handled message (µs):
+    /// N or const:N, or exp:N (exponential, mean N). Brings T_sip into the
+    /// papers' OpenSIPS range (77–540 µs); not for service.
+    #[arg(long, value_name = "DIST")]
+    pub emulated_service_us: Option<ringway_server::sip::service::ServiceTime>,
 }
 
 /// `--location`: parsed once, here (a malformed URL stops the start). Its
@@ -307,6 +312,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             location_queue: args.location_queue,
             overload_queue_delay: (args.overload_queue_delay_ms > 0)
                 .then(|| Duration::from_millis(args.overload_queue_delay_ms)),
+            emulated_service: args.emulated_service_us,
         })
     }
 }

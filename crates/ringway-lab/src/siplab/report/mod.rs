@@ -84,7 +84,9 @@ pub fn crossing_tables(caps: &[Capacity], pts: &[Point], threshold: f64) -> Vec<
         t.rows.push(row("T_sip (µs)", &|p| opt_ci(&p.t_sip_us, 2)));
         t.rows.push(row("K_rcv (µs)", &|p| opt_ci(&p.k_rcv_us, 2)));
         t.rows
-            .push(row("Wait in batch (µs)", &|p| opt_ci(&p.wait_us, 2)));
+            .push(row("Wait after processing (µs; eq. 1: in K_snd)", &|p| {
+                opt_ci(&p.wait_us, 2)
+            }));
         t.rows
             .push(row("K_snd (µs, sampled)", &|p| opt_ci(&p.k_snd_us, 2)));
         t.rows.push(row("RCV errors (proxy socket drops)", &|p| {
@@ -376,10 +378,7 @@ pub fn types_table(caps: &[Capacity], pts: &[Point]) -> Table {
         let Some(p) = point_at(pts, c, rate) else {
             continue;
         };
-        for (i, q) in ["K_rcv", "wait in batch", "T_sip", "K_snd"]
-            .iter()
-            .enumerate()
-        {
+        for (i, q) in ["K_rcv", "wait after", "T_sip", "K_snd"].iter().enumerate() {
             let mut row = vec![c.config.clone(), c.workers.to_string(), q.to_string()];
             row.extend(
                 SIX_TYPES
@@ -882,7 +881,7 @@ fn notes(inp: &ReportInput<'_>, records: &[RunRecord], pts: &[Point]) -> Vec<Str
             "Capacity = highest rate whose mean PDR over the valid repetitions stays under {:.2}%; a run is flagged (not used) when the generator started < 95% of the calls its Poisson schedule had due (or started them > 5 ms late on average) or may share CPUs with the proxy. Values are means ± 95% CI (Student t) over repetitions; n/a = not measured.",
             100.0 * inp.threshold
         ),
-        "K_rcv = kernel RX stamp → receive call return; wait in batch = receive return → processing, plus processing end → send call; T_sip = processing; K_snd = send call → kernel TX stamp (sampled 1/64). Kamailio reports none of them (n/a).".into(),
+        "K_rcv (eq. 1) = kernel RX stamp → start of this message's processing (its wait behind earlier messages of the receive batch included); wait after = end of processing → send call (eq. 1 counts it in K_snd); T_sip = processing; K_snd = send call → kernel TX stamp (sampled 1/64). Runs before this split (2026-11-25) recorded K_rcv up to the receive call's return and the wait before and after as one. Kamailio reports none of them (n/a).".into(),
     ];
     notes.extend(same_settings_notes(pts));
     notes.extend(inp.notes.iter().cloned());
@@ -1126,6 +1125,8 @@ mod tests {
             seed: rep as u64,
             gen_threads: 2,
             rcvbuf: None,
+            service: None,
+            globals: Vec::new(),
         };
         let mut r = RunRecord::empty(&spec);
         r.pdr = pdr;

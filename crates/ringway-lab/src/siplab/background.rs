@@ -1,0 +1,150 @@
+//! Background load on the proxy's CPUs during a run: what other tasks and
+//! the hypervisor took of them while the load ran. `/proc/stat` per CPU
+//! (busy = everything but idle and iowait; steal counted as taken) minus
+//! the proxy's own CPU time over the same window, as a share of the
+//! proxy CPUs' time. A run above the threshold shared its CPUs and is
+//! flagged (left out of capacities and comparisons).
+
+use serde::{Deserialize, Serialize};
+
+/// Default largest foreign share of the proxy's CPUs (%).
+pub const DEFAULT_MAX_FOREIGN_CPU_PCT: f64 = 20.0;
+
+/// Ticks of a set of CPUs, summed (`/proc/stat`, USER_HZ).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    /// All time.
+    pub total: u64,
+    /// Busy (user, nice, system, irq, softirq), steal not included.
+    pub busy: u64,
+    /// Taken by the hypervisor.
+    pub steal: u64,
+}
+
+/// The ticks of `cpus` in a `/proc/stat` text (`None`: a CPU is missing).
+pub fn parse_proc_stat(text: &str, cpus: &[usize]) -> Option<CpuTicks> {
+    let mut sum = CpuTicks::default();
+    for &cpu in cpus {
+        let name = format!("cpu{cpu}");
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if f.len() < 8 {
+            return None;
+        }
+        // user nice system idle iowait irq softirq steal (guest is in user).
+        sum.total += f[..8].iter().sum::<u64>();
+        sum.busy += f[0] + f[1] + f[2] + f[5] + f[6];
+        sum.steal += f[7];
+    }
+    Some(sum)
+}
+
+/// The ticks of `cpus` now.
+pub fn read(cpus: &[usize]) -> Option<CpuTicks> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?, cpus)
+}
+
+/// The 1-minute load average now.
+pub fn loadavg1() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Background load of one run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Background {
+    /// CPU time of the proxy's CPUs not used by the proxy (other tasks and
+    /// steal), % of those CPUs' time over the load.
+    pub foreign_cpu_pct: f64,
+    /// Of which steal (%).
+    pub steal_pct: f64,
+    /// 1-minute load average when the load started.
+    pub loadavg1: f64,
+}
+
+/// The background of a window: `before`/`after` the ticks of the proxy's
+/// CPUs, `proxy_ns` the proxy's CPU time in between, `tick_ns` per tick.
+pub fn background(
+    before: CpuTicks,
+    after: CpuTicks,
+    proxy_ns: u64,
+    tick_ns: u64,
+    loadavg1: f64,
+) -> Option<Background> {
+    let total = after.total.checked_sub(before.total)? * tick_ns;
+    if total == 0 {
+        return None;
+    }
+    let busy = after.busy.checked_sub(before.busy)? * tick_ns;
+    let steal = after.steal.checked_sub(before.steal)? * tick_ns;
+    let foreign = (busy + steal).saturating_sub(proxy_ns);
+    Some(Background {
+        foreign_cpu_pct: 100.0 * foreign as f64 / total as f64,
+        steal_pct: 100.0 * steal as f64 / total as f64,
+        loadavg1,
+    })
+}
+
+/// The flag of a run whose proxy CPUs carried more than `max_pct` of other load.
+pub fn flag(bg: &Background, max_pct: f64) -> Option<String> {
+    (bg.foreign_cpu_pct > max_pct).then(|| {
+        format!(
+            "shared CPUs: other load took {:.0}% of the proxy's CPUs (steal {:.0}% and load average {:.1}; limit {max_pct:.0}%)",
+            bg.foreign_cpu_pct, bg.steal_pct, bg.loadavg1
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT0: &str = "cpu  10 0 10 100 0 0 0 0 0 0\n\
+        cpu0 100 0 50 1000 10 0 5 0 0 0\n\
+        cpu1 200 0 20 900 0 0 0 3 0 0\nintr 1\n";
+    const STAT1: &str = "cpu  10 0 10 100 0 0 0 0 0 0\n\
+        cpu0 160 0 80 1040 10 0 10 10 0 0\n\
+        cpu1 300 0 20 900 0 0 0 3 0 0\nintr 1\n";
+
+    #[test]
+    fn foreign_load_is_the_busy_and_stolen_time_the_proxy_did_not_use() {
+        let a = parse_proc_stat(STAT0, &[0]).unwrap();
+        assert_eq!(
+            a,
+            CpuTicks {
+                total: 1165,
+                busy: 155,
+                steal: 0
+            }
+        );
+        // A CPU without a line gives nothing ("cpu1" never matches "cpu10").
+        assert!(parse_proc_stat(STAT0, &[10]).is_none());
+        let b = parse_proc_stat(STAT1, &[0]).unwrap();
+        // Window: 145 ticks; busy +95, steal +10; the proxy used 50 ticks.
+        let bg = background(a, b, 50 * 10_000_000, 10_000_000, 1.5).unwrap();
+        assert!(
+            (bg.foreign_cpu_pct - 100.0 * 55.0 / 145.0).abs() < 1e-9,
+            "{bg:?}"
+        );
+        assert!((bg.steal_pct - 100.0 * 10.0 / 145.0).abs() < 1e-9);
+        assert!(flag(&bg, 20.0).unwrap().contains("38%"));
+        assert!(flag(&bg, 40.0).is_none());
+        // The proxy used all the busy time: nothing foreign.
+        let bg = background(a, b, 200 * 10_000_000, 10_000_000, 0.0).unwrap();
+        assert_eq!(bg.foreign_cpu_pct, 0.0);
+        // Sets sum over their CPUs.
+        let both = parse_proc_stat(STAT0, &[0, 1]).unwrap();
+        assert_eq!(both.total, 1165 + 1123);
+        assert!(background(b, a, 0, 1, 0.0).is_none(), "counters went back");
+    }
+}
