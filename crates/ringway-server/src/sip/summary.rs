@@ -277,6 +277,8 @@ pub struct Summary {
     pub placement: Vec<String>,
     /// The shared location store (null: in memory).
     pub location: Option<LocationSummary>,
+    /// The TCP transport's connections and bytes (null: no TCP listener).
+    pub tcp: Option<crate::sip::tcp::TcpSnapshot>,
     /// Threads that panicked (each stops the server; the command then
     /// exits with an error). Empty on a clean run.
     pub threads_panicked: Vec<String>,
@@ -394,6 +396,7 @@ pub(super) fn build(
             register: crate::sip::location::QueryLatencySummary::of(&location.latency.register),
             lookup: crate::sip::location::QueryLatencySummary::of(&location.latency.lookup),
         }),
+        tcp: snap.tcp.clone(),
         threads_panicked,
     }
 }

@@ -3,9 +3,11 @@
 //! [`BatchIo`].
 
 use super::stats::{Latency, WorkerMetrics};
+use super::tcp::Connections;
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{Action, MsgLabel, Proxy, ProxyWorker};
+use ringway_sip::{Action, Hop, MsgLabel, Proxy, ProxyWorker, Transport};
+use std::sync::Arc;
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
@@ -29,6 +31,8 @@ pub struct SipWorker<'p> {
     /// Shed new INVITEs that waited longer than this (ns) since their
     /// kernel RX stamp.
     shed_after: Option<u64>,
+    /// Where messages for connection transports go.
+    connections: Option<Arc<Connections>>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -46,7 +50,15 @@ impl<'p> SipWorker<'p> {
             metrics: WorkerMetrics::default(),
             waiting: Vec::with_capacity(batch.max(1)),
             shed_after: None,
+            connections: None,
         }
+    }
+
+    /// Send what the core addresses to a connection transport through
+    /// `connections` (without: such messages are counted as oversize
+    /// drops, which a UDP-only server never produces).
+    pub fn with_connections(&mut self, connections: Option<Arc<Connections>>) {
+        self.connections = connections;
     }
 
     /// Overload shedding: a datagram that waited longer than `limit` ns
@@ -89,6 +101,7 @@ impl<'p> SipWorker<'p> {
             metrics: m,
             waiting,
             shed_after,
+            connections,
             ..
         } = self;
         tx.clear();
@@ -110,7 +123,17 @@ impl<'p> SipWorker<'p> {
                 proxy.set_shedding(waited.is_some_and(|w| w > limit));
             }
             let t0 = clock();
-            let outcome = proxy.handle(t0.0, d.meta.peer, d.data, &mut |dst, bytes| {
+            let from = Hop::udp(d.meta.peer);
+            let outcome = proxy.handle_from(t0.0, from, d.data, &mut |hop, bytes| {
+                if hop.transport != Transport::Udp {
+                    if let Some(connections) = connections.as_deref() {
+                        connections.send(hop, bytes, t0.0);
+                    } else {
+                        oversize += 1;
+                    }
+                    return;
+                }
+                let dst = hop.addr;
                 if tx.is_full() {
                     // More output than the batch holds: flush early (rare).
                     match io.send_batch(tx) {
