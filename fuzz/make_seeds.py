@@ -364,6 +364,10 @@ def main():
     for f in sorted(os.listdir(os.path.join(sfu, "token"))):
         with open(os.path.join(sfu, "token", f), "rb") as fh:
             put("sfu_token", f, fh.read())
+    # Recording files as `sfu serve --record-dir` writes them (and broken ones).
+    for f in sorted(os.listdir(os.path.join(sfu, "recording"))):
+        with open(os.path.join(sfu, "recording", f), "rb") as fh:
+            put("sfu_recording", f, fh.read())
 
 
 if __name__ == "__main__":

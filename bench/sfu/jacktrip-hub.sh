@@ -5,6 +5,8 @@
 #
 #   sudo bench/sfu/jacktrip-hub.sh [OUT_DIR]
 #   CLIENTS="2 4 8" FRAMES="64 128" SECONDS_MEASURED=8 sudo -E bench/sfu/jacktrip-hub.sh
+#   HUBS="jacktrip ringway ringway-clocked"   (the default; ringway-clocked
+#   is `ringway sfu jacktrip --clocked`: one wake per packet period)
 #
 # Setup: two network namespaces made here (hub, clients) joined by a veth
 # pair (10.77.0.1 hub, 10.77.0.2 clients); nothing leaves them. Each client
@@ -25,6 +27,13 @@
 #   another client. JackTrip's header and 16-bit samples are parsed; the
 #   hubs re-frame differently, so sample-accurate onset times are used.
 #
+# VETH_NAPI=threaded: GRO on both veth ends (veth then receives through
+# NAPI) and threaded NAPI, so the receive path of a datagram runs in a NAPI
+# kernel thread instead of in the sender's system call. Without it (the
+# default), a hub's sendto over veth also pays the client's whole receive
+# path and its wakeup, which on a real network happens on the client's
+# machine; the hubs' CPU is then mostly that (see docs/sfu.md).
+#
 # Everything started here is stopped by PID; the namespaces are deleted on
 # exit (also on error or Ctrl-C).
 set -euo pipefail
@@ -34,9 +43,10 @@ RINGWAY=${RINGWAY:-$ROOT/target/release/ringway}
 OUT=${1:-$(mktemp -d /tmp/rw-jthub.XXXXXX)}
 CLIENTS=${CLIENTS:-"2 4 8"}
 FRAMES=${FRAMES:-"64 128"}
-HUBS=${HUBS:-"jacktrip ringway"}
+HUBS=${HUBS:-"jacktrip ringway ringway-clocked"}
 SECONDS_MEASURED=${SECONDS_MEASURED:-8}
 SETTLE=${SETTLE:-4}
+VETH_NAPI=${VETH_NAPI:-}
 # Client jackd servers: JACK allows 8 servers per machine (the hub's
 # jackd is one), so client i runs on server i mod JACKDS.
 JACKDS=${JACKDS:-4}
@@ -44,7 +54,9 @@ NS_HUB=rwjh-hub-$$
 NS_CLI=rwjh-cli-$$
 PIDS=()
 mkdir -p "$OUT"
-for t in jacktrip jackd jack_metro jack_connect tcpdump python3; do
+tools=(jacktrip jackd jack_metro jack_connect tcpdump python3)
+[ "$VETH_NAPI" = threaded ] && tools+=(ethtool)
+for t in "${tools[@]}"; do
     command -v "$t" >/dev/null || { echo "missing $t (scripts/install-deps.sh)" >&2; exit 2; }
 done
 [ -x "$RINGWAY" ] || { echo "build first: cargo build --release -p ringway" >&2; exit 2; }
@@ -73,6 +85,12 @@ for ns in "$NS_HUB" "$NS_CLI"; do
 done
 ip -n "$NS_HUB" link set rwjh-h$$ up
 ip -n "$NS_CLI" link set rwjh-c$$ up
+if [ "$VETH_NAPI" = threaded ]; then
+    ip netns exec "$NS_HUB" ethtool -K rwjh-h$$ gro on
+    ip netns exec "$NS_CLI" ethtool -K rwjh-c$$ gro on
+    ip netns exec "$NS_HUB" sh -c "echo 1 > /sys/class/net/rwjh-h$$/threaded"
+    ip netns exec "$NS_CLI" sh -c "echo 1 > /sys/class/net/rwjh-c$$/threaded"
+fi
 
 # ticks of a process (utime + stime, fields 14 and 15 of /proc/PID/stat)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
@@ -96,8 +114,10 @@ run_one() { # hub n frames
             jacktrip -S -p 2 -B 4464 -U 61002
         hubpids=("$LAST" "${hubpids[@]}")
     else
+        local extra=()
+        [ "$hub" = ringway-clocked ] && extra=(--clocked)
         bg "$NS_HUB" "$dir/hub.log" "$RINGWAY" sfu jacktrip --listen 10.77.0.1:4464 \
-            --udp-port 61002 --json "$dir/hub.json"
+            --udp-port 61002 --json "$dir/hub.json" "${extra[@]}"
         hubpids+=("$LAST")
     fi
     sleep 1

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Report of bench/sfu/jacktrip-hub.sh: CPU per client and the delay each
 hub adds per beat onset (one clock: the hub veth's capture). Usage:
-jacktrip_hub_report.py OUT_DIR. A value that could not be measured is n/a."""
+jacktrip_hub_report.py OUT_DIR [OUT_DIR...] (several runs: each run's
+tables, then the ratios of every run side by side, for the noise). A value
+that could not be measured is n/a."""
 import os
 import re
 import struct
@@ -133,10 +135,10 @@ def cpu(path, n):
     return out
 
 
-def main(out):
+def collect(out):
     rows = []
     for d in sorted(os.listdir(out)):
-        m = re.match(r"(jacktrip|ringway)-n(\d+)-f(\d+)$", d)
+        m = re.match(r"(jacktrip|ringway|ringway-clocked)-n(\d+)-f(\d+)$", d)
         if not m:
             continue
         hub, n, frames = m.group(1), int(m.group(2)), int(m.group(3))
@@ -150,6 +152,47 @@ def main(out):
         elif len(delays) < 0.9 * len(ins) * (n - 1):
             flag = "onsets missing at some clients"
         rows.append((frames, n, hub, c, ins, delays, split, rate, flag))
+    return rows
+
+
+def ratios(rows):
+    """{(frames, clients, hub): (cpu ratio, cpu ratio with jackd, delay ratio)}"""
+    by = {(r[0], r[1], r[2]): r for r in rows}
+    out = {}
+    for (frames, n, hub), r in sorted(by.items()):
+        if hub == "jacktrip" or (frames, n, "jacktrip") not in by:
+            continue
+        j = by[(frames, n, "jacktrip")]
+        cr = r[3][0] / j[3][0] if r[3] and j[3] and j[3][0] > 0 else None
+        cj = r[3][0] / sum(j[3]) if r[3] and len(j[3]) > 1 and sum(j[3]) > 0 else None
+        dr = None
+        if r[5] and j[5] and j[5][len(j[5]) // 2] > 0:
+            dr = r[5][len(r[5]) // 2] / j[5][len(j[5]) // 2]
+        out[(frames, n, hub)] = (cr, cj, dr)
+    return out
+
+
+def main(outs):
+    runs = [collect(o) for o in outs]
+    for o, rows in zip(outs, runs):
+        if len(outs) > 1:
+            print("\n### %s\n" % o)
+        table(rows)
+    if len(outs) > 1:
+        f = lambda v: "n/a" if v is None else "%.3f" % v
+        all_r = [ratios(r) for r in runs]
+        keys = sorted(set(k for r in all_r for k in r))
+        print("\n### Ratios to jacktrip, run by run (%s)\n" % ", ".join(outs))
+        print("| frames | clients | hub | CPU (hub process) | CPU (with jackd) | delay p50 |")
+        print("|---|---|---|---|---|---|")
+        for k in keys:
+            vals = [r.get(k, (None, None, None)) for r in all_r]
+            print("| %d | %d | %s | %s | %s | %s |" % (k[0], k[1], k[2],
+                  "; ".join(f(v[0]) for v in vals), "; ".join(f(v[1]) for v in vals),
+                  "; ".join(f(v[2]) for v in vals)))
+
+
+def table(rows):
     print("| frames | clients | hub | CPU/client % (hub process) | CPU/client % (+ hub jackd) | "
           "beats in | beats out (clients x beats) | split bursts | added delay p50 / p90 / max (µs) | packets/s at hub | note |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -162,11 +205,11 @@ def main(out):
             rate, flag))
     # Ratios side by side, same (frames, clients).
     print()
-    print("| frames | clients | CPU ratio ringway/jacktrip (hub process; with jackd) | delay ratio ringway/jacktrip (p50) |")
-    print("|---|---|---|---|")
+    print("| frames | clients | hub | CPU ratio to jacktrip (hub process; with jackd) | delay ratio to jacktrip (p50) |")
+    print("|---|---|---|---|---|")
     by = {(r[0], r[1], r[2]): r for r in rows}
     for (frames, n, hub), r in sorted(by.items()):
-        if hub != "ringway" or (frames, n, "jacktrip") not in by:
+        if hub == "jacktrip" or (frames, n, "jacktrip") not in by:
             continue
         j = by[(frames, n, "jacktrip")]
         def ratio(a, b):
@@ -176,8 +219,8 @@ def main(out):
         dr = "n/a"
         if r[5] and j[5]:
             dr = ratio(r[5][len(r[5]) // 2], j[5][len(j[5]) // 2])
-        print("| %d | %d | %s; %s | %s |" % (frames, n, cr, cj, dr))
+        print("| %d | %d | %s | %s; %s | %s |" % (frames, n, hub, cr, cj, dr))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

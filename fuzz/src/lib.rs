@@ -17,7 +17,7 @@ mod sfu;
 mod sip;
 
 pub use capture::{nfqueue, pcap};
-pub use sfu::{sfu_core, sfu_jacktrip, sfu_token, sfu_wire};
+pub use sfu::{sfu_core, sfu_jacktrip, sfu_recording, sfu_token, sfu_wire};
 pub use sip::{sip_digest, sip_dispatch, sip_parse, sip_proxy};
 
 /// A Redis reply (RESP bytes) through the location store's reply parser.
@@ -35,7 +35,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 12] = [
+pub const TARGETS: [(&str, Target); 13] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -44,6 +44,7 @@ pub const TARGETS: [(&str, Target); 12] = [
     ("sfu_core", sfu_core),
     ("sfu_jacktrip", sfu_jacktrip),
     ("sfu_token", sfu_token),
+    ("sfu_recording", sfu_recording),
     ("pcap", pcap),
     ("nfqueue", nfqueue),
     ("redis_reply", redis_reply),

@@ -288,14 +288,14 @@ fn step(
 /// endian), bytes...]`, and the hub's period runs after each. Whatever the hub sends is a JackTrip packet, to a
 /// client that completed the handshake.
 pub fn sfu_jacktrip(data: &[u8]) {
-    use ringway_sfu::jacktrip::{parse, Hub, HubConfig};
+    use ringway_sfu::jacktrip::{parse, Hub, HubConfig, Outbox};
     let mut hub = Hub::new(HubConfig::default()).expect("default hub");
     let client = |p: u8| SocketAddr::from(([192, 0, 2, 1 + (p & 3)], 4464));
     for p in 0..3 {
         assert!(hub.handshake(0, client(p).ip(), client(p).port()));
     }
     let mut input = Input(data);
-    let mut out = Vec::new();
+    let mut out = Outbox::new();
     let mut now = 0u64;
     while !input.0.is_empty() {
         let from = client(input.byte());
@@ -305,9 +305,61 @@ pub fn sfu_jacktrip(data: &[u8]) {
         let _ = parse(&datagram);
         hub.handle(now, from, &datagram, &mut out);
         hub.tick(now, &mut out);
-        for o in out.drain(..) {
-            assert!(parse(&o.data).is_ok(), "the hub sent a malformed packet");
-            assert!((0..3).any(|p| client(p) == o.dst), "sent to {}", o.dst);
+        for (dst, data) in out.iter() {
+            assert!(parse(data).is_ok(), "the hub sent a malformed packet");
+            assert!((0..3).any(|p| client(p) == dst), "sent to {dst}");
+        }
+        out.clear();
+    }
+}
+
+/// A recording file (as `sfu serve --record-dir` writes them) through the
+/// reader, the L16/L24 conversion (payload types 96 L16 mono, 97 L24
+/// stereo, 0 L16 mono) and the WAV writer: never a panic; records lie
+/// inside the file and are 1 to `MAX_PACKET` bytes; the reader stops after
+/// its first error; the samples are bounded by the input (gaps filled with
+/// silence add at most as much as was received, plus one longest gap per
+/// track); every WAV is a RIFF file of its track's samples.
+pub fn sfu_recording(data: &[u8]) {
+    use ringway_sfu::recording::{
+        convert, wav, ConvertStats, PayloadMap, Reader, MAX_PACKET, RECORD_HEADER_LEN,
+    };
+    let Ok(reader) = Reader::new(data) else {
+        return;
+    };
+    let mut records = Vec::new();
+    let mut bytes = 0;
+    let mut failed = false;
+    for r in reader {
+        assert!(!failed, "a record after an error");
+        match r {
+            Ok(rec) => {
+                assert!(!rec.packet.is_empty() && rec.packet.len() <= MAX_PACKET);
+                bytes += RECORD_HEADER_LEN + rec.packet.len();
+                records.push(rec);
+            }
+            Err(_) => failed = true,
+        }
+    }
+    assert!(bytes <= data.len(), "records longer than the file");
+    let mut map = PayloadMap::default();
+    for spec in ["96=L16/8000/1", "97=L24/8000/2", "0=L16/8000/1"] {
+        map.add(spec).expect("valid map entry");
+    }
+    let mut stats = ConvertStats::default();
+    let n = records.len() as u64;
+    let tracks = convert(records, &map, &mut stats);
+    assert_eq!(stats.records, n, "every record counted");
+    for t in &tracks {
+        assert!(
+            t.samples.len() <= 2 * data.len() + 16_000 * 2,
+            "{} samples from {} bytes",
+            t.samples.len(),
+            data.len()
+        );
+        if let Some(w) = wav(t) {
+            assert!(w.starts_with(b"RIFF"), "not a WAV file");
+            assert_eq!(w.len(), 44 + t.samples.len() * t.format.encoding.bytes());
         }
     }
 }

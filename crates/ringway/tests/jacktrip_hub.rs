@@ -2,11 +2,16 @@
 //! dummy` server) through `ringway sfu jacktrip`, in a private network
 //! namespace: a sine played into one client (jack_metro) is recorded at
 //! the others (jack_rec) and its frequency and level are measured
-//! (Goertzel). Needs the Debian packages jacktrip, jackd2 and sox.
+//! (Goertzel). The three-client session also sets a gain and reads the
+//! clients' counters through the hub's admin API, and checks its
+//! `/metrics` with promtool; the two-client one runs the hub `--clocked`.
+//! Needs the Debian packages jacktrip, jackd2, sox and prometheus.
 
 mod sfu_common;
 
 use sfu_common::{in_netns, BIN};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -141,7 +146,66 @@ fn read_wav(p: &Path) -> Vec<f32> {
 /// Start the hub and `n` JackTrip clients; client i (0-based) plays the
 /// tone `tones[i]` (Hz, amplitude) if given; every client records 3 s of
 /// what it receives. Returns the recordings and the hub's JSON report.
-fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_json::Value) {
+const ADMIN: &str = "127.0.0.1:4480";
+const ADMIN_TOKEN: &str = "jacktrip-admin-token-0123";
+
+/// One request to the hub's admin API: status and body.
+fn http(method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut c = TcpStream::connect(ADMIN).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        c,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = String::new();
+    c.read_to_string(&mut r).unwrap();
+    let status = r[9..12].parse().unwrap();
+    let body = r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+/// `promtool check metrics` on `text`: its complaints, if any.
+fn promtool(text: &str) -> Option<String> {
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    (!out.status.success()).then(|| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// How a session runs the hub, and what it does through its admin API
+/// once the tones play.
+#[derive(Default)]
+struct HubSetup {
+    /// `--clocked`.
+    clocked: bool,
+    /// (client index, gain) set through the admin API.
+    gains: Vec<(usize, f32)>,
+}
+
+/// The session's results: what each client recorded, the hub's report
+/// and (with gains set) the admin API's client list.
+struct SessionResult {
+    audio: Vec<Vec<f32>>,
+    report: serde_json::Value,
+    clients: serde_json::Value,
+}
+
+fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> SessionResult {
     // JACK servers share /dev/shm across network namespaces and its registry
     // holds at most 8 of them; an entry whose server died is reused only by a
     // server of the same name. So the names are fixed (not per process), and
@@ -157,21 +221,29 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
         let d = dir.path().to_path_buf();
         let mut procs = Procs::default();
         let json = d.join("hub.json");
-        procs.spawn(
-            Command::new(BIN).args([
-                "sfu",
-                "jacktrip",
-                "--listen",
-                "127.0.0.1:4464",
-                "--udp-port",
-                "61002",
-                "--duration",
-                "20",
-                "--json",
-                json.to_str().unwrap(),
-            ]),
-            &d.join("hub.log"),
-        );
+        let token_file = d.join("admin.token");
+        std::fs::write(&token_file, ADMIN_TOKEN).unwrap();
+        let mut hub = Command::new(BIN);
+        hub.args([
+            "sfu",
+            "jacktrip",
+            "--listen",
+            "127.0.0.1:4464",
+            "--udp-port",
+            "61002",
+            "--duration",
+            "20",
+            "--admin",
+            ADMIN,
+            "--admin-token-file",
+            token_file.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        if setup.clocked {
+            hub.arg("--clocked");
+        }
+        procs.spawn(&mut hub, &d.join("hub.log"));
         for i in 0..n {
             let name = format!("{tag}-{i}");
             procs.spawn(
@@ -261,6 +333,11 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
             });
             assert!(ok, "jack_connect on client {i}");
         }
+        let clients = if setup.gains.is_empty() {
+            serde_json::Value::Null
+        } else {
+            admin_gains(n, &setup.gains)
+        };
         let recs: Vec<PathBuf> = (0..n).map(|i| d.join(format!("rec{i}.wav"))).collect();
         let record = |i: usize| -> Child {
             let name = format!("{tag}-{i}");
@@ -349,13 +426,78 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>) -> (Vec<Vec<f32>>, serde_js
                 )
             });
         drop(procs);
-        (audio, report)
+        SessionResult {
+            audio,
+            report,
+            clients,
+        }
     })
+}
+
+/// Through the admin API: 401 without the token; set the gains (client i
+/// is the one whose UDP port is 5001 + i, as `-B` bound it); `/metrics`
+/// passes promtool. Returns the client list read after the gains.
+fn admin_gains(n: usize, gains: &[(usize, f32)]) -> serde_json::Value {
+    assert_eq!(http("GET", "/api/clients", None).0, 401);
+    assert_eq!(
+        http("GET", "/api/clients", Some("wrong-token-0123456789")).0,
+        401
+    );
+    let list = || -> serde_json::Value {
+        let (status, body) = http("GET", "/api/clients", Some(ADMIN_TOKEN));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let before = list();
+    let id_of = |i: usize| -> u64 {
+        before["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["addr"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!(":{}", 5001 + i))
+            })
+            .unwrap_or_else(|| panic!("client {i} not in {before}"))["id"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(before["clients"].as_array().unwrap().len(), n, "{before}");
+    for &(i, g) in gains {
+        let (status, body) = http(
+            "PUT",
+            &format!("/api/clients/{}/gain?value={g}", id_of(i)),
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _) = http("PUT", "/api/clients/999/gain?value=1", Some(ADMIN_TOKEN));
+    assert_eq!(status, 404);
+    let (status, text) = http("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("ringway_jacktrip_client_rx_packets_total{client="),
+        "{text}"
+    );
+    if let Some(complaint) = promtool(&text) {
+        panic!("promtool check metrics: {complaint}\n{text}");
+    }
+    list()
 }
 
 #[test]
 fn two_jacktrip_clients_hear_each_other() {
-    let (audio, report) = session(2, vec![Some((440, 0.5)), None]);
+    let r = session(
+        2,
+        vec![Some((440, 0.5)), None],
+        HubSetup {
+            clocked: true,
+            ..HubSetup::default()
+        },
+    );
+    let (audio, report) = (r.audio, r.report);
     assert_eq!(report["hub"]["joins"], 2, "{report}");
     let at1 = tone_level(&audio[1], 440.0);
     assert!((0.4..0.6).contains(&at1), "440 Hz at client 1: level {at1}");
@@ -371,7 +513,27 @@ fn two_jacktrip_clients_hear_each_other() {
 
 #[test]
 fn three_jacktrip_clients_get_the_others_mix() {
-    let (audio, report) = session(3, vec![Some((440, 0.3)), Some((1000, 0.2)), None]);
+    // Client 1's 0.4 reaches the others at gain 0.5 (set through the API).
+    let r = session(
+        3,
+        vec![Some((440, 0.3)), Some((1000, 0.4)), None],
+        HubSetup {
+            gains: vec![(1, 0.5)],
+            ..HubSetup::default()
+        },
+    );
+    let (audio, report) = (r.audio, r.report);
+    let clients = r.clients["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 3);
+    for c in clients {
+        assert!(c["stats"]["rx_packets"].as_u64().unwrap() > 100, "{c}");
+        assert!(c["stats"]["tx_packets"].as_u64().unwrap() > 100, "{c}");
+    }
+    let gains: Vec<f64> = clients
+        .iter()
+        .map(|c| c["gain"].as_f64().unwrap())
+        .collect();
+    assert_eq!(gains.iter().filter(|&&g| g == 0.5).count(), 1, "{gains:?}");
     assert_eq!(report["hub"]["joins"], 3, "{report}");
     let l = |i: usize, f: f64| tone_level(&audio[i], f);
     // Client 2 hears both, at their levels.

@@ -37,22 +37,8 @@ fn metrics_endpoint_serves_histograms_and_counters() {
             Some(0.0),
             "{before}"
         );
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        std::thread::sleep(Duration::from_millis(300));
-        let (st, stats) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(
-                a("127.0.0.1:5060"),
-                a("127.0.0.1:5061"),
-                "bob",
-                "127.0.0.1:5070",
-                10,
-                20,
-            ),
-            Duration::from_secs(60),
-        );
+        start_loopback_uas(&mut procs, dir.path());
+        let (st, stats) = run_loopback_calls(&mut procs, dir.path(), "uac", 10, 20);
         assert!(st.is_some_and(|s| s.success()), "calls failed: {stats:?}");
         let text = scrape(a("127.0.0.1:9464"));
         (text, stop_proxy(&mut procs, &p))
@@ -125,8 +111,7 @@ fn metrics_pass_promtool_with_auth_and_flood() {
                 "20000",
             ],
         );
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        std::thread::sleep(Duration::from_millis(300));
+        start_loopback_uas(&mut procs, dir.path());
         let args = uac_auth_args(10, 20, None);
         let (st, calls) = run_sipp(
             &mut procs,

@@ -48,8 +48,7 @@ fn flood_is_bounded_accounted_and_recovers() {
                 "16384",
             ],
         );
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        std::thread::sleep(Duration::from_millis(300));
+        start_loopback_uas(&mut procs, dir.path());
         let rss0 = rss_kib(p.pid);
         // Stray responses (top Via not ours): the core drops each one, no output.
         let stray = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKflood\r\nFrom: <sip:a@192.0.2.1>;tag=1\r\nTo: <sip:b@192.0.2.2>;tag=2\r\nCall-ID: flood@192.0.2.1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
@@ -72,20 +71,7 @@ fn flood_is_bounded_accounted_and_recovers() {
         std::thread::sleep(Duration::from_millis(500));
         let rss1 = rss_kib(p.pid);
         // Normal service afterwards.
-        let (st, calls) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(
-                a("127.0.0.1:5060"),
-                a("127.0.0.1:5061"),
-                "bob",
-                "127.0.0.1:5070",
-                10,
-                20,
-            ),
-            Duration::from_secs(60),
-        );
+        let (st, calls) = run_loopback_calls(&mut procs, dir.path(), "uac", 10, 20);
         assert!(
             st.is_some_and(|s| s.success()),
             "calls after the flood failed: {calls:?}"
@@ -135,24 +121,10 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
                 "127.0.0.1:9464",
             ],
         );
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        std::thread::sleep(Duration::from_millis(300));
+        start_loopback_uas(&mut procs, dir.path());
         // 20 calls while INVITE transactions linger (RFC 6026 Accepted state):
         // beyond 4 active transactions new INVITEs are refused with 503.
-        let (_, first) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac1",
-            &uac_args(
-                a("127.0.0.1:5060"),
-                a("127.0.0.1:5061"),
-                "bob",
-                "127.0.0.1:5070",
-                20,
-                50,
-            ),
-            Duration::from_secs(60),
-        );
+        let (_, first) = run_loopback_calls(&mut procs, dir.path(), "uac1", 20, 50);
         // Wait (bounded) until the table has drained.
         let end = Instant::now() + Duration::from_secs(90);
         loop {

@@ -5,13 +5,8 @@ mod sip_proxy_support;
 
 use sip_proxy_support::*;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn a(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 fn tshark(pcap: &std::path::Path, filter: &str, fields: &[&str]) -> String {
     let mut c = Command::new("tshark");
@@ -78,22 +73,8 @@ fn proxy_output_is_well_formed_sip_in_tshark() {
                 "2",
             ],
         );
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        std::thread::sleep(Duration::from_millis(300));
-        let (st, stats) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(
-                a("127.0.0.1:5060"),
-                a("127.0.0.1:5061"),
-                "bob",
-                "127.0.0.1:5070",
-                20,
-                20,
-            ),
-            Duration::from_secs(60),
-        );
+        start_loopback_uas(&mut procs, dir.path());
+        let (st, stats) = run_loopback_calls(&mut procs, dir.path(), "uac", 20, 20);
         stop_proxy(&mut procs, &p);
         std::thread::sleep(Duration::from_millis(200));
         signal(td_pid, "INT");

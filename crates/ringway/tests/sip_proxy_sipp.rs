@@ -23,22 +23,8 @@ fn calls_through(proxy_args: &'static [&'static str]) -> (serde_json::Value, Sip
         let mut args = vec!["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
         args.extend_from_slice(proxy_args);
         let p = start_proxy(&mut procs, dir.path(), &args);
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        std::thread::sleep(Duration::from_millis(300));
-        let (st, stats) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(
-                a("127.0.0.1:5060"),
-                a("127.0.0.1:5061"),
-                "bob",
-                "127.0.0.1:5070",
-                CALLS,
-                40,
-            ),
-            Duration::from_secs(60),
-        );
+        start_loopback_uas(&mut procs, dir.path());
+        let (st, stats) = run_loopback_calls(&mut procs, dir.path(), "uac", CALLS, 40);
         let summary = stop_proxy(&mut procs, &p);
         eprintln!("sipp: {stats:?} exit {st:?}");
         assert!(

@@ -20,7 +20,7 @@ use crate::metrics::PromText;
 use crate::sip::TX_FRAME;
 use crate::ServerError;
 use ringway_io::SocketConfig;
-use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch, TxBatch};
+use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch, TxBatch};
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -44,8 +44,10 @@ pub struct DispatchServerConfig {
     pub proxies: Vec<SocketAddr>,
     /// Worker threads (1..=64).
     pub workers: usize,
-    /// I/O backend.
-    pub backend: BackendKind,
+    /// I/O backend: a socket backend (the dispatcher refuses `Xdp`).
+    /// Named `backend` in the JSON summary.
+    #[serde(rename = "backend")]
+    pub io: Io,
     /// Datagrams per receive batch (1..=1024).
     pub batch: usize,
     /// OPTIONS probe interval (ms).
@@ -66,7 +68,7 @@ impl Default for DispatchServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
             proxies: Vec::new(),
             workers: 1,
-            backend: BackendKind::Mmsg,
+            io: Io::Mmsg,
             batch: 32,
             probe_interval_ms: 500,
             probe_failures: 3,
@@ -118,7 +120,7 @@ impl DispatchServerConfig {
                 self.probe_failures
             ));
         }
-        if self.backend == BackendKind::Xdp {
+        if let Io::Xdp(_) = self.io {
             return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
         }
         Ok(())
@@ -211,7 +213,7 @@ impl DispatchServer {
             secret: host::random_bytes()?,
             relay: config.relay.clone(),
         });
-        let backend = config.backend;
+        let backend = config.io.kind();
         let shared = Arc::new(Shared {
             config,
             local,

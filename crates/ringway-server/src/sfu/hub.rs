@@ -9,11 +9,21 @@
 //! most 68 bytes read, within 2 s, one connection at a time. JackTrip's
 //! authenticated mode (TLS, username and password: the client sends the
 //! value 65536 first) is answered "not required"-style by closing.
+//!
+//! The UDP thread takes datagrams in batches (recvmmsg) and sends what
+//! they completed in one sendmmsg, with no allocation per packet. It wakes
+//! for every datagram by default (the least delay); with
+//! [`HubServerConfig::clocked`] it wakes once per packet period instead
+//! and takes everything queued, as a JACK period clock would (fewer
+//! wakeups, up to one period more delay). An optional admin API
+//! ([`super::hub_admin`]) lists clients with their counters, sets gains
+//! and kicks.
 
+use super::hub_admin::{self, HubAdminRequest, HubLive};
 use crate::metrics::LatencySummary;
 use crate::ServerError;
-use ringway_io::monotonic_now;
-use ringway_sfu::jacktrip::{Hub, HubConfig, HubStats, Outgoing};
+use ringway_io::{monotonic_now, open_backend, BackendKind, BatchIo, RxBatch, TxBatch};
+use ringway_sfu::jacktrip::{Hub, HubConfig, HubStats, Outbox};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
@@ -34,6 +44,15 @@ pub struct HubServerConfig {
     pub hub: HubConfig,
     /// Stop after this long.
     pub duration_s: Option<f64>,
+    /// Wake once per packet period (batching a period's datagrams) instead
+    /// of once per datagram.
+    pub clocked: bool,
+    /// Serve the admin API and `/metrics` on this (loopback) address.
+    pub admin_listen: Option<SocketAddr>,
+    /// File holding the admin API's bearer token (at least 16 characters
+    /// without spaces; trailing whitespace ignored). Required with
+    /// `admin_listen`.
+    pub admin_token_file: Option<std::path::PathBuf>,
 }
 
 /// Final report.
@@ -49,6 +68,8 @@ pub struct HubReport {
     pub processing: LatencySummary,
     /// UDP thread CPU seconds; `None` if unknown.
     pub cpu_s: Option<f64>,
+    /// The socket backend's counters (receive and send calls, datagrams).
+    pub io: ringway_io::IoStats,
     /// Wall seconds.
     pub wall_s: f64,
 }
@@ -57,8 +78,9 @@ pub struct HubReport {
 pub struct HubServer {
     tcp: SocketAddr,
     udp: SocketAddr,
+    admin: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
-    live: Arc<Mutex<HubStats>>,
+    live: Arc<Mutex<HubLive>>,
     threads: Vec<JoinHandle<()>>,
     udp_thread: Option<JoinHandle<HubReport>>,
 }
@@ -67,6 +89,23 @@ impl HubServer {
     /// Bind both sockets and start the threads.
     pub fn start(config: HubServerConfig) -> Result<HubServer, ServerError> {
         let hub = Hub::new(config.hub.clone()).map_err(ServerError::Config)?;
+        let admin_token = match (config.admin_listen, &config.admin_token_file) {
+            (Some(a), Some(p)) => {
+                crate::metrics::http::validate_addr(a, false)?;
+                Some(super::read_admin_token(p)?)
+            }
+            (Some(_), None) => {
+                return Err(ServerError::Config(
+                    "admin_listen needs admin_token_file".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ServerError::Config(
+                    "admin_token_file is only for admin_listen".into(),
+                ))
+            }
+            (None, None) => None,
+        };
         let udp = UdpSocket::bind(SocketAddr::new(config.listen.ip(), config.udp_port)).map_err(
             |source| ServerError::Socket {
                 addr: config.listen,
@@ -74,28 +113,68 @@ impl HubServer {
             },
         )?;
         let udp_addr = udp.local_addr()?;
+        let io = open_backend(BackendKind::Mmsg, udp).map_err(|source| ServerError::Backend {
+            backend: "mmsg".into(),
+            source,
+        })?;
         let tcp = TcpListener::bind(config.listen).map_err(|source| ServerError::Socket {
             addr: config.listen,
             source,
         })?;
         let tcp_addr = tcp.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let live = Arc::new(Mutex::new(HubStats::default()));
+        let live = Arc::new(Mutex::new(HubLive::default()));
+        let (admin_tx, admin_rx) = sync_channel::<HubAdminRequest>(hub_admin::QUEUE);
+        let mut threads = Vec::new();
+        let admin = match (config.admin_listen, admin_token) {
+            (Some(addr), Some(token)) => {
+                let listener = TcpListener::bind(addr)
+                    .map_err(|source| ServerError::Socket { addr, source })?;
+                let bound = listener.local_addr()?;
+                threads.push(
+                    crate::admin_http::serve(
+                        "jacktrip-admin",
+                        listener,
+                        stop.clone(),
+                        hub_admin::handler(token, admin_tx, live.clone()),
+                    )
+                    .map_err(|source| ServerError::Thread {
+                        name: "jacktrip-admin".into(),
+                        source,
+                    })?,
+                );
+                Some(bound)
+            }
+            _ => None,
+        };
         let (tx, rx) = sync_channel::<(IpAddr, u16)>(64);
         let t_stop = stop.clone();
         let port = udp_addr.port();
-        let tcp_thread = std::thread::Builder::new()
-            .name("jacktrip-tcp".into())
-            .spawn(move || tcp_loop(tcp, port, tx, t_stop))
-            .map_err(|source| ServerError::Thread {
-                name: "jacktrip-tcp".into(),
-                source,
-            })?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("jacktrip-tcp".into())
+                .spawn(move || tcp_loop(tcp, port, tx, t_stop))
+                .map_err(|source| ServerError::Thread {
+                    name: "jacktrip-tcp".into(),
+                    source,
+                })?,
+        );
         let (u_stop, u_live) = (stop.clone(), live.clone());
         let duration = config.duration_s.map(Duration::from_secs_f64);
+        let clocked = config.clocked;
         let udp_thread = std::thread::Builder::new()
             .name("jacktrip-hub".into())
-            .spawn(move || udp_loop(udp, hub, rx, u_stop, u_live, duration))
+            .spawn(move || {
+                UdpLoop {
+                    io,
+                    hub,
+                    handshakes: rx,
+                    admin: admin_rx,
+                    live: u_live,
+                    clocked,
+                }
+                .run(u_stop, duration)
+            })
             .map_err(|source| ServerError::Thread {
                 name: "jacktrip-hub".into(),
                 source,
@@ -103,9 +182,10 @@ impl HubServer {
         Ok(HubServer {
             tcp: tcp_addr,
             udp: udp_addr,
+            admin,
             stop,
             live,
-            threads: vec![tcp_thread],
+            threads,
             udp_thread: Some(udp_thread),
         })
     }
@@ -118,9 +198,13 @@ impl HubServer {
     pub fn udp_addr(&self) -> SocketAddr {
         self.udp
     }
+    /// The admin API's address, when it is served.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
     /// Counters as last published.
     pub fn live(&self) -> HubStats {
-        *self.live.lock().unwrap_or_else(PoisonError::into_inner)
+        self.live.lock().unwrap_or_else(PoisonError::into_inner).hub
     }
     /// The duration is over.
     pub fn is_finished(&self) -> bool {
@@ -160,7 +244,9 @@ fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: 
         let (mut s, peer) = match l.accept() {
             Ok(x) => x,
             Err(_) => {
-                std::thread::sleep(Duration::from_millis(10));
+                // 20 polls a second: a join waits at most 50 ms more, and
+                // an idle listener costs next to nothing.
+                std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
         };
@@ -193,66 +279,152 @@ fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: 
     }
 }
 
-fn udp_loop(
-    sock: UdpSocket,
-    mut hub: Hub,
+/// Datagrams taken per receive call.
+const RX_BATCH: usize = 32;
+/// Packets handed to the kernel per send call, at most.
+const TX_BATCH: usize = 64;
+/// Frame size of both batches: the largest UDP payload.
+const FRAME: usize = 65_536;
+/// How often the live counters (admin API, `/metrics`) are refreshed.
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+
+/// The UDP thread's state.
+struct UdpLoop {
+    io: Box<dyn BatchIo>,
+    hub: Hub,
     handshakes: Receiver<(IpAddr, u16)>,
-    stop: Arc<AtomicBool>,
-    live: Arc<Mutex<HubStats>>,
-    duration: Option<Duration>,
-) -> HubReport {
-    let started = Instant::now();
-    let cpu0 = ringway_io::thread::thread_cpu_time().ok();
-    let mut mix_wait = crate::metrics::latency_histogram();
-    let mut processing = crate::metrics::latency_histogram();
-    let mut buf = vec![0u8; 65536];
-    let mut out: Vec<Outgoing> = Vec::new();
-    let mut delays = Vec::new();
-    let mut last_pub = Instant::now();
-    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
-        let now = monotonic_now().0;
-        while let Ok((ip, port)) = handshakes.try_recv() {
-            hub.handshake(now, ip, port);
-        }
-        let wait = hub
-            .next_deadline()
-            .map(|d| Duration::from_nanos(d.saturating_sub(now).max(50_000)))
-            .unwrap_or(Duration::from_millis(20))
-            .min(Duration::from_millis(20));
-        let _ = sock.set_read_timeout(Some(wait));
-        if let Ok((n, peer)) = sock.recv_from(&mut buf) {
-            let t = monotonic_now().0;
-            hub.handle(t, peer, &buf[..n], &mut out);
-            if !out.is_empty() {
-                for o in out.drain(..) {
-                    let _ = sock.send_to(&o.data, o.dst);
+    admin: Receiver<HubAdminRequest>,
+    live: Arc<Mutex<HubLive>>,
+    clocked: bool,
+}
+
+impl UdpLoop {
+    fn run(mut self, stop: Arc<AtomicBool>, duration: Option<Duration>) -> HubReport {
+        let started = Instant::now();
+        let cpu0 = ringway_io::thread::thread_cpu_time().ok();
+        let mut mix_wait = crate::metrics::latency_histogram();
+        let mut processing = crate::metrics::latency_histogram();
+        let mut rx = RxBatch::new(RX_BATCH, FRAME);
+        let mut tx = TxBatch::new(TX_BATCH, FRAME);
+        let mut out = Outbox::new();
+        let mut delays = Vec::new();
+        let mut last_pub = Instant::now();
+        let mut next_wake = monotonic_now().0;
+        while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
+            let now = monotonic_now().0;
+            while let Ok((ip, port)) = self.handshakes.try_recv() {
+                self.hub.handshake(now, ip, port);
+            }
+            while let Ok(request) = self.admin.try_recv() {
+                let _ = request
+                    .reply
+                    .try_send(hub_admin::apply(&mut self.hub, now, request.op));
+            }
+            let received = if self.clocked && self.hub.frames().is_some() {
+                // One wake per period: sleep to the next period boundary,
+                // then take everything queued.
+                let period = self.hub.period_ns();
+                next_wake = next_wake.saturating_add(period);
+                if next_wake < now {
+                    next_wake = now; // fell behind (or the first client): restart
+                } else {
+                    std::thread::sleep(Duration::from_nanos(next_wake - now));
                 }
-                let _ = processing.record(monotonic_now().0.saturating_sub(t).max(1));
+                let mut total = 0;
+                loop {
+                    let n = self
+                        .io
+                        .recv_batch(&mut rx, Some(Duration::ZERO))
+                        .unwrap_or(0);
+                    total += n;
+                    self.handle_batch(&rx, &mut out);
+                    if n < rx.capacity() {
+                        break;
+                    }
+                }
+                total
+            } else {
+                let wait = self
+                    .hub
+                    .next_deadline()
+                    .map(|d| Duration::from_nanos(d.saturating_sub(now).max(50_000)))
+                    .unwrap_or(Duration::from_millis(20))
+                    .min(Duration::from_millis(20));
+                let n = self.io.recv_batch(&mut rx, Some(wait)).unwrap_or(0);
+                self.handle_batch(&rx, &mut out);
+                n
+            };
+            let now = monotonic_now().0;
+            self.hub.tick(now, &mut out);
+            if !out.is_empty() {
+                self.send(&out, &mut tx);
+                out.clear();
+                if received > 0 {
+                    // From the batch's receive to the send of what it completed.
+                    let first = rx.received_at(0).0;
+                    let _ = processing.record(monotonic_now().0.saturating_sub(first).max(1));
+                }
+            }
+            self.hub.take_delays(&mut delays);
+            for d in delays.drain(..) {
+                let _ = mix_wait.record(d.max(1));
+            }
+            if last_pub.elapsed() >= PUBLISH_EVERY {
+                self.publish(&cpu0);
+                last_pub = Instant::now();
             }
         }
-        let now = monotonic_now().0;
-        hub.tick(now, &mut out);
-        for o in out.drain(..) {
-            let _ = sock.send_to(&o.data, o.dst);
-        }
-        hub.take_delays(&mut delays);
-        for d in delays.drain(..) {
-            let _ = mix_wait.record(d.max(1));
-        }
-        if last_pub.elapsed() >= Duration::from_millis(50) {
-            *live.lock().unwrap_or_else(PoisonError::into_inner) = hub.stats();
-            last_pub = Instant::now();
+        self.publish(&cpu0);
+        let live = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        HubReport {
+            hub: live.hub,
+            mix_wait: LatencySummary::of_ns(&mix_wait),
+            processing: LatencySummary::of_ns(&processing),
+            cpu_s: live.cpu_s,
+            io: live.io,
+            wall_s: started.elapsed().as_secs_f64(),
         }
     }
-    let cpu = match (cpu0, ringway_io::thread::thread_cpu_time().ok()) {
-        (Some(a), Some(b)) => Some(b.since(&a).total_ns() as f64 / 1e9),
-        _ => None,
-    };
-    HubReport {
-        hub: hub.stats(),
-        mix_wait: LatencySummary::of_ns(&mix_wait),
-        processing: LatencySummary::of_ns(&processing),
-        cpu_s: cpu,
-        wall_s: started.elapsed().as_secs_f64(),
+
+    /// Every datagram of `rx` through the hub, at its receive time.
+    fn handle_batch(&mut self, rx: &RxBatch, out: &mut Outbox) {
+        for (i, d) in rx.iter().enumerate() {
+            if d.meta.truncated {
+                // Longer than a frame: not a packet the hub could take.
+                self.hub.handle(rx.received_at(i).0, d.meta.peer, &[], out);
+                continue;
+            }
+            self.hub
+                .handle(rx.received_at(i).0, d.meta.peer, d.data, out);
+        }
+    }
+
+    /// Hand `out` to the kernel, [`TX_BATCH`] packets per call.
+    fn send(&mut self, out: &Outbox, tx: &mut TxBatch) {
+        for (dst, data) in out.iter() {
+            if tx.push(dst, data).is_err() {
+                let _ = self.io.flush(tx);
+                let _ = tx.push(dst, data);
+            }
+        }
+        let _ = self.io.flush(tx);
+        tx.clear();
+    }
+
+    /// Refresh the counters the admin API and `/metrics` read.
+    fn publish(&self, cpu0: &Option<ringway_io::thread::CpuTime>) {
+        let cpu = match (cpu0, ringway_io::thread::thread_cpu_time().ok()) {
+            (Some(a), Some(b)) => Some(b.since(a).total_ns() as f64 / 1e9),
+            _ => None,
+        };
+        let mut l = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        l.hub = self.hub.stats();
+        l.io = self.io.stats();
+        l.cpu_s = cpu;
+        l.clients = self.hub.clients_info(monotonic_now().0);
     }
 }

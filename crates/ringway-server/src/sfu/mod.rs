@@ -8,6 +8,7 @@
 pub mod admin;
 mod engine;
 pub mod hub;
+pub mod hub_admin;
 pub mod recorder;
 
 pub use engine::LiveStats;
@@ -337,6 +338,21 @@ fn read_secret(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ServerErro
     Ok(b)
 }
 
+/// The admin API's bearer token from file `p`: text, at least 16
+/// characters, no spaces (trailing whitespace ignored).
+fn read_admin_token(p: &std::path::Path) -> Result<String, ServerError> {
+    let t = String::from_utf8(read_secret(p, "admin token")?).map_err(|_| {
+        ServerError::Config(format!("{}: the admin token must be text", p.display()))
+    })?;
+    if t.len() < 16 || t.contains(char::is_whitespace) {
+        return Err(ServerError::Config(format!(
+            "{}: the admin token must be at least 16 characters without spaces",
+            p.display()
+        )));
+    }
+    Ok(t)
+}
+
 /// Open the backend `config` asks for (8 MiB socket buffers).
 fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
     let mut socket_config = SocketConfig::new(config.listen);
@@ -381,18 +397,7 @@ impl SfuServer {
             None => None,
         };
         let admin_token = match &config.admin_token_file {
-            Some(p) => {
-                let t = String::from_utf8(read_secret(p, "admin token")?).map_err(|_| {
-                    ServerError::Config(format!("{}: the admin token must be text", p.display()))
-                })?;
-                if t.len() < 16 || t.contains(char::is_whitespace) {
-                    return Err(ServerError::Config(format!(
-                        "{}: the admin token must be at least 16 characters without spaces",
-                        p.display()
-                    )));
-                }
-                Some(t)
-            }
+            Some(p) => Some(read_admin_token(p)?),
             None => None,
         };
         let io = open_io(&config)?;

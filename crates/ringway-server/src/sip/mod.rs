@@ -43,11 +43,12 @@ pub use worker::{SipWorker, TX_FRAME};
 use crate::host::{self, CpuTime};
 use crate::ServerError;
 use location::{
-    LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore, StoreThread,
+    Location, LocationCounters, LocationCounts, LocationLatency, LocationQueue, RedisStore,
+    StoreThread,
 };
 use ringway_io::counters::UdpSnmp;
 use ringway_io::thread::Placement;
-use ringway_io::{monotonic_now, open_backend, open_udp, BackendKind, BatchIo, RxBatch};
+use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch};
 use ringway_io::{SocketConfig, SocketReport};
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::MemoryStore;
@@ -94,10 +95,10 @@ pub struct SipServerConfig {
     pub mode: Mode,
     /// Worker threads (1..=256).
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop.
-    pub route_to: Option<SocketAddr>,
-    /// The transport to `route_to` (`udp`, or `tcp` with a TCP listener).
-    pub route_to_transport: Transport,
+    /// Send every request not addressed elsewhere to this next hop, over
+    /// its transport (`tcp:ADDR` needs a TCP listener; a bare address is
+    /// UDP).
+    pub route_to: Option<TransportAddr>,
     /// Listening addresses of connection transports (`tcp:ADDR`), beyond
     /// the UDP `listen`. Port 0: the UDP port.
     pub listeners: Vec<TransportAddr>,
@@ -112,8 +113,9 @@ pub struct SipServerConfig {
     pub registrar: bool,
     /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
     pub record_route: bool,
-    /// I/O backend of every thread.
-    pub backend: BackendKind,
+    /// I/O backend of every thread: a socket backend (`Socket`, `Mmsg`
+    /// or `Uring`); the server refuses `Xdp`.
+    pub io: Io,
     /// Receive model.
     pub rx_model: RxModel,
     /// Requested SO_RCVBUF per socket (bytes).
@@ -158,35 +160,36 @@ pub struct SipServerConfig {
     pub auth_realm: Option<String>,
     /// Algorithms offered, most preferred first.
     pub auth_algorithms: Vec<Algorithm>,
-    /// How long a nonce may be used (s).
-    pub nonce_lifetime_s: u64,
+    /// How long a nonce may be used (whole seconds, at least one).
+    pub nonce_lifetime: Duration,
     /// Requests per window allowed from one source address (`None`: no
     /// flood limit).
     pub flood_limit: Option<u32>,
-    /// Flood limit window (ms).
-    pub flood_window_ms: u64,
+    /// Flood limit window (at least 1 ms).
+    pub flood_window: Duration,
     /// Sources the flood limiter tracks at most.
     pub flood_table_size: usize,
     /// Sources never flood-limited.
     pub flood_exempt: Vec<IpAddr>,
     /// IPv6 sources are flood-limited per prefix of this length (bits).
     pub flood_ipv6_prefix: u8,
-    /// Location store: `memory` (this process), or
-    /// `redis://HOST:PORT/DB` shared by several proxies (reached by store
-    /// threads, never by the workers; see [`crate::sip::location`]).
-    pub location: String,
-    /// Longest wait for the shared store, per command and in its queue (ms).
-    pub location_timeout_ms: u64,
+    /// Location store: this process's memory, or Redis shared by several
+    /// proxies (reached by store threads, never by the workers; see
+    /// [`crate::sip::location`]).
+    pub location: Location,
+    /// Longest wait for the shared store, per command and in its queue
+    /// (1 ms..=60 s).
+    pub location_timeout: Duration,
     /// Store threads (each with one connection, one query at a time).
     pub location_threads: usize,
     /// Requests waiting for the shared store at most (beyond: refused at
     /// once, `500` + `Retry-After` / `480`).
     pub location_queue: usize,
     /// Overload shedding (RFC 6357/7339 in spirit): a new INVITE that
-    /// waited longer than this (ms) between its kernel receive stamp and
-    /// its processing is answered `503` + `Retry-After` before any state
-    /// (0: off). Needs kernel RX stamps (always requested).
-    pub overload_queue_delay_ms: u64,
+    /// waited longer than this (at most 10 s) between its kernel receive
+    /// stamp and its processing is answered `503` + `Retry-After` before
+    /// any state (`None`: off). Needs kernel RX stamps (always requested).
+    pub overload_queue_delay: Option<Duration>,
 }
 
 impl Default for SipServerConfig {
@@ -196,13 +199,12 @@ impl Default for SipServerConfig {
             mode: Mode::Stateless,
             workers: 1,
             route_to: None,
-            route_to_transport: Transport::Udp,
             listeners: Vec::new(),
             tcp: TcpConfig::default(),
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
-            backend: BackendKind::Mmsg,
+            io: Io::Mmsg,
             rx_model: RxModel::Reuseport,
             rcvbuf: None,
             placement: Placement::default(),
@@ -222,22 +224,23 @@ impl Default for SipServerConfig {
             auth_file: None,
             auth_realm: None,
             auth_algorithms: AuthConfig::default().algorithms,
-            nonce_lifetime_s: 300,
+            nonce_lifetime: Duration::from_secs(300),
             flood_limit: None,
-            flood_window_ms: 2000,
+            flood_window: Duration::from_millis(2000),
             flood_table_size: FloodConfig::default().table_size,
             flood_exempt: Vec::new(),
             flood_ipv6_prefix: 64,
-            location: "memory".into(),
-            location_timeout_ms: 200,
+            location: Location::Memory,
+            location_timeout: Duration::from_millis(200),
             location_threads: 2,
             location_queue: 1024,
-            overload_queue_delay_ms: DEFAULT_OVERLOAD_QUEUE_DELAY_MS,
+            overload_queue_delay: None,
         }
     }
 }
 
-/// Default of [`SipServerConfig::overload_queue_delay_ms`].
+/// Default of `--overload-queue-delay-ms` (0: off), i.e. of
+/// [`SipServerConfig::overload_queue_delay`].
 pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 0;
 
 impl SipServerConfig {
@@ -283,19 +286,16 @@ impl SipServerConfig {
                 ));
             }
         }
-        if self.route_to_transport != Transport::Udp
-            && !self
-                .listeners
-                .iter()
-                .any(|l| l.transport == self.route_to_transport)
-        {
-            return fail(format!(
-                "route_to over {} needs a {} listen address",
-                self.route_to_transport, self.route_to_transport
-            ));
+        if let Some(to) = self.route_to.filter(|to| to.transport != Transport::Udp) {
+            if !self.listeners.iter().any(|l| l.transport == to.transport) {
+                return fail(format!(
+                    "route_to {to} needs a {} listen address",
+                    to.transport
+                ));
+            }
         }
         self.tcp.validate().map_err(ServerError::Config)?;
-        if self.backend == BackendKind::Xdp {
+        if let Io::Xdp(_) = self.io {
             return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
         }
         if let Some(n) = self.placement.nice {
@@ -327,8 +327,8 @@ impl SipServerConfig {
         if self.auth_algorithms.is_empty() {
             return fail("auth_algorithms is empty".into());
         }
-        if self.nonce_lifetime_s == 0 {
-            return fail("nonce_lifetime_s must be above 0".into());
+        if self.nonce_lifetime.as_secs() == 0 {
+            return fail("nonce_lifetime must be at least 1 s".into());
         }
         if self.flood_limit == Some(0) {
             return fail("flood_limit must be above 0 (leave it out for no limit)".into());
@@ -339,14 +339,15 @@ impl SipServerConfig {
                 self.flood_ipv6_prefix
             ));
         }
-        if self.flood_window_ms == 0 || self.flood_table_size == 0 {
-            return fail("flood_window_ms and flood_table_size must be above 0".into());
+        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
+            return fail(
+                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
+            );
         }
-        location::parse_location(&self.location).map_err(ServerError::Config)?;
-        if !(1..=60_000).contains(&self.location_timeout_ms) {
+        if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.location_timeout) {
             return fail(format!(
-                "location_timeout_ms must be 1..=60000, not {}",
-                self.location_timeout_ms
+                "location_timeout must be 1 ms..=60 s, not {:?}",
+                self.location_timeout
             ));
         }
         if !(1..=64).contains(&self.location_threads) {
@@ -358,11 +359,12 @@ impl SipServerConfig {
         if self.location_queue == 0 {
             return fail("location_queue must be above 0".into());
         }
-        if self.overload_queue_delay_ms > 10_000 {
-            return fail(format!(
-                "overload_queue_delay_ms must be 0..=10000 (0: off), not {}",
-                self.overload_queue_delay_ms
-            ));
+        if let Some(delay) = self.overload_queue_delay {
+            if delay.is_zero() || delay > Duration::from_secs(10) {
+                return fail(format!(
+                    "overload_queue_delay must be above 0 and at most 10 s (None: off), not {delay:?}"
+                ));
+            }
         }
         Ok(())
     }
@@ -384,8 +386,8 @@ impl SipServerConfig {
         ProxyConfig {
             mode: self.mode,
             local,
-            route_to: self.route_to,
-            route_to_transport: self.route_to_transport,
+            route_to: self.route_to.map(|to| to.addr),
+            route_to_transport: self.route_to.map_or(Transport::Udp, |to| to.transport),
             listeners,
             registrar: self.registrar,
             record_route: self.record_route,
@@ -402,13 +404,13 @@ impl SipServerConfig {
             auth: self.auth.then(|| AuthConfig {
                 realm: self.auth_realm.clone(),
                 algorithms: self.auth_algorithms.clone(),
-                nonce_lifetime: self.nonce_lifetime_s.saturating_mul(1_000_000_000),
+                nonce_lifetime: duration_ns(self.nonce_lifetime),
                 key,
                 ..AuthConfig::default()
             }),
             flood: self.flood_limit.map(|limit| FloodConfig {
                 limit,
-                window: self.flood_window_ms.saturating_mul(1_000_000),
+                window: duration_ns(self.flood_window),
                 table_size: self.flood_table_size,
                 exempt: self.flood_exempt.clone(),
                 ipv6_prefix: self.flood_ipv6_prefix,
@@ -499,6 +501,8 @@ struct Shared {
     location: Option<LocationShared>,
     /// TCP connections, when there is a TCP listener.
     connections: Option<Arc<Connections>>,
+    /// The connection transports' bound listening addresses.
+    stream_addresses: Vec<TransportAddr>,
     generation: AtomicU64,
     threads_cpu: Mutex<Vec<ThreadCpu>>,
     placement: Mutex<Vec<String>>,
@@ -634,19 +638,17 @@ impl SipServer {
             random_key()?,
             u64::from_le_bytes(host::random_bytes()?),
         );
-        let (mut proxy, location, store_ends) = match location::parse_location(&config.location)
-            .map_err(ServerError::Config)?
-        {
-            None => {
+        let (mut proxy, location, store_ends) = match &config.location {
+            Location::Memory => {
                 let store = MemoryStore::with_limits(config.max_bindings, config.max_binding_bytes);
                 (Proxy::with_store(proxy_config, Arc::new(store)), None, None)
             }
-            Some(url) => {
+            Location::Redis(url) => {
                 let counters = Arc::new(LocationCounters::default());
-                let timeout = Duration::from_millis(config.location_timeout_ms);
+                let timeout = config.location_timeout;
                 let mut stores = Vec::new();
                 for _ in 0..config.location_threads {
-                    let store = RedisStore::new(&url, timeout, counters.clone())
+                    let store = RedisStore::new(url, timeout, counters.clone())
                         .map_err(ServerError::Config)?;
                     stores.push(Arc::new(store));
                 }
@@ -657,7 +659,7 @@ impl SipServer {
                     log::warn!(
                         "sip server: location store {} unreachable now ({e}); \
                          REGISTERs get 500 and calls 480 until it answers",
-                        location::redact_location(&url)
+                        config.location
                     );
                 }
                 let (queue, receivers) = LocationQueue::new(
@@ -682,13 +684,14 @@ impl SipServer {
         proxy.set_secret(host::random_bytes()?);
         let store_threads = store_ends.as_ref().map_or(0, |ends| ends.stores.len());
         let StreamListeners {
-            addresses: _,
+            addresses: stream_addresses,
             listeners: tcp_listeners,
             polls: tcp_polls,
             connections,
         } = streams;
         let shared = Arc::new(Shared {
             connections,
+            stream_addresses,
             slots: (0..config.workers + 1 + store_threads)
                 .map(|_| MetricsSlot::default())
                 .collect(),
@@ -712,7 +715,7 @@ impl SipServer {
             shared,
             threads: host::ThreadGroup::default(),
         };
-        let backend = server.shared.config.backend;
+        let backend = server.shared.config.io.kind();
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
                 backend: backend.to_string(),
@@ -774,6 +777,16 @@ impl SipServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local
+    }
+
+    /// The bound listening addresses of connection transports (TCP).
+    pub fn stream_addresses(&self) -> &[TransportAddr] {
+        &self.shared.stream_addresses
+    }
+
+    /// The TCP transport's connection table (`None`: no TCP listener).
+    pub fn connections(&self) -> Option<&Connections> {
+        self.shared.connections.as_deref()
     }
 
     /// Names of the threads that panicked (empty while all is well). A
@@ -841,6 +854,11 @@ impl Drop for SipServer {
     fn drop(&mut self) {
         self.stop_threads();
     }
+}
+
+/// `duration` in the cores' unit (ns), saturating.
+fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A random nonce key (the kernel's random source).
@@ -1008,9 +1026,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
     worker.with_connections(shared.connections.clone());
-    worker.shed_after(
-        (config.overload_queue_delay_ms > 0).then(|| config.overload_queue_delay_ms * 1_000_000),
-    );
+    worker.shed_after(config.overload_queue_delay.map(duration_ns));
     let slot = &shared.slots[index];
     let mut published = 0u64;
     let _alive = AliveGuard::new(&shared.threads_alive);
@@ -1092,7 +1108,7 @@ fn store_thread(
         &shared.proxy,
         store,
         requests,
-        Duration::from_millis(shared.config.location_timeout_ms),
+        shared.config.location_timeout,
         location.latency[index].clone(),
         location.counters.clone(),
     );

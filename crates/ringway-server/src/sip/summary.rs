@@ -173,6 +173,10 @@ pub struct ConfigView {
     pub rx_model: RxModel,
     /// Next hop.
     pub route_to: Option<SocketAddr>,
+    /// The transport to `route_to`.
+    pub route_to_transport: Option<ringway_sip::Transport>,
+    /// Connection transports' listening addresses (as configured).
+    pub listen_also: Vec<ringway_sip::TransportAddr>,
     /// Relay networks (`none`, `any` or a CIDR list).
     pub relay: String,
     /// Registrar on.
@@ -308,9 +312,11 @@ pub(super) fn build(
             listen: local,
             mode: config.mode,
             workers: config.workers,
-            backend: config.backend.to_string(),
+            backend: config.io.to_string(),
             rx_model: config.rx_model,
-            route_to: config.route_to,
+            route_to: config.route_to.map(|to| to.addr),
+            route_to_transport: config.route_to.map(|to| to.transport),
+            listen_also: config.listeners.clone(),
             relay: config.relay.to_string(),
             registrar: config.registrar,
             record_route: config.record_route,
@@ -331,17 +337,17 @@ pub(super) fn build(
             auth: config.auth,
             auth_realm: config.auth_realm.clone(),
             auth_algorithms: config.auth_algorithms.clone(),
-            nonce_lifetime_s: config.nonce_lifetime_s,
+            nonce_lifetime_s: config.nonce_lifetime.as_secs(),
             flood_limit: config.flood_limit,
-            flood_window_ms: config.flood_window_ms,
+            flood_window_ms: duration_ms(config.flood_window),
             flood_table_size: config.flood_table_size,
             flood_exempt: config.flood_exempt.clone(),
             flood_ipv6_prefix: config.flood_ipv6_prefix,
-            location: crate::sip::location::redact_location(&config.location),
-            location_timeout_ms: config.location_timeout_ms,
+            location: config.location.to_string(),
+            location_timeout_ms: duration_ms(config.location_timeout),
             location_threads: config.location_threads,
             location_queue: config.location_queue,
-            overload_queue_delay_ms: config.overload_queue_delay_ms,
+            overload_queue_delay_ms: config.overload_queue_delay.map_or(0, duration_ms),
         },
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {
@@ -399,4 +405,9 @@ pub(super) fn build(
         tcp: snap.tcp.clone(),
         threads_panicked,
     }
+}
+
+/// `duration` in whole milliseconds (the summary's unit), saturating.
+fn duration_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

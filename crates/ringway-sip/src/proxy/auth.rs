@@ -32,9 +32,10 @@
 //! the time to answer does not tell which users exist.
 
 use super::outcome::Action;
+use super::request_context::Request;
 use super::routing::{RoutePlan, Target};
 use super::stats::Counter;
-use super::worker::{ProxyWorker, Request};
+use super::worker::ProxyWorker;
 use super::Proxy;
 use crate::auth::{Algorithm, CredentialStore, Credentials, NonceCheck, ReplayCheck, ReplayTable};
 use crate::msg::Method;

@@ -15,9 +15,10 @@
 //! nothing is forwarded statelessly (16.10).
 
 use super::outcome::Action;
+use super::request_context::Request;
 use super::stats::Counter;
 use super::transaction::{lock, Class, ClientState, Shard, Transaction, TransactionKey};
-use super::worker::{send, ProxyWorker, Request};
+use super::worker::{send, ProxyWorker};
 use super::Proxy;
 use crate::msg::{HeaderKind, SipMsg};
 use crate::transport::Hop;

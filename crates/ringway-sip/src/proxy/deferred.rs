@@ -15,8 +15,9 @@
 //! step takes the answer instead of asking.
 
 use super::outcome::{DropReason, MsgLabel, Outcome};
+use super::request_context::Request;
 use super::stats::Counter;
-use super::worker::{ProxyWorker, Request};
+use super::worker::ProxyWorker;
 use crate::msg::SipMsg;
 use crate::registrar::{LocationStore, StoreAnswer, StoreError, StoreQuery};
 use crate::transport::Hop;

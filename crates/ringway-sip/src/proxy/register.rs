@@ -38,8 +38,9 @@
 use super::auth::Identity;
 use super::deferred::StoreCall;
 use super::outcome::Action;
+use super::request_context::Request;
 use super::stats::Counter;
-use super::worker::{ProxyWorker, Request};
+use super::worker::ProxyWorker;
 use super::Proxy;
 use crate::msg::{parse_delta, SipMsg};
 use crate::registrar::{BindingChange, Registration, StoreError, StoreQuery};

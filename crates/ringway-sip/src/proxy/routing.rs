@@ -4,7 +4,7 @@
 //! which addresses, domains and identities are ours.
 
 use super::branch::{Branch, RequestKeys, BRANCH_PREFIX};
-use super::worker::Request;
+use super::request_context::Request;
 use super::Proxy;
 use crate::msg::{Method, SipMsg, Via};
 use crate::registrar::Binding;

@@ -7,10 +7,11 @@
 //! cannot be reflected to the original source by third parties.
 
 use super::outcome::{Action, DropReason};
+use super::request_context::Request;
 use super::stats::Counter;
 use super::transaction::{lock, Class, ServerState, Transaction, TransactionKey};
 use super::worker::AMPLIFICATION_LIMIT;
-use super::worker::{send, ProxyWorker, Request};
+use super::worker::{send, ProxyWorker};
 use crate::edit::{build_response, forward_request, RequestEdits};
 use crate::msg::Method;
 use crate::transport::Hop;

@@ -4,7 +4,7 @@
 //! state change is a named transition below. Transactions live in
 //! hash-sharded [`Shard`] tables, each with a heap of pending deadlines.
 
-use super::timers::{TimerTable, TransactionTimer, T1, T2, T4, TIMER_64T1, TIMER_C};
+use super::timer_table::{TimerTable, TransactionTimer, T1, T2, T4, TIMER_64T1, TIMER_C};
 use crate::msg::Method;
 use crate::transport::Hop;
 use std::cmp::Reverse;

@@ -2,7 +2,6 @@
 //! buffer and counter stripe), the per-datagram entry point, and the
 //! helpers every handling step uses (local responses, drops, sending).
 
-use super::branch::RequestKeys;
 use super::flood::{FloodKind, FloodVerdict};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::upstream_address;
@@ -254,25 +253,6 @@ impl<'p> ProxyWorker<'p> {
             _ => DropReason::MalformedRequest,
         })
     }
-}
-
-/// A received request and what every handling step needs to know about it.
-pub(super) struct Request<'m> {
-    /// Receive time (ns).
-    pub(super) now: u64,
-    /// The datagram's source address.
-    pub(super) src: SocketAddr,
-    /// Where it came from (`src` with its transport and connection).
-    pub(super) from: Hop,
-    /// Where our responses go ([`upstream_address`]): the address that
-    /// identifies the upstream client (MACs, CANCEL matching).
-    pub(super) upstream: SocketAddr,
-    /// The hop our responses go over ([`reply_hop`]).
-    pub(super) reply: Hop,
-    pub(super) msg: &'m SipMsg<'m>,
-    /// Its method (`Other("")` only if the parser let one through without).
-    pub(super) method: Method<'m>,
-    pub(super) keys: RequestKeys,
 }
 
 /// The scratch buffer, cleared, with room for a datagram built from one of

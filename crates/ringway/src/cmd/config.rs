@@ -59,11 +59,13 @@ struct Section {
 }
 
 fn validate_proxy(matches: &ArgMatches) -> anyhow::Result<()> {
-    ProxyArgs::from_arg_matches(matches)?.validate()
+    super::sip_proxy::checked_config(&ProxyArgs::from_arg_matches(matches)?)?;
+    Ok(())
 }
 
 fn validate_dispatch(matches: &ArgMatches) -> anyhow::Result<()> {
-    DispatchArgs::from_arg_matches(matches)?.validate()
+    super::sip_dispatch::checked_config(&DispatchArgs::from_arg_matches(matches)?)?;
+    Ok(())
 }
 
 fn validate_serve(matches: &ArgMatches) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@
 //! probes; Path on REGISTER). See docs/scaleout.md.
 
 use super::serving;
+use ringway_io::Io;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
 use ringway_server::host;
 use ringway_server::metrics::http;
@@ -63,47 +64,69 @@ pub struct DispatchArgs {
     pub quiet: bool,
 }
 
-impl DispatchArgs {
-    /// Reject inconsistent arguments, naming the option.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if let Some(d) = self.duration {
+/// The configuration a command line describes, with the checks only the
+/// front end can make (`--duration`, `--metrics`). The server validates
+/// the rest once, when it starts, or `ringway config check` calls
+/// [`DispatchServerConfig::validate`].
+impl TryFrom<&DispatchArgs> for DispatchServerConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
+        if let Some(duration) = args.duration {
             anyhow::ensure!(
-                d.is_finite() && d > 0.0,
+                duration.is_finite() && duration > 0.0,
                 "--duration must be a positive number of seconds"
             );
         }
-        if let Some(m) = self.metrics {
-            http::validate_addr(m, self.metrics_public).map_err(|e| {
+        if let Some(metrics) = args.metrics {
+            http::validate_addr(metrics, args.metrics_public).map_err(|e| {
                 anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
             })?;
         }
-        DispatchServerConfig::from(self)
-            .validate()
-            .map_err(|e| anyhow::anyhow!("{e} (see ringway sip dispatch --help)"))
+        let io = Io::new(args.backend, None).map_err(|_| {
+            anyhow::anyhow!(
+                "--backend {}: the dispatcher runs on sockets (socket, mmsg or uring)",
+                args.backend
+            )
+        })?;
+        Ok(DispatchServerConfig {
+            listen: args.listen,
+            proxies: args.proxies.clone(),
+            workers: args.workers,
+            io,
+            batch: args.batch,
+            probe_interval_ms: args.probe_interval_ms,
+            probe_failures: args.probe_failures,
+            record_route: !args.no_record_route,
+            relay: args.relay.clone(),
+        })
     }
 }
 
-impl From<&DispatchArgs> for DispatchServerConfig {
-    fn from(a: &DispatchArgs) -> DispatchServerConfig {
-        DispatchServerConfig {
-            listen: a.listen,
-            proxies: a.proxies.clone(),
-            workers: a.workers,
-            backend: a.backend,
-            batch: a.batch,
-            probe_interval_ms: a.probe_interval_ms,
-            probe_failures: a.probe_failures,
-            record_route: !a.no_record_route,
-            relay: a.relay.clone(),
+/// The configuration of `args`, validated (what `ringway config check`
+/// asks); errors point at `--help`.
+pub(crate) fn checked_config(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
+    let config = DispatchServerConfig::try_from(args)?;
+    config.validate().map_err(with_help)?;
+    Ok(config)
+}
+
+/// A server error; configuration errors point at `--help`.
+fn with_help(error: ringway_server::ServerError) -> anyhow::Error {
+    match error {
+        ringway_server::ServerError::Config(_) => {
+            anyhow::anyhow!("{error} (see ringway sip dispatch --help)")
         }
+        other => other.into(),
     }
 }
 
 /// Run the dispatcher until SIGINT/SIGTERM or `--duration`.
 pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
-    a.validate()?;
+    let config = DispatchServerConfig::try_from(&a)?;
     let stop = host::stop_flag()?;
-    let server = DispatchServer::start(DispatchServerConfig::from(&a))?;
+    // Validated once, here.
+    let server = DispatchServer::start(config).map_err(with_help)?;
     let metrics = serving::MetricsEndpoint::start(
         "sip dispatch",
         "dispatch-metrics",
@@ -151,12 +174,10 @@ mod tests {
             v.extend_from_slice(args);
             T::try_parse_from(v).map(|t| t.a)
         };
-        assert!(
-            parse(&[]).unwrap().validate().is_err(),
-            "--proxy is required"
-        );
+        let valid = |args: &[&str]| checked_config(&parse(args).unwrap()).is_ok();
+        assert!(!valid(&[]), "--proxy is required");
         let ok = ["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.12:5060"];
-        assert!(parse(&ok).unwrap().validate().is_ok());
+        assert!(valid(&ok));
         for bad in [
             &["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.11:5060"][..],
             &["--proxy", "127.0.0.11:0"],
@@ -165,8 +186,11 @@ mod tests {
             &["--proxy", "127.0.0.11:5060", "--probe-interval-ms", "1"],
             &["--proxy", "127.0.0.11:5060", "--probe-failures", "0"],
             &["--proxy", "127.0.0.11:5060", "--workers", "0"],
+            &["--proxy", "127.0.0.11:5060", "--backend", "xdp"],
+            &["--proxy", "127.0.0.11:5060", "--duration", "0"],
+            &["--proxy", "127.0.0.11:5060", "--metrics", "192.0.2.1:9000"],
         ] {
-            assert!(parse(bad).unwrap().validate().is_err(), "{bad:?} accepted");
+            assert!(!valid(bad), "{bad:?} accepted");
         }
         assert!(
             parse(&["--proxy", "proxy.example.net:5060"]).is_err(),

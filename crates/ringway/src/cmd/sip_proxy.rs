@@ -5,11 +5,15 @@
 
 use super::serving;
 use anyhow::Context;
+use ringway_io::thread::{Placement, Policy};
+use ringway_io::Io;
 use ringway_server::host;
 use ringway_server::metrics::http;
+use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
-use ringway_server::sip::{SipServer, SipServerConfig};
+use ringway_server::sip::{SipServer, SipServerConfig, TcpConfig};
 use ringway_sip::auth::Algorithm;
+use ringway_sip::{Transport, TransportAddr};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -56,18 +60,43 @@ pub struct ProxyArgs {
     /// docs/ringway.toml); options on the command line override it.
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub config: Option<PathBuf>,
-    /// UDP address to listen on.
-    #[arg(long, default_value = "127.0.0.1:5060")]
-    pub listen: SocketAddr,
+    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR) or `tcp:ADDR`
+    /// (port 0: the UDP port). Repeatable: one UDP address (the last given wins) and TCP ones.
+    #[arg(long, default_value = "127.0.0.1:5060", value_parser = parse_transport_addr)]
+    pub listen: Vec<TransportAddr>,
     /// Stateless or transaction-stateful proxying.
     #[arg(long, value_enum, default_value_t = ModeArg::Stateless)]
     pub mode: ModeArg,
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop.
-    #[arg(long)]
-    pub route_to: Option<SocketAddr>,
+    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP) or `tcp:ADDR`.
+    #[arg(long, value_parser = parse_transport_addr)]
+    pub route_to: Option<TransportAddr>,
+    /// TCP event loop threads (0: as many as --workers).
+    #[arg(long, default_value_t = 0)]
+    pub tcp_threads: usize,
+    /// TCP: connections open at most (accepted and opened); beyond, new ones are closed at once.
+    #[arg(long, default_value_t = TcpConfig::default().max_connections)]
+    pub tcp_max_connections: usize,
+    /// TCP: accepted connections from one IP address at most.
+    #[arg(long, default_value_t = TcpConfig::default().max_connections_per_ip)]
+    pub tcp_max_connections_per_ip: usize,
+    /// TCP: longest start line and header of a message (bytes); longer closes the connection.
+    #[arg(long, default_value_t = TcpConfig::default().max_header_bytes)]
+    pub tcp_max_header_bytes: usize,
+    /// TCP: longest body of a message (bytes); longer closes the connection.
+    #[arg(long, default_value_t = TcpConfig::default().max_body_bytes)]
+    pub tcp_max_body_bytes: usize,
+    /// TCP: messages one connection may carry before it is closed (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub tcp_max_messages: u64,
+    /// TCP: close a connection idle for this long (s).
+    #[arg(long, default_value_t = TcpConfig::default().idle_timeout_s)]
+    pub tcp_idle_timeout_s: u64,
+    /// TCP: a message begun must be complete within this (ms; slowloris), else the connection is closed.
+    #[arg(long, default_value_t = TcpConfig::default().message_timeout_ms)]
+    pub tcp_message_timeout_ms: u64,
     /// Relay requests to these destinations without authentication: `none`, `any`, or networks
     /// `CIDR,...` (loopback, link-local and our own IP only when named, e.g. 127.0.0.0/8).
     #[arg(long, default_value = "none", value_parser = parse_relay)]
@@ -185,7 +214,7 @@ pub struct ProxyArgs {
     pub flood_ipv6_prefix: u8,
     /// Location store: `memory`, or `redis://HOST:PORT/DB` shared by several proxies (Redis or Valkey).
     #[arg(long, default_value = "memory", value_parser = LocationParser)]
-    pub location: String,
+    pub location: Location,
     /// Longest wait for the shared location store, per command and in its queue (ms).
     #[arg(long, default_value_t = 200)]
     pub location_timeout_ms: u64,
@@ -200,21 +229,21 @@ pub struct ProxyArgs {
     pub overload_queue_delay_ms: u64,
 }
 
-/// `--location`: checked at start-up (a malformed URL stops it). Its
+/// `--location`: parsed once, here (a malformed URL stops the start). Its
 /// errors never repeat the value (it may hold the Redis password; clap's
 /// own "invalid value" message would print it).
 #[derive(Clone)]
 struct LocationParser;
 
 impl clap::builder::TypedValueParser for LocationParser {
-    type Value = String;
+    type Value = Location;
 
     fn parse_ref(
         &self,
         cmd: &clap::Command,
         _arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
-    ) -> Result<String, clap::Error> {
+    ) -> Result<Location, clap::Error> {
         let refuse = |message: String| {
             clap::Error::raw(
                 clap::error::ErrorKind::ValueValidation,
@@ -223,10 +252,13 @@ impl clap::builder::TypedValueParser for LocationParser {
             .with_cmd(cmd)
         };
         let text = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
-        ringway_server::sip::location::parse_location(text)
-            .map(|_| text.to_string())
-            .map_err(refuse)
+        text.parse().map_err(refuse)
     }
+}
+
+/// `--listen`, `--route-to`: `[udp:|tcp:]ADDR`.
+pub(crate) fn parse_transport_addr(text: &str) -> Result<TransportAddr, String> {
+    text.parse()
 }
 
 /// `--relay`: `none`, `any` or `CIDR,...`.
@@ -234,87 +266,91 @@ pub(crate) fn parse_relay(text: &str) -> Result<ringway_sip::RelayNets, String> 
     text.parse()
 }
 
-impl ProxyArgs {
-    /// Reject inconsistent arguments with a clear message naming the option.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if let Some(d) = self.duration {
-            anyhow::ensure!(
-                d.is_finite() && d > 0.0,
-                "--duration must be a positive number of seconds"
-            );
-        }
-        if let Some(p) = self.priority {
-            anyhow::ensure!(
-                matches!(self.policy, Some(PolicyArg::Fifo | PolicyArg::Rr)),
-                "--priority needs --policy fifo or rr"
-            );
-            anyhow::ensure!((1..=99).contains(&p), "--priority must be 1..=99");
-        }
-        if let Some(m) = self.metrics {
-            http::validate_addr(m, self.metrics_public).map_err(|e| {
-                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
-            })?;
-        }
-        SipServerConfig::try_from(self)?
-            .validate()
-            .map_err(|e| anyhow::anyhow!("{e} (see ringway sip proxy --help)"))
-    }
-}
-
+/// The configuration a command line describes, with the checks only the
+/// front end can make (options that need each other, `--metrics`). The
+/// server validates the rest once, when it starts ([`SipServer::start`]),
+/// or `ringway config check` calls [`SipServerConfig::validate`].
 impl TryFrom<&ProxyArgs> for SipServerConfig {
     type Error = anyhow::Error;
 
-    fn try_from(a: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
-        use ringway_io::thread::{Placement, Policy};
-        let priority = a.priority.unwrap_or(1).clamp(1, 99) as u8;
-        let cpus = match &a.cpus {
-            Some(list) => Some(host::parse_cpu_list(list).context("--cpus")?),
-            None => None,
-        };
+    fn try_from(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
+        if let Some(duration) = args.duration {
+            anyhow::ensure!(
+                duration.is_finite() && duration > 0.0,
+                "--duration must be a positive number of seconds"
+            );
+        }
+        if let Some(metrics) = args.metrics {
+            http::validate_addr(metrics, args.metrics_public).map_err(|e| {
+                anyhow::anyhow!("--metrics: {e} (pass --metrics-public to allow it)")
+            })?;
+        }
+        // No option names an interface: `--backend xdp` is the one way to
+        // ask for xdp here, and the SIP server runs on sockets.
+        let io = Io::new(args.backend, None).map_err(|_| {
+            anyhow::anyhow!(
+                "--backend {}: the SIP proxy runs on sockets (socket, mmsg or uring)",
+                args.backend
+            )
+        })?;
+        // One UDP address (the last given: a command line's overrides a
+        // configuration file's), every other transport's as given.
+        let udp = args
+            .listen
+            .iter()
+            .rev()
+            .find(|a| a.transport == Transport::Udp)
+            .map(|a| a.addr)
+            .context("--listen: give one udp address (the proxy always listens on UDP)")?;
+        let mut listeners: Vec<TransportAddr> = Vec::new();
+        for a in args.listen.iter().filter(|a| a.transport != Transport::Udp) {
+            if !listeners.contains(a) {
+                listeners.push(*a);
+            }
+        }
         Ok(SipServerConfig {
-            listen: a.listen,
-            mode: match a.mode {
+            listen: udp,
+            listeners,
+            tcp: TcpConfig {
+                threads: args.tcp_threads,
+                max_connections: args.tcp_max_connections,
+                max_connections_per_ip: args.tcp_max_connections_per_ip,
+                max_header_bytes: args.tcp_max_header_bytes,
+                max_body_bytes: args.tcp_max_body_bytes,
+                max_messages_per_connection: args.tcp_max_messages,
+                idle_timeout_s: args.tcp_idle_timeout_s,
+                message_timeout_ms: args.tcp_message_timeout_ms,
+                ..TcpConfig::default()
+            },
+            mode: match args.mode {
                 ModeArg::Stateless => ringway_sip::Mode::Stateless,
                 ModeArg::Stateful => ringway_sip::Mode::Stateful,
             },
-            workers: a.workers,
-            route_to: a.route_to,
-            route_to_transport: ringway_sip::Transport::Udp,
-            listeners: Vec::new(),
-            tcp: Default::default(),
-            relay: a.relay.clone(),
-            registrar: a.registrar,
-            record_route: !a.no_record_route,
-            backend: a.backend,
-            rx_model: a.rx_model,
-            rcvbuf: a.rcvbuf,
-            placement: Placement {
-                cpus,
-                policy: a.policy.map(|p| match p {
-                    PolicyArg::Other => Policy::Other,
-                    PolicyArg::Batch => Policy::Batch,
-                    PolicyArg::Fifo => Policy::Fifo(priority),
-                    PolicyArg::Rr => Policy::Rr(priority),
-                }),
-                nice: a.nice,
-                slice: a.slice_us.map(Duration::from_micros),
-            },
-            tx_stamp_every: a.tx_stamp_every,
-            max_transactions: a.max_transactions,
-            max_transaction_bytes: a.max_transaction_bytes,
-            max_bindings: a.max_bindings,
-            max_binding_bytes: a.max_binding_bytes,
-            max_path_bytes: a.max_path_bytes,
-            domains: a.domains.clone(),
-            batch: a.batch,
-            min_expires: a.min_expires,
-            max_expires: a.max_expires,
-            default_expires: a.default_expires,
-            max_contacts: a.max_contacts,
-            auth: a.auth,
-            auth_file: a.auth_file.clone(),
-            auth_realm: a.auth_realm.clone(),
-            auth_algorithms: a
+            workers: args.workers,
+            route_to: args.route_to,
+            relay: args.relay.clone(),
+            registrar: args.registrar,
+            record_route: !args.no_record_route,
+            io,
+            rx_model: args.rx_model,
+            rcvbuf: args.rcvbuf,
+            placement: placement(args)?,
+            tx_stamp_every: args.tx_stamp_every,
+            max_transactions: args.max_transactions,
+            max_transaction_bytes: args.max_transaction_bytes,
+            max_bindings: args.max_bindings,
+            max_binding_bytes: args.max_binding_bytes,
+            max_path_bytes: args.max_path_bytes,
+            domains: args.domains.clone(),
+            batch: args.batch,
+            min_expires: args.min_expires,
+            max_expires: args.max_expires,
+            default_expires: args.default_expires,
+            max_contacts: args.max_contacts,
+            auth: args.auth,
+            auth_file: args.auth_file.clone(),
+            auth_realm: args.auth_realm.clone(),
+            auth_algorithms: args
                 .auth_algorithms
                 .iter()
                 .map(|algorithm| match algorithm {
@@ -322,26 +358,74 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                     AlgorithmArg::Md5 => Algorithm::Md5,
                 })
                 .collect(),
-            nonce_lifetime_s: a.nonce_lifetime,
-            flood_limit: a.flood_limit,
-            flood_window_ms: a.flood_window_ms,
-            flood_table_size: a.flood_table_size,
-            flood_exempt: a.flood_exempt.clone(),
-            flood_ipv6_prefix: a.flood_ipv6_prefix,
-            location: a.location.clone(),
-            location_timeout_ms: a.location_timeout_ms,
-            location_threads: a.location_threads,
-            location_queue: a.location_queue,
-            overload_queue_delay_ms: a.overload_queue_delay_ms,
+            nonce_lifetime: Duration::from_secs(args.nonce_lifetime),
+            flood_limit: args.flood_limit,
+            flood_window: Duration::from_millis(args.flood_window_ms),
+            flood_table_size: args.flood_table_size,
+            flood_exempt: args.flood_exempt.clone(),
+            flood_ipv6_prefix: args.flood_ipv6_prefix,
+            location: args.location.clone(),
+            location_timeout: Duration::from_millis(args.location_timeout_ms),
+            location_threads: args.location_threads,
+            location_queue: args.location_queue,
+            overload_queue_delay: (args.overload_queue_delay_ms > 0)
+                .then(|| Duration::from_millis(args.overload_queue_delay_ms)),
         })
+    }
+}
+
+/// The workers' placement: `--cpus`, `--policy` with `--priority`,
+/// `--nice`, `--slice-us`.
+fn placement(args: &ProxyArgs) -> anyhow::Result<Placement> {
+    if let Some(priority) = args.priority {
+        anyhow::ensure!(
+            matches!(args.policy, Some(PolicyArg::Fifo | PolicyArg::Rr)),
+            "--priority needs --policy fifo or rr"
+        );
+        anyhow::ensure!((1..=99).contains(&priority), "--priority must be 1..=99");
+    }
+    let priority = args.priority.unwrap_or(1).clamp(1, 99) as u8;
+    let cpus = match &args.cpus {
+        Some(list) => Some(host::parse_cpu_list(list).context("--cpus")?),
+        None => None,
+    };
+    Ok(Placement {
+        cpus,
+        policy: args.policy.map(|policy| match policy {
+            PolicyArg::Other => Policy::Other,
+            PolicyArg::Batch => Policy::Batch,
+            PolicyArg::Fifo => Policy::Fifo(priority),
+            PolicyArg::Rr => Policy::Rr(priority),
+        }),
+        nice: args.nice,
+        slice: args.slice_us.map(Duration::from_micros),
+    })
+}
+
+/// The configuration of `args`, validated (what `ringway config check`
+/// asks); errors point at `--help`.
+pub(crate) fn checked_config(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
+    let config = SipServerConfig::try_from(args)?;
+    config.validate().map_err(with_help)?;
+    Ok(config)
+}
+
+/// A server error; configuration errors point at `--help`.
+fn with_help(error: ringway_server::ServerError) -> anyhow::Error {
+    match error {
+        ringway_server::ServerError::Config(_) => {
+            anyhow::anyhow!("{error} (see ringway sip proxy --help)")
+        }
+        other => other.into(),
     }
 }
 
 /// Run the proxy until SIGINT/SIGTERM or `--duration`, then print the summary.
 pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
-    a.validate()?;
+    let config = SipServerConfig::try_from(&a)?;
     let stop = host::stop_flag()?;
-    let server = SipServer::start(SipServerConfig::try_from(&a)?)?;
+    // Validated once, here.
+    let server = SipServer::start(config).map_err(with_help)?;
     let metrics = serving::MetricsEndpoint::start(
         "sip proxy",
         "sip-metrics",
@@ -349,8 +433,13 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         server.prometheus(),
     )?;
     eprintln!(
-        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
+        "sip proxy: listening on udp {}{} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
         server.local_addr(),
+        server
+            .stream_addresses()
+            .iter()
+            .map(|a| format!(" {a}"))
+            .collect::<String>(),
         a.mode,
         a.workers,
         a.rx_model,
@@ -359,7 +448,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         if a.auth { "on" } else { "off" },
         a.relay,
         a.flood_limit.map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
-        ringway_server::sip::location::redact_location(&a.location),
+        a.location,
     );
     serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
     let summary = server.shutdown();
@@ -394,7 +483,8 @@ mod tests {
             v.extend_from_slice(args);
             T::try_parse_from(v).map(|t| t.a)
         };
-        assert!(parse(&[]).unwrap().validate().is_ok());
+        let valid = |args: &[&str]| checked_config(&parse(args).unwrap()).is_ok();
+        assert!(valid(&[]));
         for bad in [
             &["--listen", "0.0.0.0:5060"][..],
             &["--workers", "0"],
@@ -406,12 +496,21 @@ mod tests {
             &["--nice", "25"],
             &["--location-threads", "0"],
             &["--location-timeout-ms", "0"],
+            &["--backend", "xdp"],
+            &["--flood-window-ms", "0"],
+            &["--overload-queue-delay-ms", "10001"],
         ] {
-            let a = parse(bad).unwrap();
-            assert!(a.validate().is_err(), "{bad:?} accepted");
+            assert!(!valid(bad), "{bad:?} accepted");
         }
+        // 0 is "off", not a zero delay.
+        assert_eq!(
+            checked_config(&parse(&["--overload-queue-delay-ms", "0"]).unwrap())
+                .unwrap()
+                .overload_queue_delay,
+            None
+        );
         assert!(parse(&["--relay", "127.0.0.0/33"]).is_err());
-        assert!(parse(&["--relay", "any"]).unwrap().validate().is_ok());
+        assert!(valid(&["--relay", "any"]));
         assert_eq!(
             parse(&["--relay", "127.0.0.0/8,192.0.2.7"])
                 .unwrap()
@@ -437,13 +536,7 @@ mod tests {
             .to_string();
         assert!(error.contains("--location"), "{error}");
         assert!(!error.contains("hunter2"), "{error}");
-        assert!(parse(&["--location", "redis://127.0.0.1:6379/0"])
-            .unwrap()
-            .validate()
-            .is_ok());
-        assert!(parse(&["--metrics", "192.0.2.1:9000", "--metrics-public"])
-            .unwrap()
-            .validate()
-            .is_ok());
+        assert!(valid(&["--location", "redis://127.0.0.1:6379/0"]));
+        assert!(valid(&["--metrics", "192.0.2.1:9000", "--metrics-public"]));
     }
 }

@@ -272,6 +272,37 @@ pub(crate) fn uac_args(
     ]
 }
 
+/// The loopback test bed's SIPp UAS (`127.0.0.1:5070`), given 300 ms to bind.
+pub(crate) fn start_loopback_uas(procs: &mut Procs, dir: &Path) -> u32 {
+    let pid = spawn_sipp(procs, dir, &uas_args(loopback("127.0.0.1:5070")));
+    std::thread::sleep(Duration::from_millis(300));
+    pid
+}
+
+/// `calls` calls at `rate`/s from SIPp on `127.0.0.1:5061` through the proxy
+/// on `127.0.0.1:5060` to `bob@127.0.0.1:5070` (the loopback UAS), bounded by 60 s.
+pub(crate) fn run_loopback_calls(
+    procs: &mut Procs,
+    dir: &Path,
+    name: &str,
+    calls: u32,
+    rate: u32,
+) -> (Option<ExitStatus>, SippStats) {
+    let args = uac_args(
+        loopback("127.0.0.1:5060"),
+        loopback("127.0.0.1:5061"),
+        "bob",
+        "127.0.0.1:5070",
+        calls,
+        rate,
+    );
+    run_sipp(procs, dir, name, &args, Duration::from_secs(60))
+}
+
+fn loopback(text: &str) -> SocketAddr {
+    text.parse().expect("a socket address")
+}
+
 /// GET http://addr/metrics and return the body.
 pub(crate) fn scrape(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect metrics");

@@ -39,12 +39,60 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// Which location store: `memory`, or `redis://HOST[:PORT][/DB]`.
-pub fn parse_location(text: &str) -> Result<Option<String>, String> {
-    if text == "memory" {
-        return Ok(None);
+/// Which location store a SIP server uses, parsed once from its text form
+/// (`memory`, or `redis://HOST[:PORT][/DB]` checked by [`parse_redis_url`]).
+///
+/// A Redis URL may hold a password: `Display`, `Debug` and `Serialize`
+/// print it redacted ([`redact_location`]); only the store itself reads
+/// [`Location::Redis`]'s URL.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum Location {
+    /// This process's memory ([`ringway_sip::MemoryStore`]).
+    #[default]
+    Memory,
+    /// Shared by several proxies in Redis or Valkey at this (checked) URL.
+    Redis(String),
+}
+
+impl std::str::FromStr for Location {
+    type Err = String;
+
+    /// `memory` or a Redis URL; the error never repeats a password.
+    fn from_str(text: &str) -> Result<Location, String> {
+        if text == "memory" {
+            return Ok(Location::Memory);
+        }
+        parse_redis_url(text).map(Location::Redis)
     }
-    parse_redis_url(text).map(Some)
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Memory => f.write_str("memory"),
+            Location::Redis(url) => f.write_str(&redact_location(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Location({self})")
+    }
+}
+
+impl Serialize for Location {
+    /// Redacted: a dumped configuration never holds the password.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Location {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Location, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// `text` with any `USER:PASSWORD@` of a Redis URL replaced by `***@`, for
@@ -553,8 +601,22 @@ mod tests {
             "redis://127.0.0.1:6379/0"
         );
         assert_eq!(redact_location("memory"), "memory");
-        let error = super::parse_location("redis://:secret@127.0.0.1:0/x").unwrap_err();
+        let error = "redis://:secret@127.0.0.1:0/x"
+            .parse::<super::Location>()
+            .unwrap_err();
         assert!(!error.contains("secret"), "{error}");
+        let location: super::Location = "redis://:secret@127.0.0.1:6379/0".parse().unwrap();
+        for printed in [
+            location.to_string(),
+            format!("{location:?}"),
+            serde_json::to_string(&location).unwrap(),
+        ] {
+            assert!(!printed.contains("secret"), "{printed}");
+            assert!(
+                printed.contains("redis://***@127.0.0.1:6379/0"),
+                "{printed}"
+            );
+        }
     }
 
     /// The channels each of `aors` lands on with `seed`.
@@ -612,7 +674,8 @@ mod tests {
 
     #[test]
     fn urls_are_checked_at_start_up() {
-        assert_eq!(parse_location("memory"), Ok(None));
+        let parse_location = |text: &str| text.parse::<Location>();
+        assert_eq!(parse_location("memory"), Ok(Location::Memory));
         for good in [
             "redis://127.0.0.1:6379/0",
             "redis://127.0.0.1:6390",

@@ -1,6 +1,6 @@
 //! The Redis location store's place when ringway-server is built without
 //! its `redis` feature: a type that cannot be made, so the SIP server keeps
-//! one code path, and [`super::parse_location`] refuses `redis://` URLs at
+//! one code path, and [`super::Location`]'s parser refuses `redis://` URLs at
 //! configuration time with the reason.
 
 use super::LocationCounters;

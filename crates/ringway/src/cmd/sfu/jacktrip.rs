@@ -30,6 +30,20 @@ pub(crate) struct HubArgs {
     /// Stop after this many seconds (default: until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Wake once per packet period and take every datagram queued (as a
+    /// JACK period clock does) instead of once per datagram: fewer
+    /// wakeups, up to one period more delay.
+    #[arg(long)]
+    pub clocked: bool,
+    /// Serve the admin API (JSON, bearer token: clients, counters, gains,
+    /// kick) and /metrics on this loopback address (port 0: any; the bound
+    /// address is printed).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// The admin API's bearer token is in this file (at least 16
+    /// characters). Required with --admin.
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub admin_token_file: Option<PathBuf>,
     /// Write the final report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -46,11 +60,17 @@ pub(crate) fn run(a: HubArgs) -> anyhow::Result<()> {
             ..HubConfig::default()
         },
         duration_s: a.duration,
+        clocked: a.clocked,
+        admin_listen: a.admin,
+        admin_token_file: a.admin_token_file.clone(),
     })?;
     println!(
-        "ringway sfu jacktrip: handshake on tcp {}; audio on udp {}",
+        "ringway sfu jacktrip: handshake on tcp {}; audio on udp {}{}",
         server.tcp_addr(),
-        server.udp_addr()
+        server.udp_addr(),
+        server
+            .admin_addr()
+            .map_or(String::new(), |a| format!("; admin on http://{a}"))
     );
     let _ = std::io::stdout().flush();
     let stop = ringway_server::host::stop_flag()?;
@@ -61,7 +81,7 @@ pub(crate) fn run(a: HubArgs) -> anyhow::Result<()> {
     let s = &r.hub;
     println!(
         "final: {:.1}s joins={} exits={} rx_audio={} tx={} forwarded={} by_deadline={} cpu={} \
-         mix_wait p50={:.1}us p99={:.1}us; drops: unknown_peer={} malformed={} rate_mismatch={} \
+         mix_wait p50={:.1}us p99={:.1}us recv_calls={} send_calls={}; drops: unknown_peer={} malformed={} rate_mismatch={} \
          frames_mismatch={} handshakes_refused={}",
         r.wall_s,
         s.joins,
@@ -73,6 +93,8 @@ pub(crate) fn run(a: HubArgs) -> anyhow::Result<()> {
         r.cpu_s.map_or("n/a".into(), |c| format!("{c:.3}s")),
         r.mix_wait.p50_us,
         r.mix_wait.p99_us,
+        r.io.rx_syscalls,
+        r.io.tx_syscalls,
         s.drop_unknown_peer,
         s.drop_malformed,
         s.drop_rate_mismatch,
