@@ -311,10 +311,15 @@ mod tests {
 
     #[test]
     fn an_idle_connection_keeps_no_large_buffer() {
+        let limits = FrameLimits {
+            max_header_bytes: 1024,
+            max_body_bytes: 64 * 1024,
+        };
         let mut framer = Framer::default();
-        let body = "x".repeat(2000);
-        framer.extend(&msg(&body), LIMITS).unwrap();
-        let Some(Framed::Message(len)) = framer.next(LIMITS).unwrap() else {
+        let body = "x".repeat(20_000);
+        framer.extend(&msg(&body), limits).unwrap();
+        assert!(framer.capacity() > IDLE_CAPACITY);
+        let Some(Framed::Message(len)) = framer.next(limits).unwrap() else {
             panic!("no message");
         };
         framer.consume(len);
