@@ -19,6 +19,9 @@ pub struct RequestEdits<'e> {
     pub max_forwards: bool,
     /// Insert `Record-Route: <{uri}>` above existing Record-Route values.
     pub record_route: Option<&'e str>,
+    /// Insert a second `Record-Route: <{uri}>` right below `record_route`
+    /// (double Record-Route: the two sides reach us over two transports).
+    pub record_route_inner: Option<&'e str>,
     /// Remove this many Route values from the top (loose routing: ours;
     /// or every preloaded Route of an initial request).
     pub pop_routes: usize,
@@ -32,6 +35,10 @@ pub struct RequestEdits<'e> {
     /// Set `rport` of the top Via to this port (RFC 3581), replacing any
     /// value the sender wrote.
     pub rport: Option<u16>,
+    /// Write `rport` even where the sender asked for none (a request that
+    /// came over a connection: its responses follow the connection's
+    /// port, RFC 3261 18.2.2 and RFC 3581).
+    pub add_rport: bool,
     /// The next hop (first Route value left after `pop_routes`) is a strict
     /// router: remove that value as well and append `<uri>` (the
     /// Request-URI being replaced via `request_uri`) as the last Route
@@ -151,6 +158,8 @@ enum Piece<'e> {
     Text(&'e str),
     Received(&'e str),
     Rport(u16),
+    /// `;rport=N` where the sender wrote no `rport`.
+    RportParam(u16),
     /// The top Via's parameters without `received`/`rport`, then ours.
     ViaParams {
         params: &'e str,
@@ -257,6 +266,10 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
             out.push(b'=');
             write_u32(out, u32::from(p));
         }
+        Piece::RportParam(p) => {
+            out.extend_from_slice(b";rport=");
+            write_u32(out, u32::from(p));
+        }
         Piece::ViaParams {
             params,
             received,
@@ -319,6 +332,7 @@ pub fn forward_request(
     // Never emit a message with more header lines than we accept ourselves.
     let added = usize::from(edits.via.is_some())
         + usize::from(edits.record_route.is_some())
+        + usize::from(edits.record_route_inner.is_some())
         + usize::from(edits.strict_next_hop.is_some())
         + usize::from(edits.route_set.is_some())
         + usize::from(edits.path.is_some())
@@ -373,8 +387,12 @@ pub fn forward_request(
         if !senders_value {
             // Nothing of the sender's to replace (the common case): fill
             // in the valueless `rport`, append `received`.
-            if let (Some(p), Some(at)) = (edits.rport, rport_flag_end) {
-                sp.push(at, at, Some(Piece::Rport(p)));
+            match (edits.rport, rport_flag_end) {
+                (Some(p), Some(at)) => sp.push(at, at, Some(Piece::Rport(p))),
+                (Some(p), None) if edits.add_rport => {
+                    sp.push(top_end, top_end, Some(Piece::RportParam(p)))
+                }
+                _ => {}
             }
             if let Some(r) = edits.received {
                 sp.push(top_end, top_end, Some(Piece::Received(r)));
@@ -413,6 +431,9 @@ pub fn forward_request(
             .find(|h| h.kind == HeaderKind::RecordRoute)
             .map_or(hstart, |h| h.line_start as usize);
         sp.push(at, at, Some(Piece::RecordRoute(rr)));
+        if let Some(inner) = edits.record_route_inner {
+            sp.push(at, at, Some(Piece::RecordRoute(inner)));
+        }
     }
     let popped = edits.pop_routes + usize::from(edits.strict_next_hop.is_some());
     let total_routes = if popped > 0 || edits.pop_last_route {

@@ -56,6 +56,7 @@ pub mod proxy;
 pub mod registrar;
 pub mod relay;
 mod text;
+pub mod transport;
 pub mod uri;
 
 pub use edit::{
@@ -69,4 +70,5 @@ pub use proxy::{
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use relay::{Grant, RelayNets, RelayPolicy};
+pub use transport::{FlowId, Hop, Transport, TransportAddr};
 pub use uri::{NameAddr, SipUri};

@@ -17,6 +17,7 @@
 //! [`crate::proxy::StoreQueue`]), which runs it elsewhere and resumes the
 //! request with the answer.
 
+use crate::transport::Hop;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -38,6 +39,11 @@ pub struct Binding {
     /// The REGISTER's Path values, topmost first (RFC 3327): the route
     /// set that requests to this contact are sent through.
     pub path: Vec<String>,
+    /// The connection the REGISTER came in on (TCP, TLS): requests to this
+    /// contact go over it rather than to the Contact's address (a phone
+    /// behind NAT is reachable only so). `None` over UDP, and in a shared
+    /// store (a connection belongs to one proxy).
+    pub flow: Option<Hop>,
 }
 
 /// One change a REGISTER asks for.
@@ -70,6 +76,9 @@ pub struct Registration {
     pub cseq: u32,
     /// Its Path values, topmost first (stored with every binding it sets).
     pub path: Vec<String>,
+    /// The connection it came in on, stored with every binding it sets
+    /// ([`Binding::flow`]).
+    pub flow: Option<Hop>,
     /// The changes, in the order of the Contact headers (empty: a query).
     pub changes: Vec<BindingChange>,
     /// Most bindings the AOR may have afterwards.
@@ -239,6 +248,7 @@ pub fn apply_registration(
                         call_id: registration.call_id.clone(),
                         cseq: registration.cseq,
                         path: registration.path.clone(),
+                        flow: registration.flow,
                     },
                 );
             }
@@ -408,6 +418,7 @@ mod tests {
             call_id: call_id.into(),
             cseq,
             path: Vec::new(),
+            flow: None,
             changes: vec![BindingChange::Bind {
                 contact: contact.into(),
                 expires,

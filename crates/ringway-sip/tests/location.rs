@@ -199,6 +199,7 @@ fn a_stateful_retransmission_resumed_after_the_first_is_absorbed() {
                 call_id: "x".into(),
                 cseq: 1,
                 path: Vec::new(),
+                flow: None,
                 changes: vec![BindingChange::Bind {
                     contact: "sip:carol@192.0.2.2".into(),
                     expires: 60,

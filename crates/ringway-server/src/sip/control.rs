@@ -284,6 +284,7 @@ impl SipControl {
                 .map(|c| BindingChange::Unbind { contact: c.clone() })
                 .collect(),
             max_contacts: usize::MAX,
+            flow: None,
         };
         store
             .register(&registration, now)

@@ -31,6 +31,7 @@ mod prometheus;
 pub mod service;
 mod stats;
 mod summary;
+pub mod tcp;
 mod timer;
 mod worker;
 
@@ -59,6 +60,7 @@ use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::MemoryStore;
 use ringway_sip::{
     AuthConfig, FloodConfig, Mode, Proxy, ProxyConfig, ProxyStats, RegistrarPolicy, RelayNets,
+    Transport, TransportAddr,
 };
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -68,6 +70,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+pub use tcp::{Connections, TcpConfig, TcpSnapshot};
 
 /// Bytes per receive frame: larger datagrams are cut and counted as dropped.
 pub const RX_FRAME: usize = 16 * 1024;
@@ -98,8 +101,15 @@ pub struct SipServerConfig {
     pub mode: Mode,
     /// Worker threads (1..=256).
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop.
-    pub route_to: Option<SocketAddr>,
+    /// Send every request not addressed elsewhere to this next hop, over
+    /// its transport (`tcp:ADDR` needs a TCP listener; a bare address is
+    /// UDP).
+    pub route_to: Option<TransportAddr>,
+    /// Listening addresses of connection transports (`tcp:ADDR`), beyond
+    /// the UDP `listen`. Port 0: the UDP port.
+    pub listeners: Vec<TransportAddr>,
+    /// Bounds of the TCP transport.
+    pub tcp: TcpConfig,
     /// Destinations any request may be relayed to, authenticated or not
     /// (`none`: only `route_to`, bindings, signed dialogs and
     /// authenticated users' targets; `any`; or networks). Loopback,
@@ -199,6 +209,8 @@ impl Default for SipServerConfig {
             mode: Mode::Stateless,
             workers: 1,
             route_to: None,
+            listeners: Vec::new(),
+            tcp: TcpConfig::default(),
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
@@ -281,6 +293,27 @@ impl SipServerConfig {
                 self.listen
             ));
         }
+        for listener in &self.listeners {
+            if listener.transport != Transport::Tcp {
+                return fail(format!(
+                    "listen {listener}: only udp and tcp are built so far (tls and ws: issue 21)"
+                ));
+            }
+            if listener.addr.ip().is_unspecified() {
+                return fail(format!(
+                    "listen {listener}: use a concrete address (it goes into Via and Record-Route)"
+                ));
+            }
+        }
+        if let Some(to) = self.route_to.filter(|to| to.transport != Transport::Udp) {
+            if !self.listeners.iter().any(|l| l.transport == to.transport) {
+                return fail(format!(
+                    "route_to {to} needs a {} listen address",
+                    to.transport
+                ));
+            }
+        }
+        self.tcp.validate().map_err(ServerError::Config)?;
         if let Io::Xdp(_) = self.io {
             return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
         }
@@ -385,11 +418,19 @@ impl SipServerConfig {
         placement
     }
 
-    fn proxy_config(&self, local: SocketAddr, key: NonceKey, seed: u64) -> ProxyConfig {
+    fn proxy_config(
+        &self,
+        local: SocketAddr,
+        listeners: Vec<TransportAddr>,
+        key: NonceKey,
+        seed: u64,
+    ) -> ProxyConfig {
         ProxyConfig {
             mode: self.mode,
             local,
-            route_to: self.route_to,
+            route_to: self.route_to.map(|to| to.addr),
+            route_to_transport: self.route_to.map_or(Transport::Udp, |to| to.transport),
+            listeners,
             registrar: self.registrar,
             record_route: self.record_route,
             max_transactions: self.max_transactions,
@@ -493,6 +534,10 @@ struct Shared {
     slots: Vec<MetricsSlot>,
     /// The shared location store's driver, when there is one.
     location: Option<LocationShared>,
+    /// TCP connections, when there is a TCP listener.
+    connections: Option<Arc<Connections>>,
+    /// The connection transports' bound listening addresses.
+    stream_addresses: Vec<TransportAddr>,
     generation: AtomicU64,
     threads_cpu: Mutex<Vec<ThreadCpu>>,
     placement: Mutex<Vec<String>>,
@@ -604,6 +649,8 @@ pub struct Snapshot {
     pub location: Option<LocationSnapshot>,
     /// Datagrams received per worker (index = worker).
     pub per_worker_in: Vec<u64>,
+    /// The TCP transport (`None`: no TCP listener).
+    pub tcp: Option<TcpSnapshot>,
 }
 
 /// A running SIP server.
@@ -619,8 +666,10 @@ impl SipServer {
         let credentials = config.load_credentials()?;
         let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
         let local = sockets[0].local_addr()?;
+        let streams = open_listeners(&config, local)?;
         let proxy_config = config.proxy_config(
             local,
+            streams.addresses.clone(),
             random_key()?,
             u64::from_le_bytes(host::random_bytes()?),
         );
@@ -637,7 +686,15 @@ impl SipServer {
         // Hashes and MACs we put on the wire: unpredictable (S19).
         proxy.set_secret(host::random_bytes()?);
         let store_threads = store_ends.as_ref().map_or(0, |ends| ends.stores.len());
+        let StreamListeners {
+            addresses: stream_addresses,
+            listeners: tcp_listeners,
+            polls: tcp_polls,
+            connections,
+        } = streams;
         let shared = Arc::new(Shared {
+            connections,
+            stream_addresses,
             slots: (0..config.workers + 1 + store_threads)
                 .map(|_| MetricsSlot::default())
                 .collect(),
@@ -662,17 +719,23 @@ impl SipServer {
             shared,
             threads: host::ThreadGroup::default(),
         };
-        server.spawn_threads(sockets, timer_socket, store_ends)?;
+        server.spawn_threads(
+            sockets,
+            timer_socket,
+            store_ends,
+            (tcp_listeners, tcp_polls),
+        )?;
         Ok(server)
     }
 
-    /// Open the backend on every socket and start the worker, timer and
-    /// store threads.
+    /// Open the backend on every socket and start the worker, timer, TCP
+    /// event loop and store threads.
     fn spawn_threads(
         &mut self,
         sockets: Vec<UdpSocket>,
         timer_socket: UdpSocket,
         store_ends: Option<StoreEnds>,
+        (tcp_listeners, tcp_polls): (Vec<mio::net::TcpListener>, Vec<mio::Poll>),
     ) -> Result<(), ServerError> {
         let backend = self.shared.config.io.kind();
         let open = |socket| {
@@ -688,6 +751,19 @@ impl SipServer {
         let mut store_ios = Vec::new();
         for _ in 0..store_ends.as_ref().map_or(0, |ends| ends.stores.len()) {
             store_ios.push(open(timer_socket.try_clone()?)?);
+        }
+        let mut tcp_listeners = Some(tcp_listeners);
+        for (i, poll) in tcp_polls.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            let udp = timer_socket.try_clone()?;
+            let listeners = if i == 0 {
+                tcp_listeners.take().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            self.spawn(format!("sip-tcp{i}"), move || {
+                tcp_thread(&shared, i, poll, listeners, udp)
+            })?;
         }
         let timer_io = open(timer_socket)?;
         for (index, io) in ios.into_iter().enumerate() {
@@ -725,6 +801,16 @@ impl SipServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local
+    }
+
+    /// The bound listening addresses of connection transports (TCP).
+    pub fn stream_addresses(&self) -> &[TransportAddr] {
+        &self.shared.stream_addresses
+    }
+
+    /// The TCP transport's connection table (`None`: no TCP listener).
+    pub fn connections(&self) -> Option<&Connections> {
+        self.shared.connections.as_deref()
     }
 
     /// Names of the threads that panicked (empty while all is well). A
@@ -910,6 +996,93 @@ fn open_sockets(
     Ok((sockets, timer, granted))
 }
 
+/// The connection transports' listeners, polls and table.
+struct StreamListeners {
+    /// The bound addresses (port 0 replaced).
+    addresses: Vec<TransportAddr>,
+    /// Every listener (accepted on by event loop 0).
+    listeners: Vec<mio::net::TcpListener>,
+    /// One poll per event loop.
+    polls: Vec<mio::Poll>,
+    connections: Option<Arc<Connections>>,
+}
+
+/// Bind the TCP listeners (port 0: the UDP port `local` got) and make the
+/// event loops' polls and the connection table.
+fn open_listeners(
+    config: &SipServerConfig,
+    local: SocketAddr,
+) -> Result<StreamListeners, ServerError> {
+    let mut streams = StreamListeners {
+        addresses: Vec::new(),
+        listeners: Vec::new(),
+        polls: Vec::new(),
+        connections: None,
+    };
+    if config.listeners.is_empty() {
+        return Ok(streams);
+    }
+    for listener in &config.listeners {
+        let mut addr = listener.addr;
+        if addr.port() == 0 {
+            addr.set_port(local.port());
+        }
+        let bound = mio::net::TcpListener::bind(addr)
+            .map_err(|source| ServerError::Socket { addr, source })?;
+        streams.addresses.push(TransportAddr {
+            transport: listener.transport,
+            addr: bound.local_addr()?,
+        });
+        streams.listeners.push(bound);
+    }
+    let threads = match config.tcp.threads {
+        0 => config.workers,
+        n => n,
+    };
+    let mut registries = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        let poll = mio::Poll::new()?;
+        registries.push(poll.registry().try_clone()?);
+        streams.polls.push(poll);
+    }
+    streams.connections = Some(Arc::new(Connections::new(config.tcp.clone(), registries)));
+    for a in &streams.addresses {
+        log::info!("sip server: listening on {a} ({threads} event loops)");
+    }
+    Ok(streams)
+}
+
+/// One TCP event loop thread ([`tcp::run_loop`]).
+fn tcp_thread(
+    shared: &Shared,
+    index: usize,
+    poll: mio::Poll,
+    listeners: Vec<mio::net::TcpListener>,
+    udp: UdpSocket,
+) {
+    let Some(connections) = shared.connections.as_deref() else {
+        return;
+    };
+    let name = format!("sip-tcp{index}");
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        tcp::run_loop(tcp::LoopContext {
+            poll,
+            listeners,
+            connections,
+            proxy: &shared.proxy,
+            udp,
+            stop: &shared.stop,
+        })
+    }));
+    record_thread_cpu(shared, &name);
+    if let Err(panic) = run {
+        shared.thread_panicked(&name);
+        log::error!("sip server: thread {name} panicked: stopping every thread");
+        resume_unwind(panic);
+    }
+}
+
 /// Record the calling thread's CPU time when it ends.
 fn record_thread_cpu(shared: &Shared, name: &str) {
     if let Ok(cpu) = host::thread_cpu_time() {
@@ -932,6 +1105,7 @@ fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
     let config = &shared.config;
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    worker.with_connections(shared.connections.clone());
     worker.shed_after(config.overload_queue_delay.map(duration_ns));
     worker.emulate_service(config.emulated_service, index as u64 + 1);
     let slot = &shared.slots[index];
@@ -980,6 +1154,7 @@ fn finish_thread(
 /// The timer thread: run the core's timers at their deadlines.
 fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let mut timer = SipTimer::new(&shared.proxy);
+    timer.with_connections(shared.connections.clone());
     let slot = &shared.slots[shared.config.workers];
     let mut published = 0u64;
     let _alive = AliveGuard::new(&shared.threads_alive);
@@ -1096,6 +1271,7 @@ fn snapshot(shared: &Shared) -> Snapshot {
             }
         }),
         per_worker_in,
+        tcp: shared.connections.as_ref().map(|c| c.snapshot()),
     }
 }
 

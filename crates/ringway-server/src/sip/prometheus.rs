@@ -136,6 +136,73 @@ const CORE_COUNTERS: [CoreCounter; 24] = [
     ),
 ];
 
+/// The counters of one connection transport, labelled with it.
+fn render_transport(p: &mut PromText, transport: &str, s: &super::TcpSnapshot) {
+    let l = [("transport", transport)];
+    p.gauge(
+        "ringway_sip_connections_open",
+        "Connections open now.",
+        &l,
+        s.open as f64,
+    );
+    p.counter(
+        "ringway_sip_connections_accepted_total",
+        "Connections accepted.",
+        &l,
+        s.accepted,
+    );
+    p.counter(
+        "ringway_sip_connections_opened_total",
+        "Connections the proxy opened.",
+        &l,
+        s.connected,
+    );
+    for (reason, v) in [("limit", s.refused_limit), ("per_ip", s.refused_per_ip)] {
+        p.counter(
+            "ringway_sip_connections_refused_total",
+            "Accepted connections closed at once, by the bound they hit.",
+            &[("transport", transport), ("reason", reason)],
+            v,
+        );
+    }
+    for (reason, v) in &s.closed {
+        p.counter(
+            "ringway_sip_connections_closed_total",
+            "Connections closed, by reason.",
+            &[("transport", transport), ("reason", reason)],
+            *v,
+        );
+    }
+    for (direction, v) in [("in", s.bytes_in), ("out", s.bytes_out)] {
+        p.counter(
+            "ringway_sip_transport_bytes_total",
+            "Bytes read from and written to connections.",
+            &[("transport", transport), ("direction", direction)],
+            v,
+        );
+    }
+    for (direction, v) in [("in", s.messages_in), ("out", s.messages_out)] {
+        p.counter(
+            "ringway_sip_transport_messages_total",
+            "Messages framed off and sent over connections.",
+            &[("transport", transport), ("direction", direction)],
+            v,
+        );
+    }
+    p.counter(
+        "ringway_sip_keepalive_pings_total",
+        "CRLF CRLF keep-alive pings answered with a pong (RFC 5626 4.4.1).",
+        &l,
+        s.pings,
+    );
+    p.counter(
+        "ringway_sip_transport_no_connection_total",
+        "Messages dropped because their connection was gone or could not be opened.",
+        &l,
+        s.no_connection,
+    );
+}
+
 /// Prometheus text of the current state.
 pub(super) fn render(snap: &Snapshot) -> String {
     let mut text = PromText::default();
@@ -233,6 +300,9 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
             &[],
             value,
         );
+    }
+    if let Some(tcp) = &snap.tcp {
+        render_transport(text, "tcp", tcp);
     }
 }
 

@@ -176,6 +176,10 @@ pub struct ConfigView {
     pub rx_model: RxModel,
     /// Next hop.
     pub route_to: Option<SocketAddr>,
+    /// The transport to `route_to`.
+    pub route_to_transport: Option<ringway_sip::Transport>,
+    /// Connection transports' listening addresses (as configured).
+    pub listen_also: Vec<ringway_sip::TransportAddr>,
     /// Relay networks (`none`, `any` or a CIDR list).
     pub relay: String,
     /// Registrar on.
@@ -282,6 +286,8 @@ pub struct Summary {
     pub placement: Vec<String>,
     /// The shared location store (null: in memory).
     pub location: Option<LocationSummary>,
+    /// The TCP transport's connections and bytes (null: no TCP listener).
+    pub tcp: Option<crate::sip::tcp::TcpSnapshot>,
     /// Threads that panicked (each stops the server; the command then
     /// exits with an error). Empty on a clean run.
     pub threads_panicked: Vec<String>,
@@ -300,7 +306,9 @@ impl ConfigView {
             workers: config.workers,
             backend: config.io.to_string(),
             rx_model: config.rx_model,
-            route_to: config.route_to,
+            route_to: config.route_to.map(|to| to.addr),
+            route_to_transport: config.route_to.map(|to| to.transport),
+            listen_also: config.listeners.clone(),
             relay: config.relay.to_string(),
             registrar: config.registrar,
             record_route: config.record_route,
@@ -409,6 +417,7 @@ pub(super) fn build(
             register: crate::sip::location::QueryLatencySummary::of(&location.latency.register),
             lookup: crate::sip::location::QueryLatencySummary::of(&location.latency.lookup),
         }),
+        tcp: snap.tcp.clone(),
         threads_panicked,
     }
 }

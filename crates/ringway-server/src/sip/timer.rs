@@ -2,9 +2,11 @@
 //! deadlines and send what they produce.
 
 use super::stats::WorkerMetrics;
+use super::tcp::Connections;
 use super::worker::TX_FRAME;
 use ringway_io::{BatchIo, TxBatch};
-use ringway_sip::{Proxy, ProxyWorker};
+use ringway_sip::{Proxy, ProxyWorker, Transport};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest sleep of the timer thread (new transactions may bring earlier
@@ -16,6 +18,8 @@ pub struct SipTimer<'p> {
     proxy: ProxyWorker<'p>,
     tx: TxBatch,
     metrics: WorkerMetrics,
+    /// Where messages for connection transports go.
+    connections: Option<Arc<Connections>>,
 }
 
 impl<'p> SipTimer<'p> {
@@ -25,7 +29,14 @@ impl<'p> SipTimer<'p> {
             proxy: proxy.worker(),
             tx: TxBatch::new(256, TX_FRAME),
             metrics: WorkerMetrics::default(),
+            connections: None,
         }
+    }
+
+    /// Send what the timers address to a connection transport through
+    /// `connections`.
+    pub fn with_connections(&mut self, connections: Option<Arc<Connections>>) {
+        self.connections = connections;
     }
 
     /// What the timer sent so far.
@@ -46,11 +57,25 @@ impl<'p> SipTimer<'p> {
 
     /// Fire the timers due at `now` and send their output through `io`.
     pub fn fire(&mut self, io: &mut dyn BatchIo, now: u64) {
-        let SipTimer { proxy, tx, metrics } = self;
+        let SipTimer {
+            proxy,
+            tx,
+            metrics,
+            connections,
+        } = self;
         tx.clear();
         let mut oversize = 0u64;
         let mut sent = 0u64;
-        proxy.on_timer(now, &mut |dst, bytes| {
+        proxy.on_timer_hops(now, &mut |hop, bytes| {
+            if hop.transport != Transport::Udp {
+                if let Some(connections) = connections.as_deref() {
+                    connections.send(hop, bytes, now);
+                } else {
+                    oversize += 1;
+                }
+                return;
+            }
+            let dst = hop.addr;
             if tx.is_full() {
                 if let Ok(n) = io.send_batch(tx) {
                     sent += n as u64;

@@ -4,9 +4,11 @@
 
 use super::service::ServiceTime;
 use super::stats::{Latency, WorkerMetrics};
+use super::tcp::Connections;
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
-use ringway_sip::{DropReason, MsgLabel, Proxy, ProxyWorker};
+use ringway_sip::{DropReason, Hop, MsgLabel, Proxy, ProxyWorker, Transport};
+use std::sync::Arc;
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
 /// type's slot is above them.
@@ -39,6 +41,8 @@ pub struct SipWorker<'p> {
     /// Emulated service time added to every handled message, and its
     /// random state.
     service: Option<(ServiceTime, u64)>,
+    /// Where messages for connection transports go.
+    connections: Option<Arc<Connections>>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -57,7 +61,15 @@ impl<'p> SipWorker<'p> {
             waiting: Vec::with_capacity(batch.max(1)),
             shed_after: None,
             service: None,
+            connections: None,
         }
+    }
+
+    /// Send what the core addresses to a connection transport through
+    /// `connections` (without: such messages are counted as oversize
+    /// drops, which a UDP-only server never produces).
+    pub fn with_connections(&mut self, connections: Option<Arc<Connections>>) {
+        self.connections = connections;
     }
 
     /// Overload shedding: a datagram that waited longer than `limit` ns
@@ -111,6 +123,7 @@ impl<'p> SipWorker<'p> {
             waiting,
             shed_after,
             service,
+            connections,
             ..
         } = self;
         tx.clear();
@@ -144,11 +157,18 @@ impl<'p> SipWorker<'p> {
                 proxy.set_shedding(waited.is_some_and(|wait| wait > limit));
             }
             let core_start = clock();
-            let outcome = proxy.handle(
-                core_start.0,
-                datagram.meta.peer,
-                datagram.data,
-                &mut |dst, bytes| {
+            let from = Hop::udp(datagram.meta.peer);
+            let outcome =
+                proxy.handle_from(core_start.0, from, datagram.data, &mut |hop, bytes| {
+                    if hop.transport != Transport::Udp {
+                        if let Some(connections) = connections.as_deref() {
+                            connections.send(hop, bytes, core_start.0);
+                        } else {
+                            oversize += 1;
+                        }
+                        return;
+                    }
+                    let dst = hop.addr;
                     if tx.is_full() {
                         // More output than the batch holds: flush early (rare).
                         match io.send_batch(tx) {
@@ -160,8 +180,7 @@ impl<'p> SipWorker<'p> {
                     if tx.push(dst, bytes).is_err() {
                         oversize += 1;
                     }
-                },
-            );
+                });
             if let Some((time, rng)) = service.as_mut() {
                 time.burn(rng);
             }

@@ -39,8 +39,8 @@ use super::worker::ProxyWorker;
 use super::Proxy;
 use crate::auth::{Algorithm, CredentialStore, Credentials, NonceCheck, ReplayCheck, ReplayTable};
 use crate::msg::Method;
+use crate::transport::Hop;
 use crate::uri::SipUri;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -358,7 +358,7 @@ impl ProxyWorker<'_> {
         request: &Request<'_>,
         plan: &RoutePlan<'_>,
         target: &Target<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Result<Option<Identity>, Action> {
         let proxy = self.proxy();
         let Some(auth) = proxy.auth.as_ref() else {

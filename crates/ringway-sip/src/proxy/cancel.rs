@@ -21,6 +21,7 @@ use super::transaction::{lock, Class, ClientState, Shard, Transaction, Transacti
 use super::worker::{send, ProxyWorker};
 use super::Proxy;
 use crate::msg::{HeaderKind, SipMsg};
+use crate::transport::Hop;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -103,14 +104,15 @@ impl ProxyWorker<'_> {
         &mut self,
         request: &Request<'_>,
         shard: MutexGuard<'_, Shard>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Option<Action> {
         let hash = request.keys.transaction;
         let invite = shard
             .transactions
             .get(&TransactionKey::new(hash, Class::Invite));
         // The same branch from another source is not the INVITE's CANCEL.
-        let same_branch = invite.is_some_and(|invite| invite.upstream == Some(request.upstream));
+        let same_branch = invite
+            .is_some_and(|invite| invite.upstream.map(|hop| hop.addr) == Some(request.reply.addr));
         let foreign = invite.is_some() && !same_branch;
         drop(shard);
         if foreign {
@@ -136,13 +138,13 @@ impl ProxyWorker<'_> {
         &mut self,
         request: &Request<'_>,
         invite_hash: u64,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let proxy = self.proxy();
         let now = request.now;
         let own_hash = request.keys.transaction;
-        let action = self.respond(request.msg, request.upstream, 200, "OK", &[], out);
-        let mut answered = Transaction::new_cancel(now, Some(request.upstream));
+        let action = self.respond(request.msg, request.reply, 200, "OK", &[], out);
+        let mut answered = Transaction::new_cancel(now, Some(request.reply));
         proxy.build_cancel_ok(request.msg, &mut answered.last_response);
         if own_hash != invite_hash {
             // Matched the RFC 2543 way: the server side lives under the
@@ -188,7 +190,7 @@ impl ProxyWorker<'_> {
         shard: &mut Shard,
         now: u64,
         hash: u64,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) {
         let cancel_key = TransactionKey::new(hash, Class::Cancel);
         let mut cancel = shard.remove(&cancel_key).unwrap_or_else(|| {
@@ -215,7 +217,7 @@ impl ProxyWorker<'_> {
         now: u64,
         invite: &Transaction,
         cancel: &mut Transaction,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) {
         let (Some(downstream), Ok(forwarded)) = (invite.downstream, SipMsg::parse(&invite.request))
         else {

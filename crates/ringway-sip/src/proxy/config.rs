@@ -2,6 +2,7 @@
 
 use crate::auth::{Algorithm, NonceKey};
 use crate::relay::RelayNets;
+use crate::transport::{Transport, TransportAddr};
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
 
@@ -25,6 +26,13 @@ pub struct ProxyConfig {
     pub local: SocketAddr,
     /// Default next hop for requests with no IP-literal target.
     pub route_to: Option<SocketAddr>,
+    /// The transport to `route_to` (UDP unless configured otherwise).
+    pub route_to_transport: Transport,
+    /// Where we listen on connection transports (TCP, TLS), beyond
+    /// `local` (UDP): each goes into the Via and Record-Route of what we
+    /// send over that transport, and is recognised as ours in Route and
+    /// Via. Every transport we send over must be listed (UDP is `local`).
+    pub listeners: Vec<TransportAddr>,
     /// Act as registrar (REGISTER to our domain, location lookup).
     pub registrar: bool,
     /// Insert Record-Route into dialog-creating requests.
@@ -161,6 +169,8 @@ impl Default for ProxyConfig {
             mode: Mode::Stateless,
             local: SocketAddr::from(([127, 0, 0, 1], 5060)),
             route_to: None,
+            route_to_transport: Transport::Udp,
+            listeners: Vec::new(),
             registrar: false,
             record_route: false,
             max_transactions: 65536,

@@ -20,6 +20,7 @@ use super::stats::Counter;
 use super::worker::ProxyWorker;
 use crate::msg::SipMsg;
 use crate::registrar::{LocationStore, StoreAnswer, StoreError, StoreQuery};
+use crate::transport::Hop;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -30,8 +31,8 @@ pub struct DeferredRequest {
     pub query: StoreQuery,
     /// When the request was received (monotonic ns, the worker's clock).
     pub received: u64,
-    /// Its source address.
-    pub src: SocketAddr,
+    /// Where it came from.
+    pub src: Hop,
     /// The datagram (the request is parsed again on resumption).
     pub datagram: Vec<u8>,
 }
@@ -87,7 +88,7 @@ impl ProxyWorker<'_> {
                 let deferred = DeferredRequest {
                     query,
                     received: request.now,
-                    src: request.src,
+                    src: request.from,
                     datagram: request.msg.datagram().to_vec(),
                 };
                 match queue.submit(deferred) {
@@ -116,6 +117,17 @@ impl ProxyWorker<'_> {
         answer: StoreAnswer,
         now: u64,
         out: &mut dyn FnMut(SocketAddr, &[u8]),
+    ) -> Outcome {
+        self.resume_hops(request, answer, now, &mut |hop, bytes| out(hop.addr, bytes))
+    }
+
+    /// [`ProxyWorker::resume`] with the hop of every message sent.
+    pub fn resume_hops(
+        &mut self,
+        request: &DeferredRequest,
+        answer: StoreAnswer,
+        now: u64,
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         self.resumed_answer = Some((request.query.clone(), answer));
         self.resuming = true;

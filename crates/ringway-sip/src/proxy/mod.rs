@@ -75,12 +75,14 @@ pub use worker::AMPLIFICATION_LIMIT;
 use crate::hash::{Hash64, MacKey};
 use crate::registrar::{LocationStore, MemoryStore};
 use crate::relay::RelayPolicy;
+use crate::transport::{Transport, TransportAddr};
 use auth::Authenticator;
 use authorised::AuthorisedHops;
 use cancel::CancelIndex;
 use deferred::StoreAccess;
 use flood::FloodLimiter;
 use stats::Counters;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use transaction::{Shard, SHARDS};
@@ -88,10 +90,8 @@ use transaction::{Shard, SHARDS};
 /// The SIP proxy/registrar core, shared by all workers (`Send + Sync`).
 pub struct Proxy {
     config: ProxyConfig,
-    /// `host:port` we put in Via.
-    sent_by: String,
-    /// Our Record-Route URI without its signature (`sip:host:port;lr`).
-    record_route_uri: String,
+    /// Our address per transport: UDP (`local`) first, then the listeners.
+    own: Vec<OwnAddress>,
     /// Seed of every hash we put on the wire (branches, To-tags).
     secret: u64,
     /// Key of the MACs we put on the wire (branch upstream MAC, signed
@@ -145,7 +145,10 @@ impl Proxy {
 
     fn with_store_access(config: ProxyConfig, store: StoreAccess) -> Self {
         let sent_by = config.local.to_string();
-        let record_route_uri = format!("sip:{sent_by};lr");
+        let own = std::iter::once(TransportAddr::udp(config.local))
+            .chain(config.listeners.iter().copied())
+            .map(OwnAddress::new)
+            .collect();
         let transaction_bytes = Arc::new(AtomicUsize::new(0));
         // Deterministic until a driver calls `set_secret` (servers do, with
         // random bytes).
@@ -185,8 +188,7 @@ impl Proxy {
                 FloodLimiter::new(flood)
             }),
             config,
-            sent_by,
-            record_route_uri,
+            own,
             secret,
             store,
             shards: (0..SHARDS)
@@ -336,8 +338,43 @@ impl Proxy {
             && self.transaction_bytes() < self.config.max_transaction_bytes
     }
 
+    /// Our address on `transport` (`None`: we do not listen on it).
+    pub(super) fn own_address(&self, transport: Transport) -> Option<&OwnAddress> {
+        self.own.iter().find(|own| own.at.transport == transport)
+    }
+
+    /// Whether `addr` is one of our listening addresses (any transport).
+    pub(super) fn is_own_address(&self, addr: SocketAddr) -> bool {
+        self.own.iter().any(|own| own.at.addr == addr)
+    }
+
     /// The shard holding transactions of hash `hash`.
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
         &self.shards[(hash >> 58) as usize % SHARDS]
+    }
+}
+
+/// One of our listening addresses with the texts we write for it.
+pub(super) struct OwnAddress {
+    pub(super) at: TransportAddr,
+    /// `host:port` for Via.
+    pub(super) sent_by: String,
+    /// Record-Route URI without its signature
+    /// (`sip:host:port;transport=tcp;lr`; no `transport` for UDP).
+    pub(super) record_route_uri: String,
+}
+
+impl OwnAddress {
+    fn new(at: TransportAddr) -> OwnAddress {
+        let sent_by = at.addr.to_string();
+        let record_route_uri = match at.transport {
+            Transport::Udp => format!("sip:{sent_by};lr"),
+            other => format!("sip:{sent_by};transport={};lr", other.name()),
+        };
+        OwnAddress {
+            at,
+            sent_by,
+            record_route_uri,
+        }
     }
 }

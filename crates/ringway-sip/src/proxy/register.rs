@@ -45,7 +45,7 @@ use super::Proxy;
 use crate::msg::{parse_delta, SipMsg};
 use crate::registrar::{BindingChange, Registration, StoreError, StoreQuery};
 use crate::text::CommaSplit;
-use std::net::SocketAddr;
+use crate::transport::Hop;
 
 /// Default registration lifetime when none is requested (s).
 pub const DEFAULT_EXPIRES: u32 = 3600;
@@ -98,10 +98,13 @@ impl ProxyWorker<'_> {
         &mut self,
         request: &Request<'_>,
         identity: Option<&Identity>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let now = request.now;
-        let result = match self.proxy().registration(request.msg, identity) {
+        let result = match self
+            .proxy()
+            .registration(request.msg, request.from, identity)
+        {
             Ok(registration) => {
                 match self.store_call(request, StoreQuery::Register(registration)) {
                     StoreCall::Deferred => return Action::Deferred,
@@ -172,6 +175,7 @@ impl Proxy {
     fn registration(
         &self,
         msg: &SipMsg<'_>,
+        from: Hop,
         identity: Option<&Identity>,
     ) -> Result<Registration, Refusal> {
         let policy = self.config.registrar_policy;
@@ -199,6 +203,7 @@ impl Proxy {
             call_id: msg.call_id().unwrap_or("").to_owned(),
             cseq: msg.cseq().map_or(0, |c| c.0),
             path: path_values(msg).map(str::to_owned).collect(),
+            flow: from.transport.is_reliable().then_some(from),
             changes: registration_changes(msg, policy)?,
             max_contacts: policy.max_contacts,
         })

@@ -10,16 +10,18 @@ use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::request_context::Request;
 use super::routing::{upstream_address, Rejection, RoutePlan, Target};
 use super::stats::Counter;
-use super::worker::{scratch_for, send, ProxyWorker};
+use super::worker::{reply_hop, scratch_for, send, ProxyWorker};
+use super::OwnAddress;
 use super::Proxy;
 use crate::edit::{forward_request, RemoveHeaders, RequestEdits, ViaEdit};
 use crate::msg::{Method, SipMsg};
 use crate::registrar::StoreQuery;
 use crate::relay::{Grant, Refusal};
+use crate::transport::Hop;
 use crate::uri::host_ip;
 use std::borrow::Cow;
 use std::io::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 /// What we answer an OPTIONS for us with.
 const OPTIONS_HEADERS: [(&str, &str); 2] = [
@@ -31,9 +33,9 @@ impl ProxyWorker<'_> {
     pub(super) fn on_request(
         &mut self,
         now: u64,
-        src: SocketAddr,
+        src: Hop,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         self.stripe.add(Counter::RequestsReceived);
         self.request_outcome(now, src, msg, out)
@@ -44,16 +46,19 @@ impl ProxyWorker<'_> {
     pub(super) fn request_outcome(
         &mut self,
         now: u64,
-        src: SocketAddr,
+        from: Hop,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         let method = msg.method().unwrap_or(Method::Other(""));
         let label = MsgLabel::of_method(method);
+        let upstream = upstream_address(from, msg.top_via().as_ref());
         let request = Request {
             now,
-            src,
-            upstream: upstream_address(src, msg.top_via().as_ref()),
+            src: from.addr,
+            from,
+            upstream,
+            reply: reply_hop(from, upstream),
             msg,
             method,
             keys: self.proxy().request_keys(msg),
@@ -68,11 +73,7 @@ impl ProxyWorker<'_> {
     }
 
     /// A request that matches no transaction (or any, stateless).
-    fn new_request(
-        &mut self,
-        request: &Request<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
-    ) -> Action {
+    fn new_request(&mut self, request: &Request<'_>, out: &mut dyn FnMut(Hop, &[u8])) -> Action {
         let stateful = match self.admit(request, out) {
             Ok(stateful) => stateful,
             Err(refused) => return refused,
@@ -148,7 +149,7 @@ impl ProxyWorker<'_> {
     fn admit(
         &mut self,
         request: &Request<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Result<bool, Action> {
         let proxy = self.proxy();
         let method = request.method;
@@ -158,7 +159,7 @@ impl ProxyWorker<'_> {
             self.stripe.add(Counter::OverloadQueueSheds);
             return Err(self.respond(
                 request.msg,
-                request.upstream,
+                request.reply,
                 503,
                 "Service Unavailable",
                 &[("Retry-After", "5")],
@@ -173,7 +174,7 @@ impl ProxyWorker<'_> {
             self.stripe.add(Counter::DrainRefusals);
             return Err(self.respond(
                 request.msg,
-                request.upstream,
+                request.reply,
                 503,
                 "Service Unavailable - Draining",
                 &[("Retry-After", "30")],
@@ -204,7 +205,7 @@ impl ProxyWorker<'_> {
         if method == Method::Invite {
             return Err(self.respond(
                 request.msg,
-                request.upstream,
+                request.reply,
                 503,
                 "Service Unavailable",
                 &[("Retry-After", "5")],
@@ -219,7 +220,7 @@ impl ProxyWorker<'_> {
         &mut self,
         request: &Request<'_>,
         rejection: Rejection,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let (code, reason) = rejection.status();
         if rejection == Rejection::BadExtension {
@@ -240,7 +241,7 @@ impl ProxyWorker<'_> {
         route: Forwarding<'_>,
         plan: &RoutePlan<'_>,
         stateful: bool,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let proxy = self.proxy();
         let to = route.to;
@@ -249,13 +250,13 @@ impl ProxyWorker<'_> {
             let transaction = request.keys.transaction;
             match request.method {
                 Method::Invite if grant == Grant::Authenticated => {
-                    authorised.remember(transaction, request.upstream, to);
+                    authorised.remember(transaction, request.upstream, to.addr);
                 }
                 // The CANCEL or non-2xx ACK of an authenticated INVITE
                 // (same branch, same source) follows it (RFC 3261 16.10).
                 Method::Cancel | Method::Ack
                     if grant == Grant::None
-                        && authorised.went_to(transaction, request.upstream, to) =>
+                        && authorised.went_to(transaction, request.upstream, to.addr) =>
                 {
                     grant = Grant::Authenticated;
                 }
@@ -266,7 +267,7 @@ impl ProxyWorker<'_> {
             .relay
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .check(to, grant);
+            .check(to.addr, grant);
         if let Err(refusal) = relayed {
             return self.refuse_relay(request, refusal, out);
         }
@@ -290,27 +291,46 @@ impl ProxyWorker<'_> {
             true => format_ip(&mut ip_text, request.src.ip()),
             false => None,
         };
+        let over_connection = request.from.transport.is_reliable();
         let rport = top
             .as_ref()
-            .filter(|via| via.rport_flag)
+            .filter(|via| via.rport_flag || over_connection)
             .map(|_| request.src.port());
-        let mut rr_text = [0u8; 128];
+        // Our address on the way out, and on the way in.
+        let (Some(egress), Some(ingress)) = (
+            proxy.own_address(to.transport),
+            proxy.own_address(request.from.transport),
+        ) else {
+            // Only a driver that hands us a transport we do not listen on.
+            return self.drop_datagram(DropReason::ForbiddenDestination);
+        };
+        let mut rr_text = [0u8; 256];
+        let mut rr_inner_text = [0u8; 256];
         let record_route = (proxy.config.record_route && dialog_creating)
-            .then(|| proxy.signed_record_route(msg, &mut rr_text))
+            .then(|| proxy.signed_record_route(msg, egress, &mut rr_text))
+            .filter(|uri| !uri.is_empty());
+        // Two transports (or two addresses): a Record-Route for each side,
+        // the far side's on top, as Kamailio's rr module does. Each side
+        // then reaches us over its own transport, and a request that
+        // consumed both leaves by the transport named last.
+        let record_route_inner = (record_route.is_some() && !std::ptr::eq(egress, ingress))
+            .then(|| proxy.signed_record_route(msg, ingress, &mut rr_inner_text))
             .filter(|uri| !uri.is_empty());
         let edits = RequestEdits {
             via: Some(ViaEdit {
-                transport: "UDP",
-                sent_by: &proxy.sent_by,
+                transport: to.transport.via_token(),
+                sent_by: &egress.sent_by,
                 branch: branch.as_str(),
             }),
             max_forwards: true,
             record_route,
+            record_route_inner,
             pop_routes: plan.pop_routes,
             request_uri: route.request_uri,
             pop_last_route: plan.from_strict_router,
             received,
             rport,
+            add_rport: over_connection,
             strict_next_hop: plan.strict_next_hop.map(|_| plan.request_uri),
             route_set: route.route_set,
             path: None,
@@ -346,7 +366,7 @@ impl ProxyWorker<'_> {
         &mut self,
         request: &Request<'_>,
         refusal: Refusal,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         if refusal == Refusal::Unsendable {
             return self.drop_datagram(DropReason::ForbiddenDestination);
@@ -374,16 +394,9 @@ impl ProxyWorker<'_> {
         code: u16,
         reason: &str,
         extra_headers: &[(&str, &str)],
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
-        self.respond(
-            request.msg,
-            request.upstream,
-            code,
-            reason,
-            extra_headers,
-            out,
-        )
+        self.respond(request.msg, request.reply, code, reason, extra_headers, out)
     }
 }
 
@@ -393,12 +406,13 @@ impl Proxy {
     pub(super) fn signed_record_route<'b>(
         &self,
         msg: &SipMsg<'_>,
-        buf: &'b mut [u8; 128],
+        own: &OwnAddress,
+        buf: &'b mut [u8; 256],
     ) -> &'b str {
         let signature =
             self.route_signature(msg.call_id().unwrap_or(""), msg.from_tag().unwrap_or(""));
         let parts = [
-            self.record_route_uri.as_bytes(),
+            own.record_route_uri.as_bytes(),
             b";",
             SIGNATURE_PARAM.as_bytes(),
             b"=",
@@ -421,7 +435,7 @@ impl Proxy {
 #[derive(Clone, Copy)]
 struct Forwarding<'a> {
     /// The next hop.
-    to: SocketAddr,
+    to: Hop,
     /// What vouches for it.
     grant: Grant,
     /// A new Request-URI (a binding's contact, a strict-routing fix-up).

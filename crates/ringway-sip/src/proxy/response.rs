@@ -12,14 +12,14 @@ use super::worker::{scratch_for, send, ProxyWorker};
 use crate::edit::forward_response;
 use crate::msg::{Method, SipMsg};
 use crate::relay::sendable;
-use std::net::SocketAddr;
+use crate::transport::{Hop, Transport};
 
 impl ProxyWorker<'_> {
     pub(super) fn on_response(
         &mut self,
         now: u64,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         self.stripe.add(Counter::ResponsesReceived);
         let status = msg.status().unwrap_or(0);
@@ -37,7 +37,7 @@ impl ProxyWorker<'_> {
         &mut self,
         now: u64,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let proxy = self.proxy();
         let Some(top) = msg.top_via() else {
@@ -74,21 +74,27 @@ impl ProxyWorker<'_> {
         msg: &SipMsg<'_>,
         transaction: u64,
         mac: u64,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
-        let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
+        let Some((to, transport)) = msg.vias().nth(1).and_then(|next| {
+            let transport = Transport::from_via_token(next.transport).unwrap_or_default();
+            Some((next.response_target()?, transport))
+        }) else {
             return self.drop_datagram(DropReason::UnroutableResponse);
         };
         if self.proxy().upstream_mac(transaction, to) != mac {
             return self.drop_datagram(DropReason::ResponseNotOurs);
         }
-        if !sendable(&to) || to == self.proxy().config.local {
+        if !sendable(&to) || self.proxy().is_own_address(to) {
             return self.drop_datagram(DropReason::ForbiddenDestination);
         }
+        // Over a connection to that address if the driver has one (the
+        // request's), else as the Via says.
+        let hop = self.proxy().hop_over(transport, to);
         let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());
         match forward_response(msg, buf) {
             Ok(_) => {
-                send(out, to, buf);
+                send(out, hop, buf);
                 self.stripe.add(Counter::ResponsesForwarded);
                 Action::Forwarded { copies: 1 }
             }
@@ -102,7 +108,7 @@ impl ProxyWorker<'_> {
         now: u64,
         msg: &SipMsg<'_>,
         key: TransactionKey,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Option<Action> {
         let code = msg.status().unwrap_or(0);
         let mut shard = lock(self.proxy().shard(key.hash));
@@ -139,7 +145,7 @@ impl ProxyWorker<'_> {
         transaction: &mut Transaction,
         msg: &SipMsg<'_>,
         code: u16,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         if code == 100 || transaction.server != ServerState::Proceeding {
             // A 100 is consumed, not a retransmission.
@@ -158,7 +164,7 @@ impl ProxyWorker<'_> {
         transaction: &Transaction,
         msg: &SipMsg<'_>,
         code: u16,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         match transaction.class {
             Class::Invite if code >= 300 => {
@@ -183,7 +189,7 @@ impl ProxyWorker<'_> {
         transaction: &mut Transaction,
         msg: &SipMsg<'_>,
         code: u16,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         transaction.client_final();
         let invite = transaction.class == Class::Invite;
@@ -214,11 +220,11 @@ impl ProxyWorker<'_> {
         &self,
         transaction: &mut Transaction,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let forwarded = forward_response(msg, &mut transaction.last_response);
         match (transaction.upstream, forwarded) {
-            (Some(upstream), Ok(_)) if sendable(&upstream) => {
+            (Some(upstream), Ok(_)) if sendable(&upstream.addr) => {
                 send(out, upstream, &transaction.last_response);
                 self.stripe.add(Counter::ResponsesForwarded);
                 Action::Forwarded { copies: 1 }
@@ -231,11 +237,11 @@ impl ProxyWorker<'_> {
     /// the caller).
     fn forward_upstream(
         &mut self,
-        upstream: Option<SocketAddr>,
+        upstream: Option<Hop>,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
-        let Some(upstream) = upstream.filter(sendable) else {
+        let Some(upstream) = upstream.filter(|hop| sendable(&hop.addr)) else {
             return Action::Dropped(DropReason::UnroutableResponse);
         };
         let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());
@@ -254,7 +260,7 @@ impl ProxyWorker<'_> {
         &mut self,
         transaction: &Transaction,
         response: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) {
         let (Some(downstream), Ok(forwarded)) =
             (transaction.downstream, SipMsg::parse(&transaction.request))

@@ -9,6 +9,7 @@ use super::Proxy;
 use crate::msg::{Method, SipMsg, Via};
 use crate::registrar::Binding;
 use crate::relay::Grant;
+use crate::transport::{Hop, Transport};
 use crate::uri::{host_ip, scheme, NameAddr, SipUri};
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -18,12 +19,16 @@ use std::net::SocketAddr;
 /// (RFC 3261 16.3 step 4 misses rewrite chains, each pass changes it).
 const MAX_OWN_VIAS: usize = 3;
 
-/// Where responses to a request from `src` go: the source address, with
-/// the sent-by port unless the top Via asked for `rport`.
-pub(super) fn upstream_address(src: SocketAddr, top: Option<&Via<'_>>) -> SocketAddr {
+/// Where responses to a request from `from` go: the source address, with
+/// the sent-by port unless the top Via asked for `rport` or the request
+/// came over a connection (whose port the responses follow, RFC 3261
+/// 18.2.2).
+pub(super) fn upstream_address(from: Hop, top: Option<&Via<'_>>) -> SocketAddr {
     match top {
-        Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
-        _ => src,
+        Some(via) if !via.rport_flag && !from.transport.is_reliable() => {
+            SocketAddr::new(from.addr.ip(), via.port.unwrap_or(5060))
+        }
+        _ => from.addr,
     }
 }
 
@@ -63,7 +68,7 @@ pub(super) enum Target<'a> {
     /// `route_set` goes on top of the Route headers (the binding's Path,
     /// RFC 3327).
     Send {
-        to: SocketAddr,
+        to: Hop,
         grant: Grant,
         request_uri: Option<Cow<'a, str>>,
         route_set: Option<String>,
@@ -104,6 +109,10 @@ pub(super) struct RoutePlan<'m> {
     pub(super) strict_next_hop: Option<&'m str>,
     /// The received Request-URI, parsed.
     received_uri: Option<SipUri<'m>>,
+    /// The transport named by the last of our Route values consumed (a
+    /// double Record-Route names the far side's transport last): how to
+    /// reach the Request-URI when it names none.
+    pub(super) own_route_transport: Option<Transport>,
 }
 
 impl<'m> RoutePlan<'m> {
@@ -119,14 +128,20 @@ impl Proxy {
     /// Whether `host[:port]` is us (our IP and port, or one of our domains;
     /// a fully qualified name's trailing dot is ignored).
     pub(super) fn host_is_ours(&self, host: &str, port: Option<u16>) -> bool {
-        let port_ok = port.is_none_or(|p| p == self.config.local.port());
+        if let Some(ip) = host_ip(host) {
+            return self
+                .own
+                .iter()
+                .any(|own| own.at.addr.ip() == ip && port.is_none_or(|p| p == own.at.addr.port()));
+        }
+        let port_ok = port.is_none_or(|p| self.own.iter().any(|own| own.at.addr.port() == p));
         port_ok && self.is_our_host(host)
     }
 
     /// Whether `host` is our IP or one of our domains (ports do not matter).
     pub(super) fn is_our_host(&self, host: &str) -> bool {
         if let Some(ip) = host_ip(host) {
-            return ip == self.config.local.ip();
+            return self.own.iter().any(|own| own.at.addr.ip() == ip);
         }
         let host = host.strip_suffix('.').unwrap_or(host);
         self.config
@@ -140,7 +155,7 @@ impl Proxy {
     /// as text when we serve none). `None`: not ours. Ports do not matter.
     pub(super) fn domain_of(&self, host: &str) -> Option<Cow<'_, str>> {
         if let Some(ip) = host_ip(host) {
-            if ip != self.config.local.ip() {
+            if !self.own.iter().any(|own| own.at.addr.ip() == ip) {
                 return None;
             }
             return Some(match self.config.domains.first() {
@@ -167,8 +182,11 @@ impl Proxy {
 
     /// Whether `via` is one we added.
     pub(super) fn is_our_via(&self, via: &Via<'_>) -> bool {
-        host_ip(via.host) == Some(self.config.local.ip())
-            && via.port.unwrap_or(5060) == self.config.local.port()
+        let ip = host_ip(via.host);
+        let port = via.port.unwrap_or(5060);
+        self.own
+            .iter()
+            .any(|own| ip == Some(own.at.addr.ip()) && port == own.at.addr.port())
     }
 
     /// RFC 3261 16.3 validation (steps 2 to 5), with a bound on our own
@@ -234,10 +252,12 @@ impl Proxy {
         let mut signed = false;
         let mut first_other: Option<NameAddr<'m>> = None;
         let mut last: Option<NameAddr<'m>> = None;
+        let mut own_route_transport = None;
         for route in msg.routes() {
             if first_other.is_none() {
                 let uri = route.sip_uri();
-                if uri.is_some_and(|u| self.host_is_ours(u.host, u.port)) {
+                if let Some(u) = uri.filter(|u| self.host_is_ours(u.host, u.port)) {
+                    own_route_transport = Some(Transport::of_uri(&u).unwrap_or_default());
                     ours += 1;
                     signed = signed || in_dialog && self.route_is_signed(msg, uri);
                 } else {
@@ -279,6 +299,7 @@ impl Proxy {
             next_route,
             strict_next_hop,
             received_uri,
+            own_route_transport,
         }
     }
 
@@ -295,8 +316,10 @@ impl Proxy {
         };
         if let Some(route) = plan.next_route {
             let to = route.sip_uri().and_then(|u| {
-                u.host_ip()
-                    .map(|ip| SocketAddr::new(ip, u.port.unwrap_or(5060)))
+                u.host_ip().map(|ip| {
+                    let transport = Transport::of_uri(&u).unwrap_or_default();
+                    self.hop_over(transport, SocketAddr::new(ip, u.port.unwrap_or(5060)))
+                })
             });
             return match to {
                 Some(to) => Target::Send {
@@ -313,7 +336,17 @@ impl Proxy {
         } else {
             plan.received_uri
         };
-        self.route_by_uri(uri, request.method, grant)
+        self.route_by_uri(uri, request.method, grant, plan.own_route_transport)
+    }
+
+    /// A hop to `addr` over `transport` if we speak it, else over UDP (a
+    /// proxy that listens only on UDP sends everything over UDP, as
+    /// before connection transports existed).
+    pub(super) fn hop_over(&self, transport: Transport, addr: SocketAddr) -> Hop {
+        match self.own_address(transport) {
+            Some(_) => Hop::new(transport, addr),
+            None => Hop::udp(addr),
+        }
     }
 
     /// Route by Request-URI: our registrar or OPTIONS for us, a lookup,
@@ -323,6 +356,7 @@ impl Proxy {
         uri: Option<SipUri<'m>>,
         method: Method<'_>,
         grant: Grant,
+        own_route_transport: Option<Transport>,
     ) -> Target<'m> {
         let Some(uri) = uri else {
             return Target::Respond(416, "Unsupported URI Scheme");
@@ -342,8 +376,11 @@ impl Proxy {
             return self.default_route();
         }
         if let Some(ip) = uri.host_ip() {
+            let transport = Transport::of_uri(&uri)
+                .or(own_route_transport)
+                .unwrap_or_default();
             return Target::Send {
-                to: SocketAddr::new(ip, uri.port.unwrap_or(5060)),
+                to: self.hop_over(transport, SocketAddr::new(ip, uri.port.unwrap_or(5060))),
                 grant,
                 request_uri: None,
                 route_set: None,
@@ -356,7 +393,7 @@ impl Proxy {
     fn default_route<'m>(&self) -> Target<'m> {
         match self.config.route_to {
             Some(to) => Target::Send {
-                to,
+                to: self.hop_over(self.config.route_to_transport, to),
                 grant: Grant::None,
                 request_uri: None,
                 route_set: None,
@@ -375,8 +412,10 @@ impl Proxy {
             return self.default_route();
         };
         let uri_address = |uri: SipUri<'_>| {
-            uri.host_ip()
-                .map(|ip| SocketAddr::new(ip, uri.port.unwrap_or(5060)))
+            uri.host_ip().map(|ip| {
+                let transport = Transport::of_uri(&uri).unwrap_or_default();
+                self.hop_over(transport, SocketAddr::new(ip, uri.port.unwrap_or(5060)))
+            })
         };
         if let Some(first) = binding.path.first() {
             let next_hop = NameAddr::parse(first)
@@ -393,8 +432,17 @@ impl Proxy {
                 None => Target::Respond(480, "Temporarily Unavailable - Path Not Routable"),
             };
         }
-        let to = SipUri::parse(&binding.contact).and_then(uri_address);
-        match to.or(self.config.route_to) {
+        let to = match binding.flow {
+            // Over the flow the REGISTER came in on (RFC 5626 5.3 in
+            // spirit): a connection it opened, or its NAT binding.
+            Some(flow) => Some(flow),
+            None => SipUri::parse(&binding.contact).and_then(uri_address),
+        };
+        let route_to = self
+            .config
+            .route_to
+            .map(|to| self.hop_over(self.config.route_to_transport, to));
+        match to.or(route_to) {
             Some(to) => Target::Send {
                 to,
                 grant: Grant::Binding,

@@ -14,7 +14,7 @@ use super::worker::AMPLIFICATION_LIMIT;
 use super::worker::{send, ProxyWorker};
 use crate::edit::{build_response, forward_request, RequestEdits};
 use crate::msg::Method;
-use std::net::SocketAddr;
+use crate::transport::Hop;
 use std::sync::atomic::Ordering;
 
 /// Scratch room beyond the received request for the copy we forward.
@@ -28,7 +28,7 @@ impl ProxyWorker<'_> {
     pub(super) fn on_transaction_request(
         &mut self,
         request: &Request<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Option<Action> {
         let proxy = self.proxy();
         let hash = request.keys.transaction;
@@ -42,7 +42,7 @@ impl ProxyWorker<'_> {
         };
         if transaction
             .upstream
-            .is_some_and(|upstream| upstream != request.upstream)
+            .is_some_and(|upstream| upstream.addr != request.reply.addr)
         {
             drop(shard);
             return Some(self.drop_datagram(DropReason::SourceMismatch));
@@ -51,8 +51,8 @@ impl ProxyWorker<'_> {
             // Our own CANCEL (timer C) is in flight; still answer the
             // UAC's CANCEL with 200 and absorb its retransmissions.
             proxy.build_cancel_ok(request.msg, &mut transaction.last_response);
-            transaction.upstream = Some(request.upstream);
-            send(out, request.upstream, &transaction.last_response);
+            transaction.upstream = Some(request.reply);
+            send(out, request.reply, &transaction.last_response);
             self.stripe.response_generated(200);
             return Some(Action::Responded(200));
         }
@@ -95,13 +95,13 @@ impl ProxyWorker<'_> {
     pub(super) fn forward_stateful(
         &mut self,
         request: &Request<'_>,
-        to: SocketAddr,
+        to: Hop,
         edits: &RequestEdits<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let msg = request.msg;
         let class = Class::of(request.method);
-        let mut transaction = Transaction::new(class, Some(request.upstream));
+        let mut transaction = Transaction::new(class, Some(request.reply));
         // One right-sized allocation each instead of repeated growth.
         transaction.request = Vec::with_capacity(msg.as_bytes().len() + FORWARDED_HEADROOM);
         transaction.last_response = Vec::with_capacity(RESPONSE_CAPACITY);
@@ -117,7 +117,7 @@ impl ProxyWorker<'_> {
                 None,
                 &mut transaction.last_response,
             );
-            send(out, request.upstream, &transaction.last_response);
+            send(out, request.reply, &transaction.last_response);
             self.stripe.response_generated(100);
         }
         transaction.start_client(request.now, to);

@@ -9,8 +9,8 @@ use super::worker::{send, ProxyWorker};
 use super::Proxy;
 use crate::edit::{build_response, forward_response};
 use crate::msg::SipMsg;
+use crate::transport::Hop;
 use std::cmp::Reverse;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 /// Registrar expiry sweeps run at most this often (ns).
@@ -19,11 +19,7 @@ const EXPIRY_SWEEP_INTERVAL: u64 = 1_000_000_000;
 impl ProxyWorker<'_> {
     /// [`ProxyWorker::on_timer`]: the registrar sweep, then every due
     /// transaction, shard by shard.
-    pub(super) fn run_due_timers(
-        &mut self,
-        now: u64,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
-    ) -> usize {
+    pub(super) fn run_due_timers(&mut self, now: u64, out: &mut dyn FnMut(Hop, &[u8])) -> usize {
         let proxy = self.proxy();
         let mut events = 0;
         let last_sweep = proxy.last_expiry_sweep.load(Ordering::Relaxed);
@@ -62,7 +58,7 @@ impl ProxyWorker<'_> {
         shard: &mut Shard,
         now: u64,
         key: TransactionKey,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) {
         let mut remove = false;
         let mut cancel_due = false;
@@ -71,9 +67,13 @@ impl ProxyWorker<'_> {
                 .timers
                 .is_expired(TransactionTimer::Retransmit, now)
             {
+                // Never over a reliable transport (RFC 3261 17.1.1.2,
+                // 17.2.1): it retransmits itself.
                 if let (Some(to), bytes) = transaction.retransmission() {
-                    send(out, to, bytes);
-                    self.stripe.add(Counter::RetransmissionsSent);
+                    if !to.transport.is_reliable() {
+                        send(out, to, bytes);
+                        self.stripe.add(Counter::RetransmissionsSent);
+                    }
                 }
                 transaction.back_off_retransmit(now);
             }
@@ -106,7 +106,7 @@ impl ProxyWorker<'_> {
         &self,
         transaction: &mut Transaction,
         now: u64,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> bool {
         let cancel_due = transaction.time_out();
         self.stripe.add(Counter::TransactionsTimedOut);

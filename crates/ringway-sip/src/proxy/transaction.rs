@@ -6,9 +6,9 @@
 
 use super::timer_table::{TimerTable, TransactionTimer, T1, T2, T4, TIMER_64T1, TIMER_C};
 use crate::msg::Method;
+use crate::transport::Hop;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -78,8 +78,8 @@ pub(super) enum Direction {
 /// One proxied transaction (RFC 3261 17, as a proxy uses it in 16).
 pub(super) struct Transaction {
     pub(super) class: Class,
-    pub(super) upstream: Option<SocketAddr>,
-    pub(super) downstream: Option<SocketAddr>,
+    pub(super) upstream: Option<Hop>,
+    pub(super) downstream: Option<Hop>,
     /// Request as forwarded downstream (for retransmission, CANCEL, ACK).
     pub(super) request: Vec<u8>,
     /// Last response sent upstream (for retransmission).
@@ -107,7 +107,7 @@ pub(super) struct Transaction {
 
 impl Transaction {
     /// A transaction with no timers running, nothing sent, no final response.
-    pub(super) fn new(class: Class, upstream: Option<SocketAddr>) -> Transaction {
+    pub(super) fn new(class: Class, upstream: Option<Hop>) -> Transaction {
         Transaction {
             class,
             upstream,
@@ -135,7 +135,7 @@ impl Transaction {
 
     /// The CANCEL transaction for an INVITE: its server side is answered
     /// (200) at once, so it starts completed and lives 64*T1.
-    pub(super) fn new_cancel(now: u64, upstream: Option<SocketAddr>) -> Transaction {
+    pub(super) fn new_cancel(now: u64, upstream: Option<Hop>) -> Transaction {
         let mut cancel = Transaction::new(Class::Cancel, upstream);
         cancel.complete(now, 200);
         cancel
@@ -154,7 +154,7 @@ impl Transaction {
     }
 
     /// Where a due retransmission goes and what it resends.
-    pub(super) fn retransmission(&self) -> (Option<SocketAddr>, &[u8]) {
+    pub(super) fn retransmission(&self) -> (Option<Hop>, &[u8]) {
         match self.retransmit_direction {
             Direction::Downstream => (self.downstream, &self.request),
             Direction::Upstream => (self.upstream, &self.last_response),
@@ -185,7 +185,7 @@ impl Transaction {
 
     /// The request went downstream to `to`: client side Calling, timer A/E
     /// retransmits it, timer B/F gives up after 64*T1.
-    pub(super) fn start_client(&mut self, now: u64, to: SocketAddr) {
+    pub(super) fn start_client(&mut self, now: u64, to: Hop) {
         self.downstream = Some(to);
         self.client = ClientState::Calling;
         self.arm_retransmit(now, Direction::Downstream);
@@ -428,8 +428,8 @@ pub(super) fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 mod tests {
     use super::*;
 
-    fn addr(s: &str) -> SocketAddr {
-        s.parse().unwrap()
+    fn addr(s: &str) -> Hop {
+        Hop::udp(s.parse().unwrap())
     }
 
     #[test]

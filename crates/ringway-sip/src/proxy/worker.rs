@@ -11,6 +11,7 @@ use crate::edit::EditError;
 use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
 use crate::registrar::{StoreAnswer, StoreQuery};
 use crate::relay::sendable;
+use crate::transport::Hop;
 use std::net::SocketAddr;
 
 /// A response we generate is at most this many times the size of the
@@ -72,8 +73,9 @@ impl<'p> ProxyWorker<'p> {
         self.proxy
     }
 
-    /// Process one datagram received from `src` at time `now` (monotonic
-    /// ns); datagrams to send go to `out`.
+    /// Process one UDP datagram received from `src` at time `now`
+    /// (monotonic ns); datagrams to send go to `out` (UDP only: a proxy
+    /// with connection transports is driven with [`ProxyWorker::handle_from`]).
     pub fn handle(
         &mut self,
         now: u64,
@@ -81,13 +83,28 @@ impl<'p> ProxyWorker<'p> {
         datagram: &[u8],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
-        if let Some(dropped) = self.flood_check(now, src, datagram) {
+        self.handle_from(now, Hop::udp(src), datagram, &mut |hop, bytes| {
+            out(hop.addr, bytes)
+        })
+    }
+
+    /// Process one message (a datagram, or one message framed off a
+    /// connection) that came from `from` at time `now` (monotonic ns);
+    /// messages to send go to `out` with the hop they go over.
+    pub fn handle_from(
+        &mut self,
+        now: u64,
+        from: Hop,
+        message: &[u8],
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) -> Outcome {
+        if let Some(dropped) = self.flood_check(now, from.addr, message) {
             return dropped;
         }
-        match SipMsg::parse(datagram) {
-            Ok(msg) if msg.is_request() => self.on_request(now, src, &msg, out),
+        match SipMsg::parse(message) {
+            Ok(msg) if msg.is_request() => self.on_request(now, from, &msg, out),
             Ok(msg) => self.on_response(now, &msg, out),
-            Err(error) => self.on_parse_error(src, datagram, error, out),
+            Err(error) => self.on_parse_error(from, message, error, out),
         }
     }
 
@@ -95,7 +112,13 @@ impl<'p> ProxyWorker<'p> {
     /// upstream (B/F/C, CANCEL downstream on C), cleanup (D/H/I/J/K) and
     /// registrar expiry (once per second). Returns the number of timer
     /// events processed. Call it at (or after) [`Proxy::next_deadline`].
+    /// UDP only; see [`ProxyWorker::on_timer_hops`].
     pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
+        self.run_due_timers(now, &mut |hop, bytes| out(hop.addr, bytes))
+    }
+
+    /// [`ProxyWorker::on_timer`] with the hop of every message sent.
+    pub fn on_timer_hops(&mut self, now: u64, out: &mut dyn FnMut(Hop, &[u8])) -> usize {
         self.run_due_timers(now, out)
     }
 
@@ -150,10 +173,10 @@ impl<'p> ProxyWorker<'p> {
     /// dropped; a request readable enough to answer gets 400 (or 413/...).
     fn on_parse_error(
         &mut self,
-        src: SocketAddr,
+        from: Hop,
         datagram: &[u8],
         error: ParseError,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         let malformed = |action| Outcome {
             label: MsgLabel::Malformed,
@@ -178,7 +201,7 @@ impl<'p> ProxyWorker<'p> {
             .map_or(MsgLabel::Malformed, MsgLabel::of_method);
         self.stripe.add(Counter::RequestsReceived);
         let reason = error.to_string();
-        let to = upstream_address(src, loose.top_via().as_ref());
+        let to = reply_hop(from, upstream_address(from, loose.top_via().as_ref()));
         if loose.method() == Some(Method::Ack) {
             // Never answer an ACK.
             let action = self.drop_datagram(DropReason::MalformedRequest);
@@ -194,16 +217,16 @@ impl<'p> ProxyWorker<'p> {
     pub(super) fn respond(
         &mut self,
         request: &SipMsg<'_>,
-        to: SocketAddr,
+        to: Hop,
         code: u16,
         reason: &str,
         extra_headers: &[(&str, &str)],
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         if request.method() == Some(Method::Ack) {
             return self.drop_datagram(DropReason::AckNotRoutable);
         }
-        if !sendable(&to) || to == self.proxy.config.local {
+        if !sendable(&to.addr) || self.proxy.is_own_address(to.addr) {
             return self.drop_datagram(DropReason::ForbiddenDestination);
         }
         let buf = scratch_for(&mut self.scratch, request.as_bytes().len());
@@ -240,10 +263,20 @@ pub(super) fn scratch_for(scratch: &mut Vec<u8>, received_len: usize) -> &mut Ve
     scratch
 }
 
-/// Hand a datagram to the caller unless the destination is forbidden
+/// The hop responses to a request from `from` go over: the connection it
+/// came on (RFC 3261 18.2.2: a response goes back over the connection of
+/// its request), or for a datagram the `upstream` address (RFC 3581).
+pub(super) fn reply_hop(from: Hop, upstream: SocketAddr) -> Hop {
+    match from.transport.is_reliable() {
+        true => from,
+        false => Hop::udp(upstream),
+    }
+}
+
+/// Hand a message to the caller unless the destination is forbidden
 /// (port 0, unspecified, broadcast, multicast) or there is nothing to send.
-pub(super) fn send(out: &mut dyn FnMut(SocketAddr, &[u8]), to: SocketAddr, bytes: &[u8]) -> bool {
-    if bytes.is_empty() || !sendable(&to) {
+pub(super) fn send(out: &mut dyn FnMut(Hop, &[u8]), to: Hop, bytes: &[u8]) -> bool {
+    if bytes.is_empty() || !sendable(&to.addr) {
         return false;
     }
     out(to, bytes);

@@ -556,8 +556,8 @@ mod tests {
                 ":2: [sip.proxy] registrar: expects true or false",
             ),
             (
-                "[sip.proxy]\nlisten = [\"127.0.0.1:5060\"]\n",
-                ":2: [sip.proxy] listen: expects one value",
+                "[sip.proxy]\nworkers = [1]\n",
+                ":2: [sip.proxy] workers: expects one value",
             ),
             (
                 "[sip.proxy]\nconfig = \"x.toml\"\n",

@@ -10,8 +10,9 @@ use ringway_io::Io;
 use ringway_server::host;
 use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
-use ringway_server::sip::{SipServer, SipServerConfig};
+use ringway_server::sip::{SipServer, SipServerConfig, TcpConfig};
 use ringway_sip::auth::Algorithm;
+use ringway_sip::{Transport, TransportAddr};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,18 +59,43 @@ pub struct ProxyArgs {
     /// docs/ringway.toml); options on the command line override it.
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub config: Option<PathBuf>,
-    /// UDP address to listen on.
-    #[arg(long, default_value = "127.0.0.1:5060")]
-    pub listen: SocketAddr,
+    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR) or `tcp:ADDR`
+    /// (port 0: the UDP port). Repeatable: one UDP address (the last given wins) and TCP ones.
+    #[arg(long, default_value = "127.0.0.1:5060", value_parser = parse_transport_addr)]
+    pub listen: Vec<TransportAddr>,
     /// Stateless or transaction-stateful proxying.
     #[arg(long, value_enum, default_value_t = ModeArg::Stateless)]
     pub mode: ModeArg,
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop.
-    #[arg(long)]
-    pub route_to: Option<SocketAddr>,
+    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP) or `tcp:ADDR`.
+    #[arg(long, value_parser = parse_transport_addr)]
+    pub route_to: Option<TransportAddr>,
+    /// TCP event loop threads (0: as many as --workers).
+    #[arg(long, default_value_t = 0)]
+    pub tcp_threads: usize,
+    /// TCP: connections open at most (accepted and opened); beyond, new ones are closed at once.
+    #[arg(long, default_value_t = TcpConfig::default().max_connections)]
+    pub tcp_max_connections: usize,
+    /// TCP: accepted connections from one IP address at most.
+    #[arg(long, default_value_t = TcpConfig::default().max_connections_per_ip)]
+    pub tcp_max_connections_per_ip: usize,
+    /// TCP: longest start line and header of a message (bytes); longer closes the connection.
+    #[arg(long, default_value_t = TcpConfig::default().max_header_bytes)]
+    pub tcp_max_header_bytes: usize,
+    /// TCP: longest body of a message (bytes); longer closes the connection.
+    #[arg(long, default_value_t = TcpConfig::default().max_body_bytes)]
+    pub tcp_max_body_bytes: usize,
+    /// TCP: messages one connection may carry before it is closed (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub tcp_max_messages: u64,
+    /// TCP: close a connection idle for this long (s).
+    #[arg(long, default_value_t = TcpConfig::default().idle_timeout_s)]
+    pub tcp_idle_timeout_s: u64,
+    /// TCP: a message begun must be complete within this (ms; slowloris), else the connection is closed.
+    #[arg(long, default_value_t = TcpConfig::default().message_timeout_ms)]
+    pub tcp_message_timeout_ms: u64,
     /// Relay requests to these destinations without authentication: `none`, `any`, or networks
     /// `CIDR,...` (loopback, link-local and our own IP only when named, e.g. 127.0.0.0/8).
     #[arg(long, default_value = "none", value_parser = parse_relay)]
@@ -240,6 +266,11 @@ impl clap::builder::TypedValueParser for LocationParser {
     }
 }
 
+/// `--listen`, `--route-to`: `[udp:|tcp:]ADDR`.
+pub(crate) fn parse_transport_addr(text: &str) -> Result<TransportAddr, String> {
+    text.parse()
+}
+
 /// `--relay`: `none`, `any` or `CIDR,...`.
 pub(crate) fn parse_relay(text: &str) -> Result<ringway_sip::RelayNets, String> {
     text.parse()
@@ -262,8 +293,35 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 args.backend
             )
         })?;
+        // One UDP address (the last given: a command line's overrides a
+        // configuration file's), every other transport's as given.
+        let udp = args
+            .listen
+            .iter()
+            .rev()
+            .find(|a| a.transport == Transport::Udp)
+            .map(|a| a.addr)
+            .context("--listen: give one udp address (the proxy always listens on UDP)")?;
+        let mut listeners: Vec<TransportAddr> = Vec::new();
+        for a in args.listen.iter().filter(|a| a.transport != Transport::Udp) {
+            if !listeners.contains(a) {
+                listeners.push(*a);
+            }
+        }
         Ok(SipServerConfig {
-            listen: args.listen,
+            listen: udp,
+            listeners,
+            tcp: TcpConfig {
+                threads: args.tcp_threads,
+                max_connections: args.tcp_max_connections,
+                max_connections_per_ip: args.tcp_max_connections_per_ip,
+                max_header_bytes: args.tcp_max_header_bytes,
+                max_body_bytes: args.tcp_max_body_bytes,
+                max_messages_per_connection: args.tcp_max_messages,
+                idle_timeout_s: args.tcp_idle_timeout_s,
+                message_timeout_ms: args.tcp_message_timeout_ms,
+                ..TcpConfig::default()
+            },
             mode: match args.mode {
                 ModeArg::Stateless => ringway_sip::Mode::Stateless,
                 ModeArg::Stateful => ringway_sip::Mode::Stateful,
@@ -378,8 +436,13 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
     eprintln!(
-        "sip proxy: listening on udp {} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
+        "sip proxy: listening on udp {}{} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
         server.local_addr(),
+        server
+            .stream_addresses()
+            .iter()
+            .map(|a| format!(" {a}"))
+            .collect::<String>(),
         a.mode,
         a.workers,
         a.rx_model,

@@ -615,7 +615,7 @@ mod tests {
                 let request = DeferredRequest {
                     query: StoreQuery::Lookup { aor: aor.clone() },
                     received: 0,
-                    src: "192.0.2.1:5060".parse().unwrap(),
+                    src: ringway_sip::Hop::udp("192.0.2.1:5060".parse().unwrap()),
                     datagram: Vec::new(),
                 };
                 queue.submit(request).unwrap();

@@ -246,6 +246,8 @@ fn parse_reply(reply: &Value, now: u64) -> Result<StoreAnswer, BadReply> {
                 call_id: stored.i,
                 cseq: stored.s,
                 path: stored.p,
+                // A connection belongs to one proxy: not shared.
+                flow: None,
             },
         ));
     }

@@ -1,0 +1,262 @@
+//! One TCP event loop: accept (loop 0), read and frame the connections it
+//! owns, run their messages through the core, flush what waits, and close
+//! what broke a bound.
+
+use super::framing::{Framed, Framer};
+use super::{add, flow_hop, CloseReason, Conn, Connections};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use ringway_io::monotonic_now;
+use ringway_sip::{Hop, Proxy, ProxyWorker, Transport};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read};
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest wait for events before the loop re-checks the stop flag and
+/// its connections' timers.
+const POLL: Duration = Duration::from_millis(50);
+/// How often the idle and message timers are checked (ns).
+const SWEEP_EVERY: u64 = 200_000_000;
+/// Bytes read per read call.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What one event loop runs with.
+pub(crate) struct LoopContext<'a> {
+    /// This loop's poll (its registry is in `connections`).
+    pub(crate) poll: Poll,
+    /// Listening sockets (loop 0 only), token = index.
+    pub(crate) listeners: Vec<TcpListener>,
+    pub(crate) connections: &'a Connections,
+    pub(crate) proxy: &'a Proxy,
+    /// For messages the core sends over UDP.
+    pub(crate) udp: UdpSocket,
+    pub(crate) stop: &'a AtomicBool,
+}
+
+/// A connection as its owner loop sees it.
+struct Owned {
+    conn: Arc<Conn>,
+    framer: Framer,
+    /// When the message now buffered began (ns).
+    message_started: u64,
+    messages: u64,
+}
+
+/// Run until `stop`: every connection is closed on the way out.
+pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
+    let connections = ctx.connections;
+    let config = connections.config().clone();
+    let limits = config.frame_limits();
+    let mut events = Events::with_capacity(256);
+    let mut owned: HashMap<u64, Owned> = HashMap::new();
+    let mut worker = ctx.proxy.worker();
+    let mut read_buf = vec![0u8; READ_CHUNK];
+    let mut last_sweep = 0u64;
+    for (i, listener) in ctx.listeners.iter_mut().enumerate() {
+        if let Err(e) = ctx
+            .poll
+            .registry()
+            .register(listener, Token(i), Interest::READABLE)
+        {
+            log::error!("sip tcp: cannot poll listener: {e}");
+        }
+    }
+    while !ctx.stop.load(Ordering::Relaxed) {
+        if let Err(e) = ctx.poll.poll(&mut events, Some(POLL)) {
+            if e.kind() != ErrorKind::Interrupted {
+                log::warn!("sip tcp: poll: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            continue;
+        }
+        for event in events.iter() {
+            let token = event.token().0 as u64;
+            if token < super::FIRST_CONNECTION {
+                if let Some(listener) = ctx.listeners.get(token as usize) {
+                    accept_all(listener, connections);
+                }
+                continue;
+            }
+            let now = monotonic_now().0;
+            let entry = match owned.entry(token) {
+                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    // A connection handed to us (accepted by loop 0, or
+                    // opened by a sender): its first event.
+                    let Some(conn) = connections.get(token) else {
+                        continue;
+                    };
+                    slot.insert(Owned {
+                        conn,
+                        framer: Framer::default(),
+                        message_started: now,
+                        messages: 0,
+                    })
+                }
+            };
+            let mut close = entry.conn.closing();
+            if close.is_none() && event.is_writable() {
+                if !entry.conn.inbound && entry.messages == 0 {
+                    if let Ok(Some(_)) | Err(_) = entry.conn.stream.take_error() {
+                        close = Some(CloseReason::ConnectFailed);
+                    }
+                }
+                if close.is_none() && entry.conn.flush().is_err() {
+                    close = Some(CloseReason::IoError);
+                }
+            }
+            if close.is_none() && (event.is_readable() || event.is_read_closed()) {
+                close = read_ready(
+                    entry,
+                    &mut read_buf,
+                    &mut ReadContext {
+                        connections,
+                        worker: &mut worker,
+                        udp: &ctx.udp,
+                        limits,
+                        max_messages: config.max_messages_per_connection,
+                    },
+                );
+            }
+            if close.is_none() && event.is_error() {
+                close = Some(CloseReason::IoError);
+            }
+            if let Some(reason) = close {
+                if let Some(entry) = owned.remove(&token) {
+                    connections.close(&entry.conn, reason);
+                }
+            }
+        }
+        let now = monotonic_now().0;
+        if now >= last_sweep + SWEEP_EVERY {
+            last_sweep = now;
+            let idle = config.idle_timeout_s.saturating_mul(1_000_000_000);
+            let message = config.message_timeout_ms.saturating_mul(1_000_000);
+            owned.retain(|_, entry| {
+                let reason = entry.conn.closing().or_else(|| {
+                    let active = entry.conn.last_active.load(Ordering::Relaxed);
+                    if entry.framer.in_message()
+                        && now.saturating_sub(entry.message_started) > message
+                    {
+                        Some(CloseReason::MessageTimeout)
+                    } else if now.saturating_sub(active) > idle {
+                        Some(CloseReason::Idle)
+                    } else {
+                        None
+                    }
+                });
+                match reason {
+                    Some(reason) => {
+                        connections.close(&entry.conn, reason);
+                        false
+                    }
+                    None => true,
+                }
+            });
+        }
+    }
+    for (_, entry) in owned.drain() {
+        connections.close(&entry.conn, CloseReason::Shutdown);
+    }
+}
+
+/// Accept every pending connection (edge-triggered: until WouldBlock).
+fn accept_all(listener: &TcpListener, connections: &Connections) {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => connections.adopt(stream, peer, monotonic_now().0),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                // Out of fds and the like: try again on the next event.
+                log::warn!("sip tcp: accept: {e}");
+                return;
+            }
+        }
+    }
+}
+
+struct ReadContext<'a, 'p> {
+    connections: &'a Connections,
+    worker: &'a mut ProxyWorker<'p>,
+    udp: &'a UdpSocket,
+    limits: super::framing::FrameLimits,
+    max_messages: u64,
+}
+
+/// Read until the kernel has nothing more, handing each framed message to
+/// the core. `Some(reason)`: close the connection.
+fn read_ready(
+    entry: &mut Owned,
+    buf: &mut [u8],
+    ctx: &mut ReadContext<'_, '_>,
+) -> Option<CloseReason> {
+    let counters = &ctx.connections.counters;
+    loop {
+        let n = match (&entry.conn.stream).read(buf) {
+            Ok(0) => return Some(CloseReason::PeerClosed),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return Some(CloseReason::IoError),
+        };
+        let now = monotonic_now().0;
+        add(&counters.bytes_in, n as u64);
+        entry
+            .conn
+            .last_active
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+        if !entry.framer.in_message() {
+            entry.message_started = now;
+        }
+        if let Err(e) = entry.framer.extend(&buf[..n], ctx.limits) {
+            return Some(CloseReason::of_frame_error(e));
+        }
+        loop {
+            match entry.framer.next(ctx.limits) {
+                Err(e) => return Some(CloseReason::of_frame_error(e)),
+                Ok(None) => break,
+                Ok(Some(Framed::Ping)) => {
+                    add(&counters.pings, 1);
+                    // RFC 5626 4.4.1: a CRLF pong.
+                    let _ = entry.conn.write(
+                        b"\r\n",
+                        ctx.connections.config.max_send_buffer_bytes,
+                        now,
+                    );
+                }
+                Ok(Some(Framed::Pong)) => {}
+                Ok(Some(Framed::Message(len))) => {
+                    add(&counters.messages_in, 1);
+                    entry.messages += 1;
+                    let from = flow_hop(&entry.conn);
+                    let connections = ctx.connections;
+                    let udp = ctx.udp;
+                    ctx.worker.handle_from(
+                        now,
+                        from,
+                        &entry.framer.buffered()[..len],
+                        &mut |hop: Hop, bytes: &[u8]| match hop.transport {
+                            Transport::Udp => {
+                                if udp.send_to(bytes, hop.addr).is_ok() {
+                                    add(&connections.counters.udp_out, 1);
+                                }
+                            }
+                            _ => {
+                                connections.send(hop, bytes, now);
+                            }
+                        },
+                    );
+                    entry.framer.consume(len);
+                    entry.message_started = now;
+                    if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
+                        return Some(CloseReason::MessageLimit);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,591 @@
+//! SIP over TCP: connections live here, in the driver tier; the core sees
+//! each framed message as `(hop, bytes)` with the connection as the hop's
+//! [`FlowId`] and names the hop of everything it sends.
+//!
+//! - One event loop per TCP worker thread (mio, epoll, edge-triggered), no
+//!   thread per connection and no async runtime. Loop 0 accepts and hands
+//!   connections round robin to every loop's poll; each loop reads and
+//!   frames ([`framing`]) the connections it owns and runs their messages
+//!   through its own [`ProxyWorker`](ringway_sip::ProxyWorker).
+//! - Any thread sends ([`Connections::send`]): UDP workers and the timer
+//!   thread write to a connection directly (a non-blocking write under the
+//!   connection's send lock); what the kernel does not take waits in the
+//!   connection's bounded send buffer until its owner sees it writable. A
+//!   hop with no connection opens one (non-blocking connect, owned by the
+//!   next loop round robin) and reuses it for every later message to that
+//!   address.
+//! - Bounds: connections in all and per source IP (beyond them an accepted
+//!   connection is closed at once, counted as refused), header and body
+//!   bytes per message, messages per connection, idle time, time to finish
+//!   a message once begun (slowloris), send buffer bytes. Each close is
+//!   counted by reason.
+//! - UDP workers are not slowed by connection work: the event loops are
+//!   threads of their own.
+
+mod event_loop;
+pub mod framing;
+
+pub(crate) use event_loop::{run_loop, LoopContext};
+
+use framing::FrameLimits;
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use ringway_sip::{FlowId, Hop};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Bounds of the TCP transport (plain data; `[tcp]` in the configuration).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TcpConfig {
+    /// Event loop threads (0: as many as UDP workers).
+    pub threads: usize,
+    /// Connections open at most (accepted and opened by us).
+    pub max_connections: usize,
+    /// Accepted connections from one IP address at most.
+    pub max_connections_per_ip: usize,
+    /// Longest start line and header of one message (bytes).
+    pub max_header_bytes: usize,
+    /// Longest body of one message (bytes).
+    pub max_body_bytes: usize,
+    /// Messages one connection may carry (0: no limit); then it is closed.
+    pub max_messages_per_connection: u64,
+    /// A connection with no traffic for this long is closed (s).
+    pub idle_timeout_s: u64,
+    /// A message begun must be complete within this (ms; slowloris).
+    pub message_timeout_ms: u64,
+    /// Bytes waiting to be sent on one connection at most; beyond, the
+    /// connection is closed.
+    pub max_send_buffer_bytes: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            threads: 0,
+            max_connections: 16_384,
+            max_connections_per_ip: 256,
+            max_header_bytes: 16 * 1024,
+            max_body_bytes: 64 * 1024,
+            max_messages_per_connection: 0,
+            idle_timeout_s: 600,
+            message_timeout_ms: 5_000,
+            max_send_buffer_bytes: 256 * 1024,
+        }
+    }
+}
+
+impl TcpConfig {
+    /// Reject inconsistent settings, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.threads > 256 {
+            return Err(format!("tcp.threads must be 0..=256, not {}", self.threads));
+        }
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            return Err(
+                "tcp.max_connections and tcp.max_connections_per_ip must be above 0".into(),
+            );
+        }
+        if !(1024..=1 << 20).contains(&self.max_header_bytes) {
+            return Err(format!(
+                "tcp.max_header_bytes must be 1024..=1048576, not {}",
+                self.max_header_bytes
+            ));
+        }
+        if self.max_body_bytes > 16 << 20 {
+            return Err(format!(
+                "tcp.max_body_bytes must be at most 16777216, not {}",
+                self.max_body_bytes
+            ));
+        }
+        if self.idle_timeout_s == 0 || self.message_timeout_ms == 0 {
+            return Err("tcp.idle_timeout_s and tcp.message_timeout_ms must be above 0".into());
+        }
+        if self.max_send_buffer_bytes < self.max_header_bytes + self.max_body_bytes {
+            return Err(
+                "tcp.max_send_buffer_bytes must hold one message (max_header_bytes + max_body_bytes)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn frame_limits(&self) -> FrameLimits {
+        FrameLimits {
+            max_header_bytes: self.max_header_bytes,
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+/// Why a connection was closed (a metrics label each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// The peer closed it.
+    PeerClosed = 1,
+    /// No traffic for `idle_timeout_s`.
+    Idle,
+    /// A message begun was not complete within `message_timeout_ms`.
+    MessageTimeout,
+    /// A header longer than `max_header_bytes`.
+    HeaderTooLarge,
+    /// A body longer than `max_body_bytes`.
+    BodyTooLarge,
+    /// A message without a usable Content-Length.
+    BadContentLength,
+    /// Bytes that are not SIP.
+    Garbage,
+    /// `max_messages_per_connection` reached.
+    MessageLimit,
+    /// More than `max_send_buffer_bytes` waiting to be sent.
+    SendBufferFull,
+    /// A read or write failed.
+    IoError,
+    /// Our connection attempt failed.
+    ConnectFailed,
+    /// The server stopped.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Every reason, in label order.
+    pub const ALL: [CloseReason; 12] = [
+        CloseReason::PeerClosed,
+        CloseReason::Idle,
+        CloseReason::MessageTimeout,
+        CloseReason::HeaderTooLarge,
+        CloseReason::BodyTooLarge,
+        CloseReason::BadContentLength,
+        CloseReason::Garbage,
+        CloseReason::MessageLimit,
+        CloseReason::SendBufferFull,
+        CloseReason::IoError,
+        CloseReason::ConnectFailed,
+        CloseReason::Shutdown,
+    ];
+
+    /// Metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            CloseReason::PeerClosed => "peer_closed",
+            CloseReason::Idle => "idle",
+            CloseReason::MessageTimeout => "message_timeout",
+            CloseReason::HeaderTooLarge => "header_too_large",
+            CloseReason::BodyTooLarge => "body_too_large",
+            CloseReason::BadContentLength => "bad_content_length",
+            CloseReason::Garbage => "garbage",
+            CloseReason::MessageLimit => "message_limit",
+            CloseReason::SendBufferFull => "send_buffer_full",
+            CloseReason::IoError => "io_error",
+            CloseReason::ConnectFailed => "connect_failed",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize - 1
+    }
+
+    fn from_u8(v: u8) -> Option<CloseReason> {
+        CloseReason::ALL
+            .get(usize::from(v).checked_sub(1)?)
+            .copied()
+    }
+
+    fn of_frame_error(e: framing::FrameError) -> CloseReason {
+        match e {
+            framing::FrameError::HeaderTooLarge => CloseReason::HeaderTooLarge,
+            framing::FrameError::BodyTooLarge => CloseReason::BodyTooLarge,
+            framing::FrameError::BadContentLength => CloseReason::BadContentLength,
+            framing::FrameError::Garbage => CloseReason::Garbage,
+        }
+    }
+}
+
+/// Counters of the TCP transport (all threads).
+#[derive(Default)]
+pub struct TcpCounters {
+    accepted: AtomicU64,
+    connected: AtomicU64,
+    refused_limit: AtomicU64,
+    refused_per_ip: AtomicU64,
+    closed: [AtomicU64; CloseReason::ALL.len()],
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    messages_in: AtomicU64,
+    messages_out: AtomicU64,
+    pings: AtomicU64,
+    no_connection: AtomicU64,
+    udp_out: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The TCP transport's counters at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSnapshot {
+    /// Connections open now.
+    pub open: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections we opened.
+    pub connected: u64,
+    /// Accepted connections closed at once: `max_connections` reached.
+    pub refused_limit: u64,
+    /// Accepted connections closed at once: `max_connections_per_ip` reached.
+    pub refused_per_ip: u64,
+    /// Connections closed, by reason ([`CloseReason::label`]).
+    pub closed: Vec<(String, u64)>,
+    /// Bytes read.
+    pub bytes_in: u64,
+    /// Bytes written (or queued to be).
+    pub bytes_out: u64,
+    /// Messages framed off connections.
+    pub messages_in: u64,
+    /// Messages sent over connections.
+    pub messages_out: u64,
+    /// CRLF CRLF keep-alive pings answered with a pong.
+    pub pings: u64,
+    /// Messages for a connection that is gone (a response whose request's
+    /// connection closed): dropped.
+    pub no_connection: u64,
+    /// Datagrams the TCP threads sent over UDP (transport switching).
+    pub udp_out: u64,
+}
+
+impl TcpSnapshot {
+    /// Connections closed for `reason`.
+    pub fn closed(&self, reason: CloseReason) -> u64 {
+        self.closed
+            .iter()
+            .find(|(label, _)| label == reason.label())
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// One connection, shared by its owner loop (which reads) and every
+/// thread that sends on it.
+pub(crate) struct Conn {
+    id: u64,
+    peer: SocketAddr,
+    stream: TcpStream,
+    /// Bytes the kernel did not take yet (bounded).
+    out: Mutex<Vec<u8>>,
+    /// 0 while open, else the [`CloseReason`] another thread decided.
+    closing: AtomicU8,
+    /// Last traffic either way (monotonic ns).
+    last_active: AtomicU64,
+    /// Accepted (else opened by us).
+    inbound: bool,
+}
+
+impl Conn {
+    /// Write `bytes` (or queue what the kernel does not take); `false` if
+    /// the connection is closing or failed now.
+    fn write(&self, bytes: &[u8], limit: usize, now: u64) -> bool {
+        let mut out = lock(&self.out);
+        if self.closing.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        let mut rest = bytes;
+        if out.is_empty() {
+            while !rest.is_empty() {
+                match (&self.stream).write(rest) {
+                    Ok(0) => break,
+                    Ok(n) => rest = &rest[n..],
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::NotConnected) =>
+                    {
+                        break
+                    }
+                    Err(_) => {
+                        self.close_soon(CloseReason::IoError);
+                        return false;
+                    }
+                }
+            }
+        }
+        if !rest.is_empty() {
+            if out.len() + rest.len() > limit {
+                self.close_soon(CloseReason::SendBufferFull);
+                return false;
+            }
+            out.extend_from_slice(rest);
+        }
+        self.last_active.store(now, Ordering::Relaxed);
+        true
+    }
+
+    /// Write what waits (the owner, on a writable event).
+    fn flush(&self) -> std::io::Result<()> {
+        let mut out = lock(&self.out);
+        let mut done = 0;
+        while done < out.len() {
+            match (&self.stream).write(&out[done..]) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::NotConnected) => {
+                    break
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        out.drain(..done);
+        if out.is_empty() && out.capacity() > 4096 {
+            *out = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Ask the owner to close it (it sees the shutdown as an event).
+    fn close_soon(&self, reason: CloseReason) {
+        let _ =
+            self.closing
+                .compare_exchange(0, reason as u8, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+
+    fn closing(&self) -> Option<CloseReason> {
+        CloseReason::from_u8(self.closing.load(Ordering::Relaxed))
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<u64, Arc<Conn>>,
+    /// The connection to each peer address (the first one, if several).
+    by_peer: HashMap<SocketAddr, u64>,
+    /// Accepted connections per source IP.
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// Every connection of the server, shared by all threads.
+pub struct Connections {
+    table: Mutex<Table>,
+    /// Each event loop's registry (connections are registered with their
+    /// owner's poll from any thread).
+    registries: Vec<Registry>,
+    next_id: AtomicU64,
+    next_owner: AtomicUsize,
+    config: TcpConfig,
+    counters: TcpCounters,
+}
+
+/// Tokens below this are listeners; connection ids start here.
+pub(crate) const FIRST_CONNECTION: u64 = 1 << 16;
+
+impl Connections {
+    /// A table for event loops with these registries.
+    pub(crate) fn new(config: TcpConfig, registries: Vec<Registry>) -> Connections {
+        Connections {
+            table: Mutex::new(Table::default()),
+            registries,
+            next_id: AtomicU64::new(FIRST_CONNECTION),
+            next_owner: AtomicUsize::new(0),
+            config,
+            counters: TcpCounters::default(),
+        }
+    }
+
+    /// The bounds it runs with.
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Send one message over the hop's connection: its flow if that is
+    /// open, else an open connection to its address, else (for a hop that
+    /// names no flow) a new connection to its address. `false`: dropped
+    /// (counted).
+    pub fn send(&self, hop: Hop, bytes: &[u8], now: u64) -> bool {
+        let conn = {
+            let mut table = lock(&self.table);
+            let found = hop
+                .flow
+                .and_then(|flow| table.by_id.get(&flow.0))
+                .or_else(|| {
+                    table
+                        .by_peer
+                        .get(&hop.addr)
+                        .and_then(|id| table.by_id.get(id))
+                })
+                .cloned();
+            match found {
+                Some(conn) => Some(conn),
+                // A flow that is gone is not re-opened towards its address
+                // (a phone behind NAT cannot be connected to).
+                None if hop.flow.is_some() => None,
+                None => self.connect(&mut table, hop.addr, now),
+            }
+        };
+        let Some(conn) = conn else {
+            add(&self.counters.no_connection, 1);
+            return false;
+        };
+        if !conn.write(bytes, self.config.max_send_buffer_bytes, now) {
+            add(&self.counters.no_connection, 1);
+            return false;
+        }
+        add(&self.counters.bytes_out, bytes.len() as u64);
+        add(&self.counters.messages_out, 1);
+        true
+    }
+
+    /// Open a connection to `addr` (non-blocking) owned by the next loop.
+    fn connect(&self, table: &mut Table, addr: SocketAddr, now: u64) -> Option<Arc<Conn>> {
+        if table.by_id.len() >= self.config.max_connections {
+            add(&self.counters.refused_limit, 1);
+            return None;
+        }
+        let Ok(stream) = TcpStream::connect(addr) else {
+            add(&self.counters.closed[CloseReason::ConnectFailed.index()], 1);
+            return None;
+        };
+        add(&self.counters.connected, 1);
+        self.insert(table, stream, addr, false, now)
+    }
+
+    /// Take an accepted connection, or close it at once beyond a bound
+    /// (counted as refused).
+    pub(crate) fn adopt(&self, stream: TcpStream, peer: SocketAddr, now: u64) {
+        let mut table = lock(&self.table);
+        if table.by_id.len() >= self.config.max_connections {
+            add(&self.counters.refused_limit, 1);
+            return;
+        }
+        if table.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.config.max_connections_per_ip
+        {
+            add(&self.counters.refused_per_ip, 1);
+            return;
+        }
+        add(&self.counters.accepted, 1);
+        *table.per_ip.entry(peer.ip()).or_default() += 1;
+        if self.insert(&mut table, stream, peer, true, now).is_none() {
+            release_ip(&mut table, peer.ip());
+        }
+    }
+
+    /// Register `stream` with its owner's poll and enter it in the table
+    /// (under the table lock: the owner finds it by its first event).
+    fn insert(
+        &self,
+        table: &mut Table,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        inbound: bool,
+        now: u64,
+    ) -> Option<Arc<Conn>> {
+        let _ = stream.set_nodelay(true);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let owner = self.next_owner.fetch_add(1, Ordering::Relaxed) % self.registries.len();
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if self.registries[owner]
+            .register(&mut stream, Token(id as usize), interest)
+            .is_err()
+        {
+            add(&self.counters.closed[CloseReason::IoError.index()], 1);
+            return None;
+        }
+        let conn = Arc::new(Conn {
+            id,
+            peer,
+            stream,
+            out: Mutex::new(Vec::new()),
+            closing: AtomicU8::new(0),
+            last_active: AtomicU64::new(now),
+            inbound,
+        });
+        table.by_id.insert(id, conn.clone());
+        table.by_peer.entry(peer).or_insert(id);
+        Some(conn)
+    }
+
+    /// The connection `id`, if open.
+    fn get(&self, id: u64) -> Option<Arc<Conn>> {
+        lock(&self.table).by_id.get(&id).cloned()
+    }
+
+    /// Close `conn` (its owner, once): out of the table and its poll,
+    /// counted by `reason`.
+    fn close(&self, conn: &Conn, reason: CloseReason) {
+        let mut table = lock(&self.table);
+        if table.by_id.remove(&conn.id).is_none() {
+            return;
+        }
+        if table.by_peer.get(&conn.peer) == Some(&conn.id) {
+            table.by_peer.remove(&conn.peer);
+            // Another connection to the same address takes its place.
+            if let Some(other) = table.by_id.values().find(|c| c.peer == conn.peer) {
+                let other = other.id;
+                table.by_peer.insert(conn.peer, other);
+            }
+        }
+        if conn.inbound {
+            release_ip(&mut table, conn.peer.ip());
+        }
+        drop(table);
+        // Out of the poll when its fd closes (the last holder drops it);
+        // events until then find no connection and are ignored.
+        let _ = conn.stream.shutdown(Shutdown::Both);
+        add(&self.counters.closed[reason.index()], 1);
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        lock(&self.table).by_id.len()
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> TcpSnapshot {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TcpSnapshot {
+            open: self.open() as u64,
+            accepted: get(&c.accepted),
+            connected: get(&c.connected),
+            refused_limit: get(&c.refused_limit),
+            refused_per_ip: get(&c.refused_per_ip),
+            closed: CloseReason::ALL
+                .iter()
+                .map(|r| (r.label().to_string(), get(&c.closed[r.index()])))
+                .collect(),
+            bytes_in: get(&c.bytes_in),
+            bytes_out: get(&c.bytes_out),
+            messages_in: get(&c.messages_in),
+            messages_out: get(&c.messages_out),
+            pings: get(&c.pings),
+            no_connection: get(&c.no_connection),
+            udp_out: get(&c.udp_out),
+        }
+    }
+}
+
+fn release_ip(table: &mut Table, ip: IpAddr) {
+    if let Some(n) = table.per_ip.get_mut(&ip) {
+        *n -= 1;
+        if *n == 0 {
+            table.per_ip.remove(&ip);
+        }
+    }
+}
+
+/// The flow of connection `id` as the core sees it.
+fn flow_hop(conn: &Conn) -> Hop {
+    Hop {
+        addr: conn.peer,
+        transport: ringway_sip::Transport::Tcp,
+        flow: Some(FlowId(conn.id)),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
