@@ -175,8 +175,9 @@ struct Sample {
     switch: Option<CpuTime>,
     process: Option<CpuTime>,
     machine_ns: Option<u64>,
-    /// The SFU's engine thread (sampled in the window, like the NAPI threads).
-    engine: Option<CpuTime>,
+    /// The SFU's engine thread's run time in ns (sampled in the window,
+    /// like the NAPI threads; from schedstat, not 10 ms ticks).
+    engine_ns: Option<u64>,
 }
 
 fn sample(sfu_napi: &[u32], switch: &[u32]) -> Sample {
@@ -186,8 +187,8 @@ fn sample(sfu_napi: &[u32], switch: &[u32]) -> Sample {
         switch: cpu_of(switch),
         process: process_cpu_time().ok(),
         machine_ns: machine_busy_ns(),
-        engine: super::testbed::thread_named("sfu-engine")
-            .and_then(|tid| ringway_io::thread::thread_cpu_time_of(tid).ok()),
+        engine_ns: super::testbed::thread_named("sfu-engine")
+            .and_then(super::testbed::thread_run_time_ns),
     }
 }
 
@@ -378,7 +379,11 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
     // The SFU host over one window: the engine thread's CPU and its NAPI
     // thread's, both sampled at the window's ends.
-    let sfu_host_pct = match (between(s0.engine, s1.engine), sfu_napi_ns) {
+    let engine_ns = s0
+        .engine_ns
+        .zip(s1.engine_ns)
+        .map(|(start, end)| end.saturating_sub(start));
+    let sfu_host_pct = match (engine_ns, sfu_napi_ns) {
         (Some(engine), Some(ns)) if napi => pct_of(engine + ns, window),
         _ => f64::NAN,
     };

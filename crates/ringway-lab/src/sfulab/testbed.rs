@@ -276,6 +276,14 @@ pub fn thread_named(name: &str) -> Option<i32> {
         })
 }
 
+/// The CPU time a thread of this process has run, in ns
+/// (`/proc/self/task/TID/schedstat`, first field: exact, unlike the 10 ms
+/// ticks of `stat`, which round a short window's few ms to 0).
+pub fn thread_run_time_ns(tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 /// Busy CPU time of the whole machine, all CPUs (`/proc/stat`: everything
 /// but idle and iowait), in ns.
 pub fn machine_busy_ns() -> Option<u64> {
@@ -299,14 +307,54 @@ mod thread_tests {
     use super::*;
 
     #[test]
+    fn a_thread_that_ran_under_a_tick_shows_its_run_time() {
+        let (go_tx, go) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done) = std::sync::mpsc::channel::<i32>();
+        let (end_tx, end) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let tid: i32 = std::fs::read_link("/proc/thread-self")
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            done_tx.send(tid).unwrap();
+            go.recv().unwrap();
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_millis(3) {
+                std::hint::black_box(0u64);
+            }
+            // Blocking here accounts the run time (a context switch).
+            done_tx.send(tid).unwrap();
+            let _ = end.recv();
+        });
+        let tid = done.recv().unwrap();
+        let before = thread_run_time_ns(tid).expect("schedstat");
+        go_tx.send(()).unwrap();
+        done.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let after = thread_run_time_ns(tid).expect("schedstat");
+        end_tx.send(()).unwrap();
+        t.join().unwrap();
+        // 3 ms of spinning is under one 10 ms tick of `stat`, yet it shows.
+        assert!(after >= before + 2_000_000, "{before} -> {after}");
+    }
+
+    #[test]
     fn finds_a_thread_of_this_process_by_name() {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
         let t = std::thread::Builder::new()
             .name("probe-thread".into())
             .spawn(move || {
+                // The name is set by the thread itself as it starts.
+                started_tx.send(()).unwrap();
                 let _ = rx.recv();
             })
             .unwrap();
+        started.recv().unwrap();
         let tid = thread_named("probe-thread").expect("the named thread");
         let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
         assert_eq!(comm.trim_end(), "probe-thread");
