@@ -25,6 +25,54 @@ pub fn redis_reply(data: &[u8]) {
     ringway_server::fuzzing::redis_reply(data);
 }
 
+/// A byte stream cut into reads (the first byte picks the read sizes)
+/// through the SIP-over-TCP framer: every framed message lies inside what
+/// was received and within the limits, the buffer never holds more than one
+/// message's worth of bytes, and an error ends the stream.
+pub fn sip_tcp_framing(data: &[u8]) {
+    use ringway_server::sip::tcp::framing::{FrameLimits, Framed, Framer};
+    let Some((&cut, stream)) = data.split_first() else {
+        return;
+    };
+    let limits = FrameLimits {
+        max_header_bytes: 256,
+        max_body_bytes: 512,
+    };
+    let read = usize::from(cut % 64) + 1;
+    let mut framer = Framer::default();
+    let mut received = 0usize;
+    let mut framed = 0usize;
+    'stream: for chunk in stream.chunks(read) {
+        if framer.extend(chunk, limits).is_err() {
+            break;
+        }
+        received += chunk.len();
+        assert!(
+            framer.buffered().len() <= limits.max_header_bytes + limits.max_body_bytes,
+            "buffer over one message's bound"
+        );
+        loop {
+            match framer.next(limits) {
+                Ok(None) => break,
+                Ok(Some(Framed::Message(len))) => {
+                    assert!(len > 0 && len <= framer.buffered().len());
+                    assert!(len <= limits.max_header_bytes + limits.max_body_bytes);
+                    framed += len;
+                    framer.consume(len);
+                }
+                Ok(Some(Framed::Ping)) => framed += 4,
+                Ok(Some(Framed::Pong)) => framed += 2,
+                Err(_) => break 'stream,
+            }
+        }
+        assert_eq!(
+            framed + framer.buffered().len(),
+            received,
+            "bytes lost or made up"
+        );
+    }
+}
+
 /// A `/metrics` HTTP request head through its router.
 pub fn metrics_http(data: &[u8]) {
     ringway_server::fuzzing::metrics_request(data);
@@ -35,7 +83,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 13] = [
+pub const TARGETS: [(&str, Target); 14] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -49,4 +97,5 @@ pub const TARGETS: [(&str, Target); 13] = [
     ("nfqueue", nfqueue),
     ("redis_reply", redis_reply),
     ("metrics_http", metrics_http),
+    ("sip_tcp_framing", sip_tcp_framing),
 ];

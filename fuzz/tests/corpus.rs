@@ -68,6 +68,7 @@ replay_tests!(
     nfqueue,
     redis_reply,
     metrics_http,
+    sip_tcp_framing,
 );
 
 #[test]
@@ -87,6 +88,7 @@ fn every_target_has_a_replay_test() {
         "nfqueue",
         "redis_reply",
         "metrics_http",
+        "sip_tcp_framing",
     ];
     let targets: Vec<&str> = ringway_fuzz::TARGETS.iter().map(|t| t.0).collect();
     assert_eq!(targets, tested);
