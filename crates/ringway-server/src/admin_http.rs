@@ -159,6 +159,14 @@ impl Response {
     pub fn error(status: u16, message: &str) -> Response {
         Response::json(status, &serde_json::json!({ "error": message }))
     }
+    /// A 200 with Prometheus text exposition.
+    pub fn prometheus(body: String) -> Response {
+        Response {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body,
+        }
+    }
 }
 
 fn reason(status: u16) -> &'static str {
@@ -213,27 +221,8 @@ pub fn serve(
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((s, _peer)) => {
-                        if busy.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                            drop(s); // over the bound: closed at once
-                            continue;
-                        }
-                        busy.fetch_add(1, Ordering::Relaxed);
-                        let (busy, handler) = (busy.clone(), handler.clone());
-                        let spawned = std::thread::Builder::new()
-                            .name(format!("{thread_name}-conn"))
-                            .spawn(move || {
-                                let _ = answer(s, &handler);
-                                busy.fetch_sub(1, Ordering::Relaxed);
-                            });
-                        if spawned.is_err() {
-                            // The closure (and its count) was dropped with the error.
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                    Ok((stream, _)) => answer_in_thread(stream, &busy, &handler, &thread_name),
+                    Err(e) => pause_after(&e),
                 }
             }
         })
@@ -281,30 +270,46 @@ pub fn serve_unix(
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((s, _)) => {
-                        if busy.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                            drop(s);
-                            continue;
-                        }
-                        busy.fetch_add(1, Ordering::Relaxed);
-                        let (busy, handler) = (busy.clone(), handler.clone());
-                        let spawned = std::thread::Builder::new()
-                            .name(format!("{thread_name}-conn"))
-                            .spawn(move || {
-                                let _ = answer(s, &handler);
-                                busy.fetch_sub(1, Ordering::Relaxed);
-                            });
-                        if spawned.is_err() {
-                            // The closure (and its count) was dropped with the error.
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                    Ok((stream, _)) => answer_in_thread(stream, &busy, &handler, &thread_name),
+                    Err(e) => pause_after(&e),
                 }
             }
         })
+}
+
+/// Answer one accepted connection on a thread of its own, unless
+/// [`MAX_CONNECTIONS`] are being answered already (then it is closed).
+fn answer_in_thread<S: Conn + Send + 'static>(
+    stream: S,
+    busy: &Arc<AtomicUsize>,
+    handler: &Handler,
+    thread_name: &str,
+) {
+    if busy.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+        return; // over the bound: closed at once
+    }
+    busy.fetch_add(1, Ordering::Relaxed);
+    let (count, handler) = (busy.clone(), handler.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("{thread_name}-conn"))
+        .spawn(move || {
+            let _ = answer(stream, &handler);
+            count.fetch_sub(1, Ordering::Relaxed);
+        });
+    if spawned.is_err() {
+        // The closure was dropped unrun: give its place back.
+        busy.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// After a failed accept: a short nap when nothing was pending, a longer
+/// one on a real error (so a broken listener does not spin).
+fn pause_after(error: &std::io::Error) {
+    if error.kind() == std::io::ErrorKind::WouldBlock {
+        std::thread::sleep(Duration::from_millis(10));
+    } else {
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn answer(mut s: impl Conn, handler: &Handler) -> std::io::Result<()> {

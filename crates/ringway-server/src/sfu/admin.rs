@@ -87,11 +87,7 @@ pub(super) fn handler(
     Arc::new(move |r: &Request| {
         if r.method == "GET" && r.path == "/metrics" {
             let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response {
-                status: 200,
-                content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: render_metrics(&l),
-            };
+            return Response::prometheus(render_metrics(&l));
         }
         if !token_matches(r.bearer.as_deref(), &token) {
             return Response::error(401, "missing or wrong bearer token");
