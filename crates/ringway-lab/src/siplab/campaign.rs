@@ -168,20 +168,20 @@ fn log_all(messages: Vec<String>) {
     }
 }
 
-/// Run the campaign `c`. `stop` is polled before every run; when it is set
-/// the global settings are restored and `on_interrupt` ends the process
-/// (finished runs are already in runs.jsonl; a run cut in half must not be
-/// recorded, so the sweep cannot just go on).
-pub fn run(
-    mut c: Campaign,
-    stop: &AtomicBool,
-    progress: &mut dyn SweepProgress,
-    on_interrupt: fn() -> !,
-) -> anyhow::Result<CampaignResult> {
-    // 1. A crashed earlier run may have left global settings changed.
+/// What [`run`] and [`run_compare`] prepare alike.
+struct Prepared {
+    knobs: Vec<Knob>,
+    usable: Vec<usize>,
+    out: PathBuf,
+    tools: Tools,
+}
+
+/// Restore what a crashed earlier run left changed, then check the
+/// sweep-wide knobs (recorded in the sweep), place the generator, create
+/// the output directory and find the tools: all before any run starts.
+fn prepare(c: &mut Campaign) -> anyhow::Result<Prepared> {
     log_all(SysState::recover(&c.state_file));
-    // 2. Validate everything before anything starts.
-    let knobs = global_knobs(&c)?;
+    let knobs = global_knobs(c)?;
     c.sweep.globals = knobs
         .iter()
         .map(|k| format!("{}={}", k.path, k.value))
@@ -195,7 +195,33 @@ pub fn run(
     };
     std::fs::create_dir_all(&c.out)?;
     let out = std::fs::canonicalize(&c.out)?;
-    let tools = tools(&c, &out)?;
+    let tools = tools(c, &out)?;
+    Ok(Prepared {
+        knobs,
+        usable,
+        out,
+        tools,
+    })
+}
+
+/// Run the campaign `c`. `stop` is polled before every run; when it is set
+/// the global settings are restored and `on_interrupt` ends the process
+/// (finished runs are already in runs.jsonl; a run cut in half must not be
+/// recorded, so the sweep cannot just go on).
+pub fn run(
+    mut c: Campaign,
+    stop: &AtomicBool,
+    progress: &mut dyn SweepProgress,
+    on_interrupt: fn() -> !,
+) -> anyhow::Result<CampaignResult> {
+    // A crashed earlier run may have left global settings changed; then
+    // everything is validated before anything starts.
+    let Prepared {
+        knobs,
+        usable,
+        out,
+        tools,
+    } = prepare(&mut c)?;
     let cfg = &c.sweep;
     cfg.validate(&tools).map_err(anyhow::Error::msg)?;
     // A leftover per-run state file (kill -9 during a run) is restored too.
@@ -300,22 +326,12 @@ pub fn run_compare(
     progress: &mut dyn SweepProgress,
     on_interrupt: fn() -> !,
 ) -> anyhow::Result<CompareResult> {
-    log_all(SysState::recover(&c.state_file));
-    let knobs = global_knobs(&c)?;
-    c.sweep.globals = knobs
-        .iter()
-        .map(|k| format!("{}={}", k.path, k.value))
-        .collect();
-    let usable = sweep::usable_cpus();
-    c.sweep.gen_cpus = match &c.gen_cpus {
-        GenCpus::List(cpus) => cpus.clone(),
-        GenCpus::Unpinned => Vec::new(),
-        GenCpus::Auto if usable.len() >= 2 => vec![*usable.last().unwrap_or(&0)],
-        GenCpus::Auto => Vec::new(),
-    };
-    std::fs::create_dir_all(&c.out)?;
-    let out = std::fs::canonicalize(&c.out)?;
-    let tools = tools(&c, &out)?;
+    let Prepared {
+        knobs,
+        usable,
+        out,
+        tools,
+    } = prepare(&mut c)?;
     let cfg = CompareConfig {
         sweep: c.sweep.clone(),
         rates,
