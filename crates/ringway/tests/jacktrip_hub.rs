@@ -231,8 +231,12 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
             "127.0.0.1:4464",
             "--udp-port",
             "61002",
+            // A cap only (the test stops the hub with SIGTERM): long enough
+            // that jack_rec retries after a hung first attempt still hear
+            // the hub (CI once saw all three retried clients record silence
+            // after a 20 s cap had run out).
             "--duration",
-            "20",
+            "120",
             "--admin",
             ADMIN,
             "--admin-token-file",
