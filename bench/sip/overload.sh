@@ -33,7 +33,8 @@
 #   env: RINGWAY=path (default target/release/ringway)  OUT=/tmp/ringway-overload
 #        RATES="3000 4000 5000 6000 7000 8000"  CAP_SECS=10  FACTOR=3  OVER_SECS=30
 #        CAPACITY=N (skip step 1)  PROBES=10  PROBE_RATE=1000  NICE=-5
-#        SHED_MS=20 (the shedding run's --overload-queue-delay-ms)  MODES="on off"
+#        SHED_MS=20 (the shedding run's --overload-queue-delay-ms: the target of
+#        the admission controller, docs/sip-proxy.md)  MODES="on off"
 #        GENS=2 (generator processes sharing the offered load, all on CPU 1:
 #        one alone does not drain its socket fast enough at ~36 000 calls/s)
 set -euo pipefail

@@ -51,6 +51,7 @@ pub mod edit;
 pub mod hash;
 pub mod invariants;
 pub mod msg;
+pub mod overload;
 pub mod peek;
 pub mod proxy;
 pub mod registrar;

@@ -272,3 +272,38 @@ fn a_flooding_source_is_dropped_unanswered_and_the_proxies_are_exempt() {
     let (action, _) = handle(UA, 2500 * MS, &invite("later"));
     assert_eq!(action, Action::Forwarded { copies: 1 });
 }
+
+/// A request bounced between a proxy and the dispatcher (its Request-URI
+/// names the proxy itself, which sends it back each time) is stopped by
+/// the count of our Vias after a few passes, not by Max-Forwards (70).
+/// Seen failing with the check removed: still forwarded after 70 passes.
+#[test]
+fn a_request_bounced_through_us_is_a_loop_after_four_passes() {
+    let d = dispatcher();
+    let mut msg = format!(
+        "BYE sip:bob@{p} SIP/2.0\r\nVia: SIP/2.0/UDP {p};branch=z9hG4bKloop\r\n\
+Max-Forwards: 70\r\nFrom: <sip:alice@example.com>;tag=a\r\nTo: <sip:bob@example.com>;tag=b\r\n\
+Call-ID: loop1\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n",
+        p = P[0]
+    )
+    .into_bytes();
+    let mut passes = 0;
+    let last = loop {
+        passes += 1;
+        assert!(passes <= 70, "never stopped");
+        let (action, sent) = run(&d, P[0], &msg);
+        if action != (Action::Forwarded { copies: 1 }) {
+            break (action, sent);
+        }
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0, addr(P[0]));
+        msg = sent[0].1.clone();
+    };
+    assert_eq!(last.0, Action::Responded(482));
+    // Forwarded while it carried at most three of our Vias: four passes,
+    // the fifth (four of our Vias) refused.
+    assert_eq!(passes, 5);
+    // The 482 goes back to the proxy that sent the last pass.
+    assert_eq!(last.1.len(), 1);
+    assert_eq!(last.1[0].0, addr(P[0]));
+}

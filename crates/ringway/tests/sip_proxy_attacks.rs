@@ -495,6 +495,7 @@ struct DispatchBed {
     attacker: UdpSocket,
     proxy: UdpSocket,
     victim: UdpSocket,
+    summary: tempfile::TempDir,
 }
 
 impl DispatchBed {
@@ -507,8 +508,11 @@ impl DispatchBed {
         let victim = socket(VICTIM);
         let proxy = socket(UAS);
         let attacker = socket(ATTACKER);
+        let summary = tempfile::tempdir().unwrap();
         let mut child = Command::new(ringway())
             .args(["sip", "dispatch", "--listen", DISPATCH, "--proxy", UAS])
+            .arg("--summary")
+            .arg(summary.path().join("summary.json"))
             // One probe at start, none during the test.
             .args(["--probe-interval-ms", "60000", "--backend", "socket"])
             .args(["--duration", "60", "--quiet"])
@@ -529,7 +533,19 @@ impl DispatchBed {
             attacker,
             proxy,
             victim,
+            summary,
         }
+    }
+
+    /// Stop the dispatcher (SIGINT); its JSON summary.
+    fn stop(&mut self) -> serde_json::Value {
+        signal(self.child.id(), "INT");
+        let status = wait_bounded(&mut self.child, Duration::from_secs(15))
+            .expect("dispatcher exits on SIGINT");
+        assert!(status.success(), "dispatcher exit status {status}");
+        let text = std::fs::read_to_string(self.summary.path().join("summary.json"))
+            .expect("summary written");
+        serde_json::from_str(&text).expect("summary is JSON")
     }
 }
 
@@ -620,6 +636,156 @@ Call-ID: forged@x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
             send(&bed.proxy, DISPATCH, &forged);
         }
         assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new());
+    });
+}
+
+/// Loops through the dispatcher (issue 19, point 3): Route chains and
+/// Request-URIs naming the dispatcher itself, a request bounced between it
+/// and a proxy, and Max-Forwards. Each datagram costs the dispatcher one
+/// pass, a bounced request at most five (four forwarded while it carries
+/// at most three of the dispatcher's Vias), and the victim gets nothing.
+/// Against the landed main (no count of our own Vias) the bounced request
+/// went round 61 times (until it outgrew what the dispatcher would
+/// forward) and the test failed.
+#[test]
+fn dispatcher_loops_end_in_a_few_passes_and_reach_nobody() {
+    netns(|| {
+        let mut bed = DispatchBed::start();
+        let self_routes: String = (0..30)
+            .map(|i| format!("Route: <sip:hop{i}@{DISPATCH};lr>\r\n"))
+            .collect();
+        let from_proxy = |message: String| message.replace(ATTACKER, UAS);
+        // From the proxy (trusted): a Request-URI naming the dispatcher
+        // behind 30 Routes naming it: all consumed in one pass, 482.
+        let to_itself = from_proxy(tagged(request(
+            &format!("BYE sip:loop@{DISPATCH}"),
+            "dloop1",
+            "x@ringway.test",
+            "y@ringway.test",
+            &self_routes,
+        )));
+        send(&bed.proxy, DISPATCH, &to_itself);
+        let back = drain(&bed.proxy, SHORT);
+        let codes: Vec<Option<u16>> = back.iter().map(|m| status(m)).collect();
+        assert_eq!(codes, [Some(482)], "{back:?}");
+        // The same chain ending at the victim, from the proxy (loopback is
+        // not a target unless named) and from outside in a dialog: 403.
+        let to_victim = format!("{self_routes}Route: <sip:{VICTIM};lr>\r\n");
+        send(
+            &bed.proxy,
+            DISPATCH,
+            &from_proxy(tagged(request(
+                &format!("BYE sip:x@{VICTIM}"),
+                "dloop2",
+                "x@ringway.test",
+                "y@ringway.test",
+                &self_routes,
+            ))),
+        );
+        send(
+            &bed.attacker,
+            DISPATCH,
+            &tagged(request(
+                &format!("BYE sip:x@{VICTIM}"),
+                "dloop3",
+                "x@evil.example",
+                "y@ringway.test",
+                &to_victim,
+            )),
+        );
+        let back = drain(&bed.proxy, SHORT);
+        assert_eq!(
+            back.iter().map(|m| status(m)).collect::<Vec<_>>(),
+            [Some(403)]
+        );
+        let back = drain(&bed.attacker, SHORT);
+        assert_eq!(
+            back.iter().map(|m| status(m)).collect::<Vec<_>>(),
+            [Some(403)]
+        );
+        // From outside, an initial INVITE whose Request-URI and 60 strict
+        // Routes name the dispatcher: to the proxy once, Routes gone.
+        let strict: String = (0..60)
+            .map(|i| format!("Route: <sip:hop{i}@{DISPATCH}>\r\n"))
+            .collect();
+        send(
+            &bed.attacker,
+            DISPATCH,
+            &request(
+                &format!("INVITE sip:loop@{DISPATCH}"),
+                "dloop4",
+                "x@evil.example",
+                "bob@ringway.test",
+                &strict,
+            ),
+        );
+        let got = drain_requests(&bed.proxy, SHORT);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].contains("dloop4") && !got[0].contains("\r\nRoute:"));
+        // The proxy sends a request whose Request-URI names the proxy
+        // itself, and sends back (with its own Via, as a proxy does) what
+        // the dispatcher forwards to it: at most four passes forwarded,
+        // then 482 — Max-Forwards (255, capped at 70) would allow 70. With
+        // Max-Forwards 2: forwarded twice, then 483.
+        let bounce = |branch: &str, max_forwards: u32| -> (usize, Option<u16>) {
+            let mut message = from_proxy(tagged(request(
+                &format!("BYE sip:bob@{UAS}"),
+                branch,
+                "x@ringway.test",
+                "y@ringway.test",
+                "",
+            )))
+            .replace("Max-Forwards: 70", &format!("Max-Forwards: {max_forwards}"));
+            let mut forwarded = 0;
+            let end = Instant::now() + Duration::from_secs(20);
+            loop {
+                assert!(
+                    Instant::now() < end,
+                    "{branch}: no end after {forwarded} passes"
+                );
+                send(&bed.proxy, DISPATCH, &message);
+                // The dispatcher's answer or forward, whenever it comes.
+                let mut buf = [0u8; 65536];
+                let one = loop {
+                    assert!(
+                        Instant::now() < end,
+                        "{branch}: nothing after {forwarded} passes"
+                    );
+                    if let Ok((n, _)) = bed.proxy.recv_from(&mut buf) {
+                        break String::from_utf8_lossy(&buf[..n]).to_string();
+                    }
+                };
+                match one {
+                    one if status(&one).is_some() => return (forwarded, status(&one)),
+                    one if one.starts_with("BYE ") && forwarded < 100 => {
+                        forwarded += 1;
+                        if forwarded == 1 {
+                            // Capped at 70 on ingress, then decremented.
+                            let expected = max_forwards.min(70) - 1;
+                            assert!(
+                                one.contains(&format!("\r\nMax-Forwards: {expected}\r\n")),
+                                "{one}"
+                            );
+                        }
+                        let (line, rest) = one.split_once("\r\n").unwrap();
+                        message = format!(
+                            "{line}\r\nVia: SIP/2.0/UDP {UAS};branch=z9hG4bKb{forwarded}{branch}\r\n{rest}"
+                        );
+                    }
+                    other => panic!("{branch} after {forwarded} passes: {other}"),
+                }
+            }
+        };
+        assert_eq!(bounce("dloop5", 255), (4, Some(482)));
+        assert_eq!(bounce("dloop6", 2), (2, Some(483)));
+        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new());
+        let summary = bed.stop();
+        // One pass per datagram sent: 4 single ones, 5 and 3 bounced.
+        assert_eq!(
+            summary["dispatch"]["requests_received"], 12,
+            "{}",
+            summary["dispatch"]
+        );
     });
 }
 

@@ -27,7 +27,8 @@ fn placement_results_are_reported() {
                 "2000",
             ],
         );
-        // 3 knobs x 2 workers; lines may come before or after "listening on".
+        // 3 knobs x 2 workers and the timer thread's affinity; lines may
+        // come before or after "listening on".
         let mut lines: Vec<String> = p
             .startup
             .iter()
@@ -35,7 +36,7 @@ fn placement_results_are_reported() {
             .cloned()
             .collect();
         let end = Instant::now() + Duration::from_secs(10);
-        while lines.len() < 6 && Instant::now() < end {
+        while lines.len() < 7 && Instant::now() < end {
             if let Ok(l) = p.stderr.recv_timeout(Duration::from_millis(200)) {
                 if l.contains("placement") {
                     lines.push(l);
@@ -44,7 +45,12 @@ fn placement_results_are_reported() {
         }
         (lines, stop_proxy(&mut procs, &p))
     });
-    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    // The timer thread runs on the workers' CPUs (affinity only).
+    assert!(
+        lines.iter().any(|l| l.contains("sip-timer: affinity [0]")),
+        "{lines:?}"
+    );
     for w in ["sip-w0", "sip-w1"] {
         for knob in ["affinity [0]", "nice 3", "slice 2000 us"] {
             let l = lines
@@ -59,5 +65,5 @@ fn placement_results_are_reported() {
             .any(|l| l.contains(w) && l.contains("nice 3 -> applied")));
     }
     let listed = summary["placement"].as_array().unwrap();
-    assert_eq!(listed.len(), 6, "{listed:?}");
+    assert_eq!(listed.len(), 7, "{listed:?}");
 }

@@ -1153,6 +1153,22 @@ fn finish_thread(
 
 /// The timer thread: run the core's timers at their deadlines.
 fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+    // On the workers' CPUs (affinity only): the timer thread takes the
+    // transaction shards' locks the workers take, so it runs where they
+    // run. Elsewhere (on a load generator's CPU, say) it can be preempted
+    // while it holds one, and every worker needing that shard sleeps until
+    // it runs again: the workers' CPU idles while their queue grows.
+    if let Some(cpus) = shared.config.placement.cpus.clone() {
+        let placement = ringway_io::thread::Placement {
+            cpus: Some(cpus),
+            ..Default::default()
+        };
+        let lines = host::place_this_thread("sip-timer", &placement);
+        for line in &lines {
+            log::info!("sip server: placement {line}");
+        }
+        lock(&shared.placement).extend(lines);
+    }
     let mut timer = SipTimer::new(&shared.proxy);
     timer.with_connections(shared.connections.clone());
     let slot = &shared.slots[shared.config.workers];

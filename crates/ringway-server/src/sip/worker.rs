@@ -7,6 +7,7 @@ use super::stats::{Latency, WorkerMetrics};
 use super::tcp::Connections;
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
+use ringway_sip::overload::{ShedConfig, Shedder};
 use ringway_sip::{DropReason, Hop, MsgLabel, Proxy, ProxyWorker, Transport};
 use std::sync::Arc;
 
@@ -16,12 +17,42 @@ const TAG_SHIFT: u32 = 40;
 /// Bytes per send frame: a forwarded message grows by Via/Record-Route.
 pub const TX_FRAME: usize = super::RX_FRAME + 2048;
 /// The second stage of overload shedding: a new INVITE that waited more
-/// than this many times the shedding delay is dropped unanswered on a peek
+/// than this many times the shedding target is dropped unanswered on a peek
 /// of its first bytes (no parse, no 503 to build and send, no ACK to
 /// absorb); the sender's retransmission covers it like a loss. Such waits
 /// follow a stall (the proxy descheduled, a burst): the queue drains
 /// several times faster than with a 503 each.
 pub(crate) const OVERLOAD_DROP_FACTOR: u64 = 2;
+
+/// Overload control of one datagram, before any parse: feed its queueing
+/// delay to `shedder`; `true` if it is a new INVITE to drop unanswered
+/// (it waited beyond [`OVERLOAD_DROP_FACTOR`] × the target), else set the
+/// core's shedding for it (a new INVITE the controller refuses gets `503`).
+/// Only a new INVITE is peeked at, and only while the controller sheds or
+/// the wait is beyond the drop bound.
+fn shed(
+    shedder: &mut Shedder,
+    proxy: &mut ProxyWorker<'_>,
+    datagram: &ringway_io::Datagram<'_>,
+    picked_at: Nanos,
+) -> bool {
+    let mut beyond_drop_bound = false;
+    if let Some(stamp) = datagram.meta.kernel_rx {
+        // Queueing delay: the kernel's RX stamp (realtime) to now. The
+        // controller's intervals run on arrival time (the stamps).
+        let waited = picked_at.saturating_since(stamp);
+        shedder.observe(stamp.0, waited);
+        let bound = shedder.config().target.saturating_mul(OVERLOAD_DROP_FACTOR);
+        beyond_drop_bound = waited > bound;
+    }
+    let new_invite = (shedder.is_shedding() || beyond_drop_bound)
+        && ringway_sip::peek::is_new_invite(datagram.data);
+    if new_invite && beyond_drop_bound {
+        return true;
+    }
+    proxy.set_shedding(new_invite && shedder.is_shedding() && !shedder.admit_new_call());
+    false
+}
 
 /// Per-worker state: the send batch, TX-stamp sampling, and the metrics.
 pub struct SipWorker<'p> {
@@ -35,9 +66,9 @@ pub struct SipWorker<'p> {
     /// Datagrams of the current batch whose output waits for the send
     /// call: (slot, end of processing on the realtime clock).
     waiting: Vec<(usize, Nanos)>,
-    /// Shed new INVITEs that waited longer than this (ns) since their
-    /// kernel RX stamp.
-    shed_after: Option<u64>,
+    /// Overload control of new INVITEs from the queueing delay (from each
+    /// datagram's kernel RX stamp); `None`: off.
+    shedder: Option<Shedder>,
     /// Emulated service time added to every handled message, and its
     /// random state.
     service: Option<(ServiceTime, u64)>,
@@ -59,7 +90,7 @@ impl<'p> SipWorker<'p> {
             stamps_seen: 0,
             metrics: WorkerMetrics::default(),
             waiting: Vec::with_capacity(batch.max(1)),
-            shed_after: None,
+            shedder: None,
             service: None,
             connections: None,
         }
@@ -72,12 +103,18 @@ impl<'p> SipWorker<'p> {
         self.connections = connections;
     }
 
-    /// Overload shedding: a datagram that waited longer than `limit` ns
-    /// from its kernel RX stamp to its processing is handled with the
-    /// core's shedding on ([`ProxyWorker::set_shedding`]: a new INVITE gets
-    /// `503` + `Retry-After`, nothing else changes). `None`: never.
-    pub fn shed_after(&mut self, limit: Option<u64>) {
-        self.shed_after = limit;
+    /// Overload shedding with a queueing-delay target of `target` ns
+    /// (`None`: never): [`Shedder`] turns the waits from the kernel RX
+    /// stamps into the fraction of new INVITEs admitted; a refused one is
+    /// handled with the core's shedding on ([`ProxyWorker::set_shedding`]:
+    /// `503` + `Retry-After` before any state, nothing else changes).
+    pub fn shed_after(&mut self, target: Option<u64>) {
+        self.shed_with(target.map(ShedConfig::with_target));
+    }
+
+    /// [`SipWorker::shed_after`] with every knob of the controller.
+    pub fn shed_with(&mut self, config: Option<ShedConfig>) {
+        self.shedder = config.map(Shedder::new);
     }
 
     /// Lab emulation: burn `service` CPU time per handled message, inside
@@ -121,7 +158,7 @@ impl<'p> SipWorker<'p> {
             sent_seq,
             metrics,
             waiting,
-            shed_after,
+            shedder,
             service,
             connections,
             ..
@@ -139,22 +176,14 @@ impl<'p> SipWorker<'p> {
             let mut flushed = 0usize;
             let mut send_errors = 0u64;
             let picked_at = realtime_now();
-            if let Some(limit) = *shed_after {
-                // Queueing delay: the kernel's RX stamp (realtime) to now.
-                let waited = datagram
-                    .meta
-                    .kernel_rx
-                    .map(|stamp| picked_at.saturating_since(stamp));
-                if waited.is_some_and(|wait| wait > limit.saturating_mul(OVERLOAD_DROP_FACTOR))
-                    && ringway_sip::peek::is_new_invite(datagram.data)
-                {
+            if let Some(shedder) = shedder.as_mut() {
+                if shed(shedder, proxy, &datagram, picked_at) {
                     metrics.overload_queue_drops += 1;
                     let stats = metrics.slot_mut(MsgLabel::Invite.slot());
                     stats.count += 1;
                     stats.count_drop(DropReason::Overload);
                     continue;
                 }
-                proxy.set_shedding(waited.is_some_and(|wait| wait > limit));
             }
             let core_start = clock();
             let from = Hop::udp(datagram.meta.peer);
@@ -531,47 +560,63 @@ mod tests {
     }
 
     #[test]
-    fn invites_that_waited_too_long_are_shed_before_any_state() {
+    fn invites_are_shed_by_the_controller_before_any_state() {
         let p = proxy(Mode::Stateful);
         let mut w = SipWorker::new(&p, 8, 0);
-        w.shed_after(Some(20_000_000));
+        // A 200 ms target (wide margins: the waits below grow by however
+        // long this test takes); every datagram (1 ns of arrival time
+        // apart) ends the controller's interval of the one before it, so
+        // each update below follows from one delay.
+        w.shed_with(Some(ShedConfig {
+            target: 200_000_000,
+            interval: 1,
+        }));
         let fresh = realtime_now().0;
-        let (late, on_time, in_dialog) = (invite(1, 0), invite(2, 0), {
+        let in_dialog = {
             let text = String::from_utf8(invite(3, 0)).unwrap();
             text.replace(
                 "To: <sip:bob@example.com>",
                 "To: <sip:bob@example.com>;tag=b3",
             )
             .into_bytes()
-        });
-        let very_late = invite(5, 0);
+        };
+        let (very_late, late, admitted, after) =
+            (invite(5, 0), invite(1, 0), invite(2, 0), invite(6, 0));
+        let ms = 1_000_000;
         let rx = batch(&[
-            // Received by the kernel 30 ms ago (beyond 20 ms): 503.
-            (UAC, &late, Some(fresh - 30_000_000), false),
-            (UAC, &on_time, Some(fresh), false),
-            (UAC, &in_dialog, Some(fresh - 100_000_000), false),
-            // 100 ms ago, beyond twice the delay: dropped unanswered.
-            (UAC, &very_late, Some(fresh - 100_000_000), false),
+            // Received 1 s ago, beyond twice the target: dropped
+            // unanswered on a peek (the controller admits all so far).
+            (UAC, &very_late, Some(fresh - 1000 * ms), false),
+            // The interval of a 1 s wait halves the fraction: with credit
+            // for half a call this new INVITE is refused, 503.
+            (UAC, &late, Some(fresh - 300 * ms), false),
+            // A 300 ms standing queue (× 200/300): a re-INVITE is not shed.
+            (UAC, &in_dialog, Some(fresh - 50 * ms + 1), false),
+            // No queue (50 ms < 100 ms): the fraction doubles, the credit
+            // passes one call: admitted.
+            (UAC, &admitted, Some(fresh - 40 * ms + 2), false),
+            // All admitted again.
+            (UAC, &after, Some(fresh - 30 * ms + 3), false),
         ]);
         let mut io = mem_io();
         w.drive_batch(&mut io, &rx, ticking());
         let inv = w.metrics().get(MsgLabel::Invite).unwrap();
-        assert_eq!(inv.count, 4);
+        assert_eq!(inv.count, 5);
         assert_eq!(
             inv.responded(),
             std::collections::BTreeMap::from([(503, 1)])
         );
         assert_eq!(
-            inv.forwarded, 2,
-            "the fresh INVITE and the in-dialog one go on"
+            inv.forwarded, 3,
+            "the re-INVITE and the two admitted INVITEs go on"
         );
         assert_eq!(
             inv.dropped(),
             std::collections::BTreeMap::from([("overload".to_string(), 1)])
         );
         assert_eq!(w.metrics().overload_queue_drops, 1);
-        // Sent: the 503; 100 Trying and the forwarded INVITE, for the
-        // fresh INVITE and the re-INVITE; nothing for the dropped one.
+        // Sent: the 503; 100 Trying and the forwarded INVITE for the
+        // three that go on; nothing for the dropped one.
         let sent: Vec<String> = io
             .sent()
             .iter()
@@ -590,15 +635,14 @@ mod tests {
         );
         assert_eq!(
             sent.iter().filter(|l| l.starts_with("INVITE ")).count(),
-            2,
+            3,
             "{sent:?}"
         );
-        assert_eq!(sent.len(), 5, "and a 100 Trying for each: {sent:?}");
+        assert_eq!(sent.len(), 7, "and a 100 Trying for each: {sent:?}");
         let stats = p.stats();
         assert_eq!(stats.overload_queue_sheds, 1);
-        // The shed INVITE left no transaction: two were created (the fresh
-        // INVITE and the re-INVITE).
-        assert_eq!(stats.transactions_created, 2);
+        // The shed INVITE left no transaction: three were created.
+        assert_eq!(stats.transactions_created, 3);
         // Off: nothing is shed however long a datagram waited.
         let mut w = SipWorker::new(&p, 8, 0);
         let late = invite(4, 0);

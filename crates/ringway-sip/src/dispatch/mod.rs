@@ -43,7 +43,7 @@ pub mod rendezvous;
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
 use crate::hash::{Hash64, MacKey};
 use crate::msg::{Method, SipMsg};
-use crate::proxy::flood::{classify, FloodLimiter, FloodVerdict};
+use crate::proxy::flood::{FloodCheck, FloodLimiter};
 use crate::proxy::{
     sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome, AMPLIFICATION_LIMIT,
 };
@@ -450,11 +450,36 @@ impl Dispatcher {
 /// Our branches start with this.
 const BRANCH_PREFIX: &str = "z9hG4bKrwd";
 
+/// Our own Vias in one request at most: a request routed through us and
+/// back again this often is a loop (a legitimate spiral passes a
+/// dispatcher once or twice).
+const MAX_OWN_VIAS: usize = 3;
+
 impl Dispatcher {
     /// Whether `upstream` (from `src`) is where responses may go: never our
     /// own address.
     fn own(&self, to: SocketAddr) -> bool {
         to == self.config.local
+    }
+
+    /// Whether `msg` already passed us more than [`MAX_OWN_VIAS`] times (a
+    /// Via with our sent-by and our branch prefix each time): a loop
+    /// through us and a proxy (or two proxies), whatever its Request-URI
+    /// and Route say, ended here instead of by Max-Forwards (70 passes).
+    fn looped(&self, msg: &SipMsg<'_>) -> bool {
+        // Only a request that already passed us can loop here.
+        if memchr::memmem::find(msg.head().as_bytes(), BRANCH_PREFIX.as_bytes()).is_none() {
+            return false;
+        }
+        let local = self.config.local;
+        msg.vias()
+            .filter(|via| {
+                via.branch.is_some_and(|b| b.starts_with(BRANCH_PREFIX))
+                    && host_ip(via.host) == Some(local.ip())
+                    && via.port.unwrap_or(5060) == local.port()
+            })
+            .nth(MAX_OWN_VIAS)
+            .is_some()
     }
 }
 
@@ -538,15 +563,13 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
     fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
         let d = self.dispatcher;
         let flood = d.flood.as_ref()?;
-        let (kind, label) = classify(datagram)?;
-        match flood.count(src.ip(), kind, now) {
-            FloodVerdict::Pass { untracked } => {
-                if untracked {
-                    add(&d.counters.flood_untracked);
-                }
+        match flood.check_datagram(src.ip(), datagram, now) {
+            FloodCheck::Pass => None,
+            FloodCheck::Untracked => {
+                add(&d.counters.flood_untracked);
                 None
             }
-            FloodVerdict::Drop { newly } => {
+            FloodCheck::Drop { newly, label } => {
                 if newly {
                     add(&d.counters.flood_blocks);
                 }
@@ -660,6 +683,9 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         };
         if msg.max_forwards() == Some(0) {
             return self.respond(&request, 483, "Too Many Hops", out);
+        }
+        if dispatcher.looped(msg) {
+            return self.respond(&request, 482, "Loop Detected", out);
         }
         // Our own Route values on top (we Record-Routed, maybe twice).
         let popped = msg.routes().take_while(|r| dispatcher.is_us(r.uri)).count();

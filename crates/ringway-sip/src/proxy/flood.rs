@@ -85,27 +85,58 @@ pub(crate) enum FloodKind {
     Response,
 }
 
-/// What `datagram` is for the limiter, and its label for the metrics,
-/// from its first bytes only (no parse: a flooded datagram costs a peek).
-/// `None` for a keep-alive (CR/LF only), which is not counted.
-pub(crate) fn classify(datagram: &[u8]) -> Option<(FloodKind, MsgLabel)> {
+/// What the limiter says about one datagram ([`FloodLimiter::check_datagram`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloodCheck {
+    /// Within the limit, not limited (exempt) or a keep-alive.
+    Pass,
+    /// Let through because the table had no room for its source.
+    Untracked,
+    /// Over the limit: drop it unanswered (a reply to a spoofed source
+    /// would make us the flood).
+    Drop {
+        /// This datagram took its source over the limit.
+        newly: bool,
+        /// The dropped datagram's label for the metrics, from a peek.
+        label: MsgLabel,
+    },
+}
+
+/// Where the message starts in `datagram` (after leading CR/LF) and what
+/// it is for the limiter, from its first bytes only (no parse: a flooded
+/// datagram costs a peek). `None` for a keep-alive (CR/LF only), which is
+/// not counted.
+fn kind(datagram: &[u8]) -> Option<(FloodKind, &[u8])> {
     let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
     let message = &datagram[start..];
-    if message.starts_with(b"SIP/") {
-        // Labelled by its code (a fixed table, S2), not parsed.
-        let code = message
-            .get(8..12)
-            .and_then(|t| std::str::from_utf8(t).ok())
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        return Some((FloodKind::Response, MsgLabel::Response(code)));
+    let kind = match message.starts_with(b"SIP/") {
+        true => FloodKind::Response,
+        false => FloodKind::Request,
+    };
+    Some((kind, message))
+}
+
+/// The metrics label of a message the limiter drops, from a peek: a
+/// response by its code (a fixed table, S2), a request by its method token.
+fn label(kind: FloodKind, message: &[u8]) -> MsgLabel {
+    match kind {
+        FloodKind::Response => {
+            let code = message
+                .get(8..12)
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
+            MsgLabel::Response(code)
+        }
+        FloodKind::Request => {
+            let method = message
+                .split(|&b| b == b' ')
+                .next()
+                .and_then(|token| std::str::from_utf8(token).ok())
+                .map_or(Method::Other(""), Method::from_token);
+            MsgLabel::of_method(method)
+        }
     }
-    let method = message
-        .split(|&b| b == b' ')
-        .next()
-        .and_then(|token| std::str::from_utf8(token).ok())
-        .map_or(Method::Other(""), Method::from_token);
-    Some((FloodKind::Request, MsgLabel::of_method(method)))
 }
 
 /// The per-source datagram counters.
@@ -210,6 +241,23 @@ impl FloodLimiter {
             }
         } else {
             FloodVerdict::Pass { untracked: false }
+        }
+    }
+
+    /// Count `datagram` from `source` at `now` against its source's limit
+    /// (a response a quarter of a request, keep-alives not at all), before
+    /// any parse: the one flood check of the proxy and the dispatcher.
+    pub(crate) fn check_datagram(&self, source: IpAddr, datagram: &[u8], now: u64) -> FloodCheck {
+        let Some((kind, message)) = kind(datagram) else {
+            return FloodCheck::Pass;
+        };
+        match self.count(source, kind, now) {
+            FloodVerdict::Pass { untracked: false } => FloodCheck::Pass,
+            FloodVerdict::Pass { untracked: true } => FloodCheck::Untracked,
+            FloodVerdict::Drop { newly } => FloodCheck::Drop {
+                newly,
+                label: label(kind, message),
+            },
         }
     }
 
@@ -362,6 +410,49 @@ mod tests {
         );
         // A blocked source's requests are dropped too.
         assert!(matches!(l.check(ip(1), 10), FloodVerdict::Drop { .. }));
+    }
+
+    #[test]
+    fn datagrams_are_told_apart_by_a_peek_and_labelled_when_dropped() {
+        // The one check of the proxy and the dispatcher: keep-alives are
+        // not counted, a response counts a quarter, a drop carries the
+        // label of a peek (method token, or the code's fixed slot).
+        let l = limiter(1, 64);
+        for i in 0..10 {
+            assert_eq!(l.check_datagram(ip(1), b"\r\n\r\n", i), FloodCheck::Pass);
+        }
+        let response = b"\r\nSIP/2.0 486 Busy Here\r\nVia: x\r\n\r\n";
+        for i in 0..4 {
+            assert_eq!(l.check_datagram(ip(1), response, i), FloodCheck::Pass);
+        }
+        assert_eq!(
+            l.check_datagram(ip(1), response, 5),
+            FloodCheck::Drop {
+                newly: true,
+                label: MsgLabel::Response(486)
+            }
+        );
+        assert_eq!(
+            l.check_datagram(ip(1), b"BYE sip:b@x SIP/2.0\r\n\r\n", 6),
+            FloodCheck::Drop {
+                newly: false,
+                label: MsgLabel::of_method(Method::Bye)
+            }
+        );
+        // A request counts four units: the second one from a fresh source
+        // is over a limit of one.
+        let invite = b"INVITE sip:b@x SIP/2.0\r\n\r\n";
+        assert_eq!(l.check_datagram(ip(2), invite, 7), FloodCheck::Pass);
+        assert!(matches!(
+            l.check_datagram(ip(2), invite, 8),
+            FloodCheck::Drop { newly: true, label } if label == MsgLabel::of_method(Method::Invite)
+        ));
+        // A table with no room: untracked.
+        let l = limiter(0, 4);
+        for n in 1..=4 {
+            l.check_datagram(ip(n), invite, 0);
+        }
+        assert_eq!(l.check_datagram(ip(5), invite, 1), FloodCheck::Untracked);
     }
 
     #[test]

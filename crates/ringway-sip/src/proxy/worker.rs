@@ -2,7 +2,7 @@
 //! buffer and counter stripe), the per-datagram entry point, and the
 //! helpers every handling step uses (local responses, drops, sending).
 
-use super::flood::{FloodKind, FloodVerdict};
+use super::flood::FloodCheck;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::upstream_address;
 use super::stats::{Counter, CounterStripe};
@@ -127,42 +127,18 @@ impl<'p> ProxyWorker<'p> {
     /// are not counted.
     fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
         let flood = self.proxy.flood.as_ref()?;
-        let start = datagram.iter().position(|&b| b != b'\r' && b != b'\n')?;
-        let message = &datagram[start..];
-        let kind = match message.starts_with(b"SIP/") {
-            true => FloodKind::Response,
-            false => FloodKind::Request,
-        };
-        match flood.count(src.ip(), kind, now) {
-            FloodVerdict::Pass { untracked } => {
-                if untracked {
-                    self.stripe.add(Counter::FloodUntracked);
-                }
+        match flood.check_datagram(src.ip(), datagram, now) {
+            FloodCheck::Pass => None,
+            FloodCheck::Untracked => {
+                self.stripe.add(Counter::FloodUntracked);
                 None
             }
-            FloodVerdict::Drop { newly } => {
+            FloodCheck::Drop { newly, label } => {
                 if newly {
                     self.stripe.add(Counter::FloodBlocks);
                 }
-                if kind == FloodKind::Response {
-                    // Labelled by its code (a fixed table, S2), not parsed.
-                    let code = message
-                        .get(8..12)
-                        .and_then(|t| std::str::from_utf8(t).ok())
-                        .and_then(|t| t.trim().parse().ok())
-                        .unwrap_or(0);
-                    return Some(Outcome {
-                        label: MsgLabel::Response(code),
-                        action: self.drop_datagram(DropReason::Flood),
-                    });
-                }
-                let method = message
-                    .split(|&b| b == b' ')
-                    .next()
-                    .and_then(|token| std::str::from_utf8(token).ok())
-                    .map_or(Method::Other(""), Method::from_token);
                 Some(Outcome {
-                    label: MsgLabel::of_method(method),
+                    label,
                     action: self.drop_datagram(DropReason::Flood),
                 })
             }
