@@ -248,6 +248,38 @@ pub struct IoStats {
     pub rx_idle_wakeups: u64,
 }
 
+impl IoStats {
+    /// The counters accumulated since `start` (an earlier reading of the
+    /// same backend), e.g. over a measured window after a warm-up. Counts
+    /// are subtracted (saturating); `tx_in_ring`, a level, is taken as now.
+    pub fn since(&self, start: &IoStats) -> IoStats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        IoStats {
+            rx_packets: d(self.rx_packets, start.rx_packets),
+            rx_syscalls: d(self.rx_syscalls, start.rx_syscalls),
+            tx_packets: d(self.tx_packets, start.tx_packets),
+            tx_syscalls: d(self.tx_syscalls, start.tx_syscalls),
+            tx_errors: d(self.tx_errors, start.tx_errors),
+            rx_dropped: d(self.rx_dropped, start.rx_dropped),
+            tx_stamps_lost: d(self.tx_stamps_lost, start.tx_stamps_lost),
+            rx_nobufs: d(self.rx_nobufs, start.rx_nobufs),
+            rx_rearms: d(self.rx_rearms, start.rx_rearms),
+            rx_invalid: d(self.rx_invalid, start.rx_invalid),
+            rx_via_socket: d(self.rx_via_socket, start.rx_via_socket),
+            tx_via_socket: d(self.tx_via_socket, start.tx_via_socket),
+            socket_errors: d(self.socket_errors, start.socket_errors),
+            rx_bad_checksum: d(self.rx_bad_checksum, start.rx_bad_checksum),
+            tx_from_rx_frame: d(self.tx_from_rx_frame, start.tx_from_rx_frame),
+            tx_moved: d(self.tx_moved, start.tx_moved),
+            tx_ring_full_waits: d(self.tx_ring_full_waits, start.tx_ring_full_waits),
+            tx_ring_full_drops: d(self.tx_ring_full_drops, start.tx_ring_full_drops),
+            tx_in_ring: self.tx_in_ring,
+            rx_wakeups: d(self.rx_wakeups, start.rx_wakeups),
+            rx_idle_wakeups: d(self.rx_idle_wakeups, start.rx_idle_wakeups),
+        }
+    }
+}
+
 /// Progress of a backend with a transmit ring shared with the kernel, in
 /// copies since it was opened (see [`BatchIo::tx_progress`]).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -542,4 +574,44 @@ fn tx_stamps_enabled(sock: &UdpSocket) -> bool {
     )
     .map(|f| (f as u32) & crate::sys::SOF_OPT_ID != 0)
     .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_stats_since_subtracts_every_count() {
+        let start = IoStats {
+            rx_packets: 10,
+            tx_packets: 20,
+            tx_ring_full_waits: 3,
+            tx_ring_full_drops: 1,
+            rx_dropped: 7,
+            tx_in_ring: 50,
+            rx_wakeups: 4,
+            ..IoStats::default()
+        };
+        let end = IoStats {
+            rx_packets: 15,
+            tx_packets: 29,
+            tx_ring_full_waits: 3,
+            tx_ring_full_drops: 4,
+            rx_dropped: 9,
+            tx_in_ring: 2,
+            rx_wakeups: 10,
+            ..IoStats::default()
+        };
+        let d = end.since(&start);
+        assert_eq!(d.rx_packets, 5);
+        assert_eq!(d.tx_packets, 9);
+        assert_eq!(d.tx_ring_full_waits, 0);
+        assert_eq!(d.tx_ring_full_drops, 3);
+        assert_eq!(d.rx_dropped, 2);
+        assert_eq!(d.rx_wakeups, 6);
+        // A level is taken as it is now.
+        assert_eq!(d.tx_in_ring, 2);
+        // Since itself: nothing.
+        assert_eq!(end.since(&end).tx_packets, 0);
+    }
 }
