@@ -227,8 +227,22 @@ impl SipServer {
             })
         };
         let mut ios = Vec::new();
-        for socket in sockets {
-            ios.push(open(socket)?);
+        if self.shared.config.rx_model == RxModel::Shared && sockets.len() > 1 {
+            // One socket for every worker: exclusive wake-up and TX stamp
+            // keys per worker (review D5, D6). The dups made for the
+            // workers are not needed: open_shared makes its own.
+            let socket = sockets.into_iter().next().expect("one socket per worker");
+            let workers = self.shared.config.workers;
+            ios = ringway_io::open_shared(backend, socket, workers).map_err(|source| {
+                ServerError::Backend {
+                    backend: backend.to_string(),
+                    source,
+                }
+            })?;
+        } else {
+            for socket in sockets {
+                ios.push(open(socket)?);
+            }
         }
         let mut store_ios = Vec::new();
         for _ in 0..store_ends.as_ref().map_or(0, |ends| ends.stores.len()) {
