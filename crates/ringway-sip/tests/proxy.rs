@@ -1137,6 +1137,23 @@ fn flood_limit_drops_and_counts_requests_of_one_source() {
     // Two windows later (one quiet window): through again.
     let (o, _) = handle(&p, sec(2) + 1, UAC, &options(200));
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    // The configured next hop (`route_to`) is exempt like our own address
+    // (review S12): it carries everyone's responses. 100 of them (25
+    // requests' worth, five times the limit) and 20 requests in one window.
+    for n in 0..100u32 {
+        let (o, _) = handle(
+            &p,
+            sec(4) + u64::from(n),
+            UAS,
+            &response_to(&options(300 + n), 200, "OK", ""),
+        );
+        assert_ne!(o.action, Action::Dropped(DropReason::Flood), "response {n}");
+    }
+    for n in 0..20u32 {
+        let (o, _) = handle(&p, sec(4) + 200 + u64::from(n), UAS, &options(500 + n));
+        assert_ne!(o.action, Action::Dropped(DropReason::Flood), "request {n}");
+    }
+    assert_eq!(p.stats().drops.get("flood"), Some(&16));
 }
 
 #[test]
