@@ -33,6 +33,7 @@ mod stats;
 mod summary;
 pub mod tcp;
 mod timer;
+pub mod tls;
 mod worker;
 
 pub use control::{
@@ -71,6 +72,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 pub use tcp::{Connections, TcpConfig, TcpSnapshot};
+pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 /// Bytes per receive frame: larger datagrams are cut and counted as dropped.
 pub const RX_FRAME: usize = 16 * 1024;
@@ -108,8 +110,10 @@ pub struct SipServerConfig {
     /// Listening addresses of connection transports (`tcp:ADDR`), beyond
     /// the UDP `listen`. Port 0: the UDP port.
     pub listeners: Vec<TransportAddr>,
-    /// Bounds of the TCP transport.
+    /// Bounds of the TCP transport (TLS runs on it too).
     pub tcp: TcpConfig,
+    /// Certificates and bounds of the TLS transport.
+    pub tls: TlsConfig,
     /// Destinations any request may be relayed to, authenticated or not
     /// (`none`: only `route_to`, bindings, signed dialogs and
     /// authenticated users' targets; `any`; or networks). Loopback,
@@ -211,6 +215,7 @@ impl Default for SipServerConfig {
             route_to: None,
             listeners: Vec::new(),
             tcp: TcpConfig::default(),
+            tls: TlsConfig::default(),
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
@@ -294,9 +299,9 @@ impl SipServerConfig {
             ));
         }
         for listener in &self.listeners {
-            if listener.transport != Transport::Tcp {
+            if !matches!(listener.transport, Transport::Tcp | Transport::Tls) {
                 return fail(format!(
-                    "listen {listener}: only udp and tcp are built so far (tls and ws: issue 21)"
+                    "listen {listener}: only udp, tcp and tls are built so far (ws: issue 21)"
                 ));
             }
             if listener.addr.ip().is_unspecified() {
@@ -314,6 +319,15 @@ impl SipServerConfig {
             }
         }
         self.tcp.validate().map_err(ServerError::Config)?;
+        let tls_listen = self.listeners.iter().any(|l| l.transport == Transport::Tls);
+        self.tls.validate(tls_listen).map_err(ServerError::Config)?;
+        if self
+            .route_to
+            .is_some_and(|to| to.transport == Transport::Tls)
+            && self.tls.ca.is_none()
+        {
+            return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
+        }
         if let Io::Xdp(_) = self.io {
             return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
         }
@@ -651,6 +665,8 @@ pub struct Snapshot {
     pub per_worker_in: Vec<u64>,
     /// The TCP transport (`None`: no TCP listener).
     pub tcp: Option<TcpSnapshot>,
+    /// The TLS layer (`None`: no TLS configured).
+    pub tls: Option<TlsSnapshot>,
 }
 
 /// A running SIP server.
@@ -735,7 +751,7 @@ impl SipServer {
         sockets: Vec<UdpSocket>,
         timer_socket: UdpSocket,
         store_ends: Option<StoreEnds>,
-        (tcp_listeners, tcp_polls): (Vec<mio::net::TcpListener>, Vec<mio::Poll>),
+        (tcp_listeners, tcp_polls): (Vec<(mio::net::TcpListener, Transport)>, Vec<mio::Poll>),
     ) -> Result<(), ServerError> {
         let backend = self.shared.config.io.kind();
         let open = |socket| {
@@ -1000,8 +1016,8 @@ fn open_sockets(
 struct StreamListeners {
     /// The bound addresses (port 0 replaced).
     addresses: Vec<TransportAddr>,
-    /// Every listener (accepted on by event loop 0).
-    listeners: Vec<mio::net::TcpListener>,
+    /// Every listener and its transport (accepted on by event loop 0).
+    listeners: Vec<(mio::net::TcpListener, Transport)>,
     /// One poll per event loop.
     polls: Vec<mio::Poll>,
     connections: Option<Arc<Connections>>,
@@ -1033,7 +1049,7 @@ fn open_listeners(
             transport: listener.transport,
             addr: bound.local_addr()?,
         });
-        streams.listeners.push(bound);
+        streams.listeners.push((bound, listener.transport));
     }
     let threads = match config.tcp.threads {
         0 => config.workers,
@@ -1045,7 +1061,19 @@ fn open_listeners(
         registries.push(poll.registry().try_clone()?);
         streams.polls.push(poll);
     }
-    streams.connections = Some(Arc::new(Connections::new(config.tcp.clone(), registries)));
+    // TLS with a certificate to serve, or a CA to connect with.
+    let tls = if config.tls.cert.is_some() || config.tls.ca.is_some() {
+        Some(Arc::new(
+            TlsContext::new(config.tls.clone()).map_err(ServerError::Config)?,
+        ))
+    } else {
+        None
+    };
+    streams.connections = Some(Arc::new(Connections::new(
+        config.tcp.clone(),
+        registries,
+        tls,
+    )));
     for a in &streams.addresses {
         log::info!("sip server: listening on {a} ({threads} event loops)");
     }
@@ -1057,7 +1085,7 @@ fn tcp_thread(
     shared: &Shared,
     index: usize,
     poll: mio::Poll,
-    listeners: Vec<mio::net::TcpListener>,
+    listeners: Vec<(mio::net::TcpListener, Transport)>,
     udp: UdpSocket,
 ) {
     let Some(connections) = shared.connections.as_deref() else {
@@ -1272,6 +1300,11 @@ fn snapshot(shared: &Shared) -> Snapshot {
         }),
         per_worker_in,
         tcp: shared.connections.as_ref().map(|c| c.snapshot()),
+        tls: shared
+            .connections
+            .as_ref()
+            .and_then(|c| c.tls())
+            .map(|tls| tls.snapshot()),
     }
 }
 
