@@ -39,6 +39,7 @@ mod threads;
 mod timer;
 pub mod tls;
 mod worker;
+pub mod ws;
 
 pub use config::{RxModel, SipServerConfig, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
 pub use control::{
