@@ -509,3 +509,49 @@ fn scrape_summary_free(p: &ProxyProc) -> bool {
         .try_iter()
         .any(|line| line.contains("reload refused"))
 }
+
+#[test]
+fn a_flood_of_handshakes_is_bounded_and_counted() {
+    let (served, s) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        make_ca(d);
+        make_cert(d, "proxy", "proxy", &[]);
+        let mut procs = Procs::default();
+        let args = proxy_args(
+            d,
+            &[
+                "--tls-max-handshakes",
+                "4",
+                "--tls-handshake-timeout-ms",
+                "1000",
+            ],
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = start_proxy(&mut procs, d, &args);
+        // Twelve connections that never say hello: four are in handshake,
+        // the rest are closed at once and counted.
+        let flood: Vec<TcpStream> = (0..12)
+            .map(|_| TcpStream::connect("127.0.0.1:5061").expect("connect"))
+            .collect();
+        // Once the four time out, a real client is served again (bounded wait).
+        let end = Instant::now() + Duration::from_secs(30);
+        let served = loop {
+            let (lines, _) = probe(d, &[]);
+            if lines.iter().any(|l| l == "status 200") {
+                break true;
+            }
+            if Instant::now() > end {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        drop(flood);
+        (served, stop_proxy(&mut procs, &p))
+    });
+    assert!(served, "a client was served after the flood");
+    assert!(tls_counter(&s, "handshakes_refused") >= 8, "{}", s["tls"]);
+    assert!(tls_counter(&s, "handshake_timeouts") >= 4, "{}", s["tls"]);
+    assert_eq!(tls_counter(&s, "in_handshake"), 0, "{}", s["tls"]);
+    assert!(tls_counter(&s, "handshakes") >= 1, "{}", s["tls"]);
+}
