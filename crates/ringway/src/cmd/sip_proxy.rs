@@ -263,6 +263,9 @@ pub struct ProxyArgs {
     /// Graceful drain on SIGTERM (docs/operations.md).
     #[command(flatten)]
     pub drain: super::manage::DrainArgs,
+    /// Log format and levels.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// Lab emulation, off by default: CPU work per handled message (µs):
     /// N or const:N, or exp:N (exponential, mean N). Brings T_sip into the
     /// papers' OpenSIPS range (77–540 µs); not for service.
@@ -478,6 +481,7 @@ pub(crate) fn checked_config(args: &ProxyArgs) -> anyhow::Result<SipServerConfig
 /// (SIGTERM, `ringway ctl drain`), reloading on SIGHUP; then print the
 /// summary.
 pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
+    a.log.apply();
     a.manage.validate()?;
     a.drain.validate()?;
     let config = SipServerConfig::try_from(&a)?;
@@ -496,7 +500,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         "sip proxy",
         ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
-    eprintln!(
+    log::info!(
         "sip proxy: listening on udp {}{} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
         server.local_addr(),
         server

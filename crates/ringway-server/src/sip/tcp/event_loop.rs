@@ -67,7 +67,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     while !ctx.stop.load(Ordering::Relaxed) {
         if let Err(e) = ctx.poll.poll(&mut events, Some(POLL)) {
             if e.kind() != ErrorKind::Interrupted {
-                log::warn!("sip tcp: poll: {e}");
+                crate::warn_limited!("sip tcp: poll: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
             continue;
@@ -181,7 +181,7 @@ fn accept_all(listener: &TcpListener, transport: Transport, connections: &Connec
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
                 // Out of fds and the like: try again on the next event.
-                log::warn!("sip tcp: accept: {e}");
+                crate::warn_limited!("sip tcp: accept: {e}");
                 return;
             }
         }
