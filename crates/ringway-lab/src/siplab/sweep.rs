@@ -324,6 +324,60 @@ impl SweepConfig {
         }
     }
 
+    /// The papers' grid, one message at a time (`--paper`; review D4):
+    /// receive batch 1, the shared socket (children reading one socket),
+    /// threads 2, 4, 6, 8 and 16, 200-calls/s steps from 200 with the grid
+    /// pair (no bisection), capacity at 1 % PDR, and the papers' two modes
+    /// baseline and enhanced (unless the tuner is asked for: `tuned` listed
+    /// keeps the modes as given). Cores, repetitions (the papers: 30), run
+    /// length, proxies and the emulated service time stay as `self` has
+    /// them.
+    pub fn paper(self) -> SweepConfig {
+        let modes = if self.modes.iter().any(|m| m == TUNED) {
+            self.modes.clone()
+        } else {
+            vec!["baseline".into(), "enhanced".into()]
+        };
+        SweepConfig {
+            batch: 1,
+            rx_model: "shared".into(),
+            workers: vec![2, 4, 6, 8, 16],
+            rate_start: 200.0,
+            rate_step: 200.0,
+            refine: 0,
+            threshold: 0.01,
+            modes,
+            ..self
+        }
+    }
+
+    /// The settings as one line (what `--paper` prints before a sweep).
+    pub fn describe(&self) -> String {
+        let list = |v: &[usize]| {
+            v.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!(
+            "batch {}, rx-model {}, threads {}, cores {}, modes {}, rates {}..{} step {} (refine {}), \
+             capacity at PDR {} %, {} repetitions of {} s, at most {} runs",
+            self.batch,
+            self.rx_model,
+            list(&self.workers),
+            list(&self.cores),
+            self.modes.join(","),
+            self.rate_start,
+            self.rate_max,
+            self.rate_step,
+            self.refine,
+            self.threshold * 100.0,
+            self.reps,
+            self.duration_s,
+            self.max_runs()
+        )
+    }
+
     /// Upper bound of the number of runs (the tuner's counted per tuned point).
     pub fn max_runs(&self) -> usize {
         let steps = ((self.rate_max - self.rate_start) / self.rate_step).floor() as usize + 1;
@@ -872,6 +926,39 @@ mod tests {
             state_file: "/tmp/x.json".into(),
             max_foreign_cpu_pct: crate::siplab::background::DEFAULT_MAX_FOREIGN_CPU_PCT,
         }
+    }
+
+    #[test]
+    fn paper_preset_plans_the_papers_grid() {
+        let base = SweepConfig {
+            batch: 32,
+            rx_model: "reuseport".into(),
+            rate_step: 1000.0,
+            refine: 3,
+            reps: 5,
+            rate_max: 2000.0,
+            ..cfg()
+        };
+        let c = base.paper();
+        assert_eq!(c.batch, 1);
+        assert_eq!(c.rx_model, "shared");
+        assert_eq!(c.workers, vec![2, 4, 6, 8, 16]);
+        assert_eq!((c.rate_start, c.rate_step, c.refine), (200.0, 200.0, 0));
+        assert_eq!(c.modes, vec!["baseline", "enhanced"]);
+        assert_eq!(c.threshold, 0.01);
+        // The caller's: repetitions, highest rate, cores, proxies.
+        assert_eq!((c.reps, c.rate_max, c.cores.clone()), (5, 2000.0, vec![1]));
+        // The plan: 10 rates x 5 reps per mode search, plus 5 reps at the
+        // baseline crossing, x 2 modes x 5 thread counts x 1 proxy x 1 core.
+        assert_eq!(c.max_runs(), (10 * 5 + 5) * 2 * 5);
+        let line = c.describe();
+        assert!(
+            line.contains("batch 1, rx-model shared, threads 2,4,6,8,16"),
+            "{line}"
+        );
+        assert!(line.contains("at most 550 runs"), "{line}");
+        c.validate_on(&tools(), &[0, 1, 2, 3])
+            .expect("a valid sweep");
     }
 
     fn cfg() -> SweepConfig {
