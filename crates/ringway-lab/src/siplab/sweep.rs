@@ -427,13 +427,15 @@ pub struct Capacity {
     pub workers: usize,
     /// Highest rate (calls/s) whose mean PDR stayed under the threshold; None if none did.
     pub capacity_cps: Option<f64>,
-    /// The probe just under the crossing (rate, mean PDR).
+    /// The probe just under the crossing (rate, the larger of mean PDR and
+    /// mean failed-call ratio: [`point_criterion`]).
     pub below: Option<(f64, f64)>,
-    /// The probe just over the crossing (rate, mean PDR).
+    /// The probe just over the crossing (rate, [`point_criterion`]).
     pub above: Option<(f64, f64)>,
-    /// Every probe (rate, mean PDR; None when no valid run).
+    /// Every probe (rate, [`point_criterion`]; None when no valid run).
     pub probes: Vec<(f64, Option<f64>)>,
-    /// Every probe with each repetition's PDR (None: that run failed or was flagged).
+    /// Every probe with each repetition's larger of PDR and failed-call
+    /// ratio (None: that run failed or was flagged).
     pub rep_pdrs: Vec<(f64, Vec<Option<f64>>)>,
     /// True when the highest rate tried stayed under the threshold (capacity is a lower bound).
     pub censored: bool,
@@ -585,6 +587,21 @@ pub trait SweepProgress {
     fn finished(&mut self, rec: &RunRecord, resumed: bool);
 }
 
+/// What a capacity search compares with the threshold at a point: the
+/// larger of the mean PDR and the mean failed-call ratio of its valid
+/// runs (capacity also requires failed calls under the threshold: a proxy
+/// that answers errors or loses state fails calls without dropping);
+/// `None` if no run is valid.
+pub fn point_criterion(runs: &[&RunRecord]) -> Option<f64> {
+    let ok: Vec<&&RunRecord> = runs.iter().filter(|r| r.valid()).collect();
+    if ok.is_empty() {
+        return None;
+    }
+    let pdr = mean_ci(&ok.iter().map(|r| r.pdr).collect::<Vec<_>>()).mean;
+    let failed = mean_ci(&ok.iter().map(|r| r.failed_ratio).collect::<Vec<_>>()).mean;
+    Some(pdr.max(failed))
+}
+
 /// Mean PDR of the valid runs of a point; `None` if none is valid.
 pub fn point_pdr(runs: &[&RunRecord]) -> Option<f64> {
     let ok: Vec<f64> = runs.iter().filter(|r| r.valid()).map(|r| r.pdr).collect();
@@ -676,11 +693,9 @@ pub fn spec_for(
     let pool = cfg.pool(&usable_cpus());
     RunSpec {
         proxy,
-        mode: if proxy == ProxyKind::Kamailio {
-            "stateless".into()
-        } else {
-            cfg.mode.clone()
-        },
+        // Kamailio runs the shipped config of the same mode (stateful:
+        // tm and t_relay) unless --kamailio-cfg names another.
+        mode: cfg.mode.clone(),
         workers,
         backend: cfg.backend,
         sched: sched.to_string(),
@@ -749,10 +764,12 @@ pub fn capacity_of(
             }
             rep_pdrs.push((
                 rate,
-                recs.iter().map(|r| r.valid().then_some(r.pdr)).collect(),
+                recs.iter()
+                    .map(|r| r.valid().then_some(r.pdr.max(r.failed_ratio)))
+                    .collect(),
             ));
             let refs: Vec<&RunRecord> = recs.iter().collect();
-            point_pdr(&refs)
+            point_criterion(&refs)
         },
     );
     Capacity {
@@ -1234,5 +1251,60 @@ mod tests {
         assert_eq!(below.unwrap().0, 400.0);
         assert!(above.is_none());
         assert_eq!(probes.len(), 4, "{probes:?}");
+    }
+
+    /// Capacity also requires failed calls under the threshold: a proxy
+    /// that drops nothing but fails calls from 600 calls/s on (Kamailio's
+    /// tm out of memory) crosses there, not at the top of the grid.
+    #[test]
+    fn capacity_stops_where_calls_fail_without_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let mut c = cfg();
+        c.modes = vec!["baseline".into()];
+        c.rate_max = 2000.0;
+        c.gen_cpus = vec![*usable_cpus().last().unwrap()];
+        let mut runner = |s: &RunSpec, _: &Tools| {
+            let mut r = RunRecord::empty(s);
+            r.pdr = 0.0;
+            r.failed_ratio = if s.rate < 600.0 { 0.002 } else { 0.6 };
+            r
+        };
+        let out = run_sweep(&c, &tools(), &mut store, &mut Quiet, &mut runner).unwrap();
+        let cap = &out.caps[0];
+        assert_eq!(cap.above, Some((600.0, 0.6)));
+        assert_eq!(cap.below.map(|b| b.0), Some(400.0));
+        assert!(!cap.censored);
+    }
+
+    #[test]
+    fn point_criterion_is_the_larger_of_pdr_and_failed_calls() {
+        let spec = spec_for(
+            &cfg(),
+            ProxyKind::Ringway,
+            1,
+            2,
+            "baseline",
+            Default::default(),
+            1000.0,
+            0,
+            1,
+        );
+        let rec = |pdr: f64, failed: f64| {
+            let mut r = RunRecord::empty(&spec);
+            r.pdr = pdr;
+            r.failed_ratio = failed;
+            r
+        };
+        let (a, b) = (rec(0.01, 0.0), rec(0.03, 0.1));
+        // Mean PDR 2 %, mean failed 5 %: 5 %.
+        assert!((point_criterion(&[&a, &b]).unwrap() - 0.05).abs() < 1e-12);
+        let (a, b) = (rec(0.04, 0.0), rec(0.02, 0.02));
+        assert!((point_criterion(&[&a, &b]).unwrap() - 0.03).abs() < 1e-12);
+        // A flagged run is left out; none valid: no value.
+        let mut flagged = rec(0.5, 0.5);
+        flagged.flags.push("generator fell behind".into());
+        assert!((point_criterion(&[&a, &flagged]).unwrap() - 0.04).abs() < 1e-12);
+        assert_eq!(point_criterion(&[&flagged]), None);
     }
 }

@@ -148,7 +148,9 @@ pub(crate) struct SweepArgs {
     /// Kamailio binary.
     #[arg(long, default_value = "/usr/sbin/kamailio")]
     pub kamailio: PathBuf,
-    /// Kamailio config (default: the shipped bench/kamailio/stateless.cfg).
+    /// Kamailio config (default: the shipped bench/kamailio/stateless.cfg, or
+    /// bench/kamailio/stateful.cfg with --mode stateful; shared memory sized
+    /// from the rate there).
     #[arg(long)]
     pub kamailio_cfg: Option<PathBuf>,
     /// Set net.core.rmem_max for the whole sweep (recorded and restored).
