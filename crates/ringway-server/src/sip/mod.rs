@@ -37,7 +37,9 @@ mod summary;
 pub mod tcp;
 mod threads;
 mod timer;
+pub mod tls;
 mod worker;
+pub mod ws;
 
 pub use config::{RxModel, SipServerConfig, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
 pub use control::{
@@ -66,6 +68,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 pub use tcp::{Connections, TcpConfig, TcpSnapshot};
+pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 use snapshot::{snapshot, MetricsSlot};
 use sockets::{open_listeners, open_sockets, StreamListeners};
@@ -217,7 +220,10 @@ impl SipServer {
         sockets: Vec<UdpSocket>,
         timer_socket: UdpSocket,
         store_ends: Option<StoreEnds>,
-        (tcp_listeners, tcp_polls): (Vec<mio::net::TcpListener>, Vec<mio::Poll>),
+        (tcp_listeners, tcp_polls): (
+            Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
+            Vec<mio::Poll>,
+        ),
     ) -> Result<(), ServerError> {
         let backend = self.shared.config.io.kind();
         let open = |socket| {
