@@ -233,3 +233,16 @@ fn outbound_registrations_get_flow_timer_and_replace_their_flow() {
     let ok = text(&sent[0].1);
     assert!(!ok.contains("Flow-Timer"), "{ok}");
 }
+
+#[test]
+fn a_contact_at_the_source_ip_on_another_port_is_not_taken_for_nat() {
+    // A UA that sends from one port and listens on another (or registers
+    // a third party on its host): no NAT between, the Contact is used.
+    let p = proxy(true);
+    let from = Hop::udp(addr("192.0.2.50:5073"));
+    handle(&p, 0, from, &register(1, "<sip:carol@192.0.2.50:5072>", ""));
+    let (_, sent) = handle(&p, 1, Hop::udp(addr(UAC)), &invite_carol());
+    let invite = sent.iter().find(|(_, b)| b.starts_with(b"INVITE")).unwrap();
+    assert_eq!(invite.0, Hop::udp(addr("192.0.2.50:5072")));
+    assert!(!text(&invite.1).contains("ob-flow"));
+}

@@ -214,19 +214,39 @@ impl Proxy {
         if path_values(msg).map(str::len).sum::<usize>() > policy.max_path_bytes {
             return Err(Refusal::new(400, "Bad Request - Path Too Long"));
         }
+        let changes = registration_changes(msg, policy, supports(msg, "outbound"))?;
         Ok(Registration {
             aor,
             call_id: msg.call_id().unwrap_or("").to_owned(),
             cseq: msg.cseq().map_or(0, |c| c.0),
             path: path_values(msg).map(str::to_owned).collect(),
             // The flow it came in on: always a connection's; a datagram's
-            // source address only with NAT handling on (else requests go
-            // to the Contact's address, as before).
-            flow: (from.transport.is_reliable() || self.config.nat).then_some(from),
-            changes: registration_changes(msg, policy, supports(msg, "outbound"))?,
+            // source address with NAT handling on when the REGISTER came
+            // through a NAT (else requests go to the Contact's address).
+            flow: (from.transport.is_reliable() || self.config.nat && behind_nat(from, &changes))
+                .then_some(from),
+            changes,
             max_contacts: policy.max_contacts,
         })
     }
+}
+
+/// Whether a UDP REGISTER from `from` binding `changes` came through a
+/// NAT: it asked for RFC 5626 outbound, or a contact it binds does not
+/// name the source IP (a name, or another address: the private side of a
+/// NAT). A contact at the source IP on another port is the UA's own
+/// listening port (or a third party on that host), not a NAT mapping.
+fn behind_nat(from: Hop, changes: &[BindingChange]) -> bool {
+    changes.iter().any(|change| match change {
+        BindingChange::Bind {
+            contact, outbound, ..
+        } => {
+            outbound.is_some()
+                || crate::uri::SipUri::parse(contact)
+                    .is_none_or(|uri| uri.host_ip() != Some(from.addr.ip()))
+        }
+        _ => false,
+    })
 }
 
 /// The Path values of a message, topmost first.
