@@ -509,3 +509,86 @@ fn scrape_summary_free(p: &ProxyProc) -> bool {
         .try_iter()
         .any(|line| line.contains("reload refused"))
 }
+
+#[test]
+fn a_flood_of_handshakes_is_bounded_and_counted() {
+    let (served, text, s) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        make_ca(d);
+        make_cert(d, "proxy", "proxy", &[]);
+        let mut procs = Procs::default();
+        let args = proxy_args(
+            d,
+            &[
+                "--tls-max-handshakes",
+                "4",
+                "--tls-handshake-timeout-ms",
+                "1000",
+                "--metrics",
+                "127.0.0.1:9461",
+            ],
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = start_proxy(&mut procs, d, &args);
+        // Twelve connections that never say hello: four are in handshake,
+        // the rest are closed at once and counted.
+        let flood: Vec<TcpStream> = (0..12)
+            .map(|_| TcpStream::connect("127.0.0.1:5061").expect("connect"))
+            .collect();
+        // Once the four time out, a real client is served again (bounded wait).
+        let end = Instant::now() + Duration::from_secs(30);
+        let served = loop {
+            let (lines, _) = probe(d, &[]);
+            if lines.iter().any(|l| l == "status 200") {
+                break true;
+            }
+            if Instant::now() > end {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        drop(flood);
+        let text = scrape("127.0.0.1:9461".parse().unwrap());
+        (served, text, stop_proxy(&mut procs, &p))
+    });
+    assert!(served, "a client was served after the flood");
+    // The same counters in /metrics, and the exposition passes promtool.
+    let refused = prom_value(
+        &text,
+        "ringway_sip_tls_handshake_failures_total{transport=\"tls\",reason=\"refused\"}",
+    );
+    assert!(refused.is_some_and(|v| v >= 8.0), "{text}");
+    assert!(
+        prom_value(&text, "ringway_sip_tls_handshakes_total{transport=\"tls\"}")
+            .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool: {report}"
+    );
+    assert!(tls_counter(&s, "handshakes_refused") >= 8, "{}", s["tls"]);
+    assert!(tls_counter(&s, "handshake_timeouts") >= 4, "{}", s["tls"]);
+    assert_eq!(tls_counter(&s, "in_handshake"), 0, "{}", s["tls"]);
+    assert!(tls_counter(&s, "handshakes") >= 1, "{}", s["tls"]);
+}

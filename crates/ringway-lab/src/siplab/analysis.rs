@@ -385,6 +385,11 @@ pub struct ModelRow {
     pub error_pct: Option<f64>,
 }
 
+/// Whether the papers' capacity model applies at `cores` cores (c >= 2).
+pub fn model_applies(cores: usize) -> bool {
+    cores >= 2
+}
+
 /// The capacity model per proxy, mode and core count: predicted from the
 /// measured C_{1,1}, against the best measured.
 pub fn capacity_model(caps: &[Capacity], threshold: f64) -> Vec<ModelRow> {
@@ -409,8 +414,11 @@ pub fn capacity_model(caps: &[Capacity], threshold: f64) -> Vec<ModelRow> {
                 .iter()
                 .find(|c| c.cores == cores)
                 .map_or(1, |c| c.sockets);
+            // The model is meant for c >= 2: at c = 1 it gives 3 x C_{1,1},
+            // contradicting its own definition (no prediction, no error).
             let predicted = c11
                 .as_ref()
+                .filter(|_| model_applies(cores))
                 .map(|c11| predicted_capacity(c11.cps, sockets, cores));
             let error_pct = match (predicted, &best) {
                 (Some(p), Some(b)) => error_pct(p, b.cps),

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The Kamailio config shipped in bench/kamailio/, used unless the
 /// campaign names another.
 pub const KAMAILIO_CFG: &str = include_str!("../../../../bench/kamailio/stateless.cfg");
+/// The shipped transaction-stateful Kamailio config (`--mode stateful`):
+/// the stateless one plus tm and `t_relay()`.
+pub const KAMAILIO_STATEFUL_CFG: &str = include_str!("../../../../bench/kamailio/stateful.cfg");
 
 /// Which CPUs the load generator runs on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +45,8 @@ pub struct Campaign {
     pub ringway: PathBuf,
     /// Kamailio binary.
     pub kamailio: PathBuf,
-    /// Kamailio config (`None`: [`KAMAILIO_CFG`], written into `out`).
+    /// Kamailio config (`None`: [`KAMAILIO_CFG`], or
+    /// [`KAMAILIO_STATEFUL_CFG`] for `--mode stateful`, written into `out`).
     pub kamailio_cfg: Option<PathBuf>,
     /// net.core.rmem_max for the whole sweep.
     pub rmem_max: Option<u64>,
@@ -98,8 +102,13 @@ fn tools(c: &Campaign, out: &Path) -> anyhow::Result<Tools> {
     let kamailio_cfg = match &c.kamailio_cfg {
         Some(path) => path.clone(),
         None => {
-            let path = c.out.join("kamailio-stateless.cfg");
-            std::fs::write(&path, KAMAILIO_CFG)?;
+            let (name, text) = if c.sweep.mode == "stateful" {
+                ("kamailio-stateful.cfg", KAMAILIO_STATEFUL_CFG)
+            } else {
+                ("kamailio-stateless.cfg", KAMAILIO_CFG)
+            };
+            let path = c.out.join(name);
+            std::fs::write(&path, text)?;
             path
         }
     };

@@ -75,7 +75,7 @@ impl std::str::FromStr for ProxyKind {
 pub struct RunSpec {
     /// Proxy under test.
     pub proxy: ProxyKind,
-    /// Proxy mode (`stateless`/`stateful`; Kamailio: always stateless).
+    /// Proxy mode (`stateless`/`stateful`; Kamailio: the shipped config of that mode unless `--kamailio-cfg`).
     pub mode: String,
     /// Proxy worker threads/processes (the papers' threads).
     pub workers: usize,
@@ -325,6 +325,40 @@ impl RunRecord {
     }
 }
 
+/// The failed-call share above which a run whose proxy dropped (almost)
+/// nothing is noted: the calls failed for another reason (a proxy out of
+/// memory answering 500, timeouts), which the PDR does not see.
+pub const FAILED_CALLS_LIMIT: f64 = 0.01;
+
+/// The note for a run whose calls failed while its proxy dropped less
+/// than [`FAILED_CALLS_LIMIT`] of the messages (`None`: nothing to note).
+pub fn failed_without_drops(pdr: f64, failed_ratio: f64) -> Option<String> {
+    (failed_ratio >= FAILED_CALLS_LIMIT && pdr < FAILED_CALLS_LIMIT).then(|| {
+        format!(
+            "calls failed without drops: {:.1} % of calls failed at PDR {:.2} % (the proxy answered \
+             errors or lost state: see its log); capacity also requires failed calls < {} %",
+            100.0 * failed_ratio,
+            100.0 * pdr,
+            100.0 * FAILED_CALLS_LIMIT
+        )
+    })
+}
+
+/// Kamailio's shared memory (`-m`, MB) for `rate` calls/s in proxy `mode`:
+/// stateless needs little (64 MB); stateful keeps every transaction (two
+/// per call: INVITE and BYE) in shared memory until its wait timer ends
+/// (fr_timer and wait_timer, about 10 s of transactions in all under load)
+/// at some 4 KiB each, plus 64 MB for the rest; at most 4096 MB.
+pub fn kamailio_shm_mb(rate: f64, mode: &str) -> u64 {
+    const BASE_MB: u64 = 64;
+    if mode != "stateful" {
+        return BASE_MB;
+    }
+    let transactions = rate.max(0.0) * 2.0 * 10.0;
+    let mb = (transactions * 4096.0 / (1024.0 * 1024.0)).ceil() as u64;
+    (BASE_MB + mb).min(4096)
+}
+
 /// The papers' drop rate: drops of the proxy's sockets over all messages
 /// offered to the proxy in the run; `None` when nothing was offered.
 pub fn drop_rate(proxy_socket_drops: u64, offered: u64) -> Option<f64> {
@@ -504,7 +538,7 @@ fn start_proxy(
                     "-w",
                     &rundir.display().to_string(),
                     "-m",
-                    "64",
+                    &kamailio_shm_mb(spec.rate, &spec.mode).to_string(),
                     "-M",
                     "8",
                 ]
@@ -859,6 +893,7 @@ fn record_load(
     rec.udp_rcvbuf_errors = snmp.rcvbuf_errors;
     rec.udp_mem_errors = snmp.mem_errors;
     rec.pdr = drop_rate(rec.proxy_socket_drops, load.msgs_to_proxy).unwrap_or(0.0);
+    notes.extend(failed_without_drops(rec.pdr, rec.failed_ratio));
     let namespace_drops = snmp.rcvbuf_errors + snmp.mem_errors;
     if namespace_drops > rec.proxy_socket_drops + rec.other_socket_drops {
         notes.push(format!(
@@ -1061,6 +1096,26 @@ mod tests {
             attempted,
             start_lag_mean_us: lag,
         }
+    }
+
+    #[test]
+    fn failed_calls_without_drops_are_noted() {
+        // 5 % of calls failed, 0.1 % of messages dropped: noted.
+        let n = failed_without_drops(0.001, 0.05).expect("a note");
+        assert!(n.contains("5.0 % of calls failed at PDR 0.10 %"), "{n}");
+        // Failures that follow drops, or few failures: nothing to note.
+        assert_eq!(failed_without_drops(0.02, 0.05), None);
+        assert_eq!(failed_without_drops(0.0, 0.009), None);
+        assert!(failed_without_drops(0.0, 0.01).is_some());
+    }
+
+    #[test]
+    fn kamailio_memory_follows_the_rate_when_stateful() {
+        assert_eq!(kamailio_shm_mb(4000.0, "stateless"), 64);
+        // 4000 calls/s: 80,000 transactions x 4 KiB = 312.5 MiB -> 313 + 64.
+        assert_eq!(kamailio_shm_mb(4000.0, "stateful"), 377);
+        assert_eq!(kamailio_shm_mb(0.0, "stateful"), 64);
+        assert_eq!(kamailio_shm_mb(1e9, "stateful"), 4096);
     }
 
     #[test]

@@ -324,6 +324,60 @@ impl SweepConfig {
         }
     }
 
+    /// The papers' grid, one message at a time (`--paper`; review D4):
+    /// receive batch 1, the shared socket (children reading one socket),
+    /// threads 2, 4, 6, 8 and 16, 200-calls/s steps from 200 with the grid
+    /// pair (no bisection), capacity at 1 % PDR, and the papers' two modes
+    /// baseline and enhanced (unless the tuner is asked for: `tuned` listed
+    /// keeps the modes as given). Cores, repetitions (the papers: 30), run
+    /// length, proxies and the emulated service time stay as `self` has
+    /// them.
+    pub fn paper(self) -> SweepConfig {
+        let modes = if self.modes.iter().any(|m| m == TUNED) {
+            self.modes.clone()
+        } else {
+            vec!["baseline".into(), "enhanced".into()]
+        };
+        SweepConfig {
+            batch: 1,
+            rx_model: "shared".into(),
+            workers: vec![2, 4, 6, 8, 16],
+            rate_start: 200.0,
+            rate_step: 200.0,
+            refine: 0,
+            threshold: 0.01,
+            modes,
+            ..self
+        }
+    }
+
+    /// The settings as one line (what `--paper` prints before a sweep).
+    pub fn describe(&self) -> String {
+        let list = |v: &[usize]| {
+            v.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!(
+            "batch {}, rx-model {}, threads {}, cores {}, modes {}, rates {}..{} step {} (refine {}), \
+             capacity at PDR {} %, {} repetitions of {} s, at most {} runs",
+            self.batch,
+            self.rx_model,
+            list(&self.workers),
+            list(&self.cores),
+            self.modes.join(","),
+            self.rate_start,
+            self.rate_max,
+            self.rate_step,
+            self.refine,
+            self.threshold * 100.0,
+            self.reps,
+            self.duration_s,
+            self.max_runs()
+        )
+    }
+
     /// Upper bound of the number of runs (the tuner's counted per tuned point).
     pub fn max_runs(&self) -> usize {
         let steps = ((self.rate_max - self.rate_start) / self.rate_step).floor() as usize + 1;
@@ -373,13 +427,15 @@ pub struct Capacity {
     pub workers: usize,
     /// Highest rate (calls/s) whose mean PDR stayed under the threshold; None if none did.
     pub capacity_cps: Option<f64>,
-    /// The probe just under the crossing (rate, mean PDR).
+    /// The probe just under the crossing (rate, the larger of mean PDR and
+    /// mean failed-call ratio: [`point_criterion`]).
     pub below: Option<(f64, f64)>,
-    /// The probe just over the crossing (rate, mean PDR).
+    /// The probe just over the crossing (rate, [`point_criterion`]).
     pub above: Option<(f64, f64)>,
-    /// Every probe (rate, mean PDR; None when no valid run).
+    /// Every probe (rate, [`point_criterion`]; None when no valid run).
     pub probes: Vec<(f64, Option<f64>)>,
-    /// Every probe with each repetition's PDR (None: that run failed or was flagged).
+    /// Every probe with each repetition's larger of PDR and failed-call
+    /// ratio (None: that run failed or was flagged).
     pub rep_pdrs: Vec<(f64, Vec<Option<f64>>)>,
     /// True when the highest rate tried stayed under the threshold (capacity is a lower bound).
     pub censored: bool,
@@ -531,6 +587,21 @@ pub trait SweepProgress {
     fn finished(&mut self, rec: &RunRecord, resumed: bool);
 }
 
+/// What a capacity search compares with the threshold at a point: the
+/// larger of the mean PDR and the mean failed-call ratio of its valid
+/// runs (capacity also requires failed calls under the threshold: a proxy
+/// that answers errors or loses state fails calls without dropping);
+/// `None` if no run is valid.
+pub fn point_criterion(runs: &[&RunRecord]) -> Option<f64> {
+    let ok: Vec<&&RunRecord> = runs.iter().filter(|r| r.valid()).collect();
+    if ok.is_empty() {
+        return None;
+    }
+    let pdr = mean_ci(&ok.iter().map(|r| r.pdr).collect::<Vec<_>>()).mean;
+    let failed = mean_ci(&ok.iter().map(|r| r.failed_ratio).collect::<Vec<_>>()).mean;
+    Some(pdr.max(failed))
+}
+
 /// Mean PDR of the valid runs of a point; `None` if none is valid.
 pub fn point_pdr(runs: &[&RunRecord]) -> Option<f64> {
     let ok: Vec<f64> = runs.iter().filter(|r| r.valid()).map(|r| r.pdr).collect();
@@ -622,11 +693,9 @@ pub fn spec_for(
     let pool = cfg.pool(&usable_cpus());
     RunSpec {
         proxy,
-        mode: if proxy == ProxyKind::Kamailio {
-            "stateless".into()
-        } else {
-            cfg.mode.clone()
-        },
+        // Kamailio runs the shipped config of the same mode (stateful:
+        // tm and t_relay) unless --kamailio-cfg names another.
+        mode: cfg.mode.clone(),
         workers,
         backend: cfg.backend,
         sched: sched.to_string(),
@@ -695,10 +764,12 @@ pub fn capacity_of(
             }
             rep_pdrs.push((
                 rate,
-                recs.iter().map(|r| r.valid().then_some(r.pdr)).collect(),
+                recs.iter()
+                    .map(|r| r.valid().then_some(r.pdr.max(r.failed_ratio)))
+                    .collect(),
             ));
             let refs: Vec<&RunRecord> = recs.iter().collect();
-            point_pdr(&refs)
+            point_criterion(&refs)
         },
     );
     Capacity {
@@ -872,6 +943,39 @@ mod tests {
             state_file: "/tmp/x.json".into(),
             max_foreign_cpu_pct: crate::siplab::background::DEFAULT_MAX_FOREIGN_CPU_PCT,
         }
+    }
+
+    #[test]
+    fn paper_preset_plans_the_papers_grid() {
+        let base = SweepConfig {
+            batch: 32,
+            rx_model: "reuseport".into(),
+            rate_step: 1000.0,
+            refine: 3,
+            reps: 5,
+            rate_max: 2000.0,
+            ..cfg()
+        };
+        let c = base.paper();
+        assert_eq!(c.batch, 1);
+        assert_eq!(c.rx_model, "shared");
+        assert_eq!(c.workers, vec![2, 4, 6, 8, 16]);
+        assert_eq!((c.rate_start, c.rate_step, c.refine), (200.0, 200.0, 0));
+        assert_eq!(c.modes, vec!["baseline", "enhanced"]);
+        assert_eq!(c.threshold, 0.01);
+        // The caller's: repetitions, highest rate, cores, proxies.
+        assert_eq!((c.reps, c.rate_max, c.cores.clone()), (5, 2000.0, vec![1]));
+        // The plan: 10 rates x 5 reps per mode search, plus 5 reps at the
+        // baseline crossing, x 2 modes x 5 thread counts x 1 proxy x 1 core.
+        assert_eq!(c.max_runs(), (10 * 5 + 5) * 2 * 5);
+        let line = c.describe();
+        assert!(
+            line.contains("batch 1, rx-model shared, threads 2,4,6,8,16"),
+            "{line}"
+        );
+        assert!(line.contains("at most 550 runs"), "{line}");
+        c.validate_on(&tools(), &[0, 1, 2, 3])
+            .expect("a valid sweep");
     }
 
     fn cfg() -> SweepConfig {
@@ -1147,5 +1251,60 @@ mod tests {
         assert_eq!(below.unwrap().0, 400.0);
         assert!(above.is_none());
         assert_eq!(probes.len(), 4, "{probes:?}");
+    }
+
+    /// Capacity also requires failed calls under the threshold: a proxy
+    /// that drops nothing but fails calls from 600 calls/s on (Kamailio's
+    /// tm out of memory) crosses there, not at the top of the grid.
+    #[test]
+    fn capacity_stops_where_calls_fail_without_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let mut c = cfg();
+        c.modes = vec!["baseline".into()];
+        c.rate_max = 2000.0;
+        c.gen_cpus = vec![*usable_cpus().last().unwrap()];
+        let mut runner = |s: &RunSpec, _: &Tools| {
+            let mut r = RunRecord::empty(s);
+            r.pdr = 0.0;
+            r.failed_ratio = if s.rate < 600.0 { 0.002 } else { 0.6 };
+            r
+        };
+        let out = run_sweep(&c, &tools(), &mut store, &mut Quiet, &mut runner).unwrap();
+        let cap = &out.caps[0];
+        assert_eq!(cap.above, Some((600.0, 0.6)));
+        assert_eq!(cap.below.map(|b| b.0), Some(400.0));
+        assert!(!cap.censored);
+    }
+
+    #[test]
+    fn point_criterion_is_the_larger_of_pdr_and_failed_calls() {
+        let spec = spec_for(
+            &cfg(),
+            ProxyKind::Ringway,
+            1,
+            2,
+            "baseline",
+            Default::default(),
+            1000.0,
+            0,
+            1,
+        );
+        let rec = |pdr: f64, failed: f64| {
+            let mut r = RunRecord::empty(&spec);
+            r.pdr = pdr;
+            r.failed_ratio = failed;
+            r
+        };
+        let (a, b) = (rec(0.01, 0.0), rec(0.03, 0.1));
+        // Mean PDR 2 %, mean failed 5 %: 5 %.
+        assert!((point_criterion(&[&a, &b]).unwrap() - 0.05).abs() < 1e-12);
+        let (a, b) = (rec(0.04, 0.0), rec(0.02, 0.02));
+        assert!((point_criterion(&[&a, &b]).unwrap() - 0.03).abs() < 1e-12);
+        // A flagged run is left out; none valid: no value.
+        let mut flagged = rec(0.5, 0.5);
+        flagged.flags.push("generator fell behind".into());
+        assert!((point_criterion(&[&a, &flagged]).unwrap() - 0.04).abs() < 1e-12);
+        assert_eq!(point_criterion(&[&flagged]), None);
     }
 }

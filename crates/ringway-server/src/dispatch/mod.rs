@@ -549,7 +549,7 @@ fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
                 }
             }
             Err(e) => {
-                log::warn!("sip dispatch: receive error: {e}");
+                crate::warn_limited!("sip dispatch: receive error: {e}");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }

@@ -52,6 +52,9 @@ pub struct SipServerConfig {
     pub tcp: TcpConfig,
     /// Certificates and bounds of the TLS transport.
     pub tls: TlsConfig,
+    /// Origins WebSocket clients may connect from (`Origin`, compared
+    /// without case); empty: any.
+    pub ws_origins: Vec<String>,
     /// Destinations any request may be relayed to, authenticated or not
     /// (`none`: only `route_to`, bindings, signed dialogs and
     /// authenticated users' targets; `any`; or networks). Loopback,
@@ -166,6 +169,7 @@ impl Default for SipServerConfig {
             listeners: Vec::new(),
             tcp: TcpConfig::default(),
             tls: TlsConfig::default(),
+            ws_origins: Vec::new(),
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
@@ -251,11 +255,6 @@ impl SipServerConfig {
             ));
         }
         for listener in &self.listeners {
-            if !matches!(listener.transport, Transport::Tcp | Transport::Tls) {
-                return fail(format!(
-                    "listen {listener}: only udp, tcp and tls are built so far (ws: issue 21)"
-                ));
-            }
             if listener.addr.ip().is_unspecified() {
                 return fail(format!(
                     "listen {listener}: use a concrete address (it goes into Via and Record-Route)"
@@ -271,7 +270,18 @@ impl SipServerConfig {
             }
         }
         self.tcp.validate().map_err(ServerError::Config)?;
-        let tls_listen = self.listeners.iter().any(|l| l.transport == Transport::Tls);
+        let tls_listen = self
+            .listeners
+            .iter()
+            .any(|l| matches!(l.transport, Transport::Tls | Transport::Wss));
+        if let Some(to) = self
+            .route_to
+            .filter(|to| matches!(to.transport, Transport::Ws | Transport::Wss))
+        {
+            return fail(format!(
+                "route_to {to}: WebSocket clients connect to us (route to tcp, tls or udp)"
+            ));
+        }
         self.tls.validate(tls_listen).map_err(ServerError::Config)?;
         if self
             .route_to

@@ -115,6 +115,9 @@ pub(super) fn open_listeners(
         config.tcp.clone(),
         registries,
         tls,
+        super::ws::OriginPolicy {
+            allowed: config.ws_origins.clone(),
+        },
     )));
     for a in &streams.addresses {
         log::info!("sip server: listening on {a} ({threads} event loops)");

@@ -103,7 +103,7 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
                 }
                 Err(e) => {
                     worker.count_rx_error();
-                    log::warn!("sip server: worker {index}: receive error: {e}");
+                    crate::warn_limited!("sip server: worker {index}: receive error: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }

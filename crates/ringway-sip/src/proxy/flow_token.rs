@@ -41,6 +41,8 @@ fn transport_byte(transport: Transport) -> u8 {
         Transport::Udp => 0,
         Transport::Tcp => 1,
         Transport::Tls => 2,
+        Transport::Ws => 3,
+        Transport::Wss => 4,
     }
 }
 
@@ -146,6 +148,8 @@ impl Proxy {
             0 => Transport::Udp,
             1 => Transport::Tcp,
             2 => Transport::Tls,
+            3 => Transport::Ws,
+            4 => Transport::Wss,
             _ => return None,
         };
         let ip = match addr_len {

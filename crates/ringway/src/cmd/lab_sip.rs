@@ -148,7 +148,9 @@ pub(crate) struct SweepArgs {
     /// Kamailio binary.
     #[arg(long, default_value = "/usr/sbin/kamailio")]
     pub kamailio: PathBuf,
-    /// Kamailio config (default: the shipped bench/kamailio/stateless.cfg).
+    /// Kamailio config (default: the shipped bench/kamailio/stateless.cfg, or
+    /// bench/kamailio/stateful.cfg with --mode stateful; shared memory sized
+    /// from the rate there).
     #[arg(long)]
     pub kamailio_cfg: Option<PathBuf>,
     /// Set net.core.rmem_max for the whole sweep (recorded and restored).
@@ -161,6 +163,16 @@ pub(crate) struct SweepArgs {
     /// State file recording original values of changed global settings.
     #[arg(long, default_value = "results/.ringway-state.json")]
     pub state_file: PathBuf,
+    /// The papers' grid, one message at a time: --batch 1, --rx-model
+    /// shared, --workers 2,4,6,8,16, 200-cps steps from 200 with the grid
+    /// pair (--refine 0), capacity at 1 % PDR, --profiles baseline,enhanced.
+    /// --cores, --reps (the papers: 30), --duration and --rate-max stay
+    /// yours; the settings are printed before the runs.
+    #[arg(
+        long,
+        conflicts_with_all = ["batch", "rx_model", "workers", "rate_start", "rate_step", "refine", "threshold", "profiles"]
+    )]
+    pub paper: bool,
 }
 
 /// Run it.
@@ -212,6 +224,7 @@ fn campaign(a: SweepArgs) -> anyhow::Result<Campaign> {
         Some(v) => cpus_arg("--proxy-cpus", v)?,
         None => Vec::new(),
     };
+    let paper = a.paper;
     let sweep = SweepConfig {
         proxies: a.proxy,
         workers: a.workers,
@@ -236,6 +249,13 @@ fn campaign(a: SweepArgs) -> anyhow::Result<Campaign> {
         tune_reps: a.tune_reps,
         service: a.emulated_service_us,
         globals: Vec::new(),
+    };
+    let sweep = if paper {
+        let sweep = sweep.paper();
+        println!("--paper: {}", sweep.describe());
+        sweep
+    } else {
+        sweep
     };
     Ok(Campaign {
         sweep,

@@ -85,6 +85,9 @@ pub struct DispatchArgs {
     /// Management API (docs/operations.md).
     #[command(flatten)]
     pub manage: super::manage::ManageArgs,
+    /// Log format and levels.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 /// The configuration a command line describes, with the checks only the
@@ -147,6 +150,7 @@ pub(crate) fn checked_config(args: &DispatchArgs) -> anyhow::Result<DispatchServ
 
 /// Run the dispatcher until SIGINT/SIGTERM or `--duration`.
 pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
+    a.log.apply();
     a.manage.validate()?;
     let config = DispatchServerConfig::try_from(&a)?;
     let stop = host::stop_flag()?;
@@ -164,7 +168,7 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         ringway_server::manage::Managed::Dispatch(server.control()),
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
-    eprintln!(
+    log::info!(
         "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{} relay={} flood-limit={}",
         server.local_addr(),
         proxies.join(","),

@@ -69,8 +69,8 @@ pub struct ProxyArgs {
     /// docs/ringway.toml); options on the command line override it.
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub config: Option<PathBuf>,
-    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR), `tcp:ADDR` or `tls:ADDR`
-    /// (port 0: the UDP port). Repeatable: one UDP address (the last given wins) and TCP/TLS ones.
+    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR), `tcp:ADDR`, `tls:ADDR`,
+    /// `ws:ADDR` or `wss:ADDR` (port 0: the UDP port). Repeatable: one UDP address (the last given wins) and others.
     #[arg(long, default_value = "127.0.0.1:5060", value_parser = parse_transport_addr)]
     pub listen: Vec<TransportAddr>,
     /// Stateless or transaction-stateful proxying.
@@ -133,6 +133,10 @@ pub struct ProxyArgs {
     /// TLS: check the certificate files for changes this often and reload them (s; 0: only on SIGHUP).
     #[arg(long, default_value_t = TlsConfig::default().reload_check_s)]
     pub tls_reload_check_s: u64,
+    /// WebSocket (ws:, wss:): an Origin browsers may connect from, e.g. `https://phone.example.net`
+    /// (repeatable; none given: any origin).
+    #[arg(long = "ws-origin")]
+    pub ws_origins: Vec<String>,
     /// Relay requests to these destinations without authentication: `none`, `any`, or networks
     /// `CIDR,...` (loopback, link-local and our own IP only when named, e.g. 127.0.0.0/8).
     #[arg(long, default_value = "none", value_parser = parse_relay)]
@@ -277,6 +281,9 @@ pub struct ProxyArgs {
     /// Graceful drain on SIGTERM (docs/operations.md).
     #[command(flatten)]
     pub drain: super::manage::DrainArgs,
+    /// Log format and levels.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// Lab emulation, off by default: CPU work per handled message (µs):
     /// N or const:N, or exp:N (exponential, mean N). Brings T_sip into the
     /// papers' OpenSIPS range (77–540 µs); not for service.
@@ -396,6 +403,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 handshake_timeout_ms: args.tls_handshake_timeout_ms,
                 reload_check_s: args.tls_reload_check_s,
             },
+            ws_origins: args.ws_origins.clone(),
             mode: match args.mode {
                 ModeArg::Stateless => ringway_sip::Mode::Stateless,
                 ModeArg::Stateful => ringway_sip::Mode::Stateful,
@@ -493,6 +501,7 @@ pub(crate) fn checked_config(args: &ProxyArgs) -> anyhow::Result<SipServerConfig
 /// (SIGTERM, `ringway ctl drain`), reloading on SIGHUP; then print the
 /// summary.
 pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
+    a.log.apply();
     a.manage.validate()?;
     a.drain.validate()?;
     let config = SipServerConfig::try_from(&a)?;
@@ -511,7 +520,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         "sip proxy",
         ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
-    eprintln!(
+    log::info!(
         "sip proxy: listening on udp {}{} mode={:?} workers={} rx-model={:?} backend={} rcvbuf={:?} auth={} relay={} flood-limit={} location={}",
         server.local_addr(),
         server

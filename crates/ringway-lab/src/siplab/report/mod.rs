@@ -10,8 +10,8 @@
 
 use crate::render::{self, esc, svg, Digits, Table};
 use crate::siplab::analysis::{
-    best_threads, capacity_model, comparisons, per_rep_capacity, point_at, points, queueing_check,
-    Comparison, ComparisonRow, Lower, MeasuredCapacity, Point, SIX_TYPES,
+    best_threads, capacity_model, comparisons, model_applies, per_rep_capacity, point_at, points,
+    queueing_check, Comparison, ComparisonRow, Lower, MeasuredCapacity, Point, SIX_TYPES,
 };
 use crate::siplab::model::QueuePrediction;
 use crate::siplab::sweep::{Capacity, SweepOutcome};
@@ -309,7 +309,11 @@ pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
             row.cores.to_string(),
             row.sockets.to_string(),
             row.threads.to_string(),
-            opt(row.predicted, 0),
+            if model_applies(row.cores) {
+                opt(row.predicted, 0)
+            } else {
+                NOT_MODELLED.into()
+            },
             row.best.as_ref().map_or("n/a".into(), |b| {
                 format!(
                     "{} ({} thr{})",
@@ -318,11 +322,18 @@ pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
                     if b.censored { ", lower bound" } else { "" }
                 )
             }),
-            opt(row.error_pct, 1),
+            if model_applies(row.cores) {
+                opt(row.error_pct, 1)
+            } else {
+                NOT_MODELLED.into()
+            },
         ]);
     }
     t
 }
+
+/// What the model table says where the model does not apply.
+const NOT_MODELLED: &str = "n/a (model for c ≥ 2)";
 
 /// Queueing check at the highest load under the threshold: K_rcv predicted
 /// by M/M/1 and M/D/1 from λ and the measured service time, vs measured.
@@ -1231,18 +1242,29 @@ mod tests {
         c11.rep_pdrs = vec![(1000.0, vec![Some(0.0)]), (1200.0, vec![Some(0.5)])];
         let mut c2 = cap("enhanced", 2, 2800.0, 3000.0);
         c2.rep_pdrs = vec![(2800.0, vec![Some(0.0)]), (3000.0, vec![Some(0.5)])];
-        let t = model_table(&[c11, c2], 0.01);
+        let t = model_table(&[c11.clone(), c2.clone()], 0.01);
         assert_eq!(t.rows.len(), 1);
         let r = &t.rows[0];
         assert_eq!(r[1], "1000");
         assert_eq!(r[4], "3");
-        assert_eq!(r[5], "3000");
+        // At c = 1 the model does not apply: n/a, never "error 200 %".
+        assert_eq!(r[5], "n/a (model for c ≥ 2)");
         assert!(r[6].starts_with("2800 (2 thr"), "{r:?}");
-        assert_eq!(r[7], "7.1");
+        assert_eq!(r[7], "n/a (model for c ≥ 2)");
+        // At c = 2 (one processor): T = 4, predicted 4000 against the best
+        // 2800 measured there: error +42.9 %.
+        c2.cores = 2;
+        let t = model_table(&[c11, c2], 0.01);
+        let r = &t.rows[1];
+        assert_eq!(
+            (r[2].as_str(), r[4].as_str(), r[5].as_str()),
+            ("2", "4", "4000")
+        );
+        assert_eq!(r[7], "42.9");
         // Without a 1-core, 1-thread run there is no C11.
         let t = model_table(&[cap("enhanced", 2, 2800.0, 3000.0)], 0.01);
         assert!(t.rows[0][1].starts_with("n/a"));
-        assert_eq!(t.rows[0][7], "n/a");
+        assert!(t.rows[0][7].starts_with("n/a"));
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     while !ctx.stop.load(Ordering::Relaxed) {
         if let Err(e) = ctx.poll.poll(&mut events, Some(POLL)) {
             if e.kind() != ErrorKind::Interrupted {
-                log::warn!("sip tcp: poll: {e}");
+                crate::warn_limited!("sip tcp: poll: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
             continue;
@@ -181,7 +181,7 @@ fn accept_all(listener: &TcpListener, transport: Transport, connections: &Connec
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
                 // Out of fds and the like: try again on the next event.
-                log::warn!("sip tcp: accept: {e}");
+                crate::warn_limited!("sip tcp: accept: {e}");
                 return;
             }
         }
@@ -217,6 +217,12 @@ fn read_ready(
             .conn
             .last_active
             .store(now, std::sync::atomic::Ordering::Relaxed);
+        if entry.conn.ws.is_some() {
+            match ws_input(entry, &buf[..n], ctx, now) {
+                Some(reason) => return Some(reason),
+                None => continue,
+            }
+        }
         if !entry.framer.in_message() {
             entry.message_started = now;
         }
@@ -267,4 +273,123 @@ fn read_ready(
             }
         }
     }
+}
+
+/// Bytes of a WebSocket connection (RFC 7118): the upgrade request until
+/// it is whole and answered, then frames; each data message is one SIP
+/// message for the core. `Some(reason)`: close the connection.
+fn ws_input(
+    entry: &mut Owned,
+    bytes: &[u8],
+    ctx: &mut ReadContext<'_, '_>,
+    now: u64,
+) -> Option<CloseReason> {
+    use crate::sip::ws::{self, WsEvent, WsLimits};
+    let connections = ctx.connections;
+    let config = &connections.config;
+    let send_limit = config.max_send_buffer_bytes;
+    let limits = WsLimits {
+        max_handshake_bytes: config.max_header_bytes,
+        max_message_bytes: config.max_header_bytes + config.max_body_bytes,
+    };
+    let session = entry.conn.ws.as_ref()?;
+    let mut events = Vec::new();
+    let mut close = None;
+    {
+        let mut state = session.state();
+        let fresh: Vec<u8>;
+        let input: &[u8] = if session.upgraded() {
+            bytes
+        } else {
+            state.head.extend_from_slice(bytes);
+            match ws::parse_handshake(&state.head, limits, &connections.origins) {
+                Ok(None) => {
+                    if state.head.len() > limits.max_handshake_bytes {
+                        return Some(CloseReason::WsHandshake);
+                    }
+                    return None;
+                }
+                Err(e) => {
+                    let _ = entry.conn.write_raw(e.response(), send_limit, now);
+                    return Some(CloseReason::WsHandshake);
+                }
+                Ok(Some(upgrade)) => {
+                    if !entry.conn.write_raw(&upgrade.response, send_limit, now) {
+                        return Some(CloseReason::IoError);
+                    }
+                    session.set_upgraded();
+                    fresh = state.head.split_off(upgrade.consumed);
+                    state.head = Vec::new();
+                    &fresh
+                }
+            }
+        };
+        'chunks: for chunk in input.chunks(ws::MAX_READ) {
+            if let Err(e) = state.decoder.extend(chunk, limits) {
+                close = Some(e);
+                break;
+            }
+            loop {
+                match state.decoder.next(limits) {
+                    Ok(Some(event)) => events.push(event),
+                    Ok(None) => break,
+                    Err(e) => {
+                        close = Some(e);
+                        break 'chunks;
+                    }
+                }
+            }
+        }
+    }
+    for event in events {
+        match event {
+            WsEvent::Message(message) => {
+                add(&connections.counters.messages_in, 1);
+                entry.messages += 1;
+                deliver(ctx, flow_hop(&entry.conn), &message, now);
+                if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
+                    return Some(CloseReason::MessageLimit);
+                }
+            }
+            WsEvent::Ping(payload) => {
+                add(&connections.counters.pings, 1);
+                let _ = entry
+                    .conn
+                    .write_raw(&ws::pong_frame(&payload), send_limit, now);
+            }
+            WsEvent::Pong => {}
+            WsEvent::Close(_) => {
+                let _ = entry
+                    .conn
+                    .write_raw(&ws::close_frame(1000), send_limit, now);
+                return Some(CloseReason::PeerClosed);
+            }
+        }
+    }
+    let e = close?;
+    let _ = entry
+        .conn
+        .write_raw(&ws::close_frame(e.close_code()), send_limit, now);
+    Some(CloseReason::WsError)
+}
+
+/// Hand one message from `from` to the core and send what it answers.
+fn deliver(ctx: &mut ReadContext<'_, '_>, from: Hop, message: &[u8], now: u64) {
+    let connections = ctx.connections;
+    let udp = ctx.udp;
+    ctx.worker.handle_from(
+        now,
+        from,
+        message,
+        &mut |hop: Hop, bytes: &[u8]| match hop.transport {
+            Transport::Udp => {
+                if udp.send_to(bytes, hop.addr).is_ok() {
+                    add(&connections.counters.udp_out, 1);
+                }
+            }
+            _ => {
+                connections.send(hop, bytes, now);
+            }
+        },
+    );
 }

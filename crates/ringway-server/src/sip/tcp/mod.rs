@@ -28,6 +28,7 @@ pub mod framing;
 pub(crate) use event_loop::{run_loop, LoopContext};
 
 use super::tls::{TlsContext, TlsSession};
+use super::ws::{OriginPolicy, WsSession};
 use framing::FrameLimits;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -155,11 +156,15 @@ pub enum CloseReason {
     TlsHandshake,
     /// A TLS protocol error after the handshake.
     TlsError,
+    /// A WebSocket upgrade refused (answered with its HTTP error).
+    WsHandshake,
+    /// A WebSocket frame broke the rules or a bound (closed with 1002/1009).
+    WsError,
 }
 
 impl CloseReason {
     /// Every reason, in label order.
-    pub const ALL: [CloseReason; 14] = [
+    pub const ALL: [CloseReason; 16] = [
         CloseReason::PeerClosed,
         CloseReason::Idle,
         CloseReason::MessageTimeout,
@@ -174,6 +179,8 @@ impl CloseReason {
         CloseReason::Shutdown,
         CloseReason::TlsHandshake,
         CloseReason::TlsError,
+        CloseReason::WsHandshake,
+        CloseReason::WsError,
     ];
 
     /// Metrics label.
@@ -193,6 +200,8 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::TlsHandshake => "tls_handshake",
             CloseReason::TlsError => "tls_error",
+            CloseReason::WsHandshake => "ws_handshake",
+            CloseReason::WsError => "ws_error",
         }
     }
 
@@ -295,8 +304,10 @@ pub(crate) struct Conn {
     inbound: bool,
     /// TCP or TLS.
     transport: Transport,
-    /// The TLS session (TLS only).
+    /// The TLS session (TLS and WSS only).
     tls: Option<TlsSession>,
+    /// The WebSocket state (WS and WSS only).
+    ws: Option<WsSession>,
     /// When it was accepted or opened (monotonic ns).
     opened: u64,
 }
@@ -305,6 +316,17 @@ impl Conn {
     /// Write `bytes` (or queue what the kernel does not take); `false` if
     /// the connection is closing or failed now.
     fn write(&self, bytes: &[u8], limit: usize, now: u64) -> bool {
+        match &self.ws {
+            // One SIP message per WebSocket message (RFC 7118 5.2); nothing
+            // before the upgrade is answered.
+            Some(ws) if ws.upgraded() => self.write_raw(&super::ws::text_frame(bytes), limit, now),
+            Some(_) => false,
+            None => self.write_raw(bytes, limit, now),
+        }
+    }
+
+    /// Write bytes of the stream as they are (TLS-encrypted on TLS).
+    fn write_raw(&self, bytes: &[u8], limit: usize, now: u64) -> bool {
         if let Some(tls) = &self.tls {
             if self.closing.load(Ordering::Relaxed) != 0 {
                 return false;
@@ -466,6 +488,8 @@ pub struct Connections {
     counters: TcpCounters,
     /// TLS certificates and sessions (`None`: no TLS configured).
     tls: Option<Arc<TlsContext>>,
+    /// Origins WebSocket clients may come from.
+    origins: OriginPolicy,
 }
 
 /// Tokens below this are listeners; connection ids start here.
@@ -477,6 +501,7 @@ impl Connections {
         config: TcpConfig,
         registries: Vec<Registry>,
         tls: Option<Arc<TlsContext>>,
+        origins: OriginPolicy,
     ) -> Connections {
         Connections {
             table: Mutex::new(Table::default()),
@@ -486,6 +511,7 @@ impl Connections {
             config,
             counters: TcpCounters::default(),
             tls,
+            origins,
         }
     }
 
@@ -550,6 +576,8 @@ impl Connections {
             return None;
         }
         let tls = match transport {
+            // Browsers connect to us; we open no WebSocket connections.
+            Transport::Ws | Transport::Wss => return None,
             Transport::Tls => Some(
                 self.tls
                     .as_ref()?
@@ -585,7 +613,7 @@ impl Connections {
             return;
         }
         let tls = match transport {
-            Transport::Tls => {
+            Transport::Tls | Transport::Wss => {
                 let Some(session) = self
                     .tls
                     .as_ref()
@@ -639,6 +667,7 @@ impl Connections {
             inbound,
             transport,
             tls,
+            ws: matches!(transport, Transport::Ws | Transport::Wss).then(WsSession::default),
             opened: now,
         });
         table.by_id.insert(id, conn.clone());

@@ -588,3 +588,62 @@ fn flush_tls(session: &mut Connection, stream: &TcpStream) -> std::io::Result<()
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        let listening = TlsConfig::default().validate(true).unwrap_err();
+        assert!(listening.contains("tls.cert and tls.key"), "{listening}");
+        let half = TlsConfig {
+            cert: Some("c.pem".into()),
+            ..TlsConfig::default()
+        };
+        assert!(half.validate(false).unwrap_err().contains("go together"));
+        let mtls = TlsConfig {
+            verify_clients: true,
+            ..TlsConfig::default()
+        };
+        assert!(mtls.validate(false).unwrap_err().contains("tls.ca"));
+        let name = TlsConfig {
+            server_name: Some("not a name!".into()),
+            ..TlsConfig::default()
+        };
+        assert!(name.validate(false).unwrap_err().contains("server_name"));
+        assert!(TlsConfig::default().validate(false).is_ok());
+    }
+
+    #[test]
+    fn unreadable_files_are_named_and_keys_never_printed() {
+        let dir = std::env::temp_dir().join(format!("ringway-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        std::fs::write(&cert, "not a certificate").unwrap();
+        std::fs::write(&key, "SECRET-KEY-MATERIAL").unwrap();
+        let config = TlsConfig {
+            cert: Some(cert.clone()),
+            key: Some(key.clone()),
+            ..TlsConfig::default()
+        };
+        let e = TlsContext::new(config.clone()).err().expect("refused");
+        assert!(e.contains("cert.pem"), "{e}");
+        let missing = TlsConfig {
+            ca: Some(dir.join("absent.pem")),
+            ..TlsConfig::default()
+        };
+        let e = TlsContext::new(missing).err().expect("refused");
+        assert!(e.contains("absent.pem"), "{e}");
+        // A key file that is not a key: named, its content not echoed.
+        std::fs::write(
+            &cert,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = TlsContext::new(config).err().expect("refused");
+        assert!(!e.contains("SECRET"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

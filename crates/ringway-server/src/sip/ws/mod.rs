@@ -448,6 +448,39 @@ pub fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec
     out
 }
 
+/// One accepted WebSocket connection's state in the driver: the upgrade
+/// request until it is whole, then the frame decoder.
+#[derive(Debug, Default)]
+pub(crate) struct WsSession {
+    upgraded: std::sync::atomic::AtomicBool,
+    state: std::sync::Mutex<WsState>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct WsState {
+    /// The upgrade request so far.
+    pub(crate) head: Vec<u8>,
+    pub(crate) decoder: Decoder,
+}
+
+impl WsSession {
+    /// Whether the upgrade was answered (frames flow).
+    pub(crate) fn upgraded(&self) -> bool {
+        self.upgraded.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(crate) fn set_upgraded(&self) {
+        self.upgraded
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, WsState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
