@@ -39,11 +39,29 @@ pub struct Binding {
     /// The REGISTER's Path values, topmost first (RFC 3327): the route
     /// set that requests to this contact are sent through.
     pub path: Vec<String>,
-    /// The connection the REGISTER came in on (TCP, TLS): requests to this
-    /// contact go over it rather than to the Contact's address (a phone
-    /// behind NAT is reachable only so). `None` over UDP, and in a shared
-    /// store (a connection belongs to one proxy).
+    /// The flow the REGISTER came in on: its source address, transport
+    /// and (TCP, TLS) connection. Requests to this contact go over it
+    /// rather than to the Contact's address (a phone behind NAT is
+    /// reachable only so): over the same connection, or for UDP to the
+    /// observed source address and port. `None` with NAT handling off
+    /// (UDP then goes to the Contact). A shared store keeps the address
+    /// and transport; the connection only for the proxy that holds it.
     pub flow: Option<Hop>,
+    /// RFC 5626 instance and reg-id of the contact, when the REGISTER
+    /// asked for outbound.
+    pub outbound: Option<Outbound>,
+}
+
+/// RFC 5626 flow identity of a contact: its `+sip.instance` and `reg-id`
+/// parameters. A REGISTER binding a contact with the same instance and
+/// reg-id as a stored binding replaces that binding (RFC 5626 6, the
+/// registrar's step 4): one binding per flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outbound {
+    /// `+sip.instance` (the quoted URN, quotes removed).
+    pub instance: String,
+    /// `reg-id`.
+    pub reg_id: u32,
 }
 
 /// One change a REGISTER asks for.
@@ -55,6 +73,8 @@ pub enum BindingChange {
         contact: String,
         /// Lifetime (s), already within the registrar's bounds.
         expires: u32,
+        /// RFC 5626 instance and reg-id (the REGISTER supports outbound).
+        outbound: Option<Outbound>,
     },
     /// Remove this contact.
     Unbind {
@@ -204,9 +224,24 @@ pub fn apply_registration(
     let mut known: Vec<&str> = bindings.iter().map(|b| b.contact.as_str()).collect();
     for change in &registration.changes {
         match change {
-            BindingChange::Bind { contact, .. } => {
+            BindingChange::Bind {
+                contact, outbound, ..
+            } => {
                 if out_of_order(Some(contact)) {
                     return Err(StoreError::OutOfOrder);
+                }
+                // The same flow (instance and reg-id) with a new contact
+                // replaces the old binding.
+                if let Some(outbound) = outbound {
+                    for old in bindings
+                        .iter()
+                        .filter(|b| b.outbound.as_ref() == Some(outbound) && b.contact != *contact)
+                    {
+                        if let Some(i) = known.iter().position(|c| *c == old.contact) {
+                            known.remove(i);
+                            after -= 1;
+                        }
+                    }
                 }
                 if !known.contains(&contact.as_str()) {
                     known.push(contact);
@@ -238,8 +273,14 @@ pub fn apply_registration(
         match change {
             BindingChange::UnbindAll => bindings.clear(),
             BindingChange::Unbind { contact } => bindings.retain(|b| b.contact != *contact),
-            BindingChange::Bind { contact, expires } => {
-                bindings.retain(|b| b.contact != *contact);
+            BindingChange::Bind {
+                contact,
+                expires,
+                outbound,
+            } => {
+                bindings.retain(|b| {
+                    b.contact != *contact && (outbound.is_none() || b.outbound != *outbound)
+                });
                 bindings.insert(
                     0,
                     Binding {
@@ -249,6 +290,7 @@ pub fn apply_registration(
                         cseq: registration.cseq,
                         path: registration.path.clone(),
                         flow: registration.flow,
+                        outbound: outbound.clone(),
                     },
                 );
             }
@@ -272,6 +314,7 @@ fn entry_bytes(aor: &str, bindings: &[Binding]) -> usize {
     let strings = |b: &Binding| {
         b.contact.len()
             + b.call_id.len()
+            + b.outbound.as_ref().map_or(0, |o| o.instance.len())
             + b.path
                 .iter()
                 .map(|p| p.len() + std::mem::size_of::<String>())
@@ -422,6 +465,7 @@ mod tests {
             changes: vec![BindingChange::Bind {
                 contact: contact.into(),
                 expires,
+                outbound: None,
             }],
             max_contacts: 16,
         }

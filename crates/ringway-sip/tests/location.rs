@@ -100,7 +100,8 @@ fn deferred_register_and_lookup_resume_with_the_stores_answer() {
             registration.changes,
             vec![BindingChange::Bind {
                 contact: "sip:carol@192.0.2.2:5060".into(),
-                expires: 60
+                expires: 60,
+                outbound: None,
             }]
         );
         let answer = job.query.run(&store, 10);
@@ -203,6 +204,7 @@ fn a_stateful_retransmission_resumed_after_the_first_is_absorbed() {
                 changes: vec![BindingChange::Bind {
                     contact: "sip:carol@192.0.2.2".into(),
                     expires: 60,
+                    outbound: None,
                 }],
                 max_contacts: 4,
             },

@@ -888,3 +888,69 @@ fn malformed_redis_urls_are_refused_at_start_up() {
         );
     }
 }
+
+/// A REGISTER over TCP to a proxy whose store is Redis: the store step is
+/// deferred to a store thread, and the `200` must still go back over the
+/// REGISTER's connection (it once went out over UDP, which a TCP client
+/// never reads). Redis keeps the binding's flow (transport, source
+/// address, connection) and RFC 5626 instance and reg-id.
+#[test]
+fn a_register_over_tcp_deferred_to_redis_is_answered_over_its_connection() {
+    let (answer, stored, summary) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let redis = Redis::start(dir.path());
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                PROXIES[0],
+                "--listen",
+                &format!("tcp:{}", PROXIES[0]),
+                "--registrar",
+                "--domain",
+                DOMAIN,
+                "--location",
+                &redis.url(),
+                "--backend",
+                "socket",
+            ],
+        );
+        let mut s = TcpStream::connect(PROXIES[0]).expect("connect over TCP");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let local = s.local_addr().unwrap();
+        let register = format!(
+            "REGISTER sip:{DOMAIN} SIP/2.0\r\n\
+Via: SIP/2.0/TCP 10.0.0.7:5060;branch=z9hG4bKtcpreg1\r\nMax-Forwards: 70\r\n\
+From: <sip:alice@{DOMAIN}>;tag=t1\r\nTo: <sip:alice@{DOMAIN}>\r\nCall-ID: tcp-reg\r\n\
+CSeq: 1 REGISTER\r\nSupported: outbound\r\n\
+Contact: <sip:alice@10.0.0.7:5060;transport=tcp>;+sip.instance=\"<urn:uuid:1>\";reg-id=1\r\n\
+Expires: 60\r\nContent-Length: 0\r\n\r\n"
+        );
+        s.write_all(register.as_bytes()).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let stored = redis.cli(&[
+            "HGET",
+            &format!("rw:loc:{{alice@{DOMAIN}}}"),
+            "sip:alice@10.0.0.7:5060;transport=tcp",
+        ]);
+        drop(s);
+        let summary = stop_proxy(&mut procs, &p);
+        (answer, (stored, local), summary)
+    });
+    let (stored, local) = stored;
+    assert!(answer.starts_with("SIP/2.0 200 OK\r\n"), "{answer:?}");
+    assert!(answer.contains("\r\nRequire: outbound\r\n"), "{answer}");
+    assert!(summary["proxy"]["store_deferred"].as_u64().unwrap() >= 1);
+    assert!(
+        stored.contains(&format!(r#""f":{{"t":"tcp","a":"{local}","c":"#)),
+        "{stored}"
+    );
+    assert!(
+        stored.contains(r#""o":{"i":"<urn:uuid:1>","r":1}"#),
+        "{stored}"
+    );
+}

@@ -64,6 +64,14 @@ pub struct SipServerConfig {
     pub registrar: bool,
     /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
     pub record_route: bool,
+    /// NAT handling (RFC 5626 flows, RFC 3581 rport): a UDP registration
+    /// that came through a NAT keeps the address and port it came from,
+    /// and requests to it go there (with a flow token in our
+    /// Record-Route); off: to its Contact.
+    pub nat: bool,
+    /// `Flow-Timer` (s) in the `200` to a REGISTER that asks for outbound
+    /// (RFC 5626 5.4): the keepalive interval the UA should use (0: none).
+    pub flow_timer_s: u32,
     /// I/O backend of every thread: a socket backend (`Socket`, `Mmsg`
     /// or `Uring`); the server refuses `Xdp`.
     pub io: Io,
@@ -147,6 +155,10 @@ pub struct SipServerConfig {
     pub emulated_service: Option<service::ServiceTime>,
 }
 
+/// Default [`SipServerConfig::flow_timer_s`]: under the 30 s many NATs
+/// keep an idle UDP mapping (RFC 5626 4.4.1 asks UAs for 24-29 s on UDP).
+pub const DEFAULT_FLOW_TIMER_S: u32 = 29;
+
 impl Default for SipServerConfig {
     fn default() -> Self {
         SipServerConfig {
@@ -161,6 +173,8 @@ impl Default for SipServerConfig {
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
+            nat: true,
+            flow_timer_s: DEFAULT_FLOW_TIMER_S,
             io: Io::Mmsg,
             rx_model: RxModel::Reuseport,
             rcvbuf: None,
@@ -308,6 +322,12 @@ impl SipServerConfig {
         if self.max_contacts == 0 {
             return fail("max_contacts must be above 0".into());
         }
+        if self.flow_timer_s > 3600 {
+            return fail(format!(
+                "flow_timer_s must be 0..=3600 (0: no Flow-Timer), not {}",
+                self.flow_timer_s
+            ));
+        }
         Ok(())
     }
 
@@ -394,6 +414,8 @@ impl SipServerConfig {
             route_to_transport: self.route_to.map_or(Transport::Udp, |to| to.transport),
             listeners,
             registrar: self.registrar,
+            nat: self.nat,
+            flow_timer: (self.flow_timer_s > 0).then_some(self.flow_timer_s),
             record_route: self.record_route,
             max_transactions: self.max_transactions,
             max_transaction_bytes: self.max_transaction_bytes,

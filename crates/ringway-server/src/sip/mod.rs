@@ -41,7 +41,7 @@ pub mod tls;
 mod worker;
 pub mod ws;
 
-pub use config::{RxModel, SipServerConfig, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
+pub use config::{RxModel, SipServerConfig, DEFAULT_FLOW_TIMER_S, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
 pub use control::{
     AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
     RELOADABLE,

@@ -191,6 +191,7 @@ pub(super) fn store_thread(
         location.latency[index].clone(),
         location.counters.clone(),
     );
+    thread.with_connections(shared.connections.clone());
     let slot = &shared.slots[shared.config.workers + 1 + index];
     let mut published = 0u64;
     let name = format!("sip-store{index}");

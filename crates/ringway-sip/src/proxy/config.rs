@@ -35,6 +35,17 @@ pub struct ProxyConfig {
     pub listeners: Vec<TransportAddr>,
     /// Act as registrar (REGISTER to our domain, location lookup).
     pub registrar: bool,
+    /// NAT handling: a UDP registration's binding keeps the source
+    /// address and port the REGISTER came from (its flow), requests to the
+    /// contact go there, and our Record-Route towards a flow carries a
+    /// signed flow token so that in-dialog requests reach it too (RFC 5626
+    /// 5.3). Off: a UDP contact is reached at its Contact address only.
+    /// Connections (TCP, TLS) are always used as flows.
+    pub nat: bool,
+    /// `Flow-Timer` (s) in the `200` to a REGISTER that asked for
+    /// outbound (RFC 5626 5.4): how often the UA should send keepalives
+    /// on its flow. `None`: no Flow-Timer.
+    pub flow_timer: Option<u32>,
     /// Insert Record-Route into dialog-creating requests.
     pub record_route: bool,
     /// Bound on the transaction table (stateful mode).
@@ -172,6 +183,10 @@ impl Default for ProxyConfig {
             route_to_transport: Transport::Udp,
             listeners: Vec::new(),
             registrar: false,
+            // Off in the core's default (a library user opts in); the
+            // server turns it on (`--nat on`).
+            nat: false,
+            flow_timer: None,
             record_route: false,
             max_transactions: 65536,
             max_transaction_bytes: DEFAULT_MAX_TRANSACTION_BYTES,

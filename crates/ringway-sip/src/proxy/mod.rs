@@ -46,6 +46,7 @@ mod cancel;
 mod config;
 mod deferred;
 pub(crate) mod flood;
+mod flow_token;
 mod outcome;
 mod register;
 mod request;

@@ -43,7 +43,7 @@ use super::stats::Counter;
 use super::worker::ProxyWorker;
 use super::Proxy;
 use crate::msg::{parse_delta, SipMsg};
-use crate::registrar::{BindingChange, Registration, StoreError, StoreQuery};
+use crate::registrar::{BindingChange, Outbound, Registration, StoreError, StoreQuery};
 use crate::text::CommaSplit;
 use crate::transport::Hop;
 
@@ -131,8 +131,18 @@ impl ProxyWorker<'_> {
         };
         // RFC 3327 5.3: the Path stored is echoed to a UA that supports it.
         let mut extra: Vec<(&str, String)> = Vec::new();
-        if supports_path(request.msg) {
+        if supports(request.msg, "path") {
             extra.extend(path_values(request.msg).map(|hop| ("Path", hop.to_owned())));
+        }
+        // RFC 5626 5.2 and 6: a REGISTER that asked for outbound is told
+        // it got it, and how often to send keepalives on its flow.
+        let outbound = supports(request.msg, "outbound")
+            && bindings.iter().any(|binding| binding.outbound.is_some());
+        if outbound {
+            extra.push(("Require", "outbound".to_owned()));
+            if let Some(seconds) = self.proxy().config.flow_timer {
+                extra.push(("Flow-Timer", seconds.to_string()));
+            }
         }
         // What the response holds besides the Contacts is at most the
         // request's size plus the status line, To-tag and Content-Length.
@@ -152,7 +162,13 @@ impl ProxyWorker<'_> {
                 .expires_at
                 .saturating_sub(now)
                 .div_ceil(NS_PER_SECOND);
-            let value = format!("<{}>;expires={left}", binding.contact);
+            let value = match &binding.outbound {
+                Some(o) => format!(
+                    "<{}>;expires={left};+sip.instance=\"{}\";reg-id={}",
+                    binding.contact, o.instance, o.reg_id
+                ),
+                None => format!("<{}>;expires={left}", binding.contact),
+            };
             let cost = "Contact: \r\n".len() + value.len();
             if cost > budget {
                 break;
@@ -198,16 +214,39 @@ impl Proxy {
         if path_values(msg).map(str::len).sum::<usize>() > policy.max_path_bytes {
             return Err(Refusal::new(400, "Bad Request - Path Too Long"));
         }
+        let changes = registration_changes(msg, policy, supports(msg, "outbound"))?;
         Ok(Registration {
             aor,
             call_id: msg.call_id().unwrap_or("").to_owned(),
             cseq: msg.cseq().map_or(0, |c| c.0),
             path: path_values(msg).map(str::to_owned).collect(),
-            flow: from.transport.is_reliable().then_some(from),
-            changes: registration_changes(msg, policy)?,
+            // The flow it came in on: always a connection's; a datagram's
+            // source address with NAT handling on when the REGISTER came
+            // through a NAT (else requests go to the Contact's address).
+            flow: (from.transport.is_reliable() || self.config.nat && behind_nat(from, &changes))
+                .then_some(from),
+            changes,
             max_contacts: policy.max_contacts,
         })
     }
+}
+
+/// Whether a UDP REGISTER from `from` binding `changes` came through a
+/// NAT: it asked for RFC 5626 outbound, or a contact it binds does not
+/// name the source IP (a name, or another address: the private side of a
+/// NAT). A contact at the source IP on another port is the UA's own
+/// listening port (or a third party on that host), not a NAT mapping.
+fn behind_nat(from: Hop, changes: &[BindingChange]) -> bool {
+    changes.iter().any(|change| match change {
+        BindingChange::Bind {
+            contact, outbound, ..
+        } => {
+            outbound.is_some()
+                || crate::uri::SipUri::parse(contact)
+                    .is_none_or(|uri| uri.host_ip() != Some(from.addr.ip()))
+        }
+        _ => false,
+    })
 }
 
 /// The Path values of a message, topmost first.
@@ -218,11 +257,32 @@ fn path_values<'s, 'm: 's>(msg: &'s SipMsg<'m>) -> impl Iterator<Item = &'m str>
         .filter(|hop| !hop.is_empty())
 }
 
-/// Whether the request's Supported lists `path`.
-fn supports_path(msg: &SipMsg<'_>) -> bool {
+/// Whether the request's Supported (or Require) lists option `tag`.
+fn supports(msg: &SipMsg<'_>, option: &str) -> bool {
     msg.header("Supported")
+        .chain(msg.header("Require"))
         .flat_map(CommaSplit::new)
-        .any(|tag| tag.trim().eq_ignore_ascii_case("path"))
+        .any(|tag| tag.trim().eq_ignore_ascii_case(option))
+}
+
+/// Longest `+sip.instance` value stored (bytes): a URN of a UUID is 45.
+const MAX_INSTANCE_BYTES: usize = 128;
+
+/// A Contact's RFC 5626 `+sip.instance` and `reg-id` (both present and
+/// well-formed), else `None`.
+fn outbound_of(contact: &crate::uri::NameAddr<'_>) -> Option<Outbound> {
+    let instance = contact.param("+sip.instance").flatten()?;
+    let instance = instance.trim_matches('"');
+    let reg_id = contact.param("reg-id").flatten()?.parse::<u32>().ok()?;
+    let sane = !instance.is_empty()
+        && instance.len() <= MAX_INSTANCE_BYTES
+        && instance
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+    sane.then(|| Outbound {
+        instance: instance.to_owned(),
+        reg_id,
+    })
 }
 
 /// The changes a REGISTER asks for (empty: a query), with the Expires
@@ -230,6 +290,7 @@ fn supports_path(msg: &SipMsg<'_>) -> bool {
 fn registration_changes(
     msg: &SipMsg<'_>,
     policy: super::config::RegistrarPolicy,
+    outbound: bool,
 ) -> Result<Vec<BindingChange>, Refusal> {
     let header_expires = msg.expires();
     if msg.contact_star() {
@@ -266,6 +327,7 @@ fn registration_changes(
             changes.push(BindingChange::Bind {
                 contact: contact.uri.to_owned(),
                 expires: expires.min(policy.max_expires),
+                outbound: outbound.then(|| outbound_of(&contact)).flatten(),
             });
         }
     }

@@ -120,6 +120,7 @@ impl ProxyWorker<'_> {
                 grant,
                 request_uri,
                 route_set,
+                flow,
             } => {
                 let request_uri = request_uri.or(plan.request_uri_edit().map(Cow::Borrowed));
                 let route = Forwarding {
@@ -133,6 +134,7 @@ impl ProxyWorker<'_> {
                     },
                     request_uri: request_uri.as_deref(),
                     route_set: route_set.as_deref(),
+                    flow: flow.then_some(to),
                 };
                 self.forward(request, route, &plan, stateful, out)
             }
@@ -307,14 +309,14 @@ impl ProxyWorker<'_> {
         let mut rr_text = [0u8; 256];
         let mut rr_inner_text = [0u8; 256];
         let record_route = (proxy.config.record_route && dialog_creating)
-            .then(|| proxy.signed_record_route(msg, egress, &mut rr_text))
+            .then(|| proxy.signed_record_route(msg, egress, route.flow, &mut rr_text))
             .filter(|uri| !uri.is_empty());
         // Two transports (or two addresses): a Record-Route for each side,
         // the far side's on top, as Kamailio's rr module does. Each side
         // then reaches us over its own transport, and a request that
         // consumed both leaves by the transport named last.
         let record_route_inner = (record_route.is_some() && !std::ptr::eq(egress, ingress))
-            .then(|| proxy.signed_record_route(msg, ingress, &mut rr_inner_text))
+            .then(|| proxy.signed_record_route(msg, ingress, None, &mut rr_inner_text))
             .filter(|uri| !uri.is_empty());
         let edits = RequestEdits {
             via: Some(ViaEdit {
@@ -402,21 +404,39 @@ impl ProxyWorker<'_> {
 
 impl Proxy {
     /// Our Record-Route URI signed for the dialog `msg` creates
-    /// (`sip:host:port;lr;rw=<MAC of Call-ID and From tag>`), in `buf`.
+    /// (`sip:host:port;lr;rw=<MAC of Call-ID and From tag>`), with the
+    /// token of `flow` when it goes towards a registered flow
+    /// (`;ob-flow=<token>`), in `buf`.
     pub(super) fn signed_record_route<'b>(
         &self,
         msg: &SipMsg<'_>,
         own: &OwnAddress,
+        flow: Option<Hop>,
         buf: &'b mut [u8; 256],
     ) -> &'b str {
         let signature =
             self.route_signature(msg.call_id().unwrap_or(""), msg.from_tag().unwrap_or(""));
+        let token = flow.map(|flow| self.flow_token(flow));
+        let (flow_sep, flow_param, flow_eq, flow_text): (&[u8], &[u8], &[u8], &[u8]) = match &token
+        {
+            Some(token) => (
+                b";",
+                super::flow_token::FLOW_PARAM.as_bytes(),
+                b"=",
+                token.as_str().as_bytes(),
+            ),
+            None => (b"", b"", b"", b""),
+        };
         let parts = [
             own.record_route_uri.as_bytes(),
             b";",
             SIGNATURE_PARAM.as_bytes(),
             b"=",
             signature.as_str().as_bytes(),
+            flow_sep,
+            flow_param,
+            flow_eq,
+            flow_text,
         ];
         let mut len = 0;
         for part in parts {
@@ -442,6 +462,9 @@ struct Forwarding<'a> {
     request_uri: Option<&'a str>,
     /// A route set to put on top of the Route headers (a binding's Path).
     route_set: Option<&'a str>,
+    /// The registered flow `to` is: our Record-Route towards it carries
+    /// its token.
+    flow: Option<Hop>,
 }
 
 /// `ip` as text in `buf` (no allocation).

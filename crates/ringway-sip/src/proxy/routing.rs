@@ -72,6 +72,9 @@ pub(super) enum Target<'a> {
         grant: Grant,
         request_uri: Option<Cow<'a, str>>,
         route_set: Option<String>,
+        /// `to` is a registered flow: our Record-Route towards it carries
+        /// its token (RFC 5626 5.3).
+        flow: bool,
     },
     /// Answer locally with this final response.
     Respond(u16, &'static str),
@@ -113,6 +116,10 @@ pub(super) struct RoutePlan<'m> {
     /// double Record-Route names the far side's transport last): how to
     /// reach the Request-URI when it names none.
     pub(super) own_route_transport: Option<Transport>,
+    /// The flow a signed flow token in one of our Route values names
+    /// (RFC 5626 5.3): a request in the dialog that did not come over it
+    /// goes over it.
+    pub(super) flow: Option<Hop>,
 }
 
 impl<'m> RoutePlan<'m> {
@@ -253,11 +260,15 @@ impl Proxy {
         let mut first_other: Option<NameAddr<'m>> = None;
         let mut last: Option<NameAddr<'m>> = None;
         let mut own_route_transport = None;
+        let mut flow = None;
         for route in msg.routes() {
             if first_other.is_none() {
                 let uri = route.sip_uri();
                 if let Some(u) = uri.filter(|u| self.host_is_ours(u.host, u.port)) {
                     own_route_transport = Some(Transport::of_uri(&u).unwrap_or_default());
+                    if let Some(Some(token)) = u.param(super::flow_token::FLOW_PARAM) {
+                        flow = flow.or(self.flow_of_token(token));
+                    }
                     ours += 1;
                     signed = signed || in_dialog && self.route_is_signed(msg, uri);
                 } else {
@@ -300,6 +311,8 @@ impl Proxy {
             strict_next_hop,
             received_uri,
             own_route_transport,
+            // Only within a dialog, and only one we Record-Routed.
+            flow: flow.filter(|_| in_dialog),
         }
     }
 
@@ -314,6 +327,23 @@ impl Proxy {
         } else {
             Grant::None
         };
+        if let Some(flow) = plan.flow {
+            // RFC 5626 5.3: towards the flow unless it came over it (then
+            // it is the phone's own request, routed as any other).
+            let came_over_it = request.from.transport == flow.transport
+                && request.from.addr == flow.addr
+                && (flow.flow.is_none() || request.from.flow == flow.flow);
+            if !came_over_it {
+                return Target::Send {
+                    to: flow,
+                    // The token is signed: we sent this dialog there.
+                    grant: Grant::SignedRoute,
+                    request_uri: None,
+                    route_set: None,
+                    flow: false,
+                };
+            }
+        }
         if let Some(route) = plan.next_route {
             let to = route.sip_uri().and_then(|u| {
                 u.host_ip().map(|ip| {
@@ -327,6 +357,7 @@ impl Proxy {
                     grant,
                     request_uri: None,
                     route_set: None,
+                    flow: false,
                 },
                 None => self.default_route(),
             };
@@ -384,9 +415,18 @@ impl Proxy {
                 grant,
                 request_uri: None,
                 route_set: None,
+                flow: false,
             };
         }
         self.default_route()
+    }
+
+    /// Whether a stored flow is one we can send over: a transport we
+    /// listen on, and a UDP flow only with NAT handling on (a binding
+    /// stored by a proxy with it on, read from a shared store).
+    fn flow_usable(&self, flow: Hop) -> bool {
+        self.own_address(flow.transport).is_some()
+            && (flow.transport.is_reliable() || self.config.nat)
     }
 
     /// `route_to`, else 404 (we resolve no names).
@@ -397,6 +437,7 @@ impl Proxy {
                 grant: Grant::None,
                 request_uri: None,
                 route_set: None,
+                flow: false,
             },
             None => Target::Respond(404, "Not Found"),
         }
@@ -427,14 +468,16 @@ impl Proxy {
                     grant: Grant::Binding,
                     route_set: Some(binding.path.join(", ")),
                     request_uri: Some(Cow::Owned(binding.contact)),
+                    flow: false,
                 },
                 // We resolve no names: a Path we cannot follow.
                 None => Target::Respond(480, "Temporarily Unavailable - Path Not Routable"),
             };
         }
-        let to = match binding.flow {
-            // Over the flow the REGISTER came in on (RFC 5626 5.3 in
-            // spirit): a connection it opened, or its NAT binding.
+        let flow = binding.flow.filter(|flow| self.flow_usable(*flow));
+        let to = match flow {
+            // Over the flow the REGISTER came in on (RFC 5626 5.3): a
+            // connection it opened, or its NAT binding.
             Some(flow) => Some(flow),
             None => SipUri::parse(&binding.contact).and_then(uri_address),
         };
@@ -448,6 +491,7 @@ impl Proxy {
                 grant: Grant::Binding,
                 request_uri: Some(Cow::Owned(binding.contact)),
                 route_set: None,
+                flow: flow.is_some(),
             },
             None => Target::Respond(480, "Temporarily Unavailable"),
         }

@@ -45,6 +45,25 @@ pub struct ProxyWorker<'p> {
     pub(super) shedding: bool,
 }
 
+/// In the response `buf`, the copy of the request's top Via `via` gets
+/// `rport=<port>;received=<ip>` of `source` (RFC 3581 4) where it has a
+/// valueless `rport`. Nothing changes if the copy is not found.
+fn fill_rport(buf: &mut Vec<u8>, via: &crate::msg::Via<'_>, source: SocketAddr) {
+    let raw = via.raw;
+    let Some(at) = memchr::memmem::find(buf, raw.as_bytes()) else {
+        return;
+    };
+    let rport_end = crate::text::Params::new(via.params)
+        .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
+        .map(|(name, _)| name.as_ptr() as usize - raw.as_ptr() as usize + name.len());
+    let Some(end) = rport_end.filter(|end| *end <= raw.len()) else {
+        return;
+    };
+    let text = format!("={};received={}", source.port(), source.ip());
+    let insert_at = at + end;
+    buf.splice(insert_at..insert_at, text.bytes());
+}
+
 impl<'p> ProxyWorker<'p> {
     /// A worker to be held: scratch buffer allocated once.
     pub(super) fn new(proxy: &'p Proxy, stripe: &'p CounterStripe) -> Self {
@@ -208,6 +227,14 @@ impl<'p> ProxyWorker<'p> {
         let buf = scratch_for(&mut self.scratch, request.as_bytes().len());
         self.proxy
             .build_local_response(request, code, reason, extra_headers, buf);
+        if let Some(via) = request
+            .top_via()
+            .filter(|v| v.rport_flag && v.rport.is_none())
+        {
+            // RFC 3581 4: the reply hop is the source (rport asked for
+            // it); tell the client its public address and port.
+            fill_rport(buf, &via, to.addr);
+        }
         if buf.len() > AMPLIFICATION_LIMIT * request.as_bytes().len() {
             return self.drop_datagram(DropReason::ReplyTooLarge);
         }

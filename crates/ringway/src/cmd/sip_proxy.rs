@@ -27,6 +27,16 @@ pub enum ModeArg {
     Stateful,
 }
 
+/// A feature switched on or off.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
 /// Scheduling policy of the worker threads.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -137,6 +147,14 @@ pub struct ProxyArgs {
     /// Do not insert Record-Route (in-dialog requests then bypass the proxy).
     #[arg(long)]
     pub no_record_route: bool,
+    /// NAT handling: `on` binds a UDP registration to the address and port it came from (its
+    /// flow) and routes calls and in-dialog requests there; `off` uses the Contact address only.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub nat: OnOff,
+    /// Flow-Timer (s) in the 200 to a REGISTER asking for outbound (RFC 5626): the keepalive
+    /// interval asked of the phone (0: none).
+    #[arg(long, default_value_t = ringway_server::sip::DEFAULT_FLOW_TIMER_S)]
+    pub flow_timer: u32,
     /// Serve Prometheus text on http://ADDR/metrics (loopback only unless --metrics-public).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -395,6 +413,8 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             relay: args.relay.clone(),
             registrar: args.registrar,
             record_route: !args.no_record_route,
+            nat: args.nat == OnOff::On,
+            flow_timer_s: args.flow_timer,
             io,
             rx_model: args.rx_model,
             rcvbuf: args.rcvbuf,

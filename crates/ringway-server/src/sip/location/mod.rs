@@ -450,9 +450,18 @@ pub struct StoreThread<'p> {
     metrics: WorkerMetrics,
     latency: Arc<Mutex<LocationLatency>>,
     counters: Arc<LocationCounters>,
+    /// Connections (when there is a TCP listener): what a resumed request
+    /// sends over a connection goes there, not over UDP.
+    connections: Option<Arc<crate::sip::Connections>>,
 }
 
 impl<'p> StoreThread<'p> {
+    /// Send over connections too (a request that came over TCP is
+    /// answered over its connection; a binding's connection is used).
+    pub fn with_connections(&mut self, connections: Option<Arc<crate::sip::Connections>>) {
+        self.connections = connections;
+    }
+
     /// A store thread for `proxy` taking requests from `requests` and
     /// asking `store`; a request older than `max_wait` when taken is
     /// answered as unavailable. Latencies go to `latency`.
@@ -473,6 +482,7 @@ impl<'p> StoreThread<'p> {
             metrics: WorkerMetrics::default(),
             latency,
             counters,
+            connections: None,
         }
     }
 
@@ -537,11 +547,24 @@ impl<'p> StoreThread<'p> {
             worker,
             tx,
             metrics,
+            connections,
             ..
         } = self;
         let mut oversize = 0;
         let mut send_errors = 0;
-        let outcome = worker.resume(request, answer, answered, &mut |dst, bytes| {
+        let outcome = worker.resume_hops(request, answer, answered, &mut |hop, bytes| {
+            if hop.transport != ringway_sip::Transport::Udp {
+                // Over its connection (before: over UDP to the address,
+                // which a TCP client never reads).
+                match connections.as_deref() {
+                    Some(connections) => {
+                        connections.send(hop, bytes, answered);
+                    }
+                    None => oversize += 1,
+                }
+                return;
+            }
+            let dst = hop.addr;
             if tx.is_full() {
                 if io.send_batch(tx).is_err() {
                     send_errors += tx.len() as u64;

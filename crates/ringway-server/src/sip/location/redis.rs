@@ -25,8 +25,10 @@
 use super::LocationCounters;
 use redis::{Script, Value};
 use ringway_sip::registrar::{
-    Binding, BindingChange, LocationStore, Registration, StoreAnswer, StoreError,
+    Binding, BindingChange, LocationStore, Outbound, Registration, StoreAnswer, StoreError,
 };
+use ringway_sip::{FlowId, Hop, Transport};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -66,6 +68,9 @@ pub struct RedisStore {
     register: Script,
     lookup: Script,
     counters: Arc<LocationCounters>,
+    /// This process among the proxies sharing the store: a binding's
+    /// connection is used only by the proxy that holds it.
+    node: u64,
 }
 
 /// Why a reply could not be used.
@@ -97,6 +102,9 @@ impl RedisStore {
             register: Script::new(include_str!("register.lua")),
             lookup: Script::new(include_str!("lookup.lua")),
             counters,
+            node: crate::host::random_bytes::<8>()
+                .map(u64::from_le_bytes)
+                .unwrap_or_else(|_| u64::from(std::process::id())),
         })
     }
 
@@ -185,7 +193,7 @@ impl RedisStore {
     /// `now` plus what is left in Redis's).
     fn answer(&self, reply: Result<Value, StoreError>, now: u64) -> StoreAnswer {
         let reply = reply?;
-        match parse_reply(&reply, now) {
+        match parse_reply(&reply, now, self.node) {
             Ok(answer) => answer,
             Err(BadReply(why)) => {
                 self.counters.add(&self.counters.bad_replies);
@@ -205,11 +213,12 @@ pub(crate) fn parse_resp_reply(
     now: u64,
 ) -> Option<Result<StoreAnswer, &'static str>> {
     let value = redis::parse_redis_value(bytes).ok()?;
-    Some(parse_reply(&value, now).map_err(|BadReply(why)| why))
+    Some(parse_reply(&value, now, 0).map_err(|BadReply(why)| why))
 }
 
-/// Parse `{status, now_ms, contact, value, ...}`.
-fn parse_reply(reply: &Value, now: u64) -> Result<StoreAnswer, BadReply> {
+/// Parse `{status, now_ms, contact, value, ...}`; connections stored by
+/// another node than `node` are left out of the flows.
+fn parse_reply(reply: &Value, now: u64, node: u64) -> Result<StoreAnswer, BadReply> {
     let Value::Array(items) = reply else {
         return Err(BadReply("not an array"));
     };
@@ -246,8 +255,11 @@ fn parse_reply(reply: &Value, now: u64) -> Result<StoreAnswer, BadReply> {
                 call_id: stored.i,
                 cseq: stored.s,
                 path: stored.p,
-                // A connection belongs to one proxy: not shared.
-                flow: None,
+                flow: stored.f.and_then(|flow| flow.hop(node)),
+                outbound: stored.o.map(|o| Outbound {
+                    instance: o.i,
+                    reg_id: o.r,
+                }),
             },
         ));
     }
@@ -274,11 +286,72 @@ struct StoredBinding {
     u: i64,
     /// Path.
     p: Vec<String>,
+    /// The flow the REGISTER came in on (absent: none, or stored by an
+    /// older version).
+    #[serde(default)]
+    f: Option<StoredFlow>,
+    /// RFC 5626 instance and reg-id.
+    #[serde(default)]
+    o: Option<StoredOutbound>,
+}
+
+/// A binding's flow as stored: transport, address, and the connection
+/// with the node (proxy process) that holds it.
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct StoredFlow {
+    /// Transport.
+    t: Transport,
+    /// Source address.
+    a: SocketAddr,
+    /// Connection id (0: none).
+    #[serde(default)]
+    c: u64,
+    /// Node of the connection.
+    #[serde(default)]
+    n: u64,
+}
+
+impl StoredFlow {
+    fn of(hop: Hop, node: u64) -> StoredFlow {
+        StoredFlow {
+            t: hop.transport,
+            a: hop.addr,
+            c: hop.flow.map_or(0, |f| f.0),
+            n: node,
+        }
+    }
+
+    /// The hop as `node` can use it: its connection only if `node` holds
+    /// it (another proxy reaches the address over a connection of its
+    /// own, or over UDP from its own socket).
+    fn hop(self, node: u64) -> Option<Hop> {
+        Some(Hop {
+            addr: self.a,
+            transport: self.t,
+            flow: (self.c != 0 && self.n == node).then_some(FlowId(self.c)),
+        })
+    }
+}
+
+/// RFC 5626 instance and reg-id as stored.
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct StoredOutbound {
+    /// `+sip.instance`.
+    i: String,
+    /// `reg-id`.
+    r: u32,
 }
 
 impl LocationStore for RedisStore {
     fn register(&self, registration: &Registration, now: u64) -> StoreAnswer {
         let path = serde_json::to_string(&registration.path).unwrap_or_else(|_| "[]".into());
+        let flow = registration
+            .flow
+            .map(|hop| StoredFlow::of(hop, self.node))
+            .and_then(|flow| serde_json::to_string(&flow).ok())
+            .unwrap_or_else(|| "null".into());
         let mut invocation = self.register.prepare_invoke();
         invocation
             .key(bindings_key(&registration.aor))
@@ -287,14 +360,29 @@ impl LocationStore for RedisStore {
             .arg(registration.cseq)
             .arg(registration.max_contacts)
             .arg(path)
-            .arg(registration.changes.len());
+            .arg(registration.changes.len())
+            .arg(flow);
         for change in &registration.changes {
             match change {
-                BindingChange::Bind { contact, expires } => {
-                    invocation.arg("b").arg(contact).arg(*expires)
+                BindingChange::Bind {
+                    contact,
+                    expires,
+                    outbound,
+                } => {
+                    let outbound = outbound
+                        .as_ref()
+                        .map(|o| StoredOutbound {
+                            i: o.instance.clone(),
+                            r: o.reg_id,
+                        })
+                        .and_then(|o| serde_json::to_string(&o).ok())
+                        .unwrap_or_else(|| "null".into());
+                    invocation.arg("b").arg(contact).arg(*expires).arg(outbound)
                 }
-                BindingChange::Unbind { contact } => invocation.arg("u").arg(contact).arg(0),
-                BindingChange::UnbindAll => invocation.arg("*").arg("").arg(0),
+                BindingChange::Unbind { contact } => {
+                    invocation.arg("u").arg(contact).arg(0).arg("null")
+                }
+                BindingChange::UnbindAll => invocation.arg("*").arg("").arg(0).arg("null"),
             };
         }
         self.counters.add(&self.counters.registers);
@@ -338,7 +426,7 @@ mod tests {
             bulk("sip:b@192.0.2.2"),
             bulk(r#"{"i":"c","s":2,"e":31000,"u":2,"p":[]}"#),
         ]);
-        let bindings = parse_reply(&ok, 5_000_000_000).unwrap().unwrap();
+        let bindings = parse_reply(&ok, 5_000_000_000, 0).unwrap().unwrap();
         assert_eq!(
             bindings[0].contact, "sip:b@192.0.2.2",
             "refreshed last, first"
@@ -346,7 +434,7 @@ mod tests {
         assert_eq!(bindings[0].expires_at, 5_000_000_000 + 30_000_000_000);
         assert_eq!(bindings[1].path, ["<sip:192.0.2.9;lr>"]);
         assert!(matches!(
-            parse_reply(&Value::Array(vec![Value::Int(1), Value::Int(0)]), 0),
+            parse_reply(&Value::Array(vec![Value::Int(1), Value::Int(0)]), 0, 0),
             Ok(Err(StoreError::OutOfOrder))
         ));
         for bad in [
@@ -365,8 +453,37 @@ mod tests {
             Value::Array(vec![Value::Int(3), Value::Int(0)]),
             Value::Array(vec![Value::Int(9), Value::Int(0)]),
         ] {
-            assert!(parse_reply(&bad, 0).is_err(), "{bad:?}");
+            assert!(parse_reply(&bad, 0, 0).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn flows_and_outbound_are_read_back_and_connections_stay_with_their_node() {
+        let value = r#"{"i":"c","s":2,"e":61000,"u":1,"p":[],"f":{"t":"tcp","a":"192.0.2.7:40000","c":65537,"n":7},"o":{"i":"<urn:uuid:1>","r":1}}"#;
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(1_000),
+            bulk("sip:a@10.0.0.2"),
+            bulk(value),
+        ]);
+        let mine = parse_reply(&reply, 0, 7).unwrap().unwrap();
+        let flow = mine[0].flow.unwrap();
+        assert_eq!(flow.transport, Transport::Tcp);
+        assert_eq!(flow.addr, "192.0.2.7:40000".parse::<SocketAddr>().unwrap());
+        assert_eq!(flow.flow, Some(FlowId(65537)));
+        assert_eq!(mine[0].outbound.as_ref().unwrap().reg_id, 1);
+        // Another proxy keeps the address, not the connection.
+        let theirs = parse_reply(&reply, 0, 8).unwrap().unwrap();
+        assert_eq!(theirs[0].flow.unwrap().flow, None);
+        // What the store writes reads back the same.
+        let hop = Hop::udp("[2001:db8::1]:5060".parse().unwrap());
+        let text = serde_json::to_string(&StoredFlow::of(hop, 7)).unwrap();
+        let back: StoredFlow = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.hop(7), Some(hop));
+        // A flow of the wrong form is a bad reply, not a panic.
+        let bad = r#"{"i":"c","s":2,"e":61000,"u":1,"p":[],"f":{"t":"sctp","a":"x"}}"#;
+        let reply = Value::Array(vec![Value::Int(0), Value::Int(0), bulk("x"), bulk(bad)]);
+        assert!(parse_reply(&reply, 0, 7).is_err());
     }
 
     #[test]

@@ -1,12 +1,15 @@
 -- ringway: apply one REGISTER to one address-of-record, atomically.
 -- KEYS[1]  hash  field = contact URI, value = JSON binding
 --                {"i": Call-ID, "s": CSeq, "e": expiry (ms, Redis time),
---                 "u": refresh order, "p": [Path values]}
+--                 "u": refresh order, "p": [Path values], "f": flow or null,
+--                 "o": {"i": +sip.instance, "r": reg-id} or null}
 -- KEYS[2]  zset  member = contact URI, score = expiry (ms): the per-binding
 --                expiry index (Redis 7.0 has no per-field TTL)
 -- ARGV[1] Call-ID, ARGV[2] CSeq, ARGV[3] most contacts afterwards,
--- ARGV[4] Path as a JSON array, ARGV[5] number of changes, then per change
--- kind ("b" bind, "u" unbind, "*" unbind all), contact, lifetime (s).
+-- ARGV[4] Path as a JSON array, ARGV[5] number of changes, ARGV[6] the flow
+-- as JSON (or null), then per change kind ("b" bind, "u" unbind, "*" unbind
+-- all), contact, lifetime (s), RFC 5626 outbound as JSON (or null): a bind
+-- with the same instance and reg-id as another contact replaces it.
 -- Returns {status, now_ms, contact, value, contact, value, ...} of the live
 -- bindings afterwards; status 0 applied, 1 out of order (a binding of the
 -- same Call-ID has a higher CSeq), 2 too many contacts, 3 a stored value
@@ -19,6 +22,9 @@ local cseq = tonumber(ARGV[2])
 local max_contacts = tonumber(ARGV[3])
 local path = ARGV[4]
 local changes = tonumber(ARGV[5])
+local flow = ARGV[6]
+local FIRST = 7
+local STRIDE = 4
 local function num(x) return string.format('%.0f', x) end
 
 -- Expired bindings go first (by the index).
@@ -52,8 +58,31 @@ end
 local known = {}
 for c, _ in pairs(existing) do known[c] = true end
 local after = count
+-- Contacts of the same RFC 5626 flow as this bind's (other contacts).
+local function same_flow(contact, outbound)
+  local found = {}
+  if outbound == 'null' then return found end
+  local ok, o = pcall(cjson.decode, outbound)
+  if not ok or type(o) ~= 'table' then return found end
+  for c, binding in pairs(existing) do
+    local bo = binding.o
+    if c ~= contact and type(bo) == 'table' and bo.i == o.i and bo.r == o.r then
+      found[#found + 1] = c
+    end
+  end
+  return found
+end
 for k = 0, changes - 1 do
-  local kind, contact = ARGV[6 + 3 * k], ARGV[7 + 3 * k]
+  local kind, contact = ARGV[FIRST + STRIDE * k], ARGV[FIRST + 1 + STRIDE * k]
+  local outbound = ARGV[FIRST + 3 + STRIDE * k]
+  if kind == 'b' then
+    for _, old in ipairs(same_flow(contact, outbound)) do
+      if known[old] then
+        known[old] = nil
+        after = after - 1
+      end
+    end
+  end
   if kind == '*' then
     if out_of_order(nil) then return {1, now} end
     known = {}
@@ -72,16 +101,24 @@ end
 if after > max_contacts then return {2, now} end
 
 for k = 0, changes - 1 do
-  local kind, contact, lifetime = ARGV[6 + 3 * k], ARGV[7 + 3 * k], tonumber(ARGV[8 + 3 * k])
+  local base = FIRST + STRIDE * k
+  local kind, contact, lifetime = ARGV[base], ARGV[base + 1], tonumber(ARGV[base + 2])
+  local outbound = ARGV[base + 3]
   if kind == '*' then
     redis.call('DEL', KEYS[1], KEYS[2])
   elseif kind == 'u' then
     redis.call('HDEL', KEYS[1], contact)
     redis.call('ZREM', KEYS[2], contact)
   else
+    for _, old in ipairs(same_flow(contact, outbound)) do
+      redis.call('HDEL', KEYS[1], old)
+      redis.call('ZREM', KEYS[2], old)
+      existing[old] = nil
+    end
     local expires = now + lifetime * 1000
     local value = '{"i":' .. cjson.encode(call_id) .. ',"s":' .. num(cseq)
-      .. ',"e":' .. num(expires) .. ',"u":' .. num(now * 100 + k) .. ',"p":' .. path .. '}'
+      .. ',"e":' .. num(expires) .. ',"u":' .. num(now * 100 + k) .. ',"p":' .. path
+      .. ',"f":' .. flow .. ',"o":' .. outbound .. '}'
     redis.call('HSET', KEYS[1], contact, value)
     redis.call('ZADD', KEYS[2], num(expires), contact)
   end
