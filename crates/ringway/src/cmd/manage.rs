@@ -137,11 +137,8 @@ pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
             }
             Ok((config, log)) => control
                 .reload(config)
-                .map(|report| {
-                    // The file's log format and levels too (as `ctl log-level` would).
-                    log.apply();
-                    report
-                })
+                // The file's log format and levels too (as `ctl log-level` would).
+                .inspect(|_| log.apply())
                 .map_err(|e| e.to_string()),
         };
         systemd.notify(match &result {
