@@ -104,6 +104,11 @@ impl Watchdog {
         }
     }
 
+    /// Whether a check is due at `now` (so that callers collect `beats` only then).
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
     /// Called often (every few tens of ms): at each half-timeout, `true`
     /// (send `WATCHDOG=1`) if `healthy` and every counter in `beats` (one
     /// per worker loop) moved since the previous check.

@@ -318,6 +318,21 @@ impl SipControl {
         self.shared.proxy.is_draining()
     }
 
+    /// Turns of each worker's receive loop so far (one counter per
+    /// worker; a loop goes round at least every poll interval, 50 ms, when
+    /// idle): what the systemd watchdog checks ([`crate::systemd::Watchdog`]).
+    pub fn worker_beats(&self) -> Vec<u64> {
+        self.shared.slots[..self.shared.config.workers]
+            .iter()
+            .map(|slot| slot.beats())
+            .collect()
+    }
+
+    /// Whether every thread started is running (none panicked).
+    pub fn threads_healthy(&self) -> bool {
+        lock(&self.shared.panicked).is_empty()
+    }
+
     /// A reload refused before it reached [`SipControl::reload`] (the
     /// file could not be read or parsed): count and log it.
     pub fn reload_refused(&self, reason: &str) {

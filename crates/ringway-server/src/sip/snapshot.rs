@@ -28,6 +28,8 @@ struct Published {
 #[derive(Default)]
 pub(super) struct MetricsSlot {
     wanted: AtomicU64,
+    /// Turns of the thread's loop (the watchdog's proof of life).
+    beats: AtomicU64,
     published: Mutex<Published>,
 }
 
@@ -37,6 +39,7 @@ const FINAL: u64 = u64::MAX;
 impl MetricsSlot {
     /// Publish `metrics` if a newer copy was asked for than `*last`.
     pub(super) fn offer(&self, metrics: &WorkerMetrics, last: &mut u64) {
+        self.beats.fetch_add(1, Ordering::Relaxed);
         let wanted = self.wanted.load(Ordering::Acquire);
         if wanted > *last {
             let mut published = lock(&self.published);
@@ -51,6 +54,11 @@ impl MetricsSlot {
         let mut published = lock(&self.published);
         published.metrics.clone_from(metrics);
         published.generation = FINAL;
+    }
+
+    /// Turns of the thread's loop so far.
+    pub(super) fn beats(&self) -> u64 {
+        self.beats.load(Ordering::Relaxed)
     }
 
     fn generation(&self) -> u64 {

@@ -125,19 +125,27 @@ fn reread_proxy_config() -> Result<(SipServerConfig, crate::logging::LogArgs), S
 }
 
 /// A reloader for `control`: re-read the file, apply.
+/// systemd (if it started us) hears RELOADING=1, then READY=1.
 pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
+    let systemd = super::serving::Systemd::from_env();
     Arc::new(move || -> Result<ReloadReport, String> {
-        let (config, log) = match reread_proxy_config() {
-            Ok(both) => both,
+        systemd.notify("RELOADING=1\nSTATUS=reloading");
+        let result = match reread_proxy_config() {
             Err(e) => {
                 control.reload_refused(&e);
-                return Err(e);
+                Err(e)
             }
+            Ok((config, log)) => control
+                .reload(config)
+                // The file's log format and levels too (as `ctl log-level` would).
+                .inspect(|_| log.apply())
+                .map_err(|e| e.to_string()),
         };
-        let report = control.reload(config).map_err(|e| e.to_string())?;
-        // The file's log format and levels too (as `ctl log-level` would).
-        log.apply();
-        Ok(report)
+        systemd.notify(match &result {
+            Ok(_) => "READY=1\nSTATUS=serving (reloaded)",
+            Err(_) => "READY=1\nSTATUS=serving (reload refused)",
+        });
+        result
     })
 }
 
@@ -167,13 +175,19 @@ pub(crate) fn run_proxy(
     let mut idle_since: Option<Instant> = None;
     let timeout = Duration::from_secs_f64(args.drain_timeout);
     let idle = Duration::from_millis(args.drain_idle_ms);
+    // systemd (Type=notify): READY now, watchdog pings while every worker
+    // loop goes round, STOPPING when a drain or a stop begins.
+    let mut systemd = super::serving::Systemd::from_env();
+    systemd.notify("READY=1\nSTATUS=serving");
     loop {
         if signals.interrupt.load(Ordering::Relaxed)
             || duration_s.is_some_and(|d| started.elapsed().as_secs_f64() >= d)
             || failed()
         {
+            systemd.notify("STOPPING=1");
             return Ending::Stopped;
         }
+        systemd.tick(|| control.worker_beats(), control.threads_healthy());
         if signals.hangup.swap(false, Ordering::Relaxed) {
             log::info!("sip proxy: SIGHUP: reloading");
             let _ = reload();
@@ -186,7 +200,10 @@ pub(crate) fn run_proxy(
             control.set_draining(true);
         }
         match (control.is_draining(), drain) {
-            (true, None) => drain = Some(Instant::now()),
+            (true, None) => {
+                systemd.notify("STOPPING=1\nSTATUS=draining");
+                drain = Some(Instant::now());
+            }
             (false, Some(_)) => {
                 drain = None;
                 idle_since = None;

@@ -80,18 +80,24 @@ impl MetricsEndpoint {
 
 /// Sleep until `stop` is set, `duration_s` (if any) has passed, or
 /// `failed()` says the server cannot go on.
+/// Tells systemd (if it started us) READY, watchdog pings while nothing
+/// failed, and STOPPING.
 pub(crate) fn wait_for_stop_or(
     stop: &AtomicBool,
     duration_s: Option<f64>,
     failed: impl Fn() -> bool,
 ) {
     let started = Instant::now();
+    let mut systemd = Systemd::from_env();
+    systemd.notify("READY=1\nSTATUS=serving");
     while !stop.load(Ordering::Relaxed)
         && duration_s.is_none_or(|d| started.elapsed().as_secs_f64() < d)
         && !failed()
     {
+        systemd.tick(Vec::new, true);
         std::thread::sleep(Duration::from_millis(20));
     }
+    systemd.notify("STOPPING=1");
 }
 
 /// Write the summary as pretty JSON to `path` (if any) and, unless
@@ -110,4 +116,41 @@ pub(crate) fn emit_summary(
         println!("{text}");
     }
     Ok(())
+}
+
+/// The service manager, if systemd started us (`$NOTIFY_SOCKET`): the
+/// states a server goes through and its watchdog pings.
+pub(crate) struct Systemd {
+    notifier: Option<ringway_server::systemd::Notifier>,
+    watchdog: Option<ringway_server::systemd::Watchdog>,
+}
+
+impl Systemd {
+    /// From the environment systemd sets (nothing outside systemd).
+    pub(crate) fn from_env() -> Systemd {
+        let notifier = ringway_server::systemd::Notifier::from_env();
+        let watchdog = ringway_server::systemd::watchdog_timeout()
+            .filter(|_| notifier.is_some())
+            .map(|timeout| ringway_server::systemd::Watchdog::new(timeout, Instant::now()));
+        Systemd { notifier, watchdog }
+    }
+
+    /// Send `state` (`READY=1`, `STOPPING=1`, ...).
+    pub(crate) fn notify(&self, state: &str) {
+        if let Some(notifier) = &self.notifier {
+            notifier.send(state);
+        }
+    }
+
+    /// Call every few tens of ms: a `WATCHDOG=1` at each half-timeout
+    /// while `healthy` and every worker loop in `beats` went round.
+    pub(crate) fn tick(&mut self, beats: impl FnOnce() -> Vec<u64>, healthy: bool) {
+        let (Some(notifier), Some(watchdog)) = (&self.notifier, &mut self.watchdog) else {
+            return;
+        };
+        let now = Instant::now();
+        if watchdog.due(now) && watchdog.poll(now, &beats(), healthy) {
+            notifier.send("WATCHDOG=1");
+        }
+    }
 }
