@@ -25,6 +25,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+mod backend;
 mod control;
 pub mod location;
 mod prometheus;
@@ -35,6 +36,7 @@ pub mod tcp;
 mod timer;
 mod worker;
 
+pub use backend::IoInUse;
 pub use control::{
     AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
     RELOADABLE,
@@ -54,8 +56,7 @@ use location::{
 };
 use ringway_io::counters::UdpSnmp;
 use ringway_io::thread::Placement;
-use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch};
-use ringway_io::{SocketConfig, SocketReport};
+use ringway_io::{monotonic_now, open_backend, BatchIo, Io, RxBatch};
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::MemoryStore;
 use ringway_sip::{
@@ -119,8 +120,10 @@ pub struct SipServerConfig {
     pub registrar: bool,
     /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
     pub record_route: bool,
-    /// I/O backend of every thread: a socket backend (`Socket`, `Mmsg`
-    /// or `Uring`); the server refuses `Xdp`.
+    /// I/O backend of the workers: a socket backend (`Socket`, `Mmsg` or
+    /// `Uring`), or `Xdp` on an interface (one worker; the timer and store
+    /// threads send through the companion kernel socket with mmsg; falls
+    /// back to mmsg, with the reason, where the kernel cannot run it).
     pub io: Io,
     /// Receive model.
     pub rx_model: RxModel,
@@ -314,8 +317,25 @@ impl SipServerConfig {
             }
         }
         self.tcp.validate().map_err(ServerError::Config)?;
-        if let Io::Xdp(_) = self.io {
-            return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
+        if let Io::Xdp(interface) = &self.io {
+            if self.workers != 1 {
+                return fail(format!(
+                    "the xdp backend runs one worker (one AF_XDP socket on {} queue 0), not {}",
+                    interface.iface, self.workers
+                ));
+            }
+            if self.listen.ip().is_loopback() {
+                return fail(format!(
+                    "listen {}: the xdp backend needs an address of interface {}",
+                    self.listen, interface.iface
+                ));
+            }
+            if !(16..=65536).contains(&interface.frames) || !interface.frames.is_power_of_two() {
+                return fail(format!(
+                    "xdp frames must be a power of two in 16..=65536, not {}",
+                    interface.frames
+                ));
+            }
         }
         if let Some(n) = self.placement.nice {
             if !(-20..=19).contains(&n) {
@@ -545,6 +565,8 @@ struct Shared {
     cpu_start: CpuTime,
     started: Instant,
     rcvbuf_granted: Vec<usize>,
+    /// The workers' backend as opened (after a fallback, mmsg).
+    io_in_use: IoInUse,
     /// Worker, timer and store threads running now.
     threads_alive: AtomicUsize,
     /// Threads that panicked (their names). Any panic stops every thread:
@@ -664,8 +686,8 @@ impl SipServer {
     pub fn start(config: SipServerConfig) -> Result<SipServer, ServerError> {
         config.validate()?;
         let credentials = config.load_credentials()?;
-        let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
-        let local = sockets[0].local_addr()?;
+        let opened = backend::open(&config)?;
+        let local = opened.workers[0].local_addr()?;
         let streams = open_listeners(&config, local)?;
         let proxy_config = config.proxy_config(
             local,
@@ -708,7 +730,8 @@ impl SipServer {
             udp_start: host::udp_totals(),
             cpu_start: host::process_cpu_time().unwrap_or_default(),
             started: Instant::now(),
-            rcvbuf_granted,
+            rcvbuf_granted: opened.rcvbuf_granted.clone(),
+            io_in_use: opened.in_use.clone(),
             threads_alive: AtomicUsize::new(0),
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
@@ -719,35 +742,30 @@ impl SipServer {
             shared,
             threads: host::ThreadGroup::default(),
         };
-        server.spawn_threads(
-            sockets,
-            timer_socket,
-            store_ends,
-            (tcp_listeners, tcp_polls),
-        )?;
+        server.spawn_threads(opened, store_ends, (tcp_listeners, tcp_polls))?;
         Ok(server)
     }
 
-    /// Open the backend on every socket and start the worker, timer, TCP
-    /// event loop and store threads.
+    /// Start the worker threads on their backends, and the timer, TCP
+    /// event loop and store threads on the kernel socket.
     fn spawn_threads(
         &mut self,
-        sockets: Vec<UdpSocket>,
-        timer_socket: UdpSocket,
+        opened: backend::OpenedIo,
         store_ends: Option<StoreEnds>,
         (tcp_listeners, tcp_polls): (Vec<mio::net::TcpListener>, Vec<mio::Poll>),
     ) -> Result<(), ServerError> {
-        let backend = self.shared.config.io.kind();
+        let backend = opened.kernel_backend();
+        let backend::OpenedIo {
+            workers: ios,
+            kernel_socket: timer_socket,
+            ..
+        } = opened;
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
                 backend: backend.to_string(),
                 source,
             })
         };
-        let mut ios = Vec::new();
-        for socket in sockets {
-            ios.push(open(socket)?);
-        }
         let mut store_ios = Vec::new();
         for _ in 0..store_ends.as_ref().map_or(0, |ends| ends.stores.len()) {
             store_ios.push(open(timer_socket.try_clone()?)?);
@@ -833,6 +851,12 @@ impl SipServer {
         &self.shared.config
     }
 
+    /// The workers' backend as opened: xdp, or mmsg after a fallback
+    /// (with the reason), or the configured socket backend.
+    pub fn io_in_use(&self) -> &IoInUse {
+        &self.shared.io_in_use
+    }
+
     /// Receive buffer granted per socket (bytes).
     pub fn rcvbuf_granted(&self) -> &[usize] {
         &self.shared.rcvbuf_granted
@@ -873,7 +897,7 @@ impl SipServer {
         summary::build(
             &s.config,
             s.local,
-            &s.rcvbuf_granted,
+            (&s.rcvbuf_granted, &s.io_in_use),
             &snap,
             lock(&s.threads_cpu).clone(),
             lock(&s.placement).clone(),
@@ -948,52 +972,6 @@ fn random_key() -> Result<NonceKey, ServerError> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Open the sockets of the chosen receive model: one per worker plus one
-/// for the timer thread, and the granted receive buffer sizes.
-fn open_sockets(
-    config: &SipServerConfig,
-) -> Result<(Vec<UdpSocket>, UdpSocket, Vec<usize>), ServerError> {
-    let mut socket_config = SocketConfig::new(config.listen);
-    socket_config.rcvbuf = config.rcvbuf;
-    socket_config.tx_timestamps = config.tx_stamp_every > 0;
-    socket_config.rx_timestamps = true;
-    socket_config.rxq_ovfl = true;
-    let open = |c: &SocketConfig| -> Result<(UdpSocket, SocketReport), ServerError> {
-        let (socket, report) = open_udp(c).map_err(|source| ServerError::Socket {
-            addr: c.bind,
-            source,
-        })?;
-        for w in &report.warnings {
-            log::warn!("sip server: socket {}: {w}", c.bind);
-        }
-        Ok((socket, report))
-    };
-    let mut sockets = Vec::with_capacity(config.workers);
-    let mut granted = Vec::new();
-    match config.rx_model {
-        RxModel::Shared => {
-            let (socket, report) = open(&socket_config)?;
-            granted.push(report.rcvbuf_granted);
-            for _ in 1..config.workers {
-                sockets.push(socket.try_clone()?);
-            }
-            sockets.insert(0, socket);
-        }
-        RxModel::Reuseport => {
-            socket_config.reuseport = true;
-            for _ in 0..config.workers {
-                let (socket, report) = open(&socket_config)?;
-                // With port 0 the first bind picks the port the others share.
-                socket_config.bind = socket.local_addr()?;
-                granted.push(report.rcvbuf_granted);
-                sockets.push(socket);
-            }
-        }
-    }
-    let timer = sockets[0].try_clone()?;
-    Ok((sockets, timer, granted))
 }
 
 /// The connection transports' listeners, polls and table.
