@@ -20,6 +20,12 @@ pub use capture::{nfqueue, pcap};
 pub use sfu::{sfu_core, sfu_jacktrip, sfu_recording, sfu_token, sfu_wire};
 pub use sip::{sip_digest, sip_dispatch, sip_parse, sip_proxy};
 
+/// A DNS response datagram through the resolver's parser, lookups and
+/// cache (see `ringway_server::fuzzing::dns_response`).
+pub fn dns_response(data: &[u8]) {
+    ringway_server::fuzzing::dns_response(data);
+}
+
 /// A Redis reply (RESP bytes) through the location store's reply parser.
 pub fn redis_reply(data: &[u8]) {
     ringway_server::fuzzing::redis_reply(data);
@@ -83,7 +89,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 14] = [
+pub const TARGETS: [(&str, Target); 15] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -98,4 +104,5 @@ pub const TARGETS: [(&str, Target); 14] = [
     ("redis_reply", redis_reply),
     ("metrics_http", metrics_http),
     ("sip_tcp_framing", sip_tcp_framing),
+    ("dns_response", dns_response),
 ];

@@ -69,6 +69,7 @@ replay_tests!(
     redis_reply,
     metrics_http,
     sip_tcp_framing,
+    dns_response,
 );
 
 #[test]
@@ -89,6 +90,7 @@ fn every_target_has_a_replay_test() {
         "redis_reply",
         "metrics_http",
         "sip_tcp_framing",
+        "dns_response",
     ];
     let targets: Vec<&str> = ringway_fuzz::TARGETS.iter().map(|t| t.0).collect();
     assert_eq!(targets, tested);

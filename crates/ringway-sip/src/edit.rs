@@ -323,13 +323,51 @@ pub fn forward_request(
     edits: &RequestEdits<'_>,
     out: &mut Vec<u8>,
 ) -> Result<usize, EditError> {
+    check_request_edits(msg, edits)?;
+    let mut splices = Splices::new();
+    let headers_start = msg.headers_start();
+    if let Some(via) = edits.via {
+        splices.push(headers_start, headers_start, Some(Piece::Via(via)));
+    }
+    // At the top of the header block: above every Route / Path received.
+    if let Some(set) = edits.route_set {
+        splices.push(headers_start, headers_start, Some(Piece::RouteSet(set)));
+    }
+    if let Some(uri) = edits.path {
+        splices.push(headers_start, headers_start, Some(Piece::PathLine(uri)));
+    }
+    if edits.received.is_some() || edits.rport.is_some() {
+        splice_top_via_params(msg, edits, &mut splices)?;
+    }
+    if edits.max_forwards {
+        splice_max_forwards(msg, &mut splices)?;
+    }
+    if let Some(record_route) = edits.record_route {
+        let at = msg
+            .header_positions()
+            .iter()
+            .find(|header| header.kind == HeaderKind::RecordRoute)
+            .map_or(headers_start, |header| header.line_start as usize);
+        splices.push(at, at, Some(Piece::RecordRoute(record_route)));
+        if let Some(inner) = edits.record_route_inner {
+            splices.push(at, at, Some(Piece::RecordRoute(inner)));
+        }
+    }
+    let removals = splice_routes(msg, edits, &mut splices)?;
+    if let Some(uri) = edits.request_uri {
+        if let Some((uri_start, uri_end)) = msg.request_uri_range() {
+            splices.push(uri_start, uri_end, Some(Piece::Text(uri)));
+        }
+    }
+    splice(msg, &splices, removals, out)
+}
+
+/// Refuse edits that would make a message we would not accept ourselves
+/// (too many header lines) or that contradict each other.
+fn check_request_edits(msg: &SipMsg<'_>, edits: &RequestEdits<'_>) -> Result<(), EditError> {
     if !msg.is_request() {
         return Err(EditError::WrongKind);
     }
-    let mut sp = Splices::new();
-    let hstart = msg.headers_start();
-    let hp = msg.header_positions();
-    // Never emit a message with more header lines than we accept ourselves.
     let added = usize::from(edits.via.is_some())
         + usize::from(edits.record_route.is_some())
         + usize::from(edits.record_route_inner.is_some())
@@ -337,7 +375,7 @@ pub fn forward_request(
         + usize::from(edits.route_set.is_some())
         + usize::from(edits.path.is_some())
         + usize::from(edits.max_forwards && msg.max_forwards().is_none());
-    if hp.len() + added > MAX_HEADERS {
+    if msg.header_positions().len() + added > MAX_HEADERS {
         return Err(EditError::TooLarge);
     }
     if edits.route_set.is_some() && edits.strict_next_hop.is_some()
@@ -345,97 +383,108 @@ pub fn forward_request(
     {
         return Err(EditError::Conflict);
     }
-    if let Some(v) = edits.via {
-        sp.push(hstart, hstart, Some(Piece::Via(v)));
-    }
-    // At the top of the header block: above every Route / Path received.
-    if let Some(set) = edits.route_set {
-        sp.push(hstart, hstart, Some(Piece::RouteSet(set)));
-    }
-    if let Some(uri) = edits.path {
-        sp.push(hstart, hstart, Some(Piece::PathLine(uri)));
-    }
-    if edits.received.is_some() || edits.rport.is_some() {
-        // Top Via: first value of the first Via line; its parameters are
-        // rewritten (a sender's own received/rport never survive).
-        let idx = hp
-            .iter()
-            .position(|h| h.kind == HeaderKind::Via)
-            .ok_or(EditError::NoVia)?;
-        let h = hp[idx];
-        let head = msg.head();
-        let v = &head[h.value_start as usize..h.value_end as usize];
-        let top = CommaSplit::new(v).next().unwrap_or("");
-        let top_end = offset_in(head, top) + top.len();
-        // The parameters (a `;` cannot occur before them: sent-by is a
-        // host and port).
-        let params = &top[top.find(';').unwrap_or(top.len())..];
-        let mut senders_value = false;
-        let mut rport_flag_end = None;
-        for (name, value) in Params::new(params) {
-            if name.eq_ignore_ascii_case("received") {
-                senders_value = true;
-            } else if name.eq_ignore_ascii_case("rport") {
-                match value {
-                    Some(_) => senders_value = true,
-                    None => {
-                        rport_flag_end.get_or_insert(offset_in(head, name) + name.len());
-                    }
+    Ok(())
+}
+
+/// `received`/`rport` on the top Via: the first value of the first Via
+/// line. Its parameters are rewritten when the sender put in values of
+/// its own (a sender's own received/rport never survive).
+fn splice_top_via_params<'e>(
+    msg: &SipMsg<'e>,
+    edits: &RequestEdits<'e>,
+    splices: &mut Splices<'e>,
+) -> Result<(), EditError> {
+    let positions = msg.header_positions();
+    let via_index = positions
+        .iter()
+        .position(|header| header.kind == HeaderKind::Via)
+        .ok_or(EditError::NoVia)?;
+    let header = positions[via_index];
+    let head = msg.head();
+    let value = &head[header.value_start as usize..header.value_end as usize];
+    let top = CommaSplit::new(value).next().unwrap_or("");
+    let top_end = offset_in(head, top) + top.len();
+    // The parameters (a `;` cannot occur before them: sent-by is a
+    // host and port).
+    let params = &top[top.find(';').unwrap_or(top.len())..];
+    let mut senders_value = false;
+    let mut rport_flag_end = None;
+    for (name, value) in Params::new(params) {
+        if name.eq_ignore_ascii_case("received") {
+            senders_value = true;
+        } else if name.eq_ignore_ascii_case("rport") {
+            match value {
+                Some(_) => senders_value = true,
+                None => {
+                    rport_flag_end.get_or_insert(offset_in(head, name) + name.len());
                 }
             }
         }
-        if !senders_value {
-            // Nothing of the sender's to replace (the common case): fill
-            // in the valueless `rport`, append `received`.
-            match (edits.rport, rport_flag_end) {
-                (Some(p), Some(at)) => sp.push(at, at, Some(Piece::Rport(p))),
-                (Some(p), None) if edits.add_rport => {
-                    sp.push(top_end, top_end, Some(Piece::RportParam(p)))
-                }
-                _ => {}
+    }
+    if senders_value {
+        splices.push(
+            top_end - params.len(),
+            top_end,
+            Some(Piece::ViaParams {
+                params,
+                received: edits.received,
+                rport: edits.rport,
+            }),
+        );
+        return Ok(());
+    }
+    // Nothing of the sender's to replace (the common case): fill in the
+    // valueless `rport`, append `received`.
+    match (edits.rport, rport_flag_end) {
+        (Some(port), Some(at)) => splices.push(at, at, Some(Piece::Rport(port))),
+        (Some(port), None) if edits.add_rport => {
+            splices.push(top_end, top_end, Some(Piece::RportParam(port)))
+        }
+        _ => {}
+    }
+    if let Some(received) = edits.received {
+        splices.push(top_end, top_end, Some(Piece::Received(received)));
+    }
+    Ok(())
+}
+
+/// Decrement Max-Forwards (capped at [`MAX_FORWARDS`] first), or insert
+/// the line when the request has none.
+fn splice_max_forwards(msg: &SipMsg<'_>, splices: &mut Splices<'_>) -> Result<(), EditError> {
+    let positions = msg.header_positions();
+    match positions
+        .iter()
+        .find(|header| header.kind == HeaderKind::MaxForwards)
+    {
+        Some(header) => {
+            let max_forwards = msg.max_forwards().unwrap_or(MAX_FORWARDS);
+            if max_forwards == 0 {
+                return Err(EditError::MaxForwardsExhausted);
             }
-            if let Some(r) = edits.received {
-                sp.push(top_end, top_end, Some(Piece::Received(r)));
-            }
-        } else {
-            sp.push(
-                top_end - params.len(),
-                top_end,
-                Some(Piece::ViaParams {
-                    params,
-                    received: edits.received,
-                    rport: edits.rport,
-                }),
+            splices.push(
+                header.value_start as usize,
+                header.value_end as usize,
+                Some(Piece::MaxFwd(max_forwards.min(MAX_FORWARDS) - 1)),
             );
         }
-    }
-    if edits.max_forwards {
-        match hp.iter().find(|h| h.kind == HeaderKind::MaxForwards) {
-            Some(h) => {
-                let mf = msg.max_forwards().unwrap_or(MAX_FORWARDS);
-                if mf == 0 {
-                    return Err(EditError::MaxForwardsExhausted);
-                }
-                sp.push(
-                    h.value_start as usize,
-                    h.value_end as usize,
-                    Some(Piece::MaxFwd(mf.min(MAX_FORWARDS) - 1)),
-                );
-            }
-            None => sp.push(hstart, hstart, Some(Piece::MaxFwdLine)),
+        None => {
+            let headers_start = msg.headers_start();
+            splices.push(headers_start, headers_start, Some(Piece::MaxFwdLine));
         }
     }
-    if let Some(rr) = edits.record_route {
-        let at = hp
-            .iter()
-            .find(|h| h.kind == HeaderKind::RecordRoute)
-            .map_or(hstart, |h| h.line_start as usize);
-        sp.push(at, at, Some(Piece::RecordRoute(rr)));
-        if let Some(inner) = edits.record_route_inner {
-            sp.push(at, at, Some(Piece::RecordRoute(inner)));
-        }
-    }
+    Ok(())
+}
+
+/// The Route values that go (popped from the top, the last one) and, for
+/// a strict-routing next hop, the original Request-URI appended as the
+/// last Route line.
+fn splice_routes<'m, 'e>(
+    msg: &'m SipMsg<'m>,
+    edits: &RequestEdits<'e>,
+    splices: &mut Splices<'e>,
+) -> Result<Removals<'m, 'e>, EditError> {
     let popped = edits.pop_routes + usize::from(edits.strict_next_hop.is_some());
+    // Counting the Route values parses them: only when some go.
     let total_routes = if popped > 0 || edits.pop_last_route {
         msg.routes().count()
     } else {
@@ -444,20 +493,16 @@ pub fn forward_request(
     if popped + usize::from(edits.pop_last_route) > total_routes {
         return Err(EditError::NoRoute);
     }
-    if let Some(orig) = edits.strict_next_hop {
-        let last = hp
+    if let Some(original_uri) = edits.strict_next_hop {
+        let last = msg
+            .header_positions()
             .iter()
-            .rposition(|h| h.kind == HeaderKind::Route)
+            .rposition(|header| header.kind == HeaderKind::Route)
             .ok_or(EditError::NoRoute)?;
-        let at = hp[last].line_end as usize;
-        sp.push(at, at, Some(Piece::RouteLine(orig)));
+        let at = msg.header_positions()[last].line_end as usize;
+        splices.push(at, at, Some(Piece::RouteLine(original_uri)));
     }
-    if let Some(u) = edits.request_uri {
-        if let Some((a, b)) = msg.request_uri_range() {
-            sp.push(a, b, Some(Piece::Text(u)));
-        }
-    }
-    let removals = Removals {
+    Ok(Removals {
         msg,
         index: 0,
         route: 0,
@@ -465,8 +510,7 @@ pub fn forward_request(
         last: edits.pop_last_route.then(|| total_routes - 1),
         remove: edits.remove,
         pending: None,
-    };
-    splice(msg, &sp, removals, out)
+    })
 }
 
 /// The byte ranges of header lines (or Route values) that go, in order:

@@ -462,6 +462,120 @@ impl fmt::Debug for SipMsg<'_> {
     }
 }
 
+/// The header lines of a message head, found in one pass.
+struct HeaderLines {
+    positions: [HeaderPos; MAX_HEADERS],
+    count: usize,
+    /// Offset of the empty line ending the head.
+    head_end: usize,
+    /// Offset just past that empty line.
+    body_start: usize,
+}
+
+impl HeaderLines {
+    /// Scan the lines from `first` (just past the start line) to the empty
+    /// line, folding continuation lines into the header above them.
+    fn scan(buf: &[u8], first: usize) -> Result<HeaderLines, ParseError> {
+        let mut lines = HeaderLines {
+            positions: [EMPTY_POS; MAX_HEADERS],
+            count: 0,
+            head_end: 0,
+            body_start: 0,
+        };
+        let mut pos = first;
+        loop {
+            let Some(offset) = buf.get(pos..).and_then(|rest| memchr::memchr(b'\n', rest)) else {
+                return Err(ParseError::NoHeaderEnd);
+            };
+            let newline = pos + offset;
+            let line_end = newline + 1;
+            let mut content_end = newline;
+            if content_end > pos && buf[content_end - 1] == b'\r' {
+                content_end -= 1;
+            }
+            if content_end == pos {
+                lines.head_end = pos;
+                lines.body_start = line_end;
+                return Ok(lines);
+            }
+            if buf[pos] == b' ' || buf[pos] == b'\t' {
+                lines.fold(buf, pos, content_end, line_end)?;
+            } else {
+                let header = header_line(buf, pos, content_end, line_end)?;
+                if lines.count == MAX_HEADERS {
+                    return Err(ParseError::TooManyHeaders);
+                }
+                lines.positions[lines.count] = header;
+                lines.count += 1;
+            }
+            pos = line_end;
+        }
+    }
+
+    /// A continuation (folded) line extends the value of the header above.
+    fn fold(
+        &mut self,
+        buf: &[u8],
+        pos: usize,
+        content_end: usize,
+        line_end: usize,
+    ) -> Result<(), ParseError> {
+        if self.count == 0 {
+            return Err(ParseError::BadHeaderLine);
+        }
+        let header = &mut self.positions[self.count - 1];
+        let (value_start, value_end) = trim_range(buf, pos, content_end);
+        if value_start < value_end {
+            if header.value_start == header.value_end {
+                header.value_start = value_start as u16;
+            }
+            header.value_end = value_end as u16;
+        }
+        header.line_end = line_end as u16;
+        Ok(())
+    }
+}
+
+/// One `name: value` line from `pos` to `content_end` (its CRLF ends at
+/// `line_end`).
+fn header_line(
+    buf: &[u8],
+    pos: usize,
+    content_end: usize,
+    line_end: usize,
+) -> Result<HeaderPos, ParseError> {
+    let line = &buf[pos..content_end];
+    let name_len = line
+        .iter()
+        .position(|&byte| !is_token(byte))
+        .unwrap_or(line.len());
+    if name_len == 0 {
+        return Err(ParseError::BadHeaderLine);
+    }
+    let mut colon = name_len;
+    while colon < line.len() && (line[colon] == b' ' || line[colon] == b'\t') {
+        colon += 1;
+    }
+    if line.get(colon) != Some(&b':') {
+        return Err(ParseError::BadHeaderLine);
+    }
+    let (mut value_start, mut value_end) = trim_range(buf, pos + colon + 1, content_end);
+    if value_start == value_end {
+        // An empty value sits at the end of the line.
+        (value_start, value_end) = (content_end, content_end);
+    }
+    // Token characters are ASCII, so this cannot fail.
+    let name = std::str::from_utf8(&line[..name_len]).unwrap_or("");
+    Ok(HeaderPos {
+        kind: HeaderKind::of(name),
+        line_start: pos as u16,
+        name_end: (pos + name_len) as u16,
+        value_start: value_start as u16,
+        value_end: value_end as u16,
+        line_end: line_end as u16,
+    })
+}
+
 /// Trim LWS from both ends of `buf[a..e]`, returning the new bounds.
 #[inline]
 fn trim_range(buf: &[u8], mut a: usize, mut e: usize) -> (usize, usize) {
@@ -518,126 +632,39 @@ impl<'a> SipMsg<'a> {
     }
 
     fn parse_impl(buf: &'a [u8], level: Level) -> Result<SipMsg<'a>, ParseError> {
-        let strict = level != Level::Loose;
         if buf.len() > MAX_MESSAGE {
             return Err(ParseError::TooLarge);
         }
-        let mut skip = 0;
-        while skip < buf.len() && (buf[skip] == b'\r' || buf[skip] == b'\n') {
-            skip += 1;
-        }
-        if skip == buf.len() {
-            return Err(ParseError::Empty);
-        }
+        let skip = buf
+            .iter()
+            .position(|&byte| byte != b'\r' && byte != b'\n')
+            .ok_or(ParseError::Empty)?;
         // Offsets are relative to `buf` (skipped CRLFs stay outside the
         // message range but offsets still index `buf`). One pass over the
         // lines finds every header and the empty line ending the head.
-        let sl_nl = match memchr::memchr(b'\n', &buf[skip..]) {
-            Some(p) => skip + p,
+        let start_line_newline = match memchr::memchr(b'\n', &buf[skip..]) {
+            Some(offset) => skip + offset,
             None => return Err(ParseError::NoHeaderEnd),
         };
-        let mut hdrs = [EMPTY_POS; MAX_HEADERS];
-        let mut n = 0usize;
-        let mut pos = sl_nl + 1;
-        let (head_end, body_start) = loop {
-            let Some(p) = buf.get(pos..).and_then(|r| memchr::memchr(b'\n', r)) else {
-                return Err(ParseError::NoHeaderEnd);
-            };
-            let nl = pos + p;
-            let line_end = nl + 1;
-            let mut content_end = nl;
-            if content_end > pos && buf[content_end - 1] == b'\r' {
-                content_end -= 1;
-            }
-            if content_end == pos {
-                break (pos, line_end);
-            }
-            let first = buf[pos];
-            if first == b' ' || first == b'\t' {
-                // continuation (folded) line
-                if n == 0 {
-                    return Err(ParseError::BadHeaderLine);
-                }
-                let h = &mut hdrs[n - 1];
-                let (sa, se) = trim_range(buf, pos, content_end);
-                if sa < se {
-                    if h.value_start == h.value_end {
-                        h.value_start = sa as u16;
-                    }
-                    h.value_end = se as u16;
-                }
-                h.line_end = line_end as u16;
-                pos = line_end;
-                continue;
-            }
-            let lb = &buf[pos..content_end];
-            let name_len = lb.iter().position(|&b| !is_token(b)).unwrap_or(lb.len());
-            if name_len == 0 {
-                return Err(ParseError::BadHeaderLine);
-            }
-            let mut j = name_len;
-            while j < lb.len() && (lb[j] == b' ' || lb[j] == b'\t') {
-                j += 1;
-            }
-            if lb.get(j) != Some(&b':') {
-                return Err(ParseError::BadHeaderLine);
-            }
-            let (va, ve) = trim_range(buf, pos + j + 1, content_end);
-            let (vs, vend) = if va == ve {
-                (content_end, content_end)
-            } else {
-                (va, ve)
-            };
-            if n == MAX_HEADERS {
-                return Err(ParseError::TooManyHeaders);
-            }
-            // Token characters are ASCII, so this cannot fail.
-            let name = std::str::from_utf8(&lb[..name_len]).unwrap_or("");
-            hdrs[n] = HeaderPos {
-                kind: HeaderKind::of(name),
-                line_start: pos as u16,
-                name_end: (pos + name_len) as u16,
-                value_start: vs as u16,
-                value_end: vend as u16,
-                line_end: line_end as u16,
-            };
-            n += 1;
-            pos = line_end;
-        };
-        let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
-
-        // ---- start line
-        let sl_end = if sl_nl > skip && buf[sl_nl - 1] == b'\r' {
-            sl_nl - 1
+        let lines = HeaderLines::scan(buf, start_line_newline + 1)?;
+        let head = std::str::from_utf8(&buf[..lines.head_end]).map_err(|_| ParseError::NotUtf8)?;
+        let start_line_end = if start_line_newline > skip && buf[start_line_newline - 1] == b'\r' {
+            start_line_newline - 1
         } else {
-            sl_nl
+            start_line_newline
         };
-        let line = &head[skip..sl_end];
-        let (start, ruri) = match parse_start_line(line, skip) {
-            Ok(s) => s,
-            Err(e) if strict => return Err(e),
-            Err(_) => {
-                let m = line.find(' ').unwrap_or(line.len());
-                (
-                    Start::Request {
-                        method: (skip as u16, (skip + m) as u16),
-                        uri: ((skip + m) as u16, (skip + m) as u16),
-                    },
-                    None,
-                )
-            }
-        };
+        let (start, ruri) = Self::parse_start(&head[skip..start_line_end], skip, level)?;
         let mut msg = SipMsg {
             buf,
             head,
             start,
             msg_start: skip as u16,
-            start_line_end: (sl_nl + 1) as u16,
-            head_end: head_end as u16,
-            body_start: body_start as u16,
+            start_line_end: (start_line_newline + 1) as u16,
+            head_end: lines.head_end as u16,
+            body_start: lines.body_start as u16,
             body_end: buf.len() as u16,
-            nhdrs: 0,
-            hdrs,
+            nhdrs: lines.count as u8,
+            hdrs: lines.positions,
             i_call_id: NONE,
             i_cseq: NONE,
             i_from: NONE,
@@ -652,17 +679,40 @@ impl<'a> SipMsg<'a> {
             c_to_tag: None,
             c_ruri: None,
         };
-        msg.nhdrs = n as u8;
-        if level == Level::Strict {
-            msg.validate(true)?;
-            msg.validated = true;
-            msg.c_ruri = ruri;
-        } else if level == Level::Lazy {
-            msg.validate(false)?;
-        } else {
-            msg.index_loose();
+        match level {
+            Level::Strict => {
+                msg.validate(true)?;
+                msg.validated = true;
+                msg.c_ruri = ruri;
+            }
+            Level::Lazy => msg.validate(false)?,
+            Level::Loose => msg.index_loose(),
         }
         Ok(msg)
+    }
+
+    /// The start line (`line` begins at offset `skip`). At [`Level::Loose`]
+    /// a bad one becomes a request whose method is the first word and
+    /// whose Request-URI is empty, so that it can still be answered.
+    fn parse_start(
+        line: &'a str,
+        skip: usize,
+        level: Level,
+    ) -> Result<(Start, Option<SipUri<'a>>), ParseError> {
+        match parse_start_line(line, skip) {
+            Ok(parsed) => Ok(parsed),
+            Err(error) if level != Level::Loose => Err(error),
+            Err(_) => {
+                let method_end = skip + line.find(' ').unwrap_or(line.len());
+                Ok((
+                    Start::Request {
+                        method: (skip as u16, method_end as u16),
+                        uri: (method_end as u16, method_end as u16),
+                    },
+                    None,
+                ))
+            }
+        }
     }
 
     fn index_loose(&mut self) {
@@ -684,70 +734,17 @@ impl<'a> SipMsg<'a> {
     /// From, To, Contact, Route and Record-Route value (and cache results).
     fn validate(&mut self, grammar: bool) -> Result<(), ParseError> {
         let mut via_seen = false;
-        for i in 0..self.nhdrs as usize {
-            let h = self.hdrs[i];
-            let slot = match h.kind {
-                HeaderKind::CallId => Some((&mut self.i_call_id, "Call-ID")),
-                HeaderKind::CSeq => Some((&mut self.i_cseq, "CSeq")),
-                HeaderKind::From => Some((&mut self.i_from, "From")),
-                HeaderKind::To => Some((&mut self.i_to, "To")),
-                HeaderKind::MaxForwards => Some((&mut self.i_max_fwd, "Max-Forwards")),
-                HeaderKind::ContentLength => Some((&mut self.i_clen, "Content-Length")),
-                _ => None,
-            };
-            if let Some((slot, name)) = slot {
-                if *slot != NONE {
-                    return Err(ParseError::DuplicateHeader(name));
-                }
-                *slot = i as u8;
-            }
-            let v = self.value_at(i);
-            if !grammar {
-                match h.kind {
-                    HeaderKind::Via if !v.is_empty() => via_seen = true,
-                    HeaderKind::CallId if v.is_empty() || v.bytes().any(is_lws) => {
-                        return Err(ParseError::BadHeaderValue("Call-ID"));
-                    }
-                    _ => {}
-                }
+        for index in 0..self.nhdrs as usize {
+            self.index_header(index)?;
+            let kind = self.hdrs[index].kind;
+            let value = self.value_at(index);
+            if grammar {
+                self.check_grammar(kind, value, &mut via_seen)?;
                 continue;
             }
-            match h.kind {
-                HeaderKind::Via => {
-                    for item in CommaSplit::new(v) {
-                        let via = Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
-                        if !via_seen {
-                            self.c_top_via = Some(via);
-                        }
-                        via_seen = true;
-                    }
-                }
-                HeaderKind::From | HeaderKind::To => {
-                    let from = h.kind == HeaderKind::From;
-                    let name = if from { "From" } else { "To" };
-                    let na = NameAddr::parse(v).ok_or(ParseError::BadHeaderValue(name))?;
-                    if from {
-                        self.c_from_tag = na.tag();
-                    } else {
-                        self.c_to_tag = na.tag();
-                    }
-                }
-                HeaderKind::Contact if v != "*" => {
-                    for item in CommaSplit::new(v) {
-                        NameAddr::parse(item).ok_or(ParseError::BadHeaderValue("Contact"))?;
-                    }
-                }
-                HeaderKind::Route | HeaderKind::RecordRoute => {
-                    let name = if h.kind == HeaderKind::Route {
-                        "Route"
-                    } else {
-                        "Record-Route"
-                    };
-                    for item in CommaSplit::new(v) {
-                        NameAddr::parse(item).ok_or(ParseError::BadHeaderValue(name))?;
-                    }
-                }
-                HeaderKind::CallId if v.is_empty() || v.bytes().any(is_lws) => {
+            match kind {
+                HeaderKind::Via if !value.is_empty() => via_seen = true,
+                HeaderKind::CallId if value.is_empty() || value.bytes().any(is_lws) => {
                     return Err(ParseError::BadHeaderValue("Call-ID"));
                 }
                 _ => {}
@@ -756,51 +753,140 @@ impl<'a> SipMsg<'a> {
         if !via_seen {
             return Err(ParseError::MissingHeader("Via"));
         }
-        for (idx, name) in [
+        for (index, name) in [
             (self.i_call_id, "Call-ID"),
             (self.i_cseq, "CSeq"),
             (self.i_from, "From"),
             (self.i_to, "To"),
         ] {
-            if idx == NONE {
+            if index == NONE {
                 return Err(ParseError::MissingHeader(name));
             }
         }
-        // CSeq
-        let cs = self.value_at(self.i_cseq as usize);
-        let cb = cs.as_bytes();
-        let dend = cb
+        self.check_cseq()?;
+        self.check_lengths()
+    }
+
+    /// Remember where the headers that may occur once are; a second one
+    /// is an error.
+    fn index_header(&mut self, index: usize) -> Result<(), ParseError> {
+        let (slot, name) = match self.hdrs[index].kind {
+            HeaderKind::CallId => (&mut self.i_call_id, "Call-ID"),
+            HeaderKind::CSeq => (&mut self.i_cseq, "CSeq"),
+            HeaderKind::From => (&mut self.i_from, "From"),
+            HeaderKind::To => (&mut self.i_to, "To"),
+            HeaderKind::MaxForwards => (&mut self.i_max_fwd, "Max-Forwards"),
+            HeaderKind::ContentLength => (&mut self.i_clen, "Content-Length"),
+            _ => return Ok(()),
+        };
+        if *slot != NONE {
+            return Err(ParseError::DuplicateHeader(name));
+        }
+        *slot = index as u8;
+        Ok(())
+    }
+
+    /// Parse one header value whose grammar the proxy relies on, caching
+    /// the top Via and the From/To tags.
+    fn check_grammar(
+        &mut self,
+        kind: HeaderKind,
+        value: &'a str,
+        via_seen: &mut bool,
+    ) -> Result<(), ParseError> {
+        match kind {
+            HeaderKind::Via => {
+                for item in CommaSplit::new(value) {
+                    let via = Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
+                    if !*via_seen {
+                        self.c_top_via = Some(via);
+                    }
+                    *via_seen = true;
+                }
+            }
+            HeaderKind::From | HeaderKind::To => {
+                let from = kind == HeaderKind::From;
+                let name = if from { "From" } else { "To" };
+                let name_addr = NameAddr::parse(value).ok_or(ParseError::BadHeaderValue(name))?;
+                if from {
+                    self.c_from_tag = name_addr.tag();
+                } else {
+                    self.c_to_tag = name_addr.tag();
+                }
+            }
+            HeaderKind::Contact if value != "*" => {
+                for item in CommaSplit::new(value) {
+                    NameAddr::parse(item).ok_or(ParseError::BadHeaderValue("Contact"))?;
+                }
+            }
+            HeaderKind::Route | HeaderKind::RecordRoute => {
+                let name = if kind == HeaderKind::Route {
+                    "Route"
+                } else {
+                    "Record-Route"
+                };
+                for item in CommaSplit::new(value) {
+                    NameAddr::parse(item).ok_or(ParseError::BadHeaderValue(name))?;
+                }
+            }
+            HeaderKind::CallId if value.is_empty() || value.bytes().any(is_lws) => {
+                return Err(ParseError::BadHeaderValue("Call-ID"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// CSeq is a 32-bit number, LWS and the request's method.
+    fn check_cseq(&mut self) -> Result<(), ParseError> {
+        let cseq = self.value_at(self.i_cseq as usize);
+        let bytes = cseq.as_bytes();
+        let digits_end = bytes
             .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(cb.len());
-        let num = parse_dec(&cs[..dend], u64::from(u32::MAX))
+            .position(|byte| !byte.is_ascii_digit())
+            .unwrap_or(bytes.len());
+        let number = parse_dec(&cseq[..digits_end], u64::from(u32::MAX))
             .ok_or(ParseError::BadHeaderValue("CSeq"))?;
-        let m = trim(&cs[dend..]);
-        if dend == cs.len() || !cb[dend..].first().is_some_and(|&b| is_lws(b)) || !is_token_str(m) {
+        let method = trim(&cseq[digits_end..]);
+        if digits_end == cseq.len()
+            || !bytes[digits_end..]
+                .first()
+                .is_some_and(|&byte| is_lws(byte))
+            || !is_token_str(method)
+        {
             return Err(ParseError::BadHeaderValue("CSeq"));
         }
-        self.cseq_num = num as u32;
-        if let Start::Request { method, .. } = self.start {
-            if &self.head[method.0 as usize..method.1 as usize] != m {
+        self.cseq_num = number as u32;
+        if let Start::Request {
+            method: (method_start, method_end),
+            ..
+        } = self.start
+        {
+            if &self.head[method_start as usize..method_end as usize] != method {
                 return Err(ParseError::CSeqMethodMismatch);
             }
         }
-        // Max-Forwards
+        Ok(())
+    }
+
+    /// Max-Forwards (0..=255) and Content-Length, which bounds the message
+    /// (extra datagram bytes are ignored).
+    fn check_lengths(&mut self) -> Result<(), ParseError> {
         if self.i_max_fwd != NONE {
-            let v = self.value_at(self.i_max_fwd as usize);
+            let value = self.value_at(self.i_max_fwd as usize);
             self.max_fwd =
-                parse_dec(v, 255).ok_or(ParseError::BadHeaderValue("Max-Forwards"))? as u32;
+                parse_dec(value, 255).ok_or(ParseError::BadHeaderValue("Max-Forwards"))? as u32;
         }
-        // Content-Length bounds the message (extra datagram bytes ignored).
         if self.i_clen != NONE {
-            let v = self.value_at(self.i_clen as usize);
-            let cl = parse_dec(v, MAX_MESSAGE as u64)
-                .ok_or(ParseError::BadHeaderValue("Content-Length"))? as usize;
-            let avail = self.buf.len() - self.body_start as usize;
-            if cl > avail {
+            let value = self.value_at(self.i_clen as usize);
+            let content_length = parse_dec(value, MAX_MESSAGE as u64)
+                .ok_or(ParseError::BadHeaderValue("Content-Length"))?
+                as usize;
+            let available = self.buf.len() - self.body_start as usize;
+            if content_length > available {
                 return Err(ParseError::ContentLengthTooLarge);
             }
-            self.body_end = self.body_start + cl as u16;
+            self.body_end = self.body_start + content_length as u16;
         }
         Ok(())
     }

@@ -12,11 +12,11 @@
 //! store threads send through it (mmsg), so the kernel never answers our
 //! port with ICMP port unreachable.
 
+use super::sockets::open_sockets;
 use super::{RxModel, SipServerConfig};
 use crate::ServerError;
 use ringway_io::{
-    open_backend, open_udp, open_xdp_with_socket, BackendKind, BatchIo, Io, SocketConfig,
-    SocketReport, XdpConfig, XdpInterface,
+    open_backend, open_xdp_with_socket, BackendKind, BatchIo, Io, XdpConfig, XdpInterface,
 };
 use serde::Serialize;
 use std::net::{SocketAddr, UdpSocket};
@@ -78,15 +78,7 @@ pub(super) fn open(config: &SipServerConfig) -> Result<OpenedIo, ServerError> {
         kind => kind,
     };
     let (sockets, kernel_socket, rcvbuf_granted) = open_sockets(config)?;
-    let mut workers = Vec::with_capacity(sockets.len());
-    for socket in sockets {
-        workers.push(
-            open_backend(kind, socket).map_err(|source| ServerError::Backend {
-                backend: kind.to_string(),
-                source,
-            })?,
-        );
-    }
+    let workers = open_socket_backends(config, kind, sockets)?;
     Ok(OpenedIo {
         in_use: IoInUse {
             backend: kind,
@@ -154,49 +146,25 @@ fn open_xdp(config: &SipServerConfig, interface: &XdpInterface) -> Result<Opened
         Err(e) => Err(XdpRefused::Unavailable(e.to_string())),
     }
 }
-
-/// Open the sockets of the chosen receive model: one per worker plus one
-/// for the timer thread, and the granted receive buffer sizes.
-fn open_sockets(
+/// The socket backend `kind` on the receive model's sockets.
+fn open_socket_backends(
     config: &SipServerConfig,
-) -> Result<(Vec<UdpSocket>, UdpSocket, Vec<usize>), ServerError> {
-    let mut socket_config = SocketConfig::new(config.listen);
-    socket_config.rcvbuf = config.rcvbuf;
-    socket_config.tx_timestamps = config.tx_stamp_every > 0;
-    socket_config.rx_timestamps = true;
-    socket_config.rxq_ovfl = true;
-    let open = |c: &SocketConfig| -> Result<(UdpSocket, SocketReport), ServerError> {
-        let (socket, report) = open_udp(c).map_err(|source| ServerError::Socket {
-            addr: c.bind,
-            source,
-        })?;
-        for w in &report.warnings {
-            log::warn!("sip server: socket {}: {w}", c.bind);
-        }
-        Ok((socket, report))
+    kind: BackendKind,
+    sockets: Vec<UdpSocket>,
+) -> Result<Vec<Box<dyn BatchIo>>, ServerError> {
+    let fail = |source| ServerError::Backend {
+        backend: kind.to_string(),
+        source,
     };
-    let mut sockets = Vec::with_capacity(config.workers);
-    let mut granted = Vec::new();
-    match config.rx_model {
-        RxModel::Shared => {
-            let (socket, report) = open(&socket_config)?;
-            granted.push(report.rcvbuf_granted);
-            for _ in 1..config.workers {
-                sockets.push(socket.try_clone()?);
-            }
-            sockets.insert(0, socket);
-        }
-        RxModel::Reuseport => {
-            socket_config.reuseport = true;
-            for _ in 0..config.workers {
-                let (socket, report) = open(&socket_config)?;
-                // With port 0 the first bind picks the port the others share.
-                socket_config.bind = socket.local_addr()?;
-                granted.push(report.rcvbuf_granted);
-                sockets.push(socket);
-            }
-        }
+    if config.rx_model == RxModel::Shared && sockets.len() > 1 {
+        // One socket for every worker: exclusive wake-up and TX stamp
+        // keys per worker (review D5, D6). The dups made for the
+        // workers are not needed: open_shared makes its own.
+        let socket = sockets.into_iter().next().expect("one socket per worker");
+        return ringway_io::open_shared(kind, socket, config.workers).map_err(fail);
     }
-    let timer = sockets[0].try_clone()?;
-    Ok((sockets, timer, granted))
+    sockets
+        .into_iter()
+        .map(|socket| open_backend(kind, socket).map_err(fail))
+        .collect()
 }

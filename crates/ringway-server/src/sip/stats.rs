@@ -379,6 +379,8 @@ fn add_io_stats(into: &mut IoStats, from: &IoStats) {
         tx_ring_full_waits,
         tx_ring_full_drops,
         tx_in_ring,
+        rx_wakeups,
+        rx_idle_wakeups,
     } = *from;
     into.rx_packets += rx_packets;
     into.rx_syscalls += rx_syscalls;
@@ -399,6 +401,8 @@ fn add_io_stats(into: &mut IoStats, from: &IoStats) {
     into.tx_ring_full_waits += tx_ring_full_waits;
     into.tx_ring_full_drops += tx_ring_full_drops;
     into.tx_in_ring += tx_in_ring;
+    into.rx_wakeups += rx_wakeups;
+    into.rx_idle_wakeups += rx_idle_wakeups;
 }
 
 #[cfg(test)]

@@ -1,0 +1,445 @@
+//! The server's configuration: [`SipServerConfig`] (plain data, built by
+//! the front ends), its one validation and its one conversion into the
+//! core's [`ProxyConfig`].
+
+use super::location::Location;
+use super::service;
+use super::tcp::TcpConfig;
+use crate::ServerError;
+use ringway_io::thread::Placement;
+use ringway_io::Io;
+use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
+use ringway_sip::{
+    AuthConfig, FloodConfig, Mode, ProxyConfig, RegistrarPolicy, RelayNets, Transport,
+    TransportAddr,
+};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How the workers receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum RxModel {
+    /// One socket; every worker receives on a dup of its fd (like Kamailio children).
+    Shared,
+    /// One SO_REUSEPORT socket per worker; the kernel spreads flows over them.
+    Reuseport,
+}
+
+/// Everything a SIP server needs to start (plain data; front ends build it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SipServerConfig {
+    /// UDP address to listen on (port 0: any). Must be a concrete address:
+    /// it goes into Via and Record-Route.
+    pub listen: SocketAddr,
+    /// Stateless or transaction-stateful proxying.
+    pub mode: Mode,
+    /// Worker threads (1..=256).
+    pub workers: usize,
+    /// Send every request not addressed elsewhere to this next hop, over
+    /// its transport (`tcp:ADDR` needs a TCP listener; a bare address is
+    /// UDP).
+    pub route_to: Option<TransportAddr>,
+    /// Listening addresses of connection transports (`tcp:ADDR`), beyond
+    /// the UDP `listen`. Port 0: the UDP port.
+    pub listeners: Vec<TransportAddr>,
+    /// Bounds of the TCP transport.
+    pub tcp: TcpConfig,
+    /// Destinations any request may be relayed to, authenticated or not
+    /// (`none`: only `route_to`, bindings, signed dialogs and
+    /// authenticated users' targets; `any`; or networks). Loopback,
+    /// link-local and our own IP only when a network names them.
+    pub relay: RelayNets,
+    /// Act as registrar for the served domains.
+    pub registrar: bool,
+    /// Insert Record-Route (otherwise in-dialog requests bypass the proxy).
+    pub record_route: bool,
+    /// I/O backend of the workers: a socket backend (`Socket`, `Mmsg` or
+    /// `Uring`), or `Xdp` on an interface (one worker; the timer and store
+    /// threads send through the companion kernel socket with mmsg; falls
+    /// back to mmsg, with the reason, where the kernel cannot run it).
+    pub io: Io,
+    /// Receive model.
+    pub rx_model: RxModel,
+    /// Requested SO_RCVBUF per socket (bytes).
+    pub rcvbuf: Option<usize>,
+    /// Placement of every worker thread; with a CPU list, worker `i` is
+    /// pinned to the `i`-th CPU of it (round robin).
+    pub placement: Placement,
+    /// Request a kernel TX timestamp for every Nth sent datagram (0: never).
+    pub tx_stamp_every: u64,
+    /// Transaction table bound; beyond it new requests get 503 Retry-After.
+    pub max_transactions: usize,
+    /// Bytes the transaction table may hold (kept requests and responses
+    /// included); beyond it new requests are refused as beyond
+    /// `max_transactions`.
+    pub max_transaction_bytes: usize,
+    /// Registrar (in-memory store): most bindings held.
+    pub max_bindings: usize,
+    /// Registrar (in-memory store): most bytes of bindings held (contacts,
+    /// Call-IDs, Path values); beyond it REGISTERs that add get 503.
+    pub max_binding_bytes: usize,
+    /// Registrar: most bytes of Path values in one REGISTER (more: 400).
+    pub max_path_bytes: usize,
+    /// Domains served by this proxy/registrar.
+    pub domains: Vec<String>,
+    /// Datagrams per receive batch (1..=1024).
+    pub batch: usize,
+    /// Registrar: shortest registration accepted (s); shorter ones get 423.
+    pub min_expires: u32,
+    /// Registrar: longest registration granted (s).
+    pub max_expires: u32,
+    /// Registrar: lifetime of a registration that asks for none (s).
+    pub default_expires: u32,
+    /// Registrar: most contacts bound to one AOR.
+    pub max_contacts: usize,
+    /// Digest authentication: REGISTERs to the registrar get 401, other
+    /// requests from the served domains 407 (needs `auth_file`).
+    pub auth: bool,
+    /// Credentials: htdigest-style `user:realm:HA1` lines (32 hex digits:
+    /// MD5, 64: SHA-256).
+    pub auth_file: Option<PathBuf>,
+    /// Realm of every challenge (default: the AOR's domain).
+    pub auth_realm: Option<String>,
+    /// Algorithms offered, most preferred first.
+    pub auth_algorithms: Vec<Algorithm>,
+    /// How long a nonce may be used (whole seconds, at least one).
+    pub nonce_lifetime: Duration,
+    /// Requests per window allowed from one source address (`None`: no
+    /// flood limit).
+    pub flood_limit: Option<u32>,
+    /// Flood limit window (at least 1 ms).
+    pub flood_window: Duration,
+    /// Sources the flood limiter tracks at most.
+    pub flood_table_size: usize,
+    /// Sources never flood-limited.
+    pub flood_exempt: Vec<IpAddr>,
+    /// IPv6 sources are flood-limited per prefix of this length (bits).
+    pub flood_ipv6_prefix: u8,
+    /// Location store: this process's memory, or Redis shared by several
+    /// proxies (reached by store threads, never by the workers; see
+    /// [`crate::sip::location`]).
+    pub location: Location,
+    /// Longest wait for the shared store, per command and in its queue
+    /// (1 ms..=60 s).
+    pub location_timeout: Duration,
+    /// Store threads (each with one connection, one query at a time).
+    pub location_threads: usize,
+    /// Requests waiting for the shared store at most (beyond: refused at
+    /// once, `500` + `Retry-After` / `480`).
+    pub location_queue: usize,
+    /// Overload shedding (RFC 6357/7339 in spirit): a new INVITE that
+    /// waited longer than this (at most 10 s) between its kernel receive
+    /// stamp and its processing is answered `503` + `Retry-After` before
+    /// any state (`None`: off). Needs kernel RX stamps (always requested).
+    pub overload_queue_delay: Option<Duration>,
+    /// Lab emulation, off by default: CPU work added to every message the
+    /// core handles (T_sip includes it), to bring T_sip into the range of
+    /// the papers' OpenSIPS. Never for service.
+    pub emulated_service: Option<service::ServiceTime>,
+}
+
+impl Default for SipServerConfig {
+    fn default() -> Self {
+        SipServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            mode: Mode::Stateless,
+            workers: 1,
+            route_to: None,
+            listeners: Vec::new(),
+            tcp: TcpConfig::default(),
+            relay: RelayNets::None,
+            registrar: false,
+            record_route: true,
+            io: Io::Mmsg,
+            rx_model: RxModel::Reuseport,
+            rcvbuf: None,
+            placement: Placement::default(),
+            tx_stamp_every: 64,
+            max_transactions: 100_000,
+            max_transaction_bytes: ringway_sip::DEFAULT_MAX_TRANSACTION_BYTES,
+            max_bindings: 100_000,
+            max_binding_bytes: 64 << 20,
+            max_path_bytes: ringway_sip::DEFAULT_MAX_PATH_BYTES,
+            domains: Vec::new(),
+            batch: 32,
+            min_expires: RegistrarPolicy::default().min_expires,
+            max_expires: RegistrarPolicy::default().max_expires,
+            default_expires: RegistrarPolicy::default().default_expires,
+            max_contacts: RegistrarPolicy::default().max_contacts,
+            auth: false,
+            auth_file: None,
+            auth_realm: None,
+            auth_algorithms: AuthConfig::default().algorithms,
+            nonce_lifetime: Duration::from_secs(300),
+            flood_limit: None,
+            flood_window: Duration::from_millis(2000),
+            flood_table_size: FloodConfig::default().table_size,
+            flood_exempt: Vec::new(),
+            flood_ipv6_prefix: 64,
+            location: Location::Memory,
+            location_timeout: Duration::from_millis(200),
+            location_threads: 2,
+            location_queue: 1024,
+            overload_queue_delay: None,
+            emulated_service: None,
+        }
+    }
+}
+
+/// Default of `--overload-queue-delay-ms` (0: off), i.e. of
+/// [`SipServerConfig::overload_queue_delay`].
+pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 0;
+
+impl SipServerConfig {
+    /// Reject inconsistent settings, naming the field.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        self.validate_threads_and_bounds()?;
+        self.validate_registrar()?;
+        self.validate_auth_and_flood()?;
+        self.validate_location_and_overload()
+    }
+
+    /// Threads, batches, sockets and the state bounds.
+    fn validate_threads_and_bounds(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
+        if !(1..=256).contains(&self.workers) {
+            return fail(format!("workers must be 1..=256, not {}", self.workers));
+        }
+        if !(1..=1024).contains(&self.batch) {
+            return fail(format!("batch must be 1..=1024, not {}", self.batch));
+        }
+        if self.max_transactions == 0 {
+            return fail("max_transactions must be above 0".into());
+        }
+        if self.max_transaction_bytes < 1 << 20 {
+            return fail(format!(
+                "max_transaction_bytes must be at least 1048576 (1 MiB), not {}",
+                self.max_transaction_bytes
+            ));
+        }
+        if self.max_bindings == 0 || self.max_binding_bytes < 1 << 16 {
+            return fail(format!(
+                "max_bindings must be above 0 and max_binding_bytes at least 65536, not {} and {}",
+                self.max_bindings, self.max_binding_bytes
+            ));
+        }
+        if self.listen.ip().is_unspecified() {
+            return fail(format!(
+                "listen {}: use a concrete address (it goes into Via and Record-Route)",
+                self.listen
+            ));
+        }
+        for listener in &self.listeners {
+            if listener.transport != Transport::Tcp {
+                return fail(format!(
+                    "listen {listener}: only udp and tcp are built so far (tls and ws: issue 21)"
+                ));
+            }
+            if listener.addr.ip().is_unspecified() {
+                return fail(format!(
+                    "listen {listener}: use a concrete address (it goes into Via and Record-Route)"
+                ));
+            }
+        }
+        if let Some(to) = self.route_to.filter(|to| to.transport != Transport::Udp) {
+            if !self.listeners.iter().any(|l| l.transport == to.transport) {
+                return fail(format!(
+                    "route_to {to} needs a {} listen address",
+                    to.transport
+                ));
+            }
+        }
+        self.tcp.validate().map_err(ServerError::Config)?;
+        if let Io::Xdp(interface) = &self.io {
+            if self.workers != 1 {
+                return fail(format!(
+                    "the xdp backend runs one worker (one AF_XDP socket on {} queue 0), not {}",
+                    interface.iface, self.workers
+                ));
+            }
+            if self.listen.ip().is_loopback() {
+                return fail(format!(
+                    "listen {}: the xdp backend needs an address of interface {}",
+                    self.listen, interface.iface
+                ));
+            }
+            if !(16..=65536).contains(&interface.frames) || !interface.frames.is_power_of_two() {
+                return fail(format!(
+                    "xdp frames must be a power of two in 16..=65536, not {}",
+                    interface.frames
+                ));
+            }
+        }
+        if let Some(n) = self.placement.nice {
+            if !(-20..=19).contains(&n) {
+                return fail(format!("nice must be -20..=19, not {n}"));
+            }
+        }
+        if self.placement.cpus.as_ref().is_some_and(|c| c.is_empty()) {
+            return fail("the worker CPU list is empty".into());
+        }
+        Ok(())
+    }
+
+    /// The registrar's expiry and contact rules.
+    fn validate_registrar(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
+        if self.min_expires == 0 || self.min_expires > self.max_expires {
+            return fail(format!(
+                "min_expires must be 1..=max_expires ({}), not {}",
+                self.max_expires, self.min_expires
+            ));
+        }
+        if !(self.min_expires..=self.max_expires).contains(&self.default_expires) {
+            return fail(format!(
+                "default_expires must be min_expires..=max_expires ({}..={}), not {}",
+                self.min_expires, self.max_expires, self.default_expires
+            ));
+        }
+        if self.max_contacts == 0 {
+            return fail("max_contacts must be above 0".into());
+        }
+        Ok(())
+    }
+
+    /// Digest authentication and the flood limiter.
+    fn validate_auth_and_flood(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
+        if self.auth && self.auth_file.is_none() {
+            return fail("auth needs auth_file (the user:realm:HA1 credentials)".into());
+        }
+        if self.auth_algorithms.is_empty() {
+            return fail("auth_algorithms is empty".into());
+        }
+        if self.nonce_lifetime.as_secs() == 0 {
+            return fail("nonce_lifetime must be at least 1 s".into());
+        }
+        if self.flood_limit == Some(0) {
+            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
+        }
+        if !(16..=128).contains(&self.flood_ipv6_prefix) {
+            return fail(format!(
+                "flood_ipv6_prefix must be 16..=128, not {}",
+                self.flood_ipv6_prefix
+            ));
+        }
+        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
+            return fail(
+                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The shared location store and overload shedding.
+    fn validate_location_and_overload(&self) -> Result<(), ServerError> {
+        let fail = |m: String| Err(ServerError::Config(m));
+        if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.location_timeout) {
+            return fail(format!(
+                "location_timeout must be 1 ms..=60 s, not {:?}",
+                self.location_timeout
+            ));
+        }
+        if !(1..=64).contains(&self.location_threads) {
+            return fail(format!(
+                "location_threads must be 1..=64, not {}",
+                self.location_threads
+            ));
+        }
+        if self.location_queue == 0 {
+            return fail("location_queue must be above 0".into());
+        }
+        if let Some(delay) = self.overload_queue_delay {
+            if delay.is_zero() || delay > Duration::from_secs(10) {
+                return fail(format!(
+                    "overload_queue_delay must be above 0 and at most 10 s (None: off), not {delay:?}"
+                ));
+            }
+        }
+        if let Some(service) = self.emulated_service {
+            service
+                .validate()
+                .map_err(|e| ServerError::Config(format!("emulated_service: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The placement of worker `index`.
+    pub(super) fn worker_placement(&self, index: usize) -> Placement {
+        let mut placement = self.placement.clone();
+        placement.cpus = placement.cpus.map(|list| vec![list[index % list.len()]]);
+        placement
+    }
+
+    pub(super) fn proxy_config(
+        &self,
+        local: SocketAddr,
+        listeners: Vec<TransportAddr>,
+        key: NonceKey,
+        seed: u64,
+    ) -> ProxyConfig {
+        ProxyConfig {
+            mode: self.mode,
+            local,
+            route_to: self.route_to.map(|to| to.addr),
+            route_to_transport: self.route_to.map_or(Transport::Udp, |to| to.transport),
+            listeners,
+            registrar: self.registrar,
+            record_route: self.record_route,
+            max_transactions: self.max_transactions,
+            max_transaction_bytes: self.max_transaction_bytes,
+            domains: self.domains.clone(),
+            registrar_policy: RegistrarPolicy {
+                min_expires: self.min_expires,
+                max_expires: self.max_expires,
+                default_expires: self.default_expires,
+                max_contacts: self.max_contacts,
+                max_path_bytes: self.max_path_bytes,
+            },
+            auth: self.auth.then(|| AuthConfig {
+                realm: self.auth_realm.clone(),
+                algorithms: self.auth_algorithms.clone(),
+                nonce_lifetime: duration_ns(self.nonce_lifetime),
+                key,
+                ..AuthConfig::default()
+            }),
+            flood: self.flood_limit.map(|limit| FloodConfig {
+                limit,
+                window: duration_ns(self.flood_window),
+                table_size: self.flood_table_size,
+                exempt: self.flood_exempt.clone(),
+                ipv6_prefix: self.flood_ipv6_prefix,
+                seed,
+            }),
+            relay: self.relay.clone(),
+        }
+    }
+
+    /// The credentials of `auth_file` (when `auth` is on).
+    pub(super) fn load_credentials(&self) -> Result<Option<HtdigestCredentials>, ServerError> {
+        let Some(path) = self.auth_file.as_ref().filter(|_| self.auth) else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServerError::Config(format!("auth_file {}: {e}", path.display())))?;
+        let credentials = HtdigestCredentials::parse(&text).map_err(|e| {
+            ServerError::Config(format!(
+                "auth_file {}:{}: {}",
+                path.display(),
+                e.line,
+                e.message
+            ))
+        })?;
+        Ok(Some(credentials))
+    }
+}
+
+/// `duration` in the cores' unit (ns), saturating.
+pub(super) fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,111 @@
+//! Opening the server's sockets: the UDP sockets of the receive model and
+//! the connection transports' listeners and event-loop polls.
+
+use super::{Connections, RxModel, SipServerConfig};
+use crate::ServerError;
+use ringway_io::{open_udp, SocketConfig, SocketReport};
+use ringway_sip::TransportAddr;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+
+/// Open the sockets of the chosen receive model: one per worker plus one
+/// for the timer thread, and the granted receive buffer sizes.
+pub(super) fn open_sockets(
+    config: &SipServerConfig,
+) -> Result<(Vec<UdpSocket>, UdpSocket, Vec<usize>), ServerError> {
+    let mut socket_config = SocketConfig::new(config.listen);
+    socket_config.rcvbuf = config.rcvbuf;
+    socket_config.tx_timestamps = config.tx_stamp_every > 0;
+    socket_config.rx_timestamps = true;
+    socket_config.rxq_ovfl = true;
+    let open = |c: &SocketConfig| -> Result<(UdpSocket, SocketReport), ServerError> {
+        let (socket, report) = open_udp(c).map_err(|source| ServerError::Socket {
+            addr: c.bind,
+            source,
+        })?;
+        for w in &report.warnings {
+            log::warn!("sip server: socket {}: {w}", c.bind);
+        }
+        Ok((socket, report))
+    };
+    let mut sockets = Vec::with_capacity(config.workers);
+    let mut granted = Vec::new();
+    match config.rx_model {
+        RxModel::Shared => {
+            let (socket, report) = open(&socket_config)?;
+            granted.push(report.rcvbuf_granted);
+            for _ in 1..config.workers {
+                sockets.push(socket.try_clone()?);
+            }
+            sockets.insert(0, socket);
+        }
+        RxModel::Reuseport => {
+            socket_config.reuseport = true;
+            for _ in 0..config.workers {
+                let (socket, report) = open(&socket_config)?;
+                // With port 0 the first bind picks the port the others share.
+                socket_config.bind = socket.local_addr()?;
+                granted.push(report.rcvbuf_granted);
+                sockets.push(socket);
+            }
+        }
+    }
+    let timer = sockets[0].try_clone()?;
+    Ok((sockets, timer, granted))
+}
+
+/// The connection transports' listeners, polls and table.
+pub(super) struct StreamListeners {
+    /// The bound addresses (port 0 replaced).
+    pub(super) addresses: Vec<TransportAddr>,
+    /// Every listener (accepted on by event loop 0).
+    pub(super) listeners: Vec<mio::net::TcpListener>,
+    /// One poll per event loop.
+    pub(super) polls: Vec<mio::Poll>,
+    pub(super) connections: Option<Arc<Connections>>,
+}
+
+/// Bind the TCP listeners (port 0: the UDP port `local` got) and make the
+/// event loops' polls and the connection table.
+pub(super) fn open_listeners(
+    config: &SipServerConfig,
+    local: SocketAddr,
+) -> Result<StreamListeners, ServerError> {
+    let mut streams = StreamListeners {
+        addresses: Vec::new(),
+        listeners: Vec::new(),
+        polls: Vec::new(),
+        connections: None,
+    };
+    if config.listeners.is_empty() {
+        return Ok(streams);
+    }
+    for listener in &config.listeners {
+        let mut addr = listener.addr;
+        if addr.port() == 0 {
+            addr.set_port(local.port());
+        }
+        let bound = mio::net::TcpListener::bind(addr)
+            .map_err(|source| ServerError::Socket { addr, source })?;
+        streams.addresses.push(TransportAddr {
+            transport: listener.transport,
+            addr: bound.local_addr()?,
+        });
+        streams.listeners.push(bound);
+    }
+    let threads = match config.tcp.threads {
+        0 => config.workers,
+        n => n,
+    };
+    let mut registries = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        let poll = mio::Poll::new()?;
+        registries.push(poll.registry().try_clone()?);
+        streams.polls.push(poll);
+    }
+    streams.connections = Some(Arc::new(Connections::new(config.tcp.clone(), registries)));
+    for a in &streams.addresses {
+        log::info!("sip server: listening on {a} ({threads} event loops)");
+    }
+    Ok(streams)
+}

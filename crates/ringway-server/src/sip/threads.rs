@@ -1,0 +1,192 @@
+//! The server's threads: workers, the timer, TCP event loops and location
+//! store threads, each publishing its metrics and CPU time when it ends and
+//! stopping every thread when it panics.
+
+use super::config::duration_ns;
+use super::location::{RedisStore, StoreThread};
+use super::snapshot::MetricsSlot;
+use super::{lock, tcp, Shared, SipTimer, SipWorker, ThreadCpu, WorkerMetrics, RX_FRAME};
+use crate::host;
+use ringway_io::{monotonic_now, BatchIo, RxBatch};
+use std::net::UdpSocket;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Receive wait before a worker re-checks the stop flag and publication requests.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Counts a thread alive from its start to its end (also by unwinding).
+struct AliveGuard<'a>(&'a AtomicUsize);
+
+impl<'a> AliveGuard<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        AliveGuard(count)
+    }
+}
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One TCP event loop thread ([`tcp::run_loop`]).
+pub(super) fn tcp_thread(
+    shared: &Shared,
+    index: usize,
+    poll: mio::Poll,
+    listeners: Vec<mio::net::TcpListener>,
+    udp: UdpSocket,
+) {
+    let Some(connections) = shared.connections.as_deref() else {
+        return;
+    };
+    let name = format!("sip-tcp{index}");
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        tcp::run_loop(tcp::LoopContext {
+            poll,
+            listeners,
+            connections,
+            proxy: &shared.proxy,
+            udp,
+            stop: &shared.stop,
+        })
+    }));
+    record_thread_cpu(shared, &name);
+    if let Err(panic) = run {
+        shared.thread_panicked(&name);
+        log::error!("sip server: thread {name} panicked: stopping every thread");
+        resume_unwind(panic);
+    }
+}
+
+/// Record the calling thread's CPU time when it ends.
+fn record_thread_cpu(shared: &Shared, name: &str) {
+    if let Ok(cpu) = host::thread_cpu_time() {
+        lock(&shared.threads_cpu).push(ThreadCpu {
+            name: name.to_string(),
+            tid: ringway_io::thread::current_tid(),
+            cpu,
+        });
+    }
+}
+
+/// One worker thread: receive a batch, drive it through the core, repeat.
+pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn BatchIo>) {
+    let name = format!("sip-w{index}");
+    let lines = host::place_this_thread(&name, &shared.config.worker_placement(index));
+    for line in &lines {
+        log::info!("sip server: placement {line}");
+    }
+    lock(&shared.placement).extend(lines);
+    let config = &shared.config;
+    let mut rx = RxBatch::new(config.batch, RX_FRAME);
+    let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    worker.with_connections(shared.connections.clone());
+    worker.shed_after(config.overload_queue_delay.map(duration_ns));
+    worker.emulate_service(config.emulated_service, index as u64 + 1);
+    let slot = &shared.slots[index];
+    let mut published = 0u64;
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            match io.recv_batch(&mut rx, Some(POLL)) {
+                Ok(0) => {}
+                Ok(_) => {
+                    shared.injected_panic(&name);
+                    worker.drive_batch(io.as_mut(), &rx, monotonic_now)
+                }
+                Err(e) => {
+                    worker.count_rx_error();
+                    log::warn!("sip server: worker {index}: receive error: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            slot.offer(worker.metrics(), &mut published);
+        }
+    }));
+    finish_thread(shared, slot, worker.metrics(), &name, run);
+}
+
+/// Publish a thread's final metrics and CPU time, also when its loop
+/// panicked: then every thread is told to stop (review S11: no worker
+/// goes on alone with a dead one's socket still bound, no timer-less
+/// proxy), and the panic is passed on, so `join` reports it.
+fn finish_thread(
+    shared: &Shared,
+    slot: &MetricsSlot,
+    metrics: &WorkerMetrics,
+    name: &str,
+    run: std::thread::Result<()>,
+) {
+    slot.finish(metrics);
+    record_thread_cpu(shared, name);
+    if let Err(panic) = run {
+        shared.thread_panicked(name);
+        log::error!("sip server: thread {name} panicked: stopping every thread");
+        resume_unwind(panic);
+    }
+}
+
+/// The timer thread: run the core's timers at their deadlines.
+pub(super) fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+    let mut timer = SipTimer::new(&shared.proxy);
+    timer.with_connections(shared.connections.clone());
+    let slot = &shared.slots[shared.config.workers];
+    let mut published = 0u64;
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic("sip-timer");
+            let wait = timer.wait(monotonic_now().0);
+            if wait.is_zero() {
+                timer.fire(io.as_mut(), monotonic_now().0);
+            } else {
+                std::thread::sleep(wait);
+            }
+            slot.offer(timer.metrics(), &mut published);
+        }
+    }));
+    finish_thread(shared, slot, timer.metrics(), "sip-timer", run);
+}
+
+/// A store thread: take deferred requests, ask the shared store, resume
+/// them in the core and send what they produce.
+pub(super) fn store_thread(
+    shared: &Shared,
+    index: usize,
+    store: Arc<RedisStore>,
+    requests: Receiver<ringway_sip::proxy::DeferredRequest>,
+    mut io: Box<dyn BatchIo>,
+) {
+    let Some(location) = shared.location.as_ref() else {
+        return;
+    };
+    let mut thread = StoreThread::new(
+        &shared.proxy,
+        store,
+        requests,
+        shared.config.location_timeout,
+        location.latency[index].clone(),
+        location.counters.clone(),
+    );
+    let slot = &shared.slots[shared.config.workers + 1 + index];
+    let mut published = 0u64;
+    let name = format!("sip-store{index}");
+    let _alive = AliveGuard::new(&shared.threads_alive);
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic(&name);
+            if thread.run_batch(io.as_mut(), POLL, monotonic_now).is_none() {
+                break;
+            }
+            slot.offer(thread.metrics(), &mut published);
+        }
+    }));
+    finish_thread(shared, slot, thread.metrics(), &name, run);
+}
