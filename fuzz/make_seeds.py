@@ -382,6 +382,49 @@ def digest_seeds():
     yield "token_values", b"digest USERNAME=a , realm=r,nonce=n,uri=u,response=AB,qop=auth,nc=0000000a,cnonce=x"
 
 
+# ---------------------------------------------------------------- WebSocket
+
+
+def ws_frame(opcode, payload, fin=True, mask=b"\x01\x02\x03\x04", masked=True):
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    mbit = 0x80 if masked else 0
+    if n < 126:
+        head += bytes([mbit | n])
+    elif n <= 0xFFFF:
+        head += bytes([mbit | 126]) + struct.pack(">H", n)
+    else:
+        head += bytes([mbit | 127]) + struct.pack(">Q", n)
+    if not masked:
+        return head + payload
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def ws_upgrade(protocol=b"sip", origin=b"https://a.test", version=b"13"):
+    return (b"GET /sip HTTP/1.1\r\nHost: proxy.test\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: " + version + b"\r\nSec-WebSocket-Protocol: " + protocol +
+            b"\r\nOrigin: " + origin + b"\r\n\r\n")
+
+
+def ws_seeds():
+    """`sip_ws` inputs: read size byte, policy byte, then the stream."""
+    msg = req("OPTIONS")
+    yield "ok-message", b"\x07\x00" + ws_upgrade() + ws_frame(1, msg)
+    yield "ok-origin-listed", b"\x3f\x01" + ws_upgrade() + ws_frame(2, msg)
+    yield "ok-fragments-ping", (b"\x03\x00" + ws_upgrade() + ws_frame(1, msg[:20], fin=False)
+                                + ws_frame(9, b"hi") + ws_frame(0, msg[20:]) + ws_frame(8, b"\x03\xe8"))
+    yield "ok-len16", b"\x10\x00" + ws_upgrade() + ws_frame(1, b"x" * 200)
+    yield "bad-origin", b"\x3f\x01" + ws_upgrade(origin=b"https://evil.test") + ws_frame(1, msg)
+    yield "bad-protocol", b"\x3f\x00" + ws_upgrade(protocol=b"chat")
+    yield "bad-version", b"\x3f\x00" + ws_upgrade(version=b"8")
+    yield "bad-unmasked", b"\x3f\x00" + ws_upgrade() + ws_frame(1, msg, masked=False)
+    yield "bad-too-big", b"\x3f\x00" + ws_upgrade() + ws_frame(1, b"y" * 300)
+    yield "bad-len64", b"\x3f\x00" + ws_upgrade() + b"\x81\xff" + struct.pack(">Q", 1 << 40)
+    yield "bad-long-ping", b"\x3f\x00" + ws_upgrade() + ws_frame(9, b"p" * 126)
+    yield "bad-continuation", b"\x3f\x00" + ws_upgrade() + ws_frame(0, b"x")
+
+
 def main():
     for name, msg in MESSAGES.items():
         put("sip_parse", name, msg)
@@ -416,6 +459,8 @@ def main():
         put("metrics_http", name, data)
     for name, data in dns_seeds():
         put("dns_response", name, data)
+    for name, data in ws_seeds():
+        put("sip_ws", name, data)
     # The SFU crate's own corpora: JackTrip datagrams (as scripts: each from
     # the three clients and from one that never shook hands) and join tokens.
     sfu = os.path.join(HERE, "..", "crates", "ringway-sfu", "tests", "corpus")

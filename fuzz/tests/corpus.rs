@@ -70,6 +70,7 @@ replay_tests!(
     metrics_http,
     sip_tcp_framing,
     dns_response,
+    sip_ws,
 );
 
 #[test]
@@ -91,6 +92,7 @@ fn every_target_has_a_replay_test() {
         "metrics_http",
         "sip_tcp_framing",
         "dns_response",
+        "sip_ws",
     ];
     let targets: Vec<&str> = ringway_fuzz::TARGETS.iter().map(|t| t.0).collect();
     assert_eq!(targets, tested);

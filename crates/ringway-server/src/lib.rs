@@ -38,10 +38,12 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
+pub mod log_limit;
 pub mod manage;
 pub mod metrics;
 pub mod reorder;
 pub mod sfu;
 pub mod sip;
+pub mod systemd;
 
 pub use error::ServerError;

@@ -27,18 +27,30 @@ pub enum Transport {
     Tcp,
     /// TLS over TCP (`sips:`, port 5061 by default).
     Tls,
+    /// WebSocket (RFC 7118): one SIP message per WebSocket message.
+    Ws,
+    /// WebSocket over TLS (RFC 7118).
+    Wss,
 }
 
 impl Transport {
     /// Every transport, in a fixed order (metrics rows).
-    pub const ALL: [Transport; 3] = [Transport::Udp, Transport::Tcp, Transport::Tls];
+    pub const ALL: [Transport; 5] = [
+        Transport::Udp,
+        Transport::Tcp,
+        Transport::Tls,
+        Transport::Ws,
+        Transport::Wss,
+    ];
 
-    /// The token of a Via (`UDP`, `TCP`, `TLS`).
+    /// The token of a Via (`UDP`, `TCP`, `TLS`, `WS`, `WSS`).
     pub fn via_token(self) -> &'static str {
         match self {
             Transport::Udp => "UDP",
             Transport::Tcp => "TCP",
             Transport::Tls => "TLS",
+            Transport::Ws => "WS",
+            Transport::Wss => "WSS",
         }
     }
 
@@ -49,6 +61,8 @@ impl Transport {
             Transport::Udp => "udp",
             Transport::Tcp => "tcp",
             Transport::Tls => "tls",
+            Transport::Ws => "ws",
+            Transport::Wss => "wss",
         }
     }
 
@@ -60,7 +74,7 @@ impl Transport {
 
     /// The transport a Via token names (case-insensitive), if we speak it.
     pub fn from_via_token(token: &str) -> Option<Transport> {
-        [Transport::Udp, Transport::Tcp, Transport::Tls]
+        Transport::ALL
             .into_iter()
             .find(|t| t.via_token().eq_ignore_ascii_case(token))
     }
@@ -70,7 +84,7 @@ impl Transport {
     /// default). An unknown `transport` value is `None` too.
     pub fn of_uri(uri: &SipUri<'_>) -> Option<Transport> {
         match uri.param("transport").flatten() {
-            Some(value) => [Transport::Udp, Transport::Tcp, Transport::Tls]
+            Some(value) => Transport::ALL
                 .into_iter()
                 .find(|t| t.name().eq_ignore_ascii_case(value)),
             None => uri.secure.then_some(Transport::Tls),
@@ -87,10 +101,10 @@ impl fmt::Display for Transport {
 impl FromStr for Transport {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Transport::Udp, Transport::Tcp, Transport::Tls]
+        Transport::ALL
             .into_iter()
             .find(|t| t.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown transport {s:?} (udp, tcp or tls)"))
+            .ok_or_else(|| format!("unknown transport {s:?} (udp, tcp, tls, ws or wss)"))
     }
 }
 
@@ -178,7 +192,7 @@ impl FromStr for TransportAddr {
         };
         let addr = rest
             .parse::<SocketAddr>()
-            .map_err(|e| format!("{s:?}: {e} (want [udp:|tcp:|tls:]IP:PORT)"))?;
+            .map_err(|e| format!("{s:?}: {e} (want [udp:|tcp:|tls:|ws:|wss:]IP:PORT)"))?;
         Ok(TransportAddr { transport, addr })
     }
 }
@@ -232,5 +246,8 @@ mod tests {
         assert_eq!(Transport::of_uri(&uri), None);
         assert_eq!(Transport::from_via_token("tcp"), Some(Transport::Tcp));
         assert_eq!(Transport::from_via_token("SCTP"), None);
+        assert_eq!(Transport::from_via_token("WSS"), Some(Transport::Wss));
+        let uri = SipUri::parse("sip:a@x.invalid;transport=ws").unwrap();
+        assert_eq!(Transport::of_uri(&uri), Some(Transport::Ws));
     }
 }

@@ -45,6 +45,7 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     logging::init();
+    ringway_server::manage::set_log_level_hook(logging::manage_hook);
     let root = Cli::command();
     // `--config FILE` of `sip proxy` / `sfu serve`: the file's options go
     // in before the command line's (which override them).

@@ -130,6 +130,11 @@ impl Cache {
         );
     }
 
+    /// The limits it was built with.
+    pub fn limits(&self) -> CacheLimits {
+        self.limits
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -18,8 +18,11 @@
 //! caller applies its relay policy to it ([`crate::dns::policy_filter`]).
 
 pub mod cache;
+mod next_hop;
 pub mod rfc3263;
 pub mod wire;
+
+pub use next_hop::NextHop;
 
 use cache::{Cache, CacheLimits, Cached};
 use rfc3263::{Answer, Lookup, LookupError, Question, Random, XorShift};
@@ -212,6 +215,56 @@ impl DnsStats {
     }
 }
 
+impl DnsStatsSnapshot {
+    /// The counters as Prometheus text (`ringway_dns_*`).
+    pub fn prometheus(&self, text: &mut crate::metrics::PromText) {
+        for (name, help, value) in [
+            (
+                "ringway_dns_lookups_total",
+                "Next-hop lookups started.",
+                self.lookups,
+            ),
+            (
+                "ringway_dns_cache_hits_total",
+                "DNS questions answered from the cache (negative answers too).",
+                self.cache_hits,
+            ),
+            (
+                "ringway_dns_cache_misses_total",
+                "DNS questions sent to the nameserver.",
+                self.cache_misses,
+            ),
+            (
+                "ringway_dns_queries_total",
+                "DNS query datagrams sent (retries too).",
+                self.queries,
+            ),
+            (
+                "ringway_dns_timeouts_total",
+                "DNS queries unanswered in time.",
+                self.timeouts,
+            ),
+            (
+                "ringway_dns_failures_total",
+                "Next-hop lookups that gave no address.",
+                self.failures,
+            ),
+            (
+                "ringway_dns_failovers_total",
+                "Times traffic moved from a resolved target to the next one.",
+                self.failovers,
+            ),
+            (
+                "ringway_dns_queue_full_total",
+                "Lookups refused because the resolver queue was full.",
+                self.queue_full,
+            ),
+        ] {
+            text.counter(name, help, &[], value);
+        }
+    }
+}
+
 /// What a finished lookup calls with its answer.
 pub type Done = Box<dyn FnOnce(Result<Vec<SocketAddr>, DnsError>) + Send>;
 
@@ -342,6 +395,16 @@ impl Resolver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         (cache.len(), cache.bytes())
+    }
+
+    /// Forget every cached answer (a cold cache, for measurements).
+    pub fn clear_cache(&self) {
+        let mut cache = self
+            .shared
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *cache = Cache::new(cache.limits());
     }
 
     /// Stop the resolver threads (queued lookups are dropped unanswered).

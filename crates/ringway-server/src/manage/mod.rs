@@ -14,7 +14,7 @@
 //! | `DELETE /bindings/AOR[?contact=URI]` | remove an AOR's bindings (or one) |
 //! | `POST /reload` | re-read the config file and apply the reloadable keys |
 //! | `POST /drain` / `DELETE /drain` | start draining / serve again |
-//! | `GET /log-level`, `PUT /log-level?level=L` | the most verbose level logged |
+//! | `GET /log-level`, `PUT /log-level?level=SPEC` | log levels (`info,ringway_server::sip=debug`) |
 //! | `GET /dispatch/targets` | the dispatcher's proxies and their states |
 //! | `POST /dispatch/targets/ADDR/(enable\|disable\|drain)` | set a proxy's state |
 //!
@@ -176,24 +176,48 @@ fn dispatch_route(control: &DispatchControl, r: &Request, segments: &[&str]) -> 
     }
 }
 
+/// How the process reads (`None`) and sets (`Some(spec)`) its log levels:
+/// the spec in force, or why a new one was refused. The binary owns the
+/// logger and installs this once ([`set_log_level_hook`]); without it the
+/// endpoint reads and sets `log::max_level` alone.
+pub type LogLevelHook = fn(Option<&str>) -> Result<String, String>;
+
+static LOG_LEVEL_HOOK: std::sync::OnceLock<LogLevelHook> = std::sync::OnceLock::new();
+
+/// Install the process's [`LogLevelHook`] (the first call wins).
+pub fn set_log_level_hook(hook: LogLevelHook) {
+    let _ = LOG_LEVEL_HOOK.set(hook);
+}
+
 fn log_level() -> Response {
-    Response::json(
-        200,
-        &json!({ "level": log::max_level().as_str().to_ascii_lowercase() }),
-    )
+    let level = match LOG_LEVEL_HOOK.get() {
+        Some(hook) => hook(None).unwrap_or_default(),
+        None => log::max_level().as_str().to_ascii_lowercase(),
+    };
+    Response::json(200, &json!({ "level": level }))
 }
 
 fn set_log_level(r: &Request) -> Response {
-    let Some(level) = r.query_param("level") else {
-        return Response::error(400, "give ?level=off|error|warn|info|debug|trace");
+    let Some(spec) = r.query_param("level").map(percent_decode) else {
+        return Response::error(
+            400,
+            "give ?level=LEVEL[,MODULE=LEVEL]... (off, error, warn, info, debug, trace)",
+        );
     };
-    match level.parse::<log::LevelFilter>() {
-        Ok(filter) => {
-            log::set_max_level(filter);
-            log::warn!("management: log level set to {filter}");
+    let result = match LOG_LEVEL_HOOK.get() {
+        Some(hook) => hook(Some(&spec)),
+        None => spec
+            .parse::<log::LevelFilter>()
+            .map(log::set_max_level)
+            .map(|()| spec.clone())
+            .map_err(|_| "level: off, error, warn, info, debug or trace".to_string()),
+    };
+    match result {
+        Ok(now) => {
+            log::warn!("management: log level set to {now}");
             log_level()
         }
-        Err(_) => Response::error(400, "level: off, error, warn, info, debug or trace"),
+        Err(e) => Response::error(400, &format!("log level: {e}")),
     }
 }
 

@@ -44,14 +44,14 @@ pub fn serve(
                 match listener.accept() {
                     Ok((s, _)) => {
                         if let Err(e) = answer(s, &render) {
-                            log::warn!("metrics: connection error: {e}");
+                            crate::warn_limited!("metrics: connection error: {e}");
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     Err(e) => {
-                        log::warn!("metrics: accept error: {e}");
+                        crate::warn_limited!("metrics: accept error: {e}");
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }

@@ -1,7 +1,8 @@
 //! The series every ringway `/metrics` starts with, after Prometheus'
 //! conventions (prometheus.io/docs/instrumenting/writing_clientlibs):
 //! `ringway_build_info{version,commit} 1`, `process_start_time_seconds`,
-//! `process_resident_memory_bytes`, `process_open_fds`. Read from
+//! `process_resident_memory_bytes`, `process_open_fds`, and
+//! `ringway_log_suppressed_total` (rate-limited log lines left out). Read from
 //! `/proc/self`; a value that cannot be read is left out (never 0).
 
 use super::PromText;
@@ -20,6 +21,12 @@ pub fn process_metrics(p: &mut PromText) {
             ("commit", crate::build::COMMIT),
         ],
         1.0,
+    );
+    p.counter(
+        "ringway_log_suppressed_total",
+        "Log lines the data path's rate limits left out.",
+        &[],
+        crate::log_limit::suppressed_total(),
     );
     if let Some(start) = start_time_seconds() {
         p.gauge(

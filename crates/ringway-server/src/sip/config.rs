@@ -5,6 +5,7 @@
 use super::location::Location;
 use super::service;
 use super::tcp::TcpConfig;
+use super::tls::TlsConfig;
 use crate::ServerError;
 use ringway_io::thread::Placement;
 use ringway_io::Io;
@@ -49,6 +50,11 @@ pub struct SipServerConfig {
     pub listeners: Vec<TransportAddr>,
     /// Bounds of the TCP transport.
     pub tcp: TcpConfig,
+    /// Certificates and bounds of the TLS transport.
+    pub tls: TlsConfig,
+    /// Origins WebSocket clients may connect from (`Origin`, compared
+    /// without case); empty: any.
+    pub ws_origins: Vec<String>,
     /// Destinations any request may be relayed to, authenticated or not
     /// (`none`: only `route_to`, bindings, signed dialogs and
     /// authenticated users' targets; `any`; or networks). Loopback,
@@ -152,6 +158,8 @@ impl Default for SipServerConfig {
             route_to: None,
             listeners: Vec::new(),
             tcp: TcpConfig::default(),
+            tls: TlsConfig::default(),
+            ws_origins: Vec::new(),
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
@@ -235,11 +243,6 @@ impl SipServerConfig {
             ));
         }
         for listener in &self.listeners {
-            if listener.transport != Transport::Tcp {
-                return fail(format!(
-                    "listen {listener}: only udp and tcp are built so far (tls and ws: issue 21)"
-                ));
-            }
             if listener.addr.ip().is_unspecified() {
                 return fail(format!(
                     "listen {listener}: use a concrete address (it goes into Via and Record-Route)"
@@ -255,6 +258,26 @@ impl SipServerConfig {
             }
         }
         self.tcp.validate().map_err(ServerError::Config)?;
+        let tls_listen = self
+            .listeners
+            .iter()
+            .any(|l| matches!(l.transport, Transport::Tls | Transport::Wss));
+        if let Some(to) = self
+            .route_to
+            .filter(|to| matches!(to.transport, Transport::Ws | Transport::Wss))
+        {
+            return fail(format!(
+                "route_to {to}: WebSocket clients connect to us (route to tcp, tls or udp)"
+            ));
+        }
+        self.tls.validate(tls_listen).map_err(ServerError::Config)?;
+        if self
+            .route_to
+            .is_some_and(|to| to.transport == Transport::Tls)
+            && self.tls.ca.is_none()
+        {
+            return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
+        }
         if let Io::Xdp(interface) = &self.io {
             if self.workers != 1 {
                 return fail(format!(

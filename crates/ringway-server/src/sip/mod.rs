@@ -38,7 +38,9 @@ mod summary;
 pub mod tcp;
 mod threads;
 mod timer;
+pub mod tls;
 mod worker;
+pub mod ws;
 
 pub use backend::IoInUse;
 pub use config::{RxModel, SipServerConfig, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
@@ -68,6 +70,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 pub use tcp::{Connections, TcpConfig, TcpSnapshot};
+pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 use snapshot::{snapshot, MetricsSlot};
 use sockets::{open_listeners, StreamListeners};
@@ -216,7 +219,10 @@ impl SipServer {
         &mut self,
         opened: backend::OpenedIo,
         store_ends: Option<StoreEnds>,
-        (tcp_listeners, tcp_polls): (Vec<mio::net::TcpListener>, Vec<mio::Poll>),
+        (tcp_listeners, tcp_polls): (
+            Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
+            Vec<mio::Poll>,
+        ),
     ) -> Result<(), ServerError> {
         let backend = opened.kernel_backend();
         let backend::OpenedIo {

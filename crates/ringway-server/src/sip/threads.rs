@@ -39,7 +39,7 @@ pub(super) fn tcp_thread(
     shared: &Shared,
     index: usize,
     poll: mio::Poll,
-    listeners: Vec<mio::net::TcpListener>,
+    listeners: Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
     udp: UdpSocket,
 ) {
     let Some(connections) = shared.connections.as_deref() else {
@@ -103,7 +103,7 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
                 }
                 Err(e) => {
                     worker.count_rx_error();
-                    log::warn!("sip server: worker {index}: receive error: {e}");
+                    crate::warn_limited!("sip server: worker {index}: receive error: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }

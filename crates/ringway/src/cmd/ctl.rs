@@ -67,9 +67,9 @@ pub(crate) enum CtlCmd {
         #[arg(long)]
         cancel: bool,
     },
-    /// Show or set the most verbose log level (off, error, warn, info, debug, trace).
+    /// Show or set the log levels: LEVEL[,MODULE=LEVEL]... (off, error, warn, info, debug, trace).
     LogLevel {
-        /// The new level.
+        /// The new levels, e.g. `info,ringway_server::sip=debug`.
         level: Option<String>,
     },
     /// Dispatcher: its proxies and their states.

@@ -98,10 +98,10 @@ impl ManageArgs {
         let endpoint = Endpoint::start(&config, manage::handler(managed))
             .context("cannot start the management API")?;
         if let Some(path) = &config.socket {
-            eprintln!("{who}: management socket {}", path.display());
+            log::info!("{who}: management socket {}", path.display());
         }
         if let Some(addr) = endpoint.http_addr {
-            eprintln!("{who}: management http://{addr}/ (bearer token)");
+            log::info!("{who}: management http://{addr}/ (bearer token)");
         }
         Ok(Some(endpoint))
     }
@@ -109,7 +109,7 @@ impl ManageArgs {
 
 /// The proxy's configuration as the command line and its `--config` file
 /// say now (the file re-read): what a reload applies.
-fn reread_proxy_config() -> Result<SipServerConfig, String> {
+fn reread_proxy_config() -> Result<(SipServerConfig, crate::logging::LogArgs), String> {
     let root = crate::Cli::command();
     let argv = super::config::expand_args(std::env::args_os().collect(), &root)
         .map_err(|e| e.to_string())?;
@@ -120,20 +120,24 @@ fn reread_proxy_config() -> Result<SipServerConfig, String> {
     let crate::Cmd::Sip(super::sip::SipCmd::Proxy(args)) = cli.cmd else {
         return Err("not a sip proxy command line".into());
     };
-    super::sip_proxy::checked_config(&args).map_err(|e| format!("{e:#}"))
+    let config = super::sip_proxy::checked_config(&args).map_err(|e| format!("{e:#}"))?;
+    Ok((config, args.log))
 }
 
 /// A reloader for `control`: re-read the file, apply.
 pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
     Arc::new(move || -> Result<ReloadReport, String> {
-        let config = match reread_proxy_config() {
-            Ok(config) => config,
+        let (config, log) = match reread_proxy_config() {
+            Ok(both) => both,
             Err(e) => {
                 control.reload_refused(&e);
                 return Err(e);
             }
         };
-        control.reload(config).map_err(|e| e.to_string())
+        let report = control.reload(config).map_err(|e| e.to_string())?;
+        // The file's log format and levels too (as `ctl log-level` would).
+        log.apply();
+        Ok(report)
     })
 }
 

@@ -62,7 +62,7 @@ impl MetricsEndpoint {
         };
         let listener =
             TcpListener::bind(addr).with_context(|| format!("cannot bind metrics on {addr}"))?;
-        eprintln!(
+        log::info!(
             "{who}: metrics on http://{}/metrics",
             listener.local_addr()?
         );

@@ -3,13 +3,13 @@
 //! what broke a bound.
 
 use super::framing::{Framed, Framer};
-use super::{add, flow_hop, CloseReason, Conn, Connections};
+use super::{add, flow_hop, CloseReason, Conn, Connections, ReadOutcome};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use ringway_io::monotonic_now;
 use ringway_sip::{Hop, Proxy, ProxyWorker, Transport};
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,8 +27,8 @@ const READ_CHUNK: usize = 16 * 1024;
 pub(crate) struct LoopContext<'a> {
     /// This loop's poll (its registry is in `connections`).
     pub(crate) poll: Poll,
-    /// Listening sockets (loop 0 only), token = index.
-    pub(crate) listeners: Vec<TcpListener>,
+    /// Listening sockets and their transports (loop 0 only), token = index.
+    pub(crate) listeners: Vec<(TcpListener, Transport)>,
     pub(crate) connections: &'a Connections,
     pub(crate) proxy: &'a Proxy,
     /// For messages the core sends over UDP.
@@ -55,7 +55,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     let mut worker = ctx.proxy.worker();
     let mut read_buf = vec![0u8; READ_CHUNK];
     let mut last_sweep = 0u64;
-    for (i, listener) in ctx.listeners.iter_mut().enumerate() {
+    for (i, (listener, _)) in ctx.listeners.iter_mut().enumerate() {
         if let Err(e) = ctx
             .poll
             .registry()
@@ -67,7 +67,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     while !ctx.stop.load(Ordering::Relaxed) {
         if let Err(e) = ctx.poll.poll(&mut events, Some(POLL)) {
             if e.kind() != ErrorKind::Interrupted {
-                log::warn!("sip tcp: poll: {e}");
+                crate::warn_limited!("sip tcp: poll: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
             continue;
@@ -75,8 +75,8 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
         for event in events.iter() {
             let token = event.token().0 as u64;
             if token < super::FIRST_CONNECTION {
-                if let Some(listener) = ctx.listeners.get(token as usize) {
-                    accept_all(listener, connections);
+                if let Some((listener, transport)) = ctx.listeners.get(token as usize) {
+                    accept_all(listener, *transport, connections);
                 }
                 continue;
             }
@@ -135,10 +135,19 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
             last_sweep = now;
             let idle = config.idle_timeout_s.saturating_mul(1_000_000_000);
             let message = config.message_timeout_ms.saturating_mul(1_000_000);
+            let tls = connections.tls();
+            let handshake = tls.map_or(u64::MAX, |tls| {
+                tls.config().handshake_timeout_ms.saturating_mul(1_000_000)
+            });
+            if let (Some(tls), false) = (tls, ctx.listeners.is_empty()) {
+                tls.reload_if_changed(now);
+            }
             owned.retain(|_, entry| {
                 let reason = entry.conn.closing().or_else(|| {
                     let active = entry.conn.last_active.load(Ordering::Relaxed);
-                    if entry.framer.in_message()
+                    if entry.conn.handshake_expired(now, handshake) {
+                        Some(CloseReason::TlsHandshake)
+                    } else if entry.framer.in_message()
                         && now.saturating_sub(entry.message_started) > message
                     {
                         Some(CloseReason::MessageTimeout)
@@ -164,15 +173,15 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
 }
 
 /// Accept every pending connection (edge-triggered: until WouldBlock).
-fn accept_all(listener: &TcpListener, connections: &Connections) {
+fn accept_all(listener: &TcpListener, transport: Transport, connections: &Connections) {
     loop {
         match listener.accept() {
-            Ok((stream, peer)) => connections.adopt(stream, peer, monotonic_now().0),
+            Ok((stream, peer)) => connections.adopt(stream, peer, transport, monotonic_now().0),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
                 // Out of fds and the like: try again on the next event.
-                log::warn!("sip tcp: accept: {e}");
+                crate::warn_limited!("sip tcp: accept: {e}");
                 return;
             }
         }
@@ -196,12 +205,11 @@ fn read_ready(
 ) -> Option<CloseReason> {
     let counters = &ctx.connections.counters;
     loop {
-        let n = match (&entry.conn.stream).read(buf) {
-            Ok(0) => return Some(CloseReason::PeerClosed),
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return Some(CloseReason::IoError),
+        let n = match entry.conn.read(buf) {
+            ReadOutcome::Bytes(n) => n,
+            ReadOutcome::Again => return None,
+            ReadOutcome::Interrupted => continue,
+            ReadOutcome::Close(reason) => return Some(reason),
         };
         let now = monotonic_now().0;
         add(&counters.bytes_in, n as u64);
@@ -209,6 +217,12 @@ fn read_ready(
             .conn
             .last_active
             .store(now, std::sync::atomic::Ordering::Relaxed);
+        if entry.conn.ws.is_some() {
+            match ws_input(entry, &buf[..n], ctx, now) {
+                Some(reason) => return Some(reason),
+                None => continue,
+            }
+        }
         if !entry.framer.in_message() {
             entry.message_started = now;
         }
@@ -259,4 +273,123 @@ fn read_ready(
             }
         }
     }
+}
+
+/// Bytes of a WebSocket connection (RFC 7118): the upgrade request until
+/// it is whole and answered, then frames; each data message is one SIP
+/// message for the core. `Some(reason)`: close the connection.
+fn ws_input(
+    entry: &mut Owned,
+    bytes: &[u8],
+    ctx: &mut ReadContext<'_, '_>,
+    now: u64,
+) -> Option<CloseReason> {
+    use crate::sip::ws::{self, WsEvent, WsLimits};
+    let connections = ctx.connections;
+    let config = &connections.config;
+    let send_limit = config.max_send_buffer_bytes;
+    let limits = WsLimits {
+        max_handshake_bytes: config.max_header_bytes,
+        max_message_bytes: config.max_header_bytes + config.max_body_bytes,
+    };
+    let session = entry.conn.ws.as_ref()?;
+    let mut events = Vec::new();
+    let mut close = None;
+    {
+        let mut state = session.state();
+        let fresh: Vec<u8>;
+        let input: &[u8] = if session.upgraded() {
+            bytes
+        } else {
+            state.head.extend_from_slice(bytes);
+            match ws::parse_handshake(&state.head, limits, &connections.origins) {
+                Ok(None) => {
+                    if state.head.len() > limits.max_handshake_bytes {
+                        return Some(CloseReason::WsHandshake);
+                    }
+                    return None;
+                }
+                Err(e) => {
+                    let _ = entry.conn.write_raw(e.response(), send_limit, now);
+                    return Some(CloseReason::WsHandshake);
+                }
+                Ok(Some(upgrade)) => {
+                    if !entry.conn.write_raw(&upgrade.response, send_limit, now) {
+                        return Some(CloseReason::IoError);
+                    }
+                    session.set_upgraded();
+                    fresh = state.head.split_off(upgrade.consumed);
+                    state.head = Vec::new();
+                    &fresh
+                }
+            }
+        };
+        'chunks: for chunk in input.chunks(ws::MAX_READ) {
+            if let Err(e) = state.decoder.extend(chunk, limits) {
+                close = Some(e);
+                break;
+            }
+            loop {
+                match state.decoder.next(limits) {
+                    Ok(Some(event)) => events.push(event),
+                    Ok(None) => break,
+                    Err(e) => {
+                        close = Some(e);
+                        break 'chunks;
+                    }
+                }
+            }
+        }
+    }
+    for event in events {
+        match event {
+            WsEvent::Message(message) => {
+                add(&connections.counters.messages_in, 1);
+                entry.messages += 1;
+                deliver(ctx, flow_hop(&entry.conn), &message, now);
+                if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
+                    return Some(CloseReason::MessageLimit);
+                }
+            }
+            WsEvent::Ping(payload) => {
+                add(&connections.counters.pings, 1);
+                let _ = entry
+                    .conn
+                    .write_raw(&ws::pong_frame(&payload), send_limit, now);
+            }
+            WsEvent::Pong => {}
+            WsEvent::Close(_) => {
+                let _ = entry
+                    .conn
+                    .write_raw(&ws::close_frame(1000), send_limit, now);
+                return Some(CloseReason::PeerClosed);
+            }
+        }
+    }
+    let e = close?;
+    let _ = entry
+        .conn
+        .write_raw(&ws::close_frame(e.close_code()), send_limit, now);
+    Some(CloseReason::WsError)
+}
+
+/// Hand one message from `from` to the core and send what it answers.
+fn deliver(ctx: &mut ReadContext<'_, '_>, from: Hop, message: &[u8], now: u64) {
+    let connections = ctx.connections;
+    let udp = ctx.udp;
+    ctx.worker.handle_from(
+        now,
+        from,
+        message,
+        &mut |hop: Hop, bytes: &[u8]| match hop.transport {
+            Transport::Udp => {
+                if udp.send_to(bytes, hop.addr).is_ok() {
+                    add(&connections.counters.udp_out, 1);
+                }
+            }
+            _ => {
+                connections.send(hop, bytes, now);
+            }
+        },
+    );
 }

@@ -142,6 +142,9 @@ pub struct ServeArgs {
     /// included); then it stops, and later packets are counted as dropped.
     #[arg(long, default_value_t = 1 << 30)]
     pub record_max_bytes: u64,
+    /// Log format and levels (stderr).
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 impl TryFrom<&ServeArgs> for SfuServerConfig {
@@ -213,6 +216,7 @@ pub(crate) fn parse_xdp_mode(s: &str) -> Result<XdpMode, String> {
 
 /// Run the SFU until the duration ends or a signal arrives.
 pub(crate) fn run(a: ServeArgs) -> anyhow::Result<()> {
+    a.log.apply();
     let config = SfuServerConfig::try_from(&a)?;
     let stop = ringway_server::host::stop_flag()?;
     let every = Duration::from_secs_f64(a.stats_interval.max(0.0));
