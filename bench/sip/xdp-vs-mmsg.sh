@@ -156,7 +156,8 @@ for kind in $PROXIES; do
         PIDS+=("$UAS_PID")
         wait_udp_port "$NSG" 5070
         start_proxy "$kind" "$log"
-        sleep 0.5
+        # Kamailio binds its port before its UDP child is ready.
+        if [[ "$kind" == kamailio ]]; then sleep 2; else sleep 0.5; fi
         calls=$((rate * SECS))
         c0=$(cpu_ticks "$PROXY_PID")
         u0=$(cpu_ticks "$UAS_PID")
