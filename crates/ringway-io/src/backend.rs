@@ -531,15 +531,32 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
 pub fn open_xdp(cfg: XdpConfig) -> io::Result<Box<dyn BatchIo>> {
     match xdp::XdpBackend::open(cfg) {
         Ok(b) => Ok(Box::new(b)),
-        Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("xdp backend: {e}"),
-        )),
-        Err(e) => Err(io::Error::new(
-            e.kind(),
-            BackendUnavailable::new(BackendKind::Xdp, e.to_string()).with_errno(e.raw_os_error()),
-        )),
+        Err(e) => Err(xdp_open_error(e)),
     }
+}
+
+/// [`open_xdp`], and a second handle of the backend's companion UDP socket
+/// (bound to `cfg.local`, non-blocking) for threads that send through the
+/// kernel while the backend's own thread owns the XSK rings (a server's
+/// timer thread). Only the backend's thread should receive on it. Errors
+/// as [`open_xdp`]'s.
+pub fn open_xdp_with_socket(cfg: XdpConfig) -> io::Result<(Box<dyn BatchIo>, UdpSocket)> {
+    match xdp::with_socket::open(cfg) {
+        Ok((b, socket)) => Ok((Box::new(b), socket)),
+        Err(e) => Err(xdp_open_error(e)),
+    }
+}
+
+/// Bad options stay `InvalidInput` ("xdp backend: ..."); what the kernel
+/// refused carries a [`BackendUnavailable`].
+fn xdp_open_error(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::InvalidInput {
+        return io::Error::new(io::ErrorKind::InvalidInput, format!("xdp backend: {e}"));
+    }
+    io::Error::new(
+        e.kind(),
+        BackendUnavailable::new(BackendKind::Xdp, e.to_string()).with_errno(e.raw_os_error()),
+    )
 }
 
 /// Whether this kernel creates AF_XDP sockets at all: creates one and

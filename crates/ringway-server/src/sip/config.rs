@@ -72,8 +72,10 @@ pub struct SipServerConfig {
     /// `Flow-Timer` (s) in the `200` to a REGISTER that asks for outbound
     /// (RFC 5626 5.4): the keepalive interval the UA should use (0: none).
     pub flow_timer_s: u32,
-    /// I/O backend of every thread: a socket backend (`Socket`, `Mmsg`
-    /// or `Uring`); the server refuses `Xdp`.
+    /// I/O backend of the workers: a socket backend (`Socket`, `Mmsg` or
+    /// `Uring`), or `Xdp` on an interface (one worker; the timer and store
+    /// threads send through the companion kernel socket with mmsg; falls
+    /// back to mmsg, with the reason, where the kernel cannot run it).
     pub io: Io,
     /// Receive model.
     pub rx_model: RxModel,
@@ -290,8 +292,25 @@ impl SipServerConfig {
         {
             return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
         }
-        if let Io::Xdp(_) = self.io {
-            return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
+        if let Io::Xdp(interface) = &self.io {
+            if self.workers != 1 {
+                return fail(format!(
+                    "the xdp backend runs one worker (one AF_XDP socket on {} queue 0), not {}",
+                    interface.iface, self.workers
+                ));
+            }
+            if self.listen.ip().is_loopback() {
+                return fail(format!(
+                    "listen {}: the xdp backend needs an address of interface {}",
+                    self.listen, interface.iface
+                ));
+            }
+            if !(16..=65536).contains(&interface.frames) || !interface.frames.is_power_of_two() {
+                return fail(format!(
+                    "xdp frames must be a power of two in 16..=65536, not {}",
+                    interface.frames
+                ));
+            }
         }
         if let Some(n) = self.placement.nice {
             if !(-20..=19).contains(&n) {

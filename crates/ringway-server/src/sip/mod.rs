@@ -25,6 +25,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+mod backend;
 mod config;
 mod control;
 pub mod location;
@@ -41,6 +42,7 @@ pub mod tls;
 mod worker;
 pub mod ws;
 
+pub use backend::IoInUse;
 pub use config::{RxModel, SipServerConfig, DEFAULT_FLOW_TIMER_S, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
 pub use control::{
     AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
@@ -62,7 +64,7 @@ use ringway_io::open_backend;
 use ringway_sip::auth::NonceKey;
 use ringway_sip::MemoryStore;
 use ringway_sip::{Proxy, ProxyConfig, TransportAddr};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -71,7 +73,7 @@ pub use tcp::{Connections, TcpConfig, TcpSnapshot};
 pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 use snapshot::{snapshot, MetricsSlot};
-use sockets::{open_listeners, open_sockets, StreamListeners};
+use sockets::{open_listeners, StreamListeners};
 use threads::{store_thread, tcp_thread, timer_thread, worker_thread};
 
 /// Bytes per receive frame: larger datagrams are cut and counted as dropped.
@@ -100,6 +102,8 @@ struct Shared {
     cpu_start: CpuTime,
     started: Instant,
     rcvbuf_granted: Vec<usize>,
+    /// The workers' backend as opened (after a fallback, mmsg).
+    io_in_use: IoInUse,
     /// Worker, timer and store threads running now.
     threads_alive: AtomicUsize,
     /// Threads that panicked (their names). Any panic stops every thread:
@@ -149,8 +153,8 @@ impl SipServer {
     pub fn start(config: SipServerConfig) -> Result<SipServer, ServerError> {
         config.validate()?;
         let credentials = config.load_credentials()?;
-        let (sockets, timer_socket, rcvbuf_granted) = open_sockets(&config)?;
-        let local = sockets[0].local_addr()?;
+        let opened = backend::open(&config)?;
+        let local = opened.workers[0].local_addr()?;
         let streams = open_listeners(&config, local)?;
         let proxy_config = config.proxy_config(
             local,
@@ -193,7 +197,8 @@ impl SipServer {
             udp_start: host::udp_totals(),
             cpu_start: host::process_cpu_time().unwrap_or_default(),
             started: Instant::now(),
-            rcvbuf_granted,
+            rcvbuf_granted: opened.rcvbuf_granted.clone(),
+            io_in_use: opened.in_use.clone(),
             threads_alive: AtomicUsize::new(0),
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
@@ -204,52 +209,33 @@ impl SipServer {
             shared,
             threads: host::ThreadGroup::default(),
         };
-        server.spawn_threads(
-            sockets,
-            timer_socket,
-            store_ends,
-            (tcp_listeners, tcp_polls),
-        )?;
+        server.spawn_threads(opened, store_ends, (tcp_listeners, tcp_polls))?;
         Ok(server)
     }
 
-    /// Open the backend on every socket and start the worker, timer, TCP
-    /// event loop and store threads.
+    /// Start the worker threads on their backends, and the timer, TCP
+    /// event loop and store threads on the kernel socket.
     fn spawn_threads(
         &mut self,
-        sockets: Vec<UdpSocket>,
-        timer_socket: UdpSocket,
+        opened: backend::OpenedIo,
         store_ends: Option<StoreEnds>,
         (tcp_listeners, tcp_polls): (
             Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
             Vec<mio::Poll>,
         ),
     ) -> Result<(), ServerError> {
-        let backend = self.shared.config.io.kind();
+        let backend = opened.kernel_backend();
+        let backend::OpenedIo {
+            workers: ios,
+            kernel_socket: timer_socket,
+            ..
+        } = opened;
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
                 backend: backend.to_string(),
                 source,
             })
         };
-        let mut ios = Vec::new();
-        if self.shared.config.rx_model == RxModel::Shared && sockets.len() > 1 {
-            // One socket for every worker: exclusive wake-up and TX stamp
-            // keys per worker (review D5, D6). The dups made for the
-            // workers are not needed: open_shared makes its own.
-            let socket = sockets.into_iter().next().expect("one socket per worker");
-            let workers = self.shared.config.workers;
-            ios = ringway_io::open_shared(backend, socket, workers).map_err(|source| {
-                ServerError::Backend {
-                    backend: backend.to_string(),
-                    source,
-                }
-            })?;
-        } else {
-            for socket in sockets {
-                ios.push(open(socket)?);
-            }
-        }
         let mut store_ios = Vec::new();
         for _ in 0..store_ends.as_ref().map_or(0, |ends| ends.stores.len()) {
             store_ios.push(open(timer_socket.try_clone()?)?);
@@ -335,6 +321,12 @@ impl SipServer {
         &self.shared.config
     }
 
+    /// The workers' backend as opened: xdp, or mmsg after a fallback
+    /// (with the reason), or the configured socket backend.
+    pub fn io_in_use(&self) -> &IoInUse {
+        &self.shared.io_in_use
+    }
+
     /// Receive buffer granted per socket (bytes).
     pub fn rcvbuf_granted(&self) -> &[usize] {
         &self.shared.rcvbuf_granted
@@ -375,7 +367,7 @@ impl SipServer {
         summary::build(
             &s.config,
             s.local,
-            &s.rcvbuf_granted,
+            (&s.rcvbuf_granted, &s.io_in_use),
             &snap,
             lock(&s.threads_cpu).clone(),
             lock(&s.placement).clone(),

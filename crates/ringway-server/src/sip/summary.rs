@@ -2,7 +2,7 @@
 //! `ringway.sip-proxy.summary/1`, documented in docs/sip-proxy.md).
 
 use super::stats::{Latency, TypeStats};
-use super::{RxModel, SipServerConfig, Snapshot};
+use super::{IoInUse, RxModel, SipServerConfig, Snapshot};
 use crate::host::{cpu_seconds, CpuTime};
 use crate::metrics::LatencySummary;
 use ringway_io::counters::UdpSnmp;
@@ -170,8 +170,14 @@ pub struct ConfigView {
     pub mode: Mode,
     /// Worker threads.
     pub workers: usize,
-    /// Backend name.
+    /// The workers' backend as it ran (mmsg after a fallback from xdp).
     pub backend: String,
+    /// The backend and its modes (xdp: native or generic XDP, copy mode).
+    pub io_mode: String,
+    /// Why the configured xdp backend did not start (null: no fallback).
+    pub backend_fallback: Option<String>,
+    /// The xdp backend's interface (null: a socket backend configured).
+    pub interface: Option<String>,
     /// Receive model.
     pub rx_model: RxModel,
     /// Next hop.
@@ -294,6 +300,10 @@ pub struct Summary {
     /// Threads that panicked (each stops the server; the command then
     /// exits with an error). Empty on a clean run.
     pub threads_panicked: Vec<String>,
+    /// The workers' backend counters, summed (xdp: `rx_via_socket` and
+    /// `tx_via_socket` count what took the kernel socket instead of the
+    /// XSK rings).
+    pub io: ringway_io::IoStats,
 }
 
 /// Schema id of [`Summary`].
@@ -302,12 +312,19 @@ pub const SCHEMA: &str = "ringway.sip-proxy.summary/1";
 impl ConfigView {
     /// The view of `config` as the server ran it (its bound address, the
     /// receive buffers granted).
-    fn of(config: &SipServerConfig, local: SocketAddr, rcvbuf_granted: &[usize]) -> ConfigView {
+    fn of(
+        config: &SipServerConfig,
+        local: SocketAddr,
+        (rcvbuf_granted, io): (&[usize], &IoInUse),
+    ) -> ConfigView {
         ConfigView {
             listen: local,
             mode: config.mode,
             workers: config.workers,
-            backend: config.io.to_string(),
+            backend: io.backend.to_string(),
+            io_mode: io.description.clone(),
+            backend_fallback: io.fallback.clone(),
+            interface: config.io.interface().map(|i| i.iface.clone()),
             rx_model: config.rx_model,
             route_to: config.route_to.map(|to| to.addr),
             route_to_transport: config.route_to.map(|to| to.transport),
@@ -352,7 +369,7 @@ impl ConfigView {
 pub(super) fn build(
     config: &SipServerConfig,
     local: SocketAddr,
-    rcvbuf_granted: &[usize],
+    opened: (&[usize], &IoInUse),
     snap: &Snapshot,
     threads: Vec<ThreadCpu>,
     placement: Vec<String>,
@@ -365,7 +382,7 @@ pub(super) fn build(
     let cpu = snap.process_cpu;
     Summary {
         schema: SCHEMA,
-        config: ConfigView::of(config, local, rcvbuf_granted),
+        config: ConfigView::of(config, local, opened),
         duration_s: snap.elapsed.as_secs_f64(),
         messages: Messages {
             in_: m.msgs_in,
@@ -423,6 +440,7 @@ pub(super) fn build(
         tcp: snap.tcp.clone(),
         tls: snap.tls.clone(),
         threads_panicked,
+        io: m.io,
     }
 }
 

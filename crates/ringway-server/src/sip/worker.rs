@@ -245,6 +245,7 @@ impl<'p> SipWorker<'p> {
         metrics.msgs_out = io_stats.tx_packets;
         metrics.tx_errors = metrics.tx_errors.max(io_stats.tx_errors);
         metrics.socket_rx_dropped = io_stats.rx_dropped;
+        metrics.io = io_stats;
     }
 
     /// Send what the batch produced, then record each datagram's wait

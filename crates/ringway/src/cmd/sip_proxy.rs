@@ -6,7 +6,7 @@
 use super::{manage, serving};
 use anyhow::Context;
 use ringway_io::thread::{Placement, Policy};
-use ringway_io::Io;
+use ringway_io::{Io, IoChoiceError, XdpInterface};
 use ringway_server::host;
 use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
@@ -161,9 +161,23 @@ pub struct ProxyArgs {
     /// Allow --metrics on a non-loopback address.
     #[arg(long)]
     pub metrics_public: bool,
-    /// I/O backend: socket (one syscall per datagram), mmsg (recvmmsg/sendmmsg) or uring (io_uring).
+    /// I/O backend: socket (one syscall per datagram), mmsg (recvmmsg/sendmmsg), uring (io_uring)
+    /// or xdp (AF_XDP on `--interface`, whose IPv4 address `--listen` must be; one worker; falls
+    /// back to mmsg, saying why, where the kernel cannot run it).
     #[arg(long, default_value = "mmsg")]
     pub backend: ringway_io::BackendKind,
+    /// With `--backend xdp`: the interface to attach the XDP program and the AF_XDP socket to
+    /// (queue 0). Everything on it that is not UDP for the listen address and port goes on to
+    /// the kernel.
+    #[arg(long, visible_alias = "xdp-iface")]
+    pub interface: Option<String>,
+    /// With `--backend xdp`: attach the XDP program in `native` (driver) mode, `generic` (SKB)
+    /// mode, or `auto` (native, else generic).
+    #[arg(long, default_value = "auto", value_parser = super::sfu::serve::parse_xdp_mode)]
+    pub xdp_mode: ringway_io::XdpMode,
+    /// With `--backend xdp`: UMEM frames, a power of two (half on the fill ring).
+    #[arg(long, default_value_t = 4096)]
+    pub xdp_frames: u32,
     /// Receive model.
     #[arg(long, value_enum, default_value_t = RxModel::Reuseport)]
     pub rx_model: RxModel,
@@ -355,13 +369,20 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
 
     fn try_from(args: &ProxyArgs) -> anyhow::Result<SipServerConfig> {
         serving::check_common_options(args.duration, args.metrics, args.metrics_public)?;
-        // No option names an interface: `--backend xdp` is the one way to
-        // ask for xdp here, and the SIP server runs on sockets.
-        let io = Io::new(args.backend, None).map_err(|_| {
-            anyhow::anyhow!(
-                "--backend {}: the SIP proxy runs on sockets (socket, mmsg or uring)",
-                args.backend
-            )
+        // The one place "xdp needs an interface" is checked: from here on
+        // the backend carries its interface.
+        let interface = args.interface.as_ref().map(|iface| XdpInterface {
+            mode: args.xdp_mode,
+            frames: args.xdp_frames,
+            ..XdpInterface::new(iface)
+        });
+        let io = Io::new(args.backend, interface).map_err(|e| match e {
+            IoChoiceError::NeedsInterface => {
+                anyhow::anyhow!("--backend xdp needs an interface: use --interface")
+            }
+            IoChoiceError::InterfaceWithoutXdp(_) => {
+                anyhow::anyhow!("--interface needs --backend xdp")
+            }
         })?;
         // One UDP address (the last given: a command line's overrides a
         // configuration file's), every other transport's as given.
@@ -531,7 +552,7 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
         a.mode,
         a.workers,
         a.rx_model,
-        a.backend,
+        server.io_in_use().description,
         server.rcvbuf_granted(),
         if a.auth { "on" } else { "off" },
         a.relay,
@@ -593,6 +614,16 @@ mod tests {
             &["--location-threads", "0"],
             &["--location-timeout-ms", "0"],
             &["--backend", "xdp"],
+            &["--interface", "veth0"],
+            &["--backend", "xdp", "--interface", "veth0", "--workers", "2"],
+            &[
+                "--backend",
+                "xdp",
+                "--interface",
+                "veth0",
+                "--xdp-frames",
+                "100",
+            ],
             &["--flood-window-ms", "0"],
             &["--overload-queue-delay-ms", "10001"],
         ] {

@@ -51,6 +51,7 @@ mod frame;
 mod neigh;
 mod program;
 mod ring;
+pub(crate) mod with_socket;
 
 pub use fanout::{FanoutRoute, FanoutStats, KernelFanout, MAX_FANOUT};
 pub use program::{attach_xdp_pass, XdpAttachment, XdpMode};

@@ -207,7 +207,7 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
     }
 }
 
-fn parse_xdp_mode(s: &str) -> Result<XdpMode, String> {
+pub(crate) fn parse_xdp_mode(s: &str) -> Result<XdpMode, String> {
     [XdpMode::Auto, XdpMode::Native, XdpMode::Generic]
         .into_iter()
         .find(|m| m.name() == s)
