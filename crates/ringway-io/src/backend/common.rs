@@ -76,28 +76,28 @@ impl TxStamps {
             hdr.msg_control = cbuf.as_mut_ptr().cast();
             hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
             // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
-            let rc = sys::cvt(unsafe {
+            let result = sys::cvt(unsafe {
                 libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
             });
-            if let Err(e) = rc {
-                match e.kind() {
+            if let Err(error) = result {
+                match error.kind() {
                     io::ErrorKind::WouldBlock => return Ok(()),
                     io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
+                    _ => return Err(error),
                 }
             }
-            let c = sys::parse_cmsgs(&hdr);
-            if let (Some(key), Some(ts)) = (c.ts_key, c.sw_stamp) {
-                self.matched(key, ts);
+            let cmsgs = sys::parse_cmsgs(&hdr);
+            if let (Some(key), Some(stamp)) = (cmsgs.ts_key, cmsgs.sw_stamp) {
+                self.matched(key, stamp);
             }
         }
     }
 
     /// Move collected stamps into `out`.
     pub(crate) fn take(&mut self, out: &mut Vec<TxStamp>) -> usize {
-        let n = self.ready.len();
+        let ready = self.ready.len();
         out.append(&mut self.ready);
-        n
+        ready
     }
 }
 
