@@ -287,6 +287,66 @@ def resp(v):
     return b"*%d\r\n" % len(v) + b"".join(resp(x) for x in v)
 
 
+# ---------------------------------------------------------------- DNS
+
+
+def dns_name(name, pointer=None):
+    out = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".") if l)
+    return out + (struct.pack(">H", 0xC000 | pointer) if pointer is not None else b"\0")
+
+
+def dns_response(qid, rcode, qname, qtype, answers, authority=(), additional=()):
+    """A response: sections are lists of (name, type, ttl, rdata)."""
+    out = struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, len(answers), len(authority), len(additional))
+    out += dns_name(qname) + struct.pack(">HH", qtype, 1)
+    for section in (answers, authority, additional):
+        for name, rtype, ttl, data in section:
+            out += dns_name(name) + struct.pack(">HHIH", rtype, 1, ttl, len(data)) + data
+    return out
+
+
+def dns_srv(priority, weight, port, target):
+    return struct.pack(">HHH", priority, weight, port) + dns_name(target)
+
+
+def dns_naptr(order, pref, flags, services, replacement):
+    cs = lambda s: bytes([len(s)]) + s.encode()
+    return struct.pack(">HH", order, pref) + cs(flags) + cs(services) + cs("") + dns_name(replacement)
+
+
+def dns_seeds():
+    soa = dns_name("ns.test") + dns_name("admin.test") + struct.pack(">IIIII", 1, 2, 3, 4, 30)
+    yield "naptr", dns_response(1, 0, "sip.test", 35, [
+        ("sip.test", 35, 60, dns_naptr(10, 10, "S", "SIP+D2U", "_sip._udp.sip.test")),
+        ("sip.test", 35, 60, dns_naptr(20, 10, "S", "SIP+D2T", "_sip._tcp.sip.test"))])
+    yield "srv", dns_response(2, 0, "_sip._udp.sip.test", 33, [
+        ("_sip._udp.sip.test", 33, 60, dns_srv(10, 60, 5070, "a.sip.test")),
+        ("_sip._udp.sip.test", 33, 60, dns_srv(10, 40, 5071, "b.sip.test")),
+        ("_sip._udp.sip.test", 33, 60, dns_srv(20, 0, 5080, "c.sip.test"))],
+        additional=[("a.sip.test", 1, 60, bytes([10, 0, 0, 1]))])
+    yield "a", dns_response(3, 0, "a.sip.test", 1, [("a.sip.test", 1, 60, bytes([10, 0, 0, 1]))])
+    yield "aaaa", dns_response(4, 0, "a.sip.test", 28, [("a.sip.test", 28, 60, bytes(15) + b"\1")])
+    yield "cname", dns_response(5, 0, "w.test", 1, [
+        ("w.test", 5, 60, dns_name("a.sip.test")), ("a.sip.test", 1, 60, bytes([10, 0, 0, 2]))])
+    yield "nxdomain_soa", dns_response(6, 3, "no.test", 1, [], authority=[("test", 6, 300, soa)])
+    # Compression: the answer's owner points at the question name.
+    compressed = bytearray(dns_response(7, 0, "p.test", 1, []))
+    compressed[7] = 1
+    compressed += struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + bytes([10, 0, 0, 3])
+    yield "compressed", bytes(compressed)
+    # A pointer loop and a count far beyond the datagram.
+    looped = bytearray(compressed)
+    looped[-16:-14] = struct.pack(">H", 0xC000 | (len(looped) - 16))
+    yield "pointer_loop", bytes(looped)
+    huge = bytearray(dns_response(8, 0, "h.test", 1, [("h.test", 1, 1, bytes(4))]))
+    huge[6:8] = b"\xff\xff"
+    yield "huge_count", bytes(huge)
+    yield "many_records", dns_response(10, 0, "m.test", 1, [
+        ("m.test", 1, 5, bytes([10, 0, i // 256, i % 256])) for i in range(100)])
+    yield "srv_root_target", dns_response(9, 0, "_sip._udp.x.test", 33, [
+        ("_sip._udp.x.test", 33, 60, dns_srv(0, 0, 0, ""))])
+
+
 def redis_seeds():
     b1 = '{"i":"c1@x","s":2,"e":1700000060000,"u":5,"p":[]}'
     b2 = '{"i":"c2@x","s":1,"e":1700000090000,"u":7,"p":["<sip:192.0.2.10;lr>"]}'
@@ -322,6 +382,49 @@ def digest_seeds():
     yield "token_values", b"digest USERNAME=a , realm=r,nonce=n,uri=u,response=AB,qop=auth,nc=0000000a,cnonce=x"
 
 
+# ---------------------------------------------------------------- WebSocket
+
+
+def ws_frame(opcode, payload, fin=True, mask=b"\x01\x02\x03\x04", masked=True):
+    head = bytes([(0x80 if fin else 0) | opcode])
+    n = len(payload)
+    mbit = 0x80 if masked else 0
+    if n < 126:
+        head += bytes([mbit | n])
+    elif n <= 0xFFFF:
+        head += bytes([mbit | 126]) + struct.pack(">H", n)
+    else:
+        head += bytes([mbit | 127]) + struct.pack(">Q", n)
+    if not masked:
+        return head + payload
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def ws_upgrade(protocol=b"sip", origin=b"https://a.test", version=b"13"):
+    return (b"GET /sip HTTP/1.1\r\nHost: proxy.test\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: " + version + b"\r\nSec-WebSocket-Protocol: " + protocol +
+            b"\r\nOrigin: " + origin + b"\r\n\r\n")
+
+
+def ws_seeds():
+    """`sip_ws` inputs: read size byte, policy byte, then the stream."""
+    msg = req("OPTIONS")
+    yield "ok-message", b"\x07\x00" + ws_upgrade() + ws_frame(1, msg)
+    yield "ok-origin-listed", b"\x3f\x01" + ws_upgrade() + ws_frame(2, msg)
+    yield "ok-fragments-ping", (b"\x03\x00" + ws_upgrade() + ws_frame(1, msg[:20], fin=False)
+                                + ws_frame(9, b"hi") + ws_frame(0, msg[20:]) + ws_frame(8, b"\x03\xe8"))
+    yield "ok-len16", b"\x10\x00" + ws_upgrade() + ws_frame(1, b"x" * 200)
+    yield "bad-origin", b"\x3f\x01" + ws_upgrade(origin=b"https://evil.test") + ws_frame(1, msg)
+    yield "bad-protocol", b"\x3f\x00" + ws_upgrade(protocol=b"chat")
+    yield "bad-version", b"\x3f\x00" + ws_upgrade(version=b"8")
+    yield "bad-unmasked", b"\x3f\x00" + ws_upgrade() + ws_frame(1, msg, masked=False)
+    yield "bad-too-big", b"\x3f\x00" + ws_upgrade() + ws_frame(1, b"y" * 300)
+    yield "bad-len64", b"\x3f\x00" + ws_upgrade() + b"\x81\xff" + struct.pack(">Q", 1 << 40)
+    yield "bad-long-ping", b"\x3f\x00" + ws_upgrade() + ws_frame(9, b"p" * 126)
+    yield "bad-continuation", b"\x3f\x00" + ws_upgrade() + ws_frame(0, b"x")
+
+
 def main():
     for name, msg in MESSAGES.items():
         put("sip_parse", name, msg)
@@ -354,6 +457,10 @@ def main():
         put("redis_reply", name, data)
     for name, data in http_seeds():
         put("metrics_http", name, data)
+    for name, data in dns_seeds():
+        put("dns_response", name, data)
+    for name, data in ws_seeds():
+        put("sip_ws", name, data)
     # The SFU crate's own corpora: JackTrip datagrams (as scripts: each from
     # the three clients and from one that never shook hands) and join tokens.
     sfu = os.path.join(HERE, "..", "crates", "ringway-sfu", "tests", "corpus")

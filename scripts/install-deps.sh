@@ -8,11 +8,11 @@ if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]
   cargo install --locked --quiet cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
 # g++: libfuzzer-sys compiles libFuzzer (C++) for the fuzz targets.
-PKGS=(sip-tester sipsak tshark tcpdump iperf3 iptables kamailio iproute2 prometheus
+PKGS=(sip-tester sipsak tshark tcpdump iperf3 iptables kamailio iproute2 prometheus dnsmasq-base
       redis-server redis-tools
       gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-base
       xdp-tools libxdp-dev clang g++
-      jacktrip jackd2 sox bc python3 ethtool)
+      jacktrip jackd2 sox bc python3 ethtool stunnel4 openssl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,12 @@ pub use capture::{nfqueue, pcap};
 pub use sfu::{sfu_core, sfu_jacktrip, sfu_recording, sfu_token, sfu_wire};
 pub use sip::{sip_digest, sip_dispatch, sip_parse, sip_proxy};
 
+/// A DNS response datagram through the resolver's parser, lookups and
+/// cache (see `ringway_server::fuzzing::dns_response`).
+pub fn dns_response(data: &[u8]) {
+    ringway_server::fuzzing::dns_response(data);
+}
+
 /// A Redis reply (RESP bytes) through the location store's reply parser.
 pub fn redis_reply(data: &[u8]) {
     ringway_server::fuzzing::redis_reply(data);
@@ -73,6 +79,64 @@ pub fn sip_tcp_framing(data: &[u8]) {
     }
 }
 
+/// A WebSocket connection's bytes (RFC 7118): the upgrade request, then
+/// frames, cut into reads (the first byte picks the read size, the second
+/// whether an Origin list applies): the upgrade consumes no more than it
+/// was given, the decoder's buffer stays within one frame and one read,
+/// and no message exceeds its bound.
+pub fn sip_ws(data: &[u8]) {
+    use ringway_server::sip::ws::{parse_handshake, Decoder, OriginPolicy, WsEvent, WsLimits};
+    let Some((&[cut, policy], stream)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let limits = WsLimits {
+        max_handshake_bytes: 512,
+        max_message_bytes: 256,
+    };
+    let origins = OriginPolicy {
+        allowed: if policy & 1 == 1 {
+            vec!["https://a.test".into()]
+        } else {
+            Vec::new()
+        },
+    };
+    let read = usize::from(cut % 64) + 1;
+    let mut head = Vec::new();
+    let mut decoder: Option<Decoder> = None;
+    for chunk in stream.chunks(read) {
+        let bytes = match decoder.as_mut() {
+            Some(_) => chunk.to_vec(),
+            None => {
+                head.extend_from_slice(chunk);
+                match parse_handshake(&head, limits, &origins) {
+                    Ok(None) => continue,
+                    Err(_) => return,
+                    Ok(Some(upgrade)) => {
+                        assert!(upgrade.consumed <= head.len());
+                        assert!(upgrade.consumed <= limits.max_handshake_bytes);
+                        decoder = Some(Decoder::default());
+                        head[upgrade.consumed..].to_vec()
+                    }
+                }
+            }
+        };
+        let Some(d) = decoder.as_mut() else { continue };
+        if d.extend(&bytes, limits).is_err() {
+            return;
+        }
+        loop {
+            match d.next(limits) {
+                Ok(None) => break,
+                Ok(Some(WsEvent::Message(m))) => assert!(m.len() <= limits.max_message_bytes),
+                Ok(Some(WsEvent::Ping(p))) => assert!(p.len() <= 125),
+                Ok(Some(WsEvent::Close(_))) => return,
+                Ok(Some(WsEvent::Pong)) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
 /// A `/metrics` HTTP request head through its router.
 pub fn metrics_http(data: &[u8]) {
     ringway_server::fuzzing::metrics_request(data);
@@ -83,7 +147,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 14] = [
+pub const TARGETS: [(&str, Target); 16] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -98,4 +162,6 @@ pub const TARGETS: [(&str, Target); 14] = [
     ("redis_reply", redis_reply),
     ("metrics_http", metrics_http),
     ("sip_tcp_framing", sip_tcp_framing),
+    ("dns_response", dns_response),
+    ("sip_ws", sip_ws),
 ];

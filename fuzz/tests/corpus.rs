@@ -69,6 +69,8 @@ replay_tests!(
     redis_reply,
     metrics_http,
     sip_tcp_framing,
+    dns_response,
+    sip_ws,
 );
 
 #[test]
@@ -89,6 +91,8 @@ fn every_target_has_a_replay_test() {
         "redis_reply",
         "metrics_http",
         "sip_tcp_framing",
+        "dns_response",
+        "sip_ws",
     ];
     let targets: Vec<&str> = ringway_fuzz::TARGETS.iter().map(|t| t.0).collect();
     assert_eq!(targets, tested);

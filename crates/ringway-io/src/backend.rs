@@ -239,6 +239,45 @@ pub struct IoStats {
     /// xdp: frames published in the TX ring that the kernel has not taken
     /// yet (not counted in `tx_packets` until it does).
     pub tx_in_ring: u64,
+    /// socket, mmsg: waits for a datagram that ended because one was there
+    /// (the backend was woken), not by their timeout.
+    pub rx_wakeups: u64,
+    /// Of `rx_wakeups`, those after which the receive found nothing:
+    /// another backend on the same socket had taken the datagram (a
+    /// needless wake-up; 0 with exclusive wake-up and idle waiters).
+    pub rx_idle_wakeups: u64,
+}
+
+impl IoStats {
+    /// The counters accumulated since `start` (an earlier reading of the
+    /// same backend), e.g. over a measured window after a warm-up. Counts
+    /// are subtracted (saturating); `tx_in_ring`, a level, is taken as now.
+    pub fn since(&self, start: &IoStats) -> IoStats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        IoStats {
+            rx_packets: d(self.rx_packets, start.rx_packets),
+            rx_syscalls: d(self.rx_syscalls, start.rx_syscalls),
+            tx_packets: d(self.tx_packets, start.tx_packets),
+            tx_syscalls: d(self.tx_syscalls, start.tx_syscalls),
+            tx_errors: d(self.tx_errors, start.tx_errors),
+            rx_dropped: d(self.rx_dropped, start.rx_dropped),
+            tx_stamps_lost: d(self.tx_stamps_lost, start.tx_stamps_lost),
+            rx_nobufs: d(self.rx_nobufs, start.rx_nobufs),
+            rx_rearms: d(self.rx_rearms, start.rx_rearms),
+            rx_invalid: d(self.rx_invalid, start.rx_invalid),
+            rx_via_socket: d(self.rx_via_socket, start.rx_via_socket),
+            tx_via_socket: d(self.tx_via_socket, start.tx_via_socket),
+            socket_errors: d(self.socket_errors, start.socket_errors),
+            rx_bad_checksum: d(self.rx_bad_checksum, start.rx_bad_checksum),
+            tx_from_rx_frame: d(self.tx_from_rx_frame, start.tx_from_rx_frame),
+            tx_moved: d(self.tx_moved, start.tx_moved),
+            tx_ring_full_waits: d(self.tx_ring_full_waits, start.tx_ring_full_waits),
+            tx_ring_full_drops: d(self.tx_ring_full_drops, start.tx_ring_full_drops),
+            tx_in_ring: self.tx_in_ring,
+            rx_wakeups: d(self.rx_wakeups, start.rx_wakeups),
+            rx_idle_wakeups: d(self.rx_idle_wakeups, start.rx_idle_wakeups),
+        }
+    }
 }
 
 /// Progress of a backend with a transmit ring shared with the kernel, in
@@ -382,13 +421,87 @@ pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn Ba
     if kind == BackendKind::Uring {
         return open_uring(sock, UringConfig::default());
     }
-    sock.set_nonblocking(true)?;
     let tx_stamps = tx_stamps_enabled(&sock);
+    let stamps = if tx_stamps {
+        common::TxStamps::single()
+    } else {
+        common::TxStamps::default()
+    };
+    open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default())
+}
+
+/// Open `kind` on `sock` with its handle on the socket's stamp book.
+fn open_with_stamps(
+    kind: BackendKind,
+    sock: UdpSocket,
+    tx_stamps: bool,
+    stamps: common::TxStamps,
+    cfg: UringConfig,
+) -> io::Result<Box<dyn BatchIo>> {
+    sock.set_nonblocking(true)?;
     Ok(match kind {
-        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps)),
-        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps)),
-        BackendKind::Uring | BackendKind::Xdp => unreachable!("handled above"),
+        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps, stamps)),
+        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps, stamps)),
+        BackendKind::Uring => Box::new(uring::UringBackend::new(sock, tx_stamps, stamps, cfg)),
+        BackendKind::Xdp => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                NeedsInterface { kind },
+            ))
+        }
     })
+}
+
+/// Open `backends` backends of `kind` on one socket, each on its own dup
+/// of the descriptor: the shared receive model, where every worker
+/// receives from the one socket as Kamailio's children do. The socket and
+/// mmsg backends wait with exclusive wake-up (one idle backend is woken
+/// per datagram, [`IoStats::rx_wakeups`]); TX stamps are told apart per
+/// backend with a key of its own on every stamped datagram
+/// (`SCM_TS_OPT_ID`, Linux 6.13+). On an older kernel the socket's one
+/// key counter cannot be followed by two senders: with `backends` > 1
+/// stamp requests are then counted lost ([`IoStats::tx_stamps_lost`]).
+/// `backends` is 1..=256.
+pub fn open_shared(
+    kind: BackendKind,
+    sock: UdpSocket,
+    backends: usize,
+) -> io::Result<Vec<Box<dyn BatchIo>>> {
+    if backends == 0 || backends > common::MAX_OWNERS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("backends on one socket must be 1..={}", common::MAX_OWNERS),
+        ));
+    }
+    if kind.needs_interface() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            NeedsInterface { kind },
+        ));
+    }
+    kind.availability()?;
+    let explicit = common::explicit_keys_supported();
+    let tx_stamps = tx_stamps_enabled(&sock) && (explicit || backends == 1);
+    let book = common::StampBook::new(backends, explicit);
+    let mut socks = (1..backends)
+        .map(|_| sock.try_clone())
+        .collect::<io::Result<Vec<_>>>()?;
+    socks.insert(0, sock);
+    socks
+        .into_iter()
+        .enumerate()
+        .map(|(owner, sock)| {
+            let stamps = common::TxStamps::owner(book.clone(), owner);
+            open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default())
+        })
+        .collect()
+}
+
+/// Whether this kernel takes a TX timestamp key per datagram
+/// (`SCM_TS_OPT_ID`, Linux 6.13+), which [`open_shared`] needs to tell
+/// several backends' stamps apart. Probed once over loopback.
+pub fn per_datagram_stamp_keys() -> bool {
+    common::explicit_keys_supported()
 }
 
 /// [`open_backend`] for [`BackendKind::Uring`] with explicit options.
@@ -400,9 +513,13 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
         ));
     }
     BackendKind::Uring.availability()?;
-    sock.set_nonblocking(true)?;
     let tx_stamps = tx_stamps_enabled(&sock);
-    Ok(Box::new(uring::UringBackend::new(sock, tx_stamps, cfg)))
+    let stamps = if tx_stamps {
+        common::TxStamps::single()
+    } else {
+        common::TxStamps::default()
+    };
+    open_with_stamps(BackendKind::Uring, sock, tx_stamps, stamps, cfg)
 }
 
 /// Open the AF_XDP backend on `cfg.ifname` (in the calling thread's network
@@ -457,4 +574,44 @@ fn tx_stamps_enabled(sock: &UdpSocket) -> bool {
     )
     .map(|f| (f as u32) & crate::sys::SOF_OPT_ID != 0)
     .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_stats_since_subtracts_every_count() {
+        let start = IoStats {
+            rx_packets: 10,
+            tx_packets: 20,
+            tx_ring_full_waits: 3,
+            tx_ring_full_drops: 1,
+            rx_dropped: 7,
+            tx_in_ring: 50,
+            rx_wakeups: 4,
+            ..IoStats::default()
+        };
+        let end = IoStats {
+            rx_packets: 15,
+            tx_packets: 29,
+            tx_ring_full_waits: 3,
+            tx_ring_full_drops: 4,
+            rx_dropped: 9,
+            tx_in_ring: 2,
+            rx_wakeups: 10,
+            ..IoStats::default()
+        };
+        let d = end.since(&start);
+        assert_eq!(d.rx_packets, 5);
+        assert_eq!(d.tx_packets, 9);
+        assert_eq!(d.tx_ring_full_waits, 0);
+        assert_eq!(d.tx_ring_full_drops, 3);
+        assert_eq!(d.rx_dropped, 2);
+        assert_eq!(d.rx_wakeups, 6);
+        // A level is taken as it is now.
+        assert_eq!(d.tx_in_ring, 2);
+        // Since itself: nothing.
+        assert_eq!(end.since(&end).tx_packets, 0);
+    }
 }

@@ -52,9 +52,9 @@ pub mod tun;
 pub mod wire;
 
 pub use backend::{
-    open_backend, open_uring, open_xdp, BackendKind, BackendUnavailable, BatchIo, Io,
-    IoChoiceError, IoStats, NeedsInterface, OpenError, ParseBackendError, TxProgress, UringConfig,
-    XdpConfig, XdpInterface, XdpMode,
+    open_backend, open_shared, open_uring, open_xdp, per_datagram_stamp_keys, BackendKind,
+    BackendUnavailable, BatchIo, Io, IoChoiceError, IoStats, NeedsInterface, OpenError,
+    ParseBackendError, TxProgress, UringConfig, XdpConfig, XdpInterface, XdpMode,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use sock::{open_udp, SocketConfig, SocketReport};

@@ -349,13 +349,20 @@ pub(crate) fn parse_cmsgs(hdr: &libc::msghdr) -> Cmsgs {
     out
 }
 
-/// Write one SOL_SOCKET/SO_TIMESTAMPING control message requesting a software
-/// TX timestamp into `buf`; returns the control length to use.
-pub(crate) fn write_tx_stamp_cmsg(buf: &mut CmsgBuf) -> usize {
+/// `SCM_TS_OPT_ID` (Linux 6.13+): the OPT_ID key for this one datagram.
+pub(crate) const SCM_TS_OPT_ID: libc::c_int = 81;
+
+/// Write a SOL_SOCKET/SO_TIMESTAMPING control message requesting a
+/// software TX timestamp into `buf`, followed by `SCM_TS_OPT_ID` with
+/// `key` when given; returns the control length to use.
+pub(crate) fn write_tx_stamp_cmsg(buf: &mut CmsgBuf, key: Option<u32>) -> usize {
     // SAFETY: `buf` is 8-byte aligned and 256 bytes long, far more than
-    // CMSG_SPACE(4); we build the header through a msghdr that points at it.
+    // 2 * CMSG_SPACE(4); we build the headers through a msghdr that points
+    // at it, and CMSG_NXTHDR stays inside the declared length.
     unsafe {
-        let space = libc::CMSG_SPACE(4) as usize;
+        let one = libc::CMSG_SPACE(4) as usize;
+        let space = if key.is_some() { 2 * one } else { one };
+        buf[..space.div_ceil(8)].fill(0);
         let mut hdr: libc::msghdr = zeroed();
         hdr.msg_control = buf.as_mut_ptr().cast();
         hdr.msg_controllen = space as _;
@@ -364,6 +371,13 @@ pub(crate) fn write_tx_stamp_cmsg(buf: &mut CmsgBuf) -> usize {
         (*cmsg).cmsg_type = SO_TIMESTAMPING;
         (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u32>(), SOF_TX_SOFTWARE);
+        if let Some(key) = key {
+            let cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = SCM_TS_OPT_ID;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u32>(), key);
+        }
         space
     }
 }

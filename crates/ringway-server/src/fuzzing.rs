@@ -36,3 +36,55 @@ pub fn metrics_request(head: &[u8]) {
         );
     }
 }
+
+/// A DNS response datagram through the wire parser, then through an
+/// RFC 3263 lookup of each kind (NAPTR, SRV, A/AAAA) and the cache: the
+/// parser keeps at most `MAX_RECORDS` records with names of at most 255
+/// bytes, a lookup asks a bounded number of questions and gives distinct
+/// targets, and the cache stays within its byte bound.
+pub fn dns_response(bytes: &[u8]) {
+    use crate::dns::cache::{Cache, CacheLimits, Cached};
+    use crate::dns::rfc3263::{Answer, Lookup, XorShift, MAX_QUESTIONS};
+    use crate::dns::wire::{parse_response, MAX_RECORDS};
+    let Ok(response) = parse_response(bytes) else {
+        return;
+    };
+    assert!(response.records.len() <= MAX_RECORDS);
+    assert!(response.question.len() <= 255);
+    for record in &response.records {
+        assert!(record.name.len() <= 255);
+    }
+    let mut random = XorShift::new(1);
+    for (host, port) in [(response.question.as_str(), None), ("t.test", Some(5060))] {
+        let mut lookup = Lookup::new(host, port, true, true);
+        let mut asked = 0;
+        while lookup.question().is_some() {
+            lookup.answer(Answer::Records(&response.records), &mut random);
+            asked += 1;
+            assert!(asked <= MAX_QUESTIONS, "a lookup asked without end");
+        }
+        if let Ok(targets) = lookup.targets() {
+            for (i, t) in targets.iter().enumerate() {
+                assert!(!targets[..i].contains(t), "target {t} twice");
+            }
+        }
+    }
+    let limits = CacheLimits {
+        max_bytes: 2048,
+        ..CacheLimits::default()
+    };
+    let mut cache = Cache::new(limits);
+    for (i, record) in response.records.iter().enumerate() {
+        let question = crate::dns::rfc3263::Question {
+            name: format!("{i}.{}", record.name),
+            record_type: record.data.record_type(),
+        };
+        cache.put(
+            question,
+            Cached::Records(vec![record.clone()]),
+            Some(record.ttl),
+            0,
+        );
+        assert!(cache.bytes() <= limits.max_bytes);
+    }
+}

@@ -11,6 +11,8 @@
 //!   waits off the workers.
 //! - [`dispatch`]: the SIP dispatcher in front of several proxies
 //!   ([`dispatch::DispatchServer`]: workers and a probe thread).
+//! - [`dns`]: next hops given as names (RFC 3263 NAPTR/SRV/A/AAAA on
+//!   resolver threads, a TTL cache).
 //! - [`sfu`]: the pktswitch SFU engine ([`sfu::serve`]).
 //! - [`reorder`]: SRPIC in front of the host's TCP over NFQUEUE
 //!   ([`reorder::nfqueue::run`], `ringway reorder nfqueue`).
@@ -31,6 +33,7 @@
 pub mod admin_http;
 pub mod build;
 pub mod dispatch;
+pub mod dns;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

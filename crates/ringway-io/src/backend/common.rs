@@ -1,44 +1,64 @@
-//! Parts both real backends share: TX timestamp bookkeeping and the error
-//! queue reader.
+//! Parts both real backends share: TX timestamp bookkeeping, the error
+//! queue reader, and the exclusive-wake-up wait for a datagram.
+//!
+//! Several backends may run on one socket (the shared receive model:
+//! every worker holds a dup of the same descriptor, like Kamailio's
+//! children). Two things then need care:
+//!
+//! * **Wake-ups.** `poll` waiters are not exclusive: every datagram would
+//!   wake every idle worker, and all but one would find nothing (review
+//!   D5). Each backend waits in its own epoll instance with the socket
+//!   registered `EPOLLEXCLUSIVE`, so the kernel wakes one idle waiter per
+//!   datagram, as children blocking in `recvfrom` are woken.
+//! * **TX stamp keys.** The kernel's OPT_ID key is one counter per socket,
+//!   and any of the workers may read the error queue (review D6). The
+//!   backends on one socket share one [`StampBook`]; each sets its own key
+//!   on every stamped datagram (`SCM_TS_OPT_ID`, Linux 6.13+: the owner in
+//!   the top bits), and whoever drains the error queue files each stamp
+//!   with its owner. Without `SCM_TS_OPT_ID` the socket's counter is used,
+//!   which only one stamping backend per socket can follow: with two or
+//!   more, stamps are off and counted lost.
 
 use crate::batch::TxStamp;
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::Nanos;
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Most TX stamps waiting for their kernel half; older ones are forgotten.
 const MAX_PENDING: usize = 8192;
 /// Most collected stamps kept before the caller polls; older ones are dropped.
 const MAX_READY: usize = 65536;
+/// Key bits below the owner's index (explicit keys).
+const OWNER_SHIFT: u32 = 24;
+/// Most backends sharing one socket's stamp book.
+pub(crate) const MAX_OWNERS: usize = 1 << (32 - OWNER_SHIFT);
 
-/// Matches kernel TX timestamps (keyed by the socket's OPT_ID counter, which
-/// advances once per datagram that requested a stamp) to caller tags.
+/// One backend's stamped datagrams and matched stamps.
 #[derive(Debug, Default)]
-pub(crate) struct TxStamps {
-    /// Key the kernel will give the next stamped datagram.
-    next_key: u32,
+struct OwnerStamps {
+    /// Sequence number of this owner's next explicit key.
+    next: u32,
     /// (key, tag, app_tx) of stamped datagrams not yet reported.
     pending: VecDeque<(u32, u64, Nanos)>,
     /// Stamps matched and waiting for `poll_tx_stamps`.
     ready: Vec<TxStamp>,
     /// Stamps given up on (never came back, or evicted).
-    pub(crate) lost: u64,
+    lost: u64,
 }
 
-impl TxStamps {
-    /// Record that a datagram with a stamp request was accepted by the kernel.
-    pub(crate) fn sent(&mut self, tag: u64, app_tx: Nanos) {
+impl OwnerStamps {
+    fn expect(&mut self, key: u32, tag: u64, app_tx: Nanos) {
         if self.pending.len() >= MAX_PENDING {
             self.pending.pop_front();
             self.lost += 1;
         }
-        self.pending.push_back((self.next_key, tag, app_tx));
-        self.next_key = self.next_key.wrapping_add(1);
+        self.pending.push_back((key, tag, app_tx));
     }
 
-    /// A kernel stamp with `key` arrived.
     fn matched(&mut self, key: u32, kernel_tx: Nanos) {
         let Some(pos) = self.pending.iter().position(|p| p.0 == key) else {
             return;
@@ -59,8 +79,128 @@ impl TxStamps {
             kernel_tx,
         });
     }
+}
 
-    /// Read every message from the socket's error queue and match stamps.
+/// The TX stamp bookkeeping of every backend on one socket.
+#[derive(Debug)]
+pub(crate) struct StampBook {
+    /// Keys are set per datagram (`SCM_TS_OPT_ID`), owner in the top bits;
+    /// otherwise the socket's counter numbers them (one owner only).
+    explicit: bool,
+    /// Key the kernel's counter gives the next stamped datagram (counter mode).
+    counter: u32,
+    owners: Vec<OwnerStamps>,
+}
+
+impl StampBook {
+    /// A book for `owners` backends (1..=[`MAX_OWNERS`]).
+    pub(crate) fn new(owners: usize, explicit: bool) -> Arc<Mutex<StampBook>> {
+        Arc::new(Mutex::new(StampBook {
+            explicit,
+            counter: 0,
+            owners: (0..owners.clamp(1, MAX_OWNERS))
+                .map(|_| OwnerStamps::default())
+                .collect(),
+        }))
+    }
+
+    /// A stamp with `key` came back from the kernel: file it with its owner.
+    fn matched(&mut self, key: u32, kernel_tx: Nanos) {
+        let owner = if self.explicit {
+            (key >> OWNER_SHIFT) as usize
+        } else {
+            0
+        };
+        if let Some(entry) = self.owners.get_mut(owner) {
+            entry.matched(key, kernel_tx);
+        }
+    }
+}
+
+/// One backend's handle on its socket's [`StampBook`]: matches kernel TX
+/// timestamps to caller tags.
+#[derive(Debug)]
+pub(crate) struct TxStamps {
+    book: Arc<Mutex<StampBook>>,
+    owner: usize,
+}
+
+impl Default for TxStamps {
+    /// The only backend on its socket, keys from the socket's counter.
+    fn default() -> Self {
+        TxStamps::owner(StampBook::new(1, false), 0)
+    }
+}
+
+impl TxStamps {
+    /// Backend `owner` of the book's socket.
+    pub(crate) fn owner(book: Arc<Mutex<StampBook>>, owner: usize) -> TxStamps {
+        TxStamps { book, owner }
+    }
+
+    /// The book for the only backend on its socket: explicit keys where the
+    /// kernel takes them.
+    pub(crate) fn single() -> TxStamps {
+        TxStamps::owner(StampBook::new(1, explicit_keys_supported()), 0)
+    }
+
+    fn book(&self) -> MutexGuard<'_, StampBook> {
+        // A panic while holding the lock leaves plain counters: keep going.
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stamps given up on by this backend.
+    pub(crate) fn lost(&self) -> u64 {
+        self.book().owners[self.owner].lost
+    }
+
+    /// Before sending a datagram with a stamp request: the key to set on
+    /// it (`SCM_TS_OPT_ID`). Register it with [`TxStamps::expect`] before
+    /// the send call, so that whichever backend drains the error queue can
+    /// file the stamp even before the call returns. `None`: counter mode;
+    /// call [`TxStamps::sent`] after the kernel accepted the datagram.
+    pub(crate) fn next_key(&mut self) -> Option<u32> {
+        let owner = self.owner;
+        let mut book = self.book();
+        if !book.explicit {
+            return None;
+        }
+        let entry = &mut book.owners[owner];
+        let key = ((owner as u32) << OWNER_SHIFT) | (entry.next & ((1 << OWNER_SHIFT) - 1));
+        entry.next = entry.next.wrapping_add(1);
+        Some(key)
+    }
+
+    /// The datagram with explicit `key` and caller `tag` goes to the
+    /// kernel now (`app_tx`).
+    pub(crate) fn expect(&mut self, key: u32, tag: u64, app_tx: Nanos) {
+        let owner = self.owner;
+        self.book().owners[owner].expect(key, tag, app_tx);
+    }
+
+    /// The datagram that got `key` from [`TxStamps::next_key`] was not
+    /// sent: forget it (not a lost stamp).
+    pub(crate) fn unsent(&mut self, key: u32) {
+        let owner = self.owner;
+        let mut book = self.book();
+        let pending = &mut book.owners[owner].pending;
+        if let Some(pos) = pending.iter().rposition(|p| p.0 == key) {
+            pending.remove(pos);
+        }
+    }
+
+    /// Counter mode: a datagram with a stamp request was accepted by the
+    /// kernel (the socket's counter numbered it).
+    pub(crate) fn sent(&mut self, tag: u64, app_tx: Nanos) {
+        let owner = self.owner;
+        let mut book = self.book();
+        let key = book.counter;
+        book.counter = key.wrapping_add(1);
+        book.owners[owner].expect(key, tag, app_tx);
+    }
+
+    /// Read every message from the socket's error queue and file the
+    /// stamps with their owners.
     pub(crate) fn drain_errqueue(&mut self, fd: RawFd) -> io::Result<()> {
         let mut cbuf: CmsgBuf = [0; CMSG_BUF_WORDS];
         let mut data = [0u8; 64];
@@ -88,34 +228,217 @@ impl TxStamps {
             }
             let cmsgs = sys::parse_cmsgs(&hdr);
             if let (Some(key), Some(stamp)) = (cmsgs.ts_key, cmsgs.sw_stamp) {
-                self.matched(key, stamp);
+                self.book().matched(key, stamp);
             }
         }
     }
 
-    /// Move collected stamps into `out`.
+    /// Move this backend's collected stamps into `out`.
     pub(crate) fn take(&mut self, out: &mut Vec<TxStamp>) -> usize {
-        let ready = self.ready.len();
-        out.append(&mut self.ready);
-        ready
+        let owner = self.owner;
+        let mut book = self.book();
+        let ready = &mut book.owners[owner].ready;
+        let ready_len = ready.len();
+        out.append(ready);
+        ready_len
     }
+}
+
+/// Whether this kernel takes a TX stamp key per datagram (`SCM_TS_OPT_ID`,
+/// Linux 6.13+) and reports it back: sends one stamped datagram to itself
+/// over loopback with a chosen key and reads the key from the error
+/// queue. Checked once per process.
+pub(crate) fn explicit_keys_supported() -> bool {
+    static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROBE.get_or_init(|| probe_explicit_keys().unwrap_or(false))
+}
+
+fn probe_explicit_keys() -> io::Result<bool> {
+    const KEY: u32 = 0x5a17_0b1d;
+    let mut config = crate::SocketConfig::new("127.0.0.1:0".parse().expect("address"));
+    config.tx_timestamps = true;
+    let (sock, _) = crate::open_udp(&config)?;
+    let target = sock.local_addr()?;
+    let fd = sock.as_raw_fd();
+    let mut cbuf: CmsgBuf = [0; CMSG_BUF_WORDS];
+    let clen = sys::write_tx_stamp_cmsg(&mut cbuf, Some(KEY));
+    let mut name = sys::zero_storage();
+    let namelen = sys::sockaddr_from(&target, &mut name);
+    let payload = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
+    };
+    // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    hdr.msg_namelen = namelen;
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr().cast();
+    hdr.msg_controllen = clen as _;
+    // SAFETY: hdr points at live buffers (name, payload, cbuf) valid for the call.
+    if sys::cvt(unsafe { libc::sendmsg(fd, &hdr, 0) }).is_err() {
+        // EINVAL: the control message type is unknown to this kernel.
+        return Ok(false);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let mut pfd = [libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        }];
+        sys::ppoll(&mut pfd, Some(std::time::Duration::from_millis(50)))?;
+        let mut data = [0u8; 64];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = cbuf.as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
+        let result = sys::cvt(unsafe {
+            libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
+        });
+        if result.is_ok() {
+            return Ok(sys::parse_cmsgs(&hdr).ts_key == Some(KEY));
+        }
+    }
+    Ok(false)
+}
+
+/// Waits for a datagram on one socket in an epoll instance of its own,
+/// with the socket registered `EPOLLEXCLUSIVE` (one idle waiter woken per
+/// datagram; see the module doc), and counts the wake-ups. Falls back to
+/// `ppoll` if the epoll instance cannot be made.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    epoll: Option<OwnedFd>,
+    /// epoll_pwait2 (nanosecond timeouts) is missing: whole milliseconds.
+    millis_only: bool,
+    /// Waits that returned because the socket had a datagram.
+    pub(crate) wakeups: u64,
+    /// Of those, the receive that followed found nothing (another waiter
+    /// had taken it: a needless wake-up).
+    pub(crate) idle_wakeups: u64,
+}
+
+impl Waiter {
+    /// A waiter on `fd`.
+    pub(crate) fn new(fd: RawFd) -> Waiter {
+        Waiter {
+            epoll: exclusive_epoll(fd).ok(),
+            millis_only: false,
+            wakeups: 0,
+            idle_wakeups: 0,
+        }
+    }
+
+    /// Wait until `fd` is readable or has something in its error queue,
+    /// at most `timeout` (`None`: forever).
+    fn wait(&mut self, fd: RawFd, timeout: Option<Duration>) -> io::Result<sys::Ready> {
+        let Some(epoll) = &self.epoll else {
+            return sys::wait_readable(fd, timeout);
+        };
+        // SAFETY: epoll_event is plain old data; all-zero is valid.
+        let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
+        let result = if self.millis_only {
+            let millis = timeout.map_or(-1, |t| {
+                // Round up so that a short wait is not a busy spin.
+                t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int
+            });
+            // SAFETY: one live epoll_event to fill; maxevents 1.
+            sys::cvt(unsafe { libc::epoll_wait(epoll.as_raw_fd(), &mut event, 1, millis) })
+        } else {
+            let ts = timeout.map(|t| libc::timespec {
+                tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: t.subsec_nanos() as libc::c_long,
+            });
+            let tsp = ts
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: epoll_pwait2(epfd, events, maxevents, timeout, sigmask,
+            // sigsetsize): one live epoll_event, a null or live timespec, no
+            // signal mask.
+            let result = sys::cvt(unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    epoll.as_raw_fd(),
+                    &mut event as *mut libc::epoll_event,
+                    1 as libc::c_int,
+                    tsp,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            });
+            match result {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                    self.millis_only = true;
+                    return self.wait(fd, timeout);
+                }
+                other => other.map(|ready| ready as libc::c_int),
+            }
+        };
+        let ready = match result {
+            Ok(ready) => ready,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e),
+        };
+        if ready == 0 {
+            return Ok(sys::Ready::Nothing);
+        }
+        let events = event.events;
+        if events & libc::EPOLLIN as u32 != 0 {
+            Ok(sys::Ready::Readable)
+        } else if events & libc::EPOLLERR as u32 != 0 {
+            Ok(sys::Ready::ErrQueue)
+        } else {
+            Ok(sys::Ready::Readable)
+        }
+    }
+}
+
+/// An epoll instance with `fd` registered for input, exclusively.
+fn exclusive_epoll(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: plain epoll_create1 call.
+    let epfd = sys::cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    // SAFETY: epfd is a descriptor we just created and own alone.
+    let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
+    let mut event = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+        u64: 0,
+    };
+    // SAFETY: both descriptors are open; `event` is live for the call.
+    sys::cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut event) })?;
+    Ok(epoll)
 }
 
 /// Wait until `fd` has a datagram to read, draining TX stamps from the
 /// error queue and counting pending socket errors on the way. Returns
-/// `false` when `timeout` passed with nothing to read.
+/// `false` when `timeout` passed with nothing to read. A `true` counts as
+/// a wake-up of `waiter`; the caller counts it idle if the receive then
+/// finds nothing.
 pub(crate) fn wait_for_datagram(
     fd: RawFd,
-    timeout: Option<std::time::Duration>,
+    timeout: Option<Duration>,
     stamps: &mut TxStamps,
     socket_errors: &mut u64,
+    waiter: &mut Waiter,
 ) -> io::Result<bool> {
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        match sys::wait_readable(fd, left)? {
-            sys::Ready::Readable => return Ok(true),
+        match waiter.wait(fd, left)? {
+            sys::Ready::Readable => {
+                waiter.wakeups += 1;
+                return Ok(true);
+            }
             sys::Ready::ErrQueue => {
                 stamps.drain_errqueue(fd)?;
                 // A pending socket error (not queued) also raises POLLERR.
@@ -135,6 +458,14 @@ pub(crate) fn wait_for_datagram(
 mod tests {
     use super::*;
 
+    fn matched(t: &TxStamps, key: u32, at: u64) {
+        t.book().matched(key, Nanos(at));
+    }
+
+    fn pending(t: &TxStamps) -> usize {
+        t.book().owners[t.owner].pending.len()
+    }
+
     #[test]
     fn matches_in_order_and_skips_lost() {
         let mut t = TxStamps::default();
@@ -142,18 +473,18 @@ mod tests {
             t.sent(tag, Nanos(tag));
         }
         // Key 1 (tag 11) arrives first: key 0 is given up.
-        t.matched(1, Nanos(100));
-        t.matched(3, Nanos(300));
+        matched(&t, 1, 100);
+        matched(&t, 3, 300);
         // Unknown or already consumed keys are ignored.
-        t.matched(0, Nanos(1));
-        t.matched(77, Nanos(1));
+        matched(&t, 0, 1);
+        matched(&t, 77, 1);
         let mut out = Vec::new();
         assert_eq!(t.take(&mut out), 2);
         assert_eq!(out.iter().map(|s| s.tag).collect::<Vec<_>>(), vec![11, 13]);
         assert_eq!(out[0].kernel_tx, Nanos(100));
         assert_eq!(out[0].app_tx, Nanos(11));
-        assert_eq!(t.lost, 2);
-        assert!(t.pending.is_empty());
+        assert_eq!(t.lost(), 2);
+        assert_eq!(pending(&t), 0);
     }
 
     #[test]
@@ -162,12 +493,73 @@ mod tests {
         for i in 0..(MAX_PENDING as u64 + 5) {
             t.sent(i, Nanos(i));
         }
-        assert_eq!(t.pending.len(), MAX_PENDING);
-        assert_eq!(t.lost, 5);
+        assert_eq!(pending(&t), MAX_PENDING);
+        assert_eq!(t.lost(), 5);
         // The key counter kept counting: the newest entry still matches.
-        t.matched((MAX_PENDING + 4) as u32, Nanos(1));
+        matched(&t, (MAX_PENDING + 4) as u32, 1);
         let mut out = Vec::new();
         t.take(&mut out);
         assert_eq!(out[0].tag, MAX_PENDING as u64 + 4);
+    }
+
+    /// Review D6: two workers on one socket send stamped datagrams
+    /// interleaved; the kernel returns the stamps in its order and either
+    /// worker may drain them. Each stamp must reach the worker that sent
+    /// the datagram, with that datagram's tag and send time.
+    #[test]
+    fn two_workers_interleaved_keys_reach_their_owner() {
+        let book = StampBook::new(2, true);
+        let mut a = TxStamps::owner(book.clone(), 0);
+        let mut b = TxStamps::owner(book.clone(), 1);
+        // Sends in time order: a, b, b, a, b (tags say who and which).
+        let mut order = Vec::new();
+        for (i, who) in [0, 1, 1, 0, 1].into_iter().enumerate() {
+            let w = if who == 0 { &mut a } else { &mut b };
+            let tag = 100 * (who + 1) + i as u64;
+            let key = w.next_key().expect("explicit keys");
+            w.expect(key, tag, Nanos(1000 + i as u64));
+            order.push((key, i as u64));
+        }
+        // Keys of different workers never collide.
+        let mut keys: Vec<u32> = order.iter().map(|o| o.0).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), 5);
+        // Worker b drains all five stamps (kernel order = send order).
+        for &(key, i) in &order {
+            matched(&b, key, 5000 + i);
+        }
+        let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+        a.take(&mut out_a);
+        b.take(&mut out_b);
+        let seen = |out: &[TxStamp]| {
+            out.iter()
+                .map(|s| (s.tag, s.app_tx.0, s.kernel_tx.0))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(seen(&out_a), vec![(100, 1000, 5000), (103, 1003, 5003)]);
+        assert_eq!(
+            seen(&out_b),
+            vec![(201, 1001, 5001), (202, 1002, 5002), (204, 1004, 5004)]
+        );
+        assert_eq!(a.lost() + b.lost(), 0);
+    }
+
+    /// A datagram that was never sent is forgotten, not counted lost, and
+    /// does not make the next stamp look late.
+    #[test]
+    fn unsent_key_is_forgotten() {
+        let book = StampBook::new(1, true);
+        let mut t = TxStamps::owner(book, 0);
+        let k0 = t.next_key().unwrap();
+        t.expect(k0, 1, Nanos(1));
+        t.unsent(k0);
+        let k1 = t.next_key().unwrap();
+        t.expect(k1, 2, Nanos(2));
+        matched(&t, k1, 9);
+        let mut out = Vec::new();
+        assert_eq!(t.take(&mut out), 1);
+        assert_eq!(out[0].tag, 2);
+        assert_eq!(t.lost(), 0);
     }
 }

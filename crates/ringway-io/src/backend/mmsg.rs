@@ -1,6 +1,6 @@
 //! `recvmmsg`/`sendmmsg`: one syscall moves a whole batch.
 
-use super::common::{wait_for_datagram, TxStamps};
+use super::common::{wait_for_datagram, TxStamps, Waiter};
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
@@ -18,6 +18,9 @@ struct Scratch {
     cbufs: Vec<CmsgBuf>,
     /// Send messages: (first entry, entries) of each, in order.
     msgs: Vec<(usize, usize)>,
+    /// Explicit TX stamp key of each send message (`None`: no stamp, or
+    /// the socket's counter numbers it).
+    keys: Vec<Option<u32>>,
 }
 
 // SAFETY: the raw pointers inside `hdrs`/`iovs` are rewritten before every
@@ -51,14 +54,17 @@ pub(crate) struct MmsgBackend {
     gso: GsoStats,
     /// The last receive filled the batch: try the next without polling.
     busy: bool,
+    /// The exclusive wait for a datagram, and its wake-up counts.
+    waiter: Waiter,
 }
 
 impl MmsgBackend {
-    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool) -> Self {
+    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps) -> Self {
         MmsgBackend {
+            waiter: Waiter::new(sock.as_raw_fd()),
             sock,
             stats: IoStats::default(),
-            stamps: TxStamps::default(),
+            stamps,
             tx_stamps,
             s: Scratch {
                 hdrs: Vec::new(),
@@ -66,6 +72,7 @@ impl MmsgBackend {
                 names: Vec::new(),
                 cbufs: Vec::new(),
                 msgs: Vec::new(),
+                keys: Vec::new(),
             },
             gso: GsoStats::default(),
             busy: false,
@@ -184,6 +191,7 @@ impl MmsgBackend {
         let count = to - from;
         self.s.ensure(count);
         self.s.msgs.clear();
+        self.s.keys.clear();
         // Entry from+j uses iovs[j]; message m (entries k..k+run) uses
         // hdrs[m], names[m], cbufs[m] and iovs[k..k+run].
         let mut done = 0;
@@ -219,13 +227,16 @@ impl MmsgBackend {
             if entry.stamp_tag.is_some() && !self.tx_stamps {
                 self.stats.tx_stamps_lost += 1;
             }
+            let mut key = None;
             let clen = if run > 1 {
                 sys::write_gso_cmsg(&mut self.s.cbufs[m], entry.len as u16)
             } else if entry.stamp_tag.is_some() && self.tx_stamps {
-                sys::write_tx_stamp_cmsg(&mut self.s.cbufs[m])
+                key = self.stamps.next_key();
+                sys::write_tx_stamp_cmsg(&mut self.s.cbufs[m], key)
             } else {
                 0
             };
+            self.s.keys.push(key);
             let hdr = &mut self.s.hdrs[m].msg_hdr;
             hdr.msg_namelen = namelen;
             hdr.msg_iovlen = run as _;
@@ -250,8 +261,21 @@ impl MmsgBackend {
         let nmsg = self.s.msgs.len();
         let mut offset = 0;
         let mut sent = 0;
+        // Explicit keys are registered before the first call (another
+        // backend on the socket may read the stamp before it returns); a
+        // message a later call sends keeps this send time.
+        let first_tx = realtime_now();
+        for (m, key) in self.s.keys.iter().enumerate() {
+            if let (Some(key), Some(tag)) = (*key, entries[from + self.s.msgs[m].0].stamp_tag) {
+                self.stamps.expect(key, tag, first_tx);
+            }
+        }
         while offset < nmsg {
-            let app_tx = realtime_now();
+            let app_tx = if offset == 0 {
+                first_tx
+            } else {
+                realtime_now()
+            };
             self.stats.tx_syscalls += 1;
             // SAFETY: hdrs[at..nmsg] point at live name storages, iovecs over
             // the batch's frames and control buffers; the kernel only reads them.
@@ -278,16 +302,20 @@ impl MmsgBackend {
                     }
                     // The message at `at` was refused: count its datagrams and go on.
                     self.stats.tx_errors += run as u64;
+                    if let Some(key) = self.s.keys[offset] {
+                        self.stamps.unsent(key);
+                    }
                     offset += 1;
                     continue;
                 }
             };
-            for &(done, run) in &self.s.msgs[offset..offset + got] {
+            for (m, &(done, run)) in self.s.msgs.iter().enumerate().skip(offset).take(got) {
                 sent += run;
                 if run > 1 {
                     self.gso.trains += 1;
                     self.gso.segments += run as u64;
-                } else if self.tx_stamps {
+                } else if self.tx_stamps && self.s.keys[m].is_none() {
+                    // Counter mode: the socket numbered it on acceptance.
                     if let Some(tag) = entries[from + done].stamp_tag {
                         self.stamps.sent(tag, app_tx);
                     }
@@ -298,6 +326,9 @@ impl MmsgBackend {
                 // Should not happen; avoid spinning.
                 for &(_, run) in &self.s.msgs[offset..] {
                     self.stats.tx_errors += run as u64;
+                }
+                for key in self.s.keys[offset..].iter().flatten() {
+                    self.stamps.unsent(*key);
                 }
                 break;
             }
@@ -367,11 +398,20 @@ impl BatchIo for MmsgBackend {
         }
         self.busy = false;
         if timeout == Some(Duration::ZERO)
-            || !wait_for_datagram(fd, timeout, &mut self.stamps, &mut self.stats.socket_errors)?
+            || !wait_for_datagram(
+                fd,
+                timeout,
+                &mut self.stamps,
+                &mut self.stats.socket_errors,
+                &mut self.waiter,
+            )?
         {
             return Ok(0);
         }
-        self.recv_some(batch)?;
+        if self.recv_some(batch)? == 0 {
+            // Woken, but another waiter took the datagram.
+            self.waiter.idle_wakeups += 1;
+        }
         self.busy = batch.free_frames() == 0;
         Ok(batch.len())
     }
@@ -437,7 +477,9 @@ impl BatchIo for MmsgBackend {
     }
     fn stats(&self) -> IoStats {
         IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
+            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
+            rx_wakeups: self.waiter.wakeups,
+            rx_idle_wakeups: self.waiter.idle_wakeups,
             ..self.stats
         }
     }

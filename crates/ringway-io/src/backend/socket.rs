@@ -5,7 +5,7 @@
 //! socket costs one syscall per datagram received, as the paper's
 //! baseline (poll when idle, then recvfrom).
 
-use super::common::{wait_for_datagram, TxStamps};
+use super::common::{wait_for_datagram, TxStamps, Waiter};
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
@@ -23,17 +23,20 @@ pub(crate) struct SocketBackend {
     /// Stamp requests are honoured (socket has OPT_ID).
     tx_stamps: bool,
     cbuf: CmsgBuf,
+    /// The exclusive wait for a datagram, and its wake-up counts.
+    waiter: Waiter,
     /// The last receive attempt found a datagram: try the next one without
     /// polling first.
     busy: bool,
 }
 
 impl SocketBackend {
-    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool) -> Self {
+    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps) -> Self {
         SocketBackend {
+            waiter: Waiter::new(sock.as_raw_fd()),
             sock,
             stats: IoStats::default(),
-            stamps: TxStamps::default(),
+            stamps,
             tx_stamps,
             cbuf: [0; CMSG_BUF_WORDS],
             busy: false,
@@ -117,8 +120,19 @@ impl BatchIo for SocketBackend {
         if !(direct && self.recv_one(batch)?) {
             self.busy = false;
             if timeout == Some(Duration::ZERO)
-                || !wait_for_datagram(fd, timeout, &mut self.stamps, &mut self.stats.socket_errors)?
+                || !wait_for_datagram(
+                    fd,
+                    timeout,
+                    &mut self.stamps,
+                    &mut self.stats.socket_errors,
+                    &mut self.waiter,
+                )?
             {
+                return Ok(0);
+            }
+            if !self.recv_one(batch)? {
+                // Woken, but another waiter took the datagram.
+                self.waiter.idle_wakeups += 1;
                 return Ok(0);
             }
         }
@@ -152,12 +166,20 @@ impl BatchIo for SocketBackend {
             if e.stamp_tag.is_some() && !self.tx_stamps {
                 self.stats.tx_stamps_lost += 1;
             }
+            let key = if want_stamp {
+                self.stamps.next_key()
+            } else {
+                None
+            };
             if want_stamp {
-                let clen = sys::write_tx_stamp_cmsg(&mut self.cbuf);
+                let clen = sys::write_tx_stamp_cmsg(&mut self.cbuf, key);
                 hdr.msg_control = self.cbuf.as_mut_ptr().cast();
                 hdr.msg_controllen = clen as _;
             }
             let app_tx = realtime_now();
+            if let (Some(key), Some(tag)) = (key, e.stamp_tag) {
+                self.stamps.expect(key, tag, app_tx);
+            }
             loop {
                 self.stats.tx_syscalls += 1;
                 // SAFETY: hdr points at live buffers (name, iov over the frame,
@@ -165,12 +187,17 @@ impl BatchIo for SocketBackend {
                 match sys::cvt(unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT) }) {
                     Ok(_) => {
                         sent += 1;
-                        if let (Some(tag), true) = (e.stamp_tag, want_stamp) {
+                        if let (Some(tag), true, None) = (e.stamp_tag, want_stamp, key) {
                             self.stamps.sent(tag, app_tx);
                         }
                     }
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => self.stats.tx_errors += 1,
+                    Err(_) => {
+                        self.stats.tx_errors += 1;
+                        if let Some(key) = key {
+                            self.stamps.unsent(key);
+                        }
+                    }
                 }
                 break;
             }
@@ -184,7 +211,9 @@ impl BatchIo for SocketBackend {
     }
     fn stats(&self) -> IoStats {
         IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
+            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
+            rx_wakeups: self.waiter.wakeups,
+            rx_idle_wakeups: self.waiter.idle_wakeups,
             ..self.stats
         }
     }

@@ -170,6 +170,9 @@ struct TxScratch {
     names: Vec<libc::sockaddr_storage>,
     cbufs: Vec<CmsgBuf>,
     results: Vec<Option<i32>>,
+    /// Explicit TX stamp key of each entry (`None`: no stamp, or the
+    /// socket's counter numbers it).
+    keys: Vec<Option<u32>>,
 }
 
 impl TxScratch {
@@ -182,6 +185,7 @@ impl TxScratch {
             self.names.push(sys::zero_storage());
             self.cbufs.push([0; CMSG_BUF_WORDS]);
             self.results.push(None);
+            self.keys.push(None);
         }
     }
 }
@@ -474,11 +478,16 @@ pub(crate) struct UringBackend {
 }
 
 impl UringBackend {
-    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, cfg: UringConfig) -> Self {
+    pub(crate) fn new(
+        sock: UdpSocket,
+        tx_stamps: bool,
+        stamps: TxStamps,
+        cfg: UringConfig,
+    ) -> Self {
         UringBackend {
             sock,
             stats: IoStats::default(),
-            stamps: TxStamps::default(),
+            stamps,
             tx_stamps,
             cfg,
             ring: None,
@@ -586,7 +595,7 @@ impl BatchIo for UringBackend {
     }
     fn stats(&self) -> IoStats {
         IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost,
+            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
             ..self.stats
         }
     }
@@ -660,11 +669,14 @@ impl UringBackend {
             if e.stamp_tag.is_some() && !tx_stamps {
                 stats.tx_stamps_lost += 1;
             }
+            let mut key = None;
             let clen = if e.stamp_tag.is_some() && tx_stamps {
-                sys::write_tx_stamp_cmsg(&mut ring_tx.cbufs[k])
+                key = self.stamps.next_key();
+                sys::write_tx_stamp_cmsg(&mut ring_tx.cbufs[k], key)
             } else {
                 0
             };
+            ring_tx.keys[k] = key;
             let hdr = &mut ring_tx.hdrs[k];
             hdr.msg_name = (&mut ring_tx.names[k] as *mut libc::sockaddr_storage).cast();
             hdr.msg_namelen = namelen;
@@ -680,6 +692,13 @@ impl UringBackend {
             ring_tx.results[k] = None;
         }
         let app_tx = realtime_now();
+        // Explicit keys are registered before the sends (another backend
+        // on the socket may read a stamp before we reap its completion).
+        for (k, e) in batch.entries().iter().enumerate() {
+            if let (Some(key), Some(tag)) = (ring.tx.keys[k], e.stamp_tag) {
+                self.stamps.expect(key, tag, app_tx);
+            }
+        }
         let mut queued = 0;
         let mut done = 0;
         while done < count {
@@ -711,11 +730,16 @@ impl UringBackend {
             match ring.tx.results[k] {
                 Some(r) if r >= 0 => {
                     sent += 1;
-                    if let (Some(tag), true) = (e.stamp_tag, tx_stamps) {
+                    if let (Some(tag), true, None) = (e.stamp_tag, tx_stamps, ring.tx.keys[k]) {
                         self.stamps.sent(tag, app_tx);
                     }
                 }
-                _ => stats.tx_errors += 1,
+                _ => {
+                    stats.tx_errors += 1;
+                    if let Some(key) = ring.tx.keys[k] {
+                        self.stamps.unsent(key);
+                    }
+                }
             }
         }
         stats.tx_packets += sent as u64;
@@ -746,8 +770,18 @@ pub(crate) fn probe() -> Result<(), BackendUnavailable> {
         sock_a.set_nonblocking(true)?;
         sock_b.set_nonblocking(true)?;
         let dst = sock_b.local_addr()?;
-        let mut sender = UringBackend::new(sock_a, false, UringConfig { buffers: 4 });
-        let mut receiver = UringBackend::new(sock_b, false, UringConfig { buffers: 4 });
+        let mut sender = UringBackend::new(
+            sock_a,
+            false,
+            TxStamps::default(),
+            UringConfig { buffers: 4 },
+        );
+        let mut receiver = UringBackend::new(
+            sock_b,
+            false,
+            TxStamps::default(),
+            UringConfig { buffers: 4 },
+        );
         let mut tx_batch = TxBatch::new(1, 64);
         tx_batch.push(dst, b"probe").map_err(io::Error::other)?;
         if sender.send_batch(&tx_batch)? != 1 {

@@ -55,8 +55,12 @@ pub struct SfuLabConfig {
     /// (% of one core).
     pub max_foreign_pct: f64,
     /// Leave out runs whose load generator was late (> 1 ms) on more than
-    /// this share of its ticks (%).
+    /// this share of its ticks (%) above what it is alone
+    /// ([`SfuLabConfig::late_calibration`]; without one, the share itself).
     pub max_late_pct: f64,
+    /// The generator's own lateness on this machine, measured before the
+    /// runs ([`calibrate_lateness`]); `None`: not measured.
+    pub late_calibration: Option<LateCalibration>,
     /// Also run a `tc` column: the socket SFU with the in-kernel fan-out on
     /// its interface (testbed only).
     pub kernel_fanout: bool,
@@ -79,8 +83,48 @@ impl Default for SfuLabConfig {
             load_cpus: None,
             max_foreign_pct: 50.0,
             max_late_pct: 1.0,
+            late_calibration: None,
             kernel_fanout: false,
         }
+    }
+}
+
+impl SfuLabConfig {
+    /// The paper's grid (pktswitch Figs. 3-5): 6, 8 and 10 clients at 750
+    /// and 1500 packets per second each, 3 repetitions of 60 s; the other
+    /// settings as `self` has them (backends, placement, warm-up).
+    pub fn paper(self) -> SfuLabConfig {
+        SfuLabConfig {
+            clients: vec![6, 8, 10],
+            pps: vec![750, 1500],
+            reps: 3,
+            duration_s: 60.0,
+            ..self
+        }
+    }
+
+    /// The runs [`run_grid`] makes, in its order: (repetition, clients,
+    /// packets per second, backend, `tc` column).
+    pub fn plan(&self) -> Vec<(usize, usize, u32, BackendKind, bool)> {
+        let mut runs = Vec::new();
+        for rep in 0..self.reps {
+            for &n in &self.clients {
+                for &pps in &self.pps {
+                    for &b in &self.backends {
+                        runs.push((rep, n, pps, b, false));
+                    }
+                    if self.kernel_fanout {
+                        runs.push((rep, n, pps, BackendKind::Socket, true));
+                    }
+                }
+            }
+        }
+        runs
+    }
+
+    /// Seconds the grid takes at least (warm-up and measurement per run).
+    pub fn planned_seconds(&self) -> f64 {
+        self.plan().len() as f64 * (self.warmup_s + self.duration_s)
     }
 }
 
@@ -299,24 +343,83 @@ struct Measured {
     after: Sample,
 }
 
+/// The load generator's lateness alone on this machine, and the limit the
+/// runs are held to: a quiet 2-vCPU VM wakes a sleeping thread more than
+/// 1 ms late on a few % of ticks with nothing else running, and a fixed 1 %
+/// limit would flag every run there. The limit is the calibration's late
+/// share plus three of its standard errors (binomial), plus the tolerance
+/// `--max-late`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LateCalibration {
+    /// Ticks scheduled in the calibration.
+    pub ticks: u64,
+    /// Of those, ticks more than 1 ms late.
+    pub late: u64,
+    /// `late` as a share of `ticks` (%).
+    pub late_pct: f64,
+    /// The limit a run's late share is held to (%).
+    pub limit_pct: f64,
+}
+
+impl LateCalibration {
+    /// From a calibration's `ticks` and `late` ones, with `tolerance_pct`
+    /// allowed above it.
+    pub fn new(ticks: u64, late: u64, tolerance_pct: f64) -> LateCalibration {
+        let (share, upper) = if ticks == 0 {
+            (0.0, 0.0)
+        } else {
+            let share = late.min(ticks) as f64 / ticks as f64;
+            (
+                share,
+                share + 3.0 * (share * (1.0 - share) / ticks as f64).sqrt(),
+            )
+        };
+        LateCalibration {
+            ticks,
+            late,
+            late_pct: 100.0 * share,
+            limit_pct: 100.0 * upper + tolerance_pct,
+        }
+    }
+}
+
+impl SfuLabConfig {
+    /// The late-tick share (%) above which a run is left out.
+    pub fn late_limit_pct(&self) -> f64 {
+        self.late_calibration
+            .map_or(self.max_late_pct, |cal| cal.limit_pct)
+    }
+}
+
+/// Measure the generator's own lateness for the grid's busiest cell (most
+/// clients at the highest rate) for `duration`, its thread placed as the
+/// load's, with nothing sent ([`ringway_load::sfu::tick_lateness`]).
+pub fn calibrate_lateness(c: &SfuLabConfig, duration: Duration) -> anyhow::Result<LateCalibration> {
+    let clients = c.clients.iter().copied().max().unwrap_or(1).max(1);
+    let pps = c.pps.iter().copied().max().unwrap_or(1).max(1);
+    let (ticks, late) = ringway_load::sfu::tick_lateness(
+        clients,
+        3000.0 / f64::from(pps),
+        1,
+        duration,
+        c.load_cpus.clone(),
+    )?;
+    Ok(LateCalibration::new(ticks, late, c.max_late_pct))
+}
+
 /// Why a run is left out of the summaries, if it is.
 fn exclusion(
     c: &SfuLabConfig,
-    served: &ServeReport,
-    load: &ClientReport,
+    refused: Option<&String>,
     late_pct: f64,
     foreign_pct: f64,
 ) -> Option<String> {
-    let refused: Vec<&String> = served
-        .placement_refused
-        .iter()
-        .chain(&load.placement_refused)
-        .collect();
-    if !refused.is_empty() {
-        Some(format!("placement refused: {}", refused[0]))
-    } else if late_pct > c.max_late_pct {
+    if let Some(refused) = refused {
+        Some(format!("placement refused: {refused}"))
+    } else if late_pct > c.late_limit_pct() {
         Some(format!(
-            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late)"
+            "load generator fell behind ({late_pct:.1}% of ticks > 1 ms late, limit {:.1}%)",
+            c.late_limit_pct()
         ))
     } else if foreign_pct > c.max_foreign_pct {
         Some(format!(
@@ -378,7 +481,12 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
     } else {
         0.0
     };
-    let excluded = exclusion(c, &sample, &load, late_pct, foreign_pct);
+    let refused = sample
+        .placement_refused
+        .iter()
+        .chain(&load.placement_refused)
+        .next();
+    let excluded = exclusion(c, refused, late_pct, foreign_pct);
     let kernel = sample.kernel_fanout.filter(|_| fanout);
     let packets = kernel.map_or(sample.delay.count, |k| k.packets);
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
@@ -487,26 +595,16 @@ pub fn run_grid(
 ) -> (Vec<Run>, usize) {
     let mut runs = Vec::new();
     let mut failed = 0;
-    for rep in 0..c.reps {
-        for &n in &c.clients {
-            for &pps in &c.pps {
-                for &b in &c.backends {
-                    let result = run_one(place, c, b, n, pps, rep);
-                    progress(&result, (rep, n, pps, b, false));
-                    match result {
-                        Ok(result) => runs.push(result),
-                        Err(_) => failed += 1,
-                    }
-                }
-                if c.kernel_fanout {
-                    let result = run_kernel_fanout(place, c, n, pps, rep);
-                    progress(&result, (rep, n, pps, BackendKind::Socket, true));
-                    match result {
-                        Ok(result) => runs.push(result),
-                        Err(_) => failed += 1,
-                    }
-                }
-            }
+    for (rep, n, pps, b, fanout) in c.plan() {
+        let result = if fanout {
+            run_kernel_fanout(place, c, n, pps, rep)
+        } else {
+            run_one(place, c, b, n, pps, rep)
+        };
+        progress(&result, (rep, n, pps, b, fanout));
+        match result {
+            Ok(result) => runs.push(result),
+            Err(_) => failed += 1,
         }
     }
     (runs, failed)
@@ -533,12 +631,47 @@ pub struct CapacityPoint {
     pub loss_pct: f64,
     /// Delay (a) p50 (µs).
     pub delay_p50_us: f64,
+    /// Delay (b) p50 (µs): pickup to handed to the kernel, the
+    /// like-for-like figure across backends (review B1).
+    pub handoff_p50_us: f64,
     /// Delay (d) p50 (µs).
     pub kdelay_p50_us: f64,
     /// Other load on the machine (% of one core).
     pub foreign_pct: f64,
-    /// Why this step is the backend's last (loss, CPU), if it is.
+    /// Attempts at this step that were left out (the grid's exclusion
+    /// rules) or failed, with the reason; the step counts only with a
+    /// valid run.
+    pub flagged: Vec<String>,
+    /// Why this step is the backend's last (loss, CPU, no valid run), if it is.
     pub limit: Option<String>,
+}
+
+/// Attempts per capacity step before it counts as having no valid run.
+pub const CAPACITY_ATTEMPTS: usize = 3;
+
+/// One capacity step under the grid's exclusion rules (review B9): up to
+/// [`CAPACITY_ATTEMPTS`] runs until one is valid. Returns that run (if
+/// any) and why the others were left out or failed.
+fn capacity_step(
+    place: &Placement,
+    c: &SfuLabConfig,
+    column: Column,
+) -> (Option<Run>, Vec<String>) {
+    let mut flagged = Vec::new();
+    for attempt in 0..CAPACITY_ATTEMPTS {
+        let column = Column {
+            rep: attempt,
+            ..column
+        };
+        match run_column(place, c, column) {
+            Ok(r) => match &r.excluded {
+                Some(why) => flagged.push(format!("attempt {}: {why}", attempt + 1)),
+                None => return (Some(r), flagged),
+            },
+            Err(e) => flagged.push(format!("attempt {}: failed: {e:#}", attempt + 1)),
+        }
+    }
+    (None, flagged)
 }
 
 /// The highest load a backend carried.
@@ -568,7 +701,9 @@ pub struct Capacity {
 /// Per backend (and the `tc` column when asked for), raise the clients
 /// through `steps` (at `pps` each) until the clients lose more than
 /// `loss_pct` or the engine's CPU (for `tc` the SFU host's) reaches
-/// `cpu_pct`; `progress` is told about each step.
+/// `cpu_pct`, or a step has no valid run (runs are left out by the grid's
+/// rules and retried, [`CAPACITY_ATTEMPTS`] in all); `progress` is told
+/// about each step.
 pub fn run_capacity(
     place: &Placement,
     c: &SfuLabConfig,
@@ -594,7 +729,29 @@ pub fn run_capacity(
                 pps,
                 rep: 0,
             };
-            let measured = run_column(place, c, column)?;
+            let load_pps = (n as u64) * u64::from(pps);
+            let (measured, flagged) = capacity_step(place, c, column);
+            let Some(measured) = measured else {
+                // No valid run at this step: nothing is claimed from here on.
+                let point = CapacityPoint {
+                    backend: name.into(),
+                    clients: n,
+                    pps,
+                    load_pps,
+                    cpu_pct: f64::NAN,
+                    sfu_host_pct: f64::NAN,
+                    loss_pct: f64::NAN,
+                    delay_p50_us: f64::NAN,
+                    handoff_p50_us: f64::NAN,
+                    kdelay_p50_us: f64::NAN,
+                    foreign_pct: f64::NAN,
+                    flagged,
+                    limit: Some("no valid run (see flagged)".into()),
+                };
+                progress(&point);
+                points.push(point);
+                break;
+            };
             // The in-kernel fan-out works in the SFU's NAPI thread: its
             // saturation is the SFU host's.
             let cpu = if fanout {
@@ -613,7 +770,14 @@ pub fn run_capacity(
             } else {
                 None
             };
-            let load_pps = (n as u64) * u64::from(pps);
+            // As the grid: a congested TX path spoils the delays only.
+            let delay = |v: f64| {
+                if measured.delay_excluded.is_some() {
+                    f64::NAN
+                } else {
+                    v
+                }
+            };
             let point = CapacityPoint {
                 backend: name.into(),
                 clients: n,
@@ -622,9 +786,11 @@ pub fn run_capacity(
                 cpu_pct: cpu,
                 sfu_host_pct: measured.sfu_host_pct,
                 loss_pct: measured.client_loss_pct,
-                delay_p50_us: measured.delay_p50_us,
-                kdelay_p50_us: measured.kdelay_p50_us,
+                delay_p50_us: delay(measured.delay_p50_us),
+                handoff_p50_us: delay(measured.handoff_p50_us),
+                kdelay_p50_us: delay(measured.kdelay_p50_us),
                 foreign_pct: measured.foreign_pct,
+                flagged,
                 limit: limit.clone(),
             };
             progress(&point);
@@ -670,7 +836,7 @@ pub fn render_capacity(cap: &Capacity) -> String {
     };
     let _ = writeln!(
         out,
-        "capacity (loss <= {}% and engine CPU < {}% of a core):\n{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>8}  limit",
+        "capacity (loss <= {}% and engine CPU < {}% of a core, valid runs only):\n{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8}  limit",
         cap.limits.0,
         cap.limits.1,
         "backend",
@@ -680,24 +846,33 @@ pub fn render_capacity(cap: &Capacity) -> String {
         "sfuhost%",
         "loss%",
         "a_p50_us",
+        "b_p50_us",
         "d_p50_us",
         "other%"
     );
     for p in &cap.points {
         let _ = writeln!(
             out,
-            "{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>8}  {}",
+            "{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8}  {}",
             p.backend,
             p.clients,
             p.load_pps,
             format_value(p.cpu_pct),
             format_value(p.sfu_host_pct),
-            format!("{:.2}", p.loss_pct),
+            if p.loss_pct.is_finite() {
+                format!("{:.2}", p.loss_pct)
+            } else {
+                "n/a".into()
+            },
             format_value(p.delay_p50_us),
+            format_value(p.handoff_p50_us),
             format_value(p.kdelay_p50_us),
             format_value(p.foreign_pct),
             p.limit.as_deref().unwrap_or("-")
         );
+        for why in &p.flagged {
+            let _ = writeln!(out, "        left out: {why}");
+        }
     }
     for c in &cap.carried {
         let _ = writeln!(
@@ -712,4 +887,66 @@ pub fn render_capacity(cap: &Capacity) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_limit_is_the_calibration_plus_three_standard_errors_and_the_tolerance() {
+        // 50 of 1000 ticks late: 5 %, standard error sqrt(.05 * .95 / 1000)
+        // = 0.6892 %, so the limit is 5 + 2.0676 + 1 = 8.0676 %.
+        let cal = LateCalibration::new(1000, 50, 1.0);
+        assert!((cal.late_pct - 5.0).abs() < 1e-9);
+        assert!((cal.limit_pct - 8.0676).abs() < 1e-3, "{}", cal.limit_pct);
+        // Never late, or nothing measured: the tolerance alone.
+        assert_eq!(LateCalibration::new(1000, 0, 1.0).limit_pct, 1.0);
+        assert_eq!(LateCalibration::new(0, 0, 1.0).limit_pct, 1.0);
+        // Every tick late: 100 % plus the tolerance.
+        assert_eq!(LateCalibration::new(10, 10, 1.0).limit_pct, 101.0);
+    }
+
+    #[test]
+    fn a_calibrated_machine_does_not_flag_its_usual_lateness() {
+        let mut c = SfuLabConfig::default();
+        // 4 % late ticks: over the fixed 1 % limit ...
+        assert!(exclusion(&c, None, 4.0, 0.0).is_some());
+        // ... but the generator alone was 3.5 % late here.
+        c.late_calibration = Some(LateCalibration::new(100_000, 3_500, c.max_late_pct));
+        assert!(exclusion(&c, None, 4.0, 0.0).is_none());
+        // Well above what it is alone: flagged, with the limit named.
+        let why = exclusion(&c, None, 6.0, 0.0).unwrap();
+        assert!(why.contains("limit 4.7%"), "{why}");
+    }
+
+    #[test]
+    fn paper_preset_plans_the_papers_grid() {
+        let c = SfuLabConfig {
+            backends: vec![BackendKind::Socket, BackendKind::Xdp],
+            warmup_s: 2.0,
+            clients: vec![2],
+            reps: 1,
+            duration_s: 5.0,
+            ..SfuLabConfig::default()
+        }
+        .paper();
+        assert_eq!(c.clients, vec![6, 8, 10]);
+        assert_eq!(c.pps, vec![750, 1500]);
+        assert_eq!(c.reps, 3);
+        assert_eq!(c.duration_s, 60.0);
+        // Backends and warm-up are the caller's.
+        assert_eq!(c.warmup_s, 2.0);
+        let plan = c.plan();
+        assert_eq!(plan.len(), 3 * 3 * 2 * 2);
+        // Repetition-major; within a cell every backend in turn.
+        assert_eq!(plan[0], (0, 6, 750, BackendKind::Socket, false));
+        assert_eq!(plan[1], (0, 6, 750, BackendKind::Xdp, false));
+        assert_eq!(plan[2], (0, 6, 1500, BackendKind::Socket, false));
+        assert_eq!(
+            plan.last().unwrap(),
+            &(2, 10, 1500, BackendKind::Xdp, false)
+        );
+        assert_eq!(c.planned_seconds(), 36.0 * 62.0);
+    }
 }

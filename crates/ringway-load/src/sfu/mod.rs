@@ -427,25 +427,9 @@ fn spawn_sender(
         .spawn(move || -> anyhow::Result<SenderEnd> {
             let refused = pin("sfu-client-tx", cpus);
             let mut tx_batch = TxBatch::new(64, FRAME);
-            let start = Instant::now();
-            let mut next = phases;
-            let (mut ticks, mut late) = (0u64, 0u64);
+            let mut schedule = TickSchedule::new(phases, interval_ns);
             while !shared.stop_tx.load(Ordering::Relaxed) && !sources.is_empty() {
-                let (source, due_ns) = next
-                    .iter()
-                    .copied()
-                    .enumerate()
-                    .min_by_key(|x| x.1)
-                    .expect("a source");
-                let due = start + Duration::from_nanos(due_ns);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                } else if now - due > Duration::from_millis(1) {
-                    late += 1;
-                }
-                next[source] += interval_ns;
-                ticks += 1;
+                let source = schedule.wait_next();
                 let (io, streams) = &mut sources[source];
                 tx_batch.clear();
                 for s in streams.iter_mut() {
@@ -469,12 +453,93 @@ fn spawn_sender(
                 );
             }
             Ok(SenderEnd {
-                ticks,
-                late,
+                ticks: schedule.ticks,
+                late: schedule.late,
                 cpu: host::thread_cpu_time().ok(),
                 refused,
             })
         })
+}
+
+/// A tick is late when it starts more than this after it was due.
+pub const LATE_TICK: Duration = Duration::from_millis(1);
+
+/// The sender's clock: source k ticks every interval at its own phase
+/// (ns after the start); counts the ticks and those that started more
+/// than [`LATE_TICK`] late.
+struct TickSchedule {
+    start: Instant,
+    next: Vec<u64>,
+    interval_ns: u64,
+    ticks: u64,
+    late: u64,
+}
+
+impl TickSchedule {
+    fn new(phases: Vec<u64>, interval_ns: u64) -> TickSchedule {
+        TickSchedule {
+            start: Instant::now(),
+            next: phases,
+            interval_ns,
+            ticks: 0,
+            late: 0,
+        }
+    }
+
+    /// Sleep until the next tick is due; the source whose tick it is.
+    fn wait_next(&mut self) -> usize {
+        let (source, due_ns) = self
+            .next
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|x| x.1)
+            .expect("a source");
+        let due = self.start + Duration::from_nanos(due_ns);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        } else if now - due > LATE_TICK {
+            self.late += 1;
+        }
+        self.next[source] += self.interval_ns;
+        self.ticks += 1;
+        source
+    }
+}
+
+/// The generator's own lateness on this machine: the sender's schedule for
+/// `sources` sources every `interval_ms` (phases from `seed`, as
+/// [`run`] draws them) run for `duration` on a thread pinned to `cpus`,
+/// sleeping to each tick as the sender does but sending nothing. Returns
+/// (ticks, ticks more than [`LATE_TICK`] late): what the machine's timer
+/// and scheduler cost the generator before any load is added.
+pub fn tick_lateness(
+    sources: usize,
+    interval_ms: f64,
+    seed: u64,
+    duration: Duration,
+    cpus: Option<Vec<usize>>,
+) -> anyhow::Result<(u64, u64)> {
+    anyhow::ensure!(sources > 0, "no sources to schedule");
+    let interval_ns = (interval_ms * 1e6).max(1.0) as u64;
+    let thread = std::thread::Builder::new()
+        .name("sfu-calibrate".into())
+        .spawn(move || {
+            let refused = pin("sfu-calibrate", cpus);
+            let mut schedule =
+                TickSchedule::new(phases(sources, interval_ns, true, seed), interval_ns);
+            let start = Instant::now();
+            while start.elapsed() < duration {
+                schedule.wait_next();
+            }
+            (schedule.ticks, schedule.late, refused)
+        })?;
+    let (ticks, late, refused) = thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the calibration thread panicked"))?;
+    anyhow::ensure!(refused.is_empty(), "placement refused: {}", refused[0]);
+    Ok((ticks, late))
 }
 
 /// Phase of each of `n` sources within `interval_ns`: uniform from a

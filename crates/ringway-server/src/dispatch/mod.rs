@@ -15,6 +15,7 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
+use crate::dns::NextHop;
 use crate::host;
 use crate::metrics::PromText;
 use crate::sip::TX_FRAME;
@@ -41,8 +42,14 @@ const PROBE_TICK_MAX: Duration = Duration::from_millis(20);
 pub struct DispatchServerConfig {
     /// UDP address (a concrete one: it goes into Via, Record-Route, Path).
     pub listen: SocketAddr,
-    /// The proxies behind it (1..=64), IP literals.
+    /// The proxies behind it (1..=64 with `proxy_names`), IP literals.
     pub proxies: Vec<SocketAddr>,
+    /// Proxies given by name: each resolved at start (RFC 3263: `host`
+    /// by NAPTR/SRV, `host:port` by A/AAAA), every target a proxy behind
+    /// us, its address checked by the relay policy (`crate::dns`).
+    pub proxy_names: Vec<crate::dns::NextHop>,
+    /// The nameserver for `proxy_names` (default: /etc/resolv.conf's).
+    pub dns_server: Option<SocketAddr>,
     /// Worker threads (1..=64).
     pub workers: usize,
     /// I/O backend: a socket backend (the dispatcher refuses `Xdp`).
@@ -80,6 +87,8 @@ impl Default for DispatchServerConfig {
         DispatchServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
             proxies: Vec::new(),
+            proxy_names: Vec::new(),
+            dns_server: None,
             workers: 1,
             io: Io::Mmsg,
             batch: 32,
@@ -106,11 +115,16 @@ impl DispatchServerConfig {
                 self.listen
             ));
         }
-        if !(1..=64).contains(&self.proxies.len()) {
-            return fail(format!(
-                "proxies: give 1..=64 proxies, not {}",
-                self.proxies.len()
-            ));
+        let given = self.proxies.len() + self.proxy_names.len();
+        if !(1..=64).contains(&given) {
+            return fail(format!("proxies: give 1..=64 proxies, not {given}"));
+        }
+        if let Some(name) = self
+            .proxy_names
+            .iter()
+            .find(|n| !matches!(n, NextHop::Name { .. }))
+        {
+            return fail(format!("proxy_names: {name} is not a name"));
         }
         for (i, p) in self.proxies.iter().enumerate() {
             if !ringway_sip::proxy::sendable(p) || *p == self.listen {
@@ -159,6 +173,58 @@ impl DispatchServerConfig {
     }
 }
 
+/// Resolve the proxies given by name (at start, on the starting thread:
+/// no worker runs yet) and add every target the relay policy allows to
+/// `config.proxies` (at most 64 in all). A name that gives no allowed
+/// target is an error: the dispatcher does not start half-configured.
+fn resolve_proxy_names(
+    config: &mut DispatchServerConfig,
+) -> Result<Option<crate::dns::Resolver>, ServerError> {
+    if config.proxy_names.is_empty() {
+        return Ok(None);
+    }
+    let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
+        server: config.dns_server,
+        threads: 1,
+        ..crate::dns::DnsConfig::default()
+    })
+    .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
+    let policy =
+        ringway_sip::RelayPolicy::new(config.listen, config.proxies.clone(), config.relay.clone());
+    for name in &config.proxy_names {
+        let NextHop::Name { host, port } = name else {
+            continue;
+        };
+        let targets = resolver
+            .lookup(host, *port, config.listen)
+            .map_err(|e| ServerError::Config(format!("proxy {name}: {e}")))?;
+        let allowed = crate::dns::policy_filter(&policy, targets);
+        let added: Vec<SocketAddr> = allowed
+            .into_iter()
+            .filter(|to| *to != config.listen)
+            .collect();
+        if added.is_empty() {
+            return Err(ServerError::Config(format!(
+                "proxy {name}: no resolved address the relay policy allows (loopback, link-local and our own IP need `relay` to name them)"
+            )));
+        }
+        log::info!(
+            "sip dispatch: proxy {name} resolved to {}",
+            added
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for to in added {
+            if !config.proxies.contains(&to) && config.proxies.len() < 64 {
+                config.proxies.push(to);
+            }
+        }
+    }
+    Ok(Some(resolver))
+}
+
 /// What the threads share.
 struct Shared {
     config: DispatchServerConfig,
@@ -178,6 +244,10 @@ struct Shared {
     /// Test hook (`RINGWAY_TEST_PANIC=dispatch-w0`): that worker panics on
     /// its first datagram.
     inject_panic: Option<String>,
+    /// The resolver of `proxy_names` (its counters), if any.
+    resolver: Option<crate::dns::Resolver>,
+    /// Proxies that came from DNS (their going out counts as a failover).
+    resolved: Vec<SocketAddr>,
 }
 
 /// The JSON summary of a dispatcher run (`ringway.sip-dispatch.summary/1`).
@@ -255,8 +325,14 @@ pub struct DispatchServer {
 
 impl DispatchServer {
     /// Open the sockets and start the worker and probe threads.
-    pub fn start(config: DispatchServerConfig) -> Result<DispatchServer, ServerError> {
+    pub fn start(mut config: DispatchServerConfig) -> Result<DispatchServer, ServerError> {
         config.validate()?;
+        let literal = config.proxies.len();
+        let resolver = resolve_proxy_names(&mut config)?;
+        let resolved = config.proxies[literal..].to_vec();
+        if let Some(resolver) = &resolver {
+            resolver.stop();
+        }
         let mut socket_config = SocketConfig::new(config.listen);
         socket_config.reuseport = true;
         socket_config.rx_timestamps = false;
@@ -308,6 +384,8 @@ impl DispatchServer {
             started: Instant::now(),
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
+            resolver,
+            resolved,
         });
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
@@ -534,6 +612,13 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
                         "out (probes unanswered)"
                     }
                 );
+                let address = dispatcher.config().proxies[i];
+                if let (false, Some(resolver)) = (is, &shared.resolver) {
+                    if shared.resolved.contains(&address) {
+                        // Its share moves to the other targets.
+                        resolver.stats().add_failover();
+                    }
+                }
                 *was = is;
             }
         }
@@ -548,6 +633,9 @@ fn render(shared: &Shared) -> String {
     driver_counters(&mut text, shared);
     core_counters(&mut text, &stats);
     proxy_metrics(&mut text, &stats);
+    if let Some(resolver) = &shared.resolver {
+        resolver.stats().snapshot().prometheus(&mut text);
+    }
     text.finish()
 }
 

@@ -57,6 +57,23 @@ pub struct LiveStats {
     /// Packets the recorder's full channel dropped so far (`None`: not
     /// recording).
     pub record_queue_drops: Option<u64>,
+    /// The warm-up is over: the final report counts from here (these live
+    /// counters stay cumulative).
+    pub measuring: bool,
+}
+
+/// The engine's and the backend's counters at the end of the warm-up: the
+/// report subtracts them, so that every counter it uses covers the
+/// measured window only (review B4). The live counters stay cumulative.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Baseline {
+    pub(super) io: ringway_io::IoStats,
+    pub(super) fanout: Option<ringway_io::backend::FanoutStats>,
+    pub(super) rx_bytes: u64,
+    pub(super) tx_bytes: u64,
+    pub(super) truncated: u64,
+    pub(super) rx_errors: u64,
+    pub(super) flushes: u64,
 }
 
 /// The engine's clocks; tests give it a fake one.
@@ -194,11 +211,26 @@ impl Engine {
         }
     }
 
-    /// Forget the delays measured so far (end of the warm-up).
-    pub(super) fn reset_measurements(&mut self) {
+    /// Forget the delays measured so far (end of the warm-up) and return
+    /// the counters to subtract at the end (`io` and `fanout`: the
+    /// backend's and the in-kernel fan-out's now).
+    pub(super) fn reset_measurements(
+        &mut self,
+        io: ringway_io::IoStats,
+        fanout: Option<ringway_io::backend::FanoutStats>,
+    ) -> Baseline {
         self.delays = Delays::new();
         self.forwarded = 0;
         self.copies = 0;
+        Baseline {
+            io,
+            fanout,
+            rx_bytes: self.rx_bytes,
+            tx_bytes: self.tx_bytes,
+            truncated: self.truncated,
+            rx_errors: self.rx_errors,
+            flushes: self.flushes,
+        }
     }
 
     /// Handle the datagrams of the current receive batch.
@@ -529,7 +561,7 @@ mod tests {
     fn engine(flush: Flush, clock: &FakeClock) -> Engine {
         let sfu = Sfu::new(SfuConfig::default());
         let mut e = Engine::new(sfu, 64, None, flush, 20_000, Box::new(clock.clone()));
-        e.reset_measurements();
+        e.reset_measurements(Default::default(), None);
         e
     }
 

@@ -5,6 +5,7 @@
 use super::location::Location;
 use super::service;
 use super::tcp::TcpConfig;
+use super::tls::TlsConfig;
 use crate::ServerError;
 use ringway_io::thread::Placement;
 use ringway_io::Io;
@@ -49,6 +50,8 @@ pub struct SipServerConfig {
     pub listeners: Vec<TransportAddr>,
     /// Bounds of the TCP transport.
     pub tcp: TcpConfig,
+    /// Certificates and bounds of the TLS transport.
+    pub tls: TlsConfig,
     /// Destinations any request may be relayed to, authenticated or not
     /// (`none`: only `route_to`, bindings, signed dialogs and
     /// authenticated users' targets; `any`; or networks). Loopback,
@@ -150,6 +153,7 @@ impl Default for SipServerConfig {
             route_to: None,
             listeners: Vec::new(),
             tcp: TcpConfig::default(),
+            tls: TlsConfig::default(),
             relay: RelayNets::None,
             registrar: false,
             record_route: true,
@@ -233,9 +237,9 @@ impl SipServerConfig {
             ));
         }
         for listener in &self.listeners {
-            if listener.transport != Transport::Tcp {
+            if !matches!(listener.transport, Transport::Tcp | Transport::Tls) {
                 return fail(format!(
-                    "listen {listener}: only udp and tcp are built so far (tls and ws: issue 21)"
+                    "listen {listener}: only udp, tcp and tls are built so far (ws: issue 21)"
                 ));
             }
             if listener.addr.ip().is_unspecified() {
@@ -253,6 +257,15 @@ impl SipServerConfig {
             }
         }
         self.tcp.validate().map_err(ServerError::Config)?;
+        let tls_listen = self.listeners.iter().any(|l| l.transport == Transport::Tls);
+        self.tls.validate(tls_listen).map_err(ServerError::Config)?;
+        if self
+            .route_to
+            .is_some_and(|to| to.transport == Transport::Tls)
+            && self.tls.ca.is_none()
+        {
+            return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
+        }
         if let Io::Xdp(_) = self.io {
             return fail("the SIP server runs on sockets (socket, mmsg or uring backend)".into());
         }

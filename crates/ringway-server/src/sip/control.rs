@@ -5,7 +5,8 @@
 //!
 //! Reload applies, without touching transactions, dialogs or bindings:
 //! the credentials of `auth_file` (re-read), `flood_limit` and
-//! `flood_window`, and `relay`. Every other key takes effect at the
+//! `flood_window`, `relay`, and the TLS certificate, key and CA files
+//! (re-read; open connections keep their sessions). Every other key takes effect at the
 //! next start; a reload that changes one says so in
 //! [`ReloadReport::restart_needed`] (see [`RELOADABLE`]).
 
@@ -378,6 +379,13 @@ impl SipControl {
             (Some(_), true) => new.load_credentials()?,
             _ => None,
         };
+        // The certificate files are re-read (same paths: new contents) and
+        // swapped whole, or nothing changes; open connections keep their
+        // sessions.
+        if let Some(tls) = shared.connections.as_ref().and_then(|c| c.tls()) {
+            tls.reload().map_err(ServerError::Config)?;
+            report.applied.push("tls certificates".into());
+        }
         if let (Some(swap), Some(credentials)) = (&shared.control.credentials, credentials) {
             report.credentials = Some(credentials.len());
             swap.set(Arc::new(credentials));

@@ -37,7 +37,9 @@ mod summary;
 pub mod tcp;
 mod threads;
 mod timer;
+pub mod tls;
 mod worker;
+pub mod ws;
 
 pub use config::{RxModel, SipServerConfig, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
 pub use control::{
@@ -66,6 +68,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 pub use tcp::{Connections, TcpConfig, TcpSnapshot};
+pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 use snapshot::{snapshot, MetricsSlot};
 use sockets::{open_listeners, open_sockets, StreamListeners};
@@ -217,7 +220,10 @@ impl SipServer {
         sockets: Vec<UdpSocket>,
         timer_socket: UdpSocket,
         store_ends: Option<StoreEnds>,
-        (tcp_listeners, tcp_polls): (Vec<mio::net::TcpListener>, Vec<mio::Poll>),
+        (tcp_listeners, tcp_polls): (
+            Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
+            Vec<mio::Poll>,
+        ),
     ) -> Result<(), ServerError> {
         let backend = self.shared.config.io.kind();
         let open = |socket| {
@@ -227,8 +233,22 @@ impl SipServer {
             })
         };
         let mut ios = Vec::new();
-        for socket in sockets {
-            ios.push(open(socket)?);
+        if self.shared.config.rx_model == RxModel::Shared && sockets.len() > 1 {
+            // One socket for every worker: exclusive wake-up and TX stamp
+            // keys per worker (review D5, D6). The dups made for the
+            // workers are not needed: open_shared makes its own.
+            let socket = sockets.into_iter().next().expect("one socket per worker");
+            let workers = self.shared.config.workers;
+            ios = ringway_io::open_shared(backend, socket, workers).map_err(|source| {
+                ServerError::Backend {
+                    backend: backend.to_string(),
+                    source,
+                }
+            })?;
+        } else {
+            for socket in sockets {
+                ios.push(open(socket)?);
+            }
         }
         let mut store_ios = Vec::new();
         for _ in 0..store_ends.as_ref().map_or(0, |ends| ends.stores.len()) {

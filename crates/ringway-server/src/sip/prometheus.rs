@@ -304,6 +304,50 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
     if let Some(tcp) = &snap.tcp {
         render_transport(text, "tcp", tcp);
     }
+    if let Some(tls) = &snap.tls {
+        render_tls(text, tls);
+    }
+}
+
+/// The TLS layer: handshakes, their failures and bounds, reloads.
+fn render_tls(p: &mut PromText, s: &super::TlsSnapshot) {
+    let l = [("transport", "tls")];
+    p.counter(
+        "ringway_sip_tls_handshakes_total",
+        "TLS handshakes completed (accepted and opened).",
+        &l,
+        s.handshakes,
+    );
+    for (reason, v) in [
+        ("failed", s.handshake_failures),
+        ("timeout", s.handshake_timeouts),
+        ("refused", s.handshakes_refused),
+    ] {
+        p.counter(
+            "ringway_sip_tls_handshake_failures_total",
+            "TLS handshakes that failed, timed out, or were refused (max_handshakes in progress).",
+            &[("transport", "tls"), ("reason", reason)],
+            v,
+        );
+    }
+    p.gauge(
+        "ringway_sip_tls_handshakes_in_progress",
+        "TLS handshakes in progress now.",
+        &l,
+        s.in_handshake as f64,
+    );
+    p.counter(
+        "ringway_sip_tls_reloads_total",
+        "Certificate reloads applied.",
+        &l,
+        s.reloads,
+    );
+    p.counter(
+        "ringway_sip_tls_reload_failures_total",
+        "Certificate reloads refused (the certificates in use stay).",
+        &l,
+        s.reload_failures,
+    );
 }
 
 /// Messages received, forwarded, absorbed, answered and dropped, by type.

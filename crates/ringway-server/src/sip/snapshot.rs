@@ -5,6 +5,7 @@
 
 use super::location::{LocationCounts, LocationLatency};
 use super::tcp::TcpSnapshot;
+use super::tls::TlsSnapshot;
 use super::{lock, RxModel, Shared, WorkerMetrics};
 use crate::host::{self, CpuTime};
 use ringway_io::counters::UdpSnmp;
@@ -109,6 +110,8 @@ pub struct Snapshot {
     pub per_worker_in: Vec<u64>,
     /// The TCP transport (`None`: no TCP listener).
     pub tcp: Option<TcpSnapshot>,
+    /// The TLS layer (`None`: no TLS configured).
+    pub tls: Option<TlsSnapshot>,
 }
 
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
@@ -174,6 +177,11 @@ pub(super) fn snapshot(shared: &Shared) -> Snapshot {
         }),
         per_worker_in,
         tcp: shared.connections.as_ref().map(|c| c.snapshot()),
+        tls: shared
+            .connections
+            .as_ref()
+            .and_then(|c| c.tls())
+            .map(|tls| tls.snapshot()),
     }
 }
 

@@ -58,8 +58,8 @@ pub(super) fn open_sockets(
 pub(super) struct StreamListeners {
     /// The bound addresses (port 0 replaced).
     pub(super) addresses: Vec<TransportAddr>,
-    /// Every listener (accepted on by event loop 0).
-    pub(super) listeners: Vec<mio::net::TcpListener>,
+    /// Every listener and its transport (accepted on by event loop 0).
+    pub(super) listeners: Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
     /// One poll per event loop.
     pub(super) polls: Vec<mio::Poll>,
     pub(super) connections: Option<Arc<Connections>>,
@@ -91,7 +91,7 @@ pub(super) fn open_listeners(
             transport: listener.transport,
             addr: bound.local_addr()?,
         });
-        streams.listeners.push(bound);
+        streams.listeners.push((bound, listener.transport));
     }
     let threads = match config.tcp.threads {
         0 => config.workers,
@@ -103,7 +103,19 @@ pub(super) fn open_listeners(
         registries.push(poll.registry().try_clone()?);
         streams.polls.push(poll);
     }
-    streams.connections = Some(Arc::new(Connections::new(config.tcp.clone(), registries)));
+    // TLS with a certificate to serve, or a CA to connect with.
+    let tls = if config.tls.cert.is_some() || config.tls.ca.is_some() {
+        Some(Arc::new(
+            super::tls::TlsContext::new(config.tls.clone()).map_err(ServerError::Config)?,
+        ))
+    } else {
+        None
+    };
+    streams.connections = Some(Arc::new(Connections::new(
+        config.tcp.clone(),
+        registries,
+        tls,
+    )));
     for a in &streams.addresses {
         log::info!("sip server: listening on {a} ({threads} event loops)");
     }

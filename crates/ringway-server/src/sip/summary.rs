@@ -288,6 +288,9 @@ pub struct Summary {
     pub location: Option<LocationSummary>,
     /// The TCP transport's connections and bytes (null: no TCP listener).
     pub tcp: Option<crate::sip::tcp::TcpSnapshot>,
+    /// The TLS layer's handshakes and reloads (null: no TLS configured).
+    #[serde(default)]
+    pub tls: Option<crate::sip::tls::TlsSnapshot>,
     /// Threads that panicked (each stops the server; the command then
     /// exits with an error). Empty on a clean run.
     pub threads_panicked: Vec<String>,
@@ -418,6 +421,7 @@ pub(super) fn build(
             lookup: crate::sip::location::QueryLatencySummary::of(&location.latency.lookup),
         }),
         tcp: snap.tcp.clone(),
+        tls: snap.tls.clone(),
         threads_panicked,
     }
 }

@@ -39,7 +39,7 @@ pub(super) fn tcp_thread(
     shared: &Shared,
     index: usize,
     poll: mio::Poll,
-    listeners: Vec<mio::net::TcpListener>,
+    listeners: Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
     udp: UdpSocket,
 ) {
     let Some(connections) = shared.connections.as_deref() else {

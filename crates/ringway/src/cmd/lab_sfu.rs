@@ -17,7 +17,7 @@
 use anyhow::Context;
 use ringway_io::BackendKind;
 use ringway_lab::sfulab::experiment::{
-    render_capacity, run_capacity, run_grid, Placement, SfuLabConfig,
+    calibrate_lateness, render_capacity, run_capacity, run_grid, Placement, SfuLabConfig,
 };
 use ringway_lab::sfulab::{json, render, summarize, svg};
 use ringway_server::sfu::Flush;
@@ -79,9 +79,20 @@ pub(crate) struct LabSfuArgs {
     #[arg(long, default_value_t = 50.0)]
     pub max_foreign_cpu: f64,
     /// Leave out runs whose load generator was more than 1 ms late on more
-    /// than this share of its ticks (%).
+    /// than this share of its ticks (%) above what it is alone on this
+    /// machine (measured first for `--calibrate` seconds).
     #[arg(long, default_value_t = 1.0)]
     pub max_late: f64,
+    /// Seconds to measure the load generator's own lateness before the
+    /// runs (its schedule for the busiest cell, nothing sent); the late
+    /// limit is that share plus 3 standard errors plus `--max-late`.
+    /// 0: no calibration, `--max-late` is the limit itself.
+    #[arg(long, default_value_t = 5.0)]
+    pub calibrate: f64,
+    /// The paper's grid (pktswitch Figs. 3-5): clients 6,8,10, pps
+    /// 750,1500, 3 repetitions of 60 s (printed before the runs).
+    #[arg(long, conflicts_with_all = ["clients", "pps", "reps", "duration", "capacity"])]
+    pub paper: bool,
     /// Also run a `tc` column (with `--netns`): the socket SFU with the
     /// in-kernel fan-out (a tcx ingress program on its veth replicating
     /// verified media with bpf_clone_redirect; the engine keeps the control
@@ -143,7 +154,11 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             a.warmup.is_finite() && a.warmup >= 0.0,
             "--warmup must not be negative"
         );
-        Ok(SfuLabConfig {
+        anyhow::ensure!(
+            a.calibrate.is_finite() && a.calibrate >= 0.0,
+            "--calibrate must not be negative"
+        );
+        let config = SfuLabConfig {
             clients: a.clients.clone(),
             pps: a.pps.clone(),
             backends: a.backends(),
@@ -158,13 +173,33 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             load_cpus: list(&a.load_cpus, "--load-cpus")?,
             max_foreign_pct: a.max_foreign_cpu,
             max_late_pct: a.max_late,
+            late_calibration: None,
             kernel_fanout: a.kernel_fanout,
-        })
+        };
+        Ok(if a.paper { config.paper() } else { config })
     }
 }
 
-fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
-    let config = SfuLabConfig::try_from(&a)?;
+fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyhow::Result<()> {
+    if a.calibrate > 0.0 {
+        // The busiest cell: the grid's, or the capacity curve's last step.
+        let busiest = if a.capacity {
+            SfuLabConfig {
+                clients: a.capacity_clients.clone(),
+                pps: vec![a.capacity_pps],
+                ..config.clone()
+            }
+        } else {
+            config.clone()
+        };
+        let cal = calibrate_lateness(&busiest, std::time::Duration::from_secs_f64(a.calibrate))
+            .context("calibrating the load generator's lateness")?;
+        println!(
+            "load generator alone ({:.0}s, {} ticks): {:.2}% of ticks > 1 ms late; runs above {:.2}% are left out",
+            a.calibrate, cal.ticks, cal.late_pct, cal.limit_pct
+        );
+        config.late_calibration = Some(cal);
+    }
     let backends: Vec<&str> = config.backends.iter().map(|b| b.name()).collect();
     let shape = if a.netns {
         if a.no_napi {
@@ -210,11 +245,20 @@ fn experiment(a: LabSfuArgs, place: Placement) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let columns = config.backends.len() + usize::from(a.kernel_fanout);
-    let total = a.reps * a.clients.len() * a.pps.len() * columns;
+    let total = config.plan().len();
+    if a.paper {
+        println!(
+            "--paper (pktswitch Figs. 3-5): clients {:?}, pps/client {:?}, {} repetitions of {:.0}s",
+            config.clients, config.pps, config.reps, config.duration_s
+        );
+    }
     println!(
-        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}",
-        a.duration, a.warmup, a.clients, a.pps,
+        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}, about {:.0} min",
+        config.duration_s,
+        config.warmup_s,
+        config.clients,
+        config.pps,
+        config.planned_seconds() / 60.0,
     );
     let (runs, failed) = run_grid(&place, &config, |r, (rep, n, pps, b, tc)| {
         let name = if tc { "tc" } else { b.name() };
@@ -282,16 +326,17 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         a.netns || !a.kernel_fanout,
         "--kernel-fanout needs --netns (it attaches to the SFU host's veth)"
     );
+    let config = SfuLabConfig::try_from(&a)?;
     if a.netns {
         let max = if a.capacity {
             a.capacity_clients.iter().copied().max().unwrap_or(1)
         } else {
-            a.clients.iter().copied().max().unwrap_or(1)
+            config.clients.iter().copied().max().unwrap_or(1)
         };
         let place = Placement::hosts(max, !a.no_napi)?;
-        return experiment(a, place);
+        return experiment(a, config, place);
     }
-    ringway_io::netns::in_private_netns(move || experiment(a, Placement::Loopback))?
+    ringway_io::netns::in_private_netns(move || experiment(a, config, Placement::Loopback))?
 }
 
 /// `v` with `decimals` and its unit, or `n/a` when there is no data (NaN).

@@ -18,3 +18,4 @@ pub(crate) mod sip;
 pub(crate) mod sip_dispatch;
 pub(crate) mod sip_load;
 pub(crate) mod sip_proxy;
+pub(crate) mod sip_resolve;

@@ -9,6 +9,9 @@ pub(crate) enum SipCmd {
     Dispatch(Box<super::sip_dispatch::DispatchArgs>),
     /// Generate SIP call load (UAC and UAS) through a proxy.
     Load(super::sip_load::LoadArgs),
+    /// Resolve a next hop as the proxy and dispatcher do (RFC 3263 NAPTR/SRV/A/AAAA),
+    /// optionally many times to measure the lookup cost with a cold or a warm cache.
+    Resolve(super::sip_resolve::ResolveArgs),
 }
 
 /// Run a `ringway sip` subcommand.
@@ -17,5 +20,6 @@ pub(crate) fn run(c: SipCmd) -> anyhow::Result<()> {
         SipCmd::Proxy(a) => super::sip_proxy::run(*a),
         SipCmd::Dispatch(a) => super::sip_dispatch::run(*a),
         SipCmd::Load(a) => super::sip_load::run(a),
+        SipCmd::Resolve(a) => super::sip_resolve::run(a),
     }
 }

@@ -7,6 +7,7 @@
 use super::serving;
 use ringway_io::Io;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
+use ringway_server::dns::NextHop;
 use ringway_server::host;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,9 +22,13 @@ pub struct DispatchArgs {
     /// UDP address to listen on (goes into Via, Record-Route and Path).
     #[arg(long, default_value = "127.0.0.1:5060")]
     pub listen: SocketAddr,
-    /// A proxy behind the dispatcher, IP:PORT (repeatable, at least one; give each once).
+    /// A proxy behind the dispatcher, IP:PORT, or a name: HOST (NAPTR/SRV) or HOST:PORT
+    /// (A/AAAA), resolved at start, every target a proxy (repeatable, at least one).
     #[arg(long = "proxy")]
-    pub proxies: Vec<SocketAddr>,
+    pub proxies: Vec<ringway_server::dns::NextHop>,
+    /// Nameserver for proxy names, IP:PORT (default: the first of /etc/resolv.conf).
+    #[arg(long)]
+    pub dns_server: Option<SocketAddr>,
     /// Worker threads (one SO_REUSEPORT socket each).
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
@@ -99,7 +104,21 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
         })?;
         Ok(DispatchServerConfig {
             listen: args.listen,
-            proxies: args.proxies.clone(),
+            proxies: args
+                .proxies
+                .iter()
+                .filter_map(|p| match p {
+                    NextHop::Addr(addr) => Some(*addr),
+                    NextHop::Name { .. } => None,
+                })
+                .collect(),
+            proxy_names: args
+                .proxies
+                .iter()
+                .filter(|p| matches!(p, NextHop::Name { .. }))
+                .cloned()
+                .collect(),
+            dns_server: args.dns_server,
             workers: args.workers,
             io,
             batch: args.batch,
@@ -211,8 +230,9 @@ mod tests {
             assert!(!valid(bad), "{bad:?} accepted");
         }
         assert!(
-            parse(&["--proxy", "proxy.example.net:5060"]).is_err(),
-            "names are not resolved"
+            valid(&["--proxy", "proxy.example.net:5060"]),
+            "names resolve at start"
         );
+        assert!(parse(&["--proxy", "not a name"]).is_err());
     }
 }

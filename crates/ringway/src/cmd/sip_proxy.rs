@@ -10,7 +10,7 @@ use ringway_io::Io;
 use ringway_server::host;
 use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
-use ringway_server::sip::{SipServer, SipServerConfig, TcpConfig};
+use ringway_server::sip::{SipServer, SipServerConfig, SniCertificate, TcpConfig, TlsConfig};
 use ringway_sip::auth::Algorithm;
 use ringway_sip::{Transport, TransportAddr};
 use std::net::SocketAddr;
@@ -59,8 +59,8 @@ pub struct ProxyArgs {
     /// docs/ringway.toml); options on the command line override it.
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub config: Option<PathBuf>,
-    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR) or `tcp:ADDR`
-    /// (port 0: the UDP port). Repeatable: one UDP address (the last given wins) and TCP ones.
+    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR), `tcp:ADDR` or `tls:ADDR`
+    /// (port 0: the UDP port). Repeatable: one UDP address (the last given wins) and TCP/TLS ones.
     #[arg(long, default_value = "127.0.0.1:5060", value_parser = parse_transport_addr)]
     pub listen: Vec<TransportAddr>,
     /// Stateless or transaction-stateful proxying.
@@ -69,7 +69,7 @@ pub struct ProxyArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP) or `tcp:ADDR`.
+    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP), `tcp:ADDR` or `tls:ADDR`.
     #[arg(long, value_parser = parse_transport_addr)]
     pub route_to: Option<TransportAddr>,
     /// TCP event loop threads (0: as many as --workers).
@@ -96,6 +96,33 @@ pub struct ProxyArgs {
     /// TCP: a message begun must be complete within this (ms; slowloris), else the connection is closed.
     #[arg(long, default_value_t = TcpConfig::default().message_timeout_ms)]
     pub tcp_message_timeout_ms: u64,
+    /// TLS: PEM certificate chain the proxy presents (needed by `tls:` listen addresses).
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: PEM private key of --tls-cert.
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: PEM CA certificates peers are verified with (servers we connect to; clients with --tls-verify-clients).
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: require a client certificate signed by --tls-ca (mTLS trunks).
+    #[arg(long)]
+    pub tls_verify_clients: bool,
+    /// TLS: another certificate for clients asking for NAME by SNI: `NAME=CERT,KEY` (repeatable).
+    #[arg(long, value_parser = parse_sni)]
+    pub tls_sni: Vec<SniCertificate>,
+    /// TLS: name sent by SNI and verified in the server's certificate when connecting (default: the peer's IP).
+    #[arg(long)]
+    pub tls_server_name: Option<String>,
+    /// TLS: accepted connections in handshake at most; beyond, new ones are closed at once (counted).
+    #[arg(long, default_value_t = TlsConfig::default().max_handshakes)]
+    pub tls_max_handshakes: usize,
+    /// TLS: a handshake must finish within this (ms), else the connection is closed.
+    #[arg(long, default_value_t = TlsConfig::default().handshake_timeout_ms)]
+    pub tls_handshake_timeout_ms: u64,
+    /// TLS: check the certificate files for changes this often and reload them (s; 0: only on SIGHUP).
+    #[arg(long, default_value_t = TlsConfig::default().reload_check_s)]
+    pub tls_reload_check_s: u64,
     /// Relay requests to these destinations without authentication: `none`, `any`, or networks
     /// `CIDR,...` (loopback, link-local and our own IP only when named, e.g. 127.0.0.0/8).
     #[arg(long, default_value = "none", value_parser = parse_relay)]
@@ -271,6 +298,24 @@ pub(crate) fn parse_transport_addr(text: &str) -> Result<TransportAddr, String> 
     text.parse()
 }
 
+/// `--tls-sni`: `NAME=CERT,KEY`.
+pub(crate) fn parse_sni(text: &str) -> Result<SniCertificate, String> {
+    let (name, files) = text
+        .split_once('=')
+        .ok_or("want NAME=CERT,KEY".to_string())?;
+    let (cert, key) = files
+        .split_once(',')
+        .ok_or("want NAME=CERT,KEY".to_string())?;
+    if name.is_empty() || cert.is_empty() || key.is_empty() {
+        return Err("want NAME=CERT,KEY".into());
+    }
+    Ok(SniCertificate {
+        name: name.to_string(),
+        cert: cert.into(),
+        key: key.into(),
+    })
+}
+
 /// `--relay`: `none`, `any` or `CIDR,...`.
 pub(crate) fn parse_relay(text: &str) -> Result<ringway_sip::RelayNets, String> {
     text.parse()
@@ -321,6 +366,17 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 idle_timeout_s: args.tcp_idle_timeout_s,
                 message_timeout_ms: args.tcp_message_timeout_ms,
                 ..TcpConfig::default()
+            },
+            tls: TlsConfig {
+                cert: args.tls_cert.clone(),
+                key: args.tls_key.clone(),
+                ca: args.tls_ca.clone(),
+                verify_clients: args.tls_verify_clients,
+                sni: args.tls_sni.clone(),
+                server_name: args.tls_server_name.clone(),
+                max_handshakes: args.tls_max_handshakes,
+                handshake_timeout_ms: args.tls_handshake_timeout_ms,
+                reload_check_s: args.tls_reload_check_s,
             },
             mode: match args.mode {
                 ModeArg::Stateless => ringway_sip::Mode::Stateless,

@@ -349,6 +349,19 @@ pub struct FanoutStats {
     pub updates: u64,
 }
 
+impl FanoutStats {
+    /// The counts accumulated since `start` (an earlier reading of the same
+    /// program); `entries`, a level, is taken as now.
+    pub fn since(&self, start: &FanoutStats) -> FanoutStats {
+        FanoutStats {
+            entries: self.entries,
+            packets: self.packets.saturating_sub(start.packets),
+            delay_sum_ns: self.delay_sum_ns.saturating_sub(start.delay_sum_ns),
+            updates: self.updates.saturating_sub(start.updates),
+        }
+    }
+}
+
 /// One route the control plane wants in the kernel: packets with `ssrc`
 /// and payload type `pt` from `src` go to `dsts`, and back to `src` when
 /// `echo`.

@@ -3,13 +3,13 @@
 //! what broke a bound.
 
 use super::framing::{Framed, Framer};
-use super::{add, flow_hop, CloseReason, Conn, Connections};
+use super::{add, flow_hop, CloseReason, Conn, Connections, ReadOutcome};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use ringway_io::monotonic_now;
 use ringway_sip::{Hop, Proxy, ProxyWorker, Transport};
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,8 +27,8 @@ const READ_CHUNK: usize = 16 * 1024;
 pub(crate) struct LoopContext<'a> {
     /// This loop's poll (its registry is in `connections`).
     pub(crate) poll: Poll,
-    /// Listening sockets (loop 0 only), token = index.
-    pub(crate) listeners: Vec<TcpListener>,
+    /// Listening sockets and their transports (loop 0 only), token = index.
+    pub(crate) listeners: Vec<(TcpListener, Transport)>,
     pub(crate) connections: &'a Connections,
     pub(crate) proxy: &'a Proxy,
     /// For messages the core sends over UDP.
@@ -55,7 +55,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     let mut worker = ctx.proxy.worker();
     let mut read_buf = vec![0u8; READ_CHUNK];
     let mut last_sweep = 0u64;
-    for (i, listener) in ctx.listeners.iter_mut().enumerate() {
+    for (i, (listener, _)) in ctx.listeners.iter_mut().enumerate() {
         if let Err(e) = ctx
             .poll
             .registry()
@@ -75,8 +75,8 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
         for event in events.iter() {
             let token = event.token().0 as u64;
             if token < super::FIRST_CONNECTION {
-                if let Some(listener) = ctx.listeners.get(token as usize) {
-                    accept_all(listener, connections);
+                if let Some((listener, transport)) = ctx.listeners.get(token as usize) {
+                    accept_all(listener, *transport, connections);
                 }
                 continue;
             }
@@ -135,10 +135,19 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
             last_sweep = now;
             let idle = config.idle_timeout_s.saturating_mul(1_000_000_000);
             let message = config.message_timeout_ms.saturating_mul(1_000_000);
+            let tls = connections.tls();
+            let handshake = tls.map_or(u64::MAX, |tls| {
+                tls.config().handshake_timeout_ms.saturating_mul(1_000_000)
+            });
+            if let (Some(tls), false) = (tls, ctx.listeners.is_empty()) {
+                tls.reload_if_changed(now);
+            }
             owned.retain(|_, entry| {
                 let reason = entry.conn.closing().or_else(|| {
                     let active = entry.conn.last_active.load(Ordering::Relaxed);
-                    if entry.framer.in_message()
+                    if entry.conn.handshake_expired(now, handshake) {
+                        Some(CloseReason::TlsHandshake)
+                    } else if entry.framer.in_message()
                         && now.saturating_sub(entry.message_started) > message
                     {
                         Some(CloseReason::MessageTimeout)
@@ -164,10 +173,10 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
 }
 
 /// Accept every pending connection (edge-triggered: until WouldBlock).
-fn accept_all(listener: &TcpListener, connections: &Connections) {
+fn accept_all(listener: &TcpListener, transport: Transport, connections: &Connections) {
     loop {
         match listener.accept() {
-            Ok((stream, peer)) => connections.adopt(stream, peer, monotonic_now().0),
+            Ok((stream, peer)) => connections.adopt(stream, peer, transport, monotonic_now().0),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
@@ -196,12 +205,11 @@ fn read_ready(
 ) -> Option<CloseReason> {
     let counters = &ctx.connections.counters;
     loop {
-        let n = match (&entry.conn.stream).read(buf) {
-            Ok(0) => return Some(CloseReason::PeerClosed),
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return Some(CloseReason::IoError),
+        let n = match entry.conn.read(buf) {
+            ReadOutcome::Bytes(n) => n,
+            ReadOutcome::Again => return None,
+            ReadOutcome::Interrupted => continue,
+            ReadOutcome::Close(reason) => return Some(reason),
         };
         let now = monotonic_now().0;
         add(&counters.bytes_in, n as u64);

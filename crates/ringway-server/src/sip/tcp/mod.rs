@@ -27,13 +27,14 @@ pub mod framing;
 
 pub(crate) use event_loop::{run_loop, LoopContext};
 
+use super::tls::{TlsContext, TlsSession};
 use framing::FrameLimits;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
-use ringway_sip::{FlowId, Hop};
+use ringway_sip::{FlowId, Hop, Transport};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -150,11 +151,15 @@ pub enum CloseReason {
     ConnectFailed,
     /// The server stopped.
     Shutdown,
+    /// A TLS handshake failed (or did not finish in time).
+    TlsHandshake,
+    /// A TLS protocol error after the handshake.
+    TlsError,
 }
 
 impl CloseReason {
     /// Every reason, in label order.
-    pub const ALL: [CloseReason; 12] = [
+    pub const ALL: [CloseReason; 14] = [
         CloseReason::PeerClosed,
         CloseReason::Idle,
         CloseReason::MessageTimeout,
@@ -167,6 +172,8 @@ impl CloseReason {
         CloseReason::IoError,
         CloseReason::ConnectFailed,
         CloseReason::Shutdown,
+        CloseReason::TlsHandshake,
+        CloseReason::TlsError,
     ];
 
     /// Metrics label.
@@ -184,6 +191,8 @@ impl CloseReason {
             CloseReason::IoError => "io_error",
             CloseReason::ConnectFailed => "connect_failed",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::TlsHandshake => "tls_handshake",
+            CloseReason::TlsError => "tls_error",
         }
     }
 
@@ -284,12 +293,37 @@ pub(crate) struct Conn {
     last_active: AtomicU64,
     /// Accepted (else opened by us).
     inbound: bool,
+    /// TCP or TLS.
+    transport: Transport,
+    /// The TLS session (TLS only).
+    tls: Option<TlsSession>,
+    /// When it was accepted or opened (monotonic ns).
+    opened: u64,
 }
 
 impl Conn {
     /// Write `bytes` (or queue what the kernel does not take); `false` if
     /// the connection is closing or failed now.
     fn write(&self, bytes: &[u8], limit: usize, now: u64) -> bool {
+        if let Some(tls) = &self.tls {
+            if self.closing.load(Ordering::Relaxed) != 0 {
+                return false;
+            }
+            return match tls.write(&self.stream, bytes) {
+                Ok(true) => {
+                    self.last_active.store(now, Ordering::Relaxed);
+                    true
+                }
+                Ok(false) => {
+                    self.close_soon(CloseReason::SendBufferFull);
+                    false
+                }
+                Err(_) => {
+                    self.close_soon(CloseReason::TlsError);
+                    false
+                }
+            };
+        }
         let mut out = lock(&self.out);
         if self.closing.load(Ordering::Relaxed) != 0 {
             return false;
@@ -326,6 +360,9 @@ impl Conn {
 
     /// Write what waits (the owner, on a writable event).
     fn flush(&self) -> std::io::Result<()> {
+        if let Some(tls) = &self.tls {
+            return tls.flush(&self.stream);
+        }
         let mut out = lock(&self.out);
         let mut done = 0;
         while done < out.len() {
@@ -357,6 +394,55 @@ impl Conn {
     fn closing(&self) -> Option<CloseReason> {
         CloseReason::from_u8(self.closing.load(Ordering::Relaxed))
     }
+
+    /// Read the stream's bytes (plaintext, over TLS): `Ok(0)` at its end,
+    /// `Err(reason)` to close, `WouldBlock` as [`ReadOutcome::Again`].
+    fn read(&self, buf: &mut [u8]) -> ReadOutcome {
+        let result = match &self.tls {
+            None => (&self.stream).read(buf),
+            Some(tls) => match tls.read(&self.stream, buf) {
+                Ok(n) => Ok(n),
+                Err(super::tls::ReadError::Io(e)) => Err(e),
+                Err(super::tls::ReadError::Tls(super::tls::TlsFailure::Handshake)) => {
+                    return ReadOutcome::Close(CloseReason::TlsHandshake)
+                }
+                Err(super::tls::ReadError::Tls(super::tls::TlsFailure::Broken)) => {
+                    return ReadOutcome::Close(CloseReason::TlsError)
+                }
+            },
+        };
+        match result {
+            Ok(0) => ReadOutcome::Close(CloseReason::PeerClosed),
+            Ok(n) => ReadOutcome::Bytes(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => ReadOutcome::Again,
+            Err(e) if e.kind() == ErrorKind::Interrupted => ReadOutcome::Interrupted,
+            Err(_) => ReadOutcome::Close(CloseReason::IoError),
+        }
+    }
+
+    /// A TLS handshake begun before `deadline` (ns) and not finished: it
+    /// is counted as timed out and the connection is to be closed.
+    fn handshake_expired(&self, now: u64, timeout_ns: u64) -> bool {
+        match &self.tls {
+            Some(tls) if tls.handshaking() && now.saturating_sub(self.opened) > timeout_ns => {
+                tls.timed_out();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What one [`Conn::read`] got.
+enum ReadOutcome {
+    /// Bytes of the message stream.
+    Bytes(usize),
+    /// Nothing more now.
+    Again,
+    /// A signal came: read again.
+    Interrupted,
+    /// Close the connection.
+    Close(CloseReason),
 }
 
 #[derive(Default)]
@@ -378,6 +464,8 @@ pub struct Connections {
     next_owner: AtomicUsize,
     config: TcpConfig,
     counters: TcpCounters,
+    /// TLS certificates and sessions (`None`: no TLS configured).
+    tls: Option<Arc<TlsContext>>,
 }
 
 /// Tokens below this are listeners; connection ids start here.
@@ -385,7 +473,11 @@ pub(crate) const FIRST_CONNECTION: u64 = 1 << 16;
 
 impl Connections {
     /// A table for event loops with these registries.
-    pub(crate) fn new(config: TcpConfig, registries: Vec<Registry>) -> Connections {
+    pub(crate) fn new(
+        config: TcpConfig,
+        registries: Vec<Registry>,
+        tls: Option<Arc<TlsContext>>,
+    ) -> Connections {
         Connections {
             table: Mutex::new(Table::default()),
             registries,
@@ -393,7 +485,13 @@ impl Connections {
             next_owner: AtomicUsize::new(0),
             config,
             counters: TcpCounters::default(),
+            tls,
         }
+    }
+
+    /// The TLS layer (`None`: no TLS configured).
+    pub fn tls(&self) -> Option<&Arc<TlsContext>> {
+        self.tls.as_ref()
     }
 
     /// The bounds it runs with.
@@ -423,7 +521,7 @@ impl Connections {
                 // A flow that is gone is not re-opened towards its address
                 // (a phone behind NAT cannot be connected to).
                 None if hop.flow.is_some() => None,
-                None => self.connect(&mut table, hop.addr, now),
+                None => self.connect(&mut table, hop.addr, hop.transport, now),
             }
         };
         let Some(conn) = conn else {
@@ -440,22 +538,42 @@ impl Connections {
     }
 
     /// Open a connection to `addr` (non-blocking) owned by the next loop.
-    fn connect(&self, table: &mut Table, addr: SocketAddr, now: u64) -> Option<Arc<Conn>> {
+    fn connect(
+        &self,
+        table: &mut Table,
+        addr: SocketAddr,
+        transport: Transport,
+        now: u64,
+    ) -> Option<Arc<Conn>> {
         if table.by_id.len() >= self.config.max_connections {
             add(&self.counters.refused_limit, 1);
             return None;
         }
+        let tls = match transport {
+            Transport::Tls => Some(
+                self.tls
+                    .as_ref()?
+                    .connect(addr, self.config.max_send_buffer_bytes)?,
+            ),
+            _ => None,
+        };
         let Ok(stream) = TcpStream::connect(addr) else {
             add(&self.counters.closed[CloseReason::ConnectFailed.index()], 1);
             return None;
         };
         add(&self.counters.connected, 1);
-        self.insert(table, stream, addr, false, now)
+        self.insert(table, stream, addr, (false, transport, tls), now)
     }
 
     /// Take an accepted connection, or close it at once beyond a bound
     /// (counted as refused).
-    pub(crate) fn adopt(&self, stream: TcpStream, peer: SocketAddr, now: u64) {
+    pub(crate) fn adopt(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        transport: Transport,
+        now: u64,
+    ) {
         let mut table = lock(&self.table);
         if table.by_id.len() >= self.config.max_connections {
             add(&self.counters.refused_limit, 1);
@@ -466,9 +584,26 @@ impl Connections {
             add(&self.counters.refused_per_ip, 1);
             return;
         }
+        let tls = match transport {
+            Transport::Tls => {
+                let Some(session) = self
+                    .tls
+                    .as_ref()
+                    .and_then(|tls| tls.accept(self.config.max_send_buffer_bytes))
+                else {
+                    // A flood of handshakes: counted by the TLS layer.
+                    return;
+                };
+                Some(session)
+            }
+            _ => None,
+        };
         add(&self.counters.accepted, 1);
         *table.per_ip.entry(peer.ip()).or_default() += 1;
-        if self.insert(&mut table, stream, peer, true, now).is_none() {
+        if self
+            .insert(&mut table, stream, peer, (true, transport, tls), now)
+            .is_none()
+        {
             release_ip(&mut table, peer.ip());
         }
     }
@@ -480,7 +615,7 @@ impl Connections {
         table: &mut Table,
         mut stream: TcpStream,
         peer: SocketAddr,
-        inbound: bool,
+        (inbound, transport, tls): (bool, Transport, Option<TlsSession>),
         now: u64,
     ) -> Option<Arc<Conn>> {
         let _ = stream.set_nodelay(true);
@@ -502,6 +637,9 @@ impl Connections {
             closing: AtomicU8::new(0),
             last_active: AtomicU64::new(now),
             inbound,
+            transport,
+            tls,
+            opened: now,
         });
         table.by_id.insert(id, conn.clone());
         table.by_peer.entry(peer).or_insert(id);
@@ -581,7 +719,7 @@ fn release_ip(table: &mut Table, ip: IpAddr) {
 fn flow_hop(conn: &Conn) -> Hop {
     Hop {
         addr: conn.peer,
-        transport: ringway_sip::Transport::Tcp,
+        transport: conn.transport,
         flow: Some(FlowId(conn.id)),
     }
 }

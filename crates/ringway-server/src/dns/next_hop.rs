@@ -1,0 +1,124 @@
+//! A configured next hop as given: an address, or a name to resolve
+//! (RFC 3263: `host` by NAPTR/SRV, `host:port` by A/AAAA).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+/// A next hop: an IP literal with port, or a host name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NextHop {
+    /// An address (no DNS).
+    Addr(SocketAddr),
+    /// A name, with the port if one was given.
+    Name {
+        /// The host name (lower case).
+        host: String,
+        /// The port, if given (then no NAPTR/SRV lookup, RFC 3263 4.2).
+        port: Option<u16>,
+    },
+}
+
+impl FromStr for NextHop {
+    type Err = String;
+
+    /// `IP:PORT`, `[IPv6]:PORT`, `host` or `host:port`.
+    fn from_str(text: &str) -> Result<NextHop, String> {
+        let text = text.trim();
+        if let Ok(addr) = text.parse::<SocketAddr>() {
+            return Ok(NextHop::Addr(addr));
+        }
+        let (host, port) = match text.rsplit_once(':') {
+            Some((host, port)) => {
+                let port = port
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| format!("`{text}`: bad port"))?;
+                (host, Some(port))
+            }
+            None => (text, None),
+        };
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            return Err(format!("`{text}`: an IP address needs a port (IP:PORT)"));
+        }
+        let valid = !host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+        if !valid {
+            return Err(format!("`{text}`: not IP:PORT nor a host name"));
+        }
+        Ok(NextHop::Name { host, port })
+    }
+}
+
+impl fmt::Display for NextHop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NextHop::Addr(addr) => write!(f, "{addr}"),
+            NextHop::Name {
+                host,
+                port: Some(port),
+            } => write!(f, "{host}:{port}"),
+            NextHop::Name { host, port: None } => f.write_str(host),
+        }
+    }
+}
+
+impl Serialize for NextHop {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for NextHop {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<NextHop, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_addresses_and_names() {
+        assert_eq!(
+            "127.0.0.1:5060".parse(),
+            Ok(NextHop::Addr("127.0.0.1:5060".parse().unwrap()))
+        );
+        assert_eq!(
+            "[::1]:5070".parse(),
+            Ok(NextHop::Addr("[::1]:5070".parse().unwrap()))
+        );
+        assert_eq!(
+            "Proxy.Example.net.".parse(),
+            Ok(NextHop::Name {
+                host: "proxy.example.net".into(),
+                port: None
+            })
+        );
+        let named: NextHop = "p.test:5080".parse().unwrap();
+        assert_eq!(named.to_string(), "p.test:5080");
+        for bad in [
+            "",
+            "127.0.0.1",
+            "a..b",
+            "p.test:0",
+            "p.test:x",
+            "a b",
+            "-:1:2",
+        ] {
+            assert!(bad.parse::<NextHop>().is_err(), "{bad}");
+        }
+    }
+}

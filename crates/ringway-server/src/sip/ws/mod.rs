@@ -1,0 +1,609 @@
+//! SIP over WebSocket (RFC 7118) as a server: the HTTP/1.1 upgrade
+//! (RFC 6455 4.2, sub-protocol `sip`, configurable Origin check) and the
+//! frame codec (RFC 6455 5). Plain data in, bytes and events out: no
+//! socket here (the connection code feeds it what it read, over TCP or
+//! TLS for `wss:`).
+//!
+//! Bounds: the upgrade request is at most [`WsLimits::max_handshake_bytes`];
+//! a message (all its fragments) at most [`WsLimits::max_message_bytes`],
+//! checked against the length a frame header claims before anything is
+//! buffered for it. Client frames must be masked (RFC 6455 5.1), control
+//! frames short and unfragmented (5.5), reserved bits clear; any breach
+//! is an error and the connection closes (with a close frame, 1002 or
+//! 1009).
+
+use serde::{Deserialize, Serialize};
+
+/// The GUID of RFC 6455 1.3.
+const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// Bounds of one WebSocket connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WsLimits {
+    /// The upgrade request (request line and headers), bytes.
+    pub max_handshake_bytes: usize,
+    /// One message, all fragments, bytes.
+    pub max_message_bytes: usize,
+}
+
+/// Which browser origins may connect (`Origin`, RFC 6454).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginPolicy {
+    /// Allowed origins (`https://phone.example.net`, compared without
+    /// case); empty: any origin, and clients that send none.
+    pub allowed: Vec<String>,
+}
+
+impl OriginPolicy {
+    fn allows(&self, origin: Option<&str>) -> bool {
+        if self.allowed.is_empty() {
+            return true;
+        }
+        origin.is_some_and(|o| {
+            self.allowed
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(o.trim()))
+        })
+    }
+}
+
+/// Why an upgrade was refused (each with its HTTP answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// Longer than `max_handshake_bytes` without its end.
+    TooLarge,
+    /// Not an HTTP/1.1 GET with the WebSocket headers.
+    NotWebSocket,
+    /// `Sec-WebSocket-Version` other than 13.
+    BadVersion,
+    /// The client does not offer the `sip` sub-protocol.
+    NoSipProtocol,
+    /// The Origin is not allowed.
+    Forbidden,
+}
+
+impl HandshakeError {
+    /// Metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HandshakeError::TooLarge => "too_large",
+            HandshakeError::NotWebSocket => "not_websocket",
+            HandshakeError::BadVersion => "bad_version",
+            HandshakeError::NoSipProtocol => "no_sip_protocol",
+            HandshakeError::Forbidden => "forbidden_origin",
+        }
+    }
+
+    /// The HTTP response that refuses it.
+    pub fn response(self) -> &'static [u8] {
+        match self {
+            HandshakeError::TooLarge => {
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            }
+            HandshakeError::NotWebSocket | HandshakeError::NoSipProtocol => {
+                b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            }
+            HandshakeError::BadVersion => {
+                b"HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            }
+            HandshakeError::Forbidden => {
+                b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            }
+        }
+    }
+}
+
+/// A complete, accepted upgrade request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    /// The `101 Switching Protocols` answer to send.
+    pub response: Vec<u8>,
+    /// Bytes of the request (frames may follow them).
+    pub consumed: usize,
+}
+
+/// Parse the upgrade request at the start of `buf`: `Ok(None)` while
+/// incomplete.
+pub fn parse_handshake(
+    buf: &[u8],
+    limits: WsLimits,
+    origins: &OriginPolicy,
+) -> Result<Option<Upgrade>, HandshakeError> {
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > limits.max_handshake_bytes {
+            return Err(HandshakeError::TooLarge);
+        }
+        return Ok(None);
+    };
+    if end + 4 > limits.max_handshake_bytes {
+        return Err(HandshakeError::TooLarge);
+    }
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| HandshakeError::NotWebSocket)?;
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut parts = request_line.split(' ');
+    let (Some("GET"), Some(target), Some("HTTP/1.1"), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HandshakeError::NotWebSocket);
+    };
+    if !target.starts_with('/') {
+        return Err(HandshakeError::NotWebSocket);
+    }
+    let (mut upgrade, mut connection, mut key, mut version, mut sip, mut origin) =
+        (false, false, None, None, false, None);
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or(HandshakeError::NotWebSocket)?;
+        let value = value.trim();
+        let has_token = |token: &str| {
+            value
+                .split(',')
+                .any(|v| v.trim().eq_ignore_ascii_case(token))
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "upgrade" => upgrade |= has_token("websocket"),
+            "connection" => connection |= has_token("upgrade"),
+            "sec-websocket-key" => key = Some(value),
+            "sec-websocket-version" => version = Some(value),
+            "sec-websocket-protocol" => sip |= has_token("sip"),
+            "origin" => origin = Some(value),
+            _ => {}
+        }
+    }
+    let key = key.filter(|k| k.len() == 24 && k.ends_with("=="));
+    let (true, true, Some(key)) = (upgrade, connection, key) else {
+        return Err(HandshakeError::NotWebSocket);
+    };
+    if version != Some("13") {
+        return Err(HandshakeError::BadVersion);
+    }
+    if !sip {
+        return Err(HandshakeError::NoSipProtocol);
+    }
+    if !origins.allows(origin) {
+        return Err(HandshakeError::Forbidden);
+    }
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: sip\r\n\r\n",
+        accept_key(key)
+    );
+    Ok(Some(Upgrade {
+        response: response.into_bytes(),
+        consumed: end + 4,
+    }))
+}
+
+/// `Sec-WebSocket-Accept` for a client's key (RFC 6455 4.2.2).
+pub fn accept_key(key: &str) -> String {
+    let mut input = Vec::with_capacity(key.len() + ACCEPT_GUID.len());
+    input.extend_from_slice(key.as_bytes());
+    input.extend_from_slice(ACCEPT_GUID);
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    base64(digest.as_ref())
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Why a connection's frames were refused (the close code it gets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// An unmasked client frame, reserved bits, an unknown opcode, a bad
+    /// control frame or continuation: 1002 protocol error.
+    Protocol,
+    /// A message longer than `max_message_bytes`: 1009 message too big.
+    TooBig,
+}
+
+impl FrameError {
+    /// The close code (RFC 6455 7.4.1).
+    pub fn close_code(self) -> u16 {
+        match self {
+            FrameError::Protocol => 1002,
+            FrameError::TooBig => 1009,
+        }
+    }
+}
+
+/// What a client sent, frame by frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WsEvent {
+    /// A whole data message (text or binary): one SIP message (RFC 7118 5.2).
+    Message(Vec<u8>),
+    /// A ping: answer with a pong carrying its payload.
+    Ping(Vec<u8>),
+    /// A pong (ignored).
+    Pong,
+    /// A close (its code, if any): answer with a close and end.
+    Close(Option<u16>),
+}
+
+const OP_CONTINUATION: u8 = 0;
+const OP_TEXT: u8 = 1;
+const OP_BINARY: u8 = 2;
+const OP_CLOSE: u8 = 8;
+const OP_PING: u8 = 9;
+const OP_PONG: u8 = 10;
+
+/// Bytes one [`Decoder::extend`] takes at most.
+pub const MAX_READ: usize = 64 * 1024;
+
+/// Decodes a client's frames (after the upgrade), bounded.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// Bytes read and not yet decoded (at most one frame header plus
+    /// what a bounded payload needs).
+    buf: Vec<u8>,
+    /// The fragments of the message being received.
+    message: Vec<u8>,
+    /// A fragmented message is open.
+    in_message: bool,
+}
+
+impl Decoder {
+    /// Take bytes read from the connection (at most [`MAX_READ`] at a
+    /// time, each followed by [`Decoder::next`] until `None`): the buffer
+    /// then never holds more than one incomplete frame, whose claimed
+    /// length was checked, and one read.
+    pub fn extend(&mut self, bytes: &[u8], limits: WsLimits) -> Result<(), FrameError> {
+        if self.buf.len() + bytes.len() > limits.max_message_bytes + 14 + MAX_READ {
+            return Err(FrameError::TooBig);
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Whether a message or frame is part-way in.
+    pub fn in_message(&self) -> bool {
+        self.in_message || !self.buf.is_empty()
+    }
+
+    /// The next event, `Ok(None)` until a whole frame is buffered.
+    pub fn next(&mut self, limits: WsLimits) -> Result<Option<WsEvent>, FrameError> {
+        loop {
+            let Some(frame) = parse_frame(&self.buf, limits)? else {
+                return Ok(None);
+            };
+            let Frame {
+                fin,
+                opcode,
+                header_len,
+                payload_len,
+                mask,
+            } = frame;
+            let mut payload = self.buf[header_len..header_len + payload_len].to_vec();
+            for (i, b) in payload.iter_mut().enumerate() {
+                *b ^= mask[i % 4];
+            }
+            self.buf.drain(..header_len + payload_len);
+            match opcode {
+                OP_PING => return Ok(Some(WsEvent::Ping(payload))),
+                OP_PONG => return Ok(Some(WsEvent::Pong)),
+                OP_CLOSE => {
+                    let code =
+                        (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                    return Ok(Some(WsEvent::Close(code)));
+                }
+                OP_TEXT | OP_BINARY if self.in_message => return Err(FrameError::Protocol),
+                OP_CONTINUATION if !self.in_message => return Err(FrameError::Protocol),
+                _ => {}
+            }
+            if self.message.len() + payload.len() > limits.max_message_bytes {
+                return Err(FrameError::TooBig);
+            }
+            if self.message.is_empty() && fin {
+                self.in_message = false;
+                return Ok(Some(WsEvent::Message(payload)));
+            }
+            self.message.extend_from_slice(&payload);
+            self.in_message = !fin;
+            if fin {
+                return Ok(Some(WsEvent::Message(std::mem::take(&mut self.message))));
+            }
+        }
+    }
+}
+
+struct Frame {
+    fin: bool,
+    opcode: u8,
+    header_len: usize,
+    payload_len: usize,
+    mask: [u8; 4],
+}
+
+/// One frame's header at the start of `buf`, once the whole frame is
+/// there; its claimed length checked before anything waits for it.
+fn parse_frame(buf: &[u8], limits: WsLimits) -> Result<Option<Frame>, FrameError> {
+    if buf.len() < 2 {
+        return Ok(None);
+    }
+    let (b0, b1) = (buf[0], buf[1]);
+    let fin = b0 & 0x80 != 0;
+    let opcode = b0 & 0x0f;
+    if b0 & 0x70 != 0 || b1 & 0x80 == 0 {
+        // Reserved bits (no extension negotiated), or unmasked.
+        return Err(FrameError::Protocol);
+    }
+    let control = opcode >= 8;
+    if !matches!(
+        opcode,
+        OP_CONTINUATION | OP_TEXT | OP_BINARY | OP_CLOSE | OP_PING | OP_PONG
+    ) {
+        return Err(FrameError::Protocol);
+    }
+    let short = usize::from(b1 & 0x7f);
+    if control && (!fin || short > 125) {
+        return Err(FrameError::Protocol);
+    }
+    let (len, at) = match short {
+        126 => {
+            let Some(b) = buf.get(2..4) else {
+                return Ok(None);
+            };
+            (u64::from(u16::from_be_bytes([b[0], b[1]])), 4)
+        }
+        127 => {
+            let Some(b) = buf.get(2..10) else {
+                return Ok(None);
+            };
+            let mut n = [0u8; 8];
+            n.copy_from_slice(b);
+            (u64::from_be_bytes(n), 10)
+        }
+        n => (n as u64, 2),
+    };
+    if len > limits.max_message_bytes as u64 {
+        return Err(FrameError::TooBig);
+    }
+    let payload_len = len as usize;
+    let Some(mask) = buf.get(at..at + 4) else {
+        return Ok(None);
+    };
+    let header_len = at + 4;
+    if buf.len() < header_len + payload_len {
+        return Ok(None);
+    }
+    Ok(Some(Frame {
+        fin,
+        opcode,
+        header_len,
+        payload_len,
+        mask: [mask[0], mask[1], mask[2], mask[3]],
+    }))
+}
+
+/// A server frame (unmasked, one fragment): a SIP message as text.
+pub fn text_frame(payload: &[u8]) -> Vec<u8> {
+    frame(OP_TEXT, payload)
+}
+
+/// A pong answering a ping's payload.
+pub fn pong_frame(payload: &[u8]) -> Vec<u8> {
+    frame(OP_PONG, &payload[..payload.len().min(125)])
+}
+
+/// A close frame with `code`.
+pub fn close_frame(code: u16) -> Vec<u8> {
+    frame(OP_CLOSE, &code.to_be_bytes())
+}
+
+fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 10);
+    out.push(0x80 | opcode);
+    match payload.len() {
+        n if n < 126 => out.push(n as u8),
+        n if n <= 0xffff => {
+            out.push(126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A client's frame (masked with `mask`), for tests and the fuzz target.
+pub fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut out = frame(opcode, payload);
+    if !fin {
+        out[0] &= 0x7f;
+    }
+    let at = match payload.len() {
+        n if n < 126 => 2,
+        n if n <= 0xffff => 4,
+        _ => 10,
+    };
+    out[1] |= 0x80;
+    out.splice(at..at, mask);
+    for (i, b) in out[at + 4..].iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: WsLimits = WsLimits {
+        max_handshake_bytes: 4096,
+        max_message_bytes: 1000,
+    };
+
+    fn request(extra: &str) -> String {
+        format!(
+            "GET /sip HTTP/1.1\r\nHost: proxy.test\r\nUpgrade: websocket\r\n\
+             Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+        )
+    }
+
+    #[test]
+    fn rfc6455_sample_key() {
+        assert_eq!(
+            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+    }
+
+    #[test]
+    fn upgrade_needs_sip_and_an_allowed_origin() {
+        let any = OriginPolicy::default();
+        let req = request("Sec-WebSocket-Protocol: sip\r\nOrigin: https://a.test\r\n");
+        let up = parse_handshake(req.as_bytes(), LIMITS, &any)
+            .unwrap()
+            .unwrap();
+        assert_eq!(up.consumed, req.len());
+        let text = String::from_utf8(up.response).unwrap();
+        assert!(text.starts_with("HTTP/1.1 101 "), "{text}");
+        assert!(text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+        assert!(text.contains("Sec-WebSocket-Protocol: sip\r\n"));
+        // Incomplete: wait.
+        assert_eq!(
+            parse_handshake(&req.as_bytes()[..40], LIMITS, &any),
+            Ok(None)
+        );
+        let no_sip = request("Sec-WebSocket-Protocol: chat\r\n");
+        assert_eq!(
+            parse_handshake(no_sip.as_bytes(), LIMITS, &any),
+            Err(HandshakeError::NoSipProtocol)
+        );
+        let only = OriginPolicy {
+            allowed: vec!["https://b.test".into()],
+        };
+        assert_eq!(
+            parse_handshake(req.as_bytes(), LIMITS, &only),
+            Err(HandshakeError::Forbidden)
+        );
+        let ok = request("Sec-WebSocket-Protocol: sip\r\nOrigin: https://B.test\r\n");
+        assert!(parse_handshake(ok.as_bytes(), LIMITS, &only)
+            .unwrap()
+            .is_some());
+        let v8 = request("Sec-WebSocket-Protocol: sip\r\n").replace("Version: 13", "Version: 8");
+        assert_eq!(
+            parse_handshake(v8.as_bytes(), LIMITS, &any),
+            Err(HandshakeError::BadVersion)
+        );
+        let long = vec![b'a'; 5000];
+        assert_eq!(
+            parse_handshake(&long, LIMITS, &any),
+            Err(HandshakeError::TooLarge)
+        );
+        assert_eq!(
+            parse_handshake(b"POST / HTTP/1.1\r\n\r\n", LIMITS, &any),
+            Err(HandshakeError::NotWebSocket)
+        );
+    }
+
+    #[test]
+    fn frames_decode_with_fragments_and_control_frames_between() {
+        let mut d = Decoder::default();
+        let mask = [1, 2, 3, 4];
+        let mut bytes = client_frame(false, OP_TEXT, b"OPTIONS ", mask);
+        bytes.extend(client_frame(true, OP_PING, b"hi", mask));
+        bytes.extend(client_frame(true, OP_CONTINUATION, b"sip:a SIP/2.0", mask));
+        bytes.extend(client_frame(true, OP_CLOSE, &1000u16.to_be_bytes(), mask));
+        // Byte by byte: nothing before a frame is whole.
+        let mut events = Vec::new();
+        for b in &bytes {
+            d.extend(&[*b], LIMITS).unwrap();
+            while let Some(e) = d.next(LIMITS).unwrap() {
+                events.push(e);
+            }
+        }
+        assert_eq!(
+            events,
+            vec![
+                WsEvent::Ping(b"hi".to_vec()),
+                WsEvent::Message(b"OPTIONS sip:a SIP/2.0".to_vec()),
+                WsEvent::Close(Some(1000)),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_frames_are_refused() {
+        let limits = LIMITS;
+        let unmasked = text_frame(b"x");
+        let mut d = Decoder::default();
+        d.extend(&unmasked, limits).unwrap();
+        assert_eq!(d.next(limits), Err(FrameError::Protocol));
+        // A length claim beyond the bound is refused before its bytes come.
+        let mut huge = vec![0x81, 0xff];
+        huge.extend_from_slice(&(1u64 << 40).to_be_bytes());
+        let mut d = Decoder::default();
+        d.extend(&huge, limits).unwrap();
+        assert_eq!(d.next(limits), Err(FrameError::TooBig));
+        // Fragments adding up beyond the bound.
+        let mut d = Decoder::default();
+        for _ in 0..3 {
+            let part = client_frame(false, OP_TEXT, &[b'a'; 400], [9; 4]);
+            let _ = d.extend(&part, limits);
+        }
+        let mut result = Ok(None);
+        for _ in 0..3 {
+            result = d.next(limits);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(FrameError::Protocol));
+        let mut d = Decoder::default();
+        let mut bytes = client_frame(false, OP_TEXT, &[b'a'; 600], [9; 4]);
+        bytes.extend(client_frame(true, OP_CONTINUATION, &[b'a'; 600], [9; 4]));
+        d.extend(&bytes, limits).unwrap();
+        assert_eq!(d.next(limits), Err(FrameError::TooBig));
+        // A long ping, a fragmented ping, a continuation with nothing open.
+        for bad in [
+            client_frame(true, OP_PING, &[0; 126], [1; 4]),
+            client_frame(false, OP_PING, b"x", [1; 4]),
+            client_frame(true, OP_CONTINUATION, b"x", [1; 4]),
+            client_frame(true, 3, b"x", [1; 4]),
+        ] {
+            let mut d = Decoder::default();
+            d.extend(&bad, limits).unwrap();
+            assert_eq!(d.next(limits), Err(FrameError::Protocol), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn server_frames_round_trip() {
+        for len in [0, 125, 126, 65535, 65536] {
+            let payload = vec![b'x'; len];
+            let f = text_frame(&payload);
+            assert_eq!(f[0], 0x81);
+            assert_eq!(&f[f.len() - len..], &payload[..]);
+        }
+        assert_eq!(close_frame(1002), vec![0x88, 2, 0x03, 0xea]);
+    }
+}

@@ -1,0 +1,259 @@
+//! Next hops given as names (RFC 3263) against a real DNS server: Debian's
+//! dnsmasq, started by the test in its private network namespace (only
+//! `lo`; no DNS leaves it) with NAPTR, SRV and A records from a config the
+//! test writes. `sip.test` has two SRV targets: `down.sip.test`
+//! (priority 10, 127.0.0.21: nothing listens there) and `up.sip.test`
+//! (priority 20, 127.0.0.22: a `ringway sip proxy` in front of a SIPp UAS).
+//!
+//! Addresses: dnsmasq 127.0.0.53:53, the dispatcher 127.0.0.10:5060 (its
+//! metrics on :9100), the UAS 127.0.0.30:5070, the UAC 127.0.0.40:5061.
+
+mod sip_proxy_support;
+
+use sip_proxy_support::*;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const DNS: &str = "127.0.0.53:53";
+const DISPATCH: &str = "127.0.0.10:5060";
+const METRICS: &str = "127.0.0.10:9100";
+const DOWN: &str = "127.0.0.21:5060";
+const UP: &str = "127.0.0.22:5060";
+const UAS: &str = "127.0.0.30:5070";
+const UAC: &str = "127.0.0.40:5061";
+
+fn a(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// The zone: NAPTR → SRV (two targets, the first down) → A.
+const ZONE: &str = r#"listen-address=127.0.0.53
+bind-interfaces
+port=53
+no-resolv
+no-hosts
+no-poll
+local=/test/
+local-ttl=60
+naptr-record=sip.test,10,10,"S","SIP+D2U","",_sip._udp.sip.test
+srv-host=_sip._udp.sip.test,down.sip.test,5060,10,1
+srv-host=_sip._udp.sip.test,up.sip.test,5060,20,1
+host-record=down.sip.test,127.0.0.21
+host-record=up.sip.test,127.0.0.22
+"#;
+
+/// Start dnsmasq with [`ZONE`] and wait (bounded) until it answers.
+fn start_dnsmasq(procs: &mut Procs, dir: &Path) {
+    let conf = dir.join("dnsmasq.conf");
+    std::fs::write(&conf, ZONE).unwrap();
+    let child = Command::new("dnsmasq")
+        .arg("--keep-in-foreground")
+        .arg(format!("--conf-file={}", conf.display()))
+        .args([
+            "--pid-file=",
+            "--user=root",
+            "--log-facility=-",
+            "--log-queries",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn dnsmasq (Debian package dnsmasq-base; scripts/install-deps.sh)");
+    procs.add("dnsmasq", child);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut query = Vec::new();
+    ringway_server::dns::wire::write_query(
+        7,
+        "up.sip.test",
+        ringway_server::dns::wire::RecordType::A,
+        &mut query,
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut buf = [0u8; 512];
+    loop {
+        assert!(Instant::now() < end, "dnsmasq did not answer");
+        let _ = socket.send_to(&query, DNS);
+        if socket.recv(&mut buf).is_ok() {
+            return;
+        }
+    }
+}
+
+/// A running dispatcher: PID, stderr lines, the summary path.
+struct Dispatch {
+    pid: u32,
+    stderr: mpsc::Receiver<String>,
+    summary: std::path::PathBuf,
+}
+
+fn spawn_dispatch(procs: &mut Procs, dir: &Path, relay: &str) -> Dispatch {
+    let summary = dir.join(format!("dispatch-{relay}.json").replace('/', "_"));
+    let mut child = Command::new(ringway())
+        .args([
+            "sip", "dispatch", "--listen", DISPATCH, "--proxy", "sip.test",
+        ])
+        .args(["--dns-server", DNS, "--relay", relay, "--metrics", METRICS])
+        .args(["--probe-interval-ms", "100", "--probe-failures", "3"])
+        .args(["--backend", "socket", "--duration", "120", "--quiet"])
+        .arg("--summary")
+        .arg(&summary)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ringway sip dispatch");
+    let err = child.stderr.take().unwrap();
+    let pid = procs.add("dispatch", child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("[dispatch] {line}");
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Dispatch {
+        pid,
+        stderr: rx,
+        summary,
+    }
+}
+
+/// Wait (bounded) for a stderr line containing `needle`; all lines seen.
+fn wait_line(lines: &mpsc::Receiver<String>, needle: &str) -> Result<(), Vec<String>> {
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while let Ok(line) = lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        let found = line.contains(needle);
+        seen.push(line);
+        if found {
+            return Ok(());
+        }
+    }
+    Err(seen)
+}
+
+/// The dispatcher resolves `sip.test` through NAPTR and SRV to both
+/// targets in priority order; the first is down, so its probes go
+/// unanswered, it goes out, and every SIPp call completes through the
+/// second (a retransmission of an INVITE first hashed to the dead one is
+/// re-hashed once it is out: the dispatcher keeps no transaction).
+#[test]
+fn calls_complete_through_the_second_srv_target_when_the_first_is_down() {
+    if Command::new("dnsmasq").arg("--version").output().is_err() {
+        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
+        assert!(
+            std::env::var("CI").is_err(),
+            "dnsmasq must be installed in CI"
+        );
+        return;
+    }
+    let (calls, metrics, summary) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        start_dnsmasq(&mut procs, dir.path());
+        let _proxy = start_proxy(
+            &mut procs,
+            dir.path(),
+            &["--listen", UP, "--relay", "127.0.0.0/8"],
+        );
+        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
+        let dispatch = spawn_dispatch(&mut procs, dir.path(), "127.0.0.0/8");
+        wait_line(&dispatch.stderr, "listening on").expect("dispatcher started");
+        let calls = run_sipp(
+            &mut procs,
+            dir.path(),
+            "uac",
+            &uac_args(a(DISPATCH), a(UAC), "bob", UAS, 20, 10),
+            Duration::from_secs(90),
+        )
+        .1;
+        // The down target is out once its probes went unanswered.
+        let end = Instant::now() + Duration::from_secs(20);
+        let metrics = loop {
+            let text = scrape(a(METRICS));
+            let out = prom_value(
+                &text,
+                &format!("ringway_dispatch_proxy_up{{proxy=\"{DOWN}\"}}"),
+            );
+            if out == Some(0.0) || Instant::now() > end {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        signal(dispatch.pid, "INT");
+        let mut child = procs.take(dispatch.pid).unwrap();
+        wait_bounded(&mut child, Duration::from_secs(15)).expect("dispatcher exits");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&dispatch.summary).unwrap()).unwrap();
+        (calls, metrics, summary)
+    });
+    assert_eq!((calls.successful, calls.failed), (20, 0), "{calls:?}");
+    // NAPTR → SRV in priority order → A.
+    assert_eq!(summary["config"]["proxies"], serde_json::json!([DOWN, UP]));
+    let value = |name: &str| prom_value(&metrics, name).unwrap_or_else(|| panic!("{name}"));
+    assert_eq!(
+        value(&format!("ringway_dispatch_proxy_up{{proxy=\"{DOWN}\"}}")),
+        0.0
+    );
+    assert_eq!(
+        value(&format!("ringway_dispatch_proxy_up{{proxy=\"{UP}\"}}")),
+        1.0
+    );
+    assert_eq!(value("ringway_dns_lookups_total"), 1.0);
+    assert_eq!(
+        value("ringway_dns_cache_misses_total"),
+        4.0,
+        "NAPTR, SRV, A, A"
+    );
+    assert_eq!(value("ringway_dns_failures_total"), 0.0);
+    assert!(value("ringway_dns_failovers_total") >= 1.0);
+    assert!(
+        value(&format!(
+            "ringway_dispatch_proxy_requests_total{{proxy=\"{UP}\"}}"
+        )) >= 20.0
+    );
+}
+
+/// The relay policy applies to what a name resolves to: `sip.test` points
+/// at loopback, which stays refused unless `--relay` names it, so the
+/// dispatcher refuses to start and says why.
+#[test]
+fn a_name_resolving_to_loopback_is_refused_without_relay() {
+    if Command::new("dnsmasq").arg("--version").output().is_err() {
+        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
+        assert!(
+            std::env::var("CI").is_err(),
+            "dnsmasq must be installed in CI"
+        );
+        return;
+    }
+    let (status, lines) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        start_dnsmasq(&mut procs, dir.path());
+        let dispatch = spawn_dispatch(&mut procs, dir.path(), "none");
+        let mut child = procs.take(dispatch.pid).unwrap();
+        let status = wait_bounded(&mut child, Duration::from_secs(20));
+        let lines: Vec<String> = dispatch.stderr.iter().collect();
+        (status, lines)
+    });
+    let status = status.expect("the dispatcher exits");
+    assert!(!status.success());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("no resolved address the relay policy allows")),
+        "{lines:?}"
+    );
+}
