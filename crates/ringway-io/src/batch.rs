@@ -211,37 +211,37 @@ impl RxBatch {
     /// the frame are lost (the backend counts such trains).
     pub(crate) fn commit_segments(&mut self, meta: RxMeta, seg: usize, received: Nanos) -> usize {
         assert!(self.used < self.arena.frames, "commit past capacity");
-        let fs = self.arena.frame_size;
-        let len = meta.len.min(fs);
+        let frame_size = self.arena.frame_size;
+        let len = meta.len.min(frame_size);
         if seg == 0 || seg >= len {
             self.commit_received(meta, received);
             return 1;
         }
-        let base = self.used * fs;
-        let mut at = 0;
-        let mut n = 0;
-        while at < len {
-            let l = seg.min(len - at);
-            self.offs.push(base + at);
+        let base = self.used * frame_size;
+        let mut offset = 0;
+        let mut count = 0;
+        while offset < len {
+            let seg_len = seg.min(len - offset);
+            self.offs.push(base + offset);
             self.meta.push(RxMeta {
-                len: l,
-                truncated: meta.truncated && l < seg,
+                len: seg_len,
+                truncated: meta.truncated && seg_len < seg,
                 ..meta
             });
             self.received.push(received);
-            at += l;
-            n += 1;
+            offset += seg_len;
+            count += 1;
         }
         self.used += 1;
-        n
+        count
     }
     /// Backend use: copy the first `len` bytes of frame `src` into frame `dst`.
     pub(crate) fn move_frame(&mut self, src: usize, dst: usize, len: usize) {
-        let fs = self.arena.frame_size;
-        let len = len.min(fs);
+        let frame_size = self.arena.frame_size;
+        let len = len.min(frame_size);
         self.arena
             .mem
-            .copy_within(src * fs..src * fs + len, dst * fs);
+            .copy_within(src * frame_size..src * frame_size + len, dst * frame_size);
     }
     /// Backend use: raw pointer to the start of the arena (for iovec setup).
     pub(crate) fn arena_ptr(&mut self) -> *mut u8 {
@@ -322,11 +322,11 @@ impl TxBatch {
         dst: SocketAddr,
         fill: impl FnOnce(&mut [u8]) -> Option<usize>,
     ) -> Result<usize, TxFull> {
-        let i = self.entries.len();
-        if i >= self.arena.frames {
+        let index = self.entries.len();
+        if index >= self.arena.frames {
             return Err(TxFull);
         }
-        let frame = self.arena.frame_mut(i);
+        let frame = self.arena.frame_mut(index);
         let len = fill(frame).ok_or(TxFull)?;
         if len > frame.len() {
             return Err(TxFull);
@@ -336,7 +336,7 @@ impl TxBatch {
             len,
             stamp_tag: None,
         });
-        Ok(i)
+        Ok(index)
     }
     /// Ask for a kernel TX timestamp of entry `i`, reported under `tag` by
     /// [`crate::BatchIo::poll_tx_stamps`]. Needs a socket opened with

@@ -106,13 +106,13 @@ pub fn run_one(sender: Sender, payload: usize, seconds: f64, batch: usize) -> io
         if two_cpus {
             let _ = thread::set_affinity(&[1]);
         }
-        let mut rx = RxBatch::new(batch.max(1), payload.max(64));
-        let c0 = thread::thread_cpu_time()?;
+        let mut rx_batch = RxBatch::new(batch.max(1), payload.max(64));
+        let cpu_start = thread::thread_cpu_time()?;
         let start = Instant::now();
         let mut last = start;
         let mut got = 0u64;
         loop {
-            let n = rio.recv_batch(&mut rx, Some(Duration::from_millis(50)))?;
+            let n = rio.recv_batch(&mut rx_batch, Some(Duration::from_millis(50)))?;
             if n > 0 {
                 got += n as u64;
                 last = Instant::now();
@@ -120,7 +120,7 @@ pub fn run_one(sender: Sender, payload: usize, seconds: f64, batch: usize) -> io
                 break;
             }
         }
-        let cpu = thread::thread_cpu_time()?.since(&c0);
+        let cpu = thread::thread_cpu_time()?.since(&cpu_start);
         let drops = sys::socket_drop_count(rfd).unwrap_or(0);
         Ok((got, last - start, cpu, rio.stats().rx_syscalls, drops))
     });
@@ -133,22 +133,22 @@ pub fn run_one(sender: Sender, payload: usize, seconds: f64, batch: usize) -> io
         match sender {
             Sender::Backend(k) => {
                 let mut io = open_backend(k, ssock)?;
-                let mut tx = TxBatch::new(batch, payload);
+                let mut tx_batch = TxBatch::new(batch, payload);
                 let data = vec![0x5au8; payload];
-                while !tx.is_full() {
-                    tx.push(dst, &data).map_err(io::Error::other)?;
+                while !tx_batch.is_full() {
+                    tx_batch.push(dst, &data).map_err(io::Error::other)?;
                 }
-                let c0 = thread::thread_cpu_time()?;
+                let cpu_start = thread::thread_cpu_time()?;
                 let start = Instant::now();
                 let mut sent = 0u64;
                 while start.elapsed() < dur {
-                    sent += io.send_batch(&tx)? as u64;
+                    sent += io.send_batch(&tx_batch)? as u64;
                 }
-                let el = start.elapsed();
+                let elapsed = start.elapsed();
                 Ok((
                     sent,
-                    el,
-                    thread::thread_cpu_time()?.since(&c0),
+                    elapsed,
+                    thread::thread_cpu_time()?.since(&cpu_start),
                     io.stats().tx_syscalls,
                 ))
             }
@@ -161,7 +161,7 @@ pub fn run_one(sender: Sender, payload: usize, seconds: f64, batch: usize) -> io
                     payload as i32,
                 )?;
                 let buf = vec![0x5au8; segs * payload];
-                let c0 = thread::thread_cpu_time()?;
+                let cpu_start = thread::thread_cpu_time()?;
                 let start = Instant::now();
                 let (mut sent, mut calls) = (0u64, 0u64);
                 while start.elapsed() < dur {
@@ -172,8 +172,13 @@ pub fn run_one(sender: Sender, payload: usize, seconds: f64, batch: usize) -> io
                         Err(e) => return Err(e),
                     }
                 }
-                let el = start.elapsed();
-                Ok((sent, el, thread::thread_cpu_time()?.since(&c0), calls))
+                let elapsed = start.elapsed();
+                Ok((
+                    sent,
+                    elapsed,
+                    thread::thread_cpu_time()?.since(&cpu_start),
+                    calls,
+                ))
             }
         }
     })
@@ -235,7 +240,7 @@ pub fn run_all(
 
 /// Render rows as an aligned table.
 pub fn render_table(rows: &[BenchRow]) -> String {
-    let mut s = format!(
+    let mut out = format!(
         "{:<10} {:>5} {:>10} {:>10} {:>7} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8}\n",
         "path",
         "bytes",
@@ -250,7 +255,7 @@ pub fn render_table(rows: &[BenchRow]) -> String {
         "rx sc/p"
     );
     for r in rows {
-        s.push_str(&format!(
+        out.push_str(&format!(
             "{:<10} {:>5} {:>10.0} {:>10.0} {:>7.2} {:>10.0} {:>10.0} {:>14} {:>14} {:>8.3} {:>8.3} {:>9}\n",
             r.path,
             r.payload,
@@ -266,7 +271,7 @@ pub fn render_table(rows: &[BenchRow]) -> String {
             format!("{:.0}%/{:.0}%", 100.0 * r.send_cpu_share, 100.0 * r.recv_cpu_share),
         ));
     }
-    s
+    out
 }
 
 /// One-line comparison of mmsg against socket (and GSO when measured),
@@ -277,7 +282,7 @@ pub fn conclusion(rows: &[BenchRow]) -> String {
     payloads.dedup();
     for p in payloads {
         let get = |path: &str| rows.iter().find(|r| r.payload == p && r.path == path);
-        let (Some(s), Some(m)) = (get("socket"), get("mmsg")) else {
+        let (Some(socket), Some(mmsg)) = (get("socket"), get("mmsg")) else {
             continue;
         };
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
@@ -289,70 +294,80 @@ pub fn conclusion(rows: &[BenchRow]) -> String {
                 0.0
             }
         };
-        let mut t = format!(
+        let mut text = format!(
             "{p} B: mmsg receives {:.2}x and sends {:.2}x the pps of socket; CPU per packet (send+recv) socket {:.2} us vs mmsg {:.2} us, {:.0}%/{:.0}% of it in the kernel",
-            ratio(m.recv_pps, s.recv_pps),
-            ratio(m.send_pps, s.send_pps),
-            (s.send_ns_per_pkt + s.recv_ns_per_pkt) / 1000.0,
-            (m.send_ns_per_pkt + m.recv_ns_per_pkt) / 1000.0,
-            kernel_share(s),
-            kernel_share(m),
+            ratio(mmsg.recv_pps, socket.recv_pps),
+            ratio(mmsg.send_pps, socket.send_pps),
+            (socket.send_ns_per_pkt + socket.recv_ns_per_pkt) / 1000.0,
+            (mmsg.send_ns_per_pkt + mmsg.recv_ns_per_pkt) / 1000.0,
+            kernel_share(socket),
+            kernel_share(mmsg),
         );
         let per_core = |ns: f64| if ns > 0.0 { 1e9 / ns } else { 0.0 };
-        t.push_str(&format!(
+        text.push_str(&format!(
             "; per fully used core (1/CPU per packet) mmsg sends {:.2}x and receives {:.2}x socket",
-            ratio(per_core(m.send_ns_per_pkt), per_core(s.send_ns_per_pkt)),
-            ratio(per_core(m.recv_ns_per_pkt), per_core(s.recv_ns_per_pkt)),
+            ratio(
+                per_core(mmsg.send_ns_per_pkt),
+                per_core(socket.send_ns_per_pkt)
+            ),
+            ratio(
+                per_core(mmsg.recv_ns_per_pkt),
+                per_core(socket.recv_ns_per_pkt)
+            ),
         ));
-        if (s.send_cpu_share - m.send_cpu_share).abs() > 0.15 {
-            t.push_str(&format!(
+        if (socket.send_cpu_share - mmsg.send_cpu_share).abs() > 0.15 {
+            text.push_str(&format!(
                 " (raw pps are load-skewed: the sender got {:.0}% of a CPU with socket, {:.0}% with mmsg)",
-                100.0 * s.send_cpu_share,
-                100.0 * m.send_cpu_share
+                100.0 * socket.send_cpu_share,
+                100.0 * mmsg.send_cpu_share
             ));
         }
-        if let Some(u) = get("uring") {
-            t.push_str(&format!(
+        if let Some(uring) = get("uring") {
+            text.push_str(&format!(
                 "; uring receives {:.2}x and sends {:.2}x the pps of mmsg, CPU per packet (send+recv) {:.2} us vs mmsg {:.2} us, {:.0}% of it in the kernel",
-                ratio(u.recv_pps, m.recv_pps),
-                ratio(u.send_pps, m.send_pps),
-                (u.send_ns_per_pkt + u.recv_ns_per_pkt) / 1000.0,
-                (m.send_ns_per_pkt + m.recv_ns_per_pkt) / 1000.0,
-                kernel_share(u),
+                ratio(uring.recv_pps, mmsg.recv_pps),
+                ratio(uring.send_pps, mmsg.send_pps),
+                (uring.send_ns_per_pkt + uring.recv_ns_per_pkt) / 1000.0,
+                (mmsg.send_ns_per_pkt + mmsg.recv_ns_per_pkt) / 1000.0,
+                kernel_share(uring),
             ));
         }
-        if let Some(g) = get("gso->mmsg") {
-            t.push_str(&format!(
+        if let Some(gso) = get("gso->mmsg") {
+            text.push_str(&format!(
                 "; GSO sends {:.2}x the pps of mmsg at {:.2} us send CPU/packet",
-                ratio(g.send_pps, m.send_pps),
-                g.send_ns_per_pkt / 1000.0
+                ratio(gso.send_pps, mmsg.send_pps),
+                gso.send_ns_per_pkt / 1000.0
             ));
         }
-        parts.push(t);
+        parts.push(text);
     }
     let mut line = parts.join(". ");
     let pairs: Vec<(f64, f64)> = rows
         .iter()
         .filter(|r| r.path == "mmsg")
-        .filter_map(|m| {
+        .filter_map(|mmsg| {
             rows.iter()
-                .find(|s| s.path == "socket" && s.payload == m.payload)
-                .map(|s| {
+                .find(|socket| socket.path == "socket" && socket.payload == mmsg.payload)
+                .map(|socket| {
                     (
-                        s.send_ns_per_pkt + s.recv_ns_per_pkt,
-                        m.send_ns_per_pkt + m.recv_ns_per_pkt,
+                        socket.send_ns_per_pkt + socket.recv_ns_per_pkt,
+                        mmsg.send_ns_per_pkt + mmsg.recv_ns_per_pkt,
                     )
                 })
         })
         .collect();
     if !pairs.is_empty() {
-        let n = pairs.len() as f64;
-        let sock = pairs.iter().map(|p| p.0).sum::<f64>() / n;
-        let mm = pairs.iter().map(|p| p.1).sum::<f64>() / n;
-        let frac = if sock > 0.0 { (sock - mm) / sock } else { 0.0 };
+        let pair_count = pairs.len() as f64;
+        let sock = pairs.iter().map(|p| p.0).sum::<f64>() / pair_count;
+        let mean_mmsg = pairs.iter().map(|p| p.1).sum::<f64>() / pair_count;
+        let frac = if sock > 0.0 {
+            (sock - mean_mmsg) / sock
+        } else {
+            0.0
+        };
         line.push_str(&format!(
             ". Batching saves {:.2} us ({:.0}%) of {:.2} us CPU per packet: {}. (On loopback the receive-side stack runs in the sender's softirq, so send CPU includes delivery.)",
-            (sock - mm) / 1000.0,
+            (sock - mean_mmsg) / 1000.0,
             100.0 * frac,
             sock / 1000.0,
             if frac < 0.15 {

@@ -74,11 +74,11 @@ pub fn parse_snmp_udp(text: &str) -> io::Result<UdpSnmp> {
         ));
     };
     let mut out = UdpSnmp::default();
-    for (name, v) in head.split_whitespace().zip(vals.split_whitespace()).skip(1) {
-        let v = v
+    for (name, values) in head.split_whitespace().zip(vals.split_whitespace()).skip(1) {
+        let values = values
             .parse::<u64>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("Udp {name}: {e}")))?;
-        out.set(name, v);
+        out.set(name, values);
     }
     Ok(out)
 }
@@ -88,13 +88,13 @@ pub fn parse_snmp6_udp(text: &str) -> io::Result<UdpSnmp> {
     let mut out = UdpSnmp::default();
     let mut seen = false;
     for l in text.lines() {
-        let mut it = l.split_whitespace();
-        let (Some(name), Some(v)) = (it.next(), it.next()) else {
+        let mut fields = l.split_whitespace();
+        let (Some(name), Some(value)) = (fields.next(), fields.next()) else {
             continue;
         };
-        if let Some(n) = name.strip_prefix("Udp6") {
-            if let Ok(v) = v.parse() {
-                out.set(n, v);
+        if let Some(counter) = name.strip_prefix("Udp6") {
+            if let Ok(value) = value.parse() {
+                out.set(counter, value);
                 seen = true;
             }
         }
@@ -136,25 +136,25 @@ pub struct UdpSocketRow {
 }
 
 fn parse_hex_addr(s: &str) -> Option<SocketAddr> {
-    let (a, p) = s.split_once(':')?;
-    let port = u16::from_str_radix(p, 16).ok()?;
-    match a.len() {
+    let (addr_hex, port_hex) = s.split_once(':')?;
+    let port = u16::from_str_radix(port_hex, 16).ok()?;
+    match addr_hex.len() {
         8 => {
             // The kernel prints the network-order u32 as a host-order number.
-            let w = u32::from_str_radix(a, 16).ok()?;
+            let word = u32::from_str_radix(addr_hex, 16).ok()?;
             Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(w.to_ne_bytes()),
+                Ipv4Addr::from(word.to_ne_bytes()),
                 port,
             )))
         }
         32 => {
-            let mut b = [0u8; 16];
+            let mut octets = [0u8; 16];
             for i in 0..4 {
-                let w = u32::from_str_radix(&a[i * 8..i * 8 + 8], 16).ok()?;
-                b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+                let word = u32::from_str_radix(&addr_hex[i * 8..i * 8 + 8], 16).ok()?;
+                octets[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
             }
             Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(b),
+                Ipv6Addr::from(octets),
                 port,
                 0,
                 0,
@@ -168,21 +168,22 @@ fn parse_hex_addr(s: &str) -> Option<SocketAddr> {
 pub fn parse_proc_udp(text: &str) -> Vec<UdpSocketRow> {
     let mut out = Vec::new();
     for l in text.lines().skip(1) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 13 {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        if fields.len() < 13 {
             continue;
         }
-        let (Some(local), Some(remote)) = (parse_hex_addr(f[1]), parse_hex_addr(f[2])) else {
+        let (Some(local), Some(remote)) = (parse_hex_addr(fields[1]), parse_hex_addr(fields[2]))
+        else {
             continue;
         };
-        let Some((txq, rxq)) = f[4].split_once(':') else {
+        let Some((txq, rxq)) = fields[4].split_once(':') else {
             continue;
         };
         let (Ok(tx_queue), Ok(rx_queue), Ok(inode), Ok(drops)) = (
             u64::from_str_radix(txq, 16),
             u64::from_str_radix(rxq, 16),
-            f[9].parse::<u64>(),
-            f[12].parse::<u64>(),
+            fields[9].parse::<u64>(),
+            fields[12].parse::<u64>(),
         ) else {
             continue;
         };
@@ -201,8 +202,8 @@ pub fn parse_proc_udp(text: &str) -> Vec<UdpSocketRow> {
 /// All UDP sockets (IPv4 and IPv6) of the calling thread's network namespace.
 pub fn udp_sockets() -> io::Result<Vec<UdpSocketRow>> {
     let mut rows = parse_proc_udp(&std::fs::read_to_string(net_path("udp"))?);
-    if let Ok(t) = std::fs::read_to_string(net_path("udp6")) {
-        rows.extend(parse_proc_udp(&t));
+    if let Ok(text) = std::fs::read_to_string(net_path("udp6")) {
+        rows.extend(parse_proc_udp(&text));
     }
     Ok(rows)
 }
@@ -210,14 +211,15 @@ pub fn udp_sockets() -> io::Result<Vec<UdpSocketRow>> {
 /// Inode number of the socket behind `fd` (from `/proc/self/fd/<fd>`).
 pub fn socket_inode(fd: RawFd) -> io::Result<u64> {
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
-    let s = link.to_string_lossy();
-    s.strip_prefix("socket:[")
+    let target = link.to_string_lossy();
+    target
+        .strip_prefix("socket:[")
         .and_then(|r| r.strip_suffix(']'))
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("fd {fd} is {s}, not a socket"),
+                format!("fd {fd} is {target}, not a socket"),
             )
         })
 }

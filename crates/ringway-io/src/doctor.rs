@@ -95,22 +95,22 @@ fn chk(area: &str, name: &str, ok: bool, detail: impl Into<String>) -> Check {
 
 fn utsname() -> (String, String) {
     // SAFETY: utsname is plain old data; uname fills it.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: `u` is a live, writable utsname.
-    if sys::cvt(unsafe { libc::uname(&mut u) }).is_err() {
+    if sys::cvt(unsafe { libc::uname(&mut uts) }).is_err() {
         return ("unknown".into(), "unknown".into());
     }
-    let s = |f: &[libc::c_char]| {
-        let b: Vec<u8> = f
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
             .iter()
             .take_while(|&&c| c != 0)
             .map(|&c| c as u8)
             .collect();
-        String::from_utf8_lossy(&b).into_owned()
+        String::from_utf8_lossy(&bytes).into_owned()
     };
     (
-        format!("{} {}", s(&u.release), s(&u.version)),
-        s(&u.machine),
+        format!("{} {}", field(&uts.release), field(&uts.version)),
+        field(&uts.machine),
     )
 }
 
@@ -147,10 +147,10 @@ pub fn run() -> DoctorReport {
     ]
     .iter()
     .map(|p| {
-        let v = std::fs::read_to_string(format!("/proc/sys/{p}"))
+        let value = std::fs::read_to_string(format!("/proc/sys/{p}"))
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|e| format!("unreadable: {e}"));
-        (p.replace('/', "."), v)
+        (p.replace('/', "."), value)
     })
     .collect();
     DoctorReport {
@@ -170,9 +170,9 @@ fn loop_pair(
 ) -> io::Result<(Box<dyn crate::BatchIo>, Box<dyn crate::BatchIo>)> {
     let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
     cfg.tx_timestamps = tx_stamps;
-    let (a, _) = open_udp(&cfg)?;
-    let (b, _) = open_udp(&cfg)?;
-    Ok((open_backend(kind, a)?, open_backend(kind, b)?))
+    let (first, _) = open_udp(&cfg)?;
+    let (second, _) = open_udp(&cfg)?;
+    Ok((open_backend(kind, first)?, open_backend(kind, second)?))
 }
 
 fn probe_backend(kind: BackendKind) -> Check {
@@ -180,28 +180,28 @@ fn probe_backend(kind: BackendKind) -> Check {
     if let Err(why) = kind.availability() {
         return chk("io", &name, false, format!("not available: {}", why.reason));
     }
-    let r = (|| -> io::Result<(usize, usize, usize)> {
-        let (mut a, mut b) = loop_pair(kind, false)?;
-        let dst = b.local_addr()?;
-        let mut tx = TxBatch::new(8, 64);
+    let result = (|| -> io::Result<(usize, usize, usize)> {
+        let (mut sender, mut receiver) = loop_pair(kind, false)?;
+        let dst = receiver.local_addr()?;
+        let mut tx_batch = TxBatch::new(8, 64);
         for i in 0..8u8 {
-            tx.push(dst, &[i; 32]).map_err(io::Error::other)?;
+            tx_batch.push(dst, &[i; 32]).map_err(io::Error::other)?;
         }
-        let sent = a.send_batch(&tx)?;
-        let mut rx = RxBatch::new(8, 64);
+        let sent = sender.send_batch(&tx_batch)?;
+        let mut rx_batch = RxBatch::new(8, 64);
         let (mut got, mut stamped) = (0, 0);
         let end = Instant::now() + Duration::from_secs(1);
         while got < sent && Instant::now() < end {
-            b.recv_batch(&mut rx, Some(Duration::from_millis(50)))?;
-            got += rx.len();
-            stamped += rx
+            receiver.recv_batch(&mut rx_batch, Some(Duration::from_millis(50)))?;
+            got += rx_batch.len();
+            stamped += rx_batch
                 .iter()
                 .filter(|d| d.meta.kernel_rx.is_some_and(|k| k <= d.meta.app_rx))
                 .count();
         }
         Ok((sent, got, stamped))
     })();
-    match r {
+    match result {
         Ok((s, g, st)) => chk(
             "io",
             &name,
@@ -244,32 +244,33 @@ fn probe_backend_xdp() -> Check {
 }
 
 fn probe_tx_stamps() -> Check {
-    let r = (|| -> io::Result<(usize, Vec<u64>)> {
-        let (mut a, mut b) = loop_pair(BackendKind::Mmsg, true)?;
-        let dst = b.local_addr()?;
-        let mut tx = TxBatch::new(4, 64);
+    let result = (|| -> io::Result<(usize, Vec<u64>)> {
+        let (mut sender, mut receiver) = loop_pair(BackendKind::Mmsg, true)?;
+        let dst = receiver.local_addr()?;
+        let mut tx_batch = TxBatch::new(4, 64);
         for _ in 0..4 {
-            tx.push(dst, b"stamp").map_err(io::Error::other)?;
+            tx_batch.push(dst, b"stamp").map_err(io::Error::other)?;
         }
-        tx.request_stamp(0, 1);
-        tx.request_stamp(2, 3);
-        a.send_batch(&tx)?;
-        let mut st = Vec::new();
+        tx_batch.request_stamp(0, 1);
+        tx_batch.request_stamp(2, 3);
+        sender.send_batch(&tx_batch)?;
+        let mut stamps = Vec::new();
         let end = Instant::now() + Duration::from_millis(500);
-        while st.len() < 2 && Instant::now() < end {
-            a.poll_tx_stamps(&mut st)?;
+        while stamps.len() < 2 && Instant::now() < end {
+            sender.poll_tx_stamps(&mut stamps)?;
             std::thread::sleep(Duration::from_millis(2));
         }
-        let mut rx = RxBatch::new(4, 64);
-        b.recv_batch(&mut rx, Some(Duration::from_millis(100)))?;
+        let mut rx_batch = RxBatch::new(4, 64);
+        receiver.recv_batch(&mut rx_batch, Some(Duration::from_millis(100)))?;
         Ok((
-            st.len(),
-            st.iter()
+            stamps.len(),
+            stamps
+                .iter()
                 .map(|s| s.kernel_tx.saturating_since(s.app_tx))
                 .collect(),
         ))
     })();
-    match r {
+    match result {
         Ok((n, lat)) => chk(
             "timestamps",
             "tx software stamps",
@@ -283,34 +284,34 @@ fn probe_tx_stamps() -> Check {
 }
 
 fn probe_rxq_ovfl() -> Check {
-    let r = in_private_netns(|| -> io::Result<(u64, u64)> {
+    let result = in_private_netns(|| -> io::Result<(u64, u64)> {
         const K: u64 = 64;
         let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
         cfg.rcvbuf = Some(1);
-        let (s, rep) = open_udp(&cfg)?;
+        let (socket, rep) = open_udp(&cfg)?;
         if !rep.rxq_ovfl {
             return Err(io::Error::other(format!(
                 "SO_RXQ_OVFL not set: {:?}",
                 rep.warnings
             )));
         }
-        let dst = s.local_addr()?;
-        let mut io = open_backend(BackendKind::Mmsg, s)?;
-        let tx = UdpSocket::bind("127.0.0.1:0")?;
+        let dst = socket.local_addr()?;
+        let mut backend = open_backend(BackendKind::Mmsg, socket)?;
+        let sender = UdpSocket::bind("127.0.0.1:0")?;
         for _ in 0..K {
-            tx.send_to(&[0u8; 200], dst)?;
+            sender.send_to(&[0u8; 200], dst)?;
         }
         std::thread::sleep(Duration::from_millis(20));
-        let mut rx = RxBatch::new(64, 256);
+        let mut rx_batch = RxBatch::new(64, 256);
         let mut got = 0u64;
-        while io.recv_batch(&mut rx, Some(Duration::from_millis(50)))? > 0 {
-            got += rx.len() as u64;
+        while backend.recv_batch(&mut rx_batch, Some(Duration::from_millis(50)))? > 0 {
+            got += rx_batch.len() as u64;
         }
-        tx.send_to(b"sentinel", dst)?;
-        io.recv_batch(&mut rx, Some(Duration::from_millis(500)))?;
-        Ok((got, io.stats().rx_dropped))
+        sender.send_to(b"sentinel", dst)?;
+        backend.recv_batch(&mut rx_batch, Some(Duration::from_millis(500)))?;
+        Ok((got, backend.stats().rx_dropped))
     });
-    match r {
+    match result {
         Ok(Ok((got, drops))) => chk(
             "io",
             "SO_RXQ_OVFL",
@@ -324,15 +325,15 @@ fn probe_rxq_ovfl() -> Check {
 }
 
 fn probe_reuseport() -> Check {
-    let r = (|| -> io::Result<()> {
+    let result = (|| -> io::Result<()> {
         let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal"));
         cfg.reuseport = true;
-        let (a, _) = open_udp(&cfg)?;
-        cfg.bind = a.local_addr()?;
+        let (first, _) = open_udp(&cfg)?;
+        cfg.bind = first.local_addr()?;
         let (_b, _) = open_udp(&cfg)?;
         Ok(())
     })();
-    match r {
+    match result {
         Ok(()) => chk(
             "io",
             "SO_REUSEPORT",
@@ -373,28 +374,28 @@ fn probe_rcvbuf_force() -> Check {
 }
 
 fn probe_gso() -> Check {
-    let r = (|| -> io::Result<(usize, Vec<usize>)> {
-        let rx = UdpSocket::bind("127.0.0.1:0")?;
-        rx.set_read_timeout(Some(Duration::from_millis(200)))?;
-        let tx = UdpSocket::bind("127.0.0.1:0")?;
-        sys::setsockopt_int(tx.as_raw_fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 1000)?;
-        let n = tx.send_to(&[7u8; 3000], rx.local_addr()?)?;
+    let result = (|| -> io::Result<(usize, Vec<usize>)> {
+        let receiver = UdpSocket::bind("127.0.0.1:0")?;
+        receiver.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let sender = UdpSocket::bind("127.0.0.1:0")?;
+        sys::setsockopt_int(sender.as_raw_fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 1000)?;
+        let sent = sender.send_to(&[7u8; 3000], receiver.local_addr()?)?;
         let mut sizes = Vec::new();
         let mut buf = [0u8; 4000];
-        while let Ok(k) = rx.recv(&mut buf) {
-            sizes.push(k);
+        while let Ok(received) = receiver.recv(&mut buf) {
+            sizes.push(received);
             if sizes.len() == 3 {
                 break;
             }
         }
-        Ok((n, sizes))
+        Ok((sent, sizes))
     })();
-    match r {
-        Ok((n, sizes)) => chk(
+    match result {
+        Ok((sent, sizes)) => chk(
             "offload",
             "UDP GSO (UDP_SEGMENT)",
             sizes == [1000, 1000, 1000],
-            format!("one send of {n} bytes with segment 1000 arrived as datagrams of {sizes:?}"),
+            format!("one send of {sent} bytes with segment 1000 arrived as datagrams of {sizes:?}"),
         ),
         Err(e) => chk(
             "offload",
@@ -406,12 +407,12 @@ fn probe_gso() -> Check {
 }
 
 fn probe_gro() -> Check {
-    let r = (|| -> io::Result<i32> {
-        let s = UdpSocket::bind("127.0.0.1:0")?;
-        sys::setsockopt_int(s.as_raw_fd(), sys::SOL_UDP, sys::UDP_GRO, 1)?;
-        sys::getsockopt_int(s.as_raw_fd(), sys::SOL_UDP, sys::UDP_GRO)
+    let result = (|| -> io::Result<i32> {
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        sys::setsockopt_int(socket.as_raw_fd(), sys::SOL_UDP, sys::UDP_GRO, 1)?;
+        sys::getsockopt_int(socket.as_raw_fd(), sys::SOL_UDP, sys::UDP_GRO)
     })();
-    match r {
+    match result {
         Ok(v) => chk("offload", "UDP GRO (UDP_GRO)", v != 0, format!("setsockopt accepted, reads back {v} (coalescing itself needs a GRO-capable path; not exercised on lo)")),
         Err(e) => chk("offload", "UDP GRO (UDP_GRO)", false, format!("refused: {}", errno_reason(&e))),
     }
@@ -430,12 +431,12 @@ fn probe_io_uring() -> Check {
             // SAFETY: the descriptor io_uring_setup just returned to us;
             // dropping it closes it.
             drop(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-            let sq = params[0] as u32;
+            let sq_entries = params[0] as u32;
             chk(
                 "kernel",
                 "io_uring",
                 true,
-                format!("io_uring_setup(4) gave a ring (sq_entries {sq}); kernel.io_uring_disabled={disabled}"),
+                format!("io_uring_setup(4) gave a ring (sq_entries {sq_entries}); kernel.io_uring_disabled={disabled}"),
             )
         }
         Err(e) => chk(
@@ -454,8 +455,8 @@ fn probe_io_uring() -> Check {
 /// program to a veth in native (driver) mode, bind a socket to a veth in
 /// copy mode with need_wakeup, and try zero-copy too.
 fn probe_af_xdp() -> Vec<Check> {
-    if let Err(e) = xdp::socket_supported() {
-        return vec![chk("kernel", "AF_XDP socket", false, e.reason)];
+    if let Err(error) = xdp::socket_supported() {
+        return vec![chk("kernel", "AF_XDP socket", false, error.reason)];
     }
     let mut out = vec![chk(
         "kernel",
@@ -464,18 +465,18 @@ fn probe_af_xdp() -> Vec<Check> {
         "socket(AF_XDP, SOCK_RAW) created",
     )];
     type Probes = (io::Result<()>, io::Result<()>, io::Result<()>);
-    let r = in_private_netns(|| -> io::Result<Probes> {
-        let st = Command::new("ip")
+    let result = in_private_netns(|| -> io::Result<Probes> {
+        let status = Command::new("ip")
             .args(["link", "add", "xv0", "type", "veth", "peer", "name", "xv1"])
             .status()?;
-        if !st.success() {
+        if !status.success() {
             return Err(io::Error::other("ip link add veth failed"));
         }
         for i in ["xv0", "xv1"] {
             Command::new("ip").args(["link", "set", i, "up"]).status()?;
         }
         // SAFETY: NUL-terminated names; if_nametoindex resolves in this thread's netns.
-        let (i0, i1) = unsafe {
+        let (ifindex_a, ifindex_b) = unsafe {
             (
                 libc::if_nametoindex(c"xv0".as_ptr()),
                 libc::if_nametoindex(c"xv1".as_ptr()),
@@ -486,11 +487,11 @@ fn probe_af_xdp() -> Vec<Check> {
         let native = xdp::native_attach_probe("xv0");
         Ok((
             native,
-            xsk_bind(i0, xdp::XDP_COPY | xdp::XDP_USE_NEED_WAKEUP),
-            xsk_bind(i1, xdp::XDP_ZEROCOPY),
+            xsk_bind(ifindex_a, xdp::XDP_COPY | xdp::XDP_USE_NEED_WAKEUP),
+            xsk_bind(ifindex_b, xdp::XDP_ZEROCOPY),
         ))
     });
-    match r {
+    match result {
         Ok(Ok((native, copy, zc))) => {
             out.push(chk(
                 "kernel",
@@ -500,7 +501,7 @@ fn probe_af_xdp() -> Vec<Check> {
                     Ok(()) => "program attached with BPF_LINK_CREATE + XDP_FLAGS_DRV_MODE (driver \
                                mode: runs in veth's NAPI poll), detached again"
                         .into(),
-                    Err(e) => format!("native attach refused (generic mode only): {e}"),
+                    Err(error) => format!("native attach refused (generic mode only): {error}"),
                 },
             ));
             out.push(chk(
@@ -511,7 +512,9 @@ fn probe_af_xdp() -> Vec<Check> {
                     Ok(()) => "UMEM registered, XSK bound to a veth queue 0 with XDP_COPY | \
                                XDP_USE_NEED_WAKEUP"
                         .into(),
-                    Err(e) => format!("bind with XDP_COPY | XDP_USE_NEED_WAKEUP failed: {e}"),
+                    Err(error) => {
+                        format!("bind with XDP_COPY | XDP_USE_NEED_WAKEUP failed: {error}")
+                    }
                 },
             ));
             out.push(chk(
@@ -520,15 +523,15 @@ fn probe_af_xdp() -> Vec<Check> {
                 zc.is_ok(),
                 match zc {
                     Ok(()) => "bound with XDP_ZEROCOPY".into(),
-                    Err(e) => format!("bind with XDP_ZEROCOPY refused: {e}"),
+                    Err(error) => format!("bind with XDP_ZEROCOPY refused: {error}"),
                 },
             ));
         }
-        Ok(Err(e)) | Err(e) => out.push(chk(
+        Ok(Err(error)) | Err(error) => out.push(chk(
             "kernel",
             "AF_XDP copy mode (veth)",
             false,
-            format!("probe failed: {e}"),
+            format!("probe failed: {error}"),
         )),
     }
     out
@@ -543,8 +546,8 @@ fn xsk_bind(ifindex: u32, flags: u16) -> io::Result<()> {
             "no ifindex for the veth",
         ));
     }
-    let x = xdp::xsk_setup(16, 4096, 16)?;
-    xdp::xsk_bind(x.fd.as_raw_fd(), ifindex, 0, flags)
+    let xsk = xdp::xsk_setup(16, 4096, 16)?;
+    xdp::xsk_bind(xsk.fd.as_raw_fd(), ifindex, 0, flags)
 }
 
 /// netem (and tbf for contrast) in a throwaway private namespace.
@@ -593,12 +596,12 @@ fn probe_qdiscs() -> Vec<Check> {
 fn probe_sched() -> Vec<Check> {
     let (slice, fifo, base) = std::thread::spawn(|| {
         let base = thread::slice().map(|d| d.as_micros()).unwrap_or(0);
-        let s = thread::set_slice(Duration::from_millis(2));
-        let f = thread::set_policy(Policy::Fifo(1));
-        if f.is_applied() {
+        let slice_result = thread::set_slice(Duration::from_millis(2));
+        let fifo_result = thread::set_policy(Policy::Fifo(1));
+        if fifo_result.is_applied() {
             let _ = thread::set_policy(Policy::Other);
         }
-        (s, f, base)
+        (slice_result, fifo_result, base)
     })
     .join()
     .unwrap_or((
@@ -626,7 +629,7 @@ fn probe_sched() -> Vec<Check> {
 /// namespace (propagation off), mounting debugfs/securityfs there if needed.
 fn probe_debugfs_sched() -> Check {
     // Ok: (the knobs can be opened for writing, what the probe saw).
-    let r = std::thread::spawn(|| -> Result<(bool, String), ProbeError> {
+    let result = std::thread::spawn(|| -> Result<(bool, String), ProbeError> {
         // SAFETY: unshare affects only this thread (mount namespace and fs info).
         sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
             .map_err(ProbeError::refused("unshare(CLONE_NEWNS)"))?;
@@ -649,14 +652,14 @@ fn probe_debugfs_sched() -> Check {
                 return;
             }
             // SAFETY: NUL-terminated strings; the mount lives only in this private namespace.
-            let rc = sys::cvt(unsafe {
+            let unshared = sys::cvt(unsafe {
                 libc::mount(fs.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null())
             });
-            if let Err(e) = rc {
+            if let Err(error) = unshared {
                 notes.push(format!(
                     "mount {}: {}",
                     fs.to_string_lossy(),
-                    errno_reason(&e)
+                    errno_reason(&error)
                 ));
             } else {
                 notes.push(format!(
@@ -673,23 +676,26 @@ fn probe_debugfs_sched() -> Check {
         );
         let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
             .map(|s| s.trim().to_string())
-            .unwrap_or_else(|e| format!("unreadable ({e})"));
-        let f = "/sys/kernel/debug/sched/base_slice_ns";
-        let rd = std::fs::File::open(f).map(|_| ());
+            .unwrap_or_else(|error| format!("unreadable ({error})"));
+        let slice_path = "/sys/kernel/debug/sched/base_slice_ns";
+        let read = std::fs::File::open(slice_path).map(|_| ());
         // Opening for write changes nothing until something is written; we write nothing.
-        let wr = std::fs::OpenOptions::new().write(true).open(f).map(|_| ());
-        let fmt = |r: &io::Result<()>| match r {
+        let write = std::fs::OpenOptions::new()
+            .write(true)
+            .open(slice_path)
+            .map(|_| ());
+        let fmt = |result: &io::Result<()>| match result {
             Ok(()) => "ok".to_string(),
-            Err(e) => errno_reason(e),
+            Err(error) => errno_reason(error),
         };
         let mode = lockdown
             .split_whitespace()
             .find(|w| w.starts_with('['))
             .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
             .unwrap_or_default();
-        let why = if wr
+        let why = if write
             .as_ref()
-            .is_err_and(|e| e.raw_os_error() == Some(libc::EPERM))
+            .is_err_and(|error| error.raw_os_error() == Some(libc::EPERM))
             && (mode == "integrity" || mode == "confidentiality")
         {
             format!(" => blocked by kernel lockdown ({mode}): debugfs files cannot be opened")
@@ -697,22 +703,22 @@ fn probe_debugfs_sched() -> Check {
             String::new()
         };
         let text = format!(
-            "{}open {f} read: {}, write: {}; lockdown: {lockdown}{why}",
+            "{}open {slice_path} read: {}, write: {}; lockdown: {lockdown}{why}",
             if notes.is_empty() {
                 String::new()
             } else {
                 format!("{}; ", notes.join("; "))
             },
-            fmt(&rd),
-            fmt(&wr),
+            fmt(&read),
+            fmt(&write),
         );
-        Ok((wr.is_ok(), text))
+        Ok((write.is_ok(), text))
     })
     .join()
     .unwrap_or(Err(ProbeError::Panicked));
-    match r {
+    match result {
         Ok((ok, t)) => chk("sched", "debugfs sched knobs", ok, t),
-        Err(e) => chk("sched", "debugfs sched knobs", false, e.to_string()),
+        Err(error) => chk("sched", "debugfs sched knobs", false, error.to_string()),
     }
 }
 
@@ -858,14 +864,14 @@ fn probe_perf() -> Vec<Check> {
     let paranoid = read_sysctl("kernel/perf_event_paranoid")
         .map(|v| v.to_string())
         .unwrap_or_else(|e| format!("unreadable ({e})"));
-    let hw = perf_open(0, 0); // PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES
-    let sw = perf_open(1, 1); // PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK
+    let hardware = perf_open(0, 0); // PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES
+    let software = perf_open(1, 1); // PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK
     vec![
         chk(
             "perf",
             "perf hardware counters",
-            hw.is_ok(),
-            match &hw {
+            hardware.is_ok(),
+            match &hardware {
                 Ok(()) => format!("perf_event_open(CPU_CYCLES) ok; perf_event_paranoid={paranoid}"),
                 Err(e) => format!(
                     "perf_event_open(CPU_CYCLES) refused: {}{}; perf_event_paranoid={paranoid}",
@@ -881,8 +887,8 @@ fn probe_perf() -> Vec<Check> {
         chk(
             "perf",
             "perf software counters",
-            sw.is_ok(),
-            match &sw {
+            software.is_ok(),
+            match &software {
                 Ok(()) => "perf_event_open(TASK_CLOCK) ok".to_string(),
                 Err(e) => format!("perf_event_open(TASK_CLOCK) refused: {}", errno_reason(e)),
             },
@@ -892,7 +898,7 @@ fn probe_perf() -> Vec<Check> {
 
 /// Render the report as aligned text.
 pub fn render_text(r: &DoctorReport) -> String {
-    let mut s = format!(
+    let mut out = format!(
         "kernel   {}\nmachine  {} ({} CPUs online){}\n\n",
         r.kernel,
         r.machine,
@@ -903,23 +909,23 @@ pub fn render_text(r: &DoctorReport) -> String {
             ", not root"
         }
     );
-    let w = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(10);
+    let width = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(10);
     let mut area = String::new();
     for c in &r.checks {
         if c.area != area {
             area = c.area.clone();
-            s.push_str(&format!("[{area}]\n"));
+            out.push_str(&format!("[{area}]\n"));
         }
-        s.push_str(&format!(
-            "  {:<w$}  {:<3}  {}\n",
+        out.push_str(&format!(
+            "  {:<width$}  {:<3}  {}\n",
             c.name,
             if c.ok { "yes" } else { "NO" },
             c.detail
         ));
     }
-    s.push_str("[sysctl]\n");
+    out.push_str("[sysctl]\n");
     for (k, v) in &r.sysctls {
-        s.push_str(&format!("  {k} = {v}\n"));
+        out.push_str(&format!("  {k} = {v}\n"));
     }
-    s
+    out
 }

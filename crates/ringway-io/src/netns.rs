@@ -30,10 +30,10 @@ pub fn in_private_netns<T: Send + 'static>(
         // SAFETY: unshare only changes this thread's namespace membership; no
         // memory is shared with the kernel.
         crate::sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
-        let st = Command::new("ip")
+        let status = Command::new("ip")
             .args(["link", "set", "lo", "up"])
             .status()?;
-        if !st.success() {
+        if !status.success() {
             return Err(io::Error::other(
                 "ip link set lo up failed in private netns",
             ));
@@ -117,16 +117,16 @@ impl Host {
 
     /// A `Command` that runs `program` inside this host (`ip netns exec`).
     pub fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.netns, program]);
-        c
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.netns, program]);
+        cmd
     }
 
     /// Move the calling thread into this host's namespace (for good).
     pub fn enter(&self) -> io::Result<()> {
-        let f = std::fs::File::open(format!("/run/netns/{}", self.netns))?;
+        let file = std::fs::File::open(format!("/run/netns/{}", self.netns))?;
         // SAFETY: setns with a namespace fd we hold open; affects only this thread.
-        crate::sys::cvt(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) })?;
+        crate::sys::cvt(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) })?;
         Ok(())
     }
 
@@ -136,9 +136,9 @@ impl Host {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::thread::JoinHandle<io::Result<T>> {
-        let me = self.clone();
+        let handle = self.clone();
         std::thread::spawn(move || {
-            me.enter()?;
+            handle.enter()?;
             Ok(f())
         })
     }
@@ -190,8 +190,8 @@ impl TopologyBuilder {
     /// Create the namespaces and links. On any failure, what was created is removed.
     pub fn build(self) -> io::Result<Topology> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let base = format!("{PREFIX}{}-{n}-", std::process::id());
+        let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let base = format!("{PREFIX}{}-{serial}-", std::process::id());
         for h in &self.hosts {
             if h.is_empty()
                 || h.len() > 16
@@ -229,34 +229,39 @@ impl TopologyBuilder {
         }
         match self.wiring {
             Wiring::Links(links) => {
-                for (k, (a, b)) in links.iter().enumerate() {
+                for (k, (addr, b)) in links.iter().enumerate() {
                     if k >= 250 {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidInput,
                             "too many links",
                         ));
                     }
-                    let ia = topo.index(a)?;
-                    let ib = topo.index(b)?;
-                    if ia == ib {
+                    let index_a = topo.index(addr)?;
+                    let index_b = topo.index(b)?;
+                    if index_a == index_b {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidInput,
                             "link to itself",
                         ));
                     }
                     let net = (k + 1) as u8;
-                    let na = format!("eth{}", topo.hosts[ia].ifaces.len());
-                    let nb = format!("eth{}", topo.hosts[ib].ifaces.len());
-                    let (nsa, nsb) = (topo.hosts[ia].netns.clone(), topo.hosts[ib].netns.clone());
+                    let name_a = format!("eth{}", topo.hosts[index_a].ifaces.len());
+                    let name_b = format!("eth{}", topo.hosts[index_b].ifaces.len());
+                    let (nsa, nsb) = (
+                        topo.hosts[index_a].netns.clone(),
+                        topo.hosts[index_b].netns.clone(),
+                    );
                     ip(&[
-                        "link", "add", "name", &na, "netns", &nsa, "type", "veth", "peer", "name",
-                        &nb, "netns", &nsb,
+                        "link", "add", "name", &name_a, "netns", &nsa, "type", "veth", "peer",
+                        "name", &name_b, "netns", &nsb,
                     ])?;
-                    for (ns, ifn, host, i) in [(&nsa, &na, 1u8, ia), (&nsb, &nb, 2u8, ib)] {
-                        let a = Ipv4Addr::new(10, 77, net, host);
-                        ip(&["-n", ns, "addr", "add", &format!("{a}/24"), "dev", ifn])?;
+                    for (ns, ifn, host, i) in
+                        [(&nsa, &name_a, 1u8, index_a), (&nsb, &name_b, 2u8, index_b)]
+                    {
+                        let addr = Ipv4Addr::new(10, 77, net, host);
+                        ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", ifn])?;
                         ip(&["-n", ns, "link", "set", ifn, "up"])?;
-                        topo.hosts[i].ifaces.push((ifn.clone(), a, 24));
+                        topo.hosts[i].ifaces.push((ifn.clone(), addr, 24));
                     }
                 }
             }
@@ -267,24 +272,32 @@ impl TopologyBuilder {
                         "too many hosts",
                     ));
                 }
-                let sw = format!("{base}switch");
-                ip(&["netns", "add", &sw])?;
-                topo.extra_netns.push(sw.clone());
-                ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
-                ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+                let switch = format!("{base}switch");
+                ip(&["netns", "add", &switch])?;
+                topo.extra_netns.push(switch.clone());
+                ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
+                ip(&["-n", &switch, "link", "set", "br0", "up"])?;
                 for i in 0..topo.hosts.len() {
                     let ns = topo.hosts[i].netns.clone();
                     let port = format!("p{i}");
                     ip(&[
                         "link", "add", "name", "eth0", "netns", &ns, "type", "veth", "peer",
-                        "name", &port, "netns", &sw,
+                        "name", &port, "netns", &switch,
                     ])?;
-                    ip(&["-n", &sw, "link", "set", &port, "master", "br0"])?;
-                    ip(&["-n", &sw, "link", "set", &port, "up"])?;
-                    let a = Ipv4Addr::new(10, 77, 0, (i + 1) as u8);
-                    ip(&["-n", &ns, "addr", "add", &format!("{a}/24"), "dev", "eth0"])?;
+                    ip(&["-n", &switch, "link", "set", &port, "master", "br0"])?;
+                    ip(&["-n", &switch, "link", "set", &port, "up"])?;
+                    let addr = Ipv4Addr::new(10, 77, 0, (i + 1) as u8);
+                    ip(&[
+                        "-n",
+                        &ns,
+                        "addr",
+                        "add",
+                        &format!("{addr}/24"),
+                        "dev",
+                        "eth0",
+                    ])?;
                     ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-                    topo.hosts[i].ifaces.push(("eth0".into(), a, 24));
+                    topo.hosts[i].ifaces.push(("eth0".into(), addr, 24));
                 }
             }
         }
@@ -340,9 +353,9 @@ impl Drop for Topology {
         // Deleting a namespace destroys the veth ends inside it (and with them
         // their peers). Errors are reported, never raised, while dropping.
         for ns in self.netns_names() {
-            if let Err(e) = ip(&["netns", "del", &ns]) {
+            if let Err(error) = ip(&["netns", "del", &ns]) {
                 if std::path::Path::new(&format!("/run/netns/{ns}")).exists() {
-                    log::warn!("could not delete netns {ns}: {e}");
+                    log::warn!("could not delete netns {ns}: {error}");
                 }
             }
         }

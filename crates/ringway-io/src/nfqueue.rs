@@ -201,10 +201,10 @@ pub fn encode_verdict(buf: &mut Vec<u8>, queue: u16, seq: u32, id: u32, verdict:
         seq,
     );
     put_nfgenmsg(buf, queue);
-    let mut v = [0u8; 8];
-    v[..4].copy_from_slice(&verdict.code().to_be_bytes());
-    v[4..].copy_from_slice(&id.to_be_bytes());
-    put_attr(buf, NFQA_VERDICT_HDR, &v);
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&verdict.code().to_be_bytes());
+    bytes[4..].copy_from_slice(&id.to_be_bytes());
+    put_attr(buf, NFQA_VERDICT_HDR, &bytes);
 }
 
 fn rd_u16(b: &[u8], at: usize) -> Option<u16> {
@@ -218,15 +218,15 @@ fn parse_packet(attrs: &[u8]) -> Option<QueuedPacket<'_>> {
     let mut hdr = None;
     let mut payload: &[u8] = &[];
     let mut orig_len = None;
-    let mut at = 0;
-    while at + 4 <= attrs.len() {
-        let len = rd_u16(attrs, at)? as usize;
-        let ty = rd_u16(attrs, at + 2)? & NLA_TYPE_MASK;
-        if len < 4 || at + len > attrs.len() {
+    let mut offset = 0;
+    while offset + 4 <= attrs.len() {
+        let len = rd_u16(attrs, offset)? as usize;
+        let attr_type = rd_u16(attrs, offset + 2)? & NLA_TYPE_MASK;
+        if len < 4 || offset + len > attrs.len() {
             return None;
         }
-        let data = &attrs[at + 4..at + len];
-        match ty {
+        let data = &attrs[offset + 4..offset + len];
+        match attr_type {
             NFQA_PACKET_HDR if data.len() >= 7 => {
                 hdr = Some((
                     u32::from_be_bytes(data[0..4].try_into().ok()?),
@@ -240,7 +240,7 @@ fn parse_packet(attrs: &[u8]) -> Option<QueuedPacket<'_>> {
             }
             _ => {}
         }
-        at += len.div_ceil(4) * 4;
+        offset += len.div_ceil(4) * 4;
     }
     let (id, hw_protocol, hook) = hdr?;
     Some(QueuedPacket {
@@ -274,35 +274,35 @@ pub fn parse_messages<'a>(
     buf: &'a [u8],
     mut f: impl FnMut(Message<'a>),
 ) -> Result<(), MalformedMessage> {
-    let mut at = 0;
+    let mut cursor = 0;
     let bad = |offset| MalformedMessage { offset };
-    while at + NLMSG_HDRLEN <= buf.len() {
-        let len = rd_u32(buf, at).ok_or(bad(at))? as usize;
-        let ty = rd_u16(buf, at + 4).ok_or(bad(at))?;
-        if len < NLMSG_HDRLEN || at + len > buf.len() {
-            return Err(bad(at));
+    while cursor + NLMSG_HDRLEN <= buf.len() {
+        let len = rd_u32(buf, cursor).ok_or(bad(cursor))? as usize;
+        let msg_type = rd_u16(buf, cursor + 4).ok_or(bad(cursor))?;
+        if len < NLMSG_HDRLEN || cursor + len > buf.len() {
+            return Err(bad(cursor));
         }
-        let body = &buf[at + NLMSG_HDRLEN..at + len];
-        let m = if ty == NLMSG_ERROR {
+        let body = &buf[cursor + NLMSG_HDRLEN..cursor + len];
+        let message = if msg_type == NLMSG_ERROR {
             let errno = body
                 .get(0..4)
                 .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
-                .ok_or(bad(at))?;
-            let seq = rd_u32(body, 4 + 8).ok_or(bad(at))?;
+                .ok_or(bad(cursor))?;
+            let seq = rd_u32(body, 4 + 8).ok_or(bad(cursor))?;
             Message::Error { errno, seq }
-        } else if ty == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET {
+        } else if msg_type == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET {
             match body.get(NFGENMSG_LEN..).and_then(parse_packet) {
                 Some(p) => Message::Packet(p),
-                None => return Err(bad(at)),
+                None => return Err(bad(cursor)),
             }
         } else {
             Message::Other
         };
-        f(m);
-        at += len.div_ceil(4) * 4;
+        f(message);
+        cursor += len.div_ceil(4) * 4;
     }
-    if at < buf.len() {
-        return Err(bad(at));
+    if cursor < buf.len() {
+        return Err(bad(cursor));
     }
     Ok(())
 }
@@ -337,13 +337,13 @@ impl NfQueue {
         // SAFETY: `raw` is a freshly created descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: sockaddr_nl is plain old data; all-zero is a valid value.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
         // SAFETY: bind with a live sockaddr_nl and its exact size.
         cvt(unsafe {
             libc::bind(
                 fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_nl).cast(),
+                (&addr as *const libc::sockaddr_nl).cast(),
                 size_of::<libc::sockaddr_nl>() as libc::socklen_t,
             )
         })?;
@@ -359,7 +359,7 @@ impl NfQueue {
         {
             crate::sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, buf)?;
         }
-        let mut q = NfQueue {
+        let mut queue = NfQueue {
             fd,
             cfg,
             seq: 0,
@@ -367,24 +367,32 @@ impl NfQueue {
             tx: Vec::with_capacity(VERDICT_MSG_LEN * VERDICTS_PER_SEND),
             stats: NfQueueStats::default(),
         };
-        let mut a = Vec::new();
-        put_attr(&mut a, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]);
-        q.configure(&a)?;
-        let mut a = Vec::new();
+        let mut attrs = Vec::new();
+        put_attr(&mut attrs, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]);
+        queue.configure(&attrs)?;
+        let mut attrs = Vec::new();
         let mut params = [0u8; 5];
         params[..4].copy_from_slice(&cfg.copy_range.to_be_bytes());
         params[4] = NFQNL_COPY_PACKET;
-        put_attr(&mut a, NFQA_CFG_PARAMS, &params);
-        put_attr(&mut a, NFQA_CFG_QUEUE_MAXLEN, &cfg.max_len.to_be_bytes());
+        put_attr(&mut attrs, NFQA_CFG_PARAMS, &params);
+        put_attr(
+            &mut attrs,
+            NFQA_CFG_QUEUE_MAXLEN,
+            &cfg.max_len.to_be_bytes(),
+        );
         let flags = if cfg.fail_open {
             NFQA_CFG_F_FAIL_OPEN
         } else {
             0
         };
-        put_attr(&mut a, NFQA_CFG_MASK, &NFQA_CFG_F_FAIL_OPEN.to_be_bytes());
-        put_attr(&mut a, NFQA_CFG_FLAGS, &flags.to_be_bytes());
-        q.configure(&a)?;
-        Ok(q)
+        put_attr(
+            &mut attrs,
+            NFQA_CFG_MASK,
+            &NFQA_CFG_F_FAIL_OPEN.to_be_bytes(),
+        );
+        put_attr(&mut attrs, NFQA_CFG_FLAGS, &flags.to_be_bytes());
+        queue.configure(&attrs)?;
+        Ok(queue)
     }
 
     /// The configuration in use.
@@ -405,9 +413,9 @@ impl NfQueue {
     /// Send one configuration message and wait for its acknowledgement.
     fn configure(&mut self, attrs: &[u8]) -> io::Result<()> {
         let seq = self.next_seq();
-        let mut m = Vec::new();
-        encode_config(&mut m, self.cfg.queue, seq, attrs);
-        self.send_all(&m)?;
+        let mut request = Vec::new();
+        encode_config(&mut request, self.cfg.queue, seq, attrs);
+        self.send_all(&request)?;
         loop {
             if crate::sys::wait_readable(self.fd.as_raw_fd(), Some(Duration::from_secs(2)))?
                 == crate::sys::Ready::Nothing
@@ -417,9 +425,9 @@ impl NfQueue {
                     "no answer to an NFQUEUE configuration message",
                 ));
             }
-            let n = self.recv_once()?.unwrap_or(0);
+            let received = self.recv_once()?.unwrap_or(0);
             let mut answer = None;
-            let _ = parse_messages(&self.rx[..n], |msg| {
+            let _ = parse_messages(&self.rx[..received], |msg| {
                 if let Message::Error { errno, seq: s } = msg {
                     if s == seq {
                         answer = Some(errno);
@@ -437,8 +445,9 @@ impl NfQueue {
     fn send_all(&mut self, buf: &[u8]) -> io::Result<()> {
         // SAFETY: send from a live buffer of the given length on our socket
         // (bound; the kernel is the default destination of a netlink socket).
-        let n = cvt(unsafe { libc::send(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), 0) })?;
-        if n as usize != buf.len() {
+        let sent =
+            cvt(unsafe { libc::send(self.fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), 0) })?;
+        if sent as usize != buf.len() {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
                 "netlink send took part of a buffer",
@@ -450,7 +459,7 @@ impl NfQueue {
     /// One non-blocking receive into `self.rx`; `None` when nothing waits.
     fn recv_once(&mut self) -> io::Result<Option<usize>> {
         // SAFETY: recv into a live, writable buffer of the given length.
-        let rc = unsafe {
+        let result = unsafe {
             libc::recv(
                 self.fd.as_raw_fd(),
                 self.rx.as_mut_ptr().cast(),
@@ -458,7 +467,7 @@ impl NfQueue {
                 libc::MSG_DONTWAIT,
             )
         };
-        match cvt(rc) {
+        match cvt(result) {
             Ok(n) => Ok(Some(n as usize)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
@@ -481,13 +490,13 @@ impl NfQueue {
         }
         let mut got = 0;
         while got < max {
-            let Some(n) = self.recv_once()? else {
+            let Some(len) = self.recv_once()? else {
                 break;
             };
             let mut packets = 0u64;
             let mut errors = 0u64;
-            let rx = std::mem::take(&mut self.rx);
-            let r = parse_messages(&rx[..n], |m| match m {
+            let buf = std::mem::take(&mut self.rx);
+            let result = parse_messages(&buf[..len], |m| match m {
                 Message::Packet(p) => {
                     packets += 1;
                     f(p);
@@ -495,8 +504,8 @@ impl NfQueue {
                 Message::Error { errno, .. } if errno != 0 => errors += 1,
                 _ => {}
             });
-            self.rx = rx;
-            if r.is_err() {
+            self.rx = buf;
+            if result.is_err() {
                 self.stats.malformed += 1;
             }
             self.stats.packets += packets;
@@ -526,10 +535,10 @@ impl NfQueue {
         if self.tx.is_empty() {
             return Ok(());
         }
-        let tx = std::mem::take(&mut self.tx);
-        let r = self.send_all(&tx);
-        self.tx = tx;
-        match r {
+        let buf = std::mem::take(&mut self.tx);
+        let result = self.send_all(&buf);
+        self.tx = buf;
+        match result {
             Ok(()) => {
                 self.tx.clear();
                 self.stats.verdict_sends += 1;

@@ -79,8 +79,8 @@ pub struct SocketReport {
 
 /// Read an integer sysctl under `/proc/sys` (e.g. `net/core/rmem_max`).
 pub fn read_sysctl(path: &str) -> io::Result<i64> {
-    let s = std::fs::read_to_string(format!("/proc/sys/{path}"))?;
-    s.trim()
+    let text = std::fs::read_to_string(format!("/proc/sys/{path}"))?;
+    text.trim()
         .parse()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
 }
@@ -175,7 +175,7 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
         ..Default::default()
     };
     if let Some(req) = cfg.rcvbuf {
-        let (g, f) = apply_buffer(
+        let (granted, forced) = apply_buffer(
             fd,
             "SO_RCVBUF",
             req,
@@ -185,11 +185,11 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
             cfg.force_buffers,
             &mut rep,
         );
-        rep.rcvbuf_granted = g;
-        rep.rcvbuf_forced = f;
+        rep.rcvbuf_granted = granted;
+        rep.rcvbuf_forced = forced;
     }
     if let Some(req) = cfg.sndbuf {
-        let (g, f) = apply_buffer(
+        let (granted, forced) = apply_buffer(
             fd,
             "SO_SNDBUF",
             req,
@@ -199,8 +199,8 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
             cfg.force_buffers,
             &mut rep,
         );
-        rep.sndbuf_granted = g;
-        rep.sndbuf_forced = f;
+        rep.sndbuf_granted = granted;
+        rep.sndbuf_forced = forced;
     }
     if cfg.reuseport {
         match sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1) {
@@ -257,10 +257,10 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
                 .push(format!("SO_RXQ_OVFL refused: {}", errno_text(&e))),
         }
     }
-    let mut st = sys::zero_storage();
-    let len = sys::sockaddr_from(&cfg.bind, &mut st);
+    let mut storage = sys::zero_storage();
+    let len = sys::sockaddr_from(&cfg.bind, &mut storage);
     // SAFETY: `st` holds a valid sockaddr of length `len` for this family.
-    sys::cvt(unsafe { libc::bind(fd, (&st as *const libc::sockaddr_storage).cast(), len) })
+    sys::cvt(unsafe { libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) })
         .map_err(|e| io::Error::new(e.kind(), format!("bind {}: {e}", cfg.bind)))?;
     if cfg.rcvbuf.is_none() {
         rep.rcvbuf_granted =
@@ -292,11 +292,11 @@ fn ensure_rx_stamping_live() {
         // network namespace, so a caller inside a test namespace does not pin
         // that namespace for the life of the process.
         std::thread::spawn(|| {
-            if let Ok(f) = std::fs::File::open("/proc/self/ns/net") {
+            if let Ok(file) = std::fs::File::open("/proc/self/ns/net") {
                 use std::os::fd::AsRawFd;
                 // SAFETY: setns with a namespace fd we hold open; affects only
                 // this helper thread. On failure we stay where we are.
-                let _ = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+                let _ = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
             }
             make_keeper()
         })
@@ -308,30 +308,31 @@ fn ensure_rx_stamping_live() {
 
 fn make_keeper() -> Option<UdpSocket> {
     {
-        let s = UdpSocket::bind("127.0.0.1:0").ok()?;
+        let socket = UdpSocket::bind("127.0.0.1:0").ok()?;
         use std::os::fd::AsRawFd;
-        let fd = s.as_raw_fd();
+        let fd = socket.as_raw_fd();
         let flags = (sys::SOF_RX_SOFTWARE | sys::SOF_SOFTWARE) as i32;
         sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_TIMESTAMPING, flags).ok()?;
-        s.set_nonblocking(true).ok()?;
-        let me = s.local_addr().ok()?;
+        socket.set_nonblocking(true).ok()?;
+        let local = socket.local_addr().ok()?;
         let mut io =
-            crate::backend::open_backend(crate::BackendKind::Socket, s.try_clone().ok()?).ok()?;
-        let mut rx = crate::RxBatch::new(1, 16);
+            crate::backend::open_backend(crate::BackendKind::Socket, socket.try_clone().ok()?)
+                .ok()?;
+        let mut rx_batch = crate::RxBatch::new(1, 16);
         for _ in 0..200 {
-            if s.send_to(b"ts", me).is_err() {
+            if socket.send_to(b"ts", local).is_err() {
                 break; // no usable loopback here: nothing to wait on
             }
             if io
-                .recv_batch(&mut rx, Some(std::time::Duration::from_millis(1)))
+                .recv_batch(&mut rx_batch, Some(std::time::Duration::from_millis(1)))
                 .unwrap_or(0)
                 > 0
-                && rx.get(0).and_then(|d| d.meta.kernel_rx).is_some()
+                && rx_batch.get(0).and_then(|d| d.meta.kernel_rx).is_some()
             {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_micros(500));
         }
-        Some(s)
+        Some(socket)
     }
 }

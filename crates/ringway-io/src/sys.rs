@@ -239,16 +239,16 @@ pub(crate) enum Ready {
 /// `ppoll` on `fds`, at most `timeout` (`None`: forever). Returns the
 /// number of ready descriptors; 0 on timeout or when a signal interrupted.
 pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
-    let ts = timeout.map(|t| libc::timespec {
+    let timeout_spec = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let tsp = ts
+    let tsp = timeout_spec
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `fds` is a live slice of pollfds of the given length; the
     // timespec pointer is null or points to a live value.
-    let rc = cvt(unsafe {
+    let result = cvt(unsafe {
         libc::ppoll(
             fds.as_mut_ptr(),
             fds.len() as libc::nfds_t,
@@ -256,7 +256,7 @@ pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::
             std::ptr::null(),
         )
     });
-    match rc {
+    match result {
         Ok(n) => Ok(n as usize),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         Err(e) => Err(e),
@@ -270,9 +270,9 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
         events: libc::POLLIN,
         revents: 0,
     }];
-    let rc = ppoll(&mut pfd, timeout)?;
+    let ready = ppoll(&mut pfd, timeout)?;
     let pfd = pfd[0];
-    if rc == 0 {
+    if ready == 0 {
         return Ok(Ready::Nothing);
     }
     if pfd.revents & libc::POLLIN != 0 {
@@ -314,33 +314,36 @@ pub(crate) fn parse_cmsgs(hdr: &libc::msghdr) -> Cmsgs {
     // pointer/length describe the kernel-written, aligned buffer we supplied;
     // CMSG_FIRSTHDR/NXTHDR stay inside msg_controllen.
     unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(hdr);
-        while !c.is_null() {
-            let level = (*c).cmsg_level;
-            let ty = (*c).cmsg_type;
-            let data = libc::CMSG_DATA(c);
-            let data_len = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-            if level == libc::SOL_SOCKET && ty == SCM_TIMESTAMPING && data_len >= 16 {
-                let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
-                if ts.tv_sec != 0 || ts.tv_nsec != 0 {
-                    out.sw_stamp =
-                        Some(Nanos(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64));
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            let level = (*cmsg).cmsg_level;
+            let cmsg_type = (*cmsg).cmsg_type;
+            let data = libc::CMSG_DATA(cmsg);
+            let data_len = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            if level == libc::SOL_SOCKET && cmsg_type == SCM_TIMESTAMPING && data_len >= 16 {
+                let stamp: libc::timespec = std::ptr::read_unaligned(data.cast());
+                if stamp.tv_sec != 0 || stamp.tv_nsec != 0 {
+                    out.sw_stamp = Some(Nanos(
+                        stamp.tv_sec as u64 * 1_000_000_000 + stamp.tv_nsec as u64,
+                    ));
                 }
-            } else if level == libc::SOL_SOCKET && ty == SO_RXQ_OVFL && data_len >= 4 {
+            } else if level == libc::SOL_SOCKET && cmsg_type == SO_RXQ_OVFL && data_len >= 4 {
                 out.rxq_ovfl = Some(std::ptr::read_unaligned(data.cast::<u32>()));
-            } else if level == SOL_UDP && ty == UDP_GRO && data_len >= 4 {
+            } else if level == SOL_UDP && cmsg_type == UDP_GRO && data_len >= 4 {
                 let size = std::ptr::read_unaligned(data.cast::<libc::c_int>());
                 out.gro_size = u16::try_from(size).ok().filter(|&s| s > 0);
-            } else if ((level == libc::SOL_IP && ty == libc::IP_RECVERR)
-                || (level == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR))
+            } else if ((level == libc::SOL_IP && cmsg_type == libc::IP_RECVERR)
+                || (level == libc::SOL_IPV6 && cmsg_type == libc::IPV6_RECVERR))
                 && data_len >= size_of::<libc::sock_extended_err>()
             {
-                let ee: libc::sock_extended_err = std::ptr::read_unaligned(data.cast());
-                if ee.ee_errno == libc::ENOMSG as u32 && ee.ee_origin == SO_EE_ORIGIN_TIMESTAMPING {
-                    out.ts_key = Some(ee.ee_data);
+                let extended_err: libc::sock_extended_err = std::ptr::read_unaligned(data.cast());
+                if extended_err.ee_errno == libc::ENOMSG as u32
+                    && extended_err.ee_origin == SO_EE_ORIGIN_TIMESTAMPING
+                {
+                    out.ts_key = Some(extended_err.ee_data);
                 }
             }
-            c = libc::CMSG_NXTHDR(hdr, c);
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
         }
     }
     out
@@ -363,17 +366,17 @@ pub(crate) fn write_tx_stamp_cmsg(buf: &mut CmsgBuf, key: Option<u32>) -> usize 
         let mut hdr: libc::msghdr = zeroed();
         hdr.msg_control = buf.as_mut_ptr().cast();
         hdr.msg_controllen = space as _;
-        let c = libc::CMSG_FIRSTHDR(&hdr);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = SO_TIMESTAMPING;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), SOF_TX_SOFTWARE);
+        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = SO_TIMESTAMPING;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u32>(), SOF_TX_SOFTWARE);
         if let Some(key) = key {
-            let c = libc::CMSG_NXTHDR(&hdr, c);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = SCM_TS_OPT_ID;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), key);
+            let cmsg = libc::CMSG_NXTHDR(&hdr, cmsg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = SCM_TS_OPT_ID;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u32>(), key);
         }
         space
     }
@@ -389,11 +392,11 @@ pub(crate) fn write_gso_cmsg(buf: &mut CmsgBuf, seg: u16) -> usize {
         let mut hdr: libc::msghdr = zeroed();
         hdr.msg_control = buf.as_mut_ptr().cast();
         hdr.msg_controllen = space as _;
-        let c = libc::CMSG_FIRSTHDR(&hdr);
-        (*c).cmsg_level = SOL_UDP;
-        (*c).cmsg_type = UDP_SEGMENT;
-        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        (*cmsg).cmsg_level = SOL_UDP;
+        (*cmsg).cmsg_type = UDP_SEGMENT;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(2) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
         space
     }
 }
@@ -408,7 +411,7 @@ impl Mapping {
     /// An anonymous private read/write mapping (page aligned, zeroed).
     pub(crate) fn anon(len: usize) -> io::Result<Mapping> {
         // SAFETY: anonymous private mapping with no address hint; checked below.
-        let p = unsafe {
+        let mapping = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
@@ -418,10 +421,13 @@ impl Mapping {
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
+        if mapping == libc::MAP_FAILED {
             return Err(last_err());
         }
-        Ok(Mapping { ptr: p.cast(), len })
+        Ok(Mapping {
+            ptr: mapping.cast(),
+            len,
+        })
     }
 
     /// A shared read/write mapping of `len` bytes of `fd` at offset `pgoff`
@@ -429,7 +435,7 @@ impl Mapping {
     pub(crate) fn shared(fd: RawFd, len: usize, pgoff: i64) -> io::Result<Mapping> {
         // SAFETY: shared mapping of an object the kernel created on `fd`; the
         // caller passes the length the kernel reported; checked below.
-        let p = unsafe {
+        let mapping = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
@@ -439,10 +445,13 @@ impl Mapping {
                 pgoff,
             )
         };
-        if p == libc::MAP_FAILED {
+        if mapping == libc::MAP_FAILED {
             return Err(last_err());
         }
-        Ok(Mapping { ptr: p.cast(), len })
+        Ok(Mapping {
+            ptr: mapping.cast(),
+            len,
+        })
     }
 }
 

@@ -69,8 +69,8 @@ pub fn current_tid() -> i32 {
 /// Number of CPUs the kernel reports online.
 pub fn online_cpus() -> usize {
     // SAFETY: sysconf with a constant name.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    n.max(1) as usize
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    online.max(1) as usize
 }
 
 /// CPUs the calling thread may run on.
@@ -100,14 +100,14 @@ pub fn set_affinity(cpus: &[usize]) -> Outcome {
         unsafe { libc::CPU_SET(c, &mut set) };
     }
     // SAFETY: pointer and size describe a live cpu_set_t.
-    let rc =
+    let result =
         cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) });
-    if let Err(e) = rc {
-        return refused(e);
+    if let Err(error) = result {
+        return refused(error);
     }
     match affinity() {
         Ok(v) => Outcome::Applied(format!("cpus {v:?}")),
-        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+        Err(error) => Outcome::Applied(format!("read back failed: {error}")),
     }
 }
 
@@ -201,25 +201,25 @@ fn sched_getattr() -> io::Result<libc::sched_attr> {
 
 fn sched_getattr_of(tid: i32) -> io::Result<libc::sched_attr> {
     // SAFETY: sched_attr is plain old data; all-zero is valid.
-    let mut a: libc::sched_attr = unsafe { std::mem::zeroed() };
+    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
     // SAFETY: the buffer is a live sched_attr of the size we pass.
     cvt(unsafe {
         libc::syscall(
             libc::SYS_sched_getattr,
             tid,
-            &mut a as *mut libc::sched_attr,
+            &mut attr as *mut libc::sched_attr,
             std::mem::size_of::<libc::sched_attr>() as libc::c_uint,
             0,
         )
     })?;
-    Ok(a)
+    Ok(attr)
 }
 
 /// Policy of the calling thread.
 pub fn policy() -> io::Result<Policy> {
-    let a = sched_getattr()?;
-    let prio = a.sched_priority.min(99) as u8;
-    Ok(match a.sched_policy as libc::c_int {
+    let attr = sched_getattr()?;
+    let prio = attr.sched_priority.min(99) as u8;
+    Ok(match attr.sched_policy as libc::c_int {
         libc::SCHED_FIFO => Policy::Fifo(prio),
         libc::SCHED_RR => Policy::Rr(prio),
         libc::SCHED_BATCH => Policy::Batch,
@@ -235,12 +235,12 @@ pub fn set_policy(p: Policy) -> Outcome {
         sched_priority: prio,
     };
     // SAFETY: pid 0 = calling thread; param is a live sched_param.
-    if let Err(e) = cvt(unsafe { libc::sched_setscheduler(0, pol, &param) }) {
-        return refused(e);
+    if let Err(error) = cvt(unsafe { libc::sched_setscheduler(0, pol, &param) }) {
+        return refused(error);
     }
     match policy() {
         Ok(now) => Outcome::Applied(format!("policy {now}")),
-        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+        Err(error) => Outcome::Applied(format!("read back failed: {error}")),
     }
 }
 
@@ -252,13 +252,14 @@ pub fn nice() -> io::Result<i32> {
 /// Set the calling thread's nice value (-20..=19; lowering needs CAP_SYS_NICE).
 pub fn set_nice(n: i32) -> Outcome {
     // SAFETY: setpriority on our own thread id.
-    let rc = cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, current_tid() as libc::id_t, n) });
-    if let Err(e) = rc {
-        return refused(e);
+    let result =
+        cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, current_tid() as libc::id_t, n) });
+    if let Err(error) = result {
+        return refused(error);
     }
     match nice() {
         Ok(v) => Outcome::Applied(format!("nice {v}")),
-        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+        Err(error) => Outcome::Applied(format!("read back failed: {error}")),
     }
 }
 
@@ -278,36 +279,36 @@ pub fn set_slice(d: Duration) -> Outcome {
 /// threads of an external proxy process; needs the right to change it.
 pub fn set_slice_of(tid: i32, d: Duration) -> Outcome {
     let cur = match sched_getattr_of(tid) {
-        Ok(a) => a,
-        Err(e) => return refused(e),
+        Ok(attr) => attr,
+        Err(error) => return refused(error),
     };
     let pol = cur.sched_policy as libc::c_int;
     if pol != libc::SCHED_OTHER && pol != libc::SCHED_BATCH && pol != libc::SCHED_IDLE {
         return Outcome::Refused("EINVAL (slice applies only to fair-class threads)".into());
     }
-    let mut a = cur;
-    a.size = SCHED_ATTR_SIZE;
-    a.sched_flags = 0;
-    a.sched_priority = 0;
-    a.sched_runtime = d.as_nanos().min(u64::MAX as u128) as u64;
-    a.sched_deadline = 0;
-    a.sched_period = 0;
+    let mut attr = cur;
+    attr.size = SCHED_ATTR_SIZE;
+    attr.sched_flags = 0;
+    attr.sched_priority = 0;
+    attr.sched_runtime = d.as_nanos().min(u64::MAX as u128) as u64;
+    attr.sched_deadline = 0;
+    attr.sched_period = 0;
     // SAFETY: tid names a thread (0 = calling thread); `a` is a live, fully
     // initialised sched_attr.
-    let rc = cvt(unsafe {
+    let result = cvt(unsafe {
         libc::syscall(
             libc::SYS_sched_setattr,
             tid,
-            &a as *const libc::sched_attr,
+            &attr as *const libc::sched_attr,
             0,
         )
     });
-    if let Err(e) = rc {
-        return refused(e);
+    if let Err(error) = result {
+        return refused(error);
     }
-    match sched_getattr_of(tid).map(|a| Duration::from_nanos(a.sched_runtime)) {
+    match sched_getattr_of(tid).map(|attr| Duration::from_nanos(attr.sched_runtime)) {
         Ok(v) => Outcome::Applied(format!("slice {} us", v.as_micros())),
-        Err(e) => Outcome::Applied(format!("read back failed: {e}")),
+        Err(error) => Outcome::Applied(format!("read back failed: {error}")),
     }
 }
 
@@ -339,32 +340,32 @@ impl Placement {
     /// Apply to the calling thread in the order policy, nice, slice, affinity.
     pub fn apply(&self) -> Vec<PlacementItem> {
         let mut out = Vec::new();
-        if let Some(p) = self.policy {
+        if let Some(policy) = self.policy {
             out.push(PlacementItem {
                 what: "policy".into(),
-                requested: p.to_string(),
-                result: set_policy(p),
+                requested: policy.to_string(),
+                result: set_policy(policy),
             });
         }
-        if let Some(n) = self.nice {
+        if let Some(nice) = self.nice {
             out.push(PlacementItem {
                 what: "nice".into(),
-                requested: n.to_string(),
-                result: set_nice(n),
+                requested: nice.to_string(),
+                result: set_nice(nice),
             });
         }
-        if let Some(s) = self.slice {
+        if let Some(slice) = self.slice {
             out.push(PlacementItem {
                 what: "slice".into(),
-                requested: format!("{} us", s.as_micros()),
-                result: set_slice(s),
+                requested: format!("{} us", slice.as_micros()),
+                result: set_slice(slice),
             });
         }
-        if let Some(c) = &self.cpus {
+        if let Some(cpus) = &self.cpus {
             out.push(PlacementItem {
                 what: "affinity".into(),
-                requested: format!("{c:?}"),
-                result: set_affinity(c),
+                requested: format!("{cpus:?}"),
+                result: set_affinity(cpus),
             });
         }
         out
@@ -388,13 +389,13 @@ pub struct CurrentPlacement {
 
 /// Read the calling thread's affinity, policy, nice and slice.
 pub fn current() -> io::Result<CurrentPlacement> {
-    let a = sched_getattr()?;
+    let attr = sched_getattr()?;
     Ok(CurrentPlacement {
         tid: current_tid(),
         cpus: affinity()?,
         policy: policy()?,
-        nice: a.sched_nice,
-        slice_ns: a.sched_runtime,
+        nice: attr.sched_nice,
+        slice_ns: attr.sched_runtime,
     })
 }
 
@@ -437,13 +438,13 @@ impl std::ops::Add for CpuTime {
 
 fn rusage(who: libc::c_int) -> io::Result<CpuTime> {
     // SAFETY: rusage is plain old data; all-zero is valid.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `r` is a live, writable rusage.
-    cvt(unsafe { libc::getrusage(who, &mut r) })?;
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    cvt(unsafe { libc::getrusage(who, &mut usage) })?;
+    let nanos = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     Ok(CpuTime {
-        user_ns: ns(r.ru_utime),
-        system_ns: ns(r.ru_stime),
+        user_ns: nanos(usage.ru_utime),
+        system_ns: nanos(usage.ru_stime),
     })
 }
 
@@ -462,15 +463,15 @@ pub fn process_cpu_time() -> io::Result<CpuTime> {
 /// CPU time of thread `tid` of this process, from `/proc/self/task/<tid>/stat`
 /// (clock-tick resolution, usually 10 ms).
 pub fn thread_cpu_time_of(tid: i32) -> io::Result<CpuTime> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
-    parse_stat_cpu(&s, clock_ticks())
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
+    parse_stat_cpu(&text, clock_ticks())
 }
 
 fn clock_ticks() -> u64 {
     // SAFETY: sysconf with a constant name.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
     } else {
         100
     }
@@ -483,10 +484,11 @@ pub fn parse_stat_cpu(stat: &str, ticks_per_sec: u64) -> io::Result<CpuTime> {
         .rsplit_once(')')
         .map(|(_, r)| r)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "stat: no ')'"))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state); utime is field 14 → index 11.
     let get = |i: usize| -> io::Result<u64> {
-        f.get(i)
+        fields
+            .get(i)
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "stat: short line"))
     };
@@ -499,13 +501,13 @@ pub fn parse_stat_cpu(stat: &str, ticks_per_sec: u64) -> io::Result<CpuTime> {
 
 /// Precise total CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
 pub fn thread_cpu_total() -> Duration {
-    let mut ts = libc::timespec {
+    let mut spec = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a live timespec; the clock id is constant.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut spec) };
+    Duration::new(spec.tv_sec as u64, spec.tv_nsec as u32)
 }
 
 #[cfg(test)]

@@ -17,14 +17,14 @@ impl Nanos {
 }
 
 fn clock(id: libc::clockid_t) -> Nanos {
-    let mut ts = libc::timespec {
+    let mut spec = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec and `id` is a valid clock id.
-    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
-    debug_assert_eq!(rc, 0);
-    Nanos(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    let result = unsafe { libc::clock_gettime(id, &mut spec) };
+    debug_assert_eq!(result, 0);
+    Nanos(spec.tv_sec as u64 * 1_000_000_000 + spec.tv_nsec as u64)
 }
 
 /// CLOCK_REALTIME now: comparable with kernel software RX/TX timestamps.

@@ -96,8 +96,8 @@ impl Tun {
     /// drops the rest); callers size `buf` to the MTU or more.
     pub fn read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         // SAFETY: read into a live, writable buffer of the given length.
-        let rc = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        match cvt(rc) {
+        let result = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match cvt(result) {
             Ok(n) => Ok(Some(n as usize)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
@@ -109,9 +109,10 @@ impl Tun {
     /// the writer's context, so packets reach TCP in the order written.
     pub fn write(&self, packet: &[u8]) -> io::Result<()> {
         // SAFETY: write from a live buffer of the given length.
-        let rc = unsafe { libc::write(self.fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };
-        let n = cvt(rc)?;
-        if n as usize != packet.len() {
+        let result =
+            unsafe { libc::write(self.fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };
+        let written = cvt(result)?;
+        if written as usize != packet.len() {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
                 "TUN write took part of a packet",

@@ -208,16 +208,16 @@ pub(crate) fn sum16(data: &[u8], acc: u32) -> u32 {
     let mut wide = u64::from(acc);
     let mut chunks = data.chunks_exact(8);
     for c in &mut chunks {
-        let hi = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-        let lo = u32::from_be_bytes([c[4], c[5], c[6], c[7]]);
-        wide += u64::from(hi) + u64::from(lo);
+        let high = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+        let low = u32::from_be_bytes([c[4], c[5], c[6], c[7]]);
+        wide += u64::from(high) + u64::from(low);
     }
     let mut pairs = chunks.remainder().chunks_exact(2);
     for c in &mut pairs {
         wide += u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
-    if let [b] = pairs.remainder() {
-        wide += u64::from(*b) << 8;
+    if let [last] = pairs.remainder() {
+        wide += u64::from(*last) << 8;
     }
     // Fold 64 → 32 bits (end-around carries), keeping the sum mod 0xffff.
     while wide > 0xffff_ffff {
@@ -239,12 +239,12 @@ pub(crate) fn fold(mut acc: u32) -> u16 {
 }
 
 pub(crate) fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
-    let mut p = [0u8; 12];
-    p[0..4].copy_from_slice(&src.octets());
-    p[4..8].copy_from_slice(&dst.octets());
-    p[9] = IPPROTO_UDP;
-    p[10..12].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    sum16(&p, 0)
+    let mut pseudo = [0u8; 12];
+    pseudo[0..4].copy_from_slice(&src.octets());
+    pseudo[4..8].copy_from_slice(&dst.octets());
+    pseudo[9] = IPPROTO_UDP;
+    pseudo[10..12].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    sum16(&pseudo, 0)
 }
 
 /// Addresses of a frame to build.
@@ -278,14 +278,14 @@ pub fn write_udp_frame(
     if out.len() < total || payload.len() > 65507 {
         return None;
     }
-    let f = &mut out[..total];
-    f[0..6].copy_from_slice(&a.dst_mac);
-    f[6..12].copy_from_slice(&a.src_mac);
-    f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let frame = &mut out[..total];
+    frame[0..6].copy_from_slice(&a.dst_mac);
+    frame[6..12].copy_from_slice(&a.src_mac);
+    frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
     let ip_len = (IPV4_HLEN + UDP_HLEN + payload.len()) as u16;
     let udp_len = (UDP_HLEN + payload.len()) as u16;
     {
-        let ip = &mut f[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
+        let ip = &mut frame[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
         ip[0] = 0x45;
         ip[1] = 0;
         ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
@@ -296,20 +296,20 @@ pub fn write_udp_frame(
         ip[10..12].copy_from_slice(&[0, 0]);
         ip[12..16].copy_from_slice(&a.src_ip.octets());
         ip[16..20].copy_from_slice(&a.dst_ip.octets());
-        let c = !fold(sum16(ip, 0));
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let checksum = !fold(sum16(ip, 0));
+        ip[10..12].copy_from_slice(&checksum.to_be_bytes());
     }
-    let u = &mut f[ETH_HLEN + IPV4_HLEN..];
-    u[0..2].copy_from_slice(&a.src_port.to_be_bytes());
-    u[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
-    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    u[6..8].copy_from_slice(&[0, 0]);
-    u[UDP_HLEN..].copy_from_slice(payload);
-    let mut c = !fold(sum16(u, pseudo_sum(a.src_ip, a.dst_ip, u.len())));
-    if c == 0 {
-        c = 0xffff; // 0 means "no checksum" in UDP over IPv4
+    let udp = &mut frame[ETH_HLEN + IPV4_HLEN..];
+    udp[0..2].copy_from_slice(&a.src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&a.dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    udp[6..8].copy_from_slice(&[0, 0]);
+    udp[UDP_HLEN..].copy_from_slice(payload);
+    let mut checksum = !fold(sum16(udp, pseudo_sum(a.src_ip, a.dst_ip, udp.len())));
+    if checksum == 0 {
+        checksum = 0xffff; // 0 means "no checksum" in UDP over IPv4
     }
-    u[6..8].copy_from_slice(&c.to_be_bytes());
+    udp[6..8].copy_from_slice(&checksum.to_be_bytes());
     Some(total)
 }
 

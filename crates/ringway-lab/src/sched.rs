@@ -44,7 +44,7 @@ pub const PROFILES: &[&str] = &[
 /// Look up a profile by name: one of [`PROFILES`], or `slice-<N>us` /
 /// `slice-<N>ms` / `fifo-<prio>` / `nice<N>`.
 pub fn profile(name: &str) -> Result<Profile, String> {
-    let mut p = Profile {
+    let mut built = Profile {
         name: name.to_string(),
         policy: None,
         priority: None,
@@ -60,71 +60,71 @@ pub fn profile(name: &str) -> Result<Profile, String> {
     match name {
         "default" => {}
         "fifo" => {
-            p.policy = Some("fifo".into());
-            p.priority = Some(10);
+            built.policy = Some("fifo".into());
+            built.priority = Some(10);
         }
         "rr" => {
-            p.policy = Some("rr".into());
-            p.priority = Some(10);
+            built.policy = Some("rr".into());
+            built.priority = Some(10);
         }
         _ => {
-            if let Some(v) = name.strip_prefix("slice-") {
-                let us = if let Some(n) = v.strip_suffix("us") {
-                    n.parse::<u64>().map_err(|_| bad())?
-                } else if let Some(n) = v.strip_suffix("ms") {
-                    n.parse::<u64>().map_err(|_| bad())? * 1000
+            if let Some(slice) = name.strip_prefix("slice-") {
+                let micros = if let Some(digits) = slice.strip_suffix("us") {
+                    digits.parse::<u64>().map_err(|_| bad())?
+                } else if let Some(digits) = slice.strip_suffix("ms") {
+                    digits.parse::<u64>().map_err(|_| bad())? * 1000
                 } else {
                     return Err(bad());
                 };
-                if !(100..=100_000).contains(&us) {
+                if !(100..=100_000).contains(&micros) {
                     return Err(format!(
                         "profile {name:?}: EEVDF slices must be 100 µs ..= 100 ms"
                     ));
                 }
-                p.policy = Some("other".into());
-                p.slice_us = Some(us);
-            } else if let Some(v) = name.strip_prefix("fifo-") {
-                let prio: i32 = v.parse().map_err(|_| bad())?;
+                built.policy = Some("other".into());
+                built.slice_us = Some(micros);
+            } else if let Some(slice) = name.strip_prefix("fifo-") {
+                let prio: i32 = slice.parse().map_err(|_| bad())?;
                 if !(1..=99).contains(&prio) {
                     return Err(bad());
                 }
-                p.policy = Some("fifo".into());
-                p.priority = Some(prio);
-            } else if let Some(v) = name.strip_prefix("nice") {
-                let n: i32 = v.parse().map_err(|_| bad())?;
-                if !(-20..=19).contains(&n) {
+                built.policy = Some("fifo".into());
+                built.priority = Some(prio);
+            } else if let Some(slice) = name.strip_prefix("nice") {
+                let digits: i32 = slice.parse().map_err(|_| bad())?;
+                if !(-20..=19).contains(&digits) {
                     return Err(bad());
                 }
-                p.policy = Some("other".into());
-                p.nice = Some(n);
+                built.policy = Some("other".into());
+                built.nice = Some(digits);
             } else {
                 return Err(bad());
             }
         }
     }
-    Ok(p)
+    Ok(built)
 }
 
 impl Profile {
     /// Flags for `ringway sip proxy` that apply this profile to its threads.
     pub fn proxy_args(&self) -> Vec<String> {
-        let mut a = Vec::new();
-        if let Some(p) = &self.policy {
-            a.push("--policy".into());
-            a.push(p.clone());
+        let mut args = Vec::new();
+        if let Some(policy) = &self.policy {
+            args.push("--policy".into());
+            args.push(policy.clone());
         }
-        if let Some(p) = self.priority {
-            a.push("--priority".into());
-            a.push(p.to_string());
+        if let Some(policy) = self.priority {
+            args.push("--priority".into());
+            args.push(policy.to_string());
         }
-        if let Some(n) = self.nice {
-            a.push(format!("--nice={n}"));
+        if let Some(nice) = self.nice {
+            args.push(format!("--nice={nice}"));
         }
-        if let Some(s) = self.slice_us {
-            a.push("--slice-us".into());
-            a.push(s.to_string());
+        if let Some(slice) = self.slice_us {
+            args.push("--slice-us".into());
+            args.push(slice.to_string());
         }
-        a
+        args
     }
 
     /// `chrt`-style prefix for external proxies (Kamailio): the command and
@@ -132,17 +132,17 @@ impl Profile {
     /// (A slice is not part of the prefix: the lab sets it on the running
     /// proxy's threads with `sched_setattr`.)
     pub fn external_prefix(&self) -> Result<Vec<String>, String> {
-        let mut a = Vec::new();
+        let mut args = Vec::new();
         match (self.policy.as_deref(), self.priority) {
-            (Some("fifo"), Some(p)) => a.extend(["chrt".into(), "-f".into(), p.to_string()]),
-            (Some("rr"), Some(p)) => a.extend(["chrt".into(), "-r".into(), p.to_string()]),
-            (Some("batch"), _) => a.extend(["chrt".into(), "-b".into(), "0".into()]),
+            (Some("fifo"), Some(p)) => args.extend(["chrt".into(), "-f".into(), p.to_string()]),
+            (Some("rr"), Some(p)) => args.extend(["chrt".into(), "-r".into(), p.to_string()]),
+            (Some("batch"), _) => args.extend(["chrt".into(), "-b".into(), "0".into()]),
             _ => {}
         }
-        if let Some(n) = self.nice {
-            a.extend(["nice".into(), "-n".into(), n.to_string()]);
+        if let Some(nice) = self.nice {
+            args.extend(["nice".into(), "-n".into(), nice.to_string()]);
         }
-        Ok(a)
+        Ok(args)
     }
 }
 
@@ -203,10 +203,10 @@ pub struct SysState {
 fn write_state(file: &Path, originals: &[Knob], written: &[String]) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    if let Some(d) = file.parent() {
-        std::fs::create_dir_all(d)?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
     }
-    let s = StateFile {
+    let state = StateFile {
         pid: std::process::id(),
         originals: originals
             .iter()
@@ -221,13 +221,13 @@ fn write_state(file: &Path, originals: &[Knob], written: &[String]) -> std::io::
     let tmp = file.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     // Owner-only, whatever the umask: recovery refuses anything else.
-    let mut f = std::fs::OpenOptions::new()
+    let mut state_file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
-    f.write_all(&serde_json::to_vec_pretty(&s).map_err(std::io::Error::other)?)?;
-    f.sync_all()?;
+    state_file.write_all(&serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?)?;
+    state_file.sync_all()?;
     std::fs::rename(&tmp, file)
 }
 
@@ -268,14 +268,15 @@ fn untrusted(file: &Path) -> Option<String> {
 /// file under one of `roots`; else why not.
 fn allowed_knob(path: &str, roots: &[&Path]) -> Result<PathBuf, String> {
     use std::path::Component;
-    let p = Path::new(path);
-    if !p.is_absolute()
-        || p.components()
+    let path_ref = Path::new(path);
+    if !path_ref.is_absolute()
+        || path_ref
+            .components()
             .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
     {
         return Err("not a plain absolute path".into());
     }
-    let real = p
+    let real = path_ref
         .canonicalize()
         .map_err(|e| format!("cannot resolve: {e}"))?;
     let under = roots.iter().any(|root| {
@@ -349,9 +350,9 @@ fn restore_knobs(originals: &[Knob]) -> Vec<String> {
 /// text of a sched `features` file: the token to write back to restore it.
 pub fn feature_state(features: &str, want: &str) -> String {
     let name = want.strip_prefix("NO_").unwrap_or(want);
-    let no = format!("NO_{name}");
-    if features.split_whitespace().any(|t| t == no) {
-        no
+    let negated = format!("NO_{name}");
+    if features.split_whitespace().any(|t| t == negated) {
+        negated
     } else {
         name.to_string()
     }
@@ -399,7 +400,7 @@ impl SysState {
     /// is changed. Returns the guard and one message per knob saying what
     /// was applied and what could not be (and why).
     pub fn apply(file: &Path, changes: &[Knob]) -> (SysState, Vec<String>) {
-        let mut st = SysState {
+        let mut state = SysState {
             file: file.to_path_buf(),
             originals: Vec::new(),
             written: Vec::new(),
@@ -410,8 +411,8 @@ impl SysState {
             let orig = match std::fs::read_to_string(&c.path) {
                 Ok(v) if c.path.ends_with("sched/features") => feature_state(&v, &c.value),
                 Ok(v) => v.trim().to_string(),
-                Err(e) => {
-                    msgs.push(format!("not applied: {} (cannot read: {e})", c.path));
+                Err(error) => {
+                    msgs.push(format!("not applied: {} (cannot read: {error})", c.path));
                     continue;
                 }
             };
@@ -419,16 +420,16 @@ impl SysState {
                 msgs.push(format!("{} already {}", c.path, c.value));
                 continue;
             }
-            st.originals.push(Knob {
+            state.originals.push(Knob {
                 path: c.path.clone(),
                 value: orig.clone(),
             });
-            st.written.push(c.value.clone());
-            if let Err(e) = write_state(file, &st.originals, &st.written) {
-                st.originals.pop();
-                st.written.pop();
+            state.written.push(c.value.clone());
+            if let Err(error) = write_state(file, &state.originals, &state.written) {
+                state.originals.pop();
+                state.written.pop();
                 msgs.push(format!(
-                    "not applied: {} (cannot record the original in {}: {e})",
+                    "not applied: {} (cannot record the original in {}: {error})",
                     c.path,
                     file.display()
                 ));
@@ -436,24 +437,28 @@ impl SysState {
             }
             match std::fs::write(&c.path, &c.value) {
                 Ok(()) => msgs.push(format!("set {} = {} (was {orig})", c.path, c.value)),
-                Err(e) => {
-                    st.originals.pop();
-                    st.written.pop();
-                    let _ = write_state(file, &st.originals, &st.written);
-                    let why =
-                        if e.raw_os_error() == Some(1) && c.path.starts_with("/sys/kernel/debug") {
-                            " (debugfs locked down?)".to_string()
-                        } else {
-                            String::new()
-                        };
-                    msgs.push(format!("not applied: {} = {}: {e}{why}", c.path, c.value));
+                Err(error) => {
+                    state.originals.pop();
+                    state.written.pop();
+                    let _ = write_state(file, &state.originals, &state.written);
+                    let why = if error.raw_os_error() == Some(1)
+                        && c.path.starts_with("/sys/kernel/debug")
+                    {
+                        " (debugfs locked down?)".to_string()
+                    } else {
+                        String::new()
+                    };
+                    msgs.push(format!(
+                        "not applied: {} = {}: {error}{why}",
+                        c.path, c.value
+                    ));
                 }
             }
         }
-        if st.originals.is_empty() {
+        if state.originals.is_empty() {
             let _ = std::fs::remove_file(file);
         }
-        (st, msgs)
+        (state, msgs)
     }
 
     /// Knobs changed (with their original values).

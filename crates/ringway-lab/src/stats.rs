@@ -27,23 +27,27 @@ pub use ringway_server::metrics::t975;
 
 /// Mean and 95% CI (Student t) of `xs`; NaN-free input expected.
 pub fn mean_ci(xs: &[f64]) -> MeanCi {
-    let n = xs.len();
-    if n == 0 {
+    let count = xs.len();
+    if count == 0 {
         return MeanCi {
             mean: f64::NAN,
             ci95: f64::NAN,
-            n,
+            n: count,
         };
     }
-    let mean = xs.iter().sum::<f64>() / n as f64;
-    if n < 2 {
-        return MeanCi { mean, ci95: 0.0, n };
+    let mean = xs.iter().sum::<f64>() / count as f64;
+    if count < 2 {
+        return MeanCi {
+            mean,
+            ci95: 0.0,
+            n: count,
+        };
     }
-    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (count - 1) as f64;
     MeanCi {
         mean,
-        ci95: t975(n - 1) * (var / n as f64).sqrt(),
-        n,
+        ci95: t975(count - 1) * (var / count as f64).sqrt(),
+        n: count,
     }
 }
 
@@ -60,25 +64,25 @@ pub struct LineFit {
 
 /// Ordinary least squares through the points; `None` with fewer than two distinct x.
 pub fn fit_line(points: &[(f64, f64)]) -> Option<LineFit> {
-    let n = points.len() as f64;
+    let count = points.len() as f64;
     if points.len() < 2 {
         return None;
     }
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / count;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / count;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
     if sxx == 0.0 {
         return None;
     }
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
     let slope = sxy / sxx;
-    let intercept = my - slope * mx;
-    let ss_tot: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let intercept = mean_y - slope * mean_x;
+    let ss_tot: f64 = points.iter().map(|p| (p.1 - mean_y).powi(2)).sum();
     let ss_res: f64 = points
         .iter()
         .map(|p| (p.1 - intercept - slope * p.0).powi(2))
         .sum();
-    let r2 = if ss_tot == 0.0 {
+    let r_squared = if ss_tot == 0.0 {
         1.0
     } else {
         1.0 - ss_res / ss_tot
@@ -86,7 +90,7 @@ pub fn fit_line(points: &[(f64, f64)]) -> Option<LineFit> {
     Some(LineFit {
         intercept,
         slope,
-        r2,
+        r2: r_squared,
     })
 }
 

@@ -49,9 +49,9 @@ fn addr_str(a: &[u8]) -> String {
     match a.len() {
         4 => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string(),
         16 => {
-            let mut b = [0u8; 16];
-            b.copy_from_slice(a);
-            format!("[{}]", std::net::Ipv6Addr::from(b))
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(a);
+            format!("[{}]", std::net::Ipv6Addr::from(octets))
         }
         _ => "?".into(),
     }
@@ -61,23 +61,23 @@ impl Trace {
     /// Build a trace from captured frames: TCP segments (IPv4/IPv6) and
     /// UDP datagrams whose payload looks like RTP v2.
     pub fn from_frames(frames: &[Frame<'_>]) -> Trace {
-        let mut t = Trace::default();
+        let mut trace = Trace::default();
         let mut index: HashMap<(bool, FlowKey), (u32, Unwrapper)> = HashMap::new();
         for f in frames {
             let Some((ver, ip)) = ip_of(f) else {
-                t.skipped += 1;
+                trace.skipped += 1;
                 continue;
             };
             let tcp = if ver == 4 { ipv4_tcp(ip) } else { ipv6_tcp(ip) };
             let (is_tcp, key, class, name) = if let Some(seg) = tcp {
-                let (src, dst, hl) = if ver == 4 {
+                let (src, dst, header_len) = if ver == 4 {
                     (&ip[12..16], &ip[16..20], (ip[0] & 0x0f) as usize * 4)
                 } else {
                     (&ip[8..24], &ip[24..40], 40)
                 };
                 let ports = (
-                    u16::from_be_bytes([ip[hl], ip[hl + 1]]),
-                    u16::from_be_bytes([ip[hl + 2], ip[hl + 3]]),
+                    u16::from_be_bytes([ip[header_len], ip[header_len + 1]]),
+                    u16::from_be_bytes([ip[header_len + 2], ip[header_len + 3]]),
                 );
                 let name = format!(
                     "tcp {}:{} > {}:{}",
@@ -87,27 +87,27 @@ impl Trace {
                     ports.1
                 );
                 (true, seg.key, seg.class(), name)
-            } else if let Some(u) = udp_of(ver, ip) {
-                let Some((ssrc, seq)) = rtp_seq(u.payload) else {
-                    t.skipped += 1;
+            } else if let Some(udp) = udp_of(ver, ip) {
+                let Some((ssrc, seq)) = rtp_seq(udp.payload) else {
+                    trace.skipped += 1;
                     continue;
                 };
                 let Some(key) = FlowKey::from_parts(&[
-                    u.src,
-                    u.dst,
-                    &u.sport.to_be_bytes(),
-                    &u.dport.to_be_bytes(),
+                    udp.src,
+                    udp.dst,
+                    &udp.sport.to_be_bytes(),
+                    &udp.dport.to_be_bytes(),
                     &ssrc.to_be_bytes(),
                 ]) else {
-                    t.skipped += 1;
+                    trace.skipped += 1;
                     continue;
                 };
                 let name = format!(
                     "rtp ssrc={ssrc:#010x} {}:{} > {}:{}",
-                    addr_str(u.src),
-                    u.sport,
-                    addr_str(u.dst),
-                    u.dport
+                    addr_str(udp.src),
+                    udp.sport,
+                    addr_str(udp.dst),
+                    udp.dport
                 );
                 let class = Class::Flow {
                     key,
@@ -116,27 +116,27 @@ impl Trace {
                 };
                 (false, key, class, name)
             } else {
-                t.skipped += 1;
+                trace.skipped += 1;
                 continue;
             };
-            let n = t.flows.len() as u32;
+            let flow_id = trace.flows.len() as u32;
             let space = if is_tcp { SeqSpace::U32 } else { SeqSpace::U16 };
             let (flow, unwrapper) = index.entry((is_tcp, key)).or_insert_with(|| {
-                t.flows.push(FlowInfo { name, space });
-                (n, Unwrapper::new(space))
+                trace.flows.push(FlowInfo { name, space });
+                (flow_id, Unwrapper::new(space))
             });
             let ext_seq = match class {
                 Class::Flow { seq, .. } => unwrapper.unwrap(seq),
                 _ => 0,
             };
-            t.recs.push(Rec {
+            trace.recs.push(Rec {
                 ts_ns: f.ts_ns,
                 flow: *flow,
                 class,
                 ext_seq,
             });
         }
-        t
+        trace
     }
 
     /// The delivery order (indices into `recs`) after SRPIC with `cfg`,
@@ -147,19 +147,19 @@ impl Trace {
         let mut out = Vec::with_capacity(self.recs.len());
         let mut batch_start: Option<u64> = None;
         for (i, r) in self.recs.iter().enumerate() {
-            if let Some(b) = batch_start {
-                if r.ts_ns.saturating_sub(b) > batch_ns {
+            if let Some(start) = batch_start {
+                if r.ts_ns.saturating_sub(start) > batch_ns {
                     tcp.flush_all(&mut |x| out.push(x));
                     rtp.flush_all(&mut |x| out.push(x));
                     batch_start = None;
                 }
             }
             batch_start.get_or_insert(r.ts_ns);
-            let s = match self.flows[r.flow as usize].space {
+            let space = match self.flows[r.flow as usize].space {
                 SeqSpace::U32 => &mut tcp,
                 SeqSpace::U16 => &mut rtp,
             };
-            s.push(r.class, i as u32, &mut |x| out.push(x));
+            space.push(r.class, i as u32, &mut |x| out.push(x));
         }
         tcp.flush_all(&mut |x| out.push(x));
         rtp.flush_all(&mut |x| out.push(x));
@@ -170,15 +170,15 @@ impl Trace {
     pub fn metrics(&self, order: &[u32], dt: u64) -> Vec<(Rfc4737, Rfc5236)> {
         let mut per: Vec<Vec<i64>> = vec![Vec::new(); self.flows.len()];
         for &i in order {
-            let r = &self.recs[i as usize];
-            if matches!(r.class, Class::Flow { .. }) {
-                per[r.flow as usize].push(r.ext_seq);
+            let record = &self.recs[i as usize];
+            if matches!(record.class, Class::Flow { .. }) {
+                per[record.flow as usize].push(record.ext_seq);
             }
         }
         per.iter()
             .map(|s| {
-                let rk = ranks(s);
-                (rfc4737(&rk), rfc5236(&rk, dt))
+                let rank = ranks(s);
+                (rfc4737(&rank), rfc5236(&rank, dt))
             })
             .collect()
     }
@@ -210,7 +210,7 @@ pub struct Variant {
 
 /// Compute the capture-order metrics and the SRPIC metrics for each block size.
 pub fn analyze(t: &Trace, o: &AnalyzeOpts) -> Vec<Variant> {
-    let mut v = Vec::new();
+    let mut variants = Vec::new();
     let capture: Vec<u32> = (0..t.recs.len() as u32).collect();
     let mut blocks: Vec<Option<usize>> = vec![None];
     blocks.extend(o.blocks.iter().map(|b| Some(*b)));
@@ -233,13 +233,13 @@ pub fn analyze(t: &Trace, o: &AnalyzeOpts) -> Vec<Variant> {
             total.0.merge(a);
             total.1.merge(b);
         }
-        v.push(Variant {
+        variants.push(Variant {
             block: b,
             flows,
             total,
         });
     }
-    v
+    variants
 }
 
 fn row(out: &mut String, label: &str, a: &Rfc4737, b: &Rfc5236) {
@@ -259,16 +259,16 @@ fn row(out: &mut String, label: &str, a: &Rfc4737, b: &Rfc5236) {
 
 /// Human-readable report of [`analyze`].
 pub fn report(t: &Trace, o: &AnalyzeOpts, v: &[Variant]) -> String {
-    let mut s = String::new();
+    let mut out = String::new();
     let _ = writeln!(
-        s,
+        out,
         "{} packets, {} flows, {} frames skipped (not TCP or RTP/UDP)",
         t.recs.len(),
         t.flows.len(),
         t.skipped
     );
     let _ = writeln!(
-        s,
+        out,
         "SRPIC batches: packets whose capture timestamps fall within {} us of a batch's first packet form one receive batch (flush all at its end); ring size {}; RFC 5236 DT = {}",
         o.batch_ns as f64 / 1000.0,
         o.ring_size,
@@ -278,26 +278,26 @@ pub fn report(t: &Trace, o: &AnalyzeOpts, v: &[Variant]) -> String {
         "  {:<12} {:>8} {:>9} {:>8} {:>6} {:>9} {:>8} {:>8}",
         "order", "pkts", "reord", "ext_avg", "ext_mx", "3-reord", "RD[0]", "RBD_avg"
     );
-    let label = |b: Option<usize>| match b {
+    let label = |block: Option<usize>| match block {
         None => "capture".to_string(),
-        Some(b) => format!("srpic b={b}"),
+        Some(block) => format!("srpic b={block}"),
     };
     for (fi, f) in t.flows.iter().enumerate() {
-        let _ = writeln!(s, "flow {}: {}", fi, f.name);
-        let _ = writeln!(s, "{hdr}");
+        let _ = writeln!(out, "flow {}: {}", fi, f.name);
+        let _ = writeln!(out, "{hdr}");
         for var in v {
-            let (a, b) = &var.flows[fi];
-            row(&mut s, &label(var.block), a, b);
+            let (rfc4737, rfc5236) = &var.flows[fi];
+            row(&mut out, &label(var.block), rfc4737, rfc5236);
         }
     }
-    let _ = writeln!(s, "all flows:");
-    let _ = writeln!(s, "{hdr}");
+    let _ = writeln!(out, "all flows:");
+    let _ = writeln!(out, "{hdr}");
     for var in v {
-        row(&mut s, &label(var.block), &var.total.0, &var.total.1);
+        row(&mut out, &label(var.block), &var.total.0, &var.total.1);
     }
     let _ = writeln!(
-        s,
+        out,
         "(reord: RFC 4737 reordered ratio; ext: reordering extent; 3-reord: 3-reordering ratio; RD[0]: RFC 5236 share of packets in place; RBD_avg: mean reorder-buffer occupancy)"
     );
-    s
+    out
 }

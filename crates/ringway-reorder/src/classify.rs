@@ -63,8 +63,8 @@ pub fn rtp_seq(p: &[u8]) -> Option<(u32, u16)> {
     if (200..=204).contains(&p[1]) {
         return None; // RTCP multiplexed on the RTP port
     }
-    let cc = (p[0] & 0x0f) as usize;
-    if p.len() < 12 + 4 * cc {
+    let csrc_count = (p[0] & 0x0f) as usize;
+    if p.len() < 12 + 4 * csrc_count {
         return None;
     }
     let seq = u16::from_be_bytes([p[2], p[3]]);
@@ -157,28 +157,28 @@ fn tcp_seg(addrs: (&[u8], &[u8]), tcp: &[u8], seg_len: usize, ip_bad: bool) -> I
     let mut other = false;
     let mut sack_blocks = 0u8;
     let opts = &tcp[20..doff];
-    let mut i = 0;
-    while i < opts.len() {
-        match opts[i] {
+    let mut offset = 0;
+    while offset < opts.len() {
+        match opts[offset] {
             0 => break,
-            1 => i += 1,
+            1 => offset += 1,
             kind => {
-                let Some(&l) = opts.get(i + 1) else {
+                let Some(&option_len) = opts.get(offset + 1) else {
                     return Inspect::Malformed;
                 };
-                let l = l as usize;
-                if l < 2 || i + l > opts.len() {
+                let option_len = option_len as usize;
+                if option_len < 2 || offset + option_len > opts.len() {
                     return Inspect::Malformed;
                 }
                 match kind {
-                    8 if l == 10 => {}
+                    8 if option_len == 10 => {}
                     5 => {
-                        sack_blocks = sack_blocks.saturating_add(((l - 2) / 8) as u8);
+                        sack_blocks = sack_blocks.saturating_add(((option_len - 2) / 8) as u8);
                         other = true;
                     }
                     _ => other = true,
                 }
-                i += l;
+                offset += option_len;
             }
         }
     }

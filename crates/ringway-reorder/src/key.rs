@@ -30,16 +30,18 @@ impl FlowKey {
     /// one kind of key always have the same lengths), so concatenation is
     /// unambiguous. `None` if the parts exceed [`MAX_KEY_LEN`] bytes.
     pub fn from_parts(parts: &[&[u8]]) -> Option<FlowKey> {
-        let mut k = FlowKey {
+        let mut key = FlowKey {
             len: 0,
             bytes: [0; MAX_KEY_LEN],
         };
         for p in parts {
-            let at = k.len as usize;
-            k.bytes.get_mut(at..at + p.len())?.copy_from_slice(p);
-            k.len += p.len() as u8;
+            let offset = key.len as usize;
+            key.bytes
+                .get_mut(offset..offset + p.len())?
+                .copy_from_slice(p);
+            key.len += p.len() as u8;
         }
-        Some(k)
+        Some(key)
     }
 
     /// A key made of one number (tests, synthetic workloads).
@@ -58,9 +60,10 @@ impl FlowKey {
     /// byte loop, no `memcmp` call on the sorter's per-packet lookup).
     #[inline(always)]
     fn words(&self) -> [u64; MAX_KEY_LEN / 8] {
-        let b = &self.bytes;
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        [w(0), w(1), w(2), w(3), w(4)]
+        let bytes = &self.bytes;
+        let word =
+            |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        [word(0), word(1), word(2), word(3), word(4)]
     }
 
     /// A 64-bit hash of the key (a multiply-rotate mix per word, then a
@@ -68,16 +71,16 @@ impl FlowKey {
     /// checked on the whole key.
     #[inline]
     pub fn hash64(&self) -> u64 {
-        let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(self.len);
+        let mut hash = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(self.len);
         for word in self.words() {
-            h = (h ^ word)
+            hash = (hash ^ word)
                 .wrapping_mul(0xff51_afd7_ed55_8ccd)
                 .rotate_left(29);
         }
-        let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        let mut mixed = hash.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        mixed ^ (mixed >> 31)
     }
 }
 
@@ -103,8 +106,8 @@ impl HashSeed {
 /// The 128-bit product of `a` and `b`, its halves xor-ed together.
 #[inline(always)]
 fn folded_multiply(a: u64, b: u64) -> u64 {
-    let p = u128::from(a) * u128::from(b);
-    (p as u64) ^ ((p >> 64) as u64)
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
 }
 
 impl FlowKey {
@@ -114,16 +117,22 @@ impl FlowKey {
     /// dependent ones). Equality is still checked on the whole key.
     #[inline]
     pub(crate) fn hash_seeded(&self, seed: &HashSeed) -> u64 {
-        let s = &seed.0;
-        let w = self.words();
+        let seed_words = &seed.0;
+        let words = self.words();
         if self.len <= 16 {
             // An IPv4 TCP 5-tuple, an SSRC: the other words are zero.
-            return folded_multiply(w[0] ^ s[0], w[1] ^ s[1] ^ u64::from(self.len));
+            return folded_multiply(
+                words[0] ^ seed_words[0],
+                words[1] ^ seed_words[1] ^ u64::from(self.len),
+            );
         }
-        let a = folded_multiply(w[0] ^ s[0], w[1] ^ s[1]);
-        let b = folded_multiply(w[2] ^ s[2], w[3] ^ s[3]);
-        let c = folded_multiply(w[4] ^ s[4], u64::from(self.len) ^ s[5]);
-        folded_multiply(a ^ s[5], b ^ c ^ s[1])
+        let lane0 = folded_multiply(words[0] ^ seed_words[0], words[1] ^ seed_words[1]);
+        let lane1 = folded_multiply(words[2] ^ seed_words[2], words[3] ^ seed_words[3]);
+        let lane2 = folded_multiply(
+            words[4] ^ seed_words[4],
+            u64::from(self.len) ^ seed_words[5],
+        );
+        folded_multiply(lane0 ^ seed_words[5], lane1 ^ lane2 ^ seed_words[1])
     }
 }
 
@@ -133,18 +142,18 @@ impl PartialEq for FlowKey {
         if self.len != other.len {
             return false;
         }
-        let (a, b) = (self.words(), other.words());
+        let (mine, theirs) = (self.words(), other.words());
         if self.len <= 16 {
             // The bytes beyond the length are zero in both keys: an IPv4
             // 5-tuple or an SSRC needs two words.
-            return (a[0] ^ b[0]) | (a[1] ^ b[1]) == 0;
+            return (mine[0] ^ theirs[0]) | (mine[1] ^ theirs[1]) == 0;
         }
         // One or-reduction of the differences, no branch per word.
-        let diff = (a[0] ^ b[0])
-            | (a[1] ^ b[1])
-            | (a[2] ^ b[2])
-            | (a[3] ^ b[3])
-            | (a[4] ^ b[4])
+        let diff = (mine[0] ^ theirs[0])
+            | (mine[1] ^ theirs[1])
+            | (mine[2] ^ theirs[2])
+            | (mine[3] ^ theirs[3])
+            | (mine[4] ^ theirs[4])
             | u64::from(self.len ^ other.len);
         diff == 0
     }

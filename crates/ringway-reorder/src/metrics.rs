@@ -43,15 +43,15 @@ impl Rfc4737 {
     }
     /// Mean reordering extent over reordered packets (0 when none).
     pub fn extent_mean(&self) -> f64 {
-        let n: u64 = self.extent_hist.values().sum();
-        if n == 0 {
+        let total: u64 = self.extent_hist.values().sum();
+        if total == 0 {
             return 0.0;
         }
         self.extent_hist
             .iter()
             .map(|(e, c)| *e as f64 * *c as f64)
             .sum::<f64>()
-            / n as f64
+            / total as f64
     }
     /// n-reordering ratio: packets that are n-reordered (their largest n is
     /// at least `n`) divided by received packets.
@@ -59,8 +59,8 @@ impl Rfc4737 {
         if self.received == 0 {
             return 0.0;
         }
-        let c: u64 = self.n_hist.range(n..).map(|(_, c)| c).sum();
-        c as f64 / self.received as f64
+        let count: u64 = self.n_hist.range(n..).map(|(_, count)| count).sum();
+        count as f64 / self.received as f64
     }
     /// Add another sample's counts (for "all flows" totals).
     pub fn merge(&mut self, o: &Rfc4737) {
@@ -79,36 +79,39 @@ impl Rfc4737 {
 /// Compute RFC 4737 metrics over an arrival sequence. `NextExp` starts at
 /// the first arrival's number.
 pub fn rfc4737(arrivals: &[i64]) -> Rfc4737 {
-    let mut m = Rfc4737::default();
+    let mut metrics = Rfc4737::default();
     let mut seen = HashSet::with_capacity(arrivals.len());
-    let mut s: Vec<i64> = Vec::with_capacity(arrivals.len());
+    let mut sequence: Vec<i64> = Vec::with_capacity(arrivals.len());
     for &a in arrivals {
         if seen.insert(a) {
-            s.push(a);
+            sequence.push(a);
         } else {
-            m.duplicates += 1;
+            metrics.duplicates += 1;
         }
     }
-    m.received = s.len() as u64;
-    // prefix_max[i] = max(s[0..=i]); nondecreasing, so "earliest j with
-    // s[j] > x" is a binary search on it.
-    let mut prefix_max = Vec::with_capacity(s.len());
+    metrics.received = sequence.len() as u64;
+    // prefix_max[i] = max(sequence[0..=i]); nondecreasing, so "earliest j with
+    // sequence[j] > x" is a binary search on it.
+    let mut prefix_max = Vec::with_capacity(sequence.len());
     let mut next_exp: Option<i64> = None;
-    for (i, &x) in s.iter().enumerate() {
+    for (i, &x) in sequence.iter().enumerate() {
         let reordered = matches!(next_exp, Some(ne) if x < ne);
         if reordered {
-            m.reordered += 1;
-            let j = prefix_max.partition_point(|&pm: &i64| pm <= x);
-            *m.extent_hist.entry((i - j) as u64).or_default() += 1;
-            let n = s[..i].iter().rev().take_while(|&&y| y > x).count() as u64;
-            *m.n_hist.entry(n).or_default() += 1;
+            metrics.reordered += 1;
+            let first_greater = prefix_max.partition_point(|&running_max: &i64| running_max <= x);
+            *metrics
+                .extent_hist
+                .entry((i - first_greater) as u64)
+                .or_default() += 1;
+            let displaced_by = sequence[..i].iter().rev().take_while(|&&y| y > x).count() as u64;
+            *metrics.n_hist.entry(displaced_by).or_default() += 1;
         } else {
             next_exp = Some(x + 1);
         }
-        let pm = prefix_max.last().map_or(x, |&p: &i64| p.max(x));
-        prefix_max.push(pm);
+        let running_max = prefix_max.last().map_or(x, |&p: &i64| p.max(x));
+        prefix_max.push(running_max);
     }
-    m
+    metrics
 }
 
 /// RFC 5236 metrics of one arrival sequence.
@@ -144,18 +147,18 @@ pub struct Rfc5236 {
 impl Rfc5236 {
     /// RD\[D\] = FD\[D\] / Σ FD.
     pub fn rd(&self) -> BTreeMap<i64, f64> {
-        let n: u64 = self.fd.values().sum();
+        let total: u64 = self.fd.values().sum();
         self.fd
             .iter()
-            .map(|(k, v)| (*k, *v as f64 / n.max(1) as f64))
+            .map(|(k, v)| (*k, *v as f64 / total.max(1) as f64))
             .collect()
     }
     /// RBD\[B\] = FB\[B\] / Σ FB.
     pub fn rbd(&self) -> BTreeMap<u64, f64> {
-        let n: u64 = self.fb.values().sum();
+        let total: u64 = self.fb.values().sum();
         self.fb
             .iter()
-            .map(|(k, v)| (*k, *v as f64 / n.max(1) as f64))
+            .map(|(k, v)| (*k, *v as f64 / total.max(1) as f64))
             .collect()
     }
     /// RD\[0\]: fraction of packets that arrived exactly in place.
@@ -213,9 +216,9 @@ impl<'a> Window<'a> {
         self.set.insert(s);
     }
     fn pop(&mut self) -> Option<i64> {
-        let s = self.order.pop_front()?;
-        self.set.remove(&s);
-        Some(s)
+        let sequence = self.order.pop_front()?;
+        self.set.remove(&sequence);
+        Some(sequence)
     }
     fn min(&self) -> Option<i64> {
         self.set.first().copied()
@@ -228,20 +231,20 @@ impl<'a> Window<'a> {
 /// offsets). The receive index starts at the smallest number that arrived
 /// (the RFC's start at 1 for numbers from 1).
 pub fn rfc5236(arrivals: &[i64], dt: u64) -> Rfc5236 {
-    let mut m = Rfc5236 {
+    let mut metrics = Rfc5236 {
         dt,
         ..Default::default()
     };
     let mut seen = HashSet::with_capacity(arrivals.len());
     for &a in arrivals {
         if !seen.insert(a) {
-            m.duplicates += 1;
+            metrics.duplicates += 1;
         }
     }
-    m.received = seen.len() as u64;
-    rd(arrivals, dt, &mut m);
-    rbd(arrivals, dt, &mut m);
-    m
+    metrics.received = seen.len() as u64;
+    rd(arrivals, dt, &mut metrics);
+    rbd(arrivals, dt, &mut metrics);
+    metrics
 }
 
 /// Window size DT + 1, bounded so that a huge DT does not overflow.
@@ -251,75 +254,76 @@ fn window_len(dt: u64) -> usize {
 
 /// Reorder Density (RFC 5236 algorithm for RD).
 fn rd(arrivals: &[i64], dt: u64, m: &mut Rfc5236) {
-    let mut w = Window::new(arrivals);
+    let mut window = Window::new(arrivals);
     let mut buffer: BTreeSet<i64> = BTreeSet::new();
     let mut seen: HashSet<i64> = HashSet::new();
     // Step 1: the first DT + 1 distinct numbers fill the window.
-    while w.order.len() < window_len(dt) {
-        match w.pull(|s, _| !seen.insert(s)) {
-            Some(s) => w.push(s),
+    while window.order.len() < window_len(dt) {
+        match window.pull(|sequence, _| !seen.insert(sequence)) {
+            Some(sequence) => window.push(sequence),
             None => break,
         }
     }
     // RI starts at the first number sent (the RFC's 1), taken as the
     // smallest number that arrived: a first packet that arrives late, beyond
     // the first window, is then declared lost and too late, as in the RFC.
-    let Some(mut ri) = arrivals.iter().copied().min() else {
+    let Some(mut expected) = arrivals.iter().copied().min() else {
         return;
     };
     // Step 2.
-    while !w.order.is_empty() {
-        if w.set.contains(&ri) || buffer.contains(&ri) {
-            let s = w.pop().expect("window is not empty");
-            let d = ri - s;
-            if d.unsigned_abs() <= dt {
-                *m.fd.entry(d).or_default() += 1;
-                buffer.remove(&ri);
-                if d < 0 {
-                    buffer.insert(s);
+    while !window.order.is_empty() {
+        if window.set.contains(&expected) || buffer.contains(&expected) {
+            let sequence = window.pop().expect("window is not empty");
+            let displacement = expected - sequence;
+            if displacement.unsigned_abs() <= dt {
+                *m.fd.entry(displacement).or_default() += 1;
+                buffer.remove(&expected);
+                if displacement < 0 {
+                    buffer.insert(sequence);
                 }
-                ri += 1;
+                expected += 1;
             } else {
                 m.beyond_dt += 1;
             }
             // Next arrival that is neither a duplicate nor already passed.
-            let next = w.pull(|s, in_window| {
-                if !seen.insert(s) || in_window || buffer.contains(&s) {
+            let next = window.pull(|sequence, in_window| {
+                if !seen.insert(sequence) || in_window || buffer.contains(&sequence) {
                     return true;
                 }
-                if s < ri {
+                if sequence < expected {
                     m.too_late += 1;
                     return true;
                 }
                 false
             });
-            if let Some(s) = next {
-                w.push(s);
+            if let Some(sequence) = next {
+                window.push(sequence);
             }
         } else {
             // The packet numbered RI is not in the window or the buffer:
             // lost. Go on with the smallest number still to be placed.
-            let mw = w.min().expect("window is not empty");
-            let mn = buffer.first().map_or(mw, |&b| b.min(mw));
-            if ri < mn {
-                m.declared_lost += (mn - ri) as u64;
-                ri = mn;
-            } else if buffer.last().is_none_or(|&b| b < ri) && w.set.last().is_none_or(|&x| x < ri)
+            let window_min = window.min().expect("window is not empty");
+            let lowest = buffer.first().map_or(window_min, |&b| b.min(window_min));
+            if expected < lowest {
+                m.declared_lost += (lowest - expected) as u64;
+                expected = lowest;
+            } else if buffer.last().is_none_or(|&b| b < expected)
+                && window.set.last().is_none_or(|&x| x < expected)
             {
                 // Every number left lies below RI, so RI would be raised
                 // for ever. Not reached in exhaustive checks of short
                 // sequences; kept so that no input can make this loop spin:
                 // the front packet is placed as late.
-                let s = w.pop().expect("window is not empty");
-                let d = ri - s;
-                if d.unsigned_abs() <= dt {
-                    *m.fd.entry(d).or_default() += 1;
+                let sequence = window.pop().expect("window is not empty");
+                let displacement = expected - sequence;
+                if displacement.unsigned_abs() <= dt {
+                    *m.fd.entry(displacement).or_default() += 1;
                 } else {
                     m.beyond_dt += 1;
                 }
             } else {
                 m.declared_lost += 1;
-                ri += 1;
+                expected += 1;
             }
         }
     }
@@ -327,37 +331,44 @@ fn rd(arrivals: &[i64], dt: u64, m: &mut Rfc5236) {
 
 /// Reorder Buffer-occupancy Density (RFC 5236 algorithm for RBD).
 fn rbd(arrivals: &[i64], bt: u64, m: &mut Rfc5236) {
-    let mut w = Window::new(arrivals);
+    let mut window = Window::new(arrivals);
     let mut buffer: BTreeSet<i64> = BTreeSet::new();
     let mut seen: HashSet<i64> = HashSet::new();
-    while w.order.len() < window_len(bt) {
-        match w.pull(|s, _| !seen.insert(s)) {
-            Some(s) => w.push(s),
+    while window.order.len() < window_len(bt) {
+        match window.pull(|sequence, _| !seen.insert(sequence)) {
+            Some(sequence) => window.push(sequence),
             None => break,
         }
     }
-    while let Some(mut e) = w.min() {
+    while let Some(mut earliest) = window.min() {
         // E: the smallest number in the window (numbers not in it are lost).
-        let s = w.pop().expect("window is not empty");
-        if s == e {
+        let sequence = window.pop().expect("window is not empty");
+        if sequence == earliest {
             // Release buffered packets while the smallest outstanding number
             // (window and buffer) is in the buffer.
-            while let Some(&b) = buffer.first() {
-                if w.min().is_some_and(|x| x < b) {
+            while let Some(&buffered) = buffer.first() {
+                if window
+                    .min()
+                    .is_some_and(|next_arrival| next_arrival < buffered)
+                {
                     break;
                 }
-                buffer.remove(&b);
+                buffer.remove(&buffered);
             }
-            e = w.min().unwrap_or(s);
+            earliest = window.min().unwrap_or(sequence);
         } else {
-            buffer.insert(s);
+            buffer.insert(sequence);
         }
         *m.fb.entry(buffer.len() as u64).or_default() += 1;
         // Next arrival that is not a duplicate and not at or below E.
-        let next =
-            w.pull(|x, in_window| !seen.insert(x) || x <= e || in_window || buffer.contains(&x));
-        if let Some(x) = next {
-            w.push(x);
+        let next = window.pull(|next_arrival, in_window| {
+            !seen.insert(next_arrival)
+                || next_arrival <= earliest
+                || in_window
+                || buffer.contains(&next_arrival)
+        });
+        if let Some(next_arrival) = next {
+            window.push(next_arrival);
         }
     }
 }
@@ -412,10 +423,10 @@ impl ReorderMeter {
 
     /// Observe one segment of flow `key`.
     pub fn observe(&mut self, key: crate::key::FlowKey, seq: u32, len: u32) {
-        let sp = self.space;
-        let end = sp.add(seq, len.max(1));
-        let n = match self.next_exp.get_mut(&key) {
-            Some(n) => n,
+        let space = self.space;
+        let end = space.add(seq, len.max(1));
+        let expected = match self.next_exp.get_mut(&key) {
+            Some(expected) => expected,
             None => {
                 if self.next_exp.len() >= self.max_flows {
                     self.untracked += 1;
@@ -427,13 +438,13 @@ impl ReorderMeter {
             }
         };
         self.received += 1;
-        if sp.lt(seq, *n) {
+        if space.lt(seq, *expected) {
             self.reordered += 1;
         } else {
-            *n = end;
+            *expected = end;
         }
-        if sp.lt(*n, end) {
-            *n = end;
+        if space.lt(*expected, end) {
+            *expected = end;
         }
     }
 

@@ -46,19 +46,19 @@ pub struct Frame<'a> {
 }
 
 fn rd16(b: &[u8], le: bool) -> u16 {
-    let a = [b[0], b[1]];
+    let bytes = [b[0], b[1]];
     if le {
-        u16::from_le_bytes(a)
+        u16::from_le_bytes(bytes)
     } else {
-        u16::from_be_bytes(a)
+        u16::from_be_bytes(bytes)
     }
 }
 fn rd32(b: &[u8], le: bool) -> u32 {
-    let a = [b[0], b[1], b[2], b[3]];
+    let bytes = [b[0], b[1], b[2], b[3]];
     if le {
-        u32::from_le_bytes(a)
+        u32::from_le_bytes(bytes)
     } else {
-        u32::from_be_bytes(a)
+        u32::from_be_bytes(bytes)
     }
 }
 
@@ -86,11 +86,11 @@ fn parse_pcap(b: &[u8], le: bool, frac_ns: u64) -> Result<Vec<Frame<'_>>, PcapEr
     let mut out = Vec::new();
     let mut off = 24;
     while off < b.len() {
-        let h = b.get(off..off + 16).ok_or(PcapError::Truncated)?;
-        let sec = rd32(&h[0..4], le) as u64;
-        let frac = rd32(&h[4..8], le) as u64;
-        let incl = rd32(&h[8..12], le) as usize;
-        let orig = rd32(&h[12..16], le);
+        let record = b.get(off..off + 16).ok_or(PcapError::Truncated)?;
+        let sec = rd32(&record[0..4], le) as u64;
+        let frac = rd32(&record[4..8], le) as u64;
+        let incl = rd32(&record[8..12], le) as usize;
+        let orig = rd32(&record[12..16], le);
         let data = b
             .get(off + 16..off + 16 + incl)
             .ok_or(PcapError::Truncated)?;
@@ -114,22 +114,22 @@ struct Iface {
 fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
     let mut out = Vec::new();
     let mut ifaces: Vec<Iface> = Vec::new();
-    let mut le = true;
+    let mut little_endian = true;
     let mut off = 0;
     while off < b.len() {
         let hdr = b.get(off..off + 12).ok_or(PcapError::Truncated)?;
         let btype_raw = &hdr[0..4];
         if btype_raw == [0x0a, 0x0d, 0x0d, 0x0a] {
             // Section header: byte order magic decides endianness.
-            le = match &hdr[8..12] {
+            little_endian = match &hdr[8..12] {
                 [0x4d, 0x3c, 0x2b, 0x1a] => true,
                 [0x1a, 0x2b, 0x3c, 0x4d] => false,
                 _ => return Err(PcapError::BadBlock("section byte-order magic")),
             };
             ifaces.clear();
         }
-        let btype = rd32(btype_raw, le);
-        let blen = rd32(&hdr[4..8], le) as usize;
+        let btype = rd32(btype_raw, little_endian);
+        let blen = rd32(&hdr[4..8], little_endian) as usize;
         if blen < 12 || !blen.is_multiple_of(4) {
             return Err(PcapError::BadBlock("block length"));
         }
@@ -141,29 +141,29 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
                 if body.len() < 8 {
                     return Err(PcapError::BadBlock("interface description"));
                 }
-                let linktype = rd16(&body[0..2], le) as u32;
+                let linktype = rd16(&body[0..2], little_endian) as u32;
                 let mut units = 1_000_000u64;
-                let mut o = 8;
-                while o + 4 <= body.len() {
-                    let code = rd16(&body[o..o + 2], le);
-                    let len = rd16(&body[o + 2..o + 4], le) as usize;
+                let mut offset = 8;
+                while offset + 4 <= body.len() {
+                    let code = rd16(&body[offset..offset + 2], little_endian);
+                    let len = rd16(&body[offset + 2..offset + 4], little_endian) as usize;
                     if code == 0 {
                         break;
                     }
                     // An option whose value runs past the block is
                     // malformed (S18: it used to panic on `val[0]`).
                     let val = body
-                        .get(o + 4..o + 4 + len)
+                        .get(offset + 4..offset + 4 + len)
                         .ok_or(PcapError::BadBlock("interface description option"))?;
-                    if let (9, &[v]) = (code, val) {
-                        let exp = (v & 0x7f) as u32;
-                        units = if v & 0x80 == 0 {
+                    if let (9, &[resolution]) = (code, val) {
+                        let exp = (resolution & 0x7f) as u32;
+                        units = if resolution & 0x80 == 0 {
                             10u64.checked_pow(exp).unwrap_or(1_000_000_000)
                         } else {
                             1u64.checked_shl(exp).unwrap_or(1_000_000_000)
                         };
                     }
-                    o += 4 + len.div_ceil(4) * 4;
+                    offset += 4 + len.div_ceil(4) * 4;
                 }
                 ifaces.push(Iface { linktype, units });
             }
@@ -173,17 +173,19 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
                     return Err(PcapError::BadBlock("enhanced packet"));
                 }
                 let ifc = ifaces
-                    .get(rd32(&body[0..4], le) as usize)
+                    .get(rd32(&body[0..4], little_endian) as usize)
                     .ok_or(PcapError::BadBlock("unknown interface"))?;
-                let ts = ((rd32(&body[4..8], le) as u64) << 32) | rd32(&body[8..12], le) as u64;
-                let cap = rd32(&body[12..16], le) as usize;
-                let orig = rd32(&body[16..20], le);
+                let timestamp = ((rd32(&body[4..8], little_endian) as u64) << 32)
+                    | rd32(&body[8..12], little_endian) as u64;
+                let cap = rd32(&body[12..16], little_endian) as usize;
+                let orig = rd32(&body[16..20], little_endian);
                 let data = body
                     .get(20..20 + cap)
                     .ok_or(PcapError::BadBlock("enhanced packet length"))?;
                 // `units` is at least 1; a time past u64 nanoseconds saturates.
-                let ts_ns = u64::try_from(ts as u128 * 1_000_000_000 / ifc.units.max(1) as u128)
-                    .unwrap_or(u64::MAX);
+                let ts_ns =
+                    u64::try_from(timestamp as u128 * 1_000_000_000 / ifc.units.max(1) as u128)
+                        .unwrap_or(u64::MAX);
                 out.push(Frame {
                     ts_ns,
                     linktype: ifc.linktype,
@@ -197,7 +199,7 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
                     return Err(PcapError::BadBlock("simple packet"));
                 }
                 let ifc = ifaces.first().ok_or(PcapError::BadBlock("no interface"))?;
-                let orig = rd32(&body[0..4], le);
+                let orig = rd32(&body[0..4], little_endian);
                 let data = &body[4..body.len().min(4 + orig as usize)];
                 out.push(Frame {
                     ts_ns: 0,
@@ -215,58 +217,64 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
 
 /// The network-layer packet inside a frame: `(ip version, ip bytes)`.
 pub fn ip_of<'a>(f: &Frame<'a>) -> Option<(u8, &'a [u8])> {
-    let d = f.data;
+    let data = f.data;
     let (ethertype_or_ver, ip): (u16, &[u8]) = match f.linktype {
         1 => {
             let mut off = 12;
-            let mut et = u16::from_be_bytes([*d.get(12)?, *d.get(13)?]);
-            while et == 0x8100 || et == 0x88a8 {
+            let mut ethertype = u16::from_be_bytes([*data.get(12)?, *data.get(13)?]);
+            while ethertype == 0x8100 || ethertype == 0x88a8 {
                 off += 4;
-                et = u16::from_be_bytes([*d.get(off)?, *d.get(off + 1)?]);
+                ethertype = u16::from_be_bytes([*data.get(off)?, *data.get(off + 1)?]);
             }
-            (et, d.get(off + 2..)?)
+            (ethertype, data.get(off + 2..)?)
         }
-        113 => (u16::from_be_bytes([*d.get(14)?, *d.get(15)?]), d.get(16..)?),
-        276 => (u16::from_be_bytes([*d.first()?, *d.get(1)?]), d.get(20..)?),
+        113 => (
+            u16::from_be_bytes([*data.get(14)?, *data.get(15)?]),
+            data.get(16..)?,
+        ),
+        276 => (
+            u16::from_be_bytes([*data.first()?, *data.get(1)?]),
+            data.get(20..)?,
+        ),
         0 | 108 => {
-            let fam = d.get(0..4)?;
-            let v = if f.linktype == 108 {
+            let fam = data.get(0..4)?;
+            let version = if f.linktype == 108 {
                 u32::from_be_bytes([fam[0], fam[1], fam[2], fam[3]])
             } else {
                 // Host byte order of the capturing machine: accept either.
-                let l = u32::from_le_bytes([fam[0], fam[1], fam[2], fam[3]]);
-                if l < 256 {
-                    l
+                let family_word = u32::from_le_bytes([fam[0], fam[1], fam[2], fam[3]]);
+                if family_word < 256 {
+                    family_word
                 } else {
                     u32::from_be_bytes([fam[0], fam[1], fam[2], fam[3]])
                 }
             };
-            match v {
-                2 => (0x0800, d.get(4..)?),
-                10 | 24 | 28 | 30 => (0x86dd, d.get(4..)?),
+            match version {
+                2 => (0x0800, data.get(4..)?),
+                10 | 24 | 28 | 30 => (0x86dd, data.get(4..)?),
                 _ => return None,
             }
         }
-        101 | 12 | 14 | 228 | 229 => (0, d),
+        101 | 12 | 14 | 228 | 229 => (0, data),
         239 => {
             // NFLOG (`tcpdump -i nflog:N`): family, version, resource id,
             // then TLVs (length and type in the capturing host's byte
             // order, here little-endian) up to the payload TLV (type 9).
-            let family = *d.first()?;
+            let family = *data.first()?;
             let mut off = 4;
             loop {
-                let len = u16::from_le_bytes([*d.get(off)?, *d.get(off + 1)?]) as usize;
-                let ty = u16::from_le_bytes([*d.get(off + 2)?, *d.get(off + 3)?]);
+                let len = u16::from_le_bytes([*data.get(off)?, *data.get(off + 1)?]) as usize;
+                let proto = u16::from_le_bytes([*data.get(off + 2)?, *data.get(off + 3)?]);
                 if len < 4 {
                     return None;
                 }
-                if ty == 9 {
-                    let et = match family {
+                if proto == 9 {
+                    let ethertype = match family {
                         2 => 0x0800,
                         10 => 0x86dd,
                         _ => return None,
                     };
-                    break (et, d.get(off + 4..(off + len).min(d.len()))?);
+                    break (ethertype, data.get(off + 4..(off + len).min(data.len()))?);
                 }
                 off += len.div_ceil(4) * 4;
             }
@@ -302,7 +310,7 @@ pub struct Udp<'a> {
 
 /// Decode UDP in an IPv4 (first fragment or unfragmented) or IPv6 packet.
 pub fn udp_of(ver: u8, ip: &[u8]) -> Option<Udp<'_>> {
-    let (src, dst, l4) = if ver == 4 {
+    let (src, dst, transport) = if ver == 4 {
         let ihl = (*ip.first()? & 0x0f) as usize * 4;
         let frag = u16::from_be_bytes([*ip.get(6)?, *ip.get(7)?]);
         if ihl < 20 || *ip.get(9)? != 17 || frag & 0x1fff != 0 {
@@ -315,14 +323,14 @@ pub fn udp_of(ver: u8, ip: &[u8]) -> Option<Udp<'_>> {
         }
         (ip.get(8..24)?, ip.get(24..40)?, ip.get(40..)?)
     };
-    let h = l4.get(0..8)?;
-    let ulen = u16::from_be_bytes([h[4], h[5]]) as usize;
-    let end = ulen.clamp(8, l4.len());
+    let header = transport.get(0..8)?;
+    let ulen = u16::from_be_bytes([header[4], header[5]]) as usize;
+    let end = ulen.clamp(8, transport.len());
     Some(Udp {
         src,
         dst,
-        sport: u16::from_be_bytes([h[0], h[1]]),
-        dport: u16::from_be_bytes([h[2], h[3]]),
-        payload: &l4[8..end],
+        sport: u16::from_be_bytes([header[0], header[1]]),
+        dport: u16::from_be_bytes([header[2], header[3]]),
+        payload: &transport[8..end],
     })
 }

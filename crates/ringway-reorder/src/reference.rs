@@ -168,20 +168,20 @@ impl<T> ReferenceSrpic<T> {
         let (key, seq, len) = match class {
             Class::PassThrough => return self.pass(item, out),
             Class::Bypass { key } => {
-                if let Some(m) = self.lookup(&key) {
-                    if self.managers[m as usize].cnt > 0 {
+                if let Some(manager) = self.lookup(&key) {
+                    if self.managers[manager as usize].cnt > 0 {
                         self.stats.bypass_flushes += 1;
-                        self.flush_manager(m, Why::Bypass, out);
+                        self.flush_manager(manager, Why::Bypass, out);
                     }
                 }
                 return self.pass(item, out);
             }
             Class::Flow { key, seq, len } => (key, self.space.norm(seq), len),
         };
-        let m = match self.lookup(&key) {
-            Some(m) => m,
+        let manager = match self.lookup(&key) {
+            Some(manager) => manager,
             None => match self.insert(key) {
-                Some(m) => m,
+                Some(manager) => manager,
                 None => {
                     self.stats.table_full += 1;
                     return self.pass(item, out);
@@ -192,31 +192,31 @@ impl<T> ReferenceSrpic<T> {
             // Cannot happen (global_cnt bounds what is held), but stay safe.
             self.flush_all_why(Why::Ring, out);
         }
-        let n = self.free_node;
+        let free = self.free_node;
         {
-            let node = &mut self.nodes[n as usize];
+            let node = &mut self.nodes[free as usize];
             self.free_node = node.next;
             node.item = Some(item);
             node.seq = seq;
             node.len = len;
             node.next = NIL;
         }
-        self.place(m, n);
+        self.place(manager, free);
         let epoch = self.epoch;
-        let mgr = &mut self.managers[m as usize];
+        let mgr = &mut self.managers[manager as usize];
         mgr.last_epoch = epoch;
         mgr.cnt += 1;
         let cnt = mgr.cnt;
         if cnt == 1 {
             mgr.active_pos = self.active.len() as u32;
-            self.active.push(m);
+            self.active.push(manager);
         }
         self.stats.held += 1;
         self.stats.held_max = self.stats.held_max.max(self.stats.held);
         self.global_cnt += 1;
         if cnt as usize >= self.cfg.block_size {
             self.stats.block_flushes += 1;
-            self.flush_manager(m, Why::Block, out);
+            self.flush_manager(manager, Why::Block, out);
         }
         if self.global_cnt >= self.cfg.ring_size {
             self.flush_all_why(Why::Ring, out);
@@ -230,22 +230,22 @@ impl<T> ReferenceSrpic<T> {
 
     /// State of flow `key`, if it has a manager (allocates; for tests/debugging).
     pub fn snapshot(&self, key: impl Into<FlowKey>) -> Option<FlowSnapshot> {
-        let m = &self.managers[self.lookup(&key.into())? as usize];
+        let manager = &self.managers[self.lookup(&key.into())? as usize];
         let walk = |l: List| {
-            let mut v = Vec::new();
-            let mut i = l.head;
-            while i != NIL {
-                v.push(self.nodes[i as usize].seq);
-                i = self.nodes[i as usize].next;
+            let mut items = Vec::new();
+            let mut node = l.head;
+            while node != NIL {
+                items.push(self.nodes[node as usize].seq);
+                node = self.nodes[node as usize].next;
             }
-            v
+            items
         };
         Some(FlowSnapshot {
-            next_exp: m.next_exp,
-            packet_cnt: m.cnt as usize,
-            prev: walk(m.prev),
-            curr: walk(m.curr),
-            after: walk(m.after),
+            next_exp: manager.next_exp,
+            packet_cnt: manager.cnt as usize,
+            prev: walk(manager.prev),
+            curr: walk(manager.curr),
+            after: walk(manager.after),
         })
     }
 
@@ -257,7 +257,7 @@ impl<T> ReferenceSrpic<T> {
 
     /// Put node `n` on the right list of manager `m` (Listing 1's core).
     fn place(&mut self, m: u32, n: u32) {
-        let sp = self.space;
+        let space = self.space;
         let (seq, len) = {
             let node = &self.nodes[n as usize];
             (node.seq, node.len)
@@ -269,14 +269,14 @@ impl<T> ReferenceSrpic<T> {
             // First packet of a sorting block: it anchors NextExp.
             self.append(&mut curr, n);
             self.stats.to_curr += 1;
-            next_exp = sp.add(seq, len);
-        } else if sp.lt(seq, next_exp) {
+            next_exp = space.add(seq, len);
+        } else if space.lt(seq, next_exp) {
             self.insert_sorted(&mut prev, n, seq);
             self.stats.to_prev += 1;
         } else if seq == next_exp {
             self.append(&mut curr, n);
             self.stats.to_curr += 1;
-            next_exp = sp.add(seq, len);
+            next_exp = space.add(seq, len);
         } else {
             self.insert_sorted(&mut after, n, seq);
             self.stats.to_after += 1;
@@ -296,13 +296,13 @@ impl<T> ReferenceSrpic<T> {
 
     /// Insert keeping ascending serial order; equal numbers keep arrival order.
     fn insert_sorted(&mut self, l: &mut List, n: u32, seq: u32) {
-        let sp = self.space;
-        if l.tail == NIL || !sp.lt(seq, self.nodes[l.tail as usize].seq) {
+        let space = self.space;
+        if l.tail == NIL || !space.lt(seq, self.nodes[l.tail as usize].seq) {
             return self.append(l, n);
         }
         let mut prev = NIL;
         let mut cur = l.head;
-        while cur != NIL && !sp.lt(seq, self.nodes[cur as usize].seq) {
+        while cur != NIL && !space.lt(seq, self.nodes[cur as usize].seq) {
             prev = cur;
             cur = self.nodes[cur as usize].next;
         }
@@ -315,18 +315,18 @@ impl<T> ReferenceSrpic<T> {
     }
 
     fn emit_list(&mut self, head: u32, out: &mut impl FnMut(T)) {
-        let mut i = head;
-        while i != NIL {
-            let node = &mut self.nodes[i as usize];
+        let mut cursor = head;
+        while cursor != NIL {
+            let node = &mut self.nodes[cursor as usize];
             let next = node.next;
-            if let Some(it) = node.item.take() {
-                out(it);
+            if let Some(item) = node.item.take() {
+                out(item);
                 self.stats.emitted += 1;
             }
             node.next = self.free_node;
-            self.free_node = i;
+            self.free_node = cursor;
             self.stats.held -= 1;
-            i = next;
+            cursor = next;
         }
     }
 
@@ -368,8 +368,8 @@ impl<T> ReferenceSrpic<T> {
             _ => self.stats.batch_flushes += 1,
         }
         for i in 0..self.active.len() {
-            let m = self.active[i];
-            self.flush_lists(m, out);
+            let manager = self.active[i];
+            self.flush_lists(manager, out);
         }
         self.active.clear();
         self.global_cnt = 0;
@@ -379,19 +379,19 @@ impl<T> ReferenceSrpic<T> {
 
     /// Evict a few managers that stayed empty for `idle_flushes` global flushes.
     fn sweep(&mut self) {
-        let n = self.managers.len();
-        if n == 0 || self.free_mgr.len() == n {
+        let managers = self.managers.len();
+        if managers == 0 || self.free_mgr.len() == managers {
             return;
         }
-        for _ in 0..SWEEP_PER_FLUSH.min(n) {
-            let m = self.sweep_hand;
-            self.sweep_hand = if m + 1 == n { 0 } else { m + 1 };
-            let mgr = &self.managers[m];
+        for _ in 0..SWEEP_PER_FLUSH.min(managers) {
+            let hand = self.sweep_hand;
+            self.sweep_hand = if hand + 1 == managers { 0 } else { hand + 1 };
+            let mgr = &self.managers[hand];
             if mgr.in_use
                 && mgr.cnt == 0
                 && self.epoch.saturating_sub(mgr.last_epoch) > self.cfg.idle_flushes as u64
             {
-                self.remove(m as u32);
+                self.remove(hand as u32);
             }
         }
     }
@@ -400,66 +400,66 @@ impl<T> ReferenceSrpic<T> {
         if self.managers.is_empty() {
             return None;
         }
-        let mut i = key.hash64() as usize & self.mask;
+        let mut slot = key.hash64() as usize & self.mask;
         loop {
-            let m = self.table[i];
-            if m == NIL {
+            let manager = self.table[slot];
+            if manager == NIL {
                 return None;
             }
-            if self.managers[m as usize].key == *key {
-                return Some(m);
+            if self.managers[manager as usize].key == *key {
+                return Some(manager);
             }
-            i = (i + 1) & self.mask;
+            slot = (slot + 1) & self.mask;
         }
     }
 
     fn insert(&mut self, key: FlowKey) -> Option<u32> {
-        let m = self.free_mgr.pop()?;
+        let manager = self.free_mgr.pop()?;
         let hash = key.hash64();
-        let mut i = hash as usize & self.mask;
-        while self.table[i] != NIL {
-            i = (i + 1) & self.mask;
+        let mut slot = hash as usize & self.mask;
+        while self.table[slot] != NIL {
+            slot = (slot + 1) & self.mask;
         }
-        self.table[i] = m;
-        let mgr = &mut self.managers[m as usize];
+        self.table[slot] = manager;
+        let mgr = &mut self.managers[manager as usize];
         *mgr = Manager::empty();
         mgr.key = key;
         mgr.hash = hash;
         mgr.in_use = true;
         self.stats.flows_created += 1;
         self.stats.flows += 1;
-        Some(m)
+        Some(manager)
     }
 
     /// Remove an empty manager from the table (linear probing, backward-shift delete).
     fn remove(&mut self, m: u32) {
         let key = self.managers[m as usize].key;
-        let mut i = self.managers[m as usize].hash as usize & self.mask;
-        while self.table[i] != m {
-            if self.table[i] == NIL {
+        let mut slot = self.managers[m as usize].hash as usize & self.mask;
+        while self.table[slot] != m {
+            if self.table[slot] == NIL {
                 return;
             }
-            i = (i + 1) & self.mask;
+            slot = (slot + 1) & self.mask;
         }
-        let mut j = i;
+        let mut probe = slot;
         loop {
-            j = (j + 1) & self.mask;
-            let t = self.table[j];
-            if t == NIL {
+            probe = (probe + 1) & self.mask;
+            let occupant = self.table[probe];
+            if occupant == NIL {
                 break;
             }
-            let k = self.managers[t as usize].hash as usize & self.mask;
-            let stays = if i <= j {
-                i < k && k <= j
+            let home = self.managers[occupant as usize].hash as usize & self.mask;
+            let stays = if slot <= probe {
+                slot < home && home <= probe
             } else {
-                i < k || k <= j
+                slot < home || home <= probe
             };
             if !stays {
-                self.table[i] = t;
-                i = j;
+                self.table[slot] = occupant;
+                slot = probe;
             }
         }
-        self.table[i] = NIL;
+        self.table[slot] = NIL;
         let mgr = &mut self.managers[m as usize];
         debug_assert_eq!(mgr.key, key);
         mgr.in_use = false;

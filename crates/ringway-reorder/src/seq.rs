@@ -64,19 +64,19 @@ impl Unwrapper {
     }
 
     /// Extended value of `s`.
-    pub fn unwrap(&mut self, s: u32) -> i64 {
-        let s = self.space.norm(s);
+    pub fn unwrap(&mut self, seq: u32) -> i64 {
+        let seq = self.space.norm(seq);
         match self.max {
             None => {
-                self.max = Some((s, s as i64));
-                s as i64
+                self.max = Some((seq, seq as i64));
+                seq as i64
             }
             Some((m, ext)) => {
-                let v = ext + self.space.diff(s, m) as i64;
-                if v > ext {
-                    self.max = Some((s, v));
+                let extended = ext + self.space.diff(seq, m) as i64;
+                if extended > ext {
+                    self.max = Some((seq, extended));
                 }
-                v
+                extended
             }
         }
     }

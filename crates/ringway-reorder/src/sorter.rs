@@ -304,11 +304,11 @@ fn serial_lt(a: u32, b: u32, shift: u32) -> bool {
 fn insert_sorted(list: &mut Vec<(u32, u32)>, seq: u32, slot: u32, shift: u32) {
     match list.last() {
         Some(&(tail, _)) if serial_lt(seq, tail, shift) => {
-            let at = list
+            let position = list
                 .iter()
                 .position(|&(q, _)| serial_lt(seq, q, shift))
                 .unwrap_or(list.len());
-            list.insert(at, (seq, slot));
+            list.insert(position, (seq, slot));
         }
         _ => list.push((seq, slot)),
     }
@@ -436,17 +436,17 @@ impl<T> Srpic<T> {
     pub fn push(&mut self, class: Class, item: T, out: &mut impl FnMut(T)) {
         match class {
             Class::Flow { key, seq, len } => match self.find_or_insert(&key) {
-                Some(m) => self.place(m, seq, len, item, out),
+                Some(manager) => self.place(manager, seq, len, item, out),
                 None => {
                     self.table_full += 1;
                     self.pass(item, out)
                 }
             },
             Class::Bypass { key } => {
-                if let Some(m) = self.find(&key) {
-                    if self.packet_cnt(m) > 0 {
+                if let Some(manager) = self.find(&key) {
+                    if self.packet_cnt(manager) > 0 {
                         self.bypass_flushes += 1;
-                        self.flush_manager(m, out);
+                        self.flush_manager(manager, out);
                     }
                 }
                 self.pass(item, out)
@@ -464,9 +464,9 @@ impl<T> Srpic<T> {
     /// State of flow `key`, if it has a manager (allocates; for tests/debugging).
     pub fn snapshot(&self, key: impl Into<FlowKey>) -> Option<FlowSnapshot> {
         let key = key.into();
-        let m = self.lookup(&key, key.hash_seeded(&self.seed))?;
-        let mgr = &self.managers[m as usize];
-        if self.packet_cnt(m) == 0 {
+        let manager = self.lookup(&key, key.hash_seeded(&self.seed))?;
+        let mgr = &self.managers[manager as usize];
+        if self.packet_cnt(manager) == 0 {
             // Reinitialised: the paper zeroes every field.
             return Some(FlowSnapshot {
                 next_exp: 0,
@@ -506,7 +506,7 @@ impl<T> Srpic<T> {
     /// `NextExp`, store it in the next slot, and flush what is full.
     #[inline]
     fn place(&mut self, m: u32, seq: u32, len: u32, item: T, out: &mut impl FnMut(T)) {
-        let g = self.global_cnt;
+        let global = self.global_cnt;
         let seq = seq & self.seq_mask;
         let mgr = &mut self.managers[m as usize];
         let epoch = self.epoch as u32;
@@ -521,16 +521,16 @@ impl<T> Srpic<T> {
             mgr.flags &= IN_USE;
             mgr.active_pos = self.n_active;
             mgr.epoch = epoch;
-            self.active[self.n_active as usize] = (m, g);
+            self.active[self.n_active as usize] = (m, global);
             self.n_active += 1;
             ListTag::Curr
         } else {
-            self.slots[mgr.tail as usize].link = g;
-            let d = seq.wrapping_sub(mgr.next_exp) << self.shift;
-            if d == 0 {
+            self.slots[mgr.tail as usize].link = global;
+            let distance = seq.wrapping_sub(mgr.next_exp) << self.shift;
+            if distance == 0 {
                 mgr.next_exp = seq.wrapping_add(len) & self.seq_mask;
                 ListTag::Curr
-            } else if (d as i32) < 0 {
+            } else if (distance as i32) < 0 {
                 mgr.flags |= HAS_PREV;
                 self.to_prev += 1;
                 ListTag::Prev
@@ -540,16 +540,16 @@ impl<T> Srpic<T> {
                 ListTag::After
             }
         };
-        mgr.tail = g;
+        mgr.tail = global;
         mgr.cnt += 1;
         let full = mgr.cnt >= self.block;
-        self.slots[g as usize] = Slot {
+        self.slots[global as usize] = Slot {
             seq,
             link: NIL,
             tag,
             item: Some(item),
         };
-        self.global_cnt = g + 1;
+        self.global_cnt = global + 1;
         if full {
             self.block_flushes += 1;
             self.flush_manager(m, out);
@@ -567,22 +567,22 @@ impl<T> Srpic<T> {
         scratch.prev.clear();
         scratch.curr.clear();
         scratch.after.clear();
-        let mut s = head;
+        let mut cursor = head;
         for _ in 0..cnt {
-            let slot = &self.slots[s as usize];
+            let slot = &self.slots[cursor as usize];
             match slot.tag {
-                ListTag::Curr => scratch.curr.push(s),
-                ListTag::Prev => insert_sorted(&mut scratch.prev, slot.seq, s, self.shift),
-                ListTag::After => insert_sorted(&mut scratch.after, slot.seq, s, self.shift),
+                ListTag::Curr => scratch.curr.push(cursor),
+                ListTag::Prev => insert_sorted(&mut scratch.prev, slot.seq, cursor, self.shift),
+                ListTag::After => insert_sorted(&mut scratch.after, slot.seq, cursor, self.shift),
             }
-            s = slot.link;
+            cursor = slot.link;
         }
     }
 
     #[inline]
     fn emit(&mut self, s: u32, out: &mut impl FnMut(T)) {
-        if let Some(it) = self.slots[s as usize].item.take() {
-            out(it);
+        if let Some(item) = self.slots[s as usize].item.take() {
+            out(item);
         }
     }
 
@@ -603,16 +603,16 @@ impl<T> Srpic<T> {
         if !prevs && !afters {
             if tail.wrapping_sub(head) == cnt - 1 {
                 // In order and no other flow in between: consecutive slots.
-                for s in head..=tail {
-                    self.emit(s, out);
+                for cursor in head..=tail {
+                    self.emit(cursor, out);
                 }
             } else {
-                let mut s = head;
+                let mut cursor = head;
                 for _ in 0..cnt {
-                    let slot = &mut self.slots[s as usize];
-                    s = slot.link;
-                    if let Some(it) = slot.item.take() {
-                        out(it);
+                    let slot = &mut self.slots[cursor as usize];
+                    cursor = slot.link;
+                    if let Some(item) = slot.item.take() {
+                        out(item);
                     }
                 }
             }
@@ -624,21 +624,21 @@ impl<T> Srpic<T> {
             // the rest of its block to After, mostly in order).
             let mut after = std::mem::take(&mut self.scratch.after);
             after.clear();
-            let mut s = head;
+            let mut cursor = head;
             for _ in 0..cnt {
-                let slot = &mut self.slots[s as usize];
-                let this = s;
-                s = slot.link;
+                let slot = &mut self.slots[cursor as usize];
+                let this = cursor;
+                cursor = slot.link;
                 if slot.tag == ListTag::Curr {
-                    if let Some(it) = slot.item.take() {
-                        out(it);
+                    if let Some(item) = slot.item.take() {
+                        out(item);
                     }
                 } else {
                     insert_sorted(&mut after, slot.seq, this, self.shift);
                 }
             }
-            for &(_, s) in &after {
-                self.emit(s, out);
+            for &(_, cursor) in &after {
+                self.emit(cursor, out);
             }
             self.scratch.after = after;
             return cnt;
@@ -652,14 +652,14 @@ impl<T> Srpic<T> {
             },
         );
         self.build_lists(head, cnt, &mut scratch);
-        for &(_, s) in &scratch.prev {
-            self.emit(s, out);
+        for &(_, cursor) in &scratch.prev {
+            self.emit(cursor, out);
         }
-        for &s in &scratch.curr {
-            self.emit(s, out);
+        for &cursor in &scratch.curr {
+            self.emit(cursor, out);
         }
-        for &(_, s) in &scratch.after {
-            self.emit(s, out);
+        for &(_, cursor) in &scratch.after {
+            self.emit(cursor, out);
         }
         self.scratch = scratch;
         cnt
@@ -682,13 +682,13 @@ impl<T> Srpic<T> {
     fn flush_everything(&mut self, out: &mut impl FnMut(T)) {
         self.held_max = self.held_max.max(self.held());
         for i in 0..self.n_active as usize {
-            let (m, head) = self.active[i];
+            let (manager, head) = self.active[i];
             if self.slots[head as usize].link == NIL {
                 // A block of one packet: emitted without touching its
                 // manager, which the new epoch reinitialises.
                 self.emit(head, out);
             } else {
-                self.flush_lists(m, head, out);
+                self.flush_lists(manager, head, out);
             }
         }
         self.n_active = 0;
@@ -705,19 +705,19 @@ impl<T> Srpic<T> {
     /// an idle manager is evicted before the difference of 32-bit epoch
     /// stamps could wrap: comparing stamps is the same as comparing epochs.
     fn sweep(&mut self) {
-        let n = self.managers.len();
-        if n == 0 || self.free_mgr.len() == n {
+        let managers = self.managers.len();
+        if managers == 0 || self.free_mgr.len() == managers {
             return;
         }
-        for _ in 0..SWEEP_PER_FLUSH.min(n) {
-            let m = self.sweep_hand;
-            self.sweep_hand = if m + 1 == n { 0 } else { m + 1 };
-            let mgr = &self.managers[m];
+        for _ in 0..SWEEP_PER_FLUSH.min(managers) {
+            let hand = self.sweep_hand;
+            self.sweep_hand = if hand + 1 == managers { 0 } else { hand + 1 };
+            let mgr = &self.managers[hand];
             if mgr.flags & IN_USE != 0
-                && self.packet_cnt(m as u32) == 0
+                && self.packet_cnt(hand as u32) == 0
                 && (self.epoch as u32).wrapping_sub(mgr.epoch) > self.cfg.idle_flushes
             {
-                self.remove(m as u32);
+                self.remove(hand as u32);
             }
         }
     }
@@ -743,27 +743,27 @@ impl<T> Srpic<T> {
     /// The manager of `key`: the last flow's, or from the table.
     #[inline]
     fn find(&mut self, key: &FlowKey) -> Option<u32> {
-        if let Some(m) = self.cached(key) {
-            return Some(m);
+        if let Some(manager) = self.cached(key) {
+            return Some(manager);
         }
-        let m = self.lookup(key, key.hash_seeded(&self.seed))?;
-        self.last = m;
-        Some(m)
+        let manager = self.lookup(key, key.hash_seeded(&self.seed))?;
+        self.last = manager;
+        Some(manager)
     }
 
     /// As [`Srpic::find`], creating a manager for a new flow if one is free.
     #[inline]
     fn find_or_insert(&mut self, key: &FlowKey) -> Option<u32> {
-        if let Some(m) = self.cached(key) {
-            return Some(m);
+        if let Some(manager) = self.cached(key) {
+            return Some(manager);
         }
         let hash = key.hash_seeded(&self.seed);
-        let m = match self.lookup(key, hash) {
-            Some(m) => m,
+        let manager = match self.lookup(key, hash) {
+            Some(manager) => manager,
             None => self.insert(*key, hash)?,
         };
-        self.last = m;
-        Some(m)
+        self.last = manager;
+        Some(manager)
     }
 
     /// Probe the table: an entry whose tag (the hash's high 32 bits)
@@ -771,34 +771,34 @@ impl<T> Srpic<T> {
     #[inline]
     fn lookup(&self, key: &FlowKey, hash: u64) -> Option<u32> {
         let tag = hash >> 32;
-        let mut i = hash as usize & self.mask;
+        let mut slot = hash as usize & self.mask;
         loop {
-            let e = self.table[i];
-            let m = e as u32;
-            if m == NIL {
+            let entry = self.table[slot];
+            let manager = entry as u32;
+            if manager == NIL {
                 return None;
             }
-            if e >> 32 == tag && self.managers[m as usize].key == *key {
-                return Some(m);
+            if entry >> 32 == tag && self.managers[manager as usize].key == *key {
+                return Some(manager);
             }
-            i = (i + 1) & self.mask;
+            slot = (slot + 1) & self.mask;
         }
     }
 
     fn insert(&mut self, key: FlowKey, hash: u64) -> Option<u32> {
-        let m = self.free_mgr.pop()?;
-        let mut i = hash as usize & self.mask;
-        while self.table[i] as u32 != NIL {
-            i = (i + 1) & self.mask;
+        let manager = self.free_mgr.pop()?;
+        let mut slot = hash as usize & self.mask;
+        while self.table[slot] as u32 != NIL {
+            slot = (slot + 1) & self.mask;
         }
-        self.table[i] = (hash >> 32) << 32 | u64::from(m);
-        let mgr = &mut self.managers[m as usize];
+        self.table[slot] = (hash >> 32) << 32 | u64::from(manager);
+        let mgr = &mut self.managers[manager as usize];
         *mgr = Manager::EMPTY;
         mgr.key = key;
         mgr.flags = IN_USE;
         self.flows_created += 1;
         self.flows += 1;
-        Some(m)
+        Some(manager)
     }
 
     /// Home slot of manager `m` in the table.
@@ -808,32 +808,32 @@ impl<T> Srpic<T> {
 
     /// Remove an empty manager from the table (linear probing, backward-shift delete).
     fn remove(&mut self, m: u32) {
-        let mut i = self.home(m);
-        while self.table[i] as u32 != m {
-            if self.table[i] as u32 == NIL {
+        let mut slot = self.home(m);
+        while self.table[slot] as u32 != m {
+            if self.table[slot] as u32 == NIL {
                 return;
             }
-            i = (i + 1) & self.mask;
+            slot = (slot + 1) & self.mask;
         }
-        let mut j = i;
+        let mut probe = slot;
         loop {
-            j = (j + 1) & self.mask;
-            let t = self.table[j] as u32;
-            if t == NIL {
+            probe = (probe + 1) & self.mask;
+            let occupant = self.table[probe] as u32;
+            if occupant == NIL {
                 break;
             }
-            let k = self.home(t);
-            let stays = if i <= j {
-                i < k && k <= j
+            let home = self.home(occupant);
+            let stays = if slot <= probe {
+                slot < home && home <= probe
             } else {
-                i < k || k <= j
+                slot < home || home <= probe
             };
             if !stays {
-                self.table[i] = self.table[j];
-                i = j;
+                self.table[slot] = self.table[probe];
+                slot = probe;
             }
         }
-        self.table[i] = EMPTY_ENTRY;
+        self.table[slot] = EMPTY_ENTRY;
         if self.last == m {
             self.last = NIL;
         }

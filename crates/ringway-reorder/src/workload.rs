@@ -14,12 +14,12 @@ impl XorShift {
     }
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
+        let mut state = self.0;
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        self.0 = state;
+        state
     }
     /// Uniform in `0..n` (n > 0).
     pub fn below(&mut self, n: u64) -> u64 {
@@ -44,9 +44,9 @@ impl SynthStream {
     /// The class of packet `i` (length 1, as RTP).
     #[inline]
     pub fn class(&self, i: usize) -> Class {
-        let (f, seq) = self.packets[i];
+        let (flow, seq) = self.packets[i];
         Class::Flow {
-            key: self.keys[f as usize],
+            key: self.keys[flow as usize],
             seq,
             len: 1,
         }
@@ -68,27 +68,30 @@ pub fn synth_stream(
     let thresh = (p_reorder.clamp(0.0, 1.0) * (1u64 << 32) as f64) as u64;
     let mut keyed: Vec<(u64, u32)> = (0..packets as u32)
         .map(|i| {
-            let d = if max_disp > 0 && rng.next_u64() >> 32 < thresh {
+            let displacement = if max_disp > 0 && rng.next_u64() >> 32 < thresh {
                 1 + rng.below(max_disp as u64)
             } else {
                 0
             };
             // Position doubled so that a held-back packet lands after the
             // packet it lets pass (ties impossible).
-            ((i as u64 + d) * 2 + 1, i)
+            ((i as u64 + displacement) * 2 + 1, i)
         })
         .collect();
     keyed.sort_unstable();
     SynthStream {
         keys: (0..flows as u64)
-            .map(|f| FlowKey::from_u64(f * 0x1_0000_0001 + 7))
+            .map(|flow| FlowKey::from_u64(flow * 0x1_0000_0001 + 7))
             .collect(),
         packets: keyed
             .into_iter()
             .map(|(_, i)| {
-                let f = i as usize % flows;
-                let n = i as usize / flows;
-                (f as u32, (65000u32.wrapping_add(n as u32)) & 0xffff)
+                let flow = i as usize % flows;
+                let seq_in_flow = i as usize / flows;
+                (
+                    flow as u32,
+                    (65000u32.wrapping_add(seq_in_flow as u32)) & 0xffff,
+                )
             })
             .collect(),
     }
@@ -102,6 +105,6 @@ pub fn synth(
     max_disp: usize,
     seed: u64,
 ) -> Vec<Class> {
-    let s = synth_stream(flows, packets, p_reorder, max_disp, seed);
-    (0..s.packets.len()).map(|i| s.class(i)).collect()
+    let stream = synth_stream(flows, packets, p_reorder, max_disp, seed);
+    (0..stream.packets.len()).map(|i| stream.class(i)).collect()
 }

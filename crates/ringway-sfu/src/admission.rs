@@ -21,46 +21,46 @@ use crate::wire::COOKIE_LEN;
 /// SipHash-2-4 of `data` under the 128-bit key `(k0, k1)` (the reference
 /// algorithm of Aumasson and Bernstein, little-endian words).
 pub fn siphash24(k0: u64, k1: u64, data: &[u8]) -> u64 {
-    let mut v = [
+    let mut state = [
         k0 ^ 0x736f_6d65_7073_6575,
         k1 ^ 0x646f_7261_6e64_6f6d,
         k0 ^ 0x6c79_6765_6e65_7261,
         k1 ^ 0x7465_6462_7974_6573,
     ];
-    fn round(v: &mut [u64; 4]) {
-        v[0] = v[0].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(13) ^ v[0];
-        v[0] = v[0].rotate_left(32);
-        v[2] = v[2].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(16) ^ v[2];
-        v[0] = v[0].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(21) ^ v[0];
-        v[2] = v[2].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(17) ^ v[2];
-        v[2] = v[2].rotate_left(32);
+    fn round(state: &mut [u64; 4]) {
+        state[0] = state[0].wrapping_add(state[1]);
+        state[1] = state[1].rotate_left(13) ^ state[0];
+        state[0] = state[0].rotate_left(32);
+        state[2] = state[2].wrapping_add(state[3]);
+        state[3] = state[3].rotate_left(16) ^ state[2];
+        state[0] = state[0].wrapping_add(state[3]);
+        state[3] = state[3].rotate_left(21) ^ state[0];
+        state[2] = state[2].wrapping_add(state[1]);
+        state[1] = state[1].rotate_left(17) ^ state[2];
+        state[2] = state[2].rotate_left(32);
     }
     let mut chunks = data.chunks_exact(8);
     for c in &mut chunks {
-        let m = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        v[3] ^= m;
-        round(&mut v);
-        round(&mut v);
-        v[0] ^= m;
+        let word = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        state[3] ^= word;
+        round(&mut state);
+        round(&mut state);
+        state[0] ^= word;
     }
     let rest = chunks.remainder();
     let mut last = [0u8; 8];
     last[..rest.len()].copy_from_slice(rest);
     last[7] = data.len() as u8;
-    let m = u64::from_le_bytes(last);
-    v[3] ^= m;
-    round(&mut v);
-    round(&mut v);
-    v[0] ^= m;
-    v[2] ^= 0xff;
+    let word = u64::from_le_bytes(last);
+    state[3] ^= word;
+    round(&mut state);
+    round(&mut state);
+    state[0] ^= word;
+    state[2] ^= 0xff;
     for _ in 0..4 {
-        round(&mut v);
+        round(&mut state);
     }
-    v[0] ^ v[1] ^ v[2] ^ v[3]
+    state[0] ^ state[1] ^ state[2] ^ state[3]
 }
 
 /// A keyed generator: SipHash-2-4 of a counter under a secret key. Its
@@ -97,12 +97,12 @@ pub(crate) struct Cookies {
 
 impl Cookies {
     pub(crate) fn new(period_ns: u64, now: u64, rng: &mut KeyedRng) -> Self {
-        let e = now / period_ns.max(1);
+        let epoch = now / period_ns.max(1);
         Cookies {
             period_ns: period_ns.max(1),
             secrets: [
-                (e, (rng.next_u64(), rng.next_u64())),
-                (e.wrapping_sub(1), (rng.next_u64(), rng.next_u64())),
+                (epoch, (rng.next_u64(), rng.next_u64())),
+                (epoch.wrapping_sub(1), (rng.next_u64(), rng.next_u64())),
             ],
         }
     }
@@ -110,38 +110,38 @@ impl Cookies {
     /// Move to the epoch of `now`: a new secret for it, the one before kept
     /// (secrets older than that are forgotten, and their cookies with them).
     pub(crate) fn rotate(&mut self, now: u64, rng: &mut KeyedRng) {
-        let e = now / self.period_ns;
-        if e == self.secrets[0].0 {
+        let epoch = now / self.period_ns;
+        if epoch == self.secrets[0].0 {
             return;
         }
-        let prev = if e == self.secrets[0].0.wrapping_add(1) {
+        let prev = if epoch == self.secrets[0].0.wrapping_add(1) {
             self.secrets[0]
         } else {
-            (e.wrapping_sub(1), (rng.next_u64(), rng.next_u64()))
+            (epoch.wrapping_sub(1), (rng.next_u64(), rng.next_u64()))
         };
-        self.secrets = [(e, (rng.next_u64(), rng.next_u64())), prev];
+        self.secrets = [(epoch, (rng.next_u64(), rng.next_u64())), prev];
     }
 
     fn mac(secret: (u64, u64), peer: SocketAddr, epoch: u32) -> u64 {
-        let mut m = [0u8; 16 + 2 + 4];
+        let mut input = [0u8; 16 + 2 + 4];
         let ip = match peer.ip() {
             IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
             IpAddr::V6(a) => a.octets(),
         };
-        m[..16].copy_from_slice(&ip);
-        m[16..18].copy_from_slice(&peer.port().to_be_bytes());
-        m[18..].copy_from_slice(&epoch.to_be_bytes());
-        siphash24(secret.0, secret.1, &m)
+        input[..16].copy_from_slice(&ip);
+        input[16..18].copy_from_slice(&peer.port().to_be_bytes());
+        input[18..].copy_from_slice(&epoch.to_be_bytes());
+        siphash24(secret.0, secret.1, &input)
     }
 
     /// The cookie for `peer` in the current epoch (call [`Self::rotate`] first).
     pub(crate) fn make(&self, peer: SocketAddr) -> [u8; COOKIE_LEN] {
-        let (e, secret) = self.secrets[0];
-        let epoch = e as u32;
-        let mut c = [0u8; COOKIE_LEN];
-        c[..4].copy_from_slice(&epoch.to_be_bytes());
-        c[4..].copy_from_slice(&Self::mac(secret, peer, epoch).to_be_bytes());
-        c
+        let (current_epoch, secret) = self.secrets[0];
+        let epoch = current_epoch as u32;
+        let mut cookie = [0u8; COOKIE_LEN];
+        cookie[..4].copy_from_slice(&epoch.to_be_bytes());
+        cookie[4..].copy_from_slice(&Self::mac(secret, peer, epoch).to_be_bytes());
+        cookie
     }
 
     /// `cookie` was made for `peer` in the current or the previous epoch.
@@ -156,21 +156,21 @@ impl Cookies {
 
 /// The network prefix a rate-limit bucket covers: IPv4 /24, IPv6 /56.
 fn prefix(ip: IpAddr) -> [u8; 8] {
-    let mut p = [0u8; 8];
+    let mut bytes = [0u8; 8];
     match ip {
         IpAddr::V4(a) => {
-            p[0] = 4;
-            p[1..4].copy_from_slice(&a.octets()[..3]);
+            bytes[0] = 4;
+            bytes[1..4].copy_from_slice(&a.octets()[..3]);
         }
         IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
-                return prefix(IpAddr::V4(v4));
+            if let Some(ipv4) = a.to_ipv4_mapped() {
+                return prefix(IpAddr::V4(ipv4));
             }
-            p[0] = 6;
-            p[1..8].copy_from_slice(&a.octets()[..7]);
+            bytes[0] = 6;
+            bytes[1..8].copy_from_slice(&a.octets()[..7]);
         }
     }
-    p
+    bytes
 }
 
 /// Token buckets per source prefix, bounded in number: when every slot is
@@ -207,9 +207,9 @@ impl PrefixLimiter {
 
     fn refill(&self, b: &mut (u64, u64), now: u64) {
         let cap = u64::from(self.burst) * 1_000_000_000;
-        let dt = now.saturating_sub(b.1);
+        let elapsed = now.saturating_sub(b.1);
         b.0 =
-            b.0.saturating_add(dt.saturating_mul(u64::from(self.rate)))
+            b.0.saturating_add(elapsed.saturating_mul(u64::from(self.rate)))
                 .min(cap);
         b.1 = now;
     }
@@ -228,31 +228,34 @@ impl PrefixLimiter {
         {
             self.last_sweep = Some(now);
             let (rate, full) = (u64::from(self.rate), cap);
-            self.buckets.retain(|_, b| {
-                b.0.saturating_add(now.saturating_sub(b.1).saturating_mul(rate)) < full
+            self.buckets.retain(|_, found| {
+                found
+                    .0
+                    .saturating_add(now.saturating_sub(found.1).saturating_mul(rate))
+                    < full
             });
         }
-        let mut bucket = if let Some(b) = self.buckets.get(&key) {
-            *b
+        let mut bucket = if let Some(found) = self.buckets.get(&key) {
+            *found
         } else if self.buckets.len() < self.max_prefixes {
             (cap, now)
         } else {
-            let mut o = self.overflow;
-            self.refill(&mut o, now);
-            let ok = o.0 >= 1_000_000_000;
-            if ok {
-                o.0 -= 1_000_000_000;
+            let mut overflow = self.overflow;
+            self.refill(&mut overflow, now);
+            let allowed = overflow.0 >= 1_000_000_000;
+            if allowed {
+                overflow.0 -= 1_000_000_000;
             }
-            self.overflow = o;
-            return ok;
+            self.overflow = overflow;
+            return allowed;
         };
         self.refill(&mut bucket, now);
-        let ok = bucket.0 >= 1_000_000_000;
-        if ok {
+        let allowed = bucket.0 >= 1_000_000_000;
+        if allowed {
             bucket.0 -= 1_000_000_000;
         }
         self.buckets.insert(key, bucket);
-        ok
+        allowed
     }
 
     /// Buckets held now.

@@ -38,18 +38,18 @@ impl StreamGen {
     /// Write the next packet into `buf` stamped with `send_time` (ns);
     /// returns its length (`None` if `buf` is too small).
     pub fn next_packet(&mut self, buf: &mut [u8], send_time: u64) -> Option<usize> {
-        let h = RtpHeader {
+        let header = RtpHeader {
             payload_type: self.media.payload_type(),
             marker: false,
             seq: self.seq,
             timestamp: self.ts,
             ssrc: self.ssid,
         };
-        let n = wire::write_rtp(buf, &h, Some(send_time), self.size)?;
+        let len = wire::write_rtp(buf, &header, Some(send_time), self.size)?;
         self.seq = self.seq.wrapping_add(1);
         let step = self.media.clock_rate() as u64 * self.interval_ns / 1_000_000_000;
         self.ts = self.ts.wrapping_add(step as u32);
-        Some(n)
+        Some(len)
     }
     /// Packets generated so far modulo 2^16 (the next sequence number).
     pub fn next_seq(&self) -> u16 {
@@ -138,17 +138,21 @@ pub enum Reply {
 
 /// Parse an SFU reply; `None` for anything else.
 pub fn parse_reply(data: &[u8]) -> Option<Reply> {
-    let c = Control::new_checked(data).ok()?;
-    match c.msg_type() {
+    let control = Control::new_checked(data).ok()?;
+    match control.msg_type() {
         MsgType::Ack => Some(Reply::Ack(
-            c.request_id(),
+            control.request_id(),
             Session {
-                ssid: c.ssid(),
-                token: c.token(),
+                ssid: control.ssid(),
+                token: control.token(),
             },
         )),
-        MsgType::Error => Some(Reply::Error(c.request_id(), c.error_code(), c.ssid())),
-        MsgType::Challenge => Some(Reply::Challenge(c.request_id(), c.cookie()?)),
+        MsgType::Error => Some(Reply::Error(
+            control.request_id(),
+            control.error_code(),
+            control.ssid(),
+        )),
+        MsgType::Challenge => Some(Reply::Challenge(control.request_id(), control.cookie()?)),
         _ => None,
     }
 }
@@ -168,9 +172,9 @@ impl Requests {
     /// returns (request id, bytes).
     pub fn register(&mut self) -> (u32, Vec<u8>) {
         let id = self.id();
-        let mut b = vec![0u8; wire::CTRL_AUTH_LEN];
-        wire::write_register(&mut b, id).expect("sized");
-        (id, b)
+        let mut msg = vec![0u8; wire::CTRL_AUTH_LEN];
+        wire::write_register(&mut msg, id).expect("sized");
+        (id, msg)
     }
     /// REGISTER echoing the `cookie` of a CHALLENGE.
     pub fn register_with(&mut self, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
@@ -186,25 +190,25 @@ impl Requests {
         token: &[u8],
     ) -> Option<(u32, Vec<u8>)> {
         let id = self.id();
-        let mut b = vec![0u8; wire::CTRL_AUTH_LEN + 3 + room.len() + token.len()];
-        let n = wire::write_register_v2(&mut b, id, cookie, room.as_bytes(), token)?;
-        b.truncate(n);
-        Some((id, b))
+        let mut msg = vec![0u8; wire::CTRL_AUTH_LEN + 3 + room.len() + token.len()];
+        let len = wire::write_register_v2(&mut msg, id, cookie, room.as_bytes(), token)?;
+        msg.truncate(len);
+        Some((id, msg))
     }
     /// REBIND of session `s` from a new address: `cookie` zeros on the
     /// first try, then the CHALLENGE's.
     pub fn rebind(&mut self, cookie: &[u8; wire::COOKIE_LEN], s: Session) -> (u32, Vec<u8>) {
         let id = self.id();
-        let mut b = vec![0u8; wire::CTRL_REBIND_LEN];
-        wire::write_rebind(&mut b, id, cookie, s.ssid, s.token).expect("sized");
-        (id, b)
+        let mut msg = vec![0u8; wire::CTRL_REBIND_LEN];
+        wire::write_rebind(&mut msg, id, cookie, s.ssid, s.token).expect("sized");
+        (id, msg)
     }
     /// A version-2 KEEPALIVE reporting the echo RTT (µs) measured so far.
     pub fn keepalive_v2(&mut self, s: Session, echo_rtt_us: Option<u32>) -> (u32, Vec<u8>) {
         let id = self.id();
-        let mut b = vec![0u8; wire::CTRL_KEEPALIVE_V2_LEN];
-        wire::write_keepalive_v2(&mut b, id, s.ssid, s.token, echo_rtt_us).expect("sized");
-        (id, b)
+        let mut msg = vec![0u8; wire::CTRL_KEEPALIVE_V2_LEN];
+        wire::write_keepalive_v2(&mut msg, id, s.ssid, s.token, echo_rtt_us).expect("sized");
+        (id, msg)
     }
     /// JOIN (static room) echoing the `cookie` of a CHALLENGE.
     pub fn join(&mut self, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
@@ -212,30 +216,30 @@ impl Requests {
     }
     fn cookie_msg(&mut self, ty: MsgType, cookie: &[u8; wire::COOKIE_LEN]) -> (u32, Vec<u8>) {
         let id = self.id();
-        let mut b = vec![0u8; wire::CTRL_AUTH_LEN];
-        wire::write_cookie(&mut b, ty, id, cookie).expect("sized");
-        (id, b)
+        let mut msg = vec![0u8; wire::CTRL_AUTH_LEN];
+        wire::write_cookie(&mut msg, ty, id, cookie).expect("sized");
+        (id, msg)
     }
     /// KEEPALIVE or LEAVE.
     pub fn simple(&mut self, ty: MsgType, s: Session) -> (u32, Vec<u8>) {
         let id = self.id();
-        let mut b = vec![0u8; wire::CTRL_AUTH_LEN];
-        wire::write_auth(&mut b, ty, id, s.ssid, s.token).expect("sized");
-        (id, b)
+        let mut msg = vec![0u8; wire::CTRL_AUTH_LEN];
+        wire::write_auth(&mut msg, ty, id, s.ssid, s.token).expect("sized");
+        (id, msg)
     }
     /// SUBSCRIBE (or UNSUBSCRIBE when `unsub`) with `sels` (at most 256).
     pub fn subscribe(&mut self, s: Session, sels: &[Selector], unsub: bool) -> (u32, Vec<u8>) {
         let id = self.id();
-        let ty = if unsub {
+        let msg_type = if unsub {
             MsgType::Unsubscribe
         } else {
             MsgType::Subscribe
         };
-        let mut b = vec![0u8; wire::CTRL_AUTH_LEN + 2 + sels.len() * wire::SELECTOR_LEN];
-        let n = wire::write_subscribe(&mut b, ty, id, s.ssid, s.token, sels)
+        let mut msg = vec![0u8; wire::CTRL_AUTH_LEN + 2 + sels.len() * wire::SELECTOR_LEN];
+        let len = wire::write_subscribe(&mut msg, msg_type, id, s.ssid, s.token, sels)
             .expect("at most MAX_SELECTORS selectors");
-        b.truncate(n);
-        (id, b)
+        msg.truncate(len);
+        (id, msg)
     }
 }
 

@@ -381,13 +381,13 @@ impl RouteList {
         self.ssids.push(ssid);
     }
     fn remove(&mut self, ssid: u32) {
-        let Some(i) = self.pos.remove(&ssid) else {
+        let Some(index) = self.pos.remove(&ssid) else {
             return;
         };
-        self.addrs.swap_remove(i);
-        self.ssids.swap_remove(i);
-        if let Some(&moved) = self.ssids.get(i) {
-            self.pos.insert(moved, i);
+        self.addrs.swap_remove(index);
+        self.ssids.swap_remove(index);
+        if let Some(&moved) = self.ssids.get(index) {
+            self.pos.insert(moved, index);
         }
     }
 }
@@ -472,12 +472,12 @@ impl Sfu {
 
     /// Counters (with current table sizes).
     pub fn stats(&self) -> SfuStats {
-        let mut s = self.stats;
-        s.clients = self.clients.len() as u64;
-        s.room_members = self.room.len() as u64;
-        s.rooms = self.rooms.len() as u64;
-        s.revoked = self.revoked.len() as u64;
-        s
+        let mut snapshot = self.stats;
+        snapshot.clients = self.clients.len() as u64;
+        snapshot.room_members = self.room.len() as u64;
+        snapshot.rooms = self.rooms.len() as u64;
+        snapshot.revoked = self.revoked.len() as u64;
+        snapshot
     }
 
     /// Tell the core the wall-clock time: `unix_ns` (CLOCK_REALTIME) at
@@ -497,22 +497,22 @@ impl Sfu {
         if !valid_room_name(name.as_bytes()) {
             return Err(RoomError::BadName);
         }
-        if let Some(id) = self.room_ids.get(name) {
-            let r = self.rooms.get_mut(id).expect("index consistent");
-            if r.pinned {
+        if let Some(room_id) = self.room_ids.get(name) {
+            let room = self.rooms.get_mut(room_id).expect("index consistent");
+            if room.pinned {
                 return Err(RoomError::Exists);
             }
-            r.pinned = true;
-            if let Some(m) = max_clients {
-                r.max_clients = m.min(self.cfg.max_clients_per_room);
+            room.pinned = true;
+            if let Some(max) = max_clients {
+                room.max_clients = max.min(self.cfg.max_clients_per_room);
             }
             return Ok(());
         }
-        let id = self.new_room(name).ok_or(RoomError::TooManyRooms)?;
-        let r = self.rooms.get_mut(&id).expect("just made");
-        r.pinned = true;
-        if let Some(m) = max_clients {
-            r.max_clients = m.min(self.cfg.max_clients_per_room);
+        let room_id = self.new_room(name).ok_or(RoomError::TooManyRooms)?;
+        let room = self.rooms.get_mut(&room_id).expect("just made");
+        room.pinned = true;
+        if let Some(max) = max_clients {
+            room.max_clients = max.min(self.cfg.max_clients_per_room);
         }
         Ok(())
     }
@@ -520,18 +520,18 @@ impl Sfu {
     /// Close a room: kick every client in it (their tokens revoked) and
     /// forget it. Returns how many clients were kicked.
     pub fn close_room(&mut self, name: &str) -> Result<usize, RoomError> {
-        let id = *self.room_ids.get(name).ok_or(RoomError::NoSuchRoom)?;
+        let room_id = *self.room_ids.get(name).ok_or(RoomError::NoSuchRoom)?;
         let members: Vec<u32> = self
             .clients
             .iter()
-            .filter(|(_, c)| c.room == id)
+            .filter(|(_, c)| c.room == room_id)
             .map(|(s, _)| *s)
             .collect();
         for s in &members {
             self.kick(*s);
         }
-        if let Some(r) = self.rooms.remove(&id) {
-            self.room_ids.remove(&r.name);
+        if let Some(room) = self.rooms.remove(&room_id) {
+            self.room_ids.remove(&room.name);
         }
         Ok(members.len())
     }
@@ -539,10 +539,10 @@ impl Sfu {
     /// Remove client `ssid` now and revoke its join token (a replay of it is
     /// refused until it expires). False if there is no such client.
     pub fn kick(&mut self, ssid: u32) -> bool {
-        let Some(c) = self.clients.get(&ssid) else {
+        let Some(client) = self.clients.get(&ssid) else {
             return false;
         };
-        if let Some((id, exp)) = c.token_id {
+        if let Some((id, exp)) = client.token_id {
             self.revoke(id, exp);
         }
         self.remove_client(ssid);
@@ -554,8 +554,8 @@ impl Sfu {
     /// (expired ones go first, then the one expiring soonest).
     fn revoke(&mut self, id: [u8; 16], exp: u64) {
         if self.revoked.len() >= self.cfg.max_revoked.max(1) {
-            if let Some((&k, _)) = self.revoked.iter().min_by_key(|(_, &e)| e) {
-                self.revoked.remove(&k);
+            if let Some((&oldest, _)) = self.revoked.iter().min_by_key(|(_, &e)| e) {
+                self.revoked.remove(&oldest);
             }
         }
         self.revoked.insert(id, exp);
@@ -611,8 +611,8 @@ impl Sfu {
 
     /// The room of client `ssid`.
     pub fn room_of(&self, ssid: u32) -> Option<&str> {
-        let c = self.clients.get(&ssid)?;
-        self.rooms.get(&c.room).map(|r| r.name.as_str())
+        let client = self.clients.get(&ssid)?;
+        self.rooms.get(&client.room).map(|r| r.name.as_str())
     }
 
     /// Room names and their client counts.
@@ -624,13 +624,13 @@ impl Sfu {
         if self.rooms.len() >= self.cfg.max_rooms {
             return None;
         }
-        let mut id = self.next_room;
-        while id == 0 || self.rooms.contains_key(&id) {
-            id = id.wrapping_add(1);
+        let mut room_id = self.next_room;
+        while room_id == 0 || self.rooms.contains_key(&room_id) {
+            room_id = room_id.wrapping_add(1);
         }
-        self.next_room = id.wrapping_add(1);
+        self.next_room = room_id.wrapping_add(1);
         self.rooms.insert(
-            id,
+            room_id,
             Room {
                 name: name.to_string(),
                 members: 0,
@@ -638,8 +638,8 @@ impl Sfu {
                 pinned: false,
             },
         );
-        self.room_ids.insert(name.to_string(), id);
-        Some(id)
+        self.room_ids.insert(name.to_string(), room_id);
+        Some(room_id)
     }
 
     /// Registered clients: (SSID, address).
@@ -681,10 +681,10 @@ impl Sfu {
     /// member. Changes nothing; the engine asks before it lets a packet
     /// take a slot of a per-flow structure (SRPIC).
     pub fn is_verified_media(&self, peer: SocketAddr, data: &[u8]) -> bool {
-        let Ok(p) = RtpPacket::new_checked(data) else {
+        let Ok(packet) = RtpPacket::new_checked(data) else {
             return false;
         };
-        match self.clients.get(&p.ssrc()) {
+        match self.clients.get(&packet.ssrc()) {
             Some(c) => c.addr == peer,
             None => {
                 self.cfg.static_room
@@ -714,38 +714,40 @@ impl Sfu {
     }
 
     fn handle_rtp(&mut self, now: u64, peer: SocketAddr, data: &[u8]) -> Action<'_> {
-        let Ok(p) = RtpPacket::new_checked(data) else {
+        let Ok(packet) = RtpPacket::new_checked(data) else {
             self.stats.drop_malformed += 1;
             return Action::Drop(DropReason::Malformed);
         };
-        let ssrc = p.ssrc();
-        let media = MediaType::from_payload_type(p.payload_type());
-        if let Some(c) = self.clients.get_mut(&ssrc) {
-            if c.addr != peer {
+        let ssrc = packet.ssrc();
+        let media = MediaType::from_payload_type(packet.payload_type());
+        if let Some(client) = self.clients.get_mut(&ssrc) {
+            if client.addr != peer {
                 self.stats.drop_unverified += 1;
                 return Action::Drop(DropReason::Unverified);
             }
-            c.last_seen = now;
-            let Some(m) = media else {
+            client.last_seen = now;
+            let Some(media_info) = media else {
                 self.stats.drop_unknown_pt += 1;
                 return Action::Drop(DropReason::UnknownPayloadType);
             };
-            if !c.publish {
+            if !client.publish {
                 self.stats.drop_not_allowed += 1;
                 return Action::Drop(DropReason::NotAllowed);
             }
-            c.quality[m as usize].get_or_insert_default().record(
-                now,
-                p.seq(),
-                p.timestamp(),
-                data.len(),
-                m.clock_rate(),
-                self.cfg.late_after_ns,
-            );
+            client.quality[media_info as usize]
+                .get_or_insert_default()
+                .record(
+                    now,
+                    packet.seq(),
+                    packet.timestamp(),
+                    data.len(),
+                    media_info.clock_rate(),
+                    self.cfg.late_after_ns,
+                );
             let targets = self
                 .routes
                 .get(&ssrc)
-                .map(|r| r[m as usize].addrs.as_slice())
+                .map(|r| r[media_info as usize].addrs.as_slice())
                 .unwrap_or(&[]);
             self.stats.media_accepted += 1;
             self.stats.copies += targets.len() as u64;
@@ -753,7 +755,7 @@ impl Sfu {
             self.stats.echoes += echo.is_some() as u64;
             return Action::Forward {
                 ssid: ssrc,
-                media: Some(m),
+                media: Some(media_info),
                 targets,
                 echo,
             };
@@ -767,7 +769,7 @@ impl Sfu {
             self.stats.drop_unregistered += 1;
             return Action::Drop(DropReason::Unregistered);
         }
-        let Some(t) = self.room.get_mut(&peer) else {
+        let Some(target) = self.room.get_mut(&peer) else {
             // Not admitted: one CHALLENGE if it is no larger than the packet.
             self.stats.drop_not_admitted += 1;
             if data.len() >= CTRL_AUTH_LEN {
@@ -775,7 +777,7 @@ impl Sfu {
             }
             return Action::Drop(DropReason::NotAdmitted);
         };
-        *t = now;
+        *target = now;
         self.scratch.clear();
         self.scratch
             .extend(self.room_list.iter().copied().filter(|a| *a != peer));
@@ -809,11 +811,11 @@ impl Sfu {
         self.cookies.rotate(now, &mut self.rng);
         let cookie = self.cookies.make(peer);
         self.stats.challenges += 1;
-        let n = wire::write_cookie(&mut self.reply, MsgType::Challenge, req, &cookie)
+        let len = wire::write_cookie(&mut self.reply, MsgType::Challenge, req, &cookie)
             .expect("reply buffer fits");
         Action::Reply {
             dst: peer,
-            msg: &self.reply[..n],
+            msg: &self.reply[..len],
         }
     }
 
@@ -834,26 +836,26 @@ impl Sfu {
             return Action::Drop(DropReason::RateLimited);
         }
         self.stats.errors_sent += 1;
-        let n = wire::write_error(&mut self.reply, req, code, ssid).expect("reply buffer fits");
+        let len = wire::write_error(&mut self.reply, req, code, ssid).expect("reply buffer fits");
         Action::Reply {
             dst: peer,
-            msg: &self.reply[..n],
+            msg: &self.reply[..len],
         }
     }
 
     fn ack(&mut self, peer: SocketAddr, req: u32, ssid: u32, token: u64) -> Action<'_> {
         self.stats.acks += 1;
-        let n = wire::write_auth(&mut self.reply, MsgType::Ack, req, ssid, token)
+        let len = wire::write_auth(&mut self.reply, MsgType::Ack, req, ssid, token)
             .expect("reply buffer fits");
         Action::Reply {
             dst: peer,
-            msg: &self.reply[..n],
+            msg: &self.reply[..len],
         }
     }
 
     fn handle_control(&mut self, now: u64, peer: SocketAddr, data: &[u8]) -> Action<'_> {
-        let c = match Control::new_checked(data) {
-            Ok(c) => c,
+        let control = match Control::new_checked(data) {
+            Ok(control) => control,
             Err(e) => {
                 self.stats.drop_malformed += 1;
                 // Answer only when the reply is not larger than the request.
@@ -863,45 +865,45 @@ impl Sfu {
                 return Action::Drop(DropReason::Malformed);
             }
         };
-        let req = c.request_id();
-        match c.msg_type() {
+        let req = control.request_id();
+        match control.msg_type() {
             MsgType::Ack | MsgType::Error | MsgType::Challenge => {
                 self.stats.drop_unexpected_control += 1;
                 Action::Drop(DropReason::UnexpectedControl)
             }
             MsgType::Register => {
-                let cookie = c.cookie().expect("REGISTER has a cookie field");
-                let room = c.room().unwrap_or(DEFAULT_ROOM.as_bytes());
-                self.register(now, peer, req, &cookie, room, c.join_token())
+                let cookie = control.cookie().expect("REGISTER has a cookie field");
+                let room = control.room().unwrap_or(DEFAULT_ROOM.as_bytes());
+                self.register(now, peer, req, &cookie, room, control.join_token())
             }
             MsgType::Rebind => {
-                let cookie = c.cookie().expect("REBIND has a cookie field");
-                self.rebind(now, peer, req, &cookie, c.ssid(), c.token())
+                let cookie = control.cookie().expect("REBIND has a cookie field");
+                self.rebind(now, peer, req, &cookie, control.ssid(), control.token())
             }
             MsgType::Join => {
-                let cookie = c.cookie().expect("JOIN has a cookie field");
+                let cookie = control.cookie().expect("JOIN has a cookie field");
                 self.join(now, peer, req, &cookie)
             }
             ty => {
-                let ssid = c.ssid();
-                let Some(cl) = self.clients.get_mut(&ssid) else {
+                let ssid = control.ssid();
+                let Some(client) = self.clients.get_mut(&ssid) else {
                     self.stats.drop_unknown_ssid += 1;
                     return self.error(now, peer, req, ErrorCode::UnknownSsid, ssid);
                 };
-                if cl.token != c.token() {
+                if client.token != control.token() {
                     self.stats.drop_bad_token += 1;
                     return self.error(now, peer, req, ErrorCode::BadToken, ssid);
                 }
-                if cl.addr != peer {
+                if client.addr != peer {
                     self.stats.drop_wrong_address += 1;
                     return self.error(now, peer, req, ErrorCode::WrongAddress, ssid);
                 }
-                cl.last_seen = now;
-                if let Some(rtt) = c.echo_rtt_us() {
-                    cl.echo_rtt_us = Some(rtt);
+                client.last_seen = now;
+                if let Some(rtt) = control.echo_rtt_us() {
+                    client.echo_rtt_us = Some(rtt);
                 }
-                let token = cl.token;
-                let may_subscribe = cl.subscribe;
+                let token = client.token;
+                let may_subscribe = client.subscribe;
                 match ty {
                     MsgType::Keepalive => self.ack(peer, req, ssid, token),
                     MsgType::Subscribe if !may_subscribe => {
@@ -914,7 +916,7 @@ impl Sfu {
                         self.ack(peer, req, ssid, token)
                     }
                     MsgType::Subscribe => {
-                        let sels: Vec<Selector> = c.selectors().collect();
+                        let sels: Vec<Selector> = control.selectors().collect();
                         if self.subscribe(ssid, &sels) {
                             self.ack(peer, req, ssid, token)
                         } else {
@@ -923,7 +925,7 @@ impl Sfu {
                         }
                     }
                     MsgType::Unsubscribe => {
-                        let sels: Vec<Selector> = c.selectors().collect();
+                        let sels: Vec<Selector> = control.selectors().collect();
                         self.unsubscribe(ssid, &sels);
                         self.ack(peer, req, ssid, token)
                     }
@@ -954,14 +956,14 @@ impl Sfu {
 
     /// Count a refused token; the ERROR to send.
     fn token_refused(&mut self, e: TokenError) -> ErrorCode {
-        let s = &mut self.stats;
+        let stats = &mut self.stats;
         match e {
-            TokenError::Missing => s.token_missing += 1,
-            TokenError::Malformed => s.token_malformed += 1,
-            TokenError::Forged => s.token_forged += 1,
-            TokenError::Expired => s.token_expired += 1,
-            TokenError::WrongRoom => s.token_wrong_room += 1,
-            TokenError::Revoked => s.token_revoked += 1,
+            TokenError::Missing => stats.token_missing += 1,
+            TokenError::Malformed => stats.token_malformed += 1,
+            TokenError::Forged => stats.token_forged += 1,
+            TokenError::Expired => stats.token_expired += 1,
+            TokenError::WrongRoom => stats.token_wrong_room += 1,
+            TokenError::Revoked => stats.token_revoked += 1,
         }
         ErrorCode::Unauthorized
     }
@@ -980,9 +982,9 @@ impl Sfu {
         }
         if let Some(&ssid) = self.by_addr.get(&peer) {
             // Retransmitted REGISTER: same answer.
-            let c = self.clients.get_mut(&ssid).expect("index consistent");
-            c.last_seen = now;
-            let token = c.token;
+            let client = self.clients.get_mut(&ssid).expect("index consistent");
+            client.last_seen = now;
+            let token = client.token;
             return self.ack(peer, req, ssid, token);
         }
         if self.clients.len() >= self.cfg.max_clients {
@@ -1010,15 +1012,16 @@ impl Sfu {
         let mut verified = None;
         if let Some(key) = &self.cfg.token_key {
             let unix = self.unix_s(now);
-            let v = token::verify(key, join_token.unwrap_or(&[]), room, unix).and_then(|v| {
-                if self.revoked.contains_key(&v.id) {
-                    Err(TokenError::Revoked)
-                } else {
-                    Ok(v)
-                }
-            });
-            match v {
-                Ok(v) => verified = Some(v),
+            let token_check =
+                token::verify(key, join_token.unwrap_or(&[]), room, unix).and_then(|token_check| {
+                    if self.revoked.contains_key(&token_check.id) {
+                        Err(TokenError::Revoked)
+                    } else {
+                        Ok(token_check)
+                    }
+                });
+            match token_check {
+                Ok(token_check) => verified = Some(token_check),
                 Err(e) => {
                     let code = self.token_refused(e);
                     return self.error(now, peer, req, code, 0);
@@ -1039,12 +1042,12 @@ impl Sfu {
                 return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
             }
         };
-        let r = self.rooms.get_mut(&room_id).expect("index consistent");
-        if r.members >= r.max_clients {
+        let room_state = self.rooms.get_mut(&room_id).expect("index consistent");
+        if room_state.members >= room_state.max_clients {
             self.stats.rejected_room_full += 1;
             return self.error(now, peer, req, ErrorCode::RoomFull, 0);
         }
-        r.members += 1;
+        room_state.members += 1;
         let mut ssid = self.next_ssid;
         while ssid == 0 || ssid == wire::ALL_SOURCES || self.clients.contains_key(&ssid) {
             ssid = ssid.wrapping_add(1);
@@ -1059,11 +1062,11 @@ impl Sfu {
         }
         *self.client_prefixes.entry(prefix).or_insert(0) += 1;
         let (identity, token_id, publish, subscribe) = match verified {
-            Some(v) => (
-                Some(v.claims.sub),
-                Some((v.id, v.claims.exp)),
-                v.claims.publish,
-                v.claims.subscribe,
+            Some(token_check) => (
+                Some(token_check.claims.sub),
+                Some((token_check.id, token_check.claims.exp)),
+                token_check.claims.publish,
+                token_check.claims.subscribe,
             ),
             None => (None, None, true, true),
         };
@@ -1087,24 +1090,24 @@ impl Sfu {
         self.by_addr.insert(peer, ssid);
         // Routes of the new source: wildcard subscribers and those whose
         // selectors already name this SSID, in its room.
-        let mut r: [RouteList; MediaType::COUNT] = Default::default();
+        let mut room_state: [RouteList; MediaType::COUNT] = Default::default();
         for m in MediaType::ALL {
             for (&sub, &n) in &self.wildcard[m as usize] {
-                let c = &self.clients[&sub];
-                if n > 0 && sub != ssid && c.room == room_id {
-                    r[m as usize].insert(sub, c.addr);
+                let client = &self.clients[&sub];
+                if n > 0 && sub != ssid && client.room == room_id {
+                    room_state[m as usize].insert(sub, client.addr);
                 }
             }
-            if let Some(ex) = self.explicit.get(&ssid) {
-                for (&sub, counts) in ex {
-                    let c = &self.clients[&sub];
-                    if counts[m as usize] > 0 && sub != ssid && c.room == room_id {
-                        r[m as usize].insert(sub, c.addr);
+            if let Some(explicit) = self.explicit.get(&ssid) {
+                for (&sub, counts) in explicit {
+                    let client = &self.clients[&sub];
+                    if counts[m as usize] > 0 && sub != ssid && client.room == room_id {
+                        room_state[m as usize].insert(sub, client.addr);
                     }
                 }
             }
         }
-        self.routes.insert(ssid, r);
+        self.routes.insert(ssid, room_state);
         self.stats.registrations += 1;
         self.ack(peer, req, ssid, token)
     }
@@ -1123,8 +1126,8 @@ impl Sfu {
         if !self.cookie_ok(now, peer, cookie) {
             return self.challenge(now, peer, req);
         }
-        if let Some(t) = self.room.get_mut(&peer) {
-            *t = now;
+        if let Some(target) = self.room.get_mut(&peer) {
+            *target = now;
         } else {
             if self.room.len() >= self.cfg.max_clients {
                 self.stats.rejected_room += 1;
@@ -1159,15 +1162,15 @@ impl Sfu {
         if !self.cookie_ok(now, peer, cookie) {
             return self.challenge(now, peer, req);
         }
-        let Some(c) = self.clients.get(&ssid) else {
+        let Some(client) = self.clients.get(&ssid) else {
             self.stats.drop_unknown_ssid += 1;
             return self.error(now, peer, req, ErrorCode::UnknownSsid, ssid);
         };
-        if c.token != token {
+        if client.token != token {
             self.stats.drop_bad_token += 1;
             return self.error(now, peer, req, ErrorCode::BadToken, ssid);
         }
-        if c.addr == peer {
+        if client.addr == peer {
             return self.ack(peer, req, ssid, token);
         }
         if self.by_addr.contains_key(&peer) {
@@ -1175,7 +1178,7 @@ impl Sfu {
             self.stats.drop_wrong_address += 1;
             return self.error(now, peer, req, ErrorCode::WrongAddress, ssid);
         }
-        let old = c.addr;
+        let old = client.addr;
         let (old_prefix, prefix) = (self.client_prefix(old), self.client_prefix(peer));
         if prefix != old_prefix
             && self.client_prefixes.get(&prefix).copied().unwrap_or(0)
@@ -1189,13 +1192,13 @@ impl Sfu {
         *self.client_prefixes.entry(prefix).or_insert(0) += 1;
         self.by_addr.remove(&old);
         self.by_addr.insert(peer, ssid);
-        let c = self.clients.get_mut(&ssid).expect("present");
-        c.addr = peer;
-        c.last_seen = now;
+        let client = self.clients.get_mut(&ssid).expect("present");
+        client.addr = peer;
+        client.last_seen = now;
         for lists in self.routes.values_mut() {
             for l in lists.iter_mut() {
-                if let Some(&i) = l.pos.get(&ssid) {
-                    l.addrs[i] = peer;
+                if let Some(&index) = l.pos.get(&ssid) {
+                    l.addrs[index] = peer;
                 }
             }
         }
@@ -1237,20 +1240,20 @@ impl Sfu {
         let addr = self.clients[&sub].addr;
         let sub_room = self.clients[&sub].room;
         for m in MediaType::ALL.into_iter().filter(|m| sel.media.matches(*m)) {
-            let mi = m as usize;
+            let media_index = m as usize;
             self.work += 1;
             match sel.source {
                 SourceSel::Ssid(src) => {
                     let before = self.wants(src, sub, m);
-                    let e = self.explicit.entry(src).or_default();
-                    let counts = e.entry(sub).or_default();
+                    let explicit_set = self.explicit.entry(src).or_default();
+                    let counts = explicit_set.entry(sub).or_default();
                     if add {
-                        counts[mi] += 1;
+                        counts[media_index] += 1;
                     } else {
-                        counts[mi] = counts[mi].saturating_sub(1);
+                        counts[media_index] = counts[media_index].saturating_sub(1);
                         if counts.iter().all(|&n| n == 0) {
-                            e.remove(&sub);
-                            if e.is_empty() {
+                            explicit_set.remove(&sub);
+                            if explicit_set.is_empty() {
                                 self.explicit.remove(&src);
                             }
                         }
@@ -1259,24 +1262,24 @@ impl Sfu {
                     if before != after {
                         if let Some(lists) = self.routes.get_mut(&src) {
                             if after {
-                                lists[mi].insert(sub, addr);
+                                lists[media_index].insert(sub, addr);
                             } else {
-                                lists[mi].remove(sub);
+                                lists[media_index].remove(sub);
                             }
                         }
                     }
                 }
                 SourceSel::All => {
-                    let w = self.wildcard[mi].entry(sub).or_default();
-                    let before = *w > 0;
+                    let wildcard = self.wildcard[media_index].entry(sub).or_default();
+                    let before = *wildcard > 0;
                     if add {
-                        *w += 1;
+                        *wildcard += 1;
                     } else {
-                        *w = w.saturating_sub(1);
+                        *wildcard = wildcard.saturating_sub(1);
                     }
-                    let after = *w > 0;
+                    let after = *wildcard > 0;
                     if !after {
-                        self.wildcard[mi].remove(&sub);
+                        self.wildcard[media_index].remove(&sub);
                     }
                     if before == after {
                         continue;
@@ -1291,15 +1294,15 @@ impl Sfu {
                         let explicit = self
                             .explicit
                             .get(&src)
-                            .and_then(|e| e.get(&sub))
-                            .is_some_and(|c| c[mi] > 0);
+                            .and_then(|explicit_set| explicit_set.get(&sub))
+                            .is_some_and(|c| c[media_index] > 0);
                         if explicit {
                             continue;
                         }
                         if after {
-                            lists[mi].insert(sub, addr);
+                            lists[media_index].insert(sub, addr);
                         } else {
-                            lists[mi].remove(sub);
+                            lists[media_index].remove(sub);
                         }
                     }
                 }
@@ -1309,14 +1312,14 @@ impl Sfu {
 
     /// Add selectors to `ssid`; false (and no change) if that would exceed `max_subs`.
     fn subscribe(&mut self, ssid: u32, sels: &[Selector]) -> bool {
-        let c = self.clients.get(&ssid).expect("checked by caller");
+        let client = self.clients.get(&ssid).expect("checked by caller");
         let mut new: Vec<Selector> = Vec::new();
         for s in sels {
-            if !c.subs.contains(s) && !new.contains(s) {
+            if !client.subs.contains(s) && !new.contains(s) {
                 new.push(*s);
             }
         }
-        if c.subs.len() + new.len() > self.cfg.max_subs {
+        if client.subs.len() + new.len() > self.cfg.max_subs {
             return false;
         }
         for s in &new {
@@ -1332,18 +1335,18 @@ impl Sfu {
 
     /// Remove selectors; `all:all` clears every subscription of the client.
     fn unsubscribe(&mut self, ssid: u32, sels: &[Selector]) {
-        let c = self.clients.get_mut(&ssid).expect("checked by caller");
+        let client = self.clients.get_mut(&ssid).expect("checked by caller");
         let removed: Vec<Selector> = if sels.contains(&Selector::ALL) {
-            std::mem::take(&mut c.subs)
+            std::mem::take(&mut client.subs)
         } else {
-            let r: Vec<Selector> = c
+            let dropped: Vec<Selector> = client
                 .subs
                 .iter()
                 .copied()
                 .filter(|s| sels.contains(s))
                 .collect();
-            c.subs.retain(|s| !sels.contains(s));
-            r
+            client.subs.retain(|s| !sels.contains(s));
+            dropped
         };
         for s in removed {
             self.apply_selector(ssid, s, false);
@@ -1351,22 +1354,22 @@ impl Sfu {
     }
 
     fn remove_client(&mut self, ssid: u32) {
-        let Some(subs) = self.clients.get(&ssid).map(|c| c.subs.clone()) else {
+        let Some(subs) = self.clients.get(&ssid).map(|client| client.subs.clone()) else {
             return;
         };
         for s in subs {
             self.apply_selector(ssid, s, false);
         }
-        let c = self.clients.remove(&ssid).expect("present");
-        self.by_addr.remove(&c.addr);
+        let client = self.clients.remove(&ssid).expect("present");
+        self.by_addr.remove(&client.addr);
         self.routes.remove(&ssid);
-        let prefix = self.client_prefix(c.addr);
+        let prefix = self.client_prefix(client.addr);
         uncount(&mut self.client_prefixes, prefix);
-        if let Some(r) = self.rooms.get_mut(&c.room) {
-            r.members = r.members.saturating_sub(1);
-            if r.members == 0 && !r.pinned {
-                let name = std::mem::take(&mut r.name);
-                self.rooms.remove(&c.room);
+        if let Some(room) = self.rooms.get_mut(&client.room) {
+            room.members = room.members.saturating_sub(1);
+            if room.members == 0 && !room.pinned {
+                let name = std::mem::take(&mut room.name);
+                self.rooms.remove(&client.room);
                 self.room_ids.remove(&name);
             }
         }
@@ -1467,12 +1470,12 @@ impl Sfu {
         }
         for (&src, lists) in &self.routes {
             for m in MediaType::ALL {
-                let l = &lists[m as usize];
-                if l.addrs.len() != l.ssids.len() || l.pos.len() != l.ssids.len() {
+                let list = &lists[m as usize];
+                if list.addrs.len() != list.ssids.len() || list.pos.len() != list.ssids.len() {
                     return Err(format!("route list of {src} out of sync"));
                 }
-                for (i, (&sub, a)) in l.ssids.iter().zip(&l.addrs).enumerate() {
-                    if l.pos.get(&sub) != Some(&i) || l.ssids[..i].contains(&sub) {
+                for (i, (&sub, a)) in list.ssids.iter().zip(&list.addrs).enumerate() {
+                    if list.pos.get(&sub) != Some(&i) || list.ssids[..i].contains(&sub) {
                         return Err(format!("bad index or duplicate in routes of {src}"));
                     }
                     match self.clients.get(&sub) {
@@ -1484,7 +1487,7 @@ impl Sfu {
                     }
                 }
                 for &sub in self.clients.keys() {
-                    if self.wants(src, sub, m) && !l.pos.contains_key(&sub) {
+                    if self.wants(src, sub, m) && !list.pos.contains_key(&sub) {
                         return Err(format!("subscriber {sub} missing from routes of {src}"));
                     }
                 }
@@ -1525,9 +1528,9 @@ impl Sfu {
             let room = &self.room;
             self.room_list.retain(|a| room.contains_key(a));
         }
-        let n = idle.len() + before - self.room.len();
-        self.stats.timeouts += n as u64;
-        n
+        let removed = idle.len() + before - self.room.len();
+        self.stats.timeouts += removed as u64;
+        removed
     }
 }
 
@@ -1536,9 +1539,9 @@ type PrefixKey = (u8, u128);
 
 /// Count one member of `prefix` out (the entry goes at 0).
 fn uncount(counts: &mut HashMap<PrefixKey, usize>, prefix: PrefixKey) {
-    if let Some(n) = counts.get_mut(&prefix) {
-        *n -= 1;
-        if *n == 0 {
+    if let Some(count) = counts.get_mut(&prefix) {
+        *count -= 1;
+        if *count == 0 {
             counts.remove(&prefix);
         }
     }

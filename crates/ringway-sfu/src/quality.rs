@@ -67,8 +67,8 @@ impl StreamQuality {
         let arrival = (u128::from(now_ns) * rate / 1_000_000_000) as u32;
         let transit = arrival.wrapping_sub(ts) as i32;
         if let Some(last) = self.last_transit {
-            let d = (i64::from(transit) - last).abs() as f64;
-            self.jitter += (d - self.jitter) / 16.0;
+            let delta = (i64::from(transit) - last).abs() as f64;
+            self.jitter += (delta - self.jitter) / 16.0;
         }
         self.last_transit = Some(i64::from(transit));
         let first = *self.first_transit.get_or_insert(transit);

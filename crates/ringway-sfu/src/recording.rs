@@ -61,12 +61,12 @@ impl std::error::Error for RecordError {}
 
 /// The file header for source `ssid`.
 pub fn file_header(ssid: u32) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
-    h[..8].copy_from_slice(MAGIC);
-    h[8..10].copy_from_slice(&VERSION.to_le_bytes());
-    h[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
-    h[12..16].copy_from_slice(&ssid.to_le_bytes());
-    h
+    let mut header = [0u8; HEADER_LEN];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    header[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+    header[12..16].copy_from_slice(&ssid.to_le_bytes());
+    header
 }
 
 /// The record header for a packet of `len` bytes (1..=[`MAX_PACKET`])
@@ -75,10 +75,10 @@ pub fn record_header(unix_ns: u64, len: usize) -> Option<[u8; RECORD_HEADER_LEN]
     if len == 0 || len > MAX_PACKET {
         return None;
     }
-    let mut h = [0u8; RECORD_HEADER_LEN];
-    h[..8].copy_from_slice(&unix_ns.to_le_bytes());
-    h[8..10].copy_from_slice(&(len as u16).to_le_bytes());
-    Some(h)
+    let mut header = [0u8; RECORD_HEADER_LEN];
+    header[..8].copy_from_slice(&unix_ns.to_le_bytes());
+    header[8..10].copy_from_slice(&(len as u16).to_le_bytes());
+    Some(header)
 }
 
 /// One recorded packet.
@@ -128,23 +128,23 @@ impl<'a> Iterator for Reader<'a> {
         if self.failed || self.off >= self.buf.len() {
             return None;
         }
-        let at = self.off;
-        let rest = &self.buf[at..];
-        let Some(h) = rest.get(..RECORD_HEADER_LEN) else {
+        let offset = self.off;
+        let rest = &self.buf[offset..];
+        let Some(header) = rest.get(..RECORD_HEADER_LEN) else {
             self.failed = true;
-            return Some(Err(RecordError::Truncated(at)));
+            return Some(Err(RecordError::Truncated(offset)));
         };
-        let unix_ns = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
-        let len = u16::from_le_bytes([h[8], h[9]]) as usize;
-        if len == 0 || len > MAX_PACKET || h[10] != 0 || h[11] != 0 {
+        let unix_ns = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+        let len = u16::from_le_bytes([header[8], header[9]]) as usize;
+        if len == 0 || len > MAX_PACKET || header[10] != 0 || header[11] != 0 {
             self.failed = true;
-            return Some(Err(RecordError::BadRecord(at)));
+            return Some(Err(RecordError::BadRecord(offset)));
         }
         let Some(packet) = rest.get(RECORD_HEADER_LEN..RECORD_HEADER_LEN + len) else {
             self.failed = true;
-            return Some(Err(RecordError::Truncated(at)));
+            return Some(Err(RecordError::Truncated(offset)));
         };
-        self.off = at + RECORD_HEADER_LEN + len;
+        self.off = offset + RECORD_HEADER_LEN + len;
         Some(Ok(Record { unix_ns, packet }))
     }
 }
@@ -192,8 +192,8 @@ impl PayloadMap {
     pub fn add(&mut self, spec: &str) -> Result<(), String> {
         let bad =
             |why: &str| format!("payload map entry {spec:?}: {why} (want e.g. 96=L16/48000/1)");
-        let (pt, fmt) = spec.split_once('=').ok_or_else(|| bad("no '='"))?;
-        let pt: u8 = pt
+        let (payload_type, fmt) = spec.split_once('=').ok_or_else(|| bad("no '='"))?;
+        let payload_type: u8 = payload_type
             .trim()
             .parse()
             .ok()
@@ -222,7 +222,7 @@ impl PayloadMap {
             return Err(bad("too many fields"));
         }
         self.0.insert(
-            pt,
+            payload_type,
             PayloadFormat {
                 encoding,
                 rate,
@@ -299,60 +299,63 @@ pub fn convert<'a>(
     let mut streams: BTreeMap<(u32, u8), (PayloadFormat, Vec<Pending<'a>>, i64)> = BTreeMap::new();
     for r in records {
         stats.records += 1;
-        let Ok(p) = RtpPacket::new_checked(r.packet) else {
+        let Ok(packet) = RtpPacket::new_checked(r.packet) else {
             stats.not_rtp += 1;
             continue;
         };
-        let pt = p.payload_type();
-        let Some(format) = map.get(pt) else {
+        let packet_type = packet.payload_type();
+        let Some(format) = map.get(packet_type) else {
             stats.unmapped += 1;
             continue;
         };
         let frame = format.encoding.bytes() * format.channels as usize;
-        if p.payload().is_empty() || p.payload().len() % frame != 0 {
+        if packet.payload().is_empty() || packet.payload().len() % frame != 0 {
             stats.bad_payload += 1;
             continue;
         }
-        let key = (p.ssrc(), pt);
+        let key = (packet.ssrc(), packet_type);
         let entry = streams.entry(key).or_insert_with(|| {
             order.push(key);
-            (format, Vec::new(), i64::from(p.seq()))
+            (format, Vec::new(), i64::from(packet.seq()))
         });
         // Extend the sequence number relative to the highest seen.
         let high = entry.2;
-        let delta = p.seq().wrapping_sub(high as u16) as i16 as i64;
+        let delta = packet.seq().wrapping_sub(high as u16) as i16 as i64;
         let ext_seq = high + delta;
         entry.2 = entry.2.max(ext_seq);
         entry.1.push(Pending {
             ext_seq,
-            timestamp: p.timestamp(),
-            payload: p.payload(),
+            timestamp: packet.timestamp(),
+            payload: packet.payload(),
         });
     }
     let mut tracks = Vec::new();
     for key in order {
         let (format, mut packets, _) = streams.remove(&key).expect("listed");
-        packets.sort_by_key(|p| p.ext_seq);
+        packets.sort_by_key(|packet| packet.ext_seq);
         let before = packets.len();
-        packets.dedup_by_key(|p| p.ext_seq);
+        packets.dedup_by_key(|packet| packet.ext_seq);
         stats.duplicates += (before - packets.len()) as u64;
-        let ch = format.channels as usize;
+        let channels = format.channels as usize;
         let bytes = format.encoding.bytes();
-        let received: usize = packets.iter().map(|p| p.payload.len() / bytes).sum();
+        let received: usize = packets
+            .iter()
+            .map(|packet| packet.payload.len() / bytes)
+            .sum();
         let mut silence_budget = received;
-        let max_gap = (format.rate * MAX_GAP_S) as usize * ch;
+        let max_gap = (format.rate * MAX_GAP_S) as usize * channels;
         let mut samples: Vec<i32> = Vec::with_capacity(received);
         let mut prev: Option<(u32, i64)> = None; // (timestamp, frame position)
-        for p in &packets {
+        for packet in &packets {
             let pos = match prev {
                 None => 0,
-                Some((ts, pos)) => pos + i64::from(p.timestamp.wrapping_sub(ts) as i32),
+                Some((ts, pos)) => pos + i64::from(packet.timestamp.wrapping_sub(ts) as i32),
             };
             if pos < 0 {
                 stats.too_early += 1;
                 continue;
             }
-            let mut start = pos as usize * ch;
+            let mut start = pos as usize * channels;
             let mut pos = pos;
             if start > samples.len() {
                 let gap = start - samples.len();
@@ -362,20 +365,20 @@ pub fn convert<'a>(
                 } else {
                     stats.discontinuities += 1;
                     start = samples.len();
-                    pos = (start / ch) as i64;
+                    pos = (start / channels) as i64;
                 }
             }
-            let n = p.payload.len() / bytes;
-            if samples.len() < start + n {
-                samples.resize(start + n, 0);
+            let frames = packet.payload.len() / bytes;
+            if samples.len() < start + frames {
+                samples.resize(start + frames, 0);
             }
-            for (k, s) in p.payload.chunks_exact(bytes).enumerate() {
+            for (k, s) in packet.payload.chunks_exact(bytes).enumerate() {
                 samples[start + k] = match format.encoding {
                     Encoding::L16 => i32::from(i16::from_be_bytes([s[0], s[1]])),
                     Encoding::L24 => i32::from_be_bytes([s[0], s[1], s[2], 0]) >> 8,
                 };
             }
-            prev = Some((p.timestamp, pos));
+            prev = Some((packet.timestamp, pos));
         }
         tracks.push(Track {
             ssrc: key.0,
@@ -393,26 +396,26 @@ pub fn wav(track: &Track) -> Option<Vec<u8>> {
     let bytes = track.format.encoding.bytes();
     let data_len = u32::try_from(track.samples.len().checked_mul(bytes)?).ok()?;
     let riff_len = data_len.checked_add(36)?;
-    let ch = track.format.channels;
+    let channels = track.format.channels;
     let rate = track.format.rate;
-    let block = ch * bytes as u16;
-    let mut w = Vec::with_capacity(44 + data_len as usize);
-    w.extend_from_slice(b"RIFF");
-    w.extend_from_slice(&riff_len.to_le_bytes());
-    w.extend_from_slice(b"WAVEfmt ");
-    w.extend_from_slice(&16u32.to_le_bytes());
-    w.extend_from_slice(&1u16.to_le_bytes()); // PCM
-    w.extend_from_slice(&ch.to_le_bytes());
-    w.extend_from_slice(&rate.to_le_bytes());
-    w.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
-    w.extend_from_slice(&block.to_le_bytes());
-    w.extend_from_slice(&(8 * bytes as u16).to_le_bytes());
-    w.extend_from_slice(b"data");
-    w.extend_from_slice(&data_len.to_le_bytes());
+    let block = channels * bytes as u16;
+    let mut out = Vec::with_capacity(44 + data_len as usize);
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&riff_len.to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    out.extend_from_slice(&channels.to_le_bytes());
+    out.extend_from_slice(&rate.to_le_bytes());
+    out.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
+    out.extend_from_slice(&block.to_le_bytes());
+    out.extend_from_slice(&(8 * bytes as u16).to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data_len.to_le_bytes());
     for s in &track.samples {
-        w.extend_from_slice(&s.to_le_bytes()[..bytes]);
+        out.extend_from_slice(&s.to_le_bytes()[..bytes]);
     }
-    Some(w)
+    Some(out)
 }
 
 #[cfg(test)]

@@ -156,24 +156,24 @@ pub fn verify(
         return Err(TokenError::Malformed);
     }
     let mut parts = token.split(|&b| b == b'.');
-    let (Some(h), Some(p), Some(s), None) =
+    let (Some(header_part), Some(payload_part), Some(signature), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(TokenError::Malformed);
     };
-    let header = b64url_decode(h).ok_or(TokenError::Malformed)?;
+    let header = b64url_decode(header_part).ok_or(TokenError::Malformed)?;
     let header: Header = serde_json::from_slice(&header).map_err(|_| TokenError::Malformed)?;
     if header.alg != "HS256" {
         return Err(TokenError::Malformed);
     }
-    let sig = b64url_decode(s).ok_or(TokenError::Malformed)?;
+    let sig = b64url_decode(signature).ok_or(TokenError::Malformed)?;
     if sig.len() != 32 {
         return Err(TokenError::Malformed);
     }
     let mut mac = key.mac();
-    mac.update(&token[..h.len() + 1 + p.len()]);
+    mac.update(&token[..header_part.len() + 1 + payload_part.len()]);
     mac.verify_slice(&sig).map_err(|_| TokenError::Forged)?;
-    let payload = b64url_decode(p).ok_or(TokenError::Malformed)?;
+    let payload = b64url_decode(payload_part).ok_or(TokenError::Malformed)?;
     let claims: Claims = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
     if claims.room.is_empty()
         || claims.room.len() > MAX_ROOM_LEN
@@ -188,9 +188,12 @@ pub fn verify(
     if claims.room != room {
         return Err(TokenError::WrongRoom);
     }
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&sig[..16]);
-    Ok(Verified { claims, id })
+    let mut token_id = [0u8; 16];
+    token_id.copy_from_slice(&sig[..16]);
+    Ok(Verified {
+        claims,
+        id: token_id,
+    })
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -199,11 +202,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub fn b64url_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
+        let triple = (u32::from(c[0]) << 16)
             | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
             | u32::from(*c.get(2).unwrap_or(&0));
         for i in 0..=c.len() {
-            out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            out.push(B64[(triple >> (18 - 6 * i) & 63) as usize] as char);
         }
     }
     out
@@ -227,11 +230,11 @@ pub fn b64url_decode(s: &[u8]) -> Option<Vec<u8>> {
     };
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     for c in s.chunks(4) {
-        let mut n = 0u32;
+        let mut bits = 0u32;
         for (i, &b) in c.iter().enumerate() {
-            n |= val(b)? << (18 - 6 * i);
+            bits |= val(b)? << (18 - 6 * i);
         }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        let bytes = [(bits >> 16) as u8, (bits >> 8) as u8, bits as u8];
         out.extend_from_slice(&bytes[..c.len() - 1]);
     }
     Some(out)

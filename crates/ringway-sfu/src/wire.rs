@@ -153,8 +153,8 @@ impl<'a> RtpPacket<'a> {
         if buf[0] >> 6 != 2 {
             return Err(WireError::BadVersion);
         }
-        let cc = (buf[0] & 0x0f) as usize;
-        let mut off = RTP_HEADER_LEN + 4 * cc;
+        let csrc_count = (buf[0] & 0x0f) as usize;
+        let mut off = RTP_HEADER_LEN + 4 * csrc_count;
         if buf.len() < off {
             return Err(WireError::Truncated);
         }
@@ -217,10 +217,10 @@ impl<'a> RtpPacket<'a> {
     }
     /// Header extension: (profile, data), if present.
     pub fn extension(&self) -> Option<(u16, &'a [u8])> {
-        let (s, e) = self.ext?;
+        let (start, end) = self.ext?;
         Some((
-            u16::from_be_bytes([self.buf[s], self.buf[s + 1]]),
-            &self.buf[s + 4..e],
+            u16::from_be_bytes([self.buf[start], self.buf[start + 1]]),
+            &self.buf[start + 4..end],
         ))
     }
     /// Sender's send time (ns) from the RFC 8285 one-byte element
@@ -230,23 +230,23 @@ impl<'a> RtpPacket<'a> {
         if profile != ONE_BYTE_PROFILE {
             return None;
         }
-        let mut i = 0;
-        while i < data.len() {
-            let b = data[i];
-            if b == 0 {
-                i += 1; // padding
+        let mut offset = 0;
+        while offset < data.len() {
+            let byte = data[offset];
+            if byte == 0 {
+                offset += 1; // padding
                 continue;
             }
-            let id = b >> 4;
-            if id == 15 {
+            let element_id = byte >> 4;
+            if element_id == 15 {
                 return None; // reserved: stop parsing (RFC 8285 4.2)
             }
-            let len = (b & 0x0f) as usize + 1;
-            let v = data.get(i + 1..i + 1 + len)?;
-            if id == SEND_TIME_EXT_ID && len == 8 {
-                return Some(u64::from_be_bytes(v.try_into().ok()?));
+            let len = (byte & 0x0f) as usize + 1;
+            let value = data.get(offset + 1..offset + 1 + len)?;
+            if element_id == SEND_TIME_EXT_ID && len == 8 {
+                return Some(u64::from_be_bytes(value.try_into().ok()?));
             }
-            i += 1 + len;
+            offset += 1 + len;
         }
         None
     }
@@ -291,11 +291,11 @@ pub fn write_rtp(
     buf[2..4].copy_from_slice(&h.seq.to_be_bytes());
     buf[4..8].copy_from_slice(&h.timestamp.to_be_bytes());
     buf[8..12].copy_from_slice(&h.ssrc.to_be_bytes());
-    if let Some(t) = send_time {
+    if let Some(time) = send_time {
         buf[12..14].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
         buf[14..16].copy_from_slice(&3u16.to_be_bytes());
         buf[16] = (SEND_TIME_EXT_ID << 4) | 7;
-        buf[17..25].copy_from_slice(&t.to_be_bytes());
+        buf[17..25].copy_from_slice(&time.to_be_bytes());
         buf[25..28].fill(0);
     }
     for (i, b) in buf[hdr..total_len].iter_mut().enumerate() {
@@ -486,22 +486,22 @@ impl Selector {
             && self.media.matches(m)
     }
     fn encode(&self, out: &mut [u8]) {
-        let s = match self.source {
+        let source = match self.source {
             SourceSel::All => ALL_SOURCES,
-            SourceSel::Ssid(s) => s,
+            SourceSel::Ssid(source) => source,
         };
-        out[..4].copy_from_slice(&s.to_be_bytes());
+        out[..4].copy_from_slice(&source.to_be_bytes());
         out[4] = match self.media {
             MediaSel::All => ALL_MEDIA,
             MediaSel::One(m) => m as u8,
         };
     }
     fn decode(b: &[u8]) -> Result<Self, WireError> {
-        let s = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        let source = if s == ALL_SOURCES {
+        let value = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let source = if value == ALL_SOURCES {
             SourceSel::All
         } else {
-            SourceSel::Ssid(s)
+            SourceSel::Ssid(value)
         };
         let media = if b[4] == ALL_MEDIA {
             MediaSel::All
@@ -516,20 +516,22 @@ impl std::str::FromStr for Selector {
     type Err = String;
     /// `all`, `SSID`, `SSID:TYPE`, `all:TYPE`, `SSID:all`.
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, b) = s.split_once(':').unwrap_or((s, "all"));
-        let source = if a.eq_ignore_ascii_case("all") {
+        let (ssid_text, media_text) = s.split_once(':').unwrap_or((s, "all"));
+        let source = if ssid_text.eq_ignore_ascii_case("all") {
             SourceSel::All
         } else {
-            let v: u32 = a.parse().map_err(|_| format!("bad SSID {a:?}"))?;
-            if v == 0 || v == ALL_SOURCES {
-                return Err(format!("SSID {v} is reserved"));
+            let ssid: u32 = ssid_text
+                .parse()
+                .map_err(|_| format!("bad SSID {ssid_text:?}"))?;
+            if ssid == 0 || ssid == ALL_SOURCES {
+                return Err(format!("SSID {ssid} is reserved"));
             }
-            SourceSel::Ssid(v)
+            SourceSel::Ssid(ssid)
         };
-        let media = if b.eq_ignore_ascii_case("all") {
+        let media = if media_text.eq_ignore_ascii_case("all") {
             MediaSel::All
         } else {
-            MediaSel::One(b.parse()?)
+            MediaSel::One(media_text.parse()?)
         };
         Ok(Selector { source, media })
     }
@@ -569,12 +571,12 @@ impl<'a> Control<'a> {
             return Err(fail(WireError::UnsupportedVersion(version), None));
         }
         let req = Some(u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]));
-        let ty = MsgType::from_u8(buf[3]).ok_or(fail(WireError::UnknownType(buf[3]), req))?;
-        let v2 = version == CTRL_VERSION_2;
-        let ok_len = match ty {
-            MsgType::Rebind => v2 && buf.len() == CTRL_REBIND_LEN,
-            MsgType::Register if v2 => register_v2_ok(buf),
-            MsgType::Keepalive if v2 => buf.len() == CTRL_KEEPALIVE_V2_LEN,
+        let msg_type = MsgType::from_u8(buf[3]).ok_or(fail(WireError::UnknownType(buf[3]), req))?;
+        let is_v2 = version == CTRL_VERSION_2;
+        let ok_len = match msg_type {
+            MsgType::Rebind => is_v2 && buf.len() == CTRL_REBIND_LEN,
+            MsgType::Register if is_v2 => register_v2_ok(buf),
+            MsgType::Keepalive if is_v2 => buf.len() == CTRL_KEEPALIVE_V2_LEN,
             MsgType::Register
             | MsgType::Join
             | MsgType::Challenge
@@ -586,22 +588,27 @@ impl<'a> Control<'a> {
                 if buf.len() < CTRL_AUTH_LEN + 2 {
                     false
                 } else {
-                    let n =
+                    let needed =
                         u16::from_be_bytes([buf[CTRL_AUTH_LEN], buf[CTRL_AUTH_LEN + 1]]) as usize;
-                    n <= MAX_SELECTORS && buf.len() == CTRL_AUTH_LEN + 2 + n * SELECTOR_LEN
+                    needed <= MAX_SELECTORS
+                        && buf.len() == CTRL_AUTH_LEN + 2 + needed * SELECTOR_LEN
                 }
             }
         };
         if !ok_len {
             return Err(fail(WireError::BadLength, req));
         }
-        let c = Control { buf, ty, version };
-        if matches!(ty, MsgType::Subscribe | MsgType::Unsubscribe) {
-            for s in c.raw_selectors() {
+        let control = Control {
+            buf,
+            ty: msg_type,
+            version,
+        };
+        if matches!(msg_type, MsgType::Subscribe | MsgType::Unsubscribe) {
+            for s in control.raw_selectors() {
                 Selector::decode(s).map_err(|e| fail(e, req))?;
             }
         }
-        Ok(c)
+        Ok(control)
     }
     /// Message type.
     pub fn msg_type(&self) -> MsgType {
@@ -617,40 +624,44 @@ impl<'a> Control<'a> {
     }
     /// SSID field (0 in REGISTER).
     pub fn ssid(&self) -> u32 {
-        let o = match self.ty {
+        let offset = match self.ty {
             MsgType::Error => 12,
             MsgType::Rebind => CTRL_AUTH_LEN,
             _ => 8,
         };
         u32::from_be_bytes([
-            self.buf[o],
-            self.buf[o + 1],
-            self.buf[o + 2],
-            self.buf[o + 3],
+            self.buf[offset],
+            self.buf[offset + 1],
+            self.buf[offset + 2],
+            self.buf[offset + 3],
         ])
     }
     /// Token field (0 in REGISTER and ERROR).
     pub fn token(&self) -> u64 {
-        let o = match self.ty {
+        let offset = match self.ty {
             MsgType::Error => return 0,
             MsgType::Rebind => CTRL_AUTH_LEN + 4,
             _ => 12,
         };
-        u64::from_be_bytes(self.buf[o..o + 8].try_into().expect("length checked"))
+        u64::from_be_bytes(
+            self.buf[offset..offset + 8]
+                .try_into()
+                .expect("length checked"),
+        )
     }
     /// Room name of a version-2 REGISTER (1 to [`MAX_ROOM_LEN`] bytes).
     pub fn room(&self) -> Option<&'a [u8]> {
         if self.ty != MsgType::Register || self.version != CTRL_VERSION_2 {
             return None;
         }
-        let n = self.buf[CTRL_AUTH_LEN] as usize;
-        Some(&self.buf[CTRL_AUTH_LEN + 1..CTRL_AUTH_LEN + 1 + n])
+        let room_len = self.buf[CTRL_AUTH_LEN] as usize;
+        Some(&self.buf[CTRL_AUTH_LEN + 1..CTRL_AUTH_LEN + 1 + room_len])
     }
     /// Join token of a version-2 REGISTER (empty when none was given).
     pub fn join_token(&self) -> Option<&'a [u8]> {
         let room = self.room()?;
-        let o = CTRL_AUTH_LEN + 1 + room.len();
-        Some(&self.buf[o + 2..])
+        let offset = CTRL_AUTH_LEN + 1 + room.len();
+        Some(&self.buf[offset + 2..])
     }
     /// Echo RTT (µs) a version-2 KEEPALIVE reports; `None` when absent or
     /// [`NO_RTT`].
@@ -658,8 +669,8 @@ impl<'a> Control<'a> {
         if self.ty != MsgType::Keepalive || self.buf.len() != CTRL_KEEPALIVE_V2_LEN {
             return None;
         }
-        let v = u32::from_be_bytes(self.buf[CTRL_AUTH_LEN..].try_into().expect("4 bytes"));
-        (v != NO_RTT).then_some(v)
+        let rtt = u32::from_be_bytes(self.buf[CTRL_AUTH_LEN..].try_into().expect("4 bytes"));
+        (rtt != NO_RTT).then_some(rtt)
     }
     /// Cookie of REGISTER, JOIN and CHALLENGE (the 12 bytes after the
     /// header; all zero in a first REGISTER), `None` for other types.
@@ -698,19 +709,19 @@ impl<'a> Control<'a> {
 /// A version-2 REGISTER: cookie, room length (1..=64), room, token length
 /// (u16, at most [`MAX_TOKEN_LEN`]), token; nothing after it.
 fn register_v2_ok(buf: &[u8]) -> bool {
-    let Some(&n) = buf.get(CTRL_AUTH_LEN) else {
+    let Some(&room_len) = buf.get(CTRL_AUTH_LEN) else {
         return false;
     };
-    let n = n as usize;
-    if n == 0 || n > MAX_ROOM_LEN {
+    let room_len = room_len as usize;
+    if room_len == 0 || room_len > MAX_ROOM_LEN {
         return false;
     }
-    let o = CTRL_AUTH_LEN + 1 + n;
-    let Some(t) = buf.get(o..o + 2) else {
+    let offset = CTRL_AUTH_LEN + 1 + room_len;
+    let Some(tail) = buf.get(offset..offset + 2) else {
         return false;
     };
-    let t = u16::from_be_bytes([t[0], t[1]]) as usize;
-    t <= MAX_TOKEN_LEN && buf.len() == o + 2 + t
+    let tail = u16::from_be_bytes([tail[0], tail[1]]) as usize;
+    tail <= MAX_TOKEN_LEN && buf.len() == offset + 2 + tail
 }
 
 fn write_header(buf: &mut [u8], ty: MsgType, req: u32) {
@@ -738,14 +749,14 @@ pub fn write_register_v2(
         return None;
     }
     let len = CTRL_AUTH_LEN + 1 + room.len() + 2 + token.len();
-    let b = buf.get_mut(..len)?;
-    write_header_v(b, MsgType::Register, req, CTRL_VERSION_2);
-    b[CTRL_HEADER_LEN..CTRL_AUTH_LEN].copy_from_slice(cookie);
-    b[CTRL_AUTH_LEN] = room.len() as u8;
-    let o = CTRL_AUTH_LEN + 1 + room.len();
-    b[CTRL_AUTH_LEN + 1..o].copy_from_slice(room);
-    b[o..o + 2].copy_from_slice(&(token.len() as u16).to_be_bytes());
-    b[o + 2..].copy_from_slice(token);
+    let msg = buf.get_mut(..len)?;
+    write_header_v(msg, MsgType::Register, req, CTRL_VERSION_2);
+    msg[CTRL_HEADER_LEN..CTRL_AUTH_LEN].copy_from_slice(cookie);
+    msg[CTRL_AUTH_LEN] = room.len() as u8;
+    let offset = CTRL_AUTH_LEN + 1 + room.len();
+    msg[CTRL_AUTH_LEN + 1..offset].copy_from_slice(room);
+    msg[offset..offset + 2].copy_from_slice(&(token.len() as u16).to_be_bytes());
+    msg[offset + 2..].copy_from_slice(token);
     Some(len)
 }
 
@@ -757,11 +768,11 @@ pub fn write_rebind(
     ssid: u32,
     token: u64,
 ) -> Option<usize> {
-    let b = buf.get_mut(..CTRL_REBIND_LEN)?;
-    write_header_v(b, MsgType::Rebind, req, CTRL_VERSION_2);
-    b[CTRL_HEADER_LEN..CTRL_AUTH_LEN].copy_from_slice(cookie);
-    b[CTRL_AUTH_LEN..CTRL_AUTH_LEN + 4].copy_from_slice(&ssid.to_be_bytes());
-    b[CTRL_AUTH_LEN + 4..].copy_from_slice(&token.to_be_bytes());
+    let msg = buf.get_mut(..CTRL_REBIND_LEN)?;
+    write_header_v(msg, MsgType::Rebind, req, CTRL_VERSION_2);
+    msg[CTRL_HEADER_LEN..CTRL_AUTH_LEN].copy_from_slice(cookie);
+    msg[CTRL_AUTH_LEN..CTRL_AUTH_LEN + 4].copy_from_slice(&ssid.to_be_bytes());
+    msg[CTRL_AUTH_LEN + 4..].copy_from_slice(&token.to_be_bytes());
     Some(CTRL_REBIND_LEN)
 }
 
@@ -774,10 +785,10 @@ pub fn write_keepalive_v2(
     token: u64,
     echo_rtt_us: Option<u32>,
 ) -> Option<usize> {
-    let b = buf.get_mut(..CTRL_KEEPALIVE_V2_LEN)?;
-    write_auth(b, MsgType::Keepalive, req, ssid, token)?;
-    b[2] = CTRL_VERSION_2;
-    b[CTRL_AUTH_LEN..].copy_from_slice(&echo_rtt_us.unwrap_or(NO_RTT).to_be_bytes());
+    let msg = buf.get_mut(..CTRL_KEEPALIVE_V2_LEN)?;
+    write_auth(msg, MsgType::Keepalive, req, ssid, token)?;
+    msg[2] = CTRL_VERSION_2;
+    msg[CTRL_AUTH_LEN..].copy_from_slice(&echo_rtt_us.unwrap_or(NO_RTT).to_be_bytes());
     Some(CTRL_KEEPALIVE_V2_LEN)
 }
 
@@ -797,18 +808,18 @@ pub fn write_cookie(
     if !matches!(ty, MsgType::Register | MsgType::Join | MsgType::Challenge) {
         return None;
     }
-    let b = buf.get_mut(..CTRL_AUTH_LEN)?;
-    write_header(b, ty, req);
-    b[CTRL_HEADER_LEN..].copy_from_slice(cookie);
+    let msg = buf.get_mut(..CTRL_AUTH_LEN)?;
+    write_header(msg, ty, req);
+    msg[CTRL_HEADER_LEN..].copy_from_slice(cookie);
     Some(CTRL_AUTH_LEN)
 }
 
 /// Write a header + SSID + token message (REGISTER, KEEPALIVE, LEAVE, ACK).
 pub fn write_auth(buf: &mut [u8], ty: MsgType, req: u32, ssid: u32, token: u64) -> Option<usize> {
-    let b = buf.get_mut(..CTRL_AUTH_LEN)?;
-    write_header(b, ty, req);
-    b[8..12].copy_from_slice(&ssid.to_be_bytes());
-    b[12..20].copy_from_slice(&token.to_be_bytes());
+    let msg = buf.get_mut(..CTRL_AUTH_LEN)?;
+    write_header(msg, ty, req);
+    msg[8..12].copy_from_slice(&ssid.to_be_bytes());
+    msg[12..20].copy_from_slice(&token.to_be_bytes());
     Some(CTRL_AUTH_LEN)
 }
 
@@ -825,23 +836,23 @@ pub fn write_subscribe(
         return None;
     }
     let len = CTRL_AUTH_LEN + 2 + sels.len() * SELECTOR_LEN;
-    let b = buf.get_mut(..len)?;
-    write_auth(b, ty, req, ssid, token)?;
-    b[CTRL_AUTH_LEN..CTRL_AUTH_LEN + 2].copy_from_slice(&(sels.len() as u16).to_be_bytes());
+    let msg = buf.get_mut(..len)?;
+    write_auth(msg, ty, req, ssid, token)?;
+    msg[CTRL_AUTH_LEN..CTRL_AUTH_LEN + 2].copy_from_slice(&(sels.len() as u16).to_be_bytes());
     for (i, s) in sels.iter().enumerate() {
-        let o = CTRL_AUTH_LEN + 2 + i * SELECTOR_LEN;
-        s.encode(&mut b[o..o + SELECTOR_LEN]);
+        let offset = CTRL_AUTH_LEN + 2 + i * SELECTOR_LEN;
+        s.encode(&mut msg[offset..offset + SELECTOR_LEN]);
     }
     Some(len)
 }
 
 /// Write ERROR with `code` about `ssid`.
 pub fn write_error(buf: &mut [u8], req: u32, code: ErrorCode, ssid: u32) -> Option<usize> {
-    let b = buf.get_mut(..CTRL_ERROR_LEN)?;
-    write_header(b, MsgType::Error, req);
-    b[8] = code as u8;
-    b[9..12].fill(0);
-    b[12..16].copy_from_slice(&ssid.to_be_bytes());
+    let msg = buf.get_mut(..CTRL_ERROR_LEN)?;
+    write_header(msg, MsgType::Error, req);
+    msg[8] = code as u8;
+    msg[9..12].fill(0);
+    msg[12..16].copy_from_slice(&ssid.to_be_bytes());
     Some(CTRL_ERROR_LEN)
 }
 

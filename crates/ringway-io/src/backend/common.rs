@@ -111,8 +111,8 @@ impl StampBook {
         } else {
             0
         };
-        if let Some(o) = self.owners.get_mut(owner) {
-            o.matched(key, kernel_tx);
+        if let Some(entry) = self.owners.get_mut(owner) {
+            entry.matched(key, kernel_tx);
         }
     }
 }
@@ -165,9 +165,9 @@ impl TxStamps {
         if !book.explicit {
             return None;
         }
-        let o = &mut book.owners[owner];
-        let key = ((owner as u32) << OWNER_SHIFT) | (o.next & ((1 << OWNER_SHIFT) - 1));
-        o.next = o.next.wrapping_add(1);
+        let entry = &mut book.owners[owner];
+        let key = ((owner as u32) << OWNER_SHIFT) | (entry.next & ((1 << OWNER_SHIFT) - 1));
+        entry.next = entry.next.wrapping_add(1);
         Some(key)
     }
 
@@ -216,19 +216,19 @@ impl TxStamps {
             hdr.msg_control = cbuf.as_mut_ptr().cast();
             hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
             // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
-            let rc = sys::cvt(unsafe {
+            let result = sys::cvt(unsafe {
                 libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
             });
-            if let Err(e) = rc {
-                match e.kind() {
+            if let Err(error) = result {
+                match error.kind() {
                     io::ErrorKind::WouldBlock => return Ok(()),
                     io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
+                    _ => return Err(error),
                 }
             }
-            let c = sys::parse_cmsgs(&hdr);
-            if let (Some(key), Some(ts)) = (c.ts_key, c.sw_stamp) {
-                self.book().matched(key, ts);
+            let cmsgs = sys::parse_cmsgs(&hdr);
+            if let (Some(key), Some(stamp)) = (cmsgs.ts_key, cmsgs.sw_stamp) {
+                self.book().matched(key, stamp);
             }
         }
     }
@@ -238,9 +238,9 @@ impl TxStamps {
         let owner = self.owner;
         let mut book = self.book();
         let ready = &mut book.owners[owner].ready;
-        let n = ready.len();
+        let ready_len = ready.len();
         out.append(ready);
-        n
+        ready_len
     }
 }
 
@@ -258,12 +258,12 @@ fn probe_explicit_keys() -> io::Result<bool> {
     let mut config = crate::SocketConfig::new("127.0.0.1:0".parse().expect("address"));
     config.tx_timestamps = true;
     let (sock, _) = crate::open_udp(&config)?;
-    let to = sock.local_addr()?;
+    let target = sock.local_addr()?;
     let fd = sock.as_raw_fd();
     let mut cbuf: CmsgBuf = [0; CMSG_BUF_WORDS];
     let clen = sys::write_tx_stamp_cmsg(&mut cbuf, Some(KEY));
     let mut name = sys::zero_storage();
-    let namelen = sys::sockaddr_from(&to, &mut name);
+    let namelen = sys::sockaddr_from(&target, &mut name);
     let payload = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: payload.as_ptr() as *mut libc::c_void,
@@ -302,10 +302,10 @@ fn probe_explicit_keys() -> io::Result<bool> {
         hdr.msg_control = cbuf.as_mut_ptr().cast();
         hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
         // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
-        let rc = sys::cvt(unsafe {
+        let result = sys::cvt(unsafe {
             libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
         });
-        if rc.is_ok() {
+        if result.is_ok() {
             return Ok(sys::parse_cmsgs(&hdr).ts_key == Some(KEY));
         }
     }
@@ -347,13 +347,13 @@ impl Waiter {
         };
         // SAFETY: epoll_event is plain old data; all-zero is valid.
         let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
-        let rc = if self.millis_only {
-            let ms = timeout.map_or(-1, |t| {
+        let result = if self.millis_only {
+            let millis = timeout.map_or(-1, |t| {
                 // Round up so that a short wait is not a busy spin.
                 t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int
             });
             // SAFETY: one live epoll_event to fill; maxevents 1.
-            sys::cvt(unsafe { libc::epoll_wait(epoll.as_raw_fd(), &mut event, 1, ms) })
+            sys::cvt(unsafe { libc::epoll_wait(epoll.as_raw_fd(), &mut event, 1, millis) })
         } else {
             let ts = timeout.map(|t| libc::timespec {
                 tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
@@ -365,7 +365,7 @@ impl Waiter {
             // SAFETY: epoll_pwait2(epfd, events, maxevents, timeout, sigmask,
             // sigsetsize): one live epoll_event, a null or live timespec, no
             // signal mask.
-            let rc = sys::cvt(unsafe {
+            let result = sys::cvt(unsafe {
                 libc::syscall(
                     libc::SYS_epoll_pwait2,
                     epoll.as_raw_fd(),
@@ -376,20 +376,20 @@ impl Waiter {
                     0usize,
                 )
             });
-            match rc {
+            match result {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.millis_only = true;
                     return self.wait(fd, timeout);
                 }
-                other => other.map(|n| n as libc::c_int),
+                other => other.map(|ready| ready as libc::c_int),
             }
         };
-        let n = match rc {
-            Ok(n) => n,
+        let ready = match result {
+            Ok(ready) => ready,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) => return Err(e),
         };
-        if n == 0 {
+        if ready == 0 {
             return Ok(sys::Ready::Nothing);
         }
         let events = event.events;

@@ -82,56 +82,56 @@ impl MmsgBackend {
     /// One non-blocking recvmmsg into the free frames of `batch`; returns datagrams added.
     fn recv_some(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
         let start = batch.frames_used();
-        let n = batch.free_frames();
-        if n == 0 {
+        let free = batch.free_frames();
+        if free == 0 {
             return Ok(0);
         }
-        self.s.ensure(n);
+        self.s.ensure(free);
         let fsz = batch.frame_size();
         let base = batch.arena_ptr();
-        for k in 0..n {
+        for k in 0..free {
             // SAFETY: frame start+k lies inside the arena (start+k < capacity).
-            let fp = unsafe { base.add((start + k) * fsz) };
+            let frame_ptr = unsafe { base.add((start + k) * fsz) };
             self.s.iovs[k] = libc::iovec {
-                iov_base: fp.cast(),
+                iov_base: frame_ptr.cast(),
                 iov_len: fsz,
             };
-            let h = &mut self.s.hdrs[k];
-            h.msg_len = 0;
-            h.msg_hdr.msg_name = (&mut self.s.names[k] as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
-            h.msg_hdr.msg_iov = &mut self.s.iovs[k];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = self.s.cbufs[k].as_mut_ptr().cast();
-            h.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
-            h.msg_hdr.msg_flags = 0;
+            let hdr = &mut self.s.hdrs[k];
+            hdr.msg_len = 0;
+            hdr.msg_hdr.msg_name = (&mut self.s.names[k] as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            hdr.msg_hdr.msg_iov = &mut self.s.iovs[k];
+            hdr.msg_hdr.msg_iovlen = 1;
+            hdr.msg_hdr.msg_control = self.s.cbufs[k].as_mut_ptr().cast();
+            hdr.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
+            hdr.msg_hdr.msg_flags = 0;
         }
         let fd = self.sock.as_raw_fd();
         let got = loop {
             self.stats.rx_syscalls += 1;
             // SAFETY: hdrs[..n] point at live iovecs over distinct arena frames,
             // name storages and control buffers, all valid for the call.
-            let rc = sys::cvt(unsafe {
+            let result = sys::cvt(unsafe {
                 libc::recvmmsg(
                     fd,
                     self.s.hdrs.as_mut_ptr(),
-                    n as libc::c_uint,
+                    free as libc::c_uint,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
             });
-            let e = match rc {
-                Ok(rc) => break rc as usize,
-                Err(e) => e,
+            let error = match result {
+                Ok(result) => break result as usize,
+                Err(error) => error,
             };
-            match e.kind() {
+            match error.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => return Ok(0),
-                _ if sys::is_async_send_error(&e) => {
+                _ if sys::is_async_send_error(&error) => {
                     self.stats.socket_errors += 1;
                     continue;
                 }
-                _ => return Err(e),
+                _ => return Err(error),
             }
         };
         let app_rx = realtime_now();
@@ -140,19 +140,19 @@ impl MmsgBackend {
         let mut used = 0;
         let mut added = 0;
         for k in 0..got {
-            let h = &self.s.hdrs[k].msg_hdr;
-            let c = sys::parse_cmsgs(h);
-            if let Some(d) = c.rxq_ovfl {
-                self.stats.rx_dropped = d as u64;
+            let hdr = &self.s.hdrs[k].msg_hdr;
+            let cmsgs = sys::parse_cmsgs(hdr);
+            if let Some(dropped) = cmsgs.rxq_ovfl {
+                self.stats.rx_dropped = dropped as u64;
             }
-            let Some(peer) = sys::sockaddr_to(&self.s.names[k], h.msg_namelen) else {
+            let Some(peer) = sys::sockaddr_to(&self.s.names[k], hdr.msg_namelen) else {
                 continue;
             };
             let meta = RxMeta {
                 peer,
                 len: self.s.hdrs[k].msg_len as usize,
-                truncated: h.msg_flags & libc::MSG_TRUNC != 0,
-                kernel_rx: c.sw_stamp,
+                truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
+                kernel_rx: cmsgs.sw_stamp,
                 app_rx,
             };
             if used != k {
@@ -160,7 +160,7 @@ impl MmsgBackend {
                 batch.move_frame(start + k, start + used, meta.len);
             }
             used += 1;
-            match c.gro_size {
+            match cmsgs.gro_size {
                 Some(seg) if self.gso.gro_enabled => {
                     // A train (cut by the frame end when truncated, even
                     // to less than one datagram).
@@ -188,32 +188,32 @@ impl MmsgBackend {
     /// coalescing is on, the rest one message each, all in sendmmsg calls.
     fn send_from(&mut self, batch: &TxBatch, from: usize, to: usize) -> Sent {
         let entries = &batch.entries()[..to];
-        let n = to - from;
-        self.s.ensure(n);
+        let count = to - from;
+        self.s.ensure(count);
         self.s.msgs.clear();
         self.s.keys.clear();
         // Entry from+j uses iovs[j]; message m (entries k..k+run) uses
         // hdrs[m], names[m], cbufs[m] and iovs[k..k+run].
-        let mut k = 0;
-        while k < n {
-            let e = &entries[from + k];
+        let mut done = 0;
+        while done < count {
+            let entry = &entries[from + done];
             let mut run = 1;
-            if self.gso.enabled && e.stamp_tag.is_none() && e.len > 0 {
-                let cap = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / e.len);
-                while k + run < n && run < cap {
-                    let f = &entries[from + k + run];
-                    if f.dst != e.dst || f.len != e.len || f.stamp_tag.is_some() {
+            if self.gso.enabled && entry.stamp_tag.is_none() && entry.len > 0 {
+                let cap = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / entry.len);
+                while done + run < count && run < cap {
+                    let next = &entries[from + done + run];
+                    if next.dst != entry.dst || next.len != entry.len || next.stamp_tag.is_some() {
                         break;
                     }
                     run += 1;
                 }
             }
-            self.s.msgs.push((k, run));
-            k += run;
+            self.s.msgs.push((done, run));
+            done += run;
         }
         // Fill the iovecs, names and control messages first, then point the
         // headers at them through pointers taken after the last write.
-        for j in 0..n {
+        for j in 0..count {
             let data = batch.data(from + j);
             self.s.iovs[j] = libc::iovec {
                 iov_base: data.as_ptr() as *mut libc::c_void,
@@ -221,45 +221,45 @@ impl MmsgBackend {
             };
         }
         for m in 0..self.s.msgs.len() {
-            let (k, run) = self.s.msgs[m];
-            let e = &entries[from + k];
-            let namelen = sys::sockaddr_from(&e.dst, &mut self.s.names[m]);
-            if e.stamp_tag.is_some() && !self.tx_stamps {
+            let (done, run) = self.s.msgs[m];
+            let entry = &entries[from + done];
+            let namelen = sys::sockaddr_from(&entry.dst, &mut self.s.names[m]);
+            if entry.stamp_tag.is_some() && !self.tx_stamps {
                 self.stats.tx_stamps_lost += 1;
             }
             let mut key = None;
             let clen = if run > 1 {
-                sys::write_gso_cmsg(&mut self.s.cbufs[m], e.len as u16)
-            } else if e.stamp_tag.is_some() && self.tx_stamps {
+                sys::write_gso_cmsg(&mut self.s.cbufs[m], entry.len as u16)
+            } else if entry.stamp_tag.is_some() && self.tx_stamps {
                 key = self.stamps.next_key();
                 sys::write_tx_stamp_cmsg(&mut self.s.cbufs[m], key)
             } else {
                 0
             };
             self.s.keys.push(key);
-            let h = &mut self.s.hdrs[m].msg_hdr;
-            h.msg_namelen = namelen;
-            h.msg_iovlen = run as _;
-            h.msg_controllen = clen as _;
+            let hdr = &mut self.s.hdrs[m].msg_hdr;
+            hdr.msg_namelen = namelen;
+            hdr.msg_iovlen = run as _;
+            hdr.msg_controllen = clen as _;
         }
         let names = self.s.names.as_mut_ptr();
         let iovs = self.s.iovs.as_mut_ptr();
         let cbufs = self.s.cbufs.as_mut_ptr();
-        for (m, &(k, _)) in self.s.msgs.iter().enumerate() {
-            let h = &mut self.s.hdrs[m];
-            h.msg_len = 0;
-            h.msg_hdr.msg_name = names.wrapping_add(m).cast();
-            h.msg_hdr.msg_iov = iovs.wrapping_add(k);
-            h.msg_hdr.msg_control = if h.msg_hdr.msg_controllen > 0 {
+        for (m, &(done, _)) in self.s.msgs.iter().enumerate() {
+            let hdr = &mut self.s.hdrs[m];
+            hdr.msg_len = 0;
+            hdr.msg_hdr.msg_name = names.wrapping_add(m).cast();
+            hdr.msg_hdr.msg_iov = iovs.wrapping_add(done);
+            hdr.msg_hdr.msg_control = if hdr.msg_hdr.msg_controllen > 0 {
                 cbufs.wrapping_add(m).cast()
             } else {
                 std::ptr::null_mut()
             };
-            h.msg_hdr.msg_flags = 0;
+            hdr.msg_hdr.msg_flags = 0;
         }
         let fd = self.sock.as_raw_fd();
         let nmsg = self.s.msgs.len();
-        let mut at = 0;
+        let mut offset = 0;
         let mut sent = 0;
         // Explicit keys are registered before the first call (another
         // backend on the socket may read the stamp before it returns); a
@@ -270,60 +270,64 @@ impl MmsgBackend {
                 self.stamps.expect(key, tag, first_tx);
             }
         }
-        while at < nmsg {
-            let app_tx = if at == 0 { first_tx } else { realtime_now() };
+        while offset < nmsg {
+            let app_tx = if offset == 0 {
+                first_tx
+            } else {
+                realtime_now()
+            };
             self.stats.tx_syscalls += 1;
             // SAFETY: hdrs[at..nmsg] point at live name storages, iovecs over
             // the batch's frames and control buffers; the kernel only reads them.
-            let rc = sys::cvt(unsafe {
+            let result = sys::cvt(unsafe {
                 libc::sendmmsg(
                     fd,
-                    self.s.hdrs.as_mut_ptr().add(at),
-                    (nmsg - at) as libc::c_uint,
+                    self.s.hdrs.as_mut_ptr().add(offset),
+                    (nmsg - offset) as libc::c_uint,
                     libc::MSG_DONTWAIT,
                 )
             });
-            let got = match rc {
-                Ok(rc) => rc as usize,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let (k, run) = self.s.msgs[at];
-                    if run > 1 && is_gso_refusal(&e) {
+            let got = match result {
+                Ok(result) => result as usize,
+                Err(entry) if entry.kind() == io::ErrorKind::Interrupted => continue,
+                Err(entry) => {
+                    let (done, run) = self.s.msgs[offset];
+                    if run > 1 && is_gso_refusal(&entry) {
                         return Sent::GsoRefused {
                             sent,
-                            at: from + k,
+                            at: from + done,
                             run,
-                            permanent: is_gso_unsupported(&e),
+                            permanent: is_gso_unsupported(&entry),
                         };
                     }
                     // The message at `at` was refused: count its datagrams and go on.
                     self.stats.tx_errors += run as u64;
-                    if let Some(key) = self.s.keys[at] {
+                    if let Some(key) = self.s.keys[offset] {
                         self.stamps.unsent(key);
                     }
-                    at += 1;
+                    offset += 1;
                     continue;
                 }
             };
-            for (m, &(k, run)) in self.s.msgs.iter().enumerate().skip(at).take(got) {
+            for (m, &(done, run)) in self.s.msgs.iter().enumerate().skip(offset).take(got) {
                 sent += run;
                 if run > 1 {
                     self.gso.trains += 1;
                     self.gso.segments += run as u64;
                 } else if self.tx_stamps && self.s.keys[m].is_none() {
                     // Counter mode: the socket numbered it on acceptance.
-                    if let Some(tag) = entries[from + k].stamp_tag {
+                    if let Some(tag) = entries[from + done].stamp_tag {
                         self.stamps.sent(tag, app_tx);
                     }
                 }
             }
-            at += got;
+            offset += got;
             if got == 0 {
                 // Should not happen; avoid spinning.
-                for &(_, run) in &self.s.msgs[at..] {
+                for &(_, run) in &self.s.msgs[offset..] {
                     self.stats.tx_errors += run as u64;
                 }
-                for key in self.s.keys[at..].iter().flatten() {
+                for key in self.s.keys[offset..].iter().flatten() {
                     self.stamps.unsent(*key);
                 }
                 break;

@@ -66,22 +66,23 @@ impl SocketBackend {
             self.stats.rx_syscalls += 1;
             // SAFETY: every pointer in hdr refers to a live buffer (frame, name,
             // cbuf) with the stated length, valid for the duration of the call.
-            let rc = match sys::cvt(unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_DONTWAIT) }) {
-                Ok(rc) => rc,
-                Err(e) => match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock => return Ok(false),
-                    _ if sys::is_async_send_error(&e) => {
-                        self.stats.socket_errors += 1;
-                        continue;
-                    }
-                    _ => return Err(e),
-                },
-            };
+            let received =
+                match sys::cvt(unsafe { libc::recvmsg(fd, &mut hdr, libc::MSG_DONTWAIT) }) {
+                    Ok(received) => received,
+                    Err(e) => match e.kind() {
+                        io::ErrorKind::Interrupted => continue,
+                        io::ErrorKind::WouldBlock => return Ok(false),
+                        _ if sys::is_async_send_error(&e) => {
+                            self.stats.socket_errors += 1;
+                            continue;
+                        }
+                        _ => return Err(e),
+                    },
+                };
             let app_rx = realtime_now();
-            let c = sys::parse_cmsgs(&hdr);
-            if let Some(d) = c.rxq_ovfl {
-                self.stats.rx_dropped = d as u64;
+            let cmsgs = sys::parse_cmsgs(&hdr);
+            if let Some(dropped) = cmsgs.rxq_ovfl {
+                self.stats.rx_dropped = dropped as u64;
             }
             let Some(peer) = sys::sockaddr_to(&name, hdr.msg_namelen) else {
                 // Not an IP peer (cannot happen on a UDP socket): skip it.
@@ -89,9 +90,9 @@ impl SocketBackend {
             };
             batch.commit(RxMeta {
                 peer,
-                len: rc as usize,
+                len: received as usize,
                 truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
-                kernel_rx: c.sw_stamp,
+                kernel_rx: cmsgs.sw_stamp,
                 app_rx,
             });
             self.stats.rx_packets += 1;

@@ -85,7 +85,7 @@ impl BufRing {
         let buf_size = (RECVMSG_OUT + NAME_LEN + CTRL_LEN + payload).next_multiple_of(64);
         let ring = Mapping::anon(entries as usize * 16)?;
         let mem = Mapping::anon(entries as usize * buf_size)?;
-        let mut b = BufRing {
+        let mut buf_ring = BufRing {
             ring,
             mem,
             entries,
@@ -93,9 +93,9 @@ impl BufRing {
             tail: 0,
         };
         for bid in 0..entries {
-            b.push(bid);
+            buf_ring.push(bid);
         }
-        Ok(b)
+        Ok(buf_ring)
     }
 
     /// Payload bytes one buffer can take.
@@ -110,11 +110,11 @@ impl BufRing {
         // mapping; we write addr/len/bid only, never the shared tail field at
         // offset 14 of descriptor 0. bid < entries, so the buffer lies inside `mem`.
         unsafe {
-            let d = self.ring.ptr.add(slot * 16);
+            let desc = self.ring.ptr.add(slot * 16);
             let addr = self.mem.ptr.add(bid as usize * self.buf_size) as u64;
-            std::ptr::write_volatile(d.cast::<u64>(), addr);
-            std::ptr::write_volatile(d.add(8).cast::<u32>(), self.buf_size as u32);
-            std::ptr::write_volatile(d.add(12).cast::<u16>(), bid);
+            std::ptr::write_volatile(desc.cast::<u64>(), addr);
+            std::ptr::write_volatile(desc.add(8).cast::<u32>(), self.buf_size as u32);
+            std::ptr::write_volatile(desc.add(12).cast::<u16>(), bid);
         }
         self.tail = self.tail.wrapping_add(1);
     }
@@ -309,13 +309,13 @@ impl Ring {
         let Ring { uring, rx, tx, .. } = self;
         let mut done = 0;
         for e in uring.completion() {
-            let ud = e.user_data();
-            if ud == UD_RECV {
+            let user_data = e.user_data();
+            if user_data == UD_RECV {
                 rx.stash.push_back((e.result(), e.flags()));
-            } else if ud >= UD_SEND && ((ud - UD_SEND) as usize) < n {
-                let k = (ud - UD_SEND) as usize;
-                if tx.results[k].is_none() {
-                    tx.results[k] = Some(e.result());
+            } else if user_data >= UD_SEND && ((user_data - UD_SEND) as usize) < n {
+                let slot = (user_data - UD_SEND) as usize;
+                if tx.results[slot].is_none() {
+                    tx.results[slot] = Some(e.result());
                     done += 1;
                 }
             }
@@ -347,10 +347,10 @@ impl Ring {
         }
         let sub = self.uring.submitter();
         let flags = if want > 0 || rx { ENTER_GETEVENTS } else { 0 };
-        let rc = match timeout {
+        let result = match timeout {
             Some(t) if want > 0 => {
-                let ts = types::Timespec::from(t);
-                let args = types::SubmitArgs::new().timespec(&ts);
+                let timespec = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&timespec);
                 // SAFETY: `args` is a live io_uring_getevents_arg whose
                 // timespec pointer refers to `ts`, both outliving the call.
                 unsafe { sub.enter(to_submit, want, flags | ENTER_EXT_ARG, Some(&args)) }
@@ -358,7 +358,7 @@ impl Ring {
             // SAFETY: no argument pointer is passed.
             _ => unsafe { sub.enter::<libc::sigset_t>(to_submit, want, flags, None) },
         };
-        match rc {
+        match result {
             Ok(_) => Ok(true),
             Err(e) => match e.raw_os_error() {
                 Some(libc::ETIME) | Some(libc::EINTR) => Ok(false),
@@ -390,18 +390,18 @@ fn take_recv(
             rx.bufs.push(bid);
             rx.recycled = true;
         }
-        let e = io::Error::from_raw_os_error(-res);
+        let error = io::Error::from_raw_os_error(-res);
         return match -res {
             libc::ENOBUFS => {
                 stats.rx_nobufs += 1;
                 Ok(())
             }
             libc::ECANCELED | libc::EINTR | libc::EAGAIN => Ok(()),
-            _ if sys::is_async_send_error(&e) => {
+            _ if sys::is_async_send_error(&error) => {
                 stats.socket_errors += 1;
                 Ok(())
             }
-            _ => Err(e),
+            _ => Err(error),
         };
     }
     let Some(bid) = bid else {
@@ -417,41 +417,41 @@ fn take_recv(
         let out = types::RecvMsgOut::parse(buf, &rx.hdr)
             .map_err(|_| io::Error::other("io_uring receive buffer too short"))?;
         let mut name = sys::zero_storage();
-        let nd = out.name_data();
-        let nlen = nd.len().min(NAME_LEN);
+        let name_data = out.name_data();
+        let nlen = name_data.len().min(NAME_LEN);
         // SAFETY: copying at most NAME_LEN bytes into a sockaddr_storage of that size.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                nd.as_ptr(),
+                name_data.as_ptr(),
                 (&mut name as *mut libc::sockaddr_storage).cast::<u8>(),
                 nlen,
             )
         };
-        let cd = out.control_data();
+        let control_data = out.control_data();
         // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
         let mut chdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        chdr.msg_control = cd.as_ptr() as *mut libc::c_void;
-        chdr.msg_controllen = cd.len() as _;
+        chdr.msg_control = control_data.as_ptr() as *mut libc::c_void;
+        chdr.msg_controllen = control_data.len() as _;
         // The control area starts 8-byte aligned (buffer start + 16 + 128),
         // as CMSG_FIRSTHDR/NXTHDR expect.
-        let c = sys::parse_cmsgs(&chdr);
-        if let Some(d) = c.rxq_ovfl {
-            stats.rx_dropped = d as u64;
+        let cmsgs = sys::parse_cmsgs(&chdr);
+        if let Some(dropped) = cmsgs.rxq_ovfl {
+            stats.rx_dropped = dropped as u64;
         }
         match sys::sockaddr_to(&name, out.incoming_name_len() as libc::socklen_t) {
             None => None,
             Some(peer) => {
                 let data = out.payload_data();
                 let frame = batch.next_frame_mut().expect("caller checked capacity");
-                let n = data.len().min(frame.len());
-                frame[..n].copy_from_slice(&data[..n]);
+                let copied = data.len().min(frame.len());
+                frame[..copied].copy_from_slice(&data[..copied]);
                 Some(RxMeta {
                     peer,
-                    len: n,
+                    len: copied,
                     // MSG_TRUNC makes payloadlen the datagram's real length.
-                    truncated: out.incoming_payload_len() as usize > n
+                    truncated: out.incoming_payload_len() as usize > copied
                         || out.is_payload_truncated(),
-                    kernel_rx: c.sw_stamp,
+                    kernel_rx: cmsgs.sw_stamp,
                     app_rx,
                 })
             }
@@ -496,10 +496,10 @@ impl UringBackend {
 
     /// The ring for this thread, with buffers taking at least `payload` bytes.
     fn ring_for(&mut self, payload: usize) -> io::Result<&mut Ring> {
-        let me = std::thread::current().id();
+        let thread_id = std::thread::current().id();
         let rebuild = match &mut self.ring {
             None => true,
-            Some(r) if r.owner != me => true,
+            Some(r) if r.owner != thread_id => true,
             Some(r) => {
                 r.rx.bufs.payload_room() < payload
                     && r.rx.stash.is_empty()
@@ -538,22 +538,24 @@ impl UringBackend {
             return Ok(handled);
         }
         let Ring { uring, rx, .. } = ring;
-        let mut cq = uring.completion();
+        let mut completion = uring.completion();
         let mut err = None;
         while batch.free_frames() > 0 {
-            let Some(e) = cq.next() else { break };
-            if e.user_data() != UD_RECV {
+            let Some(entry) = completion.next() else {
+                break;
+            };
+            if entry.user_data() != UD_RECV {
                 continue; // a late send completion; sends count their own
             }
             handled += 1;
-            if let Err(x) = take_recv(rx, e.result(), e.flags(), batch, stats, app_rx) {
-                err = Some(x);
+            if let Err(error) = take_recv(rx, entry.result(), entry.flags(), batch, stats, app_rx) {
+                err = Some(error);
                 break;
             }
         }
-        drop(cq);
+        drop(completion);
         match err {
-            Some(e) => Err(e),
+            Some(entry) => Err(entry),
             None => Ok(handled),
         }
     }
@@ -570,22 +572,22 @@ impl BatchIo for UringBackend {
         self.sock.as_raw_fd()
     }
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
-        let r = self.recv_inner(batch, timeout);
-        if r.is_err() {
+        let result = self.recv_inner(batch, timeout);
+        if result.is_err() {
             // Start from a fresh ring next time rather than from a state we
             // do not understand (queued SQEs, a half-handled completion).
             self.ring = None;
         }
-        r
+        result
     }
     fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
-        let r = self.send_inner(batch);
-        if r.is_err() {
+        let result = self.send_inner(batch);
+        if result.is_err() {
             // SQEs that were queued but not submitted point into scratch
             // that the next batch rewrites: never submit them.
             self.ring = None;
         }
-        r
+        result
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
         self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
@@ -646,8 +648,8 @@ impl UringBackend {
     }
 
     fn send_inner(&mut self, batch: &TxBatch) -> io::Result<usize> {
-        let n = batch.len();
-        if n == 0 {
+        let count = batch.len();
+        if count == 0 {
             return Ok(0);
         }
         let fd = self.sock.as_raw_fd();
@@ -655,12 +657,12 @@ impl UringBackend {
         self.ring_for(0)?;
         let ring = self.ring.as_mut().expect("ring exists");
         let stats = &mut self.stats;
-        ring.tx.ensure(n);
-        let t = &mut ring.tx;
+        ring.tx.ensure(count);
+        let ring_tx = &mut ring.tx;
         for (k, e) in batch.entries().iter().enumerate() {
             let data = batch.data(k);
-            let namelen = sys::sockaddr_from(&e.dst, &mut t.names[k]);
-            t.iovs[k] = libc::iovec {
+            let namelen = sys::sockaddr_from(&e.dst, &mut ring_tx.names[k]);
+            ring_tx.iovs[k] = libc::iovec {
                 iov_base: data.as_ptr() as *mut libc::c_void,
                 iov_len: data.len(),
             };
@@ -670,24 +672,24 @@ impl UringBackend {
             let mut key = None;
             let clen = if e.stamp_tag.is_some() && tx_stamps {
                 key = self.stamps.next_key();
-                sys::write_tx_stamp_cmsg(&mut t.cbufs[k], key)
+                sys::write_tx_stamp_cmsg(&mut ring_tx.cbufs[k], key)
             } else {
                 0
             };
-            t.keys[k] = key;
-            let h = &mut t.hdrs[k];
-            h.msg_name = (&mut t.names[k] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = namelen;
-            h.msg_iov = &mut t.iovs[k];
-            h.msg_iovlen = 1;
-            h.msg_control = if clen > 0 {
-                t.cbufs[k].as_mut_ptr().cast()
+            ring_tx.keys[k] = key;
+            let hdr = &mut ring_tx.hdrs[k];
+            hdr.msg_name = (&mut ring_tx.names[k] as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = namelen;
+            hdr.msg_iov = &mut ring_tx.iovs[k];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = if clen > 0 {
+                ring_tx.cbufs[k].as_mut_ptr().cast()
             } else {
                 std::ptr::null_mut()
             };
-            h.msg_controllen = clen as _;
-            h.msg_flags = 0;
-            t.results[k] = None;
+            hdr.msg_controllen = clen as _;
+            hdr.msg_flags = 0;
+            ring_tx.results[k] = None;
         }
         let app_tx = realtime_now();
         // Explicit keys are registered before the sends (another backend
@@ -699,9 +701,9 @@ impl UringBackend {
         }
         let mut queued = 0;
         let mut done = 0;
-        while done < n {
+        while done < count {
             // Queue as many sends as the SQ takes, then one enter submits them.
-            while queued < n {
+            while queued < count {
                 let sqe = opcode::SendMsg::new(types::Fd(fd), &ring.tx.hdrs[queued])
                     .flags(libc::MSG_DONTWAIT as u32)
                     .build()
@@ -715,12 +717,12 @@ impl UringBackend {
                 queued += 1;
             }
             ring.enter(0, None, stats, false)?;
-            done += ring.reap_tx(n);
+            done += ring.reap_tx(count);
             // UDP sends with MSG_DONTWAIT complete inline during submission;
             // wait only if some did not.
             while done < queued {
                 ring.enter(1, None, stats, false)?;
-                done += ring.reap_tx(n);
+                done += ring.reap_tx(count);
             }
         }
         let mut sent = 0;
@@ -763,22 +765,32 @@ pub(crate) fn probe() -> Result<(), BackendUnavailable> {
         BackendUnavailable::new(BackendKind::Uring, reason).with_errno(e.raw_os_error())
     })?;
     let smoke = || -> io::Result<()> {
-        let a = UdpSocket::bind("127.0.0.1:0")?;
-        let b = UdpSocket::bind("127.0.0.1:0")?;
-        a.set_nonblocking(true)?;
-        b.set_nonblocking(true)?;
-        let dst = b.local_addr()?;
-        let mut ta = UringBackend::new(a, false, TxStamps::default(), UringConfig { buffers: 4 });
-        let mut rb = UringBackend::new(b, false, TxStamps::default(), UringConfig { buffers: 4 });
-        let mut tx = TxBatch::new(1, 64);
-        tx.push(dst, b"probe").map_err(io::Error::other)?;
-        if ta.send_batch(&tx)? != 1 {
+        let sock_a = UdpSocket::bind("127.0.0.1:0")?;
+        let sock_b = UdpSocket::bind("127.0.0.1:0")?;
+        sock_a.set_nonblocking(true)?;
+        sock_b.set_nonblocking(true)?;
+        let dst = sock_b.local_addr()?;
+        let mut sender = UringBackend::new(
+            sock_a,
+            false,
+            TxStamps::default(),
+            UringConfig { buffers: 4 },
+        );
+        let mut receiver = UringBackend::new(
+            sock_b,
+            false,
+            TxStamps::default(),
+            UringConfig { buffers: 4 },
+        );
+        let mut tx_batch = TxBatch::new(1, 64);
+        tx_batch.push(dst, b"probe").map_err(io::Error::other)?;
+        if sender.send_batch(&tx_batch)? != 1 {
             return Err(io::Error::other("send via IORING_OP_SENDMSG failed"));
         }
-        let mut rx = RxBatch::new(2, 64);
-        let n = rb.recv_batch(&mut rx, Some(Duration::from_secs(2)))?;
-        match rx.get(0) {
-            Some(d) if n == 1 && d.data == b"probe" => Ok(()),
+        let mut rx_batch = RxBatch::new(2, 64);
+        let received = receiver.recv_batch(&mut rx_batch, Some(Duration::from_secs(2)))?;
+        match rx_batch.get(0) {
+            Some(d) if received == 1 && d.data == b"probe" => Ok(()),
             _ => Err(io::Error::other(
                 "multishot IORING_OP_RECVMSG delivered nothing over loopback",
             )),

@@ -125,14 +125,14 @@ impl BlockHistogram {
 
     /// Share of packets that arrived in blocks of at least `n` packets.
     pub fn packet_share_at_least(&self, n: usize) -> f64 {
-        let p: u64 = self
+        let packets: u64 = self
             .bins
             .iter()
             .enumerate()
             .skip(n)
             .map(|(k, c)| k as u64 * c)
             .sum();
-        p as f64 / self.packets().max(1) as f64
+        packets as f64 / self.packets().max(1) as f64
     }
 }
 
@@ -185,20 +185,20 @@ impl<T> Coalescer<T> {
     /// it). A block it cannot join is finished and handed to `done`.
     pub fn push(&mut self, arrival: u64, item: T, done: &mut impl FnMut(Block<T>)) {
         let per = self.cfg.per_packet_ns();
-        if let Some((a0, s, v)) = &mut self.open {
+        if let Some((first_at, size, block_packets)) = &mut self.open {
             // The drain of the packets so far ends at s + len/R_sn; this
             // packet joins if it arrived by then and the ring has room.
-            let end = *s + v.len() as u64 * per;
-            if arrival <= end && v.len() < self.cfg.ring {
-                v.push(item);
+            let end = *size + block_packets.len() as u64 * per;
+            if arrival <= end && block_packets.len() < self.cfg.ring {
+                block_packets.push(item);
                 return;
             }
-            let full = v.len() >= self.cfg.ring;
-            let (a0, packets) = (*a0, std::mem::take(v));
+            let full = block_packets.len() >= self.cfg.ring;
+            let (first_at, packets) = (*first_at, std::mem::take(block_packets));
             self.open = None;
             self.hist.add(packets.len());
             done(Block {
-                start_ns: a0,
+                start_ns: first_at,
                 end_ns: end,
                 packets,
             });
@@ -223,10 +223,10 @@ impl<T> Coalescer<T> {
         if now <= end || next_arrival.is_some_and(|a| a <= end) {
             return;
         }
-        let (a0, _, packets) = self.open.take().expect("open block");
+        let (first_at, _, packets) = self.open.take().expect("open block");
         self.hist.add(packets.len());
         done(Block {
-            start_ns: a0,
+            start_ns: first_at,
             end_ns: end,
             packets,
         });

@@ -136,9 +136,9 @@ pub struct PathStats {
 
 /// A standard Normal draw from two uniform draws (Box–Muller).
 pub fn standard_normal(rng: &mut XorShift) -> f64 {
-    let u1 = ((rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64; // (0, 1]
-    let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    let uniform1 = ((rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64; // (0, 1]
+    let uniform2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * uniform1.ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform2).cos()
 }
 
 fn uniform(rng: &mut XorShift) -> f64 {
@@ -208,7 +208,7 @@ impl<T> Path<T> {
         // The four draws of this packet, taken whatever happens to it.
         let u_loss = uniform(&mut self.rng);
         let u_state = uniform(&mut self.rng);
-        let z = standard_normal(&mut self.rng);
+        let normal = standard_normal(&mut self.rng);
         let lost = match self.cfg.loss {
             LossModel::None => false,
             LossModel::Uniform(p) => u_loss < p,
@@ -226,7 +226,7 @@ impl<T> Path<T> {
                 u_loss < if self.bad_state { loss_bad } else { loss_good }
             }
         };
-        let tx = self.cfg.tx_ns(bytes);
+        let tx_ns = self.cfg.tx_ns(bytes);
         let start = now.max(self.in_free);
         if self.cfg.rate_bps > 0 && self.cfg.queue_ns > 0 && start - now > self.cfg.queue_ns {
             self.stats.queue_drops += 1;
@@ -236,16 +236,16 @@ impl<T> Path<T> {
             self.stats.overflow += 1;
             return;
         }
-        self.in_free = start + tx;
+        self.in_free = start + tx_ns;
         if lost {
             self.stats.lost += 1;
             return;
         }
-        let d = self.cfg.delay_ns as f64 + self.cfg.sigma_ns as f64 * z;
-        if d < 0.0 {
+        let delay = self.cfg.delay_ns as f64 + self.cfg.sigma_ns as f64 * normal;
+        if delay < 0.0 {
             self.stats.delay_clipped += 1;
         }
-        let due = self.in_free + d.max(0.0) as u64;
+        let due = self.in_free + delay.max(0.0) as u64;
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s] = Some((item, bytes));
@@ -291,11 +291,11 @@ impl<T> Path<T> {
 
     /// When `poll` next has something to hand out (or to put on the link).
     pub fn next_deadline(&self) -> Option<u64> {
-        let a = self.delayed.peek().map(|Reverse((t, _, _))| *t);
-        let b = self.wire.front().map(|(t, _)| *t);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let delayed = self.delayed.peek().map(|Reverse((t, _, _))| *t);
+        let wire = self.wire.front().map(|(t, _)| *t);
+        match (delayed, wire) {
+            (Some(delayed), Some(wire)) => Some(delayed.min(wire)),
+            (delayed, wire) => delayed.or(wire),
         }
     }
 

@@ -103,13 +103,13 @@ impl Relay {
         let start_rt = ringway_io::realtime_now().0;
         let end = start + self.cfg.duration;
         let client: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
-        let to = self.cfg.to;
+        let upstream_addr = self.cfg.to;
         let fwd = {
-            let rx = open_backend(BackendKind::Mmsg, self.listen.try_clone()?)?;
-            let tx = open_backend(BackendKind::Mmsg, self.upstream.try_clone()?)?;
+            let listen_io = open_backend(BackendKind::Mmsg, self.listen.try_clone()?)?;
+            let upstream_io = open_backend(BackendKind::Mmsg, self.upstream.try_clone()?)?;
             let client = client.clone();
             let stop = stop.clone();
-            let d = Dir {
+            let dir = Dir {
                 start_rt,
                 end,
                 path: self.cfg.forward,
@@ -117,24 +117,24 @@ impl Relay {
             };
             std::thread::spawn(move || {
                 pump(
-                    rx,
-                    tx,
-                    d,
+                    listen_io,
+                    upstream_io,
+                    dir,
                     &stop,
                     |from| {
                         *client.lock().expect("client lock") = Some(from);
                         true
                     },
-                    || Some(to),
+                    || Some(upstream_addr),
                 )
             })
         };
         let rev = {
-            let rx = open_backend(BackendKind::Mmsg, self.upstream)?;
-            let tx = open_backend(BackendKind::Mmsg, self.listen)?;
-            let c2 = client.clone();
-            let c3 = client.clone();
-            let d = Dir {
+            let listen_io = open_backend(BackendKind::Mmsg, self.upstream)?;
+            let upstream_io = open_backend(BackendKind::Mmsg, self.listen)?;
+            let client_fwd = client.clone();
+            let client_rev = client.clone();
+            let dir = Dir {
                 start_rt,
                 end,
                 path: self.cfg.reverse,
@@ -142,31 +142,31 @@ impl Relay {
             };
             std::thread::spawn(move || {
                 pump(
-                    rx,
-                    tx,
-                    d,
+                    listen_io,
+                    upstream_io,
+                    dir,
                     &stop,
-                    |_| c2.lock().expect("client lock").is_some(),
-                    || *c3.lock().expect("client lock"),
+                    |_| client_fwd.lock().expect("client lock").is_some(),
+                    || *client_rev.lock().expect("client lock"),
                 )
             })
         };
-        let f = fwd
+        let forward_thread = fwd
             .join()
             .map_err(|_| std::io::Error::other("forward thread panicked"))??;
-        let r = rev
+        let reverse_thread = rev
             .join()
             .map_err(|_| std::io::Error::other("reverse thread panicked"))??;
-        let c = *client.lock().expect("client lock");
+        let current = *client.lock().expect("client lock");
         Ok(RelayReport {
-            forward: f.stats,
-            reverse: r.stats,
-            blocks: f.blocks,
-            forward_reordered: f.reordered,
-            send_errors: f.send_errors + r.send_errors,
-            replies_without_client: r.refused,
-            unstamped: f.unstamped + r.unstamped,
-            client: c.map(|a| a.to_string()),
+            forward: forward_thread.stats,
+            reverse: reverse_thread.stats,
+            blocks: forward_thread.blocks,
+            forward_reordered: forward_thread.reordered,
+            send_errors: forward_thread.send_errors + reverse_thread.send_errors,
+            replies_without_client: reverse_thread.refused,
+            unstamped: forward_thread.unstamped + reverse_thread.unstamped,
+            client: current.map(|a| a.to_string()),
         })
     }
 }
@@ -219,7 +219,7 @@ fn pump(
         let mut flush = |out: &mut TxBatch, errors: &mut u64| {
             if !out.is_empty() {
                 match tx.send_batch(out) {
-                    Ok(n) => *errors += (out.len() - n) as u64,
+                    Ok(expected) => *errors += (out.len() - expected) as u64,
                     Err(_) => *errors += out.len() as u64,
                 }
                 out.clear();
@@ -230,19 +230,19 @@ fn pump(
                 ((ssrc as u64) << 8 | (p[1] & 0x7f) as u64) + 1
             });
             if next_exp.len() < 4096 || next_exp.contains_key(&stream) {
-                let n = next_exp.entry(stream).or_insert(0);
-                if i < *n {
+                let expected = next_exp.entry(stream).or_insert(0);
+                if i < *expected {
                     reordered += 1;
                 } else {
-                    *n = i + 1;
+                    *expected = i + 1;
                 }
             }
             match target {
-                Some(t) => {
+                Some(now_nanos) => {
                     if out.is_full() {
                         flush(&mut out, errors);
                     }
-                    if out.push(t, &p).is_err() {
+                    if out.push(now_nanos, &p).is_err() {
                         *errors += 1;
                     }
                 }
@@ -259,7 +259,7 @@ fn pump(
                     errors: &mut u64| {
         let mut due = Vec::new();
         match now {
-            Some(n) => path.poll(n, &mut |a, p| due.push((a, p))),
+            Some(expected) => path.poll(expected, &mut |a, p| due.push((a, p))),
             None => path.drain(&mut |a, p| due.push((a, p))),
         }
         match coal {
@@ -270,9 +270,11 @@ fn pump(
                     c.push(a, p, &mut |b| blocks.push(b));
                 }
                 match now {
-                    Some(n) => {
-                        let next = path.earliest_arrival().map_or(n, |a| a.min(n));
-                        c.poll(n, Some(next), &mut |b| blocks.push(b));
+                    Some(expected) => {
+                        let next = path
+                            .earliest_arrival()
+                            .map_or(expected, |a| a.min(expected));
+                        c.poll(expected, Some(next), &mut |b| blocks.push(b));
                     }
                     None => c.drain(&mut |b| blocks.push(b)),
                 }
@@ -287,7 +289,7 @@ fn pump(
         if now >= d.end || stop.load(Ordering::Relaxed) {
             break;
         }
-        let t = now_ns();
+        let now_nanos = now_ns();
         let mut wait = (d.end - now).min(Duration::from_millis(5));
         let next = [
             path.next_deadline(),
@@ -296,11 +298,11 @@ fn pump(
         .into_iter()
         .flatten()
         .min();
-        if let Some(dl) = next {
-            wait = wait.min(Duration::from_nanos(dl.saturating_sub(t)));
+        if let Some(deadline) = next {
+            wait = wait.min(Duration::from_nanos(deadline.saturating_sub(now_nanos)));
         }
-        let n = rx.recv_batch(&mut batch, Some(wait.max(Duration::from_micros(20))))?;
-        if n > 0 {
+        let expected = rx.recv_batch(&mut batch, Some(wait.max(Duration::from_micros(20))))?;
+        if expected > 0 {
             for dg in batch.iter() {
                 if !accept(dg.meta.peer) {
                     rep.refused += 1;
@@ -313,9 +315,9 @@ fn pump(
                         dg.meta.app_rx.0
                     }
                 };
-                let at = stamp.saturating_sub(d.start_rt);
+                let offset = stamp.saturating_sub(d.start_rt);
                 let bytes = dg.data.len() + if dg.meta.peer.is_ipv4() { 28 } else { 48 };
-                path.push(at, bytes, (index, dg.data.to_vec()));
+                path.push(offset, bytes, (index, dg.data.to_vec()));
                 index += 1;
             }
         }

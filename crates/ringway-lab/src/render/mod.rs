@@ -76,32 +76,32 @@ impl Table {
 
     /// Markdown rendering.
     pub fn markdown(&self) -> String {
-        let mut s = format!("**{}**\n\n| {} |\n|", self.title, self.header.join(" | "));
+        let mut out = format!("**{}**\n\n| {} |\n|", self.title, self.header.join(" | "));
         for _ in &self.header {
-            s += "---|";
+            out += "---|";
         }
-        s += "\n";
+        out += "\n";
         for row in &self.rows {
-            s += &format!("| {} |\n", row.join(" | "));
+            out += &format!("| {} |\n", row.join(" | "));
         }
-        s
+        out
     }
 
     /// HTML rendering.
     pub fn html(&self) -> String {
-        let mut s = format!("<table>\n<caption>{}</caption>\n<tr>", esc(&self.title));
+        let mut out = format!("<table>\n<caption>{}</caption>\n<tr>", esc(&self.title));
         for cell in &self.header {
-            let _ = write!(s, "<th>{}</th>", esc(cell));
+            let _ = write!(out, "<th>{}</th>", esc(cell));
         }
-        s += "</tr>\n";
+        out += "</tr>\n";
         for row in &self.rows {
-            s += "<tr>";
+            out += "<tr>";
             for cell in row {
-                let _ = write!(s, "<td>{}</td>", esc(cell));
+                let _ = write!(out, "<td>{}</td>", esc(cell));
             }
-            s += "</tr>\n";
+            out += "</tr>\n";
         }
-        s + "</table>\n"
+        out + "</table>\n"
     }
 }
 

@@ -30,12 +30,12 @@ const COLORS: [&str; 10] = [
 fn tick_step(span: f64) -> f64 {
     let raw = span / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
-    let n = raw / mag;
-    mag * if n < 1.5 {
+    let normalized = raw / mag;
+    mag * if normalized < 1.5 {
         1.0
-    } else if n < 3.5 {
+    } else if normalized < 3.5 {
         2.0
-    } else if n < 7.5 {
+    } else if normalized < 7.5 {
         5.0
     } else {
         10.0
@@ -108,34 +108,34 @@ impl Frame {
             "<path d=\"M{left},{top} V{bottom} H{right}\" fill=\"none\" stroke=\"black\"/>"
         );
         let step = tick_step(self.xmax);
-        let mut x = 0.0;
-        while x <= self.xmax + 1e-9 {
+        let mut x_pos = 0.0;
+        while x_pos <= self.xmax + 1e-9 {
             let _ = writeln!(
                 s,
                 "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0:.1}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>",
-                self.x(x),
+                self.x(x_pos),
                 top,
                 bottom,
                 bottom + 16.0,
-                x
+                x_pos
             );
-            x += step;
+            x_pos += step;
         }
         let step = tick_step(self.ymax);
-        let mut y = 0.0;
-        while y <= self.ymax + 1e-9 {
+        let mut y_pos = 0.0;
+        while y_pos <= self.ymax + 1e-9 {
             let _ = writeln!(
                 s,
                 "<line x1=\"{1}\" y1=\"{0:.1}\" x2=\"{2}\" y2=\"{0:.1}\" stroke=\"#ddd\"/><text x=\"{3}\" y=\"{4:.1}\" text-anchor=\"end\">{5}</text>",
-                self.y(y),
+                self.y(y_pos),
                 left,
                 right,
                 left - 6.0,
-                self.y(y) + 4.0,
+                self.y(y_pos) + 4.0,
                 // Tick labels without binary-fraction noise (0.30000000000000004).
-                (y * 1e6).round() / 1e6
+                (y_pos * 1e6).round() / 1e6
             );
-            y += step;
+            y_pos += step;
         }
         let _ = writeln!(
             s,
@@ -239,33 +239,33 @@ pub fn line_plot(
     hline: Option<f64>,
     ycap: Option<f64>,
 ) -> String {
-    let points: Vec<&(f64, f64, f64)> = series.iter().flat_map(|s| &s.points).collect();
+    let points: Vec<&(f64, f64, f64)> = series.iter().flat_map(|out| &out.points).collect();
     let frame = Frame::new(&points, hline, ycap);
     let width = 760.0;
     let legend_height = 18.0 * series.len() as f64 + 10.0;
     let height = frame.top + frame.height + 50.0 + legend_height;
-    let mut s = format!(
+    let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
         frame.left + frame.width / 2.0,
         esc(title)
     );
     if points.is_empty() {
-        s += &format!(
+        out += &format!(
             "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no data</text>\n</svg>\n",
             frame.left + frame.width / 2.0,
             frame.top + frame.height / 2.0
         );
-        return s;
+        return out;
     }
-    frame.axes(&mut s, xlabel, ylabel);
+    frame.axes(&mut out, xlabel, ylabel);
     if let Some(level) = hline {
-        frame.reference_line(&mut s, level);
+        frame.reference_line(&mut out, level);
     }
     for (index, one) in series.iter().enumerate() {
-        frame.series(&mut s, index, one);
+        frame.series(&mut out, index, one);
     }
-    s += "</svg>\n";
-    s
+    out += "</svg>\n";
+    out
 }
 
 #[cfg(test)]

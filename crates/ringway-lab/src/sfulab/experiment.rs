@@ -316,9 +316,9 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
         ringway_load::sfu::run(&load, &never, None, |_| {})
     });
     std::thread::sleep(Duration::from_secs_f64(c.warmup_s + 0.5));
-    let s0 = sample(&sfu_napi, &switch_napi);
+    let first = sample(&sfu_napi, &switch_napi);
     std::thread::sleep(Duration::from_secs_f64((c.duration_s - 0.5).max(0.1)));
-    let s1 = sample(&sfu_napi, &switch_napi);
+    let second = sample(&sfu_napi, &switch_napi);
     let load = load
         .join()
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))?;
@@ -329,8 +329,8 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
     Ok(Measured {
         served,
         load,
-        before: s0,
-        after: s1,
+        before: first,
+        after: second,
     })
 }
 
@@ -365,16 +365,19 @@ impl LateCalibration {
     /// From a calibration's `ticks` and `late` ones, with `tolerance_pct`
     /// allowed above it.
     pub fn new(ticks: u64, late: u64, tolerance_pct: f64) -> LateCalibration {
-        let (p, upper) = if ticks == 0 {
+        let (share, upper) = if ticks == 0 {
             (0.0, 0.0)
         } else {
-            let p = late.min(ticks) as f64 / ticks as f64;
-            (p, p + 3.0 * (p * (1.0 - p) / ticks as f64).sqrt())
+            let share = late.min(ticks) as f64 / ticks as f64;
+            (
+                share,
+                share + 3.0 * (share * (1.0 - share) / ticks as f64).sqrt(),
+            )
         };
         LateCalibration {
             ticks,
             late,
-            late_pct: 100.0 * p,
+            late_pct: 100.0 * share,
             limit_pct: 100.0 * upper + tolerance_pct,
         }
     }
@@ -447,19 +450,24 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         rep,
     } = column;
     let Measured {
-        served: s,
+        served: sample,
         load,
-        before: s0,
-        after: s1,
+        before: first,
+        after: second,
     } = measure(place, c, column)?;
-    let window = s1.at.duration_since(s0.at).as_secs_f64().max(1e-3);
+    let window = second.at.duration_since(first.at).as_secs_f64().max(1e-3);
     let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
-    let engine_pct = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, s.wall_s.max(1e-3)));
-    let sfu_napi_ns = between(s0.sfu_napi, s1.sfu_napi);
-    let switch_ns = between(s0.switch, s1.switch);
+    let engine_pct =
+        |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, sample.wall_s.max(1e-3)));
+    let sfu_napi_ns = between(first.sfu_napi, second.sfu_napi);
+    let switch_ns = between(first.switch, second.switch);
     let or_nan = |count: u64, v: f64| if count > 0 { v } else { f64::NAN };
-    let foreign_pct = match (s0.machine_ns, s1.machine_ns) {
-        (Some(a), Some(b)) => match (between(s0.process, s1.process), sfu_napi_ns, switch_ns) {
+    let foreign_pct = match (first.machine_ns, second.machine_ns) {
+        (Some(a), Some(b)) => match (
+            between(first.process, second.process),
+            sfu_napi_ns,
+            switch_ns,
+        ) {
             (Some(p), Some(n), Some(w)) => {
                 pct_of(b.saturating_sub(a).saturating_sub(p + n + w), window)
             }
@@ -473,20 +481,20 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
     } else {
         0.0
     };
-    let refused = s
+    let refused = sample
         .placement_refused
         .iter()
         .chain(&load.placement_refused)
         .next();
     let excluded = exclusion(c, refused, late_pct, foreign_pct);
-    let kernel = s.kernel_fanout.filter(|_| fanout);
-    let packets = kernel.map_or(s.delay.count, |k| k.packets);
+    let kernel = sample.kernel_fanout.filter(|_| fanout);
+    let packets = kernel.map_or(sample.delay.count, |k| k.packets);
     let napi = matches!(place, Placement::Hosts(t) if t.napi());
     // The SFU host over one window: the engine thread's CPU and its NAPI
     // thread's, both sampled at the window's ends.
-    let engine_ns = s0
+    let engine_ns = first
         .engine_ns
-        .zip(s1.engine_ns)
+        .zip(second.engine_ns)
         .map(|(start, end)| end.saturating_sub(start));
     let sfu_host_pct = match (engine_ns, sfu_napi_ns) {
         (Some(engine), Some(ns)) if napi => pct_of(engine + ns, window),
@@ -502,19 +510,19 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         } else {
             backend.name().into()
         },
-        io_mode: s.io_mode.clone(),
-        flush: format!("{:?}", s.flush).to_lowercase(),
+        io_mode: sample.io_mode.clone(),
+        flush: format!("{:?}", sample.flush).to_lowercase(),
         clients,
         pps,
         rep,
-        seconds: s.wall_s,
-        cpu_user_pct: engine_pct(s.cpu.map(|c| c.user_ns)),
-        cpu_system_pct: engine_pct(s.cpu.map(|c| c.system_ns)),
-        spin_pct: 100.0 * s.spin_s / s.wall_s.max(1e-3),
+        seconds: sample.wall_s,
+        cpu_user_pct: engine_pct(sample.cpu.map(|c| c.user_ns)),
+        cpu_system_pct: engine_pct(sample.cpu.map(|c| c.system_ns)),
+        spin_pct: 100.0 * sample.spin_s / sample.wall_s.max(1e-3),
         // With the in-kernel fan-out the engine runs only the control
         // plane: its CPU per packet is not the packets' cost (n/a; compare
         // the SFU host's CPU instead).
-        cpu_per_packet_us: match s.cpu {
+        cpu_per_packet_us: match sample.cpu {
             Some(cpu) if packets > 0 => user(cpu.total_ns() as f64 / 1000.0 / packets as f64),
             _ => f64::NAN,
         },
@@ -528,27 +536,33 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
             pct_of(cpu.total_ns(), (c.warmup_s + c.duration_s + 0.3).max(1e-3))
         }),
         foreign_pct,
-        delay_p50_us: user(or_nan(s.delay.count, s.delay.p50_us)),
-        delay_p99_us: user(or_nan(s.delay.count, s.delay.p99_us)),
+        delay_p50_us: user(or_nan(sample.delay.count, sample.delay.p50_us)),
+        delay_p99_us: user(or_nan(sample.delay.count, sample.delay.p99_us)),
         delay_mean_us: match kernel {
             Some(k) if k.packets > 0 => k.delay_sum_ns as f64 / 1000.0 / k.packets as f64,
             Some(_) => f64::NAN,
-            None => or_nan(s.delay.count, s.delay_mean_us),
+            None => or_nan(sample.delay.count, sample.delay_mean_us),
         },
-        handoff_p50_us: user(or_nan(s.delay_handoff.count, s.delay_handoff.p50_us)),
-        handoff_p99_us: user(or_nan(s.delay_handoff.count, s.delay_handoff.p99_us)),
-        wait_p50_us: user(or_nan(s.delay_wait.count, s.delay_wait.p50_us)),
-        wait_p99_us: user(or_nan(s.delay_wait.count, s.delay_wait.p99_us)),
+        handoff_p50_us: user(or_nan(
+            sample.delay_handoff.count,
+            sample.delay_handoff.p50_us,
+        )),
+        handoff_p99_us: user(or_nan(
+            sample.delay_handoff.count,
+            sample.delay_handoff.p99_us,
+        )),
+        wait_p50_us: user(or_nan(sample.delay_wait.count, sample.delay_wait.p50_us)),
+        wait_p99_us: user(or_nan(sample.delay_wait.count, sample.delay_wait.p99_us)),
         kdelay_p50_us: user(or_nan(
-            s.delay_from_kernel.count,
-            s.delay_from_kernel.p50_us,
+            sample.delay_from_kernel.count,
+            sample.delay_from_kernel.p50_us,
         )),
         kdelay_p99_us: user(or_nan(
-            s.delay_from_kernel.count,
-            s.delay_from_kernel.p99_us,
+            sample.delay_from_kernel.count,
+            sample.delay_from_kernel.p99_us,
         )),
         // The kernel's copies are not counted (n/a), not assumed.
-        copies_per_packet: user(s.copies_per_packet),
+        copies_per_packet: user(sample.copies_per_packet),
         media: packets,
         client_lost: load.lost,
         client_loss_pct: if expected > 0 {
@@ -557,14 +571,14 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
             f64::NAN
         },
         client_rtt_p50_us: or_nan(load.rtt.count, load.rtt.p50_us),
-        tx_congested: s.tx_congested,
+        tx_congested: sample.tx_congested,
         load_late_pct: late_pct,
         excluded,
         // As the paper: a congested TX path spoils the delays, not the CPU.
-        delay_excluded: s.tx_congested.then(|| {
+        delay_excluded: sample.tx_congested.then(|| {
             format!(
                 "AF_XDP TX ring congested ({} waits for room, {} copies dropped)",
-                s.io.tx_ring_full_waits, s.io.tx_ring_full_drops
+                sample.io.tx_ring_full_waits, sample.io.tx_ring_full_drops
             )
         }),
     })
@@ -582,14 +596,14 @@ pub fn run_grid(
     let mut runs = Vec::new();
     let mut failed = 0;
     for (rep, n, pps, b, fanout) in c.plan() {
-        let r = if fanout {
+        let result = if fanout {
             run_kernel_fanout(place, c, n, pps, rep)
         } else {
             run_one(place, c, b, n, pps, rep)
         };
-        progress(&r, (rep, n, pps, b, fanout));
-        match r {
-            Ok(r) => runs.push(r),
+        progress(&result, (rep, n, pps, b, fanout));
+        match result {
+            Ok(result) => runs.push(result),
             Err(_) => failed += 1,
         }
     }
@@ -716,10 +730,10 @@ pub fn run_capacity(
                 rep: 0,
             };
             let load_pps = (n as u64) * u64::from(pps);
-            let (r, flagged) = capacity_step(place, c, column);
-            let Some(r) = r else {
+            let (measured, flagged) = capacity_step(place, c, column);
+            let Some(measured) = measured else {
                 // No valid run at this step: nothing is claimed from here on.
-                let p = CapacityPoint {
+                let point = CapacityPoint {
                     backend: name.into(),
                     clients: n,
                     pps,
@@ -734,22 +748,22 @@ pub fn run_capacity(
                     flagged,
                     limit: Some("no valid run (see flagged)".into()),
                 };
-                progress(&p);
-                points.push(p);
+                progress(&point);
+                points.push(point);
                 break;
             };
             // The in-kernel fan-out works in the SFU's NAPI thread: its
             // saturation is the SFU host's.
             let cpu = if fanout {
-                r.sfu_host_pct
+                measured.sfu_host_pct
             } else {
-                r.cpu_user_pct + r.cpu_system_pct
+                measured.cpu_user_pct + measured.cpu_system_pct
             };
-            let over = r.client_loss_pct.is_nan() || r.client_loss_pct > loss_limit;
+            let over = measured.client_loss_pct.is_nan() || measured.client_loss_pct > loss_limit;
             let limit = if over {
                 Some(format!(
                     "client loss {:.2}% > {loss_limit}%",
-                    r.client_loss_pct
+                    measured.client_loss_pct
                 ))
             } else if cpu >= cpu_limit {
                 Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
@@ -758,29 +772,29 @@ pub fn run_capacity(
             };
             // As the grid: a congested TX path spoils the delays only.
             let delay = |v: f64| {
-                if r.delay_excluded.is_some() {
+                if measured.delay_excluded.is_some() {
                     f64::NAN
                 } else {
                     v
                 }
             };
-            let p = CapacityPoint {
+            let point = CapacityPoint {
                 backend: name.into(),
                 clients: n,
                 pps,
                 load_pps,
                 cpu_pct: cpu,
-                sfu_host_pct: r.sfu_host_pct,
-                loss_pct: r.client_loss_pct,
-                delay_p50_us: delay(r.delay_p50_us),
-                handoff_p50_us: delay(r.handoff_p50_us),
-                kdelay_p50_us: delay(r.kdelay_p50_us),
-                foreign_pct: r.foreign_pct,
+                sfu_host_pct: measured.sfu_host_pct,
+                loss_pct: measured.client_loss_pct,
+                delay_p50_us: delay(measured.delay_p50_us),
+                handoff_p50_us: delay(measured.handoff_p50_us),
+                kdelay_p50_us: delay(measured.kdelay_p50_us),
+                foreign_pct: measured.foreign_pct,
                 flagged,
                 limit: limit.clone(),
             };
-            progress(&p);
-            points.push(p);
+            progress(&point);
+            points.push(point);
             if limit.is_some() {
                 break;
             }
@@ -812,8 +826,8 @@ pub fn run_capacity(
 /// The capacity curve as text.
 pub fn render_capacity(cap: &Capacity) -> String {
     use std::fmt::Write;
-    let mut o = String::new();
-    let f = |v: f64| {
+    let mut out = String::new();
+    let format_value = |v: f64| {
         if v.is_finite() {
             format!("{v:.1}")
         } else {
@@ -821,7 +835,7 @@ pub fn render_capacity(cap: &Capacity) -> String {
         }
     };
     let _ = writeln!(
-        o,
+        out,
         "capacity (loss <= {}% and engine CPU < {}% of a core, valid runs only):\n{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8}  limit",
         cap.limits.0,
         cap.limits.1,
@@ -838,31 +852,31 @@ pub fn render_capacity(cap: &Capacity) -> String {
     );
     for p in &cap.points {
         let _ = writeln!(
-            o,
+            out,
             "{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8}  {}",
             p.backend,
             p.clients,
             p.load_pps,
-            f(p.cpu_pct),
-            f(p.sfu_host_pct),
+            format_value(p.cpu_pct),
+            format_value(p.sfu_host_pct),
             if p.loss_pct.is_finite() {
                 format!("{:.2}", p.loss_pct)
             } else {
                 "n/a".into()
             },
-            f(p.delay_p50_us),
-            f(p.handoff_p50_us),
-            f(p.kdelay_p50_us),
-            f(p.foreign_pct),
+            format_value(p.delay_p50_us),
+            format_value(p.handoff_p50_us),
+            format_value(p.kdelay_p50_us),
+            format_value(p.foreign_pct),
             p.limit.as_deref().unwrap_or("-")
         );
         for why in &p.flagged {
-            let _ = writeln!(o, "        left out: {why}");
+            let _ = writeln!(out, "        left out: {why}");
         }
     }
     for c in &cap.carried {
         let _ = writeln!(
-            o,
+            out,
             "carried {}: {} clients, {} pps in{}",
             c.backend,
             c.clients,
@@ -872,7 +886,7 @@ pub fn render_capacity(cap: &Capacity) -> String {
                 .unwrap_or_default()
         );
     }
-    o
+    out
 }
 
 #[cfg(test)]

@@ -102,23 +102,23 @@ impl Run {
     /// This run as the summaries use it: with its delays blanked (n/a)
     /// when they are left out.
     fn for_summary(&self) -> Run {
-        let mut r = self.clone();
-        if r.delay_excluded.is_some() {
+        let mut copy = self.clone();
+        if copy.delay_excluded.is_some() {
             for v in [
-                &mut r.delay_p50_us,
-                &mut r.delay_p99_us,
-                &mut r.delay_mean_us,
-                &mut r.handoff_p50_us,
-                &mut r.handoff_p99_us,
-                &mut r.wait_p50_us,
-                &mut r.wait_p99_us,
-                &mut r.kdelay_p50_us,
-                &mut r.kdelay_p99_us,
+                &mut copy.delay_p50_us,
+                &mut copy.delay_p99_us,
+                &mut copy.delay_mean_us,
+                &mut copy.handoff_p50_us,
+                &mut copy.handoff_p99_us,
+                &mut copy.wait_p50_us,
+                &mut copy.wait_p99_us,
+                &mut copy.kdelay_p50_us,
+                &mut copy.kdelay_p99_us,
             ] {
                 *v = f64::NAN;
             }
         }
-        r
+        copy
     }
 }
 
@@ -323,14 +323,17 @@ pub fn summarize(runs: &[Run]) -> Summary {
         .collect();
     let cpu = |r: &Row| r.cpu_user.mean + r.cpu_system.mean;
     for r in rows.iter_mut() {
-        if let Some(b) = base.get(&(r.clients, r.pps)) {
-            r.cpu_ratio = ratio(r.cpu_per_packet.mean, b.cpu_per_packet.mean);
-            r.delay_p50_ratio = ratio(r.delay_p50.mean, b.delay_p50.mean);
-            r.handoff_p50_ratio = ratio(r.handoff_p50.mean, b.handoff_p50.mean);
-            r.wait_p50_ratio = ratio(r.wait_p50.mean, b.wait_p50.mean);
-            r.kdelay_p50_ratio = ratio(r.kdelay_p50.mean, b.kdelay_p50.mean);
-            r.sfu_host_ratio = ratio(r.sfu_host_per_packet.mean, b.sfu_host_per_packet.mean);
-            r.delay_mean_ratio = ratio(r.delay_mean.mean, b.delay_mean.mean);
+        if let Some(baseline) = base.get(&(r.clients, r.pps)) {
+            r.cpu_ratio = ratio(r.cpu_per_packet.mean, baseline.cpu_per_packet.mean);
+            r.delay_p50_ratio = ratio(r.delay_p50.mean, baseline.delay_p50.mean);
+            r.handoff_p50_ratio = ratio(r.handoff_p50.mean, baseline.handoff_p50.mean);
+            r.wait_p50_ratio = ratio(r.wait_p50.mean, baseline.wait_p50.mean);
+            r.kdelay_p50_ratio = ratio(r.kdelay_p50.mean, baseline.kdelay_p50.mean);
+            r.sfu_host_ratio = ratio(
+                r.sfu_host_per_packet.mean,
+                baseline.sfu_host_per_packet.mean,
+            );
+            r.delay_mean_ratio = ratio(r.delay_mean.mean, baseline.delay_mean.mean);
         }
     }
     let mut names: Vec<String> = runs.iter().map(|r| r.backend.clone()).collect();
@@ -338,43 +341,43 @@ pub fn summarize(runs: &[Run]) -> Summary {
     names.dedup();
     let mut models = Vec::new();
     let mut backends = Vec::new();
-    for b in &names {
+    for baseline in &names {
         let pts: Vec<(f64, f64)> = runs
             .iter()
-            .filter(|r| &r.backend == b && r.excluded.is_none())
+            .filter(|r| &r.backend == baseline && r.excluded.is_none())
             .filter(|r| r.copies_per_packet.is_finite() && r.delay_p50_us.is_finite())
             .map(|r| (r.copies_per_packet, r.delay_p50_us))
             .collect();
         if let Some(LineFit {
             intercept,
             slope,
-            r2,
+            r2: r_squared,
         }) = fit_line(&pts)
         {
-            let terms = if b == "socket" {
+            let terms = if baseline == "socket" {
                 ("k_rcv", "k_snd")
             } else {
                 ("u_rx", "u_tx")
             };
             models.push(DelayModel {
-                backend: b.clone(),
+                backend: baseline.clone(),
                 terms: (terms.0.into(), terms.1.into()),
                 intercept_us: intercept,
                 per_copy_us: slope,
-                r2,
+                r2: r_squared,
                 points: pts.len(),
             });
         }
-        let mine: Vec<&Row> = rows.iter().filter(|r| &r.backend == b).collect();
+        let mine: Vec<&Row> = rows.iter().filter(|r| &r.backend == baseline).collect();
         let avg_opt = |f: &dyn Fn(&Row) -> Option<f64>| {
-            let v: Vec<f64> = mine.iter().filter_map(|r| f(r)).collect();
-            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+            let values: Vec<f64> = mine.iter().filter_map(|r| f(r)).collect();
+            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
         };
         let avg = |f: &dyn Fn(&Row) -> f64| {
-            avg_opt(&|r| Some(f(r)).filter(|v| v.is_finite())).unwrap_or(f64::NAN)
+            avg_opt(&|r| Some(f(r)).filter(|values| values.is_finite())).unwrap_or(f64::NAN)
         };
         backends.push(BackendSummary {
-            backend: b.clone(),
+            backend: baseline.clone(),
             cpu_ratio: avg_opt(&|r| r.cpu_ratio),
             delay_p50_ratio: avg_opt(&|r| r.delay_p50_ratio),
             handoff_p50_ratio: avg_opt(&|r| r.handoff_p50_ratio),
@@ -390,7 +393,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
             wait_p50_us: avg(&|r| r.wait_p50.mean),
             kdelay_p50_us: avg(&|r| r.kdelay_p50.mean),
             runs: mine.iter().map(|r| r.runs).sum(),
-            excluded: excluded.iter().filter(|e| &e.0 == b).count(),
+            excluded: excluded.iter().filter(|e| &e.0 == baseline).count(),
         });
     }
     Summary {
@@ -471,20 +474,20 @@ fn cells_table(s: &Summary) -> Table {
 /// Render the summary as text: the per-cell table, Figs. 3-5 shaped
 /// tables, the ratios per backend and the delay models.
 pub fn render(s: &Summary) -> String {
-    let mut o = cells_table(s).text();
+    let mut out = cells_table(s).text();
     let _ = writeln!(
-        o,
+        out,
         "(±: 95% CI over repetitions; delays are per-packet medians in µs: (a) pickup -> last copy \
          scheduled (the paper's delay), (b) pickup -> last copy taken by the kernel, (c) app receive \
          -> pickup, (d) kernel RX stamp -> last copy taken; cpu: SFU engine thread, % of one core; \
          x/s: ratio to the socket backend in the same cell (cpu: per packet); n/a: no data)"
     );
     for table in figure_tables(s) {
-        o.push_str(&table.text());
+        out.push_str(&table.text());
     }
     for b in s.backends.iter().filter(|b| b.backend != "socket") {
         let _ = writeln!(
-            o,
+            out,
             "overall {} vs socket: cpu {}, delay(a) {}, handoff(b) {}, wait(c) {}, kdelay(d) {}; sfu host cpu {}, mean delay(a) {}",
             b.backend,
             x(b.cpu_ratio),
@@ -498,7 +501,7 @@ pub fn render(s: &Summary) -> String {
     }
     for m in &s.models {
         let _ = writeln!(
-            o,
+            out,
             "delay model {}: d(n) = {} + n * {} = {:.2} us + n * {:.2} us  (median delay (a), R2 {:.3}, {} runs; n = copies/packet; paper: {})",
             m.backend,
             m.terms.0,
@@ -516,19 +519,19 @@ pub fn render(s: &Summary) -> String {
     }
     for e in &s.excluded {
         let _ = writeln!(
-            o,
+            out,
             "left out: {} clients={} pps={} rep={}: {}",
             e.0, e.1, e.2, e.3, e.4
         );
     }
     for e in &s.delay_excluded {
         let _ = writeln!(
-            o,
+            out,
             "delay left out (CPU kept): {} clients={} pps={} rep={}: {}",
             e.0, e.1, e.2, e.3, e.4
         );
     }
-    o
+    out
 }
 
 /// Figs. 3 and 4 (CPU user/kernel per client count, one table per rate)
@@ -623,13 +626,13 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
             dash: 0,
             markers_only: true,
         });
-        let at = |n: f64| (model.intercept_us + model.per_copy_us * n).max(0.0);
+        let latency_at = |n: f64| (model.intercept_us + model.per_copy_us * n).max(0.0);
         series.push(svg::Series {
             label: format!(
                 "{}: {:.1} + n*{:.2} us",
                 model.backend, model.intercept_us, model.per_copy_us
             ),
-            points: vec![(0.0, at(0.0), 0.0), (xmax, at(xmax), 0.0)],
+            points: vec![(0.0, latency_at(0.0), 0.0), (xmax, latency_at(xmax), 0.0)],
             color: Some(index),
             dash: 1,
             markers_only: false,

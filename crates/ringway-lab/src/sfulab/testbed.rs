@@ -59,11 +59,11 @@ impl Testbed {
     /// Hosts `sfu` and `c0..c<clients>` on one bridge; `napi`: threaded
     /// NAPI at the switch ports (see the module docs).
     pub fn build(clients: usize, napi: bool) -> anyhow::Result<Testbed> {
-        let mut b = Topology::builder().host("sfu");
+        let mut topology_builder = Topology::builder().host("sfu");
         for i in 0..clients {
-            b = b.host(&format!("c{i}"));
+            topology_builder = topology_builder.host(&format!("c{i}"));
         }
-        let topology = b
+        let topology = topology_builder
             .bridge()
             .build()
             .context("building the namespace topology")?;
@@ -78,9 +78,9 @@ impl Testbed {
             ifaces: Vec::new(),
         };
         for i in 0..clients {
-            let h = topology.host(&format!("c{i}")).expect("built").clone();
-            let ifname = h.ifaces[0].0.clone();
-            h.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
+            let host = topology.host(&format!("c{i}")).expect("built").clone();
+            let ifname = host.ifaces[0].0.clone();
+            host.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
                 .context("entering a client host")?
                 .context("turning TX checksum offload off on a client veth")?;
         }
@@ -91,11 +91,18 @@ impl Testbed {
             // instead of being dropped (AF_XDP, which bypasses the qdisc,
             // waits in its TX ring).
             let hosts: Vec<Host> = topology.hosts().to_vec();
-            for h in hosts {
-                let dev = h.ifaces[0].0.clone();
+            for host in hosts {
+                let dev = host.ifaces[0].0.clone();
                 let out = Command::new("ip")
                     .args([
-                        "netns", "exec", &h.netns, "tc", "qdisc", "replace", "dev", &dev,
+                        "netns",
+                        "exec",
+                        &host.netns,
+                        "tc",
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        &dev,
                     ])
                     .args(["root", "pfifo", "limit", "10000"])
                     .output()
@@ -103,12 +110,12 @@ impl Testbed {
                 anyhow::ensure!(
                     out.status.success(),
                     "tc qdisc on {dev} in {}: {}",
-                    h.netns,
+                    host.netns,
                     String::from_utf8_lossy(&out.stderr).trim()
                 );
             }
         }
-        let mut tb = Testbed {
+        let mut testbed = Testbed {
             ports: Vec::new(),
             switch_napi: Vec::new(),
             switch,
@@ -120,17 +127,17 @@ impl Testbed {
             for p in 0..=clients {
                 let port = format!("p{p}");
                 let name = port.clone();
-                let a = tb
+                let addr = testbed
                     .switch
                     .run(move || attach_xdp_pass(&name, XdpMode::Native))
                     .context("entering the switch namespace")?
                     .with_context(|| format!("native XDP on switch port {port}"))?;
-                tb.ports.push(a);
-                let threads = threaded_napi(&tb.switch, &port)?;
-                tb.switch_napi.extend(threads);
+                testbed.ports.push(addr);
+                let threads = threaded_napi(&testbed.switch, &port)?;
+                testbed.switch_napi.extend(threads);
             }
         }
-        Ok(tb)
+        Ok(testbed)
     }
 
     /// The SFU's host.
@@ -211,9 +218,9 @@ fn napi_threads() -> BTreeSet<(u32, String)> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-            if c.starts_with("napi/") {
-                out.insert((pid, c.trim().to_string()));
+        if let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+            if comm.starts_with("napi/") {
+                out.insert((pid, comm.trim().to_string()));
             }
         }
     }
@@ -256,10 +263,10 @@ fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> {
 /// `None` if one of them cannot be read (gone): the sum is unknown, n/a.
 pub fn cpu_of(pids: &[u32]) -> Option<CpuTime> {
     pids.iter().try_fold(CpuTime::default(), |a, &p| {
-        let c = ringway_server::host::process_cpu_time_of(p).ok()?;
+        let cpu = ringway_server::host::process_cpu_time_of(p).ok()?;
         Some(CpuTime {
-            user_ns: a.user_ns + c.user_ns,
-            system_ns: a.system_ns + c.system_ns,
+            user_ns: a.user_ns + cpu.user_ns,
+            system_ns: a.system_ns + cpu.system_ns,
         })
     })
 }
@@ -287,18 +294,18 @@ pub fn thread_run_time_ns(tid: i32) -> Option<u64> {
 /// Busy CPU time of the whole machine, all CPUs (`/proc/stat`: everything
 /// but idle and iowait), in ns.
 pub fn machine_busy_ns() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = s.lines().next()?;
-    let f: Vec<u64> = line
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?;
+    let fields: Vec<u64> = line
         .split_whitespace()
         .skip(1)
         .filter_map(|x| x.parse().ok())
         .collect();
-    if f.len() < 5 {
+    if fields.len() < 5 {
         return None;
     }
-    let total: u64 = f.iter().take(8).sum();
-    let busy = total - f[3] - f[4];
+    let total: u64 = fields.iter().take(8).sum();
+    let busy = total - fields[3] - fields[4];
     Some(busy * (1_000_000_000 / ringway_server::host::USER_HZ))
 }
 

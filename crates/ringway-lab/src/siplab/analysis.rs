@@ -467,10 +467,10 @@ pub fn queueing_check(caps: &[Capacity], pts: &[Point]) -> Vec<QueueRow> {
     let mut rows = Vec::new();
     for c in caps {
         let Some((rate, _)) = c.below else { continue };
-        let Some(p) = point_at(pts, c, rate).filter(|p| p.reps > 0) else {
+        let Some(point) = point_at(pts, c, rate).filter(|point| point.reps > 0) else {
             continue;
         };
-        let lambda = p.arrival_pps.mean;
+        let lambda = point.arrival_pps.mean;
         let predict = |service: Option<MeanCi>| {
             service.map(|s| (s.mean, queue_prediction(lambda, s.mean, c.cores)))
         };
@@ -478,10 +478,10 @@ pub fn queueing_check(caps: &[Capacity], pts: &[Point]) -> Vec<QueueRow> {
             config: c.config.clone(),
             workers: c.workers,
             arrival_pps: lambda,
-            by_t_sip: predict(p.t_sip_us),
-            by_cpu: predict(p.cpu_us_per_msg),
-            k_rcv: p.k_rcv_us,
-            k_rcv_plus_wait: match (p.k_rcv_us, p.wait_us) {
+            by_t_sip: predict(point.t_sip_us),
+            by_cpu: predict(point.cpu_us_per_msg),
+            k_rcv: point.k_rcv_us,
+            k_rcv_plus_wait: match (point.k_rcv_us, point.wait_us) {
                 (Some(k), Some(w)) => Some(k.mean + w.mean),
                 _ => None,
             },
@@ -517,10 +517,10 @@ fn lower(base: &Point, other: &Point, of: fn(&RepValues) -> Option<f64>) -> Lowe
     let mut base_values = Vec::new();
     let mut other_values = Vec::new();
     for b in &base.per_rep {
-        if let Some(o) = other.per_rep.iter().find(|o| o.0 == b.0) {
-            if let (Some(vb), Some(vo)) = (of(b), of(o)) {
-                base_values.push(vb);
-                other_values.push(vo);
+        if let Some(other_rep) = other.per_rep.iter().find(|other_rep| other_rep.0 == b.0) {
+            if let (Some(base_value), Some(other_value)) = (of(b), of(other_rep)) {
+                base_values.push(base_value);
+                other_values.push(other_value);
             }
         }
     }
@@ -610,7 +610,7 @@ pub fn comparisons(caps: &[Capacity], pts: &[Point]) -> Vec<Comparison> {
             let Some(base) = point_at(pts, b, rate) else {
                 continue;
             };
-            let at = |mode: &String| {
+            let label_at = |mode: &String| {
                 pts.iter().find(|p| {
                     p.proxy == proxy
                         && p.cores == cores
@@ -627,7 +627,7 @@ pub fn comparisons(caps: &[Capacity], pts: &[Point]) -> Vec<Comparison> {
                 others: others
                     .iter()
                     .map(|mode| {
-                        at(mode).map(|p| OtherMode {
+                        label_at(mode).map(|p| OtherMode {
                             pdr: p.pdr,
                             pdr_lower: lower(base, p, |x| Some(x.1)),
                             k_rcv: p.k_rcv_us,

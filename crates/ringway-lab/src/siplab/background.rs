@@ -29,18 +29,18 @@ pub fn parse_proc_stat(text: &str, cpus: &[usize]) -> Option<CpuTicks> {
         let line = text
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
-        let f: Vec<u64> = line
+        let fields: Vec<u64> = line
             .split_whitespace()
             .skip(1)
             .filter_map(|x| x.parse().ok())
             .collect();
-        if f.len() < 8 {
+        if fields.len() < 8 {
             return None;
         }
         // user nice system idle iowait irq softirq steal (guest is in user).
-        sum.total += f[..8].iter().sum::<u64>();
-        sum.busy += f[0] + f[1] + f[2] + f[5] + f[6];
-        sum.steal += f[7];
+        sum.total += fields[..8].iter().sum::<u64>();
+        sum.busy += fields[0] + fields[1] + fields[2] + fields[5] + fields[6];
+        sum.steal += fields[7];
     }
     Some(sum)
 }

@@ -373,9 +373,9 @@ pub fn run_compare(
     let outcome = outcome?;
     let _ = std::fs::remove_dir_all(out.join("work"));
     let rows = compare::analyse(&cfg, &outcome);
-    let md = compare::report_markdown(&cfg, &outcome, &rows, &c.command, &notes);
+    let markdown = compare::report_markdown(&cfg, &outcome, &rows, &c.command, &notes);
     let md_path = out.join("compare.md");
-    std::fs::write(&md_path, md)?;
+    std::fs::write(&md_path, markdown)?;
     let json_path = out.join("compare.json");
     std::fs::write(
         &json_path,

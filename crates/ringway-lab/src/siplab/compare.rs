@@ -40,8 +40,12 @@ impl CompareConfig {
         if self.rates.is_empty() {
             return Err("--at-rates: give at least one rate".into());
         }
-        if let Some(r) = self.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
-            return Err(format!("--at-rates: {r} is not a rate > 0"));
+        if let Some(rate) = self
+            .rates
+            .iter()
+            .find(|rate| !(rate.is_finite() && **rate > 0.0))
+        {
+            return Err(format!("--at-rates: {rate} is not a rate > 0"));
         }
         if self.sweep.modes.iter().any(|m| m == TUNED) {
             return Err("--profiles: tuned runs the tuner; compare its mode file instead".into());
@@ -66,13 +70,13 @@ impl CompareConfig {
 
     /// Runs the comparison makes.
     pub fn planned(&self) -> usize {
-        let s = &self.sweep;
-        (s.modes.len() + 1)
-            * s.proxies.len()
-            * s.cores.len()
-            * s.workers.len()
+        let sweep = &self.sweep;
+        (sweep.modes.len() + 1)
+            * sweep.proxies.len()
+            * sweep.cores.len()
+            * sweep.workers.len()
             * self.rates.len()
-            * s.reps as usize
+            * sweep.reps as usize
     }
 }
 
@@ -170,8 +174,8 @@ pub fn run_compare(
                         let spec = arm_spec(cfg, &modes, &arms[i], (cores, workers, rate), block);
                         out.records.push(runs.get(&spec, tools));
                     }
-                    if let Some(e) = runs.err.take() {
-                        return Err(e.context("cannot append to runs.jsonl"));
+                    if let Some(error) = runs.err.take() {
+                        return Err(error.context("cannot append to runs.jsonl"));
                     }
                 }
             }
@@ -260,8 +264,8 @@ pub struct Row {
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
-    let v: Vec<f64> = xs.collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    let values: Vec<f64> = xs.collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
 /// The comparison rows of one point (proxy, cores, workers, rate) for
@@ -279,7 +283,7 @@ pub fn analyse_point(
     let Some(reference) = mine.first() else {
         return Vec::new();
     };
-    let aa = mine.iter().find(|a| a.is_aa());
+    let all_alone = mine.iter().find(|a| a.is_aa());
     let mut rows = Vec::new();
     for metric in Metric::ALL {
         let values = |arm: &Arm| -> Vec<Option<f64>> {
@@ -291,11 +295,11 @@ pub fn analyse_point(
         if ref_values.iter().all(Option::is_none) {
             continue; // not measured for this proxy (K_rcv of Kamailio)
         }
-        let floor = aa
-            .and_then(|aa| design::paired_effect(&ref_values, &values(aa)))
+        let floor = all_alone
+            .and_then(|all_alone| design::paired_effect(&ref_values, &values(all_alone)))
             .map(|e| design::noise_floor(&e));
         // The A/A row first, then the others.
-        let ordered = aa
+        let ordered = all_alone
             .into_iter()
             .chain(mine.iter().filter(|a| !a.is_aa()).skip(1));
         for arm in ordered {
@@ -367,7 +371,7 @@ fn num(v: Option<f64>, digits: usize) -> String {
 /// The comparison table: every "% lower" with its CI, the A/A floor
 /// beside it, the MDE and the verdict.
 pub fn table(rows: &[Row]) -> Table {
-    let mut t = Table::new(
+    let mut out = Table::new(
         "Paired comparisons at fixed loads (% lower than the reference; A/A = the reference run twice)",
         &[
             "proxy",
@@ -401,7 +405,7 @@ pub fn table(rows: &[Row]) -> Table {
             ),
         };
         let is_aa = r.arm.ends_with(design::AA_SUFFIX);
-        t.rows.push(vec![
+        out.rows.push(vec![
             r.proxy.name().into(),
             r.cores.to_string(),
             r.workers.to_string(),
@@ -424,7 +428,7 @@ pub fn table(rows: &[Row]) -> Table {
                 .map_or("n/a".into(), |n| n.to_string()),
         ]);
     }
-    t
+    out
 }
 
 /// The comparison report: the design (seed, arms, every block's order),
@@ -437,28 +441,28 @@ pub fn report_markdown(
     notes: &[String],
 ) -> String {
     use std::fmt::Write as _;
-    let s = &cfg.sweep;
-    let mut md = String::from("# SIP lab: paired comparison at fixed loads\n\n");
-    let _ = writeln!(md, "Command: `{command}`\n");
+    let sweep = &cfg.sweep;
+    let mut markdown = String::from("# SIP lab: paired comparison at fixed loads\n\n");
+    let _ = writeln!(markdown, "Command: `{command}`\n");
     let _ = writeln!(
-        md,
+        markdown,
         "Design: {} block(s) per point; each block runs every arm once, back to back, in an order drawn from the block's seed (base seed {}), every arm with that generator seed. \
          The A/A arm runs the reference mode a second time under its own label: its difference from the reference is the noise floor. \
          Effects are paired per block: % lower = 100 · mean(ref − arm) / mean(ref), 95 % CI (Student t), MDE at 80 % power. \
          A result whose CI includes 0 or lies within the A/A floor is not distinguishable from noise. \
          Runs {} s each; emulated service time: {}.\n",
-        s.reps,
-        s.seed,
-        s.duration_s,
-        s.service.map_or("off".to_string(), |t| format!("{t} µs (ringway only)")),
+        sweep.reps,
+        sweep.seed,
+        sweep.duration_s,
+        sweep.service.map_or("off".to_string(), |t| format!("{t} µs (ringway only)")),
     );
     for n in notes {
-        let _ = writeln!(md, "- {n}");
+        let _ = writeln!(markdown, "- {n}");
     }
-    let _ = writeln!(md, "\n{}", table(rows).markdown());
+    let _ = writeln!(markdown, "\n{}", table(rows).markdown());
     let left_out: Vec<&RunRecord> = out.records.iter().filter(|r| !r.valid()).collect();
     let _ = writeln!(
-        md,
+        markdown,
         "\n## Runs left out ({} of {})\n",
         left_out.len(),
         out.records.len()
@@ -466,7 +470,7 @@ pub fn report_markdown(
     for r in left_out {
         let why = r.error.clone().unwrap_or_else(|| r.flags.join("; "));
         let _ = writeln!(
-            md,
+            markdown,
             "- {} {} c{} w{} {:.0} cps block {}: {why}",
             r.spec.proxy.name(),
             r.spec.sched,
@@ -476,10 +480,13 @@ pub fn report_markdown(
             r.spec.rep
         );
     }
-    let _ = writeln!(md, "\n## Block orders (reproducible from the seeds)\n");
+    let _ = writeln!(
+        markdown,
+        "\n## Block orders (reproducible from the seeds)\n"
+    );
     for o in &out.orders {
         let _ = writeln!(
-            md,
+            markdown,
             "- c{} w{} {:.0} cps block {} seed {}: {}",
             o.cores,
             o.workers,
@@ -489,7 +496,7 @@ pub fn report_markdown(
             o.order.join(", ")
         );
     }
-    md
+    markdown
 }
 
 #[cfg(test)]

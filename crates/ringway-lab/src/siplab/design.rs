@@ -73,10 +73,10 @@ pub fn arms(proxies: &[ProxyKind], modes: &[String]) -> Vec<Arm> {
 /// splitmix64: the generator behind [`block_order`].
 fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    let mut mixed = *state;
+    mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    mixed ^ (mixed >> 31)
 }
 
 /// The order in which block `block` runs `n` arms: a uniformly random
@@ -87,8 +87,8 @@ pub fn block_order(seed: u64, block: u64, n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         // Multiply-shift: unbiased enough for n ≪ 2^32.
-        let j = ((u128::from(splitmix64(&mut state)) * (i as u128 + 1)) >> 64) as usize;
-        order.swap(i, j);
+        let swap_with = ((u128::from(splitmix64(&mut state)) * (i as u128 + 1)) >> 64) as usize;
+        order.swap(i, swap_with);
     }
     order
 }
@@ -127,26 +127,26 @@ pub fn paired_effect(reference: &[Option<f64>], other: &[Option<f64>]) -> Option
         .zip(other)
         .filter_map(|(r, o)| Some(((*r)?, (*o)?)))
         .collect();
-    let n = pairs.len();
-    if n < 2 {
+    let count = pairs.len();
+    if count < 2 {
         return None;
     }
-    let mean_ref = pairs.iter().map(|p| p.0).sum::<f64>() / n as f64;
+    let mean_ref = pairs.iter().map(|p| p.0).sum::<f64>() / count as f64;
     if mean_ref == 0.0 || !mean_ref.is_finite() {
         return None;
     }
-    let d: Vec<f64> = pairs.iter().map(|(r, o)| r - o).collect();
-    let mean_d = d.iter().sum::<f64>() / n as f64;
-    let var = d.iter().map(|x| (x - mean_d).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let diffs: Vec<f64> = pairs.iter().map(|(r, o)| r - o).collect();
+    let mean_d = diffs.iter().sum::<f64>() / count as f64;
+    let var = diffs.iter().map(|x| (x - mean_d).powi(2)).sum::<f64>() / (count - 1) as f64;
     let scale = 100.0 / mean_ref.abs();
     let sd_pct = var.sqrt() * scale;
-    let t = t975(n - 1);
+    let t_quantile = t975(count - 1);
     Some(Effect {
         lower_pct: mean_d * scale,
-        ci_pct: t * sd_pct / (n as f64).sqrt(),
+        ci_pct: t_quantile * sd_pct / (count as f64).sqrt(),
         sd_pct,
-        pairs: n,
-        mde_pct: (t + Z_POWER) * sd_pct / (n as f64).sqrt(),
+        pairs: count,
+        mde_pct: (t_quantile + Z_POWER) * sd_pct / (count as f64).sqrt(),
     })
 }
 
@@ -186,8 +186,8 @@ pub fn verdict(effect: &Effect, floor: Option<f64>) -> Verdict {
     let Some(floor) = floor.filter(|f| f.is_finite()) else {
         return Verdict::NoFloor;
     };
-    let (lo, hi) = effect.ci();
-    if lo <= 0.0 && hi >= 0.0 {
+    let (low, high) = effect.ci();
+    if low <= 0.0 && high >= 0.0 {
         Verdict::Noise("95 % CI includes 0".into())
     } else if effect.lower_pct.abs() <= floor {
         Verdict::Noise(format!("within the A/A floor of {floor:.1} %"))

@@ -37,9 +37,9 @@ pub enum Generation {
 impl KernelVersion {
     /// Parse `uname -r` text such as `6.18.44-fc-v669`.
     pub fn parse(release: &str) -> Option<KernelVersion> {
-        let mut it = release.split(|c: char| !c.is_ascii_digit());
-        let major = it.next()?.parse().ok()?;
-        let minor = it.next()?.parse().ok()?;
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
         Some(KernelVersion { major, minor })
     }
 
@@ -102,17 +102,17 @@ impl Plan {
     /// Canonical text of what would actually be applied: two modes with the
     /// same text apply the same settings on this kernel.
     pub fn effective(&self) -> String {
-        let mut g: Vec<String> = self
+        let mut groups: Vec<String> = self
             .globals
             .iter()
             .map(|k| format!("{}={}", k.path, k.value))
             .collect();
-        g.sort();
-        let t = self.thread.proxy_args().join(" ");
+        groups.sort();
+        let thread_args = self.thread.proxy_args().join(" ");
         format!(
             "globals[{}] threads[{}] affinity[{}]",
-            g.join(" "),
-            t,
+            groups.join(" "),
+            thread_args,
             if self.pin_threads {
                 "thread"
             } else {
@@ -316,33 +316,33 @@ pub fn map_knobs(
         writable,
         slice_wanted: None,
     };
-    if let Some(ns) = k.latency_ns {
-        mapper.latency(ns);
+    if let Some(latency_ns) = k.latency_ns {
+        mapper.latency(latency_ns);
     }
-    if let Some(ns) = k.min_granularity_ns {
-        mapper.min_granularity(ns);
+    if let Some(latency_ns) = k.min_granularity_ns {
+        mapper.min_granularity(latency_ns);
     }
-    if let Some(ns) = k.wakeup_granularity_ns {
-        mapper.wakeup_granularity(ns);
+    if let Some(latency_ns) = k.wakeup_granularity_ns {
+        mapper.wakeup_granularity(latency_ns);
     }
-    if let Some(ns) = k.migration_cost_ns {
+    if let Some(latency_ns) = k.migration_cost_ns {
         let path = mapper.cfs_path("sched_migration_cost_ns", "migration_cost_ns");
-        mapper.global("migration_cost_ns", ns.to_string(), path);
+        mapper.global("migration_cost_ns", latency_ns.to_string(), path);
     }
     if let Some(scaling) = &k.tunable_scaling {
         mapper.tunable_scaling(scaling);
     }
-    if let Some(ns) = k.base_slice_ns {
-        mapper.base_slice(ns);
+    if let Some(latency_ns) = k.base_slice_ns {
+        mapper.base_slice(latency_ns);
     }
     for feature in k.features.iter().flatten() {
         mapper.feature(feature);
     }
-    if let Some(us) = k.slice_us {
-        mapper.slice_wanted = Some(("slice_us".into(), us));
+    if let Some(slice) = k.slice_us {
+        mapper.slice_wanted = Some(("slice_us".into(), slice));
     }
-    if let Some((knob, us)) = mapper.slice_wanted.take() {
-        mapper.thread_slice(&knob, us, k.policy.as_deref());
+    if let Some((knob, slice)) = mapper.slice_wanted.take() {
+        mapper.thread_slice(&knob, slice, k.policy.as_deref());
     }
     let mut plan = mapper.plan;
     if plan.pin_threads {

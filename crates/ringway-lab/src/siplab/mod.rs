@@ -134,10 +134,10 @@ impl RunSpec {
     }
     /// Key of the point the run belongs to: every setting but rep and seed.
     pub fn point_key(&self) -> String {
-        let mut s = self.clone();
-        s.rep = 0;
-        s.seed = 0;
-        s.key()
+        let mut key = self.clone();
+        key.rep = 0;
+        key.seed = 0;
+        key.key()
     }
 }
 
@@ -391,9 +391,9 @@ pub fn validity_flags(
     proxy_cpus: &[usize],
     proxy_threads_allowed: &[Vec<usize>],
 ) -> Vec<String> {
-    let mut f = Vec::new();
+    let mut flags = Vec::new();
     if (gen.attempted as f64) < MIN_ACHIEVED * gen.scheduled as f64 {
-        f.push(format!(
+        flags.push(format!(
             "generator fell behind: started {} of {} scheduled calls ({:.1}% < {:.0}%)",
             gen.attempted,
             gen.scheduled,
@@ -401,27 +401,30 @@ pub fn validity_flags(
             100.0 * MIN_ACHIEVED
         ));
     } else if gen.start_lag_mean_us > MAX_START_LAG_US {
-        f.push(format!(
+        flags.push(format!(
             "generator fell behind: call starts {:.0} µs late on average (> {:.0} µs)",
             gen.start_lag_mean_us, MAX_START_LAG_US
         ));
     }
     if gen_cpus.is_empty() {
-        f.push("shared CPUs: the generator is not pinned (--gen-cpus)".into());
-    } else if let Some(c) = gen_cpus.iter().find(|c| proxy_cpus.contains(c)) {
-        f.push(format!(
-            "shared CPUs: CPU {c} is in both the proxy's and the generator's sets"
+        flags.push("shared CPUs: the generator is not pinned (--gen-cpus)".into());
+    } else if let Some(shared_cpu) = gen_cpus
+        .iter()
+        .find(|shared_cpu| proxy_cpus.contains(shared_cpu))
+    {
+        flags.push(format!(
+            "shared CPUs: CPU {shared_cpu} is in both the proxy's and the generator's sets"
         ));
-    } else if let Some(c) = proxy_threads_allowed
+    } else if let Some(shared_cpu) = proxy_threads_allowed
         .iter()
         .flatten()
-        .find(|c| gen_cpus.contains(c))
+        .find(|shared_cpu| gen_cpus.contains(shared_cpu))
     {
-        f.push(format!(
-            "shared CPUs: a proxy thread may run on generator CPU {c}"
+        flags.push(format!(
+            "shared CPUs: a proxy thread may run on generator CPU {shared_cpu}"
         ));
     }
-    f
+    flags
 }
 
 const PROXY_ADDR: &str = "127.0.0.1:5060";
@@ -441,14 +444,14 @@ fn udp_port_bound(port: u16) -> bool {
 
 /// The error line of a log (`Error: ...`, as anyhow prints it), else its last `n` lines.
 fn tail(path: &Path, n: usize) -> String {
-    let t = std::fs::read_to_string(path).unwrap_or_default();
-    if let Some(l) = t
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if let Some(last) = text
         .lines()
-        .find(|l| l.starts_with("Error") || l.contains("ERROR:"))
+        .find(|last| last.starts_with("Error") || last.contains("ERROR:"))
     {
-        return l.trim().to_string();
+        return last.trim().to_string();
     }
-    let lines: Vec<&str> = t.lines().collect();
+    let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
@@ -494,8 +497,8 @@ fn start_proxy(
                 // Kamailio next to it sheds nothing): no 503 shedding.
                 .args(["--overload-queue-delay-ms", "0"])
                 .args(plan.thread.proxy_args());
-            if let Some(b) = spec.rcvbuf {
-                cmd.args(["--rcvbuf", &b.to_string()]);
+            if let Some(rcvbuf) = spec.rcvbuf {
+                cmd.args(["--rcvbuf", &rcvbuf.to_string()]);
             }
             if let Some(service) = spec.service {
                 cmd.args(["--emulated-service-us", &service.to_string()]);
@@ -567,12 +570,12 @@ fn start_proxy(
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start {:?}: {e}", cmd.get_program()))?;
     // Ready when something listens on the proxy port (bounded wait).
-    let t0 = Instant::now();
+    let started = Instant::now();
     let port: SocketAddr = PROXY_ADDR.parse().expect("valid");
     loop {
-        if let Some(st) = child.try_wait()? {
+        if let Some(status) = child.try_wait()? {
             anyhow::bail!(
-                "{} exited during start-up ({st}): {}",
+                "{} exited during start-up ({status}): {}",
                 spec.proxy.name(),
                 tail(&log, 5)
             );
@@ -580,7 +583,7 @@ fn start_proxy(
         if udp_port_bound(port.port()) {
             break;
         }
-        if t0.elapsed() > Duration::from_secs(10) {
+        if started.elapsed() > Duration::from_secs(10) {
             kill_group(child.id(), "KILL");
             let _ = child.wait();
             anyhow::bail!(
@@ -616,15 +619,15 @@ fn tree_cpu(pid: u32) -> CpuTime {
     let mut total = process_cpu_time_of(pid).unwrap_or_default();
     let mut frontier = vec![pid];
     let mut seen = 0;
-    while let Some(p) = frontier.pop() {
+    while let Some(parent) = frontier.pop() {
         seen += 1;
         if seen > 4096 {
             break;
         }
-        let Ok(rd) = std::fs::read_dir("/proc") else {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
             break;
         };
-        for e in rd.flatten() {
+        for e in dir.flatten() {
             let Some(cpid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
@@ -635,9 +638,9 @@ fn tree_cpu(pid: u32) -> CpuTime {
                 .rfind(')')
                 .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
                 .and_then(|s| s.parse::<u32>().ok());
-            if ppid == Some(p) {
-                if let Ok(c) = parse_stat_cpu(&stat, USER_HZ) {
-                    total = total + c;
+            if ppid == Some(parent) {
+                if let Ok(cpu) = parse_stat_cpu(&stat, USER_HZ) {
+                    total = total + cpu;
                 }
                 frontier.push(cpid);
             }
@@ -648,14 +651,14 @@ fn tree_cpu(pid: u32) -> CpuTime {
 
 fn stop_proxy(p: &mut ProxyProc) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let pid = p.child.id();
-    if let Some(st) = p.child.try_wait()? {
-        return Ok(Some(st));
+    if let Some(status) = p.child.try_wait()? {
+        return Ok(Some(status));
     }
     // SIGINT: stop now (SIGTERM makes `ringway sip proxy` drain first,
     // up to its --drain-timeout; Kamailio stops on either).
     kill_group(pid, "INT");
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
         if p.child.try_wait()?.is_some() {
             // Anything of the group still alive (a child the proxy did not
             // take down with it) goes too.
@@ -691,8 +694,8 @@ fn type_lat(v: &serde_json::Value) -> TypeLat {
 /// write here (`ringway_io::doctor::sched_knob_access`).
 pub fn plan_for(knobs: &Knobs) -> (Plan, String) {
     let access = ringway_io::doctor::sched_knob_access();
-    let writable = |p: &str| -> Result<(), String> {
-        match access.iter().find(|a| a.path == p) {
+    let writable = |plan: &str| -> Result<(), String> {
+        match access.iter().find(|a| a.path == plan) {
             Some(a) => a.writable.clone(),
             None => Err("not probed".into()),
         }
@@ -700,12 +703,12 @@ pub fn plan_for(knobs: &Knobs) -> (Plan, String) {
     match KernelVersion::running() {
         Some(v) => (map_knobs(knobs, v, &writable), v.to_string()),
         None => {
-            let mut p = Plan::default();
+            let mut plan = Plan::default();
             if !knobs.is_empty() {
-                p.refused
+                plan.refused
                     .push("kernel version unreadable: no knob mapped".into());
             }
-            (p, "unknown".into())
+            (plan, "unknown".into())
         }
     }
 }
@@ -717,7 +720,7 @@ const SETUP_LABELS: [&str; 4] = ["INVITE", "180", "200", "ACK"];
 /// (see [`run_isolated`]): the proxy binds 127.0.0.1:5060 and the UDP
 /// counters and sockets of the namespace are the run's.
 pub fn run_one(spec: &RunSpec, tools: &Tools) -> RunRecord {
-    let t0 = Instant::now();
+    let started = Instant::now();
     let mut rec = RunRecord::empty(spec);
     let (plan, kernel) = plan_for(&spec.knobs);
     rec.kernel = kernel;
@@ -735,15 +738,15 @@ pub fn run_one(spec: &RunSpec, tools: &Tools) -> RunRecord {
             rec.applied.push(m);
         }
     }
-    if let Err(e) = run_inner(spec, &plan, tools, &mut rec) {
-        rec.error = Some(format!("{e:#}"));
+    if let Err(error) = run_inner(spec, &plan, tools, &mut rec) {
+        rec.error = Some(format!("{error:#}"));
     }
     for m in state.restore() {
         if m.starts_with("could not") {
             rec.notes.push(m);
         }
     }
-    rec.wall_s = t0.elapsed().as_secs_f64();
+    rec.wall_s = started.elapsed().as_secs_f64();
     rec
 }
 
@@ -764,25 +767,25 @@ fn pin_generator(spec: &RunSpec) -> anyhow::Result<()> {
 /// An external proxy's threads get the mode's slice from here
 /// (sched_setattr); ringway sets its own.
 fn slice_kamailio_threads(spec: &RunSpec, plan: &Plan, pid: u32, rec: &mut RunRecord) {
-    let (ProxyKind::Kamailio, Some(us)) = (spec.proxy, plan.thread.slice_us) else {
+    let (ProxyKind::Kamailio, Some(slice_us)) = (spec.proxy, plan.thread.slice_us) else {
         return;
     };
     let threads = topology::tree_threads(pid);
     let mut applied = 0;
     for thread in &threads {
         let outcome =
-            ringway_io::thread::set_slice_of(thread.tid as i32, Duration::from_micros(us));
+            ringway_io::thread::set_slice_of(thread.tid as i32, Duration::from_micros(slice_us));
         if outcome.is_applied() {
             applied += 1;
         } else {
             rec.refused.push(format!(
-                "slice {us} µs on kamailio thread {}: {outcome}",
+                "slice {slice_us} µs on kamailio thread {}: {outcome}",
                 thread.tid
             ));
         }
     }
     rec.applied.push(format!(
-        "slice {us} µs set on {applied} of {} kamailio threads",
+        "slice {slice_us} µs set on {applied} of {} kamailio threads",
         threads.len()
     ));
 }
@@ -935,11 +938,17 @@ fn record_background(
     max_pct: f64,
     rec: &mut RunRecord,
 ) {
-    let (Some(t0), Some(t1)) = (before.ticks, after.ticks) else {
+    let (Some(ticks_before), Some(ticks_after)) = (before.ticks, after.ticks) else {
         return;
     };
     let proxy_ns = after.cpu.since(&before.cpu).total_ns();
-    rec.background = background::background(t0, t1, proxy_ns, 1_000_000_000 / USER_HZ, loadavg);
+    rec.background = background::background(
+        ticks_before,
+        ticks_after,
+        proxy_ns,
+        1_000_000_000 / USER_HZ,
+        loadavg,
+    );
     if let Some(flag) = rec
         .background
         .as_ref()
@@ -1057,13 +1066,13 @@ fn run_inner(
 
 /// [`run_one`] inside a fresh private network namespace (only `lo`).
 pub fn run_isolated(spec: &RunSpec, tools: &Tools) -> RunRecord {
-    let (s, t) = (spec.clone(), tools.clone());
-    match ringway_io::netns::in_private_netns(move || run_one(&s, &t)) {
-        Ok(r) => r,
+    let (spec_copy, tools_copy) = (spec.clone(), tools.clone());
+    match ringway_io::netns::in_private_netns(move || run_one(&spec_copy, &tools_copy)) {
+        Ok(record) => record,
         Err(e) => {
-            let mut r = RunRecord::empty(spec);
-            r.error = Some(format!("cannot create a private network namespace: {e}"));
-            r
+            let mut record = RunRecord::empty(spec);
+            record.error = Some(format!("cannot create a private network namespace: {e}"));
+            record
         }
     }
 }

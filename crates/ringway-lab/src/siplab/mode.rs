@@ -93,12 +93,12 @@ impl Knobs {
 
     /// One-line text (`key=value` pairs, TOML names), `-` when empty.
     pub fn describe(&self) -> String {
-        let v = serde_json::to_value(self).unwrap_or_default();
-        let parts: Vec<String> = v
+        let value = serde_json::to_value(self).unwrap_or_default();
+        let parts: Vec<String> = value
             .as_object()
             .map(|m| {
                 m.iter()
-                    .map(|(k, v)| match v {
+                    .map(|(k, value)| match value {
                         serde_json::Value::String(s) => format!("{k}={s}"),
                         other => format!("{k}={other}"),
                     })
@@ -114,47 +114,49 @@ impl Knobs {
 
     /// Check every value's range; the error names the knob.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(s) = &self.tunable_scaling {
-            if !["none", "log", "linear"].contains(&s.as_str()) {
+        if let Some(scaling) = &self.tunable_scaling {
+            if !["none", "log", "linear"].contains(&scaling.as_str()) {
                 return Err(format!(
-                    "tunable_scaling = {s:?}: expected \"none\", \"log\" or \"linear\""
+                    "tunable_scaling = {scaling:?}: expected \"none\", \"log\" or \"linear\""
                 ));
             }
         }
-        if let Some(p) = &self.policy {
-            if !["other", "batch", "fifo", "rr"].contains(&p.as_str()) {
+        if let Some(policy) = &self.policy {
+            if !["other", "batch", "fifo", "rr"].contains(&policy.as_str()) {
                 return Err(format!(
-                    "policy = {p:?}: expected \"other\", \"batch\", \"fifo\" or \"rr\""
+                    "policy = {policy:?}: expected \"other\", \"batch\", \"fifo\" or \"rr\""
                 ));
             }
         }
-        let rt = matches!(self.policy.as_deref(), Some("fifo" | "rr"));
-        match (rt, self.priority) {
-            (true, Some(p)) if !(1..=99).contains(&p) => {
-                return Err(format!("priority = {p}: expected 1..=99"))
+        let realtime = matches!(self.policy.as_deref(), Some("fifo" | "rr"));
+        match (realtime, self.priority) {
+            (true, Some(policy)) if !(1..=99).contains(&policy) => {
+                return Err(format!("priority = {policy}: expected 1..=99"))
             }
             (false, Some(_)) => {
                 return Err("priority is only for policy = \"fifo\" or \"rr\"".into())
             }
             _ => {}
         }
-        if let Some(n) = self.nice {
-            if !(-20..=19).contains(&n) {
-                return Err(format!("nice = {n}: expected -20..=19"));
+        if let Some(nice) = self.nice {
+            if !(-20..=19).contains(&nice) {
+                return Err(format!("nice = {nice}: expected -20..=19"));
             }
         }
-        if let Some(s) = self.slice_us {
-            if !(100..=100_000).contains(&s) {
-                return Err(format!("slice_us = {s}: EEVDF slices are 100..=100000 µs"));
+        if let Some(scaling) = self.slice_us {
+            if !(100..=100_000).contains(&scaling) {
+                return Err(format!(
+                    "slice_us = {scaling}: EEVDF slices are 100..=100000 µs"
+                ));
             }
-            if rt {
+            if realtime {
                 return Err("slice_us applies to fair-class threads, not fifo/rr".into());
             }
         }
-        if let Some(a) = &self.affinity {
-            if !["process", "thread"].contains(&a.as_str()) {
+        if let Some(affinity) = &self.affinity {
+            if !["process", "thread"].contains(&affinity.as_str()) {
                 return Err(format!(
-                    "affinity = {a:?}: expected \"process\" or \"thread\""
+                    "affinity = {affinity:?}: expected \"process\" or \"thread\""
                 ));
             }
         }
@@ -240,48 +242,48 @@ pub struct Mode {
 impl Mode {
     /// Parse a mode from TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Mode, String> {
-        let m: Mode = toml::from_str(text).map_err(|e| {
+        let mode: Mode = toml::from_str(text).map_err(|e| {
             format!(
                 "mode file {origin}: {}",
                 e.to_string().trim_end().replace('\n', " ")
             )
         })?;
-        if m.name.is_empty()
-            || !m
+        if mode.name.is_empty()
+            || !mode
                 .name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
             return Err(format!(
                 "mode file {origin}: name {:?} must be non-empty letters, digits, '-', '_' or '.'",
-                m.name
+                mode.name
             ));
         }
-        m.knobs
+        mode.knobs
             .validate()
             .map_err(|e| format!("mode file {origin}: [knobs] {e}"))?;
-        for (i, r) in m.rules.iter().enumerate() {
+        for (i, r) in mode.rules.iter().enumerate() {
             r.knobs
                 .validate()
                 .map_err(|e| format!("mode file {origin}: rule {}: {e}", i + 1))?;
-            if let (Some(a), Some(b)) = (r.cores_min, r.cores_max) {
-                if a > b {
+            if let (Some(min), Some(max)) = (r.cores_min, r.cores_max) {
+                if min > max {
                     return Err(format!(
-                        "mode file {origin}: rule {}: cores_min {a} > cores_max {b}",
+                        "mode file {origin}: rule {}: cores_min {min} > cores_max {max}",
                         i + 1
                     ));
                 }
             }
-            if let (Some(a), Some(b)) = (r.threads_min, r.threads_max) {
-                if a > b {
+            if let (Some(min), Some(max)) = (r.threads_min, r.threads_max) {
+                if min > max {
                     return Err(format!(
-                        "mode file {origin}: rule {}: threads_min {a} > threads_max {b}",
+                        "mode file {origin}: rule {}: threads_min {min} > threads_max {max}",
                         i + 1
                     ));
                 }
             }
         }
-        Ok(m)
+        Ok(mode)
     }
 
     /// TOML text of this mode (what `lab sip tune` writes as `tuned.toml`).
@@ -292,14 +294,14 @@ impl Mode {
     /// The knobs of one point: `knobs`, then every matching rule in order;
     /// `latency_per_core_ns` becomes `latency_ns` = it × `cores`.
     pub fn resolve(&self, cores: usize, threads: usize) -> Knobs {
-        let mut k = self.knobs.clone();
+        let mut knobs = self.knobs.clone();
         for r in self.rules.iter().filter(|r| r.matches(cores, threads)) {
-            k = k.overlay(&r.knobs);
+            knobs = knobs.overlay(&r.knobs);
         }
-        if let Some(per) = k.latency_per_core_ns.take() {
-            k.latency_ns = Some(per * cores as u64);
+        if let Some(per) = knobs.latency_per_core_ns.take() {
+            knobs.latency_ns = Some(per * cores as u64);
         }
-        k
+        knobs
     }
 }
 
@@ -312,12 +314,12 @@ pub fn mode_by_name(name: &str) -> Result<Mode, String> {
         "baseline" => BASELINE_TOML,
         "enhanced" => ENHANCED_TOML,
         _ if name.ends_with(".toml") => {
-            let t = std::fs::read_to_string(Path::new(name))
+            let mode_text = std::fs::read_to_string(Path::new(name))
                 .map_err(|e| format!("mode file {name}: {e}"))?;
-            return Mode::from_toml(&t, name);
+            return Mode::from_toml(&mode_text, name);
         }
         _ => {
-            let p = crate::sched::profile(name).map_err(|e| {
+            let sched_profile = crate::sched::profile(name).map_err(|e| {
                 format!(
                     "{e}; scheduler modes: {} or a mode file NAME.toml",
                     BUILTIN.join(", ")
@@ -327,10 +329,10 @@ pub fn mode_by_name(name: &str) -> Result<Mode, String> {
                 name: name.to_string(),
                 description: "per-thread profile".into(),
                 knobs: Knobs {
-                    policy: p.policy,
-                    priority: p.priority,
-                    nice: p.nice,
-                    slice_us: p.slice_us,
+                    policy: sched_profile.policy,
+                    priority: sched_profile.priority,
+                    nice: sched_profile.nice,
+                    slice_us: sched_profile.slice_us,
                     ..Knobs::default()
                 },
                 rules: Vec::new(),

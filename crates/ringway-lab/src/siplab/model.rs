@@ -46,13 +46,13 @@ pub struct QueuePrediction {
 /// `service_us` each, by `servers` cores sharing the arrivals evenly.
 pub fn queue_prediction(arrival_pps: f64, service_us: f64, servers: usize) -> QueuePrediction {
     let lambda = arrival_pps / servers.max(1) as f64;
-    let s = service_us * 1e-6;
-    let rho = lambda * s;
-    let ok = (0.0..1.0).contains(&rho);
+    let service_s = service_us * 1e-6;
+    let rho = lambda * service_s;
+    let stable = (0.0..1.0).contains(&rho);
     QueuePrediction {
         rho,
-        mm1_wait_us: ok.then(|| 1e6 * rho * s / (1.0 - rho)),
-        md1_wait_us: ok.then(|| 1e6 * rho * s / (2.0 * (1.0 - rho))),
+        mm1_wait_us: stable.then(|| 1e6 * rho * service_s / (1.0 - rho)),
+        md1_wait_us: stable.then(|| 1e6 * rho * service_s / (2.0 * (1.0 - rho))),
     }
 }
 
@@ -61,17 +61,17 @@ pub fn queue_prediction(arrival_pps: f64, service_us: f64, servers: usize) -> Qu
 /// CI of the paired differences on the same scale. `None` without pairs or
 /// with a zero baseline.
 pub fn paired_lower(base: &[f64], other: &[f64]) -> Option<(f64, f64)> {
-    let n = base.len().min(other.len());
-    if n == 0 {
+    let count = base.len().min(other.len());
+    if count == 0 {
         return None;
     }
-    let mb = base[..n].iter().sum::<f64>() / n as f64;
-    if mb <= 0.0 {
+    let mean_base = base[..count].iter().sum::<f64>() / count as f64;
+    if mean_base <= 0.0 {
         return None;
     }
-    let diffs: Vec<f64> = (0..n).map(|i| base[i] - other[i]).collect();
-    let d = mean_ci(&diffs);
-    Some((100.0 * d.mean / mb, 100.0 * d.ci95 / mb))
+    let diffs: Vec<f64> = (0..count).map(|i| base[i] - other[i]).collect();
+    let diff = mean_ci(&diffs);
+    Some((100.0 * diff.mean / mean_base, 100.0 * diff.ci95 / mean_base))
 }
 
 /// Capacity of each repetition: walking the probed rates upwards, the
@@ -103,8 +103,8 @@ pub fn capacity_per_rep(
 
 /// Mean and CI of the per-repetition capacities that exist.
 pub fn capacity_ci(per_rep: &[Option<f64>]) -> Option<MeanCi> {
-    let xs: Vec<f64> = per_rep.iter().flatten().copied().collect();
-    (!xs.is_empty()).then(|| mean_ci(&xs))
+    let values: Vec<f64> = per_rep.iter().flatten().copied().collect();
+    (!values.is_empty()).then(|| mean_ci(&values))
 }
 
 #[cfg(test)]

@@ -116,8 +116,12 @@ impl SweepConfig {
         if self.workers.is_empty() {
             return Err("empty worker list (--workers)".into());
         }
-        if let Some(w) = self.workers.iter().find(|&&w| w == 0 || w > 256) {
-            return Err(format!("worker count {w} out of range 1..=256"));
+        if let Some(workers) = self
+            .workers
+            .iter()
+            .find(|&&workers| workers == 0 || workers > 256)
+        {
+            return Err(format!("worker count {workers} out of range 1..=256"));
         }
         if self.modes.is_empty() {
             return Err("empty scheduler mode list (--profiles)".into());
@@ -142,7 +146,7 @@ impl SweepConfig {
             .map(|m| m.rsplit('/').next().unwrap_or(m).trim_end_matches(".toml"))
             .collect();
         names.sort();
-        if names.windows(2).any(|w| w[0] == w[1]) {
+        if names.windows(2).any(|workers| workers[0] == workers[1]) {
             return Err("--profiles: a mode is listed twice".into());
         }
         Ok(modes)
@@ -207,30 +211,34 @@ impl SweepConfig {
     /// Generator CPUs exist and are usable, the proxy pool is disjoint
     /// from them, every core count fits.
     fn check_cpus(&self, usable: &[usize]) -> Result<(), String> {
-        if let Some(c) = self.gen_cpus.iter().find(|c| !usable.contains(c)) {
+        if let Some(cpu) = self.gen_cpus.iter().find(|cpu| !usable.contains(cpu)) {
             return Err(format!(
-                "--gen-cpus: CPU {c} is not one this machine lets the lab use ({})",
+                "--gen-cpus: CPU {cpu} is not one this machine lets the lab use ({})",
                 super::topology::cpu_list_text(usable)
             ));
         }
-        if let Some(c) = self.proxy_cpus.iter().find(|c| !usable.contains(c)) {
+        if let Some(cpu) = self.proxy_cpus.iter().find(|cpu| !usable.contains(cpu)) {
             return Err(format!(
-                "--proxy-cpus: CPU {c} is not one this machine lets the lab use ({})",
+                "--proxy-cpus: CPU {cpu} is not one this machine lets the lab use ({})",
                 super::topology::cpu_list_text(usable)
             ));
         }
-        if let Some(c) = self.proxy_cpus.iter().find(|c| self.gen_cpus.contains(c)) {
+        if let Some(cpu) = self
+            .proxy_cpus
+            .iter()
+            .find(|cpu| self.gen_cpus.contains(cpu))
+        {
             return Err(format!(
-                "--gen-cpus overlaps the proxy's CPUs (CPU {c}): the generator must run on other CPUs"
+                "--gen-cpus overlaps the proxy's CPUs (CPU {cpu}): the generator must run on other CPUs"
             ));
         }
         if self.cores.is_empty() {
             return Err("empty core list (--cores)".into());
         }
         let pool = self.pool(usable);
-        if let Some(&c) = self.cores.iter().find(|&&c| c == 0 || c > pool.len()) {
+        if let Some(&cpu) = self.cores.iter().find(|&&cpu| cpu == 0 || cpu > pool.len()) {
             return Err(format!(
-                "--cores {c}: the proxy can have 1..={} CPUs here ({} usable CPU(s){}); larger core counts need a larger machine",
+                "--cores {cpu}: the proxy can have 1..={} CPUs here ({} usable CPU(s){}); larger core counts need a larger machine",
                 pool.len(),
                 usable.len(),
                 if self.gen_cpus.is_empty() {
@@ -394,15 +402,15 @@ impl SweepConfig {
 /// The seed of a run: differs per point (workers, cores, rate) and rep,
 /// is the same for every mode and proxy (paired comparisons).
 pub fn seed_for(base: u64, workers: usize, cores: usize, rate: f64, rep: u32) -> u64 {
-    let mut x = base
+    let mut seed = base
         ^ (workers as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ (cores as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
         ^ ((rate * 1000.0) as u64).wrapping_mul(0x1656_67B1_9E37_79F9)
         ^ (rep as u64).wrapping_mul(0x27D4_EB2F_1656_67C5);
     // splitmix64 finaliser.
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+    seed = (seed ^ (seed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    seed = (seed ^ (seed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    seed ^ (seed >> 31)
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -467,23 +475,23 @@ pub fn find_capacity(
     let mut probes = Vec::new();
     let mut below: Option<(f64, f64)> = None;
     let mut above: Option<(f64, f64)> = None;
-    let mut i = 0u64;
+    let mut step_index = 0u64;
     let mut without_data = 0;
     loop {
-        let r = start + step * i as f64;
-        if r > max + 1e-9 {
+        let rate = start + step * step_index as f64;
+        if rate > max + 1e-9 {
             break;
         }
-        i += 1;
-        let p = probe(r);
-        probes.push((r, p));
-        match p {
-            Some(p) if p < threshold => {
-                below = Some((r, p));
+        step_index += 1;
+        let pdr = probe(rate);
+        probes.push((rate, pdr));
+        match pdr {
+            Some(pdr) if pdr < threshold => {
+                below = Some((rate, pdr));
                 without_data = 0;
             }
-            Some(p) => {
-                above = Some((r, p));
+            Some(pdr) => {
+                above = Some((rate, pdr));
                 break;
             }
             None => {
@@ -497,23 +505,23 @@ pub fn find_capacity(
             }
         }
     }
-    if let Some(mut hi) = above {
+    if let Some(mut high) = above {
         let mut lo_rate = below.map_or(0.0, |b| b.0);
         for _ in 0..refine {
-            let mid = ((lo_rate + hi.0) / 2.0).round();
-            if mid <= lo_rate || mid >= hi.0 || mid < 1.0 {
+            let mid = ((lo_rate + high.0) / 2.0).round();
+            if mid <= lo_rate || mid >= high.0 || mid < 1.0 {
                 break;
             }
-            let p = probe(mid);
-            probes.push((mid, p));
-            match p {
-                Some(p) if p < threshold => {
-                    below = Some((mid, p));
+            let pdr = probe(mid);
+            probes.push((mid, pdr));
+            match pdr {
+                Some(pdr) if pdr < threshold => {
+                    below = Some((mid, pdr));
                     lo_rate = mid;
                 }
-                Some(p) => {
-                    hi = (mid, p);
-                    above = Some(hi);
+                Some(pdr) => {
+                    high = (mid, pdr);
+                    above = Some(high);
                 }
                 // A failed point gives no information: stop refining.
                 None => break,
@@ -540,17 +548,17 @@ impl Store {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("runs.jsonl");
         let mut done = HashMap::new();
-        if let Ok(t) = std::fs::read_to_string(&path) {
-            if !t.is_empty() && !t.ends_with('\n') {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if !text.is_empty() && !text.ends_with('\n') {
                 // A line cut by a crash: end it so the next record starts clean.
                 std::fs::OpenOptions::new()
                     .append(true)
                     .open(&path)?
                     .write_all(b"\n")?;
             }
-            for l in t.lines() {
-                if let Ok(r) = serde_json::from_str::<RunRecord>(l) {
-                    done.insert(r.key.clone(), r);
+            for l in text.lines() {
+                if let Ok(record) = serde_json::from_str::<RunRecord>(l) {
+                    done.insert(record.key.clone(), record);
                 }
             }
         }
@@ -566,14 +574,14 @@ impl Store {
     }
     /// Append a record (flushed immediately).
     pub fn add(&mut self, r: RunRecord) -> anyhow::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)?;
         let mut line = serde_json::to_vec(&r)?;
         line.push(b'\n');
-        f.write_all(&line)?;
-        f.flush()?;
+        file.write_all(&line)?;
+        file.flush()?;
         self.done.insert(r.key.clone(), r);
         Ok(())
     }
@@ -604,8 +612,8 @@ pub fn point_criterion(runs: &[&RunRecord]) -> Option<f64> {
 
 /// Mean PDR of the valid runs of a point; `None` if none is valid.
 pub fn point_pdr(runs: &[&RunRecord]) -> Option<f64> {
-    let ok: Vec<f64> = runs.iter().filter(|r| r.valid()).map(|r| r.pdr).collect();
-    (!ok.is_empty()).then(|| mean_ci(&ok).mean)
+    let valid_pdr: Vec<f64> = runs.iter().filter(|r| r.valid()).map(|r| r.pdr).collect();
+    (!valid_pdr.is_empty()).then(|| mean_ci(&valid_pdr).mean)
 }
 
 /// Everything a sweep produced.
@@ -656,24 +664,24 @@ impl<'a> Runs<'a> {
 
     /// The record of `spec`: from the store if it is there, else run now.
     pub fn get(&mut self, spec: &RunSpec, tools: &Tools) -> RunRecord {
-        if let Some(r) = self.store.get(&spec.key()) {
-            self.progress.finished(r, true);
+        if let Some(record) = self.store.get(&spec.key()) {
+            self.progress.finished(record, true);
             self.done += 1;
-            return r.clone();
+            return record.clone();
         }
         let eta = (self.run_count > 0).then(|| {
             self.run_time / self.run_count as f64 * self.planned.saturating_sub(self.done) as f64
         });
         self.progress.starting(spec, self.done, self.planned, eta);
-        let r = (self.runner)(spec, tools);
-        self.run_time += r.wall_s;
+        let record = (self.runner)(spec, tools);
+        self.run_time += record.wall_s;
         self.run_count += 1;
         self.done += 1;
-        self.progress.finished(&r, false);
-        if let Err(e) = self.store.add(r.clone()) {
-            self.err.get_or_insert(e);
+        self.progress.finished(&record, false);
+        if let Err(error) = self.store.add(record.clone()) {
+            self.err.get_or_insert(error);
         }
-        r
+        record
     }
 }
 
@@ -817,11 +825,11 @@ pub fn run_sweep(
                                 log::warn!("tuned: no baseline run succeeded for {proxy:?} c{cores} w{workers}; skipped");
                                 continue;
                             };
-                            let t = tune::search(
+                            let tuned = tune::search(
                                 cfg, tools, &mut runs, proxy, cores, workers, rate, bknobs,
                             );
-                            let knobs = t.pick_knobs();
-                            out.tunes.push(t);
+                            let knobs = tuned.pick_knobs();
+                            out.tunes.push(tuned);
                             match knobs {
                                 Some(k) => (TUNED.to_string(), k),
                                 None => continue,
@@ -856,8 +864,8 @@ pub fn run_sweep(
                         }
                     }
                     out.caps.push(cap);
-                    if let Some(e) = runs.err.take() {
-                        return Err(e.context("cannot append to runs.jsonl"));
+                    if let Some(error) = runs.err.take() {
+                        return Err(error.context("cannot append to runs.jsonl"));
                     }
                 }
             }

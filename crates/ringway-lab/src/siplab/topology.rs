@@ -60,22 +60,22 @@ pub fn detect(cpus: &[usize]) -> Topology {
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     let mut out = BTreeSet::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a, b),
+        let (first, last) = match part.split_once('-') {
+            Some((first, last)) => (first, last),
             None => (part, part),
         };
-        let a: usize = a
+        let first: usize = first
             .trim()
             .parse()
             .map_err(|_| format!("bad CPU list {s:?}"))?;
-        let b: usize = b
+        let last: usize = last
             .trim()
             .parse()
             .map_err(|_| format!("bad CPU list {s:?}"))?;
-        if a > b || b > 4095 {
+        if first > last || last > 4095 {
             return Err(format!("bad CPU range {part:?} in {s:?}"));
         }
-        out.extend(a..=b);
+        out.extend(first..=last);
     }
     if out.is_empty() {
         return Err(format!("empty CPU list {s:?}"));
@@ -86,18 +86,18 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
 /// CPU list text (`0-2,5`).
 pub fn cpu_list_text(cpus: &[usize]) -> String {
     let mut parts = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
+    let mut start = 0;
+    while start < cpus.len() {
+        let mut end = start;
+        while end + 1 < cpus.len() && cpus[end + 1] == cpus[end] + 1 {
+            end += 1;
         }
-        parts.push(if i == j {
-            cpus[i].to_string()
+        parts.push(if start == end {
+            cpus[start].to_string()
         } else {
-            format!("{}-{}", cpus[i], cpus[j])
+            format!("{}-{}", cpus[start], cpus[end])
         });
-        i = j + 1;
+        start = end + 1;
     }
     parts.join(",")
 }
@@ -127,11 +127,11 @@ pub struct ThreadSched {
 pub fn parse_thread(pid: u32, tid: u32, sched: &str, status: &str) -> ThreadSched {
     let field = |text: &str, key: &str, sep: char| -> Option<String> {
         text.lines().find_map(|l| {
-            let (k, v) = l.split_once(sep)?;
-            (k.trim() == key).then(|| v.trim().to_string())
+            let (k, value) = l.split_once(sep)?;
+            (k.trim() == key).then(|| value.trim().to_string())
         })
     };
-    let num = |v: Option<String>| v.and_then(|s| s.split('.').next()?.trim().parse().ok());
+    let num = |value: Option<String>| value.and_then(|s| s.split('.').next()?.trim().parse().ok());
     ThreadSched {
         pid,
         tid,
@@ -147,48 +147,48 @@ pub fn parse_thread(pid: u32, tid: u32, sched: &str, status: &str) -> ThreadSche
 /// Every thread of `pid` and of its descendants.
 pub fn tree_threads(pid: u32) -> Vec<ThreadSched> {
     let mut pids = vec![pid];
-    let mut i = 0;
-    while i < pids.len() && pids.len() < 4096 {
-        let p = pids[i];
-        i += 1;
-        let Ok(rd) = std::fs::read_dir("/proc") else {
+    let mut next = 0;
+    while next < pids.len() && pids.len() < 4096 {
+        let parent = pids[next];
+        next += 1;
+        let Ok(dir) = std::fs::read_dir("/proc") else {
             break;
         };
-        for e in rd.flatten() {
-            let Some(c) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        for e in dir.flatten() {
+            let Some(child) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{c}/stat")) else {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
                 continue;
             };
             let ppid = stat
                 .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+                .and_then(|next| stat[next + 1..].split_whitespace().nth(1))
                 .and_then(|s| s.parse::<u32>().ok());
-            if ppid == Some(p) && !pids.contains(&c) {
-                pids.push(c);
+            if ppid == Some(parent) && !pids.contains(&child) {
+                pids.push(child);
             }
         }
     }
     let mut out = Vec::new();
-    for p in pids {
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+    for parent in pids {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
             continue;
         };
-        for e in rd.flatten() {
-            let Some(t) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        for e in dir.flatten() {
+            let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            let sched =
-                std::fs::read_to_string(format!("/proc/{p}/task/{t}/sched")).unwrap_or_default();
-            let status =
-                std::fs::read_to_string(format!("/proc/{p}/task/{t}/status")).unwrap_or_default();
+            let sched = std::fs::read_to_string(format!("/proc/{parent}/task/{tid}/sched"))
+                .unwrap_or_default();
+            let status = std::fs::read_to_string(format!("/proc/{parent}/task/{tid}/status"))
+                .unwrap_or_default();
             if !status.is_empty() {
-                out.push(parse_thread(p, t, &sched, &status));
+                out.push(parse_thread(parent, tid, &sched, &status));
             }
         }
     }
-    out.sort_by_key(|t| t.tid);
+    out.sort_by_key(|tid| tid.tid);
     out
 }
 
@@ -198,12 +198,12 @@ pub fn since(after: &[ThreadSched], before: &[ThreadSched]) -> Vec<ThreadSched> 
     after
         .iter()
         .map(|a| {
-            let b = before.iter().find(|b| b.tid == a.tid);
-            let d = |f: fn(&ThreadSched) -> u64| f(a).saturating_sub(b.map_or(0, f));
+            let prior = before.iter().find(|prior| prior.tid == a.tid);
+            let delta = |f: fn(&ThreadSched) -> u64| f(a).saturating_sub(prior.map_or(0, f));
             ThreadSched {
-                migrations: d(|t| t.migrations),
-                voluntary: d(|t| t.voluntary),
-                involuntary: d(|t| t.involuntary),
+                migrations: delta(|t| t.migrations),
+                voluntary: delta(|t| t.voluntary),
+                involuntary: delta(|t| t.involuntary),
                 ..a.clone()
             }
         })

@@ -39,7 +39,7 @@ pub fn candidates(
     kernel: Option<KernelVersion>,
     writable: &dyn Fn(&str) -> Result<(), String>,
 ) -> (Vec<Candidate>, Vec<String>) {
-    let mut c = vec![Candidate {
+    let mut list = vec![Candidate {
         label: "baseline".into(),
         change: Knobs::default(),
         dimension: "baseline".into(),
@@ -49,7 +49,7 @@ pub fn candidates(
     let slice_ok = kernel.is_some_and(|k| k.per_thread_slice());
     if slice_ok {
         for us in [100u64, 200, 400, 1000, 3000] {
-            c.push(Candidate {
+            list.push(Candidate {
                 label: format!("slice {us} µs"),
                 change: Knobs {
                     slice_us: Some(us),
@@ -62,7 +62,7 @@ pub fn candidates(
     } else {
         skipped.push("per-thread slice: needs kernel 6.12+".into());
     }
-    c.push(Candidate {
+    list.push(Candidate {
         label: "policy batch".into(),
         change: Knobs {
             policy: Some("batch".into()),
@@ -71,7 +71,7 @@ pub fn candidates(
         dimension: "policy".into(),
         x: None,
     });
-    c.push(Candidate {
+    list.push(Candidate {
         label: "policy fifo:10".into(),
         change: Knobs {
             policy: Some("fifo".into()),
@@ -82,7 +82,7 @@ pub fn candidates(
         dimension: "policy".into(),
         x: None,
     });
-    c.push(Candidate {
+    list.push(Candidate {
         label: "nice -10".into(),
         change: Knobs {
             nice: Some(-10),
@@ -92,7 +92,7 @@ pub fn candidates(
         x: None,
     });
     if cores >= 2 {
-        c.push(Candidate {
+        list.push(Candidate {
             label: "affinity thread".into(),
             change: Knobs {
                 affinity: Some("thread".into()),
@@ -116,7 +116,7 @@ pub fn candidates(
     match writable(&mc_path) {
         Ok(()) => {
             for ns in [0u64, 250_000, 500_000, 5_000_000] {
-                c.push(Candidate {
+                list.push(Candidate {
                     label: format!("migration cost {} µs", ns / 1000),
                     change: Knobs {
                         migration_cost_ns: Some(ns),
@@ -133,7 +133,7 @@ pub fn candidates(
     match (gen_cfs, writable(&feat)) {
         (Some(super::kernel::Generation::Eevdf), Ok(())) => {
             for f in ["NO_RUN_TO_PARITY", "NO_PREEMPT_SHORT"] {
-                c.push(Candidate {
+                list.push(Candidate {
                     label: format!("feature {f}"),
                     change: Knobs {
                         features: Some(vec![f.into()]),
@@ -149,8 +149,8 @@ pub fn candidates(
         }
         _ => skipped.push("sched features: EEVDF features are searched on 6.6+ only".into()),
     }
-    c.truncate(MAX_CANDIDATES);
-    (c, skipped)
+    list.truncate(MAX_CANDIDATES);
+    (list, skipped)
 }
 
 /// One row of the search table.
@@ -201,7 +201,7 @@ impl TuneResult {
 
     /// The pick as a mode file (`name = "tuned"`, one rule for this point).
     pub fn pick_mode(&self) -> Option<Mode> {
-        let k = self.pick_knobs()?;
+        let chosen = self.pick_knobs()?;
         Some(Mode {
             name: "tuned".into(),
             description: format!(
@@ -218,7 +218,7 @@ impl TuneResult {
                 cores_max: Some(self.cores),
                 threads_min: Some(self.workers),
                 threads_max: Some(self.workers),
-                knobs: k,
+                knobs: chosen,
             }],
         })
     }
@@ -229,15 +229,15 @@ impl TuneResult {
 pub fn pick(rows: &[(Option<f64>, Option<f64>)]) -> Option<usize> {
     let mut best: Option<usize> = None;
     for (i, (pdr, k)) in rows.iter().enumerate() {
-        let Some(p) = pdr else { continue };
+        let Some(pdr_value) = pdr else { continue };
         let better = match best {
             None => true,
             Some(b) => {
-                let (bp, bk) = (rows[b].0.unwrap_or(f64::INFINITY), rows[b].1);
-                if (p - bp).abs() > 1e-12 {
-                    *p < bp
+                let (best_pdr, best_knobs) = (rows[b].0.unwrap_or(f64::INFINITY), rows[b].1);
+                if (pdr_value - best_pdr).abs() > 1e-12 {
+                    *pdr_value < best_pdr
                 } else {
-                    matches!((k, bk), (Some(k), Some(bk)) if k < &bk)
+                    matches!((k, best_knobs), (Some(k), Some(best_knobs)) if k < &best_knobs)
                 }
             }
         };
@@ -298,9 +298,10 @@ pub fn search(
                 runs.get(&spec, tools)
             })
             .collect();
-        let ok: Vec<&RunRecord> = recs.iter().filter(|r| r.valid()).collect();
-        let pdr = (!ok.is_empty()).then(|| mean_ci(&ok.iter().map(|r| r.pdr).collect::<Vec<_>>()));
-        let ks: Vec<f64> = ok
+        let valid: Vec<&RunRecord> = recs.iter().filter(|r| r.valid()).collect();
+        let pdr =
+            (!valid.is_empty()).then(|| mean_ci(&valid.iter().map(|r| r.pdr).collect::<Vec<_>>()));
+        let capacities: Vec<f64> = valid
             .iter()
             .filter_map(|r| r.all.as_ref())
             .filter(|a| a.k_rcv.count > 0)
@@ -310,8 +311,8 @@ pub fn search(
             candidate: cand,
             knobs,
             pdr,
-            k_rcv_us: (!ks.is_empty()).then(|| mean_ci(&ks)),
-            valid_runs: ok.len(),
+            k_rcv_us: (!capacities.is_empty()).then(|| mean_ci(&capacities)),
+            valid_runs: valid.len(),
             runs: recs.len(),
             effective: recs
                 .first()

@@ -100,12 +100,12 @@ pub struct RunResult {
 /// One run with SRPIC `on` or off: the SFU, the relay, the subscribers and
 /// the sender all run in this process, on loopback.
 pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunResult> {
-    let t = c.duration_s;
+    let duration = c.duration_s;
     let sfu_config = SfuServerConfig {
         listen: "127.0.0.1:0".parse().expect("literal"),
         io: Io::Mmsg,
         batch: Some(c.batch),
-        duration_s: Some(t + 4.0),
+        duration_s: Some(duration + 4.0),
         srpic_block: on.then_some(c.block),
         ..SfuServerConfig::default()
     };
@@ -115,15 +115,15 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
     let sfu_report = sfu.shutdown()?;
     let (sender, subscribers, relay) = result?;
     let ssid = *sender.ssids.first().context("sender SSID")?;
-    let (mut pk, mut lost, mut re) = (0u64, 0u64, 0u64);
+    let (mut packets, mut lost, mut reordered) = (0u64, 0u64, 0u64);
     for s in subscribers.iter().flat_map(|r| &r.received) {
         if s.ssrc == ssid {
-            pk += s.packets;
+            packets += s.packets;
             lost += s.lost;
-            re += s.reordered;
+            reordered += s.reordered;
         }
     }
-    let io = &sfu_report.io;
+    let io_report = &sfu_report.io;
     Ok(RunResult {
         srpic: on,
         rep,
@@ -134,14 +134,18 @@ pub fn run_once(c: &SrpicLabConfig, on: bool, rep: usize) -> anyhow::Result<RunR
             + relay.forward.queue_drops
             + relay.forward.overflow
             + relay.send_errors,
-        sub_packets: pk,
+        sub_packets: packets,
         sub_lost: lost,
-        sub_reordered: re,
-        sub_reordered_ratio: if pk > 0 { re as f64 / pk as f64 } else { 0.0 },
+        sub_reordered: reordered,
+        sub_reordered_ratio: if packets > 0 {
+            reordered as f64 / packets as f64
+        } else {
+            0.0
+        },
         sfu_delay_p50_us: sfu_report.delay.p50_us,
         sfu_delay_p99_us: sfu_report.delay.p99_us,
-        sfu_mean_batch: if io.rx_syscalls > 0 {
-            io.rx_packets as f64 / io.rx_syscalls as f64
+        sfu_mean_batch: if io_report.rx_syscalls > 0 {
+            io_report.rx_packets as f64 / io_report.rx_syscalls as f64
         } else {
             0.0
         },
@@ -159,7 +163,7 @@ pub fn relay_config(
     to: SocketAddr,
     duration: Duration,
 ) -> RelayConfig {
-    let k = 1000.0 / c.rate_mbps.max(1e-3);
+    let ms_per_mbit = 1000.0 / c.rate_mbps.max(1e-3);
     let alpha_ns = c.delay_ms * 1e6;
     RelayConfig {
         listen: "127.0.0.1:0".parse().expect("literal"),
@@ -167,12 +171,12 @@ pub fn relay_config(
         forward: PathConfig {
             rate_bps: (c.rate_mbps * 1e6) as u64,
             delay_ns: alpha_ns as u64,
-            sigma_ns: (c.beta * alpha_ns * k) as u64,
+            sigma_ns: (c.beta * alpha_ns * ms_per_mbit) as u64,
             seed: c.seed + rep as u64,
             ..Default::default()
         },
         reverse: PathConfig::default(),
-        coalesce: c.coalesce.then(|| scaled_receiver(k)),
+        coalesce: c.coalesce.then(|| scaled_receiver(ms_per_mbit)),
         duration,
     }
 }
@@ -185,12 +189,12 @@ fn clients_through_relay(
     rep: usize,
     sfu_addr: SocketAddr,
 ) -> anyhow::Result<(ClientReport, Vec<ClientReport>, RelayReport)> {
-    let t = c.duration_s;
+    let duration = c.duration_s;
     let relay = Relay::bind(relay_config(
         c,
         rep,
         sfu_addr,
-        Duration::from_secs_f64(t + 3.0),
+        Duration::from_secs_f64(duration + 3.0),
     ))?;
     let relay_addr = relay.local_addr()?;
     let relay_stop = Arc::new(AtomicBool::new(false));
@@ -207,7 +211,7 @@ fn clients_through_relay(
                 types: vec![MediaType::Asq],
                 sizes: vec![40],
                 interval_ms: 50.0,
-                duration_s: t + 1.5,
+                duration_s: duration + 1.5,
                 backend: BackendKind::Socket,
                 ..SfuLoadConfig::new(sfu_addr, 1)
             };
@@ -219,7 +223,7 @@ fn clients_through_relay(
     let sender = SfuLoadConfig {
         interval_ms: c.interval_ms,
         subscribe: Vec::new(),
-        duration_s: t,
+        duration_s: duration,
         backend: BackendKind::Socket,
         ..SfuLoadConfig::new(relay_addr, 1)
     };
@@ -266,30 +270,30 @@ pub fn summarize(results: &[RunResult]) -> Vec<ModeSummary> {
     [false, true]
         .iter()
         .filter_map(|&on| {
-            let r: Vec<&RunResult> = results.iter().filter(|x| x.srpic == on).collect();
-            if r.is_empty() {
+            let selected: Vec<&RunResult> = results.iter().filter(|x| x.srpic == on).collect();
+            if selected.is_empty() {
                 return None;
             }
-            let m = |g: &dyn Fn(&RunResult) -> f64| {
-                mean_ci(&r.iter().map(|x| g(x)).collect::<Vec<_>>())
+            let mean_of = |g: &dyn Fn(&RunResult) -> f64| {
+                mean_ci(&selected.iter().map(|x| g(x)).collect::<Vec<_>>())
             };
             Some(ModeSummary {
                 srpic: on,
-                runs: r.len(),
-                reordered_ratio: m(&|x| x.sub_reordered_ratio),
-                lost_ratio: m(&|x| {
-                    let n = x.sub_packets + x.sub_lost;
-                    if n == 0 {
+                runs: selected.len(),
+                reordered_ratio: mean_of(&|x| x.sub_reordered_ratio),
+                lost_ratio: mean_of(&|x| {
+                    let total = x.sub_packets + x.sub_lost;
+                    if total == 0 {
                         0.0
                     } else {
-                        x.sub_lost as f64 / n as f64
+                        x.sub_lost as f64 / total as f64
                     }
                 }),
-                delay_p50_us: m(&|x| x.sfu_delay_p50_us),
-                delay_p99_us: m(&|x| x.sfu_delay_p99_us),
-                rtt_p50_us: m(&|x| x.rtt_p50_us),
-                rtt_p99_us: m(&|x| x.rtt_p99_us),
-                mean_batch: m(&|x| x.sfu_mean_batch),
+                delay_p50_us: mean_of(&|x| x.sfu_delay_p50_us),
+                delay_p99_us: mean_of(&|x| x.sfu_delay_p99_us),
+                rtt_p50_us: mean_of(&|x| x.rtt_p50_us),
+                rtt_p99_us: mean_of(&|x| x.rtt_p99_us),
+                mean_batch: mean_of(&|x| x.sfu_mean_batch),
             })
         })
         .collect()
@@ -300,13 +304,13 @@ pub fn run_all(
     c: &SrpicLabConfig,
     mut progress: impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
-    let mut v = Vec::new();
+    let mut results = Vec::new();
     for rep in 0..c.reps.max(1) {
         for on in [false, true] {
-            let r = run_once(c, on, rep)?;
-            progress(&r);
-            v.push(r);
+            let result = run_once(c, on, rep)?;
+            progress(&result);
+            results.push(result);
         }
     }
-    Ok(v)
+    Ok(results)
 }

@@ -72,11 +72,11 @@ impl SenderProfile {
 /// namespace the kernel refuses a default that is not in
 /// `tcp_allowed_congestion_control`; iperf3's report is checked.)
 pub fn common_sysctls(sack: bool, timestamps: bool) -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![("net.ipv4.tcp_sack", if sack { "1" } else { "0" })];
+    let mut sysctls = vec![("net.ipv4.tcp_sack", if sack { "1" } else { "0" })];
     if !timestamps {
-        v.push(("net.ipv4.tcp_timestamps", "0"));
+        sysctls.push(("net.ipv4.tcp_timestamps", "0"));
     }
-    v
+    sysctls
 }
 
 /// Keys read back from every namespace for the record.
@@ -127,15 +127,17 @@ impl Proc {
     /// Wait at most `limit` for the process to end; kill it after that.
     /// Returns its stdout and whether it ended by itself with success.
     pub fn finish(mut self, limit: Duration) -> (String, bool) {
-        let t = Instant::now();
-        let mut ok = false;
+        let started = Instant::now();
+        let mut finished = false;
         loop {
             match self.child.try_wait() {
                 Ok(Some(st)) => {
-                    ok = st.success();
+                    finished = st.success();
                     break;
                 }
-                Ok(None) if t.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) if started.elapsed() < limit => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 _ => {
                     // Still running (or unknown): kill it by PID.
                     let _ = self.child.kill();
@@ -150,19 +152,19 @@ impl Proc {
             .take()
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
-        (out, ok)
+        (out, finished)
     }
 }
 
 fn run_ok(cmd: &mut Command) -> anyhow::Result<String> {
-    let o = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !o.status.success() {
+    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !output.status.success() {
         anyhow::bail!(
             "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
+            String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// The sender and receiver namespaces of one run with their TUN devices.
@@ -226,12 +228,12 @@ impl Hosts {
                 "1000",
                 "up",
             ]))?;
-            for (k, v) in common_sysctls(sack, timestamps) {
-                set_sysctl(h, k, v)?;
+            for (k, value) in common_sysctls(sack, timestamps) {
+                set_sysctl(h, k, value)?;
             }
         }
-        for (k, v) in profile.sysctls() {
-            set_sysctl(&snd, k, v)?;
+        for (k, value) in profile.sysctls() {
+            set_sysctl(&snd, k, value)?;
         }
         if rate_bps > 0 {
             // The sender's NIC: packets leave at the link rate; TCP small
@@ -256,8 +258,8 @@ impl Hosts {
         }
         let mut sender_sysctls = BTreeMap::new();
         for k in RECORDED_SYSCTLS {
-            if let Ok(v) = get_sysctl(&snd, k) {
-                sender_sysctls.insert(k.to_string(), v);
+            if let Ok(value) = get_sysctl(&snd, k) {
+                sender_sysctls.insert(k.to_string(), value);
             }
         }
         Ok(Hosts {
@@ -308,9 +310,10 @@ pub fn get_sysctl(h: &Host, key: &str) -> anyhow::Result<String> {
 /// values, no history file touched).
 pub fn nstat(h: &Host) -> anyhow::Result<BTreeMap<String, u64>> {
     let out = run_ok(h.command("nstat").args(["-asz", "--json"]))?;
-    let v: serde_json::Value = serde_json::from_str(&out).context("nstat JSON")?;
-    let k = v["kernel"].as_object().context("nstat: no kernel map")?;
-    Ok(k.iter()
+    let json: serde_json::Value = serde_json::from_str(&out).context("nstat JSON")?;
+    let kernel = json["kernel"].as_object().context("nstat: no kernel map")?;
+    Ok(kernel
+        .iter()
         .filter_map(|(n, x)| x.as_u64().map(|x| (n.clone(), x)))
         .collect())
 }
@@ -328,7 +331,7 @@ pub fn delta(
 
 /// Start `iperf3 -s -1 -J` on the receiver, bound to its address.
 pub fn iperf3_server(h: &Host, port: u16) -> anyhow::Result<Proc> {
-    let c = h
+    let child = h
         .command("iperf3")
         .args([
             "-s",
@@ -343,13 +346,13 @@ pub fn iperf3_server(h: &Host, port: u16) -> anyhow::Result<Proc> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting iperf3 -s (is iperf3 installed?)")?;
-    Ok(Proc::new(c))
+    Ok(Proc::new(child))
 }
 
 /// Start `iperf3 -c` on the sender: `streams` parallel streams for
 /// `duration_s` seconds, CUBIC, JSON output.
 pub fn iperf3_client(h: &Host, port: u16, duration_s: f64, streams: usize) -> anyhow::Result<Proc> {
-    let c = h
+    let child = h
         .command("iperf3")
         .args([
             "-c",
@@ -370,7 +373,7 @@ pub fn iperf3_client(h: &Host, port: u16, duration_s: f64, streams: usize) -> an
         .stderr(Stdio::null())
         .spawn()
         .context("starting iperf3 -c")?;
-    Ok(Proc::new(c))
+    Ok(Proc::new(child))
 }
 
 /// What an iperf3 client run reported.
@@ -394,18 +397,21 @@ pub struct IperfResult {
 
 /// Parse `iperf3 -c -J` output.
 pub fn parse_iperf3(json: &str) -> anyhow::Result<IperfResult> {
-    let v: serde_json::Value = serde_json::from_str(json).context("iperf3 JSON")?;
-    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-        anyhow::bail!("iperf3: {e}");
+    let report: serde_json::Value = serde_json::from_str(json).context("iperf3 JSON")?;
+    if let Some(error) = report.get("error").and_then(|error| error.as_str()) {
+        anyhow::bail!("iperf3: {error}");
     }
-    let end = &v["end"];
-    let r = &end["sum_received"];
-    let s = &end["sum_sent"];
+    let end = &report["end"];
+    let received = &end["sum_received"];
+    let sent = &end["sum_sent"];
     Ok(IperfResult {
-        mbps: r["bits_per_second"].as_f64().context("sum_received")? / 1e6,
-        seconds: r["seconds"].as_f64().unwrap_or(0.0),
-        bytes: r["bytes"].as_u64().unwrap_or(0),
-        retransmits: s["retransmits"].as_u64().unwrap_or(0),
+        mbps: received["bits_per_second"]
+            .as_f64()
+            .context("sum_received")?
+            / 1e6,
+        seconds: received["seconds"].as_f64().unwrap_or(0.0),
+        bytes: received["bytes"].as_u64().unwrap_or(0),
+        retransmits: sent["retransmits"].as_u64().unwrap_or(0),
         client_cpu_pct: end["cpu_utilization_percent"]["host_total"]
             .as_f64()
             .unwrap_or(f64::NAN),

@@ -145,7 +145,7 @@ impl TcpLabConfig {
 
     /// Every cell of the grid, in run order.
     pub fn cells(&self) -> Vec<Cell> {
-        let mut v = Vec::new();
+        let mut list = Vec::new();
         let base = Cell {
             table: Table::T4,
             sender: SenderProfile::S,
@@ -163,7 +163,7 @@ impl TcpLabConfig {
                     Table::T4 => {
                         for &streams in &self.streams {
                             for &beta in &self.betas {
-                                v.push(Cell {
+                                list.push(Cell {
                                     table: t,
                                     sender,
                                     streams,
@@ -175,7 +175,7 @@ impl TcpLabConfig {
                     }
                     Table::T5 => {
                         for &delta in &self.deltas {
-                            v.push(Cell {
+                            list.push(Cell {
                                 table: t,
                                 sender,
                                 delta,
@@ -187,7 +187,7 @@ impl TcpLabConfig {
                     Table::T6 => {
                         for &streams in &self.streams {
                             for &delta in &self.deltas {
-                                v.push(Cell {
+                                list.push(Cell {
                                     table: t,
                                     sender,
                                     streams,
@@ -201,7 +201,7 @@ impl TcpLabConfig {
                     }
                     Table::T8 => {
                         for &delta in &self.deltas {
-                            v.push(Cell {
+                            list.push(Cell {
                                 table: t,
                                 sender,
                                 beta: self.beta_loss,
@@ -218,7 +218,7 @@ impl TcpLabConfig {
             }
             if t == Table::Sweep {
                 for &f in &self.sweep {
-                    v.push(Cell {
+                    list.push(Cell {
                         table: t,
                         sender: SenderProfile::A,
                         sack: true,
@@ -228,13 +228,13 @@ impl TcpLabConfig {
                 }
             }
         }
-        v
+        list
     }
 
     /// The relay configuration of `cell` with SRPIC `on`, repetition `rep`.
     pub fn relay(&self, cell: &Cell, on: bool, rep: usize) -> RelayCoreConfig {
         let alpha = self.alpha_ms * 1e6;
-        let k = self.k();
+        let window = self.k();
         let rate = (cell.rate_mbps * 1e6) as u64;
         let loss = |d: f64| {
             if d > 0.0 {
@@ -248,7 +248,7 @@ impl TcpLabConfig {
             forward: PathConfig {
                 rate_bps: rate,
                 delay_ns: alpha as u64,
-                sigma_ns: (cell.beta * alpha * k) as u64,
+                sigma_ns: (cell.beta * alpha * window) as u64,
                 loss: loss(cell.delta),
                 seed,
                 // The router's buffer: 100 ms of link time (the sender's
@@ -259,7 +259,7 @@ impl TcpLabConfig {
             reverse: PathConfig {
                 rate_bps: rate,
                 delay_ns: alpha as u64,
-                sigma_ns: (cell.rev_beta * alpha * k) as u64,
+                sigma_ns: (cell.rev_beta * alpha * window) as u64,
                 loss: loss(cell.rev_delta),
                 seed: seed + 1,
                 queue_ns: 100_000_000,
@@ -421,7 +421,7 @@ pub fn run_grid(
     c: &TcpLabConfig,
     mut progress: impl FnMut(&Cell, bool, usize, &anyhow::Result<RunResult>),
 ) -> Vec<RunResult> {
-    let mut v = Vec::new();
+    let mut results = Vec::new();
     for cell in c.cells() {
         for rep in 0..c.reps.max(1) {
             let modes: &[bool] = if cell.table == Table::Sweep {
@@ -430,13 +430,13 @@ pub fn run_grid(
                 &[false, true]
             };
             for &on in modes {
-                let r = run_once(c, &cell, on, rep);
-                progress(&cell, on, rep, &r);
-                if let Ok(r) = r {
-                    v.push(r);
+                let result = run_once(c, &cell, on, rep);
+                progress(&cell, on, rep, &result);
+                if let Ok(result) = result {
+                    results.push(result);
                 }
             }
         }
     }
-    v
+    results
 }

@@ -146,12 +146,12 @@ impl RelayCore {
     /// A packet the sender sent, read at `now`.
     pub fn from_sender(&mut self, now: u64, pkt: Vec<u8>) {
         let retransmission = self.sent_by_sender.observe(&pkt);
-        if let (true, Some(t)) = (retransmission, self.retransmissions.as_mut()) {
+        if let (true, Some(retransmissions)) = (retransmission, self.retransmissions.as_mut()) {
             if let Class::Flow { key, seq, .. } = classify_ipv4_tcp(&pkt) {
-                if t.len() >= MAX_TRACKED_RETRANSMISSIONS {
-                    t.clear();
+                if retransmissions.len() >= MAX_TRACKED_RETRANSMISSIONS {
+                    retransmissions.clear();
                 }
-                *t.entry((key, seq)).or_default() += 1;
+                *retransmissions.entry((key, seq)).or_default() += 1;
             }
         }
         self.fwd.push(now, pkt.len(), pkt);
@@ -174,13 +174,13 @@ impl RelayCore {
                 let mut sorted = Vec::with_capacity(packets.len());
                 for p in packets {
                     let mut class = classify_ipv4_tcp(&p);
-                    if let (Class::Flow { key, seq, .. }, Some(t)) =
+                    if let (Class::Flow { key, seq, .. }, Some(retransmissions)) =
                         (class, self.retransmissions.as_mut())
                     {
-                        if let Some(n) = t.get_mut(&(key, seq)) {
-                            *n -= 1;
-                            if *n == 0 {
-                                t.remove(&(key, seq));
+                        if let Some(count) = retransmissions.get_mut(&(key, seq)) {
+                            *count -= 1;
+                            if *count == 0 {
+                                retransmissions.remove(&(key, seq));
                             }
                             class = Class::Bypass { key };
                         }
@@ -304,21 +304,21 @@ pub fn run_tun_relay(
                 }
                 // The receiver's share: its driver (sorting or not) and its
                 // kernel's receive path (run by the write).
-                let c0 = ringway_io::thread::thread_cpu_total();
+                let cpu_start = ringway_io::thread::thread_cpu_total();
                 let packets = core.receive_block(packets);
                 for p in &packets {
                     if receiver.write(p).is_err() {
                         write_errors += 1;
                     }
                 }
-                *rx_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(c0);
+                *rx_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
             }
             Delivery::ToSender(p) => {
-                let c0 = ringway_io::thread::thread_cpu_total();
+                let cpu_start = ringway_io::thread::thread_cpu_total();
                 if sender.write(&p).is_err() {
                     write_errors += 1;
                 }
-                *tx_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(c0);
+                *tx_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
             }
         }
     };
@@ -331,12 +331,12 @@ pub fn run_tun_relay(
             for _ in 0..512 {
                 match tun.read(&mut buf) {
                     Ok(Some(n)) => {
-                        let t = now_ns();
+                        let now_nanos = now_ns();
                         let pkt = buf[..n].to_vec();
                         if i == 0 {
-                            core.from_sender(t, pkt);
+                            core.from_sender(now_nanos, pkt);
                         } else {
-                            core.from_receiver(t, pkt);
+                            core.from_receiver(now_nanos, pkt);
                         }
                     }
                     Ok(None) => break,
@@ -348,9 +348,9 @@ pub fn run_tun_relay(
             }
         }
         let now = now_ns();
-        let mut ds = Vec::new();
-        core.poll(now, &mut |d| ds.push(d));
-        for d in ds {
+        let mut delays = Vec::new();
+        core.poll(now, &mut |d| delays.push(d));
+        for d in delays {
             deliver(core, d, now, &mut late, &mut rx_cpu, &mut tx_cpu);
         }
         let wait = match core.next_deadline() {
@@ -363,25 +363,25 @@ pub fn run_tun_relay(
             wait_readable(&fds, Some(wait))?;
         }
     }
-    let mut ds = Vec::new();
-    core.drain(&mut |d| ds.push(d));
+    let mut delays = Vec::new();
+    core.drain(&mut |d| delays.push(d));
     let now = now_ns();
-    for d in ds {
+    for d in delays {
         deliver(core, d, now, &mut late, &mut rx_cpu, &mut tx_cpu);
     }
-    let mut r = core.report();
+    let mut report = core.report();
     late.sort_unstable();
-    let q = |f: f64| {
+    let quantile = |f: f64| {
         if late.is_empty() {
             f64::NAN
         } else {
             late[((late.len() - 1) as f64 * f) as usize] as f64 / 1e3
         }
     };
-    r.late_us = (q(0.5), q(0.99), q(1.0));
-    r.receiver_path_cpu_s = rx_cpu.as_secs_f64();
-    r.sender_path_cpu_s = tx_cpu.as_secs_f64();
-    r.write_errors = write_errors;
-    r.read_errors = read_errors;
-    Ok(r)
+    report.late_us = (quantile(0.5), quantile(0.99), quantile(1.0));
+    report.receiver_path_cpu_s = rx_cpu.as_secs_f64();
+    report.sender_path_cpu_s = tx_cpu.as_secs_f64();
+    report.write_errors = write_errors;
+    report.read_errors = read_errors;
+    Ok(report)
 }

@@ -26,15 +26,15 @@ fn runs<'a>(all: &'a [RunResult], cell: &Cell, on: bool) -> Vec<&'a RunResult> {
 }
 
 fn stat(rs: &[&RunResult], f: impl Fn(&RunResult) -> f64) -> MeanCi {
-    let xs: Vec<f64> = rs.iter().map(|r| f(r)).filter(|x| x.is_finite()).collect();
-    if xs.is_empty() {
+    let values: Vec<f64> = rs.iter().map(|r| f(r)).filter(|x| x.is_finite()).collect();
+    if values.is_empty() {
         return MeanCi {
             mean: f64::NAN,
             ci95: f64::NAN,
             n: 0,
         };
     }
-    mean_ci(&xs)
+    mean_ci(&values)
 }
 
 /// A metric of a table: header and value of one run.
@@ -72,9 +72,9 @@ fn row(s: &mut String, label: &str, all: &[RunResult], cell: &Cell, metrics: &[M
 }
 
 fn pct(x: f64) -> String {
-    let s = format!("{:.3}", x * 100.0);
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_string()
+    let text = format!("{:.3}", x * 100.0);
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.to_string()
 }
 
 fn cells_of(c: &TcpLabConfig, t: Table) -> Vec<Cell> {
@@ -83,13 +83,13 @@ fn cells_of(c: &TcpLabConfig, t: Table) -> Vec<Cell> {
 
 /// All requested tables as text.
 pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
-    let mut s = String::new();
-    let k = c.k();
+    let mut out = String::new();
+    let window = c.k();
     let _ = writeln!(
-        s,
+        out,
         "Link {} Mb/s (k = 1 Gb/s / rate = {:.1}); α = {} ms both ways; σ = β·α·k; receiver: T_intr {:.0} µs, R_sn {:.0} packets/s, ring {} (the paper's receiver scaled by k); BlockSize {}; {} s per run, {} repetitions; TCP timestamps {}; counts per Mbps over 50 s.",
         c.rate_mbps,
-        k,
+        window,
         c.alpha_ms,
         c.receiver().t_intr_ns as f64 / 1e3,
         c.receiver().rsn_pps,
@@ -104,12 +104,12 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
         match t {
             Table::T4 => {
                 let _ = writeln!(
-                    s,
+                    out,
                     "\nTable 4. Reordering: α = {} ms, β varied, no loss, SACK off.",
                     c.alpha_ms
                 );
                 header(
-                    &mut s,
+                    &mut out,
                     "                      β (%)",
                     &[THROUGHPUT, RETRANS, DUPACKS],
                 );
@@ -121,9 +121,9 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
                         if x.streams == 1 { " " } else { "s" },
                         pct(x.beta)
                     );
-                    row(&mut s, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS]);
+                    row(&mut out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS]);
                 }
-                receiver_view(&mut s, all, &cells, |x| {
+                receiver_view(&mut out, all, &cells, |x| {
                     format!(
                         "{} {:>2} st β {:>5}%",
                         x.sender.name(),
@@ -134,50 +134,50 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
             }
             Table::T5 => {
                 let _ = writeln!(
-                    s,
+                    out,
                     "\nTable 5. Packet drops: α = {} ms both ways, δ varied, 1 stream, SACK on.",
                     c.alpha_ms
                 );
                 header(
-                    &mut s,
+                    &mut out,
                     "                  δ (%)",
                     &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
                 );
                 for x in &cells {
                     let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
                     row(
-                        &mut s,
+                        &mut out,
                         &label,
                         all,
                         x,
                         &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
                     );
                 }
-                table7(&mut s, all, &cells);
+                table7(&mut out, all, &cells);
             }
             Table::T6 => {
                 let _ = writeln!(
-                    s,
+                    out,
                     "\nTable 6. Reordering and drops: α = {} ms, β = {} %, δ varied, SACK on.",
                     c.alpha_ms,
                     pct(c.beta_loss)
                 );
                 header(
-                    &mut s,
+                    &mut out,
                     "                 streams δ (%)",
                     &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
                 );
                 for x in &cells {
                     let label = format!("{} {:>7} {:>5}", x.sender.name(), x.streams, pct(x.delta));
                     row(
-                        &mut s,
+                        &mut out,
                         &label,
                         all,
                         x,
                         &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
                     );
                 }
-                receiver_view(&mut s, all, &cells, |x| {
+                receiver_view(&mut out, all, &cells, |x| {
                     format!(
                         "{} {:>2} st δ {:>5}%",
                         x.sender.name(),
@@ -188,19 +188,19 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
             }
             Table::T8 => {
                 let _ = writeln!(
-                    s,
+                    out,
                     "\nTable 8. Forward and reverse paths: β = {} % and δ on both, 1 stream, SACK on.",
                     pct(c.beta_loss)
                 );
                 header(
-                    &mut s,
+                    &mut out,
                     "                  δ (%)",
                     &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
                 );
                 for x in &cells {
                     let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
                     row(
-                        &mut s,
+                        &mut out,
                         &label,
                         all,
                         x,
@@ -208,15 +208,15 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
                     );
                 }
             }
-            Table::Sweep => sweep(&mut s, c, all, &cells),
+            Table::Sweep => sweep(&mut out, c, all, &cells),
         }
     }
     let flagged: Vec<&RunResult> = all.iter().filter(|r| r.flagged.is_some()).collect();
     if !flagged.is_empty() {
-        let _ = writeln!(s, "\nLeft out ({} runs):", flagged.len());
+        let _ = writeln!(out, "\nLeft out ({} runs):", flagged.len());
         for r in flagged {
             let _ = writeln!(
-                s,
+                out,
                 "  {:?} {} {} st β {} δ {} srpic {} rep {}: {}",
                 r.cell.table,
                 r.cell.sender.name(),
@@ -229,7 +229,7 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
             );
         }
     }
-    s
+    out
 }
 
 /// Table 7: CPU of the drop experiments (the paper's oprofile event counts
@@ -246,18 +246,20 @@ fn table7(s: &mut String, all: &[RunResult], cells: &[Cell]) {
     );
     for x in cells {
         for on in [true, false] {
-            let rs = runs(all, x, on);
+            let runs_on = runs(all, x, on);
             let per = |f: fn(&RunResult) -> f64| {
-                stat(&rs, move |r| f(r) * 1e6 / (r.iperf.mbps * r.iperf.seconds))
+                stat(&runs_on, move |r| {
+                    f(r) * 1e6 / (r.iperf.mbps * r.iperf.seconds)
+                })
             };
             let _ = writeln!(
                 s,
                 "{:<26} {:<8} {:>W$} {:>12} {:>W$} {:>12}",
                 format!("{} {:>13}", x.sender.name(), pct(x.delta)),
                 if on { "SRPIC" } else { "NSRPIC" },
-                fmt(&stat(&rs, |r| r.sender_cpu_s)),
+                fmt(&stat(&runs_on, |r| r.sender_cpu_s)),
                 fmt(&per(|r| r.sender_cpu_s)),
-                fmt(&stat(&rs, |r| r.receiver_cpu_s)),
+                fmt(&stat(&runs_on, |r| r.receiver_cpu_s)),
                 fmt(&per(|r| r.receiver_cpu_s)),
             );
         }
@@ -281,7 +283,7 @@ fn receiver_view(
         let (off, on) = (runs(all, x, false), runs(all, x, true));
         let ofo =
             |r: &RunResult| r.per_mbps(*r.receiver_nstat.get("TcpExtTCPOFOQueue").unwrap_or(&0));
-        let hp = |r: &RunResult| {
+        let hol_percent = |r: &RunResult| {
             *r.receiver_nstat.get("TcpExtTCPHPHits").unwrap_or(&0) as f64
                 / r.relay.delivery_order.0.max(1) as f64
         };
@@ -295,8 +297,8 @@ fn receiver_view(
             fmt(&stat(&on, |r| r.relay.delivery_order.2)),
             fmt(&stat(&off, ofo)),
             fmt(&stat(&on, ofo)),
-            fmt(&stat(&off, hp)),
-            fmt(&stat(&on, hp)),
+            fmt(&stat(&off, hol_percent)),
+            fmt(&stat(&on, hol_percent)),
             fmt(&stat(&on, |r| r.relay.blocks.mean())),
         );
     }
@@ -305,7 +307,7 @@ fn receiver_view(
 /// Fig. 2 / eq. 1–3: block sizes against the incoming rate, the same
 /// receiver throughout; eq. 3's prediction at the measured packet rate.
 fn sweep(s: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
-    let rx = c.receiver();
+    let receiver = c.receiver();
     let _ = writeln!(
         s,
         "\nFig. 2 / eq. 1–3. Block sizes vs rate (no impairment but α, SRPIC off, 1 stream); eq. 3 at the measured rate P (packets of {} bytes).",
@@ -317,26 +319,30 @@ fn sweep(s: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
         "link Mb/s", "throughput Mb/s", "P (pps)", "mean block", "p50", "p90", "max", "eq. 3"
     );
     for x in cells {
-        let rs = runs(all, x, false);
-        let mut h = crate::impair::BlockHistogram::default();
-        for r in &rs {
-            h.merge(&r.relay.blocks);
+        let runs_off = runs(all, x, false);
+        let mut histogram = crate::impair::BlockHistogram::default();
+        for r in &runs_off {
+            histogram.merge(&r.relay.blocks);
         }
-        let tput = stat(&rs, |r| r.iperf.mbps);
+        let tput = stat(&runs_off, |r| r.iperf.mbps);
         let pps = tput.mean * 1e6 / (super::hosts::MTU as f64 * 8.0);
-        let eq3 = eq3_block(pps, rx.t_intr_ns as f64 / 1e9, rx.rsn_pps)
+        let eq3 = eq3_block(pps, receiver.t_intr_ns as f64 / 1e9, receiver.rsn_pps)
             .map_or("ring".to_string(), |b| format!("{b:.0}"));
-        let q = |f: f64| h.quantile(f).map_or("n/a".to_string(), |v| v.to_string());
+        let quantile = |f: f64| {
+            histogram
+                .quantile(f)
+                .map_or("n/a".to_string(), |v| v.to_string())
+        };
         let _ = writeln!(
             s,
             "{:>10.1} {:>W$} {:>12.0} {:>W$} {:>6} {:>6} {:>6} {:>10}",
             x.rate_mbps,
             fmt(&tput),
             pps,
-            fmt(&stat(&rs, |r| r.relay.blocks.mean())),
-            q(0.5),
-            q(0.9),
-            q(1.0),
+            fmt(&stat(&runs_off, |r| r.relay.blocks.mean())),
+            quantile(0.5),
+            quantile(0.9),
+            quantile(1.0),
             eq3
         );
     }

@@ -93,10 +93,10 @@ impl WireCounter {
     }
 
     fn segment(&mut self, s: &TcpSeg) -> bool {
-        let sp = SeqSpace::U32;
+        let space = SeqSpace::U32;
         self.counts.segments += 1;
-        let d = match self.flows.get_mut(&s.key) {
-            Some(d) => d,
+        let dir = match self.flows.get_mut(&s.key) {
+            Some(dir) => dir,
             None => {
                 if self.flows.len() >= self.max_flows {
                     self.counts.untracked += 1;
@@ -113,37 +113,37 @@ impl WireCounter {
         if s.payload_len > 0 {
             self.counts.data_segments += 1;
             self.counts.payload_bytes += s.payload_len as u64;
-            if d.max_end.is_some_and(|m| sp.lt(s.seq, m)) {
+            if dir.max_end.is_some_and(|m| space.lt(s.seq, m)) {
                 self.counts.retransmitted += 1;
                 retransmission = true;
             }
-            let end = sp.add(s.seq, s.payload_len);
-            if d.max_end.is_none_or(|m| sp.lt(m, end)) {
-                d.max_end = Some(end);
+            let end = space.add(s.seq, s.payload_len);
+            if dir.max_end.is_none_or(|m| space.lt(m, end)) {
+                dir.max_end = Some(end);
             }
         }
         if s.payload_len == 0
             && s.window != 0
-            && s.window == d.window
-            && Some(s.seq) == d.next_seq
+            && s.window == dir.window
+            && Some(s.seq) == dir.next_seq
             && ack
-            && s.ack == d.last_ack
+            && s.ack == dir.last_ack
             && !(syn || fin || rst)
         {
             self.counts.dup_acks += 1;
         }
         self.counts.sack_blocks += s.sack_blocks as u64;
-        d.window = s.window;
+        dir.window = s.window;
         if ack {
-            d.last_ack = s.ack;
+            dir.last_ack = s.ack;
         }
-        let end = sp.add(s.seq, s.payload_len + syn as u32 + fin as u32);
+        let end = space.add(s.seq, s.payload_len + syn as u32 + fin as u32);
         if s.payload_len > 0 || syn || fin {
-            if d.next_seq.is_none_or(|n| sp.lt(n, end)) {
-                d.next_seq = Some(end);
+            if dir.next_seq.is_none_or(|n| space.lt(n, end)) {
+                dir.next_seq = Some(end);
             }
-        } else if d.next_seq.is_none() {
-            d.next_seq = Some(s.seq);
+        } else if dir.next_seq.is_none() {
+            dir.next_seq = Some(s.seq);
         }
         retransmission
     }

@@ -219,15 +219,15 @@ pub fn register(
     server: SocketAddr,
     requests: &mut Requests,
 ) -> anyhow::Result<Session> {
-    let (id, m) = requests.register();
-    let mut reply = request(sock, server, id, &m)?;
+    let (id, msg) = requests.register();
+    let mut reply = request(sock, server, id, &msg)?;
     for _ in 0..3 {
         match reply {
             Reply::Ack(_, s) => return Ok(s),
             Reply::Error(_, code, _) => bail!("REGISTER refused: {code:?}"),
             Reply::Challenge(_, cookie) => {
-                let (id, m) = requests.register_with(&cookie);
-                reply = request(sock, server, id, &m)?;
+                let (id, msg) = requests.register_with(&cookie);
+                reply = request(sock, server, id, &msg)?;
             }
         }
     }
@@ -257,16 +257,16 @@ fn open_source_socket(c: &SfuLoadConfig, i: usize) -> anyhow::Result<UdpSocket> 
         return Ok(open_udp(&cfg).context("opening client socket")?.0);
     }
     // A socket stays in the namespace it was created in.
-    let ns = c.in_netns[i % c.in_netns.len()].clone();
+    let netns_name = c.in_netns[i % c.in_netns.len()].clone();
     let host = Host {
-        name: ns.clone(),
-        netns: ns.clone(),
+        name: netns_name.clone(),
+        netns: netns_name.clone(),
         ifaces: Vec::new(),
     };
     let (sock, _) = host
         .run(move || open_udp(&cfg))
-        .with_context(|| format!("entering netns {ns}"))?
-        .with_context(|| format!("opening client socket in netns {ns}"))?;
+        .with_context(|| format!("entering netns {netns_name}"))?
+        .with_context(|| format!("opening client socket in netns {netns_name}"))?;
     Ok(sock)
 }
 
@@ -286,8 +286,8 @@ fn register_sources(c: &SfuLoadConfig) -> anyhow::Result<Vec<Source>> {
     }
     for s in out.iter_mut() {
         for chunk in c.subscribe.chunks(ringway_sfu::wire::MAX_SELECTORS) {
-            let (id, m) = s.requests.subscribe(s.session, chunk, false);
-            match request(&s.sock, c.server, id, &m)? {
+            let (id, msg) = s.requests.subscribe(s.session, chunk, false);
+            match request(&s.sock, c.server, id, &msg)? {
                 Reply::Ack(..) => {}
                 r => bail!("SUBSCRIBE refused: {r:?}"),
             }
@@ -363,8 +363,8 @@ fn spawn_receiver(
                 if published.elapsed() >= Duration::from_millis(500) {
                     published = Instant::now();
                     let (lost, reordered) = sockets.iter().fold((0, 0), |a, (_, st)| {
-                        let t = st.media_totals();
-                        (a.0 + t.1, a.1 + t.2)
+                        let totals = st.media_totals();
+                        (a.0 + totals.1, a.1 + totals.2)
                     });
                     shared.lost.store(lost, Ordering::Relaxed);
                     shared.reordered.store(reordered, Ordering::Relaxed);
@@ -377,19 +377,21 @@ fn spawn_receiver(
                     } else {
                         Duration::ZERO
                     };
-                    let k = match io.recv_batch(&mut batch, Some(wait)) {
-                        Ok(k) => k,
+                    let received = match io.recv_batch(&mut batch, Some(wait)) {
+                        Ok(received) => received,
                         Err(e) if transient(&e) => 0,
                         Err(e) => return Err(e.into()),
                     };
-                    got += k;
+                    got += received;
                     let mut bytes = 0;
                     for d in batch.iter() {
-                        let at = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
-                        st.record(at, d.data);
+                        let stamp = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
+                        st.record(stamp, d.data);
                         bytes += d.data.len() as u64;
                     }
-                    shared.rx_packets.fetch_add(k as u64, Ordering::Relaxed);
+                    shared
+                        .rx_packets
+                        .fetch_add(received as u64, Ordering::Relaxed);
                     shared.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
                 }
                 if got == 0 && !single {
@@ -424,22 +426,29 @@ fn spawn_sender(
         .name("sfu-client-tx".into())
         .spawn(move || -> anyhow::Result<SenderEnd> {
             let refused = pin("sfu-client-tx", cpus);
-            let mut tx = TxBatch::new(64, FRAME);
+            let mut tx_batch = TxBatch::new(64, FRAME);
             let mut schedule = TickSchedule::new(phases, interval_ns);
             while !shared.stop_tx.load(Ordering::Relaxed) && !sources.is_empty() {
-                let k = schedule.wait_next();
-                let (io, streams) = &mut sources[k];
-                tx.clear();
+                let source = schedule.wait_next();
+                let (io, streams) = &mut sources[source];
+                tx_batch.clear();
                 for s in streams.iter_mut() {
-                    let t = realtime_now().0;
-                    if tx.push_with(server, |f| s.next_packet(f, t)).is_err() {
+                    let now_ns = realtime_now().0;
+                    if tx_batch
+                        .push_with(server, |f| s.next_packet(f, now_ns))
+                        .is_err()
+                    {
                         break;
                     }
                 }
-                let sent = io.send_batch(&tx)?;
+                let sent = io.send_batch(&tx_batch)?;
                 shared.tx_packets.fetch_add(sent as u64, Ordering::Relaxed);
                 shared.tx_bytes.fetch_add(
-                    tx.iter().take(sent).map(|(_, d)| d.len() as u64).sum(),
+                    tx_batch
+                        .iter()
+                        .take(sent)
+                        .map(|(_, d)| d.len() as u64)
+                        .sum(),
                     Ordering::Relaxed,
                 );
             }
@@ -479,7 +488,7 @@ impl TickSchedule {
 
     /// Sleep until the next tick is due; the source whose tick it is.
     fn wait_next(&mut self) -> usize {
-        let (k, due_ns) = self
+        let (source, due_ns) = self
             .next
             .iter()
             .copied()
@@ -493,9 +502,9 @@ impl TickSchedule {
         } else if now - due > LATE_TICK {
             self.late += 1;
         }
-        self.next[k] += self.interval_ns;
+        self.next[source] += self.interval_ns;
         self.ticks += 1;
-        k
+        source
     }
 }
 
@@ -536,17 +545,17 @@ pub fn tick_lateness(
 /// Phase of each of `n` sources within `interval_ns`: uniform from a
 /// seeded generator (independent clients), or all 0 (one burst per tick).
 pub fn phases(n: usize, interval_ns: u64, desync: bool, seed: u64) -> Vec<u64> {
-    let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
     (0..n)
         .map(|_| {
             // splitmix64
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut mixed = state;
+            mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            mixed ^= mixed >> 31;
             if desync {
-                z % interval_ns.max(1)
+                mixed % interval_ns.max(1)
             } else {
                 0
             }
@@ -583,11 +592,11 @@ pub fn run(
             .types
             .iter()
             .enumerate()
-            .map(|(i, m)| {
+            .map(|(i, msg)| {
                 let size = c.sizes[i.min(c.sizes.len() - 1)];
                 StreamGen::new(
                     s.session.ssid,
-                    *m,
+                    *msg,
                     size,
                     interval_ns,
                     (s.session.ssid as u16) ^ 0x1234,
@@ -626,8 +635,8 @@ pub fn run(
         if c.keepalive && last_keepalive.elapsed() >= Duration::from_secs(1) {
             last_keepalive = Instant::now();
             for s in sources.iter_mut() {
-                let (_, m) = s.requests.simple(MsgType::Keepalive, s.session);
-                let _ = s.sock.send_to(&m, c.server);
+                let (_, msg) = s.requests.simple(MsgType::Keepalive, s.session);
+                let _ = s.sock.send_to(&msg, c.server);
             }
         }
         if let Some(every) = every.filter(|e| !e.is_zero()) {
@@ -653,8 +662,8 @@ pub fn run(
     std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
     if c.leave {
         for s in sources.iter_mut() {
-            let (_, m) = s.requests.simple(MsgType::Leave, s.session);
-            let _ = s.sock.send_to(&m, c.server);
+            let (_, msg) = s.requests.simple(MsgType::Leave, s.session);
+            let _ = s.sock.send_to(&msg, c.server);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -665,17 +674,17 @@ pub fn run(
         .expect("the receiver is joined once")
         .join()
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
-    let mut r = report(ssids, sent_for, &shared, &per_socket, sent.late);
-    r.ticks = sent.ticks;
-    r.cpu = match (sent.cpu, rx_cpu) {
+    let mut summary = report(ssids, sent_for, &shared, &per_socket, sent.late);
+    summary.ticks = sent.ticks;
+    summary.cpu = match (sent.cpu, rx_cpu) {
         (Some(a), Some(b)) => Some(CpuTime {
             user_ns: a.user_ns + b.user_ns,
             system_ns: a.system_ns + b.system_ns,
         }),
         _ => None,
     };
-    r.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
-    Ok(r)
+    summary.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
+    Ok(summary)
 }
 
 /// The load's threads; dropping it stops and joins those still running.
@@ -697,11 +706,11 @@ impl Drop for Threads {
     fn drop(&mut self) {
         self.shared.stop_tx.store(true, Ordering::Relaxed);
         self.shared.stop_rx.store(true, Ordering::Relaxed);
-        if let Some(h) = self.sender.take() {
-            let _ = h.join();
+        if let Some(handle) = self.sender.take() {
+            let _ = handle.join();
         }
-        if let Some(h) = self.receiver.take() {
-            let _ = h.join();
+        if let Some(handle) = self.receiver.take() {
+            let _ = handle.join();
         }
     }
 }

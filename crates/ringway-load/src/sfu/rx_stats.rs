@@ -83,8 +83,8 @@ impl RxStats {
         match wire::classify(data) {
             wire::Kind::Control => {
                 self.control += 1;
-                if let Ok(c) = Control::new_checked(data) {
-                    if c.msg_type() == MsgType::Error {
+                if let Ok(control) = Control::new_checked(data) {
+                    if control.msg_type() == MsgType::Error {
                         self.control_errors += 1;
                     }
                 }
@@ -96,39 +96,39 @@ impl RxStats {
             }
             wire::Kind::Rtp => {}
         }
-        let Ok(p) = RtpPacket::new_checked(data) else {
+        let Ok(packet) = RtpPacket::new_checked(data) else {
             self.malformed += 1;
             return;
         };
-        let own = self.own.contains(&p.ssrc());
-        let e = self
+        let own = self.own.contains(&packet.ssrc());
+        let entry = self
             .streams
-            .entry((p.ssrc(), p.payload_type()))
+            .entry((packet.ssrc(), packet.payload_type()))
             .or_default();
-        e.0.record(p.seq());
-        e.1 += data.len() as u64;
-        if let Some(t) = p.send_time() {
-            let d = now.saturating_sub(t).max(1);
+        entry.0.record(packet.seq());
+        entry.1 += data.len() as u64;
+        if let Some(sent_at) = packet.send_time() {
+            let delay = now.saturating_sub(sent_at).max(1);
             if own {
                 self.echoes += 1;
-                let _ = self.rtt.record(d);
+                let _ = self.rtt.record(delay);
             } else {
-                let _ = self.owd.record(d);
+                let _ = self.owd.record(delay);
             }
         } else if own {
             self.echoes += 1;
         }
     }
     fn counts(&self) -> BTreeMap<(u32, u8), [u64; 4]> {
-        let mut m = self.merged.clone();
+        let mut merged = self.merged.clone();
         for (k, (t, bytes)) in &self.streams {
-            let e = m.entry(*k).or_default();
-            e[0] += t.received;
-            e[1] += bytes;
-            e[2] += t.lost();
-            e[3] += t.reordered;
+            let entry = merged.entry(*k).or_default();
+            entry[0] += t.received;
+            entry[1] += bytes;
+            entry[2] += t.lost();
+            entry[3] += t.reordered;
         }
-        m
+        merged
     }
     /// Per-stream summaries, own echoes included (ordered by SSRC, type);
     /// after [`Self::merge`] the counters are sums over the merged receivers.
@@ -159,16 +159,16 @@ impl RxStats {
     }
     /// Add another receiver's statistics to this one (stream counters are summed).
     pub fn merge(&mut self, o: &RxStats) {
-        let m = o.media_totals();
+        let totals = o.media_totals();
         self.merged_media = (
-            self.merged_media.0 + m.0,
-            self.merged_media.1 + m.1,
-            self.merged_media.2 + m.2,
+            self.merged_media.0 + totals.0,
+            self.merged_media.1 + totals.1,
+            self.merged_media.2 + totals.2,
         );
         for (k, c) in o.counts() {
-            let e = self.merged.entry(k).or_default();
+            let entry = self.merged.entry(k).or_default();
             for i in 0..4 {
-                e[i] += c[i];
+                entry[i] += c[i];
             }
         }
         let _ = self.rtt.add(&o.rtt);

@@ -46,15 +46,15 @@ impl Arrivals {
 
     /// The next gap in nanoseconds (at least 1).
     pub fn next_gap_ns(&mut self) -> u64 {
-        let g = match self.kind {
+        let gap = match self.kind {
             ArrivalKind::Constant => self.mean_ns,
             ArrivalKind::Poisson => {
                 // Inverse transform: -ln(U) * mean with U in (0, 1].
-                let u: f64 = 1.0 - self.rng.gen::<f64>();
-                -u.ln() * self.mean_ns
+                let uniform: f64 = 1.0 - self.rng.gen::<f64>();
+                -uniform.ln() * self.mean_ns
             }
         };
-        (g.round() as u64).max(1)
+        (gap.round() as u64).max(1)
     }
 }
 

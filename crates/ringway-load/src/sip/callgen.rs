@@ -406,13 +406,20 @@ impl CallGen {
 
     /// A timer at `now` + `d`.
     fn schedule_after(&mut self, d: Delay, now: u64, key: u64, kind: TimerKind) {
-        let at = now
+        let deadline = now
             + match d {
                 Delay::T1 => self.t1,
                 Delay::SixtyFourT1 => 64 * self.t1,
                 Delay::Hold => self.hold,
             };
-        self.timers.push_fifo(d, Timer { at, key, kind });
+        self.timers.push_fifo(
+            d,
+            Timer {
+                at: deadline,
+                key,
+                kind,
+            },
+        );
     }
 
     /// A timer at `at`.
@@ -433,8 +440,8 @@ impl CallGen {
                 (self.proxy.unwrap_or(target), false)
             }
             Some(route) => {
-                let (addr, lr) = self.route_memo.get(name_addr_uri(route))?;
-                (addr, !lr)
+                let (addr, loose_route) = self.route_memo.get(name_addr_uri(route))?;
+                (addr, !loose_route)
             }
         };
         self.templates
@@ -567,8 +574,9 @@ impl CallGen {
         if method == b"INVITE" {
             if (300..700).contains(&code) {
                 // Non-2xx final: ACK hop-by-hop (same branch), from the response alone.
-                if let Some(to) = view.lines(Hdr::To).next() {
-                    self.templates.ack_non2xx(&mut self.scratch, number, to);
+                if let Some(to_line) = view.lines(Hdr::To).next() {
+                    self.templates
+                        .ack_non2xx(&mut self.scratch, number, to_line);
                     out(self.next_hop, MessageKind::Ack, &self.scratch);
                 }
                 if self.calls.get(&number).is_some_and(|call| {

@@ -196,16 +196,16 @@ impl LoadConfig {
     /// built-in UAS, response times include its answer delay of up to one
     /// tick (an external UAS, `uas`, keeps them exact).
     pub fn effective_tick(&self) -> Duration {
-        if let Some(t) = self.tick {
-            return t;
+        if let Some(tick) = self.tick {
+            return tick;
         }
         let per_thread = self.rate / self.threads.max(1) as f64;
-        let (lo, hi) = AUTO_TICK_RANGE;
+        let (low, high) = AUTO_TICK_RANGE;
         if !(per_thread.is_finite() && per_thread > 0.0) {
-            return hi;
+            return high;
         }
-        let secs = (AUTO_TICK_CALLS / per_thread).min(hi.as_secs_f64());
-        Duration::from_secs_f64(secs).clamp(lo, hi)
+        let secs = (AUTO_TICK_CALLS / per_thread).min(high.as_secs_f64());
+        Duration::from_secs_f64(secs).clamp(low, high)
     }
 
     /// Check the parameters; the message says what is wrong.
@@ -356,7 +356,7 @@ pub struct LoadSummary {
 impl LoadSummary {
     /// Short multi-line human summary.
     pub fn text(&self) -> String {
-        let mut s = format!(
+        let mut out = format!(
             "calls: attempted {} succeeded {} failed {} ({:.3}%)\n",
             self.attempted,
             self.succeeded,
@@ -364,18 +364,18 @@ impl LoadSummary {
             100.0 * self.failed_ratio
         );
         if !self.failed.is_empty() {
-            let f: Vec<String> = self
+            let failures: Vec<String> = self
                 .failed
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
-            s += &format!("failed by reason: {}\n", f.join(" "));
+            out += &format!("failed by reason: {}\n", failures.join(" "));
         }
-        s += &format!(
+        out += &format!(
             "rate: target {:.1} achieved {:.1} calls/s over {:.2} s (total {:.2} s)\n",
             self.target_cps, self.achieved_cps, self.start_phase_s, self.elapsed_s
         );
-        s += &format!(
+        out += &format!(
             "retransmissions: INVITE {} BYE {} 200 {} ACK {}\n",
             self.retrans_invite, self.retrans_bye, self.retrans_200, self.retrans_ack
         );
@@ -384,18 +384,18 @@ impl LoadSummary {
             ("INVITE->200", &self.invite_to_200),
             ("BYE->200", &self.bye_to_200),
         ] {
-            let ms = |us: f64| us / 1000.0;
-            s += &format!(
+            let to_ms = |us: f64| us / 1000.0;
+            out += &format!(
                 "{name:12} n={} mean {:.3} p50 {:.3} p90 {:.3} p99 {:.3} max {:.3} ms\n",
                 p.count,
-                ms(p.mean_us),
-                ms(p.p50_us),
-                ms(p.p90_us),
-                ms(p.p99_us),
-                ms(p.max_us)
+                to_ms(p.mean_us),
+                to_ms(p.p50_us),
+                to_ms(p.p90_us),
+                to_ms(p.p99_us),
+                to_ms(p.max_us)
             );
         }
-        s += &format!(
+        out += &format!(
             "messages: sent {} (to proxy {}) received {} ignored {} send errors {} rx dropped {}\n",
             self.msgs_sent,
             self.msgs_to_proxy,
@@ -404,7 +404,7 @@ impl LoadSummary {
             self.send_errors,
             self.rx_dropped
         );
-        s += &format!(
+        out += &format!(
             "cpu: user {:.2} s sys {:.2} s = {:.1} µs per call ({} threads, {} backend, tick {} µs)\n",
             self.cpu.user_ns as f64 / 1e9,
             self.cpu.system_ns as f64 / 1e9,
@@ -413,7 +413,7 @@ impl LoadSummary {
             self.backend,
             self.tick_us
         );
-        s += &format!(
+        out += &format!(
             "gso: {} ({}): {} trains with {} datagrams, {} fallbacks\n",
             if self.gso.used { "used" } else { "not used" },
             self.gso.mode,
@@ -421,7 +421,7 @@ impl LoadSummary {
             self.gso.segments,
             self.gso.fallbacks
         );
-        s += &format!(
+        out += &format!(
             "gro: {} ({}): {} trains with {} datagrams received\n",
             if self.gso.gro_used {
                 "used"
@@ -432,7 +432,7 @@ impl LoadSummary {
             self.gso.gro_trains,
             self.gso.gro_segments
         );
-        s
+        out
     }
 }
 
@@ -475,23 +475,24 @@ pub fn run(
     for i in 0..cfg.threads {
         workers.push(worker::Worker::new(cfg, i, &run_id, live.clone())?);
     }
-    let t0 = Instant::now();
+    let started = Instant::now();
     let results: Vec<anyhow::Result<WorkerResult>> = std::thread::scope(|s| {
-        let hs: Vec<_> = workers
+        let handles: Vec<_> = workers
             .into_iter()
-            .map(|w| s.spawn(move || w.run(t0)))
+            .map(|w| s.spawn(move || w.run(started)))
             .collect();
         let mut last = Instant::now();
-        while !hs.iter().all(|h| h.is_finished()) {
+        while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(50));
             if last.elapsed() >= Duration::from_secs(1) {
                 last = Instant::now();
-                if let Some(p) = progress.as_mut() {
-                    p(&live, t0.elapsed());
+                if let Some(progress_line) = progress.as_mut() {
+                    progress_line(&live, started.elapsed());
                 }
             }
         }
-        hs.into_iter()
+        handles
+            .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
@@ -513,30 +514,30 @@ pub fn run(
         ..Default::default()
     };
     let mut calls = CallStats::default();
-    let mut last_start = t0;
-    let mut finished = t0;
+    let mut last_start = started;
+    let mut finished = started;
     let mut lag_sum_ns = 0u64;
-    for r in results {
-        let r = r?;
-        calls.merge(&r.calls);
-        sum.msgs_sent += r.msgs_sent;
-        sum.msgs_to_proxy += r.msgs_to_proxy;
-        sum.setup_to_proxy += r.setup_to_proxy;
-        sum.scheduled += r.scheduled;
-        lag_sum_ns += r.start_lag_sum_ns;
-        sum.msgs_received += r.msgs_received;
-        sum.send_errors += r.send_errors;
-        sum.rx_dropped += r.rx_dropped;
-        sum.cpu = sum.cpu + r.cpu;
-        sum.gso.used &= r.gso_used;
-        sum.gso.trains += r.gso.trains;
-        sum.gso.segments += r.gso.segments;
-        sum.gso.fallbacks += r.gso.fallbacks;
-        sum.gso.gro_used &= r.gso.gro_enabled;
-        sum.gso.gro_trains += r.gso.gro_trains;
-        sum.gso.gro_segments += r.gso.gro_segments;
-        last_start = last_start.max(r.last_start);
-        finished = finished.max(r.finished);
+    for result in results {
+        let result = result?;
+        calls.merge(&result.calls);
+        sum.msgs_sent += result.msgs_sent;
+        sum.msgs_to_proxy += result.msgs_to_proxy;
+        sum.setup_to_proxy += result.setup_to_proxy;
+        sum.scheduled += result.scheduled;
+        lag_sum_ns += result.start_lag_sum_ns;
+        sum.msgs_received += result.msgs_received;
+        sum.send_errors += result.send_errors;
+        sum.rx_dropped += result.rx_dropped;
+        sum.cpu = sum.cpu + result.cpu;
+        sum.gso.used &= result.gso_used;
+        sum.gso.trains += result.gso.trains;
+        sum.gso.segments += result.gso.segments;
+        sum.gso.fallbacks += result.gso.fallbacks;
+        sum.gso.gro_used &= result.gso.gro_enabled;
+        sum.gso.gro_trains += result.gso.gro_trains;
+        sum.gso.gro_segments += result.gso.gro_segments;
+        last_start = last_start.max(result.last_start);
+        finished = finished.max(result.finished);
     }
     sum.attempted = calls.attempted;
     sum.start_lag_mean_us = if sum.attempted > 0 {
@@ -562,11 +563,11 @@ pub fn run(
     sum.invite_to_180 = LatencySummary::of_us(&calls.invite_to_180);
     sum.invite_to_200 = LatencySummary::of_us(&calls.invite_to_200);
     sum.bye_to_200 = LatencySummary::of_us(&calls.bye_to_200);
-    sum.elapsed_s = (finished - t0).as_secs_f64();
+    sum.elapsed_s = (finished - started).as_secs_f64();
     // Starting lasted until the last start, rounded up to the planned span
     // of the calls (so one fast burst does not inflate the rate).
     let planned = (sum.attempted as f64 / cfg.rate).min(cfg.duration.as_secs_f64());
-    sum.start_phase_s = (last_start - t0).as_secs_f64().max(planned).max(1e-9);
+    sum.start_phase_s = (last_start - started).as_secs_f64().max(planned).max(1e-9);
     sum.achieved_cps = sum.attempted as f64 / sum.start_phase_s;
     sum.cpu_s_per_call = if sum.attempted > 0 {
         sum.cpu.total_s() / sum.attempted as f64
@@ -578,16 +579,16 @@ pub fn run(
 
 /// One-line progress text.
 pub fn progress_line(live: &Live, elapsed: Duration, target_calls: u64) -> String {
-    let a = live.attempted.load(Ordering::Relaxed);
-    let ok = live.succeeded.load(Ordering::Relaxed);
-    let f = live.failed.load(Ordering::Relaxed);
-    let r = live.retransmissions.load(Ordering::Relaxed);
+    let attempted = live.attempted.load(Ordering::Relaxed);
+    let succeeded = live.succeeded.load(Ordering::Relaxed);
+    let failed = live.failed.load(Ordering::Relaxed);
+    let retransmissions = live.retransmissions.load(Ordering::Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
     format!(
-        "{:7.1}s started {a}/{target_calls} ({:.0}/s) ok {ok} failed {f} in-flight {} retrans {r}",
+        "{:7.1}s started {attempted}/{target_calls} ({:.0}/s) ok {succeeded} failed {failed} in-flight {} retrans {retransmissions}",
         secs,
-        a as f64 / secs,
-        a.saturating_sub(ok + f)
+        attempted as f64 / secs,
+        attempted.saturating_sub(succeeded + failed)
     )
 }
 

@@ -146,9 +146,12 @@ impl Templates {
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
         if strict {
-            let f = name_addr_uri(&d.route[0]);
-            let strip = f.iter().position(|&b| b == b';').unwrap_or(f.len());
-            out.extend_from_slice(&f[..strip]);
+            let first_route = name_addr_uri(&d.route[0]);
+            let strip = first_route
+                .iter()
+                .position(|&b| b == b';')
+                .unwrap_or(first_route.len());
+            out.extend_from_slice(&first_route[..strip]);
         } else {
             out.extend_from_slice(&d.target);
         }
@@ -204,19 +207,19 @@ impl Templates {
         out.push(b' ');
         out.extend_from_slice(reason.as_bytes());
         out.extend_from_slice(b"\r\n");
-        for l in v.lines(Hdr::Via) {
-            out.extend_from_slice(l);
+        for line in v.lines(Hdr::Via) {
+            out.extend_from_slice(line);
             out.extend_from_slice(b"\r\n");
         }
         if dialog {
-            for l in v.lines(Hdr::RecordRoute) {
-                out.extend_from_slice(l);
+            for line in v.lines(Hdr::RecordRoute) {
+                out.extend_from_slice(line);
                 out.extend_from_slice(b"\r\n");
             }
         }
         for h in [Hdr::From, Hdr::To, Hdr::CallId, Hdr::CSeq] {
-            if let Some(l) = v.lines(h).next() {
-                out.extend_from_slice(l);
+            if let Some(line) = v.lines(h).next() {
+                out.extend_from_slice(line);
                 if h == Hdr::To && v.to_tag().is_none() {
                     out.extend_from_slice(b";tag=");
                     push_hex16(out, to_tag_of(call_id));
@@ -245,16 +248,16 @@ pub(crate) fn to_tag_of(call_id: &[u8]) -> u64 {
 /// Append `n` in decimal, zero-padded to at least `width` digits.
 pub(crate) fn push_dec(out: &mut Vec<u8>, mut n: u64, width: usize) {
     let mut buf = [b'0'; 20];
-    let mut i = buf.len();
+    let mut pos = buf.len();
     loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
+        pos -= 1;
+        buf[pos] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    let start = i.min(buf.len() - width.min(buf.len()));
+    let start = pos.min(buf.len() - width.min(buf.len()));
     out.extend_from_slice(&buf[start..]);
 }
 

@@ -69,13 +69,13 @@ impl Timers {
 
     /// The earliest deadline.
     pub(crate) fn next_at(&self) -> Option<u64> {
-        let f = self
+        let front = self
             .fifos
             .iter()
             .filter_map(|q| q.front().map(|t| t.at))
             .min();
-        let h = self.heap.peek().map(|Reverse(t)| t.at);
-        match (f, h) {
+        let heap_next = self.heap.peek().map(|Reverse(t)| t.at);
+        match (front, heap_next) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -85,15 +85,15 @@ impl Timers {
     pub(crate) fn pop_due(&mut self, now: u64) -> Option<Timer> {
         let mut best: Option<(usize, u64)> = None;
         for (i, q) in self.fifos.iter().enumerate() {
-            if let Some(t) = q.front() {
-                if t.at <= now && best.is_none_or(|(_, at)| t.at < at) {
-                    best = Some((i, t.at));
+            if let Some(timer) = q.front() {
+                if timer.at <= now && best.is_none_or(|(_, at)| timer.at < at) {
+                    best = Some((i, timer.at));
                 }
             }
         }
-        if let Some(Reverse(t)) = self.heap.peek() {
-            if t.at <= now && best.is_none_or(|(_, at)| t.at < at) {
-                return self.heap.pop().map(|Reverse(t)| t);
+        if let Some(Reverse(timer)) = self.heap.peek() {
+            if timer.at <= now && best.is_none_or(|(_, at)| timer.at < at) {
+                return self.heap.pop().map(|Reverse(timer)| timer);
             }
         }
         best.and_then(|(i, _)| self.fifos[i].pop_front())

@@ -69,11 +69,11 @@ impl<'a> View<'a> {
     /// Whole header lines (name to end of value, no CRLF) of kind `h`, in order.
     pub fn lines(&self, h: Hdr) -> impl Iterator<Item = &'a [u8]> + '_ {
         let head = self.m.head().as_bytes();
-        let k = h.kind();
+        let kind = h.kind();
         self.m
             .header_positions()
             .iter()
-            .filter(move |p| p.kind == k)
+            .filter(move |p| p.kind == kind)
             .map(move |p| &head[p.line_start as usize..p.value_end as usize])
     }
 
@@ -98,8 +98,8 @@ impl<'a> View<'a> {
     pub fn record_routes(&self) -> Option<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         for v in self.m.values(HeaderKind::RecordRoute) {
-            let na = NameAddr::parse(v)?;
-            out.push(format!("<{}>{}", na.uri, na.params).into_bytes());
+            let name_addr = NameAddr::parse(v)?;
+            out.push(format!("<{}>{}", name_addr.uri, name_addr.params).into_bytes());
         }
         Some(out)
     }
@@ -119,22 +119,22 @@ impl<'a> View<'a> {
     /// bare `rport` means the source port. Only IP literals (no DNS).
     pub fn response_target(&self, from: SocketAddr) -> Option<SocketAddr> {
         let via = self.m.top_via()?;
-        let mut t = via.response_target()?;
+        let mut target = via.response_target()?;
         if via.rport_flag && via.rport.is_none() {
-            t.set_port(from.port());
+            target.set_port(from.port());
         }
-        Some(t)
+        Some(target)
     }
 }
 
 /// The URI of a name-addr value (`<uri>;params` or bare addr-spec).
 pub fn name_addr_uri(v: &[u8]) -> &[u8] {
-    let Ok(s) = std::str::from_utf8(v) else {
+    let Ok(text) = std::str::from_utf8(v) else {
         return v;
     };
-    match NameAddr::parse(s) {
+    match NameAddr::parse(text) {
         Some(na) => {
-            let off = na.uri.as_ptr() as usize - s.as_ptr() as usize;
+            let off = na.uri.as_ptr() as usize - text.as_ptr() as usize;
             &v[off..off + na.uri.len()]
         }
         None => v,
@@ -144,11 +144,11 @@ pub fn name_addr_uri(v: &[u8]) -> &[u8] {
 /// Socket address of a SIP URI with an IP-literal host (default port 5060)
 /// and whether it carries `;lr`.
 pub fn uri_addr(uri: &[u8]) -> Option<(SocketAddr, bool)> {
-    let u = SipUri::parse(std::str::from_utf8(uri).ok()?)?;
-    let ip = u.host_ip()?;
+    let sip_uri = SipUri::parse(std::str::from_utf8(uri).ok()?)?;
+    let ip = sip_uri.host_ip()?;
     Some((
-        SocketAddr::new(ip, u.port.unwrap_or(5060)),
-        u.param("lr").is_some(),
+        SocketAddr::new(ip, sip_uri.port.unwrap_or(5060)),
+        sip_uri.param("lr").is_some(),
     ))
 }
 

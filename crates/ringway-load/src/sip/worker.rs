@@ -78,32 +78,33 @@ impl Worker {
         } else {
             cfg.base_port + i as u16
         };
-        let mut sc = SocketConfig::new(std::net::SocketAddr::new(cfg.bind_ip, port));
-        sc.rcvbuf = cfg.rcvbuf;
-        sc.sndbuf = cfg.rcvbuf;
+        let mut socket_config = SocketConfig::new(std::net::SocketAddr::new(cfg.bind_ip, port));
+        socket_config.rcvbuf = cfg.rcvbuf;
+        socket_config.sndbuf = cfg.rcvbuf;
         // Kernel RX stamps make response times exact even when wakeups are coalesced.
-        sc.rx_timestamps = true;
-        let (sock, _rep) = open_udp(&sc).map_err(|e| anyhow::anyhow!("bind {}: {e}", sc.bind))?;
-        let mut io = open_backend(cfg.backend, sock)?;
-        let gso = cfg.gso != GsoMode::Off && io.set_gso(true);
+        socket_config.rx_timestamps = true;
+        let (sock, _rep) = open_udp(&socket_config)
+            .map_err(|e| anyhow::anyhow!("bind {}: {e}", socket_config.bind))?;
+        let mut backend = open_backend(cfg.backend, sock)?;
+        let gso = cfg.gso != GsoMode::Off && backend.set_gso(true);
         if cfg.gso == GsoMode::On && !gso {
             anyhow::bail!(
                 "UDP GSO not available with the {} backend on this kernel (use --gso auto or off)",
                 cfg.backend
             );
         }
-        let gro = cfg.gro != GsoMode::Off && io.set_gro(true);
+        let gro = cfg.gro != GsoMode::Off && backend.set_gro(true);
         if cfg.gro == GsoMode::On && !gro {
             anyhow::bail!(
                 "UDP GRO not available with the {} backend on this kernel (use --gro auto or off)",
                 cfg.backend
             );
         }
-        let local = io.local_addr()?;
-        let n = cfg.threads as u64;
-        let quota = cfg.calls / n + u64::from((i as u64) < cfg.calls % n);
+        let local = backend.local_addr()?;
+        let threads = cfg.threads as u64;
+        let quota = cfg.calls / threads + u64::from((i as u64) < cfg.calls % threads);
         Ok(Worker {
-            io,
+            io: backend,
             gen: CallGen::new(&CallGenConfig {
                 local,
                 uas: cfg.uas,
@@ -213,10 +214,10 @@ impl Worker {
                 };
                 wake = wake.min(next_start.max(coalesce));
             }
-            if let Some(at) = self.gen.next_deadline() {
-                wake = wake.min(at);
+            if let Some(deadline) = self.gen.next_deadline() {
+                wake = wake.min(deadline);
             }
-            let n = if self.tick > 0 && busy {
+            let budget = if self.tick > 0 && busy {
                 // Coalesced wakeups: sleep one tick (or less, to the next
                 // event), then take everything that arrived meanwhile.
                 let nap = wake.saturating_sub(now).min(self.tick);
@@ -228,14 +229,14 @@ impl Worker {
                 let timeout = Duration::from_nanos(wake.saturating_sub(now));
                 self.io.recv_batch(&mut self.rx, Some(timeout))?
             };
-            if n > 0 {
-                self.drain_rx(n, realtime_to_mono)?;
+            if budget > 0 {
+                self.drain_rx(budget, realtime_to_mono)?;
             }
         }
         self.queue.flush(&mut *self.io);
         self.publish();
         let cpu = thread_cpu_time().unwrap_or_default().since(&cpu0);
-        let st = self.io.stats();
+        let io_stats = self.io.stats();
         Ok(WorkerResult {
             calls: self.gen.into_stats(),
             msgs_sent: self.queue.msgs_sent,
@@ -244,8 +245,8 @@ impl Worker {
             scheduled: scheduled.max(started),
             start_lag_sum_ns: lag_sum_ns,
             msgs_received: self.msgs_received,
-            send_errors: st.tx_errors,
-            rx_dropped: st.rx_dropped,
+            send_errors: io_stats.tx_errors,
+            rx_dropped: io_stats.rx_dropped,
             cpu,
             gso_used: self.queue.gso(),
             gso: self.io.gso_stats(),
@@ -257,15 +258,15 @@ impl Worker {
     /// Add what changed in the generator's counts since the last call to
     /// the shared live counters (read by the progress line).
     fn publish(&mut self) {
-        let s: &CallStats = self.gen.stats();
-        let (p, l) = (&mut self.published, &self.live);
-        add_new(&l.attempted, &mut p.attempted, s.attempted);
-        add_new(&l.succeeded, &mut p.succeeded, s.succeeded);
-        add_new(&l.failed, &mut p.failed, s.failed_total());
+        let stats: &CallStats = self.gen.stats();
+        let (published, live) = (&mut self.published, &self.live);
+        add_new(&live.attempted, &mut published.attempted, stats.attempted);
+        add_new(&live.succeeded, &mut published.succeeded, stats.succeeded);
+        add_new(&live.failed, &mut published.failed, stats.failed_total());
         add_new(
-            &l.retransmissions,
-            &mut p.retransmissions,
-            s.retransmissions(),
+            &live.retransmissions,
+            &mut published.retransmissions,
+            stats.retransmissions(),
         );
     }
 

@@ -229,9 +229,9 @@ impl Hub {
 
     /// Counters.
     pub fn stats(&self) -> HubStats {
-        let mut s = self.stats;
-        s.clients = self.clients.len() as u64;
-        s
+        let mut snapshot = self.stats;
+        snapshot.clients = self.clients.len() as u64;
+        snapshot
     }
 
     /// Clients: (id, address, gain).
@@ -322,54 +322,54 @@ impl Hub {
     /// added to `out`.
     pub fn handle(&mut self, now: u64, peer: SocketAddr, data: &[u8], out: &mut Outbox) {
         self.stats.rx_datagrams += 1;
-        let known = self.clients.iter().position(|c| c.addr == peer);
+        let known = self.clients.iter().position(|client| client.addr == peer);
         let packet = match parse(data) {
             Ok(p) => p,
             Err(_) => {
                 match known {
-                    Some(i) => {
+                    Some(index) => {
                         self.stats.drop_malformed += 1;
-                        self.clients[i].stats.drop_malformed += 1;
+                        self.clients[index].stats.drop_malformed += 1;
                     }
                     None => self.stats.drop_unknown_peer += 1,
                 }
                 return;
             }
         };
-        let (h, audio) = match packet {
+        let (header, audio) = match packet {
             Packet::Exit => {
-                if let Some(i) = known {
-                    self.remove(i);
+                if let Some(index) = known {
+                    self.remove(index);
                     self.stats.exits += 1;
                 } else {
                     self.stats.drop_unknown_peer += 1;
                 }
                 return;
             }
-            Packet::Audio(h, a) => (h, a),
+            Packet::Audio(header, a) => (header, a),
         };
-        let i = match known {
-            Some(i) => i,
-            None => match self.latch(now, peer, &h) {
-                Some(i) => i,
+        let index = match known {
+            Some(index) => index,
+            None => match self.latch(now, peer, &header) {
+                Some(index) => index,
                 None => return,
             },
         };
-        if h.rate_code != self.rate_code || Some(h.frames) != self.frames {
-            if h.rate_code != self.rate_code {
+        if header.rate_code != self.rate_code || Some(header.frames) != self.frames {
+            if header.rate_code != self.rate_code {
                 self.stats.drop_rate_mismatch += 1;
             } else {
                 self.stats.drop_frames_mismatch += 1;
             }
-            self.clients[i].stats.drop_mismatch += 1;
+            self.clients[index].stats.drop_mismatch += 1;
             return;
         }
         self.stats.rx_audio += 1;
-        let kid = self.clients[i].id;
+        let kid = self.clients[index].id;
         // k's next period began before these mixes were complete: send them
         // (with k's previous packet, still in `last_audio`) first.
         for j in 0..self.clients.len() {
-            if j != i
+            if j != index
                 && self.clients[j]
                     .contributors
                     .iter()
@@ -378,42 +378,42 @@ impl Hub {
                 self.flush(j, now, out);
             }
         }
-        let c = &mut self.clients[i];
-        c.accept(now, &h, audio);
-        let (gain, kch, kbits) = (c.gain, c.channels_sent, c.bits);
-        let frames = h.frames as usize;
+        let client = &mut self.clients[index];
+        client.accept(now, &header, audio);
+        let (gain, kch, kbits) = (client.gain, client.channels_sent, client.bits);
+        let frames = header.frames as usize;
         decode_into(audio, kbits, gain, &mut self.scratch);
         let window = self.period_ns() * self.cfg.active_periods;
         let active = self
             .clients
             .iter()
-            .filter(|c| now.saturating_sub(c.last_seen) <= window)
+            .filter(|client| now.saturating_sub(client.last_seen) <= window)
             .count();
         for j in 0..self.clients.len() {
-            if j == i {
+            if j == index {
                 continue;
             }
-            let cj = &mut self.clients[j];
-            let jch = cj.channels_in;
-            if cj.mix.len() != frames * jch {
-                cj.mix.clear();
-                cj.mix.resize(frames * jch, 0.0);
+            let other = &mut self.clients[j];
+            let jch = other.channels_in;
+            if other.mix.len() != frames * jch {
+                other.mix.clear();
+                other.mix.resize(frames * jch, 0.0);
             }
             if kch == jch {
-                for (m, s) in cj.mix.iter_mut().zip(&self.scratch) {
+                for (m, s) in other.mix.iter_mut().zip(&self.scratch) {
                     *m += *s;
                 }
             } else if kch > 0 {
                 for f in 0..frames {
                     for ch in 0..kch {
-                        cj.mix[f * jch + ch % jch] += self.scratch[f * kch + ch];
+                        other.mix[f * jch + ch % jch] += self.scratch[f * kch + ch];
                     }
                 }
             }
-            cj.contributors.push((kid, now));
+            other.contributors.push((kid, now));
             // The active clients other than j.
-            let others = active - usize::from(now.saturating_sub(cj.last_seen) <= window);
-            if cj.contributors.len() >= others {
+            let others = active - usize::from(now.saturating_sub(other.last_seen) <= window);
+            if other.contributors.len() >= others {
                 self.flush(j, now, out);
             }
         }
@@ -428,12 +428,12 @@ impl Hub {
             .pending
             .iter()
             .position(|p| p.0 == ip && p.1 == peer.port());
-        let mut from_ip = (0..self.pending.len()).filter(|&k| self.pending[k].0 == ip);
+        let mut from_ip = (0..self.pending.len()).filter(|&slot| self.pending[slot].0 == ip);
         let only = match (from_ip.next(), from_ip.next()) {
-            (Some(k), None) => Some(k),
+            (Some(slot), None) => Some(slot),
             _ => None,
         };
-        let Some(k) = exact.or(only) else {
+        let Some(slot) = exact.or(only) else {
             self.stats.drop_unknown_peer += 1;
             return None;
         };
@@ -448,12 +448,12 @@ impl Hub {
             self.stats.drop_frames_mismatch += 1;
             return None;
         }
-        self.pending.swap_remove(k);
-        let id = self.next_id;
+        self.pending.swap_remove(slot);
+        let client_id = self.next_id;
         self.next_id += 1;
         self.clients.push(HubClient {
             addr: peer,
-            id,
+            id: client_id,
             gain: 1.0,
             bits: h.bits,
             channels_in: (h.channels_in as usize).max(1),
@@ -472,71 +472,75 @@ impl Hub {
 
     /// Send client `j`'s pending mix (if any contribution is pending).
     fn flush(&mut self, j: usize, now: u64, out: &mut Outbox) {
-        let c = &self.clients[j];
-        if c.contributors.is_empty() {
+        let client = &self.clients[j];
+        if client.contributors.is_empty() {
             return;
         }
         let frames = self.frames.unwrap_or(0) as usize;
         // Plain forwarding: one contributor at unity gain, same format.
-        let single = match c.contributors.as_slice() {
+        let single = match client.contributors.as_slice() {
             [(k, _)] => self.clients.iter().position(|o| {
                 o.id == *k
                     && o.gain == 1.0
-                    && o.bits == c.bits
-                    && o.channels_sent == c.channels_in
+                    && o.bits == client.bits
+                    && o.channels_sent == client.channels_in
                     && o.last_audio.len() == frames * o.channels_sent * o.bits as usize / 8
             }),
             _ => None,
         };
         let buf = out.reserve(
-            c.addr,
-            HEADER_LEN + frames * c.channels_in * (c.bits as usize / 8),
+            client.addr,
+            HEADER_LEN + frames * client.channels_in * (client.bits as usize / 8),
         );
         Header {
             timestamp_us: now / 1000,
-            seq: c.seq_out,
+            seq: client.seq_out,
             frames: frames as u16,
             rate_code: self.rate_code,
-            bits: c.bits,
-            channels_in: c.channels_in as u8,
+            bits: client.bits,
+            channels_in: client.channels_in as u8,
             channels_out_field: 0,
         }
         .write(buf);
         match single {
             Some(k) => buf[HEADER_LEN..].copy_from_slice(&self.clients[k].last_audio),
-            None => encode_into(&c.mix, c.bits, &mut buf[HEADER_LEN..]),
+            None => encode_into(&client.mix, client.bits, &mut buf[HEADER_LEN..]),
         }
-        let c = &mut self.clients[j];
-        c.seq_out = c.seq_out.wrapping_add(1);
-        c.stats.tx_packets += 1;
+        let client = &mut self.clients[j];
+        client.seq_out = client.seq_out.wrapping_add(1);
+        client.stats.tx_packets += 1;
         if single.is_some() {
-            c.stats.tx_forwarded += 1;
+            client.stats.tx_forwarded += 1;
             self.stats.tx_forwarded += 1;
         }
-        c.mix.iter_mut().for_each(|x| *x = 0.0);
-        self.delays
-            .extend(c.contributors.iter().map(|&(_, t)| now.saturating_sub(t)));
-        c.contributors.clear();
+        client.mix.iter_mut().for_each(|x| *x = 0.0);
+        self.delays.extend(
+            client
+                .contributors
+                .iter()
+                .map(|&(_, t)| now.saturating_sub(t)),
+        );
+        client.contributors.clear();
         self.stats.tx_packets += 1;
     }
 
     /// When [`Hub::tick`] has work: the earliest mix deadline.
     pub fn next_deadline(&self) -> Option<u64> {
-        let p = self.period_ns();
+        let period = self.period_ns();
         self.clients
             .iter()
-            .filter_map(|c| c.contributors.first().map(|&(_, t)| t + p))
+            .filter_map(|c| c.contributors.first().map(|&(_, t)| t + period))
             .min()
     }
 
     /// Send mixes whose period is over; expire idle clients and handshakes.
     pub fn tick(&mut self, now: u64, out: &mut Outbox) {
-        let p = self.period_ns();
+        let period = self.period_ns();
         for j in 0..self.clients.len() {
             if self.clients[j]
                 .contributors
                 .first()
-                .is_some_and(|&(_, t)| now >= t + p)
+                .is_some_and(|&(_, t)| now >= t + period)
             {
                 self.flush(j, now, out);
                 self.stats.mixes_by_deadline += 1;
@@ -544,15 +548,15 @@ impl Hub {
             }
         }
         let limit = self.cfg.idle_timeout_ns;
-        while let Some(i) = self
+        while let Some(index) = self
             .clients
             .iter()
             .position(|c| now.saturating_sub(c.last_seen) > limit)
         {
-            self.remove(i);
+            self.remove(index);
             self.stats.timeouts += 1;
         }
-        self.pending.retain(|p| p.2 > now);
+        self.pending.retain(|period| period.2 > now);
     }
 
     /// Forget client `i` (what it contributed to pending mixes stays; mixes
@@ -604,10 +608,10 @@ fn decode_into(audio: &[u8], bits: u8, gain: f32, out: &mut Vec<f32>) {
             );
         }
         _ => {
-            let sb = bits as usize / 8;
+            let sample_bytes = bits as usize / 8;
             out.extend(
                 audio
-                    .chunks_exact(sb)
+                    .chunks_exact(sample_bytes)
                     .map(|s| decode_sample(s, bits) * gain),
             );
         }
@@ -620,13 +624,13 @@ fn encode_into(mix: &[f32], bits: u8, out: &mut [u8]) {
         16 => {
             for (s, x) in out.chunks_exact_mut(2).zip(mix) {
                 // NaN becomes 0 (`as` saturates; clamp keeps NaN).
-                let v = (x.clamp(-1.0, 1.0) * 32767.0).round() as i16;
-                s.copy_from_slice(&v.to_le_bytes());
+                let sample = (x.clamp(-1.0, 1.0) * 32767.0).round() as i16;
+                s.copy_from_slice(&sample.to_le_bytes());
             }
         }
         _ => {
-            let sb = bits as usize / 8;
-            for (s, x) in out.chunks_exact_mut(sb).zip(mix) {
+            let sample_bytes = bits as usize / 8;
+            for (s, x) in out.chunks_exact_mut(sample_bytes).zip(mix) {
                 encode_sample(*x, s, bits);
             }
         }

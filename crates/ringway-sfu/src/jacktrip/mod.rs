@@ -142,7 +142,7 @@ pub fn parse(buf: &[u8]) -> Result<Packet<'_>, PacketError> {
     if buf.len() < HEADER_LEN {
         return Err(PacketError::Truncated);
     }
-    let h = Header {
+    let header = Header {
         timestamp_us: u64::from_le_bytes(buf[0..8].try_into().expect("8 bytes")),
         seq: u16::from_le_bytes([buf[8], buf[9]]),
         frames: u16::from_le_bytes([buf[10], buf[11]]),
@@ -151,20 +151,20 @@ pub fn parse(buf: &[u8]) -> Result<Packet<'_>, PacketError> {
         channels_in: buf[14],
         channels_out_field: buf[15],
     };
-    if !matches!(h.bits, 8 | 16 | 24 | 32)
-        || rate_of_code(h.rate_code).is_none()
-        || h.frames == 0
-        || h.frames as usize > MAX_FRAMES
-        || h.channels_sent() > MAX_CHANNELS
-        || h.channels_in as usize > MAX_CHANNELS
+    if !matches!(header.bits, 8 | 16 | 24 | 32)
+        || rate_of_code(header.rate_code).is_none()
+        || header.frames == 0
+        || header.frames as usize > MAX_FRAMES
+        || header.channels_sent() > MAX_CHANNELS
+        || header.channels_in as usize > MAX_CHANNELS
     {
         return Err(PacketError::BadHeader);
     }
     let audio = &buf[HEADER_LEN..];
-    if audio.len() != h.frames as usize * h.channels_sent() * h.sample_bytes() {
+    if audio.len() != header.frames as usize * header.channels_sent() * header.sample_bytes() {
         return Err(PacketError::BadLength);
     }
-    Ok(Packet::Audio(h, audio))
+    Ok(Packet::Audio(header, audio))
 }
 
 /// Decode one sample (JackTrip's conversions).
@@ -173,26 +173,30 @@ pub fn decode_sample(b: &[u8], bits: u8) -> f32 {
         8 => f32::from(b[0] as i8) / 127.0,
         16 => f32::from(i16::from_le_bytes([b[0], b[1]])) / 32767.0,
         24 => {
-            let hi = f32::from(i16::from_le_bytes([b[0], b[1]]));
-            (hi + f32::from(b[2]) / 256.0) / 32768.0
+            let high = f32::from(i16::from_le_bytes([b[0], b[1]]));
+            (high + f32::from(b[2]) / 256.0) / 32768.0
         }
         _ => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
     }
 }
 
 /// Encode one sample, saturating at full scale.
-pub fn encode_sample(x: f32, out: &mut [u8], bits: u8) {
-    let x = if x.is_nan() { 0.0 } else { x.clamp(-1.0, 1.0) };
+pub fn encode_sample(sample: f32, out: &mut [u8], bits: u8) {
+    let clamped = if sample.is_nan() {
+        0.0
+    } else {
+        sample.clamp(-1.0, 1.0)
+    };
     match bits {
-        8 => out[0] = (x * 127.0).round() as i8 as u8,
-        16 => out[..2].copy_from_slice(&((x * 32767.0).round() as i16).to_le_bytes()),
+        8 => out[0] = (clamped * 127.0).round() as i8 as u8,
+        16 => out[..2].copy_from_slice(&((clamped * 32767.0).round() as i16).to_le_bytes()),
         24 => {
-            let t = (x * 32768.0).min(32767.996);
-            let hi = t.floor();
-            out[..2].copy_from_slice(&(hi as i16).to_le_bytes());
-            out[2] = ((t - hi) * 256.0).floor().clamp(0.0, 255.0) as u8;
+            let scaled = (clamped * 32768.0).min(32767.996);
+            let high = scaled.floor();
+            out[..2].copy_from_slice(&(high as i16).to_le_bytes());
+            out[2] = ((scaled - high) * 256.0).floor().clamp(0.0, 255.0) as u8;
         }
-        _ => out[..4].copy_from_slice(&x.to_le_bytes()),
+        _ => out[..4].copy_from_slice(&clamped.to_le_bytes()),
     }
 }
 

@@ -169,10 +169,10 @@ impl File {
         let top = self.parse()?;
         let mut found = Vec::new();
         for (name, value) in &top {
-            let at = Some(name.span().start);
+            let span = Some(name.span().start);
             let DeValue::Table(commands) = value.get_ref() else {
                 return Err(self.error(
-                    at,
+                    span,
                     format!(
                         "`{}` is not a table: use [sip.proxy], [sip.dispatch] or [sfu.serve]",
                         name.get_ref()
@@ -181,15 +181,15 @@ impl File {
             };
             for (command, keys) in commands {
                 let table = format!("{}.{}", name.get_ref(), command.get_ref());
-                let at = Some(command.span().start);
+                let span = Some(command.span().start);
                 let Some(section) = SECTIONS.iter().find(|s| s.table == table) else {
                     return Err(self.error(
-                        at,
+                        span,
                         format!("unknown table [{table}] (known: [sip.proxy], [sip.dispatch], [sfu.serve])"),
                     ));
                 };
                 let DeValue::Table(keys) = keys.get_ref() else {
-                    return Err(self.error(at, format!("[{table}] is not a table")));
+                    return Err(self.error(span, format!("[{table}] is not a table")));
                 };
                 let command = subcommand(root, &section.path);
                 found.push((section, self.file_args(section, &command, keys)?));
@@ -209,7 +209,7 @@ impl File {
         let mut out = Vec::new();
         for (key, value) in keys {
             let name = key.get_ref().as_ref();
-            let at = Some(key.span().start);
+            let span = Some(key.span().start);
             let arg = command
                 .get_arguments()
                 .find(|arg| arg.get_long() == Some(name) && !NOT_IN_FILES.contains(&name));
@@ -220,7 +220,7 @@ impl File {
                     format!("see `ringway {} --help`", section.path.join(" "))
                 };
                 return Err(self.error(
-                    at,
+                    span,
                     format!("[{}] unknown key `{name}` ({hint})", section.table),
                 ));
             };
@@ -253,19 +253,20 @@ impl File {
                 (_, DeValue::Array(_)) => Err("expects one value, not a list".into()),
                 (_, value) => scalar(value).map(|v| vec![format!("{flag}={v}").into()]),
             };
-            let args =
-                args.map_err(|e| self.error(at, format!("[{}] {name}: {e}", section.table)))?;
+            let args = args.map_err(|error| {
+                self.error(span, format!("[{}] {name}: {error}", section.table))
+            })?;
             // The option's own parser, on this key alone.
             let mut argv: Vec<OsString> = vec![section.path.join(" ").into()];
             argv.extend(args.iter().cloned());
-            if let Err(e) = command.clone().try_get_matches_from(argv) {
-                let rendered = e.to_string();
+            if let Err(error) = command.clone().try_get_matches_from(argv) {
+                let rendered = error.to_string();
                 let first = rendered
                     .lines()
                     .next()
                     .unwrap_or("invalid value")
                     .trim_start_matches("error: ");
-                return Err(self.error(at, format!("[{}] {name}: {first}", section.table)));
+                return Err(self.error(span, format!("[{}] {name}: {first}", section.table)));
             }
             out.push(FileArg {
                 key: name.to_string(),
@@ -319,8 +320,8 @@ impl File {
             // lacks, e.g. `listen` next to `proxy = []`, is not named).
             let mut without = args.to_vec();
             for arg in &file_arg.args {
-                if let Some(i) = without.iter().position(|a| a == arg) {
-                    without.remove(i);
+                if let Some(index) = without.iter().position(|a| a == arg) {
+                    without.remove(index);
                 }
             }
             if fails_the_same(&file_arg.args) && !fails_the_same(&without) {

@@ -166,8 +166,8 @@ fn ask(a: &CtlArgs, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: ringway\r\nConnection: close\r\nContent-Length: 0\r\n"
     );
-    if let Some(t) = &token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    if let Some(token_value) = &token {
+        head.push_str(&format!("Authorization: Bearer {token_value}\r\n"));
     }
     head.push_str("\r\n");
     let timeout = Some(Duration::from_secs(10));
@@ -175,21 +175,22 @@ fn ask(a: &CtlArgs, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
     match a.http {
         Some(addr) => {
             anyhow::ensure!(a.token_file.is_some(), "--http needs --token-file");
-            let mut s = TcpStream::connect(addr).with_context(|| format!("cannot reach {addr}"))?;
-            s.set_read_timeout(timeout)?;
-            s.write_all(head.as_bytes())?;
-            s.take(MAX_ANSWER).read_to_end(&mut answer)?;
+            let mut stream =
+                TcpStream::connect(addr).with_context(|| format!("cannot reach {addr}"))?;
+            stream.set_read_timeout(timeout)?;
+            stream.write_all(head.as_bytes())?;
+            stream.take(MAX_ANSWER).read_to_end(&mut answer)?;
         }
         None => {
-            let mut s = UnixStream::connect(&a.socket).with_context(|| {
+            let mut stream = UnixStream::connect(&a.socket).with_context(|| {
                 format!(
                     "cannot reach {} (is the server running with --manage-socket?)",
                     a.socket.display()
                 )
             })?;
-            s.set_read_timeout(timeout)?;
-            s.write_all(head.as_bytes())?;
-            s.take(MAX_ANSWER).read_to_end(&mut answer)?;
+            stream.set_read_timeout(timeout)?;
+            stream.write_all(head.as_bytes())?;
+            stream.take(MAX_ANSWER).read_to_end(&mut answer)?;
         }
     }
     let text = String::from_utf8_lossy(&answer);
@@ -199,7 +200,7 @@ fn ask(a: &CtlArgs, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let status = head
         .split(' ')
         .nth(1)
-        .and_then(|s| s.parse().ok())
+        .and_then(|stream| stream.parse().ok())
         .context("the server's answer has no status")?;
     Ok((status, body.to_string()))
 }
@@ -244,8 +245,8 @@ fn human(cmd: &CtlCmd, v: &Value) -> String {
                     .unwrap_or_default()
             };
             out.push_str(&format!("reloaded: applied [{}]\n", list("applied")));
-            if let Some(n) = v["credentials"].as_u64() {
-                out.push_str(&format!("credentials: {n}\n"));
+            if let Some(count) = v["credentials"].as_u64() {
+                out.push_str(&format!("credentials: {count}\n"));
             }
             let restart = list("restart_needed");
             if !restart.is_empty() {

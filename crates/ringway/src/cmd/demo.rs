@@ -35,8 +35,8 @@ fn exe() -> anyhow::Result<PathBuf> {
 }
 
 fn free_udp_port() -> anyhow::Result<u16> {
-    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(s.local_addr()?.port())
+    let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(socket.local_addr()?.port())
 }
 
 fn spawn(args: &[String], quiet: bool) -> anyhow::Result<Guard> {
@@ -55,9 +55,9 @@ fn spawn(args: &[String], quiet: bool) -> anyhow::Result<Guard> {
 fn finish(mut g: Guard, limit: Duration, what: &str) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
-        if let Some(st) = g.0.try_wait()? {
-            if !st.success() {
-                bail!("{what} exited with {st}");
+        if let Some(status) = g.0.try_wait()? {
+            if !status.success() {
+                bail!("{what} exited with {status}");
             }
             return Ok(());
         }
@@ -117,8 +117,8 @@ fn sfu_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_millis(300));
     let mut clients = Vec::new();
     for i in 0..3 {
-        let cj = dir.join(format!("client{i}.json"));
-        let mut a = s(&[
+        let client_json = dir.join(format!("client{i}.json"));
+        let mut args = s(&[
             "sfu",
             "client",
             "--server",
@@ -127,19 +127,19 @@ fn sfu_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
             "0",
             "--duration",
         ]);
-        a.push(format!("{secs}"));
-        a.extend(["--json".to_string(), cj.display().to_string()]);
-        clients.push((spawn(&a, true)?, cj));
+        args.push(format!("{secs}"));
+        args.extend(["--json".to_string(), client_json.display().to_string()]);
+        clients.push((spawn(&args, true)?, client_json));
     }
     let limit = Duration::from_secs_f64(secs + 10.0);
-    for (i, (g, cj)) in clients.into_iter().enumerate() {
+    for (i, (g, client_json)) in clients.into_iter().enumerate() {
         finish(g, limit, &format!("sfu client {i}"))?;
-        let v = read_json(&cj)?;
-        println!("client {i}: {}", summarize(&v));
+        let report = read_json(&client_json)?;
+        println!("client {i}: {}", summarize(&report));
     }
     finish(serve, limit, "sfu serve")?;
-    let v = read_json(&json)?;
-    println!("SFU: {}", summarize(&v));
+    let report = read_json(&json)?;
+    println!("SFU: {}", summarize(&report));
     Ok(())
 }
 
@@ -148,7 +148,7 @@ fn sip_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
     let port = free_udp_port()?;
     let addr = format!("127.0.0.1:{port}");
     let summary = dir.join("proxy.json");
-    let mut pa = s(&[
+    let mut proxy_args = s(&[
         "sip",
         "proxy",
         "--listen",
@@ -162,16 +162,16 @@ fn sip_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
         "127.0.0.0/8",
         "--quiet",
     ]);
-    pa.extend([
+    proxy_args.extend([
         "--duration".into(),
         format!("{}", secs + 3.0),
         "--summary".into(),
         summary.display().to_string(),
     ]);
-    let proxy = spawn(&pa, true)?;
+    let proxy = spawn(&proxy_args, true)?;
     std::thread::sleep(Duration::from_millis(300));
     let load_json = dir.join("load.json");
-    let mut la = s(&[
+    let mut load_args = s(&[
         "sip",
         "load",
         "--proxy",
@@ -185,28 +185,28 @@ fn sip_part(secs: f64, dir: &Path) -> anyhow::Result<()> {
         "--quiet",
         "--duration",
     ]);
-    la.push(format!("{secs}"));
-    la.extend([
+    load_args.push(format!("{secs}"));
+    load_args.extend([
         "--calls".into(),
         format!("{}", (secs * 200.0) as u64),
         "--json".into(),
         load_json.display().to_string(),
     ]);
     let limit = Duration::from_secs_f64(secs + 40.0);
-    finish(spawn(&la, true)?, limit, "sip load")?;
+    finish(spawn(&load_args, true)?, limit, "sip load")?;
     println!("load: {}", summarize(&read_json(&load_json)?));
     finish(proxy, limit, "sip proxy")?;
-    let p = read_json(&summary)?;
-    let us = |t: &str, k: &str| p["all"][t][k].as_f64().unwrap_or(f64::NAN);
+    let summary_json = read_json(&summary)?;
+    let micros = |t: &str, k: &str| summary_json["all"][t][k].as_f64().unwrap_or(f64::NAN);
     println!(
         "proxy: {} | messages in={} out={} | per message mean K_rcv={:.1} us, T_sip={:.1} us, K_snd={:.1} us (sampled) | drops pdr={}",
-        summarize(&p),
-        p["messages"]["in"],
-        p["messages"]["out"],
-        us("k_rcv", "mean_us"),
-        us("t_sip", "mean_us"),
-        us("k_snd", "mean_us"),
-        p["drops"]["pdr"],
+        summarize(&summary_json),
+        summary_json["messages"]["in"],
+        summary_json["messages"]["out"],
+        micros("k_rcv", "mean_us"),
+        micros("t_sip", "mean_us"),
+        micros("k_snd", "mean_us"),
+        summary_json["drops"]["pdr"],
     );
     Ok(())
 }
@@ -220,14 +220,14 @@ fn summarize(v: &serde_json::Value) -> String {
     for (k, x) in obj {
         match x {
             serde_json::Value::Number(n) => {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 {
-                    parts.push(format!("{k}={f:.0}"));
-                } else if f.abs() < 0.01 {
+                let value = n.as_f64().unwrap_or(0.0);
+                if value.fract() == 0.0 {
+                    parts.push(format!("{k}={value:.0}"));
+                } else if value.abs() < 0.01 {
                     // Small values (CPU seconds per call) keep their digits.
-                    parts.push(format!("{k}={f:.3e}"));
+                    parts.push(format!("{k}={value:.3e}"));
                 } else {
-                    parts.push(format!("{k}={f:.3}"));
+                    parts.push(format!("{k}={value:.3}"));
                 }
             }
             serde_json::Value::String(t) if t.len() < 40 => parts.push(format!("{k}={t}")),
@@ -247,29 +247,29 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut failed = Vec::new();
     if !a.no_doctor {
         header("ringway doctor: what this kernel offers");
-        if let Err(e) = run_to_end(&s(&["doctor"]), Duration::from_secs(60)) {
-            failed.push(format!("doctor: {e:#}"));
+        if let Err(error) = run_to_end(&s(&["doctor"]), Duration::from_secs(60)) {
+            failed.push(format!("doctor: {error:#}"));
         }
     }
     header("ringway bench io: loopback pps per backend, side by side");
-    if let Err(e) = run_to_end(
+    if let Err(error) = run_to_end(
         &s(&["bench", "io", "--seconds", "0.5", "--payload", "200"]),
         Duration::from_secs(60),
     ) {
-        failed.push(format!("bench io: {e:#}"));
+        failed.push(format!("bench io: {error:#}"));
     }
-    if let Err(e) = sfu_part(a.seconds, &dir) {
-        failed.push(format!("sfu: {e:#}"));
+    if let Err(error) = sfu_part(a.seconds, &dir) {
+        failed.push(format!("sfu: {error:#}"));
     }
-    if let Err(e) = sip_part(a.seconds, &dir) {
-        failed.push(format!("sip: {e:#}"));
+    if let Err(error) = sip_part(a.seconds, &dir) {
+        failed.push(format!("sip: {error:#}"));
     }
     header("SRPIC sorter alone: ns/packet");
-    if let Err(e) = run_to_end(
+    if let Err(error) = run_to_end(
         &s(&["reorder", "bench", "--packets", "200000", "--reps", "1"]),
         Duration::from_secs(120),
     ) {
-        failed.push(format!("reorder bench: {e:#}"));
+        failed.push(format!("reorder bench: {error:#}"));
     }
     let _ = std::fs::remove_dir_all(&dir);
     if failed.is_empty() {
@@ -281,7 +281,7 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<()> {
 }
 
 fn tempdir() -> anyhow::Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("ringway-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&d)?;
-    Ok(d)
+    let dir = std::env::temp_dir().join(format!("ringway-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }

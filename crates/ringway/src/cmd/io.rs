@@ -60,8 +60,8 @@ pub(crate) fn bench(c: BenchCmd) -> anyhow::Result<()> {
                     .iter()
                     .filter_map(|k| k.availability().err().map(|why| (k.name(), why.reason)))
                     .collect();
-                let v = serde_json::json!({ "rows": rows, "conclusion": conclusion, "unavailable": unavailable });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                let report = serde_json::json!({ "rows": rows, "conclusion": conclusion, "unavailable": unavailable });
+                println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 println!(
                     "loopback UDP, {seconds} s per path, batch {batch}; ns/p = CPU ns per datagram (user/sys split), sc/p = syscalls per datagram"

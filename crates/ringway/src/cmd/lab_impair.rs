@@ -80,12 +80,12 @@ fn prob(p: f64, what: &str) -> anyhow::Result<f64> {
 
 /// `P_GB,P_BG,LOSS_BAD` → a Gilbert-Elliott model.
 fn burst_loss(s: &str) -> anyhow::Result<LossModel> {
-    let v: Vec<f64> = s
+    let values: Vec<f64> = s
         .split(',')
         .map(|x| x.trim().parse::<f64>())
         .collect::<Result<_, _>>()
         .map_err(|_| anyhow::anyhow!("--burst-loss wants three numbers P_GB,P_BG,LOSS_BAD"))?;
-    let [p_gb, p_bg, loss_bad] = v[..] else {
+    let [p_gb, p_bg, loss_bad] = values[..] else {
         anyhow::bail!("--burst-loss wants three numbers P_GB,P_BG,LOSS_BAD");
     };
     Ok(LossModel::GilbertElliott {

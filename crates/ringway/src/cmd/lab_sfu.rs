@@ -128,11 +128,12 @@ pub(crate) struct LabSfuArgs {
 impl LabSfuArgs {
     fn backends(&self) -> Vec<BackendKind> {
         self.backends.clone().unwrap_or_else(|| {
-            let mut b = vec![BackendKind::Socket, BackendKind::Mmsg, BackendKind::Uring];
+            let mut backends_list =
+                vec![BackendKind::Socket, BackendKind::Mmsg, BackendKind::Uring];
             if self.netns {
-                b.push(BackendKind::Xdp);
+                backends_list.push(BackendKind::Xdp);
             }
-            b
+            backends_list
         })
     }
 }
@@ -221,16 +222,16 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
             a.capacity_pps,
             &a.capacity_clients,
             (a.capacity_loss, a.capacity_cpu),
-            |p| {
+            |path| {
                 println!(
                     "step {} clients={} ({} pps in): cpu={} loss={} delay(a) p50={}{}",
-                    p.backend,
-                    p.clients,
-                    p.load_pps,
-                    unit(p.cpu_pct, 1, "%"),
-                    unit(p.loss_pct, 2, "%"),
-                    unit(p.delay_p50_us, 1, "us"),
-                    p.limit
+                    path.backend,
+                    path.clients,
+                    path.load_pps,
+                    unit(path.cpu_pct, 1, "%"),
+                    unit(path.loss_pct, 2, "%"),
+                    unit(path.delay_p50_us, 1, "us"),
+                    path.limit
                         .as_deref()
                         .map(|l| format!(" -> limit: {l}"))
                         .unwrap_or_default()
@@ -239,9 +240,9 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
         )?;
         drop(place);
         print!("{}", render_capacity(&cap));
-        if let Some(p) = &a.json {
-            let v = json(&[], &summarize(&[]), Some(&cap));
-            std::fs::write(p, serde_json::to_vec_pretty(&v)?)?;
+        if let Some(path) = &a.json {
+            let report = json(&[], &summarize(&[]), Some(&cap));
+            std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
         }
         return Ok(());
     }
@@ -300,13 +301,16 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
     if failed > 0 {
         println!("{failed} of {total} runs failed (see stderr); summary over the rest");
     }
-    let s = summarize(&runs);
-    print!("{}", render(&s));
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&json(&runs, &s, None))?)?;
+    let summary = summarize(&runs);
+    print!("{}", render(&summary));
+    if let Some(path) = &a.json {
+        std::fs::write(
+            path,
+            serde_json::to_vec_pretty(&json(&runs, &summary, None))?,
+        )?;
     }
-    if let Some(p) = &a.svg {
-        std::fs::write(p, svg(&runs, &s))?;
+    if let Some(path) = &a.svg {
+        std::fs::write(path, svg(&runs, &summary))?;
     }
     Ok(())
 }

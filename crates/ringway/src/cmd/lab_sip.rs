@@ -179,9 +179,9 @@ pub(crate) struct SweepArgs {
 pub(crate) fn run(a: LabSipArgs) -> anyhow::Result<()> {
     match a.cmd {
         Some(LabSipCmd::Tune(t)) => {
-            let mut s = t.sweep;
-            s.profiles = vec!["baseline".into(), TUNED.into()];
-            sweep_and_report(*s, true)
+            let mut sweep = t.sweep;
+            sweep.profiles = vec!["baseline".into(), TUNED.into()];
+            sweep_and_report(*sweep, true)
         }
         Some(LabSipCmd::Compare(c)) => compare_and_report(*c.sweep, c.at_rates),
         None => sweep_and_report(*a.sweep, false),

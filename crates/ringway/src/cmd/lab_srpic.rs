@@ -136,9 +136,9 @@ pub(crate) fn run(a: LabSrpicArgs) -> anyhow::Result<()> {
             s.mean_batch
         );
     }
-    if let Some(p) = &a.json {
-        let v = serde_json::json!({ "runs": results, "summary": sum });
-        std::fs::write(p, serde_json::to_vec_pretty(&v)?)?;
+    if let Some(path) = &a.json {
+        let report = serde_json::json!({ "runs": results, "summary": sum });
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
     }
     Ok(())
 }

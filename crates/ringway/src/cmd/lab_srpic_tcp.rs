@@ -153,21 +153,21 @@ fn timestamps_note(c: &TcpLabConfig) -> &'static str {
 /// Run the grid, print one line per run and then the tables.
 pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
     let json = a.json.clone();
-    let c = TcpLabConfig::try_from(a)?;
-    let cells = c.cells();
+    let config = TcpLabConfig::try_from(a)?;
+    let cells = config.cells();
     let runs_total: usize = cells
         .iter()
-        .map(|x| if x.table == Table::Sweep { 1 } else { 2 } * c.reps)
+        .map(|x| if x.table == Table::Sweep { 1 } else { 2 } * config.reps)
         .sum();
     println!(
         "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC retransmissions {}",
         cells.len(),
         runs_total,
-        c.duration_s,
-        runs_total as f64 * (c.duration_s + 3.0) / 60.0,
+        config.duration_s,
+        runs_total as f64 * (config.duration_s + 3.0) / 60.0,
         SenderProfile::S.sysctls(),
-        timestamps_note(&c),
-        if c.retransmissions_in_place {
+        timestamps_note(&config),
+        if config.retransmissions_in_place {
             "in place (diagnostic, not Listing 1)"
         } else {
             "sorted (Listing 1)"
@@ -191,7 +191,7 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         "reord_up",
         "late99"
     );
-    let runs = run_grid(&c, |cell, on, rep, r| {
+    let runs = run_grid(&config, |cell, on, rep, r| {
         match r {
         Ok(r) => println!(
             "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>7.0}{}",
@@ -224,11 +224,11 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         ),
     }
     });
-    let text = report::tables(&c, &runs);
+    let text = report::tables(&config, &runs);
     println!("{text}");
-    if let Some(p) = json {
-        let v = serde_json::json!({ "config": c, "runs": runs, "tables": text });
-        std::fs::write(&p, serde_json::to_vec_pretty(&v)?)?;
+    if let Some(path) = json {
+        let v = serde_json::json!({ "config": config, "runs": runs, "tables": text });
+        std::fs::write(&path, serde_json::to_vec_pretty(&v)?)?;
     }
     Ok(())
 }

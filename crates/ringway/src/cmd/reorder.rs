@@ -197,9 +197,9 @@ fn run_analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
         ring_size: a.ring,
         dt: a.dt,
     };
-    let v = analyze(&trace, &opts);
+    let variants = analyze(&trace, &opts);
     if a.json {
-        let m = |x: &(
+        let metrics_of = |x: &(
             ringway_reorder::metrics::Rfc4737,
             ringway_reorder::metrics::Rfc5236,
         )| {
@@ -211,9 +211,9 @@ fn run_analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
                 "extent_mean": x.0.extent_mean(),
                 "extent_max": x.0.extent_max(),
                 "n3_ratio": x.0.n_ratio(3),
-                "rd": x.1.rd().iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+                "rd": x.1.rd().iter().map(|(k, variants)| (k.to_string(), *variants)).collect::<std::collections::BTreeMap<_, _>>(),
                 "rd0": x.1.rd0(),
-                "rbd": x.1.rbd().iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+                "rbd": x.1.rbd().iter().map(|(k, variants)| (k.to_string(), *variants)).collect::<std::collections::BTreeMap<_, _>>(),
                 "rbd_mean": x.1.rbd_mean(),
             })
         };
@@ -225,15 +225,15 @@ fn run_analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
             "ring": a.ring,
             "dt": a.dt,
             "flows": trace.flows.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
-            "variants": v.iter().map(|var| serde_json::json!({
+            "variants": variants.iter().map(|var| serde_json::json!({
                 "order": match var.block { None => "capture".to_string(), Some(b) => format!("srpic_b{b}") },
-                "total": m(&var.total),
-                "per_flow": var.flows.iter().map(m).collect::<Vec<_>>(),
+                "total": metrics_of(&var.total),
+                "per_flow": var.flows.iter().map(metrics_of).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print!("{}", report(&trace, &opts, &v));
+        print!("{}", report(&trace, &opts, &variants));
     }
     Ok(())
 }
@@ -288,17 +288,17 @@ impl BenchSorter for ReferenceSrpic<u32> {
 #[inline(never)]
 fn bench_run<S: BenchSorter>(s: &mut S, stream: &SynthStream, batch: usize) -> u64 {
     let mut sink = 0u64;
-    let n = stream.packets.len();
-    let mut at = 0;
-    while at < n {
-        let end = (at + batch).min(n);
-        for i in at..end {
+    let count = stream.packets.len();
+    let mut offset = 0;
+    while offset < count {
+        let end = (offset + batch).min(count);
+        for i in offset..end {
             s.push(stream.class(i), i as u32, &mut |x| {
                 sink = sink.wrapping_add(x as u64)
             });
         }
         s.flush_all(&mut |x| sink = sink.wrapping_add(x as u64));
-        at = end;
+        offset = end;
     }
     sink
 }
@@ -321,12 +321,12 @@ fn median(v: &[f64]) -> Option<f64> {
 
 impl BenchResult {
     fn time<S: BenchSorter>(&mut self, mut s: S, stream: &SynthStream, batch: usize) {
-        let n = stream.packets.len().max(1) as f64;
-        let (t0, c0) = (Instant::now(), thread_cpu_total());
+        let count = stream.packets.len().max(1) as f64;
+        let (started, cpu_start) = (Instant::now(), thread_cpu_total());
         black_box(bench_run(&mut s, stream, batch));
-        let (el, cpu) = (t0.elapsed(), thread_cpu_total() - c0);
-        self.wall.push(el.as_nanos() as f64 / n);
-        self.cpu.push(cpu.as_nanos() as f64 / n);
+        let (elapsed, cpu) = (started.elapsed(), thread_cpu_total() - cpu_start);
+        self.wall.push(elapsed.as_nanos() as f64 / count);
+        self.cpu.push(cpu.as_nanos() as f64 / count);
         self.stats = s.stats();
     }
     fn median(&self) -> Option<f64> {
@@ -391,21 +391,21 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
         }
     };
     if b.json {
-        let v: Vec<_> = rows
+        let rows_json: Vec<_> = rows
             .iter()
             .map(|r| {
-                let st = counters(r);
+                let stats = counters(r);
                 serde_json::json!({"case": r.0, "flows": r.1,
                   "fast_ns_per_packet_median": r.3.median(), "fast_ns_per_packet_best": r.3.best(),
                   "fast_cpu_ns_per_packet_median": r.3.cpu_median(),
                   "reference_ns_per_packet_median": r.2.median(),
                   "reference_ns_per_packet_best": r.2.best(),
                   "reference_cpu_ns_per_packet_median": r.2.cpu_median(),
-                  "to_prev": st.to_prev, "to_after": st.to_after,
-                  "block_flushes": st.block_flushes})
+                  "to_prev": stats.to_prev, "to_after": stats.to_after,
+                  "block_flushes": stats.block_flushes})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&rows_json)?);
         return Ok(());
     }
     println!(
@@ -434,10 +434,11 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
         "prev%",
         "after%"
     );
-    let num = |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
+    let num =
+        |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |rows_json| format!("{rows_json:.1}"));
     for r in &rows {
-        let st = counters(r);
-        let n = st.packets.max(1) as f64;
+        let stats = counters(r);
+        let packets = stats.packets.max(1) as f64;
         let ratio = match (r.3.cpu_median(), r.2.cpu_median()) {
             (Some(f), Some(rf)) => format!("{:.2}", f / rf),
             _ => "n/a".to_string(),
@@ -453,8 +454,8 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
             num(r.3.best()),
             num(r.3.cpu_median()),
             ratio,
-            100.0 * st.to_prev as f64 / n,
-            100.0 * st.to_after as f64 / n
+            100.0 * stats.to_prev as f64 / packets,
+            100.0 * stats.to_after as f64 / packets
         );
     }
     Ok(())

@@ -258,9 +258,9 @@ impl Builder {
         for i in 0..MAX_FANOUT {
             done_jumps.push(self.program.len());
             self.program.push(insn(JLE_IMM, 8, 0, 0, i as i32)); // n <= i: done
-            let at = 40 + 16 * i as i32;
-            self.retarget(at);
-            self.store(0, 7, at + 6, 6); // destination MAC
+            let offset = 40 + 16 * i as i32;
+            self.retarget(offset);
+            self.store(0, 7, offset + 6, 6); // destination MAC
             self.extend([
                 insn(MOV64_REG, 1, 6, 0, 0),
                 insn(MOV64_IMM, 2, 0, 0, ifindex as i32),
@@ -269,8 +269,8 @@ impl Builder {
             ]);
         }
         let end = self.program.len();
-        for at in done_jumps {
-            self.program[at].off = (end - at - 1) as i16;
+        for offset in done_jumps {
+            self.program[offset].off = (end - offset - 1) as i16;
         }
     }
 
@@ -409,16 +409,16 @@ fn map_op(
     value: Option<&mut [u8]>,
     what: &str,
 ) -> io::Result<()> {
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, map.as_raw_fd() as u32);
-    put64(&mut a, 8, key.as_ptr() as u64);
-    if let Some(v) = value {
-        put64(&mut a, 16, v.as_mut_ptr() as u64);
+    let mut attr = [0u8; 128];
+    put32(&mut attr, 0, map.as_raw_fd() as u32);
+    put64(&mut attr, 8, key.as_ptr() as u64);
+    if let Some(bytes) = value {
+        put64(&mut attr, 16, bytes.as_mut_ptr() as u64);
     }
     // SAFETY: the attr holds the map fd and pointers to live key (and
     // value) buffers of the map's sizes; flags 0 (BPF_ANY).
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, a.as_mut_ptr(), 128u32) };
-    check_rc(rc, what).map(drop)
+    let result = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), 128u32) };
+    check_rc(result, what).map(drop)
 }
 
 impl KernelFanout {
@@ -428,13 +428,13 @@ impl KernelFanout {
         let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
         let (mac, _) = super::if_info(sock.as_raw_fd(), ifname)?;
         let ifindex = super::ifindex(ifname)?;
-        let mut a = [0u8; 128];
-        put32(&mut a, 0, BPF_MAP_TYPE_HASH);
-        put32(&mut a, 4, 8);
-        put32(&mut a, 8, VALUE_LEN as u32);
-        put32(&mut a, 12, 4096);
-        a[28..28 + 9].copy_from_slice(b"rw_fanout");
-        let map = bpf(BPF_MAP_CREATE, &mut a, "BPF_MAP_CREATE(HASH fan-out)")?;
+        let mut attr = [0u8; 128];
+        put32(&mut attr, 0, BPF_MAP_TYPE_HASH);
+        put32(&mut attr, 4, 8);
+        put32(&mut attr, 8, VALUE_LEN as u32);
+        put32(&mut attr, 12, 4096);
+        attr[28..28 + 9].copy_from_slice(b"rw_fanout");
+        let map = bpf(BPF_MAP_CREATE, &mut attr, "BPF_MAP_CREATE(HASH fan-out)")?;
         let prog = fanout_program(map.as_raw_fd(), local, mac, ifindex);
         let prog = load_program_of(
             BPF_PROG_TYPE_SCHED_CLS,
@@ -442,12 +442,16 @@ impl KernelFanout {
             &prog,
             b"rw_fanout",
         )?;
-        let mut a = [0u8; 128];
-        put32(&mut a, 0, prog.as_raw_fd() as u32);
-        put32(&mut a, 4, ifindex);
-        put32(&mut a, 8, BPF_TCX_INGRESS);
-        let link = bpf(BPF_LINK_CREATE, &mut a, "BPF_LINK_CREATE(BPF_TCX_INGRESS)")
-            .map_err(|e| io::Error::new(e.kind(), format!("{e} ({ifname})")))?;
+        let mut attr = [0u8; 128];
+        put32(&mut attr, 0, prog.as_raw_fd() as u32);
+        put32(&mut attr, 4, ifindex);
+        put32(&mut attr, 8, BPF_TCX_INGRESS);
+        let link = bpf(
+            BPF_LINK_CREATE,
+            &mut attr,
+            "BPF_LINK_CREATE(BPF_TCX_INGRESS)",
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("{e} ({ifname})")))?;
         Ok(KernelFanout {
             _link: link,
             _prog: prog,
@@ -469,11 +473,11 @@ impl KernelFanout {
         }
         let mut want: HashMap<[u8; 8], Vec<u8>> = HashMap::new();
         for r in routes {
-            if let Some(v) = self.value_of(r) {
+            if let Some(value) = self.value_of(r) {
                 let mut key = [0u8; 8];
                 key[..4].copy_from_slice(&r.ssrc.to_be_bytes());
                 key[4] = r.pt;
-                want.insert(key, v);
+                want.insert(key, value);
             }
         }
         let stale: Vec<[u8; 8]> = self
@@ -483,9 +487,9 @@ impl KernelFanout {
             .copied()
             .collect();
         for k in stale {
-            if let Some((p, d)) = self.counters(&k) {
-                self.removed.0 += p;
-                self.removed.1 += d;
+            if let Some((packets, dropped)) = self.counters(&k) {
+                self.removed.0 += packets;
+                self.removed.1 += dropped;
             }
             map_op(
                 BPF_MAP_DELETE_ELEM,
@@ -497,13 +501,13 @@ impl KernelFanout {
             self.installed.remove(&k);
             self.updates += 1;
         }
-        for (k, v) in want {
-            if self.installed.get(&k) == Some(&v) {
+        for (k, value) in want {
+            if self.installed.get(&k) == Some(&value) {
                 continue;
             }
             // Keep the counters of an entry that changes.
             let mut cur = vec![0u8; VALUE_LEN];
-            let mut new = v.clone();
+            let mut new = value.clone();
             if map_op(BPF_MAP_LOOKUP_ELEM, &self.map, &k, Some(&mut cur), "lookup").is_ok() {
                 new[24..40].copy_from_slice(&cur[24..40]);
             }
@@ -514,7 +518,7 @@ impl KernelFanout {
                 Some(&mut new),
                 "BPF_MAP_UPDATE_ELEM",
             )?;
-            self.installed.insert(k, v);
+            self.installed.insert(k, value);
             self.updates += 1;
         }
         Ok(self.installed.len())
@@ -527,58 +531,65 @@ impl KernelFanout {
         if r.dsts.len() > MAX_FANOUT {
             return None;
         }
-        let mut v = vec![0u8; VALUE_LEN];
-        v[0..4].copy_from_slice(&src.ip().octets());
-        v[4..6].copy_from_slice(&src.port().to_be_bytes());
-        v[6..8].copy_from_slice(&(r.dsts.len() as u16).to_ne_bytes());
+        let mut value = vec![0u8; VALUE_LEN];
+        value[0..4].copy_from_slice(&src.ip().octets());
+        value[4..6].copy_from_slice(&src.port().to_be_bytes());
+        value[6..8].copy_from_slice(&(r.dsts.len() as u16).to_ne_bytes());
         let mac = self.mac_of(*src.ip())?;
-        v[8..14].copy_from_slice(&mac);
-        v[16..20].copy_from_slice(&u32::from(r.echo).to_ne_bytes());
+        value[8..14].copy_from_slice(&mac);
+        value[16..20].copy_from_slice(&u32::from(r.echo).to_ne_bytes());
         for (i, d) in r.dsts.iter().enumerate() {
             let SocketAddr::V4(d) = d else {
                 return None;
             };
-            let at = 40 + 16 * i;
-            v[at..at + 4].copy_from_slice(&d.ip().octets());
-            v[at + 4..at + 6].copy_from_slice(&d.port().to_be_bytes());
-            v[at + 6..at + 12].copy_from_slice(&self.mac_of(*d.ip())?);
+            let offset = 40 + 16 * i;
+            value[offset..offset + 4].copy_from_slice(&d.ip().octets());
+            value[offset + 4..offset + 6].copy_from_slice(&d.port().to_be_bytes());
+            value[offset + 6..offset + 12].copy_from_slice(&self.mac_of(*d.ip())?);
         }
-        Some(v)
+        Some(value)
     }
 
     fn mac_of(&mut self, ip: std::net::Ipv4Addr) -> Option<[u8; 6]> {
-        let m = self.neigh.get(ip);
-        if m.is_none() {
+        let mac = self.neigh.get(ip);
+        if mac.is_none() {
             self.neigh.note(ip);
         }
-        m
+        mac
     }
 
     /// (packets, delay ns) of entry `k`.
     fn counters(&self, k: &[u8; 8]) -> Option<(u64, u64)> {
-        let mut v = vec![0u8; VALUE_LEN];
-        map_op(BPF_MAP_LOOKUP_ELEM, &self.map, k, Some(&mut v), "lookup").ok()?;
+        let mut value = vec![0u8; VALUE_LEN];
+        map_op(
+            BPF_MAP_LOOKUP_ELEM,
+            &self.map,
+            k,
+            Some(&mut value),
+            "lookup",
+        )
+        .ok()?;
         Some((
-            u64::from_ne_bytes(v[24..32].try_into().expect("8 bytes")),
-            u64::from_ne_bytes(v[32..40].try_into().expect("8 bytes")),
+            u64::from_ne_bytes(value[24..32].try_into().expect("8 bytes")),
+            u64::from_ne_bytes(value[32..40].try_into().expect("8 bytes")),
         ))
     }
 
     /// Counters since attaching: entries in the map now and removed ones.
     pub fn stats(&self) -> FanoutStats {
-        let mut s = FanoutStats {
+        let mut totals = FanoutStats {
             entries: self.installed.len(),
             updates: self.updates,
             packets: self.removed.0,
             delay_sum_ns: self.removed.1,
         };
         for k in self.installed.keys() {
-            if let Some((p, d)) = self.counters(k) {
-                s.packets += p;
-                s.delay_sum_ns += d;
+            if let Some((p, dropped)) = self.counters(k) {
+                totals.packets += p;
+                totals.delay_sum_ns += dropped;
             }
         }
-        s
+        totals
     }
 }
 

@@ -27,11 +27,11 @@ impl Template {
         src: SocketAddrV4,
         dst: SocketAddrV4,
     ) -> Template {
-        let mut h = [0u8; UDP_FRAME_OVERHEAD];
-        h[0..6].copy_from_slice(&dst_mac);
-        h[6..12].copy_from_slice(&src_mac);
-        h[12..14].copy_from_slice(&crate::wire::ETHERTYPE_IPV4.to_be_bytes());
-        let ip = &mut h[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
+        let mut header = [0u8; UDP_FRAME_OVERHEAD];
+        header[0..6].copy_from_slice(&dst_mac);
+        header[6..12].copy_from_slice(&src_mac);
+        header[12..14].copy_from_slice(&crate::wire::ETHERTYPE_IPV4.to_be_bytes());
+        let ip = &mut header[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
         ip[0] = 0x45;
         ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
         ip[8] = 64;
@@ -39,12 +39,12 @@ impl Template {
         ip[12..16].copy_from_slice(&src.ip().octets());
         ip[16..20].copy_from_slice(&dst.ip().octets());
         let ip_sum = sum16(ip, 0);
-        let u = &mut h[ETH_HLEN + IPV4_HLEN..];
-        u[0..2].copy_from_slice(&src.port().to_be_bytes());
-        u[2..4].copy_from_slice(&dst.port().to_be_bytes());
-        let udp_sum = sum16(&u[0..4], pseudo_sum(*src.ip(), *dst.ip(), 0));
+        let udp = &mut header[ETH_HLEN + IPV4_HLEN..];
+        udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+        let udp_sum = sum16(&udp[0..4], pseudo_sum(*src.ip(), *dst.ip(), 0));
         Template {
-            hdr: h,
+            hdr: header,
             ip_sum,
             udp_sum,
         }
@@ -56,24 +56,24 @@ impl Template {
     /// hold the whole frame.
     pub(crate) fn write(&self, out: &mut [u8], ip_id: u16, len: usize, payload_sum: u32) -> usize {
         let total = UDP_FRAME_OVERHEAD + len;
-        let h = &mut out[..UDP_FRAME_OVERHEAD];
-        h.copy_from_slice(&self.hdr);
+        let header = &mut out[..UDP_FRAME_OVERHEAD];
+        header.copy_from_slice(&self.hdr);
         let ip_len = (IPV4_HLEN + UDP_HLEN + len) as u16;
         let udp_len = (UDP_HLEN + len) as u16;
-        let ip = &mut h[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
+        let ip = &mut header[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
         ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
         ip[4..6].copy_from_slice(&ip_id.to_be_bytes());
-        let c = !fold(self.ip_sum + u32::from(ip_len) + u32::from(ip_id));
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        let u = &mut h[ETH_HLEN + IPV4_HLEN..];
-        u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        let checksum = !fold(self.ip_sum + u32::from(ip_len) + u32::from(ip_id));
+        ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+        let udp = &mut header[ETH_HLEN + IPV4_HLEN..];
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
         // Pseudo-header length + UDP length field + payload.
         let sum = self.udp_sum + 2 * u32::from(udp_len) + u32::from(fold(payload_sum));
-        let mut c = !fold(sum);
-        if c == 0 {
-            c = 0xffff; // 0 means "no checksum" in UDP over IPv4
+        let mut checksum = !fold(sum);
+        if checksum == 0 {
+            checksum = 0xffff; // 0 means "no checksum" in UDP over IPv4
         }
-        u[6..8].copy_from_slice(&c.to_be_bytes());
+        udp[6..8].copy_from_slice(&checksum.to_be_bytes());
         total
     }
 }
@@ -113,11 +113,11 @@ pub(crate) fn turn_around(frame: &mut [u8], our_mac: [u8; 6], dst_mac: [u8; 6]) 
     }
     ip[8] = 64;
     ip[10..12].copy_from_slice(&[0, 0]);
-    let c = !fold(sum16(ip, 0));
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    let u = &mut frame[ETH_HLEN + IPV4_HLEN..];
-    u.swap(0, 2);
-    u.swap(1, 3);
+    let checksum = !fold(sum16(ip, 0));
+    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+    let udp = &mut frame[ETH_HLEN + IPV4_HLEN..];
+    udp.swap(0, 2);
+    udp.swap(1, 3);
     true
 }
 

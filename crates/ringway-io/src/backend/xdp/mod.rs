@@ -233,7 +233,7 @@ pub(crate) fn xsk_bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16) -> io::R
         queue_id: u32,
         shared_umem_fd: u32,
     }
-    let sa = SockaddrXdp {
+    let addr = SockaddrXdp {
         family: AF_XDP as u16,
         flags,
         ifindex,
@@ -241,14 +241,14 @@ pub(crate) fn xsk_bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16) -> io::R
         shared_umem_fd: 0,
     };
     // SAFETY: pointer/length describe a live sockaddr_xdp.
-    let rc = sys::cvt(unsafe {
+    let result = sys::cvt(unsafe {
         libc::bind(
             fd,
-            (&sa as *const SockaddrXdp).cast(),
+            (&addr as *const SockaddrXdp).cast(),
             std::mem::size_of::<SockaddrXdp>() as u32,
         )
     });
-    rc.map(drop).map_err(|e| {
+    result.map(drop).map_err(|e| {
         let mode = match (flags & XDP_COPY != 0, flags & XDP_USE_NEED_WAKEUP != 0) {
             (true, true) => "XDP_COPY | XDP_USE_NEED_WAKEUP",
             (true, false) => "XDP_COPY",
@@ -320,7 +320,7 @@ impl TxKernel for Xsk {
     fn kick(&mut self) -> io::Result<()> {
         self.syscalls += 1;
         // SAFETY: sendto with no buffer and no address only kicks the XSK.
-        let rc = sys::cvt(unsafe {
+        let result = sys::cvt(unsafe {
             libc::sendto(
                 self.fd,
                 std::ptr::null(),
@@ -330,7 +330,7 @@ impl TxKernel for Xsk {
                 0,
             )
         });
-        match rc {
+        match result {
             Ok(_) => Ok(()),
             Err(e) => match e.raw_os_error() {
                 // Took part of it (copy mode: 32 frames per call), or the
@@ -342,13 +342,13 @@ impl TxKernel for Xsk {
     }
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         self.syscalls += 1;
-        let mut p = [libc::pollfd {
+        let mut fds = [libc::pollfd {
             fd: self.fd,
             events: libc::POLLOUT,
             revents: 0,
         }];
         let start = Instant::now();
-        sys::ppoll(&mut p, Some(timeout))?;
+        sys::ppoll(&mut fds, Some(timeout))?;
         // POLLOUT means "the TX ring is less than half full": waiting for
         // free frames (completions) it may return at once. Do not spin.
         if start.elapsed() < timeout / 4 {
@@ -427,7 +427,7 @@ impl XdpBackend {
         let half = cfg.frames / 2;
         let XskSetup { fd: xsk, umem } = xsk_setup(cfg.frames, cfg.frame_size, half)?;
         let fd = xsk.as_raw_fd();
-        let fs = u64::from(cfg.frame_size);
+        let frame_size = u64::from(cfg.frame_size);
         let mut offs = [RingOffset::default(); 4]; // rx, tx, fill, completion
         let mut olen = std::mem::size_of_val(&offs) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
@@ -458,12 +458,15 @@ impl XdpBackend {
             false,
             "completion",
         )?;
-        let free: Vec<u64> = (0..u64::from(cfg.frames)).rev().map(|i| i * fs).collect();
+        let free: Vec<u64> = (0..u64::from(cfg.frames))
+            .rev()
+            .map(|i| i * frame_size)
+            .collect();
         let txr = TxRing::new(
             tx,
             comp,
             free,
-            fs,
+            frame_size,
             Duration::from_micros(u64::from(cfg.tx_wait_us)),
         );
         // A socket that was bound to this queue a moment ago is released
@@ -487,7 +490,7 @@ impl XdpBackend {
         )?;
         let (link, mode) = program::attach(prog.as_raw_fd(), ifindex, cfg.mode)
             .map_err(|e| io::Error::new(e.kind(), format!("{e} ({})", cfg.ifname)))?;
-        let mut b = XdpBackend {
+        let mut backend = XdpBackend {
             _link: link,
             _prog: prog,
             _map: map,
@@ -513,8 +516,8 @@ impl XdpBackend {
             stats: IoStats::default(),
             scratch: vec![0u8; 65536],
         };
-        b.refill();
-        Ok(b)
+        backend.refill();
+        Ok(backend)
     }
 
     /// Frames the fill and RX rings (and the lent ones) may hold.
@@ -532,10 +535,10 @@ impl XdpBackend {
             if self.cfg.rx_timestamps {
                 // Clear the metadata slot, so a frame the program could not
                 // stamp never shows an older frame's stamp.
-                let at = (base + RX_DATA_OFFSET) as usize - program::META_LEN;
+                let offset = (base + RX_DATA_OFFSET) as usize - program::META_LEN;
                 // SAFETY: `base` is a free frame of the UMEM (no ring holds
                 // it); the 8 bytes lie inside it (RX_DATA_OFFSET < frame size).
-                unsafe { self.umem.ptr.add(at).cast::<u64>().write_unaligned(0) };
+                unsafe { self.umem.ptr.add(offset).cast::<u64>().write_unaligned(0) };
             }
             self.fill.push_addr(base);
             self.rx_owned += 1;
@@ -548,10 +551,10 @@ impl XdpBackend {
 
     /// Give the frames lent with the last batch back to the pool.
     fn take_back(&mut self) {
-        let fs = u64::from(self.cfg.frame_size);
+        let frame_size = u64::from(self.cfg.frame_size);
         for l in self.lent.drain(..).flatten() {
             if !l.moved {
-                self.txr.free.push(l.addr - l.addr % fs);
+                self.txr.free.push(l.addr - l.addr % frame_size);
             }
         }
         self.lent_count = 0;
@@ -566,18 +569,18 @@ impl XdpBackend {
 
     /// Kick the TX ring (bounded) when it asks for a wakeup.
     fn kick(&mut self) -> io::Result<()> {
-        let mut k = self.kernel();
+        let mut kernel = self.kernel();
         let wake = self.txr.tx.needs_wakeup();
-        let r = self.txr.kick_all(&mut k, wake);
-        self.stats.tx_syscalls += k.syscalls;
-        r
+        let result = self.txr.kick_all(&mut kernel, wake);
+        self.stats.tx_syscalls += kernel.syscalls;
+        result
     }
 
     /// Take what the RX ring holds (up to the batch's room) into `batch`.
     fn take_rx(&mut self, batch: &mut RxBatch) -> usize {
         let room = batch.free_frames() as u32;
-        let n = self.rx.ready().min(room);
-        if n == 0 {
+        let ready = self.rx.ready().min(room);
+        if ready == 0 {
             return 0;
         }
         // CLOCK_REALTIME - CLOCK_MONOTONIC now, to put the program's
@@ -585,25 +588,25 @@ impl XdpBackend {
         let mono0 = monotonic_now().0;
         let real = realtime_now().0;
         let offset = real.wrapping_sub(mono0);
-        let fs = u64::from(self.cfg.frame_size);
+        let frame_size = u64::from(self.cfg.frame_size);
         let mut added = 0;
-        for k in 0..n {
+        for k in 0..ready {
             let (addr, len) = self.rx.peek_desc(k);
             self.rx_owned = self.rx_owned.saturating_sub(1);
             let kernel_rx = self
                 .stamp_of(addr, mono0)
                 .map(|t| Nanos(t.wrapping_add(offset)));
             let taken = match umem_slice(&self.umem, addr, len as usize).map(Udp4Frame::parse) {
-                Some(Ok(Some(f)))
-                    if f.udp.dst_port() == self.local.port()
-                        && f.ip.dst() == *self.local.ip()
-                        && f.ip.checksum_ok() =>
+                Some(Ok(Some(frame_addr)))
+                    if frame_addr.udp.dst_port() == self.local.port()
+                        && frame_addr.ip.dst() == *self.local.ip()
+                        && frame_addr.ip.checksum_ok() =>
                 {
-                    let udp_at = 14 + f.ip.header_len();
+                    let udp_at = 14 + frame_addr.ip.header_len();
                     let udp = &umem_slice(&self.umem, addr, len as usize).expect("checked")
-                        [udp_at..udp_at + 8 + f.udp.payload().len()];
-                    match verify_udp(f.ip.src(), f.ip.dst(), udp) {
-                        Some(payload_sum) => Some((f, payload_sum, udp_at)),
+                        [udp_at..udp_at + 8 + frame_addr.udp.payload().len()];
+                    match verify_udp(frame_addr.ip.src(), frame_addr.ip.dst(), udp) {
+                        Some(payload_sum) => Some((frame_addr, payload_sum, udp_at)),
                         None => {
                             self.stats.rx_bad_checksum += 1;
                             None
@@ -612,23 +615,23 @@ impl XdpBackend {
                 }
                 _ => None,
             };
-            let Some((f, payload_sum, udp_at)) = taken else {
+            let Some((frame_addr, payload_sum, udp_at)) = taken else {
                 self.stats.rx_invalid += 1;
-                self.txr.free.push(addr - addr % fs);
+                self.txr.free.push(addr - addr % frame_size);
                 continue;
             };
-            let src = SocketAddrV4::new(f.ip.src(), f.udp.src_port());
+            let src = SocketAddrV4::new(frame_addr.ip.src(), frame_addr.udp.src_port());
             self.neigh.note(*src.ip());
-            let data = f.udp.payload();
+            let data = frame_addr.udp.payload();
             let frame = batch.next_frame_mut().expect("room checked");
-            let c = data.len().min(frame.len());
-            frame[..c].copy_from_slice(&data[..c]);
-            let movable = f.ip.header_len() == 20;
+            let copied = data.len().min(frame.len());
+            frame[..copied].copy_from_slice(&data[..copied]);
+            let movable = frame_addr.ip.header_len() == 20;
             batch.commit_received(
                 RxMeta {
                     peer: SocketAddr::V4(src),
-                    len: c,
-                    truncated: data.len() > c,
+                    len: copied,
+                    truncated: data.len() > copied,
                     kernel_rx,
                     app_rx: Nanos(real),
                 },
@@ -647,7 +650,7 @@ impl XdpBackend {
             self.lent_count += 1;
             added += 1;
         }
-        self.rx.release(n);
+        self.rx.release(ready);
         self.refill();
         self.stats.rx_packets += added as u64;
         added
@@ -661,11 +664,11 @@ impl XdpBackend {
         {
             return None;
         }
-        let at = addr as usize - program::META_LEN;
+        let offset = addr as usize - program::META_LEN;
         // SAFETY: the 8 bytes before the frame lie in the same UMEM chunk
         // (checked above), which the kernel handed to us with the frame.
-        let t = unsafe { self.umem.ptr.add(at).cast::<u64>().read_unaligned() };
-        (t > 0 && t <= now && now - t < 10_000_000_000).then_some(t)
+        let stamp = unsafe { self.umem.ptr.add(offset).cast::<u64>().read_unaligned() };
+        (stamp > 0 && stamp <= now && now - stamp < 10_000_000_000).then_some(stamp)
     }
 
     /// Read datagrams the kernel stack delivered to the companion socket.
@@ -674,16 +677,16 @@ impl XdpBackend {
         while batch.free_frames() > 0 {
             self.stats.rx_syscalls += 1;
             let flen = batch.frame_size();
-            let r = self.sock.recv_from(&mut self.scratch);
-            match r {
+            let result = self.sock.recv_from(&mut self.scratch);
+            match result {
                 Ok((n, peer)) => {
-                    let c = n.min(flen);
+                    let copied = n.min(flen);
                     let frame = batch.next_frame_mut().expect("room checked");
-                    frame[..c].copy_from_slice(&self.scratch[..c]);
+                    frame[..copied].copy_from_slice(&self.scratch[..copied]);
                     batch.commit(RxMeta {
                         peer,
-                        len: c,
-                        truncated: n > c,
+                        len: copied,
+                        truncated: n > copied,
                         kernel_rx: None,
                         app_rx: realtime_now(),
                     });
@@ -703,7 +706,7 @@ impl XdpBackend {
 
     /// Wait for the XSK or the companion socket; returns (xsk, socket) readiness.
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<(bool, bool)> {
-        let mut p = [
+        let mut pollfds = [
             libc::pollfd {
                 fd: self.xsk.as_raw_fd(),
                 events: libc::POLLIN,
@@ -716,17 +719,17 @@ impl XdpBackend {
             },
         ];
         self.stats.rx_syscalls += 1;
-        if sys::ppoll(&mut p, timeout)? == 0 {
+        if sys::ppoll(&mut pollfds, timeout)? == 0 {
             return Ok((false, false));
         }
-        if p[1].revents & libc::POLLERR != 0
+        if pollfds[1].revents & libc::POLLERR != 0
             && sys::take_socket_error(self.sock.as_raw_fd()).is_some()
         {
             self.stats.socket_errors += 1;
         }
         Ok((
-            p[0].revents & libc::POLLIN != 0,
-            p[1].revents & libc::POLLIN != 0,
+            pollfds[0].revents & libc::POLLIN != 0,
+            pollfds[1].revents & libc::POLLIN != 0,
         ))
     }
 
@@ -736,8 +739,8 @@ impl XdpBackend {
             self.templates.clear();
             self.templates_generation = self.neigh.generation;
         }
-        if let Some(t) = self.templates.get(&dst) {
-            return Some(t.clone());
+        if let Some(found) = self.templates.get(&dst) {
+            return Some(found.clone());
         }
         let Some(mac) = self.neigh.get(*dst.ip()) else {
             self.neigh.note(*dst.ip());
@@ -746,9 +749,9 @@ impl XdpBackend {
         if self.templates.len() >= 65536 {
             self.templates.clear();
         }
-        let t = Template::new(self.mac, mac, self.local, dst);
-        self.templates.insert(dst, t.clone());
-        Some(t)
+        let found = Template::new(self.mac, mac, self.local, dst);
+        self.templates.insert(dst, found.clone());
+        Some(found)
     }
 
     /// Send `payload` to `dst` through the companion socket (unknown
@@ -783,20 +786,20 @@ impl XdpBackend {
             self.txr.elsewhere += 1;
             return Ok(false);
         };
-        let fs = self.cfg.frame_size as usize;
-        let max_payload = (self.mtu - 28).min(fs - UDP_FRAME_OVERHEAD);
+        let frame_size = self.cfg.frame_size as usize;
+        let max_payload = (self.mtu - 28).min(frame_size - UDP_FRAME_OVERHEAD);
         let template = if len > max_payload {
             None
         } else {
             self.template(d)
         };
-        let Some(t) = template else {
+        let Some(template_) = template else {
             self.via_socket(payload, dst);
             return Ok(false);
         };
-        let mut k = self.kernel();
-        let got = self.txr.reserve(&mut k);
-        self.stats.tx_syscalls += k.syscalls;
+        let mut kernel = self.kernel();
+        let got = self.txr.reserve(&mut kernel);
+        self.stats.tx_syscalls += kernel.syscalls;
         let Some(off) = got? else {
             self.stats.tx_errors += 1;
             self.txr.elsewhere += 1;
@@ -805,10 +808,11 @@ impl XdpBackend {
         self.ip_id = self.ip_id.wrapping_add(1);
         // SAFETY: `off` is a TX frame we own (from the free list, not in any
         // ring), `fs` bytes inside the UMEM mapping, and not `payload`.
-        let frame = unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(off as usize), fs) };
+        let frame =
+            unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(off as usize), frame_size) };
         frame[UDP_FRAME_OVERHEAD..UDP_FRAME_OVERHEAD + len].copy_from_slice(payload);
-        let n = t.write(frame, self.ip_id, len, sum);
-        self.txr.push(off, n as u32);
+        let written = template_.write(frame, self.ip_id, len, sum);
+        self.txr.push(off, written as u32);
         Ok(true)
     }
 
@@ -816,28 +820,31 @@ impl XdpBackend {
     /// and moving it to the TX ring; false when that cannot be done (the
     /// caller copies instead).
     fn move_echo(&mut self, i: usize) -> io::Result<bool> {
-        let Some(l) = self.lent[i] else {
+        let Some(lent) = self.lent[i] else {
             return Ok(false);
         };
-        let Some(mac) = self.neigh.get(*l.src.ip()) else {
+        let Some(mac) = self.neigh.get(*lent.src.ip()) else {
             return Ok(false);
         };
-        let mut k = self.kernel();
-        let room = self.txr.make_room(&mut k, false);
-        self.stats.tx_syscalls += k.syscalls;
+        let mut kernel = self.kernel();
+        let room = self.txr.make_room(&mut kernel, false);
+        self.stats.tx_syscalls += kernel.syscalls;
         if !room? {
             return Ok(false);
         }
         // SAFETY: the lent frame is ours until the next recv_batch; it is in
         // no ring; addr..addr+len lies inside the UMEM (checked when taken).
         let frame = unsafe {
-            std::slice::from_raw_parts_mut(self.umem.ptr.add(l.addr as usize), l.len as usize)
+            std::slice::from_raw_parts_mut(self.umem.ptr.add(lent.addr as usize), lent.len as usize)
         };
         if !turn_around(frame, self.mac, mac) {
             return Ok(false);
         }
-        self.txr.push(l.addr, l.len);
-        self.lent[i] = Some(Lent { moved: true, ..l });
+        self.txr.push(lent.addr, lent.len);
+        self.lent[i] = Some(Lent {
+            moved: true,
+            ..lent
+        });
         self.lent_count -= 1;
         self.stats.tx_moved += 1;
         Ok(true)
@@ -853,11 +860,11 @@ impl XdpBackend {
                 let cap = Duration::from_micros(200);
                 left = Some(left.map_or(cap, |l| l.min(cap)));
             }
-            let (x, s) = self.wait(left)?;
-            if x {
+            let (xdp_ready, socket_ready) = self.wait(left)?;
+            if xdp_ready {
                 self.take_rx(batch);
             }
-            if s && batch.free_frames() > 0 {
+            if socket_ready && batch.free_frames() > 0 {
                 self.take_socket(batch)?;
             }
             if self.txr.in_ring() > 0 {
@@ -871,19 +878,19 @@ impl XdpBackend {
     }
 
     fn xdp_stats(&self) -> Option<[u64; 6]> {
-        let mut s = [0u64; 6];
-        let mut len = std::mem::size_of_val(&s) as libc::socklen_t;
+        let mut counters = [0u64; 6];
+        let mut len = std::mem::size_of_val(&counters) as libc::socklen_t;
         // SAFETY: buffer pointer and in/out length describe the live array.
-        let rc = sys::cvt(unsafe {
+        let result = sys::cvt(unsafe {
             libc::getsockopt(
                 self.xsk.as_raw_fd(),
                 SOL_XDP,
                 XDP_STATISTICS,
-                s.as_mut_ptr().cast(),
+                counters.as_mut_ptr().cast(),
                 &mut len,
             )
         });
-        rc.ok().map(|_| s)
+        result.ok().map(|_| counters)
     }
 }
 
@@ -946,26 +953,28 @@ impl BatchIo for XdpBackend {
         _tx: &mut TxBatch,
     ) -> io::Result<()> {
         self.txr.reap();
-        let lent = index.and_then(|i| Some((i, self.lent.get(i).copied().flatten()?)));
-        let lent = lent.filter(|(_, l)| !l.moved && l.payload_len as usize == data.len());
+        let lent = index.and_then(|slot| Some((slot, self.lent.get(slot).copied().flatten()?)));
+        let lent = lent.filter(|(_, lent_frame)| {
+            !lent_frame.moved && lent_frame.payload_len as usize == data.len()
+        });
         let (src, sum) = match lent {
-            Some((_, l)) => {
+            Some((_, lent_frame)) => {
                 // SAFETY: payload_at..payload_at+payload_len lies in the
                 // lent frame, inside the UMEM (checked when it was taken).
-                let p = unsafe {
+                let ptr = unsafe {
                     self.umem
                         .ptr
-                        .add((l.addr + u64::from(l.payload_at)) as usize)
+                        .add((lent_frame.addr + u64::from(lent_frame.payload_at)) as usize)
                 };
-                (p.cast_const(), l.payload_sum)
+                (ptr.cast_const(), lent_frame.payload_sum)
             }
             None => (data.as_ptr(), sum16(data, 0)),
         };
         let mut echo = None;
         for &dst in dsts {
-            if let Some((i, l)) = lent {
-                if echo.is_none() && l.movable && dst == SocketAddr::V4(l.src) {
-                    echo = Some((i, dst));
+            if let Some((slot, lent_frame)) = lent {
+                if echo.is_none() && lent_frame.movable && dst == SocketAddr::V4(lent_frame.src) {
+                    echo = Some((slot, dst));
                     continue;
                 }
             }
@@ -973,8 +982,8 @@ impl BatchIo for XdpBackend {
                 self.stats.tx_from_rx_frame += 1;
             }
         }
-        if let Some((i, dst)) = echo {
-            if !self.move_echo(i)? {
+        if let Some((slot, dst)) = echo {
+            if !self.move_echo(slot)? {
                 self.queue_copy(src, data.len(), sum, dst)?;
             }
         }
@@ -1012,16 +1021,16 @@ impl BatchIo for XdpBackend {
         Ok(0)
     }
     fn stats(&self) -> IoStats {
-        let mut s = self.stats;
-        if let Some(x) = self.xdp_stats() {
+        let mut snapshot = self.stats;
+        if let Some(xdp) = self.xdp_stats() {
             // rx_dropped (no fill buffer, too long) + rx_ring_full.
-            s.rx_dropped = x[0] + x[3];
+            snapshot.rx_dropped = xdp[0] + xdp[3];
         }
-        s.tx_packets = self.txr.taken() + s.tx_via_socket;
-        s.tx_in_ring = self.txr.in_ring();
-        s.tx_ring_full_waits = self.txr.full_waits;
-        s.tx_ring_full_drops = self.txr.full_drops;
-        s
+        snapshot.tx_packets = self.txr.taken() + snapshot.tx_via_socket;
+        snapshot.tx_in_ring = self.txr.in_ring();
+        snapshot.tx_ring_full_waits = self.txr.full_waits;
+        snapshot.tx_ring_full_drops = self.txr.full_drops;
+        snapshot
     }
 }
 
@@ -1029,11 +1038,11 @@ fn ifindex(name: &str) -> io::Result<u32> {
     let cname = std::ffi::CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
     // SAFETY: NUL-terminated name; resolved in this thread's namespace.
-    let i = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if i == 0 {
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 {
         return Err(err(&format!("interface {name}"), sys::last_err()));
     }
-    Ok(i)
+    Ok(index)
 }
 
 /// Does this kernel create AF_XDP sockets at all? (socket, then close.)
@@ -1091,11 +1100,11 @@ fn smoke() -> io::Result<()> {
         .host("b")
         .link("a", "b")
         .build()?;
-    let a = topo.host("a").expect("built").clone();
-    let b = topo.host("b").expect("built").clone();
-    let (ifname, bip) = (b.ifaces[0].0.clone(), b.ifaces[0].1);
+    let host_a = topo.host("a").expect("built").clone();
+    let host_b = topo.host("b").expect("built").clone();
+    let (ifname, bip) = (host_b.ifaces[0].0.clone(), host_b.ifaces[0].1);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<u16>>();
-    let server = b.spawn(move || -> io::Result<()> {
+    let server = host_b.spawn(move || -> io::Result<()> {
         let mut io = match XdpBackend::open(XdpConfig::new(&ifname, SocketAddrV4::new(bip, 0))) {
             Ok(io) => io,
             Err(e) => {
@@ -1104,14 +1113,14 @@ fn smoke() -> io::Result<()> {
             }
         };
         let _ = ready_tx.send(Ok(io.local.port()));
-        let mut rx = RxBatch::new(4, 256);
+        let mut rx_batch = RxBatch::new(4, 256);
         let end = Instant::now() + Duration::from_secs(3);
         while Instant::now() < end {
-            io.recv_batch(&mut rx, Some(Duration::from_millis(100)))?;
-            if let Some(d) = rx.iter().find(|d| d.data == b"xdp-probe") {
-                let mut tx = TxBatch::new(1, 256);
-                tx.push(d.meta.peer, b"xdp-probe-reply").map_err(io::Error::other)?;
-                io.send_batch(&tx)?;
+            io.recv_batch(&mut rx_batch, Some(Duration::from_millis(100)))?;
+            if let Some(datagram) = rx_batch.iter().find(|datagram| datagram.data == b"xdp-probe") {
+                let mut tx_batch = TxBatch::new(1, 256);
+                tx_batch.push(datagram.meta.peer, b"xdp-probe-reply").map_err(io::Error::other)?;
+                io.send_batch(&tx_batch)?;
                 if io.stats.tx_via_socket > 0 {
                     return Err(io::Error::other("reply went through the kernel socket"));
                 }
@@ -1136,18 +1145,18 @@ fn smoke() -> io::Result<()> {
         }
     };
     let dst = SocketAddrV4::new(bip, port);
-    let (aif, aip) = (a.ifaces[0].0.clone(), a.ifaces[0].1);
-    let client = a.run(move || -> io::Result<()> {
+    let (aif, aip) = (host_a.ifaces[0].0.clone(), host_a.ifaces[0].1);
+    let client = host_a.run(move || -> io::Result<()> {
         // Full UDP checksums from this same-host sender (the backend
         // verifies them).
         disable_tx_checksum_offload(&aif)?;
-        let s = UdpSocket::bind((aip, 0))?;
-        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let socket = UdpSocket::bind((aip, 0))?;
+        socket.set_read_timeout(Some(Duration::from_millis(200)))?;
         let mut buf = [0u8; 256];
         for _ in 0..10 {
-            s.send_to(b"xdp-probe", dst)?;
-            if let Ok((n, from)) = s.recv_from(&mut buf) {
-                if from == SocketAddr::V4(dst) && &buf[..n] == b"xdp-probe-reply" {
+            socket.send_to(b"xdp-probe", dst)?;
+            if let Ok((len, from)) = socket.recv_from(&mut buf) {
+                if from == SocketAddr::V4(dst) && &buf[..len] == b"xdp-probe-reply" {
                     return Ok(());
                 }
             }
@@ -1188,7 +1197,7 @@ pub fn disable_tx_checksum_offload(ifname: &str) -> io::Result<()> {
         cmd: u32,
         data: u32,
     }
-    let mut v = EthtoolValue {
+    let mut value = EthtoolValue {
         cmd: ETHTOOL_STXCSUM,
         data: 0,
     };
@@ -1200,7 +1209,7 @@ pub fn disable_tx_checksum_offload(ifname: &str) -> io::Result<()> {
     }
     let mut req = IfreqData {
         name: [0; 16],
-        data: &mut v,
+        data: &mut value,
         _pad: [0; 16],
     };
     req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());

@@ -82,9 +82,9 @@ impl Neighbours {
         if !self.wanted {
             return false;
         }
-        let dt = self.budget_at.elapsed().as_secs_f64();
+        let elapsed = self.budget_at.elapsed().as_secs_f64();
         self.budget_at = Instant::now();
-        self.budget = (self.budget + dt * Self::WANTED_PER_SEC).min(Self::WANTED_BURST);
+        self.budget = (self.budget + elapsed * Self::WANTED_PER_SEC).min(Self::WANTED_BURST);
         self.budget >= 1.0
     }
 
@@ -112,36 +112,36 @@ impl Neighbours {
 }
 
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut m = [0u8; 6];
-    let mut it = s.split(':');
-    for b in m.iter_mut() {
-        *b = u8::from_str_radix(it.next()?, 16).ok()?;
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in mac.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
     }
-    it.next().is_none().then_some(m)
+    parts.next().is_none().then_some(mac)
 }
 
 /// Complete entries of the calling thread's `/proc/.../net/arp` on `dev`.
 fn read_arp(dev: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
-    let Ok(t) = std::fs::read_to_string("/proc/thread-self/net/arp") else {
+    let Ok(text) = std::fs::read_to_string("/proc/thread-self/net/arp") else {
         return Vec::new();
     };
-    parse_arp(&t, dev)
+    parse_arp(&text, dev)
 }
 
 fn parse_arp(t: &str, dev: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
     t.lines()
         .skip(1)
         .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 6 || f[5] != dev {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            if fields.len() < 6 || fields[5] != dev {
                 return None;
             }
-            let flags = u32::from_str_radix(f[2].trim_start_matches("0x"), 16).ok()?;
+            let flags = u32::from_str_radix(fields[2].trim_start_matches("0x"), 16).ok()?;
             if flags & 0x2 == 0 {
                 return None; // ATF_COM: resolved
             }
-            let mac = parse_mac(f[3])?;
-            (mac != [0; 6]).then_some((f[0].parse().ok()?, mac))
+            let mac = parse_mac(fields[3])?;
+            (mac != [0; 6]).then_some((fields[0].parse().ok()?, mac))
         })
         .collect()
 }

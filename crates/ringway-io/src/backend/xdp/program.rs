@@ -75,8 +75,8 @@ pub(super) fn check_rc(rc: libc::c_long, what: &str) -> io::Result<libc::c_long>
 pub(super) fn bpf(cmd: libc::c_long, attr: &mut [u8; 128], what: &str) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a live, zero-initialised 128-byte union bpf_attr
     // prefix; the kernel reads (and for some commands writes) at most `size`.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len() as u32) };
-    let fd = check_rc(rc, what)?;
+    let result = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len() as u32) };
+    let fd = check_rc(result, what)?;
     // SAFETY: the command returned a new descriptor that nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
@@ -141,7 +141,7 @@ fn steering_program(map_fd: RawFd, port: u16, daddr: Ipv4Addr, stamp: bool) -> V
     // Values as a little-endian load of the big-endian wire bytes sees them.
     let le16 = |v: u16| u16::from_le_bytes(v.to_be_bytes()) as i32;
     let le32 = |v: [u8; 4]| u32::from_le_bytes(v) as i32;
-    let mut p = vec![
+    let mut program = vec![
         insn(MOV64_REG, 6, 1, 0, 0), // r6 = ctx
         insn(LDXW, 2, 1, 0, 0),      // r2 = ctx->data
         insn(LDXW, 3, 1, 4, 0),      // r3 = ctx->data_end
@@ -163,10 +163,10 @@ fn steering_program(map_fd: RawFd, port: u16, daddr: Ipv4Addr, stamp: bool) -> V
         insn(JLT32_IMM, 5, 0, TO_PASS, 5),
     ];
     if !daddr.is_unspecified() {
-        p.push(insn(LDXW, 7, 2, 30, 0)); // IPv4 destination
-        p.push(insn(JNE32_IMM, 7, 0, TO_PASS, le32(daddr.octets())));
+        program.push(insn(LDXW, 7, 2, 30, 0)); // IPv4 destination
+        program.push(insn(JNE32_IMM, 7, 0, TO_PASS, le32(daddr.octets())));
     }
-    p.extend([
+    program.extend([
         insn(LSH64_IMM, 5, 0, 0, 2),  // IHL * 4 (bounded 20..60)
         insn(ADD64_REG, 2, 5, 0, 0),  // r2 = data + IP header length
         insn(MOV64_REG, 4, 2, 0, 0),  // r4 = end of the UDP header
@@ -176,7 +176,7 @@ fn steering_program(map_fd: RawFd, port: u16, daddr: Ipv4Addr, stamp: bool) -> V
         insn(JNE32_IMM, 5, 0, TO_PASS, le16(port)),
     ]);
     if stamp {
-        p.extend([
+        program.extend([
             insn(MOV64_REG, 1, 6, 0, 0), // bpf_xdp_adjust_meta(ctx, -8)
             insn(MOV64_IMM, 2, 0, 0, -(META_LEN as i32)),
             insn(CALL, 0, 0, 0, BPF_FUNC_XDP_ADJUST_META),
@@ -190,8 +190,8 @@ fn steering_program(map_fd: RawFd, port: u16, daddr: Ipv4Addr, stamp: bool) -> V
             insn(STXDW, 7, 0, 0, 0), // *(u64 *)meta = now
         ]);
     }
-    let redirect = p.len();
-    p.extend([
+    let redirect = program.len();
+    program.extend([
         insn(LDXW, 2, 6, 16, 0),         // key = ctx->rx_queue_index
         insn(LD_IMM64, 1, 1, 0, map_fd), // r1 = xskmap (BPF_PSEUDO_MAP_FD)
         insn(0, 0, 0, 0, 0),
@@ -199,18 +199,18 @@ fn steering_program(map_fd: RawFd, port: u16, daddr: Ipv4Addr, stamp: bool) -> V
         insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
         insn(EXIT, 0, 0, 0, 0),
     ]);
-    let pass = p.len();
-    p.push(insn(MOV64_IMM, 0, 0, 0, XDP_PASS));
-    p.push(insn(EXIT, 0, 0, 0, 0));
-    for (i, x) in p.iter_mut().enumerate() {
-        let to = match x.off {
+    let pass = program.len();
+    program.push(insn(MOV64_IMM, 0, 0, 0, XDP_PASS));
+    program.push(insn(EXIT, 0, 0, 0, 0));
+    for (i, x) in program.iter_mut().enumerate() {
+        let target = match x.off {
             TO_PASS => pass,
             TO_REDIRECT => redirect,
             _ => continue,
         };
-        x.off = (to - i - 1) as i16;
+        x.off = (target - i - 1) as i16;
     }
-    p
+    program
 }
 
 /// Load `prog` as an XDP program; the verifier's last lines on refusal.
@@ -229,27 +229,32 @@ pub(super) fn load_program_of(
     // Without a log first (a long program's log can overflow the buffer,
     // which fails the load); on refusal again with one, for the reason.
     let attempt = |log: Option<&mut Vec<u8>>| {
-        let mut a = [0u8; 128];
-        put32(&mut a, 0, kind);
-        put32(&mut a, 4, prog.len() as u32);
-        put64(&mut a, 8, prog.as_ptr() as u64);
-        put64(&mut a, 16, license.as_ptr() as u64);
+        let mut attr = [0u8; 128];
+        put32(&mut attr, 0, kind);
+        put32(&mut attr, 4, prog.len() as u32);
+        put64(&mut attr, 8, prog.as_ptr() as u64);
+        put64(&mut attr, 16, license.as_ptr() as u64);
         if let Some(log) = log {
-            put32(&mut a, 24, 1); // log level
-            put32(&mut a, 28, log.len() as u32);
-            put64(&mut a, 32, log.as_mut_ptr() as u64);
+            put32(&mut attr, 24, 1); // log level
+            put32(&mut attr, 28, log.len() as u32);
+            put64(&mut attr, 32, log.as_mut_ptr() as u64);
         }
-        let n = name.len().min(15);
-        a[48..48 + n].copy_from_slice(&name[..n]);
-        put32(&mut a, 68, attach_type); // expected attach type
-        bpf(BPF_PROG_LOAD, &mut a, "BPF_PROG_LOAD")
+        let name_len = name.len().min(15);
+        attr[48..48 + name_len].copy_from_slice(&name[..name_len]);
+        put32(&mut attr, 68, attach_type); // expected attach type
+        bpf(BPF_PROG_LOAD, &mut attr, "BPF_PROG_LOAD")
     };
     attempt(None).map_err(|e| {
         let mut log = vec![0u8; 1 << 20];
         let _ = attempt(Some(&mut log));
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let v = String::from_utf8_lossy(&log[..end]);
-        let tail: String = v.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
+        let verifier_log = String::from_utf8_lossy(&log[..end]);
+        let tail: String = verifier_log
+            .lines()
+            .rev()
+            .take(6)
+            .collect::<Vec<_>>()
+            .join(" | ");
         io::Error::new(e.kind(), format!("{e}; verifier: {tail}"))
     })
 }
@@ -264,24 +269,30 @@ pub(crate) fn load(
     daddr: Ipv4Addr,
     stamp: bool,
 ) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut a = [0u8; 128];
-    put32(&mut a, 0, BPF_MAP_TYPE_XSKMAP);
-    put32(&mut a, 4, 4); // key size
-    put32(&mut a, 8, 4); // value size
-    put32(&mut a, 12, (queue + 1).max(64)); // max entries
-    a[28..28 + 7].copy_from_slice(b"rw_xsks");
-    let map = bpf(BPF_MAP_CREATE, &mut a, "BPF_MAP_CREATE(XSKMAP)")?;
+    let mut attr = [0u8; 128];
+    put32(&mut attr, 0, BPF_MAP_TYPE_XSKMAP);
+    put32(&mut attr, 4, 4); // key size
+    put32(&mut attr, 8, 4); // value size
+    put32(&mut attr, 12, (queue + 1).max(64)); // max entries
+    attr[28..28 + 7].copy_from_slice(b"rw_xsks");
+    let map = bpf(BPF_MAP_CREATE, &mut attr, "BPF_MAP_CREATE(XSKMAP)")?;
     if let Some(xsk) = xsk {
         let key: u32 = queue;
         let val: u32 = xsk as u32;
-        let mut a = [0u8; 128];
-        put32(&mut a, 0, map.as_raw_fd() as u32);
-        put64(&mut a, 8, &key as *const u32 as u64);
-        put64(&mut a, 16, &val as *const u32 as u64);
+        let mut attr = [0u8; 128];
+        put32(&mut attr, 0, map.as_raw_fd() as u32);
+        put64(&mut attr, 8, &key as *const u32 as u64);
+        put64(&mut attr, 16, &val as *const u32 as u64);
         // SAFETY: the attr holds the map fd and pointers to the live key/value.
-        let rc =
-            unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, a.as_mut_ptr(), 128u32) };
-        check_rc(rc, "BPF_MAP_UPDATE_ELEM(xskmap[queue] = socket)")?;
+        let result = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_ELEM,
+                attr.as_mut_ptr(),
+                128u32,
+            )
+        };
+        check_rc(result, "BPF_MAP_UPDATE_ELEM(xskmap[queue] = socket)")?;
     }
     let prog = steering_program(map.as_raw_fd(), port, daddr, stamp);
     let prog_fd = load_program(&prog, b"rw_xdp_rx")?;
@@ -293,12 +304,12 @@ pub(crate) fn load(
 /// detaches) and the mode in effect (never Auto).
 pub(crate) fn attach(prog: RawFd, ifindex: u32, mode: XdpMode) -> io::Result<(OwnedFd, XdpMode)> {
     let link = |flags: u32, what: &str| {
-        let mut a = [0u8; 128];
-        put32(&mut a, 0, prog as u32);
-        put32(&mut a, 4, ifindex);
-        put32(&mut a, 8, BPF_XDP);
-        put32(&mut a, 12, flags);
-        bpf(BPF_LINK_CREATE, &mut a, what)
+        let mut attr = [0u8; 128];
+        put32(&mut attr, 0, prog as u32);
+        put32(&mut attr, 4, ifindex);
+        put32(&mut attr, 8, BPF_XDP);
+        put32(&mut attr, 12, flags);
+        bpf(BPF_LINK_CREATE, &mut attr, what)
     };
     let native = || {
         link(

@@ -51,19 +51,19 @@ impl Ring {
     }
 
     fn over(map: Mapping, off: RingOffset, size: u32, producer: bool) -> Ring {
-        let mut r = Ring {
+        let mut ring = Ring {
             map,
             off,
             size,
             local: 0,
         };
         // Start from where the kernel's indices are (both 0 on a new ring).
-        r.local = if producer {
-            r.producer().load(Ordering::Relaxed)
+        ring.local = if producer {
+            ring.producer().load(Ordering::Relaxed)
         } else {
-            r.consumer().load(Ordering::Relaxed)
+            ring.consumer().load(Ordering::Relaxed)
         };
-        r
+        ring
     }
 
     /// A ring in plain memory with the kernel's layout, for tests that play
@@ -100,9 +100,9 @@ impl Ring {
         self.size
     }
     pub(crate) fn slot(&self, idx: u32, entry: usize) -> *mut u8 {
-        let i = (idx & (self.size - 1)) as usize;
+        let index = (idx & (self.size - 1)) as usize;
         // SAFETY: i < size, so the entry lies inside the descriptor array of the mapping.
-        unsafe { self.map.ptr.add(self.off.desc as usize + i * entry) }
+        unsafe { self.map.ptr.add(self.off.desc as usize + index * entry) }
     }
     /// Producer ring: free slots.
     pub(crate) fn free(&self) -> u32 {
@@ -122,12 +122,12 @@ impl Ring {
     }
     /// Producer ring: queue a descriptor (TX ring).
     pub(crate) fn push_desc(&mut self, addr: u64, len: u32) {
-        let p = self.slot(self.local, 16);
+        let slot = self.slot(self.local, 16);
         // SAFETY: the slot is a 16-byte `struct xdp_desc` of a ring we produce.
         unsafe {
-            p.cast::<u64>().write_volatile(addr);
-            p.add(8).cast::<u32>().write_volatile(len);
-            p.add(12).cast::<u32>().write_volatile(0);
+            slot.cast::<u64>().write_volatile(addr);
+            slot.add(8).cast::<u32>().write_volatile(len);
+            slot.add(12).cast::<u32>().write_volatile(0);
         }
         self.local = self.local.wrapping_add(1);
     }
@@ -152,12 +152,12 @@ impl Ring {
     }
     /// Consumer ring: the descriptor at our index + k (RX ring).
     pub(crate) fn peek_desc(&self, k: u32) -> (u64, u32) {
-        let p = self.slot(self.local.wrapping_add(k), 16);
+        let slot = self.slot(self.local.wrapping_add(k), 16);
         // SAFETY: an entry the kernel published (k < ready()).
         unsafe {
             (
-                p.cast::<u64>().read_volatile(),
-                p.add(8).cast::<u32>().read_volatile(),
+                slot.cast::<u64>().read_volatile(),
+                slot.add(8).cast::<u32>().read_volatile(),
             )
         }
     }
@@ -227,13 +227,13 @@ impl TxRing {
 
     /// Move completed frames back to the free list.
     pub(crate) fn reap(&mut self) {
-        let n = self.comp.ready();
-        for k in 0..n {
-            let a = self.comp.peek_addr(k);
-            self.free.push(a - a % self.frame_size);
+        let ready = self.comp.ready();
+        for k in 0..ready {
+            let addr = self.comp.peek_addr(k);
+            self.free.push(addr - addr % self.frame_size);
         }
-        if n > 0 {
-            self.comp.release(n);
+        if ready > 0 {
+            self.comp.release(ready);
         }
     }
 

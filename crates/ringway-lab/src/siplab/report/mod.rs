@@ -63,9 +63,9 @@ pub fn crossing_tables(caps: &[Capacity], pts: &[Point], threshold: f64) -> Vec<
         let mut header = vec!["".to_string()];
         header.extend(
             cols.iter()
-                .map(|(c, r, _)| format!("{} thr {:.0} cps", c.workers, r)),
+                .map(|(c, cells, _)| format!("{} thr {:.0} cps", c.workers, cells)),
         );
-        let mut t = Table {
+        let mut table = Table {
             title: format!(
                 "Measured performance, {} / {sched} mode, {cores} core(s): loads around the {:.0}% PDR crossing (means ± 95% CI over valid repetitions)",
                 proxy.name(),
@@ -75,39 +75,52 @@ pub fn crossing_tables(caps: &[Capacity], pts: &[Point], threshold: f64) -> Vec<
             rows: Vec::new(),
         };
         let row = |name: &str, f: &dyn Fn(&Point) -> String| -> Vec<String> {
-            let mut r = vec![name.to_string()];
-            r.extend(cols.iter().map(|(_, _, p)| p.map_or("n/a".into(), f)));
-            r
+            let mut cells = vec![name.to_string()];
+            cells.extend(cols.iter().map(|(_, _, p)| p.map_or("n/a".into(), f)));
+            cells
         };
-        t.rows
+        table
+            .rows
             .push(row("Arrival rate (packets/s)", &|p| ci(&p.arrival_pps, 0)));
-        t.rows.push(row("T_sip (µs)", &|p| opt_ci(&p.t_sip_us, 2)));
-        t.rows.push(row("K_rcv (µs)", &|p| opt_ci(&p.k_rcv_us, 2)));
-        t.rows
+        table
+            .rows
+            .push(row("T_sip (µs)", &|p| opt_ci(&p.t_sip_us, 2)));
+        table
+            .rows
+            .push(row("K_rcv (µs)", &|p| opt_ci(&p.k_rcv_us, 2)));
+        table
+            .rows
             .push(row("Wait after processing (µs; eq. 1: in K_snd)", &|p| {
                 opt_ci(&p.wait_us, 2)
             }));
-        t.rows
+        table
+            .rows
             .push(row("K_snd (µs, sampled)", &|p| opt_ci(&p.k_snd_us, 2)));
-        t.rows.push(row("RCV errors (proxy socket drops)", &|p| {
-            ci(&p.rcv_errors, 0)
-        }));
-        t.rows
+        table
+            .rows
+            .push(row("RCV errors (proxy socket drops)", &|p| {
+                ci(&p.rcv_errors, 0)
+            }));
+        table
+            .rows
             .push(row("Call-setup drops", &|p| opt_ci(&p.setup_drops, 0)));
-        t.rows
+        table
+            .rows
             .push(row("Call-setup messages", &|p| ci(&p.setup_msgs, 0)));
-        t.rows
+        table
+            .rows
             .push(row("Total messages", &|p| ci(&p.total_msgs, 0)));
-        t.rows.push(row("PDR (%)", &|p| ci(&pct(&p.pdr), 3)));
-        t.rows
+        table.rows.push(row("PDR (%)", &|p| ci(&pct(&p.pdr), 3)));
+        table
+            .rows
             .push(row("Failed calls (%)", &|p| ci(&pct(&p.failed_ratio), 3)));
-        t.rows.push(row("Valid / flagged / failed runs", &|p| {
+        table.rows.push(row("Valid / flagged / failed runs", &|p| {
             format!("{} / {} / {}", p.reps, p.flagged, p.errors)
         }));
         if cols.is_empty() {
-            t.rows.push(vec!["no successful run".into()]);
+            table.rows.push(vec!["no successful run".into()]);
         }
-        tables.push(t);
+        tables.push(table);
     }
     tables
 }
@@ -150,7 +163,7 @@ fn comparison_table(comparison: &Comparison) -> Table {
         header.push(format!("K_rcv {o} (µs)"));
         header.push(format!("% lower ({o})"));
     }
-    let mut t = Table {
+    let mut table = Table {
         title: format!(
             "Drop rate and kernel time (K_rcv) comparison at the baseline crossing load, {} on {} core(s) (paired by repetition: same seeds)",
             comparison.proxy.name(),
@@ -162,7 +175,7 @@ fn comparison_table(comparison: &Comparison) -> Table {
     for row in &comparison.rows {
         let (workers, rate, pdr, k_rcv, modes) = match row {
             ComparisonRow::NeverCrossed { workers } => {
-                t.rows.push(vec![format!(
+                table.rows.push(vec![format!(
                     "{workers} threads: baseline never crossed the threshold"
                 )]);
                 continue;
@@ -204,14 +217,14 @@ fn comparison_table(comparison: &Comparison) -> Table {
                 }
             }
         }
-        t.rows.push(cells);
+        table.rows.push(cells);
     }
-    t
+    table
 }
 
 /// Capacity per configuration with the per-repetition uncertainty.
 pub fn capacity_table(caps: &[Capacity], threshold: f64) -> Table {
-    let mut t = Table::new(
+    let mut table = Table::new(
         "Capacity (highest call rate whose mean PDR over the valid repetitions stays under the threshold; ± from the per-repetition capacities)",
         &["Configuration", "Cores", "Threads", "Capacity (calls/s)", "Per-repetition capacity", "Bracket", "Probes"],
     );
@@ -232,24 +245,24 @@ pub fn capacity_table(caps: &[Capacity], threshold: f64) -> Table {
             },
         };
         let per = per_rep_capacity(c, threshold);
-        let br = format!(
+        let best_row = format!(
             "{} .. {}",
             c.below
                 .map_or("-".into(), |b| format!("{:.0} ({:.3}%)", b.0, 100.0 * b.1)),
             c.above
                 .map_or("-".into(), |b| format!("{:.0} ({:.3}%)", b.0, 100.0 * b.1))
         );
-        t.rows.push(vec![
+        table.rows.push(vec![
             c.config.clone(),
             c.cores.to_string(),
             c.workers.to_string(),
             cap,
             opt_ci(&per, 0),
-            br,
+            best_row,
             c.probes.len().to_string(),
         ]);
     }
-    t
+    table
 }
 
 /// "capacity (per rep mean ± CI)" of a measured capacity.
@@ -262,7 +275,7 @@ fn capacity_cell(m: &MeasuredCapacity) -> String {
 
 /// The best thread count per core count (per proxy and mode).
 pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
-    let mut t = Table::new(
+    let mut table = Table::new(
         "Best thread count per core count (highest capacity; the model's T_{p,c} for comparison)",
         &[
             "Proxy / mode",
@@ -274,7 +287,7 @@ pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
         ],
     );
     for row in best_threads(caps, threshold) {
-        t.rows.push(vec![
+        table.rows.push(vec![
             format!("{}/{}", row.proxy.name(), row.sched),
             row.cores.to_string(),
             row.sockets.to_string(),
@@ -289,18 +302,18 @@ pub fn best_threads_table(caps: &[Capacity], threshold: f64) -> Table {
             row.model_threads.to_string(),
         ]);
     }
-    t
+    table
 }
 
 /// The capacity model: C_{1,1} measured (1 core, 1 thread), predicted
 /// C_{p,c} = T_{p,c} × C_{1,1} against the best measured per core count.
 pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
-    let mut t = Table::new(
+    let mut table = Table::new(
         "Capacity model C_{p,c} = T_{p,c} × C_{1,1} (T_{1,c} = c + 2, T_{p≥2,c} = c; C_{1,1} measured at 1 core, 1 thread); at c = 1 the model gives 3 × C_{1,1}, contradicting its own definition: it is meant for c ≥ 2",
         &["Proxy / mode", "C_{1,1} (calls/s)", "Cores c", "Sockets p", "T_{p,c}", "Predicted (calls/s)", "Measured best (calls/s)", "Error (%)"],
     );
     for row in capacity_model(caps, threshold) {
-        t.rows.push(vec![
+        table.rows.push(vec![
             format!("{}/{}", row.proxy.name(), row.sched),
             row.c11.as_ref().map_or_else(
                 || "n/a (needs --cores 1 and --workers 1, crossed)".into(),
@@ -329,7 +342,7 @@ pub fn model_table(caps: &[Capacity], threshold: f64) -> Table {
             },
         ]);
     }
-    t
+    table
 }
 
 /// What the model table says where the model does not apply.
@@ -338,7 +351,7 @@ const NOT_MODELLED: &str = "n/a (model for c ≥ 2)";
 /// Queueing check at the highest load under the threshold: K_rcv predicted
 /// by M/M/1 and M/D/1 from λ and the measured service time, vs measured.
 pub fn queueing_table(caps: &[Capacity], pts: &[Point]) -> Table {
-    let mut t = Table::new(
+    let mut table = Table::new(
         "Queueing check at the highest load under the threshold (λ = arrival rate per core; S = T_sip, or S = proxy CPU per message)",
         &["Configuration", "Threads", "λ (msg/s)", "S = T_sip (µs)", "ρ", "M/M/1 W (µs)", "M/D/1 W (µs)", "S = CPU/msg (µs)", "ρ'", "M/M/1 W' (µs)", "M/D/1 W' (µs)", "Measured K_rcv (µs)", "Measured K_rcv + wait (µs)"],
     );
@@ -365,9 +378,9 @@ pub fn queueing_table(caps: &[Capacity], pts: &[Point]) -> Table {
         cells_row.extend(cells(&row.by_cpu));
         cells_row.push(opt_ci(&row.k_rcv, 2));
         cells_row.push(opt(row.k_rcv_plus_wait, 2));
-        t.rows.push(cells_row);
+        table.rows.push(cells_row);
     }
-    t
+    table
 }
 
 /// The six message types at the highest load under the threshold, and E[x].
@@ -377,16 +390,16 @@ pub fn types_table(caps: &[Capacity], pts: &[Point]) -> Table {
         "Threads".to_string(),
         "Quantity (µs)".to_string(),
     ];
-    header.extend(SIX_TYPES.iter().map(|t| t.1.to_string()));
+    header.extend(SIX_TYPES.iter().map(|table| table.1.to_string()));
     header.push("E[x] = K_stack + K^s_sockq + K_copy + T_sip + K_snd".into());
-    let mut t = Table {
+    let mut table = Table {
         title: "Per message type at the highest load under the threshold (ringway; Kamailio reports none); E[x] needs kernel stamps ringway does not take".into(),
         header,
         rows: Vec::new(),
     };
     for c in caps.iter().filter(|c| c.proxy == ProxyKind::Ringway) {
         let Some((rate, _)) = c.below else { continue };
-        let Some(p) = point_at(pts, c, rate) else {
+        let Some(point) = point_at(pts, c, rate) else {
             continue;
         };
         for (i, q) in ["K_rcv", "wait after", "T_sip", "K_snd"].iter().enumerate() {
@@ -394,12 +407,12 @@ pub fn types_table(caps: &[Capacity], pts: &[Point]) -> Table {
             row.extend(
                 SIX_TYPES
                     .iter()
-                    .map(|(l, _)| opt(p.by_type.get(*l).and_then(|v| v[i]), 2)),
+                    .map(|(l, _)| opt(point.by_type.get(*l).and_then(|v| v[i]), 2)),
             );
             row.push(if i == 0 {
                 format!(
                     "n/a (K_stack, K^s_sockq, K_copy not measured); T_sip + K_snd = {}",
-                    match (p.t_sip_us, p.k_snd_us) {
+                    match (point.t_sip_us, point.k_snd_us) {
                         (Some(a), Some(b)) => format!("{:.2}", a.mean + b.mean),
                         _ => "n/a".into(),
                     }
@@ -407,41 +420,42 @@ pub fn types_table(caps: &[Capacity], pts: &[Point]) -> Table {
             } else {
                 String::new()
             });
-            t.rows.push(row);
+            table.rows.push(row);
         }
     }
-    t
+    table
 }
 
 /// Per-thread scheduling statistics and the per-worker message share.
 pub fn threads_table(caps: &[Capacity], pts: &[Point]) -> Table {
-    let mut t = Table::new(
+    let mut table = Table::new(
         "Proxy threads during the load, per thread and run (/proc/<pid>/task/<tid>/sched and status), and the per-worker message share",
         &["Configuration", "Threads", "Call rate", "Migrations", "Voluntary ctx switches", "Involuntary ctx switches", "Worker share min..max (%)"],
     );
     for c in caps {
         for (rate, _) in [c.below, c.above].into_iter().flatten() {
-            let Some(p) = point_at(pts, c, rate) else {
+            let Some(point) = point_at(pts, c, rate) else {
                 continue;
             };
-            t.rows.push(vec![
+            table.rows.push(vec![
                 c.config.clone(),
                 c.workers.to_string(),
                 format!("{rate:.0}"),
-                ci(&p.migrations, 1),
-                ci(&p.voluntary, 0),
-                ci(&p.involuntary, 0),
-                p.share_pct
+                ci(&point.migrations, 1),
+                ci(&point.voluntary, 0),
+                ci(&point.involuntary, 0),
+                point
+                    .share_pct
                     .map_or("n/a".into(), |(a, b)| format!("{a:.1} .. {b:.1}")),
             ]);
         }
     }
-    t
+    table
 }
 
 /// What each mode applied and what was refused, per (proxy, mode, cores, threads).
 pub fn knobs_table(pts: &[Point]) -> Table {
-    let mut t = Table::new(
+    let mut table = Table::new(
         "Scheduler knobs per mode: applied here, refused with the reason, and the effective settings",
         &["Proxy / mode", "Cores", "Threads", "Applied", "Refused", "Effective settings"],
     );
@@ -475,7 +489,7 @@ pub fn knobs_table(pts: &[Point]) -> Table {
                 s.iter().map(|x| x.as_str()).collect::<Vec<_>>().join("; ")
             }
         };
-        t.rows.push(vec![
+        table.rows.push(vec![
             format!("{}/{}", p.proxy.name(), p.sched),
             p.cores.to_string(),
             p.workers.to_string(),
@@ -484,16 +498,17 @@ pub fn knobs_table(pts: &[Point]) -> Table {
             join(&eff),
         ]);
     }
-    t
+    table
 }
 
 /// Notes on modes that applied the same settings as another on this kernel.
 pub fn same_settings_notes(pts: &[Point]) -> Vec<String> {
-    let mut by: BTreeMap<(ProxyKind, usize, usize), BTreeMap<String, BTreeSet<String>>> =
+    let mut groups: BTreeMap<(ProxyKind, usize, usize), BTreeMap<String, BTreeSet<String>>> =
         BTreeMap::new();
     for p in pts.iter().filter(|p| !p.sched.starts_with("tune:")) {
         for e in &p.effective {
-            by.entry((p.proxy, p.cores, p.workers))
+            groups
+                .entry((p.proxy, p.cores, p.workers))
                 .or_default()
                 .entry(e.clone())
                 .or_default()
@@ -501,7 +516,7 @@ pub fn same_settings_notes(pts: &[Point]) -> Vec<String> {
         }
     }
     let mut notes = Vec::new();
-    for ((proxy, cores, workers), m) in by {
+    for ((proxy, cores, workers), m) in groups {
         for (eff, modes) in m {
             if modes.len() > 1 {
                 notes.push(format!(
@@ -597,7 +612,7 @@ pub fn fig2(tunes: &[TuneResult]) -> Option<(String, String, String)> {
             t.workers,
             t.rate
         );
-        let mut p: Vec<(f64, f64, f64)> = rows
+        let mut proxy_points: Vec<(f64, f64, f64)> = rows
             .iter()
             .filter_map(|r| {
                 r.pdr.map(|m| {
@@ -609,26 +624,26 @@ pub fn fig2(tunes: &[TuneResult]) -> Option<(String, String, String)> {
                 })
             })
             .collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut k: Vec<(f64, f64, f64)> = rows
+        proxy_points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut kamailio_points: Vec<(f64, f64, f64)> = rows
             .iter()
             .filter_map(|r| {
                 r.k_rcv_us
                     .map(|m| (r.candidate.x.unwrap_or(0.0), m.mean, m.ci95.max(0.0)))
             })
             .collect();
-        k.sort_by(|a, b| a.0.total_cmp(&b.0));
+        kamailio_points.sort_by(|a, b| a.0.total_cmp(&b.0));
         pdr.push(svg::Series {
             label: label.clone(),
-            points: p,
+            points: proxy_points,
             color: None,
             dash: 0,
             markers_only: false,
         });
-        if !k.is_empty() {
+        if !kamailio_points.is_empty() {
             krcv.push(svg::Series {
                 label,
-                points: k,
+                points: kamailio_points,
                 color: None,
                 dash: 0,
                 markers_only: false,
@@ -671,10 +686,10 @@ fn csv_field(s: &str) -> String {
 
 /// CSV of every run (one row per run; empty cells where not measured).
 pub fn runs_csv(records: &[RunRecord]) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
     for r in records {
-        let p = &r.spec;
+        let spec = &r.spec;
         let lat = |f: &dyn Fn(&crate::siplab::TypeLat) -> &crate::siplab::Lat| match &r.all {
             Some(a) if f(a).count > 0 => format!("{:.3}", f(a).mean_us),
             _ => String::new(),
@@ -684,24 +699,24 @@ pub fn runs_csv(records: &[RunRecord]) -> String {
             r.threads.iter().map(f).sum::<u64>().to_string()
         };
         let row = [
-            csv_field(&p.config_label()),
-            p.proxy.name().into(),
-            p.mode.clone(),
-            p.backend.name().into(),
-            csv_field(&p.sched),
-            csv_field(&p.knobs.describe()),
-            p.cores.to_string(),
-            csv_field(&cpus(&p.proxy_cpus)),
-            csv_field(&cpus(&p.gen_cpus)),
-            p.rx_model.clone(),
-            p.batch.to_string(),
-            p.workers.to_string(),
-            p.rate.to_string(),
-            p.rep.to_string(),
-            p.seed.to_string(),
-            p.duration_s.to_string(),
-            p.gen_threads.to_string(),
-            p.rcvbuf.map_or(String::new(), |v| v.to_string()),
+            csv_field(&spec.config_label()),
+            spec.proxy.name().into(),
+            spec.mode.clone(),
+            spec.backend.name().into(),
+            csv_field(&spec.sched),
+            csv_field(&spec.knobs.describe()),
+            spec.cores.to_string(),
+            csv_field(&cpus(&spec.proxy_cpus)),
+            csv_field(&cpus(&spec.gen_cpus)),
+            spec.rx_model.clone(),
+            spec.batch.to_string(),
+            spec.workers.to_string(),
+            spec.rate.to_string(),
+            spec.rep.to_string(),
+            spec.seed.to_string(),
+            spec.duration_s.to_string(),
+            spec.gen_threads.to_string(),
+            spec.rcvbuf.map_or(String::new(), |v| v.to_string()),
             csv_field(r.error.as_deref().unwrap_or("")),
             csv_field(&r.flags.join("; ")),
             format!("{:.6}", r.pdr),
@@ -743,10 +758,10 @@ pub fn runs_csv(records: &[RunRecord]) -> String {
             csv_field(&r.refused.join("; ")),
             format!("{:.2}", r.wall_s),
         ];
-        s += &row.join(",");
-        s.push('\n');
+        out += &row.join(",");
+        out.push('\n');
     }
-    s
+    out
 }
 
 /// Everything a report needs.
@@ -927,25 +942,25 @@ fn run_lines(md: &mut String, runs: &[&RunRecord], why: impl Fn(&RunRecord) -> S
 }
 
 fn markdown(page: &Page<'_>) -> String {
-    let mut md = String::from("# SIP proxy scheduler study\n\n");
-    let _ = writeln!(md, "Command: `{}`\n", page.command);
+    let mut out = String::from("# SIP proxy scheduler study\n\n");
+    let _ = writeln!(out, "Command: `{}`\n", page.command);
     for note in page.notes {
-        let _ = writeln!(md, "- {note}");
+        let _ = writeln!(out, "- {note}");
     }
-    md.push('\n');
+    out.push('\n');
     for (heading, tables) in page.sections {
-        let _ = writeln!(md, "## {heading}\n");
+        let _ = writeln!(out, "## {heading}\n");
         for table in tables {
-            md += &table.markdown();
-            md.push('\n');
+            out += &table.markdown();
+            out.push('\n');
         }
     }
-    md += "## Plots\n\n";
+    out += "## Plots\n\n";
     for (file, alt) in &page.plots {
-        let _ = writeln!(md, "![{alt}]({file})\n");
+        let _ = writeln!(out, "![{alt}]({file})\n");
     }
     if let Some(dimension) = page.fig2 {
-        let _ = writeln!(md, "\nFig. 2 analogue over `{dimension}`:\n\n![Fig. 2 (a) K_rcv](fig2-krcv.svg)\n\n![Fig. 2 (b) PDR](fig2-pdr.svg)");
+        let _ = writeln!(out, "\nFig. 2 analogue over `{dimension}`:\n\n![Fig. 2 (a) K_rcv](fig2-krcv.svg)\n\n![Fig. 2 (b) PDR](fig2-pdr.svg)");
     }
     let flagged: Vec<&RunRecord> = page
         .records
@@ -953,15 +968,15 @@ fn markdown(page: &Page<'_>) -> String {
         .filter(|r| r.error.is_none() && !r.flags.is_empty())
         .collect();
     if !flagged.is_empty() {
-        md += "\n## Flagged runs (not used)\n\n";
-        run_lines(&mut md, &flagged, |r| r.flags.join("; "));
+        out += "\n## Flagged runs (not used)\n\n";
+        run_lines(&mut out, &flagged, |r| r.flags.join("; "));
     }
     let failed: Vec<&RunRecord> = page.records.iter().filter(|r| r.error.is_some()).collect();
     if !failed.is_empty() {
-        md += "\n## Failed runs\n\n";
-        run_lines(&mut md, &failed, |r| r.error.clone().unwrap_or_default());
+        out += "\n## Failed runs\n\n";
+        run_lines(&mut out, &failed, |r| r.error.clone().unwrap_or_default());
     }
-    md
+    out
 }
 
 fn html(page: &Page<'_>) -> String {
@@ -1075,25 +1090,29 @@ fn series(pts: &[Point], f: impl Fn(&Point) -> Option<(f64, f64)>) -> Vec<svg::S
             )
         })
         .collect();
-    let mut by: SeriesMap = BTreeMap::new();
+    let mut grouped: SeriesMap = BTreeMap::new();
     for p in pts.iter().filter(|p| p.reps > 0) {
-        if let Some((y, c)) = f(p) {
-            if y.is_finite() {
-                by.entry((p.config.clone(), p.workers)).or_default().push((
-                    p.rate,
-                    y,
-                    if c.is_finite() { c } else { 0.0 },
-                ));
+        if let Some((value, interval)) = f(p) {
+            if value.is_finite() {
+                grouped
+                    .entry((p.config.clone(), p.workers))
+                    .or_default()
+                    .push((
+                        p.rate,
+                        value,
+                        if interval.is_finite() { interval } else { 0.0 },
+                    ));
             }
         }
     }
-    by.into_iter()
-        .map(|((c, w), mut pts)| {
+    grouped
+        .into_iter()
+        .map(|((interval, w), mut pts)| {
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let color = style.get(&c).map(|s| s.0);
+            let color = style.get(&interval).map(|s| s.0);
             let dash = workers.iter().position(|x| *x == w).unwrap_or(0);
             svg::Series {
-                label: format!("{c}, {w} threads"),
+                label: format!("{interval}, {w} threads"),
                 points: pts,
                 color,
                 dash,

@@ -161,14 +161,14 @@ fn run_sources(c: &CommonArgs, config: &SfuLoadConfig) -> anyhow::Result<ClientR
 }
 
 fn print_live(last: &LiveLoad, l: &LiveLoad) {
-    let dt = (l.elapsed_s - last.elapsed_s).max(1e-9);
+    let interval = (l.elapsed_s - last.elapsed_s).max(1e-9);
     println!(
         "[{:6.1}s] out {:.0}pps {:.2}Mbps  in {:.0}pps {:.2}Mbps  lost={} reordered={}",
         l.elapsed_s,
-        (l.tx_packets - last.tx_packets) as f64 / dt,
-        (l.tx_bytes - last.tx_bytes) as f64 * 8.0 / dt / 1e6,
-        (l.rx_packets - last.rx_packets) as f64 / dt,
-        (l.rx_bytes - last.rx_bytes) as f64 * 8.0 / dt / 1e6,
+        (l.tx_packets - last.tx_packets) as f64 / interval,
+        (l.tx_bytes - last.tx_bytes) as f64 * 8.0 / interval / 1e6,
+        (l.rx_packets - last.rx_packets) as f64 / interval,
+        (l.rx_bytes - last.rx_bytes) as f64 * 8.0 / interval / 1e6,
         l.lost,
         l.reordered
     );
@@ -178,16 +178,16 @@ fn print_live(last: &LiveLoad, l: &LiveLoad) {
 /// Run `ringway sfu client`.
 pub(crate) fn run(a: ClientArgs) -> anyhow::Result<()> {
     let config = a.common.config(a.streams, BackendKind::Socket)?;
-    let r = run_sources(&a.common, &config)?;
-    finish(&a.common, &r)
+    let report = run_sources(&a.common, &config)?;
+    finish(&a.common, &report)
 }
 
 /// Run `ringway sfu load`.
 pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     if !a.netns {
         let config = a.common.config(a.clients, BackendKind::Mmsg)?;
-        let r = run_sources(&a.common, &config)?;
-        return finish(&a.common, &r);
+        let report = run_sources(&a.common, &config)?;
+        return finish(&a.common, &report);
     }
     // Testbed: SFU host + one host per client on one bridge (clients send
     // full UDP checksums, which the xdp backend verifies).
@@ -209,7 +209,7 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     let sfu = sfu_host
         .run(move || SfuServer::start(sfu_config))
         .context("entering the SFU host")
-        .and_then(|r| r.context("the SFU in its host did not start"));
+        .and_then(|report| report.context("the SFU in its host did not start"));
     let result = sfu
         .as_ref()
         .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -220,15 +220,15 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             common
                 .config(a.clients, BackendKind::Mmsg)
                 .and_then(|config| run_sources(&common, &config))
-                .map(|r| (common, r))
+                .map(|report| (common, report))
         });
     let sfu_report = sfu.and_then(|s| s.shutdown().context("the SFU"));
     drop(topo);
-    if let Some(p) = &a.sfu_json {
+    if let Some(path) = &a.sfu_json {
         // Written on failure too: the report if the SFU ran, and the error
         // that ended the run.
         let mut v = match &sfu_report {
-            Ok(r) => serde_json::to_value(r)?,
+            Ok(report) => serde_json::to_value(report)?,
             Err(_) => serde_json::json!({}),
         };
         let error = match (&sfu_report, &result) {
@@ -236,15 +236,15 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             (_, Err(e)) => Some(format!("{e:#}")),
             _ => None,
         };
-        if let (Some(e), Some(o)) = (error, v.as_object_mut()) {
-            o.insert("error".into(), e.into());
+        if let (Some(e), Some(object)) = (error, v.as_object_mut()) {
+            object.insert("error".into(), e.into());
         }
-        std::fs::write(p, serde_json::to_vec_pretty(&v)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(path, serde_json::to_vec_pretty(&v)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
-    let (common, r) = result?;
+    let (common, report) = result?;
     sfu_report?;
-    finish(&common, &r)
+    finish(&common, &report)
 }
 
 fn finish(c: &CommonArgs, r: &ClientReport) -> anyhow::Result<()> {
@@ -266,9 +266,9 @@ fn finish(c: &CommonArgs, r: &ClientReport) -> anyhow::Result<()> {
         r.rtt.p99_us,
         r.control_errors
     );
-    if let Some(p) = &c.json {
-        std::fs::write(p, serde_json::to_vec_pretty(r)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+    if let Some(path) = &c.json {
+        std::fs::write(path, serde_json::to_vec_pretty(r)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

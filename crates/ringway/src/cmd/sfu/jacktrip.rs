@@ -77,33 +77,33 @@ pub(crate) fn run(a: HubArgs) -> anyhow::Result<()> {
     while !server.is_finished() && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let r = server.shutdown()?;
-    let s = &r.hub;
+    let summary = server.shutdown()?;
+    let s = &summary.hub;
     println!(
         "final: {:.1}s joins={} exits={} rx_audio={} tx={} forwarded={} by_deadline={} cpu={} \
          mix_wait p50={:.1}us p99={:.1}us recv_calls={} send_calls={}; drops: unknown_peer={} malformed={} rate_mismatch={} \
          frames_mismatch={} handshakes_refused={}",
-        r.wall_s,
+        summary.wall_s,
         s.joins,
         s.exits,
         s.rx_audio,
         s.tx_packets,
         s.tx_forwarded,
         s.mixes_by_deadline,
-        r.cpu_s.map_or("n/a".into(), |c| format!("{c:.3}s")),
-        r.mix_wait.p50_us,
-        r.mix_wait.p99_us,
-        r.io.rx_syscalls,
-        r.io.tx_syscalls,
+        summary.cpu_s.map_or("n/a".into(), |c| format!("{c:.3}s")),
+        summary.mix_wait.p50_us,
+        summary.mix_wait.p99_us,
+        summary.io.rx_syscalls,
+        summary.io.tx_syscalls,
         s.drop_unknown_peer,
         s.drop_malformed,
         s.drop_rate_mismatch,
         s.drop_frames_mismatch,
         s.handshakes_refused
     );
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&r)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&summary)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

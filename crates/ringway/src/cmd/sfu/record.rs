@@ -61,9 +61,9 @@ fn input_files(inputs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 fn read_bounded(path: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut data = Vec::new();
-    f.take(max.saturating_add(1))
+    file.take(max.saturating_add(1))
         .read_to_end(&mut data)
         .with_context(|| format!("reading {}", path.display()))?;
     anyhow::ensure!(

@@ -155,8 +155,11 @@ impl TryFrom<&ServeArgs> for SfuServerConfig {
             Some(list) => Some(ringway_server::host::parse_cpu_list(list).context("--cpus")?),
             None => None,
         };
-        if let Some(d) = a.duration {
-            anyhow::ensure!(d.is_finite() && d > 0.0, "--duration must be positive");
+        if let Some(duration) = a.duration {
+            anyhow::ensure!(
+                duration.is_finite() && duration > 0.0,
+                "--duration must be positive"
+            );
         }
         // The one place "xdp needs an interface" is checked: from here on
         // the backend carries its interface.
@@ -238,34 +241,34 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<()> {
     while !server.is_finished() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if !every.is_zero() && last_live.elapsed() >= every {
-            let l = server.live();
-            print_live(start, &last, &l);
-            last = (Instant::now(), l);
+            let live = server.live();
+            print_live(start, &last, &live);
+            last = (Instant::now(), live);
             last_live = Instant::now();
         }
     }
     let report = server.shutdown()?;
     print_final(&report);
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
 
 /// One line of live statistics: rates since the previous line.
 fn print_live(start: Instant, last: &(Instant, LiveStats), l: &LiveStats) {
-    let dt = last.0.elapsed().as_secs_f64().max(1e-9);
+    let interval = last.0.elapsed().as_secs_f64().max(1e-9);
     let prev = &last.1;
     println!(
         "[{:6.1}s] clients={} room={} in={:.0}pps {:.2}Mbps out={:.2}Mbps copies={:.0}/s drops={}",
         start.elapsed().as_secs_f64(),
         l.sfu.clients,
         l.sfu.room_members,
-        (l.sfu.rx_datagrams - prev.sfu.rx_datagrams) as f64 / dt,
-        (l.rx_bytes - prev.rx_bytes) as f64 * 8.0 / dt / 1e6,
-        (l.tx_bytes - prev.tx_bytes) as f64 * 8.0 / dt / 1e6,
-        (l.sfu.copies + l.sfu.echoes - prev.sfu.copies - prev.sfu.echoes) as f64 / dt,
+        (l.sfu.rx_datagrams - prev.sfu.rx_datagrams) as f64 / interval,
+        (l.rx_bytes - prev.rx_bytes) as f64 * 8.0 / interval / 1e6,
+        (l.tx_bytes - prev.tx_bytes) as f64 * 8.0 / interval / 1e6,
+        (l.sfu.copies + l.sfu.echoes - prev.sfu.copies - prev.sfu.echoes) as f64 / interval,
         l.sfu.drop_malformed
             + l.sfu.drop_unregistered
             + l.sfu.drop_unverified
@@ -275,7 +278,7 @@ fn print_live(start: Instant, last: &(Instant, LiveStats), l: &LiveStats) {
 }
 
 fn print_final(r: &ServeReport) {
-    let s = &r.sfu;
+    let sfu = &r.sfu;
     // Unknown CPU time (the kernel did not tell it) prints n/a, never 0.
     let pct = |v: f64| {
         if v.is_finite() {
@@ -298,13 +301,13 @@ fn print_final(r: &ServeReport) {
         r.io_mode,
         r.batch,
         r.flush,
-        s.rx_datagrams,
-        s.media_accepted,
-        s.copies,
-        s.echoes,
-        s.acks,
-        s.errors_sent,
-        s.challenges,
+        sfu.rx_datagrams,
+        sfu.media_accepted,
+        sfu.copies,
+        sfu.echoes,
+        sfu.acks,
+        sfu.errors_sent,
+        sfu.challenges,
         pct(r.cpu_user_pct),
         pct(r.cpu_system_pct),
         r.spin_s
@@ -342,26 +345,26 @@ fn print_final(r: &ServeReport) {
             rec.dropped_too_many_sources,
             rec.write_errors
         );
-        if let Some(e) = &rec.error {
-            println!("recording error: {e}");
+        if let Some(error) = &rec.error {
+            println!("recording error: {error}");
         }
     }
     println!(
         "drops: malformed={} unregistered={} unverified={} unknown_pt={} bad_token={} \
          unknown_ssid={} wrong_address={} not_admitted={} bad_cookie={} rate_limited={} \
          rejected_register={} rejected_subscribe={} timeouts={}",
-        s.drop_malformed,
-        s.drop_unregistered,
-        s.drop_unverified,
-        s.drop_unknown_pt,
-        s.drop_bad_token,
-        s.drop_unknown_ssid,
-        s.drop_wrong_address,
-        s.drop_not_admitted,
-        s.drop_bad_cookie,
-        s.rate_limited,
-        s.rejected_register,
-        s.rejected_subscribe,
-        s.timeouts
+        sfu.drop_malformed,
+        sfu.drop_unregistered,
+        sfu.drop_unverified,
+        sfu.drop_unknown_pt,
+        sfu.drop_bad_token,
+        sfu.drop_unknown_ssid,
+        sfu.drop_wrong_address,
+        sfu.drop_not_admitted,
+        sfu.drop_bad_cookie,
+        sfu.rate_limited,
+        sfu.rejected_register,
+        sfu.rejected_subscribe,
+        sfu.timeouts
     );
 }
