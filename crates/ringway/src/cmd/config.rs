@@ -459,7 +459,14 @@ mod tests {
             }
             if let Some((k, v)) = line.split_once('=') {
                 if k.trim() == key {
-                    return Some(v.trim().to_string());
+                    // A trailing `# comment` is not part of the value
+                    // (quoted values keep theirs: a `#` may sit inside).
+                    let value = v.trim();
+                    let value = match value.split_once(" #") {
+                        Some((bare, _)) if !value.starts_with('"') => bare.trim_end(),
+                        _ => value,
+                    };
+                    return Some(value.to_string());
                 }
             }
         }
