@@ -30,6 +30,9 @@ step cargo clippy --workspace --all-targets -- -D warnings
 skip_log=$(mktemp)
 trap 'rm -f "$skip_log"' EXIT
 RINGWAY_SKIP_LOG=$skip_log step cargo test --workspace --release
+# The Debian package: built, installed into a throwaway root with dpkg,
+# the installed binary run, the unit checked by systemd-analyze verify.
+step scripts/test-deb.sh
 # S23: every crate's unit tests, and the protocol cores' tests (proptests,
 # the fuzz corpus replay), once with overflow checks and debug assertions.
 step cargo test --workspace --lib
