@@ -205,7 +205,7 @@ fn lab_sfu_capacity_curve() {
         &json,
     );
     assert!(
-        stdout.contains("capacity (loss <= 1% and engine CPU < 95% of a core)"),
+        stdout.contains("capacity (loss <= 1% and engine CPU < 95% of a core, valid runs only)"),
         "{stdout}"
     );
     assert!(
