@@ -367,6 +367,30 @@ fn write_response(s: &mut impl Write, r: &Response) -> std::io::Result<()> {
     s.flush()
 }
 
+/// Hands an API request to the thread that owns the state it reads or
+/// changes (`owner` names it in the errors) and waits at most `wait` for
+/// its answer: 503 when its queue is full, it has stopped, or it is late.
+/// `make` builds the request around the reply channel.
+pub fn ask_owner<T>(
+    owner: &str,
+    queue: &std::sync::mpsc::SyncSender<T>,
+    wait: std::time::Duration,
+    make: impl FnOnce(std::sync::mpsc::SyncSender<Response>) -> T,
+) -> Response {
+    use std::sync::mpsc::{sync_channel, TrySendError};
+    let (reply, answer) = sync_channel(1);
+    match queue.try_send(make(reply)) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => return Response::error(503, &format!("{owner} busy")),
+        Err(TrySendError::Disconnected(_)) => {
+            return Response::error(503, &format!("{owner} stopped"))
+        }
+    }
+    answer
+        .recv_timeout(wait)
+        .unwrap_or_else(|_| Response::error(503, &format!("{owner} did not answer")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,10 +15,10 @@
 //! | `GET /metrics` | Prometheus text (no token needed) |
 
 use super::LiveStats;
-use crate::admin_http::{token_matches, Handler, Request, Response};
+use crate::admin_http::{ask_owner, token_matches, Handler, Request, Response};
 use crate::metrics::PromText;
 use ringway_sfu::{RoomError, Sfu, SfuStats};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -100,14 +100,10 @@ pub(super) fn handler(
             Ok(op) => op,
             Err(resp) => return resp,
         };
-        let (tx, rx) = sync_channel(1);
-        match engine.try_send(AdminRequest { op, reply: tx }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Response::error(503, "engine busy"),
-            Err(TrySendError::Disconnected(_)) => return Response::error(503, "engine stopped"),
-        }
-        rx.recv_timeout(ENGINE_WAIT)
-            .unwrap_or_else(|_| Response::error(503, "engine did not answer"))
+        ask_owner("engine", &engine, ENGINE_WAIT, |reply| AdminRequest {
+            op,
+            reply,
+        })
     })
 }
 

@@ -12,11 +12,11 @@
 //! | `GET /api/stats` | the hub's counters and the socket's |
 //! | `GET /metrics` | Prometheus text (no token needed) |
 
-use crate::admin_http::{token_matches, Handler, Request, Response};
+use crate::admin_http::{ask_owner, token_matches, Handler, Request, Response};
 use crate::metrics::PromText;
 use ringway_io::IoStats;
 use ringway_sfu::jacktrip::{ClientInfo, Hub, HubStats};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -107,14 +107,7 @@ pub(super) fn handler(
             Ok(op) => op,
             Err(resp) => return resp,
         };
-        let (tx, rx) = sync_channel(1);
-        match hub.try_send(HubAdminRequest { op, reply: tx }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Response::error(503, "hub busy"),
-            Err(TrySendError::Disconnected(_)) => return Response::error(503, "hub stopped"),
-        }
-        rx.recv_timeout(HUB_WAIT)
-            .unwrap_or_else(|_| Response::error(503, "hub did not answer"))
+        ask_owner("hub", &hub, HUB_WAIT, |reply| HubAdminRequest { op, reply })
     })
 }
 
