@@ -943,14 +943,7 @@ mod tests {
     use super::*;
 
     fn tools() -> Tools {
-        Tools {
-            ringway: "/bin/sh".into(),
-            kamailio: "/bin/sh".into(),
-            kamailio_cfg: "/etc/hostname".into(),
-            work_dir: "/tmp".into(),
-            state_file: "/tmp/x.json".into(),
-            max_foreign_cpu_pct: crate::siplab::background::DEFAULT_MAX_FOREIGN_CPU_PCT,
-        }
+        tests_support::test_tools()
     }
 
     #[test]
@@ -986,31 +979,12 @@ mod tests {
             .expect("a valid sweep");
     }
 
+    /// [`tests_support::test_cfg`] with the generator on CPU 1 (the
+    /// validation tests pass their own CPU lists).
     fn cfg() -> SweepConfig {
         SweepConfig {
-            proxies: vec![ProxyKind::Ringway],
-            workers: vec![2],
-            modes: vec!["default".into(), "baseline".into(), "enhanced".into()],
-            mode: "stateless".into(),
-            backend: BackendKind::Mmsg,
-            rate_start: 200.0,
-            rate_step: 200.0,
-            rate_max: 1000.0,
-            refine: 0,
-            reps: 2,
-            duration_s: 2.0,
-            threshold: 0.01,
-            gen_threads: 0,
-            cores: vec![1],
-            proxy_cpus: Vec::new(),
             gen_cpus: vec![1],
-            rx_model: "shared".into(),
-            batch: 32,
-            rcvbuf: None,
-            seed: 1,
-            tune_reps: 2,
-            service: None,
-            globals: Vec::new(),
+            ..tests_support::test_cfg()
         }
     }
 
