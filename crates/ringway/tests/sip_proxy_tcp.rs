@@ -33,12 +33,10 @@ fn calls_over_tcp(
     mode: &'static str,
     uac_transport: &'static str,
 ) -> (serde_json::Value, SippStats) {
-    netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    in_bed(move |procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -56,8 +54,8 @@ fn calls_over_tcp(
             p.startup
         );
         spawn_sipp(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &with_transport(uas_args(a("127.0.0.1:5070")), "t1"),
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -70,13 +68,13 @@ fn calls_over_tcp(
             30,
         );
         let (st, stats) = run_sipp(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             "uac",
             &with_transport(uac, uac_transport),
             Duration::from_secs(60),
         );
-        let summary = stop_proxy(&mut procs, &p);
+        let summary = stop_proxy(procs, &p);
         eprintln!("sipp: {stats:?} exit {st:?}");
         (summary, stats)
     })
@@ -145,12 +143,10 @@ fn sipp_calls_udp_in_tcp_out() {
 
 #[test]
 fn sipsak_options_over_tcp() {
-    let out = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let out = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -162,7 +158,7 @@ fn sipsak_options_over_tcp() {
             .args(["-vv", "-E", "tcp", "-s", "sip:127.0.0.1:5060"])
             .output()
             .expect("run sipsak (Debian package sipsak)");
-        let summary = stop_proxy(&mut procs, &p);
+        let summary = stop_proxy(procs, &p);
         (out, summary)
     });
     let (out, s) = out;
@@ -187,12 +183,10 @@ fn exchange(bytes: &[u8], wait: Duration) -> Vec<u8> {
 
 #[test]
 fn bad_input_on_connections_is_bounded_and_counted() {
-    let s = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let s = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -251,7 +245,7 @@ Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
             String::from_utf8_lossy(&buf[..n]).into_owned()
         };
         assert!(answer.starts_with("SIP/2.0 200 OK\r\n"), "{answer}");
-        stop_proxy(&mut procs, &p)
+        stop_proxy(procs, &p)
     });
     eprintln!("tcp: {}", s["tcp"]);
     assert_eq!(closed(&s, "header_too_large"), 1);
