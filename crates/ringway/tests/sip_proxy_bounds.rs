@@ -23,15 +23,6 @@ fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// Resident set size of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 /// A small response (~150 bytes) with status `code` whose top Via is not
 /// the proxy's: the core drops it, but it is labelled and counted.
 fn stray_response(code: u16) -> Vec<u8> {

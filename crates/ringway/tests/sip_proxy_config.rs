@@ -33,34 +33,10 @@ fn proxy_starts_from_the_sample_and_registers_with_its_users() {
                 "127.0.0.0/8",
             ],
         );
-        let args = strings(&[
-            "127.0.0.1:5060",
-            "-sf",
-            &scenarios().join("register_auth.xml").display().to_string(),
-            "-s",
-            "alice",
-            "-key",
-            "domain",
-            "ringway.test",
-            "-key",
-            "contact",
-            "127.0.0.1:5070",
-            "-au",
-            "alice",
-            "-ap",
-            "secret",
-            "-auth_uri",
-            "ringway.test",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5062",
-            "-m",
-            "1",
-            "-timeout",
-            "10",
-            "-timeout_error",
-        ]);
+        let args = register_sipp("register_auth.xml", "alice", "127.0.0.1:5070", "5062")
+            .digest("alice", "secret", "ringway.test")
+            .timeout(10)
+            .build();
         let (st, reg) = run_sipp(procs, dir, "register", &args, Duration::from_secs(20));
         assert!(st.is_some_and(|s| s.success()), "REGISTER: {reg:?}");
         (stop_proxy(procs, &proxy), reg)

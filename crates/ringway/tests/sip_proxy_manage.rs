@@ -42,28 +42,9 @@ fn ctl_json(socket: &Path, args: &[&str]) -> serde_json::Value {
 
 /// Register `user@ringway.test` → `sip:user@contact` with SIPp (register.xml).
 fn register(procs: &mut Procs, dir: &Path, user: &str, contact: &str, port: &str) -> SippStats {
-    let args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join("register.xml").display().to_string(),
-        "-s",
-        user,
-        "-key",
-        "domain",
-        "ringway.test",
-        "-key",
-        "contact",
-        contact,
-        "-i",
-        "127.0.0.1",
-        "-p",
-        port,
-        "-m",
-        "1",
-        "-timeout",
-        "10",
-        "-timeout_error",
-    ]);
+    let args = register_sipp("register.xml", user, contact, port)
+        .timeout(10)
+        .build();
     run_sipp(
         procs,
         dir,
@@ -336,34 +317,10 @@ fn register_auth(
     password: &str,
     port: &str,
 ) -> SippStats {
-    let args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join("register_auth.xml").display().to_string(),
-        "-s",
-        user,
-        "-key",
-        "domain",
-        "ringway.test",
-        "-key",
-        "contact",
-        "127.0.0.1:5070",
-        "-au",
-        user,
-        "-ap",
-        password,
-        "-auth_uri",
-        "ringway.test",
-        "-i",
-        "127.0.0.1",
-        "-p",
-        port,
-        "-m",
-        "1",
-        "-timeout",
-        "10",
-        "-timeout_error",
-    ]);
+    let args = register_sipp("register_auth.xml", user, "127.0.0.1:5070", port)
+        .digest(user, password, "ringway.test")
+        .timeout(10)
+        .build();
     run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
 }
 

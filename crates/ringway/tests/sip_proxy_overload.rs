@@ -15,15 +15,6 @@ fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// Resident set size of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 const FLOOD: u64 = 60_000;
 
 #[test]

@@ -440,6 +440,43 @@ fn loopback(text: &str) -> SocketAddr {
     text.parse().expect("a socket address")
 }
 
+/// Resident set size of `pid` in KiB.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// `promtool check metrics` (Debian package prometheus) finds nothing to
+/// say about the Prometheus text `text`.
+pub(crate) fn assert_promtool_accepts(text: &str) {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool: {report}"
+    );
+}
+
 /// GET http://addr/metrics and return the body.
 pub(crate) fn scrape(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect metrics");
