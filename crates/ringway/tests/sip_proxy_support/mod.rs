@@ -354,24 +354,8 @@ pub(crate) fn run_sipp(
     args: &[String],
     limit: Duration,
 ) -> (Option<ExitStatus>, SippStats) {
-    let csv = dir.join(format!("{name}.csv"));
-    let c = Command::new("sipp")
-        .args(args)
-        .args(["-nostdin", "-trace_stat", "-fd", "1", "-stf"])
-        .arg(&csv)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sipp");
-    let pid = procs.add(name, c);
-    let mut c = procs.take(pid).unwrap();
-    let st = wait_bounded(&mut c, limit);
-    let text = std::fs::read_to_string(&csv).unwrap_or_default();
-    let stats =
-        parse_sipp_csv(&text).unwrap_or_else(|| panic!("no SIPp statistics in {}", csv.display()));
-    (st, stats)
+    let pid = spawn_sipp_with_stats(procs, dir, name, args);
+    finish_sipp(procs, dir, name, pid, limit)
 }
 
 /// Standard SIPp arguments for a UAS on `addr` with the Record-Route-aware scenario.
