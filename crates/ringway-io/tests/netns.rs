@@ -184,7 +184,7 @@ fn cleanup_removes_only_dead_owners() {
     let mut child = Command::new("true").spawn().unwrap();
     let dead = child.id();
     child.wait().unwrap();
-    let stale = format!("rw-{dead}-0-stale");
+    let stale = format!("{}{}{dead}-0-stale", netns::site_prefix(), netns::PREFIX);
     assert!(Command::new("ip")
         .args(["netns", "add", &stale])
         .status()
