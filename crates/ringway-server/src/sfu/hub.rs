@@ -85,27 +85,33 @@ pub struct HubServer {
     udp_thread: Option<JoinHandle<HubReport>>,
 }
 
+/// The admin API's token, read once `admin_listen` and `admin_token_file`
+/// are both there (or both absent); the address must be loopback.
+fn read_admin_token(config: &HubServerConfig) -> Result<Option<String>, ServerError> {
+    Ok(match (config.admin_listen, &config.admin_token_file) {
+        (Some(addr), Some(path)) => {
+            crate::metrics::http::validate_addr(addr, false)?;
+            Some(super::read_admin_token(path)?)
+        }
+        (Some(_), None) => {
+            return Err(ServerError::Config(
+                "admin_listen needs admin_token_file".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ServerError::Config(
+                "admin_token_file is only for admin_listen".into(),
+            ))
+        }
+        (None, None) => None,
+    })
+}
+
 impl HubServer {
     /// Bind both sockets and start the threads.
     pub fn start(config: HubServerConfig) -> Result<HubServer, ServerError> {
         let hub = Hub::new(config.hub.clone()).map_err(ServerError::Config)?;
-        let admin_token = match (config.admin_listen, &config.admin_token_file) {
-            (Some(a), Some(p)) => {
-                crate::metrics::http::validate_addr(a, false)?;
-                Some(super::read_admin_token(p)?)
-            }
-            (Some(_), None) => {
-                return Err(ServerError::Config(
-                    "admin_listen needs admin_token_file".into(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ServerError::Config(
-                    "admin_token_file is only for admin_listen".into(),
-                ))
-            }
-            (None, None) => None,
-        };
+        let admin_token = read_admin_token(&config)?;
         let udp = UdpSocket::bind(SocketAddr::new(config.listen.ip(), config.udp_port)).map_err(
             |source| ServerError::Socket {
                 addr: config.listen,
@@ -147,19 +153,19 @@ impl HubServer {
             }
             _ => None,
         };
-        let (tx, rx) = sync_channel::<(IpAddr, u16)>(64);
-        let t_stop = stop.clone();
+        let (handshake_tx, handshake_rx) = sync_channel::<(IpAddr, u16)>(64);
+        let tcp_stop = stop.clone();
         let port = udp_addr.port();
         threads.push(
             std::thread::Builder::new()
                 .name("jacktrip-tcp".into())
-                .spawn(move || tcp_loop(tcp, port, tx, t_stop))
+                .spawn(move || tcp_loop(tcp, port, handshake_tx, tcp_stop))
                 .map_err(|source| ServerError::Thread {
                     name: "jacktrip-tcp".into(),
                     source,
                 })?,
         );
-        let (u_stop, u_live) = (stop.clone(), live.clone());
+        let (udp_stop, udp_live) = (stop.clone(), live.clone());
         let duration = config.duration_s.map(Duration::from_secs_f64);
         let clocked = config.clocked;
         let udp_thread = std::thread::Builder::new()
@@ -168,12 +174,12 @@ impl HubServer {
                 UdpLoop {
                     io,
                     hub,
-                    handshakes: rx,
+                    handshakes: handshake_rx,
                     admin: admin_rx,
-                    live: u_live,
+                    live: udp_live,
                     clocked,
                 }
-                .run(u_stop, duration)
+                .run(udp_stop, duration)
             })
             .map_err(|source| ServerError::Thread {
                 name: "jacktrip-hub".into(),

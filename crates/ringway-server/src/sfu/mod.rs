@@ -378,8 +378,94 @@ pub struct SfuServer {
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
     engine: Option<JoinHandle<Result<EngineEnd, ServerError>>>,
-    admin: Option<(SocketAddr, Arc<AtomicBool>, JoinHandle<()>)>,
+    admin: Option<AdminThread>,
     recorder: Option<recorder::Recorder>,
+}
+
+/// The admin API's thread: its bound address, stop flag and handle.
+type AdminThread = (SocketAddr, Arc<AtomicBool>, JoinHandle<()>);
+
+/// The token key of `config.token_key_file`, when there is one.
+fn read_token_key(
+    config: &SfuServerConfig,
+) -> Result<Option<ringway_sfu::token::TokenKey>, ServerError> {
+    Ok(match &config.token_key_file {
+        Some(path) => Some(
+            ringway_sfu::token::TokenKey::new(read_secret(path, "token key")?)
+                .map_err(|err| ServerError::Config(format!("{}: {err}", path.display())))?,
+        ),
+        None => None,
+    })
+}
+
+/// The forwarding core `config` asks for, with its token key.
+fn sfu_core(
+    config: &SfuServerConfig,
+    token_key: Option<ringway_sfu::token::TokenKey>,
+) -> Result<Sfu, ServerError> {
+    let mut sfu = Sfu::new(SfuConfig {
+        echo: config.echo,
+        static_room: config.static_room,
+        max_clients: config.max_clients,
+        max_clients_per_prefix: config.max_clients_per_prefix,
+        client_prefix_v4: config.client_prefix_v4,
+        client_prefix_v6: config.client_prefix_v6,
+        max_subs: config.max_subs,
+        idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
+        seed: random_seed()?,
+        token_key,
+        max_rooms: config.max_rooms,
+        max_clients_per_room: config.max_clients_per_room,
+        auto_create_rooms: config.auto_create_rooms,
+        late_after_ns: (config.late_after_ms * 1e6) as u64,
+        ..SfuConfig::default()
+    });
+    sfu.set_unix_time(monotonic_now().0, ringway_io::realtime_now().0);
+    Ok(sfu)
+}
+
+/// The SRPIC sorter of `--srpic-block`, its ring at least one batch.
+fn srpic_sorter(config: &SfuServerConfig, batch: usize) -> Option<Srpic<usize>> {
+    config.srpic_block.map(|block| {
+        Srpic::new(
+            SrpicConfig {
+                block_size: block.max(1),
+                ring_size: batch.max(block).max(1),
+                ..Default::default()
+            },
+            SeqSpace::U16,
+        )
+    })
+}
+
+/// The admin API's thread when an address and a token are configured:
+/// its bound address, stop flag and handle.
+fn start_admin(
+    listen: Option<SocketAddr>,
+    token: Option<String>,
+    admin_tx: std::sync::mpsc::SyncSender<admin::AdminRequest>,
+    live: &Arc<Mutex<LiveStats>>,
+) -> Result<Option<AdminThread>, ServerError> {
+    Ok(match (listen, token) {
+        (Some(addr), Some(token)) => {
+            let listener =
+                TcpListener::bind(addr).map_err(|source| ServerError::Socket { addr, source })?;
+            let bound = listener.local_addr()?;
+            let admin_stop = Arc::new(AtomicBool::new(false));
+            let handle = crate::admin_http::serve(
+                "sfu-admin",
+                listener,
+                admin_stop.clone(),
+                admin::handler(token, admin_tx, live.clone()),
+            )
+            .map_err(|source| ServerError::Thread {
+                name: "sfu-admin".into(),
+                source,
+            })?;
+            Some((bound, admin_stop, handle))
+        }
+        _ => None,
+    })
 }
 
 impl SfuServer {
@@ -389,78 +475,28 @@ impl SfuServer {
     /// `config.duration_s`, or on [`SfuServer::shutdown`] / drop.
     pub fn start(config: SfuServerConfig) -> Result<SfuServer, ServerError> {
         config.validate()?;
-        let token_key = match &config.token_key_file {
-            Some(p) => Some(
-                ringway_sfu::token::TokenKey::new(read_secret(p, "token key")?)
-                    .map_err(|e| ServerError::Config(format!("{}: {e}", p.display())))?,
-            ),
-            None => None,
-        };
+        let token_key = read_token_key(&config)?;
         let admin_token = match &config.admin_token_file {
-            Some(p) => Some(read_admin_token(p)?),
+            Some(path) => Some(read_admin_token(path)?),
             None => None,
         };
         let io = open_io(&config)?;
         let local = io.local_addr()?;
         let batch = config.batch_size();
-        let mut sfu = Sfu::new(SfuConfig {
-            echo: config.echo,
-            static_room: config.static_room,
-            max_clients: config.max_clients,
-            max_clients_per_prefix: config.max_clients_per_prefix,
-            client_prefix_v4: config.client_prefix_v4,
-            client_prefix_v6: config.client_prefix_v6,
-            max_subs: config.max_subs,
-            idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
-            seed: random_seed()?,
-            token_key,
-            max_rooms: config.max_rooms,
-            max_clients_per_room: config.max_clients_per_room,
-            auto_create_rooms: config.auto_create_rooms,
-            late_after_ns: (config.late_after_ms * 1e6) as u64,
-            ..SfuConfig::default()
-        });
-        sfu.set_unix_time(monotonic_now().0, ringway_io::realtime_now().0);
-        let srpic = config.srpic_block.map(|block| {
-            Srpic::new(
-                SrpicConfig {
-                    block_size: block.max(1),
-                    ring_size: batch.max(block).max(1),
-                    ..Default::default()
-                },
-                SeqSpace::U16,
-            )
-        });
+        let sfu = sfu_core(&config, token_key)?;
+        let srpic = srpic_sorter(&config, batch);
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(Mutex::new(LiveStats {
             backend: config.io.kind().name().into(),
             ..LiveStats::default()
         }));
         let (admin_tx, admin_rx) = admin::channel();
-        let admin = match (config.admin_listen, admin_token) {
-            (Some(addr), Some(token)) => {
-                let listener = TcpListener::bind(addr)
-                    .map_err(|source| ServerError::Socket { addr, source })?;
-                let bound = listener.local_addr()?;
-                let admin_stop = Arc::new(AtomicBool::new(false));
-                let h = crate::admin_http::serve(
-                    "sfu-admin",
-                    listener,
-                    admin_stop.clone(),
-                    admin::handler(token, admin_tx, live.clone()),
-                )
-                .map_err(|source| ServerError::Thread {
-                    name: "sfu-admin".into(),
-                    source,
-                })?;
-                Some((bound, admin_stop, h))
-            }
-            _ => None,
-        };
+        let admin = start_admin(config.admin_listen, admin_token, admin_tx, &live)?;
         let (recorder, record_tx) = match &config.record_dir {
             Some(dir) => {
-                let (r, tx) = recorder::Recorder::start(dir, config.record_max_bytes)?;
-                (Some(r), Some(tx))
+                let (recorder, record_tx) =
+                    recorder::Recorder::start(dir, config.record_max_bytes)?;
+                (Some(recorder), Some(record_tx))
             }
             None => (None, None),
         };
@@ -715,6 +751,37 @@ fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
     l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
 }
 
+/// The in-kernel fan-out (tcx) on `fanout_at`, for an IPv4 socket.
+fn attach_fanout(
+    fanout_at: Option<&str>,
+    local: SocketAddr,
+) -> Result<Option<ringway_io::backend::KernelFanout>, ServerError> {
+    Ok(match (fanout_at, local) {
+        (Some(iface), SocketAddr::V4(local)) => Some(
+            ringway_io::backend::KernelFanout::attach(iface, local)
+                .map_err(|err| ServerError::Config(format!("kernel fan-out: {err}")))?,
+        ),
+        _ => None,
+    })
+}
+
+/// The periodic work: the core's clock and timers, the fan-out's map, the
+/// live counters.
+fn tick(
+    engine: &mut Engine,
+    fanout: Option<&mut ringway_io::backend::KernelFanout>,
+    live: &Mutex<LiveStats>,
+    io_stats: IoStats,
+    now: u64,
+) {
+    engine.sfu.set_unix_time(now, ringway_io::realtime_now().0);
+    engine.sfu.tick(now);
+    if let Some(fanout) = fanout {
+        sync_fanout(fanout, engine);
+    }
+    publish_live(live, engine, io_stats);
+}
+
 /// The engine thread: receive, handle, flush, tick, until stopped or the
 /// duration is over.
 fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
@@ -738,7 +805,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     } = run;
     let started = Instant::now();
     let (placement, placement_refused) = place_engine(cpus.as_deref());
-    let mut e = Engine::new(
+    let mut engine = Engine::new(
         sfu,
         batch,
         srpic,
@@ -746,14 +813,8 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         max_age_ns,
         Box::new(engine::SystemClock),
     );
-    e.record = record;
-    let mut fanout = match (&fanout_at, local) {
-        (Some(iface), SocketAddr::V4(local)) => Some(
-            ringway_io::backend::KernelFanout::attach(iface, local)
-                .map_err(|e| ServerError::Config(format!("kernel fan-out: {e}")))?,
-        ),
-        _ => None,
-    };
+    engine.record = record;
+    let mut fanout = attach_fanout(fanout_at.as_deref(), local)?;
     let mut warm = warmup.is_zero();
     let mut baseline = engine::Baseline::default();
     live.lock()
@@ -763,11 +824,12 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     let mut t0 = Instant::now();
     let mut spin_ns = 0u64;
     let mut next_tick = 0u64;
-    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
+    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|limit| started.elapsed() < limit) {
         if !warm && started.elapsed() >= warmup {
             // End of the warm-up: measure from here.
             warm = true;
-            baseline = e.reset_measurements(io.stats(), fanout.as_ref().map(|f| f.stats()));
+            baseline =
+                engine.reset_measurements(io.stats(), fanout.as_ref().map(|fanout| fanout.stats()));
             live.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .measuring = true;
@@ -775,48 +837,41 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
             t0 = Instant::now();
             spin_ns = 0;
         }
-        if e.pending() {
+        if engine.pending() {
             // Copies the kernel has not taken: hand them over now.
-            e.flush_now(io.as_mut())?;
+            engine.flush_now(io.as_mut())?;
         }
-        let wait = if e.pending() { POLL_PENDING } else { POLL };
-        let n = receive_spinning(io.as_mut(), &mut e, spin, wait, &mut spin_ns)?;
+        let wait = if engine.pending() { POLL_PENDING } else { POLL };
+        let received = receive_spinning(io.as_mut(), &mut engine, spin, wait, &mut spin_ns)?;
         let now = monotonic_now().0;
-        if n > 0 {
-            e.handle_batch(io.as_mut(), now)?;
+        if received > 0 {
+            engine.handle_batch(io.as_mut(), now)?;
         }
-        while let Ok(req) = admin.try_recv() {
-            let _ = req.reply.send(admin::apply(&mut e.sfu, now, req.op));
+        while let Ok(request) = admin.try_recv() {
+            let _ = request
+                .reply
+                .send(admin::apply(&mut engine.sfu, now, request.op));
         }
         if now >= next_tick {
-            e.sfu.set_unix_time(now, ringway_io::realtime_now().0);
-            e.sfu.tick(now);
+            tick(&mut engine, fanout.as_mut(), &live, io.stats(), now);
             next_tick = now + TICK_NS;
-            if let Some(f) = fanout.as_mut() {
-                sync_fanout(f, &e);
-            }
-            publish_live(&live, &e, io.stats());
         }
     }
     // Close the recorder's channel: it drains what is queued and ends.
-    e.record = None;
-    if e.pending() {
-        e.flush_now(io.as_mut())?;
+    engine.record = None;
+    if engine.pending() {
+        engine.flush_now(io.as_mut())?;
     }
     let wall = t0.elapsed().as_secs_f64();
-    // CPU time unknown (getrusage failed at either end): n/a, never 0.
-    let cpu = match (cpu0, host::thread_cpu_time().ok()) {
-        (Some(a), Some(b)) => Some(b.since(&a)),
-        _ => None,
-    };
+    let cpu = cpu_since(cpu0);
     let mode = match &fanout {
         Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
         None => io.describe(),
     };
     Ok(EngineEnd {
-        engine: e,
+        engine,
         io: io.stats(),
-        fanout: fanout.as_ref().map(|f| f.stats()),
+        fanout: fanout.as_ref().map(|fanout| fanout.stats()),
         baseline,
         mode,
         cpu,
@@ -825,6 +880,15 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         placement,
         placement_refused,
     })
+}
+
+/// This thread's CPU time since `start`.
+fn cpu_since(start: Option<CpuTime>) -> Option<CpuTime> {
+    // CPU time unknown (getrusage failed at either end): n/a, never 0.
+    match (start, host::thread_cpu_time().ok()) {
+        (Some(start), Some(end)) => Some(end.since(&start)),
+        _ => None,
+    }
 }
 
 /// What the engine thread hands back when it stops.
