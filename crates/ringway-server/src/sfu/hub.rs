@@ -236,8 +236,8 @@ impl Drop for HubServer {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(h) = self.udp_thread.take() {
-            let _ = h.join();
+        if let Some(handle) = self.udp_thread.take() {
+            let _ = handle.join();
         }
     }
 }
@@ -247,7 +247,7 @@ impl Drop for HubServer {
 fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: Arc<AtomicBool>) {
     let _ = l.set_nonblocking(true);
     while !stop.load(Ordering::Relaxed) {
-        let (mut s, peer) = match l.accept() {
+        let (mut stream, peer) = match l.accept() {
             Ok(x) => x,
             Err(_) => {
                 // 20 polls a second: a join waits at most 50 ms more, and
@@ -256,21 +256,21 @@ fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: 
                 continue;
             }
         };
-        let _ = s.set_nonblocking(false);
+        let _ = stream.set_nonblocking(false);
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut buf = [0u8; 68];
-        let mut n = 0;
-        while n < 4 {
+        let mut count = 0;
+        while count < 4 {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
                 break;
             }
-            match s.read(&mut buf[n..]) {
+            match stream.read(&mut buf[count..]) {
                 Ok(0) | Err(_) => break,
-                Ok(k) => n += k,
+                Ok(k) => count += k,
             }
         }
-        if n < 4 {
+        if count < 4 {
             continue;
         }
         let port = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
@@ -280,8 +280,8 @@ fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: 
         if tx.try_send((peer.ip(), port as u16)).is_err() {
             continue;
         }
-        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = s.write_all(&i32::from(udp_port).to_le_bytes());
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = stream.write_all(&i32::from(udp_port).to_le_bytes());
     }
 }
 
@@ -310,16 +310,16 @@ impl UdpLoop {
         let cpu0 = ringway_io::thread::thread_cpu_time().ok();
         let mut mix_wait = crate::metrics::latency_histogram();
         let mut processing = crate::metrics::latency_histogram();
-        let mut rx = RxBatch::new(RX_BATCH, FRAME);
-        let mut tx = TxBatch::new(TX_BATCH, FRAME);
+        let mut rx_batch = RxBatch::new(RX_BATCH, FRAME);
+        let mut tx_batch = TxBatch::new(TX_BATCH, FRAME);
         let mut out = Outbox::new();
         let mut delays = Vec::new();
         let mut last_pub = Instant::now();
         let mut next_wake = monotonic_now().0;
         while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
             let now = monotonic_now().0;
-            while let Ok((ip, port)) = self.handshakes.try_recv() {
-                self.hub.handshake(now, ip, port);
+            while let Ok((peer_ip, port)) = self.handshakes.try_recv() {
+                self.hub.handshake(now, peer_ip, port);
             }
             while let Ok(request) = self.admin.try_recv() {
                 let _ = request
@@ -338,15 +338,15 @@ impl UdpLoop {
                 }
                 let mut first = None;
                 loop {
-                    let n = self
+                    let count = self
                         .io
-                        .recv_batch(&mut rx, Some(Duration::ZERO))
+                        .recv_batch(&mut rx_batch, Some(Duration::ZERO))
                         .unwrap_or(0);
-                    if n > 0 && first.is_none() {
-                        first = Some(rx.received_at(0).0);
+                    if count > 0 && first.is_none() {
+                        first = Some(rx_batch.received_at(0).0);
                     }
-                    self.handle_batch(&rx, &mut out);
-                    if n < rx.capacity() {
+                    self.handle_batch(&rx_batch, &mut out);
+                    if count < rx_batch.capacity() {
                         break; // the socket is empty (the batch is too, when n = 0)
                     }
                 }
@@ -358,14 +358,14 @@ impl UdpLoop {
                     .map(|d| Duration::from_nanos(d.saturating_sub(now).max(50_000)))
                     .unwrap_or(Duration::from_millis(20))
                     .min(Duration::from_millis(20));
-                let n = self.io.recv_batch(&mut rx, Some(wait)).unwrap_or(0);
-                self.handle_batch(&rx, &mut out);
-                (n > 0).then(|| rx.received_at(0).0)
+                let count = self.io.recv_batch(&mut rx_batch, Some(wait)).unwrap_or(0);
+                self.handle_batch(&rx_batch, &mut out);
+                (count > 0).then(|| rx_batch.received_at(0).0)
             };
             let now = monotonic_now().0;
             self.hub.tick(now, &mut out);
             if !out.is_empty() {
-                self.send(&out, &mut tx);
+                self.send(&out, &mut tx_batch);
                 out.clear();
                 if let Some(first) = received {
                     // From the batch's receive to the send of what it completed.
@@ -428,10 +428,10 @@ impl UdpLoop {
             (Some(a), Some(b)) => Some(b.since(a).total_ns() as f64 / 1e9),
             _ => None,
         };
-        let mut l = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        l.hub = self.hub.stats();
-        l.io = self.io.stats();
-        l.cpu_s = cpu;
-        l.clients = self.hub.clients_info(monotonic_now().0);
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.hub = self.hub.stats();
+        live.io = self.io.stats();
+        live.cpu_s = cpu;
+        live.clients = self.hub.clients_info(monotonic_now().0);
     }
 }

@@ -329,28 +329,28 @@ pub struct ServeReport {
 /// Read a secret from `path`: its bytes with trailing whitespace removed.
 /// Errors name the file, never its contents.
 fn read_secret(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ServerError> {
-    let mut b = std::fs::read(path).map_err(|e| {
+    let mut bytes = std::fs::read(path).map_err(|e| {
         ServerError::Config(format!("reading the {what} file {}: {e}", path.display()))
     })?;
-    while b.last().is_some_and(|c| c.is_ascii_whitespace()) {
-        b.pop();
+    while bytes.last().is_some_and(|c| c.is_ascii_whitespace()) {
+        bytes.pop();
     }
-    Ok(b)
+    Ok(bytes)
 }
 
 /// The admin API's bearer token from file `p`: text, at least 16
 /// characters, no spaces (trailing whitespace ignored).
-fn read_admin_token(p: &std::path::Path) -> Result<String, ServerError> {
-    let t = String::from_utf8(read_secret(p, "admin token")?).map_err(|_| {
-        ServerError::Config(format!("{}: the admin token must be text", p.display()))
+fn read_admin_token(path: &std::path::Path) -> Result<String, ServerError> {
+    let token = String::from_utf8(read_secret(path, "admin token")?).map_err(|_| {
+        ServerError::Config(format!("{}: the admin token must be text", path.display()))
     })?;
-    if t.len() < 16 || t.contains(char::is_whitespace) {
+    if token.len() < 16 || token.contains(char::is_whitespace) {
         return Err(ServerError::Config(format!(
             "{}: the admin token must be at least 16 characters without spaces",
-            p.display()
+            path.display()
         )));
     }
-    Ok(t)
+    Ok(token)
 }
 
 /// Open the backend `config` asks for (8 MiB socket buffers).
@@ -567,13 +567,14 @@ impl SfuServer {
 
     fn stop_engine(&mut self) -> Option<Result<EngineEnd, ServerError>> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some((_, stop, h)) = self.admin.take() {
+        if let Some((_, stop, handle)) = self.admin.take() {
             stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
+            let _ = handle.join();
         }
-        let h = self.engine.take()?;
+        let handle = self.engine.take()?;
         Some(
-            h.join()
+            handle
+                .join()
                 .map_err(|_| ServerError::Panicked("sfu-engine".into()))
                 .and_then(|r| r),
         )
@@ -588,9 +589,9 @@ impl SfuServer {
         let recording = self.recorder.take().map(recorder::Recorder::finish);
         match end {
             Some(end) => {
-                let mut r = report(&self.config, self.local, self.batch, end?);
-                r.recording = recording;
-                Ok(r)
+                let mut report_out = report(&self.config, self.local, self.batch, end?);
+                report_out.recording = recording;
+                Ok(report_out)
             }
             None => Err(ServerError::Panicked("sfu-engine".into())),
         }
@@ -599,11 +600,11 @@ impl SfuServer {
 
 impl Drop for SfuServer {
     fn drop(&mut self) {
-        if let Some(Err(e)) = self.stop_engine() {
-            log::error!("sfu: engine: {e}");
+        if let Some(Err(err)) = self.stop_engine() {
+            log::error!("sfu: engine: {err}");
         }
-        if let Some(r) = self.recorder.take() {
-            r.finish();
+        if let Some(recorder) = self.recorder.take() {
+            recorder.finish();
         }
     }
 }
@@ -690,25 +691,25 @@ fn place_engine(cpus: Option<&[usize]>) -> (Vec<String>, Vec<String>) {
 /// time added to `spin_ns`), then waiting at most `wait`.
 fn receive_spinning(
     io: &mut dyn BatchIo,
-    e: &mut Engine,
+    engine: &mut Engine,
     spin: Duration,
     wait: Duration,
     spin_ns: &mut u64,
 ) -> Result<usize, ServerError> {
     if !spin.is_zero() {
         let spinning = Instant::now();
-        let n = loop {
-            let n = receive(io, e, Some(Duration::ZERO))?;
-            if n > 0 || spinning.elapsed() >= spin {
-                break n;
+        let received = loop {
+            let received = receive(io, engine, Some(Duration::ZERO))?;
+            if received > 0 || spinning.elapsed() >= spin {
+                break received;
             }
         };
         *spin_ns += spinning.elapsed().as_nanos() as u64;
-        if n > 0 {
-            return Ok(n);
+        if received > 0 {
+            return Ok(received);
         }
     }
-    receive(io, e, Some(wait))
+    receive(io, engine, Some(wait))
 }
 
 /// Keep the in-kernel fan-out's map in line with the core's routes.
@@ -731,8 +732,8 @@ fn sync_fanout(fanout: &mut ringway_io::backend::KernelFanout, e: &Engine) {
 }
 
 /// Publish the live counters (rooms, bytes, backend, engine CPU).
-fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
-    let rooms: Vec<(String, usize)> = e
+fn publish_live(live: &Mutex<LiveStats>, engine: &Engine, io_stats: IoStats) {
+    let rooms: Vec<(String, usize)> = engine
         .sfu
         .room_sizes()
         .map(|(room, n)| (room.to_string(), n))
@@ -740,15 +741,15 @@ fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
     let cpu = host::thread_cpu_time()
         .ok()
         .map(|c| (c.user_ns + c.system_ns) as f64 / 1e9);
-    let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);
-    l.sfu = e.sfu.stats();
-    l.rx_bytes = e.rx_bytes;
-    l.tx_bytes = e.tx_bytes;
-    l.truncated = e.truncated;
-    l.rooms = rooms;
-    l.io = io_stats;
-    l.engine_cpu_s = cpu;
-    l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
+    let mut stats = live.lock().unwrap_or_else(PoisonError::into_inner);
+    stats.sfu = engine.sfu.stats();
+    stats.rx_bytes = engine.rx_bytes;
+    stats.tx_bytes = engine.tx_bytes;
+    stats.truncated = engine.truncated;
+    stats.rooms = rooms;
+    stats.io = io_stats;
+    stats.engine_cpu_s = cpu;
+    stats.record_queue_drops = engine.record.as_ref().map(|r| r.dropped());
 }
 
 /// The in-kernel fan-out (tcx) on `fanout_at`, for an IPv4 socket.
@@ -821,7 +822,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         .unwrap_or_else(PoisonError::into_inner)
         .measuring = warm;
     let mut cpu0 = host::thread_cpu_time().ok();
-    let mut t0 = Instant::now();
+    let mut measured_from = Instant::now();
     let mut spin_ns = 0u64;
     let mut next_tick = 0u64;
     while !stop.load(Ordering::Relaxed) && duration.is_none_or(|limit| started.elapsed() < limit) {
@@ -834,7 +835,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .measuring = true;
             cpu0 = host::thread_cpu_time().ok();
-            t0 = Instant::now();
+            measured_from = Instant::now();
             spin_ns = 0;
         }
         if engine.pending() {
@@ -862,7 +863,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     if engine.pending() {
         engine.flush_now(io.as_mut())?;
     }
-    let wall = t0.elapsed().as_secs_f64();
+    let wall = measured_from.elapsed().as_secs_f64();
     let cpu = cpu_since(cpu0);
     let mode = match &fanout {
         Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
@@ -937,7 +938,7 @@ fn report(
     end: EngineEnd,
 ) -> ServeReport {
     let EngineEnd {
-        engine: e,
+        engine: stopped_engine,
         io,
         fanout,
         baseline: base,
@@ -958,7 +959,7 @@ fn report(
         (Some(end), Some(start)) => Some(end.since(&start)),
         (end, _) => end,
     };
-    let d = &e.delays;
+    let delays = &stopped_engine.delays;
     ServeReport {
         backend: config.io.kind().name().into(),
         io_mode: mode,
@@ -973,31 +974,31 @@ fn report(
         spin_s,
         placement,
         placement_refused,
-        delay: LatencySummary::of_ns(&d.scheduled),
-        delay_mean_us: if d.scheduled.is_empty() {
+        delay: LatencySummary::of_ns(&delays.scheduled),
+        delay_mean_us: if delays.scheduled.is_empty() {
             f64::NAN
         } else {
-            d.scheduled.mean() / 1000.0
+            delays.scheduled.mean() / 1000.0
         },
-        delay_handoff: LatencySummary::of_ns(&d.handoff),
-        delay_wait: LatencySummary::of_ns(&d.wait),
-        delay_from_kernel: LatencySummary::of_ns(&d.kernel),
-        flushes: e.flushes - base.flushes,
+        delay_handoff: LatencySummary::of_ns(&delays.handoff),
+        delay_wait: LatencySummary::of_ns(&delays.wait),
+        delay_from_kernel: LatencySummary::of_ns(&delays.kernel),
+        flushes: stopped_engine.flushes - base.flushes,
         kernel_fanout: fanout,
         tx_congested: io.tx_ring_full_drops > 0
-            || io.tx_ring_full_waits as f64 > 0.001 * e.forwarded.max(1) as f64,
-        copies_per_packet: if e.forwarded > 0 {
-            e.copies as f64 / e.forwarded as f64
+            || io.tx_ring_full_waits as f64 > 0.001 * stopped_engine.forwarded.max(1) as f64,
+        copies_per_packet: if stopped_engine.forwarded > 0 {
+            stopped_engine.copies as f64 / stopped_engine.forwarded as f64
         } else {
             f64::NAN
         },
-        sfu: e.sfu.stats(),
+        sfu: stopped_engine.sfu.stats(),
         io,
-        rx_bytes: e.rx_bytes - base.rx_bytes,
-        tx_bytes: e.tx_bytes - base.tx_bytes,
-        truncated: e.truncated - base.truncated,
-        rx_errors: e.rx_errors - base.rx_errors,
-        srpic: e.srpic.as_ref().map(Srpic::stats),
+        rx_bytes: stopped_engine.rx_bytes - base.rx_bytes,
+        tx_bytes: stopped_engine.tx_bytes - base.tx_bytes,
+        truncated: stopped_engine.truncated - base.truncated,
+        rx_errors: stopped_engine.rx_errors - base.rx_errors,
+        srpic: stopped_engine.srpic.as_ref().map(Srpic::stats),
         recording: None,
     }
 }
