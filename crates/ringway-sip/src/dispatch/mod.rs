@@ -608,9 +608,13 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         };
         let ours = host_ip(top.host) == Some(dispatcher.config.local.ip())
             && top.port.unwrap_or(5060) == dispatcher.config.local.port();
+        // Not sent by us: relaying it would make us a reflector for
+        // whatever address its next Via names.
         if !ours {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
+        // Answers to our own OPTIONS probes feed the health state and go
+        // no further.
         if let Some(probe) = top
             .branch
             .and_then(|b| b.get(7..))
@@ -622,6 +626,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
                     .get(index)
                     .is_some_and(|m| m.address == src);
                 let genuine = nonce == dispatcher.probe_nonce(index, seq);
+                // Only the probed member's final answer with our nonce: a
+                // spoofed 200 must not revive a member that is down.
                 if from_it && genuine && code >= 200 {
                     dispatcher.members[index].probe_answered(
                         seq,
@@ -642,6 +648,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
+        // The MAC binds our branch to where its responses go: a response
+        // with a second Via rewritten to a victim's address fails here.
         if dispatcher.upstream_mac(hash, to) != mac {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
@@ -676,6 +684,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             msg,
             method,
             label: MsgLabel::of_method(method),
+            // RFC 3261 18.2.2 / RFC 3581: the source IP always; the Via's
+            // port unless the client asked for rport (NAT: the source port).
             upstream: match msg.top_via() {
                 Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
                 _ => src,
@@ -737,12 +747,15 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
     ) -> Outcome {
         let dispatcher = self.dispatcher;
         let label = request.label;
+        // An ACK is never answered (RFC 3261 17): one we cannot route ends here.
         if request.method == Method::Ack {
             return self.dropped(label, DropReason::AckNotRoutable);
         }
         if !sendable(&request.upstream) {
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
+        // Stateless, yet a retransmission gets the same To-tag: a keyed
+        // hash of its Call-ID (not guessable without our secret).
         let tag = format!(
             "{:x}",
             Hash64::new(dispatcher.secret)
