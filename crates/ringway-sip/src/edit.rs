@@ -651,7 +651,7 @@ pub fn forward_response(msg: &SipMsg<'_>, out: &mut Vec<u8>) -> Result<usize, Ed
     if msg.is_request() {
         return Err(EditError::WrongKind);
     }
-    if msg.vias().nth(1).is_none() {
+    if msg.second_via().is_none() {
         return Err(EditError::NoVia);
     }
     let idx = msg

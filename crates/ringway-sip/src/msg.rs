@@ -450,6 +450,7 @@ pub struct SipMsg<'a> {
     max_fwd: u32,
     validated: bool,
     c_top_via: Option<Via<'a>>,
+    c_second_via: Option<Via<'a>>,
     c_from_tag: Option<&'a str>,
     c_to_tag: Option<&'a str>,
     c_ruri: Option<SipUri<'a>>,
@@ -678,6 +679,7 @@ impl<'a> SipMsg<'a> {
             max_fwd: 0,
             validated: false,
             c_top_via: None,
+            c_second_via: None,
             c_from_tag: None,
             c_to_tag: None,
             c_ruri: None,
@@ -803,6 +805,8 @@ impl<'a> SipMsg<'a> {
                     let via = Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
                     if !*via_seen {
                         self.c_top_via = Some(via);
+                    } else if self.c_second_via.is_none() {
+                        self.c_second_via = Some(via);
                     }
                     *via_seen = true;
                 }
@@ -1037,6 +1041,16 @@ impl<'a> SipMsg<'a> {
         }
         // The topmost value, not the first that parses (lazy messages).
         self.values(HeaderKind::Via).next().and_then(Via::parse)
+    }
+
+    /// The second Via value (where a response goes once the top one is
+    /// removed): `vias().nth(1)`, without parsing again what
+    /// [`Self::parse`] parsed.
+    pub fn second_via(&self) -> Option<Via<'a>> {
+        if self.validated {
+            return self.c_second_via;
+        }
+        self.vias().nth(1)
     }
 
     /// Max-Forwards value if present.

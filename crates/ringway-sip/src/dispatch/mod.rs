@@ -173,6 +173,18 @@ struct Counters {
     drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
+/// Add `from`'s counts to `to`'s.
+fn merge_counts<K: Ord + Clone>(
+    to: &Mutex<std::collections::BTreeMap<K, u64>>,
+    from: &Mutex<std::collections::BTreeMap<K, u64>>,
+) {
+    let from = from.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut to = to.lock().unwrap_or_else(|e| e.into_inner());
+    for (key, count) in from {
+        *to.entry(key).or_insert(0) += count;
+    }
+}
+
 fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -278,6 +290,38 @@ impl Dispatcher {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Take over what `old` (the dispatcher this one replaces, with another
+    /// set of proxies: a name re-resolved) knows: its counters, and the
+    /// state of every proxy both have (in or out, the operator's state, its
+    /// counts). A proxy new to the set starts in, as at start. Call before
+    /// the new one serves.
+    pub fn take_over(&self, old: &Dispatcher) {
+        let (c, o) = (&self.counters, &old.counters);
+        for (to, from) in [
+            (&c.requests_received, &o.requests_received),
+            (&c.responses_received, &o.responses_received),
+            (&c.requests_dispatched, &o.requests_dispatched),
+            (&c.requests_routed, &o.requests_routed),
+            (&c.requests_to_uri, &o.requests_to_uri),
+            (&c.responses_forwarded, &o.responses_forwarded),
+            (&c.probes_sent, &o.probes_sent),
+            (&c.probe_answers, &o.probe_answers),
+            (&c.no_proxy, &o.no_proxy),
+            (&c.relay_refused, &o.relay_refused),
+            (&c.flood_blocks, &o.flood_blocks),
+            (&c.flood_untracked, &o.flood_untracked),
+        ] {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        merge_counts(&c.responses_generated, &o.responses_generated);
+        merge_counts(&c.drops, &o.drops);
+        for member in &self.members {
+            if let Some(before) = old.members.iter().find(|m| m.address == member.address) {
+                member.take_over(before);
+            }
         }
     }
 
