@@ -676,6 +676,15 @@ impl Sfu {
             })
     }
 
+    /// Media of registered source `ssid` was forwarded outside the core (by
+    /// the in-kernel fan-out, which checks the source's address itself)
+    /// at `now`: the source is not idle.
+    pub fn media_seen(&mut self, now: u64, ssid: u32) {
+        if let Some(client) = self.clients.get_mut(&ssid) {
+            client.last_seen = client.last_seen.max(now);
+        }
+    }
+
     /// Whether `data` from `peer` is media from a verified source: RTP whose
     /// SSRC is registered to `peer`, or RTP from an admitted static-room
     /// member. Changes nothing; the engine asks before it lets a packet

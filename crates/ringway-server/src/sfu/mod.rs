@@ -763,6 +763,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     let mut t0 = Instant::now();
     let mut spin_ns = 0u64;
     let mut next_tick = 0u64;
+    let mut next_feedback = 0u64;
     while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
         if !warm && started.elapsed() >= warmup {
             // End of the warm-up: measure from here.
@@ -790,6 +791,15 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         }
         if now >= next_tick {
             e.sfu.set_unix_time(now, ringway_io::realtime_now().0);
+            if let Some(f) = fanout.as_mut().filter(|_| now >= next_feedback) {
+                // Media the kernel replicated keeps its source alive (read
+                // a few times per idle timeout, at most once a second).
+                for ssid in f.active_sources() {
+                    e.sfu.media_seen(now, ssid);
+                }
+                next_feedback =
+                    now + (e.sfu.config().idle_timeout_ns / 4).clamp(TICK_NS, 1_000_000_000);
+            }
             e.sfu.tick(now);
             next_tick = now + TICK_NS;
             if let Some(f) = fanout.as_mut() {
