@@ -273,6 +273,33 @@ def nfqueue_seeds():
     yield "other", nlmsg(0x0301, b"\x02\x00\x00\x00")
 
 
+def rtnetlink_seeds():
+    # rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
+    v4 = struct.pack("=BBBBBBBBI", 2, 32, 0, 0, 254, 0, 0, 1, 0)
+    v6 = struct.pack("=BBBBBBBBI", 10, 128, 0, 0, 254, 0, 0, 1, 0)
+    routed = nlmsg(24, v4 + nlattr(1, bytes([10, 77, 3, 2])) + nlattr(4, struct.pack("=I", 2))
+                   + nlattr(5, bytes([10, 77, 1, 2])), seq=1)
+    onlink6 = nlmsg(24, v6 + nlattr(1, bytes.fromhex("fd770001000000000000000000000002"))
+                    + nlattr(4, struct.pack("=I", 2)), seq=2)
+    local = nlmsg(24, struct.pack("=BBBBBBBBI", 2, 32, 0, 0, 255, 0, 0, 2, 0)
+                  + nlattr(4, struct.pack("=I", 1)), seq=3)
+    # ndmsg: family, pad, pad, ifindex, state, flags, type
+    neigh4 = nlmsg(28, struct.pack("=BBHiHBB", 2, 0, 0, 2, 0x02, 0, 1)
+                   + nlattr(1, bytes([10, 77, 1, 2])) + nlattr(2, bytes([2, 0, 0, 0, 0, 1])), seq=4)
+    neigh6 = nlmsg(28, struct.pack("=BBHiHBB", 10, 0, 0, 2, 0x04, 0, 1)
+                   + nlattr(1, bytes.fromhex("fe800000000000000000000000000001"))
+                   + nlattr(2, bytes([2, 0, 0, 0, 0, 2])), seq=4)
+    incomplete = nlmsg(28, struct.pack("=BBHiHBB", 2, 0, 0, 2, 0x01, 0, 1)
+                       + nlattr(1, bytes([10, 77, 1, 9])), seq=4)
+    done = nlmsg(3, struct.pack("=i", 0), seq=4)
+    error = nlmsg(2, struct.pack("=i", -101) + struct.pack("=IHHII", 36, 26, 1, 5, 0), seq=5)
+    yield "route_v4_gateway", routed
+    yield "route_v6_onlink", onlink6
+    yield "route_local", local
+    yield "routes_then_error", routed + onlink6 + error
+    yield "neigh_dump", neigh4 + neigh6 + incomplete + done
+
+
 # ---------------------------------------------------------------- Redis, HTTP, digest
 
 
@@ -453,6 +480,8 @@ def main():
     put("pcap", "pcapng-tsresol-pow2", pcapng_file(1, tsresol=0x8a))
     for name, data in nfqueue_seeds():
         put("nfqueue", name, data)
+    for name, data in rtnetlink_seeds():
+        put("rtnetlink", name, data)
     for name, data in redis_seeds():
         put("redis_reply", name, data)
     for name, data in http_seeds():

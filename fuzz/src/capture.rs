@@ -85,3 +85,18 @@ pub fn nfqueue(data: &[u8]) {
     }
     assert!(packets <= data.len() / 16, "more messages than headers fit");
 }
+
+/// The rtnetlink replies the fast paths read (routes and neighbours for
+/// their next hops): never a panic, at most one message per 16 bytes, and
+/// every gateway of the address family its route names.
+pub fn rtnetlink(data: &[u8]) {
+    let replies = ringway_io::backend::parse_rtnetlink_replies(data);
+    assert!(
+        replies.messages <= data.len() / 16,
+        "more messages than headers fit"
+    );
+    assert!(replies.routes.len() + replies.neighbours.len() <= replies.messages);
+    for (_, _, mac) in &replies.neighbours {
+        assert_ne!(*mac, [0u8; 6], "an all-zero MAC is no entry");
+    }
+}

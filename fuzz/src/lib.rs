@@ -16,7 +16,7 @@ mod capture;
 mod sfu;
 mod sip;
 
-pub use capture::{nfqueue, pcap};
+pub use capture::{nfqueue, pcap, rtnetlink};
 pub use sfu::{sfu_core, sfu_jacktrip, sfu_recording, sfu_token, sfu_wire};
 pub use sip::{sip_digest, sip_dispatch, sip_parse, sip_proxy};
 
@@ -147,7 +147,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 16] = [
+pub const TARGETS: [(&str, Target); 17] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -159,6 +159,7 @@ pub const TARGETS: [(&str, Target); 16] = [
     ("sfu_recording", sfu_recording),
     ("pcap", pcap),
     ("nfqueue", nfqueue),
+    ("rtnetlink", rtnetlink),
     ("redis_reply", redis_reply),
     ("metrics_http", metrics_http),
     ("sip_tcp_framing", sip_tcp_framing),

@@ -16,8 +16,8 @@ pub(crate) mod xdp;
 pub use choice::{Io, IoChoiceError, OpenError, XdpInterface};
 pub use uring::UringConfig;
 pub use xdp::{
-    attach_xdp_pass, disable_tx_checksum_offload, FanoutRoute, FanoutStats, KernelFanout,
-    XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
+    attach_xdp_pass, disable_tx_checksum_offload, parse_rtnetlink_replies, FanoutRoute,
+    FanoutStats, KernelFanout, RtnetlinkReplies, XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
 };
 
 /// Which I/O path a backend uses.

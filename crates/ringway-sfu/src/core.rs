@@ -369,6 +369,8 @@ struct RouteList {
     addrs: Vec<SocketAddr>,
     ssids: Vec<u32>,
     pos: HashMap<u32, usize>,
+    /// Where the next packet's fan-out starts (rotates by one per packet).
+    first: usize,
 }
 
 impl RouteList {
@@ -410,6 +412,8 @@ pub struct Sfu {
     wildcard: [HashMap<u32, u16>; MediaType::COUNT],
     room: HashMap<SocketAddr, u64>,
     room_list: Vec<SocketAddr>,
+    /// Where the next static-room packet's fan-out starts.
+    room_first: usize,
     /// Registered clients per source prefix (entries only while above 0).
     client_prefixes: HashMap<PrefixKey, usize>,
     /// Static-room members per source prefix.
@@ -447,6 +451,7 @@ impl Sfu {
             wildcard: Default::default(),
             room: HashMap::new(),
             room_list: Vec::new(),
+            room_first: 0,
             client_prefixes: HashMap::new(),
             room_prefixes: HashMap::new(),
             scratch: Vec::new(),
@@ -676,6 +681,15 @@ impl Sfu {
             })
     }
 
+    /// Media of registered source `ssid` was forwarded outside the core (by
+    /// the in-kernel fan-out, which checks the source's address itself)
+    /// at `now`: the source is not idle.
+    pub fn media_seen(&mut self, now: u64, ssid: u32) {
+        if let Some(client) = self.clients.get_mut(&ssid) {
+            client.last_seen = client.last_seen.max(now);
+        }
+    }
+
     /// Whether `data` from `peer` is media from a verified source: RTP whose
     /// SSRC is registered to `peer`, or RTP from an admitted static-room
     /// member. Changes nothing; the engine asks before it lets a packet
@@ -744,11 +758,24 @@ impl Sfu {
                     media_info.clock_rate(),
                     self.cfg.late_after_ns,
                 );
-            let targets = self
+            // A fan-out order that rotates per packet: no subscriber is
+            // always served last.
+            self.scratch.clear();
+            if let Some(list) = self
                 .routes
-                .get(&ssrc)
-                .map(|r| r[media_info as usize].addrs.as_slice())
-                .unwrap_or(&[]);
+                .get_mut(&ssrc)
+                .map(|r| &mut r[media_info as usize])
+            {
+                let start = if list.addrs.is_empty() {
+                    0
+                } else {
+                    list.first % list.addrs.len()
+                };
+                list.first = start + 1;
+                self.scratch.extend_from_slice(&list.addrs[start..]);
+                self.scratch.extend_from_slice(&list.addrs[..start]);
+            }
+            let targets = self.scratch.as_slice();
             self.stats.media_accepted += 1;
             self.stats.copies += targets.len() as u64;
             let echo = self.cfg.echo.then_some(peer);
@@ -781,6 +808,11 @@ impl Sfu {
         self.scratch.clear();
         self.scratch
             .extend(self.room_list.iter().copied().filter(|a| *a != peer));
+        if !self.scratch.is_empty() {
+            let start = self.room_first % self.scratch.len();
+            self.room_first = start + 1;
+            self.scratch.rotate_left(start);
+        }
         self.stats.media_accepted += 1;
         self.stats.copies += self.scratch.len() as u64;
         let echo = self.cfg.echo.then_some(peer);
@@ -1707,6 +1739,41 @@ mod tests {
             Some((vec![], true))
         );
         assert_eq!(sfu.stats().clients, 3);
+        sfu.check_invariants().unwrap();
+    }
+
+    /// The fan-out order rotates per packet: over n packets each of the n
+    /// subscribers is served first once (and last once), and every packet
+    /// still goes to all of them.
+    #[test]
+    fn fan_out_order_rotates_so_no_subscriber_is_always_last() {
+        let mut sfu = Sfu::new(SfuConfig::default());
+        let members: Vec<SocketAddr> = (1..=4).map(addr).collect();
+        let ids: Vec<(u32, u64)> = members.iter().map(|&a| register(&mut sfu, a)).collect();
+        for (&a, &id) in members.iter().zip(&ids).skip(1) {
+            assert_eq!(
+                sub(&mut sfu, a, id, MsgType::Subscribe, "all"),
+                MsgType::Ack
+            );
+        }
+        let mut firsts = Vec::new();
+        let mut lasts = Vec::new();
+        for _ in 0..3 {
+            match sfu.handle(1, members[0], &rtp(ids[0].0, MediaType::Asq)) {
+                Action::Forward { targets, .. } => {
+                    let mut sorted = targets.to_vec();
+                    sorted.sort();
+                    assert_eq!(sorted, members[1..].to_vec());
+                    firsts.push(targets[0]);
+                    lasts.push(targets[targets.len() - 1]);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        firsts.sort();
+        lasts.sort();
+        assert_eq!(firsts, members[1..].to_vec(), "each served first once");
+        assert_eq!(lasts, members[1..].to_vec(), "each served last once");
         sfu.check_invariants().unwrap();
     }
 

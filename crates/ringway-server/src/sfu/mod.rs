@@ -825,6 +825,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     let mut measured_from = Instant::now();
     let mut spin_ns = 0u64;
     let mut next_tick = 0u64;
+    let mut next_feedback = 0u64;
     while !stop.load(Ordering::Relaxed) && duration.is_none_or(|limit| started.elapsed() < limit) {
         if !warm && started.elapsed() >= warmup {
             // End of the warm-up: measure from here.
@@ -854,6 +855,15 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
                 .send(admin::apply(&mut engine.sfu, now, request.op));
         }
         if now >= next_tick {
+            if let Some(f) = fanout.as_mut().filter(|_| now >= next_feedback) {
+                // Media the kernel replicated keeps its source alive (read
+                // a few times per idle timeout, at most once a second).
+                for ssid in f.active_sources() {
+                    engine.sfu.media_seen(now, ssid);
+                }
+                next_feedback =
+                    now + (engine.sfu.config().idle_timeout_ns / 4).clamp(TICK_NS, 1_000_000_000);
+            }
             tick(&mut engine, fanout.as_mut(), &live, io.stats(), now);
             next_tick = now + TICK_NS;
         }

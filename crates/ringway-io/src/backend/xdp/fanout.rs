@@ -35,7 +35,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Most destinations (echo excluded) one packet is replicated to in the
 /// kernel; packets with more go to user space.
-pub const MAX_FANOUT: usize = 16;
+pub const MAX_FANOUT: usize = 256;
 const VALUE_LEN: usize = 40 + 16 * MAX_FANOUT;
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
@@ -55,7 +55,10 @@ const STX_W: u8 = 0x63;
 const ATOMIC_ADD_DW: u8 = 0xdb;
 const JNE_REG: u8 = 0x5d;
 const JEQ_IMM: u8 = 0x15;
-const JLE_IMM: u8 = 0xb5;
+const JGE_IMM: u8 = 0x35;
+const JGE_REG: u8 = 0x3d;
+const JA: u8 = 0x05;
+const LDXDW: u8 = 0x79;
 const SUB64_REG: u8 = 0x1f;
 /// `TC_ACT_OK` / `TCX_PASS`, `TC_ACT_SHOT`.
 const TC_OK: i32 = 0;
@@ -83,14 +86,15 @@ fn call(function: i32) -> Insn {
 /// address and port, RTP version 2; its source is in the map, verified;
 /// at most [`MAX_FANOUT`] destinations), then our MAC, address and port
 /// on the stack. Registers from here on: r6 the context, r7 the map
-/// entry, r8 the destination count, r9 the pickup time.
+/// entry, r8 the destination count (r9 is the copy loop's index); the
+/// pickup time is on the stack at -40.
 fn checks(map_fd: i32, ip: i32, port: i32, mac: [u8; 6]) -> Vec<Insn> {
     vec![
         insn(MOV64_REG, 6, 1, 0, 0),
         call(FUNC_KTIME),
-        insn(MOV64_REG, 9, 0, 0, 0), // r9 = pickup
-        insn(LDXW, 2, 6, 76, 0),     // data
-        insn(LDXW, 3, 6, 80, 0),     // data_end
+        insn(STXDW, 10, 0, -40, 0), // pickup
+        insn(LDXW, 2, 6, 76, 0),    // data
+        insn(LDXW, 3, 6, 80, 0),    // data_end
         insn(MOV64_REG, 4, 2, 0, 0),
         insn(ADD64_IMM, 4, 0, 0, 54), // Ethernet + IPv4 + UDP + RTP header
         insn(JGT_REG, 4, 3, TO_PASS, 0),
@@ -173,10 +177,14 @@ impl Builder {
     /// `bpf_skb_store_bytes` of `len` bytes at `from_reg + from_off` into
     /// the packet at `off`.
     fn store(&mut self, off: i32, from_reg: u8, from_off: i32, len: i32) {
+        self.store_from(off, vec![insn(MOV64_REG, 3, from_reg, 0, 0)], from_off, len);
+    }
+
+    /// As [`Builder::store`], from r3 set by `base` plus `from_off`.
+    fn store_from(&mut self, off: i32, base: Vec<Insn>, from_off: i32, len: i32) {
+        self.extend([insn(MOV64_REG, 1, 6, 0, 0), insn(MOV64_IMM, 2, 0, 0, off)]);
+        self.extend(base);
         self.extend([
-            insn(MOV64_REG, 1, 6, 0, 0),
-            insn(MOV64_IMM, 2, 0, 0, off),
-            insn(MOV64_REG, 3, from_reg, 0, 0),
             insn(ADD64_IMM, 3, 0, 0, from_off),
             insn(MOV64_IMM, 4, 0, 0, len),
             insn(MOV64_IMM, 5, 0, 0, 0),
@@ -184,24 +192,26 @@ impl Builder {
         ]);
     }
 
-    /// r3 = old (a load), r4 = new (a load): the UDP checksum update, and
-    /// the IPv4 header's first when `l3`.
-    fn csum(&mut self, l3: bool, size: i32, old: Insn, new: Insn) {
+    /// r3 = old, r4 = new (each loaded by its instructions, which may use
+    /// r3/r4 only): the UDP checksum update, and the IPv4 header's first
+    /// when `l3`.
+    fn csum(&mut self, l3: bool, size: i32, old: Vec<Insn>, new: Vec<Insn>) {
         if l3 {
             self.extend([
                 insn(MOV64_REG, 1, 6, 0, 0),
                 insn(MOV64_IMM, 2, 0, 0, IP_CSUM),
-                old,
-                new,
-                insn(MOV64_IMM, 5, 0, 0, size),
-                call(FUNC_L3_CSUM),
             ]);
+            self.extend(old.clone());
+            self.extend(new.clone());
+            self.extend([insn(MOV64_IMM, 5, 0, 0, size), call(FUNC_L3_CSUM)]);
         }
         self.extend([
             insn(MOV64_REG, 1, 6, 0, 0),
             insn(MOV64_IMM, 2, 0, 0, UDP_CSUM),
-            old,
-            new,
+        ]);
+        self.extend(old);
+        self.extend(new);
+        self.extend([
             insn(MOV64_IMM, 5, 0, 0, L4_FLAGS | size),
             call(FUNC_L4_CSUM),
         ]);
@@ -213,72 +223,82 @@ impl Builder {
         self.csum(
             true,
             4,
-            insn(LDXW, 3, 7, 0, 0),
-            insn(MOV64_IMM, 4, 0, 0, ip),
+            vec![insn(LDXW, 3, 7, 0, 0)],
+            vec![insn(MOV64_IMM, 4, 0, 0, ip)],
         );
         self.store(IP_SRC, 10, -32, 4);
         self.csum(
             false,
             2,
-            insn(LDXH, 3, 7, 4, 0),
-            insn(MOV64_IMM, 4, 0, 0, port),
+            vec![insn(LDXH, 3, 7, 4, 0)],
+            vec![insn(MOV64_IMM, 4, 0, 0, port)],
         );
         self.store(UDP_SPORT, 10, -28, 2);
     }
 
-    /// Point the packet at the destination at entry offset `at` (address
-    /// and port, checksums from the current destination kept on the stack)
+    /// Point the packet at the address and port at `base + at` (`base`:
+    /// instructions setting `reg`, r3 or r4, to the entry or a destination
+    /// in it), checksums from the current destination kept on the stack,
     /// and remember it as the current one.
-    fn retarget(&mut self, at: i32) {
-        self.csum(
-            true,
-            4,
-            insn(LDXW, 3, 10, -16, 0),
-            insn(LDXW, 4, 7, at as i16, 0),
-        );
-        self.store(IP_DST, 7, at, 4);
-        self.extend([insn(LDXW, 1, 7, at as i16, 0), insn(STX_W, 10, 1, -16, 0)]);
+    fn retarget(&mut self, base: impl Fn(u8) -> Vec<Insn>, at: i32) {
+        let load = |code: u8, reg: u8, off: i32| {
+            let mut v = base(reg);
+            v.push(insn(code, reg, reg, off as i16, 0));
+            v
+        };
+        self.csum(true, 4, vec![insn(LDXW, 3, 10, -16, 0)], load(LDXW, 4, at));
+        self.store_from(IP_DST, base(3), at, 4);
+        self.extend(load(LDXW, 3, at));
+        self.extend([insn(STX_W, 10, 3, -16, 0)]);
         self.csum(
             false,
             2,
-            insn(LDXW, 3, 10, -12, 0),
-            insn(LDXH, 4, 7, (at + 4) as i16, 0),
+            vec![insn(LDXW, 3, 10, -12, 0)],
+            load(LDXH, 4, at + 4),
         );
-        self.store(UDP_DPORT, 7, at + 4, 2);
-        self.extend([
-            insn(LDXH, 1, 7, (at + 4) as i16, 0),
-            insn(STX_W, 10, 1, -12, 0),
-        ]);
+        self.store_from(UDP_DPORT, base(3), at + 4, 2);
+        self.extend(load(LDXH, 3, at + 4));
+        self.extend([insn(STX_W, 10, 3, -12, 0)]);
     }
 
-    /// One clone per destination i < n (unrolled: the verifier wants
-    /// bounded code), each jump "n <= i" going to the end of the copies.
+    /// One clone per destination i < n, in a bounded loop (r9 = i; the
+    /// verifier follows every iteration up to [`MAX_FANOUT`]).
     fn copies(&mut self, ifindex: u32) {
-        let mut done_jumps = Vec::new();
-        for i in 0..MAX_FANOUT {
-            done_jumps.push(self.program.len());
-            self.program.push(insn(JLE_IMM, 8, 0, 0, i as i32)); // n <= i: done
-            let offset = 40 + 16 * i as i32;
-            self.retarget(offset);
-            self.store(0, 7, offset + 6, 6); // destination MAC
-            self.extend([
-                insn(MOV64_REG, 1, 6, 0, 0),
-                insn(MOV64_IMM, 2, 0, 0, ifindex as i32),
-                insn(MOV64_IMM, 3, 0, 0, 0), // egress
-                call(FUNC_CLONE_REDIRECT),
-            ]);
-        }
+        // reg = r7 + 16 * r9: destination i is at reg + 40.
+        let dest = |reg: u8| {
+            vec![
+                insn(MOV64_REG, reg, 9, 0, 0),
+                insn(LSH64_IMM, reg, 0, 0, 4),
+                insn(ADD64_REG, reg, 7, 0, 0),
+            ]
+        };
+        self.program.push(insn(MOV64_IMM, 9, 0, 0, 0));
+        let top = self.program.len();
+        self.program.push(insn(JGE_REG, 9, 8, 0, 0)); // i >= n: done
+        self.program.push(insn(JGE_IMM, 9, 0, 0, MAX_FANOUT as i32)); // (for the verifier)
+        self.retarget(dest, 40);
+        self.store_from(0, dest(3), 40 + 6, 6); // destination MAC
+        self.extend([
+            insn(MOV64_REG, 1, 6, 0, 0),
+            insn(MOV64_IMM, 2, 0, 0, ifindex as i32),
+            insn(MOV64_IMM, 3, 0, 0, 0), // egress
+            call(FUNC_CLONE_REDIRECT),
+            insn(ADD64_IMM, 9, 0, 0, 1),
+        ]);
+        let back = self.program.len();
+        self.program
+            .push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
         let end = self.program.len();
-        for offset in done_jumps {
-            self.program[offset].off = (end - offset - 1) as i16;
-        }
+        self.program[top].off = (end - top - 1) as i16;
+        self.program[top + 1].off = (end - top - 2) as i16;
     }
 
     /// Add the packet and its delay (now − pickup) to the entry's counters.
     fn account(&mut self) {
         self.extend([
             call(FUNC_KTIME),
-            insn(SUB64_REG, 0, 9, 0, 0),
+            insn(LDXDW, 1, 10, -40, 0),
+            insn(SUB64_REG, 0, 1, 0, 0),
             insn(ATOMIC_ADD_DW, 7, 0, 32, 0),
             insn(MOV64_IMM, 1, 0, 0, 1),
             insn(ATOMIC_ADD_DW, 7, 1, 24, 0),
@@ -295,7 +315,7 @@ impl Builder {
         self.extend([insn(MOV64_IMM, 0, 0, 0, TC_SHOT), insn(EXIT, 0, 0, 0, 0)]);
         let echo = self.program.len();
         self.program[no_echo].off = (echo - no_echo - 1) as i16;
-        self.retarget(0);
+        self.retarget(|reg| vec![insn(MOV64_REG, reg, 7, 0, 0)], 0);
         self.store(0, 7, 8, 6);
         self.account();
         self.extend([
@@ -389,6 +409,8 @@ pub struct KernelFanout {
     neigh: Neighbours,
     /// Installed entries: key → the value bytes written (counters zero).
     installed: HashMap<[u8; 8], Vec<u8>>,
+    /// Packets of each installed entry at the last [`KernelFanout::active_sources`].
+    seen: HashMap<[u8; 8], u64>,
     updates: u64,
     /// Counters of entries removed since (packets, delay ns).
     removed: (u64, u64),
@@ -433,6 +455,8 @@ impl KernelFanout {
         put32(&mut attr, 4, 8);
         put32(&mut attr, 8, VALUE_LEN as u32);
         put32(&mut attr, 12, 4096);
+        // BPF_F_NO_PREALLOC: entries are 4 KiB; memory for those in use only.
+        put32(&mut attr, 16, 1);
         attr[28..28 + 9].copy_from_slice(b"rw_fanout");
         let map = bpf(BPF_MAP_CREATE, &mut attr, "BPF_MAP_CREATE(HASH fan-out)")?;
         let prog = fanout_program(map.as_raw_fd(), local, mac, ifindex);
@@ -458,6 +482,7 @@ impl KernelFanout {
             map,
             neigh: Neighbours::new(ifname),
             installed: HashMap::new(),
+            seen: HashMap::new(),
             updates: 0,
             removed: (0, 0),
         })
@@ -499,6 +524,7 @@ impl KernelFanout {
                 "BPF_MAP_DELETE_ELEM",
             )?;
             self.installed.remove(&k);
+            self.seen.remove(&k);
             self.updates += 1;
         }
         for (k, value) in want {
@@ -576,6 +602,25 @@ impl KernelFanout {
         ))
     }
 
+    /// The sources (SSRCs) whose media the kernel replicated since the last
+    /// call: the control plane refreshes their idle timers with them, as
+    /// media handled in the kernel never reaches it.
+    pub fn active_sources(&mut self) -> Vec<u32> {
+        let mut active = Vec::new();
+        let keys: Vec<[u8; 8]> = self.installed.keys().copied().collect();
+        for k in keys {
+            let Some((packets, _)) = self.counters(&k) else {
+                continue;
+            };
+            let before = self.seen.insert(k, packets).unwrap_or(0);
+            let ssrc = u32::from_be_bytes([k[0], k[1], k[2], k[3]]);
+            if packets > before && !active.contains(&ssrc) {
+                active.push(ssrc);
+            }
+        }
+        active
+    }
+
     /// Counters since attaching: entries in the map now and removed ones.
     pub fn stats(&self) -> FanoutStats {
         let mut totals = FanoutStats {
@@ -615,7 +660,7 @@ mod tests {
         let program = fanout_program(9, local, [2, 0, 0, 0, 0, 7], 3);
         assert_eq!(
             (program.len(), fingerprint(&program)),
-            (925, 0x6ef4_ec77_f897_8859)
+            (237, 0x67f4_786f_49b8_e424)
         );
     }
 }

@@ -58,6 +58,7 @@ mod ring;
 pub(crate) mod with_socket;
 
 pub use fanout::{FanoutRoute, FanoutStats, KernelFanout, MAX_FANOUT};
+pub use netlink::{parse_rtnetlink_replies, RtnetlinkReplies};
 pub use program::{attach_xdp_pass, XdpAttachment, XdpMode};
 
 use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats, TxProgress};

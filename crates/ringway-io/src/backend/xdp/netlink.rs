@@ -201,6 +201,37 @@ pub(crate) fn parse_neigh(payload: &[u8]) -> Option<(u32, IpAddr, [u8; 6])> {
     Some((ifindex, ip?, mac))
 }
 
+/// What a buffer of rtnetlink replies holds, as the fast paths read it:
+/// the unicast routes and the usable neighbour entries (the fuzz target's
+/// entry; every message parsed, up to the first malformed one).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RtnetlinkReplies {
+    /// Messages walked.
+    pub messages: usize,
+    /// `RTM_NEWROUTE` messages with a unicast route: (output interface, gateway).
+    pub routes: Vec<(u32, Option<IpAddr>)>,
+    /// `RTM_NEWNEIGH` messages with a usable entry: (interface, address, MAC).
+    pub neighbours: Vec<(u32, IpAddr, [u8; 6])>,
+}
+
+/// Parse `buf` as the kernel's replies to route and neighbour requests.
+pub fn parse_rtnetlink_replies(buf: &[u8]) -> RtnetlinkReplies {
+    let mut out = RtnetlinkReplies::default();
+    for (ty, _, _, payload) in messages(buf) {
+        out.messages += 1;
+        match ty {
+            RTM_NEWROUTE => {
+                if let RouteAnswer::Unicast(hop) = parse_route(payload) {
+                    out.routes.push((hop.oif, hop.gateway));
+                }
+            }
+            RTM_NEWNEIGH => out.neighbours.extend(parse_neigh(payload)),
+            _ => {}
+        }
+    }
+    out
+}
+
 impl RouteSocket {
     /// A `NETLINK_ROUTE` socket in the calling thread's namespace.
     pub(crate) fn open() -> io::Result<RouteSocket> {

@@ -106,6 +106,9 @@ pub(crate) struct LoadArgs {
     /// `tc` fan-out on its veth; not with `--sfu-backend xdp`).
     #[arg(long)]
     pub sfu_kernel_fanout: bool,
+    /// With `--netns`: the started SFU's idle timeout (seconds).
+    #[arg(long, default_value_t = 10.0)]
+    pub sfu_idle_timeout: f64,
     /// With `--netns`: where the started SFU writes its JSON report.
     #[arg(long)]
     pub sfu_json: Option<PathBuf>,
@@ -228,6 +231,7 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
             .first()
             .map(|i| i.0.clone())
             .filter(|_| a.sfu_kernel_fanout),
+        idle_timeout_s: a.sfu_idle_timeout,
         ..SfuServerConfig::default()
     };
     // The SFU starts inside its host (its engine thread inherits the
