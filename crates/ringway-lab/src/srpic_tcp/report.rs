@@ -84,6 +84,23 @@ fn cells_of(c: &TcpLabConfig, t: Table) -> Vec<Cell> {
 /// All requested tables as text.
 pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
     let mut out = String::new();
+    preamble(&mut out, c);
+    for &t in &c.tables {
+        let cells = cells_of(c, t);
+        match t {
+            Table::T4 => table4(&mut out, c, all, &cells),
+            Table::T5 => table5(&mut out, c, all, &cells),
+            Table::T6 => table6(&mut out, c, all, &cells),
+            Table::T8 => table8(&mut out, c, all, &cells),
+            Table::Sweep => sweep(&mut out, c, all, &cells),
+        }
+    }
+    left_out(&mut out, all);
+    out
+}
+
+/// The run settings every table shares (link, delays, receiver, assumptions).
+fn preamble(out: &mut String, c: &TcpLabConfig) {
     let window = c.k();
     let _ = writeln!(
         out,
@@ -109,125 +126,113 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
         c.reps,
         if c.timestamps { "on" } else { "off" }
     );
-    for &t in &c.tables {
-        let cells = cells_of(c, t);
-        match t {
-            Table::T4 => {
-                let _ = writeln!(
-                    out,
-                    "\nTable 4. Reordering: α = {} ms, β varied, no loss, SACK off.",
-                    c.alpha_run_ms()
-                );
-                header(
-                    &mut out,
-                    "                      β (%)",
-                    &[THROUGHPUT, RETRANS, DUPACKS],
-                );
-                for x in &cells {
-                    let label = format!(
-                        "{} {:>2} stream{} {:>5}",
-                        x.sender.name(),
-                        x.streams,
-                        if x.streams == 1 { " " } else { "s" },
-                        pct(x.beta)
-                    );
-                    row(&mut out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS]);
-                }
-                let label = |x: &Cell| {
-                    format!(
-                        "{} {:>2} st β {:>5}%",
-                        x.sender.name(),
-                        x.streams,
-                        pct(x.beta)
-                    )
-                };
-                receiver_view(&mut out, all, &cells, label);
-                recovery_view(&mut out, all, &cells, label);
-            }
-            Table::T5 => {
-                let _ = writeln!(
-                    out,
-                    "\nTable 5. Packet drops: α = {} ms both ways, δ varied, 1 stream, SACK on.",
-                    c.alpha_run_ms()
-                );
-                header(
-                    &mut out,
-                    "                  δ (%)",
-                    &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-                );
-                for x in &cells {
-                    let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
-                    row(
-                        &mut out,
-                        &label,
-                        all,
-                        x,
-                        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-                    );
-                }
-                table7(&mut out, all, &cells);
-                recovery_view(&mut out, all, &cells, |x| {
-                    format!("{} δ {:>5}%", x.sender.name(), pct(x.delta))
-                });
-            }
-            Table::T6 => {
-                let _ = writeln!(
-                    out,
-                    "\nTable 6. Reordering and drops: α = {} ms, β = {} %, δ varied, SACK on.",
-                    c.alpha_run_ms(),
-                    pct(c.beta_loss)
-                );
-                header(
-                    &mut out,
-                    "                 streams δ (%)",
-                    &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-                );
-                for x in &cells {
-                    let label = format!("{} {:>7} {:>5}", x.sender.name(), x.streams, pct(x.delta));
-                    row(
-                        &mut out,
-                        &label,
-                        all,
-                        x,
-                        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-                    );
-                }
-                let label = |x: &Cell| {
-                    format!(
-                        "{} {:>2} st δ {:>5}%",
-                        x.sender.name(),
-                        x.streams,
-                        pct(x.delta)
-                    )
-                };
-                receiver_view(&mut out, all, &cells, label);
-                recovery_view(&mut out, all, &cells, label);
-            }
-            Table::T8 => {
-                let _ = writeln!(
-                    out,
-                    "\nTable 8. Forward and reverse paths: β = {} % and δ on both, 1 stream, SACK on.",
-                    pct(c.beta_loss)
-                );
-                header(
-                    &mut out,
-                    "                  δ (%)",
-                    &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-                );
-                for x in &cells {
-                    let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
-                    row(
-                        &mut out,
-                        &label,
-                        all,
-                        x,
-                        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-                    );
-                }
-            }
-            Table::Sweep => sweep(&mut out, c, all, &cells),
-        }
+}
+
+/// Table 4: reordering, β varied, SACK off.
+fn table4(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
+    let _ = writeln!(
+        out,
+        "\nTable 4. Reordering: α = {} ms, β varied, no loss, SACK off.",
+        c.alpha_run_ms()
+    );
+    header(
+        out,
+        "                      β (%)",
+        &[THROUGHPUT, RETRANS, DUPACKS],
+    );
+    for x in cells {
+        let label = format!(
+            "{} {:>2} stream{} {:>5}",
+            x.sender.name(),
+            x.streams,
+            if x.streams == 1 { " " } else { "s" },
+            pct(x.beta)
+        );
+        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS]);
     }
+    let label = |x: &Cell| {
+        format!(
+            "{} {:>2} st β {:>5}%",
+            x.sender.name(),
+            x.streams,
+            pct(x.beta)
+        )
+    };
+    receiver_view(out, all, cells, label);
+    recovery_view(out, all, cells, label);
+}
+
+/// Table 5: packet drops, δ varied, with Table 7's CPU.
+fn table5(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
+    let _ = writeln!(
+        out,
+        "\nTable 5. Packet drops: α = {} ms both ways, δ varied, 1 stream, SACK on.",
+        c.alpha_run_ms()
+    );
+    header(
+        out,
+        "                  δ (%)",
+        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
+    );
+    for x in cells {
+        let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
+        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS, SACKS]);
+    }
+    table7(out, all, cells);
+    recovery_view(out, all, cells, |x| {
+        format!("{} δ {:>5}%", x.sender.name(), pct(x.delta))
+    });
+}
+
+/// Table 6: reordering and drops together.
+fn table6(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
+    let _ = writeln!(
+        out,
+        "\nTable 6. Reordering and drops: α = {} ms, β = {} %, δ varied, SACK on.",
+        c.alpha_run_ms(),
+        pct(c.beta_loss)
+    );
+    header(
+        out,
+        "                 streams δ (%)",
+        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
+    );
+    for x in cells {
+        let label = format!("{} {:>7} {:>5}", x.sender.name(), x.streams, pct(x.delta));
+        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS, SACKS]);
+    }
+    let label = |x: &Cell| {
+        format!(
+            "{} {:>2} st δ {:>5}%",
+            x.sender.name(),
+            x.streams,
+            pct(x.delta)
+        )
+    };
+    receiver_view(out, all, cells, label);
+    recovery_view(out, all, cells, label);
+}
+
+/// Table 8: impairments on the forward and the reverse path.
+fn table8(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell]) {
+    let _ = writeln!(
+        out,
+        "\nTable 8. Forward and reverse paths: β = {} % and δ on both, 1 stream, SACK on.",
+        pct(c.beta_loss)
+    );
+    header(
+        out,
+        "                  δ (%)",
+        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
+    );
+    for x in cells {
+        let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
+        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS, SACKS]);
+    }
+}
+
+/// The runs the exclusion rules left out, with the reason.
+fn left_out(out: &mut String, all: &[RunResult]) {
     let flagged: Vec<&RunResult> = all.iter().filter(|r| r.flagged.is_some()).collect();
     if !flagged.is_empty() {
         let _ = writeln!(out, "\nLeft out ({} runs):", flagged.len());
@@ -246,7 +251,6 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
             );
         }
     }
-    out
 }
 
 /// Table 7: CPU of the drop experiments (the paper's oprofile event counts
