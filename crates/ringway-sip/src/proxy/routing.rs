@@ -355,7 +355,13 @@ impl Proxy {
             }
         }
         if let Some(route) = plan.next_route {
-            if let Some(query) = route.sip_uri().and_then(|u| self.name_of(&u)) {
+            // No resolver (or an IP literal): not one more parse of the URI.
+            if let Some(query) = self
+                .names
+                .as_ref()
+                .and_then(|_| route.sip_uri())
+                .and_then(|u| self.name_of(&u))
+            {
                 return Target::Resolve { query, grant };
             }
             let to = route.sip_uri().and_then(|u| {
