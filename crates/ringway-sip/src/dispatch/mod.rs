@@ -689,7 +689,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some((hash, mac)) = top.branch.and_then(Dispatcher::parse_branch) else {
             return self.dropped(label, DropReason::ResponseNotOurs);
         };
-        let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
+        let Some(to) = msg.second_via().and_then(|next| next.response_target()) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
         // The MAC binds our branch to where its responses go: a response
