@@ -4,6 +4,7 @@
 //! which addresses, domains and identities are ours.
 
 use super::branch::{Branch, RequestKeys, BRANCH_PREFIX};
+use super::flow_token::TokenUse;
 use super::request_context::Request;
 use super::Proxy;
 use crate::msg::{Method, SipMsg, Via};
@@ -117,8 +118,9 @@ pub(super) struct RoutePlan<'m> {
     /// reach the Request-URI when it names none.
     pub(super) own_route_transport: Option<Transport>,
     /// The flow a signed flow token in one of our Route values names
-    /// (RFC 5626 5.3): a request in the dialog that did not come over it
-    /// goes over it.
+    /// (RFC 5626 5.3): a Record-Route token within a dialog, or a Path
+    /// token (the user part of our Path, an edge proxy's) on any request.
+    /// A request that did not come over the flow goes over it.
     pub(super) flow: Option<Hop>,
 }
 
@@ -261,13 +263,17 @@ impl Proxy {
         let mut last: Option<NameAddr<'m>> = None;
         let mut own_route_transport = None;
         let mut flow = None;
+        let mut path_flow = None;
         for route in msg.routes() {
             if first_other.is_none() {
                 let uri = route.sip_uri();
                 if let Some(u) = uri.filter(|u| self.host_is_ours(u.host, u.port)) {
                     own_route_transport = Some(Transport::of_uri(&u).unwrap_or_default());
                     if let Some(Some(token)) = u.param(super::flow_token::FLOW_PARAM) {
-                        flow = flow.or(self.flow_of_token(token));
+                        flow = flow.or(self.flow_of_token(token, TokenUse::RecordRoute));
+                    }
+                    if let Some(token) = u.user {
+                        path_flow = path_flow.or(self.flow_of_token(token, TokenUse::Path));
                     }
                     ours += 1;
                     signed = signed || in_dialog && self.route_is_signed(msg, uri);
@@ -311,8 +317,10 @@ impl Proxy {
             strict_next_hop,
             received_uri,
             own_route_transport,
-            // Only within a dialog, and only one we Record-Routed.
-            flow: flow.filter(|_| in_dialog),
+            // A Record-Route token only within a dialog; a Path token
+            // (the registrar sends the initial request through our Path)
+            // on any request.
+            flow: flow.filter(|_| in_dialog).or(path_flow),
         }
     }
 
@@ -336,11 +344,14 @@ impl Proxy {
             if !came_over_it {
                 return Target::Send {
                     to: flow,
-                    // The token is signed: we sent this dialog there.
+                    // The token is signed: we sent this dialog there, or
+                    // the phone registered through us over it.
                     grant: Grant::SignedRoute,
                     request_uri: None,
                     route_set: None,
-                    flow: false,
+                    // An initial request (through our Path): our
+                    // Record-Route towards the flow carries its token.
+                    flow: true,
                 };
             }
         }
