@@ -7,10 +7,13 @@
 //! registrar's requests through that Path go out over the flow, and only a
 //! token we signed for a Path is followed.
 
+use ringway_sip::proxy::{NameAnswer, NameQuery, NameResolver, QueueFull, ResolvingRequest};
 use ringway_sip::{
-    Action, FlowId, Hop, Mode, Proxy, ProxyConfig, SipMsg, Transport, TransportAddr,
+    Action, FlowId, Hop, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport, TransportAddr,
 };
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 const PROXY: &str = "192.0.2.10:5060";
 /// Our WebSocket listener.
@@ -31,7 +34,11 @@ type Sent = Vec<(Hop, Vec<u8>)>;
 /// sends everything else to [`REGISTRAR`] (`edge`: true), with a WSS
 /// listener.
 fn proxy(edge: bool, nat: bool) -> Proxy {
-    Proxy::new(ProxyConfig {
+    Proxy::new(config(edge, nat))
+}
+
+fn config(edge: bool, nat: bool) -> ProxyConfig {
+    ProxyConfig {
         mode: Mode::Stateless,
         local: addr(PROXY),
         route_to: edge.then(|| addr(REGISTRAR)),
@@ -48,7 +55,7 @@ fn proxy(edge: bool, nat: bool) -> Proxy {
             vec!["example.com".into()]
         },
         ..ProxyConfig::default()
-    })
+    }
 }
 
 /// The browser's WebSocket connection.
@@ -192,6 +199,53 @@ fn an_invalid_contact_is_never_routed_by_its_host() {
     );
     assert_eq!(action, Action::Responded(404));
     assert!(sent.iter().all(|(hop, _)| *hop == Hop::udp(addr(UAC))));
+}
+
+/// A resolver that counts what it is asked and knows nothing.
+#[derive(Default)]
+struct Counting {
+    asked: AtomicUsize,
+}
+
+impl NameResolver for Counting {
+    fn cached(&self, _: &NameQuery) -> Option<NameAnswer> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    fn submit(&self, _: ResolvingRequest) -> Result<(), QueueFull> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_proxy_that_resolves_names_never_resolves_an_invalid_host() {
+    // Relaying anywhere: Request-URI names are resolved.
+    let mut p = Proxy::new(ProxyConfig {
+        relay: RelayNets::Any,
+        ..config(false, false)
+    });
+    let resolver = Arc::new(Counting::default());
+    p.set_name_resolver(resolver.clone());
+    // An in-dialog request to a browser's Contact without a token of ours.
+    let (action, _) = handle(
+        &p,
+        Hop::udp(addr(UAC)),
+        &in_dialog("BYE", "192.0.2.1:5060", "<sip:192.0.2.10:5060;lr>"),
+    );
+    assert_eq!(action, Action::Responded(404));
+    assert_eq!(resolver.asked.load(Ordering::Relaxed), 0);
+    // A name that is not `.invalid` is asked for (the check above is not
+    // vacuous).
+    let other = text(&in_dialog(
+        "BYE",
+        "192.0.2.1:5060",
+        "<sip:192.0.2.10:5060;lr>",
+    ))
+    .replace(".invalid;transport=ws", ".example;transport=ws");
+    handle(&p, Hop::udp(addr(UAC)), other.as_bytes());
+    assert!(resolver.asked.load(Ordering::Relaxed) > 0);
 }
 
 /// The REGISTER the edge proxy forwards to the registrar.
