@@ -58,6 +58,11 @@ fn metrics_endpoint_serves_histograms_and_counters() {
     );
     assert!(prom_sum(&text, "ringway_sip_k_snd_seconds_count") > 0.0);
     assert!(prom_sum(&text, "ringway_sip_forwarded_total") >= 50.0);
+    // Shedding off: no admitted-fraction gauge and null in the summary
+    // (n/a, not a made-up 1).
+    assert!(!text.contains("ringway_sip_overload_admitted"), "{text}");
+    assert!(summary["messages"]["overload_admitted_ratio"].is_null());
+    assert!(summary["messages"]["overload_admitted_min_ratio"].is_null());
 }
 
 /// The exposition passes `promtool check metrics` (Prometheus's own lint:
@@ -90,6 +95,10 @@ fn metrics_pass_promtool_with_auth_and_flood() {
                 "100",
                 "--flood-window-ms",
                 "20000",
+                // The admission controller's gauges (a 2 s set point:
+                // nothing is shed here, the fraction stays 1).
+                "--overload-queue-delay-ms",
+                "2000",
             ],
         );
         start_loopback_uas(procs, dir);
@@ -141,5 +150,12 @@ fn metrics_pass_promtool_with_auth_and_flood() {
         prom_value(&text, "ringway_sip_auth_accepted_total"),
         Some(10.0)
     );
+    for gauge in [
+        "ringway_sip_overload_admitted_ratio",
+        "ringway_sip_overload_admitted_min_ratio",
+    ] {
+        let value = prom_value(&text, gauge).unwrap_or_else(|| panic!("{gauge} in\n{text}"));
+        assert!(value > 0.0 && value <= 1.0, "{gauge} {value}");
+    }
     assert_promtool_accepts(&text);
 }

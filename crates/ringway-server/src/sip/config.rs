@@ -235,6 +235,8 @@ impl SipServerConfig {
     /// Reject inconsistent settings, naming the field.
     pub fn validate(&self) -> Result<(), ServerError> {
         self.validate_threads_and_bounds()?;
+        self.validate_next_hop()?;
+        self.validate_backend_and_placement()?;
         self.validate_registrar()?;
         self.validate_auth_and_flood()?;
         self.validate_location_and_overload()
@@ -277,6 +279,13 @@ impl SipServerConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The configured next hop (address or name), its transport and the
+    /// listeners and TLS settings it needs; the DNS wait bounds.
+    fn validate_next_hop(&self) -> Result<(), ServerError> {
+        let fail = |message: String| Err(ServerError::Config(message));
         if let Some(name) = &self.route_to_name {
             let crate::dns::NextHop::Name { .. } = name.hop else {
                 return fail(format!("route_to_name {name}: not a name"));
@@ -334,6 +343,12 @@ impl SipServerConfig {
         {
             return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
         }
+        Ok(())
+    }
+
+    /// The backend's own limits (XDP) and the workers' placement.
+    fn validate_backend_and_placement(&self) -> Result<(), ServerError> {
+        let fail = |message: String| Err(ServerError::Config(message));
         if let Io::Xdp(interface) = &self.io {
             if self.workers != 1 {
                 return fail(format!(
@@ -354,12 +369,17 @@ impl SipServerConfig {
                 ));
             }
         }
-        if let Some(n) = self.placement.nice {
-            if !(-20..=19).contains(&n) {
-                return fail(format!("nice must be -20..=19, not {n}"));
+        if let Some(nice) = self.placement.nice {
+            if !(-20..=19).contains(&nice) {
+                return fail(format!("nice must be -20..=19, not {nice}"));
             }
         }
-        if self.placement.cpus.as_ref().is_some_and(|c| c.is_empty()) {
+        if self
+            .placement
+            .cpus
+            .as_ref()
+            .is_some_and(|cpus| cpus.is_empty())
+        {
             return fail("the worker CPU list is empty".into());
         }
         Ok(())

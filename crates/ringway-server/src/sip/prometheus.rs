@@ -237,6 +237,21 @@ pub(super) fn render(snap: &Snapshot) -> String {
         &[],
         snap.stale_threads as f64,
     );
+    if let Some((now, lowest)) = snap.metrics.overload_admitted_ratio() {
+        // Shedding on only: no sample rather than a made-up 1.
+        text.gauge(
+            "ringway_sip_overload_admitted_ratio",
+            "Fraction of new INVITEs the overload controllers admit now (mean over workers).",
+            &[],
+            now,
+        );
+        text.gauge(
+            "ringway_sip_overload_admitted_min_ratio",
+            "Lowest fraction of new INVITEs any worker's overload controller admitted since start.",
+            &[],
+            lowest,
+        );
+    }
     state_bounds(&mut text, &snap.proxy, &snap.config);
     thread_metrics(&mut text, snap);
     // Not known locally with a shared store: no sample rather than 0.

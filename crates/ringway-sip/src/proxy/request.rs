@@ -265,24 +265,7 @@ impl ProxyWorker<'_> {
     ) -> Action {
         let proxy = self.proxy();
         let to = route.to;
-        let mut grant = route.grant;
-        if let Some(authorised) = &proxy.authorised {
-            let transaction = request.keys.transaction;
-            match request.method {
-                Method::Invite if grant == Grant::Authenticated => {
-                    authorised.remember(transaction, request.upstream, to.addr);
-                }
-                // The CANCEL or non-2xx ACK of an authenticated INVITE
-                // (same branch, same source) follows it (RFC 3261 16.10).
-                Method::Cancel | Method::Ack
-                    if grant == Grant::None
-                        && authorised.went_to(transaction, request.upstream, to.addr) =>
-                {
-                    grant = Grant::Authenticated;
-                }
-                _ => {}
-            }
-        }
+        let grant = authorised_grant(proxy, request, to, route.grant);
         let relayed = proxy
             .relay
             .read()
@@ -301,21 +284,8 @@ impl ProxyWorker<'_> {
             proxy.upstream_mac(request.keys.transaction, request.upstream),
         );
         let mut ip_text = [0u8; 48];
-        let top = msg.top_via();
-        // RFC 3261 18.2.1 / RFC 3581: `received` when the sent-by host is
-        // not the source (or the sender wrote one: it is replaced), `rport`
-        // filled in (or replaced) with the source port.
-        let received = match top.as_ref().is_some_and(|via| {
-            via.received.is_some() || host_ip(via.host) != Some(request.src.ip())
-        }) {
-            true => format_ip(&mut ip_text, request.src.ip()),
-            false => None,
-        };
         let over_connection = request.from.transport.is_reliable();
-        let rport = top
-            .as_ref()
-            .filter(|via| via.rport_flag || over_connection)
-            .map(|_| request.src.port());
+        let (received, rport) = received_and_rport(request, over_connection, &mut ip_text);
         // Our address on the way out, and on the way in.
         let (Some(egress), Some(ingress)) = (
             proxy.own_address(to.transport),
@@ -574,6 +544,56 @@ impl ProxyWorker<'_> {
 }
 
 /// `ip` as text in `buf` (no allocation).
+/// `grant`, raised to [`Grant::Authenticated`] for the CANCEL or non-2xx
+/// ACK of an authenticated INVITE; an authenticated INVITE's destination
+/// is remembered for them.
+fn authorised_grant(proxy: &Proxy, request: &Request<'_>, to: Hop, grant: Grant) -> Grant {
+    let Some(authorised) = &proxy.authorised else {
+        return grant;
+    };
+    let transaction = request.keys.transaction;
+    match request.method {
+        Method::Invite if grant == Grant::Authenticated => {
+            authorised.remember(transaction, request.upstream, to.addr);
+            grant
+        }
+        // The CANCEL or non-2xx ACK of an authenticated INVITE
+        // (same branch, same source) follows it (RFC 3261 16.10).
+        Method::Cancel | Method::Ack
+            if grant == Grant::None
+                && authorised.went_to(transaction, request.upstream, to.addr) =>
+        {
+            Grant::Authenticated
+        }
+        _ => grant,
+    }
+}
+
+/// The `received` and `rport` our top-Via edit writes into the sender's
+/// Via (`ip_text` holds the address text).
+fn received_and_rport<'t>(
+    request: &Request<'_>,
+    over_connection: bool,
+    ip_text: &'t mut [u8; 48],
+) -> (Option<&'t str>, Option<u16>) {
+    let top = request.msg.top_via();
+    // RFC 3261 18.2.1 / RFC 3581: `received` when the sent-by host is
+    // not the source (or the sender wrote one: it is replaced), `rport`
+    // filled in (or replaced) with the source port.
+    let received = match top
+        .as_ref()
+        .is_some_and(|via| via.received.is_some() || host_ip(via.host) != Some(request.src.ip()))
+    {
+        true => format_ip(ip_text, request.src.ip()),
+        false => None,
+    };
+    let rport = top
+        .as_ref()
+        .filter(|via| via.rport_flag || over_connection)
+        .map(|_| request.src.port());
+    (received, rport)
+}
+
 fn format_ip(buf: &mut [u8; 48], ip: IpAddr) -> Option<&str> {
     let mut cursor = std::io::Cursor::new(&mut buf[..]);
     write!(cursor, "{ip}").ok()?;

@@ -77,7 +77,7 @@ impl ProxyWorker<'_> {
         mac: u64,
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
-        let Some((to, transport)) = msg.vias().nth(1).and_then(|next| {
+        let Some((to, transport)) = msg.second_via().and_then(|next| {
             let transport = Transport::from_via_token(next.transport).unwrap_or_default();
             Some((next.response_target()?, transport))
         }) else {

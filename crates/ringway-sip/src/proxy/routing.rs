@@ -223,7 +223,9 @@ impl Proxy {
         let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new(BRANCH_PREFIX.as_bytes()));
         let seen_us = finder.find(msg.head().as_bytes()).is_some();
         let mut own_vias = 0;
-        for via in msg.vias().filter(|_| seen_us) {
+        // (Not `vias().filter(..)`: that would parse every Via first.)
+        let vias = seen_us.then(|| msg.vias()).into_iter().flatten();
+        for via in vias {
             if self.is_our_via(&via) {
                 own_vias += 1;
                 if own_vias > MAX_OWN_VIAS {
