@@ -13,11 +13,15 @@ PKGS=(sip-tester sipsak tshark tcpdump iperf3 iptables kamailio iproute2 prometh
       gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-base
       xdp-tools libxdp-dev clang g++
       jacktrip jackd2 sox bc python3 ethtool stunnel4 openssl iputils-ping
-      baresip-core systemd)
+      baresip-core systemd chromium)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm (sip_proxy_browser.rs installs JsSIP with npm): Debian's
+# nodejs and npm, unless a node that brings its own npm is there already.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   exit 0

@@ -21,91 +21,8 @@ fn ws_client() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sip_proxy_support/ws_client.py")
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA and a proxy certificate for 127.0.0.1 in `dir`.
-fn make_certs(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=ws-test-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=proxy",
-            "-keyout",
-            "proxy.key",
-            "-out",
-            "proxy.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("proxy.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "proxy.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "proxy.ext",
-            "-out",
-            "proxy.pem",
-        ],
-    );
-}
-
 fn start(procs: &mut Procs, d: &Path, extra: &[&str]) -> ProxyProc {
-    make_certs(d);
+    make_proxy_certs(d);
     let cert = d.join("proxy.pem").display().to_string();
     let key = d.join("proxy.key").display().to_string();
     let mut args = vec![
@@ -282,4 +199,104 @@ fn secure_websocket_ua_registers_and_receives_a_call_from_sipp() {
         "{}",
         s["tls"]
     );
+}
+
+/// An edge proxy (WebSocket side) in front of a registrar (another
+/// ringway): a UA registers through the edge with a `.invalid` Contact and
+/// `Supported: path, outbound`; the edge puts its Path with the flow token
+/// (`<sip:TOKEN@edge;lr;ob>`, RFC 5626 5.1), the registrar stores it, and a
+/// call SIPp sends to the registrar comes back through the edge and goes
+/// out over the UA's connection (INVITE by the Path token; ACK and BYE by
+/// the edge's Record-Route token). Nothing resolves the `.invalid` host.
+#[test]
+fn a_registrar_behind_an_edge_proxy_reaches_a_websocket_ua_through_its_path() {
+    let (lines, stats, edge, registrar) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let mut procs = Procs::default();
+        let registrar = start_proxy(
+            &mut procs,
+            &d,
+            &[
+                "--listen",
+                "127.0.0.1:5080",
+                "--registrar",
+                "--domain",
+                "ringway.test",
+                "--relay",
+                "127.0.0.0/8",
+            ],
+        );
+        let edge = start_proxy(
+            &mut procs,
+            &d,
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "ws:127.0.0.1:5066",
+                "--route-to",
+                "127.0.0.1:5080",
+                "--relay",
+                "127.0.0.0/8",
+            ],
+        );
+        let out = d.join("ua.out");
+        let ua = Command::new("python3")
+            .arg(ws_client())
+            .args(["127.0.0.1", "5066", "--invalid", "--supported"])
+            .args(["path, outbound", "ua", "bob", "ringway.test"])
+            .current_dir(&d)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .spawn()
+            .expect("run python3");
+        let ua_pid = procs.add("ua", ua);
+        let end = Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("registered")
+        {
+            assert!(Instant::now() < end, "the UA never registered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let uac = uac_args(
+            "127.0.0.1:5080".parse().unwrap(),
+            "127.0.0.1:5062".parse().unwrap(),
+            "bob",
+            "ringway.test",
+            1,
+            1,
+        );
+        let (_, stats) = run_sipp(&mut procs, &d, "uac", &uac, Duration::from_secs(60));
+        let mut ua = procs.take(ua_pid).unwrap();
+        let _ = wait_bounded(&mut ua, Duration::from_secs(20));
+        let edge = stop_proxy(&mut procs, &edge);
+        let registrar = stop_proxy(&mut procs, &registrar);
+        let lines: Vec<String> = std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        (lines, stats, edge, registrar)
+    });
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(lines[..2], ["pong", "registered 200"], "{lines:?}");
+    // The registrar echoes the Path it stored: the edge's, with the token.
+    let path = lines[2]
+        .strip_prefix("path <sip:")
+        .and_then(|rest| rest.strip_suffix("@127.0.0.1:5060;lr;ob>"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(path.len() >= 20, "{lines:?}");
+    assert_eq!(lines[3..], ["invite", "ack", "bye"], "{lines:?}");
+    assert_eq!(stats.successful, 1, "{stats:?}");
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    // 200 to REGISTER, INVITE, ACK, BYE out over the WebSocket; REGISTER,
+    // 200 to INVITE, 200 to BYE in.
+    assert_eq!(edge["tcp"]["messages_out"], 4, "{}", edge["tcp"]);
+    assert_eq!(edge["tcp"]["messages_in"], 3, "{}", edge["tcp"]);
+    assert_eq!(edge["tcp"]["no_connection"], 0, "{}", edge["tcp"]);
+    // The registrar has no connection transport: it reached the UA only
+    // through the edge.
+    assert!(registrar["tcp"].is_null(), "{}", registrar["tcp"]);
 }

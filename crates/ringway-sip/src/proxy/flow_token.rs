@@ -1,12 +1,18 @@
-//! RFC 5626 flow tokens: our Record-Route (and Path) towards a registered
-//! flow carries the flow, so that requests later in the dialog reach a
-//! phone behind NAT over the same flow (5.3), whatever its Contact says.
+//! RFC 5626 flow tokens: our Record-Route and Path towards a registered
+//! flow carry the flow, so that requests later in the dialog (Record-Route)
+//! or from the registrar behind us (Path) reach a phone behind NAT, or a
+//! browser whose Contact names a `.invalid` host, over the same flow (5.3),
+//! whatever its Contact says.
 //!
-//! The token is the URI parameter `ob-flow=<base64url>` of our own URI:
-//! transport, address, port and connection of the flow, then a 64-bit MAC
-//! under the proxy's key. Only a token we wrote is followed (a forged one
-//! would make us a relay to any address); a token that does not decode or
-//! verify is ignored and counted like any other foreign parameter.
+//! A token is base64url: transport, address, port and connection of the
+//! flow, then a 64-bit MAC under the proxy's key. In our Record-Route it
+//! is the URI parameter `ob-flow=<token>`; in our Path (an edge proxy in
+//! front of a registrar, RFC 5626 5.1) it is the user part,
+//! `sip:<token>@host:port;lr;ob`. The two are signed under different MAC
+//! tweaks ([`TokenUse`]): a Record-Route token, which both ends of a
+//! dialog see, is followed only within a dialog and is never a Path token.
+//! Only a token we wrote is followed (a forged one would make us a relay to
+//! any address); a token that does not decode or verify is ignored.
 
 use super::Proxy;
 use crate::transport::{FlowId, Hop, Transport};
@@ -22,6 +28,26 @@ const MAX_TOKEN_BYTES: usize = 1 + 1 + 16 + 2 + 8 + 8;
 pub(super) const MAX_TOKEN_CHARS: usize = MAX_TOKEN_BYTES.div_ceil(3) * 4;
 
 const BASE64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Where a token is written, and so what it may be used for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TokenUse {
+    /// Our Record-Route (`ob-flow=`): followed by requests within the
+    /// dialog.
+    RecordRoute,
+    /// The user part of our Path: followed by any request the registrar
+    /// sends us for the binding, initial ones too.
+    Path,
+}
+
+impl TokenUse {
+    fn tweak(self) -> u64 {
+        match self {
+            TokenUse::RecordRoute => 0xF10_5626,
+            TokenUse::Path => 0x0F10_5626_0A7E,
+        }
+    }
+}
 
 /// A flow token as text, on the stack.
 pub(super) struct FlowToken {
@@ -118,17 +144,17 @@ fn decode(text: &[u8], out: &mut [u8; MAX_TOKEN_BYTES]) -> Option<usize> {
 }
 
 impl Proxy {
-    /// The signed token naming flow `hop`.
-    pub(super) fn flow_token(&self, hop: Hop) -> FlowToken {
+    /// The token naming flow `hop`, signed for `used`.
+    pub(super) fn flow_token(&self, hop: Hop, used: TokenUse) -> FlowToken {
         let mut bytes = [0u8; MAX_TOKEN_BYTES];
         let len = flow_bytes(hop, &mut bytes);
-        let mac = self.flow_mac(&bytes[..len]);
+        let mac = self.flow_mac(used, &bytes[..len]);
         bytes[len..len + 8].copy_from_slice(&mac.to_be_bytes());
         encode(&bytes[..len + 8])
     }
 
-    /// The flow a token names, if we signed it.
-    pub(super) fn flow_of_token(&self, text: &str) -> Option<Hop> {
+    /// The flow a token names, if we signed it for `used`.
+    pub(super) fn flow_of_token(&self, text: &str, used: TokenUse) -> Option<Hop> {
         let mut bytes = [0u8; MAX_TOKEN_BYTES];
         let len = decode(text.as_bytes(), &mut bytes)?;
         let addr_len = match bytes.get(1)? {
@@ -143,7 +169,7 @@ impl Proxy {
         // The MAC before anything is read from the body: a token we did
         // not sign must not steer a request to an address of its choosing.
         let mac = u64::from_be_bytes(bytes[body..body + 8].try_into().ok()?);
-        if mac != self.flow_mac(&bytes[..body]) {
+        if mac != self.flow_mac(used, &bytes[..body]) {
             return None;
         }
         let transport = match bytes[0] {
@@ -168,10 +194,11 @@ impl Proxy {
         })
     }
 
-    fn flow_mac(&self, bytes: &[u8]) -> u64 {
+    fn flow_mac(&self, used: TokenUse, bytes: &[u8]) -> u64 {
         // A domain constant first: the same key signs other things, and a
-        // MAC of one kind must never verify as another.
-        self.mac_key.mac().u64(0xF10_5626).raw(bytes).finish()
+        // MAC of one kind must never verify as another (nor a Record-Route
+        // token as a Path token).
+        self.mac_key.mac().u64(used.tweak()).raw(bytes).finish()
     }
 }
 
@@ -191,25 +218,49 @@ mod tests {
                 flow: Some(FlowId(65_537)),
             },
         ];
-        for hop in hops {
-            let token = proxy.flow_token(hop);
+        for (hop, used) in hops
+            .into_iter()
+            .flat_map(|hop| [(hop, TokenUse::RecordRoute), (hop, TokenUse::Path)])
+        {
+            let token = proxy.flow_token(hop, used);
             assert!(token.as_str().len() <= MAX_TOKEN_CHARS);
-            assert_eq!(proxy.flow_of_token(token.as_str()), Some(hop));
+            assert_eq!(proxy.flow_of_token(token.as_str(), used), Some(hop));
             // Any one character changed: refused.
             let text = token.as_str().as_bytes().to_vec();
             for i in 0..text.len() {
                 let mut bad = text.clone();
                 bad[i] = if bad[i] == b'A' { b'B' } else { b'A' };
                 let bad = String::from_utf8(bad).unwrap();
-                assert_eq!(proxy.flow_of_token(&bad), None, "{bad}");
+                assert_eq!(proxy.flow_of_token(&bad, used), None, "{bad}");
             }
             // Another proxy's key: refused.
             let mut other = Proxy::new(ProxyConfig::default());
             other.set_secret([9; 32]);
-            assert_eq!(other.flow_of_token(token.as_str()), None);
+            assert_eq!(other.flow_of_token(token.as_str(), used), None);
         }
         for junk in ["", "A", "====", "é", &"A".repeat(200)] {
-            assert_eq!(proxy.flow_of_token(junk), None, "{junk}");
+            assert_eq!(proxy.flow_of_token(junk, TokenUse::Path), None, "{junk}");
         }
+    }
+
+    /// A Record-Route token (seen by both ends of a dialog) is not a Path
+    /// token (which lets an initial request reach the flow), nor the
+    /// reverse.
+    #[test]
+    fn record_route_and_path_tokens_are_not_interchangeable() {
+        let proxy = Proxy::new(ProxyConfig::default());
+        let hop = Hop {
+            addr: "127.0.0.1:40000".parse().unwrap(),
+            transport: Transport::Wss,
+            flow: Some(FlowId(7)),
+        };
+        let rr = proxy.flow_token(hop, TokenUse::RecordRoute);
+        let path = proxy.flow_token(hop, TokenUse::Path);
+        assert_ne!(rr.as_str(), path.as_str());
+        assert_eq!(proxy.flow_of_token(rr.as_str(), TokenUse::Path), None);
+        assert_eq!(
+            proxy.flow_of_token(path.as_str(), TokenUse::RecordRoute),
+            None
+        );
     }
 }

@@ -258,7 +258,7 @@ fn path_values<'s, 'm: 's>(msg: &'s SipMsg<'m>) -> impl Iterator<Item = &'m str>
 }
 
 /// Whether the request's Supported (or Require) lists option `tag`.
-fn supports(msg: &SipMsg<'_>, option: &str) -> bool {
+pub(super) fn supports(msg: &SipMsg<'_>, option: &str) -> bool {
     msg.header("Supported")
         .chain(msg.header("Require"))
         .flat_map(CommaSplit::new)

@@ -6,6 +6,7 @@
 use super::branch::{Branch, SIGNATURE_PARAM};
 use super::config::Mode;
 use super::deferred::StoreCall;
+use super::flow_token::TokenUse;
 use super::names::{failure_status, NameCall};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::request_context::Request;
@@ -305,6 +306,14 @@ impl ProxyWorker<'_> {
         let record_route_inner = (record_route.is_some() && !std::ptr::eq(egress, ingress))
             .then(|| proxy.signed_record_route(msg, ingress, None, &mut rr_inner_text))
             .filter(|uri| !uri.is_empty());
+        // RFC 5626 5.1 / RFC 3327: a REGISTER we forward (an edge proxy in
+        // front of a registrar) gets our Path with the token of the flow
+        // it came in on, so that the registrar's requests for the binding
+        // come back through us and go out over that flow.
+        let path = (request.method == Method::Register
+            && super::register::supports(msg, "path")
+            && (over_connection || proxy.config.nat))
+            .then(|| proxy.path_uri(msg, egress, request.from));
         let edits = RequestEdits {
             via: Some(ViaEdit {
                 transport: to.transport.via_token(),
@@ -322,7 +331,7 @@ impl ProxyWorker<'_> {
             add_rport: over_connection,
             strict_next_hop: plan.strict_next_hop.map(|_| plan.request_uri),
             route_set: route.route_set,
-            path: None,
+            path: path.as_deref(),
             remove: RemoveHeaders {
                 // Only a configured next hop (a gateway, a PBX) may assert
                 // an identity to us (RFC 3325 trust domain).
@@ -390,6 +399,25 @@ impl ProxyWorker<'_> {
 }
 
 impl Proxy {
+    /// Our Path URI for a REGISTER that came in on flow `from`, as an
+    /// edge proxy (RFC 5626 5.1): `sip:<token>@host:port;lr`, our address
+    /// `own` on the side of the registrar, with `;ob` when the REGISTER
+    /// asked for outbound (`Supported: outbound` and a Contact with
+    /// `reg-id`).
+    fn path_uri(&self, msg: &SipMsg<'_>, own: &OwnAddress, from: Hop) -> String {
+        let token = self.flow_token(from, TokenUse::Path);
+        let host = own
+            .record_route_uri
+            .strip_prefix("sip:")
+            .unwrap_or(&own.record_route_uri);
+        let outbound = super::register::supports(msg, "outbound")
+            && msg
+                .contact()
+                .any(|contact| contact.param("reg-id").flatten().is_some());
+        let ob = if outbound { ";ob" } else { "" };
+        format!("sip:{}@{host}{ob}", token.as_str())
+    }
+
     /// Our Record-Route URI signed for the dialog `msg` creates
     /// (`sip:host:port;lr;rw=<MAC of Call-ID and From tag>`), with the
     /// token of `flow` when it goes towards a registered flow
@@ -403,7 +431,7 @@ impl Proxy {
     ) -> &'b str {
         let signature =
             self.route_signature(msg.call_id().unwrap_or(""), msg.from_tag().unwrap_or(""));
-        let token = flow.map(|flow| self.flow_token(flow));
+        let token = flow.map(|flow| self.flow_token(flow, TokenUse::RecordRoute));
         let (flow_sep, flow_param, flow_eq, flow_text): (&[u8], &[u8], &[u8], &[u8]) = match &token
         {
             Some(token) => (

@@ -4,6 +4,7 @@
 //! which addresses, domains and identities are ours.
 
 use super::branch::{Branch, RequestKeys, BRANCH_PREFIX};
+use super::flow_token::TokenUse;
 use super::request_context::Request;
 use super::Proxy;
 use crate::msg::{Method, SipMsg, Via};
@@ -125,8 +126,9 @@ pub(super) struct RoutePlan<'m> {
     /// reach the Request-URI when it names none.
     pub(super) own_route_transport: Option<Transport>,
     /// The flow a signed flow token in one of our Route values names
-    /// (RFC 5626 5.3): a request in the dialog that did not come over it
-    /// goes over it.
+    /// (RFC 5626 5.3): a Record-Route token within a dialog, or a Path
+    /// token (the user part of our Path, an edge proxy's) on any request.
+    /// A request that did not come over the flow goes over it.
     pub(super) flow: Option<Hop>,
 }
 
@@ -271,13 +273,17 @@ impl Proxy {
         let mut last: Option<NameAddr<'m>> = None;
         let mut own_route_transport = None;
         let mut flow = None;
+        let mut path_flow = None;
         for route in msg.routes() {
             if first_other.is_none() {
                 let uri = route.sip_uri();
                 if let Some(u) = uri.filter(|u| self.host_is_ours(u.host, u.port)) {
                     own_route_transport = Some(Transport::of_uri(&u).unwrap_or_default());
                     if let Some(Some(token)) = u.param(super::flow_token::FLOW_PARAM) {
-                        flow = flow.or(self.flow_of_token(token));
+                        flow = flow.or(self.flow_of_token(token, TokenUse::RecordRoute));
+                    }
+                    if let Some(token) = u.user {
+                        path_flow = path_flow.or(self.flow_of_token(token, TokenUse::Path));
                     }
                     ours += 1;
                     signed = signed || in_dialog && self.route_is_signed(msg, uri);
@@ -321,8 +327,10 @@ impl Proxy {
             strict_next_hop,
             received_uri,
             own_route_transport,
-            // Only within a dialog, and only one we Record-Routed.
-            flow: flow.filter(|_| in_dialog),
+            // A Record-Route token only within a dialog; a Path token
+            // (the registrar sends the initial request through our Path)
+            // on any request.
+            flow: flow.filter(|_| in_dialog).or(path_flow),
         }
     }
 
@@ -346,11 +354,14 @@ impl Proxy {
             if !came_over_it {
                 return Target::Send {
                     to: flow,
-                    // The token is signed: we sent this dialog there.
+                    // The token is signed: we sent this dialog there, or
+                    // the phone registered through us over it.
                     grant: Grant::SignedRoute,
                     request_uri: None,
                     route_set: None,
-                    flow: false,
+                    // An initial request (through our Path): our
+                    // Record-Route towards the flow carries its token.
+                    flow: true,
                 };
             }
         }
@@ -447,8 +458,10 @@ impl Proxy {
 
     /// The name to resolve for `uri`'s host, if it is a name and we have a
     /// resolver (its transport from the URI: `sips:` TLS, `;transport=`).
+    /// A `.invalid` host (a browser's Contact, RFC 7118) is never
+    /// resolved (RFC 6761 6.4).
     fn name_of(&self, uri: &SipUri<'_>) -> Option<super::NameQuery> {
-        if self.names.is_none() || uri.host_ip().is_some() {
+        if self.names.is_none() || uri.host_ip().is_some() || is_invalid_name(uri.host) {
             return None;
         }
         let transport = Transport::of_uri(uri).unwrap_or_default();
@@ -551,6 +564,16 @@ impl Proxy {
     }
 }
 
+/// Whether `host` is under the special-use domain `invalid.` (RFC 6761
+/// 6.4: it never resolves; browsers name their Contact and Via hosts so).
+pub(super) fn is_invalid_name(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host).as_bytes();
+    let label = b"invalid";
+    host.len() >= label.len()
+        && host[host.len() - label.len()..].eq_ignore_ascii_case(label)
+        && (host.len() == label.len() || host[host.len() - label.len() - 1] == b'.')
+}
+
 /// A user part as one key: percent-escapes decoded (RFC 3261 19.1.4: `%61`
 /// and `a` are the same user); compared case-sensitively.
 pub(super) fn canonical_user(user: &str) -> Cow<'_, str> {
@@ -582,7 +605,28 @@ pub(super) fn canonical_user(user: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::canonical_user;
+    use super::{canonical_user, is_invalid_name};
+
+    #[test]
+    fn invalid_names_are_recognised() {
+        for name in [
+            "df7jal23ls0d.invalid",
+            "a.b.INVALID",
+            "invalid",
+            "x.invalid.",
+        ] {
+            assert!(is_invalid_name(name), "{name}");
+        }
+        for name in [
+            "notinvalid",
+            "invalid.example.com",
+            "example.com",
+            "",
+            "é.invalidé",
+        ] {
+            assert!(!is_invalid_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn users_are_compared_decoded() {

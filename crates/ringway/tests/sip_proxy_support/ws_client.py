@@ -10,7 +10,11 @@ MODE:
   ua USER DOMAIN   upgrade, ping (`pong`), REGISTER (`registered CODE`),
                    then answer one call: 200 to INVITE (`invite`), wait
                    for ACK (`ack`), 200 to BYE (`bye`), and exit.
-With --ca the connection is TLS (wss), verified with CA.
+With --ca the connection is TLS (wss), verified with CA. In ua mode,
+--invalid registers a Contact at a random `.invalid` host as browsers do
+(reachable only over this connection), --supported VALUE adds a Supported
+header (with `outbound` the Contact gets +sip.instance and reg-id), and
+each Path of the 200 to the REGISTER is printed (`path VALUE`).
 """
 import argparse
 import base64
@@ -27,6 +31,8 @@ p.add_argument("port", type=int)
 p.add_argument("--ca")
 p.add_argument("--origin", default="https://phone.test")
 p.add_argument("--protocol", default="sip")
+p.add_argument("--invalid", action="store_true")
+p.add_argument("--supported")
 p.add_argument("mode")
 p.add_argument("rest", nargs="*")
 a = p.parse_args()
@@ -110,10 +116,17 @@ if a.mode == "unmasked":
 user, domain = a.rest
 local = f"{uuid.uuid4().hex[:10]}.invalid"
 # Via names a .invalid host as browsers do; the Contact names the
-# connection's address (an in-dialog request to a .invalid Contact needs
-# a flow token in Record-Route, RFC 5626, which this proxy does not put yet).
-here = "%s:%d" % s.getsockname()[:2]
+# connection's address, or with --invalid a .invalid host too (in-dialog
+# requests to it then need the flow token of the proxy's Record-Route).
+here = local if a.invalid else "%s:%d" % s.getsockname()[:2]
 transport = "WSS" if a.ca else "WS"
+contact_params = ""
+supported = ""
+if a.supported:
+    supported = f"Supported: {a.supported}\r\n"
+    if "outbound" in a.supported:
+        contact_params = f';+sip.instance="<urn:uuid:{uuid.uuid4()}>";reg-id=1'
+
 send(9, b"hello")
 op, payload = frame()
 print("pong" if (op, payload) == (10, b"hello") else f"op {op}", flush=True)
@@ -124,7 +137,7 @@ send(1, (
     "Max-Forwards: 70\r\n"
     f"From: <sip:{user}@{domain}>;tag=ws1\r\nTo: <sip:{user}@{domain}>\r\n"
     f"Call-ID: {call_id}\r\nCSeq: 1 REGISTER\r\n"
-    f"Contact: <sip:{user}@{here};transport={transport.lower()}>\r\n"
+    f"Contact: <sip:{user}@{here};transport={transport.lower()}>{contact_params}\r\n{supported}"
     "Expires: 600\r\nContent-Length: 0\r\n\r\n").encode())
 
 
@@ -159,6 +172,10 @@ while True:
     start = msg.split("\r\n", 1)[0]
     if start.startswith("SIP/2.0 ") and "REGISTER" in msg:
         print(f"registered {start.split(' ')[1]}", flush=True)
+        for h in headers(msg)[1]:
+            name, _, value = h.partition(":")
+            if name.strip().lower() == "path":
+                print(f"path {value.strip()}", flush=True)
     elif start.startswith("INVITE "):
         print("invite", flush=True)
         send(1, answer(msg, 200, "OK", SDP))
