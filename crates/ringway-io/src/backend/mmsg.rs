@@ -2,7 +2,7 @@
 
 use super::common::{wait_for_datagram, TxStamps, Waiter};
 use crate::backend::{BackendKind, BatchIo, IoStats};
-use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxStamp};
+use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxEntry, TxStamp};
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::{monotonic_now, realtime_now};
 use std::io;
@@ -188,15 +188,9 @@ impl MmsgBackend {
         Ok(added)
     }
 
-    /// Send entries `from..to` of `batch`: runs of adjacent entries with the
-    /// same destination and length (no stamp request) as one GSO train when
-    /// coalescing is on, the rest one message each, all in sendmmsg calls.
-    fn send_from(&mut self, batch: &TxBatch, from: usize, to: usize) -> Sent {
-        let entries = &batch.entries()[..to];
-        let count = to - from;
-        self.s.ensure(count);
-        self.s.msgs.clear();
-        self.s.keys.clear();
+    /// Group entries `from..from + count` into messages: `msgs` gets
+    /// (first entry, entries in the message) per message.
+    fn plan_messages(&mut self, entries: &[TxEntry], from: usize, count: usize) {
         // Entry from+j uses iovs[j]; message m (entries k..k+run) uses
         // hdrs[m], names[m], cbufs[m] and iovs[k..k+run].
         let mut done = 0;
@@ -220,6 +214,12 @@ impl MmsgBackend {
             self.s.msgs.push((done, run));
             done += run;
         }
+    }
+
+    /// Fill the iovecs, names and control messages of the planned messages,
+    /// and point their headers at them (registering stamp keys in `keys`).
+    fn fill_headers(&mut self, batch: &TxBatch, from: usize, count: usize) {
+        let entries = batch.entries();
         // Fill the iovecs, names and control messages first, then point the
         // headers at them through pointers taken after the last write.
         for j in 0..count {
@@ -266,6 +266,19 @@ impl MmsgBackend {
             };
             hdr.msg_hdr.msg_flags = 0;
         }
+    }
+
+    /// Send entries `from..to` of `batch`: runs of adjacent entries with the
+    /// same destination and length (no stamp request) as one GSO train when
+    /// coalescing is on, the rest one message each, all in sendmmsg calls.
+    fn send_from(&mut self, batch: &TxBatch, from: usize, to: usize) -> Sent {
+        let entries = &batch.entries()[..to];
+        let count = to - from;
+        self.s.ensure(count);
+        self.s.msgs.clear();
+        self.s.keys.clear();
+        self.plan_messages(entries, from, count);
+        self.fill_headers(batch, from, count);
         let fd = self.sock.as_raw_fd();
         let nmsg = self.s.msgs.len();
         let mut offset = 0;
