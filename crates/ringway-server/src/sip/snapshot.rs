@@ -120,6 +120,8 @@ pub struct Snapshot {
     pub tcp: Option<TcpSnapshot>,
     /// The TLS layer (`None`: no TLS configured).
     pub tls: Option<TlsSnapshot>,
+    /// The registrar's flows (`None`: a shared location store).
+    pub keepalive: Option<super::keepalive::KeepaliveSnapshot>,
 }
 
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
@@ -190,6 +192,7 @@ pub(super) fn snapshot(shared: &Shared) -> Snapshot {
             .as_ref()
             .and_then(|c| c.tls())
             .map(|tls| tls.snapshot()),
+        keepalive: shared.monitor.as_ref().map(|m| m.snapshot()),
     }
 }
 
