@@ -33,8 +33,8 @@
 #   env: RINGWAY=path (default target/release/ringway)  OUT=/tmp/ringway-overload
 #        RATES="3000 4000 5000 6000 7000 8000"  CAP_SECS=10  FACTOR=3  OVER_SECS=30
 #        CAPACITY=N (skip step 1)  PROBES=10  PROBE_RATE=1000  NICE=-5
-#        SHED_MS=20 (the shedding run's --overload-queue-delay-ms: the target of
-#        the admission controller, docs/sip-proxy.md)  MODES="on off"
+#        SHED_MS=10 (the shedding run's --overload-queue-delay-ms: the set point
+#        of the admission controller, docs/sip-proxy.md)  MODES="on off"
 #        GENS=2 (generator processes sharing the offered load, all on CPU 1:
 #        one alone does not drain its socket fast enough at ~36 000 calls/s)
 set -euo pipefail
@@ -55,7 +55,7 @@ OVER_SECS="${OVER_SECS:-30}"
 PROBES="${PROBES:-10}"
 PROBE_RATE="${PROBE_RATE:-1000}"
 NICE="${NICE:--5}"
-SHED_MS="${SHED_MS:-20}"
+SHED_MS="${SHED_MS:-10}"
 MODES="${MODES:-on off}"
 GENS="${GENS:-2}"
 PROXY=127.0.0.1:5060
@@ -87,7 +87,8 @@ wait_port() {
     return 1
 }
 
-# start_proxy LOG SHED_MS: the proxy on CPU 0, PID in $proxy.
+# start_proxy LOG SHED_MS: the proxy on CPU 0 (Prometheus on 127.0.0.1:9464),
+# PID in $proxy.
 start_proxy() {
     # --relay: the generator's built-in UAS is an IP-literal loopback target.
     nice -n "$NICE" "$RINGWAY" sip proxy --listen "$PROXY" --relay 127.0.0.0/8 \
@@ -95,6 +96,7 @@ start_proxy() {
         --rx-model shared --cpus 0 --rcvbuf 4194304 --max-transactions 4000000 \
         --max-transaction-bytes 8589934592 \
         --overload-queue-delay-ms "$2" --duration 3600 --quiet --summary "$1.proxy.json" \
+        --metrics 127.0.0.1:9464 \
         2>"$1.proxy.err" &
     proxy=$!
     PIDS+=("$proxy")
@@ -160,6 +162,13 @@ for mode in $MODES; do
     grep -E '^cpu[01] ' /proc/stat >"$log.stat0"
     date +%s.%N >"$log.t0"
     run_delay "$proxy" >"$log.proxy-wait0"
+    # The admission controller's fraction, scraped once a second.
+    (for _ in $(seq 1 $((OVER_SECS + PROBES + 2))); do
+        curl -s --max-time 0.5 http://127.0.0.1:9464/metrics 2>/dev/null \
+            | awk '/^ringway_sip_overload_admitted_ratio /{ v = $2 } END { print (v == "" ? "n/a" : v) }'
+        sleep 1
+    done >"$log.admitted") &
+    PIDS+=("$!")
     gens=()
     for g in $(seq 1 "$GENS"); do
         nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" \
@@ -268,6 +277,13 @@ if over:
     print(f"  during overload (seconds 2 .. end of start phase): min {min(over):.0f}/s "
           f"({min(over) / cap:.0%} of capacity), mean {sum(over) / len(over):.0f}/s "
           f"({sum(over) / len(over) / cap:.0%}), {low} of {len(over)} seconds under 80 %")
+m = p["messages"]
+print(f"  admitted fraction of new INVITEs: at the end {m.get('overload_admitted_ratio')}, "
+      f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped):")
+try:
+    print("   " + " ".join(x if x == "n/a" else f"{float(x):.3f}" for x in open(log + ".admitted").read().split()))
+except OSError:
+    print("   n/a")
 print(f"  probes ({probes} x 1 s of calls, one a second after the overload): success ratio")
 row = []
 for i in range(1, probes + 1):

@@ -17,8 +17,32 @@ use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Prefix of every namespace name this module creates.
+/// Prefix of every namespace name this module creates (after
+/// [`site_prefix`], when one is set).
 pub const PREFIX: &str = "rw-";
+
+/// Environment variable: an extra prefix for every namespace name (e.g.
+/// `i25t-`, so namespaces of parallel checkouts on one machine can be told
+/// apart). At most 16 characters of `[a-z0-9-]`; anything else is ignored.
+pub const SITE_PREFIX_ENV: &str = "RINGWAY_NETNS_PREFIX";
+
+/// The extra prefix of [`SITE_PREFIX_ENV`] ("" when unset or invalid).
+pub fn site_prefix() -> String {
+    std::env::var(SITE_PREFIX_ENV)
+        .ok()
+        .filter(|p| {
+            p.len() <= 16
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+        .unwrap_or_default()
+}
+
+/// The prefix of every namespace this process creates:
+/// `[site prefix]rw-<pid>-`.
+pub fn own_prefix() -> String {
+    format!("{}{PREFIX}{}-", site_prefix(), std::process::id())
+}
 
 /// Run `f` on a new thread inside a fresh, private network namespace that
 /// has only `lo` (brought up). Threads and child processes started from `f`
@@ -81,7 +105,10 @@ fn pid_alive(pid: u32) -> bool {
 pub fn cleanup_leftovers(include_live: bool) -> io::Result<Vec<String>> {
     let mut gone = Vec::new();
     for n in list_netns()? {
-        let Some(rest) = n.strip_prefix(PREFIX) else {
+        let Some(rest) = n
+            .strip_prefix(site_prefix().as_str())
+            .and_then(|r| r.strip_prefix(PREFIX))
+        else {
             continue;
         };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
@@ -191,7 +218,7 @@ impl TopologyBuilder {
     pub fn build(self) -> io::Result<Topology> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let base = format!("{PREFIX}{}-{serial}-", std::process::id());
+        let base = format!("{}{serial}-", own_prefix());
         for h in &self.hosts {
             if h.is_empty()
                 || h.len() > 16

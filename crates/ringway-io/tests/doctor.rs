@@ -61,7 +61,7 @@ fn doctor_probes_and_renders() {
     let json = serde_json::to_value(&rep).unwrap();
     assert!(json["checks"].as_array().unwrap().len() >= 15);
     // Probes must not leave named namespaces behind.
-    let mine = format!("rw-{}-", std::process::id());
+    let mine = ringway_io::netns::own_prefix();
     assert!(ringway_io::netns::list_netns()
         .unwrap()
         .iter()

@@ -75,7 +75,7 @@ fn point_to_point_carries_udp_and_cleans_up() {
     assert_eq!(names.len(), 2);
     assert!(names
         .iter()
-        .all(|n| n.starts_with(&format!("rw-{}-", std::process::id()))));
+        .all(|n| n.starts_with(&ringway_io::netns::own_prefix())));
     assert_eq!(topo.host("a").unwrap().addr().octets()[..2], [10, 77]);
     udp_across(&topo, "a", "b");
     udp_across(&topo, "b", "a");
@@ -149,7 +149,7 @@ fn bad_builds_fail_cleanly() {
         .link("orphan", "nope")
         .build()
         .is_err());
-    let mine = format!("rw-{}-", std::process::id());
+    let mine = ringway_io::netns::own_prefix();
     let left: Vec<_> = netns::list_netns()
         .unwrap()
         .into_iter()

@@ -25,7 +25,7 @@ fn names(dir: &str) -> BTreeSet<String> {
 /// Named namespaces this process made (`rw-<pid>-...`); other processes on
 /// the machine may make their own meanwhile.
 fn our_netns() -> BTreeSet<String> {
-    let mine = format!("{}{}-", ringway_io::netns::PREFIX, std::process::id());
+    let mine = ringway_io::netns::own_prefix();
     names("/var/run/netns")
         .into_iter()
         .filter(|n| n.starts_with(&mine))

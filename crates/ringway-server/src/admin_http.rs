@@ -113,8 +113,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Request, HttpError> {
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(HttpError::Bad); // no chunked bodies
         } else if name.eq_ignore_ascii_case("authorization") {
-            if let Some(t) = value.strip_prefix("Bearer ") {
-                bearer = Some(t.trim().to_string());
+            if let Some(token) = value.strip_prefix("Bearer ") {
+                bearer = Some(token.trim().to_string());
             }
         }
     }
@@ -192,13 +192,13 @@ pub type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
 
 /// Constant-time comparison of a presented bearer token with the expected one.
 pub fn token_matches(presented: Option<&str>, expected: &str) -> bool {
-    let Some(p) = presented else {
+    let Some(presented) = presented else {
         return false;
     };
-    let (p, e) = (p.as_bytes(), expected.as_bytes());
-    let mut diff = (p.len() != e.len()) as u8;
-    for (i, &b) in e.iter().enumerate() {
-        diff |= b ^ p.get(i).copied().unwrap_or(0);
+    let (presented_bytes, expected_bytes) = (presented.as_bytes(), expected.as_bytes());
+    let mut diff = (presented_bytes.len() != expected_bytes.len()) as u8;
+    for (i, &b) in expected_bytes.iter().enumerate() {
+        diff |= b ^ presented_bytes.get(i).copied().unwrap_or(0);
     }
     diff == 0
 }

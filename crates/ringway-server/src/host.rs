@@ -29,14 +29,14 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, CpuListError> {
         reason,
     };
     let number = |s: &str| -> Result<usize, CpuListError> {
-        let n: usize = s
+        let cpu: usize = s
             .trim()
             .parse()
             .map_err(|_| bad(format!("{s:?} is not a CPU number")))?;
-        if n > MAX_CPU {
-            return Err(bad(format!("CPU {n} is above {MAX_CPU}")));
+        if cpu > MAX_CPU {
+            return Err(bad(format!("CPU {cpu} is above {MAX_CPU}")));
         }
-        Ok(n)
+        Ok(cpu)
     };
     let mut cpus = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -115,17 +115,17 @@ pub fn control_signals() -> io::Result<ControlSignals> {
 /// and `snmp6`); `None` when they cannot be read.
 pub fn udp_totals() -> Option<ringway_io::counters::UdpSnmp> {
     use ringway_io::counters::{udp6_snmp, udp_snmp, UdpSnmp};
-    let v4 = udp_snmp().ok()?;
-    let v6 = udp6_snmp().unwrap_or_default();
+    let udp4 = udp_snmp().ok()?;
+    let udp6 = udp6_snmp().unwrap_or_default();
     Some(UdpSnmp {
-        in_datagrams: v4.in_datagrams + v6.in_datagrams,
-        no_ports: v4.no_ports + v6.no_ports,
-        in_errors: v4.in_errors + v6.in_errors,
-        out_datagrams: v4.out_datagrams + v6.out_datagrams,
-        rcvbuf_errors: v4.rcvbuf_errors + v6.rcvbuf_errors,
-        sndbuf_errors: v4.sndbuf_errors + v6.sndbuf_errors,
-        in_csum_errors: v4.in_csum_errors + v6.in_csum_errors,
-        mem_errors: v4.mem_errors + v6.mem_errors,
+        in_datagrams: udp4.in_datagrams + udp6.in_datagrams,
+        no_ports: udp4.no_ports + udp6.no_ports,
+        in_errors: udp4.in_errors + udp6.in_errors,
+        out_datagrams: udp4.out_datagrams + udp6.out_datagrams,
+        rcvbuf_errors: udp4.rcvbuf_errors + udp6.rcvbuf_errors,
+        sndbuf_errors: udp4.sndbuf_errors + udp6.sndbuf_errors,
+        in_csum_errors: udp4.in_csum_errors + udp6.in_csum_errors,
+        mem_errors: udp4.mem_errors + udp6.mem_errors,
     })
 }
 
@@ -185,11 +185,11 @@ pub mod cpu_seconds {
 
     /// Deserialise from seconds (negative values read as 0).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<CpuTime, D::Error> {
-        let s = Seconds::deserialize(d)?;
-        let ns = |x: f64| (x.max(0.0) * 1e9).round() as u64;
+        let seconds = Seconds::deserialize(d)?;
+        let to_ns = |x: f64| (x.max(0.0) * 1e9).round() as u64;
         Ok(CpuTime {
-            user_ns: ns(s.user_s),
-            system_ns: ns(s.sys_s),
+            user_ns: to_ns(seconds.user_s),
+            system_ns: to_ns(seconds.sys_s),
         })
     }
 
@@ -209,10 +209,10 @@ pub mod cpu_seconds {
 
         /// Deserialise from seconds, or `null`.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CpuTime>, D::Error> {
-            let ns = |x: f64| (x.max(0.0) * 1e9).round() as u64;
+            let to_ns = |x: f64| (x.max(0.0) * 1e9).round() as u64;
             Ok(Option::<super::Seconds>::deserialize(d)?.map(|s| CpuTime {
-                user_ns: ns(s.user_s),
-                system_ns: ns(s.sys_s),
+                user_ns: to_ns(s.user_s),
+                system_ns: to_ns(s.sys_s),
             }))
         }
     }

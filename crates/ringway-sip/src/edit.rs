@@ -84,13 +84,15 @@ impl RemoveHeaders<'_> {
         }
         let head = msg.head();
         let name = &head[h.line_start as usize..h.name_end as usize];
-        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        let named = |n: &str| name.eq_ignore_ascii_case(n);
         if self.asserted_identity
-            && (is("P-Asserted-Identity") || is("P-Preferred-Identity") || is("Remote-Party-ID"))
+            && (named("P-Asserted-Identity")
+                || named("P-Preferred-Identity")
+                || named("Remote-Party-ID"))
         {
             return true;
         }
-        if self.proxy_authorization_realms.is_empty() || !is("Proxy-Authorization") {
+        if self.proxy_authorization_realms.is_empty() || !named("Proxy-Authorization") {
             return false;
         }
         let value = &head[h.value_start as usize..h.value_end as usize];
@@ -195,33 +197,33 @@ impl<'e> Splices<'e> {
     }
     fn push(&mut self, start: usize, end: usize, piece: Option<Piece<'e>>) {
         // Stable insertion by start offset.
-        let mut i = self.n;
-        while i > 0 && self.s[i - 1].start > start {
-            self.s[i] = self.s[i - 1];
-            i -= 1;
+        let mut slot = self.n;
+        while slot > 0 && self.s[slot - 1].start > start {
+            self.s[slot] = self.s[slot - 1];
+            slot -= 1;
         }
-        self.s[i] = Splice { start, end, piece };
+        self.s[slot] = Splice { start, end, piece };
         self.n += 1;
     }
 }
 
-fn write_u32(out: &mut Vec<u8>, v: u32) {
+fn write_u32(out: &mut Vec<u8>, value: u32) {
     let mut buf = [0u8; 10];
-    let mut i = buf.len();
-    let mut v = v;
+    let mut start = buf.len();
+    let mut rest = value;
     loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
+        start -= 1;
+        buf[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
             break;
         }
     }
-    out.extend_from_slice(&buf[i..]);
+    out.extend_from_slice(&buf[start..]);
 }
 
-fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
-    match p {
+fn emit(out: &mut Vec<u8>, piece: Piece<'_>) {
+    match piece {
         Piece::Via(v) => {
             out.extend_from_slice(b"Via: SIP/2.0/");
             out.extend_from_slice(v.transport.as_bytes());
@@ -258,17 +260,17 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
             out.extend_from_slice(b">\r\n");
         }
         Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
-        Piece::Received(r) => {
+        Piece::Received(received_ip) => {
             out.extend_from_slice(b";received=");
-            out.extend_from_slice(r.as_bytes());
+            out.extend_from_slice(received_ip.as_bytes());
         }
-        Piece::Rport(p) => {
+        Piece::Rport(rport_value) => {
             out.push(b'=');
-            write_u32(out, u32::from(p));
+            write_u32(out, u32::from(rport_value));
         }
-        Piece::RportParam(p) => {
+        Piece::RportParam(rport_value) => {
             out.extend_from_slice(b";rport=");
-            write_u32(out, u32::from(p));
+            write_u32(out, u32::from(rport_value));
         }
         Piece::ViaParams {
             params,
@@ -286,13 +288,13 @@ fn emit(out: &mut Vec<u8>, p: Piece<'_>) {
                     out.extend_from_slice(value.as_bytes());
                 }
             }
-            if let Some(r) = received {
+            if let Some(received_ip) = received {
                 out.extend_from_slice(b";received=");
-                out.extend_from_slice(r.as_bytes());
+                out.extend_from_slice(received_ip.as_bytes());
             }
-            if let Some(p) = rport {
+            if let Some(rport_value) = rport {
                 out.extend_from_slice(b";rport=");
-                write_u32(out, u32::from(p));
+                write_u32(out, u32::from(rport_value));
             }
         }
     }
@@ -305,14 +307,16 @@ fn offset_in(head: &str, sub: &str) -> usize {
 /// Byte range to delete so that the first value of header line `idx` goes
 /// away (the whole line if it holds one value).
 fn first_value_range(msg: &SipMsg<'_>, idx: usize) -> (usize, usize) {
-    let h = msg.header_positions()[idx];
+    let header = msg.header_positions()[idx];
     let head = msg.head();
-    let v = &head[h.value_start as usize..h.value_end as usize];
-    let mut it = CommaSplit::new(v);
-    let _first = it.next();
-    match it.next() {
-        Some(second) if !second.is_empty() => (h.value_start as usize, offset_in(head, second)),
-        _ => (h.line_start as usize, h.line_end as usize),
+    let value = &head[header.value_start as usize..header.value_end as usize];
+    let mut values = CommaSplit::new(value);
+    let _first = values.next();
+    match values.next() {
+        Some(second) if !second.is_empty() => {
+            (header.value_start as usize, offset_in(head, second))
+        }
+        _ => (header.line_start as usize, header.line_end as usize),
     }
 }
 
@@ -343,14 +347,22 @@ pub fn forward_request(
         splice_max_forwards(msg, &mut splices)?;
     }
     if let Some(record_route) = edits.record_route {
-        let at = msg
+        let record_route_at = msg
             .header_positions()
             .iter()
             .find(|header| header.kind == HeaderKind::RecordRoute)
             .map_or(headers_start, |header| header.line_start as usize);
-        splices.push(at, at, Some(Piece::RecordRoute(record_route)));
+        splices.push(
+            record_route_at,
+            record_route_at,
+            Some(Piece::RecordRoute(record_route)),
+        );
         if let Some(inner) = edits.record_route_inner {
-            splices.push(at, at, Some(Piece::RecordRoute(inner)));
+            splices.push(
+                record_route_at,
+                record_route_at,
+                Some(Piece::RecordRoute(inner)),
+            );
         }
     }
     let removals = splice_routes(msg, edits, &mut splices)?;
@@ -499,8 +511,8 @@ fn splice_routes<'m, 'e>(
             .iter()
             .rposition(|header| header.kind == HeaderKind::Route)
             .ok_or(EditError::NoRoute)?;
-        let at = msg.header_positions()[last].line_end as usize;
-        splices.push(at, at, Some(Piece::RouteLine(original_uri)));
+        let insert_at = msg.header_positions()[last].line_end as usize;
+        splices.push(insert_at, insert_at, Some(Piece::RouteLine(original_uri)));
     }
     Ok(Removals {
         msg,
@@ -537,13 +549,13 @@ impl Iterator for Removals<'_, '_> {
         if let Some(range) = self.pending.take() {
             return Some(range);
         }
-        let hp = self.msg.header_positions();
+        let positions = self.msg.header_positions();
         let head = self.msg.head();
-        while let Some(h) = hp.get(self.index) {
+        while let Some(header) = positions.get(self.index) {
             self.index += 1;
-            let whole = (h.line_start as usize, h.line_end as usize);
-            if h.kind != HeaderKind::Route {
-                if self.remove.any() && self.remove.removes(self.msg, h) {
+            let whole = (header.line_start as usize, header.line_end as usize);
+            if header.kind != HeaderKind::Route {
+                if self.remove.any() && self.remove.removes(self.msg, header) {
                     return Some(whole);
                 }
                 continue;
@@ -551,7 +563,7 @@ impl Iterator for Removals<'_, '_> {
             if self.route >= self.popped && self.last.is_none() {
                 continue;
             }
-            let value = &head[h.value_start as usize..h.value_end as usize];
+            let value = &head[header.value_start as usize..header.value_end as usize];
             let count = CommaSplit::new(value).count();
             let first = self.route;
             self.route += count;
@@ -569,19 +581,19 @@ impl Iterator for Removals<'_, '_> {
             let item_start = |i: usize| {
                 CommaSplit::new(value)
                     .nth(i)
-                    .map_or(h.value_end as usize, |item| offset_in(head, item))
+                    .map_or(header.value_end as usize, |item| offset_in(head, item))
             };
             let item_end = |i: usize| {
                 CommaSplit::new(value)
                     .nth(i)
-                    .map_or(h.value_end as usize, |item| {
+                    .map_or(header.value_end as usize, |item| {
                         offset_in(head, item) + item.len()
                     })
             };
-            let tail = last.then(|| (item_end(count - 2), h.value_end as usize));
+            let tail = last.then(|| (item_end(count - 2), header.value_end as usize));
             if prefix > 0 {
                 self.pending = tail;
-                return Some((h.value_start as usize, item_start(prefix)));
+                return Some((header.value_start as usize, item_start(prefix)));
             }
             return tail;
         }
@@ -607,21 +619,21 @@ fn splice(
             (Some(_), None) => false,
             (None, Some(_)) => true,
             // At the same offset an insertion goes before a removal.
-            (Some(s), Some(&(start, _))) => start < s.start,
+            (Some(next_splice), Some(&(start, _))) => start < next_splice.start,
         };
         let (start, end, piece) = if removal_first {
             let (start, end) = removals.next().unwrap_or((cur, cur));
             (start, end, None)
         } else {
             next += 1;
-            let s = sp.s[next - 1];
-            (s.start, s.end, s.piece)
+            let next_splice = sp.s[next - 1];
+            (next_splice.start, next_splice.end, next_splice.piece)
         };
         if start > cur {
             out.extend_from_slice(&buf[cur..start]);
         }
-        if let Some(p) = piece {
-            emit(out, p);
+        if let Some(piece_to_emit) = piece {
+            emit(out, piece_to_emit);
         }
         cur = cur.max(end);
     }
@@ -639,7 +651,7 @@ pub fn forward_response(msg: &SipMsg<'_>, out: &mut Vec<u8>) -> Result<usize, Ed
     if msg.is_request() {
         return Err(EditError::WrongKind);
     }
-    if msg.vias().nth(1).is_none() {
+    if msg.second_via().is_none() {
         return Err(EditError::NoVia);
     }
     let idx = msg
@@ -647,10 +659,10 @@ pub fn forward_response(msg: &SipMsg<'_>, out: &mut Vec<u8>) -> Result<usize, Ed
         .iter()
         .position(|h| h.kind == HeaderKind::Via)
         .ok_or(EditError::NoVia)?;
-    let (a, b) = first_value_range(msg, idx);
-    let mut sp = Splices::new();
-    sp.push(a, b, None);
-    splice(msg, &sp, std::iter::empty(), out)
+    let (start, end) = first_value_range(msg, idx);
+    let mut splices = Splices::new();
+    splices.push(start, end, None);
+    splice(msg, &splices, std::iter::empty(), out)
 }
 
 /// Build a response to `req` (RFC 3261 8.2.6): status line, all Via, From,
@@ -687,9 +699,9 @@ pub fn build_response(
                 out.extend_from_slice(
                     &head.as_bytes()[h.line_start as usize..h.value_end as usize],
                 );
-                if let (false, Some(t), true) = (has_tag, to_tag, code > 100) {
+                if let (false, Some(tag), true) = (has_tag, to_tag, code > 100) {
                     out.extend_from_slice(b";tag=");
-                    out.extend_from_slice(t.as_bytes());
+                    out.extend_from_slice(tag.as_bytes());
                 }
                 out.extend_from_slice(b"\r\n");
             }

@@ -25,15 +25,15 @@ impl Hash64 {
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
         let mut chunks = b.chunks_exact(8);
         for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.word(u64::from_le_bytes(w));
+            let mut word_bytes = [0u8; 8];
+            word_bytes.copy_from_slice(c);
+            self.word(u64::from_le_bytes(word_bytes));
         }
-        let r = chunks.remainder();
-        if !r.is_empty() {
-            let mut w = [0u8; 8];
-            w[..r.len()].copy_from_slice(r);
-            self.word(u64::from_le_bytes(w));
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            let mut word_bytes = [0u8; 8];
+            word_bytes[..tail.len()].copy_from_slice(tail);
+            self.word(u64::from_le_bytes(word_bytes));
         }
         self.word(b.len() as u64 ^ 0xFF00_0000_0000_0000);
         self
@@ -52,10 +52,10 @@ impl Hash64 {
 
     /// Final avalanche (splitmix64 finaliser).
     pub fn finish(&self) -> u64 {
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut mixed = self.0;
+        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        mixed ^ (mixed >> 31)
     }
 }
 
@@ -75,13 +75,13 @@ impl std::fmt::Debug for MacKey {
 impl MacKey {
     /// The key of these 16 bytes (little-endian halves).
     pub fn new(key: [u8; 16]) -> MacKey {
-        let mut k0 = [0u8; 8];
-        let mut k1 = [0u8; 8];
-        k0.copy_from_slice(&key[..8]);
-        k1.copy_from_slice(&key[8..]);
+        let mut low = [0u8; 8];
+        let mut high = [0u8; 8];
+        low.copy_from_slice(&key[..8]);
+        high.copy_from_slice(&key[8..]);
         MacKey {
-            k0: u64::from_le_bytes(k0),
-            k1: u64::from_le_bytes(k1),
+            k0: u64::from_le_bytes(low),
+            k1: u64::from_le_bytes(high),
         }
     }
 
@@ -150,9 +150,9 @@ impl Mac {
     /// Compress the whole words of `bytes` (a multiple of 8 long).
     fn compress_words(v: &mut [u64; 4], bytes: &[u8]) {
         for word in bytes.chunks_exact(8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            Self::compress(v, u64::from_le_bytes(w));
+            let mut word_bytes = [0u8; 8];
+            word_bytes.copy_from_slice(word);
+            Self::compress(v, u64::from_le_bytes(word_bytes));
         }
     }
 
@@ -193,18 +193,18 @@ impl Mac {
 
     /// The 64-bit tag.
     pub fn finish(&self) -> u64 {
-        let mut v = self.v;
+        let mut state = self.v;
         let whole = self.buffered & !7;
-        Self::compress_words(&mut v, &self.buf[..whole]);
+        Self::compress_words(&mut state, &self.buf[..whole]);
         let mut tail = [0u8; 8];
         tail[..self.buffered - whole].copy_from_slice(&self.buf[whole..self.buffered]);
-        let b = ((self.length as u64 & 0xFF) << 56) | u64::from_le_bytes(tail);
-        Self::compress(&mut v, b);
-        v[2] ^= 0xFF;
+        let last_word = ((self.length as u64 & 0xFF) << 56) | u64::from_le_bytes(tail);
+        Self::compress(&mut state, last_word);
+        state[2] ^= 0xFF;
         for _ in 0..4 {
-            Self::round(&mut v);
+            Self::round(&mut state);
         }
-        v[0] ^ v[1] ^ v[2] ^ v[3]
+        state[0] ^ state[1] ^ state[2] ^ state[3]
     }
 }
 

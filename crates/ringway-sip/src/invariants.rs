@@ -426,6 +426,9 @@ pub fn lazy_agrees(strict: &SipMsg<'_>, lazy: &SipMsg<'_>) {
     assert_eq!(strict.to_tag(), lazy.to_tag());
     assert_eq!(strict.top_via(), lazy.top_via());
     assert!(strict.vias().eq(lazy.vias()));
+    // The cached second Via is the second of the list.
+    assert_eq!(strict.second_via(), lazy.second_via());
+    assert_eq!(strict.second_via(), strict.vias().nth(1));
     assert!(strict.routes().eq(lazy.routes()));
     assert!(strict.record_routes().eq(lazy.record_routes()));
     assert!(strict.contact().eq(lazy.contact()));

@@ -243,24 +243,24 @@ fn expand_compact(name: &str) -> &str {
 impl HeaderKind {
     /// Classify a header name (case-insensitive, compact forms mapped).
     pub fn of(name: &str) -> HeaderKind {
-        let n = expand_compact(name);
-        let eq = |s: &str| n.eq_ignore_ascii_case(s);
-        match n.len() {
-            3 if eq("Via") => HeaderKind::Via,
-            5 if eq("Route") => HeaderKind::Route,
-            12 if eq("Record-Route") => HeaderKind::RecordRoute,
-            7 if eq("Call-ID") => HeaderKind::CallId,
-            4 if eq("CSeq") => HeaderKind::CSeq,
-            4 if eq("From") => HeaderKind::From,
-            2 if eq("To") => HeaderKind::To,
-            12 if eq("Max-Forwards") => HeaderKind::MaxForwards,
-            7 if eq("Contact") => HeaderKind::Contact,
-            14 if eq("Content-Length") => HeaderKind::ContentLength,
-            12 if eq("Content-Type") => HeaderKind::ContentType,
-            7 if eq("Expires") => HeaderKind::Expires,
-            13 if eq("Proxy-Require") => HeaderKind::ProxyRequire,
-            7 if eq("Require") => HeaderKind::Require,
-            9 if eq("Supported") => HeaderKind::Supported,
+        let canonical = expand_compact(name);
+        let named = |s: &str| canonical.eq_ignore_ascii_case(s);
+        match canonical.len() {
+            3 if named("Via") => HeaderKind::Via,
+            5 if named("Route") => HeaderKind::Route,
+            12 if named("Record-Route") => HeaderKind::RecordRoute,
+            7 if named("Call-ID") => HeaderKind::CallId,
+            4 if named("CSeq") => HeaderKind::CSeq,
+            4 if named("From") => HeaderKind::From,
+            2 if named("To") => HeaderKind::To,
+            12 if named("Max-Forwards") => HeaderKind::MaxForwards,
+            7 if named("Contact") => HeaderKind::Contact,
+            14 if named("Content-Length") => HeaderKind::ContentLength,
+            12 if named("Content-Type") => HeaderKind::ContentType,
+            7 if named("Expires") => HeaderKind::Expires,
+            13 if named("Proxy-Require") => HeaderKind::ProxyRequire,
+            7 if named("Require") => HeaderKind::Require,
+            9 if named("Supported") => HeaderKind::Supported,
             _ => HeaderKind::Other,
         }
     }
@@ -324,11 +324,14 @@ impl<'a> Via<'a> {
         let raw = trim(v);
         let mut rest = raw;
         let next_tok = |rest: &mut &'a str| -> Option<&'a str> {
-            let r = trim(rest);
-            let end = r.bytes().position(|b| !is_token(b)).unwrap_or(r.len());
-            let t = &r[..end];
-            *rest = &r[end..];
-            (!t.is_empty()).then_some(t)
+            let trimmed = trim(rest);
+            let end = trimmed
+                .bytes()
+                .position(|b| !is_token(b))
+                .unwrap_or(trimmed.len());
+            let token = &trimmed[..end];
+            *rest = &trimmed[end..];
+            (!token.is_empty()).then_some(token)
         };
         let name = next_tok(&mut rest)?;
         rest = trim(rest).strip_prefix('/')?;
@@ -342,24 +345,24 @@ impl<'a> Via<'a> {
         if !rest.as_bytes().first().is_some_and(|&b| is_lws(b)) {
             return None;
         }
-        let r = trim(rest);
-        let (host, after) = split_host(r)?;
+        let trimmed = trim(rest);
+        let (host, after) = split_host(trimmed)?;
         if after.starts_with('?') {
             return None;
         }
         let mut after = after.trim_start_matches(|c: char| c.is_ascii() && is_lws(c as u8));
         let mut port = None;
-        if let Some(p) = after.strip_prefix(':') {
-            let p = p.trim_start_matches(|c: char| c.is_ascii() && is_lws(c as u8));
-            let end = p
+        if let Some(port_text) = after.strip_prefix(':') {
+            let port_text = port_text.trim_start_matches(|c: char| c.is_ascii() && is_lws(c as u8));
+            let end = port_text
                 .bytes()
                 .position(|b| !b.is_ascii_digit())
-                .unwrap_or(p.len());
+                .unwrap_or(port_text.len());
             if end == 0 || end > 5 {
                 return None;
             }
-            port = Some(p[..end].parse::<u16>().ok()?);
-            after = &p[end..];
+            port = Some(port_text[..end].parse::<u16>().ok()?);
+            after = &port_text[end..];
         }
         let params = trim(after);
         if !params.is_empty() && !crate::text::params_valid(params) {
@@ -379,18 +382,18 @@ impl<'a> Via<'a> {
         };
         // One pass over the parameters (first occurrence wins).
         for (name, value) in crate::text::Params::new(params) {
-            let eq = |s: &str| name.eq_ignore_ascii_case(s);
+            let named = |s: &str| name.eq_ignore_ascii_case(s);
             match name.len() {
-                6 if eq("branch") && via.branch.is_none() => via.branch = Some(value?),
-                5 if eq("rport") && !via.rport_flag => {
+                6 if named("branch") && via.branch.is_none() => via.branch = Some(value?),
+                5 if named("rport") && !via.rport_flag => {
                     via.rport_flag = true;
                     via.rport = match value {
                         Some(v) => Some(v.parse::<u16>().ok()?),
                         None => None,
                     };
                 }
-                8 if eq("received") && via.received.is_none() => via.received = value,
-                5 if eq("maddr") && via.maddr.is_none() => via.maddr = value,
+                8 if named("received") && via.received.is_none() => via.received = value,
+                5 if named("maddr") && via.maddr.is_none() => via.maddr = value,
                 _ => {}
             }
         }
@@ -447,6 +450,7 @@ pub struct SipMsg<'a> {
     max_fwd: u32,
     validated: bool,
     c_top_via: Option<Via<'a>>,
+    c_second_via: Option<Via<'a>>,
     c_from_tag: Option<&'a str>,
     c_to_tag: Option<&'a str>,
     c_ruri: Option<SipUri<'a>>,
@@ -675,6 +679,7 @@ impl<'a> SipMsg<'a> {
             max_fwd: 0,
             validated: false,
             c_top_via: None,
+            c_second_via: None,
             c_from_tag: None,
             c_to_tag: None,
             c_ruri: None,
@@ -800,6 +805,8 @@ impl<'a> SipMsg<'a> {
                     let via = Via::parse(item).ok_or(ParseError::BadHeaderValue("Via"))?;
                     if !*via_seen {
                         self.c_top_via = Some(via);
+                    } else if self.c_second_via.is_none() {
+                        self.c_second_via = Some(via);
                     }
                     *via_seen = true;
                 }
@@ -893,8 +900,8 @@ impl<'a> SipMsg<'a> {
 
     #[inline]
     fn value_at(&self, i: usize) -> &'a str {
-        let h = &self.hdrs[i];
-        &self.head[h.value_start as usize..h.value_end as usize]
+        let header = &self.hdrs[i];
+        &self.head[header.value_start as usize..header.value_end as usize]
     }
 
     #[inline]
@@ -985,12 +992,15 @@ impl<'a> SipMsg<'a> {
 
     /// CSeq number and method.
     pub fn cseq(&self) -> Option<(u32, Method<'a>)> {
-        let v = self.opt_value(self.i_cseq)?;
-        let d = v
+        let value = self.opt_value(self.i_cseq)?;
+        let digits_end = value
             .bytes()
             .position(|b| !b.is_ascii_digit())
-            .unwrap_or(v.len());
-        Some((self.cseq_num, Method::from_token(trim(&v[d..]))))
+            .unwrap_or(value.len());
+        Some((
+            self.cseq_num,
+            Method::from_token(trim(&value[digits_end..])),
+        ))
     }
 
     /// From as a name-addr.
@@ -1033,6 +1043,16 @@ impl<'a> SipMsg<'a> {
         self.values(HeaderKind::Via).next().and_then(Via::parse)
     }
 
+    /// The second Via value (where a response goes once the top one is
+    /// removed): `vias().nth(1)`, without parsing again what
+    /// [`Self::parse`] parsed.
+    pub fn second_via(&self) -> Option<Via<'a>> {
+        if self.validated {
+            return self.c_second_via;
+        }
+        self.vias().nth(1)
+    }
+
     /// Max-Forwards value if present.
     pub fn max_forwards(&self) -> Option<u32> {
         (self.i_max_fwd != NONE).then_some(self.max_fwd)
@@ -1063,8 +1083,8 @@ impl<'a> SipMsg<'a> {
 
     /// Expires header value; values beyond 2^32-1 saturate.
     pub fn expires(&self) -> Option<u32> {
-        let v = self.raw_values(HeaderKind::Expires).next()?;
-        parse_delta(v)
+        let value = self.raw_values(HeaderKind::Expires).next()?;
+        parse_delta(value)
     }
 
     /// Content-Length value if present.
@@ -1103,9 +1123,9 @@ impl<'a> SipMsg<'a> {
     /// Every header as `(name, raw value)` in order.
     pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
         (0..self.nhdrs as usize).map(|i| {
-            let h = &self.hdrs[i];
+            let header = &self.hdrs[i];
             (
-                &self.head[h.line_start as usize..h.name_end as usize],
+                &self.head[header.line_start as usize..header.name_end as usize],
                 self.value_at(i),
             )
         })
@@ -1155,17 +1175,17 @@ impl<'a> SipMsg<'a> {
 }
 
 /// Parse delta-seconds, saturating at `u32::MAX` (RFC 3261 20.19).
-pub fn parse_delta(v: &str) -> Option<u32> {
-    let v = trim(v);
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+pub fn parse_delta(text: &str) -> Option<u32> {
+    let text = trim(text);
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(parse_dec(v, u64::from(u32::MAX)).map_or(u32::MAX, |x| x as u32))
+    Some(parse_dec(text, u64::from(u32::MAX)).map_or(u32::MAX, |x| x as u32))
 }
 
 fn parse_version(v: &str) -> Result<(), ParseError> {
-    let b = v.as_bytes();
-    if b.len() < 7 || !b[..4].eq_ignore_ascii_case(b"SIP/") {
+    let bytes = v.as_bytes();
+    if bytes.len() < 7 || !bytes[..4].eq_ignore_ascii_case(b"SIP/") {
         return Err(ParseError::BadStartLine("version"));
     }
     let rest = &v[4..];
@@ -1188,18 +1208,21 @@ fn parse_version(v: &str) -> Result<(), ParseError> {
 /// scheme, and for `sip:`/`sips:` a SIP URI without headers (returned).
 /// The proxy checks a Route value with it before making it the
 /// Request-URI.
-pub(crate) fn check_request_uri(u: &str) -> Result<Option<SipUri<'_>>, ParseError> {
-    if u.bytes().any(|b| is_lws(b) || b < 0x21) {
+pub(crate) fn check_request_uri(uri: &str) -> Result<Option<SipUri<'_>>, ParseError> {
+    if uri.bytes().any(|b| is_lws(b) || b < 0x21) {
         return Err(ParseError::BadRequestUri("whitespace"));
     }
-    match scheme(u) {
+    match scheme(uri) {
         None => Err(ParseError::BadRequestUri("scheme")),
-        Some(s) if s.eq_ignore_ascii_case("sip") || s.eq_ignore_ascii_case("sips") => {
-            let su = SipUri::parse(u).ok_or(ParseError::BadRequestUri("sip uri"))?;
-            if su.headers.is_some() {
+        Some(scheme_name)
+            if scheme_name.eq_ignore_ascii_case("sip")
+                || scheme_name.eq_ignore_ascii_case("sips") =>
+        {
+            let sip_uri = SipUri::parse(uri).ok_or(ParseError::BadRequestUri("sip uri"))?;
+            if sip_uri.headers.is_some() {
                 return Err(ParseError::BadRequestUri("headers not allowed"));
             }
-            Ok(Some(su))
+            Ok(Some(sip_uri))
         }
         Some(_) => Ok(None),
     }
@@ -1208,11 +1231,11 @@ pub(crate) fn check_request_uri(u: &str) -> Result<Option<SipUri<'_>>, ParseErro
 fn parse_start_line(line: &str, off: usize) -> Result<(Start, Option<SipUri<'_>>), ParseError> {
     if line.len() >= 4 && line.as_bytes()[..4].eq_ignore_ascii_case(b"SIP/") {
         // Status-Line = SIP-Version SP Status-Code SP Reason-Phrase
-        let sp = line
+        let space = line
             .find(' ')
             .ok_or(ParseError::BadStartLine("status line"))?;
-        parse_version(&line[..sp])?;
-        let rest = &line[sp + 1..];
+        parse_version(&line[..space])?;
+        let rest = &line[space + 1..];
         let code_end = rest.find(' ').unwrap_or(rest.len());
         let code = &rest[..code_end];
         if code.len() != 3 || !code.bytes().all(|c| c.is_ascii_digit()) {
@@ -1222,44 +1245,44 @@ fn parse_start_line(line: &str, off: usize) -> Result<(Start, Option<SipUri<'_>>
         if !(100..=699).contains(&status) {
             return Err(ParseError::BadStatus);
         }
-        let rs = (sp + 1 + code_end + 1).min(line.len());
+        let reason_start = (space + 1 + code_end + 1).min(line.len());
         return Ok((
             Start::Response {
                 status,
-                reason: ((off + rs) as u16, (off + line.len()) as u16),
+                reason: ((off + reason_start) as u16, (off + line.len()) as u16),
             },
             None,
         ));
     }
     // Request-Line = Method SP Request-URI SP SIP-Version
     let mut parts = line.split(' ');
-    let (m, u, v) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(m), Some(u), Some(v), None) => (m, u, v),
+    let (method, uri, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(method), Some(uri), Some(version), None) => (method, uri, version),
         _ => {
             return Err(ParseError::BadStartLine(
                 "expected METHOD SP URI SP VERSION",
             ))
         }
     };
-    if !is_token_str(m) {
+    if !is_token_str(method) {
         return Err(ParseError::BadStartLine("method"));
     }
-    if u.is_empty() || v.is_empty() {
+    if uri.is_empty() || version.is_empty() {
         return Err(ParseError::BadStartLine(
             "expected METHOD SP URI SP VERSION",
         ));
     }
-    if u.bytes().any(|b| is_lws(b) || b < 0x21) {
+    if uri.bytes().any(|b| is_lws(b) || b < 0x21) {
         return Err(ParseError::BadRequestUri("whitespace"));
     }
-    parse_version(v)?;
-    let sip_uri = check_request_uri(u)?;
-    let m0 = off;
-    let u0 = off + m.len() + 1;
+    parse_version(version)?;
+    let sip_uri = check_request_uri(uri)?;
+    let method_start = off;
+    let uri_start = off + method.len() + 1;
     Ok((
         Start::Request {
-            method: (m0 as u16, (m0 + m.len()) as u16),
-            uri: (u0 as u16, (u0 + u.len()) as u16),
+            method: (method_start as u16, (method_start + method.len()) as u16),
+            uri: (uri_start as u16, (uri_start + uri.len()) as u16),
         },
         sip_uri,
     ))

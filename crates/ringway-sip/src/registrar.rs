@@ -227,6 +227,8 @@ pub fn apply_registration(
                 && binding.cseq > registration.cseq
         })
     };
+    // First pass: check every change and count what the AOR would hold,
+    // without touching `bindings`, so that a refusal changes nothing.
     let mut after = bindings.len();
     let mut known: Vec<&str> = bindings.iter().map(|b| b.contact.as_str()).collect();
     for change in &registration.changes {
@@ -288,6 +290,8 @@ pub fn apply_registration(
                 bindings.retain(|b| {
                     b.contact != *contact && (outbound.is_none() || b.outbound != *outbound)
                 });
+                // At the front: lookups answer the most recently
+                // refreshed contact first.
                 bindings.insert(
                     0,
                     Binding {
@@ -366,6 +370,8 @@ impl MemoryStore {
     }
 
     fn shard(&self, aor: &str) -> &Mutex<HashMap<String, Vec<Binding>>> {
+        // Lock striping only: the maps inside hash with their own random
+        // keys, so a fixed seed here lets no one pile AORs into a bucket.
         let h = crate::hash::Hash64::new(7).str(aor).finish();
         &self.shards[(h as usize) % SHARDS]
     }
@@ -379,11 +385,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl LocationStore for MemoryStore {
     fn register(&self, registration: &Registration, now: u64) -> StoreAnswer {
         let mut map = lock(self.shard(&registration.aor));
+        // A copy: a registration refused below (rules, capacity, bytes)
+        // leaves the stored bindings as they were.
         let mut bindings = map.get(&registration.aor).cloned().unwrap_or_default();
         let before = bindings.len();
         let bytes_before = entry_bytes(&registration.aor, &bindings);
         apply_registration(&mut bindings, registration, now)?;
         let after = bindings.len();
+        // Checked under this shard's lock only: registrations on other
+        // shards may pass at the same time, so the bound can be overshot
+        // by what those concurrent REGISTERs add (a few, bounded by workers).
         if after > before && self.count.load(Ordering::Relaxed) + (after - before) > self.capacity {
             return Err(StoreError::Full);
         }
@@ -393,6 +404,8 @@ impl LocationStore for MemoryStore {
         {
             return Err(StoreError::Full);
         }
+        // Add before subtracting: the unsigned total never dips below zero
+        // (and wraps) when another shard reads it in between.
         self.bytes.fetch_add(bytes_after, Ordering::Relaxed);
         self.bytes.fetch_sub(bytes_before, Ordering::Relaxed);
         // `before` counted expired bindings too: they are gone now.

@@ -31,17 +31,17 @@ pub(crate) fn is_token(b: u8) -> bool {
 /// Trim LWS (including folding CRLFs) on both sides.
 #[inline]
 pub(crate) fn trim(s: &str) -> &str {
-    let b = s.as_bytes();
-    let mut a = 0;
-    let mut e = b.len();
-    while a < e && is_lws(b[a]) {
-        a += 1;
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut end = bytes.len();
+    while start < end && is_lws(bytes[start]) {
+        start += 1;
     }
-    while e > a && is_lws(b[e - 1]) {
-        e -= 1;
+    while end > start && is_lws(bytes[end - 1]) {
+        end -= 1;
     }
     // LWS bytes are ASCII, so a and e are char boundaries.
-    s.get(a..e).unwrap_or("")
+    s.get(start..end).unwrap_or("")
 }
 
 /// True when `s` is a non-empty token.
@@ -58,32 +58,32 @@ pub(crate) fn parse_dec(s: &str, max: u64) -> Option<u64> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let t = s.trim_start_matches('0');
-        if t.len() > 20 {
+        let digits = s.trim_start_matches('0');
+        if digits.len() > 20 {
             return None;
         }
-        return parse_dec(if t.is_empty() { "0" } else { t }, max);
+        return parse_dec(if digits.is_empty() { "0" } else { digits }, max);
     }
-    let mut v: u64 = 0;
+    let mut value: u64 = 0;
     for b in s.bytes() {
         if !b.is_ascii_digit() {
             return None;
         }
-        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
     }
-    (v <= max).then_some(v)
+    (value <= max).then_some(value)
 }
 
 /// Scan a quoted string starting at `s[0] == '"'`; returns the index just
 /// after the closing quote, honouring backslash escapes.
 pub(crate) fn quoted_end(s: &[u8]) -> Option<usize> {
     debug_assert!(s.first() == Some(&b'"'));
-    let mut i = 1;
-    while i < s.len() {
-        match s[i] {
-            b'\\' => i += 2,
-            b'"' => return Some(i + 1),
-            _ => i += 1,
+    let mut index = 1;
+    while index < s.len() {
+        match s[index] {
+            b'\\' => index += 2,
+            b'"' => return Some(index + 1),
+            _ => index += 1,
         }
     }
     None
@@ -114,20 +114,20 @@ impl<'a> Iterator for CommaSplit<'a> {
         if self.done {
             return None;
         }
-        let b = self.s.as_bytes();
+        let bytes = self.s.as_bytes();
         let start = self.pos;
-        if memchr::memchr(b',', &b[start..]).is_none() {
+        if memchr::memchr(b',', &bytes[start..]).is_none() {
             // Fast path: no comma left, the rest is one item.
             self.done = true;
             return Some(trim(&self.s[start..]));
         }
-        let mut i = start;
+        let mut index = start;
         let mut angle = false;
-        while i < b.len() {
-            match b[i] {
-                b'"' => match quoted_end(&b[i..]) {
+        while index < bytes.len() {
+            match bytes[index] {
+                b'"' => match quoted_end(&bytes[index..]) {
                     Some(n) => {
-                        i += n;
+                        index += n;
                         continue;
                     }
                     None => break,
@@ -135,12 +135,12 @@ impl<'a> Iterator for CommaSplit<'a> {
                 b'<' => angle = true,
                 b'>' => angle = false,
                 b',' if !angle => {
-                    self.pos = i + 1;
-                    return Some(trim(&self.s[start..i]));
+                    self.pos = index + 1;
+                    return Some(trim(&self.s[start..index]));
                 }
                 _ => {}
             }
-            i += 1;
+            index += 1;
         }
         self.done = true;
         Some(trim(&self.s[start..]))
@@ -163,55 +163,58 @@ impl<'a> Params<'a> {
 impl<'a> Iterator for Params<'a> {
     type Item = (&'a str, Option<&'a str>);
     fn next(&mut self) -> Option<Self::Item> {
-        let b = self.s.as_bytes();
+        let bytes = self.s.as_bytes();
         // skip leading LWS and one ';'
-        let mut i = self.pos;
-        while i < b.len() && is_lws(b[i]) {
-            i += 1;
+        let mut index = self.pos;
+        while index < bytes.len() && is_lws(bytes[index]) {
+            index += 1;
         }
-        if i < b.len() && b[i] == b';' {
-            i += 1;
+        if index < bytes.len() && bytes[index] == b';' {
+            index += 1;
         }
-        if i >= b.len() {
-            self.pos = b.len();
+        if index >= bytes.len() {
+            self.pos = bytes.len();
             return None;
         }
-        let start = i;
-        if memchr::memchr(b'"', &b[start..]).is_none() {
+        let start = index;
+        if memchr::memchr(b'"', &bytes[start..]).is_none() {
             // Fast path: no quoted strings, so `;` and `=` are delimiters.
-            let end = memchr::memchr(b';', &b[start..]).map_or(b.len(), |p| start + p);
+            let end = memchr::memchr(b';', &bytes[start..]).map_or(bytes.len(), |p| start + p);
             self.pos = end;
-            return Some(match memchr::memchr(b'=', &b[start..end]) {
-                Some(e) => (
-                    trim(&self.s[start..start + e]),
-                    Some(trim(&self.s[start + e + 1..end])),
+            return Some(match memchr::memchr(b'=', &bytes[start..end]) {
+                Some(equals) => (
+                    trim(&self.s[start..start + equals]),
+                    Some(trim(&self.s[start + equals + 1..end])),
                 ),
                 None => (trim(&self.s[start..end]), None),
             });
         }
-        let mut eq = None;
-        while i < b.len() {
-            match b[i] {
-                b'"' => match quoted_end(&b[i..]) {
+        let mut equals_at = None;
+        while index < bytes.len() {
+            match bytes[index] {
+                b'"' => match quoted_end(&bytes[index..]) {
                     Some(n) => {
-                        i += n;
+                        index += n;
                         continue;
                     }
                     None => {
-                        i = b.len();
+                        index = bytes.len();
                         break;
                     }
                 },
-                b'=' if eq.is_none() => eq = Some(i),
+                b'=' if equals_at.is_none() => equals_at = Some(index),
                 b';' => break,
                 _ => {}
             }
-            i += 1;
+            index += 1;
         }
-        self.pos = i;
-        let item = &self.s[start..i];
-        Some(match eq {
-            Some(e) => (trim(&self.s[start..e]), Some(trim(&self.s[e + 1..i]))),
+        self.pos = index;
+        let item = &self.s[start..index];
+        Some(match equals_at {
+            Some(equals) => (
+                trim(&self.s[start..equals]),
+                Some(trim(&self.s[equals + 1..index])),
+            ),
             None => (trim(item), None),
         })
     }
@@ -227,56 +230,57 @@ pub(crate) fn find_param<'a>(params: &'a str, name: &str) -> Option<Option<&'a s
 /// Validate a parameter list: every parameter has a token name, and a value
 /// (if any) that is a token, host-ish word or quoted string.
 pub(crate) fn params_valid(params: &str) -> bool {
-    let b = params.as_bytes();
+    let bytes = params.as_bytes();
     // Reject empty parameters like ";;" or a trailing ";".
-    let t = trim(params);
-    if t.is_empty() {
+    let trimmed = trim(params);
+    if trimmed.is_empty() {
         return true;
     }
-    if !t.starts_with(';') {
+    if !trimmed.starts_with(';') {
         return false;
     }
-    let _ = b;
-    let mut rest = t;
+    let _ = bytes;
+    let mut rest = trimmed;
     while !rest.is_empty() {
         // rest starts with ';'
         let body = &rest[1..];
-        let bb = body.as_bytes();
-        let mut i = 0;
-        while i < bb.len() {
-            match bb[i] {
-                b'"' => match quoted_end(&bb[i..]) {
+        let body_bytes = body.as_bytes();
+        let mut index = 0;
+        while index < body_bytes.len() {
+            match body_bytes[index] {
+                b'"' => match quoted_end(&body_bytes[index..]) {
                     Some(n) => {
-                        i += n;
+                        index += n;
                         continue;
                     }
                     None => return false,
                 },
                 b';' => break,
-                _ => i += 1,
+                _ => index += 1,
             }
         }
-        let item = &body[..i];
+        let item = &body[..index];
         let (name, value) = match item.find('=') {
-            Some(e) => (trim(&item[..e]), Some(trim(&item[e + 1..]))),
+            Some(equals) => (trim(&item[..equals]), Some(trim(&item[equals + 1..]))),
             None => (trim(item), None),
         };
         if !is_token_str(name) {
             return false;
         }
-        if let Some(v) = value {
-            let ok = if v.starts_with('"') {
-                quoted_end(v.as_bytes()) == Some(v.len())
+        if let Some(text) = value {
+            let valid = if text.starts_with('"') {
+                quoted_end(text.as_bytes()) == Some(text.len())
             } else {
-                !v.is_empty()
-                    && v.bytes()
+                !text.is_empty()
+                    && text
+                        .bytes()
                         .all(|c| is_token(c) || matches!(c, b':' | b'[' | b']'))
             };
-            if !ok {
+            if !valid {
                 return false;
             }
         }
-        rest = &body[i..];
+        rest = &body[index..];
     }
     true
 }

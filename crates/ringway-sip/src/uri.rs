@@ -6,18 +6,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// The scheme of a URI (text before the first `:`), if syntactically valid
 /// (`ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`).
 pub fn scheme(uri: &str) -> Option<&str> {
-    let c = uri.find(':')?;
-    let s = &uri[..c];
-    let b = s.as_bytes();
-    if b.is_empty()
-        || !b[0].is_ascii_alphabetic()
-        || !b
+    let colon = uri.find(':')?;
+    let name = &uri[..colon];
+    let bytes = name.as_bytes();
+    if bytes.is_empty()
+        || !bytes[0].is_ascii_alphabetic()
+        || !bytes
             .iter()
             .all(|&x| x.is_ascii_alphanumeric() || matches!(x, b'+' | b'-' | b'.'))
     {
         return None;
     }
-    Some(s)
+    Some(name)
 }
 
 /// A parsed `sip:`/`sips:` URI; every field borrows the input.
@@ -53,10 +53,10 @@ impl<'a> SipUri<'a> {
         }
         let (user, hostpart) = match rest.find('@') {
             Some(at) => {
-                let ui = &rest[..at];
-                let user = match ui.find(':') {
-                    Some(c) => &ui[..c],
-                    None => ui,
+                let userinfo = &rest[..at];
+                let user = match userinfo.find(':') {
+                    Some(c) => &userinfo[..c],
+                    None => userinfo,
                 };
                 if user.is_empty() {
                     return None;
@@ -68,14 +68,19 @@ impl<'a> SipUri<'a> {
         let (host, after) = split_host(hostpart)?;
         let mut port = None;
         let mut after = after;
-        if let Some(p) = after.strip_prefix(':') {
-            let end = p.find([';', '?']).unwrap_or(p.len());
-            let ps = &p[..end];
-            if ps.is_empty() || ps.len() > 5 || !ps.bytes().all(|b| b.is_ascii_digit()) {
+        if let Some(port_and_rest) = after.strip_prefix(':') {
+            let end = port_and_rest
+                .find([';', '?'])
+                .unwrap_or(port_and_rest.len());
+            let port_text = &port_and_rest[..end];
+            if port_text.is_empty()
+                || port_text.len() > 5
+                || !port_text.bytes().all(|b| b.is_ascii_digit())
+            {
                 return None;
             }
-            port = Some(ps.parse::<u16>().ok()?);
-            after = &p[end..];
+            port = Some(port_text.parse::<u16>().ok()?);
+            after = &port_and_rest[end..];
         }
         let (params, headers) = match after.find('?') {
             Some(q) => (&after[..q], Some(&after[q + 1..])),
@@ -112,8 +117,8 @@ impl<'a> SipUri<'a> {
 
 /// Split `host[...]` from the front of `s`; validates the host characters.
 pub(crate) fn split_host(s: &str) -> Option<(&str, &str)> {
-    let b = s.as_bytes();
-    if b.first() == Some(&b'[') {
+    let bytes = s.as_bytes();
+    if bytes.first() == Some(&b'[') {
         let close = s.find(']')?;
         let inner = &s[1..close];
         if inner.is_empty()
@@ -172,52 +177,52 @@ pub struct NameAddr<'a> {
 
 impl<'a> NameAddr<'a> {
     /// Parse one (already comma-split, trimmed) value.
-    pub fn parse(v: &'a str) -> Option<NameAddr<'a>> {
-        let v = trim(v);
-        let b = v.as_bytes();
-        if b.is_empty() {
+    pub fn parse(value: &'a str) -> Option<NameAddr<'a>> {
+        let value = trim(value);
+        let bytes = value.as_bytes();
+        if bytes.is_empty() {
             return None;
         }
         let mut display = None;
-        let mut i = 0;
-        if b[0] == b'"' {
-            let e = quoted_end(b)?;
-            display = Some(&v[..e]);
-            i = e;
-            while i < b.len() && is_lws(b[i]) {
-                i += 1;
+        let mut index = 0;
+        if bytes[0] == b'"' {
+            let quote_end = quoted_end(bytes)?;
+            display = Some(&value[..quote_end]);
+            index = quote_end;
+            while index < bytes.len() && is_lws(bytes[index]) {
+                index += 1;
             }
-            if b.get(i) != Some(&b'<') {
+            if bytes.get(index) != Some(&b'<') {
                 return None;
             }
-        } else if let Some(lt) = v.find('<') {
+        } else if let Some(angle_open) = value.find('<') {
             // Everything before '<' must be tokens separated by LWS. If a
             // ':' shows up first this is an addr-spec whose params contain
             // '<', which is invalid anyway.
-            let d = &v[..lt];
-            if !d.bytes().all(|c| is_token(c) || is_lws(c)) {
+            let before_angle = &value[..angle_open];
+            if !before_angle.bytes().all(|c| is_token(c) || is_lws(c)) {
                 return None;
             }
-            let dt = trim(d);
-            if !dt.is_empty() {
-                display = Some(dt);
+            let display_name = trim(before_angle);
+            if !display_name.is_empty() {
+                display = Some(display_name);
             }
-            i = lt;
+            index = angle_open;
         }
-        if b.get(i) == Some(&b'<') {
-            let rest = &v[i + 1..];
-            let gt = rest.find('>')?;
-            let uri = trim(&rest[..gt]);
+        if bytes.get(index) == Some(&b'<') {
+            let rest = &value[index + 1..];
+            let angle_close = rest.find('>')?;
+            let uri = trim(&rest[..angle_close]);
             scheme(uri)?;
             if uri.bytes().any(is_lws) {
                 return None;
             }
-            if let Some(s) = SipUri::parse(uri) {
-                let _ = s;
+            if let Some(parsed) = SipUri::parse(uri) {
+                let _ = parsed;
             } else if is_sip_scheme(uri) {
                 return None;
             }
-            let params = &rest[gt + 1..];
+            let params = &rest[angle_close + 1..];
             if !params_valid(params) {
                 return None;
             }
@@ -229,8 +234,8 @@ impl<'a> NameAddr<'a> {
             });
         }
         // addr-spec: the URI runs to the first ';' (the rest are header params).
-        let end = v.find(';').unwrap_or(v.len());
-        let uri = trim(&v[..end]);
+        let end = value.find(';').unwrap_or(value.len());
+        let uri = trim(&value[..end]);
         scheme(uri)?;
         if uri
             .bytes()
@@ -241,7 +246,7 @@ impl<'a> NameAddr<'a> {
         if is_sip_scheme(uri) && SipUri::parse(uri).is_none() {
             return None;
         }
-        let params = &v[end..];
+        let params = &value[end..];
         if !params_valid(params) {
             return None;
         }

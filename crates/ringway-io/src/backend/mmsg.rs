@@ -127,6 +127,9 @@ impl MmsgBackend {
             match error.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => return Ok(0),
+                // ICMP feedback to an earlier send, reported on this
+                // receive: returning it would stop a worker over a peer
+                // that went away, so count it and receive again.
                 _ if sys::is_async_send_error(&error) => {
                     self.stats.socket_errors += 1;
                     continue;
@@ -143,6 +146,8 @@ impl MmsgBackend {
             let hdr = &self.s.hdrs[k].msg_hdr;
             let cmsgs = sys::parse_cmsgs(hdr);
             if let Some(dropped) = cmsgs.rxq_ovfl {
+                // SO_RXQ_OVFL carries the socket's running total, not a
+                // delta: the latest value is the count.
                 self.stats.rx_dropped = dropped as u64;
             }
             let Some(peer) = sys::sockaddr_to(&self.s.names[k], hdr.msg_namelen) else {
@@ -198,6 +203,10 @@ impl MmsgBackend {
         while done < count {
             let entry = &entries[from + done];
             let mut run = 1;
+            // A stamp request rides alone: the kernel stamps a GSO train
+            // once, so a stamped entry in a train would lose its stamp.
+            // Equal lengths: GSO cuts a train at one segment size (only
+            // the last may be shorter, which this does not try).
             if self.gso.enabled && entry.stamp_tag.is_none() && entry.len > 0 {
                 let cap = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / entry.len);
                 while done + run < count && run < cap {

@@ -701,6 +701,8 @@ impl UringBackend {
         }
         let mut queued = 0;
         let mut done = 0;
+        // io_uring has no sendmmsg: one SENDMSG per datagram, and the
+        // batching is that one enter submits them all.
         while done < count {
             // Queue as many sends as the SQ takes, then one enter submits them.
             while queued < count {
@@ -725,6 +727,8 @@ impl UringBackend {
                 done += ring.reap_tx(count);
             }
         }
+        // Every send completes on its own: a refused datagram is counted
+        // and the others still go, as with sendmmsg's skip-and-go-on.
         let mut sent = 0;
         for (k, e) in batch.entries().iter().enumerate() {
             match ring.tx.results[k] {
@@ -764,6 +768,8 @@ pub(crate) fn probe() -> Result<(), BackendUnavailable> {
         };
         BackendUnavailable::new(BackendKind::Uring, reason).with_errno(e.raw_os_error())
     })?;
+    // A ring that sets up proves the flags, not the receive path
+    // (multishot RECVMSG with a buffer ring): one real datagram does.
     let smoke = || -> io::Result<()> {
         let sock_a = UdpSocket::bind("127.0.0.1:0")?;
         let sock_b = UdpSocket::bind("127.0.0.1:0")?;

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// Receive wait before a worker re-checks the stop flag.
@@ -173,24 +173,22 @@ impl DispatchServerConfig {
     }
 }
 
-/// Resolve the proxies given by name (at start, on the starting thread:
-/// no worker runs yet) and add every target the relay policy allows to
-/// `config.proxies` (at most 64 in all). A name that gives no allowed
-/// target is an error: the dispatcher does not start half-configured.
+/// How often the proxies' names are looked at again: from the DNS cache
+/// while their TTLs last (no query), from the nameserver once expired.
+const RERESOLVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Resolve the proxies given by name (at start on the starting thread, no
+/// worker runs yet; later on the re-resolution thread): the literal
+/// proxies, then every target of the names the relay policy allows (at
+/// most 64 in all). A name that gives no allowed target is an error.
 fn resolve_proxy_names(
-    config: &mut DispatchServerConfig,
-) -> Result<Option<crate::dns::Resolver>, ServerError> {
-    if config.proxy_names.is_empty() {
-        return Ok(None);
-    }
-    let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
-        server: config.dns_server,
-        threads: 1,
-        ..crate::dns::DnsConfig::default()
-    })
-    .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
+    config: &DispatchServerConfig,
+    literal: &[SocketAddr],
+    resolver: &crate::dns::Resolver,
+) -> Result<Vec<SocketAddr>, ServerError> {
+    let mut proxies = literal.to_vec();
     let policy =
-        ringway_sip::RelayPolicy::new(config.listen, config.proxies.clone(), config.relay.clone());
+        ringway_sip::RelayPolicy::new(config.listen, literal.to_vec(), config.relay.clone());
     for name in &config.proxy_names {
         let NextHop::Name { host, port } = name else {
             continue;
@@ -217,19 +215,32 @@ fn resolve_proxy_names(
                 .join(", ")
         );
         for to in added {
-            if !config.proxies.contains(&to) && config.proxies.len() < 64 {
-                config.proxies.push(to);
+            if !proxies.contains(&to) && proxies.len() < 64 {
+                proxies.push(to);
             }
         }
     }
-    Ok(Some(resolver))
+    Ok(proxies)
+}
+
+/// The dispatcher in force, and which of its proxies came from DNS.
+struct Current {
+    dispatcher: Dispatcher,
+    resolved: Vec<SocketAddr>,
 }
 
 /// What the threads share.
 struct Shared {
     config: DispatchServerConfig,
     local: SocketAddr,
-    dispatcher: Dispatcher,
+    /// The dispatcher in force: replaced (counters and proxy states taken
+    /// over) when a proxy name resolves to another set of targets.
+    current: RwLock<Arc<Current>>,
+    /// Bumped on every replacement (threads pick the new one up).
+    version: AtomicU64,
+    /// The core configuration with the literal proxies (names' targets
+    /// are added to it on every resolution).
+    base: DispatchConfig,
     stop: AtomicBool,
     messages_in: AtomicU64,
     messages_out: AtomicU64,
@@ -246,8 +257,16 @@ struct Shared {
     inject_panic: Option<String>,
     /// The resolver of `proxy_names` (its counters), if any.
     resolver: Option<crate::dns::Resolver>,
-    /// Proxies that came from DNS (their going out counts as a failover).
-    resolved: Vec<SocketAddr>,
+}
+
+impl Shared {
+    /// The dispatcher in force now.
+    fn current(&self) -> Arc<Current> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The JSON summary of a dispatcher run (`ringway.sip-dispatch.summary/1`).
@@ -287,7 +306,7 @@ pub struct DispatchControl {
 impl DispatchControl {
     /// Counters, with every proxy's state.
     pub fn stats(&self) -> DispatchStats {
-        self.shared.dispatcher.stats()
+        self.shared.current().dispatcher.stats()
     }
 
     /// The address it listens on.
@@ -306,7 +325,11 @@ impl DispatchControl {
         address: SocketAddr,
         state: ringway_sip::dispatch::AdminState,
     ) -> bool {
-        let done = self.shared.dispatcher.set_admin_state(address, state);
+        let done = self
+            .shared
+            .current()
+            .dispatcher
+            .set_admin_state(address, state);
         if done {
             log::info!(
                 "sip dispatch: management: proxy {address} set {}",
@@ -327,12 +350,26 @@ impl DispatchServer {
     /// Open the sockets and start the worker and probe threads.
     pub fn start(mut config: DispatchServerConfig) -> Result<DispatchServer, ServerError> {
         config.validate()?;
-        let literal = config.proxies.len();
-        let resolver = resolve_proxy_names(&mut config)?;
-        let resolved = config.proxies[literal..].to_vec();
-        if let Some(resolver) = &resolver {
-            resolver.stop();
-        }
+        let literal = config.proxies.clone();
+        let resolver = if config.proxy_names.is_empty() {
+            None
+        } else {
+            let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
+                server: config.dns_server,
+                threads: 1,
+                ..crate::dns::DnsConfig::default()
+            })
+            .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
+            match resolve_proxy_names(&config, &literal, &resolver) {
+                Ok(proxies) => config.proxies = proxies,
+                Err(e) => {
+                    resolver.stop();
+                    return Err(e);
+                }
+            }
+            Some(resolver)
+        };
+        let resolved = config.proxies[literal.len()..].to_vec();
         let mut socket_config = SocketConfig::new(config.listen);
         socket_config.reuseport = true;
         socket_config.rx_timestamps = false;
@@ -353,7 +390,7 @@ impl DispatchServer {
         let probe_socket = sockets[0].try_clone()?;
         // Which sources share a flood-table set cannot be aimed at.
         let flood_seed: [u8; 8] = host::random_bytes()?;
-        let dispatcher = Dispatcher::new(DispatchConfig {
+        let base = DispatchConfig {
             local,
             proxies: config.proxies.clone(),
             probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
@@ -369,12 +406,22 @@ impl DispatchServer {
                 ipv6_prefix: config.flood_ipv6_prefix,
                 seed: u64::from_le_bytes(flood_seed),
             }),
-        });
+        };
+        let dispatcher = Dispatcher::new(base.clone());
+        let base = DispatchConfig {
+            proxies: literal,
+            ..base
+        };
         let backend = config.io.kind();
         let shared = Arc::new(Shared {
             config,
             local,
-            dispatcher,
+            current: RwLock::new(Arc::new(Current {
+                dispatcher,
+                resolved,
+            })),
+            version: AtomicU64::new(0),
+            base,
             stop: AtomicBool::new(false),
             messages_in: AtomicU64::new(0),
             messages_out: AtomicU64::new(0),
@@ -385,7 +432,6 @@ impl DispatchServer {
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
             resolver,
-            resolved,
         });
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
@@ -412,6 +458,10 @@ impl DispatchServer {
         server.spawn("dispatch-probe".into(), move || {
             probe_thread(&shared, probe_io)
         })?;
+        if server.shared.resolver.is_some() {
+            let shared = server.shared.clone();
+            server.spawn("dispatch-dns".into(), move || reresolve_thread(&shared))?;
+        }
         Ok(server)
     }
 
@@ -460,7 +510,7 @@ impl DispatchServer {
 
     /// The dispatcher's counters now.
     pub fn stats(&self) -> DispatchStats {
-        self.shared.dispatcher.stats()
+        self.shared.current().dispatcher.stats()
     }
 
     /// A handle for the management API (targets, their states).
@@ -479,6 +529,9 @@ impl DispatchServer {
     fn stop_threads(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.threads.join_all("sip dispatch");
+        if let Some(resolver) = &self.shared.resolver {
+            resolver.stop();
+        }
     }
 
     /// Stop every thread and return the summary.
@@ -505,7 +558,7 @@ fn summary(shared: &Shared) -> DispatchSummary {
         tx_errors: shared.tx_errors.load(Ordering::Relaxed),
         rx_truncated: shared.rx_truncated.load(Ordering::Relaxed),
         tx_oversize: shared.tx_oversize.load(Ordering::Relaxed),
-        dispatch: shared.dispatcher.stats(),
+        dispatch: shared.current().dispatcher.stats(),
         threads_panicked: shared
             .panicked
             .lock()
@@ -534,100 +587,171 @@ fn flush(shared: &Shared, io: &mut dyn BatchIo, tx: &mut TxBatch) {
     tx.clear();
 }
 
-/// One worker: receive a batch, dispatch every datagram, send once.
+/// One worker: receive a batch, dispatch every datagram, send once (with
+/// the dispatcher in force, picked up again after a replacement).
 fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
     let mut rx = RxBatch::new(shared.config.batch, crate::sip::RX_FRAME);
     let mut tx = TxBatch::new(shared.config.batch * 2, TX_FRAME);
-    let mut worker = shared.dispatcher.worker();
     while !shared.stop.load(Ordering::Relaxed) {
-        match io.recv_batch(&mut rx, Some(POLL)) {
-            Ok(0) => continue,
-            Ok(n) => {
-                shared.messages_in.fetch_add(n as u64, Ordering::Relaxed);
-                if shared.inject_panic.as_deref() == Some(name) {
-                    panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
+        let version = shared.version.load(Ordering::Acquire);
+        let current = shared.current();
+        let mut worker = current.dispatcher.worker();
+        while !shared.stop.load(Ordering::Relaxed)
+            && shared.version.load(Ordering::Relaxed) == version
+        {
+            match io.recv_batch(&mut rx, Some(POLL)) {
+                Ok(0) => continue,
+                Ok(n) => {
+                    shared.messages_in.fetch_add(n as u64, Ordering::Relaxed);
+                    if shared.inject_panic.as_deref() == Some(name) {
+                        panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
+                    }
+                }
+                Err(e) => {
+                    crate::warn_limited!("sip dispatch: receive error: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
                 }
             }
-            Err(e) => {
-                crate::warn_limited!("sip dispatch: receive error: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        }
-        tx.clear();
-        for d in rx.iter() {
-            if d.meta.truncated {
-                shared.rx_truncated.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let now = monotonic_now().0;
-            let mut full = Vec::new();
-            worker.handle(now, d.meta.peer, d.data, &mut |to, bytes| {
-                if tx.push(to, bytes).is_err() {
-                    full.push((to, bytes.to_vec()));
+            tx.clear();
+            for d in rx.iter() {
+                if d.meta.truncated {
+                    shared.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
-            });
-            if !full.is_empty() {
-                flush(shared, io.as_mut(), &mut tx);
-                for (to, bytes) in full {
-                    if tx.push(to, &bytes).is_err() {
-                        shared.tx_oversize.fetch_add(1, Ordering::Relaxed);
+                let now = monotonic_now().0;
+                let mut full = Vec::new();
+                worker.handle(now, d.meta.peer, d.data, &mut |to, bytes| {
+                    if tx.push(to, bytes).is_err() {
+                        full.push((to, bytes.to_vec()));
+                    }
+                });
+                if !full.is_empty() {
+                    flush(shared, io.as_mut(), &mut tx);
+                    for (to, bytes) in full {
+                        if tx.push(to, &bytes).is_err() {
+                            shared.tx_oversize.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             }
+            flush(shared, io.as_mut(), &mut tx);
         }
-        flush(shared, io.as_mut(), &mut tx);
     }
 }
 
 /// The probe thread: probes at their deadline; logs proxies going out and
 /// coming back in.
 fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
-    let dispatcher = &shared.dispatcher;
-    let mut worker = dispatcher.worker();
-    let mut tx = TxBatch::new(dispatcher.config().proxies.len().max(1), TX_FRAME);
-    let mut alive: Vec<bool> = (0..dispatcher.config().proxies.len())
-        .map(|i| dispatcher.is_alive(i))
-        .collect();
     while !shared.stop.load(Ordering::Relaxed) {
-        let now = monotonic_now().0;
-        let due = dispatcher.next_deadline();
-        if now < due {
-            std::thread::sleep(Duration::from_nanos(due - now).min(PROBE_TICK_MAX));
-            continue;
-        }
-        worker.on_timer(now, &mut |to, bytes| {
-            let _ = tx.push(to, bytes);
-        });
-        flush(shared, io.as_mut(), &mut tx);
-        for (i, was) in alive.iter_mut().enumerate() {
-            let is = dispatcher.is_alive(i);
-            if is != *was {
-                log::warn!(
-                    "sip dispatch: proxy {} {}",
-                    dispatcher.config().proxies[i],
-                    if is {
-                        "back in"
-                    } else {
-                        "out (probes unanswered)"
+        let version = shared.version.load(Ordering::Acquire);
+        let current = shared.current();
+        let dispatcher = &current.dispatcher;
+        let mut worker = dispatcher.worker();
+        let mut tx = TxBatch::new(dispatcher.config().proxies.len().max(1), TX_FRAME);
+        let mut alive: Vec<bool> = (0..dispatcher.config().proxies.len())
+            .map(|i| dispatcher.is_alive(i))
+            .collect();
+        while !shared.stop.load(Ordering::Relaxed)
+            && shared.version.load(Ordering::Relaxed) == version
+        {
+            let now = monotonic_now().0;
+            let due = dispatcher.next_deadline();
+            if now < due {
+                std::thread::sleep(Duration::from_nanos(due - now).min(PROBE_TICK_MAX));
+                continue;
+            }
+            worker.on_timer(now, &mut |to, bytes| {
+                let _ = tx.push(to, bytes);
+            });
+            flush(shared, io.as_mut(), &mut tx);
+            for (i, was) in alive.iter_mut().enumerate() {
+                let is = dispatcher.is_alive(i);
+                if is != *was {
+                    log::warn!(
+                        "sip dispatch: proxy {} {}",
+                        dispatcher.config().proxies[i],
+                        if is {
+                            "back in"
+                        } else {
+                            "out (probes unanswered)"
+                        }
+                    );
+                    let address = dispatcher.config().proxies[i];
+                    if let (false, Some(resolver)) = (is, &shared.resolver) {
+                        if current.resolved.contains(&address) {
+                            // Its share moves to the other targets.
+                            resolver.stats().add_failover();
+                        }
                     }
-                );
-                let address = dispatcher.config().proxies[i];
-                if let (false, Some(resolver)) = (is, &shared.resolver) {
-                    if shared.resolved.contains(&address) {
-                        // Its share moves to the other targets.
-                        resolver.stats().add_failover();
-                    }
+                    *was = is;
                 }
-                *was = is;
             }
         }
     }
 }
 
+/// The re-resolution thread: every [`RERESOLVE_EVERY`], the proxies'
+/// names again (from the cache while their TTLs last); a changed set of
+/// targets replaces the dispatcher (the new one takes over the old one's
+/// counters and the states of the proxies both have). A failed lookup
+/// keeps the set in force.
+fn reresolve_thread(shared: &Shared) {
+    let Some(resolver) = &shared.resolver else {
+        return;
+    };
+    let mut next = Instant::now() + RERESOLVE_EVERY;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep((next - now).min(PROBE_TICK_MAX * 5));
+            continue;
+        }
+        next = now + RERESOLVE_EVERY;
+        let proxies = match resolve_proxy_names(&shared.config, &shared.base.proxies, resolver) {
+            Ok(proxies) => proxies,
+            Err(e) => {
+                crate::warn_limited!("sip dispatch: re-resolving proxy names: {e}; targets kept");
+                continue;
+            }
+        };
+        let old = shared.current();
+        if proxies == old.dispatcher.config().proxies {
+            continue;
+        }
+        log::warn!(
+            "sip dispatch: proxies now {} (were {}): a name resolved to other targets",
+            list(&proxies),
+            list(&old.dispatcher.config().proxies)
+        );
+        let resolved = proxies[shared.base.proxies.len()..].to_vec();
+        let dispatcher = Dispatcher::new(DispatchConfig {
+            proxies,
+            ..shared.base.clone()
+        });
+        dispatcher.take_over(&old.dispatcher);
+        *shared
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(Current {
+            dispatcher,
+            resolved,
+        });
+        shared.version.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn list(addresses: &[SocketAddr]) -> String {
+    addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Prometheus text of the dispatcher.
 fn render(shared: &Shared) -> String {
-    let stats = shared.dispatcher.stats();
+    let stats = shared.current().dispatcher.stats();
     let mut text = PromText::default();
     crate::metrics::process_metrics(&mut text);
     driver_counters(&mut text, shared);

@@ -26,11 +26,12 @@ pub fn t975(df: usize) -> f64 {
         1..=30 => T[df - 1],
         _ => {
             const Z: f64 = 1.959_963_985;
-            let n = df as f64;
+            let degrees = df as f64;
             let (z3, z5, z7) = (Z.powi(3), Z.powi(5), Z.powi(7));
-            Z + (z3 + Z) / (4.0 * n)
-                + (5.0 * z5 + 16.0 * z3 + 3.0 * Z) / (96.0 * n * n)
-                + (3.0 * z7 + 19.0 * z5 + 17.0 * z3 - 15.0 * Z) / (384.0 * n * n * n)
+            Z + (z3 + Z) / (4.0 * degrees)
+                + (5.0 * z5 + 16.0 * z3 + 3.0 * Z) / (96.0 * degrees * degrees)
+                + (3.0 * z7 + 19.0 * z5 + 17.0 * z3 - 15.0 * Z)
+                    / (384.0 * degrees * degrees * degrees)
         }
     }
 }
@@ -68,23 +69,23 @@ impl LatencySummary {
     }
 
     fn of(h: &Histogram<u64>, to_us: f64) -> LatencySummary {
-        let n = h.len();
-        if n == 0 {
+        let samples = h.len();
+        if samples == 0 {
             return LatencySummary::default();
         }
-        let ci = if n >= 2 {
-            t975(n as usize - 1) * h.stdev() / (n as f64).sqrt()
+        let half_width = if samples >= 2 {
+            t975(samples as usize - 1) * h.stdev() / (samples as f64).sqrt()
         } else {
             0.0
         };
-        let at = |q: f64| h.value_at_quantile(q) as f64 * to_us;
+        let quantile_us = |q: f64| h.value_at_quantile(q) as f64 * to_us;
         LatencySummary {
-            count: n,
+            count: samples,
             mean_us: h.mean() * to_us,
-            ci95_us: ci * to_us,
-            p50_us: at(0.50),
-            p90_us: at(0.90),
-            p99_us: at(0.99),
+            ci95_us: half_width * to_us,
+            p50_us: quantile_us(0.50),
+            p90_us: quantile_us(0.90),
+            p99_us: quantile_us(0.99),
             max_us: h.max() as f64 * to_us,
         }
     }

@@ -43,15 +43,15 @@ pub fn serve(
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((s, _)) => {
-                        if let Err(e) = answer(s, &render) {
-                            crate::warn_limited!("metrics: connection error: {e}");
+                        if let Err(err) = answer(s, &render) {
+                            crate::warn_limited!("metrics: connection error: {err}");
                         }
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
                         std::thread::sleep(Duration::from_millis(20));
                     }
-                    Err(e) => {
-                        crate::warn_limited!("metrics: accept error: {e}");
+                    Err(err) => {
+                        crate::warn_limited!("metrics: accept error: {err}");
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }
@@ -81,11 +81,11 @@ fn answer(mut s: TcpStream, render: &impl Fn() -> String) -> std::io::Result<()>
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
         // Each read may only wait for what is left of the whole request's time.
         s.set_read_timeout(Some(left(request_deadline)?))?;
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
+        let read = s.read(&mut chunk)?;
+        if read == 0 {
             break;
         }
-        buf.extend_from_slice(&chunk[..n]);
+        buf.extend_from_slice(&chunk[..read]);
         if buf.len() > MAX_REQUEST {
             return respond(
                 &mut s,

@@ -70,19 +70,28 @@ impl PromText {
     ) {
         self.head(name, "histogram", help);
         let mut cum = 0u64;
-        let mut lo = 0u64;
+        let mut low = 0u64;
         for b in BUCKETS_S {
-            let hi = (b * 1e9).round() as u64;
-            cum += count_in(h, lo, hi);
-            lo = hi + 1;
-            let le = format!("{b:e}");
-            let mut l = labels.to_vec();
-            l.push(("le", &le));
-            let _ = writeln!(self.out, "{name}_bucket{} {cum}", Self::labels(&l));
+            let high = (b * 1e9).round() as u64;
+            cum += count_in(h, low, high);
+            low = high + 1;
+            let bound = format!("{b:e}");
+            let mut bucket_labels = labels.to_vec();
+            bucket_labels.push(("le", &bound));
+            let _ = writeln!(
+                self.out,
+                "{name}_bucket{} {cum}",
+                Self::labels(&bucket_labels)
+            );
         }
-        let mut l = labels.to_vec();
-        l.push(("le", "+Inf"));
-        let _ = writeln!(self.out, "{name}_bucket{} {}", Self::labels(&l), h.len());
+        let mut bucket_labels = labels.to_vec();
+        bucket_labels.push(("le", "+Inf"));
+        let _ = writeln!(
+            self.out,
+            "{name}_bucket{} {}",
+            Self::labels(&bucket_labels),
+            h.len()
+        );
         let sum_s = h.mean() * h.len() as f64 / 1e9;
         let _ = writeln!(self.out, "{name}_sum{} {sum_s}", Self::labels(labels));
         let _ = writeln!(self.out, "{name}_count{} {}", Self::labels(labels), h.len());
@@ -101,8 +110,8 @@ fn count_in(h: &Histogram<u64>, lo: u64, hi: u64) -> u64 {
     }
     h.iter_recorded()
         .filter(|v| {
-            let x = v.value_iterated_to();
-            x >= lo && x <= hi
+            let value = v.value_iterated_to();
+            value >= lo && value <= hi
         })
         .map(|v| v.count_at_value())
         .sum()

@@ -118,6 +118,88 @@ fn summary(m: &ReorderMeter) -> OrderSummary {
     }
 }
 
+/// The order of the segments before and after the sorter.
+struct Meters {
+    before: ReorderMeter,
+    after: ReorderMeter,
+}
+
+/// Receive up to `ring - batch.len()` packets into `batch`, waiting at most
+/// `timeout`, and count those the sorter cannot order.
+fn receive_into(
+    queue: &mut NfQueue,
+    timeout: Duration,
+    ring: usize,
+    batch: &mut Vec<(Class, Item)>,
+    report: &mut NfqSortReport,
+) -> std::io::Result<usize> {
+    let room = ring - batch.len();
+    queue.recv_batch(Some(timeout), room, |packet| {
+        let inspected = inspect_ip(packet.payload);
+        let seg = match inspected {
+            Inspect::Tcp(segment) if segment.payload_len > 0 => {
+                Some((segment.key, segment.seq, segment.payload_len))
+            }
+            _ => None,
+        };
+        match inspected {
+            Inspect::Malformed => report.malformed += 1,
+            Inspect::NotTcp => report.not_tcp += 1,
+            Inspect::Tcp(_) => {
+                if !matches!(inspected.class(), Class::Flow { .. }) {
+                    report.unsuitable += 1;
+                }
+            }
+        }
+        let item = Item {
+            id: packet.id,
+            pos: batch.len() as u32,
+            seg,
+        };
+        batch.push((inspected.class(), item));
+    })
+}
+
+/// Put `batch` through the sorter and accept every packet it lets out, in
+/// its order; the first failed verdict send, to retry.
+fn sort_and_accept(
+    batch: &[(Class, Item)],
+    sorter: &mut Srpic<Item>,
+    out: &mut Vec<Item>,
+    meters: &mut Meters,
+    report: &mut NfqSortReport,
+    queue: &mut NfQueue,
+) -> Option<std::io::Error> {
+    out.clear();
+    for &(class, item) in batch {
+        if let Some((key, seq, len)) = item.seg {
+            meters.before.observe(key, seq, len);
+        }
+        let released = out.len();
+        sorter.push(class, item, &mut |sorted| out.push(sorted));
+        // Not among what this push released: the sorter holds it back.
+        if !out[released..].iter().any(|sorted| sorted.pos == item.pos) {
+            report.held += 1;
+        }
+    }
+    sorter.flush_all(&mut |sorted| out.push(sorted));
+    let mut send_error = None;
+    for (index, item) in out.iter().enumerate() {
+        if item.pos as usize != index {
+            report.sorted += 1;
+        }
+        if let Some((key, seq, len)) = item.seg {
+            meters.after.observe(key, seq, len);
+        }
+        // A failed send keeps its verdicts queued: go on giving every
+        // held packet its verdict, then retry (review S24).
+        if let Err(err) = queue.verdict(item.id, Verdict::Accept) {
+            send_error.get_or_insert(err);
+        }
+    }
+    send_error
+}
+
 /// Bind the queue (so that packets stop bypassing it), then call
 /// `bound`, then sort until `stop` is set or the duration passes.
 /// `progress` gets the report every second.
@@ -127,7 +209,7 @@ pub fn run(
     bound: impl FnOnce(),
     mut progress: impl FnMut(&NfqSortReport),
 ) -> std::io::Result<NfqSortReport> {
-    let mut q = NfQueue::open(NfQueueConfig {
+    let mut queue = NfQueue::open(NfQueueConfig {
         max_len: cfg.max_len,
         ..NfQueueConfig::new(cfg.queue)
     })?;
@@ -142,44 +224,29 @@ pub fn run(
         },
         SeqSpace::U32,
     );
-    let mut before = ReorderMeter::new(SeqSpace::U32, cfg.max_flows);
-    let mut after = ReorderMeter::new(SeqSpace::U32, cfg.max_flows);
-    let mut rep = NfqSortReport::default();
+    let mut meters = Meters {
+        before: ReorderMeter::new(SeqSpace::U32, cfg.max_flows),
+        after: ReorderMeter::new(SeqSpace::U32, cfg.max_flows),
+    };
+    let mut report = NfqSortReport::default();
     let start = Instant::now();
     let mut last_progress = start;
     let mut batch: Vec<(Class, Item)> = Vec::with_capacity(ring);
     let mut out: Vec<Item> = Vec::with_capacity(ring);
     loop {
-        if stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| start.elapsed() >= d) {
+        if stop.load(Ordering::Relaxed)
+            || cfg.duration.is_some_and(|limit| start.elapsed() >= limit)
+        {
             break;
         }
         batch.clear();
-        let mut take = |q: &mut NfQueue, timeout: Duration, batch: &mut Vec<(Class, Item)>| {
-            let room = ring - batch.len();
-            q.recv_batch(Some(timeout), room, |p| {
-                let ins = inspect_ip(p.payload);
-                let seg = match ins {
-                    Inspect::Tcp(s) if s.payload_len > 0 => Some((s.key, s.seq, s.payload_len)),
-                    _ => None,
-                };
-                match ins {
-                    Inspect::Malformed => rep.malformed += 1,
-                    Inspect::NotTcp => rep.not_tcp += 1,
-                    Inspect::Tcp(_) => {
-                        if !matches!(ins.class(), Class::Flow { .. }) {
-                            rep.unsuitable += 1;
-                        }
-                    }
-                }
-                let item = Item {
-                    id: p.id,
-                    pos: batch.len() as u32,
-                    seg,
-                };
-                batch.push((ins.class(), item));
-            })
-        };
-        take(&mut q, Duration::from_millis(50), &mut batch)?;
+        receive_into(
+            &mut queue,
+            Duration::from_millis(50),
+            ring,
+            &mut batch,
+            &mut report,
+        )?;
         if batch.is_empty() {
             continue;
         }
@@ -190,55 +257,37 @@ pub fn run(
                 if left.is_zero() {
                     break;
                 }
-                take(&mut q, left, &mut batch)?;
+                receive_into(&mut queue, left, ring, &mut batch, &mut report)?;
             }
         }
-        rep.batches += 1;
-        rep.packets += batch.len() as u64;
-        out.clear();
-        for &(class, item) in &batch {
-            if let Some((k, s, l)) = item.seg {
-                before.observe(k, s, l);
-            }
-            let n = out.len();
-            sorter.push(class, item, &mut |x| out.push(x));
-            if !out[n..].iter().any(|x| x.pos == item.pos) {
-                rep.held += 1;
-            }
-        }
-        sorter.flush_all(&mut |x| out.push(x));
-        let mut send_error = None;
-        for (i, it) in out.iter().enumerate() {
-            if it.pos as usize != i {
-                rep.sorted += 1;
-            }
-            if let Some((k, s, l)) = it.seg {
-                after.observe(k, s, l);
-            }
-            // A failed send keeps its verdicts queued: go on giving every
-            // held packet its verdict, then retry (review S24).
-            if let Err(e) = q.verdict(it.id, Verdict::Accept) {
-                send_error.get_or_insert(e);
-            }
-        }
-        flush_with_retries(&mut q, send_error)?;
+        report.batches += 1;
+        report.packets += batch.len() as u64;
+        let send_error = sort_and_accept(
+            &batch,
+            &mut sorter,
+            &mut out,
+            &mut meters,
+            &mut report,
+            &mut queue,
+        );
+        flush_with_retries(&mut queue, send_error)?;
         if last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = Instant::now();
-            fill(&mut rep, &sorter, &q, &before, &after);
-            progress(&rep);
+            fill(&mut report, &sorter, &queue, &meters.before, &meters.after);
+            progress(&report);
         }
     }
     let mut rest = Vec::new();
-    sorter.flush_all(&mut |x| rest.push(x));
+    sorter.flush_all(&mut |item| rest.push(item));
     let mut send_error = None;
-    for it in rest {
-        if let Err(e) = q.verdict(it.id, Verdict::Accept) {
-            send_error.get_or_insert(e);
+    for item in rest {
+        if let Err(err) = queue.verdict(item.id, Verdict::Accept) {
+            send_error.get_or_insert(err);
         }
     }
-    flush_with_retries(&mut q, send_error)?;
-    fill(&mut rep, &sorter, &q, &before, &after);
-    Ok(rep)
+    flush_with_retries(&mut queue, send_error)?;
+    fill(&mut report, &sorter, &queue, &meters.before, &meters.after);
+    Ok(report)
 }
 
 /// Send the queued verdicts, retrying a failed send a few times (1, 2, 4,

@@ -84,24 +84,27 @@ pub(super) fn handler(
     engine: SyncSender<AdminRequest>,
     live: Arc<Mutex<LiveStats>>,
 ) -> Handler {
-    Arc::new(move |r: &Request| {
-        if r.method == "GET" && r.path == "/metrics" {
-            let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response::prometheus(render_metrics(&l));
+    Arc::new(move |request: &Request| {
+        if request.method == "GET" && request.path == "/metrics" {
+            let snapshot = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            return Response::prometheus(render_metrics(&snapshot));
         }
-        if !token_matches(r.bearer.as_deref(), &token) {
+        if !token_matches(request.bearer.as_deref(), &token) {
             return Response::error(401, "missing or wrong bearer token");
         }
-        if r.method == "GET" && r.path == "/api/stats" {
-            let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response::json(200, &serde_json::json!({ "sfu": l.sfu, "io": l.io }));
+        if request.method == "GET" && request.path == "/api/stats" {
+            let snapshot = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            return Response::json(
+                200,
+                &serde_json::json!({ "sfu": snapshot.sfu, "io": snapshot.io }),
+            );
         }
-        let op = match route(r) {
-            Ok(op) => op,
+        let operation = match route(request) {
+            Ok(operation) => operation,
             Err(resp) => return resp,
         };
         ask_owner("engine", &engine, ENGINE_WAIT, |reply| AdminRequest {
-            op,
+            op: operation,
             reply,
         })
     })
@@ -135,36 +138,36 @@ fn route(r: &Request) -> Result<AdminOp, Response> {
 /// clients, rooms (and clients per room), engine CPU and CPU per media
 /// packet, the backend's counters.
 pub fn render_metrics(l: &LiveStats) -> String {
-    let mut p = PromText::default();
-    crate::metrics::process_metrics(&mut p);
-    drop_counters(&mut p, l);
-    token_counters(&mut p, &l.sfu);
-    core_counters(&mut p, l);
-    gauges(&mut p, l);
-    engine_and_backend(&mut p, l);
-    p.finish()
+    let mut text = PromText::default();
+    crate::metrics::process_metrics(&mut text);
+    drop_counters(&mut text, l);
+    token_counters(&mut text, &l.sfu);
+    core_counters(&mut text, l);
+    gauges(&mut text, l);
+    engine_and_backend(&mut text, l);
+    text.finish()
 }
 
 /// Drops and refusals, one series per reason.
 fn drop_counters(p: &mut PromText, l: &LiveStats) {
-    let s = &l.sfu;
+    let stats = &l.sfu;
     let drops: [(&str, u64); 17] = [
-        ("malformed", s.drop_malformed),
-        ("unregistered", s.drop_unregistered),
-        ("unverified", s.drop_unverified),
-        ("unknown_payload_type", s.drop_unknown_pt),
-        ("bad_token", s.drop_bad_token),
-        ("unknown_ssid", s.drop_unknown_ssid),
-        ("wrong_address", s.drop_wrong_address),
-        ("unexpected_control", s.drop_unexpected_control),
-        ("not_admitted", s.drop_not_admitted),
-        ("bad_cookie", s.drop_bad_cookie),
-        ("rate_limited", s.rate_limited),
-        ("not_allowed", s.drop_not_allowed),
-        ("table_full", s.rejected_register),
-        ("room_full", s.rejected_room_full),
-        ("no_room", s.rejected_no_room),
-        ("too_many_subs", s.rejected_subscribe),
+        ("malformed", stats.drop_malformed),
+        ("unregistered", stats.drop_unregistered),
+        ("unverified", stats.drop_unverified),
+        ("unknown_payload_type", stats.drop_unknown_pt),
+        ("bad_token", stats.drop_bad_token),
+        ("unknown_ssid", stats.drop_unknown_ssid),
+        ("wrong_address", stats.drop_wrong_address),
+        ("unexpected_control", stats.drop_unexpected_control),
+        ("not_admitted", stats.drop_not_admitted),
+        ("bad_cookie", stats.drop_bad_cookie),
+        ("rate_limited", stats.rate_limited),
+        ("not_allowed", stats.drop_not_allowed),
+        ("table_full", stats.rejected_register),
+        ("room_full", stats.rejected_room_full),
+        ("no_room", stats.rejected_no_room),
+        ("too_many_subs", stats.rejected_subscribe),
         ("truncated", l.truncated),
     ];
     for (reason, v) in drops {
@@ -199,53 +202,57 @@ fn token_counters(p: &mut PromText, s: &SfuStats) {
 
 /// The core's and the engine's plain counters.
 fn core_counters(p: &mut PromText, l: &LiveStats) {
-    let s = &l.sfu;
+    let stats = &l.sfu;
     let counters: [(&str, &str, u64); 13] = [
         (
             "ringway_sfu_rx_datagrams_total",
             "Datagrams handled by the core.",
-            s.rx_datagrams,
+            stats.rx_datagrams,
         ),
         (
             "ringway_sfu_media_packets_total",
             "Media packets accepted for forwarding.",
-            s.media_accepted,
+            stats.media_accepted,
         ),
         (
             "ringway_sfu_copies_total",
             "Copies sent to subscribers.",
-            s.copies,
+            stats.copies,
         ),
         (
             "ringway_sfu_echoes_total",
             "Echo copies sent back to senders.",
-            s.echoes,
+            stats.echoes,
         ),
         (
             "ringway_sfu_challenges_total",
             "CHALLENGEs sent.",
-            s.challenges,
+            stats.challenges,
         ),
         (
             "ringway_sfu_registrations_total",
             "Clients registered.",
-            s.registrations,
+            stats.registrations,
         ),
-        ("ringway_sfu_leaves_total", "Clients that left.", s.leaves),
+        (
+            "ringway_sfu_leaves_total",
+            "Clients that left.",
+            stats.leaves,
+        ),
         (
             "ringway_sfu_timeouts_total",
             "Clients removed for idleness.",
-            s.timeouts,
+            stats.timeouts,
         ),
         (
             "ringway_sfu_kicks_total",
             "Clients kicked by the operator.",
-            s.kicks,
+            stats.kicks,
         ),
         (
             "ringway_sfu_rebinds_total",
             "Sessions moved to a new address.",
-            s.rebinds,
+            stats.rebinds,
         ),
         (
             "ringway_sfu_rx_bytes_total",
@@ -260,7 +267,7 @@ fn core_counters(p: &mut PromText, l: &LiveStats) {
         (
             "ringway_sfu_errors_sent_total",
             "ERROR replies sent.",
-            s.errors_sent,
+            stats.errors_sent,
         ),
     ];
     for (name, help, v) in counters {
@@ -270,25 +277,25 @@ fn core_counters(p: &mut PromText, l: &LiveStats) {
 
 /// Clients, rooms and clients per room now.
 fn gauges(p: &mut PromText, l: &LiveStats) {
-    let s = &l.sfu;
+    let stats = &l.sfu;
     p.gauge(
         "ringway_sfu_clients",
         "Registered clients.",
         &[],
-        s.clients as f64,
+        stats.clients as f64,
     );
-    p.gauge("ringway_sfu_rooms", "Rooms.", &[], s.rooms as f64);
+    p.gauge("ringway_sfu_rooms", "Rooms.", &[], stats.rooms as f64);
     p.gauge(
         "ringway_sfu_static_room_members",
         "Static-room members.",
         &[],
-        s.room_members as f64,
+        stats.room_members as f64,
     );
     p.gauge(
         "ringway_sfu_revoked_tokens",
         "Revoked tokens remembered.",
         &[],
-        s.revoked as f64,
+        stats.revoked as f64,
     );
     for (room, n) in &l.rooms {
         p.gauge(
@@ -302,7 +309,7 @@ fn gauges(p: &mut PromText, l: &LiveStats) {
 
 /// Engine CPU, recorder drops and the backend's counters.
 fn engine_and_backend(p: &mut PromText, l: &LiveStats) {
-    let s = &l.sfu;
+    let stats = &l.sfu;
     if let Some(cpu) = l.engine_cpu_s {
         p.counter_f64(
             "ringway_sfu_engine_cpu_seconds_total",
@@ -310,31 +317,31 @@ fn engine_and_backend(p: &mut PromText, l: &LiveStats) {
             &[],
             cpu,
         );
-        if s.rx_datagrams > 0 {
+        if stats.rx_datagrams > 0 {
             p.gauge(
                 "ringway_sfu_engine_cpu_per_datagram_seconds",
                 "Engine CPU per datagram handled, since start.",
                 &[],
-                cpu / s.rx_datagrams as f64,
+                cpu / stats.rx_datagrams as f64,
             );
         }
     }
-    if let Some(n) = l.record_queue_drops {
+    if let Some(count) = l.record_queue_drops {
         p.counter(
             "ringway_sfu_record_queue_drops_total",
             "Packets not recorded because the recorder's channel was full.",
             &[],
-            n,
+            count,
         );
     }
     if let serde_json::Value::Object(io) = serde_json::to_value(l.io).unwrap_or_default() {
-        for (k, v) in io {
-            if let Some(v) = v.as_u64() {
+        for (k, value) in io {
+            if let Some(value) = value.as_u64() {
                 p.counter(
                     &format!("ringway_sfu_io_{k}_total"),
                     "Backend counter (see ringway_io::IoStats).",
                     &[("backend", &l.backend)],
-                    v,
+                    value,
                 );
             }
         }

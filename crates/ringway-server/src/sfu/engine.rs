@@ -235,30 +235,33 @@ impl Engine {
 
     /// Handle the datagrams of the current receive batch.
     pub(super) fn handle_batch(&mut self, io: &mut dyn BatchIo, now: u64) -> io::Result<()> {
-        let n = self.rx.len();
+        let count = self.rx.len();
         self.order.clear();
-        if let Some(s) = self.srpic.as_mut() {
+        if let Some(sorter) = self.srpic.as_mut() {
             // Only media from a verified source takes a flow slot of the
             // sorter; everything else passes through in place (and is then
             // dropped or answered by the core).
             let order = &mut self.order;
-            let mut out = |i: usize| order.push(i);
-            for i in 0..n {
-                let d = self.rx.get(i).expect("held");
-                let class = if self.sfu.is_verified_media(d.meta.peer, d.data) {
-                    classify(d.meta.peer, d.data)
+            let mut out = |index: usize| order.push(index);
+            for index in 0..count {
+                let datagram = self.rx.get(index).expect("held");
+                let class = if self
+                    .sfu
+                    .is_verified_media(datagram.meta.peer, datagram.data)
+                {
+                    classify(datagram.meta.peer, datagram.data)
                 } else {
                     Class::PassThrough
                 };
-                s.push(class, i, &mut out);
+                sorter.push(class, index, &mut out);
             }
-            s.flush_all(&mut out);
+            sorter.flush_all(&mut out);
         } else {
-            self.order.extend(0..n);
+            self.order.extend(0..count);
         }
-        for k in 0..self.order.len() {
-            let i = self.order[k];
-            self.handle_one(io, now, i)?;
+        for position in 0..self.order.len() {
+            let index = self.order[position];
+            self.handle_one(io, now, index)?;
         }
         if self.pushed > self.flushed {
             self.flush_now(io)?;
@@ -267,16 +270,16 @@ impl Engine {
     }
 
     /// Handle datagram `i` of the batch: pickup, core, copies, flush policy.
-    fn handle_one(&mut self, io: &mut dyn BatchIo, now: u64, i: usize) -> io::Result<()> {
+    fn handle_one(&mut self, io: &mut dyn BatchIo, now: u64, index: usize) -> io::Result<()> {
         let pickup = self.clock.monotonic().0;
-        let d = self.rx.get(i).expect("held");
-        self.rx_bytes += d.meta.len as u64;
-        if d.meta.truncated {
+        let datagram = self.rx.get(index).expect("held");
+        self.rx_bytes += datagram.meta.len as u64;
+        if datagram.meta.truncated {
             self.truncated += 1;
             return Ok(());
         }
-        let (peer, kernel_rx) = (d.meta.peer, d.meta.kernel_rx);
-        let received = self.rx.received_at(i).0;
+        let (peer, kernel_rx) = (datagram.meta.peer, datagram.meta.kernel_rx);
+        let received = self.rx.received_at(index).0;
         let Engine {
             sfu,
             rx,
@@ -286,7 +289,7 @@ impl Engine {
             clock,
             ..
         } = self;
-        let data = rx.get(i).expect("held").data;
+        let data = rx.get(index).expect("held").data;
         match sfu.handle(now, peer, data) {
             Action::Forward {
                 ssid,
@@ -294,8 +297,8 @@ impl Engine {
                 echo,
                 ..
             } => {
-                if let Some(r) = record {
-                    r.offer(ssid, clock.realtime().0, data);
+                if let Some(recorder) = record {
+                    recorder.offer(ssid, clock.realtime().0, data);
                 }
                 dsts.clear();
                 dsts.extend_from_slice(targets);
@@ -303,7 +306,7 @@ impl Engine {
                 if dsts.is_empty() {
                     return Ok(());
                 }
-                io.replicate(Some(i), data, dsts, tx)?;
+                io.replicate(Some(index), data, dsts, tx)?;
             }
             Action::Reply { dst, msg } => {
                 io.replicate(None, msg, &[dst], tx)?;
@@ -318,7 +321,7 @@ impl Engine {
         self.forwarded += 1;
         self.copies += count as u64;
         self.pushed += count as u64;
-        self.tx_bytes += (count * data_len(&self.rx, i)) as u64;
+        self.tx_bytes += (count * data_len(&self.rx, index)) as u64;
         let _ = self
             .delays
             .wait
@@ -336,9 +339,9 @@ impl Engine {
     /// After copies were queued: note what the backend scheduled, and
     /// flush if the policy says so.
     fn after_queue(&mut self, io: &mut dyn BatchIo) -> io::Result<()> {
-        if let Some(p) = io.tx_progress() {
-            let t = self.clock.monotonic().0;
-            self.resolve(t, Some(p));
+        if let Some(progress) = io.tx_progress() {
+            let now = self.clock.monotonic().0;
+            self.resolve(now, Some(progress));
         }
         let flush = match self.flush {
             Flush::Batch => false,
@@ -359,8 +362,8 @@ impl Engine {
         self.flushes += 1;
         self.flushed = self.pushed;
         self.oldest_unflushed = None;
-        let t = self.clock.monotonic().0;
-        self.resolve(t, io.tx_progress());
+        let now = self.clock.monotonic().0;
+        self.resolve(now, io.tx_progress());
         Ok(())
     }
 
@@ -374,32 +377,35 @@ impl Engine {
         };
         let start = self
             .in_flight
-            .partition_point(|f| f.seq <= self.marked_queued);
-        for f in self.in_flight.range_mut(start..) {
-            if f.seq > queued {
+            .partition_point(|packet| packet.seq <= self.marked_queued);
+        for packet in self.in_flight.range_mut(start..) {
+            if packet.seq > queued {
                 break;
             }
-            f.queued_at.get_or_insert(t);
-            self.marked_queued = f.seq;
+            packet.queued_at.get_or_insert(t);
+            self.marked_queued = packet.seq;
         }
         let mut real = None;
-        while let Some(f) = self.in_flight.front().copied() {
-            if f.seq > handed {
+        while let Some(packet) = self.in_flight.front().copied() {
+            if packet.seq > handed {
                 break;
             }
             self.in_flight.pop_front();
-            let queued_at = f.queued_at.unwrap_or(t);
+            let queued_at = packet.queued_at.unwrap_or(t);
             let _ = self
                 .delays
                 .scheduled
-                .record(queued_at.saturating_sub(f.pickup).max(1));
+                .record(queued_at.saturating_sub(packet.pickup).max(1));
             let _ = self
                 .delays
                 .handoff
-                .record(t.saturating_sub(f.pickup).max(1));
-            if let Some(k) = f.kernel_rx {
+                .record(t.saturating_sub(packet.pickup).max(1));
+            if let Some(kernel_rx_at) = packet.kernel_rx {
                 let now = *real.get_or_insert_with(|| self.clock.realtime());
-                let _ = self.delays.kernel.record(now.saturating_since(k).max(1));
+                let _ = self
+                    .delays
+                    .kernel
+                    .record(now.saturating_since(kernel_rx_at).max(1));
             }
         }
     }

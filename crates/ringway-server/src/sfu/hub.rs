@@ -85,27 +85,33 @@ pub struct HubServer {
     udp_thread: Option<JoinHandle<HubReport>>,
 }
 
+/// The admin API's token, read once `admin_listen` and `admin_token_file`
+/// are both there (or both absent); the address must be loopback.
+fn read_admin_token(config: &HubServerConfig) -> Result<Option<String>, ServerError> {
+    Ok(match (config.admin_listen, &config.admin_token_file) {
+        (Some(addr), Some(path)) => {
+            crate::metrics::http::validate_addr(addr, false)?;
+            Some(super::read_admin_token(path)?)
+        }
+        (Some(_), None) => {
+            return Err(ServerError::Config(
+                "admin_listen needs admin_token_file".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ServerError::Config(
+                "admin_token_file is only for admin_listen".into(),
+            ))
+        }
+        (None, None) => None,
+    })
+}
+
 impl HubServer {
     /// Bind both sockets and start the threads.
     pub fn start(config: HubServerConfig) -> Result<HubServer, ServerError> {
         let hub = Hub::new(config.hub.clone()).map_err(ServerError::Config)?;
-        let admin_token = match (config.admin_listen, &config.admin_token_file) {
-            (Some(a), Some(p)) => {
-                crate::metrics::http::validate_addr(a, false)?;
-                Some(super::read_admin_token(p)?)
-            }
-            (Some(_), None) => {
-                return Err(ServerError::Config(
-                    "admin_listen needs admin_token_file".into(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ServerError::Config(
-                    "admin_token_file is only for admin_listen".into(),
-                ))
-            }
-            (None, None) => None,
-        };
+        let admin_token = read_admin_token(&config)?;
         let udp = UdpSocket::bind(SocketAddr::new(config.listen.ip(), config.udp_port)).map_err(
             |source| ServerError::Socket {
                 addr: config.listen,
@@ -147,19 +153,19 @@ impl HubServer {
             }
             _ => None,
         };
-        let (tx, rx) = sync_channel::<(IpAddr, u16)>(64);
-        let t_stop = stop.clone();
+        let (handshake_tx, handshake_rx) = sync_channel::<(IpAddr, u16)>(64);
+        let tcp_stop = stop.clone();
         let port = udp_addr.port();
         threads.push(
             std::thread::Builder::new()
                 .name("jacktrip-tcp".into())
-                .spawn(move || tcp_loop(tcp, port, tx, t_stop))
+                .spawn(move || tcp_loop(tcp, port, handshake_tx, tcp_stop))
                 .map_err(|source| ServerError::Thread {
                     name: "jacktrip-tcp".into(),
                     source,
                 })?,
         );
-        let (u_stop, u_live) = (stop.clone(), live.clone());
+        let (udp_stop, udp_live) = (stop.clone(), live.clone());
         let duration = config.duration_s.map(Duration::from_secs_f64);
         let clocked = config.clocked;
         let udp_thread = std::thread::Builder::new()
@@ -168,12 +174,12 @@ impl HubServer {
                 UdpLoop {
                     io,
                     hub,
-                    handshakes: rx,
+                    handshakes: handshake_rx,
                     admin: admin_rx,
-                    live: u_live,
+                    live: udp_live,
                     clocked,
                 }
-                .run(u_stop, duration)
+                .run(udp_stop, duration)
             })
             .map_err(|source| ServerError::Thread {
                 name: "jacktrip-hub".into(),
@@ -230,8 +236,8 @@ impl Drop for HubServer {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(h) = self.udp_thread.take() {
-            let _ = h.join();
+        if let Some(handle) = self.udp_thread.take() {
+            let _ = handle.join();
         }
     }
 }
@@ -241,7 +247,7 @@ impl Drop for HubServer {
 fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: Arc<AtomicBool>) {
     let _ = l.set_nonblocking(true);
     while !stop.load(Ordering::Relaxed) {
-        let (mut s, peer) = match l.accept() {
+        let (mut stream, peer) = match l.accept() {
             Ok(x) => x,
             Err(_) => {
                 // 20 polls a second: a join waits at most 50 ms more, and
@@ -250,21 +256,21 @@ fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: 
                 continue;
             }
         };
-        let _ = s.set_nonblocking(false);
+        let _ = stream.set_nonblocking(false);
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut buf = [0u8; 68];
-        let mut n = 0;
-        while n < 4 {
+        let mut count = 0;
+        while count < 4 {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
                 break;
             }
-            match s.read(&mut buf[n..]) {
+            match stream.read(&mut buf[count..]) {
                 Ok(0) | Err(_) => break,
-                Ok(k) => n += k,
+                Ok(k) => count += k,
             }
         }
-        if n < 4 {
+        if count < 4 {
             continue;
         }
         let port = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
@@ -274,8 +280,8 @@ fn tcp_loop(l: TcpListener, udp_port: u16, tx: SyncSender<(IpAddr, u16)>, stop: 
         if tx.try_send((peer.ip(), port as u16)).is_err() {
             continue;
         }
-        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = s.write_all(&i32::from(udp_port).to_le_bytes());
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = stream.write_all(&i32::from(udp_port).to_le_bytes());
     }
 }
 
@@ -304,16 +310,16 @@ impl UdpLoop {
         let cpu0 = ringway_io::thread::thread_cpu_time().ok();
         let mut mix_wait = crate::metrics::latency_histogram();
         let mut processing = crate::metrics::latency_histogram();
-        let mut rx = RxBatch::new(RX_BATCH, FRAME);
-        let mut tx = TxBatch::new(TX_BATCH, FRAME);
+        let mut rx_batch = RxBatch::new(RX_BATCH, FRAME);
+        let mut tx_batch = TxBatch::new(TX_BATCH, FRAME);
         let mut out = Outbox::new();
         let mut delays = Vec::new();
         let mut last_pub = Instant::now();
         let mut next_wake = monotonic_now().0;
         while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
             let now = monotonic_now().0;
-            while let Ok((ip, port)) = self.handshakes.try_recv() {
-                self.hub.handshake(now, ip, port);
+            while let Ok((peer_ip, port)) = self.handshakes.try_recv() {
+                self.hub.handshake(now, peer_ip, port);
             }
             while let Ok(request) = self.admin.try_recv() {
                 let _ = request
@@ -332,15 +338,15 @@ impl UdpLoop {
                 }
                 let mut first = None;
                 loop {
-                    let n = self
+                    let count = self
                         .io
-                        .recv_batch(&mut rx, Some(Duration::ZERO))
+                        .recv_batch(&mut rx_batch, Some(Duration::ZERO))
                         .unwrap_or(0);
-                    if n > 0 && first.is_none() {
-                        first = Some(rx.received_at(0).0);
+                    if count > 0 && first.is_none() {
+                        first = Some(rx_batch.received_at(0).0);
                     }
-                    self.handle_batch(&rx, &mut out);
-                    if n < rx.capacity() {
+                    self.handle_batch(&rx_batch, &mut out);
+                    if count < rx_batch.capacity() {
                         break; // the socket is empty (the batch is too, when n = 0)
                     }
                 }
@@ -352,14 +358,14 @@ impl UdpLoop {
                     .map(|d| Duration::from_nanos(d.saturating_sub(now).max(50_000)))
                     .unwrap_or(Duration::from_millis(20))
                     .min(Duration::from_millis(20));
-                let n = self.io.recv_batch(&mut rx, Some(wait)).unwrap_or(0);
-                self.handle_batch(&rx, &mut out);
-                (n > 0).then(|| rx.received_at(0).0)
+                let count = self.io.recv_batch(&mut rx_batch, Some(wait)).unwrap_or(0);
+                self.handle_batch(&rx_batch, &mut out);
+                (count > 0).then(|| rx_batch.received_at(0).0)
             };
             let now = monotonic_now().0;
             self.hub.tick(now, &mut out);
             if !out.is_empty() {
-                self.send(&out, &mut tx);
+                self.send(&out, &mut tx_batch);
                 out.clear();
                 if let Some(first) = received {
                     // From the batch's receive to the send of what it completed.
@@ -422,10 +428,10 @@ impl UdpLoop {
             (Some(a), Some(b)) => Some(b.since(a).total_ns() as f64 / 1e9),
             _ => None,
         };
-        let mut l = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        l.hub = self.hub.stats();
-        l.io = self.io.stats();
-        l.cpu_s = cpu;
-        l.clients = self.hub.clients_info(monotonic_now().0);
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.hub = self.hub.stats();
+        live.io = self.io.stats();
+        live.cpu_s = cpu;
+        live.clients = self.hub.clients_info(monotonic_now().0);
     }
 }

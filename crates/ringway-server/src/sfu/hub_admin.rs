@@ -137,122 +137,145 @@ fn route(r: &Request) -> Result<HubAdminOp, Response> {
 /// Prometheus text for the hub: its counters (drops by reason), clients,
 /// UDP thread CPU (and per datagram), per-client counters (at most
 /// `max_clients` series each) and the socket backend's counters.
-pub fn render_metrics(l: &HubLive) -> String {
-    let mut p = PromText::default();
-    let s = &l.hub;
-    for (reason, v) in [
-        ("unknown_peer", s.drop_unknown_peer),
-        ("malformed", s.drop_malformed),
-        ("rate_mismatch", s.drop_rate_mismatch),
-        ("frames_mismatch", s.drop_frames_mismatch),
+pub fn render_metrics(live: &HubLive) -> String {
+    let mut text = PromText::default();
+    render_hub_counters(&mut text, &live.hub);
+    render_cpu(&mut text, live);
+    render_clients(&mut text, &live.clients);
+    render_io(&mut text, live);
+    text.finish()
+}
+
+/// The hub's own counters: drops by reason, traffic, handshakes, clients.
+fn render_hub_counters(text: &mut PromText, stats: &HubStats) {
+    for (reason, value) in [
+        ("unknown_peer", stats.drop_unknown_peer),
+        ("malformed", stats.drop_malformed),
+        ("rate_mismatch", stats.drop_rate_mismatch),
+        ("frames_mismatch", stats.drop_frames_mismatch),
     ] {
-        p.counter(
+        text.counter(
             "ringway_jacktrip_drops_total",
             "Datagrams dropped, by reason.",
             &[("reason", reason)],
-            v,
+            value,
         );
     }
     let counters: [(&str, &str, u64); 10] = [
-        ("rx_datagrams", "Datagrams handled.", s.rx_datagrams),
-        ("rx_audio", "Audio packets accepted.", s.rx_audio),
-        ("tx_packets", "Packets sent to clients.", s.tx_packets),
+        ("rx_datagrams", "Datagrams handled.", stats.rx_datagrams),
+        ("rx_audio", "Audio packets accepted.", stats.rx_audio),
+        ("tx_packets", "Packets sent to clients.", stats.tx_packets),
         (
             "tx_forwarded",
             "Packets forwarded as received.",
-            s.tx_forwarded,
+            stats.tx_forwarded,
         ),
         (
             "mixes_by_deadline",
             "Mixes sent by the period deadline.",
-            s.mixes_by_deadline,
+            stats.mixes_by_deadline,
         ),
-        ("handshakes", "TCP handshakes accepted.", s.handshakes),
+        ("handshakes", "TCP handshakes accepted.", stats.handshakes),
         (
             "handshakes_refused",
             "TCP handshakes refused (limits).",
-            s.handshakes_refused,
+            stats.handshakes_refused,
         ),
-        ("joins", "Clients that joined.", s.joins),
-        ("exits", "Clients that sent the exit packet.", s.exits),
-        ("timeouts", "Clients removed for idleness.", s.timeouts),
+        ("joins", "Clients that joined.", stats.joins),
+        ("exits", "Clients that sent the exit packet.", stats.exits),
+        ("timeouts", "Clients removed for idleness.", stats.timeouts),
     ];
-    for (name, help, v) in counters {
-        p.counter(&format!("ringway_jacktrip_{name}_total"), help, &[], v);
+    for (name, help, value) in counters {
+        text.counter(&format!("ringway_jacktrip_{name}_total"), help, &[], value);
     }
-    p.counter(
+    text.counter(
         "ringway_jacktrip_kicks_total",
         "Clients removed through the admin API.",
         &[],
-        s.kicks,
+        stats.kicks,
     );
-    p.gauge(
+    text.gauge(
         "ringway_jacktrip_clients",
         "Clients now.",
         &[],
-        s.clients as f64,
+        stats.clients as f64,
     );
-    if let Some(cpu) = l.cpu_s {
-        p.counter_f64(
+}
+
+/// CPU time of the UDP thread, and per datagram once there is one.
+fn render_cpu(text: &mut PromText, live: &HubLive) {
+    if let Some(cpu) = live.cpu_s {
+        text.counter_f64(
             "ringway_jacktrip_cpu_seconds_total",
             "CPU time of the hub's UDP thread (user + system).",
             &[],
             cpu,
         );
-        if s.rx_datagrams > 0 {
-            p.gauge(
+        if live.hub.rx_datagrams > 0 {
+            text.gauge(
                 "ringway_jacktrip_cpu_per_datagram_seconds",
                 "UDP thread CPU per datagram handled, since start.",
                 &[],
-                cpu / s.rx_datagrams as f64,
+                cpu / live.hub.rx_datagrams as f64,
             );
         }
     }
-    for c in &l.clients {
-        let id = c.id.to_string();
+}
+
+/// One series of each per-client counter for every client.
+fn render_clients(text: &mut PromText, clients: &[ClientInfo]) {
+    for client in clients {
+        let id = client.id.to_string();
         let labels = [("client", id.as_str())];
-        let st = &c.stats;
-        for (name, help, v) in [
+        let stats = &client.stats;
+        for (name, help, value) in [
             (
                 "rx_packets",
                 "Audio packets from the client.",
-                st.rx_packets,
+                stats.rx_packets,
             ),
-            ("tx_packets", "Packets sent to the client.", st.tx_packets),
-            ("lost", "Sequence numbers the client skipped.", st.lost),
+            (
+                "tx_packets",
+                "Packets sent to the client.",
+                stats.tx_packets,
+            ),
+            ("lost", "Sequence numbers the client skipped.", stats.lost),
             (
                 "late",
                 "Packets behind the client's highest sequence number.",
-                st.late,
+                stats.late,
             ),
         ] {
-            p.counter(
+            text.counter(
                 &format!("ringway_jacktrip_client_{name}_total"),
                 help,
                 &labels,
-                v,
+                value,
             );
         }
-        p.gauge(
+        text.gauge(
             "ringway_jacktrip_client_gain",
             "Gain of the client's audio in the others' mixes.",
             &labels,
-            f64::from(c.gain),
+            f64::from(client.gain),
         );
     }
-    if let serde_json::Value::Object(io) = serde_json::to_value(l.io).unwrap_or_default() {
-        for (k, v) in io {
-            if let Some(v) = v.as_u64() {
-                p.counter(
-                    &format!("ringway_jacktrip_io_{k}_total"),
+}
+
+/// The socket backend's counters, one series per field of its stats.
+fn render_io(text: &mut PromText, live: &HubLive) {
+    if let serde_json::Value::Object(io) = serde_json::to_value(live.io).unwrap_or_default() {
+        for (key, value) in io {
+            if let Some(value) = value.as_u64() {
+                text.counter(
+                    &format!("ringway_jacktrip_io_{key}_total"),
                     "Backend counter (see ringway_io::IoStats).",
                     &[("backend", "mmsg")],
-                    v,
+                    value,
                 );
             }
         }
     }
-    p.finish()
 }
 
 #[cfg(test)]

@@ -329,28 +329,28 @@ pub struct ServeReport {
 /// Read a secret from `path`: its bytes with trailing whitespace removed.
 /// Errors name the file, never its contents.
 fn read_secret(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ServerError> {
-    let mut b = std::fs::read(path).map_err(|e| {
+    let mut bytes = std::fs::read(path).map_err(|e| {
         ServerError::Config(format!("reading the {what} file {}: {e}", path.display()))
     })?;
-    while b.last().is_some_and(|c| c.is_ascii_whitespace()) {
-        b.pop();
+    while bytes.last().is_some_and(|c| c.is_ascii_whitespace()) {
+        bytes.pop();
     }
-    Ok(b)
+    Ok(bytes)
 }
 
 /// The admin API's bearer token from file `p`: text, at least 16
 /// characters, no spaces (trailing whitespace ignored).
-fn read_admin_token(p: &std::path::Path) -> Result<String, ServerError> {
-    let t = String::from_utf8(read_secret(p, "admin token")?).map_err(|_| {
-        ServerError::Config(format!("{}: the admin token must be text", p.display()))
+fn read_admin_token(path: &std::path::Path) -> Result<String, ServerError> {
+    let token = String::from_utf8(read_secret(path, "admin token")?).map_err(|_| {
+        ServerError::Config(format!("{}: the admin token must be text", path.display()))
     })?;
-    if t.len() < 16 || t.contains(char::is_whitespace) {
+    if token.len() < 16 || token.contains(char::is_whitespace) {
         return Err(ServerError::Config(format!(
             "{}: the admin token must be at least 16 characters without spaces",
-            p.display()
+            path.display()
         )));
     }
-    Ok(t)
+    Ok(token)
 }
 
 /// Open the backend `config` asks for (8 MiB socket buffers).
@@ -378,8 +378,94 @@ pub struct SfuServer {
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
     engine: Option<JoinHandle<Result<EngineEnd, ServerError>>>,
-    admin: Option<(SocketAddr, Arc<AtomicBool>, JoinHandle<()>)>,
+    admin: Option<AdminThread>,
     recorder: Option<recorder::Recorder>,
+}
+
+/// The admin API's thread: its bound address, stop flag and handle.
+type AdminThread = (SocketAddr, Arc<AtomicBool>, JoinHandle<()>);
+
+/// The token key of `config.token_key_file`, when there is one.
+fn read_token_key(
+    config: &SfuServerConfig,
+) -> Result<Option<ringway_sfu::token::TokenKey>, ServerError> {
+    Ok(match &config.token_key_file {
+        Some(path) => Some(
+            ringway_sfu::token::TokenKey::new(read_secret(path, "token key")?)
+                .map_err(|err| ServerError::Config(format!("{}: {err}", path.display())))?,
+        ),
+        None => None,
+    })
+}
+
+/// The forwarding core `config` asks for, with its token key.
+fn sfu_core(
+    config: &SfuServerConfig,
+    token_key: Option<ringway_sfu::token::TokenKey>,
+) -> Result<Sfu, ServerError> {
+    let mut sfu = Sfu::new(SfuConfig {
+        echo: config.echo,
+        static_room: config.static_room,
+        max_clients: config.max_clients,
+        max_clients_per_prefix: config.max_clients_per_prefix,
+        client_prefix_v4: config.client_prefix_v4,
+        client_prefix_v6: config.client_prefix_v6,
+        max_subs: config.max_subs,
+        idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
+        seed: random_seed()?,
+        token_key,
+        max_rooms: config.max_rooms,
+        max_clients_per_room: config.max_clients_per_room,
+        auto_create_rooms: config.auto_create_rooms,
+        late_after_ns: (config.late_after_ms * 1e6) as u64,
+        ..SfuConfig::default()
+    });
+    sfu.set_unix_time(monotonic_now().0, ringway_io::realtime_now().0);
+    Ok(sfu)
+}
+
+/// The SRPIC sorter of `--srpic-block`, its ring at least one batch.
+fn srpic_sorter(config: &SfuServerConfig, batch: usize) -> Option<Srpic<usize>> {
+    config.srpic_block.map(|block| {
+        Srpic::new(
+            SrpicConfig {
+                block_size: block.max(1),
+                ring_size: batch.max(block).max(1),
+                ..Default::default()
+            },
+            SeqSpace::U16,
+        )
+    })
+}
+
+/// The admin API's thread when an address and a token are configured:
+/// its bound address, stop flag and handle.
+fn start_admin(
+    listen: Option<SocketAddr>,
+    token: Option<String>,
+    admin_tx: std::sync::mpsc::SyncSender<admin::AdminRequest>,
+    live: &Arc<Mutex<LiveStats>>,
+) -> Result<Option<AdminThread>, ServerError> {
+    Ok(match (listen, token) {
+        (Some(addr), Some(token)) => {
+            let listener =
+                TcpListener::bind(addr).map_err(|source| ServerError::Socket { addr, source })?;
+            let bound = listener.local_addr()?;
+            let admin_stop = Arc::new(AtomicBool::new(false));
+            let handle = crate::admin_http::serve(
+                "sfu-admin",
+                listener,
+                admin_stop.clone(),
+                admin::handler(token, admin_tx, live.clone()),
+            )
+            .map_err(|source| ServerError::Thread {
+                name: "sfu-admin".into(),
+                source,
+            })?;
+            Some((bound, admin_stop, handle))
+        }
+        _ => None,
+    })
 }
 
 impl SfuServer {
@@ -389,78 +475,28 @@ impl SfuServer {
     /// `config.duration_s`, or on [`SfuServer::shutdown`] / drop.
     pub fn start(config: SfuServerConfig) -> Result<SfuServer, ServerError> {
         config.validate()?;
-        let token_key = match &config.token_key_file {
-            Some(p) => Some(
-                ringway_sfu::token::TokenKey::new(read_secret(p, "token key")?)
-                    .map_err(|e| ServerError::Config(format!("{}: {e}", p.display())))?,
-            ),
-            None => None,
-        };
+        let token_key = read_token_key(&config)?;
         let admin_token = match &config.admin_token_file {
-            Some(p) => Some(read_admin_token(p)?),
+            Some(path) => Some(read_admin_token(path)?),
             None => None,
         };
         let io = open_io(&config)?;
         let local = io.local_addr()?;
         let batch = config.batch_size();
-        let mut sfu = Sfu::new(SfuConfig {
-            echo: config.echo,
-            static_room: config.static_room,
-            max_clients: config.max_clients,
-            max_clients_per_prefix: config.max_clients_per_prefix,
-            client_prefix_v4: config.client_prefix_v4,
-            client_prefix_v6: config.client_prefix_v6,
-            max_subs: config.max_subs,
-            idle_timeout_ns: (config.idle_timeout_s * 1e9) as u64,
-            seed: random_seed()?,
-            token_key,
-            max_rooms: config.max_rooms,
-            max_clients_per_room: config.max_clients_per_room,
-            auto_create_rooms: config.auto_create_rooms,
-            late_after_ns: (config.late_after_ms * 1e6) as u64,
-            ..SfuConfig::default()
-        });
-        sfu.set_unix_time(monotonic_now().0, ringway_io::realtime_now().0);
-        let srpic = config.srpic_block.map(|block| {
-            Srpic::new(
-                SrpicConfig {
-                    block_size: block.max(1),
-                    ring_size: batch.max(block).max(1),
-                    ..Default::default()
-                },
-                SeqSpace::U16,
-            )
-        });
+        let sfu = sfu_core(&config, token_key)?;
+        let srpic = srpic_sorter(&config, batch);
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(Mutex::new(LiveStats {
             backend: config.io.kind().name().into(),
             ..LiveStats::default()
         }));
         let (admin_tx, admin_rx) = admin::channel();
-        let admin = match (config.admin_listen, admin_token) {
-            (Some(addr), Some(token)) => {
-                let listener = TcpListener::bind(addr)
-                    .map_err(|source| ServerError::Socket { addr, source })?;
-                let bound = listener.local_addr()?;
-                let admin_stop = Arc::new(AtomicBool::new(false));
-                let h = crate::admin_http::serve(
-                    "sfu-admin",
-                    listener,
-                    admin_stop.clone(),
-                    admin::handler(token, admin_tx, live.clone()),
-                )
-                .map_err(|source| ServerError::Thread {
-                    name: "sfu-admin".into(),
-                    source,
-                })?;
-                Some((bound, admin_stop, h))
-            }
-            _ => None,
-        };
+        let admin = start_admin(config.admin_listen, admin_token, admin_tx, &live)?;
         let (recorder, record_tx) = match &config.record_dir {
             Some(dir) => {
-                let (r, tx) = recorder::Recorder::start(dir, config.record_max_bytes)?;
-                (Some(r), Some(tx))
+                let (recorder, record_tx) =
+                    recorder::Recorder::start(dir, config.record_max_bytes)?;
+                (Some(recorder), Some(record_tx))
             }
             None => (None, None),
         };
@@ -531,13 +567,14 @@ impl SfuServer {
 
     fn stop_engine(&mut self) -> Option<Result<EngineEnd, ServerError>> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some((_, stop, h)) = self.admin.take() {
+        if let Some((_, stop, handle)) = self.admin.take() {
             stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
+            let _ = handle.join();
         }
-        let h = self.engine.take()?;
+        let handle = self.engine.take()?;
         Some(
-            h.join()
+            handle
+                .join()
                 .map_err(|_| ServerError::Panicked("sfu-engine".into()))
                 .and_then(|r| r),
         )
@@ -552,9 +589,9 @@ impl SfuServer {
         let recording = self.recorder.take().map(recorder::Recorder::finish);
         match end {
             Some(end) => {
-                let mut r = report(&self.config, self.local, self.batch, end?);
-                r.recording = recording;
-                Ok(r)
+                let mut report_out = report(&self.config, self.local, self.batch, end?);
+                report_out.recording = recording;
+                Ok(report_out)
             }
             None => Err(ServerError::Panicked("sfu-engine".into())),
         }
@@ -563,11 +600,11 @@ impl SfuServer {
 
 impl Drop for SfuServer {
     fn drop(&mut self) {
-        if let Some(Err(e)) = self.stop_engine() {
-            log::error!("sfu: engine: {e}");
+        if let Some(Err(err)) = self.stop_engine() {
+            log::error!("sfu: engine: {err}");
         }
-        if let Some(r) = self.recorder.take() {
-            r.finish();
+        if let Some(recorder) = self.recorder.take() {
+            recorder.finish();
         }
     }
 }
@@ -654,25 +691,25 @@ fn place_engine(cpus: Option<&[usize]>) -> (Vec<String>, Vec<String>) {
 /// time added to `spin_ns`), then waiting at most `wait`.
 fn receive_spinning(
     io: &mut dyn BatchIo,
-    e: &mut Engine,
+    engine: &mut Engine,
     spin: Duration,
     wait: Duration,
     spin_ns: &mut u64,
 ) -> Result<usize, ServerError> {
     if !spin.is_zero() {
         let spinning = Instant::now();
-        let n = loop {
-            let n = receive(io, e, Some(Duration::ZERO))?;
-            if n > 0 || spinning.elapsed() >= spin {
-                break n;
+        let received = loop {
+            let received = receive(io, engine, Some(Duration::ZERO))?;
+            if received > 0 || spinning.elapsed() >= spin {
+                break received;
             }
         };
         *spin_ns += spinning.elapsed().as_nanos() as u64;
-        if n > 0 {
-            return Ok(n);
+        if received > 0 {
+            return Ok(received);
         }
     }
-    receive(io, e, Some(wait))
+    receive(io, engine, Some(wait))
 }
 
 /// Keep the in-kernel fan-out's map in line with the core's routes.
@@ -695,8 +732,8 @@ fn sync_fanout(fanout: &mut ringway_io::backend::KernelFanout, e: &Engine) {
 }
 
 /// Publish the live counters (rooms, bytes, backend, engine CPU).
-fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
-    let rooms: Vec<(String, usize)> = e
+fn publish_live(live: &Mutex<LiveStats>, engine: &Engine, io_stats: IoStats) {
+    let rooms: Vec<(String, usize)> = engine
         .sfu
         .room_sizes()
         .map(|(room, n)| (room.to_string(), n))
@@ -704,15 +741,46 @@ fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
     let cpu = host::thread_cpu_time()
         .ok()
         .map(|c| (c.user_ns + c.system_ns) as f64 / 1e9);
-    let mut l = live.lock().unwrap_or_else(PoisonError::into_inner);
-    l.sfu = e.sfu.stats();
-    l.rx_bytes = e.rx_bytes;
-    l.tx_bytes = e.tx_bytes;
-    l.truncated = e.truncated;
-    l.rooms = rooms;
-    l.io = io_stats;
-    l.engine_cpu_s = cpu;
-    l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
+    let mut stats = live.lock().unwrap_or_else(PoisonError::into_inner);
+    stats.sfu = engine.sfu.stats();
+    stats.rx_bytes = engine.rx_bytes;
+    stats.tx_bytes = engine.tx_bytes;
+    stats.truncated = engine.truncated;
+    stats.rooms = rooms;
+    stats.io = io_stats;
+    stats.engine_cpu_s = cpu;
+    stats.record_queue_drops = engine.record.as_ref().map(|r| r.dropped());
+}
+
+/// The in-kernel fan-out (tcx) on `fanout_at`, for an IPv4 socket.
+fn attach_fanout(
+    fanout_at: Option<&str>,
+    local: SocketAddr,
+) -> Result<Option<ringway_io::backend::KernelFanout>, ServerError> {
+    Ok(match (fanout_at, local) {
+        (Some(iface), SocketAddr::V4(local)) => Some(
+            ringway_io::backend::KernelFanout::attach(iface, local)
+                .map_err(|err| ServerError::Config(format!("kernel fan-out: {err}")))?,
+        ),
+        _ => None,
+    })
+}
+
+/// The periodic work: the core's clock and timers, the fan-out's map, the
+/// live counters.
+fn tick(
+    engine: &mut Engine,
+    fanout: Option<&mut ringway_io::backend::KernelFanout>,
+    live: &Mutex<LiveStats>,
+    io_stats: IoStats,
+    now: u64,
+) {
+    engine.sfu.set_unix_time(now, ringway_io::realtime_now().0);
+    engine.sfu.tick(now);
+    if let Some(fanout) = fanout {
+        sync_fanout(fanout, engine);
+    }
+    publish_live(live, engine, io_stats);
 }
 
 /// The engine thread: receive, handle, flush, tick, until stopped or the
@@ -738,7 +806,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     } = run;
     let started = Instant::now();
     let (placement, placement_refused) = place_engine(cpus.as_deref());
-    let mut e = Engine::new(
+    let mut engine = Engine::new(
         sfu,
         batch,
         srpic,
@@ -746,77 +814,65 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         max_age_ns,
         Box::new(engine::SystemClock),
     );
-    e.record = record;
-    let mut fanout = match (&fanout_at, local) {
-        (Some(iface), SocketAddr::V4(local)) => Some(
-            ringway_io::backend::KernelFanout::attach(iface, local)
-                .map_err(|e| ServerError::Config(format!("kernel fan-out: {e}")))?,
-        ),
-        _ => None,
-    };
+    engine.record = record;
+    let mut fanout = attach_fanout(fanout_at.as_deref(), local)?;
     let mut warm = warmup.is_zero();
     let mut baseline = engine::Baseline::default();
     live.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .measuring = warm;
     let mut cpu0 = host::thread_cpu_time().ok();
-    let mut t0 = Instant::now();
+    let mut measured_from = Instant::now();
     let mut spin_ns = 0u64;
     let mut next_tick = 0u64;
-    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
+    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|limit| started.elapsed() < limit) {
         if !warm && started.elapsed() >= warmup {
             // End of the warm-up: measure from here.
             warm = true;
-            baseline = e.reset_measurements(io.stats(), fanout.as_ref().map(|f| f.stats()));
+            baseline =
+                engine.reset_measurements(io.stats(), fanout.as_ref().map(|fanout| fanout.stats()));
             live.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .measuring = true;
             cpu0 = host::thread_cpu_time().ok();
-            t0 = Instant::now();
+            measured_from = Instant::now();
             spin_ns = 0;
         }
-        if e.pending() {
+        if engine.pending() {
             // Copies the kernel has not taken: hand them over now.
-            e.flush_now(io.as_mut())?;
+            engine.flush_now(io.as_mut())?;
         }
-        let wait = if e.pending() { POLL_PENDING } else { POLL };
-        let n = receive_spinning(io.as_mut(), &mut e, spin, wait, &mut spin_ns)?;
+        let wait = if engine.pending() { POLL_PENDING } else { POLL };
+        let received = receive_spinning(io.as_mut(), &mut engine, spin, wait, &mut spin_ns)?;
         let now = monotonic_now().0;
-        if n > 0 {
-            e.handle_batch(io.as_mut(), now)?;
+        if received > 0 {
+            engine.handle_batch(io.as_mut(), now)?;
         }
-        while let Ok(req) = admin.try_recv() {
-            let _ = req.reply.send(admin::apply(&mut e.sfu, now, req.op));
+        while let Ok(request) = admin.try_recv() {
+            let _ = request
+                .reply
+                .send(admin::apply(&mut engine.sfu, now, request.op));
         }
         if now >= next_tick {
-            e.sfu.set_unix_time(now, ringway_io::realtime_now().0);
-            e.sfu.tick(now);
+            tick(&mut engine, fanout.as_mut(), &live, io.stats(), now);
             next_tick = now + TICK_NS;
-            if let Some(f) = fanout.as_mut() {
-                sync_fanout(f, &e);
-            }
-            publish_live(&live, &e, io.stats());
         }
     }
     // Close the recorder's channel: it drains what is queued and ends.
-    e.record = None;
-    if e.pending() {
-        e.flush_now(io.as_mut())?;
+    engine.record = None;
+    if engine.pending() {
+        engine.flush_now(io.as_mut())?;
     }
-    let wall = t0.elapsed().as_secs_f64();
-    // CPU time unknown (getrusage failed at either end): n/a, never 0.
-    let cpu = match (cpu0, host::thread_cpu_time().ok()) {
-        (Some(a), Some(b)) => Some(b.since(&a)),
-        _ => None,
-    };
+    let wall = measured_from.elapsed().as_secs_f64();
+    let cpu = cpu_since(cpu0);
     let mode = match &fanout {
         Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
         None => io.describe(),
     };
     Ok(EngineEnd {
-        engine: e,
+        engine,
         io: io.stats(),
-        fanout: fanout.as_ref().map(|f| f.stats()),
+        fanout: fanout.as_ref().map(|fanout| fanout.stats()),
         baseline,
         mode,
         cpu,
@@ -825,6 +881,15 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         placement,
         placement_refused,
     })
+}
+
+/// This thread's CPU time since `start`.
+fn cpu_since(start: Option<CpuTime>) -> Option<CpuTime> {
+    // CPU time unknown (getrusage failed at either end): n/a, never 0.
+    match (start, host::thread_cpu_time().ok()) {
+        (Some(start), Some(end)) => Some(end.since(&start)),
+        _ => None,
+    }
 }
 
 /// What the engine thread hands back when it stops.
@@ -873,7 +938,7 @@ fn report(
     end: EngineEnd,
 ) -> ServeReport {
     let EngineEnd {
-        engine: e,
+        engine: stopped_engine,
         io,
         fanout,
         baseline: base,
@@ -894,7 +959,7 @@ fn report(
         (Some(end), Some(start)) => Some(end.since(&start)),
         (end, _) => end,
     };
-    let d = &e.delays;
+    let delays = &stopped_engine.delays;
     ServeReport {
         backend: config.io.kind().name().into(),
         io_mode: mode,
@@ -909,31 +974,31 @@ fn report(
         spin_s,
         placement,
         placement_refused,
-        delay: LatencySummary::of_ns(&d.scheduled),
-        delay_mean_us: if d.scheduled.is_empty() {
+        delay: LatencySummary::of_ns(&delays.scheduled),
+        delay_mean_us: if delays.scheduled.is_empty() {
             f64::NAN
         } else {
-            d.scheduled.mean() / 1000.0
+            delays.scheduled.mean() / 1000.0
         },
-        delay_handoff: LatencySummary::of_ns(&d.handoff),
-        delay_wait: LatencySummary::of_ns(&d.wait),
-        delay_from_kernel: LatencySummary::of_ns(&d.kernel),
-        flushes: e.flushes - base.flushes,
+        delay_handoff: LatencySummary::of_ns(&delays.handoff),
+        delay_wait: LatencySummary::of_ns(&delays.wait),
+        delay_from_kernel: LatencySummary::of_ns(&delays.kernel),
+        flushes: stopped_engine.flushes - base.flushes,
         kernel_fanout: fanout,
         tx_congested: io.tx_ring_full_drops > 0
-            || io.tx_ring_full_waits as f64 > 0.001 * e.forwarded.max(1) as f64,
-        copies_per_packet: if e.forwarded > 0 {
-            e.copies as f64 / e.forwarded as f64
+            || io.tx_ring_full_waits as f64 > 0.001 * stopped_engine.forwarded.max(1) as f64,
+        copies_per_packet: if stopped_engine.forwarded > 0 {
+            stopped_engine.copies as f64 / stopped_engine.forwarded as f64
         } else {
             f64::NAN
         },
-        sfu: e.sfu.stats(),
+        sfu: stopped_engine.sfu.stats(),
         io,
-        rx_bytes: e.rx_bytes - base.rx_bytes,
-        tx_bytes: e.tx_bytes - base.tx_bytes,
-        truncated: e.truncated - base.truncated,
-        rx_errors: e.rx_errors - base.rx_errors,
-        srpic: e.srpic.as_ref().map(Srpic::stats),
+        rx_bytes: stopped_engine.rx_bytes - base.rx_bytes,
+        tx_bytes: stopped_engine.tx_bytes - base.tx_bytes,
+        truncated: stopped_engine.truncated - base.truncated,
+        rx_errors: stopped_engine.rx_errors - base.rx_errors,
+        srpic: stopped_engine.srpic.as_ref().map(Srpic::stats),
         recording: None,
     }
 }

@@ -132,12 +132,12 @@ impl Recorder {
     /// Wait for the thread (its channel must be closed) and return the report.
     pub(super) fn finish(self) -> RecordReport {
         let dropped = self.dropped.load(Ordering::Relaxed);
-        let mut r = self.thread.join().unwrap_or_else(|_| RecordReport {
+        let mut report = self.thread.join().unwrap_or_else(|_| RecordReport {
             error: Some("recorder thread panicked".into()),
             ..RecordReport::default()
         });
-        r.dropped_queue_full = dropped;
-        r
+        report.dropped_queue_full = dropped;
+        report
     }
 }
 
@@ -154,9 +154,9 @@ impl Writer {
             self.write(item);
         }
         for (_, mut f) in self.files.drain() {
-            if let Err(e) = f.flush() {
+            if let Err(err) = f.flush() {
                 self.report.write_errors += 1;
-                self.report.error.get_or_insert(e.to_string());
+                self.report.error.get_or_insert(err.to_string());
             }
         }
         self.report
@@ -164,9 +164,9 @@ impl Writer {
 
     /// Write one record (and the file header of a new source), within the cap.
     fn write(&mut self, item: Item) {
-        let r = &mut self.report;
-        if r.full || r.error.is_some() {
-            r.dropped_disk_full += 1;
+        let report = &mut self.report;
+        if report.full || report.error.is_some() {
+            report.dropped_disk_full += 1;
             return;
         }
         let Some(head) = record_header(item.unix_ns, item.packet.len()) else {
@@ -174,16 +174,16 @@ impl Writer {
         };
         let new = !self.files.contains_key(&item.ssid);
         if new && self.files.len() >= MAX_SOURCES {
-            r.dropped_too_many_sources += 1;
+            report.dropped_too_many_sources += 1;
             return;
         }
         let need =
             (RECORD_HEADER_LEN + item.packet.len() + if new { HEADER_LEN } else { 0 }) as u64;
-        if r.bytes.saturating_add(need) > r.max_bytes {
-            r.full = true;
-            r.dropped_disk_full += 1;
-            for f in self.files.values_mut() {
-                let _ = f.flush();
+        if report.bytes.saturating_add(need) > report.max_bytes {
+            report.full = true;
+            report.dropped_disk_full += 1;
+            for file in self.files.values_mut() {
+                let _ = file.flush();
             }
             return;
         }
@@ -192,27 +192,27 @@ impl Writer {
                 let path = self
                     .dir
                     .join(format!("{}-{:08x}.rwrec", self.prefix, item.ssid));
-                let f = std::fs::OpenOptions::new()
+                let file = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .open(&path)?;
-                let mut w = BufWriter::with_capacity(64 << 10, f);
-                w.write_all(&file_header(item.ssid))?;
-                self.files.insert(item.ssid, w);
-                r.files += 1;
+                let mut writer = BufWriter::with_capacity(64 << 10, file);
+                writer.write_all(&file_header(item.ssid))?;
+                self.files.insert(item.ssid, writer);
+                report.files += 1;
             }
-            let w = self.files.get_mut(&item.ssid).expect("opened");
-            w.write_all(&head)?;
-            w.write_all(&item.packet)
+            let writer = self.files.get_mut(&item.ssid).expect("opened");
+            writer.write_all(&head)?;
+            writer.write_all(&item.packet)
         })();
         match result {
             Ok(()) => {
-                r.bytes += need;
-                r.packets += 1;
+                report.bytes += need;
+                report.packets += 1;
             }
             Err(e) => {
-                r.write_errors += 1;
-                r.error = Some(e.to_string());
+                report.write_errors += 1;
+                report.error = Some(e.to_string());
             }
         }
     }

@@ -244,6 +244,15 @@ pub struct WorkerMetrics {
     /// [`OVERLOAD_DROP_FACTOR`](super::worker::OVERLOAD_DROP_FACTOR) times
     /// the shedding delay.
     pub overload_queue_drops: u64,
+    /// Workers running an overload admission controller (0: shedding off;
+    /// summed by [`WorkerMetrics::merge`]).
+    pub overload_controllers: u64,
+    /// Their admitted fractions of new INVITEs now, in millionths, summed
+    /// (divided by `overload_controllers`: the mean).
+    pub overload_admitted_ppm: u64,
+    /// The lowest admitted fraction any of them reached since start, in
+    /// millionths.
+    pub overload_admitted_min_ppm: u64,
     /// The worker's backend counters (latest): how many datagrams took the
     /// XSK rings and how many the kernel socket, with xdp.
     pub io: IoStats,
@@ -264,6 +273,9 @@ impl Default for WorkerMetrics {
             k_snd_requested: 0,
             socket_rx_dropped: 0,
             overload_queue_drops: 0,
+            overload_controllers: 0,
+            overload_admitted_ppm: 0,
+            overload_admitted_min_ppm: 1_000_000,
             io: IoStats::default(),
         }
     }
@@ -296,6 +308,9 @@ impl Clone for WorkerMetrics {
         self.k_snd_requested = source.k_snd_requested;
         self.socket_rx_dropped = source.socket_rx_dropped;
         self.overload_queue_drops = source.overload_queue_drops;
+        self.overload_controllers = source.overload_controllers;
+        self.overload_admitted_ppm = source.overload_admitted_ppm;
+        self.overload_admitted_min_ppm = source.overload_admitted_min_ppm;
         self.io = source.io;
     }
 }
@@ -339,12 +354,29 @@ impl WorkerMetrics {
         self.tx_oversize += other.tx_oversize;
         self.rx_truncated += other.rx_truncated;
         self.overload_queue_drops += other.overload_queue_drops;
+        self.overload_controllers += other.overload_controllers;
+        self.overload_admitted_ppm += other.overload_admitted_ppm;
+        self.overload_admitted_min_ppm = self
+            .overload_admitted_min_ppm
+            .min(other.overload_admitted_min_ppm);
         self.rx_errors += other.rx_errors;
         self.timer_out += other.timer_out;
         self.k_rcv_missing += other.k_rcv_missing;
         self.k_snd_requested += other.k_snd_requested;
         self.socket_rx_dropped += other.socket_rx_dropped;
         add_io_stats(&mut self.io, &other.io);
+    }
+
+    /// The admitted fraction of new INVITEs (0..=1): the mean over the
+    /// workers' overload controllers now, and the lowest any reached since
+    /// start; `None` when shedding is off.
+    pub fn overload_admitted_ratio(&self) -> Option<(f64, f64)> {
+        (self.overload_controllers > 0).then(|| {
+            (
+                self.overload_admitted_ppm as f64 / self.overload_controllers as f64 / 1e6,
+                self.overload_admitted_min_ppm as f64 / 1e6,
+            )
+        })
     }
 
     /// All types merged into one.

@@ -27,6 +27,11 @@ pub struct Messages {
     /// New INVITEs dropped unanswered on a peek: they waited more than
     /// twice `overload_queue_delay_ms` (the 503 stage's second threshold).
     pub overload_queue_drops: u64,
+    /// The admitted fraction of new INVITEs at the end (mean over the
+    /// workers' overload controllers; `null`: shedding off).
+    pub overload_admitted_ratio: Option<f64>,
+    /// The lowest admitted fraction any worker reached (`null`: off).
+    pub overload_admitted_min_ratio: Option<f64>,
     /// Receive syscall errors.
     pub rx_errors: u64,
     /// Datagrams the kernel refused to send.
@@ -394,6 +399,8 @@ pub(super) fn build(
             timer_out: m.timer_out,
             rx_truncated: m.rx_truncated,
             overload_queue_drops: m.overload_queue_drops,
+            overload_admitted_ratio: m.overload_admitted_ratio().map(|r| r.0),
+            overload_admitted_min_ratio: m.overload_admitted_ratio().map(|r| r.1),
             rx_errors: m.rx_errors,
             tx_errors: m.tx_errors,
             tx_oversize: m.tx_oversize,

@@ -126,6 +126,9 @@ impl<'p> SipWorker<'p> {
     /// [`SipWorker::shed_after`] with every knob of the controller.
     pub fn shed_with(&mut self, config: Option<ShedConfig>) {
         self.shedder = config.map(Shedder::new);
+        // The gauge is there from the start (everything admitted), or not.
+        self.metrics.overload_controllers = u64::from(self.shedder.is_some());
+        self.metrics.overload_admitted_ppm = 1_000_000 * self.metrics.overload_controllers;
     }
 
     /// Lab emulation: burn `service` CPU time per handled message, inside
@@ -194,7 +197,14 @@ impl<'p> SipWorker<'p> {
             }
             let picked_at = realtime_now();
             if let Some(shedder) = shedder.as_mut() {
-                if shed(shedder, proxy, &datagram, picked_at) {
+                let dropped = shed(shedder, proxy, &datagram, picked_at);
+                // The gauge: the fraction now (the last datagram's) and the
+                // lowest seen, per datagram (a batch may span a whole cut).
+                let ppm = u64::from(shedder.admitted_ppm());
+                metrics.overload_controllers = 1;
+                metrics.overload_admitted_ppm = ppm;
+                metrics.overload_admitted_min_ppm = metrics.overload_admitted_min_ppm.min(ppm);
+                if dropped {
                     metrics.overload_queue_drops += 1;
                     let stats = metrics.slot_mut(MsgLabel::Invite.slot());
                     stats.count += 1;
@@ -608,8 +618,8 @@ mod tests {
         // apart) ends the controller's interval of the one before it, so
         // each update below follows from one delay.
         w.shed_with(Some(ShedConfig {
-            target: 200_000_000,
             interval: 1,
+            ..ShedConfig::with_target(200_000_000)
         }));
         let fresh = realtime_now().0;
         let in_dialog = {
@@ -627,10 +637,12 @@ mod tests {
             // Received 1 s ago, beyond twice the target: dropped
             // unanswered on a peek (the controller admits all so far).
             (UAC, &very_late, Some(fresh - 1000 * ms), false),
-            // The interval of a 1 s wait halves the fraction: with credit
-            // for half a call this new INVITE is refused, 503.
+            // The interval of a 1 s standing wait cuts the fraction by a
+            // quarter (the most per interval): with credit for 3/4 of a
+            // call this new INVITE is refused, 503.
             (UAC, &late, Some(fresh - 300 * ms), false),
-            // A 300 ms standing queue (× 200/300): a re-INVITE is not shed.
+            // A 300 ms standing queue, 700 ms shorter than before (the
+            // fraction grows): a re-INVITE is not shed anyway.
             (UAC, &in_dialog, Some(fresh - 50 * ms + 1), false),
             // No queue (50 ms < 100 ms): the fraction doubles, the credit
             // passes one call: admitted.
@@ -655,6 +667,12 @@ mod tests {
             std::collections::BTreeMap::from([("overload".to_string(), 1)])
         );
         assert_eq!(w.metrics().overload_queue_drops, 1);
+        // The gauge: all admitted again at the end, a quarter cut at worst.
+        assert_eq!(
+            w.metrics().overload_admitted_ratio(),
+            Some((1.0, 0.75)),
+            "admitted fraction (now, lowest)"
+        );
         // Sent: the 503; 100 Trying and the forwarded INVITE for the
         // three that go on; nothing for the dropped one.
         let sent: Vec<String> = io
@@ -690,5 +708,6 @@ mod tests {
         w.drive_batch(&mut io, &rx, ticking());
         assert_eq!(w.metrics().get(MsgLabel::Invite).unwrap().forwarded, 1);
         assert_eq!(p.stats().overload_queue_sheds, 1);
+        assert_eq!(w.metrics().overload_admitted_ratio(), None);
     }
 }

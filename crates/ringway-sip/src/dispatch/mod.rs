@@ -173,6 +173,18 @@ struct Counters {
     drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
+/// Add `from`'s counts to `to`'s.
+fn merge_counts<K: Ord + Clone>(
+    to: &Mutex<std::collections::BTreeMap<K, u64>>,
+    from: &Mutex<std::collections::BTreeMap<K, u64>>,
+) {
+    let from = from.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut to = to.lock().unwrap_or_else(|e| e.into_inner());
+    for (key, count) in from {
+        *to.entry(key).or_insert(0) += count;
+    }
+}
+
 fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -278,6 +290,38 @@ impl Dispatcher {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Take over what `old` (the dispatcher this one replaces, with another
+    /// set of proxies: a name re-resolved) knows: its counters, and the
+    /// state of every proxy both have (in or out, the operator's state, its
+    /// counts). A proxy new to the set starts in, as at start. Call before
+    /// the new one serves.
+    pub fn take_over(&self, old: &Dispatcher) {
+        let (c, o) = (&self.counters, &old.counters);
+        for (to, from) in [
+            (&c.requests_received, &o.requests_received),
+            (&c.responses_received, &o.responses_received),
+            (&c.requests_dispatched, &o.requests_dispatched),
+            (&c.requests_routed, &o.requests_routed),
+            (&c.requests_to_uri, &o.requests_to_uri),
+            (&c.responses_forwarded, &o.responses_forwarded),
+            (&c.probes_sent, &o.probes_sent),
+            (&c.probe_answers, &o.probe_answers),
+            (&c.no_proxy, &o.no_proxy),
+            (&c.relay_refused, &o.relay_refused),
+            (&c.flood_blocks, &o.flood_blocks),
+            (&c.flood_untracked, &o.flood_untracked),
+        ] {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        merge_counts(&c.responses_generated, &o.responses_generated);
+        merge_counts(&c.drops, &o.drops);
+        for member in &self.members {
+            if let Some(before) = old.members.iter().find(|m| m.address == member.address) {
+                member.take_over(before);
+            }
         }
     }
 
@@ -608,9 +652,13 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         };
         let ours = host_ip(top.host) == Some(dispatcher.config.local.ip())
             && top.port.unwrap_or(5060) == dispatcher.config.local.port();
+        // Not sent by us: relaying it would make us a reflector for
+        // whatever address its next Via names.
         if !ours {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
+        // Answers to our own OPTIONS probes feed the health state and go
+        // no further.
         if let Some(probe) = top
             .branch
             .and_then(|b| b.get(7..))
@@ -622,6 +670,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
                     .get(index)
                     .is_some_and(|m| m.address == src);
                 let genuine = nonce == dispatcher.probe_nonce(index, seq);
+                // Only the probed member's final answer with our nonce: a
+                // spoofed 200 must not revive a member that is down.
                 if from_it && genuine && code >= 200 {
                     dispatcher.members[index].probe_answered(
                         seq,
@@ -642,6 +692,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some(to) = msg.vias().nth(1).and_then(|next| next.response_target()) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
+        // The MAC binds our branch to where its responses go: a response
+        // with a second Via rewritten to a victim's address fails here.
         if dispatcher.upstream_mac(hash, to) != mac {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
@@ -676,6 +728,8 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             msg,
             method,
             label: MsgLabel::of_method(method),
+            // RFC 3261 18.2.2 / RFC 3581: the source IP always; the Via's
+            // port unless the client asked for rport (NAT: the source port).
             upstream: match msg.top_via() {
                 Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
                 _ => src,
@@ -737,12 +791,15 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
     ) -> Outcome {
         let dispatcher = self.dispatcher;
         let label = request.label;
+        // An ACK is never answered (RFC 3261 17): one we cannot route ends here.
         if request.method == Method::Ack {
             return self.dropped(label, DropReason::AckNotRoutable);
         }
         if !sendable(&request.upstream) {
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
+        // Stateless, yet a retransmission gets the same To-tag: a keyed
+        // hash of its Call-ID (not guessable without our secret).
         let tag = format!(
             "{:x}",
             Hash64::new(dispatcher.secret)

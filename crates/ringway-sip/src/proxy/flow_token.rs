@@ -140,6 +140,8 @@ impl Proxy {
         if len != body + 8 {
             return None;
         }
+        // The MAC before anything is read from the body: a token we did
+        // not sign must not steer a request to an address of its choosing.
         let mac = u64::from_be_bytes(bytes[body..body + 8].try_into().ok()?);
         if mac != self.flow_mac(&bytes[..body]) {
             return None;
@@ -167,6 +169,8 @@ impl Proxy {
     }
 
     fn flow_mac(&self, bytes: &[u8]) -> u64 {
+        // A domain constant first: the same key signs other things, and a
+        // MAC of one kind must never verify as another.
         self.mac_key.mac().u64(0xF10_5626).raw(bytes).finish()
     }
 }

@@ -307,6 +307,8 @@ fn registration_changes(
             .and_then(parse_delta)
             .or(header_expires)
             .unwrap_or(policy.default_expires);
+        // RFC 3261 10.3 step 6 takes the Contacts in order; a contact
+        // listed twice is bound by its first appearance only.
         let duplicate = changes.iter().any(|change| {
             matches!(change, BindingChange::Bind { contact: c, .. } | BindingChange::Unbind { contact: c } if c == contact.uri)
         });
@@ -318,6 +320,9 @@ fn registration_changes(
                 contact: contact.uri.to_owned(),
             });
         } else if expires < policy.min_expires {
+            // Refuse rather than round up (RFC 3261 10.3 step 6): the UA
+            // learns Min-Expires and retries, and our refresh load stays
+            // what the operator set.
             return Err(Refusal {
                 code: 423,
                 reason: "Interval Too Brief",
@@ -326,6 +331,8 @@ fn registration_changes(
         } else {
             changes.push(BindingChange::Bind {
                 contact: contact.uri.to_owned(),
+                // Above the maximum: shortened silently, as the RFC allows;
+                // the 200's Contact tells the UA what it got.
                 expires: expires.min(policy.max_expires),
                 outbound: outbound.then(|| outbound_of(&contact)).flatten(),
             });

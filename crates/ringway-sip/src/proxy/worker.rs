@@ -41,6 +41,10 @@ pub struct ProxyWorker<'p> {
     pub(super) resumed_answer: Option<(StoreQuery, StoreAnswer)>,
     /// While resuming a deferred request (the store step never defers).
     pub(super) resuming: bool,
+    /// While resuming a request parked on a name: the name's answer.
+    pub(super) resolved_name: Option<(super::NameQuery, super::NameAnswer)>,
+    /// While resuming a request parked on a name (it never parks twice).
+    pub(super) resuming_name: bool,
     /// The driver reports overload: new INVITEs are shed.
     pub(super) shedding: bool,
 }
@@ -59,9 +63,20 @@ fn fill_rport(buf: &mut Vec<u8>, via: &crate::msg::Via<'_>, source: SocketAddr) 
     let Some(end) = rport_end.filter(|end| *end <= raw.len()) else {
         return;
     };
-    let text = format!("={};received={}", source.port(), source.ip());
+    // `=65535;received=` and an IPv6 address fit; no allocation.
+    let mut text = [0u8; 80];
+    let mut cursor = std::io::Cursor::new(&mut text[..]);
+    if std::io::Write::write_fmt(
+        &mut cursor,
+        format_args!("={};received={}", source.port(), source.ip()),
+    )
+    .is_err()
+    {
+        return;
+    }
+    let len = cursor.position() as usize;
     let insert_at = at + end;
-    buf.splice(insert_at..insert_at, text.bytes());
+    buf.splice(insert_at..insert_at, text[..len].iter().copied());
 }
 
 impl<'p> ProxyWorker<'p> {
@@ -73,6 +88,8 @@ impl<'p> ProxyWorker<'p> {
             scratch: Vec::with_capacity(SCRATCH_CAPACITY),
             resumed_answer: None,
             resuming: false,
+            resolved_name: None,
+            resuming_name: false,
             shedding: false,
         }
     }

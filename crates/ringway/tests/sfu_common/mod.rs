@@ -260,9 +260,13 @@ pub(crate) fn read_json(p: &Path) -> serde_json::Value {
 }
 
 /// Assert that no namespace made by process `pid` (netns helper names
-/// `<PREFIX><pid>-...`) is left.
+/// `[site prefix]<PREFIX><pid>-...`) is left.
 pub(crate) fn no_namespaces_of(pid: u32) {
-    let mine = format!("{}{pid}-", ringway_io::netns::PREFIX);
+    let mine = format!(
+        "{}{}{pid}-",
+        ringway_io::netns::site_prefix(),
+        ringway_io::netns::PREFIX
+    );
     let left: Vec<String> = ringway_io::netns::list_netns()
         .unwrap()
         .into_iter()

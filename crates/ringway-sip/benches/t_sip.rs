@@ -1,0 +1,259 @@
+//! T_sip micro-benchmark (issue 23: parse, edit, branch hashing ≤ 1 µs
+//! p50): the proxy core's time per message of the calls `ringway sip
+//! load` makes (INVITE, 180, 200, ACK, BYE, 200 with its SDP, Via with
+//! `rport`, Record-Routed), as `ringway sip proxy --relay 127.0.0.0/8`
+//! sees them: relay policy, signed Record-Route, no flood limit, UDP only.
+//! No I/O: each message is one `ProxyWorker::handle` call between two
+//! clock readings (the server's T_sip, without the copy into the send
+//! batch). Also the cost of a refused call under overload (INVITE
+//! answered 503 with the core's shedding on, and its ACK).
+//!
+//! `cargo bench -p ringway-sip --bench t_sip` (env: MODE=stateless|stateful,
+//! CALLS=20000, ROUNDS=5). Not a test: timings; run it on a quiet machine
+//! and compare builds side by side.
+
+use ringway_sip::{Mode, Proxy, ProxyConfig, RelayNets};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+const PROXY: &str = "127.0.0.1:5060";
+const UAC: &str = "127.0.0.1:5070";
+const UAS: &str = "127.0.0.1:5080";
+const SDP: &str = "v=0\r\no=ringway 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+const KINDS: [&str; 8] = [
+    "INVITE",
+    "180",
+    "200",
+    "ACK",
+    "BYE",
+    "200-BYE",
+    "INVITE-503",
+    "ACK-503",
+];
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// One call's datagrams as they reach the proxy, with their senders.
+struct Call {
+    messages: Vec<(SocketAddr, Vec<u8>)>,
+}
+
+fn invite(n: u64, kind: char) -> Vec<u8> {
+    format!(
+        "INVITE sip:service@{UAS} SIP/2.0\r\nVia: SIP/2.0/UDP {UAC};branch=z9hG4bK-run-000-{n:08}-{kind};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:ringway@{UAC}>;tag=000x{n:08}\r\nTo: <sip:service@{UAS}>\r\n\
+         Call-ID: {n:08}-000-run@ringway\r\nCSeq: 1 INVITE\r\nContact: <sip:ringway@{UAC}>\r\n\
+         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
+        SDP.len()
+    )
+    .into_bytes()
+}
+
+/// Header lines of `msg` named `name` (any case), in order.
+fn headers<'a>(msg: &'a str, name: &str) -> Vec<&'a str> {
+    msg.split("\r\n")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| {
+            l.split(':')
+                .next()
+                .is_some_and(|h| h.trim().eq_ignore_ascii_case(name))
+        })
+        .collect()
+}
+
+/// The UAS's answer `status` to the forwarded request `fwd`.
+fn answer(fwd: &[u8], status: &str, to_tag: &str, body: bool) -> Vec<u8> {
+    let text = String::from_utf8_lossy(fwd);
+    let mut out = format!("SIP/2.0 {status}\r\n");
+    for name in ["via", "record-route", "from"] {
+        for line in headers(&text, name) {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    let to = headers(&text, "to")[0];
+    if to.contains(";tag=") {
+        out.push_str(&format!("{to}\r\n"));
+    } else {
+        out.push_str(&format!("{to};tag={to_tag}\r\n"));
+    }
+    for name in ["call-id", "cseq"] {
+        out.push_str(headers(&text, name)[0]);
+        out.push_str("\r\n");
+    }
+    out.push_str(&format!("Contact: <sip:service@{UAS}>\r\n"));
+    if body {
+        out.push_str(&format!(
+            "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
+            SDP.len()
+        ));
+    } else {
+        out.push_str("Content-Length: 0\r\n\r\n");
+    }
+    out.into_bytes()
+}
+
+/// An in-dialog request of the UAC after the 200 `ok` (its Record-Routes
+/// as the route set).
+fn in_dialog(ok: &[u8], method: &str, n: u64, cseq: u32, kind: char) -> Vec<u8> {
+    let text = String::from_utf8_lossy(ok);
+    let mut out = format!(
+        "{method} sip:service@{UAS} SIP/2.0\r\nVia: SIP/2.0/UDP {UAC};branch=z9hG4bK-run-000-{n:08}-{kind};rport\r\n\
+         Max-Forwards: 70\r\n"
+    );
+    for rr in headers(&text, "record-route").iter().rev() {
+        let value = rr.split_once(':').unwrap().1.trim();
+        out.push_str(&format!("Route: {value}\r\n"));
+    }
+    for name in ["from", "to", "call-id"] {
+        out.push_str(headers(&text, name)[0]);
+        out.push_str("\r\n");
+    }
+    out.push_str(&format!(
+        "CSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
+    ));
+    out.into_bytes()
+}
+
+/// Run one message through `proxy` (a throwaway worker) and return what
+/// it sent.
+fn through(proxy: &Proxy, from: &str, msg: &[u8], shed: bool) -> Vec<(SocketAddr, Vec<u8>)> {
+    let mut w = proxy.worker();
+    w.set_shedding(shed);
+    let mut sent = Vec::new();
+    w.handle(1, addr(from), msg, &mut |to, bytes| {
+        sent.push((to, bytes.to_vec()))
+    });
+    sent
+}
+
+fn sent_to(sent: &[(SocketAddr, Vec<u8>)], to: &str) -> Vec<u8> {
+    sent.iter()
+        .rev()
+        .find(|(a, b)| *a == addr(to) && !b.starts_with(b"SIP/2.0 100"))
+        .unwrap_or_else(|| panic!("nothing sent to {to}: {sent:?}"))
+        .1
+        .clone()
+}
+
+/// Record call `n`'s datagrams on a proxy of its own (so the measured
+/// proxy sees each for the first time), and a refused call's.
+fn record(config: &ProxyConfig, n: u64) -> (Call, Call) {
+    let proxy = Proxy::new(config.clone());
+    let inv = invite(n, 'i');
+    let fwd = sent_to(&through(&proxy, UAC, &inv, false), UAS);
+    let ringing = answer(&fwd, "180 Ringing", "u1", false);
+    let ok = answer(&fwd, "200 OK", "u1", true);
+    let ok_up = sent_to(&through(&proxy, UAS, &ok, false), UAC);
+    let ack = in_dialog(&ok_up, "ACK", n, 1, 'a');
+    through(&proxy, UAC, &ack, false);
+    let bye = in_dialog(&ok_up, "BYE", n, 2, 'b');
+    let bye_fwd = sent_to(&through(&proxy, UAC, &bye, false), UAS);
+    let bye_ok = answer(&bye_fwd, "200 OK", "u1", false);
+    let call = Call {
+        messages: vec![
+            (addr(UAC), inv),
+            (addr(UAS), ringing),
+            (addr(UAS), ok),
+            (addr(UAC), ack),
+            (addr(UAC), bye),
+            (addr(UAS), bye_ok),
+        ],
+    };
+    let refused_inv = invite(n + 1_000_000, 'r');
+    let refusal = sent_to(&through(&proxy, UAC, &refused_inv, true), UAC);
+    assert!(refusal.starts_with(b"SIP/2.0 503"));
+    let text = String::from_utf8_lossy(&refusal);
+    let to = headers(&text, "to")[0];
+    let ack = format!(
+        "ACK sip:service@{UAS} SIP/2.0\r\nVia: SIP/2.0/UDP {UAC};branch=z9hG4bK-run-000-{:08}-r;rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:ringway@{UAC}>;tag=000x{:08}\r\n{to}\r\n\
+         Call-ID: {:08}-000-run@ringway\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+        n + 1_000_000,
+        n + 1_000_000,
+        n + 1_000_000
+    );
+    let refused = Call {
+        messages: vec![(addr(UAC), refused_inv), (addr(UAC), ack.into_bytes())],
+    };
+    (call, refused)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let mode = match env("MODE", "stateless").as_str() {
+        "stateful" => Mode::Stateful,
+        _ => Mode::Stateless,
+    };
+    let calls: u64 = env("CALLS", "20000").parse().unwrap();
+    let rounds: usize = env("ROUNDS", "5").parse().unwrap();
+    let config = ProxyConfig {
+        mode,
+        local: addr(PROXY),
+        record_route: true,
+        relay: "127.0.0.0/8".parse::<RelayNets>().unwrap(),
+        max_transactions: 10_000_000,
+        max_transaction_bytes: 1 << 34,
+        ..ProxyConfig::default()
+    };
+    let recorded: Vec<(Call, Call)> = (0..calls).map(|n| record(&config, n)).collect();
+    let mut samples: Vec<Vec<u64>> = vec![Vec::new(); KINDS.len()];
+    let mut sink = 0usize;
+    for _ in 0..rounds {
+        // A fresh proxy per round: in stateful mode every call is new.
+        let proxy = Proxy::new(config.clone());
+        let mut w = proxy.worker();
+        for (call, refused) in &recorded {
+            for (kind, (from, msg)) in call.messages.iter().enumerate() {
+                let t0 = Instant::now();
+                w.handle(2, *from, msg, &mut |_, bytes| sink += bytes.len());
+                samples[kind].push(t0.elapsed().as_nanos() as u64);
+            }
+            for (i, (from, msg)) in refused.messages.iter().enumerate() {
+                w.set_shedding(i == 0);
+                let t0 = Instant::now();
+                w.handle(2, *from, msg, &mut |_, bytes| sink += bytes.len());
+                samples[6 + i].push(t0.elapsed().as_nanos() as u64);
+                w.set_shedding(false);
+            }
+        }
+    }
+    println!(
+        "T_sip per message, {mode:?}, {calls} calls x {rounds} rounds (ns; {} bytes out)",
+        sink
+    );
+    println!(
+        "{:<11} {:>7} {:>7} {:>7} {:>7}",
+        "type", "p50", "p90", "p99", "mean"
+    );
+    let mut call_p50 = 0;
+    let mut all: Vec<u64> = Vec::new();
+    for (kind, s) in KINDS.iter().zip(samples.iter_mut()) {
+        s.sort_unstable();
+        let mean = s.iter().sum::<u64>() as f64 / s.len() as f64;
+        println!(
+            "{kind:<11} {:>7} {:>7} {:>7} {:>7.0}",
+            percentile(s, 0.5),
+            percentile(s, 0.9),
+            percentile(s, 0.99),
+            mean
+        );
+        if !kind.ends_with("503") {
+            call_p50 += percentile(s, 0.5);
+            all.extend_from_slice(s);
+        }
+    }
+    all.sort_unstable();
+    println!(
+        "all call messages: p50 {} ns; a call (sum of p50s) {call_p50} ns; a refusal {} ns",
+        percentile(&all, 0.5),
+        percentile(&samples[6], 0.5) + percentile(&samples[7], 0.5)
+    );
+}
