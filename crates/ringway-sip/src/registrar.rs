@@ -161,6 +161,13 @@ pub trait LocationStore: Send + Sync {
         let _ = max;
         None
     }
+    /// Remove the bindings of `aor` registered over `flow` (its flow died:
+    /// keepalives unanswered, or its connection closed); returns how many.
+    /// A store that cannot do it here (a shared store) removes none.
+    fn remove_flow(&self, aor: &str, flow: &Hop, now: u64) -> usize {
+        let _ = (aor, flow, now);
+        0
+    }
     /// `true` when the store knows it holds no bindings.
     fn is_empty(&self) -> bool {
         self.len() == Some(0)
@@ -441,6 +448,26 @@ impl LocationStore for MemoryStore {
         total
     }
 
+    fn remove_flow(&self, aor: &str, flow: &Hop, now: u64) -> usize {
+        let mut map = lock(self.shard(aor));
+        let Some(bindings) = map.get_mut(aor) else {
+            return 0;
+        };
+        let before = bindings.len();
+        let bytes_before = entry_bytes(aor, bindings);
+        // Expired ones go too (as a REGISTER would take them).
+        bindings.retain(|b| b.flow.as_ref() != Some(flow) && b.expires_at > now);
+        let removed = before - bindings.len();
+        self.bytes
+            .fetch_add(entry_bytes(aor, bindings), Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes_before, Ordering::Relaxed);
+        self.count.fetch_sub(removed, Ordering::Relaxed);
+        if bindings.is_empty() {
+            map.remove(aor);
+        }
+        removed
+    }
+
     fn len(&self) -> Option<usize> {
         Some(self.count.load(Ordering::Relaxed))
     }
@@ -586,6 +613,28 @@ mod tests {
         }];
         s.register(&un, 0).unwrap();
         assert_eq!(s.bytes(), Some(0));
+    }
+
+    #[test]
+    fn remove_flow_takes_only_that_flows_bindings_and_gives_bytes_back() {
+        let s = MemoryStore::new(10);
+        let dead = Hop::udp("192.0.2.7:40000".parse().unwrap());
+        let alive = Hop::udp("192.0.2.8:40000".parse().unwrap());
+        let mut r = bind("erin", "sip:erin@10.0.0.7", 60, "e", 1);
+        r.flow = Some(dead);
+        s.register(&r, 0).unwrap();
+        let mut r = bind("erin", "sip:erin@10.0.0.8", 60, "f", 1);
+        r.flow = Some(alive);
+        s.register(&r, 0).unwrap();
+        assert_eq!(s.remove_flow("erin", &dead, 0), 1);
+        assert_eq!(s.remove_flow("erin", &dead, 0), 0);
+        let left = s.lookup("erin", 0).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].flow, Some(alive));
+        assert_eq!(s.len(), Some(1));
+        assert_eq!(s.remove_flow("erin", &alive, 0), 1);
+        assert_eq!((s.len(), s.bytes()), (Some(0), Some(0)));
+        assert_eq!(s.remove_flow("nobody", &alive, 0), 0);
     }
 
     #[test]

@@ -83,6 +83,16 @@ pub struct SipServerConfig {
     /// `Flow-Timer` (s) in the `200` to a REGISTER that asks for outbound
     /// (RFC 5626 5.4): the keepalive interval the UA should use (0: none).
     pub flow_timer_s: u32,
+    /// Keepalives towards UDP bindings behind NAT (their flows): an
+    /// OPTIONS to each flow every this often (`None`: off). A flow that
+    /// leaves `keepalive_failures` in a row unanswered is dead: its
+    /// bindings are removed. TCP, TLS and WebSocket bindings are removed
+    /// when their connection closes, keepalives or not.
+    pub keepalive_interval: Option<Duration>,
+    /// Unanswered keepalives in a row after which a UDP flow is dead.
+    pub keepalive_failures: u32,
+    /// Keepalives sent per second at most (all flows together).
+    pub keepalive_rate: u32,
     /// I/O backend of the workers: a socket backend (`Socket`, `Mmsg` or
     /// `Uring`), or `Xdp` on an interface (one worker; the timer and store
     /// threads send through the companion kernel socket with mmsg; falls
@@ -191,6 +201,9 @@ impl Default for SipServerConfig {
             record_route: true,
             nat: true,
             flow_timer_s: DEFAULT_FLOW_TIMER_S,
+            keepalive_interval: None,
+            keepalive_failures: 3,
+            keepalive_rate: 500,
             io: Io::Mmsg,
             rx_model: RxModel::Reuseport,
             rcvbuf: None,
@@ -407,6 +420,25 @@ impl SipServerConfig {
             return fail(format!(
                 "flow_timer_s must be 0..=3600 (0: no Flow-Timer), not {}",
                 self.flow_timer_s
+            ));
+        }
+        if let Some(interval) = self.keepalive_interval {
+            if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&interval) {
+                return fail(format!(
+                    "keepalive_interval must be 1 s..=3600 s (None: off), not {interval:?}"
+                ));
+            }
+        }
+        if !(1..=100).contains(&self.keepalive_failures) {
+            return fail(format!(
+                "keepalive_failures must be 1..=100, not {}",
+                self.keepalive_failures
+            ));
+        }
+        if !(1..=100_000).contains(&self.keepalive_rate) {
+            return fail(format!(
+                "keepalive_rate must be 1..=100000 per second, not {}",
+                self.keepalive_rate
             ));
         }
         Ok(())

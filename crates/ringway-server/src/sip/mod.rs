@@ -28,6 +28,7 @@
 mod backend;
 mod config;
 mod control;
+pub mod keepalive;
 pub mod location;
 mod names;
 mod prometheus;
@@ -76,7 +77,7 @@ pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 use snapshot::{snapshot, MetricsSlot};
 use sockets::{open_listeners, StreamListeners};
-use threads::{store_thread, tcp_thread, timer_thread, worker_thread};
+use threads::{keepalive_thread, store_thread, tcp_thread, timer_thread, worker_thread};
 
 /// Bytes per receive frame: larger datagrams are cut and counted as dropped.
 pub const RX_FRAME: usize = 16 * 1024;
@@ -95,6 +96,9 @@ struct Shared {
     location: Option<LocationShared>,
     /// TCP connections, when there is a TCP listener.
     connections: Option<Arc<Connections>>,
+    /// The registrar's flows, their keepalives and removal (in-memory
+    /// store only).
+    monitor: Option<Arc<keepalive::FlowMonitor>>,
     /// The connection transports' bound listening addresses.
     stream_addresses: Vec<TransportAddr>,
     generation: AtomicU64,
@@ -166,7 +170,9 @@ impl SipServer {
             random_key()?,
             u64::from_le_bytes(host::random_bytes()?),
         );
-        let (mut proxy, location, store_ends) = build_proxy(&config, proxy_config)?;
+        let token = u64::from_le_bytes(host::random_bytes()?);
+        let (mut proxy, location, store_ends, monitor) =
+            build_proxy(&config, proxy_config, local, token)?;
         // Behind a swap a reload replaces (SIGHUP, `ringway ctl reload`).
         let swappable = credentials.map(|credentials| {
             let swap = Arc::new(control::SwappableCredentials::default());
@@ -189,8 +195,15 @@ impl SipServer {
             polls: tcp_polls,
             connections,
         } = streams;
+        if let (Some(connections), Some(monitor)) = (&connections, &monitor) {
+            let monitor = monitor.clone();
+            connections.set_on_close(Box::new(move |flow, now| {
+                monitor.connection_closed(flow, now)
+            }));
+        }
         let shared = Arc::new(Shared {
             connections,
+            monitor,
             stream_addresses,
             slots: (0..config.workers + 1 + store_threads)
                 .map(|_| MetricsSlot::default())
@@ -260,6 +273,13 @@ impl SipServer {
             };
             self.spawn(format!("sip-tcp{i}"), move || {
                 tcp_thread(&shared, i, poll, listeners, udp)
+            })?;
+        }
+        if self.shared.monitor.as_ref().is_some_and(|m| m.pings()) {
+            let shared = self.shared.clone();
+            let udp = timer_socket.try_clone()?;
+            self.spawn("sip-keepalive".into(), move || {
+                keepalive_thread(&shared, udp)
             })?;
         }
         let timer_io = open(timer_socket)?;
@@ -397,14 +417,45 @@ impl Drop for SipServer {
 /// The proxy core over its location store: this process's memory, or a
 /// shared store reached through a queue by store threads (then also what
 /// the threads share about it and the store threads' ends).
+#[allow(clippy::type_complexity)]
 fn build_proxy(
     config: &SipServerConfig,
     proxy_config: ProxyConfig,
-) -> Result<(Proxy, Option<LocationShared>, Option<StoreEnds>), ServerError> {
+    local: SocketAddr,
+    token: u64,
+) -> Result<
+    (
+        Proxy,
+        Option<LocationShared>,
+        Option<StoreEnds>,
+        Option<Arc<keepalive::FlowMonitor>>,
+    ),
+    ServerError,
+> {
     Ok(match &config.location {
         Location::Memory => {
-            let store = MemoryStore::with_limits(config.max_bindings, config.max_binding_bytes);
-            (Proxy::with_store(proxy_config, Arc::new(store)), None, None)
+            let store: Arc<dyn ringway_sip::LocationStore> = Arc::new(MemoryStore::with_limits(
+                config.max_bindings,
+                config.max_binding_bytes,
+            ));
+            let monitor = Arc::new(keepalive::FlowMonitor::new(
+                store.clone(),
+                keepalive::KeepaliveConfig {
+                    interval: config.keepalive_interval.map(config::duration_ns),
+                    failures: config.keepalive_failures,
+                    rate: config.keepalive_rate,
+                    capacity: config.max_bindings,
+                },
+                local,
+                token,
+            ));
+            let watched = keepalive::WatchedStore::new(store, monitor.clone());
+            (
+                Proxy::with_store(proxy_config, Arc::new(watched)),
+                None,
+                None,
+                Some(monitor),
+            )
         }
         Location::Redis(url) => {
             let counters = Arc::new(LocationCounters::default());
@@ -437,7 +488,12 @@ fn build_proxy(
                     .collect(),
             };
             let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
-            (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
+            (
+                proxy,
+                Some(shared),
+                Some(StoreEnds { receivers, stores }),
+                None,
+            )
         }
     })
 }

@@ -363,6 +363,71 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
     if let Some(tls) = &snap.tls {
         render_tls(text, tls);
     }
+    if let Some(keepalive) = &snap.keepalive {
+        render_keepalive(text, keepalive);
+    }
+}
+
+/// The registrar's flows: keepalives and bindings removed.
+fn render_keepalive(p: &mut PromText, s: &super::keepalive::KeepaliveSnapshot) {
+    for (transport, v) in [("udp", s.udp_flows), ("connection", s.connection_flows)] {
+        p.gauge(
+            "ringway_sip_binding_flows",
+            "Flows (UDP source addresses, connections) with bindings, tracked now.",
+            &[("kind", transport)],
+            v as f64,
+        );
+    }
+    for (name, help, v) in [
+        (
+            "ringway_sip_keepalives_sent_total",
+            "Keepalive OPTIONS sent towards UDP bindings.",
+            s.sent,
+        ),
+        (
+            "ringway_sip_keepalive_replies_total",
+            "Answers to keepalive OPTIONS from the flow's address.",
+            s.replies,
+        ),
+        (
+            "ringway_sip_keepalive_stun_total",
+            "RFC 5626 STUN keepalives answered.",
+            s.stun,
+        ),
+        (
+            "ringway_sip_keepalive_send_errors_total",
+            "Keepalives the kernel refused.",
+            s.send_errors,
+        ),
+        (
+            "ringway_sip_keepalive_rate_limited_total",
+            "Keepalive ticks that left due pings for later (rate bound).",
+            s.rate_limited,
+        ),
+        (
+            "ringway_sip_keepalive_untracked_total",
+            "Flows not tracked (capacity or AORs per flow reached).",
+            s.untracked,
+        ),
+        (
+            "ringway_sip_keepalive_dead_flows_total",
+            "UDP flows found dead (keepalives unanswered).",
+            s.dead_udp_flows,
+        ),
+    ] {
+        p.counter(name, help, &[], v);
+    }
+    for (reason, v) in [
+        ("keepalive", s.removed_keepalive),
+        ("connection_closed", s.removed_connection_closed),
+    ] {
+        p.counter(
+            "ringway_sip_bindings_removed_total",
+            "Bindings removed because their flow died.",
+            &[("reason", reason)],
+            v,
+        );
+    }
 }
 
 /// The TLS layer: handshakes, their failures and bounds, reloads.

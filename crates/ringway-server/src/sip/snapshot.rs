@@ -120,6 +120,8 @@ pub struct Snapshot {
     pub tcp: Option<TcpSnapshot>,
     /// The TLS layer (`None`: no TLS configured).
     pub tls: Option<TlsSnapshot>,
+    /// The registrar's flows (`None`: a shared location store).
+    pub keepalive: Option<super::keepalive::KeepaliveSnapshot>,
     /// DNS for next hops given by name (`None`: no resolver).
     pub dns: Option<DnsSnapshot>,
 }
@@ -205,6 +207,7 @@ pub(super) fn snapshot(shared: &Shared) -> Snapshot {
             .as_ref()
             .and_then(|c| c.tls())
             .map(|tls| tls.snapshot()),
+        keepalive: shared.monitor.as_ref().map(|m| m.snapshot()),
         dns: shared.names.as_ref().map(|names| DnsSnapshot {
             resolver: names.resolver().stats().snapshot(),
             parked_refused: names.counters().refused.load(Ordering::Relaxed),

@@ -302,6 +302,10 @@ pub struct Summary {
     /// The TLS layer's handshakes and reloads (null: no TLS configured).
     #[serde(default)]
     pub tls: Option<crate::sip::tls::TlsSnapshot>,
+    /// The registrar's flows: keepalives towards UDP bindings and bindings
+    /// removed when their flow died (null: a shared location store).
+    #[serde(default)]
+    pub keepalive: Option<crate::sip::keepalive::KeepaliveSnapshot>,
     /// Threads that panicked (each stops the server; the command then
     /// exits with an error). Empty on a clean run.
     pub threads_panicked: Vec<String>,
@@ -446,6 +450,7 @@ pub(super) fn build(
         }),
         tcp: snap.tcp.clone(),
         tls: snap.tls.clone(),
+        keepalive: snap.keepalive.clone(),
         threads_panicked,
         io: m.io,
     }

@@ -88,6 +88,7 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
     let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
     worker.with_connections(shared.connections.clone());
+    worker.with_monitor(shared.monitor.clone());
     worker.shed_after(config.overload_queue_delay.map(duration_ns));
     worker.emulate_service(config.emulated_service, index as u64 + 1);
     let slot = &shared.slots[index];
@@ -209,4 +210,31 @@ pub(super) fn store_thread(
         }
     }));
     finish_thread(shared, slot, thread.metrics(), &name, run);
+}
+
+/// How often the keepalive thread looks for due pings.
+const KEEPALIVE_TICK: Duration = Duration::from_millis(50);
+
+/// The keepalive thread: ping the UDP flows of the bindings when due
+/// (from the proxy's own port, so the NAT mapping is the flow's) and
+/// remove those that stopped answering ([`super::keepalive`]).
+pub(super) fn keepalive_thread(shared: &Shared, udp: UdpSocket) {
+    let Some(monitor) = shared.monitor.as_deref() else {
+        return;
+    };
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        while !shared.stop.load(Ordering::Relaxed) {
+            shared.injected_panic("sip-keepalive");
+            monitor.run_due(monotonic_now().0, &mut |addr, bytes| {
+                udp.send_to(bytes, addr).is_ok()
+            });
+            std::thread::sleep(KEEPALIVE_TICK);
+        }
+    }));
+    record_thread_cpu(shared, "sip-keepalive");
+    if let Err(panic) = run {
+        shared.thread_panicked("sip-keepalive");
+        log::error!("sip server: thread sip-keepalive panicked: stopping every thread");
+        resume_unwind(panic);
+    }
 }

@@ -2,6 +2,7 @@
 //! the seam the worker threads run and tests drive with a fake
 //! [`BatchIo`].
 
+use super::keepalive::FlowMonitor;
 use super::service::ServiceTime;
 use super::stats::{Latency, WorkerMetrics};
 use super::tcp::Connections;
@@ -74,6 +75,9 @@ pub struct SipWorker<'p> {
     service: Option<(ServiceTime, u64)>,
     /// Where messages for connection transports go.
     connections: Option<Arc<Connections>>,
+    /// The registrar's flows: answers to keepalives and STUN keepalives
+    /// go there, not to the core.
+    monitor: Option<Arc<FlowMonitor>>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -93,7 +97,14 @@ impl<'p> SipWorker<'p> {
             shedder: None,
             service: None,
             connections: None,
+            monitor: None,
         }
+    }
+
+    /// Hand answers to keepalives and RFC 5626 STUN keepalives to
+    /// `monitor` ([`FlowMonitor`]) instead of the core.
+    pub fn with_monitor(&mut self, monitor: Option<Arc<FlowMonitor>>) {
+        self.monitor = monitor;
     }
 
     /// Send what the core addresses to a connection transport through
@@ -164,6 +175,7 @@ impl<'p> SipWorker<'p> {
             shedder,
             service,
             connections,
+            monitor,
             ..
         } = self;
         tx.clear();
@@ -178,6 +190,11 @@ impl<'p> SipWorker<'p> {
             let mut oversize = 0u64;
             let mut flushed = 0usize;
             let mut send_errors = 0u64;
+            if let Some(monitor) = monitor.as_deref() {
+                if keepalive_input(monitor, &datagram, tx) {
+                    continue;
+                }
+            }
             let picked_at = realtime_now();
             if let Some(shedder) = shedder.as_mut() {
                 let dropped = shed(shedder, proxy, &datagram, picked_at);
@@ -297,6 +314,28 @@ impl<'p> SipWorker<'p> {
             }
         }
     }
+}
+
+/// A keepalive's answer (taken) or an RFC 5626 STUN keepalive (taken and
+/// answered into `tx`): `true` when the datagram is not for the core.
+fn keepalive_input(
+    monitor: &FlowMonitor,
+    datagram: &ringway_io::Datagram<'_>,
+    tx: &mut TxBatch,
+) -> bool {
+    let peer = datagram.meta.peer;
+    if super::keepalive::is_stun(datagram.data) {
+        if let Some(answer) = monitor.on_stun(peer, datagram.data) {
+            // A full batch drops the answer: the UA's next keepalive retries.
+            let _ = tx.push(peer, answer.bytes());
+        }
+        return true;
+    }
+    if monitor.is_keepalive_reply(datagram.data) {
+        monitor.on_reply(peer, datagram.data);
+        return true;
+    }
+    false
 }
 
 /// Sample K_snd: ask for a kernel TX stamp on every `every`-th datagram

@@ -161,6 +161,17 @@ pub struct ProxyArgs {
     /// interval asked of the phone (0: none).
     #[arg(long, default_value_t = ringway_server::sip::DEFAULT_FLOW_TIMER_S)]
     pub flow_timer: u32,
+    /// Keepalives towards UDP bindings behind NAT: an OPTIONS to each binding's flow every N
+    /// seconds (0: off); a flow that leaves --keepalive-failures in a row unanswered is dead and
+    /// its bindings are removed (TCP/TLS/WS bindings go when their connection closes).
+    #[arg(long, default_value_t = 0)]
+    pub keepalive_interval: u64,
+    /// Unanswered keepalives in a row after which a UDP flow is dead.
+    #[arg(long, default_value_t = 3)]
+    pub keepalive_failures: u32,
+    /// Keepalives sent per second at most (all bindings together).
+    #[arg(long, default_value_t = 500)]
+    pub keepalive_rate: u32,
     /// Serve Prometheus text on http://ADDR/metrics (loopback only unless --metrics-public).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -454,6 +465,10 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             record_route: !args.no_record_route,
             nat: args.nat == OnOff::On,
             flow_timer_s: args.flow_timer,
+            keepalive_interval: (args.keepalive_interval > 0)
+                .then(|| Duration::from_secs(args.keepalive_interval)),
+            keepalive_failures: args.keepalive_failures,
+            keepalive_rate: args.keepalive_rate,
             io,
             rx_model: args.rx_model,
             rcvbuf: args.rcvbuf,

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// Bounds of the TCP transport (plain data; `[tcp]` in the configuration).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -490,7 +490,12 @@ pub struct Connections {
     tls: Option<Arc<TlsContext>>,
     /// Origins WebSocket clients may come from.
     origins: OriginPolicy,
+    /// Told of every connection that closes (the registrar's flows).
+    on_close: OnceLock<CloseHook>,
 }
+
+/// What [`Connections::set_on_close`] calls: the connection and `now`.
+pub type CloseHook = Box<dyn Fn(FlowId, u64) + Send + Sync>;
 
 /// Tokens below this are listeners; connection ids start here.
 pub(crate) const FIRST_CONNECTION: u64 = 1 << 16;
@@ -512,7 +517,15 @@ impl Connections {
             counters: TcpCounters::default(),
             tls,
             origins,
+            on_close: OnceLock::new(),
         }
+    }
+
+    /// Call `hook` with each connection that closes, after it left the
+    /// table (once; a second hook is ignored). It must not call back into
+    /// the connections.
+    pub fn set_on_close(&self, hook: CloseHook) {
+        let _ = self.on_close.set(hook);
     }
 
     /// The TLS layer (`None`: no TLS configured).
@@ -703,6 +716,9 @@ impl Connections {
         // events until then find no connection and are ignored.
         let _ = conn.stream.shutdown(Shutdown::Both);
         add(&self.counters.closed[reason.index()], 1);
+        if let Some(hook) = self.on_close.get() {
+            hook(FlowId(conn.id), ringway_io::monotonic_now().0);
+        }
     }
 
     /// Connections open now.
