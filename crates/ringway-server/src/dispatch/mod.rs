@@ -247,7 +247,12 @@ struct Shared {
     /// The resolver of `proxy_names` (its counters), if any.
     resolver: Option<crate::dns::Resolver>,
     /// Proxies that came from DNS (their going out counts as a failover).
-    resolved: Vec<SocketAddr>,
+    resolved: Mutex<Vec<SocketAddr>>,
+    /// The relay networks in force (a reload may change them).
+    relay: Mutex<ringway_sip::RelayNets>,
+    /// Reloads applied and refused.
+    reloads: AtomicU64,
+    reloads_refused: AtomicU64,
 }
 
 /// The JSON summary of a dispatcher run (`ringway.sip-dispatch.summary/1`).
@@ -298,6 +303,133 @@ impl DispatchControl {
     /// Seconds since start.
     pub fn uptime_s(&self) -> f64 {
         self.shared.started.elapsed().as_secs_f64()
+    }
+
+    /// Reloads applied and refused so far.
+    pub fn reloads(&self) -> (u64, u64) {
+        (
+            self.shared.reloads.load(Ordering::Relaxed),
+            self.shared.reloads_refused.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Apply a new configuration (a reload): the proxies (`proxies`, and
+    /// `proxy_names` resolved again on this thread) and `relay` at once;
+    /// every other key needs a restart and is listed in `restart_needed`
+    /// when it changed. An invalid configuration, or a name that resolves
+    /// to nothing allowed, is refused and nothing changes.
+    pub fn reload(
+        &self,
+        mut config: DispatchServerConfig,
+    ) -> Result<crate::sip::ReloadReport, ServerError> {
+        let literal = config.proxies.len();
+        let checked = config.validate().and_then(|()| {
+            // Names resolved again, here (a management thread, not a worker).
+            let resolver = resolve_proxy_names(&mut config)?;
+            if let Some(resolver) = resolver {
+                resolver.stop();
+            }
+            Ok(())
+        });
+        if let Err(e) = checked {
+            self.reload_refused(&e.to_string());
+            return Err(e);
+        }
+        let shared = &self.shared;
+        let running = &shared.config;
+        let mut restart_needed = Vec::new();
+        let mut differs = |key: &str, changed: bool| {
+            if changed {
+                restart_needed.push(key.to_string());
+            }
+        };
+        differs("listen", config.listen != running.listen);
+        differs("workers", config.workers != running.workers);
+        differs("backend", config.io.kind() != running.io.kind());
+        differs("batch", config.batch != running.batch);
+        differs(
+            "probe-interval-ms",
+            config.probe_interval_ms != running.probe_interval_ms,
+        );
+        differs(
+            "probe-failures",
+            config.probe_failures != running.probe_failures,
+        );
+        differs("record-route", config.record_route != running.record_route);
+        differs("dns-server", config.dns_server != running.dns_server);
+        differs(
+            "flood-*",
+            config.flood_limit != running.flood_limit
+                || config.flood_window != running.flood_window
+                || config.flood_table_size != running.flood_table_size
+                || config.flood_exempt != running.flood_exempt
+                || config.flood_ipv6_prefix != running.flood_ipv6_prefix,
+        );
+        let before = shared.dispatcher.proxies();
+        let mut relay = shared.relay.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut applied = Vec::new();
+        if before != config.proxies {
+            applied.push("proxy".to_string());
+        }
+        if *relay != config.relay {
+            applied.push("relay".to_string());
+        }
+        if !applied.is_empty() {
+            shared
+                .dispatcher
+                .set_proxies(&config.proxies, config.relay.clone());
+            *relay = config.relay.clone();
+            *shared
+                .resolved
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = config.proxies[literal..].to_vec();
+        }
+        drop(relay);
+        let list = |v: Vec<&SocketAddr>| {
+            v.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let added = list(
+            config
+                .proxies
+                .iter()
+                .filter(|p| !before.contains(p))
+                .collect(),
+        );
+        let removed = list(
+            before
+                .iter()
+                .filter(|p| !config.proxies.contains(p))
+                .collect(),
+        );
+        log::info!(
+            "sip dispatch: reloaded: proxies {} (added [{added}], removed [{removed}]), relay {}{}",
+            list(config.proxies.iter().collect()),
+            config.relay,
+            if restart_needed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; not applied, need a restart: {}",
+                    restart_needed.join(", ")
+                )
+            }
+        );
+        shared.reloads.fetch_add(1, Ordering::Relaxed);
+        Ok(crate::sip::ReloadReport {
+            applied,
+            restart_needed,
+            credentials: None,
+        })
+    }
+
+    /// Count a reload refused before it reached [`DispatchControl::reload`]
+    /// (the file could not be read or parsed), and log why.
+    pub fn reload_refused(&self, reason: &str) {
+        self.shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+        log::warn!("sip dispatch: reload refused, the running configuration stays: {reason}");
     }
 
     /// Set proxy `address`'s state (`false`: no such proxy).
@@ -371,6 +503,7 @@ impl DispatchServer {
             }),
         });
         let backend = config.io.kind();
+        let relay = config.relay.clone();
         let shared = Arc::new(Shared {
             config,
             local,
@@ -385,7 +518,10 @@ impl DispatchServer {
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
             resolver,
-            resolved,
+            resolved: Mutex::new(resolved),
+            relay: Mutex::new(relay),
+            reloads: AtomicU64::new(0),
+            reloads_refused: AtomicU64::new(0),
         });
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
@@ -585,10 +721,9 @@ fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
 fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let dispatcher = &shared.dispatcher;
     let mut worker = dispatcher.worker();
-    let mut tx = TxBatch::new(dispatcher.config().proxies.len().max(1), TX_FRAME);
-    let mut alive: Vec<bool> = (0..dispatcher.config().proxies.len())
-        .map(|i| dispatcher.is_alive(i))
-        .collect();
+    // One probe per proxy: at most 64 (a reload may add some).
+    let mut tx = TxBatch::new(64, TX_FRAME);
+    let mut alive: Vec<(SocketAddr, bool)> = dispatcher.proxy_states();
     while !shared.stop.load(Ordering::Relaxed) {
         let now = monotonic_now().0;
         let due = dispatcher.next_deadline();
@@ -600,28 +735,34 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
             let _ = tx.push(to, bytes);
         });
         flush(shared, io.as_mut(), &mut tx);
-        for (i, was) in alive.iter_mut().enumerate() {
-            let is = dispatcher.is_alive(i);
-            if is != *was {
+        let now_alive = dispatcher.proxy_states();
+        for &(address, is) in &now_alive {
+            // A proxy a reload added starts in, as at start.
+            let was = alive
+                .iter()
+                .find(|(a, _)| *a == address)
+                .is_none_or(|(_, was)| *was);
+            if is != was {
                 log::warn!(
-                    "sip dispatch: proxy {} {}",
-                    dispatcher.config().proxies[i],
+                    "sip dispatch: proxy {address} {}",
                     if is {
                         "back in"
                     } else {
                         "out (probes unanswered)"
                     }
                 );
-                let address = dispatcher.config().proxies[i];
-                if let (false, Some(resolver)) = (is, &shared.resolver) {
-                    if shared.resolved.contains(&address) {
-                        // Its share moves to the other targets.
-                        resolver.stats().add_failover();
-                    }
+                let resolved = shared
+                    .resolved
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains(&address);
+                if let (false, true, Some(resolver)) = (is, resolved, &shared.resolver) {
+                    // Its share moves to the other targets.
+                    resolver.stats().add_failover();
                 }
-                *was = is;
             }
         }
+        alive = now_alive;
     }
 }
 

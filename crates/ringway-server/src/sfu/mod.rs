@@ -713,6 +713,7 @@ fn publish_live(live: &Mutex<LiveStats>, e: &Engine, io_stats: IoStats) {
     l.io = io_stats;
     l.engine_cpu_s = cpu;
     l.record_queue_drops = e.record.as_ref().map(|r| r.dropped());
+    l.ticks += 1;
 }
 
 /// The engine thread: receive, handle, flush, tick, until stopped or the
