@@ -4,7 +4,7 @@
 //! tables are bounded.
 
 use ringway_lab::impair::{scaled_receiver, LossModel, PathConfig};
-use ringway_lab::srpic_tcp::relay::{Delivery, RelayCore, RelayCoreConfig};
+use ringway_lab::srpic_tcp::relay::{Delivery, Placement, RelayCore, RelayCoreConfig};
 use ringway_reorder::SrpicConfig;
 
 /// An IPv4/TCP data segment of flow `f` (source port 40000 + f).
@@ -58,7 +58,7 @@ fn config(srpic: bool, max_flows: usize) -> RelayCoreConfig {
             idle_flushes: 64,
         }),
         max_flows,
-        retransmissions_in_place: false,
+        placement: Placement::Listing1,
     }
 }
 
@@ -241,7 +241,7 @@ fn a_retransmission_is_delivered_before_new_segments_sent_earlier() {
     );
 }
 
-/// The diagnostic `retransmissions_in_place`: the relay knows from what
+/// The diagnostic `Placement::InPlaceOracle`: the relay knows from what
 /// the sender sent which segments are retransmissions and hands them to
 /// the sorter as unsuitable, so the traced block keeps its transmission
 /// order; segments the sender sent once are still sorted.
@@ -250,7 +250,11 @@ fn retransmissions_in_place_keep_their_transmission_position() {
     let mss = 1448;
     let deliver = |in_place: bool, block: &[u32]| {
         let mut core = RelayCore::new(&RelayCoreConfig {
-            retransmissions_in_place: in_place,
+            placement: if in_place {
+                Placement::InPlaceOracle
+            } else {
+                Placement::Listing1
+            },
             ..config(true, 64)
         });
         // The sender's transmissions: 987574 … 1078798 once, then the
@@ -274,5 +278,83 @@ fn retransmissions_in_place_keep_their_transmission_position() {
     assert_eq!(
         deliver(true, &late),
         [1_074_454, 1_075_902, 1_077_350, 1_078_798]
+    );
+}
+
+/// A data segment of flow 0 with a timestamps option (NOP NOP TS) carrying `tsval`.
+fn seg_ts(seq: u32, payload: usize, tsval: u32) -> Vec<u8> {
+    let total = 52 + payload;
+    let mut p = seg(0, seq, payload + 12);
+    p.truncate(total);
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[32] = 8 << 4;
+    p[40..44].copy_from_slice(&[1, 1, 8, 10]);
+    p[44..48].copy_from_slice(&tsval.to_be_bytes());
+    p[48..52].copy_from_slice(&7u32.to_be_bytes());
+    p
+}
+
+/// The TSval-gated departure from Listing 1: a segment that would sort
+/// ahead of data already in the block but carries a newer TSval was sent
+/// after that data (a retransmission) and keeps its arrival position; late
+/// originals (older or equal TSval) are sorted as Listing 1; without
+/// timestamps the rule never fires.
+#[test]
+fn tsval_gated_placement_keeps_retransmissions_and_sorts_late_originals() {
+    let mss = 1448;
+    let deliver = |placement: Placement, block: Vec<Vec<u8>>| {
+        let mut core = RelayCore::new(&RelayCoreConfig {
+            placement,
+            ..config(true, 64)
+        });
+        let out = core.receive_block(block);
+        let kept = core.report().kept_in_place;
+        (out.iter().map(|p| id(p).1).collect::<Vec<_>>(), kept)
+    };
+    let with_ts = |list: &[(u32, u32)]| -> Vec<Vec<u8>> {
+        list.iter().map(|&(s, ts)| seg_ts(s, mss, ts)).collect()
+    };
+    // New data at TSval 200, then two retransmissions sent at 205.
+    let retransmitted = [
+        (1_077_350, 200),
+        (1_078_798, 200),
+        (987_574, 205),
+        (989_022, 205),
+    ];
+    assert_eq!(
+        deliver(Placement::TsvalGated, with_ts(&retransmitted)),
+        (vec![1_077_350, 1_078_798, 987_574, 989_022], 1),
+        "the first retransmission is kept in place (its flow's held data first), the second follows it"
+    );
+    assert_eq!(
+        deliver(Placement::Listing1, with_ts(&retransmitted)),
+        (vec![987_574, 989_022, 1_077_350, 1_078_798], 0),
+        "Listing 1 sorts the retransmissions first"
+    );
+    // Late originals: their TSval is older than the data they would overtake.
+    let late = [
+        (1_077_350, 200),
+        (1_074_454, 199),
+        (1_075_902, 199),
+        (1_078_798, 200),
+    ];
+    assert_eq!(
+        deliver(Placement::TsvalGated, with_ts(&late)),
+        (vec![1_074_454, 1_075_902, 1_077_350, 1_078_798], 0)
+    );
+    // Within one TSval tick a retransmission cannot be told apart: sorted.
+    let same_tick = [(1_077_350, 200), (1_078_798, 200), (987_574, 200)];
+    assert_eq!(
+        deliver(Placement::TsvalGated, with_ts(&same_tick)).0,
+        [987_574, 1_077_350, 1_078_798]
+    );
+    // Timestamps off: no TSval, Listing 1.
+    let plain: Vec<Vec<u8>> = [1_077_350, 1_078_798, 987_574]
+        .iter()
+        .map(|&s| seg(0, s, mss))
+        .collect();
+    assert_eq!(
+        deliver(Placement::TsvalGated, plain),
+        (vec![987_574, 1_077_350, 1_078_798], 0)
     );
 }

@@ -96,6 +96,8 @@ pub struct TcpSeg {
     pub sack_blocks: u8,
     /// TCP options other than timestamps/NOP/EOL present.
     pub other_options: bool,
+    /// TSval of the timestamps option (RFC 7323), when present.
+    pub tsval: Option<u32>,
     /// IP-level problems: fragment or IPv4 options / IPv6 extension headers.
     pub ip_unsuitable: bool,
 }
@@ -156,6 +158,7 @@ fn tcp_seg(addrs: (&[u8], &[u8]), tcp: &[u8], seg_len: usize, ip_bad: bool) -> I
     }
     let mut other = false;
     let mut sack_blocks = 0u8;
+    let mut tsval = None;
     let opts = &tcp[20..doff];
     let mut offset = 0;
     while offset < opts.len() {
@@ -171,7 +174,10 @@ fn tcp_seg(addrs: (&[u8], &[u8]), tcp: &[u8], seg_len: usize, ip_bad: bool) -> I
                     return Inspect::Malformed;
                 }
                 match kind {
-                    8 if option_len == 10 => {}
+                    8 if option_len == 10 => {
+                        let v = &opts[offset + 2..offset + 6];
+                        tsval = Some(u32::from_be_bytes([v[0], v[1], v[2], v[3]]));
+                    }
                     5 => {
                         sack_blocks = sack_blocks.saturating_add(((option_len - 2) / 8) as u8);
                         other = true;
@@ -194,6 +200,7 @@ fn tcp_seg(addrs: (&[u8], &[u8]), tcp: &[u8], seg_len: usize, ip_bad: bool) -> I
         flags: tcp[13],
         sack_blocks,
         other_options: other,
+        tsval,
         ip_unsuitable: ip_bad,
     })
 }
@@ -362,6 +369,11 @@ mod tests {
         assert_eq!(full.payload_len, 1448);
         assert_eq!((full.ack, full.window, full.sack_blocks), (77, 501, 2));
         assert!(full.other_options, "SACK is not a timestamp option");
+        assert_eq!(full.tsval, Some(1));
+        assert_eq!(
+            ipv4_tcp(&ipv4_tcp_pkt(5, 0, &[], 10, 0)).unwrap().tsval,
+            None
+        );
         // Cut right after the TCP header (a -s 128 capture keeps less of a
         // 1500-byte packet than this): same segment.
         let hdr = 20 + 20 + opts.len();

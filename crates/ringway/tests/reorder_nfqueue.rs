@@ -9,7 +9,7 @@ use reorder_common::*;
 use ringway_io::netns::Host;
 use ringway_lab::impair::{scaled_receiver, PathConfig};
 use ringway_lab::srpic_tcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
-use ringway_lab::srpic_tcp::relay::RelayCoreConfig;
+use ringway_lab::srpic_tcp::relay::{Placement, RelayCoreConfig};
 use std::process::Command;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ fn upstream(rate: u64, beta: f64) -> RelayCoreConfig {
         receiver: scaled_receiver(k),
         srpic: None,
         max_flows: 64,
-        retransmissions_in_place: false,
+        placement: Placement::Listing1,
     }
 }
 

@@ -11,7 +11,7 @@ mod reorder_common;
 use reorder_common::*;
 use ringway_lab::impair::{scaled_receiver, LossModel, PathConfig};
 use ringway_lab::srpic_tcp::hosts::{parse_iperf3, Hosts, SenderProfile, RECEIVER_ADDR};
-use ringway_lab::srpic_tcp::relay::RelayCoreConfig;
+use ringway_lab::srpic_tcp::relay::{Placement, RelayCoreConfig};
 use ringway_reorder::SrpicConfig;
 use std::process::Command;
 
@@ -44,7 +44,7 @@ fn relay_config(srpic: bool) -> RelayCoreConfig {
             idle_flushes: 64,
         }),
         max_flows: 64,
-        retransmissions_in_place: false,
+        placement: Placement::Listing1,
     }
 }
 

@@ -47,9 +47,14 @@ host-record=up.sip.test,127.0.0.22
 "#;
 
 /// Start dnsmasq with [`ZONE`] and wait (bounded) until it answers.
-fn start_dnsmasq(procs: &mut Procs, dir: &Path) {
+fn start_dnsmasq(procs: &mut Procs, dir: &Path) -> u32 {
+    start_dnsmasq_with(procs, dir, ZONE)
+}
+
+/// Start dnsmasq serving `zone` and wait (bounded) until it answers.
+fn start_dnsmasq_with(procs: &mut Procs, dir: &Path, zone: &str) -> u32 {
     let conf = dir.join("dnsmasq.conf");
-    std::fs::write(&conf, ZONE).unwrap();
+    std::fs::write(&conf, zone).unwrap();
     let child = Command::new("dnsmasq")
         .arg("--keep-in-foreground")
         .arg(format!("--conf-file={}", conf.display()))
@@ -64,7 +69,7 @@ fn start_dnsmasq(procs: &mut Procs, dir: &Path) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn dnsmasq (Debian package dnsmasq-base; scripts/install-deps.sh)");
-    procs.add("dnsmasq", child);
+    let pid = procs.add("dnsmasq", child);
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     socket
         .set_read_timeout(Some(Duration::from_millis(200)))
@@ -83,7 +88,7 @@ fn start_dnsmasq(procs: &mut Procs, dir: &Path) {
         assert!(Instant::now() < end, "dnsmasq did not answer");
         let _ = socket.send_to(&query, DNS);
         if socket.recv(&mut buf).is_ok() {
-            return;
+            return pid;
         }
     }
 }
@@ -255,5 +260,190 @@ fn a_name_resolving_to_loopback_is_refused_without_relay() {
             .iter()
             .any(|l| l.contains("no resolved address the relay policy allows")),
         "{lines:?}"
+    );
+}
+
+/// The proxy's zone: `gw.test` by NAPTR and SRV to a target that answers
+/// every call 503 (priority 10) and to the UAS (priority 20); `flip.test`
+/// by A to `flip` with a 1 s TTL; `up.sip.test` for the readiness probe.
+fn proxy_zone(flip: &str) -> String {
+    format!(
+        r#"listen-address=127.0.0.53
+bind-interfaces
+port=53
+no-resolv
+no-hosts
+no-poll
+local=/test/
+local-ttl=1
+naptr-record=gw.test,10,10,"S","SIP+D2U","",_sip._udp.gw.test
+srv-host=_sip._udp.gw.test,busy.gw.test,5060,10,1
+srv-host=_sip._udp.gw.test,uas.gw.test,5070,20,1
+host-record=busy.gw.test,127.0.0.23
+host-record=uas.gw.test,127.0.0.30
+host-record=flip.test,{flip}
+host-record=up.sip.test,127.0.0.22
+"#
+    )
+}
+
+const PROXY: &str = "127.0.0.10:5060";
+const PROXY_METRICS: &str = "127.0.0.10:9100";
+
+/// A SIPp UAS on `addr` that answers every INVITE 503.
+fn busy_uas(procs: &mut Procs, dir: &Path, addr: &str) -> u32 {
+    let addr = a(addr);
+    spawn_sipp(
+        procs,
+        dir,
+        &strings(&[
+            "-sf",
+            &scenarios().join("uas_busy.xml").display().to_string(),
+            "-i",
+            &addr.ip().to_string(),
+            "-p",
+            &addr.port().to_string(),
+        ]),
+    )
+}
+
+fn dnsmasq_missing() -> bool {
+    if Command::new("dnsmasq").arg("--version").output().is_err() {
+        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
+        assert!(
+            std::env::var("CI").is_err(),
+            "dnsmasq must be installed in CI"
+        );
+        return true;
+    }
+    false
+}
+
+/// The proxy's `--route-to gw.test` (RFC 3263: NAPTR → SRV → A, resolved
+/// per request on resolver threads, then from the cache): the first SRV
+/// target answers every call 503, so each INVITE moves on to the second
+/// target (a new branch) and every call completes there. Without the
+/// failover every call fails with the first target's 503.
+#[test]
+fn the_proxy_fails_over_to_the_next_srv_target_on_503() {
+    if dnsmasq_missing() {
+        return;
+    }
+    let (calls, metrics) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
+        busy_uas(&mut procs, dir.path(), "127.0.0.23:5060");
+        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
+        let proxy = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                PROXY,
+                "--mode",
+                "stateful",
+                "--route-to",
+                "gw.test",
+                "--dns-server",
+                DNS,
+                "--relay",
+                "127.0.0.0/8",
+                "--metrics",
+                PROXY_METRICS,
+            ],
+        );
+        let calls = run_sipp(
+            &mut procs,
+            dir.path(),
+            "uac",
+            &uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10),
+            Duration::from_secs(90),
+        )
+        .1;
+        let metrics = scrape(a(PROXY_METRICS));
+        stop_proxy(&mut procs, &proxy);
+        (calls, metrics)
+    });
+    assert_eq!((calls.successful, calls.failed), (10, 0), "{calls:?}");
+    let value = |name: &str| prom_value(&metrics, name).unwrap_or_else(|| panic!("{name}"));
+    // Every INVITE went to the busy target first, then to the UAS.
+    assert!(value("ringway_sip_failovers_total") >= 10.0, "{metrics}");
+    // The first call's name was not cached: parked, resolved off the worker.
+    assert!(value("ringway_sip_names_parked_total") >= 1.0);
+    assert!(value("ringway_dns_lookups_total") >= 1.0);
+    assert_eq!(value("ringway_sip_names_unavailable_total"), 0.0);
+    assert!(
+        value("ringway_dns_lookups_total") + value("ringway_dns_cached_lookups_total") >= 10.0,
+        "a lookup per request, from the cache once warm"
+    );
+}
+
+/// A target changed in DNS is picked up without a reload once its TTL
+/// ran out: `--route-to flip.test:5070` first resolves to a target that
+/// answers 503 (calls fail), dnsmasq is restarted with `flip.test` at the
+/// UAS, and calls complete within a few seconds (TTL 1 s). With an answer
+/// kept past its TTL, calls would go on failing.
+#[test]
+fn the_proxy_picks_up_a_target_changed_in_dns_when_its_ttl_expires() {
+    if dnsmasq_missing() {
+        return;
+    }
+    let (before, after, tries) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        let dns = start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.23"));
+        busy_uas(&mut procs, dir.path(), "127.0.0.23:5070");
+        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
+        let proxy = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                PROXY,
+                "--mode",
+                "stateful",
+                "--route-to",
+                "flip.test:5070",
+                "--dns-server",
+                DNS,
+                "--relay",
+                "127.0.0.0/8",
+            ],
+        );
+        let uac = |procs: &mut Procs, name: &str, calls: u32| {
+            run_sipp(
+                procs,
+                dir.path(),
+                name,
+                &uac_args(a(PROXY), a(UAC), "bob", "example.com", calls, 10),
+                Duration::from_secs(60),
+            )
+            .1
+        };
+        let before = uac(&mut procs, "uac-before", 3);
+        // The record changes: dnsmasq restarted with the new zone.
+        let mut old = procs.take(dns).unwrap();
+        let _ = old.kill();
+        let _ = old.wait();
+        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut tries = 0;
+        let after = loop {
+            tries += 1;
+            let calls = uac(&mut procs, &format!("uac-after-{tries}"), 1);
+            if calls.successful == 1 || Instant::now() > end {
+                break calls;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        stop_proxy(&mut procs, &proxy);
+        (before, after, tries)
+    });
+    assert_eq!((before.successful, before.failed), (0, 3), "{before:?}");
+    assert_eq!(
+        (after.successful, after.failed),
+        (1, 0),
+        "{after:?} after {tries} tries"
     );
 }

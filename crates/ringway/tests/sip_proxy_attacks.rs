@@ -185,6 +185,15 @@ impl ProxyBed {
         }
     }
 
+    /// Nothing reached the victim (waiting [`SHORT`] for it).
+    fn assert_victim_untouched(&self, config: Config) {
+        assert_eq!(
+            drain(&self.victim, SHORT),
+            Vec::<String>::new(),
+            "{config:?}"
+        );
+    }
+
     /// Stop the proxy; its summary.
     fn stop(mut self) -> serde_json::Value {
         stop_proxy(&mut self.procs, &self.proxy)
@@ -241,11 +250,7 @@ fn preloaded_strict_and_loose_routes_never_reach_the_victim() {
             );
             assert!(!got[0].contains("\r\nRoute:"), "{config:?}: {}", got[0]);
         }
-        assert_eq!(
-            drain(&bed.victim, SHORT),
-            Vec::<String>::new(),
-            "{config:?}"
-        );
+        bed.assert_victim_untouched(config);
         bed.stop();
     });
 }
@@ -305,11 +310,7 @@ fn to_tag_with_our_route_ip_literal_uri_and_unmatched_ack_cancel_are_not_relayed
             send(&bed.attacker, PROXY, attack);
         }
         let answers = drain(&bed.attacker, SHORT);
-        assert_eq!(
-            drain(&bed.victim, SHORT),
-            Vec::<String>::new(),
-            "{config:?}"
-        );
+        bed.assert_victim_untouched(config);
         // Refused out loud (403; 407 to our own domain's user with auth;
         // 100 Trying first in stateful mode), never an ACK or CANCEL.
         for answer in &answers {
@@ -354,7 +355,7 @@ fn sixty_strict_routes_naming_the_proxy_cost_one_pass() {
         send(&bed.attacker, PROXY, &initial);
         send(&bed.attacker, PROXY, &in_dialog);
         let to_uas = drain_requests(&bed.uas, SHORT);
-        assert_eq!(drain(&bed.victim, SHORT), Vec::<String>::new());
+        bed.assert_victim_untouched(config);
         let summary = bed.stop();
         // Two datagrams, two passes: nothing looped through the proxy.
         assert_eq!(
@@ -395,11 +396,7 @@ fn received_rport_maddr_in_via_never_steer_relayed_responses() {
             back.iter().any(|m| status(m) == Some(486)),
             "{config:?}: the 486 goes to the real source: {back:?}"
         );
-        assert_eq!(
-            drain(&bed.victim, SHORT),
-            Vec::<String>::new(),
-            "{config:?}"
-        );
+        bed.assert_victim_untouched(config);
         bed.stop();
     });
 }
@@ -422,11 +419,7 @@ Call-ID: forged@x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
             );
             send(&bed.attacker, PROXY, &forged);
         }
-        assert_eq!(
-            drain(&bed.victim, SHORT),
-            Vec::<String>::new(),
-            "{config:?}"
-        );
+        bed.assert_victim_untouched(config);
         bed.stop();
     });
 }

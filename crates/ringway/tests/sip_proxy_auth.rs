@@ -67,36 +67,11 @@ fn sipp_register(
     password: &str,
     port: &str,
 ) -> (Option<std::process::ExitStatus>, SippStats) {
-    let args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join(scenario).display().to_string(),
-        "-s",
-        aor,
-        "-key",
-        "domain",
-        "ringway.test",
-        "-key",
-        "contact",
-        "127.0.0.1:5070",
-        "-au",
-        user,
-        "-ap",
-        password,
-        // SIPp's default digest-uri is its remote address; it adds "sip:".
-        "-auth_uri",
-        "ringway.test",
-        "-i",
-        "127.0.0.1",
-        "-p",
-        port,
-        "-m",
-        "1",
-        "-timeout",
-        "10",
-        "-timeout_error",
-        "-trace_msg",
-    ]);
+    let args = register_sipp(scenario, aor, "127.0.0.1:5070", port)
+        .digest(user, password, "ringway.test")
+        .timeout(10)
+        .arg("-trace_msg")
+        .build();
     run_sipp(procs, dir, name, &args, Duration::from_secs(20))
 }
 
@@ -113,19 +88,12 @@ fn sipsak(args: &[&str]) -> Option<i32> {
 
 #[test]
 fn register_challenged_authenticated_owned_and_replays_refused() {
-    let checks = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let checks = in_bed(|procs, dir| {
         let users = users();
-        let proxy = start_proxy(
-            &mut procs,
-            dir.path(),
+        let proxy = start_loopback_proxy(
+            procs,
+            dir,
             &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--workers",
@@ -148,8 +116,8 @@ fn register_challenged_authenticated_owned_and_replays_refused() {
         );
         // REGISTER: 401, then SIPp's [authentication] -> 200.
         let (st, reg) = sipp_register(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             "register_auth",
             "register_auth.xml",
             "alice",
@@ -161,7 +129,7 @@ fn register_challenged_authenticated_owned_and_replays_refused() {
         assert_eq!((reg.successful, reg.failed), (1, 0));
         // The same Authorization on a new REGISTER (new branch, CSeq):
         // a replay, challenged again.
-        let replay = sent_register_with_credentials(dir.path())
+        let replay = sent_register_with_credentials(dir)
             .replace("CSeq: 2 REGISTER", "CSeq: 3 REGISTER")
             .replace(";branch=z9hG4bK", ";branch=z9hG4bKreplay")
             // Responses go to the Via's sent-by: ours.
@@ -180,8 +148,8 @@ fn register_challenged_authenticated_owned_and_replays_refused() {
         // bob's valid credentials for alice's AOR: 403 (the scenario's
         // last step expects it).
         let (st, forbidden) = sipp_register(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             "forbidden",
             "register_auth_forbidden.xml",
             "alice",
@@ -207,7 +175,7 @@ fn register_challenged_authenticated_owned_and_replays_refused() {
         ];
         let good = sipsak(&[&base[..], &["-a", "hunter2"]].concat());
         let bad = sipsak(&[&base[..], &["-a", "wrong"]].concat());
-        let summary = stop_proxy(&mut procs, &proxy);
+        let summary = stop_proxy(procs, &proxy);
         (replayed, replayed_text, malformed, good, bad, summary)
     });
     let (replayed, replayed_text, malformed, sipsak_good, sipsak_bad, s) = checks;
@@ -231,47 +199,27 @@ fn register_challenged_authenticated_owned_and_replays_refused() {
 #[test]
 fn calls_answer_407_in_both_modes() {
     for mode in ["stateless", "stateful"] {
-        let (s, calls) = netns(move || {
-            let dir = tempfile::tempdir().unwrap();
-            let mut procs = Procs::default();
-            let users = users();
-            let proxy = start_proxy(
-                &mut procs,
-                dir.path(),
-                &[
-                    "--listen",
-                    "127.0.0.1:5060",
-                    // Every UA of this test bed is on loopback (docs/security.md).
-                    "--relay",
-                    "127.0.0.0/8",
-                    "--mode",
-                    mode,
-                    "--domain",
-                    "ringway.test",
-                    "--auth",
-                    "--auth-file",
-                    &users,
-                    "--auth-algorithm",
-                    "md5",
-                ],
-            );
-            spawn_sipp(
-                &mut procs,
-                dir.path(),
-                &uas_args("127.0.0.1:5070".parse().unwrap()),
-            );
-            std::thread::sleep(Duration::from_millis(300));
-            let args = uac_auth_args(10, 20, Some(100));
-            let (st, calls) = run_sipp(
-                &mut procs,
-                dir.path(),
-                "uac",
-                &args,
-                Duration::from_secs(40),
-            );
-            assert!(st.is_some_and(|s| s.success()), "{mode}: {calls:?}");
-            (stop_proxy(&mut procs, &proxy), calls)
-        });
+        let users = users();
+        let (s, calls) = with_loopback_proxy(
+            &[
+                "--mode",
+                mode,
+                "--domain",
+                "ringway.test",
+                "--auth",
+                "--auth-file",
+                &users,
+                "--auth-algorithm",
+                "md5",
+            ],
+            move |procs, dir| {
+                start_loopback_uas(procs, dir);
+                let args = uac_auth_args(10, 20, Some(100));
+                let (st, calls) = run_sipp(procs, dir, "uac", &args, Duration::from_secs(40));
+                assert!(st.is_some_and(|s| s.success()), "{mode}: {calls:?}");
+                calls
+            },
+        );
         assert_eq!((calls.successful, calls.failed), (10, 0), "{mode}");
         assert_eq!(
             s["by_type"]["INVITE"]["responded"]["407"], 10,

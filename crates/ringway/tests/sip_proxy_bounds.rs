@@ -23,15 +23,6 @@ fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// Resident set size of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 /// A small response (~150 bytes) with status `code` whose top Via is not
 /// the proxy's: the core drops it, but it is labelled and counted.
 fn stray_response(code: u16) -> Vec<u8> {
@@ -62,12 +53,10 @@ fn label_values(text: &str, metric: &str, label: &str) -> BTreeSet<String> {
 /// worker. Now the codes map to a fixed table (exact codes and classes).
 #[test]
 fn distinct_status_codes_do_not_grow_the_metrics() {
-    let (text, rss0, rss1, summary) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (text, rss0, rss1, summary) = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -102,7 +91,7 @@ fn distinct_status_codes_do_not_grow_the_metrics() {
         let text = scrape(a("127.0.0.1:9464"));
         std::thread::sleep(Duration::from_millis(200));
         let rss1 = rss_kib(p.pid);
-        (text, rss0, rss1, stop_proxy(&mut procs, &p))
+        (text, rss0, rss1, stop_proxy(procs, &p))
     });
     let types = label_values(&text, "ringway_sip_messages_by_type_total", "type");
     eprintln!("RSS {rss0} -> {rss1} KiB; type labels {types:?}");
@@ -145,12 +134,10 @@ fn distinct_status_codes_do_not_grow_the_metrics() {
 /// client's connection is closed before it has sent everything.
 #[test]
 fn slow_metrics_client_cannot_hold_the_endpoint() {
-    let (answered_while_trickling, trickle_cut) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (answered_while_trickling, trickle_cut) = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &["--listen", "127.0.0.1:5060", "--metrics", "127.0.0.1:9464"],
         );
         let trickling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -185,7 +172,7 @@ fn slow_metrics_client_cannot_hold_the_endpoint() {
             }
         );
         let trickle_cut = slow.join().unwrap();
-        stop_proxy(&mut procs, &p);
+        stop_proxy(procs, &p);
         (answered_while_trickling, trickle_cut)
     });
     assert!(
@@ -308,13 +295,11 @@ fn a_panicking_worker_stops_the_proxy_with_an_error() {
 #[test]
 fn large_invites_fill_the_byte_bound_not_memory() {
     const MAX: u64 = 2 << 20;
-    let (text, refused, rss0, rss1) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (text, refused, rss0, rss1) = in_bed(|procs, dir| {
         let max = MAX.to_string();
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -351,7 +336,7 @@ fn large_invites_fill_the_byte_bound_not_memory() {
         std::thread::sleep(Duration::from_millis(300));
         let text = scrape(a("127.0.0.1:9464"));
         let rss1 = rss_kib(p.pid);
-        let summary = stop_proxy(&mut procs, &p);
+        let summary = stop_proxy(procs, &p);
         let refused = summary["by_type"]["INVITE"]["responded"]["503"]
             .as_u64()
             .unwrap_or(0);
@@ -379,12 +364,10 @@ fn large_invites_fill_the_byte_bound_not_memory() {
 /// in a window, the rest are dropped and counted as `flood`.
 #[test]
 fn response_floods_are_limited() {
-    let summary = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let summary = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -404,7 +387,7 @@ fn response_floods_are_limited() {
             }
         }
         std::thread::sleep(Duration::from_millis(300));
-        stop_proxy(&mut procs, &p)
+        stop_proxy(procs, &p)
     });
     let seen = summary["messages"]["in"].as_u64().unwrap();
     let ok = &summary["by_type"]["200"]["dropped"];

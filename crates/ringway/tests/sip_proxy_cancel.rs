@@ -23,88 +23,45 @@ fn run(
     uas_xml: &'static str,
     keys: &'static [(&'static str, &'static str)],
 ) -> (serde_json::Value, SippStats, SippStats) {
-    netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let proxy = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                mode,
-                "--workers",
-                "2",
-            ],
-        );
-        let scenario = |name: &str| scenarios().join(name).display().to_string();
-        let calls = CALLS.to_string();
-        let uas_args = strings(&[
-            "-sf",
-            &scenario(uas_xml),
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5070",
-            "-m",
-            &calls,
-            "-timeout",
-            "40",
-            "-timeout_error",
-        ]);
-        let uas = spawn_sipp_with_stats(&mut procs, dir.path(), "uas", &uas_args);
-        std::thread::sleep(Duration::from_millis(300));
-        let mut uac_args = strings(&[
-            "127.0.0.1:5060",
-            "-sf",
-            &scenario(uac_xml),
-            "-s",
-            "bob",
-            "-key",
-            "dest",
-            "127.0.0.1:5070",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5061",
-            "-m",
-            &calls,
-            "-r",
-            "20",
-            "-timeout",
-            "40",
-            "-timeout_error",
-        ]);
-        for (key, value) in keys {
-            uac_args.extend(strings(&["-key", key, value]));
-        }
-        let (uac_status, uac) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args,
-            Duration::from_secs(50),
-        );
-        let (uas_status, uas) =
-            finish_sipp(&mut procs, dir.path(), "uas", uas, Duration::from_secs(20));
-        let summary = stop_proxy(&mut procs, &proxy);
-        eprintln!(
-            "{mode} {uac_xml} {keys:?}: uac {uac:?} {uac_status:?}, uas {uas:?} {uas_status:?}"
-        );
-        assert!(
-            uac_status.is_some_and(|s| s.success()),
-            "{mode}: UAC failed: {uac:?}"
-        );
-        assert!(
-            uas_status.is_some_and(|s| s.success()),
-            "{mode}: UAS failed: {uas:?}"
-        );
-        (summary, uac, uas)
-    })
+    let (summary, (uac_status, uac, uas_status, uas)) =
+        with_loopback_proxy(&["--mode", mode, "--workers", "2"], move |procs, dir| {
+            let uas_args = Sipp::server(uas_xml)
+                .local("127.0.0.1", 5070)
+                .calls(CALLS)
+                .timeout(40)
+                .build();
+            let uas = spawn_sipp_with_stats(procs, dir, "uas", &uas_args);
+            std::thread::sleep(Duration::from_millis(300));
+            let mut uac_args = Sipp::client("127.0.0.1:5060", uac_xml)
+                .service("bob")
+                .key("dest", "127.0.0.1:5070")
+                .local("127.0.0.1", 5061)
+                .calls(CALLS)
+                .rate(20)
+                .timeout(40);
+            for (key, value) in keys {
+                uac_args = uac_args.key(key, value);
+            }
+            let (uac_status, uac) = run_sipp(
+                procs,
+                dir,
+                "uac",
+                &uac_args.build(),
+                Duration::from_secs(50),
+            );
+            let (uas_status, uas) = finish_sipp(procs, dir, "uas", uas, Duration::from_secs(20));
+            (uac_status, uac, uas_status, uas)
+        });
+    eprintln!("{mode} {uac_xml} {keys:?}: uac {uac:?} {uac_status:?}, uas {uas:?} {uas_status:?}");
+    assert!(
+        uac_status.is_some_and(|s| s.success()),
+        "{mode}: UAC failed: {uac:?}"
+    );
+    assert!(
+        uas_status.is_some_and(|s| s.success()),
+        "{mode}: UAS failed: {uas:?}"
+    );
+    (summary, uac, uas)
 }
 
 fn all_calls_completed(mode: &str, uac: &SippStats, uas: &SippStats) {

@@ -16,15 +16,13 @@ fn sample() -> PathBuf {
 
 #[test]
 fn proxy_starts_from_the_sample_and_registers_with_its_users() {
-    let (summary, reg) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (summary, reg) = in_bed(|procs, dir| {
         let sample = sample().display().to_string();
         // The command line overrides the file: SIPp answers only MD5 and
         // only the first challenge.
         let proxy = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--config",
                 &sample,
@@ -35,43 +33,13 @@ fn proxy_starts_from_the_sample_and_registers_with_its_users() {
                 "127.0.0.0/8",
             ],
         );
-        let args = strings(&[
-            "127.0.0.1:5060",
-            "-sf",
-            &scenarios().join("register_auth.xml").display().to_string(),
-            "-s",
-            "alice",
-            "-key",
-            "domain",
-            "ringway.test",
-            "-key",
-            "contact",
-            "127.0.0.1:5070",
-            "-au",
-            "alice",
-            "-ap",
-            "secret",
-            "-auth_uri",
-            "ringway.test",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5062",
-            "-m",
-            "1",
-            "-timeout",
-            "10",
-            "-timeout_error",
-        ]);
-        let (st, reg) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "register",
-            &args,
-            Duration::from_secs(20),
-        );
+        let args = register_sipp("register_auth.xml", "alice", "127.0.0.1:5070", "5062")
+            .digest("alice", "secret", "ringway.test")
+            .timeout(10)
+            .build();
+        let (st, reg) = run_sipp(procs, dir, "register", &args, Duration::from_secs(20));
         assert!(st.is_some_and(|s| s.success()), "REGISTER: {reg:?}");
-        (stop_proxy(&mut procs, &proxy), reg)
+        (stop_proxy(procs, &proxy), reg)
     });
     assert_eq!((reg.successful, reg.failed), (1, 0));
     let config = &summary["config"];

@@ -45,34 +45,10 @@ log-level = "trace"
 }
 
 fn register(procs: &mut Procs, dir: &Path, name: &str, password: &str, port: &str) -> SippStats {
-    let args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join("register_auth.xml").display().to_string(),
-        "-s",
-        "alice",
-        "-key",
-        "domain",
-        REALM,
-        "-key",
-        "contact",
-        "127.0.0.1:5070",
-        "-au",
-        "alice",
-        "-ap",
-        password,
-        "-auth_uri",
-        REALM,
-        "-i",
-        "127.0.0.1",
-        "-p",
-        port,
-        "-m",
-        "1",
-        "-timeout",
-        "10",
-        "-timeout_error",
-    ]);
+    let args = register_sipp("register_auth.xml", "alice", "127.0.0.1:5070", port)
+        .digest("alice", password, REALM)
+        .timeout(10)
+        .build();
     run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
 }
 

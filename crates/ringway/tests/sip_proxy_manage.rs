@@ -42,28 +42,9 @@ fn ctl_json(socket: &Path, args: &[&str]) -> serde_json::Value {
 
 /// Register `user@ringway.test` → `sip:user@contact` with SIPp (register.xml).
 fn register(procs: &mut Procs, dir: &Path, user: &str, contact: &str, port: &str) -> SippStats {
-    let args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join("register.xml").display().to_string(),
-        "-s",
-        user,
-        "-key",
-        "domain",
-        "ringway.test",
-        "-key",
-        "contact",
-        contact,
-        "-i",
-        "127.0.0.1",
-        "-p",
-        port,
-        "-m",
-        "1",
-        "-timeout",
-        "10",
-        "-timeout_error",
-    ]);
+    let args = register_sipp("register.xml", user, contact, port)
+        .timeout(10)
+        .build();
     run_sipp(
         procs,
         dir,
@@ -93,61 +74,52 @@ fn call(procs: &mut Procs, dir: &Path, name: &str, user: &str, port: u16) -> Sip
 
 #[test]
 fn ctl_lists_and_deletes_a_binding_which_is_then_unreachable() {
-    let (listed, human, removed, after, before_call, after_call, sipsak_ok) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("manage.sock");
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                "stateful",
-                "--registrar",
-                "--domain",
-                "ringway.test",
-                "--manage-socket",
-                socket.to_str().unwrap(),
-            ],
-        );
-        spawn_sipp(
-            &mut procs,
-            dir.path(),
-            &uas_args("127.0.0.1:5070".parse().unwrap()),
-        );
-        let bob = register(&mut procs, dir.path(), "bob", "127.0.0.1:5070", "5066");
-        assert_eq!((bob.successful, bob.failed), (1, 0), "bob registered");
-        // sipsak too (usrloc mode: REGISTER, answered 200).
-        let sipsak_ok = Command::new("timeout")
-            .args(["20", "sipsak", "-U", "-C", "sip:carol@127.0.0.1:5072"])
-            .args(["-s", "sip:carol@127.0.0.1:5060", "-x", "600", "-vv"])
-            .output()
-            .expect("run sipsak");
-        let sipsak_ok = sipsak_ok.status.success();
-        let listed = ctl_json(&socket, &["bindings"]);
-        let (_, human) = ctl(&socket, &["bindings", "bob@ringway.test"]);
-        let before_call = call(&mut procs, dir.path(), "call-before", "bob", 5061);
-        let removed = ctl_json(&socket, &["unbind", "bob@ringway.test"]);
-        let after = ctl_json(&socket, &["bindings"]);
-        let after_call = call(&mut procs, dir.path(), "call-after", "bob", 5062);
-        // Removing it again: 404, exit code 1.
-        let (again, _) = ctl(&socket, &["unbind", "bob@ringway.test"]);
-        assert_eq!(again, Some(1), "a second unbind finds nothing");
-        stop_proxy(&mut procs, &p);
-        (
-            listed,
-            human,
-            removed,
-            after,
-            before_call,
-            after_call,
-            sipsak_ok,
-        )
-    });
+    let (listed, human, removed, after, before_call, after_call, sipsak_ok) =
+        in_bed(|procs, dir| {
+            let socket = dir.join("manage.sock");
+            let p = start_loopback_proxy(
+                procs,
+                dir,
+                &[
+                    "--mode",
+                    "stateful",
+                    "--registrar",
+                    "--domain",
+                    "ringway.test",
+                    "--manage-socket",
+                    socket.to_str().unwrap(),
+                ],
+            );
+            spawn_sipp(procs, dir, &uas_args("127.0.0.1:5070".parse().unwrap()));
+            let bob = register(procs, dir, "bob", "127.0.0.1:5070", "5066");
+            assert_eq!((bob.successful, bob.failed), (1, 0), "bob registered");
+            // sipsak too (usrloc mode: REGISTER, answered 200).
+            let sipsak_ok = Command::new("timeout")
+                .args(["20", "sipsak", "-U", "-C", "sip:carol@127.0.0.1:5072"])
+                .args(["-s", "sip:carol@127.0.0.1:5060", "-x", "600", "-vv"])
+                .output()
+                .expect("run sipsak");
+            let sipsak_ok = sipsak_ok.status.success();
+            let listed = ctl_json(&socket, &["bindings"]);
+            let (_, human) = ctl(&socket, &["bindings", "bob@ringway.test"]);
+            let before_call = call(procs, dir, "call-before", "bob", 5061);
+            let removed = ctl_json(&socket, &["unbind", "bob@ringway.test"]);
+            let after = ctl_json(&socket, &["bindings"]);
+            let after_call = call(procs, dir, "call-after", "bob", 5062);
+            // Removing it again: 404, exit code 1.
+            let (again, _) = ctl(&socket, &["unbind", "bob@ringway.test"]);
+            assert_eq!(again, Some(1), "a second unbind finds nothing");
+            stop_proxy(procs, &p);
+            (
+                listed,
+                human,
+                removed,
+                after,
+                before_call,
+                after_call,
+                sipsak_ok,
+            )
+        });
     let aors: Vec<&str> = listed["aors"]
         .as_array()
         .unwrap()
@@ -200,102 +172,91 @@ fn sigterm_drains_calls_in_flight_and_exits_zero() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let rate = calls / 2;
-    let (in_flight, options, exit, drained_line, sipp, summary_503, refusals) = netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("manage.sock");
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                "stateful",
-                "--manage-socket",
-                socket.to_str().unwrap(),
-                "--drain-timeout",
-                "20",
-            ],
-        );
-        let slow = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
-            .unwrap()
-            .replace(
-                r#"<pause milliseconds="20"/>"#,
-                r#"<pause milliseconds="1500"/>"#,
+    let (in_flight, options, exit, drained_line, sipp, summary_503, refusals) =
+        in_bed(move |procs, dir| {
+            let socket = dir.join("manage.sock");
+            let p = start_loopback_proxy(
+                procs,
+                dir,
+                &[
+                    "--mode",
+                    "stateful",
+                    "--manage-socket",
+                    socket.to_str().unwrap(),
+                    "--drain-timeout",
+                    "20",
+                ],
             );
-        let slow_path = dir.path().join("uas_slow.xml");
-        std::fs::write(&slow_path, slow).unwrap();
-        let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
-        uas[1] = slow_path.display().to_string();
-        spawn_sipp(&mut procs, dir.path(), &uas);
-        let uac = uac_args(
-            "127.0.0.1:5060".parse().unwrap(),
-            "127.0.0.1:5061".parse().unwrap(),
-            "bob",
-            "127.0.0.1:5070",
-            calls,
-            rate,
-        );
-        let uac_pid = spawn_sipp_with_stats(&mut procs, dir.path(), "uac", &uac);
-        // Half the calls are ringing: drain.
-        let until = Instant::now() + Duration::from_secs(10);
-        let mut in_flight = 0;
-        while Instant::now() < until {
-            let status = ctl_json(&socket, &["status"]);
-            in_flight = status["transactions_pending"].as_u64().unwrap();
-            if in_flight >= u64::from(calls / 4) {
-                break;
+            let slow = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
+                .unwrap()
+                .replace(
+                    r#"<pause milliseconds="20"/>"#,
+                    r#"<pause milliseconds="1500"/>"#,
+                );
+            let slow_path = dir.join("uas_slow.xml");
+            std::fs::write(&slow_path, slow).unwrap();
+            let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
+            uas[1] = slow_path.display().to_string();
+            spawn_sipp(procs, dir, &uas);
+            let uac = uac_args(
+                "127.0.0.1:5060".parse().unwrap(),
+                "127.0.0.1:5061".parse().unwrap(),
+                "bob",
+                "127.0.0.1:5070",
+                calls,
+                rate,
+            );
+            let uac_pid = spawn_sipp_with_stats(procs, dir, "uac", &uac);
+            // Half the calls are ringing: drain.
+            let until = Instant::now() + Duration::from_secs(10);
+            let mut in_flight = 0;
+            while Instant::now() < until {
+                let status = ctl_json(&socket, &["status"]);
+                in_flight = status["transactions_pending"].as_u64().unwrap();
+                if in_flight >= u64::from(calls / 4) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        signal(p.pid, "TERM");
-        std::thread::sleep(Duration::from_millis(100));
-        let options = Command::new("timeout")
-            .args([
-                "10",
-                "sipsak",
-                "-s",
-                "sip:127.0.0.1:5060",
-                "-H",
-                "127.0.0.1",
-                "-vv",
-            ])
-            .output()
-            .expect("run sipsak");
-        let options = String::from_utf8_lossy(&options.stdout).into_owned();
-        let mut child = procs.take(p.pid).unwrap();
-        let exit = wait_bounded(&mut child, Duration::from_secs(30));
-        let drained_line = p
-            .stderr
-            .try_iter()
-            .find(|l| l.contains("drained in"))
-            .unwrap_or_default();
-        let (_, sipp) = finish_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            uac_pid,
-            Duration::from_secs(60),
-        );
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&p.summary).unwrap()).unwrap();
-        let summary_503 = summary["by_type"]["INVITE"]["responded"]["503"]
-            .as_u64()
-            .unwrap_or(0);
-        let refusals = summary["proxy"]["drain_refusals"].as_u64().unwrap();
-        (
-            in_flight,
-            options,
-            exit,
-            drained_line,
-            sipp,
-            summary_503,
-            refusals,
-        )
-    });
+            signal(p.pid, "TERM");
+            std::thread::sleep(Duration::from_millis(100));
+            let options = Command::new("timeout")
+                .args([
+                    "10",
+                    "sipsak",
+                    "-s",
+                    "sip:127.0.0.1:5060",
+                    "-H",
+                    "127.0.0.1",
+                    "-vv",
+                ])
+                .output()
+                .expect("run sipsak");
+            let options = String::from_utf8_lossy(&options.stdout).into_owned();
+            let mut child = procs.take(p.pid).unwrap();
+            let exit = wait_bounded(&mut child, Duration::from_secs(30));
+            let drained_line = p
+                .stderr
+                .try_iter()
+                .find(|l| l.contains("drained in"))
+                .unwrap_or_default();
+            let (_, sipp) = finish_sipp(procs, dir, "uac", uac_pid, Duration::from_secs(60));
+            let summary: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p.summary).unwrap()).unwrap();
+            let summary_503 = summary["by_type"]["INVITE"]["responded"]["503"]
+                .as_u64()
+                .unwrap_or(0);
+            let refusals = summary["proxy"]["drain_refusals"].as_u64().unwrap();
+            (
+                in_flight,
+                options,
+                exit,
+                drained_line,
+                sipp,
+                summary_503,
+                refusals,
+            )
+        });
     eprintln!(
         "drain: {in_flight} INVITEs pending at SIGTERM; {drained_line}; SIPp {sipp:?}; 503 to INVITE {summary_503}; refusals {refusals}"
     );
@@ -356,34 +317,10 @@ fn register_auth(
     password: &str,
     port: &str,
 ) -> SippStats {
-    let args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join("register_auth.xml").display().to_string(),
-        "-s",
-        user,
-        "-key",
-        "domain",
-        "ringway.test",
-        "-key",
-        "contact",
-        "127.0.0.1:5070",
-        "-au",
-        user,
-        "-ap",
-        password,
-        "-auth_uri",
-        "ringway.test",
-        "-i",
-        "127.0.0.1",
-        "-p",
-        port,
-        "-m",
-        "1",
-        "-timeout",
-        "10",
-        "-timeout_error",
-    ]);
+    let args = register_sipp("register_auth.xml", user, "127.0.0.1:5070", port)
+        .digest(user, password, "ringway.test")
+        .timeout(10)
+        .build();
     run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
 }
 

@@ -12,23 +12,11 @@ fn a(s: &str) -> SocketAddr {
 
 #[test]
 fn metrics_endpoint_serves_histograms_and_counters() {
-    let (text, summary) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
-                "--metrics",
-                "127.0.0.1:9464",
-                "--tx-stamp-every",
-                "2",
-            ],
+    let (text, summary) = in_bed(|procs, dir| {
+        let p = start_loopback_proxy(
+            procs,
+            dir,
+            &["--metrics", "127.0.0.1:9464", "--tx-stamp-every", "2"],
         );
         // Empty but valid before any traffic.
         let before = scrape(a("127.0.0.1:9464"));
@@ -37,11 +25,11 @@ fn metrics_endpoint_serves_histograms_and_counters() {
             Some(0.0),
             "{before}"
         );
-        start_loopback_uas(&mut procs, dir.path());
-        let (st, stats) = run_loopback_calls(&mut procs, dir.path(), "uac", 10, 20);
+        start_loopback_uas(procs, dir);
+        let (st, stats) = run_loopback_calls(procs, dir, "uac", 10, 20);
         assert!(st.is_some_and(|s| s.success()), "calls failed: {stats:?}");
         let text = scrape(a("127.0.0.1:9464"));
-        (text, stop_proxy(&mut procs, &p))
+        (text, stop_proxy(procs, &p))
     });
     for needle in [
         "# TYPE ringway_sip_messages_in_total counter",
@@ -82,18 +70,11 @@ fn metrics_pass_promtool_with_auth_and_flood() {
         .join("../../docs/ringway-users.htdigest")
         .display()
         .to_string();
-    let (text, answered) = netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
+    let (text, answered) = in_bed(move |procs, dir| {
+        let p = start_loopback_proxy(
+            procs,
+            dir,
             &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--metrics",
@@ -111,15 +92,9 @@ fn metrics_pass_promtool_with_auth_and_flood() {
                 "20000",
             ],
         );
-        start_loopback_uas(&mut procs, dir.path());
+        start_loopback_uas(procs, dir);
         let args = uac_auth_args(10, 20, None);
-        let (st, calls) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &args,
-            Duration::from_secs(40),
-        );
+        let (st, calls) = run_sipp(procs, dir, "uac", &args, Duration::from_secs(40));
         assert!(st.is_some_and(|s| s.success()), "{calls:?}");
         // 300 OPTIONS from 127.0.0.2 (neither from nor to our domain: 403
         // until the limit, then dropped without an answer).
@@ -146,7 +121,7 @@ fn metrics_pass_promtool_with_auth_and_flood() {
             answered += 1;
         }
         let text = scrape(a("127.0.0.1:9465"));
-        stop_proxy(&mut procs, &p);
+        stop_proxy(procs, &p);
         (text, answered)
     });
     assert_eq!(answered, 100, "answers before the flood limit");
@@ -166,25 +141,7 @@ fn metrics_pass_promtool_with_auth_and_flood() {
         prom_value(&text, "ringway_sip_auth_accepted_total"),
         Some(10.0)
     );
-    let promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus)");
-    let mut promtool = promtool;
-    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), text.as_bytes()).unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && report.trim().is_empty(),
-        "promtool: {report}"
-    );
+    assert_promtool_accepts(&text);
 }
 
 /// PromQL words that are not metric names: keywords, set operators and

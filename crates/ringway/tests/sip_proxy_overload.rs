@@ -15,31 +15,15 @@ fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// Resident set size of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 const FLOOD: u64 = 60_000;
 
 #[test]
 fn flood_is_bounded_accounted_and_recovers() {
-    let (s, rss0, rss1, calls) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
+    let (s, rss0, rss1, calls) = in_bed(|procs, dir| {
+        let p = start_loopback_proxy(
+            procs,
+            dir,
             &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
                 "--workers",
                 "1",
                 "--rx-model",
@@ -48,7 +32,7 @@ fn flood_is_bounded_accounted_and_recovers() {
                 "16384",
             ],
         );
-        start_loopback_uas(&mut procs, dir.path());
+        start_loopback_uas(procs, dir);
         let rss0 = rss_kib(p.pid);
         // Stray responses (top Via not ours): the core drops each one, no output.
         let stray = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKflood\r\nFrom: <sip:a@192.0.2.1>;tag=1\r\nTo: <sip:b@192.0.2.2>;tag=2\r\nCall-ID: flood@192.0.2.1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
@@ -71,12 +55,12 @@ fn flood_is_bounded_accounted_and_recovers() {
         std::thread::sleep(Duration::from_millis(500));
         let rss1 = rss_kib(p.pid);
         // Normal service afterwards.
-        let (st, calls) = run_loopback_calls(&mut procs, dir.path(), "uac", 10, 20);
+        let (st, calls) = run_loopback_calls(procs, dir, "uac", 10, 20);
         assert!(
             st.is_some_and(|s| s.success()),
             "calls after the flood failed: {calls:?}"
         );
-        (stop_proxy(&mut procs, &p), rss0, rss1, calls)
+        (stop_proxy(procs, &p), rss0, rss1, calls)
     });
     assert_eq!(calls.successful, 10);
     assert_eq!(calls.failed, 0);
@@ -101,18 +85,11 @@ fn flood_is_bounded_accounted_and_recovers() {
 
 #[test]
 fn full_transaction_table_sheds_with_503_then_recovers() {
-    let (s, first, second) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
+    let (s, first, second) = in_bed(|procs, dir| {
+        let p = start_loopback_proxy(
+            procs,
+            dir,
             &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
                 "--mode",
                 "stateful",
                 "--max-transactions",
@@ -121,10 +98,10 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
                 "127.0.0.1:9464",
             ],
         );
-        start_loopback_uas(&mut procs, dir.path());
+        start_loopback_uas(procs, dir);
         // 20 calls while INVITE transactions linger (RFC 6026 Accepted state):
         // beyond 4 active transactions new INVITEs are refused with 503.
-        let (_, first) = run_loopback_calls(&mut procs, dir.path(), "uac1", 20, 50);
+        let (_, first) = run_loopback_calls(procs, dir, "uac1", 20, 50);
         // Wait (bounded) until the table has drained.
         let end = Instant::now() + Duration::from_secs(90);
         loop {
@@ -136,8 +113,8 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
             std::thread::sleep(Duration::from_millis(500));
         }
         let (st, second) = run_sipp(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             "uac2",
             &uac_args(
                 a("127.0.0.1:5060"),
@@ -153,7 +130,7 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
             st.is_some_and(|s| s.success()),
             "calls after recovery failed: {second:?}"
         );
-        (stop_proxy(&mut procs, &p), first, second)
+        (stop_proxy(procs, &p), first, second)
     });
     eprintln!("under overload: {first:?}; after: {second:?}");
     let shed = s["by_type"]["INVITE"]["responded"]["503"]

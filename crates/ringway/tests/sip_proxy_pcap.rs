@@ -58,20 +58,10 @@ fn proxy_output_is_well_formed_sip_in_tshark() {
                 break;
             }
         }
-        let p = start_proxy(
+        let p = start_loopback_proxy(
             &mut procs,
             dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                "stateful",
-                "--workers",
-                "2",
-            ],
+            &["--mode", "stateful", "--workers", "2"],
         );
         start_loopback_uas(&mut procs, dir.path());
         let (st, stats) = run_loopback_calls(&mut procs, dir.path(), "uac", 20, 20);

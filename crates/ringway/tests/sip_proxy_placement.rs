@@ -8,12 +8,10 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn placement_results_are_reported() {
-    let (lines, summary) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (lines, summary) = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -43,7 +41,7 @@ fn placement_results_are_reported() {
                 }
             }
         }
-        (lines, stop_proxy(&mut procs, &p))
+        (lines, stop_proxy(procs, &p))
     });
     assert_eq!(lines.len(), 7, "{lines:?}");
     // The timer thread runs on the workers' CPUs (affinity only).

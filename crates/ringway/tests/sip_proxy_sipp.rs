@@ -16,23 +16,16 @@ fn a(s: &str) -> SocketAddr {
 /// Calls from a UAC through the proxy to a UAS addressed by the Request-URI;
 /// ACK/BYE follow the Record-Route set. Returns the proxy summary and SIPp stats.
 fn calls_through(proxy_args: &'static [&'static str]) -> (serde_json::Value, SippStats) {
-    netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        // Every UA of this test bed is on loopback (docs/security.md).
-        let mut args = vec!["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
-        args.extend_from_slice(proxy_args);
-        let p = start_proxy(&mut procs, dir.path(), &args);
-        start_loopback_uas(&mut procs, dir.path());
-        let (st, stats) = run_loopback_calls(&mut procs, dir.path(), "uac", CALLS, 40);
-        let summary = stop_proxy(&mut procs, &p);
-        eprintln!("sipp: {stats:?} exit {st:?}");
-        assert!(
-            st.is_some_and(|s| s.success()),
-            "SIPp UAC failed: {stats:?}"
-        );
-        (summary, stats)
-    })
+    let (summary, (st, stats)) = with_loopback_proxy(proxy_args, |procs, dir| {
+        start_loopback_uas(procs, dir);
+        run_loopback_calls(procs, dir, "uac", CALLS, 40)
+    });
+    eprintln!("sipp: {stats:?} exit {st:?}");
+    assert!(
+        st.is_some_and(|s| s.success()),
+        "SIPp UAC failed: {stats:?}"
+    );
+    (summary, stats)
 }
 
 /// Counts of the proxy summary against what the call flow must produce:
@@ -119,81 +112,43 @@ fn sipp_calls_through_stateful_proxy_reuseport() {
 
 #[test]
 fn sipp_register_then_invite_via_registrar() {
-    let (s, reg, calls) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                // Every UA of this test bed is on loopback (docs/security.md).
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                "stateful",
-                "--registrar",
-                "--domain",
-                "ringway.test",
-                "--workers",
-                "2",
-            ],
-        );
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a("127.0.0.1:5070")));
-        // The UAS's contact is registered for sip:alice@ringway.test.
-        let reg_args: Vec<String> = [
-            "127.0.0.1:5060",
-            "-sf",
-            &scenarios().join("register.xml").display().to_string(),
-            "-s",
-            "alice",
-            "-key",
-            "domain",
+    let (s, (reg, calls)) = with_loopback_proxy(
+        &[
+            "--mode",
+            "stateful",
+            "--registrar",
+            "--domain",
             "ringway.test",
-            "-key",
-            "contact",
-            "127.0.0.1:5070",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5062",
-            "-m",
-            "1",
-            "-timeout",
-            "20",
-            "-timeout_error",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let (rst, reg) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "register",
-            &reg_args,
-            Duration::from_secs(30),
-        );
-        assert!(rst.is_some_and(|s| s.success()), "REGISTER failed: {reg:?}");
-        // Calls to the AOR reach the registered UAS.
-        let (st, calls) = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(
-                a("127.0.0.1:5060"),
-                a("127.0.0.1:5061"),
-                "alice",
-                "ringway.test",
-                10,
-                20,
-            ),
-            Duration::from_secs(60),
-        );
-        let s = stop_proxy(&mut procs, &p);
-        assert!(st.is_some_and(|s| s.success()), "calls failed: {calls:?}");
-        (s, reg, calls)
-    });
+            "--workers",
+            "2",
+        ],
+        |procs, dir| {
+            spawn_sipp(procs, dir, &uas_args(a("127.0.0.1:5070")));
+            // The UAS's contact is registered for sip:alice@ringway.test.
+            let reg_args = register_sipp("register.xml", "alice", "127.0.0.1:5070", "5062")
+                .timeout(20)
+                .build();
+            let (rst, reg) = run_sipp(procs, dir, "register", &reg_args, Duration::from_secs(30));
+            assert!(rst.is_some_and(|s| s.success()), "REGISTER failed: {reg:?}");
+            // Calls to the AOR reach the registered UAS.
+            let (st, calls) = run_sipp(
+                procs,
+                dir,
+                "uac",
+                &uac_args(
+                    a("127.0.0.1:5060"),
+                    a("127.0.0.1:5061"),
+                    "alice",
+                    "ringway.test",
+                    10,
+                    20,
+                ),
+                Duration::from_secs(60),
+            );
+            assert!(st.is_some_and(|s| s.success()), "calls failed: {calls:?}");
+            (reg, calls)
+        },
+    );
     assert_eq!(reg.successful, 1);
     assert_eq!(reg.failed, 0);
     assert_eq!(calls.successful, 10, "{calls:?}");

@@ -24,12 +24,10 @@ fn sipsak(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn sipsak_options_200_and_max_forwards_zero_483() {
-    let (s, options, mf0) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (s, options, mf0) = in_bed(|procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             // Every UA of this test bed is on loopback (docs/security.md).
             &[
                 "--listen",
@@ -56,7 +54,7 @@ fn sipsak_options_200_and_max_forwards_zero_483() {
             "-vv",
         ]);
         std::thread::sleep(Duration::from_millis(100));
-        (stop_proxy(&mut procs, &p), options, mf0)
+        (stop_proxy(procs, &p), options, mf0)
     });
     eprintln!("OPTIONS: {options:?}\nMF0: {mf0:?}");
     assert_eq!(

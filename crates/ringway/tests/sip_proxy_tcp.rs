@@ -25,6 +25,14 @@ fn with_transport(args: Vec<String>, transport: &str) -> Vec<String> {
     args
 }
 
+/// The proxy on UDP and TCP 127.0.0.1:5060.
+const UDP_AND_TCP: [&str; 4] = [
+    "--listen",
+    "127.0.0.1:5060",
+    "--listen",
+    "tcp:127.0.0.1:5060",
+];
+
 /// `CALLS` calls from a SIPp UAC (`uac_transport`: `u1` or `t1`) through
 /// the proxy to a SIPp UAS over TCP on 127.0.0.1:5070, addressed by a
 /// Request-URI with `transport=tcp`. Returns the proxy summary and SIPp's
@@ -33,12 +41,10 @@ fn calls_over_tcp(
     mode: &'static str,
     uac_transport: &'static str,
 ) -> (serde_json::Value, SippStats) {
-    netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    in_bed(move |procs, dir| {
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -56,8 +62,8 @@ fn calls_over_tcp(
             p.startup
         );
         spawn_sipp(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &with_transport(uas_args(a("127.0.0.1:5070")), "t1"),
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -70,13 +76,13 @@ fn calls_over_tcp(
             30,
         );
         let (st, stats) = run_sipp(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             "uac",
             &with_transport(uac, uac_transport),
             Duration::from_secs(60),
         );
-        let summary = stop_proxy(&mut procs, &p);
+        let summary = stop_proxy(procs, &p);
         eprintln!("sipp: {stats:?} exit {st:?}");
         (summary, stats)
     })
@@ -145,27 +151,12 @@ fn sipp_calls_udp_in_tcp_out() {
 
 #[test]
 fn sipsak_options_over_tcp() {
-    let out = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "tcp:127.0.0.1:5060",
-            ],
-        );
-        let out = Command::new("sipsak")
+    let (s, out) = with_proxy(&UDP_AND_TCP, |_, _| {
+        Command::new("sipsak")
             .args(["-vv", "-E", "tcp", "-s", "sip:127.0.0.1:5060"])
             .output()
-            .expect("run sipsak (Debian package sipsak)");
-        let summary = stop_proxy(&mut procs, &p);
-        (out, summary)
+            .expect("run sipsak (Debian package sipsak)")
     });
-    let (out, s) = out;
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("sipsak: {text}");
     assert!(out.status.success(), "sipsak exit {:?}: {text}", out.status);
@@ -187,25 +178,16 @@ fn exchange(bytes: &[u8], wait: Duration) -> Vec<u8> {
 
 #[test]
 fn bad_input_on_connections_is_bounded_and_counted() {
-    let s = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        let p = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "tcp:127.0.0.1:5060",
-                "--tcp-max-header-bytes",
-                "2048",
-                "--tcp-message-timeout-ms",
-                "500",
-                "--tcp-max-connections-per-ip",
-                "8",
-            ],
-        );
+    let mut args = UDP_AND_TCP.to_vec();
+    args.extend([
+        "--tcp-max-header-bytes",
+        "2048",
+        "--tcp-message-timeout-ms",
+        "500",
+        "--tcp-max-connections-per-ip",
+        "8",
+    ]);
+    let (s, ()) = with_proxy(&args, |_, _| {
         let long = Duration::from_secs(5);
         // A header that never ends: closed at 2 KiB, whatever follows.
         let mut big = b"OPTIONS sip:127.0.0.1 SIP/2.0\r\nX: ".to_vec();
@@ -251,7 +233,6 @@ Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
             String::from_utf8_lossy(&buf[..n]).into_owned()
         };
         assert!(answer.starts_with("SIP/2.0 200 OK\r\n"), "{answer}");
-        stop_proxy(&mut procs, &p)
     });
     eprintln!("tcp: {}", s["tcp"]);
     assert_eq!(closed(&s, "header_too_large"), 1);

@@ -237,16 +237,14 @@ fn torture_messages_get_manifest_handling() {
         expect.len(),
         "manifest and expectations differ"
     );
-    let (results, summary) = netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
+    let (results, summary) = in_bed(move |procs, dir| {
         let sinks = [
             UdpSocket::bind(SINK).unwrap(),
             UdpSocket::bind(ROUTE_SINK).unwrap(),
         ];
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            dir,
             &[
                 "--listen",
                 PROXY,
@@ -286,7 +284,7 @@ fn torture_messages_get_manifest_handling() {
             }
             results.push((name.clone(), h));
         }
-        (results, stop_proxy(&mut procs, &p))
+        (results, stop_proxy(procs, &p))
     });
     let mut bad = Vec::new();
     for (name, h) in &results {

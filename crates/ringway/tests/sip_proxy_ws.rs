@@ -154,11 +154,9 @@ fn closed(s: &serde_json::Value, reason: &str) -> u64 {
 
 #[test]
 fn upgrade_rules_origins_and_masking() {
-    let (lines, s) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let mut procs = Procs::default();
-        let p = start(&mut procs, d, &["--ws-origin", "https://phone.test"]);
+    let (lines, s) = in_bed(|procs, dir| {
+        let d = dir;
+        let p = start(procs, d, &["--ws-origin", "https://phone.test"]);
         let lines = [
             client(d, &["127.0.0.1", "5066", "upgrade"]),
             client(
@@ -175,7 +173,7 @@ fn upgrade_rules_origins_and_masking() {
             client(d, &["127.0.0.1", "5066", "unmasked"]),
             client(d, &["127.0.0.1", "5067", "--ca", "ca.pem", "upgrade"]),
         ];
-        (lines, stop_proxy(&mut procs, &p))
+        (lines, stop_proxy(procs, &p))
     });
     assert_eq!(lines[0], ["http 101"]);
     assert_eq!(lines[1], ["http 403"], "an Origin not listed");
@@ -193,12 +191,10 @@ fn call_to_websocket_ua(
     port: &'static str,
     tls: bool,
 ) -> (Vec<String>, SippStats, serde_json::Value) {
-    netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().to_path_buf();
-        let mut procs = Procs::default();
+    in_bed(move |procs, dir| {
+        let d = dir.to_path_buf();
         let p = start(
-            &mut procs,
+            procs,
             &d,
             &[
                 "--registrar",
@@ -243,10 +239,10 @@ fn call_to_websocket_ua(
             1,
             1,
         );
-        let (_, stats) = run_sipp(&mut procs, &d, "uac", &uac, Duration::from_secs(60));
+        let (_, stats) = run_sipp(procs, &d, "uac", &uac, Duration::from_secs(60));
         let mut ua = procs.take(ua_pid).unwrap();
         let _ = wait_bounded(&mut ua, Duration::from_secs(20));
-        let summary = stop_proxy(&mut procs, &p);
+        let summary = stop_proxy(procs, &p);
         let lines = std::fs::read_to_string(&out)
             .unwrap_or_default()
             .lines()

@@ -18,7 +18,7 @@ pub mod path;
 pub mod relay;
 
 pub use coalesce::{eq3_block, Block, BlockHistogram, CoalesceConfig, Coalescer};
-pub use path::{LossModel, Path, PathConfig, PathStats};
+pub use path::{LossModel, Path, PathConfig, PathStats, RouterBatching};
 
 /// The paper's receiver (Section 3.1, Fig. 2) at 1 Gb/s: interrupt delay
 /// 75 µs and softirq rate 2.9 Mpackets/s reproduce its block sizes (1 packet

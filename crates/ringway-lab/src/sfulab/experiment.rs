@@ -143,6 +143,12 @@ impl Placement {
         Ok(Placement::Hosts(Testbed::build(clients, napi)?))
     }
 
+    /// The routed testbed for up to `clients` clients (each behind a
+    /// router host, [`Testbed::routed`]).
+    pub fn routed(clients: usize) -> anyhow::Result<Placement> {
+        Ok(Placement::Hosts(Testbed::routed(clients)?))
+    }
+
     /// The SFU's configuration for `backend` (with the in-kernel fan-out
     /// when `fanout`) in this placement.
     fn sfu_config(

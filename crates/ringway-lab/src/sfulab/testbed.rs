@@ -49,7 +49,8 @@ pub struct Testbed {
     ports: Vec<XdpAttachment>,
     /// NAPI threads of the switch ports (pids).
     pub switch_napi: Vec<u32>,
-    switch: Host,
+    /// The switch namespace (bridged testbeds only).
+    switch: Option<Host>,
     clients: usize,
     napi: bool,
     topology: Topology,
@@ -72,11 +73,11 @@ impl Testbed {
             .into_iter()
             .find(|n| n.ends_with("-switch"))
             .context("the topology has no switch namespace")?;
-        let switch = Host {
+        let switch = Some(Host {
             name: "switch".into(),
             netns: switch_ns,
             ifaces: Vec::new(),
-        };
+        });
         for i in 0..clients {
             let host = topology.host(&format!("c{i}")).expect("built").clone();
             let ifname = host.ifaces[0].0.clone();
@@ -123,21 +124,67 @@ impl Testbed {
             napi,
             topology,
         };
-        if napi {
+        if let (true, Some(switch)) = (napi, testbed.switch.clone()) {
             for p in 0..=clients {
                 let port = format!("p{p}");
                 let name = port.clone();
-                let addr = testbed
-                    .switch
+                let addr = switch
                     .run(move || attach_xdp_pass(&name, XdpMode::Native))
                     .context("entering the switch namespace")?
                     .with_context(|| format!("native XDP on switch port {port}"))?;
                 testbed.ports.push(addr);
-                let threads = threaded_napi(&testbed.switch, &port)?;
+                let threads = threaded_napi(&switch, &port)?;
                 testbed.switch_napi.extend(threads);
             }
         }
         Ok(testbed)
+    }
+
+    /// Hosts `sfu` and `c0..c<clients>` each on a link of its own to host
+    /// `router`, which forwards between them (IPv4 forwarding on in its
+    /// namespace): every client is behind a router, as on the Internet,
+    /// and the SFU's next hop towards each is the router. Link 0 is
+    /// sfu–router (10.77.1.0/24, the SFU at .1), link i+1 router–client i
+    /// (10.77.(i+2).0/24, the client at .2); default routes point at the
+    /// router. No switch and no NAPI threads.
+    pub fn routed(clients: usize) -> anyhow::Result<Testbed> {
+        anyhow::ensure!(clients <= 200, "a routed testbed has at most 200 clients");
+        let mut topology_builder = Topology::builder()
+            .host("sfu")
+            .host("router")
+            .link("sfu", "router");
+        for i in 0..clients {
+            let name = format!("c{i}");
+            topology_builder = topology_builder.host(&name).link("router", &name);
+        }
+        let topology = topology_builder
+            .build()
+            .context("building the namespace topology")?;
+        let router = topology.host("router").expect("built").clone();
+        run_in(&router, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        run_in(
+            &router,
+            &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"],
+        )?;
+        let sfu = topology.host("sfu").expect("built").clone();
+        run_in(&sfu, &["ip", "route", "add", "default", "via", "10.77.1.2"])?;
+        for i in 0..clients {
+            let host = topology.host(&format!("c{i}")).expect("built").clone();
+            let gateway = format!("10.77.{}.1", i + 2);
+            run_in(&host, &["ip", "route", "add", "default", "via", &gateway])?;
+            let ifname = host.ifaces[0].0.clone();
+            host.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
+                .context("entering a client host")?
+                .context("turning TX checksum offload off on a client veth")?;
+        }
+        Ok(Testbed {
+            ports: Vec::new(),
+            switch_napi: Vec::new(),
+            switch: None,
+            clients,
+            napi: false,
+            topology,
+        })
     }
 
     /// The SFU's host.
@@ -198,6 +245,23 @@ impl Testbed {
         found.dedup();
         Ok(found)
     }
+}
+
+/// Run `args` inside `host` (`ip netns exec`), failing with its stderr.
+fn run_in(host: &Host, args: &[&str]) -> anyhow::Result<()> {
+    let out = host
+        .command(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("running {}", args[0]))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} in {}: {}",
+        args.join(" "),
+        host.netns,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 /// The kernel's NAPI threads at one moment.

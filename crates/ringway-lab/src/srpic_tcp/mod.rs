@@ -21,15 +21,17 @@
 //! The host variant, SRPIC as NFQUEUE verdict order (`ringway reorder
 //! nfqueue`), is a server: `ringway_server::reorder::nfqueue`.
 
+pub mod calibrate;
 pub mod hosts;
+pub mod recovery;
 pub mod relay;
 pub mod report;
 pub mod wire;
 
-use crate::impair::{scaled_receiver, CoalesceConfig, LossModel, PathConfig};
+use crate::impair::{scaled_receiver, CoalesceConfig, LossModel, PathConfig, RouterBatching};
 use anyhow::Context;
 use hosts::{Hosts, IperfResult, SenderProfile};
-use relay::{run_tun_relay, RelayCore, RelayCoreConfig, RelayReport};
+use relay::{run_tun_relay, Placement, RelayCore, RelayCoreConfig, RelayReport};
 use ringway_reorder::SrpicConfig;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,15 +126,40 @@ pub struct TcpLabConfig {
     pub max_late_us: f64,
     /// TCP timestamps in both namespaces (true: the kernel's default).
     pub timestamps: bool,
-    /// Diagnostic (false: Listing 1): SRPIC leaves retransmissions in
-    /// their transmission position (see `RelayCoreConfig`).
-    pub retransmissions_in_place: bool,
+    /// Where SRPIC puts a segment sent after those it would overtake
+    /// (Listing 1, the relay's oracle, or the TSval-gated departure).
+    pub placement: Placement,
+    /// Scale α by k as well (α' = k·α on both paths, σ = β·α'): the
+    /// paper's bandwidth-delay product (430 segments) and σ/RTT at the
+    /// lab's rate. Off: α as given (σ is scaled by k either way).
+    pub scale_alpha: bool,
+    /// **Assumption** (not the paper's stated model): the emulator
+    /// router's receive batching at the paper's 1 Gb/s scale (poll period
+    /// and per-packet cost; scaled by k in the runs). `None`: off.
+    pub router: Option<RouterBatching>,
 }
 
 impl TcpLabConfig {
     /// k = 1 Gb/s ÷ emulated rate.
     pub fn k(&self) -> f64 {
         1000.0 / self.rate_mbps
+    }
+
+    /// Mean one-way delay of the runs in ms: α, or k·α with `scale_alpha`.
+    pub fn alpha_run_ms(&self) -> f64 {
+        if self.scale_alpha {
+            self.alpha_ms * self.k()
+        } else {
+            self.alpha_ms
+        }
+    }
+
+    /// The router batching of the runs (time scaled by k), if modelled.
+    pub fn router_scaled(&self) -> Option<RouterBatching> {
+        self.router.map(|r| RouterBatching {
+            poll_ns: (r.poll_ns as f64 * self.k()) as u64,
+            per_packet_ns: (r.per_packet_ns as f64 * self.k()) as u64,
+        })
     }
 
     /// The receiver model of every run (fixed before the runs).
@@ -233,8 +260,9 @@ impl TcpLabConfig {
 
     /// The relay configuration of `cell` with SRPIC `on`, repetition `rep`.
     pub fn relay(&self, cell: &Cell, on: bool, rep: usize) -> RelayCoreConfig {
-        let alpha = self.alpha_ms * 1e6;
-        let window = self.k();
+        // σ = β·α·k either way; with `scale_alpha` the mean is k·α too.
+        let sigma_per_beta = self.alpha_ms * 1e6 * self.k();
+        let alpha = self.alpha_run_ms() * 1e6;
         let rate = (cell.rate_mbps * 1e6) as u64;
         let loss = |d: f64| {
             if d > 0.0 {
@@ -248,22 +276,26 @@ impl TcpLabConfig {
             forward: PathConfig {
                 rate_bps: rate,
                 delay_ns: alpha as u64,
-                sigma_ns: (cell.beta * alpha * window) as u64,
+                sigma_ns: (cell.beta * sigma_per_beta) as u64,
                 loss: loss(cell.delta),
                 seed,
                 // The router's buffer: 100 ms of link time (the sender's
                 // tbf keeps it nearly empty).
                 queue_ns: 100_000_000,
                 max_packets: 200_000,
+                router: self.router_scaled(),
             },
             reverse: PathConfig {
                 rate_bps: rate,
                 delay_ns: alpha as u64,
-                sigma_ns: (cell.rev_beta * alpha * window) as u64,
+                sigma_ns: (cell.rev_beta * sigma_per_beta) as u64,
                 loss: loss(cell.rev_delta),
                 seed: seed + 1,
                 queue_ns: 100_000_000,
                 max_packets: 200_000,
+                // ACKs cross the router the other way: a fixed delay as
+                // the paper's reverse path (Table 8 adds β there).
+                router: None,
             },
             receiver: self.receiver(),
             srpic: on.then_some(SrpicConfig {
@@ -273,7 +305,7 @@ impl TcpLabConfig {
                 idle_flushes: 64,
             }),
             max_flows: 4096,
-            retransmissions_in_place: self.retransmissions_in_place,
+            placement: self.placement,
         }
     }
 }
@@ -293,6 +325,8 @@ pub struct RunResult {
     pub relay: RelayReport,
     /// `nstat` deltas in the sender namespace.
     pub sender_nstat: BTreeMap<String, u64>,
+    /// The sender's recoveries and undos (from `sender_nstat`).
+    pub recovery: recovery::Recovery,
     /// `nstat` deltas in the receiver namespace.
     pub receiver_nstat: BTreeMap<String, u64>,
     /// Sender CPU seconds: iperf3 client process + the sender kernel's ACK
@@ -315,6 +349,14 @@ impl RunResult {
             return f64::NAN;
         }
         count as f64 * 50.0 / self.iperf.seconds / self.iperf.mbps
+    }
+
+    /// Count per 50 s of run (the paper's run length): `count · 50 / duration`.
+    pub fn per_50s(&self, count: u64) -> f64 {
+        if self.iperf.seconds <= 0.0 {
+            return f64::NAN;
+        }
+        count as f64 * 50.0 / self.iperf.seconds
     }
 
     /// Retransmitted segments the sender's kernel counted (TcpRetransSegs).
@@ -382,6 +424,7 @@ pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::
     let sender_cpu_s = iperf.client_cpu_pct / 100.0 * secs + relay.sender_path_cpu_s;
     let receiver_cpu_s = iperf.server_cpu_pct / 100.0 * secs + relay.receiver_path_cpu_s;
     let (_, late_p99, late_max) = relay.late_us;
+    let ack_late_p99 = relay.ack_late_us.1;
     let flagged = if late_p99.is_nan() {
         Some("no receive block was delivered".to_string())
     } else if late_p99 > c.max_late_us {
@@ -389,10 +432,15 @@ pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::
             "relay fell behind: block deliveries p99 {late_p99:.0} µs late (limit {:.0})",
             c.max_late_us
         ))
-    } else if late_max > 100_000.0 {
+    } else if ack_late_p99 > c.max_late_us {
         Some(format!(
-            "relay stalled: a block was delivered {:.0} ms late",
-            late_max / 1e3
+            "relay fell behind: ACK deliveries p99 {ack_late_p99:.0} µs late (limit {:.0})",
+            c.max_late_us
+        ))
+    } else if late_max.max(relay.ack_late_us.2) > 100_000.0 {
+        Some(format!(
+            "relay stalled: a block or an ACK was delivered {:.0} ms late",
+            late_max.max(relay.ack_late_us.2) / 1e3
         ))
     } else if relay.forward.queue_drops + relay.forward.overflow > 0 {
         Some("the emulated link queue overflowed".to_string())
@@ -405,6 +453,7 @@ pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::
         rep,
         iperf,
         relay,
+        recovery: recovery::Recovery::from_nstat(&sender_nstat),
         sender_nstat,
         receiver_nstat,
         sender_cpu_s,

@@ -19,17 +19,59 @@
 //! blocks handed to the sender) and the RFC 4737 reordering of the data
 //! as it arrives at the receiver and as the receiver's stack gets it.
 //!
-//! [`RelayCore`] is sans-IO (time and packets passed in);
-//! [`run_tun_relay`] drives it with two TUN devices.
+//! [`RelayCore`] is sans-IO (time and packets passed in): a
+//! [`ForwardCore`] and a [`ReverseCore`] that share nothing, so
+//! [`run_tun_relay`] drives each direction on its own thread (one read and
+//! one write per packet; the thread CPU clock is read once per pass, not
+//! per packet) and reports the lateness of both against the model.
 
 use super::wire::{DataOrder, WireCounter, WireCounts};
 use crate::impair::{BlockHistogram, CoalesceConfig, Coalescer, Path, PathConfig, PathStats};
 use ringway_io::tun::{wait_readable, Tun};
+use ringway_reorder::classify::{inspect_ip, Inspect};
 use ringway_reorder::{classify_ipv4_tcp, Class, FlowKey, SeqSpace, Srpic, SrpicConfig};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Where SRPIC puts a data segment that would sort ahead of segments that
+/// reached the receiver before it in the same receive block.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum Placement {
+    /// Listing 1: by sequence number (a retransmission goes to
+    /// PrevPacketList, ahead of new segments sent before it).
+    #[default]
+    Listing1,
+    /// Diagnostic oracle, not Listing 1: the relay knows a retransmission
+    /// from what the sender sent (data below the furthest sent) and hands
+    /// it to the sorter as unsuitable ([`Class::Bypass`]: its flow's held
+    /// packets first, then the segment), so it keeps its transmission
+    /// position. A receiver's driver could not know this.
+    InPlaceOracle,
+    /// **A departure from Listing 1** (the review's proposal for RACK-era
+    /// senders): TSval-gated Prev placement, implementable in a receiver's
+    /// driver. A segment whose sequence number is below the end of data
+    /// its flow already brought in this receive block, and whose TCP
+    /// timestamp (TSval) is newer than all of those segments', was sent
+    /// after them: a retransmission, not a late original. It is handed to
+    /// the sorter as unsuitable ([`Class::Bypass`]) and so keeps its
+    /// arrival position. Segments without a timestamps option (TCP
+    /// timestamps off), and retransmissions sent within the same TSval
+    /// tick as the segments they would overtake, are sorted as Listing 1.
+    TsvalGated,
+}
+
+impl Placement {
+    /// A short label for reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Placement::Listing1 => "sorted (Listing 1)",
+            Placement::InPlaceOracle => "in place (relay's oracle; diagnostic, not Listing 1)",
+            Placement::TsvalGated => "TSval-gated (departure from Listing 1)",
+        }
+    }
+}
 
 /// Relay settings.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -44,14 +86,9 @@ pub struct RelayCoreConfig {
     pub srpic: Option<SrpicConfig>,
     /// Connection directions followed by the counters.
     pub max_flows: usize,
-    /// Diagnostic, not Listing 1 (off: Listing 1): hand a retransmitted
-    /// segment to the sorter as unsuitable ([`Class::Bypass`]: its flow's
-    /// held packets first, then the segment), so it keeps its transmission
-    /// position instead of going to PrevPacketList ahead of new segments
-    /// sent before it. The relay knows a retransmission from what the
-    /// sender sent (data below the furthest sent); a receiver's driver
-    /// would not (see docs/srpic.md, "Loss with SRPIC: the cause").
-    pub retransmissions_in_place: bool,
+    /// Where SRPIC puts a segment sent after those it would overtake
+    /// ([`Placement::Listing1`] is the paper's).
+    pub placement: Placement,
 }
 
 /// What the relay saw and did.
@@ -65,6 +102,9 @@ pub struct RelayReport {
     pub blocks: BlockHistogram,
     /// Sorter counters (`None` with SRPIC off).
     pub srpic: Option<ringway_reorder::SrpicStats>,
+    /// Segments [`Placement::InPlaceOracle`] or [`Placement::TsvalGated`]
+    /// kept in their arrival position instead of sorting them.
+    pub kept_in_place: u64,
     /// Counted on what the sender sent (retransmissions).
     pub sent_by_sender: WireCounts,
     /// Counted on what the relay handed the sender (DupAcksIn, SackBlocksRcvd).
@@ -83,26 +123,66 @@ pub struct RelayReport {
     pub sender_path_cpu_s: f64,
     /// Lateness of block deliveries against the model's times: p50, p99, max (µs).
     pub late_us: (f64, f64, f64),
+    /// Lateness of ACK deliveries to the sender against the model's
+    /// arrival times: p50, p99, max (µs).
+    pub ack_late_us: (f64, f64, f64),
     /// Write errors on the TUN devices.
     pub write_errors: u64,
     /// Reads that returned an error.
     pub read_errors: u64,
 }
 
-/// The sans-IO relay.
+impl RelayReport {
+    /// The worse of the two directions' p99 lateness (µs; NaN when neither
+    /// delivered anything).
+    pub fn late_p99_us(&self) -> f64 {
+        match (self.late_us.1.is_nan(), self.ack_late_us.1.is_nan()) {
+            (true, true) => f64::NAN,
+            (true, false) => self.ack_late_us.1,
+            (false, true) => self.late_us.1,
+            (false, false) => self.late_us.1.max(self.ack_late_us.1),
+        }
+    }
+}
+
+/// The forward direction, sans-IO: the emulated path, the receiver's
+/// coalescing and its driver (SRPIC or not), with the counters of what
+/// the sender sent and of the data order at the receiver.
 #[derive(Debug)]
-pub struct RelayCore {
-    fwd: Path<Vec<u8>>,
-    rev: Path<Vec<u8>>,
+pub struct ForwardCore {
+    path: Path<Vec<u8>>,
     coal: Coalescer<Vec<u8>>,
     srpic: Option<Srpic<Vec<u8>>>,
+    placement: Placement,
     sent_by_sender: WireCounter,
-    to_sender: WireCounter,
     arrival_order: DataOrder,
     delivery_order: DataOrder,
-    /// With `retransmissions_in_place`: retransmitted segments on the
+    /// With [`Placement::InPlaceOracle`]: retransmitted segments on the
     /// forward path, (flow, sequence number) → copies (bounded).
-    retransmissions: Option<HashMap<(FlowKey, u32), u32>>,
+    retransmissions: HashMap<(FlowKey, u32), u32>,
+    /// With [`Placement::TsvalGated`]: per flow, over the receive block so
+    /// far, the end of the furthest data and the newest TSval (cleared per
+    /// block, so bounded by the ring).
+    block_flows: HashMap<FlowKey, (u32, u32)>,
+    kept_in_place: u64,
+    arrived: Vec<(u64, Vec<u8>)>,
+}
+
+/// The reverse direction, sans-IO: the emulated path of the ACKs and the
+/// counters of what the sender is handed.
+#[derive(Debug)]
+pub struct ReverseCore {
+    path: Path<Vec<u8>>,
+    to_sender: WireCounter,
+}
+
+/// The sans-IO relay: both directions.
+#[derive(Debug)]
+pub struct RelayCore {
+    /// Sender → receiver.
+    pub forward: ForwardCore,
+    /// Receiver → sender.
+    pub reverse: ReverseCore,
 }
 
 /// Most retransmissions tracked at once (beyond, the table is cleared:
@@ -126,40 +206,90 @@ pub enum Delivery {
     ToSender(Vec<u8>),
 }
 
-impl RelayCore {
-    /// A relay with `cfg`.
+impl ForwardCore {
+    /// The forward direction of `cfg`.
     pub fn new(cfg: &RelayCoreConfig) -> Self {
-        RelayCore {
-            fwd: Path::new(cfg.forward),
-            rev: Path::new(cfg.reverse),
+        ForwardCore {
+            path: Path::new(cfg.forward),
             coal: Coalescer::new(cfg.receiver),
             srpic: cfg.srpic.map(|c| Srpic::new(c, SeqSpace::U32)),
+            placement: if cfg.srpic.is_some() {
+                cfg.placement
+            } else {
+                Placement::Listing1
+            },
             sent_by_sender: WireCounter::new(cfg.max_flows),
-            to_sender: WireCounter::new(cfg.max_flows),
             arrival_order: DataOrder::new(cfg.max_flows),
             delivery_order: DataOrder::new(cfg.max_flows),
-            retransmissions: (cfg.retransmissions_in_place && cfg.srpic.is_some())
-                .then(HashMap::new),
+            retransmissions: HashMap::new(),
+            block_flows: HashMap::new(),
+            kept_in_place: 0,
+            arrived: Vec::new(),
         }
     }
 
     /// A packet the sender sent, read at `now`.
     pub fn from_sender(&mut self, now: u64, pkt: Vec<u8>) {
         let retransmission = self.sent_by_sender.observe(&pkt);
-        if let (true, Some(retransmissions)) = (retransmission, self.retransmissions.as_mut()) {
+        if retransmission && self.placement == Placement::InPlaceOracle {
             if let Class::Flow { key, seq, .. } = classify_ipv4_tcp(&pkt) {
-                if retransmissions.len() >= MAX_TRACKED_RETRANSMISSIONS {
-                    retransmissions.clear();
+                if self.retransmissions.len() >= MAX_TRACKED_RETRANSMISSIONS {
+                    self.retransmissions.clear();
                 }
-                *retransmissions.entry((key, seq)).or_default() += 1;
+                *self.retransmissions.entry((key, seq)).or_default() += 1;
             }
         }
-        self.fwd.push(now, pkt.len(), pkt);
+        self.path.push(now, pkt.len(), pkt);
     }
 
-    /// A packet the receiver sent, read at `now`.
-    pub fn from_receiver(&mut self, now: u64, pkt: Vec<u8>) {
-        self.rev.push(now, pkt.len(), pkt);
+    /// The class the sorter is given for `p` under the placement rule.
+    fn class_of(&mut self, p: &[u8]) -> Class {
+        let class = classify_ipv4_tcp(p);
+        let Class::Flow { key, seq, len } = class else {
+            return class;
+        };
+        match self.placement {
+            Placement::Listing1 => class,
+            Placement::InPlaceOracle => match self.retransmissions.get_mut(&(key, seq)) {
+                Some(count) => {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.retransmissions.remove(&(key, seq));
+                    }
+                    self.kept_in_place += 1;
+                    Class::Bypass { key }
+                }
+                None => class,
+            },
+            Placement::TsvalGated => {
+                let Some(tsval) = tcp_tsval(p) else {
+                    return class;
+                };
+                let space = SeqSpace::U32;
+                let end = space.add(seq, len);
+                match self.block_flows.get_mut(&key) {
+                    None => {
+                        self.block_flows.insert(key, (end, tsval));
+                        class
+                    }
+                    Some((max_end, max_tsval)) => {
+                        let gated = space.lt(seq, *max_end) && space.lt(*max_tsval, tsval);
+                        if space.lt(*max_end, end) {
+                            *max_end = end;
+                        }
+                        if space.lt(*max_tsval, tsval) {
+                            *max_tsval = tsval;
+                        }
+                        if gated {
+                            self.kept_in_place += 1;
+                            Class::Bypass { key }
+                        } else {
+                            class
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The receiver's driver: the packets of one receive block in the
@@ -168,28 +298,19 @@ impl RelayCore {
         for p in &packets {
             self.arrival_order.observe(p);
         }
-        let packets = match &mut self.srpic {
-            None => packets,
-            Some(s) => {
-                let mut sorted = Vec::with_capacity(packets.len());
-                for p in packets {
-                    let mut class = classify_ipv4_tcp(&p);
-                    if let (Class::Flow { key, seq, .. }, Some(retransmissions)) =
-                        (class, self.retransmissions.as_mut())
-                    {
-                        if let Some(count) = retransmissions.get_mut(&(key, seq)) {
-                            *count -= 1;
-                            if *count == 0 {
-                                retransmissions.remove(&(key, seq));
-                            }
-                            class = Class::Bypass { key };
-                        }
-                    }
-                    s.push(class, p, &mut |x| sorted.push(x));
-                }
-                s.flush_all(&mut |x| sorted.push(x));
-                sorted
+        let packets = if self.srpic.is_none() {
+            packets
+        } else {
+            self.block_flows.clear();
+            let mut sorted = Vec::with_capacity(packets.len());
+            for p in packets {
+                let class = self.class_of(&p);
+                let s = self.srpic.as_mut().expect("checked above");
+                s.push(class, p, &mut |x| sorted.push(x));
             }
+            let s = self.srpic.as_mut().expect("checked above");
+            s.flush_all(&mut |x| sorted.push(x));
+            sorted
         };
         for p in &packets {
             self.delivery_order.observe(p);
@@ -197,86 +318,299 @@ impl RelayCore {
         packets
     }
 
-    /// Everything due at `now`: receive blocks whose drain ended and ACKs
-    /// that arrived, in that order.
-    pub fn poll(&mut self, now: u64, out: &mut impl FnMut(Delivery)) {
-        let mut arrived = Vec::new();
-        self.fwd.poll(now, &mut |a, p| arrived.push((a, p)));
-        let mut blocks = Vec::new();
-        for (a, p) in arrived {
-            self.coal.push(a, p, &mut |b| blocks.push(b));
+    /// Receive blocks whose drain ended by `now`, in arrival order, with
+    /// the time each was due.
+    pub fn poll(&mut self, now: u64, out: &mut impl FnMut(u64, Vec<Vec<u8>>)) {
+        let mut arrived = std::mem::take(&mut self.arrived);
+        self.path.poll(now, &mut |a, p| arrived.push((a, p)));
+        for (a, p) in arrived.drain(..) {
+            self.coal.push(a, p, &mut |b| out(b.end_ns, b.packets));
         }
-        let next = self.fwd.earliest_arrival().map_or(now, |a| a.min(now));
-        self.coal.poll(now, Some(next), &mut |b| blocks.push(b));
-        for b in blocks {
-            out(Delivery::ToReceiver {
-                due_ns: b.end_ns,
-                packets: b.packets,
-            });
-        }
-        let mut acks = Vec::new();
-        self.rev.poll(now, &mut |_, p| acks.push(p));
-        for p in acks {
-            self.to_sender.observe(&p);
-            out(Delivery::ToSender(p));
-        }
+        self.arrived = arrived;
+        let next = self.path.earliest_arrival().map_or(now, |a| a.min(now));
+        self.coal
+            .poll(now, Some(next), &mut |b| out(b.end_ns, b.packets));
     }
 
-    /// Deliver everything still inside (end of a run).
-    pub fn drain(&mut self, out: &mut impl FnMut(Delivery)) {
+    /// Every block still inside (end of a run).
+    pub fn drain(&mut self, out: &mut impl FnMut(u64, Vec<Vec<u8>>)) {
         let mut arrived = Vec::new();
-        self.fwd.drain(&mut |a, p| arrived.push((a, p)));
-        let mut blocks = Vec::new();
+        self.path.drain(&mut |a, p| arrived.push((a, p)));
         for (a, p) in arrived {
-            self.coal.push(a, p, &mut |b| blocks.push(b));
+            self.coal.push(a, p, &mut |b| out(b.end_ns, b.packets));
         }
-        self.coal.drain(&mut |b| blocks.push(b));
-        for b in blocks {
-            out(Delivery::ToReceiver {
-                due_ns: b.end_ns,
-                packets: b.packets,
-            });
-        }
-        let mut acks = Vec::new();
-        self.rev.drain(&mut |_, p| acks.push(p));
-        for p in acks {
-            self.to_sender.observe(&p);
-            out(Delivery::ToSender(p));
-        }
+        self.coal.drain(&mut |b| out(b.end_ns, b.packets));
     }
 
     /// When `poll` next has something to do.
     pub fn next_deadline(&self) -> Option<u64> {
         [
-            self.fwd.next_deadline(),
-            self.rev.next_deadline(),
+            self.path.next_deadline(),
             self.coal.pending_end().map(|e| e + 1),
         ]
         .into_iter()
         .flatten()
         .min()
     }
+}
+
+impl ReverseCore {
+    /// The reverse direction of `cfg`.
+    pub fn new(cfg: &RelayCoreConfig) -> Self {
+        ReverseCore {
+            path: Path::new(cfg.reverse),
+            to_sender: WireCounter::new(cfg.max_flows),
+        }
+    }
+
+    /// A packet the receiver sent, read at `now`.
+    pub fn from_receiver(&mut self, now: u64, pkt: Vec<u8>) {
+        self.path.push(now, pkt.len(), pkt);
+    }
+
+    /// Packets for the sender that arrived by `now`, with their arrival time.
+    pub fn poll(&mut self, now: u64, out: &mut impl FnMut(u64, Vec<u8>)) {
+        let counter = &mut self.to_sender;
+        self.path.poll(now, &mut |a, p| {
+            counter.observe(&p);
+            out(a, p)
+        });
+    }
+
+    /// Every packet still inside (end of a run).
+    pub fn drain(&mut self, out: &mut impl FnMut(u64, Vec<u8>)) {
+        self.poll(u64::MAX, out);
+    }
+
+    /// When `poll` next has something to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.path.next_deadline()
+    }
+}
+
+impl RelayCore {
+    /// A relay with `cfg`.
+    pub fn new(cfg: &RelayCoreConfig) -> Self {
+        RelayCore {
+            forward: ForwardCore::new(cfg),
+            reverse: ReverseCore::new(cfg),
+        }
+    }
+
+    /// A packet the sender sent, read at `now`.
+    pub fn from_sender(&mut self, now: u64, pkt: Vec<u8>) {
+        self.forward.from_sender(now, pkt);
+    }
+
+    /// A packet the receiver sent, read at `now`.
+    pub fn from_receiver(&mut self, now: u64, pkt: Vec<u8>) {
+        self.reverse.from_receiver(now, pkt);
+    }
+
+    /// The receiver's driver (see [`ForwardCore::receive_block`]).
+    pub fn receive_block(&mut self, packets: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        self.forward.receive_block(packets)
+    }
+
+    /// Everything due at `now`: receive blocks whose drain ended and ACKs
+    /// that arrived, in that order.
+    pub fn poll(&mut self, now: u64, out: &mut impl FnMut(Delivery)) {
+        self.forward.poll(now, &mut |due_ns, packets| {
+            out(Delivery::ToReceiver { due_ns, packets })
+        });
+        self.reverse
+            .poll(now, &mut |_, p| out(Delivery::ToSender(p)));
+    }
+
+    /// Deliver everything still inside (end of a run).
+    pub fn drain(&mut self, out: &mut impl FnMut(Delivery)) {
+        self.forward
+            .drain(&mut |due_ns, packets| out(Delivery::ToReceiver { due_ns, packets }));
+        self.reverse.drain(&mut |_, p| out(Delivery::ToSender(p)));
+    }
+
+    /// When `poll` next has something to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        [self.forward.next_deadline(), self.reverse.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
 
     /// The report so far (CPU, lateness and I/O errors are the driver's).
     pub fn report(&self) -> RelayReport {
+        let f = &self.forward;
         RelayReport {
-            forward: self.fwd.stats(),
-            reverse: self.rev.stats(),
-            blocks: self.coal.histogram().clone(),
-            srpic: self.srpic.as_ref().map(|s| s.stats()),
-            sent_by_sender: self.sent_by_sender.counts(),
-            to_sender: self.to_sender.counts(),
-            arrival_order: self.arrival_order.summary(),
-            delivery_order: self.delivery_order.summary(),
+            forward: f.path.stats(),
+            reverse: self.reverse.path.stats(),
+            blocks: f.coal.histogram().clone(),
+            srpic: f.srpic.as_ref().map(|s| s.stats()),
+            kept_in_place: f.kept_in_place,
+            sent_by_sender: f.sent_by_sender.counts(),
+            to_sender: self.reverse.to_sender.counts(),
+            arrival_order: f.arrival_order.summary(),
+            delivery_order: f.delivery_order.summary(),
             ..Default::default()
         }
     }
 }
 
+/// The TSval of an IPv4/TCP packet's timestamps option, if it has one.
+pub fn tcp_tsval(ip: &[u8]) -> Option<u32> {
+    match inspect_ip(ip) {
+        Inspect::Tcp(s) => s.tsval,
+        _ => None,
+    }
+}
+
+/// p50, p99 and max of `samples` (ns) in µs, NaN when empty; sorts them.
+pub fn lateness_quantiles(samples: &mut [u64]) -> (f64, f64, f64) {
+    if samples.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    samples.sort_unstable();
+    let q = |f: f64| samples[((samples.len() - 1) as f64 * f).round() as usize] as f64 / 1e3;
+    (q(0.5), q(0.99), q(1.0))
+}
+
+/// Most lateness samples kept per direction and run.
+const MAX_LATENESS_SAMPLES: usize = 1 << 20;
+
+/// What one direction's thread measured.
+#[derive(Default)]
+struct DirectionTotals {
+    late: Vec<u64>,
+    write_cpu: Duration,
+    write_errors: u64,
+    read_errors: u64,
+}
+
+/// Read every packet waiting on `tun` (bounded per pass), each with its
+/// own stamp, into `take`.
+fn read_pending(
+    tun: &Tun,
+    buf: &mut [u8],
+    now_ns: &impl Fn() -> u64,
+    read_errors: &mut u64,
+    take: &mut impl FnMut(u64, Vec<u8>),
+) {
+    for _ in 0..512 {
+        match tun.read(buf) {
+            Ok(Some(n)) => take(now_ns(), buf[..n].to_vec()),
+            Ok(None) => break,
+            Err(_) => {
+                *read_errors += 1;
+                break;
+            }
+        }
+    }
+}
+
+/// Sleep on `tun` until it is readable or `deadline` (ns) comes, at most 5 ms.
+fn wait_for(tun: &Tun, deadline: Option<u64>, now: u64) -> std::io::Result<()> {
+    let wait = deadline.map_or(Duration::from_millis(5), |dl| {
+        Duration::from_nanos(dl.saturating_sub(now)).min(Duration::from_millis(5))
+    });
+    if !wait.is_zero() {
+        wait_readable(&[tun.as_raw_fd()], Some(wait))?;
+    }
+    Ok(())
+}
+
+/// The forward thread: reads the sender's device, writes blocks into the
+/// receiver's (one write per packet: a TUN device takes one packet per
+/// write). The thread CPU clock is read once per pass with deliveries.
+fn forward_loop(
+    core: &mut ForwardCore,
+    sender: &Tun,
+    receiver: &Tun,
+    running: &impl Fn() -> bool,
+    now_ns: &impl Fn() -> u64,
+) -> std::io::Result<DirectionTotals> {
+    let mut totals = DirectionTotals::default();
+    let mut buf = vec![0u8; 65536];
+    let mut due: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
+    let mut deliver = |core: &mut ForwardCore, due: &mut Vec<(u64, Vec<Vec<u8>>)>, now: u64| {
+        if due.is_empty() {
+            return;
+        }
+        let cpu_start = ringway_io::thread::thread_cpu_total();
+        for (due_ns, packets) in due.drain(..) {
+            if totals.late.len() < MAX_LATENESS_SAMPLES {
+                totals.late.push(now.saturating_sub(due_ns));
+            }
+            for p in core.receive_block(packets) {
+                if receiver.write(&p).is_err() {
+                    totals.write_errors += 1;
+                }
+            }
+        }
+        totals.write_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
+    };
+    let mut read_errors = 0;
+    while running() {
+        read_pending(sender, &mut buf, now_ns, &mut read_errors, &mut |t, p| {
+            core.from_sender(t, p)
+        });
+        let now = now_ns();
+        core.poll(now, &mut |d, packets| due.push((d, packets)));
+        deliver(core, &mut due, now);
+        wait_for(sender, core.next_deadline(), now_ns())?;
+    }
+    core.drain(&mut |d, packets| due.push((d, packets)));
+    deliver(core, &mut due, now_ns());
+    totals.read_errors = read_errors;
+    Ok(totals)
+}
+
+/// The reverse thread: reads the receiver's device, writes ACKs into the
+/// sender's (whose kernel processes them and sends in that write).
+fn reverse_loop(
+    core: &mut ReverseCore,
+    sender: &Tun,
+    receiver: &Tun,
+    running: &impl Fn() -> bool,
+    now_ns: &impl Fn() -> u64,
+) -> std::io::Result<DirectionTotals> {
+    let mut totals = DirectionTotals::default();
+    let mut buf = vec![0u8; 65536];
+    let mut due: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut deliver = |due: &mut Vec<(u64, Vec<u8>)>, now: u64| {
+        if due.is_empty() {
+            return;
+        }
+        let cpu_start = ringway_io::thread::thread_cpu_total();
+        for (arrival, p) in due.drain(..) {
+            if totals.late.len() < MAX_LATENESS_SAMPLES {
+                totals.late.push(now.saturating_sub(arrival));
+            }
+            if sender.write(&p).is_err() {
+                totals.write_errors += 1;
+            }
+        }
+        totals.write_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
+    };
+    let mut read_errors = 0;
+    while running() {
+        read_pending(receiver, &mut buf, now_ns, &mut read_errors, &mut |t, p| {
+            core.from_receiver(t, p)
+        });
+        let now = now_ns();
+        core.poll(now, &mut |a, p| due.push((a, p)));
+        deliver(&mut due, now);
+        wait_for(receiver, core.next_deadline(), now_ns())?;
+    }
+    core.drain(&mut |a, p| due.push((a, p)));
+    deliver(&mut due, now_ns());
+    totals.read_errors = read_errors;
+    Ok(totals)
+}
+
 /// Drive `core` between the sender's TUN device `sender` and the
 /// receiver's `receiver` until `stop` is set or `limit` passes; then
-/// deliver what is still inside. One thread does both directions, so the
-/// two write paths' CPU times can be told apart.
+/// deliver what is still inside. One thread per direction (the forward
+/// thread's write CPU is the receiver's path, the reverse thread's the
+/// sender's); each reports its lateness against the model.
 pub fn run_tun_relay(
     core: &mut RelayCore,
     sender: &Tun,
@@ -286,102 +620,52 @@ pub fn run_tun_relay(
 ) -> std::io::Result<RelayReport> {
     let start = Instant::now();
     let now_ns = || start.elapsed().as_nanos() as u64;
-    let mut buf = vec![0u8; 65536];
-    let fds = [sender.as_raw_fd(), receiver.as_raw_fd()];
-    let mut late: Vec<u64> = Vec::new();
-    let (mut rx_cpu, mut tx_cpu) = (Duration::ZERO, Duration::ZERO);
-    let (mut write_errors, mut read_errors) = (0u64, 0u64);
-    let mut deliver = |core: &mut RelayCore,
-                       d: Delivery,
-                       now: u64,
-                       late: &mut Vec<u64>,
-                       rx_cpu: &mut Duration,
-                       tx_cpu: &mut Duration| {
-        match d {
-            Delivery::ToReceiver { due_ns, packets } => {
-                if late.len() < 1 << 20 {
-                    late.push(now.saturating_sub(due_ns));
-                }
-                // The receiver's share: its driver (sorting or not) and its
-                // kernel's receive path (run by the write).
-                let cpu_start = ringway_io::thread::thread_cpu_total();
-                let packets = core.receive_block(packets);
-                for p in &packets {
-                    if receiver.write(p).is_err() {
-                        write_errors += 1;
-                    }
-                }
-                *rx_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
-            }
-            Delivery::ToSender(p) => {
-                let cpu_start = ringway_io::thread::thread_cpu_total();
-                if sender.write(&p).is_err() {
-                    write_errors += 1;
-                }
-                *tx_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
-            }
-        }
-    };
-    loop {
-        if stop.load(Ordering::Relaxed) || start.elapsed() >= limit {
-            break;
-        }
-        // Read what is waiting (bounded per pass), each packet with its own stamp.
-        for (i, tun) in [sender, receiver].into_iter().enumerate() {
-            for _ in 0..512 {
-                match tun.read(&mut buf) {
-                    Ok(Some(n)) => {
-                        let now_nanos = now_ns();
-                        let pkt = buf[..n].to_vec();
-                        if i == 0 {
-                            core.from_sender(now_nanos, pkt);
-                        } else {
-                            core.from_receiver(now_nanos, pkt);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        read_errors += 1;
-                        break;
-                    }
-                }
-            }
-        }
-        let now = now_ns();
-        let mut delays = Vec::new();
-        core.poll(now, &mut |d| delays.push(d));
-        for d in delays {
-            deliver(core, d, now, &mut late, &mut rx_cpu, &mut tx_cpu);
-        }
-        let wait = match core.next_deadline() {
-            Some(dl) => {
-                Duration::from_nanos(dl.saturating_sub(now_ns())).min(Duration::from_millis(5))
-            }
-            None => Duration::from_millis(5),
-        };
-        if !wait.is_zero() {
-            wait_readable(&fds, Some(wait))?;
-        }
-    }
-    let mut delays = Vec::new();
-    core.drain(&mut |d| delays.push(d));
-    let now = now_ns();
-    for d in delays {
-        deliver(core, d, now, &mut late, &mut rx_cpu, &mut tx_cpu);
-    }
+    let running = || !stop.load(Ordering::Relaxed) && start.elapsed() < limit;
+    let (forward, reverse) = (&mut core.forward, &mut core.reverse);
+    let (fwd, rev) = std::thread::scope(|s| {
+        let fwd = s.spawn(|| forward_loop(forward, sender, receiver, &running, &now_ns));
+        let rev = reverse_loop(reverse, sender, receiver, &running, &now_ns);
+        let fwd = fwd
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the forward relay thread panicked")));
+        (fwd, rev)
+    });
+    let (mut fwd, mut rev) = (fwd?, rev?);
     let mut report = core.report();
-    late.sort_unstable();
-    let quantile = |f: f64| {
-        if late.is_empty() {
-            f64::NAN
-        } else {
-            late[((late.len() - 1) as f64 * f) as usize] as f64 / 1e3
-        }
-    };
-    report.late_us = (quantile(0.5), quantile(0.99), quantile(1.0));
-    report.receiver_path_cpu_s = rx_cpu.as_secs_f64();
-    report.sender_path_cpu_s = tx_cpu.as_secs_f64();
-    report.write_errors = write_errors;
-    report.read_errors = read_errors;
+    report.late_us = lateness_quantiles(&mut fwd.late);
+    report.ack_late_us = lateness_quantiles(&mut rev.late);
+    report.receiver_path_cpu_s = fwd.write_cpu.as_secs_f64();
+    report.sender_path_cpu_s = rev.write_cpu.as_secs_f64();
+    report.write_errors = fwd.write_errors + rev.write_errors;
+    report.read_errors = fwd.read_errors + rev.read_errors;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_quantiles_of_known_samples() {
+        // 1..=100 µs: p50 is the 50th/51st sample (index 49.5 rounds to 50 → 51 µs),
+        // p99 index 98.01 → 99 µs, max 100 µs.
+        let mut samples: Vec<u64> = (1..=100).rev().map(|us| us * 1000).collect();
+        assert_eq!(lateness_quantiles(&mut samples), (51.0, 99.0, 100.0));
+        let mut one = vec![2500u64];
+        assert_eq!(lateness_quantiles(&mut one), (2.5, 2.5, 2.5));
+        let (a, b, c) = lateness_quantiles(&mut []);
+        assert!(a.is_nan() && b.is_nan() && c.is_nan());
+        let report = RelayReport {
+            late_us: (1.0, 700.0, 900.0),
+            ack_late_us: (1.0, 1200.0, 1300.0),
+            ..Default::default()
+        };
+        assert_eq!(report.late_p99_us(), 1200.0);
+        let acks_only = RelayReport {
+            late_us: (f64::NAN, f64::NAN, f64::NAN),
+            ack_late_us: (1.0, 30.0, 40.0),
+            ..Default::default()
+        };
+        assert_eq!(acks_only.late_p99_us(), 30.0);
+    }
 }

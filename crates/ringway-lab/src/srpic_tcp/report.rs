@@ -87,10 +87,20 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
     let window = c.k();
     let _ = writeln!(
         out,
-        "Link {} Mb/s (k = 1 Gb/s / rate = {:.1}); α = {} ms both ways; σ = β·α·k; receiver: T_intr {:.0} µs, R_sn {:.0} packets/s, ring {} (the paper's receiver scaled by k); BlockSize {}; {} s per run, {} repetitions; TCP timestamps {}; counts per Mbps over 50 s.",
+        "Link {} Mb/s (k = 1 Gb/s / rate = {:.1}); α = {} ms both ways{}; σ = β·α·k; {}; SRPIC placement {}; receiver: T_intr {:.0} µs, R_sn {:.0} packets/s, ring {} (the paper's receiver scaled by k); BlockSize {}; {} s per run, {} repetitions; TCP timestamps {}; counts per Mbps over 50 s.",
         c.rate_mbps,
         window,
-        c.alpha_ms,
+        c.alpha_run_ms(),
+        if c.scale_alpha { " (--scale-alpha: k·α)" } else { "" },
+        match c.router_scaled() {
+            Some(r) => format!(
+                "ASSUMPTION router receive batching: polls every {:.0} µs, {:.1} µs per packet (the paper's scale × k; not the paper's stated model)",
+                r.poll_ns as f64 / 1e3,
+                r.per_packet_ns as f64 / 1e3
+            ),
+            None => "no router batching (the paper's stated model)".to_string(),
+        },
+        c.placement.label(),
         c.receiver().t_intr_ns as f64 / 1e3,
         c.receiver().rsn_pps,
         c.receiver().ring,
@@ -106,7 +116,7 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
                 let _ = writeln!(
                     out,
                     "\nTable 4. Reordering: α = {} ms, β varied, no loss, SACK off.",
-                    c.alpha_ms
+                    c.alpha_run_ms()
                 );
                 header(
                     &mut out,
@@ -123,20 +133,22 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
                     );
                     row(&mut out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS]);
                 }
-                receiver_view(&mut out, all, &cells, |x| {
+                let label = |x: &Cell| {
                     format!(
                         "{} {:>2} st β {:>5}%",
                         x.sender.name(),
                         x.streams,
                         pct(x.beta)
                     )
-                });
+                };
+                receiver_view(&mut out, all, &cells, label);
+                recovery_view(&mut out, all, &cells, label);
             }
             Table::T5 => {
                 let _ = writeln!(
                     out,
                     "\nTable 5. Packet drops: α = {} ms both ways, δ varied, 1 stream, SACK on.",
-                    c.alpha_ms
+                    c.alpha_run_ms()
                 );
                 header(
                     &mut out,
@@ -154,12 +166,15 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
                     );
                 }
                 table7(&mut out, all, &cells);
+                recovery_view(&mut out, all, &cells, |x| {
+                    format!("{} δ {:>5}%", x.sender.name(), pct(x.delta))
+                });
             }
             Table::T6 => {
                 let _ = writeln!(
                     out,
                     "\nTable 6. Reordering and drops: α = {} ms, β = {} %, δ varied, SACK on.",
-                    c.alpha_ms,
+                    c.alpha_run_ms(),
                     pct(c.beta_loss)
                 );
                 header(
@@ -177,14 +192,16 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
                         &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
                     );
                 }
-                receiver_view(&mut out, all, &cells, |x| {
+                let label = |x: &Cell| {
                     format!(
                         "{} {:>2} st δ {:>5}%",
                         x.sender.name(),
                         x.streams,
                         pct(x.delta)
                     )
-                });
+                };
+                receiver_view(&mut out, all, &cells, label);
+                recovery_view(&mut out, all, &cells, label);
             }
             Table::T8 => {
                 let _ = writeln!(
@@ -300,6 +317,38 @@ fn receiver_view(
             fmt(&stat(&off, hol_percent)),
             fmt(&stat(&on, hol_percent)),
             fmt(&stat(&on, |r| r.relay.blocks.mean())),
+        );
+    }
+}
+
+/// The sender's recoveries and undos (nstat, per 50 s of run) and the
+/// relay's p99 lateness (blocks | ACKs) of the runs in the table.
+fn recovery_view(
+    s: &mut String,
+    all: &[RunResult],
+    cells: &[Cell],
+    label: impl Fn(&Cell) -> String,
+) {
+    let _ = writeln!(
+        s,
+        "  sender (nstat, per 50 s): fast recoveries entered (Reno + SACK), undone (full + partial + DSACK), kept (entered − undone), spurious RTOs (F-RTO), RTO undos, timeouts, N-SRPIC | SRPIC; relay lateness p99 µs (blocks / ACKs)"
+    );
+    for x in cells {
+        let (off, on) = (runs(all, x, false), runs(all, x, true));
+        let both =
+            |f: fn(&RunResult) -> f64| format!("{} | {}", fmt(&stat(&off, f)), fmt(&stat(&on, f)));
+        let _ = writeln!(
+            s,
+            "  {:<26} recoveries {}   undone {}   kept {}   spurious RTOs {}   RTO undos {}   timeouts {}   late p99 {} / {}",
+            label(x),
+            both(|r| r.per_50s(r.recovery.recoveries())),
+            both(|r| r.per_50s(r.recovery.undone())),
+            both(|r| r.per_50s(r.recovery.kept())),
+            both(|r| r.per_50s(r.recovery.spurious_rtos)),
+            both(|r| r.per_50s(r.recovery.loss_undo)),
+            both(|r| r.per_50s(r.recovery.timeouts)),
+            fmt(&stat(&off.iter().chain(&on).copied().collect::<Vec<_>>(), |r| r.relay.late_us.1)),
+            fmt(&stat(&off.iter().chain(&on).copied().collect::<Vec<_>>(), |r| r.relay.ack_late_us.1)),
         );
     }
 }

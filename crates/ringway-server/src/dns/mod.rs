@@ -22,10 +22,10 @@ mod next_hop;
 pub mod rfc3263;
 pub mod wire;
 
-pub use next_hop::NextHop;
+pub use next_hop::{NextHop, TransportNextHop};
 
 use cache::{Cache, CacheLimits, Cached};
-use rfc3263::{Answer, Lookup, LookupError, Question, Random, XorShift};
+use rfc3263::{Answer, Lookup, LookupError, Question, Random, Service, XorShift};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
@@ -163,6 +163,7 @@ impl std::error::Error for DnsError {}
 #[derive(Debug, Default)]
 pub struct DnsStats {
     lookups: AtomicU64,
+    cached_lookups: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
     queries: AtomicU64,
@@ -175,8 +176,10 @@ pub struct DnsStats {
 /// A snapshot of [`DnsStats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DnsStatsSnapshot {
-    /// Next-hop lookups started.
+    /// Next-hop lookups started (on a resolver thread or at start).
     pub lookups: u64,
+    /// Next-hop lookups answered from the cache alone, on a worker.
+    pub cached_lookups: u64,
     /// Questions answered from the cache (negative ones too).
     pub cache_hits: u64,
     /// Questions sent to the nameserver.
@@ -199,6 +202,7 @@ impl DnsStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         DnsStatsSnapshot {
             lookups: get(&self.lookups),
+            cached_lookups: get(&self.cached_lookups),
             cache_hits: get(&self.cache_hits),
             cache_misses: get(&self.cache_misses),
             queries: get(&self.queries),
@@ -223,6 +227,11 @@ impl DnsStatsSnapshot {
                 "ringway_dns_lookups_total",
                 "Next-hop lookups started.",
                 self.lookups,
+            ),
+            (
+                "ringway_dns_cached_lookups_total",
+                "Next-hop lookups answered from the cache alone, on a worker.",
+                self.cached_lookups,
             ),
             (
                 "ringway_dns_cache_hits_total",
@@ -271,6 +280,7 @@ pub type Done = Box<dyn FnOnce(Result<Vec<SocketAddr>, DnsError>) + Send>;
 struct Job {
     host: String,
     port: Option<u16>,
+    service: Service,
     ipv6: bool,
     done: Done,
 }
@@ -351,7 +361,65 @@ impl Resolver {
         port: Option<u16>,
         local: SocketAddr,
     ) -> Result<Vec<SocketAddr>, DnsError> {
-        run_lookup(&self.shared, host, port, local.is_ipv6())
+        run_lookup(&self.shared, host, port, Service::Udp, local.is_ipv6())
+    }
+
+    /// The answer from the cache alone, on the calling thread (a worker
+    /// may call it: it takes the cache's lock once per question and never
+    /// asks the nameserver): `None` when some question is not cached or
+    /// has expired (then [`Resolver::submit_for`] it).
+    pub fn cached(
+        &self,
+        host: &str,
+        port: Option<u16>,
+        service: Service,
+        ipv6: bool,
+    ) -> Option<Result<Vec<SocketAddr>, DnsError>> {
+        let shared = &*self.shared;
+        let mut lookup = Lookup::new(host, port, !ipv6, ipv6).for_service(service);
+        // SRV weights: a cheap per-call seed (spread, not secrecy).
+        let mut random =
+            XorShift::new(shared.started.elapsed().as_nanos() as u64 ^ (host.len() as u64) << 32);
+        let mut hits = 0;
+        while let Some(question) = lookup.question().cloned() {
+            let now = shared.started.elapsed().as_nanos() as u64;
+            let cached = shared
+                .cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&question, now)
+                .cloned()?;
+            hits += 1;
+            match &cached {
+                Cached::Records(records) => lookup.answer(Answer::Records(records), &mut random),
+                Cached::Negative => lookup.answer(Answer::NoData, &mut random),
+            }
+        }
+        shared.stats.cache_hits.fetch_add(hits, Ordering::Relaxed);
+        shared.stats.cached_lookups.fetch_add(1, Ordering::Relaxed);
+        Some(lookup.targets().map_err(|e| match e {
+            LookupError::NoTargets => DnsError::NoTargets(host.to_string()),
+            LookupError::Failed => DnsError::Failed(host.to_string()),
+        }))
+    }
+
+    /// [`Resolver::submit`] for a transport's `service` (its NAPTR service
+    /// and SRV prefix).
+    pub fn submit_for(
+        &self,
+        host: &str,
+        port: Option<u16>,
+        service: Service,
+        local: SocketAddr,
+        done: Done,
+    ) -> Result<(), DnsError> {
+        self.push(Job {
+            host: host.to_string(),
+            port,
+            service,
+            ipv6: local.is_ipv6(),
+            done,
+        })
     }
 
     /// Queue a lookup for a resolver thread; `done` gets its answer there.
@@ -363,6 +431,16 @@ impl Resolver {
         local: SocketAddr,
         done: Done,
     ) -> Result<(), DnsError> {
+        self.push(Job {
+            host: host.to_string(),
+            port,
+            service: Service::Udp,
+            ipv6: local.is_ipv6(),
+            done,
+        })
+    }
+
+    fn push(&self, job: Job) -> Result<(), DnsError> {
         let mut jobs = self
             .shared
             .jobs
@@ -372,12 +450,7 @@ impl Resolver {
             self.shared.stats.queue_full.fetch_add(1, Ordering::Relaxed);
             return Err(DnsError::QueueFull);
         }
-        jobs.push_back(Job {
-            host: host.to_string(),
-            port,
-            ipv6: local.is_ipv6(),
-            done,
-        });
+        jobs.push_back(job);
         self.shared.ready.notify_one();
         Ok(())
     }
@@ -437,7 +510,7 @@ fn resolver_thread(shared: &Shared) {
                     .0;
             }
         };
-        let answer = run_lookup(shared, &job.host, job.port, job.ipv6);
+        let answer = run_lookup(shared, &job.host, job.port, job.service, job.ipv6);
         (job.done)(answer);
     }
 }
@@ -447,10 +520,11 @@ fn run_lookup(
     shared: &Shared,
     host: &str,
     port: Option<u16>,
+    service: Service,
     ipv6: bool,
 ) -> Result<Vec<SocketAddr>, DnsError> {
     shared.stats.lookups.fetch_add(1, Ordering::Relaxed);
-    let mut lookup = Lookup::new(host, port, !ipv6, ipv6);
+    let mut lookup = Lookup::new(host, port, !ipv6, ipv6).for_service(service);
     let mut socket = None;
     let mut random = {
         let mut r = shared.random.lock().unwrap_or_else(PoisonError::into_inner);

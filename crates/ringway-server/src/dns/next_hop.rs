@@ -86,6 +86,59 @@ impl<'de> Deserialize<'de> for NextHop {
     }
 }
 
+/// A next hop with its transport: `[udp:|tcp:|tls:]` and an address or a
+/// name (`tls:proxy.example.net`, `tcp:10.0.0.5:5060`, `sip.example.net`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportNextHop {
+    /// The transport (UDP when no scheme is given).
+    pub transport: ringway_sip::Transport,
+    /// The address or the name.
+    pub hop: NextHop,
+}
+
+impl FromStr for TransportNextHop {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<TransportNextHop, String> {
+        let text = text.trim();
+        let scheme = text.split_once(':').and_then(|(scheme, rest)| {
+            ringway_sip::Transport::ALL
+                .into_iter()
+                .find(|t| t.name().eq_ignore_ascii_case(scheme))
+                .map(|t| (t, rest))
+        });
+        let (transport, rest) = scheme.unwrap_or((ringway_sip::Transport::Udp, text));
+        Ok(TransportNextHop {
+            transport,
+            hop: rest.parse()?,
+        })
+    }
+}
+
+impl fmt::Display for TransportNextHop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.transport {
+            ringway_sip::Transport::Udp => write!(f, "{}", self.hop),
+            transport => write!(f, "{}:{}", transport.name(), self.hop),
+        }
+    }
+}
+
+impl Serialize for TransportNextHop {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TransportNextHop {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<TransportNextHop, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +162,14 @@ mod tests {
         );
         let named: NextHop = "p.test:5080".parse().unwrap();
         assert_eq!(named.to_string(), "p.test:5080");
+        let tls: TransportNextHop = "TLS:Proxy.test".parse().unwrap();
+        assert_eq!(tls.transport, ringway_sip::Transport::Tls);
+        assert_eq!(tls.to_string(), "tls:proxy.test");
+        let plain: TransportNextHop = "p.test:5080".parse().unwrap();
+        assert_eq!(plain.transport, ringway_sip::Transport::Udp);
+        assert_eq!(plain.to_string(), "p.test:5080");
+        let addr: TransportNextHop = "tcp:[::1]:5070".parse().unwrap();
+        assert_eq!(addr.hop, NextHop::Addr("[::1]:5070".parse().unwrap()));
         for bad in [
             "",
             "127.0.0.1",

@@ -85,6 +85,47 @@ pub enum LookupError {
     Failed,
 }
 
+/// The transport a lookup is for (RFC 3263 4.1: the NAPTR service and
+/// the SRV prefix that go with it, and the port of a bare A/AAAA answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Service {
+    /// `SIP+D2U`, `_sip._udp`, port 5060.
+    #[default]
+    Udp,
+    /// `SIP+D2T`, `_sip._tcp`, port 5060.
+    Tcp,
+    /// `SIPS+D2T`, `_sips._tcp`, port 5061.
+    Tls,
+}
+
+impl Service {
+    /// The NAPTR service field.
+    pub fn naptr(self) -> &'static str {
+        match self {
+            Service::Udp => "SIP+D2U",
+            Service::Tcp => "SIP+D2T",
+            Service::Tls => "SIPS+D2T",
+        }
+    }
+
+    /// The SRV name prefix.
+    pub fn srv_prefix(self) -> &'static str {
+        match self {
+            Service::Udp => "_sip._udp",
+            Service::Tcp => "_sip._tcp",
+            Service::Tls => "_sips._tcp",
+        }
+    }
+
+    /// The port when no SRV record gives one.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Service::Tls => 5061,
+            _ => SIP_PORT,
+        }
+    }
+}
+
 /// What a question is for.
 #[derive(Clone, Debug)]
 enum Purpose {
@@ -103,6 +144,7 @@ pub struct Lookup {
     targets: Vec<SocketAddr>,
     asked: usize,
     failed: bool,
+    service: Service,
 }
 
 impl Lookup {
@@ -122,6 +164,7 @@ impl Lookup {
             targets: Vec::new(),
             asked: 0,
             failed: false,
+            service: Service::Udp,
         };
         if let Ok(ip) = lookup.host.parse::<IpAddr>() {
             lookup.add_target(SocketAddr::new(ip, port.unwrap_or(SIP_PORT)));
@@ -136,6 +179,13 @@ impl Lookup {
             lookup.pending.push_back((question, Purpose::Naptr));
         }
         lookup
+    }
+
+    /// The same lookup for `service` (a transport other than UDP): its
+    /// NAPTR service, SRV prefix and default port. Call before any answer.
+    pub fn for_service(mut self, service: Service) -> Lookup {
+        self.service = service;
+        self
     }
 
     /// The question to ask next; `None` when the lookup is done.
@@ -200,7 +250,7 @@ impl Lookup {
                     services,
                     replacement,
                 } if flags.eq_ignore_ascii_case("s")
-                    && services.eq_ignore_ascii_case("SIP+D2U")
+                    && services.eq_ignore_ascii_case(self.service.naptr())
                     && !replacement.is_empty() =>
                 {
                     Some((*order, *preference, replacement.as_str()))
@@ -210,7 +260,7 @@ impl Lookup {
             .collect();
         usable.sort();
         let names: Vec<String> = if usable.is_empty() {
-            vec![format!("_sip._udp.{}", self.host)]
+            vec![format!("{}.{}", self.service.srv_prefix(), self.host)]
         } else {
             usable.iter().map(|(_, _, name)| name.to_string()).collect()
         };
@@ -249,7 +299,7 @@ impl Lookup {
             if !more_srv {
                 // §4.2: no SRV records: the host's addresses, port 5060.
                 let host = self.host.clone();
-                self.ask_addresses(&host, SIP_PORT);
+                self.ask_addresses(&host, self.service.default_port());
             }
             return;
         }

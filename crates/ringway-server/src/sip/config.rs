@@ -45,6 +45,17 @@ pub struct SipServerConfig {
     /// its transport (`tcp:ADDR` needs a TCP listener; a bare address is
     /// UDP).
     pub route_to: Option<TransportAddr>,
+    /// The next hop of `route_to` given by name instead (`[tcp:|tls:]NAME`
+    /// or `NAME:PORT`): resolved per request (RFC 3263, from the DNS cache
+    /// while its TTLs last), each address checked by the relay policy, the
+    /// next ones tried on failure (stateful). Not with `route_to`.
+    pub route_to_name: Option<crate::dns::TransportNextHop>,
+    /// The nameserver (default: the first of /etc/resolv.conf). Given, it
+    /// also turns on resolving Request-URI and Route hosts that are names
+    /// where the relay policy allows them.
+    pub dns_server: Option<SocketAddr>,
+    /// Bounds of the requests parked on names (count, bytes, wait).
+    pub dns_pending: super::PendingLimits,
     /// Listening addresses of connection transports (`tcp:ADDR`), beyond
     /// the UDP `listen`. Port 0: the UDP port.
     pub listeners: Vec<TransportAddr>,
@@ -168,6 +179,9 @@ impl Default for SipServerConfig {
             mode: Mode::Stateless,
             workers: 1,
             route_to: None,
+            route_to_name: None,
+            dns_server: None,
+            dns_pending: super::PendingLimits::default(),
             listeners: Vec::new(),
             tcp: TcpConfig::default(),
             tls: TlsConfig::default(),
@@ -262,6 +276,34 @@ impl SipServerConfig {
                     "listen {listener}: use a concrete address (it goes into Via and Record-Route)"
                 ));
             }
+        }
+        if let Some(name) = &self.route_to_name {
+            let crate::dns::NextHop::Name { .. } = name.hop else {
+                return fail(format!("route_to_name {name}: not a name"));
+            };
+            if self.route_to.is_some() {
+                return fail("route_to and route_to_name: give one".into());
+            }
+            if name.transport != Transport::Udp
+                && !self.listeners.iter().any(|l| l.transport == name.transport)
+            {
+                return fail(format!(
+                    "route_to {name} needs a {} listen address",
+                    name.transport
+                ));
+            }
+            if matches!(name.transport, Transport::Ws | Transport::Wss) {
+                return fail(format!(
+                    "route_to {name}: WebSocket clients connect to us (route to tcp, tls or udp)"
+                ));
+            }
+            if name.transport == Transport::Tls && self.tls.ca.is_none() {
+                return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
+            }
+        }
+        let pending = &self.dns_pending;
+        if pending.count == 0 || pending.bytes < 65_536 || pending.wait.is_zero() {
+            return fail("dns_pending: count above 0, bytes at least 65536, wait above 0".into());
         }
         if let Some(to) = self.route_to.filter(|to| to.transport != Transport::Udp) {
             if !self.listeners.iter().any(|l| l.transport == to.transport) {
@@ -431,6 +473,15 @@ impl SipServerConfig {
             local,
             route_to: self.route_to.map(|to| to.addr),
             route_to_transport: self.route_to.map_or(Transport::Udp, |to| to.transport),
+            route_to_name: self
+                .route_to_name
+                .as_ref()
+                .and_then(|name| match &name.hop {
+                    crate::dns::NextHop::Name { host, port } => Some(
+                        ringway_sip::proxy::NameQuery::new(host, *port, name.transport),
+                    ),
+                    crate::dns::NextHop::Addr(_) => None,
+                }),
             listeners,
             registrar: self.registrar,
             nat: self.nat,

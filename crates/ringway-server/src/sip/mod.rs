@@ -29,6 +29,7 @@ mod backend;
 mod config;
 mod control;
 pub mod location;
+mod names;
 mod prometheus;
 pub mod service;
 mod snapshot;
@@ -48,7 +49,8 @@ pub use control::{
     AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
     RELOADABLE,
 };
-pub use snapshot::{Bounds, LocationSnapshot, Snapshot};
+pub use names::{PendingLimits, ProxyNames};
+pub use snapshot::{Bounds, DnsSnapshot, LocationSnapshot, Snapshot};
 pub use stats::{Latency, TypeStats, WorkerMetrics};
 pub use summary::{
     Actions, ConfigView, Cpu, Drops, Messages, Summary, ThreadCpu, TypeSummary, SCHEMA,
@@ -112,6 +114,8 @@ struct Shared {
     /// Test hook (`RINGWAY_TEST_PANIC=<thread name>`): that thread panics
     /// on its first datagram (worker) or loop (timer, store thread).
     inject_panic: Option<String>,
+    /// DNS for next hops given by name (`None`: names are not resolved).
+    names: Option<Arc<names::ProxyNames>>,
 }
 
 impl Shared {
@@ -174,6 +178,10 @@ impl SipServer {
         }
         // Hashes and MACs we put on the wire: unpredictable (S19).
         proxy.set_secret(host::random_bytes()?);
+        let names = start_names(&config, local)?;
+        if let Some(names) = &names {
+            proxy.set_name_resolver(names.clone());
+        }
         let store_threads = store_ends.as_ref().map_or(0, |ends| ends.stores.len());
         let StreamListeners {
             addresses: stream_addresses,
@@ -202,6 +210,7 @@ impl SipServer {
             threads_alive: AtomicUsize::new(0),
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
+            names,
             control: control::ControlState::new(config.clone(), swappable),
             config,
         });
@@ -357,6 +366,9 @@ impl SipServer {
     fn stop_threads(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.threads.join_all("sip server");
+        if let Some(names) = &self.shared.names {
+            names.resolver().stop();
+        }
     }
 
     /// Stop every thread, wait for them, and return the summary.
@@ -428,6 +440,34 @@ fn build_proxy(
             (proxy, Some(shared), Some(StoreEnds { receivers, stores }))
         }
     })
+}
+
+/// The proxy's DNS, when a next hop is a name (`route_to_name`) or a
+/// nameserver is configured (`dns_server`: Request-URI and Route names
+/// are resolved too, where the relay policy allows them).
+fn start_names(
+    config: &SipServerConfig,
+    local: SocketAddr,
+) -> Result<Option<Arc<names::ProxyNames>>, ServerError> {
+    if config.route_to_name.is_none() && config.dns_server.is_none() {
+        return Ok(None);
+    }
+    let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
+        server: config.dns_server,
+        ..crate::dns::DnsConfig::default()
+    })
+    .map_err(|e| ServerError::Config(format!("dns: {e}")))?;
+    if let Some(name) = &config.route_to_name {
+        log::info!(
+            "sip server: route_to {name} resolved per request (cache with TTLs), nameserver {}",
+            resolver.nameserver()
+        );
+    }
+    Ok(Some(Arc::new(names::ProxyNames::new(
+        resolver,
+        local,
+        config.dns_pending,
+    ))))
 }
 
 /// A random nonce key (the kernel's random source).

@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 24] = [
+const CORE_COUNTERS: [CoreCounter; 28] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -134,6 +134,26 @@ const CORE_COUNTERS: [CoreCounter; 24] = [
         "Requests answered 480 because the location store was unavailable for their lookup.",
         |stats| stats.store_unavailable_lookups,
     ),
+    (
+        "ringway_sip_names_parked_total",
+        "Requests parked until their next hop's name was resolved (not in the DNS cache).",
+        |stats| stats.names_parked,
+    ),
+    (
+        "ringway_sip_names_failed_total",
+        "Requests answered 404 because their next hop's name has no address.",
+        |stats| stats.names_failed,
+    ),
+    (
+        "ringway_sip_names_unavailable_total",
+        "Requests answered 503 (ACK, CANCEL dropped) because their next hop's name was not resolved.",
+        |stats| stats.names_unavailable,
+    ),
+    (
+        "ringway_sip_failovers_total",
+        "Times a transaction moved on to the next RFC 3263 target (timeout, 503, transport error).",
+        |stats| stats.failovers,
+    ),
 ];
 
 /// The counters of one connection transport, labelled with it.
@@ -226,6 +246,27 @@ pub(super) fn render(snap: &Snapshot) -> String {
             "Registrar bindings stored (in-memory store only).",
             &[],
             bindings as f64,
+        );
+    }
+    if let Some(dns) = &snap.dns {
+        dns.resolver.prometheus(&mut text);
+        text.counter(
+            "ringway_sip_names_parked_refused_total",
+            "Requests refused because the parked set (count, bytes) or the resolver queue was full.",
+            &[],
+            dns.parked_refused,
+        );
+        text.counter(
+            "ringway_sip_names_parked_expired_total",
+            "Parked requests given up after the wait bound (answered 503).",
+            &[],
+            dns.parked_expired,
+        );
+        text.gauge(
+            "ringway_sip_names_parked",
+            "Requests parked on a name now.",
+            &[],
+            dns.parked as f64,
         );
     }
     if let Some(location) = &snap.location {

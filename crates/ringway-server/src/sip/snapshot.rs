@@ -120,6 +120,21 @@ pub struct Snapshot {
     pub tcp: Option<TcpSnapshot>,
     /// The TLS layer (`None`: no TLS configured).
     pub tls: Option<TlsSnapshot>,
+    /// DNS for next hops given by name (`None`: no resolver).
+    pub dns: Option<DnsSnapshot>,
+}
+
+/// The proxy's DNS: the resolver's counters and the parked requests'.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct DnsSnapshot {
+    /// The resolver (lookups, cache, queries).
+    pub resolver: crate::dns::DnsStatsSnapshot,
+    /// Requests refused because the pending set or the resolver queue was full.
+    pub parked_refused: u64,
+    /// Parked requests given up after the wait bound (answered 503).
+    pub parked_expired: u64,
+    /// Requests parked now.
+    pub parked: u64,
 }
 
 /// Ask every thread for a copy of its metrics, wait (bounded) and merge.
@@ -190,6 +205,12 @@ pub(super) fn snapshot(shared: &Shared) -> Snapshot {
             .as_ref()
             .and_then(|c| c.tls())
             .map(|tls| tls.snapshot()),
+        dns: shared.names.as_ref().map(|names| DnsSnapshot {
+            resolver: names.resolver().stats().snapshot(),
+            parked_refused: names.counters().refused.load(Ordering::Relaxed),
+            parked_expired: names.counters().expired.load(Ordering::Relaxed),
+            parked: names.parked() as u64,
+        }),
     }
 }
 

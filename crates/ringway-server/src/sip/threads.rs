@@ -159,6 +159,9 @@ pub(super) fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
             shared.injected_panic("sip-timer");
+            if let Some(names) = shared.names.as_deref() {
+                timer.resume_names(io.as_mut(), names, monotonic_now().0);
+            }
             let wait = timer.wait(monotonic_now().0);
             if wait.is_zero() {
                 timer.fire(io.as_mut(), monotonic_now().0);

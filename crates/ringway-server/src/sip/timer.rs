@@ -55,6 +55,58 @@ impl<'p> SipTimer<'p> {
         }
     }
 
+    /// Resume the requests parked on names that `names` has ready at `now`
+    /// (resolved, or waited too long) and send their output through `io`.
+    pub fn resume_names(&mut self, io: &mut dyn BatchIo, names: &super::ProxyNames, now: u64) {
+        let ready = names.take_ready(now);
+        if ready.is_empty() {
+            return;
+        }
+        let SipTimer {
+            proxy,
+            tx,
+            metrics,
+            connections,
+        } = self;
+        tx.clear();
+        let mut oversize = 0u64;
+        let mut sent = 0u64;
+        for (request, answer) in ready {
+            let outcome = proxy.resume_resolved(&request, answer, now, &mut |hop, bytes| {
+                if hop.transport != Transport::Udp {
+                    match connections.as_deref() {
+                        Some(connections) => {
+                            connections.send(hop, bytes, now);
+                        }
+                        None => oversize += 1,
+                    }
+                    return;
+                }
+                if tx.is_full() {
+                    if let Ok(n) = io.send_batch(tx) {
+                        sent += n as u64;
+                    }
+                    tx.clear();
+                }
+                if tx.push(hop.addr, bytes).is_err() {
+                    oversize += 1;
+                }
+            });
+            // Its arrival was counted by the worker that parked it.
+            metrics
+                .slot_mut(outcome.label.slot())
+                .count_action(outcome.action);
+        }
+        if !tx.is_empty() {
+            if let Ok(n) = io.send_batch(tx) {
+                sent += n as u64;
+            }
+            tx.clear();
+        }
+        metrics.timer_out += sent;
+        metrics.tx_oversize += oversize;
+    }
+
     /// Fire the timers due at `now` and send their output through `io`.
     pub fn fire(&mut self, io: &mut dyn BatchIo, now: u64) {
         let SipTimer {

@@ -88,7 +88,8 @@ impl Branch {
         let loop_at = HASH_DIGITS + 1;
         let mac_at = loop_at + LOOP_DIGITS + 1;
         let bytes = rest.as_bytes();
-        if bytes.len() != mac_at + UPSTREAM_MAC_DIGITS
+        let base = mac_at + UPSTREAM_MAC_DIGITS;
+        if !(bytes.len() == base || bytes.len() == base + 2 && try_digit(&bytes[base..]).is_some())
             || bytes[HASH_DIGITS] != b'.'
             || bytes[mac_at - 1] != b'.'
         {
@@ -106,6 +107,50 @@ impl Branch {
             mac,
         ))
     }
+}
+
+/// `.<1..=9>`: a failover try's mark after our branch.
+fn try_digit(suffix: &[u8]) -> Option<u8> {
+    match suffix {
+        [b'.', digit @ b'1'..=b'9'] => Some(digit - b'0'),
+        _ => None,
+    }
+}
+
+/// The failover try one of our branches names: 0 for the first target,
+/// `N` for `<branch>.N`.
+pub(super) fn try_of(branch: &str) -> u8 {
+    let bytes = branch.as_bytes();
+    bytes.get(BRANCH_LEN..).and_then(try_digit).unwrap_or(0)
+}
+
+/// Mark our branch in the top Via of `request` (a request we forward) with
+/// failover try `tries` (1..=9): `<branch>.<tries>`. `false` when it is
+/// not found or `tries` is out of range.
+pub(super) fn set_try(request: &mut Vec<u8>, tries: u8) -> bool {
+    if !(1..=9).contains(&tries) {
+        return false;
+    }
+    // Our Via is the first one, after the request line.
+    let Some(line_end) = memchr::memchr(b'\n', request) else {
+        return false;
+    };
+    let needle = format!(";branch={BRANCH_PREFIX}");
+    let Some(at) = memchr::memmem::find(&request[line_end..], needle.as_bytes()) else {
+        return false;
+    };
+    let end = line_end + at + needle.len() - BRANCH_PREFIX.len() + BRANCH_LEN;
+    if end > request.len() {
+        return false;
+    }
+    let digit = b'0' + tries;
+    match request.get(end..end + 2) {
+        Some([b'.', b'1'..=b'9']) => request[end + 1] = digit,
+        _ => {
+            request.splice(end..end, [b'.', digit]);
+        }
+    }
+    true
 }
 
 /// Up to 16 hex digits (either case) as a number; `None` for anything else.

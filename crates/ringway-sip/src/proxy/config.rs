@@ -28,6 +28,11 @@ pub struct ProxyConfig {
     pub route_to: Option<SocketAddr>,
     /// The transport to `route_to` (UDP unless configured otherwise).
     pub route_to_transport: Transport,
+    /// The default next hop given by name (RFC 3263; resolved through the
+    /// driver's [`super::NameResolver`] per request, from its cache while
+    /// fresh), when `route_to` is `None`. Its addresses are granted like an
+    /// authenticated request's target by the relay policy.
+    pub route_to_name: Option<super::NameQuery>,
     /// Where we listen on connection transports (TCP, TLS), beyond
     /// `local` (UDP): each goes into the Via and Record-Route of what we
     /// send over that transport, and is recognised as ours in Route and
@@ -181,6 +186,7 @@ impl Default for ProxyConfig {
             local: SocketAddr::from(([127, 0, 0, 1], 5060)),
             route_to: None,
             route_to_transport: Transport::Udp,
+            route_to_name: None,
             listeners: Vec::new(),
             registrar: false,
             // Off in the core's default (a library user opts in); the

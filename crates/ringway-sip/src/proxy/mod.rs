@@ -47,6 +47,7 @@ mod config;
 mod deferred;
 pub(crate) mod flood;
 mod flow_token;
+mod names;
 mod outcome;
 mod register;
 mod request;
@@ -66,6 +67,7 @@ pub use config::{
     DEFAULT_MAX_TRANSACTION_BYTES,
 };
 pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
+pub use names::{NameAnswer, NameError, NameQuery, NameResolver, ResolvingRequest, MAX_TRIES};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS, EXACT_CODES};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub use stats::ProxyStats;
@@ -107,6 +109,9 @@ pub struct Proxy {
     /// `Proxy-Authorization` is never forwarded.
     realms: Vec<String>,
     store: StoreAccess,
+    /// The driver's DNS, for next hops that are names (`None`: names
+    /// are not resolved).
+    names: Option<Arc<dyn NameResolver>>,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
     /// Stateless with authentication: where authenticated INVITEs went
@@ -192,6 +197,7 @@ impl Proxy {
             own,
             secret,
             store,
+            names: None,
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(Shard::new(transaction_bytes.clone())))
                 .collect(),
@@ -214,6 +220,13 @@ impl Proxy {
         let mut key = [0u8; 16];
         key.copy_from_slice(&secret[16..]);
         self.mac_key = MacKey::new(key);
+    }
+
+    /// Resolve next hops that are names through `resolver` (the driver's
+    /// DNS; see [`NameResolver`]): `route_to_name`, and Request-URI and
+    /// Route hosts where the relay policy allows them.
+    pub fn set_name_resolver(&mut self, resolver: Arc<dyn NameResolver>) {
+        self.names = Some(resolver);
     }
 
     /// Drain (on) or serve again (off): while draining, a new request

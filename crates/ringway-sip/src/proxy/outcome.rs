@@ -178,10 +178,12 @@ pub enum DropReason {
     /// [`AMPLIFICATION_LIMIT`](crate::proxy::AMPLIFICATION_LIMIT) times
     /// the request's size.
     ReplyTooLarge,
+    /// An ACK or CANCEL whose next hop's name could not be resolved.
+    NameNotResolved,
 }
 
 /// Every drop reason, in counter-slot order ([`DropReason::index`]).
-pub const DROP_REASONS: [DropReason; 13] = [
+pub const DROP_REASONS: [DropReason; 14] = [
     DropReason::MalformedResponse,
     DropReason::MalformedRequest,
     DropReason::ResponseNotOurs,
@@ -195,6 +197,7 @@ pub const DROP_REASONS: [DropReason; 13] = [
     DropReason::NotRelayed,
     DropReason::SourceMismatch,
     DropReason::ReplyTooLarge,
+    DropReason::NameNotResolved,
 ];
 
 impl DropReason {
@@ -214,6 +217,7 @@ impl DropReason {
             DropReason::NotRelayed => "not_relayed",
             DropReason::SourceMismatch => "source_mismatch",
             DropReason::ReplyTooLarge => "reply_too_large",
+            DropReason::NameNotResolved => "name_not_resolved",
         }
     }
 
@@ -234,6 +238,7 @@ impl DropReason {
             DropReason::NotRelayed => 10,
             DropReason::SourceMismatch => 11,
             DropReason::ReplyTooLarge => 12,
+            DropReason::NameNotResolved => 13,
         }
     }
 }

@@ -6,6 +6,7 @@
 use super::branch::{Branch, SIGNATURE_PARAM};
 use super::config::Mode;
 use super::deferred::StoreCall;
+use super::names::{failure_status, NameCall};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::request_context::Request;
 use super::routing::{upstream_address, Rejection, RoutePlan, Target};
@@ -107,12 +108,27 @@ impl ProxyWorker<'_> {
             }
             target => target,
         };
+        let mut alternates = Vec::new();
+        let target = match target {
+            Target::Resolve { query, grant } => {
+                let grant = if identity.is_some() {
+                    Grant::Authenticated
+                } else {
+                    grant
+                };
+                match self.resolve_target(request, query, grant, &mut alternates, out) {
+                    Ok(target) => target,
+                    Err(action) => return action,
+                }
+            }
+            target => target,
+        };
         match target {
             Target::Respond(code, reason) => self.local_final(request, code, reason, &[], out),
             Target::OptionsToUs => self.local_final(request, 200, "OK", &OPTIONS_HEADERS, out),
             Target::Register => self.register(request, identity.as_ref(), out),
             // Resolved above.
-            Target::Lookup { .. } => {
+            Target::Lookup { .. } | Target::Resolve { .. } => {
                 self.local_final(request, 500, "Server Internal Error", &[], out)
             }
             Target::Send {
@@ -135,6 +151,7 @@ impl ProxyWorker<'_> {
                     request_uri: request_uri.as_deref(),
                     route_set: route_set.as_deref(),
                     flow: flow.then_some(to),
+                    alternates: &alternates,
                 };
                 self.forward(request, route, &plan, stateful, out)
             }
@@ -348,7 +365,7 @@ impl ProxyWorker<'_> {
             },
         };
         if stateful {
-            return self.forward_stateful(request, to, &edits, out);
+            return self.forward_stateful(request, to, route.alternates, &edits, out);
         }
         let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());
         match forward_request(msg, &edits, buf) {
@@ -465,6 +482,67 @@ struct Forwarding<'a> {
     /// The registered flow `to` is: our Record-Route towards it carries
     /// its token.
     flow: Option<Hop>,
+    /// The next RFC 3263 targets after `to` (stateful failover).
+    alternates: &'a [Hop],
+}
+
+impl ProxyWorker<'_> {
+    /// A next hop given by name: resolved (from the cache, or the request
+    /// is parked), every address checked by the relay policy with `grant`;
+    /// the first allowed one is the target and the next ones (up to
+    /// [`super::MAX_TRIES`] in all) go to `alternates`. A request that could
+    /// go nowhere the name resolves to (no grant, relay networks `none`)
+    /// takes the default route without a lookup. `Err`: answered or parked.
+    fn resolve_target<'m>(
+        &mut self,
+        request: &Request<'_>,
+        query: super::NameQuery,
+        grant: Grant,
+        alternates: &mut Vec<Hop>,
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) -> Result<Target<'m>, Action> {
+        let proxy = self.proxy();
+        if grant == Grant::None && proxy.relays_nowhere() {
+            return Ok(proxy.default_route());
+        }
+        let transport = query.transport;
+        let addresses = match self.name_call(request, query) {
+            NameCall::Parked => return Err(Action::Deferred),
+            NameCall::Answered(Ok(addresses)) => addresses,
+            NameCall::Answered(Err(error)) => {
+                let (code, reason, counter) = failure_status(error);
+                self.stripe.add(counter);
+                if matches!(request.method, Method::Ack | Method::Cancel) {
+                    return Err(self.drop_datagram(DropReason::NameNotResolved));
+                }
+                return Err(self.local_final(request, code, reason, &[], out));
+            }
+        };
+        let mut refused = None;
+        {
+            let policy = proxy.relay.read().unwrap_or_else(|e| e.into_inner());
+            for addr in addresses {
+                match policy.check(addr, grant) {
+                    Ok(()) if alternates.len() < super::MAX_TRIES => {
+                        alternates.push(proxy.hop_over(transport, addr));
+                    }
+                    Ok(()) => break,
+                    Err(refusal) => refused = refused.or(Some(refusal)),
+                }
+            }
+        }
+        if alternates.is_empty() {
+            return Err(self.refuse_relay(request, refused.unwrap_or(Refusal::NotRelaying), out));
+        }
+        let to = alternates.remove(0);
+        Ok(Target::Send {
+            to,
+            grant,
+            request_uri: None,
+            route_set: None,
+            flow: false,
+        })
+    }
 }
 
 /// `ip` as text in `buf` (no allocation).

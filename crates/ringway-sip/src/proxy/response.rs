@@ -2,7 +2,7 @@
 //! client transaction by our branch, otherwise (and when nothing matches)
 //! forwarded along the Via stack (RFC 3261 16.7, 16.11).
 
-use super::branch::Branch;
+use super::branch::{try_of, Branch};
 use super::cancel::build_hop_request;
 use super::config::Mode;
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
@@ -57,7 +57,8 @@ impl ProxyWorker<'_> {
         }
         if proxy.config.mode == Mode::Stateful {
             let key = TransactionKey::new(keys.transaction, Class::of(method));
-            if let Some(action) = self.on_transaction_response(now, msg, key, out) {
+            let tries = top.branch.map_or(0, try_of);
+            if let Some(action) = self.on_transaction_response(now, msg, key, tries, out) {
                 return action;
             }
         }
@@ -108,13 +109,22 @@ impl ProxyWorker<'_> {
         now: u64,
         msg: &SipMsg<'_>,
         key: TransactionKey,
+        tries: u8,
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Option<Action> {
         let code = msg.status().unwrap_or(0);
         let mut shard = lock(self.proxy().shard(key.hash));
         let transaction = shard.transactions.get_mut(&key)?;
         let mut cancel_due = false;
-        let action = if key.class == Class::Cancel {
+        let action = if !transaction.is_current_try(tries) {
+            // From a target we moved on from: only a 2xx to an INVITE
+            // still goes on, end to end; the rest is absorbed.
+            if transaction.class == Class::Invite && (200..300).contains(&code) {
+                self.forward_upstream(transaction.upstream, msg, out)
+            } else {
+                Action::Absorbed
+            }
+        } else if key.class == Class::Cancel {
             // Response to our CANCEL: hop-by-hop, never forwarded.
             if code >= 200 {
                 transaction.cancel_answered(now);
@@ -195,6 +205,14 @@ impl ProxyWorker<'_> {
         let invite = transaction.class == Class::Invite;
         if invite && code >= 300 {
             self.ack_downstream(transaction, msg, out);
+        }
+        if code == 503 && transaction.can_fail_over() {
+            // RFC 3263 4.3: the next target (after the ACK of this one).
+            if let Some(to) = transaction.fail_over(now) {
+                send(out, to, &transaction.request);
+                self.stripe.add(Counter::Failovers);
+                return Action::Absorbed;
+            }
         }
         if transaction.server != ServerState::Proceeding {
             // Already answered upstream (408/487 after a timeout): only a

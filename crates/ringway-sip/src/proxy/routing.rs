@@ -76,6 +76,14 @@ pub(super) enum Target<'a> {
         /// its token (RFC 5626 5.3).
         flow: bool,
     },
+    /// A next hop given by name (RFC 3263): resolved after authorization
+    /// ([`super::names`]), when `grant` (or the request's authentication)
+    /// or the relay networks could let the request go to what it resolves
+    /// to; otherwise the default route.
+    Resolve {
+        query: super::NameQuery,
+        grant: Grant,
+    },
     /// Answer locally with this final response.
     Respond(u16, &'static str),
     /// A REGISTER for our registrar.
@@ -345,6 +353,9 @@ impl Proxy {
             }
         }
         if let Some(route) = plan.next_route {
+            if let Some(query) = route.sip_uri().and_then(|u| self.name_of(&u)) {
+                return Target::Resolve { query, grant };
+            }
             let to = route.sip_uri().and_then(|u| {
                 u.host_ip().map(|ip| {
                     let transport = Transport::of_uri(&u).unwrap_or_default();
@@ -418,7 +429,31 @@ impl Proxy {
                 flow: false,
             };
         }
+        if self.config.route_to.is_none() && self.config.route_to_name.is_none() {
+            if let Some(query) = self.name_of(&uri) {
+                return Target::Resolve { query, grant };
+            }
+        }
         self.default_route()
+    }
+
+    /// The name to resolve for `uri`'s host, if it is a name and we have a
+    /// resolver (its transport from the URI: `sips:` TLS, `;transport=`).
+    fn name_of(&self, uri: &SipUri<'_>) -> Option<super::NameQuery> {
+        if self.names.is_none() || uri.host_ip().is_some() {
+            return None;
+        }
+        let transport = Transport::of_uri(uri).unwrap_or_default();
+        let transport = self.hop_over(transport, self.config.local).transport;
+        Some(super::NameQuery::new(uri.host, uri.port, transport))
+    }
+
+    /// Whether the relay networks are `none` (only grants pass).
+    pub(super) fn relays_nowhere(&self) -> bool {
+        matches!(
+            self.relay.read().unwrap_or_else(|e| e.into_inner()).nets(),
+            crate::relay::RelayNets::None
+        )
     }
 
     /// Whether a stored flow is one we can send over: a transport we
@@ -429,17 +464,23 @@ impl Proxy {
             && (flow.transport.is_reliable() || self.config.nat)
     }
 
-    /// `route_to`, else 404 (we resolve no names).
-    fn default_route<'m>(&self) -> Target<'m> {
-        match self.config.route_to {
-            Some(to) => Target::Send {
+    /// `route_to` (an address, or a name to resolve), else 404.
+    pub(super) fn default_route<'m>(&self) -> Target<'m> {
+        match (self.config.route_to, &self.config.route_to_name) {
+            (Some(to), _) => Target::Send {
                 to: self.hop_over(self.config.route_to_transport, to),
                 grant: Grant::None,
                 request_uri: None,
                 route_set: None,
                 flow: false,
             },
-            None => Target::Respond(404, "Not Found"),
+            // Configured: granted like an authenticated request's target
+            // (loopback, link-local, our IP only when a network names them).
+            (None, Some(query)) if self.names.is_some() => Target::Resolve {
+                query: query.clone(),
+                grant: Grant::Authenticated,
+            },
+            _ => Target::Respond(404, "Not Found"),
         }
     }
 
@@ -485,6 +526,10 @@ impl Proxy {
             .config
             .route_to
             .map(|to| self.hop_over(self.config.route_to_transport, to));
+        if to.is_none() && route_to.is_none() && self.config.route_to_name.is_some() {
+            // A contact that is a name, with a default route by name.
+            return self.default_route();
+        }
         match to.or(route_to) {
             Some(to) => Target::Send {
                 to,

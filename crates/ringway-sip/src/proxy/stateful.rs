@@ -9,7 +9,7 @@
 use super::outcome::{Action, DropReason};
 use super::request_context::Request;
 use super::stats::Counter;
-use super::transaction::{lock, Class, ServerState, Transaction, TransactionKey};
+use super::transaction::{lock, Class, Failover, ServerState, Transaction, TransactionKey};
 use super::worker::AMPLIFICATION_LIMIT;
 use super::worker::{send, ProxyWorker};
 use crate::edit::{build_response, forward_request, RequestEdits};
@@ -96,12 +96,19 @@ impl ProxyWorker<'_> {
         &mut self,
         request: &Request<'_>,
         to: Hop,
+        alternates: &[Hop],
         edits: &RequestEdits<'_>,
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let msg = request.msg;
         let class = Class::of(request.method);
         let mut transaction = Transaction::new(class, Some(request.reply));
+        if !alternates.is_empty() {
+            transaction.failover = Some(Box::new(Failover {
+                alternates: alternates.to_vec(),
+                tries: 0,
+            }));
+        }
         // One right-sized allocation each instead of repeated growth.
         transaction.request = Vec::with_capacity(msg.as_bytes().len() + FORWARDED_HEADROOM);
         transaction.last_response = Vec::with_capacity(RESPONSE_CAPACITY);

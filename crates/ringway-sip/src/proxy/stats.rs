@@ -84,6 +84,18 @@ pub struct ProxyStats {
     /// Requests answered `480` because the location store was unavailable
     /// for their lookup.
     pub store_unavailable_lookups: u64,
+    /// Requests parked until their next hop's name was resolved (a name
+    /// not in the cache).
+    pub names_parked: u64,
+    /// Requests answered `404` because their next hop's name has no address.
+    pub names_failed: u64,
+    /// Requests answered `503` (an ACK or CANCEL dropped) because their
+    /// next hop's name could not be resolved: lookup failed or timed out,
+    /// the resolver's pending set was full, or every address was refused.
+    pub names_unavailable: u64,
+    /// Times a stateful transaction moved on to the next RFC 3263 target
+    /// (timeout, `503`, or a transport error on the one before).
+    pub failovers: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -121,11 +133,15 @@ pub(super) enum Counter {
     StoreQueueFull,
     StoreUnavailableRegisters,
     StoreUnavailableLookups,
+    NamesParked,
+    NamesFailed,
+    NamesUnavailable,
+    Failovers,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::StoreUnavailableLookups as usize + 1;
+    pub(super) const COUNT: usize = Counter::Failovers as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -251,6 +267,10 @@ impl Proxy {
             store_queue_full: counters.event(Counter::StoreQueueFull),
             store_unavailable_registers: counters.event(Counter::StoreUnavailableRegisters),
             store_unavailable_lookups: counters.event(Counter::StoreUnavailableLookups),
+            names_parked: counters.event(Counter::NamesParked),
+            names_failed: counters.event(Counter::NamesFailed),
+            names_unavailable: counters.event(Counter::NamesUnavailable),
+            failovers: counters.event(Counter::Failovers),
             responses_generated,
             drops,
             bindings: self.bindings().map(|n| n as u64),

@@ -4,7 +4,9 @@
 
 use super::stats::Counter;
 use super::timer_table::TransactionTimer;
-use super::transaction::{lock, Class, ServerState, Shard, Transaction, TransactionKey};
+use super::transaction::{
+    lock, Class, ClientState, ServerState, Shard, Transaction, TransactionKey,
+};
 use super::worker::{send, ProxyWorker};
 use super::Proxy;
 use crate::edit::{build_response, forward_response};
@@ -108,6 +110,14 @@ impl ProxyWorker<'_> {
         now: u64,
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> bool {
+        if transaction.client == ClientState::Calling && transaction.can_fail_over() {
+            // Timer B/F with nothing heard: the next RFC 3263 target.
+            if let Some(to) = transaction.fail_over(now) {
+                send(out, to, &transaction.request);
+                self.stripe.add(Counter::Failovers);
+                return false;
+            }
+        }
         let cancel_due = transaction.time_out();
         self.stripe.add(Counter::TransactionsTimedOut);
         if transaction.class == Class::Cancel || transaction.server != ServerState::Proceeding {

@@ -100,6 +100,9 @@ pub(super) struct Transaction {
     pub(super) cancel_match: Option<u64>,
     /// Bumped on every reschedule; heap entries of older generations are stale.
     pub(super) generation: u32,
+    /// The next RFC 3263 targets, when the next hop was a name with more
+    /// than one (`None` on the IP-literal path: nothing allocated).
+    pub(super) failover: Option<Box<Failover>>,
     /// Bytes this transaction is counted for in its shard's table
     /// ([`Transaction::footprint`] when last (re)scheduled).
     charged: usize,
@@ -123,14 +126,60 @@ impl Transaction {
             cancelled: false,
             cancel_match: None,
             generation: 0,
+            failover: None,
             charged: 0,
         }
+    }
+
+    /// Whether the client side may move on to the next target now: nothing
+    /// but silence or a `503` came back (no provisional), nothing went
+    /// upstream yet, not cancelled, and a target is left.
+    pub(super) fn can_fail_over(&self) -> bool {
+        self.class != Class::Cancel
+            && self.server == ServerState::Proceeding
+            && !self.cancelled
+            && !self.cancel_pending
+            && self
+                .failover
+                .as_ref()
+                .is_some_and(|f| !f.alternates.is_empty())
+    }
+
+    /// Move the client side to the next target: the request gets a new
+    /// branch (ours with `.<try>`, RFC 3261 16.6 step 8: a new client
+    /// transaction) and goes there, timers A/E and B/F from the start.
+    /// Returns where it goes now (`None`: no target left).
+    pub(super) fn fail_over(&mut self, now: u64) -> Option<Hop> {
+        let failover = self.failover.as_mut()?;
+        if failover.alternates.is_empty() {
+            return None;
+        }
+        let tries = failover.tries.checked_add(1)?;
+        if !super::branch::set_try(&mut self.request, tries) {
+            return None;
+        }
+        failover.tries = tries;
+        let to = failover.alternates.remove(0);
+        self.start_client(now, to);
+        Some(to)
+    }
+
+    /// Which try a response with our branch's try `tries` answers: the
+    /// current one, or an earlier target's (stale).
+    pub(super) fn is_current_try(&self, tries: u8) -> bool {
+        self.failover.as_ref().map_or(0, |f| f.tries) == tries
     }
 
     /// Memory this transaction holds: the entry itself and its two
     /// buffers (their capacity, not their length).
     pub(super) fn footprint(&self) -> usize {
-        ENTRY_BYTES + self.request.capacity() + self.last_response.capacity()
+        ENTRY_BYTES
+            + self.request.capacity()
+            + self.last_response.capacity()
+            + self.failover.as_ref().map_or(0, |f| {
+                std::mem::size_of::<Failover>()
+                    + f.alternates.capacity() * std::mem::size_of::<Hop>()
+            })
     }
 
     /// The CANCEL transaction for an INVITE: its server side is answered
@@ -294,6 +343,14 @@ impl Transaction {
             self.timers.set(TransactionTimer::Expire, now);
         }
     }
+}
+
+/// The targets left for a transaction's failover, and how many it moved on.
+pub(super) struct Failover {
+    /// Targets not tried yet, in RFC 3263 order.
+    pub(super) alternates: Vec<Hop>,
+    /// Targets moved on from (the branch carries it as `.<tries>`).
+    pub(super) tries: u8,
 }
 
 /// Table key: the request's transaction hash and its class.

@@ -41,6 +41,10 @@ pub struct ProxyWorker<'p> {
     pub(super) resumed_answer: Option<(StoreQuery, StoreAnswer)>,
     /// While resuming a deferred request (the store step never defers).
     pub(super) resuming: bool,
+    /// While resuming a request parked on a name: the name's answer.
+    pub(super) resolved_name: Option<(super::NameQuery, super::NameAnswer)>,
+    /// While resuming a request parked on a name (it never parks twice).
+    pub(super) resuming_name: bool,
     /// The driver reports overload: new INVITEs are shed.
     pub(super) shedding: bool,
 }
@@ -73,6 +77,8 @@ impl<'p> ProxyWorker<'p> {
             scratch: Vec::with_capacity(SCRATCH_CAPACITY),
             resumed_answer: None,
             resuming: false,
+            resolved_name: None,
+            resuming_name: false,
             shedding: false,
         }
     }

@@ -74,6 +74,11 @@ pub(crate) struct LabSfuArgs {
     /// then runs inside the SFU's send calls and is charged to it).
     #[arg(long)]
     pub no_napi: bool,
+    /// With `--netns`: every client behind a router host (the SFU's next
+    /// hop is the router; no switch, no threaded NAPI), to compare the
+    /// fast paths beyond the first link.
+    #[arg(long)]
+    pub routed: bool,
     /// Leave out runs with more other load on the machine than this (% of
     /// one core).
     #[arg(long, default_value_t = 50.0)]
@@ -203,7 +208,9 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
     }
     let backends: Vec<&str> = config.backends.iter().map(|b| b.name()).collect();
     let shape = if a.netns {
-        if a.no_napi {
+        if a.routed {
+            "veth hosts, every client behind a router host"
+        } else if a.no_napi {
             "veth hosts, no threaded NAPI"
         } else {
             "veth hosts, threaded NAPI at the switch ports"
@@ -330,6 +337,7 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         a.netns || !a.kernel_fanout,
         "--kernel-fanout needs --netns (it attaches to the SFU host's veth)"
     );
+    anyhow::ensure!(a.netns || !a.routed, "--routed needs --netns");
     let config = SfuLabConfig::try_from(&a)?;
     if a.netns {
         let max = if a.capacity {
@@ -337,7 +345,11 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         } else {
             config.clients.iter().copied().max().unwrap_or(1)
         };
-        let place = Placement::hosts(max, !a.no_napi)?;
+        let place = if a.routed {
+            Placement::routed(max)?
+        } else {
+            Placement::hosts(max, !a.no_napi)?
+        };
         return experiment(a, config, place);
     }
     ringway_io::netns::in_private_netns(move || experiment(a, config, Placement::Loopback))?

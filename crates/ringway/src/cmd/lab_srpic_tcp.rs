@@ -2,43 +2,58 @@
 //! through the TUN relay), the SRPIC paper's Tables 4–8 and Fig. 2 (see
 //! `ringway_lab::srpic_tcp` and docs/srpic.md).
 
+use ringway_lab::impair::RouterBatching;
+use ringway_lab::srpic_tcp::calibrate::{self, ROUTER_FIT};
 use ringway_lab::srpic_tcp::hosts::SenderProfile;
+use ringway_lab::srpic_tcp::relay::Placement;
 use ringway_lab::srpic_tcp::{report, run_grid, Table, TcpLabConfig};
 
 /// Arguments of `ringway lab srpic-tcp`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct LabSrpicTcpArgs {
-    /// Experiments: 4, 5 (with 7's CPU), 6, 8, sweep.
-    #[arg(long, value_delimiter = ',', default_value = "4,5,6,8,sweep")]
-    pub tables: Vec<String>,
+    /// A named set of defaults (flags given explicitly win). `table4`:
+    /// Table 4's throughput cell where today's TCP can still show it:
+    /// S-Sender (dupthresh fixed at 3), SACK off, TCP timestamps off (no
+    /// Eifel undo), β 0.3,0.4,0.5,0.7 %, 1 stream, --scale-alpha on (the
+    /// paper's RTT and window at 100 Mb/s), 50 s × 5 repetitions.
+    #[arg(long, value_parser = ["table4"])]
+    pub preset: Option<String>,
+    /// Experiments: 4, 5 (with 7's CPU), 6, 8, sweep [default: 4,5,6,8,sweep].
+    #[arg(long, value_delimiter = ',')]
+    pub tables: Option<Vec<String>>,
     /// Emulated link rate in Mb/s (σ and the receiver model are scaled by
-    /// 1000 / rate so the reordering structure matches the paper's 1 Gb/s).
-    #[arg(long, default_value_t = 200.0)]
-    pub rate_mbps: f64,
+    /// 1000 / rate so the reordering structure matches the paper's 1 Gb/s)
+    /// [default: 200; table4: 100].
+    #[arg(long)]
+    pub rate_mbps: Option<f64>,
     /// Mean one-way delay α in ms (both paths).
     #[arg(long, default_value_t = 2.5)]
     pub alpha_ms: f64,
-    /// iperf3 seconds per run (the paper: 50).
-    #[arg(long, default_value_t = 50.0)]
-    pub duration: f64,
-    /// Repetitions per cell and mode.
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
-    /// Table 4's β values in percent.
-    #[arg(long, value_delimiter = ',', default_value = "10,2,1,0.2")]
-    pub betas: Vec<f64>,
+    /// Scale α by k = 1000 / rate too (on: α' = k·α, σ = β·α', the
+    /// paper's bandwidth-delay product and σ/RTT) [default: off; table4: on].
+    #[arg(long, num_args = 0..=1, default_missing_value = "on", value_parser = ["on", "off"])]
+    pub scale_alpha: Option<String>,
+    /// iperf3 seconds per run (the paper: 50) [default: 50].
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Repetitions per cell and mode [default: 3; table4: 5].
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Table 4's β values in percent [default: 10,2,1,0.2; table4: 0.3,0.4,0.5,0.7].
+    #[arg(long, value_delimiter = ',')]
+    pub betas: Option<Vec<f64>>,
     /// Tables 5, 6, 8's δ values in percent.
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.01,0.001")]
     pub deltas: Vec<f64>,
     /// β of Tables 6 and 8 in percent.
     #[arg(long, default_value_t = 0.4)]
     pub beta_loss: f64,
-    /// Parallel streams (Tables 4, 6).
-    #[arg(long, value_delimiter = ',', default_value = "1,5,10")]
-    pub streams: Vec<usize>,
-    /// Sender profiles: S (dupthresh 3), A (adaptive).
-    #[arg(long, value_delimiter = ',', default_value = "S,A")]
-    pub senders: Vec<String>,
+    /// Parallel streams (Tables 4, 6) [default: 1,5,10; table4: 1].
+    #[arg(long, value_delimiter = ',')]
+    pub streams: Option<Vec<usize>>,
+    /// Sender profiles: S (dupthresh 3), A (adaptive) [default: S,A; table4: S].
+    #[arg(long, value_delimiter = ',')]
+    pub senders: Option<Vec<String>>,
     /// Block-size sweep: link rates as fractions of --rate-mbps.
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.5,1")]
     pub sweep: Vec<f64>,
@@ -51,17 +66,32 @@ pub(crate) struct LabSrpicTcpArgs {
     /// Seed of the first repetition.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Leave out runs whose relay delivered blocks later than this (p99, µs).
+    /// Leave out runs whose relay delivered blocks or ACKs later than this
+    /// (p99, µs).
     #[arg(long, default_value_t = 1000.0)]
     pub max_late_us: f64,
-    /// TCP timestamps in both namespaces: on (the kernel's default) or off.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub tcp_timestamps: String,
-    /// Where SRPIC puts a retransmitted segment: sorted (Listing 1: on
-    /// PrevPacketList, ahead of new segments sent before it) or in-place
-    /// (a diagnostic, not the paper: it keeps its transmission position).
-    #[arg(long, default_value = "sorted", value_parser = ["sorted", "in-place"])]
+    /// TCP timestamps in both namespaces: on (the kernel's default) or off
+    /// [default: on; table4: off].
+    #[arg(long, value_parser = ["on", "off"])]
+    pub tcp_timestamps: Option<String>,
+    /// Where SRPIC puts a segment sent after data it would overtake:
+    /// sorted (Listing 1: on PrevPacketList), in-place (the relay's oracle
+    /// of retransmissions: a diagnostic, not the paper) or tsval (a
+    /// departure from Listing 1 a receiver can implement: a segment with a
+    /// newer TSval than the data it would overtake keeps its place).
+    #[arg(long, default_value = "sorted", value_parser = ["sorted", "in-place", "tsval"])]
     pub srpic_retransmissions: String,
+    /// ASSUMPTION, not the paper's stated model: the emulator router's
+    /// receive batching, "POLL_US,COST_US" at the paper's 1 Gb/s (scaled by
+    /// k), "fit" for the values calibrated on Table 4's duplicate ACKs
+    /// (`--calibrate-router`), or "off".
+    #[arg(long, default_value = "off")]
+    pub router_batching: String,
+    /// Print the calibration of --router-batching against Table 4's
+    /// duplicate ACKs per segment (a simulation of the relay's own stages,
+    /// seconds of CPU, no namespaces) and exit.
+    #[arg(long)]
+    pub calibrate_router: bool,
     /// Write every run and the tables as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -74,12 +104,47 @@ fn positive(x: f64, what: &str) -> anyhow::Result<f64> {
     Ok(x)
 }
 
+/// The `--router-batching` value.
+fn router_batching(s: &str) -> anyhow::Result<Option<RouterBatching>> {
+    match s.trim() {
+        "off" => Ok(None),
+        "fit" => Ok(Some(ROUTER_FIT)),
+        x => {
+            let parts: Vec<&str> = x.split(',').collect();
+            let us = |v: &str| -> Option<f64> {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|u| u.is_finite() && *u >= 0.0 && *u <= 1e6)
+            };
+            match parts.as_slice() {
+                [poll, cost] => match (us(poll), us(cost)) {
+                    (Some(poll), Some(cost)) if poll > 0.0 => Ok(Some(RouterBatching {
+                        poll_ns: (poll * 1e3) as u64,
+                        per_packet_ns: (cost * 1e3) as u64,
+                    })),
+                    _ => anyhow::bail!(
+                        "--router-batching: POLL_US,COST_US with 0 < POLL_US ≤ 10⁶ and 0 ≤ COST_US ≤ 10⁶"
+                    ),
+                },
+                _ => anyhow::bail!("--router-batching: off, fit or POLL_US,COST_US (got {x:?})"),
+            }
+        }
+    }
+}
+
 impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
     type Error = anyhow::Error;
 
     fn try_from(a: LabSrpicTcpArgs) -> anyhow::Result<TcpLabConfig> {
-        let tables = a
-            .tables
+        let table4 = a.preset.as_deref() == Some("table4");
+        let pick = |given: Option<Vec<String>>, default: &str, preset: &str| -> Vec<String> {
+            given.unwrap_or_else(|| {
+                let v = if table4 { preset } else { default };
+                v.split(',').map(str::to_string).collect()
+            })
+        };
+        let tables = pick(a.tables, "4,5,6,8,sweep", "4")
             .iter()
             .map(|t| {
                 Table::parse(t).ok_or_else(|| {
@@ -87,8 +152,7 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let senders = a
-            .senders
+        let senders = pick(a.senders, "S,A", "S")
             .iter()
             .map(|s| match s.trim() {
                 "S" | "s" => Ok(SenderProfile::S),
@@ -107,7 +171,17 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
                 })
                 .collect()
         };
-        if a.streams.iter().any(|&s| s == 0 || s > 128) {
+        let betas = a.betas.unwrap_or_else(|| {
+            if table4 {
+                vec![0.3, 0.4, 0.5, 0.7]
+            } else {
+                vec![10.0, 2.0, 1.0, 0.2]
+            }
+        });
+        let streams = a
+            .streams
+            .unwrap_or_else(|| if table4 { vec![1] } else { vec![1, 5, 10] });
+        if streams.iter().any(|&s| s == 0 || s > 128) {
             anyhow::bail!("--streams values must be 1..=128");
         }
         if a.sweep
@@ -116,30 +190,92 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
         {
             anyhow::bail!("--sweep values are fractions in (0, 1]");
         }
-        let duration = positive(a.duration, "duration")?;
+        let duration = positive(a.duration.unwrap_or(50.0), "duration")?;
         if duration > 600.0 {
             anyhow::bail!("--duration is at most 600 s");
         }
+        let on_off = |given: Option<String>, preset: bool, default: bool| {
+            given.map_or(if table4 { preset } else { default }, |v| v == "on")
+        };
         Ok(TcpLabConfig {
-            rate_mbps: positive(a.rate_mbps, "rate-mbps")?,
+            rate_mbps: positive(
+                a.rate_mbps.unwrap_or(if table4 { 100.0 } else { 200.0 }),
+                "rate-mbps",
+            )?,
             alpha_ms: positive(a.alpha_ms, "alpha-ms")?,
             duration_s: duration,
-            reps: a.reps.max(1),
+            reps: a.reps.unwrap_or(if table4 { 5 } else { 3 }).max(1),
             block: a.block.max(1),
             ring: a.ring.max(1),
             seed: a.seed,
             tables,
-            betas: frac(&a.betas, "betas")?,
+            betas: frac(&betas, "betas")?,
             deltas: frac(&a.deltas, "deltas")?,
-            streams: a.streams,
+            streams,
             senders,
             beta_loss: frac(&[a.beta_loss], "beta-loss")?[0],
             sweep: a.sweep,
             max_late_us: positive(a.max_late_us, "max-late-us")?,
-            timestamps: a.tcp_timestamps == "on",
-            retransmissions_in_place: a.srpic_retransmissions == "in-place",
+            timestamps: on_off(a.tcp_timestamps, false, true),
+            placement: match a.srpic_retransmissions.as_str() {
+                "in-place" => Placement::InPlaceOracle,
+                "tsval" => Placement::TsvalGated,
+                _ => Placement::Listing1,
+            },
+            scale_alpha: on_off(a.scale_alpha, true, false),
+            router: router_batching(&a.router_batching)?,
         })
     }
+}
+
+/// `--calibrate-router`: the grid, best first, against Table 4.
+fn print_calibration() {
+    let polls = [100.0, 150.0, 200.0, 250.0, 300.0, 400.0];
+    let costs = [1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 6.0];
+    println!(
+        "Router receive batching (an ASSUMPTION, not the paper's stated model), calibrated on Table 4's duplicate ACKs per data segment (A-Sender, 1 stream: DupAcksIn/Mbps ÷ {:.0}); one flow at 1 Gb/s through the lab's path, the paper's receiver and SRPIC (BlockSize 32); 40 000 segments per point; fitted: β ≤ 2 %, β 10 % out of sample.",
+        calibrate::SEGMENTS_PER_MBPS_50S
+    );
+    let fits = calibrate::calibrate(&polls, &costs, 40_000, 1);
+    print!("{:>14} {:>7}", "poll/cost µs", "worst");
+    for t in &calibrate::TABLE4_TARGETS {
+        print!(
+            "   β {:>4}% N-SRPIC → SRPIC{}",
+            t.beta * 100.0,
+            if t.fitted { "" } else { " (out)" }
+        );
+    }
+    println!();
+    print!("{:>14} {:>7}", "paper", "");
+    for t in &calibrate::TABLE4_TARGETS {
+        print!("   {:>11.3} → {:<11.3}", t.off, t.on);
+        if !t.fitted {
+            print!("      ");
+        }
+    }
+    println!();
+    for f in fits
+        .iter()
+        .take(8)
+        .chain(fits.iter().filter(|f| f.router.is_none()))
+    {
+        let name = f.router.map_or("stated model".to_string(), |r| {
+            format!("{}/{}", r.poll_ns / 1000, r.per_packet_ns as f64 / 1e3)
+        });
+        print!("{name:>14} {:>7.3}", f.worst);
+        for (m, t) in f.model.iter().zip(&calibrate::TABLE4_TARGETS) {
+            print!("   {:>11.3} → {:<11.3}", m.1, m.2);
+            if !t.fitted {
+                print!("      ");
+            }
+        }
+        println!();
+    }
+    println!(
+        "--router-batching fit = {}/{} µs",
+        ROUTER_FIT.poll_ns / 1000,
+        ROUTER_FIT.per_packet_ns as f64 / 1e3
+    );
 }
 
 fn timestamps_note(c: &TcpLabConfig) -> &'static str {
@@ -152,6 +288,10 @@ fn timestamps_note(c: &TcpLabConfig) -> &'static str {
 
 /// Run the grid, print one line per run and then the tables.
 pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
+    if a.calibrate_router {
+        print_calibration();
+        return Ok(());
+    }
     let json = a.json.clone();
     let config = TcpLabConfig::try_from(a)?;
     let cells = config.cells();
@@ -160,21 +300,24 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         .map(|x| if x.table == Table::Sweep { 1 } else { 2 } * config.reps)
         .sum();
     println!(
-        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC retransmissions {}",
+        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC placement {}; α {} ms{}; router batching {}",
         cells.len(),
         runs_total,
         config.duration_s,
         runs_total as f64 * (config.duration_s + 3.0) / 60.0,
         SenderProfile::S.sysctls(),
         timestamps_note(&config),
-        if config.retransmissions_in_place {
-            "in place (diagnostic, not Listing 1)"
-        } else {
-            "sorted (Listing 1)"
-        }
+        config.placement.label(),
+        config.alpha_run_ms(),
+        if config.scale_alpha { " (scaled by k)" } else { "" },
+        config.router_scaled().map_or("off (the paper's stated model)".to_string(), |r| format!(
+            "ASSUMPTION: polls every {:.0} µs, {:.1} µs per packet (scaled by k)",
+            r.poll_ns as f64 / 1e3,
+            r.per_packet_ns as f64 / 1e3
+        ))
     );
     println!(
-        "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}",
+        "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>6} {:>6} {:>7} {:>7}",
         "table",
         "sender",
         "st",
@@ -189,12 +332,15 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         "block",
         "reord_in",
         "reord_up",
-        "late99"
+        "recov",
+        "kept",
+        "late99",
+        "ack99"
     );
     let runs = run_grid(&config, |cell, on, rep, r| {
         match r {
         Ok(r) => println!(
-            "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>7.0}{}",
+            "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>6} {:>6} {:>7.0} {:>7.0}{}",
             format!("{:?}", cell.table),
             cell.sender.name(),
             cell.streams,
@@ -209,7 +355,10 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
             r.relay.blocks.mean(),
             r.relay.arrival_order.2,
             r.relay.delivery_order.2,
+            r.recovery.recoveries(),
+            r.recovery.kept(),
             r.relay.late_us.1,
+            r.relay.ack_late_us.1,
             r.flagged.as_ref().map_or(String::new(), |f| format!("  [left out: {f}]"))
         ),
         Err(e) => println!(

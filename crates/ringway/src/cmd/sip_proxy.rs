@@ -79,9 +79,15 @@ pub struct ProxyArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP), `tcp:ADDR` or `tls:ADDR`.
-    #[arg(long, value_parser = parse_transport_addr)]
-    pub route_to: Option<TransportAddr>,
+    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP), `tcp:ADDR` or `tls:ADDR`,
+    /// or a name: `[tcp:|tls:]HOST` (NAPTR/SRV) or `HOST:PORT` (A/AAAA), resolved per request from the
+    /// DNS cache (RFC 3263; stateful mode fails over to the next target).
+    #[arg(long)]
+    pub route_to: Option<ringway_server::dns::TransportNextHop>,
+    /// Nameserver for names, IP:PORT (default: the first of /etc/resolv.conf). Given, Request-URI and
+    /// Route hosts that are names are resolved too, where the relay policy allows them.
+    #[arg(long)]
+    pub dns_server: Option<std::net::SocketAddr>,
     /// TCP event loop threads (0: as many as --workers).
     #[arg(long, default_value_t = 0)]
     pub tcp_threads: usize,
@@ -430,7 +436,19 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 ModeArg::Stateful => ringway_sip::Mode::Stateful,
             },
             workers: args.workers,
-            route_to: args.route_to,
+            route_to: args.route_to.as_ref().and_then(|to| match to.hop {
+                ringway_server::dns::NextHop::Addr(addr) => Some(TransportAddr {
+                    transport: to.transport,
+                    addr,
+                }),
+                ringway_server::dns::NextHop::Name { .. } => None,
+            }),
+            route_to_name: args
+                .route_to
+                .clone()
+                .filter(|to| matches!(to.hop, ringway_server::dns::NextHop::Name { .. })),
+            dns_server: args.dns_server,
+            dns_pending: ringway_server::sip::PendingLimits::default(),
             relay: args.relay.clone(),
             registrar: args.registrar,
             record_route: !args.no_record_route,

@@ -32,6 +32,155 @@ pub(crate) fn netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
     ringway_io::netns::in_private_netns(f).expect("create private network namespace (needs root)")
 }
 
+/// Run `f` in a fresh private namespace (see [`netns`]) with a temporary
+/// directory and a [`Procs`] guard: the children are killed before the
+/// directory goes.
+pub(crate) fn in_bed<T: Send + 'static>(
+    f: impl FnOnce(&mut Procs, &Path) -> T + Send + 'static,
+) -> T {
+    netns(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        f(&mut procs, dir.path())
+    })
+}
+
+/// [`in_bed`] with the proxy started with `args` before `f` runs and
+/// stopped after it: returns the proxy's JSON summary and what `f` returned.
+pub(crate) fn with_proxy<T: Send + 'static>(
+    args: &[&str],
+    f: impl FnOnce(&mut Procs, &Path) -> T + Send + 'static,
+) -> (serde_json::Value, T) {
+    let args = strings(args);
+    in_bed(move |procs, dir| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proxy = start_proxy(procs, dir, &args);
+        let out = f(procs, dir);
+        (stop_proxy(procs, &proxy), out)
+    })
+}
+
+/// The loopback test bed's proxy: it listens on 127.0.0.1:5060 and relays
+/// to 127.0.0.0/8, where every UA of the bed is (docs/security.md).
+pub(crate) const LOOPBACK_PROXY: [&str; 4] =
+    ["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
+
+/// [`LOOPBACK_PROXY`] followed by `extra`.
+pub(crate) fn loopback_proxy_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = LOOPBACK_PROXY.to_vec();
+    args.extend_from_slice(extra);
+    args
+}
+
+/// [`with_proxy`] with the loopback bed's proxy ([`LOOPBACK_PROXY`] + `extra`).
+pub(crate) fn with_loopback_proxy<T: Send + 'static>(
+    extra: &[&str],
+    f: impl FnOnce(&mut Procs, &Path) -> T + Send + 'static,
+) -> (serde_json::Value, T) {
+    with_proxy(&loopback_proxy_args(extra), f)
+}
+
+/// Start the loopback bed's proxy ([`LOOPBACK_PROXY`] + `extra`).
+pub(crate) fn start_loopback_proxy(procs: &mut Procs, dir: &Path, extra: &[&str]) -> ProxyProc {
+    start_proxy(procs, dir, &loopback_proxy_args(extra))
+}
+
+/// A SIPp command line built step by step (the options keep the order of
+/// the calls).
+#[derive(Debug, Clone)]
+pub(crate) struct Sipp {
+    args: Vec<String>,
+}
+
+impl Sipp {
+    /// SIPp sending to `remote` with the scenario `scenario` of bench/sip.
+    pub(crate) fn client(remote: impl std::fmt::Display, scenario: &str) -> Self {
+        Sipp {
+            args: vec![
+                remote.to_string(),
+                "-sf".into(),
+                scenarios().join(scenario).display().to_string(),
+            ],
+        }
+    }
+
+    /// SIPp waiting for requests with the scenario `scenario` of bench/sip
+    /// (a UAS).
+    pub(crate) fn server(scenario: &str) -> Self {
+        Sipp {
+            args: vec![
+                "-sf".into(),
+                scenarios().join(scenario).display().to_string(),
+            ],
+        }
+    }
+
+    /// One option or value as it is.
+    pub(crate) fn arg(mut self, arg: impl ToString) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// `-s service`: the Request-URI's user part.
+    pub(crate) fn service(self, service: &str) -> Self {
+        self.arg("-s").arg(service)
+    }
+
+    /// `-key name value`: a scenario's `[name]`.
+    pub(crate) fn key(self, name: &str, value: &str) -> Self {
+        self.arg("-key").arg(name).arg(value)
+    }
+
+    /// `-au user -ap password -auth_uri uri`: answers to digest challenges
+    /// (SIPp's default digest-uri is its remote address; it adds "sip:").
+    pub(crate) fn digest(self, user: &str, password: &str, uri: &str) -> Self {
+        self.arg("-au")
+            .arg(user)
+            .arg("-ap")
+            .arg(password)
+            .arg("-auth_uri")
+            .arg(uri)
+    }
+
+    /// `-i ip -p port`: SIPp's own address.
+    pub(crate) fn local(self, ip: &str, port: impl ToString) -> Self {
+        self.arg("-i").arg(ip).arg("-p").arg(port)
+    }
+
+    /// `-m calls`: stop after that many calls.
+    pub(crate) fn calls(self, calls: u32) -> Self {
+        self.arg("-m").arg(calls)
+    }
+
+    /// `-r rate`: calls per second.
+    pub(crate) fn rate(self, rate: u32) -> Self {
+        self.arg("-r").arg(rate)
+    }
+
+    /// `-timeout seconds -timeout_error`: a run that takes longer fails.
+    pub(crate) fn timeout(self, seconds: u32) -> Self {
+        self.arg("-timeout").arg(seconds).arg("-timeout_error")
+    }
+
+    /// The arguments.
+    pub(crate) fn build(self) -> Vec<String> {
+        self.args
+    }
+}
+
+/// One REGISTER of `aor`@ringway.test → `contact` from SIPp on
+/// 127.0.0.1:`port` to the proxy on 127.0.0.1:5060 with `scenario`
+/// (register.xml, register_auth.xml…); add [`Sipp::digest`] and
+/// [`Sipp::timeout`] as the test needs.
+pub(crate) fn register_sipp(scenario: &str, aor: &str, contact: &str, port: &str) -> Sipp {
+    Sipp::client("127.0.0.1:5060", scenario)
+        .service(aor)
+        .key("domain", "ringway.test")
+        .key("contact", contact)
+        .local("127.0.0.1", port)
+        .calls(1)
+}
+
 /// Children killed by PID (SIGKILL) and reaped when dropped, even on panic.
 #[derive(Default)]
 pub(crate) struct Procs {
@@ -219,24 +368,8 @@ pub(crate) fn run_sipp(
     args: &[String],
     limit: Duration,
 ) -> (Option<ExitStatus>, SippStats) {
-    let csv = dir.join(format!("{name}.csv"));
-    let c = Command::new("sipp")
-        .args(args)
-        .args(["-nostdin", "-trace_stat", "-fd", "1", "-stf"])
-        .arg(&csv)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sipp");
-    let pid = procs.add(name, c);
-    let mut c = procs.take(pid).unwrap();
-    let st = wait_bounded(&mut c, limit);
-    let text = std::fs::read_to_string(&csv).unwrap_or_default();
-    let stats =
-        parse_sipp_csv(&text).unwrap_or_else(|| panic!("no SIPp statistics in {}", csv.display()));
-    (st, stats)
+    let pid = spawn_sipp_with_stats(procs, dir, name, args);
+    finish_sipp(procs, dir, name, pid, limit)
 }
 
 /// Standard SIPp arguments for a UAS on `addr` with the Record-Route-aware scenario.
@@ -260,31 +393,18 @@ pub(crate) fn uac_args(
     calls: u32,
     rate: u32,
 ) -> Vec<String> {
-    vec![
-        proxy.to_string(),
-        "-sf".into(),
-        scenarios().join("uac_rr.xml").display().to_string(),
-        "-s".into(),
-        service.into(),
-        "-key".into(),
-        "dest".into(),
-        dest.into(),
-        "-i".into(),
-        local.ip().to_string(),
-        "-p".into(),
-        local.port().to_string(),
-        "-m".into(),
-        calls.to_string(),
-        "-r".into(),
-        rate.to_string(),
+    Sipp::client(proxy, "uac_rr.xml")
+        .service(service)
+        .key("dest", dest)
+        .local(&local.ip().to_string(), local.port())
+        .calls(calls)
+        .rate(rate)
         // Call hold 200 ms: with a shared socket two workers could otherwise
         // reorder a call's ACK and BYE when one of them is descheduled.
-        "-d".into(),
-        "200".into(),
-        "-timeout".into(),
-        "40".into(),
-        "-timeout_error".into(),
-    ]
+        .arg("-d")
+        .arg(200)
+        .timeout(40)
+        .build()
 }
 
 /// The loopback test bed's SIPp UAS (`127.0.0.1:5070`), given 300 ms to bind.
@@ -316,6 +436,43 @@ pub(crate) fn run_loopback_calls(
 
 fn loopback(text: &str) -> SocketAddr {
     text.parse().expect("a socket address")
+}
+
+/// Resident set size of `pid` in KiB.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// `promtool check metrics` (Debian package prometheus) finds nothing to
+/// say about the Prometheus text `text`.
+pub(crate) fn assert_promtool_accepts(text: &str) {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool: {report}"
+    );
 }
 
 /// GET http://addr/metrics and return the body.
@@ -407,39 +564,17 @@ pub(crate) fn strings(args: &[&str]) -> Vec<String> {
 /// at the UAS on 127.0.0.1:5070, through the proxy on 127.0.0.1:5060,
 /// answering its challenges (`uac_auth.xml`); call hold `hold_ms`.
 pub(crate) fn uac_auth_args(calls: u32, rate: u32, hold_ms: Option<u32>) -> Vec<String> {
-    let mut args = strings(&[
-        "127.0.0.1:5060",
-        "-sf",
-        &scenarios().join("uac_auth.xml").display().to_string(),
-        "-s",
-        "bob",
-        "-key",
-        "dest",
-        "127.0.0.1:5070",
-        "-key",
-        "caller",
-        "alice",
-        "-key",
-        "domain",
-        "ringway.test",
-        "-au",
-        "alice",
-        "-ap",
-        "secret",
-        "-auth_uri",
-        "bob@127.0.0.1:5070",
-        "-i",
-        "127.0.0.1",
-        "-p",
-        "5061",
-        "-m",
-        &calls.to_string(),
-        "-r",
-        &rate.to_string(),
-    ]);
+    let mut sipp = Sipp::client("127.0.0.1:5060", "uac_auth.xml")
+        .service("bob")
+        .key("dest", "127.0.0.1:5070")
+        .key("caller", "alice")
+        .key("domain", "ringway.test")
+        .digest("alice", "secret", "bob@127.0.0.1:5070")
+        .local("127.0.0.1", 5061)
+        .calls(calls)
+        .rate(rate);
     if let Some(hold) = hold_ms {
-        args.extend(strings(&["-d", &hold.to_string()]));
+        sipp = sipp.arg("-d").arg(hold);
     }
-    args.extend(strings(&["-timeout", "30", "-timeout_error"]));
-    args
+    sipp.timeout(30).build()
 }

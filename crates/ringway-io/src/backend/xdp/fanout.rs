@@ -551,6 +551,7 @@ impl KernelFanout {
     }
 
     fn mac_of(&mut self, ip: std::net::Ipv4Addr) -> Option<[u8; 6]> {
+        let ip = std::net::IpAddr::V4(ip);
         let mac = self.neigh.get(ip);
         if mac.is_none() {
             self.neigh.note(ip);

@@ -35,20 +35,24 @@
 //!   kicks and waits for completions, at most [`XdpConfig::tx_wait_us`],
 //!   and drops only after that (`IoStats::tx_ring_full_drops`); frames
 //!   still in the ring are never counted as sent (`IoStats::tx_in_ring`).
-//! * **Neighbours** ([`neigh`]): destination MACs come only from the
-//!   kernel's neighbour table, read by the receive path (never on the send
-//!   path) and aged with it; received frames teach nothing. An unknown
-//!   destination goes through the companion UDP socket (the kernel
-//!   resolves it): `IoStats::tx_via_socket`.
+//! * **Next hops** ([`neigh`]): a destination's MAC is that of its next
+//!   hop — the gateway of the kernel's route to it (`RTM_GETROUTE`), or the
+//!   destination itself when on-link — from the kernel's neighbour table,
+//!   both read by the receive path (never on the send path) and aged with
+//!   the kernel's; received frames teach nothing. A destination without
+//!   one (unresolved yet, or routed out of another interface) goes through
+//!   the companion UDP socket (the kernel resolves it):
+//!   `IoStats::tx_via_socket`.
 //! * **Companion UDP socket** on the same address and port: the kernel
 //!   answers nothing for our port (no ICMP port unreachable), and what the
 //!   program passes (IP fragments) is still received (`rx_via_socket`).
 //!
-//! IPv4 only; on-link destinations only; no TX timestamps.
+//! IPv4 only; no TX timestamps.
 
 mod fanout;
 mod frame;
 mod neigh;
+mod netlink;
 mod program;
 mod ring;
 pub(crate) mod with_socket;
@@ -68,7 +72,7 @@ use ring::{Ring, RingOffset, TxKernel, TxRing};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -621,7 +625,7 @@ impl XdpBackend {
                 continue;
             };
             let src = SocketAddrV4::new(frame_addr.ip.src(), frame_addr.udp.src_port());
-            self.neigh.note(*src.ip());
+            self.neigh.note(IpAddr::V4(*src.ip()));
             let data = frame_addr.udp.payload();
             let frame = batch.next_frame_mut().expect("room checked");
             let copied = data.len().min(frame.len());
@@ -742,8 +746,8 @@ impl XdpBackend {
         if let Some(found) = self.templates.get(&dst) {
             return Some(found.clone());
         }
-        let Some(mac) = self.neigh.get(*dst.ip()) else {
-            self.neigh.note(*dst.ip());
+        let Some(mac) = self.neigh.get(IpAddr::V4(*dst.ip())) else {
+            self.neigh.note(IpAddr::V4(*dst.ip()));
             return None;
         };
         if self.templates.len() >= 65536 {
@@ -823,7 +827,7 @@ impl XdpBackend {
         let Some(lent) = self.lent[i] else {
             return Ok(false);
         };
-        let Some(mac) = self.neigh.get(*lent.src.ip()) else {
+        let Some(mac) = self.neigh.get(IpAddr::V4(*lent.src.ip())) else {
             return Ok(false);
         };
         let mut kernel = self.kernel();

@@ -1,25 +1,45 @@
-//! Destination MAC addresses for the AF_XDP send path: a copy of the
-//! kernel's neighbour table for our interface, nothing else. Received
-//! frames teach nothing (a frame's source MAC is whatever its sender
-//! wrote), so an on-link spoofer cannot redirect anybody's copies; the
-//! table is read off the send path — by the receive path, every
-//! [`Neighbours::REFRESH_EVERY`], and when an address is missing at once
-//! within a budget ([`Neighbours::WANTED_BURST`] reads, refilled at
-//! [`Neighbours::WANTED_PER_SEC`]; a sender of spoofed sources cannot make
-//! it read more often) — and entries the kernel
-//! dropped or changed are dropped or changed here at the next read (they
-//! age out with the kernel's). A destination the table lacks is sent
-//! through the kernel (companion socket), which resolves it.
+//! Destination MAC addresses for the fast paths (the AF_XDP send path and
+//! the in-kernel fan-out's map): the kernel's own forwarding decision for
+//! each destination, nothing else.
+//!
+//! * **Next hop**: per destination, the kernel's route (`RTM_GETROUTE`,
+//!   [`super::netlink`]: its FIB with policy rules, as `ip route get`):
+//!   the gateway when the route has one, the destination itself when it is
+//!   on-link; a destination routed out of another interface, or not by a
+//!   unicast route, has no next hop here.
+//! * **MAC**: the next hop's entry in the kernel's neighbour table (IPv4
+//!   and IPv6, `RTM_GETNEIGH`) on our interface, in a usable state.
+//!
+//! Received frames teach nothing (a frame's source MAC is whatever its
+//! sender wrote), so an on-link spoofer cannot redirect anybody's copies.
+//! Both tables are read off the send path — by the receive path (or the
+//! fan-out's control tick), every [`Neighbours::REFRESH_EVERY`] in full,
+//! and for newly wanted destinations at once within a budget
+//! ([`Neighbours::WANTED_BURST`] reads, refilled at
+//! [`Neighbours::WANTED_PER_SEC`], at most [`Neighbours::NEW_PER_READ`]
+//! new destinations each: a sender of spoofed sources cannot make it read
+//! more) — and entries the kernel dropped or changed are dropped or changed
+//! here at the next read (they age out with the kernel's). A destination
+//! without a next hop and MAC is sent through the kernel (companion
+//! socket, counted as `tx_via_socket`; the fan-out leaves its route to user
+//! space), which resolves it: its neighbour entry is there at a later read.
 
-use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use super::netlink::{RouteAnswer, RouteSocket};
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-/// The kernel's complete neighbour entries of one interface.
-#[derive(Debug)]
+/// Next hops and the kernel's neighbour entries of one interface.
 pub(crate) struct Neighbours {
     dev: String,
-    table: HashMap<Ipv4Addr, [u8; 6]>,
+    socket: Option<RouteSocket>,
+    /// The kernel's neighbour table on our interface.
+    table: HashMap<IpAddr, [u8; 6]>,
+    /// Destination → its next hop through our interface (`None`: not
+    /// through it, or no unicast route).
+    hops: HashMap<IpAddr, Option<IpAddr>>,
+    /// Destinations asked for that have no next hop yet.
+    pending: HashSet<IpAddr>,
     read_at: Option<Instant>,
     /// Reads for missing addresses still allowed now, and when that budget
     /// was last refilled.
@@ -27,50 +47,85 @@ pub(crate) struct Neighbours {
     budget_at: Instant,
     /// A destination or a source was missing: read again soon.
     wanted: bool,
-    /// Bumped whenever the table changes (cached headers are rebuilt).
+    /// Bumped whenever a next hop or a MAC changes (cached headers are
+    /// rebuilt).
     pub(crate) generation: u64,
-    /// Reads of the kernel table so far.
+    /// Reads of the kernel tables so far.
     pub(crate) reads: u64,
+    /// Reads that failed (the tables are then empty: everything goes
+    /// through the kernel until a read works).
+    pub(crate) failures: u64,
+}
+
+impl std::fmt::Debug for Neighbours {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Neighbours")
+            .field("dev", &self.dev)
+            .field("hops", &self.hops.len())
+            .field("table", &self.table.len())
+            .finish()
+    }
 }
 
 impl Neighbours {
-    /// Read again at least this often (entries age out with the kernel's).
+    /// Read again at least this often (entries age out with the kernel's,
+    /// routes are looked up again).
     pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(1);
     /// Reads for missing addresses allowed at once (e.g. clients joining
     /// together).
     pub(crate) const WANTED_BURST: f64 = 16.0;
     /// Reads for missing addresses per second after the burst.
     pub(crate) const WANTED_PER_SEC: f64 = 50.0;
+    /// New destinations whose route one early read looks up.
+    pub(crate) const NEW_PER_READ: usize = 32;
+    /// Destinations remembered at most (then forgotten all at once).
+    pub(crate) const MAX_DESTINATIONS: usize = 4096;
 
     pub(crate) fn new(dev: &str) -> Neighbours {
         Neighbours {
             dev: dev.to_string(),
+            socket: None,
             table: HashMap::new(),
+            hops: HashMap::new(),
+            pending: HashSet::new(),
             read_at: None,
             budget: Self::WANTED_BURST,
             budget_at: Instant::now(),
             wanted: false,
             generation: 0,
             reads: 0,
+            failures: 0,
         }
     }
 
-    /// MAC of on-link `ip`, if the kernel knows it (broadcast: all ones).
-    pub(crate) fn get(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
-        if ip.is_broadcast() {
-            return Some([0xff; 6]);
+    /// MAC of the next hop towards `ip`, if the kernel routes it out of
+    /// our interface and knows that hop's MAC (IPv4 broadcast: all ones).
+    pub(crate) fn get(&self, ip: IpAddr) -> Option<[u8; 6]> {
+        if let IpAddr::V4(v4) = ip {
+            if v4.is_broadcast() {
+                return Some([0xff; 6]);
+            }
         }
-        self.table.get(&ip).copied()
+        let hop = (*self.hops.get(&ip)?)?;
+        self.table.get(&hop).copied()
     }
 
-    /// `ip` was looked for: if unknown, ask for an early read.
-    pub(crate) fn note(&mut self, ip: Ipv4Addr) {
-        if !self.table.contains_key(&ip) {
-            self.wanted = true;
+    /// `ip` was looked for: if it has no next hop or MAC yet, ask for an
+    /// early read.
+    pub(crate) fn note(&mut self, ip: IpAddr) {
+        match self.hops.get(&ip) {
+            None => {
+                if self.pending.len() < Self::MAX_DESTINATIONS {
+                    self.pending.insert(ip);
+                }
+                self.wanted = true;
+            }
+            Some(Some(hop)) if !self.table.contains_key(hop) => self.wanted = true,
+            Some(_) => {}
         }
     }
 
-    /// Time to read the kernel table again: every REFRESH_EVERY, and at
+    /// Time to read the kernel tables again: every REFRESH_EVERY, and at
     /// once when an address is missing while the budget allows.
     pub(crate) fn due(&mut self) -> bool {
         if self
@@ -88,97 +143,167 @@ impl Neighbours {
         self.budget >= 1.0
     }
 
-    /// Replace the table with the kernel's; true when it changed.
+    /// Read the kernel's tables (in full every REFRESH_EVERY, else the
+    /// neighbour table and the routes of up to NEW_PER_READ new
+    /// destinations); true when a next hop or a MAC changed.
     pub(crate) fn refresh(&mut self) -> bool {
-        let now = Instant::now();
-        self.read_at = Some(now);
-        if self.wanted {
+        let full = self
+            .read_at
+            .is_none_or(|t| t.elapsed() >= Self::REFRESH_EVERY);
+        self.read_at = Some(Instant::now());
+        if self.wanted && !full {
             self.budget -= 1.0;
         }
         self.wanted = false;
         self.reads += 1;
-        let fresh: HashMap<Ipv4Addr, [u8; 6]> = read_arp(&self.dev).into_iter().collect();
-        self.replace(fresh)
+        let mut dsts: Vec<IpAddr> = if full {
+            self.hops.keys().copied().collect()
+        } else {
+            Vec::new()
+        };
+        if dsts.len() + self.pending.len() > Self::MAX_DESTINATIONS {
+            dsts.clear();
+        }
+        let new: Vec<IpAddr> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|ip| !self.hops.contains_key(ip))
+            .take(if full {
+                Self::MAX_DESTINATIONS
+            } else {
+                Self::NEW_PER_READ
+            })
+            .collect();
+        for ip in &new {
+            self.pending.remove(ip);
+        }
+        if !self.pending.is_empty() {
+            self.wanted = true;
+        }
+        dsts.extend(new);
+        match self.read(&dsts) {
+            Ok((table, found)) => {
+                let mut hops = if full {
+                    HashMap::new()
+                } else {
+                    self.hops.clone()
+                };
+                if hops.len() + found.len() > Self::MAX_DESTINATIONS {
+                    hops.clear();
+                }
+                hops.extend(found);
+                self.replace(table, hops)
+            }
+            Err(e) => {
+                if self.failures == 0 {
+                    log::warn!(
+                        "fast path on {}: reading the kernel's routes and neighbours: {e} \
+                         (copies go through the kernel until a read works)",
+                        self.dev
+                    );
+                }
+                self.failures += 1;
+                self.socket = None;
+                self.replace(HashMap::new(), HashMap::new())
+            }
+        }
     }
 
-    fn replace(&mut self, fresh: HashMap<Ipv4Addr, [u8; 6]>) -> bool {
-        if fresh == self.table {
+    /// The neighbour table of our interface and the next hops of `dsts`.
+    #[allow(clippy::type_complexity)]
+    fn read(
+        &mut self,
+        dsts: &[IpAddr],
+    ) -> std::io::Result<(HashMap<IpAddr, [u8; 6]>, Vec<(IpAddr, Option<IpAddr>)>)> {
+        let ifindex = super::ifindex(&self.dev)?;
+        let socket = match &mut self.socket {
+            Some(s) => s,
+            None => self.socket.insert(RouteSocket::open()?),
+        };
+        let answers = socket.routes(dsts)?;
+        let table = socket
+            .neighbours()?
+            .into_iter()
+            .filter(|(oif, _, _)| *oif == ifindex)
+            .map(|(_, ip, mac)| (ip, mac))
+            .collect();
+        let hops = dsts
+            .iter()
+            .zip(answers)
+            .map(|(&dst, answer)| {
+                let hop = match answer {
+                    RouteAnswer::Unicast(h) if h.oif == ifindex => Some(h.gateway.unwrap_or(dst)),
+                    _ => None,
+                };
+                (dst, hop)
+            })
+            .collect();
+        Ok((table, hops))
+    }
+
+    fn replace(
+        &mut self,
+        table: HashMap<IpAddr, [u8; 6]>,
+        hops: HashMap<IpAddr, Option<IpAddr>>,
+    ) -> bool {
+        if table == self.table && hops == self.hops {
             return false;
         }
-        self.table = fresh;
+        self.table = table;
+        self.hops = hops;
         self.generation += 1;
         true
     }
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in mac.iter_mut() {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
-}
-
-/// Complete entries of the calling thread's `/proc/.../net/arp` on `dev`.
-fn read_arp(dev: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
-    let Ok(text) = std::fs::read_to_string("/proc/thread-self/net/arp") else {
-        return Vec::new();
-    };
-    parse_arp(&text, dev)
-}
-
-fn parse_arp(t: &str, dev: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
-    t.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split_whitespace().collect();
-            if fields.len() < 6 || fields[5] != dev {
-                return None;
-            }
-            let flags = u32::from_str_radix(fields[2].trim_start_matches("0x"), 16).ok()?;
-            if flags & 0x2 == 0 {
-                return None; // ATF_COM: resolved
-            }
-            let mac = parse_mac(fields[3])?;
-            (mac != [0; 6]).then_some((fields[0].parse().ok()?, mac))
-        })
-        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn table_follows_the_kernel_and_ages_out() {
-        let text =
-            "IP address       HW type     Flags       HW address            Mask     Device\n\
-                    10.77.0.2        0x1         0x2         02:00:00:00:00:02     *        eth0\n\
-                    10.77.0.3        0x1         0x0         00:00:00:00:00:00     *        eth0\n\
-                    10.77.0.4        0x1         0x2         02:00:00:00:00:04     *        eth1\n";
+    fn a_destination_takes_its_next_hops_mac_and_ages_out() {
         let mut n = Neighbours::new("eth0");
-        assert!(n.replace(parse_arp(text, "eth0").into_iter().collect()));
-        assert_eq!(
-            n.get("10.77.0.2".parse().unwrap()),
-            Some([2, 0, 0, 0, 0, 2])
-        );
-        assert_eq!(n.get("10.77.0.3".parse().unwrap()), None, "incomplete");
-        assert_eq!(n.get("10.77.0.4".parse().unwrap()), None, "other device");
+        let router = [2, 0, 0, 0, 0, 1];
+        let table: HashMap<_, _> = [
+            (ip("10.77.1.2"), router),
+            (ip("10.77.1.9"), [2, 0, 0, 0, 0, 9]),
+        ]
+        .into();
+        let hops: HashMap<_, _> = [
+            // Behind the router, on-link, out of another interface.
+            (ip("10.77.3.2"), Some(ip("10.77.1.2"))),
+            (ip("10.77.1.9"), Some(ip("10.77.1.9"))),
+            (ip("10.88.0.1"), None),
+        ]
+        .into();
+        assert!(n.replace(table.clone(), hops.clone()));
+        assert_eq!(n.get(ip("10.77.3.2")), Some(router));
+        assert_eq!(n.get(ip("10.77.1.9")), Some([2, 0, 0, 0, 0, 9]));
+        assert_eq!(n.get(ip("10.88.0.1")), None, "not through us");
+        assert_eq!(n.get(ip("10.77.4.4")), None, "never looked up");
+        assert_eq!(n.get(ip("255.255.255.255")), Some([0xff; 6]));
         let g = n.generation;
-        // The kernel forgot 10.77.0.2: so do we.
-        assert!(n.replace(HashMap::new()));
-        assert_eq!(n.get("10.77.0.2".parse().unwrap()), None);
+        assert!(!n.replace(table, hops.clone()), "same tables");
+        // The kernel forgot the router's MAC: so do we.
+        assert!(n.replace(HashMap::new(), hops));
+        assert_eq!(n.get(ip("10.77.3.2")), None);
         assert!(n.generation > g);
-        // A miss asks for an early read, within a budget: a burst, then
-        // WANTED_PER_SEC.
+    }
+
+    #[test]
+    fn misses_ask_for_early_reads_within_a_budget() {
+        let mut n = Neighbours::new("eth0");
         n.read_at = Some(Instant::now());
-        n.wanted = false;
         assert!(!n.due());
         let mut reads = 0;
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(100) {
-            n.note("10.77.0.9".parse().unwrap());
+            n.note(ip("10.77.0.9"));
             if n.due() {
                 n.read_at = Some(Instant::now());
                 n.budget -= 1.0;
@@ -188,5 +313,10 @@ mod tests {
         }
         assert!(reads >= 16, "{reads}");
         assert!(reads <= 16 + 6, "{reads}: no more than the budget");
+        // Pending destinations are bounded.
+        for k in 0..(Neighbours::MAX_DESTINATIONS as u32 + 100) {
+            n.note(IpAddr::V4(k.into()));
+        }
+        assert!(n.pending.len() <= Neighbours::MAX_DESTINATIONS);
     }
 }

@@ -97,6 +97,15 @@ pub(crate) struct LoadArgs {
     /// attaches to that host's veth, `eth0`).
     #[arg(long, default_value = "socket")]
     pub sfu_backend: BackendKind,
+    /// With `--netns`: every client behind a router host instead of on the
+    /// SFU's bridge (the SFU's next hop is the router's MAC: the fast paths
+    /// resolve it from the kernel's routes).
+    #[arg(long)]
+    pub routed: bool,
+    /// With `--netns`: the SFU also replicates media in the kernel (the
+    /// `tc` fan-out on its veth; not with `--sfu-backend xdp`).
+    #[arg(long)]
+    pub sfu_kernel_fanout: bool,
     /// With `--netns`: where the started SFU writes its JSON report.
     #[arg(long)]
     pub sfu_json: Option<PathBuf>,
@@ -184,6 +193,10 @@ pub(crate) fn run(a: ClientArgs) -> anyhow::Result<()> {
 
 /// Run `ringway sfu load`.
 pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.netns || !(a.routed || a.sfu_kernel_fanout),
+        "--routed and --sfu-kernel-fanout need --netns"
+    );
     if !a.netns {
         let config = a.common.config(a.clients, BackendKind::Mmsg)?;
         let report = run_sources(&a.common, &config)?;
@@ -191,7 +204,15 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     }
     // Testbed: SFU host + one host per client on one bridge (clients send
     // full UDP checksums, which the xdp backend verifies).
-    let topo = Testbed::build(a.clients, false)?;
+    anyhow::ensure!(
+        !a.sfu_kernel_fanout || a.sfu_backend != BackendKind::Xdp,
+        "--sfu-kernel-fanout cannot run with --sfu-backend xdp"
+    );
+    let topo = if a.routed {
+        Testbed::routed(a.clients)?
+    } else {
+        Testbed::build(a.clients, false)?
+    };
     let sfu_host = topo.sfu();
     let listen = SocketAddr::new(IpAddr::V4(sfu_host.addr()), a.common.server.port());
     let sfu_config = SfuServerConfig {
@@ -202,6 +223,11 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
                 .then(|| sfu_host.ifaces.first().map(|i| XdpInterface::new(&i.0)))
                 .flatten(),
         )?,
+        kernel_fanout: sfu_host
+            .ifaces
+            .first()
+            .map(|i| i.0.clone())
+            .filter(|_| a.sfu_kernel_fanout),
         ..SfuServerConfig::default()
     };
     // The SFU starts inside its host (its engine thread inherits the

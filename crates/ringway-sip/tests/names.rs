@@ -1,0 +1,258 @@
+//! Next hops that are names (RFC 3263) in the core: the cached answer used
+//! at once, a cold name parked and resumed, the relay policy on resolved
+//! addresses, and the stateful failover to the next target on `503` and on
+//! timer B, bounded. Sans-IO: a resolver that answers from a table stands
+//! in for the driver's DNS.
+
+mod common;
+
+use common::*;
+use ringway_sip::proxy::{
+    NameAnswer, NameError, NameQuery, NameResolver, QueueFull, ResolvingRequest, MAX_TRIES,
+    TIMER_64T1,
+};
+use ringway_sip::{Action, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A resolver answering from `answers` (a name missing there is "not
+/// cached": parked, up to `capacity`).
+#[derive(Default)]
+struct Table {
+    answers: Mutex<HashMap<String, NameAnswer>>,
+    asked: AtomicUsize,
+    parked: Mutex<Vec<ResolvingRequest>>,
+    capacity: usize,
+}
+
+impl NameResolver for Table {
+    fn cached(&self, query: &NameQuery) -> Option<NameAnswer> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        self.answers.lock().unwrap().get(&query.host).cloned()
+    }
+
+    fn submit(&self, request: ResolvingRequest) -> Result<(), QueueFull> {
+        let mut parked = self.parked.lock().unwrap();
+        if parked.len() >= self.capacity {
+            return Err(QueueFull);
+        }
+        parked.push(request);
+        Ok(())
+    }
+}
+
+fn addrs(list: &[&str]) -> Vec<SocketAddr> {
+    list.iter().map(|a| addr(a)).collect()
+}
+
+/// A stateful proxy whose default route is the name `gw.test`.
+fn proxy(table: Arc<Table>, relay: RelayNets) -> Proxy {
+    let mut p = Proxy::new(ProxyConfig {
+        mode: Mode::Stateful,
+        local: addr(PROXY),
+        route_to_name: Some(NameQuery::new("GW.test.", None, Transport::Udp)),
+        relay,
+        ..ProxyConfig::default()
+    });
+    p.set_name_resolver(table);
+    p
+}
+
+fn table(answers: &[(&str, NameAnswer)], capacity: usize) -> Arc<Table> {
+    Arc::new(Table {
+        answers: Mutex::new(
+            answers
+                .iter()
+                .map(|(n, a)| (n.to_string(), a.clone()))
+                .collect(),
+        ),
+        capacity,
+        ..Table::default()
+    })
+}
+
+fn to(sent: &Sent, target: &str) -> Vec<Vec<u8>> {
+    sent.iter()
+        .filter(|(a, _)| *a == addr(target))
+        .map(|(_, b)| b.clone())
+        .collect()
+}
+
+fn top_branch(msg: &[u8]) -> String {
+    SipMsg::parse(msg)
+        .unwrap()
+        .top_via()
+        .unwrap()
+        .branch
+        .unwrap()
+        .to_string()
+}
+
+const A: &str = "198.51.100.1:5060";
+const B: &str = "198.51.100.2:5060";
+const C: &str = "198.51.100.3:5060";
+
+#[test]
+fn a_cached_name_is_used_at_once_and_a_503_moves_to_the_next_target() {
+    let t = table(&[("gw.test", Ok(addrs(&[A, B])))], 8);
+    let p = proxy(t.clone(), RelayNets::None);
+    let inv = invite("z9hG4bKn1", "sip:bob@example.com", "");
+    let (o, sent) = handle(&p, 0, UAC, &inv);
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    let first = to(&sent, A);
+    assert_eq!(first.len(), 1, "to the first target");
+    assert!(t.parked.lock().unwrap().is_empty());
+    // The first answers 503: ACKed, and the INVITE goes to the second
+    // with a new branch; nothing goes upstream but the 100.
+    let busy = response_to(&first[0], 503, "Service Unavailable", "");
+    let (o, sent) = handle(&p, 1_000, A, &busy);
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(String::from_utf8_lossy(&to(&sent, A)[0]).starts_with("ACK "));
+    let second = to(&sent, B);
+    assert_eq!(second.len(), 1, "{sent:?}");
+    assert_eq!(
+        top_branch(&second[0]),
+        format!("{}.1", top_branch(&first[0]))
+    );
+    assert!(to(&sent, UAC).is_empty());
+    // A late 503 from the first again: absorbed (no second move, nothing up).
+    let (o, sent) = handle(&p, 2_000, A, &busy);
+    assert_eq!(o.action, Action::Absorbed);
+    assert!(to(&sent, UAC).is_empty() && to(&sent, C).is_empty());
+    // The second answers 200: it goes upstream.
+    let ok = response_to(&second[0], 200, "OK", "");
+    let (_, sent) = handle(&p, 3_000, B, &ok);
+    let up = to(&sent, UAC);
+    assert_eq!(up.len(), 1);
+    assert_eq!(SipMsg::parse(&up[0]).unwrap().status(), Some(200));
+    assert_eq!(p.stats().failovers, 1);
+}
+
+#[test]
+fn timer_b_moves_to_the_next_target_at_most_max_tries_times() {
+    let many = [
+        "198.51.100.1:5060",
+        "198.51.100.2:5060",
+        "198.51.100.3:5060",
+    ];
+    let mut list: Vec<String> = many.iter().map(|s| s.to_string()).collect();
+    for i in 4..10 {
+        list.push(format!("198.51.100.{i}:5060"));
+    }
+    let all: Vec<&str> = list.iter().map(String::as_str).collect();
+    let t = table(&[("gw.test", Ok(addrs(&all)))], 8);
+    let p = proxy(t, RelayNets::None);
+    let inv = invite("z9hG4bKn2", "sip:bob@example.com", "");
+    let (_, sent) = handle(&p, 0, UAC, &inv);
+    assert_eq!(to(&sent, all[0]).len(), 1);
+    let mut now = 0;
+    for target in &all[1..MAX_TRIES] {
+        now += TIMER_64T1 + 1;
+        let (_, sent) = timer(&p, now);
+        assert_eq!(to(&sent, target).len(), 1, "next target {target}: {sent:?}");
+        assert!(to(&sent, UAC).is_empty(), "no 408 while a target is left");
+    }
+    now += TIMER_64T1 + 1;
+    let (_, sent) = timer(&p, now);
+    let up = to(&sent, UAC);
+    assert_eq!(up.len(), 1, "408 after {MAX_TRIES} targets: {sent:?}");
+    assert_eq!(SipMsg::parse(&up[0]).unwrap().status(), Some(408));
+    assert!(to(&sent, all[MAX_TRIES]).is_empty());
+    assert_eq!(p.stats().failovers, MAX_TRIES as u64 - 1);
+}
+
+#[test]
+fn a_cold_name_parks_the_request_until_it_is_resolved() {
+    let t = table(&[], 1);
+    let p = proxy(t.clone(), RelayNets::None);
+    let inv = invite("z9hG4bKn3", "sip:bob@example.com", "");
+    let (o, sent) = handle(&p, 0, UAC, &inv);
+    assert_eq!((o.action, sent.len()), (Action::Deferred, 0));
+    // The pending set is full: the next one gets 503 at once.
+    let other = invite("z9hG4bKn4", "sip:bob@example.com", "");
+    let (o, sent) = handle(&p, 0, UAC, &other);
+    assert_eq!(o.action, Action::Responded(503));
+    assert_eq!(sent.len(), 1);
+    let parked = t.parked.lock().unwrap().remove(0);
+    assert_eq!(parked.query.host, "gw.test");
+    let mut sent = Vec::new();
+    let o = p
+        .worker()
+        .resume_resolved(&parked, Ok(addrs(&[A])), 10, &mut |hop, b| {
+            sent.push((hop.addr, b.to_vec()))
+        });
+    assert_eq!(o.action, Action::Forwarded { copies: 1 });
+    assert_eq!(to(&sent, A).len(), 1);
+    // A lookup that failed or timed out: 503; a name with no address: 404.
+    for (answer, code) in [
+        (Err(NameError::Unavailable), 503),
+        (Err(NameError::NoAddress), 404),
+    ] {
+        let inv = invite(&format!("z9hG4bKn5{code}"), "sip:bob@example.com", "");
+        let (o, _) = handle(&p, 20, UAC, &inv);
+        assert_eq!(o.action, Action::Deferred);
+        let parked = t.parked.lock().unwrap().remove(0);
+        let o = p
+            .worker()
+            .resume_resolved(&parked, answer, 30, &mut |_, _| {});
+        assert_eq!(o.action, Action::Responded(code));
+    }
+    let stats = p.stats();
+    assert_eq!(
+        (
+            stats.names_parked,
+            stats.names_unavailable,
+            stats.names_failed
+        ),
+        (3, 2, 1)
+    );
+}
+
+#[test]
+fn resolved_addresses_pass_the_relay_policy_one_by_one() {
+    // Loopback is refused unless a relay network names it: skipped.
+    let t = table(&[("gw.test", Ok(addrs(&["127.0.0.1:5060", A])))], 8);
+    let p = proxy(t.clone(), RelayNets::None);
+    let (_, sent) = handle(&p, 0, UAC, &invite("z9hG4bKn6", "sip:bob@example.com", ""));
+    assert_eq!(to(&sent, A).len(), 1);
+    assert!(to(&sent, "127.0.0.1:5060").is_empty());
+    // Only loopback: refused (403).
+    let t = table(&[("gw.test", Ok(addrs(&["127.0.0.1:5060"])))], 8);
+    let p = proxy(t, RelayNets::None);
+    let (o, _) = handle(&p, 0, UAC, &invite("z9hG4bKn7", "sip:bob@example.com", ""));
+    assert_eq!(o.action, Action::Responded(403));
+}
+
+#[test]
+fn request_uri_names_are_resolved_only_where_the_relay_policy_allows_them() {
+    let t = table(&[("far.test", Ok(addrs(&[B])))], 8);
+    let config = |relay| ProxyConfig {
+        mode: Mode::Stateful,
+        local: addr(PROXY),
+        relay,
+        ..ProxyConfig::default()
+    };
+    // Relay `none`, unauthenticated: no lookup at all (404 as before).
+    let mut p = Proxy::new(config(RelayNets::None));
+    p.set_name_resolver(t.clone());
+    let (o, _) = handle(&p, 0, UAC, &invite("z9hG4bKn8", "sip:bob@far.test", ""));
+    assert_eq!(o.action, Action::Responded(404));
+    assert_eq!(t.asked.load(Ordering::Relaxed), 0);
+    // IP literals never ask the resolver.
+    let mut p = Proxy::new(config(RelayNets::Any));
+    p.set_name_resolver(t.clone());
+    let (_, sent) = handle(
+        &p,
+        0,
+        UAC,
+        &invite("z9hG4bKn9", &format!("sip:bob@{C}"), ""),
+    );
+    assert_eq!(to(&sent, C).len(), 1);
+    assert_eq!(t.asked.load(Ordering::Relaxed), 0);
+    // Relay `any`: the Request-URI's name is resolved and followed.
+    let (_, sent) = handle(&p, 0, UAC, &invite("z9hG4bKna", "sip:bob@far.test", ""));
+    assert_eq!(to(&sent, B).len(), 1, "{sent:?}");
+    assert_eq!(t.asked.load(Ordering::Relaxed), 1);
+}
