@@ -519,13 +519,11 @@ fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let out = netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("manage.sock");
-        let mut procs = Procs::default();
+    let out = in_bed(move |procs, d| {
+        let socket = d.join("manage.sock");
         let p = start_proxy(
-            &mut procs,
-            dir.path(),
+            procs,
+            d,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -545,11 +543,11 @@ fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
                 r#"<pause milliseconds="20"/>"#,
                 r#"<pause milliseconds="8000"/>"#,
             );
-        let ringing_path = dir.path().join("uas_ringing.xml");
+        let ringing_path = d.join("uas_ringing.xml");
         std::fs::write(&ringing_path, ringing).unwrap();
         let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
         uas[1] = ringing_path.display().to_string();
-        spawn_sipp(&mut procs, dir.path(), &uas);
+        spawn_sipp(procs, d, &uas);
         std::thread::sleep(Duration::from_millis(300));
         let mut uac = uac_args(
             "127.0.0.1:5060".parse().unwrap(),
@@ -561,7 +559,7 @@ fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
         );
         // Every call open at once (SIPp's default limit is 3 x rate).
         uac.extend(strings(&["-l", &calls.to_string()]));
-        let uac_pid = spawn_sipp_with_stats(&mut procs, dir.path(), "uac", &uac);
+        let uac_pid = spawn_sipp_with_stats(procs, d, "uac", &uac);
         // Poll (bounded) until every INVITE is a pending transaction.
         let until = Instant::now() + Duration::from_secs(20);
         let mut in_flight = 0;
@@ -591,13 +589,7 @@ fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
             .try_iter()
             .find(|l| l.contains("drained in"))
             .unwrap_or_default();
-        let (_, sipp) = finish_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            uac_pid,
-            Duration::from_secs(60),
-        );
+        let (_, sipp) = finish_sipp(procs, d, "uac", uac_pid, Duration::from_secs(60));
         (
             in_flight,
             invite,
@@ -713,13 +705,10 @@ fn spawn_dispatched_calls(procs: &mut Procs, dir: &Path, name: &str, rate: u32) 
 /// every restarted proxy takes new calls again.
 #[test]
 fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
-    let out = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let mut procs = Procs::default();
+    let out = in_bed(|procs, d| {
         let sockets: Vec<_> = (0..3).map(|i| d.join(format!("proxy{i}.sock"))).collect();
         let mut proxies: Vec<ProxyProc> = (0..3)
-            .map(|i| proxy_behind(&mut procs, d, PROXIES[i], &sockets[i]))
+            .map(|i| proxy_behind(procs, d, PROXIES[i], &sockets[i]))
             .collect();
         let dispatch_socket = d.join("dispatch.sock");
         let mut args = vec!["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
@@ -728,10 +717,10 @@ fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
         }
         args.extend(["--probe-interval-ms", "100", "--probe-failures", "3"]);
         args.extend(["--manage-socket", dispatch_socket.to_str().unwrap()]);
-        let dispatcher = start_dispatcher(&mut procs, d, &args);
-        spawn_sipp(&mut procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
+        let dispatcher = start_dispatcher(procs, d, &args);
+        spawn_sipp(procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
         std::thread::sleep(Duration::from_millis(300));
-        let uac = spawn_dispatched_calls(&mut procs, d, "uac", 40);
+        let uac = spawn_dispatched_calls(procs, d, "uac", 40);
         // Every proxy carries calls before the first restart.
         wait_targets(&dispatch_socket, "calls on every proxy", |t| {
             t.values().all(|(_, _, requests)| *requests >= 10)
@@ -743,7 +732,7 @@ fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
             signal(proxies[i].pid, "TERM");
             let mut child = procs.take(proxies[i].pid).unwrap();
             exits.push(wait_bounded(&mut child, Duration::from_secs(30)));
-            proxies[i] = proxy_behind(&mut procs, d, addr, &sockets[i]);
+            proxies[i] = proxy_behind(procs, d, addr, &sockets[i]);
             let before = targets(&dispatch_socket)[addr].2;
             assert_eq!(
                 ctl(&dispatch_socket, &["target", "enable", addr]).0,
@@ -757,9 +746,9 @@ fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
         }
         let took = started.elapsed().as_secs_f64();
         signal(uac, "USR1");
-        let (_, calls) = finish_sipp(&mut procs, d, "uac", uac, Duration::from_secs(60));
+        let (_, calls) = finish_sipp(procs, d, "uac", uac, Duration::from_secs(60));
         let final_targets = targets(&dispatch_socket);
-        stop_proxy(&mut procs, &dispatcher);
+        stop_proxy(procs, &dispatcher);
         (exits, calls, took, final_targets)
     });
     let (exits, calls, took, final_targets) = out;
@@ -807,19 +796,16 @@ fn transactions_created(socket: &Path) -> u64 {
 /// so, and an invalid file is refused while the old targets still serve.
 #[test]
 fn dispatcher_reloads_during_calls_change_a_target() {
-    let out = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let mut procs = Procs::default();
+    let out = in_bed(|procs, d| {
         let sockets: Vec<_> = (0..3).map(|i| d.join(format!("proxy{i}.sock"))).collect();
         let _proxies: Vec<ProxyProc> = (0..3)
-            .map(|i| proxy_behind(&mut procs, d, PROXIES[i], &sockets[i]))
+            .map(|i| proxy_behind(procs, d, PROXIES[i], &sockets[i]))
             .collect();
         let config = d.join("dispatch.toml");
         write_dispatch_config(&config, &PROXIES[..2], 3);
         let socket = d.join("dispatch.sock");
         let dispatcher = start_dispatcher(
-            &mut procs,
+            procs,
             d,
             &[
                 "--config",
@@ -828,9 +814,9 @@ fn dispatcher_reloads_during_calls_change_a_target() {
                 socket.to_str().unwrap(),
             ],
         );
-        spawn_sipp(&mut procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
+        spawn_sipp(procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
         std::thread::sleep(Duration::from_millis(300));
-        let uac = spawn_dispatched_calls(&mut procs, d, "uac", 20);
+        let uac = spawn_dispatched_calls(procs, d, "uac", 20);
         wait_targets(&socket, "calls on A and B", |t| {
             t.values().all(|(_, _, requests)| *requests >= 5)
         });
@@ -870,12 +856,12 @@ fn dispatcher_reloads_during_calls_change_a_target() {
         let (refused, _) = ctl(&socket, &["reload"]);
         std::thread::sleep(Duration::from_millis(500));
         signal(uac, "USR1");
-        let (_, calls) = finish_sipp(&mut procs, d, "uac", uac, Duration::from_secs(60));
+        let (_, calls) = finish_sipp(procs, d, "uac", uac, Duration::from_secs(60));
         let after = targets(&socket);
         let status = ctl_json(&socket, &["status"]);
         let b_end = transactions_created(&sockets[1]);
         let c_end = transactions_created(&sockets[2]);
-        stop_proxy(&mut procs, &dispatcher);
+        stop_proxy(procs, &dispatcher);
         (
             before,
             after,

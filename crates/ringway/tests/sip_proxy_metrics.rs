@@ -403,9 +403,7 @@ fn grafana_dashboard_queries_name_exported_metrics() {
         assert!(wanted.contains_key(needed), "no panel shows {needed}");
     }
     let wanted_names: Vec<String> = wanted.keys().cloned().collect();
-    let (exported, missing) = netns(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
+    let (exported, missing) = in_bed(move |procs, d| {
         let openssl = std::process::Command::new("openssl")
             .args([
                 "req",
@@ -423,9 +421,8 @@ fn grafana_dashboard_queries_name_exported_metrics() {
         assert!(openssl.status.success(), "{openssl:?}");
         let token = d.join("admin.token");
         std::fs::write(&token, "dashboard-test-token-0123\n").unwrap();
-        let mut procs = Procs::default();
         let p = start_proxy(
-            &mut procs,
+            procs,
             d,
             &[
                 "--listen",
@@ -452,7 +449,7 @@ fn grafana_dashboard_queries_name_exported_metrics() {
             ],
         );
         let dispatcher = start_dispatcher(
-            &mut procs,
+            procs,
             d,
             &[
                 "--listen",
@@ -488,7 +485,7 @@ fn grafana_dashboard_queries_name_exported_metrics() {
             .spawn()
             .expect("spawn ringway sfu serve");
         procs.add("sfu", sfu);
-        start_loopback_uas(&mut procs, d);
+        start_loopback_uas(procs, d);
         // Five calls through the dispatcher and the proxy.
         let uac = uac_args(
             a("127.0.0.1:5080"),
@@ -498,7 +495,7 @@ fn grafana_dashboard_queries_name_exported_metrics() {
             5,
             10,
         );
-        let (_, calls) = run_sipp(&mut procs, d, "uac", &uac, Duration::from_secs(60));
+        let (_, calls) = run_sipp(procs, d, "uac", &uac, Duration::from_secs(60));
         assert_eq!(calls.successful, 5, "{calls:?}");
         // A malformed datagram to each: a drop by reason.
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -524,8 +521,8 @@ fn grafana_dashboard_queries_name_exported_metrics() {
             }
             std::thread::sleep(Duration::from_millis(200));
         };
-        stop_proxy(&mut procs, &dispatcher);
-        stop_proxy(&mut procs, &p);
+        stop_proxy(procs, &dispatcher);
+        stop_proxy(procs, &p);
         (exported, missing)
     });
     let missing: Vec<String> = missing
