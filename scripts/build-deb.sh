@@ -2,7 +2,9 @@
 # Build target/debian/ringway_VERSION_ARCH.deb with dpkg-deb from a staging
 # directory (no cargo-deb needed, works offline): the release binary, the
 # sample configuration as /etc/ringway/ringway.toml (a conffile), a man
-# page, and the systemd unit (contrib/systemd/ringway.service).
+# page, the systemd units (contrib/systemd/: ringway.service for the SIP
+# proxy, ringway-dispatch.service, ringway-sfu.service) and the Grafana
+# dashboard (contrib/grafana/ringway.json).
 # Usage: scripts/build-deb.sh [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,10 @@ rm -rf "$stage"
 install -D -m 0755 target/release/ringway "$stage/usr/bin/ringway"
 strip --strip-debug "$stage/usr/bin/ringway" 2>/dev/null || true
 install -D -m 0644 docs/ringway.toml "$stage/etc/ringway/ringway.toml"
-install -D -m 0644 contrib/systemd/ringway.service "$stage/lib/systemd/system/ringway.service"
+for unit in ringway ringway-dispatch ringway-sfu; do
+    install -D -m 0644 "contrib/systemd/$unit.service" "$stage/lib/systemd/system/$unit.service"
+done
+install -D -m 0644 contrib/grafana/ringway.json "$stage/usr/share/doc/ringway/grafana/ringway.json"
 install -D -m 0644 docs/operations.md "$stage/usr/share/doc/ringway/operations.md"
 mkdir -p "$stage/usr/share/man/man1"
 # The man page: what `ringway --help` says, as roff.
@@ -56,7 +61,9 @@ Section: net
 Priority: optional
 Description: fast UDP packet-switching servers
  A SIP proxy, registrar and dispatcher, an SFU for networked music and the
- SRPIC reordering sorter, with a systemd unit (ringway.service).
+ SRPIC reordering sorter, with systemd units (ringway.service: the SIP
+ proxy; ringway-dispatch.service, ringway-sfu.service) and a Grafana
+ dashboard.
 CONTROL
 cat > "$stage/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh

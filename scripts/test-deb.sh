@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the .deb (scripts/build-deb.sh), install it into a throwaway root
 # with dpkg, run the installed `ringway --version`, check the conffile and
-# the man page, and `systemd-analyze verify` the installed unit.
+# the man page, `systemd-analyze verify` the installed units, and parse the
+# dashboard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$(scripts/build-deb.sh "$@" | tail -1)
@@ -18,9 +19,12 @@ echo "installed: $version"
 grep -qx /etc/ringway/ringway.toml "$root/var/lib/dpkg/info/ringway.conffiles"
 "$root/usr/bin/ringway" config check "$root/etc/ringway/ringway.toml" >/dev/null
 zcat "$root/usr/share/man/man1/ringway.1.gz" | grep -q '^\.TH RINGWAY 1'
-unit="$root/lib/systemd/system/ringway.service"
-grep -qx 'Type=notify' "$unit"
-# The unit runs /usr/bin/ringway: point verify at the installed one.
-sed "s|/usr/bin/ringway|$root/usr/bin/ringway|" "$unit" > "$root/ringway.service"
-systemd-analyze verify --man=no "$root/ringway.service"
+for name in ringway ringway-dispatch ringway-sfu; do
+    unit="$root/lib/systemd/system/$name.service"
+    grep -qx 'Type=notify' "$unit"
+    # The unit runs /usr/bin/ringway: point verify at the installed one.
+    sed "s|/usr/bin/ringway|$root/usr/bin/ringway|" "$unit" > "$root/$name.service"
+    systemd-analyze verify --man=no "$root/$name.service"
+done
+python3 -m json.tool "$root/usr/share/doc/ringway/grafana/ringway.json" >/dev/null
 echo "deb ok: $deb"

@@ -484,6 +484,48 @@ fn dispatcher_sends_outsiders_to_its_proxies_only() {
     assert_eq!(dispatch(&d, MEMBER, &local).1[0].0, addr("127.0.0.1:5070"));
 }
 
+/// A reload replaces the proxies (`set_proxies`): new requests go to the
+/// new set only, a worker created before takes it at its next datagram,
+/// and a removed proxy stays trusted for the in-dialog requests of its
+/// calls (a Route to it from outside passes with no relay network; its own
+/// requests go by Request-URI, as from a proxy).
+#[test]
+fn dispatcher_reload_replaces_the_proxies_and_keeps_a_removed_one_routable() {
+    const NEW: &str = "192.0.2.12:5060";
+    let d = dispatcher(RelayNets::None);
+    let mut worker = d.worker();
+    let inv = invite("z9hG4bKr1", "sip:bob@example.com", "");
+    let mut sent = Sent::new();
+    worker.handle(0, addr(UAC), &inv, &mut |to, b| sent.push((to, b.to_vec())));
+    assert_eq!(sent[0].0, addr(MEMBER));
+    d.set_proxies(&[addr(NEW)], RelayNets::None);
+    assert_eq!(d.proxies(), [addr(NEW)]);
+    let mut sent = Sent::new();
+    worker.handle(0, addr(UAC), &inv, &mut |to, b| sent.push((to, b.to_vec())));
+    assert_eq!(sent[0].0, addr(NEW), "the old worker took the new set");
+    assert_eq!(d.stats().proxies.len(), 1);
+    // In a dialog through the removed proxy: still routed to it.
+    let bye = String::from_utf8(tagged(invite(
+        "z9hG4bKr2",
+        "sip:bob@203.0.113.7",
+        &format!("Route: <sip:{MEMBER};lr>\r\n"),
+    )))
+    .unwrap()
+    .replace("INVITE", "BYE");
+    let (o, sent) = dispatch(&d, UAC, bye.as_bytes());
+    assert_eq!(o, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, addr(MEMBER));
+    // From the removed proxy, by Request-URI (not hashed to a proxy).
+    let from_old = tagged(invite("z9hG4bKr3", "sip:bob@203.0.113.7", ""));
+    assert_eq!(dispatch(&d, MEMBER, &from_old).1[0].0, addr(FAR));
+    // A Route to a proxy never configured is refused as before.
+    let elsewhere = bye.replace(MEMBER, "192.0.2.99:5060");
+    assert_eq!(
+        dispatch(&d, UAC, elsewhere.as_bytes()).0,
+        Action::Responded(403)
+    );
+}
+
 #[test]
 fn dispatcher_relays_responses_only_to_where_requests_came_from() {
     let d = dispatcher(RelayNets::None);

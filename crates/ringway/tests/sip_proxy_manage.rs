@@ -469,3 +469,428 @@ fn reloads_during_calls_add_a_credential_and_refuse_an_invalid_config() {
     assert_eq!(status["reloads"], 10, "{status}");
     assert_eq!(status["reloads_refused"], 2, "{status}");
 }
+
+/// One request from a UDP socket of the test (127.0.0.1:`port`) to the
+/// proxy on 127.0.0.1:5060; the first reply's text (empty after 5 s).
+fn ask(method: &str, port: u16) -> String {
+    let socket = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let body = if method == "INVITE" { "v=0\r\n" } else { "" };
+    let request = format!(
+        "{method} sip:bob@127.0.0.1:5070 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK-drain-{method}\r\n\
+Max-Forwards: 70\r\nFrom: <sip:probe@127.0.0.1:{port}>;tag=drain\r\n\
+To: <sip:bob@127.0.0.1:5070>\r\nCall-ID: drain-{method}@127.0.0.1\r\n\
+CSeq: 1 {method}\r\nContact: <sip:probe@127.0.0.1:{port}>\r\n\
+Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    socket
+        .send_to(request.as_bytes(), "127.0.0.1:5060")
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    // A 100 Trying would come first for an INVITE the proxy took: skip it.
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        match socket.recv(&mut buf) {
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                if !text.starts_with("SIP/2.0 1") {
+                    return text;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    String::new()
+}
+
+/// SIGTERM with about 1 000 calls in flight (`RINGWAY_DRAIN_CALLS`; the
+/// SIPp UAS rings 8 s before it answers, so every INVITE the UAC sent is
+/// a pending transaction of the stateful proxy): a new INVITE gets 503
+/// with Retry-After, an OPTIONS probe 503, every call in flight completes
+/// (the UAC counts 0 failed), and the proxy exits 0 within its drain
+/// deadline. Prints the drain time.
+#[test]
+fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
+    let calls: u32 = std::env::var("RINGWAY_DRAIN_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let out = in_bed(move |procs, d| {
+        let socket = d.join("manage.sock");
+        let p = start_proxy(
+            procs,
+            d,
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--relay",
+                "127.0.0.0/8",
+                "--mode",
+                "stateful",
+                "--manage-socket",
+                socket.to_str().unwrap(),
+                "--drain-timeout",
+                "40",
+            ],
+        );
+        let ringing = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
+            .unwrap()
+            .replace(
+                r#"<pause milliseconds="20"/>"#,
+                r#"<pause milliseconds="8000"/>"#,
+            );
+        let ringing_path = d.join("uas_ringing.xml");
+        std::fs::write(&ringing_path, ringing).unwrap();
+        let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
+        uas[1] = ringing_path.display().to_string();
+        spawn_sipp(procs, d, &uas);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut uac = uac_args(
+            "127.0.0.1:5060".parse().unwrap(),
+            "127.0.0.1:5061".parse().unwrap(),
+            "bob",
+            "127.0.0.1:5070",
+            calls,
+            500,
+        );
+        // Every call open at once (SIPp's default limit is 3 x rate).
+        uac.extend(strings(&["-l", &calls.to_string()]));
+        let uac_pid = spawn_sipp_with_stats(procs, d, "uac", &uac);
+        // Poll (bounded) until every INVITE is a pending transaction.
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut in_flight = 0;
+        while Instant::now() < until {
+            let status = ctl_json(&socket, &["status"]);
+            in_flight = status["transactions_pending"].as_u64().unwrap();
+            if in_flight >= u64::from(calls) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let sigterm = Instant::now();
+        signal(p.pid, "TERM");
+        // The proxy acts on the signal within its 20 ms poll; a status
+        // query says when it drains.
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until && ctl_json(&socket, &["status"])["draining"] != true {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let invite = ask("INVITE", 5090);
+        let options = ask("OPTIONS", 5091);
+        let mut child = procs.take(p.pid).unwrap();
+        let exit = wait_bounded(&mut child, Duration::from_secs(60));
+        let exited_after = sigterm.elapsed().as_secs_f64();
+        let drained_line = p
+            .stderr
+            .try_iter()
+            .find(|l| l.contains("drained in"))
+            .unwrap_or_default();
+        let (_, sipp) = finish_sipp(procs, d, "uac", uac_pid, Duration::from_secs(60));
+        (
+            in_flight,
+            invite,
+            options,
+            exit,
+            exited_after,
+            drained_line,
+            sipp,
+        )
+    });
+    let (in_flight, invite, options, exit, exited_after, drained_line, sipp) = out;
+    eprintln!(
+        "drain with {in_flight} calls in flight: exit {exit:?} {exited_after:.2} s after SIGTERM ({drained_line}); SIPp {sipp:?}"
+    );
+    assert_eq!(in_flight, u64::from(calls), "every call was in flight");
+    assert!(
+        invite.starts_with("SIP/2.0 503") && invite.contains("\r\nRetry-After:"),
+        "a new INVITE while draining: {invite}"
+    );
+    assert!(
+        options.starts_with("SIP/2.0 503"),
+        "OPTIONS while draining: {options}"
+    );
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "exit 0 within the drain deadline: {exit:?}"
+    );
+    assert!(drained_line.contains("drained in"), "{drained_line}");
+    assert_eq!(
+        (sipp.successful, sipp.failed),
+        (u64::from(calls), 0),
+        "every call in flight completed"
+    );
+}
+
+/// The proxies behind the dispatcher in the rolling-restart and reload tests.
+const PROXIES: [&str; 3] = ["127.0.0.11:5060", "127.0.0.12:5060", "127.0.0.13:5060"];
+
+/// A stateful proxy on `listen` with its management socket `socket`.
+fn proxy_behind(procs: &mut Procs, dir: &Path, listen: &str, socket: &Path) -> ProxyProc {
+    start_proxy(
+        procs,
+        dir,
+        &[
+            "--listen",
+            listen,
+            "--relay",
+            "127.0.0.0/8",
+            "--mode",
+            "stateful",
+            "--workers",
+            "1",
+            "--manage-socket",
+            socket.to_str().unwrap(),
+        ],
+    )
+}
+
+/// The dispatcher's targets: address → (alive, state, requests).
+fn targets(socket: &Path) -> std::collections::BTreeMap<String, (bool, String, u64)> {
+    let v = ctl_json(socket, &["targets"]);
+    v["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["address"].as_str().unwrap().to_string(),
+                (
+                    t["alive"].as_bool().unwrap(),
+                    t["state"].as_str().unwrap().to_string(),
+                    t["requests"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Poll (bounded) until `done(targets)`; panics with the last listing.
+fn wait_targets(
+    socket: &Path,
+    what: &str,
+    done: impl Fn(&std::collections::BTreeMap<String, (bool, String, u64)>) -> bool,
+) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = targets(socket);
+        if done(&now) {
+            return;
+        }
+        assert!(Instant::now() < end, "{what}: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIPp calls through the dispatcher on 127.0.0.1:5060 at `rate`/s until
+/// told to stop (SIGUSR1: no new calls, the current ones end), bounded.
+fn spawn_dispatched_calls(procs: &mut Procs, dir: &Path, name: &str, rate: u32) -> u32 {
+    let uac = uac_args(
+        "127.0.0.1:5060".parse().unwrap(),
+        "127.0.0.1:5061".parse().unwrap(),
+        "bob",
+        "127.0.0.1:5070",
+        rate * 90,
+        rate,
+    );
+    spawn_sipp_with_stats(procs, dir, name, &uac)
+}
+
+/// Three proxies behind the dispatcher restarted one by one under SIPp
+/// load: each is drained at the dispatcher (`ctl target drain`), sent
+/// SIGTERM, seen exit 0, started again and enabled; no call fails, and
+/// every restarted proxy takes new calls again.
+#[test]
+fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
+    let out = in_bed(|procs, d| {
+        let sockets: Vec<_> = (0..3).map(|i| d.join(format!("proxy{i}.sock"))).collect();
+        let mut proxies: Vec<ProxyProc> = (0..3)
+            .map(|i| proxy_behind(procs, d, PROXIES[i], &sockets[i]))
+            .collect();
+        let dispatch_socket = d.join("dispatch.sock");
+        let mut args = vec!["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
+        for p in PROXIES {
+            args.extend(["--proxy", p]);
+        }
+        args.extend(["--probe-interval-ms", "100", "--probe-failures", "3"]);
+        args.extend(["--manage-socket", dispatch_socket.to_str().unwrap()]);
+        let dispatcher = start_dispatcher(procs, d, &args);
+        spawn_sipp(procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
+        std::thread::sleep(Duration::from_millis(300));
+        let uac = spawn_dispatched_calls(procs, d, "uac", 40);
+        // Every proxy carries calls before the first restart.
+        wait_targets(&dispatch_socket, "calls on every proxy", |t| {
+            t.values().all(|(_, _, requests)| *requests >= 10)
+        });
+        let mut exits = Vec::new();
+        let started = Instant::now();
+        for (i, addr) in PROXIES.into_iter().enumerate() {
+            assert_eq!(ctl(&dispatch_socket, &["target", "drain", addr]).0, Some(0));
+            signal(proxies[i].pid, "TERM");
+            let mut child = procs.take(proxies[i].pid).unwrap();
+            exits.push(wait_bounded(&mut child, Duration::from_secs(30)));
+            proxies[i] = proxy_behind(procs, d, addr, &sockets[i]);
+            let before = targets(&dispatch_socket)[addr].2;
+            assert_eq!(
+                ctl(&dispatch_socket, &["target", "enable", addr]).0,
+                Some(0)
+            );
+            // Back in: answering probes, active, and taking new calls.
+            wait_targets(&dispatch_socket, "restarted proxy back in", |t| {
+                let (alive, state, requests) = &t[addr];
+                *alive && state == "active" && *requests > before + 5
+            });
+        }
+        let took = started.elapsed().as_secs_f64();
+        signal(uac, "USR1");
+        let (_, calls) = finish_sipp(procs, d, "uac", uac, Duration::from_secs(60));
+        let final_targets = targets(&dispatch_socket);
+        stop_proxy(procs, &dispatcher);
+        (exits, calls, took, final_targets)
+    });
+    let (exits, calls, took, final_targets) = out;
+    eprintln!(
+        "rolling restart of 3 proxies in {took:.1} s under 40 calls/s: {calls:?}; targets {final_targets:?}"
+    );
+    for exit in &exits {
+        assert!(
+            exit.is_some_and(|s| s.success()),
+            "drained proxy exits 0: {exits:?}"
+        );
+    }
+    assert!(calls.successful > 0, "{calls:?}");
+    assert_eq!(
+        calls.failed, 0,
+        "no call failed across the restarts: {calls:?}"
+    );
+}
+
+/// The dispatcher's config file: `proxies` behind it.
+fn write_dispatch_config(path: &Path, proxies: &[&str], probe_failures: u32) {
+    let list: Vec<String> = proxies.iter().map(|p| format!("{p:?}")).collect();
+    std::fs::write(
+        path,
+        format!(
+            "[sip.dispatch]\nlisten = \"127.0.0.1:5060\"\nproxy = [{}]\nrelay = \"127.0.0.0/8\"\n\
+probe-interval-ms = 100\nprobe-failures = {probe_failures}\n",
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+}
+
+/// A proxy's transactions created so far (`ringway ctl counters`).
+fn transactions_created(socket: &Path) -> u64 {
+    ctl_json(socket, &["counters"])["transactions_created"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Ten reloads of the dispatcher (five SIGHUP, five `ringway ctl reload`)
+/// during a SIPp run through it to three proxies, the fifth changing a
+/// target (A, B → A, C): no call fails, new calls reach C and none
+/// reaches B any more; a reload that changes a key needing a restart says
+/// so, and an invalid file is refused while the old targets still serve.
+#[test]
+fn dispatcher_reloads_during_calls_change_a_target() {
+    let out = in_bed(|procs, d| {
+        let sockets: Vec<_> = (0..3).map(|i| d.join(format!("proxy{i}.sock"))).collect();
+        let _proxies: Vec<ProxyProc> = (0..3)
+            .map(|i| proxy_behind(procs, d, PROXIES[i], &sockets[i]))
+            .collect();
+        let config = d.join("dispatch.toml");
+        write_dispatch_config(&config, &PROXIES[..2], 3);
+        let socket = d.join("dispatch.sock");
+        let dispatcher = start_dispatcher(
+            procs,
+            d,
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--manage-socket",
+                socket.to_str().unwrap(),
+            ],
+        );
+        spawn_sipp(procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
+        std::thread::sleep(Duration::from_millis(300));
+        let uac = spawn_dispatched_calls(procs, d, "uac", 20);
+        wait_targets(&socket, "calls on A and B", |t| {
+            t.values().all(|(_, _, requests)| *requests >= 5)
+        });
+        let before = targets(&socket);
+        let mut reports = Vec::new();
+        for i in 0..10 {
+            if i == 4 {
+                write_dispatch_config(&config, &[PROXIES[0], PROXIES[2]], 3);
+            }
+            if i == 7 {
+                // Needs a restart: reported, not applied.
+                write_dispatch_config(&config, &[PROXIES[0], PROXIES[2]], 4);
+            }
+            if i % 2 == 0 {
+                let reloads = ctl_json(&socket, &["status"])["reloads"].as_u64();
+                signal(dispatcher.pid, "HUP");
+                // Applied when the status counts it (bounded).
+                let end = Instant::now() + Duration::from_secs(10);
+                while ctl_json(&socket, &["status"])["reloads"].as_u64() == reloads {
+                    assert!(Instant::now() < end, "SIGHUP reload not applied");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            } else {
+                reports.push(ctl_json(&socket, &["reload"]));
+            }
+            if i == 4 {
+                // New calls reach C; then B's last calls are over.
+                wait_targets(&socket, "calls reach the new target", |t| {
+                    t.len() == 2 && t.get(PROXIES[2]).is_some_and(|c| c.2 >= 20)
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let b_after_change = transactions_created(&sockets[1]);
+        // An invalid file: refused, the targets stay.
+        std::fs::write(&config, "[sip.dispatch]\nproxy = []\n").unwrap();
+        let (refused, _) = ctl(&socket, &["reload"]);
+        std::thread::sleep(Duration::from_millis(500));
+        signal(uac, "USR1");
+        let (_, calls) = finish_sipp(procs, d, "uac", uac, Duration::from_secs(60));
+        let after = targets(&socket);
+        let status = ctl_json(&socket, &["status"]);
+        let b_end = transactions_created(&sockets[1]);
+        let c_end = transactions_created(&sockets[2]);
+        stop_proxy(procs, &dispatcher);
+        (
+            before,
+            after,
+            calls,
+            reports,
+            refused,
+            status,
+            (b_after_change, b_end, c_end),
+        )
+    });
+    let (before, after, calls, reports, refused, status, (b_after_change, b_end, c_end)) = out;
+    eprintln!(
+        "dispatcher reloads: {calls:?}; targets before {before:?} after {after:?}; status {status}; reports {reports:?}"
+    );
+    assert_eq!(calls.failed, 0, "no call failed across reloads: {calls:?}");
+    assert!(calls.successful >= 40, "{calls:?}");
+    let listed: Vec<&String> = after.keys().collect();
+    assert_eq!(listed, [PROXIES[0], PROXIES[2]], "A and C now");
+    assert!(after[PROXIES[2]].2 >= 20, "new calls reach C: {after:?}");
+    assert!(c_end > 0, "C's proxy took calls");
+    assert_eq!(b_end, b_after_change, "B took no call after the change");
+    assert!(before.contains_key(PROXIES[1]) && !before.contains_key(PROXIES[2]));
+    assert!(
+        reports.iter().any(|r| r["restart_needed"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "probe-failures"))),
+        "a key needing a restart is reported: {reports:?}"
+    );
+    assert_eq!(refused, Some(1), "an invalid file is refused");
+    assert_eq!(status["reloads"], 10, "{status}");
+    assert_eq!(status["reloads_refused"], 1, "{status}");
+}

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Receive wait before a worker re-checks the stop flag.
@@ -178,29 +178,27 @@ impl DispatchServerConfig {
 const RERESOLVE_EVERY: Duration = Duration::from_secs(1);
 
 /// Resolve the proxies given by name (at start on the starting thread, no
-/// worker runs yet; later on the re-resolution thread): the literal
-/// proxies, then every target of the names the relay policy allows (at
-/// most 64 in all). A name that gives no allowed target is an error.
+/// worker runs yet; on a reload on the management thread; later on the
+/// re-resolution thread): the literal proxies, then every target of the
+/// names the relay policy allows (at most 64 in all). A name that gives no
+/// allowed target is an error.
 fn resolve_proxy_names(
-    config: &DispatchServerConfig,
-    literal: &[SocketAddr],
+    listen: SocketAddr,
+    wanted: &Wanted,
     resolver: &crate::dns::Resolver,
 ) -> Result<Vec<SocketAddr>, ServerError> {
-    let mut proxies = literal.to_vec();
-    let policy =
-        ringway_sip::RelayPolicy::new(config.listen, literal.to_vec(), config.relay.clone());
-    for name in &config.proxy_names {
+    let literal = &wanted.proxies;
+    let mut proxies = literal.clone();
+    let policy = ringway_sip::RelayPolicy::new(listen, literal.clone(), wanted.relay.clone());
+    for name in &wanted.proxy_names {
         let NextHop::Name { host, port } = name else {
             continue;
         };
         let targets = resolver
-            .lookup(host, *port, config.listen)
+            .lookup(host, *port, listen)
             .map_err(|e| ServerError::Config(format!("proxy {name}: {e}")))?;
         let allowed = crate::dns::policy_filter(&policy, targets);
-        let added: Vec<SocketAddr> = allowed
-            .into_iter()
-            .filter(|to| *to != config.listen)
-            .collect();
+        let added: Vec<SocketAddr> = allowed.into_iter().filter(|to| *to != listen).collect();
         if added.is_empty() {
             return Err(ServerError::Config(format!(
                 "proxy {name}: no resolved address the relay policy allows (loopback, link-local and our own IP need `relay` to name them)"
@@ -223,24 +221,48 @@ fn resolve_proxy_names(
     Ok(proxies)
 }
 
-/// The dispatcher in force, and which of its proxies came from DNS.
-struct Current {
-    dispatcher: Dispatcher,
+/// The proxies as configured (at start, then by each reload): what the
+/// periodic re-resolution of the names starts from, so that it never
+/// undoes a reload.
+#[derive(Clone)]
+struct Wanted {
+    /// The proxies given as IP literals.
+    proxies: Vec<SocketAddr>,
+    /// The proxies given by name.
+    proxy_names: Vec<NextHop>,
+    /// The relay networks in force.
+    relay: ringway_sip::RelayNets,
+    /// The proxies in force that came from DNS (their going out counts as
+    /// a failover).
     resolved: Vec<SocketAddr>,
+    /// Bumped by every reload: a re-resolution started before it is
+    /// dropped.
+    generation: u64,
+}
+
+impl Wanted {
+    fn of(config: &DispatchServerConfig) -> Wanted {
+        Wanted {
+            proxies: config.proxies.clone(),
+            proxy_names: config.proxy_names.clone(),
+            relay: config.relay.clone(),
+            resolved: Vec::new(),
+            generation: 0,
+        }
+    }
 }
 
 /// What the threads share.
 struct Shared {
     config: DispatchServerConfig,
     local: SocketAddr,
-    /// The dispatcher in force: replaced (counters and proxy states taken
-    /// over) when a proxy name resolves to another set of targets.
-    current: RwLock<Arc<Current>>,
-    /// Bumped on every replacement (threads pick the new one up).
-    version: AtomicU64,
-    /// The core configuration with the literal proxies (names' targets
-    /// are added to it on every resolution).
-    base: DispatchConfig,
+    /// The one dispatcher: a reload or a name resolving to other targets
+    /// swaps its proxy set ([`Dispatcher::set_proxies`]), workers take the
+    /// new set at their next datagram.
+    dispatcher: Dispatcher,
+    /// The proxies as configured, and which came from DNS. Held while a
+    /// new proxy set is applied (reload and re-resolution do not cross).
+    wanted: Mutex<Wanted>,
     stop: AtomicBool,
     messages_in: AtomicU64,
     messages_out: AtomicU64,
@@ -257,16 +279,9 @@ struct Shared {
     inject_panic: Option<String>,
     /// The resolver of `proxy_names` (its counters), if any.
     resolver: Option<crate::dns::Resolver>,
-}
-
-impl Shared {
-    /// The dispatcher in force now.
-    fn current(&self) -> Arc<Current> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
+    /// Reloads applied and refused.
+    reloads: AtomicU64,
+    reloads_refused: AtomicU64,
 }
 
 /// The JSON summary of a dispatcher run (`ringway.sip-dispatch.summary/1`).
@@ -306,7 +321,7 @@ pub struct DispatchControl {
 impl DispatchControl {
     /// Counters, with every proxy's state.
     pub fn stats(&self) -> DispatchStats {
-        self.shared.current().dispatcher.stats()
+        self.shared.dispatcher.stats()
     }
 
     /// The address it listens on.
@@ -319,17 +334,157 @@ impl DispatchControl {
         self.shared.started.elapsed().as_secs_f64()
     }
 
+    /// Reloads applied and refused so far.
+    pub fn reloads(&self) -> (u64, u64) {
+        (
+            self.shared.reloads.load(Ordering::Relaxed),
+            self.shared.reloads_refused.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Apply a new configuration (a reload): the proxies (`proxies`, and
+    /// `proxy_names` resolved again on this thread) and `relay` at once,
+    /// swapped into the running dispatcher; they are also what the
+    /// periodic re-resolution of the names starts from from now on. Every
+    /// other key needs a restart and is listed in `restart_needed` when it
+    /// changed. An invalid configuration, or a name that resolves to
+    /// nothing allowed, is refused and nothing changes.
+    pub fn reload(
+        &self,
+        mut config: DispatchServerConfig,
+    ) -> Result<crate::sip::ReloadReport, ServerError> {
+        let shared = &self.shared;
+        let mut wanted = Wanted::of(&config);
+        let checked = config.validate().and_then(|()| {
+            // Names resolved again, here (a management thread, not a
+            // worker): by the running resolver (its cache, its counters),
+            // or, when the dispatcher started without names, by one for
+            // this reload only (those names are not looked at again until
+            // the next reload or a restart).
+            let listen = shared.config.listen;
+            config.proxies = match (&shared.resolver, wanted.proxy_names.is_empty()) {
+                (_, true) => wanted.proxies.clone(),
+                (Some(resolver), false) => resolve_proxy_names(listen, &wanted, resolver)?,
+                (None, false) => {
+                    let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
+                        server: config.dns_server,
+                        threads: 1,
+                        ..crate::dns::DnsConfig::default()
+                    })
+                    .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
+                    let resolved = resolve_proxy_names(listen, &wanted, &resolver);
+                    resolver.stop();
+                    resolved?
+                }
+            };
+            Ok(())
+        });
+        if let Err(e) = checked {
+            self.reload_refused(&e.to_string());
+            return Err(e);
+        }
+        let running = &shared.config;
+        let mut restart_needed = Vec::new();
+        let mut differs = |key: &str, changed: bool| {
+            if changed {
+                restart_needed.push(key.to_string());
+            }
+        };
+        differs("listen", config.listen != running.listen);
+        differs("workers", config.workers != running.workers);
+        differs("backend", config.io.kind() != running.io.kind());
+        differs("batch", config.batch != running.batch);
+        differs(
+            "probe-interval-ms",
+            config.probe_interval_ms != running.probe_interval_ms,
+        );
+        differs(
+            "probe-failures",
+            config.probe_failures != running.probe_failures,
+        );
+        differs("record-route", config.record_route != running.record_route);
+        differs("dns-server", config.dns_server != running.dns_server);
+        differs(
+            "flood-*",
+            config.flood_limit != running.flood_limit
+                || config.flood_window != running.flood_window
+                || config.flood_table_size != running.flood_table_size
+                || config.flood_exempt != running.flood_exempt
+                || config.flood_ipv6_prefix != running.flood_ipv6_prefix,
+        );
+        // Held while applying: a re-resolution in flight is dropped.
+        let mut in_force = shared.wanted.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = shared.dispatcher.proxies();
+        let mut applied = Vec::new();
+        if before != config.proxies {
+            applied.push("proxy".to_string());
+        }
+        if in_force.relay != config.relay {
+            applied.push("relay".to_string());
+        }
+        if !applied.is_empty() {
+            shared
+                .dispatcher
+                .set_proxies(&config.proxies, config.relay.clone());
+        }
+        wanted.resolved = config.proxies[wanted.proxies.len()..].to_vec();
+        wanted.generation = in_force.generation + 1;
+        *in_force = wanted;
+        drop(in_force);
+        let list = |v: Vec<&SocketAddr>| {
+            v.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let added = list(
+            config
+                .proxies
+                .iter()
+                .filter(|p| !before.contains(p))
+                .collect(),
+        );
+        let removed = list(
+            before
+                .iter()
+                .filter(|p| !config.proxies.contains(p))
+                .collect(),
+        );
+        log::info!(
+            "sip dispatch: reloaded: proxies {} (added [{added}], removed [{removed}]), relay {}{}",
+            list(config.proxies.iter().collect()),
+            config.relay,
+            if restart_needed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; not applied, need a restart: {}",
+                    restart_needed.join(", ")
+                )
+            }
+        );
+        shared.reloads.fetch_add(1, Ordering::Relaxed);
+        Ok(crate::sip::ReloadReport {
+            applied,
+            restart_needed,
+            credentials: None,
+        })
+    }
+
+    /// Count a reload refused before it reached [`DispatchControl::reload`]
+    /// (the file could not be read or parsed), and log why.
+    pub fn reload_refused(&self, reason: &str) {
+        self.shared.reloads_refused.fetch_add(1, Ordering::Relaxed);
+        log::warn!("sip dispatch: reload refused, the running configuration stays: {reason}");
+    }
+
     /// Set proxy `address`'s state (`false`: no such proxy).
     pub fn set_admin_state(
         &self,
         address: SocketAddr,
         state: ringway_sip::dispatch::AdminState,
     ) -> bool {
-        let done = self
-            .shared
-            .current()
-            .dispatcher
-            .set_admin_state(address, state);
+        let done = self.shared.dispatcher.set_admin_state(address, state);
         if done {
             log::info!(
                 "sip dispatch: management: proxy {address} set {}",
@@ -350,7 +505,7 @@ impl DispatchServer {
     /// Open the sockets and start the worker and probe threads.
     pub fn start(mut config: DispatchServerConfig) -> Result<DispatchServer, ServerError> {
         config.validate()?;
-        let literal = config.proxies.clone();
+        let mut wanted = Wanted::of(&config);
         let resolver = if config.proxy_names.is_empty() {
             None
         } else {
@@ -360,7 +515,7 @@ impl DispatchServer {
                 ..crate::dns::DnsConfig::default()
             })
             .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
-            match resolve_proxy_names(&config, &literal, &resolver) {
+            match resolve_proxy_names(config.listen, &wanted, &resolver) {
                 Ok(proxies) => config.proxies = proxies,
                 Err(e) => {
                     resolver.stop();
@@ -369,7 +524,7 @@ impl DispatchServer {
             }
             Some(resolver)
         };
-        let resolved = config.proxies[literal.len()..].to_vec();
+        wanted.resolved = config.proxies[wanted.proxies.len()..].to_vec();
         let mut socket_config = SocketConfig::new(config.listen);
         socket_config.reuseport = true;
         socket_config.rx_timestamps = false;
@@ -390,7 +545,7 @@ impl DispatchServer {
         let probe_socket = sockets[0].try_clone()?;
         // Which sources share a flood-table set cannot be aimed at.
         let flood_seed: [u8; 8] = host::random_bytes()?;
-        let base = DispatchConfig {
+        let dispatcher = Dispatcher::new(DispatchConfig {
             local,
             proxies: config.proxies.clone(),
             probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
@@ -406,22 +561,13 @@ impl DispatchServer {
                 ipv6_prefix: config.flood_ipv6_prefix,
                 seed: u64::from_le_bytes(flood_seed),
             }),
-        };
-        let dispatcher = Dispatcher::new(base.clone());
-        let base = DispatchConfig {
-            proxies: literal,
-            ..base
-        };
+        });
         let backend = config.io.kind();
         let shared = Arc::new(Shared {
             config,
             local,
-            current: RwLock::new(Arc::new(Current {
-                dispatcher,
-                resolved,
-            })),
-            version: AtomicU64::new(0),
-            base,
+            dispatcher,
+            wanted: Mutex::new(wanted),
             stop: AtomicBool::new(false),
             messages_in: AtomicU64::new(0),
             messages_out: AtomicU64::new(0),
@@ -432,6 +578,8 @@ impl DispatchServer {
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
             resolver,
+            reloads: AtomicU64::new(0),
+            reloads_refused: AtomicU64::new(0),
         });
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
@@ -510,7 +658,7 @@ impl DispatchServer {
 
     /// The dispatcher's counters now.
     pub fn stats(&self) -> DispatchStats {
-        self.shared.current().dispatcher.stats()
+        self.shared.dispatcher.stats()
     }
 
     /// A handle for the management API (targets, their states).
@@ -558,7 +706,7 @@ fn summary(shared: &Shared) -> DispatchSummary {
         tx_errors: shared.tx_errors.load(Ordering::Relaxed),
         rx_truncated: shared.rx_truncated.load(Ordering::Relaxed),
         tx_oversize: shared.tx_oversize.load(Ordering::Relaxed),
-        dispatch: shared.current().dispatcher.stats(),
+        dispatch: shared.dispatcher.stats(),
         threads_panicked: shared
             .panicked
             .lock()
@@ -587,115 +735,110 @@ fn flush(shared: &Shared, io: &mut dyn BatchIo, tx: &mut TxBatch) {
     tx.clear();
 }
 
-/// One worker: receive a batch, dispatch every datagram, send once (with
-/// the dispatcher in force, picked up again after a replacement).
+/// One worker: receive a batch, dispatch every datagram, send once (its
+/// dispatcher worker takes a new proxy set at its next datagram).
 fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
     let mut rx = RxBatch::new(shared.config.batch, crate::sip::RX_FRAME);
     let mut tx = TxBatch::new(shared.config.batch * 2, TX_FRAME);
+    let mut worker = shared.dispatcher.worker();
     while !shared.stop.load(Ordering::Relaxed) {
-        let version = shared.version.load(Ordering::Acquire);
-        let current = shared.current();
-        let mut worker = current.dispatcher.worker();
-        while !shared.stop.load(Ordering::Relaxed)
-            && shared.version.load(Ordering::Relaxed) == version
-        {
-            match io.recv_batch(&mut rx, Some(POLL)) {
-                Ok(0) => continue,
-                Ok(n) => {
-                    shared.messages_in.fetch_add(n as u64, Ordering::Relaxed);
-                    if shared.inject_panic.as_deref() == Some(name) {
-                        panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
-                    }
-                }
-                Err(e) => {
-                    crate::warn_limited!("sip dispatch: receive error: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
+        match io.recv_batch(&mut rx, Some(POLL)) {
+            Ok(0) => continue,
+            Ok(n) => {
+                shared.messages_in.fetch_add(n as u64, Ordering::Relaxed);
+                if shared.inject_panic.as_deref() == Some(name) {
+                    panic!("{name}: panic injected by RINGWAY_TEST_PANIC");
                 }
             }
-            tx.clear();
-            for d in rx.iter() {
-                if d.meta.truncated {
-                    shared.rx_truncated.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let now = monotonic_now().0;
-                let mut full = Vec::new();
-                worker.handle(now, d.meta.peer, d.data, &mut |to, bytes| {
-                    if tx.push(to, bytes).is_err() {
-                        full.push((to, bytes.to_vec()));
-                    }
-                });
-                if !full.is_empty() {
-                    flush(shared, io.as_mut(), &mut tx);
-                    for (to, bytes) in full {
-                        if tx.push(to, &bytes).is_err() {
-                            shared.tx_oversize.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
+            Err(e) => {
+                crate::warn_limited!("sip dispatch: receive error: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
             }
-            flush(shared, io.as_mut(), &mut tx);
         }
+        tx.clear();
+        for d in rx.iter() {
+            if d.meta.truncated {
+                shared.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let now = monotonic_now().0;
+            let mut full = Vec::new();
+            worker.handle(now, d.meta.peer, d.data, &mut |to, bytes| {
+                if tx.push(to, bytes).is_err() {
+                    full.push((to, bytes.to_vec()));
+                }
+            });
+            if !full.is_empty() {
+                flush(shared, io.as_mut(), &mut tx);
+                for (to, bytes) in full {
+                    if tx.push(to, &bytes).is_err() {
+                        shared.tx_oversize.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        flush(shared, io.as_mut(), &mut tx);
     }
 }
 
 /// The probe thread: probes at their deadline; logs proxies going out and
 /// coming back in.
 fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
+    let dispatcher = &shared.dispatcher;
+    let mut worker = dispatcher.worker();
+    // One probe per proxy: at most 64 (a reload may add some).
+    let mut tx = TxBatch::new(64, TX_FRAME);
+    let mut alive: Vec<(SocketAddr, bool)> = dispatcher.proxy_states();
     while !shared.stop.load(Ordering::Relaxed) {
-        let version = shared.version.load(Ordering::Acquire);
-        let current = shared.current();
-        let dispatcher = &current.dispatcher;
-        let mut worker = dispatcher.worker();
-        let mut tx = TxBatch::new(dispatcher.config().proxies.len().max(1), TX_FRAME);
-        let mut alive: Vec<bool> = (0..dispatcher.config().proxies.len())
-            .map(|i| dispatcher.is_alive(i))
-            .collect();
-        while !shared.stop.load(Ordering::Relaxed)
-            && shared.version.load(Ordering::Relaxed) == version
-        {
-            let now = monotonic_now().0;
-            let due = dispatcher.next_deadline();
-            if now < due {
-                std::thread::sleep(Duration::from_nanos(due - now).min(PROBE_TICK_MAX));
-                continue;
-            }
-            worker.on_timer(now, &mut |to, bytes| {
-                let _ = tx.push(to, bytes);
-            });
-            flush(shared, io.as_mut(), &mut tx);
-            for (i, was) in alive.iter_mut().enumerate() {
-                let is = dispatcher.is_alive(i);
-                if is != *was {
-                    log::warn!(
-                        "sip dispatch: proxy {} {}",
-                        dispatcher.config().proxies[i],
-                        if is {
-                            "back in"
-                        } else {
-                            "out (probes unanswered)"
-                        }
-                    );
-                    let address = dispatcher.config().proxies[i];
-                    if let (false, Some(resolver)) = (is, &shared.resolver) {
-                        if current.resolved.contains(&address) {
-                            // Its share moves to the other targets.
-                            resolver.stats().add_failover();
-                        }
+        let now = monotonic_now().0;
+        let due = dispatcher.next_deadline();
+        if now < due {
+            std::thread::sleep(Duration::from_nanos(due - now).min(PROBE_TICK_MAX));
+            continue;
+        }
+        worker.on_timer(now, &mut |to, bytes| {
+            let _ = tx.push(to, bytes);
+        });
+        flush(shared, io.as_mut(), &mut tx);
+        let now_alive = dispatcher.proxy_states();
+        for &(address, is) in &now_alive {
+            // A proxy a reload added starts in, as at start.
+            let was = alive
+                .iter()
+                .find(|(a, _)| *a == address)
+                .is_none_or(|(_, was)| *was);
+            if is != was {
+                log::warn!(
+                    "sip dispatch: proxy {address} {}",
+                    if is {
+                        "back in"
+                    } else {
+                        "out (probes unanswered)"
                     }
-                    *was = is;
+                );
+                let resolved = shared
+                    .wanted
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .resolved
+                    .contains(&address);
+                if let (false, true, Some(resolver)) = (is, resolved, &shared.resolver) {
+                    // Its share moves to the other targets.
+                    resolver.stats().add_failover();
                 }
             }
         }
+        alive = now_alive;
     }
 }
 
 /// The re-resolution thread: every [`RERESOLVE_EVERY`], the proxies'
-/// names again (from the cache while their TTLs last); a changed set of
-/// targets replaces the dispatcher (the new one takes over the old one's
-/// counters and the states of the proxies both have). A failed lookup
-/// keeps the set in force.
+/// names again (from the cache while their TTLs last), starting from the
+/// proxies as configured now (a reload changes them); a changed set of
+/// targets is swapped into the running dispatcher (proxies in both keep
+/// their state; removed ones stay routable for their dialogs). A failed
+/// lookup keeps the set in force.
 fn reresolve_thread(shared: &Shared) {
     let Some(resolver) = &shared.resolver else {
         return;
@@ -708,36 +851,40 @@ fn reresolve_thread(shared: &Shared) {
             continue;
         }
         next = now + RERESOLVE_EVERY;
-        let proxies = match resolve_proxy_names(&shared.config, &shared.base.proxies, resolver) {
+        let wanted = shared
+            .wanted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if wanted.proxy_names.is_empty() {
+            continue;
+        }
+        let proxies = match resolve_proxy_names(shared.config.listen, &wanted, resolver) {
             Ok(proxies) => proxies,
             Err(e) => {
                 crate::warn_limited!("sip dispatch: re-resolving proxy names: {e}; targets kept");
                 continue;
             }
         };
-        let old = shared.current();
-        if proxies == old.dispatcher.config().proxies {
+        let mut now_wanted = shared.wanted.lock().unwrap_or_else(PoisonError::into_inner);
+        if now_wanted.generation != wanted.generation {
+            // A reload came in meanwhile: its set stands, looked at again
+            // next round.
+            continue;
+        }
+        let before = shared.dispatcher.proxies();
+        if proxies == before {
             continue;
         }
         log::warn!(
             "sip dispatch: proxies now {} (were {}): a name resolved to other targets",
             list(&proxies),
-            list(&old.dispatcher.config().proxies)
+            list(&before)
         );
-        let resolved = proxies[shared.base.proxies.len()..].to_vec();
-        let dispatcher = Dispatcher::new(DispatchConfig {
-            proxies,
-            ..shared.base.clone()
-        });
-        dispatcher.take_over(&old.dispatcher);
-        *shared
-            .current
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(Current {
-            dispatcher,
-            resolved,
-        });
-        shared.version.fetch_add(1, Ordering::Release);
+        now_wanted.resolved = proxies[wanted.proxies.len()..].to_vec();
+        shared
+            .dispatcher
+            .set_proxies(&proxies, now_wanted.relay.clone());
     }
 }
 
@@ -751,7 +898,7 @@ fn list(addresses: &[SocketAddr]) -> String {
 
 /// Prometheus text of the dispatcher.
 fn render(shared: &Shared) -> String {
-    let stats = shared.current().dispatcher.stats();
+    let stats = shared.dispatcher.stats();
     let mut text = PromText::default();
     crate::metrics::process_metrics(&mut text);
     driver_counters(&mut text, shared);

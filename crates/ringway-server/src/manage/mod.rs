@@ -45,8 +45,8 @@ pub type Reloader = Arc<dyn Fn() -> Result<ReloadReport, String> + Send + Sync>;
 pub enum Managed {
     /// A SIP proxy/registrar, and how to reload it.
     Proxy(SipControl, Reloader),
-    /// A dispatcher.
-    Dispatch(DispatchControl),
+    /// A dispatcher, and how to reload it.
+    Dispatch(DispatchControl, Reloader),
 }
 
 /// The handler for `managed` (no token check: wrap it with
@@ -61,7 +61,7 @@ pub fn handler(managed: Managed) -> Handler {
             ("PUT" | "POST", ["log-level"]) => set_log_level(r),
             _ => match &managed {
                 Managed::Proxy(control, reload) => proxy_route(control, reload, r, &segments),
-                Managed::Dispatch(control) => dispatch_route(control, r, &segments),
+                Managed::Dispatch(control, reload) => dispatch_route(control, reload, r, &segments),
             },
         }
     })
@@ -138,17 +138,31 @@ fn binding_error(e: &BindingError) -> Response {
     Response::error(status, &e.to_string())
 }
 
-fn dispatch_route(control: &DispatchControl, r: &Request, segments: &[&str]) -> Response {
+fn dispatch_route(
+    control: &DispatchControl,
+    reload: &Reloader,
+    r: &Request,
+    segments: &[&str],
+) -> Response {
     match (r.method.as_str(), segments) {
-        ("GET", ["status"]) => Response::json(
-            200,
-            &json!({
-                "version": env!("CARGO_PKG_VERSION"),
-                "listen": control.local_addr().to_string(),
-                "uptime_s": control.uptime_s(),
-                "role": "dispatcher",
-            }),
-        ),
+        ("GET", ["status"]) => {
+            let (reloads, reloads_refused) = control.reloads();
+            Response::json(
+                200,
+                &json!({
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "listen": control.local_addr().to_string(),
+                    "uptime_s": control.uptime_s(),
+                    "role": "dispatcher",
+                    "reloads": reloads,
+                    "reloads_refused": reloads_refused,
+                }),
+            )
+        }
+        ("POST", ["reload"]) => match reload() {
+            Ok(report) => Response::json(200, &json!(report)),
+            Err(reason) => Response::error(422, &format!("reload refused: {reason}")),
+        },
         ("GET", ["counters"]) => Response::json(200, &json!(control.stats())),
         ("GET", ["dispatch", "targets"]) => {
             Response::json(200, &json!({ "targets": control.stats().proxies }))

@@ -60,6 +60,9 @@ pub struct LiveStats {
     /// The warm-up is over: the final report counts from here (these live
     /// counters stay cumulative).
     pub measuring: bool,
+    /// Times the engine loop published (once per tick): it moves while the
+    /// loop turns, what the systemd watchdog checks.
+    pub ticks: u64,
 }
 
 /// The engine's and the backend's counters at the end of the warm-up: the

@@ -750,6 +750,7 @@ fn publish_live(live: &Mutex<LiveStats>, engine: &Engine, io_stats: IoStats) {
     stats.io = io_stats;
     stats.engine_cpu_s = cpu;
     stats.record_queue_drops = engine.record.as_ref().map(|r| r.dropped());
+    stats.ticks += 1;
 }
 
 /// The in-kernel fan-out (tcx) on `fanout_at`, for an IPv4 socket.

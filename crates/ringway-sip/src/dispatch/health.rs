@@ -76,16 +76,6 @@ impl Member {
         }
     }
 
-    /// Take over `old`'s state (the same proxy in a dispatcher replaced).
-    pub(super) fn take_over(&self, old: &Member) {
-        self.alive.store(old.is_alive(), Ordering::Relaxed);
-        self.set_admin_state(old.admin_state());
-        self.requests
-            .store(old.requests.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.downs
-            .store(old.downs.load(Ordering::Relaxed), Ordering::Relaxed);
-    }
-
     pub(super) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
     }

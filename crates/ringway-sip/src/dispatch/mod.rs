@@ -39,6 +39,7 @@
 mod health;
 pub use health::AdminState;
 pub mod rendezvous;
+mod targets;
 
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
 use crate::hash::{Hash64, MacKey};
@@ -47,14 +48,15 @@ use crate::proxy::flood::{FloodCheck, FloodLimiter};
 use crate::proxy::{
     sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome, AMPLIFICATION_LIMIT,
 };
-use crate::relay::{Grant, Refusal, RelayNets, RelayPolicy};
+use crate::relay::{Grant, Refusal, RelayNets};
 use crate::uri::{host_ip, SipUri};
-use health::{parse_probe_id, Member, PROBE_TAG};
+use health::{parse_probe_id, PROBE_TAG};
 use serde::Serialize;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use targets::Targets;
 
 /// Configuration of a [`Dispatcher`].
 #[derive(Clone, Debug)]
@@ -173,18 +175,6 @@ struct Counters {
     drops: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
-/// Add `from`'s counts to `to`'s.
-fn merge_counts<K: Ord + Clone>(
-    to: &Mutex<std::collections::BTreeMap<K, u64>>,
-    from: &Mutex<std::collections::BTreeMap<K, u64>>,
-) {
-    let from = from.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut to = to.lock().unwrap_or_else(|e| e.into_inner());
-    for (key, count) in from {
-        *to.entry(key).or_insert(0) += count;
-    }
-}
-
 fn add(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -193,7 +183,10 @@ fn add(counter: &AtomicU64) {
 /// thread drives it through a [`DispatchWorker`].
 pub struct Dispatcher {
     config: DispatchConfig,
-    members: Vec<Member>,
+    /// The proxies now (replaced whole by [`Dispatcher::set_proxies`]).
+    targets: RwLock<Arc<Targets>>,
+    /// Bumped with every new [`Targets`]: workers refresh their copy.
+    generation: AtomicU64,
     /// `host:port` in our Via.
     sent_by: String,
     /// `sip:host:port;lr` (Record-Route, Path).
@@ -202,8 +195,6 @@ pub struct Dispatcher {
     secret: u64,
     /// Key of our branch MACs and probe nonces.
     mac_key: MacKey,
-    /// Where requests may go.
-    relay: RelayPolicy,
     /// Per-source flood limiter (`None`: off).
     flood: Option<FloodLimiter>,
     /// Next probe round (ns; 0: at once).
@@ -230,11 +221,16 @@ impl Dispatcher {
         let mut key = [0u8; 16];
         key.copy_from_slice(&config.secret[16..]);
         Dispatcher {
-            members: config.proxies.iter().map(|&a| Member::new(a)).collect(),
+            targets: RwLock::new(Arc::new(Targets::new(
+                config.local,
+                &config.proxies,
+                None,
+                config.relay.clone(),
+            ))),
+            generation: AtomicU64::new(0),
             uri: format!("sip:{sent_by};lr"),
             secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
             mac_key: MacKey::new(key),
-            relay: RelayPolicy::new(config.local, config.proxies.clone(), config.relay.clone()),
             flood: config.flood.clone().map(|mut flood| {
                 // Our proxies carry everyone's traffic back: never limited.
                 flood.exempt.push(config.local.ip());
@@ -252,15 +248,55 @@ impl Dispatcher {
 
     /// A handle for one thread (its scratch buffer).
     pub fn worker(&self) -> DispatchWorker<'_> {
+        let (targets, generation) = self.current();
         DispatchWorker {
             dispatcher: self,
             scratch: Vec::with_capacity(4096),
+            targets,
+            generation,
         }
     }
 
-    /// The configuration.
+    /// The configuration it started with (the proxies now:
+    /// [`Dispatcher::proxies`]).
     pub fn config(&self) -> &DispatchConfig {
         &self.config
+    }
+
+    /// The proxy set now and its generation.
+    fn current(&self) -> (Arc<Targets>, u64) {
+        let targets = self.targets.read().unwrap_or_else(PoisonError::into_inner);
+        (targets.clone(), self.generation.load(Ordering::Acquire))
+    }
+
+    /// The proxies new requests are spread over now.
+    pub fn proxies(&self) -> Vec<SocketAddr> {
+        self.current().0.members.iter().map(|m| m.address).collect()
+    }
+
+    /// Each proxy now and whether it is in (answers probes and is `Active`).
+    pub fn proxy_states(&self) -> Vec<(SocketAddr, bool)> {
+        self.current()
+            .0
+            .members
+            .iter()
+            .map(|m| (m.address, m.takes_new()))
+            .collect()
+    }
+
+    /// Replace the proxies behind us (a reload) and the relay networks.
+    /// A proxy that stays keeps its state (alive, the operator's state,
+    /// counters); a new one starts in, `Active`; a removed one gets no new
+    /// request, but the in-dialog requests of the calls it carries still
+    /// go to it and come from it as from a proxy (it stays trusted by the
+    /// relay policy until a restart; the last 64 removed are kept).
+    /// Rendezvous hashing moves only the shares of the proxies that came
+    /// or went. Workers take the new set at their next datagram.
+    pub fn set_proxies(&self, proxies: &[SocketAddr], relay: RelayNets) {
+        let mut targets = self.targets.write().unwrap_or_else(PoisonError::into_inner);
+        let next = Targets::new(self.config.local, proxies, Some(&targets), relay);
+        *targets = Arc::new(next);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// When the next probe round is due (ns).
@@ -271,9 +307,14 @@ impl Dispatcher {
     /// The proxy a new request with this key goes to now (index into
     /// `config.proxies`), `None` when none is in.
     pub fn choose(&self, key: &[u8]) -> Option<usize> {
+        Self::choose_in(&self.current().0, key)
+    }
+
+    fn choose_in(targets: &Targets, key: &[u8]) -> Option<usize> {
         rendezvous::choose(
             key,
-            self.members
+            targets
+                .members
                 .iter()
                 .map(|m| (m.identity.as_str(), m.takes_new())),
         )
@@ -284,7 +325,13 @@ impl Dispatcher {
     /// follow their Route whatever the state. Rendezvous hashing moves
     /// only that proxy's share. `false`: no such proxy.
     pub fn set_admin_state(&self, address: SocketAddr, state: AdminState) -> bool {
-        match self.members.iter().find(|m| m.address == address) {
+        match self
+            .current()
+            .0
+            .members
+            .iter()
+            .find(|m| m.address == address)
+        {
             Some(member) => {
                 member.set_admin_state(state);
                 true
@@ -293,41 +340,13 @@ impl Dispatcher {
         }
     }
 
-    /// Take over what `old` (the dispatcher this one replaces, with another
-    /// set of proxies: a name re-resolved) knows: its counters, and the
-    /// state of every proxy both have (in or out, the operator's state, its
-    /// counts). A proxy new to the set starts in, as at start. Call before
-    /// the new one serves.
-    pub fn take_over(&self, old: &Dispatcher) {
-        let (c, o) = (&self.counters, &old.counters);
-        for (to, from) in [
-            (&c.requests_received, &o.requests_received),
-            (&c.responses_received, &o.responses_received),
-            (&c.requests_dispatched, &o.requests_dispatched),
-            (&c.requests_routed, &o.requests_routed),
-            (&c.requests_to_uri, &o.requests_to_uri),
-            (&c.responses_forwarded, &o.responses_forwarded),
-            (&c.probes_sent, &o.probes_sent),
-            (&c.probe_answers, &o.probe_answers),
-            (&c.no_proxy, &o.no_proxy),
-            (&c.relay_refused, &o.relay_refused),
-            (&c.flood_blocks, &o.flood_blocks),
-            (&c.flood_untracked, &o.flood_untracked),
-        ] {
-            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-        merge_counts(&c.responses_generated, &o.responses_generated);
-        merge_counts(&c.drops, &o.drops);
-        for member in &self.members {
-            if let Some(before) = old.members.iter().find(|m| m.address == member.address) {
-                member.take_over(before);
-            }
-        }
-    }
-
     /// Whether proxy `index` is in (answers probes and is `Active`).
     pub fn is_alive(&self, index: usize) -> bool {
-        self.members.get(index).is_some_and(Member::takes_new)
+        self.current()
+            .0
+            .members
+            .get(index)
+            .is_some_and(|m| m.takes_new())
     }
 
     /// Counters now.
@@ -355,6 +374,8 @@ impl Dispatcher {
                 .clone(),
             drops: c.drops.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             proxies: self
+                .current()
+                .0
                 .members
                 .iter()
                 .map(|m| MemberStats {
@@ -375,10 +396,6 @@ impl Dispatcher {
         })
     }
 
-    fn member_at(&self, address: SocketAddr) -> Option<usize> {
-        self.members.iter().position(|m| m.address == address)
-    }
-
     /// The hashing key of a new request: the AOR (To URI `user@host`) of
     /// a REGISTER, else the Call-ID.
     fn key<'m>(msg: &SipMsg<'m>, method: Method<'_>) -> Option<std::borrow::Cow<'m, str>> {
@@ -397,6 +414,7 @@ impl Dispatcher {
     /// of ours.
     fn next_hop(
         &self,
+        targets: &Targets,
         msg: &SipMsg<'_>,
         method: Method<'_>,
         src: SocketAddr,
@@ -408,7 +426,7 @@ impl Dispatcher {
                     .map(|ip| SocketAddr::new(ip, u.port.unwrap_or(5060)))
             })
         };
-        let from_member = self.member_at(src).is_some();
+        let from_member = targets.is_proxy(src);
         // Preloaded Routes of an initial request from outside are ignored
         // (and removed): a proxy routes it.
         let preloaded = !from_member && msg.to_tag().is_none();
@@ -425,7 +443,7 @@ impl Dispatcher {
                 .ok_or((404, "Not Found"));
         }
         let key = Self::key(msg, method).ok_or((400, "Bad Request - No Key"))?;
-        self.choose(key.as_bytes())
+        Self::choose_in(targets, key.as_bytes())
             .map(Next::Proxy)
             .ok_or((503, "Service Unavailable - No Proxy"))
     }
@@ -531,9 +549,21 @@ impl Dispatcher {
 pub struct DispatchWorker<'d> {
     dispatcher: &'d Dispatcher,
     scratch: Vec<u8>,
+    /// This thread's copy of the proxy set.
+    targets: Arc<Targets>,
+    /// Its generation.
+    generation: u64,
 }
 
 impl DispatchWorker<'_> {
+    /// Take the dispatcher's proxy set if a reload replaced it.
+    fn refresh(&mut self) {
+        let dispatcher = self.dispatcher;
+        if dispatcher.generation.load(Ordering::Acquire) != self.generation {
+            (self.targets, self.generation) = dispatcher.current();
+        }
+    }
+
     /// Handle one datagram from `src` at `now` (ns); datagrams to send go
     /// to `out`.
     /// (The dispatcher keeps no timers per request: `now` is for the
@@ -545,6 +575,7 @@ impl DispatchWorker<'_> {
         datagram: &[u8],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
+        self.refresh();
         if let Some(dropped) = self.flood_check(now, src, datagram) {
             return dropped;
         }
@@ -564,6 +595,7 @@ impl DispatchWorker<'_> {
 
     /// Send the probes due at `now`; returns how many.
     pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
+        self.refresh();
         let dispatcher = self.dispatcher;
         let due = dispatcher.next_probe.load(Ordering::Relaxed);
         if now < due
@@ -580,7 +612,7 @@ impl DispatchWorker<'_> {
             return 0;
         }
         let mut sent = 0;
-        for (index, member) in dispatcher.members.iter().enumerate() {
+        for (index, member) in self.targets.members.iter().enumerate() {
             let seq = member.next_probe(dispatcher.config.probe_failures);
             // Unguessable without our key: a spoofed answer cannot name it.
             let nonce = dispatcher.probe_nonce(index, seq);
@@ -607,6 +639,10 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
     fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
         let d = self.dispatcher;
         let flood = d.flood.as_ref()?;
+        // Proxies a reload added are exempt like those at start.
+        if self.targets.is_proxy(src) {
+            return None;
+        }
         match flood.check_datagram(src.ip(), datagram, now) {
             FloodCheck::Pass => None,
             FloodCheck::Untracked => {
@@ -665,19 +701,12 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             .filter(|b| b.starts_with(PROBE_TAG))
         {
             if let Some((index, seq, nonce)) = parse_probe_id(probe) {
-                let from_it = dispatcher
-                    .members
-                    .get(index)
-                    .is_some_and(|m| m.address == src);
+                let member = self.targets.members.get(index).filter(|m| m.address == src);
                 let genuine = nonce == dispatcher.probe_nonce(index, seq);
                 // Only the probed member's final answer with our nonce: a
                 // spoofed 200 must not revive a member that is down.
-                if from_it && genuine && code >= 200 {
-                    dispatcher.members[index].probe_answered(
-                        seq,
-                        code,
-                        dispatcher.config.probe_failures,
-                    );
+                if let Some(member) = member.filter(|_| genuine && code >= 200) {
+                    member.probe_answered(seq, code, dispatcher.config.probe_failures);
                     add(&dispatcher.counters.probe_answers);
                 }
             }
@@ -751,7 +780,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         {
             return self.respond(&request, 200, "OK", out);
         }
-        let next = match dispatcher.next_hop(msg, method, src, popped) {
+        let next = match dispatcher.next_hop(&self.targets, msg, method, src, popped) {
             Ok(next) => next,
             Err((code, reason)) => {
                 if code == 503 {
@@ -761,15 +790,15 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             }
         };
         let to = match next {
-            Next::Proxy(index) => dispatcher.members[index].address,
+            Next::Proxy(index) => self.targets.members[index].address,
             Next::Route(to) | Next::RequestUri(to) => to,
         };
         // A proxy applied its own policy to what it sends us.
-        let from_member = dispatcher.member_at(src).is_some();
+        let from_member = self.targets.is_proxy(src);
         if let Some(refused) = self.refuse_relay(&request, to, from_member, out) {
             return refused;
         }
-        dispatcher.count_next_hop(&next);
+        dispatcher.count_next_hop(&self.targets, &next);
         // Pop our Route values (all at once), and an initial request's
         // preloaded ones from outside.
         let pop_routes = if !from_member && msg.to_tag().is_none() {
@@ -852,7 +881,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         } else {
             Grant::None
         };
-        let refusal = dispatcher.relay.check(to, grant).err()?;
+        let refusal = self.targets.relay.check(to, grant).err()?;
         if refusal == Refusal::Unsendable {
             return Some(self.dropped(request.label, DropReason::ForbiddenDestination));
         }
@@ -941,10 +970,10 @@ struct Incoming<'a, 'm> {
 
 impl Dispatcher {
     /// Count a request by where it goes.
-    fn count_next_hop(&self, next: &Next) {
+    fn count_next_hop(&self, targets: &Targets, next: &Next) {
         match next {
             Next::Proxy(index) => {
-                add(&self.members[*index].requests);
+                add(&targets.members[*index].requests);
                 add(&self.counters.requests_dispatched);
             }
             Next::Route(_) => add(&self.counters.requests_routed),

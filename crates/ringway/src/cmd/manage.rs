@@ -5,6 +5,7 @@
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches};
+use ringway_server::dispatch::{DispatchControl, DispatchServerConfig};
 use ringway_server::host::ControlSignals;
 use ringway_server::manage::{self, Endpoint, ManageConfig, Managed, Reloader};
 use ringway_server::sip::{ReloadReport, SipControl, SipServerConfig};
@@ -107,9 +108,9 @@ impl ManageArgs {
     }
 }
 
-/// The proxy's configuration as the command line and its `--config` file
-/// say now (the file re-read): what a reload applies.
-fn reread_proxy_config() -> Result<(SipServerConfig, crate::logging::LogArgs), String> {
+/// The command as the command line and its `--config` file say now (the
+/// file re-read): what a reload applies.
+fn reread_command() -> Result<super::sip::SipCmd, String> {
     let root = crate::Cli::command();
     let argv = super::config::expand_args(std::env::args_os().collect(), &root)
         .map_err(|e| e.to_string())?;
@@ -117,7 +118,15 @@ fn reread_proxy_config() -> Result<(SipServerConfig, crate::logging::LogArgs), S
         .try_get_matches_from(argv)
         .map_err(|e| e.kind().to_string())?;
     let cli = crate::Cli::from_arg_matches(&matches).map_err(|e| e.kind().to_string())?;
-    let crate::Cmd::Sip(super::sip::SipCmd::Proxy(args)) = cli.cmd else {
+    match cli.cmd {
+        crate::Cmd::Sip(command) => Ok(command),
+        _ => Err("not a sip command line".into()),
+    }
+}
+
+/// The proxy's configuration now (see [`reread_command`]).
+fn reread_proxy_config() -> Result<(SipServerConfig, crate::logging::LogArgs), String> {
+    let super::sip::SipCmd::Proxy(args) = reread_command()? else {
         return Err("not a sip proxy command line".into());
     };
     let config = super::sip_proxy::checked_config(&args).map_err(|e| format!("{e:#}"))?;
@@ -138,6 +147,37 @@ pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
             Ok((config, log)) => control
                 .reload(config)
                 // The file's log format and levels too (as `ctl log-level` would).
+                .inspect(|_| log.apply())
+                .map_err(|e| e.to_string()),
+        };
+        systemd.notify(match &result {
+            Ok(_) => "READY=1\nSTATUS=serving (reloaded)",
+            Err(_) => "READY=1\nSTATUS=serving (reload refused)",
+        });
+        result
+    })
+}
+
+/// A reloader for a dispatcher: re-read the file, apply its proxies and
+/// relay networks (and its log keys). systemd hears RELOADING=1, then READY=1.
+pub(crate) fn dispatch_reloader(control: DispatchControl) -> Reloader {
+    let systemd = super::serving::Systemd::from_env();
+    Arc::new(move || -> Result<ReloadReport, String> {
+        systemd.notify("RELOADING=1\nSTATUS=reloading");
+        let reread = match reread_command() {
+            Ok(super::sip::SipCmd::Dispatch(args)) => DispatchServerConfig::try_from(&*args)
+                .map(|config| (config, args.log))
+                .map_err(|e| format!("{e:#}")),
+            Ok(_) => Err("not a sip dispatch command line".into()),
+            Err(e) => Err(e),
+        };
+        let result = match reread {
+            Err(e) => {
+                control.reload_refused(&e);
+                Err(e)
+            }
+            Ok((config, log)) => control
+                .reload(config)
                 .inspect(|_| log.apply())
                 .map_err(|e| e.to_string()),
         };

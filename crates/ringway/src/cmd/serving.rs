@@ -78,22 +78,27 @@ impl MetricsEndpoint {
     }
 }
 
-/// Sleep until `stop` is set, `duration_s` (if any) has passed, or
-/// `failed()` says the server cannot go on.
+/// Sleep until SIGINT or SIGTERM, `duration_s` (if any) has passed, or
+/// `failed()` says the server cannot go on; `reload()` at each SIGHUP.
 /// Tells systemd (if it started us) READY, watchdog pings while nothing
 /// failed, and STOPPING.
 pub(crate) fn wait_for_stop_or(
-    stop: &AtomicBool,
+    signals: &ringway_server::host::ControlSignals,
     duration_s: Option<f64>,
     failed: impl Fn() -> bool,
+    reload: impl Fn(),
 ) {
     let started = Instant::now();
     let mut systemd = Systemd::from_env();
     systemd.notify("READY=1\nSTATUS=serving");
-    while !stop.load(Ordering::Relaxed)
+    while !signals.interrupt.load(Ordering::Relaxed)
+        && !signals.terminate.load(Ordering::Relaxed)
         && duration_s.is_none_or(|d| started.elapsed().as_secs_f64() < d)
         && !failed()
     {
+        if signals.hangup.swap(false, Ordering::Relaxed) {
+            reload();
+        }
         systemd.tick(Vec::new, true);
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -153,7 +153,9 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
     a.log.apply();
     a.manage.validate()?;
     let config = DispatchServerConfig::try_from(&a)?;
-    let stop = host::stop_flag()?;
+    // SIGINT and SIGTERM stop (the dispatcher keeps no transactions to
+    // drain), SIGHUP reloads.
+    let signals = host::control_signals()?;
     // Validated once, here.
     let server =
         DispatchServer::start(config).map_err(|e| serving::with_help("sip dispatch", e))?;
@@ -163,9 +165,10 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.metrics,
         server.prometheus(),
     )?;
+    let reload = super::manage::dispatch_reloader(server.control());
     let endpoint = a.manage.start(
         "sip dispatch",
-        ringway_server::manage::Managed::Dispatch(server.control()),
+        ringway_server::manage::Managed::Dispatch(server.control(), reload.clone()),
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
     log::info!(
@@ -179,7 +182,15 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         a.flood_limit
             .map_or("off".to_string(), |l| format!("{l}/{}ms", a.flood_window_ms)),
     );
-    serving::wait_for_stop_or(&stop, a.duration, || !server.panicked_threads().is_empty());
+    serving::wait_for_stop_or(
+        &signals,
+        a.duration,
+        || !server.panicked_threads().is_empty(),
+        || {
+            log::info!("sip dispatch: SIGHUP: reloading");
+            let _ = reload();
+        },
+    );
     if let Some(endpoint) = endpoint {
         endpoint.stop();
     }

@@ -249,9 +249,22 @@ pub(crate) struct ProxyProc {
 
 /// Start the proxy with `args` (plus --summary/--quiet/--duration) and wait until it listens.
 pub(crate) fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
-    let summary = dir.join(format!("summary-{}.json", procs.kids.len()));
+    start_server(procs, dir, "proxy", args)
+}
+
+/// Start `ringway sip dispatch` with `args` (plus --summary/--quiet/--duration)
+/// and wait until it listens.
+pub(crate) fn start_dispatcher(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
+    start_server(procs, dir, "dispatch", args)
+}
+
+/// `ringway sip COMMAND ARGS…`, once it says it listens.
+fn start_server(procs: &mut Procs, dir: &Path, command: &str, args: &[&str]) -> ProxyProc {
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let summary = dir.join(format!("summary-{command}-{n}.json"));
     let mut c = Command::new(ringway())
-        .args(["sip", "proxy"])
+        .args(["sip", command])
         .args(args)
         .args(["--duration", "120", "--quiet", "--summary"])
         .arg(&summary)
@@ -259,13 +272,14 @@ pub(crate) fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> Proxy
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn ringway sip proxy");
+        .expect("spawn ringway sip proxy/dispatch");
     let err = c.stderr.take().unwrap();
     let pid = procs.add("ringway", c);
     let (tx, rx) = mpsc::channel();
+    let tag = format!("{command} {pid}");
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines().map_while(Result::ok) {
-            eprintln!("[proxy] {line}");
+            eprintln!("[{tag}] {line}");
             if tx.send(line).is_err() {
                 break;
             }
@@ -283,7 +297,7 @@ pub(crate) fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> Proxy
                     break;
                 }
             }
-            Err(_) => panic!("proxy did not start: {startup:?}"),
+            Err(_) => panic!("{command} did not start: {startup:?}"),
         }
     }
     ProxyProc {

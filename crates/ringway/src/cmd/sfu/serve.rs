@@ -238,7 +238,12 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<()> {
     );
     let _ = std::io::stdout().flush();
     let mut last_live = Instant::now();
+    // systemd (Type=notify): READY now, watchdog pings while the engine
+    // loop goes round (its tick counter moves), STOPPING at the end.
+    let mut systemd = crate::cmd::serving::Systemd::from_env();
+    systemd.notify("READY=1\nSTATUS=serving");
     while !server.is_finished() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        systemd.tick(|| vec![server.live().ticks], !server.is_finished());
         std::thread::sleep(Duration::from_millis(20));
         if !every.is_zero() && last_live.elapsed() >= every {
             let live = server.live();
@@ -247,6 +252,7 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<()> {
             last_live = Instant::now();
         }
     }
+    systemd.notify("STOPPING=1");
     let report = server.shutdown()?;
     print_final(&report);
     if let Some(path) = &a.json {
