@@ -14,10 +14,15 @@ fn main() {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    // Rebuild when HEAD moves (a worktree's HEAD and the refs live in git dirs).
+    // Rebuild when HEAD moves: HEAD itself, the branch it names and
+    // packed-refs (a worktree's HEAD and the refs live in git dirs). Only
+    // this branch's ref, not all of refs/heads: other worktrees' commits
+    // would otherwise rebuild everything above this crate.
+    let branch_ref = git(&["symbolic-ref", "-q", "HEAD"])
+        .and_then(|name| git(&["rev-parse", "--git-path", &name]));
     for path in [
         git(&["rev-parse", "--git-path", "HEAD"]),
-        git(&["rev-parse", "--git-path", "refs/heads"]),
+        branch_ref,
         git(&["rev-parse", "--git-path", "packed-refs"]),
     ]
     .into_iter()
