@@ -169,15 +169,9 @@ fn table5(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell])
         "\nTable 5. Packet drops: α = {} ms both ways, δ varied, 1 stream, SACK on.",
         c.alpha_run_ms()
     );
-    header(
-        out,
-        "                  δ (%)",
-        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-    );
-    for x in cells {
-        let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
-        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS, SACKS]);
-    }
+    rows_with_sacks(out, all, cells, "                  δ (%)", |x| {
+        format!("{} {:>13}", x.sender.name(), pct(x.delta))
+    });
     table7(out, all, cells);
     recovery_view(out, all, cells, |x| {
         format!("{} δ {:>5}%", x.sender.name(), pct(x.delta))
@@ -192,15 +186,9 @@ fn table6(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell])
         c.alpha_run_ms(),
         pct(c.beta_loss)
     );
-    header(
-        out,
-        "                 streams δ (%)",
-        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-    );
-    for x in cells {
-        let label = format!("{} {:>7} {:>5}", x.sender.name(), x.streams, pct(x.delta));
-        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS, SACKS]);
-    }
+    rows_with_sacks(out, all, cells, "                 streams δ (%)", |x| {
+        format!("{} {:>7} {:>5}", x.sender.name(), x.streams, pct(x.delta))
+    });
     let label = |x: &Cell| {
         format!(
             "{} {:>2} st δ {:>5}%",
@@ -220,14 +208,23 @@ fn table8(out: &mut String, c: &TcpLabConfig, all: &[RunResult], cells: &[Cell])
         "\nTable 8. Forward and reverse paths: β = {} % and δ on both, 1 stream, SACK on.",
         pct(c.beta_loss)
     );
-    header(
-        out,
-        "                  δ (%)",
-        &[THROUGHPUT, RETRANS, DUPACKS, SACKS],
-    );
+    rows_with_sacks(out, all, cells, "                  δ (%)", |x| {
+        format!("{} {:>13}", x.sender.name(), pct(x.delta))
+    });
+}
+
+/// The header and one row per cell of the tables with SACK columns (5, 6, 8).
+fn rows_with_sacks(
+    out: &mut String,
+    all: &[RunResult],
+    cells: &[Cell],
+    heading: &str,
+    label: impl Fn(&Cell) -> String,
+) {
+    let columns = [THROUGHPUT, RETRANS, DUPACKS, SACKS];
+    header(out, heading, &columns);
     for x in cells {
-        let label = format!("{} {:>13}", x.sender.name(), pct(x.delta));
-        row(out, &label, all, x, &[THROUGHPUT, RETRANS, DUPACKS, SACKS]);
+        row(out, &label(x), all, x, &columns);
     }
 }
 
