@@ -315,6 +315,12 @@ fn registration_changes(
         if duplicate {
             continue;
         }
+        // A binding becomes a Request-URI: one that would not parse as
+        // one (a control character, a bad scheme) is refused here, not
+        // sent on to the callee later.
+        if expires != 0 && crate::msg::check_request_uri(contact.uri).is_err() {
+            return Err(Refusal::new(400, "Bad Request - Invalid Contact"));
+        }
         if expires == 0 {
             changes.push(BindingChange::Unbind {
                 contact: contact.uri.to_owned(),
