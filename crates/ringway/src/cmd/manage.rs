@@ -138,7 +138,7 @@ fn reread_proxy_config() -> Result<(SipServerConfig, crate::logging::LogArgs), S
 pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
     let systemd = super::serving::Systemd::from_env();
     Arc::new(move || -> Result<ReloadReport, String> {
-        systemd.notify("RELOADING=1\nSTATUS=reloading");
+        notify_reloading(&systemd);
         let result = match reread_proxy_config() {
             Err(e) => {
                 control.reload_refused(&e);
@@ -150,12 +150,26 @@ pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
                 .inspect(|_| log.apply())
                 .map_err(|e| e.to_string()),
         };
-        systemd.notify(match &result {
-            Ok(_) => "READY=1\nSTATUS=serving (reloaded)",
-            Err(_) => "READY=1\nSTATUS=serving (reload refused)",
-        });
-        result
+        notified(&systemd, result)
     })
+}
+
+/// Tell systemd how a reload ended (READY=1 with the outcome). The
+/// RELOADING=1 before it is sent by [`notify_reloading`].
+fn notified(
+    systemd: &super::serving::Systemd,
+    result: Result<ReloadReport, String>,
+) -> Result<ReloadReport, String> {
+    systemd.notify(match &result {
+        Ok(_) => "READY=1\nSTATUS=serving (reloaded)",
+        Err(_) => "READY=1\nSTATUS=serving (reload refused)",
+    });
+    result
+}
+
+/// Tell systemd a reload starts.
+fn notify_reloading(systemd: &super::serving::Systemd) {
+    systemd.notify("RELOADING=1\nSTATUS=reloading");
 }
 
 /// A reloader for a dispatcher: re-read the file, apply its proxies and
@@ -163,7 +177,7 @@ pub(crate) fn proxy_reloader(control: SipControl) -> Reloader {
 pub(crate) fn dispatch_reloader(control: DispatchControl) -> Reloader {
     let systemd = super::serving::Systemd::from_env();
     Arc::new(move || -> Result<ReloadReport, String> {
-        systemd.notify("RELOADING=1\nSTATUS=reloading");
+        notify_reloading(&systemd);
         let reread = match reread_command() {
             Ok(super::sip::SipCmd::Dispatch(args)) => DispatchServerConfig::try_from(&*args)
                 .map(|config| (config, args.log))
@@ -181,11 +195,7 @@ pub(crate) fn dispatch_reloader(control: DispatchControl) -> Reloader {
                 .inspect(|_| log.apply())
                 .map_err(|e| e.to_string()),
         };
-        systemd.notify(match &result {
-            Ok(_) => "READY=1\nSTATUS=serving (reloaded)",
-            Err(_) => "READY=1\nSTATUS=serving (reload refused)",
-        });
-        result
+        notified(&systemd, result)
     })
 }
 
