@@ -78,7 +78,7 @@ pub use worker::AMPLIFICATION_LIMIT;
 use crate::hash::{Hash64, MacKey};
 use crate::registrar::{LocationStore, MemoryStore};
 use crate::relay::RelayPolicy;
-use crate::transport::{Transport, TransportAddr};
+use crate::transport::{FlowState, Hop, Transport, TransportAddr};
 use auth::Authenticator;
 use authorised::AuthorisedHops;
 use cancel::CancelIndex;
@@ -112,6 +112,8 @@ pub struct Proxy {
     /// The driver's DNS, for next hops that are names (`None`: names
     /// are not resolved).
     names: Option<Arc<dyn NameResolver>>,
+    /// The driver's connections (`None`: every flow counts as open).
+    flow_state: Option<Arc<dyn FlowState>>,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
     /// Stateless with authentication: where authenticated INVITEs went
@@ -198,6 +200,7 @@ impl Proxy {
             secret,
             store,
             names: None,
+            flow_state: None,
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(Shard::new(transaction_bytes.clone())))
                 .collect(),
@@ -227,6 +230,21 @@ impl Proxy {
     /// Route hosts where the relay policy allows them.
     pub fn set_name_resolver(&mut self, resolver: Arc<dyn NameResolver>) {
         self.names = Some(resolver);
+    }
+
+    /// Ask `state` whether a registered flow's connection is open before
+    /// sending a request over it: one that is gone gets `430 Flow Failed`
+    /// (RFC 5626 5.3) instead of being dropped by the driver.
+    pub fn set_flow_state(&mut self, state: Arc<dyn FlowState>) {
+        self.flow_state = Some(state);
+    }
+
+    /// Whether `hop` names a connection the driver says is gone.
+    pub(super) fn flow_gone(&self, hop: Hop) -> bool {
+        match (hop.flow, &self.flow_state) {
+            (Some(flow), Some(state)) => !state.is_open(flow),
+            _ => false,
+        }
     }
 
     /// Drain (on) or serve again (off): while draining, a new request

@@ -132,6 +132,10 @@ impl ProxyWorker<'_> {
             Target::Lookup { .. } | Target::Resolve { .. } => {
                 self.local_final(request, 500, "Server Internal Error", &[], out)
             }
+            // RFC 5626 5.3: the flow the request must go over is gone.
+            Target::Send { to, flow: true, .. } if proxy.flow_gone(to) => {
+                self.flow_failed(request, out)
+            }
             Target::Send {
                 to,
                 grant,
@@ -355,6 +359,18 @@ impl ProxyWorker<'_> {
             }
             Err(error) => self.edit_failed(error),
         }
+    }
+
+    /// A request for a registered flow (a Path or Record-Route flow token,
+    /// a binding's connection) whose connection is gone: `430 Flow Failed`
+    /// (RFC 5626 5.3; the registrar or the UA then tries another flow), an
+    /// ACK (never answered) dropped. Counted either way.
+    fn flow_failed(&mut self, request: &Request<'_>, out: &mut dyn FnMut(Hop, &[u8])) -> Action {
+        self.stripe.add(Counter::FlowsFailed);
+        if request.method == Method::Ack {
+            return self.drop_datagram(DropReason::AckNotRoutable);
+        }
+        self.local_final(request, 430, "Flow Failed", &[], out)
     }
 
     /// The relay policy refused the next hop: `482` for our own address,
