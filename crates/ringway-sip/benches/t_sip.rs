@@ -15,7 +15,8 @@
 //! (`SipMsg::parse`) per message type: the stage that dominates T_sip.
 //!
 //! `cargo bench -p ringway-sip --bench t_sip` (env: MODE=stateless|stateful,
-//! CALLS=20000, ROUNDS=5). Not a test: timings; run it on a quiet machine
+//! CALLS=20000, ROUNDS=5, PARSE_ALONE=1; 0 leaves the parse-only stage out,
+//! e.g. under `perf record`). Not a test: timings; run it on a quiet machine
 //! and compare builds side by side (the harness uses only the public API,
 //! so the same file builds against an older tree).
 
@@ -236,7 +237,9 @@ fn main() {
                 r.set_shedding(false);
             }
         }
-        for (call, refused) in &recorded {
+        // PARSE_ALONE=0 leaves the parse-only stage out (for a profiler).
+        let parse_alone = env("PARSE_ALONE", "1") != "0";
+        for (call, refused) in recorded.iter().filter(|_| parse_alone) {
             let all = call.messages.iter().chain(refused.messages.iter());
             for (kind, (_, msg)) in all.enumerate() {
                 let t0 = Instant::now();
@@ -279,6 +282,9 @@ fn main() {
     );
     println!("stage: SipMsg::parse alone (ns; p50 share of the message's T_sip)");
     for ((kind, s), whole) in KINDS.iter().zip(parse_samples.iter_mut()).zip(&samples) {
+        if s.is_empty() {
+            break;
+        }
         s.sort_unstable();
         let p50 = percentile(s, 0.5);
         println!(

@@ -42,12 +42,13 @@
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
 use super::routing::upstream_address;
 use super::stats::Counter;
-use super::worker::{fill_rport, reply_hop, scratch_for, send, ProxyWorker, AMPLIFICATION_LIMIT};
+use super::worker::{reply_hop, scratch_for, send, ProxyWorker, AMPLIFICATION_LIMIT};
 use super::{Proxy, T1};
 use crate::msg::{Via, MAX_HEADERS, MAX_MESSAGE};
 use crate::relay::sendable;
 use crate::text::CommaSplit;
 use crate::transport::Hop;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 
 /// The status line of a quick refusal.
@@ -148,11 +149,7 @@ impl ProxyWorker<'_> {
         }
         let tag = proxy.refusal_tag(head.call_id);
         let buf = scratch_for(&mut self.scratch, message.len());
-        head.write_refusal(message, tag.as_bytes(), buf);
-        if head.top_via.rport_flag && head.top_via.rport.is_none() {
-            // RFC 3581 4, as on the full path.
-            fill_rport(buf, &head.top_via, to.addr);
-        }
+        head.write_refusal(message, tag.as_bytes(), to.addr, buf);
         if buf.len() > AMPLIFICATION_LIMIT * message.len() {
             return outcome(self.drop_datagram(DropReason::ReplyTooLarge));
         }
@@ -185,6 +182,9 @@ struct InviteHead<'a> {
     copied: [(u32, u32, bool); MAX_COPIED],
     count: usize,
     top_via: Via<'a>,
+    /// Where in the message the top Via's valueless `rport` ends: the
+    /// source port and address go there (RFC 3581 4, as on the full path).
+    rport_end: Option<usize>,
     call_id: &'a [u8],
 }
 
@@ -323,21 +323,38 @@ impl<'a> InviteHead<'a> {
         if seen != [true; 3] {
             return None;
         }
+        let top_via = top_via?;
+        let rport_end = match (top_via.rport_flag, top_via.rport) {
+            (true, None) => crate::text::Params::new(top_via.params)
+                .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
+                .map(|(name, _)| name.as_ptr() as usize - message.as_ptr() as usize + name.len()),
+            _ => None,
+        };
         Some(InviteHead {
             copied,
             count,
-            top_via: top_via?,
+            top_via,
+            rport_end,
             call_id: call_id?,
         })
     }
 
-    /// The `503` into `out` (cleared first): status line, the copied lines
-    /// in their order (To with our `tag`), `Retry-After`, `Content-Length`.
-    fn write_refusal(&self, message: &[u8], tag: &[u8], out: &mut Vec<u8>) {
+    /// The `503` to `source` into `out` (cleared first): status line, the
+    /// copied lines in their order (the top Via's `rport` filled in with
+    /// `received`, To with our `tag`), `Retry-After`, `Content-Length`.
+    fn write_refusal(&self, message: &[u8], tag: &[u8], source: SocketAddr, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(STATUS_LINE);
         for &(start, end, is_to) in &self.copied[..self.count] {
-            out.extend_from_slice(&message[start as usize..end as usize]);
+            let (start, end) = (start as usize, end as usize);
+            match self.rport_end.filter(|at| (start..=end).contains(at)) {
+                Some(at) => {
+                    out.extend_from_slice(&message[start..at]);
+                    write_rport_received(out, source);
+                    out.extend_from_slice(&message[at..end]);
+                }
+                None => out.extend_from_slice(&message[start..end]),
+            }
             if is_to {
                 out.extend_from_slice(b";tag=");
                 out.extend_from_slice(tag);
@@ -346,6 +363,43 @@ impl<'a> InviteHead<'a> {
         }
         out.extend_from_slice(TAIL);
     }
+}
+
+/// `=<port>;received=<ip>` of `source` (what RFC 3581 4 puts after a
+/// valueless `rport`), written without the formatting machinery for IPv4.
+fn write_rport_received(out: &mut Vec<u8>, source: SocketAddr) {
+    out.push(b'=');
+    write_decimal(out, u32::from(source.port()));
+    out.extend_from_slice(b";received=");
+    match source.ip() {
+        IpAddr::V4(ip) => {
+            for (i, octet) in ip.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                write_decimal(out, u32::from(octet));
+            }
+        }
+        IpAddr::V6(ip) => {
+            let _ = std::io::Write::write_fmt(out, format_args!("{ip}"));
+        }
+    }
+}
+
+/// `value` in decimal.
+fn write_decimal(out: &mut Vec<u8>, value: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// `<number> INVITE` (a 32-bit number, blanks, the method).
@@ -396,6 +450,7 @@ fn ack_tag_and_call_id(message: &[u8]) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::worker::fill_rport;
     use crate::proxy::{Mode, ProxyConfig};
     use crate::SipMsg;
     use std::net::SocketAddr;
@@ -559,6 +614,31 @@ Content-Length: 0\r\n\r\n";
         assert!(!String::from_utf8_lossy(&sent[0].1).contains("tag=rwo"));
         let (outcome, _) = handle(&proxy, "192.0.2.1:5070", cases[4].as_bytes(), true);
         assert_eq!(outcome.action, Action::Responded(400));
+    }
+
+    #[test]
+    fn rport_and_received_are_written_as_the_full_path_writes_them() {
+        for source in [
+            "192.0.2.1:5070",
+            "10.0.0.255:65535",
+            "[2001:db8::7]:5",
+            "0.0.0.1:0",
+        ] {
+            let source = addr(source);
+            let mut quick = Vec::new();
+            write_rport_received(&mut quick, source);
+            assert_eq!(
+                String::from_utf8(quick).unwrap(),
+                format!("={};received={}", source.port(), source.ip())
+            );
+        }
+        // IPv6 source over the whole path, as the full path fills it in.
+        let proxy = proxy(Mode::Stateless);
+        let invite = INVITE.replace("192.0.2.1:5070", "[2001:db8::1]:5070");
+        let (outcome, sent) = handle(&proxy, "[2001:db8::1]:5070", invite.as_bytes(), true);
+        assert_eq!(outcome.action, Action::Responded(503));
+        assert!(String::from_utf8_lossy(&sent[0].1)
+            .contains("branch=z9hG4bKq1;rport=5070;received=2001:db8::1\r\n"));
     }
 
     #[test]
