@@ -32,7 +32,8 @@
 //!   (no retransmissions), at most [`AMPLIFICATION_LIMIT`] times the
 //!   request's size.
 
-// Layout: `worker` (ProxyWorker, entry point, local responses), `request`
+// Layout: `worker` (ProxyWorker, entry point, local responses), `refusal`
+// (the quick 503 of a new call under overload and its ACK), `request`
 // (new requests: overload, validation, routing, dispatch), `routing`
 // (16.3, 16.4, 16.6, next hop), `stateful` (requests matching transactions,
 // stateful forwarding), `response`, `cancel`, `register`, `timers` (timer
@@ -49,6 +50,7 @@ pub(crate) mod flood;
 mod flow_token;
 mod names;
 mod outcome;
+mod refusal;
 mod register;
 mod request;
 mod request_context;
@@ -130,6 +132,9 @@ pub struct Proxy {
     counters: Counters,
     /// When the registrar's expiry sweep last ran (ns).
     last_expiry_sweep: AtomicU64,
+    /// Until when (ns) ACKs may acknowledge a quick refusal
+    /// ([`refusal`]): they are peeked at for its tag only then.
+    refusal_acks_until: AtomicU64,
 }
 
 impl Proxy {
@@ -209,6 +214,7 @@ impl Proxy {
             transaction_bytes,
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),
+            refusal_acks_until: AtomicU64::new(0),
         }
     }
 

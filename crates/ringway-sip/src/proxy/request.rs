@@ -84,12 +84,17 @@ impl ProxyWorker<'_> {
         if let Some(rejection) = proxy.validate(request.msg, request.keys) {
             return self.reject(request, rejection, out);
         }
+        // One pass over the Route values, which also finds a malformed
+        // one (the last step of validation).
+        let plan = proxy.plan_route(request.msg);
+        if plan.malformed_route {
+            return self.reject(request, Rejection::MalformedRoute, out);
+        }
         if request.method == Method::Ack && proxy.is_ack_for_local_response(request.msg) {
             // The ACK for a non-2xx we generated (a challenge, an error):
             // ours, hop by hop (stateful mode absorbs it in the transaction).
             return Action::Absorbed;
         }
-        let plan = proxy.plan_route(request.msg);
         let target = proxy.choose_target(request, &plan);
         let identity = match self.authorize(request, &plan, &target, out) {
             Ok(identity) => identity,
