@@ -9,9 +9,7 @@
 
 mod sfu_common;
 
-use sfu_common::{in_netns, BIN};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use sfu_common::{admin_http, assert_promtool_accepts, in_netns, BIN};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -151,40 +149,7 @@ const ADMIN_TOKEN: &str = "jacktrip-admin-token-0123";
 
 /// One request to the hub's admin API: status and body.
 fn http(method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut c = TcpStream::connect(ADMIN).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        c,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut r = String::new();
-    c.read_to_string(&mut r).unwrap();
-    let status = r[9..12].parse().unwrap();
-    let body = r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
-}
-
-/// `promtool check metrics` on `text`: its complaints, if any.
-fn promtool(text: &str) -> Option<String> {
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus)");
-    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    (!out.status.success()).then(|| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    admin_http(ADMIN.parse().unwrap(), method, path, token)
 }
 
 /// How a session runs the hub, and what it does through its admin API
@@ -485,9 +450,7 @@ fn admin_gains(n: usize, gains: &[(usize, f32)]) -> serde_json::Value {
         text.contains("ringway_jacktrip_client_rx_packets_total{client="),
         "{text}"
     );
-    if let Some(complaint) = promtool(&text) {
-        panic!("promtool check metrics: {complaint}\n{text}");
-    }
+    assert_promtool_accepts(&text);
     list()
 }
 

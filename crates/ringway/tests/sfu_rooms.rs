@@ -11,9 +11,8 @@ use ringway_sfu::client::Reply;
 use ringway_sfu::token::{mint, Claims, TokenKey};
 use ringway_sfu::wire::{ErrorCode, COOKIE_LEN};
 use ringway_sfu::MediaType;
-use sfu_common::{rtp_ids, Peer, Server, BIN};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use sfu_common::{admin_http, assert_promtool_accepts, rtp_ids, Peer, Server, BIN};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -78,20 +77,7 @@ fn cli_token(key: &Path, room: &str, who: &str, extra: &[&str]) -> String {
 
 /// One HTTP exchange with the admin API: (status, body).
 fn http(admin: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut c = TcpStream::connect(admin).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        c,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut r = String::new();
-    c.read_to_string(&mut r).unwrap();
-    let status = r[9..12].parse().unwrap();
-    let body = r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
+    admin_http(admin, method, path, token)
 }
 
 fn api(admin: SocketAddr, method: &str, path: &str) -> serde_json::Value {
@@ -359,29 +345,7 @@ fn sfu_metrics_pass_promtool() {
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && report.trim().is_empty(),
-        "promtool: {report}\n{text}"
-    );
+    assert_promtool_accepts(&text);
     // Rooms through the API: create (pinned), close (kicks its client).
     api(s.admin, "POST", "/api/rooms/stage?max_clients=2");
     assert_eq!(

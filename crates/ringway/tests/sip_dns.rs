@@ -30,25 +30,27 @@ fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// The zone: NAPTR → SRV (two targets, the first down) → A.
-const ZONE: &str = r#"listen-address=127.0.0.53
-bind-interfaces
-port=53
-no-resolv
-no-hosts
-no-poll
-local=/test/
-local-ttl=60
-naptr-record=sip.test,10,10,"S","SIP+D2U","",_sip._udp.sip.test
+/// dnsmasq on [`DNS`] serving only the `test` domain (nothing
+/// forwarded, no hosts file), answers with a TTL of `ttl` seconds, then
+/// `records`.
+fn zone(ttl: u32, records: &str) -> String {
+    format!(
+        "listen-address=127.0.0.53\nbind-interfaces\nport=53\nno-resolv\nno-hosts\nno-poll\n\
+         local=/test/\nlocal-ttl={ttl}\n{records}"
+    )
+}
+
+/// The dispatcher's records: NAPTR → SRV (two targets, the first down) → A.
+const RECORDS: &str = r#"naptr-record=sip.test,10,10,"S","SIP+D2U","",_sip._udp.sip.test
 srv-host=_sip._udp.sip.test,down.sip.test,5060,10,1
 srv-host=_sip._udp.sip.test,up.sip.test,5060,20,1
 host-record=down.sip.test,127.0.0.21
 host-record=up.sip.test,127.0.0.22
 "#;
 
-/// Start dnsmasq with [`ZONE`] and wait (bounded) until it answers.
+/// Start dnsmasq with [`RECORDS`] (TTL 60 s) and wait (bounded) until it answers.
 fn start_dnsmasq(procs: &mut Procs, dir: &Path) -> u32 {
-    start_dnsmasq_with(procs, dir, ZONE)
+    start_dnsmasq_with(procs, dir, &zone(60, RECORDS))
 }
 
 /// Start dnsmasq serving `zone` and wait (bounded) until it answers.
@@ -91,6 +93,28 @@ fn start_dnsmasq_with(procs: &mut Procs, dir: &Path, zone: &str) -> u32 {
             return pid;
         }
     }
+}
+
+/// Whether dnsmasq is missing (then the test skips visibly; under CI it fails).
+fn dnsmasq_missing() -> bool {
+    if Command::new("dnsmasq").arg("--version").output().is_err() {
+        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
+        assert!(
+            std::env::var("CI").is_err(),
+            "dnsmasq must be installed in CI"
+        );
+        return true;
+    }
+    false
+}
+
+/// Stop dnsmasq `old` and start it again serving `zone` (a record
+/// changed); returns the new PID.
+fn restart_dnsmasq(procs: &mut Procs, dir: &Path, old: u32, zone: &str) -> u32 {
+    let mut old = procs.take(old).unwrap();
+    let _ = old.kill();
+    let _ = old.wait();
+    start_dnsmasq_with(procs, dir, zone)
 }
 
 /// A running dispatcher: PID, stderr lines, the summary path.
@@ -136,6 +160,54 @@ fn spawn_dispatch_to(procs: &mut Procs, dir: &Path, relay: &str, proxy: &str) ->
     }
 }
 
+/// Stop the dispatcher with SIGINT and wait (bounded) until it exits.
+fn stop_dispatch(procs: &mut Procs, dispatch: &Dispatch) {
+    signal(dispatch.pid, "INT");
+    let mut child = procs.take(dispatch.pid).unwrap();
+    wait_bounded(&mut child, Duration::from_secs(15)).expect("dispatcher exits");
+}
+
+/// `count` SIPp calls (at 10/s, UAC named `name` on [`UAC`]) to
+/// `bob@domain` through `to`.
+fn sipp_calls(
+    procs: &mut Procs,
+    dir: &Path,
+    to: &str,
+    domain: &str,
+    name: &str,
+    count: u32,
+) -> SippStats {
+    run_sipp(
+        procs,
+        dir,
+        name,
+        &uac_args(a(to), a(UAC), "bob", domain, count, 10),
+        Duration::from_secs(90),
+    )
+    .1
+}
+
+/// One call at a time through `to` (UACs `uac-after-N`), every 200 ms,
+/// until one completes or 30 s pass: the last call's statistics and the
+/// number of tries.
+fn until_a_call_completes(
+    procs: &mut Procs,
+    dir: &Path,
+    to: &str,
+    domain: &str,
+) -> (SippStats, u32) {
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let stats = sipp_calls(procs, dir, to, domain, &format!("uac-after-{tries}"), 1);
+        if stats.successful == 1 || Instant::now() > end {
+            return (stats, tries);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Wait (bounded) for a stderr line containing `needle`; all lines seen.
 fn wait_line(lines: &mpsc::Receiver<String>, needle: &str) -> Result<(), Vec<String>> {
     let end = Instant::now() + Duration::from_secs(20);
@@ -157,12 +229,7 @@ fn wait_line(lines: &mpsc::Receiver<String>, needle: &str) -> Result<(), Vec<Str
 /// re-hashed once it is out: the dispatcher keeps no transaction).
 #[test]
 fn calls_complete_through_the_second_srv_target_when_the_first_is_down() {
-    if Command::new("dnsmasq").arg("--version").output().is_err() {
-        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
-        assert!(
-            std::env::var("CI").is_err(),
-            "dnsmasq must be installed in CI"
-        );
+    if dnsmasq_missing() {
         return;
     }
     let (calls, metrics, summary) = netns(|| {
@@ -177,14 +244,7 @@ fn calls_complete_through_the_second_srv_target_when_the_first_is_down() {
         spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
         let dispatch = spawn_dispatch(&mut procs, dir.path(), "127.0.0.0/8");
         wait_line(&dispatch.stderr, "listening on").expect("dispatcher started");
-        let calls = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(a(DISPATCH), a(UAC), "bob", UAS, 20, 10),
-            Duration::from_secs(90),
-        )
-        .1;
+        let calls = sipp_calls(&mut procs, dir.path(), DISPATCH, UAS, "uac", 20);
         // The down target is out once its probes went unanswered.
         let end = Instant::now() + Duration::from_secs(20);
         let metrics = loop {
@@ -198,9 +258,7 @@ fn calls_complete_through_the_second_srv_target_when_the_first_is_down() {
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        signal(dispatch.pid, "INT");
-        let mut child = procs.take(dispatch.pid).unwrap();
-        wait_bounded(&mut child, Duration::from_secs(15)).expect("dispatcher exits");
+        stop_dispatch(&mut procs, &dispatch);
         let summary: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&dispatch.summary).unwrap()).unwrap();
         (calls, metrics, summary)
@@ -238,12 +296,7 @@ fn calls_complete_through_the_second_srv_target_when_the_first_is_down() {
 /// dispatcher refuses to start and says why.
 #[test]
 fn a_name_resolving_to_loopback_is_refused_without_relay() {
-    if Command::new("dnsmasq").arg("--version").output().is_err() {
-        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
-        assert!(
-            std::env::var("CI").is_err(),
-            "dnsmasq must be installed in CI"
-        );
+    if dnsmasq_missing() {
         return;
     }
     let (status, lines) = netns(|| {
@@ -270,16 +323,8 @@ fn a_name_resolving_to_loopback_is_refused_without_relay() {
 /// every call 503 (priority 10) and to the UAS (priority 20); `flip.test`
 /// by A to `flip` with a 1 s TTL; `up.sip.test` for the readiness probe.
 fn proxy_zone(flip: &str) -> String {
-    format!(
-        r#"listen-address=127.0.0.53
-bind-interfaces
-port=53
-no-resolv
-no-hosts
-no-poll
-local=/test/
-local-ttl=1
-naptr-record=gw.test,10,10,"S","SIP+D2U","",_sip._udp.gw.test
+    let records = format!(
+        r#"naptr-record=gw.test,10,10,"S","SIP+D2U","",_sip._udp.gw.test
 srv-host=_sip._udp.gw.test,busy.gw.test,5060,10,1
 srv-host=_sip._udp.gw.test,uas.gw.test,5070,20,1
 host-record=busy.gw.test,127.0.0.23
@@ -287,7 +332,8 @@ host-record=uas.gw.test,127.0.0.30
 host-record=flip.test,{flip}
 host-record=up.sip.test,127.0.0.22
 "#
-    )
+    );
+    zone(1, &records)
 }
 
 const PROXY: &str = "127.0.0.10:5060";
@@ -310,16 +356,24 @@ fn busy_uas(procs: &mut Procs, dir: &Path, addr: &str) -> u32 {
     )
 }
 
-fn dnsmasq_missing() -> bool {
-    if Command::new("dnsmasq").arg("--version").output().is_err() {
-        ringway_io::testing::skip("dnsmasq is not installed (scripts/install-deps.sh)");
-        assert!(
-            std::env::var("CI").is_err(),
-            "dnsmasq must be installed in CI"
-        );
-        return true;
-    }
-    false
+/// A UAS answering 503 on `busy` ([`busy_uas`]), the UAS on [`UAS`], then
+/// the stateful proxy on [`PROXY`] resolving names with [`DNS`], relaying
+/// to loopback, with `extra` (its next hop).
+fn busy_uas_then_proxy(procs: &mut Procs, dir: &Path, busy: &str, extra: &[&str]) -> ProxyProc {
+    busy_uas(procs, dir, busy);
+    spawn_sipp(procs, dir, &uas_args(a(UAS)));
+    let mut args = vec![
+        "--listen",
+        PROXY,
+        "--mode",
+        "stateful",
+        "--dns-server",
+        DNS,
+        "--relay",
+        "127.0.0.0/8",
+    ];
+    args.extend_from_slice(extra);
+    start_proxy(procs, dir, &args)
 }
 
 /// The proxy's `--route-to gw.test` (RFC 3263: NAPTR → SRV → A, resolved
@@ -336,34 +390,13 @@ fn the_proxy_fails_over_to_the_next_srv_target_on_503() {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Procs::default();
         start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
-        busy_uas(&mut procs, dir.path(), "127.0.0.23:5060");
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
-        let proxy = start_proxy(
+        let proxy = busy_uas_then_proxy(
             &mut procs,
             dir.path(),
-            &[
-                "--listen",
-                PROXY,
-                "--mode",
-                "stateful",
-                "--route-to",
-                "gw.test",
-                "--dns-server",
-                DNS,
-                "--relay",
-                "127.0.0.0/8",
-                "--metrics",
-                PROXY_METRICS,
-            ],
+            "127.0.0.23:5060",
+            &["--route-to", "gw.test", "--metrics", PROXY_METRICS],
         );
-        let calls = run_sipp(
-            &mut procs,
-            dir.path(),
-            "uac",
-            &uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10),
-            Duration::from_secs(90),
-        )
-        .1;
+        let calls = sipp_calls(&mut procs, dir.path(), PROXY, "example.com", "uac", 10);
         let metrics = scrape(a(PROXY_METRICS));
         stop_proxy(&mut procs, &proxy);
         (calls, metrics)
@@ -396,50 +429,23 @@ fn the_proxy_picks_up_a_target_changed_in_dns_when_its_ttl_expires() {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Procs::default();
         let dns = start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.23"));
-        busy_uas(&mut procs, dir.path(), "127.0.0.23:5070");
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
-        let proxy = start_proxy(
+        let proxy = busy_uas_then_proxy(
             &mut procs,
             dir.path(),
-            &[
-                "--listen",
-                PROXY,
-                "--mode",
-                "stateful",
-                "--route-to",
-                "flip.test:5070",
-                "--dns-server",
-                DNS,
-                "--relay",
-                "127.0.0.0/8",
-            ],
+            "127.0.0.23:5070",
+            &["--route-to", "flip.test:5070"],
         );
-        let uac = |procs: &mut Procs, name: &str, calls: u32| {
-            run_sipp(
-                procs,
-                dir.path(),
-                name,
-                &uac_args(a(PROXY), a(UAC), "bob", "example.com", calls, 10),
-                Duration::from_secs(60),
-            )
-            .1
-        };
-        let before = uac(&mut procs, "uac-before", 3);
+        let before = sipp_calls(
+            &mut procs,
+            dir.path(),
+            PROXY,
+            "example.com",
+            "uac-before",
+            3,
+        );
         // The record changes: dnsmasq restarted with the new zone.
-        let mut old = procs.take(dns).unwrap();
-        let _ = old.kill();
-        let _ = old.wait();
-        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
-        let end = Instant::now() + Duration::from_secs(30);
-        let mut tries = 0;
-        let after = loop {
-            tries += 1;
-            let calls = uac(&mut procs, &format!("uac-after-{tries}"), 1);
-            if calls.successful == 1 || Instant::now() > end {
-                break calls;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        restart_dnsmasq(&mut procs, dir.path(), dns, &proxy_zone("127.0.0.30"));
+        let (after, tries) = until_a_call_completes(&mut procs, dir.path(), PROXY, "example.com");
         stop_proxy(&mut procs, &proxy);
         (before, after, tries)
     });
@@ -478,36 +484,12 @@ fn the_dispatcher_picks_up_a_proxy_changed_in_dns_when_its_ttl_expires() {
         );
         let dispatch = spawn_dispatch_to(&mut procs, dir.path(), "127.0.0.0/8", "flip.test:5060");
         wait_line(&dispatch.stderr, "listening on").expect("dispatcher started");
-        let uac = |procs: &mut Procs, name: &str, calls: u32| {
-            run_sipp(
-                procs,
-                dir.path(),
-                name,
-                &uac_args(a(DISPATCH), a(UAC), "bob", UAS, calls, 10),
-                Duration::from_secs(60),
-            )
-            .1
-        };
-        let before = uac(&mut procs, "uac-before", 3);
-        let mut old = procs.take(dns).unwrap();
-        let _ = old.kill();
-        let _ = old.wait();
-        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.24"));
+        let before = sipp_calls(&mut procs, dir.path(), DISPATCH, UAS, "uac-before", 3);
+        restart_dnsmasq(&mut procs, dir.path(), dns, &proxy_zone("127.0.0.24"));
         stop_proxy(&mut procs, &first);
-        let end = Instant::now() + Duration::from_secs(30);
-        let mut tries = 0;
-        let after = loop {
-            tries += 1;
-            let calls = uac(&mut procs, &format!("uac-after-{tries}"), 1);
-            if calls.successful == 1 || Instant::now() > end {
-                break calls;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let (after, tries) = until_a_call_completes(&mut procs, dir.path(), DISPATCH, UAS);
         let metrics = scrape(a(METRICS));
-        signal(dispatch.pid, "INT");
-        let mut child = procs.take(dispatch.pid).unwrap();
-        wait_bounded(&mut child, Duration::from_secs(15)).expect("dispatcher exits");
+        stop_dispatch(&mut procs, &dispatch);
         (before, after, tries, metrics)
     });
     assert_eq!((before.successful, before.failed), (3, 0), "{before:?}");

@@ -322,35 +322,29 @@ fn browser_call(bundle: Vec<u8>) -> Outcome {
     netns(move || {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        make_proxy_certs(d);
+        let cert_args = proxy_cert_args(d);
         let spki = spki_hash(d, "proxy.pem");
         let server = PageServer::start(bundle);
         let origin = format!("http://{}", server.addr);
         let mut procs = Procs::default();
-        let cert = d.join("proxy.pem").display().to_string();
-        let key = d.join("proxy.key").display().to_string();
-        let p = start_proxy(
-            &mut procs,
-            d,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "wss:127.0.0.1:5067",
-                "--tls-cert",
-                &cert,
-                "--tls-key",
-                &key,
-                // The page's origin only: the browser sends it.
-                "--ws-origin",
-                &origin,
-                "--registrar",
-                "--domain",
-                "ringway.test",
-                "--relay",
-                "127.0.0.0/8",
-            ],
-        );
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:5060",
+            "--listen",
+            "wss:127.0.0.1:5067",
+        ];
+        args.extend(cert_args.iter().map(String::as_str));
+        args.extend([
+            // The page's origin only: the browser sends it.
+            "--ws-origin",
+            &origin,
+            "--registrar",
+            "--domain",
+            "ringway.test",
+            "--relay",
+            "127.0.0.0/8",
+        ]);
+        let p = start_proxy(&mut procs, d, &args);
         let url = format!("{origin}/?ws=wss://127.0.0.1:5067&uri=sip:bob@ringway.test");
         let browser = Browser::start(d, &spki, &url);
         let mut events = Vec::new();
@@ -416,16 +410,6 @@ fn browser_call(bundle: Vec<u8>) -> Outcome {
     })
 }
 
-fn closed(s: &serde_json::Value, reason: &str) -> u64 {
-    s["tcp"]["closed"]
-        .as_array()
-        .expect("tcp.closed")
-        .iter()
-        .find(|pair| pair[0] == reason)
-        .and_then(|pair| pair[1].as_u64())
-        .unwrap_or(0)
-}
-
 #[test]
 fn jssip_in_chromium_registers_over_wss_and_receives_a_call_from_sipp() {
     let Some(bundle) = prerequisites() else {
@@ -476,8 +460,8 @@ fn jssip_in_chromium_registers_over_wss_and_receives_a_call_from_sipp() {
     // 200 (REGISTER), INVITE, ACK, BYE went out over it.
     assert!(s["tcp"]["messages_in"].as_u64() >= Some(4), "{}", s["tcp"]);
     assert!(s["tcp"]["messages_out"].as_u64() >= Some(4), "{}", s["tcp"]);
-    assert_eq!(closed(s, "ws_handshake"), 0, "{}", s["tcp"]);
-    assert_eq!(closed(s, "ws_error"), 0, "{}", s["tcp"]);
+    assert_eq!(tcp_closed(s, "ws_handshake"), 0, "{}", s["tcp"]);
+    assert_eq!(tcp_closed(s, "ws_error"), 0, "{}", s["tcp"]);
     assert_eq!(s["tcp"]["no_connection"], 0, "{}", s["tcp"]);
     assert!(s["tls"]["handshakes"].as_u64() >= Some(1), "{}", s["tls"]);
 }

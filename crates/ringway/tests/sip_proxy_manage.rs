@@ -8,7 +8,7 @@
 mod sip_proxy_support;
 
 use sip_proxy_support::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -40,19 +40,10 @@ fn ctl_json(socket: &Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&out).expect("ctl --json prints JSON")
 }
 
-/// Register `user@ringway.test` → `sip:user@contact` with SIPp (register.xml).
-fn register(procs: &mut Procs, dir: &Path, user: &str, contact: &str, port: &str) -> SippStats {
-    let args = register_sipp("register.xml", user, contact, port)
-        .timeout(10)
-        .build();
-    run_sipp(
-        procs,
-        dir,
-        &format!("reg-{user}"),
-        &args,
-        Duration::from_secs(20),
-    )
-    .1
+/// Run the REGISTER `sipp` (see [`register_sipp`]) as `name`, bounded.
+fn register(procs: &mut Procs, dir: &Path, name: &str, sipp: Sipp) -> SippStats {
+    let args = sipp.timeout(10).build();
+    run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
 }
 
 /// One call from SIPp on 127.0.0.1:`port` to `user@ringway.test` through
@@ -70,6 +61,87 @@ fn call(procs: &mut Procs, dir: &Path, name: &str, user: &str, port: u16) -> Sip
     let at = args.iter().position(|a| a == "40").unwrap();
     args[at] = "5".into();
     run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
+}
+
+/// SIPp calls from 127.0.0.1:5061 to bob at the UAS 127.0.0.1:5070
+/// through the proxy (or dispatcher) on 127.0.0.1:5060.
+fn calls_to_bob(calls: u32, rate: u32) -> Vec<String> {
+    uac_args(
+        "127.0.0.1:5060".parse().unwrap(),
+        "127.0.0.1:5061".parse().unwrap(),
+        "bob",
+        "127.0.0.1:5070",
+        calls,
+        rate,
+    )
+}
+
+/// The loopback bed's stateful proxy with its management socket `socket`
+/// and a drain deadline of `drain_timeout_s` after SIGTERM.
+fn draining_proxy(procs: &mut Procs, dir: &Path, socket: &Path, drain_timeout_s: u32) -> ProxyProc {
+    let drain_timeout = drain_timeout_s.to_string();
+    start_loopback_proxy(
+        procs,
+        dir,
+        &[
+            "--mode",
+            "stateful",
+            "--manage-socket",
+            socket.to_str().unwrap(),
+            "--drain-timeout",
+            &drain_timeout,
+        ],
+    )
+}
+
+/// A SIPp UAS on 127.0.0.1:5070 that rings `ringing_ms` before it
+/// answers (uas_rr.xml with a longer pause).
+fn spawn_ringing_uas(procs: &mut Procs, dir: &Path, ringing_ms: u32) -> u32 {
+    let ringing = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
+        .unwrap()
+        .replace(
+            r#"<pause milliseconds="20"/>"#,
+            &format!(r#"<pause milliseconds="{ringing_ms}"/>"#),
+        );
+    let path = dir.join("uas_ringing.xml");
+    std::fs::write(&path, ringing).unwrap();
+    let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
+    uas[1] = path.display().to_string();
+    spawn_sipp(procs, dir, &uas)
+}
+
+/// Poll the proxy's status (bounded by `limit`) until at least `at_least`
+/// transactions are pending; the last count seen.
+fn wait_pending(socket: &Path, at_least: u64, limit: Duration) -> u64 {
+    let until = Instant::now() + limit;
+    let mut pending = 0;
+    while Instant::now() < until {
+        pending = ctl_json(socket, &["status"])["transactions_pending"]
+            .as_u64()
+            .unwrap();
+        if pending >= at_least {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    pending
+}
+
+/// After SIGTERM: the proxy's exit (waited for at most `limit`) and its
+/// "drained in" line, if it printed one.
+fn exit_after_drain(
+    procs: &mut Procs,
+    p: &ProxyProc,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = procs.take(p.pid).unwrap();
+    let exit = wait_bounded(&mut child, limit);
+    let drained_line = p
+        .stderr
+        .try_iter()
+        .find(|l| l.contains("drained in"))
+        .unwrap_or_default();
+    (exit, drained_line)
 }
 
 #[test]
@@ -91,7 +163,8 @@ fn ctl_lists_and_deletes_a_binding_which_is_then_unreachable() {
                 ],
             );
             spawn_sipp(procs, dir, &uas_args("127.0.0.1:5070".parse().unwrap()));
-            let bob = register(procs, dir, "bob", "127.0.0.1:5070", "5066");
+            let bob_register = register_sipp("register.xml", "bob", "127.0.0.1:5070", "5066");
+            let bob = register(procs, dir, "reg-bob", bob_register);
             assert_eq!((bob.successful, bob.failed), (1, 0), "bob registered");
             // sipsak too (usrloc mode: REGISTER, answered 200).
             let sipsak_ok = Command::new("timeout")
@@ -175,49 +248,11 @@ fn sigterm_drains_calls_in_flight_and_exits_zero() {
     let (in_flight, options, exit, drained_line, sipp, summary_503, refusals) =
         in_bed(move |procs, dir| {
             let socket = dir.join("manage.sock");
-            let p = start_loopback_proxy(
-                procs,
-                dir,
-                &[
-                    "--mode",
-                    "stateful",
-                    "--manage-socket",
-                    socket.to_str().unwrap(),
-                    "--drain-timeout",
-                    "20",
-                ],
-            );
-            let slow = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
-                .unwrap()
-                .replace(
-                    r#"<pause milliseconds="20"/>"#,
-                    r#"<pause milliseconds="1500"/>"#,
-                );
-            let slow_path = dir.join("uas_slow.xml");
-            std::fs::write(&slow_path, slow).unwrap();
-            let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
-            uas[1] = slow_path.display().to_string();
-            spawn_sipp(procs, dir, &uas);
-            let uac = uac_args(
-                "127.0.0.1:5060".parse().unwrap(),
-                "127.0.0.1:5061".parse().unwrap(),
-                "bob",
-                "127.0.0.1:5070",
-                calls,
-                rate,
-            );
-            let uac_pid = spawn_sipp_with_stats(procs, dir, "uac", &uac);
+            let p = draining_proxy(procs, dir, &socket, 20);
+            spawn_ringing_uas(procs, dir, 1500);
+            let uac_pid = spawn_sipp_with_stats(procs, dir, "uac", &calls_to_bob(calls, rate));
             // Half the calls are ringing: drain.
-            let until = Instant::now() + Duration::from_secs(10);
-            let mut in_flight = 0;
-            while Instant::now() < until {
-                let status = ctl_json(&socket, &["status"]);
-                in_flight = status["transactions_pending"].as_u64().unwrap();
-                if in_flight >= u64::from(calls / 4) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let in_flight = wait_pending(&socket, u64::from(calls / 4), Duration::from_secs(10));
             signal(p.pid, "TERM");
             std::thread::sleep(Duration::from_millis(100));
             let options = Command::new("timeout")
@@ -233,13 +268,7 @@ fn sigterm_drains_calls_in_flight_and_exits_zero() {
                 .output()
                 .expect("run sipsak");
             let options = String::from_utf8_lossy(&options.stdout).into_owned();
-            let mut child = procs.take(p.pid).unwrap();
-            let exit = wait_bounded(&mut child, Duration::from_secs(30));
-            let drained_line = p
-                .stderr
-                .try_iter()
-                .find(|l| l.contains("drained in"))
-                .unwrap_or_default();
+            let (exit, drained_line) = exit_after_drain(procs, &p, Duration::from_secs(30));
             let (_, sipp) = finish_sipp(procs, dir, "uac", uac_pid, Duration::from_secs(60));
             let summary: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(&p.summary).unwrap()).unwrap();
@@ -317,11 +346,12 @@ fn register_auth(
     password: &str,
     port: &str,
 ) -> SippStats {
-    let args = register_sipp("register_auth.xml", user, "127.0.0.1:5070", port)
-        .digest(user, password, "ringway.test")
-        .timeout(10)
-        .build();
-    run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
+    let sipp = register_sipp("register_auth.xml", user, "127.0.0.1:5070", port).digest(
+        user,
+        password,
+        "ringway.test",
+    );
+    register(procs, dir, name, sipp)
 }
 
 /// Ten reloads (SIGHUP and `ringway ctl reload`) during a SIPp run with
@@ -521,56 +551,15 @@ fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
         .unwrap_or(1000);
     let out = in_bed(move |procs, d| {
         let socket = d.join("manage.sock");
-        let p = start_proxy(
-            procs,
-            d,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                "stateful",
-                "--manage-socket",
-                socket.to_str().unwrap(),
-                "--drain-timeout",
-                "40",
-            ],
-        );
-        let ringing = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
-            .unwrap()
-            .replace(
-                r#"<pause milliseconds="20"/>"#,
-                r#"<pause milliseconds="8000"/>"#,
-            );
-        let ringing_path = d.join("uas_ringing.xml");
-        std::fs::write(&ringing_path, ringing).unwrap();
-        let mut uas = uas_args("127.0.0.1:5070".parse().unwrap());
-        uas[1] = ringing_path.display().to_string();
-        spawn_sipp(procs, d, &uas);
+        let p = draining_proxy(procs, d, &socket, 40);
+        spawn_ringing_uas(procs, d, 8000);
         std::thread::sleep(Duration::from_millis(300));
-        let mut uac = uac_args(
-            "127.0.0.1:5060".parse().unwrap(),
-            "127.0.0.1:5061".parse().unwrap(),
-            "bob",
-            "127.0.0.1:5070",
-            calls,
-            500,
-        );
+        let mut uac = calls_to_bob(calls, 500);
         // Every call open at once (SIPp's default limit is 3 x rate).
         uac.extend(strings(&["-l", &calls.to_string()]));
         let uac_pid = spawn_sipp_with_stats(procs, d, "uac", &uac);
-        // Poll (bounded) until every INVITE is a pending transaction.
-        let until = Instant::now() + Duration::from_secs(20);
-        let mut in_flight = 0;
-        while Instant::now() < until {
-            let status = ctl_json(&socket, &["status"]);
-            in_flight = status["transactions_pending"].as_u64().unwrap();
-            if in_flight >= u64::from(calls) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        // Every INVITE a pending transaction.
+        let in_flight = wait_pending(&socket, u64::from(calls), Duration::from_secs(20));
         let sigterm = Instant::now();
         signal(p.pid, "TERM");
         // The proxy acts on the signal within its 20 ms poll; a status
@@ -581,14 +570,8 @@ fn sigterm_with_a_thousand_calls_in_flight_finishes_them_and_exits_zero() {
         }
         let invite = ask("INVITE", 5090);
         let options = ask("OPTIONS", 5091);
-        let mut child = procs.take(p.pid).unwrap();
-        let exit = wait_bounded(&mut child, Duration::from_secs(60));
+        let (exit, drained_line) = exit_after_drain(procs, &p, Duration::from_secs(60));
         let exited_after = sigterm.elapsed().as_secs_f64();
-        let drained_line = p
-            .stderr
-            .try_iter()
-            .find(|l| l.contains("drained in"))
-            .unwrap_or_default();
         let (_, sipp) = finish_sipp(procs, d, "uac", uac_pid, Duration::from_secs(60));
         (
             in_flight,
@@ -685,18 +668,30 @@ fn wait_targets(
     }
 }
 
-/// SIPp calls through the dispatcher on 127.0.0.1:5060 at `rate`/s until
-/// told to stop (SIGUSR1: no new calls, the current ones end), bounded.
+/// A SIPp UAS on 127.0.0.1:5070, then SIPp calls through the dispatcher
+/// on 127.0.0.1:5060 at `rate`/s until told to stop
+/// ([`stop_dispatched_calls`]), bounded.
 fn spawn_dispatched_calls(procs: &mut Procs, dir: &Path, name: &str, rate: u32) -> u32 {
-    let uac = uac_args(
-        "127.0.0.1:5060".parse().unwrap(),
-        "127.0.0.1:5061".parse().unwrap(),
-        "bob",
-        "127.0.0.1:5070",
-        rate * 90,
-        rate,
-    );
-    spawn_sipp_with_stats(procs, dir, name, &uac)
+    spawn_sipp(procs, dir, &uas_args("127.0.0.1:5070".parse().unwrap()));
+    std::thread::sleep(Duration::from_millis(300));
+    spawn_sipp_with_stats(procs, dir, name, &calls_to_bob(rate * 90, rate))
+}
+
+/// Stop the calls of [`spawn_dispatched_calls`] (SIGUSR1: no new calls,
+/// the current ones end) and wait (bounded) for SIPp's statistics.
+fn stop_dispatched_calls(procs: &mut Procs, dir: &Path, name: &str, uac: u32) -> SippStats {
+    signal(uac, "USR1");
+    finish_sipp(procs, dir, name, uac, Duration::from_secs(60)).1
+}
+
+/// Three stateful proxies on [`PROXIES`], each with its management
+/// socket (`dir/proxyN.sock`): the sockets and the proxies.
+fn three_proxies(procs: &mut Procs, dir: &Path) -> (Vec<PathBuf>, Vec<ProxyProc>) {
+    let sockets: Vec<_> = (0..3).map(|i| dir.join(format!("proxy{i}.sock"))).collect();
+    let proxies = (0..3)
+        .map(|i| proxy_behind(procs, dir, PROXIES[i], &sockets[i]))
+        .collect();
+    (sockets, proxies)
 }
 
 /// Three proxies behind the dispatcher restarted one by one under SIPp
@@ -706,10 +701,7 @@ fn spawn_dispatched_calls(procs: &mut Procs, dir: &Path, name: &str, rate: u32) 
 #[test]
 fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
     let out = in_bed(|procs, d| {
-        let sockets: Vec<_> = (0..3).map(|i| d.join(format!("proxy{i}.sock"))).collect();
-        let mut proxies: Vec<ProxyProc> = (0..3)
-            .map(|i| proxy_behind(procs, d, PROXIES[i], &sockets[i]))
-            .collect();
+        let (sockets, mut proxies) = three_proxies(procs, d);
         let dispatch_socket = d.join("dispatch.sock");
         let mut args = vec!["--listen", "127.0.0.1:5060", "--relay", "127.0.0.0/8"];
         for p in PROXIES {
@@ -718,8 +710,6 @@ fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
         args.extend(["--probe-interval-ms", "100", "--probe-failures", "3"]);
         args.extend(["--manage-socket", dispatch_socket.to_str().unwrap()]);
         let dispatcher = start_dispatcher(procs, d, &args);
-        spawn_sipp(procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
-        std::thread::sleep(Duration::from_millis(300));
         let uac = spawn_dispatched_calls(procs, d, "uac", 40);
         // Every proxy carries calls before the first restart.
         wait_targets(&dispatch_socket, "calls on every proxy", |t| {
@@ -745,8 +735,7 @@ fn rolling_restart_of_three_proxies_behind_the_dispatcher_fails_no_call() {
             });
         }
         let took = started.elapsed().as_secs_f64();
-        signal(uac, "USR1");
-        let (_, calls) = finish_sipp(procs, d, "uac", uac, Duration::from_secs(60));
+        let calls = stop_dispatched_calls(procs, d, "uac", uac);
         let final_targets = targets(&dispatch_socket);
         stop_proxy(procs, &dispatcher);
         (exits, calls, took, final_targets)
@@ -797,10 +786,7 @@ fn transactions_created(socket: &Path) -> u64 {
 #[test]
 fn dispatcher_reloads_during_calls_change_a_target() {
     let out = in_bed(|procs, d| {
-        let sockets: Vec<_> = (0..3).map(|i| d.join(format!("proxy{i}.sock"))).collect();
-        let _proxies: Vec<ProxyProc> = (0..3)
-            .map(|i| proxy_behind(procs, d, PROXIES[i], &sockets[i]))
-            .collect();
+        let (sockets, _proxies) = three_proxies(procs, d);
         let config = d.join("dispatch.toml");
         write_dispatch_config(&config, &PROXIES[..2], 3);
         let socket = d.join("dispatch.sock");
@@ -814,8 +800,6 @@ fn dispatcher_reloads_during_calls_change_a_target() {
                 socket.to_str().unwrap(),
             ],
         );
-        spawn_sipp(procs, d, &uas_args("127.0.0.1:5070".parse().unwrap()));
-        std::thread::sleep(Duration::from_millis(300));
         let uac = spawn_dispatched_calls(procs, d, "uac", 20);
         wait_targets(&socket, "calls on A and B", |t| {
             t.values().all(|(_, _, requests)| *requests >= 5)
@@ -855,8 +839,7 @@ fn dispatcher_reloads_during_calls_change_a_target() {
         std::fs::write(&config, "[sip.dispatch]\nproxy = []\n").unwrap();
         let (refused, _) = ctl(&socket, &["reload"]);
         std::thread::sleep(Duration::from_millis(500));
-        signal(uac, "USR1");
-        let (_, calls) = finish_sipp(procs, d, "uac", uac, Duration::from_secs(60));
+        let calls = stop_dispatched_calls(procs, d, "uac", uac);
         let after = targets(&socket);
         let status = ctl_json(&socket, &["status"]);
         let b_end = transactions_created(&sockets[1]);

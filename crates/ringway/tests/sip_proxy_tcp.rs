@@ -94,16 +94,6 @@ fn tcp_counter(s: &serde_json::Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("tcp.{name} in {}", s["tcp"]))
 }
 
-fn closed(s: &serde_json::Value, reason: &str) -> u64 {
-    s["tcp"]["closed"]
-        .as_array()
-        .expect("tcp.closed")
-        .iter()
-        .find(|pair| pair[0] == reason)
-        .and_then(|pair| pair[1].as_u64())
-        .unwrap_or(0)
-}
-
 fn check_calls(s: &serde_json::Value, stats: &SippStats) {
     assert_eq!(stats.failed, 0, "{stats:?}");
     assert_eq!(stats.successful, CALLS as u64, "{stats:?}");
@@ -235,10 +225,10 @@ Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
         assert!(answer.starts_with("SIP/2.0 200 OK\r\n"), "{answer}");
     });
     eprintln!("tcp: {}", s["tcp"]);
-    assert_eq!(closed(&s, "header_too_large"), 1);
-    assert_eq!(closed(&s, "garbage"), 1);
-    assert_eq!(closed(&s, "bad_content_length"), 1);
-    assert_eq!(closed(&s, "message_timeout"), 1);
+    assert_eq!(tcp_closed(&s, "header_too_large"), 1);
+    assert_eq!(tcp_closed(&s, "garbage"), 1);
+    assert_eq!(tcp_closed(&s, "bad_content_length"), 1);
+    assert_eq!(tcp_closed(&s, "message_timeout"), 1);
     assert_eq!(tcp_counter(&s, "pings"), 1);
     // 13 connections at once (the ping's and 12 idle): 8 allowed.
     assert_eq!(tcp_counter(&s, "refused_per_ip"), 5);

@@ -22,22 +22,17 @@ fn ws_client() -> PathBuf {
 }
 
 fn start(procs: &mut Procs, d: &Path, extra: &[&str]) -> ProxyProc {
-    make_proxy_certs(d);
-    let cert = d.join("proxy.pem").display().to_string();
-    let key = d.join("proxy.key").display().to_string();
-    let mut args = vec![
+    let mut args = strings(&[
         "--listen",
         "127.0.0.1:5060",
         "--listen",
         "ws:127.0.0.1:5066",
         "--listen",
         "wss:127.0.0.1:5067",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ];
-    args.extend_from_slice(extra);
+    ]);
+    args.extend(proxy_cert_args(d));
+    args.extend(strings(extra));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     start_proxy(procs, d, &args)
 }
 
@@ -59,14 +54,52 @@ fn client(d: &Path, args: &[&str]) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
-fn closed(s: &serde_json::Value, reason: &str) -> u64 {
-    s["tcp"]["closed"]
-        .as_array()
-        .expect("tcp.closed")
-        .iter()
-        .find(|pair| pair[0] == reason)
-        .and_then(|pair| pair[1].as_u64())
-        .unwrap_or(0)
+/// The browser-like UA (`ws_client.py ARGS`) in the background, its
+/// output in `d/ua.out`; returns its PID once it says it registered
+/// (bounded).
+fn start_ua(procs: &mut Procs, d: &Path, args: &[&str]) -> u32 {
+    let out = d.join("ua.out");
+    let ua = Command::new("python3")
+        .arg(ws_client())
+        .args(args)
+        .current_dir(d)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .spawn()
+        .expect("run python3");
+    let ua_pid = procs.add("ua", ua);
+    let end = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .contains("registered")
+    {
+        assert!(Instant::now() < end, "the UA never registered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ua_pid
+}
+
+/// SIPp (UDP, 127.0.0.1:5062) calls bob@ringway.test once through
+/// `proxy`; then the UA `ua_pid` ends (bounded). SIPp's statistics and
+/// the UA's output lines.
+fn call_ua(procs: &mut Procs, d: &Path, proxy: &str, ua_pid: u32) -> (SippStats, Vec<String>) {
+    let uac = uac_args(
+        proxy.parse().unwrap(),
+        "127.0.0.1:5062".parse().unwrap(),
+        "bob",
+        "ringway.test",
+        1,
+        1,
+    );
+    let (_, stats) = run_sipp(procs, d, "uac", &uac, Duration::from_secs(60));
+    let mut ua = procs.take(ua_pid).unwrap();
+    let _ = wait_bounded(&mut ua, Duration::from_secs(20));
+    let lines = std::fs::read_to_string(d.join("ua.out"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (stats, lines)
 }
 
 #[test]
@@ -97,8 +130,8 @@ fn upgrade_rules_origins_and_masking() {
     assert_eq!(lines[2], ["http 400"], "no sip sub-protocol");
     assert_eq!(lines[3], ["close 1002"], "an unmasked client frame");
     assert_eq!(lines[4], ["http 101"], "wss");
-    assert_eq!(closed(&s, "ws_handshake"), 2, "{}", s["tcp"]);
-    assert_eq!(closed(&s, "ws_error"), 1, "{}", s["tcp"]);
+    assert_eq!(tcp_closed(&s, "ws_handshake"), 2, "{}", s["tcp"]);
+    assert_eq!(tcp_closed(&s, "ws_error"), 1, "{}", s["tcp"]);
     assert_eq!(s["tcp"]["messages_in"], 0, "{}", s["tcp"]);
 }
 
@@ -123,51 +156,16 @@ fn call_to_websocket_ua(
                 "127.0.0.1:9377",
             ],
         );
-        let mut args = vec![
-            ws_client().display().to_string(),
-            "127.0.0.1".into(),
-            port.into(),
-        ];
+        let mut args = vec!["127.0.0.1", port];
         if tls {
-            args.extend(["--ca".into(), "ca.pem".into()]);
+            args.extend(["--ca", "ca.pem"]);
         }
-        args.extend(["ua".into(), "bob".into(), "ringway.test".into()]);
-        let out = d.join("ua.out");
-        let ua = Command::new("python3")
-            .args(&args)
-            .current_dir(&d)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .spawn()
-            .expect("run python3");
-        let ua_pid = procs.add("ua", ua);
+        args.extend(["ua", "bob", "ringway.test"]);
         // Registered: the binding is there before SIPp calls.
-        let end = Instant::now() + Duration::from_secs(20);
-        while !std::fs::read_to_string(&out)
-            .unwrap_or_default()
-            .contains("registered")
-        {
-            assert!(Instant::now() < end, "the UA never registered");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let uac = uac_args(
-            "127.0.0.1:5060".parse().unwrap(),
-            "127.0.0.1:5062".parse().unwrap(),
-            "bob",
-            "ringway.test",
-            1,
-            1,
-        );
-        let (_, stats) = run_sipp(procs, &d, "uac", &uac, Duration::from_secs(60));
-        let mut ua = procs.take(ua_pid).unwrap();
-        let _ = wait_bounded(&mut ua, Duration::from_secs(20));
+        let ua_pid = start_ua(procs, &d, &args);
+        let (stats, lines) = call_ua(procs, &d, "127.0.0.1:5060", ua_pid);
         let metrics = scrape("127.0.0.1:9377".parse().unwrap());
         let summary = stop_proxy(procs, &p);
-        let lines = std::fs::read_to_string(&out)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
         (lines, stats, summary, metrics)
     })
 }
@@ -279,13 +277,10 @@ fn secure_websocket_ua_registers_and_receives_a_call_from_sipp() {
 /// the edge's Record-Route token). Nothing resolves the `.invalid` host.
 #[test]
 fn a_registrar_behind_an_edge_proxy_reaches_a_websocket_ua_through_its_path() {
-    let (lines, stats, edge, registrar) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().to_path_buf();
-        let mut procs = Procs::default();
+    let (lines, stats, edge, registrar) = in_bed(|procs, d| {
         let registrar = start_proxy(
-            &mut procs,
-            &d,
+            procs,
+            d,
             &[
                 "--listen",
                 "127.0.0.1:5080",
@@ -297,8 +292,8 @@ fn a_registrar_behind_an_edge_proxy_reaches_a_websocket_ua_through_its_path() {
             ],
         );
         let edge = start_proxy(
-            &mut procs,
-            &d,
+            procs,
+            d,
             &[
                 "--listen",
                 "127.0.0.1:5060",
@@ -310,43 +305,23 @@ fn a_registrar_behind_an_edge_proxy_reaches_a_websocket_ua_through_its_path() {
                 "127.0.0.0/8",
             ],
         );
-        let out = d.join("ua.out");
-        let ua = Command::new("python3")
-            .arg(ws_client())
-            .args(["127.0.0.1", "5066", "--invalid", "--supported"])
-            .args(["path, outbound", "ua", "bob", "ringway.test"])
-            .current_dir(&d)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .spawn()
-            .expect("run python3");
-        let ua_pid = procs.add("ua", ua);
-        let end = Instant::now() + Duration::from_secs(20);
-        while !std::fs::read_to_string(&out)
-            .unwrap_or_default()
-            .contains("registered")
-        {
-            assert!(Instant::now() < end, "the UA never registered");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let uac = uac_args(
-            "127.0.0.1:5080".parse().unwrap(),
-            "127.0.0.1:5062".parse().unwrap(),
-            "bob",
-            "ringway.test",
-            1,
-            1,
+        let ua_pid = start_ua(
+            procs,
+            d,
+            &[
+                "127.0.0.1",
+                "5066",
+                "--invalid",
+                "--supported",
+                "path, outbound",
+                "ua",
+                "bob",
+                "ringway.test",
+            ],
         );
-        let (_, stats) = run_sipp(&mut procs, &d, "uac", &uac, Duration::from_secs(60));
-        let mut ua = procs.take(ua_pid).unwrap();
-        let _ = wait_bounded(&mut ua, Duration::from_secs(20));
-        let edge = stop_proxy(&mut procs, &edge);
-        let registrar = stop_proxy(&mut procs, &registrar);
-        let lines: Vec<String> = std::fs::read_to_string(&out)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
+        let (stats, lines) = call_ua(procs, d, "127.0.0.1:5080", ua_pid);
+        let edge = stop_proxy(procs, &edge);
+        let registrar = stop_proxy(procs, &registrar);
         (lines, stats, edge, registrar)
     });
     assert_eq!(lines.len(), 6, "{lines:?}");

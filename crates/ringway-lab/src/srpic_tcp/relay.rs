@@ -517,91 +517,121 @@ fn wait_for(tun: &Tun, deadline: Option<u64>, now: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The forward thread: reads the sender's device, writes blocks into the
-/// receiver's (one write per packet: a TUN device takes one packet per
-/// write). The thread CPU clock is read once per pass with deliveries.
-fn forward_loop(
-    core: &mut ForwardCore,
-    sender: &Tun,
-    receiver: &Tun,
-    running: &impl Fn() -> bool,
-    now_ns: &impl Fn() -> u64,
-) -> std::io::Result<DirectionTotals> {
-    let mut totals = DirectionTotals::default();
-    let mut buf = vec![0u8; 65536];
-    let mut due: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
-    let mut deliver = |core: &mut ForwardCore, due: &mut Vec<(u64, Vec<Vec<u8>>)>, now: u64| {
-        if due.is_empty() {
-            return;
-        }
-        let cpu_start = ringway_io::thread::thread_cpu_total();
-        for (due_ns, packets) in due.drain(..) {
-            if totals.late.len() < MAX_LATENESS_SAMPLES {
-                totals.late.push(now.saturating_sub(due_ns));
-            }
-            for p in core.receive_block(packets) {
-                if receiver.write(&p).is_err() {
-                    totals.write_errors += 1;
-                }
-            }
-        }
-        totals.write_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
-    };
-    let mut read_errors = 0;
-    while running() {
-        read_pending(sender, &mut buf, now_ns, &mut read_errors, &mut |t, p| {
-            core.from_sender(t, p)
-        });
-        let now = now_ns();
-        core.poll(now, &mut |d, packets| due.push((d, packets)));
-        deliver(core, &mut due, now);
-        wait_for(sender, core.next_deadline(), now_ns())?;
-    }
-    core.drain(&mut |d, packets| due.push((d, packets)));
-    deliver(core, &mut due, now_ns());
-    totals.read_errors = read_errors;
-    Ok(totals)
+/// One direction of the relay as its thread drives it: the packets it
+/// reads go in with [`DirectionCore::take`], what comes due goes out with
+/// [`DirectionCore::write_due`].
+trait DirectionCore {
+    /// What comes due: a receive block (forward) or one ACK (reverse).
+    type Due;
+    /// A packet read at `now`.
+    fn take(&mut self, now: u64, pkt: Vec<u8>);
+    /// What is due at `now`, each with the time it was due.
+    fn poll_due(&mut self, now: u64, due: &mut Vec<(u64, Self::Due)>);
+    /// Everything still inside (end of a run).
+    fn drain_due(&mut self, due: &mut Vec<(u64, Self::Due)>);
+    /// When `poll_due` next has something to do.
+    fn next_deadline(&self) -> Option<u64>;
+    /// Write `item` into `to`; the failed writes.
+    fn write_due(&mut self, item: Self::Due, to: &Tun) -> u64;
 }
 
-/// The reverse thread: reads the receiver's device, writes ACKs into the
-/// sender's (whose kernel processes them and sends in that write).
-fn reverse_loop(
-    core: &mut ReverseCore,
-    sender: &Tun,
-    receiver: &Tun,
+/// Forward: blocks into the receiver's device, through the receiver's
+/// driver (SRPIC or not), one write per packet (a TUN device takes one
+/// packet per write).
+impl DirectionCore for ForwardCore {
+    type Due = Vec<Vec<u8>>;
+    fn take(&mut self, now: u64, pkt: Vec<u8>) {
+        self.from_sender(now, pkt);
+    }
+    fn poll_due(&mut self, now: u64, due: &mut Vec<(u64, Self::Due)>) {
+        self.poll(now, &mut |due_ns, packets| due.push((due_ns, packets)));
+    }
+    fn drain_due(&mut self, due: &mut Vec<(u64, Self::Due)>) {
+        self.drain(&mut |due_ns, packets| due.push((due_ns, packets)));
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        ForwardCore::next_deadline(self)
+    }
+    fn write_due(&mut self, packets: Self::Due, to: &Tun) -> u64 {
+        let mut errors = 0;
+        for p in self.receive_block(packets) {
+            if to.write(&p).is_err() {
+                errors += 1;
+            }
+        }
+        errors
+    }
+}
+
+/// Reverse: ACKs into the sender's device (whose kernel processes them
+/// and sends in that write).
+impl DirectionCore for ReverseCore {
+    type Due = Vec<u8>;
+    fn take(&mut self, now: u64, pkt: Vec<u8>) {
+        self.from_receiver(now, pkt);
+    }
+    fn poll_due(&mut self, now: u64, due: &mut Vec<(u64, Self::Due)>) {
+        self.poll(now, &mut |arrival, p| due.push((arrival, p)));
+    }
+    fn drain_due(&mut self, due: &mut Vec<(u64, Self::Due)>) {
+        self.drain(&mut |arrival, p| due.push((arrival, p)));
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        ReverseCore::next_deadline(self)
+    }
+    fn write_due(&mut self, packet: Self::Due, to: &Tun) -> u64 {
+        u64::from(to.write(&packet).is_err())
+    }
+}
+
+/// Write what is due into `to`, with each item's lateness against the
+/// model at `now`. The thread CPU clock is read once per pass with
+/// deliveries.
+fn deliver<C: DirectionCore>(
+    core: &mut C,
+    to: &Tun,
+    due: &mut Vec<(u64, C::Due)>,
+    now: u64,
+    totals: &mut DirectionTotals,
+) {
+    if due.is_empty() {
+        return;
+    }
+    let cpu_start = ringway_io::thread::thread_cpu_total();
+    for (due_ns, item) in due.drain(..) {
+        if totals.late.len() < MAX_LATENESS_SAMPLES {
+            totals.late.push(now.saturating_sub(due_ns));
+        }
+        totals.write_errors += core.write_due(item, to);
+    }
+    totals.write_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
+}
+
+/// One direction's thread: reads `from`, writes what comes due into `to`
+/// (forward: the sender's device to the receiver's; reverse: the other
+/// way), until `running` says stop; then delivers what is still inside.
+fn direction_loop<C: DirectionCore>(
+    core: &mut C,
+    from: &Tun,
+    to: &Tun,
     running: &impl Fn() -> bool,
     now_ns: &impl Fn() -> u64,
 ) -> std::io::Result<DirectionTotals> {
     let mut totals = DirectionTotals::default();
     let mut buf = vec![0u8; 65536];
-    let mut due: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut deliver = |due: &mut Vec<(u64, Vec<u8>)>, now: u64| {
-        if due.is_empty() {
-            return;
-        }
-        let cpu_start = ringway_io::thread::thread_cpu_total();
-        for (arrival, p) in due.drain(..) {
-            if totals.late.len() < MAX_LATENESS_SAMPLES {
-                totals.late.push(now.saturating_sub(arrival));
-            }
-            if sender.write(&p).is_err() {
-                totals.write_errors += 1;
-            }
-        }
-        totals.write_cpu += ringway_io::thread::thread_cpu_total().saturating_sub(cpu_start);
-    };
+    let mut due = Vec::new();
     let mut read_errors = 0;
     while running() {
-        read_pending(receiver, &mut buf, now_ns, &mut read_errors, &mut |t, p| {
-            core.from_receiver(t, p)
+        read_pending(from, &mut buf, now_ns, &mut read_errors, &mut |t, p| {
+            core.take(t, p)
         });
         let now = now_ns();
-        core.poll(now, &mut |a, p| due.push((a, p)));
-        deliver(&mut due, now);
-        wait_for(receiver, core.next_deadline(), now_ns())?;
+        core.poll_due(now, &mut due);
+        deliver(core, to, &mut due, now, &mut totals);
+        wait_for(from, core.next_deadline(), now_ns())?;
     }
-    core.drain(&mut |a, p| due.push((a, p)));
-    deliver(&mut due, now_ns());
+    core.drain_due(&mut due);
+    deliver(core, to, &mut due, now_ns(), &mut totals);
     totals.read_errors = read_errors;
     Ok(totals)
 }
@@ -623,8 +653,8 @@ pub fn run_tun_relay(
     let running = || !stop.load(Ordering::Relaxed) && start.elapsed() < limit;
     let (forward, reverse) = (&mut core.forward, &mut core.reverse);
     let (fwd, rev) = std::thread::scope(|s| {
-        let fwd = s.spawn(|| forward_loop(forward, sender, receiver, &running, &now_ns));
-        let rev = reverse_loop(reverse, sender, receiver, &running, &now_ns);
+        let fwd = s.spawn(|| direction_loop(forward, sender, receiver, &running, &now_ns));
+        let rev = direction_loop(reverse, receiver, sender, &running, &now_ns);
         let fwd = fwd
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the forward relay thread panicked")));

@@ -3,11 +3,16 @@
 //! pktswitch protocol through the `ringway_sfu` wire module.
 #![allow(dead_code)]
 
+#[path = "../promtool_common/mod.rs"]
+mod promtool_common;
+#[allow(unused_imports)]
+pub(crate) use promtool_common::assert_promtool_accepts;
+
 use ringway_sfu::client::{parse_reply, Reply, Requests, Session};
 use ringway_sfu::wire::{self, MsgType, RtpHeader};
 use ringway_sfu::{MediaType, RtpPacket, Selector};
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -273,4 +278,28 @@ pub(crate) fn no_namespaces_of(pid: u32) {
         .filter(|n| n.starts_with(&mine))
         .collect();
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
+/// One request to an admin API (the SFU's, the JackTrip hub's) on `admin`,
+/// with the bearer `token` if given: status and body.
+pub(crate) fn admin_http(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut c = TcpStream::connect(admin).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        c,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = String::new();
+    c.read_to_string(&mut r).unwrap();
+    let status = r[9..12].parse().unwrap();
+    let body = r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
 }

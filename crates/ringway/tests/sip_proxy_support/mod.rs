@@ -3,6 +3,11 @@
 //! started/stopped with its JSON summary, SIPp runs with parsed statistics.
 #![allow(dead_code)]
 
+#[path = "../promtool_common/mod.rs"]
+mod promtool_common;
+#[allow(unused_imports)]
+pub(crate) use promtool_common::assert_promtool_accepts;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -447,34 +452,6 @@ pub(crate) fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-/// `promtool check metrics` (Debian package prometheus) finds nothing to
-/// say about the Prometheus text `text`.
-pub(crate) fn assert_promtool_accepts(text: &str) {
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && report.trim().is_empty(),
-        "promtool: {report}"
-    );
-}
-
 /// GET http://addr/metrics and return the body.
 pub(crate) fn scrape(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect metrics");
@@ -590,6 +567,29 @@ fn openssl(dir: &Path, args: &[&str]) {
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Connections the summary `s` counts closed for `reason` (`tcp.closed`).
+pub(crate) fn tcp_closed(s: &serde_json::Value, reason: &str) -> u64 {
+    s["tcp"]["closed"]
+        .as_array()
+        .expect("tcp.closed")
+        .iter()
+        .find(|pair| pair[0] == reason)
+        .and_then(|pair| pair[1].as_u64())
+        .unwrap_or(0)
+}
+
+/// `--tls-cert`/`--tls-key` of the proxy certificate [`make_proxy_certs`]
+/// makes in `dir` (made here).
+pub(crate) fn proxy_cert_args(dir: &Path) -> Vec<String> {
+    make_proxy_certs(dir);
+    vec![
+        "--tls-cert".into(),
+        dir.join("proxy.pem").display().to_string(),
+        "--tls-key".into(),
+        dir.join("proxy.key").display().to_string(),
+    ]
 }
 
 /// A CA (`ca.pem`, `ca.key`) and a proxy certificate for 127.0.0.1
