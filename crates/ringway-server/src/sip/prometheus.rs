@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 28] = [
+const CORE_COUNTERS: [CoreCounter; 31] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -154,6 +154,21 @@ const CORE_COUNTERS: [CoreCounter; 28] = [
         "Times a transaction moved on to the next RFC 3263 target (timeout, 503, transport error).",
         |stats| stats.failovers,
     ),
+    (
+        "ringway_sip_transport_errors_total",
+        "Forwarded requests the transport could not deliver (connection refused or reset, TLS handshake failed): next target at once, or 500.",
+        |stats| stats.transport_errors,
+    ),
+    (
+        "ringway_sip_dialogs_confirmed_total",
+        "Dialogs set up through the proxy (stateful: first 2xx to an INVITE outside a dialog).",
+        |stats| stats.dialogs_confirmed,
+    ),
+    (
+        "ringway_sip_dialogs_ended_total",
+        "Tracked dialogs ended by a BYE through the proxy.",
+        |stats| stats.dialogs_ended,
+    ),
 ];
 
 /// The counters of one connection transport, labelled with it.
@@ -221,6 +236,17 @@ fn render_transport(p: &mut PromText, transport: &str, s: &super::TcpSnapshot) {
         &l,
         s.no_connection,
     );
+    for (outcome, v) in [
+        ("reported", s.undelivered),
+        ("dropped", s.undelivered_dropped),
+    ] {
+        p.counter(
+            "ringway_sip_transport_undelivered_total",
+            "Messages on connections the proxy opened that closed before they were up (or could not be opened): reported to the core as transport errors, or dropped (queue full).",
+            &[("transport", transport), ("outcome", outcome)],
+            v,
+        );
+    }
 }
 
 /// Prometheus text of the current state.
@@ -557,6 +583,11 @@ fn core_metrics(text: &mut PromText, stats: &ProxyStats) {
             "ringway_sip_flood_sources_tracked",
             "Sources the flood limiter tracks.",
             stats.flood_sources_tracked,
+        ),
+        (
+            "ringway_sip_dialogs_open",
+            "Dialogs set up through the proxy and not ended by a BYE through it (what --drain-dialogs waits for).",
+            stats.dialogs_open,
         ),
     ] {
         text.gauge(name, help, &[], value as f64);
