@@ -96,6 +96,10 @@ pub struct ProxyStats {
     /// Times a stateful transaction moved on to the next RFC 3263 target
     /// (timeout, `503`, or a transport error on the one before).
     pub failovers: u64,
+    /// Requests for a registered flow (a flow token, or a binding's
+    /// connection) whose connection is gone: answered `430 Flow Failed`
+    /// (RFC 5626 5.3; an ACK dropped).
+    pub flows_failed: u64,
     /// Requests the driver could not deliver to their next hop (a
     /// connection refused or reset before it was up, a failed TLS
     /// handshake) while their transaction waited there: each moved on to
@@ -151,6 +155,7 @@ pub(super) enum Counter {
     NamesFailed,
     NamesUnavailable,
     Failovers,
+    FlowsFailed,
     TransportErrors,
     DialogsConfirmed,
     DialogsEnded,
@@ -288,6 +293,7 @@ impl Proxy {
             names_failed: counters.event(Counter::NamesFailed),
             names_unavailable: counters.event(Counter::NamesUnavailable),
             failovers: counters.event(Counter::Failovers),
+            flows_failed: counters.event(Counter::FlowsFailed),
             transport_errors: counters.event(Counter::TransportErrors),
             dialogs_confirmed: counters.event(Counter::DialogsConfirmed),
             dialogs_ended: counters.event(Counter::DialogsEnded),
