@@ -523,3 +523,44 @@ To: <sip:carol@example.com>;tag=c1\r\nCall-ID: call-z9hG4bKi2\r\nCSeq: 2 BYE\r\n
         assert_eq!(o.action, Action::Responded(407), "{mode:?}");
     }
 }
+
+/// Proxies with one nonce key (as derived from a secret they share)
+/// accept each other's challenges: a REGISTER challenged by A is accepted
+/// at B. Once B's key changes (`set_nonce_key`, a reload), A's nonces get
+/// a new challenge at B (not `stale`: not B's), and B's own work.
+#[test]
+fn a_shared_nonce_key_lets_one_proxy_accept_anothers_challenge() {
+    let (a, b) = (proxy(Mode::Stateful), proxy(Mode::Stateful));
+    let answer = |nonce: &str, cseq: u32| {
+        let auth = credentials(
+            Algorithm::Md5,
+            "alice",
+            "secret",
+            nonce,
+            "REGISTER",
+            "sip:ringway.test",
+            1,
+        );
+        register("alice", "alice", cseq, Some(&auth))
+    };
+    let from_a = fresh_nonce(&a, sec(1), 1);
+    let (action, response) = send(&b, sec(2), &answer(&from_a, 2));
+    assert_eq!(
+        action,
+        Action::Responded(200),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
+    assert!(b.set_nonce_key(NonceKey::derive(b"a secret only B has now")));
+    let from_a = fresh_nonce(&a, sec(3), 3);
+    let (action, response) = send(&b, sec(4), &answer(&from_a, 4));
+    assert_eq!(action, Action::Responded(401));
+    assert!(!challenges(&response, "WWW-Authenticate")[0].stale);
+    let from_b = fresh_nonce(&b, sec(5), 5);
+    let (action, _) = send(&b, sec(6), &answer(&from_b, 6));
+    assert_eq!(action, Action::Responded(200));
+    assert_eq!(b.stats().auth_accepted, 2);
+    // Without authentication there is no key to set.
+    let plain = Proxy::new(ProxyConfig::default());
+    assert!(!plain.set_nonce_key(NonceKey([1; 32])));
+}

@@ -1,17 +1,17 @@
 //! Next hops that are names (RFC 3263) in the core: the cached answer used
 //! at once, a cold name parked and resumed, the relay policy on resolved
-//! addresses, and the stateful failover to the next target on `503` and on
-//! timer B, bounded. Sans-IO: a resolver that answers from a table stands
+//! addresses, and the stateful failover to the next target on `503`, on
+//! timer B, bounded, and on a transport error the driver reports. Sans-IO: a resolver that answers from a table stands
 //! in for the driver's DNS.
 
 mod common;
 
 use common::*;
 use ringway_sip::proxy::{
-    NameAnswer, NameError, NameQuery, NameResolver, QueueFull, ResolvingRequest, MAX_TRIES,
-    TIMER_64T1,
+    NameAnswer, NameError, NameQuery, NameResolver, QueueFull, ResolvingRequest,
+    TransportErrorOutcome, MAX_TRIES, TIMER_64T1,
 };
-use ringway_sip::{Action, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport};
+use ringway_sip::{Action, Hop, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -128,6 +128,74 @@ fn a_cached_name_is_used_at_once_and_a_503_moves_to_the_next_target() {
     assert_eq!(up.len(), 1);
     assert_eq!(SipMsg::parse(&up[0]).unwrap().status(), Some(200));
     assert_eq!(p.stats().failovers, 1);
+}
+
+/// The driver reports that `message` (sent to `target`) could not be
+/// delivered; what the core did and sent.
+fn transport_error(
+    p: &Proxy,
+    now: u64,
+    target: &str,
+    message: &[u8],
+) -> (TransportErrorOutcome, Sent) {
+    let mut sent = Sent::new();
+    let outcome =
+        p.worker()
+            .on_transport_error(now, Hop::udp(addr(target)), message, &mut |hop, bytes| {
+                sent.push((hop.addr, bytes.to_vec()))
+            });
+    (outcome, sent)
+}
+
+/// A transport error on the first target (its connection refused) moves
+/// the INVITE to the next target at once, with a new branch, long before
+/// timer B; the same report again, or one for a hop the transaction does
+/// not wait on, changes nothing; on the last target the upstream gets
+/// `500` at once (RFC 3261 16.9 and 16.7 step 6), not `408` at timer B.
+#[test]
+fn a_transport_error_moves_to_the_next_target_at_once_then_500() {
+    let t = table(&[("gw.test", Ok(addrs(&[A, B])))], 8);
+    let p = proxy(t, RelayNets::None);
+    let inv = invite("z9hG4bKn9", "sip:bob@example.com", "");
+    let (_, sent) = handle(&p, 0, UAC, &inv);
+    let first = to(&sent, A);
+    assert_eq!(first.len(), 1);
+    let (outcome, sent) = transport_error(&p, 1_000, A, &first[0]);
+    assert_eq!(outcome, TransportErrorOutcome::FailedOver);
+    let second = to(&sent, B);
+    assert_eq!(second.len(), 1, "{sent:?}");
+    assert_eq!(
+        top_branch(&second[0]),
+        format!("{}.1", top_branch(&first[0]))
+    );
+    assert!(to(&sent, UAC).is_empty());
+    // The first try is over: a second report of it is ignored.
+    let (outcome, sent) = transport_error(&p, 2_000, A, &first[0]);
+    assert_eq!((outcome, sent.len()), (TransportErrorOutcome::Ignored, 0));
+    // Not the hop it waits on.
+    let (outcome, sent) = transport_error(&p, 2_000, C, &second[0]);
+    assert_eq!((outcome, sent.len()), (TransportErrorOutcome::Ignored, 0));
+    // The last target fails too: 500 upstream at once.
+    let (outcome, sent) = transport_error(&p, 3_000, B, &second[0]);
+    assert_eq!(outcome, TransportErrorOutcome::GaveUp);
+    let up = to(&sent, UAC);
+    assert_eq!(up.len(), 1, "{sent:?}");
+    assert_eq!(SipMsg::parse(&up[0]).unwrap().status(), Some(500));
+    let stats = p.stats();
+    assert_eq!((stats.failovers, stats.transport_errors), (1, 2));
+    // Nothing more at timer B: the client side is over.
+    let (_, sent) = timer(&p, TIMER_64T1 + 10_000);
+    assert!(sent.is_empty(), "{sent:?}");
+    // A stateless proxy holds no transaction to tell.
+    let stateless = Proxy::new(ProxyConfig {
+        mode: Mode::Stateless,
+        local: addr(PROXY),
+        route_to: Some(addr(A)),
+        ..ProxyConfig::default()
+    });
+    let (_, sent) = handle(&stateless, 0, UAC, &inv);
+    let (outcome, _) = transport_error(&stateless, 1_000, A, &to(&sent, A)[0]);
+    assert_eq!(outcome, TransportErrorOutcome::Ignored);
 }
 
 #[test]

@@ -97,6 +97,11 @@ fn call_flow(mode: Mode) {
         assert_eq!(r.record_routes().count(), 1);
     }
 
+    // Stateful: the 2xx set up a dialog through us (a drain with
+    // `--drain-dialogs` waits for it); its BYE ends it.
+    let tracked = usize::from(mode == Mode::Stateful);
+    assert_eq!(p.dialogs_open(), tracked);
+
     // ACK for the 2xx (new branch) follows the route set: Route = us.
     let ack = "ACK sip:bob@192.0.2.2:5060 SIP/2.0\r\n\
 Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKack1\r\n\
@@ -138,6 +143,8 @@ Content-Length: 0\r\n\r\n"
     assert_eq!(o.label, MsgLabel::Bye);
     assert_eq!(o.action, Action::Forwarded { copies: 1 });
     assert_eq!(sent[0].0, addr(UAC));
+    assert_eq!(p.dialogs_open(), 0, "the callee's BYE ended it");
+    assert_eq!(p.stats().dialogs_ended, tracked as u64);
     let fwd_bye = sent[0].1.clone();
     let ok = response_to(&fwd_bye, 200, "OK", "");
     let (o, sent) = handle(&p, 5000, UAC, &ok);

@@ -12,7 +12,7 @@ mod sip_proxy_support;
 
 use sip_proxy_support::*;
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -321,7 +321,10 @@ fn a_name_resolving_to_loopback_is_refused_without_relay() {
 
 /// The proxy's zone: `gw.test` by NAPTR and SRV to a target that answers
 /// every call 503 (priority 10) and to the UAS (priority 20); `flip.test`
-/// by A to `flip` with a 1 s TTL; `up.sip.test` for the readiness probe.
+/// by A to `flip` with a 1 s TTL; `up.sip.test` for the readiness probe;
+/// `other.test` at 127.0.0.24; `tcp.test` by NAPTR (`SIP+D2T`) and SRV
+/// `_sip._tcp` to a closed TCP port (priority 10) and to the UAS over TCP
+/// (priority 20).
 fn proxy_zone(flip: &str) -> String {
     let records = format!(
         r#"naptr-record=gw.test,10,10,"S","SIP+D2U","",_sip._udp.gw.test
@@ -331,6 +334,12 @@ host-record=busy.gw.test,127.0.0.23
 host-record=uas.gw.test,127.0.0.30
 host-record=flip.test,{flip}
 host-record=up.sip.test,127.0.0.22
+host-record=other.test,127.0.0.24
+naptr-record=tcp.test,10,10,"S","SIP+D2T","",_sip._tcp.tcp.test
+srv-host=_sip._tcp.tcp.test,closed.tcp.test,5090,10,1
+srv-host=_sip._tcp.tcp.test,uas.tcp.test,5070,20,1
+host-record=closed.tcp.test,127.0.0.23
+host-record=uas.tcp.test,127.0.0.30
 "#
     );
     zone(1, &records)
@@ -505,4 +514,166 @@ fn the_dispatcher_picks_up_a_proxy_changed_in_dns_when_its_ttl_expires() {
         value("ringway_dispatch_requests_forwarded_total{by=\"hash\"}") >= 4.0,
         "{metrics}"
     );
+}
+
+/// RFC 3263 4.3 on a transport error: `--route-to tcp:tcp.test` resolves
+/// (NAPTR `SIP+D2T`, SRV `_sip._tcp`) to a first target whose TCP port is
+/// closed (the connection is refused) and to a SIPp UAS over TCP. Each
+/// INVITE moves on to the UAS as soon as the connection is refused. The
+/// UAC gives each message 8 s (`-recv_timeout`), well under timer B
+/// (32 s): with the refusal not reaching the transaction, the INVITE
+/// would wait for timer B and every call would fail.
+#[test]
+fn the_proxy_fails_over_at_once_when_the_first_target_refuses_the_connection() {
+    if dnsmasq_missing() {
+        return;
+    }
+    let (calls, metrics) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
+        let mut uas = uas_args(a(UAS));
+        uas.extend(["-t".to_string(), "t1".to_string()]);
+        spawn_sipp(&mut procs, dir.path(), &uas);
+        // The UAS listens on TCP before the first call (bounded).
+        let end = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect_timeout(&a(UAS), Duration::from_millis(200)).is_err() {
+            assert!(Instant::now() < end, "the SIPp UAS did not listen on TCP");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let proxy = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                PROXY,
+                "--listen",
+                &format!("tcp:{PROXY}"),
+                "--mode",
+                "stateful",
+                "--route-to",
+                "tcp:tcp.test",
+                "--dns-server",
+                DNS,
+                "--relay",
+                "127.0.0.0/8",
+                "--metrics",
+                PROXY_METRICS,
+            ],
+        );
+        let mut uac = uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10);
+        uac.extend(["-recv_timeout".to_string(), "8000".to_string()]);
+        let calls = run_sipp(&mut procs, dir.path(), "uac", &uac, Duration::from_secs(90)).1;
+        let metrics = scrape(a(PROXY_METRICS));
+        stop_proxy(&mut procs, &proxy);
+        (calls, metrics)
+    });
+    assert_eq!((calls.successful, calls.failed), (10, 0), "{calls:?}");
+    let value = |name: &str| prom_value(&metrics, name).unwrap_or_else(|| panic!("{name}"));
+    // Every INVITE was refused at the first target and moved on.
+    assert!(
+        value("ringway_sip_transport_errors_total") >= 10.0,
+        "{metrics}"
+    );
+    assert!(value("ringway_sip_failovers_total") >= 10.0, "{metrics}");
+    assert!(
+        value("ringway_sip_transport_undelivered_total{outcome=\"reported\"}") >= 10.0,
+        "{metrics}"
+    );
+    assert_eq!(value("ringway_sip_transactions_timed_out_total"), 0.0);
+}
+
+/// `ringway ctl --socket SOCKET --json ARGS…`, parsed.
+fn ctl_json(socket: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(ringway())
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("run ringway ctl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "ctl {args:?}: {text}");
+    serde_json::from_str(&text).expect("ctl --json prints JSON")
+}
+
+/// The dispatcher's targets in force (`ctl targets`), sorted.
+fn target_addresses(socket: &Path) -> Vec<String> {
+    let mut list: Vec<String> = ctl_json(socket, &["targets"])["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["address"].as_str().unwrap().to_string())
+        .collect();
+    list.sort();
+    list
+}
+
+/// A DNS refresh does not undo a reload: the dispatcher starts with
+/// `proxy = ["flip.test:5060"]` (127.0.0.22, TTL 1 s) from its config
+/// file; a reload changes the list to `["other.test:5060"]`
+/// (127.0.0.24); once the names were looked up again past their TTL (the
+/// resolver's cache misses grew twice), the targets are still the
+/// reloaded set. A refresh starting from the list the dispatcher started
+/// with would put 127.0.0.22 back within a second.
+#[test]
+fn a_dns_refresh_does_not_undo_a_dispatcher_reload() {
+    if dnsmasq_missing() {
+        return;
+    }
+    let (before, after, misses, report) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.22"));
+        let config = dir.path().join("dispatch.toml");
+        let write = |proxy: &str| {
+            std::fs::write(
+                &config,
+                format!(
+                    "[sip.dispatch]\nlisten = \"{DISPATCH}\"\nproxy = [\"{proxy}\"]\n\
+dns-server = \"{DNS}\"\nrelay = \"127.0.0.0/8\"\nprobe-interval-ms = 100\n"
+                ),
+            )
+            .unwrap()
+        };
+        write("flip.test:5060");
+        let socket = dir.path().join("dispatch.sock");
+        let dispatch = start_dispatcher(
+            &mut procs,
+            dir.path(),
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--manage-socket",
+                socket.to_str().unwrap(),
+                "--metrics",
+                METRICS,
+            ],
+        );
+        let before = target_addresses(&socket);
+        write("other.test:5060");
+        let report = ctl_json(&socket, &["reload"]);
+        let misses = |text: &str| prom_value(text, "ringway_dns_cache_misses_total").unwrap_or(0.0);
+        let at_reload = misses(&scrape(a(METRICS)));
+        // Two refreshes that asked the nameserver again (TTL 1 s).
+        let end = Instant::now() + Duration::from_secs(20);
+        let refreshed = loop {
+            let now = misses(&scrape(a(METRICS)));
+            if now >= at_reload + 2.0 || Instant::now() > end {
+                break now - at_reload;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let after = target_addresses(&socket);
+        stop_proxy(&mut procs, &dispatch);
+        (before, after, refreshed, report)
+    });
+    assert_eq!(before, ["127.0.0.22:5060"]);
+    assert_eq!(report["applied"], serde_json::json!(["proxy"]), "{report}");
+    assert!(
+        misses >= 2.0,
+        "names looked up again after the reload: {misses}"
+    );
+    assert_eq!(after, ["127.0.0.24:5060"], "the reloaded set stays");
 }

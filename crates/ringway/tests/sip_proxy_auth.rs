@@ -262,3 +262,130 @@ fn bad_credentials_file_stops_start_up_with_one_line() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("users:1: HA1"), "{stderr}");
 }
+
+/// Wait (bounded) for a stderr line of `p` containing `needle`; the lines
+/// seen on the way.
+fn wait_stderr(p: &ProxyProc, needle: &str) -> Vec<String> {
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        match p.stderr.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.contains(needle);
+                seen.push(line);
+                if found {
+                    return seen;
+                }
+            }
+            Err(_) => panic!("no {needle:?} in {seen:?}"),
+        }
+    }
+}
+
+/// Two registrars (as behind one dispatcher) with one nonce secret
+/// (`--auth-secret-file`, the same contents): SIPp's REGISTER is
+/// challenged by A (127.0.0.1:5060) and its answer goes to B
+/// (127.0.0.2:5060, SIPp's `setdest`), which accepts it. Then B's secret
+/// file changes and B reloads (SIGHUP): A's challenge answered at B gets a
+/// new 401, the registration fails. The secret shows in no log line and no
+/// summary.
+#[test]
+fn a_challenge_from_one_proxy_is_answered_at_another_sharing_the_secret() {
+    const SECRET: &str = "correct horse battery staple 42";
+    let out = in_bed(|procs, dir| {
+        let users = users();
+        let (key_a, key_b) = (dir.join("a.secret"), dir.join("b.secret"));
+        std::fs::write(&key_a, format!("{SECRET}\n")).unwrap();
+        std::fs::write(&key_b, SECRET).unwrap();
+        let args = |listen: &'static str, key: &Path| -> Vec<String> {
+            strings(&[
+                "--listen",
+                listen,
+                "--mode",
+                "stateful",
+                "--registrar",
+                "--domain",
+                "ringway.test",
+                "--auth",
+                "--auth-file",
+                &users,
+                "--auth-realm",
+                "ringway.test",
+                "--auth-algorithm",
+                "md5",
+                "--auth-secret-file",
+                key.to_str().unwrap(),
+            ])
+        };
+        let (args_a, args_b) = (
+            args("127.0.0.1:5060", &key_a),
+            args("127.0.0.2:5060", &key_b),
+        );
+        let a = start_proxy(
+            procs,
+            dir,
+            &args_a.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let b = start_proxy(
+            procs,
+            dir,
+            &args_b.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let moved = |procs: &mut Procs, name: &str, port: &str| {
+            let args = register_sipp("register_auth_moved.xml", "alice", "127.0.0.1:5070", port)
+                .digest("alice", "secret", "ringway.test")
+                .key("other_host", "127.0.0.2")
+                .key("other_port", "5060")
+                .timeout(10)
+                .build();
+            run_sipp(procs, dir, name, &args, Duration::from_secs(20)).1
+        };
+        let shared = moved(procs, "moved-shared", "5062");
+        // B's secret changes; SIGHUP re-reads it.
+        std::fs::write(&key_b, "another secret, not the one A has").unwrap();
+        signal(b.pid, "HUP");
+        let mut lines = wait_stderr(&b, "reloaded");
+        let differ = moved(procs, "moved-other", "5063");
+        lines.extend(a.startup.iter().cloned());
+        lines.extend(b.startup.iter().cloned());
+        lines.extend(a.stderr.try_iter());
+        lines.extend(b.stderr.try_iter());
+        let (summary_a, summary_b) = (stop_proxy(procs, &a), stop_proxy(procs, &b));
+        lines.extend(a.stderr.try_iter());
+        lines.extend(b.stderr.try_iter());
+        (shared, differ, summary_a, summary_b, lines)
+    });
+    let (shared, differ, a, b, lines) = out;
+    assert_eq!((shared.successful, shared.failed), (1, 0), "{shared:?}");
+    assert_eq!((differ.successful, differ.failed), (0, 1), "{differ:?}");
+    // A challenged both first REGISTERs; B accepted the first answer and
+    // challenged the second anew.
+    assert_eq!(
+        a["by_type"]["REGISTER"]["responded"]["401"], 2,
+        "{}",
+        a["by_type"]
+    );
+    assert_eq!(
+        b["by_type"]["REGISTER"]["responded"]["200"], 1,
+        "{}",
+        b["by_type"]
+    );
+    assert_eq!(
+        b["by_type"]["REGISTER"]["responded"]["401"], 1,
+        "{}",
+        b["by_type"]
+    );
+    assert_eq!(b["proxy"]["auth_accepted"], 1, "{}", b["proxy"]);
+    assert!(
+        lines.iter().any(|l| l.contains("auth_secret_file")),
+        "the reload names the key it applied: {lines:?}"
+    );
+    for text in lines.iter().cloned().chain([a.to_string(), b.to_string()]) {
+        assert!(!text.contains(SECRET), "the secret leaked: {text}");
+        assert!(
+            !text.contains("another secret"),
+            "the secret leaked: {text}"
+        );
+    }
+}

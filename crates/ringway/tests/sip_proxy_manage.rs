@@ -234,6 +234,68 @@ fn ctl_lists_and_deletes_a_binding_which_is_then_unreachable() {
     );
 }
 
+/// `--drain-dialogs`: a drain also waits for the calls set up through the
+/// proxy (stateful, Record-Route) and relays their in-dialog requests. One
+/// SIPp call holds 4 s; SIGTERM comes once `ctl status` shows its dialog;
+/// the BYE comes after the drain's idle time (1 s) and is relayed (SIPp:
+/// one successful call), and the proxy exits 0 once the dialog ended
+/// (well before its 30 s deadline). A drain that does not wait for
+/// dialogs exits after the idle time, and the BYE goes nowhere: the call
+/// fails.
+#[test]
+fn a_drain_waiting_for_dialogs_relays_the_bye_of_an_established_call() {
+    let (exit, calls, status) = in_bed(|procs, dir| {
+        let socket = dir.join("manage.sock");
+        let p = start_loopback_proxy(
+            procs,
+            dir,
+            &[
+                "--mode",
+                "stateful",
+                "--manage-socket",
+                socket.to_str().unwrap(),
+                "--drain-dialogs",
+            ],
+        );
+        start_loopback_uas(procs, dir);
+        let mut args = uac_args(
+            "127.0.0.1:5060".parse().unwrap(),
+            "127.0.0.1:5061".parse().unwrap(),
+            "bob",
+            "127.0.0.1:5070",
+            1,
+            1,
+        );
+        let hold = args.iter().position(|a| a == "-d").unwrap() + 1;
+        args[hold] = "4000".into();
+        let uac = spawn_sipp_with_stats(procs, dir, "uac", &args);
+        let end = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            let status = ctl_json(&socket, &["status"]);
+            if status["dialogs_open"] == 1 {
+                break status;
+            }
+            assert!(Instant::now() < end, "no dialog: {status}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        signal(p.pid, "TERM");
+        let mut child = procs.take(p.pid).unwrap();
+        let exit = wait_bounded(&mut child, Duration::from_secs(40));
+        let (_, calls) = finish_sipp(procs, dir, "uac", uac, Duration::from_secs(60));
+        (exit, calls, status)
+    });
+    assert_eq!(status["transactions_pending"], 0, "{status}");
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "drained proxy exits 0: {exit:?}"
+    );
+    assert_eq!(
+        (calls.successful, calls.failed),
+        (1, 0),
+        "the BYE was relayed during the drain: {calls:?}"
+    );
+}
+
 /// SIGTERM with calls in flight (the UAS rings 1.5 s before answering):
 /// every call the proxy had taken completes (ACK and BYE included), new
 /// INVITEs and an OPTIONS probe get 503, and the proxy exits 0 once

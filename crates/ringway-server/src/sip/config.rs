@@ -138,6 +138,12 @@ pub struct SipServerConfig {
     /// Credentials: htdigest-style `user:realm:HA1` lines (32 hex digits:
     /// MD5, 64: SHA-256).
     pub auth_file: Option<PathBuf>,
+    /// A file holding the secret digest nonces are signed with, shared by
+    /// the proxies behind one dispatcher so that a challenge issued by one
+    /// is answered at another (Kamailio's auth `secret`); `None`: a random
+    /// key per process. At least 16 bytes (surrounding whitespace
+    /// ignored); never logged; re-read on a reload.
+    pub auth_secret_file: Option<PathBuf>,
     /// Realm of every challenge (default: the AOR's domain).
     pub auth_realm: Option<String>,
     /// Algorithms offered, most preferred first.
@@ -222,6 +228,7 @@ impl Default for SipServerConfig {
             max_contacts: RegistrarPolicy::default().max_contacts,
             auth: false,
             auth_file: None,
+            auth_secret_file: None,
             auth_realm: None,
             auth_algorithms: AuthConfig::default().algorithms,
             nonce_lifetime: Duration::from_secs(300),
@@ -450,6 +457,9 @@ impl SipServerConfig {
         if self.auth && self.auth_file.is_none() {
             return fail("auth needs auth_file (the user:realm:HA1 credentials)".into());
         }
+        if !self.auth && self.auth_secret_file.is_some() {
+            return fail("auth_secret_file needs auth (it signs digest nonces)".into());
+        }
         if self.auth_algorithms.is_empty() {
             return fail("auth_algorithms is empty".into());
         }
@@ -554,6 +564,7 @@ impl SipServerConfig {
                 algorithms: self.auth_algorithms.clone(),
                 nonce_lifetime: duration_ns(self.nonce_lifetime),
                 key,
+                nonce_clock_offset: wall_clock_offset(),
                 ..AuthConfig::default()
             }),
             flood: self.flood_limit.map(|limit| FloodConfig {
@@ -585,6 +596,52 @@ impl SipServerConfig {
         })?;
         Ok(Some(credentials))
     }
+}
+
+/// Bytes a shared nonce secret has at least.
+const MIN_SECRET_BYTES: usize = 16;
+
+impl SipServerConfig {
+    /// The nonce key of `auth_secret_file` (when `auth` is on and it is
+    /// set). Errors name the file and what is wrong, never its contents.
+    pub(super) fn load_nonce_key(&self) -> Result<Option<NonceKey>, ServerError> {
+        let Some(path) = self.auth_secret_file.as_ref().filter(|_| self.auth) else {
+            return Ok(None);
+        };
+        let fail = |why: String| {
+            ServerError::Config(format!("auth_secret_file {}: {why}", path.display()))
+        };
+        let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+        let secret = bytes.trim_ascii();
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(fail(format!(
+                "the secret must be at least {MIN_SECRET_BYTES} bytes"
+            )));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(meta) = std::fs::metadata(path) {
+                if meta.permissions().mode() & 0o077 != 0 {
+                    log::warn!(
+                        "sip server: auth_secret_file {} can be read by group or others (chmod 600)",
+                        path.display()
+                    );
+                }
+            }
+        }
+        Ok(Some(NonceKey::derive(secret)))
+    }
+}
+
+/// The wall clock minus the monotonic clock now (ns): added to the
+/// monotonic `now` of the core, nonce times are wall-clock times, which
+/// proxies on several hosts sharing a nonce key agree on.
+fn wall_clock_offset() -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, duration_ns);
+    wall.saturating_sub(ringway_io::monotonic_now().0)
 }
 
 /// `duration` in the cores' unit (ns), saturating.

@@ -4,7 +4,9 @@
 //! handling (SIGHUP, SIGTERM) call it through a [`SipControl`] handle.
 //!
 //! Reload applies, without touching transactions, dialogs or bindings:
-//! the credentials of `auth_file` (re-read), `flood_limit` and
+//! the credentials of `auth_file` (re-read), the nonce secret of
+//! `auth_secret_file` (re-read; nonces signed with the old one get a new
+//! challenge), `flood_limit` and
 //! `flood_window`, `relay`, and the TLS certificate, key and CA files
 //! (re-read; open connections keep their sessions). Every other key takes effect at the
 //! next start; a reload that changes one says so in
@@ -22,7 +24,13 @@ use std::time::Instant;
 
 /// Keys a reload applies to the running server; every other key of
 /// [`SipServerConfig`] needs a restart.
-pub const RELOADABLE: [&str; 4] = ["auth_file", "flood_limit", "flood_window", "relay"];
+pub const RELOADABLE: [&str; 5] = [
+    "auth_file",
+    "auth_secret_file",
+    "flood_limit",
+    "flood_window",
+    "relay",
+];
 
 /// Bindings listed at most by one [`SipControl::bindings`] call.
 pub const MAX_LISTED_AORS: usize = 10_000;
@@ -119,6 +127,9 @@ pub struct Status {
     pub transactions_pending: usize,
     /// Bytes the transaction table holds.
     pub transaction_bytes: usize,
+    /// Dialogs set up through the proxy and not ended by a BYE through it
+    /// (stateful mode).
+    pub dialogs_open: usize,
     /// Registrar bindings (`None`: a shared store).
     pub bindings: Option<usize>,
     /// Reloads applied.
@@ -196,6 +207,7 @@ impl SipControl {
             transactions: proxy.transactions_active(),
             transactions_pending: proxy.transactions_pending(),
             transaction_bytes: proxy.transaction_bytes(),
+            dialogs_open: proxy.dialogs_open(),
             bindings: proxy.bindings(),
             reloads: s.control.reloads.load(Ordering::Relaxed),
             reloads_refused: s.control.reloads_refused.load(Ordering::Relaxed),
@@ -216,6 +228,12 @@ impl SipControl {
     /// Transactions waiting for their final response (what a drain waits for).
     pub fn transactions_pending(&self) -> usize {
         self.shared.proxy.transactions_pending()
+    }
+
+    /// Dialogs set up through the proxy and not ended yet (what a drain
+    /// with `drain_dialogs` waits for too).
+    pub fn dialogs_open(&self) -> usize {
+        self.shared.proxy.dialogs_open()
     }
 
     /// Bindings of `aor`, or of up to `max` AORs (at most
@@ -394,6 +412,16 @@ impl SipControl {
             (Some(_), true) => new.load_credentials()?,
             _ => None,
         };
+        // The nonce secret: re-read when one is configured; dropped from
+        // the file, a random key again.
+        let nonce_key = match (current.auth, new.auth) {
+            (true, true) => match new.load_nonce_key()? {
+                Some(key) => Some(key),
+                None if current.auth_secret_file.is_some() => Some(super::random_key()?),
+                None => None,
+            },
+            _ => None,
+        };
         // The certificate files are re-read (same paths: new contents) and
         // swapped whole, or nothing changes; open connections keep their
         // sessions.
@@ -405,6 +433,10 @@ impl SipControl {
             report.credentials = Some(credentials.len());
             swap.set(Arc::new(credentials));
             report.applied.push("auth_file".into());
+        }
+        if let Some(key) = nonce_key {
+            shared.proxy.set_nonce_key(key);
+            report.applied.push("auth_secret_file".into());
         }
         if let (Some(limit), true) = (new.flood_limit, current.flood_limit.is_some()) {
             if Some(limit) != current.flood_limit || new.flood_window != current.flood_window {
@@ -419,6 +451,9 @@ impl SipControl {
         }
         // What is in force: the reloadable keys from `new`, the rest as started.
         current.auth_file = new.auth_file;
+        if current.auth && new.auth {
+            current.auth_secret_file = new.auth_secret_file;
+        }
         if current.flood_limit.is_some() && new.flood_limit.is_some() {
             current.flood_limit = new.flood_limit;
             current.flood_window = new.flood_window;

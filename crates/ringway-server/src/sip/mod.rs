@@ -164,10 +164,14 @@ impl SipServer {
         let opened = backend::open(&config)?;
         let local = opened.workers[0].local_addr()?;
         let streams = open_listeners(&config, local)?;
+        let key = match config.load_nonce_key()? {
+            Some(shared) => shared,
+            None => random_key()?,
+        };
         let proxy_config = config.proxy_config(
             local,
             streams.addresses.clone(),
-            random_key()?,
+            key,
             u64::from_le_bytes(host::random_bytes()?),
         );
         let token = u64::from_le_bytes(host::random_bytes()?);
@@ -562,7 +566,7 @@ fn start_names(
 }
 
 /// A random nonce key (the kernel's random source).
-fn random_key() -> Result<NonceKey, ServerError> {
+pub(super) fn random_key() -> Result<NonceKey, ServerError> {
     Ok(NonceKey(host::random_bytes()?))
 }
 

@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 29] = [
+const CORE_COUNTERS: [CoreCounter; 32] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -159,6 +159,21 @@ const CORE_COUNTERS: [CoreCounter; 29] = [
         "Requests for a registered flow whose connection is gone: answered 430 Flow Failed (RFC 5626; ACK dropped).",
         |stats| stats.flows_failed,
     ),
+    (
+        "ringway_sip_transport_errors_total",
+        "Forwarded requests the transport could not deliver (connection refused or reset, TLS handshake failed): next target at once, or 500.",
+        |stats| stats.transport_errors,
+    ),
+    (
+        "ringway_sip_dialogs_confirmed_total",
+        "Dialogs set up through the proxy (stateful: first 2xx to an INVITE outside a dialog).",
+        |stats| stats.dialogs_confirmed,
+    ),
+    (
+        "ringway_sip_dialogs_ended_total",
+        "Tracked dialogs ended by a BYE through the proxy.",
+        |stats| stats.dialogs_ended,
+    ),
 ];
 
 /// A connection counter: its name, its help, and how to read it from a
@@ -253,6 +268,17 @@ fn render_transport(p: &mut PromText, s: &super::TcpSnapshot) {
                 v,
             );
         }
+    }
+    for (outcome, v) in [
+        ("reported", s.undelivered),
+        ("dropped", s.undelivered_dropped),
+    ] {
+        p.counter(
+            "ringway_sip_transport_undelivered_total",
+            "Messages on connections the proxy opened that closed before they were up (or could not be opened): reported to the core as transport errors, or dropped (queue full).",
+            &[("outcome", outcome)],
+            v,
+        );
     }
 }
 
@@ -596,6 +622,11 @@ fn core_metrics(text: &mut PromText, stats: &ProxyStats) {
             "ringway_sip_flood_sources_tracked",
             "Sources the flood limiter tracks.",
             stats.flood_sources_tracked,
+        ),
+        (
+            "ringway_sip_dialogs_open",
+            "Dialogs set up through the proxy and not ended by a BYE through it (what --drain-dialogs waits for).",
+            stats.dialogs_open,
         ),
     ] {
         text.gauge(name, help, &[], value as f64);

@@ -163,6 +163,7 @@ pub(super) fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
             if let Some(names) = shared.names.as_deref() {
                 timer.resume_names(io.as_mut(), names, monotonic_now().0);
             }
+            timer.report_undelivered(io.as_mut(), monotonic_now().0);
             let wait = timer.wait(monotonic_now().0);
             if wait.is_zero() {
                 timer.fire(io.as_mut(), monotonic_now().0);

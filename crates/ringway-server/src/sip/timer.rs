@@ -5,7 +5,7 @@ use super::stats::WorkerMetrics;
 use super::tcp::Connections;
 use super::worker::TX_FRAME;
 use ringway_io::{BatchIo, TxBatch};
-use ringway_sip::{Proxy, ProxyWorker, Transport};
+use ringway_sip::{Hop, Proxy, ProxyWorker, Transport};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,43 @@ impl<'p> SipTimer<'p> {
         if ready.is_empty() {
             return;
         }
+        self.drive(io, now, |proxy, metrics, out| {
+            for (request, answer) in ready {
+                let outcome = proxy.resume_resolved(&request, answer, now, out);
+                // Its arrival was counted by the worker that parked it.
+                metrics
+                    .slot_mut(outcome.label.slot())
+                    .count_action(outcome.action);
+            }
+        });
+    }
+
+    /// Hand the core the messages the connections could not deliver since
+    /// the last call (transport errors: the next target at once) and send
+    /// what it answers through `io`.
+    pub fn report_undelivered(&mut self, io: &mut dyn BatchIo, now: u64) {
+        let Some(connections) = self.connections.clone() else {
+            return;
+        };
+        let undelivered = connections.take_undelivered();
+        if undelivered.is_empty() {
+            return;
+        }
+        self.drive(io, now, |proxy, _, out| {
+            for (hop, message) in undelivered {
+                proxy.on_transport_error(now, hop, &message, out);
+            }
+        });
+    }
+
+    /// Run `step` on the core with an `out` that batches UDP datagrams
+    /// into `io` and writes other hops to their connections.
+    fn drive(
+        &mut self,
+        io: &mut dyn BatchIo,
+        now: u64,
+        step: impl FnOnce(&mut ProxyWorker<'p>, &mut WorkerMetrics, &mut dyn FnMut(Hop, &[u8])),
+    ) {
         let SipTimer {
             proxy,
             tx,
@@ -71,32 +108,26 @@ impl<'p> SipTimer<'p> {
         tx.clear();
         let mut oversize = 0u64;
         let mut sent = 0u64;
-        for (request, answer) in ready {
-            let outcome = proxy.resume_resolved(&request, answer, now, &mut |hop, bytes| {
-                if hop.transport != Transport::Udp {
-                    match connections.as_deref() {
-                        Some(connections) => {
-                            connections.send(hop, bytes, now);
-                        }
-                        None => oversize += 1,
+        step(proxy, metrics, &mut |hop, bytes| {
+            if hop.transport != Transport::Udp {
+                match connections.as_deref() {
+                    Some(connections) => {
+                        connections.send(hop, bytes, now);
                     }
-                    return;
+                    None => oversize += 1,
                 }
-                if tx.is_full() {
-                    if let Ok(n) = io.send_batch(tx) {
-                        sent += n as u64;
-                    }
-                    tx.clear();
+                return;
+            }
+            if tx.is_full() {
+                if let Ok(n) = io.send_batch(tx) {
+                    sent += n as u64;
                 }
-                if tx.push(hop.addr, bytes).is_err() {
-                    oversize += 1;
-                }
-            });
-            // Its arrival was counted by the worker that parked it.
-            metrics
-                .slot_mut(outcome.label.slot())
-                .count_action(outcome.action);
-        }
+                tx.clear();
+            }
+            if tx.push(hop.addr, bytes).is_err() {
+                oversize += 1;
+            }
+        });
         if !tx.is_empty() {
             if let Ok(n) = io.send_batch(tx) {
                 sent += n as u64;

@@ -16,5 +16,5 @@ pub use credentials::{
 };
 pub use digest::{Algorithm, Hex};
 pub use header::{Credentials, CredentialsError};
-pub use nonce::{NonceCheck, NonceKey, NONCE_LEN};
+pub use nonce::{NonceCheck, NonceKey, CLOCK_SKEW, NONCE_LEN};
 pub use replay::{ReplayCheck, ReplayTable};

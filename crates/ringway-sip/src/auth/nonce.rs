@@ -2,7 +2,8 @@
 //! realm)[..16])`. Any worker holding the key verifies any nonce without a
 //! shared table; the expiry comes from `issued` and the `now` the driver
 //! passes (the core reads no clock). A nonce from another key (another
-//! process, or forged) does not verify.
+//! process, or forged) does not verify; proxies given the same key
+//! ([`NonceKey::derive`] from a shared secret) verify each other's.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -14,6 +15,13 @@ type HmacSha256 = Hmac<Sha256>;
 const MAC_BYTES: usize = 16;
 /// Hex digits of a nonce: issued (16), id (16), MAC (32).
 pub const NONCE_LEN: usize = 16 + 16 + 2 * MAC_BYTES;
+
+/// How far in the future (ns) a nonce's issue time may be and still be
+/// ours: the clocks of proxies sharing a key differ a little.
+pub const CLOCK_SKEW: u64 = 500_000_000;
+
+/// Domain separation of [`NonceKey::derive`].
+const DERIVE_CONTEXT: &[u8] = b"ringway digest nonce key v1\0";
 
 /// The secret key nonces are signed with (random at start-up; shared by
 /// all workers through the `Proxy`). Its `Debug` does not show it.
@@ -46,6 +54,17 @@ pub enum NonceCheck {
 }
 
 impl NonceKey {
+    /// The key of a shared `secret` (e.g. a file every proxy behind a
+    /// dispatcher reads): SHA-256 over a fixed context and the secret, so
+    /// proxies given the same secret sign and verify the same nonces.
+    pub fn derive(secret: &[u8]) -> NonceKey {
+        use sha2::Digest;
+        let mut hash = Sha256::new();
+        hash.update(DERIVE_CONTEXT);
+        hash.update(secret);
+        NonceKey(hash.finalize().into())
+    }
+
     fn mac(&self, issued: u64, id: u64, realm: &str) -> [u8; MAC_BYTES] {
         // A key of any length is accepted by HMAC.
         let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.0)
@@ -89,11 +108,12 @@ impl NonceKey {
         if difference != 0 {
             return NonceCheck::Invalid;
         }
-        // A nonce from the future (clock of another process) is not ours.
-        if issued > now {
+        // A nonce from the future (beyond the skew between the clocks of
+        // proxies sharing the key) is not ours.
+        if issued > now.saturating_add(CLOCK_SKEW) {
             return NonceCheck::Invalid;
         }
-        if now - issued >= lifetime {
+        if now.saturating_sub(issued) >= lifetime {
             return NonceCheck::Stale { id };
         }
         NonceCheck::Fresh { issued, id }
@@ -169,5 +189,27 @@ mod tests {
             invalid
         );
         assert!(!format!("{key:?}").contains('7'));
+    }
+
+    #[test]
+    fn derived_keys_agree_on_one_secret_only() {
+        let a = NonceKey::derive(b"a shared secret of the fleet");
+        let b = NonceKey::derive(b"a shared secret of the fleet");
+        let other = NonceKey::derive(b"another secret of the fleet");
+        let nonce = a.issue(10 * SECOND, 1, "ringway.test");
+        assert!(matches!(
+            b.check(&nonce, "ringway.test", 11 * SECOND, 300 * SECOND),
+            NonceCheck::Fresh { .. }
+        ));
+        assert_eq!(
+            other.check(&nonce, "ringway.test", 11 * SECOND, 300 * SECOND),
+            NonceCheck::Invalid
+        );
+        // Issued by a proxy whose clock is a little ahead: still fresh.
+        let ahead = a.issue(10 * SECOND + CLOCK_SKEW / 2, 2, "ringway.test");
+        assert!(matches!(
+            b.check(&ahead, "ringway.test", 10 * SECOND, 300 * SECOND),
+            NonceCheck::Fresh { .. }
+        ));
     }
 }

@@ -37,32 +37,77 @@ use super::routing::{RoutePlan, Target};
 use super::stats::Counter;
 use super::worker::ProxyWorker;
 use super::Proxy;
-use crate::auth::{Algorithm, CredentialStore, Credentials, NonceCheck, ReplayCheck, ReplayTable};
+use crate::auth::{
+    Algorithm, CredentialStore, Credentials, NonceCheck, NonceKey, ReplayCheck, ReplayTable,
+};
 use crate::msg::Method;
 use crate::transport::Hop;
 use crate::uri::SipUri;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::config::AuthConfig;
 
-/// The authentication state shared by all workers: configuration (with
-/// the nonce key), the credential store, the replay table and the nonce
-/// counter.
+/// The authentication state shared by all workers: configuration, the
+/// nonce key (a reload may replace it), the credential store, the replay
+/// table and the last nonce id.
 pub(super) struct Authenticator {
     config: AuthConfig,
+    key: RwLock<NonceKey>,
     credentials: Option<Arc<dyn CredentialStore>>,
     replays: ReplayTable,
-    next_nonce: AtomicU64,
+    last_nonce: AtomicU64,
 }
 
 impl Authenticator {
     pub(super) fn new(config: AuthConfig) -> Authenticator {
         Authenticator {
             replays: ReplayTable::new(config.replay_capacity),
+            key: RwLock::new(config.key.clone()),
             config,
             credentials: None,
-            next_nonce: AtomicU64::new(1),
+            last_nonce: AtomicU64::new(0),
+        }
+    }
+
+    /// Sign nonces with `key` from now on; nonces of the old key get a new
+    /// challenge.
+    pub(super) fn set_key(&self, key: NonceKey) {
+        *self.key.write().unwrap_or_else(PoisonError::into_inner) = key;
+    }
+
+    fn key(&self) -> NonceKey {
+        self.key
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The nonce clock at the driver's `now`: `now` shifted by the
+    /// configured offset (the wall clock, so proxies sharing a key agree
+    /// on a nonce's age).
+    fn nonce_time(&self, now: u64) -> u64 {
+        now.saturating_add(self.config.nonce_clock_offset)
+    }
+
+    /// A new nonce id: the nonce clock, or one above the last id if that
+    /// is not below it. Ids grow with time in every proxy, so the replay
+    /// table (which forgets the oldest ids first) orders the nonces of
+    /// proxies sharing a key as it orders its own, and two proxies' ids
+    /// do not collide.
+    fn next_nonce_id(&self, time: u64) -> u64 {
+        let mut last = self.last_nonce.load(Ordering::Relaxed);
+        loop {
+            let id = time.max(last.saturating_add(1));
+            match self.last_nonce.compare_exchange_weak(
+                last,
+                id,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return id,
+                Err(seen) => last = seen,
+            }
         }
     }
 }
@@ -230,10 +275,10 @@ impl Proxy {
         let Some(algorithm) = algorithm else {
             return NEW_CHALLENGE;
         };
-        let nonce = auth.config.key.check(
+        let nonce = auth.key().check(
             credentials.nonce,
             realm,
-            request.now,
+            auth.nonce_time(request.now),
             auth.config.nonce_lifetime,
         );
         let id = match nonce {
@@ -330,8 +375,9 @@ impl Proxy {
         now: u64,
         stale: bool,
     ) -> Vec<(&'static str, String)> {
-        let id = auth.next_nonce.fetch_add(1, Ordering::Relaxed);
-        let nonce = auth.config.key.issue(now, id, realm);
+        let time = auth.nonce_time(now);
+        let id = auth.next_nonce_id(time);
+        let nonce = auth.key().issue(time, id, realm);
         let realm = realm.replace(['"', '\\', '\r', '\n'], "");
         auth.config
             .algorithms

@@ -163,8 +163,18 @@ pub struct AuthConfig {
     pub nonce_lifetime: u64,
     /// Nonces whose highest `nc` is remembered (replay protection).
     pub replay_capacity: usize,
-    /// HMAC key of the nonces (random at start-up).
+    /// HMAC key of the nonces: random at start-up, or derived from a
+    /// secret shared by proxies behind one dispatcher
+    /// ([`NonceKey::derive`]), so that a challenge issued by one is
+    /// answered at another. [`Proxy::set_nonce_key`] replaces it.
+    ///
+    /// [`Proxy::set_nonce_key`]: crate::Proxy::set_nonce_key
     pub key: NonceKey,
+    /// Added to the driver's `now` for nonce issue times (ns): 0 keeps
+    /// the driver's clock; a server puts nonces on the wall clock
+    /// (realtime minus monotonic at start) so that proxies on several
+    /// hosts sharing a key agree on a nonce's age.
+    pub nonce_clock_offset: u64,
 }
 
 impl Default for AuthConfig {
@@ -175,6 +185,7 @@ impl Default for AuthConfig {
             nonce_lifetime: 300_000_000_000,
             replay_capacity: 65_536,
             key: NonceKey([0; 32]),
+            nonce_clock_offset: 0,
         }
     }
 }

@@ -37,8 +37,9 @@
 // (new requests: overload, validation, routing, dispatch), `routing`
 // (16.3, 16.4, 16.6, next hop), `stateful` (requests matching transactions,
 // stateful forwarding), `response`, `cancel`, `register`, `timers` (timer
-// table and driver), `transaction` (state machine, shards), `branch`
-// (request keys, branch and To-tag), `config`, `outcome`, `stats`.
+// table and driver), `transport_error` (the driver's delivery failures),
+// `transaction` (state machine, shards), `branch` (request keys, branch
+// and To-tag), `config`, `outcome`, `stats`.
 
 mod auth;
 mod authorised;
@@ -46,6 +47,7 @@ mod branch;
 mod cancel;
 mod config;
 mod deferred;
+mod dialogs;
 pub(crate) mod flood;
 mod flow_token;
 mod names;
@@ -61,6 +63,7 @@ mod stats;
 mod timer_table;
 mod timers;
 mod transaction;
+mod transport_error;
 mod worker;
 
 pub use crate::relay::sendable;
@@ -74,6 +77,7 @@ pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS, EXACT_COD
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub use stats::ProxyStats;
 pub use timer_table::{T1, T2, T4, TIMER_64T1, TIMER_C};
+pub use transport_error::TransportErrorOutcome;
 pub use worker::ProxyWorker;
 pub use worker::AMPLIFICATION_LIMIT;
 
@@ -135,6 +139,8 @@ pub struct Proxy {
     /// Until when (ns) ACKs may acknowledge a quick refusal
     /// ([`refusal`]): they are peeked at for its tag only then.
     refusal_acks_until: AtomicU64,
+    /// Dialogs set up through us (stateful mode), for a drain to wait on.
+    dialogs: dialogs::DialogSet,
 }
 
 impl Proxy {
@@ -163,6 +169,7 @@ impl Proxy {
             .map(OwnAddress::new)
             .collect();
         let transaction_bytes = Arc::new(AtomicUsize::new(0));
+        let config_max_transactions = config.max_transactions;
         // Deterministic until a driver calls `set_secret` (servers do, with
         // random bytes).
         let secret = Hash64::new(0x5EC2E7)
@@ -215,6 +222,7 @@ impl Proxy {
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),
             refusal_acks_until: AtomicU64::new(0),
+            dialogs: dialogs::DialogSet::new(config_max_transactions, secret),
         }
     }
 
@@ -280,6 +288,19 @@ impl Proxy {
         *self.relay.write().unwrap_or_else(|e| e.into_inner()) = policy;
     }
 
+    /// Sign and verify digest nonces with `key` from now on (a reload of
+    /// a shared secret); a nonce of the old key gets a new challenge.
+    /// `false` when authentication is off.
+    pub fn set_nonce_key(&self, key: crate::auth::NonceKey) -> bool {
+        match &self.auth {
+            Some(auth) => {
+                auth.set_key(key);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// New flood limit (requests per window) and window (ns), applied from
     /// the next datagram (a reload); `false` when the flood limiter is off
     /// (it is created at start, with its table).
@@ -322,6 +343,16 @@ impl Proxy {
     pub fn transactions_active(&self) -> usize {
         self.active_transactions
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Dialogs set up through this proxy (stateful mode: the first 2xx to
+    /// an INVITE outside a dialog went upstream) and not ended by a BYE
+    /// through it. Kept as ids, at most `max_transactions`; one tracked
+    /// for over four hours may be forgotten when room is needed (its BYE
+    /// went another way, or never came). A drain that waits for dialogs
+    /// waits until this is 0 or its deadline.
+    pub fn dialogs_open(&self) -> usize {
+        self.dialogs.len()
     }
 
     /// Transactions still waiting for their final response (what a drain

@@ -226,6 +226,9 @@ impl ProxyWorker<'_> {
         let action = self.relay_upstream(transaction, msg, out);
         if invite && code < 300 {
             transaction.accept(now);
+            if transaction.initial_invite && self.proxy().dialogs.confirmed(now, msg) {
+                self.stripe.add(Counter::DialogsConfirmed);
+            }
         } else {
             transaction.complete(now, code);
         }

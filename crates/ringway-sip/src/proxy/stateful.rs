@@ -103,6 +103,7 @@ impl ProxyWorker<'_> {
         let msg = request.msg;
         let class = Class::of(request.method);
         let mut transaction = Transaction::new(class, Some(request.reply));
+        transaction.initial_invite = request.method == Method::Invite && msg.to_tag().is_none();
         if !alternates.is_empty() {
             transaction.failover = Some(Box::new(Failover {
                 alternates: alternates.to_vec(),
@@ -130,6 +131,10 @@ impl ProxyWorker<'_> {
         transaction.start_client(request.now, to);
         send(out, to, &transaction.request);
         self.stripe.add(Counter::RequestsForwarded);
+        if request.method == Method::Bye && self.proxy().dialogs.ended(msg) {
+            // The dialog's end (a drain waits for them).
+            self.stripe.add(Counter::DialogsEnded);
+        }
         let hash = request.keys.transaction;
         let cancel_match = (class == Class::Invite).then(|| self.proxy().cancel_match_key(msg));
         transaction.cancel_match = cancel_match;

@@ -100,6 +100,20 @@ pub struct ProxyStats {
     /// connection) whose connection is gone: answered `430 Flow Failed`
     /// (RFC 5626 5.3; an ACK dropped).
     pub flows_failed: u64,
+    /// Requests the driver could not deliver to their next hop (a
+    /// connection refused or reset before it was up, a failed TLS
+    /// handshake) while their transaction waited there: each moved on to
+    /// the next target at once, or got `500` with none left.
+    pub transport_errors: u64,
+    /// Dialogs set up through this proxy and tracked: the first 2xx to an
+    /// INVITE outside a dialog went upstream (stateful mode).
+    pub dialogs_confirmed: u64,
+    /// Tracked dialogs ended by a BYE forwarded through this proxy.
+    pub dialogs_ended: u64,
+    /// Dialogs tracked now ([`Proxy::dialogs_open`]).
+    ///
+    /// [`Proxy::dialogs_open`]: crate::Proxy::dialogs_open
+    pub dialogs_open: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -142,11 +156,14 @@ pub(super) enum Counter {
     NamesUnavailable,
     Failovers,
     FlowsFailed,
+    TransportErrors,
+    DialogsConfirmed,
+    DialogsEnded,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::FlowsFailed as usize + 1;
+    pub(super) const COUNT: usize = Counter::DialogsEnded as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -277,6 +294,10 @@ impl Proxy {
             names_unavailable: counters.event(Counter::NamesUnavailable),
             failovers: counters.event(Counter::Failovers),
             flows_failed: counters.event(Counter::FlowsFailed),
+            transport_errors: counters.event(Counter::TransportErrors),
+            dialogs_confirmed: counters.event(Counter::DialogsConfirmed),
+            dialogs_ended: counters.event(Counter::DialogsEnded),
+            dialogs_open: self.dialogs_open() as u64,
             responses_generated,
             drops,
             bindings: self.bindings().map(|n| n as u64),

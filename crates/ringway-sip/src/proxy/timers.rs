@@ -120,15 +120,30 @@ impl ProxyWorker<'_> {
         }
         let cancel_due = transaction.time_out();
         self.stripe.add(Counter::TransactionsTimedOut);
-        if transaction.class == Class::Cancel || transaction.server != ServerState::Proceeding {
-            transaction.end_after_timeout(now);
-            return cancel_due;
-        }
-        let (code, reason) = if transaction.cancelled {
+        let answer = if transaction.cancelled {
             (487, "Request Terminated")
         } else {
             (408, "Request Timeout")
         };
+        self.give_up(transaction, now, answer, out);
+        cancel_due
+    }
+
+    /// The client side gave up (timer B/F/C, or a transport error with no
+    /// target left): a request not answered upstream yet gets `code`
+    /// (once: no timer-G series towards a source nothing verified);
+    /// otherwise (and a CANCEL) the transaction just ends.
+    pub(super) fn give_up(
+        &self,
+        transaction: &mut Transaction,
+        now: u64,
+        (code, reason): (u16, &str),
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) {
+        if transaction.class == Class::Cancel || transaction.server != ServerState::Proceeding {
+            transaction.end_after_timeout(now);
+            return;
+        }
         if let (Some(upstream), Ok(forwarded)) =
             (transaction.upstream, SipMsg::parse(&transaction.request))
         {
@@ -139,10 +154,9 @@ impl ProxyWorker<'_> {
             transaction.last_response = response;
         }
         transaction.complete_timed_out(now, code);
-        // Our own 408/487 goes once: no timer-G series towards a source
-        // nothing verified (a retransmitted INVITE gets it again).
+        // Our own 408/487/500 goes once: no timer-G series towards a
+        // source nothing verified (a retransmitted INVITE gets it again).
         transaction.timers.stop(TransactionTimer::Retransmit);
-        cancel_due
     }
 }
 

@@ -96,6 +96,8 @@ pub(super) struct Transaction {
     pub(super) cancel_pending: bool,
     /// Cancelled by the client: a timeout answers 487, not 408.
     pub(super) cancelled: bool,
+    /// An INVITE outside a dialog (no To tag): its 2xx sets one up.
+    pub(super) initial_invite: bool,
     /// An INVITE's RFC 2543 matching key, while it is in the CANCEL index.
     pub(super) cancel_match: Option<u64>,
     /// Bumped on every reschedule; heap entries of older generations are stale.
@@ -124,6 +126,7 @@ impl Transaction {
             retransmit_interval: T1,
             cancel_pending: false,
             cancelled: false,
+            initial_invite: false,
             cancel_match: None,
             generation: 0,
             failover: None,

@@ -39,6 +39,10 @@ pub struct DrainArgs {
     /// that in-dialog requests of calls just set up (ACK, an early BYE) still pass.
     #[arg(long, default_value_t = 1000)]
     pub drain_idle_ms: u64,
+    /// Drain: also wait (up to --drain-timeout) for the calls set up through this proxy to end
+    /// with their BYE, relaying their in-dialog requests meanwhile (--mode stateful, Record-Route).
+    #[arg(long)]
+    pub drain_dialogs: bool,
 }
 
 impl DrainArgs {
@@ -262,7 +266,12 @@ pub(crate) fn run_proxy(
         }
         if let Some(began) = drain {
             let left = control.transactions_pending();
-            if left == 0 {
+            let dialogs = if args.drain_dialogs {
+                control.dialogs_open()
+            } else {
+                0
+            };
+            if left == 0 && dialogs == 0 {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= idle {
                     let took = began.elapsed().as_secs_f64();
@@ -271,6 +280,15 @@ pub(crate) fn run_proxy(
                 }
             } else {
                 idle_since = None;
+            }
+            if began.elapsed() >= timeout && left == 0 && dialogs > 0 {
+                // Only dialogs left: their time was the deadline.
+                let took = began.elapsed().as_secs_f64();
+                log::warn!(
+                    "sip proxy: drain deadline ({:.1} s) passed with {dialogs} dialog(s) still open; exiting",
+                    args.drain_timeout
+                );
+                return Ending::Drained(took);
             }
             if began.elapsed() >= timeout {
                 log::warn!(

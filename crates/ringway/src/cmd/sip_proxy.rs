@@ -267,6 +267,9 @@ pub struct ProxyArgs {
     /// Credentials for --auth: `user:realm:HA1` lines (htdigest; 32 hex digits MD5, 64 SHA-256).
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub auth_file: Option<PathBuf>,
+    /// A file with the secret nonces are signed with (≥ 16 bytes), the same for every proxy behind a dispatcher: a challenge from one is answered at another (default: a random key per process; re-read on reload; never logged).
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
+    pub auth_secret_file: Option<PathBuf>,
     /// Realm of every challenge (default: the domain of the AOR / From).
     #[arg(long)]
     pub auth_realm: Option<String>,
@@ -487,6 +490,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             max_contacts: args.max_contacts,
             auth: args.auth,
             auth_file: args.auth_file.clone(),
+            auth_secret_file: args.auth_secret_file.clone(),
             auth_realm: args.auth_realm.clone(),
             auth_algorithms: args
                 .auth_algorithms
@@ -558,6 +562,10 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     a.log.apply();
     a.manage.validate()?;
     a.drain.validate()?;
+    anyhow::ensure!(
+        !a.drain.drain_dialogs || matches!(a.mode, ModeArg::Stateful),
+        "--drain-dialogs needs --mode stateful (a stateless proxy keeps no dialogs)"
+    );
     let config = SipServerConfig::try_from(&a)?;
     let signals = host::control_signals()?;
     // Validated once, here.

@@ -43,6 +43,8 @@ struct Owned {
     /// When the message now buffered began (ns).
     message_started: u64,
     messages: u64,
+    /// Opened by us and its connect completed.
+    connected: bool,
 }
 
 /// Run until `stop`: every connection is closed on the way out.
@@ -94,14 +96,17 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
                         framer: Framer::default(),
                         message_started: now,
                         messages: 0,
+                        connected: false,
                     })
                 }
             };
             let mut close = entry.conn.closing();
             if close.is_none() && event.is_writable() {
                 if !entry.conn.inbound && entry.messages == 0 {
-                    if let Ok(Some(_)) | Err(_) = entry.conn.stream.take_error() {
-                        close = Some(CloseReason::ConnectFailed);
+                    match entry.conn.stream.take_error() {
+                        // Writable with no error: the connect completed.
+                        Ok(None) => entry.connected |= entry.conn.stream.peer_addr().is_ok(),
+                        Ok(Some(_)) | Err(_) => close = Some(CloseReason::ConnectFailed),
                     }
                 }
                 if close.is_none() && entry.conn.flush().is_err() {
@@ -123,6 +128,13 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
             }
             if close.is_none() && event.is_error() {
                 close = Some(CloseReason::IoError);
+            }
+            if close.is_none() {
+                // Up (TLS: its handshake done too): no longer a transport
+                // error if it closes.
+                entry
+                    .conn
+                    .confirm_if_up(entry.connected || entry.messages > 0);
             }
             if let Some(reason) = close {
                 if let Some(entry) = owned.remove(&token) {

@@ -21,6 +21,14 @@
 //!   counted by reason.
 //! - UDP workers are not slowed by connection work: the event loops are
 //!   threads of their own.
+//! - Transport errors reach the core (RFC 3261 16.9, RFC 3263 4.3): a
+//!   connection we open keeps a copy of the messages sent on it until it
+//!   is up (TCP connected, TLS handshake done). If it closes before
+//!   (refused, reset, handshake failed), or cannot be opened at all, those
+//!   messages are queued as undelivered ([`Connections::take_undelivered`])
+//!   and the timer thread hands each to the core
+//!   (`ProxyWorker::on_transport_error`), which fails over at once instead
+//!   of at timer B/F.
 
 mod event_loop;
 pub mod framing;
@@ -37,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// Bounds of the TCP transport (plain data; `[tcp]` in the configuration).
@@ -256,6 +264,8 @@ pub const CONNECTION_TRANSPORTS: [Transport; 4] = [
 pub struct TcpCounters {
     rows: [TransportCounters; 4],
     udp_out: AtomicU64,
+    undelivered: AtomicU64,
+    undelivered_dropped: AtomicU64,
 }
 
 impl TcpCounters {
@@ -311,6 +321,15 @@ pub struct TcpSnapshot {
     /// Datagrams the TCP threads sent over UDP (transport switching; in
     /// the sums only).
     pub udp_out: u64,
+    /// Messages sent on a connection we opened that closed before it was
+    /// up, or that could not be opened: handed back to the core as
+    /// transport errors.
+    #[serde(default)]
+    pub undelivered: u64,
+    /// Such messages not handed back (the queue was full): their
+    /// transactions time out instead.
+    #[serde(default)]
+    pub undelivered_dropped: u64,
     /// The same counters per transport (`tcp`, `tls`, `ws`, `wss`): those
     /// listened on or used, in the sums only.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -347,6 +366,8 @@ impl TcpSnapshot {
             no_connection: get(&row.no_connection),
             aliases: get(&row.aliases),
             udp_out: 0,
+            undelivered: 0,
+            undelivered_dropped: 0,
             by_transport: BTreeMap::new(),
         }
     }
@@ -412,6 +433,27 @@ pub(crate) struct Conn {
     /// The RFC 5923 alias it took (a Via `alias` on it): requests to this
     /// address over its transport go over it. Set once.
     alias: OnceLock<SocketAddr>,
+    /// Opened by us and not up yet: copies of the messages sent on it
+    /// (bounded), handed back to the core if it closes before it is up.
+    /// `None` once up, once closed, and for accepted connections.
+    unconfirmed: Mutex<Option<Vec<Vec<u8>>>>,
+    /// Opened by us and up (TCP connected, TLS handshake done).
+    established: AtomicBool,
+}
+
+/// Bytes of message copies an unconfirmed connection keeps at most
+/// (beyond, a message is only handed back if writing it fails).
+const UNCONFIRMED_BYTES: usize = 64 * 1024;
+/// Messages waiting to be handed back to the core as transport errors, at
+/// most (count and bytes).
+const UNDELIVERED_MESSAGES: usize = 1024;
+const UNDELIVERED_BYTES: usize = 4 << 20;
+
+/// Messages the transport could not deliver, for the core.
+#[derive(Default)]
+struct Undelivered {
+    messages: Vec<(Hop, Vec<u8>)>,
+    bytes: usize,
 }
 
 impl Conn {
@@ -555,6 +597,40 @@ impl Conn {
             _ => false,
         }
     }
+
+    /// Keep a copy of `bytes` while the connection is not up (within
+    /// [`UNCONFIRMED_BYTES`]).
+    fn remember_unconfirmed(&self, bytes: &[u8]) {
+        let mut unconfirmed = lock(&self.unconfirmed);
+        if let Some(messages) = unconfirmed.as_mut() {
+            let kept: usize = messages.iter().map(Vec::len).sum();
+            if kept + bytes.len() <= UNCONFIRMED_BYTES {
+                messages.push(bytes.to_vec());
+            }
+        }
+    }
+
+    /// The owner saw the TCP connection complete (`connected`): once the
+    /// TLS handshake (if any) is done too, it is up and the copies go.
+    fn confirm_if_up(&self, connected: bool) {
+        if self.inbound || self.established.load(Ordering::Relaxed) || !connected {
+            return;
+        }
+        if self.tls.as_ref().is_some_and(TlsSession::handshaking) {
+            return;
+        }
+        self.established.store(true, Ordering::Relaxed);
+        *lock(&self.unconfirmed) = None;
+    }
+
+    /// The hop the core addressed a message to this connection by.
+    fn target_hop(&self) -> Hop {
+        Hop {
+            addr: self.peer,
+            transport: self.transport,
+            flow: None,
+        }
+    }
 }
 
 /// What one [`Conn::read`] got.
@@ -600,6 +676,8 @@ pub struct Connections {
     /// The transports we listen on (their metrics rows are shown even
     /// while 0).
     listening: Vec<Transport>,
+    /// Messages the transport could not deliver, for the core.
+    undelivered: Mutex<Undelivered>,
 }
 
 /// What [`Connections::set_on_close`] calls: the connection and `now`.
@@ -628,6 +706,7 @@ impl Connections {
             origins,
             on_close: OnceLock::new(),
             listening,
+            undelivered: Mutex::new(Undelivered::default()),
         }
     }
 
@@ -679,7 +758,15 @@ impl Connections {
                 // A flow that is gone is not re-opened towards its address
                 // (a phone behind NAT cannot be connected to).
                 None if hop.flow.is_some() => None,
-                None => self.connect(&mut table, hop.addr, hop.transport, now),
+                None => {
+                    let opened = self.connect(&mut table, hop.addr, hop.transport, now);
+                    if opened.is_none() && hop.transport.is_reliable() {
+                        drop(table);
+                        // Could not be opened at all: a transport error now.
+                        self.undeliverable(hop, bytes);
+                    }
+                    opened
+                }
             }
         };
         let Some(conn) = conn else {
@@ -687,8 +774,17 @@ impl Connections {
             return false;
         };
         let row = self.counters.of(conn.transport);
+        if !conn.inbound && !conn.established.load(Ordering::Relaxed) {
+            conn.remember_unconfirmed(bytes);
+        }
         if !conn.write(bytes, self.config.max_send_buffer_bytes, now) {
             add(&row.no_connection, 1);
+            if !conn.inbound && !conn.established.load(Ordering::Relaxed) {
+                // Failed before it was up (a duplicate of a copy handed
+                // back at its close is ignored by the core: that try is
+                // over by then).
+                self.undeliverable(conn.target_hop(), bytes);
+            }
             return false;
         }
         add(&row.bytes_out, bytes.len() as u64);
@@ -849,6 +945,8 @@ impl Connections {
             ws: matches!(transport, Transport::Ws | Transport::Wss).then(WsSession::default),
             opened: now,
             alias: OnceLock::new(),
+            unconfirmed: Mutex::new((!inbound).then(Vec::new)),
+            established: AtomicBool::new(false),
         });
         add(&self.counters.of(transport).open, 1);
         table.by_id.insert(id, conn.clone());
@@ -892,9 +990,41 @@ impl Connections {
         let row = self.counters.of(conn.transport);
         row.open.fetch_sub(1, Ordering::Relaxed);
         add(&row.closed[reason.index()], 1);
+        // Closed before it was up: what was sent on it never arrived.
+        let unconfirmed = lock(&conn.unconfirmed).take().unwrap_or_default();
+        for message in unconfirmed {
+            self.undeliverable(conn.target_hop(), &message);
+        }
         if let Some(hook) = self.on_close.get() {
             hook(FlowId(conn.id), ringway_io::monotonic_now().0);
         }
+    }
+
+    /// Queue `message`, which could not be delivered to `hop`, for the
+    /// core (bounded: beyond, counted and left to time out).
+    fn undeliverable(&self, hop: Hop, message: &[u8]) {
+        let mut undelivered = lock(&self.undelivered);
+        if undelivered.messages.len() >= UNDELIVERED_MESSAGES
+            || undelivered.bytes + message.len() > UNDELIVERED_BYTES
+        {
+            add(&self.counters.undelivered_dropped, 1);
+            return;
+        }
+        undelivered.bytes += message.len();
+        undelivered.messages.push((hop, message.to_vec()));
+        add(&self.counters.undelivered, 1);
+    }
+
+    /// The messages the transport could not deliver since the last call,
+    /// each with the hop the core sent it to (for
+    /// `ProxyWorker::on_transport_error`).
+    pub fn take_undelivered(&self) -> Vec<(Hop, Vec<u8>)> {
+        let mut undelivered = lock(&self.undelivered);
+        if undelivered.messages.is_empty() {
+            return Vec::new();
+        }
+        undelivered.bytes = 0;
+        std::mem::take(&mut undelivered.messages)
     }
 
     /// Connections open now.
@@ -915,6 +1045,8 @@ impl Connections {
         }
         sums.open = self.open() as u64;
         sums.udp_out = self.counters.udp_out.load(Ordering::Relaxed);
+        sums.undelivered = self.counters.undelivered.load(Ordering::Relaxed);
+        sums.undelivered_dropped = self.counters.undelivered_dropped.load(Ordering::Relaxed);
         sums
     }
 }
