@@ -88,7 +88,7 @@ impl Io {
 
     /// Open it on `socket.bind`: the socket backends on a UDP socket
     /// configured by `socket` (the report says what the kernel granted),
-    /// xdp on its interface (IPv4 only; `socket`'s buffers do not apply).
+    /// xdp on its interface (IPv4 or IPv6; `socket`'s buffers do not apply).
     pub fn open(
         &self,
         socket: &SocketConfig,
@@ -99,16 +99,10 @@ impl Io {
         };
         match self {
             Io::Xdp(interface) => {
-                let SocketAddr::V4(local) = socket.bind else {
-                    return Err(backend(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "the xdp backend is IPv4 only: listen on an IPv4 address",
-                    )));
-                };
                 let config = XdpConfig {
                     mode: interface.mode,
                     frames: interface.frames,
-                    ..XdpConfig::new(&interface.iface, local)
+                    ..XdpConfig::new(&interface.iface, socket.bind)
                 };
                 Ok((open_xdp(config).map_err(backend)?, None))
             }

@@ -19,7 +19,7 @@ use ringway_io::{
     open_backend, open_xdp_with_socket, BackendKind, BatchIo, Io, XdpConfig, XdpInterface,
 };
 use serde::Serialize;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 
 /// The backend the workers run on, as opened.
 #[derive(Clone, Debug, Serialize)]
@@ -101,15 +101,10 @@ enum XdpRefused {
 
 /// The AF_XDP backend on `interface` for the one worker.
 fn open_xdp(config: &SipServerConfig, interface: &XdpInterface) -> Result<OpenedIo, XdpRefused> {
-    let SocketAddr::V4(local) = config.listen else {
-        return Err(XdpRefused::Unavailable(
-            "the xdp backend is IPv4 only so far: listen is an IPv6 address".into(),
-        ));
-    };
     let xdp = XdpConfig {
         mode: interface.mode,
         frames: interface.frames,
-        ..XdpConfig::new(&interface.iface, local)
+        ..XdpConfig::new(&interface.iface, config.listen)
     };
     match open_xdp_with_socket(xdp) {
         Ok((io, kernel_socket)) => {
