@@ -42,6 +42,16 @@ impl XdpInterface {
             frames: 4096,
         }
     }
+
+    /// The backend's options for listening on `local`, IPv4 or IPv6 (its
+    /// defaults, with this interface, mode and frame count).
+    pub fn config(&self, local: impl Into<SocketAddr>) -> XdpConfig {
+        XdpConfig {
+            mode: self.mode,
+            frames: self.frames,
+            ..XdpConfig::new(&self.iface, local)
+        }
+    }
 }
 
 /// Why a backend could not be named.
@@ -98,14 +108,10 @@ impl Io {
             source,
         };
         match self {
-            Io::Xdp(interface) => {
-                let config = XdpConfig {
-                    mode: interface.mode,
-                    frames: interface.frames,
-                    ..XdpConfig::new(&interface.iface, socket.bind)
-                };
-                Ok((open_xdp(config).map_err(backend)?, None))
-            }
+            Io::Xdp(interface) => Ok((
+                open_xdp(interface.config(socket.bind)).map_err(backend)?,
+                None,
+            )),
             _ => {
                 let (udp, report) = open_udp(socket).map_err(|source| OpenError::Socket {
                     addr: socket.bind,
