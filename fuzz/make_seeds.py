@@ -300,6 +300,73 @@ def rtnetlink_seeds():
     yield "neigh_dump", neigh4 + neigh6 + incomplete + done
 
 
+# ---------------------------------------------------------------- XDP frames
+
+
+def csum16(data):
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total > 0xffff:
+        total = (total & 0xffff) + (total >> 16)
+    return total
+
+
+def udp_header(sport, dport, payload, pseudo, zero_checksum=False):
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+    if zero_checksum:
+        return udp
+    c = 0xffff - csum16(pseudo + udp)
+    return udp[:6] + struct.pack("!H", c or 0xffff) + udp[8:]
+
+
+ETH_SRC, ETH_DST = bytes([2, 0, 0, 0, 0, 9]), bytes([2, 0, 0, 0, 0, 1])
+
+
+def frame4(payload, options=b"", frag=0x4000, zero_checksum=False, proto=17):
+    src, dst = bytes([10, 77, 0, 2]), bytes([10, 77, 0, 1])
+    udp = udp_header(40000, 5004, payload,
+                     src + dst + struct.pack("!BBH", 0, 17, 8 + len(payload)), zero_checksum)
+    ihl = 5 + len(options) // 4
+    ip = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, ihl * 4 + len(udp), 1, frag, 64, proto, 0,
+                     src, dst) + options
+    ip = ip[:10] + struct.pack("!H", 0xffff - csum16(ip)) + ip[12:]
+    return ETH_DST + ETH_SRC + b"\x08\x00" + ip + udp
+
+
+def frame6(payload, zero_checksum=False, next_header=17, body=None):
+    src = bytes.fromhex("fd770000000000030000000000000002")
+    dst = bytes.fromhex("fd770000000000000000000000000001")
+    udp = udp_header(40000, 5004, payload,
+                     src + dst + struct.pack("!I3xB", 8 + len(payload), 17), zero_checksum)
+    body = udp if body is None else body
+    ip = struct.pack("!IHBB", 0x60000000, len(body), next_header, 64) + src + dst
+    return ETH_DST + ETH_SRC + b"\x86\xdd" + ip + body
+
+
+def xdp_frame_seeds():
+    rtp = bytes([0x80, 0x60, 0, 1, 0, 0, 0, 160, 0, 0, 0, 7]) + bytes(range(80))
+    yield "v4_rtp", frame4(rtp)
+    yield "v4_odd_payload", frame4(b"odd")
+    yield "v4_no_checksum", frame4(rtp, zero_checksum=True)
+    yield "v4_options", frame4(rtp, options=bytes([1, 1, 1, 0]))
+    yield "v4_fragment", frame4(rtp, frag=0x2000)
+    yield "v4_tcp", frame4(rtp, proto=6)
+    yield "v4_padded", frame4(b"ab") + bytes(16)
+    yield "v6_rtp", frame6(rtp)
+    yield "v6_empty", frame6(b"")
+    yield "v6_no_checksum", frame6(rtp, zero_checksum=True)
+    bad = bytearray(frame6(rtp))
+    bad[-1] ^= 1
+    yield "v6_bad_checksum", bytes(bad)
+    yield "v6_hop_by_hop", frame6(rtp, next_header=0,
+                                  body=bytes([17, 0, 1, 4, 0, 0, 0, 0]) + frame6(rtp)[62 - 8:])
+    yield "v6_ndp_solicit", frame6(b"", next_header=58, body=bytes([135, 0, 0, 0]) + bytes(20))
+    yield "v6_truncated", frame6(rtp)[:70]
+    yield "arp", ETH_DST + ETH_SRC + b"\x08\x06" + bytes(28)
+
+
+
 # ---------------------------------------------------------------- Redis, HTTP, digest
 
 
@@ -482,6 +549,8 @@ def main():
         put("nfqueue", name, data)
     for name, data in rtnetlink_seeds():
         put("rtnetlink", name, data)
+    for name, data in xdp_frame_seeds():
+        put("xdp_frame", name, data)
     for name, data in redis_seeds():
         put("redis_reply", name, data)
     for name, data in http_seeds():

@@ -100,3 +100,68 @@ pub fn rtnetlink(data: &[u8]) {
         assert_ne!(*mac, [0u8; 6], "an all-zero MAC is no entry");
     }
 }
+
+/// An Ethernet frame as the AF_XDP backend receives it (IPv4 or IPv6,
+/// UDP): the parser never panics and its views lie inside the frame; the
+/// backend's checksum check agrees with the views' (a zero checksum passes
+/// over IPv4 only); a frame with plain headers turns around in place into
+/// a valid frame back to its sender with the same payload and checksum
+/// verdict; and the send path's header template for that answer verifies
+/// and, when the received checksum did, carries the same UDP checksum (the
+/// incremental sum equals the full one).
+pub fn xdp_frame(data: &[u8]) {
+    use ringway_io::backend::frame_fuzzing::{template_frame, turn_around, verify_udp};
+    use ringway_io::wire::UdpFrame;
+    const OURS: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const THEIRS: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    let Ok(Some(frame)) = UdpFrame::parse(data) else {
+        return;
+    };
+    let (src, dst, udp) = (frame.src(), frame.dst(), frame.udp());
+    let udp_at = frame.udp_offset();
+    let udp_end = udp_at + 8 + udp.payload().len();
+    assert!(udp_end <= data.len(), "UDP view past the frame");
+    let udp_bytes = &data[udp_at..udp_end];
+    let verified = frame.udp_checksum_ok();
+    assert_eq!(
+        verify_udp(src.ip(), dst.ip(), udp_bytes).is_some(),
+        verified,
+        "the backend's checksum check and the view's disagree"
+    );
+    if src.is_ipv6() && udp.checksum() == 0 {
+        assert!(!verified, "a zero UDP checksum over IPv6 passed");
+    }
+    if frame.plain_header() {
+        let mut turned = data.to_vec();
+        assert!(
+            turn_around(&mut turned, OURS, THEIRS),
+            "plain frame refused"
+        );
+        let back = UdpFrame::parse(&turned)
+            .expect("a turned-around frame parses")
+            .expect("and is UDP");
+        assert_eq!((back.src(), back.dst()), (dst, src), "not turned around");
+        assert_eq!((back.eth().src(), back.eth().dst()), (OURS, THEIRS));
+        assert_eq!(back.udp().payload(), udp.payload(), "payload changed");
+        assert_eq!(back.udp_checksum_ok(), verified, "checksum verdict changed");
+        assert!(back.ip_checksum_ok(), "IPv4 header checksum not recomputed");
+    }
+    let answer = template_frame((OURS, THEIRS), dst, src, 7, udp.payload())
+        .expect("addresses of one family");
+    let built = UdpFrame::parse(&answer)
+        .expect("a built frame parses")
+        .expect("and is UDP");
+    assert_eq!((built.src(), built.dst()), (dst, src));
+    assert_eq!(built.udp().payload(), udp.payload());
+    assert!(
+        built.ip_checksum_ok() && built.udp_checksum_ok(),
+        "built frame fails its checksums"
+    );
+    if verified && udp.checksum() != 0 {
+        assert_eq!(
+            built.udp().checksum(),
+            udp.checksum(),
+            "the template's incremental checksum differs from the verified one"
+        );
+    }
+}

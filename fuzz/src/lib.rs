@@ -16,7 +16,7 @@ mod capture;
 mod sfu;
 mod sip;
 
-pub use capture::{nfqueue, pcap, rtnetlink};
+pub use capture::{nfqueue, pcap, rtnetlink, xdp_frame};
 pub use sfu::{sfu_core, sfu_jacktrip, sfu_recording, sfu_token, sfu_wire};
 pub use sip::{sip_digest, sip_dispatch, sip_parse, sip_proxy};
 
@@ -147,7 +147,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 17] = [
+pub const TARGETS: [(&str, Target); 18] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -165,4 +165,5 @@ pub const TARGETS: [(&str, Target); 17] = [
     ("sip_tcp_framing", sip_tcp_framing),
     ("dns_response", dns_response),
     ("sip_ws", sip_ws),
+    ("xdp_frame", xdp_frame),
 ];

@@ -15,6 +15,8 @@ pub(crate) mod xdp;
 
 pub use choice::{Io, IoChoiceError, OpenError, XdpInterface};
 pub use uring::UringConfig;
+#[doc(hidden)]
+pub use xdp::frame_fuzzing;
 pub use xdp::{
     attach_xdp_pass, disable_tx_checksum_offload, parse_rtnetlink_replies, FanoutRoute,
     FanoutStats, KernelFanout, RtnetlinkReplies, XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
@@ -34,7 +36,7 @@ pub enum BackendKind {
     Uring,
     /// AF_XDP: an XDP program steers our UDP datagrams on one interface into
     /// an XSK socket (copy mode, generic XDP); frames are built and parsed
-    /// in user space. IPv4 only, needs an interface: open it with
+    /// in user space. IPv4 or IPv6 (one per socket), needs an interface: open it with
     /// [`open_xdp`], not [`open_backend`].
     Xdp,
 }

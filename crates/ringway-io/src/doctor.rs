@@ -232,7 +232,7 @@ fn probe_backend_xdp() -> Check {
              received through the XSK RX ring and one reply sent through its TX ring; XDP program \
              loaded with bpf(2) and attached in native (driver) mode where the driver has it (veth \
              does), else generic; socket bound with XDP_COPY | XDP_USE_NEED_WAKEUP; RX time from \
-             bpf_ktime_get_ns() in the XDP metadata; IPv4 only",
+             bpf_ktime_get_ns() in the XDP metadata; IPv4 and IPv6 (one per socket)",
         ),
         Err(why) => chk(
             "io",

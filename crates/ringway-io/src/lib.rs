@@ -17,7 +17,7 @@
 //! * [`backend`]: `socket` (poll + one recvmsg/sendmsg per datagram),
 //!   `mmsg` (recvmmsg/sendmmsg) and `uring` (io_uring multishot recvmsg with
 //!   a provided-buffer ring, sendmsg SQEs) and `xdp` (AF_XDP on one
-//!   interface, [`open_xdp`]; IPv4, no kernel RX stamps). Each datagram carries peer, length,
+//!   interface, [`open_xdp`]; IPv4 or IPv6, no kernel RX stamps). Each datagram carries peer, length,
 //!   truncation, kernel software RX stamp and app receive time; TX stamps
 //!   come back from the error queue on request ([`TxBatch::request_stamp`]).
 //! * [`sock`]: [`open_udp`] applies buffers (FORCE when permitted),
@@ -25,7 +25,7 @@
 //! * [`counters`]: `/proc/net/snmp{,6}` UDP totals and `/proc/net/udp{,6}`
 //!   per-socket drops.
 //! * [`thread`]: affinity, policy, nice, EEVDF slice; user/kernel CPU time.
-//! * [`wire`]: Ethernet/IPv4/UDP zero-copy checked views (AF_XDP frames).
+//! * [`wire`]: Ethernet/IPv4/IPv6/UDP zero-copy checked views (AF_XDP frames).
 //! * [`netns`]: private namespaces and veth topologies for tests.
 //! * [`tun`]: TUN devices (one IP packet per read/write) and a multi-fd
 //!   wait; [`nfqueue`]: NFQUEUE packets and per-packet verdicts over

@@ -4,7 +4,8 @@
 //!   namespace with only `lo`, gone when the last user ends.
 //! * [`Topology`]: named namespaces ("hosts") joined by veth pairs, either
 //!   point-to-point or through a bridge, with addresses in 10.77.0.0/16
-//!   (used only inside these namespaces). Everything is deleted on drop
+//!   and, on request, IPv6 unique local addresses in fd77::/48 (used only
+//!   inside these namespaces). Everything is deleted on drop
 //!   (also while unwinding from a panic); [`cleanup_leftovers`] removes what
 //!   crashed processes left behind.
 //!
@@ -12,7 +13,7 @@
 //! directly inside their namespaces, so the root namespace never sees them.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -131,6 +132,9 @@ pub struct Host {
     pub netns: String,
     /// (interface, address, prefix length) of each veth end in this host.
     pub ifaces: Vec<(String, Ipv4Addr, u8)>,
+    /// (interface, IPv6 unique local address, prefix length) of each veth
+    /// end, when the topology was built with [`TopologyBuilder::ipv6`].
+    pub ifaces6: Vec<(String, Ipv6Addr, u8)>,
 }
 
 impl Host {
@@ -140,6 +144,32 @@ impl Host {
             .first()
             .map(|i| i.1)
             .unwrap_or(Ipv4Addr::LOCALHOST)
+    }
+
+    /// First IPv6 unique local address of this host, if it has one.
+    pub fn addr6(&self) -> Option<Ipv6Addr> {
+        self.ifaces6.first().map(|i| i.1)
+    }
+
+    /// The link-local IPv6 address of `ifname` in this host (as the
+    /// kernel made it from the MAC), if it has one.
+    pub fn link_local(&self, ifname: &str) -> io::Result<Option<Ipv6Addr>> {
+        let out = Command::new("ip")
+            .args(["-n", &self.netns, "-6", "-o", "addr", "show", "dev", ifname])
+            .args(["scope", "link"])
+            .output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "ip -6 addr show dev {ifname} in {}: {}",
+                self.netns,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .and_then(|a| a.split('/').next()?.parse().ok()))
     }
 
     /// A `Command` that runs `program` inside this host (`ip netns exec`).
@@ -192,6 +222,7 @@ enum Wiring {
 pub struct TopologyBuilder {
     hosts: Vec<String>,
     wiring: Wiring,
+    ipv6: bool,
     /// Receive and transmit queues of each point-to-point veth end.
     queues: u32,
 }
@@ -221,6 +252,14 @@ impl TopologyBuilder {
     /// Put every host on one bridge instead of point-to-point links.
     pub fn bridge(mut self) -> Self {
         self.wiring = Wiring::Bridge;
+        self
+    }
+    /// Give every veth end an IPv6 unique local address too, next to its
+    /// IPv4 one: `fd77:0:0:N::H/64` where the IPv4 address is `10.77.N.H`
+    /// (duplicate address detection off in these namespaces, so every
+    /// address, link-local ones included, is usable at once).
+    pub fn ipv6(mut self) -> Self {
+        self.ipv6 = true;
         self
     }
 
@@ -262,6 +301,7 @@ impl TopologyBuilder {
                     name: h.clone(),
                     netns: format!("{base}{h}"),
                     ifaces: Vec::new(),
+                    ifaces6: Vec::new(),
                 })
                 .collect(),
             extra_netns: Vec::new(),
@@ -270,7 +310,12 @@ impl TopologyBuilder {
         for h in &topo.hosts {
             ip(&["netns", "add", &h.netns])?;
             ip(&["-n", &h.netns, "link", "set", "lo", "up"])?;
+            if self.ipv6 {
+                // Before any veth exists: they take the namespace's defaults.
+                no_dad(&h.netns)?;
+            }
         }
+        let ipv6 = self.ipv6;
         match self.wiring {
             Wiring::Links(links) => {
                 for (k, (addr, b)) in links.iter().enumerate() {
@@ -323,6 +368,11 @@ impl TopologyBuilder {
                     {
                         let addr = Ipv4Addr::new(10, 77, net, host);
                         ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", ifn])?;
+                        if ipv6 {
+                            let addr6 = ula(net, host);
+                            add_ula(ns, ifn, addr6)?;
+                            topo.hosts[i].ifaces6.push((ifn.clone(), addr6, 64));
+                        }
                         ip(&["-n", ns, "link", "set", ifn, "up"])?;
                         topo.hosts[i].ifaces.push((ifn.clone(), addr, 24));
                     }
@@ -359,6 +409,11 @@ impl TopologyBuilder {
                         "dev",
                         "eth0",
                     ])?;
+                    if ipv6 {
+                        let addr6 = ula(0, (i + 1) as u8);
+                        add_ula(&ns, "eth0", addr6)?;
+                        topo.hosts[i].ifaces6.push(("eth0".into(), addr6, 64));
+                    }
                     ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
                     topo.hosts[i].ifaces.push(("eth0".into(), addr, 24));
                 }
@@ -366,6 +421,47 @@ impl TopologyBuilder {
         }
         Ok(topo)
     }
+}
+
+/// The unique local address `fd77:0:0:net::host` (IPv4 `10.77.net.host`).
+fn ula(net: u8, host: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd77, 0, 0, net.into(), 0, 0, 0, host.into())
+}
+
+/// Add `addr`/64 to `ifname` in `ns`, usable at once (no DAD).
+fn add_ula(ns: &str, ifname: &str, addr: Ipv6Addr) -> io::Result<()> {
+    ip(&[
+        "-n",
+        ns,
+        "-6",
+        "addr",
+        "add",
+        &format!("{addr}/64"),
+        "dev",
+        ifname,
+        "nodad",
+    ])
+}
+
+/// Duplicate address detection off in namespace `ns` (its own sysctls):
+/// link-local addresses are usable as soon as a link is up, so neighbour
+/// discovery between the hosts starts at once.
+fn no_dad(ns: &str) -> io::Result<()> {
+    for key in [
+        "net.ipv6.conf.all.accept_dad=0",
+        "net.ipv6.conf.default.accept_dad=0",
+    ] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-qw", key])
+            .output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "sysctl {key} in {ns}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Named namespaces joined by veth pairs; all deleted on drop.
@@ -381,6 +477,7 @@ impl Topology {
         TopologyBuilder {
             hosts: Vec::new(),
             wiring: Wiring::Links(Vec::new()),
+            ipv6: false,
             queues: 1,
         }
     }

@@ -1,11 +1,18 @@
-//! Ethernet II / IPv4 / UDP headers as zero-copy checked views over `&[u8]`
-//! (smoltcp `wire` style), for the AF_XDP backend, which sees whole frames.
+//! Ethernet II / IPv4 / IPv6 / UDP headers as zero-copy checked views over
+//! `&[u8]` (smoltcp `wire` style), for the AF_XDP backend, which sees whole
+//! frames.
 //!
 //! `*::new_checked(buf)` verifies that every field the accessors read lies
 //! inside `buf` and that the lengths the headers claim are consistent;
-//! accessors never panic afterwards. [`write_udp_frame`] builds a frame.
+//! accessors never panic afterwards. [`UdpFrame::parse`] takes a frame of
+//! either family; [`write_udp_frame`] builds one.
+//!
+//! IPv6: only a UDP header right after the fixed header is a UDP datagram
+//! here (next header 17); a frame with extension headers (hop-by-hop,
+//! routing, fragment, ...) is "not UDP" (`Ok(None)`), left to the kernel.
+//! A UDP checksum of 0 is refused over IPv6 (RFC 8200 8.1: mandatory).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 /// Why a frame was not accepted.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +27,10 @@ pub enum WireError {
 
 /// EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// EtherType of IPv6.
+pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+/// IPv6 fixed header length.
+pub const IPV6_HLEN: usize = 40;
 /// IP protocol number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
 /// Ethernet II header length.
@@ -30,6 +41,9 @@ pub const IPV4_HLEN: usize = 20;
 pub const UDP_HLEN: usize = 8;
 /// Ethernet + IPv4 (no options) + UDP header bytes in front of a payload.
 pub const UDP_FRAME_OVERHEAD: usize = ETH_HLEN + IPV4_HLEN + UDP_HLEN;
+/// Ethernet + IPv6 (no extension headers) + UDP header bytes in front of a
+/// payload.
+pub const UDP6_FRAME_OVERHEAD: usize = ETH_HLEN + IPV6_HLEN + UDP_HLEN;
 
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
@@ -127,6 +141,50 @@ impl<'a> Ipv4Packet<'a> {
     }
 }
 
+/// An IPv6 packet (fixed header; extension headers are not walked).
+#[derive(Copy, Clone, Debug)]
+pub struct Ipv6Packet<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Ipv6Packet<'a> {
+    /// Check version 6 and that the payload length lies within `buf`.
+    /// Bytes after it (Ethernet padding) are ignored.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < IPV6_HLEN {
+            return Err(WireError::Truncated);
+        }
+        if buf[0] >> 4 != 6 {
+            return Err(WireError::Malformed);
+        }
+        let total = IPV6_HLEN + be16(buf, 4) as usize;
+        if buf.len() < total {
+            return Err(WireError::Truncated);
+        }
+        Ok(Ipv6Packet { buf: &buf[..total] })
+    }
+    /// Next header (the protocol when there are no extension headers).
+    pub fn next_header(&self) -> u8 {
+        self.buf[6]
+    }
+    /// Hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.buf[7]
+    }
+    /// Source address.
+    pub fn src(&self) -> Ipv6Addr {
+        Ipv6Addr::from(<[u8; 16]>::try_from(&self.buf[8..24]).expect("checked length"))
+    }
+    /// Destination address.
+    pub fn dst(&self) -> Ipv6Addr {
+        Ipv6Addr::from(<[u8; 16]>::try_from(&self.buf[24..40]).expect("checked length"))
+    }
+    /// Bytes after the fixed header, up to the payload length.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[IPV6_HLEN..]
+    }
+}
+
 /// A UDP datagram.
 #[derive(Copy, Clone, Debug)]
 pub struct UdpDatagram<'a> {
@@ -165,6 +223,12 @@ impl<'a> UdpDatagram<'a> {
         self.checksum() == 0
             || fold(sum16(self.buf, pseudo_sum(src, dst, self.buf.len()))) == 0xffff
     }
+    /// The UDP checksum verifies for this IPv6 pair (0, "none", does not:
+    /// the checksum is mandatory over IPv6).
+    pub fn checksum_ok6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        self.checksum() != 0
+            && fold(sum16(self.buf, pseudo_sum6(src, dst, self.buf.len()))) == 0xffff
+    }
     /// The payload.
     pub fn payload(&self) -> &'a [u8] {
         &self.buf[UDP_HLEN..]
@@ -196,6 +260,113 @@ impl<'a> Udp4Frame<'a> {
         }
         let udp = UdpDatagram::new_checked(ip.payload())?;
         Ok(Some(Udp4Frame { eth, ip, udp }))
+    }
+}
+
+/// A UDP datagram inside IPv6 (no extension headers) inside Ethernet.
+#[derive(Copy, Clone, Debug)]
+pub struct Udp6Frame<'a> {
+    /// The Ethernet layer.
+    pub eth: EthernetFrame<'a>,
+    /// The IPv6 layer.
+    pub ip: Ipv6Packet<'a>,
+    /// The UDP layer.
+    pub udp: UdpDatagram<'a>,
+}
+
+impl<'a> Udp6Frame<'a> {
+    /// Parse all three layers; `Ok(None)` when the frame is valid but not
+    /// an IPv6 UDP datagram without extension headers.
+    pub fn parse(buf: &'a [u8]) -> Result<Option<Self>, WireError> {
+        let eth = EthernetFrame::new_checked(buf)?;
+        if eth.ethertype() != ETHERTYPE_IPV6 {
+            return Ok(None);
+        }
+        let ip = Ipv6Packet::new_checked(eth.payload())?;
+        if ip.next_header() != IPPROTO_UDP {
+            return Ok(None);
+        }
+        let udp = UdpDatagram::new_checked(ip.payload())?;
+        Ok(Some(Udp6Frame { eth, ip, udp }))
+    }
+}
+
+/// A UDP datagram in an Ethernet frame, over IPv4 or IPv6.
+#[derive(Copy, Clone, Debug)]
+pub enum UdpFrame<'a> {
+    /// Over IPv4 (options allowed, not a fragment).
+    V4(Udp4Frame<'a>),
+    /// Over IPv6 (no extension headers).
+    V6(Udp6Frame<'a>),
+}
+
+impl<'a> UdpFrame<'a> {
+    /// Parse a frame of either family; `Ok(None)` when it is valid but
+    /// not a UDP datagram these views handle.
+    pub fn parse(buf: &'a [u8]) -> Result<Option<Self>, WireError> {
+        let eth = EthernetFrame::new_checked(buf)?;
+        match eth.ethertype() {
+            ETHERTYPE_IPV4 => Ok(Udp4Frame::parse(buf)?.map(UdpFrame::V4)),
+            ETHERTYPE_IPV6 => Ok(Udp6Frame::parse(buf)?.map(UdpFrame::V6)),
+            _ => Ok(None),
+        }
+    }
+    /// The Ethernet layer.
+    pub fn eth(&self) -> EthernetFrame<'a> {
+        match self {
+            UdpFrame::V4(f) => f.eth,
+            UdpFrame::V6(f) => f.eth,
+        }
+    }
+    /// The UDP layer.
+    pub fn udp(&self) -> UdpDatagram<'a> {
+        match self {
+            UdpFrame::V4(f) => f.udp,
+            UdpFrame::V6(f) => f.udp,
+        }
+    }
+    /// Sender address and port.
+    pub fn src(&self) -> SocketAddr {
+        match self {
+            UdpFrame::V4(f) => SocketAddr::new(IpAddr::V4(f.ip.src()), f.udp.src_port()),
+            UdpFrame::V6(f) => SocketAddr::new(IpAddr::V6(f.ip.src()), f.udp.src_port()),
+        }
+    }
+    /// Destination address and port.
+    pub fn dst(&self) -> SocketAddr {
+        match self {
+            UdpFrame::V4(f) => SocketAddr::new(IpAddr::V4(f.ip.dst()), f.udp.dst_port()),
+            UdpFrame::V6(f) => SocketAddr::new(IpAddr::V6(f.ip.dst()), f.udp.dst_port()),
+        }
+    }
+    /// Offset of the UDP header in the frame.
+    pub fn udp_offset(&self) -> usize {
+        match self {
+            UdpFrame::V4(f) => ETH_HLEN + f.ip.header_len(),
+            UdpFrame::V6(_) => ETH_HLEN + IPV6_HLEN,
+        }
+    }
+    /// The IP header has no options (IPv4 IHL 5; IPv6 always): the frame
+    /// can be turned around in place.
+    pub fn plain_header(&self) -> bool {
+        match self {
+            UdpFrame::V4(f) => f.ip.header_len() == IPV4_HLEN,
+            UdpFrame::V6(_) => true,
+        }
+    }
+    /// The IP header checksum verifies (IPv6 has none).
+    pub fn ip_checksum_ok(&self) -> bool {
+        match self {
+            UdpFrame::V4(f) => f.ip.checksum_ok(),
+            UdpFrame::V6(_) => true,
+        }
+    }
+    /// The UDP checksum verifies (IPv4: or is absent; IPv6: mandatory).
+    pub fn udp_checksum_ok(&self) -> bool {
+        match self {
+            UdpFrame::V4(f) => f.udp.checksum_ok(f.ip.src(), f.ip.dst()),
+            UdpFrame::V6(f) => f.udp.checksum_ok6(f.ip.src(), f.ip.dst()),
+        }
     }
 }
 
@@ -245,6 +416,33 @@ pub(crate) fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u32 {
     pseudo[9] = IPPROTO_UDP;
     pseudo[10..12].copy_from_slice(&(udp_len as u16).to_be_bytes());
     sum16(&pseudo, 0)
+}
+
+/// The IPv6 pseudo-header's sum (RFC 8200 8.1): addresses, upper-layer
+/// length, next header UDP.
+pub(crate) fn pseudo_sum6(src: Ipv6Addr, dst: Ipv6Addr, udp_len: usize) -> u32 {
+    let mut pseudo = [0u8; 40];
+    pseudo[0..16].copy_from_slice(&src.octets());
+    pseudo[16..32].copy_from_slice(&dst.octets());
+    pseudo[32..36].copy_from_slice(&(udp_len as u32).to_be_bytes());
+    pseudo[39] = IPPROTO_UDP;
+    sum16(&pseudo, 0)
+}
+
+/// The pseudo-header's sum for a pair of either family (mixed families:
+/// the IPv6 form of both).
+pub(crate) fn pseudo_sum_ip(src: IpAddr, dst: IpAddr, udp_len: usize) -> u32 {
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => pseudo_sum(s, d, udp_len),
+        (s, d) => pseudo_sum6(to_v6(s), to_v6(d), udp_len),
+    }
+}
+
+fn to_v6(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
 }
 
 /// Addresses of a frame to build.
@@ -308,6 +506,49 @@ pub fn write_udp_frame(
     let mut checksum = !fold(sum16(udp, pseudo_sum(a.src_ip, a.dst_ip, udp.len())));
     if checksum == 0 {
         checksum = 0xffff; // 0 means "no checksum" in UDP over IPv4
+    }
+    udp[6..8].copy_from_slice(&checksum.to_be_bytes());
+    Some(total)
+}
+
+/// Write Ethernet + IPv6 (traffic class and flow label 0, hop limit 64,
+/// no extension headers) + UDP (with its mandatory checksum) headers and
+/// `payload` from `src` (MAC `src_mac`) to `dst` (MAC `dst_mac`) into
+/// `out`; returns the frame length, or `None` if `out` is too small or the
+/// datagram exceeds 65527 payload bytes.
+pub fn write_udp6_frame(
+    out: &mut [u8],
+    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
+    (src, dst): (SocketAddrV6, SocketAddrV6),
+    payload: &[u8],
+) -> Option<usize> {
+    let total = UDP6_FRAME_OVERHEAD + payload.len();
+    if out.len() < total || payload.len() > 65535 - UDP_HLEN {
+        return None;
+    }
+    let frame = &mut out[..total];
+    frame[0..6].copy_from_slice(&dst_mac);
+    frame[6..12].copy_from_slice(&src_mac);
+    frame[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    let udp_len = (UDP_HLEN + payload.len()) as u16;
+    {
+        let ip = &mut frame[ETH_HLEN..ETH_HLEN + IPV6_HLEN];
+        ip[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+        ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        ip[6] = IPPROTO_UDP;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&src.ip().octets());
+        ip[24..40].copy_from_slice(&dst.ip().octets());
+    }
+    let udp = &mut frame[ETH_HLEN + IPV6_HLEN..];
+    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    udp[6..8].copy_from_slice(&[0, 0]);
+    udp[UDP_HLEN..].copy_from_slice(payload);
+    let mut checksum = !fold(sum16(udp, pseudo_sum6(*src.ip(), *dst.ip(), udp.len())));
+    if checksum == 0 {
+        checksum = 0xffff; // a computed 0 is sent as all ones (RFC 8200 8.1)
     }
     udp[6..8].copy_from_slice(&checksum.to_be_bytes());
     Some(total)
@@ -430,5 +671,97 @@ mod tests {
         assert!(!f.udp.checksum_ok(f.ip.src(), f.ip.dst()));
         // Output too small.
         assert!(write_udp_frame(&mut buf[..40], &addrs(), 1, b"abcdef").is_none());
+    }
+
+    fn v6_ends() -> (SocketAddrV6, SocketAddrV6) {
+        (
+            "[fd77:0:0:1::2]:40000".parse().unwrap(),
+            "[fd77::1]:5004".parse().unwrap(),
+        )
+    }
+
+    const MACS: ([u8; 6], [u8; 6]) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+
+    #[test]
+    fn ipv6_build_then_parse_roundtrip() {
+        let (src, dst) = v6_ends();
+        let mut buf = [0u8; 160];
+        for payload in [&b""[..], b"x", b"hello world, over IPv6"] {
+            let n = write_udp6_frame(&mut buf, MACS, (src, dst), payload).unwrap();
+            assert_eq!(n, UDP6_FRAME_OVERHEAD + payload.len());
+            let Some(UdpFrame::V6(f)) = UdpFrame::parse(&buf[..n]).unwrap() else {
+                panic!("not an IPv6 UDP frame");
+            };
+            assert_eq!((f.eth.src(), f.eth.dst()), MACS);
+            assert_eq!((f.ip.src(), f.ip.dst()), (*src.ip(), *dst.ip()));
+            assert_eq!(f.ip.hop_limit(), 64);
+            assert_eq!((f.udp.src_port(), f.udp.dst_port()), (40000, 5004));
+            assert_ne!(f.udp.checksum(), 0);
+            assert!(f.udp.checksum_ok6(f.ip.src(), f.ip.dst()));
+            assert_eq!(f.udp.payload(), payload);
+            let any = UdpFrame::V6(f);
+            assert_eq!(any.src(), SocketAddr::V6(src));
+            assert_eq!(any.dst(), SocketAddr::V6(dst));
+            assert_eq!(any.udp_offset(), ETH_HLEN + IPV6_HLEN);
+            assert!(any.udp_checksum_ok() && any.ip_checksum_ok() && any.plain_header());
+        }
+    }
+
+    /// A known IPv6 UDP checksum, worked by hand from RFC 8200's
+    /// pseudo-header: ::1 to ::1, ports 1 and 2, payload "ab" (0x6162).
+    #[test]
+    fn known_ipv6_udp_checksum() {
+        let (one, payload) = (Ipv6Addr::LOCALHOST, b"ab");
+        let ends = (
+            SocketAddrV6::new(one, 1, 0, 0),
+            SocketAddrV6::new(one, 2, 0, 0),
+        );
+        let mut buf = [0u8; 80];
+        let n = write_udp6_frame(&mut buf, MACS, ends, payload).unwrap();
+        // Pseudo: 1 + 1 (addresses) + 10 (length) + 17; UDP: 1 + 2 + 10 +
+        // 0x6162. Sum 0x618c, checksum !0x618c = 0x9e73.
+        assert_eq!(be16(&buf, UDP6_FRAME_OVERHEAD - 2), 0x9e73);
+        assert_eq!(n, UDP6_FRAME_OVERHEAD + 2);
+    }
+
+    #[test]
+    fn ipv6_rejects_bad_frames_without_panicking() {
+        let (src, dst) = v6_ends();
+        let mut buf = [0u8; 160];
+        let n = write_udp6_frame(&mut buf, MACS, (src, dst), b"abcdef").unwrap();
+        for cut in 0..n {
+            assert!(
+                !matches!(UdpFrame::parse(&buf[..cut]), Ok(Some(_))),
+                "{cut}"
+            );
+        }
+        // Padding after the payload length is ignored.
+        let Some(f) = UdpFrame::parse(&buf[..n + 10]).unwrap() else {
+            panic!("padded frame");
+        };
+        assert_eq!(f.udp().payload(), b"abcdef");
+        // Version 4 inside an IPv6 EtherType.
+        let mut b = buf;
+        b[ETH_HLEN] = 0x40;
+        assert_eq!(UdpFrame::parse(&b[..n]).unwrap_err(), WireError::Malformed);
+        // Payload length past the buffer.
+        let mut b = buf;
+        b[ETH_HLEN + 4..ETH_HLEN + 6].copy_from_slice(&[0x01, 0]);
+        assert_eq!(UdpFrame::parse(&b[..n]).unwrap_err(), WireError::Truncated);
+        // An extension header (hop-by-hop, fragment) or ICMPv6: not ours.
+        for next in [0u8, 44, 58] {
+            let mut b = buf;
+            b[ETH_HLEN + 6] = next;
+            assert!(UdpFrame::parse(&b[..n]).unwrap().is_none(), "{next}");
+        }
+        // A zero checksum is no checksum: refused over IPv6.
+        let mut b = buf;
+        b[UDP6_FRAME_OVERHEAD - 2..UDP6_FRAME_OVERHEAD].copy_from_slice(&[0, 0]);
+        assert!(!UdpFrame::parse(&b[..n]).unwrap().unwrap().udp_checksum_ok());
+        // A flipped payload bit fails.
+        let mut b = buf;
+        b[n - 1] ^= 1;
+        assert!(!UdpFrame::parse(&b[..n]).unwrap().unwrap().udp_checksum_ok());
+        assert!(write_udp6_frame(&mut buf[..60], MACS, (src, dst), b"abcdef").is_none());
     }
 }

@@ -98,7 +98,11 @@ fn bad_options_are_clear_errors() {
         ),
         (
             XdpConfig::new("lo", SocketAddrV4::new([0, 0, 0, 0].into(), 0)),
-            "own IPv4 address",
+            "own address",
+        ),
+        (
+            XdpConfig::new("lo", "[::]:0".parse::<SocketAddr>().unwrap()),
+            "own address",
         ),
     ] {
         let e = open_xdp(cfg).err().unwrap();

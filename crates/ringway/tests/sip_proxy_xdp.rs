@@ -1,10 +1,10 @@
 //! The SIP proxy on the AF_XDP backend (`--backend xdp --interface`) in a
 //! veth testbed: SIPp UAC, proxy and SIPp UAS each in a namespace of their
 //! own on one bridge; calls in both modes with every datagram through the
-//! XSK rings; ping and UDP to another port of the proxy's address still
-//! answered by its kernel (XDP_PASS); and the fallback to mmsg with the
-//! reason when XDP cannot start or the interface has several receive
-//! queues.
+//! XSK rings, over IPv4 and over IPv6 (unique local addresses); ping and
+//! UDP to another port of the proxy's address still answered by its kernel
+//! (XDP_PASS); and the fallback to mmsg with the reason when XDP cannot
+//! start or the interface has several receive queues.
 
 mod sip_proxy_support;
 
@@ -28,15 +28,18 @@ fn xdp_here() -> bool {
     }
 }
 
-/// UAC, proxy and UAS on one bridge (10.77.0.1, .2, .3), with full UDP
-/// checksums from the SIPp hosts (a same-host veth sender leaves them
-/// partial; the backend verifies every checksum it receives).
-fn testbed() -> (Topology, Host, Host, Host) {
-    let topo = Topology::builder()
+/// UAC, proxy and UAS on one bridge (10.77.0.1, .2, .3; with `ipv6` also
+/// fd77::1, ::2, ::3, which the tests then use), with full UDP checksums
+/// from the SIPp hosts (a same-host veth sender leaves them partial; the
+/// backend verifies every checksum it receives).
+fn testbed(ipv6: bool) -> (Topology, Host, Host, Host) {
+    let builder = Topology::builder()
         .host("uac")
         .host("proxy")
         .host("uas")
-        .bridge()
+        .bridge();
+    let builder = if ipv6 { builder.ipv6() } else { builder };
+    let topo = builder
         .build()
         .expect("build the veth testbed (needs root)");
     let host = |name: &str| topo.host(name).expect("built").clone();
@@ -64,8 +67,12 @@ fn inside<T: Send + 'static>(
     .expect("enter namespace")
 }
 
+/// `host`'s address (IPv6 in an IPv6 testbed) with `port`.
 fn addr(host: &Host, port: u16) -> SocketAddr {
-    SocketAddr::from((host.addr(), port))
+    match host.addr6() {
+        Some(v6) => SocketAddr::from((v6, port)),
+        None => SocketAddr::from((host.addr(), port)),
+    }
 }
 
 /// Start the proxy on the proxy host's veth with `extra` arguments.
@@ -75,9 +82,15 @@ fn start_xdp_proxy(
     proxy: &Host,
     extra: &'static [&'static str],
 ) -> (Procs, ProxyProc) {
-    let listen = addr(proxy, 5060).to_string();
+    let listen = addr(proxy, 5060);
+    let relay = if listen.is_ipv6() {
+        "fd77::/64"
+    } else {
+        "10.77.0.0/24"
+    };
+    let listen = listen.to_string();
     inside(proxy, procs, move |procs| {
-        let mut args = vec!["--listen", &listen, "--relay", "10.77.0.0/24"];
+        let mut args = vec!["--listen", &listen, "--relay", relay];
         args.extend_from_slice(extra);
         start_proxy(procs, &dir, &args)
     })
@@ -171,7 +184,8 @@ fn udp_echo_on(proxy: &Host, port: u16) -> std::thread::JoinHandle<std::io::Resu
 fn kernel_still_answers(uac: &Host, proxy: &Host, echo_port: u16) {
     let out = uac
         .command("ping")
-        .args(["-c", "3", "-i", "0.2", "-W", "2", &proxy.addr().to_string()])
+        .args(["-c", "3", "-i", "0.2", "-W", "2"])
+        .arg(addr(proxy, 0).ip().to_string())
         .output()
         .expect("run ping (iputils-ping)");
     assert!(
@@ -182,7 +196,12 @@ fn kernel_still_answers(uac: &Host, proxy: &Host, echo_port: u16) {
     let target = addr(proxy, echo_port);
     let echoed = uac
         .run(move || -> std::io::Result<bool> {
-            let socket = UdpSocket::bind(("0.0.0.0", 0))?;
+            let any: std::net::IpAddr = if target.is_ipv6() {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            };
+            let socket = UdpSocket::bind((any, 0))?;
             socket.set_read_timeout(Some(Duration::from_millis(300)))?;
             let mut buf = [0u8; 64];
             for _ in 0..20 {
@@ -209,7 +228,7 @@ fn sipp_calls_through_the_proxy_on_af_xdp_in_both_modes() {
     if !xdp_here() {
         return;
     }
-    let (_topo, uac, proxy, uas) = testbed();
+    let (_topo, uac, proxy, uas) = testbed(false);
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
     let uas_addr = addr(&uas, 5070);
@@ -251,11 +270,54 @@ fn sipp_calls_through_the_proxy_on_af_xdp_in_both_modes() {
     }
 }
 
+/// Over IPv6: SIPp calls through the stateless proxy on AF_XDP, every
+/// datagram through the XSK rings as IPv6 frames (the peers' MACs from
+/// the kernel's NDP entries); ping and UDP to another port still reach the
+/// proxy host's kernel (ICMPv6 and neighbour discovery pass the program).
+#[test]
+fn sipp_calls_through_the_proxy_on_af_xdp_over_ipv6() {
+    if !xdp_here() {
+        return;
+    }
+    let (_topo, uac, proxy, uas) = testbed(true);
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = Procs::default();
+    let uas_addr = addr(&uas, 5070);
+    assert!(uas_addr.is_ipv6());
+    let d = dir.path().to_path_buf();
+    (procs, _) = inside(&uas, procs, move |procs| {
+        spawn_sipp(procs, &d, &uas_args(uas_addr))
+    });
+    let extra: &'static [&'static str] = &[
+        "--mode",
+        "stateless",
+        "--backend",
+        "xdp",
+        "--interface",
+        "eth0",
+    ];
+    let (p, proxy_proc) = start_xdp_proxy(procs, dir.path().to_path_buf(), &proxy, extra);
+    procs = p;
+    let echo = udp_echo_on(&proxy, 9999);
+    let (p, stats) = calls(
+        procs,
+        dir.path().to_path_buf(),
+        (&uac, &proxy, &uas),
+        "uac-v6",
+    );
+    procs = p;
+    kernel_still_answers(&uac, &proxy, 9999);
+    echo.join().unwrap().unwrap();
+    let summary = stop_proxy(&mut procs, &proxy_proc);
+    eprintln!("ipv6: io {}", summary["io"]);
+    check_xdp_path(&summary, &stats);
+}
+
 /// An interface that does not exist: the proxy falls back to mmsg, says
 /// why on stderr and in the summary, and carries calls.
 #[test]
 fn xdp_that_cannot_start_falls_back_to_mmsg_with_the_reason() {
-    let (_topo, uac, proxy, uas) = testbed();
+    let (_topo, uac, proxy, uas) = testbed(false);
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
     let uas_addr = addr(&uas, 5070);
@@ -294,7 +356,7 @@ fn xdp_that_cannot_start_falls_back_to_mmsg_with_the_reason() {
 /// there, says why, and runs on mmsg.
 #[test]
 fn xdp_on_a_multi_queue_interface_falls_back_with_the_reason() {
-    let (_topo, _uac, proxy, _uas) = testbed();
+    let (_topo, _uac, proxy, _uas) = testbed(false);
     // A second veth pair inside the proxy's host, two queues each end
     // (gone with the namespace).
     let out = proxy

@@ -3,7 +3,7 @@
 use super::{open_backend, open_xdp, BackendKind, BatchIo, XdpConfig, XdpMode};
 use crate::sock::{open_udp, SocketConfig, SocketReport};
 use std::io;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 
 /// The I/O backend a server opens, with the data each one needs: the
 /// interface backend carries its interface, so a configuration cannot say
@@ -43,9 +43,9 @@ impl XdpInterface {
         }
     }
 
-    /// The backend's options for listening on `local` (its defaults, with
-    /// this interface, mode and frame count).
-    pub fn config(&self, local: SocketAddrV4) -> XdpConfig {
+    /// The backend's options for listening on `local`, IPv4 or IPv6 (its
+    /// defaults, with this interface, mode and frame count).
+    pub fn config(&self, local: impl Into<SocketAddr>) -> XdpConfig {
         XdpConfig {
             mode: self.mode,
             frames: self.frames,
@@ -98,7 +98,7 @@ impl Io {
 
     /// Open it on `socket.bind`: the socket backends on a UDP socket
     /// configured by `socket` (the report says what the kernel granted),
-    /// xdp on its interface (IPv4 only; `socket`'s buffers do not apply).
+    /// xdp on its interface (IPv4 or IPv6; `socket`'s buffers do not apply).
     pub fn open(
         &self,
         socket: &SocketConfig,
@@ -108,15 +108,10 @@ impl Io {
             source,
         };
         match self {
-            Io::Xdp(interface) => {
-                let SocketAddr::V4(local) = socket.bind else {
-                    return Err(backend(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "the xdp backend is IPv4 only: listen on an IPv4 address",
-                    )));
-                };
-                Ok((open_xdp(interface.config(local)).map_err(backend)?, None))
-            }
+            Io::Xdp(interface) => Ok((
+                open_xdp(interface.config(socket.bind)).map_err(backend)?,
+                None,
+            )),
             _ => {
                 let (udp, report) = open_udp(socket).map_err(|source| OpenError::Socket {
                     addr: socket.bind,

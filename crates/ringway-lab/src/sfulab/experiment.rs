@@ -133,20 +133,22 @@ pub enum Placement {
     /// Both on `lo` of the current (private) namespace.
     Loopback,
     /// The namespace testbed.
-    Hosts(Testbed),
+    Hosts(Box<Testbed>),
 }
 
 impl Placement {
     /// The testbed for up to `clients` clients; `napi`: threaded NAPI at
-    /// the switch ports.
-    pub fn hosts(clients: usize, napi: bool) -> anyhow::Result<Placement> {
-        Ok(Placement::Hosts(Testbed::build(clients, napi)?))
+    /// the switch ports; `ipv6`: the hosts talk IPv6 ([`Testbed::build`]).
+    pub fn hosts(clients: usize, napi: bool, ipv6: bool) -> anyhow::Result<Placement> {
+        Ok(Placement::Hosts(Box::new(Testbed::build(
+            clients, napi, ipv6,
+        )?)))
     }
 
     /// The routed testbed for up to `clients` clients (each behind a
     /// router host, [`Testbed::routed`]).
-    pub fn routed(clients: usize) -> anyhow::Result<Placement> {
-        Ok(Placement::Hosts(Testbed::routed(clients)?))
+    pub fn routed(clients: usize, ipv6: bool) -> anyhow::Result<Placement> {
+        Ok(Placement::Hosts(Box::new(Testbed::routed(clients, ipv6)?)))
     }
 
     /// The SFU's configuration for `backend` (with the in-kernel fan-out
@@ -162,7 +164,7 @@ impl Placement {
             Placement::Hosts(t) => {
                 let sfu = t.sfu();
                 (
-                    SocketAddr::new(sfu.addr().into(), 0),
+                    SocketAddr::new(t.sfu_addr(), 0),
                     sfu.ifaces.first().map(|i| i.0.clone()),
                 )
             }

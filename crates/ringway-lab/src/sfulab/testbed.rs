@@ -41,6 +41,7 @@ use ringway_io::netns::{Host, Topology};
 use ringway_io::thread::CpuTime;
 use ringway_io::XdpMode;
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::process::Command;
 
 /// The namespace testbed (deleted on drop).
@@ -53,16 +54,24 @@ pub struct Testbed {
     switch: Option<Host>,
     clients: usize,
     napi: bool,
+    /// Every host has an IPv6 unique local address too, and the SFU
+    /// listens on its own ([`Testbed::sfu_addr`]).
+    ipv6: bool,
     topology: Topology,
 }
 
 impl Testbed {
     /// Hosts `sfu` and `c0..c<clients>` on one bridge; `napi`: threaded
-    /// NAPI at the switch ports (see the module docs).
-    pub fn build(clients: usize, napi: bool) -> anyhow::Result<Testbed> {
+    /// NAPI at the switch ports (see the module docs); `ipv6`: IPv6 unique
+    /// local addresses too (`fd77::1` the SFU, `fd77::<i+2>` client i), the
+    /// SFU listening on its own.
+    pub fn build(clients: usize, napi: bool, ipv6: bool) -> anyhow::Result<Testbed> {
         let mut topology_builder = Topology::builder().host("sfu");
         for i in 0..clients {
             topology_builder = topology_builder.host(&format!("c{i}"));
+        }
+        if ipv6 {
+            topology_builder = topology_builder.ipv6();
         }
         let topology = topology_builder
             .bridge()
@@ -77,6 +86,7 @@ impl Testbed {
             name: "switch".into(),
             netns: switch_ns,
             ifaces: Vec::new(),
+            ifaces6: Vec::new(),
         });
         for i in 0..clients {
             let host = topology.host(&format!("c{i}")).expect("built").clone();
@@ -122,6 +132,7 @@ impl Testbed {
             switch,
             clients,
             napi,
+            ipv6,
             topology,
         };
         if let (true, Some(switch)) = (napi, testbed.switch.clone()) {
@@ -141,13 +152,16 @@ impl Testbed {
     }
 
     /// Hosts `sfu` and `c0..c<clients>` each on a link of its own to host
-    /// `router`, which forwards between them (IPv4 forwarding on in its
-    /// namespace): every client is behind a router, as on the Internet,
-    /// and the SFU's next hop towards each is the router. Link 0 is
-    /// sfu–router (10.77.1.0/24, the SFU at .1), link i+1 router–client i
-    /// (10.77.(i+2).0/24, the client at .2); default routes point at the
-    /// router. No switch and no NAPI threads.
-    pub fn routed(clients: usize) -> anyhow::Result<Testbed> {
+    /// `router`, which forwards between them (IPv4 and IPv6 forwarding on
+    /// in its namespace): every client is behind a router, as on the
+    /// Internet, and the SFU's next hop towards each is the router. Link 0
+    /// is sfu–router (10.77.1.0/24, the SFU at .1), link i+1 router–client
+    /// i (10.77.(i+2).0/24, the client at .2); default routes point at the
+    /// router. With `ipv6`, the same in `fd77:0:0:N::/64` too, and the
+    /// SFU's IPv6 default route points at the router's link-local address,
+    /// as a route learnt from router advertisements does. No switch and no
+    /// NAPI threads.
+    pub fn routed(clients: usize, ipv6: bool) -> anyhow::Result<Testbed> {
         anyhow::ensure!(clients <= 200, "a routed testbed has at most 200 clients");
         let mut topology_builder = Topology::builder()
             .host("sfu")
@@ -156,6 +170,9 @@ impl Testbed {
         for i in 0..clients {
             let name = format!("c{i}");
             topology_builder = topology_builder.host(&name).link("router", &name);
+        }
+        if ipv6 {
+            topology_builder = topology_builder.ipv6();
         }
         let topology = topology_builder
             .build()
@@ -168,10 +185,37 @@ impl Testbed {
         )?;
         let sfu = topology.host("sfu").expect("built").clone();
         run_in(&sfu, &["ip", "route", "add", "default", "via", "10.77.1.2"])?;
+        if ipv6 {
+            // (The SFU's own link-local address too: its fe80::/64 route
+            // makes the gateway reachable.)
+            wait_link_local(&sfu, "eth0")?;
+            let router_eth0 = wait_link_local(&router, "eth0")?.to_string();
+            run_in(
+                &sfu,
+                &[
+                    "ip",
+                    "-6",
+                    "route",
+                    "add",
+                    "default",
+                    "via",
+                    &router_eth0,
+                    "dev",
+                    "eth0",
+                ],
+            )?;
+        }
         for i in 0..clients {
             let host = topology.host(&format!("c{i}")).expect("built").clone();
             let gateway = format!("10.77.{}.1", i + 2);
             run_in(&host, &["ip", "route", "add", "default", "via", &gateway])?;
+            if ipv6 {
+                let gateway = format!("fd77:0:0:{:x}::1", i + 2);
+                run_in(
+                    &host,
+                    &["ip", "-6", "route", "add", "default", "via", &gateway],
+                )?;
+            }
             let ifname = host.ifaces[0].0.clone();
             host.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
                 .context("entering a client host")?
@@ -183,6 +227,7 @@ impl Testbed {
             switch: None,
             clients,
             napi: false,
+            ipv6,
             topology,
         })
     }
@@ -190,6 +235,16 @@ impl Testbed {
     /// The SFU's host.
     pub fn sfu(&self) -> &Host {
         self.topology.host("sfu").expect("built")
+    }
+
+    /// The address the SFU listens on: its IPv6 unique local address in an
+    /// IPv6 testbed, else its IPv4 one.
+    pub fn sfu_addr(&self) -> IpAddr {
+        let sfu = self.sfu();
+        match sfu.addr6() {
+            Some(v6) if self.ipv6 => IpAddr::V6(v6),
+            _ => IpAddr::V4(sfu.addr()),
+        }
     }
 
     /// Namespaces of the first `n` clients.
@@ -244,6 +299,24 @@ impl Testbed {
         found.sort_unstable();
         found.dedup();
         Ok(found)
+    }
+}
+
+/// The link-local address of `ifname` in `host`, once the kernel has made
+/// it (when the link's carrier comes up; polled for at most 5 s).
+fn wait_link_local(host: &Host, ifname: &str) -> anyhow::Result<std::net::Ipv6Addr> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let found = host
+            .link_local(ifname)
+            .with_context(|| format!("reading the link-local address of {ifname}"))?;
+        match found {
+            Some(addr) => return Ok(addr),
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            None => anyhow::bail!("{ifname} in {} has no link-local address", host.netns),
+        }
     }
 }
 

@@ -262,6 +262,7 @@ fn open_source_socket(c: &SfuLoadConfig, i: usize) -> anyhow::Result<UdpSocket> 
         name: netns_name.clone(),
         netns: netns_name.clone(),
         ifaces: Vec::new(),
+        ifaces6: Vec::new(),
     };
     let (sock, _) = host
         .run(move || open_udp(&cfg))

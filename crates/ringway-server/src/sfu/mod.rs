@@ -65,7 +65,7 @@ pub enum Flush {
 pub struct SfuServerConfig {
     /// Address to listen on (port 0: any).
     pub listen: SocketAddr,
-    /// I/O backend (xdp with its interface, whose IPv4 address is `listen`).
+    /// I/O backend (xdp with its interface, whose address, IPv4 or IPv6, is `listen`).
     pub io: Io,
     /// Datagrams per receive batch (default: 1 for the socket backend, as
     /// in the paper's baseline; 64 otherwise).
@@ -80,7 +80,7 @@ pub struct SfuServerConfig {
     /// Seconds at the start that are not measured (delays, CPU).
     pub warmup_s: f64,
     /// Replicate verified media in the kernel: a tcx ingress program on
-    /// this interface (whose IPv4 address is `listen`) with the routes the
+    /// this interface (whose address, IPv4 or IPv6, is `listen`) with the routes the
     /// core holds, kept in line every tick; packets it does not cover come
     /// to the engine as before.
     pub kernel_fanout: Option<String>,
@@ -202,13 +202,7 @@ impl SfuServerConfig {
             );
         }
         let xdp = matches!(self.io, Io::Xdp(_));
-        if xdp && !self.listen.is_ipv4() {
-            return fail("the xdp backend is IPv4 only: listen must be an IPv4 address");
-        }
         if self.kernel_fanout.is_some() {
-            if !self.listen.is_ipv4() {
-                return fail("kernel_fanout is IPv4 only: listen must be an IPv4 address");
-            }
             if self.listen.ip().is_unspecified() {
                 return fail(
                     "kernel_fanout matches packets by destination address: listen must be a concrete address",
@@ -380,13 +374,14 @@ struct OpenedIo {
 /// Open the backend `config` asks for (8 MiB socket buffers); xdp on every
 /// receive queue of its interface.
 fn open_io(config: &SfuServerConfig) -> Result<OpenedIo, ServerError> {
-    if let (Io::Xdp(interface), SocketAddr::V4(local)) = (&config.io, config.listen) {
-        let opened = ringway_io::open_xdp_queues(interface.config(local)).map_err(|source| {
-            ServerError::Backend {
-                backend: BackendKind::Xdp.to_string(),
-                source,
-            }
-        })?;
+    if let Io::Xdp(interface) = &config.io {
+        let opened =
+            ringway_io::open_xdp_queues(interface.config(config.listen)).map_err(|source| {
+                ServerError::Backend {
+                    backend: BackendKind::Xdp.to_string(),
+                    source,
+                }
+            })?;
         return Ok(OpenedIo {
             backends: opened.backends,
             queues: opened.queues,
@@ -869,18 +864,17 @@ fn publish_live(live: &Mutex<LiveStats>, engine: &Engine, io_stats: IoStats) {
     stats.ticks += 1;
 }
 
-/// The in-kernel fan-out (tcx) on `fanout_at`, for an IPv4 socket.
+/// The in-kernel fan-out (tcx) on `fanout_at`, for the family of `local`.
 fn attach_fanout(
     fanout_at: Option<&str>,
     local: SocketAddr,
 ) -> Result<Option<ringway_io::backend::KernelFanout>, ServerError> {
-    Ok(match (fanout_at, local) {
-        (Some(iface), SocketAddr::V4(local)) => Some(
+    fanout_at
+        .map(|iface| {
             ringway_io::backend::KernelFanout::attach(iface, local)
-                .map_err(|err| ServerError::Config(format!("kernel fan-out: {err}")))?,
-        ),
-        _ => None,
-    })
+                .map_err(|err| ServerError::Config(format!("kernel fan-out: {err}")))
+        })
+        .transpose()
 }
 
 /// The periodic work: the core's clock and timers, the fan-out's map, the
@@ -1178,15 +1172,15 @@ mod tests {
             kernel_fanout: Some("veth0".into()),
             ..SfuServerConfig::default()
         };
-        assert!(fanout("10.0.0.1:5000", BackendKind::Socket)
-            .validate()
-            .is_ok());
+        for listen in ["10.0.0.1:5000", "[fd77::1]:5000"] {
+            assert!(fanout(listen, BackendKind::Socket).validate().is_ok());
+        }
         for (config, why) in [
             (
                 fanout("0.0.0.0:5000", BackendKind::Socket),
                 "concrete address",
             ),
-            (fanout("[::1]:5000", BackendKind::Socket), "IPv4 only"),
+            (fanout("[::]:5000", BackendKind::Socket), "concrete address"),
             (fanout("10.0.0.1:5000", BackendKind::Xdp), "xdp backend"),
         ] {
             let error = config.validate().unwrap_err().to_string();

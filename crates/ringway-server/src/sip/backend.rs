@@ -28,7 +28,7 @@ use ringway_io::{
     open_backend, open_xdp_with_socket, xdp_rx_queues, BackendKind, BatchIo, Io, XdpInterface,
 };
 use serde::Serialize;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 
 /// The backend the workers run on, as opened.
 #[derive(Clone, Debug, Serialize)]
@@ -110,11 +110,6 @@ enum XdpRefused {
 
 /// The AF_XDP backend on `interface` for the one worker.
 fn open_xdp(config: &SipServerConfig, interface: &XdpInterface) -> Result<OpenedIo, XdpRefused> {
-    let SocketAddr::V4(local) = config.listen else {
-        return Err(XdpRefused::Unavailable(
-            "the xdp backend is IPv4 only so far: listen is an IPv6 address".into(),
-        ));
-    };
     if let Ok(queues @ 2..) = xdp_rx_queues(&interface.iface) {
         return Err(XdpRefused::Unavailable(format!(
             "{} has {queues} receive queues: the xdp backend runs one worker on an \
@@ -123,7 +118,7 @@ fn open_xdp(config: &SipServerConfig, interface: &XdpInterface) -> Result<Opened
             interface.iface, interface.iface
         )));
     }
-    match open_xdp_with_socket(interface.config(local)) {
+    match open_xdp_with_socket(interface.config(config.listen)) {
         Ok((io, kernel_socket)) => {
             let description = io.describe();
             log::info!(

@@ -79,6 +79,10 @@ pub(crate) struct LabSfuArgs {
     /// fast paths beyond the first link.
     #[arg(long)]
     pub routed: bool,
+    /// With `--netns`: the hosts talk IPv6 (unique local addresses beside
+    /// their IPv4 ones; the SFU listens on its own).
+    #[arg(long)]
+    pub ipv6: bool,
     /// Leave out runs with more other load on the machine than this (% of
     /// one core).
     #[arg(long, default_value_t = 50.0)]
@@ -208,15 +212,17 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
     }
     let backends: Vec<&str> = config.backends.iter().map(|b| b.name()).collect();
     let shape = if a.netns {
-        if a.routed {
+        let shape = if a.routed {
             "veth hosts, every client behind a router host"
         } else if a.no_napi {
             "veth hosts, no threaded NAPI"
         } else {
             "veth hosts, threaded NAPI at the switch ports"
-        }
+        };
+        let family = if a.ipv6 { ", IPv6" } else { "" };
+        format!("{shape}{family}")
     } else {
-        "private netns, lo"
+        "private netns, lo".to_string()
     };
     if a.capacity {
         println!(
@@ -337,7 +343,10 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         a.netns || !a.kernel_fanout,
         "--kernel-fanout needs --netns (it attaches to the SFU host's veth)"
     );
-    anyhow::ensure!(a.netns || !a.routed, "--routed needs --netns");
+    anyhow::ensure!(
+        a.netns || !(a.routed || a.ipv6),
+        "--routed and --ipv6 need --netns"
+    );
     let config = SfuLabConfig::try_from(&a)?;
     if a.netns {
         let max = if a.capacity {
@@ -346,9 +355,9 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
             config.clients.iter().copied().max().unwrap_or(1)
         };
         let place = if a.routed {
-            Placement::routed(max)?
+            Placement::routed(max, a.ipv6)?
         } else {
-            Placement::hosts(max, !a.no_napi)?
+            Placement::hosts(max, !a.no_napi, a.ipv6)?
         };
         return experiment(a, config, place);
     }

@@ -179,7 +179,7 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub metrics_public: bool,
     /// I/O backend: socket (one syscall per datagram), mmsg (recvmmsg/sendmmsg), uring (io_uring)
-    /// or xdp (AF_XDP on `--interface`, whose IPv4 address `--listen` must be; one worker; falls
+    /// or xdp (AF_XDP on `--interface`, one of whose addresses, IPv4 or IPv6, `--listen` must be; one worker; falls
     /// back to mmsg, saying why, where the kernel cannot run it).
     #[arg(long, default_value = "mmsg")]
     pub backend: ringway_io::BackendKind,

@@ -13,348 +13,23 @@
 //! the last copy — is scheduled (the redirect decided), the in-kernel
 //! counterpart of delay (a).
 //!
-//! Map entry (key: SSRC as on the wire, payload type, 3 zero bytes):
-//!
-//! | offset | field |
-//! |---|---|
-//! | 0 | sender IPv4 address (wire order) |
-//! | 4 | sender UDP port (wire order) |
-//! | 6 | destinations n (u16, native) |
-//! | 8 | sender MAC (6 bytes, 2 pad) |
-//! | 16 | echo (u32: 1 = echo to the sender) |
-//! | 24 | packets (u64, atomically added) |
-//! | 32 | delay sum, ns (u64, atomically added) |
-//! | 40 + 16·i | destination i: IPv4 (4), port (2), MAC (6), 4 pad |
+//! One program per family, that of our address: IPv4, or IPv6 without
+//! extension headers (the program, its map entry layout and the checksum
+//! updates of each family: [`super::fanout_program`]); routes of the other
+//! family stay with user space.
 
+use super::fanout_program::{fanout_program, Layout};
 use super::neigh::Neighbours;
 use super::program::*;
 use std::collections::HashMap;
 use std::io;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// Most destinations (echo excluded) one packet is replicated to in the
-/// kernel; packets with more go to user space.
-pub const MAX_FANOUT: usize = 256;
-const VALUE_LEN: usize = 40 + 16 * MAX_FANOUT;
+pub use super::fanout_program::MAX_FANOUT;
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 const BPF_TCX_INGRESS: u32 = 46;
-const FUNC_MAP_LOOKUP: i32 = 1;
-const FUNC_KTIME: i32 = 5;
-const FUNC_STORE_BYTES: i32 = 9;
-const FUNC_L3_CSUM: i32 = 10;
-const FUNC_L4_CSUM: i32 = 11;
-const FUNC_CLONE_REDIRECT: i32 = 13;
-const FUNC_REDIRECT: i32 = 23;
-/// `BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0`.
-const L4_FLAGS: i32 = (1 << 4) | (1 << 5);
-const ST_W: u8 = 0x62;
-const ST_H: u8 = 0x6a;
-const STX_W: u8 = 0x63;
-const ATOMIC_ADD_DW: u8 = 0xdb;
-const JNE_REG: u8 = 0x5d;
-const JEQ_IMM: u8 = 0x15;
-const JGE_IMM: u8 = 0x35;
-const JGE_REG: u8 = 0x3d;
-const JA: u8 = 0x05;
-const LDXDW: u8 = 0x79;
-const SUB64_REG: u8 = 0x1f;
-/// `TC_ACT_OK` / `TCX_PASS`, `TC_ACT_SHOT`.
-const TC_OK: i32 = 0;
-const TC_SHOT: i32 = 2;
-/// Offsets in the frame (Ethernet, IPv4 without options, UDP, RTP).
-const IP_CSUM: i32 = 24;
-const IP_SRC: i32 = 26;
-const IP_DST: i32 = 30;
-const UDP_SPORT: i32 = 34;
-const UDP_DPORT: i32 = 36;
-const UDP_CSUM: i32 = 40;
-
-fn le16(v: u16) -> i32 {
-    i32::from(u16::from_le_bytes(v.to_be_bytes()))
-}
-fn le32(v: [u8; 4]) -> i32 {
-    u32::from_le_bytes(v) as i32
-}
-
-fn call(function: i32) -> Insn {
-    insn(CALL, 0, 0, 0, function)
-}
-
-/// The checks before any change (the packet is ours: IPv4/UDP to our
-/// address and port, RTP version 2; its source is in the map, verified;
-/// at most [`MAX_FANOUT`] destinations), then our MAC, address and port
-/// on the stack. Registers from here on: r6 the context, r7 the map
-/// entry, r8 the destination count (r9 is the copy loop's index); the
-/// pickup time is on the stack at -40.
-fn checks(map_fd: i32, ip: i32, port: i32, mac: [u8; 6]) -> Vec<Insn> {
-    vec![
-        insn(MOV64_REG, 6, 1, 0, 0),
-        call(FUNC_KTIME),
-        insn(STXDW, 10, 0, -40, 0), // pickup
-        insn(LDXW, 2, 6, 76, 0),    // data
-        insn(LDXW, 3, 6, 80, 0),    // data_end
-        insn(MOV64_REG, 4, 2, 0, 0),
-        insn(ADD64_IMM, 4, 0, 0, 54), // Ethernet + IPv4 + UDP + RTP header
-        insn(JGT_REG, 4, 3, TO_PASS, 0),
-        insn(LDXH, 5, 2, 12, 0),
-        insn(JNE32_IMM, 5, 0, TO_PASS, le16(0x0800)),
-        insn(LDXB, 5, 2, 14, 0),
-        insn(JNE32_IMM, 5, 0, TO_PASS, 0x45),
-        insn(LDXB, 5, 2, 23, 0),
-        insn(JNE32_IMM, 5, 0, TO_PASS, 17),
-        insn(LDXH, 5, 2, 20, 0),
-        insn(AND64_IMM, 5, 0, 0, le16(0x3fff)),
-        insn(JNE32_IMM, 5, 0, TO_PASS, 0),
-        insn(LDXW, 5, 2, IP_DST as i16, 0),
-        insn(JNE32_IMM, 5, 0, TO_PASS, ip),
-        insn(LDXH, 5, 2, UDP_DPORT as i16, 0),
-        insn(JNE32_IMM, 5, 0, TO_PASS, port),
-        insn(LDXB, 5, 2, 42, 0), // RTP version 2
-        insn(AND64_IMM, 5, 0, 0, 0xc0),
-        insn(JNE32_IMM, 5, 0, TO_PASS, 0x80),
-        // key: SSRC, payload type, zeros
-        insn(LDXW, 5, 2, 50, 0),
-        insn(STX_W, 10, 5, -8, 0),
-        insn(LDXB, 5, 2, 43, 0),
-        insn(AND64_IMM, 5, 0, 0, 0x7f),
-        insn(STX_W, 10, 5, -4, 0),
-        insn(LD_IMM64, 1, 1, 0, map_fd),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV64_REG, 2, 10, 0, 0),
-        insn(ADD64_IMM, 2, 0, 0, -8),
-        call(FUNC_MAP_LOOKUP),
-        insn(JEQ_IMM, 0, 0, TO_PASS, 0),
-        insn(MOV64_REG, 7, 0, 0, 0), // r7 = entry
-        // verified source: address and port are the registered ones
-        insn(LDXW, 2, 6, 76, 0),
-        insn(LDXW, 3, 6, 80, 0),
-        insn(MOV64_REG, 4, 2, 0, 0),
-        insn(ADD64_IMM, 4, 0, 0, 54),
-        insn(JGT_REG, 4, 3, TO_PASS, 0),
-        insn(LDXW, 4, 2, IP_SRC as i16, 0),
-        insn(LDXW, 5, 7, 0, 0),
-        insn(JNE_REG, 4, 5, TO_PASS, 0),
-        insn(LDXH, 4, 2, UDP_SPORT as i16, 0),
-        insn(LDXH, 5, 7, 4, 0),
-        insn(JNE_REG, 4, 5, TO_PASS, 0),
-        insn(LDXH, 8, 7, 6, 0), // r8 = n
-        insn(JGT_IMM, 8, 0, TO_PASS, MAX_FANOUT as i32),
-        // our MAC, address and port on the stack
-        insn(
-            ST_W,
-            10,
-            0,
-            -24,
-            i32::from_le_bytes([mac[0], mac[1], mac[2], mac[3]]),
-        ),
-        insn(
-            ST_H,
-            10,
-            0,
-            -20,
-            i32::from(u16::from_le_bytes([mac[4], mac[5]])),
-        ),
-        insn(ST_W, 10, 0, -32, ip),
-        insn(ST_H, 10, 0, -28, port),
-        insn(ST_W, 10, 0, -16, ip),   // current destination address
-        insn(ST_W, 10, 0, -12, port), // current destination port
-    ]
-}
-
-/// The rest of the program, written after [`checks`]: helper sequences as
-/// methods, so each step below reads as one line.
-struct Builder {
-    program: Vec<Insn>,
-}
-
-impl Builder {
-    fn extend(&mut self, insns: impl IntoIterator<Item = Insn>) {
-        self.program.extend(insns);
-    }
-
-    /// `bpf_skb_store_bytes` of `len` bytes at `from_reg + from_off` into
-    /// the packet at `off`.
-    fn store(&mut self, off: i32, from_reg: u8, from_off: i32, len: i32) {
-        self.store_from(off, vec![insn(MOV64_REG, 3, from_reg, 0, 0)], from_off, len);
-    }
-
-    /// As [`Builder::store`], from r3 set by `base` plus `from_off`.
-    fn store_from(&mut self, off: i32, base: Vec<Insn>, from_off: i32, len: i32) {
-        self.extend([insn(MOV64_REG, 1, 6, 0, 0), insn(MOV64_IMM, 2, 0, 0, off)]);
-        self.extend(base);
-        self.extend([
-            insn(ADD64_IMM, 3, 0, 0, from_off),
-            insn(MOV64_IMM, 4, 0, 0, len),
-            insn(MOV64_IMM, 5, 0, 0, 0),
-            call(FUNC_STORE_BYTES),
-        ]);
-    }
-
-    /// r3 = old, r4 = new (each loaded by its instructions, which may use
-    /// r3/r4 only): the UDP checksum update, and the IPv4 header's first
-    /// when `l3`.
-    fn csum(&mut self, l3: bool, size: i32, old: Vec<Insn>, new: Vec<Insn>) {
-        if l3 {
-            self.extend([
-                insn(MOV64_REG, 1, 6, 0, 0),
-                insn(MOV64_IMM, 2, 0, 0, IP_CSUM),
-            ]);
-            self.extend(old.clone());
-            self.extend(new.clone());
-            self.extend([insn(MOV64_IMM, 5, 0, 0, size), call(FUNC_L3_CSUM)]);
-        }
-        self.extend([
-            insn(MOV64_REG, 1, 6, 0, 0),
-            insn(MOV64_IMM, 2, 0, 0, UDP_CSUM),
-        ]);
-        self.extend(old);
-        self.extend(new);
-        self.extend([
-            insn(MOV64_IMM, 5, 0, 0, L4_FLAGS | size),
-            call(FUNC_L4_CSUM),
-        ]);
-    }
-
-    /// The source becomes us: MAC, address (both checksums), port.
-    fn source_is_us(&mut self, ip: i32, port: i32) {
-        self.store(6, 10, -24, 6);
-        self.csum(
-            true,
-            4,
-            vec![insn(LDXW, 3, 7, 0, 0)],
-            vec![insn(MOV64_IMM, 4, 0, 0, ip)],
-        );
-        self.store(IP_SRC, 10, -32, 4);
-        self.csum(
-            false,
-            2,
-            vec![insn(LDXH, 3, 7, 4, 0)],
-            vec![insn(MOV64_IMM, 4, 0, 0, port)],
-        );
-        self.store(UDP_SPORT, 10, -28, 2);
-    }
-
-    /// Point the packet at the address and port at `base + at` (`base`:
-    /// instructions setting `reg`, r3 or r4, to the entry or a destination
-    /// in it), checksums from the current destination kept on the stack,
-    /// and remember it as the current one.
-    fn retarget(&mut self, base: impl Fn(u8) -> Vec<Insn>, at: i32) {
-        let load = |code: u8, reg: u8, off: i32| {
-            let mut v = base(reg);
-            v.push(insn(code, reg, reg, off as i16, 0));
-            v
-        };
-        self.csum(true, 4, vec![insn(LDXW, 3, 10, -16, 0)], load(LDXW, 4, at));
-        self.store_from(IP_DST, base(3), at, 4);
-        self.extend(load(LDXW, 3, at));
-        self.extend([insn(STX_W, 10, 3, -16, 0)]);
-        self.csum(
-            false,
-            2,
-            vec![insn(LDXW, 3, 10, -12, 0)],
-            load(LDXH, 4, at + 4),
-        );
-        self.store_from(UDP_DPORT, base(3), at + 4, 2);
-        self.extend(load(LDXH, 3, at + 4));
-        self.extend([insn(STX_W, 10, 3, -12, 0)]);
-    }
-
-    /// One clone per destination i < n, in a bounded loop (r9 = i; the
-    /// verifier follows every iteration up to [`MAX_FANOUT`]).
-    fn copies(&mut self, ifindex: u32) {
-        // reg = r7 + 16 * r9: destination i is at reg + 40.
-        let dest = |reg: u8| {
-            vec![
-                insn(MOV64_REG, reg, 9, 0, 0),
-                insn(LSH64_IMM, reg, 0, 0, 4),
-                insn(ADD64_REG, reg, 7, 0, 0),
-            ]
-        };
-        self.program.push(insn(MOV64_IMM, 9, 0, 0, 0));
-        let top = self.program.len();
-        self.program.push(insn(JGE_REG, 9, 8, 0, 0)); // i >= n: done
-        self.program.push(insn(JGE_IMM, 9, 0, 0, MAX_FANOUT as i32)); // (for the verifier)
-        self.retarget(dest, 40);
-        self.store_from(0, dest(3), 40 + 6, 6); // destination MAC
-        self.extend([
-            insn(MOV64_REG, 1, 6, 0, 0),
-            insn(MOV64_IMM, 2, 0, 0, ifindex as i32),
-            insn(MOV64_IMM, 3, 0, 0, 0), // egress
-            call(FUNC_CLONE_REDIRECT),
-            insn(ADD64_IMM, 9, 0, 0, 1),
-        ]);
-        let back = self.program.len();
-        self.program
-            .push(insn(JA, 0, 0, (top as i64 - back as i64 - 1) as i16, 0));
-        let end = self.program.len();
-        self.program[top].off = (end - top - 1) as i16;
-        self.program[top + 1].off = (end - top - 2) as i16;
-    }
-
-    /// Add the packet and its delay (now − pickup) to the entry's counters.
-    fn account(&mut self) {
-        self.extend([
-            call(FUNC_KTIME),
-            insn(LDXDW, 1, 10, -40, 0),
-            insn(SUB64_REG, 0, 1, 0, 0),
-            insn(ATOMIC_ADD_DW, 7, 0, 32, 0),
-            insn(MOV64_IMM, 1, 0, 0, 1),
-            insn(ATOMIC_ADD_DW, 7, 1, 24, 0),
-        ]);
-    }
-
-    /// Without an echo: account and drop the original. With one: the
-    /// packet itself goes back to the sender.
-    fn echo_or_drop(&mut self, ifindex: u32) {
-        self.program.push(insn(LDXW, 1, 7, 16, 0));
-        let no_echo = self.program.len();
-        self.program.push(insn(JNE32_IMM, 1, 0, 0, 0));
-        self.account();
-        self.extend([insn(MOV64_IMM, 0, 0, 0, TC_SHOT), insn(EXIT, 0, 0, 0, 0)]);
-        let echo = self.program.len();
-        self.program[no_echo].off = (echo - no_echo - 1) as i16;
-        self.retarget(|reg| vec![insn(MOV64_REG, reg, 7, 0, 0)], 0);
-        self.store(0, 7, 8, 6);
-        self.account();
-        self.extend([
-            insn(MOV64_IMM, 1, 0, 0, ifindex as i32),
-            insn(MOV64_IMM, 2, 0, 0, 0),
-            call(FUNC_REDIRECT),
-            insn(EXIT, 0, 0, 0, 0),
-        ]);
-    }
-
-    /// The pass exit (up the stack to user space), where every check's
-    /// `TO_PASS` jump lands.
-    fn pass(mut self) -> Vec<Insn> {
-        let pass = self.program.len();
-        self.program.push(insn(MOV64_IMM, 0, 0, 0, TC_OK));
-        self.program.push(insn(EXIT, 0, 0, 0, 0));
-        for (i, x) in self.program.iter_mut().enumerate() {
-            if x.off == TO_PASS {
-                x.off = (pass - i - 1) as i16;
-            }
-        }
-        self.program
-    }
-}
-
-/// The program for our address `local`, MAC `mac`, interface `ifindex`.
-fn fanout_program(map_fd: i32, local: SocketAddrV4, mac: [u8; 6], ifindex: u32) -> Vec<Insn> {
-    let ip = le32(local.ip().octets());
-    let port = le16(local.port());
-    let mut builder = Builder {
-        program: checks(map_fd, ip, port, mac),
-    };
-    builder.source_is_us(ip, port);
-    builder.copies(ifindex);
-    builder.echo_or_drop(ifindex);
-    builder.pass()
-}
-
-const JGT_IMM: u8 = 0x25;
 
 /// Per-entry counters of the program.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -406,6 +81,8 @@ pub struct KernelFanout {
     _link: OwnedFd,
     _prog: OwnedFd,
     map: OwnedFd,
+    /// Our address's family: where things are in the entries.
+    layout: &'static Layout,
     neigh: Neighbours,
     /// Installed entries: key → the value bytes written (counters zero).
     installed: HashMap<[u8; 8], Vec<u8>>,
@@ -444,22 +121,29 @@ fn map_op(
 }
 
 impl KernelFanout {
-    /// Load the program for our `local` address on `ifname` (in the
-    /// calling thread's namespace) and attach it to the ingress.
-    pub fn attach(ifname: &str, local: SocketAddrV4) -> io::Result<KernelFanout> {
+    /// Load the program for our `local` address (IPv4 or IPv6: media to
+    /// it is replicated in the kernel) on `ifname` (in the calling thread's
+    /// namespace) and attach it to the ingress.
+    pub fn attach(ifname: &str, local: impl Into<SocketAddr>) -> io::Result<KernelFanout> {
+        let local = local.into();
         let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
         let (mac, _) = super::if_info(sock.as_raw_fd(), ifname)?;
         let ifindex = super::ifindex(ifname)?;
+        let (layout, addr) = match local.ip() {
+            IpAddr::V4(ip) => (&Layout::V4, ip.octets().to_vec()),
+            IpAddr::V6(ip) => (&Layout::V6, ip.octets().to_vec()),
+        };
         let mut attr = [0u8; 128];
         put32(&mut attr, 0, BPF_MAP_TYPE_HASH);
         put32(&mut attr, 4, 8);
-        put32(&mut attr, 8, VALUE_LEN as u32);
+        put32(&mut attr, 8, layout.value_len as u32);
         put32(&mut attr, 12, 4096);
-        // BPF_F_NO_PREALLOC: entries are 4 KiB; memory for those in use only.
+        // BPF_F_NO_PREALLOC: entries are 4 KiB (IPv4) or 8 KiB (IPv6);
+        // memory for those in use only.
         put32(&mut attr, 16, 1);
         attr[28..28 + 9].copy_from_slice(b"rw_fanout");
         let map = bpf(BPF_MAP_CREATE, &mut attr, "BPF_MAP_CREATE(HASH fan-out)")?;
-        let prog = fanout_program(map.as_raw_fd(), local, mac, ifindex);
+        let prog = fanout_program(layout, map.as_raw_fd(), (&addr, local.port()), mac, ifindex);
         let prog = load_program_of(
             BPF_PROG_TYPE_SCHED_CLS,
             BPF_TCX_INGRESS,
@@ -480,6 +164,7 @@ impl KernelFanout {
             _link: link,
             _prog: prog,
             map,
+            layout,
             neigh: Neighbours::new(ifname),
             installed: HashMap::new(),
             seen: HashMap::new(),
@@ -488,7 +173,7 @@ impl KernelFanout {
         })
     }
 
-    /// Make the map hold exactly the `routes` it can serve (IPv4, at most
+    /// Make the map hold exactly the `routes` it can serve (our family, at most
     /// [`MAX_FANOUT`] destinations, every MAC known to the kernel); the
     /// rest stay with user space. Reads the kernel's neighbour table when
     /// due. Returns the entries installed.
@@ -532,7 +217,7 @@ impl KernelFanout {
                 continue;
             }
             // Keep the counters of an entry that changes.
-            let mut cur = vec![0u8; VALUE_LEN];
+            let mut cur = vec![0u8; self.layout.value_len];
             let mut new = value.clone();
             if map_op(BPF_MAP_LOOKUP_ELEM, &self.map, &k, Some(&mut cur), "lookup").is_ok() {
                 new[24..40].copy_from_slice(&cur[24..40]);
@@ -550,34 +235,41 @@ impl KernelFanout {
         Ok(self.installed.len())
     }
 
+    /// The entry for `r` in our family's layout, if every address is of
+    /// our family with a known next-hop MAC.
     fn value_of(&mut self, r: &FanoutRoute) -> Option<Vec<u8>> {
-        let SocketAddr::V4(src) = r.src else {
-            return None;
-        };
+        let l = self.layout;
         if r.dsts.len() > MAX_FANOUT {
             return None;
         }
-        let mut value = vec![0u8; VALUE_LEN];
-        value[0..4].copy_from_slice(&src.ip().octets());
-        value[4..6].copy_from_slice(&src.port().to_be_bytes());
-        value[6..8].copy_from_slice(&(r.dsts.len() as u16).to_ne_bytes());
-        let mac = self.mac_of(*src.ip())?;
-        value[8..14].copy_from_slice(&mac);
-        value[16..20].copy_from_slice(&u32::from(r.echo).to_ne_bytes());
+        let mut value = vec![0u8; l.value_len];
+        let src_mac = self.endpoint(&mut value, 0, r.src)?;
+        value[l.e_count..l.e_count + 2].copy_from_slice(&(r.dsts.len() as u16).to_ne_bytes());
+        value[l.e_mac..l.e_mac + 6].copy_from_slice(&src_mac);
+        value[l.e_echo..l.e_echo + 4].copy_from_slice(&u32::from(r.echo).to_ne_bytes());
         for (i, d) in r.dsts.iter().enumerate() {
-            let SocketAddr::V4(d) = d else {
-                return None;
-            };
-            let offset = 40 + 16 * i;
-            value[offset..offset + 4].copy_from_slice(&d.ip().octets());
-            value[offset + 4..offset + 6].copy_from_slice(&d.port().to_be_bytes());
-            value[offset + 6..offset + 12].copy_from_slice(&self.mac_of(*d.ip())?);
+            let at = l.dest(i);
+            let mac = self.endpoint(&mut value, at, *d)?;
+            let mac_at = at + l.addr_len + 2;
+            value[mac_at..mac_at + 6].copy_from_slice(&mac);
         }
         Some(value)
     }
 
-    fn mac_of(&mut self, ip: std::net::Ipv4Addr) -> Option<[u8; 6]> {
-        let ip = std::net::IpAddr::V4(ip);
+    /// Write `addr`'s address and port at `at` of `value`; its next hop's
+    /// MAC, if it is of our family and the MAC is known.
+    fn endpoint(&mut self, value: &mut [u8], at: usize, addr: SocketAddr) -> Option<[u8; 6]> {
+        let len = self.layout.addr_len;
+        match addr.ip() {
+            IpAddr::V4(ip) if len == 4 => value[at..at + 4].copy_from_slice(&ip.octets()),
+            IpAddr::V6(ip) if len == 16 => value[at..at + 16].copy_from_slice(&ip.octets()),
+            _ => return None,
+        }
+        value[at + len..at + len + 2].copy_from_slice(&addr.port().to_be_bytes());
+        self.mac_of(addr.ip())
+    }
+
+    fn mac_of(&mut self, ip: IpAddr) -> Option<[u8; 6]> {
         let mac = self.neigh.get(ip);
         if mac.is_none() {
             self.neigh.note(ip);
@@ -587,7 +279,7 @@ impl KernelFanout {
 
     /// (packets, delay ns) of entry `k`.
     fn counters(&self, k: &[u8; 8]) -> Option<(u64, u64)> {
-        let mut value = vec![0u8; VALUE_LEN];
+        let mut value = vec![0u8; self.layout.value_len];
         map_op(
             BPF_MAP_LOOKUP_ELEM,
             &self.map,
@@ -636,31 +328,5 @@ impl KernelFanout {
             }
         }
         totals
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// FNV-1a of the program's instructions as printed.
-    fn fingerprint(program: &[Insn]) -> u64 {
-        format!("{program:?}")
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-            })
-    }
-
-    /// A golden test of the instruction stream: any edit of the program
-    /// changes it (the program itself runs only in the root/veth tests).
-    #[test]
-    fn the_program_is_the_one_reviewed() {
-        let local = SocketAddrV4::new([192, 0, 2, 7].into(), 5004);
-        let program = fanout_program(9, local, [2, 0, 0, 0, 0, 7], 3);
-        assert_eq!(
-            (program.len(), fingerprint(&program)),
-            (237, 0x67f4_786f_49b8_e424)
-        );
     }
 }

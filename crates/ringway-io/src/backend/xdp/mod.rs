@@ -3,12 +3,15 @@
 //! written from the received frame straight into TX frames of the same
 //! UMEM, and the echo leaves in the received frame itself.
 //!
-//! * **Program** ([`program`]): hand-assembled eBPF loaded with `bpf(2)`:
-//!   IPv4 (any IHL, not a fragment), protocol UDP, destination address and
-//!   port equal to ours → `bpf_ktime_get_ns()` into the metadata area in
-//!   front of the frame (the kernel RX time; [`XdpConfig::rx_timestamps`])
-//!   and `bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)`; everything
-//!   else (ARP, ICMP, other ports, fragments) → `XDP_PASS`. Attached with
+//! * **Program** ([`program`]): hand-assembled eBPF loaded with `bpf(2)`,
+//!   for the family of our address: IPv4 (any IHL, not a fragment) with
+//!   protocol UDP, or IPv6 with next header UDP (no extension headers);
+//!   destination address and port equal to ours → `bpf_ktime_get_ns()`
+//!   into the metadata area in front of the frame (the kernel RX time;
+//!   [`XdpConfig::rx_timestamps`]) and `bpf_redirect_map(xskmap,
+//!   rx_queue_index, XDP_PASS)`; everything else (ARP, ICMP, ICMPv6 and
+//!   its neighbour discovery, the other family, other ports, fragments,
+//!   IPv6 extension headers) → `XDP_PASS`. Attached with
 //!   `BPF_LINK_CREATE` in native (driver) mode — veth has it — falling back
 //!   to generic (SKB) mode where the driver has none ([`XdpMode`]); closing
 //!   the link (drop) detaches it.
@@ -17,7 +20,8 @@
 //!   One pool of UMEM frames: the fill ring is kept at half of them, the
 //!   rest (and every completed frame) serve the TX ring.
 //! * **Receive**: each frame is checked (Ethernet, IPv4 header checksum,
-//!   lengths, **UDP checksum verified** — a corrupted datagram is dropped
+//!   lengths, **UDP checksum verified**, mandatory over IPv6 — a corrupted
+//!   datagram is dropped
 //!   and counted, never forwarded under a fresh checksum), its payload is
 //!   copied into the caller's batch for the core, and the frame itself is
 //!   lent to the caller until the next `recv_batch`: [`BatchIo::replicate`]
@@ -26,8 +30,9 @@
 //!   CLOCK_REALTIME with the offset between the clocks read at the same
 //!   receive call); each datagram's application receive time is taken as it
 //!   leaves the ring.
-//! * **Send**: per destination a header template ([`frame::Template`]) with
-//!   both checksums' fixed parts summed once; a copy is the header, the
+//! * **Send**: per destination a header template ([`frame::Template`],
+//!   42 bytes over IPv4, 62 over IPv6) with the checksums' fixed parts
+//!   summed once; a copy is the header, the
 //!   payload and two additions (the payload's sum was taken when its
 //!   checksum was verified). Copies are published in the TX ring at once
 //!   ("scheduled", [`BatchIo::tx_progress`]) and the ring is kicked by
@@ -47,9 +52,10 @@
 //!   answers nothing for our port (no ICMP port unreachable), and what the
 //!   program passes (IP fragments) is still received (`rx_via_socket`).
 //!
-//! IPv4 only; no TX timestamps.
+//! One family per backend (that of [`XdpConfig::local`]); no TX timestamps.
 
 mod fanout;
+mod fanout_program;
 mod frame;
 mod neigh;
 mod netlink;
@@ -58,6 +64,8 @@ mod ring;
 pub(crate) mod with_socket;
 
 pub use fanout::{FanoutRoute, FanoutStats, KernelFanout, MAX_FANOUT};
+#[doc(hidden)]
+pub use frame::frame_fuzzing;
 pub use netlink::{parse_rtnetlink_replies, RtnetlinkReplies};
 pub use program::{attach_xdp_pass, XdpAttachment, XdpMode};
 
@@ -65,15 +73,15 @@ use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats, TxProgre
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::sys::{self, Mapping};
 use crate::time::{monotonic_now, realtime_now, Nanos};
-use crate::wire::{sum16, Udp4Frame, UDP_FRAME_OVERHEAD};
-use frame::{turn_around, verify_udp, Template};
+use crate::wire::{sum16, UdpFrame};
+use frame::{overhead_for, turn_around, verify_udp, Template};
 use neigh::Neighbours;
 use program::err;
 use ring::{Ring, RingOffset, TxKernel, TxRing};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,9 +115,10 @@ pub struct XdpConfig {
     pub ifname: String,
     /// Receive queue to bind (veth: 0).
     pub queue: u32,
-    /// Our IPv4 address and UDP port. The address must be one of the
-    /// interface's (it is the source of every frame sent); port 0 picks one.
-    pub local: SocketAddrV4,
+    /// Our address (IPv4 or IPv6: the backend serves that family) and UDP
+    /// port. The address must be one of the interface's (it is the source
+    /// of every frame sent); port 0 picks one.
+    pub local: SocketAddr,
     /// UMEM frames, a power of two 16..=65536 (half of them on the fill ring).
     pub frames: u32,
     /// Bytes per UMEM frame: 2048 or 4096 (a received frame holds at most
@@ -128,11 +137,11 @@ pub struct XdpConfig {
 impl XdpConfig {
     /// Defaults (queue 0, 4096 frames of 2048 bytes, native mode if the
     /// driver has it, RX stamps, 2 ms TX wait) for `ifname` and `local`.
-    pub fn new(ifname: &str, local: SocketAddrV4) -> XdpConfig {
+    pub fn new(ifname: &str, local: impl Into<SocketAddr>) -> XdpConfig {
         XdpConfig {
             ifname: ifname.to_string(),
             queue: 0,
-            local,
+            local: local.into(),
             frames: 4096,
             frame_size: 2048,
             mode: XdpMode::Auto,
@@ -364,8 +373,9 @@ struct Lent {
     /// One's-complement sum of the payload (from the checksum check).
     payload_sum: u32,
     /// The sender.
-    src: SocketAddrV4,
-    /// IPv4 header without options: can be turned around for the echo.
+    src: SocketAddr,
+    /// IPv4 header without options, or IPv6: can be turned around for the
+    /// echo.
     movable: bool,
     /// Gone to the TX ring as an echo (not returned to the pool).
     moved: bool,
@@ -475,7 +485,7 @@ pub(crate) struct XdpBackend {
     /// or one queue asked for).
     queues: u32,
     cfg: XdpConfig,
-    local: SocketAddrV4,
+    local: SocketAddr,
     mac: [u8; 6],
     mtu: usize,
     /// Frames in the fill or RX ring.
@@ -486,7 +496,7 @@ pub(crate) struct XdpBackend {
     /// through the XSK.
     lent: Vec<Option<Lent>>,
     neigh: Neighbours,
-    templates: HashMap<SocketAddrV4, Template, BuildHasherDefault<AddrHasher>>,
+    templates: HashMap<SocketAddr, Template, BuildHasherDefault<AddrHasher>>,
     templates_generation: u64,
     ip_id: u16,
     calls: u64,
@@ -526,7 +536,7 @@ impl XdpBackend {
         }
         if cfg.local.ip().is_unspecified() || cfg.local.ip().is_loopback() {
             return Err(bad(
-                "xdp backend needs the interface's own IPv4 address to listen on (not 0.0.0.0 or loopback)",
+                "xdp backend needs the interface's own address to listen on (not 0.0.0.0, :: or loopback)",
             ));
         }
         if queues.is_empty() || queues.len() > MAX_QUEUES {
@@ -539,10 +549,7 @@ impl XdpBackend {
             )
         })?;
         sock.set_nonblocking(true)?;
-        let local = match sock.local_addr()? {
-            SocketAddr::V4(a) => a,
-            SocketAddr::V6(_) => return Err(bad("xdp backend is IPv4 only")),
-        };
+        let local = sock.local_addr()?;
         let (mac, mtu) = if_info(sock.as_raw_fd(), &cfg.ifname)?;
         let ifindex = ifindex(&cfg.ifname)?;
         let mut sockets = Vec::with_capacity(queues.len());
@@ -553,7 +560,7 @@ impl XdpBackend {
             .iter()
             .map(|(queue, socket)| (*queue, socket.xsk.as_raw_fd()))
             .collect();
-        let (map, prog) = program::load(&entries, local.port(), *local.ip(), cfg.rx_timestamps)?;
+        let (map, prog) = program::load(&entries, local.port(), local.ip(), cfg.rx_timestamps)?;
         let (link, mode) = program::attach(prog.as_raw_fd(), ifindex, cfg.mode)
             .map_err(|e| io::Error::new(e.kind(), format!("{e} ({})", cfg.ifname)))?;
         let steering = Arc::new(Steering {
@@ -687,17 +694,18 @@ impl XdpBackend {
             let kernel_rx = self
                 .stamp_of(addr, mono0)
                 .map(|t| Nanos(t.wrapping_add(offset)));
-            let taken = match umem_slice(&self.umem, addr, len as usize).map(Udp4Frame::parse) {
-                Some(Ok(Some(frame_addr)))
-                    if frame_addr.udp.dst_port() == self.local.port()
-                        && frame_addr.ip.dst() == *self.local.ip()
-                        && frame_addr.ip.checksum_ok() =>
+            let frame = umem_slice(&self.umem, addr, len as usize);
+            let taken = match frame.map(UdpFrame::parse) {
+                Some(Ok(Some(parsed)))
+                    if parsed.dst().ip() == self.local.ip()
+                        && parsed.dst().port() == self.local.port()
+                        && parsed.ip_checksum_ok() =>
                 {
-                    let udp_at = 14 + frame_addr.ip.header_len();
-                    let udp = &umem_slice(&self.umem, addr, len as usize).expect("checked")
-                        [udp_at..udp_at + 8 + frame_addr.udp.payload().len()];
-                    match verify_udp(frame_addr.ip.src(), frame_addr.ip.dst(), udp) {
-                        Some(payload_sum) => Some((frame_addr, payload_sum, udp_at)),
+                    let udp_at = parsed.udp_offset();
+                    let udp =
+                        &frame.expect("checked")[udp_at..udp_at + 8 + parsed.udp().payload().len()];
+                    match verify_udp(parsed.src().ip(), parsed.dst().ip(), udp) {
+                        Some(payload_sum) => Some((parsed, payload_sum, udp_at)),
                         None => {
                             self.stats.rx_bad_checksum += 1;
                             None
@@ -706,21 +714,21 @@ impl XdpBackend {
                 }
                 _ => None,
             };
-            let Some((frame_addr, payload_sum, udp_at)) = taken else {
+            let Some((parsed, payload_sum, udp_at)) = taken else {
                 self.stats.rx_invalid += 1;
                 self.txr.free.push(addr - addr % frame_size);
                 continue;
             };
-            let src = SocketAddrV4::new(frame_addr.ip.src(), frame_addr.udp.src_port());
-            self.neigh.note(IpAddr::V4(*src.ip()));
-            let data = frame_addr.udp.payload();
+            let src = parsed.src();
+            self.neigh.note(src.ip());
+            let data = parsed.udp().payload();
             let frame = batch.next_frame_mut().expect("room checked");
             let copied = data.len().min(frame.len());
             frame[..copied].copy_from_slice(&data[..copied]);
-            let movable = frame_addr.ip.header_len() == 20;
+            let movable = parsed.plain_header();
             batch.commit_received(
                 RxMeta {
-                    peer: SocketAddr::V4(src),
+                    peer: src,
                     len: copied,
                     truncated: data.len() > copied,
                     kernel_rx,
@@ -830,8 +838,9 @@ impl XdpBackend {
         ))
     }
 
-    /// The header template towards `dst`, when its MAC is known.
-    fn template(&mut self, dst: SocketAddrV4) -> Option<Template> {
+    /// The header template towards `dst` (of our family), when its MAC is
+    /// known.
+    fn template(&mut self, dst: SocketAddr) -> Option<Template> {
         if self.templates_generation != self.neigh.generation {
             self.templates.clear();
             self.templates_generation = self.neigh.generation;
@@ -839,14 +848,14 @@ impl XdpBackend {
         if let Some(found) = self.templates.get(&dst) {
             return Some(found.clone());
         }
-        let Some(mac) = self.neigh.get(IpAddr::V4(*dst.ip())) else {
-            self.neigh.note(IpAddr::V4(*dst.ip()));
+        let Some(mac) = self.neigh.get(dst.ip()) else {
+            self.neigh.note(dst.ip());
             return None;
         };
         if self.templates.len() >= 65536 {
             self.templates.clear();
         }
-        let found = Template::new(self.mac, mac, self.local, dst);
+        let found = Template::new(self.mac, mac, self.local, dst)?;
         self.templates.insert(dst, found.clone());
         Some(found)
     }
@@ -878,17 +887,20 @@ impl XdpBackend {
         // during this call: the caller's datagram, or a lent RX frame (the
         // TX frame written below is another UMEM chunk).
         let payload = unsafe { std::slice::from_raw_parts(src, len) };
-        let SocketAddr::V4(d) = dst else {
+        if dst.is_ipv4() != self.local.is_ipv4() {
+            // The other family: not reachable from our address.
             self.stats.tx_errors += 1;
             self.txr.elsewhere += 1;
             return Ok(false);
-        };
+        }
         let frame_size = self.cfg.frame_size as usize;
-        let max_payload = (self.mtu - 28).min(frame_size - UDP_FRAME_OVERHEAD);
+        // IP and UDP headers inside the MTU, Ethernet too inside the frame.
+        let overhead = overhead_for(&dst);
+        let max_payload = (self.mtu + 14 - overhead).min(frame_size - overhead);
         let template = if len > max_payload {
             None
         } else {
-            self.template(d)
+            self.template(dst)
         };
         let Some(template_) = template else {
             self.via_socket(payload, dst);
@@ -907,7 +919,7 @@ impl XdpBackend {
         // ring), `fs` bytes inside the UMEM mapping, and not `payload`.
         let frame =
             unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(off as usize), frame_size) };
-        frame[UDP_FRAME_OVERHEAD..UDP_FRAME_OVERHEAD + len].copy_from_slice(payload);
+        frame[overhead..overhead + len].copy_from_slice(payload);
         let written = template_.write(frame, self.ip_id, len, sum);
         self.txr.push(off, written as u32);
         Ok(true)
@@ -920,7 +932,7 @@ impl XdpBackend {
         let Some(lent) = self.lent[i] else {
             return Ok(false);
         };
-        let Some(mac) = self.neigh.get(IpAddr::V4(*lent.src.ip())) else {
+        let Some(mac) = self.neigh.get(lent.src.ip()) else {
             return Ok(false);
         };
         let mut kernel = self.kernel();
@@ -1012,7 +1024,7 @@ impl BatchIo for XdpBackend {
         )
     }
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.local))
+        Ok(self.local)
     }
     fn raw_fd(&self) -> RawFd {
         self.xsk.as_raw_fd()
@@ -1075,7 +1087,7 @@ impl BatchIo for XdpBackend {
         let mut echo = None;
         for &dst in dsts {
             if let Some((slot, lent_frame)) = lent {
-                if echo.is_none() && lent_frame.movable && dst == SocketAddr::V4(lent_frame.src) {
+                if echo.is_none() && lent_frame.movable && dst == lent_frame.src {
                     echo = Some((slot, dst));
                     continue;
                 }
@@ -1233,9 +1245,14 @@ pub(crate) fn available() -> Result<(), BackendUnavailable> {
         BackendUnavailable::new(BackendKind::Xdp, e.to_string()).with_errno(errno)
     };
     let _xsk = xsk_setup(16, 2048, 16).map_err(unavailable)?;
-    // The program as `open` loads it (with an address test), for a
-    // documentation address and the discard port.
-    let _loaded = program::load(&[], 9, Ipv4Addr::new(192, 0, 2, 1), true).map_err(unavailable)?;
+    // The programs as `open` loads them (with an address test), for
+    // documentation addresses of both families and the discard port.
+    for daddr in [
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+    ] {
+        let _loaded = program::load(&[], 9, daddr, true).map_err(unavailable)?;
+    }
     Ok(())
 }
 

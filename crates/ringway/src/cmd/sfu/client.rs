@@ -102,6 +102,10 @@ pub(crate) struct LoadArgs {
     /// resolve it from the kernel's routes).
     #[arg(long)]
     pub routed: bool,
+    /// With `--netns`: the hosts talk IPv6 (unique local addresses in
+    /// fd77::/48 beside their IPv4 ones): the SFU listens on its own.
+    #[arg(long)]
+    pub ipv6: bool,
     /// With `--netns`: the SFU also replicates media in the kernel (the
     /// `tc` fan-out on its veth; not with `--sfu-backend xdp`).
     #[arg(long)]
@@ -197,8 +201,8 @@ pub(crate) fn run(a: ClientArgs) -> anyhow::Result<()> {
 /// Run `ringway sfu load`.
 pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        a.netns || !(a.routed || a.sfu_kernel_fanout),
-        "--routed and --sfu-kernel-fanout need --netns"
+        a.netns || !(a.routed || a.sfu_kernel_fanout || a.ipv6),
+        "--routed, --ipv6 and --sfu-kernel-fanout need --netns"
     );
     if !a.netns {
         let config = a.common.config(a.clients, BackendKind::Mmsg)?;
@@ -212,12 +216,12 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         "--sfu-kernel-fanout cannot run with --sfu-backend xdp"
     );
     let topo = if a.routed {
-        Testbed::routed(a.clients)?
+        Testbed::routed(a.clients, a.ipv6)?
     } else {
-        Testbed::build(a.clients, false)?
+        Testbed::build(a.clients, false, a.ipv6)?
     };
     let sfu_host = topo.sfu();
-    let listen = SocketAddr::new(IpAddr::V4(sfu_host.addr()), a.common.server.port());
+    let listen = SocketAddr::new(topo.sfu_addr(), a.common.server.port());
     let sfu_config = SfuServerConfig {
         listen,
         io: Io::new(

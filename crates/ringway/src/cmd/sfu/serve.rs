@@ -22,7 +22,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:5004")]
     pub listen: SocketAddr,
     /// I/O backend: socket, mmsg, uring, or xdp (AF_XDP on `--xdp-iface`;
-    /// `--listen` must then be that interface's IPv4 address).
+    /// `--listen` must then be one of that interface's addresses, IPv4 or IPv6).
     #[arg(long, default_value = "socket")]
     pub backend: BackendKind,
     /// With `--backend xdp`: the interface to attach the XDP program and the
@@ -38,7 +38,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4096)]
     pub xdp_frames: u32,
     /// Replicate verified media in the kernel: a tcx ingress program on
-    /// this interface (`--listen` must be its IPv4 address) with the
+    /// this interface (`--listen` must be one of its addresses) with the
     /// routes the SFU holds; the rest comes to the engine as usual.
     #[arg(long)]
     pub kernel_fanout: Option<String>,

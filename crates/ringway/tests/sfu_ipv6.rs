@@ -1,0 +1,143 @@
+//! The SFU over IPv6 between namespace hosts (`sfu load --netns --ipv6`:
+//! unique local addresses in fd77::/48), on one link (a bridge) and with
+//! every client behind a router host (`--routed`, the SFU's default route
+//! via the router's link-local address), on every backend: the socket
+//! backends deliver every copy; the AF_XDP backend receives every datagram
+//! through its RX ring and sends every copy and echo through its TX ring
+//! (IPv6 frames built in user space with their mandatory UDP checksums;
+//! the next hops' MACs from the kernel's IPv6 routes and NDP neighbours);
+//! the `tc` fan-out replicates the media in the kernel.
+
+mod sfu_common;
+
+use sfu_common::*;
+
+/// One `sfu load --netns --ipv6` run with 3 clients (`routed`: behind a
+/// router); returns the SFU's and the load's JSON reports.
+fn ipv6_run(
+    backend: &str,
+    kernel_fanout: bool,
+    routed: bool,
+) -> (serde_json::Value, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
+    let mut args = vec![
+        "sfu",
+        "load",
+        "--netns",
+        "--ipv6",
+        "--clients",
+        "3",
+        "--server",
+        "[::]:5004",
+        "--duration",
+        "1.5",
+        "--interval-ms",
+        "10",
+        "--stats-interval",
+        "0",
+        "--sfu-backend",
+        backend,
+        "--sfu-json",
+        sj.to_str().unwrap(),
+        "--json",
+        lj.to_str().unwrap(),
+    ];
+    if routed {
+        args.push("--routed");
+    }
+    if kernel_fanout {
+        args.push("--sfu-kernel-fanout");
+    }
+    let (pid, out) = run_ringway(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{backend} routed={routed}: {stderr}");
+    no_namespaces_of(pid);
+    let (s, l) = (read_json(&sj), read_json(&lj));
+    // The SFU served its IPv6 unique local address.
+    let listen = s["listen"].as_str().unwrap_or_default();
+    assert!(listen.starts_with("[fd77:"), "{backend}: listen {listen}");
+    (s, l)
+}
+
+/// Exact delivery at the clients: every packet to the 2 others and back.
+fn delivered_exactly(what: &str, l: &serde_json::Value) -> u64 {
+    let tx = l["tx_packets"].as_u64().unwrap();
+    assert!(tx >= 3 * 3 * 50, "{what}: {l}");
+    assert_eq!(l["media_packets"].as_u64().unwrap(), 2 * tx, "{what}: {l}");
+    assert_eq!(l["echoes"].as_u64().unwrap(), tx, "{what}: {l}");
+    assert_eq!(l["lost"], 0, "{what}: {l}");
+    assert_eq!(l["control_errors"], 0, "{what}: {l}");
+    tx
+}
+
+#[test]
+fn socket_backends_deliver_over_ipv6_on_link_and_through_a_router() {
+    let mut backends = vec!["socket", "mmsg"];
+    if ringway_io::BackendKind::Uring.availability().is_ok() {
+        backends.push("uring");
+    } else {
+        ringway_io::testing::skip("io_uring not available: the uring column of the IPv6 test");
+    }
+    for routed in [false, true] {
+        for &backend in &backends {
+            let what = format!("{backend} routed={routed}");
+            let (s, l) = ipv6_run(backend, false, routed);
+            let tx = delivered_exactly(&what, &l);
+            assert_eq!(s["sfu"]["copies"].as_u64().unwrap(), 2 * tx, "{what}");
+        }
+    }
+}
+
+/// AF_XDP over IPv6: every datagram through the RX ring (none through the
+/// companion socket, none dropped as invalid or for its checksum), every
+/// copy written from the received frame into the TX ring and every echo
+/// the received frame turned around — on one link, and behind a router
+/// whose MAC comes from the kernel's IPv6 route (a link-local gateway) and
+/// its NDP entry.
+#[test]
+fn xdp_serves_ipv6_through_its_rings_on_link_and_through_a_router() {
+    if let Err(why) = ringway_io::backend::xdp_socket_supported() {
+        ringway_io::testing::skip(format!("AF_XDP not available: {why}"));
+        return;
+    }
+    for routed in [false, true] {
+        let what = format!("xdp routed={routed}");
+        let (s, l) = ipv6_run("xdp", false, routed);
+        let tx = delivered_exactly(&what, &l);
+        assert_eq!(s["backend"], "xdp", "{what}");
+        let io = &s["io"];
+        assert_eq!(io["rx_via_socket"], 0, "{what}: {io}");
+        assert_eq!(io["rx_invalid"], 0, "{what}: {io}");
+        assert_eq!(io["rx_bad_checksum"], 0, "{what}: {io}");
+        assert_eq!(io["tx_via_socket"], 0, "{what}: {io}");
+        assert_eq!(io["tx_errors"], 0, "{what}: {io}");
+        assert_eq!(
+            io["tx_from_rx_frame"].as_u64().unwrap(),
+            2 * tx,
+            "{what}: {io}"
+        );
+        assert_eq!(io["tx_moved"].as_u64().unwrap(), tx, "{what}: {io}");
+    }
+}
+
+/// The `tc` fan-out over IPv6: the routes are installed in the kernel's
+/// map (IPv6 entries) and carry the media, on one link and behind a router.
+#[test]
+fn kernel_fanout_replicates_ipv6_media_on_link_and_through_a_router() {
+    if let Err(why) = ringway_io::backend::xdp_socket_supported() {
+        ringway_io::testing::skip(format!("BPF not available: {why}"));
+        return;
+    }
+    for routed in [false, true] {
+        let what = format!("tc routed={routed}");
+        let (s, l) = ipv6_run("socket", true, routed);
+        let tx = delivered_exactly(&what, &l);
+        let kernel = s["kernel_fanout"]["packets"].as_u64().unwrap();
+        let user = s["sfu"]["media_accepted"].as_u64().unwrap();
+        // The first packets of each source reach user space (the route is
+        // installed at the next control tick); the rest stay in the kernel.
+        assert_eq!(kernel + user, tx, "{what}: {s}");
+        assert!(kernel >= tx / 2, "{what}: kernel {kernel} of {tx}: {s}");
+    }
+}
