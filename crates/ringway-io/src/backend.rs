@@ -476,21 +476,26 @@ pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn Ba
     } else {
         common::TxStamps::default()
     };
-    open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default())
+    open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default(), false)
 }
 
-/// Open `kind` on `sock` with its handle on the socket's stamp book.
+/// Open `kind` on `sock` with its handle on the socket's stamp book;
+/// `shared`: other backends receive on the socket too (their waits are
+/// exclusive, see [`open_shared`]).
 fn open_with_stamps(
     kind: BackendKind,
     sock: UdpSocket,
     tx_stamps: bool,
     stamps: common::TxStamps,
     cfg: UringConfig,
+    shared: bool,
 ) -> io::Result<Box<dyn BatchIo>> {
     sock.set_nonblocking(true)?;
     Ok(match kind {
-        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps, stamps)),
-        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps, stamps)),
+        BackendKind::Socket => {
+            Box::new(socket::SocketBackend::new(sock, tx_stamps, stamps, shared))
+        }
+        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps, stamps, shared)),
         BackendKind::Uring => Box::new(uring::UringBackend::new(sock, tx_stamps, stamps, cfg)),
         BackendKind::Xdp => {
             return Err(io::Error::new(
@@ -541,7 +546,14 @@ pub fn open_shared(
         .enumerate()
         .map(|(owner, sock)| {
             let stamps = common::TxStamps::owner(book.clone(), owner);
-            open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default())
+            open_with_stamps(
+                kind,
+                sock,
+                tx_stamps,
+                stamps,
+                UringConfig::default(),
+                backends > 1,
+            )
         })
         .collect()
 }
@@ -568,7 +580,7 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
     } else {
         common::TxStamps::default()
     };
-    open_with_stamps(BackendKind::Uring, sock, tx_stamps, stamps, cfg)
+    open_with_stamps(BackendKind::Uring, sock, tx_stamps, stamps, cfg, false)
 }
 
 /// Open the AF_XDP backend on `cfg.ifname` (in the calling thread's network
