@@ -5,7 +5,8 @@
 //! sender's flow hash picks the veth queue, as RSS does on a NIC), each
 //! subscribed to all: every packet reaches every other client exactly
 //! once, byte for byte, and comes back to its sender; both engines carried
-//! media; nothing took the kernel path.
+//! media; nothing took the kernel path; `/metrics` shows each queue's share
+//! and the sums.
 
 use ringway_io::netns::Topology;
 use ringway_io::{open_udp, Io, SocketConfig, XdpInterface};
@@ -159,6 +160,27 @@ fn one_engine_per_rx_queue_forwards_exact_copies() {
     let (ssids, received) = peers
         .run(move || run_clients(listen, local))
         .expect("enter the namespace");
+    let total = (CLIENTS * PACKETS as usize) as u64;
+    // The live counters (published every 50 ms) and /metrics: each queue's
+    // share, and the totals as their sums.
+    let until = Instant::now() + Duration::from_secs(10);
+    while server.live().sfu.media_accepted < total && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let live = server.live();
+    let metrics = ringway_server::sfu::admin::render_metrics(&live);
+    assert!(
+        metrics.contains(&format!("ringway_sfu_media_packets_total {total}\n")),
+        "{metrics}"
+    );
+    assert_eq!(live.engines.len(), 2);
+    for engine in &live.engines {
+        let line = format!(
+            "ringway_sfu_queue_media_total{{queue=\"{}\"}} {}\n",
+            engine.queue, engine.counters.media
+        );
+        assert!(metrics.contains(&line), "{line} not in {metrics}");
+    }
     let report = server.shutdown().expect("report");
     eprintln!("engines: {:?}", report.engines);
     eprintln!("control: {:?}", report.control);
@@ -187,7 +209,6 @@ fn one_engine_per_rx_queue_forwards_exact_copies() {
     }
 
     // One engine per queue, both carried media, and together all of it.
-    let total = (CLIENTS * PACKETS as usize) as u64;
     assert_eq!(report.engines.len(), 2, "{:?}", report.io_mode);
     for engine in &report.engines {
         assert!(
