@@ -3,6 +3,10 @@
 //! started/stopped with its JSON summary, SIPp runs with parsed statistics.
 #![allow(dead_code)]
 
+mod tls;
+#[allow(unused_imports)]
+pub(crate) use tls::*;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -577,88 +581,4 @@ pub(crate) fn uac_auth_args(calls: u32, rate: u32, hold_ms: Option<u32>) -> Vec<
         sipp = sipp.arg("-d").arg(hold);
     }
     sipp.timeout(30).build()
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`ca.pem`, `ca.key`) and a proxy certificate for 127.0.0.1
-/// (`proxy.pem`, `proxy.key`) in `dir`, made by the openssl CLI.
-pub(crate) fn make_proxy_certs(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=ws-test-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=proxy",
-            "-keyout",
-            "proxy.key",
-            "-out",
-            "proxy.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("proxy.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "proxy.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "proxy.ext",
-            "-out",
-            "proxy.pem",
-        ],
-    );
 }
