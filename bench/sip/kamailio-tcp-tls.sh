@@ -55,7 +55,7 @@ mkdir -p "$OUT"
 # shellcheck source=lib-tcp-tls.sh
 source "$HERE/lib-tcp-tls.sh"
 [[ " $PROXIES " == *" kamailio "* ]] && need_kamailio_tls
-ulimit -n 65536
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 make_cert
 uptime | tee "$OUT/uptime.txt"
 
@@ -83,7 +83,7 @@ gen_secs() {
 }
 
 printf "transport\tproxy\tworkers\trate_cps\tcalls\tok\tfailed\tgen_cps\tcpu_s\tcpu_us_per_call\tgen_cpu_s\tflag\n" \
-    >"$OUT/results.tsv"
+    | tee "$OUT/results.tsv"
 
 # One step: TRANSPORT PROXY WORKERS RATE.
 step() {
@@ -182,7 +182,7 @@ if [[ "$HANDSHAKES" -gt 0 ]]; then
             log="$OUT/handshakes-$kind-w$w"
             start_proxy "$kind" "$w" "$log"
             sleep 0.5
-            "$RINGWAY" sip idle --to tls:127.0.0.1:5061 --tls-ca "$OUT/cert.pem" \
+            "$RINGWAY" sip idle --to tls:127.0.0.1:5061 --tls-ca "$OUT/ca.pem" \
                 --connections "$HANDSHAKES" --parallel "$PARALLEL" --no-ping --settle-s 0 \
                 --server-pid "$PROXY_PID" --json "$log.json" >"$log.idle.txt" 2>&1 || true
             stop_pid "$PROXY_PID"

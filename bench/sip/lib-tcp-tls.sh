@@ -23,14 +23,19 @@ need_kamailio_tls() {
     fi
 }
 
-# A self-signed certificate for 127.0.0.1 (cert.pem, key.pem in OUT): the
-# proxies present it, stunnel presents it on the UAS side, and it is the CA
-# ringway and the idle client verify with.
+# A test CA (ca.pem) and a certificate for 127.0.0.1 it signed (cert.pem,
+# key.pem in OUT): the proxies present it, stunnel presents it on the UAS
+# side; ringway and the idle client verify with the CA.
 make_cert() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -subj /CN=bench -keyout "$OUT/key.pem" -out "$OUT/cert.pem" \
-        -addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:TRUE \
-        2>/dev/null
+        -subj /CN=bench-ca -keyout "$OUT/ca.key" -out "$OUT/ca.pem" \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=bench \
+        -keyout "$OUT/key.pem" -out "$OUT/cert.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n' \
+        >"$OUT/cert.ext"
+    openssl x509 -req -in "$OUT/cert.csr" -CA "$OUT/ca.pem" -CAkey "$OUT/ca.key" -CAcreateserial \
+        -days 2 -extfile "$OUT/cert.ext" -out "$OUT/cert.pem" 2>/dev/null
     cat >"$OUT/kamailio-tls.cfg" <<CFG
 [server:default]
 method = TLSv1.2+
@@ -89,7 +94,7 @@ start_proxy() {
     ringway)
         "$RINGWAY" sip proxy --listen 127.0.0.1:5060 --listen tcp:127.0.0.1:5060 \
             --listen tls:127.0.0.1:5061 --tls-cert "$OUT/cert.pem" --tls-key "$OUT/key.pem" \
-            --tls-ca "$OUT/cert.pem" --relay 127.0.0.0/8 --mode stateless \
+            --tls-ca "$OUT/ca.pem" --relay 127.0.0.0/8 --mode stateless \
             --workers "$workers" --tcp-threads "$workers" \
             --tcp-max-connections 200000 --tcp-max-connections-per-ip 200000 \
             --tcp-idle-timeout-s 3600 --tls-max-handshakes 1024 \
