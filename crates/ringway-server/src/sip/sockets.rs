@@ -118,6 +118,7 @@ pub(super) fn open_listeners(
         super::ws::OriginPolicy {
             allowed: config.ws_origins.clone(),
         },
+        config.listeners.iter().map(|l| l.transport).collect(),
     )));
     for a in &streams.addresses {
         log::info!("sip server: listening on {a} ({threads} event loops)");

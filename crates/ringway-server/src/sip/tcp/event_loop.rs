@@ -203,7 +203,7 @@ fn read_ready(
     buf: &mut [u8],
     ctx: &mut ReadContext<'_, '_>,
 ) -> Option<CloseReason> {
-    let counters = &ctx.connections.counters;
+    let counters = ctx.connections.counters.of(entry.conn.transport);
     loop {
         let n = match entry.conn.read(buf) {
             ReadOutcome::Bytes(n) => n,
@@ -246,24 +246,9 @@ fn read_ready(
                 Ok(Some(Framed::Message(len))) => {
                     add(&counters.messages_in, 1);
                     entry.messages += 1;
-                    let from = flow_hop(&entry.conn);
-                    let connections = ctx.connections;
-                    let udp = ctx.udp;
-                    ctx.worker.handle_from(
-                        now,
-                        from,
-                        &entry.framer.buffered()[..len],
-                        &mut |hop: Hop, bytes: &[u8]| match hop.transport {
-                            Transport::Udp => {
-                                if udp.send_to(bytes, hop.addr).is_ok() {
-                                    add(&connections.counters.udp_out, 1);
-                                }
-                            }
-                            _ => {
-                                connections.send(hop, bytes, now);
-                            }
-                        },
-                    );
+                    let message = &entry.framer.buffered()[..len];
+                    take_alias(ctx.connections, &entry.conn, message);
+                    deliver(ctx, flow_hop(&entry.conn), message, now);
                     entry.framer.consume(len);
                     entry.message_started = now;
                     if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
@@ -344,7 +329,10 @@ fn ws_input(
     for event in events {
         match event {
             WsEvent::Message(message) => {
-                add(&connections.counters.messages_in, 1);
+                add(
+                    &connections.counters.of(entry.conn.transport).messages_in,
+                    1,
+                );
                 entry.messages += 1;
                 deliver(ctx, flow_hop(&entry.conn), &message, now);
                 if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
@@ -352,7 +340,7 @@ fn ws_input(
                 }
             }
             WsEvent::Ping(payload) => {
-                add(&connections.counters.pings, 1);
+                add(&connections.counters.of(entry.conn.transport).pings, 1);
                 let _ = entry
                     .conn
                     .write_raw(&ws::pong_frame(&payload), send_limit, now);
@@ -371,6 +359,19 @@ fn ws_input(
         .conn
         .write_raw(&ws::close_frame(e.close_code()), send_limit, now);
     Some(CloseReason::WsError)
+}
+
+/// RFC 5923: a request on a TCP or TLS connection whose top Via asks for
+/// an `alias` makes the connection serve requests to that sent-by
+/// ([`Connections::alias`] says when it is taken). Only until the
+/// connection has one: later messages are not looked at.
+fn take_alias(connections: &Connections, conn: &Conn, message: &[u8]) {
+    if conn.alias.get().is_some() || !matches!(conn.transport, Transport::Tcp | Transport::Tls) {
+        return;
+    }
+    if let Some((transport, sent_by)) = ringway_sip::transport::alias_of(message) {
+        connections.alias(conn, transport, sent_by);
+    }
 }
 
 /// Hand one message from `from` to the core and send what it answers.
