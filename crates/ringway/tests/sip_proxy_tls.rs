@@ -26,108 +26,6 @@ fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run openssl (Debian package openssl)");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A test CA (`ca.pem`, `ca.key`) in `dir`.
-fn make_ca(dir: &Path) {
-    run(Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=ringway-test-ca", "-keyout", "ca.key", "-out"])
-        .args(["ca.pem", "-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign"])
-        .current_dir(dir));
-}
-
-/// A certificate `NAME.pem` / `NAME.key` signed by the test CA, for
-/// 127.0.0.1 and the DNS names given, with common name `cn`.
-fn make_cert(dir: &Path, name: &str, cn: &str, dns: &[&str]) -> (PathBuf, PathBuf) {
-    let mut san = "subjectAltName=IP:127.0.0.1".to_string();
-    for d in dns {
-        san.push_str(&format!(",DNS:{d}"));
-    }
-    std::fs::write(
-        dir.join(format!("{name}.ext")),
-        format!("{san}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n"),
-    )
-    .unwrap();
-    run(Command::new("openssl")
-        .args([
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-subj", &format!("/CN={cn}")])
-        .args(["-keyout", &format!("{name}.key.new")])
-        .args(["-out", &format!("{name}.csr")])
-        .current_dir(dir));
-    run(Command::new("openssl")
-        .args(["x509", "-req", "-in", &format!("{name}.csr")])
-        .args([
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-        ])
-        .args(["-extfile", &format!("{name}.ext")])
-        .args(["-out", &format!("{name}.pem.new")])
-        .current_dir(dir));
-    // Renamed into place (a reload never sees half a file).
-    let (cert, key) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    std::fs::rename(dir.join(format!("{name}.key.new")), &key).unwrap();
-    std::fs::rename(dir.join(format!("{name}.pem.new")), &cert).unwrap();
-    (cert, key)
-}
-
-/// Wait until something listens on `addr` (bounded).
-fn wait_listening(addr: &str) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < end, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// stunnel with this configuration body (foreground, no pid file).
-fn spawn_stunnel(procs: &mut Procs, dir: &Path, name: &str, body: &str) {
-    let conf = dir.join(format!("{name}.conf"));
-    std::fs::write(
-        &conf,
-        format!("foreground = yes\npid =\ndebug = 4\noutput = {name}.log\n{body}"),
-    )
-    .unwrap();
-    let c = Command::new("stunnel4")
-        .arg(&conf)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn stunnel4 (Debian package stunnel4)");
-    procs.add(name, c);
-}
-
-fn tls_counter(s: &serde_json::Value, name: &str) -> u64 {
-    s["tls"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("tls.{name} in {}", s["tls"]))
-}
-
 /// `CALLS` calls SIPp UAC (TCP) → stunnel client (6060) → TLS → proxy
 /// (tls:5061) → TLS → stunnel server (5071) → SIPp UAS (TCP 5070).
 fn calls_over_tls(mode: &'static str, mutual: bool) -> (serde_json::Value, SippStats) {
@@ -174,77 +72,14 @@ fn calls_over_tls(mode: &'static str, mutual: bool) -> (serde_json::Value, SippS
             "{:?}",
             p.startup
         );
-        // The UAC side: a client certificate only with mutual TLS.
-        let client_cert = if mutual {
-            "cert = peer.pem\nkey = peer.key\n"
-        } else {
-            ""
-        };
-        spawn_stunnel(
-            &mut procs,
-            d,
-            "stunnel-uac",
-            &format!(
-                "[uac]\nclient = yes\naccept = 127.0.0.1:6060\nconnect = 127.0.0.1:5061\n\
-                 CAfile = ca.pem\nverifyChain = yes\ncheckIP = 127.0.0.1\n{client_cert}"
-            ),
-        );
-        // The UAS side: with mutual TLS it wants the proxy's certificate.
-        let verify_proxy = if mutual {
-            "CAfile = ca.pem\nverifyChain = yes\n"
-        } else {
-            ""
-        };
-        spawn_stunnel(
-            &mut procs,
-            d,
-            "stunnel-uas",
-            &format!(
-                "[uas]\naccept = 127.0.0.1:5071\nconnect = 127.0.0.1:5070\n\
-                 cert = peer.pem\nkey = peer.key\n{verify_proxy}"
-            ),
-        );
-        let mut uas = uas_args(a("127.0.0.1:5070"));
-        uas.extend(["-t".into(), "t1".into()]);
-        // Its Contact names the TLS address stunnel gives it, as a TLS
-        // UAS's would.
-        let scenario = std::fs::read_to_string(scenarios().join("uas_rr.xml"))
-            .unwrap()
-            .replace(
-                "<sip:[local_ip]:[local_port];transport=[transport]>",
-                "<sip:127.0.0.1:5071;transport=tls>",
-            );
-        std::fs::write(d.join("uas_tls.xml"), scenario).unwrap();
-        let sf = uas.iter().position(|arg| arg == "-sf").unwrap() + 1;
-        uas[sf] = d.join("uas_tls.xml").display().to_string();
-        spawn_sipp(&mut procs, d, &uas);
-        wait_listening("127.0.0.1:6060");
-        wait_listening("127.0.0.1:5071");
-        wait_listening("127.0.0.1:5070");
-        let mut uac = uac_args(
-            a("127.0.0.1:6060"),
-            a("127.0.0.1:5062"),
-            "bob",
-            "127.0.0.1:5071;transport=tls",
-            CALLS,
-            20,
-        );
-        uac.extend(["-t".into(), "t1".into()]);
-        // SIPp speaks TCP to stunnel but writes its Via as a TLS client
-        // would (SIPp's own `[transport]` would say TCP).
-        let scenario = std::fs::read_to_string(scenarios().join("uac_rr.xml"))
-            .unwrap()
-            .replace("SIP/2.0/[transport]", "SIP/2.0/TLS");
-        std::fs::write(d.join("uac_tls.xml"), scenario).unwrap();
-        let sf = uac.iter().position(|arg| arg == "-sf").unwrap() + 1;
-        uac[sf] = d.join("uac_tls.xml").display().to_string();
-        let (st, stats) = run_sipp(&mut procs, d, "uac", &uac, Duration::from_secs(60));
-        let summary = stop_proxy(&mut procs, &p);
-        eprintln!("sipp: {stats:?} exit {st:?}");
-        for log in ["stunnel-uac.log", "stunnel-uas.log"] {
-            let text = std::fs::read_to_string(d.join(log)).unwrap_or_default();
-            eprintln!("--- {log}\n{text}");
+        let (_, stats) = StunnelCalls {
+            ua: "127.0.0.1".parse().unwrap(),
+            proxy: a("127.0.0.1:5061"),
+            mutual,
+            calls: CALLS,
         }
+        .run(&mut procs, d);
+        let summary = stop_proxy(&mut procs, &p);
         (summary, stats)
     })
 }

@@ -18,6 +18,7 @@
 
 pub mod arrival;
 pub mod callgen;
+pub mod idle;
 mod sendqueue;
 mod template;
 mod timers;

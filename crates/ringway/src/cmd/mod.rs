@@ -16,6 +16,7 @@ pub(crate) mod serving;
 pub(crate) mod sfu;
 pub(crate) mod sip;
 pub(crate) mod sip_dispatch;
+pub(crate) mod sip_idle;
 pub(crate) mod sip_load;
 pub(crate) mod sip_proxy;
 pub(crate) mod sip_resolve;

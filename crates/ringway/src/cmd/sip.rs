@@ -9,6 +9,9 @@ pub(crate) enum SipCmd {
     Dispatch(Box<super::sip_dispatch::DispatchArgs>),
     /// Generate SIP call load (UAC and UAS) through a proxy.
     Load(super::sip_load::LoadArgs),
+    /// Open many idle TCP or TLS connections to a SIP server and report
+    /// its memory per connection and CPU per connection set up.
+    Idle(super::sip_idle::IdleArgs),
     /// Resolve a next hop as the proxy and dispatcher do (RFC 3263 NAPTR/SRV/A/AAAA),
     /// optionally many times to measure the lookup cost with a cold or a warm cache.
     Resolve(super::sip_resolve::ResolveArgs),
@@ -20,6 +23,7 @@ pub(crate) fn run(c: SipCmd) -> anyhow::Result<()> {
         SipCmd::Proxy(a) => super::sip_proxy::run(*a),
         SipCmd::Dispatch(a) => super::sip_dispatch::run(*a),
         SipCmd::Load(a) => super::sip_load::run(a),
+        SipCmd::Idle(a) => super::sip_idle::run(a),
         SipCmd::Resolve(a) => super::sip_resolve::run(a),
     }
 }

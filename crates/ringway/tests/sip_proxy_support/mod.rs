@@ -7,6 +7,9 @@
 mod promtool_common;
 #[allow(unused_imports)]
 pub(crate) use promtool_common::assert_promtool_accepts;
+mod tls;
+#[allow(unused_imports)]
+pub(crate) use tls::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -556,19 +559,6 @@ pub(crate) fn uac_auth_args(calls: u32, rate: u32, hold_ms: Option<u32>) -> Vec<
     sipp.timeout(30).build()
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Connections the summary `s` counts closed for `reason` (`tcp.closed`).
 pub(crate) fn tcp_closed(s: &serde_json::Value, reason: &str) -> u64 {
     s["tcp"]["closed"]
@@ -590,75 +580,4 @@ pub(crate) fn proxy_cert_args(dir: &Path) -> Vec<String> {
         "--tls-key".into(),
         dir.join("proxy.key").display().to_string(),
     ]
-}
-
-/// A CA (`ca.pem`, `ca.key`) and a proxy certificate for 127.0.0.1
-/// (`proxy.pem`, `proxy.key`) in `dir`, made by the openssl CLI.
-pub(crate) fn make_proxy_certs(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=ws-test-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            "/CN=proxy",
-            "-keyout",
-            "proxy.key",
-            "-out",
-            "proxy.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("proxy.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "proxy.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "proxy.ext",
-            "-out",
-            "proxy.pem",
-        ],
-    );
 }
