@@ -94,34 +94,6 @@ fn make_cert(dir: &Path, name: &str, cn: &str, dns: &[&str]) -> (PathBuf, PathBu
     (cert, key)
 }
 
-/// Wait until something listens on `addr` (bounded).
-fn wait_listening(addr: &str) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < end, "nothing listens on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// stunnel with this configuration body (foreground, no pid file).
-fn spawn_stunnel(procs: &mut Procs, dir: &Path, name: &str, body: &str) {
-    let conf = dir.join(format!("{name}.conf"));
-    std::fs::write(
-        &conf,
-        format!("foreground = yes\npid =\ndebug = 4\noutput = {name}.log\n{body}"),
-    )
-    .unwrap();
-    let c = Command::new("stunnel4")
-        .arg(&conf)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn stunnel4 (Debian package stunnel4)");
-    procs.add(name, c);
-}
-
 fn tls_counter(s: &serde_json::Value, name: &str) -> u64 {
     s["tls"][name]
         .as_u64()

@@ -156,30 +156,37 @@ const CORE_COUNTERS: [CoreCounter; 28] = [
     ),
 ];
 
-/// The counters of one connection transport, labelled with it.
-fn render_transport(p: &mut PromText, transport: &str, s: &super::TcpSnapshot) {
+/// The counters of one connection transport, labelled with it, named
+/// `PREFIX_connections_…` (`ringway_sip` for the proxy, `ringway_dispatch`
+/// for the dispatcher: the same driver).
+pub(crate) fn render_transport(
+    p: &mut PromText,
+    prefix: &str,
+    transport: &str,
+    s: &super::TcpSnapshot,
+) {
     let l = [("transport", transport)];
     p.gauge(
-        "ringway_sip_connections_open",
+        &format!("{prefix}_connections_open"),
         "Connections open now.",
         &l,
         s.open as f64,
     );
     p.counter(
-        "ringway_sip_connections_accepted_total",
+        &format!("{prefix}_connections_accepted_total"),
         "Connections accepted.",
         &l,
         s.accepted,
     );
     p.counter(
-        "ringway_sip_connections_opened_total",
-        "Connections the proxy opened.",
+        &format!("{prefix}_connections_opened_total"),
+        "Connections opened to next hops.",
         &l,
         s.connected,
     );
     for (reason, v) in [("limit", s.refused_limit), ("per_ip", s.refused_per_ip)] {
         p.counter(
-            "ringway_sip_connections_refused_total",
+            &format!("{prefix}_connections_refused_total"),
             "Accepted connections closed at once, by the bound they hit.",
             &[("transport", transport), ("reason", reason)],
             v,
@@ -187,7 +194,7 @@ fn render_transport(p: &mut PromText, transport: &str, s: &super::TcpSnapshot) {
     }
     for (reason, v) in &s.closed {
         p.counter(
-            "ringway_sip_connections_closed_total",
+            &format!("{prefix}_connections_closed_total"),
             "Connections closed, by reason.",
             &[("transport", transport), ("reason", reason)],
             *v,
@@ -195,7 +202,7 @@ fn render_transport(p: &mut PromText, transport: &str, s: &super::TcpSnapshot) {
     }
     for (direction, v) in [("in", s.bytes_in), ("out", s.bytes_out)] {
         p.counter(
-            "ringway_sip_transport_bytes_total",
+            &format!("{prefix}_transport_bytes_total"),
             "Bytes read from and written to connections.",
             &[("transport", transport), ("direction", direction)],
             v,
@@ -203,20 +210,20 @@ fn render_transport(p: &mut PromText, transport: &str, s: &super::TcpSnapshot) {
     }
     for (direction, v) in [("in", s.messages_in), ("out", s.messages_out)] {
         p.counter(
-            "ringway_sip_transport_messages_total",
+            &format!("{prefix}_transport_messages_total"),
             "Messages framed off and sent over connections.",
             &[("transport", transport), ("direction", direction)],
             v,
         );
     }
     p.counter(
-        "ringway_sip_keepalive_pings_total",
+        &format!("{prefix}_keepalive_pings_total"),
         "CRLF CRLF keep-alive pings answered with a pong (RFC 5626 4.4.1).",
         &l,
         s.pings,
     );
     p.counter(
-        "ringway_sip_transport_no_connection_total",
+        &format!("{prefix}_transport_no_connection_total"),
         "Messages dropped because their connection was gone or could not be opened.",
         &l,
         s.no_connection,
@@ -358,10 +365,10 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
         );
     }
     if let Some(tcp) = &snap.tcp {
-        render_transport(text, "tcp", tcp);
+        render_transport(text, "ringway_sip", "tcp", tcp);
     }
     if let Some(tls) = &snap.tls {
-        render_tls(text, tls);
+        render_tls(text, "ringway_sip", tls);
     }
     if let Some(keepalive) = &snap.keepalive {
         render_keepalive(text, keepalive);
@@ -431,10 +438,10 @@ fn render_keepalive(p: &mut PromText, s: &super::keepalive::KeepaliveSnapshot) {
 }
 
 /// The TLS layer: handshakes, their failures and bounds, reloads.
-fn render_tls(p: &mut PromText, s: &super::TlsSnapshot) {
+pub(crate) fn render_tls(p: &mut PromText, prefix: &str, s: &super::TlsSnapshot) {
     let l = [("transport", "tls")];
     p.counter(
-        "ringway_sip_tls_handshakes_total",
+        &format!("{prefix}_tls_handshakes_total"),
         "TLS handshakes completed (accepted and opened).",
         &l,
         s.handshakes,
@@ -445,26 +452,26 @@ fn render_tls(p: &mut PromText, s: &super::TlsSnapshot) {
         ("refused", s.handshakes_refused),
     ] {
         p.counter(
-            "ringway_sip_tls_handshake_failures_total",
+            &format!("{prefix}_tls_handshake_failures_total"),
             "TLS handshakes that failed, timed out, or were refused (max_handshakes in progress).",
             &[("transport", "tls"), ("reason", reason)],
             v,
         );
     }
     p.gauge(
-        "ringway_sip_tls_handshakes_in_progress",
+        &format!("{prefix}_tls_handshakes_in_progress"),
         "TLS handshakes in progress now.",
         &l,
         s.in_handshake as f64,
     );
     p.counter(
-        "ringway_sip_tls_reloads_total",
+        &format!("{prefix}_tls_reloads_total"),
         "Certificate reloads applied.",
         &l,
         s.reloads,
     );
     p.counter(
-        "ringway_sip_tls_reload_failures_total",
+        &format!("{prefix}_tls_reload_failures_total"),
         "Certificate reloads refused (the certificates in use stay).",
         &l,
         s.reload_failures,

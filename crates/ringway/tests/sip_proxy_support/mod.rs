@@ -595,6 +595,12 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A CA (`ca.pem`, `ca.key`) and a proxy certificate for 127.0.0.1
 /// (`proxy.pem`, `proxy.key`) in `dir`, made by the openssl CLI.
 pub(crate) fn make_proxy_certs(dir: &Path) {
+    make_certs_for_ips(dir, &["127.0.0.1"]);
+}
+
+/// [`make_proxy_certs`] with a certificate for each of these IP addresses
+/// (one certificate naming them all, for servers on several addresses).
+pub(crate) fn make_certs_for_ips(dir: &Path, ips: &[&str]) {
     openssl(
         dir,
         &[
@@ -638,7 +644,13 @@ pub(crate) fn make_proxy_certs(dir: &Path) {
     );
     std::fs::write(
         dir.join("proxy.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+        format!(
+            "subjectAltName={}\nbasicConstraints=CA:FALSE\n",
+            ips.iter()
+                .map(|ip| format!("IP:{ip}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
     )
     .unwrap();
     openssl(
@@ -661,4 +673,32 @@ pub(crate) fn make_proxy_certs(dir: &Path) {
             "proxy.pem",
         ],
     );
+}
+
+/// Wait until something listens on `addr` (bounded).
+pub(crate) fn wait_listening(addr: &str) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < end, "nothing listens on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// stunnel with this configuration body (foreground, no pid file).
+pub(crate) fn spawn_stunnel(procs: &mut Procs, dir: &Path, name: &str, body: &str) {
+    let conf = dir.join(format!("{name}.conf"));
+    std::fs::write(
+        &conf,
+        format!("foreground = yes\npid =\ndebug = 4\noutput = {name}.log\n{body}"),
+    )
+    .unwrap();
+    let c = Command::new("stunnel4")
+        .arg(&conf)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn stunnel4 (Debian package stunnel4)");
+    procs.add(name, c);
 }
