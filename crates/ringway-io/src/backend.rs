@@ -249,6 +249,55 @@ pub struct IoStats {
 }
 
 impl IoStats {
+    /// Add the counters of `other` (another backend instance, e.g. another
+    /// receive queue's) to these; `tx_in_ring`, a level, adds up too.
+    pub fn add(&mut self, other: &IoStats) {
+        let IoStats {
+            rx_packets,
+            rx_syscalls,
+            tx_packets,
+            tx_syscalls,
+            tx_errors,
+            rx_dropped,
+            tx_stamps_lost,
+            rx_nobufs,
+            rx_rearms,
+            rx_invalid,
+            rx_via_socket,
+            tx_via_socket,
+            socket_errors,
+            rx_bad_checksum,
+            tx_from_rx_frame,
+            tx_moved,
+            tx_ring_full_waits,
+            tx_ring_full_drops,
+            tx_in_ring,
+            rx_wakeups,
+            rx_idle_wakeups,
+        } = *other;
+        self.rx_packets += rx_packets;
+        self.rx_syscalls += rx_syscalls;
+        self.tx_packets += tx_packets;
+        self.tx_syscalls += tx_syscalls;
+        self.tx_errors += tx_errors;
+        self.rx_dropped += rx_dropped;
+        self.tx_stamps_lost += tx_stamps_lost;
+        self.rx_nobufs += rx_nobufs;
+        self.rx_rearms += rx_rearms;
+        self.rx_invalid += rx_invalid;
+        self.rx_via_socket += rx_via_socket;
+        self.tx_via_socket += tx_via_socket;
+        self.socket_errors += socket_errors;
+        self.rx_bad_checksum += rx_bad_checksum;
+        self.tx_from_rx_frame += tx_from_rx_frame;
+        self.tx_moved += tx_moved;
+        self.tx_ring_full_waits += tx_ring_full_waits;
+        self.tx_ring_full_drops += tx_ring_full_drops;
+        self.tx_in_ring += tx_in_ring;
+        self.rx_wakeups += rx_wakeups;
+        self.rx_idle_wakeups += rx_idle_wakeups;
+    }
+
     /// The counters accumulated since `start` (an earlier reading of the
     /// same backend), e.g. over a measured window after a warm-up. Counts
     /// are subtracted (saturating); `tx_in_ring`, a level, is taken as now.
@@ -427,21 +476,26 @@ pub fn open_backend(kind: BackendKind, sock: UdpSocket) -> io::Result<Box<dyn Ba
     } else {
         common::TxStamps::default()
     };
-    open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default())
+    open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default(), false)
 }
 
-/// Open `kind` on `sock` with its handle on the socket's stamp book.
+/// Open `kind` on `sock` with its handle on the socket's stamp book;
+/// `shared`: other backends receive on the socket too (their waits are
+/// exclusive, see [`open_shared`]).
 fn open_with_stamps(
     kind: BackendKind,
     sock: UdpSocket,
     tx_stamps: bool,
     stamps: common::TxStamps,
     cfg: UringConfig,
+    shared: bool,
 ) -> io::Result<Box<dyn BatchIo>> {
     sock.set_nonblocking(true)?;
     Ok(match kind {
-        BackendKind::Socket => Box::new(socket::SocketBackend::new(sock, tx_stamps, stamps)),
-        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps, stamps)),
+        BackendKind::Socket => {
+            Box::new(socket::SocketBackend::new(sock, tx_stamps, stamps, shared))
+        }
+        BackendKind::Mmsg => Box::new(mmsg::MmsgBackend::new(sock, tx_stamps, stamps, shared)),
         BackendKind::Uring => Box::new(uring::UringBackend::new(sock, tx_stamps, stamps, cfg)),
         BackendKind::Xdp => {
             return Err(io::Error::new(
@@ -492,7 +546,14 @@ pub fn open_shared(
         .enumerate()
         .map(|(owner, sock)| {
             let stamps = common::TxStamps::owner(book.clone(), owner);
-            open_with_stamps(kind, sock, tx_stamps, stamps, UringConfig::default())
+            open_with_stamps(
+                kind,
+                sock,
+                tx_stamps,
+                stamps,
+                UringConfig::default(),
+                backends > 1,
+            )
         })
         .collect()
 }
@@ -519,7 +580,7 @@ pub fn open_uring(sock: UdpSocket, cfg: UringConfig) -> io::Result<Box<dyn Batch
     } else {
         common::TxStamps::default()
     };
-    open_with_stamps(BackendKind::Uring, sock, tx_stamps, stamps, cfg)
+    open_with_stamps(BackendKind::Uring, sock, tx_stamps, stamps, cfg, false)
 }
 
 /// Open the AF_XDP backend on `cfg.ifname` (in the calling thread's network
@@ -543,6 +604,60 @@ pub fn open_xdp(cfg: XdpConfig) -> io::Result<Box<dyn BatchIo>> {
 pub fn open_xdp_with_socket(cfg: XdpConfig) -> io::Result<(Box<dyn BatchIo>, UdpSocket)> {
     match xdp::with_socket::open(cfg) {
         Ok((b, socket)) => Ok((Box::new(b), socket)),
+        Err(e) => Err(xdp_open_error(e)),
+    }
+}
+
+/// The AF_XDP backend on every receive queue of an interface
+/// ([`open_xdp_queues`]).
+pub struct XdpQueues {
+    /// One backend per receive queue, in queue order, each with its own
+    /// AF_XDP socket, UMEM and rings (move each to its own thread). The
+    /// first also receives what the kernel stack delivers to the companion
+    /// UDP socket (IP fragments); the others only send through it.
+    pub backends: Vec<Box<dyn BatchIo>>,
+    /// The queue each backend is bound to.
+    pub queues: Vec<u32>,
+    /// Another handle of the companion UDP socket (bound to the listen
+    /// address, non-blocking), for a thread that sends through the kernel.
+    /// Only the first backend receives on it.
+    pub socket: UdpSocket,
+}
+
+/// Receive queues of interface `ifname` (in the calling thread's network
+/// namespace), as ethtool reports its channels (RX-only plus combined); a
+/// driver that does not tell counts as one.
+pub fn xdp_rx_queues(ifname: &str) -> io::Result<u32> {
+    xdp::rx_queue_count(ifname)
+}
+
+/// [`open_xdp`] on every receive queue of `cfg.ifname` ([`xdp_rx_queues`];
+/// `cfg.queue` is ignored): one AF_XDP socket per queue, all in one XSKMAP
+/// that the steering program indexes by `rx_queue_index`, so whatever
+/// queue the NIC's hashing (RSS) puts a datagram on, it reaches an XSK and
+/// not the kernel path. At most 64 queues. Errors as [`open_xdp`]'s.
+pub fn open_xdp_queues(cfg: XdpConfig) -> io::Result<XdpQueues> {
+    let count = xdp::rx_queue_count(&cfg.ifname).map_err(xdp_open_error)?;
+    if count as usize > xdp::MAX_QUEUES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "xdp backend: {} has {count} receive queues, at most {} are bound",
+                cfg.ifname,
+                xdp::MAX_QUEUES
+            ),
+        ));
+    }
+    let queues: Vec<u32> = (0..count).collect();
+    match xdp::XdpBackend::open_queues(cfg, &queues) {
+        Ok((backends, socket)) => Ok(XdpQueues {
+            backends: backends
+                .into_iter()
+                .map(|b| Box::new(b) as Box<dyn BatchIo>)
+                .collect(),
+            queues,
+            socket,
+        }),
         Err(e) => Err(xdp_open_error(e)),
     }
 }

@@ -192,6 +192,8 @@ enum Wiring {
 pub struct TopologyBuilder {
     hosts: Vec<String>,
     wiring: Wiring,
+    /// Receive and transmit queues of each point-to-point veth end.
+    queues: u32,
 }
 
 impl TopologyBuilder {
@@ -206,6 +208,14 @@ impl TopologyBuilder {
             Wiring::Links(l) => l.push((a.to_string(), b.to_string())),
             Wiring::Bridge => {}
         }
+        self
+    }
+    /// Give every point-to-point veth end `queues` receive and transmit
+    /// queues (`numrxqueues`/`numtxqueues`, 1..=64; default 1): a sender's
+    /// transmit queue, chosen by its flow hash, is the receiver's receive
+    /// queue, as RSS spreads flows on a multi-queue NIC.
+    pub fn queues(mut self, queues: u32) -> Self {
+        self.queues = queues;
         self
     }
     /// Put every host on one bridge instead of point-to-point links.
@@ -230,6 +240,13 @@ impl TopologyBuilder {
                 ));
             }
         }
+        if !(1..=64).contains(&self.queues) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "1 to 64 queues per veth end",
+            ));
+        }
+        let queues = self.queues.to_string();
         let mut seen = std::collections::HashSet::new();
         if !self.hosts.iter().all(|h| seen.insert(h)) {
             return Err(io::Error::new(
@@ -279,8 +296,27 @@ impl TopologyBuilder {
                         topo.hosts[index_b].netns.clone(),
                     );
                     ip(&[
-                        "link", "add", "name", &name_a, "netns", &nsa, "type", "veth", "peer",
-                        "name", &name_b, "netns", &nsb,
+                        "link",
+                        "add",
+                        "name",
+                        &name_a,
+                        "netns",
+                        &nsa,
+                        "numrxqueues",
+                        &queues,
+                        "numtxqueues",
+                        &queues,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        &name_b,
+                        "netns",
+                        &nsb,
+                        "numrxqueues",
+                        &queues,
+                        "numtxqueues",
+                        &queues,
                     ])?;
                     for (ns, ifn, host, i) in
                         [(&nsa, &name_a, 1u8, index_a), (&nsb, &name_b, 2u8, index_b)]
@@ -345,6 +381,7 @@ impl Topology {
         TopologyBuilder {
             hosts: Vec::new(),
             wiring: Wiring::Links(Vec::new()),
+            queues: 1,
         }
     }
 

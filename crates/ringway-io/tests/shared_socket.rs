@@ -216,3 +216,105 @@ fn tx_stamps_reach_the_backend_that_sent() {
         }
     }
 }
+
+/// The epoll instances of this process that have descriptor `fd`
+/// registered, with the registered event mask of each (from
+/// /proc/self/fdinfo: `tfd: FD events: MASK ...`).
+fn epoll_registrations(fd: i32) -> Vec<u32> {
+    let mut masks = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let is_epoll = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().contains("eventpoll"));
+        if !is_epoll {
+            continue;
+        }
+        let info_path = format!("/proc/self/fdinfo/{}", entry.file_name().to_string_lossy());
+        let info = std::fs::read_to_string(info_path).unwrap_or_default();
+        for line in info.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.len() >= 4 && words[0] == "tfd:" && words[1] == fd.to_string() {
+                masks.extend(u32::from_str_radix(words[3], 16).ok());
+            }
+        }
+    }
+    masks
+}
+
+/// A backend's socket is on no epoll instance while the backend is not
+/// waiting: an entry on a socket's wait queue is called back on every
+/// datagram that arrives and every send whose buffer space comes back,
+/// in the sender's kernel time, waiting or not (the SFU engine's CPU per
+/// packet rose ~10 % with its clients' sockets registered for good). A
+/// backend alone on its socket waits with ppoll; one of several on a
+/// shared socket registers it `EPOLLEXCLUSIVE` for the length of a wait
+/// (seen here while it waits) and takes it off after.
+fn registered_only_while_waiting(kind: BackendKind) {
+    if let Err(e) = kind.availability() {
+        skip(format!("{kind}: {e}"));
+        return;
+    }
+    // Alone on its socket: waits (and times out) without an epoll entry.
+    let mut alone = ringway_io::open_backend(kind, shared_socket(false)).unwrap();
+    let mut rx = RxBatch::new(8, 2048);
+    assert_eq!(
+        alone
+            .recv_batch(&mut rx, Some(Duration::from_millis(20)))
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        epoll_registrations(alone.raw_fd()),
+        Vec::<u32>::new(),
+        "{kind}: a backend alone on its socket"
+    );
+    // Two on one socket: backend 0 waits in a thread.
+    let socket = shared_socket(false);
+    let dst = socket.local_addr().unwrap();
+    let mut ios = open_shared(kind, socket, 2).unwrap();
+    let mut waiter = ios.remove(0);
+    let fd = waiter.raw_fd();
+    let thread = std::thread::spawn(move || {
+        let mut rx = RxBatch::new(8, 2048);
+        let got = waiter
+            .recv_batch(&mut rx, Some(Duration::from_secs(20)))
+            .unwrap();
+        (waiter, got)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut during = Vec::new();
+    while during.is_empty() && Instant::now() < deadline {
+        during = epoll_registrations(fd);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"wake", dst)
+        .unwrap();
+    let (waiter, got) = thread.join().unwrap();
+    assert_eq!(got, 1, "{kind}: the waiter got the datagram");
+    let exclusive_input = (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32;
+    assert!(
+        during.len() == 1 && during[0] & exclusive_input == exclusive_input,
+        "{kind}: registered once, exclusively, while it waits: {during:x?}"
+    );
+    assert_eq!(
+        epoll_registrations(waiter.raw_fd()),
+        Vec::<u32>::new(),
+        "{kind}: a shared socket's waiter after its wait"
+    );
+    assert_eq!(
+        epoll_registrations(ios[0].raw_fd()),
+        Vec::<u32>::new(),
+        "{kind}: a shared socket's backend that never waited"
+    );
+}
+
+#[test]
+fn socket_registered_only_while_waiting_mmsg() {
+    registered_only_while_waiting(BackendKind::Mmsg);
+}
+
+#[test]
+fn socket_registered_only_while_waiting_socket() {
+    registered_only_while_waiting(BackendKind::Socket);
+}

@@ -6,13 +6,21 @@
 //! No I/O: each message is one `ProxyWorker::handle` call between two
 //! clock readings (the server's T_sip, without the copy into the send
 //! batch). Also the cost of a refused call under overload (INVITE
-//! answered 503 with the core's shedding on, and its ACK).
+//! answered 503 with the core's shedding on, and its ACK), the driver's
+//! peek at each datagram (`peek::is_new_invite`) included.
+//!
+//! The refused calls go through a proxy of their own, so that the call
+//! messages are measured as in normal operation (after a refusal the core
+//! peeks at ACKs for the refusal's tag for a while). Then the parse alone
+//! (`SipMsg::parse`) per message type: the stage that dominates T_sip.
 //!
 //! `cargo bench -p ringway-sip --bench t_sip` (env: MODE=stateless|stateful,
-//! CALLS=20000, ROUNDS=5). Not a test: timings; run it on a quiet machine
-//! and compare builds side by side.
+//! CALLS=20000, ROUNDS=5, PARSE_ALONE=1; 0 leaves the parse-only stage out,
+//! e.g. under `perf record`). Not a test: timings; run it on a quiet machine
+//! and compare builds side by side (the harness uses only the public API,
+//! so the same file builds against an older tree).
 
-use ringway_sip::{Mode, Proxy, ProxyConfig, RelayNets};
+use ringway_sip::{Mode, Proxy, ProxyConfig, RelayNets, SipMsg};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -206,10 +214,13 @@ fn main() {
     let recorded: Vec<(Call, Call)> = (0..calls).map(|n| record(&config, n)).collect();
     let mut samples: Vec<Vec<u64>> = vec![Vec::new(); KINDS.len()];
     let mut sink = 0usize;
+    let mut parse_samples: Vec<Vec<u64>> = vec![Vec::new(); KINDS.len()];
     for _ in 0..rounds {
         // A fresh proxy per round: in stateful mode every call is new.
         let proxy = Proxy::new(config.clone());
         let mut w = proxy.worker();
+        let refusing = Proxy::new(config.clone());
+        let mut r = refusing.worker();
         for (call, refused) in &recorded {
             for (kind, (from, msg)) in call.messages.iter().enumerate() {
                 let t0 = Instant::now();
@@ -217,11 +228,24 @@ fn main() {
                 samples[kind].push(t0.elapsed().as_nanos() as u64);
             }
             for (i, (from, msg)) in refused.messages.iter().enumerate() {
-                w.set_shedding(i == 0);
                 let t0 = Instant::now();
-                w.handle(2, *from, msg, &mut |_, bytes| sink += bytes.len());
+                // The server's driver peeks at each datagram while it
+                // sheds: counted in the refusal's cost.
+                r.set_shedding(ringway_sip::peek::is_new_invite(msg));
+                r.handle(2, *from, msg, &mut |_, bytes| sink += bytes.len());
                 samples[6 + i].push(t0.elapsed().as_nanos() as u64);
-                w.set_shedding(false);
+                r.set_shedding(false);
+            }
+        }
+        // PARSE_ALONE=0 leaves the parse-only stage out (for a profiler).
+        let parse_alone = env("PARSE_ALONE", "1") != "0";
+        for (call, refused) in recorded.iter().filter(|_| parse_alone) {
+            let all = call.messages.iter().chain(refused.messages.iter());
+            for (kind, (_, msg)) in all.enumerate() {
+                let t0 = Instant::now();
+                let parsed = SipMsg::parse(msg);
+                parse_samples[kind].push(t0.elapsed().as_nanos() as u64);
+                sink += usize::from(parsed.is_ok());
             }
         }
     }
@@ -256,4 +280,17 @@ fn main() {
         percentile(&all, 0.5),
         percentile(&samples[6], 0.5) + percentile(&samples[7], 0.5)
     );
+    println!("stage: SipMsg::parse alone (ns; p50 share of the message's T_sip)");
+    for ((kind, s), whole) in KINDS.iter().zip(parse_samples.iter_mut()).zip(&samples) {
+        if s.is_empty() {
+            break;
+        }
+        s.sort_unstable();
+        let p50 = percentile(s, 0.5);
+        println!(
+            "{kind:<11} {p50:>7} {:>7} {:>6.0} %",
+            percentile(s, 0.9),
+            100.0 * p50 as f64 / percentile(whole, 0.5).max(1) as f64
+        );
+    }
 }

@@ -496,9 +496,10 @@ fn splice_routes<'m, 'e>(
     splices: &mut Splices<'e>,
 ) -> Result<Removals<'m, 'e>, EditError> {
     let popped = edits.pop_routes + usize::from(edits.strict_next_hop.is_some());
-    // Counting the Route values parses them: only when some go.
+    // The values as `Removals` counts them (split at commas, not parsed:
+    // the proxy has parsed them already).
     let total_routes = if popped > 0 || edits.pop_last_route {
-        msg.routes().count()
+        msg.values(HeaderKind::Route).count()
     } else {
         0
     };

@@ -22,8 +22,10 @@ use std::net::{IpAddr, SocketAddr};
 /// Returns whether `data` parsed.
 pub fn parse_and_edit(data: &[u8]) -> bool {
     let _ = SipMsg::parse_loose(data);
-    // The overload peek reads every datagram too (it must not panic).
+    // The overload peek reads every datagram too (it must not panic), and
+    // so does the quick refusal.
     let _ = crate::peek::is_new_invite(data);
+    refuse_under_overload(data);
     let lazy = SipMsg::parse_lazy(data);
     let Ok(m) = SipMsg::parse(data) else {
         if let Ok(l) = lazy {
@@ -91,6 +93,68 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
         assert_eq!(f.vias().count() + 1, m.vias().count());
     }
     true
+}
+
+/// `data` from 192.0.2.1:5070 with the core's shedding on (the quick
+/// refusal of a new call, `proxy::refusal`, else the full path): whatever
+/// answers it goes to the source and is at most [`AMPLIFICATION_LIMIT`]
+/// times the datagram; a quick refusal is a 503 with our refusal To-tag,
+/// whose ACK the proxy absorbs without output.
+fn refuse_under_overload(data: &[u8]) {
+    static PROXY: std::sync::OnceLock<Proxy> = std::sync::OnceLock::new();
+    let proxy = PROXY.get_or_init(|| {
+        Proxy::new(ProxyConfig {
+            local: "192.0.2.10:5060".parse().unwrap(),
+            ..ProxyConfig::default()
+        })
+    });
+    let src: SocketAddr = "192.0.2.1:5070".parse().unwrap();
+    let mut worker = proxy.worker();
+    worker.set_shedding(true);
+    let mut responses = Vec::new();
+    worker.handle(1, src, data, &mut |to, bytes| {
+        check_sent(to, bytes);
+        if bytes.starts_with(b"SIP/") {
+            assert_eq!(
+                to.ip(),
+                src.ip(),
+                "a response we generate goes to the source"
+            );
+            assert!(bytes.len() <= AMPLIFICATION_LIMIT * data.len());
+            responses.push(bytes.to_vec());
+        }
+    });
+    let Some(refusal) = responses.first().filter(|r| r.starts_with(b"SIP/2.0 503")) else {
+        return;
+    };
+    assert_eq!(responses.len(), 1, "one answer");
+    // Its ACK (RFC 3261 17.1.1.3), built from the 503: absorbed.
+    let Ok(answer) = SipMsg::parse(refusal) else {
+        return;
+    };
+    let (Some(via), Some(from), Some(to), Some(call_id)) = (
+        answer.raw_values(crate::HeaderKind::Via).next(),
+        answer.raw_values(crate::HeaderKind::From).next(),
+        answer.raw_values(crate::HeaderKind::To).next(),
+        answer.call_id(),
+    ) else {
+        return;
+    };
+    let ack = format!(
+        "ACK sip:x@192.0.2.10 SIP/2.0\r\nVia: {via}\r\nFrom: {from}\r\nTo: {to}\r\n\
+         Call-ID: {call_id}\r\nCSeq: 1 ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    );
+    worker.set_shedding(false);
+    let outcome = worker.handle(2, src, ack.as_bytes(), &mut |to, bytes| {
+        panic!(
+            "the ACK of our 503 went on to {to}: {:?}",
+            String::from_utf8_lossy(bytes)
+        )
+    });
+    // (An ACK that does not parse is dropped, counted; ours is absorbed.)
+    if SipMsg::parse(ack.as_bytes()).is_ok() {
+        assert_eq!(outcome.action, crate::proxy::Action::Absorbed, "{ack:?}");
+    }
 }
 
 /// Bound on the fuzzed proxies' transaction tables.

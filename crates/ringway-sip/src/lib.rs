@@ -71,5 +71,5 @@ pub use proxy::{
 };
 pub use registrar::{Binding, LocationStore, MemoryStore, StoreError};
 pub use relay::{Grant, RelayNets, RelayPolicy};
-pub use transport::{FlowId, Hop, Transport, TransportAddr};
+pub use transport::{FlowId, FlowState, Hop, Transport, TransportAddr};
 pub use uri::{NameAddr, SipUri};

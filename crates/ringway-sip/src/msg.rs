@@ -361,7 +361,7 @@ impl<'a> Via<'a> {
             if end == 0 || end > 5 {
                 return None;
             }
-            port = Some(port_text[..end].parse::<u16>().ok()?);
+            port = Some(crate::text::parse_port(&port_text[..end])?);
             after = &port_text[end..];
         }
         let params = trim(after);
@@ -466,9 +466,10 @@ impl fmt::Debug for SipMsg<'_> {
     }
 }
 
-/// The header lines of a message head, found in one pass.
-struct HeaderLines {
-    positions: [HeaderPos; MAX_HEADERS],
+/// The header lines of a message head, found in one pass (their
+/// positions written into the message's own table: no copy of it).
+struct HeaderLines<'p> {
+    positions: &'p mut [HeaderPos; MAX_HEADERS],
     count: usize,
     /// Offset of the empty line ending the head.
     head_end: usize,
@@ -476,12 +477,16 @@ struct HeaderLines {
     body_start: usize,
 }
 
-impl HeaderLines {
+impl<'p> HeaderLines<'p> {
     /// Scan the lines from `first` (just past the start line) to the empty
     /// line, folding continuation lines into the header above them.
-    fn scan(buf: &[u8], first: usize) -> Result<HeaderLines, ParseError> {
+    fn scan(
+        buf: &[u8],
+        first: usize,
+        positions: &'p mut [HeaderPos; MAX_HEADERS],
+    ) -> Result<HeaderLines<'p>, ParseError> {
         let mut lines = HeaderLines {
-            positions: [EMPTY_POS; MAX_HEADERS],
+            positions,
             count: 0,
             head_end: 0,
             body_start: 0,
@@ -650,25 +655,22 @@ impl<'a> SipMsg<'a> {
             Some(offset) => skip + offset,
             None => return Err(ParseError::NoHeaderEnd),
         };
-        let lines = HeaderLines::scan(buf, start_line_newline + 1)?;
-        let head = std::str::from_utf8(&buf[..lines.head_end]).map_err(|_| ParseError::NotUtf8)?;
-        let start_line_end = if start_line_newline > skip && buf[start_line_newline - 1] == b'\r' {
-            start_line_newline - 1
-        } else {
-            start_line_newline
-        };
-        let (start, ruri) = Self::parse_start(&head[skip..start_line_end], skip, level)?;
+        // The message is built first and its header table filled in place
+        // (a table of MAX_HEADERS positions is worth not copying).
         let mut msg = SipMsg {
             buf,
-            head,
-            start,
+            head: "",
+            start: Start::Response {
+                status: 0,
+                reason: (0, 0),
+            },
             msg_start: skip as u16,
             start_line_end: (start_line_newline + 1) as u16,
-            head_end: lines.head_end as u16,
-            body_start: lines.body_start as u16,
+            head_end: 0,
+            body_start: 0,
             body_end: buf.len() as u16,
-            nhdrs: lines.count as u8,
-            hdrs: lines.positions,
+            nhdrs: 0,
+            hdrs: [EMPTY_POS; MAX_HEADERS],
             i_call_id: NONE,
             i_cseq: NONE,
             i_from: NONE,
@@ -684,6 +686,20 @@ impl<'a> SipMsg<'a> {
             c_to_tag: None,
             c_ruri: None,
         };
+        let lines = HeaderLines::scan(buf, start_line_newline + 1, &mut msg.hdrs)?;
+        let (count, head_end, body_start) = (lines.count, lines.head_end, lines.body_start);
+        let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
+        let start_line_end = if start_line_newline > skip && buf[start_line_newline - 1] == b'\r' {
+            start_line_newline - 1
+        } else {
+            start_line_newline
+        };
+        let (start, ruri) = Self::parse_start(&head[skip..start_line_end], skip, level)?;
+        msg.head = head;
+        msg.start = start;
+        msg.head_end = head_end as u16;
+        msg.body_start = body_start as u16;
+        msg.nhdrs = count as u8;
         match level {
             Level::Strict => {
                 msg.validate(true)?;

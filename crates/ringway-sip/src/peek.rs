@@ -36,18 +36,36 @@ fn to_header_value(line: &[u8]) -> Option<&[u8]> {
         .then(|| &line[name_end + 1..])
 }
 
-/// Whether a To value carries a `tag` parameter (outside its `<...>`).
-fn has_tag(value: &[u8]) -> bool {
+/// The header parameters of a From/To value, `name` and `value` each
+/// trimmed (`value` empty when there is none).
+fn header_params(value: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     // Parameters of the header follow the URI's closing '>' when there is
     // one (`;tag` inside <...> is a URI parameter); else the whole value.
     let params = match value.iter().rposition(|&b| b == b'>') {
         Some(end) => &value[end + 1..],
         None => value,
     };
-    params.split(|&b| b == b';').skip(1).any(|param| {
-        let name = param.split(|&b| b == b'=').next().unwrap_or(&[]);
-        name.trim_ascii().eq_ignore_ascii_case(b"tag")
+    params.split(|&b| b == b';').skip(1).map(|param| {
+        let (name, value) = match param.iter().position(|&b| b == b'=') {
+            Some(eq) => (&param[..eq], &param[eq + 1..]),
+            None => (param, &[][..]),
+        };
+        (name.trim_ascii(), value.trim_ascii())
     })
+}
+
+/// Whether a To value carries a `tag` parameter (outside its `<...>`).
+pub(crate) fn has_tag(value: &[u8]) -> bool {
+    header_params(value).any(|(name, _)| name.eq_ignore_ascii_case(b"tag"))
+}
+
+/// The value of the first `tag` parameter of a From/To value (`None`:
+/// none, or one without a value).
+pub(crate) fn tag_of(value: &[u8]) -> Option<&[u8]> {
+    header_params(value)
+        .find(|(name, _)| name.eq_ignore_ascii_case(b"tag"))
+        .map(|(_, tag)| tag)
+        .filter(|tag| !tag.is_empty())
 }
 
 #[cfg(test)]

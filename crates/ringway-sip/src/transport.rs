@@ -112,6 +112,14 @@ impl FromStr for Transport {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowId(pub u64);
 
+/// The driver's connections as the core asks about them: whether a
+/// registered flow's connection is still open (RFC 5626 5.3: a request
+/// that must go over a flow that is gone is answered `430 Flow Failed`).
+pub trait FlowState: Send + Sync {
+    /// Whether the connection `flow` is open.
+    fn is_open(&self, flow: FlowId) -> bool;
+}
+
 /// The other end of one hop: where a message came from, or where one goes.
 ///
 /// For a datagram `flow` is `None`. For a message that came over a
@@ -147,6 +155,55 @@ impl Hop {
             flow: None,
         }
     }
+}
+
+/// The RFC 5923 alias a request asks for: its top Via's transport and
+/// sent-by when that Via carries `alias`, names TCP or TLS, and its
+/// sent-by host is an IP literal (port: as written, else the transport's
+/// default, 5060 or 5061). `None` for a response, another transport, a
+/// host name, or no `alias`. A cheap search for `alias` (`alias`, `ALIAS`,
+/// `Alias`: what implementations write) comes first: a message without it
+/// is not parsed.
+///
+/// What the driver does with it is its own policy: ringway aliases a
+/// connection only to the sent-by at the connection's own source IP (the
+/// port alone is taken, as Kamailio's `tcp_accept_aliases` does), so an
+/// alias never redirects traffic meant for another host.
+pub fn alias_of(message: &[u8]) -> Option<(Transport, SocketAddr)> {
+    static FINDERS: std::sync::OnceLock<[memchr::memmem::Finder<'static>; 2]> =
+        std::sync::OnceLock::new();
+    let finders = FINDERS.get_or_init(|| {
+        [
+            memchr::memmem::Finder::new(b"lias"),
+            memchr::memmem::Finder::new(b"LIAS"),
+        ]
+    });
+    let mentioned = finders.iter().any(|finder| {
+        finder
+            .find_iter(message)
+            .any(|at| at > 0 && message[at - 1].eq_ignore_ascii_case(&b'a'))
+    });
+    if !mentioned {
+        return None;
+    }
+    let msg = crate::msg::SipMsg::parse(message).ok()?;
+    if !msg.is_request() {
+        return None;
+    }
+    let via = msg.top_via()?;
+    let transport = Transport::from_via_token(via.transport)
+        .filter(|t| matches!(t, Transport::Tcp | Transport::Tls))?;
+    let asked =
+        crate::text::Params::new(via.params).any(|(name, _)| name.eq_ignore_ascii_case("alias"));
+    if !asked {
+        return None;
+    }
+    let ip = crate::uri::host_ip(via.host)?;
+    let port = via.port.unwrap_or(match transport {
+        Transport::Tls => 5061,
+        _ => 5060,
+    });
+    (port != 0).then_some((transport, SocketAddr::new(ip, port)))
 }
 
 /// An address with a transport (`tcp:127.0.0.1:5060`): a listening
@@ -249,5 +306,42 @@ mod tests {
         assert_eq!(Transport::from_via_token("WSS"), Some(Transport::Wss));
         let uri = SipUri::parse("sip:a@x.invalid;transport=ws").unwrap();
         assert_eq!(Transport::of_uri(&uri), Some(Transport::Ws));
+    }
+
+    #[test]
+    fn aliases_are_read_from_the_top_via_of_requests_only() {
+        let request = |via: &str| {
+            format!(
+                "OPTIONS sip:a@192.0.2.9 SIP/2.0\r\nVia: {via}\r\n\
+                 From: <sip:b@192.0.2.1>;tag=1\r\nTo: <sip:a@192.0.2.9>\r\n\
+                 Call-ID: c\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\n\
+                 Content-Length: 0\r\n\r\n"
+            )
+        };
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let m = request("SIP/2.0/TCP 192.0.2.1:5070;branch=z9hG4bK1;alias");
+        assert_eq!(
+            alias_of(m.as_bytes()),
+            Some((Transport::Tcp, at("192.0.2.1:5070")))
+        );
+        let m = request("SIP/2.0/TLS [2001:db8::1];ALIAS;branch=z9hG4bK1");
+        assert_eq!(
+            alias_of(m.as_bytes()),
+            Some((Transport::Tls, at("[2001:db8::1]:5061")))
+        );
+        for via in [
+            "SIP/2.0/TCP 192.0.2.1:5070;branch=z9hG4bK1",
+            "SIP/2.0/UDP 192.0.2.1:5070;branch=z9hG4bK1;alias",
+            "SIP/2.0/TCP host.example.com:5070;branch=z9hG4bK1;alias",
+            "SIP/2.0/TCP 192.0.2.1:5070;branch=z9hG4bKalias",
+            "SIP/2.0/WS abc.invalid;branch=z9hG4bK1;alias",
+        ] {
+            assert_eq!(alias_of(request(via).as_bytes()), None, "{via}");
+        }
+        let response =
+            "SIP/2.0 200 OK\r\nVia: SIP/2.0/TCP 192.0.2.1:5070;branch=z9hG4bK1;alias\r\n\
+            From: <sip:b@192.0.2.1>;tag=1\r\nTo: <sip:a@192.0.2.9>;tag=2\r\n\
+            Call-ID: c\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(alias_of(response.as_bytes()), None);
     }
 }

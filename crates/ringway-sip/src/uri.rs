@@ -1,12 +1,12 @@
 //! Zero-copy SIP URI and name-addr views.
 
-use crate::text::{find_param, is_lws, is_token, params_valid, quoted_end, trim};
+use crate::text::{find_byte, find_param, is_lws, is_token, params_valid, quoted_end, trim};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The scheme of a URI (text before the first `:`), if syntactically valid
 /// (`ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`).
 pub fn scheme(uri: &str) -> Option<&str> {
-    let colon = uri.find(':')?;
+    let colon = find_byte(uri, b':')?;
     let name = &uri[..colon];
     let bytes = name.as_bytes();
     if bytes.is_empty()
@@ -51,10 +51,10 @@ impl<'a> SipUri<'a> {
         if rest.bytes().any(|b| is_lws(b) || b == b'<' || b == b'>') {
             return None;
         }
-        let (user, hostpart) = match rest.find('@') {
+        let (user, hostpart) = match find_byte(rest, b'@') {
             Some(at) => {
                 let userinfo = &rest[..at];
-                let user = match userinfo.find(':') {
+                let user = match find_byte(userinfo, b':') {
                     Some(c) => &userinfo[..c],
                     None => userinfo,
                 };
@@ -70,7 +70,8 @@ impl<'a> SipUri<'a> {
         let mut after = after;
         if let Some(port_and_rest) = after.strip_prefix(':') {
             let end = port_and_rest
-                .find([';', '?'])
+                .bytes()
+                .position(|b| b == b';' || b == b'?')
                 .unwrap_or(port_and_rest.len());
             let port_text = &port_and_rest[..end];
             if port_text.is_empty()
@@ -79,17 +80,18 @@ impl<'a> SipUri<'a> {
             {
                 return None;
             }
-            port = Some(port_text.parse::<u16>().ok()?);
+            port = Some(crate::text::parse_port(port_text)?);
             after = &port_and_rest[end..];
         }
-        let (params, headers) = match after.find('?') {
+        let (params, headers) = match find_byte(after, b'?') {
             Some(q) => (&after[..q], Some(&after[q + 1..])),
             None => (after, None),
         };
         if !params.is_empty() && !params.starts_with(';') {
             return None;
         }
-        if params.contains(";;") || params.ends_with(';') && !params.is_empty() {
+        let empty_param = params.as_bytes().windows(2).any(|pair| pair == b";;");
+        if empty_param || params.ends_with(';') && !params.is_empty() {
             // Empty uri-parameter; tolerated only as a trailing ';' in the wild?
             // RFC 3261 forbids both, so reject.
             return None;
@@ -131,20 +133,33 @@ pub(crate) fn split_host(s: &str) -> Option<(&str, &str)> {
         }
         return Some((&s[..close + 1], &s[close + 1..]));
     }
+    // One pass: the host runs to the first byte that is not a host
+    // character, which must end it (`:`, `;`, `?`, LWS, or the end).
     let end = s
         .bytes()
-        .position(|c| matches!(c, b':' | b';' | b'?') || is_lws(c))
+        .position(|c| !HOST_CHAR[usize::from(c)])
         .unwrap_or(s.len());
-    let host = &s[..end];
-    if host.is_empty()
-        || !host
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
-    {
+    let ends_host = match bytes.get(end) {
+        None => true,
+        Some(&c) => matches!(c, b':' | b';' | b'?') || is_lws(c),
+    };
+    if end == 0 || !ends_host {
         return None;
     }
-    Some((host, &s[end..]))
+    Some((&s[..end], &s[end..]))
 }
+
+/// Characters of a host name or IPv4 literal (alphanumerics, `-`, `.`, `_`).
+static HOST_CHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || c == b'-' || c == b'.' || c == b'_';
+        b += 1;
+    }
+    table
+};
 
 /// Interpret a host (as written in a URI or Via) as an IP literal.
 pub fn host_ip(host: &str) -> Option<IpAddr> {
@@ -195,7 +210,7 @@ impl<'a> NameAddr<'a> {
             if bytes.get(index) != Some(&b'<') {
                 return None;
             }
-        } else if let Some(angle_open) = value.find('<') {
+        } else if let Some(angle_open) = find_byte(value, b'<') {
             // Everything before '<' must be tokens separated by LWS. If a
             // ':' shows up first this is an addr-spec whose params contain
             // '<', which is invalid anyway.
@@ -211,7 +226,7 @@ impl<'a> NameAddr<'a> {
         }
         if bytes.get(index) == Some(&b'<') {
             let rest = &value[index + 1..];
-            let angle_close = rest.find('>')?;
+            let angle_close = find_byte(rest, b'>')?;
             let uri = trim(&rest[..angle_close]);
             scheme(uri)?;
             if uri.bytes().any(is_lws) {
@@ -234,7 +249,7 @@ impl<'a> NameAddr<'a> {
             });
         }
         // addr-spec: the URI runs to the first ';' (the rest are header params).
-        let end = value.find(';').unwrap_or(value.len());
+        let end = find_byte(value, b';').unwrap_or(value.len());
         let uri = trim(&value[..end]);
         scheme(uri)?;
         if uri

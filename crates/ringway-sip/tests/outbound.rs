@@ -9,10 +9,11 @@
 
 use ringway_sip::proxy::{NameAnswer, NameQuery, NameResolver, QueueFull, ResolvingRequest};
 use ringway_sip::{
-    Action, FlowId, Hop, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport, TransportAddr,
+    Action, FlowId, FlowState, Hop, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport,
+    TransportAddr,
 };
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const PROXY: &str = "192.0.2.10:5060";
@@ -386,4 +387,92 @@ fn only_a_path_token_we_signed_is_followed() {
             sent.iter().map(|(h, b)| (h, text(b))).collect::<Vec<_>>()
         );
     }
+}
+
+/// The driver's connections as a test sets them: only the browser's
+/// connection, open or gone.
+struct BrowserConnection(AtomicBool);
+
+impl FlowState for BrowserConnection {
+    fn is_open(&self, flow: FlowId) -> bool {
+        flow == browser().flow.unwrap() && self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The status line of the one response in `sent`, and where it went.
+fn response_line(sent: &Sent) -> (Hop, String) {
+    let (hop, bytes) = sent
+        .iter()
+        .find(|(_, b)| b.starts_with(b"SIP/2.0 "))
+        .unwrap_or_else(|| panic!("no response: {sent:?}"));
+    let line = text(bytes).lines().next().unwrap_or("").to_string();
+    (*hop, line)
+}
+
+#[test]
+fn a_request_for_a_flow_that_is_gone_gets_430_flow_failed() {
+    let connection = Arc::new(BrowserConnection(AtomicBool::new(true)));
+    // Registrar: the binding's connection.
+    let mut p = proxy(false, true);
+    p.set_flow_state(connection.clone());
+    let (action, _) = handle(&p, browser(), &register("Supported: outbound\r\n"));
+    assert_eq!(action, Action::Responded(200));
+    let (_, sent) = handle(&p, Hop::udp(addr(UAC)), &invite_carol());
+    let (to, invite) = sent_request(&sent, "INVITE");
+    assert_eq!(to, browser(), "open: over the flow");
+    let routes = route_set(invite.as_bytes());
+    connection.0.store(false, Ordering::Relaxed);
+    let (action, sent) = handle(&p, Hop::udp(addr(UAC)), &invite_carol());
+    assert_eq!(action, Action::Responded(430));
+    assert_eq!(
+        response_line(&sent),
+        (Hop::udp(addr(UAC)), "SIP/2.0 430 Flow Failed".to_string())
+    );
+    // In the dialog: the Record-Route token's flow is gone too; an ACK
+    // is never answered.
+    let (action, sent) = handle(
+        &p,
+        Hop::udp(addr(UAC)),
+        &in_dialog("BYE", "192.0.2.1:5060", &routes),
+    );
+    assert_eq!(action, Action::Responded(430));
+    assert_eq!(response_line(&sent).1, "SIP/2.0 430 Flow Failed");
+    let (action, sent) = handle(
+        &p,
+        Hop::udp(addr(UAC)),
+        &in_dialog("ACK", "192.0.2.1:5060", &routes),
+    );
+    assert!(matches!(action, Action::Dropped(_)), "{action:?}");
+    assert!(sent.is_empty(), "{sent:?}");
+    assert_eq!(p.stats().flows_failed, 3);
+
+    // Edge proxy: the registrar's request through our Path.
+    connection.0.store(true, Ordering::Relaxed);
+    let mut edge = proxy(true, true);
+    edge.set_flow_state(connection.clone());
+    let path = our_path(&forwarded_register(
+        &edge,
+        browser(),
+        "Supported: path,outbound\r\n",
+    ));
+    let invite = text(&invite_carol())
+        .replace(
+            "INVITE sip:carol@example.com SIP/2.0\r\n",
+            &format!("INVITE {CONTACT} SIP/2.0\r\nRoute: {path}\r\n"),
+        )
+        .replace(
+            "Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKc1\r\n",
+            "Via: SIP/2.0/UDP 192.0.2.20:5060;branch=z9hG4bKr9\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKc1\r\n",
+        );
+    let registrar = Hop::udp(addr(REGISTRAR));
+    let (_, sent) = handle(&edge, registrar, invite.as_bytes());
+    assert_eq!(sent_request(&sent, "INVITE").0, browser());
+    connection.0.store(false, Ordering::Relaxed);
+    let (action, sent) = handle(&edge, registrar, invite.as_bytes());
+    assert_eq!(action, Action::Responded(430));
+    assert_eq!(
+        response_line(&sent),
+        (registrar, "SIP/2.0 430 Flow Failed".to_string())
+    );
 }

@@ -147,3 +147,93 @@ fn full_transaction_table_sheds_with_503_then_recovers() {
     assert_eq!(second.failed, 0);
     assert!(s["proxy"]["overload_sheds"].as_u64().unwrap() >= shed);
 }
+
+/// Shedding by queueing delay (issue 19): a proxy kept busy (one worker,
+/// 1 ms of emulated work per message, SIPp offering twice what that
+/// serves; a 50 ms set point, so that the standing queue the controller
+/// acts on builds before the drop stage at twice the set point empties
+/// it) refuses new calls with `503` before any state; SIPp ACKs each
+/// 503 (the INVITE's branch, the 503's To tag) and the proxy absorbs the
+/// ACKs it reads (the overloaded socket drops some). Nothing but the
+/// INVITEs it admitted reaches the Request-URI's address: never an ACK of
+/// a refused call.
+#[test]
+fn queue_delay_shedding_refuses_with_503_and_absorbs_the_acks() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (s, (calls, acks, invites)) = in_bed(|procs, dir| {
+        // The Request-URI's host: counts what reaches it, never answers.
+        let victim = UdpSocket::bind("127.0.0.1:5070").unwrap();
+        victim
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let counter = std::thread::spawn(move || {
+            let (mut acks, mut invites) = (0u64, 0u64);
+            let mut buf = [0u8; 65536];
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok((n, _)) = victim.recv_from(&mut buf) {
+                    acks += u64::from(buf[..n].starts_with(b"ACK "));
+                    invites += u64::from(buf[..n].starts_with(b"INVITE "));
+                }
+            }
+            (acks, invites)
+        });
+        let p = start_loopback_proxy(
+            procs,
+            dir,
+            &[
+                "--workers",
+                "1",
+                "--overload-queue-delay-ms",
+                "50",
+                "--emulated-service-us",
+                "1000",
+            ],
+        );
+        let args = Sipp::client("127.0.0.1:5060", "uac_refused.xml")
+            .service("bob")
+            .key("dest", "127.0.0.1:5070")
+            .local("127.0.0.1", 5061)
+            .calls(800)
+            .rate(2000)
+            .timeout(40)
+            .build();
+        let (_, calls) = run_sipp(procs, dir, "uac", &args, Duration::from_secs(60));
+        // Anything still on its way to the victim arrives within this.
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+        let (acks, invites) = counter.join().unwrap();
+        (stop_proxy(procs, &p), (calls, acks, invites))
+    });
+    let refused = s["by_type"]["INVITE"]["responded"]["503"]
+        .as_u64()
+        .unwrap_or(0);
+    let absorbed = type_count(&s, "ACK", "absorbed");
+    eprintln!(
+        "SIPp {calls:?}; 503 {refused}, ACKs absorbed {absorbed}, at the victim: \
+         {invites} INVITEs, {acks} ACKs; proxy {}; messages {}; drops {}",
+        s["proxy"], s["messages"], s["drops"]
+    );
+    assert!(
+        calls.successful > 0,
+        "no call was refused and ACKed: {calls:?}"
+    );
+    assert!(refused >= calls.successful, "{}", s["by_type"]["INVITE"]);
+    assert!(
+        s["proxy"]["overload_queue_sheds"].as_u64().unwrap_or(0) >= refused,
+        "{}",
+        s["proxy"]
+    );
+    // Each 503 drew an ACK; the ones the full socket did not drop were
+    // absorbed, none forwarded.
+    assert!(absorbed > 0, "{}", s["by_type"]["ACK"]);
+    assert_eq!(
+        type_count(&s, "ACK", "forwarded"),
+        0,
+        "{}",
+        s["by_type"]["ACK"]
+    );
+    assert_eq!(acks, 0, "ACKs of refused calls reached the victim");
+}

@@ -536,6 +536,36 @@ fn a_flood_of_handshakes_is_bounded_and_counted() {
             .is_some_and(|v| v >= 1.0),
         "{text}"
     );
+    // The connections are TLS ones, under their own label (they used to
+    // be counted as transport="tcp"): the handshakes that timed out closed
+    // as `tls_handshake`; no plain TCP row (no such listener, none used).
+    assert!(
+        prom_value(
+            &text,
+            "ringway_sip_connections_accepted_total{transport=\"tls\"}"
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    assert!(
+        prom_value(
+            &text,
+            "ringway_sip_connections_closed_total{transport=\"tls\",reason=\"tls_handshake\"}"
+        )
+        .is_some_and(|v| v >= 4.0),
+        "{text}"
+    );
+    assert_eq!(
+        prom_value(
+            &text,
+            "ringway_sip_connections_accepted_total{transport=\"tcp\"}"
+        ),
+        None,
+        "{text}"
+    );
+    let rows = &s["tcp"]["by_transport"];
+    assert!(rows["tls"]["accepted"].as_u64().unwrap_or(0) >= 1, "{rows}");
+    assert!(rows["tcp"].is_null(), "{rows}");
     assert_promtool_accepts(&text);
     assert!(tls_counter(&s, "handshakes_refused") >= 8, "{}", s["tls"]);
     assert!(tls_counter(&s, "handshake_timeouts") >= 4, "{}", s["tls"]);

@@ -107,7 +107,7 @@ fn upgrade_rules_origins_and_masking() {
 fn call_to_websocket_ua(
     port: &'static str,
     tls: bool,
-) -> (Vec<String>, SippStats, serde_json::Value) {
+) -> (Vec<String>, SippStats, serde_json::Value, String) {
     in_bed(move |procs, dir| {
         let d = dir.to_path_buf();
         let p = start(
@@ -119,6 +119,8 @@ fn call_to_websocket_ua(
                 "ringway.test",
                 "--relay",
                 "127.0.0.0/8",
+                "--metrics",
+                "127.0.0.1:9377",
             ],
         );
         let mut args = vec![
@@ -159,14 +161,61 @@ fn call_to_websocket_ua(
         let (_, stats) = run_sipp(procs, &d, "uac", &uac, Duration::from_secs(60));
         let mut ua = procs.take(ua_pid).unwrap();
         let _ = wait_bounded(&mut ua, Duration::from_secs(20));
+        let metrics = scrape("127.0.0.1:9377".parse().unwrap());
         let summary = stop_proxy(procs, &p);
         let lines = std::fs::read_to_string(&out)
             .unwrap_or_default()
             .lines()
             .map(str::to_string)
             .collect();
-        (lines, stats, summary)
+        (lines, stats, summary, metrics)
     })
+}
+
+/// The WebSocket UA's connection counted under its own transport
+/// (`ws` or `wss`), in the summary and in /metrics, and nothing under the
+/// others (TCP, TLS and WebSocket used to share `transport="tcp"`).
+fn check_transport_rows(s: &serde_json::Value, metrics: &str, transport: &str) {
+    let rows = &s["tcp"]["by_transport"];
+    assert_eq!(rows[transport]["accepted"], 1, "{rows}");
+    assert_eq!(rows[transport]["messages_in"], 3, "{rows}");
+    assert_eq!(rows[transport]["messages_out"], 4, "{rows}");
+    // The other rows: 0, or absent for a transport neither listened on
+    // nor used (no data, not 0).
+    for other in ["tcp", "tls", "ws", "wss"] {
+        if other != transport {
+            assert_eq!(
+                rows[other]["accepted"].as_u64().unwrap_or(0),
+                0,
+                "{other}: {rows}"
+            );
+            let sample = format!("ringway_sip_connections_accepted_total{{transport=\"{other}\"}}");
+            assert_eq!(prom_value(metrics, &sample).unwrap_or(0.0), 0.0, "{other}");
+        }
+    }
+    assert!(
+        rows["ws"].is_object() && rows["wss"].is_object(),
+        "listened on: {rows}"
+    );
+    assert_eq!(
+        prom_value(
+            metrics,
+            &format!("ringway_sip_connections_accepted_total{{transport=\"{transport}\"}}")
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(
+        prom_value(
+            metrics,
+            &format!(
+                "ringway_sip_transport_bytes_total{{transport=\"{transport}\",direction=\"in\"}}"
+            )
+        )
+        .is_some_and(|v| v > 0.0),
+        "{metrics}"
+    );
+    assert_promtool_accepts(metrics);
 }
 
 fn check_call(lines: &[String], stats: &SippStats, s: &serde_json::Value) {
@@ -186,18 +235,38 @@ fn check_call(lines: &[String], stats: &SippStats, s: &serde_json::Value) {
 
 #[test]
 fn websocket_ua_registers_and_receives_a_call_from_sipp() {
-    let (lines, stats, s) = call_to_websocket_ua("5066", false);
+    let (lines, stats, s, metrics) = call_to_websocket_ua("5066", false);
     check_call(&lines, &stats, &s);
+    check_transport_rows(&s, &metrics, "ws");
 }
 
 #[test]
 fn secure_websocket_ua_registers_and_receives_a_call_from_sipp() {
-    let (lines, stats, s) = call_to_websocket_ua("5067", true);
+    let (lines, stats, s, metrics) = call_to_websocket_ua("5067", true);
     check_call(&lines, &stats, &s);
+    check_transport_rows(&s, &metrics, "wss");
     assert!(
         s["tls"]["handshakes"].as_u64().unwrap() >= 1,
         "{}",
         s["tls"]
+    );
+    // The TLS handshake is the WSS connection's, not a SIP-over-TLS one.
+    let rows = &s["tls"]["by_transport"];
+    assert_eq!(rows["wss"]["handshakes"], s["tls"]["handshakes"], "{rows}");
+    assert_eq!(rows["tls"]["handshakes"], 0, "{rows}");
+    assert_eq!(
+        prom_value(
+            &metrics,
+            "ringway_sip_tls_handshakes_total{transport=\"wss\"}"
+        ),
+        s["tls"]["handshakes"].as_f64()
+    );
+    assert_eq!(
+        prom_value(
+            &metrics,
+            "ringway_sip_tls_handshakes_total{transport=\"tls\"}"
+        ),
+        Some(0.0)
     );
 }
 

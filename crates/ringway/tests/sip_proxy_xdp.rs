@@ -3,7 +3,8 @@
 //! own on one bridge; calls in both modes with every datagram through the
 //! XSK rings; ping and UDP to another port of the proxy's address still
 //! answered by its kernel (XDP_PASS); and the fallback to mmsg with the
-//! reason when XDP cannot start.
+//! reason when XDP cannot start or the interface has several receive
+//! queues.
 
 mod sip_proxy_support;
 
@@ -286,6 +287,40 @@ fn xdp_that_cannot_start_falls_back_to_mmsg_with_the_reason() {
     assert!(why.contains("nosuch0"), "{why}");
     assert_eq!(summary["config"]["interface"], "nosuch0");
     assert!(summary["io"]["rx_packets"].as_u64().unwrap() >= 5 * CALLS as u64);
+}
+
+/// An interface with two receive queues: the one worker's socket on queue
+/// 0 would miss what the NIC hashes to queue 1, so the proxy refuses xdp
+/// there, says why, and runs on mmsg.
+#[test]
+fn xdp_on_a_multi_queue_interface_falls_back_with_the_reason() {
+    let (_topo, _uac, proxy, _uas) = testbed();
+    // A second veth pair inside the proxy's host, two queues each end
+    // (gone with the namespace).
+    let out = proxy
+        .command("ip")
+        .args(["link", "add", "mq0", "numrxqueues", "2", "numtxqueues", "2"])
+        .args(["type", "veth", "peer", "name", "mq1"])
+        .args(["numrxqueues", "2", "numtxqueues", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut procs, proxy_proc) = start_xdp_proxy(
+        Procs::default(),
+        dir.path().to_path_buf(),
+        &proxy,
+        &["--backend", "xdp", "--interface", "mq0"],
+    );
+    let startup = proxy_proc.startup.join("\n");
+    assert!(
+        startup.contains("falling back to mmsg") && startup.contains("2 receive queues"),
+        "{startup}"
+    );
+    let summary = stop_proxy(&mut procs, &proxy_proc);
+    assert_eq!(summary["config"]["backend"], "mmsg");
+    let why = summary["config"]["backend_fallback"].as_str().unwrap();
+    assert!(why.contains("mq0 has 2 receive queues"), "{why}");
 }
 
 /// `--backend xdp` without `--interface` and `--interface` without xdp are

@@ -954,3 +954,106 @@ Expires: 60\r\nContent-Length: 0\r\n\r\n"
         "{stored}"
     );
 }
+
+/// Poll `redis` until `field` of `key` is gone (deadline `limit`).
+fn wait_gone(redis: &Redis, key: &str, field: &str, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if redis.cli(&["HGET", key, field]).is_empty() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Bindings in Redis go with their flow, as in memory: one registered
+/// over TCP when its connection closes, one registered over UDP from
+/// behind a NAT when it leaves three keepalives unanswered.
+#[test]
+fn bindings_in_redis_are_removed_when_their_flow_dies() {
+    let (removed, summary) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let redis = Redis::start(dir.path());
+        let mut procs = Procs::default();
+        let p = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                PROXIES[0],
+                "--listen",
+                &format!("tcp:{}", PROXIES[0]),
+                "--registrar",
+                "--domain",
+                DOMAIN,
+                "--location",
+                &redis.url(),
+                "--keepalive-interval",
+                "1",
+                "--keepalive-failures",
+                "3",
+                "--backend",
+                "socket",
+            ],
+        );
+        // bob over TCP.
+        let mut s = TcpStream::connect(PROXIES[0]).expect("connect over TCP");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let register = format!(
+            "REGISTER sip:{DOMAIN} SIP/2.0\r\n\
+Via: SIP/2.0/TCP 10.0.0.7:5060;branch=z9hG4bKtcpbob1\r\nMax-Forwards: 70\r\n\
+From: <sip:bob@{DOMAIN}>;tag=t1\r\nTo: <sip:bob@{DOMAIN}>\r\nCall-ID: tcp-bob\r\n\
+CSeq: 1 REGISTER\r\nContact: <sip:bob@10.0.0.7:5060;transport=tcp>\r\n\
+Expires: 600\r\nContent-Length: 0\r\n\r\n"
+        );
+        s.write_all(register.as_bytes()).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(answer.starts_with("SIP/2.0 200 OK\r\n"), "{answer:?}");
+        // alice over UDP from behind a NAT (a private Contact), silent.
+        let ua = Command::new("python3")
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/sip_proxy_support/keepalive_ua.py"),
+            )
+            .args(["udp", "127.0.0.11", "5060", "5090", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run python3");
+        procs.add("ua", ua);
+        let bob_key = format!("rw:loc:{{bob@{DOMAIN}}}");
+        let bob = "sip:bob@10.0.0.7:5060;transport=tcp";
+        let alice_key = format!("rw:loc:{{alice@{DOMAIN}}}");
+        let alice = "sip:alice@10.11.12.13:5060;transport=udp";
+        let end = Instant::now() + Duration::from_secs(10);
+        while redis.cli(&["HGET", &alice_key, alice]).is_empty() {
+            assert!(Instant::now() < end, "alice never registered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            redis
+                .cli(&["HGET", &bob_key, bob])
+                .contains(r#""f":{"t":"tcp""#),
+            "bob's binding with its flow"
+        );
+        drop(s);
+        let bob_gone = wait_gone(&redis, &bob_key, bob, Duration::from_secs(10));
+        let alice_gone = wait_gone(&redis, &alice_key, alice, Duration::from_secs(30));
+        let summary = stop_proxy(&mut procs, &p);
+        ((bob_gone, alice_gone), summary)
+    });
+    assert_eq!(
+        removed,
+        (true, true),
+        "(tcp closed, udp silent) gone from Redis"
+    );
+    let keepalive = &summary["keepalive"];
+    assert_eq!(keepalive["removed_connection_closed"], 1, "{keepalive}");
+    assert_eq!(keepalive["removed_keepalive"], 1, "{keepalive}");
+    assert_eq!(keepalive["dead_udp_flows"], 1, "{keepalive}");
+}

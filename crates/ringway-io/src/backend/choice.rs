@@ -3,7 +3,7 @@
 use super::{open_backend, open_xdp, BackendKind, BatchIo, XdpConfig, XdpMode};
 use crate::sock::{open_udp, SocketConfig, SocketReport};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 
 /// The I/O backend a server opens, with the data each one needs: the
 /// interface backend carries its interface, so a configuration cannot say
@@ -40,6 +40,16 @@ impl XdpInterface {
             iface: iface.into(),
             mode: XdpMode::Auto,
             frames: 4096,
+        }
+    }
+
+    /// The backend's options for listening on `local` (its defaults, with
+    /// this interface, mode and frame count).
+    pub fn config(&self, local: SocketAddrV4) -> XdpConfig {
+        XdpConfig {
+            mode: self.mode,
+            frames: self.frames,
+            ..XdpConfig::new(&self.iface, local)
         }
     }
 }
@@ -105,12 +115,7 @@ impl Io {
                         "the xdp backend is IPv4 only: listen on an IPv4 address",
                     )));
                 };
-                let config = XdpConfig {
-                    mode: interface.mode,
-                    frames: interface.frames,
-                    ..XdpConfig::new(&interface.iface, local)
-                };
-                Ok((open_xdp(config).map_err(backend)?, None))
+                Ok((open_xdp(interface.config(local)).map_err(backend)?, None))
             }
             _ => {
                 let (udp, report) = open_udp(socket).map_err(|source| OpenError::Socket {

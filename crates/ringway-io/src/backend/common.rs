@@ -9,7 +9,13 @@
 //!   wake every idle worker, and all but one would find nothing (review
 //!   D5). Each backend waits in its own epoll instance with the socket
 //!   registered `EPOLLEXCLUSIVE`, so the kernel wakes one idle waiter per
-//!   datagram, as children blocking in `recvfrom` are woken.
+//!   datagram, as children blocking in `recvfrom` are woken. The socket is
+//!   registered only for the length of each wait, as a `recvfrom` or a
+//!   `ppoll` waiter is: an entry left on the socket's wait queue is called
+//!   back on every datagram that arrives and on every send whose buffer
+//!   space comes back, in the sender's kernel time (over loopback: our own
+//!   sends into a peer's socket, and the peer's into ours), whether or not
+//!   anyone waits. A backend alone on its socket waits with `ppoll`.
 //! * **TX stamp keys.** The kernel's OPT_ID key is one counter per socket,
 //!   and any of the workers may read the error queue (review D6). The
 //!   backends on one socket share one [`StampBook`]; each sets its own key
@@ -312,13 +318,18 @@ fn probe_explicit_keys() -> io::Result<bool> {
     Ok(false)
 }
 
-/// Waits for a datagram on one socket in an epoll instance of its own,
-/// with the socket registered `EPOLLEXCLUSIVE` (one idle waiter woken per
-/// datagram; see the module doc), and counts the wake-ups. Falls back to
-/// `ppoll` if the epoll instance cannot be made.
+/// Waits for a datagram on one socket and counts the wake-ups: alone on
+/// the socket with `ppoll`; sharing it, in an epoll instance of its own
+/// with the socket registered `EPOLLEXCLUSIVE` while it waits (one idle
+/// waiter woken per datagram; see the module doc). Falls back to `ppoll`
+/// if the epoll instance cannot be made.
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    epoll: Option<OwnedFd>,
+    /// Other backends receive on the same socket.
+    shared: bool,
+    /// The epoll instance of a shared socket's waiter, made at its first
+    /// wait (an instance that could not be made: `Some(None)`, `ppoll`).
+    epoll: Option<Option<OwnedFd>>,
     /// epoll_pwait2 (nanosecond timeouts) is missing: whole milliseconds.
     millis_only: bool,
     /// Waits that returned because the socket had a datagram.
@@ -329,10 +340,12 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// A waiter on `fd`.
-    pub(crate) fn new(fd: RawFd) -> Waiter {
+    /// A waiter for a backend that other backends share its socket with
+    /// (`shared`), or that is alone on it.
+    pub(crate) fn new(shared: bool) -> Waiter {
         Waiter {
-            epoll: exclusive_epoll(fd).ok(),
+            shared,
+            epoll: None,
             millis_only: false,
             wakeups: 0,
             idle_wakeups: 0,
@@ -342,9 +355,31 @@ impl Waiter {
     /// Wait until `fd` is readable or has something in its error queue,
     /// at most `timeout` (`None`: forever).
     fn wait(&mut self, fd: RawFd, timeout: Option<Duration>) -> io::Result<sys::Ready> {
-        let Some(epoll) = &self.epoll else {
+        if !self.shared {
+            return sys::wait_readable(fd, timeout);
+        }
+        let epoll = self.epoll.get_or_insert_with(|| new_epoll().ok());
+        let Some(epoll) = epoll.as_ref().map(|e| e.as_raw_fd()) else {
             return sys::wait_readable(fd, timeout);
         };
+        if register_exclusive(epoll, fd).is_err() {
+            return sys::wait_readable(fd, timeout);
+        }
+        let ready = self.epoll_wait(epoll, timeout);
+        // SAFETY: both descriptors are open; DEL ignores the event argument.
+        let removed = sys::cvt(unsafe {
+            libc::epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut())
+        });
+        if removed.is_err() {
+            // Left registered, the next ADD would fail (EEXIST) and every
+            // wait fall back to ppoll: start over with a new instance.
+            self.epoll = None;
+        }
+        ready
+    }
+
+    /// One `epoll_pwait2` (or `epoll_wait`) on `epoll`, at most `timeout`.
+    fn epoll_wait(&mut self, epoll: RawFd, timeout: Option<Duration>) -> io::Result<sys::Ready> {
         // SAFETY: epoll_event is plain old data; all-zero is valid.
         let mut event: libc::epoll_event = unsafe { std::mem::zeroed() };
         let result = if self.millis_only {
@@ -353,7 +388,7 @@ impl Waiter {
                 t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int
             });
             // SAFETY: one live epoll_event to fill; maxevents 1.
-            sys::cvt(unsafe { libc::epoll_wait(epoll.as_raw_fd(), &mut event, 1, millis) })
+            sys::cvt(unsafe { libc::epoll_wait(epoll, &mut event, 1, millis) })
         } else {
             let ts = timeout.map(|t| libc::timespec {
                 tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
@@ -368,7 +403,7 @@ impl Waiter {
             let result = sys::cvt(unsafe {
                 libc::syscall(
                     libc::SYS_epoll_pwait2,
-                    epoll.as_raw_fd(),
+                    epoll,
                     &mut event as *mut libc::epoll_event,
                     1 as libc::c_int,
                     tsp,
@@ -379,7 +414,7 @@ impl Waiter {
             match result {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.millis_only = true;
-                    return self.wait(fd, timeout);
+                    return self.epoll_wait(epoll, timeout);
                 }
                 other => other.map(|ready| ready as libc::c_int),
             }
@@ -403,19 +438,24 @@ impl Waiter {
     }
 }
 
-/// An epoll instance with `fd` registered for input, exclusively.
-fn exclusive_epoll(fd: RawFd) -> io::Result<OwnedFd> {
+/// An empty epoll instance.
+fn new_epoll() -> io::Result<OwnedFd> {
     // SAFETY: plain epoll_create1 call.
     let epfd = sys::cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
     // SAFETY: epfd is a descriptor we just created and own alone.
-    let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(epfd) })
+}
+
+/// Register `fd` in `epoll` for input, exclusively (`EPOLLEXCLUSIVE` is
+/// only taken by `EPOLL_CTL_ADD`).
+fn register_exclusive(epoll: RawFd, fd: RawFd) -> io::Result<()> {
     let mut event = libc::epoll_event {
         events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
         u64: 0,
     };
     // SAFETY: both descriptors are open; `event` is live for the call.
-    sys::cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut event) })?;
-    Ok(epoll)
+    sys::cvt(unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut event) })?;
+    Ok(())
 }
 
 /// Wait until `fd` has a datagram to read, draining TX stamps from the

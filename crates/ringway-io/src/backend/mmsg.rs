@@ -59,9 +59,10 @@ pub(crate) struct MmsgBackend {
 }
 
 impl MmsgBackend {
-    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps) -> Self {
+    /// A backend on `sock`; `shared`: other backends receive on it too.
+    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps, shared: bool) -> Self {
         MmsgBackend {
-            waiter: Waiter::new(sock.as_raw_fd()),
+            waiter: Waiter::new(shared),
             sock,
             stats: IoStats::default(),
             stamps,

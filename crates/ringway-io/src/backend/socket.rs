@@ -31,9 +31,10 @@ pub(crate) struct SocketBackend {
 }
 
 impl SocketBackend {
-    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps) -> Self {
+    /// A backend on `sock`; `shared`: other backends receive on it too.
+    pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps, shared: bool) -> Self {
         SocketBackend {
-            waiter: Waiter::new(sock.as_raw_fd()),
+            waiter: Waiter::new(shared),
             sock,
             stats: IoStats::default(),
             stamps,

@@ -911,12 +911,7 @@ fn render(shared: &Shared) -> String {
         resolver.stats().snapshot().prometheus(&mut text);
     }
     if let Some(connections) = &shared.connections {
-        crate::sip::render_transport(
-            &mut text,
-            "ringway_dispatch",
-            "tcp",
-            &connections.snapshot(),
-        );
+        crate::sip::render_transport(&mut text, "ringway_dispatch", &connections.snapshot());
         if let Some(tls) = connections.tls() {
             crate::sip::render_tls(&mut text, "ringway_dispatch", &tls.snapshot());
         }

@@ -313,7 +313,7 @@ fn engine_and_backend(p: &mut PromText, l: &LiveStats) {
     if let Some(cpu) = l.engine_cpu_s {
         p.counter_f64(
             "ringway_sfu_engine_cpu_seconds_total",
-            "CPU time of the engine thread (user + system).",
+            "CPU time of the engine thread, or of the engines with one per receive queue (user + system).",
             &[],
             cpu,
         );
@@ -344,6 +344,49 @@ fn engine_and_backend(p: &mut PromText, l: &LiveStats) {
                     value,
                 );
             }
+        }
+    }
+    per_engine(p, l);
+}
+
+/// With one engine per receive queue: each engine's share (the totals
+/// above are their sums).
+fn per_engine(p: &mut PromText, l: &LiveStats) {
+    for engine in &l.engines {
+        let queue = engine.queue.to_string();
+        let labels = [("queue", queue.as_str())];
+        let counters = &engine.counters;
+        for (name, help, value) in [
+            (
+                "ringway_sfu_queue_datagrams_total",
+                "Datagrams the engine of a receive queue took.",
+                counters.datagrams,
+            ),
+            (
+                "ringway_sfu_queue_media_total",
+                "Media packets the engine of a receive queue forwarded itself.",
+                counters.media,
+            ),
+            (
+                "ringway_sfu_queue_to_control_total",
+                "Datagrams the engine of a receive queue handed to the control thread.",
+                counters.to_control,
+            ),
+            (
+                "ringway_sfu_queue_to_control_dropped_total",
+                "Datagrams dropped because the control thread's queue was full.",
+                counters.to_control_dropped,
+            ),
+        ] {
+            p.counter(name, help, &labels, value);
+        }
+        if let Some(cpu) = engine.cpu_s {
+            p.counter_f64(
+                "ringway_sfu_queue_cpu_seconds_total",
+                "CPU time of the engine of a receive queue (user + system).",
+                &labels,
+                cpu,
+            );
         }
     }
 }

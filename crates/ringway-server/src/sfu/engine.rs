@@ -63,6 +63,9 @@ pub struct LiveStats {
     /// Times the engine loop published (once per tick): it moves while the
     /// loop turns, what the systemd watchdog checks.
     pub ticks: u64,
+    /// Per engine, when there is one per receive queue (empty with one
+    /// engine); the fields above are their sums plus the control thread's.
+    pub engines: Vec<super::queues::EngineLive>,
 }
 
 /// The engine's and the backend's counters at the end of the warm-up: the
@@ -77,6 +80,73 @@ pub(super) struct Baseline {
     pub(super) truncated: u64,
     pub(super) rx_errors: u64,
     pub(super) flushes: u64,
+}
+
+/// What an engine asks per datagram: the whole core ([`Sfu`], one engine)
+/// or a receive queue's view of the routes ([`super::queues::QueueCore`],
+/// one engine per queue).
+pub(super) trait Forwarding {
+    /// What to do with `data` from `peer` at `now`; `None`: handed to
+    /// another thread (the control thread), nothing to send here.
+    fn forward(&mut self, now: u64, peer: SocketAddr, data: &[u8]) -> Option<Action<'_>>;
+    /// Whether `data` from `peer` is media from a verified source (what
+    /// SRPIC may give a flow slot).
+    fn is_verified_media(&self, peer: SocketAddr, data: &[u8]) -> bool;
+}
+
+impl Forwarding for Sfu {
+    fn forward(&mut self, now: u64, peer: SocketAddr, data: &[u8]) -> Option<Action<'_>> {
+        Some(self.handle(now, peer, data))
+    }
+    fn is_verified_media(&self, peer: SocketAddr, data: &[u8]) -> bool {
+        Sfu::is_verified_media(self, peer, data)
+    }
+}
+
+/// What an engine measured over the measured window (the warm-up's
+/// counters subtracted), for the report; several engines' add up.
+pub(super) struct Measured {
+    pub(super) delays: Delays,
+    pub(super) rx_bytes: u64,
+    pub(super) tx_bytes: u64,
+    pub(super) truncated: u64,
+    pub(super) rx_errors: u64,
+    pub(super) forwarded: u64,
+    pub(super) copies: u64,
+    pub(super) flushes: u64,
+}
+
+impl Measured {
+    /// Nothing measured yet.
+    pub(super) fn empty() -> Measured {
+        Measured {
+            delays: Delays::new(),
+            rx_bytes: 0,
+            tx_bytes: 0,
+            truncated: 0,
+            rx_errors: 0,
+            forwarded: 0,
+            copies: 0,
+            flushes: 0,
+        }
+    }
+
+    /// Add another engine's measurements (histograms merged).
+    pub(super) fn add(&mut self, other: &Measured) {
+        let delays = &mut self.delays;
+        // Same bounds and precision on both sides: adding cannot fail.
+        let _ = delays.scheduled.add(&other.delays.scheduled);
+        let _ = delays.handoff.add(&other.delays.handoff);
+        let _ = delays.wait.add(&other.delays.wait);
+        let _ = delays.kernel.add(&other.delays.kernel);
+        self.rx_bytes += other.rx_bytes;
+        self.tx_bytes += other.tx_bytes;
+        self.truncated += other.truncated;
+        self.rx_errors += other.rx_errors;
+        self.forwarded += other.forwarded;
+        self.copies += other.copies;
+        self.flushes += other.flushes;
+    }
 }
 
 /// The engine's clocks; tests give it a fake one.
@@ -143,8 +213,8 @@ struct InFlight {
 }
 
 /// The forwarding engine: one receive batch in, the copies out.
-pub(super) struct Engine {
-    pub(super) sfu: Sfu,
+pub(super) struct Engine<F: Forwarding = Sfu> {
+    pub(super) sfu: F,
     pub(super) rx: RxBatch,
     tx: TxBatch,
     order: Vec<usize>,
@@ -178,15 +248,15 @@ pub(super) struct Engine {
     pub(super) record: Option<super::recorder::RecordTx>,
 }
 
-impl Engine {
+impl<F: Forwarding> Engine<F> {
     pub(super) fn new(
-        sfu: Sfu,
+        sfu: F,
         batch: usize,
         srpic: Option<Srpic<usize>>,
         flush: Flush,
         max_age_ns: u64,
         clock: Box<dyn Clock>,
-    ) -> Engine {
+    ) -> Engine<F> {
         Engine {
             sfu,
             rx: RxBatch::new(batch, FRAME),
@@ -233,6 +303,21 @@ impl Engine {
             truncated: self.truncated,
             rx_errors: self.rx_errors,
             flushes: self.flushes,
+        }
+    }
+
+    /// What it measured since the end of the warm-up (`base`); the delays
+    /// move out (the engine keeps empty histograms).
+    pub(super) fn measured(&mut self, base: &Baseline) -> Measured {
+        Measured {
+            delays: std::mem::replace(&mut self.delays, Delays::new()),
+            rx_bytes: self.rx_bytes - base.rx_bytes,
+            tx_bytes: self.tx_bytes - base.tx_bytes,
+            truncated: self.truncated - base.truncated,
+            rx_errors: self.rx_errors - base.rx_errors,
+            forwarded: self.forwarded,
+            copies: self.copies,
+            flushes: self.flushes - base.flushes,
         }
     }
 
@@ -293,13 +378,13 @@ impl Engine {
             ..
         } = self;
         let data = rx.get(index).expect("held").data;
-        match sfu.handle(now, peer, data) {
-            Action::Forward {
+        match sfu.forward(now, peer, data) {
+            Some(Action::Forward {
                 ssid,
                 targets,
                 echo,
                 ..
-            } => {
+            }) => {
                 if let Some(recorder) = record {
                     recorder.offer(ssid, clock.realtime().0, data);
                 }
@@ -311,14 +396,15 @@ impl Engine {
                 }
                 io.replicate(Some(index), data, dsts, tx)?;
             }
-            Action::Reply { dst, msg } => {
+            Some(Action::Reply { dst, msg }) => {
                 io.replicate(None, msg, &[dst], tx)?;
                 self.pushed += 1;
                 self.tx_bytes += msg.len() as u64;
                 self.oldest_unflushed.get_or_insert(pickup);
                 return self.after_queue(io);
             }
-            Action::Drop(_) => return Ok(()),
+            // Dropped (counted by the core), or handed to the control thread.
+            Some(Action::Drop(_)) | None => return Ok(()),
         }
         let count = self.dsts.len();
         self.forwarded += 1;

@@ -3,15 +3,20 @@
 //! optionally SRPIC-sorted first) and sends every packet's copies as it is
 //! handled; [`serve`] runs it until stopped and returns a [`ServeReport`]
 //! with the paper's per-packet delay (the engine module's docs define the four
-//! delays (a)-(d)).
+//! delays (a)-(d)). With the xdp backend on an interface with several
+//! receive queues there is one engine per queue, each with its own AF_XDP
+//! socket, and a control thread that owns the core and publishes route
+//! snapshots to them (the `queues` module).
 
 pub mod admin;
 mod engine;
 pub mod hub;
 pub mod hub_admin;
+mod queues;
 pub mod recorder;
 
 pub use engine::LiveStats;
+pub use queues::{ControlCounters, EngineLive, EngineReport, QueueCounters};
 pub use recorder::RecordReport;
 
 use crate::host::{self, cpu_seconds, CpuTime};
@@ -22,7 +27,7 @@ use ringway_io::{monotonic_now, BackendKind, BatchIo, Io, IoStats, OpenError, So
 use ringway_reorder::{SeqSpace, Srpic, SrpicConfig, SrpicStats};
 use ringway_sfu::{Sfu, SfuConfig, SfuStats};
 use serde::{Deserialize, Serialize};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -324,6 +329,15 @@ pub struct ServeReport {
     pub srpic: Option<SrpicStats>,
     /// The recorder's counters, when recording was on.
     pub recording: Option<RecordReport>,
+    /// Per engine, with one engine per receive queue (the xdp backend on an
+    /// interface with several): the fields above are their sums (CPU: the
+    /// engines' threads; `srpic` is then per engine only). Empty with one
+    /// engine.
+    pub engines: Vec<EngineReport>,
+    /// The control thread's work, with one engine per receive queue: the
+    /// datagrams the engines handed on (control, unverified media), the
+    /// replies and copies it sent through the kernel.
+    pub control: Option<ControlCounters>,
 }
 
 /// Read a secret from `path`: its bytes with trailing whitespace removed.
@@ -353,13 +367,41 @@ fn read_admin_token(path: &std::path::Path) -> Result<String, ServerError> {
     Ok(token)
 }
 
-/// Open the backend `config` asks for (8 MiB socket buffers).
-fn open_io(config: &SfuServerConfig) -> Result<Box<dyn BatchIo>, ServerError> {
+/// The backends `config` asks for.
+struct OpenedIo {
+    /// One; with the xdp backend, one per receive queue of the interface.
+    backends: Vec<Box<dyn BatchIo>>,
+    /// The receive queue of each xdp backend (empty for the others).
+    queues: Vec<u32>,
+    /// xdp: a handle of the companion UDP socket, for the control thread.
+    socket: Option<UdpSocket>,
+}
+
+/// Open the backend `config` asks for (8 MiB socket buffers); xdp on every
+/// receive queue of its interface.
+fn open_io(config: &SfuServerConfig) -> Result<OpenedIo, ServerError> {
+    if let (Io::Xdp(interface), SocketAddr::V4(local)) = (&config.io, config.listen) {
+        let opened = ringway_io::open_xdp_queues(interface.config(local)).map_err(|source| {
+            ServerError::Backend {
+                backend: BackendKind::Xdp.to_string(),
+                source,
+            }
+        })?;
+        return Ok(OpenedIo {
+            backends: opened.backends,
+            queues: opened.queues,
+            socket: Some(opened.socket),
+        });
+    }
     let mut socket_config = SocketConfig::new(config.listen);
     socket_config.rcvbuf = Some(8 << 20);
     socket_config.sndbuf = Some(8 << 20);
     match config.io.open(&socket_config) {
-        Ok((io, _)) => Ok(io),
+        Ok((io, _)) => Ok(OpenedIo {
+            backends: vec![io],
+            queues: Vec::new(),
+            socket: None,
+        }),
         Err(OpenError::Socket { addr, source }) => Err(ServerError::Socket { addr, source }),
         Err(OpenError::Backend { kind, source }) => Err(ServerError::Backend {
             backend: kind.to_string(),
@@ -438,6 +480,39 @@ fn srpic_sorter(config: &SfuServerConfig, batch: usize) -> Option<Srpic<usize>> 
     })
 }
 
+/// One engine per receive queue: each with its backend, its own sorter
+/// and, with `cpus`, pinned to the next CPU of the list (round robin).
+fn queue_runs(
+    config: &SfuServerConfig,
+    backends: Vec<Box<dyn BatchIo>>,
+    queues: Vec<u32>,
+    record: Option<recorder::RecordTx>,
+) -> Vec<queues::QueueRun> {
+    let batch = config.batch_size();
+    backends
+        .into_iter()
+        .zip(queues)
+        .enumerate()
+        .map(|(k, (io, queue))| queues::QueueRun {
+            io,
+            queue,
+            srpic: srpic_sorter(config, batch),
+            batch,
+            flush: config.flush_policy(),
+            max_age_ns: u64::from(config.flush_age_us) * 1000,
+            spin: Duration::from_micros(u64::from(config.spin_us)),
+            warmup: Duration::from_secs_f64(config.warmup_s),
+            duration: config.duration_s.map(Duration::from_secs_f64),
+            cpu: config
+                .cpus
+                .as_ref()
+                .filter(|cpus| !cpus.is_empty())
+                .map(|cpus| cpus[k % cpus.len()]),
+            record: record.clone(),
+        })
+        .collect()
+}
+
 /// The admin API's thread when an address and a token are configured:
 /// its bound address, stop flag and handle.
 fn start_admin(
@@ -480,11 +555,14 @@ impl SfuServer {
             Some(path) => Some(read_admin_token(path)?),
             None => None,
         };
-        let io = open_io(&config)?;
-        let local = io.local_addr()?;
+        let OpenedIo {
+            mut backends,
+            queues,
+            socket,
+        } = open_io(&config)?;
+        let local = backends[0].local_addr()?;
         let batch = config.batch_size();
         let sfu = sfu_core(&config, token_key)?;
-        let srpic = srpic_sorter(&config, batch);
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(Mutex::new(LiveStats {
             backend: config.io.kind().name().into(),
@@ -500,12 +578,60 @@ impl SfuServer {
             }
             None => (None, None),
         };
+        let engine = match socket {
+            Some(socket) if backends.len() > 1 => {
+                let control = queues::ControlRun {
+                    sfu,
+                    socket,
+                    admin: admin_rx,
+                    record: record_tx.clone(),
+                    stop: stop.clone(),
+                    live: live.clone(),
+                    warmup: Duration::from_secs_f64(config.warmup_s),
+                };
+                let runs = queue_runs(&config, backends, queues, record_tx);
+                queues::start(control, runs)?
+            }
+            _ => Self::start_engine(
+                &config,
+                backends.remove(0),
+                sfu,
+                admin_rx,
+                record_tx,
+                &stop,
+                &live,
+            )?,
+        };
+        Ok(SfuServer {
+            config,
+            local,
+            batch,
+            stop,
+            live,
+            engine: Some(engine),
+            admin,
+            recorder,
+        })
+    }
+
+    /// The one engine thread, owning the core and the backend.
+    fn start_engine(
+        config: &SfuServerConfig,
+        io: Box<dyn BatchIo>,
+        sfu: Sfu,
+        admin_rx: std::sync::mpsc::Receiver<admin::AdminRequest>,
+        record_tx: Option<recorder::RecordTx>,
+        stop: &Arc<AtomicBool>,
+        live: &Arc<Mutex<LiveStats>>,
+    ) -> Result<JoinHandle<Result<EngineEnd, ServerError>>, ServerError> {
+        let batch = config.batch_size();
+        let local = io.local_addr()?;
         let run = EngineRun {
             record: record_tx,
             admin: admin_rx,
             io,
             sfu,
-            srpic,
+            srpic: srpic_sorter(config, batch),
             batch,
             local,
             flush: config.flush_policy(),
@@ -518,23 +644,13 @@ impl SfuServer {
             stop: stop.clone(),
             live: live.clone(),
         };
-        let engine = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("sfu-engine".into())
             .spawn(move || engine_thread(run))
             .map_err(|source| ServerError::Thread {
                 name: "sfu-engine".into(),
                 source,
-            })?;
-        Ok(SfuServer {
-            config,
-            local,
-            batch,
-            stop,
-            live,
-            engine: Some(engine),
-            admin,
-            recorder,
-        })
+            })
     }
 
     /// The admin API's bound address, when it runs.
@@ -689,9 +805,9 @@ fn place_engine(cpus: Option<&[usize]>) -> (Vec<String>, Vec<String>) {
 
 /// Receive a batch: first polling without sleeping for up to `spin` (its
 /// time added to `spin_ns`), then waiting at most `wait`.
-fn receive_spinning(
+fn receive_spinning<F: engine::Forwarding>(
     io: &mut dyn BatchIo,
-    engine: &mut Engine,
+    engine: &mut Engine<F>,
     spin: Duration,
     wait: Duration,
     spin_ns: &mut u64,
@@ -880,17 +996,28 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
         None => io.describe(),
     };
+    // Every counter over the measured window only (review B4).
+    let fanout = match (
+        fanout.as_ref().map(|fanout| fanout.stats()),
+        baseline.fanout,
+    ) {
+        (Some(end), Some(start)) => Some(end.since(&start)),
+        (end, _) => end,
+    };
     Ok(EngineEnd {
-        engine,
-        io: io.stats(),
-        fanout: fanout.as_ref().map(|fanout| fanout.stats()),
-        baseline,
+        measured: engine.measured(&baseline),
+        io: io.stats().since(&baseline.io),
+        fanout,
+        sfu: engine.sfu.stats(),
+        srpic: engine.srpic.as_ref().map(Srpic::stats),
         mode,
         cpu,
         wall,
         spin_s: spin_ns as f64 / 1e9,
         placement,
         placement_refused,
+        engines: Vec::new(),
+        control: None,
     })
 }
 
@@ -903,25 +1030,29 @@ fn cpu_since(start: Option<CpuTime>) -> Option<CpuTime> {
     }
 }
 
-/// What the engine thread hands back when it stops.
+/// What the engine thread (or the control thread, summing the engines')
+/// hands back when it stops: every counter over the measured window, but
+/// the core's (`sfu`), which stays whole-run.
 struct EngineEnd {
-    engine: Engine,
+    measured: engine::Measured,
     io: IoStats,
     fanout: Option<ringway_io::backend::FanoutStats>,
-    /// The counters at the end of the warm-up (zero without one).
-    baseline: engine::Baseline,
+    sfu: SfuStats,
+    srpic: Option<SrpicStats>,
     mode: String,
     cpu: Option<CpuTime>,
     wall: f64,
     spin_s: f64,
     placement: Vec<String>,
     placement_refused: Vec<String>,
+    engines: Vec<EngineReport>,
+    control: Option<ControlCounters>,
 }
 
 /// One receive call; per-peer errors are counted and skipped.
-fn receive(
+fn receive<F: engine::Forwarding>(
     io: &mut dyn BatchIo,
-    e: &mut Engine,
+    e: &mut Engine<F>,
     timeout: Option<Duration>,
 ) -> Result<usize, ServerError> {
     match io.recv_batch(&mut e.rx, timeout) {
@@ -949,28 +1080,25 @@ fn report(
     end: EngineEnd,
 ) -> ServeReport {
     let EngineEnd {
-        engine: stopped_engine,
+        measured,
         io,
         fanout,
-        baseline: base,
+        sfu,
+        srpic,
         mode,
         cpu,
         wall,
         spin_s,
         placement,
         placement_refused,
+        engines,
+        control,
     } = end;
     let pct = |ns: Option<u64>| match ns {
         Some(ns) if wall > 0.0 => 100.0 * ns as f64 / 1e9 / wall,
         _ => f64::NAN,
     };
-    // Every counter over the measured window only (review B4).
-    let io = io.since(&base.io);
-    let fanout = match (fanout, base.fanout) {
-        (Some(end), Some(start)) => Some(end.since(&start)),
-        (end, _) => end,
-    };
-    let delays = &stopped_engine.delays;
+    let delays = &measured.delays;
     ServeReport {
         backend: config.io.kind().name().into(),
         io_mode: mode,
@@ -994,23 +1122,25 @@ fn report(
         delay_handoff: LatencySummary::of_ns(&delays.handoff),
         delay_wait: LatencySummary::of_ns(&delays.wait),
         delay_from_kernel: LatencySummary::of_ns(&delays.kernel),
-        flushes: stopped_engine.flushes - base.flushes,
+        flushes: measured.flushes,
         kernel_fanout: fanout,
         tx_congested: io.tx_ring_full_drops > 0
-            || io.tx_ring_full_waits as f64 > 0.001 * stopped_engine.forwarded.max(1) as f64,
-        copies_per_packet: if stopped_engine.forwarded > 0 {
-            stopped_engine.copies as f64 / stopped_engine.forwarded as f64
+            || io.tx_ring_full_waits as f64 > 0.001 * measured.forwarded.max(1) as f64,
+        copies_per_packet: if measured.forwarded > 0 {
+            measured.copies as f64 / measured.forwarded as f64
         } else {
             f64::NAN
         },
-        sfu: stopped_engine.sfu.stats(),
+        sfu,
         io,
-        rx_bytes: stopped_engine.rx_bytes - base.rx_bytes,
-        tx_bytes: stopped_engine.tx_bytes - base.tx_bytes,
-        truncated: stopped_engine.truncated - base.truncated,
-        rx_errors: stopped_engine.rx_errors - base.rx_errors,
-        srpic: stopped_engine.srpic.as_ref().map(Srpic::stats),
+        rx_bytes: measured.rx_bytes,
+        tx_bytes: measured.tx_bytes,
+        truncated: measured.truncated,
+        rx_errors: measured.rx_errors,
+        srpic,
         recording: None,
+        engines,
+        control,
     }
 }
 

@@ -57,7 +57,9 @@ struct Item {
     packet: Vec<u8>,
 }
 
-/// The engine's end of the recorder.
+/// The engine's end of the recorder (engines and the control thread hold
+/// clones, one per thread).
+#[derive(Clone)]
 pub(super) struct RecordTx {
     tx: SyncSender<Item>,
     dropped: Arc<AtomicU64>,

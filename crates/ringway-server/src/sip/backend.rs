@@ -11,12 +11,21 @@
 //! companion UDP socket stays bound to the listen address: the timer and
 //! store threads send through it (mmsg), so the kernel never answers our
 //! port with ICMP port unreachable.
+//!
+//! An interface with more than one receive queue is refused (fallback to
+//! mmsg, with the reason): the NIC's hashing (RSS) spreads the calls' flows
+//! over its queues, and the one worker's socket on queue 0 would see only
+//! that queue's share; the rest would miss the XSKMAP and take the kernel
+//! path to the companion socket, a slower path than mmsg's. A socket and a
+//! worker per queue would need the workers to share the transaction and
+//! dialog state that one worker keeps today. Until then: one queue
+//! (`ethtool -L IFACE combined 1`), or mmsg.
 
 use super::sockets::open_sockets;
 use super::{RxModel, SipServerConfig};
 use crate::ServerError;
 use ringway_io::{
-    open_backend, open_xdp_with_socket, BackendKind, BatchIo, Io, XdpConfig, XdpInterface,
+    open_backend, open_xdp_with_socket, xdp_rx_queues, BackendKind, BatchIo, Io, XdpInterface,
 };
 use serde::Serialize;
 use std::net::{SocketAddr, UdpSocket};
@@ -106,12 +115,15 @@ fn open_xdp(config: &SipServerConfig, interface: &XdpInterface) -> Result<Opened
             "the xdp backend is IPv4 only so far: listen is an IPv6 address".into(),
         ));
     };
-    let xdp = XdpConfig {
-        mode: interface.mode,
-        frames: interface.frames,
-        ..XdpConfig::new(&interface.iface, local)
-    };
-    match open_xdp_with_socket(xdp) {
+    if let Ok(queues @ 2..) = xdp_rx_queues(&interface.iface) {
+        return Err(XdpRefused::Unavailable(format!(
+            "{} has {queues} receive queues: the xdp backend runs one worker on an \
+             AF_XDP socket of queue 0, and what the NIC hashes to the other queues \
+             would take the kernel path; give it one queue (ethtool -L {} combined 1)",
+            interface.iface, interface.iface
+        )));
+    }
+    match open_xdp_with_socket(interface.config(local)) {
         Ok((io, kernel_socket)) => {
             let description = io.describe();
             log::info!(

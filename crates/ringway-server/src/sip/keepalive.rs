@@ -19,6 +19,10 @@
 //! - Connections: when a connection closes, the bindings registered over
 //!   it are removed (counted): requests to them could only be dropped (we
 //!   never open a connection towards a flow).
+//! - In memory and in Redis alike: over Redis the store threads report
+//!   what REGISTERs stored, and the removals of closed connections wait
+//!   for the keepalive thread ([`FlowMonitor::deferring_removals`]), so an
+//!   event loop never waits for a round trip.
 //! - Bounded: at most `capacity` flows of each kind (the store's binding
 //!   bound), at most [`MAX_AORS_PER_FLOW`] AORs per flow, pings at most
 //!   `rate` per second (what is not sent waits for the next tick).
@@ -73,6 +77,9 @@ struct State {
     udp: HashMap<SocketAddr, UdpFlow>,
     due: BinaryHeap<Reverse<(u64, SocketAddr)>>,
     connections: HashMap<u64, (Hop, Vec<String>)>,
+    /// Closed connections whose bindings wait for [`FlowMonitor::run_removals`]
+    /// (a shared store is not called from the event loop that saw the close).
+    closed: Vec<(Hop, Vec<String>)>,
     /// Rate limiter: pings that may still go (refilled per tick).
     budget: f64,
     last_refill: u64,
@@ -129,6 +136,9 @@ pub struct FlowMonitor {
     state: Mutex<State>,
     counters: Counters,
     reply_finder: memchr::memmem::Finder<'static>,
+    /// Removals after a connection closes wait for the keepalive thread
+    /// (a shared store: a round trip the event loop must not wait for).
+    deferred: bool,
 }
 
 impl FlowMonitor {
@@ -148,7 +158,22 @@ impl FlowMonitor {
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             reply_finder: memchr::memmem::Finder::new(BRANCH_PREFIX),
+            deferred: false,
         }
+    }
+
+    /// The same monitor over a shared store (Redis): the bindings of a
+    /// closed connection are removed by the keepalive thread
+    /// ([`FlowMonitor::run_removals`]), not by the event loop that saw it
+    /// close.
+    pub fn deferring_removals(mut self) -> FlowMonitor {
+        self.deferred = true;
+        self
+    }
+
+    /// Whether the keepalive thread has work: pings, or deferred removals.
+    pub fn needs_thread(&self) -> bool {
+        self.pings() || self.deferred
     }
 
     /// Whether UDP flows are pinged.
@@ -231,9 +256,35 @@ impl FlowMonitor {
 
     /// The connection `id` closed: remove the bindings registered over it.
     pub fn connection_closed(&self, id: FlowId, now: u64) {
-        let Some((hop, aors)) = lock(&self.state).connections.remove(&id.0) else {
+        let mut state = lock(&self.state);
+        let Some((hop, aors)) = state.connections.remove(&id.0) else {
             return;
         };
+        if self.deferred {
+            // Bounded like the flows themselves.
+            if state.closed.len() < self.config.capacity {
+                state.closed.push((hop, aors));
+            } else {
+                add(&self.counters.untracked);
+            }
+            return;
+        }
+        drop(state);
+        self.remove_closed(hop, &aors, now);
+    }
+
+    /// Remove the bindings of the connections that closed since the last
+    /// call (deferred mode; the keepalive thread calls it every tick).
+    pub fn run_removals(&self, now: u64) {
+        let closed = std::mem::take(&mut lock(&self.state).closed);
+        for (hop, aors) in closed {
+            self.remove_closed(hop, &aors, now);
+        }
+    }
+
+    /// The bindings of `aors` registered over the closed connection `hop`
+    /// go (counted).
+    fn remove_closed(&self, hop: Hop, aors: &[String], now: u64) {
         let removed: usize = aors
             .iter()
             .map(|aor| self.store.remove_flow(aor, &hop, now))
@@ -324,13 +375,13 @@ impl FlowMonitor {
             return;
         };
         let mut dead = Vec::new();
+        let mut due_pings = Vec::new();
         {
             let mut state = lock(&self.state);
             let rate = f64::from(self.config.rate);
             let elapsed = now.saturating_sub(state.last_refill) as f64 / 1e9;
             state.budget = (state.budget + elapsed * rate).min(rate.max(1.0));
             state.last_refill = now;
-            let mut message = String::new();
             while let Some(&Reverse((due, addr))) = state.due.peek() {
                 if due > now {
                     break;
@@ -359,35 +410,54 @@ impl FlowMonitor {
                         continue;
                     }
                 }
-                // The flow's binding still there? (An unregistered one is
-                // no longer pinged.) Its Contact is the Request-URI.
-                let hop = Hop::udp(addr);
-                let contact = flow.aors.iter().find_map(|aor| {
-                    self.store.lookup(aor, now).ok().and_then(|bindings| {
-                        bindings
-                            .into_iter()
-                            .find(|b| b.flow == Some(hop))
-                            .map(|b| b.contact)
-                    })
-                });
-                let Some(contact) = contact else {
-                    state.udp.remove(&addr);
-                    continue;
-                };
                 flow.seq = flow.seq.wrapping_add(1);
                 flow.outstanding = true;
                 flow.next_due = now.saturating_add(interval);
-                let seq = flow.seq;
-                let next = flow.next_due;
+                let (seq, next, aors) = (flow.seq, flow.next_due, flow.aors.clone());
                 state.due.push(Reverse((next, addr)));
                 state.budget -= 1.0;
-                message.clear();
-                self.write_options(&mut message, &contact, seq);
-                if send(addr, message.as_bytes()) {
-                    add(&self.counters.sent);
-                } else {
-                    add(&self.counters.send_errors);
+                due_pings.push((addr, aors, seq));
+            }
+        }
+        // Outside the lock: the store may be remote (Redis), and the store
+        // threads report REGISTERs through the same lock.
+        let mut message = String::new();
+        for (addr, aors, seq) in due_pings {
+            // The flow's binding still there? (An unregistered one is no
+            // longer pinged.) Its Contact is the Request-URI.
+            let hop = Hop::udp(addr);
+            let mut unavailable = false;
+            let contact = aors
+                .iter()
+                .find_map(|aor| match self.store.lookup(aor, now) {
+                    Ok(bindings) => bindings
+                        .into_iter()
+                        .find(|b| b.flow == Some(hop))
+                        .map(|b| b.contact),
+                    Err(_) => {
+                        unavailable = true;
+                        None
+                    }
+                });
+            let Some(contact) = contact else {
+                let mut state = lock(&self.state);
+                if state.udp.get(&addr).is_some_and(|flow| flow.seq == seq) {
+                    if !unavailable {
+                        state.udp.remove(&addr);
+                    } else if let Some(flow) = state.udp.get_mut(&addr) {
+                        // The store did not answer: no ping this time, and
+                        // no failure counted for it.
+                        flow.outstanding = false;
+                    }
                 }
+                continue;
+            };
+            message.clear();
+            self.write_options(&mut message, &contact, seq);
+            if send(addr, message.as_bytes()) {
+                add(&self.counters.sent);
+            } else {
+                add(&self.counters.send_errors);
             }
         }
         for (addr, aors) in dead {

@@ -98,8 +98,7 @@ struct Shared {
     location: Option<LocationShared>,
     /// TCP connections, when there is a TCP listener.
     connections: Option<Arc<Connections>>,
-    /// The registrar's flows, their keepalives and removal (in-memory
-    /// store only).
+    /// The registrar's flows, their keepalives and removal.
     monitor: Option<Arc<keepalive::FlowMonitor>>,
     /// The connection transports' bound listening addresses.
     stream_addresses: Vec<TransportAddr>,
@@ -146,10 +145,11 @@ struct LocationShared {
     latency: Vec<Arc<Mutex<LocationLatency>>>,
 }
 
-/// The store threads' ends: their channels and stores.
+/// The store threads' ends: their channels and stores (each with its own
+/// connection, watched by the flow monitor).
 struct StoreEnds {
     receivers: Vec<Receiver<ringway_sip::proxy::DeferredRequest>>,
-    stores: Vec<Arc<RedisStore>>,
+    stores: Vec<Arc<dyn ringway_sip::LocationStore>>,
 }
 
 /// A running SIP server.
@@ -197,6 +197,11 @@ impl SipServer {
             polls: tcp_polls,
             connections,
         } = streams;
+        if let Some(connections) = &connections {
+            // RFC 5626: a request for a flow whose connection is gone
+            // gets 430 from the core.
+            proxy.set_flow_state(connections.clone());
+        }
         if let (Some(connections), Some(monitor)) = (&connections, &monitor) {
             let monitor = monitor.clone();
             connections.set_on_close(Box::new(move |flow, now| {
@@ -277,7 +282,12 @@ impl SipServer {
                 tcp_thread(&shared, i, poll, listeners, udp)
             })?;
         }
-        if self.shared.monitor.as_ref().is_some_and(|m| m.pings()) {
+        if self
+            .shared
+            .monitor
+            .as_ref()
+            .is_some_and(|m| m.needs_thread())
+        {
             let shared = self.shared.clone();
             let udp = timer_socket.try_clone()?;
             self.spawn("sip-keepalive".into(), move || {
@@ -442,12 +452,7 @@ fn build_proxy(
             ));
             let monitor = Arc::new(keepalive::FlowMonitor::new(
                 store.clone(),
-                keepalive::KeepaliveConfig {
-                    interval: config.keepalive_interval.map(config::duration_ns),
-                    failures: config.keepalive_failures,
-                    rate: config.keepalive_rate,
-                    capacity: config.max_bindings,
-                },
+                keepalive_config(config),
                 local,
                 token,
             ));
@@ -462,12 +467,25 @@ fn build_proxy(
         Location::Redis(url) => {
             let counters = Arc::new(LocationCounters::default());
             let timeout = config.location_timeout;
+            // One node for the whole process: a binding's connection is
+            // used (and removed when it closes) by the proxy that holds it.
+            let node = u64::from_le_bytes(host::random_bytes()?);
+            let open = || {
+                RedisStore::new(url, timeout, counters.clone())
+                    .map(|store| Arc::new(store.with_node(node)))
+                    .map_err(ServerError::Config)
+            };
             let mut stores = Vec::new();
             for _ in 0..config.location_threads {
-                let store =
-                    RedisStore::new(url, timeout, counters.clone()).map_err(ServerError::Config)?;
-                stores.push(Arc::new(store));
+                stores.push(open()?);
             }
+            // The monitor's own connection (the keepalive thread's): it
+            // removes the bindings of dead flows and looks up contacts to
+            // ping; the store threads report what REGISTERs stored.
+            let monitor = Arc::new(
+                keepalive::FlowMonitor::new(open()?, keepalive_config(config), local, token)
+                    .deferring_removals(),
+            );
             // Every store thread's connection is made now (which AORs
             // a thread serves depends on the random channel seed, so
             // none may be left to connect on its first query).
@@ -490,14 +508,31 @@ fn build_proxy(
                     .collect(),
             };
             let proxy = Proxy::with_store_queue(proxy_config, Arc::new(queue));
+            let stores = stores
+                .into_iter()
+                .map(|store| {
+                    Arc::new(keepalive::WatchedStore::new(store, monitor.clone()))
+                        as Arc<dyn ringway_sip::LocationStore>
+                })
+                .collect();
             (
                 proxy,
                 Some(shared),
                 Some(StoreEnds { receivers, stores }),
-                None,
+                Some(monitor),
             )
         }
     })
+}
+
+/// The flow monitor's settings from the server's.
+fn keepalive_config(config: &SipServerConfig) -> keepalive::KeepaliveConfig {
+    keepalive::KeepaliveConfig {
+        interval: config.keepalive_interval.map(config::duration_ns),
+        failures: config.keepalive_failures,
+        rate: config.keepalive_rate,
+        capacity: config.max_bindings,
+    }
 }
 
 /// The proxy's DNS, when a next hop is a name (`route_to_name`) or a

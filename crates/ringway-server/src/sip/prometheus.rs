@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 28] = [
+const CORE_COUNTERS: [CoreCounter; 29] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -154,80 +154,107 @@ const CORE_COUNTERS: [CoreCounter; 28] = [
         "Times a transaction moved on to the next RFC 3263 target (timeout, 503, transport error).",
         |stats| stats.failovers,
     ),
+    (
+        "ringway_sip_flows_failed_total",
+        "Requests for a registered flow whose connection is gone: answered 430 Flow Failed (RFC 5626; ACK dropped).",
+        |stats| stats.flows_failed,
+    ),
 ];
 
-/// The counters of one connection transport, labelled with it, named
-/// `PREFIX_connections_…` (`ringway_sip` for the proxy, `ringway_dispatch`
-/// for the dispatcher: the same driver).
-pub(crate) fn render_transport(
-    p: &mut PromText,
-    prefix: &str,
-    transport: &str,
-    s: &super::TcpSnapshot,
-) {
-    let l = [("transport", transport)];
-    p.gauge(
-        &format!("{prefix}_connections_open"),
-        "Connections open now.",
-        &l,
-        s.open as f64,
-    );
-    p.counter(
-        &format!("{prefix}_connections_accepted_total"),
-        "Connections accepted.",
-        &l,
-        s.accepted,
-    );
-    p.counter(
-        &format!("{prefix}_connections_opened_total"),
-        "Connections opened to next hops.",
-        &l,
-        s.connected,
-    );
-    for (reason, v) in [("limit", s.refused_limit), ("per_ip", s.refused_per_ip)] {
-        p.counter(
-            &format!("{prefix}_connections_refused_total"),
-            "Accepted connections closed at once, by the bound they hit.",
-            &[("transport", transport), ("reason", reason)],
-            v,
+/// A connection counter: its name, its help, and how to read it from a
+/// transport's row.
+type TransportCounter = (&'static str, &'static str, fn(&super::TcpSnapshot) -> u64);
+
+/// The counters of the connection transports, one row per transport
+/// (`tcp`, `tls`, `ws`, `wss`) listened on or used; each family's samples
+/// together (the text format wants them contiguous). Named
+/// `PREFIX_connections_…`: `ringway_sip` for the proxy, `ringway_dispatch`
+/// for the dispatcher (the same driver).
+pub(crate) fn render_transport(p: &mut PromText, prefix: &str, s: &super::TcpSnapshot) {
+    let rows: Vec<(&str, &super::TcpSnapshot)> = s
+        .by_transport
+        .iter()
+        .map(|(t, row)| (t.as_str(), row))
+        .collect();
+    for (t, row) in &rows {
+        p.gauge(
+            &format!("{prefix}_connections_open"),
+            "Connections open now.",
+            &[("transport", t)],
+            row.open as f64,
         );
     }
-    for (reason, v) in &s.closed {
-        p.counter(
-            &format!("{prefix}_connections_closed_total"),
-            "Connections closed, by reason.",
-            &[("transport", transport), ("reason", reason)],
-            *v,
-        );
+    let simple: [TransportCounter; 5] = [
+        ("connections_accepted_total", "Connections accepted.", |r| {
+            r.accepted
+        }),
+        (
+            "connections_opened_total",
+            "Connections opened to next hops.",
+            |r| r.connected,
+        ),
+        (
+            "connections_aliased_total",
+            "Connections that took an RFC 5923 alias (a Via alias on them).",
+            |r| r.aliases,
+        ),
+        (
+            "keepalive_pings_total",
+            "CRLF CRLF keep-alive pings answered with a pong (RFC 5626 4.4.1; WebSocket pings).",
+            |r| r.pings,
+        ),
+        (
+            "transport_no_connection_total",
+            "Messages dropped because their connection was gone or could not be opened.",
+            |r| r.no_connection,
+        ),
+    ];
+    for (name, help, value) in simple {
+        let name = format!("{prefix}_{name}");
+        for (t, row) in &rows {
+            p.counter(&name, help, &[("transport", t)], value(row));
+        }
     }
-    for (direction, v) in [("in", s.bytes_in), ("out", s.bytes_out)] {
-        p.counter(
-            &format!("{prefix}_transport_bytes_total"),
-            "Bytes read from and written to connections.",
-            &[("transport", transport), ("direction", direction)],
-            v,
-        );
+    for (t, row) in &rows {
+        for (reason, v) in [("limit", row.refused_limit), ("per_ip", row.refused_per_ip)] {
+            p.counter(
+                &format!("{prefix}_connections_refused_total"),
+                "Accepted connections closed at once, by the bound they hit.",
+                &[("transport", t), ("reason", reason)],
+                v,
+            );
+        }
     }
-    for (direction, v) in [("in", s.messages_in), ("out", s.messages_out)] {
-        p.counter(
-            &format!("{prefix}_transport_messages_total"),
-            "Messages framed off and sent over connections.",
-            &[("transport", transport), ("direction", direction)],
-            v,
-        );
+    for (t, row) in &rows {
+        for (reason, v) in &row.closed {
+            p.counter(
+                &format!("{prefix}_connections_closed_total"),
+                "Connections closed, by reason.",
+                &[("transport", t), ("reason", reason)],
+                *v,
+            );
+        }
     }
-    p.counter(
-        &format!("{prefix}_keepalive_pings_total"),
-        "CRLF CRLF keep-alive pings answered with a pong (RFC 5626 4.4.1).",
-        &l,
-        s.pings,
-    );
-    p.counter(
-        &format!("{prefix}_transport_no_connection_total"),
-        "Messages dropped because their connection was gone or could not be opened.",
-        &l,
-        s.no_connection,
-    );
+    for (t, row) in &rows {
+        for (direction, v) in [("in", row.bytes_in), ("out", row.bytes_out)] {
+            p.counter(
+                &format!("{prefix}_transport_bytes_total"),
+                "Bytes read from and written to connections.",
+                &[("transport", t), ("direction", direction)],
+                v,
+            );
+        }
+    }
+    for (t, row) in &rows {
+        for (direction, v) in [("in", row.messages_in), ("out", row.messages_out)] {
+            p.counter(
+                &format!("{prefix}_transport_messages_total"),
+                "Messages framed off and sent over connections.",
+                &[("transport", t), ("direction", direction)],
+                v,
+            );
+        }
+    }
 }
 
 /// Prometheus text of the current state.
@@ -365,7 +392,7 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
         );
     }
     if let Some(tcp) = &snap.tcp {
-        render_transport(text, "ringway_sip", "tcp", tcp);
+        render_transport(text, "ringway_sip", tcp);
     }
     if let Some(tls) = &snap.tls {
         render_tls(text, "ringway_sip", tls);
@@ -437,30 +464,36 @@ fn render_keepalive(p: &mut PromText, s: &super::keepalive::KeepaliveSnapshot) {
     }
 }
 
-/// The TLS layer: handshakes, their failures and bounds, reloads.
+/// The TLS layer: handshakes per transport over TLS (`tls`, `wss`), their
+/// failures and bounds, reloads.
 pub(crate) fn render_tls(p: &mut PromText, prefix: &str, s: &super::TlsSnapshot) {
-    let l = [("transport", "tls")];
-    p.counter(
-        &format!("{prefix}_tls_handshakes_total"),
-        "TLS handshakes completed (accepted and opened).",
-        &l,
-        s.handshakes,
-    );
-    for (reason, v) in [
-        ("failed", s.handshake_failures),
-        ("timeout", s.handshake_timeouts),
-        ("refused", s.handshakes_refused),
-    ] {
+    for (t, row) in &s.by_transport {
         p.counter(
-            &format!("{prefix}_tls_handshake_failures_total"),
-            "TLS handshakes that failed, timed out, or were refused (max_handshakes in progress).",
-            &[("transport", "tls"), ("reason", reason)],
-            v,
+            &format!("{prefix}_tls_handshakes_total"),
+            "TLS handshakes completed (accepted and opened).",
+            &[("transport", t)],
+            row.handshakes,
         );
     }
+    for (t, row) in &s.by_transport {
+        for (reason, v) in [
+            ("failed", row.handshake_failures),
+            ("timeout", row.handshake_timeouts),
+            ("refused", row.handshakes_refused),
+        ] {
+            p.counter(
+                &format!("{prefix}_tls_handshake_failures_total"),
+                "TLS handshakes that failed, timed out, or were refused (max_handshakes in progress).",
+                &[("transport", t), ("reason", reason)],
+                v,
+            );
+        }
+    }
+    // One handshake bound and one certificate set for both transports.
+    let l = [("transport", "tls")];
     p.gauge(
         &format!("{prefix}_tls_handshakes_in_progress"),
-        "TLS handshakes in progress now.",
+        "TLS handshakes in progress now (tls and wss together).",
         &l,
         s.in_handshake as f64,
     );

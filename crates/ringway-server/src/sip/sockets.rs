@@ -152,6 +152,7 @@ pub(crate) fn open_stream_listeners(
         super::ws::OriginPolicy {
             allowed: config.ws_origins.to_vec(),
         },
+        config.listeners.iter().map(|l| l.transport).collect(),
     )));
     for a in &streams.addresses {
         log::info!("{}: listening on {a} ({threads} event loops)", config.who);

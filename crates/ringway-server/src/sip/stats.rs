@@ -364,7 +364,7 @@ impl WorkerMetrics {
         self.k_rcv_missing += other.k_rcv_missing;
         self.k_snd_requested += other.k_snd_requested;
         self.socket_rx_dropped += other.socket_rx_dropped;
-        add_io_stats(&mut self.io, &other.io);
+        self.io.add(&other.io);
     }
 
     /// The admitted fraction of new INVITEs (0..=1): the mean over the
@@ -387,54 +387,6 @@ impl WorkerMetrics {
         }
         all
     }
-}
-
-/// Sum the counters of `from` into `into` (every field is a count).
-fn add_io_stats(into: &mut IoStats, from: &IoStats) {
-    let IoStats {
-        rx_packets,
-        rx_syscalls,
-        tx_packets,
-        tx_syscalls,
-        tx_errors,
-        rx_dropped,
-        tx_stamps_lost,
-        rx_nobufs,
-        rx_rearms,
-        rx_invalid,
-        rx_via_socket,
-        tx_via_socket,
-        socket_errors,
-        rx_bad_checksum,
-        tx_from_rx_frame,
-        tx_moved,
-        tx_ring_full_waits,
-        tx_ring_full_drops,
-        tx_in_ring,
-        rx_wakeups,
-        rx_idle_wakeups,
-    } = *from;
-    into.rx_packets += rx_packets;
-    into.rx_syscalls += rx_syscalls;
-    into.tx_packets += tx_packets;
-    into.tx_syscalls += tx_syscalls;
-    into.tx_errors += tx_errors;
-    into.rx_dropped += rx_dropped;
-    into.tx_stamps_lost += tx_stamps_lost;
-    into.rx_nobufs += rx_nobufs;
-    into.rx_rearms += rx_rearms;
-    into.rx_invalid += rx_invalid;
-    into.rx_via_socket += rx_via_socket;
-    into.tx_via_socket += tx_via_socket;
-    into.socket_errors += socket_errors;
-    into.rx_bad_checksum += rx_bad_checksum;
-    into.tx_from_rx_frame += tx_from_rx_frame;
-    into.tx_moved += tx_moved;
-    into.tx_ring_full_waits += tx_ring_full_waits;
-    into.tx_ring_full_drops += tx_ring_full_drops;
-    into.tx_in_ring += tx_in_ring;
-    into.rx_wakeups += rx_wakeups;
-    into.rx_idle_wakeups += rx_idle_wakeups;
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! stopping every thread when it panics.
 
 use super::config::duration_ns;
-use super::location::{RedisStore, StoreThread};
+use super::location::StoreThread;
 use super::snapshot::MetricsSlot;
 use super::{lock, tcp, Shared, SipTimer, SipWorker, ThreadCpu, WorkerMetrics, RX_FRAME};
 use crate::host;
@@ -180,7 +180,7 @@ pub(super) fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
 pub(super) fn store_thread(
     shared: &Shared,
     index: usize,
-    store: Arc<RedisStore>,
+    store: Arc<dyn ringway_sip::LocationStore>,
     requests: Receiver<ringway_sip::proxy::DeferredRequest>,
     mut io: Box<dyn BatchIo>,
 ) {
@@ -225,9 +225,9 @@ pub(super) fn keepalive_thread(shared: &Shared, udp: UdpSocket) {
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
             shared.injected_panic("sip-keepalive");
-            monitor.run_due(monotonic_now().0, &mut |addr, bytes| {
-                udp.send_to(bytes, addr).is_ok()
-            });
+            let now = monotonic_now().0;
+            monitor.run_removals(now);
+            monitor.run_due(now, &mut |addr, bytes| udp.send_to(bytes, addr).is_ok());
             std::thread::sleep(KEEPALIVE_TICK);
         }
     }));

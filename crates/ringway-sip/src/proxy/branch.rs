@@ -328,10 +328,14 @@ impl Proxy {
     }
 
     /// Whether `ack` acknowledges a response we generated: its To tag is
-    /// the one we give responses of its Call-ID.
+    /// the one we give responses of its Call-ID, or that of our quick
+    /// refusals ([`Proxy::refusal_tag`]).
     pub(super) fn is_ack_for_local_response(&self, ack: &SipMsg<'_>) -> bool {
-        ack.to_tag()
-            .is_some_and(|tag| tag == self.local_to_tag(ack.call_id().unwrap_or("")).to_tag())
+        let call_id = ack.call_id().unwrap_or("");
+        ack.to_tag().is_some_and(|tag| {
+            tag == self.local_to_tag(call_id).to_tag()
+                || self.is_refusal_tag(tag.as_bytes(), call_id.as_bytes())
+        })
     }
 
     /// Build a response we generate to `request` into `out`, with our

@@ -32,7 +32,8 @@
 //!   (no retransmissions), at most [`AMPLIFICATION_LIMIT`] times the
 //!   request's size.
 
-// Layout: `worker` (ProxyWorker, entry point, local responses), `request`
+// Layout: `worker` (ProxyWorker, entry point, local responses), `refusal`
+// (the quick 503 of a new call under overload and its ACK), `request`
 // (new requests: overload, validation, routing, dispatch), `routing`
 // (16.3, 16.4, 16.6, next hop), `stateful` (requests matching transactions,
 // stateful forwarding), `response`, `cancel`, `register`, `timers` (timer
@@ -49,6 +50,7 @@ pub(crate) mod flood;
 mod flow_token;
 mod names;
 mod outcome;
+mod refusal;
 mod register;
 mod request;
 mod request_context;
@@ -80,7 +82,7 @@ pub use worker::AMPLIFICATION_LIMIT;
 use crate::hash::{Hash64, MacKey};
 use crate::registrar::{LocationStore, MemoryStore};
 use crate::relay::RelayPolicy;
-use crate::transport::{Transport, TransportAddr};
+use crate::transport::{FlowState, Hop, Transport, TransportAddr};
 use auth::Authenticator;
 use authorised::AuthorisedHops;
 use cancel::CancelIndex;
@@ -114,6 +116,8 @@ pub struct Proxy {
     /// The driver's DNS, for next hops that are names (`None`: names
     /// are not resolved).
     names: Option<Arc<dyn NameResolver>>,
+    /// The driver's connections (`None`: every flow counts as open).
+    flow_state: Option<Arc<dyn FlowState>>,
     /// Digest authentication, when configured.
     auth: Option<Authenticator>,
     /// Stateless with authentication: where authenticated INVITEs went
@@ -130,6 +134,9 @@ pub struct Proxy {
     counters: Counters,
     /// When the registrar's expiry sweep last ran (ns).
     last_expiry_sweep: AtomicU64,
+    /// Until when (ns) ACKs may acknowledge a quick refusal
+    /// ([`refusal`]): they are peeked at for its tag only then.
+    refusal_acks_until: AtomicU64,
 }
 
 impl Proxy {
@@ -200,6 +207,7 @@ impl Proxy {
             secret,
             store,
             names: None,
+            flow_state: None,
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(Shard::new(transaction_bytes.clone())))
                 .collect(),
@@ -208,6 +216,7 @@ impl Proxy {
             transaction_bytes,
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),
+            refusal_acks_until: AtomicU64::new(0),
         }
     }
 
@@ -229,6 +238,21 @@ impl Proxy {
     /// Route hosts where the relay policy allows them.
     pub fn set_name_resolver(&mut self, resolver: Arc<dyn NameResolver>) {
         self.names = Some(resolver);
+    }
+
+    /// Ask `state` whether a registered flow's connection is open before
+    /// sending a request over it: one that is gone gets `430 Flow Failed`
+    /// (RFC 5626 5.3) instead of being dropped by the driver.
+    pub fn set_flow_state(&mut self, state: Arc<dyn FlowState>) {
+        self.flow_state = Some(state);
+    }
+
+    /// Whether `hop` names a connection the driver says is gone.
+    pub(super) fn flow_gone(&self, hop: Hop) -> bool {
+        match (hop.flow, &self.flow_state) {
+            (Some(flow), Some(state)) => !state.is_open(flow),
+            _ => false,
+        }
     }
 
     /// Drain (on) or serve again (off): while draining, a new request

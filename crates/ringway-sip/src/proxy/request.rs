@@ -84,12 +84,17 @@ impl ProxyWorker<'_> {
         if let Some(rejection) = proxy.validate(request.msg, request.keys) {
             return self.reject(request, rejection, out);
         }
+        // One pass over the Route values, which also finds a malformed
+        // one (the last step of validation).
+        let plan = proxy.plan_route(request.msg);
+        if plan.malformed_route {
+            return self.reject(request, Rejection::MalformedRoute, out);
+        }
         if request.method == Method::Ack && proxy.is_ack_for_local_response(request.msg) {
             // The ACK for a non-2xx we generated (a challenge, an error):
             // ours, hop by hop (stateful mode absorbs it in the transaction).
             return Action::Absorbed;
         }
-        let plan = proxy.plan_route(request.msg);
         let target = proxy.choose_target(request, &plan);
         let identity = match self.authorize(request, &plan, &target, out) {
             Ok(identity) => identity,
@@ -131,6 +136,10 @@ impl ProxyWorker<'_> {
             // Resolved above.
             Target::Lookup { .. } | Target::Resolve { .. } => {
                 self.local_final(request, 500, "Server Internal Error", &[], out)
+            }
+            // RFC 5626 5.3: the flow the request must go over is gone.
+            Target::Send { to, flow: true, .. } if proxy.flow_gone(to) => {
+                self.flow_failed(request, out)
             }
             Target::Send {
                 to,
@@ -355,6 +364,18 @@ impl ProxyWorker<'_> {
             }
             Err(error) => self.edit_failed(error),
         }
+    }
+
+    /// A request for a registered flow (a Path or Record-Route flow token,
+    /// a binding's connection) whose connection is gone: `430 Flow Failed`
+    /// (RFC 5626 5.3; the registrar or the UA then tries another flow), an
+    /// ACK (never answered) dropped. Counted either way.
+    fn flow_failed(&mut self, request: &Request<'_>, out: &mut dyn FnMut(Hop, &[u8])) -> Action {
+        self.stripe.add(Counter::FlowsFailed);
+        if request.method == Method::Ack {
+            return self.drop_datagram(DropReason::AckNotRoutable);
+        }
+        self.local_final(request, 430, "Flow Failed", &[], out)
     }
 
     /// The relay policy refused the next hop: `482` for our own address,

@@ -116,6 +116,14 @@ pub(super) struct RoutePlan<'m> {
     pub(super) request_uri: &'m str,
     /// The Route that is the next hop, if one remains.
     pub(super) next_route: Option<NameAddr<'m>>,
+    /// Its URI when it is a `sip:`/`sips:` URI (parsed once, here).
+    next_route_uri: Option<SipUri<'m>>,
+    /// A Route value could not be a Request-URI (control characters,
+    /// URI headers, no scheme): the request is refused (16.3, with the
+    /// rest of validation). Found by fuzzing: a strict next hop
+    /// `<sip:bob\0...@host>` became a Request-URI that no parser (ours
+    /// included) accepts.
+    pub(super) malformed_route: bool,
     /// The next hop's URI when it is a strict router (no `lr`): it becomes
     /// the Request-URI and the old one goes to the end of the Route set.
     pub(super) strict_next_hop: Option<&'m str>,
@@ -241,14 +249,9 @@ impl Proxy {
         if msg.proxy_require().next().is_some() {
             return Some(Rejection::BadExtension);
         }
-        // Found by fuzzing: a strict next hop `<sip:bob\0...@host>` became
-        // a Request-URI that no parser (ours included) accepts.
-        if msg
-            .routes()
-            .any(|route| crate::msg::check_request_uri(route.uri).is_err())
-        {
-            return Some(Rejection::MalformedRoute);
-        }
+        // The last check, a Route that could not be a Request-URI, is
+        // made by `plan_route` in its pass over the Routes
+        // (`RoutePlan::malformed_route`).
         None
     }
 
@@ -266,17 +269,26 @@ impl Proxy {
         // One pass over the Route values: how many, how many of ours lead
         // (and whether one of them is signed for this dialog), the first
         // other one, and the last one.
+        // Each value is parsed once, here (as a name-addr, then its URI as
+        // a Request-URI would be).
         let mut route_count = 0;
         let mut ours = 0;
         let mut signed = false;
-        let mut first_other: Option<NameAddr<'m>> = None;
+        let mut first_other: Option<(NameAddr<'m>, Option<SipUri<'m>>)> = None;
         let mut last: Option<NameAddr<'m>> = None;
         let mut own_route_transport = None;
         let mut flow = None;
         let mut path_flow = None;
+        let mut malformed_route = false;
         for route in msg.routes() {
+            let uri = match crate::msg::check_request_uri(route.uri) {
+                Ok(uri) => uri,
+                Err(_) => {
+                    malformed_route = true;
+                    None
+                }
+            };
             if first_other.is_none() {
-                let uri = route.sip_uri();
                 if let Some(u) = uri.filter(|u| self.host_is_ours(u.host, u.port)) {
                     own_route_transport = Some(Transport::of_uri(&u).unwrap_or_default());
                     if let Some(Some(token)) = u.param(super::flow_token::FLOW_PARAM) {
@@ -288,7 +300,7 @@ impl Proxy {
                     ours += 1;
                     signed = signed || in_dialog && self.route_is_signed(msg, uri);
                 } else {
-                    first_other = Some(route);
+                    first_other = Some((route, uri));
                 }
             }
             last = Some(route);
@@ -310,13 +322,14 @@ impl Proxy {
         let signed =
             in_dialog && (from_strict_router && self.route_is_signed(msg, received_uri) || signed);
         let preloaded = !in_dialog && routes_left > ours;
-        let next_route = if !preloaded && routes_left > ours {
-            first_other
-        } else {
-            None
+        let (next_route, next_route_uri) = match first_other {
+            Some((route, uri)) if !preloaded && routes_left > ours => (Some(route), uri),
+            _ => (None, None),
         };
         let strict_next_hop = next_route
-            .filter(|r| !from_strict_router && r.sip_uri().is_some_and(|u| u.param("lr").is_none()))
+            .filter(|_| {
+                !from_strict_router && next_route_uri.is_some_and(|u| u.param("lr").is_none())
+            })
             .map(|r| r.uri);
         RoutePlan {
             from_strict_router,
@@ -324,6 +337,8 @@ impl Proxy {
             signed,
             request_uri,
             next_route,
+            next_route_uri,
+            malformed_route,
             strict_next_hop,
             received_uri,
             own_route_transport,
@@ -365,17 +380,12 @@ impl Proxy {
                 };
             }
         }
-        if let Some(route) = plan.next_route {
-            // No resolver (or an IP literal): not one more parse of the URI.
-            if let Some(query) = self
-                .names
-                .as_ref()
-                .and_then(|_| route.sip_uri())
-                .and_then(|u| self.name_of(&u))
-            {
+        if plan.next_route.is_some() {
+            let uri = plan.next_route_uri;
+            if let Some(query) = uri.as_ref().and_then(|u| self.name_of(u)) {
                 return Target::Resolve { query, grant };
             }
-            let to = route.sip_uri().and_then(|u| {
+            let to = uri.and_then(|u| {
                 u.host_ip().map(|ip| {
                     let transport = Transport::of_uri(&u).unwrap_or_default();
                     self.hop_over(transport, SocketAddr::new(ip, u.port.unwrap_or(5060)))

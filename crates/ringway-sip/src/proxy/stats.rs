@@ -96,6 +96,10 @@ pub struct ProxyStats {
     /// Times a stateful transaction moved on to the next RFC 3263 target
     /// (timeout, `503`, or a transport error on the one before).
     pub failovers: u64,
+    /// Requests for a registered flow (a flow token, or a binding's
+    /// connection) whose connection is gone: answered `430 Flow Failed`
+    /// (RFC 5626 5.3; an ACK dropped).
+    pub flows_failed: u64,
     /// Responses we generated, by code.
     pub responses_generated: BTreeMap<u16, u64>,
     /// Drops by reason.
@@ -137,11 +141,12 @@ pub(super) enum Counter {
     NamesFailed,
     NamesUnavailable,
     Failovers,
+    FlowsFailed,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::Failovers as usize + 1;
+    pub(super) const COUNT: usize = Counter::FlowsFailed as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -271,6 +276,7 @@ impl Proxy {
             names_failed: counters.event(Counter::NamesFailed),
             names_unavailable: counters.event(Counter::NamesUnavailable),
             failovers: counters.event(Counter::Failovers),
+            flows_failed: counters.event(Counter::FlowsFailed),
             responses_generated,
             drops,
             bindings: self.bindings().map(|n| n as u64),

@@ -52,7 +52,7 @@ pub struct ProxyWorker<'p> {
 /// In the response `buf`, the copy of the request's top Via `via` gets
 /// `rport=<port>;received=<ip>` of `source` (RFC 3581 4) where it has a
 /// valueless `rport`. Nothing changes if the copy is not found.
-fn fill_rport(buf: &mut Vec<u8>, via: &crate::msg::Via<'_>, source: SocketAddr) {
+pub(super) fn fill_rport(buf: &mut Vec<u8>, via: &crate::msg::Via<'_>, source: SocketAddr) {
     let raw = via.raw;
     let Some(at) = memchr::memmem::find(buf, raw.as_bytes()) else {
         return;
@@ -136,6 +136,18 @@ impl<'p> ProxyWorker<'p> {
     ) -> Outcome {
         if let Some(dropped) = self.flood_check(now, from.addr, message) {
             return dropped;
+        }
+        if self.shedding {
+            // A new call the driver refuses: 503 from a scan of the lines
+            // it copies (`refusal`), else the full path below.
+            if let Some(refused) = self.refuse_new_call(now, from, message, out) {
+                return refused;
+            }
+        }
+        if self.proxy.refusal_acks_expected(now) {
+            if let Some(absorbed) = self.absorb_refusal_ack(message) {
+                return absorbed;
+            }
         }
         match SipMsg::parse(message) {
             Ok(msg) if msg.is_request() => self.on_request(now, from, &msg, out),

@@ -75,6 +75,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const AF_XDP: libc::c_int = 44;
@@ -96,6 +97,8 @@ const XDP_UMEM_PGOFF_COMPLETION_RING: i64 = 0x1_8000_0000;
 /// Where the kernel puts a received frame in a UMEM chunk (copy mode,
 /// no UMEM headroom): after XDP_PACKET_HEADROOM.
 const RX_DATA_OFFSET: u64 = 256;
+/// Most receive queues one [`XdpBackend::open_queues`] binds.
+pub(crate) const MAX_QUEUES: usize = 64;
 
 /// Options of the AF_XDP backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -267,6 +270,75 @@ pub(crate) fn xsk_bind(fd: RawFd, ifindex: u32, queue: u32, flags: u16) -> io::R
     })
 }
 
+/// The AF_XDP socket of `queue` on interface `ifindex`: UMEM registered,
+/// rings sized and mapped, bound in copy mode with need_wakeup.
+fn open_queue_socket(cfg: &XdpConfig, ifindex: u32, queue: u32) -> io::Result<QueueSocket> {
+    let half = cfg.frames / 2;
+    let XskSetup { fd: xsk, umem } = xsk_setup(cfg.frames, cfg.frame_size, half)?;
+    let fd = xsk.as_raw_fd();
+    let frame_size = u64::from(cfg.frame_size);
+    let mut offs = [RingOffset::default(); 4]; // rx, tx, fill, completion
+    let mut olen = std::mem::size_of_val(&offs) as libc::socklen_t;
+    // SAFETY: buffer pointer and in/out length describe the live array.
+    sys::cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_XDP,
+            XDP_MMAP_OFFSETS,
+            offs.as_mut_ptr().cast(),
+            &mut olen,
+        )
+    })
+    .map_err(|e| err("XDP_MMAP_OFFSETS", e))?;
+    if olen as usize != std::mem::size_of_val(&offs) {
+        return Err(io::Error::other(
+            "XDP_MMAP_OFFSETS: kernel without ring flags (too old)",
+        ));
+    }
+    let rx = Ring::new(fd, offs[0], half, 16, XDP_PGOFF_RX_RING, false, "RX")?;
+    let tx = Ring::new(fd, offs[1], half, 16, XDP_PGOFF_TX_RING, true, "TX")?;
+    let fill = Ring::new(fd, offs[2], half, 8, XDP_UMEM_PGOFF_FILL_RING, true, "fill")?;
+    let comp = Ring::new(
+        fd,
+        offs[3],
+        half,
+        8,
+        XDP_UMEM_PGOFF_COMPLETION_RING,
+        false,
+        "completion",
+    )?;
+    let free: Vec<u64> = (0..u64::from(cfg.frames))
+        .rev()
+        .map(|i| i * frame_size)
+        .collect();
+    let txr = TxRing::new(
+        tx,
+        comp,
+        free,
+        frame_size,
+        Duration::from_micros(u64::from(cfg.tx_wait_us)),
+    );
+    // A socket that was bound to this queue a moment ago is released
+    // asynchronously (after its program and map): EBUSY for a while.
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        match xsk_bind(fd, ifindex, queue, XDP_COPY | XDP_USE_NEED_WAKEUP) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{} ({})", e, cfg.ifname))),
+        }
+    }
+    Ok(QueueSocket {
+        rx,
+        fill,
+        txr,
+        xsk,
+        umem,
+    })
+}
+
 /// Bytes of the UMEM at `off..off+len`, if inside.
 fn umem_slice(umem: &Mapping, off: u64, len: usize) -> Option<&[u8]> {
     let off = usize::try_from(off).ok()?;
@@ -363,13 +435,32 @@ impl TxKernel for Xsk {
     }
 }
 
-/// AF_XDP backend (see the module docs).
-pub(crate) struct XdpBackend {
-    // Drop order: detach the program, then close the map and program,
-    // unmap the rings, close the XSK, and only then unmap the UMEM.
+/// The steering program attached to the interface, with its XSKMAP:
+/// shared by the backends of every queue, detached when the last goes.
+/// Field order is drop order: detach, then close the program and the map.
+struct Steering {
     _link: OwnedFd,
     _prog: OwnedFd,
     _map: OwnedFd,
+}
+
+/// One queue's AF_XDP socket, bound, with its UMEM and its four rings.
+/// Field order is drop order: unmap the rings, close the XSK, and only
+/// then unmap the UMEM.
+struct QueueSocket {
+    rx: Ring,
+    fill: Ring,
+    txr: TxRing,
+    xsk: OwnedFd,
+    umem: Mapping,
+}
+
+/// AF_XDP backend (see the module docs).
+pub(crate) struct XdpBackend {
+    // Drop order: let go of the program (detached with the last queue's
+    // backend), unmap the rings, close the XSK, and only then unmap the
+    // UMEM.
+    _steering: Arc<Steering>,
     mode: XdpMode,
     rx: Ring,
     fill: Ring,
@@ -377,6 +468,12 @@ pub(crate) struct XdpBackend {
     xsk: OwnedFd,
     umem: Mapping,
     sock: UdpSocket,
+    /// This backend receives on the companion socket (the first queue's
+    /// does; the others only send through their handle of it).
+    sock_rx: bool,
+    /// Queues opened together with this one (1: the interface's one queue,
+    /// or one queue asked for).
+    queues: u32,
     cfg: XdpConfig,
     local: SocketAddrV4,
     mac: [u8; 6],
@@ -403,7 +500,23 @@ pub(crate) struct XdpBackend {
 unsafe impl Send for XdpBackend {}
 
 impl XdpBackend {
+    /// The backend on queue `cfg.queue` only.
     pub(crate) fn open(cfg: XdpConfig) -> io::Result<XdpBackend> {
+        let queue = cfg.queue;
+        let (mut backends, _) = XdpBackend::open_queues(cfg, &[queue])?;
+        Ok(backends.pop().expect("one queue asked, one opened"))
+    }
+
+    /// One backend per queue of `queues` (`cfg.queue` is ignored), each
+    /// with its own AF_XDP socket, UMEM and rings, behind one steering
+    /// program whose XSKMAP holds every socket at its queue's index. The
+    /// first backend receives on the companion UDP socket too; the others
+    /// send through handles of it. Also returns one more handle of that
+    /// socket, for a thread that sends through the kernel.
+    pub(crate) fn open_queues(
+        cfg: XdpConfig,
+        queues: &[u32],
+    ) -> io::Result<(Vec<XdpBackend>, UdpSocket)> {
         let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if !(16..=65536).contains(&cfg.frames) || !cfg.frames.is_power_of_two() {
             return Err(bad("xdp frames must be a power of two in 16..=65536"));
@@ -415,6 +528,9 @@ impl XdpBackend {
             return Err(bad(
                 "xdp backend needs the interface's own IPv4 address to listen on (not 0.0.0.0 or loopback)",
             ));
+        }
+        if queues.is_empty() || queues.len() > MAX_QUEUES {
+            return Err(bad("xdp backend: 1 to 64 receive queues"));
         }
         let sock = UdpSocket::bind(cfg.local).map_err(|e| {
             err(
@@ -429,100 +545,70 @@ impl XdpBackend {
         };
         let (mac, mtu) = if_info(sock.as_raw_fd(), &cfg.ifname)?;
         let ifindex = ifindex(&cfg.ifname)?;
-        let half = cfg.frames / 2;
-        let XskSetup { fd: xsk, umem } = xsk_setup(cfg.frames, cfg.frame_size, half)?;
-        let fd = xsk.as_raw_fd();
-        let frame_size = u64::from(cfg.frame_size);
-        let mut offs = [RingOffset::default(); 4]; // rx, tx, fill, completion
-        let mut olen = std::mem::size_of_val(&offs) as libc::socklen_t;
-        // SAFETY: buffer pointer and in/out length describe the live array.
-        sys::cvt(unsafe {
-            libc::getsockopt(
-                fd,
-                SOL_XDP,
-                XDP_MMAP_OFFSETS,
-                offs.as_mut_ptr().cast(),
-                &mut olen,
-            )
-        })
-        .map_err(|e| err("XDP_MMAP_OFFSETS", e))?;
-        if olen as usize != std::mem::size_of_val(&offs) {
-            return Err(io::Error::other(
-                "XDP_MMAP_OFFSETS: kernel without ring flags (too old)",
-            ));
+        let mut sockets = Vec::with_capacity(queues.len());
+        for &queue in queues {
+            sockets.push((queue, open_queue_socket(&cfg, ifindex, queue)?));
         }
-        let rx = Ring::new(fd, offs[0], half, 16, XDP_PGOFF_RX_RING, false, "RX")?;
-        let tx = Ring::new(fd, offs[1], half, 16, XDP_PGOFF_TX_RING, true, "TX")?;
-        let fill = Ring::new(fd, offs[2], half, 8, XDP_UMEM_PGOFF_FILL_RING, true, "fill")?;
-        let comp = Ring::new(
-            fd,
-            offs[3],
-            half,
-            8,
-            XDP_UMEM_PGOFF_COMPLETION_RING,
-            false,
-            "completion",
-        )?;
-        let free: Vec<u64> = (0..u64::from(cfg.frames))
-            .rev()
-            .map(|i| i * frame_size)
+        let entries: Vec<(u32, RawFd)> = sockets
+            .iter()
+            .map(|(queue, socket)| (*queue, socket.xsk.as_raw_fd()))
             .collect();
-        let txr = TxRing::new(
-            tx,
-            comp,
-            free,
-            frame_size,
-            Duration::from_micros(u64::from(cfg.tx_wait_us)),
-        );
-        // A socket that was bound to this queue a moment ago is released
-        // asynchronously (after its program and map): EBUSY for a while.
-        let until = Instant::now() + Duration::from_secs(2);
-        loop {
-            match xsk_bind(fd, ifindex, cfg.queue, XDP_COPY | XDP_USE_NEED_WAKEUP) {
-                Ok(()) => break,
-                Err(e) if e.kind() == io::ErrorKind::ResourceBusy && Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => return Err(io::Error::new(e.kind(), format!("{} ({})", e, cfg.ifname))),
-            }
-        }
-        let (map, prog) = program::load(
-            cfg.queue,
-            Some(fd),
-            local.port(),
-            *local.ip(),
-            cfg.rx_timestamps,
-        )?;
+        let (map, prog) = program::load(&entries, local.port(), *local.ip(), cfg.rx_timestamps)?;
         let (link, mode) = program::attach(prog.as_raw_fd(), ifindex, cfg.mode)
             .map_err(|e| io::Error::new(e.kind(), format!("{e} ({})", cfg.ifname)))?;
-        let mut backend = XdpBackend {
+        let steering = Arc::new(Steering {
             _link: link,
             _prog: prog,
             _map: map,
-            mode,
-            rx,
-            fill,
-            txr,
-            xsk,
-            umem,
-            sock,
-            neigh: Neighbours::new(&cfg.ifname),
-            cfg,
-            local,
-            mac,
-            mtu,
-            rx_owned: 0,
-            lent_count: 0,
-            lent: Vec::new(),
-            templates: HashMap::default(),
-            templates_generation: 0,
-            ip_id: 0,
-            calls: 0,
-            stats: IoStats::default(),
-            scratch: vec![0u8; 65536],
-        };
-        backend.refill();
-        Ok(backend)
+        });
+        let spare = sock.try_clone()?;
+        let mut receiving = Some(sock);
+        let mut backends = Vec::with_capacity(sockets.len());
+        for (queue, socket) in sockets {
+            let (sock, sock_rx) = match receiving.take() {
+                Some(sock) => (sock, true),
+                None => (spare.try_clone()?, false),
+            };
+            let QueueSocket {
+                rx,
+                fill,
+                txr,
+                xsk,
+                umem,
+            } = socket;
+            let mut backend = XdpBackend {
+                _steering: steering.clone(),
+                mode,
+                rx,
+                fill,
+                txr,
+                xsk,
+                umem,
+                sock,
+                sock_rx,
+                queues: queues.len() as u32,
+                neigh: Neighbours::new(&cfg.ifname),
+                cfg: XdpConfig {
+                    queue,
+                    ..cfg.clone()
+                },
+                local,
+                mac,
+                mtu,
+                rx_owned: 0,
+                lent_count: 0,
+                lent: Vec::new(),
+                templates: HashMap::default(),
+                templates_generation: 0,
+                ip_id: 0,
+                calls: 0,
+                stats: IoStats::default(),
+                scratch: vec![0u8; 65536],
+            };
+            backend.refill();
+            backends.push(backend);
+        }
+        Ok((backends, spare))
     }
 
     /// Frames the fill and RX rings (and the lent ones) may hold.
@@ -718,7 +804,13 @@ impl XdpBackend {
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.sock.as_raw_fd(),
+                // A negative descriptor is skipped: the other queues'
+                // backends leave the companion socket to the first one.
+                fd: if self.sock_rx {
+                    self.sock.as_raw_fd()
+                } else {
+                    -1
+                },
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -869,7 +961,7 @@ impl XdpBackend {
             if xdp_ready {
                 self.take_rx(batch);
             }
-            if socket_ready && batch.free_frames() > 0 {
+            if socket_ready && self.sock_rx && batch.free_frames() > 0 {
                 self.take_socket(batch)?;
             }
             if self.txr.in_ring() > 0 {
@@ -905,12 +997,17 @@ impl BatchIo for XdpBackend {
     }
     fn describe(&self) -> String {
         format!(
-            "xdp ({} XDP, copy mode, need_wakeup{})",
+            "xdp ({} XDP, copy mode, need_wakeup{}{})",
             self.mode.name(),
             if self.cfg.rx_timestamps {
                 ", RX stamps from the XDP program"
             } else {
                 ""
+            },
+            if self.queues > 1 {
+                format!(", RX queue {} of {}", self.cfg.queue, self.queues)
+            } else {
+                String::new()
             }
         )
     }
@@ -936,7 +1033,7 @@ impl BatchIo for XdpBackend {
         self.take_rx(batch);
         // Now and then look at the companion socket even while the ring is
         // busy, so kernel-path datagrams (fragments) are not starved.
-        if self.calls.is_multiple_of(64) && batch.free_frames() > 0 {
+        if self.sock_rx && self.calls.is_multiple_of(64) && batch.free_frames() > 0 {
             self.take_socket(batch)?;
         }
         if timeout != Some(Duration::ZERO) {
@@ -1050,6 +1147,60 @@ fn ifindex(name: &str) -> io::Result<u32> {
     Ok(index)
 }
 
+/// Receive queues of `ifname` (in the calling thread's network namespace):
+/// ethtool `ETHTOOL_GCHANNELS`, the RX-only plus the combined channels, as
+/// `ethtool -l` shows them. A driver that does not answer (no
+/// `get_channels`) counts as one queue.
+pub(crate) fn rx_queue_count(ifname: &str) -> io::Result<u32> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    if ifname.is_empty() || ifname.len() >= 16 || ifname.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {ifname:?}"),
+        ));
+    }
+    /// `struct ethtool_channels`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct EthtoolChannels {
+        cmd: u32,
+        max_rx: u32,
+        max_tx: u32,
+        max_other: u32,
+        max_combined: u32,
+        rx_count: u32,
+        tx_count: u32,
+        other_count: u32,
+        combined_count: u32,
+    }
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..EthtoolChannels::default()
+    };
+    #[repr(C)]
+    struct IfreqData {
+        name: [u8; 16],
+        data: *mut EthtoolChannels,
+        _pad: [u8; 16],
+    }
+    let mut req = IfreqData {
+        name: [0; 16],
+        data: &mut channels,
+        _pad: [0; 16],
+    };
+    req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());
+    let sock = UdpSocket::bind("0.0.0.0:0")?;
+    // SAFETY: `req` is a live struct ifreq whose ifr_data points at the live
+    // ethtool_channels; the kernel reads and writes both during the call only.
+    let result = sys::cvt(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut req) });
+    match result {
+        Ok(_) => Ok((channels.rx_count + channels.combined_count).max(1)),
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(1),
+        Err(e) => Err(err(&format!("ETHTOOL_GCHANNELS on {ifname}"), e)),
+    }
+}
+
 /// Does this kernel create AF_XDP sockets at all? (socket, then close.)
 pub(crate) fn socket_supported() -> Result<(), BackendUnavailable> {
     // SAFETY: plain socket(2) call; the descriptor is owned (closed) right away.
@@ -1084,8 +1235,7 @@ pub(crate) fn available() -> Result<(), BackendUnavailable> {
     let _xsk = xsk_setup(16, 2048, 16).map_err(unavailable)?;
     // The program as `open` loads it (with an address test), for a
     // documentation address and the discard port.
-    let _loaded =
-        program::load(0, None, 9, Ipv4Addr::new(192, 0, 2, 1), true).map_err(unavailable)?;
+    let _loaded = program::load(&[], 9, Ipv4Addr::new(192, 0, 2, 1), true).map_err(unavailable)?;
     Ok(())
 }
 

@@ -259,24 +259,25 @@ pub(super) fn load_program_of(
     })
 }
 
-/// Create the XSKMAP (with `xsk` at `queue` when given) and load the
-/// steering program that redirects into it; returns (map, program).
-/// Nothing is attached: both are released when their descriptors close.
+/// Create the XSKMAP with each `(queue, xsk)` of `sockets` at key
+/// `queue` (the program looks up `rx_queue_index`), and load the steering
+/// program that redirects into it; returns (map, program). Nothing is
+/// attached: both are released when their descriptors close.
 pub(crate) fn load(
-    queue: u32,
-    xsk: Option<RawFd>,
+    sockets: &[(u32, RawFd)],
     port: u16,
     daddr: Ipv4Addr,
     stamp: bool,
 ) -> io::Result<(OwnedFd, OwnedFd)> {
+    let highest = sockets.iter().map(|&(queue, _)| queue).max().unwrap_or(0);
     let mut attr = [0u8; 128];
     put32(&mut attr, 0, BPF_MAP_TYPE_XSKMAP);
     put32(&mut attr, 4, 4); // key size
     put32(&mut attr, 8, 4); // value size
-    put32(&mut attr, 12, (queue + 1).max(64)); // max entries
+    put32(&mut attr, 12, highest.saturating_add(1).max(64)); // max entries
     attr[28..28 + 7].copy_from_slice(b"rw_xsks");
     let map = bpf(BPF_MAP_CREATE, &mut attr, "BPF_MAP_CREATE(XSKMAP)")?;
-    if let Some(xsk) = xsk {
+    for &(queue, xsk) in sockets {
         let key: u32 = queue;
         let val: u32 = xsk as u32;
         let mut attr = [0u8; 128];

@@ -27,6 +27,11 @@ impl RedisStore {
     }
 
     /// Unreachable (no value of this type exists).
+    pub fn with_node(self, _node: u64) -> RedisStore {
+        match self.0 {}
+    }
+
+    /// Unreachable (no value of this type exists).
     pub fn ping(&self) -> Result<(), String> {
         match self.0 {}
     }

@@ -67,6 +67,7 @@ pub struct RedisStore {
     link: Mutex<Link>,
     register: Script,
     lookup: Script,
+    remove_flow: Script,
     counters: Arc<LocationCounters>,
     /// This process among the proxies sharing the store: a binding's
     /// connection is used only by the proxy that holds it.
@@ -101,11 +102,20 @@ impl RedisStore {
             }),
             register: Script::new(include_str!("register.lua")),
             lookup: Script::new(include_str!("lookup.lua")),
+            remove_flow: Script::new(include_str!("remove_flow.lua")),
             counters,
             node: crate::host::random_bytes::<8>()
                 .map(u64::from_le_bytes)
                 .unwrap_or_else(|_| u64::from(std::process::id())),
         })
+    }
+
+    /// The same store as process `node` (every store of one proxy process
+    /// must say the same node: a binding's connection is used, and removed
+    /// when it closes, only by the node that stored it).
+    pub fn with_node(mut self, node: u64) -> RedisStore {
+        self.node = node;
+        self
     }
 
     /// Connect now (start-up check); the error says why not.
@@ -401,6 +411,23 @@ impl LocationStore for RedisStore {
     fn expire(&self, _now: u64) -> usize {
         // Redis expires bindings itself (index + key expiry).
         0
+    }
+
+    fn remove_flow(&self, aor: &str, flow: &Hop, _now: u64) -> usize {
+        // The flow as register.lua stored it with this node (one
+        // serializer: the script matches the text).
+        let Ok(stored) = serde_json::to_string(&StoredFlow::of(*flow, self.node)) else {
+            return 0;
+        };
+        let mut invocation = self.remove_flow.prepare_invoke();
+        invocation
+            .key(bindings_key(aor))
+            .key(expiry_key(aor))
+            .arg(stored);
+        match self.with_connection(|connection| invocation.invoke::<i64>(connection)) {
+            Ok(removed) => usize::try_from(removed).unwrap_or(0),
+            Err(_) => 0,
+        }
     }
 
     fn len(&self) -> Option<usize> {

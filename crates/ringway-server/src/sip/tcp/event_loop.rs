@@ -238,7 +238,7 @@ struct ReadContext<'a> {
 /// Read until the kernel has nothing more, handing each framed message to
 /// the core. `Some(reason)`: close the connection.
 fn read_ready(entry: &mut Owned, buf: &mut [u8], ctx: &mut ReadContext<'_>) -> Option<CloseReason> {
-    let counters = &ctx.connections.counters;
+    let counters = ctx.connections.counters.of(entry.conn.transport);
     loop {
         let n = match entry.conn.read(buf) {
             ReadOutcome::Bytes(n) => n,
@@ -281,8 +281,9 @@ fn read_ready(entry: &mut Owned, buf: &mut [u8], ctx: &mut ReadContext<'_>) -> O
                 Ok(Some(Framed::Message(len))) => {
                     add(&counters.messages_in, 1);
                     entry.messages += 1;
-                    let from = flow_hop(&entry.conn);
-                    deliver(ctx, from, &entry.framer.buffered()[..len], now);
+                    let message = &entry.framer.buffered()[..len];
+                    take_alias(ctx.connections, &entry.conn, message);
+                    deliver(ctx, flow_hop(&entry.conn), message, now);
                     entry.framer.consume(len);
                     entry.message_started = now;
                     if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
@@ -363,7 +364,10 @@ fn ws_input(
     for event in events {
         match event {
             WsEvent::Message(message) => {
-                add(&connections.counters.messages_in, 1);
+                add(
+                    &connections.counters.of(entry.conn.transport).messages_in,
+                    1,
+                );
                 entry.messages += 1;
                 deliver(ctx, flow_hop(&entry.conn), &message, now);
                 if ctx.max_messages > 0 && entry.messages >= ctx.max_messages {
@@ -371,7 +375,7 @@ fn ws_input(
                 }
             }
             WsEvent::Ping(payload) => {
-                add(&connections.counters.pings, 1);
+                add(&connections.counters.of(entry.conn.transport).pings, 1);
                 let _ = entry
                     .conn
                     .write_raw(&ws::pong_frame(&payload), send_limit, now);
@@ -390,6 +394,19 @@ fn ws_input(
         .conn
         .write_raw(&ws::close_frame(e.close_code()), send_limit, now);
     Some(CloseReason::WsError)
+}
+
+/// RFC 5923: a request on a TCP or TLS connection whose top Via asks for
+/// an `alias` makes the connection serve requests to that sent-by
+/// ([`Connections::alias`] says when it is taken). Only until the
+/// connection has one: later messages are not looked at.
+fn take_alias(connections: &Connections, conn: &Conn, message: &[u8]) {
+    if conn.alias.get().is_some() || !matches!(conn.transport, Transport::Tcp | Transport::Tls) {
+        return;
+    }
+    if let Some((transport, sent_by)) = ringway_sip::transport::alias_of(message) {
+        connections.alias(conn, transport, sent_by);
+    }
 }
 
 /// Hand one message from `from` to the core and send what it answers.

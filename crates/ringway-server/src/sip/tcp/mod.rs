@@ -34,7 +34,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use ringway_sip::{FlowId, Hop, Transport};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -225,9 +225,10 @@ impl CloseReason {
     }
 }
 
-/// Counters of the TCP transport (all threads).
+/// Counters of one connection transport (all threads).
 #[derive(Default)]
-pub struct TcpCounters {
+pub(crate) struct TransportCounters {
+    open: AtomicU64,
     accepted: AtomicU64,
     connected: AtomicU64,
     refused_limit: AtomicU64,
@@ -239,14 +240,44 @@ pub struct TcpCounters {
     messages_out: AtomicU64,
     pings: AtomicU64,
     no_connection: AtomicU64,
+    aliases: AtomicU64,
+}
+
+/// The connection transports, in metrics order (UDP has no connections).
+pub const CONNECTION_TRANSPORTS: [Transport; 4] = [
+    Transport::Tcp,
+    Transport::Tls,
+    Transport::Ws,
+    Transport::Wss,
+];
+
+/// Counters of the connection transports (all threads), one row each.
+#[derive(Default)]
+pub struct TcpCounters {
+    rows: [TransportCounters; 4],
     udp_out: AtomicU64,
+}
+
+impl TcpCounters {
+    /// The row of `transport` (UDP, which has no connections, counts
+    /// with TCP: nothing sends it here).
+    pub(crate) fn of(&self, transport: Transport) -> &TransportCounters {
+        let row = match transport {
+            Transport::Udp | Transport::Tcp => 0,
+            Transport::Tls => 1,
+            Transport::Ws => 2,
+            Transport::Wss => 3,
+        };
+        &self.rows[row]
+    }
 }
 
 fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
-/// The TCP transport's counters at one moment.
+/// The connection transports' counters at one moment: the sums over
+/// TCP, TLS, WS and WSS, and each of them in `by_transport`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpSnapshot {
     /// Connections open now.
@@ -274,8 +305,16 @@ pub struct TcpSnapshot {
     /// Messages for a connection that is gone (a response whose request's
     /// connection closed): dropped.
     pub no_connection: u64,
-    /// Datagrams the TCP threads sent over UDP (transport switching).
+    /// Connections that took an RFC 5923 alias (a Via `alias`).
+    #[serde(default)]
+    pub aliases: u64,
+    /// Datagrams the TCP threads sent over UDP (transport switching; in
+    /// the sums only).
     pub udp_out: u64,
+    /// The same counters per transport (`tcp`, `tls`, `ws`, `wss`): those
+    /// listened on or used, in the sums only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_transport: BTreeMap<String, TcpSnapshot>,
 }
 
 impl TcpSnapshot {
@@ -285,6 +324,66 @@ impl TcpSnapshot {
             .iter()
             .find(|(label, _)| label == reason.label())
             .map_or(0, |(_, n)| *n)
+    }
+
+    /// One transport's row.
+    fn of_row(row: &TransportCounters) -> TcpSnapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TcpSnapshot {
+            open: get(&row.open),
+            accepted: get(&row.accepted),
+            connected: get(&row.connected),
+            refused_limit: get(&row.refused_limit),
+            refused_per_ip: get(&row.refused_per_ip),
+            closed: CloseReason::ALL
+                .iter()
+                .map(|r| (r.label().to_string(), get(&row.closed[r.index()])))
+                .collect(),
+            bytes_in: get(&row.bytes_in),
+            bytes_out: get(&row.bytes_out),
+            messages_in: get(&row.messages_in),
+            messages_out: get(&row.messages_out),
+            pings: get(&row.pings),
+            no_connection: get(&row.no_connection),
+            aliases: get(&row.aliases),
+            udp_out: 0,
+            by_transport: BTreeMap::new(),
+        }
+    }
+
+    /// Whether any counter of the row moved.
+    fn used(&self) -> bool {
+        self.open
+            + self.accepted
+            + self.connected
+            + self.refused_limit
+            + self.refused_per_ip
+            + self.bytes_in
+            + self.no_connection
+            > 0
+    }
+
+    /// Add `row` into these sums.
+    fn add(&mut self, row: &TcpSnapshot) {
+        self.open += row.open;
+        self.accepted += row.accepted;
+        self.connected += row.connected;
+        self.refused_limit += row.refused_limit;
+        self.refused_per_ip += row.refused_per_ip;
+        if self.closed.is_empty() {
+            self.closed = row.closed.clone();
+        } else {
+            for ((_, sum), (_, n)) in self.closed.iter_mut().zip(&row.closed) {
+                *sum += n;
+            }
+        }
+        self.bytes_in += row.bytes_in;
+        self.bytes_out += row.bytes_out;
+        self.messages_in += row.messages_in;
+        self.messages_out += row.messages_out;
+        self.pings += row.pings;
+        self.no_connection += row.no_connection;
+        self.aliases += row.aliases;
     }
 }
 
@@ -310,6 +409,9 @@ pub(crate) struct Conn {
     ws: Option<WsSession>,
     /// When it was accepted or opened (monotonic ns).
     opened: u64,
+    /// The RFC 5923 alias it took (a Via `alias` on it): requests to this
+    /// address over its transport go over it. Set once.
+    alias: OnceLock<SocketAddr>,
 }
 
 impl Conn {
@@ -474,6 +576,9 @@ struct Table {
     by_peer: HashMap<SocketAddr, u64>,
     /// Accepted connections per source IP.
     per_ip: HashMap<IpAddr, usize>,
+    /// RFC 5923 aliases: a transport and address a connection serves
+    /// besides its peer address (at most one per connection).
+    by_alias: HashMap<(Transport, SocketAddr), u64>,
 }
 
 /// Every connection of the server, shared by all threads.
@@ -492,6 +597,9 @@ pub struct Connections {
     origins: OriginPolicy,
     /// Told of every connection that closes (the registrar's flows).
     on_close: OnceLock<CloseHook>,
+    /// The transports we listen on (their metrics rows are shown even
+    /// while 0).
+    listening: Vec<Transport>,
 }
 
 /// What [`Connections::set_on_close`] calls: the connection and `now`.
@@ -507,6 +615,7 @@ impl Connections {
         registries: Vec<Registry>,
         tls: Option<Arc<TlsContext>>,
         origins: OriginPolicy,
+        listening: Vec<Transport>,
     ) -> Connections {
         Connections {
             table: Mutex::new(Table::default()),
@@ -518,6 +627,7 @@ impl Connections {
             tls,
             origins,
             on_close: OnceLock::new(),
+            listening,
         }
     }
 
@@ -554,6 +664,15 @@ impl Connections {
                         .get(&hop.addr)
                         .and_then(|id| table.by_id.get(id))
                 })
+                .or_else(|| {
+                    // RFC 5923: a connection that took this address as
+                    // its alias (only for a hop naming no flow).
+                    hop.flow.is_none().then_some(())?;
+                    table
+                        .by_alias
+                        .get(&(hop.transport, hop.addr))
+                        .and_then(|id| table.by_id.get(id))
+                })
                 .cloned();
             match found {
                 Some(conn) => Some(conn),
@@ -564,16 +683,58 @@ impl Connections {
             }
         };
         let Some(conn) = conn else {
-            add(&self.counters.no_connection, 1);
+            add(&self.counters.of(hop.transport).no_connection, 1);
             return false;
         };
+        let row = self.counters.of(conn.transport);
         if !conn.write(bytes, self.config.max_send_buffer_bytes, now) {
-            add(&self.counters.no_connection, 1);
+            add(&row.no_connection, 1);
             return false;
         }
-        add(&self.counters.bytes_out, bytes.len() as u64);
-        add(&self.counters.messages_out, 1);
+        add(&row.bytes_out, bytes.len() as u64);
+        add(&row.messages_out, 1);
         true
+    }
+
+    /// Whether the connection `flow` is open (a registered flow, RFC 5626:
+    /// the core answers `430 Flow Failed` for one that is gone).
+    pub fn is_open(&self, flow: FlowId) -> bool {
+        lock(&self.table)
+            .by_id
+            .get(&flow.0)
+            .is_some_and(|conn| conn.closing().is_none())
+    }
+
+    /// RFC 5923: let `conn` serve requests to `sent_by` over
+    /// `transport` (a Via `alias` that came on it) for its lifetime. Taken
+    /// only when `transport` is the connection's, `sent_by` is at the
+    /// connection's own source IP (so only the port is new: an alias never
+    /// redirects traffic meant for another host), the connection has no
+    /// alias yet (one per connection: the table stays bounded by the
+    /// connections), and no other open connection holds that alias.
+    /// Whether it was taken.
+    pub(crate) fn alias(&self, conn: &Conn, transport: Transport, sent_by: SocketAddr) -> bool {
+        if transport != conn.transport
+            || sent_by.ip() != conn.peer.ip()
+            || conn.alias.get().is_some()
+        {
+            return false;
+        }
+        let mut table = lock(&self.table);
+        if !table.by_id.contains_key(&conn.id) {
+            return false;
+        }
+        match table.by_alias.entry((transport, sent_by)) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                if conn.alias.set(sent_by).is_err() {
+                    return false;
+                }
+                slot.insert(conn.id);
+                add(&self.counters.of(transport).aliases, 1);
+                true
+            }
+        }
     }
 
     /// Open a connection to `addr` (non-blocking) owned by the next loop.
@@ -585,7 +746,7 @@ impl Connections {
         now: u64,
     ) -> Option<Arc<Conn>> {
         if table.by_id.len() >= self.config.max_connections {
-            add(&self.counters.refused_limit, 1);
+            add(&self.counters.of(transport).refused_limit, 1);
             return None;
         }
         let tls = match transport {
@@ -598,11 +759,12 @@ impl Connections {
             ),
             _ => None,
         };
+        let row = self.counters.of(transport);
         let Ok(stream) = TcpStream::connect(addr) else {
-            add(&self.counters.closed[CloseReason::ConnectFailed.index()], 1);
+            add(&row.closed[CloseReason::ConnectFailed.index()], 1);
             return None;
         };
-        add(&self.counters.connected, 1);
+        add(&row.connected, 1);
         self.insert(table, stream, addr, (false, transport, tls), now)
     }
 
@@ -616,13 +778,14 @@ impl Connections {
         now: u64,
     ) {
         let mut table = lock(&self.table);
+        let row = self.counters.of(transport);
         if table.by_id.len() >= self.config.max_connections {
-            add(&self.counters.refused_limit, 1);
+            add(&row.refused_limit, 1);
             return;
         }
         if table.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.config.max_connections_per_ip
         {
-            add(&self.counters.refused_per_ip, 1);
+            add(&row.refused_per_ip, 1);
             return;
         }
         let tls = match transport {
@@ -630,7 +793,7 @@ impl Connections {
                 let Some(session) = self
                     .tls
                     .as_ref()
-                    .and_then(|tls| tls.accept(self.config.max_send_buffer_bytes))
+                    .and_then(|tls| tls.accept(self.config.max_send_buffer_bytes, transport))
                 else {
                     // A flood of handshakes: counted by the TLS layer.
                     return;
@@ -639,7 +802,7 @@ impl Connections {
             }
             _ => None,
         };
-        add(&self.counters.accepted, 1);
+        add(&row.accepted, 1);
         *table.per_ip.entry(peer.ip()).or_default() += 1;
         if self
             .insert(&mut table, stream, peer, (true, transport, tls), now)
@@ -667,7 +830,10 @@ impl Connections {
             .register(&mut stream, Token(id as usize), interest)
             .is_err()
         {
-            add(&self.counters.closed[CloseReason::IoError.index()], 1);
+            add(
+                &self.counters.of(transport).closed[CloseReason::IoError.index()],
+                1,
+            );
             return None;
         }
         let conn = Arc::new(Conn {
@@ -682,7 +848,9 @@ impl Connections {
             tls,
             ws: matches!(transport, Transport::Ws | Transport::Wss).then(WsSession::default),
             opened: now,
+            alias: OnceLock::new(),
         });
+        add(&self.counters.of(transport).open, 1);
         table.by_id.insert(id, conn.clone());
         table.by_peer.entry(peer).or_insert(id);
         Some(conn)
@@ -711,11 +879,19 @@ impl Connections {
         if conn.inbound {
             release_ip(&mut table, conn.peer.ip());
         }
+        if let Some(alias) = conn.alias.get() {
+            let key = (conn.transport, *alias);
+            if table.by_alias.get(&key) == Some(&conn.id) {
+                table.by_alias.remove(&key);
+            }
+        }
         drop(table);
         // Out of the poll when its fd closes (the last holder drops it);
         // events until then find no connection and are ignored.
         let _ = conn.stream.shutdown(Shutdown::Both);
-        add(&self.counters.closed[reason.index()], 1);
+        let row = self.counters.of(conn.transport);
+        row.open.fetch_sub(1, Ordering::Relaxed);
+        add(&row.closed[reason.index()], 1);
         if let Some(hook) = self.on_close.get() {
             hook(FlowId(conn.id), ringway_io::monotonic_now().0);
         }
@@ -726,28 +902,26 @@ impl Connections {
         lock(&self.table).by_id.len()
     }
 
-    /// The counters now.
+    /// The counters now: the sums, and a row per transport listened on
+    /// or used.
     pub fn snapshot(&self) -> TcpSnapshot {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        TcpSnapshot {
-            open: self.open() as u64,
-            accepted: get(&c.accepted),
-            connected: get(&c.connected),
-            refused_limit: get(&c.refused_limit),
-            refused_per_ip: get(&c.refused_per_ip),
-            closed: CloseReason::ALL
-                .iter()
-                .map(|r| (r.label().to_string(), get(&c.closed[r.index()])))
-                .collect(),
-            bytes_in: get(&c.bytes_in),
-            bytes_out: get(&c.bytes_out),
-            messages_in: get(&c.messages_in),
-            messages_out: get(&c.messages_out),
-            pings: get(&c.pings),
-            no_connection: get(&c.no_connection),
-            udp_out: get(&c.udp_out),
+        let mut sums = TcpSnapshot::default();
+        for transport in CONNECTION_TRANSPORTS {
+            let row = TcpSnapshot::of_row(self.counters.of(transport));
+            sums.add(&row);
+            if row.used() || self.listening.contains(&transport) {
+                sums.by_transport.insert(transport.name().to_string(), row);
+            }
         }
+        sums.open = self.open() as u64;
+        sums.udp_out = self.counters.udp_out.load(Ordering::Relaxed);
+        sums
+    }
+}
+
+impl ringway_sip::FlowState for Connections {
+    fn is_open(&self, flow: FlowId) -> bool {
+        Connections::is_open(self, flow)
     }
 }
 

@@ -19,6 +19,7 @@
 //!   buffers are limited to the connection's send buffer bound.
 
 use mio::net::TcpStream;
+use ringway_sip::Transport;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -127,20 +128,51 @@ impl TlsConfig {
     }
 }
 
-/// Counters of the TLS layer (all threads).
+/// Handshake counters of one transport over TLS (`tls` or `wss`).
 #[derive(Default)]
-pub struct TlsCounters {
+pub struct HandshakeCounters {
     handshakes: AtomicU64,
     handshake_failures: AtomicU64,
     handshakes_refused: AtomicU64,
     handshake_timeouts: AtomicU64,
+}
+
+/// The transports over TLS, in metrics order.
+pub const TLS_TRANSPORTS: [Transport; 2] = [Transport::Tls, Transport::Wss];
+
+/// Counters of the TLS layer (all threads).
+#[derive(Default)]
+pub struct TlsCounters {
+    /// Per transport ([`TLS_TRANSPORTS`]).
+    rows: [HandshakeCounters; 2],
     in_handshake: AtomicUsize,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
     no_client_config: AtomicU64,
 }
 
-/// The TLS layer's counters at one moment.
+impl TlsCounters {
+    /// The row of `transport` (`wss`, else `tls`).
+    fn of(&self, transport: Transport) -> &HandshakeCounters {
+        &self.rows[usize::from(transport == Transport::Wss)]
+    }
+}
+
+/// One transport's handshakes at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandshakeSnapshot {
+    /// Handshakes completed (accepted and opened).
+    pub handshakes: u64,
+    /// Handshakes that failed.
+    pub handshake_failures: u64,
+    /// Accepted connections closed at once: `max_handshakes` in progress.
+    pub handshakes_refused: u64,
+    /// Handshakes not done within `handshake_timeout_ms`.
+    pub handshake_timeouts: u64,
+}
+
+/// The TLS layer's counters at one moment: handshakes summed over `tls`
+/// and `wss`, and per transport in `by_transport`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlsSnapshot {
     /// Handshakes completed (accepted and opened).
@@ -159,6 +191,9 @@ pub struct TlsSnapshot {
     pub reload_failures: u64,
     /// Connections we could not open: no `tls.ca` to verify the server with.
     pub no_client_config: u64,
+    /// Handshakes per transport (`tls`, `wss`).
+    #[serde(default)]
+    pub by_transport: std::collections::BTreeMap<String, HandshakeSnapshot>,
 }
 
 /// What sessions are made with; swapped whole by a reload.
@@ -366,7 +401,11 @@ impl TlsContext {
 
     /// A session for a connection we accepted, or `None` beyond
     /// `max_handshakes` (counted).
-    pub(crate) fn accept(self: &Arc<Self>, limit: usize) -> Option<TlsSession> {
+    pub(crate) fn accept(
+        self: &Arc<Self>,
+        limit: usize,
+        transport: Transport,
+    ) -> Option<TlsSession> {
         let server = self
             .configs
             .read()
@@ -377,6 +416,7 @@ impl TlsContext {
         if in_handshake >= self.config.max_handshakes {
             self.counters.in_handshake.fetch_sub(1, Ordering::Relaxed);
             self.counters
+                .of(transport)
                 .handshakes_refused
                 .fetch_add(1, Ordering::Relaxed);
             return None;
@@ -389,6 +429,7 @@ impl TlsContext {
             self.clone(),
             Connection::Server(session),
             limit,
+            transport,
         ))
     }
 
@@ -417,6 +458,7 @@ impl TlsContext {
             self.clone(),
             Connection::Client(session),
             limit,
+            Transport::Tls,
         ))
     }
 
@@ -424,15 +466,30 @@ impl TlsContext {
     pub fn snapshot(&self) -> TlsSnapshot {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let by_transport: std::collections::BTreeMap<String, HandshakeSnapshot> = TLS_TRANSPORTS
+            .iter()
+            .map(|t| {
+                let row = c.of(*t);
+                let counts = HandshakeSnapshot {
+                    handshakes: get(&row.handshakes),
+                    handshake_failures: get(&row.handshake_failures),
+                    handshakes_refused: get(&row.handshakes_refused),
+                    handshake_timeouts: get(&row.handshake_timeouts),
+                };
+                (t.name().to_string(), counts)
+            })
+            .collect();
+        let sum = |f: fn(&HandshakeSnapshot) -> u64| by_transport.values().map(f).sum::<u64>();
         TlsSnapshot {
-            handshakes: get(&c.handshakes),
-            handshake_failures: get(&c.handshake_failures),
-            handshakes_refused: get(&c.handshakes_refused),
-            handshake_timeouts: get(&c.handshake_timeouts),
+            handshakes: sum(|r| r.handshakes),
+            handshake_failures: sum(|r| r.handshake_failures),
+            handshakes_refused: sum(|r| r.handshakes_refused),
+            handshake_timeouts: sum(|r| r.handshake_timeouts),
             in_handshake: c.in_handshake.load(Ordering::Relaxed) as u64,
             reloads: get(&c.reloads),
             reload_failures: get(&c.reload_failures),
             no_client_config: get(&c.no_client_config),
+            by_transport,
         }
     }
 }
@@ -441,6 +498,8 @@ impl TlsContext {
 /// and every thread that sends on it.
 pub(crate) struct TlsSession {
     context: Arc<TlsContext>,
+    /// `tls` or `wss` (its handshakes' counters row).
+    transport: Transport,
     session: Mutex<Connection>,
     handshaking: AtomicBool,
 }
@@ -455,10 +514,16 @@ pub(crate) enum TlsFailure {
 }
 
 impl TlsSession {
-    fn new(context: Arc<TlsContext>, mut session: Connection, limit: usize) -> TlsSession {
+    fn new(
+        context: Arc<TlsContext>,
+        mut session: Connection,
+        limit: usize,
+        transport: Transport,
+    ) -> TlsSession {
         session.set_buffer_limit(Some(limit));
         TlsSession {
             context,
+            transport,
             session: Mutex::new(session),
             handshaking: AtomicBool::new(true),
         }
@@ -474,7 +539,9 @@ impl TlsSession {
         if self.handshaking.swap(false, Ordering::Relaxed) {
             let c = &self.context.counters;
             c.in_handshake.fetch_sub(1, Ordering::Relaxed);
-            c.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+            c.of(self.transport)
+                .handshake_timeouts
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -482,7 +549,9 @@ impl TlsSession {
         if !session.is_handshaking() && self.handshaking.swap(false, Ordering::Relaxed) {
             let c = &self.context.counters;
             c.in_handshake.fetch_sub(1, Ordering::Relaxed);
-            c.handshakes.fetch_add(1, Ordering::Relaxed);
+            c.of(self.transport)
+                .handshakes
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -490,7 +559,9 @@ impl TlsSession {
         if self.handshaking.swap(false, Ordering::Relaxed) {
             let c = &self.context.counters;
             c.in_handshake.fetch_sub(1, Ordering::Relaxed);
-            c.handshake_failures.fetch_add(1, Ordering::Relaxed);
+            c.of(self.transport)
+                .handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
             TlsFailure::Handshake
         } else {
             TlsFailure::Broken

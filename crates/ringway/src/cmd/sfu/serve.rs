@@ -321,6 +321,28 @@ fn print_final(r: &ServeReport) {
     for line in &r.placement_refused {
         println!("placement refused: {line}");
     }
+    for engine in &r.engines {
+        let c = &engine.counters;
+        println!(
+            "engine of RX queue {}: rx={} media={} copies={} echoes={} to_control={} (dropped {}) cpu={}",
+            engine.queue,
+            c.datagrams,
+            c.media,
+            c.copies,
+            c.echoes,
+            c.to_control,
+            c.to_control_dropped,
+            engine
+                .cpu
+                .map_or("n/a".into(), |cpu| format!("{:.2}s", cpu.total_s()))
+        );
+    }
+    if let Some(c) = &r.control {
+        println!(
+            "control thread: handled={} replies={} copies={} send_errors={} snapshots={}",
+            c.handled, c.replies, c.copies, c.send_errors, c.snapshots
+        );
+    }
     println!(
         "delay p50: (a) scheduled={} (b) handoff={} (c) wait={} (d) from kernel RX={}; (a) p99={}{}",
         p50(&r.delay),
