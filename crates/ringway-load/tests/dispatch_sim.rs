@@ -110,7 +110,11 @@ impl Sim {
             uas: generator(UAS, None, 1),
             dispatcher: Dispatcher::new(DispatchConfig {
                 local: addr(DISPATCHER),
-                proxies: PROXIES.iter().map(|p| addr(p)).collect(),
+                proxies: PROXIES
+                    .iter()
+                    .map(|p| ringway_sip::TransportAddr::udp(addr(p)))
+                    .collect(),
+                listeners: Vec::new(),
                 probe_interval: PROBE_INTERVAL,
                 probe_failures: PROBE_FAILURES,
                 record_route: true,

@@ -261,7 +261,11 @@ pub fn dispatch_sequence(data: &[u8]) {
 fn fuzz_dispatcher() -> crate::dispatch::Dispatcher {
     crate::dispatch::Dispatcher::new(crate::dispatch::DispatchConfig {
         local: "192.0.2.10:5060".parse().unwrap(),
-        proxies: vec![script::peer(1), script::peer(2)],
+        listeners: Vec::new(),
+        proxies: vec![
+            crate::TransportAddr::udp(script::peer(1)),
+            crate::TransportAddr::udp(script::peer(2)),
+        ],
         probe_interval: 500_000_000,
         probe_failures: 3,
         record_route: true,

@@ -7,7 +7,7 @@ mod common;
 
 use common::{addr, parse};
 use ringway_sip::dispatch::{DispatchConfig, Dispatcher};
-use ringway_sip::{Action, Mode, Proxy, ProxyConfig, SipMsg};
+use ringway_sip::{Action, Mode, Proxy, ProxyConfig, SipMsg, TransportAddr};
 use std::net::SocketAddr;
 
 const D: &str = "192.0.2.100:5060";
@@ -20,7 +20,7 @@ type Sent = Vec<(SocketAddr, Vec<u8>)>;
 fn dispatcher() -> Dispatcher {
     Dispatcher::new(DispatchConfig {
         local: addr(D),
-        proxies: P.iter().map(|p| addr(p)).collect(),
+        proxies: P.iter().map(|p| TransportAddr::udp(addr(p))).collect(),
         probe_interval: 100 * MS,
         probe_failures: 3,
         record_route: true,
@@ -224,7 +224,7 @@ fn a_flooding_source_is_dropped_unanswered_and_the_proxies_are_exempt() {
     use ringway_sip::{DropReason, FloodConfig};
     let d = Dispatcher::new(DispatchConfig {
         local: addr(D),
-        proxies: P.iter().map(|p| addr(p)).collect(),
+        proxies: P.iter().map(|p| TransportAddr::udp(addr(p))).collect(),
         flood: Some(FloodConfig {
             limit: 5,
             window: 1000 * MS,

@@ -8,7 +8,9 @@ mod common;
 use common::*;
 use ringway_sip::auth::{Algorithm, HtdigestCredentials, NonceKey};
 use ringway_sip::dispatch::{DispatchConfig, Dispatcher};
-use ringway_sip::{Action, AuthConfig, DropReason, Mode, Proxy, ProxyConfig, RelayNets, SipMsg};
+use ringway_sip::{
+    Action, AuthConfig, DropReason, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, TransportAddr,
+};
 use std::sync::Arc;
 
 const FAR: &str = "203.0.113.7:5060";
@@ -432,7 +434,7 @@ const MEMBER: &str = "192.0.2.11:5060";
 fn dispatcher(relay: RelayNets) -> Dispatcher {
     Dispatcher::new(DispatchConfig {
         local: addr(D),
-        proxies: vec![addr(MEMBER)],
+        proxies: vec![TransportAddr::udp(addr(MEMBER))],
         secret: [5; 32],
         relay,
         ..DispatchConfig::default()
@@ -498,8 +500,8 @@ fn dispatcher_reload_replaces_the_proxies_and_keeps_a_removed_one_routable() {
     let mut sent = Sent::new();
     worker.handle(0, addr(UAC), &inv, &mut |to, b| sent.push((to, b.to_vec())));
     assert_eq!(sent[0].0, addr(MEMBER));
-    d.set_proxies(&[addr(NEW)], RelayNets::None);
-    assert_eq!(d.proxies(), [addr(NEW)]);
+    d.set_proxies(&[TransportAddr::udp(addr(NEW))], RelayNets::None);
+    assert_eq!(d.proxies(), [TransportAddr::udp(addr(NEW))]);
     let mut sent = Sent::new();
     worker.handle(0, addr(UAC), &inv, &mut |to, b| sent.push((to, b.to_vec())));
     assert_eq!(sent[0].0, addr(NEW), "the old worker took the new set");

@@ -3,6 +3,15 @@
 //! batches of datagrams, and a probe thread sends its OPTIONS probes at
 //! their deadlines and logs proxies going out and coming back.
 //!
+//! With `tcp:`, `tls:`, `ws:` or `wss:` listen addresses the proxy's
+//! connection driver (`crate::sip::tcp`: event loops, the connection
+//! table, framing, TLS and WebSocket, with the same bounds and counters)
+//! carries the dispatcher too: its event loops hand each framed message
+//! to a dispatcher worker, and every thread sends a message whose hop is a
+//! connection transport through the one connection table (a reply over
+//! its request's connection, a request to a `tcp:`/`tls:` proxy over the
+//! connection to it, opened once and reused).
+//!
 //! ```no_run
 //! use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
 //! let server = DispatchServer::start(DispatchServerConfig {
@@ -15,16 +24,20 @@
 //! # Ok::<(), ringway_server::ServerError>(())
 //! ```
 
-use crate::dns::NextHop;
+mod config;
+
+use crate::dns::{NextHop, TransportNextHop};
 use crate::host;
 use crate::metrics::PromText;
-use crate::sip::TX_FRAME;
+use crate::sip::{Connections, TcpSnapshot, TlsConfig, TlsSnapshot, TX_FRAME};
 use crate::ServerError;
+use config::named;
+pub use config::DispatchServerConfig;
 use ringway_io::SocketConfig;
-use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, Io, RxBatch, TxBatch};
+use ringway_io::{monotonic_now, open_backend, open_udp, BatchIo, RxBatch, TxBatch};
 use ringway_sip::dispatch::{DispatchConfig, DispatchStats, Dispatcher};
-use ringway_sip::FloodConfig;
-use serde::{Deserialize, Serialize};
+use ringway_sip::{FloodConfig, Hop, Transport, TransportAddr};
+use serde::Serialize;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,143 +48,6 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(50);
 /// Longest sleep of the probe thread.
 const PROBE_TICK_MAX: Duration = Duration::from_millis(20);
-
-/// Everything a dispatcher needs to start (plain data).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DispatchServerConfig {
-    /// UDP address (a concrete one: it goes into Via, Record-Route, Path).
-    pub listen: SocketAddr,
-    /// The proxies behind it (1..=64 with `proxy_names`), IP literals.
-    pub proxies: Vec<SocketAddr>,
-    /// Proxies given by name: each resolved at start (RFC 3263: `host`
-    /// by NAPTR/SRV, `host:port` by A/AAAA), every target a proxy behind
-    /// us, its address checked by the relay policy (`crate::dns`).
-    pub proxy_names: Vec<crate::dns::NextHop>,
-    /// The nameserver for `proxy_names` (default: /etc/resolv.conf's).
-    pub dns_server: Option<SocketAddr>,
-    /// Worker threads (1..=64).
-    pub workers: usize,
-    /// I/O backend: a socket backend (the dispatcher refuses `Xdp`).
-    /// Named `backend` in the JSON summary.
-    #[serde(rename = "backend")]
-    pub io: Io,
-    /// Datagrams per receive batch (1..=1024).
-    pub batch: usize,
-    /// OPTIONS probe interval (ms).
-    pub probe_interval_ms: u64,
-    /// Unanswered probes in a row before a proxy is out.
-    pub probe_failures: u32,
-    /// Record-Route dialog-creating requests.
-    pub record_route: bool,
-    /// Destinations beyond the proxies requests may go to (`none`, `any`
-    /// or networks; see `ringway_sip::relay`): loopback, link-local and
-    /// our own IP only when a network names them.
-    pub relay: ringway_sip::RelayNets,
-    /// Flood limit, as the proxy's: requests per window from one source
-    /// (a response counts a quarter); `None`: no limit. The proxies and
-    /// our own address are never limited.
-    pub flood_limit: Option<u32>,
-    /// Flood limit window (at least 1 ms).
-    pub flood_window: Duration,
-    /// Sources the flood limiter tracks at most.
-    pub flood_table_size: usize,
-    /// Sources never flood-limited.
-    pub flood_exempt: Vec<std::net::IpAddr>,
-    /// IPv6 sources are flood-limited per prefix of this length (bits).
-    pub flood_ipv6_prefix: u8,
-}
-
-impl Default for DispatchServerConfig {
-    fn default() -> Self {
-        DispatchServerConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
-            proxies: Vec::new(),
-            proxy_names: Vec::new(),
-            dns_server: None,
-            workers: 1,
-            io: Io::Mmsg,
-            batch: 32,
-            probe_interval_ms: 500,
-            probe_failures: 3,
-            record_route: true,
-            relay: ringway_sip::RelayNets::None,
-            flood_limit: None,
-            flood_window: Duration::from_millis(2000),
-            flood_table_size: FloodConfig::default().table_size,
-            flood_exempt: Vec::new(),
-            flood_ipv6_prefix: 64,
-        }
-    }
-}
-
-impl DispatchServerConfig {
-    /// Reject inconsistent settings, naming the field.
-    pub fn validate(&self) -> Result<(), ServerError> {
-        let fail = |m: String| Err(ServerError::Config(m));
-        if self.listen.ip().is_unspecified() {
-            return fail(format!(
-                "listen {}: use a concrete address (it goes into Via, Record-Route and Path)",
-                self.listen
-            ));
-        }
-        let given = self.proxies.len() + self.proxy_names.len();
-        if !(1..=64).contains(&given) {
-            return fail(format!("proxies: give 1..=64 proxies, not {given}"));
-        }
-        if let Some(name) = self
-            .proxy_names
-            .iter()
-            .find(|n| !matches!(n, NextHop::Name { .. }))
-        {
-            return fail(format!("proxy_names: {name} is not a name"));
-        }
-        for (i, p) in self.proxies.iter().enumerate() {
-            if !ringway_sip::proxy::sendable(p) || *p == self.listen {
-                return fail(format!("proxy {p}: not an address to send to"));
-            }
-            if self.proxies[..i].contains(p) {
-                return fail(format!("proxy {p} given twice"));
-            }
-        }
-        if !(1..=64).contains(&self.workers) {
-            return fail(format!("workers must be 1..=64, not {}", self.workers));
-        }
-        if !(1..=1024).contains(&self.batch) {
-            return fail(format!("batch must be 1..=1024, not {}", self.batch));
-        }
-        if !(10..=60_000).contains(&self.probe_interval_ms) {
-            return fail(format!(
-                "probe_interval_ms must be 10..=60000, not {}",
-                self.probe_interval_ms
-            ));
-        }
-        if !(1..=100).contains(&self.probe_failures) {
-            return fail(format!(
-                "probe_failures must be 1..=100, not {}",
-                self.probe_failures
-            ));
-        }
-        if self.flood_limit == Some(0) {
-            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
-        }
-        if !(16..=128).contains(&self.flood_ipv6_prefix) {
-            return fail(format!(
-                "flood_ipv6_prefix must be 16..=128, not {}",
-                self.flood_ipv6_prefix
-            ));
-        }
-        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
-            return fail(
-                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
-            );
-        }
-        if let Io::Xdp(_) = self.io {
-            return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
-        }
-        Ok(())
-    }
-}
 
 /// How often the proxies' names are looked at again: from the DNS cache
 /// while their TTLs last (no query), from the nameserver once expired.
@@ -186,19 +62,28 @@ fn resolve_proxy_names(
     listen: SocketAddr,
     wanted: &Wanted,
     resolver: &crate::dns::Resolver,
-) -> Result<Vec<SocketAddr>, ServerError> {
+) -> Result<Vec<TransportAddr>, ServerError> {
     let literal = &wanted.proxies;
     let mut proxies = literal.clone();
-    let policy = ringway_sip::RelayPolicy::new(listen, literal.clone(), wanted.relay.clone());
+    let policy = ringway_sip::RelayPolicy::new(
+        listen,
+        literal.iter().map(|p| p.addr).collect(),
+        wanted.relay.clone(),
+    );
     for name in &wanted.proxy_names {
-        let NextHop::Name { host, port } = name else {
+        let NextHop::Name { host, port } = &name.hop else {
             continue;
         };
+        let transport = name.transport;
         let targets = resolver
-            .lookup(host, *port, listen)
+            .lookup_over(host, *port, transport, listen)
             .map_err(|e| ServerError::Config(format!("proxy {name}: {e}")))?;
         let allowed = crate::dns::policy_filter(&policy, targets);
-        let added: Vec<SocketAddr> = allowed.into_iter().filter(|to| *to != listen).collect();
+        let added: Vec<TransportAddr> = allowed
+            .into_iter()
+            .filter(|to| *to != listen)
+            .map(|addr| TransportAddr { transport, addr })
+            .collect();
         if added.is_empty() {
             return Err(ServerError::Config(format!(
                 "proxy {name}: no resolved address the relay policy allows (loopback, link-local and our own IP need `relay` to name them)"
@@ -213,7 +98,7 @@ fn resolve_proxy_names(
                 .join(", ")
         );
         for to in added {
-            if !proxies.contains(&to) && proxies.len() < 64 {
+            if !proxies.iter().any(|p| p.addr == to.addr) && proxies.len() < 64 {
                 proxies.push(to);
             }
         }
@@ -227,14 +112,14 @@ fn resolve_proxy_names(
 #[derive(Clone)]
 struct Wanted {
     /// The proxies given as IP literals.
-    proxies: Vec<SocketAddr>,
+    proxies: Vec<TransportAddr>,
     /// The proxies given by name.
-    proxy_names: Vec<NextHop>,
+    proxy_names: Vec<TransportNextHop>,
     /// The relay networks in force.
     relay: ringway_sip::RelayNets,
     /// The proxies in force that came from DNS (their going out counts as
     /// a failover).
-    resolved: Vec<SocketAddr>,
+    resolved: Vec<TransportAddr>,
     /// Bumped by every reload: a re-resolution started before it is
     /// dropped.
     generation: u64,
@@ -279,6 +164,10 @@ struct Shared {
     inject_panic: Option<String>,
     /// The resolver of `proxy_names` (its counters), if any.
     resolver: Option<crate::dns::Resolver>,
+    /// The connection table (`None`: UDP only).
+    connections: Option<Arc<Connections>>,
+    /// The connection-transport listen addresses, bound.
+    stream_addresses: Vec<TransportAddr>,
     /// Reloads applied and refused.
     reloads: AtomicU64,
     reloads_refused: AtomicU64,
@@ -291,6 +180,8 @@ pub struct DispatchSummary {
     pub schema: &'static str,
     /// Bound address.
     pub listen: SocketAddr,
+    /// Bound connection-transport addresses.
+    pub listeners: Vec<TransportAddr>,
     /// The configuration.
     pub config: DispatchServerConfig,
     /// Seconds it ran.
@@ -307,6 +198,11 @@ pub struct DispatchSummary {
     pub tx_oversize: u64,
     /// The dispatcher's counters, per proxy too.
     pub dispatch: DispatchStats,
+    /// The connection transports' counters (all of TCP, TLS, WS, WSS;
+    /// `None`: UDP only).
+    pub tcp: Option<TcpSnapshot>,
+    /// The TLS layer's counters (`None`: no TLS).
+    pub tls: Option<TlsSnapshot>,
     /// Threads that panicked (each stops the dispatcher; the command then
     /// exits with an error). Empty on a clean run.
     pub threads_panicked: Vec<String>,
@@ -390,7 +286,12 @@ impl DispatchControl {
                 restart_needed.push(key.to_string());
             }
         };
-        differs("listen", config.listen != running.listen);
+        differs(
+            "listen",
+            config.listen != running.listen || config.listeners != running.listeners,
+        );
+        differs("tcp-*", config.tcp != running.tcp);
+        differs("ws-origin", config.ws_origins != running.ws_origins);
         differs("workers", config.workers != running.workers);
         differs("backend", config.io.kind() != running.io.kind());
         differs("batch", config.batch != running.batch);
@@ -422,7 +323,24 @@ impl DispatchControl {
         if in_force.relay != config.relay {
             applied.push("relay".to_string());
         }
-        if !applied.is_empty() {
+        let targets_changed = !applied.is_empty();
+        // The certificates are read again (as by the proxy): connections
+        // open keep their sessions. Other TLS settings need a restart.
+        if let Some(tls) = shared.connections.as_ref().and_then(|c| c.tls()) {
+            let files =
+                |c: &TlsConfig| (c.cert.clone(), c.key.clone(), c.ca.clone(), c.sni.clone());
+            if files(&config.tls) == files(&running.tls) {
+                if let Err(e) = tls.reload() {
+                    drop(in_force);
+                    self.reload_refused(&e);
+                    return Err(ServerError::Config(e));
+                }
+                applied.push("tls certificates".to_string());
+            } else {
+                restart_needed.push("tls-*".to_string());
+            }
+        }
+        if targets_changed {
             shared
                 .dispatcher
                 .set_proxies(&config.proxies, config.relay.clone());
@@ -431,12 +349,7 @@ impl DispatchControl {
         wanted.generation = in_force.generation + 1;
         *in_force = wanted;
         drop(in_force);
-        let list = |v: Vec<&SocketAddr>| {
-            v.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = |v: Vec<&TransportAddr>| v.into_iter().map(named).collect::<Vec<_>>().join(", ");
         let added = list(
             config
                 .proxies
@@ -543,10 +456,31 @@ impl DispatchServer {
         }
         let local = sockets[0].local_addr()?;
         let probe_socket = sockets[0].try_clone()?;
+        let streams = crate::sip::open_stream_listeners(
+            &crate::sip::StreamSettings {
+                listeners: &config.listeners,
+                tcp: &config.tcp,
+                tls: &config.tls,
+                ws_origins: &config.ws_origins,
+                workers: config.workers,
+                who: "sip dispatch",
+            },
+            local,
+        );
+        let streams = match streams {
+            Ok(streams) => streams,
+            Err(e) => {
+                if let Some(resolver) = &resolver {
+                    resolver.stop();
+                }
+                return Err(e);
+            }
+        };
         // Which sources share a flood-table set cannot be aimed at.
         let flood_seed: [u8; 8] = host::random_bytes()?;
         let dispatcher = Dispatcher::new(DispatchConfig {
             local,
+            listeners: streams.addresses.clone(),
             proxies: config.proxies.clone(),
             probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
             probe_failures: config.probe_failures,
@@ -580,6 +514,8 @@ impl DispatchServer {
             resolver,
             reloads: AtomicU64::new(0),
             reloads_refused: AtomicU64::new(0),
+            connections: streams.connections,
+            stream_addresses: streams.addresses,
         });
         let open = |socket| {
             open_backend(backend, socket).map_err(|source| ServerError::Backend {
@@ -594,6 +530,20 @@ impl DispatchServer {
         let mut ios = Vec::new();
         for socket in sockets {
             ios.push(open(socket)?);
+        }
+        let mut stream_listeners = Some(streams.listeners);
+        for (i, poll) in streams.polls.into_iter().enumerate() {
+            let shared = server.shared.clone();
+            // For what the loop sends over UDP (to a UDP proxy, to a UDP
+            // client).
+            let udp = probe_socket.try_clone()?;
+            let listeners = match i {
+                0 => stream_listeners.take().unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            server.spawn(format!("dispatch-tcp{i}"), move || {
+                stream_thread(&shared, poll, listeners, udp)
+            })?;
         }
         let probe_io = open(probe_socket)?;
         for (i, io) in ios.into_iter().enumerate() {
@@ -645,6 +595,16 @@ impl DispatchServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local
+    }
+
+    /// The bound connection-transport addresses (`tcp:…`, `tls:…`, …).
+    pub fn stream_addresses(&self) -> &[TransportAddr] {
+        &self.shared.stream_addresses
+    }
+
+    /// The connection table (`None`: UDP only).
+    pub fn connections(&self) -> Option<&Connections> {
+        self.shared.connections.as_deref()
     }
 
     /// Names of the threads that panicked (empty while all is well).
@@ -699,6 +659,13 @@ fn summary(shared: &Shared) -> DispatchSummary {
     DispatchSummary {
         schema: "ringway.sip-dispatch.summary/1",
         listen: shared.local,
+        listeners: shared.stream_addresses.clone(),
+        tcp: shared.connections.as_ref().map(|c| c.snapshot()),
+        tls: shared
+            .connections
+            .as_ref()
+            .and_then(|c| c.tls())
+            .map(|tls| tls.snapshot()),
         config: shared.config.clone(),
         duration_s: shared.started.elapsed().as_secs_f64(),
         messages_in: shared.messages_in.load(Ordering::Relaxed),
@@ -735,6 +702,38 @@ fn flush(shared: &Shared, io: &mut dyn BatchIo, tx: &mut TxBatch) {
     tx.clear();
 }
 
+/// One event loop of the connection driver (`crate::sip::tcp`), its
+/// framed messages handed to a dispatcher worker.
+fn stream_thread(
+    shared: &Shared,
+    poll: mio::Poll,
+    listeners: Vec<(mio::net::TcpListener, Transport)>,
+    udp: std::net::UdpSocket,
+) {
+    let Some(connections) = shared.connections.as_deref() else {
+        return;
+    };
+    crate::sip::tcp::run_loop(crate::sip::tcp::LoopContext {
+        poll,
+        listeners,
+        connections,
+        handler: &mut shared.dispatcher.worker(),
+        udp,
+        stop: &shared.stop,
+    });
+}
+
+/// Send `bytes` over a connection transport's `hop` (a UDP hop goes
+/// through the caller's batch); `false`: no connection (counted by the
+/// connection table).
+fn send_stream(shared: &Shared, hop: Hop, bytes: &[u8], now: u64) -> bool {
+    match &shared.connections {
+        Some(connections) => connections.send(hop, bytes, now),
+        // The core names only transports we listen on.
+        None => false,
+    }
+}
+
 /// One worker: receive a batch, dispatch every datagram, send once (its
 /// dispatcher worker takes a new proxy set at its next datagram).
 fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
@@ -764,9 +763,12 @@ fn worker_thread(shared: &Shared, name: &str, mut io: Box<dyn BatchIo>) {
             }
             let now = monotonic_now().0;
             let mut full = Vec::new();
-            worker.handle(now, d.meta.peer, d.data, &mut |to, bytes| {
-                if tx.push(to, bytes).is_err() {
-                    full.push((to, bytes.to_vec()));
+            let from = Hop::udp(d.meta.peer);
+            worker.handle_from(now, from, d.data, &mut |hop, bytes| {
+                if hop.transport != Transport::Udp {
+                    send_stream(shared, hop, bytes, now);
+                } else if tx.push(hop.addr, bytes).is_err() {
+                    full.push((hop.addr, bytes.to_vec()));
                 }
             });
             if !full.is_empty() {
@@ -789,7 +791,7 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
     let mut worker = dispatcher.worker();
     // One probe per proxy: at most 64 (a reload may add some).
     let mut tx = TxBatch::new(64, TX_FRAME);
-    let mut alive: Vec<(SocketAddr, bool)> = dispatcher.proxy_states();
+    let mut alive: Vec<(TransportAddr, bool)> = dispatcher.proxy_states();
     while !shared.stop.load(Ordering::Relaxed) {
         let now = monotonic_now().0;
         let due = dispatcher.next_deadline();
@@ -797,8 +799,12 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
             std::thread::sleep(Duration::from_nanos(due - now).min(PROBE_TICK_MAX));
             continue;
         }
-        worker.on_timer(now, &mut |to, bytes| {
-            let _ = tx.push(to, bytes);
+        worker.on_timer_hops(now, &mut |hop, bytes| {
+            if hop.transport == Transport::Udp {
+                let _ = tx.push(hop.addr, bytes);
+            } else {
+                send_stream(shared, hop, bytes, now);
+            }
         });
         flush(shared, io.as_mut(), &mut tx);
         let now_alive = dispatcher.proxy_states();
@@ -810,7 +816,8 @@ fn probe_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
                 .is_none_or(|(_, was)| *was);
             if is != was {
                 log::warn!(
-                    "sip dispatch: proxy {address} {}",
+                    "sip dispatch: proxy {} {}",
+                    named(&address),
                     if is {
                         "back in"
                     } else {
@@ -888,12 +895,8 @@ fn reresolve_thread(shared: &Shared) {
     }
 }
 
-fn list(addresses: &[SocketAddr]) -> String {
-    addresses
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+fn list(addresses: &[TransportAddr]) -> String {
+    addresses.iter().map(named).collect::<Vec<_>>().join(", ")
 }
 
 /// Prometheus text of the dispatcher.
@@ -906,6 +909,12 @@ fn render(shared: &Shared) -> String {
     proxy_metrics(&mut text, &stats);
     if let Some(resolver) = &shared.resolver {
         resolver.stats().snapshot().prometheus(&mut text);
+    }
+    if let Some(connections) = &shared.connections {
+        crate::sip::render_transport(&mut text, "ringway_dispatch", &connections.snapshot());
+        if let Some(tls) = connections.tls() {
+            crate::sip::render_tls(&mut text, "ringway_dispatch", &tls.snapshot());
+        }
     }
     text.finish()
 }

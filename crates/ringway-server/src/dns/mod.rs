@@ -364,6 +364,25 @@ impl Resolver {
         run_lookup(&self.shared, host, port, Service::Udp, local.is_ipv6())
     }
 
+    /// [`Resolver::lookup`] for a next hop over `transport` (NAPTR
+    /// `SIP+D2T`, SRV `_sip._tcp` for TCP; `SIPS+D2T`, `_sips._tcp`, port
+    /// 5061 for TLS).
+    pub fn lookup_over(
+        &self,
+        host: &str,
+        port: Option<u16>,
+        transport: ringway_sip::Transport,
+        local: SocketAddr,
+    ) -> Result<Vec<SocketAddr>, DnsError> {
+        run_lookup(
+            &self.shared,
+            host,
+            port,
+            Service::of(transport),
+            local.is_ipv6(),
+        )
+    }
+
     /// The answer from the cache alone, on the calling thread (a worker
     /// may call it: it takes the cache's lock once per question and never
     /// asks the nameserver): `None` when some question is not cached or

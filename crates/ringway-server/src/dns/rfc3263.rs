@@ -99,6 +99,17 @@ pub enum Service {
 }
 
 impl Service {
+    /// The service of a transport (WebSocket next hops are reached as
+    /// their stream transport).
+    pub fn of(transport: ringway_sip::Transport) -> Service {
+        use ringway_sip::Transport;
+        match transport {
+            Transport::Udp => Service::Udp,
+            Transport::Tcp | Transport::Ws => Service::Tcp,
+            Transport::Tls | Transport::Wss => Service::Tls,
+        }
+    }
+
     /// The NAPTR service field.
     pub fn naptr(self) -> &'static str {
         match self {

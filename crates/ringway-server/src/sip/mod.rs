@@ -32,6 +32,7 @@ pub mod keepalive;
 pub mod location;
 mod names;
 mod prometheus;
+pub(crate) use prometheus::{render_tls, render_transport};
 pub mod service;
 mod snapshot;
 mod sockets;
@@ -76,7 +77,8 @@ pub use tcp::{Connections, TcpConfig, TcpSnapshot};
 pub use tls::{SniCertificate, TlsConfig, TlsContext, TlsSnapshot};
 
 use snapshot::{snapshot, MetricsSlot};
-use sockets::{open_listeners, StreamListeners};
+use sockets::open_listeners;
+pub(crate) use sockets::{open_stream_listeners, StreamListeners, StreamSettings};
 use threads::{keepalive_thread, store_thread, tcp_thread, timer_thread, worker_thread};
 
 /// Bytes per receive frame: larger datagrams are cut and counted as dropped.

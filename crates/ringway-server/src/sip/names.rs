@@ -152,11 +152,7 @@ impl ProxyNames {
 /// The RFC 3263 service of a transport (WebSocket next hops are reached
 /// as their stream transport).
 fn service(transport: Transport) -> Service {
-    match transport {
-        Transport::Udp => Service::Udp,
-        Transport::Tcp | Transport::Ws => Service::Tcp,
-        Transport::Tls | Transport::Wss => Service::Tls,
-    }
+    Service::of(transport)
 }
 
 fn answer(result: Result<Vec<SocketAddr>, DnsError>) -> NameAnswer {

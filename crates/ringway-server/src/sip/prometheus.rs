@@ -182,8 +182,10 @@ type TransportCounter = (&'static str, &'static str, fn(&super::TcpSnapshot) -> 
 
 /// The counters of the connection transports, one row per transport
 /// (`tcp`, `tls`, `ws`, `wss`) listened on or used; each family's samples
-/// together (the text format wants them contiguous).
-fn render_transport(p: &mut PromText, s: &super::TcpSnapshot) {
+/// together (the text format wants them contiguous). Named
+/// `PREFIX_connections_…`: `ringway_sip` for the proxy, `ringway_dispatch`
+/// for the dispatcher (the same driver).
+pub(crate) fn render_transport(p: &mut PromText, prefix: &str, s: &super::TcpSnapshot) {
     let rows: Vec<(&str, &super::TcpSnapshot)> = s
         .by_transport
         .iter()
@@ -191,48 +193,47 @@ fn render_transport(p: &mut PromText, s: &super::TcpSnapshot) {
         .collect();
     for (t, row) in &rows {
         p.gauge(
-            "ringway_sip_connections_open",
+            &format!("{prefix}_connections_open"),
             "Connections open now.",
             &[("transport", t)],
             row.open as f64,
         );
     }
     let simple: [TransportCounter; 5] = [
+        ("connections_accepted_total", "Connections accepted.", |r| {
+            r.accepted
+        }),
         (
-            "ringway_sip_connections_accepted_total",
-            "Connections accepted.",
-            |r| r.accepted,
-        ),
-        (
-            "ringway_sip_connections_opened_total",
-            "Connections the proxy opened.",
+            "connections_opened_total",
+            "Connections opened to next hops.",
             |r| r.connected,
         ),
         (
-            "ringway_sip_connections_aliased_total",
+            "connections_aliased_total",
             "Connections that took an RFC 5923 alias (a Via alias on them).",
             |r| r.aliases,
         ),
         (
-            "ringway_sip_keepalive_pings_total",
+            "keepalive_pings_total",
             "CRLF CRLF keep-alive pings answered with a pong (RFC 5626 4.4.1; WebSocket pings).",
             |r| r.pings,
         ),
         (
-            "ringway_sip_transport_no_connection_total",
+            "transport_no_connection_total",
             "Messages dropped because their connection was gone or could not be opened.",
             |r| r.no_connection,
         ),
     ];
     for (name, help, value) in simple {
+        let name = format!("{prefix}_{name}");
         for (t, row) in &rows {
-            p.counter(name, help, &[("transport", t)], value(row));
+            p.counter(&name, help, &[("transport", t)], value(row));
         }
     }
     for (t, row) in &rows {
         for (reason, v) in [("limit", row.refused_limit), ("per_ip", row.refused_per_ip)] {
             p.counter(
-                "ringway_sip_connections_refused_total",
+                &format!("{prefix}_connections_refused_total"),
                 "Accepted connections closed at once, by the bound they hit.",
                 &[("transport", t), ("reason", reason)],
                 v,
@@ -242,7 +243,7 @@ fn render_transport(p: &mut PromText, s: &super::TcpSnapshot) {
     for (t, row) in &rows {
         for (reason, v) in &row.closed {
             p.counter(
-                "ringway_sip_connections_closed_total",
+                &format!("{prefix}_connections_closed_total"),
                 "Connections closed, by reason.",
                 &[("transport", t), ("reason", reason)],
                 *v,
@@ -252,7 +253,7 @@ fn render_transport(p: &mut PromText, s: &super::TcpSnapshot) {
     for (t, row) in &rows {
         for (direction, v) in [("in", row.bytes_in), ("out", row.bytes_out)] {
             p.counter(
-                "ringway_sip_transport_bytes_total",
+                &format!("{prefix}_transport_bytes_total"),
                 "Bytes read from and written to connections.",
                 &[("transport", t), ("direction", direction)],
                 v,
@@ -262,7 +263,7 @@ fn render_transport(p: &mut PromText, s: &super::TcpSnapshot) {
     for (t, row) in &rows {
         for (direction, v) in [("in", row.messages_in), ("out", row.messages_out)] {
             p.counter(
-                "ringway_sip_transport_messages_total",
+                &format!("{prefix}_transport_messages_total"),
                 "Messages framed off and sent over connections.",
                 &[("transport", t), ("direction", direction)],
                 v,
@@ -417,10 +418,10 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
         );
     }
     if let Some(tcp) = &snap.tcp {
-        render_transport(text, tcp);
+        render_transport(text, "ringway_sip", tcp);
     }
     if let Some(tls) = &snap.tls {
-        render_tls(text, tls);
+        render_tls(text, "ringway_sip", tls);
     }
     if let Some(keepalive) = &snap.keepalive {
         render_keepalive(text, keepalive);
@@ -491,10 +492,10 @@ fn render_keepalive(p: &mut PromText, s: &super::keepalive::KeepaliveSnapshot) {
 
 /// The TLS layer: handshakes per transport over TLS (`tls`, `wss`), their
 /// failures and bounds, reloads.
-fn render_tls(p: &mut PromText, s: &super::TlsSnapshot) {
+pub(crate) fn render_tls(p: &mut PromText, prefix: &str, s: &super::TlsSnapshot) {
     for (t, row) in &s.by_transport {
         p.counter(
-            "ringway_sip_tls_handshakes_total",
+            &format!("{prefix}_tls_handshakes_total"),
             "TLS handshakes completed (accepted and opened).",
             &[("transport", t)],
             row.handshakes,
@@ -507,7 +508,7 @@ fn render_tls(p: &mut PromText, s: &super::TlsSnapshot) {
             ("refused", row.handshakes_refused),
         ] {
             p.counter(
-                "ringway_sip_tls_handshake_failures_total",
+                &format!("{prefix}_tls_handshake_failures_total"),
                 "TLS handshakes that failed, timed out, or were refused (max_handshakes in progress).",
                 &[("transport", t), ("reason", reason)],
                 v,
@@ -517,19 +518,19 @@ fn render_tls(p: &mut PromText, s: &super::TlsSnapshot) {
     // One handshake bound and one certificate set for both transports.
     let l = [("transport", "tls")];
     p.gauge(
-        "ringway_sip_tls_handshakes_in_progress",
+        &format!("{prefix}_tls_handshakes_in_progress"),
         "TLS handshakes in progress now (tls and wss together).",
         &l,
         s.in_handshake as f64,
     );
     p.counter(
-        "ringway_sip_tls_reloads_total",
+        &format!("{prefix}_tls_reloads_total"),
         "Certificate reloads applied.",
         &l,
         s.reloads,
     );
     p.counter(
-        "ringway_sip_tls_reload_failures_total",
+        &format!("{prefix}_tls_reload_failures_total"),
         "Certificate reloads refused (the certificates in use stay).",
         &l,
         s.reload_failures,

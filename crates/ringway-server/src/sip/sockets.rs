@@ -1,7 +1,7 @@
 //! Opening the server's sockets: the UDP sockets of the receive model and
 //! the connection transports' listeners and event-loop polls.
 
-use super::{Connections, RxModel, SipServerConfig};
+use super::{Connections, RxModel, SipServerConfig, TcpConfig, TlsConfig};
 use crate::ServerError;
 use ringway_io::{open_udp, SocketConfig, SocketReport};
 use ringway_sip::TransportAddr;
@@ -55,20 +55,54 @@ pub(super) fn open_sockets(
 }
 
 /// The connection transports' listeners, polls and table.
-pub(super) struct StreamListeners {
+pub(crate) struct StreamListeners {
     /// The bound addresses (port 0 replaced).
-    pub(super) addresses: Vec<TransportAddr>,
+    pub(crate) addresses: Vec<TransportAddr>,
     /// Every listener and its transport (accepted on by event loop 0).
-    pub(super) listeners: Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
+    pub(crate) listeners: Vec<(mio::net::TcpListener, ringway_sip::Transport)>,
     /// One poll per event loop.
-    pub(super) polls: Vec<mio::Poll>,
-    pub(super) connections: Option<Arc<Connections>>,
+    pub(crate) polls: Vec<mio::Poll>,
+    pub(crate) connections: Option<Arc<Connections>>,
+}
+
+/// What a server's connection transports open with (the proxy's and the
+/// dispatcher's configurations name the same settings).
+pub(crate) struct StreamSettings<'a> {
+    /// Connection-transport listen addresses (none: no event loops).
+    pub(crate) listeners: &'a [TransportAddr],
+    pub(crate) tcp: &'a TcpConfig,
+    pub(crate) tls: &'a TlsConfig,
+    /// Origins WebSocket clients may come from (none: any).
+    pub(crate) ws_origins: &'a [String],
+    /// Event loops when `tcp.threads` is 0: as many as UDP workers.
+    pub(crate) workers: usize,
+    /// Who logs ("sip server", "sip dispatch").
+    pub(crate) who: &'static str,
+}
+
+/// Bind the TCP listeners of the proxy (port 0: the UDP port `local`
+/// got) and make the event loops' polls and the connection table.
+pub(super) fn open_listeners(
+    config: &SipServerConfig,
+    local: SocketAddr,
+) -> Result<StreamListeners, ServerError> {
+    open_stream_listeners(
+        &StreamSettings {
+            listeners: &config.listeners,
+            tcp: &config.tcp,
+            tls: &config.tls,
+            ws_origins: &config.ws_origins,
+            workers: config.workers,
+            who: "sip server",
+        },
+        local,
+    )
 }
 
 /// Bind the TCP listeners (port 0: the UDP port `local` got) and make the
 /// event loops' polls and the connection table.
-pub(super) fn open_listeners(
-    config: &SipServerConfig,
+pub(crate) fn open_stream_listeners(
+    config: &StreamSettings<'_>,
     local: SocketAddr,
 ) -> Result<StreamListeners, ServerError> {
     let mut streams = StreamListeners {
@@ -80,7 +114,7 @@ pub(super) fn open_listeners(
     if config.listeners.is_empty() {
         return Ok(streams);
     }
-    for listener in &config.listeners {
+    for listener in config.listeners {
         let mut addr = listener.addr;
         if addr.port() == 0 {
             addr.set_port(local.port());
@@ -94,7 +128,7 @@ pub(super) fn open_listeners(
         streams.listeners.push((bound, listener.transport));
     }
     let threads = match config.tcp.threads {
-        0 => config.workers,
+        0 => config.workers.max(1),
         n => n,
     };
     let mut registries = Vec::with_capacity(threads);
@@ -116,12 +150,12 @@ pub(super) fn open_listeners(
         registries,
         tls,
         super::ws::OriginPolicy {
-            allowed: config.ws_origins.clone(),
+            allowed: config.ws_origins.to_vec(),
         },
         config.listeners.iter().map(|l| l.transport).collect(),
     )));
     for a in &streams.addresses {
-        log::info!("sip server: listening on {a} ({threads} event loops)");
+        log::info!("{}: listening on {a} ({threads} event loops)", config.who);
     }
     Ok(streams)
 }

@@ -52,7 +52,7 @@ pub(super) fn tcp_thread(
             poll,
             listeners,
             connections,
-            proxy: &shared.proxy,
+            handler: &mut shared.proxy.worker(),
             udp,
             stop: &shared.stop,
         })

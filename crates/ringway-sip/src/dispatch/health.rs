@@ -4,6 +4,7 @@
 //! `5xx`) is out, and back in with its first good answer. A proxy starts
 //! in (traffic flows before the first probe returns).
 
+use crate::transport::{Hop, Transport, TransportAddr};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -39,7 +40,10 @@ impl AdminState {
 pub(super) struct Member {
     /// Its address.
     pub(super) address: SocketAddr,
-    /// Its identity for rendezvous hashing (`ip:port`).
+    /// The transport requests and probes go to it over.
+    pub(super) transport: Transport,
+    /// Its identity for rendezvous hashing and in listings: `ip:port`
+    /// over UDP, `tcp:ip:port` / `tls:ip:port` over a connection.
     pub(super) identity: String,
     /// In: new requests may go to it.
     pub(super) alive: AtomicBool,
@@ -64,16 +68,30 @@ struct Probe {
 }
 
 impl Member {
-    pub(super) fn new(address: SocketAddr) -> Member {
+    pub(super) fn new(at: TransportAddr) -> Member {
         Member {
-            address,
-            identity: address.to_string(),
+            address: at.addr,
+            transport: at.transport,
+            identity: identity(at),
             alive: AtomicBool::new(true),
             admin: AtomicU8::new(AdminState::Active as u8),
             requests: AtomicU64::new(0),
             downs: AtomicU64::new(0),
             probe: Mutex::new(Probe::default()),
         }
+    }
+
+    /// Its address with its transport.
+    pub(super) fn at(&self) -> TransportAddr {
+        TransportAddr {
+            transport: self.transport,
+            addr: self.address,
+        }
+    }
+
+    /// The hop to it (a connection to it, reused, for TCP and TLS).
+    pub(super) fn hop(&self) -> Hop {
+        Hop::new(self.transport, self.address)
     }
 
     pub(super) fn is_alive(&self) -> bool {
@@ -133,6 +151,16 @@ impl Member {
     }
 }
 
+/// How a proxy is named in listings and hashed: `ip:port` over UDP (as
+/// before other transports existed, so UDP shares do not move), else
+/// `transport:ip:port`.
+pub(super) fn identity(at: TransportAddr) -> String {
+    match at.transport {
+        Transport::Udp => at.addr.to_string(),
+        _ => at.to_string(),
+    }
+}
+
 /// `(member index, sequence, nonce)` of a probe id `rwprobe-I-S-NONCE`
 /// (its branch after the magic cookie; its Call-ID before the `@`).
 pub(super) fn parse_probe_id(id: &str) -> Option<(usize, u64, u64)> {
@@ -154,6 +182,9 @@ mod tests {
     #[test]
     fn out_after_failures_in_a_row_back_with_one_answer() {
         let m = Member::new("192.0.2.11:5060".parse().unwrap());
+        assert_eq!(m.identity, "192.0.2.11:5060");
+        let tcp = Member::new("tcp:192.0.2.11:5060".parse().unwrap());
+        assert_eq!(tcp.identity, "tcp:192.0.2.11:5060");
         let s1 = m.next_probe(3);
         assert!(m.probe_answered(s1, 200, 3));
         assert!(!m.probe_answered(s1, 200, 3), "answered twice");

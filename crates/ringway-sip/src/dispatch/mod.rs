@@ -35,6 +35,14 @@
 //! or dialog: a proxy's in-flight transactions and dialogs die with it
 //! (every system surveyed accepts that); a retransmission after it went
 //! out is hashed to a live proxy. Nothing is resolved by DNS.
+//!
+//! Every message comes in and goes out with its [`Hop`], as in the proxy
+//! core: a request over a connection (TCP, TLS, WebSocket) is answered
+//! over that connection, proxies are reached over their configured
+//! transport (UDP, TCP or TLS: the driver reuses its connection to them),
+//! our Via names the transport it goes out on and our Record-Route is
+//! doubled when the two sides' transports differ (Kamailio's rr module
+//! does the same), so each side reaches us over its own transport.
 
 mod health;
 pub use health::AdminState;
@@ -49,6 +57,7 @@ use crate::proxy::{
     sendable, Action, DropReason, FloodConfig, MsgLabel, Outcome, AMPLIFICATION_LIMIT,
 };
 use crate::relay::{Grant, Refusal, RelayNets};
+use crate::transport::{Hop, Transport, TransportAddr};
 use crate::uri::{host_ip, SipUri};
 use health::{parse_probe_id, PROBE_TAG};
 use serde::Serialize;
@@ -61,10 +70,15 @@ use targets::Targets;
 /// Configuration of a [`Dispatcher`].
 #[derive(Clone, Debug)]
 pub struct DispatchConfig {
-    /// Our address (Via, Record-Route, Path). A concrete address.
+    /// Our UDP address (Via, Record-Route, Path). A concrete address.
     pub local: SocketAddr,
-    /// The proxies behind us.
-    pub proxies: Vec<SocketAddr>,
+    /// Where we listen on connection transports (TCP, TLS, WS, WSS),
+    /// beyond `local`: concrete addresses, at most one per transport is
+    /// used for our Via and Record-Route.
+    pub listeners: Vec<TransportAddr>,
+    /// The proxies behind us, each with the transport we reach it over
+    /// (UDP, TCP or TLS; a connection transport needs a listener of it).
+    pub proxies: Vec<TransportAddr>,
     /// OPTIONS probe interval (ns).
     pub probe_interval: u64,
     /// Probes unanswered in a row before a proxy is out.
@@ -91,6 +105,7 @@ impl Default for DispatchConfig {
     fn default() -> Self {
         DispatchConfig {
             local: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            listeners: Vec::new(),
             proxies: Vec::new(),
             probe_interval: 500_000_000,
             probe_failures: 3,
@@ -187,10 +202,8 @@ pub struct Dispatcher {
     targets: RwLock<Arc<Targets>>,
     /// Bumped with every new [`Targets`]: workers refresh their copy.
     generation: AtomicU64,
-    /// `host:port` in our Via.
-    sent_by: String,
-    /// `sip:host:port;lr` (Record-Route, Path).
-    uri: String,
+    /// Our address per transport: UDP (`local`) first, then the listeners.
+    own: Vec<OwnAddress>,
     /// Seed of our branches.
     secret: u64,
     /// Key of our branch MACs and probe nonces.
@@ -202,20 +215,47 @@ pub struct Dispatcher {
     counters: Counters,
 }
 
+/// One of our listening addresses with the texts we write for it.
+struct OwnAddress {
+    at: TransportAddr,
+    /// `host:port` for Via.
+    sent_by: String,
+    /// `sip:host:port;lr` (`;transport=tcp;lr` and so on beyond UDP):
+    /// Record-Route and Path.
+    uri: String,
+}
+
+impl OwnAddress {
+    fn new(at: TransportAddr) -> OwnAddress {
+        let sent_by = at.addr.to_string();
+        let uri = match at.transport {
+            Transport::Udp => format!("sip:{sent_by};lr"),
+            other => format!("sip:{sent_by};transport={};lr", other.name()),
+        };
+        OwnAddress { at, sent_by, uri }
+    }
+}
+
 /// Where a request goes.
 enum Next {
     /// To a proxy chosen by rendezvous hashing (index).
     Proxy(usize),
     /// To its next Route.
-    Route(SocketAddr),
+    Route(Hop),
     /// By its Request-URI.
-    RequestUri(SocketAddr),
+    RequestUri(Hop),
 }
 
 impl Dispatcher {
     /// A dispatcher in front of `config.proxies`.
     pub fn new(config: DispatchConfig) -> Dispatcher {
         let sent_by = config.local.to_string();
+        let mut own: Vec<OwnAddress> = vec![OwnAddress::new(TransportAddr::udp(config.local))];
+        for listener in &config.listeners {
+            if !own.iter().any(|o| o.at.transport == listener.transport) {
+                own.push(OwnAddress::new(*listener));
+            }
+        }
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&config.secret[..8]);
         let mut key = [0u8; 16];
@@ -228,7 +268,7 @@ impl Dispatcher {
                 config.relay.clone(),
             ))),
             generation: AtomicU64::new(0),
-            uri: format!("sip:{sent_by};lr"),
+            own,
             secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
             mac_key: MacKey::new(key),
             flood: config.flood.clone().map(|mut flood| {
@@ -236,10 +276,9 @@ impl Dispatcher {
                 flood.exempt.push(config.local.ip());
                 flood
                     .exempt
-                    .extend(config.proxies.iter().map(SocketAddr::ip));
+                    .extend(config.proxies.iter().map(|p| p.addr.ip()));
                 FloodLimiter::new(flood)
             }),
-            sent_by,
             next_probe: AtomicU64::new(0),
             counters: Counters::default(),
             config,
@@ -270,17 +309,17 @@ impl Dispatcher {
     }
 
     /// The proxies new requests are spread over now.
-    pub fn proxies(&self) -> Vec<SocketAddr> {
-        self.current().0.members.iter().map(|m| m.address).collect()
+    pub fn proxies(&self) -> Vec<TransportAddr> {
+        self.current().0.members.iter().map(|m| m.at()).collect()
     }
 
     /// Each proxy now and whether it is in (answers probes and is `Active`).
-    pub fn proxy_states(&self) -> Vec<(SocketAddr, bool)> {
+    pub fn proxy_states(&self) -> Vec<(TransportAddr, bool)> {
         self.current()
             .0
             .members
             .iter()
-            .map(|m| (m.address, m.takes_new()))
+            .map(|m| (m.at(), m.takes_new()))
             .collect()
     }
 
@@ -292,7 +331,7 @@ impl Dispatcher {
     /// relay policy until a restart; the last 64 removed are kept).
     /// Rendezvous hashing moves only the shares of the proxies that came
     /// or went. Workers take the new set at their next datagram.
-    pub fn set_proxies(&self, proxies: &[SocketAddr], relay: RelayNets) {
+    pub fn set_proxies(&self, proxies: &[TransportAddr], relay: RelayNets) {
         let mut targets = self.targets.write().unwrap_or_else(PoisonError::into_inner);
         let next = Targets::new(self.config.local, proxies, Some(&targets), relay);
         *targets = Arc::new(next);
@@ -325,15 +364,10 @@ impl Dispatcher {
     /// follow their Route whatever the state. Rendezvous hashing moves
     /// only that proxy's share. `false`: no such proxy.
     pub fn set_admin_state(&self, address: SocketAddr, state: AdminState) -> bool {
-        match self
-            .current()
-            .0
-            .members
-            .iter()
-            .find(|m| m.address == address)
-        {
-            Some(member) => {
-                member.set_admin_state(state);
+        let (targets, _) = self.current();
+        match targets.member_at(address) {
+            Some(index) => {
+                targets.members[index].set_admin_state(state);
                 true
             }
             None => false,
@@ -390,10 +424,30 @@ impl Dispatcher {
     }
 
     fn is_us(&self, uri: &str) -> bool {
-        SipUri::parse(uri).is_some_and(|u| {
-            u.host_ip() == Some(self.config.local.ip())
-                && u.port.unwrap_or(5060) == self.config.local.port()
-        })
+        SipUri::parse(uri).is_some_and(|u| self.is_our_host(u.host, u.port))
+    }
+
+    /// Whether `host:port` (port 5060 if none) is one of our addresses.
+    fn is_our_host(&self, host: &str, port: Option<u16>) -> bool {
+        let ip = host_ip(host);
+        let port = port.unwrap_or(5060);
+        self.own
+            .iter()
+            .any(|own| ip == Some(own.at.addr.ip()) && port == own.at.addr.port())
+    }
+
+    /// Our address on `transport`, if we listen on it.
+    fn own_address(&self, transport: Transport) -> Option<&OwnAddress> {
+        self.own.iter().find(|own| own.at.transport == transport)
+    }
+
+    /// A hop to `addr` over `transport` if we speak it, else over UDP (a
+    /// dispatcher that listens only on UDP sends everything over UDP).
+    fn hop_over(&self, transport: Transport, addr: SocketAddr) -> Hop {
+        match self.own_address(transport) {
+            Some(_) => Hop::new(transport, addr),
+            None => Hop::udp(addr),
+        }
     }
 
     /// The hashing key of a new request: the AOR (To URI `user@host`) of
@@ -410,35 +464,48 @@ impl Dispatcher {
         msg.call_id().map(std::borrow::Cow::Borrowed)
     }
 
-    /// Where `msg` (from `src`) goes, after popping `popped` Route values
+    /// Where `msg` (from `from`) goes, after popping `popped` Route values
     /// of ours.
     fn next_hop(
         &self,
         targets: &Targets,
         msg: &SipMsg<'_>,
         method: Method<'_>,
-        src: SocketAddr,
+        from: Hop,
         popped: usize,
     ) -> Result<Next, (u16, &'static str)> {
-        let uri_address = |uri: &str| {
+        // The transport a URI names, else `default`; over UDP when we do
+        // not listen on it.
+        let uri_hop = |uri: &str, default: Transport| {
             SipUri::parse(uri).and_then(|u| {
+                let transport = Transport::of_uri(&u).unwrap_or(default);
                 u.host_ip()
-                    .map(|ip| SocketAddr::new(ip, u.port.unwrap_or(5060)))
+                    .map(|ip| self.hop_over(transport, SocketAddr::new(ip, u.port.unwrap_or(5060))))
             })
         };
-        let from_member = targets.is_proxy(src);
+        let from_member = targets.is_proxy(from);
         // Preloaded Routes of an initial request from outside are ignored
         // (and removed): a proxy routes it.
         let preloaded = !from_member && msg.to_tag().is_none();
         if let Some(route) = msg.routes().nth(popped).filter(|_| !preloaded) {
-            return uri_address(route.uri)
+            return uri_hop(route.uri, Transport::Udp)
                 .map(Next::Route)
                 .ok_or((404, "Not Found - Route Not An Address"));
         }
         if from_member {
+            // A Request-URI naming no transport is reached over the one
+            // named by the last of our Route values popped (a double
+            // Record-Route names the far side's last).
+            let own_route_transport = msg
+                .routes()
+                .take(popped)
+                .last()
+                .and_then(|r| r.sip_uri())
+                .and_then(|u| Transport::of_uri(&u))
+                .unwrap_or_default();
             return msg
                 .request_uri()
-                .and_then(uri_address)
+                .and_then(|uri| uri_hop(uri, own_route_transport))
                 .map(Next::RequestUri)
                 .ok_or((404, "Not Found"));
         }
@@ -518,10 +585,9 @@ const BRANCH_PREFIX: &str = "z9hG4bKrwd";
 const MAX_OWN_VIAS: usize = 3;
 
 impl Dispatcher {
-    /// Whether `upstream` (from `src`) is where responses may go: never our
-    /// own address.
-    fn own(&self, to: SocketAddr) -> bool {
-        to == self.config.local
+    /// Whether `to` is one of our own addresses (responses never go there).
+    fn is_own_address(&self, to: SocketAddr) -> bool {
+        self.own.iter().any(|own| own.at.addr == to)
     }
 
     /// Whether `msg` already passed us more than [`MAX_OWN_VIAS`] times (a
@@ -533,12 +599,10 @@ impl Dispatcher {
         if memchr::memmem::find(msg.head().as_bytes(), BRANCH_PREFIX.as_bytes()).is_none() {
             return false;
         }
-        let local = self.config.local;
         msg.vias()
             .filter(|via| {
                 via.branch.is_some_and(|b| b.starts_with(BRANCH_PREFIX))
-                    && host_ip(via.host) == Some(local.ip())
-                    && via.port.unwrap_or(5060) == local.port()
+                    && self.is_our_host(via.host, via.port)
             })
             .nth(MAX_OWN_VIAS)
             .is_some()
@@ -564,10 +628,9 @@ impl DispatchWorker<'_> {
         }
     }
 
-    /// Handle one datagram from `src` at `now` (ns); datagrams to send go
-    /// to `out`.
-    /// (The dispatcher keeps no timers per request: `now` is for the
-    /// flood limiter's windows.)
+    /// Handle one UDP datagram from `src` at `now` (ns); datagrams to send
+    /// go to `out` (UDP only: a dispatcher with connection transports is
+    /// driven with [`DispatchWorker::handle_from`]).
     pub fn handle(
         &mut self,
         now: u64,
@@ -575,8 +638,26 @@ impl DispatchWorker<'_> {
         datagram: &[u8],
         out: &mut dyn FnMut(SocketAddr, &[u8]),
     ) -> Outcome {
+        self.handle_from(now, Hop::udp(src), datagram, &mut |hop, bytes| {
+            out(hop.addr, bytes)
+        })
+    }
+
+    /// Handle one message (a datagram, or one message framed off a
+    /// connection) that came from `from` at `now` (ns); messages to send go
+    /// to `out` with the hop they go over (a reply to a request that came
+    /// over a connection names that connection).
+    /// (The dispatcher keeps no timers per request: `now` is for the
+    /// flood limiter's windows.)
+    pub fn handle_from(
+        &mut self,
+        now: u64,
+        from: Hop,
+        datagram: &[u8],
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) -> Outcome {
         self.refresh();
-        if let Some(dropped) = self.flood_check(now, src, datagram) {
+        if let Some(dropped) = self.flood_check(now, from, datagram) {
             return dropped;
         }
         let msg = match SipMsg::parse(datagram) {
@@ -587,14 +668,21 @@ impl DispatchWorker<'_> {
             Err(_) => return self.dropped(MsgLabel::Malformed, DropReason::MalformedRequest),
         };
         if msg.is_request() {
-            self.on_request(src, &msg, out)
+            self.on_request(from, &msg, out)
         } else {
-            self.on_response(src, &msg, out)
+            self.on_response(from, &msg, out)
         }
     }
 
-    /// Send the probes due at `now`; returns how many.
+    /// Send the probes due at `now` (UDP proxies only: see
+    /// [`DispatchWorker::on_timer_hops`]); returns how many.
     pub fn on_timer(&mut self, now: u64, out: &mut dyn FnMut(SocketAddr, &[u8])) -> usize {
+        self.on_timer_hops(now, &mut |hop, bytes| out(hop.addr, bytes))
+    }
+
+    /// Send the probes due at `now`, each over its proxy's transport;
+    /// returns how many.
+    pub fn on_timer_hops(&mut self, now: u64, out: &mut dyn FnMut(Hop, &[u8])) -> usize {
         self.refresh();
         let dispatcher = self.dispatcher;
         let due = dispatcher.next_probe.load(Ordering::Relaxed);
@@ -613,18 +701,28 @@ impl DispatchWorker<'_> {
         }
         let mut sent = 0;
         for (index, member) in self.targets.members.iter().enumerate() {
+            // Over the proxy's transport, from our address on it (the
+            // driver refuses a proxy over a transport we do not listen on).
+            let Some(via) = dispatcher.own_address(member.transport) else {
+                continue;
+            };
             let seq = member.next_probe(dispatcher.config.probe_failures);
             // Unguessable without our key: a spoofed answer cannot name it.
             let nonce = dispatcher.probe_nonce(index, seq);
+            let to = match member.transport {
+                Transport::Udp => member.address.to_string(),
+                other => format!("{};transport={}", member.address, other.name()),
+            };
             let probe = format!(
-                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/UDP {us};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}\r\n\
+                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/{token} {via};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}\r\n\
 Max-Forwards: 70\r\nFrom: <sip:dispatch@{us}>;tag={PROBE_TAG}\r\nTo: <sip:{to}>\r\n\
 Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
-                to = member.identity,
-                us = dispatcher.sent_by,
+                token = member.transport.via_token(),
+                via = via.sent_by,
+                us = dispatcher.own[0].sent_by,
             );
             if sendable(&member.address) {
-                out(member.address, probe.as_bytes());
+                out(member.hop(), probe.as_bytes());
                 add(&dispatcher.counters.probes_sent);
                 sent += 1;
             }
@@ -636,14 +734,14 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
     /// quarter of a request, keep-alives not at all), before any parse;
     /// the outcome if it is dropped (unanswered: a reply to a spoofed
     /// source would make us the flood).
-    fn flood_check(&self, now: u64, src: SocketAddr, datagram: &[u8]) -> Option<Outcome> {
+    fn flood_check(&self, now: u64, from: Hop, datagram: &[u8]) -> Option<Outcome> {
         let d = self.dispatcher;
         let flood = d.flood.as_ref()?;
         // Proxies a reload added are exempt like those at start.
-        if self.targets.is_proxy(src) {
+        if self.targets.is_proxy(from) {
             return None;
         }
-        match flood.check_datagram(src.ip(), datagram, now) {
+        match flood.check_datagram(from.addr.ip(), datagram, now) {
             FloodCheck::Pass => None,
             FloodCheck::Untracked => {
                 add(&d.counters.flood_untracked);
@@ -675,9 +773,9 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
 
     fn on_response(
         &mut self,
-        src: SocketAddr,
+        from: Hop,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         let dispatcher = self.dispatcher;
         add(&dispatcher.counters.responses_received);
@@ -686,8 +784,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some(top) = msg.top_via() else {
             return self.dropped(label, DropReason::MalformedResponse);
         };
-        let ours = host_ip(top.host) == Some(dispatcher.config.local.ip())
-            && top.port.unwrap_or(5060) == dispatcher.config.local.port();
+        let ours = dispatcher.is_our_host(top.host, top.port);
         // Not sent by us: relaying it would make us a reflector for
         // whatever address its next Via names.
         if !ours {
@@ -701,7 +798,11 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             .filter(|b| b.starts_with(PROBE_TAG))
         {
             if let Some((index, seq, nonce)) = parse_probe_id(probe) {
-                let member = self.targets.members.get(index).filter(|m| m.address == src);
+                let member = self
+                    .targets
+                    .members
+                    .get(index)
+                    .filter(|m| m.address == from.addr);
                 let genuine = nonce == dispatcher.probe_nonce(index, seq);
                 // Only the probed member's final answer with our nonce: a
                 // spoofed 200 must not revive a member that is down.
@@ -718,7 +819,10 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         let Some((hash, mac)) = top.branch.and_then(Dispatcher::parse_branch) else {
             return self.dropped(label, DropReason::ResponseNotOurs);
         };
-        let Some(to) = msg.second_via().and_then(|next| next.response_target()) else {
+        let Some((to, transport)) = msg.second_via().and_then(|next| {
+            let transport = Transport::from_via_token(next.transport).unwrap_or_default();
+            Some((next.response_target()?, transport))
+        }) else {
             return self.dropped(label, DropReason::UnroutableResponse);
         };
         // The MAC binds our branch to where its responses go: a response
@@ -726,13 +830,16 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         if dispatcher.upstream_mac(hash, to) != mac {
             return self.dropped(label, DropReason::ResponseNotOurs);
         }
-        if !sendable(&to) || dispatcher.own(to) {
+        if !sendable(&to) || dispatcher.is_own_address(to) {
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
         self.scratch.clear();
         match forward_response(msg, &mut self.scratch) {
             Ok(_) => {
-                out(to, &self.scratch);
+                // Over the connection the request came in on (the driver
+                // finds it by the address: its source, in `received` and
+                // `rport`), else as the Via says.
+                out(dispatcher.hop_over(transport, to), &self.scratch);
                 add(&dispatcher.counters.responses_forwarded);
                 Outcome {
                     label,
@@ -745,24 +852,24 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
 
     fn on_request(
         &mut self,
-        src: SocketAddr,
+        from: Hop,
         msg: &SipMsg<'_>,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         let dispatcher = self.dispatcher;
         add(&dispatcher.counters.requests_received);
         let method = msg.method().unwrap_or(Method::Other(""));
+        // RFC 3261 18.2.2 / RFC 3581: the source IP always; the Via's port
+        // unless the client asked for rport (NAT: the source port) or it
+        // came over a connection (whose peer the responses follow).
+        let upstream = crate::proxy::upstream_address(from, msg.top_via().as_ref());
         let request = Incoming {
-            src,
+            from,
             msg,
             method,
             label: MsgLabel::of_method(method),
-            // RFC 3261 18.2.2 / RFC 3581: the source IP always; the Via's
-            // port unless the client asked for rport (NAT: the source port).
-            upstream: match msg.top_via() {
-                Some(via) if !via.rport_flag => SocketAddr::new(src.ip(), via.port.unwrap_or(5060)),
-                _ => src,
-            },
+            upstream,
+            reply: crate::proxy::reply_hop(from, upstream),
         };
         if msg.max_forwards() == Some(0) {
             return self.respond(&request, 483, "Too Many Hops", out);
@@ -780,7 +887,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         {
             return self.respond(&request, 200, "OK", out);
         }
-        let next = match dispatcher.next_hop(&self.targets, msg, method, src, popped) {
+        let next = match dispatcher.next_hop(&self.targets, msg, method, from, popped) {
             Ok(next) => next,
             Err((code, reason)) => {
                 if code == 503 {
@@ -790,12 +897,12 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             }
         };
         let to = match next {
-            Next::Proxy(index) => self.targets.members[index].address,
+            Next::Proxy(index) => self.targets.members[index].hop(),
             Next::Route(to) | Next::RequestUri(to) => to,
         };
         // A proxy applied its own policy to what it sends us.
-        let from_member = self.targets.is_proxy(src);
-        if let Some(refused) = self.refuse_relay(&request, to, from_member, out) {
+        let from_member = self.targets.is_proxy(from);
+        if let Some(refused) = self.refuse_relay(&request, to.addr, from_member, out) {
             return refused;
         }
         dispatcher.count_next_hop(&self.targets, &next);
@@ -816,7 +923,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         request: &Incoming<'_, '_>,
         code: u16,
         reason: &str,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         let dispatcher = self.dispatcher;
         let label = request.label;
@@ -852,7 +959,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         if self.scratch.len() > AMPLIFICATION_LIMIT * request.msg.as_bytes().len() {
             return self.dropped(label, DropReason::ReplyTooLarge);
         }
-        out(request.upstream, &self.scratch);
+        out(request.reply, &self.scratch);
         *dispatcher
             .counters
             .responses_generated
@@ -873,7 +980,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
         request: &Incoming<'_, '_>,
         to: SocketAddr,
         from_member: bool,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Option<Outcome> {
         let dispatcher = self.dispatcher;
         let grant = if from_member {
@@ -896,18 +1003,28 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
     }
 
     /// Forward `request` to `to` with our Via (received/rport from its real
-    /// source), Record-Route on dialog-creating requests, Path on a
-    /// REGISTER to a proxy, and `pop_routes` Route values removed.
+    /// source), Record-Route on dialog-creating requests (one per side when
+    /// the transports differ), Path on a REGISTER to a proxy, and
+    /// `pop_routes` Route values removed.
     fn forward(
         &mut self,
         request: &Incoming<'_, '_>,
         next: &Next,
-        to: SocketAddr,
+        to: Hop,
         pop_routes: usize,
-        out: &mut dyn FnMut(SocketAddr, &[u8]),
+        out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
         let dispatcher = self.dispatcher;
-        let (msg, method, src) = (request.msg, request.method, request.src);
+        let (msg, method, src) = (request.msg, request.method, request.from.addr);
+        // Our address on the way out, and on the way in.
+        let (Some(egress), Some(ingress)) = (
+            dispatcher.own_address(to.transport),
+            dispatcher.own_address(request.from.transport),
+        ) else {
+            // Only a driver that hands us a transport we do not listen on.
+            return self.dropped(request.label, DropReason::ForbiddenDestination);
+        };
+        let over_connection = request.from.transport.is_reliable();
         let dialog_creating = matches!(
             method,
             Method::Invite | Method::Subscribe | Method::Refer | Method::Notify
@@ -920,22 +1037,29 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             .top_via()
             .filter(|via| via.received.is_some() || host_ip(via.host) != Some(src.ip()))
             .map(|_| src.ip().to_string());
+        let record_route = dispatcher.config.record_route && dialog_creating;
         let edits = RequestEdits {
             via: Some(ViaEdit {
-                transport: "UDP",
-                sent_by: &dispatcher.sent_by,
+                transport: to.transport.via_token(),
+                sent_by: &egress.sent_by,
                 branch,
             }),
             max_forwards: true,
-            record_route: (dispatcher.config.record_route && dialog_creating)
-                .then_some(dispatcher.uri.as_str()),
+            record_route: record_route.then_some(egress.uri.as_str()),
+            // Two transports: a Record-Route for each side, the far side's
+            // on top, so each side reaches us over its own transport.
+            record_route_inner: (record_route && !std::ptr::eq(egress, ingress))
+                .then_some(ingress.uri.as_str()),
             path: (method == Method::Register && matches!(next, Next::Proxy(_)))
-                .then_some(dispatcher.uri.as_str()),
+                .then_some(egress.uri.as_str()),
             received: ip_text.as_deref(),
+            // Over a connection always (RFC 3261 18.2.2: its responses
+            // follow the connection's peer port).
             rport: msg
                 .top_via()
-                .filter(|via| via.rport_flag)
+                .filter(|via| via.rport_flag || over_connection)
                 .map(|_| src.port()),
+            add_rport: over_connection,
             pop_routes,
             ..RequestEdits::default()
         };
@@ -958,14 +1082,18 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
 
 /// A received request and what answering or forwarding it needs.
 struct Incoming<'a, 'm> {
-    /// The datagram's source.
-    src: SocketAddr,
+    /// Where it came from (a connection: its peer and flow).
+    from: Hop,
     msg: &'a SipMsg<'m>,
     method: Method<'m>,
     label: MsgLabel,
-    /// Where our answers go: the top Via's sent-by port at the source's
-    /// address, or the source itself with rport.
+    /// Where responses to it go: the top Via's sent-by port at the
+    /// source's address, or the source itself with rport or over a
+    /// connection.
     upstream: SocketAddr,
+    /// The hop our own answers go over: the request's connection, or
+    /// `upstream` over UDP.
+    reply: Hop,
 }
 
 impl Dispatcher {

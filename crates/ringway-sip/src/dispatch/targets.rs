@@ -5,6 +5,7 @@
 
 use super::health::Member;
 use crate::relay::{RelayNets, RelayPolicy};
+use crate::transport::{Hop, TransportAddr};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ pub(super) struct Targets {
     /// Proxies a reload removed, oldest first (at most [`MAX_RETIRED`]):
     /// the in-dialog requests of calls they Record-Routed still go to them
     /// and come from them as from a proxy, until a restart.
-    pub(super) retired: Vec<SocketAddr>,
+    pub(super) retired: Vec<TransportAddr>,
     /// Where requests may go: the proxies (also the retired ones) and the
     /// relay networks.
     pub(super) relay: RelayPolicy,
@@ -26,28 +27,29 @@ pub(super) struct Targets {
 
 impl Targets {
     /// The set `proxies` behind `local`; a proxy that was in `previous`
-    /// keeps its state (alive, operator's state, counters, probes).
+    /// keeps its state (alive, operator's state, counters, probes); one
+    /// whose transport changed is a new proxy.
     pub(super) fn new(
         local: SocketAddr,
-        proxies: &[SocketAddr],
+        proxies: &[TransportAddr],
         previous: Option<&Targets>,
         relay: RelayNets,
     ) -> Targets {
         let members: Vec<Arc<Member>> = proxies
             .iter()
-            .map(|&address| {
+            .map(|&at| {
                 previous
-                    .and_then(|p| p.members.iter().find(|m| m.address == address))
+                    .and_then(|p| p.members.iter().find(|m| m.at() == at))
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(Member::new(address)))
+                    .unwrap_or_else(|| Arc::new(Member::new(at)))
             })
             .collect();
-        let mut retired: Vec<SocketAddr> = previous
+        let mut retired: Vec<TransportAddr> = previous
             .map(|p| {
                 p.retired
                     .iter()
                     .copied()
-                    .chain(p.members.iter().map(|m| m.address))
+                    .chain(p.members.iter().map(|m| m.at()))
                     .filter(|a| !proxies.contains(a))
                     .collect()
             })
@@ -55,7 +57,7 @@ impl Targets {
         retired.dedup();
         let excess = retired.len().saturating_sub(MAX_RETIRED);
         retired.drain(..excess);
-        let trusted: Vec<SocketAddr> = proxies.iter().chain(&retired).copied().collect();
+        let trusted: Vec<SocketAddr> = proxies.iter().chain(&retired).map(|at| at.addr).collect();
         Targets {
             members,
             retired,
@@ -68,9 +70,23 @@ impl Targets {
         self.members.iter().position(|m| m.address == address)
     }
 
-    /// Whether `address` is one of our proxies, now or retired.
-    pub(super) fn is_proxy(&self, address: SocketAddr) -> bool {
-        self.member_at(address).is_some() || self.retired.contains(&address)
+    /// Whether a message from `from` comes from one of our proxies, now or
+    /// retired. A datagram: from a proxy's address. Over a connection: from
+    /// the IP of a proxy we reach over a connection, any port (a proxy's
+    /// own connections to us come from an ephemeral port; a TCP peer's
+    /// address, unlike a datagram's, cannot be spoofed without its
+    /// handshake). So clients must not share an IP with a TCP/TLS proxy.
+    pub(super) fn is_proxy(&self, from: Hop) -> bool {
+        let mut all = self
+            .members
+            .iter()
+            .map(|m| m.at())
+            .chain(self.retired.iter().copied());
+        if from.transport.is_reliable() {
+            all.any(|p| p.transport.is_reliable() && p.addr.ip() == from.addr.ip())
+        } else {
+            all.any(|p| p.addr == from.addr)
+        }
     }
 }
 
@@ -79,13 +95,13 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    fn a(s: &str) -> SocketAddr {
+    fn a(s: &str) -> TransportAddr {
         s.parse().unwrap()
     }
 
     #[test]
     fn a_new_set_keeps_the_state_of_proxies_that_stay_and_retires_the_others() {
-        let local = a("192.0.2.1:5060");
+        let local = a("192.0.2.1:5060").addr;
         let first = Targets::new(
             local,
             &[a("192.0.2.11:5060"), a("192.0.2.12:5060")],
@@ -101,10 +117,12 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&first.members[0], &second.members[0]));
         assert_eq!(second.members[0].requests.load(Ordering::Relaxed), 7);
-        assert_eq!(second.members[1].address, a("192.0.2.13:5060"));
+        assert_eq!(second.members[1].at(), a("192.0.2.13:5060"));
         assert_eq!(second.retired, [a("192.0.2.12:5060")]);
-        assert!(second.is_proxy(a("192.0.2.12:5060")));
-        assert_eq!(second.member_at(a("192.0.2.12:5060")), None);
+        assert!(second.is_proxy(a("192.0.2.12:5060").hop()));
+        assert!(!second.is_proxy(a("192.0.2.12:5061").hop()));
+        assert!(!second.is_proxy(a("tcp:192.0.2.12:40000").hop()));
+        assert_eq!(second.member_at(a("192.0.2.12:5060").addr), None);
         // Back again: no longer retired.
         let third = Targets::new(
             local,
@@ -113,5 +131,11 @@ mod tests {
             RelayNets::None,
         );
         assert_eq!(third.retired, [a("192.0.2.11:5060"), a("192.0.2.13:5060")]);
+        // Over a connection a proxy is known by its IP (its connections to
+        // us come from ephemeral ports); a datagram from there is not.
+        let tcp = Targets::new(local, &[a("tcp:192.0.2.14:5060")], None, RelayNets::None);
+        assert!(tcp.is_proxy(a("tcp:192.0.2.14:41000").hop()));
+        assert!(!tcp.is_proxy(a("192.0.2.14:41000").hop()));
+        assert!(!tcp.is_proxy(a("tcp:192.0.2.15:5060").hop()));
     }
 }

@@ -75,9 +75,11 @@ pub use deferred::{DeferredRequest, QueueFull, StoreQueue};
 pub use names::{NameAnswer, NameError, NameQuery, NameResolver, ResolvingRequest, MAX_TRIES};
 pub use outcome::{Action, DropReason, MsgLabel, Outcome, DROP_REASONS, EXACT_CODES};
 pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
+pub(crate) use routing::upstream_address;
 pub use stats::ProxyStats;
 pub use timer_table::{T1, T2, T4, TIMER_64T1, TIMER_C};
 pub use transport_error::TransportErrorOutcome;
+pub(crate) use worker::reply_hop;
 pub use worker::ProxyWorker;
 pub use worker::AMPLIFICATION_LIMIT;
 

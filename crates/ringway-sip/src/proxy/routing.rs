@@ -24,7 +24,7 @@ const MAX_OWN_VIAS: usize = 3;
 /// the sent-by port unless the top Via asked for `rport` or the request
 /// came over a connection (whose port the responses follow, RFC 3261
 /// 18.2.2).
-pub(super) fn upstream_address(from: Hop, top: Option<&Via<'_>>) -> SocketAddr {
+pub(crate) fn upstream_address(from: Hop, top: Option<&Via<'_>>) -> SocketAddr {
     match top {
         Some(via) if !via.rport_flag && !from.transport.is_reliable() => {
             SocketAddr::new(from.addr.ip(), via.port.unwrap_or(5060))

@@ -298,7 +298,7 @@ pub(super) fn scratch_for(scratch: &mut Vec<u8>, received_len: usize) -> &mut Ve
 /// The hop responses to a request from `from` go over: the connection it
 /// came on (RFC 3261 18.2.2: a response goes back over the connection of
 /// its request), or for a datagram the `upstream` address (RFC 3581).
-pub(super) fn reply_hop(from: Hop, upstream: SocketAddr) -> Hop {
+pub(crate) fn reply_hop(from: Hop, upstream: SocketAddr) -> Hop {
     match from.transport.is_reliable() {
         true => from,
         false => Hop::udp(upstream),

@@ -15,6 +15,7 @@ pub(crate) mod reorder;
 pub(crate) mod serving;
 pub(crate) mod sfu;
 pub(crate) mod sip;
+pub(crate) mod sip_connections;
 pub(crate) mod sip_dispatch;
 pub(crate) mod sip_idle;
 pub(crate) mod sip_load;

@@ -5,10 +5,12 @@
 //! probes; Path on REGISTER). See docs/scaleout.md.
 
 use super::serving;
+use anyhow::Context;
 use ringway_io::Io;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
-use ringway_server::dns::NextHop;
+use ringway_server::dns::{NextHop, TransportNextHop};
 use ringway_server::host;
+use ringway_sip::{Transport, TransportAddr};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -19,13 +21,17 @@ pub struct DispatchArgs {
     /// docs/ringway.toml); options on the command line override it.
     #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub config: Option<PathBuf>,
-    /// UDP address to listen on (goes into Via, Record-Route and Path).
-    #[arg(long, default_value = "127.0.0.1:5060")]
-    pub listen: SocketAddr,
-    /// A proxy behind the dispatcher, IP:PORT, or a name: HOST (NAPTR/SRV) or HOST:PORT
-    /// (A/AAAA), resolved at start, every target a proxy (repeatable, at least one).
+    /// Address to listen on, with its transport: `udp:ADDR` (or a bare ADDR), `tcp:ADDR`, `tls:ADDR`,
+    /// `ws:ADDR` or `wss:ADDR` (port 0: the UDP port); goes into Via, Record-Route and Path.
+    /// Repeatable: one UDP address (the last given wins) and others.
+    #[arg(long, default_value = "127.0.0.1:5060", value_parser = super::sip_proxy::parse_transport_addr)]
+    pub listen: Vec<TransportAddr>,
+    /// A proxy behind the dispatcher: IP:PORT (UDP), `tcp:IP:PORT` or `tls:IP:PORT` (needs a
+    /// listen address of that transport; tls also --tls-ca), or a name: `[tcp:|tls:]HOST`
+    /// (NAPTR/SRV) or HOST:PORT (A/AAAA), resolved at start, every target a proxy (repeatable,
+    /// at least one).
     #[arg(long = "proxy")]
-    pub proxies: Vec<ringway_server::dns::NextHop>,
+    pub proxies: Vec<TransportNextHop>,
     /// Nameserver for proxy names, IP:PORT (default: the first of /etc/resolv.conf).
     #[arg(long)]
     pub dns_server: Option<SocketAddr>,
@@ -67,6 +73,9 @@ pub struct DispatchArgs {
     /// Flood limit: IPv6 sources are counted per prefix of this many bits (a host owns a /64).
     #[arg(long, default_value_t = 64)]
     pub flood_ipv6_prefix: u8,
+    /// Connection transports: TCP bounds, TLS, WebSocket origins (as `sip proxy`).
+    #[command(flatten)]
+    pub connections: super::sip_connections::ConnectionArgs,
     /// Serve Prometheus text on http://ADDR/metrics (loopback only unless --metrics-public).
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -105,20 +114,39 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
                 args.backend
             )
         })?;
+        // One UDP address (the last given: a command line's overrides a
+        // configuration file's), every other transport's as given.
+        let udp = args
+            .listen
+            .iter()
+            .rev()
+            .find(|a| a.transport == Transport::Udp)
+            .map(|a| a.addr)
+            .context("--listen: give one udp address (the dispatcher always listens on UDP)")?;
+        let mut listeners: Vec<TransportAddr> = Vec::new();
+        for a in args.listen.iter().filter(|a| a.transport != Transport::Udp) {
+            if !listeners.contains(a) {
+                listeners.push(*a);
+            }
+        }
         Ok(DispatchServerConfig {
-            listen: args.listen,
+            listen: udp,
+            listeners,
             proxies: args
                 .proxies
                 .iter()
-                .filter_map(|p| match p {
-                    NextHop::Addr(addr) => Some(*addr),
+                .filter_map(|p| match p.hop {
+                    NextHop::Addr(addr) => Some(TransportAddr {
+                        transport: p.transport,
+                        addr,
+                    }),
                     NextHop::Name { .. } => None,
                 })
                 .collect(),
             proxy_names: args
                 .proxies
                 .iter()
-                .filter(|p| matches!(p, NextHop::Name { .. }))
+                .filter(|p| matches!(p.hop, NextHop::Name { .. }))
                 .cloned()
                 .collect(),
             dns_server: args.dns_server,
@@ -134,6 +162,9 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
             flood_table_size: args.flood_table_size,
             flood_exempt: args.flood_exempt.clone(),
             flood_ipv6_prefix: args.flood_ipv6_prefix,
+            tcp: args.connections.tcp_config(),
+            tls: args.connections.tls_config(),
+            ws_origins: args.connections.ws_origins.clone(),
         })
     }
 }
@@ -171,8 +202,13 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
         ringway_server::manage::Managed::Dispatch(server.control(), reload.clone()),
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
+    let streams: String = server
+        .stream_addresses()
+        .iter()
+        .map(|a| format!(" {a}"))
+        .collect();
     log::info!(
-        "sip dispatch: listening on udp {} proxies={} workers={} probe={}ms x{} relay={} flood-limit={}",
+        "sip dispatch: listening on udp {}{streams} proxies={} workers={} probe={}ms x{} relay={} flood-limit={}",
         server.local_addr(),
         proxies.join(","),
         a.workers,
@@ -228,8 +264,53 @@ mod tests {
         assert!(!valid(&[]), "--proxy is required");
         let ok = ["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.12:5060"];
         assert!(valid(&ok));
+        assert!(valid(&[
+            "--listen",
+            "127.0.0.1:5060",
+            "--listen",
+            "tcp:127.0.0.1:5060",
+            "--proxy",
+            "tcp:127.0.0.11:5060",
+            "--proxy",
+            "127.0.0.12:5060",
+        ]));
         for bad in [
             &["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.11:5060"][..],
+            // A connection transport needs a listen address of it.
+            &["--proxy", "tcp:127.0.0.11:5060"],
+            // TLS needs a CA to verify the proxy with.
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "tls:127.0.0.1:5061",
+                "--proxy",
+                "tls:127.0.0.11:5061",
+            ],
+            // WebSocket clients connect to us.
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "ws:127.0.0.1:8080",
+                "--proxy",
+                "ws:127.0.0.11:80",
+            ],
+            // No UDP address.
+            &[
+                "--listen",
+                "tcp:127.0.0.1:5060",
+                "--proxy",
+                "127.0.0.11:5060",
+            ],
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "tcp:0.0.0.0:5060",
+                "--proxy",
+                "127.0.0.11:5060",
+            ],
             &["--proxy", "127.0.0.11:0"],
             &["--proxy", "127.0.0.1:5060"],
             &["--proxy", "127.0.0.11:5060", "--listen", "0.0.0.0:5060"],

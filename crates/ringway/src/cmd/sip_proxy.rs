@@ -10,7 +10,7 @@ use ringway_io::{Io, IoChoiceError, XdpInterface};
 use ringway_server::host;
 use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
-use ringway_server::sip::{SipServer, SipServerConfig, SniCertificate, TcpConfig, TlsConfig};
+use ringway_server::sip::{SipServer, SipServerConfig};
 use ringway_sip::auth::Algorithm;
 use ringway_sip::{Transport, TransportAddr};
 use std::net::SocketAddr;
@@ -88,61 +88,9 @@ pub struct ProxyArgs {
     /// Route hosts that are names are resolved too, where the relay policy allows them.
     #[arg(long)]
     pub dns_server: Option<std::net::SocketAddr>,
-    /// TCP event loop threads (0: as many as --workers).
-    #[arg(long, default_value_t = 0)]
-    pub tcp_threads: usize,
-    /// TCP: connections open at most (accepted and opened); beyond, new ones are closed at once.
-    #[arg(long, default_value_t = TcpConfig::default().max_connections)]
-    pub tcp_max_connections: usize,
-    /// TCP: accepted connections from one IP address at most.
-    #[arg(long, default_value_t = TcpConfig::default().max_connections_per_ip)]
-    pub tcp_max_connections_per_ip: usize,
-    /// TCP: longest start line and header of a message (bytes); longer closes the connection.
-    #[arg(long, default_value_t = TcpConfig::default().max_header_bytes)]
-    pub tcp_max_header_bytes: usize,
-    /// TCP: longest body of a message (bytes); longer closes the connection.
-    #[arg(long, default_value_t = TcpConfig::default().max_body_bytes)]
-    pub tcp_max_body_bytes: usize,
-    /// TCP: messages one connection may carry before it is closed (0: no limit).
-    #[arg(long, default_value_t = 0)]
-    pub tcp_max_messages: u64,
-    /// TCP: close a connection idle for this long (s).
-    #[arg(long, default_value_t = TcpConfig::default().idle_timeout_s)]
-    pub tcp_idle_timeout_s: u64,
-    /// TCP: a message begun must be complete within this (ms; slowloris), else the connection is closed.
-    #[arg(long, default_value_t = TcpConfig::default().message_timeout_ms)]
-    pub tcp_message_timeout_ms: u64,
-    /// TLS: PEM certificate chain the proxy presents (needed by `tls:` listen addresses).
-    #[arg(long, value_hint = clap::ValueHint::FilePath)]
-    pub tls_cert: Option<PathBuf>,
-    /// TLS: PEM private key of --tls-cert.
-    #[arg(long, value_hint = clap::ValueHint::FilePath)]
-    pub tls_key: Option<PathBuf>,
-    /// TLS: PEM CA certificates peers are verified with (servers we connect to; clients with --tls-verify-clients).
-    #[arg(long, value_hint = clap::ValueHint::FilePath)]
-    pub tls_ca: Option<PathBuf>,
-    /// TLS: require a client certificate signed by --tls-ca (mTLS trunks).
-    #[arg(long)]
-    pub tls_verify_clients: bool,
-    /// TLS: another certificate for clients asking for NAME by SNI: `NAME=CERT,KEY` (repeatable).
-    #[arg(long, value_parser = parse_sni)]
-    pub tls_sni: Vec<SniCertificate>,
-    /// TLS: name sent by SNI and verified in the server's certificate when connecting (default: the peer's IP).
-    #[arg(long)]
-    pub tls_server_name: Option<String>,
-    /// TLS: accepted connections in handshake at most; beyond, new ones are closed at once (counted).
-    #[arg(long, default_value_t = TlsConfig::default().max_handshakes)]
-    pub tls_max_handshakes: usize,
-    /// TLS: a handshake must finish within this (ms), else the connection is closed.
-    #[arg(long, default_value_t = TlsConfig::default().handshake_timeout_ms)]
-    pub tls_handshake_timeout_ms: u64,
-    /// TLS: check the certificate files for changes this often and reload them (s; 0: only on SIGHUP).
-    #[arg(long, default_value_t = TlsConfig::default().reload_check_s)]
-    pub tls_reload_check_s: u64,
-    /// WebSocket (ws:, wss:): an Origin browsers may connect from, e.g. `https://phone.example.net`
-    /// (repeatable; none given: any origin).
-    #[arg(long = "ws-origin")]
-    pub ws_origins: Vec<String>,
+    /// Connection transports: TCP bounds, TLS, WebSocket origins.
+    #[command(flatten)]
+    pub connections: super::sip_connections::ConnectionArgs,
     /// Relay requests to these destinations without authentication: `none`, `any`, or networks
     /// `CIDR,...` (loopback, link-local and our own IP only when named, e.g. 127.0.0.0/8).
     #[arg(long, default_value = "none", value_parser = parse_relay)]
@@ -357,24 +305,6 @@ pub(crate) fn parse_transport_addr(text: &str) -> Result<TransportAddr, String> 
     text.parse()
 }
 
-/// `--tls-sni`: `NAME=CERT,KEY`.
-pub(crate) fn parse_sni(text: &str) -> Result<SniCertificate, String> {
-    let (name, files) = text
-        .split_once('=')
-        .ok_or("want NAME=CERT,KEY".to_string())?;
-    let (cert, key) = files
-        .split_once(',')
-        .ok_or("want NAME=CERT,KEY".to_string())?;
-    if name.is_empty() || cert.is_empty() || key.is_empty() {
-        return Err("want NAME=CERT,KEY".into());
-    }
-    Ok(SniCertificate {
-        name: name.to_string(),
-        cert: cert.into(),
-        key: key.into(),
-    })
-}
-
 /// `--relay`: `none`, `any` or `CIDR,...`.
 pub(crate) fn parse_relay(text: &str) -> Result<ringway_sip::RelayNets, String> {
     text.parse()
@@ -422,29 +352,9 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
         Ok(SipServerConfig {
             listen: udp,
             listeners,
-            tcp: TcpConfig {
-                threads: args.tcp_threads,
-                max_connections: args.tcp_max_connections,
-                max_connections_per_ip: args.tcp_max_connections_per_ip,
-                max_header_bytes: args.tcp_max_header_bytes,
-                max_body_bytes: args.tcp_max_body_bytes,
-                max_messages_per_connection: args.tcp_max_messages,
-                idle_timeout_s: args.tcp_idle_timeout_s,
-                message_timeout_ms: args.tcp_message_timeout_ms,
-                ..TcpConfig::default()
-            },
-            tls: TlsConfig {
-                cert: args.tls_cert.clone(),
-                key: args.tls_key.clone(),
-                ca: args.tls_ca.clone(),
-                verify_clients: args.tls_verify_clients,
-                sni: args.tls_sni.clone(),
-                server_name: args.tls_server_name.clone(),
-                max_handshakes: args.tls_max_handshakes,
-                handshake_timeout_ms: args.tls_handshake_timeout_ms,
-                reload_check_s: args.tls_reload_check_s,
-            },
-            ws_origins: args.ws_origins.clone(),
+            tcp: args.connections.tcp_config(),
+            tls: args.connections.tls_config(),
+            ws_origins: args.connections.ws_origins.clone(),
             mode: match args.mode {
                 ModeArg::Stateless => ringway_sip::Mode::Stateless,
                 ModeArg::Stateful => ringway_sip::Mode::Stateful,

@@ -581,3 +581,11 @@ pub(crate) fn proxy_cert_args(dir: &Path) -> Vec<String> {
         dir.join("proxy.key").display().to_string(),
     ]
 }
+
+/// A CA (`ca.pem`, `ca.key`) and one proxy certificate (`proxy.pem`,
+/// `proxy.key`) naming each of these IP addresses, for servers on several
+/// addresses.
+pub(crate) fn make_certs_for_ips(dir: &Path, ips: &[&str]) {
+    make_ca(dir);
+    make_cert_for(dir, "proxy", "proxy", ips, &[]);
+}

@@ -1,5 +1,6 @@
 //! One TCP event loop: accept (loop 0), read and frame the connections it
-//! owns, run their messages through the core, flush what waits, and close
+//! owns, run their messages through the core (the proxy's or the
+//! dispatcher's worker: a [`MessageHandler`]), flush what waits, and close
 //! what broke a bound.
 
 use super::framing::{Framed, Framer};
@@ -7,7 +8,8 @@ use super::{add, flow_hop, CloseReason, Conn, Connections, ReadOutcome};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use ringway_io::monotonic_now;
-use ringway_sip::{Hop, Proxy, ProxyWorker, Transport};
+use ringway_sip::dispatch::DispatchWorker;
+use ringway_sip::{Hop, ProxyWorker, Transport};
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::UdpSocket;
@@ -23,6 +25,43 @@ const SWEEP_EVERY: u64 = 200_000_000;
 /// Bytes read per read call.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// A sans-IO core's per-thread worker, as an event loop drives it: one
+/// message from a hop in, the messages to send out with their hops.
+pub(crate) trait MessageHandler {
+    /// Handle `message` that came from `from` at `now` (monotonic ns).
+    fn handle_message(
+        &mut self,
+        now: u64,
+        from: Hop,
+        message: &[u8],
+        out: &mut dyn FnMut(Hop, &[u8]),
+    );
+}
+
+impl MessageHandler for ProxyWorker<'_> {
+    fn handle_message(
+        &mut self,
+        now: u64,
+        from: Hop,
+        message: &[u8],
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) {
+        self.handle_from(now, from, message, out);
+    }
+}
+
+impl MessageHandler for DispatchWorker<'_> {
+    fn handle_message(
+        &mut self,
+        now: u64,
+        from: Hop,
+        message: &[u8],
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) {
+        self.handle_from(now, from, message, out);
+    }
+}
+
 /// What one event loop runs with.
 pub(crate) struct LoopContext<'a> {
     /// This loop's poll (its registry is in `connections`).
@@ -30,7 +69,8 @@ pub(crate) struct LoopContext<'a> {
     /// Listening sockets and their transports (loop 0 only), token = index.
     pub(crate) listeners: Vec<(TcpListener, Transport)>,
     pub(crate) connections: &'a Connections,
-    pub(crate) proxy: &'a Proxy,
+    /// The core's worker every framed message goes to.
+    pub(crate) handler: &'a mut dyn MessageHandler,
     /// For messages the core sends over UDP.
     pub(crate) udp: UdpSocket,
     pub(crate) stop: &'a AtomicBool,
@@ -54,7 +94,6 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     let limits = config.frame_limits();
     let mut events = Events::with_capacity(256);
     let mut owned: HashMap<u64, Owned> = HashMap::new();
-    let mut worker = ctx.proxy.worker();
     let mut read_buf = vec![0u8; READ_CHUNK];
     let mut last_sweep = 0u64;
     for (i, (listener, _)) in ctx.listeners.iter_mut().enumerate() {
@@ -119,7 +158,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
                     &mut read_buf,
                     &mut ReadContext {
                         connections,
-                        worker: &mut worker,
+                        handler: &mut *ctx.handler,
                         udp: &ctx.udp,
                         limits,
                         max_messages: config.max_messages_per_connection,
@@ -200,9 +239,9 @@ fn accept_all(listener: &TcpListener, transport: Transport, connections: &Connec
     }
 }
 
-struct ReadContext<'a, 'p> {
+struct ReadContext<'a> {
     connections: &'a Connections,
-    worker: &'a mut ProxyWorker<'p>,
+    handler: &'a mut dyn MessageHandler,
     udp: &'a UdpSocket,
     limits: super::framing::FrameLimits,
     max_messages: u64,
@@ -210,11 +249,7 @@ struct ReadContext<'a, 'p> {
 
 /// Read until the kernel has nothing more, handing each framed message to
 /// the core. `Some(reason)`: close the connection.
-fn read_ready(
-    entry: &mut Owned,
-    buf: &mut [u8],
-    ctx: &mut ReadContext<'_, '_>,
-) -> Option<CloseReason> {
+fn read_ready(entry: &mut Owned, buf: &mut [u8], ctx: &mut ReadContext<'_>) -> Option<CloseReason> {
     let counters = ctx.connections.counters.of(entry.conn.transport);
     loop {
         let n = match entry.conn.read(buf) {
@@ -278,7 +313,7 @@ fn read_ready(
 fn ws_input(
     entry: &mut Owned,
     bytes: &[u8],
-    ctx: &mut ReadContext<'_, '_>,
+    ctx: &mut ReadContext<'_>,
     now: u64,
 ) -> Option<CloseReason> {
     use crate::sip::ws::{self, WsEvent, WsLimits};
@@ -387,10 +422,10 @@ fn take_alias(connections: &Connections, conn: &Conn, message: &[u8]) {
 }
 
 /// Hand one message from `from` to the core and send what it answers.
-fn deliver(ctx: &mut ReadContext<'_, '_>, from: Hop, message: &[u8], now: u64) {
+fn deliver(ctx: &mut ReadContext<'_>, from: Hop, message: &[u8], now: u64) {
     let connections = ctx.connections;
     let udp = ctx.udp;
-    ctx.worker.handle_from(
+    ctx.handler.handle_message(
         now,
         from,
         message,
