@@ -268,31 +268,8 @@ impl TopologyBuilder {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
         let base = format!("{}{serial}-", own_prefix());
-        for h in &self.hosts {
-            if h.is_empty()
-                || h.len() > 16
-                || !h.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("bad host name {h:?}"),
-                ));
-            }
-        }
-        if !(1..=64).contains(&self.queues) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "1 to 64 queues per veth end",
-            ));
-        }
+        self.validate()?;
         let queues = self.queues.to_string();
-        let mut seen = std::collections::HashSet::new();
-        if !self.hosts.iter().all(|h| seen.insert(h)) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "duplicate host name",
-            ));
-        }
         let mut topo = Topology {
             hosts: self
                 .hosts
@@ -378,49 +355,83 @@ impl TopologyBuilder {
                     }
                 }
             }
-            Wiring::Bridge => {
-                if topo.hosts.len() > 250 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "too many hosts",
-                    ));
-                }
-                let switch = format!("{base}switch");
-                ip(&["netns", "add", &switch])?;
-                topo.extra_netns.push(switch.clone());
-                ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
-                ip(&["-n", &switch, "link", "set", "br0", "up"])?;
-                for i in 0..topo.hosts.len() {
-                    let ns = topo.hosts[i].netns.clone();
-                    let port = format!("p{i}");
-                    ip(&[
-                        "link", "add", "name", "eth0", "netns", &ns, "type", "veth", "peer",
-                        "name", &port, "netns", &switch,
-                    ])?;
-                    ip(&["-n", &switch, "link", "set", &port, "master", "br0"])?;
-                    ip(&["-n", &switch, "link", "set", &port, "up"])?;
-                    let addr = Ipv4Addr::new(10, 77, 0, (i + 1) as u8);
-                    ip(&[
-                        "-n",
-                        &ns,
-                        "addr",
-                        "add",
-                        &format!("{addr}/24"),
-                        "dev",
-                        "eth0",
-                    ])?;
-                    if ipv6 {
-                        let addr6 = ula(0, (i + 1) as u8);
-                        add_ula(&ns, "eth0", addr6)?;
-                        topo.hosts[i].ifaces6.push(("eth0".into(), addr6, 64));
-                    }
-                    ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-                    topo.hosts[i].ifaces.push(("eth0".into(), addr, 24));
-                }
-            }
+            Wiring::Bridge => wire_bridge(&mut topo, &base, ipv6)?,
         }
         Ok(topo)
     }
+
+    /// The host names and queue count, checked before anything is created.
+    fn validate(&self) -> io::Result<()> {
+        for h in &self.hosts {
+            if h.is_empty()
+                || h.len() > 16
+                || !h.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("bad host name {h:?}"),
+                ));
+            }
+        }
+        if !(1..=64).contains(&self.queues) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "1 to 64 queues per veth end",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if !self.hosts.iter().all(|h| seen.insert(h)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "duplicate host name",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Every host on one bridge in a hidden switch namespace, one /24 (and one
+/// /64 with `ipv6`).
+fn wire_bridge(topo: &mut Topology, base: &str, ipv6: bool) -> io::Result<()> {
+    if topo.hosts.len() > 250 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many hosts",
+        ));
+    }
+    let switch = format!("{base}switch");
+    ip(&["netns", "add", &switch])?;
+    topo.extra_netns.push(switch.clone());
+    ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
+    ip(&["-n", &switch, "link", "set", "br0", "up"])?;
+    for i in 0..topo.hosts.len() {
+        let ns = topo.hosts[i].netns.clone();
+        let port = format!("p{i}");
+        ip(&[
+            "link", "add", "name", "eth0", "netns", &ns, "type", "veth", "peer", "name", &port,
+            "netns", &switch,
+        ])?;
+        ip(&["-n", &switch, "link", "set", &port, "master", "br0"])?;
+        ip(&["-n", &switch, "link", "set", &port, "up"])?;
+        let addr = Ipv4Addr::new(10, 77, 0, (i + 1) as u8);
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "eth0",
+        ])?;
+        if ipv6 {
+            let addr6 = ula(0, (i + 1) as u8);
+            add_ula(&ns, "eth0", addr6)?;
+            topo.hosts[i].ifaces6.push(("eth0".into(), addr6, 64));
+        }
+        ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        topo.hosts[i].ifaces.push(("eth0".into(), addr, 24));
+    }
+    Ok(())
 }
 
 /// The unique local address `fd77:0:0:net::host` (IPv4 `10.77.net.host`).

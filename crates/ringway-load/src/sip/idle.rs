@@ -518,16 +518,7 @@ impl Tally {
 /// again. Stops early (closing everything) when `stop` is set.
 pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary> {
     config.validate().map_err(anyhow::Error::msg)?;
-    // One descriptor per connection, a few for the poll and /proc.
-    if let Some(limit) = open_files_limit() {
-        if config.connections as u64 + 32 > limit {
-            anyhow::bail!(
-                "{} connections need {} open files, the limit is {limit}: raise it (ulimit -n)",
-                config.connections,
-                config.connections + 32
-            );
-        }
-    }
+    check_open_files(config.connections)?;
     let client = client_config(config).map_err(anyhow::Error::msg)?;
     let server_name = match &config.tls_server_name {
         Some(name) => ServerName::try_from(name.clone())
@@ -647,21 +638,12 @@ pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary
         None
     };
     let server = match (config.server_pid, before, after_opening, open_usage) {
-        (Some(pid), Some(before), Some(after_opening), Some(open_usage)) => {
-            let per = |delta: i64| (open > 0).then(|| delta as f64 * 1024.0 / open as f64);
-            Some(ServerUsage {
-                pid,
-                before,
-                open: open_usage,
-                closed: closed_usage,
-                pss_per_connection_bytes: per(open_usage.pss_kib as i64 - before.pss_kib as i64),
-                rss_per_connection_bytes: per(open_usage.rss_kib as i64 - before.rss_kib as i64),
-                cpu_us_per_connection: (open > 0).then(|| {
-                    after_opening.cpu_ticks.saturating_sub(before.cpu_ticks) as f64 * 10_000.0
-                        / open as f64
-                }),
-            })
-        }
+        (Some(pid), Some(before), Some(after_opening), Some(open_usage)) => Some(server_usage(
+            pid,
+            [before, after_opening, open_usage],
+            closed_usage,
+            open,
+        )),
         _ => None,
     };
     Ok(IdleSummary {
@@ -680,6 +662,42 @@ pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary
         },
         server,
     })
+}
+
+/// Refuse a run that needs more descriptors than the process may open: one
+/// per connection, a few for the poll and /proc.
+fn check_open_files(connections: usize) -> anyhow::Result<()> {
+    if let Some(limit) = open_files_limit() {
+        if connections as u64 + 32 > limit {
+            anyhow::bail!(
+                "{connections} connections need {} open files, the limit is {limit}: raise it (ulimit -n)",
+                connections + 32
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The server's cost per open connection from its usage before the first
+/// connection, after the last one opened and while they sat idle.
+fn server_usage(
+    pid: u32,
+    [before, after_opening, open_usage]: [TreeUsage; 3],
+    closed_usage: Option<TreeUsage>,
+    open: usize,
+) -> ServerUsage {
+    let per = |delta: i64| (open > 0).then(|| delta as f64 * 1024.0 / open as f64);
+    ServerUsage {
+        pid,
+        before,
+        open: open_usage,
+        closed: closed_usage,
+        pss_per_connection_bytes: per(open_usage.pss_kib as i64 - before.pss_kib as i64),
+        rss_per_connection_bytes: per(open_usage.rss_kib as i64 - before.rss_kib as i64),
+        cpu_us_per_connection: (open > 0).then(|| {
+            after_opening.cpu_ticks.saturating_sub(before.cpu_ticks) as f64 * 10_000.0 / open as f64
+        }),
+    }
 }
 
 /// Keep the connections (reading what comes, noting closes) for `span`.
