@@ -2,7 +2,7 @@
 //! validation.
 
 use crate::dns::{NextHop, TransportNextHop};
-use crate::sip::{TcpConfig, TlsConfig};
+use crate::sip::{check_flood, TcpConfig, TlsConfig};
 use crate::ServerError;
 use ringway_io::Io;
 use ringway_sip::{FloodConfig, Transport, TransportAddr};
@@ -173,20 +173,13 @@ impl DispatchServerConfig {
                 self.probe_failures
             ));
         }
-        if self.flood_limit == Some(0) {
-            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
-        }
-        if !(16..=128).contains(&self.flood_ipv6_prefix) {
-            return fail(format!(
-                "flood_ipv6_prefix must be 16..=128, not {}",
-                self.flood_ipv6_prefix
-            ));
-        }
-        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
-            return fail(
-                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
-            );
-        }
+        check_flood(
+            self.flood_limit,
+            self.flood_ipv6_prefix,
+            self.flood_window,
+            self.flood_table_size,
+        )
+        .or_else(fail)?;
         if let Io::Xdp(_) = self.io {
             return fail("the dispatcher runs on sockets (socket, mmsg or uring backend)".into());
         }

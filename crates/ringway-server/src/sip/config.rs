@@ -466,20 +466,13 @@ impl SipServerConfig {
         if self.nonce_lifetime.as_secs() == 0 {
             return fail("nonce_lifetime must be at least 1 s".into());
         }
-        if self.flood_limit == Some(0) {
-            return fail("flood_limit must be above 0 (leave it out for no limit)".into());
-        }
-        if !(16..=128).contains(&self.flood_ipv6_prefix) {
-            return fail(format!(
-                "flood_ipv6_prefix must be 16..=128, not {}",
-                self.flood_ipv6_prefix
-            ));
-        }
-        if self.flood_window < Duration::from_millis(1) || self.flood_table_size == 0 {
-            return fail(
-                "flood_window (at least 1 ms) and flood_table_size must be above 0".into(),
-            );
-        }
+        check_flood(
+            self.flood_limit,
+            self.flood_ipv6_prefix,
+            self.flood_window,
+            self.flood_table_size,
+        )
+        .or_else(fail)?;
         Ok(())
     }
 
@@ -647,4 +640,27 @@ fn wall_clock_offset() -> u64 {
 /// `duration` in the cores' unit (ns), saturating.
 pub(super) fn duration_ns(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The flood limiter's settings, as the proxy and the dispatcher both take
+/// them: a limit above 0 when given, an IPv6 prefix of 16 to 128 bits, a
+/// window of at least 1 ms and a table of at least one entry.
+pub(crate) fn check_flood(
+    limit: Option<u32>,
+    ipv6_prefix: u8,
+    window: Duration,
+    table_size: usize,
+) -> Result<(), String> {
+    if limit == Some(0) {
+        return Err("flood_limit must be above 0 (leave it out for no limit)".into());
+    }
+    if !(16..=128).contains(&ipv6_prefix) {
+        return Err(format!(
+            "flood_ipv6_prefix must be 16..=128, not {ipv6_prefix}"
+        ));
+    }
+    if window < Duration::from_millis(1) || table_size == 0 {
+        return Err("flood_window (at least 1 ms) and flood_table_size must be above 0".into());
+    }
+    Ok(())
 }

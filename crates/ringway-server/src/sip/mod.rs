@@ -46,6 +46,7 @@ mod worker;
 pub mod ws;
 
 pub use backend::IoInUse;
+pub(crate) use config::check_flood;
 pub use config::{RxModel, SipServerConfig, DEFAULT_FLOW_TIMER_S, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
 pub use control::{
     AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,

@@ -3,7 +3,9 @@
 //! Both commands run the same connection driver
 //! (`ringway_server::sip::tcp`), so they name its settings the same way.
 
+use anyhow::Context;
 use ringway_server::sip::{SniCertificate, TcpConfig, TlsConfig};
+use ringway_sip::{Transport, TransportAddr};
 use std::path::PathBuf;
 
 /// TCP, TLS and WebSocket options.
@@ -114,4 +116,29 @@ pub(crate) fn parse_sni(text: &str) -> Result<SniCertificate, String> {
         cert: cert.into(),
         key: key.into(),
     })
+}
+
+/// `--listen` split into the one UDP address (the last given: a command
+/// line's overrides a configuration file's) and every other transport's
+/// address as given, without repeats. `server` names the command in the
+/// error ("proxy", "dispatcher").
+pub(crate) fn split_listen(
+    listen: &[TransportAddr],
+    server: &str,
+) -> anyhow::Result<(std::net::SocketAddr, Vec<TransportAddr>)> {
+    let udp = listen
+        .iter()
+        .rev()
+        .find(|a| a.transport == Transport::Udp)
+        .map(|a| a.addr)
+        .with_context(|| {
+            format!("--listen: give one udp address (the {server} always listens on UDP)")
+        })?;
+    let mut listeners: Vec<TransportAddr> = Vec::new();
+    for a in listen.iter().filter(|a| a.transport != Transport::Udp) {
+        if !listeners.contains(a) {
+            listeners.push(*a);
+        }
+    }
+    Ok((udp, listeners))
 }

@@ -5,12 +5,11 @@
 //! probes; Path on REGISTER). See docs/scaleout.md.
 
 use super::serving;
-use anyhow::Context;
 use ringway_io::Io;
 use ringway_server::dispatch::{DispatchServer, DispatchServerConfig};
 use ringway_server::dns::{NextHop, TransportNextHop};
 use ringway_server::host;
-use ringway_sip::{Transport, TransportAddr};
+use ringway_sip::TransportAddr;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -114,21 +113,7 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
                 args.backend
             )
         })?;
-        // One UDP address (the last given: a command line's overrides a
-        // configuration file's), every other transport's as given.
-        let udp = args
-            .listen
-            .iter()
-            .rev()
-            .find(|a| a.transport == Transport::Udp)
-            .map(|a| a.addr)
-            .context("--listen: give one udp address (the dispatcher always listens on UDP)")?;
-        let mut listeners: Vec<TransportAddr> = Vec::new();
-        for a in args.listen.iter().filter(|a| a.transport != Transport::Udp) {
-            if !listeners.contains(a) {
-                listeners.push(*a);
-            }
-        }
+        let (udp, listeners) = super::sip_connections::split_listen(&args.listen, "dispatcher")?;
         Ok(DispatchServerConfig {
             listen: udp,
             listeners,

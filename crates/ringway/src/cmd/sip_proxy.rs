@@ -12,7 +12,7 @@ use ringway_server::sip::location::Location;
 pub(crate) use ringway_server::sip::RxModel;
 use ringway_server::sip::{SipServer, SipServerConfig};
 use ringway_sip::auth::Algorithm;
-use ringway_sip::{Transport, TransportAddr};
+use ringway_sip::TransportAddr;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -334,21 +334,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 anyhow::anyhow!("--interface needs --backend xdp")
             }
         })?;
-        // One UDP address (the last given: a command line's overrides a
-        // configuration file's), every other transport's as given.
-        let udp = args
-            .listen
-            .iter()
-            .rev()
-            .find(|a| a.transport == Transport::Udp)
-            .map(|a| a.addr)
-            .context("--listen: give one udp address (the proxy always listens on UDP)")?;
-        let mut listeners: Vec<TransportAddr> = Vec::new();
-        for a in args.listen.iter().filter(|a| a.transport != Transport::Udp) {
-            if !listeners.contains(a) {
-                listeners.push(*a);
-            }
-        }
+        let (udp, listeners) = super::sip_connections::split_listen(&args.listen, "proxy")?;
         Ok(SipServerConfig {
             listen: udp,
             listeners,
