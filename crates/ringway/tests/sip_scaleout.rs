@@ -899,23 +899,12 @@ fn a_register_over_tcp_deferred_to_redis_is_answered_over_its_connection() {
     let (answer, stored, summary) = netns(|| {
         let dir = tempfile::tempdir().unwrap();
         let redis = Redis::start(dir.path());
+        let (tcp, redis_url) = (format!("tcp:{}", PROXIES[0]), redis.url());
         let mut procs = Procs::default();
         let p = start_proxy(
             &mut procs,
             dir.path(),
-            &[
-                "--listen",
-                PROXIES[0],
-                "--listen",
-                &format!("tcp:{}", PROXIES[0]),
-                "--registrar",
-                "--domain",
-                DOMAIN,
-                "--location",
-                &redis.url(),
-                "--backend",
-                "socket",
-            ],
+            &tcp_registrar_on_redis(&tcp, &redis_url, &["--backend", "socket"]),
         );
         let mut s = TcpStream::connect(PROXIES[0]).expect("connect over TCP");
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -977,27 +966,23 @@ fn bindings_in_redis_are_removed_when_their_flow_dies() {
     let (removed, summary) = netns(|| {
         let dir = tempfile::tempdir().unwrap();
         let redis = Redis::start(dir.path());
+        let (tcp, redis_url) = (format!("tcp:{}", PROXIES[0]), redis.url());
         let mut procs = Procs::default();
         let p = start_proxy(
             &mut procs,
             dir.path(),
-            &[
-                "--listen",
-                PROXIES[0],
-                "--listen",
-                &format!("tcp:{}", PROXIES[0]),
-                "--registrar",
-                "--domain",
-                DOMAIN,
-                "--location",
-                &redis.url(),
-                "--keepalive-interval",
-                "1",
-                "--keepalive-failures",
-                "3",
-                "--backend",
-                "socket",
-            ],
+            &tcp_registrar_on_redis(
+                &tcp,
+                &redis_url,
+                &[
+                    "--keepalive-interval",
+                    "1",
+                    "--keepalive-failures",
+                    "3",
+                    "--backend",
+                    "socket",
+                ],
+            ),
         );
         // bob over TCP.
         let mut s = TcpStream::connect(PROXIES[0]).expect("connect over TCP");
@@ -1056,4 +1041,22 @@ Expires: 600\r\nContent-Length: 0\r\n\r\n"
     assert_eq!(keepalive["removed_connection_closed"], 1, "{keepalive}");
     assert_eq!(keepalive["removed_keepalive"], 1, "{keepalive}");
     assert_eq!(keepalive["dead_udp_flows"], 1, "{keepalive}");
+}
+
+/// A registrar on `PROXIES[0]` over UDP and `tcp` (its `tcp:` listen
+/// address), bindings in Redis at `redis_url`, then `more` arguments.
+fn tcp_registrar_on_redis<'a>(tcp: &'a str, redis_url: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--listen",
+        PROXIES[0],
+        "--listen",
+        tcp,
+        "--registrar",
+        "--domain",
+        DOMAIN,
+        "--location",
+        redis_url,
+    ];
+    args.extend_from_slice(more);
+    args
 }
