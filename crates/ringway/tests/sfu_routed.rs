@@ -13,53 +13,7 @@ use sfu_common::*;
 /// One `sfu load --netns --routed` run with 3 clients; returns the SFU's
 /// and the load's JSON reports.
 fn routed_run(backend: &str, kernel_fanout: bool) -> (serde_json::Value, serde_json::Value) {
-    let dir = tempfile::tempdir().unwrap();
-    let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
-    let mut args = vec![
-        "sfu",
-        "load",
-        "--netns",
-        "--routed",
-        "--clients",
-        "3",
-        "--server",
-        "0.0.0.0:5004",
-        "--duration",
-        "1.5",
-        "--interval-ms",
-        "10",
-        "--stats-interval",
-        "0",
-        "--sfu-backend",
-        backend,
-        "--sfu-json",
-        sj.to_str().unwrap(),
-        "--json",
-        lj.to_str().unwrap(),
-    ];
-    if kernel_fanout {
-        args.push("--sfu-kernel-fanout");
-    }
-    let (pid, out) = run_ringway(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{backend}: {stderr}");
-    no_namespaces_of(pid);
-    (read_json(&sj), read_json(&lj))
-}
-
-/// Exact delivery at the clients: every packet to the 2 others and back.
-fn delivered_exactly(backend: &str, l: &serde_json::Value) -> u64 {
-    let tx = l["tx_packets"].as_u64().unwrap();
-    assert!(tx >= 3 * 3 * 50, "{backend}: {l}");
-    assert_eq!(
-        l["media_packets"].as_u64().unwrap(),
-        2 * tx,
-        "{backend}: {l}"
-    );
-    assert_eq!(l["echoes"].as_u64().unwrap(), tx, "{backend}: {l}");
-    assert_eq!(l["lost"], 0, "{backend}: {l}");
-    assert_eq!(l["control_errors"], 0, "{backend}: {l}");
-    tx
+    netns_load_run("0.0.0.0:5004", &["--routed"], backend, kernel_fanout)
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! - on `[::1]` in a private network namespace, over UDP, TCP and TLS
 //!   (SIPp behind stunnel: Debian's SIPp has no TLS);
 //! - on a ULA between two namespaces (the UAs in one, the proxy in the
-//!   other, a veth pair between them, `fd00:21:1::/64`), over UDP, TCP
+//!   other, a veth pair between them, `fd77:0:0:1::/64`), over UDP, TCP
 //!   and TLS, in both proxy modes.
 //!
 //! The calls complete only if our Via and Record-Route carry the
@@ -205,37 +205,14 @@ fn sipp_calls_over_udp_tcp_and_tls_on_ipv6_loopback() {
     check(&run);
 }
 
-/// The UAs' and the proxy's addresses on the ULA link.
-const UA_ULA: &str = "fd00:21:1::1";
-const PROXY_ULA: &str = "fd00:21:1::2";
+/// The UAs' and the proxy's addresses on the ULA link (what
+/// `Topology::ipv6` gives the two ends of the first link).
+const UA_ULA: &str = "fd77:0:0:1::1";
+const PROXY_ULA: &str = "fd77:0:0:1::2";
 
 /// Run `f` on a thread inside `host`'s namespace (what it starts stays there).
 fn within<T: Send>(host: &Host, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                host.enter().expect("enter the namespace");
-                f()
-            })
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-}
-
-/// Give `host` the IPv6 address `ip`/64 on its link (no duplicate
-/// address detection: usable at once).
-fn add_ula(host: &Host, ip: &str) {
-    let iface = &host.ifaces[0].0;
-    let out = Command::new("ip")
-        .args(["-n", &host.netns, "addr", "add", &format!("{ip}/64")])
-        .args(["dev", iface, "nodad"])
-        .output()
-        .expect("ip (Debian package iproute2)");
-    assert!(
-        out.status.success(),
-        "ip addr add {ip}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    host.run(f).expect("enter the namespace")
 }
 
 /// UDP, TCP and TLS calls between a UA namespace and a proxy namespace
@@ -246,17 +223,18 @@ fn calls_over_ula(mode: &str) -> Run {
         .host("ua")
         .host("proxy")
         .link("ua", "proxy")
+        .ipv6()
         .build()
         .expect("build namespaces (needs root)");
     let (ua_host, proxy_host) = (topo.host("ua").unwrap(), topo.host("proxy").unwrap());
-    add_ula(ua_host, UA_ULA);
-    add_ula(proxy_host, PROXY_ULA);
+    assert_eq!(ua_host.addr6(), UA_ULA.parse().ok());
+    assert_eq!(proxy_host.addr6(), PROXY_ULA.parse().ok());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     make_certs(d, &[PROXY_ULA], &[UA_ULA]);
     let mut procs = Procs::default();
     let (proxy_ip, ua): (IpAddr, IpAddr) = (PROXY_ULA.parse().unwrap(), UA_ULA.parse().unwrap());
-    let args = proxy_args(proxy_ip, "fd00:21:1::/64", mode, d);
+    let args = proxy_args(proxy_ip, "fd77:0:0:1::/64", mode, d);
     let p = within(proxy_host, || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         start_proxy(&mut procs, d, &args)
