@@ -4,6 +4,8 @@
 //! Needs root (named namespaces, BPF); on a kernel without AF_XDP the
 //! backend must refuse with a clear error, which is what is checked then.
 
+mod xdp_common;
+
 use ringway_io::netns::{Host, Topology};
 use ringway_io::{open_backend, open_xdp, BackendKind, RxBatch, TxBatch, XdpConfig, XdpMode};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
@@ -60,16 +62,7 @@ fn pair() -> Option<(Topology, Host, Host)> {
     if !xdp_here() {
         return None;
     }
-    let t = topo();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
-    // a's sockets put full UDP checksums on the veth (the backend verifies
-    // them; with offload the sender leaves them partial).
-    let aif = a.ifaces[0].0.clone();
-    a.run(move || ringway_io::backend::disable_tx_checksum_offload(&aif))
-        .unwrap()
-        .unwrap();
-    Some((t, a, b))
+    Some(xdp_common::veth_pair(false))
 }
 
 #[test]
@@ -176,37 +169,9 @@ fn veth_roundtrip_exact_and_kernel_keeps_the_rest() {
         "{shown}"
     );
     // A kernel UDP socket in b on another port still receives.
-    let other = b
-        .run(move || {
-            let s = UdpSocket::bind((bip, 0)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            s
-        })
-        .unwrap();
+    let other = xdp_common::kernel_socket(&b, bip.into());
     let other_addr = other.local_addr().unwrap();
-    let client = a.spawn(move || {
-        let s = UdpSocket::bind((aip, 0)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let sent: Vec<Vec<u8>> = (0..20u8)
-            .map(|i| {
-                let mut p = vec![i; 1 + i as usize * 70];
-                p[0] = b'p';
-                p
-            })
-            .collect();
-        for p in &sent {
-            s.send_to(p, dst).unwrap();
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let mut replies = Vec::new();
-        let mut buf = [0u8; 4096];
-        while replies.len() < sent.len() {
-            let (n, from) = s.recv_from(&mut buf).expect("reply via xdp");
-            replies.push((from, buf[..n].to_vec()));
-        }
-        s.send_to(b"kernel path", other_addr).unwrap();
-        (s.local_addr().unwrap(), sent, replies)
-    });
+    let client = a.spawn(move || xdp_common::numbered_exchange(aip.into(), dst, other_addr));
     let (me, sent, replies) = client.join().unwrap().unwrap();
     let mut buf = [0u8; 64];
     let (n, from) = other.recv_from(&mut buf).unwrap();
@@ -600,18 +565,7 @@ fn udp_checksums_verified_on_receive() {
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
         assert!(fd >= 0);
         let send = |payload: &[u8], csum: Option<u16>, corrupt: bool| {
-            let mut u = Vec::new();
-            u.extend_from_slice(&40000u16.to_be_bytes());
-            u.extend_from_slice(&port.to_be_bytes());
-            u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-            u.extend_from_slice(&[0, 0]);
-            u.extend_from_slice(payload);
-            let c = csum.unwrap_or_else(|| udp_checksum(aip, bip, &u));
-            u[6..8].copy_from_slice(&c.to_be_bytes());
-            if corrupt {
-                let last = u.len() - 1;
-                u[last] ^= 0x01;
-            }
+            let u = xdp_common::udp_datagram(aip.into(), bip.into(), port, payload, csum, corrupt);
             let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
             p.extend_from_slice(&aip.octets());
             p.extend_from_slice(&bip.octets());
@@ -654,33 +608,4 @@ fn udp_checksums_verified_on_receive() {
         vec![b"good".to_vec(), b"no checksum".to_vec(), b"end".to_vec()]
     );
     assert_eq!((st.rx_bad_checksum, st.rx_invalid), (1, 1));
-}
-
-/// The UDP checksum over the IPv4 pseudo-header and `udp` (checksum field 0).
-fn udp_checksum(src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, udp: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut add = |b: &[u8]| {
-        for c in b.chunks(2) {
-            let w = if c.len() == 2 {
-                u16::from_be_bytes([c[0], c[1]])
-            } else {
-                u16::from_be_bytes([c[0], 0])
-            };
-            sum += u32::from(w);
-        }
-    };
-    add(&src.octets());
-    add(&dst.octets());
-    add(&[0, 17]);
-    add(&(udp.len() as u16).to_be_bytes());
-    add(udp);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let c = !(sum as u16);
-    if c == 0 {
-        0xffff
-    } else {
-        c
-    }
 }
