@@ -349,15 +349,13 @@ fn fragments_take_the_kernel_path() {
     });
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let dst = SocketAddr::V4(SocketAddrV4::new(bip, port));
-    let big: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big = xdp_common::big_payload();
     let big2 = big.clone();
     let me = a
         .run(move || {
-            let s = UdpSocket::bind((aip, 0)).unwrap();
-            s.send_to(b"small", dst).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            s.send_to(&big2, dst).unwrap();
-            s.local_addr().unwrap()
+            xdp_common::send_small_then_big(aip.into(), dst, &big2)
+                .local_addr()
+                .unwrap()
         })
         .unwrap();
     let (got, st) = server.join().unwrap().unwrap();
@@ -560,48 +558,8 @@ fn udp_checksums_verified_on_receive() {
     });
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let aip = a.addr();
-    a.run(move || {
-        // SAFETY: plain socket(2); the descriptor is closed below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-        assert!(fd >= 0);
-        let send = |payload: &[u8], csum: Option<u16>, corrupt: bool| {
-            let u = xdp_common::udp_datagram(aip.into(), bip.into(), port, payload, csum, corrupt);
-            let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
-            p.extend_from_slice(&aip.octets());
-            p.extend_from_slice(&bip.octets());
-            let total = (p.len() + u.len()) as u16;
-            p[2..4].copy_from_slice(&total.to_be_bytes());
-            p.extend_from_slice(&u);
-            let sa = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: 0,
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(bip.octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: valid buffer and sockaddr_in for the call.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    p.as_ptr().cast(),
-                    p.len(),
-                    0,
-                    (&sa as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as u32,
-                )
-            };
-            assert_eq!(n as usize, p.len());
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        send(b"good", None, false);
-        send(b"corrupted!", None, true);
-        send(b"no checksum", Some(0), false);
-        send(b"end", None, false);
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
-    })
-    .unwrap();
+    a.run(move || xdp_common::send_checksum_cases(aip.into(), bip.into(), port))
+        .unwrap();
     let (got, st) = server.join().unwrap().unwrap();
     assert_eq!(
         got,

@@ -176,14 +176,11 @@ fn ipv6_extension_headers_and_fragments_take_the_kernel_path() {
     let server = serve(&b, port_tx, |got| got.len() >= 4, None);
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let dst = SocketAddr::new(IpAddr::V6(bip), port);
-    let big: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big = xdp_common::big_payload();
     let big2 = big.clone();
     let me = a
         .run(move || {
-            let s = UdpSocket::bind((aip, 0)).unwrap();
-            s.send_to(b"small", dst).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            s.send_to(&big2, dst).unwrap();
+            let s = xdp_common::send_small_then_big(IpAddr::V6(aip), dst, &big2);
             std::thread::sleep(Duration::from_millis(20));
             let hop = UdpSocket::bind((aip, 0)).unwrap();
             add_hop_by_hop(&hop);
@@ -226,39 +223,8 @@ fn ipv6_udp_checksums_verified_on_receive() {
         None,
     );
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    a.run(move || {
-        // SAFETY: plain socket(2); the descriptor is closed below. The
-        // kernel writes the IPv6 header; we write UDP header and payload.
-        let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_UDP) };
-        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-        let send = |payload: &[u8], csum: Option<u16>, corrupt: bool| {
-            let u = xdp_common::udp_datagram(aip.into(), bip.into(), port, payload, csum, corrupt);
-            // SAFETY: an all-zero sockaddr_in6 is valid; fields set below.
-            let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-            sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sa.sin6_addr.s6_addr = bip.octets();
-            // SAFETY: valid buffer and sockaddr_in6 for the call.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    u.as_ptr().cast(),
-                    u.len(),
-                    0,
-                    (&sa as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
-                )
-            };
-            assert_eq!(n as usize, u.len(), "{}", std::io::Error::last_os_error());
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        send(b"good", None, false);
-        send(b"corrupted!", None, true);
-        send(b"no checksum", Some(0), false);
-        send(b"end", None, false);
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
-    })
-    .unwrap();
+    a.run(move || xdp_common::send_checksum_cases(aip.into(), bip.into(), port))
+        .unwrap();
     let (got, st) = server.join().unwrap().unwrap();
     let payloads: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
     assert_eq!(payloads, vec![b"good".to_vec(), b"end".to_vec()]);

@@ -131,3 +131,93 @@ pub(crate) fn numbered_exchange(
     s.send_to(b"kernel path", other).unwrap();
     (s.local_addr().unwrap(), sent, replies)
 }
+
+/// From a raw socket (run it in the sending host), 20 ms apart, the four
+/// datagrams of the checksum tests from `src` to `dst`:`port`: `good`
+/// (right checksum), `corrupted!` (the payload changed after its checksum
+/// was computed), `no checksum` (0), `end`. Over IPv4 the IP header is
+/// ours (`IPPROTO_RAW`); over IPv6 the kernel writes it.
+pub(crate) fn send_checksum_cases(src: IpAddr, dst: IpAddr, port: u16) {
+    let (family, protocol) = match dst {
+        IpAddr::V4(_) => (libc::AF_INET, libc::IPPROTO_RAW),
+        IpAddr::V6(_) => (libc::AF_INET6, libc::IPPROTO_UDP),
+    };
+    // SAFETY: plain socket(2); the descriptor is closed below.
+    let fd = unsafe { libc::socket(family, libc::SOCK_RAW, protocol) };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    let send = |payload: &[u8], csum: Option<u16>, corrupt: bool| {
+        let u = udp_datagram(src, dst, port, payload, csum, corrupt);
+        let (sent, want) = match (src, dst) {
+            (IpAddr::V4(s4), IpAddr::V4(d4)) => {
+                let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+                p.extend_from_slice(&s4.octets());
+                p.extend_from_slice(&d4.octets());
+                let total = (p.len() + u.len()) as u16;
+                p[2..4].copy_from_slice(&total.to_be_bytes());
+                p.extend_from_slice(&u);
+                let sa = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: 0,
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(d4.octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: valid buffer and sockaddr_in for the call.
+                let n = unsafe {
+                    libc::sendto(
+                        fd,
+                        p.as_ptr().cast(),
+                        p.len(),
+                        0,
+                        (&sa as *const libc::sockaddr_in).cast(),
+                        std::mem::size_of::<libc::sockaddr_in>() as u32,
+                    )
+                };
+                (n, p.len())
+            }
+            (_, IpAddr::V6(d6)) => {
+                // SAFETY: an all-zero sockaddr_in6 is valid; fields set below.
+                let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_addr.s6_addr = d6.octets();
+                // SAFETY: valid buffer and sockaddr_in6 for the call.
+                let n = unsafe {
+                    libc::sendto(
+                        fd,
+                        u.as_ptr().cast(),
+                        u.len(),
+                        0,
+                        (&sa as *const libc::sockaddr_in6).cast(),
+                        std::mem::size_of::<libc::sockaddr_in6>() as u32,
+                    )
+                };
+                (n, u.len())
+            }
+            _ => panic!("{src} and {dst} are of different families"),
+        };
+        assert_eq!(sent as usize, want, "{}", std::io::Error::last_os_error());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    send(b"good", None, false);
+    send(b"corrupted!", None, true);
+    send(b"no checksum", Some(0), false);
+    send(b"end", None, false);
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(fd) };
+}
+
+/// 3000 bytes: more than the veth's MTU, so the sender fragments it.
+pub(crate) fn big_payload() -> Vec<u8> {
+    (0..3000u32).map(|i| (i % 251) as u8).collect()
+}
+
+/// From a fresh socket on `ip` (run it in the sending host): `small`, then
+/// `big` 20 ms later, to `dst`. Returns the socket.
+pub(crate) fn send_small_then_big(ip: IpAddr, dst: SocketAddr, big: &[u8]) -> UdpSocket {
+    let s = UdpSocket::bind((ip, 0)).unwrap();
+    s.send_to(b"small", dst).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.send_to(big, dst).unwrap();
+    s
+}
