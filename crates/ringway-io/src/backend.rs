@@ -20,7 +20,8 @@ pub use uring::UringConfig;
 pub use xdp::frame_fuzzing;
 pub use xdp::{
     attach_xdp_pass, disable_tx_checksum_offload, parse_rtnetlink_replies, FanoutRoute,
-    FanoutStats, KernelFanout, RtnetlinkReplies, XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
+    FanoutStats, KernelFanout, NextHopRefresher, RtnetlinkReplies, XdpAttachment, XdpConfig,
+    XdpMode, MAX_FANOUT,
 };
 
 /// Which I/O path a backend uses.
@@ -660,6 +661,12 @@ pub struct XdpQueues {
     /// address, non-blocking), for a thread that sends through the kernel.
     /// Only the first backend receives on it.
     pub socket: UdpSocket,
+    /// With several queues: the backends' next hops (routes and neighbour
+    /// entries read once for all of them, not by each backend). One thread
+    /// must poll it every few milliseconds ([`NextHopRefresher::poll`]);
+    /// until it has read, every copy goes through the companion socket.
+    /// `None` with one queue: that backend reads its own.
+    pub next_hops: Option<NextHopRefresher>,
 }
 
 /// Receive queues of interface `ifname` (in the calling thread's network
@@ -688,13 +695,14 @@ pub fn open_xdp_queues(cfg: XdpConfig) -> io::Result<XdpQueues> {
     }
     let queues: Vec<u32> = (0..count).collect();
     match xdp::XdpBackend::open_queues(cfg, &queues) {
-        Ok((backends, socket)) => Ok(XdpQueues {
+        Ok((backends, socket, next_hops)) => Ok(XdpQueues {
             backends: backends
                 .into_iter()
                 .map(|b| Box::new(b) as Box<dyn BatchIo>)
                 .collect(),
             queues,
             socket,
+            next_hops,
         }),
         Err(e) => Err(xdp_open_error(e)),
     }

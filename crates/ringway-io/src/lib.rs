@@ -55,8 +55,8 @@ pub mod wire;
 pub use backend::{
     open_backend, open_shared, open_uring, open_xdp, open_xdp_queues, open_xdp_with_socket,
     per_datagram_stamp_keys, xdp_rx_queues, BackendKind, BackendUnavailable, BatchIo, Io,
-    IoChoiceError, IoStats, NeedsInterface, OpenError, ParseBackendError, TxProgress, UringConfig,
-    XdpConfig, XdpInterface, XdpMode, XdpQueues,
+    IoChoiceError, IoStats, NeedsInterface, NextHopRefresher, OpenError, ParseBackendError,
+    TxProgress, UringConfig, XdpConfig, XdpInterface, XdpMode, XdpQueues,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
 pub use icmp::IcmpUnreachable;

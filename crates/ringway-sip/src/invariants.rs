@@ -129,6 +129,29 @@ fn refuse_under_overload(data: &[u8]) {
         return;
     };
     assert_eq!(responses.len(), 1, "one answer");
+    // A quick refusal (our refusal tag) answers only what the full path
+    // reads alike: a head the full parser can read (else it drops the
+    // datagram unanswered), and never an INVITE inside a dialog (the full
+    // path does not shed those).
+    let quick = SipMsg::parse_loose(refusal).is_ok_and(|answer| {
+        let call_id = answer.call_id().unwrap_or("").as_bytes();
+        answer
+            .to_tag()
+            .is_some_and(|tag| proxy.is_refusal_tag(tag.as_bytes(), call_id))
+    });
+    if quick {
+        assert!(
+            SipMsg::parse_loose(data).is_ok(),
+            "a quick 503 to a head the full parser cannot read"
+        );
+        if let Ok(request) = SipMsg::parse(data) {
+            assert_eq!(
+                request.to_tag(),
+                None,
+                "a quick 503 to an INVITE in a dialog"
+            );
+        }
+    }
     // Its ACK (RFC 3261 17.1.1.3), built from the 503: absorbed.
     let Ok(answer) = SipMsg::parse(refusal) else {
         return;
