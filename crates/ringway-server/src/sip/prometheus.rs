@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 32] = [
+const CORE_COUNTERS: [CoreCounter; 35] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -160,9 +160,24 @@ const CORE_COUNTERS: [CoreCounter; 32] = [
         |stats| stats.flows_failed,
     ),
     (
+        "ringway_sip_flow_failures_received_total",
+        "430 Flow Failed answers to requests sent to a binding through its Path: that Path's bindings removed (RFC 5626 7).",
+        |stats| stats.flow_failures_received,
+    ),
+    (
+        "ringway_sip_flow_retries_total",
+        "Requests moved on to another binding of their AOR after a 430 Flow Failed.",
+        |stats| stats.flow_retries,
+    ),
+    (
         "ringway_sip_transport_errors_total",
-        "Forwarded requests the transport could not deliver (connection refused or reset, TLS handshake failed): next target at once, or 500.",
+        "Forwarded requests the transport could not deliver (connection refused or reset, TLS handshake failed, ICMP unreachable for their UDP target): next target at once, or 500.",
         |stats| stats.transport_errors,
+    ),
+    (
+        "ringway_sip_icmp_unreachable_total",
+        "ICMP unreachable errors the kernel reported for UDP destinations the proxy sent to (IP_RECVERR); each moves on the transactions waiting there (stateless: counted only).",
+        |stats| stats.unreachable_reports,
     ),
     (
         "ringway_sip_dialogs_confirmed_total",
@@ -707,7 +722,11 @@ fn thread_metrics(text: &mut PromText, snap: &Snapshot) {
 /// The shared location store's counters and latencies.
 fn location_metrics(text: &mut PromText, location: &super::LocationSnapshot) {
     let counts = &location.counts;
-    for (kind, count) in [("register", counts.registers), ("lookup", counts.lookups)] {
+    for (kind, count) in [
+        ("register", counts.registers),
+        ("lookup", counts.lookups),
+        ("remove_path", counts.removals),
+    ] {
         text.counter(
             "ringway_sip_location_queries_total",
             "Queries sent to the shared location store, by kind.",

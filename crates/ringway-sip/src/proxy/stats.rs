@@ -100,11 +100,25 @@ pub struct ProxyStats {
     /// connection) whose connection is gone: answered `430 Flow Failed`
     /// (RFC 5626 5.3; an ACK dropped).
     pub flows_failed: u64,
+    /// `430 Flow Failed` answers from downstream to a request we sent to a
+    /// binding through its Path (an edge proxy's flow is gone): the
+    /// bindings of that Path were removed (RFC 5626 7).
+    pub flow_failures_received: u64,
+    /// Requests that moved on to another binding of their AOR after such a
+    /// `430`.
+    pub flow_retries: u64,
     /// Requests the driver could not deliver to their next hop (a
     /// connection refused or reset before it was up, a failed TLS
     /// handshake) while their transaction waited there: each moved on to
     /// the next target at once, or got `500` with none left.
     pub transport_errors: u64,
+    /// ICMP unreachable errors the driver read for UDP destinations the
+    /// proxy sent to ([`ProxyWorker::on_unreachable`]; stateless mode
+    /// counts them and changes nothing). The transactions they moved on
+    /// count in `transport_errors` and `failovers`.
+    ///
+    /// [`ProxyWorker::on_unreachable`]: crate::ProxyWorker::on_unreachable
+    pub unreachable_reports: u64,
     /// Dialogs set up through this proxy and tracked: the first 2xx to an
     /// INVITE outside a dialog went upstream (stateful mode).
     pub dialogs_confirmed: u64,
@@ -156,14 +170,17 @@ pub(super) enum Counter {
     NamesUnavailable,
     Failovers,
     FlowsFailed,
+    FlowFailuresReceived,
+    FlowRetries,
     TransportErrors,
     DialogsConfirmed,
     DialogsEnded,
+    UnreachableReports,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::DialogsEnded as usize + 1;
+    pub(super) const COUNT: usize = Counter::UnreachableReports as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -294,7 +311,10 @@ impl Proxy {
             names_unavailable: counters.event(Counter::NamesUnavailable),
             failovers: counters.event(Counter::Failovers),
             flows_failed: counters.event(Counter::FlowsFailed),
+            flow_failures_received: counters.event(Counter::FlowFailuresReceived),
+            flow_retries: counters.event(Counter::FlowRetries),
             transport_errors: counters.event(Counter::TransportErrors),
+            unreachable_reports: counters.event(Counter::UnreachableReports),
             dialogs_confirmed: counters.event(Counter::DialogsConfirmed),
             dialogs_ended: counters.event(Counter::DialogsEnded),
             dialogs_open: self.dialogs_open() as u64,
