@@ -78,6 +78,7 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             strict_next_hop: None,
             route_set: None,
             path: None,
+            path_inner: None,
             remove: crate::edit::RemoveHeaders {
                 asserted_identity: true,
                 proxy_authorization_realms: &["example.com".to_string()],
