@@ -36,10 +36,8 @@ set -Eeuo pipefail
 trap 'rc=$?; echo "xdp-vs-mmsg.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 PROXIES="${PROXIES:-mmsg xdp kamailio}"
 MODE="${MODE:-stateless}"
 SECS="${SECS:-10}"
