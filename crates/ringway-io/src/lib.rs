@@ -40,6 +40,7 @@ pub mod batch;
 pub mod bench;
 pub mod counters;
 pub mod doctor;
+pub mod icmp;
 pub mod netns;
 pub mod nfqueue;
 pub mod sock;
@@ -58,5 +59,6 @@ pub use backend::{
     TxProgress, UringConfig, XdpConfig, XdpInterface, XdpMode, XdpQueues,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
+pub use icmp::IcmpUnreachable;
 pub use sock::{open_udp, SocketConfig, SocketReport};
 pub use time::{monotonic_now, realtime_now, Nanos};
