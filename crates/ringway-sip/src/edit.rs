@@ -52,6 +52,10 @@ pub struct RequestEdits<'e> {
     /// Insert `Path: <{uri}>` above every other Path (a proxy that wants
     /// to stay on the path of requests to a registering UA, RFC 3327 5.2).
     pub path: Option<&'e str>,
+    /// Insert a second `Path: <{uri}>` right below `path` (a double Path:
+    /// the two sides of the REGISTER reach us over two transports, and the
+    /// requests for the binding leave by the one named last).
+    pub path_inner: Option<&'e str>,
     /// Header lines to remove.
     pub remove: RemoveHeaders<'e>,
 }
@@ -345,6 +349,9 @@ pub fn forward_request(
     }
     if let Some(uri) = edits.path {
         splices.push(headers_start, headers_start, Some(Piece::PathLine(uri)));
+        if let Some(inner) = edits.path_inner {
+            splices.push(headers_start, headers_start, Some(Piece::PathLine(inner)));
+        }
     }
     if edits.received.is_some() || edits.rport.is_some() {
         splice_top_via_params(msg, edits, &mut splices)?;
@@ -392,6 +399,7 @@ fn check_request_edits(msg: &SipMsg<'_>, edits: &RequestEdits<'_>) -> Result<(),
         + usize::from(edits.strict_next_hop.is_some())
         + usize::from(edits.route_set.is_some())
         + usize::from(edits.path.is_some())
+        + usize::from(edits.path.is_some() && edits.path_inner.is_some())
         + usize::from(edits.max_forwards && msg.max_forwards().is_none());
     if msg.header_positions().len() + added > MAX_HEADERS {
         return Err(EditError::TooLarge);

@@ -78,6 +78,7 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
             strict_next_hop: None,
             route_set: None,
             path: None,
+            path_inner: None,
             remove: crate::edit::RemoveHeaders {
                 asserted_identity: true,
                 proxy_authorization_realms: &["example.com".to_string()],
@@ -225,7 +226,8 @@ pub fn check_sent(to: SocketAddr, bytes: &[u8]) {
 /// Run a fuzz script (see [`script`]: datagrams from a user agent, the next
 /// hop, another host and an IPv6 host, with time steps; peers answer the
 /// last request, replay what the proxy sent, or add digest credentials
-/// answering its last challenge) through four proxies: stateful and
+/// answering its last challenge; the driver reports ICMP unreachables for
+/// where the proxy sent) through four proxies: stateful and
 /// stateless, each with and without digest authentication. Every datagram
 /// sent passes [`check_sent`], and the transaction table stays bounded.
 pub fn proxy_sequence(data: &[u8]) {
@@ -248,7 +250,11 @@ fn run_proxy_script(proxy: &Proxy, data: &[u8]) {
     for step in script::steps(data) {
         now += script::WAITS[step.wait];
         guard.on_timer(now);
-        if let Some((src, datagram)) = peers.datagram(&step) {
+        if step.unreachable {
+            if let Some(to) = peers.destination(step.payload) {
+                guard.unreachable(now, to);
+            }
+        } else if let Some((src, datagram)) = peers.datagram(&step) {
             guard.handle(now, src, datagram);
         }
         for (to, bytes) in guard.take_outputs() {
@@ -424,6 +430,20 @@ impl<'p> Guarded<'p> {
         let mut outputs = Vec::new();
         self.worker
             .on_timer(now, &mut |to, b| outputs.push((to, b.to_vec())));
+        for (to, bytes) in &outputs {
+            self.check(*to, bytes, Step::Timer);
+        }
+        self.outputs.extend(outputs);
+    }
+
+    /// The driver read an ICMP unreachable for `to` (UDP): check what the
+    /// core sent (next targets, `500`s upstream) as a timer's output.
+    pub fn unreachable(&mut self, now: u64, to: SocketAddr) {
+        let mut outputs = Vec::new();
+        self.worker
+            .on_unreachable(now, crate::Hop::udp(to), &mut |hop, b| {
+                outputs.push((hop.addr, b.to_vec()))
+            });
         for (to, bytes) in &outputs {
             self.check(*to, bytes, Step::Timer);
         }

@@ -204,3 +204,41 @@ fn probes_go_over_each_proxys_transport() {
     assert_eq!(d.stats().proxies[0].address, "tcp:192.0.2.11:5060");
     assert_eq!(d.stats().proxies[1].address, P_UDP);
 }
+
+/// A UA that registers over UDP through a `tcp:` proxy gets a double Path
+/// (the proxy's side on top, the UA's below), as a double Record-Route:
+/// the proxy's call to it through that Path consumes both and leaves by
+/// the UA's transport. With one Path naming TCP, the call went to the
+/// UA's address over TCP, where nothing listens.
+#[test]
+fn a_register_over_udp_to_a_tcp_proxy_gets_a_path_for_each_side() {
+    let d = dispatcher(&["tcp:192.0.2.11:5060"]);
+    let register = "REGISTER sip:example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKreg\r\nMax-Forwards: 70\r\n\
+From: <sip:alice@example.com>;tag=r\r\nTo: <sip:alice@example.com>\r\nCall-ID: reg\r\n\
+CSeq: 1 REGISTER\r\nSupported: path\r\nContact: <sip:alice@192.0.2.1:5060>\r\n\
+Content-Length: 0\r\n\r\n";
+    let (_, sent) = run(&d, Hop::udp(addr("192.0.2.1:5060")), register.as_bytes());
+    assert_eq!(sent[0].0, Hop::new(Transport::Tcp, addr(P_TCP)));
+    let text = String::from_utf8(sent[0].1.clone()).unwrap();
+    let paths: Vec<&str> = text.lines().filter(|l| l.starts_with("Path:")).collect();
+    assert_eq!(
+        paths,
+        [
+            "Path: <sip:192.0.2.100:5060;transport=tcp;lr>",
+            "Path: <sip:192.0.2.100:5060;lr>"
+        ]
+    );
+    // The registrar's call through that Path, from the proxy over TCP.
+    let invite = "INVITE sip:alice@192.0.2.1:5060 SIP/2.0\r\n\
+Via: SIP/2.0/TCP 192.0.2.11:5060;branch=z9hG4bKpx\r\n\
+Route: <sip:192.0.2.100:5060;transport=tcp;lr>, <sip:192.0.2.100:5060;lr>\r\n\
+Max-Forwards: 69\r\nFrom: <sip:bob@example.com>;tag=b\r\nTo: <sip:alice@example.com>\r\n\
+Call-ID: px\r\nCSeq: 1 INVITE\r\nContact: <sip:bob@192.0.2.9:5060>\r\nContent-Length: 0\r\n\r\n";
+    let (action, sent) = run(&d, conn(Transport::Tcp, P_TCP, 9), invite.as_bytes());
+    assert_eq!(action, Action::Forwarded { copies: 1 });
+    assert_eq!(sent[0].0, Hop::udp(addr("192.0.2.1:5060")));
+    let fwd = parse(&sent[0].1);
+    assert_eq!(fwd.top_via().unwrap().transport, "UDP");
+    assert_eq!(fwd.routes().count(), 0, "both of our Routes consumed");
+}

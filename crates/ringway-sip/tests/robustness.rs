@@ -125,6 +125,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                 strict_next_hop: None,
                 route_set: None,
                 path: None,
+                path_inner: None,
                 remove: ringway_sip::edit::RemoveHeaders::default(),
             };
             if forward_request(&m, &e, &mut out).is_ok() {

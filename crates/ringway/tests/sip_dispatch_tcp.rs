@@ -10,6 +10,10 @@
 //!   the same request as a UDP datagram is dropped and counted.
 //! - SIPp (Debian's has no TLS) through stunnel: SIPp UAC → stunnel → TLS
 //!   → dispatcher (`tls:`) → TLS → two proxies → TCP → SIPp UAS.
+//! - RFC 5923 the other way: the dispatcher's Via towards a TCP proxy
+//!   carries `alias`, so the proxy's call to a user registered through the
+//!   dispatcher (its Path) comes back over the dispatcher's own
+//!   connection: no connection is opened from the proxy to the dispatcher.
 
 mod sip_proxy_support;
 
@@ -408,4 +412,128 @@ fn sipp_through_stunnel_over_tls_through_the_dispatcher_to_two_proxies_over_tls(
             member["tls"]
         );
     }
+}
+
+/// A REGISTER of alice@ringway.test from the UDP UA on 127.0.0.1:5070.
+fn register_alice(n: u32) -> String {
+    format!(
+        "REGISTER sip:ringway.test SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bKreg{n};rport\r\nMax-Forwards: 70\r\n\
+From: <sip:alice@ringway.test>;tag=r{n}\r\nTo: <sip:alice@ringway.test>\r\n\
+Call-ID: reg-alice\r\nCSeq: {n} REGISTER\r\nSupported: path\r\n\
+Contact: <sip:alice@127.0.0.1:5070>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// Datagrams on `socket` until one starts with `prefix` (bounded).
+fn receive_starting(socket: &UdpSocket, prefix: &str, limit: Duration) -> Option<String> {
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let end = Instant::now() + limit;
+    let mut buf = [0u8; 8192];
+    while Instant::now() < end {
+        if let Ok(n) = socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if text.starts_with(prefix) {
+                return Some(text);
+            }
+        }
+    }
+    None
+}
+
+/// RFC 5923: a user registered through the dispatcher (Path) is called at
+/// its proxy; the proxy's INVITE to the dispatcher takes the connection
+/// the dispatcher opened (its Via `alias`): the dispatcher accepts no
+/// connection and the proxy opens none.
+#[test]
+fn a_proxy_reaches_the_dispatcher_over_the_dispatchers_own_connection() {
+    let (dispatch, member, invite) = in_bed(|procs, dir| {
+        let member = start_proxy(
+            procs,
+            dir,
+            &[
+                "--listen",
+                "127.0.0.11:5060",
+                "--listen",
+                "tcp:127.0.0.11:5060",
+                "--registrar",
+                "--domain",
+                "ringway.test",
+                "--relay",
+                "127.0.0.0/8",
+            ],
+        );
+        let d = start_dispatcher(
+            procs,
+            dir,
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "tcp:127.0.0.1:5060",
+                "--proxy",
+                "tcp:127.0.0.11:5060",
+                "--relay",
+                "127.0.0.0/8",
+                "--probe-interval-ms",
+                "100",
+            ],
+        );
+        let ua = UdpSocket::bind("127.0.0.1:5070").unwrap();
+        // Through the dispatcher: the binding's Path is the dispatcher's
+        // TCP address.
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut n = 1;
+        loop {
+            ua.send_to(register_alice(n).as_bytes(), "127.0.0.1:5060")
+                .unwrap();
+            match receive_starting(&ua, "SIP/2.0 ", Duration::from_secs(1)) {
+                Some(line) if line.starts_with("SIP/2.0 200") => break,
+                other => {
+                    assert!(Instant::now() < end, "REGISTER: {other:?}");
+                    n += 1;
+                }
+            }
+        }
+        let caller = UdpSocket::bind("127.0.0.1:5071").unwrap();
+        let call = "INVITE sip:alice@ringway.test SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.0.1:5071;branch=z9hG4bKcall1\r\nMax-Forwards: 70\r\n\
+From: <sip:bob@127.0.0.1:5071>;tag=b1\r\nTo: <sip:alice@ringway.test>\r\n\
+Call-ID: alias-call1\r\nCSeq: 1 INVITE\r\nContact: <sip:bob@127.0.0.1:5071>\r\n\
+Content-Length: 0\r\n\r\n";
+        caller.send_to(call.as_bytes(), "127.0.0.11:5060").unwrap();
+        let invite = receive_starting(
+            &ua,
+            "INVITE sip:alice@127.0.0.1:5070 SIP/2.0",
+            Duration::from_secs(10),
+        );
+        let dispatch = stop_proxy(procs, &d);
+        let member = stop_proxy(procs, &member);
+        (dispatch, member, invite)
+    });
+    let invite = invite.unwrap_or_else(|| {
+        panic!(
+            "the call did not reach the UA through the dispatcher: proxy {} {}, dispatcher {} {}",
+            member["proxy"], member["tcp"], dispatch["dispatch"], dispatch["tcp"]
+        )
+    });
+    assert!(invite.contains("Call-ID: alias-call1"), "{invite}");
+    // The proxy took the dispatcher's alias and opened no connection; the
+    // dispatcher opened one (to the proxy) and accepted none.
+    assert_eq!(counter(&member, "tcp", "aliases"), 1, "{}", member["tcp"]);
+    assert_eq!(counter(&member, "tcp", "connected"), 0, "{}", member["tcp"]);
+    assert_eq!(
+        counter(&dispatch, "tcp", "accepted"),
+        0,
+        "{}",
+        dispatch["tcp"]
+    );
+    assert_eq!(
+        counter(&dispatch, "tcp", "connected"),
+        1,
+        "{}",
+        dispatch["tcp"]
+    );
 }

@@ -1034,6 +1034,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             .filter(|via| via.received.is_some() || host_ip(via.host) != Some(src.ip()))
             .map(|_| src.ip().to_string());
         let record_route = dispatcher.config.record_route && dialog_creating;
+        let path = method == Method::Register && matches!(next, Next::Proxy(_));
         let edits = RequestEdits {
             via: Some(ViaEdit {
                 transport: to.transport.via_token(),
@@ -1050,8 +1051,13 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             // on top, so each side reaches us over its own transport.
             record_route_inner: (record_route && !std::ptr::eq(egress, ingress))
                 .then_some(ingress.uri.as_str()),
-            path: (method == Method::Register && matches!(next, Next::Proxy(_)))
-                .then_some(egress.uri.as_str()),
+            path: path.then_some(egress.uri.as_str()),
+            // Two transports: a Path for each side, the registrar's on top,
+            // so the requests for the binding, which consume both, leave
+            // by the UA's transport (one Path naming the proxy's transport
+            // made a UA registered over UDP unreachable behind a `tcp:`
+            // proxy: its calls went to its address over TCP).
+            path_inner: (path && !std::ptr::eq(egress, ingress)).then_some(ingress.uri.as_str()),
             received: ip_text.as_deref(),
             // Over a connection always (RFC 3261 18.2.2: its responses
             // follow the connection's peer port).

@@ -79,7 +79,7 @@ pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub(crate) use routing::upstream_address;
 pub use stats::ProxyStats;
 pub use timer_table::{T1, T2, T4, TIMER_64T1, TIMER_C};
-pub use transport_error::TransportErrorOutcome;
+pub use transport_error::{TransportErrorOutcome, UnreachableOutcome};
 pub(crate) use worker::reply_hop;
 pub use worker::ProxyWorker;
 pub use worker::AMPLIFICATION_LIMIT;

@@ -352,6 +352,7 @@ impl ProxyWorker<'_> {
             strict_next_hop: plan.strict_next_hop.map(|_| plan.request_uri),
             route_set: route.route_set,
             path: path.as_deref(),
+            path_inner: None,
             remove: RemoveHeaders {
                 // Only a configured next hop (a gateway, a PBX) may assert
                 // an identity to us (RFC 3325 trust domain).
