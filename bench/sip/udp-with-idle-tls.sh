@@ -32,10 +32,9 @@ set -Eeuo pipefail
 trap 'rc=$?; echo "udp-with-idle-tls.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 IDLE="${IDLE:-10000}"
 SECS="${SECS:-10}"
@@ -129,16 +128,6 @@ idle_close() {
     untrack "$IDLE_PID"
     IDLE_PID=""
     wait_tls_open 0
-}
-
-csv_field() { # file column-name -> value on the last line
-    awk -F';' -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i} END{print $c}' "$1"
-}
-
-# Seconds until the UAC had created all its calls (empty if it never did).
-gen_secs() {
-    awk -F';' -v n="$2" 'NR==1{for(i=1;i<=NF;i++){if($i=="OutgoingCall(C)")c=i; if($i=="ElapsedTime(C)")e=i}; next}
-        $c+0 >= n { split($e, h, ":"); print h[1]*3600 + h[2]*60 + h[3] + (4 in h ? h[4] / 1000 : 0); exit }' "$1"
 }
 
 # SIPp's mean response time (ms) from its ResponseTime1(C) field.
