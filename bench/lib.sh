@@ -1,11 +1,16 @@
 # What the benchmark scripts under bench/ share (sourced, not run; bash,
-# after the caller's `set -euo pipefail`): a private network namespace,
+# after the caller's `set -euo pipefail`): ROOT and RINGWAY, a private
+# network namespace,
 # every process tracked and stopped by PID, CPU time from /proc, waiting
 # for a port, SIPp statistics.
 #
 # Sourcing it defines PIDS=() and an EXIT trap that stops them
 # (`stop_pids`); a script that has more to clean up sets its own trap and
 # calls `stop_pids` from it.
+
+# The repository, and the ringway binary the scripts run (env RINGWAY).
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 
 # bench_private_netns [--session] "$@": re-execute the calling script in a
 # private network namespace with only `lo` (brought up), unless it runs in

@@ -19,11 +19,9 @@
 # call, SIPp retransmissions (UAC), proxy socket drops (summary).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 SECS="${SECS:-5}"
 WORKERS="${WORKERS:-1}"
 MODES="${MODES:-stateless stateful}"

@@ -33,13 +33,11 @@ set -Eeuo pipefail
 trap 'rc=$?; echo "compare-kamailio.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
 
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 WORKERS="${WORKERS:-2}"
 SECS="${SECS:-10}"
 PAUSE_MS="${PAUSE_MS:-20}"

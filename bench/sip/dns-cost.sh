@@ -30,11 +30,9 @@
 # requests parked, us per call over the IP literal of the same run.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 LOOKUPS="${LOOKUPS:-2000}"
 REPEAT="${REPEAT:-3}"
 CPU="${CPU-0}"

@@ -33,11 +33,9 @@
 set -Eeuo pipefail
 trap 'rc=$?; echo "kamailio-tcp-tls.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 SECS="${SECS:-10}"
 PAUSE_MS="${PAUSE_MS:-0}"
 TRANSPORTS="${TRANSPORTS:-tcp tls}"

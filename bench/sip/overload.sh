@@ -39,11 +39,9 @@
 #        one alone does not drain its socket fast enough at ~36 000 calls/s)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns --session "$@"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 OUT="${OUT:-/tmp/ringway-overload}"
 RATES="${RATES:-3000 4000 5000 6000 7000 8000}"
 CAP_SECS="${CAP_SECS:-10}"

@@ -17,12 +17,10 @@
 # failed calls is flagged `overload` and left out of comparisons.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
 RATE="${1:-500}"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 SECS="${SECS:-6}"
 REPEAT="${REPEAT:-2}"
 MODE="${MODE:-stateful}"

@@ -17,11 +17,9 @@
 # ResponseTime1), TLS handshakes the proxy completed, refused.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 RATE="${RATE:-500}"
 SECS="${SECONDS_:-10}"
 REPEAT="${REPEAT:-3}"

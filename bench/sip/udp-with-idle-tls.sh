@@ -31,11 +31,9 @@
 set -Eeuo pipefail
 trap 'rc=$?; echo "udp-with-idle-tls.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
 bench_private_netns "$@"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 IDLE="${IDLE:-10000}"
 SECS="${SECS:-10}"
 REPEAT="${REPEAT:-3}"

@@ -28,14 +28,16 @@
 # step), and SIPp's CPU (UAC + UAS) beside it, to tell whether the proxy
 # or the generator is the limit. Run it on a quiet machine (`uptime`):
 # absolute numbers on a shared VM are noise; compare the rows of one run.
+# `ringway lab sip --netns` makes the same comparison with the built-in
+# generator (cheaper than SIPp), the arms interleaved, the lab's drop rate
+# (socket, AF_XDP ring and veth drops) and each host's NAPI thread in its
+# CPU (docs/sip-lab.md); this script stays for SIPp as the load.
 set -Eeuo pipefail
 trap 'rc=$?; echo "xdp-vs-mmsg.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
-RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 PROXIES="${PROXIES:-mmsg xdp kamailio}"
 MODE="${MODE:-stateless}"
 SECS="${SECS:-10}"

@@ -84,9 +84,9 @@ fn start_xdp_proxy(
 ) -> (Procs, ProxyProc) {
     let listen = addr(proxy, 5060);
     let relay = if listen.is_ipv6() {
-        "fd77::/64"
+        "fd77::/48"
     } else {
-        "10.77.0.0/24"
+        "10.77.0.0/16"
     };
     let listen = listen.to_string();
     inside(proxy, procs, move |procs| {
@@ -229,6 +229,29 @@ fn sipp_calls_through_the_proxy_on_af_xdp_in_both_modes() {
         return;
     }
     let (_topo, uac, proxy, uas) = testbed(false);
+    calls_in_both_modes(&uac, &proxy, &uas);
+}
+
+/// The same on `ringway lab sip --netns`'s testbed: SIPp UAC and UAS in
+/// the generator's host, the proxy across the veth pair, whose generator
+/// end runs the lab's pass-everything XDP program with threaded NAPI.
+#[test]
+fn sipp_calls_through_the_proxy_on_af_xdp_on_the_lab_testbed_in_both_modes() {
+    if !xdp_here() {
+        return;
+    }
+    let bed = ringway_lab::siplab::veth::SipTestbed::build(false)
+        .expect("build the lab's veth testbed (needs root)");
+    let (gen, proxy) = (bed.gen().clone(), bed.proxy().clone());
+    assert_eq!(addr(&proxy, 5060), bed.proxy_addr());
+    calls_in_both_modes(&gen, &proxy, &gen);
+}
+
+/// SIPp calls from `uac` through the proxy on AF_XDP in `proxy` to `uas`,
+/// stateless then stateful, every datagram through the XSK rings, and
+/// the proxy host's kernel still answering what is not SIP for it.
+fn calls_in_both_modes(uac: &Host, proxy: &Host, uas: &Host) {
+    let (uac, proxy, uas) = (uac.clone(), proxy.clone(), uas.clone());
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
     let uas_addr = addr(&uas, 5070);

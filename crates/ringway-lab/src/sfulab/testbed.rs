@@ -321,7 +321,7 @@ fn wait_link_local(host: &Host, ifname: &str) -> anyhow::Result<std::net::Ipv6Ad
 }
 
 /// Run `args` inside `host` (`ip netns exec`), failing with its stderr.
-fn run_in(host: &Host, args: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn run_in(host: &Host, args: &[&str]) -> anyhow::Result<()> {
     let out = host
         .command(args[0])
         .args(&args[1..])
@@ -343,6 +343,17 @@ pub struct NapiSnapshot(BTreeSet<(u32, String)>);
 /// Take a [`NapiSnapshot`].
 pub fn napi_snapshot() -> NapiSnapshot {
     NapiSnapshot(napi_threads())
+}
+
+impl NapiSnapshot {
+    /// NAPI threads named `<prefix>...` now that were not in the snapshot.
+    pub fn new_threads(&self, prefix: &str) -> Vec<u32> {
+        napi_threads()
+            .difference(&self.0)
+            .filter(|(_, comm)| comm.starts_with(prefix))
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
 }
 
 /// Kernel threads named `napi/...` now.
@@ -367,7 +378,7 @@ fn napi_threads() -> BTreeSet<(u32, String)> {
 /// `echo 1 > /sys/class/net/<dev>/threaded` inside `host` (sysfs shows the
 /// devices of the namespace it was mounted in, so through `ip netns
 /// exec`); returns the NAPI threads that appeared for `dev`.
-fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> {
+pub(crate) fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> {
     let before = napi_threads();
     let out = Command::new("ip")
         .args(["netns", "exec", &host.netns, "sh", "-c"])

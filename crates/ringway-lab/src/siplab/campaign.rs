@@ -394,3 +394,75 @@ pub fn run_compare(
         files: vec![md_path, json_path],
     })
 }
+
+/// What a `--netns` campaign produced.
+#[derive(Debug)]
+pub struct VethResult {
+    /// The report's tables (Markdown).
+    pub text: String,
+    /// The runs.
+    pub outcome: super::veth::VethOutcome,
+    /// Report files written.
+    pub files: Vec<PathBuf>,
+}
+
+/// Run `c` on the veth testbed (`ringway lab sip --netns`): the same
+/// preparation as [`run`] (crash recovery, validation, sweep-wide knobs
+/// recorded and restored), then the testbed, every arm at every rate
+/// interleaved, and `veth.md` / `veth.json` in `out` (runs in
+/// `out/veth/runs.jsonl`, resumed from there). On `stop` (SIGINT) the
+/// run in progress is discarded, the proxy stopped, the namespaces and
+/// the global settings restored, and then `on_interrupt` ends the process.
+pub fn run_veth(
+    mut c: Campaign,
+    backends: Vec<ringway_io::BackendKind>,
+    rates: Vec<f64>,
+    ipv6: bool,
+    stop: &std::sync::Arc<AtomicBool>,
+    progress: &mut dyn SweepProgress,
+    on_interrupt: fn() -> !,
+) -> anyhow::Result<VethResult> {
+    use super::veth::{run_all, write_report, SipTestbed, VethConfig};
+    let Prepared {
+        knobs, out, tools, ..
+    } = prepare(&mut c)?;
+    c.sweep.modes = vec!["default".into()];
+    let cfg = VethConfig {
+        sweep: c.sweep.clone(),
+        backends,
+        rates,
+        ipv6,
+    };
+    cfg.validate(&tools).map_err(anyhow::Error::msg)?;
+    log_all(SysState::recover(&tools.state_file));
+    let mut store = Store::open(&out.join("veth"))?;
+    log::info!(
+        "netns: arms {:?} × rates {:?} × workers {:?}, {} reps of {} s: {} runs",
+        cfg.arms().iter().map(|a| a.name()).collect::<Vec<_>>(),
+        cfg.rates,
+        cfg.sweep.workers,
+        cfg.sweep.reps,
+        cfg.sweep.duration_s,
+        cfg.planned()
+    );
+    let (state, messages) = SysState::apply(&c.state_file, &knobs);
+    log_all(messages);
+    let outcome = SipTestbed::build(ipv6)
+        .and_then(|bed| run_all(&cfg, &bed, &tools, &mut store, progress, stop));
+    // The testbed is gone here (dropped inside), whatever happened.
+    log_all(state.restore());
+    let _ = std::fs::remove_dir_all(out.join("work"));
+    let Some(outcome) = outcome? else {
+        log::warn!(
+            "interrupted: finished runs are in {}; run the same command again to resume",
+            out.join("veth").join("runs.jsonl").display()
+        );
+        on_interrupt();
+    };
+    let (text, files) = write_report(&out, &cfg, &outcome, &c.command)?;
+    Ok(VethResult {
+        text,
+        outcome,
+        files,
+    })
+}

@@ -21,6 +21,7 @@ pub mod report;
 pub mod sweep;
 pub mod topology;
 pub mod tune;
+pub mod veth;
 
 use crate::sched::SysState;
 use kernel::{map_knobs, KernelVersion, Plan};
@@ -115,11 +116,20 @@ pub struct RunSpec {
     /// `PATH=VALUE` (empty: none; not serialised then).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub globals: Vec<String>,
+    /// The wire between generator and proxy: `None` is loopback in one
+    /// private namespace; `veth` / `veth-ipv6` the two-namespace testbed
+    /// of `--netns` ([`veth`]). Not serialised for loopback, so keys of
+    /// earlier runs stay valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<String>,
 }
 
 impl RunSpec {
     /// Label of the configuration for tables (proxy, receive model, batch, mode, cores).
     pub fn config_label(&self) -> String {
+        if self.wire.is_some() {
+            return veth::arm_name(self.proxy, self.backend).to_string();
+        }
         match self.proxy {
             ProxyKind::Ringway => format!(
                 "ringway/{}/b{}/{} c{}",
@@ -272,6 +282,22 @@ pub struct RunRecord {
     /// or a record from before it was measured).
     #[serde(default)]
     pub background: Option<background::Background>,
+    /// Veth testbed: datagrams the veth pair dropped towards the proxy
+    /// (the generator's end's TX drops and the proxy's end's RX drops),
+    /// included in `proxy_socket_drops` and the PDR (`None`: loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_drops: Option<u64>,
+    /// Veth testbed, xdp backend: datagrams the AF_XDP socket dropped
+    /// (no fill buffer, RX ring full), included in `proxy_socket_drops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xsk_drops: Option<u64>,
+    /// Veth testbed: CPU seconds of the NAPI thread of the proxy's veth
+    /// (its receive path in the kernel; `None`: loopback or unreadable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_napi_cpu_s: Option<f64>,
+    /// Veth testbed: CPU seconds of the NAPI thread of the generator's veth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gen_napi_cpu_s: Option<f64>,
 }
 
 impl RunRecord {
@@ -316,6 +342,10 @@ impl RunRecord {
             notes: Vec::new(),
             wall_s: 0.0,
             background: None,
+            wire_drops: None,
+            xsk_drops: None,
+            proxy_napi_cpu_s: None,
+            gen_napi_cpu_s: None,
         }
     }
 
@@ -429,6 +459,27 @@ pub fn validity_flags(
 
 const PROXY_ADDR: &str = "127.0.0.1:5060";
 
+/// Where the proxy listens and whom it may relay to.
+struct ProxyWire {
+    /// The proxy's address.
+    listen: SocketAddr,
+    /// `--relay` of ringway (the generator's UAS addresses).
+    relay: String,
+    /// `--interface` of ringway's xdp backend.
+    interface: Option<String>,
+}
+
+impl ProxyWire {
+    /// Loopback in one private namespace (the default lab).
+    fn loopback() -> ProxyWire {
+        ProxyWire {
+            listen: PROXY_ADDR.parse().expect("valid"),
+            relay: "127.0.0.0/8".into(),
+            interface: None,
+        }
+    }
+}
+
 /// A started proxy process.
 struct ProxyProc {
     child: Child,
@@ -460,8 +511,10 @@ fn start_proxy(
     plan: &Plan,
     tools: &Tools,
     dir: &Path,
+    wire: &ProxyWire,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<ProxyProc> {
+    let listen = wire.listen.to_string();
     let cpus = topology::cpu_list_text(&spec.proxy_cpus);
     let log = dir.join("proxy.log");
     let logf = std::fs::File::create(&log)?;
@@ -483,8 +536,8 @@ fn start_proxy(
                     .args(["sip", "proxy"]);
             }
             // The generator's UAS is on loopback: relayed to explicitly.
-            cmd.args(["--listen", PROXY_ADDR, "--mode", &spec.mode])
-                .args(["--relay", "127.0.0.0/8"])
+            cmd.args(["--listen", &listen, "--mode", &spec.mode])
+                .args(["--relay", &wire.relay])
                 .args(["--workers", &spec.workers.to_string()])
                 .args(["--backend", spec.backend.name()])
                 .args(["--duration", &format!("{}", spec.duration_s + 120.0)])
@@ -499,6 +552,10 @@ fn start_proxy(
                 .args(plan.thread.proxy_args());
             if let Some(rcvbuf) = spec.rcvbuf {
                 cmd.args(["--rcvbuf", &rcvbuf.to_string()]);
+            }
+            if let Some(interface) = &wire.interface {
+                // Native only: a generic-mode program would be another path.
+                cmd.args(["--interface", interface, "--xdp-mode", "native"]);
             }
             if let Some(service) = spec.service {
                 cmd.args(["--emulated-service-us", &service.to_string()]);
@@ -531,7 +588,7 @@ fn start_proxy(
                     "-f",
                     &tools.kamailio_cfg.display().to_string(),
                     "-l",
-                    &format!("udp:{PROXY_ADDR}"),
+                    &format!("udp:{listen}"),
                     "-n",
                     &spec.workers.to_string(),
                     "-P",
@@ -571,7 +628,7 @@ fn start_proxy(
         .map_err(|e| anyhow::anyhow!("cannot start {:?}: {e}", cmd.get_program()))?;
     // Ready when something listens on the proxy port (bounded wait).
     let started = Instant::now();
-    let port: SocketAddr = PROXY_ADDR.parse().expect("valid");
+    let port = wire.listen;
     loop {
         if let Some(status) = child.try_wait()? {
             anyhow::bail!(
@@ -586,10 +643,7 @@ fn start_proxy(
         if started.elapsed() > Duration::from_secs(10) {
             kill_group(child.id(), "KILL");
             let _ = child.wait();
-            anyhow::bail!(
-                "{} did not bind {PROXY_ADDR} within 10 s",
-                spec.proxy.name()
-            );
+            anyhow::bail!("{} did not bind {listen} within 10 s", spec.proxy.name());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -844,9 +898,14 @@ fn generator_config(spec: &RunSpec) -> LoadConfig {
     }
 }
 
-/// Run the generator against the proxy `pid`; if the proxy dies, the
-/// generator ends at once instead of waiting for every call to time out.
-fn run_generator(cfg: &LoadConfig, pid: u32) -> anyhow::Result<ringway_load::sip::LoadSummary> {
+/// Run the generator against the proxy `pid`; if the proxy dies (or
+/// `stop` is set: SIGINT), the generator ends at once instead of waiting
+/// for every call to time out.
+fn run_generator(
+    cfg: &LoadConfig,
+    pid: u32,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+) -> anyhow::Result<ringway_load::sip::LoadSummary> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let live = std::sync::Arc::new(ringway_load::sip::Live::default());
     let done = std::sync::Arc::new(AtomicBool::new(false));
@@ -854,7 +913,8 @@ fn run_generator(cfg: &LoadConfig, pid: u32) -> anyhow::Result<ringway_load::sip
         let (live, done) = (live.clone(), done.clone());
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                if !pid_alive(pid) {
+                let stopped = stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+                if stopped || !pid_alive(pid) {
                     live.abort.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -931,9 +991,11 @@ fn record_load(
 }
 
 /// Other load on the proxy's CPUs over the load window, and its flag.
+/// `extra_ns`: CPU of the proxy's host outside its processes (the veth
+/// testbed's NAPI thread), not counted as other load.
 fn record_background(
-    before: &Counters,
-    after: &Counters,
+    (before, after): (&Counters, &Counters),
+    extra_ns: u64,
     loadavg: f64,
     max_pct: f64,
     rec: &mut RunRecord,
@@ -941,7 +1003,7 @@ fn record_background(
     let (Some(ticks_before), Some(ticks_after)) = (before.ticks, after.ticks) else {
         return;
     };
-    let proxy_ns = after.cpu.since(&before.cpu).total_ns();
+    let proxy_ns = after.cpu.since(&before.cpu).total_ns() + extra_ns;
     rec.background = background::background(
         ticks_before,
         ticks_after,
@@ -1019,19 +1081,25 @@ fn run_inner(
     std::fs::create_dir_all(&dir)?;
     pin_generator(spec)?;
     let mut notes = Vec::new();
-    let mut proxy = start_proxy(spec, plan, tools, &dir, &mut notes)?;
+    let mut proxy = start_proxy(spec, plan, tools, &dir, &ProxyWire::loopback(), &mut notes)?;
     let pid = proxy.child.id();
     slice_kamailio_threads(spec, plan, pid, rec);
     let loadavg = background::loadavg1().unwrap_or(f64::NAN);
     let before = Counters::read(pid, &spec.proxy_cpus);
-    let load = run_generator(&generator_config(spec), pid);
+    let load = run_generator(&generator_config(spec), pid, None);
     // Every message of the run has arrived or timed out: read the drop
     // counters of the proxy's sockets now, while they still exist.
     let after = Counters::read(pid, &spec.proxy_cpus);
     let alive = proxy.child.try_wait()?.is_none();
     let stopped = stop_proxy(&mut proxy);
     record_load(spec, &load?, (&before, &after), rec, &mut notes);
-    record_background(&before, &after, loadavg, tools.max_foreign_cpu_pct, rec);
+    record_background(
+        (&before, &after),
+        0,
+        loadavg,
+        tools.max_foreign_cpu_pct,
+        rec,
+    );
     if !alive {
         anyhow::bail!(
             "{} died during the run: {}",
@@ -1170,6 +1238,7 @@ mod tests {
             rcvbuf: None,
             service: None,
             globals: Vec::new(),
+            wire: None,
         }
     }
 
@@ -1190,6 +1259,7 @@ mod tests {
             Box::new(|s| s.gen_threads = 4),
             Box::new(|s| s.service = Some(ServiceTime::Constant { us: 200 })),
             Box::new(|s| s.globals = vec!["/proc/sys/net/core/rmem_max=8388608".into()]),
+            Box::new(|s| s.wire = Some("veth".into())),
         ];
         for (i, v) in variants.iter().enumerate() {
             let mut b = a.clone();

@@ -725,6 +725,7 @@ pub fn spec_for(
             None
         },
         globals: cfg.globals.clone(),
+        wire: None,
     }
 }
 

@@ -173,10 +173,42 @@ pub(crate) struct SweepArgs {
         conflicts_with_all = ["batch", "rx_model", "workers", "rate_start", "rate_step", "refine", "threshold", "profiles"]
     )]
     pub paper: bool,
+    /// The veth testbed: the generator (with its UAS) and the proxy each in
+    /// a network namespace of their own, joined by a veth pair; every arm
+    /// (--proxy × --backends) at every --rates point, interleaved, with the
+    /// same drop rate and CPU figures; writes veth.md and veth.json. Needs root.
+    #[arg(
+        long,
+        requires = "rates",
+        conflicts_with_all = ["paper", "rate_start", "rate_step", "rate_max", "refine", "profiles"]
+    )]
+    pub netns: bool,
+    /// With --netns: the hosts talk IPv6 (unique local addresses).
+    #[arg(long, requires = "netns")]
+    pub ipv6: bool,
+    /// With --netns: ringway's backends, one arm each (comma-separated:
+    /// mmsg, socket, uring, xdp; xdp attaches to the proxy host's veth).
+    /// Default: --backend.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "netns",
+        conflicts_with = "backend"
+    )]
+    pub backends: Vec<ringway_io::BackendKind>,
+    /// With --netns: the offered call rates (calls/s, comma-separated).
+    #[arg(long, value_delimiter = ',', requires = "netns")]
+    pub rates: Vec<f64>,
 }
 
 /// Run it.
 pub(crate) fn run(a: LabSipArgs) -> anyhow::Result<()> {
+    if a.cmd.is_some() && a.sweep.netns {
+        anyhow::bail!("--netns is a run of `ringway lab sip` itself, not of tune or compare");
+    }
+    if a.sweep.netns {
+        return veth_and_report(*a.sweep);
+    }
     match a.cmd {
         Some(LabSipCmd::Tune(t)) => {
             let mut sweep = t.sweep;
@@ -203,6 +235,30 @@ fn compare_and_report(a: SweepArgs, rates: Vec<f64>) -> anyhow::Result<()> {
         "{} run(s), {left_out} left out (flagged or failed); block orders and reasons in the report",
         result.outcome.records.len()
     );
+    for path in result.files {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn veth_and_report(a: SweepArgs) -> anyhow::Result<()> {
+    let stop = ringway_server::host::stop_flag()?;
+    let backends = if a.backends.is_empty() {
+        vec![a.backend]
+    } else {
+        a.backends.clone()
+    };
+    let (rates, ipv6) = (a.rates.clone(), a.ipv6);
+    let result = campaign::run_veth(
+        campaign(a)?,
+        backends,
+        rates,
+        ipv6,
+        &stop,
+        &mut BarProgress::default(),
+        || std::process::exit(130),
+    )?;
+    println!("{}", result.text);
     for path in result.files {
         eprintln!("wrote {}", path.display());
     }

@@ -1157,6 +1157,7 @@ mod tests {
             rcvbuf: None,
             service: None,
             globals: Vec::new(),
+            wire: None,
         };
         let mut r = RunRecord::empty(&spec);
         r.pdr = pdr;
