@@ -128,16 +128,6 @@ idle_close() {
     wait_tls_open 0
 }
 
-csv_field() { # file column-name -> value on the last line
-    awk -F';' -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i} END{print $c}' "$1"
-}
-
-# Seconds until the UAC had created all its calls (empty if it never did).
-gen_secs() {
-    awk -F';' -v n="$2" 'NR==1{for(i=1;i<=NF;i++){if($i=="OutgoingCall(C)")c=i; if($i=="ElapsedTime(C)")e=i}; next}
-        $c+0 >= n { split($e, h, ":"); print h[1]*3600 + h[2]*60 + h[3] + (4 in h ? h[4] / 1000 : 0); exit }' "$1"
-}
-
 # SIPp's mean response time (ms) from its ResponseTime1(C) field.
 rtd_ms() {
     csv_field "$1" "ResponseTime1(C)" | awk -F: 'NF >= 4 { printf "%.3f", ($1 * 3600 + $2 * 60 + $3) * 1000 + $4 / 1000; exit } { print "n/a" }'
