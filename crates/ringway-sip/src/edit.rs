@@ -113,6 +113,9 @@ pub struct ViaEdit<'e> {
     pub sent_by: &'e str,
     /// Branch parameter (must start with `z9hG4bK`).
     pub branch: &'e str,
+    /// Add `;alias` (RFC 5923): the connection the request goes out on
+    /// may carry requests back to `sent_by` (over TCP or TLS).
+    pub alias: bool,
 }
 
 /// Why an edit could not be applied.
@@ -231,6 +234,9 @@ fn emit(out: &mut Vec<u8>, piece: Piece<'_>) {
             out.extend_from_slice(v.sent_by.as_bytes());
             out.extend_from_slice(b";branch=");
             out.extend_from_slice(v.branch.as_bytes());
+            if v.alias {
+                out.extend_from_slice(b";alias");
+            }
             out.extend_from_slice(b"\r\n");
         }
         Piece::MaxFwd(n) => write_u32(out, n),
@@ -742,6 +748,7 @@ hi";
                 transport: "UDP",
                 sent_by: "192.0.2.10:5060",
                 branch: "z9hG4bKxyz",
+                alias: false,
             }),
             max_forwards: true,
             record_route: Some("sip:192.0.2.10:5060;lr"),
@@ -954,6 +961,7 @@ Remote-Party-ID: <sip:boss@example.com>\r\n",
             transport: "UDP",
             sent_by: "192.0.2.10:5060",
             branch: "z9hG4bKx",
+            alias: false,
         };
         let one = RequestEdits {
             via: Some(via),

@@ -64,6 +64,7 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
                 transport: "UDP",
                 sent_by: "192.0.2.10:5060",
                 branch: "z9hG4bKfuzz",
+                alias: false,
             }),
             max_forwards: true,
             record_route: Some("sip:192.0.2.10:5060;lr"),

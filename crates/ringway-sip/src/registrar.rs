@@ -168,6 +168,14 @@ pub trait LocationStore: Send + Sync {
         let _ = (aor, flow, now);
         0
     }
+    /// Remove the bindings of `aor` registered through the Path `path`
+    /// (an edge proxy on that Path answered `430 Flow Failed`: the flow
+    /// its token names is gone, RFC 5626 7); returns how many. Expired
+    /// ones may go too. A store that cannot do it removes none.
+    fn remove_path(&self, aor: &str, path: &[String], now: u64) -> usize {
+        let _ = (aor, path, now);
+        0
+    }
     /// `true` when the store knows it holds no bindings.
     fn is_empty(&self) -> bool {
         self.len() == Some(0)
@@ -185,6 +193,15 @@ pub enum StoreQuery {
         /// The address-of-record.
         aor: String,
     },
+    /// Remove the bindings of an AOR registered through a Path whose flow
+    /// failed ([`LocationStore::remove_path`]). Nothing waits for it: a
+    /// driver runs it and resumes no request.
+    RemovePath {
+        /// The address-of-record.
+        aor: String,
+        /// The Path the bindings were registered with.
+        path: Vec<String>,
+    },
 }
 
 impl StoreQuery {
@@ -192,8 +209,13 @@ impl StoreQuery {
     pub fn aor(&self) -> &str {
         match self {
             StoreQuery::Register(registration) => &registration.aor,
-            StoreQuery::Lookup { aor } => aor,
+            StoreQuery::Lookup { aor } | StoreQuery::RemovePath { aor, .. } => aor,
         }
+    }
+
+    /// Whether nothing waits for the answer (a removal).
+    pub fn is_removal(&self) -> bool {
+        matches!(self, StoreQuery::RemovePath { .. })
     }
 
     /// Run the query against `store` at `now`.
@@ -201,6 +223,10 @@ impl StoreQuery {
         match self {
             StoreQuery::Register(registration) => store.register(registration, now),
             StoreQuery::Lookup { aor } => store.lookup(aor, now),
+            StoreQuery::RemovePath { aor, path } => {
+                store.remove_path(aor, path, now);
+                Ok(Vec::new())
+            }
         }
     }
 }
@@ -449,23 +475,11 @@ impl LocationStore for MemoryStore {
     }
 
     fn remove_flow(&self, aor: &str, flow: &Hop, now: u64) -> usize {
-        let mut map = lock(self.shard(aor));
-        let Some(bindings) = map.get_mut(aor) else {
-            return 0;
-        };
-        let before = bindings.len();
-        let bytes_before = entry_bytes(aor, bindings);
-        // Expired ones go too (as a REGISTER would take them).
-        bindings.retain(|b| b.flow.as_ref() != Some(flow) && b.expires_at > now);
-        let removed = before - bindings.len();
-        self.bytes
-            .fetch_add(entry_bytes(aor, bindings), Ordering::Relaxed);
-        self.bytes.fetch_sub(bytes_before, Ordering::Relaxed);
-        self.count.fetch_sub(removed, Ordering::Relaxed);
-        if bindings.is_empty() {
-            map.remove(aor);
-        }
-        removed
+        self.remove_where(aor, now, |b| b.flow.as_ref() == Some(flow))
+    }
+
+    fn remove_path(&self, aor: &str, path: &[String], now: u64) -> usize {
+        self.remove_where(aor, now, |b| b.path == path)
     }
 
     fn len(&self) -> Option<usize> {
@@ -486,6 +500,29 @@ impl LocationStore for MemoryStore {
             }
         }
         Some(aors)
+    }
+}
+
+impl MemoryStore {
+    /// Remove the bindings of `aor` that `doomed` picks, and the expired
+    /// ones (as a REGISTER would take them); returns how many went.
+    fn remove_where(&self, aor: &str, now: u64, doomed: impl Fn(&Binding) -> bool) -> usize {
+        let mut map = lock(self.shard(aor));
+        let Some(bindings) = map.get_mut(aor) else {
+            return 0;
+        };
+        let before = bindings.len();
+        let bytes_before = entry_bytes(aor, bindings);
+        bindings.retain(|b| !doomed(b) && b.expires_at > now);
+        let removed = before - bindings.len();
+        self.bytes
+            .fetch_add(entry_bytes(aor, bindings), Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes_before, Ordering::Relaxed);
+        self.count.fetch_sub(removed, Ordering::Relaxed);
+        if bindings.is_empty() {
+            map.remove(aor);
+        }
+        removed
     }
 }
 
@@ -635,6 +672,31 @@ mod tests {
         assert_eq!(s.remove_flow("erin", &alive, 0), 1);
         assert_eq!((s.len(), s.bytes()), (Some(0), Some(0)));
         assert_eq!(s.remove_flow("nobody", &alive, 0), 0);
+    }
+
+    #[test]
+    fn remove_path_takes_only_the_bindings_of_that_path() {
+        let s = MemoryStore::new(10);
+        let dead = vec!["<sip:dead@192.0.2.30;lr;ob>".to_string()];
+        let alive = vec!["<sip:alive@192.0.2.30;lr;ob>".to_string()];
+        for (n, path) in [(1, &dead), (2, &dead), (3, &alive)] {
+            let mut r = bind("gus", &format!("sip:gus@10.0.0.{n}"), 60, "g", n);
+            r.path = path.clone();
+            s.register(&r, 0).unwrap();
+        }
+        assert_eq!(s.remove_path("gus", &dead, 0), 2);
+        assert_eq!(s.remove_path("gus", &dead, 0), 0);
+        let left = s.lookup("gus", 0).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].path, alive);
+        assert_eq!(s.len(), Some(1));
+        // A shorter or longer Path is another Path.
+        assert_eq!(s.remove_path("gus", &[], 0), 0);
+        let mut longer = alive.clone();
+        longer.push("<sip:192.0.2.31;lr>".into());
+        assert_eq!(s.remove_path("gus", &longer, 0), 0);
+        assert_eq!(s.remove_path("gus", &alive, 0), 1);
+        assert_eq!((s.len(), s.bytes()), (Some(0), Some(0)));
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod common;
 
 use common::{addr, parse};
 use ringway_sip::dispatch::{DispatchConfig, Dispatcher};
+use ringway_sip::transport::alias_of;
 use ringway_sip::{Action, FlowId, Hop, SipMsg, Transport, TransportAddr};
 
 const D: &str = "192.0.2.100:5060";
@@ -88,6 +89,13 @@ fn a_request_over_a_connection_reaches_a_tcp_proxy_and_its_answers_come_back_ove
     assert_eq!(
         (top.transport, top.host, top.port),
         ("TCP", "192.0.2.100", Some(5060))
+    );
+    // RFC 5923 `alias`: the proxy may send its requests for us (a call
+    // through our Path, the far side's in-dialog requests) over our
+    // connection to it.
+    assert_eq!(
+        alias_of(&sent[0].1),
+        Some((Transport::Tcp, addr("192.0.2.100:5060")))
     );
     // Its responses follow the connection's peer port.
     assert_eq!(fwd.second_via().unwrap().rport, Some(40001));
@@ -178,8 +186,14 @@ fn probes_go_over_each_proxys_transport() {
         Some("sip:192.0.2.11:5060;transport=tcp")
     );
     assert_eq!(probe.top_via().unwrap().transport, "TCP");
+    // RFC 5923: the proxy may use our connection for requests to us.
+    assert_eq!(
+        alias_of(&tcp.1),
+        Some((Transport::Tcp, addr("192.0.2.100:5060")))
+    );
     assert_eq!(udp.0, Hop::udp(addr(P_UDP)));
     assert_eq!(parse(&udp.1).top_via().unwrap().transport, "UDP");
+    assert_eq!(alias_of(&udp.1), None);
     // The TCP proxy's answer over our connection to it counts.
     let m = SipMsg::parse(&tcp.1).unwrap();
     let mut ok = Vec::new();

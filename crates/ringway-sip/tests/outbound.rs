@@ -476,3 +476,113 @@ Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKc1\r\n",
         (registrar, "SIP/2.0 430 Flow Failed".to_string())
     );
 }
+
+/// The answer `code` of whoever got `request` (its Vias, From, Call-ID
+/// and CSeq copied, a To tag added).
+fn answer_to(request: &str, code: u16, reason: &str) -> Vec<u8> {
+    let mut out = format!("SIP/2.0 {code} {reason}\r\n");
+    for line in request
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .skip(1)
+    {
+        let name = line.split(':').next().unwrap_or("").to_ascii_lowercase();
+        if ["via", "from", "call-id", "cseq"].contains(&name.as_str()) {
+            out.push_str(&format!("{line}\r\n"));
+        } else if name == "to" {
+            out.push_str(&format!("{line};tag=e\r\n"));
+        }
+    }
+    out.push_str("Content-Length: 0\r\n\r\n");
+    out.into_bytes()
+}
+
+/// RFC 5626 7: a registrar whose request to a binding through an edge
+/// proxy's Path gets `430 Flow Failed` removes that Path's bindings and
+/// moves the request on to the AOR's next binding (a new branch try, the
+/// other Path as Route); with none left the `430` goes upstream.
+#[test]
+fn a_430_through_a_path_removes_its_bindings_and_moves_on_to_the_next() {
+    let mut config = config(false, false);
+    config.mode = Mode::Stateful;
+    let p = Proxy::new(config);
+    let edges = ["192.0.2.31:5060", "192.0.2.32:5060"];
+    // Two flows of carol, each through an edge's Path; flow 1 (edge 0)
+    // registered last, so tried first.
+    for (n, edge) in [(2, edges[1]), (1, edges[0])] {
+        let register = format!(
+            "REGISTER sip:example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP {edge};branch=z9hG4bKe{n}\r\nVia: SIP/2.0/UDP 10.0.0.{n}:5060;branch=z9hG4bKu{n}\r\n\
+Max-Forwards: 69\r\nTo: <sip:carol@example.com>\r\nFrom: <sip:carol@example.com>;tag=r{n}\r\n\
+Call-ID: flow{n}\r\nCSeq: 1 REGISTER\r\nPath: <sip:tok{n}@{edge};lr;ob>\r\n\
+Supported: path, outbound\r\n\
+Contact: <sip:carol@10.0.0.{n}:5060>;+sip.instance=\"<urn:uuid:1>\";reg-id={n}\r\n\
+Expires: 600\r\nContent-Length: 0\r\n\r\n"
+        );
+        let (action, _) = handle(&p, Hop::udp(addr(edge)), register.as_bytes());
+        assert_eq!(action, Action::Responded(200));
+    }
+    let (_, sent) = handle(&p, Hop::udp(addr(UAC)), &invite_carol());
+    let (to, invite) = sent_request(&sent, "INVITE");
+    assert_eq!(to, Hop::udp(addr(edges[0])));
+    assert!(
+        invite.starts_with("INVITE sip:carol@10.0.0.1:5060 SIP/2.0\r\n")
+            && invite.contains("Route: <sip:tok1@192.0.2.31:5060;lr;ob>\r\n"),
+        "{invite}"
+    );
+    // Edge 0: flow 1 is gone.
+    let (action, sent) = handle(
+        &p,
+        Hop::udp(addr(edges[0])),
+        &answer_to(&invite, 430, "Flow Failed"),
+    );
+    assert_eq!(action, Action::Absorbed);
+    assert_eq!(sent_request(&sent, "ACK").0, Hop::udp(addr(edges[0])));
+    let (to, retry) = sent_request(&sent, "INVITE");
+    assert_eq!(to, Hop::udp(addr(edges[1])), "on to flow 2");
+    assert!(
+        retry.starts_with("INVITE sip:carol@10.0.0.2:5060 SIP/2.0\r\n")
+            && retry.contains("Route: <sip:tok2@192.0.2.32:5060;lr;ob>\r\n")
+            && !retry.contains("tok1"),
+        "{retry}"
+    );
+    let first_branch = SipMsg::parse(invite.as_bytes())
+        .unwrap()
+        .top_via()
+        .unwrap()
+        .branch;
+    let retry_msg = SipMsg::parse(retry.as_bytes()).unwrap();
+    let retry_branch = retry_msg.top_via().unwrap().branch.unwrap();
+    assert_eq!(
+        Some(retry_branch),
+        first_branch.map(|b| format!("{b}.1")).as_deref(),
+        "a new client transaction"
+    );
+    assert!(
+        sent.iter().all(|(hop, _)| *hop != Hop::udp(addr(UAC))),
+        "nothing upstream: {sent:?}"
+    );
+    // Flow 1's binding is gone: the next lookup finds only flow 2.
+    assert_eq!(p.stats().bindings, Some(1));
+    // Edge 1's 430 too: no binding left to try, the 430 goes upstream.
+    let (_, sent) = handle(
+        &p,
+        Hop::udp(addr(edges[1])),
+        &answer_to(&retry, 430, "Flow Failed"),
+    );
+    assert_eq!(
+        response_line(&sent),
+        (Hop::udp(addr(UAC)), "SIP/2.0 430 Flow Failed".to_string())
+    );
+    let stats = p.stats();
+    assert_eq!(
+        (
+            stats.flow_failures_received,
+            stats.flow_retries,
+            stats.bindings
+        ),
+        (2, 1, Some(0))
+    );
+}

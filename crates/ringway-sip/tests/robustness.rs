@@ -111,6 +111,7 @@ fn exercise(data: &[u8], proxies: &[Proxy]) {
                     transport: "UDP",
                     sent_by: "192.0.2.10:5060",
                     branch: "z9hG4bKx",
+                    alias: false,
                 }),
                 max_forwards: true,
                 record_route: Some("sip:192.0.2.10:5060;lr"),

@@ -10,34 +10,18 @@
 //!   UA registers over TCP through the edge (Path with the flow token),
 //!   is called through it, then closes its connection: the next call gets
 //!   `430` from the edge (relayed by the registrar) instead of silence.
+//! - RFC 5626 7, the registrar acting on that `430`: a UA registers two
+//!   flows (two connections, reg-id 1 and 2) through the edge; the newer
+//!   one closes; a call to it gets `430` from the edge, the registrar
+//!   removes that Path's binding and sends the call over the other flow,
+//!   and the next call goes there at once.
 
 mod sip_proxy_support;
 
 use sip_proxy_support::*;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
-
-/// Read from `stream` into `seen` until it holds `want` or `limit` passes.
-fn read_until(stream: &mut TcpStream, seen: &mut String, want: &str, limit: Duration) -> bool {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let end = Instant::now() + limit;
-    let mut buf = [0u8; 4096];
-    while !seen.contains(want) {
-        if Instant::now() >= end {
-            return false;
-        }
-        match stream.read(&mut buf) {
-            Ok(0) => return seen.contains(want),
-            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(_) => return seen.contains(want),
-        }
-    }
-    true
-}
 
 /// An OPTIONS for the proxy itself (answered 200) with this top Via.
 fn options_to_proxy(via: &str, call_id: &str) -> Vec<u8> {
@@ -164,44 +148,6 @@ fn a_via_alias_makes_its_connection_carry_requests_to_that_sent_by() {
     assert_eq!(s["tcp"]["connected"], 1, "{}", s["tcp"]);
 }
 
-/// The UA's REGISTER through the edge (Path and outbound supported).
-const REGISTER: &str = "REGISTER sip:ringway.test SIP/2.0\r\n\
-Via: SIP/2.0/TCP 10.0.0.7:5060;branch=z9hG4bKuareg1;rport\r\nMax-Forwards: 70\r\n\
-From: <sip:alice@ringway.test>;tag=u1\r\nTo: <sip:alice@ringway.test>\r\n\
-Call-ID: ua-reg-1\r\nCSeq: 1 REGISTER\r\nSupported: path, outbound\r\n\
-Contact: <sip:alice@10.0.0.7:5060;transport=tcp>;+sip.instance=\"<urn:uuid:1>\";reg-id=1\r\n\
-Expires: 600\r\nContent-Length: 0\r\n\r\n";
-
-/// A call to alice from the UDP caller on 127.0.0.1:5071.
-fn invite_alice(n: u32) -> Vec<u8> {
-    format!(
-        "INVITE sip:alice@ringway.test SIP/2.0\r\n\
-Via: SIP/2.0/UDP 127.0.0.1:5071;branch=z9hG4bKcall{n}\r\nMax-Forwards: 70\r\n\
-From: <sip:bob@127.0.0.1:5071>;tag=b{n}\r\nTo: <sip:alice@ringway.test>\r\n\
-Call-ID: call{n}\r\nCSeq: 1 INVITE\r\nContact: <sip:bob@127.0.0.1:5071>\r\n\
-Content-Length: 0\r\n\r\n"
-    )
-    .into_bytes()
-}
-
-/// The first final response `udp` receives within `limit` (its status line).
-fn final_response(udp: &UdpSocket, limit: Duration) -> Option<String> {
-    udp.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let end = Instant::now() + limit;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        if let Ok(n) = udp.recv(&mut buf) {
-            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-            let line = text.lines().next().unwrap_or("").to_string();
-            if line.starts_with("SIP/2.0 ") && !line.starts_with("SIP/2.0 1") {
-                return Some(line);
-            }
-        }
-    }
-    None
-}
-
 #[test]
 fn a_call_over_a_flow_whose_connection_closed_gets_430_flow_failed() {
     let (answer, edge) = in_bed(|procs, dir| {
@@ -279,4 +225,15 @@ fn a_call_over_a_flow_whose_connection_closed_gets_430_flow_failed() {
         "{}",
         edge["proxy"]
     );
+}
+
+#[test]
+fn a_registrar_that_gets_430_removes_the_flows_binding_and_tries_the_next() {
+    let (registrar, calls) = in_bed(|procs, dir| registrar_acting_on_430(procs, dir, &[]));
+    assert_eq!(calls, [true, true], "calls 2 and 3 over flow 2");
+    // One 430 (call 2): call 3 found flow 1's binding gone.
+    let proxy = &registrar["proxy"];
+    assert_eq!(proxy["flow_failures_received"], 1, "{proxy}");
+    assert_eq!(proxy["flow_retries"], 1, "{proxy}");
+    assert_eq!(proxy["bindings"], 1, "{proxy}");
 }

@@ -1043,6 +1043,32 @@ Expires: 600\r\nContent-Length: 0\r\n\r\n"
     assert_eq!(keepalive["dead_udp_flows"], 1, "{keepalive}");
 }
 
+/// RFC 5626 7 over Redis: the registrar that gets `430 Flow Failed` from
+/// an edge proxy removes the failed flow's binding from Redis (queued to
+/// a store thread, never on a worker) and moves the call on to the UA's
+/// other flow; the next call goes there at once (the same scenario as
+/// `sip_proxy_flows.rs` with the bindings in memory).
+#[test]
+fn a_430_from_an_edge_removes_the_flows_binding_from_redis() {
+    let (summary, calls, left) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let redis = Redis::start(dir.path());
+        let url = redis.url();
+        let mut procs = Procs::default();
+        let (summary, calls) =
+            registrar_acting_on_430(&mut procs, dir.path(), &["--location", &url]);
+        let left = redis.cli(&["HKEYS", "rw:loc:{alice@ringway.test}"]);
+        (summary, calls, left)
+    });
+    assert_eq!(calls, [true, true], "calls 2 and 3 over flow 2");
+    let proxy = &summary["proxy"];
+    assert_eq!(proxy["flow_failures_received"], 1, "{proxy}");
+    assert_eq!(proxy["flow_retries"], 1, "{proxy}");
+    assert_eq!(left, "sip:alice@10.0.0.7:5062;transport=tcp", "{left}");
+    let counts = &summary["location"]["counts"];
+    assert_eq!(counts["removals"], 1, "{counts}");
+}
+
 /// A registrar on `PROXIES[0]` over UDP and `tcp` (its `tcp:` listen
 /// address), bindings in Redis at `redis_url`, then `more` arguments.
 fn tcp_registrar_on_redis<'a>(tcp: &'a str, redis_url: &'a str, more: &[&'a str]) -> Vec<&'a str> {

@@ -622,6 +622,10 @@ impl LocationStore for WatchedStore {
     fn remove_flow(&self, aor: &str, flow: &Hop, now: u64) -> usize {
         self.inner.remove_flow(aor, flow, now)
     }
+
+    fn remove_path(&self, aor: &str, path: &[String], now: u64) -> usize {
+        self.inner.remove_path(aor, path, now)
+    }
 }
 
 fn add(counter: &AtomicU64) {

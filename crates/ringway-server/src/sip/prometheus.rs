@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 32] = [
+const CORE_COUNTERS: [CoreCounter; 34] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -158,6 +158,16 @@ const CORE_COUNTERS: [CoreCounter; 32] = [
         "ringway_sip_flows_failed_total",
         "Requests for a registered flow whose connection is gone: answered 430 Flow Failed (RFC 5626; ACK dropped).",
         |stats| stats.flows_failed,
+    ),
+    (
+        "ringway_sip_flow_failures_received_total",
+        "430 Flow Failed answers to requests sent to a binding through its Path: that Path's bindings removed (RFC 5626 7).",
+        |stats| stats.flow_failures_received,
+    ),
+    (
+        "ringway_sip_flow_retries_total",
+        "Requests moved on to another binding of their AOR after a 430 Flow Failed.",
+        |stats| stats.flow_retries,
     ),
     (
         "ringway_sip_transport_errors_total",
@@ -715,7 +725,11 @@ fn thread_metrics(text: &mut PromText, snap: &Snapshot) {
 /// The shared location store's counters and latencies.
 fn location_metrics(text: &mut PromText, location: &super::LocationSnapshot) {
     let counts = &location.counts;
-    for (kind, count) in [("register", counts.registers), ("lookup", counts.lookups)] {
+    for (kind, count) in [
+        ("register", counts.registers),
+        ("lookup", counts.lookups),
+        ("remove_path", counts.removals),
+    ] {
         text.counter(
             "ringway_sip_location_queries_total",
             "Queries sent to the shared location store, by kind.",

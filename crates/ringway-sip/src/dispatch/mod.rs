@@ -713,8 +713,15 @@ impl DispatchWorker<'_> {
                 Transport::Udp => member.address.to_string(),
                 other => format!("{};transport={}", member.address, other.name()),
             };
+            // RFC 5923 `alias` over TCP and TLS, as on requests: the
+            // proxy takes it from the first probe on.
+            let alias = if matches!(member.transport, Transport::Tcp | Transport::Tls) {
+                ";alias"
+            } else {
+                ""
+            };
             let probe = format!(
-                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/{token} {via};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}\r\n\
+                "OPTIONS sip:{to} SIP/2.0\r\nVia: SIP/2.0/{token} {via};branch=z9hG4bK{PROBE_TAG}-{index}-{seq}-{nonce:016x}{alias}\r\n\
 Max-Forwards: 70\r\nFrom: <sip:dispatch@{us}>;tag={PROBE_TAG}\r\nTo: <sip:{to}>\r\n\
 Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nContent-Length: 0\r\n\r\n",
                 token = member.transport.via_token(),
@@ -1043,6 +1050,10 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
                 transport: to.transport.via_token(),
                 sent_by: &egress.sent_by,
                 branch,
+                // RFC 5923: the proxy may send its requests for us (a
+                // registered user's calls through our Path, the far side's
+                // in-dialog requests) over the connection we opened.
+                alias: matches!(to.transport, Transport::Tcp | Transport::Tls),
             }),
             max_forwards: true,
             record_route: record_route.then_some(egress.uri.as_str()),

@@ -129,6 +129,14 @@ impl ProxyWorker<'_> {
         now: u64,
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Outcome {
+        if request.query.is_removal() {
+            // A removal of a failed flow's bindings: no request waits for
+            // it (a driver runs it and need not resume it at all).
+            return Outcome {
+                label: MsgLabel::Response(430),
+                action: super::outcome::Action::Absorbed,
+            };
+        }
         self.resumed_answer = Some((request.query.clone(), answer));
         self.resuming = true;
         let outcome = match SipMsg::parse(&request.datagram) {

@@ -49,6 +49,7 @@ mod config;
 mod deferred;
 mod dialogs;
 pub(crate) mod flood;
+mod flow_retry;
 mod flow_token;
 mod names;
 mod outcome;

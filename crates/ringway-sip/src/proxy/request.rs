@@ -6,6 +6,7 @@
 use super::branch::{Branch, SIGNATURE_PARAM};
 use super::config::Mode;
 use super::deferred::StoreCall;
+use super::flow_retry::FlowRetry;
 use super::flow_token::TokenUse;
 use super::names::{failure_status, NameCall};
 use super::outcome::{Action, DropReason, MsgLabel, Outcome};
@@ -100,12 +101,19 @@ impl ProxyWorker<'_> {
             Ok(identity) => identity,
             Err(refused) => return refused,
         };
+        // The AOR's other bindings, for a 430 from an edge proxy.
+        let mut flows = None;
         let target = match target {
             Target::Lookup { aor } => {
-                let query = StoreQuery::Lookup { aor };
+                let query = StoreQuery::Lookup { aor: aor.clone() };
                 match self.store_call(request, query) {
                     StoreCall::Deferred => return Action::Deferred,
-                    StoreCall::Answered(Ok(bindings)) => proxy.binding_target(bindings),
+                    StoreCall::Answered(Ok(bindings)) => {
+                        if stateful {
+                            flows = FlowRetry::of(&aor, &bindings);
+                        }
+                        proxy.binding_target(bindings)
+                    }
                     StoreCall::Answered(Err(_)) => {
                         self.stripe.add(Counter::StoreUnavailableLookups);
                         Target::Respond(480, "Temporarily Unavailable - Location Store Unavailable")
@@ -163,7 +171,8 @@ impl ProxyWorker<'_> {
                     flow: flow.then_some(to),
                     alternates: &alternates,
                 };
-                self.forward(request, route, &plan, stateful, out)
+                let flows = flows.filter(|_| !flow);
+                self.forward(request, route, &plan, (stateful, flows), out)
             }
         }
     }
@@ -262,14 +271,15 @@ impl ProxyWorker<'_> {
 
     /// Forward `request` to `route.to` with our Via (and Record-Route,
     /// Route and Request-URI edits from `plan` and `route`), keeping a
-    /// transaction if `stateful`, if the relay policy allows that
-    /// destination with `route.grant`.
+    /// transaction if `stateful` (with `flows`, the AOR's other bindings a
+    /// `430` moves it on to), if the relay policy allows that destination
+    /// with `route.grant`.
     fn forward(
         &mut self,
         request: &Request<'_>,
         route: Forwarding<'_>,
         plan: &RoutePlan<'_>,
-        stateful: bool,
+        (stateful, flows): (bool, Option<FlowRetry>),
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
         let proxy = self.proxy();
@@ -328,6 +338,7 @@ impl ProxyWorker<'_> {
                 transport: to.transport.via_token(),
                 sent_by: &egress.sent_by,
                 branch: branch.as_str(),
+                alias: false,
             }),
             max_forwards: true,
             record_route,
@@ -353,7 +364,7 @@ impl ProxyWorker<'_> {
             },
         };
         if stateful {
-            return self.forward_stateful(request, to, route.alternates, &edits, out);
+            return self.forward_stateful(request, (to, route.alternates, flows), &edits, out);
         }
         let buf = scratch_for(&mut self.scratch, msg.as_bytes().len());
         match forward_request(msg, &edits, buf) {

@@ -206,6 +206,14 @@ impl ProxyWorker<'_> {
         if invite && code >= 300 {
             self.ack_downstream(transaction, msg, out);
         }
+        if code == 430 {
+            // RFC 5626 7: an edge proxy's flow is gone; its bindings go and
+            // the next binding of the AOR gets the request.
+            if let Some(to) = self.on_flow_failed(now, transaction) {
+                send(out, to, &transaction.request);
+                return Action::Absorbed;
+            }
+        }
         if code == 503 && transaction.can_fail_over() {
             // RFC 3263 4.3: the next target (after the ACK of this one).
             if let Some(to) = transaction.fail_over(now) {

@@ -6,6 +6,7 @@
 //! is dropped (`source_mismatch`), never answered, so the stored response
 //! cannot be reflected to the original source by third parties.
 
+use super::flow_retry::FlowRetry;
 use super::outcome::{Action, DropReason};
 use super::request_context::Request;
 use super::stats::Counter;
@@ -91,12 +92,12 @@ impl ProxyWorker<'_> {
     }
 
     /// Forward a new request with `edits` and keep a transaction for it
-    /// (100 Trying upstream first for an INVITE).
+    /// (100 Trying upstream first for an INVITE). `alternates`: the next
+    /// RFC 3263 targets; `flows`: the AOR's other bindings after a `430`.
     pub(super) fn forward_stateful(
         &mut self,
         request: &Request<'_>,
-        to: Hop,
-        alternates: &[Hop],
+        (to, alternates, flows): (Hop, &[Hop], Option<FlowRetry>),
         edits: &RequestEdits<'_>,
         out: &mut dyn FnMut(Hop, &[u8]),
     ) -> Action {
@@ -104,10 +105,11 @@ impl ProxyWorker<'_> {
         let class = Class::of(request.method);
         let mut transaction = Transaction::new(class, Some(request.reply));
         transaction.initial_invite = request.method == Method::Invite && msg.to_tag().is_none();
-        if !alternates.is_empty() {
+        if !alternates.is_empty() || flows.is_some() {
             transaction.failover = Some(Box::new(Failover {
                 alternates: alternates.to_vec(),
                 tries: 0,
+                flows,
             }));
         }
         // One right-sized allocation each instead of repeated growth.

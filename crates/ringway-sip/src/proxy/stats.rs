@@ -100,6 +100,13 @@ pub struct ProxyStats {
     /// connection) whose connection is gone: answered `430 Flow Failed`
     /// (RFC 5626 5.3; an ACK dropped).
     pub flows_failed: u64,
+    /// `430 Flow Failed` answers from downstream to a request we sent to a
+    /// binding through its Path (an edge proxy's flow is gone): the
+    /// bindings of that Path were removed (RFC 5626 7).
+    pub flow_failures_received: u64,
+    /// Requests that moved on to another binding of their AOR after such a
+    /// `430`.
+    pub flow_retries: u64,
     /// Requests the driver could not deliver to their next hop (a
     /// connection refused or reset before it was up, a failed TLS
     /// handshake) while their transaction waited there: each moved on to
@@ -156,6 +163,8 @@ pub(super) enum Counter {
     NamesUnavailable,
     Failovers,
     FlowsFailed,
+    FlowFailuresReceived,
+    FlowRetries,
     TransportErrors,
     DialogsConfirmed,
     DialogsEnded,
@@ -294,6 +303,8 @@ impl Proxy {
             names_unavailable: counters.event(Counter::NamesUnavailable),
             failovers: counters.event(Counter::Failovers),
             flows_failed: counters.event(Counter::FlowsFailed),
+            flow_failures_received: counters.event(Counter::FlowFailuresReceived),
+            flow_retries: counters.event(Counter::FlowRetries),
             transport_errors: counters.event(Counter::TransportErrors),
             dialogs_confirmed: counters.event(Counter::DialogsConfirmed),
             dialogs_ended: counters.event(Counter::DialogsEnded),

@@ -4,6 +4,7 @@
 //! state change is a named transition below. Transactions live in
 //! hash-sharded [`Shard`] tables, each with a heap of pending deadlines.
 
+use super::flow_retry::FlowRetry;
 use super::timer_table::{TimerTable, TransactionTimer, T1, T2, T4, TIMER_64T1, TIMER_C};
 use crate::msg::Method;
 use crate::transport::Hop;
@@ -182,6 +183,7 @@ impl Transaction {
             + self.failover.as_ref().map_or(0, |f| {
                 std::mem::size_of::<Failover>()
                     + f.alternates.capacity() * std::mem::size_of::<Hop>()
+                    + f.flows.as_ref().map_or(0, FlowRetry::bytes)
             })
     }
 
@@ -354,6 +356,9 @@ pub(super) struct Failover {
     pub(super) alternates: Vec<Hop>,
     /// Targets moved on from (the branch carries it as `.<tries>`).
     pub(super) tries: u8,
+    /// The AOR's other bindings, when the request went to a binding
+    /// through a Path (a `430 Flow Failed` moves it on, RFC 5626 7).
+    pub(super) flows: Option<FlowRetry>,
 }
 
 /// Table key: the request's transaction hash and its class.

@@ -7,6 +7,9 @@
 mod promtool_common;
 #[allow(unused_imports)]
 pub(crate) use promtool_common::assert_promtool_accepts;
+mod flows;
+#[allow(unused_imports)]
+pub(crate) use flows::*;
 mod tls;
 #[allow(unused_imports)]
 pub(crate) use tls::*;

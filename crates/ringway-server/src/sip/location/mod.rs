@@ -203,6 +203,9 @@ pub fn parse_redis_url(url: &str) -> Result<String, String> {
 pub struct LocationCounters {
     /// REGISTER scripts sent.
     pub registers: AtomicU64,
+    /// Removals of a failed flow's bindings run (RFC 5626 7: a `430`
+    /// from an edge proxy).
+    pub removals: AtomicU64,
     /// Lookup scripts sent.
     pub lookups: AtomicU64,
     /// Connect attempts that failed.
@@ -254,6 +257,7 @@ impl LocationCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         LocationCounts {
             registers: get(&self.registers),
+            removals: get(&self.removals),
             lookups: get(&self.lookups),
             connect_failures: get(&self.connect_failures),
             reconnects: get(&self.reconnects),
@@ -273,6 +277,8 @@ impl LocationCounters {
 pub struct LocationCounts {
     /// REGISTER scripts sent.
     pub registers: u64,
+    /// Removals of a failed flow's bindings run.
+    pub removals: u64,
     /// Lookup scripts sent.
     pub lookups: u64,
     /// Connect attempts that failed.
@@ -313,10 +319,13 @@ impl QueryKind {
         }
     }
 
-    fn of(query: &StoreQuery) -> QueryKind {
+    /// The kind of a query a request waits for (`None`: a removal, which
+    /// no request waits for).
+    fn of(query: &StoreQuery) -> Option<QueryKind> {
         match query {
-            StoreQuery::Register(_) => QueryKind::Register,
-            StoreQuery::Lookup { .. } => QueryKind::Lookup,
+            StoreQuery::Register(_) => Some(QueryKind::Register),
+            StoreQuery::Lookup { .. } => Some(QueryKind::Lookup),
+            StoreQuery::RemovePath { .. } => None,
         }
     }
 }
@@ -535,6 +544,13 @@ impl<'p> StoreThread<'p> {
         clock: &mut impl FnMut() -> Nanos,
     ) {
         let taken = clock().0;
+        if request.query.is_removal() {
+            // Nothing waits for it: run it, resume nothing. (A late one
+            // still runs: the bindings are as dead as when it was queued.)
+            let _ = request.query.run(self.store.as_ref(), taken);
+            self.counters.add(&self.counters.removals);
+            return;
+        }
         let queued = taken.saturating_sub(request.received);
         let answer = if queued > self.max_wait.as_nanos() as u64 {
             self.counters.add(&self.counters.expired_in_queue);
@@ -583,7 +599,10 @@ impl<'p> StoreThread<'p> {
             .slot_mut(outcome.label.slot())
             .count_action(outcome.action);
         let mut latency = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
-        let kind = latency.of_mut(QueryKind::of(&request.query));
+        let Some(kind) = QueryKind::of(&request.query) else {
+            return;
+        };
+        let kind = latency.of_mut(kind);
         let record = |h: &mut Histogram<u64>, ns: u64| {
             h.saturating_record(ns.clamp(1, crate::metrics::LATENCY_MAX_NS));
         };

@@ -68,6 +68,7 @@ pub struct RedisStore {
     register: Script,
     lookup: Script,
     remove_flow: Script,
+    remove_path: Script,
     counters: Arc<LocationCounters>,
     /// This process among the proxies sharing the store: a binding's
     /// connection is used only by the proxy that holds it.
@@ -103,6 +104,7 @@ impl RedisStore {
             register: Script::new(include_str!("register.lua")),
             lookup: Script::new(include_str!("lookup.lua")),
             remove_flow: Script::new(include_str!("remove_flow.lua")),
+            remove_path: Script::new(include_str!("remove_path.lua")),
             counters,
             node: crate::host::random_bytes::<8>()
                 .map(u64::from_le_bytes)
@@ -420,6 +422,23 @@ impl LocationStore for RedisStore {
             return 0;
         };
         let mut invocation = self.remove_flow.prepare_invoke();
+        invocation
+            .key(bindings_key(aor))
+            .key(expiry_key(aor))
+            .arg(stored);
+        match self.with_connection(|connection| invocation.invoke::<i64>(connection)) {
+            Ok(removed) => usize::try_from(removed).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+
+    fn remove_path(&self, aor: &str, path: &[String], _now: u64) -> usize {
+        // The Path as register.lua stored it (the same serializer as
+        // `register`: the script matches the text).
+        let Ok(stored) = serde_json::to_string(path) else {
+            return 0;
+        };
+        let mut invocation = self.remove_path.prepare_invoke();
         invocation
             .key(bindings_key(aor))
             .key(expiry_key(aor))

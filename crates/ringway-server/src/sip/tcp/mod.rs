@@ -645,11 +645,38 @@ enum ReadOutcome {
     Close(CloseReason),
 }
 
+/// The connections to one peer address: the one messages to the address
+/// take, then any others (rare: a second connection to one address), so
+/// that closing one finds its successor without a scan of the table.
+struct PeerConns {
+    first: u64,
+    others: Vec<u64>,
+}
+
+impl PeerConns {
+    /// Take connection `id` out; `false` when none is left.
+    fn remove(&mut self, id: u64) -> bool {
+        if self.first == id {
+            if self.others.is_empty() {
+                return false;
+            }
+            // The oldest of the others takes its place.
+            self.first = self.others.remove(0);
+        } else {
+            self.others.retain(|other| *other != id);
+        }
+        true
+    }
+}
+
+/// The connection table, indexed so that every operation on one
+/// connection (insert, look-up by id, peer or alias, close) costs the
+/// same however many connections are open.
 #[derive(Default)]
 struct Table {
     by_id: HashMap<u64, Arc<Conn>>,
-    /// The connection to each peer address (the first one, if several).
-    by_peer: HashMap<SocketAddr, u64>,
+    /// The connections to each peer address.
+    by_peer: HashMap<SocketAddr, PeerConns>,
     /// Accepted connections per source IP.
     per_ip: HashMap<IpAddr, usize>,
     /// RFC 5923 aliases: a transport and address a connection serves
@@ -741,7 +768,7 @@ impl Connections {
                     table
                         .by_peer
                         .get(&hop.addr)
-                        .and_then(|id| table.by_id.get(id))
+                        .and_then(|peer| table.by_id.get(&peer.first))
                 })
                 .or_else(|| {
                     // RFC 5923: a connection that took this address as
@@ -950,7 +977,15 @@ impl Connections {
         });
         add(&self.counters.of(transport).open, 1);
         table.by_id.insert(id, conn.clone());
-        table.by_peer.entry(peer).or_insert(id);
+        match table.by_peer.entry(peer) {
+            std::collections::hash_map::Entry::Occupied(mut slot) => slot.get_mut().others.push(id),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(PeerConns {
+                    first: id,
+                    others: Vec::new(),
+                });
+            }
+        }
         Some(conn)
     }
 
@@ -966,13 +1001,14 @@ impl Connections {
         if table.by_id.remove(&conn.id).is_none() {
             return;
         }
-        if table.by_peer.get(&conn.peer) == Some(&conn.id) {
+        // Another connection to the same address takes its place (no
+        // scan: the peer's own list).
+        let left = table
+            .by_peer
+            .get_mut(&conn.peer)
+            .is_some_and(|peer| peer.remove(conn.id));
+        if !left {
             table.by_peer.remove(&conn.peer);
-            // Another connection to the same address takes its place.
-            if let Some(other) = table.by_id.values().find(|c| c.peer == conn.peer) {
-                let other = other.id;
-                table.by_peer.insert(conn.peer, other);
-            }
         }
         if conn.inbound {
             release_ip(&mut table, conn.peer.ip());
@@ -1078,3 +1114,6 @@ fn flow_hop(conn: &Conn) -> Hop {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;
