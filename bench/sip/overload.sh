@@ -181,7 +181,7 @@ for mode in $MODES; do
         curl -s --max-time 0.5 http://127.0.0.1:9464/metrics 2>/dev/null \
             | awk '/^ringway_sip_overload_admitted_ratio /{ v = $2 }
                    /^ringway_sip_overload_control_reduction_percent /{ r = $2 }
-                   END { print (v == "" ? "n/a" : v) "/" (r == "" ? "n/a" : r) }'
+                   END { print (v == "" ? "n/a" : v) "," (r == "" ? "n/a" : r) }'
         sleep 1
     done >"$log.admitted") &
     PIDS+=("$!")
@@ -300,7 +300,7 @@ m = p["messages"]
 print(f"  admitted fraction of new INVITEs: at the end {m.get('overload_admitted_ratio')}, "
       f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped, admitted/advertised oc reduction %):")
 def fmt(x):
-    a, _, r = x.partition("/")
+    a, _, r = x.partition(",")
     a = a if a == "n/a" else f"{float(a):.3f}"
     return a if r in ("", "n/a") else f"{a}/{float(r):.0f}"
 try:
