@@ -99,6 +99,12 @@ def answer(code, extra=b"", peer=0, wait=0):
     return ctl(peer, wait, ANSWER) + struct.pack(">H", code - 100) + extra
 
 
+def unreachable(pick, wait=0):
+    """The driver reports an ICMP unreachable (control bit 7) for where the
+    core's sent datagram number `pick` (of the last ones) went."""
+    return bytes([0x80 | wait << 2, pick])
+
+
 def proxy_scripts():
     m = MESSAGES
     yield "call", script(ctl() + m["invite"], answer(180), answer(200, b"Contact: <sip:bob@192.0.2.30>\n"),
@@ -118,6 +124,12 @@ def proxy_scripts():
     yield "strict", script(ctl() + m["invite_strict"], answer(200), ctl(peer=3) + m["invite_ipv6"])
     yield "retransmit", script(ctl() + m["options_us"], ctl(wait=1) + m["options_us"],
                                ctl(peer=2) + m["options_us"])
+    # The INVITE (sent after the 100 Trying) meets a port unreachable; then
+    # one that heard a 180 first, which the report must leave alone.
+    yield "unreachable", script(ctl() + m["invite"], unreachable(1), ctl(wait=3) + m["invite"],
+                                ctl() + m["ack"])
+    yield "unreachable_after_180", script(ctl() + m["invite"], answer(180), unreachable(1),
+                                          answer(200), ctl() + m["ack"])
     for name, msg in m.items():
         yield "one_" + name, ctl() + msg
 

@@ -33,10 +33,10 @@
 # fell behind, ran on a machine too busy for it); then the median and
 # range per label. COUNTS are over the window after the warm-up.
 set -euo pipefail
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 [[ $# -ge 1 ]] || { sed -n '2,31p' "$0"; exit 2; }
 SECS="${SECS:-8}"
 REPEAT="${REPEAT:-3}"
@@ -59,14 +59,6 @@ for spec in "$@"; do
     LOAD[$label]="$load"
     SENV[$label]="${env:-}"
 done
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 engine_tid() {
     local t
     for t in /proc/"$1"/task/*; do

@@ -39,6 +39,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$ROOT/bench/lib.sh"
 RINGWAY=${RINGWAY:-$ROOT/target/release/ringway}
 OUT=${1:-$(mktemp -d /tmp/rw-jthub.XXXXXX)}
 CLIENTS=${CLIENTS:-"2 4 8"}
@@ -52,7 +54,6 @@ VETH_NAPI=${VETH_NAPI:-}
 JACKDS=${JACKDS:-4}
 NS_HUB=rwjh-hub-$$
 NS_CLI=rwjh-cli-$$
-PIDS=()
 mkdir -p "$OUT"
 tools=(jacktrip jackd jack_metro jack_connect tcpdump python3)
 [ "$VETH_NAPI" = threaded ] && tools+=(ethtool)
@@ -61,13 +62,6 @@ for t in "${tools[@]}"; do
 done
 [ -x "$RINGWAY" ] || { echo "build first: cargo build --release -p ringway" >&2; exit 2; }
 
-stop_pids() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.5
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
 cleanup() {
     stop_pids
     ip netns del "$NS_HUB" 2>/dev/null || true

@@ -20,10 +20,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 SECS="${SECS:-5}"
 WORKERS="${WORKERS:-1}"
@@ -34,25 +33,6 @@ RATES=("$@")
 [[ ${#RATES[@]} -gt 0 ]] || RATES=(500 1000 2000)
 TCK="$(getconf CLK_TCK)"
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-ticks() { awk '{ line = $0; sub(/^.*\) /, "", line); split(line, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
-wait_port() {
-    local i
-    for i in $(seq 1 100); do
-        ss -Huln "sport = :$1" | grep -q . && return 0
-        sleep 0.05
-    done
-    echo "port $1 never opened" >&2
-    return 1
-}
-csv_field() { awk -F';' -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i} END{print $c}' "$1"; }
 
 printf "mode\tauth\trate_cps\tok\tfailed\tproxy_cpu_s\tcpu_us_per_call\tretrans\tsocket_drops\n" | tee "$OUT/results.tsv"
 for rate in "${RATES[@]}"; do
@@ -64,7 +44,7 @@ for rate in "${RATES[@]}"; do
                 >/dev/null 2>"$log.uas.err" &
             uas=$!
             PIDS+=("$uas")
-            wait_port 5070
+            wait_udp_port 5070
             # The UAS is on loopback: relayed to explicitly (docs/security.md).
             args=(--listen 127.0.0.1:5060 --relay 127.0.0.0/8 --mode "$mode" --workers "$WORKERS" --domain ringway.test
                 --rcvbuf 4194304 --duration 3600 --quiet --summary "$log.summary.json")
@@ -72,16 +52,16 @@ for rate in "${RATES[@]}"; do
             "$RINGWAY" sip proxy "${args[@]}" 2>"$log.err" &
             proxy=$!
             PIDS+=("$proxy")
-            wait_port 5060
+            wait_udp_port 5060
             sleep 0.3
-            c0=$(ticks "$proxy")
+            c0=$(proc_ticks "$proxy")
             timeout $((SECS * 3 + 60)) sipp 127.0.0.1:5060 -sf "$HERE/uac_auth.xml" -s bob \
                 -key dest 127.0.0.1:5070 -key caller alice -key domain ringway.test \
                 -au alice -ap secret -auth_uri bob@127.0.0.1:5070 -i 127.0.0.1 -p 5061 \
                 -m $((rate * SECS)) -r "$rate" -l $((rate * 4 + 100)) -d 20 -buff_size 4194304 \
                 -timeout $((SECS * 3 + 30)) -nostdin -trace_stat -stf "$log.uac.csv" -fd 1 \
                 >/dev/null 2>"$log.uac.err" || true
-            c1=$(ticks "$proxy")
+            c1=$(proc_ticks "$proxy")
             kill -TERM "$proxy"; wait "$proxy" 2>/dev/null || true
             kill -TERM "$uas"; wait "$uas" 2>/dev/null || true
             ok=$(csv_field "$log.uac.csv" "SuccessfulCall(C)")

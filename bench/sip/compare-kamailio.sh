@@ -35,10 +35,9 @@ trap 'rc=$?; echo "compare-kamailio.sh: line $LINENO: \"$BASH_COMMAND\" failed (
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 WORKERS="${WORKERS:-2}"
@@ -60,45 +59,6 @@ if ! [[ "$PAIRS" =~ ^[1-8]$ ]]; then
 fi
 
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    sleep 0.5
-    for p in "${PIDS[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-    done
-    PIDS=()
-}
-trap cleanup EXIT
-
-# utime+stime ticks of a process and all its descendants (Kamailio forks
-# children). Reads every /proc/<pid>/stat once: field 4 is the parent pid.
-cpu_ticks() {
-    local root=$1
-    # A process can exit between the glob and the read: cat then fails,
-    # which pipefail would turn into a silent exit; the rest is still read.
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$root" '{
-        line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
-        pid = $1; ppid[pid] = f[2]; ticks[pid] = f[12] + f[13] }
-        END {
-            keep[root] = 1; changed = 1;
-            while (changed) { changed = 0;
-                for (p in ppid) if (!(p in keep) && (ppid[p] in keep)) { keep[p] = 1; changed = 1 } }
-            t = 0; for (p in keep) t += ticks[p]; print t }'
-}
-
-wait_udp_port() {
-    local port=$1 i
-    for i in $(seq 1 100); do
-        if ss -Huln "sport = :$port" | grep -q .; then return 0; fi
-        sleep 0.05
-    done
-    echo "port $port never opened" >&2
-    return 1
-}
 
 start_proxy() {
     local kind=$1 log=$2
@@ -123,21 +83,6 @@ start_proxy() {
     wait_udp_port 5060
 }
 
-stop_pid() {
-    local p=$1 i
-    kill -TERM "$p" 2>/dev/null || true
-    for i in $(seq 1 100); do
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-}
-
-csv_field() { # file column-name -> value on the last line
-    awk -F';' -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i} END{print $c}' "$1"
-}
-
 printf "proxy\tpairs\trate_cps\tcalls\tok\tfailed\tfail_pct\tachieved_cps\tgen_cps\tcpu_s\tcpu_us_per_call\tsipp_cpu_s\tretrans\tuas_failed\tproxy_drops\tsipp_drops\n" >"$OUT/results.tsv"
 echo "results: $OUT/results.tsv   (netns: private, lo only; CLK_TCK=$TCK; PAIRS=$PAIRS)"
 
@@ -150,13 +95,6 @@ csv_sum() {
         t=$((t + ${v:-0}))
     done
     echo "$t"
-}
-
-# Seconds until a UAC had created all its calls (first stat line whose
-# OutgoingCall(C) reaches the total); empty if it never did.
-gen_secs() {
-    awk -F';' -v n="$2" 'NR==1{for(i=1;i<=NF;i++){if($i=="OutgoingCall(C)")c=i; if($i=="ElapsedTime(C)")e=i}; next}
-        $c+0 >= n { split($e, h, ":"); print h[1]*3600 + h[2]*60 + h[3] + (4 in h ? h[4] / 1000 : 0); exit }' "$1"
 }
 
 # Receive-buffer drops: the namespace's Udp RcvbufErrors counter (all

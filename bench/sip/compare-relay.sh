@@ -26,10 +26,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 OLD="${1:?usage: compare-relay.sh OLD_RINGWAY [RATES...]}"
 shift
 NEW="${RINGWAY:-$ROOT/target/release/ringway}"
@@ -45,24 +44,6 @@ RATES=("$@")
 [[ ${#RATES[@]} -gt 0 ]] || RATES=(2000 6000)
 TCK="$(getconf CLK_TCK)"
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-ticks() { awk '{ line = $0; sub(/^.*\) /, "", line); split(line, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
-wait_port() {
-    local i
-    for i in $(seq 1 100); do
-        ss -Huln "sport = :$1" | grep -q . && return 0
-        sleep 0.05
-    done
-    echo "port $1 never opened" >&2
-    return 1
-}
 
 printf "build\tmode\trate_cps\tattempted\tok\tproxy_cpu_s\tcpu_us_per_call\tsocket_drops\tflag\n" | tee "$OUT/results.tsv"
 for rate in "${RATES[@]}"; do
@@ -84,13 +65,13 @@ for rate in "${RATES[@]}"; do
                 "$bin" sip proxy "${args[@]}" 2>"$log.err" &
                 proxy=$!
                 PIDS+=("$proxy")
-                wait_port 5060
+                wait_udp_port 5060
                 sleep 0.3
-                c0=$(ticks "$proxy")
+                c0=$(proc_ticks "$proxy")
                 taskset -c 1 "$NEW" sip load --proxy 127.0.0.1:5060 --rate "$rate" \
                     --calls $((rate * SECS)) --duration "$SECS" --threads 1 --quiet \
                     --json "$log.load.json" >/dev/null 2>"$log.load.err" || true
-                c1=$(ticks "$proxy")
+                c1=$(proc_ticks "$proxy")
                 kill -TERM "$proxy"; wait "$proxy" 2>/dev/null || true
                 read -r attempted ok < <(python3 -c "import json;s=json.load(open('$log.load.json'));print(s['attempted'], s['succeeded'])")
                 drops=$(python3 -c "import json;print(json.load(open('$log.summary.json'))['drops']['socket_rxq_ovfl'])")

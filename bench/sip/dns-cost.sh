@@ -31,10 +31,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 LOOKUPS="${LOOKUPS:-2000}"
 REPEAT="${REPEAT:-3}"
@@ -63,11 +62,6 @@ dnsmasq --keep-in-foreground --conf-file="$OUT/dnsmasq.conf" --pid-file= --user=
     --log-facility="$OUT/dnsmasq.log" &
 DNSMASQ=$!
 PIDS=("$DNSMASQ")
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 PIN=()
 [[ -n "$CPU" ]] && PIN=(taskset -c "$CPU")
 for _ in $(seq 50); do

@@ -31,10 +31,9 @@ set -Eeuo pipefail
 trap 'rc=$?; echo "idle-memory.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 COUNTS="${COUNTS:-10000 50000}"
 TRANSPORTS="${TRANSPORTS:-tcp tls}"

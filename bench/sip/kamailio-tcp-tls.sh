@@ -34,10 +34,9 @@ set -Eeuo pipefail
 trap 'rc=$?; echo "kamailio-tcp-tls.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $rc)" >&2' ERR
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 SECS="${SECS:-10}"
 PAUSE_MS="${PAUSE_MS:-0}"
@@ -70,16 +69,6 @@ spawn_stunnel() { # NAME BODY
     stunnel4 "$OUT/$1.conf" </dev/null >/dev/null 2>&1 &
     GEN_PIDS+=($!)
     PIDS+=($!)
-}
-
-csv_field() { # file column-name -> value on the last line
-    awk -F';' -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i} END{print $c}' "$1"
-}
-
-# Seconds until the UAC had created all its calls (empty if it never did).
-gen_secs() {
-    awk -F';' -v n="$2" 'NR==1{for(i=1;i<=NF;i++){if($i=="OutgoingCall(C)")c=i; if($i=="ElapsedTime(C)")e=i}; next}
-        $c+0 >= n { split($e, h, ":"); print h[1]*3600 + h[2]*60 + h[3] + (4 in h ? h[4] / 1000 : 0); exit }' "$1"
 }
 
 printf "transport\tproxy\tworkers\trate_cps\tcalls\tok\tfailed\tgen_cps\tcpu_s\tcpu_us_per_call\tgen_cpu_s\tflag\n" \

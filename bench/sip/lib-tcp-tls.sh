@@ -2,17 +2,8 @@
 # (sourced, not run): ringway and Kamailio over TCP and TLS in a private
 # network namespace, every process started here, tracked and stopped by PID.
 #
-# Needs: OUT (a directory), RINGWAY (the binary), ROOT (the repository).
-
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.5
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap cleanup EXIT
+# Needs: OUT (a directory), RINGWAY (the binary), ROOT (the repository),
+# and bench/lib.sh sourced first (PIDS, stop_pid, cpu_ticks, wait_tcp_port).
 
 # Kamailio with its tcp and tls modules (Debian: kamailio, kamailio-tls-modules).
 need_kamailio_tls() {
@@ -49,39 +40,6 @@ method = TLSv1.2+
 verify_certificate = no
 require_certificate = no
 CFG
-}
-
-# utime+stime ticks of a process and all its descendants (Kamailio forks).
-cpu_ticks() {
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$1" '{
-        line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
-        pid = $1; ppid[pid] = f[2]; ticks[pid] = f[12] + f[13] }
-        END {
-            keep[root] = 1; changed = 1;
-            while (changed) { changed = 0;
-                for (p in ppid) if (!(p in keep) && (ppid[p] in keep)) { keep[p] = 1; changed = 1 } }
-            t = 0; for (p in keep) t += ticks[p]; print t }'
-}
-
-wait_tcp_port() {
-    local port=$1 i
-    for i in $(seq 1 200); do
-        if ss -Htln "sport = :$port" | grep -q .; then return 0; fi
-        sleep 0.05
-    done
-    echo "TCP port $port never opened" >&2
-    return 1
-}
-
-stop_pid() {
-    local p=$1 i
-    kill -TERM "$p" 2>/dev/null || true
-    for i in $(seq 1 100); do
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
 }
 
 # start_proxy KIND WORKERS LOG: ringway (stateless) or Kamailio listening

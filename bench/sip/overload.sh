@@ -52,12 +52,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    # A session of its own: its own scheduler autogroup, whose weight NICE
-    # sets below (ends with the session; nothing global changes).
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- setsid -w bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns --session "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 OUT="${OUT:-/tmp/ringway-overload}"
 RATES="${RATES:-3000 4000 5000 6000 7000 8000}"
@@ -77,26 +74,9 @@ if [[ -w /proc/self/autogroup ]] && echo "$NICE" >/proc/$$/autogroup 2>/dev/null
     echo "this session's autogroup: $(cat /proc/$$/autogroup)"
 fi
 mkdir -p "$OUT"
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 # Nanoseconds the threads of PID waited for a CPU (run queue) so far.
 run_delay() {
     cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $2 } END { printf "%.0f", s }'
-}
-wait_port() {
-    local i
-    for i in $(seq 1 100); do
-        ss -Huln "sport = :$1" | grep -q . && return 0
-        sleep 0.05
-    done
-    echo "port $1 never opened" >&2
-    return 1
 }
 
 # start_proxy LOG SHED_MS: the proxy on CPU 0 (Prometheus on 127.0.0.1:9464),
@@ -112,7 +92,7 @@ start_proxy() {
         2>"$1.proxy.err" &
     proxy=$!
     PIDS+=("$proxy")
-    wait_port 5060
+    wait_udp_port 5060
     sleep 0.3
 }
 stop_proxy() {

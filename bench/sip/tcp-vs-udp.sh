@@ -18,10 +18,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RATE="${1:-500}"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 SECS="${SECS:-6}"
@@ -30,9 +29,6 @@ MODE="${MODE:-stateful}"
 OUT="${OUT:-/tmp/ringway-tcp-bench}"
 mkdir -p "$OUT"
 CALLS=$((RATE * SECS))
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 cpu_s() { awk '{printf "%.3f", ($14 + $15) / 100}' "/proc/$1/stat"; }
 

@@ -18,10 +18,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-if [[ "${RINGWAY_BENCH_NETNS:-}" != "1" ]]; then
-    exec env RINGWAY_BENCH_NETNS=1 unshare -n -- bash "$0" "$@"
-fi
-ip link set lo up
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+bench_private_netns "$@"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 RATE="${RATE:-500}"
 SECS="${SECONDS_:-10}"
@@ -46,12 +45,6 @@ while True:
     except OSError:
         pass
 PY
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
 "$RINGWAY" sip proxy --listen 127.0.0.1:5060 --listen tls:127.0.0.1:5061 \
     --tls-cert cert.pem --tls-key key.pem --relay 127.0.0.0/8 --workers "$WORKERS" \
     --quiet --summary summary.json 2>proxy.log &

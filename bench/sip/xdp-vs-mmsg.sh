@@ -33,6 +33,8 @@ trap 'rc=$?; echo "xdp-vs-mmsg.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit 
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
 RINGWAY="${RINGWAY:-$ROOT/target/release/ringway}"
 PROXIES="${PROXIES:-mmsg xdp kamailio}"
 MODE="${MODE:-stateless}"
@@ -53,16 +55,8 @@ PRX_IP=10.78.0.2
 [[ -x "$RINGWAY" ]] || { echo "xdp-vs-mmsg.sh: no $RINGWAY (cargo build --release -p ringway)" >&2; exit 2; }
 
 mkdir -p "$OUT"
-PIDS=()
-kill_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.5
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    PIDS=()
-}
 cleanup() {
-    kill_all
+    stop_pids
     ip netns del "$NSG" 2>/dev/null || true
     ip netns del "$NSP" 2>/dev/null || true
 }
@@ -87,8 +81,9 @@ IN_GEN=(ip netns exec "$NSG")
 IN_PRX=(ip netns exec "$NSP")
 [[ -n "$PROXY_CPUS" ]] && IN_PRX+=(taskset -c "$PROXY_CPUS")
 
-# utime+stime ticks of a process and its descendants.
-cpu_ticks() {
+# utime+stime ticks of a process and its descendants, with the CPU time of
+# the children they waited for (bench/lib.sh's cpu_ticks leaves that out).
+tree_ticks() {
     { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$1" '{
         line = $0; sub(/^.*\) /, "", line); split(line, f, " ");
         pid = $1; ppid[pid] = f[2]; ticks[pid] = f[12] + f[13] + f[14] + f[15] }
@@ -107,16 +102,6 @@ wait_udp_port() { # namespace port
     done
     echo "port $2 never opened in $1" >&2
     return 1
-}
-
-csv_field() { # file column-name -> value on the last line
-    awk -F';' -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i} END{print $c}' "$1"
-}
-
-# Seconds until the UAC had created all its calls (empty if never).
-gen_secs() {
-    awk -F';' -v n="$2" 'NR==1{for(i=1;i<=NF;i++){if($i=="OutgoingCall(C)")c=i; if($i=="ElapsedTime(C)")e=i}; next}
-        $c+0 >= n { split($e, h, ":"); print h[1]*3600 + h[2]*60 + h[3] + (4 in h ? h[4] / 1000 : 0); exit }' "$1"
 }
 
 start_proxy() { # kind log
@@ -159,8 +144,8 @@ for kind in $PROXIES; do
         # Kamailio binds its port before its UDP child is ready.
         if [[ "$kind" == kamailio ]]; then sleep 2; else sleep 0.5; fi
         calls=$((rate * SECS))
-        c0=$(cpu_ticks "$PROXY_PID")
-        u0=$(cpu_ticks "$UAS_PID")
+        c0=$(tree_ticks "$PROXY_PID")
+        u0=$(tree_ticks "$UAS_PID")
         lim=$((rate * 4 + 100))
         "${IN_GEN[@]}" timeout $((SECS * 3 + 60)) sipp "$PRX_IP:5060" -sf "$HERE/uac_rr.xml" -s bob \
             -key dest "$GEN_IP:5070" -i "$GEN_IP" -p 5061 -m "$calls" -r "$rate" -rp 1000 \
@@ -170,16 +155,16 @@ for kind in $PROXIES; do
         PIDS+=("$UAC_PID")
         uac_ticks=0
         while kill -0 "$UAC_PID" 2>/dev/null; do
-            v=$(cpu_ticks "$UAC_PID")
+            v=$(tree_ticks "$UAC_PID")
             ((v > uac_ticks)) && uac_ticks=$v
             sleep 0.2
         done
         wait "$UAC_PID" 2>/dev/null || true
-        c1=$(cpu_ticks "$PROXY_PID")
-        u1=$(cpu_ticks "$UAS_PID")
+        c1=$(tree_ticks "$PROXY_PID")
+        u1=$(tree_ticks "$UAS_PID")
         kill -INT "$PROXY_PID" 2>/dev/null || true
         for _ in $(seq 1 100); do kill -0 "$PROXY_PID" 2>/dev/null || break; sleep 0.1; done
-        kill_all
+        stop_pids
         ok=$(csv_field "$log.uac.csv" "SuccessfulCall(C)")
         failed=$(csv_field "$log.uac.csv" "FailedCall(C)")
         g=$(gen_secs "$log.uac.csv" "$calls" || true)

@@ -1,6 +1,7 @@
 //! The batch I/O interface and backend selection.
 
 use crate::batch::{RxBatch, TxBatch, TxStamp};
+use crate::icmp::IcmpUnreachable;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::RawFd;
@@ -19,7 +20,8 @@ pub use uring::UringConfig;
 pub use xdp::frame_fuzzing;
 pub use xdp::{
     attach_xdp_pass, disable_tx_checksum_offload, parse_rtnetlink_replies, FanoutRoute,
-    FanoutStats, KernelFanout, RtnetlinkReplies, XdpAttachment, XdpConfig, XdpMode, MAX_FANOUT,
+    FanoutStats, KernelFanout, NextHopRefresher, RtnetlinkReplies, XdpAttachment, XdpConfig,
+    XdpMode, MAX_FANOUT,
 };
 
 /// Which I/O path a backend uses.
@@ -248,6 +250,16 @@ pub struct IoStats {
     /// another backend on the same socket had taken the datagram (a
     /// needless wake-up; 0 with exclusive wake-up and idle waiters).
     pub rx_idle_wakeups: u64,
+    /// ICMP errors read from the socket's error queue that say a
+    /// destination cannot be reached ([`BatchIo::poll_unreachable`];
+    /// socket, mmsg, uring with [`crate::SocketConfig::recv_errors`]).
+    pub icmp_unreachable: u64,
+    /// Other errors read from the error queue and not reported: time
+    /// exceeded, source quench, path MTU, local errors.
+    pub icmp_ignored: u64,
+    /// Unreachable reports dropped because the caller had not taken them
+    /// (more than a backend keeps, 1 024).
+    pub icmp_lost: u64,
 }
 
 impl IoStats {
@@ -276,6 +288,9 @@ impl IoStats {
             tx_in_ring,
             rx_wakeups,
             rx_idle_wakeups,
+            icmp_unreachable,
+            icmp_ignored,
+            icmp_lost,
         } = *other;
         self.rx_packets += rx_packets;
         self.rx_syscalls += rx_syscalls;
@@ -298,6 +313,9 @@ impl IoStats {
         self.tx_in_ring += tx_in_ring;
         self.rx_wakeups += rx_wakeups;
         self.rx_idle_wakeups += rx_idle_wakeups;
+        self.icmp_unreachable += icmp_unreachable;
+        self.icmp_ignored += icmp_ignored;
+        self.icmp_lost += icmp_lost;
     }
 
     /// The counters accumulated since `start` (an earlier reading of the
@@ -327,6 +345,9 @@ impl IoStats {
             tx_in_ring: self.tx_in_ring,
             rx_wakeups: d(self.rx_wakeups, start.rx_wakeups),
             rx_idle_wakeups: d(self.rx_idle_wakeups, start.rx_idle_wakeups),
+            icmp_unreachable: d(self.icmp_unreachable, start.icmp_unreachable),
+            icmp_ignored: d(self.icmp_ignored, start.icmp_ignored),
+            icmp_lost: d(self.icmp_lost, start.icmp_lost),
         }
     }
 }
@@ -368,6 +389,22 @@ pub trait BatchIo: Send {
     /// Move kernel TX timestamps collected so far (entries sent with
     /// [`TxBatch::request_stamp`]) into `out`; returns how many were added.
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize>;
+    /// Move the ICMP errors read so far that say a destination cannot be
+    /// reached ([`IcmpUnreachable`]: port, host, network or protocol
+    /// unreachable, parameter problem) into `out`; returns how many were
+    /// added. Needs a socket opened with
+    /// [`crate::SocketConfig::recv_errors`]. The error queue is read here
+    /// when something is queued (a send or receive call failed with a
+    /// pending error, or the queue stopped at its per-call bound) or its
+    /// period (10 ms) passed: call it regularly (a proxy every loop), so the
+    /// queue, which is charged to the receive buffer, stays short. Reads of
+    /// the error queue for TX stamps ([`BatchIo::poll_tx_stamps`], the wait
+    /// for a datagram) keep what they find here, and this read files the
+    /// stamps it finds. Default: nothing (backends without an error queue).
+    fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
+        let _ = out;
+        Ok(0)
+    }
     /// Counters of this backend instance.
     fn stats(&self) -> IoStats;
     /// Send runs of adjacent equal-length entries to one destination as one
@@ -624,6 +661,12 @@ pub struct XdpQueues {
     /// address, non-blocking), for a thread that sends through the kernel.
     /// Only the first backend receives on it.
     pub socket: UdpSocket,
+    /// With several queues: the backends' next hops (routes and neighbour
+    /// entries read once for all of them, not by each backend). One thread
+    /// must poll it every few milliseconds ([`NextHopRefresher::poll`]);
+    /// until it has read, every copy goes through the companion socket.
+    /// `None` with one queue: that backend reads its own.
+    pub next_hops: Option<NextHopRefresher>,
 }
 
 /// Receive queues of interface `ifname` (in the calling thread's network
@@ -652,13 +695,14 @@ pub fn open_xdp_queues(cfg: XdpConfig) -> io::Result<XdpQueues> {
     }
     let queues: Vec<u32> = (0..count).collect();
     match xdp::XdpBackend::open_queues(cfg, &queues) {
-        Ok((backends, socket)) => Ok(XdpQueues {
+        Ok((backends, socket, next_hops)) => Ok(XdpQueues {
             backends: backends
                 .into_iter()
                 .map(|b| Box::new(b) as Box<dyn BatchIo>)
                 .collect(),
             queues,
             socket,
+            next_hops,
         }),
         Err(e) => Err(xdp_open_error(e)),
     }

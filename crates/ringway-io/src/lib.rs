@@ -40,6 +40,7 @@ pub mod batch;
 pub mod bench;
 pub mod counters;
 pub mod doctor;
+pub mod icmp;
 pub mod netns;
 pub mod nfqueue;
 pub mod sock;
@@ -54,9 +55,10 @@ pub mod wire;
 pub use backend::{
     open_backend, open_shared, open_uring, open_xdp, open_xdp_queues, open_xdp_with_socket,
     per_datagram_stamp_keys, xdp_rx_queues, BackendKind, BackendUnavailable, BatchIo, Io,
-    IoChoiceError, IoStats, NeedsInterface, OpenError, ParseBackendError, TxProgress, UringConfig,
-    XdpConfig, XdpInterface, XdpMode, XdpQueues,
+    IoChoiceError, IoStats, NeedsInterface, NextHopRefresher, OpenError, ParseBackendError,
+    TxProgress, UringConfig, XdpConfig, XdpInterface, XdpMode, XdpQueues,
 };
 pub use batch::{Datagram, GsoStats, RxBatch, RxMeta, TxBatch, TxFull, TxStamp};
+pub use icmp::IcmpUnreachable;
 pub use sock::{open_udp, SocketConfig, SocketReport};
 pub use time::{monotonic_now, realtime_now, Nanos};

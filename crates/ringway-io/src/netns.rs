@@ -200,11 +200,19 @@ impl Host {
         })
     }
 
-    /// Run `f` on a thread inside this host and wait for it.
-    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
-        self.spawn(f)
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    /// Run `f` on a thread inside this host and wait for it (a scoped
+    /// thread: `f` may borrow from the caller). A panic in `f` is resumed
+    /// in the caller.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    self.enter()?;
+                    Ok(f())
+                })
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
     }
 }
 

@@ -25,6 +25,13 @@ pub struct SocketConfig {
     /// When a buffer request exceeds `net.core.{r,w}mem_max`, retry with
     /// SO_RCVBUFFORCE/SO_SNDBUFFORCE (works with CAP_NET_ADMIN).
     pub force_buffers: bool,
+    /// Set IP_RECVERR (and IPV6_RECVERR on an IPv6 socket): the kernel
+    /// queues the ICMP errors for datagrams sent from this socket on its
+    /// error queue, where the backends read them
+    /// ([`crate::BatchIo::poll_unreachable`]); an unconnected socket hears
+    /// of none without it. A pending error also fails the next send or
+    /// receive call on the socket once; the backends retry such a call.
+    pub recv_errors: bool,
 }
 
 impl SocketConfig {
@@ -39,6 +46,7 @@ impl SocketConfig {
             tx_timestamps: false,
             rxq_ovfl: true,
             force_buffers: true,
+            recv_errors: false,
         }
     }
 }
@@ -71,6 +79,8 @@ pub struct SocketReport {
     pub tx_timestamps: bool,
     /// SO_RXQ_OVFL is on.
     pub rxq_ovfl: bool,
+    /// IP_RECVERR (IPV6_RECVERR) is on: ICMP errors reach the error queue.
+    pub recv_errors: bool,
     /// Options that were applied, by name.
     pub applied: Vec<String>,
     /// Human-readable warnings (clamped buffers, refused options).
@@ -257,6 +267,9 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
                 .push(format!("SO_RXQ_OVFL refused: {}", errno_text(&e))),
         }
     }
+    if cfg.recv_errors {
+        set_recv_errors(fd, cfg.bind.is_ipv6(), &mut rep);
+    }
     let mut storage = sys::zero_storage();
     let len = sys::sockaddr_from(&cfg.bind, &mut storage);
     // SAFETY: `st` holds a valid sockaddr of length `len` for this family.
@@ -271,6 +284,47 @@ pub fn open_udp(cfg: &SocketConfig) -> io::Result<(UdpSocket, SocketReport)> {
             sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap_or(0) as usize;
     }
     Ok((UdpSocket::from(owned), rep))
+}
+
+/// Turn on IP_RECVERR, and IPV6_RECVERR on an IPv6 socket (whose
+/// IPv4-mapped destinations still report through IP_RECVERR).
+fn set_recv_errors(fd: RawFd, ipv6: bool, rep: &mut SocketReport) {
+    let mut options = vec![(libc::SOL_IP, libc::IP_RECVERR, "IP_RECVERR")];
+    if ipv6 {
+        options.push((libc::SOL_IPV6, libc::IPV6_RECVERR, "IPV6_RECVERR"));
+    }
+    for (level, name, text) in options {
+        match sys::setsockopt_int(fd, level, name, 1) {
+            Ok(()) => rep.applied.push(text.into()),
+            Err(e) => rep
+                .warnings
+                .push(format!("{text} refused: {}", errno_text(&e))),
+        }
+    }
+    rep.recv_errors = recv_errors_enabled(fd);
+}
+
+/// Whether the socket `fd` reports ICMP errors on its error queue
+/// (IP_RECVERR on an IPv4 socket, IPV6_RECVERR on an IPv6 one).
+pub(crate) fn recv_errors_enabled(fd: RawFd) -> bool {
+    let on = |level, name| sys::getsockopt_int(fd, level, name).is_ok_and(|v| v != 0);
+    on(libc::SOL_IPV6, libc::IPV6_RECVERR) || on(libc::SOL_IP, libc::IP_RECVERR)
+}
+
+/// `sock.send_to(bytes, to)`, sent again when the call failed with an
+/// asynchronous error: on a socket with [`SocketConfig::recv_errors`] an
+/// ICMP error about an earlier datagram (to any peer) fails the next send
+/// once, and this datagram is not the one it is about. The error stays on
+/// the socket's error queue for the backends to read. Tried at most three
+/// times in all.
+pub fn send_to(sock: &UdpSocket, bytes: &[u8], to: SocketAddr) -> io::Result<usize> {
+    let mut tries = 0;
+    loop {
+        match sock.send_to(bytes, to) {
+            Err(e) if sys::is_async_send_error(&e) && tries < 2 => tries += 1,
+            result => return result,
+        }
+    }
 }
 
 /// Current drop counter of a socket (`SO_MEMINFO` drops): datagrams the

@@ -43,6 +43,10 @@ pub(crate) const SOF_OPT_ID: u32 = 1 << 7;
 pub(crate) const SOF_OPT_TSONLY: u32 = 1 << 11;
 /// `SO_EE_ORIGIN_TIMESTAMPING`.
 pub(crate) const SO_EE_ORIGIN_TIMESTAMPING: u8 = 4;
+/// `SO_EE_ORIGIN_ICMP`: an ICMP error for a datagram we sent (IP_RECVERR).
+pub(crate) const SO_EE_ORIGIN_ICMP: u8 = 2;
+/// `SO_EE_ORIGIN_ICMP6`: an ICMPv6 error (IPV6_RECVERR).
+pub(crate) const SO_EE_ORIGIN_ICMP6: u8 = 3;
 
 /// Last OS error as `io::Error`.
 pub(crate) fn last_err() -> io::Error {
@@ -127,12 +131,24 @@ pub(crate) fn take_socket_error(fd: RawFd) -> Option<i32> {
         .filter(|&e| e != 0)
 }
 
-/// An asynchronous error a receive call can report for an earlier send
-/// (ICMP feedback on connected sockets); it says nothing about this receive.
+/// An asynchronous error a receive or send call can report for an earlier
+/// send (ICMP feedback on a connected socket, or on any socket with
+/// `IP_RECVERR`: unreachable, time exceeded, protocol unreachable,
+/// parameter problem, administratively prohibited); it says nothing about
+/// this call's datagram.
 pub(crate) fn is_async_send_error(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN)
+        Some(
+            libc::ECONNREFUSED
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::ENOPROTOOPT
+                | libc::EPROTO
+                | libc::EACCES
+        )
     )
 }
 
@@ -305,6 +321,21 @@ pub(crate) struct Cmsgs {
     pub ts_key: Option<u32>,
     /// UDP_GRO: the message is a coalesced train of datagrams of this size.
     pub gro_size: Option<u16>,
+    /// An extended error from the error queue that is not a TX timestamp
+    /// (an ICMP error, or a local one).
+    pub error: Option<ExtendedError>,
+}
+
+/// The parts of a `sock_extended_err` the error queue reader uses.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ExtendedError {
+    /// The errno the kernel mapped it to.
+    pub errno: u32,
+    /// `SO_EE_ORIGIN_*`.
+    pub origin: u8,
+    /// ICMP or ICMPv6 type and code (for the ICMP origins).
+    pub icmp_type: u8,
+    pub icmp_code: u8,
 }
 
 /// Parse the control messages a kernel left in `hdr`.
@@ -341,6 +372,13 @@ pub(crate) fn parse_cmsgs(hdr: &libc::msghdr) -> Cmsgs {
                     && extended_err.ee_origin == SO_EE_ORIGIN_TIMESTAMPING
                 {
                     out.ts_key = Some(extended_err.ee_data);
+                } else {
+                    out.error = Some(ExtendedError {
+                        errno: extended_err.ee_errno,
+                        origin: extended_err.ee_origin,
+                        icmp_type: extended_err.ee_type,
+                        icmp_code: extended_err.ee_code,
+                    });
                 }
             }
             cmsg = libc::CMSG_NXTHDR(hdr, cmsg);

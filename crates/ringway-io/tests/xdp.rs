@@ -4,6 +4,8 @@
 //! Needs root (named namespaces, BPF); on a kernel without AF_XDP the
 //! backend must refuse with a clear error, which is what is checked then.
 
+mod xdp_common;
+
 use ringway_io::netns::{Host, Topology};
 use ringway_io::{open_backend, open_xdp, BackendKind, RxBatch, TxBatch, XdpConfig, XdpMode};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
@@ -60,16 +62,7 @@ fn pair() -> Option<(Topology, Host, Host)> {
     if !xdp_here() {
         return None;
     }
-    let t = topo();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
-    // a's sockets put full UDP checksums on the veth (the backend verifies
-    // them; with offload the sender leaves them partial).
-    let aif = a.ifaces[0].0.clone();
-    a.run(move || ringway_io::backend::disable_tx_checksum_offload(&aif))
-        .unwrap()
-        .unwrap();
-    Some((t, a, b))
+    Some(xdp_common::veth_pair(false))
 }
 
 #[test]
@@ -176,37 +169,9 @@ fn veth_roundtrip_exact_and_kernel_keeps_the_rest() {
         "{shown}"
     );
     // A kernel UDP socket in b on another port still receives.
-    let other = b
-        .run(move || {
-            let s = UdpSocket::bind((bip, 0)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            s
-        })
-        .unwrap();
+    let other = xdp_common::kernel_socket(&b, bip.into());
     let other_addr = other.local_addr().unwrap();
-    let client = a.spawn(move || {
-        let s = UdpSocket::bind((aip, 0)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let sent: Vec<Vec<u8>> = (0..20u8)
-            .map(|i| {
-                let mut p = vec![i; 1 + i as usize * 70];
-                p[0] = b'p';
-                p
-            })
-            .collect();
-        for p in &sent {
-            s.send_to(p, dst).unwrap();
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let mut replies = Vec::new();
-        let mut buf = [0u8; 4096];
-        while replies.len() < sent.len() {
-            let (n, from) = s.recv_from(&mut buf).expect("reply via xdp");
-            replies.push((from, buf[..n].to_vec()));
-        }
-        s.send_to(b"kernel path", other_addr).unwrap();
-        (s.local_addr().unwrap(), sent, replies)
-    });
+    let client = a.spawn(move || xdp_common::numbered_exchange(aip.into(), dst, other_addr));
     let (me, sent, replies) = client.join().unwrap().unwrap();
     let mut buf = [0u8; 64];
     let (n, from) = other.recv_from(&mut buf).unwrap();
@@ -384,15 +349,13 @@ fn fragments_take_the_kernel_path() {
     });
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let dst = SocketAddr::V4(SocketAddrV4::new(bip, port));
-    let big: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big = xdp_common::big_payload();
     let big2 = big.clone();
     let me = a
         .run(move || {
-            let s = UdpSocket::bind((aip, 0)).unwrap();
-            s.send_to(b"small", dst).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            s.send_to(&big2, dst).unwrap();
-            s.local_addr().unwrap()
+            xdp_common::send_small_then_big(aip.into(), dst, &big2)
+                .local_addr()
+                .unwrap()
         })
         .unwrap();
     let (got, st) = server.join().unwrap().unwrap();
@@ -595,92 +558,12 @@ fn udp_checksums_verified_on_receive() {
     });
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let aip = a.addr();
-    a.run(move || {
-        // SAFETY: plain socket(2); the descriptor is closed below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-        assert!(fd >= 0);
-        let send = |payload: &[u8], csum: Option<u16>, corrupt: bool| {
-            let mut u = Vec::new();
-            u.extend_from_slice(&40000u16.to_be_bytes());
-            u.extend_from_slice(&port.to_be_bytes());
-            u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-            u.extend_from_slice(&[0, 0]);
-            u.extend_from_slice(payload);
-            let c = csum.unwrap_or_else(|| udp_checksum(aip, bip, &u));
-            u[6..8].copy_from_slice(&c.to_be_bytes());
-            if corrupt {
-                let last = u.len() - 1;
-                u[last] ^= 0x01;
-            }
-            let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
-            p.extend_from_slice(&aip.octets());
-            p.extend_from_slice(&bip.octets());
-            let total = (p.len() + u.len()) as u16;
-            p[2..4].copy_from_slice(&total.to_be_bytes());
-            p.extend_from_slice(&u);
-            let sa = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: 0,
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(bip.octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: valid buffer and sockaddr_in for the call.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    p.as_ptr().cast(),
-                    p.len(),
-                    0,
-                    (&sa as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as u32,
-                )
-            };
-            assert_eq!(n as usize, p.len());
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        send(b"good", None, false);
-        send(b"corrupted!", None, true);
-        send(b"no checksum", Some(0), false);
-        send(b"end", None, false);
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
-    })
-    .unwrap();
+    a.run(move || xdp_common::send_checksum_cases(aip.into(), bip.into(), port))
+        .unwrap();
     let (got, st) = server.join().unwrap().unwrap();
     assert_eq!(
         got,
         vec![b"good".to_vec(), b"no checksum".to_vec(), b"end".to_vec()]
     );
     assert_eq!((st.rx_bad_checksum, st.rx_invalid), (1, 1));
-}
-
-/// The UDP checksum over the IPv4 pseudo-header and `udp` (checksum field 0).
-fn udp_checksum(src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, udp: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut add = |b: &[u8]| {
-        for c in b.chunks(2) {
-            let w = if c.len() == 2 {
-                u16::from_be_bytes([c[0], c[1]])
-            } else {
-                u16::from_be_bytes([c[0], 0])
-            };
-            sum += u32::from(w);
-        }
-    };
-    add(&src.octets());
-    add(&dst.octets());
-    add(&[0, 17]);
-    add(&(udp.len() as u16).to_be_bytes());
-    add(udp);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let c = !(sum as u16);
-    if c == 0 {
-        0xffff
-    } else {
-        c
-    }
 }

@@ -7,6 +7,8 @@
 //! verified on receive, and a zero one is refused (mandatory over IPv6).
 //! Needs root (named namespaces, BPF, raw sockets).
 
+mod xdp_common;
+
 use ringway_io::netns::{Host, Topology};
 use ringway_io::{open_xdp, BackendKind, IoStats, RxBatch, TxBatch, XdpConfig};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -23,19 +25,7 @@ fn pair() -> Option<(Topology, Host, Host)> {
         ringway_io::testing::skip(format!("AF_XDP not available on this kernel: {why}"));
         return None;
     }
-    let t = Topology::builder()
-        .host("a")
-        .host("b")
-        .link("a", "b")
-        .ipv6()
-        .build()
-        .unwrap();
-    let a = t.host("a").unwrap().clone();
-    let b = t.host("b").unwrap().clone();
-    a.run(|| ringway_io::backend::disable_tx_checksum_offload("eth0"))
-        .unwrap()
-        .unwrap();
-    Some((t, a, b))
+    Some(xdp_common::veth_pair(true))
 }
 
 fn v6(host: &Host) -> Ipv6Addr {
@@ -113,38 +103,10 @@ fn ipv6_roundtrip_exact_and_kernel_keeps_the_rest() {
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let dst = SocketAddr::new(IpAddr::V6(bip), port);
     // A kernel UDP socket in b on another port still receives.
-    let other = b
-        .run(move || {
-            let s = UdpSocket::bind((bip, 0)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            s
-        })
-        .unwrap();
+    let other = xdp_common::kernel_socket(&b, IpAddr::V6(bip));
     let other_addr = other.local_addr().unwrap();
     let (me, sent, replies) = a
-        .run(move || {
-            let s = UdpSocket::bind((aip, 0)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let sent: Vec<Vec<u8>> = (0..20u8)
-                .map(|i| {
-                    let mut p = vec![i; 1 + i as usize * 70];
-                    p[0] = b'p';
-                    p
-                })
-                .collect();
-            for p in &sent {
-                s.send_to(p, dst).unwrap();
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            let mut replies = Vec::new();
-            let mut buf = [0u8; 4096];
-            while replies.len() < sent.len() {
-                let (n, from) = s.recv_from(&mut buf).expect("reply via xdp");
-                replies.push((from, buf[..n].to_vec()));
-            }
-            s.send_to(b"kernel path", other_addr).unwrap();
-            (s.local_addr().unwrap(), sent, replies)
-        })
+        .run(move || xdp_common::numbered_exchange(IpAddr::V6(aip), dst, other_addr))
         .unwrap();
     let mut buf = [0u8; 64];
     let (n, from) = other.recv_from(&mut buf).unwrap();
@@ -214,14 +176,11 @@ fn ipv6_extension_headers_and_fragments_take_the_kernel_path() {
     let server = serve(&b, port_tx, |got| got.len() >= 4, None);
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let dst = SocketAddr::new(IpAddr::V6(bip), port);
-    let big: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big = xdp_common::big_payload();
     let big2 = big.clone();
     let me = a
         .run(move || {
-            let s = UdpSocket::bind((aip, 0)).unwrap();
-            s.send_to(b"small", dst).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            s.send_to(&big2, dst).unwrap();
+            let s = xdp_common::send_small_then_big(IpAddr::V6(aip), dst, &big2);
             std::thread::sleep(Duration::from_millis(20));
             let hop = UdpSocket::bind((aip, 0)).unwrap();
             add_hop_by_hop(&hop);
@@ -264,75 +223,10 @@ fn ipv6_udp_checksums_verified_on_receive() {
         None,
     );
     let port = port_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    a.run(move || {
-        // SAFETY: plain socket(2); the descriptor is closed below. The
-        // kernel writes the IPv6 header; we write UDP header and payload.
-        let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_UDP) };
-        assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-        let send = |payload: &[u8], csum: Option<u16>, corrupt: bool| {
-            let mut u = Vec::new();
-            u.extend_from_slice(&40000u16.to_be_bytes());
-            u.extend_from_slice(&port.to_be_bytes());
-            u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-            u.extend_from_slice(&[0, 0]);
-            u.extend_from_slice(payload);
-            let c = csum.unwrap_or_else(|| udp6_checksum(aip, bip, &u));
-            u[6..8].copy_from_slice(&c.to_be_bytes());
-            if corrupt {
-                let last = u.len() - 1;
-                u[last] ^= 0x01;
-            }
-            // SAFETY: an all-zero sockaddr_in6 is valid; fields set below.
-            let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-            sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sa.sin6_addr.s6_addr = bip.octets();
-            // SAFETY: valid buffer and sockaddr_in6 for the call.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    u.as_ptr().cast(),
-                    u.len(),
-                    0,
-                    (&sa as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
-                )
-            };
-            assert_eq!(n as usize, u.len(), "{}", std::io::Error::last_os_error());
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        send(b"good", None, false);
-        send(b"corrupted!", None, true);
-        send(b"no checksum", Some(0), false);
-        send(b"end", None, false);
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(fd) };
-    })
-    .unwrap();
+    a.run(move || xdp_common::send_checksum_cases(aip.into(), bip.into(), port))
+        .unwrap();
     let (got, st) = server.join().unwrap().unwrap();
     let payloads: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
     assert_eq!(payloads, vec![b"good".to_vec(), b"end".to_vec()]);
     assert_eq!((st.rx_bad_checksum, st.rx_invalid), (2, 2), "{st:?}");
-}
-
-/// The UDP checksum over the IPv6 pseudo-header and `udp` (checksum field
-/// 0), computed word by word (independently of the backend's code).
-fn udp6_checksum(src: Ipv6Addr, dst: Ipv6Addr, udp: &[u8]) -> u16 {
-    let mut sum: u64 = 0;
-    let mut add = |b: &[u8]| {
-        for c in b.chunks(2) {
-            sum += u64::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-        }
-    };
-    add(&src.octets());
-    add(&dst.octets());
-    add(&(udp.len() as u32).to_be_bytes());
-    add(&[0, 0, 0, 17]);
-    add(udp);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    match !(sum as u16) {
-        0 => 0xffff,
-        c => c,
-    }
 }

@@ -1,8 +1,18 @@
 //! Hashes: [`Hash64`], a small fast non-cryptographic 64-bit hash for
-//! table keys, and [`MacKey`]/[`Mac`], SipHash-2-4 (a keyed PRF for short
-//! inputs) for the tags we put on the wire and must recognise later
-//! without state: signed Record-Route, the upstream MAC in our branches,
-//! dispatcher probe nonces.
+//! table keys nobody outside sees, and [`MacKey`]/[`Mac`], SipHash-2-4 (a
+//! keyed PRF for short inputs) for every value derived from a secret:
+//! what we put on the wire and must recognise later without state (branch
+//! hashes, signed Record-Route, the upstream MAC in our branches, To-tags,
+//! flow tokens, dispatcher probe nonces) and the keys of tables an attacker
+//! fills. [`KeyRing`] derives one key per [`Purpose`] from a secret, so a
+//! value of one purpose tells nothing about another's and never verifies
+//! as one; [`Tag`] is the one form of a To-tag we generate.
+//!
+//! Why not [`Hash64`] with a secret seed: it is invertible (each step and
+//! the finaliser can be undone), so one output over a known input gives
+//! the seed back, and collisions need no seed at all.
+
+use sha2::{Digest, Sha256};
 
 /// Streaming hasher: 8-byte words, multiply-rotate mixing, strong finaliser.
 #[derive(Clone, Copy, Debug)]
@@ -85,15 +95,6 @@ impl MacKey {
         }
     }
 
-    /// A key derived from a 64-bit seed (deterministic; for configurations
-    /// that were given no random key, e.g. tests).
-    pub fn from_seed(seed: u64) -> MacKey {
-        MacKey {
-            k0: Hash64::new(seed).u64(1).finish(),
-            k1: Hash64::new(seed).u64(2).finish(),
-        }
-    }
-
     /// Start a MAC under this key.
     pub fn mac(&self) -> Mac {
         Mac {
@@ -107,6 +108,194 @@ impl MacKey {
             buffered: 0,
             length: 0,
         }
+    }
+}
+
+/// What a value derived from the secret is for: each purpose has its own
+/// key ([`KeyRing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The transaction hash in our branch (it keys the transaction table).
+    Transaction,
+    /// The loop-detection hash in our branch (RFC 3261 16.6 step 8).
+    LoopDetect,
+    /// The MAC in our branch of where a request's responses go.
+    Upstream,
+    /// The signature of our Record-Route (it grants relaying in a dialog).
+    RecordRoute,
+    /// Flow tokens (RFC 5626) in our Record-Route and Path.
+    FlowToken,
+    /// The To-tag of the responses we generate.
+    LocalTag,
+    /// The To-tag of a quick `503` refusal under overload.
+    RefusalTag,
+    /// The RFC 2543 matching key of an INVITE and its CANCEL (a table key).
+    CancelMatch,
+    /// A request's copy as the digest replay check compares it.
+    Retransmission,
+    /// Where a stateless proxy sent authenticated INVITEs (a table key).
+    AuthorisedHop,
+    /// The id of a dialog set up through us (a table key).
+    Dialog,
+    /// The dispatcher's probe nonces.
+    ProbeNonce,
+}
+
+impl Purpose {
+    /// Every purpose, in the order of [`KeyRing`]'s keys.
+    pub const ALL: [Purpose; 12] = [
+        Purpose::Transaction,
+        Purpose::LoopDetect,
+        Purpose::Upstream,
+        Purpose::RecordRoute,
+        Purpose::FlowToken,
+        Purpose::LocalTag,
+        Purpose::RefusalTag,
+        Purpose::CancelMatch,
+        Purpose::Retransmission,
+        Purpose::AuthorisedHop,
+        Purpose::Dialog,
+        Purpose::ProbeNonce,
+    ];
+
+    /// The label its key is derived with (never changes: it is part of
+    /// every derived key).
+    fn label(self) -> &'static [u8] {
+        match self {
+            Purpose::Transaction => b"transaction",
+            Purpose::LoopDetect => b"loop-detect",
+            Purpose::Upstream => b"upstream",
+            Purpose::RecordRoute => b"record-route",
+            Purpose::FlowToken => b"flow-token",
+            Purpose::LocalTag => b"local-tag",
+            Purpose::RefusalTag => b"refusal-tag",
+            Purpose::CancelMatch => b"cancel-match",
+            Purpose::Retransmission => b"retransmission",
+            Purpose::AuthorisedHop => b"authorised-hop",
+            Purpose::Dialog => b"dialog",
+            Purpose::ProbeNonce => b"probe-nonce",
+        }
+    }
+
+    /// What a [`Tag`] of this purpose starts with: `rwo` marks a quick
+    /// refusal's tag (its ACK is recognised by a peek); other tags are the
+    /// bare digits.
+    fn tag_prefix(self) -> &'static [u8] {
+        match self {
+            Purpose::RefusalTag => b"rwo",
+            _ => b"",
+        }
+    }
+}
+
+/// One SipHash key per [`Purpose`], derived from a 32-byte secret (random
+/// at start-up in a server): key = the first 16 bytes of SHA-256 over a
+/// fixed context, the purpose's label and the whole secret.
+#[derive(Clone)]
+pub struct KeyRing {
+    keys: [MacKey; Purpose::ALL.len()],
+}
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyRing(..)")
+    }
+}
+
+impl KeyRing {
+    /// The keys of `secret`.
+    pub fn new(secret: &[u8; 32]) -> KeyRing {
+        KeyRing {
+            keys: Purpose::ALL.map(|purpose| {
+                let mut hash = Sha256::new();
+                hash.update(b"ringway-sip key ring v1\0");
+                hash.update(purpose.label());
+                hash.update([0u8]);
+                hash.update(secret);
+                let digest = hash.finalize();
+                let mut key = [0u8; 16];
+                key.copy_from_slice(&digest[..16]);
+                MacKey::new(key)
+            }),
+        }
+    }
+
+    /// The keys of a secret spread from `seed` (deterministic; for cores
+    /// that were given no random secret, e.g. tests).
+    pub fn from_seed(seed: u64) -> KeyRing {
+        let mut secret = [0u8; 32];
+        for (i, chunk) in secret.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&Hash64::new(seed).u64(i as u64).finish().to_le_bytes());
+        }
+        KeyRing::new(&secret)
+    }
+
+    /// The key of `purpose`.
+    pub fn key(&self, purpose: Purpose) -> MacKey {
+        self.keys[purpose as usize]
+    }
+
+    /// Start a MAC for `purpose`.
+    pub fn mac(&self, purpose: Purpose) -> Mac {
+        self.keys[purpose as usize].mac()
+    }
+
+    /// The tag of `input` for `purpose` (a To-tag of a Call-ID).
+    pub fn tag(&self, purpose: Purpose, input: &[u8]) -> Tag {
+        Tag::new(purpose.tag_prefix(), self.mac(purpose).raw(input).finish())
+    }
+
+    /// Whether `text` is the tag of `input` for `purpose`.
+    pub fn is_tag(&self, purpose: Purpose, text: &[u8], input: &[u8]) -> bool {
+        let prefix = purpose.tag_prefix();
+        text.len() == prefix.len() + TAG_DIGITS
+            && text.starts_with(prefix)
+            && self.tag(purpose, input).as_bytes() == text
+    }
+}
+
+/// Hex digits of a [`Tag`]'s MAC (64 bits).
+const TAG_DIGITS: usize = 16;
+/// The longest [`Purpose::tag_prefix`].
+const TAG_PREFIX_MAX: usize = 3;
+
+/// A tag we generate ([`KeyRing::tag`]): its purpose's prefix and the 16
+/// hex digits of a MAC under its purpose's key; stack-formatted.
+#[derive(Clone, Copy)]
+pub struct Tag {
+    buf: [u8; TAG_PREFIX_MAX + TAG_DIGITS],
+    len: u8,
+}
+
+impl Tag {
+    fn new(prefix: &[u8], mac: u64) -> Tag {
+        let mut buf = [0u8; TAG_PREFIX_MAX + TAG_DIGITS];
+        buf[..prefix.len()].copy_from_slice(prefix);
+        write_hex(&mut buf[prefix.len()..], mac, TAG_DIGITS);
+        Tag {
+            buf,
+            len: (prefix.len() + TAG_DIGITS) as u8,
+        }
+    }
+
+    /// The tag's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+
+    /// The tag's text.
+    pub fn as_str(&self) -> &str {
+        // Prefixes and hex digits are ASCII.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+}
+
+/// Write `value`'s low `digits` hex digits (lower case, most significant
+/// first) into `out`.
+pub(crate) fn write_hex(out: &mut [u8], value: u64, digits: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in out[..digits].iter_mut().enumerate() {
+        *byte = HEX[((value >> (4 * (digits - 1 - i))) & 0xF) as usize];
     }
 }
 
@@ -236,6 +425,62 @@ mod tests {
             key.mac().str("ab").str("c").finish(),
             key.mac().str("a").str("bc").finish()
         );
+    }
+
+    /// Issue 19: one key per purpose, from every byte of the secret. Seen
+    /// failing with one key for every purpose (the first assertion) and
+    /// with keys from the secret's first 8 bytes only (the key-change
+    /// assertions), as the To-tags were derived before.
+    #[test]
+    fn purposes_have_unrelated_keys_and_tags_change_with_every_byte_of_the_secret() {
+        for (i, purpose) in Purpose::ALL.into_iter().enumerate() {
+            assert_eq!(purpose as usize, i, "{purpose:?}");
+        }
+        let secret: [u8; 32] = std::array::from_fn(|i| (i * 37 + 11) as u8);
+        let ring = KeyRing::new(&secret);
+        let inputs: [&[u8]; 3] = [b"a84b4c76e66710@pc33.example.com", b"", b"x"];
+        for (i, first) in Purpose::ALL.into_iter().enumerate() {
+            for second in Purpose::ALL.into_iter().skip(i + 1) {
+                // Same input, two purposes: different values, and no fixed
+                // relation between them (their XOR moves with the input).
+                let xors: Vec<u64> = inputs
+                    .iter()
+                    .map(|input| {
+                        let a = ring.mac(first).raw(input).finish();
+                        let b = ring.mac(second).raw(input).finish();
+                        assert_ne!(a, b, "{first:?} and {second:?} agree on {input:?}");
+                        a ^ b
+                    })
+                    .collect();
+                assert!(
+                    xors[0] != xors[1] && xors[1] != xors[2],
+                    "{first:?} and {second:?} are related"
+                );
+                assert_ne!(ring.key(first), ring.key(second));
+            }
+        }
+        let tag = ring.tag(Purpose::LocalTag, inputs[0]);
+        assert_eq!(tag.as_str().len(), 16);
+        assert!(ring.is_tag(Purpose::LocalTag, tag.as_bytes(), inputs[0]));
+        assert!(!ring.is_tag(Purpose::LocalTag, tag.as_bytes(), inputs[2]));
+        assert!(!ring.is_tag(Purpose::RefusalTag, tag.as_bytes(), inputs[0]));
+        let refusal = ring.tag(Purpose::RefusalTag, inputs[0]);
+        assert!(refusal.as_str().starts_with("rwo") && refusal.as_str().len() == 19);
+        assert_ne!(&refusal.as_str()[3..], tag.as_str());
+        // Every byte of the secret changes every tag.
+        for byte in 0..32 {
+            let mut other = secret;
+            other[byte] ^= 0x01;
+            let other = KeyRing::new(&other);
+            for purpose in [Purpose::LocalTag, Purpose::RefusalTag] {
+                assert_ne!(
+                    other.tag(purpose, inputs[0]).as_str(),
+                    ring.tag(purpose, inputs[0]).as_str(),
+                    "secret byte {byte}, {purpose:?}"
+                );
+            }
+        }
+        assert_eq!(format!("{ring:?}"), "KeyRing(..)");
     }
 
     #[test]

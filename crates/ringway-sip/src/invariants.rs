@@ -136,6 +136,29 @@ fn refuse_under_overload(data: &[u8]) {
         return;
     };
     assert_eq!(responses.len(), 1, "one answer");
+    // A quick refusal (our refusal tag) answers only what the full path
+    // reads alike: a head the full parser can read (else it drops the
+    // datagram unanswered), and never an INVITE inside a dialog (the full
+    // path does not shed those).
+    let quick = SipMsg::parse_loose(refusal).is_ok_and(|answer| {
+        let call_id = answer.call_id().unwrap_or("").as_bytes();
+        answer
+            .to_tag()
+            .is_some_and(|tag| proxy.is_refusal_tag(tag.as_bytes(), call_id))
+    });
+    if quick {
+        assert!(
+            SipMsg::parse_loose(data).is_ok(),
+            "a quick 503 to a head the full parser cannot read"
+        );
+        if let Ok(request) = SipMsg::parse(data) {
+            assert_eq!(
+                request.to_tag(),
+                None,
+                "a quick 503 to an INVITE in a dialog"
+            );
+        }
+    }
     // Its ACK (RFC 3261 17.1.1.3), built from the 503: absorbed.
     let Ok(answer) = SipMsg::parse(refusal) else {
         return;
@@ -209,7 +232,8 @@ pub fn check_sent(to: SocketAddr, bytes: &[u8]) {
 /// Run a fuzz script (see [`script`]: datagrams from a user agent, the next
 /// hop, another host and an IPv6 host, with time steps; peers answer the
 /// last request, replay what the proxy sent, or add digest credentials
-/// answering its last challenge) through four proxies: stateful and
+/// answering its last challenge; the driver reports ICMP unreachables for
+/// where the proxy sent) through four proxies: stateful and
 /// stateless, each with and without digest authentication. Every datagram
 /// sent passes [`check_sent`], and the transaction table stays bounded.
 pub fn proxy_sequence(data: &[u8]) {
@@ -232,7 +256,11 @@ fn run_proxy_script(proxy: &Proxy, data: &[u8]) {
     for step in script::steps(data) {
         now += script::WAITS[step.wait];
         guard.on_timer(now);
-        if let Some((src, datagram)) = peers.datagram(&step) {
+        if step.unreachable {
+            if let Some(to) = peers.destination(step.payload) {
+                guard.unreachable(now, to);
+            }
+        } else if let Some((src, datagram)) = peers.datagram(&step) {
             guard.handle(now, src, datagram);
         }
         for (to, bytes) in guard.take_outputs() {
@@ -408,6 +436,20 @@ impl<'p> Guarded<'p> {
         let mut outputs = Vec::new();
         self.worker
             .on_timer(now, &mut |to, b| outputs.push((to, b.to_vec())));
+        for (to, bytes) in &outputs {
+            self.check(*to, bytes, Step::Timer);
+        }
+        self.outputs.extend(outputs);
+    }
+
+    /// The driver read an ICMP unreachable for `to` (UDP): check what the
+    /// core sent (next targets, `500`s upstream) as a timer's output.
+    pub fn unreachable(&mut self, now: u64, to: SocketAddr) {
+        let mut outputs = Vec::new();
+        self.worker
+            .on_unreachable(now, crate::Hop::udp(to), &mut |hop, b| {
+                outputs.push((hop.addr, b.to_vec()))
+            });
         for (to, bytes) in &outputs {
             self.check(*to, bytes, Step::Timer);
         }

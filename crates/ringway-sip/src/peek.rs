@@ -1,5 +1,12 @@
 //! Decisions from a datagram's first bytes, without a parse: what a driver
 //! under overload can afford for every datagram it is about to refuse.
+//! Each piece reads a line or a value by the full parser's own grammar
+//! (its line syntax, its header classification, where it finds a
+//! From/To's parameters), so that what a quick path copies into a
+//! response is what the full path would have read.
+
+use crate::msg::HeaderKind;
+use crate::text::{find_byte, is_lws, is_token, quoted_end, Params};
 
 /// Whether `datagram` looks like a new INVITE: its request line starts
 /// with `INVITE ` and its To header (`To` or `t`, any case) has no `tag`
@@ -27,45 +34,92 @@ pub fn is_new_invite(datagram: &[u8]) -> bool {
     false
 }
 
-/// The value of `line` if it is a To header (`To:` or `t:`, any case,
-/// blanks before the colon).
+/// The value of `line` if it is a To header (`To` or `t`, any case), by
+/// the full parser's line grammar ([`split_header`]).
 fn to_header_value(line: &[u8]) -> Option<&[u8]> {
-    let name_end = line.iter().position(|&b| b == b':')?;
-    let name = line[..name_end].trim_ascii_end();
-    (name.eq_ignore_ascii_case(b"to") || name.eq_ignore_ascii_case(b"t"))
-        .then(|| &line[name_end + 1..])
+    let (name, value) = split_header(line)?;
+    (header_kind(name) == HeaderKind::To).then_some(value)
 }
 
-/// The header parameters of a From/To value, `name` and `value` each
-/// trimmed (`value` empty when there is none).
-fn header_params(value: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    // Parameters of the header follow the URI's closing '>' when there is
-    // one (`;tag` inside <...> is a URI parameter); else the whole value.
-    let params = match value.iter().rposition(|&b| b == b'>') {
-        Some(end) => &value[end + 1..],
-        None => value,
+/// The kind of a header name as the full parser classifies it (compact
+/// forms mapped, any case). A name from [`split_header`] is a token,
+/// hence ASCII.
+pub(crate) fn header_kind(name: &[u8]) -> HeaderKind {
+    std::str::from_utf8(name).map_or(HeaderKind::Other, HeaderKind::of)
+}
+
+/// `name: value` of a header line, by the full parser's grammar (a token,
+/// blanks, a colon; the value without linear white space at either end);
+/// `None` for a line the full parser refuses.
+pub(crate) fn split_header(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let name_len = line.iter().position(|&b| !is_token(b))?;
+    let blanks = line[name_len..]
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    if name_len == 0 || line.get(name_len + blanks) != Some(&b':') {
+        return None;
+    }
+    Some((&line[..name_len], trim_lws(&line[name_len + blanks + 1..])))
+}
+
+/// `bytes` without linear white space at either end (as the full parser
+/// trims values: not form feeds or other ASCII blanks).
+pub(crate) fn trim_lws(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|&b| !is_lws(b))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|&b| !is_lws(b))
+        .map_or(start, |at| at + 1);
+    &bytes[start..end]
+}
+
+/// The header parameters of a From/To value where the full parser
+/// ([`crate::NameAddr::parse`]) finds them: after the `>` that closes the
+/// first `<` (past a quoted display name), else after the URI of an
+/// addr-spec; split on `;` outside quoted strings. `None` for a value that
+/// is not UTF-8 (the full parser refuses it).
+fn header_params(value: &[u8]) -> Option<Params<'_>> {
+    let value = std::str::from_utf8(value).ok()?;
+    let bytes = value.as_bytes();
+    // A quoted display name may hold `<`, `>` and `;`.
+    let name_end = match bytes.first() {
+        Some(b'"') => quoted_end(bytes).unwrap_or(bytes.len()),
+        _ => 0,
     };
-    params.split(|&b| b == b';').skip(1).map(|param| {
-        let (name, value) = match param.iter().position(|&b| b == b'=') {
-            Some(eq) => (&param[..eq], &param[eq + 1..]),
-            None => (param, &[][..]),
-        };
-        (name.trim_ascii(), value.trim_ascii())
-    })
+    let params = match find_byte(&value[name_end..], b'<') {
+        Some(open) => {
+            let uri_at = name_end + open + 1;
+            match find_byte(&value[uri_at..], b'>') {
+                Some(close) => &value[uri_at + close + 1..],
+                None => "",
+            }
+        }
+        // An addr-spec: the URI runs to the first `;`.
+        None => find_byte(value, b';').map_or("", |at| &value[at..]),
+    };
+    Some(Params::new(params))
 }
 
-/// Whether a To value carries a `tag` parameter (outside its `<...>`).
+/// Whether a To value carries a `tag` parameter where the full parser
+/// looks for it (with or without a value; a value that is not UTF-8 counts
+/// as tagged: the full parser refuses it, so it is never taken for new).
 pub(crate) fn has_tag(value: &[u8]) -> bool {
-    header_params(value).any(|(name, _)| name.eq_ignore_ascii_case(b"tag"))
+    header_params(value)
+        .is_none_or(|mut params| params.any(|(name, _)| name.eq_ignore_ascii_case("tag")))
 }
 
-/// The value of the first `tag` parameter of a From/To value (`None`:
-/// none, or one without a value).
+/// The value of the `tag` parameter of a From/To value as the full parser
+/// reads it (`None`: none, one without a value, or not UTF-8).
 pub(crate) fn tag_of(value: &[u8]) -> Option<&[u8]> {
-    header_params(value)
-        .find(|(name, _)| name.eq_ignore_ascii_case(b"tag"))
-        .map(|(_, tag)| tag)
+    header_params(value)?
+        .find(|(name, _)| name.eq_ignore_ascii_case("tag"))
+        .and_then(|(_, tag)| tag)
         .filter(|tag| !tag.is_empty())
+        .map(str::as_bytes)
 }
 
 #[cfg(test)]
@@ -90,6 +144,23 @@ From: <sip:a@example.com>;tag=1\r\n{to}\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\n\r\n"
             "to: <sip:bob@example.com> ; TAG = b"
         )));
         assert!(!is_new_invite(&invite("t: sip:bob@example.com;tag=b")));
+        // Where the full parser finds the parameters: after the `>` that
+        // closes the URI (not the last `>`), outside quoted strings, past
+        // a quoted display name.
+        assert!(!is_new_invite(&invite(
+            "To: <sip:bob@example.com>;tag=b;p=\">\""
+        )));
+        assert!(is_new_invite(&invite(
+            "To: \"x>;tag=1\" <sip:bob@example.com>"
+        )));
+        assert!(is_new_invite(&invite(
+            "To: <sip:bob@example.com>;p=\";tag=1\""
+        )));
+        assert!(!is_new_invite(&invite(
+            "To: \"a<b>\" <sip:bob@example.com> ;tag=1"
+        )));
+        // A line the full parser refuses is no To header.
+        assert!(!is_new_invite(&invite("To\x0c: <sip:bob@example.com>")));
         // No To header at all, another method, a response.
         assert!(!is_new_invite(&invite("X-To: <sip:bob@example.com>")));
         let bye = String::from_utf8(invite("To: <sip:b@example.com>")).unwrap();

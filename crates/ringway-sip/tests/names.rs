@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use ringway_sip::proxy::{
     NameAnswer, NameError, NameQuery, NameResolver, QueueFull, ResolvingRequest,
-    TransportErrorOutcome, MAX_TRIES, TIMER_64T1,
+    TransportErrorOutcome, UnreachableOutcome, MAX_TRIES, TIMER_64T1,
 };
 use ringway_sip::{Action, Hop, Mode, Proxy, ProxyConfig, RelayNets, SipMsg, Transport};
 use std::collections::HashMap;
@@ -323,4 +323,116 @@ fn request_uri_names_are_resolved_only_where_the_relay_policy_allows_them() {
     let (_, sent) = handle(&p, 0, UAC, &invite("z9hG4bKna", "sip:bob@far.test", ""));
     assert_eq!(to(&sent, B).len(), 1, "{sent:?}");
     assert_eq!(t.asked.load(Ordering::Relaxed), 1);
+}
+
+/// The driver read an ICMP unreachable for `target` (over `transport`);
+/// what the core did and sent.
+fn unreachable(
+    p: &Proxy,
+    now: u64,
+    transport: Transport,
+    target: &str,
+) -> (UnreachableOutcome, Sent) {
+    let mut sent = Sent::new();
+    let outcome =
+        p.worker()
+            .on_unreachable(now, Hop::new(transport, addr(target)), &mut |hop, bytes| {
+                sent.push((hop.addr, bytes.to_vec()))
+            });
+    (outcome, sent)
+}
+
+/// An ICMP unreachable for a UDP destination (RFC 3261 18.4) is a
+/// transport error of every transaction whose request waits there with
+/// nothing heard back: each moves on to its next target at once, or gets
+/// `500` with none left. A report for another destination, for the same
+/// destination over a connection transport, or for a destination a
+/// transaction already heard from, changes nothing; a stateless proxy
+/// only counts it.
+#[test]
+fn an_icmp_unreachable_moves_the_transactions_waiting_there_and_no_other() {
+    let t = table(&[("gw.test", Ok(addrs(&[A, B])))], 8);
+    let p = proxy(t, RelayNets::None);
+    // Three INVITEs to A; the third hears a 100 from A (Proceeding).
+    let mut first = Vec::new();
+    for n in 0..3 {
+        let inv = invite(&format!("z9hG4bKu{n}"), "sip:bob@example.com", "");
+        let (_, sent) = handle(&p, 0, UAC, &inv);
+        first.push(to(&sent, A).remove(0));
+    }
+    let trying = response_to(&first[2], 100, "Trying", "");
+    let _ = handle(&p, 500, A, &trying);
+    // Unrelated destinations, and A over TCP: nothing moves.
+    for (transport, target) in [
+        (Transport::Udp, C),
+        (Transport::Udp, UAC),
+        (Transport::Tcp, A),
+    ] {
+        let (outcome, sent) = unreachable(&p, 1_000, transport, target);
+        assert_eq!(outcome, UnreachableOutcome::default(), "{target}");
+        assert!(sent.is_empty(), "{target}: {sent:?}");
+    }
+    assert_eq!(p.stats().failovers, 0);
+    // A is unreachable: the two that heard nothing go to B, new branches.
+    let (outcome, sent) = unreachable(&p, 2_000, Transport::Udp, A);
+    assert_eq!(
+        outcome,
+        UnreachableOutcome {
+            failed_over: 2,
+            gave_up: 0
+        }
+    );
+    let second = to(&sent, B);
+    assert_eq!(second.len(), 2, "{sent:?}");
+    let mut branches: Vec<String> = second.iter().map(|m| top_branch(m)).collect();
+    branches.sort();
+    let mut expected: Vec<String> = first[..2]
+        .iter()
+        .map(|m| format!("{}.1", top_branch(m)))
+        .collect();
+    expected.sort();
+    assert_eq!(branches, expected);
+    assert!(to(&sent, A).is_empty() && to(&sent, UAC).is_empty());
+    // Again for A: nobody waits there any more.
+    let (outcome, sent) = unreachable(&p, 2_500, Transport::Udp, A);
+    assert_eq!((outcome, sent.len()), (UnreachableOutcome::default(), 0));
+    // B too: no target left, 500 upstream at once for both.
+    let (outcome, sent) = unreachable(&p, 3_000, Transport::Udp, B);
+    assert_eq!(
+        outcome,
+        UnreachableOutcome {
+            failed_over: 0,
+            gave_up: 2
+        }
+    );
+    let up = to(&sent, UAC);
+    assert_eq!(up.len(), 2, "{sent:?}");
+    for response in &up {
+        assert_eq!(SipMsg::parse(response).unwrap().status(), Some(500));
+    }
+    let stats = p.stats();
+    assert_eq!(
+        (
+            stats.failovers,
+            stats.transport_errors,
+            stats.unreachable_reports
+        ),
+        (2, 4, 6)
+    );
+    // The one that heard a 100 still waits for its answer from A.
+    let ok = response_to(&first[2], 200, "OK", "");
+    let (_, sent) = handle(&p, 4_000, A, &ok);
+    assert_eq!(to(&sent, UAC).len(), 1, "{sent:?}");
+    // A stateless proxy holds nothing to move: counted only.
+    let stateless = Proxy::new(ProxyConfig {
+        mode: Mode::Stateless,
+        local: addr(PROXY),
+        route_to: Some(addr(A)),
+        ..ProxyConfig::default()
+    });
+    let inv = invite("z9hG4bKu9", "sip:bob@example.com", "");
+    let _ = handle(&stateless, 0, UAC, &inv);
+    let (outcome, sent) = unreachable(&stateless, 1_000, Transport::Udp, A);
+    assert_eq!((outcome, sent.len()), (UnreachableOutcome::default(), 0));
+    assert_eq!(stateless.stats().unreachable_reports, 1);
 }

@@ -324,7 +324,8 @@ fn a_name_resolving_to_loopback_is_refused_without_relay() {
 /// by A to `flip` with a 1 s TTL; `up.sip.test` for the readiness probe;
 /// `other.test` at 127.0.0.24; `tcp.test` by NAPTR (`SIP+D2T`) and SRV
 /// `_sip._tcp` to a closed TCP port (priority 10) and to the UAS over TCP
-/// (priority 20).
+/// (priority 20); `udp.test` (`SIP+D2U`) to a UDP port where nothing
+/// listens (priority 10) and to the UAS (priority 20).
 fn proxy_zone(flip: &str) -> String {
     let records = format!(
         r#"naptr-record=gw.test,10,10,"S","SIP+D2U","",_sip._udp.gw.test
@@ -340,6 +341,11 @@ srv-host=_sip._tcp.tcp.test,closed.tcp.test,5090,10,1
 srv-host=_sip._tcp.tcp.test,uas.tcp.test,5070,20,1
 host-record=closed.tcp.test,127.0.0.23
 host-record=uas.tcp.test,127.0.0.30
+naptr-record=udp.test,10,10,"S","SIP+D2U","",_sip._udp.udp.test
+srv-host=_sip._udp.udp.test,closed.udp.test,5090,10,1
+srv-host=_sip._udp.udp.test,uas.udp.test,5070,20,1
+host-record=closed.udp.test,127.0.0.23
+host-record=uas.udp.test,127.0.0.30
 "#
     );
     zone(1, &records)
@@ -580,6 +586,66 @@ fn the_proxy_fails_over_at_once_when_the_first_target_refuses_the_connection() {
         value("ringway_sip_transport_undelivered_total{outcome=\"reported\"}") >= 10.0,
         "{metrics}"
     );
+    assert_eq!(value("ringway_sip_transactions_timed_out_total"), 0.0);
+}
+
+/// RFC 3263 4.3 and RFC 3261 18.4 over UDP: `--route-to udp.test`
+/// resolves (NAPTR `SIP+D2U`, SRV `_sip._udp`) to a first target whose UDP
+/// port has no listener, so the kernel answers each INVITE sent there
+/// with an ICMP port unreachable (inside the namespace's `lo`), and to a
+/// SIPp UAS. The proxy's sockets have `IP_RECVERR`: it reads the error
+/// from the socket's error queue and moves each INVITE waiting at that
+/// destination on to the UAS at once. The UAC gives each message 8 s
+/// (`-recv_timeout`), well under timer B (32 s): without the ICMP path
+/// the INVITE would wait at the dead target until timer B and every
+/// call would fail.
+#[test]
+fn the_proxy_fails_over_at_once_when_the_first_udp_target_is_unreachable() {
+    if dnsmasq_missing() {
+        return;
+    }
+    let (calls, metrics) = netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Procs::default();
+        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
+        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
+        let proxy = start_proxy(
+            &mut procs,
+            dir.path(),
+            &[
+                "--listen",
+                PROXY,
+                "--mode",
+                "stateful",
+                "--route-to",
+                "udp.test",
+                "--dns-server",
+                DNS,
+                "--relay",
+                "127.0.0.0/8",
+                "--metrics",
+                PROXY_METRICS,
+            ],
+        );
+        let mut uac = uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10);
+        uac.extend(["-recv_timeout".to_string(), "8000".to_string()]);
+        let calls = run_sipp(&mut procs, dir.path(), "uac", &uac, Duration::from_secs(90)).1;
+        let metrics = scrape(a(PROXY_METRICS));
+        stop_proxy(&mut procs, &proxy);
+        (calls, metrics)
+    });
+    assert_eq!((calls.successful, calls.failed), (10, 0), "{calls:?}");
+    let value = |name: &str| prom_value(&metrics, name).unwrap_or_else(|| panic!("{name}"));
+    // Every INVITE met the port unreachable at the first target and moved on.
+    assert!(
+        value("ringway_sip_icmp_unreachable_total") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        value("ringway_sip_transport_errors_total") >= 10.0,
+        "{metrics}"
+    );
+    assert!(value("ringway_sip_failovers_total") >= 10.0, "{metrics}");
     assert_eq!(value("ringway_sip_transactions_timed_out_total"), 0.0);
 }
 

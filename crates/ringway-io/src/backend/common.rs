@@ -1,5 +1,6 @@
 //! Parts both real backends share: TX timestamp bookkeeping, the error
-//! queue reader, and the exclusive-wake-up wait for a datagram.
+//! queue reader (TX stamps and ICMP errors), and the exclusive-wake-up
+//! wait for a datagram.
 //!
 //! Several backends may run on one socket (the shared receive model:
 //! every worker holds a dup of the same descriptor, like Kamailio's
@@ -25,11 +26,14 @@
 //!   which only one stamping backend per socket can follow: with two or
 //!   more, stamps are off and counted lost.
 
+use crate::backend::IoStats;
 use crate::batch::TxStamp;
+use crate::icmp::IcmpUnreachable;
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
-use crate::time::Nanos;
+use crate::time::{monotonic_now, Nanos};
 use std::collections::VecDeque;
 use std::io;
+use std::net::UdpSocket;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -205,38 +209,10 @@ impl TxStamps {
         book.owners[owner].expect(key, tag, app_tx);
     }
 
-    /// Read every message from the socket's error queue and file the
-    /// stamps with their owners.
-    pub(crate) fn drain_errqueue(&mut self, fd: RawFd) -> io::Result<()> {
-        let mut cbuf: CmsgBuf = [0; CMSG_BUF_WORDS];
-        let mut data = [0u8; 64];
-        loop {
-            let mut iov = libc::iovec {
-                iov_base: data.as_mut_ptr().cast(),
-                iov_len: data.len(),
-            };
-            // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
-            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-            hdr.msg_iov = &mut iov;
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = cbuf.as_mut_ptr().cast();
-            hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-            // SAFETY: hdr points at live buffers (iov, cbuf) that outlive the call.
-            let result = sys::cvt(unsafe {
-                libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
-            });
-            if let Err(error) = result {
-                match error.kind() {
-                    io::ErrorKind::WouldBlock => return Ok(()),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(error),
-                }
-            }
-            let cmsgs = sys::parse_cmsgs(&hdr);
-            if let (Some(key), Some(stamp)) = (cmsgs.ts_key, cmsgs.sw_stamp) {
-                self.book().matched(key, stamp);
-            }
-        }
+    /// A stamp with `key` came back from the kernel at `kernel_tx`: file
+    /// it with its owner (whichever backend read it).
+    fn file(&mut self, key: u32, kernel_tx: Nanos) {
+        self.book().matched(key, kernel_tx);
     }
 
     /// Move this backend's collected stamps into `out`.
@@ -247,6 +223,172 @@ impl TxStamps {
         let ready_len = ready.len();
         out.append(ready);
         ready_len
+    }
+}
+
+/// Times a send that failed with an asynchronous error is tried again.
+/// With `IP_RECVERR` an ICMP error about an earlier datagram (to any
+/// peer) is left pending on the socket, and the next send on it fails
+/// with it once, whatever its destination: that datagram is sent again
+/// rather than lost. Bounded, so errors arriving faster than we send
+/// cannot hold a send call.
+pub(crate) const ASYNC_ERROR_RETRIES: usize = 3;
+
+/// Most messages one read of the error queue takes: bounded work per
+/// call, whatever arrives (the queue itself is bounded by the socket's
+/// receive buffer); a read that stops there leaves the next one due.
+const ERRQUEUE_READS: usize = 256;
+/// Most ICMP reports a backend keeps until the caller takes them
+/// ([`ErrorQueue::poll`]); beyond, the oldest are dropped (counted lost).
+const MAX_REPORTS: usize = 1024;
+/// How often [`ErrorQueue::poll`] reads a watched error queue that gave
+/// no sign (an error a send or receive call consumed said nothing to us,
+/// or a TX stamp's wake-up went to another backend): one system call per
+/// period at most, and no ICMP error waits longer.
+const ERRQUEUE_PERIOD_NS: u64 = 10_000_000;
+
+/// One backend's reader of its socket's error queue: files TX stamps with
+/// their owners ([`TxStamps`]) and keeps the ICMP errors that say a
+/// destination cannot be reached ([`IcmpUnreachable`]) for the caller, so
+/// that a read for either kind loses neither.
+///
+/// With `IP_RECVERR` each ICMP error is queued *and* left pending on the
+/// socket (`SO_ERROR`), where the next send or receive call on it, to any
+/// peer, fails once with it (the backends retry that call). Such a
+/// failure, or `POLLERR` while waiting, is the sign that the queue holds
+/// something; without one, a watched queue is read every
+/// [`ERRQUEUE_PERIOD_NS`] when the caller polls, so it never fills the
+/// receive buffer it is charged to.
+#[derive(Debug)]
+pub(crate) struct ErrorQueue {
+    /// The socket has `IP_RECVERR`/`IPV6_RECVERR` on.
+    watched: bool,
+    /// Something is (probably) queued: read at the next poll.
+    due: bool,
+    /// When a watched queue is read at the latest without a sign
+    /// (monotonic ns).
+    next_read: u64,
+    /// Reports waiting for the caller, oldest first.
+    reports: VecDeque<IcmpUnreachable>,
+    /// Unreachable reports read.
+    unreachable: u64,
+    /// Other errors read (time exceeded, path MTU, local errors).
+    ignored: u64,
+    /// Reports dropped because the caller had not taken them.
+    lost: u64,
+}
+
+impl ErrorQueue {
+    /// The reader for `sock` (watched when it has IP_RECVERR/IPV6_RECVERR).
+    pub(crate) fn new(sock: &UdpSocket) -> ErrorQueue {
+        ErrorQueue {
+            watched: crate::sock::recv_errors_enabled(sock.as_raw_fd()),
+            due: false,
+            next_read: 0,
+            reports: VecDeque::new(),
+            unreachable: 0,
+            ignored: 0,
+            lost: 0,
+        }
+    }
+
+    /// A send or receive call failed with an asynchronous error (a
+    /// pending ICMP error): the queue holds it.
+    pub(crate) fn signal(&mut self) {
+        self.due = true;
+    }
+
+    /// Reports are waiting for the caller.
+    pub(crate) fn holds_reports(&self) -> bool {
+        !self.reports.is_empty()
+    }
+
+    /// Read up to [`ERRQUEUE_READS`] messages from the error queue of `fd`:
+    /// TX stamps go to `stamps`, unreachable reports are kept.
+    pub(crate) fn read(&mut self, fd: RawFd, stamps: &mut TxStamps) -> io::Result<()> {
+        let mut cbuf: CmsgBuf = [0; CMSG_BUF_WORDS];
+        let mut data = [0u8; 64];
+        let mut name = sys::zero_storage();
+        self.due = false;
+        self.next_read = monotonic_now().0.saturating_add(ERRQUEUE_PERIOD_NS);
+        let mut reads = 0;
+        while reads < ERRQUEUE_READS {
+            let mut iov = libc::iovec {
+                iov_base: data.as_mut_ptr().cast(),
+                iov_len: data.len(),
+            };
+            // SAFETY: msghdr is plain old data; all-zero is valid before we fill it.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = cbuf.as_mut_ptr().cast();
+            hdr.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+            // SAFETY: hdr points at live buffers (name, iov, cbuf) that outlive the call.
+            let result = sys::cvt(unsafe {
+                libc::recvmsg(fd, &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
+            });
+            if let Err(error) = result {
+                match error.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(()),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(error),
+                }
+            }
+            reads += 1;
+            let cmsgs = sys::parse_cmsgs(&hdr);
+            if let (Some(key), Some(stamp)) = (cmsgs.ts_key, cmsgs.sw_stamp) {
+                stamps.file(key, stamp);
+            }
+            if let Some(error) = cmsgs.error {
+                let report = sys::sockaddr_to(&name, hdr.msg_namelen)
+                    .and_then(|to| IcmpUnreachable::from_error(&error, to));
+                self.keep(report);
+            }
+        }
+        // Stopped at the bound: the rest at the next poll.
+        self.due = true;
+        Ok(())
+    }
+
+    /// Keep `report` for the caller (the oldest goes when full); `None`:
+    /// an error that is no unreachable report.
+    fn keep(&mut self, report: Option<IcmpUnreachable>) {
+        let Some(report) = report else {
+            self.ignored += 1;
+            return;
+        };
+        self.unreachable += 1;
+        if self.reports.len() >= MAX_REPORTS {
+            self.reports.pop_front();
+            self.lost += 1;
+        }
+        self.reports.push_back(report);
+    }
+
+    /// [`crate::BatchIo::poll_unreachable`]: read the queue if a sign says
+    /// so or its period passed (watched sockets only), then move the
+    /// reports into `out`.
+    pub(crate) fn poll(
+        &mut self,
+        fd: RawFd,
+        stamps: &mut TxStamps,
+        out: &mut Vec<IcmpUnreachable>,
+    ) -> io::Result<usize> {
+        if self.due || (self.watched && monotonic_now().0 >= self.next_read) {
+            self.read(fd, stamps)?;
+        }
+        let count = self.reports.len();
+        out.extend(self.reports.drain(..));
+        Ok(count)
+    }
+
+    /// Add the reader's counters to `stats`.
+    pub(crate) fn count_into(&self, stats: &mut IoStats) {
+        stats.icmp_unreachable += self.unreachable;
+        stats.icmp_ignored += self.ignored;
+        stats.icmp_lost += self.lost;
     }
 }
 
@@ -458,15 +600,16 @@ fn register_exclusive(epoll: RawFd, fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Wait until `fd` has a datagram to read, draining TX stamps from the
-/// error queue and counting pending socket errors on the way. Returns
-/// `false` when `timeout` passed with nothing to read. A `true` counts as
-/// a wake-up of `waiter`; the caller counts it idle if the receive then
-/// finds nothing.
+/// Wait until `fd` has a datagram to read, reading the error queue (TX
+/// stamps, ICMP errors) and counting pending socket errors on the way.
+/// Returns `false` when `timeout` passed with nothing to read, or when
+/// the error queue gave ICMP reports for the caller to take. A `true`
+/// counts as a wake-up of `waiter`; the caller counts it idle if the
+/// receive then finds nothing.
 pub(crate) fn wait_for_datagram(
     fd: RawFd,
     timeout: Option<Duration>,
-    stamps: &mut TxStamps,
+    (stamps, errors): (&mut TxStamps, &mut ErrorQueue),
     socket_errors: &mut u64,
     waiter: &mut Waiter,
 ) -> io::Result<bool> {
@@ -480,12 +623,12 @@ pub(crate) fn wait_for_datagram(
                 return Ok(true);
             }
             sys::Ready::ErrQueue => {
-                stamps.drain_errqueue(fd)?;
+                errors.read(fd, stamps)?;
                 // A pending socket error (not queued) also raises POLLERR.
                 if sys::take_socket_error(fd).is_some() {
                     *socket_errors += 1;
                 }
-                if left == Some(Duration::ZERO) {
+                if left == Some(Duration::ZERO) || errors.holds_reports() {
                     return Ok(false);
                 }
             }
@@ -601,5 +744,37 @@ mod tests {
         assert_eq!(t.take(&mut out), 1);
         assert_eq!(out[0].tag, 2);
         assert_eq!(t.lost(), 0);
+    }
+
+    /// Reports the caller does not take are bounded: the oldest go, and
+    /// are counted lost; errors that are no unreachable report are counted.
+    #[test]
+    fn kept_reports_are_bounded() {
+        let mut errors = ErrorQueue {
+            watched: true,
+            due: false,
+            next_read: 0,
+            reports: VecDeque::new(),
+            unreachable: 0,
+            ignored: 0,
+            lost: 0,
+        };
+        for port in 0..(MAX_REPORTS + 3) as u16 {
+            errors.keep(Some(IcmpUnreachable {
+                destination: std::net::SocketAddr::from(([192, 0, 2, 1], port)),
+                errno: libc::ECONNREFUSED,
+                icmp_type: 3,
+                icmp_code: 3,
+            }));
+        }
+        errors.keep(None);
+        assert_eq!(errors.reports.len(), MAX_REPORTS);
+        assert_eq!(errors.reports[0].destination.port(), 3);
+        let mut stats = IoStats::default();
+        errors.count_into(&mut stats);
+        assert_eq!(
+            (stats.icmp_unreachable, stats.icmp_lost, stats.icmp_ignored),
+            (MAX_REPORTS as u64 + 3, 3, 1)
+        );
     }
 }

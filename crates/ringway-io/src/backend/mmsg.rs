@@ -1,8 +1,9 @@
 //! `recvmmsg`/`sendmmsg`: one syscall moves a whole batch.
 
-use super::common::{wait_for_datagram, TxStamps, Waiter};
+use super::common::{wait_for_datagram, ErrorQueue, TxStamps, Waiter, ASYNC_ERROR_RETRIES};
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxEntry, TxStamp};
+use crate::icmp::IcmpUnreachable;
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::{monotonic_now, realtime_now};
 use std::io;
@@ -47,6 +48,8 @@ pub(crate) struct MmsgBackend {
     sock: UdpSocket,
     stats: IoStats,
     stamps: TxStamps,
+    /// The error queue's reader (TX stamps, ICMP errors).
+    errors: ErrorQueue,
     /// Stamp requests are honoured (socket has OPT_ID).
     tx_stamps: bool,
     s: Scratch,
@@ -63,6 +66,7 @@ impl MmsgBackend {
     pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps, shared: bool) -> Self {
         MmsgBackend {
             waiter: Waiter::new(shared),
+            errors: ErrorQueue::new(&sock),
             sock,
             stats: IoStats::default(),
             stamps,
@@ -133,6 +137,7 @@ impl MmsgBackend {
                 // that went away, so count it and receive again.
                 _ if sys::is_async_send_error(&error) => {
                     self.stats.socket_errors += 1;
+                    self.errors.signal();
                     continue;
                 }
                 _ => return Err(error),
@@ -284,6 +289,7 @@ impl MmsgBackend {
         let nmsg = self.s.msgs.len();
         let mut offset = 0;
         let mut sent = 0;
+        let mut retries = 0;
         // Explicit keys are registered before the first call (another
         // backend on the socket may read the stamp before it returns); a
         // message a later call sends keeps this send time.
@@ -313,6 +319,14 @@ impl MmsgBackend {
             let got = match result {
                 Ok(result) => result as usize,
                 Err(entry) if entry.kind() == io::ErrorKind::Interrupted => continue,
+                // A pending ICMP error about an earlier datagram, not the
+                // message at `offset`: it is queued; send again from there.
+                Err(entry) if sys::is_async_send_error(&entry) && retries < ASYNC_ERROR_RETRIES => {
+                    retries += 1;
+                    self.stats.socket_errors += 1;
+                    self.errors.signal();
+                    continue;
+                }
                 Err(entry) => {
                     let (done, run) = self.s.msgs[offset];
                     if run > 1 && is_gso_refusal(&entry) {
@@ -424,7 +438,7 @@ impl BatchIo for MmsgBackend {
             || !wait_for_datagram(
                 fd,
                 timeout,
-                &mut self.stamps,
+                (&mut self.stamps, &mut self.errors),
                 &mut self.stats.socket_errors,
                 &mut self.waiter,
             )?
@@ -495,15 +509,21 @@ impl BatchIo for MmsgBackend {
         self.gso
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
+        self.errors.read(self.sock.as_raw_fd(), &mut self.stamps)?;
         Ok(self.stamps.take(out))
     }
+    fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
+        self.errors
+            .poll(self.sock.as_raw_fd(), &mut self.stamps, out)
+    }
     fn stats(&self) -> IoStats {
-        IoStats {
+        let mut stats = IoStats {
             tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
             rx_wakeups: self.waiter.wakeups,
             rx_idle_wakeups: self.waiter.idle_wakeups,
             ..self.stats
-        }
+        };
+        self.errors.count_into(&mut stats);
+        stats
     }
 }

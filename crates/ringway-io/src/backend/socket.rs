@@ -5,9 +5,10 @@
 //! socket costs one syscall per datagram received, as the paper's
 //! baseline (poll when idle, then recvfrom).
 
-use super::common::{wait_for_datagram, TxStamps, Waiter};
+use super::common::{wait_for_datagram, ErrorQueue, TxStamps, Waiter, ASYNC_ERROR_RETRIES};
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
+use crate::icmp::IcmpUnreachable;
 use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
 use std::io;
@@ -20,6 +21,8 @@ pub(crate) struct SocketBackend {
     sock: UdpSocket,
     stats: IoStats,
     stamps: TxStamps,
+    /// The error queue's reader (TX stamps, ICMP errors).
+    errors: ErrorQueue,
     /// Stamp requests are honoured (socket has OPT_ID).
     tx_stamps: bool,
     cbuf: CmsgBuf,
@@ -35,6 +38,7 @@ impl SocketBackend {
     pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps, shared: bool) -> Self {
         SocketBackend {
             waiter: Waiter::new(shared),
+            errors: ErrorQueue::new(&sock),
             sock,
             stats: IoStats::default(),
             stamps,
@@ -75,6 +79,7 @@ impl SocketBackend {
                         io::ErrorKind::WouldBlock => return Ok(false),
                         _ if sys::is_async_send_error(&e) => {
                             self.stats.socket_errors += 1;
+                            self.errors.signal();
                             continue;
                         }
                         _ => return Err(e),
@@ -124,7 +129,7 @@ impl BatchIo for SocketBackend {
                 || !wait_for_datagram(
                     fd,
                     timeout,
-                    &mut self.stamps,
+                    (&mut self.stamps, &mut self.errors),
                     &mut self.stats.socket_errors,
                     &mut self.waiter,
                 )?
@@ -181,6 +186,7 @@ impl BatchIo for SocketBackend {
             if let (Some(key), Some(tag)) = (key, e.stamp_tag) {
                 self.stamps.expect(key, tag, app_tx);
             }
+            let mut retries = 0;
             loop {
                 self.stats.tx_syscalls += 1;
                 // SAFETY: hdr points at live buffers (name, iov over the frame,
@@ -193,6 +199,14 @@ impl BatchIo for SocketBackend {
                         }
                     }
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                    // A pending ICMP error about an earlier datagram, not
+                    // this one: it is queued; send this one again.
+                    Err(err) if sys::is_async_send_error(&err) && retries < ASYNC_ERROR_RETRIES => {
+                        retries += 1;
+                        self.stats.socket_errors += 1;
+                        self.errors.signal();
+                        continue;
+                    }
                     Err(_) => {
                         self.stats.tx_errors += 1;
                         if let Some(key) = key {
@@ -207,15 +221,21 @@ impl BatchIo for SocketBackend {
         Ok(sent)
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
+        self.errors.read(self.sock.as_raw_fd(), &mut self.stamps)?;
         Ok(self.stamps.take(out))
     }
+    fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
+        self.errors
+            .poll(self.sock.as_raw_fd(), &mut self.stamps, out)
+    }
     fn stats(&self) -> IoStats {
-        IoStats {
+        let mut stats = IoStats {
             tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
             rx_wakeups: self.waiter.wakeups,
             rx_idle_wakeups: self.waiter.idle_wakeups,
             ..self.stats
-        }
+        };
+        self.errors.count_into(&mut stats);
+        stats
     }
 }

@@ -18,9 +18,10 @@
 //! (once nothing is outstanding in it), so a datagram is cut only where the
 //! caller's frame cuts it.
 
-use super::common::TxStamps;
+use super::common::{ErrorQueue, TxStamps};
 use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
+use crate::icmp::IcmpUnreachable;
 use crate::sys::{self, CmsgBuf, Mapping, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
 use io_uring::{cqueue, opcode, types, IoUring};
@@ -471,6 +472,8 @@ pub(crate) struct UringBackend {
     sock: UdpSocket,
     stats: IoStats,
     stamps: TxStamps,
+    /// The error queue's reader (TX stamps, ICMP errors).
+    errors: ErrorQueue,
     /// Stamp requests are honoured (socket has OPT_ID).
     tx_stamps: bool,
     cfg: UringConfig,
@@ -485,6 +488,7 @@ impl UringBackend {
         cfg: UringConfig,
     ) -> Self {
         UringBackend {
+            errors: ErrorQueue::new(&sock),
             sock,
             stats: IoStats::default(),
             stamps,
@@ -572,7 +576,12 @@ impl BatchIo for UringBackend {
         self.sock.as_raw_fd()
     }
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
+        let socket_errors = self.stats.socket_errors;
         let result = self.recv_inner(batch, timeout);
+        if self.stats.socket_errors != socket_errors {
+            // A pending ICMP error ended a receive: it is queued.
+            self.errors.signal();
+        }
         if result.is_err() {
             // Start from a fresh ring next time rather than from a state we
             // do not understand (queued SQEs, a half-handled completion).
@@ -590,14 +599,20 @@ impl BatchIo for UringBackend {
         result
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.stamps.drain_errqueue(self.sock.as_raw_fd())?;
+        self.errors.read(self.sock.as_raw_fd(), &mut self.stamps)?;
         Ok(self.stamps.take(out))
     }
+    fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
+        self.errors
+            .poll(self.sock.as_raw_fd(), &mut self.stamps, out)
+    }
     fn stats(&self) -> IoStats {
-        IoStats {
+        let mut stats = IoStats {
             tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
             ..self.stats
-        }
+        };
+        self.errors.count_into(&mut stats);
+        stats
     }
 }
 
@@ -731,7 +746,27 @@ impl UringBackend {
         // and the others still go, as with sendmmsg's skip-and-go-on.
         let mut sent = 0;
         for (k, e) in batch.entries().iter().enumerate() {
-            match ring.tx.results[k] {
+            let mut result = ring.tx.results[k];
+            if let Some(r) = result.filter(|r| *r < 0) {
+                if sys::is_async_send_error(&io::Error::from_raw_os_error(-r)) {
+                    // A pending ICMP error about an earlier datagram, not
+                    // this one: it is queued; send this one again, here.
+                    stats.socket_errors += 1;
+                    self.errors.signal();
+                    stats.tx_syscalls += 1;
+                    // SAFETY: hdrs[k] points at the name, iovec (over the
+                    // batch's frame) and control buffer filled above, all
+                    // alive and unchanged; the kernel only reads them.
+                    let again = sys::cvt(unsafe {
+                        libc::sendmsg(fd, &ring.tx.hdrs[k], libc::MSG_DONTWAIT)
+                    });
+                    result = Some(match again {
+                        Ok(n) => n as i32,
+                        Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+                    });
+                }
+            }
+            match result {
                 Some(r) if r >= 0 => {
                     sent += 1;
                     if let (Some(tag), true, None) = (e.stamp_tag, tx_stamps, ring.tx.keys[k]) {

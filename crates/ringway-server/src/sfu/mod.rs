@@ -369,6 +369,9 @@ struct OpenedIo {
     queues: Vec<u32>,
     /// xdp: a handle of the companion UDP socket, for the control thread.
     socket: Option<UdpSocket>,
+    /// xdp on several queues: the engines' next hops, for the control
+    /// thread to refresh.
+    next_hops: Option<ringway_io::NextHopRefresher>,
 }
 
 /// Open the backend `config` asks for (8 MiB socket buffers); xdp on every
@@ -386,6 +389,7 @@ fn open_io(config: &SfuServerConfig) -> Result<OpenedIo, ServerError> {
             backends: opened.backends,
             queues: opened.queues,
             socket: Some(opened.socket),
+            next_hops: opened.next_hops,
         });
     }
     let mut socket_config = SocketConfig::new(config.listen);
@@ -396,6 +400,7 @@ fn open_io(config: &SfuServerConfig) -> Result<OpenedIo, ServerError> {
             backends: vec![io],
             queues: Vec::new(),
             socket: None,
+            next_hops: None,
         }),
         Err(OpenError::Socket { addr, source }) => Err(ServerError::Socket { addr, source }),
         Err(OpenError::Backend { kind, source }) => Err(ServerError::Backend {
@@ -483,7 +488,7 @@ fn queue_runs(
     queues: Vec<u32>,
     record: Option<recorder::RecordTx>,
 ) -> Vec<queues::QueueRun> {
-    let batch = config.batch_size();
+    let settings = EngineSettings::of(config);
     backends
         .into_iter()
         .zip(queues)
@@ -491,13 +496,8 @@ fn queue_runs(
         .map(|(k, (io, queue))| queues::QueueRun {
             io,
             queue,
-            srpic: srpic_sorter(config, batch),
-            batch,
-            flush: config.flush_policy(),
-            max_age_ns: u64::from(config.flush_age_us) * 1000,
-            spin: Duration::from_micros(u64::from(config.spin_us)),
-            warmup: Duration::from_secs_f64(config.warmup_s),
-            duration: config.duration_s.map(Duration::from_secs_f64),
+            srpic: srpic_sorter(config, settings.batch),
+            settings: settings.clone(),
             cpu: config
                 .cpus
                 .as_ref()
@@ -554,6 +554,7 @@ impl SfuServer {
             mut backends,
             queues,
             socket,
+            next_hops,
         } = open_io(&config)?;
         let local = backends[0].local_addr()?;
         let batch = config.batch_size();
@@ -578,6 +579,7 @@ impl SfuServer {
                 let control = queues::ControlRun {
                     sfu,
                     socket,
+                    next_hops,
                     admin: admin_rx,
                     record: record_tx.clone(),
                     stop: stop.clone(),
@@ -619,21 +621,16 @@ impl SfuServer {
         stop: &Arc<AtomicBool>,
         live: &Arc<Mutex<LiveStats>>,
     ) -> Result<JoinHandle<Result<EngineEnd, ServerError>>, ServerError> {
-        let batch = config.batch_size();
+        let settings = EngineSettings::of(config);
         let local = io.local_addr()?;
         let run = EngineRun {
             record: record_tx,
             admin: admin_rx,
             io,
             sfu,
-            srpic: srpic_sorter(config, batch),
-            batch,
+            srpic: srpic_sorter(config, settings.batch),
+            settings,
             local,
-            flush: config.flush_policy(),
-            max_age_ns: u64::from(config.flush_age_us) * 1000,
-            spin: Duration::from_micros(u64::from(config.spin_us)),
-            warmup: Duration::from_secs_f64(config.warmup_s),
-            duration: config.duration_s.map(Duration::from_secs_f64),
             cpus: config.cpus.clone(),
             fanout_at: config.kernel_fanout.clone(),
             stop: stop.clone(),
@@ -758,19 +755,142 @@ struct EngineRun {
     io: Box<dyn BatchIo>,
     sfu: Sfu,
     srpic: Option<Srpic<usize>>,
-    batch: usize,
+    settings: EngineSettings,
     local: SocketAddr,
-    flush: Flush,
-    max_age_ns: u64,
-    spin: Duration,
-    warmup: Duration,
-    duration: Option<Duration>,
     cpus: Option<Vec<usize>>,
     fanout_at: Option<String>,
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<LiveStats>>,
     admin: std::sync::mpsc::Receiver<admin::AdminRequest>,
     record: Option<recorder::RecordTx>,
+}
+
+/// What every engine takes from the configuration (the one engine, or
+/// each of one per receive queue).
+#[derive(Clone, Debug)]
+struct EngineSettings {
+    batch: usize,
+    flush: Flush,
+    max_age_ns: u64,
+    spin: Duration,
+    warmup: Duration,
+    duration: Option<Duration>,
+}
+
+impl EngineSettings {
+    fn of(config: &SfuServerConfig) -> EngineSettings {
+        EngineSettings {
+            batch: config.batch_size(),
+            flush: config.flush_policy(),
+            max_age_ns: u64::from(config.flush_age_us) * 1000,
+            spin: Duration::from_micros(u64::from(config.spin_us)),
+            warmup: Duration::from_secs_f64(config.warmup_s),
+            duration: config.duration_s.map(Duration::from_secs_f64),
+        }
+    }
+
+    /// An engine forwarding with `core` (and the sorter `srpic`).
+    fn engine<F: engine::Forwarding>(&self, core: F, srpic: Option<Srpic<usize>>) -> Engine<F> {
+        Engine::new(
+            core,
+            self.batch,
+            srpic,
+            self.flush,
+            self.max_age_ns,
+            Box::new(engine::SystemClock),
+        )
+    }
+}
+
+/// An engine thread's run: until stopped or its duration is over, measured
+/// from the end of its warm-up.
+struct Window {
+    started: Instant,
+    warmup: Duration,
+    duration: Option<Duration>,
+    spin: Duration,
+    warm: bool,
+    baseline: engine::Baseline,
+    cpu0: Option<CpuTime>,
+    measured_from: Instant,
+    spin_ns: u64,
+}
+
+impl Window {
+    /// A run that started at `started`, measured from now (the thread's
+    /// CPU counted from here) or from the end of its warm-up.
+    fn new(settings: &EngineSettings, started: Instant) -> Window {
+        Window {
+            started,
+            warmup: settings.warmup,
+            duration: settings.duration,
+            spin: settings.spin,
+            warm: settings.warmup.is_zero(),
+            baseline: engine::Baseline::default(),
+            cpu0: host::thread_cpu_time().ok(),
+            measured_from: Instant::now(),
+            spin_ns: 0,
+        }
+    }
+
+    /// Not stopped, and the duration is not over.
+    fn running(&self, stop: &AtomicBool) -> bool {
+        !stop.load(Ordering::Relaxed)
+            && self
+                .duration
+                .is_none_or(|limit| self.started.elapsed() < limit)
+    }
+
+    /// At the end of the warm-up (true once): measure from here, with the
+    /// backend's and the fan-out's counters now as the baseline.
+    fn warm_up_ended<F: engine::Forwarding>(
+        &mut self,
+        engine: &mut Engine<F>,
+        io: &dyn BatchIo,
+        fanout: Option<&ringway_io::backend::KernelFanout>,
+    ) -> bool {
+        if self.warm || self.started.elapsed() < self.warmup {
+            return false;
+        }
+        self.warm = true;
+        self.baseline = engine.reset_measurements(io.stats(), fanout.map(|f| f.stats()));
+        self.cpu0 = host::thread_cpu_time().ok();
+        self.measured_from = Instant::now();
+        self.spin_ns = 0;
+        true
+    }
+
+    /// One turn of the loop: copies the kernel has not taken handed over,
+    /// then a batch received (spinning first, then waiting: briefly while
+    /// copies are pending). Returns the datagrams received.
+    fn receive<F: engine::Forwarding>(
+        &mut self,
+        io: &mut dyn BatchIo,
+        engine: &mut Engine<F>,
+    ) -> Result<usize, ServerError> {
+        if engine.pending() {
+            engine.flush_now(io)?;
+        }
+        let wait = if engine.pending() { POLL_PENDING } else { POLL };
+        receive_spinning(io, engine, self.spin, wait, &mut self.spin_ns)
+    }
+
+    /// The end: the recorder's channel closed, the last copies handed
+    /// over; the measured wall time (s) and the thread's CPU over it.
+    fn end<F: engine::Forwarding>(
+        &self,
+        io: &mut dyn BatchIo,
+        engine: &mut Engine<F>,
+    ) -> Result<(f64, Option<CpuTime>), ServerError> {
+        engine.record = None;
+        if engine.pending() {
+            engine.flush_now(io)?;
+        }
+        Ok((
+            self.measured_from.elapsed().as_secs_f64(),
+            cpu_since(self.cpu0),
+        ))
+    }
 }
 
 /// Pin the engine thread to `cpus`: (every placement line, the refused ones).
@@ -901,13 +1021,8 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         mut io,
         sfu,
         srpic,
-        batch,
+        settings,
         local,
-        flush,
-        max_age_ns,
-        spin,
-        warmup,
-        duration,
         cpus,
         fanout_at,
         stop,
@@ -917,45 +1032,23 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
     } = run;
     let started = Instant::now();
     let (placement, placement_refused) = place_engine(cpus.as_deref());
-    let mut engine = Engine::new(
-        sfu,
-        batch,
-        srpic,
-        flush,
-        max_age_ns,
-        Box::new(engine::SystemClock),
-    );
+    let mut engine = settings.engine(sfu, srpic);
     engine.record = record;
     let mut fanout = attach_fanout(fanout_at.as_deref(), local)?;
-    let mut warm = warmup.is_zero();
-    let mut baseline = engine::Baseline::default();
+    let mut window = Window::new(&settings, started);
     live.lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .measuring = warm;
-    let mut cpu0 = host::thread_cpu_time().ok();
-    let mut measured_from = Instant::now();
-    let mut spin_ns = 0u64;
+        .measuring = window.warm;
     let mut next_tick = 0u64;
     let mut next_feedback = 0u64;
-    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|limit| started.elapsed() < limit) {
-        if !warm && started.elapsed() >= warmup {
+    while window.running(&stop) {
+        if window.warm_up_ended(&mut engine, io.as_ref(), fanout.as_ref()) {
             // End of the warm-up: measure from here.
-            warm = true;
-            baseline =
-                engine.reset_measurements(io.stats(), fanout.as_ref().map(|fanout| fanout.stats()));
             live.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .measuring = true;
-            cpu0 = host::thread_cpu_time().ok();
-            measured_from = Instant::now();
-            spin_ns = 0;
         }
-        if engine.pending() {
-            // Copies the kernel has not taken: hand them over now.
-            engine.flush_now(io.as_mut())?;
-        }
-        let wait = if engine.pending() { POLL_PENDING } else { POLL };
-        let received = receive_spinning(io.as_mut(), &mut engine, spin, wait, &mut spin_ns)?;
+        let received = window.receive(io.as_mut(), &mut engine)?;
         let now = monotonic_now().0;
         if received > 0 {
             engine.handle_batch(io.as_mut(), now)?;
@@ -979,17 +1072,13 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
             next_tick = now + TICK_NS;
         }
     }
-    // Close the recorder's channel: it drains what is queued and ends.
-    engine.record = None;
-    if engine.pending() {
-        engine.flush_now(io.as_mut())?;
-    }
-    let wall = measured_from.elapsed().as_secs_f64();
-    let cpu = cpu_since(cpu0);
+    // Closes the recorder's channel: it drains what is queued and ends.
+    let (wall, cpu) = window.end(io.as_mut(), &mut engine)?;
     let mode = match &fanout {
         Some(_) => format!("{} + in-kernel fan-out (tcx)", io.describe()),
         None => io.describe(),
     };
+    let baseline = &window.baseline;
     // Every counter over the measured window only (review B4).
     let fanout = match (
         fanout.as_ref().map(|fanout| fanout.stats()),
@@ -999,7 +1088,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         (end, _) => end,
     };
     Ok(EngineEnd {
-        measured: engine.measured(&baseline),
+        measured: engine.measured(baseline),
         io: io.stats().since(&baseline.io),
         fanout,
         sfu: engine.sfu.stats(),
@@ -1007,7 +1096,7 @@ fn engine_thread(run: EngineRun) -> Result<EngineEnd, ServerError> {
         mode,
         cpu,
         wall,
-        spin_s: spin_ns as f64 / 1e9,
+        spin_s: window.spin_ns as f64 / 1e9,
         placement,
         placement_refused,
         engines: Vec::new(),

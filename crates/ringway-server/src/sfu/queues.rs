@@ -24,17 +24,21 @@
 //! * Every tick each engine publishes its counters and tells the control
 //!   thread which sources it forwarded media for (their idle timers), and
 //!   the control thread sums the engines' counters with the core's.
+//! * The engines' next hops (the kernel's routes and neighbour entries:
+//!   which MAC each copy goes to) are read by the control thread, not by
+//!   the engines: it polls the backends' [`NextHopRefresher`] every round
+//!   (a full read every second, so a changed neighbour is picked up within
+//!   about a second; at once, within a budget, for an address an engine
+//!   asked for or a client that just registered, before its ACK leaves),
+//!   and each engine takes the newest table at its next receive call.
 
 use super::admin::{self, AdminRequest};
-use super::engine::{Baseline, Engine, Forwarding, Measured, SystemClock};
+use super::engine::{Engine, Forwarding, Measured};
 use super::recorder::RecordTx;
-use super::{
-    cpu_since, place_engine, receive_spinning, EngineEnd, Flush, LiveStats, POLL, POLL_PENDING,
-    TICK_NS,
-};
+use super::{place_engine, EngineEnd, EngineSettings, LiveStats, Window, TICK_NS};
 use crate::host::{self, cpu_seconds, CpuTime};
 use crate::ServerError;
-use ringway_io::{monotonic_now, realtime_now, BatchIo, IoStats};
+use ringway_io::{monotonic_now, realtime_now, BatchIo, IoStats, NextHopRefresher};
 use ringway_reorder::{Srpic, SrpicStats};
 use ringway_sfu::{Action, MediaType, MsgType, RtpPacket, Sfu, SfuStats};
 use serde::Serialize;
@@ -295,6 +299,12 @@ pub struct ControlCounters {
     pub send_errors: u64,
     /// Route snapshots it published.
     pub snapshots: u64,
+    /// Reads of the kernel's routes and neighbour tables it made for the
+    /// engines (0 when the engines read their own).
+    pub next_hop_reads: u64,
+    /// Next-hop tables it published to the engines (each a changed next
+    /// hop or MAC).
+    pub next_hop_tables: u64,
 }
 
 /// Everything one queue's engine thread owns.
@@ -302,12 +312,7 @@ pub(super) struct QueueRun {
     pub(super) io: Box<dyn BatchIo>,
     pub(super) queue: u32,
     pub(super) srpic: Option<Srpic<usize>>,
-    pub(super) batch: usize,
-    pub(super) flush: Flush,
-    pub(super) max_age_ns: u64,
-    pub(super) spin: Duration,
-    pub(super) warmup: Duration,
-    pub(super) duration: Option<Duration>,
+    pub(super) settings: EngineSettings,
     /// Pin it to this CPU.
     pub(super) cpu: Option<usize>,
     pub(super) record: Option<RecordTx>,
@@ -334,6 +339,8 @@ pub(super) struct ControlRun {
     pub(super) sfu: Sfu,
     /// Sends replies and slow-path copies through the kernel.
     pub(super) socket: UdpSocket,
+    /// The engines' next hops, refreshed here (xdp on several queues).
+    pub(super) next_hops: Option<NextHopRefresher>,
     pub(super) admin: Receiver<AdminRequest>,
     pub(super) record: Option<RecordTx>,
     pub(super) stop: Arc<AtomicBool>,
@@ -424,39 +431,20 @@ fn queue_engine(
         mut io,
         queue,
         srpic,
-        batch,
-        flush,
-        max_age_ns,
-        spin,
-        warmup,
-        duration,
+        settings,
         cpu,
         record,
     } = run;
     let started = Instant::now();
     let cpus = cpu.map(|c| vec![c]);
     let (placement, placement_refused) = place_engine(cpus.as_deref());
-    let mut engine = Engine::new(core, batch, srpic, flush, max_age_ns, Box::new(SystemClock));
+    let mut engine = settings.engine(core, srpic);
     engine.record = record;
-    let mut warm = warmup.is_zero();
-    let mut baseline = Baseline::default();
-    let mut cpu0 = host::thread_cpu_time().ok();
-    let mut measured_from = Instant::now();
-    let mut spin_ns = 0u64;
+    let mut window = Window::new(&settings, started);
     let mut next_tick = 0u64;
-    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|limit| started.elapsed() < limit) {
-        if !warm && started.elapsed() >= warmup {
-            warm = true;
-            baseline = engine.reset_measurements(io.stats(), None);
-            cpu0 = host::thread_cpu_time().ok();
-            measured_from = Instant::now();
-            spin_ns = 0;
-        }
-        if engine.pending() {
-            engine.flush_now(io.as_mut())?;
-        }
-        let wait = if engine.pending() { POLL_PENDING } else { POLL };
-        let received = receive_spinning(io.as_mut(), &mut engine, spin, wait, &mut spin_ns)?;
+    while window.running(stop) {
+        window.warm_up_ended(&mut engine, io.as_ref(), None);
+        let received = window.receive(io.as_mut(), &mut engine)?;
         let now = monotonic_now().0;
         if received > 0 {
             engine.sfu.refresh();
@@ -468,28 +456,23 @@ fn queue_engine(
             next_tick = now + TICK_NS;
         }
     }
-    engine.record = None;
-    if engine.pending() {
-        engine.flush_now(io.as_mut())?;
-    }
-    let wall = measured_from.elapsed().as_secs_f64();
-    let cpu = cpu_since(cpu0);
+    let (wall, cpu) = window.end(io.as_mut(), &mut engine)?;
     engine.sfu.report_seen();
     publish_engine(live, &engine, io.stats());
-    let measured = engine.measured(&baseline);
+    let measured = engine.measured(&window.baseline);
     Ok(QueueEnd {
         report: EngineReport {
             queue,
             io_mode: io.describe(),
             counters: engine.sfu.counters,
-            io: io.stats().since(&baseline.io),
+            io: io.stats().since(&window.baseline.io),
             forwarded: measured.forwarded,
             cpu,
             srpic: engine.srpic.as_ref().map(Srpic::stats),
         },
         measured,
         wall,
-        spin_s: spin_ns as f64 / 1e9,
+        spin_s: window.spin_ns as f64 / 1e9,
         placement,
         placement_refused,
     })
@@ -526,6 +509,7 @@ fn control_thread(
     let ControlRun {
         mut sfu,
         socket,
+        next_hops,
         admin,
         record,
         stop,
@@ -546,6 +530,7 @@ fn control_thread(
         socket: &socket,
         record: record.as_ref(),
         replies: Vec::new(),
+        next_hops,
     };
     loop {
         let mut changed = false;
@@ -582,6 +567,9 @@ fn control_thread(
             publish_live(&live, &sfu, &lives, record.as_ref(), measuring);
             next_tick = now + TICK_NS;
         }
+        // Before the snapshot: a client that just registered has its next
+        // hop read (within the budget) before its ACK leaves.
+        out.refresh_next_hops();
         if changed {
             version += 1;
             counters.snapshots += 1;
@@ -612,17 +600,23 @@ fn control_thread(
         out.handle(&mut sfu, handoff, &mut counters);
     }
     out.send_replies(&mut counters);
+    if let Some(next_hops) = &out.next_hops {
+        counters.next_hop_reads = next_hops.reads();
+        counters.next_hop_tables = next_hops.generation();
+    }
     publish_live(&live, &sfu, &lives, record.as_ref(), true);
     Ok(merge(ends, sfu.stats(), counters))
 }
 
-/// The control thread's way out: the kernel socket, and the recorder.
+/// The control thread's way out: the kernel socket, the recorder, and the
+/// next hops of the engines' way out.
 struct Outbound<'a> {
     socket: &'a UdpSocket,
     record: Option<&'a RecordTx>,
     /// Replies of this round, sent once the routes they announce are
     /// published.
     replies: Vec<(SocketAddr, Vec<u8>)>,
+    next_hops: Option<NextHopRefresher>,
 }
 
 impl Outbound<'_> {
@@ -640,7 +634,13 @@ impl Outbound<'_> {
             Action::Reply { dst, msg } => {
                 let ack = msg.len() >= 4 && msg[3] == MsgType::Ack as u8;
                 self.replies.push((dst, msg.to_vec()));
-                ack && !keepalive
+                let changed = ack && !keepalive;
+                if let Some(next_hops) = self.next_hops.as_mut().filter(|_| changed) {
+                    // A client registered (or changed): the engines will
+                    // send to it.
+                    next_hops.note(dst.ip());
+                }
+                changed
             }
             Action::Forward {
                 ssid,
@@ -658,6 +658,14 @@ impl Outbound<'_> {
                 false
             }
             Action::Drop(_) => false,
+        }
+    }
+
+    /// Read the kernel's routes and neighbours for the engines when due
+    /// (they take the table at their next receive call).
+    fn refresh_next_hops(&mut self) {
+        if let Some(next_hops) = &mut self.next_hops {
+            next_hops.poll();
         }
     }
 

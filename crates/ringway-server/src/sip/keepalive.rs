@@ -11,8 +11,10 @@
 //!   the NAT mapping stays open. Its answer (any status) comes back to a
 //!   UDP worker, which hands it here ([`FlowMonitor::is_keepalive_reply`]
 //!   then [`FlowMonitor::on_reply`]) instead of to the core; the branch
-//!   carries a per-process random token and the answer must come from the
-//!   flow's address. `failures` pings in a row unanswered: the flow is
+//!   carries a MAC (SipHash under a random key) of the flow's address and
+//!   the ping's sequence number, and the answer must come from that
+//!   address: a UA that sees its own pings learns nothing that answers
+//!   another flow's. `failures` pings in a row unanswered: the flow is
 //!   dead and its bindings are removed (counted). A UA that keeps its flow
 //!   alive itself with RFC 5626 STUN keepalives (outbound) is answered by
 //!   the worker, and each keepalive counts as an answer.
@@ -27,6 +29,7 @@
 //!   bound), at most [`MAX_AORS_PER_FLOW`] AORs per flow, pings at most
 //!   `rate` per second (what is not sent waits for the next tick).
 
+use ringway_sip::hash::MacKey;
 use ringway_sip::registrar::{Binding, LocationStore, Registration, StoreAnswer};
 use ringway_sip::{FlowId, Hop, Transport};
 use serde::{Deserialize, Serialize};
@@ -131,8 +134,8 @@ pub struct FlowMonitor {
     config: KeepaliveConfig,
     /// Our UDP address (Via sent-by, From).
     local: SocketAddr,
-    /// Random per process: in every ping's branch.
-    token: u64,
+    /// Random per process: every ping's branch carries a MAC under it.
+    key: MacKey,
     state: Mutex<State>,
     counters: Counters,
     reply_finder: memchr::memmem::Finder<'static>,
@@ -148,13 +151,13 @@ impl FlowMonitor {
         store: Arc<dyn LocationStore>,
         config: KeepaliveConfig,
         local: SocketAddr,
-        token: u64,
+        key: [u8; 16],
     ) -> FlowMonitor {
         FlowMonitor {
             store,
             config,
             local,
-            token,
+            key: MacKey::new(key),
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             reply_finder: memchr::memmem::Finder::new(BRANCH_PREFIX),
@@ -309,7 +312,8 @@ impl FlowMonitor {
     }
 
     /// An answer from `peer` to a keepalive: the flow at `peer` is alive
-    /// if it answers its last ping (our token and its sequence number).
+    /// if it answers its last ping (its sequence number, with our MAC of
+    /// `peer` and that number).
     pub fn on_reply(&self, peer: SocketAddr, datagram: &[u8]) {
         let Some(at) = self.reply_finder.find(datagram) else {
             return;
@@ -319,17 +323,17 @@ impl FlowMonitor {
             .iter()
             .position(|b| !(b.is_ascii_hexdigit() || *b == b'-'))
             .unwrap_or(rest.len());
-        let Some((token, seq)) = std::str::from_utf8(&rest[..end])
+        let Some((mac, seq)) = std::str::from_utf8(&rest[..end])
             .ok()
             .and_then(|s| s.split_once('-'))
         else {
             return;
         };
-        let (Ok(token), Ok(seq)) = (u64::from_str_radix(token, 16), u32::from_str_radix(seq, 16))
+        let (Ok(mac), Ok(seq)) = (u64::from_str_radix(mac, 16), u32::from_str_radix(seq, 16))
         else {
             return;
         };
-        if token != self.token {
+        if mac != self.ping_mac(peer, seq) {
             return;
         }
         let mut state = lock(&self.state);
@@ -453,7 +457,7 @@ impl FlowMonitor {
                 continue;
             };
             message.clear();
-            self.write_options(&mut message, &contact, seq);
+            self.write_options(&mut message, addr, &contact, seq);
             if send(addr, message.as_bytes()) {
                 add(&self.counters.sent);
             } else {
@@ -476,18 +480,24 @@ impl FlowMonitor {
         }
     }
 
-    /// One keepalive OPTIONS to `contact` (an URI the registrar stored).
-    fn write_options(&self, out: &mut String, contact: &str, seq: u32) {
+    /// The MAC in ping `seq`'s branch to the flow at `flow`.
+    fn ping_mac(&self, flow: SocketAddr, seq: u32) -> u64 {
+        self.key.mac().addr(flow).u64(u64::from(seq)).finish()
+    }
+
+    /// Keepalive OPTIONS `seq` to `contact` (an URI the registrar stored)
+    /// over the flow at `flow`.
+    fn write_options(&self, out: &mut String, flow: SocketAddr, contact: &str, seq: u32) {
         let local = self.local;
-        let token = self.token;
+        let mac = self.ping_mac(flow, seq);
         let _ = write!(
             out,
             "OPTIONS {contact} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {local};branch=z9hG4bK-rwka-{token:x}-{seq:x};rport\r\n\
+             Via: SIP/2.0/UDP {local};branch=z9hG4bK-rwka-{mac:016x}-{seq:x};rport\r\n\
              Max-Forwards: 70\r\n\
-             From: <sip:keepalive@{local}>;tag=rwka{token:x}\r\n\
+             From: <sip:keepalive@{local}>;tag=rwka{mac:016x}\r\n\
              To: <{contact}>\r\n\
-             Call-ID: rwka-{token:x}-{seq:x}@{local}\r\n\
+             Call-ID: rwka-{mac:016x}-{seq:x}@{local}\r\n\
              CSeq: {seq} OPTIONS\r\n\
              Content-Length: 0\r\n\r\n"
         );
@@ -657,7 +667,7 @@ mod tests {
                 capacity: 100,
             },
             "192.0.2.10:5060".parse().unwrap(),
-            0xabc,
+            [0xab; 16],
         ))
     }
 
@@ -734,7 +744,7 @@ mod tests {
     }
 
     #[test]
-    fn a_forged_token_is_no_answer_and_the_rate_bound_holds() {
+    fn a_forged_mac_or_another_flows_is_no_answer_and_the_rate_bound_holds() {
         let inner: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(10_000));
         let monitor = Arc::new(FlowMonitor::new(
             inner.clone(),
@@ -745,7 +755,7 @@ mod tests {
                 capacity: 10_000,
             },
             "[2001:db8::1]:5060".parse().unwrap(),
-            7,
+            [7; 16],
         ));
         let store = WatchedStore::new(inner, monitor.clone());
         for n in 0..50u16 {
@@ -755,11 +765,20 @@ mod tests {
         let sent = sent_to(&monitor, S);
         assert_eq!(sent.len(), 10, "the rate bound: 10 per second");
         assert!(sent[0].1.contains("Via: SIP/2.0/UDP [2001:db8::1]:5060;"));
-        let forged = String::from_utf8(answer(&sent[0].1))
-            .unwrap()
-            .replace("rwka-7-", "rwka-8-");
+        // A forged MAC is no answer; nor is another flow's ping answered
+        // from this flow's address (the MAC binds the flow: a UA that
+        // sees its own pings cannot answer another's). Seen failing with
+        // one token for every flow.
+        let reply = String::from_utf8(answer(&sent[0].1)).unwrap();
+        let at = reply.find("rwka-").unwrap() + 5;
+        let digit = if &reply[at..at + 1] == "0" { "1" } else { "0" };
+        let forged = format!("{}{digit}{}", &reply[..at], &reply[at + 1..]);
         monitor.on_reply(sent[0].0, forged.as_bytes());
         assert_eq!(monitor.snapshot().replies, 0);
+        monitor.on_reply(sent[1].0, &answer(&sent[0].1));
+        assert_eq!(monitor.snapshot().replies, 0);
+        monitor.on_reply(sent[0].0, &answer(&sent[0].1));
+        assert_eq!(monitor.snapshot().replies, 1);
         assert!(monitor.snapshot().rate_limited > 0);
         // Half a second later: five more.
         assert_eq!(sent_to(&monitor, S + S / 2).len(), 5);

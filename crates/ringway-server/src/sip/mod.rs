@@ -177,9 +177,9 @@ impl SipServer {
             key,
             u64::from_le_bytes(host::random_bytes()?),
         );
-        let token = u64::from_le_bytes(host::random_bytes()?);
+        let keepalive_key = host::random_bytes()?;
         let (mut proxy, location, store_ends, monitor) =
-            build_proxy(&config, proxy_config, local, token)?;
+            build_proxy(&config, proxy_config, local, keepalive_key)?;
         // Behind a swap a reload replaces (SIGHUP, `ringway ctl reload`).
         let swappable = credentials.map(|credentials| {
             let swap = Arc::new(control::SwappableCredentials::default());
@@ -439,7 +439,7 @@ fn build_proxy(
     config: &SipServerConfig,
     proxy_config: ProxyConfig,
     local: SocketAddr,
-    token: u64,
+    keepalive_key: [u8; 16],
 ) -> Result<
     (
         Proxy,
@@ -459,7 +459,7 @@ fn build_proxy(
                 store.clone(),
                 keepalive_config(config),
                 local,
-                token,
+                keepalive_key,
             ));
             let watched = keepalive::WatchedStore::new(store, monitor.clone());
             (
@@ -488,8 +488,13 @@ fn build_proxy(
             // removes the bindings of dead flows and looks up contacts to
             // ping; the store threads report what REGISTERs stored.
             let monitor = Arc::new(
-                keepalive::FlowMonitor::new(open()?, keepalive_config(config), local, token)
-                    .deferring_removals(),
+                keepalive::FlowMonitor::new(
+                    open()?,
+                    keepalive_config(config),
+                    local,
+                    keepalive_key,
+                )
+                .deferring_removals(),
             );
             // Every store thread's connection is made now (which AORs
             // a thread serves depends on the random channel seed, so

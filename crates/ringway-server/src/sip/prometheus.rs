@@ -13,7 +13,7 @@ use ringway_sip::ProxyStats;
 type CoreCounter = (&'static str, &'static str, fn(&ProxyStats) -> u64);
 
 /// The core's counters, in the order they are rendered.
-const CORE_COUNTERS: [CoreCounter; 34] = [
+const CORE_COUNTERS: [CoreCounter; 35] = [
     (
         "ringway_sip_core_requests_received_total",
         "Requests the core parsed.",
@@ -171,8 +171,13 @@ const CORE_COUNTERS: [CoreCounter; 34] = [
     ),
     (
         "ringway_sip_transport_errors_total",
-        "Forwarded requests the transport could not deliver (connection refused or reset, TLS handshake failed): next target at once, or 500.",
+        "Forwarded requests the transport could not deliver (connection refused or reset, TLS handshake failed, ICMP unreachable for their UDP target): next target at once, or 500.",
         |stats| stats.transport_errors,
+    ),
+    (
+        "ringway_sip_icmp_unreachable_total",
+        "ICMP unreachable errors the kernel reported for UDP destinations the proxy sent to (IP_RECVERR); each moves on the transactions waiting there (stateless: counted only).",
+        |stats| stats.unreachable_reports,
     ),
     (
         "ringway_sip_dialogs_confirmed_total",

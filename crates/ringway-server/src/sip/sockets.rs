@@ -18,6 +18,9 @@ pub(super) fn open_sockets(
     socket_config.tx_timestamps = config.tx_stamp_every > 0;
     socket_config.rx_timestamps = true;
     socket_config.rxq_ovfl = true;
+    // ICMP errors for next hops reach the error queue: a port or host
+    // unreachable fails the transactions waiting there over at once.
+    socket_config.recv_errors = true;
     let open = |c: &SocketConfig| -> Result<(UdpSocket, SocketReport), ServerError> {
         let (socket, report) = open_udp(c).map_err(|source| ServerError::Socket {
             addr: c.bind,

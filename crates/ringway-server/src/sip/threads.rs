@@ -110,6 +110,7 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
+            worker.report_unreachable(io.as_mut(), monotonic_now().0);
             slot.offer(worker.metrics(), &mut published);
         }
     }));
@@ -166,6 +167,7 @@ pub(super) fn timer_thread(shared: &Shared, mut io: Box<dyn BatchIo>) {
                 timer.resume_names(io.as_mut(), names, monotonic_now().0);
             }
             timer.report_undelivered(io.as_mut(), monotonic_now().0);
+            timer.report_unreachable(io.as_mut(), monotonic_now().0);
             let wait = timer.wait(monotonic_now().0);
             if wait.is_zero() {
                 timer.fire(io.as_mut(), monotonic_now().0);
@@ -230,7 +232,9 @@ pub(super) fn keepalive_thread(shared: &Shared, udp: UdpSocket) {
             shared.injected_panic("sip-keepalive");
             let now = monotonic_now().0;
             monitor.run_removals(now);
-            monitor.run_due(now, &mut |addr, bytes| udp.send_to(bytes, addr).is_ok());
+            monitor.run_due(now, &mut |addr, bytes| {
+                ringway_io::sock::send_to(&udp, bytes, addr).is_ok()
+            });
             std::thread::sleep(KEEPALIVE_TICK);
         }
     }));

@@ -4,7 +4,7 @@
 use super::stats::WorkerMetrics;
 use super::tcp::Connections;
 use super::worker::TX_FRAME;
-use ringway_io::{BatchIo, TxBatch};
+use ringway_io::{BatchIo, IcmpUnreachable, TxBatch};
 use ringway_sip::{Hop, Proxy, ProxyWorker, Transport};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,8 @@ pub struct SipTimer<'p> {
     metrics: WorkerMetrics,
     /// Where messages for connection transports go.
     connections: Option<Arc<Connections>>,
+    /// ICMP unreachable reports taken from the socket, for the core.
+    unreachable: Vec<IcmpUnreachable>,
 }
 
 impl<'p> SipTimer<'p> {
@@ -30,6 +32,7 @@ impl<'p> SipTimer<'p> {
             tx: TxBatch::new(256, TX_FRAME),
             metrics: WorkerMetrics::default(),
             connections: None,
+            unreachable: Vec::new(),
         }
     }
 
@@ -91,6 +94,30 @@ impl<'p> SipTimer<'p> {
         });
     }
 
+    /// Hand the core the ICMP unreachable errors the timer's socket handle
+    /// read (its sends meet them too: a pending error fails the next send
+    /// on the socket once), each destination once, and send what it
+    /// answers ([`super::SipWorker::report_unreachable`]).
+    pub fn report_unreachable(&mut self, io: &mut dyn BatchIo, now: u64) {
+        let mut reports = std::mem::take(&mut self.unreachable);
+        reports.clear();
+        if matches!(io.poll_unreachable(&mut reports), Ok(1..)) {
+            reports.sort_unstable_by_key(|report| report.destination);
+            reports.dedup_by_key(|report| report.destination);
+            self.drive(io, now, |proxy, _, out| {
+                for report in &reports {
+                    proxy.on_unreachable(now, Hop::udp(report.destination), out);
+                }
+            });
+            let io_stats = io.stats();
+            let counted = &mut self.metrics.io;
+            counted.icmp_unreachable = io_stats.icmp_unreachable;
+            counted.icmp_ignored = io_stats.icmp_ignored;
+            counted.icmp_lost = io_stats.icmp_lost;
+        }
+        self.unreachable = reports;
+    }
+
     /// Run `step` on the core with an `out` that batches UDP datagrams
     /// into `io` and writes other hops to their connections.
     fn drive(
@@ -104,6 +131,7 @@ impl<'p> SipTimer<'p> {
             tx,
             metrics,
             connections,
+            ..
         } = self;
         tx.clear();
         let mut oversize = 0u64;
@@ -145,6 +173,7 @@ impl<'p> SipTimer<'p> {
             tx,
             metrics,
             connections,
+            ..
         } = self;
         tx.clear();
         let mut oversize = 0u64;

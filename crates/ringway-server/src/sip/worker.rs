@@ -7,7 +7,7 @@ use super::service::ServiceTime;
 use super::stats::{Latency, WorkerMetrics};
 use super::tcp::Connections;
 use ringway_io::time::realtime_now;
-use ringway_io::{BatchIo, Nanos, RxBatch, TxBatch, TxStamp};
+use ringway_io::{BatchIo, IcmpUnreachable, Nanos, RxBatch, TxBatch, TxStamp};
 use ringway_sip::overload::{ShedConfig, Shedder};
 use ringway_sip::overload_control::OcAdvert;
 use ringway_sip::{DropReason, Hop, MsgLabel, Proxy, ProxyWorker, Transport};
@@ -81,6 +81,8 @@ pub struct SipWorker<'p> {
     /// The registrar's flows: answers to keepalives and STUN keepalives
     /// go there, not to the core.
     monitor: Option<Arc<FlowMonitor>>,
+    /// ICMP unreachable reports taken from the socket, for the core.
+    unreachable: Vec<IcmpUnreachable>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -102,6 +104,7 @@ impl<'p> SipWorker<'p> {
             service: None,
             connections: None,
             monitor: None,
+            unreachable: Vec::new(),
         }
     }
 
@@ -323,6 +326,63 @@ impl<'p> SipWorker<'p> {
             }
             self.tx.clear();
         }
+    }
+
+    /// Hand the core the ICMP unreachable errors `io` read for UDP
+    /// destinations the proxy sent to ([`BatchIo::poll_unreachable`]; a
+    /// system call only when one is queued or every 10 ms), each
+    /// destination once per poll, and send what the core answers (the
+    /// next targets of the transactions waiting there, or their `500`s).
+    /// Call it every loop, busy or idle: it keeps the error queue short.
+    pub fn report_unreachable(&mut self, io: &mut dyn BatchIo, now: u64) {
+        self.unreachable.clear();
+        if !matches!(io.poll_unreachable(&mut self.unreachable), Ok(1..)) {
+            return;
+        }
+        self.unreachable
+            .sort_unstable_by_key(|report| report.destination);
+        self.unreachable.dedup_by_key(|report| report.destination);
+        let SipWorker {
+            proxy,
+            tx,
+            metrics,
+            connections,
+            unreachable,
+            ..
+        } = self;
+        tx.clear();
+        let mut oversize = 0u64;
+        for report in unreachable.iter() {
+            proxy.on_unreachable(now, Hop::udp(report.destination), &mut |hop, bytes| {
+                if hop.transport != Transport::Udp {
+                    match connections.as_deref() {
+                        Some(connections) => {
+                            connections.send(hop, bytes, now);
+                        }
+                        None => oversize += 1,
+                    }
+                    return;
+                }
+                if tx.is_full() {
+                    if io.send_batch(tx).is_err() {
+                        metrics.tx_errors += tx.len() as u64;
+                    }
+                    tx.clear();
+                }
+                if tx.push(hop.addr, bytes).is_err() {
+                    oversize += 1;
+                }
+            });
+        }
+        metrics.tx_oversize += oversize;
+        if !tx.is_empty() {
+            if io.send_batch(tx).is_err() {
+                metrics.tx_errors += tx.len() as u64;
+            }
+            tx.clear();
+        }
+        metrics.io = io.stats();
+        metrics.msgs_out = metrics.io.tx_packets;
     }
 
     /// Record the K_snd of the TX stamps the kernel returned, polling only

@@ -50,7 +50,7 @@ pub mod rendezvous;
 mod targets;
 
 use crate::edit::{build_response, forward_request, forward_response, RequestEdits, ViaEdit};
-use crate::hash::{Hash64, MacKey};
+use crate::hash::{KeyRing, Purpose};
 use crate::msg::{Method, SipMsg};
 use crate::proxy::flood::{FloodCheck, FloodLimiter};
 use crate::proxy::{
@@ -204,10 +204,9 @@ pub struct Dispatcher {
     generation: AtomicU64,
     /// Our address per transport: UDP (`local`) first, then the listeners.
     own: Vec<OwnAddress>,
-    /// Seed of our branches.
-    secret: u64,
-    /// Key of our branch MACs and probe nonces.
-    mac_key: MacKey,
+    /// The keys of our branches, their MACs, our To-tags and probe
+    /// nonces, one per purpose (from `config.secret`).
+    keys: KeyRing,
     /// Per-source flood limiter (`None`: off).
     flood: Option<FloodLimiter>,
     /// Next probe round (ns; 0: at once).
@@ -249,17 +248,12 @@ enum Next {
 impl Dispatcher {
     /// A dispatcher in front of `config.proxies`.
     pub fn new(config: DispatchConfig) -> Dispatcher {
-        let sent_by = config.local.to_string();
         let mut own: Vec<OwnAddress> = vec![OwnAddress::new(TransportAddr::udp(config.local))];
         for listener in &config.listeners {
             if !own.iter().any(|o| o.at.transport == listener.transport) {
                 own.push(OwnAddress::new(*listener));
             }
         }
-        let mut seed = [0u8; 8];
-        seed.copy_from_slice(&config.secret[..8]);
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&config.secret[16..]);
         Dispatcher {
             targets: RwLock::new(Arc::new(Targets::new(
                 config.local,
@@ -269,8 +263,7 @@ impl Dispatcher {
             ))),
             generation: AtomicU64::new(0),
             own,
-            secret: Hash64::new(u64::from_le_bytes(seed)).str(&sent_by).finish(),
-            mac_key: MacKey::new(key),
+            keys: KeyRing::new(&config.secret),
             flood: config.flood.clone().map(|mut flood| {
                 // Our proxies carry everyone's traffic back: never limited.
                 flood.exempt.push(config.local.ip());
@@ -518,9 +511,8 @@ impl Dispatcher {
     /// The MAC in our branch of a request with branch hash `hash` whose
     /// responses go to `upstream`.
     fn upstream_mac(&self, hash: u64, upstream: SocketAddr) -> u64 {
-        self.mac_key
-            .mac()
-            .u64(0xD15)
+        self.keys
+            .mac(Purpose::Upstream)
             .u64(hash)
             .addr(upstream)
             .finish()
@@ -528,9 +520,8 @@ impl Dispatcher {
 
     /// The nonce of probe `seq` to proxy `index`.
     fn probe_nonce(&self, index: usize, seq: u64) -> u64 {
-        self.mac_key
-            .mac()
-            .u64(0x9B0BE)
+        self.keys
+            .mac(Purpose::ProbeNonce)
             .u64(index as u64)
             .u64(seq)
             .finish()
@@ -541,7 +532,7 @@ impl Dispatcher {
     /// 16.11 asks a stateless proxy for exactly that), with the MAC of
     /// where its responses go (`upstream`): `z9hG4bKrwd<16 hex>.<16 hex>`.
     fn branch(&self, msg: &SipMsg<'_>, upstream: SocketAddr, buf: &mut [u8; 48]) -> usize {
-        let mut h = Hash64::new(self.secret);
+        let mut h = self.keys.mac(Purpose::Transaction);
         match msg.top_via() {
             Some(via) if via.has_cookie() => {
                 h.str(via.branch.unwrap_or("")).str(via.host);
@@ -942,12 +933,10 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             return self.dropped(label, DropReason::ForbiddenDestination);
         }
         // Stateless, yet a retransmission gets the same To-tag: a keyed
-        // hash of its Call-ID (not guessable without our secret).
-        let tag = format!(
-            "{:x}",
-            Hash64::new(dispatcher.secret)
-                .str(request.msg.call_id().unwrap_or(""))
-                .finish()
+        // MAC of its Call-ID (neither guessable nor telling of our key).
+        let tag = dispatcher.keys.tag(
+            Purpose::LocalTag,
+            request.msg.call_id().unwrap_or("").as_bytes(),
         );
         let retry = [("Retry-After", "5")];
         let extra: &[(&str, &str)] = if code == 503 { &retry } else { &[] };
@@ -957,7 +946,7 @@ Call-ID: {PROBE_TAG}-{index}-{seq}-{nonce:016x}@{us}\r\nCSeq: {seq} OPTIONS\r\nC
             code,
             reason,
             extra,
-            Some(&tag),
+            Some(tag.as_str()),
             &mut self.scratch,
         );
         // The proxy's bound towards an unverified source (threat model,

@@ -9,7 +9,11 @@
 //!
 //! - bits 0–1: the sender ([`PEERS`]);
 //! - bits 2–4: time to let pass first ([`WAITS`]), then due timers run;
-//! - bits 5–6: what is sent ([`StepKind`]).
+//! - bits 5–6: what is sent ([`StepKind`]);
+//! - bit 7: instead of a datagram, the driver reports an ICMP unreachable
+//!   for where one of the last datagrams the core sent went (payload byte
+//!   0 picks it); the proxy targets only (the dispatcher sends the step's
+//!   datagram as without it).
 
 use crate::auth::Algorithm;
 use crate::edit::build_response;
@@ -72,6 +76,8 @@ pub(crate) struct Step<'a> {
     pub(crate) kind: StepKind,
     /// The rest of the step.
     pub(crate) payload: &'a [u8],
+    /// An ICMP unreachable report rather than a datagram (bit 7).
+    pub(crate) unreachable: bool,
 }
 
 /// The steps of a fuzz input (empty steps are skipped).
@@ -88,6 +94,7 @@ pub(crate) fn steps(data: &[u8]) -> impl Iterator<Item = Step<'_>> {
                 _ => StepKind::Replay,
             },
             payload,
+            unreachable: control & 0x80 != 0,
         })
     })
 }
@@ -189,6 +196,15 @@ impl Peers {
         }
     }
 
+    /// Where one of the last datagrams the core sent went (`payload` byte
+    /// 0 picks it, as for [`StepKind::Replay`]).
+    pub(crate) fn destination(&self, payload: &[u8]) -> Option<SocketAddr> {
+        let pick = usize::from(payload.first().copied().unwrap_or(0));
+        self.sent
+            .get(pick % self.sent.len().max(1))
+            .map(|(to, _)| *to)
+    }
+
     /// `request` with an `Authorization` or `Proxy-Authorization` line
     /// for [`USER`] after its start line (in `self.buf`).
     fn with_credentials(&mut self, request: &[u8]) {
@@ -258,11 +274,12 @@ mod tests {
 
     #[test]
     fn steps_read_their_control_byte() {
-        let s: Vec<_> = steps(b"\x00INVITE\xff\xff\x7fx").collect();
-        assert_eq!(s.len(), 2);
+        let s: Vec<_> = steps(b"\x00INVITE\xff\xff\x7fx\xff\x80").collect();
+        assert_eq!(s.len(), 3);
         assert_eq!((s[0].peer, s[0].wait, s[0].kind), (0, 0, StepKind::Raw));
         assert_eq!(s[0].payload, b"INVITE");
         assert_eq!((s[1].peer, s[1].wait, s[1].kind), (3, 7, StepKind::Replay));
+        assert!(!s[0].unreachable && !s[1].unreachable && s[2].unreachable);
     }
 
     #[test]

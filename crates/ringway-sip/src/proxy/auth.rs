@@ -347,11 +347,14 @@ impl Proxy {
     ) -> Option<Verdict> {
         // A retransmission is the same datagram from the same source: a
         // copy sent from elsewhere (or with another Route) is a replay.
-        let copy = crate::hash::Hash64::new(self.secret)
+        // Keyed: two datagrams that differ hash alike only by chance, which
+        // nobody can aim for without the key.
+        let copy = self
+            .keys
+            .mac(crate::hash::Purpose::Retransmission)
             .u64(request.keys.transaction)
-            .str(request.src.ip().to_string().as_str())
-            .u64(u64::from(request.src.port()))
-            .bytes(request.msg.as_bytes())
+            .addr(request.src)
+            .raw(request.msg.as_bytes())
             .finish();
         match auth.replays.check(id, nc, copy) {
             ReplayCheck::New | ReplayCheck::Retransmission => None,

@@ -6,7 +6,7 @@
 //! bounded in bytes whatever the traffic; a forgotten entry only means
 //! that CANCEL or ACK is refused like any unauthenticated request.
 
-use crate::hash::Hash64;
+use crate::hash::MacKey;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
@@ -21,31 +21,22 @@ type Slot = (u64, Option<SocketAddr>);
 /// The table (see the module documentation).
 pub(super) struct AuthorisedHops {
     shards: Box<[Mutex<Box<[Slot]>>]>,
-    seed: u64,
+    /// Keys the slots (secret: nobody can aim at another's slot).
+    key: MacKey,
 }
 
 impl AuthorisedHops {
-    pub(super) fn new(seed: u64) -> AuthorisedHops {
+    pub(super) fn new(key: MacKey) -> AuthorisedHops {
         AuthorisedHops {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(vec![(0, None); SLOTS / SHARDS].into_boxed_slice()))
                 .collect(),
-            seed,
+            key,
         }
     }
 
     fn key(&self, transaction: u64, upstream: SocketAddr) -> u64 {
-        let ip = match upstream.ip() {
-            std::net::IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
-            std::net::IpAddr::V6(v6) => u128::from(v6),
-        };
-        Hash64::new(self.seed)
-            .u64(transaction)
-            .u64(ip as u64)
-            .u64((ip >> 64) as u64)
-            .u64(u64::from(upstream.port()))
-            .finish()
-            | 1
+        self.key.mac().u64(transaction).addr(upstream).finish() | 1
     }
 
     fn slot<R>(&self, key: u64, f: impl FnOnce(&mut Slot) -> R) -> R {
@@ -75,7 +66,7 @@ mod tests {
 
     #[test]
     fn remembers_by_transaction_and_source_and_forgets_by_overwrite() {
-        let table = AuthorisedHops::new(7);
+        let table = AuthorisedHops::new(MacKey::new([7; 16]));
         let uac: SocketAddr = "192.0.2.1:5060".parse().unwrap();
         let far: SocketAddr = "203.0.113.7:5060".parse().unwrap();
         table.remember(42, uac, far);

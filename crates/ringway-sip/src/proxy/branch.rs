@@ -1,11 +1,13 @@
 //! The hashes that identify a request ([`RequestKeys`]), their encoding in
 //! our Via branch (`z9hG4bKrw<16 hex>.<8 hex>.<8 hex>`: transaction hash,
 //! loop-detection hash, and a MAC of where the responses go), our To-tags,
-//! and the signature of our Record-Route.
+//! and the signature of our Record-Route. Each is a keyed MAC under its
+//! own key of the proxy's [`KeyRing`](crate::hash::KeyRing): one seen on
+//! the wire tells nothing of the key or of the others.
 
 use super::Proxy;
 use crate::edit::build_response;
-use crate::hash::Hash64;
+use crate::hash::{write_hex, Purpose, Tag};
 use crate::msg::SipMsg;
 
 /// Magic cookie plus our mark: branches we generate start with this.
@@ -39,14 +41,6 @@ pub(super) struct RequestKeys {
     pub(super) loop_detect: u32,
 }
 
-/// Write `value`'s low `digits` hex digits into `out`.
-fn write_hex(out: &mut [u8], value: u64, digits: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (i, byte) in out[..digits].iter_mut().enumerate() {
-        *byte = HEX[((value >> (4 * (digits - 1 - i))) & 0xF) as usize];
-    }
-}
-
 /// Stack-formatted branch `z9hG4bKrw<16 hex transaction>.<8 hex loop>.<8
 /// hex upstream MAC>`.
 pub(super) struct Branch {
@@ -73,12 +67,6 @@ impl Branch {
     /// The branch text.
     pub(super) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.buf).unwrap_or(BRANCH_PREFIX)
-    }
-
-    /// The 16 hex digits of the transaction hash, used as a To-tag.
-    pub(super) fn to_tag(&self) -> &str {
-        let start = BRANCH_PREFIX.len();
-        &self.as_str()[start..start + HASH_DIGITS]
     }
 
     /// The keys and the upstream MAC encoded in one of our branches
@@ -215,9 +203,8 @@ impl Proxy {
     /// Via on top is relayed (without a transaction) only to the address
     /// that matches it, so a forged one cannot be reflected anywhere else.
     pub(super) fn upstream_mac(&self, transaction: u64, upstream: std::net::SocketAddr) -> u64 {
-        self.mac_key
-            .mac()
-            .u64(0xB2A)
+        self.keys
+            .mac(Purpose::Upstream)
             .u64(transaction)
             .addr(upstream)
             .finish()
@@ -234,9 +221,8 @@ impl Proxy {
     }
 
     fn route_mac(&self, call_id: &str, tag: &str) -> u64 {
-        self.mac_key
-            .mac()
-            .u64(0x5EED)
+        self.keys
+            .mac(Purpose::RecordRoute)
             .str(call_id)
             .str(tag)
             .finish()
@@ -271,12 +257,16 @@ impl Proxy {
         let call_id = msg.call_id().unwrap_or("");
         let cseq = msg.cseq().map_or(0, |c| c.0);
         let transaction = match top {
-            Some(via) if via.has_cookie() => Hash64::new(self.secret)
+            Some(via) if via.has_cookie() => self
+                .keys
+                .mac(Purpose::Transaction)
                 .str(via.branch.unwrap_or(""))
                 .str(via.host)
                 .u64(u64::from(via.port.unwrap_or(5060)))
                 .finish(),
-            _ => Hash64::new(self.secret)
+            _ => self
+                .keys
+                .mac(Purpose::Transaction)
                 .str(request_uri)
                 .str(from_tag)
                 .str(call_id)
@@ -284,7 +274,7 @@ impl Proxy {
                 .str(top.map_or("", |via| via.raw))
                 .finish(),
         };
-        let mut loop_hash = Hash64::new(self.secret ^ 0x100F);
+        let mut loop_hash = self.keys.mac(Purpose::LoopDetect);
         loop_hash
             .str(request_uri)
             .str(from_tag)
@@ -306,7 +296,8 @@ impl Proxy {
     /// cancels whatever its branch.
     pub(super) fn cancel_match_key(&self, msg: &SipMsg<'_>) -> u64 {
         let to = msg.to();
-        Hash64::new(self.secret ^ 0xCA9CE1)
+        self.keys
+            .mac(Purpose::CancelMatch)
             .str(msg.call_id().unwrap_or(""))
             .str(msg.from_tag().unwrap_or(""))
             .str(to.map_or("", |to| to.uri))
@@ -316,25 +307,21 @@ impl Proxy {
             .finish()
     }
 
-    /// The To-tag of the responses we generate to requests of `call_id`.
-    pub(super) fn local_to_tag(&self, call_id: &str) -> Branch {
-        Branch::new(
-            RequestKeys {
-                transaction: Hash64::new(self.secret).str(call_id).finish(),
-                loop_detect: 0,
-            },
-            0,
-        )
+    /// The To-tag of the responses we generate to requests of `call_id`
+    /// (a keyed MAC of it: retransmissions get the same tag, and nobody
+    /// learns the key from it).
+    pub(super) fn local_to_tag(&self, call_id: &str) -> Tag {
+        self.keys.tag(Purpose::LocalTag, call_id.as_bytes())
     }
 
     /// Whether `ack` acknowledges a response we generated: its To tag is
     /// the one we give responses of its Call-ID, or that of our quick
     /// refusals ([`Proxy::refusal_tag`]).
     pub(super) fn is_ack_for_local_response(&self, ack: &SipMsg<'_>) -> bool {
-        let call_id = ack.call_id().unwrap_or("");
+        let call_id = ack.call_id().unwrap_or("").as_bytes();
         ack.to_tag().is_some_and(|tag| {
-            tag == self.local_to_tag(call_id).to_tag()
-                || self.is_refusal_tag(tag.as_bytes(), call_id.as_bytes())
+            self.keys.is_tag(Purpose::LocalTag, tag.as_bytes(), call_id)
+                || self.is_refusal_tag(tag.as_bytes(), call_id)
         })
     }
 
@@ -354,7 +341,7 @@ impl Proxy {
             code,
             reason,
             extra_headers,
-            Some(tag.to_tag()),
+            Some(tag.as_str()),
             out,
         );
     }
@@ -376,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn branch_round_trip_and_to_tag() {
+    fn branch_round_trip() {
         let keys = RequestKeys {
             transaction: 0x0123_4567_89ab_cdef,
             loop_detect: 0xfeed_beef,
@@ -386,7 +373,6 @@ mod tests {
             branch.as_str(),
             "z9hG4bKrw0123456789abcdef.feedbeef.55667788"
         );
-        assert_eq!(branch.to_tag(), "0123456789abcdef");
         assert_eq!(Branch::parse(branch.as_str()), Some((keys, 0x5566_7788)));
         assert_eq!(
             Branch::parse("z9hG4bKrw0123456789abcdef-feedbeef.55667788"),
@@ -397,5 +383,52 @@ mod tests {
             Branch::parse("z9hG4bKrw0123456789abcdef.+eedbeef.55667788"),
             None
         );
+    }
+
+    /// Issue 19: what the proxy derives from its secret is keyed per
+    /// purpose. The local To-tag was an unkeyed hash seeded with 8 bytes
+    /// of the secret (invertible: one tag gave the seed back, and with it
+    /// the transaction and loop hashes in every branch); seen failing with
+    /// that derivation (neither the tag nor the transaction hash changed
+    /// with the secret's bytes 8 to 31).
+    #[test]
+    fn tags_and_branch_hashes_are_keyed_per_purpose_by_the_whole_secret() {
+        let request = |branch: &str| {
+            format!(
+                "INVITE sip:bob@192.0.2.20 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1;branch={branch}\r\n\
+From: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\nCall-ID: {branch}\r\n\
+CSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+            )
+        };
+        let text = request("z9hG4bKsame");
+        let msg = SipMsg::parse(text.as_bytes()).unwrap();
+        let with_secret = |secret: [u8; 32]| {
+            let mut proxy = Proxy::new(crate::proxy::ProxyConfig::default());
+            proxy.set_secret(secret);
+            let keys = proxy.request_keys(&msg);
+            let tag = proxy.local_to_tag("z9hG4bKsame").as_str().to_owned();
+            let refusal = proxy.refusal_tag(b"z9hG4bKsame").as_str().to_owned();
+            (tag, refusal, keys)
+        };
+        let secret: [u8; 32] = std::array::from_fn(|i| i as u8 * 3);
+        let (tag, refusal, keys) = with_secret(secret);
+        assert_eq!(tag.len(), 16);
+        assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()));
+        // Same input, other purposes: unrelated values.
+        assert_ne!(tag, format!("{:016x}", keys.transaction));
+        assert_ne!(tag, refusal[3..]);
+        assert_ne!(
+            u64::from_str_radix(&tag, 16).unwrap() as u32,
+            keys.loop_detect
+        );
+        // Every byte of the secret moves every value.
+        for byte in [0, 7, 8, 15, 16, 31] {
+            let mut other = secret;
+            other[byte] ^= 0x80;
+            let (other_tag, other_refusal, other_keys) = with_secret(other);
+            assert_ne!(other_tag, tag, "byte {byte}");
+            assert_ne!(other_refusal, refusal, "byte {byte}");
+            assert_ne!(other_keys.transaction, keys.transaction, "byte {byte}");
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! [`MAX_AGE`] is forgotten when room is needed (its BYE went another way,
 //! or never came).
 
-use crate::hash::Hash64;
+use crate::hash::MacKey;
 use crate::msg::SipMsg;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -23,18 +23,20 @@ const SHARDS: usize = 16;
 pub(super) struct DialogSet {
     shards: Box<[Mutex<HashMap<u64, u64>>]>,
     per_shard: usize,
-    seed: u64,
+    /// Keys the ids (secret: nobody can make a BYE of theirs end another's
+    /// dialog here).
+    key: MacKey,
     len: AtomicUsize,
     last_sweep: AtomicU64,
 }
 
 impl DialogSet {
-    /// A set of about `capacity` dialogs, hashed with `seed`.
-    pub(super) fn new(capacity: usize, seed: u64) -> DialogSet {
+    /// A set of about `capacity` dialogs, their ids keyed by `key`.
+    pub(super) fn new(capacity: usize, key: MacKey) -> DialogSet {
         DialogSet {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
-            seed,
+            key,
             len: AtomicUsize::new(0),
             last_sweep: AtomicU64::new(0),
         }
@@ -43,15 +45,10 @@ impl DialogSet {
     /// The dialog `msg` (a 2xx or an in-dialog request) belongs to.
     fn id(&self, msg: &SipMsg<'_>) -> Option<u64> {
         let call_id = msg.call_id()?;
-        let tag = |t: Option<&str>| Hash64::new(self.seed).str(t.unwrap_or("")).finish();
-        let (a, b) = (tag(msg.from_tag()), tag(msg.to_tag()));
-        Some(
-            Hash64::new(self.seed)
-                .str(call_id)
-                .u64(a.min(b))
-                .u64(a.max(b))
-                .finish(),
-        )
+        // The same whichever side sends: the two tags in a fixed order.
+        let (from, to) = (msg.from_tag().unwrap_or(""), msg.to_tag().unwrap_or(""));
+        let (low, high) = if from <= to { (from, to) } else { (to, from) };
+        Some(self.key.mac().str(call_id).str(low).str(high).finish())
     }
 
     fn shard(&self, id: u64) -> MutexGuard<'_, HashMap<u64, u64>> {
@@ -122,7 +119,7 @@ mod tests {
 
     #[test]
     fn a_bye_from_either_side_ends_the_dialog_its_2xx_set_up() {
-        let set = DialogSet::new(64, 7);
+        let set = DialogSet::new(64, MacKey::new([7; 16]));
         let ok = msg("SIP/2.0 200 OK\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKa\nFrom: <sip:a@x>;tag=aa\nTo: <sip:b@x>;tag=bb\nCall-ID: c1\nCSeq: 1 INVITE\nContent-Length: 0\n\n");
         let ok = SipMsg::parse(&ok).unwrap();
         assert!(set.confirmed(1, &ok));
@@ -142,7 +139,7 @@ mod tests {
     #[test]
     fn a_full_set_forgets_old_dialogs_only() {
         // One dialog per shard at most.
-        let set = DialogSet::new(SHARDS, 7);
+        let set = DialogSet::new(SHARDS, MacKey::new([7; 16]));
         let ok = |call: usize| {
             msg(&format!("SIP/2.0 200 OK\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKa\nFrom: <sip:a@x>;tag=aa\nTo: <sip:b@x>;tag=bb\nCall-ID: c{call}\nCSeq: 1 INVITE\nContent-Length: 0\n\n"))
         };

@@ -195,10 +195,13 @@ impl Proxy {
     }
 
     fn flow_mac(&self, used: TokenUse, bytes: &[u8]) -> u64 {
-        // A domain constant first: the same key signs other things, and a
-        // MAC of one kind must never verify as another (nor a Record-Route
-        // token as a Path token).
-        self.mac_key.mac().u64(used.tweak()).raw(bytes).finish()
+        // The flow tokens' own key, and the use first: a Record-Route token
+        // must never verify as a Path token.
+        self.keys
+            .mac(crate::hash::Purpose::FlowToken)
+            .u64(used.tweak())
+            .raw(bytes)
+            .finish()
     }
 }
 

@@ -79,12 +79,12 @@ pub use register::{DEFAULT_EXPIRES, MAX_EXPIRES, STORE_RETRY_AFTER};
 pub(crate) use routing::upstream_address;
 pub use stats::ProxyStats;
 pub use timer_table::{T1, T2, T4, TIMER_64T1, TIMER_C};
-pub use transport_error::TransportErrorOutcome;
+pub use transport_error::{TransportErrorOutcome, UnreachableOutcome};
 pub(crate) use worker::reply_hop;
 pub use worker::ProxyWorker;
 pub use worker::AMPLIFICATION_LIMIT;
 
-use crate::hash::{Hash64, MacKey};
+use crate::hash::{Hash64, KeyRing, Purpose};
 use crate::registrar::{LocationStore, MemoryStore};
 use crate::relay::RelayPolicy;
 use crate::transport::{FlowState, Hop, Transport, TransportAddr};
@@ -104,11 +104,10 @@ pub struct Proxy {
     config: ProxyConfig,
     /// Our address per transport: UDP (`local`) first, then the listeners.
     own: Vec<OwnAddress>,
-    /// Seed of every hash we put on the wire (branches, To-tags).
-    secret: u64,
-    /// Key of the MACs we put on the wire (branch upstream MAC, signed
-    /// Record-Route).
-    mac_key: MacKey,
+    /// The keys of every value derived from our secret (branches,
+    /// To-tags, signed Record-Route, flow tokens, table keys), one per
+    /// purpose.
+    keys: KeyRing,
     /// Where requests may go (a reload may replace it: read-locked per
     /// forwarded request, written only by [`Proxy::set_relay`]).
     relay: RwLock<RelayPolicy>,
@@ -175,10 +174,12 @@ impl Proxy {
         let config_max_transactions = config.max_transactions;
         // Deterministic until a driver calls `set_secret` (servers do, with
         // random bytes).
-        let secret = Hash64::new(0x5EC2E7)
-            .str(&sent_by)
-            .str(&format!("{:?}", config.mode))
-            .finish();
+        let keys = KeyRing::from_seed(
+            Hash64::new(0x5EC2E7)
+                .str(&sent_by)
+                .str(&format!("{:?}", config.mode))
+                .finish(),
+        );
         let relay = RelayPolicy::new(
             config.local,
             config.route_to.into_iter().collect(),
@@ -198,8 +199,7 @@ impl Proxy {
         Proxy {
             realms,
             authorised: (config.auth.is_some() && config.mode == Mode::Stateless)
-                .then(|| AuthorisedHops::new(secret)),
-            mac_key: MacKey::from_seed(secret),
+                .then(|| AuthorisedHops::new(keys.key(Purpose::AuthorisedHop))),
             relay: RwLock::new(relay),
             draining: AtomicBool::new(false),
             auth: config.auth.clone().map(Authenticator::new),
@@ -212,7 +212,6 @@ impl Proxy {
             }),
             config,
             own,
-            secret,
             store,
             names: None,
             flow_state: None,
@@ -225,21 +224,24 @@ impl Proxy {
             counters: Counters::new(),
             last_expiry_sweep: AtomicU64::new(0),
             refusal_acks_until: AtomicU64::new(0),
-            dialogs: dialogs::DialogSet::new(config_max_transactions, secret),
+            dialogs: dialogs::DialogSet::new(config_max_transactions, keys.key(Purpose::Dialog)),
+            keys,
         }
     }
 
-    /// Replace the secret of every hash and MAC we put on the wire
-    /// (branches, To-tags, transaction and loop hashes, signed
-    /// Record-Route): random at start-up in a server. Signed Record-Routes
-    /// of dialogs set up before a change no longer verify.
+    /// Replace the secret every value we derive from it is keyed by, one
+    /// key per purpose ([`KeyRing`]: branches, To-tags, transaction and
+    /// loop hashes, signed Record-Route, flow tokens, the keys of the
+    /// tables an attacker fills): random at start-up in a server. Signed
+    /// Record-Routes of dialogs set up before a change no longer verify,
+    /// and the dialogs and authorised hops tracked so far are forgotten.
     pub fn set_secret(&mut self, secret: [u8; 32]) {
-        let mut seed = [0u8; 8];
-        seed.copy_from_slice(&secret[..8]);
-        self.secret = u64::from_le_bytes(seed);
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&secret[16..]);
-        self.mac_key = MacKey::new(key);
+        self.keys = KeyRing::new(&secret);
+        if self.authorised.is_some() {
+            self.authorised = Some(AuthorisedHops::new(self.keys.key(Purpose::AuthorisedHop)));
+        }
+        self.dialogs =
+            dialogs::DialogSet::new(self.config.max_transactions, self.keys.key(Purpose::Dialog));
     }
 
     /// Resolve next hops that are names through `resolver` (the driver's

@@ -26,11 +26,13 @@
 //! Content-Length and the grammar of From/To beyond their tag. A request
 //! malformed there gets the `503` (stateless, bounded, like the `400` it
 //! would otherwise get) instead of a `400`. Anything the scan cannot
-//! handle — a folded line among the copied ones, a header line without a
-//! colon, a second From/To/Call-ID/CSeq, a CSeq that is not `INVITE`, a To
-//! tag, a top Via that does not parse, text that is not UTF-8, more than
-//! [`MAX_COPIED`] copied lines — takes the full path, which refuses it as
-//! before (or answers `400`).
+//! handle — a folded line among the copied ones or before any header, a
+//! header line the full parser's line grammar refuses, a second
+//! From/To/Call-ID/CSeq, a CSeq that is not `INVITE`, a To tag (found
+//! where the full parser finds it: [`crate::peek`]), a top Via that does
+//! not parse, a head that is not UTF-8 anywhere, more than [`MAX_COPIED`]
+//! copied lines — takes the full path, which refuses it as before (or
+//! answers `400`, or drops what it cannot read).
 //!
 //! The To-tag of a quick refusal is `rwo` and 16 hex digits of a keyed MAC
 //! of the Call-ID ([`Proxy::refusal_tag`]): the ACK is recognised without
@@ -44,10 +46,13 @@ use super::routing::upstream_address;
 use super::stats::Counter;
 use super::worker::{reply_hop, scratch_for, send, ProxyWorker, AMPLIFICATION_LIMIT};
 use super::{Proxy, T1};
+use crate::hash::{Purpose, Tag};
+use crate::msg::HeaderKind;
 use crate::msg::{Via, MAX_HEADERS, MAX_MESSAGE};
 use crate::overload_control::OcAdvert;
+use crate::peek::{header_kind, split_header, trim_lws};
 use crate::relay::sendable;
-use crate::text::{is_lws, is_token, CommaSplit};
+use crate::text::{is_lws, CommaSplit};
 use crate::transport::Hop;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -59,11 +64,6 @@ const TAIL: &[u8] = b"Retry-After: 5\r\nContent-Length: 0\r\n\r\n";
 /// Header lines a quick refusal copies at most (Via lines included); a
 /// request with more takes the full path.
 const MAX_COPIED: usize = 24;
-/// The To-tag of a quick refusal starts with this.
-const REFUSAL_TAG_PREFIX: &[u8] = b"rwo";
-/// Hex digits after the prefix (a 64-bit MAC).
-const REFUSAL_TAG_DIGITS: usize = 16;
-const REFUSAL_TAG_LEN: usize = REFUSAL_TAG_PREFIX.len() + REFUSAL_TAG_DIGITS;
 /// How long after the last quick refusal ACKs are peeked at for its tag
 /// (ns): a refused INVITE may be retransmitted for 64·T1 and each
 /// retransmission draws a `503` and an ACK; a few seconds more for the
@@ -74,38 +74,19 @@ pub(super) const REFUSAL_ACK_WINDOW: u64 = 64 * T1 + 8_000_000_000;
 /// (ns): one store per second, not one per refusal.
 const REFUSAL_WINDOW_SLACK: u64 = 1_000_000_000;
 
-/// The To-tag of a quick refusal (`rwo` and 16 hex digits).
-pub(super) struct RefusalTag {
-    buf: [u8; REFUSAL_TAG_LEN],
-}
-
-impl RefusalTag {
-    pub(super) fn as_bytes(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
 impl Proxy {
-    /// The To-tag of our quick refusals of calls with Call-ID `call_id`: a
-    /// MAC under our key, so that the ACK is recognised without state and
-    /// nobody else's tag is taken for ours.
-    pub(super) fn refusal_tag(&self, call_id: &[u8]) -> RefusalTag {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mac = self.mac_key.mac().u64(0x503_7A6).raw(call_id).finish();
-        let mut buf = [0u8; REFUSAL_TAG_LEN];
-        buf[..REFUSAL_TAG_PREFIX.len()].copy_from_slice(REFUSAL_TAG_PREFIX);
-        for (i, digit) in buf[REFUSAL_TAG_PREFIX.len()..].iter_mut().enumerate() {
-            *digit = HEX[((mac >> (4 * (REFUSAL_TAG_DIGITS - 1 - i))) & 0xF) as usize];
-        }
-        RefusalTag { buf }
+    /// The To-tag of our quick refusals of calls with Call-ID `call_id`
+    /// (`rwo` and 16 hex digits of a MAC under the refusal tags' key), so
+    /// that the ACK is recognised without state and nobody else's tag is
+    /// taken for ours.
+    pub(super) fn refusal_tag(&self, call_id: &[u8]) -> Tag {
+        self.keys.tag(Purpose::RefusalTag, call_id)
     }
 
     /// Whether `tag` (a To tag) is the one our quick refusals give
     /// responses of Call-ID `call_id`.
-    pub(super) fn is_refusal_tag(&self, tag: &[u8], call_id: &[u8]) -> bool {
-        tag.len() == REFUSAL_TAG_LEN
-            && tag.starts_with(REFUSAL_TAG_PREFIX)
-            && self.refusal_tag(call_id).as_bytes() == tag
+    pub(crate) fn is_refusal_tag(&self, tag: &[u8], call_id: &[u8]) -> bool {
+        self.keys.is_tag(Purpose::RefusalTag, tag, call_id)
     }
 
     /// A quick refusal was sent at `now`: peek at ACKs for a while.
@@ -206,22 +187,15 @@ enum Copied {
     CSeq,
 }
 
-/// The copied kind a header name (long or compact, any case) is.
+/// The copied kind a header name (long or compact, any case) is, by the
+/// full parser's classification.
 fn copied_kind(name: &[u8]) -> Option<Copied> {
-    let is = |long: &[u8]| name.eq_ignore_ascii_case(long);
-    match name.len() {
-        1 => match name[0].to_ascii_lowercase() {
-            b'v' => Some(Copied::Via),
-            b'f' => Some(Copied::From),
-            b't' => Some(Copied::To),
-            b'i' => Some(Copied::CallId),
-            _ => None,
-        },
-        2 if is(b"to") => Some(Copied::To),
-        3 if is(b"via") => Some(Copied::Via),
-        4 if is(b"from") => Some(Copied::From),
-        4 if is(b"cseq") => Some(Copied::CSeq),
-        7 if is(b"call-id") => Some(Copied::CallId),
+    match header_kind(name) {
+        HeaderKind::Via => Some(Copied::Via),
+        HeaderKind::From => Some(Copied::From),
+        HeaderKind::To => Some(Copied::To),
+        HeaderKind::CallId => Some(Copied::CallId),
+        HeaderKind::CSeq => Some(Copied::CSeq),
         _ => None,
     }
 }
@@ -237,35 +211,6 @@ fn next_line(message: &[u8], pos: usize) -> Option<Option<(usize, usize, usize)>
         newline
     };
     Some((end > pos).then_some((pos, end, newline + 1)))
-}
-
-/// `name: value` of a header line, by the full parser's grammar (a token,
-/// blanks, a colon; the value without linear white space at either end);
-/// `None` for a line the full parser refuses, which then answers it.
-fn split_header(line: &[u8]) -> Option<(&[u8], &[u8])> {
-    let name_len = line.iter().position(|&b| !is_token(b))?;
-    let blanks = line[name_len..]
-        .iter()
-        .take_while(|&&b| b == b' ' || b == b'\t')
-        .count();
-    if name_len == 0 || line.get(name_len + blanks) != Some(&b':') {
-        return None;
-    }
-    Some((&line[..name_len], trim_lws(&line[name_len + blanks + 1..])))
-}
-
-/// `bytes` without linear white space at either end (as the full parser
-/// trims values: not form feeds or other ASCII blanks).
-fn trim_lws(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|&b| !is_lws(b))
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|&b| !is_lws(b))
-        .map_or(start, |at| at + 1);
-    &bytes[start..end]
 }
 
 impl<'a> InviteHead<'a> {
@@ -301,8 +246,9 @@ impl<'a> InviteHead<'a> {
             }
             let line = &message[start..end];
             if line[0] == b' ' || line[0] == b'\t' {
-                // A folded line: the full path unfolds it.
-                if last_copied {
+                // A folded line: the full path unfolds it (or, before any
+                // header, refuses the message unanswered).
+                if last_copied || lines == 1 {
                     return None;
                 }
                 continue;
@@ -338,9 +284,6 @@ impl<'a> InviteHead<'a> {
                     }
                 }
             }
-            // Only text goes into the response (as on the full path, which
-            // refuses a head that is not UTF-8).
-            std::str::from_utf8(line).ok()?;
             let slot = copied.get_mut(count)?;
             let trimmed_end =
                 start + line.len() - line.iter().rev().take_while(|&&b| is_lws(b)).count();
@@ -348,7 +291,9 @@ impl<'a> InviteHead<'a> {
             count += 1;
             last_copied = true;
         }
-        if seen != [true; 3] {
+        // A head that is not UTF-8 anywhere, copied line or not, is
+        // dropped unanswered by the full path: answer it there.
+        if seen != [true; 3] || std::str::from_utf8(&message[..pos]).is_err() {
             return None;
         }
         let top_via = top_via?;
@@ -559,7 +504,7 @@ Content-Length: 0\r\n\r\n";
             assert_eq!(sent[0].0, addr("192.0.2.1:5070"));
             let quick = &sent[0].1;
             let tag = proxy.refusal_tag(b"q1@host");
-            let tag = std::str::from_utf8(tag.as_bytes()).unwrap();
+            let tag = tag.as_str();
             let response = SipMsg::parse(quick).unwrap();
             assert_eq!(response.to_tag(), Some(tag));
             // The full path's refusal of the same INVITE: identical but
@@ -576,7 +521,7 @@ Content-Length: 0\r\n\r\n";
                 );
                 fill_rport(&mut buf, &msg.top_via().unwrap(), addr("192.0.2.1:5070"));
                 let local = proxy.local_to_tag("q1@host");
-                untagged(&buf, local.to_tag())
+                untagged(&buf, local.as_str())
             };
             assert_eq!(untagged(quick, tag), slow);
             assert!(slow.contains("rport=5070;received=192.0.2.1"));
@@ -667,6 +612,68 @@ Content-Length: 0\r\n\r\n";
         assert!(!String::from_utf8_lossy(&sent[0].1).contains("tag=rwo"));
         let (outcome, _) = handle(&proxy, "192.0.2.1:5070", cases[4].as_bytes(), true);
         assert_eq!(outcome.action, Action::Responded(400));
+    }
+
+    /// Issue 19: the scan reads what the full parser reads, so that a
+    /// quick path never answers (or copies) what the full path would not.
+    /// Each case was seen passing the scan before the fix (a tag after a
+    /// quoted `>`: the scan looked for the header parameters after the
+    /// last `>`; a byte that is not UTF-8 outside the copied lines; a
+    /// folded line before any header).
+    #[test]
+    fn the_scan_answers_only_what_the_full_path_reads_alike() {
+        for mode in [Mode::Stateless, Mode::Stateful] {
+            let proxy = proxy(mode);
+            // An in-dialog INVITE whose tag follows a quoted `>`: the full
+            // parser reads the tag (the parameters follow the `>` closing
+            // the URI), so it is not a new call, is not refused, and no
+            // response carries a second tag.
+            let tagged = INVITE.replace(
+                "To: <sip:bob@example.com>  ",
+                "To: <sip:bob@example.com>;tag=x;p=\">\"",
+            );
+            let msg = SipMsg::parse(tagged.as_bytes()).unwrap();
+            assert_eq!(msg.to_tag(), Some("x"));
+            assert!(!crate::peek::is_new_invite(tagged.as_bytes()));
+            assert!(InviteHead::scan(tagged.as_bytes()).is_none());
+            let (outcome, sent) = handle(&proxy, "192.0.2.1:5070", tagged.as_bytes(), true);
+            assert_ne!(outcome.action, Action::Responded(503), "{mode:?}");
+            assert!(sent
+                .iter()
+                .all(|(_, m)| !m.windows(7).any(|w| w == b"tag=rwo")));
+            // A byte that is not UTF-8 in a line the refusal does not copy:
+            // the full path drops the datagram unanswered, so must the scan.
+            let mut subject = INVITE
+                .replace("Max-Forwards: 70", "Subject: caf\u{e9}\r\nMax-Forwards: 70")
+                .into_bytes();
+            let at = subject.iter().position(|&b| b == 0xC3).unwrap();
+            subject[at] = 0xFF;
+            assert!(SipMsg::parse_loose(&subject).is_err());
+            assert!(InviteHead::scan(&subject).is_none());
+            let (outcome, sent) = handle(&proxy, "192.0.2.1:5070", &subject, true);
+            assert!(sent.is_empty(), "{mode:?}: {outcome:?}");
+            // A folded line before any header: the full parser refuses the
+            // head (not even a 400), so no quick 503 either.
+            let folded = INVITE.replace("SIP/2.0\r\nVia", "SIP/2.0\r\n x\r\nVia");
+            assert!(SipMsg::parse_loose(folded.as_bytes()).is_err());
+            assert!(InviteHead::scan(folded.as_bytes()).is_none());
+            let (_, sent) = handle(&proxy, "192.0.2.1:5070", folded.as_bytes(), true);
+            assert!(sent.is_empty(), "{mode:?}");
+        }
+        // The ACK peek finds the tag where the full parser does, past a
+        // quoted parameter holding `;tag=` and `>`.
+        let ack =
+            "ACK sip:bob@192.0.2.20 SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKa\r\n\
+To: <sip:bob@example.com>;p=\"a>;tag=no\";tag=rwo1\r\nCall-ID: c\r\nFrom: <sip:a@x>;tag=1\r\n\
+CSeq: 1 ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            SipMsg::parse(ack.as_bytes()).unwrap().to_tag(),
+            Some("rwo1")
+        );
+        assert_eq!(
+            ack_tag_and_call_id(ack.as_bytes()),
+            Some((&b"rwo1"[..], &b"c"[..]))
+        );
     }
 
     #[test]

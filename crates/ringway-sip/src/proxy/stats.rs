@@ -112,6 +112,13 @@ pub struct ProxyStats {
     /// handshake) while their transaction waited there: each moved on to
     /// the next target at once, or got `500` with none left.
     pub transport_errors: u64,
+    /// ICMP unreachable errors the driver read for UDP destinations the
+    /// proxy sent to ([`ProxyWorker::on_unreachable`]; stateless mode
+    /// counts them and changes nothing). The transactions they moved on
+    /// count in `transport_errors` and `failovers`.
+    ///
+    /// [`ProxyWorker::on_unreachable`]: crate::ProxyWorker::on_unreachable
+    pub unreachable_reports: u64,
     /// Dialogs set up through this proxy and tracked: the first 2xx to an
     /// INVITE outside a dialog went upstream (stateful mode).
     pub dialogs_confirmed: u64,
@@ -168,11 +175,12 @@ pub(super) enum Counter {
     TransportErrors,
     DialogsConfirmed,
     DialogsEnded,
+    UnreachableReports,
 }
 
 impl Counter {
     /// Number of counters.
-    pub(super) const COUNT: usize = Counter::DialogsEnded as usize + 1;
+    pub(super) const COUNT: usize = Counter::UnreachableReports as usize + 1;
 }
 
 /// Number of counter stripes (workers beyond this share stripes).
@@ -306,6 +314,7 @@ impl Proxy {
             flow_failures_received: counters.event(Counter::FlowFailuresReceived),
             flow_retries: counters.event(Counter::FlowRetries),
             transport_errors: counters.event(Counter::TransportErrors),
+            unreachable_reports: counters.event(Counter::UnreachableReports),
             dialogs_confirmed: counters.event(Counter::DialogsConfirmed),
             dialogs_ended: counters.event(Counter::DialogsEnded),
             dialogs_open: self.dialogs_open() as u64,

@@ -7,9 +7,10 @@
 use super::flow_retry::FlowRetry;
 use super::timer_table::{TimerTable, TransactionTimer, T1, T2, T4, TIMER_64T1, TIMER_C};
 use crate::msg::Method;
-use crate::transport::Hop;
+use crate::transport::{Hop, Transport};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -109,6 +110,10 @@ pub(super) struct Transaction {
     /// Bytes this transaction is counted for in its shard's table
     /// ([`Transaction::footprint`] when last (re)scheduled).
     charged: usize,
+    /// The UDP destination its shard's [`Shard::waiting_at`] index lists
+    /// it under (the index is swept lazily: an entry is checked against
+    /// [`Transaction::waits_at`] when used).
+    indexed_at: Option<SocketAddr>,
 }
 
 impl Transaction {
@@ -132,7 +137,22 @@ impl Transaction {
             generation: 0,
             failover: None,
             charged: 0,
+            indexed_at: None,
         }
+    }
+
+    /// The UDP destination whose answer the client side waits for with
+    /// nothing heard yet (Calling): an ICMP unreachable for it is a
+    /// transport error of this transaction (RFC 3261 18.4, 8.1.3.1). Not
+    /// a CANCEL (it never fails over), not a connection transport (the
+    /// connection reports its own errors).
+    pub(super) fn waits_at(&self) -> Option<SocketAddr> {
+        if self.class == Class::Cancel || self.client != ClientState::Calling {
+            return None;
+        }
+        self.downstream
+            .filter(|hop| hop.transport == Transport::Udp)
+            .map(|hop| hop.addr)
     }
 
     /// Whether the client side may move on to the next target now: nothing
@@ -395,7 +415,12 @@ impl ScheduledTimer {
 const ENTRY_BYTES: usize = std::mem::size_of::<Transaction>()
     + std::mem::size_of::<TransactionKey>()
     + 2 * std::mem::size_of::<ScheduledTimer>()
+    + WAITING_ENTRIES_PER_TRANSACTION * std::mem::size_of::<TransactionKey>()
     + 16;
+
+/// Entries of the [`Shard::waiting_at`] index kept per live transaction at
+/// most (beyond, the stale ones are swept), as for the timer heap.
+const WAITING_ENTRIES_PER_TRANSACTION: usize = 2;
 
 /// Heap entries kept per live transaction at most (beyond, the stale ones
 /// are swept): stale entries of rescheduled transactions stay bounded.
@@ -409,6 +434,16 @@ const HEAP_ENTRIES_PER_TRANSACTION: usize = 2;
 pub(super) struct Shard {
     pub(super) transactions: HashMap<TransactionKey, Transaction>,
     pub(super) timers: BinaryHeap<Reverse<ScheduledTimer>>,
+    /// Transactions by the UDP destination they wait at
+    /// ([`Transaction::waits_at`]), so that an ICMP unreachable for one
+    /// destination finds its transactions without a scan of the table.
+    /// Entries go stale when a transaction moves on (a response, another
+    /// target, its end); [`Shard::take_waiting_at`] checks each, and
+    /// [`Shard::schedule`] sweeps them when they outnumber the live
+    /// transactions (amortised O(1), as the timer heap).
+    waiting_at: HashMap<SocketAddr, Vec<TransactionKey>>,
+    /// Entries in `waiting_at`, over every destination.
+    waiting_entries: usize,
     bytes: Arc<AtomicUsize>,
 }
 
@@ -418,6 +453,8 @@ impl Shard {
         Shard {
             transactions: HashMap::new(),
             timers: BinaryHeap::new(),
+            waiting_at: HashMap::new(),
+            waiting_entries: 0,
             bytes,
         }
     }
@@ -463,6 +500,16 @@ impl Shard {
                     generation: transaction.generation,
                 }));
             }
+            if let Some(at) = transaction.waits_at() {
+                if transaction.indexed_at != Some(at) {
+                    transaction.indexed_at = Some(at);
+                    self.waiting_at.entry(at).or_default().push(key);
+                    self.waiting_entries += 1;
+                }
+            }
+        }
+        if self.waiting_entries > WAITING_ENTRIES_PER_TRANSACTION * self.transactions.len() + 64 {
+            self.sweep_waiting();
         }
         if self.timers.len() > HEAP_ENTRIES_PER_TRANSACTION * self.transactions.len() + 64 {
             // Every reschedule leaves a stale entry until its deadline
@@ -474,6 +521,58 @@ impl Shard {
                     .is_some_and(|t| t.generation == entry.generation)
             });
         }
+    }
+
+    /// Keep only the [`Shard::waiting_at`] entries of transactions that
+    /// still wait at their destination.
+    fn sweep_waiting(&mut self) {
+        let transactions = &mut self.transactions;
+        let mut kept = 0;
+        self.waiting_at.retain(|at, keys| {
+            // A transaction's first entry here keeps it if it still waits
+            // here; its later ones (it left and came back) go, as do the
+            // entries of those that moved on.
+            keys.retain(|key| match transactions.get_mut(key) {
+                Some(t) if t.indexed_at == Some(*at) => {
+                    t.indexed_at = None;
+                    t.waits_at() == Some(*at)
+                }
+                _ => false,
+            });
+            for key in keys.iter() {
+                if let Some(t) = transactions.get_mut(key) {
+                    t.indexed_at = Some(*at);
+                }
+            }
+            kept += keys.len();
+            !keys.is_empty()
+        });
+        self.waiting_entries = kept;
+    }
+
+    /// Take the transactions waiting at the UDP destination `at` out of
+    /// the index: the keys of those that still wait there (each once).
+    /// The caller moves each on (another target, or an end) and
+    /// [`Shard::schedule`]s it, which indexes it again where it waits now.
+    pub(super) fn take_waiting_at(&mut self, at: SocketAddr) -> Vec<TransactionKey> {
+        let Some(mut keys) = self.waiting_at.remove(&at) else {
+            return Vec::new();
+        };
+        self.waiting_entries = self.waiting_entries.saturating_sub(keys.len());
+        keys.retain(|key| match self.transactions.get_mut(key) {
+            Some(t) if t.indexed_at == Some(at) => {
+                t.indexed_at = None;
+                t.waits_at() == Some(at)
+            }
+            _ => false,
+        });
+        keys
+    }
+
+    /// Entries of the [`Shard::waiting_at`] index (stale ones included).
+    #[cfg(test)]
+    pub(super) fn waiting_entries(&self) -> usize {
+        self.waiting_entries
     }
 
     /// Whether `entry` still describes its transaction's current schedule.
@@ -632,5 +731,61 @@ mod tests {
         cancel.time_out();
         cancel.end_after_timeout(7);
         assert_eq!(cancel.next_deadline(), Some(7));
+    }
+
+    /// The index by destination finds the transactions waiting at one
+    /// (not one that heard a provisional, not a CANCEL, not another
+    /// destination's), each once; and a transaction moving between
+    /// destinations again and again leaves a bounded number of entries.
+    #[test]
+    fn the_waiting_index_finds_the_waiting_transactions_and_stays_bounded() {
+        let mut shard = Shard::new(Arc::new(AtomicUsize::new(0)));
+        let (a, b) = (addr("192.0.2.2:5060"), addr("192.0.2.3:5060"));
+        for hash in 0..10 {
+            let class = if hash == 9 {
+                Class::Cancel
+            } else {
+                Class::Invite
+            };
+            let key = TransactionKey::new(hash, class);
+            let mut transaction = Transaction::new(class, None);
+            transaction.start_client(0, if hash % 3 == 0 { a } else { b });
+            shard.insert(key, transaction);
+            shard.schedule(key);
+            shard.schedule(key);
+        }
+        let heard = TransactionKey::new(3, Class::Invite);
+        shard
+            .transactions
+            .get_mut(&heard)
+            .unwrap()
+            .client_provisional(1, 100);
+        shard.schedule(heard);
+        let mut found: Vec<u64> = shard
+            .take_waiting_at(a.addr)
+            .iter()
+            .map(|k| k.hash)
+            .collect();
+        found.sort_unstable();
+        assert_eq!(found, vec![0, 6]);
+        assert!(shard.take_waiting_at(a.addr).is_empty());
+        let moving = TransactionKey::new(1, Class::Invite);
+        for i in 0..10_000u64 {
+            let transaction = shard.transactions.get_mut(&moving).unwrap();
+            transaction.start_client(i, if i % 2 == 0 { a } else { b });
+            shard.schedule(moving);
+        }
+        assert!(
+            shard.waiting_entries() <= WAITING_ENTRIES_PER_TRANSACTION * 10 + 64 + 1,
+            "{}",
+            shard.waiting_entries()
+        );
+        // Swept, one entry per transaction waiting: the five others at B
+        // and the one that moved (0 and 6 were taken out above).
+        shard.sweep_waiting();
+        assert_eq!(shard.waiting_entries(), 6);
+        let at_b = shard.take_waiting_at(b.addr);
+        assert_eq!(at_b.iter().filter(|k| **k == moving).count(), 1);
+        assert_eq!(at_b.len(), 6);
     }
 }

@@ -1,7 +1,9 @@
-//! Transport errors (RFC 3261 16.9, 17.1.4; RFC 3263 4.3): the driver
-//! could not deliver a request we forwarded (a connection to its target
-//! was refused or reset before it was established, a TLS handshake failed,
-//! a connection could not be opened at all). The client transaction learns
+//! Transport errors (RFC 3261 16.9, 17.1.4, 18.4; RFC 3263 4.3): the
+//! driver could not deliver a request we forwarded (a connection to its
+//! target was refused or reset before it was established, a TLS handshake
+//! failed, a connection could not be opened at all: one message reported;
+//! or the kernel reported an ICMP unreachable for a UDP destination: every
+//! transaction waiting there). The client transaction learns
 //! it at once, not at timer B/F: it moves on to the next RFC 3263 target
 //! as after a `503`, or, with no target left, the upstream gets
 //! `500 Server Internal Error` (16.9: a transport error counts as a `503`
@@ -11,10 +13,10 @@
 use super::branch::{try_of, Branch};
 use super::config::Mode;
 use super::stats::Counter;
-use super::transaction::{lock, Class, ClientState, TransactionKey};
+use super::transaction::{lock, Class, ClientState, Transaction, TransactionKey};
 use super::worker::{send, ProxyWorker};
 use crate::msg::{Method, SipMsg};
-use crate::transport::Hop;
+use crate::transport::{Hop, Transport};
 
 /// What a reported transport error came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,13 +76,72 @@ impl ProxyWorker<'_> {
         if !waiting_there {
             return TransportErrorOutcome::Ignored;
         }
+        let outcome = self.transport_failed(transaction, now, out);
+        shard.schedule(key);
+        outcome
+    }
+
+    /// The kernel reported that datagrams to the UDP destination `to`
+    /// cannot be delivered (an ICMP port, host, network or protocol
+    /// unreachable, or a parameter problem, read from the socket's error
+    /// queue; RFC 3261 18.4: a transport error, 8.1.3.1). Every client
+    /// transaction that sent its request to `to` and heard nothing back
+    /// yet moves on to its next target at once, or gets `500` with none
+    /// left, as [`ProxyWorker::on_transport_error`] does for one message.
+    ///
+    /// Only the address the kernel reports is used (never the quoted
+    /// payload): nothing is sent anywhere but to a transaction's next
+    /// configured or resolved target and to its upstream. A transaction
+    /// that already had a response (provisional or final) is not touched
+    /// (an ICMP error then says nothing about the request). A stateless
+    /// proxy holds nothing to move: the report is only counted. The work
+    /// is bounded by the transactions waiting at `to` (an index by
+    /// destination per shard, no scan of the table). Returns how many
+    /// transactions failed over and how many gave up.
+    pub fn on_unreachable(
+        &mut self,
+        now: u64,
+        to: Hop,
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) -> UnreachableOutcome {
+        self.stripe.add(Counter::UnreachableReports);
+        let mut outcome = UnreachableOutcome::default();
+        let proxy = self.proxy();
+        if proxy.config.mode != Mode::Stateful || to.transport != Transport::Udp {
+            return outcome;
+        }
+        for shard in proxy.shards.iter() {
+            let mut shard = lock(shard);
+            for key in shard.take_waiting_at(to.addr) {
+                let Some(transaction) = shard.transactions.get_mut(&key) else {
+                    continue;
+                };
+                match self.transport_failed(transaction, now, out) {
+                    TransportErrorOutcome::FailedOver => outcome.failed_over += 1,
+                    TransportErrorOutcome::GaveUp => outcome.gave_up += 1,
+                    TransportErrorOutcome::Ignored => {}
+                }
+                shard.schedule(key);
+            }
+        }
+        outcome
+    }
+
+    /// The request of `transaction`, waiting at its current target, could
+    /// not be delivered there: the next target, or `500` upstream.
+    fn transport_failed(
+        &mut self,
+        transaction: &mut Transaction,
+        now: u64,
+        out: &mut dyn FnMut(Hop, &[u8]),
+    ) -> TransportErrorOutcome {
         self.stripe.add(Counter::TransportErrors);
         let next = if transaction.can_fail_over() {
             transaction.fail_over(now)
         } else {
             None
         };
-        let outcome = match next {
+        match next {
             Some(next) => {
                 send(out, next, &transaction.request);
                 self.stripe.add(Counter::Failovers);
@@ -96,8 +157,15 @@ impl ProxyWorker<'_> {
                 self.give_up(transaction, now, answer, out);
                 TransportErrorOutcome::GaveUp
             }
-        };
-        shard.schedule(key);
-        outcome
+        }
     }
+}
+
+/// What an unreachable report ([`ProxyWorker::on_unreachable`]) came to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnreachableOutcome {
+    /// Transactions that moved on to their next target.
+    pub failed_over: usize,
+    /// Transactions with no target left: `500` upstream (or their end).
+    pub gave_up: usize,
 }

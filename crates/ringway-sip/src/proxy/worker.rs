@@ -12,6 +12,7 @@ use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
 use crate::overload_control::{self, OcAdvert};
 use crate::registrar::{StoreAnswer, StoreQuery};
 use crate::relay::sendable;
+use crate::text::is_lws;
 use crate::transport::Hop;
 use std::net::SocketAddr;
 
@@ -87,7 +88,9 @@ pub(super) fn fill_via(
     if rport_end.is_none() && oc_end.is_none() {
         return;
     }
-    let Some(at) = memchr::memmem::find(buf, raw.as_bytes()) else {
+    // The copy is at the start of the first Via line's value (not wherever
+    // the text occurs first: a From copied before it may quote it).
+    let Some(at) = first_via_value(buf).filter(|&at| buf[at..].starts_with(raw.as_bytes())) else {
         return;
     };
     // `=65535;received=` and an IPv6 address fit; no allocation.
@@ -336,6 +339,29 @@ impl<'p> ProxyWorker<'p> {
     }
 }
 
+/// Where the value of the first Via line of the message `buf` starts (its
+/// header lines read by the full parser's line grammar).
+fn first_via_value(buf: &[u8]) -> Option<usize> {
+    let mut pos = memchr::memchr(b'\n', buf)? + 1;
+    loop {
+        let end = pos + memchr::memchr(b'\n', &buf[pos..])?;
+        let line = &buf[pos..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return None;
+        }
+        if let Some((name, value)) = crate::peek::split_header(line) {
+            if crate::peek::header_kind(name) == HeaderKind::Via {
+                // A value that starts on a continuation line starts after
+                // the fold.
+                let at = value.as_ptr() as usize - buf.as_ptr() as usize;
+                return Some(at + buf[at..].iter().take_while(|&&b| is_lws(b)).count());
+            }
+        }
+        pos = end + 1;
+    }
+}
+
 /// The scratch buffer, cleared, with room for a datagram built from one of
 /// `received_len` bytes (a held worker's buffer rarely needs to grow).
 pub(super) fn scratch_for(scratch: &mut Vec<u8>, received_len: usize) -> &mut Vec<u8> {
@@ -469,5 +495,39 @@ Call-ID: w1\r\nCSeq: 1 ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
         // Timer I ends it; any worker runs it.
         assert_eq!(worker_b.on_timer(30 + super::super::T4, &mut |_, _| {}), 1);
         assert_eq!(proxy.stats().transactions_active, 0);
+    }
+
+    /// Issue 19: `rport`/`received` go into the copy of the top Via, found
+    /// as the full parser finds it (the first Via line), not wherever its
+    /// text occurs first. Seen failing with the search over the whole
+    /// response: the From line, copied before the Via, quotes the Via and
+    /// got `rport=…;received=…` instead.
+    #[test]
+    fn rport_is_filled_in_the_via_line_not_in_a_header_quoting_it() {
+        let via = "SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKw9;rport";
+        for (first_via, top) in [
+            (format!("Via: {via}"), via),
+            // A value that starts on a continuation line.
+            (format!("Via:\r\n {via}"), via),
+        ] {
+            let request = format!(
+                "OPTIONS sip:192.0.2.10 SIP/2.0\r\nFrom: <sip:a@example.com>;q=\"{via}\";tag=1\r\n\
+{first_via}\r\nTo: <sip:192.0.2.10>\r\nCall-ID: w9\r\nCSeq: 1 OPTIONS\r\n\
+Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+            );
+            let msg = SipMsg::parse(request.as_bytes()).unwrap();
+            assert_eq!(msg.top_via().unwrap().raw, top);
+            let mut buf = Vec::new();
+            build_response(&msg, 200, "OK", &[], Some("t"), &mut buf);
+            super::fill_rport(&mut buf, &msg.top_via().unwrap(), UAC.parse().unwrap());
+            let response = String::from_utf8(buf).unwrap();
+            let filled = format!("{via}=5060;received=192.0.2.1\r\n");
+            assert!(response.contains(&filled), "{response}");
+            assert!(
+                response.contains(&format!("q=\"{via}\";tag=1")),
+                "{response}"
+            );
+            assert_eq!(response.matches("received=").count(), 1, "{response}");
+        }
     }
 }

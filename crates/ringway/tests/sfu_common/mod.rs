@@ -303,3 +303,87 @@ pub(crate) fn admin_http(
     let body = r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
     (status, body)
 }
+
+/// One `ringway sfu load --netns` run of 3 clients (1.5 s, a packet every
+/// 10 ms, no periodic stats) against an SFU listening on `server`, on
+/// `backend`, with `extra` flags (`--routed`, `--ipv6`,
+/// `--sfu-kernel-fanout`); it must succeed (`what` names the run in the
+/// failure) and leave no namespace behind. Returns the SFU's and the
+/// load's JSON reports.
+pub(crate) fn load_netns_run(
+    what: &str,
+    server: &str,
+    backend: &str,
+    extra: &[&str],
+) -> (serde_json::Value, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let (sj, lj) = (dir.path().join("sfu.json"), dir.path().join("load.json"));
+    let mut args = vec![
+        "sfu",
+        "load",
+        "--netns",
+        "--clients",
+        "3",
+        "--server",
+        server,
+        "--duration",
+        "1.5",
+        "--interval-ms",
+        "10",
+        "--stats-interval",
+        "0",
+        "--sfu-backend",
+        backend,
+        "--sfu-json",
+        sj.to_str().unwrap(),
+        "--json",
+        lj.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let (pid, out) = run_ringway(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what}: {stderr}");
+    no_namespaces_of(pid);
+    (read_json(&sj), read_json(&lj))
+}
+
+/// Exact delivery at the 3 clients of [`load_netns_run`]: every packet to
+/// the 2 others and back. Returns the packets sent.
+pub(crate) fn delivered_exactly(what: &str, l: &serde_json::Value) -> u64 {
+    let tx = l["tx_packets"].as_u64().unwrap();
+    assert!(tx >= 3 * 3 * 50, "{what}: {l}");
+    assert_eq!(l["media_packets"].as_u64().unwrap(), 2 * tx, "{what}: {l}");
+    assert_eq!(l["echoes"].as_u64().unwrap(), tx, "{what}: {l}");
+    assert_eq!(l["lost"], 0, "{what}: {l}");
+    assert_eq!(l["control_errors"], 0, "{what}: {l}");
+    tx
+}
+
+/// The AF_XDP backend's report `s` of a run whose clients sent `tx`
+/// packets: every copy written from the received frame into the TX ring,
+/// every echo the received frame turned around, none through the
+/// companion socket either way, no send error.
+pub(crate) fn assert_xdp_rings_carried_all(what: &str, s: &serde_json::Value, tx: u64) {
+    assert_eq!(s["backend"], "xdp", "{what}");
+    let io = &s["io"];
+    assert_eq!(io["rx_via_socket"], 0, "{what}: {io}");
+    assert_eq!(io["tx_via_socket"], 0, "{what}: {io}");
+    assert_eq!(io["tx_errors"], 0, "{what}: {io}");
+    assert_eq!(
+        io["tx_from_rx_frame"].as_u64().unwrap(),
+        2 * tx,
+        "{what}: {io}"
+    );
+    assert_eq!(io["tx_moved"].as_u64().unwrap(), tx, "{what}: {io}");
+}
+
+/// The `tc` fan-out's report `s` of a run whose clients sent `tx` packets:
+/// the first packets of each source reach user space (the route is
+/// installed at the next control tick), the rest, at least half, stay in
+/// the kernel.
+pub(crate) fn assert_kernel_fanout_carried(what: &str, s: &serde_json::Value, tx: u64) {
+    let kernel = s["kernel_fanout"]["packets"].as_u64().unwrap();
+    let user = s["sfu"]["media_accepted"].as_u64().unwrap();
+    assert_eq!(kernel + user, tx, "{what}: {s}");
+    assert!(kernel >= tx / 2, "{what}: kernel {kernel} of {tx}: {s}");
+}

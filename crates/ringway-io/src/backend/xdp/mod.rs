@@ -44,7 +44,9 @@
 //!   hop — the gateway of the kernel's route to it (`RTM_GETROUTE`), or the
 //!   destination itself when on-link — from the kernel's neighbour table,
 //!   both read by the receive path (never on the send path) and aged with
-//!   the kernel's; received frames teach nothing. A destination without
+//!   the kernel's — or, with one backend per receive queue, read once by
+//!   the thread that polls their [`NextHopRefresher`] and taken by each
+//!   backend from its published table; received frames teach nothing. A destination without
 //!   one (unresolved yet, or routed out of another interface) goes through
 //!   the companion UDP socket (the kernel resolves it):
 //!   `IoStats::tx_via_socket`.
@@ -75,7 +77,8 @@ use crate::sys::{self, Mapping};
 use crate::time::{monotonic_now, realtime_now, Nanos};
 use crate::wire::{sum16, UdpFrame};
 use frame::{overhead_for, turn_around, verify_udp, Template};
-use neigh::Neighbours;
+pub use neigh::NextHopRefresher;
+use neigh::{Neighbours, NextHops};
 use program::err;
 use ring::{Ring, RingOffset, TxKernel, TxRing};
 use std::collections::HashMap;
@@ -495,7 +498,7 @@ pub(crate) struct XdpBackend {
     /// Per datagram of the caller's current batch: its frame, if it came
     /// through the XSK.
     lent: Vec<Option<Lent>>,
-    neigh: Neighbours,
+    next_hops: NextHops,
     templates: HashMap<SocketAddr, Template, BuildHasherDefault<AddrHasher>>,
     templates_generation: u64,
     ip_id: u16,
@@ -513,7 +516,7 @@ impl XdpBackend {
     /// The backend on queue `cfg.queue` only.
     pub(crate) fn open(cfg: XdpConfig) -> io::Result<XdpBackend> {
         let queue = cfg.queue;
-        let (mut backends, _) = XdpBackend::open_queues(cfg, &[queue])?;
+        let (mut backends, _, _) = XdpBackend::open_queues(cfg, &[queue])?;
         Ok(backends.pop().expect("one queue asked, one opened"))
     }
 
@@ -522,11 +525,13 @@ impl XdpBackend {
     /// program whose XSKMAP holds every socket at its queue's index. The
     /// first backend receives on the companion UDP socket too; the others
     /// send through handles of it. Also returns one more handle of that
-    /// socket, for a thread that sends through the kernel.
+    /// socket, for a thread that sends through the kernel, and with several
+    /// queues the refresher of their next hops (one backend reads its
+    /// own).
     pub(crate) fn open_queues(
         cfg: XdpConfig,
         queues: &[u32],
-    ) -> io::Result<(Vec<XdpBackend>, UdpSocket)> {
+    ) -> io::Result<(Vec<XdpBackend>, UdpSocket, Option<NextHopRefresher>)> {
         let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if !(16..=65536).contains(&cfg.frames) || !cfg.frames.is_power_of_two() {
             return Err(bad("xdp frames must be a power of two in 16..=65536"));
@@ -569,6 +574,7 @@ impl XdpBackend {
             _map: map,
         });
         let spare = sock.try_clone()?;
+        let refresher = (queues.len() > 1).then(|| NextHopRefresher::new(&cfg.ifname));
         let mut receiving = Some(sock);
         let mut backends = Vec::with_capacity(sockets.len());
         for (queue, socket) in sockets {
@@ -594,7 +600,10 @@ impl XdpBackend {
                 sock,
                 sock_rx,
                 queues: queues.len() as u32,
-                neigh: Neighbours::new(&cfg.ifname),
+                next_hops: match &refresher {
+                    Some(refresher) => NextHops::Shared(refresher.view()),
+                    None => NextHops::Own(Neighbours::new(&cfg.ifname)),
+                },
                 cfg: XdpConfig {
                     queue,
                     ..cfg.clone()
@@ -615,7 +624,7 @@ impl XdpBackend {
             backend.refill();
             backends.push(backend);
         }
-        Ok((backends, spare))
+        Ok((backends, spare, refresher))
     }
 
     /// Frames the fill and RX rings (and the lent ones) may hold.
@@ -720,7 +729,7 @@ impl XdpBackend {
                 continue;
             };
             let src = parsed.src();
-            self.neigh.note(src.ip());
+            self.next_hops.note(src.ip());
             let data = parsed.udp().payload();
             let frame = batch.next_frame_mut().expect("room checked");
             let copied = data.len().min(frame.len());
@@ -841,15 +850,15 @@ impl XdpBackend {
     /// The header template towards `dst` (of our family), when its MAC is
     /// known.
     fn template(&mut self, dst: SocketAddr) -> Option<Template> {
-        if self.templates_generation != self.neigh.generation {
+        if self.templates_generation != self.next_hops.generation() {
             self.templates.clear();
-            self.templates_generation = self.neigh.generation;
+            self.templates_generation = self.next_hops.generation();
         }
         if let Some(found) = self.templates.get(&dst) {
             return Some(found.clone());
         }
-        let Some(mac) = self.neigh.get(dst.ip()) else {
-            self.neigh.note(dst.ip());
+        let Some(mac) = self.next_hops.get(dst.ip()) else {
+            self.next_hops.note(dst.ip());
             return None;
         };
         if self.templates.len() >= 65536 {
@@ -932,7 +941,7 @@ impl XdpBackend {
         let Some(lent) = self.lent[i] else {
             return Ok(false);
         };
-        let Some(mac) = self.neigh.get(lent.src.ip()) else {
+        let Some(mac) = self.next_hops.get(lent.src.ip()) else {
             return Ok(false);
         };
         let mut kernel = self.kernel();
@@ -1034,9 +1043,7 @@ impl BatchIo for XdpBackend {
         self.take_back();
         self.refill();
         self.calls += 1;
-        if self.neigh.due() {
-            self.neigh.refresh();
-        }
+        self.next_hops.refresh();
         if self.txr.in_ring() > 0 {
             self.kick()?;
         }
@@ -1052,10 +1059,11 @@ impl BatchIo for XdpBackend {
             // (Spinning, timeout zero: no syscall while nothing came.)
             self.wait_for_rx(batch, deadline)?;
         }
-        if !batch.is_empty() && self.neigh.due() {
+        if !batch.is_empty() {
             // A sender we have no neighbour entry for: read the kernel's
-            // table now (before the copies are made, not on the send path).
-            self.neigh.refresh();
+            // table now if due (before the copies are made, not on the
+            // send path), or take the refresher's newer one.
+            self.next_hops.refresh();
         }
         Ok(batch.len())
     }

@@ -431,7 +431,7 @@ fn deliver(ctx: &mut ReadContext<'_>, from: Hop, message: &[u8], now: u64) {
         message,
         &mut |hop: Hop, bytes: &[u8]| match hop.transport {
             Transport::Udp => {
-                if udp.send_to(bytes, hop.addr).is_ok() {
+                if ringway_io::sock::send_to(udp, bytes, hop.addr).is_ok() {
                     add(&connections.counters.udp_out, 1);
                 }
             }

@@ -339,8 +339,15 @@ fn print_final(r: &ServeReport) {
     }
     if let Some(c) = &r.control {
         println!(
-            "control thread: handled={} replies={} copies={} send_errors={} snapshots={}",
-            c.handled, c.replies, c.copies, c.send_errors, c.snapshots
+            "control thread: handled={} replies={} copies={} send_errors={} snapshots={} \
+             next-hop reads={} tables={}",
+            c.handled,
+            c.replies,
+            c.copies,
+            c.send_errors,
+            c.snapshots,
+            c.next_hop_reads,
+            c.next_hop_tables
         );
     }
     println!(
