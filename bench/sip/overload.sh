@@ -13,8 +13,19 @@
 #     ends, PROBES one-second probes of PROBE_RATE calls/s start one a
 #     second (separate generator processes, same CPU): the success ratio of
 #     each second's calls is the recovery curve.
-#  Steps 2 runs twice, side by side: shedding on (the default
-#  --overload-queue-delay-ms) and off (0, the behaviour before issue 19).
+#  Step 2 runs once per mode of MODES, side by side:
+#   on   shedding (--overload-queue-delay-ms SHED_MS), generators without
+#        RFC 7339 overload control (--overload-control off: no `oc` in
+#        their Via, every refusal is a 503 the proxy pays for);
+#   oc   shedding, generators (and probes) with RFC 7339 loss-based
+#        overload control: the proxy advertises its refused share in its
+#        responses, the generators refuse that share of their new calls
+#        themselves (`throttled`, never sent);
+#   off  no shedding (0, the behaviour before issue 19), no overload control.
+#  Goodput and capacity are defined as in every mode: calls completed OK
+#  per second against the capacity of step 1 (throttled calls are not
+#  goodput; they are counted in `attempted`, so the schedule check is the
+#  same).
 #
 # The generator's own health is reported per run (attempted/scheduled, mean
 # start lag, its socket drops); a run whose generator fell behind is
@@ -35,6 +46,7 @@
 #        CAPACITY=N (skip step 1)  PROBES=10  PROBE_RATE=1000  NICE=-5
 #        SHED_MS=10 (the shedding run's --overload-queue-delay-ms: the set point
 #        of the admission controller, docs/sip-proxy.md)  MODES="on off"
+#        (any of on, oc, off; e.g. CAPACITY=19590 MODES="on oc" PROBES=5)
 #        GENS=2 (generator processes sharing the offered load, all on CPU 1:
 #        one alone does not drain its socket fast enough at ~36 000 calls/s)
 set -euo pipefail
@@ -88,7 +100,7 @@ stop_proxy() {
 # load LOG RATE SECS: one generator on CPU 1 (foreground).
 load() {
     nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" --rate "$2" \
-        --calls $(($2 * $3)) --duration "$3" --arrival constant --json "$1.json" \
+        --calls $(($2 * $3)) --duration "$3" --arrival constant --overload-control off --json "$1.json" \
         >"$1.out" 2>"$1.err" || true
 }
 
@@ -134,6 +146,8 @@ OFFER=$((CAPACITY * FACTOR))
 for mode in $MODES; do
     shed=$SHED_MS
     [[ $mode == off ]] && shed=0
+    gen_oc=off
+    [[ $mode == oc ]] && gen_oc=on
     log="$OUT/over-$mode"
     rm -f "$log".* "$log"-probe-*
     start_proxy "$log" "$shed"
@@ -143,7 +157,9 @@ for mode in $MODES; do
     # The admission controller's fraction, scraped once a second.
     (for _ in $(seq 1 $((OVER_SECS + PROBES + 2))); do
         curl -s --max-time 0.5 http://127.0.0.1:9464/metrics 2>/dev/null \
-            | awk '/^ringway_sip_overload_admitted_ratio /{ v = $2 } END { print (v == "" ? "n/a" : v) }'
+            | awk '/^ringway_sip_overload_admitted_ratio /{ v = $2 }
+                   /^ringway_sip_overload_control_reduction_percent /{ r = $2 }
+                   END { print (v == "" ? "n/a" : v) "," (r == "" ? "n/a" : r) }'
         sleep 1
     done >"$log.admitted") &
     PIDS+=("$!")
@@ -151,7 +167,7 @@ for mode in $MODES; do
     for g in $(seq 1 "$GENS"); do
         nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" \
             --rate "$((OFFER / GENS))" --calls $((OFFER / GENS * OVER_SECS)) \
-            --duration "$OVER_SECS" --arrival constant --seed "$g" \
+            --duration "$OVER_SECS" --arrival constant --seed "$g" --overload-control "$gen_oc" \
             --json "$log.gen$g.json" >"$log.gen$g.out" 2>"$log.gen$g.err" &
         gens+=($!)
         PIDS+=("$!")
@@ -164,7 +180,7 @@ for mode in $MODES; do
     probes=()
     for i in $(seq 1 "$PROBES"); do
         nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" --rate "$PROBE_RATE" \
-            --calls "$PROBE_RATE" --duration 1 --arrival constant --quiet \
+            --calls "$PROBE_RATE" --duration 1 --arrival constant --quiet --overload-control "$gen_oc" \
             --json "$log-probe-$i.json" >/dev/null 2>&1 &
         probes+=($!)
         PIDS+=("$!")
@@ -183,6 +199,7 @@ p = json.load(open(log + ".proxy.json"))
 # The generators' summaries summed (start lag: the worst mean).
 ls = [json.load(open(f"{log}.gen{g}.json")) for g in range(1, gens + 1)]
 l = {k: sum(x[k] for x in ls) for k in ["attempted", "scheduled", "succeeded", "failed_total", "rx_dropped"]}
+l["throttled"] = sum(x.get("throttled", 0) for x in ls)
 l["start_lag_mean_us"] = max(x["start_lag_mean_us"] for x in ls)
 l["start_phase_s"] = max(x["start_phase_s"] for x in ls)
 l["cpu"] = {"user_s": sum(x["cpu"]["user_s"] for x in ls), "sys_s": sum(x["cpu"]["sys_s"] for x in ls)}
@@ -211,11 +228,13 @@ over = [g for t, g in series if 2 <= t <= l["start_phase_s"]]
 sched = l["attempted"] / max(l["scheduled"], 1)
 behind = sched < 0.99 or l["start_lag_mean_us"] > 10_000
 flag = "  ** generator fell behind (or its CPU was taken): left out **" if behind else ""
-print(f"mode shedding={mode}: capacity {cap}/s, offered {offer}/s for {l['start_phase_s']:.1f} s "
+print(f"mode {mode} (on: shedding; oc: shedding + RFC 7339 overload control at the generators; "
+      f"off: neither): capacity {cap}/s, offered {offer}/s for {l['start_phase_s']:.1f} s "
       f"by {gens} generator processes")
 print(f"  generators: attempted {l['attempted']} / scheduled {l['scheduled']} ({sched:.4f}), "
       f"mean start lag {l['start_lag_mean_us']:.0f} us, its socket drops {l['rx_dropped']}{flag}")
-print(f"  calls: ok {l['succeeded']} failed {l['failed_total']} {dict(l['failed'])}")
+print(f"  calls: ok {l['succeeded']} failed {l['failed_total']} {dict(l['failed'])} "
+      f"throttled by the generators (RFC 7339, never sent) {l['throttled']}")
 print(f"  proxy: socket drops {p['drops']['socket_rxq_ovfl']}, queue sheds {p['proxy'].get('overload_queue_sheds')}, "
       f"table sheds {p['proxy']['overload_sheds']}, dropped on a peek {p['messages'].get('overload_queue_drops', 'n/a')}, "
       f"transactions created {p['proxy']['transactions_created']}")
@@ -257,9 +276,13 @@ if over:
           f"({sum(over) / len(over) / cap:.0%}), {low} of {len(over)} seconds under 80 %")
 m = p["messages"]
 print(f"  admitted fraction of new INVITEs: at the end {m.get('overload_admitted_ratio')}, "
-      f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped):")
+      f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped, admitted/advertised oc reduction %):")
+def fmt(x):
+    a, _, r = x.partition(",")
+    a = a if a == "n/a" else f"{float(a):.3f}"
+    return a if r in ("", "n/a") else f"{a}/{float(r):.0f}"
 try:
-    print("   " + " ".join(x if x == "n/a" else f"{float(x):.3f}" for x in open(log + ".admitted").read().split()))
+    print("   " + " ".join(fmt(x) for x in open(log + ".admitted").read().split()))
 except OSError:
     print("   n/a")
 print(f"  probes ({probes} x 1 s of calls, one a second after the overload): success ratio")
@@ -267,7 +290,8 @@ row = []
 for i in range(1, probes + 1):
     try:
         q = json.load(open(f"{log}-probe-{i}.json"))
-        row.append(f"{q['succeeded'] / max(q['attempted'], 1):.3f}")
+        t = q.get("throttled", 0)
+        row.append(f"{q['succeeded'] / max(q['attempted'], 1):.3f}" + (f" (throttled {t})" if t else ""))
     except Exception:
         row.append("n/a")
 print("   " + " ".join(row))

@@ -83,6 +83,7 @@ fn generator(local: &str, uas: Option<&str>, index: usize) -> CallGen {
         t1: Duration::from_millis(500),
         t2: Duration::from_secs(4),
         hold: Duration::from_millis(200),
+        overload_control: false,
     })
 }
 

@@ -102,6 +102,7 @@ fn generator(local: &str, uas: Option<&str>, index: usize) -> CallGen {
         // Longer than any link delay: no copy of an INVITE can reach the
         // UAS after the BYE and open a call nobody ACKs.
         hold: Duration::from_secs(1),
+        overload_control: false,
     })
 }
 

@@ -113,6 +113,13 @@ fn refuse_under_overload(data: &[u8]) {
     let src: SocketAddr = "192.0.2.1:5070".parse().unwrap();
     let mut worker = proxy.worker();
     worker.set_shedding(true);
+    // RFC 7339: the advertisement goes into a Via asking for it; the
+    // bounds below hold with it.
+    worker.set_overload_control(Some(crate::overload_control::OcAdvert::from_admitted_ppm(
+        u32::from(data.first().copied().unwrap_or(0)) * 4_000,
+        crate::overload_control::DEFAULT_VALIDITY_MS,
+        u64::MAX,
+    )));
     let mut responses = Vec::new();
     worker.handle(1, src, data, &mut |to, bytes| {
         check_sent(to, bytes);

@@ -52,6 +52,7 @@ pub mod hash;
 pub mod invariants;
 pub mod msg;
 pub mod overload;
+pub mod overload_control;
 pub mod peek;
 pub mod proxy;
 pub mod registrar;

@@ -124,6 +124,8 @@ pub struct Shedder {
     /// New INVITEs admitted and refused so far.
     admitted: u64,
     refused: u64,
+    /// The fraction is fixed ([`Shedder::pin`]): intervals change nothing.
+    pinned: bool,
 }
 
 impl Shedder {
@@ -145,7 +147,16 @@ impl Shedder {
             credit: 0,
             admitted: 0,
             refused: 0,
+            pinned: false,
         }
+    }
+
+    /// Lab and test knob: hold the admitted fraction at `ppm` millionths
+    /// (at least 1/64; 1 000 000 or more: everything) whatever the queue.
+    pub fn pin(&mut self, ppm: u32) {
+        let admit = u64::from(ppm.min(1_000_000)) * u64::from(ONE) / 1_000_000;
+        self.admit = (admit as u32).max(MIN_ADMIT);
+        self.pinned = true;
     }
 
     /// The knobs.
@@ -169,7 +180,7 @@ impl Shedder {
 
     /// The end of an interval: the new fraction from its delays.
     fn update(&mut self) {
-        if self.samples > 0 {
+        if self.samples > 0 && !self.pinned {
             let ShedConfig {
                 target,
                 ki,

@@ -237,3 +237,131 @@ fn queue_delay_shedding_refuses_with_503_and_absorbs_the_acks() {
     );
     assert_eq!(acks, 0, "ACKs of refused calls reached the victim");
 }
+
+/// One run of RFC 7339 overload control (issue 19): a stateful proxy whose
+/// admission controller is pinned to admit a quarter of the new calls
+/// (`--overload-pinned-admit-ppm`: counts, not timings, decide the test),
+/// and `ringway sip load` offering `CALLS` calls through it with overload
+/// control `generator_oc` (its Via's `oc`, honouring the advertisement).
+/// Returns the proxy's summary and the generator's.
+fn overload_control_run(
+    proxy_oc: &str,
+    generator_oc: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    const CALLS: &str = "600";
+    let (proxy_oc, generator_oc) = (proxy_oc.to_string(), generator_oc.to_string());
+    in_bed(move |procs, dir| {
+        let p = start_loopback_proxy(
+            procs,
+            dir,
+            &[
+                "--mode",
+                "stateful",
+                "--workers",
+                "1",
+                // A set point nothing here reaches: the pinned fraction
+                // decides, and no INVITE waits long enough to be dropped.
+                "--overload-queue-delay-ms",
+                "5000",
+                "--overload-pinned-admit-ppm",
+                "250000",
+                "--overload-control",
+                &proxy_oc,
+            ],
+        );
+        let json = dir.join("load.json");
+        let out = std::process::Command::new(ringway())
+            .args(["sip", "load", "--proxy", "127.0.0.1:5060", "--rate", "300"])
+            .args([
+                "--calls",
+                CALLS,
+                "--duration",
+                "10",
+                "--arrival",
+                "constant",
+            ])
+            .args([
+                "--t1-ms",
+                "500",
+                "--quiet",
+                "--overload-control",
+                &generator_oc,
+            ])
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .expect("run ringway sip load");
+        assert!(
+            out.status.success(),
+            "sip load: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let load: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (stop_proxy(procs, &p), load)
+    })
+}
+
+/// RFC 7339 loss-based overload control with the real binary: a proxy
+/// refusing three quarters of the new calls tells a client whose Via
+/// carries `oc` to refuse 75 % itself; the generator honours it (calls
+/// counted as `throttled`, never sent), so the proxy refuses far fewer
+/// than for a client without overload control, which it sheds as before.
+/// With `--overload-control off` on the proxy nothing is advertised.
+#[test]
+fn overload_control_moves_the_refusals_to_a_conforming_client() {
+    let refused = |s: &serde_json::Value| {
+        s["by_type"]["INVITE"]["responded"]["503"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let (proxy_off, load_off) = overload_control_run("on", "off");
+    let (proxy_on, load_on) = overload_control_run("on", "on");
+    let (proxy_silent, load_silent) = overload_control_run("off", "on");
+    for (name, proxy, load) in [
+        ("client without oc", &proxy_off, &load_off),
+        ("client with oc", &proxy_on, &load_on),
+        ("proxy without oc", &proxy_silent, &load_silent),
+    ] {
+        eprintln!(
+            "{name}: generator attempted {} succeeded {} failed {} throttled {}; proxy refused {} ({})",
+            load["attempted"],
+            load["succeeded"],
+            load["failed_total"],
+            load["throttled"],
+            refused(proxy),
+            proxy["proxy"]
+        );
+        assert_eq!(load["attempted"].as_u64(), Some(600), "{name}");
+    }
+    let throttled = |l: &serde_json::Value| l["throttled"].as_u64().unwrap_or(0);
+    // Without oc on either side: nothing throttled, three quarters refused
+    // (exactly: the pinned controller spreads its admissions evenly).
+    assert_eq!(throttled(&load_off), 0);
+    assert_eq!(throttled(&load_silent), 0);
+    assert_eq!(refused(&proxy_off), 450);
+    assert_eq!(refused(&proxy_silent), 450);
+    // With it: the client refuses most itself (all but the calls it
+    // started before the first advertisement reached it), and the proxy
+    // refuses three quarters of what still comes.
+    assert!(throttled(&load_on) > 0, "{load_on}");
+    let sent = 600 - throttled(&load_on);
+    assert!(
+        refused(&proxy_on) <= sent * 3 / 4 + 1,
+        "refused {} of {sent} sent",
+        refused(&proxy_on)
+    );
+    assert!(
+        refused(&proxy_on) * 4 < refused(&proxy_off) * 3,
+        "refusals with oc {} against {} without",
+        refused(&proxy_on),
+        refused(&proxy_off)
+    );
+    // Neither side's calls are lost: each is throttled, refused or served.
+    assert_eq!(
+        load_on["succeeded"].as_u64().unwrap()
+            + load_on["failed_total"].as_u64().unwrap()
+            + throttled(&load_on),
+        600
+    );
+}

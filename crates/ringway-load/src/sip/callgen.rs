@@ -22,6 +22,7 @@ use super::template::{Dialog, Templates};
 use super::timers::{Delay, Timer, TimerKind, Timers};
 use super::view::{name_addr_uri, uri_addr, Hdr, View};
 use hdrhistogram::Histogram;
+use ringway_sip::overload_control::{LossThrottle, OcReceived};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
@@ -70,6 +71,10 @@ pub struct CallGenConfig {
     pub t2: Duration,
     /// Time between the ACK and the BYE.
     pub hold: Duration,
+    /// RFC 7339 overload control (loss-based): `;oc` in the Via, and the
+    /// advertised share of new calls refused locally (`throttled`);
+    /// `false` models a sender that does not support it.
+    pub overload_control: bool,
 }
 
 /// Call accounting of a generator.
@@ -81,6 +86,9 @@ pub struct CallStats {
     pub succeeded: u64,
     /// Failed calls by reason (`"486"`, `"timeout_invite"`, `"bye_481"`, `"unfinished"`, ...).
     pub failed: BTreeMap<String, u64>,
+    /// Calls refused locally by RFC 7339 overload control (counted in
+    /// `attempted`; never sent, neither succeeded nor failed).
+    pub throttled: u64,
     /// INVITE retransmissions (Timer A).
     pub retrans_invite: u64,
     /// BYE retransmissions (Timer E).
@@ -114,6 +122,7 @@ impl Default for CallStats {
             attempted: 0,
             succeeded: 0,
             failed: BTreeMap::new(),
+            throttled: 0,
             retrans_invite: 0,
             retrans_bye: 0,
             retrans_200: 0,
@@ -143,6 +152,7 @@ impl CallStats {
     pub fn merge(&mut self, o: &CallStats) {
         self.attempted += o.attempted;
         self.succeeded += o.succeeded;
+        self.throttled += o.throttled;
         for (k, v) in &o.failed {
             *self.failed.entry(k.clone()).or_default() += v;
         }
@@ -286,6 +296,8 @@ pub struct CallGen {
     /// The message being built.
     scratch: Vec<u8>,
     stats: CallStats,
+    /// RFC 7339 loss-based throttle of new calls (`None`: overload control off).
+    throttle: Option<LossThrottle>,
 }
 
 impl CallGen {
@@ -298,6 +310,7 @@ impl CallGen {
                 &ruri.to_string(),
                 &cfg.run_id,
                 cfg.index,
+                cfg.overload_control,
             ),
             target_memo: UriMemo::default(),
             route_memo: UriMemo::default(),
@@ -315,12 +328,21 @@ impl CallGen {
             timers: Timers::default(),
             scratch: Vec::with_capacity(2048),
             stats: CallStats::default(),
+            throttle: cfg.overload_control.then(LossThrottle::default),
         }
     }
 
     /// Start `n` calls at `now` (their INVITEs go to `out`).
     pub fn start_calls(&mut self, now: u64, n: u64, out: &mut Sink<'_>) {
         for _ in 0..n {
+            if let Some(throttle) = self.throttle.as_mut() {
+                if !throttle.admit(now) {
+                    // RFC 7339 5.3: refused here, never sent.
+                    self.stats.attempted += 1;
+                    self.stats.throttled += 1;
+                    continue;
+                }
+            }
             let id = self.next_call;
             self.next_call += 1;
             self.templates.invite(&mut self.scratch, id);
@@ -349,7 +371,15 @@ impl CallGen {
         };
         if view.is_request() {
             self.on_request(&view, src, now, out);
-        } else if !self.on_response(&view, now, received, out) {
+            return;
+        }
+        if let Some(throttle) = self.throttle.as_mut() {
+            // RFC 7339: an advertisement in our Via (the top one).
+            if let Some(advert) = view.top_via_params().and_then(OcReceived::from_via_params) {
+                throttle.receive(now, advert);
+            }
+        }
+        if !self.on_response(&view, now, received, out) {
             self.stats.msgs_ignored += 1;
         }
     }
@@ -765,6 +795,7 @@ mod tests {
             t1: Duration::from_millis(500),
             t2: Duration::from_secs(4),
             hold: Duration::ZERO,
+            overload_control: false,
         })
     }
 

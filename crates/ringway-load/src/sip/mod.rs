@@ -91,6 +91,11 @@ pub struct LoadConfig {
     /// on loopback, GRO-merged datagrams elsewhere) over as one message,
     /// split into its datagrams by the backend.
     pub gro: GsoMode,
+    /// RFC 7339 overload control (loss-based, default on): `;oc` in the
+    /// Via, and the share of new calls the proxy advertises is refused
+    /// locally for the advertised validity (counted as `throttled`, never
+    /// sent); off models a sender that does not support it.
+    pub overload_control: bool,
 }
 
 /// Whether the workers' sockets coalesce sends with UDP GSO (or receives
@@ -178,6 +183,7 @@ impl Default for LoadConfig {
             tick: None,
             gso: GsoMode::Auto,
             gro: GsoMode::Auto,
+            overload_control: true,
         }
     }
 }
@@ -267,6 +273,8 @@ pub struct Live {
     pub succeeded: AtomicU64,
     /// Calls failed (error response or timeout).
     pub failed: AtomicU64,
+    /// Calls refused locally by overload control (RFC 7339).
+    pub throttled: AtomicU64,
     /// Retransmissions sent.
     pub retransmissions: AtomicU64,
     /// Set to stop starting calls early (in-flight calls still finish);
@@ -290,6 +298,10 @@ pub struct LoadSummary {
     pub failed: BTreeMap<String, u64>,
     /// Total failed calls.
     pub failed_total: u64,
+    /// Calls refused locally by RFC 7339 overload control, as the proxy
+    /// advertised (in `attempted`; neither succeeded nor failed; never sent).
+    #[serde(default)]
+    pub throttled: u64,
     /// failed_total / attempted.
     pub failed_ratio: f64,
     /// INVITE retransmissions (Timer A).
@@ -364,6 +376,12 @@ impl LoadSummary {
             self.failed_total,
             100.0 * self.failed_ratio
         );
+        if self.throttled > 0 {
+            out += &format!(
+                "throttled (RFC 7339 overload control, never sent): {}\n",
+                self.throttled
+            );
+        }
         if !self.failed.is_empty() {
             let failures: Vec<String> = self
                 .failed
@@ -548,6 +566,7 @@ pub fn run(
     };
     sum.succeeded = calls.succeeded;
     sum.failed_total = calls.failed_total();
+    sum.throttled = calls.throttled;
     sum.failed = calls.failed;
     sum.retrans_invite = calls.retrans_invite;
     sum.retrans_bye = calls.retrans_bye;
@@ -583,13 +602,14 @@ pub fn progress_line(live: &Live, elapsed: Duration, target_calls: u64) -> Strin
     let attempted = live.attempted.load(Ordering::Relaxed);
     let succeeded = live.succeeded.load(Ordering::Relaxed);
     let failed = live.failed.load(Ordering::Relaxed);
+    let throttled = live.throttled.load(Ordering::Relaxed);
     let retransmissions = live.retransmissions.load(Ordering::Relaxed);
     let secs = elapsed.as_secs_f64().max(1e-9);
     format!(
-        "{:7.1}s started {attempted}/{target_calls} ({:.0}/s) ok {succeeded} failed {failed} in-flight {} retrans {retransmissions}",
+        "{:7.1}s started {attempted}/{target_calls} ({:.0}/s) ok {succeeded} failed {failed} throttled {throttled} in-flight {} retrans {retransmissions}",
         secs,
         attempted as f64 / secs,
-        attempted.saturating_sub(succeeded + failed)
+        attempted.saturating_sub(succeeded + failed + throttled)
     )
 }
 

@@ -43,12 +43,21 @@ pub(crate) struct Templates {
     uas_contact: Vec<u8>,
     /// `Content-Type: application/sdp\r\nContent-Length: ..\r\n\r\n{SDP}`.
     sdp_tail: Vec<u8>,
+    /// What follows the branch: `;rport` (and `;oc` with overload control).
+    via_tail: &'static [u8],
 }
 
 impl Templates {
     /// Pieces for a generator at `local` calling `ruri` (host:port of the
     /// Request-URI), in run `run`, generator number `index`.
-    pub(crate) fn new(local: &str, ruri: &str, run: &str, index: usize) -> Templates {
+    /// With `overload_control`, the Via carries RFC 7339's `oc`.
+    pub(crate) fn new(
+        local: &str,
+        ruri: &str,
+        run: &str,
+        index: usize,
+        overload_control: bool,
+    ) -> Templates {
         let sdp_tail = format!(
             "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
             SDP.len()
@@ -64,6 +73,11 @@ impl Templates {
                 .into_bytes(),
             uas_contact: format!("Contact: <sip:service@{local}>\r\n").into_bytes(),
             sdp_tail: sdp_tail.into_bytes(),
+            via_tail: if overload_control {
+                b";rport;oc\r\nMax-Forwards: 70\r\n"
+            } else {
+                b";rport\r\nMax-Forwards: 70\r\n"
+            },
         }
     }
 
@@ -73,7 +87,7 @@ impl Templates {
         push_dec(out, n, 8);
         out.push(b'-');
         out.push(kind);
-        out.extend_from_slice(b";rport\r\nMax-Forwards: 70\r\n");
+        out.extend_from_slice(self.via_tail);
     }
 
     /// `From: ...x{n:08}\r\n`.

@@ -77,6 +77,11 @@ impl<'a> View<'a> {
             .map(move |p| &head[p.line_start as usize..p.value_end as usize])
     }
 
+    /// The parameters of the top Via (`None`: no Via, or it does not parse).
+    pub fn top_via_params(&self) -> Option<&'a str> {
+        self.m.top_via().map(|via| via.params)
+    }
+
     /// Call-ID value.
     pub fn call_id(&self) -> Option<&'a [u8]> {
         self.m.call_id().map(str::as_bytes)

@@ -29,6 +29,7 @@ struct Published {
     attempted: u64,
     succeeded: u64,
     failed: u64,
+    throttled: u64,
     retransmissions: u64,
 }
 
@@ -114,6 +115,7 @@ impl Worker {
                 t1: cfg.t1,
                 t2: cfg.t2,
                 hold: cfg.hold,
+                overload_control: cfg.overload_control,
             }),
             queue: SendQueue::new(gso, cfg.proxy),
             // A GRO train can fill 64 KiB: fewer, larger frames.
@@ -263,6 +265,7 @@ impl Worker {
         add_new(&live.attempted, &mut published.attempted, stats.attempted);
         add_new(&live.succeeded, &mut published.succeeded, stats.succeeded);
         add_new(&live.failed, &mut published.failed, stats.failed_total());
+        add_new(&live.throttled, &mut published.throttled, stats.throttled);
         add_new(
             &live.retransmissions,
             &mut published.retransmissions,

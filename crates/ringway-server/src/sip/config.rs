@@ -178,6 +178,14 @@ pub struct SipServerConfig {
     /// stamp and its processing is answered `503` + `Retry-After` before
     /// any state (`None`: off). Needs kernel RX stamps (always requested).
     pub overload_queue_delay: Option<Duration>,
+    /// RFC 7339 overload control (loss-based): with shedding on, clients
+    /// whose Via carries `oc` are told the share of new calls to refuse
+    /// themselves (the controller's refused share). Default on.
+    pub overload_control: bool,
+    /// Lab and test knob, off by default: the admission controller's
+    /// fraction pinned to this many millionths (1..=1 000 000) instead of
+    /// following the queue (needs shedding on). Never for service.
+    pub overload_pinned_admit_ppm: Option<u32>,
     /// Lab emulation, off by default: CPU work added to every message the
     /// core handles (T_sip includes it), to bring T_sip into the range of
     /// the papers' OpenSIPS. Never for service.
@@ -242,6 +250,8 @@ impl Default for SipServerConfig {
             location_threads: 2,
             location_queue: 1024,
             overload_queue_delay: None,
+            overload_control: true,
+            overload_pinned_admit_ppm: None,
             emulated_service: None,
         }
     }
@@ -498,6 +508,13 @@ impl SipServerConfig {
             if delay.is_zero() || delay > Duration::from_secs(10) {
                 return fail(format!(
                     "overload_queue_delay must be above 0 and at most 10 s (None: off), not {delay:?}"
+                ));
+            }
+        }
+        if let Some(ppm) = self.overload_pinned_admit_ppm {
+            if ppm == 0 || ppm > 1_000_000 || self.overload_queue_delay.is_none() {
+                return fail(format!(
+                    "overload_pinned_admit_ppm must be 1..=1000000 with overload_queue_delay set, not {ppm}"
                 ));
             }
         }

@@ -327,6 +327,14 @@ pub(super) fn render(snap: &Snapshot) -> String {
             lowest,
         );
     }
+    if let Some(reduction) = snap.metrics.overload_oc_reduction() {
+        text.gauge(
+            "ringway_sip_overload_control_reduction_percent",
+            "Reduction of new requests advertised to RFC 7339 overload control clients (oc, mean over workers).",
+            &[],
+            reduction,
+        );
+    }
     state_bounds(&mut text, &snap.proxy, &snap.config);
     thread_metrics(&mut text, snap);
     // Not known locally with a shared store: no sample rather than 0.

@@ -253,6 +253,11 @@ pub struct WorkerMetrics {
     /// The lowest admitted fraction any of them reached since start, in
     /// millionths.
     pub overload_admitted_min_ppm: u64,
+    /// Workers advertising RFC 7339 overload control (summed).
+    pub overload_oc_workers: u64,
+    /// The reduction (percent) they advertise now, summed (divided by
+    /// `overload_oc_workers`: the mean).
+    pub overload_oc_reduction_pct: u64,
     /// The worker's backend counters (latest): how many datagrams took the
     /// XSK rings and how many the kernel socket, with xdp.
     pub io: IoStats,
@@ -276,6 +281,8 @@ impl Default for WorkerMetrics {
             overload_controllers: 0,
             overload_admitted_ppm: 0,
             overload_admitted_min_ppm: 1_000_000,
+            overload_oc_workers: 0,
+            overload_oc_reduction_pct: 0,
             io: IoStats::default(),
         }
     }
@@ -311,6 +318,8 @@ impl Clone for WorkerMetrics {
         self.overload_controllers = source.overload_controllers;
         self.overload_admitted_ppm = source.overload_admitted_ppm;
         self.overload_admitted_min_ppm = source.overload_admitted_min_ppm;
+        self.overload_oc_workers = source.overload_oc_workers;
+        self.overload_oc_reduction_pct = source.overload_oc_reduction_pct;
         self.io = source.io;
     }
 }
@@ -359,6 +368,8 @@ impl WorkerMetrics {
         self.overload_admitted_min_ppm = self
             .overload_admitted_min_ppm
             .min(other.overload_admitted_min_ppm);
+        self.overload_oc_workers += other.overload_oc_workers;
+        self.overload_oc_reduction_pct += other.overload_oc_reduction_pct;
         self.rx_errors += other.rx_errors;
         self.timer_out += other.timer_out;
         self.k_rcv_missing += other.k_rcv_missing;
@@ -377,6 +388,13 @@ impl WorkerMetrics {
                 self.overload_admitted_min_ppm as f64 / 1e6,
             )
         })
+    }
+
+    /// The reduction of new requests (percent, mean over the workers) that
+    /// RFC 7339 overload control advertises now; `None` when it is off.
+    pub fn overload_oc_reduction(&self) -> Option<f64> {
+        (self.overload_oc_workers > 0)
+            .then(|| self.overload_oc_reduction_pct as f64 / self.overload_oc_workers as f64)
     }
 
     /// All types merged into one.

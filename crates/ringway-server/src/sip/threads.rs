@@ -90,6 +90,8 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
     worker.with_connections(shared.connections.clone());
     worker.with_monitor(shared.monitor.clone());
     worker.shed_after(config.overload_queue_delay.map(duration_ns));
+    worker.pin_admitted(config.overload_pinned_admit_ppm);
+    worker.overload_control(config.overload_control);
     worker.emulate_service(config.emulated_service, index as u64 + 1);
     let slot = &shared.slots[index];
     let mut published = 0u64;

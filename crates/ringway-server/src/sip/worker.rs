@@ -9,6 +9,7 @@ use super::tcp::Connections;
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, IcmpUnreachable, Nanos, RxBatch, TxBatch, TxStamp};
 use ringway_sip::overload::{ShedConfig, Shedder};
+use ringway_sip::overload_control::OcAdvert;
 use ringway_sip::{DropReason, Hop, MsgLabel, Proxy, ProxyWorker, Transport};
 use std::sync::Arc;
 
@@ -70,6 +71,8 @@ pub struct SipWorker<'p> {
     /// Overload control of new INVITEs from the queueing delay (from each
     /// datagram's kernel RX stamp); `None`: off.
     shedder: Option<Shedder>,
+    /// RFC 7339 overload control advertised from `shedder` (default on).
+    overload_control: bool,
     /// Emulated service time added to every handled message, and its
     /// random state.
     service: Option<(ServiceTime, u64)>,
@@ -97,6 +100,7 @@ impl<'p> SipWorker<'p> {
             metrics: WorkerMetrics::default(),
             waiting: Vec::with_capacity(batch.max(1)),
             shedder: None,
+            overload_control: true,
             service: None,
             connections: None,
             monitor: None,
@@ -132,6 +136,23 @@ impl<'p> SipWorker<'p> {
         // The gauge is there from the start (everything admitted), or not.
         self.metrics.overload_controllers = u64::from(self.shedder.is_some());
         self.metrics.overload_admitted_ppm = 1_000_000 * self.metrics.overload_controllers;
+    }
+
+    /// Lab and test knob: pin the controller's admitted fraction to `ppm`
+    /// millionths ([`Shedder::pin`]; `None`: it follows the queue). Call
+    /// after [`SipWorker::shed_with`].
+    pub fn pin_admitted(&mut self, ppm: Option<u32>) {
+        if let (Some(shedder), Some(ppm)) = (self.shedder.as_mut(), ppm) {
+            shedder.pin(ppm);
+        }
+    }
+
+    /// RFC 7339 overload control (loss-based, default on): while the
+    /// controller runs, a response the core generates to a client whose Via
+    /// carries `oc` tells it the share of new calls to refuse itself (the
+    /// controller's refused share; [`ringway_sip::overload_control`]).
+    pub fn overload_control(&mut self, on: bool) {
+        self.overload_control = on;
     }
 
     /// Lab emulation: burn `service` CPU time per handled message, inside
@@ -176,6 +197,7 @@ impl<'p> SipWorker<'p> {
             metrics,
             waiting,
             shedder,
+            overload_control,
             service,
             connections,
             monitor,
@@ -207,6 +229,16 @@ impl<'p> SipWorker<'p> {
                 metrics.overload_controllers = 1;
                 metrics.overload_admitted_ppm = ppm;
                 metrics.overload_admitted_min_ppm = metrics.overload_admitted_min_ppm.min(ppm);
+                if *overload_control {
+                    let advert = OcAdvert::from_admitted_ppm(
+                        shedder.admitted_ppm(),
+                        ringway_sip::overload_control::DEFAULT_VALIDITY_MS,
+                        picked_at.0,
+                    );
+                    metrics.overload_oc_workers = 1;
+                    metrics.overload_oc_reduction_pct = u64::from(advert.reduction());
+                    proxy.set_overload_control(Some(advert));
+                }
                 if dropped {
                     metrics.overload_queue_drops += 1;
                     let stats = metrics.slot_mut(MsgLabel::Invite.slot());

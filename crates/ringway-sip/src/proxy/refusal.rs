@@ -49,6 +49,7 @@ use super::{Proxy, T1};
 use crate::hash::{Purpose, Tag};
 use crate::msg::HeaderKind;
 use crate::msg::{Via, MAX_HEADERS, MAX_MESSAGE};
+use crate::overload_control::OcAdvert;
 use crate::peek::{header_kind, split_header, trim_lws};
 use crate::relay::sendable;
 use crate::text::{is_lws, CommaSplit};
@@ -130,7 +131,14 @@ impl ProxyWorker<'_> {
         }
         let tag = proxy.refusal_tag(head.call_id);
         let buf = scratch_for(&mut self.scratch, message.len());
-        head.write_refusal(message, tag.as_bytes(), to.addr, buf);
+        let oc = self.overload_control.as_ref().and_then(|advert| {
+            let at = crate::overload_control::insert_offset(&head.top_via)?;
+            Some((
+                head.top_via.raw.as_ptr() as usize - message.as_ptr() as usize + at,
+                advert,
+            ))
+        });
+        head.write_refusal(message, tag.as_bytes(), to.addr, oc, buf);
         if buf.len() > AMPLIFICATION_LIMIT * message.len() {
             return outcome(self.drop_datagram(DropReason::ReplyTooLarge));
         }
@@ -306,20 +314,39 @@ impl<'a> InviteHead<'a> {
 
     /// The `503` to `source` into `out` (cleared first): status line, the
     /// copied lines in their order (the top Via's `rport` filled in with
-    /// `received`, To with our `tag`), `Retry-After`, `Content-Length`.
-    fn write_refusal(&self, message: &[u8], tag: &[u8], source: SocketAddr, out: &mut Vec<u8>) {
+    /// `received`, its `oc` with the advertisement `oc` at its offset in
+    /// the message, To with our `tag`), `Retry-After`, `Content-Length`.
+    fn write_refusal(
+        &self,
+        message: &[u8],
+        tag: &[u8],
+        source: SocketAddr,
+        oc: Option<(usize, &OcAdvert)>,
+        out: &mut Vec<u8>,
+    ) {
         out.clear();
         out.extend_from_slice(STATUS_LINE);
         for &(start, end, is_to) in &self.copied[..self.count] {
             let (start, end) = (start as usize, end as usize);
-            match self.rport_end.filter(|at| (start..=end).contains(at)) {
-                Some(at) => {
-                    out.extend_from_slice(&message[start..at]);
-                    write_rport_received(out, source);
-                    out.extend_from_slice(&message[at..end]);
+            let within = |at: &usize| (start..=end).contains(at);
+            let rport = self.rport_end.filter(within);
+            let oc = oc.filter(|(at, _)| within(at));
+            let mut from = start;
+            // The insertions in the order of their offsets.
+            let mut inserts = [
+                rport.map(|at| (at, None)),
+                oc.map(|(at, advert)| (at, Some(advert))),
+            ];
+            inserts.sort_by_key(|insert| insert.map(|(at, _)| at));
+            for (at, advert) in inserts.into_iter().flatten() {
+                out.extend_from_slice(&message[from..at]);
+                match advert {
+                    None => write_rport_received(out, source),
+                    Some(advert) => advert.write_value(out),
                 }
-                None => out.extend_from_slice(&message[start..end]),
+                from = at;
             }
+            out.extend_from_slice(&message[from..end]);
             if is_to {
                 out.extend_from_slice(b";tag=");
                 out.extend_from_slice(tag);
@@ -713,5 +740,162 @@ CSeq: 1 ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n";
         let vias = "v: SIP/2.0/UDP h;branch=z9hG4bKv\r\n".repeat(MAX_COPIED);
         let many = INVITE.replace("Max-Forwards: 70\r\n", &vias);
         assert!(InviteHead::scan(many.as_bytes()).is_none());
+    }
+
+    /// What `proxy` sends for `message` from `src` with shedding `shedding`
+    /// and the overload control advertisement `advert`.
+    fn handle_oc(
+        proxy: &Proxy,
+        src: &str,
+        message: &[u8],
+        shedding: bool,
+        advert: Option<OcAdvert>,
+    ) -> (Outcome, Vec<(SocketAddr, Vec<u8>)>) {
+        let mut worker = proxy.worker();
+        worker.set_shedding(shedding);
+        worker.set_overload_control(advert);
+        let mut sent = Vec::new();
+        let outcome = worker.handle(1_000, addr(src), message, &mut |to, bytes| {
+            sent.push((to, bytes.to_vec()))
+        });
+        (outcome, sent)
+    }
+
+    /// The INVITE with RFC 7339's `oc` in its top Via.
+    fn oc_invite() -> String {
+        INVITE.replace("branch=z9hG4bKq1;rport", "branch=z9hG4bKq1;oc;rport")
+    }
+
+    const SEQ_NS: u64 = 1_700_000_000_123_456_789;
+
+    #[test]
+    fn a_refusal_carries_the_advertisement_exactly_when_the_via_asks_for_it() {
+        for mode in [Mode::Stateless, Mode::Stateful] {
+            let proxy = proxy(mode);
+            let advert = OcAdvert::from_admitted_ppm(250_000, 500, SEQ_NS);
+            let (outcome, sent) = handle_oc(
+                &proxy,
+                "192.0.2.1:5070",
+                oc_invite().as_bytes(),
+                true,
+                Some(advert),
+            );
+            assert_eq!(outcome.action, Action::Responded(503));
+            assert_eq!(sent.len(), 1);
+            assert_eq!(sent[0].0, addr("192.0.2.1:5070"));
+            let text = String::from_utf8_lossy(&sent[0].1).to_string();
+            // In the top Via, after its `oc`; rport filled in as before;
+            // the other Vias untouched.
+            assert!(
+                text.contains(
+                    "Via: SIP/2.0/UDP 192.0.2.1:5070;branch=z9hG4bKq1;oc=75;oc-algo=\"loss\";\
+                     oc-validity=500;oc-seq=1700000000.12345;rport=5070;received=192.0.2.1\r\n"
+                ),
+                "{text}"
+            );
+            assert_eq!(text.matches("oc=").count(), 1, "{text}");
+            let response = SipMsg::parse(&sent[0].1).unwrap();
+            let via = response.top_via().unwrap();
+            let got = crate::overload_control::OcReceived::from_via_params(via.params).unwrap();
+            assert_eq!((got.reduction, got.validity_ms), (75, 500));
+            // The full path writes the same (a folded From takes it).
+            let folded = oc_invite().replace("From: \"A\"", "From:\r\n \"A\"");
+            let (outcome, slow) = handle_oc(
+                &proxy,
+                "192.0.2.1:5070",
+                folded.as_bytes(),
+                true,
+                Some(advert),
+            );
+            assert_eq!(outcome.action, Action::Responded(503));
+            assert!(String::from_utf8_lossy(&slow[0].1).contains(
+                "branch=z9hG4bKq1;oc=75;oc-algo=\"loss\";oc-validity=500;oc-seq=1700000000.12345;rport=5070;"
+            ));
+            // The values follow the controller.
+            let other = OcAdvert::from_admitted_ppm(900_000, 500, SEQ_NS + 1_000_000_000);
+            let (_, sent) = handle_oc(
+                &proxy,
+                "192.0.2.1:5070",
+                oc_invite().as_bytes(),
+                true,
+                Some(other),
+            );
+            assert!(String::from_utf8_lossy(&sent[0].1)
+                .contains(";oc=10;oc-algo=\"loss\";oc-validity=500;oc-seq=1700000001.12345;"));
+            // A Via without `oc`, or no advertisement: nothing added.
+            for (message, advert) in [(INVITE.to_string(), Some(advert)), (oc_invite(), None)] {
+                for shedding in [true, false] {
+                    let (_, sent) = handle_oc(
+                        &proxy,
+                        "192.0.2.1:5070",
+                        message.as_bytes(),
+                        shedding,
+                        advert,
+                    );
+                    for (_, bytes) in &sent {
+                        assert!(
+                            !String::from_utf8_lossy(bytes).contains("oc="),
+                            "{}",
+                            String::from_utf8_lossy(bytes)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_advertisement_goes_only_into_our_own_responses_to_the_client() {
+        let proxy = Proxy::new(ProxyConfig {
+            mode: Mode::Stateful,
+            local: addr("192.0.2.10:5060"),
+            route_to: Some(addr("192.0.2.2:5060")),
+            relay: crate::RelayNets::Any,
+            ..ProxyConfig::default()
+        });
+        let advert = OcAdvert::from_admitted_ppm(500_000, 500, SEQ_NS);
+        let mut worker = proxy.worker();
+        worker.set_overload_control(Some(advert));
+        let mut sent = Vec::new();
+        let outcome = worker.handle(
+            1_000,
+            addr("192.0.2.1:5070"),
+            oc_invite().as_bytes(),
+            &mut |to, bytes| sent.push((to, bytes.to_vec())),
+        );
+        assert_eq!(outcome.action, Action::Forwarded { copies: 1 });
+        // 100 Trying to the client: advertised. The INVITE downstream:
+        // the client's valueless `oc` as it was, nothing added.
+        let trying = sent
+            .iter()
+            .find(|(_, b)| b.starts_with(b"SIP/2.0 100"))
+            .unwrap();
+        assert_eq!(trying.0, addr("192.0.2.1:5070"));
+        assert!(String::from_utf8_lossy(&trying.1).contains(";oc=50;oc-algo=\"loss\";"));
+        let invite = sent.iter().find(|(_, b)| b.starts_with(b"INVITE")).unwrap();
+        assert_eq!(invite.0, addr("192.0.2.20:5060"));
+        let text = String::from_utf8_lossy(&invite.1);
+        assert!(!text.contains("oc=") && !text.contains("oc-"), "{text}");
+        assert!(text.contains("branch=z9hG4bKq1;oc;rport"), "{text}");
+        // The callee's 180, relayed to the client: as the callee sent it.
+        let forwarded = SipMsg::parse(&invite.1).unwrap();
+        let vias: Vec<&str> = forwarded.raw_values(crate::HeaderKind::Via).collect();
+        let ringing = format!(
+            "SIP/2.0 180 Ringing\r\nVia: {}\r\nVia: {}\r\nv: SIP/2.0/UDP 192.0.2.9;branch=z9hG4bKq0, \
+             SIP/2.0/UDP 192.0.2.8;branch=z9hG4bKqq\r\nFrom: \"A\" <sip:alice@example.com>;tag=a1\r\n\
+             To: <sip:bob@example.com>;tag=b1\r\nCall-ID: q1@host\r\nCSeq: 7 INVITE\r\n\
+             Content-Length: 0\r\n\r\n",
+            vias[0], vias[1]
+        );
+        let mut relayed = Vec::new();
+        worker.handle(
+            2_000,
+            addr("192.0.2.2:5060"),
+            ringing.as_bytes(),
+            &mut |to, bytes| relayed.push((to, bytes.to_vec())),
+        );
+        assert_eq!(relayed.len(), 1, "{ringing}");
+        let text = String::from_utf8_lossy(&relayed[0].1);
+        assert!(!text.contains("oc="), "{text}");
     }
 }

@@ -127,6 +127,10 @@ impl ProxyWorker<'_> {
                 None,
                 &mut transaction.last_response,
             );
+            if let (Some(oc), Some(via)) = (self.overload_control.as_ref(), msg.top_via()) {
+                // RFC 7339: the advertisement, if the client asked for it.
+                super::worker::fill_via(&mut transaction.last_response, &via, None, Some(oc));
+            }
             send(out, request.reply, &transaction.last_response);
             self.stripe.response_generated(100);
         }

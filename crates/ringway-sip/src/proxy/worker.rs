@@ -9,6 +9,7 @@ use super::stats::{Counter, CounterStripe};
 use super::Proxy;
 use crate::edit::EditError;
 use crate::msg::{HeaderKind, Method, ParseError, SipMsg};
+use crate::overload_control::{self, OcAdvert};
 use crate::registrar::{StoreAnswer, StoreQuery};
 use crate::relay::sendable;
 use crate::text::is_lws;
@@ -48,38 +49,77 @@ pub struct ProxyWorker<'p> {
     pub(super) resuming_name: bool,
     /// The driver reports overload: new INVITEs are shed.
     pub(super) shedding: bool,
+    /// RFC 7339 overload control advertised to clients asking for it
+    /// (`oc` in their top Via), set by the driver; `None`: nothing added.
+    pub(super) overload_control: Option<OcAdvert>,
 }
 
 /// In the response `buf`, the copy of the request's top Via `via` gets
 /// `rport=<port>;received=<ip>` of `source` (RFC 3581 4) where it has a
 /// valueless `rport`. Nothing changes if the copy is not found.
+#[cfg(test)]
 pub(super) fn fill_rport(buf: &mut Vec<u8>, via: &crate::msg::Via<'_>, source: SocketAddr) {
+    fill_via(buf, via, Some(source), None);
+}
+
+/// In the response `buf`, the copy of the request's top Via `via` gets
+/// `rport=<port>;received=<ip>` of `source` where it has a valueless
+/// `rport` (RFC 3581 4; `source` `None`: not), and the overload control
+/// advertisement `oc` where it asks for it ([`overload_control`]). Nothing
+/// changes if the copy is not found.
+pub(super) fn fill_via(
+    buf: &mut Vec<u8>,
+    via: &crate::msg::Via<'_>,
+    source: Option<SocketAddr>,
+    oc: Option<&OcAdvert>,
+) {
     let raw = via.raw;
+    let rport_end = source.and_then(|source| {
+        crate::text::Params::new(via.params)
+            .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
+            .map(|(name, _)| {
+                (
+                    name.as_ptr() as usize - raw.as_ptr() as usize + name.len(),
+                    source,
+                )
+            })
+    });
+    let oc_end = oc.and_then(|oc| Some((overload_control::insert_offset(via)?, oc)));
+    if rport_end.is_none() && oc_end.is_none() {
+        return;
+    }
     // The copy is at the start of the first Via line's value (not wherever
     // the text occurs first: a From copied before it may quote it).
     let Some(at) = first_via_value(buf).filter(|&at| buf[at..].starts_with(raw.as_bytes())) else {
         return;
     };
-    let rport_end = crate::text::Params::new(via.params)
-        .find(|(name, value)| name.eq_ignore_ascii_case("rport") && value.is_none())
-        .map(|(name, _)| name.as_ptr() as usize - raw.as_ptr() as usize + name.len());
-    let Some(end) = rport_end.filter(|end| *end <= raw.len()) else {
-        return;
-    };
     // `=65535;received=` and an IPv6 address fit; no allocation.
-    let mut text = [0u8; 80];
-    let mut cursor = std::io::Cursor::new(&mut text[..]);
-    if std::io::Write::write_fmt(
-        &mut cursor,
-        format_args!("={};received={}", source.port(), source.ip()),
-    )
-    .is_err()
-    {
-        return;
+    let mut rport_text = [0u8; 80];
+    let mut inserts: [(usize, &[u8]); 2] = [(0, &[]), (0, &[])];
+    if let Some((end, source)) = rport_end.filter(|(end, _)| *end <= raw.len()) {
+        let mut cursor = std::io::Cursor::new(&mut rport_text[..]);
+        if std::io::Write::write_fmt(
+            &mut cursor,
+            format_args!("={};received={}", source.port(), source.ip()),
+        )
+        .is_ok()
+        {
+            let len = cursor.position() as usize;
+            inserts[0] = (at + end, &rport_text[..len]);
+        }
     }
-    let len = cursor.position() as usize;
-    let insert_at = at + end;
-    buf.splice(insert_at..insert_at, text[..len].iter().copied());
+    let mut oc_text = Vec::new();
+    if let Some((end, oc)) = oc_end {
+        oc.write_value(&mut oc_text);
+        inserts[1] = (at + end, &oc_text);
+    }
+    // The later insertion first: the earlier offset stays valid.
+    inserts.sort_by_key(|&(offset, _)| std::cmp::Reverse(offset));
+    for (offset, text) in inserts {
+        if !text.is_empty() {
+            buf.splice(offset..offset, text.iter().copied());
+        }
+    }
 }
 
 impl<'p> ProxyWorker<'p> {
@@ -94,6 +134,7 @@ impl<'p> ProxyWorker<'p> {
             resolved_name: None,
             resuming_name: false,
             shedding: false,
+            overload_control: None,
         }
     }
 
@@ -105,6 +146,15 @@ impl<'p> ProxyWorker<'p> {
     /// long that datagram waited in its receive queue.
     pub fn set_shedding(&mut self, on: bool) {
         self.shedding = on;
+    }
+
+    /// RFC 7339 overload control (loss-based): while `Some`, a response
+    /// this worker generates to a request whose top Via carries a
+    /// valueless `oc` (the client supports it) gets `advert` in the copy of
+    /// that Via ([`crate::overload_control`]); `None` (the default): never.
+    /// The driver sets it per datagram, from its admission controller.
+    pub fn set_overload_control(&mut self, advert: Option<OcAdvert>) {
+        self.overload_control = advert;
     }
 
     /// The shared proxy (configuration, stats, [`Proxy::next_deadline`]).
@@ -259,13 +309,12 @@ impl<'p> ProxyWorker<'p> {
         let buf = scratch_for(&mut self.scratch, request.as_bytes().len());
         self.proxy
             .build_local_response(request, code, reason, extra_headers, buf);
-        if let Some(via) = request
-            .top_via()
-            .filter(|v| v.rport_flag && v.rport.is_none())
-        {
+        if let Some(via) = request.top_via() {
             // RFC 3581 4: the reply hop is the source (rport asked for
-            // it); tell the client its public address and port.
-            fill_rport(buf, &via, to.addr);
+            // it); tell the client its public address and port. RFC 7339:
+            // the overload control advertisement, if it asked for it.
+            let rport = (via.rport_flag && via.rport.is_none()).then_some(to.addr);
+            fill_via(buf, &via, rport, self.overload_control.as_ref());
         }
         if buf.len() > AMPLIFICATION_LIMIT * request.as_bytes().len() {
             return self.drop_datagram(DropReason::ReplyTooLarge);

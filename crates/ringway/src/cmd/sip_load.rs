@@ -64,6 +64,9 @@ pub(crate) struct LoadArgs {
     /// datagram per receive entry).
     #[arg(long, default_value = "auto")]
     pub gro: GsoMode,
+    /// RFC 7339 overload control (loss-based): `;oc` in the Via, and the share of new calls the proxy advertises refused locally, counted as throttled (on, off: a sender without it).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub overload_control: String,
     /// Write the final summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -117,6 +120,7 @@ pub(crate) fn config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
         tick: a.tick_us.0.map(Duration::from_micros),
         gso: a.gso,
         gro: a.gro,
+        overload_control: a.overload_control == "on",
         ..LoadConfig::default()
     };
     cfg.validate().map_err(anyhow::Error::msg)?;

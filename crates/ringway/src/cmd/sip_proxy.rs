@@ -257,6 +257,12 @@ pub struct ProxyArgs {
     /// Overload: a new INVITE that waited longer than this in the receive queue gets 503 + Retry-After before any state (0: off).
     #[arg(long, default_value_t = ringway_server::sip::DEFAULT_OVERLOAD_QUEUE_DELAY_MS)]
     pub overload_queue_delay_ms: u64,
+    /// RFC 7339 overload control (loss-based) while shedding: a client whose Via carries `oc` is told the share of new calls to refuse itself (on, off).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub overload_control: String,
+    /// Lab and test knob, not for service: pin the overload controller's admitted fraction (millionths) instead of following the queue.
+    #[arg(long, hide = true, value_name = "PPM")]
+    pub overload_pinned_admit_ppm: Option<u32>,
     /// Management API (docs/operations.md).
     #[command(flatten)]
     pub manage: super::manage::ManageArgs,
@@ -408,6 +414,8 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             location_queue: args.location_queue,
             overload_queue_delay: (args.overload_queue_delay_ms > 0)
                 .then(|| Duration::from_millis(args.overload_queue_delay_ms)),
+            overload_control: args.overload_control == "on",
+            overload_pinned_admit_ppm: args.overload_pinned_admit_ppm,
             emulated_service: args.emulated_service_us,
         })
     }
