@@ -522,58 +522,66 @@ fn the_dispatcher_picks_up_a_proxy_changed_in_dns_when_its_ttl_expires() {
     );
 }
 
-/// RFC 3263 4.3 on a transport error: `--route-to tcp:tcp.test` resolves
-/// (NAPTR `SIP+D2T`, SRV `_sip._tcp`) to a first target whose TCP port is
-/// closed (the connection is refused) and to a SIPp UAS over TCP. Each
-/// INVITE moves on to the UAS as soon as the connection is refused. The
-/// UAC gives each message 8 s (`-recv_timeout`), well under timer B
-/// (32 s): with the refusal not reaching the transaction, the INVITE
-/// would wait for timer B and every call would fail.
-#[test]
-fn the_proxy_fails_over_at_once_when_the_first_target_refuses_the_connection() {
-    if dnsmasq_missing() {
-        return;
-    }
-    let (calls, metrics) = netns(|| {
+/// Ten SIPp calls through a stateful proxy whose `--route-to` is
+/// `route_to` (resolved by dnsmasq to a dead first target and the UAS), the
+/// UAC giving each message 8 s (`-recv_timeout`), well under timer B
+/// (32 s): without an immediate failover every call would fail. Over TCP
+/// (`tcp`) the UAS and the proxy listen on TCP too. Returns the UAC's
+/// counts and the proxy's metrics.
+fn failover_calls(route_to: &'static str, tcp: bool) -> (SippStats, String) {
+    netns(move || {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Procs::default();
         start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
         let mut uas = uas_args(a(UAS));
-        uas.extend(["-t".to_string(), "t1".to_string()]);
+        if tcp {
+            uas.extend(["-t".to_string(), "t1".to_string()]);
+        }
         spawn_sipp(&mut procs, dir.path(), &uas);
-        // The UAS listens on TCP before the first call (bounded).
+        // A TCP UAS listens before the first call (bounded).
         let end = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect_timeout(&a(UAS), Duration::from_millis(200)).is_err() {
+        while tcp && TcpStream::connect_timeout(&a(UAS), Duration::from_millis(200)).is_err() {
             assert!(Instant::now() < end, "the SIPp UAS did not listen on TCP");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let proxy = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                PROXY,
-                "--listen",
-                &format!("tcp:{PROXY}"),
-                "--mode",
-                "stateful",
-                "--route-to",
-                "tcp:tcp.test",
-                "--dns-server",
-                DNS,
-                "--relay",
-                "127.0.0.0/8",
-                "--metrics",
-                PROXY_METRICS,
-            ],
-        );
+        let tcp_listen = format!("tcp:{PROXY}");
+        let mut args = vec!["--listen", PROXY];
+        if tcp {
+            args.extend(["--listen", tcp_listen.as_str()]);
+        }
+        args.extend([
+            "--mode",
+            "stateful",
+            "--route-to",
+            route_to,
+            "--dns-server",
+            DNS,
+            "--relay",
+            "127.0.0.0/8",
+            "--metrics",
+            PROXY_METRICS,
+        ]);
+        let proxy = start_proxy(&mut procs, dir.path(), &args);
         let mut uac = uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10);
         uac.extend(["-recv_timeout".to_string(), "8000".to_string()]);
         let calls = run_sipp(&mut procs, dir.path(), "uac", &uac, Duration::from_secs(90)).1;
         let metrics = scrape(a(PROXY_METRICS));
         stop_proxy(&mut procs, &proxy);
         (calls, metrics)
-    });
+    })
+}
+
+/// RFC 3263 4.3 on a transport error: `--route-to tcp:tcp.test` resolves
+/// (NAPTR `SIP+D2T`, SRV `_sip._tcp`) to a first target whose TCP port is
+/// closed (the connection is refused) and to a SIPp UAS over TCP. Each
+/// INVITE moves on to the UAS as soon as the connection is refused; with
+/// the refusal not reaching the transaction, it would wait for timer B.
+#[test]
+fn the_proxy_fails_over_at_once_when_the_first_target_refuses_the_connection() {
+    if dnsmasq_missing() {
+        return;
+    }
+    let (calls, metrics) = failover_calls("tcp:tcp.test", true);
     assert_eq!((calls.successful, calls.failed), (10, 0), "{calls:?}");
     let value = |name: &str| prom_value(&metrics, name).unwrap_or_else(|| panic!("{name}"));
     // Every INVITE was refused at the first target and moved on.
@@ -595,45 +603,14 @@ fn the_proxy_fails_over_at_once_when_the_first_target_refuses_the_connection() {
 /// with an ICMP port unreachable (inside the namespace's `lo`), and to a
 /// SIPp UAS. The proxy's sockets have `IP_RECVERR`: it reads the error
 /// from the socket's error queue and moves each INVITE waiting at that
-/// destination on to the UAS at once. The UAC gives each message 8 s
-/// (`-recv_timeout`), well under timer B (32 s): without the ICMP path
-/// the INVITE would wait at the dead target until timer B and every
-/// call would fail.
+/// destination on to the UAS at once; without the ICMP path the INVITE
+/// would wait at the dead target until timer B.
 #[test]
 fn the_proxy_fails_over_at_once_when_the_first_udp_target_is_unreachable() {
     if dnsmasq_missing() {
         return;
     }
-    let (calls, metrics) = netns(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Procs::default();
-        start_dnsmasq_with(&mut procs, dir.path(), &proxy_zone("127.0.0.30"));
-        spawn_sipp(&mut procs, dir.path(), &uas_args(a(UAS)));
-        let proxy = start_proxy(
-            &mut procs,
-            dir.path(),
-            &[
-                "--listen",
-                PROXY,
-                "--mode",
-                "stateful",
-                "--route-to",
-                "udp.test",
-                "--dns-server",
-                DNS,
-                "--relay",
-                "127.0.0.0/8",
-                "--metrics",
-                PROXY_METRICS,
-            ],
-        );
-        let mut uac = uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10);
-        uac.extend(["-recv_timeout".to_string(), "8000".to_string()]);
-        let calls = run_sipp(&mut procs, dir.path(), "uac", &uac, Duration::from_secs(90)).1;
-        let metrics = scrape(a(PROXY_METRICS));
-        stop_proxy(&mut procs, &proxy);
-        (calls, metrics)
-    });
+    let (calls, metrics) = failover_calls("udp.test", false);
     assert_eq!((calls.successful, calls.failed), (10, 0), "{calls:?}");
     let value = |name: &str| prom_value(&metrics, name).unwrap_or_else(|| panic!("{name}"));
     // Every INVITE met the port unreachable at the first target and moved on.
