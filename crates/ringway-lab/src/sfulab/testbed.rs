@@ -477,9 +477,17 @@ mod thread_tests {
                 .unwrap();
             done_tx.send(tid).unwrap();
             go.recv().unwrap();
-            let start = std::time::Instant::now();
-            while start.elapsed() < std::time::Duration::from_millis(3) {
-                std::hint::black_box(0u64);
+            // Spin for 3 ms of this thread's CPU time (its own precise
+            // clock), not of wall time, which a loaded machine would spend
+            // partly on other threads.
+            let own = ringway_io::thread::thread_cpu_total();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while ringway_io::thread::thread_cpu_total() < own + std::time::Duration::from_millis(3)
+                && std::time::Instant::now() < deadline
+            {
+                for _ in 0..1000 {
+                    std::hint::black_box(0u64);
+                }
             }
             // Blocking here accounts the run time (a context switch).
             done_tx.send(tid).unwrap();
