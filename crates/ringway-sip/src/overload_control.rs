@@ -73,14 +73,14 @@ impl OcAdvert {
     /// follows the valueless `oc` of the client's Via.
     pub fn write_value(&self, out: &mut Vec<u8>) {
         out.push(b'=');
-        write_decimal(out, u64::from(self.reduction));
+        crate::text::write_decimal(out, u64::from(self.reduction));
         out.extend_from_slice(b";oc-algo=\"loss\";oc-validity=");
-        write_decimal(out, u64::from(self.validity_ms));
+        crate::text::write_decimal(out, u64::from(self.validity_ms));
         out.extend_from_slice(b";oc-seq=");
         // At most 12 digits of seconds (RFC 7339's grammar).
-        write_decimal(out, self.seq_secs % 1_000_000_000_000);
+        crate::text::write_decimal(out, self.seq_secs % 1_000_000_000_000);
         out.push(b'.');
-        write_decimal(out, u64::from(self.seq_frac));
+        crate::text::write_decimal(out, u64::from(self.seq_frac));
     }
 }
 
@@ -158,22 +158,6 @@ fn parse_decimal(text: &str, max_digits: usize) -> Option<u64> {
         return None;
     }
     text.parse().ok()
-}
-
-/// `value` in decimal.
-fn write_decimal(out: &mut Vec<u8>, value: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// A client's throttle (RFC 7339 §5.3, loss algorithm): the latest

@@ -308,6 +308,23 @@ pub(crate) fn params_valid(params: &str) -> bool {
     true
 }
 
+/// `value` in decimal, without the formatting machinery (hot paths:
+/// the quick refusal, overload-control parameters).
+pub(crate) fn write_decimal(out: &mut Vec<u8>, value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -361,7 +361,7 @@ impl<'a> InviteHead<'a> {
 /// valueless `rport`), written without the formatting machinery for IPv4.
 fn write_rport_received(out: &mut Vec<u8>, source: SocketAddr) {
     out.push(b'=');
-    write_decimal(out, u32::from(source.port()));
+    crate::text::write_decimal(out, u64::from(source.port()));
     out.extend_from_slice(b";received=");
     match source.ip() {
         IpAddr::V4(ip) => {
@@ -369,29 +369,13 @@ fn write_rport_received(out: &mut Vec<u8>, source: SocketAddr) {
                 if i > 0 {
                     out.push(b'.');
                 }
-                write_decimal(out, u32::from(octet));
+                crate::text::write_decimal(out, u64::from(octet));
             }
         }
         IpAddr::V6(ip) => {
             let _ = std::io::Write::write_fmt(out, format_args!("{ip}"));
         }
     }
-}
-
-/// `value` in decimal.
-fn write_decimal(out: &mut Vec<u8>, value: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// `<number> INVITE` (a 32-bit number, blanks, the method).
