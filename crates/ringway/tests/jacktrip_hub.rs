@@ -154,7 +154,7 @@ fn http(method: &str, path: &str, token: Option<&str>) -> (u16, String) {
 
 /// How a session runs the hub, and what it does through its admin API
 /// once the tones play.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct HubSetup {
     /// `--clocked`.
     clocked: bool,
@@ -168,6 +168,27 @@ struct SessionResult {
     audio: Vec<Vec<f32>>,
     report: serde_json::Value,
     clients: serde_json::Value,
+    /// A JACK server stalled during the recording (a jack_rec hung or failed
+    /// to open and was run again): the recordings may hold silence that is
+    /// the test machine's, not the hub's.
+    disturbed: bool,
+}
+
+/// A session, run again (up to twice, with the same JACK server names) when
+/// a JACK server stalled while recording. CI saw a stalled first recording
+/// followed by a retried one that heard silence on a loaded machine; a hub
+/// that does not forward records silence in undisturbed runs too, so the
+/// checks still fail on it.
+fn steady_session(n: usize, tones: &[Option<(u32, f32)>], setup: &HubSetup) -> SessionResult {
+    let mut attempt = 0;
+    loop {
+        let r = session(n, tones.to_vec(), setup.clone());
+        attempt += 1;
+        if !r.disturbed || attempt == 3 {
+            return r;
+        }
+        eprintln!("session {attempt} disturbed by a stalled JACK server: running it again");
+    }
 }
 
 fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> SessionResult {
@@ -175,12 +196,9 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
     // holds at most 8 of them; an entry whose server died is reused only by a
     // server of the same name. So the names are fixed (not per process), and
     // each session (the tests run in parallel) has its own.
+    // The two tests differ in `n`, so it names the session's servers.
     clear_stale_jack_registry();
-    static SESSION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let tag = format!(
-        "rwjt{}",
-        SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
+    let tag = format!("rwjt{n}");
     in_netns(move || {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_path_buf();
@@ -328,20 +346,23 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
         };
         // jack_rec can hang when its server stalls: never wait for it
         // longer than its 3 s recording plus a margin.
-        let finish = |mut r: Child| {
+        // Whether it ended by itself.
+        let finish = |mut r: Child| -> bool {
             let end = std::time::Instant::now() + Duration::from_secs(20);
             while std::time::Instant::now() < end {
                 if r.try_wait().ok().flatten().is_some() {
-                    return;
+                    return true;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
             let _ = r.kill();
             let _ = r.wait();
+            false
         };
         let recorders: Vec<Child> = (0..n).map(record).collect();
+        let mut disturbed = false;
         for r in recorders {
-            finish(r);
+            disturbed |= !finish(r);
         }
         // jack_rec sometimes fails to open its client while the machine is
         // loaded ("Cannot open jackrec client"): record that client again.
@@ -351,6 +372,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
                 break;
             }
             eprintln!("jack_rec retry {attempt} for clients {missing:?}");
+            disturbed = true;
             for i in missing {
                 finish(record(i));
             }
@@ -399,6 +421,7 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
             audio,
             report,
             clients,
+            disturbed,
         }
     })
 }
@@ -456,10 +479,10 @@ fn admin_gains(n: usize, gains: &[(usize, f32)]) -> serde_json::Value {
 
 #[test]
 fn two_jacktrip_clients_hear_each_other() {
-    let r = session(
+    let r = steady_session(
         2,
-        vec![Some((440, 0.5)), None],
-        HubSetup {
+        &[Some((440, 0.5)), None],
+        &HubSetup {
             clocked: true,
             ..HubSetup::default()
         },
@@ -481,10 +504,10 @@ fn two_jacktrip_clients_hear_each_other() {
 #[test]
 fn three_jacktrip_clients_get_the_others_mix() {
     // Client 1's 0.4 reaches the others at gain 0.5 (set through the API).
-    let r = session(
+    let r = steady_session(
         3,
-        vec![Some((440, 0.3)), Some((1000, 0.4)), None],
-        HubSetup {
+        &[Some((440, 0.3)), Some((1000, 0.4)), None],
+        &HubSetup {
             gains: vec![(1, 0.5)],
             ..HubSetup::default()
         },
