@@ -230,7 +230,9 @@ fn main() {
     let recorded: Vec<(Call, Call)> = (0..calls).map(|n| record(&config, n)).collect();
     let mut samples: Vec<Vec<u64>> = vec![Vec::new(); KINDS.len()];
     let mut sink = 0usize;
-    let mut stages: Vec<Stages> = (0..KINDS.len()).map(|kind| Stages::new(KINDS[kind])).collect();
+    let mut stages: Vec<Stages> = (0..KINDS.len())
+        .map(|kind| Stages::new(KINDS[kind]))
+        .collect();
     let keys = KeyRing::from_seed(7);
     for _ in 0..rounds {
         // A fresh proxy per round: in stateful mode every call is new.
@@ -375,8 +377,10 @@ impl Stages {
             .push(timed(|| usize::from(SipMsg::parse(msg).is_ok()), sink));
         self.lazy
             .push(timed(|| usize::from(SipMsg::parse_lazy(msg).is_ok()), sink));
-        self.loose
-            .push(timed(|| usize::from(SipMsg::parse_loose(msg).is_ok()), sink));
+        self.loose.push(timed(
+            || usize::from(SipMsg::parse_loose(msg).is_ok()),
+            sink,
+        ));
         let parsed = SipMsg::parse(msg).expect("recorded messages parse");
         self.macs
             .push(timed(|| macs(&parsed, from, keys) as usize & 1, sink));
