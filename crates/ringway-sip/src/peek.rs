@@ -113,10 +113,11 @@ pub(crate) fn has_tag(value: &[u8]) -> bool {
 }
 
 /// The value of the `tag` parameter of a From/To value as the full parser
-/// reads it (`None`: none, one without a value, or not UTF-8).
+/// reads it ([`crate::NameAddr::tag`]: the first `tag` with a value; `None`:
+/// none, or not UTF-8).
 pub(crate) fn tag_of(value: &[u8]) -> Option<&[u8]> {
     header_params(value)?
-        .find(|(name, _)| name.eq_ignore_ascii_case("tag"))
+        .find(|(name, tag)| name.eq_ignore_ascii_case("tag") && tag.is_some())
         .and_then(|(_, tag)| tag)
         .filter(|tag| !tag.is_empty())
         .map(str::as_bytes)

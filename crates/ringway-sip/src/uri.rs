@@ -286,9 +286,15 @@ impl<'a> NameAddr<'a> {
         find_param(self.params, name)
     }
 
-    /// The `tag` parameter.
+    /// The `tag` parameter: the first one with a value. A valueless `tag`
+    /// is no tag (RFC 3261 25.1: `tag-param = "tag" EQUAL token`), and one
+    /// after it is read: a response we answer to a To with a valueless `tag`
+    /// gets our tag after it, and its ACK must be read with ours (found by
+    /// fuzzing `sip_parse`: the ACK of our 503 was not recognised).
     pub fn tag(&self) -> Option<&'a str> {
-        self.param("tag").flatten()
+        crate::text::Params::new(self.params)
+            .find(|(name, value)| name.eq_ignore_ascii_case("tag") && value.is_some())
+            .and_then(|(_, value)| value)
     }
 
     /// The URI as a SIP URI, if it is one.
@@ -336,5 +342,12 @@ mod tests {
         assert!(NameAddr::parse("sip:user@example.com?Route=%3Csip:x%3E").is_none());
         assert!(NameAddr::parse(r#""Joe" <sip:joe@example.org>;;;;"#).is_none());
         assert!(NameAddr::parse("<name:John_Smith>").is_some());
+        // The first `tag` with a value is the tag (a valueless one is none).
+        let n = NameAddr::parse("sip:v@example.com ; tag ;transport=udp;tag=7a").unwrap();
+        assert_eq!(n.tag(), Some("7a"));
+        assert_eq!(
+            NameAddr::parse("<sip:v@example.com>;tag").unwrap().tag(),
+            None
+        );
     }
 }
