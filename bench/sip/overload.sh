@@ -18,9 +18,10 @@
 #        RFC 7339 overload control (--overload-control off: no `oc` in
 #        their Via, every refusal is a 503 the proxy pays for);
 #   oc   shedding, generators (and probes) with RFC 7339 loss-based
-#        overload control: the proxy advertises its refused share in its
-#        responses, the generators refuse that share of their new calls
-#        themselves (`throttled`, never sent);
+#        overload control: the proxy advertises in its responses the share
+#        of new calls beyond its measured capacity (OcController), the
+#        generators refuse that share of their new calls themselves
+#        (`throttled`, never sent);
 #   off  no shedding (0, the behaviour before issue 19), no overload control.
 #  Goodput and capacity are defined as in every mode: calls completed OK
 #  per second against the capacity of step 1 (throttled calls are not
@@ -159,7 +160,8 @@ for mode in $MODES; do
         curl -s --max-time 0.5 http://127.0.0.1:9464/metrics 2>/dev/null \
             | awk '/^ringway_sip_overload_admitted_ratio /{ v = $2 }
                    /^ringway_sip_overload_control_reduction_percent /{ r = $2 }
-                   END { print (v == "" ? "n/a" : v) "," (r == "" ? "n/a" : r) }'
+                   /^ringway_sip_overload_control_capacity_calls_per_second /{ c = $2 }
+                   END { print (v == "" ? "n/a" : v) "," (r == "" ? "n/a" : r) "," (c == "" ? "n/a" : c) }'
         sleep 1
     done >"$log.admitted") &
     PIDS+=("$!")
@@ -276,11 +278,14 @@ if over:
           f"({sum(over) / len(over) / cap:.0%}), {low} of {len(over)} seconds under 80 %")
 m = p["messages"]
 print(f"  admitted fraction of new INVITEs: at the end {m.get('overload_admitted_ratio')}, "
-      f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped, admitted/advertised oc reduction %):")
+      f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped, admitted/advertised oc reduction %"
+      f"/the workers' capacity estimate, calls/s):")
 def fmt(x):
-    a, _, r = x.partition(",")
+    a, r, c = (x.split(",") + ["", ""])[:3]
     a = a if a == "n/a" else f"{float(a):.3f}"
-    return a if r in ("", "n/a") else f"{a}/{float(r):.0f}"
+    if r in ("", "n/a"):
+        return a
+    return f"{a}/{float(r):.0f}" + ("" if c in ("", "n/a") else f"/{float(c):.0f}")
 try:
     print("   " + " ".join(fmt(x) for x in open(log + ".admitted").read().split()))
 except OSError:

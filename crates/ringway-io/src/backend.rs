@@ -11,6 +11,7 @@ mod choice;
 mod common;
 mod mmsg;
 mod socket;
+mod socket_state;
 mod uring;
 pub(crate) mod xdp;
 

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod impair;
 pub mod render;
 pub mod sched;

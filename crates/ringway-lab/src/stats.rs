@@ -103,6 +103,81 @@ pub fn fit_through_origin(points: &[(f64, f64)]) -> Option<f64> {
     Some(points.iter().map(|p| p.0 * p.1).sum::<f64>() / sxx)
 }
 
+/// Wilson score 95 % interval of a proportion: `k` events in `n` trials
+/// (`None` for `n` = 0). Unlike the normal approximation it stays inside
+/// [0, 1] and is not empty at 0 or `n` events (0 of 15 → 0 … 20.4 %).
+pub fn wilson(k: usize, n: usize) -> Option<(f64, f64)> {
+    if n == 0 {
+        return None;
+    }
+    const Z: f64 = 1.959_963_984_540_054;
+    let (k, n) = (k.min(n) as f64, n as f64);
+    let p = k / n;
+    let denominator = 1.0 + Z * Z / n;
+    let centre = (p + Z * Z / (2.0 * n)) / denominator;
+    let half = Z * (p * (1.0 - p) / n + Z * Z / (4.0 * n * n)).sqrt() / denominator;
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
+/// ln(n!) by summation (exact enough for the run counts of a lab, n ≤ 10⁵).
+fn ln_factorial(n: usize) -> f64 {
+    (2..=n).map(|i| (i as f64).ln()).sum()
+}
+
+/// Fisher's exact test, two-sided, of the 2×2 table `[[a, b], [c, d]]`
+/// (rows: the two arms; columns: event, no event): the probability, with
+/// the margins fixed, of a table at most as likely as the one observed
+/// (the convention of R's `fisher.test`). 1 for an empty table.
+pub fn fisher_exact(a: usize, b: usize, c: usize, d: usize) -> f64 {
+    let (row1, col1, n) = (a + b, a + c, a + b + c + d);
+    if n == 0 {
+        return 1.0;
+    }
+    let fixed =
+        ln_factorial(row1) + ln_factorial(n - row1) + ln_factorial(col1) + ln_factorial(n - col1)
+            - ln_factorial(n);
+    // P(X = x) for x events in the first row.
+    let p = |x: usize| {
+        (fixed
+            - ln_factorial(x)
+            - ln_factorial(row1 - x)
+            - ln_factorial(col1 - x)
+            - ln_factorial(n + x - row1 - col1))
+        .exp()
+    };
+    let observed = p(a);
+    let low = col1.saturating_sub(n - row1);
+    let high = row1.min(col1);
+    (low..=high)
+        .map(p)
+        .filter(|&q| q <= observed * (1.0 + 1e-7))
+        .sum::<f64>()
+        .min(1.0)
+}
+
+/// Serde: an `f64` written as `null` (how `serde_json` writes NaN, "no
+/// data") reads back as NaN, so a run saved to a state file reads back
+/// with its n/a columns intact.
+pub fn nan_or_f64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// [`nan_or_f64`] for a triple of `f64` (p50, p99, max).
+pub fn nan_or_f64x3<'de, D: serde::Deserializer<'de>>(d: D) -> Result<(f64, f64, f64), D::Error> {
+    use serde::Deserialize;
+    let (a, b, c) = <(Option<f64>, Option<f64>, Option<f64>)>::deserialize(d)?;
+    let nan = |v: Option<f64>| v.unwrap_or(f64::NAN);
+    Ok((nan(a), nan(b), nan(c)))
+}
+
+/// [`nan_or_f64`] for a (count, count, ratio) triple.
+pub fn nan_or_ratio3<'de, D: serde::Deserializer<'de>>(d: D) -> Result<(u64, u64, f64), D::Error> {
+    use serde::Deserialize;
+    let (a, b, c) = <(u64, u64, Option<f64>)>::deserialize(d)?;
+    Ok((a, b, c.unwrap_or(f64::NAN)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +197,82 @@ mod tests {
         assert!((f.r2 - 1.0).abs() < 1e-12);
         assert!(fit_line(&[(1.0, 1.0), (1.0, 2.0)]).is_none());
         assert!((fit_through_origin(&[(1.0, 2.0), (2.0, 4.0)]).unwrap() - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn wilson_interval_of_known_proportions() {
+        // 3 of 15: 7.05 … 45.19 %; 0 of 15: 0 … 20.39 %; 10 of 20: 29.93 … 70.07 %.
+        let close = |got: (f64, f64), want: (f64, f64)| {
+            (got.0 - want.0).abs() < 1e-4 && (got.1 - want.1).abs() < 1e-4
+        };
+        assert!(
+            close(wilson(3, 15).unwrap(), (0.070475, 0.451854)),
+            "{:?}",
+            wilson(3, 15)
+        );
+        assert!(
+            close(wilson(0, 15).unwrap(), (0.0, 0.203883)),
+            "{:?}",
+            wilson(0, 15)
+        );
+        assert!(
+            close(wilson(15, 15).unwrap(), (0.796117, 1.0)),
+            "{:?}",
+            wilson(15, 15)
+        );
+        assert!(
+            close(wilson(10, 20).unwrap(), (0.299298, 0.700702)),
+            "{:?}",
+            wilson(10, 20)
+        );
+        assert_eq!(wilson(0, 0), None);
+    }
+
+    #[test]
+    fn fisher_exact_against_known_tables() {
+        // The closing note's cell: 3 of 15 N-SRPIC runs collapsed, 0 of 15
+        // SRPIC runs: p = 0.2241 (R: fisher.test(matrix(c(3,0,12,15),2))).
+        assert!((fisher_exact(3, 12, 0, 15) - 0.224_138).abs() < 1e-5);
+        // Symmetric in the rows.
+        assert!((fisher_exact(0, 15, 3, 12) - 0.224_138).abs() < 1e-5);
+        // R's classic 1 9 / 11 3: p = 0.002759.
+        assert!((fisher_exact(1, 9, 11, 3) - 0.002_759_456).abs() < 1e-8);
+        assert!((fisher_exact(5, 0, 0, 5) - 0.007_936_508).abs() < 1e-8);
+        assert!((fisher_exact(0, 20, 8, 12) - 0.003_276_003).abs() < 1e-8);
+        // Most runs collapsed in both arms (margins above half the runs).
+        assert!((fisher_exact(4, 1, 5, 0) - 1.0).abs() < 1e-9);
+        assert!((fisher_exact(18, 2, 20, 0) - 0.487_179_487).abs() < 1e-8);
+        // No difference at all: p = 1.
+        assert!((fisher_exact(2, 3, 2, 3) - 1.0).abs() < 1e-9);
+        assert_eq!(fisher_exact(0, 0, 0, 0), 1.0);
+    }
+
+    #[test]
+    fn nan_reads_back_from_null() {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Row {
+            #[serde(deserialize_with = "nan_or_f64")]
+            x: f64,
+            #[serde(deserialize_with = "nan_or_f64x3")]
+            late: (f64, f64, f64),
+            #[serde(deserialize_with = "nan_or_ratio3")]
+            order: (u64, u64, f64),
+        }
+        let text = serde_json::to_string(&Row {
+            x: f64::NAN,
+            late: (1.5, f64::NAN, 3.0),
+            order: (4, 2, f64::NAN),
+        })
+        .unwrap();
+        assert_eq!(
+            text,
+            r#"{"x":null,"late":[1.5,null,3.0],"order":[4,2,null]}"#
+        );
+        let back: Row = serde_json::from_str(&text).unwrap();
+        assert!(back.x.is_nan() && back.late.1.is_nan() && back.order.2.is_nan());
+        assert_eq!((back.late.0, back.late.2, back.order.0), (1.5, 3.0, 4));
+        let back: Row =
+            serde_json::from_str(r#"{"x":2.5,"late":[1,2,3],"order":[1,1,0.5]}"#).unwrap();
+        assert_eq!(back.x, 2.5);
     }
 }

@@ -112,7 +112,7 @@ pub enum Class {
 
 /// Counters of a sorter.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SrpicStats {
     /// Packets given to `push`.
     pub packets: u64,

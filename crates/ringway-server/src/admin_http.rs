@@ -391,6 +391,65 @@ pub fn ask_owner<T>(
         .unwrap_or_else(|_| Response::error(503, &format!("{owner} did not answer")))
 }
 
+/// An API over state one thread owns (the SFU engine, the JackTrip hub's
+/// UDP thread): what it publishes in `live` answers `GET /metrics` (no
+/// token) and `GET /api/stats`; every other `/api/...` request is checked
+/// against the bearer token, turned into an operation by `route` and
+/// handed to the owner (see [`ask_owner`]).
+pub struct OwnedApi<Live, Op, Req> {
+    /// Names the owner in the errors (`engine`, `hub`).
+    pub owner: &'static str,
+    /// The owner's request queue.
+    pub queue: std::sync::mpsc::SyncSender<Req>,
+    /// How long a request waits for the owner's answer.
+    pub wait: Duration,
+    /// The counters the owner publishes.
+    pub live: Arc<std::sync::Mutex<Live>>,
+    /// Prometheus text of the counters.
+    pub metrics: fn(&Live) -> String,
+    /// The JSON of `GET /api/stats`.
+    pub stats: fn(&Live) -> serde_json::Value,
+    /// The operation a request asks for, or the error response.
+    pub route: fn(&Request) -> Result<Op, Response>,
+    /// The request to the owner: the operation and where to answer.
+    pub request: fn(Op, std::sync::mpsc::SyncSender<Response>) -> Req,
+}
+
+impl<Live, Op, Req> OwnedApi<Live, Op, Req>
+where
+    Live: Clone + Send + 'static,
+    Op: 'static,
+    Req: Send + 'static,
+{
+    /// The handler, behind `token`.
+    pub fn handler(self, token: String) -> Handler {
+        Arc::new(move |request: &Request| {
+            let snapshot = || {
+                self.live
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            };
+            if request.method == "GET" && request.path == "/metrics" {
+                return Response::prometheus((self.metrics)(&snapshot()));
+            }
+            if !token_matches(request.bearer.as_deref(), &token) {
+                return Response::error(401, "missing or wrong bearer token");
+            }
+            if request.method == "GET" && request.path == "/api/stats" {
+                return Response::json(200, &(self.stats)(&snapshot()));
+            }
+            let operation = match (self.route)(request) {
+                Ok(operation) => operation,
+                Err(response) => return response,
+            };
+            ask_owner(self.owner, &self.queue, self.wait, |reply| {
+                (self.request)(operation, reply)
+            })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,16 +11,32 @@
 //!
 //! The refused calls go through a proxy of their own, so that the call
 //! messages are measured as in normal operation (after a refusal the core
-//! peeks at ACKs for the refusal's tag for a while). Then the parse alone
-//! (`SipMsg::parse`) per message type: the stage that dominates T_sip.
+//! peeks at ACKs for the refusal's tag for a while). Then the stages one by
+//! one on the same datagrams, each between two clock readings, as a share
+//! of the message's whole T_sip p50 (issue 23's profile): the strict parse
+//! (`SipMsg::parse`, what the proxy runs), the lazy parse (no grammar check
+//! of Via/From/To/Contact/Route/Record-Route values: the difference is the
+//! grammar check), the loose parse (line scan, UTF-8, start line: the
+//! floor of any parse), the SipHash-2-4 MACs the stateless proxy computes
+//! for that message (replayed with the same inputs through the public
+//! `KeyRing`: transaction and loop hashes, upstream MAC, Record-Route
+//! signature), and the editor (`forward_request` with the proxy's edits /
+//! `forward_response`) on an already parsed message. What is left of T_sip
+//! (routing, relay policy, counters, the rest of the core) is the whole
+//! minus those. The clock's own cost is printed too.
 //!
 //! `cargo bench -p ringway-sip --bench t_sip` (env: MODE=stateless|stateful,
-//! CALLS=20000, ROUNDS=5, PARSE_ALONE=1; 0 leaves the parse-only stage out,
-//! e.g. under `perf record`). Not a test: timings; run it on a quiet machine
+//! CALLS=20000, ROUNDS=5, PARSE_ALONE=1; 0 leaves the stages out, e.g.
+//! under `perf record`). Not a test: timings; run it on a quiet machine
 //! and compare builds side by side (the harness uses only the public API,
-//! so the same file builds against an older tree).
+//! so the same file builds against an older tree with a `KeyRing`).
 
-use ringway_sip::{Mode, Proxy, ProxyConfig, RelayNets, SipMsg};
+use ringway_sip::edit::RemoveHeaders;
+use ringway_sip::hash::{KeyRing, Purpose};
+use ringway_sip::{
+    forward_request, forward_response, Mode, Proxy, ProxyConfig, RelayNets, RequestEdits, SipMsg,
+    ViaEdit,
+};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -214,7 +230,10 @@ fn main() {
     let recorded: Vec<(Call, Call)> = (0..calls).map(|n| record(&config, n)).collect();
     let mut samples: Vec<Vec<u64>> = vec![Vec::new(); KINDS.len()];
     let mut sink = 0usize;
-    let mut parse_samples: Vec<Vec<u64>> = vec![Vec::new(); KINDS.len()];
+    let mut stages: Vec<Stages> = (0..KINDS.len())
+        .map(|kind| Stages::new(KINDS[kind]))
+        .collect();
+    let keys = KeyRing::from_seed(7);
     for _ in 0..rounds {
         // A fresh proxy per round: in stateful mode every call is new.
         let proxy = Proxy::new(config.clone());
@@ -237,15 +256,12 @@ fn main() {
                 r.set_shedding(false);
             }
         }
-        // PARSE_ALONE=0 leaves the parse-only stage out (for a profiler).
-        let parse_alone = env("PARSE_ALONE", "1") != "0";
-        for (call, refused) in recorded.iter().filter(|_| parse_alone) {
-            let all = call.messages.iter().chain(refused.messages.iter());
-            for (kind, (_, msg)) in all.enumerate() {
-                let t0 = Instant::now();
-                let parsed = SipMsg::parse(msg);
-                parse_samples[kind].push(t0.elapsed().as_nanos() as u64);
-                sink += usize::from(parsed.is_ok());
+        // PARSE_ALONE=0 leaves the stages out (for a profiler).
+        if env("PARSE_ALONE", "1") != "0" {
+            for (call, _) in &recorded {
+                for (kind, (from, msg)) in call.messages.iter().enumerate() {
+                    stages[kind].time(*from, msg, &keys, &mut sink);
+                }
             }
         }
     }
@@ -280,17 +296,175 @@ fn main() {
         percentile(&all, 0.5),
         percentile(&samples[6], 0.5) + percentile(&samples[7], 0.5)
     );
-    println!("stage: SipMsg::parse alone (ns; p50 share of the message's T_sip)");
-    for ((kind, s), whole) in KINDS.iter().zip(parse_samples.iter_mut()).zip(&samples) {
-        if s.is_empty() {
+    println!(
+        "stages, p50 ns and share of the message's T_sip p50 (the rest: routing, policy, \
+         counters; clock reading pair {} ns p50, inside every figure)",
+        clock_cost()
+    );
+    println!(
+        "{:<11} {:>7} {:>13} {:>13} {:>13} {:>13} {:>13}",
+        "type", "T_sip", "parse", "lazy parse", "loose parse", "MACs", "editor"
+    );
+    for (stage, whole) in stages.iter_mut().zip(&samples) {
+        if stage.parse.is_empty() {
             break;
         }
-        s.sort_unstable();
-        let p50 = percentile(s, 0.5);
+        // (Sorted above.)
+        let whole = percentile(whole, 0.5).max(1);
+        let cell = |s: &mut Vec<u64>| {
+            s.sort_unstable();
+            let p50 = percentile(s, 0.5);
+            format!("{p50} ({:.0} %)", 100.0 * p50 as f64 / whole as f64)
+        };
         println!(
-            "{kind:<11} {p50:>7} {:>7} {:>6.0} %",
-            percentile(s, 0.9),
-            100.0 * p50 as f64 / percentile(whole, 0.5).max(1) as f64
+            "{:<11} {whole:>7} {:>13} {:>13} {:>13} {:>13} {:>13}",
+            stage.kind,
+            cell(&mut stage.parse),
+            cell(&mut stage.lazy),
+            cell(&mut stage.loose),
+            cell(&mut stage.macs),
+            cell(&mut stage.editor),
         );
     }
+}
+
+/// p50 of an empty interval between two clock readings (ns).
+fn clock_cost() -> u64 {
+    let mut s: Vec<u64> = (0..100_000)
+        .map(|_| {
+            let t0 = Instant::now();
+            t0.elapsed().as_nanos() as u64
+        })
+        .collect();
+    s.sort_unstable();
+    percentile(&s, 0.5)
+}
+
+/// One message type's stage timings (ns per message).
+struct Stages {
+    kind: &'static str,
+    parse: Vec<u64>,
+    lazy: Vec<u64>,
+    loose: Vec<u64>,
+    macs: Vec<u64>,
+    editor: Vec<u64>,
+}
+
+/// Time `f` once (ns); its result goes to `sink`.
+fn timed(f: impl FnOnce() -> usize, sink: &mut usize) -> u64 {
+    let t0 = Instant::now();
+    let out = std::hint::black_box(f());
+    let ns = t0.elapsed().as_nanos() as u64;
+    *sink += out;
+    ns
+}
+
+impl Stages {
+    fn new(kind: &'static str) -> Stages {
+        Stages {
+            kind,
+            parse: Vec::new(),
+            lazy: Vec::new(),
+            loose: Vec::new(),
+            macs: Vec::new(),
+            editor: Vec::new(),
+        }
+    }
+
+    /// Time each stage once on `msg` (from `from`).
+    fn time(&mut self, from: SocketAddr, msg: &[u8], keys: &KeyRing, sink: &mut usize) {
+        self.parse
+            .push(timed(|| usize::from(SipMsg::parse(msg).is_ok()), sink));
+        self.lazy
+            .push(timed(|| usize::from(SipMsg::parse_lazy(msg).is_ok()), sink));
+        self.loose.push(timed(
+            || usize::from(SipMsg::parse_loose(msg).is_ok()),
+            sink,
+        ));
+        let parsed = SipMsg::parse(msg).expect("recorded messages parse");
+        self.macs
+            .push(timed(|| macs(&parsed, from, keys) as usize & 1, sink));
+        let mut out = Vec::with_capacity(msg.len() + 512);
+        let edits = proxy_edits(&parsed);
+        self.editor.push(timed(
+            || match parsed.is_request() {
+                true => forward_request(&parsed, &edits, &mut out).unwrap_or(0),
+                false => forward_response(&parsed, &mut out).unwrap_or(0),
+            },
+            sink,
+        ));
+    }
+}
+
+/// Our Record-Route as the proxy writes it (`;rw=` signature of 11
+/// characters) and a branch of ours (`z9hG4bKrw` + 16.8.8 hex digits).
+const RECORD_ROUTE: &str = "sip:127.0.0.1:5060;lr;rw=AAAAAAAAAAA";
+const BRANCH: &str = "z9hG4bKrw0123456789abcdef.01234567.89abcdef";
+
+/// The edits the stateless proxy makes to a request of the call: its Via,
+/// Max-Forwards, `rport` filled, its Route popped in a dialog, its
+/// Record-Route on the INVITE, asserted identities removed.
+fn proxy_edits(msg: &SipMsg<'_>) -> RequestEdits<'static> {
+    let in_dialog = msg.to_tag().is_some();
+    RequestEdits {
+        via: Some(ViaEdit {
+            transport: "UDP",
+            sent_by: PROXY,
+            branch: BRANCH,
+            alias: false,
+        }),
+        max_forwards: true,
+        record_route: (!in_dialog).then_some(RECORD_ROUTE),
+        pop_routes: usize::from(in_dialog),
+        rport: msg.top_via().filter(|v| v.rport_flag).map(|_| 5070),
+        remove: RemoveHeaders {
+            asserted_identity: true,
+            proxy_authorization_realms: &[],
+        },
+        ..RequestEdits::default()
+    }
+}
+
+/// The SipHash-2-4 MACs the stateless proxy computes for `msg` from
+/// `from`, with the same inputs (`proxy/branch.rs`): a request's
+/// transaction and loop hashes, its upstream MAC, and the Record-Route
+/// signature (made on an INVITE, checked on an in-dialog request); a
+/// response's upstream MAC check.
+fn macs(msg: &SipMsg<'_>, from: SocketAddr, keys: &KeyRing) -> u64 {
+    let via = msg.top_via().expect("a Via");
+    let call_id = msg.call_id().unwrap_or("");
+    let from_tag = msg.from_tag().unwrap_or("");
+    if !msg.is_request() {
+        let next = msg.second_via().and_then(|v| v.response_target());
+        return keys
+            .mac(Purpose::Upstream)
+            .u64(via.branch.map_or(0, |b| b.len() as u64))
+            .addr(next.unwrap_or(from))
+            .finish();
+    }
+    let transaction = keys
+        .mac(Purpose::Transaction)
+        .str(via.branch.unwrap_or(""))
+        .str(via.host)
+        .u64(u64::from(via.port.unwrap_or(5060)))
+        .finish();
+    let loop_detect = keys
+        .mac(Purpose::LoopDetect)
+        .str(msg.request_uri().unwrap_or(""))
+        .str(from_tag)
+        .str(msg.to_tag().unwrap_or(""))
+        .str(call_id)
+        .u64(u64::from(msg.cseq().map_or(0, |c| c.0)))
+        .finish();
+    let upstream = keys
+        .mac(Purpose::Upstream)
+        .u64(transaction)
+        .addr(from)
+        .finish();
+    let signature = keys
+        .mac(Purpose::RecordRoute)
+        .str(call_id)
+        .str(from_tag)
+        .finish();
+    transaction ^ loop_detect ^ upstream ^ signature
 }

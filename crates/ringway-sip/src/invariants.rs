@@ -117,7 +117,7 @@ fn refuse_under_overload(data: &[u8]) {
     // bounds below hold with it.
     worker.set_overload_control(Some(crate::overload_control::OcAdvert::from_admitted_ppm(
         u32::from(data.first().copied().unwrap_or(0)) * 4_000,
-        crate::overload_control::DEFAULT_VALIDITY_MS,
+        crate::overload_control::ADVERTISED_VALIDITY_MS,
         u64::MAX,
     )));
     let mut responses = Vec::new();

@@ -365,9 +365,6 @@ impl<'a> Via<'a> {
             after = &port_text[end..];
         }
         let params = trim(after);
-        if !params.is_empty() && !crate::text::params_valid(params) {
-            return None;
-        }
         let mut via = Via {
             transport,
             host,
@@ -380,15 +377,20 @@ impl<'a> Via<'a> {
             params,
             raw,
         };
-        // One pass over the parameters (first occurrence wins).
-        for (name, value) in crate::text::Params::new(params) {
+        // One pass over the parameters, which also checks their grammar
+        // (first occurrence wins).
+        let valid = crate::text::scan_params(params, |name, value| {
             let named = |s: &str| name.eq_ignore_ascii_case(s);
             match name.len() {
-                6 if named("branch") && via.branch.is_none() => via.branch = Some(value?),
+                6 if named("branch") && via.branch.is_none() => match value {
+                    Some(value) => via.branch = Some(value),
+                    None => return false,
+                },
                 5 if named("rport") && !via.rport_flag => {
                     via.rport_flag = true;
-                    via.rport = match value {
-                        Some(v) => Some(v.parse::<u16>().ok()?),
+                    via.rport = match value.map(str::parse::<u16>) {
+                        Some(Ok(port)) => Some(port),
+                        Some(Err(_)) => return false,
                         None => None,
                     };
                 }
@@ -396,6 +398,10 @@ impl<'a> Via<'a> {
                 5 if named("maddr") && via.maddr.is_none() => via.maddr = value,
                 _ => {}
             }
+            true
+        });
+        if !valid {
+            return None;
         }
         Some(via)
     }
@@ -1079,6 +1085,15 @@ impl<'a> SipMsg<'a> {
         self.values(HeaderKind::Route).filter_map(NameAddr::parse)
     }
 
+    /// Route values, top first, each with its URI parsed as a SIP URI
+    /// when it is one ([`NameAddr::sip_uri`], parsed once).
+    pub(crate) fn routes_with_uri(
+        &self,
+    ) -> impl Iterator<Item = (NameAddr<'a>, Option<SipUri<'a>>)> + '_ {
+        self.values(HeaderKind::Route)
+            .filter_map(NameAddr::parse_with_uri)
+    }
+
     /// Record-Route values, top first.
     pub fn record_routes(&self) -> impl Iterator<Item = NameAddr<'a>> + '_ {
         self.values(HeaderKind::RecordRoute)
@@ -1225,6 +1240,22 @@ fn parse_version(v: &str) -> Result<(), ParseError> {
 /// The proxy checks a Route value with it before making it the
 /// Request-URI.
 pub(crate) fn check_request_uri(uri: &str) -> Result<Option<SipUri<'_>>, ParseError> {
+    request_uri_checked(uri, SipUri::parse)
+}
+
+/// [`check_request_uri`] of `uri` whose [`SipUri::parse`] was `sip_uri`
+/// (a Route value's, from [`SipMsg::routes_with_uri`]: not parsed again).
+pub(crate) fn check_parsed_request_uri<'u>(
+    uri: &'u str,
+    sip_uri: Option<SipUri<'u>>,
+) -> Result<Option<SipUri<'u>>, ParseError> {
+    request_uri_checked(uri, |_| sip_uri)
+}
+
+fn request_uri_checked<'u>(
+    uri: &'u str,
+    sip_parse: impl FnOnce(&'u str) -> Option<SipUri<'u>>,
+) -> Result<Option<SipUri<'u>>, ParseError> {
     if uri.bytes().any(|b| is_lws(b) || b < 0x21) {
         return Err(ParseError::BadRequestUri("whitespace"));
     }
@@ -1234,7 +1265,7 @@ pub(crate) fn check_request_uri(uri: &str) -> Result<Option<SipUri<'_>>, ParseEr
             if scheme_name.eq_ignore_ascii_case("sip")
                 || scheme_name.eq_ignore_ascii_case("sips") =>
         {
-            let sip_uri = SipUri::parse(uri).ok_or(ParseError::BadRequestUri("sip uri"))?;
+            let sip_uri = sip_parse(uri).ok_or(ParseError::BadRequestUri("sip uri"))?;
             if sip_uri.headers.is_some() {
                 return Err(ParseError::BadRequestUri("headers not allowed"));
             }

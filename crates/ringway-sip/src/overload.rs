@@ -236,6 +236,14 @@ impl Shedder {
         (u64::from(self.admit) * 1_000_000 / u64::from(ONE)) as u32
     }
 
+    /// The standing queueing delay (ns): the smallest delay of the last
+    /// interval that had samples (`None`: none yet). What
+    /// [`crate::overload_control::OcController`] reads the CPU's saturation
+    /// from.
+    pub fn standing_delay(&self) -> Option<u64> {
+        self.previous_min
+    }
+
     /// New INVITEs admitted and refused by [`Shedder::admit_new_call`].
     pub fn decisions(&self) -> (u64, u64) {
         (self.admitted, self.refused)

@@ -1,17 +1,18 @@
 //! RFC 7339 SIP overload control, loss-based algorithm (`oc-algo="loss"`,
 //! RFC 7339 §5, §6), both sides, sans-IO.
 //!
-//! - Server side ([`OcAdvert`]): a client that supports overload control
-//!   puts a valueless `oc` parameter in its Via. In the responses the proxy
-//!   generates to such a request (the quick `503` refusal, the full path's
-//!   local responses, the stateful `100 Trying`) the copy of that Via gets
-//!   `oc=<percentage of new requests to reduce>`, `oc-algo="loss"`,
-//!   `oc-validity=<ms>` and `oc-seq=<seconds>.<fraction>`. The reduction is
-//!   that of the worker's admission controller ([`crate::overload::Shedder`]):
-//!   100 − the admitted percentage. The parameters go only into a response
-//!   to the sender of the request, which that response goes to anyway: no
-//!   new destination, a few bytes more (the amplification bound still
-//!   holds), nothing in a forwarded message changes.
+//! - Server side ([`OcController`], [`OcAdvert`]): a client that supports
+//!   overload control puts a valueless `oc` parameter in its Via. In the
+//!   responses the proxy generates to such a request (the quick `503`
+//!   refusal, the full path's local responses, the stateful `100 Trying`)
+//!   the copy of that Via gets `oc=<percentage of new requests to reduce>`,
+//!   `oc-algo="loss"`, `oc-validity=<ms>` and `oc-seq=<seconds>.<fraction>`.
+//!   The reduction comes from [`OcController`]: the share of the offered
+//!   new calls above the capacity the worker measured (see there). The
+//!   parameters go only into a response to the sender of the request,
+//!   which that response goes to anyway: no new destination, a few bytes
+//!   more (the amplification bound still holds), nothing in a forwarded
+//!   message changes.
 //! - Client side ([`OcReceived::from_via_params`]): the parameters of the
 //!   top Via of a response; the load generator refuses that percentage of
 //!   its new calls locally for the validity period (the latest `oc-seq`
@@ -22,13 +23,23 @@
 //! any other `oc-` parameter gets nothing added (the proxy still sheds it
 //! like a client without overload control).
 
-use crate::msg::Via;
+mod controller;
 
-/// How long an advertised reduction holds (ms) unless renewed: 5 of the
-/// controller's intervals, long enough that a client keeps throttling
-/// between the responses that carry it, short enough that it stops soon
-/// after the overload ends when nothing tells it `oc=0`.
+use crate::msg::Via;
+pub use controller::{OcController, OcControllerConfig};
+
+/// How long an advertised reduction holds (ms) unless renewed, for a
+/// client that gets none (RFC 7339's default is the same 500 ms).
 pub const DEFAULT_VALIDITY_MS: u32 = 500;
+/// The validity the proxy advertises (ms): 20 of [`OcController`]'s
+/// periods. Every response to a conforming client renews it, so it only
+/// matters for a client that goes quiet; long enough that a sender whose
+/// new calls are mostly throttled keeps its reduction between the few
+/// responses it gets (at 500 ms the throttles lapsed between them and the
+/// full load came back in bursts), short enough that a client that hears
+/// nothing more stops throttling soon after an overload ends (the proxy's
+/// responses say `oc=0` before that).
+pub const ADVERTISED_VALIDITY_MS: u32 = 2_000;
 /// The longest validity a client accepts (ms): a bogus huge value cannot
 /// silence it for long.
 pub const MAX_VALIDITY_MS: u32 = 60_000;

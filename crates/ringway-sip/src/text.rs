@@ -253,57 +253,69 @@ pub(crate) fn find_param<'a>(params: &'a str, name: &str) -> Option<Option<&'a s
 /// Validate a parameter list: every parameter has a token name, and a value
 /// (if any) that is a token, host-ish word or quoted string.
 pub(crate) fn params_valid(params: &str) -> bool {
+    scan_params(params, |_, _| true)
+}
+
+/// Read a parameter list (`;name[=value]`, LWS around `;` and `=`) in one
+/// pass: every parameter goes to `each` as [`Params`] yields it (name and
+/// value trimmed, a quoted value with its quotes), and the list is valid
+/// as [`params_valid`] says: a token name, and a value (if any) that is
+/// one quoted string or a non-empty run of token characters, `:`, `[` and
+/// `]`. `false` when it is not (the parameters before the fault may have
+/// gone to `each`) or when `each` returns `false`. An empty (or LWS only)
+/// list is valid.
+pub(crate) fn scan_params<'a>(
+    params: &'a str,
+    mut each: impl FnMut(&'a str, Option<&'a str>) -> bool,
+) -> bool {
     let bytes = params.as_bytes();
-    // Reject empty parameters like ";;" or a trailing ";".
-    let trimmed = trim(params);
-    if trimmed.is_empty() {
-        return true;
-    }
-    if !trimmed.starts_with(';') {
-        return false;
-    }
-    let _ = bytes;
-    let mut rest = trimmed;
-    while !rest.is_empty() {
-        // rest starts with ';'
-        let body = &rest[1..];
-        let body_bytes = body.as_bytes();
-        let mut index = 0;
-        while index < body_bytes.len() {
-            match body_bytes[index] {
-                b'"' => match quoted_end(&body_bytes[index..]) {
-                    Some(n) => {
-                        index += n;
-                        continue;
-                    }
-                    None => return false,
-                },
-                b';' => break,
-                _ => index += 1,
-            }
+    let skip_lws = |mut at: usize| {
+        while at < bytes.len() && is_lws(bytes[at]) {
+            at += 1;
         }
-        let item = &body[..index];
-        let (name, value) = match find_byte(item, b'=') {
-            Some(equals) => (trim(&item[..equals]), Some(trim(&item[equals + 1..]))),
-            None => (trim(item), None),
-        };
-        if !is_token_str(name) {
+        at
+    };
+    let mut at = skip_lws(0);
+    while at < bytes.len() {
+        if bytes[at] != b';' {
             return false;
         }
-        if let Some(text) = value {
-            let valid = if text.starts_with('"') {
-                quoted_end(text.as_bytes()) == Some(text.len())
-            } else {
-                !text.is_empty()
-                    && text
-                        .bytes()
-                        .all(|c| is_token(c) || matches!(c, b':' | b'[' | b']'))
-            };
-            if !valid {
-                return false;
-            }
+        at = skip_lws(at + 1);
+        let name_start = at;
+        while at < bytes.len() && is_token(bytes[at]) {
+            at += 1;
         }
-        rest = &body[index..];
+        if at == name_start {
+            return false;
+        }
+        // Token characters are ASCII: these are char boundaries.
+        let name = &params[name_start..at];
+        at = skip_lws(at);
+        let mut value = None;
+        if bytes.get(at) == Some(&b'=') {
+            at = skip_lws(at + 1);
+            let value_start = at;
+            if bytes.get(at) == Some(&b'"') {
+                match quoted_end(&bytes[at..]) {
+                    Some(len) => at += len,
+                    None => return false,
+                }
+            } else {
+                while at < bytes.len()
+                    && (is_token(bytes[at]) || matches!(bytes[at], b':' | b'[' | b']'))
+                {
+                    at += 1;
+                }
+                if at == value_start {
+                    return false;
+                }
+            }
+            value = Some(&params[value_start..at]);
+            at = skip_lws(at);
+        }
+        if !each(name, value) {
+            return false;
+        }
     }
     true
 }
@@ -344,6 +356,124 @@ mod tests {
         assert!(!params_valid(";;"));
         assert!(!params_valid(";a;"));
         assert!(params_valid(r#";x="q;s""#));
+    }
+
+    /// The two-pass reading `scan_params` replaced (issue 23): the list
+    /// validated item by item, then read again by [`Params`].
+    fn two_pass(params: &str) -> Option<Vec<(&str, Option<&str>)>> {
+        let trimmed = trim(params);
+        if trimmed.is_empty() {
+            return Some(Params::new(params).collect());
+        }
+        if !trimmed.starts_with(';') {
+            return None;
+        }
+        let mut rest = trimmed;
+        while !rest.is_empty() {
+            let body = &rest[1..];
+            let body_bytes = body.as_bytes();
+            let mut index = 0;
+            while index < body_bytes.len() {
+                match body_bytes[index] {
+                    b'"' => index += quoted_end(&body_bytes[index..])?,
+                    b';' => break,
+                    _ => index += 1,
+                }
+            }
+            let item = &body[..index];
+            let (name, value) = match find_byte(item, b'=') {
+                Some(equals) => (trim(&item[..equals]), Some(trim(&item[equals + 1..]))),
+                None => (trim(item), None),
+            };
+            if !is_token_str(name) {
+                return None;
+            }
+            if let Some(text) = value {
+                let valid = if text.starts_with('"') {
+                    quoted_end(text.as_bytes()) == Some(text.len())
+                } else {
+                    !text.is_empty()
+                        && text
+                            .bytes()
+                            .all(|c| is_token(c) || matches!(c, b':' | b'[' | b']'))
+                };
+                if !valid {
+                    return None;
+                }
+            }
+            rest = &body[index..];
+        }
+        Some(Params::new(params).collect())
+    }
+
+    fn one_pass(params: &str) -> Option<Vec<(&str, Option<&str>)>> {
+        let mut seen = Vec::new();
+        scan_params(params, |name, value| {
+            seen.push((name, value));
+            true
+        })
+        .then_some(seen)
+    }
+
+    /// `scan_params` accepts exactly the lists the two-pass reading
+    /// accepted and hands over the same parameters. Seen failing with LWS
+    /// before `=` refused, and with a quoted value followed by a token
+    /// (`a="x"y`) accepted.
+    #[test]
+    fn one_pass_parameters_read_as_the_two_passes_did() {
+        for params in [
+            "",
+            "  ",
+            ";lr",
+            " ; a = b ;c",
+            ";branch=z9hG4bK1;rport;received=192.0.2.1",
+            ";received=[2001:db8::1];rport=5060",
+            r#";x="q;s";y"#,
+            r#";x = "a\"b" ; y=1"#,
+            r#";x="a"y"#,
+            r#";x="a" "b""#,
+            r#";x="unterminated"#,
+            r#";x="esc\"#,
+            ";;",
+            ";a;",
+            ";a=",
+            ";=b",
+            ";a b=c",
+            ";a=b c",
+            ";a=b=c",
+            "a=b",
+            ";a\r\n =b",
+            ";a=\r\n\tb",
+            ";tag=1,2",
+            ";a=<b>",
+            r#";a"=b"#,
+            ";é=1",
+            r#";a="é;""#,
+        ] {
+            assert_eq!(one_pass(params), two_pass(params), "{params:?}");
+            assert_eq!(
+                params_valid(params),
+                two_pass(params).is_some(),
+                "{params:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 4000, ..Default::default() })]
+        #[test]
+        fn one_pass_parameters_agree_on_any_text(
+            params in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    ";", "=", "\"", "\\", " ", "\t", "\r\n", "a", "b1", ":", "[", "]",
+                    ",", "<", "é", "-", "~", "?",
+                ]),
+                0..16,
+            )
+        ) {
+            let params: String = params.concat();
+            proptest::prop_assert_eq!(one_pass(&params), two_pass(&params), "{:?}", params);
+        }
     }
 
     #[test]

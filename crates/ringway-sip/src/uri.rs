@@ -193,6 +193,12 @@ pub struct NameAddr<'a> {
 impl<'a> NameAddr<'a> {
     /// Parse one (already comma-split, trimmed) value.
     pub fn parse(value: &'a str) -> Option<NameAddr<'a>> {
+        Self::parse_with_uri(value).map(|(name_addr, _)| name_addr)
+    }
+
+    /// [`NameAddr::parse`], with the URI as a SIP URI when it is one
+    /// (what [`NameAddr::sip_uri`] returns, without parsing it again).
+    pub(crate) fn parse_with_uri(value: &'a str) -> Option<(NameAddr<'a>, Option<SipUri<'a>>)> {
         let value = trim(value);
         let bytes = value.as_bytes();
         if bytes.is_empty() {
@@ -228,25 +234,25 @@ impl<'a> NameAddr<'a> {
             let rest = &value[index + 1..];
             let angle_close = find_byte(rest, b'>')?;
             let uri = trim(&rest[..angle_close]);
-            scheme(uri)?;
-            if uri.bytes().any(is_lws) {
-                return None;
-            }
-            if let Some(parsed) = SipUri::parse(uri) {
-                let _ = parsed;
-            } else if is_sip_scheme(uri) {
+            let sip_uri = SipUri::parse(uri);
+            // A SIP URI has a scheme and no LWS (`SipUri::parse` checked);
+            // any other needs a scheme, no LWS, and not to be `sip:`.
+            if sip_uri.is_none()
+                && (scheme(uri).is_none() || uri.bytes().any(is_lws) || is_sip_scheme(uri))
+            {
                 return None;
             }
             let params = &rest[angle_close + 1..];
             if !params_valid(params) {
                 return None;
             }
-            return Some(NameAddr {
+            let name_addr = NameAddr {
                 display,
                 uri,
                 params: trim(params),
                 bracketed: true,
-            });
+            };
+            return Some((name_addr, sip_uri));
         }
         // addr-spec: the URI runs to the first ';' (the rest are header params).
         let end = find_byte(value, b';').unwrap_or(value.len());
@@ -258,19 +264,21 @@ impl<'a> NameAddr<'a> {
         {
             return None;
         }
-        if is_sip_scheme(uri) && SipUri::parse(uri).is_none() {
-            return None;
-        }
+        let sip_uri = match is_sip_scheme(uri) {
+            true => Some(SipUri::parse(uri)?),
+            false => None,
+        };
         let params = &value[end..];
         if !params_valid(params) {
             return None;
         }
-        Some(NameAddr {
+        let name_addr = NameAddr {
             display: None,
             uri,
             params: trim(params),
             bracketed: false,
-        })
+        };
+        Some((name_addr, sip_uri))
     }
 
     /// Look up a header parameter (e.g. `tag`, `expires`, `q`).

@@ -75,13 +75,19 @@ fn load_command_mmsg() {
 
 /// `ringway lab sfu --netns`: the SFU in one namespace host, each client in
 /// its own host (veth to one bridge); the table is printed and the
-/// namespaces are gone afterwards.
+/// namespaces are gone afterwards. Every block has the A/A arm
+/// (`socket#aa`); the runs go to a state file, and a resumed grid makes
+/// only the runs missing there.
 #[test]
 fn lab_sfu_in_veth_hosts() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("lab.json");
+    let state = dir.path().join("state.jsonl");
+    let state_arg = state.to_str().unwrap();
     let (pid, stdout) = lab_sfu_netns(
         &[
+            "--state",
+            state_arg,
             "--reps",
             "1",
             "--duration",
@@ -119,7 +125,24 @@ fn lab_sfu_in_veth_hosts() {
     assert!(!stdout.contains("0.00x"), "{stdout}");
     let v = read_json(&json);
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 4);
+    // 2 blocks × (socket, socket#aa, mmsg, xdp, tc), each block's order
+    // recorded.
+    assert_eq!(runs.len(), 2 * 5);
+    assert_eq!(
+        runs.iter().filter(|r| r["backend"] == "socket#aa").count(),
+        2,
+        "{stdout}"
+    );
+    for block in 0..2 {
+        let mut order: Vec<u64> = runs
+            .iter()
+            .filter(|r| r["block"] == block)
+            .map(|r| r["order"].as_u64().unwrap())
+            .collect();
+        order.sort();
+        assert_eq!(order, [0, 1, 2, 3, 4], "{stdout}");
+    }
+    assert!(stdout.contains("A/A: the noise floor"), "{stdout}");
     for r in runs {
         // Every packet: clients − 1 subscribers + echo (the kernel's
         // copies are not counted: n/a).
@@ -155,10 +178,10 @@ fn lab_sfu_in_veth_hosts() {
     }
     let rows = v["rows"].as_array().unwrap();
     assert!(rows.len() + v["excluded"].as_array().unwrap().len() >= 4);
-    // One object per backend (socket, mmsg, xdp, tc) with the five ratios
-    // to socket.
+    // One object per backend (socket, socket#aa, mmsg, xdp, tc) with the
+    // five ratios to socket.
     let backends = v["backends"].as_array().unwrap();
-    assert_eq!(backends.len(), 4, "{stdout}");
+    assert_eq!(backends.len(), 5, "{stdout}");
     let xdp = backends.iter().find(|b| b["backend"] == "xdp").unwrap();
     for k in [
         "cpu_ratio",
@@ -173,6 +196,69 @@ fn lab_sfu_in_veth_hosts() {
         assert!(xdp.get(k).is_some(), "{k} missing: {xdp}");
     }
     // The topology (host "sfu" + one host per client, bridge) is gone.
+    no_namespaces_of(pid);
+    // Every run is in the state file (a header line, then one per run).
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert_eq!(text.lines().count(), 1 + 2 * 5, "{text}");
+    // Without --resume the state is not overwritten.
+    let (_, refused) = run_ringway(&[
+        "lab",
+        "sfu",
+        "--netns",
+        "--state",
+        state_arg,
+        "--reps",
+        "1",
+        "--duration",
+        "1",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--resume"));
+    // A grid cut short: one run lost. Resumed, it makes that one only.
+    let mut lines: Vec<&str> = text.lines().collect();
+    let lost: serde_json::Value = serde_json::from_str(lines.pop().unwrap()).unwrap();
+    std::fs::write(&state, lines.join("\n") + "\n").unwrap();
+    let (pid, stdout) = lab_sfu_netns(
+        &[
+            "--state",
+            state_arg,
+            "--resume",
+            "--calibrate",
+            "0",
+            "--reps",
+            "1",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.5",
+            "--max-foreign-cpu",
+            "1000",
+            "--max-late",
+            "100",
+            "--clients",
+            "2,3",
+            "--pps",
+            "300",
+            "--backends",
+            "socket,mmsg,xdp",
+            "--kernel-fanout",
+        ],
+        &json,
+    );
+    assert!(
+        stdout.contains("9 runs already there, 1 to make"),
+        "{stdout}"
+    );
+    let made: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("run rep="))
+        .collect();
+    assert_eq!(made.len(), 1, "{stdout}");
+    assert!(
+        made[0].contains(&format!("backend={} ", lost["backend"].as_str().unwrap())),
+        "{stdout}"
+    );
+    assert_eq!(read_json(&json)["runs"].as_array().unwrap().len(), 2 * 5);
     no_namespaces_of(pid);
 }
 

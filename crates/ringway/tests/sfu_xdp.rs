@@ -140,6 +140,8 @@ fn lab_sfu_xdp_column() {
             "300",
             "--backends",
             "socket,xdp",
+            // This test is about the xdp column, not the A/A floor.
+            "--no-aa",
         ],
         &json,
     );

@@ -496,7 +496,7 @@ impl Waiter {
 
     /// Wait until `fd` is readable or has something in its error queue,
     /// at most `timeout` (`None`: forever).
-    fn wait(&mut self, fd: RawFd, timeout: Option<Duration>) -> io::Result<sys::Ready> {
+    pub(super) fn wait(&mut self, fd: RawFd, timeout: Option<Duration>) -> io::Result<sys::Ready> {
         if !self.shared {
             return sys::wait_readable(fd, timeout);
         }
@@ -598,43 +598,6 @@ fn register_exclusive(epoll: RawFd, fd: RawFd) -> io::Result<()> {
     // SAFETY: both descriptors are open; `event` is live for the call.
     sys::cvt(unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut event) })?;
     Ok(())
-}
-
-/// Wait until `fd` has a datagram to read, reading the error queue (TX
-/// stamps, ICMP errors) and counting pending socket errors on the way.
-/// Returns `false` when `timeout` passed with nothing to read, or when
-/// the error queue gave ICMP reports for the caller to take. A `true`
-/// counts as a wake-up of `waiter`; the caller counts it idle if the
-/// receive then finds nothing.
-pub(crate) fn wait_for_datagram(
-    fd: RawFd,
-    timeout: Option<Duration>,
-    (stamps, errors): (&mut TxStamps, &mut ErrorQueue),
-    socket_errors: &mut u64,
-    waiter: &mut Waiter,
-) -> io::Result<bool> {
-    use std::time::Instant;
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        match waiter.wait(fd, left)? {
-            sys::Ready::Readable => {
-                waiter.wakeups += 1;
-                return Ok(true);
-            }
-            sys::Ready::ErrQueue => {
-                errors.read(fd, stamps)?;
-                // A pending socket error (not queued) also raises POLLERR.
-                if sys::take_socket_error(fd).is_some() {
-                    *socket_errors += 1;
-                }
-                if left == Some(Duration::ZERO) || errors.holds_reports() {
-                    return Ok(false);
-                }
-            }
-            sys::Ready::Nothing => return Ok(false),
-        }
-    }
 }
 
 #[cfg(test)]

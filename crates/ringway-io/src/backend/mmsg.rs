@@ -1,6 +1,7 @@
 //! `recvmmsg`/`sendmmsg`: one syscall moves a whole batch.
 
-use super::common::{wait_for_datagram, ErrorQueue, TxStamps, Waiter, ASYNC_ERROR_RETRIES};
+use super::common::{TxStamps, Waiter, ASYNC_ERROR_RETRIES};
+use super::socket_state::SocketState;
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{GsoStats, RxBatch, RxMeta, TxBatch, TxEntry, TxStamp};
 use crate::icmp::IcmpUnreachable;
@@ -8,7 +9,7 @@ use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::{monotonic_now, realtime_now};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// Per-slot scratch the syscalls point into; grown to the largest batch seen.
@@ -31,6 +32,33 @@ struct Scratch {
 unsafe impl Send for Scratch {}
 
 impl Scratch {
+    /// Point one header per free frame of `batch` at that frame, a name
+    /// storage and a control buffer, for a receive.
+    fn point_at_free_frames(&mut self, batch: &mut RxBatch) {
+        let start = batch.frames_used();
+        let free = batch.free_frames();
+        self.ensure(free);
+        let fsz = batch.frame_size();
+        let base = batch.arena_ptr();
+        for k in 0..free {
+            // SAFETY: frame start+k lies inside the arena (start+k < capacity).
+            let frame_ptr = unsafe { base.add((start + k) * fsz) };
+            self.iovs[k] = libc::iovec {
+                iov_base: frame_ptr.cast(),
+                iov_len: fsz,
+            };
+            let hdr = &mut self.hdrs[k];
+            hdr.msg_len = 0;
+            hdr.msg_hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            hdr.msg_hdr.msg_iov = &mut self.iovs[k];
+            hdr.msg_hdr.msg_iovlen = 1;
+            hdr.msg_hdr.msg_control = self.cbufs[k].as_mut_ptr().cast();
+            hdr.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
+            hdr.msg_hdr.msg_flags = 0;
+        }
+    }
+
     fn ensure(&mut self, n: usize) {
         while self.hdrs.len() < n {
             // SAFETY: mmsghdr and iovec are plain old data; all-zero is valid.
@@ -45,13 +73,8 @@ impl Scratch {
 
 /// One syscall per batch.
 pub(crate) struct MmsgBackend {
-    sock: UdpSocket,
-    stats: IoStats,
-    stamps: TxStamps,
-    /// The error queue's reader (TX stamps, ICMP errors).
-    errors: ErrorQueue,
-    /// Stamp requests are honoured (socket has OPT_ID).
-    tx_stamps: bool,
+    /// The socket, its counters, TX stamps and error queue.
+    socket: SocketState,
     s: Scratch,
     /// UDP GSO coalescing state and counters.
     gso: GsoStats,
@@ -66,11 +89,7 @@ impl MmsgBackend {
     pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps, shared: bool) -> Self {
         MmsgBackend {
             waiter: Waiter::new(shared),
-            errors: ErrorQueue::new(&sock),
-            sock,
-            stats: IoStats::default(),
-            stamps,
-            tx_stamps,
+            socket: SocketState::new(sock, tx_stamps, stamps),
             s: Scratch {
                 hdrs: Vec::new(),
                 iovs: Vec::new(),
@@ -91,29 +110,10 @@ impl MmsgBackend {
         if free == 0 {
             return Ok(0);
         }
-        self.s.ensure(free);
-        let fsz = batch.frame_size();
-        let base = batch.arena_ptr();
-        for k in 0..free {
-            // SAFETY: frame start+k lies inside the arena (start+k < capacity).
-            let frame_ptr = unsafe { base.add((start + k) * fsz) };
-            self.s.iovs[k] = libc::iovec {
-                iov_base: frame_ptr.cast(),
-                iov_len: fsz,
-            };
-            let hdr = &mut self.s.hdrs[k];
-            hdr.msg_len = 0;
-            hdr.msg_hdr.msg_name = (&mut self.s.names[k] as *mut libc::sockaddr_storage).cast();
-            hdr.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
-            hdr.msg_hdr.msg_iov = &mut self.s.iovs[k];
-            hdr.msg_hdr.msg_iovlen = 1;
-            hdr.msg_hdr.msg_control = self.s.cbufs[k].as_mut_ptr().cast();
-            hdr.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
-            hdr.msg_hdr.msg_flags = 0;
-        }
-        let fd = self.sock.as_raw_fd();
+        self.s.point_at_free_frames(batch);
+        let fd = self.socket.fd();
         let got = loop {
-            self.stats.rx_syscalls += 1;
+            self.socket.stats.rx_syscalls += 1;
             // SAFETY: hdrs[..n] point at live iovecs over distinct arena frames,
             // name storages and control buffers, all valid for the call.
             let result = sys::cvt(unsafe {
@@ -136,8 +136,8 @@ impl MmsgBackend {
                 // receive: returning it would stop a worker over a peer
                 // that went away, so count it and receive again.
                 _ if sys::is_async_send_error(&error) => {
-                    self.stats.socket_errors += 1;
-                    self.errors.signal();
+                    self.socket.stats.socket_errors += 1;
+                    self.socket.errors.signal();
                     continue;
                 }
                 _ => return Err(error),
@@ -154,7 +154,7 @@ impl MmsgBackend {
             if let Some(dropped) = cmsgs.rxq_ovfl {
                 // SO_RXQ_OVFL carries the socket's running total, not a
                 // delta: the latest value is the count.
-                self.stats.rx_dropped = dropped as u64;
+                self.socket.stats.rx_dropped = dropped as u64;
             }
             let Some(peer) = sys::sockaddr_to(&self.s.names[k], hdr.msg_namelen) else {
                 continue;
@@ -190,7 +190,7 @@ impl MmsgBackend {
                 }
             }
         }
-        self.stats.rx_packets += added as u64;
+        self.socket.stats.rx_packets += added as u64;
         Ok(added)
     }
 
@@ -239,19 +239,16 @@ impl MmsgBackend {
             let (done, run) = self.s.msgs[m];
             let entry = &entries[from + done];
             let namelen = sys::sockaddr_from(&entry.dst, &mut self.s.names[m]);
-            if entry.stamp_tag.is_some() && !self.tx_stamps {
-                self.stats.tx_stamps_lost += 1;
-            }
-            let mut key = None;
+            // A train has no stamp request (see `plan_messages`).
+            let request = self.socket.stamp_request(entry.stamp_tag);
             let clen = if run > 1 {
                 sys::write_gso_cmsg(&mut self.s.cbufs[m], entry.len as u16)
-            } else if entry.stamp_tag.is_some() && self.tx_stamps {
-                key = self.stamps.next_key();
+            } else if let Some(key) = request {
                 sys::write_tx_stamp_cmsg(&mut self.s.cbufs[m], key)
             } else {
                 0
             };
-            self.s.keys.push(key);
+            self.s.keys.push(request.flatten());
             let hdr = &mut self.s.hdrs[m].msg_hdr;
             hdr.msg_namelen = namelen;
             hdr.msg_iovlen = run as _;
@@ -285,7 +282,7 @@ impl MmsgBackend {
         self.s.keys.clear();
         self.plan_messages(entries, from, count);
         self.fill_headers(batch, from, count);
-        let fd = self.sock.as_raw_fd();
+        let fd = self.socket.fd();
         let nmsg = self.s.msgs.len();
         let mut offset = 0;
         let mut sent = 0;
@@ -296,7 +293,7 @@ impl MmsgBackend {
         let first_tx = realtime_now();
         for (m, key) in self.s.keys.iter().enumerate() {
             if let (Some(key), Some(tag)) = (*key, entries[from + self.s.msgs[m].0].stamp_tag) {
-                self.stamps.expect(key, tag, first_tx);
+                self.socket.stamps.expect(key, tag, first_tx);
             }
         }
         while offset < nmsg {
@@ -305,7 +302,7 @@ impl MmsgBackend {
             } else {
                 realtime_now()
             };
-            self.stats.tx_syscalls += 1;
+            self.socket.stats.tx_syscalls += 1;
             // SAFETY: hdrs[at..nmsg] point at live name storages, iovecs over
             // the batch's frames and control buffers; the kernel only reads them.
             let result = sys::cvt(unsafe {
@@ -323,8 +320,8 @@ impl MmsgBackend {
                 // message at `offset`: it is queued; send again from there.
                 Err(entry) if sys::is_async_send_error(&entry) && retries < ASYNC_ERROR_RETRIES => {
                     retries += 1;
-                    self.stats.socket_errors += 1;
-                    self.errors.signal();
+                    self.socket.stats.socket_errors += 1;
+                    self.socket.errors.signal();
                     continue;
                 }
                 Err(entry) => {
@@ -338,9 +335,9 @@ impl MmsgBackend {
                         };
                     }
                     // The message at `at` was refused: count its datagrams and go on.
-                    self.stats.tx_errors += run as u64;
+                    self.socket.stats.tx_errors += run as u64;
                     if let Some(key) = self.s.keys[offset] {
-                        self.stamps.unsent(key);
+                        self.socket.stamps.unsent(key);
                     }
                     offset += 1;
                     continue;
@@ -351,10 +348,10 @@ impl MmsgBackend {
                 if run > 1 {
                     self.gso.trains += 1;
                     self.gso.segments += run as u64;
-                } else if self.tx_stamps && self.s.keys[m].is_none() {
+                } else if self.socket.tx_stamps && self.s.keys[m].is_none() {
                     // Counter mode: the socket numbered it on acceptance.
                     if let Some(tag) = entries[from + done].stamp_tag {
-                        self.stamps.sent(tag, app_tx);
+                        self.socket.stamps.sent(tag, app_tx);
                     }
                 }
             }
@@ -362,10 +359,10 @@ impl MmsgBackend {
             if got == 0 {
                 // Should not happen; avoid spinning.
                 for &(_, run) in &self.s.msgs[offset..] {
-                    self.stats.tx_errors += run as u64;
+                    self.socket.stats.tx_errors += run as u64;
                 }
                 for key in self.s.keys[offset..].iter().flatten() {
-                    self.stamps.unsent(*key);
+                    self.socket.stamps.unsent(*key);
                 }
                 break;
             }
@@ -418,14 +415,13 @@ impl BatchIo for MmsgBackend {
         BackendKind::Mmsg
     }
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sock.local_addr()
+        self.socket.sock.local_addr()
     }
     fn raw_fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+        self.socket.fd()
     }
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
         batch.clear();
-        let fd = self.sock.as_raw_fd();
         // While the last receive filled the whole batch (or the caller is
         // spinning) more is probably queued: receive before polling.
         let direct = self.busy || timeout == Some(Duration::ZERO);
@@ -435,13 +431,7 @@ impl BatchIo for MmsgBackend {
         }
         self.busy = false;
         if timeout == Some(Duration::ZERO)
-            || !wait_for_datagram(
-                fd,
-                timeout,
-                (&mut self.stamps, &mut self.errors),
-                &mut self.stats.socket_errors,
-                &mut self.waiter,
-            )?
+            || !self.socket.wait_for_datagram(timeout, &mut self.waiter)?
         {
             return Ok(0);
         }
@@ -488,19 +478,18 @@ impl BatchIo for MmsgBackend {
                 }
             }
         }
-        self.stats.tx_packets += sent as u64;
+        self.socket.stats.tx_packets += sent as u64;
         Ok(sent)
     }
     fn set_gso(&mut self, on: bool) -> bool {
         // Probe once: setting the socket default segment size to 0 (off) is
         // harmless and fails with ENOPROTOOPT where UDP GSO is unknown.
-        self.gso.enabled = on
-            && sys::setsockopt_int(self.sock.as_raw_fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 0)
-                .is_ok();
+        self.gso.enabled =
+            on && sys::setsockopt_int(self.socket.fd(), sys::SOL_UDP, sys::UDP_SEGMENT, 0).is_ok();
         self.gso.enabled
     }
     fn set_gro(&mut self, on: bool) -> bool {
-        let fd = self.sock.as_raw_fd();
+        let fd = self.socket.fd();
         self.gso.gro_enabled =
             sys::setsockopt_int(fd, sys::SOL_UDP, sys::UDP_GRO, i32::from(on)).is_ok() && on;
         self.gso.gro_enabled
@@ -509,21 +498,12 @@ impl BatchIo for MmsgBackend {
         self.gso
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.errors.read(self.sock.as_raw_fd(), &mut self.stamps)?;
-        Ok(self.stamps.take(out))
+        self.socket.poll_tx_stamps(out)
     }
     fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
-        self.errors
-            .poll(self.sock.as_raw_fd(), &mut self.stamps, out)
+        self.socket.poll_unreachable(out)
     }
     fn stats(&self) -> IoStats {
-        let mut stats = IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
-            rx_wakeups: self.waiter.wakeups,
-            rx_idle_wakeups: self.waiter.idle_wakeups,
-            ..self.stats
-        };
-        self.errors.count_into(&mut stats);
-        stats
+        self.socket.stats(Some(&self.waiter))
     }
 }

@@ -5,7 +5,8 @@
 //! socket costs one syscall per datagram received, as the paper's
 //! baseline (poll when idle, then recvfrom).
 
-use super::common::{wait_for_datagram, ErrorQueue, TxStamps, Waiter, ASYNC_ERROR_RETRIES};
+use super::common::{TxStamps, Waiter, ASYNC_ERROR_RETRIES};
+use super::socket_state::SocketState;
 use crate::backend::{BackendKind, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::icmp::IcmpUnreachable;
@@ -13,18 +14,13 @@ use crate::sys::{self, CmsgBuf, CMSG_BUF_WORDS};
 use crate::time::realtime_now;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// One syscall per datagram.
 pub(crate) struct SocketBackend {
-    sock: UdpSocket,
-    stats: IoStats,
-    stamps: TxStamps,
-    /// The error queue's reader (TX stamps, ICMP errors).
-    errors: ErrorQueue,
-    /// Stamp requests are honoured (socket has OPT_ID).
-    tx_stamps: bool,
+    /// The socket, its counters, TX stamps and error queue.
+    socket: SocketState,
     cbuf: CmsgBuf,
     /// The exclusive wait for a datagram, and its wake-up counts.
     waiter: Waiter,
@@ -38,11 +34,7 @@ impl SocketBackend {
     pub(crate) fn new(sock: UdpSocket, tx_stamps: bool, stamps: TxStamps, shared: bool) -> Self {
         SocketBackend {
             waiter: Waiter::new(shared),
-            errors: ErrorQueue::new(&sock),
-            sock,
-            stats: IoStats::default(),
-            stamps,
-            tx_stamps,
+            socket: SocketState::new(sock, tx_stamps, stamps),
             cbuf: [0; CMSG_BUF_WORDS],
             busy: false,
         }
@@ -50,7 +42,7 @@ impl SocketBackend {
 
     /// Receive one datagram into the batch's next frame; `Ok(false)` when none is queued.
     fn recv_one(&mut self, batch: &mut RxBatch) -> io::Result<bool> {
-        let fd = self.sock.as_raw_fd();
+        let fd = self.socket.fd();
         let Some(frame) = batch.next_frame_mut() else {
             return Ok(false);
         };
@@ -68,7 +60,7 @@ impl SocketBackend {
             hdr.msg_iovlen = 1;
             hdr.msg_control = self.cbuf.as_mut_ptr().cast();
             hdr.msg_controllen = std::mem::size_of_val(&self.cbuf) as _;
-            self.stats.rx_syscalls += 1;
+            self.socket.stats.rx_syscalls += 1;
             // SAFETY: every pointer in hdr refers to a live buffer (frame, name,
             // cbuf) with the stated length, valid for the duration of the call.
             let received =
@@ -78,8 +70,8 @@ impl SocketBackend {
                         io::ErrorKind::Interrupted => continue,
                         io::ErrorKind::WouldBlock => return Ok(false),
                         _ if sys::is_async_send_error(&e) => {
-                            self.stats.socket_errors += 1;
-                            self.errors.signal();
+                            self.socket.stats.socket_errors += 1;
+                            self.socket.errors.signal();
                             continue;
                         }
                         _ => return Err(e),
@@ -88,7 +80,7 @@ impl SocketBackend {
             let app_rx = realtime_now();
             let cmsgs = sys::parse_cmsgs(&hdr);
             if let Some(dropped) = cmsgs.rxq_ovfl {
-                self.stats.rx_dropped = dropped as u64;
+                self.socket.stats.rx_dropped = dropped as u64;
             }
             let Some(peer) = sys::sockaddr_to(&name, hdr.msg_namelen) else {
                 // Not an IP peer (cannot happen on a UDP socket): skip it.
@@ -101,7 +93,7 @@ impl SocketBackend {
                 kernel_rx: cmsgs.sw_stamp,
                 app_rx,
             });
-            self.stats.rx_packets += 1;
+            self.socket.stats.rx_packets += 1;
             return Ok(true);
         }
     }
@@ -112,27 +104,20 @@ impl BatchIo for SocketBackend {
         BackendKind::Socket
     }
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sock.local_addr()
+        self.socket.sock.local_addr()
     }
     fn raw_fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+        self.socket.fd()
     }
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
         batch.clear();
-        let fd = self.sock.as_raw_fd();
         // Data was there last time (or the caller is spinning): try a
         // receive before polling.
         let direct = self.busy || timeout == Some(Duration::ZERO);
         if !(direct && self.recv_one(batch)?) {
             self.busy = false;
             if timeout == Some(Duration::ZERO)
-                || !wait_for_datagram(
-                    fd,
-                    timeout,
-                    (&mut self.stamps, &mut self.errors),
-                    &mut self.stats.socket_errors,
-                    &mut self.waiter,
-                )?
+                || !self.socket.wait_for_datagram(timeout, &mut self.waiter)?
             {
                 return Ok(0);
             }
@@ -152,7 +137,7 @@ impl BatchIo for SocketBackend {
         Ok(batch.len())
     }
     fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
-        let fd = self.sock.as_raw_fd();
+        let fd = self.socket.fd();
         let mut sent = 0;
         let mut name = sys::zero_storage();
         for (i, e) in batch.entries().iter().enumerate() {
@@ -168,34 +153,27 @@ impl BatchIo for SocketBackend {
             hdr.msg_namelen = namelen;
             hdr.msg_iov = &mut iov;
             hdr.msg_iovlen = 1;
-            let want_stamp = e.stamp_tag.is_some() && self.tx_stamps;
-            if e.stamp_tag.is_some() && !self.tx_stamps {
-                self.stats.tx_stamps_lost += 1;
-            }
-            let key = if want_stamp {
-                self.stamps.next_key()
-            } else {
-                None
-            };
-            if want_stamp {
+            let request = self.socket.stamp_request(e.stamp_tag);
+            let key = request.flatten();
+            if let Some(key) = request {
                 let clen = sys::write_tx_stamp_cmsg(&mut self.cbuf, key);
                 hdr.msg_control = self.cbuf.as_mut_ptr().cast();
                 hdr.msg_controllen = clen as _;
             }
             let app_tx = realtime_now();
             if let (Some(key), Some(tag)) = (key, e.stamp_tag) {
-                self.stamps.expect(key, tag, app_tx);
+                self.socket.stamps.expect(key, tag, app_tx);
             }
             let mut retries = 0;
             loop {
-                self.stats.tx_syscalls += 1;
+                self.socket.stats.tx_syscalls += 1;
                 // SAFETY: hdr points at live buffers (name, iov over the frame,
                 // cbuf) valid for the call; the kernel only reads them.
                 match sys::cvt(unsafe { libc::sendmsg(fd, &hdr, libc::MSG_DONTWAIT) }) {
                     Ok(_) => {
                         sent += 1;
-                        if let (Some(tag), true, None) = (e.stamp_tag, want_stamp, key) {
-                            self.stamps.sent(tag, app_tx);
+                        if let (Some(tag), Some(None)) = (e.stamp_tag, request) {
+                            self.socket.stamps.sent(tag, app_tx);
                         }
                     }
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
@@ -203,39 +181,30 @@ impl BatchIo for SocketBackend {
                     // this one: it is queued; send this one again.
                     Err(err) if sys::is_async_send_error(&err) && retries < ASYNC_ERROR_RETRIES => {
                         retries += 1;
-                        self.stats.socket_errors += 1;
-                        self.errors.signal();
+                        self.socket.stats.socket_errors += 1;
+                        self.socket.errors.signal();
                         continue;
                     }
                     Err(_) => {
-                        self.stats.tx_errors += 1;
+                        self.socket.stats.tx_errors += 1;
                         if let Some(key) = key {
-                            self.stamps.unsent(key);
+                            self.socket.stamps.unsent(key);
                         }
                     }
                 }
                 break;
             }
         }
-        self.stats.tx_packets += sent as u64;
+        self.socket.stats.tx_packets += sent as u64;
         Ok(sent)
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.errors.read(self.sock.as_raw_fd(), &mut self.stamps)?;
-        Ok(self.stamps.take(out))
+        self.socket.poll_tx_stamps(out)
     }
     fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
-        self.errors
-            .poll(self.sock.as_raw_fd(), &mut self.stamps, out)
+        self.socket.poll_unreachable(out)
     }
     fn stats(&self) -> IoStats {
-        let mut stats = IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
-            rx_wakeups: self.waiter.wakeups,
-            rx_idle_wakeups: self.waiter.idle_wakeups,
-            ..self.stats
-        };
-        self.errors.count_into(&mut stats);
-        stats
+        self.socket.stats(Some(&self.waiter))
     }
 }

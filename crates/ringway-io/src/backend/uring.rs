@@ -18,7 +18,8 @@
 //! (once nothing is outstanding in it), so a datagram is cut only where the
 //! caller's frame cuts it.
 
-use super::common::{ErrorQueue, TxStamps};
+use super::common::TxStamps;
+use super::socket_state::SocketState;
 use crate::backend::{BackendKind, BackendUnavailable, BatchIo, IoStats};
 use crate::batch::{RxBatch, RxMeta, TxBatch, TxStamp};
 use crate::icmp::IcmpUnreachable;
@@ -28,7 +29,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -177,6 +178,41 @@ struct TxScratch {
 }
 
 impl TxScratch {
+    /// Point a header per entry of `batch` at its name, its iovec over the
+    /// entry's data and (for a stamp request) its control message, growing
+    /// the scratch as needed; the stamp keys go to `keys`, the results are
+    /// reset.
+    fn fill(&mut self, batch: &TxBatch, socket: &mut SocketState) {
+        self.ensure(batch.len());
+        for (k, e) in batch.entries().iter().enumerate() {
+            let data = batch.data(k);
+            let namelen = sys::sockaddr_from(&e.dst, &mut self.names[k]);
+            self.iovs[k] = libc::iovec {
+                iov_base: data.as_ptr() as *mut libc::c_void,
+                iov_len: data.len(),
+            };
+            let request = socket.stamp_request(e.stamp_tag);
+            let clen = match request {
+                Some(key) => sys::write_tx_stamp_cmsg(&mut self.cbufs[k], key),
+                None => 0,
+            };
+            self.keys[k] = request.flatten();
+            let hdr = &mut self.hdrs[k];
+            hdr.msg_name = (&mut self.names[k] as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = namelen;
+            hdr.msg_iov = &mut self.iovs[k];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = if clen > 0 {
+                self.cbufs[k].as_mut_ptr().cast()
+            } else {
+                std::ptr::null_mut()
+            };
+            hdr.msg_controllen = clen as _;
+            hdr.msg_flags = 0;
+            self.results[k] = None;
+        }
+    }
+
     fn ensure(&mut self, n: usize) {
         while self.hdrs.len() < n {
             // SAFETY: msghdr and iovec are plain old data; all-zero is valid.
@@ -469,13 +505,8 @@ fn take_recv(
 
 /// Multishot receive, one SQE per sent datagram.
 pub(crate) struct UringBackend {
-    sock: UdpSocket,
-    stats: IoStats,
-    stamps: TxStamps,
-    /// The error queue's reader (TX stamps, ICMP errors).
-    errors: ErrorQueue,
-    /// Stamp requests are honoured (socket has OPT_ID).
-    tx_stamps: bool,
+    /// The socket, its counters, TX stamps and error queue.
+    socket: SocketState,
     cfg: UringConfig,
     ring: Option<Ring>,
 }
@@ -488,11 +519,7 @@ impl UringBackend {
         cfg: UringConfig,
     ) -> Self {
         UringBackend {
-            errors: ErrorQueue::new(&sock),
-            sock,
-            stats: IoStats::default(),
-            stamps,
-            tx_stamps,
+            socket: SocketState::new(sock, tx_stamps, stamps),
             cfg,
             ring: None,
         }
@@ -528,7 +555,7 @@ impl UringBackend {
     /// has room; returns how many completions were handled.
     fn reap_rx(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
         let ring = self.ring.as_mut().expect("ring exists");
-        let stats = &mut self.stats;
+        let stats = &mut self.socket.stats;
         let app_rx = realtime_now();
         let mut handled = 0;
         while batch.free_frames() > 0 {
@@ -570,17 +597,17 @@ impl BatchIo for UringBackend {
         BackendKind::Uring
     }
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sock.local_addr()
+        self.socket.sock.local_addr()
     }
     fn raw_fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
+        self.socket.fd()
     }
     fn recv_batch(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
-        let socket_errors = self.stats.socket_errors;
+        let socket_errors = self.socket.stats.socket_errors;
         let result = self.recv_inner(batch, timeout);
-        if self.stats.socket_errors != socket_errors {
+        if self.socket.stats.socket_errors != socket_errors {
             // A pending ICMP error ended a receive: it is queued.
-            self.errors.signal();
+            self.socket.errors.signal();
         }
         if result.is_err() {
             // Start from a fresh ring next time rather than from a state we
@@ -599,27 +626,20 @@ impl BatchIo for UringBackend {
         result
     }
     fn poll_tx_stamps(&mut self, out: &mut Vec<TxStamp>) -> io::Result<usize> {
-        self.errors.read(self.sock.as_raw_fd(), &mut self.stamps)?;
-        Ok(self.stamps.take(out))
+        self.socket.poll_tx_stamps(out)
     }
     fn poll_unreachable(&mut self, out: &mut Vec<IcmpUnreachable>) -> io::Result<usize> {
-        self.errors
-            .poll(self.sock.as_raw_fd(), &mut self.stamps, out)
+        self.socket.poll_unreachable(out)
     }
     fn stats(&self) -> IoStats {
-        let mut stats = IoStats {
-            tx_stamps_lost: self.stats.tx_stamps_lost + self.stamps.lost(),
-            ..self.stats
-        };
-        self.errors.count_into(&mut stats);
-        stats
+        self.socket.stats(None)
     }
 }
 
 impl UringBackend {
     fn recv_inner(&mut self, batch: &mut RxBatch, timeout: Option<Duration>) -> io::Result<usize> {
         batch.clear();
-        let fd = self.sock.as_raw_fd();
+        let fd = self.socket.fd();
         self.ring_for(batch.frame_size())?;
         let deadline = timeout.map(|t| Instant::now() + t);
         // Completions left over from the last call (no syscall).
@@ -630,7 +650,7 @@ impl UringBackend {
             }
             let ring = self.ring.as_mut().expect("ring exists");
             let rearm = !ring.rx.armed;
-            ring.arm(fd, &mut self.stats)?;
+            ring.arm(fd, &mut self.socket.stats)?;
             let have = !batch.is_empty();
             if have && !rearm {
                 // Data in hand and the receive kept running: everything the
@@ -643,7 +663,7 @@ impl UringBackend {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 (1, left)
             };
-            let woke = ring.enter(want, left, &mut self.stats, true)?;
+            let woke = ring.enter(want, left, &mut self.socket.stats, true)?;
             let handled = self.reap_rx(batch)?;
             if have {
                 if handled == 0 {
@@ -667,51 +687,18 @@ impl UringBackend {
         if count == 0 {
             return Ok(0);
         }
-        let fd = self.sock.as_raw_fd();
-        let tx_stamps = self.tx_stamps;
+        let fd = self.socket.fd();
+        let tx_stamps = self.socket.tx_stamps;
         self.ring_for(0)?;
         let ring = self.ring.as_mut().expect("ring exists");
-        let stats = &mut self.stats;
-        ring.tx.ensure(count);
-        let ring_tx = &mut ring.tx;
-        for (k, e) in batch.entries().iter().enumerate() {
-            let data = batch.data(k);
-            let namelen = sys::sockaddr_from(&e.dst, &mut ring_tx.names[k]);
-            ring_tx.iovs[k] = libc::iovec {
-                iov_base: data.as_ptr() as *mut libc::c_void,
-                iov_len: data.len(),
-            };
-            if e.stamp_tag.is_some() && !tx_stamps {
-                stats.tx_stamps_lost += 1;
-            }
-            let mut key = None;
-            let clen = if e.stamp_tag.is_some() && tx_stamps {
-                key = self.stamps.next_key();
-                sys::write_tx_stamp_cmsg(&mut ring_tx.cbufs[k], key)
-            } else {
-                0
-            };
-            ring_tx.keys[k] = key;
-            let hdr = &mut ring_tx.hdrs[k];
-            hdr.msg_name = (&mut ring_tx.names[k] as *mut libc::sockaddr_storage).cast();
-            hdr.msg_namelen = namelen;
-            hdr.msg_iov = &mut ring_tx.iovs[k];
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = if clen > 0 {
-                ring_tx.cbufs[k].as_mut_ptr().cast()
-            } else {
-                std::ptr::null_mut()
-            };
-            hdr.msg_controllen = clen as _;
-            hdr.msg_flags = 0;
-            ring_tx.results[k] = None;
-        }
+        ring.tx.fill(batch, &mut self.socket);
+        let stats = &mut self.socket.stats;
         let app_tx = realtime_now();
         // Explicit keys are registered before the sends (another backend
         // on the socket may read a stamp before we reap its completion).
         for (k, e) in batch.entries().iter().enumerate() {
             if let (Some(key), Some(tag)) = (ring.tx.keys[k], e.stamp_tag) {
-                self.stamps.expect(key, tag, app_tx);
+                self.socket.stamps.expect(key, tag, app_tx);
             }
         }
         let mut queued = 0;
@@ -752,7 +739,7 @@ impl UringBackend {
                     // A pending ICMP error about an earlier datagram, not
                     // this one: it is queued; send this one again, here.
                     stats.socket_errors += 1;
-                    self.errors.signal();
+                    self.socket.errors.signal();
                     stats.tx_syscalls += 1;
                     // SAFETY: hdrs[k] points at the name, iovec (over the
                     // batch's frame) and control buffer filled above, all
@@ -770,13 +757,13 @@ impl UringBackend {
                 Some(r) if r >= 0 => {
                     sent += 1;
                     if let (Some(tag), true, None) = (e.stamp_tag, tx_stamps, ring.tx.keys[k]) {
-                        self.stamps.sent(tag, app_tx);
+                        self.socket.stamps.sent(tag, app_tx);
                     }
                 }
                 _ => {
                     stats.tx_errors += 1;
                     if let Some(key) = ring.tx.keys[k] {
-                        self.stamps.unsent(key);
+                        self.socket.stamps.unsent(key);
                     }
                 }
             }

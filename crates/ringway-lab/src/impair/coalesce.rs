@@ -60,7 +60,7 @@ pub struct Block<T> {
 }
 
 /// Histogram of block sizes (index = size; the last bin counts larger ones).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BlockHistogram {
     /// `bins[n]` = blocks of n packets (`bins[MAX]` = blocks of MAX or more).
     pub bins: Vec<u64>,

@@ -156,7 +156,7 @@ impl PathConfig {
 }
 
 /// Counters of a direction.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathStats {
     /// Packets offered.
     pub packets: u64,

@@ -12,8 +12,9 @@
 //! ([`Placement::Loopback`], the caller enters it), or in the paper's
 //! testbed shape ([`Placement::Hosts`], see [`super::testbed`]).
 
-use super::testbed::{cpu_of, machine_busy_ns, napi_snapshot, Testbed};
+use super::testbed::{cpu_of, machine_busy_ns, machine_steal_ns, napi_snapshot, Testbed};
 use super::Run;
+use crate::siplab::design::{block_order, AA_SUFFIX};
 use anyhow::Context;
 use ringway_io::thread::{process_cpu_time, CpuTime};
 use ringway_io::{BackendKind, Io, XdpInterface};
@@ -64,6 +65,12 @@ pub struct SfuLabConfig {
     /// Also run a `tc` column: the socket SFU with the in-kernel fan-out on
     /// its interface (testbed only).
     pub kernel_fanout: bool,
+    /// Run the socket baseline a second time in every block under the
+    /// label `socket#aa` (the A/A arm: its ratio to socket is the noise
+    /// floor every other ratio is judged against).
+    pub aa: bool,
+    /// Seed of the blocks' run orders ([`block_order`]).
+    pub seed: u64,
 }
 
 impl Default for SfuLabConfig {
@@ -85,7 +92,66 @@ impl Default for SfuLabConfig {
             max_late_pct: 1.0,
             late_calibration: None,
             kernel_fanout: false,
+            aa: true,
+            seed: 1,
         }
+    }
+}
+
+/// One run of the grid as planned: its cell, its arm and its place in
+/// its block.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PlannedRun {
+    /// Repetition.
+    pub rep: usize,
+    /// Clients.
+    pub clients: usize,
+    /// Packets per second per client.
+    pub pps: u32,
+    /// Backend.
+    pub backend: BackendKind,
+    /// The `tc` column (the socket SFU with the in-kernel fan-out).
+    pub fanout: bool,
+    /// The A/A copy of the socket baseline.
+    pub aa: bool,
+    /// Block: one (repetition, clients, pps), every arm once.
+    pub block: usize,
+    /// Position of this run in its block (0: first).
+    pub order: usize,
+}
+
+impl PlannedRun {
+    /// The arm's label: the backend's name, `tc`, or `socket#aa`.
+    pub fn label(&self) -> String {
+        arm_label(self.backend, self.fanout, self.aa)
+    }
+
+    /// The key a finished run is found by in a state file.
+    pub fn key(&self) -> String {
+        run_key(&self.label(), self.clients, self.pps, self.rep)
+    }
+}
+
+/// The label of an arm.
+fn arm_label(backend: BackendKind, fanout: bool, aa: bool) -> String {
+    if fanout {
+        "tc".into()
+    } else if aa {
+        format!("{}{AA_SUFFIX}", backend.name())
+    } else {
+        backend.name().into()
+    }
+}
+
+/// The key of a run: arm, clients, rate, repetition.
+pub fn run_key(label: &str, clients: usize, pps: u32, rep: usize) -> String {
+    format!("{label}/{clients}/{pps}/{rep}")
+}
+
+impl Run {
+    /// The key of this run ([`PlannedRun::key`]).
+    pub fn key(&self) -> String {
+        run_key(&self.backend, self.clients, self.pps, self.rep)
     }
 }
 
@@ -103,23 +169,78 @@ impl SfuLabConfig {
         }
     }
 
-    /// The runs [`run_grid`] makes, in its order: (repetition, clients,
-    /// packets per second, backend, `tc` column).
-    pub fn plan(&self) -> Vec<(usize, usize, u32, BackendKind, bool)> {
+    /// The arms of every block: the backends, the A/A copy of socket
+    /// right after it (when asked for and socket is run), and `tc`.
+    fn arms(&self) -> Vec<(BackendKind, bool, bool)> {
+        let mut arms = Vec::new();
+        for &b in &self.backends {
+            arms.push((b, false, false));
+            if self.aa && b == BackendKind::Socket {
+                arms.push((b, false, true));
+            }
+        }
+        if self.kernel_fanout {
+            arms.push((BackendKind::Socket, true, false));
+        }
+        arms
+    }
+
+    /// The runs [`run_grid`] makes, in its order: repetition-major, one
+    /// block per (repetition, clients, pps) running every arm once, back
+    /// to back, in the order [`block_order`] draws from (`seed`, block):
+    /// random but reproducible, so drifts of the machine fall on every arm
+    /// alike and no backend always runs first.
+    pub fn plan(&self) -> Vec<PlannedRun> {
+        let arms = self.arms();
         let mut runs = Vec::new();
+        let mut block = 0;
         for rep in 0..self.reps {
-            for &n in &self.clients {
+            for &clients in &self.clients {
                 for &pps in &self.pps {
-                    for &b in &self.backends {
-                        runs.push((rep, n, pps, b, false));
+                    let order = block_order(self.seed, block as u64, arms.len());
+                    for (position, &arm) in order.iter().enumerate() {
+                        let (backend, fanout, aa) = arms[arm];
+                        runs.push(PlannedRun {
+                            rep,
+                            clients,
+                            pps,
+                            backend,
+                            fanout,
+                            aa,
+                            block,
+                            order: position,
+                        });
                     }
-                    if self.kernel_fanout {
-                        runs.push((rep, n, pps, BackendKind::Socket, true));
-                    }
+                    block += 1;
                 }
             }
         }
         runs
+    }
+
+    /// What a state file of this grid must have been written with: every
+    /// setting of a run but the repetitions (more can be added later) and
+    /// the lateness calibration (measured again on every start).
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "lab sfu: clients {:?} pps {:?} backends {:?} duration {} s warm-up {} s flush {:?}/{} µs batch {:?} spin {} µs cpus {:?} load cpus {:?} tc {} aa {} seed {} max foreign {} % max late {} %",
+            self.clients,
+            self.pps,
+            self.backends.iter().map(|b| b.name()).collect::<Vec<_>>(),
+            self.duration_s,
+            self.warmup_s,
+            self.flush,
+            self.flush_age_us,
+            self.batch,
+            self.spin_us,
+            self.cpus,
+            self.load_cpus,
+            self.kernel_fanout,
+            self.aa,
+            self.seed,
+            self.max_foreign_pct,
+            self.max_late_pct,
+        )
     }
 
     /// Seconds the grid takes at least (warm-up and measurement per run).
@@ -227,6 +348,8 @@ struct Sample {
     switch: Option<CpuTime>,
     process: Option<CpuTime>,
     machine_ns: Option<u64>,
+    /// The machine's steal time (all CPUs), ns.
+    steal_ns: Option<u64>,
     /// The SFU's engine thread's run time in ns (sampled in the window,
     /// like the NAPI threads; from schedstat, not 10 ms ticks).
     engine_ns: Option<u64>,
@@ -239,6 +362,7 @@ fn sample(sfu_napi: &[u32], switch: &[u32]) -> Sample {
         switch: cpu_of(switch),
         process: process_cpu_time().ok(),
         machine_ns: machine_busy_ns(),
+        steal_ns: machine_steal_ns(),
         engine_ns: super::testbed::thread_named("sfu-engine")
             .and_then(super::testbed::thread_run_time_ns),
     }
@@ -261,9 +385,12 @@ pub fn run_one(
     let column = Column {
         backend,
         fanout: false,
+        aa: false,
         clients,
         pps,
         rep,
+        block: 0,
+        order: 0,
     };
     run_column(place, c, column)
 }
@@ -279,9 +406,12 @@ pub fn run_kernel_fanout(
     let column = Column {
         backend: BackendKind::Socket,
         fanout: true,
+        aa: false,
         clients,
         pps,
         rep,
+        block: 0,
+        order: 0,
     };
     run_column(place, c, column)
 }
@@ -444,19 +574,28 @@ fn exclusion(
 struct Column {
     backend: BackendKind,
     fanout: bool,
+    /// The A/A copy of the baseline (the same run under its own label).
+    aa: bool,
     clients: usize,
     pps: u32,
     rep: usize,
+    /// Block and position in it ([`PlannedRun`]; 0 outside the grid).
+    block: usize,
+    order: usize,
 }
 
 fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Result<Run> {
     let Column {
         backend,
         fanout,
+        aa,
         clients,
         pps,
         rep,
+        block,
+        order,
     } = column;
+    let loadavg1 = crate::siplab::background::loadavg1().unwrap_or(f64::NAN);
     let Measured {
         served: sample,
         load,
@@ -512,12 +651,16 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
     // engine only runs the control plane, its delays cover only what the
     // kernel left to it.
     let user = |v: f64| if kernel.is_some() { f64::NAN } else { v };
+    let steal_pct = match (first.steal_ns, second.steal_ns) {
+        (Some(a), Some(b)) => pct_of(b.saturating_sub(a), window),
+        _ => f64::NAN,
+    };
     Ok(Run {
-        backend: if fanout {
-            "tc".into()
-        } else {
-            backend.name().into()
-        },
+        backend: arm_label(backend, fanout, aa),
+        block,
+        order,
+        loadavg1,
+        steal_pct,
         io_mode: sample.io_mode.clone(),
         flush: format!("{:?}", sample.flush).to_lowercase(),
         clients,
@@ -592,30 +735,45 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
     })
 }
 
-/// Every run of the grid, in repetition-major order (the `tc` column, when
-/// asked for, after the backends of each cell: `progress` gets `true`
-/// for it); a failed run is reported through `progress` and left out. Returns the runs and the
-/// number that failed.
+/// Every run of the grid in [`SfuLabConfig::plan`]'s order, but those
+/// `done` says are finished (a resumed grid); `finished` gets each new run
+/// as it ends (to append it to the state file) and `progress` every
+/// outcome (a failed run is reported there and left out). Returns the new
+/// runs and the number that failed.
 pub fn run_grid(
     place: &Placement,
     c: &SfuLabConfig,
-    mut progress: impl FnMut(&anyhow::Result<Run>, (usize, usize, u32, BackendKind, bool)),
-) -> (Vec<Run>, usize) {
+    done: &dyn Fn(&PlannedRun) -> bool,
+    mut finished: impl FnMut(&Run) -> anyhow::Result<()>,
+    mut progress: impl FnMut(&anyhow::Result<Run>, &PlannedRun),
+) -> anyhow::Result<(Vec<Run>, usize)> {
     let mut runs = Vec::new();
     let mut failed = 0;
-    for (rep, n, pps, b, fanout) in c.plan() {
-        let result = if fanout {
-            run_kernel_fanout(place, c, n, pps, rep)
-        } else {
-            run_one(place, c, b, n, pps, rep)
+    for planned in c.plan() {
+        if done(&planned) {
+            continue;
+        }
+        let column = Column {
+            backend: planned.backend,
+            fanout: planned.fanout,
+            aa: planned.aa,
+            clients: planned.clients,
+            pps: planned.pps,
+            rep: planned.rep,
+            block: planned.block,
+            order: planned.order,
         };
-        progress(&result, (rep, n, pps, b, fanout));
+        let result = run_column(place, c, column);
+        progress(&result, &planned);
         match result {
-            Ok(result) => runs.push(result),
+            Ok(result) => {
+                finished(&result)?;
+                runs.push(result);
+            }
             Err(_) => failed += 1,
         }
     }
-    (runs, failed)
+    Ok((runs, failed))
 }
 
 /// One step of the capacity sweep.
@@ -733,9 +891,12 @@ pub fn run_capacity(
             let column = Column {
                 backend: b,
                 fanout,
+                aa: false,
                 clients: n,
                 pps,
                 rep: 0,
+                block: 0,
+                order: 0,
             };
             let load_pps = (n as u64) * u64::from(pps);
             let (measured, flagged) = capacity_step(place, c, column);
@@ -946,15 +1107,37 @@ mod tests {
         // Backends and warm-up are the caller's.
         assert_eq!(c.warmup_s, 2.0);
         let plan = c.plan();
-        assert_eq!(plan.len(), 3 * 3 * 2 * 2);
-        // Repetition-major; within a cell every backend in turn.
-        assert_eq!(plan[0], (0, 6, 750, BackendKind::Socket, false));
-        assert_eq!(plan[1], (0, 6, 750, BackendKind::Xdp, false));
-        assert_eq!(plan[2], (0, 6, 1500, BackendKind::Socket, false));
-        assert_eq!(
-            plan.last().unwrap(),
-            &(2, 10, 1500, BackendKind::Xdp, false)
-        );
-        assert_eq!(c.planned_seconds(), 36.0 * 62.0);
+        // Socket, its A/A copy and xdp in every block.
+        assert_eq!(plan.len(), 3 * 3 * 2 * 3);
+        // Repetition-major; every block runs every arm once.
+        for (block, runs) in plan.chunks(3).enumerate() {
+            assert!(runs.iter().all(|r| r.block == block), "{runs:?}");
+            let mut labels: Vec<String> = runs.iter().map(PlannedRun::label).collect();
+            labels.sort();
+            assert_eq!(labels, ["socket", "socket#aa", "xdp"], "block {block}");
+            let positions: Vec<usize> = runs.iter().map(|r| r.order).collect();
+            assert_eq!(positions, [0, 1, 2]);
+        }
+        assert_eq!((plan[0].rep, plan[0].clients, plan[0].pps), (0, 6, 750));
+        assert_eq!((plan[3].rep, plan[3].clients, plan[3].pps), (0, 6, 1500));
+        let last = plan.last().unwrap();
+        assert_eq!((last.rep, last.clients, last.pps), (2, 10, 1500));
+        // Randomised: socket does not always run first, and the order is
+        // the seed's (recorded, reproducible).
+        let firsts: std::collections::BTreeSet<String> =
+            plan.chunks(3).map(|b| b[0].label()).collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
+        assert_eq!(plan, c.plan());
+        // Keys are unique: a resumed grid skips exactly the finished runs.
+        let keys: std::collections::BTreeSet<String> = plan.iter().map(|r| r.key()).collect();
+        assert_eq!(keys.len(), plan.len());
+        // Without the A/A arm: two arms per block.
+        let without = SfuLabConfig {
+            aa: false,
+            ..c.clone()
+        };
+        assert_eq!(without.plan().len(), 3 * 3 * 2 * 2);
+        assert_eq!(without.planned_seconds(), 36.0 * 62.0);
+        assert_eq!(c.planned_seconds(), 54.0 * 62.0);
     }
 }

@@ -14,13 +14,14 @@ pub mod experiment;
 pub mod testbed;
 
 use crate::render::{self, svg, Digits, Table};
+use crate::siplab::design::{self, Effect, Verdict, AA_SUFFIX};
 use crate::stats::{fit_line, mean_ci, LineFit, MeanCi};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// One measured run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     /// Backend name (`socket`, `mmsg`, `uring`, `xdp`).
     pub backend: String,
@@ -34,62 +35,98 @@ pub struct Run {
     pub pps: u32,
     /// Repetition index.
     pub rep: usize,
+    /// Block of the run (one (repetition, clients, pps), every arm once).
+    #[serde(default)]
+    pub block: usize,
+    /// Position of the run in its block (the randomised order, recorded).
+    #[serde(default)]
+    pub order: usize,
+    /// 1-minute load average when the run started (NaN: unknown).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
+    pub loadavg1: f64,
+    /// Time the hypervisor took from the machine's CPUs over the measured
+    /// window (steal, % of one core; NaN: unknown).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
+    pub steal_pct: f64,
     /// Measured seconds (after the warm-up).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub seconds: f64,
     /// SFU engine thread user CPU (% of one core; spinning included).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub cpu_user_pct: f64,
     /// SFU engine thread kernel CPU (% of one core).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub cpu_system_pct: f64,
     /// Of the engine's CPU, spinning for datagrams (% of one core).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub spin_pct: f64,
     /// Engine CPU per forwarded packet (µs).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub cpu_per_packet_us: f64,
     /// The SFU host: engine thread plus the NAPI thread of its interface
     /// (% of one core; NaN on loopback).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub sfu_host_pct: f64,
     /// That per packet offered (µs): the SFU host's CPU over clients × pps
     /// (the measure that also covers the in-kernel fan-out, whose work runs
     /// in the NAPI thread).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub sfu_host_per_packet_us: f64,
     /// The switch: NAPI threads of the bridge ports (bridging and the
     /// clients' receive path; NaN without threaded NAPI).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub switch_pct: f64,
     /// The clients' load threads.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub clients_pct: f64,
     /// Busy CPU of the machine not accounted to any of the above (other
     /// jobs; % of one core; NaN when unknown).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub foreign_pct: f64,
     /// (a) pickup → last copy scheduled, median (µs; NaN without samples).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub delay_p50_us: f64,
     /// (a) 99th percentile.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub delay_p99_us: f64,
     /// (a) mean.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub delay_mean_us: f64,
     /// (b) pickup → last copy taken by the kernel, median.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub handoff_p50_us: f64,
     /// (b) 99th percentile.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub handoff_p99_us: f64,
     /// (c) application receive → pickup, median.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub wait_p50_us: f64,
     /// (c) 99th percentile.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub wait_p99_us: f64,
     /// (d) kernel RX stamp → last copy taken by the kernel, median.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub kdelay_p50_us: f64,
     /// (d) 99th percentile.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub kdelay_p99_us: f64,
     /// Mean copies per forwarded packet (subscribers + echo).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub copies_per_packet: f64,
     /// Media packets forwarded in the measured part.
     pub media: u64,
     /// Packets the clients counted as lost (whole run).
     pub client_lost: u64,
     /// Those in % of the media packets the clients should have received.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub client_loss_pct: f64,
     /// Median RTT the clients measured through the echo (µs).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub client_rtt_p50_us: f64,
     /// The AF_XDP TX ring was congested (the send path waited for room).
     pub tx_congested: bool,
     /// Sender ticks more than 1 ms late, in % of all ticks.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub load_late_pct: f64,
     /// Why the run is left out of the summary (`None`: it is not).
     pub excluded: Option<String>,
@@ -175,6 +212,58 @@ pub struct Row {
     /// Mean delay (a) relative to socket (the in-kernel fan-out has means
     /// only).
     pub delay_mean_ratio: Option<f64>,
+    /// The ratios to socket paired per repetition (each repetition's run
+    /// over socket's of the same block), mean ± 95 % CI, one per
+    /// [`RATIO_METRICS`] entry in its order (n = 0: no pair, n/a).
+    pub ratio_ci: Vec<MeanCi>,
+}
+
+/// A metric compared with the socket baseline: its name and its value in
+/// a run.
+pub type RatioMetric = (&'static str, fn(&Run) -> f64);
+
+/// The metrics every backend's ratio to socket is given for, with CIs.
+pub const RATIO_METRICS: [RatioMetric; 7] = [
+    ("cpu/pkt", |r| r.cpu_per_packet_us),
+    ("sfu host/pkt", |r| r.sfu_host_per_packet_us),
+    ("delay (a) p50", |r| r.delay_p50_us),
+    ("delay (b) p50", |r| r.handoff_p50_us),
+    ("delay (c) p50", |r| r.wait_p50_us),
+    ("delay (d) p50", |r| r.kdelay_p50_us),
+    ("delay (a) mean", |r| r.delay_mean_us),
+];
+
+/// Effect size the report says the repetitions needed for (a ratio of
+/// 0.90 or 1.10 to socket).
+pub const TARGET_EFFECT_PCT: f64 = 10.0;
+
+/// One backend's ratio to socket on one metric over the whole grid, paired
+/// per (clients, pps, repetition), judged against the A/A arm's.
+#[derive(Clone, Debug, Serialize)]
+pub struct RatioEffect {
+    /// Backend (`socket#aa`: the A/A row, the noise floor itself).
+    pub backend: String,
+    /// [`RATIO_METRICS`] name.
+    pub metric: String,
+    /// The paired effect: `lower_pct` = 100 · (1 − mean ratio), with its
+    /// CI, MDE and pairs (`None`: fewer than two pairs).
+    pub effect: Option<Effect>,
+    /// The A/A floor for this metric (%): |1 − ratio| of socket#aa plus
+    /// its CI half-width (`None`: no A/A arm or < 2 pairs).
+    pub floor_pct: Option<f64>,
+    /// The judgement (`None` on the A/A row).
+    pub verdict: Option<Verdict>,
+    /// Repetitions per cell a ±[`TARGET_EFFECT_PCT`] % ratio would need
+    /// with this spread (80 % power, α = 0.05).
+    pub reps_for_target: Option<usize>,
+}
+
+impl RatioEffect {
+    /// The mean ratio to socket and its CI half-width.
+    pub fn ratio(&self) -> Option<(f64, f64)> {
+        self.effect
+            .map(|e| (1.0 - e.lower_pct / 100.0, e.ci_pct / 100.0))
+    }
 }
 
 /// Fitted delay model of one backend, on the median of delay (a).
@@ -250,6 +339,9 @@ pub struct Summary {
     pub excluded: Vec<(String, usize, u32, usize, String)>,
     /// Runs whose delays alone are left out (CPU kept) and why.
     pub delay_excluded: Vec<(String, usize, u32, usize, String)>,
+    /// Every backend's ratios to socket with CIs, the A/A floor, the MDE
+    /// and a verdict (the A/A rows first).
+    pub effects: Vec<RatioEffect>,
 }
 
 fn col(runs: &[&Run], f: impl Fn(&Run) -> f64) -> Vec<f64> {
@@ -314,6 +406,20 @@ pub fn summarize(runs: &[Run]) -> Summary {
             sfu_host_ratio: None,
             delay_mean_ratio: None,
             delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
+            ratio_ci: RATIO_METRICS
+                .iter()
+                .map(|(_, f)| {
+                    let socket = cells.get(&(*clients, *pps, "socket".to_string()));
+                    let ratios: Vec<f64> = rs
+                        .iter()
+                        .filter_map(|r| {
+                            let base = socket?.iter().find(|s| s.rep == r.rep)?;
+                            ratio(f(r), f(base)).filter(|v| v.is_finite())
+                        })
+                        .collect();
+                    mean_ci(&ratios)
+                })
+                .collect(),
         });
     }
     let base: BTreeMap<(usize, u32), Row> = rows
@@ -354,7 +460,7 @@ pub fn summarize(runs: &[Run]) -> Summary {
             r2: r_squared,
         }) = fit_line(&pts)
         {
-            let terms = if baseline == "socket" {
+            let terms = if baseline.starts_with("socket") {
                 ("k_rcv", "k_snd")
             } else {
                 ("u_rx", "u_tx")
@@ -396,21 +502,130 @@ pub fn summarize(runs: &[Run]) -> Summary {
             excluded: excluded.iter().filter(|e| &e.0 == baseline).count(),
         });
     }
+    let effects = ratio_effects(runs, &names);
     Summary {
         rows,
         models,
         backends,
         excluded,
         delay_excluded,
+        effects,
     }
+}
+
+/// Every backend's ratio to socket per [`RATIO_METRICS`] entry, over the
+/// valid runs paired by (clients, pps, repetition): the A/A arm's rows
+/// first (their effect is the floor), then the others judged against it.
+fn ratio_effects(runs: &[Run], names: &[String]) -> Vec<RatioEffect> {
+    let valid: Vec<&Run> = runs.iter().filter(|r| r.excluded.is_none()).collect();
+    let mut keys: Vec<(usize, u32, usize)> = valid
+        .iter()
+        .filter(|r| r.backend == "socket")
+        .map(|r| (r.clients, r.pps, r.rep))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let cells = {
+        let mut cells: Vec<(usize, u32)> = keys.iter().map(|k| (k.0, k.1)).collect();
+        cells.dedup();
+        cells.len().max(1)
+    };
+    let values = |backend: &str, f: fn(&Run) -> f64| -> Vec<Option<f64>> {
+        keys.iter()
+            .map(|&(clients, pps, rep)| {
+                valid
+                    .iter()
+                    .find(|r| {
+                        r.backend == backend && r.clients == clients && r.pps == pps && r.rep == rep
+                    })
+                    .map(|r| f(r))
+                    .filter(|v| v.is_finite())
+            })
+            .collect()
+    };
+    let aa_name = format!("socket{AA_SUFFIX}");
+    let ordered: Vec<&String> = names
+        .iter()
+        .filter(|n| **n == aa_name)
+        .chain(names.iter().filter(|n| **n != aa_name && *n != "socket"))
+        .collect();
+    let mut out = Vec::new();
+    for (metric, f) in RATIO_METRICS {
+        let reference = values("socket", f);
+        let floor =
+            design::ratio_effect(&reference, &values(&aa_name, f)).map(|e| design::noise_floor(&e));
+        for name in &ordered {
+            let effect = design::ratio_effect(&reference, &values(name, f));
+            let is_aa = **name == aa_name;
+            out.push(RatioEffect {
+                backend: (*name).clone(),
+                metric: metric.into(),
+                effect,
+                floor_pct: floor,
+                verdict: (!is_aa)
+                    .then(|| effect.map(|e| design::verdict(&e, floor)))
+                    .flatten(),
+                reps_for_target: effect
+                    .and_then(|e| design::pairs_needed(e.sd_pct, TARGET_EFFECT_PCT))
+                    .map(|pairs| pairs.div_ceil(cells)),
+            });
+        }
+    }
+    out
+}
+
+/// The ratios to socket with their CIs, the A/A floor, the MDE and the
+/// verdict, one row per backend and metric.
+pub fn effects_table(s: &Summary) -> Table {
+    let mut table = Table::new(
+        "Ratios to socket, paired per (clients, pps, repetition): mean of the per-pair ratios, 95 % CI; A/A = socket run twice",
+        &[
+            "backend",
+            "metric",
+            "ratio (95% CI)",
+            "pairs",
+            "A/A floor %",
+            "MDE %",
+            "verdict",
+            "reps for ±10 %",
+        ],
+    );
+    for e in &s.effects {
+        let is_aa = e.backend.ends_with(AA_SUFFIX);
+        table.rows.push(vec![
+            e.backend.clone(),
+            e.metric.clone(),
+            e.ratio()
+                .map_or("n/a".into(), |(r, ci)| format!("{r:.3} ± {ci:.3}")),
+            e.effect.map_or("<2".into(), |e| e.pairs.to_string()),
+            render::opt(e.floor_pct, 1),
+            render::opt(e.effect.map(|e| e.mde_pct), 1),
+            match (&e.verdict, is_aa) {
+                (_, true) => "A/A: the noise floor".into(),
+                (Some(Verdict::Lower), false) => "lower than socket".into(),
+                (Some(Verdict::Higher), false) => "higher than socket".into(),
+                (Some(v), false) => v.to_string(),
+                (None, false) => "n/a".into(),
+            },
+            e.reps_for_target.map_or("n/a".into(), |n| n.to_string()),
+        ]);
+    }
+    table
 }
 
 fn ci(m: &MeanCi) -> String {
     render::mean_ci(m, Digits::Fixed(1))
 }
 
-fn opt(r: Option<f64>) -> String {
-    render::opt(r, 2)
+/// The row's paired ratio to socket on [`RATIO_METRICS`]`[metric]`:
+/// "mean ± CI", "n/a" without pairs ("-" for socket itself).
+fn ratio_ci(r: &Row, metric: usize) -> String {
+    if r.backend == "socket" {
+        return "-".into();
+    }
+    r.ratio_ci
+        .get(metric)
+        .map_or("n/a".into(), |m| render::mean_ci(m, Digits::Fixed(2)))
 }
 
 fn x(r: Option<f64>) -> String {
@@ -461,11 +676,11 @@ fn cells_table(s: &Summary) -> Table {
             ci(&r.wait_p50),
             ci(&r.kdelay_p50),
             ci(&r.sfu_host),
-            opt(r.cpu_ratio),
-            opt(r.delay_p50_ratio),
-            opt(r.handoff_p50_ratio),
-            opt(r.wait_p50_ratio),
-            opt(r.kdelay_p50_ratio),
+            ratio_ci(r, 0),
+            ratio_ci(r, 2),
+            ratio_ci(r, 3),
+            ratio_ci(r, 4),
+            ratio_ci(r, 5),
         ]);
     }
     table
@@ -480,8 +695,10 @@ pub fn render(s: &Summary) -> String {
         "(±: 95% CI over repetitions; delays are per-packet medians in µs: (a) pickup -> last copy \
          scheduled (the paper's delay), (b) pickup -> last copy taken by the kernel, (c) app receive \
          -> pickup, (d) kernel RX stamp -> last copy taken; cpu: SFU engine thread, % of one core; \
-         x/s: ratio to the socket backend in the same cell (cpu: per packet); n/a: no data)"
+         x/s: ratio to the socket backend in the same cell (cpu: per packet), each repetition over \
+         socket's of the same block, mean ± 95% CI; n/a: no data)"
     );
+    out.push_str(&effects_table(s).text());
     for table in figure_tables(s) {
         out.push_str(&table.text());
     }
@@ -528,6 +745,45 @@ pub fn render(s: &Summary) -> String {
         let _ = writeln!(
             out,
             "delay left out (CPU kept): {} clients={} pps={} rep={}: {}",
+            e.0, e.1, e.2, e.3, e.4
+        );
+    }
+    out
+}
+
+/// The summary as Markdown for docs/pktswitch.md: the ratios with CIs
+/// and the A/A floor, the per-cell table, Figs. 3-5 shaped tables, the
+/// delay models and the runs left out.
+pub fn markdown(s: &Summary) -> String {
+    let mut out = effects_table(s).markdown();
+    out.push('\n');
+    let mut cells = cells_table(s);
+    cells.title = "Per cell (mean ± 95 % CI over repetitions; x/s: paired ratio to socket)".into();
+    out.push_str(&cells.markdown());
+    for table in figure_tables(s) {
+        out.push('\n');
+        out.push_str(&table.markdown());
+    }
+    out.push('\n');
+    for m in &s.models {
+        let _ = writeln!(
+            out,
+            "- delay model {}: d(n) = {:.2} µs + n · {:.2} µs (R² {:.3}, {} runs)",
+            m.backend, m.intercept_us, m.per_copy_us, m.r2, m.points
+        );
+    }
+    let _ = writeln!(out, "- runs left out: {}", s.excluded.len());
+    for e in &s.excluded {
+        let _ = writeln!(
+            out,
+            "  - {} clients={} pps={} rep={}: {}",
+            e.0, e.1, e.2, e.3, e.4
+        );
+    }
+    for e in &s.delay_excluded {
+        let _ = writeln!(
+            out,
+            "- delay left out (CPU kept): {} clients={} pps={} rep={}: {}",
             e.0, e.1, e.2, e.3, e.4
         );
     }
@@ -592,6 +848,8 @@ pub fn json(
     serde_json::json!({
         "backends": s.backends,
         "rows": s.rows,
+        "effects": s.effects,
+        "ratio_metrics": RATIO_METRICS.iter().map(|m| m.0).collect::<Vec<_>>(),
         "models": s.models,
         "excluded": s.excluded,
         "delay_excluded": s.delay_excluded,
@@ -660,6 +918,10 @@ mod tests {
             clients,
             pps: 750,
             rep,
+            block: rep,
+            order: 0,
+            loadavg1: 0.1,
+            steal_pct: 0.0,
             seconds: 10.0,
             cpu_user_pct: cpu,
             cpu_system_pct: cpu,
@@ -771,5 +1033,81 @@ mod tests {
             assert!(xb.get(k).is_some(), "{k} missing");
         }
         assert!(xb["kdelay_p50_ratio"].is_null());
+    }
+
+    #[test]
+    fn ratios_carry_cis_and_are_judged_against_the_aa_floor() {
+        let mut runs = Vec::new();
+        // Per repetition the machine drifts (socket's CPU 10, 12, 14); the
+        // A/A copy wobbles ±2 %; mmsg costs 0.5× socket ±1 %; uring 0.97×
+        // ±4 %: within the floor.
+        for (rep, w) in [1.0, -1.0, 0.5].into_iter().enumerate() {
+            for n in [6, 8] {
+                let base = 10.0 + 2.0 * rep as f64 + n as f64;
+                runs.push(run("socket", n, rep, base, 20.0));
+                runs.push(run("socket#aa", n, rep, base * (1.0 + 0.02 * w), 20.0));
+                runs.push(run("mmsg", n, rep, base * (0.5 + 0.005 * w), 10.0));
+                runs.push(run("uring", n, rep, base * (0.97 + 0.04 * w), 20.0));
+            }
+        }
+        let s = summarize(&runs);
+        let effect = |backend: &str, metric: &str| {
+            s.effects
+                .iter()
+                .find(|e| e.backend == backend && e.metric == metric)
+                .unwrap()
+                .clone()
+        };
+        let aa = effect("socket#aa", "cpu/pkt");
+        assert!(aa.verdict.is_none(), "the A/A row is the floor itself");
+        let floor = aa.floor_pct.unwrap();
+        assert!(floor > 0.5 && floor < 10.0, "{floor}");
+        let mmsg = effect("mmsg", "cpu/pkt");
+        let (ratio, ci) = mmsg.ratio().unwrap();
+        assert!(
+            (ratio - 0.5).abs() < 0.01 && ci > 0.0 && ci < 0.05,
+            "{ratio} ± {ci}"
+        );
+        assert_eq!(mmsg.effect.unwrap().pairs, 6);
+        assert_eq!(mmsg.verdict, Some(Verdict::Lower));
+        assert_eq!(mmsg.floor_pct, Some(floor));
+        let uring = effect("uring", "cpu/pkt");
+        assert!(
+            matches!(uring.verdict, Some(Verdict::Noise(_))),
+            "{:?}",
+            uring.verdict
+        );
+        assert!(uring.reps_for_target.is_some());
+        // Per cell: the paired ratio with its CI over the repetitions.
+        let row = s
+            .rows
+            .iter()
+            .find(|r| r.backend == "mmsg" && r.clients == 6)
+            .unwrap();
+        assert_eq!(row.ratio_ci[0].n, 3);
+        assert!((row.ratio_ci[0].mean - 0.5).abs() < 0.01);
+        let text = render(&s);
+        assert!(text.contains("A/A: the noise floor"), "{text}");
+        assert!(text.contains("0.50 ±"), "{text}");
+        let md = markdown(&s);
+        assert!(md.contains("| mmsg | cpu/pkt | 0.50"), "{md}");
+        // Without the A/A arm nothing is judged: the floor is gone.
+        let without: Vec<Run> = runs
+            .iter()
+            .filter(|r| r.backend != "socket#aa")
+            .cloned()
+            .collect();
+        let s = summarize(&without);
+        let mmsg = s
+            .effects
+            .iter()
+            .find(|e| e.backend == "mmsg" && e.metric == "cpu/pkt")
+            .unwrap();
+        assert_eq!(mmsg.floor_pct, None);
+        assert_eq!(mmsg.verdict, Some(Verdict::NoFloor));
+        // A run round-trips through a state file with its n/a columns.
+        let line = serde_json::to_string(&runs[0]).unwrap();
+        let back: Run = serde_json::from_str(&line).unwrap();
+        assert!(back.switch_pct.is_nan() && back.key() == runs[0].key());
     }
 }

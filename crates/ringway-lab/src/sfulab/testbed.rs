@@ -457,6 +457,20 @@ pub fn machine_busy_ns() -> Option<u64> {
     Some(busy * (1_000_000_000 / ringway_server::host::USER_HZ))
 }
 
+/// Time the hypervisor took from this machine's CPUs (steal, all CPUs
+/// summed; `/proc/stat`), in ns.
+pub fn machine_steal_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let steal: u64 = text
+        .lines()
+        .next()?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()?;
+    Some(steal * (1_000_000_000 / ringway_server::host::USER_HZ))
+}
+
 #[cfg(test)]
 mod thread_tests {
     use super::*;

@@ -150,6 +150,38 @@ pub fn paired_effect(reference: &[Option<f64>], other: &[Option<f64>]) -> Option
     })
 }
 
+/// The effect of `other` against `reference` as the mean of per-pair
+/// ratios other/reference (pairs whose reference is not positive, or with
+/// a side missing, are dropped): 100 · (1 − mean ratio) % lower, with the
+/// Student-t 95 % CI and the MDE of that mean. Used where pairs differ in
+/// size (the SFU's cells: delays grow with the clients), so that every
+/// pair weighs alike. `None` with fewer than two pairs.
+pub fn ratio_effect(reference: &[Option<f64>], other: &[Option<f64>]) -> Option<Effect> {
+    let ratios: Vec<f64> = reference
+        .iter()
+        .zip(other)
+        .filter_map(|(r, o)| {
+            let (r, o) = ((*r)?, (*o)?);
+            (r > 0.0 && r.is_finite() && o.is_finite()).then(|| o / r)
+        })
+        .collect();
+    let count = ratios.len();
+    if count < 2 {
+        return None;
+    }
+    let mean = ratios.iter().sum::<f64>() / count as f64;
+    let var = ratios.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (count - 1) as f64;
+    let sd_pct = 100.0 * var.sqrt();
+    let t_quantile = t975(count - 1);
+    Some(Effect {
+        lower_pct: 100.0 * (1.0 - mean),
+        ci_pct: t_quantile * sd_pct / (count as f64).sqrt(),
+        sd_pct,
+        pairs: count,
+        mde_pct: (t_quantile + Z_POWER) * sd_pct / (count as f64).sqrt(),
+    })
+}
+
 /// The noise floor an A/A effect sets: the largest difference its CI
 /// admits, |mean| + half-width (%).
 pub fn noise_floor(aa: &Effect) -> f64 {
@@ -350,5 +382,33 @@ mod tests {
         assert!((42..=46).contains(&n), "{n}");
         assert_eq!(pairs_needed(10.0, 0.0), None);
         assert_eq!(pairs_needed(1e6, 1.0), None);
+    }
+
+    #[test]
+    fn ratio_effect_against_known_values() {
+        // Ratios 0.5, 0.6, 0.7 (cells of different size): mean 0.6 → 40 %
+        // lower; sd 0.1, t(2) = 4.303 → half-width 24.84 %; MDE
+        // (4.303 + 0.8416) · 10 / √3 = 29.70 %.
+        let e = ratio_effect(&some(&[10.0, 100.0, 1000.0]), &some(&[5.0, 60.0, 700.0])).unwrap();
+        assert!((e.lower_pct - 40.0).abs() < 1e-9, "{e:?}");
+        assert!((e.sd_pct - 10.0).abs() < 1e-9, "{e:?}");
+        assert!((e.ci_pct - 24.84).abs() < 0.01, "{e:?}");
+        assert!((e.mde_pct - 29.70).abs() < 0.01, "{e:?}");
+        // Not the ratio of the means (755/1110 = 0.68: 32 % lower).
+        let pooled =
+            paired_effect(&some(&[10.0, 100.0, 1000.0]), &some(&[5.0, 60.0, 700.0])).unwrap();
+        assert!((pooled.lower_pct - e.lower_pct).abs() > 5.0);
+        // A missing side or a zero reference drops the pair only.
+        let e = ratio_effect(
+            &[Some(2.0), Some(0.0), None, Some(4.0)],
+            &[Some(3.0), Some(1.0), Some(1.0), Some(6.0)],
+        )
+        .unwrap();
+        assert_eq!(e.pairs, 2);
+        assert!(
+            (e.lower_pct + 50.0).abs() < 1e-9,
+            "1.5× is 50 % higher: {e:?}"
+        );
+        assert!(ratio_effect(&some(&[1.0]), &some(&[2.0])).is_none());
     }
 }

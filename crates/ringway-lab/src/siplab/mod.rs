@@ -506,6 +506,8 @@ fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
+/// Start the proxy of `spec` on `wire` (its log and summary in `dir`) and
+/// wait until it listens.
 fn start_proxy(
     spec: &RunSpec,
     plan: &Plan,
@@ -514,109 +516,16 @@ fn start_proxy(
     wire: &ProxyWire,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<ProxyProc> {
-    let listen = wire.listen.to_string();
-    let cpus = topology::cpu_list_text(&spec.proxy_cpus);
     let log = dir.join("proxy.log");
     let logf = std::fs::File::create(&log)?;
-    let mut cmd;
-    let mut summary = None;
-    match spec.proxy {
+    let (mut cmd, summary) = match spec.proxy {
         ProxyKind::Ringway => {
             let sum = dir.join("proxy-summary.json");
             let _ = std::fs::remove_file(&sum);
-            if plan.pin_threads {
-                cmd = Command::new(&tools.ringway);
-                cmd.args(["sip", "proxy", "--cpus", &cpus]);
-            } else {
-                // One process-wide CPU set: the scheduler balances and
-                // migrates the threads inside it.
-                cmd = Command::new("taskset");
-                cmd.args(["-c", &cpus])
-                    .arg(&tools.ringway)
-                    .args(["sip", "proxy"]);
-            }
-            // The generator's UAS is on loopback: relayed to explicitly.
-            cmd.args(["--listen", &listen, "--mode", &spec.mode])
-                .args(["--relay", &wire.relay])
-                .args(["--workers", &spec.workers.to_string()])
-                .args(["--backend", spec.backend.name()])
-                .args(["--duration", &format!("{}", spec.duration_s + 120.0)])
-                .arg("--summary")
-                .arg(&sum)
-                .arg("--quiet")
-                .args(["--rx-model", &spec.rx_model])
-                .args(["--batch", &spec.batch.to_string()])
-                // The papers measure raw forwarding under overload (and
-                // Kamailio next to it sheds nothing): no 503 shedding.
-                .args(["--overload-queue-delay-ms", "0"])
-                .args(plan.thread.proxy_args());
-            if let Some(rcvbuf) = spec.rcvbuf {
-                cmd.args(["--rcvbuf", &rcvbuf.to_string()]);
-            }
-            if let Some(interface) = &wire.interface {
-                // Native only: a generic-mode program would be another path.
-                cmd.args(["--interface", interface, "--xdp-mode", "native"]);
-            }
-            if let Some(service) = spec.service {
-                cmd.args(["--emulated-service-us", &service.to_string()]);
-            }
-            summary = Some(sum);
+            (ringway_command(spec, plan, tools, wire, &sum), Some(sum))
         }
-        ProxyKind::Kamailio => {
-            let mut prefix = match plan.thread.external_prefix() {
-                Ok(p) => p,
-                Err(e) => {
-                    notes.push(e);
-                    Vec::new()
-                }
-            };
-            if plan.pin_threads {
-                notes.push(
-                    "kamailio: affinity = thread not applied (its children are processes; one process-wide set used)"
-                        .into(),
-                );
-            }
-            prefix.splice(0..0, ["taskset".to_string(), "-c".into(), cpus.clone()]);
-            let rundir = dir.join("kamailio-run");
-            std::fs::create_dir_all(&rundir)?;
-            let mut args: Vec<String> = prefix;
-            args.push(tools.kamailio.display().to_string());
-            args.extend(
-                [
-                    "-DD",
-                    "-E",
-                    "-f",
-                    &tools.kamailio_cfg.display().to_string(),
-                    "-l",
-                    &format!("udp:{listen}"),
-                    "-n",
-                    &spec.workers.to_string(),
-                    "-P",
-                    &dir.join("kamailio.pid").display().to_string(),
-                    "-Y",
-                    &rundir.display().to_string(),
-                    "-w",
-                    &rundir.display().to_string(),
-                    "-m",
-                    &kamailio_shm_mb(spec.rate, &spec.mode).to_string(),
-                    "-M",
-                    "8",
-                ]
-                .iter()
-                .map(|s| s.to_string()),
-            );
-            if spec.rcvbuf.is_some() {
-                notes.push("kamailio: --rcvbuf not applied (kernel default buffer)".into());
-            }
-            if spec.service.is_some() {
-                notes.push(
-                    "kamailio: no emulated service time (its own T_sip, not measured)".into(),
-                );
-            }
-            cmd = Command::new(&args[0]);
-            cmd.args(&args[1..]);
-        }
-    }
+        ProxyKind::Kamailio => (kamailio_command(spec, plan, tools, dir, wire, notes)?, None),
+    };
     // Its own process group, so that stopping it reaches every process it
     // forked (Kamailio's children) even when the parent has to be killed.
     cmd.process_group(0);
@@ -626,24 +535,156 @@ fn start_proxy(
     let mut child = cmd
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start {:?}: {e}", cmd.get_program()))?;
-    // Ready when something listens on the proxy port (bounded wait).
+    wait_until_bound(&mut child, spec, wire, &log)?;
+    Ok(ProxyProc {
+        child,
+        summary,
+        log,
+    })
+}
+
+/// `ringway sip proxy` as the run `spec` asks for it, writing its summary
+/// to `summary`.
+fn ringway_command(
+    spec: &RunSpec,
+    plan: &Plan,
+    tools: &Tools,
+    wire: &ProxyWire,
+    summary: &Path,
+) -> Command {
+    let cpus = topology::cpu_list_text(&spec.proxy_cpus);
+    let mut cmd;
+    if plan.pin_threads {
+        cmd = Command::new(&tools.ringway);
+        cmd.args(["sip", "proxy", "--cpus", &cpus]);
+    } else {
+        // One process-wide CPU set: the scheduler balances and
+        // migrates the threads inside it.
+        cmd = Command::new("taskset");
+        cmd.args(["-c", &cpus])
+            .arg(&tools.ringway)
+            .args(["sip", "proxy"]);
+    }
+    // The generator's UAS is on loopback: relayed to explicitly.
+    cmd.args(["--listen", &wire.listen.to_string(), "--mode", &spec.mode])
+        .args(["--relay", &wire.relay])
+        .args(["--workers", &spec.workers.to_string()])
+        .args(["--backend", spec.backend.name()])
+        .args(["--duration", &format!("{}", spec.duration_s + 120.0)])
+        .arg("--summary")
+        .arg(summary)
+        .arg("--quiet")
+        .args(["--rx-model", &spec.rx_model])
+        .args(["--batch", &spec.batch.to_string()])
+        // The papers measure raw forwarding under overload (and
+        // Kamailio next to it sheds nothing): no 503 shedding.
+        .args(["--overload-queue-delay-ms", "0"])
+        .args(plan.thread.proxy_args());
+    if let Some(rcvbuf) = spec.rcvbuf {
+        cmd.args(["--rcvbuf", &rcvbuf.to_string()]);
+    }
+    if let Some(interface) = &wire.interface {
+        // Native only: a generic-mode program would be another path.
+        cmd.args(["--interface", interface, "--xdp-mode", "native"]);
+    }
+    if let Some(service) = spec.service {
+        cmd.args(["--emulated-service-us", &service.to_string()]);
+    }
+    cmd
+}
+
+/// Kamailio as the run `spec` asks for it (its run directory in `dir`);
+/// what it cannot apply goes to `notes`.
+fn kamailio_command(
+    spec: &RunSpec,
+    plan: &Plan,
+    tools: &Tools,
+    dir: &Path,
+    wire: &ProxyWire,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Command> {
+    let cpus = topology::cpu_list_text(&spec.proxy_cpus);
+    let mut prefix = match plan.thread.external_prefix() {
+        Ok(p) => p,
+        Err(e) => {
+            notes.push(e);
+            Vec::new()
+        }
+    };
+    if plan.pin_threads {
+        notes.push(
+            "kamailio: affinity = thread not applied (its children are processes; one process-wide set used)"
+                .into(),
+        );
+    }
+    prefix.splice(0..0, ["taskset".to_string(), "-c".into(), cpus]);
+    let rundir = dir.join("kamailio-run");
+    std::fs::create_dir_all(&rundir)?;
+    let mut args: Vec<String> = prefix;
+    args.push(tools.kamailio.display().to_string());
+    args.extend(
+        [
+            "-DD",
+            "-E",
+            "-f",
+            &tools.kamailio_cfg.display().to_string(),
+            "-l",
+            &format!("udp:{}", wire.listen),
+            "-n",
+            &spec.workers.to_string(),
+            "-P",
+            &dir.join("kamailio.pid").display().to_string(),
+            "-Y",
+            &rundir.display().to_string(),
+            "-w",
+            &rundir.display().to_string(),
+            "-m",
+            &kamailio_shm_mb(spec.rate, &spec.mode).to_string(),
+            "-M",
+            "8",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    if spec.rcvbuf.is_some() {
+        notes.push("kamailio: --rcvbuf not applied (kernel default buffer)".into());
+    }
+    if spec.service.is_some() {
+        notes.push("kamailio: no emulated service time (its own T_sip, not measured)".into());
+    }
+    let mut cmd = Command::new(&args[0]);
+    cmd.args(&args[1..]);
+    Ok(cmd)
+}
+
+/// Wait (at most 10 s) until something listens on the proxy's port; a
+/// proxy that exits or does not bind in time is an error (and killed).
+fn wait_until_bound(
+    child: &mut Child,
+    spec: &RunSpec,
+    wire: &ProxyWire,
+    log: &Path,
+) -> anyhow::Result<()> {
     let started = Instant::now();
-    let port = wire.listen;
     loop {
         if let Some(status) = child.try_wait()? {
             anyhow::bail!(
                 "{} exited during start-up ({status}): {}",
                 spec.proxy.name(),
-                tail(&log, 5)
+                tail(log, 5)
             );
         }
-        if udp_port_bound(port.port()) {
+        if udp_port_bound(wire.listen.port()) {
             break;
         }
         if started.elapsed() > Duration::from_secs(10) {
             kill_group(child.id(), "KILL");
             let _ = child.wait();
-            anyhow::bail!("{} did not bind {listen} within 10 s", spec.proxy.name());
+            anyhow::bail!(
+                "{} did not bind {} within 10 s",
+                spec.proxy.name(),
+                wire.listen
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -651,12 +692,9 @@ fn start_proxy(
     if spec.proxy == ProxyKind::Kamailio {
         std::thread::sleep(Duration::from_millis(300));
     }
-    Ok(ProxyProc {
-        child,
-        summary,
-        log,
-    })
+    Ok(())
 }
+
 /// True while `pid` exists and is not a zombie.
 fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

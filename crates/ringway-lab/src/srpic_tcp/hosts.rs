@@ -25,7 +25,7 @@ pub const RECEIVER_ADDR: &str = "10.77.250.2";
 pub const MTU: usize = 1500;
 
 /// The sender's TCP reordering behaviour (paper, Section 4).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SenderProfile {
     /// Static reordering threshold: dupthresh fixed at 3 (the paper patched
     /// its kernel). Approximated by sysctls in the sender namespace:
@@ -377,19 +377,23 @@ pub fn iperf3_client(h: &Host, port: u16, duration_s: f64, streams: usize) -> an
 }
 
 /// What an iperf3 client run reported.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IperfResult {
     /// Receiver-side throughput, Mb/s (`end.sum_received`).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub mbps: f64,
     /// Seconds measured.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub seconds: f64,
     /// Bytes received.
     pub bytes: u64,
     /// Retransmissions the sender's TCP reported (`end.sum_sent.retransmits`).
     pub retransmits: u64,
     /// Client process CPU (user + system) in % of the run.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub client_cpu_pct: f64,
     /// Server process CPU in % of the run.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub server_cpu_pct: f64,
     /// Congestion control of the sender's sockets, as iperf3 reports it.
     pub congestion: String,

@@ -22,6 +22,7 @@
 //! nfqueue`), is a server: `ringway_server::reorder::nfqueue`.
 
 pub mod calibrate;
+pub mod compare;
 pub mod hosts;
 pub mod recovery;
 pub mod relay;
@@ -39,7 +40,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Which of the paper's experiments a run belongs to.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Table {
     /// Table 4: forward reordering (β varied), no loss, SACK off.
     T4,
@@ -68,7 +71,7 @@ impl Table {
 }
 
 /// One cell of the grid (run with SRPIC off and on, `reps` times).
-#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Cell {
     /// The experiment.
     pub table: Table,
@@ -128,7 +131,7 @@ pub struct TcpLabConfig {
     pub timestamps: bool,
     /// Where SRPIC puts a segment sent after those it would overtake
     /// (Listing 1, the relay's oracle, or the TSval-gated departure).
-    pub placement: Placement,
+    pub placements: Vec<Placement>,
     /// Scale α by k as well (α' = k·α on both paths, σ = β·α'): the
     /// paper's bandwidth-delay product (430 segments) and σ/RTT at the
     /// lab's rate. Off: α as given (σ is scaled by k either way).
@@ -137,7 +140,56 @@ pub struct TcpLabConfig {
     /// router's receive batching at the paper's 1 Gb/s scale (poll period
     /// and per-packet cost; scaled by k in the runs). `None`: off.
     pub router: Option<RouterBatching>,
+    /// Run SRPIC off a second time in every block under the label
+    /// `off#aa` (the A/A arm: its difference from `off` is the noise
+    /// floor the SRPIC effect is judged against).
+    pub aa: bool,
+    /// A run collapsed when its throughput stayed below this share of the
+    /// cell's link rate (%): the bistable N-SRPIC runs of Table 4.
+    pub collapse_below_pct: f64,
 }
+
+/// The arm label of SRPIC off, the reference.
+pub const OFF: &str = "off";
+/// The arm label of SRPIC on with Listing 1's placement
+/// ([`Placement::arm`] names the others).
+pub const ON: &str = "on";
+
+/// One run of the grid as planned: its cell, arm and place in its block.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct PlannedRun {
+    /// The cell.
+    pub cell: Cell,
+    /// Arm label: [`OFF`], `off#aa` or SRPIC on with a placement
+    /// ([`Placement::arm`]).
+    pub arm: &'static str,
+    /// Repetition (the relay's seed: every arm of a block has the same).
+    pub rep: usize,
+    /// Block: one (cell, repetition), every arm once.
+    pub block: usize,
+    /// Position in the block (0: first).
+    pub order: usize,
+}
+
+impl PlannedRun {
+    /// SRPIC's placement in this run (`None`: SRPIC off).
+    pub fn srpic(&self) -> Option<Placement> {
+        Placement::ALL.into_iter().find(|p| p.arm() == self.arm)
+    }
+
+    /// The key a finished run is found by in a state file.
+    pub fn key(&self) -> String {
+        run_key(&self.cell, self.arm, self.rep)
+    }
+}
+
+/// The key of a run: cell, arm, repetition.
+pub fn run_key(cell: &Cell, arm: &str, rep: usize) -> String {
+    format!("{cell:?}/{arm}/{rep}")
+}
+
+/// The A/A arm's label.
+pub const OFF_AA: &str = "off#aa";
 
 impl TcpLabConfig {
     /// k = 1 Gb/s ÷ emulated rate.
@@ -168,6 +220,63 @@ impl TcpLabConfig {
             ring: self.ring,
             ..scaled_receiver(self.k())
         }
+    }
+
+    /// The arms of a cell's blocks: SRPIC off (and its A/A copy) and on
+    /// with each placement; the block-size sweep runs off only.
+    pub fn arms(&self, cell: &Cell) -> Vec<&'static str> {
+        let mut arms = vec![OFF];
+        if cell.table == Table::Sweep {
+            return arms;
+        }
+        if self.aa {
+            arms.push(OFF_AA);
+        }
+        arms.extend(self.placements.iter().map(|p| p.arm()));
+        arms
+    }
+
+    /// The arm of SRPIC on the paper-shaped tables show (the first
+    /// placement's; the comparison shows every placement).
+    pub fn primary_arm(&self) -> &'static str {
+        self.placements.first().map_or(ON, |p| p.arm())
+    }
+
+    /// Every run, in order: per cell and repetition one block running
+    /// every arm once, back to back, in the order
+    /// [`crate::siplab::design::block_order`] draws from (seed, block):
+    /// random but recorded and reproducible, so drifts fall on every arm
+    /// alike and SRPIC on never always runs second.
+    pub fn plan(&self) -> Vec<PlannedRun> {
+        let mut runs = Vec::new();
+        let mut block = 0;
+        for cell in self.cells() {
+            let arms = self.arms(&cell);
+            for rep in 0..self.reps.max(1) {
+                let order = crate::siplab::design::block_order(self.seed, block as u64, arms.len());
+                for (position, &arm) in order.iter().enumerate() {
+                    runs.push(PlannedRun {
+                        cell,
+                        arm: arms[arm],
+                        rep,
+                        block,
+                        order: position,
+                    });
+                }
+                block += 1;
+            }
+        }
+        runs
+    }
+
+    /// What a state file of this grid must have been written with: every
+    /// setting but the repetitions (more can be added later).
+    pub fn fingerprint(&self) -> String {
+        let mut settings = serde_json::to_value(self).unwrap_or_default();
+        if let Some(map) = settings.as_object_mut() {
+            map.remove("reps");
+        }
+        format!("lab srpic-tcp: {settings}")
     }
 
     /// Every cell of the grid, in run order.
@@ -258,8 +367,10 @@ impl TcpLabConfig {
         list
     }
 
-    /// The relay configuration of `cell` with SRPIC `on`, repetition `rep`.
-    pub fn relay(&self, cell: &Cell, on: bool, rep: usize) -> RelayCoreConfig {
+    /// The relay configuration of `cell` with SRPIC on with `placement`
+    /// (`None`: off), repetition `rep`.
+    pub fn relay(&self, cell: &Cell, placement: Option<Placement>, rep: usize) -> RelayCoreConfig {
+        let on = placement.is_some();
         // σ = β·α·k either way; with `scale_alpha` the mean is k·α too.
         let sigma_per_beta = self.alpha_ms * 1e6 * self.k();
         let alpha = self.alpha_run_ms() * 1e6;
@@ -305,20 +416,26 @@ impl TcpLabConfig {
                 idle_flushes: 64,
             }),
             max_flows: 4096,
-            placement: self.placement,
+            placement: placement.unwrap_or_default(),
         }
     }
 }
 
 /// What one run measured.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// The cell.
     pub cell: Cell,
     /// SRPIC on.
     pub srpic: bool,
+    /// Arm label: [`OFF`], `off#aa` (the A/A copy of off) or [`ON`].
+    pub arm: String,
     /// Repetition.
     pub rep: usize,
+    /// Block (one cell and repetition, every arm once).
+    pub block: usize,
+    /// Position of the run in its block (the randomised order, recorded).
+    pub order: usize,
     /// iperf3's numbers.
     pub iperf: IperfResult,
     /// The relay's report.
@@ -331,12 +448,18 @@ pub struct RunResult {
     pub receiver_nstat: BTreeMap<String, u64>,
     /// Sender CPU seconds: iperf3 client process + the sender kernel's ACK
     /// path run by the relay's writes.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub sender_cpu_s: f64,
     /// Receiver CPU seconds: iperf3 server process + the receiver's driver
     /// (sorting) and kernel receive path run by the relay's writes.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub receiver_cpu_s: f64,
     /// Left out of the tables, with the reason.
     pub flagged: Option<String>,
+    /// The machine's 1-minute load average when the run started (NaN:
+    /// unknown): background load, recorded per run.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
+    pub loadavg1: f64,
     /// Sysctls of the sender namespace.
     pub sender_sysctls: BTreeMap<String, String>,
 }
@@ -359,6 +482,17 @@ impl RunResult {
         count as f64 * 50.0 / self.iperf.seconds
     }
 
+    /// The key of this run ([`PlannedRun::key`]).
+    pub fn key(&self) -> String {
+        run_key(&self.cell, &self.arm, self.rep)
+    }
+
+    /// The run collapsed: its throughput stayed below `below_pct` % of its
+    /// cell's link rate.
+    pub fn collapsed(&self, below_pct: f64) -> bool {
+        self.iperf.mbps < below_pct / 100.0 * self.cell.rate_mbps
+    }
+
     /// Retransmitted segments the sender's kernel counted (TcpRetransSegs).
     pub fn pkts_retrans(&self) -> u64 {
         *self.sender_nstat.get("TcpRetransSegs").unwrap_or(&0)
@@ -366,14 +500,17 @@ impl RunResult {
 }
 
 /// One run: fresh namespaces, the relay, iperf3; everything removed after.
-pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::Result<RunResult> {
+pub fn run_once(c: &TcpLabConfig, planned: &PlannedRun) -> anyhow::Result<RunResult> {
+    let (cell, placement, rep) = (&planned.cell, planned.srpic(), planned.rep);
+    let loadavg1 = crate::siplab::background::loadavg1().unwrap_or(f64::NAN);
+    let on = placement.is_some();
     let hosts = Hosts::create_with(
         (cell.rate_mbps * 1e6) as u64,
         cell.sender,
         cell.sack,
         c.timestamps,
     )?;
-    let mut core = RelayCore::new(&c.relay(cell, on, rep));
+    let mut core = RelayCore::new(&c.relay(cell, placement, rep));
     let stop = Arc::new(AtomicBool::new(false));
     let limit = Duration::from_secs_f64(c.duration_s + 40.0);
     let (snd_before, rcv_before) = (
@@ -450,7 +587,10 @@ pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::
     Ok(RunResult {
         cell: *cell,
         srpic: on,
+        arm: planned.arm.to_string(),
         rep,
+        block: planned.block,
+        order: planned.order,
         iperf,
         relay,
         recovery: recovery::Recovery::from_nstat(&sender_nstat),
@@ -459,33 +599,37 @@ pub fn run_once(c: &TcpLabConfig, cell: &Cell, on: bool, rep: usize) -> anyhow::
         sender_cpu_s,
         receiver_cpu_s,
         flagged,
+        loadavg1,
         sender_sysctls,
     })
 }
 
-/// Run every cell `reps` times with SRPIC off then on (same seed), calling
-/// `progress` after each run. Failed runs are reported through `progress`
-/// as errors and skipped.
+/// Every run of [`TcpLabConfig::plan`] but those `done` says are finished
+/// (a resumed grid): `finished` gets each new run as it ends (to append it
+/// to the state file), `progress` every outcome. Failed runs are reported
+/// through `progress` and skipped. Returns the new runs and how many
+/// failed.
 pub fn run_grid(
     c: &TcpLabConfig,
-    mut progress: impl FnMut(&Cell, bool, usize, &anyhow::Result<RunResult>),
-) -> Vec<RunResult> {
+    done: &dyn Fn(&PlannedRun) -> bool,
+    mut finished: impl FnMut(&RunResult) -> anyhow::Result<()>,
+    mut progress: impl FnMut(&PlannedRun, &anyhow::Result<RunResult>),
+) -> anyhow::Result<(Vec<RunResult>, usize)> {
     let mut results = Vec::new();
-    for cell in c.cells() {
-        for rep in 0..c.reps.max(1) {
-            let modes: &[bool] = if cell.table == Table::Sweep {
-                &[false]
-            } else {
-                &[false, true]
-            };
-            for &on in modes {
-                let result = run_once(c, &cell, on, rep);
-                progress(&cell, on, rep, &result);
-                if let Ok(result) = result {
-                    results.push(result);
-                }
+    let mut failed = 0;
+    for planned in c.plan() {
+        if done(&planned) {
+            continue;
+        }
+        let result = run_once(c, &planned);
+        progress(&planned, &result);
+        match result {
+            Ok(result) => {
+                finished(&result)?;
+                results.push(result);
             }
+            Err(_) => failed += 1,
         }
     }
-    results
+    Ok((results, failed))
 }

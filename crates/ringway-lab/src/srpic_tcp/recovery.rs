@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 /// Recovery and undo counts of one run (the sender's `TcpExt` counters).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Recovery {
     /// Fast recoveries entered without SACK (`TCPRenoRecovery`).
     pub reno_recovery: u64,

@@ -63,6 +63,23 @@ pub enum Placement {
 }
 
 impl Placement {
+    /// The lab's arm label of SRPIC on with this placement: `on` for
+    /// Listing 1 (the paper's), `on-tsval`, `on-in-place`.
+    pub fn arm(self) -> &'static str {
+        match self {
+            Placement::Listing1 => "on",
+            Placement::InPlaceOracle => "on-in-place",
+            Placement::TsvalGated => "on-tsval",
+        }
+    }
+
+    /// Every placement.
+    pub const ALL: [Placement; 3] = [
+        Placement::Listing1,
+        Placement::TsvalGated,
+        Placement::InPlaceOracle,
+    ];
+
     /// A short label for reports.
     pub fn label(self) -> &'static str {
         match self {
@@ -92,7 +109,7 @@ pub struct RelayCoreConfig {
 }
 
 /// What the relay saw and did.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RelayReport {
     /// Forward path counters.
     pub forward: PathStats,
@@ -111,20 +128,26 @@ pub struct RelayReport {
     pub to_sender: WireCounts,
     /// Data segments as they arrived at the receiver (before SRPIC):
     /// (segments, RFC 4737 reordered, ratio).
+    #[serde(deserialize_with = "crate::stats::nan_or_ratio3")]
     pub arrival_order: (u64, u64, f64),
     /// Data segments as the receiver's stack got them (after SRPIC).
+    #[serde(deserialize_with = "crate::stats::nan_or_ratio3")]
     pub delivery_order: (u64, u64, f64),
     /// Thread CPU time spent handing blocks to the receiver (sorting and
     /// the receiver kernel's receive path, which runs in the writer's
     /// context), seconds.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub receiver_path_cpu_s: f64,
     /// Thread CPU time spent handing ACKs to the sender (the sender
     /// kernel's ACK processing and the transmissions it triggers), seconds.
+    #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub sender_path_cpu_s: f64,
     /// Lateness of block deliveries against the model's times: p50, p99, max (µs).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64x3")]
     pub late_us: (f64, f64, f64),
     /// Lateness of ACK deliveries to the sender against the model's
     /// arrival times: p50, p99, max (µs).
+    #[serde(deserialize_with = "crate::stats::nan_or_f64x3")]
     pub ack_late_us: (f64, f64, f64),
     /// Write errors on the TUN devices.
     pub write_errors: u64,

@@ -18,10 +18,13 @@ fn same_cell(a: &Cell, b: &Cell) -> bool {
     a == b
 }
 
-/// Runs of `cell` with SRPIC `on`, not flagged.
+/// Runs of `cell` with SRPIC `on` (any arm with SRPIC on, or the `off`
+/// arm: the A/A copy of off is only in the comparison), not flagged.
+/// [`tables`] passes the primary placement's runs only.
 fn runs<'a>(all: &'a [RunResult], cell: &Cell, on: bool) -> Vec<&'a RunResult> {
     all.iter()
-        .filter(|r| same_cell(&r.cell, cell) && r.srpic == on && r.flagged.is_none())
+        .filter(|r| same_cell(&r.cell, cell) && r.flagged.is_none())
+        .filter(|r| if on { r.srpic } else { r.arm == super::OFF })
         .collect()
 }
 
@@ -71,7 +74,8 @@ fn row(s: &mut String, label: &str, all: &[RunResult], cell: &Cell, metrics: &[M
     let _ = writeln!(s);
 }
 
-fn pct(x: f64) -> String {
+/// A fraction in percent, trailing zeros cut (0.005 → "0.5").
+pub(super) fn pct(x: f64) -> String {
     let text = format!("{:.3}", x * 100.0);
     let text = text.trim_end_matches('0').trim_end_matches('.');
     text.to_string()
@@ -82,9 +86,16 @@ fn cells_of(c: &TcpLabConfig, t: Table) -> Vec<Cell> {
 }
 
 /// All requested tables as text.
-pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
+pub fn tables(c: &TcpLabConfig, every: &[RunResult]) -> String {
     let mut out = String::new();
     preamble(&mut out, c);
+    // The paper-shaped tables: SRPIC off and on with the first placement.
+    let primary: Vec<RunResult> = every
+        .iter()
+        .filter(|r| r.arm == super::OFF || r.arm == c.primary_arm())
+        .cloned()
+        .collect();
+    let all = &primary[..];
     for &t in &c.tables {
         let cells = cells_of(c, t);
         match t {
@@ -95,7 +106,13 @@ pub fn tables(c: &TcpLabConfig, all: &[RunResult]) -> String {
             Table::Sweep => sweep(&mut out, c, all, &cells),
         }
     }
-    left_out(&mut out, all);
+    let comparison = super::compare::compare(c, every);
+    if !comparison.is_empty() {
+        let _ = writeln!(out);
+        out.push_str(&super::compare::table(&comparison).text());
+        out.push_str(super::compare::LEGEND);
+    }
+    left_out(&mut out, every);
     out
 }
 
@@ -117,7 +134,11 @@ fn preamble(out: &mut String, c: &TcpLabConfig) {
             ),
             None => "no router batching (the paper's stated model)".to_string(),
         },
-        c.placement.label(),
+        c.placements
+            .iter()
+            .map(|p| format!("{} ({})", p.label(), p.arm()))
+            .collect::<Vec<_>>()
+            .join(", "),
         c.receiver().t_intr_ns as f64 / 1e3,
         c.receiver().rsn_pps,
         c.receiver().ring,
@@ -242,7 +263,7 @@ fn left_out(out: &mut String, all: &[RunResult]) {
                 r.cell.streams,
                 pct(r.cell.beta),
                 pct(r.cell.delta),
-                if r.srpic { "on" } else { "off" },
+                r.arm,
                 r.rep,
                 r.flagged.as_deref().unwrap_or("")
             );

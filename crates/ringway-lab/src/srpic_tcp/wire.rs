@@ -22,7 +22,7 @@ use ringway_reorder::{FlowKey, SeqSpace};
 use std::collections::HashMap;
 
 /// What was counted.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WireCounts {
     /// TCP segments seen.
     pub segments: u64,

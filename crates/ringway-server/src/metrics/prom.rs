@@ -60,6 +60,24 @@ impl PromText {
         let _ = writeln!(self.out, "{name}{} {v}", Self::labels(labels));
     }
 
+    /// An I/O backend's counters (every whole-number field of
+    /// [`ringway_io::IoStats`]), each as `{prefix}_io_{field}_total`,
+    /// labelled with the backend's name.
+    pub fn io_counters(&mut self, prefix: &str, backend: &str, io: &ringway_io::IoStats) {
+        if let serde_json::Value::Object(fields) = serde_json::to_value(io).unwrap_or_default() {
+            for (field, value) in fields {
+                if let Some(value) = value.as_u64() {
+                    self.counter(
+                        &format!("{prefix}_io_{field}_total"),
+                        "Backend counter (see ringway_io::IoStats).",
+                        &[("backend", backend)],
+                        value,
+                    );
+                }
+            }
+        }
+    }
+
     /// A histogram (seconds) from a nanosecond HDR histogram.
     pub fn histogram(
         &mut self,

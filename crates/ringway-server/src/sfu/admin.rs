@@ -15,11 +15,11 @@
 //! | `GET /metrics` | Prometheus text (no token needed) |
 
 use super::LiveStats;
-use crate::admin_http::{ask_owner, token_matches, Handler, Request, Response};
+use crate::admin_http::{Handler, OwnedApi, Request, Response};
 use crate::metrics::PromText;
 use ringway_sfu::{RoomError, Sfu, SfuStats};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a handler waits for the engine's answer.
@@ -84,30 +84,17 @@ pub(super) fn handler(
     engine: SyncSender<AdminRequest>,
     live: Arc<Mutex<LiveStats>>,
 ) -> Handler {
-    Arc::new(move |request: &Request| {
-        if request.method == "GET" && request.path == "/metrics" {
-            let snapshot = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response::prometheus(render_metrics(&snapshot));
-        }
-        if !token_matches(request.bearer.as_deref(), &token) {
-            return Response::error(401, "missing or wrong bearer token");
-        }
-        if request.method == "GET" && request.path == "/api/stats" {
-            let snapshot = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response::json(
-                200,
-                &serde_json::json!({ "sfu": snapshot.sfu, "io": snapshot.io }),
-            );
-        }
-        let operation = match route(request) {
-            Ok(operation) => operation,
-            Err(resp) => return resp,
-        };
-        ask_owner("engine", &engine, ENGINE_WAIT, |reply| AdminRequest {
-            op: operation,
-            reply,
-        })
-    })
+    OwnedApi {
+        owner: "engine",
+        queue: engine,
+        wait: ENGINE_WAIT,
+        live,
+        metrics: render_metrics,
+        stats: |snapshot| serde_json::json!({ "sfu": snapshot.sfu, "io": snapshot.io }),
+        route,
+        request: |op, reply| AdminRequest { op, reply },
+    }
+    .handler(token)
 }
 
 fn route(r: &Request) -> Result<AdminOp, Response> {
@@ -334,18 +321,7 @@ fn engine_and_backend(p: &mut PromText, l: &LiveStats) {
             count,
         );
     }
-    if let serde_json::Value::Object(io) = serde_json::to_value(l.io).unwrap_or_default() {
-        for (k, value) in io {
-            if let Some(value) = value.as_u64() {
-                p.counter(
-                    &format!("ringway_sfu_io_{k}_total"),
-                    "Backend counter (see ringway_io::IoStats).",
-                    &[("backend", &l.backend)],
-                    value,
-                );
-            }
-        }
-    }
+    p.io_counters("ringway_sfu", &l.backend, &l.io);
     per_engine(p, l);
 }
 

@@ -660,6 +660,36 @@ mod tests {
         e
     }
 
+    /// An engine flushing by `flush` with three peers on `io`, each
+    /// registered and subscribed to all; its receive batch is empty.
+    fn engine_with_three_peers(
+        flush: Flush,
+        clock: &FakeClock,
+        io: &mut MemIo,
+    ) -> (Engine, [SocketAddr; 3], Vec<Session>) {
+        let mut e = engine(flush, clock);
+        let peers = [addr(1), addr(2), addr(3)];
+        let sessions = setup(&mut e, io, &peers);
+        e.rx.clear();
+        (e, peers, sessions)
+    }
+
+    /// Audio packets `seqs` of stream `ssrc` from `peer` into the receive
+    /// batch, received at `received` (kernel stamp `kernel`).
+    fn put_audio(
+        e: &mut Engine,
+        peer: SocketAddr,
+        ssrc: u32,
+        seqs: std::ops::Range<u16>,
+        received: u64,
+        kernel: Option<u64>,
+    ) {
+        for seq in seqs {
+            let packet = rtp(ssrc, MediaType::Asq, seq);
+            put(e, peer, &packet, received, kernel);
+        }
+    }
+
     /// Every sample of `h` is `want` (within the histogram's resolution).
     fn assert_all(h: &Histogram<u64>, want: u64, what: &str) {
         assert!(!h.is_empty(), "{what}: no samples");
@@ -681,20 +711,16 @@ mod tests {
         let clock = FakeClock::default();
         clock.advance(5000);
         let mut io = mem_io(&clock, false);
-        let mut e = engine(Flush::Packet, &clock);
-        let peers = [addr(1), addr(2), addr(3)];
-        let s = setup(&mut e, &mut io, &peers);
+        let (mut e, peers, s) = engine_with_three_peers(Flush::Packet, &clock, &mut io);
         let t0 = clock.now();
-        e.rx.clear();
-        for q in 0..3 {
-            put(
-                &mut e,
-                peers[0],
-                &rtp(s[0].ssid, MediaType::Asq, q),
-                t0 - 4000,
-                Some(t0 - 4600),
-            );
-        }
+        put_audio(
+            &mut e,
+            peers[0],
+            s[0].ssid,
+            0..3,
+            t0 - 4000,
+            Some(t0 - 4600),
+        );
         e.handle_batch(&mut io, 1).unwrap();
         assert_eq!(io.sent().len(), 9);
         let d = &e.delays;
@@ -717,20 +743,9 @@ mod tests {
     fn batch_flush_charges_the_whole_batch() {
         let clock = FakeClock::default();
         let mut io = mem_io(&clock, false);
-        let mut e = engine(Flush::Batch, &clock);
-        let peers = [addr(1), addr(2), addr(3)];
-        let s = setup(&mut e, &mut io, &peers);
+        let (mut e, peers, s) = engine_with_three_peers(Flush::Batch, &clock, &mut io);
         let t0 = clock.now();
-        e.rx.clear();
-        for q in 0..3 {
-            put(
-                &mut e,
-                peers[0],
-                &rtp(s[0].ssid, MediaType::Asq, q),
-                t0,
-                None,
-            );
-        }
+        put_audio(&mut e, peers[0], s[0].ssid, 0..3, t0, None);
         e.handle_batch(&mut io, 1).unwrap();
         assert_all(&e.delays.scheduled, 18000, "e.delays.scheduled");
         assert_all(&e.delays.wait, 1, "no time passed before any pickup");
@@ -745,11 +760,8 @@ mod tests {
     fn ring_backend_scheduled_before_handoff() {
         let clock = FakeClock::default();
         let mut io = mem_io(&clock, true);
-        let mut e = engine(Flush::Packet, &clock);
-        let peers = [addr(1), addr(2), addr(3)];
-        let s = setup(&mut e, &mut io, &peers);
+        let (mut e, peers, s) = engine_with_three_peers(Flush::Packet, &clock, &mut io);
         let t0 = clock.now();
-        e.rx.clear();
         put(
             &mut e,
             peers[1],
@@ -796,20 +808,9 @@ mod tests {
         let clock = FakeClock::default();
         let mut io = mem_io(&clock, false);
         io.send_ns = 0;
-        let mut e = engine(Flush::Adaptive, &clock);
-        let peers = [addr(1), addr(2), addr(3)];
-        let s = setup(&mut e, &mut io, &peers);
+        let (mut e, peers, s) = engine_with_three_peers(Flush::Adaptive, &clock, &mut io);
         let t0 = clock.now();
-        e.rx.clear();
-        for q in 0..6 {
-            put(
-                &mut e,
-                peers[0],
-                &rtp(s[0].ssid, MediaType::Asq, q),
-                t0,
-                None,
-            );
-        }
+        put_audio(&mut e, peers[0], s[0].ssid, 0..6, t0, None);
         // Every packet's replicate costs 8 µs here.
         let before = e.flushes;
         io.replicate_call_ns = 8000;

@@ -12,12 +12,12 @@
 //! | `GET /api/stats` | the hub's counters and the socket's |
 //! | `GET /metrics` | Prometheus text (no token needed) |
 
-use crate::admin_http::{ask_owner, token_matches, Handler, Request, Response};
+use crate::admin_http::{Handler, OwnedApi, Request, Response};
 use crate::metrics::PromText;
 use ringway_io::IoStats;
 use ringway_sfu::jacktrip::{ClientInfo, Hub, HubStats};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a handler waits for the UDP thread's answer.
@@ -88,27 +88,19 @@ pub(super) fn handler(
     hub: SyncSender<HubAdminRequest>,
     live: Arc<Mutex<HubLive>>,
 ) -> Handler {
-    Arc::new(move |r: &Request| {
-        if r.method == "GET" && r.path == "/metrics" {
-            let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response::prometheus(render_metrics(&l));
-        }
-        if !token_matches(r.bearer.as_deref(), &token) {
-            return Response::error(401, "missing or wrong bearer token");
-        }
-        if r.method == "GET" && r.path == "/api/stats" {
-            let l = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            return Response::json(
-                200,
-                &serde_json::json!({ "hub": l.hub, "io": l.io, "cpu_s": l.cpu_s }),
-            );
-        }
-        let op = match route(r) {
-            Ok(op) => op,
-            Err(resp) => return resp,
-        };
-        ask_owner("hub", &hub, HUB_WAIT, |reply| HubAdminRequest { op, reply })
-    })
+    OwnedApi {
+        owner: "hub",
+        queue: hub,
+        wait: HUB_WAIT,
+        live,
+        metrics: render_metrics,
+        stats: |snapshot| {
+            serde_json::json!({ "hub": snapshot.hub, "io": snapshot.io, "cpu_s": snapshot.cpu_s })
+        },
+        route,
+        request: |op, reply| HubAdminRequest { op, reply },
+    }
+    .handler(token)
 }
 
 fn route(r: &Request) -> Result<HubAdminOp, Response> {
@@ -142,7 +134,7 @@ pub fn render_metrics(live: &HubLive) -> String {
     render_hub_counters(&mut text, &live.hub);
     render_cpu(&mut text, live);
     render_clients(&mut text, &live.clients);
-    render_io(&mut text, live);
+    text.io_counters("ringway_jacktrip", "mmsg", &live.io);
     text.finish()
 }
 
@@ -259,22 +251,6 @@ fn render_clients(text: &mut PromText, clients: &[ClientInfo]) {
             &labels,
             f64::from(client.gain),
         );
-    }
-}
-
-/// The socket backend's counters, one series per field of its stats.
-fn render_io(text: &mut PromText, live: &HubLive) {
-    if let serde_json::Value::Object(io) = serde_json::to_value(live.io).unwrap_or_default() {
-        for (key, value) in io {
-            if let Some(value) = value.as_u64() {
-                text.counter(
-                    &format!("ringway_jacktrip_io_{key}_total"),
-                    "Backend counter (see ringway_io::IoStats).",
-                    &[("backend", "mmsg")],
-                    value,
-                );
-            }
-        }
     }
 }
 

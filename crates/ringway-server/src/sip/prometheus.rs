@@ -338,6 +338,12 @@ pub(super) fn render(snap: &Snapshot) -> String {
             &[],
             reduction,
         );
+        text.gauge(
+            "ringway_sip_overload_control_capacity_calls_per_second",
+            "New calls per second the workers measured they complete while saturated (summed; 0: no overload seen).",
+            &[],
+            snap.metrics.overload_oc_capacity as f64,
+        );
     }
     state_bounds(&mut text, &snap.proxy, &snap.config);
     thread_metrics(&mut text, snap);

@@ -258,6 +258,9 @@ pub struct WorkerMetrics {
     /// The reduction (percent) they advertise now, summed (divided by
     /// `overload_oc_workers`: the mean).
     pub overload_oc_reduction_pct: u64,
+    /// Their capacity estimates (new calls per second, 0: none yet),
+    /// summed: the proxy's.
+    pub overload_oc_capacity: u64,
     /// The worker's backend counters (latest): how many datagrams took the
     /// XSK rings and how many the kernel socket, with xdp.
     pub io: IoStats,
@@ -283,6 +286,7 @@ impl Default for WorkerMetrics {
             overload_admitted_min_ppm: 1_000_000,
             overload_oc_workers: 0,
             overload_oc_reduction_pct: 0,
+            overload_oc_capacity: 0,
             io: IoStats::default(),
         }
     }
@@ -320,6 +324,7 @@ impl Clone for WorkerMetrics {
         self.overload_admitted_min_ppm = source.overload_admitted_min_ppm;
         self.overload_oc_workers = source.overload_oc_workers;
         self.overload_oc_reduction_pct = source.overload_oc_reduction_pct;
+        self.overload_oc_capacity = source.overload_oc_capacity;
         self.io = source.io;
     }
 }
@@ -370,6 +375,7 @@ impl WorkerMetrics {
             .min(other.overload_admitted_min_ppm);
         self.overload_oc_workers += other.overload_oc_workers;
         self.overload_oc_reduction_pct += other.overload_oc_reduction_pct;
+        self.overload_oc_capacity += other.overload_oc_capacity;
         self.rx_errors += other.rx_errors;
         self.timer_out += other.timer_out;
         self.k_rcv_missing += other.k_rcv_missing;

@@ -9,8 +9,8 @@ use super::tcp::Connections;
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, IcmpUnreachable, Nanos, RxBatch, TxBatch, TxStamp};
 use ringway_sip::overload::{ShedConfig, Shedder};
-use ringway_sip::overload_control::OcAdvert;
-use ringway_sip::{DropReason, Hop, MsgLabel, Proxy, ProxyWorker, Transport};
+use ringway_sip::overload_control::{OcController, OcControllerConfig};
+use ringway_sip::{Action, DropReason, Hop, MsgLabel, Outcome, Proxy, ProxyWorker, Transport};
 use std::sync::Arc;
 
 /// Bits of a TX stamp tag that carry the sequence number; the message
@@ -29,20 +29,24 @@ pub(crate) const OVERLOAD_DROP_FACTOR: u64 = 2;
 /// Overload control of one datagram, before any parse: feed its queueing
 /// delay to `shedder`; `true` if it is a new INVITE to drop unanswered
 /// (it waited beyond [`OVERLOAD_DROP_FACTOR`] × the target), else set the
-/// core's shedding for it (a new INVITE the controller refuses gets `503`).
+/// core's shedding for it (a new INVITE the controller refuses gets `503`,
+/// unless `oc`'s floor takes it: [`OcController::overrides_refusal`]).
 /// Only a new INVITE is peeked at, and only while the controller sheds or
 /// the wait is beyond the drop bound.
 fn shed(
     shedder: &mut Shedder,
+    oc: Option<&mut OcController>,
     proxy: &mut ProxyWorker<'_>,
     datagram: &ringway_io::Datagram<'_>,
     picked_at: Nanos,
 ) -> bool {
     let mut beyond_drop_bound = false;
+    // Without a stamp the wait is unknown: never under the floor's bound.
+    let mut waited = u64::MAX;
     if let Some(stamp) = datagram.meta.kernel_rx {
         // Queueing delay: the kernel's RX stamp (realtime) to now. The
         // controller's intervals run on arrival time (the stamps).
-        let waited = picked_at.saturating_since(stamp);
+        waited = picked_at.saturating_since(stamp);
         shedder.observe(stamp.0, waited);
         let bound = shedder.config().target.saturating_mul(OVERLOAD_DROP_FACTOR);
         beyond_drop_bound = waited > bound;
@@ -52,8 +56,24 @@ fn shed(
     if new_invite && beyond_drop_bound {
         return true;
     }
-    proxy.set_shedding(new_invite && shedder.is_shedding() && !shedder.admit_new_call());
+    let refuse = new_invite && shedder.is_shedding() && !shedder.admit_new_call();
+    let refuse = refuse && !oc.is_some_and(|oc| oc.overrides_refusal(picked_at.0, waited));
+    proxy.set_shedding(refuse);
     false
+}
+
+/// Count a new call for `oc` from what the core did with an INVITE:
+/// forwarded (admitted) or refused with `503`; anything else (a
+/// retransmission absorbed, another answer) is not a new call's fate.
+fn count_new_call(oc: &mut OcController, now: Nanos, outcome: &Outcome) {
+    if outcome.label != MsgLabel::Invite {
+        return;
+    }
+    match outcome.action {
+        Action::Forwarded { .. } => oc.count_new_call(now.0, true),
+        Action::Responded(503) => oc.count_new_call(now.0, false),
+        _ => {}
+    }
 }
 
 /// Per-worker state: the send batch, TX-stamp sampling, and the metrics.
@@ -71,8 +91,12 @@ pub struct SipWorker<'p> {
     /// Overload control of new INVITEs from the queueing delay (from each
     /// datagram's kernel RX stamp); `None`: off.
     shedder: Option<Shedder>,
-    /// RFC 7339 overload control advertised from `shedder` (default on).
+    /// RFC 7339 overload control (default on): the advertisement's
+    /// controller, while `shedder` runs.
     overload_control: bool,
+    oc: Option<OcController>,
+    /// The lab's pinned fraction ([`SipWorker::pin_admitted`]).
+    pinned_ppm: Option<u32>,
     /// Emulated service time added to every handled message, and its
     /// random state.
     service: Option<(ServiceTime, u64)>,
@@ -101,6 +125,8 @@ impl<'p> SipWorker<'p> {
             waiting: Vec::with_capacity(batch.max(1)),
             shedder: None,
             overload_control: true,
+            oc: None,
+            pinned_ppm: None,
             service: None,
             connections: None,
             monitor: None,
@@ -133,6 +159,8 @@ impl<'p> SipWorker<'p> {
     /// [`SipWorker::shed_after`] with every knob of the controller.
     pub fn shed_with(&mut self, config: Option<ShedConfig>) {
         self.shedder = config.map(Shedder::new);
+        self.pinned_ppm = None;
+        self.reset_overload_control();
         // The gauge is there from the start (everything admitted), or not.
         self.metrics.overload_controllers = u64::from(self.shedder.is_some());
         self.metrics.overload_admitted_ppm = 1_000_000 * self.metrics.overload_controllers;
@@ -144,15 +172,33 @@ impl<'p> SipWorker<'p> {
     pub fn pin_admitted(&mut self, ppm: Option<u32>) {
         if let (Some(shedder), Some(ppm)) = (self.shedder.as_mut(), ppm) {
             shedder.pin(ppm);
+            self.pinned_ppm = Some(ppm);
+            self.reset_overload_control();
         }
     }
 
     /// RFC 7339 overload control (loss-based, default on): while the
-    /// controller runs, a response the core generates to a client whose Via
-    /// carries `oc` tells it the share of new calls to refuse itself (the
-    /// controller's refused share; [`ringway_sip::overload_control`]).
+    /// admission controller runs, a response the core generates to a
+    /// client whose Via carries `oc` tells it the share of new calls to
+    /// refuse itself ([`OcController`]: the offered calls beyond the
+    /// measured capacity), and the admission controller refuses only what
+    /// exceeds 90 % of that capacity. With a pinned fraction
+    /// ([`SipWorker::pin_admitted`]) the advertisement is that fraction's
+    /// refused share.
     pub fn overload_control(&mut self, on: bool) {
         self.overload_control = on;
+        self.reset_overload_control();
+    }
+
+    /// A fresh advertisement controller for the current settings.
+    fn reset_overload_control(&mut self) {
+        self.oc = (self.overload_control && self.shedder.is_some()).then(|| {
+            let mut oc = OcController::new(OcControllerConfig::default());
+            if let Some(ppm) = self.pinned_ppm {
+                oc.pin(ppm);
+            }
+            oc
+        });
     }
 
     /// Lab emulation: burn `service` CPU time per handled message, inside
@@ -197,7 +243,7 @@ impl<'p> SipWorker<'p> {
             metrics,
             waiting,
             shedder,
-            overload_control,
+            oc,
             service,
             connections,
             monitor,
@@ -222,21 +268,26 @@ impl<'p> SipWorker<'p> {
             }
             let picked_at = realtime_now();
             if let Some(shedder) = shedder.as_mut() {
-                let dropped = shed(shedder, proxy, &datagram, picked_at);
+                let dropped = shed(shedder, oc.as_mut(), proxy, &datagram, picked_at);
                 // The gauge: the fraction now (the last datagram's) and the
                 // lowest seen, per datagram (a batch may span a whole cut).
                 let ppm = u64::from(shedder.admitted_ppm());
                 metrics.overload_controllers = 1;
                 metrics.overload_admitted_ppm = ppm;
                 metrics.overload_admitted_min_ppm = metrics.overload_admitted_min_ppm.min(ppm);
-                if *overload_control {
-                    let advert = OcAdvert::from_admitted_ppm(
-                        shedder.admitted_ppm(),
-                        ringway_sip::overload_control::DEFAULT_VALIDITY_MS,
+                if let Some(oc) = oc.as_mut() {
+                    oc.tick(
                         picked_at.0,
+                        shedder.standing_delay(),
+                        shedder.config().target,
                     );
+                    if dropped {
+                        oc.count_new_call(picked_at.0, false);
+                    }
+                    let advert = oc.advert(picked_at.0);
                     metrics.overload_oc_workers = 1;
                     metrics.overload_oc_reduction_pct = u64::from(advert.reduction());
+                    metrics.overload_oc_capacity = oc.capacity().map_or(0, |c| c as u64);
                     proxy.set_overload_control(Some(advert));
                 }
                 if dropped {
@@ -272,6 +323,9 @@ impl<'p> SipWorker<'p> {
                         oversize += 1;
                     }
                 });
+            if let Some(oc) = oc.as_mut() {
+                count_new_call(oc, picked_at, &outcome);
+            }
             if let Some((time, rng)) = service.as_mut() {
                 time.burn(rng);
             }

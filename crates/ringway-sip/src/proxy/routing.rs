@@ -280,8 +280,8 @@ impl Proxy {
         let mut flow = None;
         let mut path_flow = None;
         let mut malformed_route = false;
-        for route in msg.routes() {
-            let uri = match crate::msg::check_request_uri(route.uri) {
+        for (route, sip_uri) in msg.routes_with_uri() {
+            let uri = match crate::msg::check_parsed_request_uri(route.uri, sip_uri) {
                 Ok(uri) => uri,
                 Err(_) => {
                     malformed_route = true;

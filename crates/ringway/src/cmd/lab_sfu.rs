@@ -16,10 +16,11 @@
 
 use anyhow::Context;
 use ringway_io::BackendKind;
+use ringway_lab::checkpoint::Checkpoint;
 use ringway_lab::sfulab::experiment::{
     calibrate_lateness, render_capacity, run_capacity, run_grid, Placement, SfuLabConfig,
 };
-use ringway_lab::sfulab::{json, render, summarize, svg};
+use ringway_lab::sfulab::{json, markdown, render, summarize, svg, Run};
 use ringway_server::sfu::Flush;
 use std::path::PathBuf;
 
@@ -132,6 +133,27 @@ pub(crate) struct LabSfuArgs {
     /// Write an SVG plot of delay (a) versus copies per packet.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Write the summary as Markdown (the ratios with CIs and the A/A
+    /// floor, the per-cell table, Figs. 3-5) for docs/pktswitch.md.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Leave out the A/A arm (the socket baseline run a second time in
+    /// every block as `socket#aa`, whose ratio to socket is the noise
+    /// floor every ratio is judged against).
+    #[arg(long)]
+    pub no_aa: bool,
+    /// Seed of the blocks' randomised run orders (recorded in every run).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Append every finished run to this state file (JSON lines, synced as
+    /// each run ends), so an interrupted grid can be resumed.
+    #[arg(long, conflicts_with = "capacity")]
+    pub state: Option<PathBuf>,
+    /// With `--state`: keep the runs already in the state file and make
+    /// only the missing ones (refused if the file was written with other
+    /// settings); with every run there, only the report is made.
+    #[arg(long, requires = "state")]
+    pub resume: bool,
 }
 
 impl LabSfuArgs {
@@ -185,12 +207,40 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             max_late_pct: a.max_late,
             late_calibration: None,
             kernel_fanout: a.kernel_fanout,
+            aa: !a.no_aa,
+            seed: a.seed,
         };
         Ok(if a.paper { config.paper() } else { config })
     }
 }
 
-fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyhow::Result<()> {
+/// Where the runs happen, in words (also part of the state file's
+/// fingerprint).
+fn shape(a: &LabSfuArgs) -> String {
+    if a.netns {
+        let shape = if a.routed {
+            "veth hosts, every client behind a router host"
+        } else if a.no_napi {
+            "veth hosts, no threaded NAPI"
+        } else {
+            "veth hosts, threaded NAPI at the switch ports"
+        };
+        let family = if a.ipv6 { ", IPv6" } else { "" };
+        format!("{shape}{family}")
+    } else {
+        "private netns, lo".to_string()
+    }
+}
+
+/// The state file (`--state`) and the runs already in it.
+type State = (Option<Checkpoint>, Vec<Run>);
+
+fn experiment(
+    a: LabSfuArgs,
+    mut config: SfuLabConfig,
+    place: Placement,
+    (mut state, mut runs): State,
+) -> anyhow::Result<()> {
     if a.calibrate > 0.0 {
         // The busiest cell: the grid's, or the capacity curve's last step.
         let busiest = if a.capacity {
@@ -211,19 +261,7 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
         config.late_calibration = Some(cal);
     }
     let backends: Vec<&str> = config.backends.iter().map(|b| b.name()).collect();
-    let shape = if a.netns {
-        let shape = if a.routed {
-            "veth hosts, every client behind a router host"
-        } else if a.no_napi {
-            "veth hosts, no threaded NAPI"
-        } else {
-            "veth hosts, threaded NAPI at the switch ports"
-        };
-        let family = if a.ipv6 { ", IPv6" } else { "" };
-        format!("{shape}{family}")
-    } else {
-        "private netns, lo".to_string()
-    };
+    let shape = shape(&a);
     if a.capacity {
         println!(
             "ringway lab sfu --capacity: {:.0}s (+{:.0}s warm-up) per step ({shape}), clients {:?} at {} pps each, backends {backends:?}",
@@ -266,53 +304,90 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
             config.clients, config.pps, config.reps, config.duration_s
         );
     }
+    let done: std::collections::HashSet<String> = runs.iter().map(Run::key).collect();
+    let left = config
+        .plan()
+        .iter()
+        .filter(|p| !done.contains(&p.key()))
+        .count();
     println!(
-        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}, about {:.0} min",
+        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}{}, blocks in random order (seed {}), about {:.0} min",
         config.duration_s,
         config.warmup_s,
         config.clients,
         config.pps,
-        config.planned_seconds() / 60.0,
+        if config.aa { " + socket#aa (A/A)" } else { "" },
+        config.seed,
+        config.planned_seconds() / 60.0 * left as f64 / total.max(1) as f64,
     );
-    let (runs, failed) = run_grid(&place, &config, |r, (rep, n, pps, b, tc)| {
-        let name = if tc { "tc" } else { b.name() };
-        match r {
-            // One failed run (overloaded machine) must not lose the sweep.
-            Err(e) => {
-                eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}")
+    if let Some(state) = &state {
+        println!(
+            "state file {}: {} runs already there, {left} to make",
+            state.path().display(),
+            total - left
+        );
+    }
+    let (new_runs, failed) = run_grid(
+        &place,
+        &config,
+        &|p| done.contains(&p.key()),
+        |run| match &mut state {
+            Some(state) => state.append(run),
+            None => Ok(()),
+        },
+        |r, p| {
+            let name = p.label();
+            let (rep, n, pps) = (p.rep, p.clients, p.pps);
+            match r {
+                // One failed run (overloaded machine) must not lose the sweep.
+                Err(e) => {
+                    eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}")
+                }
+                Ok(r) => println!(
+                    "run rep={rep} clients={n} pps={pps} backend={name} (block {} #{}) [{}; flush {}]: cpu user={} \
+                     kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
+                     media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={} steal={} load={}{}",
+                    p.block,
+                    p.order,
+                    r.io_mode,
+                    r.flush,
+                    unit(r.cpu_user_pct, 1, "%"),
+                    unit(r.cpu_system_pct, 1, "%"),
+                    unit(r.cpu_per_packet_us, 2, "us"),
+                    unit(r.delay_p50_us, 1, "us"),
+                    unit(r.delay_mean_us, 1, "us"),
+                    unit(r.handoff_p50_us, 1, "us"),
+                    unit(r.wait_p50_us, 1, "us"),
+                    unit(r.kdelay_p50_us, 1, "us"),
+                    r.copies_per_packet,
+                    r.media,
+                    unit(r.client_loss_pct, 2, "%"),
+                    unit(r.sfu_host_pct, 1, "%"),
+                    unit(r.sfu_host_per_packet_us, 2, "us"),
+                    unit(r.switch_pct, 1, "%"),
+                    unit(r.foreign_pct, 0, "%"),
+                    unit(r.steal_pct, 1, "%"),
+                    unit(r.loadavg1, 2, ""),
+                    r.excluded
+                        .as_deref()
+                        .map(|w| format!(" LEFT OUT: {w}"))
+                        .unwrap_or_default()
+                ),
             }
-            Ok(r) => println!(
-                "run rep={rep} clients={n} pps={pps} backend={name} [{}; flush {}]: cpu user={} \
-                 kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
-                 media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={}{}",
-                r.io_mode,
-                r.flush,
-                unit(r.cpu_user_pct, 1, "%"),
-                unit(r.cpu_system_pct, 1, "%"),
-                unit(r.cpu_per_packet_us, 2, "us"),
-                unit(r.delay_p50_us, 1, "us"),
-                unit(r.delay_mean_us, 1, "us"),
-                unit(r.handoff_p50_us, 1, "us"),
-                unit(r.wait_p50_us, 1, "us"),
-                unit(r.kdelay_p50_us, 1, "us"),
-                r.copies_per_packet,
-                r.media,
-                unit(r.client_loss_pct, 2, "%"),
-                unit(r.sfu_host_pct, 1, "%"),
-                unit(r.sfu_host_per_packet_us, 2, "us"),
-                unit(r.switch_pct, 1, "%"),
-                unit(r.foreign_pct, 0, "%"),
-                r.excluded
-                    .as_deref()
-                    .map(|w| format!(" LEFT OUT: {w}"))
-                    .unwrap_or_default()
-            ),
-        }
-    });
+        },
+    )?;
     drop(place);
+    runs.extend(new_runs);
     anyhow::ensure!(!runs.is_empty(), "every run failed");
     if failed > 0 {
-        println!("{failed} of {total} runs failed (see stderr); summary over the rest");
+        println!(
+            "{failed} of {total} runs failed (see stderr); summary over the rest{}",
+            if state.is_some() {
+                " (run the same command with --resume to make them)"
+            } else {
+                ""
+            }
+        );
     }
     let summary = summarize(&runs);
     print!("{}", render(&summary));
@@ -325,6 +400,13 @@ fn experiment(a: LabSfuArgs, mut config: SfuLabConfig, place: Placement) -> anyh
     if let Some(path) = &a.svg {
         std::fs::write(path, svg(&runs, &summary))?;
     }
+    if let Some(path) = &a.markdown {
+        std::fs::write(path, markdown(&summary))?;
+    }
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {total} runs failed: the summary above is over the rest"
+    );
     Ok(())
 }
 
@@ -348,6 +430,16 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         "--routed and --ipv6 need --netns"
     );
     let config = SfuLabConfig::try_from(&a)?;
+    // Opened before the testbed and the calibration: a refused state file
+    // costs nothing.
+    let state: State = match &a.state {
+        Some(path) => {
+            let fingerprint = format!("{} placement {}", config.fingerprint(), shape(&a));
+            let (state, runs) = Checkpoint::open::<Run>(path, &fingerprint, a.resume)?;
+            (Some(state), runs)
+        }
+        None => (None, Vec::new()),
+    };
     if a.netns {
         let max = if a.capacity {
             a.capacity_clients.iter().copied().max().unwrap_or(1)
@@ -359,9 +451,9 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
         } else {
             Placement::hosts(max, !a.no_napi, a.ipv6)?
         };
-        return experiment(a, config, place);
+        return experiment(a, config, place, state);
     }
-    ringway_io::netns::in_private_netns(move || experiment(a, config, Placement::Loopback))?
+    ringway_io::netns::in_private_netns(move || experiment(a, config, Placement::Loopback, state))?
 }
 
 /// `v` with `decimals` and its unit, or `n/a` when there is no data (NaN).

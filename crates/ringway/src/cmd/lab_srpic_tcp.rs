@@ -2,11 +2,12 @@
 //! through the TUN relay), the SRPIC paper's Tables 4–8 and Fig. 2 (see
 //! `ringway_lab::srpic_tcp` and docs/srpic.md).
 
+use ringway_lab::checkpoint::Checkpoint;
 use ringway_lab::impair::RouterBatching;
 use ringway_lab::srpic_tcp::calibrate::{self, ROUTER_FIT};
 use ringway_lab::srpic_tcp::hosts::SenderProfile;
 use ringway_lab::srpic_tcp::relay::Placement;
-use ringway_lab::srpic_tcp::{report, run_grid, Table, TcpLabConfig};
+use ringway_lab::srpic_tcp::{compare, report, run_grid, RunResult, Table, TcpLabConfig};
 
 /// Arguments of `ringway lab srpic-tcp`.
 #[derive(clap::Args, Debug)]
@@ -79,8 +80,11 @@ pub(crate) struct LabSrpicTcpArgs {
     /// of retransmissions: a diagnostic, not the paper) or tsval (a
     /// departure from Listing 1 a receiver can implement: a segment with a
     /// newer TSval than the data it would overtake keeps its place).
-    #[arg(long, default_value = "sorted", value_parser = ["sorted", "in-place", "tsval"])]
-    pub srpic_retransmissions: String,
+    /// Several (comma-separated) run side by side as arms of every block,
+    /// each against the same SRPIC-off runs; the paper-shaped tables show
+    /// the first.
+    #[arg(long, default_value = "sorted", value_delimiter = ',', value_parser = ["sorted", "in-place", "tsval"])]
+    pub srpic_retransmissions: Vec<String>,
     /// ASSUMPTION, not the paper's stated model: the emulator router's
     /// receive batching, "POLL_US,COST_US" at the paper's 1 Gb/s (scaled by
     /// k), "fit" for the values calibrated on Table 4's duplicate ACKs
@@ -95,6 +99,28 @@ pub(crate) struct LabSrpicTcpArgs {
     /// Write every run and the tables as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Write the comparison (SRPIC on vs off with CIs, the A/A floor, the
+    /// MDE, collapses) and the tables as Markdown for docs/srpic.md.
+    #[arg(long)]
+    pub markdown: Option<std::path::PathBuf>,
+    /// The A/A arm: SRPIC off run a second time in every block as
+    /// `off#aa`; its difference from off is the noise floor the SRPIC
+    /// effect is judged against.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub aa: String,
+    /// A run collapsed when its throughput stayed below this % of the link
+    /// rate (collapse counts per arm, Fisher's exact test off vs on).
+    #[arg(long, default_value_t = 50.0)]
+    pub collapse_below: f64,
+    /// Append every finished run to this state file (JSON lines, synced as
+    /// each run ends), so an interrupted grid can be resumed.
+    #[arg(long)]
+    pub state: Option<std::path::PathBuf>,
+    /// With `--state`: keep the runs already in the state file and make
+    /// only the missing ones (refused if the file was written with other
+    /// settings); with every run there, only the report is made.
+    #[arg(long, requires = "state")]
+    pub resume: bool,
 }
 
 fn positive(x: f64, what: &str) -> anyhow::Result<f64> {
@@ -191,6 +217,9 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
             anyhow::bail!("--sweep values are fractions in (0, 1]");
         }
         let duration = positive(a.duration.unwrap_or(50.0), "duration")?;
+        if !(a.collapse_below.is_finite() && (0.0..=100.0).contains(&a.collapse_below)) {
+            anyhow::bail!("--collapse-below is a percentage in [0, 100]");
+        }
         if duration > 600.0 {
             anyhow::bail!("--duration is at most 600 s");
         }
@@ -217,13 +246,25 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
             sweep: a.sweep,
             max_late_us: positive(a.max_late_us, "max-late-us")?,
             timestamps: on_off(a.tcp_timestamps, false, true),
-            placement: match a.srpic_retransmissions.as_str() {
-                "in-place" => Placement::InPlaceOracle,
-                "tsval" => Placement::TsvalGated,
-                _ => Placement::Listing1,
+            placements: {
+                let mut placements: Vec<Placement> = Vec::new();
+                for p in &a.srpic_retransmissions {
+                    let placement = match p.as_str() {
+                        "in-place" => Placement::InPlaceOracle,
+                        "tsval" => Placement::TsvalGated,
+                        _ => Placement::Listing1,
+                    };
+                    if placements.contains(&placement) {
+                        anyhow::bail!("--srpic-retransmissions: {p} given twice");
+                    }
+                    placements.push(placement);
+                }
+                placements
             },
             scale_alpha: on_off(a.scale_alpha, true, false),
             router: router_batching(&a.router_batching)?,
+            aa: a.aa == "on",
+            collapse_below_pct: a.collapse_below,
         })
     }
 }
@@ -292,38 +333,63 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         print_calibration();
         return Ok(());
     }
-    let json = a.json.clone();
+    let (json, markdown) = (a.json.clone(), a.markdown.clone());
+    let (state_path, resume) = (a.state.clone(), a.resume);
     let config = TcpLabConfig::try_from(a)?;
     let cells = config.cells();
-    let runs_total: usize = cells
-        .iter()
-        .map(|x| if x.table == Table::Sweep { 1 } else { 2 } * config.reps)
-        .sum();
+    let plan = config.plan();
+    let (mut state, mut runs) = match &state_path {
+        Some(path) => {
+            let (state, runs) = Checkpoint::open::<RunResult>(path, &config.fingerprint(), resume)?;
+            (Some(state), runs)
+        }
+        None => (None, Vec::new()),
+    };
+    let done: std::collections::HashSet<String> = runs.iter().map(RunResult::key).collect();
+    let left = plan.iter().filter(|p| !done.contains(&p.key())).count();
     println!(
-        "lab srpic-tcp: {} cells, {} runs of {} s (about {:.0} min); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC placement {}; α {} ms{}; router batching {}",
+        "lab srpic-tcp: {} cells, {} runs of {} s ({left} to make, about {:.0} min; arms {}, each block in random order, seed {}); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC placement {}; α {} ms{}; router batching {}; collapse below {} % of the link rate",
         cells.len(),
-        runs_total,
+        plan.len(),
         config.duration_s,
-        runs_total as f64 * (config.duration_s + 3.0) / 60.0,
+        left as f64 * (config.duration_s + 3.0) / 60.0,
+        cells
+            .first()
+            .map(|x| config.arms(x).join(", "))
+            .unwrap_or_default(),
+        config.seed,
         SenderProfile::S.sysctls(),
         timestamps_note(&config),
-        config.placement.label(),
+        config
+            .placements
+            .iter()
+            .map(|p| format!("{} ({})", p.label(), p.arm()))
+            .collect::<Vec<_>>()
+            .join(", "),
         config.alpha_run_ms(),
         if config.scale_alpha { " (scaled by k)" } else { "" },
         config.router_scaled().map_or("off (the paper's stated model)".to_string(), |r| format!(
             "ASSUMPTION: polls every {:.0} µs, {:.1} µs per packet (scaled by k)",
             r.poll_ns as f64 / 1e3,
             r.per_packet_ns as f64 / 1e3
-        ))
+        )),
+        config.collapse_below_pct
     );
+    if let Some(state) = &state {
+        println!(
+            "state file {}: {} runs already there",
+            state.path().display(),
+            plan.len() - left
+        );
+    }
     println!(
-        "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>6} {:>6} {:>7} {:>7}",
+        "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>6} {:>6} {:>7} {:>7} {:>5}",
         "table",
         "sender",
         "st",
         "beta%",
         "delta%",
-        "srpic",
+        "arm",
         "rep",
         "Mb/s",
         "retr",
@@ -335,49 +401,83 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         "recov",
         "kept",
         "late99",
-        "ack99"
+        "ack99",
+        "load"
     );
-    let runs = run_grid(&config, |cell, on, rep, r| {
-        match r {
-        Ok(r) => println!(
-            "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>6} {:>6} {:>7.0} {:>7.0}{}",
-            format!("{:?}", cell.table),
-            cell.sender.name(),
-            cell.streams,
-            cell.beta * 100.0,
-            cell.delta * 100.0,
-            if on { "on" } else { "off" },
-            rep,
-            r.iperf.mbps,
-            r.pkts_retrans(),
-            r.relay.to_sender.dup_acks,
-            r.relay.to_sender.sack_blocks,
-            r.relay.blocks.mean(),
-            r.relay.arrival_order.2,
-            r.relay.delivery_order.2,
-            r.recovery.recoveries(),
-            r.recovery.kept(),
-            r.relay.late_us.1,
-            r.relay.ack_late_us.1,
-            r.flagged.as_ref().map_or(String::new(), |f| format!("  [left out: {f}]"))
-        ),
-        Err(e) => println!(
-            "{:<6} {:<8} {:>3} {:>6} {:>7} {:>5} {:>3} failed: {e:#}",
-            format!("{:?}", cell.table),
-            cell.sender.name(),
-            cell.streams,
-            cell.beta * 100.0,
-            cell.delta * 100.0,
-            if on { "on" } else { "off" },
-            rep
-        ),
-    }
-    });
+    let (new_runs, failed) = run_grid(
+        &config,
+        &|p| done.contains(&p.key()),
+        |run| match &mut state {
+            Some(state) => state.append(run),
+            None => Ok(()),
+        },
+        |p, r| {
+            let cell = &p.cell;
+            match r {
+                Ok(r) => println!(
+                    "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>6} {:>6} {:>7.0} {:>7.0} {:>5.2}{}",
+                    format!("{:?}", cell.table),
+                    cell.sender.name(),
+                    cell.streams,
+                    cell.beta * 100.0,
+                    cell.delta * 100.0,
+                    p.arm,
+                    p.rep,
+                    r.iperf.mbps,
+                    r.pkts_retrans(),
+                    r.relay.to_sender.dup_acks,
+                    r.relay.to_sender.sack_blocks,
+                    r.relay.blocks.mean(),
+                    r.relay.arrival_order.2,
+                    r.relay.delivery_order.2,
+                    r.recovery.recoveries(),
+                    r.recovery.kept(),
+                    r.relay.late_us.1,
+                    r.relay.ack_late_us.1,
+                    r.loadavg1,
+                    r.flagged
+                        .as_ref()
+                        .map_or(String::new(), |f| format!("  [left out: {f}]"))
+                ),
+                Err(e) => println!(
+                    "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3} failed: {e:#}",
+                    format!("{:?}", cell.table),
+                    cell.sender.name(),
+                    cell.streams,
+                    cell.beta * 100.0,
+                    cell.delta * 100.0,
+                    p.arm,
+                    p.rep
+                ),
+            }
+        },
+    )?;
+    runs.extend(new_runs);
     let text = report::tables(&config, &runs);
     println!("{text}");
     if let Some(path) = json {
-        let v = serde_json::json!({ "config": config, "runs": runs, "tables": text });
+        let comparison = compare::compare(&config, &runs);
+        let v = serde_json::json!({ "config": config, "runs": runs, "comparison": comparison, "tables": text });
         std::fs::write(&path, serde_json::to_vec_pretty(&v)?)?;
     }
+    if let Some(path) = markdown {
+        let comparison = compare::compare(&config, &runs);
+        let md = format!(
+            "{}\n{}\n```text\n{text}```\n",
+            compare::table(&comparison).markdown(),
+            compare::LEGEND
+        );
+        std::fs::write(&path, md)?;
+    }
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {} runs failed: the tables above are over the rest{}",
+        plan.len(),
+        if state.is_some() {
+            " (run the same command with --resume to make them)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
