@@ -13,7 +13,7 @@
 #   OUT=results/issue25 bench/lab/issue25-quiet.sh
 #   OUT=… STEPS="b c d" bench/lab/issue25-quiet.sh     # some steps only
 #   OUT=… FORCE=1 …     # start although the 1-minute load average is above MAX_LOAD (0.5)
-#   OUT=… SMOKE=1 …     # tiny grids (seconds per run) to prove the chain; not results
+#   OUT=… SMOKE=1 …     # tiny grids (seconds per run), validity limits off: proves the chain; not results
 #
 # Every lab run is appended to OUT/<step>.state.jsonl as it ends, and every
 # command runs with --resume: a step that fails is retried (RETRIES, 1)
@@ -73,9 +73,12 @@ step() {
 }
 
 if [[ "$SMOKE" == 1 ]]; then
-    SFU_GRID=(--clients 2,3 --pps 150 --reps 2 --duration 2 --warmup 1 --calibrate 1)
-    T4_GRID=(--reps 2 --duration 3)
-    T5_GRID=(--deltas 0.1 --duration 3 --reps 2)
+    # Tiny grids, and validity limits no loaded machine trips, so that the
+    # statistics are exercised end to end: NOT results.
+    SFU_GRID=(--clients 2,3 --pps 150 --reps 2 --duration 2 --warmup 1 --calibrate 1
+        --max-foreign-cpu 1000 --max-late 100)
+    T4_GRID=(--reps 2 --duration 3 --max-late-us 1000000)
+    T5_GRID=(--deltas 0.1 --duration 3 --reps 2 --max-late-us 1000000)
 else
     SFU_GRID=(--paper)
     T4_GRID=(--reps 20)

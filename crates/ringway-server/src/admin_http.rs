@@ -214,18 +214,8 @@ pub fn serve(
     handler: Handler,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
-    let busy = Arc::new(AtomicUsize::new(0));
-    let thread_name = name.to_string();
-    std::thread::Builder::new()
-        .name(thread_name.clone())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => answer_in_thread(stream, &busy, &handler, &thread_name),
-                    Err(e) => pause_after(&e),
-                }
-            }
-        })
+    let accept = move || listener.accept().map(|(stream, _)| stream);
+    accept_until_stopped(name, accept, stop, handler)
 }
 
 /// A connected stream the server answers on (TCP or Unix).
@@ -263,14 +253,26 @@ pub fn serve_unix(
     handler: Handler,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
+    let accept = move || listener.accept().map(|(stream, _)| stream);
+    accept_until_stopped(name, accept, stop, handler)
+}
+
+/// Take connections from `accept` (non-blocking) on a thread named `name`
+/// until `stop` is set, answering each (see [`serve`]).
+fn accept_until_stopped<S: Conn + Send + 'static>(
+    name: &str,
+    accept: impl Fn() -> std::io::Result<S> + Send + 'static,
+    stop: Arc<AtomicBool>,
+    handler: Handler,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let busy = Arc::new(AtomicUsize::new(0));
     let thread_name = name.to_string();
     std::thread::Builder::new()
         .name(thread_name.clone())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => answer_in_thread(stream, &busy, &handler, &thread_name),
+                match accept() {
+                    Ok(stream) => answer_in_thread(stream, &busy, &handler, &thread_name),
                     Err(e) => pause_after(&e),
                 }
             }

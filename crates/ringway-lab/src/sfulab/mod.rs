@@ -604,7 +604,9 @@ pub fn effects_table(s: &Summary) -> Table {
                 (_, true) => "A/A: the noise floor".into(),
                 (Some(Verdict::Lower), false) => "lower than socket".into(),
                 (Some(Verdict::Higher), false) => "higher than socket".into(),
-                (Some(v), false) => v.to_string(),
+                // The effect is 1 − ratio: its CI including 0 is the
+                // ratio's including 1.
+                (Some(v), false) => v.to_string().replace("includes 0", "includes a ratio of 1"),
                 (None, false) => "n/a".into(),
             },
             e.reps_for_target.map_or("n/a".into(), |n| n.to_string()),
@@ -1077,6 +1079,9 @@ mod tests {
             "{:?}",
             uring.verdict
         );
+        assert!(effects_table(&s)
+            .text()
+            .contains("CI includes a ratio of 1"));
         assert!(uring.reps_for_target.is_some());
         // Per cell: the paired ratio with its CI over the repetitions.
         let row = s

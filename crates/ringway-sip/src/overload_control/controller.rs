@@ -35,7 +35,12 @@
 //!   loop is `x' = x − g·(x₋₁ − x*)` in `x = ln k`, whose roots
 //!   (`z² − z + g = 0`) are real and under 1 for `g` ≤ ¼ and complex of
 //!   modulus √g ≈ 0.59 at 0.35: it settles within a few periods and does
-//!   not swing (`tests/overload_control_sim.rs`).
+//!   not swing (`tests/overload_control_sim.rs`). In a period without a
+//!   standing queue `k` never falls: the CPU had room, so more throttling
+//!   would only starve it (arrivals over `C` there mean `C` is low, and the
+//!   probe raises it); at an overload's start the retransmissions of
+//!   INVITEs dropped in its first moments otherwise pushed `k` well under
+//!   `C / O`.
 //! - **A floor for the shedder** ([`OcController::overrides_refusal`]):
 //!   while `C` is known and the queue is under the shedder's target, the
 //!   shedder may refuse a new call only once this worker admitted 90 % of
@@ -248,7 +253,8 @@ impl OcController {
         // A period much longer than the knob was mostly silence: its
         // standing delay is older than its few arrivals.
         let recent = elapsed <= 2 * self.config.period;
-        if recent && standing.is_some_and(|q| q >= target / 2) {
+        let saturated = recent && standing.is_some_and(|q| q >= target / 2);
+        if saturated {
             // Saturated: what was served is the capacity.
             let served = admitted_rate * (secs / (secs + growth).max(secs / 2.0)).clamp(0.5, 2.0);
             self.capacity = Some(match self.capacity {
@@ -275,6 +281,9 @@ impl OcController {
         } else {
             max_step
         };
+        // The CPU had room: asking the senders for more would only starve
+        // it (the capacity estimate grows instead, by the probe).
+        let factor = if saturated { factor } else { factor.max(1.0) };
         self.keep = (self.keep * factor).clamp(MIN_KEEP, 1.0);
     }
 

@@ -21,3 +21,11 @@ pub(crate) mod sip_idle;
 pub(crate) mod sip_load;
 pub(crate) mod sip_proxy;
 pub(crate) mod sip_resolve;
+
+/// The options `args` give one command's arguments `A` (test helper).
+#[cfg(test)]
+pub(crate) fn parse_args<A: clap::Args>(args: &[&str]) -> Result<A, clap::Error> {
+    let command = A::augment_args(clap::Command::new("t"));
+    let matches = command.try_get_matches_from(std::iter::once("t").chain(args.iter().copied()))?;
+    A::from_arg_matches(&matches)
+}

@@ -1,6 +1,6 @@
 //! What the long-running server commands (`sip proxy`, `sip dispatch`)
 //! share around their server: the metrics endpoint, the wait for a signal
-//! or the duration, and the JSON summary at the end.
+//! or the duration, the shutdown and the JSON summary at the end.
 
 use anyhow::Context;
 use ringway_server::metrics::http;
@@ -105,9 +105,68 @@ pub(crate) fn wait_for_stop_or(
     systemd.notify("STOPPING=1");
 }
 
+/// What a server command runs beside its server: the management API and
+/// `/metrics`.
+pub(crate) struct Endpoints {
+    manage: Option<ringway_server::manage::Endpoint>,
+    metrics: Option<MetricsEndpoint>,
+}
+
+impl Endpoints {
+    /// Start `/metrics` on `metrics` (if given; `render` from a thread
+    /// named `metrics_thread`), then the management API for `managed` (if
+    /// `manage` asks for one); `who` prefixes the lines that say where.
+    pub(crate) fn start(
+        who: &str,
+        metrics_thread: &str,
+        metrics: Option<SocketAddr>,
+        render: impl Fn() -> String + Send + 'static,
+        manage: &super::manage::ManageArgs,
+        managed: ringway_server::manage::Managed,
+    ) -> anyhow::Result<Endpoints> {
+        let metrics = MetricsEndpoint::start(who, metrics_thread, metrics, render)?;
+        let manage = manage.start(who, managed)?;
+        Ok(Endpoints { manage, metrics })
+    }
+
+    /// Stop the management API, run `shutdown` (the server's), then stop
+    /// `/metrics`, which serves until the server is down; returns what
+    /// `shutdown` returned.
+    pub(crate) fn stop_around<Summary>(self, shutdown: impl FnOnce() -> Summary) -> Summary {
+        if let Some(manage) = self.manage {
+            manage.stop();
+        }
+        let summary = shutdown();
+        if let Some(metrics) = self.metrics {
+            metrics.stop();
+        }
+        summary
+    }
+}
+
+/// The end of a server command: emit the summary (see [`emit_summary`]);
+/// an error when a thread panicked (`threads_panicked`), since that
+/// stopped the server `what` names: the process exits non-zero, and a
+/// supervisor restarts it rather than run on with a socket nobody reads.
+pub(crate) fn conclude(
+    summary: &impl serde::Serialize,
+    threads_panicked: &[String],
+    path: Option<&Path>,
+    quiet: bool,
+    what: &str,
+) -> anyhow::Result<()> {
+    emit_summary(summary, path, quiet)?;
+    anyhow::ensure!(
+        threads_panicked.is_empty(),
+        "thread(s) {} panicked; the {what} stopped",
+        threads_panicked.join(", ")
+    );
+    Ok(())
+}
+
 /// Write the summary as pretty JSON to `path` (if any) and, unless
 /// `quiet`, to stdout.
-pub(crate) fn emit_summary(
+fn emit_summary(
     summary: &impl serde::Serialize,
     path: Option<&Path>,
     quiet: bool,

@@ -175,15 +175,13 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
     // Validated once, here.
     let server =
         DispatchServer::start(config).map_err(|e| serving::with_help("sip dispatch", e))?;
-    let metrics = serving::MetricsEndpoint::start(
+    let reload = super::manage::dispatch_reloader(server.control());
+    let endpoints = serving::Endpoints::start(
         "sip dispatch",
         "dispatch-metrics",
         a.metrics,
         server.prometheus(),
-    )?;
-    let reload = super::manage::dispatch_reloader(server.control());
-    let endpoint = a.manage.start(
-        "sip dispatch",
+        &a.manage,
         ringway_server::manage::Managed::Dispatch(server.control(), reload.clone()),
     )?;
     let proxies: Vec<String> = a.proxies.iter().map(ToString::to_string).collect();
@@ -212,20 +210,14 @@ pub(crate) fn run(a: DispatchArgs) -> anyhow::Result<()> {
             let _ = reload();
         },
     );
-    if let Some(endpoint) = endpoint {
-        endpoint.stop();
-    }
-    let summary = server.shutdown();
-    if let Some(metrics) = metrics {
-        metrics.stop();
-    }
-    serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
-    anyhow::ensure!(
-        summary.threads_panicked.is_empty(),
-        "thread(s) {} panicked; the dispatcher stopped",
-        summary.threads_panicked.join(", ")
-    );
-    Ok(())
+    let summary = endpoints.stop_around(|| server.shutdown());
+    serving::conclude(
+        &summary,
+        &summary.threads_panicked,
+        a.summary.as_deref(),
+        a.quiet,
+        "dispatcher",
+    )
 }
 
 #[cfg(test)]
@@ -234,17 +226,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_arguments() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct T {
-            #[command(flatten)]
-            a: DispatchArgs,
-        }
-        let parse = |args: &[&str]| {
-            let mut v = vec!["t"];
-            v.extend_from_slice(args);
-            T::try_parse_from(v).map(|t| t.a)
-        };
+        let parse = crate::cmd::parse_args::<DispatchArgs>;
         let valid = |args: &[&str]| checked_config(&parse(args).unwrap()).is_ok();
         assert!(!valid(&[]), "--proxy is required");
         let ok = ["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.12:5060"];

@@ -474,16 +474,14 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     let signals = host::control_signals()?;
     // Validated once, here.
     let server = SipServer::start(config).map_err(|e| serving::with_help("sip proxy", e))?;
-    let metrics = serving::MetricsEndpoint::start(
+    let control = server.control();
+    let reload = manage::proxy_reloader(control.clone());
+    let endpoints = serving::Endpoints::start(
         "sip proxy",
         "sip-metrics",
         a.metrics,
         server.prometheus(),
-    )?;
-    let control = server.control();
-    let reload = manage::proxy_reloader(control.clone());
-    let endpoint = a.manage.start(
-        "sip proxy",
+        &a.manage,
         ringway_server::manage::Managed::Proxy(control.clone(), reload.clone()),
     )?;
     log::info!(
@@ -507,21 +505,14 @@ pub(crate) fn run(a: ProxyArgs) -> anyhow::Result<()> {
     let ending = manage::run_proxy(&signals, &control, &reload, &a.drain, a.duration, || {
         !server.panicked_threads().is_empty()
     });
-    if let Some(endpoint) = endpoint {
-        endpoint.stop();
-    }
-    let summary = server.shutdown();
-    if let Some(metrics) = metrics {
-        metrics.stop();
-    }
-    serving::emit_summary(&summary, a.summary.as_deref(), a.quiet)?;
-    // A panicked thread stopped the server: exit non-zero (a supervisor
-    // restarts the process), never run on with a socket nobody reads.
-    anyhow::ensure!(
-        summary.threads_panicked.is_empty(),
-        "thread(s) {} panicked; the proxy stopped",
-        summary.threads_panicked.join(", ")
-    );
+    let summary = endpoints.stop_around(|| server.shutdown());
+    serving::conclude(
+        &summary,
+        &summary.threads_panicked,
+        a.summary.as_deref(),
+        a.quiet,
+        "proxy",
+    )?;
     if let manage::Ending::DrainTimedOut(left) = ending {
         anyhow::bail!("drain deadline passed with {left} transaction(s) in flight");
     }
@@ -534,17 +525,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_arguments() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct T {
-            #[command(flatten)]
-            a: ProxyArgs,
-        }
-        let parse = |args: &[&str]| {
-            let mut v = vec!["t"];
-            v.extend_from_slice(args);
-            T::try_parse_from(v).map(|t| t.a)
-        };
+        let parse = crate::cmd::parse_args::<ProxyArgs>;
         let valid = |args: &[&str]| checked_config(&parse(args).unwrap()).is_ok();
         assert!(valid(&[]));
         for bad in [
