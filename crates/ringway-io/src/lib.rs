@@ -25,6 +25,7 @@
 //! * [`counters`]: `/proc/net/snmp{,6}` UDP totals and `/proc/net/udp{,6}`
 //!   per-socket drops.
 //! * [`thread`]: affinity, policy, nice, EEVDF slice; user/kernel CPU time.
+//! * [`limits`]: the limit of open files (every connection is a descriptor).
 //! * [`wire`]: Ethernet/IPv4/IPv6/UDP zero-copy checked views (AF_XDP frames).
 //! * [`netns`]: private namespaces and veth topologies for tests.
 //! * [`tun`]: TUN devices (one IP packet per read/write) and a multi-fd
@@ -41,6 +42,7 @@ pub mod bench;
 pub mod counters;
 pub mod doctor;
 pub mod icmp;
+pub mod limits;
 pub mod netns;
 pub mod nfqueue;
 pub mod sock;

@@ -66,6 +66,10 @@ pub struct IdleConfig {
     /// The server process (its children included) whose memory and CPU
     /// are read.
     pub server_pid: Option<u32>,
+    /// Written (the opening phase's counts, JSON) once every connection
+    /// has been tried, before `settle` and `hold`: for a script or test
+    /// that acts while the connections are held.
+    pub ready_file: Option<PathBuf>,
 }
 
 impl Default for IdleConfig {
@@ -85,6 +89,7 @@ impl Default for IdleConfig {
             settle: Duration::from_secs(2),
             hold: Duration::ZERO,
             server_pid: None,
+            ready_file: None,
         }
     }
 }
@@ -226,8 +231,11 @@ pub struct IdleSummary {
     pub connections: usize,
     /// Connections set up (connected, handshaken, pong received with `ping`).
     pub open: usize,
-    /// Connections that failed, by stage (`socket`, `bind`, `connect`,
-    /// `handshake`, `closed`, `timeout`).
+    /// Connections that failed, by stage: `socket`, `bind`, `connect` (our
+    /// side, or the connection refused by the kernel), `closed` (the
+    /// server closed or reset it after the TCP handshake and before it was
+    /// set up: how a server refuses a connection beyond its limits),
+    /// `handshake` (a TLS error), `ping`, `timeout`.
     pub failed: BTreeMap<String, u64>,
     /// The first error of each stage (no secrets: socket and TLS errors).
     pub first_errors: BTreeMap<String, String>,
@@ -410,7 +418,9 @@ impl Link {
         if self.stage == Stage::Handshaking {
             let tls = self.tls.as_mut().expect("a TLS link");
             loop {
-                write_tls(tls, &mut self.stream).map_err(|e| ("handshake", e.to_string()))?;
+                // An I/O error here is the server closing or resetting
+                // the connection, not a TLS failure.
+                write_tls(tls, &mut self.stream).map_err(|e| ("closed", e.to_string()))?;
                 if !tls.is_handshaking() {
                     break;
                 }
@@ -422,7 +432,7 @@ impl Link {
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(("handshake", e.to_string())),
+                    Err(e) => return Err(("closed", e.to_string())),
                 }
             }
             self.stage = self.start_ping(ping)?;
@@ -444,13 +454,14 @@ impl Link {
                 tls.writer()
                     .write_all(ping_bytes)
                     .map_err(|e| ("ping", e.to_string()))?;
-                write_tls(tls, &mut self.stream).map_err(|e| ("ping", e.to_string()))?;
+                write_tls(tls, &mut self.stream).map_err(|e| ("closed", e.to_string()))?;
             }
             // Four bytes into an empty socket buffer: taken whole.
             None => match self.stream.write(ping_bytes) {
                 Ok(4) => {}
                 Ok(_) => return Err(("ping", "short write".into())),
-                Err(e) => return Err(("ping", e.to_string())),
+                // Reset or closed by the server (EPIPE, ECONNRESET).
+                Err(e) => return Err(("closed", e.to_string())),
             },
         }
         Ok(Stage::Pinging)
@@ -610,6 +621,9 @@ pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary
     }
     let opening = last_open.duration_since(begin);
     let open = links.iter().filter(|l| l.stage == Stage::Open).count();
+    if let Some(path) = &config.ready_file {
+        write_ready(path, started, open, &tally)?;
+    }
     let after_opening = usage(config.server_pid);
     wait(
         config.settle,
@@ -662,6 +676,21 @@ pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary
         },
         server,
     })
+}
+
+/// Write the opening phase's counts to `path` (whole: written aside, then
+/// renamed).
+fn write_ready(
+    path: &std::path::Path,
+    tried: usize,
+    open: usize,
+    tally: &Tally,
+) -> anyhow::Result<()> {
+    let text = serde_json::json!({ "tried": tried, "open": open, "failed": tally.failed });
+    let aside = path.with_extension("part");
+    std::fs::write(&aside, text.to_string())?;
+    std::fs::rename(&aside, path)?;
+    Ok(())
 }
 
 /// Refuse a run that needs more descriptors than the process may open: one

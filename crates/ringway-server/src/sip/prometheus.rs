@@ -246,7 +246,11 @@ pub(crate) fn render_transport(p: &mut PromText, prefix: &str, s: &super::TcpSna
         }
     }
     for (t, row) in &rows {
-        for (reason, v) in [("limit", row.refused_limit), ("per_ip", row.refused_per_ip)] {
+        for (reason, v) in [
+            ("limit", row.refused_limit),
+            ("per_ip", row.refused_per_ip),
+            ("descriptors", row.refused_descriptors),
+        ] {
             p.counter(
                 &format!("{prefix}_connections_refused_total"),
                 "Accepted connections closed at once, by the bound they hit.",

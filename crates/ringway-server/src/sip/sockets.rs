@@ -102,6 +102,37 @@ pub(super) fn open_listeners(
     )
 }
 
+/// Descriptors a server needs besides its connections (sockets, polls,
+/// files, the metrics and Redis connections), with room to spare.
+const OTHER_FILES: u64 = 256;
+
+/// Each connection is a descriptor: raise the soft limit of open files to
+/// cover `max_connections` where the hard limit allows, and say so when it
+/// does not (connections beyond it are refused, counted as `descriptors`).
+fn ensure_open_files(max_connections: usize, who: &str) {
+    let wanted = max_connections as u64 + OTHER_FILES;
+    match ringway_io::limits::raise_open_files(wanted) {
+        Ok(limits) if limits.soft >= wanted => {
+            log::debug!(
+                "{who}: open files limit {} (hard {})",
+                limits.soft,
+                limits.hard
+            )
+        }
+        Ok(limits) => log::warn!(
+            "{who}: the open files limit {} (hard {}) is below tcp.max_connections {} + {}: \
+             connections beyond about {} are refused (counted: reason \"descriptors\"); \
+             raise it (LimitNOFILE=, ulimit -Hn) or lower tcp.max_connections",
+            limits.soft,
+            limits.hard,
+            max_connections,
+            OTHER_FILES,
+            limits.soft.saturating_sub(OTHER_FILES)
+        ),
+        Err(e) => log::warn!("{who}: cannot read or raise the open files limit: {e}"),
+    }
+}
+
 /// Bind the TCP listeners (port 0: the UDP port `local` got) and make the
 /// event loops' polls and the connection table.
 pub(crate) fn open_stream_listeners(
@@ -148,6 +179,7 @@ pub(crate) fn open_stream_listeners(
     } else {
         None
     };
+    ensure_open_files(config.tcp.max_connections, config.who);
     streams.connections = Some(Arc::new(Connections::new(
         config.tcp.clone(),
         registries,

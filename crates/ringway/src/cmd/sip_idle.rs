@@ -50,6 +50,11 @@ pub(crate) struct IdleArgs {
     /// Write the summary as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write this file (JSON: connections tried, open, failed by stage)
+    /// once every connection has been tried, before --settle-s and
+    /// --hold-s: a script or test can act while they are held.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
 }
 
 fn seconds(option: &str, value: f64) -> anyhow::Result<Duration> {
@@ -70,6 +75,7 @@ pub(crate) fn run(a: IdleArgs) -> anyhow::Result<()> {
         settle: seconds("--settle-s", a.settle_s)?,
         hold: seconds("--hold-s", a.hold_s)?,
         server_pid: a.server_pid,
+        ready_file: a.ready_file,
     };
     let stop = ringway_server::host::stop_flag()?;
     let summary = ringway_load::sip::idle::run(&config, &stop)?;

@@ -13,6 +13,9 @@ pub(crate) use flows::*;
 mod tls;
 #[allow(unused_imports)]
 pub(crate) use tls::*;
+mod phone;
+#[allow(unused_imports)]
+pub(crate) use phone::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -260,24 +263,53 @@ pub(crate) struct ProxyProc {
 
 /// Start the proxy with `args` (plus --summary/--quiet/--duration) and wait until it listens.
 pub(crate) fn start_proxy(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
-    start_server(procs, dir, "proxy", args)
+    start_server(procs, dir, "proxy", args, 120, None)
+}
+
+/// [`start_proxy`] for a test that needs the proxy longer than 120 s
+/// (`--duration seconds`), with its limit of open files (soft and hard)
+/// set to `open_files` if given (by `prlimit`, util-linux).
+pub(crate) fn start_proxy_for(
+    procs: &mut Procs,
+    dir: &Path,
+    args: &[&str],
+    seconds: u32,
+    open_files: Option<u64>,
+) -> ProxyProc {
+    start_server(procs, dir, "proxy", args, seconds, open_files)
 }
 
 /// Start `ringway sip dispatch` with `args` (plus --summary/--quiet/--duration)
 /// and wait until it listens.
 pub(crate) fn start_dispatcher(procs: &mut Procs, dir: &Path, args: &[&str]) -> ProxyProc {
-    start_server(procs, dir, "dispatch", args)
+    start_server(procs, dir, "dispatch", args, 120, None)
 }
 
 /// `ringway sip COMMAND ARGS…`, once it says it listens.
-fn start_server(procs: &mut Procs, dir: &Path, command: &str, args: &[&str]) -> ProxyProc {
+fn start_server(
+    procs: &mut Procs,
+    dir: &Path,
+    command: &str,
+    args: &[&str],
+    seconds: u32,
+    open_files: Option<u64>,
+) -> ProxyProc {
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let summary = dir.join(format!("summary-{command}-{n}.json"));
-    let mut c = Command::new(ringway())
+    let mut c = match open_files {
+        // prlimit sets the limits and executes the command (same PID).
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}")).arg("--").arg(ringway());
+            c
+        }
+        None => Command::new(ringway()),
+    };
+    let mut c = c
         .args(["sip", command])
         .args(args)
-        .args(["--duration", "120", "--quiet", "--summary"])
+        .args(["--duration", &seconds.to_string(), "--quiet", "--summary"])
         .arg(&summary)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

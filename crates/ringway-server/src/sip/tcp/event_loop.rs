@@ -96,6 +96,14 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     let mut owned: HashMap<u64, Owned> = HashMap::new();
     let mut read_buf = vec![0u8; READ_CHUNK];
     let mut last_sweep = 0u64;
+    // A descriptor held in reserve by the accepting loop: out of
+    // descriptors, it is given up to take a pending connection and close
+    // it (see `accept_all`).
+    let mut spare = if ctx.listeners.is_empty() {
+        None
+    } else {
+        spare_descriptor()
+    };
     for (i, (listener, _)) in ctx.listeners.iter_mut().enumerate() {
         if let Err(e) = ctx
             .poll
@@ -117,7 +125,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
             let token = event.token().0 as u64;
             if token < super::FIRST_CONNECTION {
                 if let Some((listener, transport)) = ctx.listeners.get(token as usize) {
-                    accept_all(listener, *transport, connections);
+                    accept_all(listener, *transport, connections, &mut spare);
                 }
                 continue;
             }
@@ -223,15 +231,61 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     }
 }
 
+/// The spare descriptor (`/dev/null` opened), `None` if even that fails.
+fn spare_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
 /// Accept every pending connection (edge-triggered: until WouldBlock).
-fn accept_all(listener: &TcpListener, transport: Transport, connections: &Connections) {
+///
+/// Out of descriptors, a connection stays in the kernel's backlog, its
+/// client waiting for an answer that never comes, and (edge-triggered) the
+/// listener reports nothing more until another connection arrives: the
+/// backlog fills and every client, wanted or not, times out. So the loop
+/// gives up its spare descriptor, takes the connection, closes it at once
+/// (refused, counted as `descriptors`: the client learns at once) and
+/// takes the spare back, until the backlog is empty.
+fn accept_all(
+    listener: &TcpListener,
+    transport: Transport,
+    connections: &Connections,
+    spare: &mut Option<std::fs::File>,
+) {
     loop {
         match listener.accept() {
             Ok((stream, peer)) => connections.adopt(stream, peer, transport, monotonic_now().0),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if ringway_io::limits::is_out_of_descriptors(&e) && spare.is_some() => {
+                crate::warn_limited!(
+                    "sip tcp: accept: {e}: refusing connections until descriptors free up \
+                     (the open files limit is below tcp.max_connections)"
+                );
+                *spare = None;
+                let taken = listener.accept();
+                let done = match taken {
+                    // Closed at once (dropped here, before the spare is
+                    // taken back: it needs that descriptor).
+                    Ok(refused) => {
+                        drop(refused);
+                        connections.refused_for_descriptors(transport);
+                        false
+                    }
+                    Err(e) => e.kind() == ErrorKind::WouldBlock,
+                };
+                *spare = spare_descriptor();
+                if done {
+                    return;
+                }
+                if spare.is_none() {
+                    // Another thread took the descriptor: try again on the
+                    // next event.
+                    return;
+                }
+            }
             Err(e) => {
-                // Out of fds and the like: try again on the next event.
+                // Out of descriptors with no spare, and the like: try
+                // again on the next event.
                 crate::warn_limited!("sip tcp: accept: {e}");
                 return;
             }

@@ -241,6 +241,7 @@ pub(crate) struct TransportCounters {
     connected: AtomicU64,
     refused_limit: AtomicU64,
     refused_per_ip: AtomicU64,
+    refused_descriptors: AtomicU64,
     closed: [AtomicU64; CloseReason::ALL.len()],
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
@@ -300,6 +301,10 @@ pub struct TcpSnapshot {
     pub refused_limit: u64,
     /// Accepted connections closed at once: `max_connections_per_ip` reached.
     pub refused_per_ip: u64,
+    /// Connections closed at once because the process was out of file
+    /// descriptors (its open files limit is below `max_connections`).
+    #[serde(default)]
+    pub refused_descriptors: u64,
     /// Connections closed, by reason ([`CloseReason::label`]).
     pub closed: Vec<(String, u64)>,
     /// Bytes read.
@@ -354,6 +359,7 @@ impl TcpSnapshot {
             connected: get(&row.connected),
             refused_limit: get(&row.refused_limit),
             refused_per_ip: get(&row.refused_per_ip),
+            refused_descriptors: get(&row.refused_descriptors),
             closed: CloseReason::ALL
                 .iter()
                 .map(|r| (r.label().to_string(), get(&row.closed[r.index()])))
@@ -379,6 +385,7 @@ impl TcpSnapshot {
             + self.connected
             + self.refused_limit
             + self.refused_per_ip
+            + self.refused_descriptors
             + self.bytes_in
             + self.no_connection
             > 0
@@ -391,6 +398,7 @@ impl TcpSnapshot {
         self.connected += row.connected;
         self.refused_limit += row.refused_limit;
         self.refused_per_ip += row.refused_per_ip;
+        self.refused_descriptors += row.refused_descriptors;
         if self.closed.is_empty() {
             self.closed = row.closed.clone();
         } else {
@@ -933,6 +941,12 @@ impl Connections {
         {
             release_ip(&mut table, peer.ip());
         }
+    }
+
+    /// A connection the process had no descriptor for: taken with the
+    /// spare descriptor and closed at once (counted as refused).
+    pub(crate) fn refused_for_descriptors(&self, transport: Transport) {
+        add(&self.counters.of(transport).refused_descriptors, 1);
     }
 
     /// Register `stream` with its owner's poll and enter it in the table
