@@ -303,6 +303,17 @@ impl<'p> SipWorker<'p> {
             let outcome =
                 proxy.handle_from(core_start.0, from, datagram.data, &mut |hop, bytes| {
                     if hop.transport != Transport::Udp {
+                        // Keep order across transports: what is queued (a
+                        // 100 Trying upstream) leaves before a request goes
+                        // out on a connection, whose answer, relayed by
+                        // another thread, could otherwise overtake it.
+                        if !tx.is_empty() {
+                            match io.send_batch(tx) {
+                                Ok(_) => flushed += tx.len(),
+                                Err(_) => send_errors += tx.len() as u64,
+                            }
+                            tx.clear();
+                        }
                         if let Some(connections) = connections.as_deref() {
                             connections.send(hop, bytes, core_start.0);
                         } else {
@@ -628,6 +639,34 @@ mod tests {
         assert_eq!(inv.histogram(Latency::TSip).len(), 3);
         assert!((inv.histogram(Latency::TSip).mean() - 1_000.0).abs() < 10.0);
         assert_eq!(m.k_rcv_missing, 3, "no kernel RX stamps given");
+    }
+
+    #[test]
+    fn queued_datagrams_leave_before_a_request_goes_out_on_a_connection() {
+        // Two INVITEs over UDP, routed to a TCP next hop: each one's 100
+        // Trying is sent before its INVITE is handed to a connection (the
+        // answer coming back on it must not overtake the 100).
+        let p = Proxy::new(ProxyConfig {
+            mode: Mode::Stateful,
+            local: "192.0.2.10:5060".parse().unwrap(),
+            route_to: Some(UAS.parse().unwrap()),
+            route_to_transport: Transport::Tcp,
+            listeners: vec![ringway_sip::TransportAddr {
+                transport: Transport::Tcp,
+                addr: "192.0.2.10:5060".parse().unwrap(),
+            }],
+            domains: vec!["example.com".into()],
+            ..ProxyConfig::default()
+        });
+        let mut w = SipWorker::new(&p, 4, 0);
+        let msgs: Vec<Vec<u8>> = (0..2).map(|n| invite(n, 0)).collect();
+        let rx = batch(&[(UAC, &msgs[0], None, false), (UAC, &msgs[1], None, false)]);
+        let mut io = mem_io();
+        w.drive_batch(&mut io, &rx, ticking());
+        assert_eq!(io.send_calls(), &[1, 1], "one flush before each hand-off");
+        assert!(io.sent().iter().all(|s| s.dst == UAC.parse().unwrap()));
+        // No connections here: the hand-offs are counted as not sent.
+        assert_eq!(w.metrics().tx_oversize, 2);
     }
 
     #[test]
