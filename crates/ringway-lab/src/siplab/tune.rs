@@ -116,6 +116,20 @@ pub fn candidates(
         skipped
             .push("affinity model: one core, process-wide and per-thread sets are the same".into());
     }
+    list.extend(scheduler_knob_candidates(kernel, writable, &mut skipped));
+    list.truncate(MAX_CANDIDATES);
+    (list, skipped)
+}
+
+/// The candidates of the scheduler's own knobs (migration cost, EEVDF
+/// features) where this kernel lets them be written; why not, in
+/// `skipped`.
+fn scheduler_knob_candidates(
+    kernel: Option<KernelVersion>,
+    writable: &dyn Fn(&str) -> Result<(), String>,
+    skipped: &mut Vec<String>,
+) -> Vec<Candidate> {
+    let mut list = Vec::new();
     let debugfs = "/sys/kernel/debug/sched";
     let gen_cfs = kernel.map(|k| k.generation());
     let mc_path = match gen_cfs {
@@ -160,8 +174,7 @@ pub fn candidates(
         }
         _ => skipped.push("sched features: EEVDF features are searched on 6.6+ only".into()),
     }
-    list.truncate(MAX_CANDIDATES);
-    (list, skipped)
+    list
 }
 
 /// One row of the search table.
