@@ -337,7 +337,7 @@ fn grid(
     (mut state, mut runs): State,
 ) -> anyhow::Result<()> {
     let total = config.plan().len();
-    let done: std::collections::HashSet<String> = runs.iter().map(Run::key).collect();
+    let done = ringway_lab::sfulab::settled_keys(&runs);
     let left = config
         .plan()
         .iter()

@@ -350,7 +350,9 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         &config.fingerprint(),
         resume,
     )?;
-    let done: std::collections::HashSet<String> = runs.iter().map(RunResult::key).collect();
+    // Runs flagged (left out) are made again on --resume, a bounded number of times.
+    let done =
+        ringway_lab::checkpoint::settled_keys(runs.iter().map(|r| (r.key(), r.flagged.is_none())));
     let left = plan.iter().filter(|p| !done.contains(&p.key())).count();
     print_header(&config, left);
     if let Some(state) = &state {
