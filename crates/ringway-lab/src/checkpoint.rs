@@ -104,6 +104,31 @@ impl Checkpoint {
         ))
     }
 
+    /// [`Checkpoint::open`] for an optional `--state` path: without one, no
+    /// state file and no runs.
+    pub fn open_optional<T: DeserializeOwned>(
+        path: Option<&Path>,
+        fingerprint: &str,
+        resume: bool,
+    ) -> anyhow::Result<(Option<Checkpoint>, Vec<T>)> {
+        match path {
+            Some(path) => {
+                let (state, runs) = Checkpoint::open(path, fingerprint, resume)?;
+                Ok((Some(state), runs))
+            }
+            None => Ok((None, Vec::new())),
+        }
+    }
+
+    /// Append `run` to the state file if there is one
+    /// ([`Checkpoint::append`]).
+    pub fn append_to<T: Serialize>(state: &mut Option<Checkpoint>, run: &T) -> anyhow::Result<()> {
+        match state {
+            Some(state) => state.append(run),
+            None => Ok(()),
+        }
+    }
+
     /// Append one finished run (written and synced before returning).
     pub fn append<T: Serialize>(&mut self, run: &T) -> anyhow::Result<()> {
         let mut line = serde_json::to_vec(run)?;

@@ -111,6 +111,70 @@ struct Iface {
     units: u64,
 }
 
+/// An interface description block's body: linktype, reserved, snaplen,
+/// options (of which the timestamp resolution is read).
+fn interface_description(body: &[u8], little_endian: bool) -> Result<Iface, PcapError> {
+    if body.len() < 8 {
+        return Err(PcapError::BadBlock("interface description"));
+    }
+    let linktype = rd16(&body[0..2], little_endian) as u32;
+    let mut units = 1_000_000u64;
+    let mut offset = 8;
+    while offset + 4 <= body.len() {
+        let code = rd16(&body[offset..offset + 2], little_endian);
+        let len = rd16(&body[offset + 2..offset + 4], little_endian) as usize;
+        if code == 0 {
+            break;
+        }
+        // An option whose value runs past the block is
+        // malformed (S18: it used to panic on `val[0]`).
+        let val = body
+            .get(offset + 4..offset + 4 + len)
+            .ok_or(PcapError::BadBlock("interface description option"))?;
+        if let (9, &[resolution]) = (code, val) {
+            let exp = (resolution & 0x7f) as u32;
+            units = if resolution & 0x80 == 0 {
+                10u64.checked_pow(exp).unwrap_or(1_000_000_000)
+            } else {
+                1u64.checked_shl(exp).unwrap_or(1_000_000_000)
+            };
+        }
+        offset += 4 + len.div_ceil(4) * 4;
+    }
+    Ok(Iface { linktype, units })
+}
+
+/// An enhanced packet block's body: interface, timestamp high and low,
+/// captured and original length, data.
+fn enhanced_packet<'a>(
+    body: &'a [u8],
+    ifaces: &[Iface],
+    little_endian: bool,
+) -> Result<Frame<'a>, PcapError> {
+    if body.len() < 20 {
+        return Err(PcapError::BadBlock("enhanced packet"));
+    }
+    let ifc = ifaces
+        .get(rd32(&body[0..4], little_endian) as usize)
+        .ok_or(PcapError::BadBlock("unknown interface"))?;
+    let timestamp = ((rd32(&body[4..8], little_endian) as u64) << 32)
+        | rd32(&body[8..12], little_endian) as u64;
+    let cap = rd32(&body[12..16], little_endian) as usize;
+    let orig = rd32(&body[16..20], little_endian);
+    let data = body
+        .get(20..20 + cap)
+        .ok_or(PcapError::BadBlock("enhanced packet length"))?;
+    // `units` is at least 1; a time past u64 nanoseconds saturates.
+    let ts_ns = u64::try_from(timestamp as u128 * 1_000_000_000 / ifc.units.max(1) as u128)
+        .unwrap_or(u64::MAX);
+    Ok(Frame {
+        ts_ns,
+        linktype: ifc.linktype,
+        data,
+        orig_len: orig,
+    })
+}
+
 fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
     let mut out = Vec::new();
     let mut ifaces: Vec<Iface> = Vec::new();
@@ -136,63 +200,8 @@ fn parse_pcapng(b: &[u8]) -> Result<Vec<Frame<'_>>, PcapError> {
         let block = b.get(off..off + blen).ok_or(PcapError::Truncated)?;
         let body = &block[8..blen - 4];
         match btype {
-            1 => {
-                // Interface description: linktype, reserved, snaplen, options.
-                if body.len() < 8 {
-                    return Err(PcapError::BadBlock("interface description"));
-                }
-                let linktype = rd16(&body[0..2], little_endian) as u32;
-                let mut units = 1_000_000u64;
-                let mut offset = 8;
-                while offset + 4 <= body.len() {
-                    let code = rd16(&body[offset..offset + 2], little_endian);
-                    let len = rd16(&body[offset + 2..offset + 4], little_endian) as usize;
-                    if code == 0 {
-                        break;
-                    }
-                    // An option whose value runs past the block is
-                    // malformed (S18: it used to panic on `val[0]`).
-                    let val = body
-                        .get(offset + 4..offset + 4 + len)
-                        .ok_or(PcapError::BadBlock("interface description option"))?;
-                    if let (9, &[resolution]) = (code, val) {
-                        let exp = (resolution & 0x7f) as u32;
-                        units = if resolution & 0x80 == 0 {
-                            10u64.checked_pow(exp).unwrap_or(1_000_000_000)
-                        } else {
-                            1u64.checked_shl(exp).unwrap_or(1_000_000_000)
-                        };
-                    }
-                    offset += 4 + len.div_ceil(4) * 4;
-                }
-                ifaces.push(Iface { linktype, units });
-            }
-            6 => {
-                // Enhanced packet: iface, ts hi, ts lo, caplen, origlen, data.
-                if body.len() < 20 {
-                    return Err(PcapError::BadBlock("enhanced packet"));
-                }
-                let ifc = ifaces
-                    .get(rd32(&body[0..4], little_endian) as usize)
-                    .ok_or(PcapError::BadBlock("unknown interface"))?;
-                let timestamp = ((rd32(&body[4..8], little_endian) as u64) << 32)
-                    | rd32(&body[8..12], little_endian) as u64;
-                let cap = rd32(&body[12..16], little_endian) as usize;
-                let orig = rd32(&body[16..20], little_endian);
-                let data = body
-                    .get(20..20 + cap)
-                    .ok_or(PcapError::BadBlock("enhanced packet length"))?;
-                // `units` is at least 1; a time past u64 nanoseconds saturates.
-                let ts_ns =
-                    u64::try_from(timestamp as u128 * 1_000_000_000 / ifc.units.max(1) as u128)
-                        .unwrap_or(u64::MAX);
-                out.push(Frame {
-                    ts_ns,
-                    linktype: ifc.linktype,
-                    data,
-                    orig_len: orig,
-                });
-            }
+            1 => ifaces.push(interface_description(body, little_endian)?),
+            6 => out.push(enhanced_packet(body, &ifaces, little_endian)?),
             3 => {
                 // Simple packet: no timestamp.
                 if body.len() < 4 {

@@ -1041,38 +1041,16 @@ impl Sfu {
             return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
         }
         let room = std::str::from_utf8(room).expect("checked ASCII");
-        let mut verified = None;
-        if let Some(key) = &self.cfg.token_key {
-            let unix = self.unix_s(now);
-            let token_check =
-                token::verify(key, join_token.unwrap_or(&[]), room, unix).and_then(|token_check| {
-                    if self.revoked.contains_key(&token_check.id) {
-                        Err(TokenError::Revoked)
-                    } else {
-                        Ok(token_check)
-                    }
-                });
-            match token_check {
-                Ok(token_check) => verified = Some(token_check),
-                Err(e) => {
-                    let code = self.token_refused(e);
-                    return self.error(now, peer, req, code, 0);
-                }
+        let verified = match self.join_token(now, room, join_token) {
+            Ok(verified) => verified,
+            Err(e) => {
+                let code = self.token_refused(e);
+                return self.error(now, peer, req, code, 0);
             }
-        }
-        let room_id = match self.room_ids.get(room) {
-            Some(&id) => id,
-            None if self.cfg.auto_create_rooms => match self.new_room(room) {
-                Some(id) => id,
-                None => {
-                    self.stats.rejected_no_room += 1;
-                    return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
-                }
-            },
-            None => {
-                self.stats.rejected_no_room += 1;
-                return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
-            }
+        };
+        let Some(room_id) = self.room_to_join(room) else {
+            self.stats.rejected_no_room += 1;
+            return self.error(now, peer, req, ErrorCode::NoSuchRoom, 0);
         };
         let room_state = self.rooms.get_mut(&room_id).expect("index consistent");
         if room_state.members >= room_state.max_clients {
@@ -1080,11 +1058,7 @@ impl Sfu {
             return self.error(now, peer, req, ErrorCode::RoomFull, 0);
         }
         room_state.members += 1;
-        let mut ssid = self.next_ssid;
-        while ssid == 0 || ssid == wire::ALL_SOURCES || self.clients.contains_key(&ssid) {
-            ssid = ssid.wrapping_add(1);
-        }
-        self.next_ssid = ssid.wrapping_add(1);
+        let ssid = self.next_free_ssid();
         let token = self.rng.next_u64();
         // A static-room member that registers leaves the room (it proved
         // it owns the address).
@@ -1120,28 +1094,71 @@ impl Sfu {
             },
         );
         self.by_addr.insert(peer, ssid);
-        // Routes of the new source: wildcard subscribers and those whose
-        // selectors already name this SSID, in its room.
-        let mut room_state: [RouteList; MediaType::COUNT] = Default::default();
+        let routes = self.routes_of_new_source(ssid, room_id);
+        self.routes.insert(ssid, routes);
+        self.stats.registrations += 1;
+        self.ack(peer, req, ssid, token)
+    }
+
+    /// The join token a REGISTER for `room` carries, verified against the
+    /// token key (and not revoked); `None` when the SFU takes no tokens.
+    fn join_token(
+        &self,
+        now: u64,
+        room: &str,
+        join_token: Option<&[u8]>,
+    ) -> Result<Option<token::Verified>, TokenError> {
+        let Some(key) = &self.cfg.token_key else {
+            return Ok(None);
+        };
+        let verified = token::verify(key, join_token.unwrap_or(&[]), room, self.unix_s(now))?;
+        if self.revoked.contains_key(&verified.id) {
+            return Err(TokenError::Revoked);
+        }
+        Ok(Some(verified))
+    }
+
+    /// The room a REGISTER joins: the one of that name, or a new one when
+    /// rooms are created on demand (and the room limit allows).
+    fn room_to_join(&mut self, room: &str) -> Option<u32> {
+        match self.room_ids.get(room) {
+            Some(&id) => Some(id),
+            None if self.cfg.auto_create_rooms => self.new_room(room),
+            None => None,
+        }
+    }
+
+    /// The next SSID that is neither 0, nor "all sources", nor in use.
+    fn next_free_ssid(&mut self) -> u32 {
+        let mut ssid = self.next_ssid;
+        while ssid == 0 || ssid == wire::ALL_SOURCES || self.clients.contains_key(&ssid) {
+            ssid = ssid.wrapping_add(1);
+        }
+        self.next_ssid = ssid.wrapping_add(1);
+        ssid
+    }
+
+    /// Routes of a new source: wildcard subscribers and those whose
+    /// selectors already name this SSID, in its room.
+    fn routes_of_new_source(&self, ssid: u32, room_id: u32) -> [RouteList; MediaType::COUNT] {
+        let mut routes: [RouteList; MediaType::COUNT] = Default::default();
         for m in MediaType::ALL {
             for (&sub, &n) in &self.wildcard[m as usize] {
                 let client = &self.clients[&sub];
                 if n > 0 && sub != ssid && client.room == room_id {
-                    room_state[m as usize].insert(sub, client.addr);
+                    routes[m as usize].insert(sub, client.addr);
                 }
             }
             if let Some(explicit) = self.explicit.get(&ssid) {
                 for (&sub, counts) in explicit {
                     let client = &self.clients[&sub];
                     if counts[m as usize] > 0 && sub != ssid && client.room == room_id {
-                        room_state[m as usize].insert(sub, client.addr);
+                        routes[m as usize].insert(sub, client.addr);
                     }
                 }
             }
         }
-        self.routes.insert(ssid, room_state);
-        self.stats.registrations += 1;
-        self.ack(peer, req, ssid, token)
+        routes
     }
 
     fn join(

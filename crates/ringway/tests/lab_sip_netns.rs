@@ -6,24 +6,12 @@
 //! and n/a (null) where it has none, the ratios, and no namespace is left.
 //! Also the options that do not go together.
 
+mod lab_sip_common;
+
+use lab_sip_common::*;
 use std::path::Path;
-use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringway");
 const KAMAILIO: &str = "/usr/sbin/kamailio";
-
-fn lab(out: &Path, extra: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("300")
-        .arg(BIN)
-        .args(["lab", "sip", "--out"])
-        .arg(out)
-        .arg("--state-file")
-        .arg(out.join("state.json"))
-        .args(extra)
-        .output()
-        .unwrap()
-}
 
 /// The kernel runs AF_XDP; else skip, saying why.
 fn xdp_here() -> bool {
@@ -58,7 +46,7 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
     };
     let before = namespaces();
     let dir = tempfile::tempdir().unwrap();
-    let out = lab(
+    let out = lab_on_shared_machine(
         dir.path(),
         &[
             "--netns",
@@ -74,14 +62,6 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
             "1",
             "--duration",
             "2",
-            "--cores",
-            "1",
-            "--gen-cpus",
-            "1",
-            // The report's content is under test, not this shared
-            // machine's quiet: other load does not flag these runs.
-            "--max-foreign-cpu",
-            "100",
         ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -5,23 +5,11 @@
 //! sweep goes on, and a short ringway run under the papers' modes (knobs
 //! applied or refused with reasons, six message types, thread statistics).
 
+mod lab_sip_common;
+
+use lab_sip_common::*;
 use std::path::Path;
-use std::process::{Command, Output};
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringway");
-
-fn lab(out: &Path, extra: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("300")
-        .arg(BIN)
-        .args(["lab", "sip", "--out"])
-        .arg(out)
-        .arg("--state-file")
-        .arg(out.join("state.json"))
-        .args(extra)
-        .output()
-        .unwrap()
-}
+use std::process::Command;
 
 const SHORT: &[&str] = &[
     "--proxy",
@@ -42,14 +30,6 @@ const SHORT: &[&str] = &[
     "0",
     "--profiles",
     "default",
-    "--cores",
-    "1",
-    "--gen-cpus",
-    "1",
-    // The report's shape is under test, not this shared machine's quiet:
-    // other load on the proxy's CPU does not flag these runs.
-    "--max-foreign-cpu",
-    "100",
 ];
 
 #[test]
@@ -176,7 +156,7 @@ fn comparisons_without_enough_blocks_or_rates_fail_before_anything_runs() {
 #[test]
 fn sweep_writes_report_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
-    let out = lab(dir.path(), SHORT);
+    let out = lab_on_shared_machine(dir.path(), SHORT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let runs = jsonl_lines(dir.path());
@@ -271,14 +251,14 @@ fn sweep_writes_report_and_resumes() {
         format!("{first}\n{{\"spec\": {{\"proxy\": \"kam"),
     )
     .unwrap();
-    let out = lab(dir.path(), SHORT);
+    let out = lab_on_shared_machine(dir.path(), SHORT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(err.matches("(from runs.jsonl)").count(), 1, "{err}");
     assert_eq!(err.matches("max  elapsed").count(), 1, "{err}");
     assert_eq!(jsonl_lines(dir.path()).len(), 2);
     // Complete: nothing left to run.
-    let out = lab(dir.path(), SHORT);
+    let out = lab_on_shared_machine(dir.path(), SHORT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("(from runs.jsonl)").count(), 2, "{err}");
     assert_eq!(err.matches("max  elapsed").count(), 0, "{err}");

@@ -84,33 +84,21 @@ fn lab_sfu_in_veth_hosts() {
     let json = dir.path().join("lab.json");
     let state = dir.path().join("state.jsonl");
     let state_arg = state.to_str().unwrap();
-    let (pid, stdout) = lab_sfu_netns(
-        &[
-            "--state",
-            state_arg,
-            "--reps",
-            "1",
-            "--duration",
-            "1",
-            "--warmup",
-            "0.5",
-            // Timings are not what these tests check: keep every run even
-            // on a busy machine.
-            "--max-foreign-cpu",
-            "1000",
-            "--max-late",
-            "100",
-            "--clients",
-            "2,3",
-            "--pps",
-            "300",
-            "--backends",
-            "socket,mmsg,xdp",
-            // The stretch's in-kernel fan-out as a fourth column (`tc`).
-            "--kernel-fanout",
-        ],
-        &json,
-    );
+    let grid = [
+        "--state",
+        state_arg,
+        "--reps",
+        "1",
+        "--clients",
+        "2,3",
+        "--pps",
+        "300",
+        "--backends",
+        "socket,mmsg,xdp",
+        // The stretch's in-kernel fan-out as a fourth column (`tc`).
+        "--kernel-fanout",
+    ];
+    let (pid, stdout) = lab_sfu_netns(&grid, &json);
     assert!(
         stdout.contains("delay model socket: d(n) = k_rcv + n * k_snd"),
         "{stdout}"
@@ -219,30 +207,7 @@ fn lab_sfu_in_veth_hosts() {
     let lost: serde_json::Value = serde_json::from_str(lines.pop().unwrap()).unwrap();
     std::fs::write(&state, lines.join("\n") + "\n").unwrap();
     let (pid, stdout) = lab_sfu_netns(
-        &[
-            "--state",
-            state_arg,
-            "--resume",
-            "--calibrate",
-            "0",
-            "--reps",
-            "1",
-            "--duration",
-            "1",
-            "--warmup",
-            "0.5",
-            "--max-foreign-cpu",
-            "1000",
-            "--max-late",
-            "100",
-            "--clients",
-            "2,3",
-            "--pps",
-            "300",
-            "--backends",
-            "socket,mmsg,xdp",
-            "--kernel-fanout",
-        ],
+        &[&grid[..], &["--resume", "--calibrate", "0"][..]].concat(),
         &json,
     );
     assert!(
@@ -275,16 +240,6 @@ fn lab_sfu_capacity_curve() {
             "2,3",
             "--capacity-pps",
             "300",
-            "--duration",
-            "1",
-            "--warmup",
-            "0.5",
-            // Timings are not what these tests check: keep every run even
-            // on a busy machine.
-            "--max-foreign-cpu",
-            "1000",
-            "--max-late",
-            "100",
             "--backends",
             "socket,xdp",
         ],

@@ -124,16 +124,6 @@ fn lab_sfu_xdp_column() {
         &[
             "--reps",
             "1",
-            "--duration",
-            "1",
-            "--warmup",
-            "0.5",
-            // Timings are not what these tests check: keep every run even
-            // on a busy machine.
-            "--max-foreign-cpu",
-            "1000",
-            "--max-late",
-            "100",
             "--clients",
             "3",
             "--pps",

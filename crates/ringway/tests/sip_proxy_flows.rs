@@ -151,33 +151,7 @@ fn a_via_alias_makes_its_connection_carry_requests_to_that_sent_by() {
 #[test]
 fn a_call_over_a_flow_whose_connection_closed_gets_430_flow_failed() {
     let (answer, edge) = in_bed(|procs, dir| {
-        let registrar = start_proxy(
-            procs,
-            dir,
-            &[
-                "--listen",
-                "127.0.0.1:5080",
-                "--registrar",
-                "--domain",
-                "ringway.test",
-                "--relay",
-                "127.0.0.0/8",
-            ],
-        );
-        let edge = start_proxy(
-            procs,
-            dir,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "tcp:127.0.0.1:5060",
-                "--route-to",
-                "127.0.0.1:5080",
-                "--relay",
-                "127.0.0.0/8",
-            ],
-        );
+        let (registrar, edge) = registrar_behind_edge(procs, dir, &[], &[]);
         let long = Duration::from_secs(10);
         let mut ua = TcpStream::connect("127.0.0.1:5060").unwrap();
         ua.write_all(REGISTER.as_bytes()).unwrap();

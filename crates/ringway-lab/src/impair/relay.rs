@@ -187,19 +187,127 @@ struct DirReport {
     reordered: u64,
 }
 
+/// A datagram on its way: its arrival index in the direction and its bytes.
+type Datagram = (u64, Vec<u8>);
+
+/// The sending end of a direction: its backend and batch, where to
+/// (`dst()`, asked per send), and the count of datagrams that leave out of
+/// their arrival order within their stream (RTP SSRC and payload type;
+/// bounded: streams beyond 4096 are not counted).
+struct Sender<D> {
+    tx: Box<dyn BatchIo>,
+    out: TxBatch,
+    dst: D,
+    next_expected: std::collections::HashMap<u64, u64>,
+    reordered: u64,
+}
+
+impl<D: Fn() -> Option<SocketAddr>> Sender<D> {
+    fn new(tx: Box<dyn BatchIo>, dst: D) -> Self {
+        Sender {
+            tx,
+            out: TxBatch::new(64, 65536),
+            dst,
+            next_expected: std::collections::HashMap::new(),
+            reordered: 0,
+        }
+    }
+
+    /// Send `datagrams` in batches; one with nowhere to go, or that the
+    /// kernel did not take, counts in `errors`.
+    fn send(&mut self, datagrams: impl Iterator<Item = Datagram>, errors: &mut u64) {
+        let target = (self.dst)();
+        for (i, p) in datagrams {
+            self.count_order(i, &p);
+            match target {
+                Some(to) => {
+                    if self.out.is_full() {
+                        self.flush(errors);
+                    }
+                    if self.out.push(to, &p).is_err() {
+                        *errors += 1;
+                    }
+                }
+                None => *errors += 1,
+            }
+        }
+        self.flush(errors);
+    }
+
+    /// Datagram `i` of its stream leaves: out of order if a later one left
+    /// before it.
+    fn count_order(&mut self, i: u64, p: &[u8]) {
+        let stream = ringway_reorder::classify::rtp_seq(p).map_or(0, |(ssrc, _)| {
+            ((ssrc as u64) << 8 | (p[1] & 0x7f) as u64) + 1
+        });
+        if self.next_expected.len() < 4096 || self.next_expected.contains_key(&stream) {
+            let expected = self.next_expected.entry(stream).or_insert(0);
+            if i < *expected {
+                self.reordered += 1;
+            } else {
+                *expected = i + 1;
+            }
+        }
+    }
+
+    fn flush(&mut self, errors: &mut u64) {
+        if !self.out.is_empty() {
+            match self.tx.send_batch(&self.out) {
+                Ok(sent) => *errors += (self.out.len() - sent) as u64,
+                Err(_) => *errors += self.out.len() as u64,
+            }
+            self.out.clear();
+        }
+    }
+}
+
+/// Move what is due at `now` (`None`: everything left) through the path
+/// and the receiver model, and send it; blocks leave together.
+fn step<D: Fn() -> Option<SocketAddr>>(
+    path: &mut Path<Datagram>,
+    coal: &mut Option<Coalescer<Datagram>>,
+    now: Option<u64>,
+    sender: &mut Sender<D>,
+    errors: &mut u64,
+) {
+    let mut due = Vec::new();
+    match now {
+        Some(now) => path.poll(now, &mut |a, p| due.push((a, p))),
+        None => path.drain(&mut |a, p| due.push((a, p))),
+    }
+    let Some(c) = coal else {
+        sender.send(due.into_iter().map(|(_, p)| p), errors);
+        return;
+    };
+    let mut blocks: Vec<Block<Datagram>> = Vec::new();
+    for (a, p) in due {
+        c.push(a, p, &mut |b| blocks.push(b));
+    }
+    match now {
+        Some(now) => {
+            let next = path.earliest_arrival().map_or(now, |a| a.min(now));
+            c.poll(now, Some(next), &mut |b| blocks.push(b));
+        }
+        None => c.drain(&mut |b| blocks.push(b)),
+    }
+    for b in blocks {
+        sender.send(b.packets.into_iter(), errors);
+    }
+}
+
 /// Receive on `rx`, impair, send on `tx` to `dst()`.
 fn pump(
     mut rx: Box<dyn BatchIo>,
-    mut tx: Box<dyn BatchIo>,
+    tx: Box<dyn BatchIo>,
     d: Dir,
     stop: &AtomicBool,
     mut accept: impl FnMut(SocketAddr) -> bool,
     dst: impl Fn() -> Option<SocketAddr>,
 ) -> std::io::Result<DirReport> {
-    let mut path: Path<(u64, Vec<u8>)> = Path::new(d.path);
-    let mut coal: Option<Coalescer<(u64, Vec<u8>)>> = d.coalesce.map(Coalescer::new);
+    let mut path: Path<Datagram> = Path::new(d.path);
+    let mut coal: Option<Coalescer<Datagram>> = d.coalesce.map(Coalescer::new);
     let mut batch = RxBatch::new(64, 65536);
-    let mut out = TxBatch::new(64, 65536);
+    let mut sender = Sender::new(tx, dst);
     let mut rep = DirReport {
         stats: PathStats::default(),
         blocks: BlockHistogram::default(),
@@ -208,82 +316,9 @@ fn pump(
         unstamped: 0,
         reordered: 0,
     };
-    // Arrival index of each datagram, to count what leaves out of order
-    // per stream (bounded: streams beyond 4096 are not counted).
+    // Arrival index of each datagram, to count what leaves out of order.
     let mut index = 0u64;
-    let mut next_exp: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    let mut reordered = 0u64;
     let now_ns = || ringway_io::realtime_now().0.saturating_sub(d.start_rt);
-    let mut send = |pkts: &mut dyn Iterator<Item = (u64, Vec<u8>)>, errors: &mut u64| {
-        let target = dst();
-        let mut flush = |out: &mut TxBatch, errors: &mut u64| {
-            if !out.is_empty() {
-                match tx.send_batch(out) {
-                    Ok(expected) => *errors += (out.len() - expected) as u64,
-                    Err(_) => *errors += out.len() as u64,
-                }
-                out.clear();
-            }
-        };
-        for (i, p) in pkts {
-            let stream = ringway_reorder::classify::rtp_seq(&p).map_or(0, |(ssrc, _)| {
-                ((ssrc as u64) << 8 | (p[1] & 0x7f) as u64) + 1
-            });
-            if next_exp.len() < 4096 || next_exp.contains_key(&stream) {
-                let expected = next_exp.entry(stream).or_insert(0);
-                if i < *expected {
-                    reordered += 1;
-                } else {
-                    *expected = i + 1;
-                }
-            }
-            match target {
-                Some(now_nanos) => {
-                    if out.is_full() {
-                        flush(&mut out, errors);
-                    }
-                    if out.push(now_nanos, &p).is_err() {
-                        *errors += 1;
-                    }
-                }
-                None => *errors += 1,
-            }
-        }
-        flush(&mut out, errors);
-    };
-    // Move what is due at `now` through the path (and the receiver model)
-    // and send it; blocks leave together.
-    let mut step = |path: &mut Path<(u64, Vec<u8>)>,
-                    coal: &mut Option<Coalescer<(u64, Vec<u8>)>>,
-                    now: Option<u64>,
-                    errors: &mut u64| {
-        let mut due = Vec::new();
-        match now {
-            Some(expected) => path.poll(expected, &mut |a, p| due.push((a, p))),
-            None => path.drain(&mut |a, p| due.push((a, p))),
-        }
-        match coal {
-            None => send(&mut due.into_iter().map(|(_, p)| p), errors),
-            Some(c) => {
-                let mut blocks: Vec<Block<(u64, Vec<u8>)>> = Vec::new();
-                for (a, p) in due {
-                    c.push(a, p, &mut |b| blocks.push(b));
-                }
-                match now {
-                    Some(expected) => {
-                        let next = path
-                            .earliest_arrival()
-                            .map_or(expected, |a| a.min(expected));
-                        c.poll(expected, Some(next), &mut |b| blocks.push(b));
-                    }
-                    None => c.drain(&mut |b| blocks.push(b)),
-                }
-                for b in blocks {
-                    send(&mut b.packets.into_iter(), errors);
-                }
-            }
-        }
-    };
     loop {
         let now = Instant::now();
         if now >= d.end || stop.load(Ordering::Relaxed) {
@@ -301,8 +336,8 @@ fn pump(
         if let Some(deadline) = next {
             wait = wait.min(Duration::from_nanos(deadline.saturating_sub(now_nanos)));
         }
-        let expected = rx.recv_batch(&mut batch, Some(wait.max(Duration::from_micros(20))))?;
-        if expected > 0 {
+        let received = rx.recv_batch(&mut batch, Some(wait.max(Duration::from_micros(20))))?;
+        if received > 0 {
             for dg in batch.iter() {
                 if !accept(dg.meta.peer) {
                     rep.refused += 1;
@@ -321,10 +356,22 @@ fn pump(
                 index += 1;
             }
         }
-        step(&mut path, &mut coal, Some(now_ns()), &mut rep.send_errors);
+        step(
+            &mut path,
+            &mut coal,
+            Some(now_ns()),
+            &mut sender,
+            &mut rep.send_errors,
+        );
     }
-    step(&mut path, &mut coal, None, &mut rep.send_errors);
-    rep.reordered = reordered;
+    step(
+        &mut path,
+        &mut coal,
+        None,
+        &mut sender,
+        &mut rep.send_errors,
+    );
+    rep.reordered = sender.reordered;
     rep.stats = path.stats();
     rep.blocks = coal.map(|c| c.histogram().clone()).unwrap_or_default();
     Ok(rep)

@@ -587,6 +587,74 @@ struct Column {
     order: usize,
 }
 
+/// `ns` of CPU time over `secs`, in % of one core.
+fn pct_of(ns: u64, secs: f64) -> f64 {
+    100.0 * ns as f64 / 1e9 / secs
+}
+
+/// The CPU of the machine's parts over a run's measuring window, in % of
+/// one core (NaN where a counter is missing, or for the SFU host and the
+/// switch without threaded NAPI).
+struct WindowCpu {
+    /// Everything else on the machine: busy time less this process, the
+    /// SFU host's NAPI thread and the switch's.
+    foreign_pct: f64,
+    /// The SFU host: the engine thread and its NAPI thread.
+    sfu_host_pct: f64,
+    /// The switch's NAPI threads.
+    switch_pct: f64,
+    /// Time stolen by the hypervisor.
+    steal_pct: f64,
+}
+
+impl WindowCpu {
+    /// Over the window from `first` to `second` (`napi`: the testbed runs
+    /// threaded NAPI).
+    fn between(first: &Sample, second: &Sample, napi: bool) -> WindowCpu {
+        let window = second.at.duration_since(first.at).as_secs_f64().max(1e-3);
+        let sfu_napi_ns = between(first.sfu_napi, second.sfu_napi);
+        let switch_ns = between(first.switch, second.switch);
+        let foreign_pct = match (first.machine_ns, second.machine_ns) {
+            (Some(a), Some(b)) => match (
+                between(first.process, second.process),
+                sfu_napi_ns,
+                switch_ns,
+            ) {
+                (Some(p), Some(n), Some(w)) => {
+                    pct_of(b.saturating_sub(a).saturating_sub(p + n + w), window)
+                }
+                _ => f64::NAN,
+            },
+            _ => f64::NAN,
+        };
+        // The SFU host over one window: the engine thread's CPU and its NAPI
+        // thread's, both sampled at the window's ends.
+        let engine_ns = first
+            .engine_ns
+            .zip(second.engine_ns)
+            .map(|(start, end)| end.saturating_sub(start));
+        let sfu_host_pct = match (engine_ns, sfu_napi_ns) {
+            (Some(engine), Some(ns)) if napi => pct_of(engine + ns, window),
+            _ => f64::NAN,
+        };
+        WindowCpu {
+            foreign_pct,
+            sfu_host_pct,
+            switch_pct: match switch_ns {
+                Some(ns) if napi => pct_of(ns, window),
+                _ => f64::NAN,
+            },
+            steal_pct: match (first.steal_ns, second.steal_ns) {
+                (Some(a), Some(b)) => pct_of(b.saturating_sub(a), window),
+                _ => f64::NAN,
+            },
+        }
+    }
+}
+
+/// One run of the grid (or of the capacity curve), measured and turned
+/// into a [`Run`]: the CPU figures, the four delays, the clients' loss, and
+/// why it is left out, if it is.
 fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Result<Run> {
     let Column {
         backend,
@@ -605,26 +673,16 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         before: first,
         after: second,
     } = measure(place, c, column)?;
-    let window = second.at.duration_since(first.at).as_secs_f64().max(1e-3);
-    let pct_of = |ns: u64, secs: f64| 100.0 * ns as f64 / 1e9 / secs;
     let engine_pct =
         |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, sample.wall_s.max(1e-3)));
-    let sfu_napi_ns = between(first.sfu_napi, second.sfu_napi);
-    let switch_ns = between(first.switch, second.switch);
     let or_nan = |count: u64, v: f64| if count > 0 { v } else { f64::NAN };
-    let foreign_pct = match (first.machine_ns, second.machine_ns) {
-        (Some(a), Some(b)) => match (
-            between(first.process, second.process),
-            sfu_napi_ns,
-            switch_ns,
-        ) {
-            (Some(p), Some(n), Some(w)) => {
-                pct_of(b.saturating_sub(a).saturating_sub(p + n + w), window)
-            }
-            _ => f64::NAN,
-        },
-        _ => f64::NAN,
-    };
+    let napi = matches!(place, Placement::Hosts(t) if t.napi());
+    let WindowCpu {
+        foreign_pct,
+        sfu_host_pct,
+        switch_pct,
+        steal_pct,
+    } = WindowCpu::between(&first, &second, napi);
     let expected = load.media_packets + load.lost;
     let late_pct = if load.ticks > 0 {
         100.0 * load.late_ticks as f64 / load.ticks as f64
@@ -639,25 +697,10 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
     let excluded = exclusion(c, refused, late_pct, foreign_pct);
     let kernel = sample.kernel_fanout.filter(|_| fanout);
     let packets = kernel.map_or(sample.delay.count, |k| k.packets);
-    let napi = matches!(place, Placement::Hosts(t) if t.napi());
-    // The SFU host over one window: the engine thread's CPU and its NAPI
-    // thread's, both sampled at the window's ends.
-    let engine_ns = first
-        .engine_ns
-        .zip(second.engine_ns)
-        .map(|(start, end)| end.saturating_sub(start));
-    let sfu_host_pct = match (engine_ns, sfu_napi_ns) {
-        (Some(engine), Some(ns)) if napi => pct_of(engine + ns, window),
-        _ => f64::NAN,
-    };
     // What the packets' own path costs: for the in-kernel fan-out the
     // engine only runs the control plane, its delays cover only what the
     // kernel left to it.
     let user = |v: f64| if kernel.is_some() { f64::NAN } else { v };
-    let steal_pct = match (first.steal_ns, second.steal_ns) {
-        (Some(a), Some(b)) => pct_of(b.saturating_sub(a), window),
-        _ => f64::NAN,
-    };
     Ok(Run {
         backend: arm_label(backend, fanout, aa),
         block,
@@ -682,10 +725,7 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         },
         sfu_host_pct,
         sfu_host_per_packet_us: sfu_host_pct / 100.0 * 1e6 / (clients as f64 * f64::from(pps)),
-        switch_pct: match switch_ns {
-            Some(ns) if napi => pct_of(ns, window),
-            _ => f64::NAN,
-        },
+        switch_pct,
         clients_pct: load.cpu.map_or(f64::NAN, |cpu| {
             pct_of(cpu.total_ns(), (c.warmup_s + c.duration_s + 0.3).max(1e-3))
         }),
@@ -843,6 +883,79 @@ fn capacity_step(
     (None, flagged)
 }
 
+/// A capacity step's point from its valid run (`None`: it had none), and
+/// why the step is the backend's last, if it is: no valid run, the
+/// clients lost more than `loss_limit` %, or the CPU reached `cpu_limit` %
+/// (the engine's; for the in-kernel fan-out the SFU host's, where its work
+/// runs).
+fn capacity_point(
+    name: &str,
+    column: Column,
+    measured: Option<&Run>,
+    flagged: Vec<String>,
+    (loss_limit, cpu_limit): (f64, f64),
+) -> CapacityPoint {
+    let (clients, pps) = (column.clients, column.pps);
+    let load_pps = (clients as u64) * u64::from(pps);
+    let Some(measured) = measured else {
+        // No valid run at this step: nothing is claimed from here on.
+        return CapacityPoint {
+            backend: name.into(),
+            clients,
+            pps,
+            load_pps,
+            cpu_pct: f64::NAN,
+            sfu_host_pct: f64::NAN,
+            loss_pct: f64::NAN,
+            delay_p50_us: f64::NAN,
+            handoff_p50_us: f64::NAN,
+            kdelay_p50_us: f64::NAN,
+            foreign_pct: f64::NAN,
+            flagged,
+            limit: Some("no valid run (see flagged)".into()),
+        };
+    };
+    let cpu = if column.fanout {
+        measured.sfu_host_pct
+    } else {
+        measured.cpu_user_pct + measured.cpu_system_pct
+    };
+    let over = measured.client_loss_pct.is_nan() || measured.client_loss_pct > loss_limit;
+    let limit = if over {
+        Some(format!(
+            "client loss {:.2}% > {loss_limit}%",
+            measured.client_loss_pct
+        ))
+    } else if cpu >= cpu_limit {
+        Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
+    } else {
+        None
+    };
+    // As the grid: a congested TX path spoils the delays only.
+    let delay = |v: f64| {
+        if measured.delay_excluded.is_some() {
+            f64::NAN
+        } else {
+            v
+        }
+    };
+    CapacityPoint {
+        backend: name.into(),
+        clients,
+        pps,
+        load_pps,
+        cpu_pct: cpu,
+        sfu_host_pct: measured.sfu_host_pct,
+        loss_pct: measured.client_loss_pct,
+        delay_p50_us: delay(measured.delay_p50_us),
+        handoff_p50_us: delay(measured.handoff_p50_us),
+        kdelay_p50_us: delay(measured.kdelay_p50_us),
+        foreign_pct: measured.foreign_pct,
+        flagged,
+        limit,
+    }
+}
+
 /// The highest load a backend carried.
 #[derive(Clone, Debug, Serialize)]
 pub struct Carried {
@@ -878,7 +991,7 @@ pub fn run_capacity(
     c: &SfuLabConfig,
     pps: u32,
     steps: &[usize],
-    (loss_limit, cpu_limit): (f64, f64),
+    limits: (f64, f64),
     mut progress: impl FnMut(&CapacityPoint),
 ) -> anyhow::Result<Capacity> {
     let mut points = Vec::new();
@@ -901,73 +1014,12 @@ pub fn run_capacity(
                 block: 0,
                 order: 0,
             };
-            let load_pps = (n as u64) * u64::from(pps);
             let (measured, flagged) = capacity_step(place, c, column);
-            let Some(measured) = measured else {
-                // No valid run at this step: nothing is claimed from here on.
-                let point = CapacityPoint {
-                    backend: name.into(),
-                    clients: n,
-                    pps,
-                    load_pps,
-                    cpu_pct: f64::NAN,
-                    sfu_host_pct: f64::NAN,
-                    loss_pct: f64::NAN,
-                    delay_p50_us: f64::NAN,
-                    handoff_p50_us: f64::NAN,
-                    kdelay_p50_us: f64::NAN,
-                    foreign_pct: f64::NAN,
-                    flagged,
-                    limit: Some("no valid run (see flagged)".into()),
-                };
-                progress(&point);
-                points.push(point);
-                break;
-            };
-            // The in-kernel fan-out works in the SFU's NAPI thread: its
-            // saturation is the SFU host's.
-            let cpu = if fanout {
-                measured.sfu_host_pct
-            } else {
-                measured.cpu_user_pct + measured.cpu_system_pct
-            };
-            let over = measured.client_loss_pct.is_nan() || measured.client_loss_pct > loss_limit;
-            let limit = if over {
-                Some(format!(
-                    "client loss {:.2}% > {loss_limit}%",
-                    measured.client_loss_pct
-                ))
-            } else if cpu >= cpu_limit {
-                Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
-            } else {
-                None
-            };
-            // As the grid: a congested TX path spoils the delays only.
-            let delay = |v: f64| {
-                if measured.delay_excluded.is_some() {
-                    f64::NAN
-                } else {
-                    v
-                }
-            };
-            let point = CapacityPoint {
-                backend: name.into(),
-                clients: n,
-                pps,
-                load_pps,
-                cpu_pct: cpu,
-                sfu_host_pct: measured.sfu_host_pct,
-                loss_pct: measured.client_loss_pct,
-                delay_p50_us: delay(measured.delay_p50_us),
-                handoff_p50_us: delay(measured.handoff_p50_us),
-                kdelay_p50_us: delay(measured.kdelay_p50_us),
-                foreign_pct: measured.foreign_pct,
-                flagged,
-                limit: limit.clone(),
-            };
+            let point = capacity_point(name, column, measured.as_ref(), flagged, limits);
+            let (limit, load_pps) = (point.limit.is_some(), point.load_pps);
             progress(&point);
             points.push(point);
-            if limit.is_some() {
+            if limit {
                 break;
             }
             best = Some((n, load_pps));
@@ -991,7 +1043,7 @@ pub fn run_capacity(
     Ok(Capacity {
         points,
         carried,
-        limits: (loss_limit, cpu_limit),
+        limits,
     })
 }
 

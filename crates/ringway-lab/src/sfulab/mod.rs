@@ -336,9 +336,9 @@ pub struct Summary {
     /// One entry per backend.
     pub backends: Vec<BackendSummary>,
     /// Runs left out and why.
-    pub excluded: Vec<(String, usize, u32, usize, String)>,
+    pub excluded: Vec<LeftOut>,
     /// Runs whose delays alone are left out (CPU kept) and why.
-    pub delay_excluded: Vec<(String, usize, u32, usize, String)>,
+    pub delay_excluded: Vec<LeftOut>,
     /// Every backend's ratios to socket with CIs, the A/A floor, the MDE
     /// and a verdict (the A/A rows first).
     pub effects: Vec<RatioEffect>,
@@ -355,11 +355,18 @@ fn ratio(a: f64, b: f64) -> Option<f64> {
     (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
 }
 
+/// A run left out of the summary: its backend, clients, pps, repetition
+/// and why.
+pub type LeftOut = (String, usize, u32, usize, String);
+
+/// The valid runs by cell: (clients, pps, backend).
+type Cells<'a> = BTreeMap<(usize, u32, String), Vec<&'a Run>>;
+
 /// Group, summarise, compare with `socket`, fit models.
 pub fn summarize(runs: &[Run]) -> Summary {
     let runs: Vec<Run> = runs.iter().map(Run::for_summary).collect();
     let runs = &runs[..];
-    let delay_excluded: Vec<(String, usize, u32, usize, String)> = runs
+    let delay_excluded: Vec<LeftOut> = runs
         .iter()
         .filter(|r| r.excluded.is_none())
         .filter_map(|r| {
@@ -367,7 +374,31 @@ pub fn summarize(runs: &[Run]) -> Summary {
             Some((r.backend.clone(), r.clients, r.pps, r.rep, why))
         })
         .collect();
-    let mut cells: BTreeMap<(usize, u32, String), Vec<&Run>> = BTreeMap::new();
+    let (cells, excluded) = cells(runs);
+    let mut rows: Vec<Row> = cells.iter().map(|(key, rs)| row(&cells, key, rs)).collect();
+    ratios_to_socket(&mut rows);
+    let mut names: Vec<String> = runs.iter().map(|r| r.backend.clone()).collect();
+    names.sort();
+    names.dedup();
+    let models = names.iter().filter_map(|b| delay_model(runs, b)).collect();
+    let backends = names
+        .iter()
+        .map(|b| backend_summary(b, &rows, &excluded))
+        .collect();
+    let effects = ratio_effects(runs, &names);
+    Summary {
+        rows,
+        models,
+        backends,
+        excluded,
+        delay_excluded,
+        effects,
+    }
+}
+
+/// The valid runs by cell, and the runs left out.
+fn cells(runs: &[Run]) -> (Cells<'_>, Vec<LeftOut>) {
+    let mut cells: Cells<'_> = BTreeMap::new();
     let mut excluded = Vec::new();
     for r in runs {
         if let Some(why) = &r.excluded {
@@ -379,55 +410,62 @@ pub fn summarize(runs: &[Run]) -> Summary {
             .or_default()
             .push(r);
     }
-    let mut rows = Vec::new();
-    for ((clients, pps, backend), rs) in &cells {
-        rows.push(Row {
-            backend: backend.clone(),
-            clients: *clients,
-            pps: *pps,
-            runs: rs.len(),
-            cpu_user: mean_ci(&col(rs, |r| r.cpu_user_pct)),
-            cpu_system: mean_ci(&col(rs, |r| r.cpu_system_pct)),
-            cpu_per_packet: mean_ci(&col(rs, |r| r.cpu_per_packet_us)),
-            sfu_host: mean_ci(&col(rs, |r| r.sfu_host_pct)),
-            sfu_host_per_packet: mean_ci(&col(rs, |r| r.sfu_host_per_packet_us)),
-            delay_p50: mean_ci(&col(rs, |r| r.delay_p50_us)),
-            delay_p99: mean_ci(&col(rs, |r| r.delay_p99_us)),
-            handoff_p50: mean_ci(&col(rs, |r| r.handoff_p50_us)),
-            wait_p50: mean_ci(&col(rs, |r| r.wait_p50_us)),
-            kdelay_p50: mean_ci(&col(rs, |r| r.kdelay_p50_us)),
-            copies: mean_ci(&col(rs, |r| r.copies_per_packet)).mean,
-            loss_pct: mean_ci(&col(rs, |r| r.client_loss_pct)),
-            cpu_ratio: None,
-            delay_p50_ratio: None,
-            handoff_p50_ratio: None,
-            wait_p50_ratio: None,
-            kdelay_p50_ratio: None,
-            sfu_host_ratio: None,
-            delay_mean_ratio: None,
-            delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
-            ratio_ci: RATIO_METRICS
-                .iter()
-                .map(|(_, f)| {
-                    let socket = cells.get(&(*clients, *pps, "socket".to_string()));
-                    let ratios: Vec<f64> = rs
-                        .iter()
-                        .filter_map(|r| {
-                            let base = socket?.iter().find(|s| s.rep == r.rep)?;
-                            ratio(f(r), f(base)).filter(|v| v.is_finite())
-                        })
-                        .collect();
-                    mean_ci(&ratios)
-                })
-                .collect(),
-        });
+    (cells, excluded)
+}
+
+/// One cell's row: every metric's mean with its CI, and the paired ratios
+/// to socket's runs of the same cell (the ratios of the means are set by
+/// [`ratios_to_socket`]).
+fn row(cells: &Cells<'_>, (clients, pps, backend): &(usize, u32, String), rs: &[&Run]) -> Row {
+    Row {
+        backend: backend.clone(),
+        clients: *clients,
+        pps: *pps,
+        runs: rs.len(),
+        cpu_user: mean_ci(&col(rs, |r| r.cpu_user_pct)),
+        cpu_system: mean_ci(&col(rs, |r| r.cpu_system_pct)),
+        cpu_per_packet: mean_ci(&col(rs, |r| r.cpu_per_packet_us)),
+        sfu_host: mean_ci(&col(rs, |r| r.sfu_host_pct)),
+        sfu_host_per_packet: mean_ci(&col(rs, |r| r.sfu_host_per_packet_us)),
+        delay_p50: mean_ci(&col(rs, |r| r.delay_p50_us)),
+        delay_p99: mean_ci(&col(rs, |r| r.delay_p99_us)),
+        handoff_p50: mean_ci(&col(rs, |r| r.handoff_p50_us)),
+        wait_p50: mean_ci(&col(rs, |r| r.wait_p50_us)),
+        kdelay_p50: mean_ci(&col(rs, |r| r.kdelay_p50_us)),
+        copies: mean_ci(&col(rs, |r| r.copies_per_packet)).mean,
+        loss_pct: mean_ci(&col(rs, |r| r.client_loss_pct)),
+        cpu_ratio: None,
+        delay_p50_ratio: None,
+        handoff_p50_ratio: None,
+        wait_p50_ratio: None,
+        kdelay_p50_ratio: None,
+        sfu_host_ratio: None,
+        delay_mean_ratio: None,
+        delay_mean: mean_ci(&col(rs, |r| r.delay_mean_us)),
+        ratio_ci: RATIO_METRICS
+            .iter()
+            .map(|(_, f)| {
+                let socket = cells.get(&(*clients, *pps, "socket".to_string()));
+                let ratios: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| {
+                        let base = socket?.iter().find(|s| s.rep == r.rep)?;
+                        ratio(f(r), f(base)).filter(|v| v.is_finite())
+                    })
+                    .collect();
+                mean_ci(&ratios)
+            })
+            .collect(),
     }
+}
+
+/// Each row's means over socket's row of the same cell.
+fn ratios_to_socket(rows: &mut [Row]) {
     let base: BTreeMap<(usize, u32), Row> = rows
         .iter()
         .filter(|r| r.backend == "socket")
         .map(|r| ((r.clients, r.pps), r.clone()))
         .collect();
-    let cpu = |r: &Row| r.cpu_user.mean + r.cpu_system.mean;
     for r in rows.iter_mut() {
         if let Some(baseline) = base.get(&(r.clients, r.pps)) {
             r.cpu_ratio = ratio(r.cpu_per_packet.mean, baseline.cpu_per_packet.mean);
@@ -442,74 +480,67 @@ pub fn summarize(runs: &[Run]) -> Summary {
             r.delay_mean_ratio = ratio(r.delay_mean.mean, baseline.delay_mean.mean);
         }
     }
-    let mut names: Vec<String> = runs.iter().map(|r| r.backend.clone()).collect();
-    names.sort();
-    names.dedup();
-    let mut models = Vec::new();
-    let mut backends = Vec::new();
-    for baseline in &names {
-        let pts: Vec<(f64, f64)> = runs
-            .iter()
-            .filter(|r| &r.backend == baseline && r.excluded.is_none())
-            .filter(|r| r.copies_per_packet.is_finite() && r.delay_p50_us.is_finite())
-            .map(|r| (r.copies_per_packet, r.delay_p50_us))
-            .collect();
-        if let Some(LineFit {
-            intercept,
-            slope,
-            r2: r_squared,
-        }) = fit_line(&pts)
-        {
-            let terms = if baseline.starts_with("socket") {
-                ("k_rcv", "k_snd")
-            } else {
-                ("u_rx", "u_tx")
-            };
-            models.push(DelayModel {
-                backend: baseline.clone(),
-                terms: (terms.0.into(), terms.1.into()),
-                intercept_us: intercept,
-                per_copy_us: slope,
-                r2: r_squared,
-                points: pts.len(),
-            });
-        }
-        let mine: Vec<&Row> = rows.iter().filter(|r| &r.backend == baseline).collect();
-        let avg_opt = |f: &dyn Fn(&Row) -> Option<f64>| {
-            let values: Vec<f64> = mine.iter().filter_map(|r| f(r)).collect();
-            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-        };
-        let avg = |f: &dyn Fn(&Row) -> f64| {
-            avg_opt(&|r| Some(f(r)).filter(|values| values.is_finite())).unwrap_or(f64::NAN)
-        };
-        backends.push(BackendSummary {
-            backend: baseline.clone(),
-            cpu_ratio: avg_opt(&|r| r.cpu_ratio),
-            delay_p50_ratio: avg_opt(&|r| r.delay_p50_ratio),
-            handoff_p50_ratio: avg_opt(&|r| r.handoff_p50_ratio),
-            wait_p50_ratio: avg_opt(&|r| r.wait_p50_ratio),
-            kdelay_p50_ratio: avg_opt(&|r| r.kdelay_p50_ratio),
-            sfu_host_ratio: avg_opt(&|r| r.sfu_host_ratio),
-            delay_mean_ratio: avg_opt(&|r| r.delay_mean_ratio),
-            cpu_pct: avg(&cpu),
-            cpu_per_packet_us: avg(&|r| r.cpu_per_packet.mean),
-            sfu_host_pct: avg(&|r| r.sfu_host.mean),
-            delay_p50_us: avg(&|r| r.delay_p50.mean),
-            handoff_p50_us: avg(&|r| r.handoff_p50.mean),
-            wait_p50_us: avg(&|r| r.wait_p50.mean),
-            kdelay_p50_us: avg(&|r| r.kdelay_p50.mean),
-            runs: mine.iter().map(|r| r.runs).sum(),
-            excluded: excluded.iter().filter(|e| &e.0 == baseline).count(),
-        });
-    }
-    let effects = ratio_effects(runs, &names);
-    Summary {
-        rows,
-        models,
-        backends,
-        excluded,
-        delay_excluded,
-        effects,
+}
+
+/// The paper's delay model of `backend`: its valid runs' median delay (a)
+/// against their copies per packet, fitted with a line (none without
+/// enough points).
+fn delay_model(runs: &[Run], backend: &str) -> Option<DelayModel> {
+    let pts: Vec<(f64, f64)> = runs
+        .iter()
+        .filter(|r| r.backend == backend && r.excluded.is_none())
+        .filter(|r| r.copies_per_packet.is_finite() && r.delay_p50_us.is_finite())
+        .map(|r| (r.copies_per_packet, r.delay_p50_us))
+        .collect();
+    let LineFit {
+        intercept,
+        slope,
+        r2: r_squared,
+    } = fit_line(&pts)?;
+    let terms = if backend.starts_with("socket") {
+        ("k_rcv", "k_snd")
+    } else {
+        ("u_rx", "u_tx")
+    };
+    Some(DelayModel {
+        backend: backend.to_string(),
+        terms: (terms.0.into(), terms.1.into()),
+        intercept_us: intercept,
+        per_copy_us: slope,
+        r2: r_squared,
+        points: pts.len(),
+    })
+}
+
+/// One backend over its rows: the mean of each ratio and metric over the
+/// cells that have it, its runs and those left out.
+fn backend_summary(backend: &str, rows: &[Row], excluded: &[LeftOut]) -> BackendSummary {
+    let mine: Vec<&Row> = rows.iter().filter(|r| r.backend == backend).collect();
+    let avg_opt = |f: &dyn Fn(&Row) -> Option<f64>| {
+        let values: Vec<f64> = mine.iter().filter_map(|r| f(r)).collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    let avg = |f: &dyn Fn(&Row) -> f64| {
+        avg_opt(&|r| Some(f(r)).filter(|values| values.is_finite())).unwrap_or(f64::NAN)
+    };
+    BackendSummary {
+        backend: backend.to_string(),
+        cpu_ratio: avg_opt(&|r| r.cpu_ratio),
+        delay_p50_ratio: avg_opt(&|r| r.delay_p50_ratio),
+        handoff_p50_ratio: avg_opt(&|r| r.handoff_p50_ratio),
+        wait_p50_ratio: avg_opt(&|r| r.wait_p50_ratio),
+        kdelay_p50_ratio: avg_opt(&|r| r.kdelay_p50_ratio),
+        sfu_host_ratio: avg_opt(&|r| r.sfu_host_ratio),
+        delay_mean_ratio: avg_opt(&|r| r.delay_mean_ratio),
+        cpu_pct: avg(&|r| r.cpu_user.mean + r.cpu_system.mean),
+        cpu_per_packet_us: avg(&|r| r.cpu_per_packet.mean),
+        sfu_host_pct: avg(&|r| r.sfu_host.mean),
+        delay_p50_us: avg(&|r| r.delay_p50.mean),
+        handoff_p50_us: avg(&|r| r.handoff_p50.mean),
+        wait_p50_us: avg(&|r| r.wait_p50.mean),
+        kdelay_p50_us: avg(&|r| r.kdelay_p50.mean),
+        runs: mine.iter().map(|r| r.runs).sum(),
+        excluded: excluded.iter().filter(|e| e.0 == backend).count(),
     }
 }
 
@@ -736,20 +767,7 @@ pub fn render(s: &Summary) -> String {
             }
         );
     }
-    for e in &s.excluded {
-        let _ = writeln!(
-            out,
-            "left out: {} clients={} pps={} rep={}: {}",
-            e.0, e.1, e.2, e.3, e.4
-        );
-    }
-    for e in &s.delay_excluded {
-        let _ = writeln!(
-            out,
-            "delay left out (CPU kept): {} clients={} pps={} rep={}: {}",
-            e.0, e.1, e.2, e.3, e.4
-        );
-    }
+    write_left_out(&mut out, s, ("left out: ", "delay left out (CPU kept): "));
     out
 }
 
@@ -775,21 +793,21 @@ pub fn markdown(s: &Summary) -> String {
         );
     }
     let _ = writeln!(out, "- runs left out: {}", s.excluded.len());
-    for e in &s.excluded {
-        let _ = writeln!(
-            out,
-            "  - {} clients={} pps={} rep={}: {}",
-            e.0, e.1, e.2, e.3, e.4
-        );
-    }
-    for e in &s.delay_excluded {
-        let _ = writeln!(
-            out,
-            "- delay left out (CPU kept): {} clients={} pps={} rep={}: {}",
-            e.0, e.1, e.2, e.3, e.4
-        );
-    }
+    write_left_out(&mut out, s, ("  - ", "- delay left out (CPU kept): "));
     out
+}
+
+/// The runs left out, a line each after the first prefix, then the runs
+/// whose delays alone were left out after the second.
+fn write_left_out(out: &mut String, s: &Summary, (runs, delays): (&str, &str)) {
+    for (prefix, left_out) in [(runs, &s.excluded), (delays, &s.delay_excluded)] {
+        for (backend, clients, pps, rep, why) in left_out {
+            let _ = writeln!(
+                out,
+                "{prefix}{backend} clients={clients} pps={pps} rep={rep}: {why}"
+            );
+        }
+    }
 }
 
 /// Figs. 3 and 4 (CPU user/kernel per client count, one table per rate)

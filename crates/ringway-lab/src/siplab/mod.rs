@@ -764,6 +764,47 @@ fn stop_proxy(p: &mut ProxyProc) -> anyhow::Result<Option<std::process::ExitStat
     anyhow::bail!("proxy pid {pid} ignored SIGINT for 10 s; killed")
 }
 
+/// How a run's proxy ended: an error if it was gone before the end of the
+/// run (with its log's error line), else a note if it had exited by
+/// itself or had to be killed ([`stop_proxy`]'s answer).
+fn proxy_ended(
+    spec: &RunSpec,
+    proxy: &ProxyProc,
+    alive: bool,
+    stopped: anyhow::Result<Option<std::process::ExitStatus>>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    if !alive {
+        anyhow::bail!(
+            "{} died during the run: {}",
+            spec.proxy.name(),
+            tail(&proxy.log, 5)
+        );
+    }
+    match stopped {
+        Ok(Some(status)) => notes.push(format!("proxy had already exited: {status}")),
+        Ok(None) => {}
+        Err(e) => notes.push(e.to_string()),
+    }
+    Ok(())
+}
+
+/// The stopped proxy's JSON summary, if it writes one; a note says why it
+/// could not be read.
+fn proxy_summary(proxy: &ProxyProc, notes: &mut Vec<String>) -> Option<serde_json::Value> {
+    let path = proxy.summary.as_ref()?;
+    let summary = std::fs::read_to_string(path)
+        .map_err(anyhow::Error::from)
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(Into::into));
+    match summary {
+        Ok(summary) => Some(summary),
+        Err(e) => {
+            notes.push(format!("proxy summary unreadable: {e}"));
+            None
+        }
+    }
+}
+
 fn lat(v: &serde_json::Value) -> Lat {
     Lat {
         count: v["count"].as_u64().unwrap_or(0),
@@ -1138,32 +1179,15 @@ fn run_inner(
         tools.max_foreign_cpu_pct,
         rec,
     );
-    if !alive {
-        anyhow::bail!(
-            "{} died during the run: {}",
-            spec.proxy.name(),
-            tail(&proxy.log, 5)
-        );
-    }
-    match stopped {
-        Ok(Some(status)) => notes.push(format!("proxy had already exited: {status}")),
-        Ok(None) => {}
-        Err(e) => notes.push(e.to_string()),
-    }
+    proxy_ended(spec, &proxy, alive, stopped, &mut notes)?;
     if spec.proxy == ProxyKind::Kamailio && spec.rx_model == "reuseport" {
         notes.push(
             "kamailio: its UDP children share one socket (rx-model reuseport does not apply)"
                 .into(),
         );
     }
-    if let Some(path) = &proxy.summary {
-        match std::fs::read_to_string(path)
-            .map_err(anyhow::Error::from)
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(Into::into))
-        {
-            Ok(summary) => record_proxy_summary(spec, &summary, rec, &mut notes),
-            Err(e) => notes.push(format!("proxy summary unreadable: {e}")),
-        }
+    if let Some(summary) = proxy_summary(&proxy, &mut notes) {
+        record_proxy_summary(spec, &summary, rec, &mut notes);
     }
     rec.notes.extend(notes);
     let _ = std::fs::remove_dir_all(&dir);

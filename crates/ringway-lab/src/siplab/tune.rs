@@ -32,6 +32,17 @@ pub struct Candidate {
     pub x: Option<f64>,
 }
 
+impl Candidate {
+    fn new(label: impl Into<String>, dimension: &str, x: Option<f64>, change: Knobs) -> Candidate {
+        Candidate {
+            label: label.into(),
+            change,
+            dimension: dimension.into(),
+            x,
+        }
+    }
+}
+
 /// The candidates on a kernel: `writable(path)` as in [`super::kernel::map_knobs`];
 /// returns them and the dimensions not searched, with the reason.
 pub fn candidates(
@@ -39,72 +50,86 @@ pub fn candidates(
     kernel: Option<KernelVersion>,
     writable: &dyn Fn(&str) -> Result<(), String>,
 ) -> (Vec<Candidate>, Vec<String>) {
-    let mut list = vec![Candidate {
-        label: "baseline".into(),
-        change: Knobs::default(),
-        dimension: "baseline".into(),
-        x: None,
-    }];
+    let mut list = vec![Candidate::new(
+        "baseline",
+        "baseline",
+        None,
+        Knobs::default(),
+    )];
     let mut skipped = Vec::new();
     let slice_ok = kernel.is_some_and(|k| k.per_thread_slice());
     if slice_ok {
         for us in [100u64, 200, 400, 1000, 3000] {
-            list.push(Candidate {
-                label: format!("slice {us} µs"),
-                change: Knobs {
+            list.push(Candidate::new(
+                format!("slice {us} µs"),
+                "slice",
+                Some(us as f64),
+                Knobs {
                     slice_us: Some(us),
                     ..Knobs::default()
                 },
-                dimension: "slice".into(),
-                x: Some(us as f64),
-            });
+            ));
         }
     } else {
         skipped.push("per-thread slice: needs kernel 6.12+".into());
     }
-    list.push(Candidate {
-        label: "policy batch".into(),
-        change: Knobs {
+    list.push(Candidate::new(
+        "policy batch",
+        "policy",
+        None,
+        Knobs {
             policy: Some("batch".into()),
             ..Knobs::default()
         },
-        dimension: "policy".into(),
-        x: None,
-    });
-    list.push(Candidate {
-        label: "policy fifo:10".into(),
-        change: Knobs {
+    ));
+    list.push(Candidate::new(
+        "policy fifo:10",
+        "policy",
+        None,
+        Knobs {
             policy: Some("fifo".into()),
             priority: Some(10),
             min_granularity_ns: None,
             ..Knobs::default()
         },
-        dimension: "policy".into(),
-        x: None,
-    });
-    list.push(Candidate {
-        label: "nice -10".into(),
-        change: Knobs {
+    ));
+    list.push(Candidate::new(
+        "nice -10",
+        "nice",
+        None,
+        Knobs {
             nice: Some(-10),
             ..Knobs::default()
         },
-        dimension: "nice".into(),
-        x: None,
-    });
+    ));
     if cores >= 2 {
-        list.push(Candidate {
-            label: "affinity thread".into(),
-            change: Knobs {
+        list.push(Candidate::new(
+            "affinity thread",
+            "affinity",
+            None,
+            Knobs {
                 affinity: Some("thread".into()),
                 ..Knobs::default()
             },
-            dimension: "affinity".into(),
-            x: None,
-        });
+        ));
     } else {
         skipped
             .push("affinity model: one core, process-wide and per-thread sets are the same".into());
     }
+    list.extend(scheduler_knob_candidates(kernel, writable, &mut skipped));
+    list.truncate(MAX_CANDIDATES);
+    (list, skipped)
+}
+
+/// The candidates of the scheduler's own knobs (migration cost, EEVDF
+/// features) where this kernel lets them be written; why not, in
+/// `skipped`.
+fn scheduler_knob_candidates(
+    kernel: Option<KernelVersion>,
+    writable: &dyn Fn(&str) -> Result<(), String>,
+    skipped: &mut Vec<String>,
+) -> Vec<Candidate> {
+    let mut list = Vec::new();
     let debugfs = "/sys/kernel/debug/sched";
     let gen_cfs = kernel.map(|k| k.generation());
     let mc_path = match gen_cfs {
@@ -116,15 +141,15 @@ pub fn candidates(
     match writable(&mc_path) {
         Ok(()) => {
             for ns in [0u64, 250_000, 500_000, 5_000_000] {
-                list.push(Candidate {
-                    label: format!("migration cost {} µs", ns / 1000),
-                    change: Knobs {
+                list.push(Candidate::new(
+                    format!("migration cost {} µs", ns / 1000),
+                    "migration_cost",
+                    Some(ns as f64 / 1000.0),
+                    Knobs {
                         migration_cost_ns: Some(ns),
                         ..Knobs::default()
                     },
-                    dimension: "migration_cost".into(),
-                    x: Some(ns as f64 / 1000.0),
-                });
+                ));
             }
         }
         Err(why) => skipped.push(format!("migration cost ({mc_path}): {why}")),
@@ -133,15 +158,15 @@ pub fn candidates(
     match (gen_cfs, writable(&feat)) {
         (Some(super::kernel::Generation::Eevdf), Ok(())) => {
             for f in ["NO_RUN_TO_PARITY", "NO_PREEMPT_SHORT"] {
-                list.push(Candidate {
-                    label: format!("feature {f}"),
-                    change: Knobs {
+                list.push(Candidate::new(
+                    format!("feature {f}"),
+                    "features",
+                    None,
+                    Knobs {
                         features: Some(vec![f.into()]),
                         ..Knobs::default()
                     },
-                    dimension: "features".into(),
-                    x: None,
-                });
+                ));
             }
         }
         (Some(super::kernel::Generation::Eevdf), Err(why)) => {
@@ -149,8 +174,7 @@ pub fn candidates(
         }
         _ => skipped.push("sched features: EEVDF features are searched on 6.6+ only".into()),
     }
-    list.truncate(MAX_CANDIDATES);
-    (list, skipped)
+    list
 }
 
 /// One row of the search table.

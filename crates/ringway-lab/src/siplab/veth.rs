@@ -35,8 +35,9 @@
 use super::kernel::Plan;
 use super::sweep::{seed_for, Store, SweepConfig, SweepProgress, MAX_CALLS_PER_RUN};
 use super::{
-    plan_for, record_background, record_load, record_proxy_summary, run_generator, start_proxy,
-    stop_proxy, tail, topology, Counters, ProxyKind, ProxyWire, RunRecord, RunSpec, Tools,
+    plan_for, proxy_ended, proxy_summary, record_background, record_load, record_proxy_summary,
+    run_generator, start_proxy, stop_proxy, topology, Counters, ProxyKind, ProxyWire, RunRecord,
+    RunSpec, Tools,
 };
 use crate::sfulab::testbed::{napi_snapshot, run_in, threaded_napi, NapiSnapshot};
 use crate::stats::mean_ci;
@@ -459,29 +460,10 @@ fn run_inner(
     let stopped = stop_proxy(&mut proxy);
     drop(pass);
     measured?;
-    if !alive {
-        anyhow::bail!(
-            "{} died during the run: {}",
-            spec.proxy.name(),
-            tail(&proxy.log, 5)
-        );
-    }
-    match stopped {
-        Ok(Some(status)) => notes.push(format!("proxy had already exited: {status}")),
-        Ok(None) => {}
-        Err(e) => notes.push(e.to_string()),
-    }
-    if let Some(path) = &proxy.summary {
-        let summary = std::fs::read_to_string(path)
-            .map_err(anyhow::Error::from)
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(Into::into));
-        match summary {
-            Ok(summary) => {
-                record_proxy_summary(spec, &summary, rec, &mut notes);
-                record_xdp(spec, &summary, rec);
-            }
-            Err(e) => notes.push(format!("proxy summary unreadable: {e}")),
-        }
+    proxy_ended(spec, &proxy, alive, stopped, &mut notes)?;
+    if let Some(summary) = proxy_summary(&proxy, &mut notes) {
+        record_proxy_summary(spec, &summary, rec, &mut notes);
+        record_xdp(spec, &summary, rec);
     }
     rec.notes.extend(notes);
     let _ = std::fs::remove_dir_all(&dir);

@@ -499,6 +499,34 @@ impl RunResult {
     }
 }
 
+/// Why a run is left out for its relay, if it is: no block delivered, the
+/// blocks' or the ACKs' deliveries late past `max_late_us` at p99, one
+/// stalled past 100 ms, or the emulated link's queue overflowed.
+fn relay_flag(relay: &RelayReport, max_late_us: f64) -> Option<String> {
+    let (_, late_p99, late_max) = relay.late_us;
+    let ack_late_p99 = relay.ack_late_us.1;
+    if late_p99.is_nan() {
+        Some("no receive block was delivered".to_string())
+    } else if late_p99 > max_late_us {
+        Some(format!(
+            "relay fell behind: block deliveries p99 {late_p99:.0} µs late (limit {max_late_us:.0})"
+        ))
+    } else if ack_late_p99 > max_late_us {
+        Some(format!(
+            "relay fell behind: ACK deliveries p99 {ack_late_p99:.0} µs late (limit {max_late_us:.0})"
+        ))
+    } else if late_max.max(relay.ack_late_us.2) > 100_000.0 {
+        Some(format!(
+            "relay stalled: a block or an ACK was delivered {:.0} ms late",
+            late_max.max(relay.ack_late_us.2) / 1e3
+        ))
+    } else if relay.forward.queue_drops + relay.forward.overflow > 0 {
+        Some("the emulated link queue overflowed".to_string())
+    } else {
+        None
+    }
+}
+
 /// One run: fresh namespaces, the relay, iperf3; everything removed after.
 pub fn run_once(c: &TcpLabConfig, planned: &PlannedRun) -> anyhow::Result<RunResult> {
     let (cell, placement, rep) = (&planned.cell, planned.srpic(), planned.rep);
@@ -560,30 +588,7 @@ pub fn run_once(c: &TcpLabConfig, planned: &PlannedRun) -> anyhow::Result<RunRes
     let secs = iperf.seconds.max(c.duration_s);
     let sender_cpu_s = iperf.client_cpu_pct / 100.0 * secs + relay.sender_path_cpu_s;
     let receiver_cpu_s = iperf.server_cpu_pct / 100.0 * secs + relay.receiver_path_cpu_s;
-    let (_, late_p99, late_max) = relay.late_us;
-    let ack_late_p99 = relay.ack_late_us.1;
-    let flagged = if late_p99.is_nan() {
-        Some("no receive block was delivered".to_string())
-    } else if late_p99 > c.max_late_us {
-        Some(format!(
-            "relay fell behind: block deliveries p99 {late_p99:.0} µs late (limit {:.0})",
-            c.max_late_us
-        ))
-    } else if ack_late_p99 > c.max_late_us {
-        Some(format!(
-            "relay fell behind: ACK deliveries p99 {ack_late_p99:.0} µs late (limit {:.0})",
-            c.max_late_us
-        ))
-    } else if late_max.max(relay.ack_late_us.2) > 100_000.0 {
-        Some(format!(
-            "relay stalled: a block or an ACK was delivered {:.0} ms late",
-            late_max.max(relay.ack_late_us.2) / 1e3
-        ))
-    } else if relay.forward.queue_drops + relay.forward.overflow > 0 {
-        Some("the emulated link queue overflowed".to_string())
-    } else {
-        None
-    };
+    let flagged = relay_flag(&relay, c.max_late_us);
     Ok(RunResult {
         cell: *cell,
         srpic: on,

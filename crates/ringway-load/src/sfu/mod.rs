@@ -11,8 +11,11 @@
 //! own moment, not every client's packets in one burst.
 
 mod rx_stats;
+mod schedule;
 
 pub use rx_stats::{RxStats, StreamSummary};
+use schedule::TickSchedule;
+pub use schedule::{phases, tick_lateness, LATE_TICK};
 
 use anyhow::{bail, Context};
 use ringway_io::netns::Host;
@@ -348,9 +351,60 @@ fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
 }
 
 /// The receiver thread: every source's socket, statistics per socket.
+/// A source's receive backend and what it counts.
+type Receiving = (Box<dyn BatchIo>, RxStats);
+
+/// A source's send backend and its media streams, one per type.
+type Sending = (Box<dyn BatchIo>, Vec<StreamGen>);
+
+/// A receive backend (with its statistics) and a send backend (with its
+/// media streams, one per type) on each source's socket, which is then
+/// made non-blocking.
+fn open_backends(
+    c: &SfuLoadConfig,
+    sources: &[Source],
+    interval_ns: u64,
+) -> anyhow::Result<(Vec<Receiving>, Vec<Sending>)> {
+    let mut receivers = Vec::new();
+    let mut senders = Vec::new();
+    for s in sources {
+        receivers.push((
+            open_backend(c.backend, s.sock.try_clone()?)?,
+            RxStats::new(vec![s.session.ssid]),
+        ));
+        let streams = c
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, msg)| {
+                let size = c.sizes[i.min(c.sizes.len() - 1)];
+                StreamGen::new(
+                    s.session.ssid,
+                    *msg,
+                    size,
+                    interval_ns,
+                    (s.session.ssid as u16) ^ 0x1234,
+                )
+            })
+            .collect();
+        senders.push((open_backend(c.backend, s.sock.try_clone()?)?, streams));
+        s.sock.set_nonblocking(true)?;
+    }
+    Ok((receivers, senders))
+}
+
+/// Send a control message of `kind` (keepalive, leave) from every source
+/// to `server` (best effort).
+fn tell_all(sources: &mut [Source], kind: MsgType, server: SocketAddr) {
+    for s in sources.iter_mut() {
+        let (_, msg) = s.requests.simple(kind, s.session);
+        let _ = s.sock.send_to(&msg, server);
+    }
+}
+
 fn spawn_receiver(
     shared: Arc<Shared>,
-    mut sockets: Vec<(Box<dyn BatchIo>, RxStats)>,
+    mut sockets: Vec<Receiving>,
     cpus: Option<Vec<usize>>,
 ) -> std::io::Result<JoinHandle<anyhow::Result<ReceiverEnd>>> {
     std::thread::Builder::new()
@@ -417,7 +471,7 @@ struct SenderEnd {
 /// counts the ticks that started more than 1 ms late.
 fn spawn_sender(
     shared: Arc<Shared>,
-    mut sources: Vec<(Box<dyn BatchIo>, Vec<StreamGen>)>,
+    mut sources: Vec<Sending>,
     server: SocketAddr,
     interval_ns: u64,
     phases: Vec<u64>,
@@ -462,108 +516,6 @@ fn spawn_sender(
         })
 }
 
-/// A tick is late when it starts more than this after it was due.
-pub const LATE_TICK: Duration = Duration::from_millis(1);
-
-/// The sender's clock: source k ticks every interval at its own phase
-/// (ns after the start); counts the ticks and those that started more
-/// than [`LATE_TICK`] late.
-struct TickSchedule {
-    start: Instant,
-    next: Vec<u64>,
-    interval_ns: u64,
-    ticks: u64,
-    late: u64,
-}
-
-impl TickSchedule {
-    fn new(phases: Vec<u64>, interval_ns: u64) -> TickSchedule {
-        TickSchedule {
-            start: Instant::now(),
-            next: phases,
-            interval_ns,
-            ticks: 0,
-            late: 0,
-        }
-    }
-
-    /// Sleep until the next tick is due; the source whose tick it is.
-    fn wait_next(&mut self) -> usize {
-        let (source, due_ns) = self
-            .next
-            .iter()
-            .copied()
-            .enumerate()
-            .min_by_key(|x| x.1)
-            .expect("a source");
-        let due = self.start + Duration::from_nanos(due_ns);
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep(due - now);
-        } else if now - due > LATE_TICK {
-            self.late += 1;
-        }
-        self.next[source] += self.interval_ns;
-        self.ticks += 1;
-        source
-    }
-}
-
-/// The generator's own lateness on this machine: the sender's schedule for
-/// `sources` sources every `interval_ms` (phases from `seed`, as
-/// [`run`] draws them) run for `duration` on a thread pinned to `cpus`,
-/// sleeping to each tick as the sender does but sending nothing. Returns
-/// (ticks, ticks more than [`LATE_TICK`] late): what the machine's timer
-/// and scheduler cost the generator before any load is added.
-pub fn tick_lateness(
-    sources: usize,
-    interval_ms: f64,
-    seed: u64,
-    duration: Duration,
-    cpus: Option<Vec<usize>>,
-) -> anyhow::Result<(u64, u64)> {
-    anyhow::ensure!(sources > 0, "no sources to schedule");
-    let interval_ns = (interval_ms * 1e6).max(1.0) as u64;
-    let thread = std::thread::Builder::new()
-        .name("sfu-calibrate".into())
-        .spawn(move || {
-            let refused = pin("sfu-calibrate", cpus);
-            let mut schedule =
-                TickSchedule::new(phases(sources, interval_ns, true, seed), interval_ns);
-            let start = Instant::now();
-            while start.elapsed() < duration {
-                schedule.wait_next();
-            }
-            (schedule.ticks, schedule.late, refused)
-        })?;
-    let (ticks, late, refused) = thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the calibration thread panicked"))?;
-    anyhow::ensure!(refused.is_empty(), "placement refused: {}", refused[0]);
-    Ok((ticks, late))
-}
-
-/// Phase of each of `n` sources within `interval_ns`: uniform from a
-/// seeded generator (independent clients), or all 0 (one burst per tick).
-pub fn phases(n: usize, interval_ns: u64, desync: bool, seed: u64) -> Vec<u64> {
-    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            // splitmix64
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut mixed = state;
-            mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            mixed ^= mixed >> 31;
-            if desync {
-                mixed % interval_ns.max(1)
-            } else {
-                0
-            }
-        })
-        .collect()
-}
-
 /// Register the sources, send and receive for the configured time (or
 /// until `stop` is set), and report. `on_live` is called every `every`.
 pub fn run(
@@ -581,32 +533,7 @@ pub fn run(
     let mut sources = register_sources(c)?;
     let ssids: Vec<u32> = sources.iter().map(|s| s.session.ssid).collect();
     let interval_ns = (c.interval_ms * 1e6) as u64;
-    // One receive and one send backend instance per socket.
-    let mut receivers = Vec::new();
-    let mut senders = Vec::new();
-    for s in &sources {
-        receivers.push((
-            open_backend(c.backend, s.sock.try_clone()?)?,
-            RxStats::new(vec![s.session.ssid]),
-        ));
-        let streams = c
-            .types
-            .iter()
-            .enumerate()
-            .map(|(i, msg)| {
-                let size = c.sizes[i.min(c.sizes.len() - 1)];
-                StreamGen::new(
-                    s.session.ssid,
-                    *msg,
-                    size,
-                    interval_ns,
-                    (s.session.ssid as u16) ^ 0x1234,
-                )
-            })
-            .collect();
-        senders.push((open_backend(c.backend, s.sock.try_clone()?)?, streams));
-        s.sock.set_nonblocking(true)?;
-    }
+    let (receivers, senders) = open_backends(c, &sources, interval_ns)?;
     let shared = Arc::new(Shared::default());
     // Stops and joins whatever thread is still running on every way out
     // (a sender that failed to start or stopped with an error included).
@@ -635,10 +562,7 @@ pub fn run(
         }
         if c.keepalive && last_keepalive.elapsed() >= Duration::from_secs(1) {
             last_keepalive = Instant::now();
-            for s in sources.iter_mut() {
-                let (_, msg) = s.requests.simple(MsgType::Keepalive, s.session);
-                let _ = s.sock.send_to(&msg, c.server);
-            }
+            tell_all(&mut sources, MsgType::Keepalive, c.server);
         }
         if let Some(every) = every.filter(|e| !e.is_zero()) {
             if last_live.elapsed() >= every {
@@ -662,10 +586,7 @@ pub fn run(
     };
     std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
     if c.leave {
-        for s in sources.iter_mut() {
-            let (_, msg) = s.requests.simple(MsgType::Leave, s.session);
-            let _ = s.sock.send_to(&msg, c.server);
-        }
+        tell_all(&mut sources, MsgType::Leave, c.server);
         std::thread::sleep(Duration::from_millis(50));
     }
     shared.stop_rx.store(true, Ordering::Relaxed);

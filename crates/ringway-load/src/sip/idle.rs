@@ -525,24 +525,26 @@ impl Tally {
     }
 }
 
-/// Open the connections, read the server's usage, hold, close, read it
-/// again. Stops early (closing everything) when `stop` is set.
-pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary> {
-    config.validate().map_err(anyhow::Error::msg)?;
-    check_open_files(config.connections)?;
-    let client = client_config(config).map_err(anyhow::Error::msg)?;
-    let server_name = match &config.tls_server_name {
-        Some(name) => ServerName::try_from(name.clone())
-            .map_err(|_| anyhow::anyhow!("--tls-server-name {name:?} is not a DNS name or IP"))?,
-        None => ServerName::IpAddress(config.target.addr.ip().into()),
-    };
-    let usage = |pid: Option<u32>| pid.and_then(tree_usage);
-    let before = usage(config.server_pid);
-    if config.server_pid.is_some() && before.is_none() {
-        anyhow::bail!("--server-pid: no such process");
-    }
-    let mut poll = mio::Poll::new()?;
-    let mut events = mio::Events::with_capacity(1024);
+/// What the opening phase leaves: every link (open, or closed after a
+/// failure), the failures, the connections tried, and the time from the
+/// start to the last one that opened.
+struct Opened {
+    links: Vec<Link>,
+    tally: Tally,
+    started: usize,
+    took: Duration,
+}
+
+/// The opening phase: `config.connections` connections, at most
+/// `config.parallel` in set-up at a time, each given `config.timeout` to
+/// open (handshake and first ping included); ends early when `stop` is
+/// set.
+fn open_all(
+    config: &IdleConfig,
+    stop: &AtomicBool,
+    (poll, events): (&mut mio::Poll, &mut mio::Events),
+    tls: (&Option<Arc<ClientConfig>>, &ServerName<'static>),
+) -> anyhow::Result<Opened> {
     let mut links: Vec<Link> = Vec::with_capacity(config.connections);
     let mut tally = Tally::default();
     let mut in_setup: Vec<usize> = Vec::new();
@@ -553,39 +555,15 @@ pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary
         while in_setup.len() < config.parallel && started < config.connections {
             let source = config.sources[started % config.sources.len()];
             started += 1;
-            let mut stream = match open_from(source, config.target.addr) {
-                Ok(stream) => stream,
-                Err(failure) => {
-                    tally.fail(failure);
-                    continue;
+            match start_link(config, source, poll, links.len(), tls)? {
+                Ok(link) => {
+                    in_setup.push(links.len());
+                    links.push(link);
                 }
-            };
-            let token = mio::Token(links.len());
-            if let Err(e) = poll.registry().register(
-                &mut stream,
-                token,
-                mio::Interest::READABLE | mio::Interest::WRITABLE,
-            ) {
-                tally.fail(("socket", e.to_string()));
-                continue;
+                Err(failure) => tally.fail(failure),
             }
-            let tls = match &client {
-                Some(client) => Some(Box::new(
-                    ClientConnection::new(client.clone(), server_name.clone())
-                        .map_err(|e| anyhow::anyhow!("TLS client: {e}"))?,
-                )),
-                None => None,
-            };
-            in_setup.push(links.len());
-            links.push(Link {
-                stream,
-                tls,
-                stage: Stage::Connecting,
-                deadline: Instant::now() + config.timeout,
-                tail: [0; 2],
-            });
         }
-        poll.poll(&mut events, Some(Duration::from_millis(20)))?;
+        poll.poll(events, Some(Duration::from_millis(20)))?;
         let now = Instant::now();
         for event in events.iter() {
             let Some(link) = links.get_mut(event.token().0) else {
@@ -619,7 +597,80 @@ pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary
             }
         });
     }
-    let opening = last_open.duration_since(begin);
+    Ok(Opened {
+        links,
+        tally,
+        started,
+        took: last_open.duration_since(begin),
+    })
+}
+
+/// A connection from `source` registered with `poll` as `token`, its TLS
+/// client made when `tls` has one: a failure to tally, or an error that
+/// ends the run (a TLS client that cannot be made).
+fn start_link(
+    config: &IdleConfig,
+    source: IpAddr,
+    poll: &mio::Poll,
+    token: usize,
+    (client, server_name): (&Option<Arc<ClientConfig>>, &ServerName<'static>),
+) -> anyhow::Result<Result<Link, Failure>> {
+    let mut stream = match open_from(source, config.target.addr) {
+        Ok(stream) => stream,
+        Err(failure) => return Ok(Err(failure)),
+    };
+    if let Err(e) = poll.registry().register(
+        &mut stream,
+        mio::Token(token),
+        mio::Interest::READABLE | mio::Interest::WRITABLE,
+    ) {
+        return Ok(Err(("socket", e.to_string())));
+    }
+    let tls = match client {
+        Some(client) => Some(Box::new(
+            ClientConnection::new(client.clone(), server_name.clone())
+                .map_err(|e| anyhow::anyhow!("TLS client: {e}"))?,
+        )),
+        None => None,
+    };
+    Ok(Ok(Link {
+        stream,
+        tls,
+        stage: Stage::Connecting,
+        deadline: Instant::now() + config.timeout,
+        tail: [0; 2],
+    }))
+}
+
+/// Open the connections, read the server's usage, hold, close, read it
+/// again. Stops early (closing everything) when `stop` is set.
+pub fn run(config: &IdleConfig, stop: &AtomicBool) -> anyhow::Result<IdleSummary> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    check_open_files(config.connections)?;
+    let client = client_config(config).map_err(anyhow::Error::msg)?;
+    let server_name = match &config.tls_server_name {
+        Some(name) => ServerName::try_from(name.clone())
+            .map_err(|_| anyhow::anyhow!("--tls-server-name {name:?} is not a DNS name or IP"))?,
+        None => ServerName::IpAddress(config.target.addr.ip().into()),
+    };
+    let usage = |pid: Option<u32>| pid.and_then(tree_usage);
+    let before = usage(config.server_pid);
+    if config.server_pid.is_some() && before.is_none() {
+        anyhow::bail!("--server-pid: no such process");
+    }
+    let mut poll = mio::Poll::new()?;
+    let mut events = mio::Events::with_capacity(1024);
+    let Opened {
+        mut links,
+        tally,
+        started,
+        took: opening,
+    } = open_all(
+        config,
+        stop,
+        (&mut poll, &mut events),
+        (&client, &server_name),
+    )?;
     let open = links.iter().filter(|l| l.stage == Stage::Open).count();
     if let Some(path) = &config.ready_file {
         write_ready(path, started, open, &tally)?;

@@ -481,7 +481,7 @@ pub type ProgressFn<'a> = &'a mut dyn FnMut(&Live, Duration);
 pub fn run(
     cfg: &LoadConfig,
     live: Arc<Live>,
-    mut progress: Option<ProgressFn<'_>>,
+    progress: Option<ProgressFn<'_>>,
 ) -> anyhow::Result<LoadSummary> {
     cfg.validate().map_err(anyhow::Error::msg)?;
     let run_id = format!(
@@ -495,29 +495,7 @@ pub fn run(
         workers.push(worker::Worker::new(cfg, i, &run_id, live.clone())?);
     }
     let started = Instant::now();
-    let results: Vec<anyhow::Result<WorkerResult>> = std::thread::scope(|s| {
-        let handles: Vec<_> = workers
-            .into_iter()
-            .map(|w| s.spawn(move || w.run(started)))
-            .collect();
-        let mut last = Instant::now();
-        while !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep(Duration::from_millis(50));
-            if last.elapsed() >= Duration::from_secs(1) {
-                last = Instant::now();
-                if let Some(progress_line) = progress.as_mut() {
-                    progress_line(&live, started.elapsed());
-                }
-            }
-        }
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
-            })
-            .collect()
-    });
+    let results = run_workers(workers, started, &live, progress);
     let mut sum = LoadSummary {
         target_cps: cfg.rate,
         backend: cfg.backend.name().into(),
@@ -558,12 +536,62 @@ pub fn run(
         last_start = last_start.max(result.last_start);
         finished = finished.max(result.finished);
     }
-    sum.attempted = calls.attempted;
+    set_calls(&mut sum, calls);
     sum.start_lag_mean_us = if sum.attempted > 0 {
         lag_sum_ns as f64 / 1e3 / sum.attempted as f64
     } else {
         0.0
     };
+    sum.elapsed_s = (finished - started).as_secs_f64();
+    // Starting lasted until the last start, rounded up to the planned span
+    // of the calls (so one fast burst does not inflate the rate).
+    let planned = (sum.attempted as f64 / cfg.rate).min(cfg.duration.as_secs_f64());
+    sum.start_phase_s = (last_start - started).as_secs_f64().max(planned).max(1e-9);
+    sum.achieved_cps = sum.attempted as f64 / sum.start_phase_s;
+    sum.cpu_s_per_call = if sum.attempted > 0 {
+        sum.cpu.total_s() / sum.attempted as f64
+    } else {
+        0.0
+    };
+    Ok(sum)
+}
+
+/// Run `workers` to their end, each on a thread of its own, calling
+/// `progress` about once a second meanwhile; their results in order.
+fn run_workers(
+    workers: Vec<worker::Worker>,
+    started: Instant,
+    live: &Live,
+    mut progress: Option<ProgressFn<'_>>,
+) -> Vec<anyhow::Result<WorkerResult>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .map(|w| s.spawn(move || w.run(started)))
+            .collect();
+        let mut last = Instant::now();
+        while !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(50));
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                if let Some(progress_line) = progress.as_mut() {
+                    progress_line(live, started.elapsed());
+                }
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
+            })
+            .collect()
+    })
+}
+
+/// The calls' outcomes, retransmissions and latencies into the summary.
+fn set_calls(sum: &mut LoadSummary, calls: CallStats) {
+    sum.attempted = calls.attempted;
     sum.succeeded = calls.succeeded;
     sum.failed_total = calls.failed_total();
     sum.throttled = calls.throttled;
@@ -583,18 +611,6 @@ pub fn run(
     sum.invite_to_180 = LatencySummary::of_us(&calls.invite_to_180);
     sum.invite_to_200 = LatencySummary::of_us(&calls.invite_to_200);
     sum.bye_to_200 = LatencySummary::of_us(&calls.bye_to_200);
-    sum.elapsed_s = (finished - started).as_secs_f64();
-    // Starting lasted until the last start, rounded up to the planned span
-    // of the calls (so one fast burst does not inflate the rate).
-    let planned = (sum.attempted as f64 / cfg.rate).min(cfg.duration.as_secs_f64());
-    sum.start_phase_s = (last_start - started).as_secs_f64().max(planned).max(1e-9);
-    sum.achieved_cps = sum.attempted as f64 / sum.start_phase_s;
-    sum.cpu_s_per_call = if sum.attempted > 0 {
-        sum.cpu.total_s() / sum.attempted as f64
-    } else {
-        0.0
-    };
-    Ok(sum)
 }
 
 /// One-line progress text.

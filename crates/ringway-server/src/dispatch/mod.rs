@@ -262,12 +262,7 @@ impl DispatchControl {
                 (_, true) => wanted.proxies.clone(),
                 (Some(resolver), false) => resolve_proxy_names(listen, &wanted, resolver)?,
                 (None, false) => {
-                    let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
-                        server: config.dns_server,
-                        threads: 1,
-                        ..crate::dns::DnsConfig::default()
-                    })
-                    .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
+                    let resolver = names_resolver(config.dns_server)?;
                     let resolved = resolve_proxy_names(listen, &wanted, &resolver);
                     resolver.stop();
                     resolved?
@@ -280,39 +275,7 @@ impl DispatchControl {
             return Err(e);
         }
         let running = &shared.config;
-        let mut restart_needed = Vec::new();
-        let mut differs = |key: &str, changed: bool| {
-            if changed {
-                restart_needed.push(key.to_string());
-            }
-        };
-        differs(
-            "listen",
-            config.listen != running.listen || config.listeners != running.listeners,
-        );
-        differs("tcp-*", config.tcp != running.tcp);
-        differs("ws-origin", config.ws_origins != running.ws_origins);
-        differs("workers", config.workers != running.workers);
-        differs("backend", config.io.kind() != running.io.kind());
-        differs("batch", config.batch != running.batch);
-        differs(
-            "probe-interval-ms",
-            config.probe_interval_ms != running.probe_interval_ms,
-        );
-        differs(
-            "probe-failures",
-            config.probe_failures != running.probe_failures,
-        );
-        differs("record-route", config.record_route != running.record_route);
-        differs("dns-server", config.dns_server != running.dns_server);
-        differs(
-            "flood-*",
-            config.flood_limit != running.flood_limit
-                || config.flood_window != running.flood_window
-                || config.flood_table_size != running.flood_table_size
-                || config.flood_exempt != running.flood_exempt
-                || config.flood_ipv6_prefix != running.flood_ipv6_prefix,
-        );
+        let mut restart_needed = restart_needed(&config, running);
         // Held while applying: a re-resolution in flight is dropped.
         let mut in_force = shared.wanted.lock().unwrap_or_else(PoisonError::into_inner);
         let before = shared.dispatcher.proxies();
@@ -349,33 +312,7 @@ impl DispatchControl {
         wanted.generation = in_force.generation + 1;
         *in_force = wanted;
         drop(in_force);
-        let list = |v: Vec<&TransportAddr>| v.into_iter().map(named).collect::<Vec<_>>().join(", ");
-        let added = list(
-            config
-                .proxies
-                .iter()
-                .filter(|p| !before.contains(p))
-                .collect(),
-        );
-        let removed = list(
-            before
-                .iter()
-                .filter(|p| !config.proxies.contains(p))
-                .collect(),
-        );
-        log::info!(
-            "sip dispatch: reloaded: proxies {} (added [{added}], removed [{removed}]), relay {}{}",
-            list(config.proxies.iter().collect()),
-            config.relay,
-            if restart_needed.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; not applied, need a restart: {}",
-                    restart_needed.join(", ")
-                )
-            }
-        );
+        log_reload(&before, &config, &restart_needed);
         shared.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(crate::sip::ReloadReport {
             applied,
@@ -408,6 +345,140 @@ impl DispatchControl {
     }
 }
 
+/// The keys of `config` that differ from the `running` configuration and
+/// need a restart (a reload does not apply them); the TLS settings are
+/// judged apart.
+fn restart_needed(config: &DispatchServerConfig, running: &DispatchServerConfig) -> Vec<String> {
+    let mut restart_needed = Vec::new();
+    let mut differs = |key: &str, changed: bool| {
+        if changed {
+            restart_needed.push(key.to_string());
+        }
+    };
+    differs(
+        "listen",
+        config.listen != running.listen || config.listeners != running.listeners,
+    );
+    differs("tcp-*", config.tcp != running.tcp);
+    differs("ws-origin", config.ws_origins != running.ws_origins);
+    differs("workers", config.workers != running.workers);
+    differs("backend", config.io.kind() != running.io.kind());
+    differs("batch", config.batch != running.batch);
+    differs(
+        "probe-interval-ms",
+        config.probe_interval_ms != running.probe_interval_ms,
+    );
+    differs(
+        "probe-failures",
+        config.probe_failures != running.probe_failures,
+    );
+    differs("record-route", config.record_route != running.record_route);
+    differs("dns-server", config.dns_server != running.dns_server);
+    differs(
+        "flood-*",
+        config.flood_limit != running.flood_limit
+            || config.flood_window != running.flood_window
+            || config.flood_table_size != running.flood_table_size
+            || config.flood_exempt != running.flood_exempt
+            || config.flood_ipv6_prefix != running.flood_ipv6_prefix,
+    );
+    restart_needed
+}
+
+/// Log a reload that went through: the proxies (added and removed from
+/// `before`), the relay, and what needs a restart.
+fn log_reload(before: &[TransportAddr], config: &DispatchServerConfig, restart_needed: &[String]) {
+    let list = |v: Vec<&TransportAddr>| v.into_iter().map(named).collect::<Vec<_>>().join(", ");
+    let added = list(
+        config
+            .proxies
+            .iter()
+            .filter(|p| !before.contains(p))
+            .collect(),
+    );
+    let removed = list(
+        before
+            .iter()
+            .filter(|p| !config.proxies.contains(p))
+            .collect(),
+    );
+    log::info!(
+        "sip dispatch: reloaded: proxies {} (added [{added}], removed [{removed}]), relay {}{}",
+        list(config.proxies.iter().collect()),
+        config.relay,
+        if restart_needed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not applied, need a restart: {}",
+                restart_needed.join(", ")
+            )
+        }
+    );
+}
+
+/// A resolver for the proxies' names (`proxy_names`): one thread, asking
+/// `server` (`None`: the first nameserver of /etc/resolv.conf).
+fn names_resolver(server: Option<SocketAddr>) -> Result<crate::dns::Resolver, ServerError> {
+    crate::dns::Resolver::start(crate::dns::DnsConfig {
+        server,
+        threads: 1,
+        ..crate::dns::DnsConfig::default()
+    })
+    .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))
+}
+
+/// One UDP socket per worker on the listening address (SO_REUSEPORT; a
+/// port 0 is the first socket's port for all).
+fn worker_sockets(config: &DispatchServerConfig) -> Result<Vec<std::net::UdpSocket>, ServerError> {
+    let mut socket_config = SocketConfig::new(config.listen);
+    socket_config.reuseport = true;
+    socket_config.rx_timestamps = false;
+    let mut sockets = Vec::new();
+    for _ in 0..config.workers {
+        let (socket, report) = open_udp(&socket_config).map_err(|source| ServerError::Socket {
+            addr: socket_config.bind,
+            source,
+        })?;
+        for w in &report.warnings {
+            log::warn!("sip dispatch: socket {}: {w}", socket_config.bind);
+        }
+        socket_config.bind = socket.local_addr()?;
+        sockets.push(socket);
+    }
+    Ok(sockets)
+}
+
+/// The dispatcher core's configuration: `local` (the UDP address) and the
+/// stream `listeners`, with fresh secrets (the Via MAC's and the flood
+/// table's seed).
+fn core_config(
+    config: &DispatchServerConfig,
+    local: SocketAddr,
+    listeners: &[TransportAddr],
+) -> Result<DispatchConfig, ServerError> {
+    // Which sources share a flood-table set cannot be aimed at.
+    let flood_seed: [u8; 8] = host::random_bytes()?;
+    Ok(DispatchConfig {
+        local,
+        listeners: listeners.to_vec(),
+        proxies: config.proxies.clone(),
+        probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
+        probe_failures: config.probe_failures,
+        record_route: config.record_route,
+        secret: host::random_bytes()?,
+        relay: config.relay.clone(),
+        flood: config.flood_limit.map(|limit| FloodConfig {
+            limit,
+            window: u64::try_from(config.flood_window.as_nanos()).unwrap_or(u64::MAX),
+            table_size: config.flood_table_size,
+            exempt: config.flood_exempt.clone(),
+            ipv6_prefix: config.flood_ipv6_prefix,
+            seed: u64::from_le_bytes(flood_seed),
+        }),
+    })
+}
+
 /// A running dispatcher.
 pub struct DispatchServer {
     shared: Arc<Shared>,
@@ -422,12 +493,7 @@ impl DispatchServer {
         let resolver = if config.proxy_names.is_empty() {
             None
         } else {
-            let resolver = crate::dns::Resolver::start(crate::dns::DnsConfig {
-                server: config.dns_server,
-                threads: 1,
-                ..crate::dns::DnsConfig::default()
-            })
-            .map_err(|e| ServerError::Config(format!("proxy_names: {e}")))?;
+            let resolver = names_resolver(config.dns_server)?;
             match resolve_proxy_names(config.listen, &wanted, &resolver) {
                 Ok(proxies) => config.proxies = proxies,
                 Err(e) => {
@@ -438,22 +504,7 @@ impl DispatchServer {
             Some(resolver)
         };
         wanted.resolved = config.proxies[wanted.proxies.len()..].to_vec();
-        let mut socket_config = SocketConfig::new(config.listen);
-        socket_config.reuseport = true;
-        socket_config.rx_timestamps = false;
-        let mut sockets = Vec::new();
-        for _ in 0..config.workers {
-            let (socket, report) =
-                open_udp(&socket_config).map_err(|source| ServerError::Socket {
-                    addr: socket_config.bind,
-                    source,
-                })?;
-            for w in &report.warnings {
-                log::warn!("sip dispatch: socket {}: {w}", socket_config.bind);
-            }
-            socket_config.bind = socket.local_addr()?;
-            sockets.push(socket);
-        }
+        let sockets = worker_sockets(&config)?;
         let local = sockets[0].local_addr()?;
         let probe_socket = sockets[0].try_clone()?;
         let streams = crate::sip::open_stream_listeners(
@@ -477,26 +528,7 @@ impl DispatchServer {
                 return Err(e);
             }
         };
-        // Which sources share a flood-table set cannot be aimed at.
-        let flood_seed: [u8; 8] = host::random_bytes()?;
-        let dispatcher = Dispatcher::new(DispatchConfig {
-            local,
-            listeners: streams.addresses.clone(),
-            proxies: config.proxies.clone(),
-            probe_interval: config.probe_interval_ms.saturating_mul(1_000_000),
-            probe_failures: config.probe_failures,
-            record_route: config.record_route,
-            secret: host::random_bytes()?,
-            relay: config.relay.clone(),
-            flood: config.flood_limit.map(|limit| FloodConfig {
-                limit,
-                window: u64::try_from(config.flood_window.as_nanos()).unwrap_or(u64::MAX),
-                table_size: config.flood_table_size,
-                exempt: config.flood_exempt.clone(),
-                ipv6_prefix: config.flood_ipv6_prefix,
-                seed: u64::from_le_bytes(flood_seed),
-            }),
-        });
+        let dispatcher = Dispatcher::new(core_config(&config, local, &streams.addresses)?);
         let backend = config.io.kind();
         let shared = Arc::new(Shared {
             config,

@@ -579,6 +579,23 @@ fn control_thread(
         // in the engines.
         out.send_replies(&mut counters);
     }
+    let ends = join_engines(engines)?;
+    // What the engines handed on before they ended.
+    for handoff in from_engines.try_iter() {
+        out.handle(&mut sfu, handoff, &mut counters);
+    }
+    out.send_replies(&mut counters);
+    if let Some(next_hops) = &out.next_hops {
+        counters.next_hop_reads = next_hops.reads();
+        counters.next_hop_tables = next_hops.generation();
+    }
+    publish_live(&live, &sfu, &lives, record.as_ref(), true);
+    Ok(merge(ends, sfu.stats(), counters))
+}
+
+/// Wait for every engine thread; their ends, or the first error (a panic
+/// included) once all have ended.
+fn join_engines(engines: Vec<EngineThread>) -> Result<Vec<QueueEnd>, ServerError> {
     let mut ends = Vec::with_capacity(engines.len());
     let mut failed = None;
     for (handle, _) in engines {
@@ -592,20 +609,10 @@ fn control_thread(
             }
         }
     }
-    if let Some(err) = failed {
-        return Err(err);
+    match failed {
+        Some(err) => Err(err),
+        None => Ok(ends),
     }
-    // What the engines handed on before they ended.
-    for handoff in from_engines.try_iter() {
-        out.handle(&mut sfu, handoff, &mut counters);
-    }
-    out.send_replies(&mut counters);
-    if let Some(next_hops) = &out.next_hops {
-        counters.next_hop_reads = next_hops.reads();
-        counters.next_hop_tables = next_hops.generation();
-    }
-    publish_live(&live, &sfu, &lives, record.as_ref(), true);
-    Ok(merge(ends, sfu.stats(), counters))
 }
 
 /// The control thread's way out: the kernel socket, the recorder, and the

@@ -18,7 +18,8 @@ use anyhow::Context;
 use ringway_io::BackendKind;
 use ringway_lab::checkpoint::Checkpoint;
 use ringway_lab::sfulab::experiment::{
-    calibrate_lateness, render_capacity, run_capacity, run_grid, Placement, SfuLabConfig,
+    calibrate_lateness, render_capacity, run_capacity, run_grid, CapacityPoint, LateCalibration,
+    Placement, PlannedRun, SfuLabConfig,
 };
 use ringway_lab::sfulab::{json, markdown, render, summarize, svg, Run};
 use ringway_server::sfu::Flush;
@@ -239,91 +240,110 @@ fn shape(a: &LabSfuArgs) -> String {
 /// The state file (`--state`) and the runs already in it.
 type State = (Option<Checkpoint>, Vec<Run>);
 
+/// The experiment on `place`: the calibration if asked, then the capacity
+/// curve or the grid.
 fn experiment(
     a: LabSfuArgs,
     mut config: SfuLabConfig,
     place: Placement,
-    (mut state, mut runs): State,
+    state: State,
 ) -> anyhow::Result<()> {
     if a.calibrate > 0.0 {
-        // The busiest cell: the grid's, or the capacity curve's last step.
-        let busiest = if a.capacity {
-            SfuLabConfig {
-                clients: a.capacity_clients.clone(),
-                pps: vec![a.capacity_pps],
-                ..config.clone()
-            }
-        } else {
-            config.clone()
-        };
-        let cal = calibrate_lateness(&busiest, std::time::Duration::from_secs_f64(a.calibrate))
-            .context("calibrating the load generator's lateness")?;
-        println!(
-            "load generator alone ({:.0}s, {} ticks): {:.2}% of ticks > 1 ms late; runs above {:.2}% are left out",
-            a.calibrate, cal.ticks, cal.late_pct, cal.limit_pct
-        );
-        config.late_calibration = Some(cal);
+        config.late_calibration = Some(calibrate(&a, &config)?);
     }
-    let backends: Vec<&str> = config.backends.iter().map(|b| b.name()).collect();
-    let shape = shape(&a);
     if a.capacity {
-        println!(
-            "ringway lab sfu --capacity: {:.0}s (+{:.0}s warm-up) per step ({shape}), clients {:?} at {} pps each, backends {backends:?}",
-            a.duration, a.warmup, a.capacity_clients, a.capacity_pps
-        );
-        let cap = run_capacity(
-            &place,
-            &config,
-            a.capacity_pps,
-            &a.capacity_clients,
-            (a.capacity_loss, a.capacity_cpu),
-            |path| {
-                println!(
-                    "step {} clients={} ({} pps in): cpu={} loss={} delay(a) p50={}{}",
-                    path.backend,
-                    path.clients,
-                    path.load_pps,
-                    unit(path.cpu_pct, 1, "%"),
-                    unit(path.loss_pct, 2, "%"),
-                    unit(path.delay_p50_us, 1, "us"),
-                    path.limit
-                        .as_deref()
-                        .map(|l| format!(" -> limit: {l}"))
-                        .unwrap_or_default()
-                )
-            },
-        )?;
-        drop(place);
-        print!("{}", render_capacity(&cap));
-        if let Some(path) = &a.json {
-            let report = json(&[], &summarize(&[]), Some(&cap));
-            std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
+        capacity(&a, &config, place)
+    } else {
+        grid(&a, &config, place, state)
+    }
+}
+
+/// `--calibrate`: the load generator's lateness alone at the busiest cell
+/// (the grid's, or the capacity curve's last step), printed.
+fn calibrate(a: &LabSfuArgs, config: &SfuLabConfig) -> anyhow::Result<LateCalibration> {
+    let busiest = if a.capacity {
+        SfuLabConfig {
+            clients: a.capacity_clients.clone(),
+            pps: vec![a.capacity_pps],
+            ..config.clone()
         }
-        return Ok(());
+    } else {
+        config.clone()
+    };
+    let cal = calibrate_lateness(&busiest, std::time::Duration::from_secs_f64(a.calibrate))
+        .context("calibrating the load generator's lateness")?;
+    println!(
+        "load generator alone ({:.0}s, {} ticks): {:.2}% of ticks > 1 ms late; runs above {:.2}% are left out",
+        a.calibrate, cal.ticks, cal.late_pct, cal.limit_pct
+    );
+    Ok(cal)
+}
+
+/// The backends' names, as the headers print them.
+fn backend_names(config: &SfuLabConfig) -> Vec<&'static str> {
+    config.backends.iter().map(|b| b.name()).collect()
+}
+
+/// `--capacity`: the clients rise per backend until a limit; each step and
+/// then the curve are printed (and written as JSON with `--json`).
+fn capacity(a: &LabSfuArgs, config: &SfuLabConfig, place: Placement) -> anyhow::Result<()> {
+    println!(
+        "ringway lab sfu --capacity: {:.0}s (+{:.0}s warm-up) per step ({}), clients {:?} at {} pps each, backends {:?}",
+        a.duration,
+        a.warmup,
+        shape(a),
+        a.capacity_clients,
+        a.capacity_pps,
+        backend_names(config)
+    );
+    let cap = run_capacity(
+        &place,
+        config,
+        a.capacity_pps,
+        &a.capacity_clients,
+        (a.capacity_loss, a.capacity_cpu),
+        print_step,
+    )?;
+    drop(place);
+    print!("{}", render_capacity(&cap));
+    if let Some(path) = &a.json {
+        let report = json(&[], &summarize(&[]), Some(&cap));
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
     }
+    Ok(())
+}
+
+/// One step of the capacity curve, as it ends.
+fn print_step(step: &CapacityPoint) {
+    println!(
+        "step {} clients={} ({} pps in): cpu={} loss={} delay(a) p50={}{}",
+        step.backend,
+        step.clients,
+        step.load_pps,
+        unit(step.cpu_pct, 1, "%"),
+        unit(step.loss_pct, 2, "%"),
+        unit(step.delay_p50_us, 1, "us"),
+        labelled(" -> limit: ", step.limit.as_deref())
+    )
+}
+
+/// The grid: every run not already in the state file, each printed as it
+/// ends and appended to the state file; then the summary over all runs.
+/// Fails when a run failed (after the summary over the rest).
+fn grid(
+    a: &LabSfuArgs,
+    config: &SfuLabConfig,
+    place: Placement,
+    (mut state, mut runs): State,
+) -> anyhow::Result<()> {
     let total = config.plan().len();
-    if a.paper {
-        println!(
-            "--paper (pktswitch Figs. 3-5): clients {:?}, pps/client {:?}, {} repetitions of {:.0}s",
-            config.clients, config.pps, config.reps, config.duration_s
-        );
-    }
     let done = ringway_lab::sfulab::settled_keys(&runs);
     let left = config
         .plan()
         .iter()
         .filter(|p| !done.contains(&p.key()))
         .count();
-    println!(
-        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({shape}), clients {:?}, pps/client {:?}, backends {backends:?}{}, blocks in random order (seed {}), about {:.0} min",
-        config.duration_s,
-        config.warmup_s,
-        config.clients,
-        config.pps,
-        if config.aa { " + socket#aa (A/A)" } else { "" },
-        config.seed,
-        config.planned_seconds() / 60.0 * left as f64 / total.max(1) as f64,
-    );
+    print_grid_header(a, config, left);
     if let Some(state) = &state {
         println!(
             "state file {}: {} runs already there, {left} to make",
@@ -333,52 +353,10 @@ fn experiment(
     }
     let (new_runs, failed) = run_grid(
         &place,
-        &config,
+        config,
         &|p| done.contains(&p.key()),
-        |run| match &mut state {
-            Some(state) => state.append(run),
-            None => Ok(()),
-        },
-        |r, p| {
-            let name = p.label();
-            let (rep, n, pps) = (p.rep, p.clients, p.pps);
-            match r {
-                // One failed run (overloaded machine) must not lose the sweep.
-                Err(e) => {
-                    eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}")
-                }
-                Ok(r) => println!(
-                    "run rep={rep} clients={n} pps={pps} backend={name} (block {} #{}) [{}; flush {}]: cpu user={} \
-                     kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
-                     media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={} steal={} load={}{}",
-                    p.block,
-                    p.order,
-                    r.io_mode,
-                    r.flush,
-                    unit(r.cpu_user_pct, 1, "%"),
-                    unit(r.cpu_system_pct, 1, "%"),
-                    unit(r.cpu_per_packet_us, 2, "us"),
-                    unit(r.delay_p50_us, 1, "us"),
-                    unit(r.delay_mean_us, 1, "us"),
-                    unit(r.handoff_p50_us, 1, "us"),
-                    unit(r.wait_p50_us, 1, "us"),
-                    unit(r.kdelay_p50_us, 1, "us"),
-                    r.copies_per_packet,
-                    r.media,
-                    unit(r.client_loss_pct, 2, "%"),
-                    unit(r.sfu_host_pct, 1, "%"),
-                    unit(r.sfu_host_per_packet_us, 2, "us"),
-                    unit(r.switch_pct, 1, "%"),
-                    unit(r.foreign_pct, 0, "%"),
-                    unit(r.steal_pct, 1, "%"),
-                    unit(r.loadavg1, 2, ""),
-                    r.excluded
-                        .as_deref()
-                        .map(|w| format!(" LEFT OUT: {w}"))
-                        .unwrap_or_default()
-                ),
-            }
-        },
+        |run| Checkpoint::append_to(&mut state, run),
+        print_run,
     )?;
     drop(place);
     runs.extend(new_runs);
@@ -393,24 +371,92 @@ fn experiment(
             }
         );
     }
-    let summary = summarize(&runs);
-    print!("{}", render(&summary));
-    if let Some(path) = &a.json {
-        std::fs::write(
-            path,
-            serde_json::to_vec_pretty(&json(&runs, &summary, None))?,
-        )?;
-    }
-    if let Some(path) = &a.svg {
-        std::fs::write(path, svg(&runs, &summary))?;
-    }
-    if let Some(path) = &a.markdown {
-        std::fs::write(path, markdown(&summary))?;
-    }
+    write_summary(a, &runs)?;
     anyhow::ensure!(
         failed == 0,
         "{failed} of {total} runs failed: the summary above is over the rest"
     );
+    Ok(())
+}
+
+/// What the grid will do: its size, shape and order, and the time the
+/// `left` runs still to make will take.
+fn print_grid_header(a: &LabSfuArgs, config: &SfuLabConfig, left: usize) {
+    let total = config.plan().len();
+    if a.paper {
+        println!(
+            "--paper (pktswitch Figs. 3-5): clients {:?}, pps/client {:?}, {} repetitions of {:.0}s",
+            config.clients, config.pps, config.reps, config.duration_s
+        );
+    }
+    println!(
+        "ringway lab sfu: {total} runs of {:.0}s (+{:.0}s warm-up) ({}), clients {:?}, pps/client {:?}, backends {:?}{}, blocks in random order (seed {}), about {:.0} min",
+        config.duration_s,
+        config.warmup_s,
+        shape(a),
+        config.clients,
+        config.pps,
+        backend_names(config),
+        if config.aa { " + socket#aa (A/A)" } else { "" },
+        config.seed,
+        config.planned_seconds() / 60.0 * left as f64 / total.max(1) as f64,
+    );
+}
+
+/// One run of the grid, as it ends (a failed one on stderr: one failed run
+/// on an overloaded machine must not lose the sweep).
+fn print_run(r: &anyhow::Result<Run>, p: &PlannedRun) {
+    let name = p.label();
+    let (rep, n, pps) = (p.rep, p.clients, p.pps);
+    match r {
+        Err(e) => eprintln!("run rep={rep} clients={n} pps={pps} backend={name} failed: {e:#}"),
+        Ok(r) => println!(
+            "run rep={rep} clients={n} pps={pps} backend={name} (block {} #{}) [{}; flush {}]: cpu user={} \
+             kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
+             media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={} steal={} load={}{}",
+            p.block,
+            p.order,
+            r.io_mode,
+            r.flush,
+            unit(r.cpu_user_pct, 1, "%"),
+            unit(r.cpu_system_pct, 1, "%"),
+            unit(r.cpu_per_packet_us, 2, "us"),
+            unit(r.delay_p50_us, 1, "us"),
+            unit(r.delay_mean_us, 1, "us"),
+            unit(r.handoff_p50_us, 1, "us"),
+            unit(r.wait_p50_us, 1, "us"),
+            unit(r.kdelay_p50_us, 1, "us"),
+            r.copies_per_packet,
+            r.media,
+            unit(r.client_loss_pct, 2, "%"),
+            unit(r.sfu_host_pct, 1, "%"),
+            unit(r.sfu_host_per_packet_us, 2, "us"),
+            unit(r.switch_pct, 1, "%"),
+            unit(r.foreign_pct, 0, "%"),
+            unit(r.steal_pct, 1, "%"),
+            unit(r.loadavg1, 2, ""),
+            labelled(" LEFT OUT: ", r.excluded.as_deref())
+        ),
+    }
+}
+
+/// The summary over `runs`: printed, and written as JSON, SVG and Markdown
+/// where asked.
+fn write_summary(a: &LabSfuArgs, runs: &[Run]) -> anyhow::Result<()> {
+    let summary = summarize(runs);
+    print!("{}", render(&summary));
+    if let Some(path) = &a.json {
+        std::fs::write(
+            path,
+            serde_json::to_vec_pretty(&json(runs, &summary, None))?,
+        )?;
+    }
+    if let Some(path) = &a.svg {
+        std::fs::write(path, svg(runs, &summary))?;
+    }
+    if let Some(path) = &a.markdown {
+        std::fs::write(path, markdown(&summary))?;
+    }
     Ok(())
 }
 
@@ -436,14 +482,8 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
     let config = SfuLabConfig::try_from(&a)?;
     // Opened before the testbed and the calibration: a refused state file
     // costs nothing.
-    let state: State = match &a.state {
-        Some(path) => {
-            let fingerprint = format!("{} placement {}", config.fingerprint(), shape(&a));
-            let (state, runs) = Checkpoint::open::<Run>(path, &fingerprint, a.resume)?;
-            (Some(state), runs)
-        }
-        None => (None, Vec::new()),
-    };
+    let fingerprint = format!("{} placement {}", config.fingerprint(), shape(&a));
+    let state: State = Checkpoint::open_optional(a.state.as_deref(), &fingerprint, a.resume)?;
     if a.netns {
         let max = if a.capacity {
             a.capacity_clients.iter().copied().max().unwrap_or(1)
@@ -467,4 +507,9 @@ fn unit(v: f64, decimals: usize, unit: &str) -> String {
     } else {
         "n/a".into()
     }
+}
+
+/// `label` and `text`, or nothing without a text.
+fn labelled(label: &str, text: Option<&str>) -> String {
+    text.map(|t| format!("{label}{t}")).unwrap_or_default()
 }

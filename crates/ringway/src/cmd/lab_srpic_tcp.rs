@@ -7,7 +7,9 @@ use ringway_lab::impair::RouterBatching;
 use ringway_lab::srpic_tcp::calibrate::{self, ROUTER_FIT};
 use ringway_lab::srpic_tcp::hosts::SenderProfile;
 use ringway_lab::srpic_tcp::relay::Placement;
-use ringway_lab::srpic_tcp::{compare, report, run_grid, RunResult, Table, TcpLabConfig};
+use ringway_lab::srpic_tcp::{
+    compare, report, run_grid, PlannedRun, RunResult, Table, TcpLabConfig,
+};
 
 /// Arguments of `ringway lab srpic-tcp`.
 #[derive(clap::Args, Debug)]
@@ -186,17 +188,6 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
                 x => anyhow::bail!("--senders: unknown {x:?} (S, A)"),
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let frac = |v: &[f64], what: &str| -> anyhow::Result<Vec<f64>> {
-            v.iter()
-                .map(|x| {
-                    if x.is_finite() && (0.0..=100.0).contains(x) {
-                        Ok(x / 100.0)
-                    } else {
-                        anyhow::bail!("--{what} values are percentages in [0, 100]")
-                    }
-                })
-                .collect()
-        };
         let betas = a.betas.unwrap_or_else(|| {
             if table4 {
                 vec![0.3, 0.4, 0.5, 0.7]
@@ -238,35 +229,52 @@ impl TryFrom<LabSrpicTcpArgs> for TcpLabConfig {
             ring: a.ring.max(1),
             seed: a.seed,
             tables,
-            betas: frac(&betas, "betas")?,
-            deltas: frac(&a.deltas, "deltas")?,
+            betas: fractions(&betas, "betas")?,
+            deltas: fractions(&a.deltas, "deltas")?,
             streams,
             senders,
-            beta_loss: frac(&[a.beta_loss], "beta-loss")?[0],
+            beta_loss: fractions(&[a.beta_loss], "beta-loss")?[0],
             sweep: a.sweep,
             max_late_us: positive(a.max_late_us, "max-late-us")?,
             timestamps: on_off(a.tcp_timestamps, false, true),
-            placements: {
-                let mut placements: Vec<Placement> = Vec::new();
-                for p in &a.srpic_retransmissions {
-                    let placement = match p.as_str() {
-                        "in-place" => Placement::InPlaceOracle,
-                        "tsval" => Placement::TsvalGated,
-                        _ => Placement::Listing1,
-                    };
-                    if placements.contains(&placement) {
-                        anyhow::bail!("--srpic-retransmissions: {p} given twice");
-                    }
-                    placements.push(placement);
-                }
-                placements
-            },
+            placements: placements(&a.srpic_retransmissions)?,
             scale_alpha: on_off(a.scale_alpha, true, false),
             router: router_batching(&a.router_batching)?,
             aa: a.aa == "on",
             collapse_below_pct: a.collapse_below,
         })
     }
+}
+
+/// `--WHAT` percentages as fractions; each must be in [0, 100].
+fn fractions(percentages: &[f64], what: &str) -> anyhow::Result<Vec<f64>> {
+    percentages
+        .iter()
+        .map(|x| {
+            if x.is_finite() && (0.0..=100.0).contains(x) {
+                Ok(x / 100.0)
+            } else {
+                anyhow::bail!("--{what} values are percentages in [0, 100]")
+            }
+        })
+        .collect()
+}
+
+/// `--srpic-retransmissions`: the SRPIC placements, each at most once.
+fn placements(names: &[String]) -> anyhow::Result<Vec<Placement>> {
+    let mut placements: Vec<Placement> = Vec::new();
+    for p in names {
+        let placement = match p.as_str() {
+            "in-place" => Placement::InPlaceOracle,
+            "tsval" => Placement::TsvalGated,
+            _ => Placement::Listing1,
+        };
+        if placements.contains(&placement) {
+            anyhow::bail!("--srpic-retransmissions: {p} given twice");
+        }
+        placements.push(placement);
+    }
+    Ok(placements)
 }
 
 /// `--calibrate-router`: the grid, best first, against Table 4.
@@ -336,23 +344,56 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
     let (json, markdown) = (a.json.clone(), a.markdown.clone());
     let (state_path, resume) = (a.state.clone(), a.resume);
     let config = TcpLabConfig::try_from(a)?;
-    let cells = config.cells();
     let plan = config.plan();
-    let (mut state, mut runs) = match &state_path {
-        Some(path) => {
-            let (state, runs) = Checkpoint::open::<RunResult>(path, &config.fingerprint(), resume)?;
-            (Some(state), runs)
-        }
-        None => (None, Vec::new()),
-    };
+    let (mut state, mut runs) = Checkpoint::open_optional::<RunResult>(
+        state_path.as_deref(),
+        &config.fingerprint(),
+        resume,
+    )?;
     // Runs flagged (left out) are made again on --resume, a bounded number of times.
     let done =
         ringway_lab::checkpoint::settled_keys(runs.iter().map(|r| (r.key(), r.flagged.is_none())));
     let left = plan.iter().filter(|p| !done.contains(&p.key())).count();
+    print_header(&config, left);
+    if let Some(state) = &state {
+        println!(
+            "state file {}: {} runs already there",
+            state.path().display(),
+            plan.len() - left
+        );
+    }
+    print_run_columns();
+    let (new_runs, failed) = run_grid(
+        &config,
+        &|p| done.contains(&p.key()),
+        |run| Checkpoint::append_to(&mut state, run),
+        print_run,
+    )?;
+    runs.extend(new_runs);
+    let text = report::tables(&config, &runs);
+    println!("{text}");
+    write_reports(&config, &runs, &text, (json, markdown))?;
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {} runs failed: the tables above are over the rest{}",
+        plan.len(),
+        if state.is_some() {
+            " (run the same command with --resume to make them)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// What the grid will do: its cells, runs, arms and settings, and the time
+/// the `left` runs still to make will take.
+fn print_header(config: &TcpLabConfig, left: usize) {
+    let cells = config.cells();
     println!(
         "lab srpic-tcp: {} cells, {} runs of {} s ({left} to make, about {:.0} min; arms {}, each block in random order, seed {}); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC placement {}; α {} ms{}; router batching {}; collapse below {} % of the link rate",
         cells.len(),
-        plan.len(),
+        config.plan().len(),
         config.duration_s,
         left as f64 * (config.duration_s + 3.0) / 60.0,
         cells
@@ -361,7 +402,7 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
             .unwrap_or_default(),
         config.seed,
         SenderProfile::S.sysctls(),
-        timestamps_note(&config),
+        timestamps_note(config),
         config
             .placements
             .iter()
@@ -377,13 +418,10 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         )),
         config.collapse_below_pct
     );
-    if let Some(state) = &state {
-        println!(
-            "state file {}: {} runs already there",
-            state.path().display(),
-            plan.len() - left
-        );
-    }
+}
+
+/// The titles of [`print_run`]'s columns.
+fn print_run_columns() {
     println!(
         "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>6} {:>6} {:>7} {:>7} {:>5}",
         "table",
@@ -406,64 +444,60 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         "ack99",
         "load"
     );
-    let (new_runs, failed) = run_grid(
-        &config,
-        &|p| done.contains(&p.key()),
-        |run| match &mut state {
-            Some(state) => state.append(run),
-            None => Ok(()),
-        },
-        |p, r| {
-            let cell = &p.cell;
-            match r {
-                Ok(r) => println!(
-                    "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>6} {:>6} {:>7.0} {:>7.0} {:>5.2}{}",
-                    format!("{:?}", cell.table),
-                    cell.sender.name(),
-                    cell.streams,
-                    cell.beta * 100.0,
-                    cell.delta * 100.0,
-                    p.arm,
-                    p.rep,
-                    r.iperf.mbps,
-                    r.pkts_retrans(),
-                    r.relay.to_sender.dup_acks,
-                    r.relay.to_sender.sack_blocks,
-                    r.relay.blocks.mean(),
-                    r.relay.arrival_order.2,
-                    r.relay.delivery_order.2,
-                    r.recovery.recoveries(),
-                    r.recovery.kept(),
-                    r.relay.late_us.1,
-                    r.relay.ack_late_us.1,
-                    r.loadavg1,
-                    r.flagged
-                        .as_ref()
-                        .map_or(String::new(), |f| format!("  [left out: {f}]"))
-                ),
-                Err(e) => println!(
-                    "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3} failed: {e:#}",
-                    format!("{:?}", cell.table),
-                    cell.sender.name(),
-                    cell.streams,
-                    cell.beta * 100.0,
-                    cell.delta * 100.0,
-                    p.arm,
-                    p.rep
-                ),
-            }
-        },
-    )?;
-    runs.extend(new_runs);
-    let text = report::tables(&config, &runs);
-    println!("{text}");
+}
+
+/// One run of the grid, as it ends: its cell, arm and repetition, then
+/// its figures or why it failed.
+fn print_run(p: &PlannedRun, r: &anyhow::Result<RunResult>) {
+    let cell = &p.cell;
+    let run = format!(
+        "{:<6} {:<8} {:>3} {:>6} {:>7} {:>11} {:>3}",
+        format!("{:?}", cell.table),
+        cell.sender.name(),
+        cell.streams,
+        cell.beta * 100.0,
+        cell.delta * 100.0,
+        p.arm,
+        p.rep
+    );
+    match r {
+        Ok(r) => println!(
+            "{run} {:>9.1} {:>7} {:>7} {:>7} {:>7.2} {:>8.4} {:>8.4} {:>6} {:>6} {:>7.0} {:>7.0} {:>5.2}{}",
+            r.iperf.mbps,
+            r.pkts_retrans(),
+            r.relay.to_sender.dup_acks,
+            r.relay.to_sender.sack_blocks,
+            r.relay.blocks.mean(),
+            r.relay.arrival_order.2,
+            r.relay.delivery_order.2,
+            r.recovery.recoveries(),
+            r.recovery.kept(),
+            r.relay.late_us.1,
+            r.relay.ack_late_us.1,
+            r.loadavg1,
+            r.flagged
+                .as_ref()
+                .map_or(String::new(), |f| format!("  [left out: {f}]"))
+        ),
+        Err(e) => println!("{run} failed: {e:#}"),
+    }
+}
+
+/// `--json` (the configuration, the runs, the comparison and the tables)
+/// and `--markdown` (the comparison, its legend and the tables).
+fn write_reports(
+    config: &TcpLabConfig,
+    runs: &[RunResult],
+    text: &str,
+    (json, markdown): (Option<std::path::PathBuf>, Option<std::path::PathBuf>),
+) -> anyhow::Result<()> {
     if let Some(path) = json {
-        let comparison = compare::compare(&config, &runs);
+        let comparison = compare::compare(config, runs);
         let v = serde_json::json!({ "config": config, "runs": runs, "comparison": comparison, "tables": text });
         std::fs::write(&path, serde_json::to_vec_pretty(&v)?)?;
     }
     if let Some(path) = markdown {
-        let comparison = compare::compare(&config, &runs);
+        let comparison = compare::compare(config, runs);
         let md = format!(
             "{}\n{}\n```text\n{text}```\n",
             compare::table(&comparison).markdown(),
@@ -471,15 +505,5 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         );
         std::fs::write(&path, md)?;
     }
-    anyhow::ensure!(
-        failed == 0,
-        "{failed} of {} runs failed: the tables above are over the rest{}",
-        plan.len(),
-        if state.is_some() {
-            " (run the same command with --resume to make them)"
-        } else {
-            ""
-        }
-    );
     Ok(())
 }

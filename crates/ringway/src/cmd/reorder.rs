@@ -340,77 +340,113 @@ impl BenchResult {
     }
 }
 
+/// One case's results: its label, flows, and the reference and the fast
+/// sorter's timings.
+type BenchRow = (&'static str, usize, BenchResult, BenchResult);
+
+/// The counters of a case (the fast sorter's, or the reference's when
+/// only it ran).
+fn counters(r: &BenchRow) -> SrpicStats {
+    if r.3.wall.is_empty() {
+        r.2.stats
+    } else {
+        r.3.stats
+    }
+}
+
+/// `ringway reorder bench`: every case (or those of `--case`) timed, then
+/// printed as a table or JSON.
 fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
-    let batch = b.batch.max(1);
-    let run_fast = b.sorter != BenchSorters::Reference;
-    let run_reference = b.sorter != BenchSorters::Fast;
     let mut rows = Vec::new();
     for (ci, &(label, flows, p, d)) in CASES.iter().enumerate() {
         if !b.case.is_empty() && !b.case.contains(&ci) {
             continue;
         }
-        // For 1000 flows, reorder within a flow: displacement is counted in
-        // packets of the interleaved stream, so scale it by the flow count.
-        let stream = synth_stream(flows, b.packets, p, d * flows, 42);
-        let cfg = SrpicConfig {
-            block_size: b.block,
-            ring_size: 1024.max(batch),
-            max_flows: flows.max(1024),
-            idle_flushes: 64,
-        };
-        let (mut fast, mut reference) = (BenchResult::default(), BenchResult::default());
-        for _ in 0..b.reps.max(1) {
-            // A fresh sorter per run (allocated before the clock starts),
-            // the two sorters alternating so that both see the same load.
-            if run_reference {
-                reference.time(
-                    ReferenceSrpic::<u32>::new(cfg, SeqSpace::U16),
-                    &stream,
-                    batch,
-                );
-            }
-            if run_fast {
-                fast.time(Srpic::<u32>::new(cfg, SeqSpace::U16), &stream, batch);
-            }
-        }
-        if run_fast && run_reference {
-            anyhow::ensure!(
-                fast.stats == reference.stats,
-                "the sorters' counters differ in case {ci}: {:?} vs {:?}",
-                fast.stats,
-                reference.stats
-            );
-        }
+        let (reference, fast) = bench_case(&b, ci, (flows, p, d))?;
         rows.push((label, flows, reference, fast));
     }
-    let counters = |r: &(&str, usize, BenchResult, BenchResult)| {
-        if r.3.wall.is_empty() {
-            r.2.stats
-        } else {
-            r.3.stats
-        }
-    };
     if b.json {
-        let rows_json: Vec<_> = rows
-            .iter()
-            .map(|r| {
-                let stats = counters(r);
-                serde_json::json!({"case": r.0, "flows": r.1,
-                  "fast_ns_per_packet_median": r.3.median(), "fast_ns_per_packet_best": r.3.best(),
-                  "fast_cpu_ns_per_packet_median": r.3.cpu_median(),
-                  "reference_ns_per_packet_median": r.2.median(),
-                  "reference_ns_per_packet_best": r.2.best(),
-                  "reference_cpu_ns_per_packet_median": r.2.cpu_median(),
-                  "to_prev": stats.to_prev, "to_after": stats.to_after,
-                  "block_flushes": stats.block_flushes})
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows_json)?);
-        return Ok(());
+        print_bench_json(&rows)
+    } else {
+        print_bench_table(&b, &rows);
+        Ok(())
     }
+}
+
+/// Case `ci` (`flows` flows, a share `p` of the packets displaced by up
+/// to `d`): the reference and the fast sorter timed `--reps` times each,
+/// alternating; both must count the same.
+fn bench_case(
+    b: &BenchArgs,
+    ci: usize,
+    (flows, p, d): (usize, f64, usize),
+) -> anyhow::Result<(BenchResult, BenchResult)> {
+    let batch = b.batch.max(1);
+    let run_fast = b.sorter != BenchSorters::Reference;
+    let run_reference = b.sorter != BenchSorters::Fast;
+    // For 1000 flows, reorder within a flow: displacement is counted in
+    // packets of the interleaved stream, so scale it by the flow count.
+    let stream = synth_stream(flows, b.packets, p, d * flows, 42);
+    let cfg = SrpicConfig {
+        block_size: b.block,
+        ring_size: 1024.max(batch),
+        max_flows: flows.max(1024),
+        idle_flushes: 64,
+    };
+    let (mut fast, mut reference) = (BenchResult::default(), BenchResult::default());
+    for _ in 0..b.reps.max(1) {
+        // A fresh sorter per run (allocated before the clock starts),
+        // the two sorters alternating so that both see the same load.
+        if run_reference {
+            reference.time(
+                ReferenceSrpic::<u32>::new(cfg, SeqSpace::U16),
+                &stream,
+                batch,
+            );
+        }
+        if run_fast {
+            fast.time(Srpic::<u32>::new(cfg, SeqSpace::U16), &stream, batch);
+        }
+    }
+    if run_fast && run_reference {
+        anyhow::ensure!(
+            fast.stats == reference.stats,
+            "the sorters' counters differ in case {ci}: {:?} vs {:?}",
+            fast.stats,
+            reference.stats
+        );
+    }
+    Ok((reference, fast))
+}
+
+/// `--json`: one object per case.
+fn print_bench_json(rows: &[BenchRow]) -> anyhow::Result<()> {
+    let rows_json: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let stats = counters(r);
+            serde_json::json!({"case": r.0, "flows": r.1,
+              "fast_ns_per_packet_median": r.3.median(), "fast_ns_per_packet_best": r.3.best(),
+              "fast_cpu_ns_per_packet_median": r.3.cpu_median(),
+              "reference_ns_per_packet_median": r.2.median(),
+              "reference_ns_per_packet_best": r.2.best(),
+              "reference_cpu_ns_per_packet_median": r.2.cpu_median(),
+              "to_prev": stats.to_prev, "to_after": stats.to_after,
+              "block_flushes": stats.block_flushes})
+        })
+        .collect();
+    println!("{}", serde_json::to_string_pretty(&rows_json)?);
+    Ok(())
+}
+
+/// The table: what was run, then a line per case.
+fn print_bench_table(b: &BenchArgs, rows: &[BenchRow]) {
     println!(
         "SRPIC sorter alone: {} packets/run, {} runs per sorter (alternating), batch {} (flush all after each), block {}, items u32",
-        b.packets, b.reps, batch, b.block
+        b.packets,
+        b.reps,
+        b.batch.max(1),
+        b.block
     );
     println!(
         "input per packet: (flow, seq); the flow's key is copied into a Class at push time. \
@@ -436,7 +472,7 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
     );
     let num =
         |x: Option<f64>| x.map_or_else(|| "n/a".to_string(), |rows_json| format!("{rows_json:.1}"));
-    for r in &rows {
+    for r in rows {
         let stats = counters(r);
         let packets = stats.packets.max(1) as f64;
         let ratio = match (r.3.cpu_median(), r.2.cpu_median()) {
@@ -458,5 +494,4 @@ fn run_bench(b: BenchArgs) -> anyhow::Result<()> {
             100.0 * stats.to_after as f64 / packets
         );
     }
-    Ok(())
 }

@@ -32,10 +32,25 @@ pub(crate) fn run_ringway(args: &[&str]) -> (u32, std::process::Output) {
     (pid, child.wait_with_output().expect("wait for ringway"))
 }
 
-/// Run `ringway lab sfu --netns ARGS --json JSON`, which must succeed;
-/// returns its PID and stdout.
+/// Short runs of `ringway lab sfu` that a busy machine does not leave
+/// out: 1 s (+0.5 s warm-up) each, with the limits on foreign CPU and late
+/// ticks out of reach (timings are not what these tests check).
+const SHORT_LAB_RUNS: [&str; 8] = [
+    "--duration",
+    "1",
+    "--warmup",
+    "0.5",
+    "--max-foreign-cpu",
+    "1000",
+    "--max-late",
+    "100",
+];
+
+/// Run `ringway lab sfu --netns` with [`SHORT_LAB_RUNS`], `ARGS` and
+/// `--json JSON`, which must succeed; returns its PID and stdout.
 pub(crate) fn lab_sfu_netns(args: &[&str], json: &Path) -> (u32, String) {
     let mut all = vec!["lab", "sfu", "--netns"];
+    all.extend_from_slice(&SHORT_LAB_RUNS);
     all.extend_from_slice(args);
     all.extend(["--json", json.to_str().expect("UTF-8 temp path")]);
     let (pid, out) = run_ringway(&all);

@@ -92,12 +92,7 @@ pub(crate) fn busy_here(seen: &str) -> Vec<u8> {
     let head = invite.split("\r\n\r\n").next().unwrap_or("");
     let mut reply = String::from("SIP/2.0 486 Busy Here\r\n");
     for line in head.lines().skip(1) {
-        let name = line
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let name = header_name(line);
         if ["via", "v", "from", "f", "call-id", "i", "cseq"].contains(&name.as_str()) {
             reply.push_str(line);
             reply.push_str("\r\n");
@@ -121,6 +116,39 @@ pub(crate) fn wait_metric(metrics: &str, sample: &str, want: f64) -> bool {
     false
 }
 
+/// A registrar for `ringway.test` on 127.0.0.1:5080 (UDP; then
+/// `registrar_args`) and an edge proxy on 127.0.0.1:5060 (UDP and TCP)
+/// routing to it (then `edge_args`), both relaying to 127.0.0.0/8.
+pub(crate) fn registrar_behind_edge(
+    procs: &mut Procs,
+    dir: &Path,
+    registrar_args: &[&str],
+    edge_args: &[&str],
+) -> (ProxyProc, ProxyProc) {
+    let registrar = [
+        "--listen",
+        "127.0.0.1:5080",
+        "--registrar",
+        "--domain",
+        "ringway.test",
+        "--relay",
+        "127.0.0.0/8",
+    ];
+    let registrar = start_proxy(procs, dir, &[&registrar[..], registrar_args].concat());
+    let edge = [
+        "--listen",
+        "127.0.0.1:5060",
+        "--listen",
+        "tcp:127.0.0.1:5060",
+        "--route-to",
+        "127.0.0.1:5080",
+        "--relay",
+        "127.0.0.0/8",
+    ];
+    let edge = start_proxy(procs, dir, &[&edge[..], edge_args].concat());
+    (registrar, edge)
+}
+
 /// RFC 5626 7, the registrar acting on a `430` it receives, on the wire:
 /// a registrar on 127.0.0.1:5080 (stateful, then `registrar_args`) and an
 /// edge proxy on 127.0.0.1:5060 (UDP and TCP, metrics on 127.0.0.1:9091)
@@ -133,34 +161,12 @@ pub(crate) fn registrar_acting_on_430(
     dir: &Path,
     registrar_args: &[&str],
 ) -> (serde_json::Value, Vec<bool>) {
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:5080",
-        "--registrar",
-        "--domain",
-        "ringway.test",
-        "--relay",
-        "127.0.0.0/8",
-        "--mode",
-        "stateful",
-    ];
-    args.extend_from_slice(registrar_args);
-    let registrar = start_proxy(procs, dir, &args);
-    let edge = start_proxy(
+    let registrar_args = [&["--mode", "stateful"][..], registrar_args].concat();
+    let (registrar, edge) = registrar_behind_edge(
         procs,
         dir,
-        &[
-            "--listen",
-            "127.0.0.1:5060",
-            "--listen",
-            "tcp:127.0.0.1:5060",
-            "--route-to",
-            "127.0.0.1:5080",
-            "--relay",
-            "127.0.0.0/8",
-            "--metrics",
-            "127.0.0.1:9091",
-        ],
+        &registrar_args,
+        &["--metrics", "127.0.0.1:9091"],
     );
     let long = Duration::from_secs(10);
     let mut flows = Vec::new();

@@ -24,6 +24,15 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The lower-case name of a header line (`Via: ...` gives `via`).
+pub(crate) fn header_name(line: &str) -> String {
+    line.split(':')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// The `ringway` binary under test: this build's, or `RINGWAY_BIN` (also
 /// `RINGWAY_TEST_BIN`), to run a test against another build, e.g. to see it
 /// fail on an older one.

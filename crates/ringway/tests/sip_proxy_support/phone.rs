@@ -3,6 +3,7 @@
 //! connection (its flow, RFC 5626 5.3), as a SIP phone behind a NAT or a
 //! firewall does.
 
+use super::header_name;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -209,12 +210,7 @@ fn ok_to(request: &str, contact: Option<&str>) -> String {
     let head = request.split("\r\n\r\n").next().unwrap_or("");
     let mut reply = String::from("SIP/2.0 200 OK\r\n");
     for line in head.lines().skip(1) {
-        let name = line
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let name = header_name(line);
         match name.as_str() {
             "via" | "v" | "record-route" | "from" | "f" | "call-id" | "i" | "cseq" => {
                 reply.push_str(line);

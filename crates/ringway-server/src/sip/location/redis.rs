@@ -67,8 +67,7 @@ pub struct RedisStore {
     link: Mutex<Link>,
     register: Script,
     lookup: Script,
-    remove_flow: Script,
-    remove_path: Script,
+    remove_matching: Script,
     counters: Arc<LocationCounters>,
     /// This process among the proxies sharing the store: a binding's
     /// connection is used only by the proxy that holds it.
@@ -103,8 +102,7 @@ impl RedisStore {
             }),
             register: Script::new(include_str!("register.lua")),
             lookup: Script::new(include_str!("lookup.lua")),
-            remove_flow: Script::new(include_str!("remove_flow.lua")),
-            remove_path: Script::new(include_str!("remove_path.lua")),
+            remove_matching: Script::new(include_str!("remove_matching.lua")),
             counters,
             node: crate::host::random_bytes::<8>()
                 .map(u64::from_le_bytes)
@@ -199,6 +197,20 @@ impl RedisStore {
         connection.set_read_timeout(Some(self.timeout))?;
         connection.set_write_timeout(Some(self.timeout))?;
         Ok(connection)
+    }
+
+    /// Remove the bindings of `aor` whose stored JSON holds `text`
+    /// (`remove_matching.lua`); how many went (0 when Redis is away).
+    fn remove_matching(&self, aor: &str, text: String) -> usize {
+        let mut invocation = self.remove_matching.prepare_invoke();
+        invocation
+            .key(bindings_key(aor))
+            .key(expiry_key(aor))
+            .arg(text);
+        match self.with_connection(|connection| invocation.invoke::<i64>(connection)) {
+            Ok(removed) => usize::try_from(removed).unwrap_or(0),
+            Err(_) => 0,
+        }
     }
 
     /// Turn a script's reply into bindings (expiry in the caller's clock:
@@ -416,37 +428,22 @@ impl LocationStore for RedisStore {
     }
 
     fn remove_flow(&self, aor: &str, flow: &Hop, _now: u64) -> usize {
-        // The flow as register.lua stored it with this node (one
-        // serializer: the script matches the text).
+        // The flow as register.lua stored it after "f": with this node
+        // (transport, address, connection and node; one serializer).
         let Ok(stored) = serde_json::to_string(&StoredFlow::of(*flow, self.node)) else {
             return 0;
         };
-        let mut invocation = self.remove_flow.prepare_invoke();
-        invocation
-            .key(bindings_key(aor))
-            .key(expiry_key(aor))
-            .arg(stored);
-        match self.with_connection(|connection| invocation.invoke::<i64>(connection)) {
-            Ok(removed) => usize::try_from(removed).unwrap_or(0),
-            Err(_) => 0,
-        }
+        self.remove_matching(aor, format!("\"f\":{stored},"))
     }
 
     fn remove_path(&self, aor: &str, path: &[String], _now: u64) -> usize {
-        // The Path as register.lua stored it (the same serializer as
-        // `register`: the script matches the text).
+        // The Path as register.lua stored it after "p": (the same
+        // serializer as `register`), followed there by ,"f": so that
+        // exactly the bindings of that Path match (not of a longer one).
         let Ok(stored) = serde_json::to_string(path) else {
             return 0;
         };
-        let mut invocation = self.remove_path.prepare_invoke();
-        invocation
-            .key(bindings_key(aor))
-            .key(expiry_key(aor))
-            .arg(stored);
-        match self.with_connection(|connection| invocation.invoke::<i64>(connection)) {
-            Ok(removed) => usize::try_from(removed).unwrap_or(0),
-            Err(_) => 0,
-        }
+        self.remove_matching(aor, format!("\"p\":{stored},\"f\":"))
     }
 
     fn len(&self) -> Option<usize> {

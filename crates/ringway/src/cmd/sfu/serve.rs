@@ -283,19 +283,14 @@ fn print_live(start: Instant, last: &(Instant, LiveStats), l: &LiveStats) {
     let _ = std::io::stdout().flush();
 }
 
+/// What `sfu serve` prints when it stops: totals, threads, delays, the
+/// recording and the drops.
 fn print_final(r: &ServeReport) {
     let sfu = &r.sfu;
     // Unknown CPU time (the kernel did not tell it) prints n/a, never 0.
     let pct = |v: f64| {
         if v.is_finite() {
             format!("{v:.1}%")
-        } else {
-            "n/a".into()
-        }
-    };
-    let p50 = |l: &ringway_server::metrics::LatencySummary| {
-        if l.count > 0 {
-            format!("{:.1}us", l.p50_us)
         } else {
             "n/a".into()
         }
@@ -321,6 +316,16 @@ fn print_final(r: &ServeReport) {
     for line in &r.placement_refused {
         println!("placement refused: {line}");
     }
+    print_threads(r);
+    print_delays(r);
+    if let Some(rec) = &r.recording {
+        print_recording(rec);
+    }
+    print_drops(sfu);
+}
+
+/// The engines' and the control thread's counters.
+fn print_threads(r: &ServeReport) {
     for engine in &r.engines {
         let c = &engine.counters;
         println!(
@@ -350,6 +355,17 @@ fn print_final(r: &ServeReport) {
             c.next_hop_tables
         );
     }
+}
+
+/// The four delays' medians and delay (a)'s 99th percentile.
+fn print_delays(r: &ServeReport) {
+    let p50 = |l: &ringway_server::metrics::LatencySummary| {
+        if l.count > 0 {
+            format!("{:.1}us", l.p50_us)
+        } else {
+            "n/a".into()
+        }
+    };
     println!(
         "delay p50: (a) scheduled={} (b) handoff={} (c) wait={} (d) from kernel RX={}; (a) p99={}{}",
         p50(&r.delay),
@@ -367,23 +383,29 @@ fn print_final(r: &ServeReport) {
             ""
         }
     );
-    if let Some(rec) = &r.recording {
-        println!(
-            "recording: {} files, {} packets, {} bytes (cap {}{}) dropped: queue_full={} disk_full={} too_many_sources={} write_errors={}",
-            rec.files,
-            rec.packets,
-            rec.bytes,
-            rec.max_bytes,
-            if rec.full { ", reached" } else { "" },
-            rec.dropped_queue_full,
-            rec.dropped_disk_full,
-            rec.dropped_too_many_sources,
-            rec.write_errors
-        );
-        if let Some(error) = &rec.error {
-            println!("recording error: {error}");
-        }
+}
+
+/// The recorder's files, packets and drops.
+fn print_recording(rec: &ringway_server::sfu::RecordReport) {
+    println!(
+        "recording: {} files, {} packets, {} bytes (cap {}{}) dropped: queue_full={} disk_full={} too_many_sources={} write_errors={}",
+        rec.files,
+        rec.packets,
+        rec.bytes,
+        rec.max_bytes,
+        if rec.full { ", reached" } else { "" },
+        rec.dropped_queue_full,
+        rec.dropped_disk_full,
+        rec.dropped_too_many_sources,
+        rec.write_errors
+    );
+    if let Some(error) = &rec.error {
+        println!("recording error: {error}");
     }
+}
+
+/// The SFU core's drops by reason.
+fn print_drops(sfu: &ringway_sfu::SfuStats) {
     println!(
         "drops: malformed={} unregistered={} unverified={} unknown_pt={} bad_token={} \
          unknown_ssid={} wrong_address={} not_admitted={} bad_cookie={} rate_limited={} \
