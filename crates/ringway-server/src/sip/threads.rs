@@ -7,7 +7,7 @@ use super::location::StoreThread;
 use super::snapshot::MetricsSlot;
 use super::{lock, tcp, Shared, SipTimer, SipWorker, ThreadCpu, WorkerMetrics, RX_FRAME};
 use crate::host;
-use ringway_io::{monotonic_now, BatchIo, RxBatch};
+use ringway_io::{monotonic_now, BackendKind, BatchIo, RxBatch};
 use std::net::UdpSocket;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,21 +86,42 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
     lock(&shared.placement).extend(lines);
     let config = &shared.config;
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
-    let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    // AF_XDP has no kernel TX stamps (K_snd is n/a): asking for them would
+    // only count them lost, and read the backend's counters per batch.
+    let tx_stamp_every = match io.kind() {
+        BackendKind::Xdp => 0,
+        _ => config.tx_stamp_every,
+    };
+    let mut worker = SipWorker::new(&shared.proxy, config.batch, tx_stamp_every);
     worker.with_connections(shared.connections.clone());
     worker.with_monitor(shared.monitor.clone());
     worker.shed_after(config.overload_queue_delay.map(duration_ns));
     worker.pin_admitted(config.overload_pinned_admit_ppm);
     worker.overload_control(config.overload_control);
     worker.emulate_service(config.emulated_service, index as u64 + 1);
+    let mut coalescing = config.rx_coalesce.map(Coalescing::new);
+    if let Some(window) = config.rx_coalesce {
+        // A short window is mostly timer slack (50 µs by default) otherwise.
+        let slack = ringway_io::thread::set_timer_slack(window / 8);
+        log::info!("sip server: worker {index}: receive coalescing {window:?}, {slack}");
+    }
     let slot = &shared.slots[index];
     let mut published = 0u64;
     let _alive = AliveGuard::new(&shared.threads_alive);
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
-            match io.recv_batch(&mut rx, Some(POLL)) {
-                Ok(0) => {}
+            // Right after a coalescing window: take what came, no wait.
+            let after_window = coalescing.as_ref().is_some_and(|c| c.slept);
+            let timeout = if after_window { Duration::ZERO } else { POLL };
+            let waiting_since = coalescing.as_ref().map(|_| monotonic_now());
+            let received = io.recv_batch(&mut rx, Some(timeout));
+            let waited = waiting_since.map(|since| monotonic_now().saturating_since(since));
+            let got = *received.as_ref().unwrap_or(&0);
+            match received {
+                Ok(0) if after_window => worker.count_wakeup(),
+                Ok(0) => worker.refresh_io(&*io),
                 Ok(_) => {
+                    worker.count_wakeup();
                     shared.injected_panic(&name);
                     worker.drive_batch(io.as_mut(), &rx, monotonic_now)
                 }
@@ -112,9 +133,51 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
             }
             worker.report_unreachable(io.as_mut(), monotonic_now().0);
             slot.offer(worker.metrics(), &mut published);
+            if let (Some(coalescing), Some(waited)) = (coalescing.as_mut(), waited) {
+                if coalescing.after(got, rx.capacity(), waited) {
+                    worker.count_coalesce_window();
+                }
+            }
         }
+        worker.refresh_io(&*io);
     }));
     finish_thread(shared, slot, worker.metrics(), &name, run);
+}
+
+/// Receive coalescing of one worker ([`super::SipServerConfig::rx_coalesce`]):
+/// after a receive that brought fewer datagrams than a batch, sleep the
+/// window before receiving again, so that what arrives meanwhile is
+/// handled by one wake-up, as a NIC's interrupt moderation (`rx-usecs`)
+/// does. Only while datagrams come closer together than the window (the
+/// wait for this batch was shorter): at rates too low to put a second
+/// datagram in a window, a sleep would be a wake-up more and nothing
+/// saved, and the loop waits for datagrams as without coalescing. A full
+/// batch never sleeps (more is probably queued): the high-rate path is
+/// unchanged.
+struct Coalescing {
+    window: Duration,
+    /// The last round ended with a window slept.
+    slept: bool,
+}
+
+impl Coalescing {
+    fn new(window: Duration) -> Coalescing {
+        Coalescing {
+            window,
+            slept: false,
+        }
+    }
+
+    /// After a receive that brought `got` datagrams of a `capacity` batch
+    /// after waiting `waited` ns: sleep the window if traffic is dense and
+    /// the batch was not full. Returns whether it slept.
+    fn after(&mut self, got: usize, capacity: usize, waited: u64) -> bool {
+        self.slept = got > 0 && got < capacity && u128::from(waited) < self.window.as_nanos();
+        if self.slept {
+            std::thread::sleep(self.window);
+        }
+        self.slept
+    }
 }
 
 /// Publish a thread's final metrics and CPU time, also when its loop
@@ -243,5 +306,28 @@ pub(super) fn keepalive_thread(shared: &Shared, udp: UdpSocket) {
         shared.thread_panicked("sip-keepalive");
         log::error!("sip server: thread sip-keepalive panicked: stopping every thread");
         resume_unwind(panic);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Coalescing;
+    use std::time::Duration;
+
+    /// The window is slept only after a partial batch whose wait was
+    /// shorter than the window: not after nothing, not after a full batch
+    /// (high rate: more is queued), not when datagrams come further apart
+    /// than the window (a sleep would only add a wake-up).
+    #[test]
+    fn coalescing_sleeps_only_after_a_partial_batch_of_dense_traffic() {
+        let mut c = Coalescing::new(Duration::from_micros(50));
+        assert!(c.after(3, 32, 10_000), "partial, waited 10 µs < 50 µs");
+        assert!(c.slept);
+        assert!(!c.after(0, 32, 0), "nothing came");
+        assert!(!c.slept);
+        assert!(!c.after(32, 32, 0), "a full batch");
+        assert!(!c.after(1, 32, 50_000), "waited as long as the window");
+        assert!(!c.after(1, 32, 2_000_000), "sparse traffic");
+        assert!(c.after(31, 32, 0));
     }
 }
