@@ -275,9 +275,8 @@ pub fn set_timer_slack(slack: Duration) -> Outcome {
     let ns = slack.as_nanos().clamp(1, u64::MAX as u128) as libc::c_ulong;
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no
     // memory of ours.
-    if let Err(error) =
-        cvt(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, UNUSED, UNUSED, UNUSED) })
-    {
+    let set = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, UNUSED, UNUSED, UNUSED) };
+    if let Err(error) = cvt(set) {
         return refused(error);
     }
     // SAFETY: PR_GET_TIMERSLACK takes no argument; it returns the slack.
