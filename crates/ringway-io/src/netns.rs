@@ -45,6 +45,34 @@ pub fn own_prefix() -> String {
     format!("{}{PREFIX}{}-", site_prefix(), std::process::id())
 }
 
+/// The creating process's PID in a namespace name of ours
+/// (`<site prefix>rw-<pid>-...`), if `name` is one.
+fn creator_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(&site_prefix())?.strip_prefix(PREFIX)?;
+    rest.split_once('-')?.0.parse().ok()
+}
+
+/// Delete the namespaces of ours (same site prefix) whose creating process
+/// is gone: a lab killed by a signal cannot drop its topology, and its
+/// namespaces (with their veths and programs) would stay forever. Only
+/// names this module makes are touched; failures are ignored.
+pub fn remove_stale_namespaces() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(pid) = creator_pid(name) else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
+    }
+}
+
 /// Run `f` on a new thread inside a fresh, private network namespace that
 /// has only `lo` (brought up). Threads and child processes started from `f`
 /// inherit the namespace; it disappears when the last of them ends.
@@ -275,6 +303,9 @@ impl TopologyBuilder {
     pub fn build(self) -> io::Result<Topology> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
+        if serial == 0 {
+            remove_stale_namespaces();
+        }
         let base = format!("{}{serial}-", own_prefix());
         self.validate()?;
         let queues = self.queues.to_string();
@@ -539,5 +570,53 @@ impl Drop for Topology {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_names_give_a_creator_pid() {
+        // (No site prefix in the test environment unless set: then the
+        // names below are not ours and none matches.)
+        let site = site_prefix();
+        assert_eq!(creator_pid(&format!("{site}rw-4242-0-sfu")), Some(4242));
+        assert_eq!(creator_pid(&format!("{site}rw-4242-")), Some(4242));
+        assert_eq!(creator_pid(&format!("{site}rw-x42-0-sfu")), None);
+        assert_eq!(creator_pid(&format!("{site}rw-4242")), None);
+        assert_eq!(creator_pid("other-4242-0-sfu"), None);
+        assert_eq!(creator_pid(&format!("{site}rw--0")), None);
+    }
+
+    #[test]
+    fn stale_namespaces_of_dead_creators_are_removed_and_live_ones_kept() {
+        if !std::path::Path::new("/run/netns").exists() && ip(&["netns", "list"]).is_err() {
+            return;
+        }
+        // A PID that cannot exist (above pid_max's ceiling) and our own.
+        let dead = format!("{}rw-4194304-0-stale", site_prefix());
+        let live = format!("{}0-live", own_prefix());
+        if ip(&["netns", "add", &dead]).is_err() {
+            return; // no CAP_SYS_ADMIN here
+        }
+        ip(&["netns", "add", &live]).unwrap();
+        remove_stale_namespaces();
+        let list = String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .into_owned();
+        let _ = ip(&["netns", "del", &live]);
+        let _ = ip(&["netns", "del", &dead]);
+        assert!(
+            !list.contains(&dead),
+            "the dead creator's namespace is gone"
+        );
+        assert!(list.contains(&live), "our own namespace stays");
     }
 }

@@ -267,9 +267,12 @@ impl Placement {
     }
 
     /// The routed testbed for up to `clients` clients (each behind a
-    /// router host, [`Testbed::routed`]).
-    pub fn routed(clients: usize, ipv6: bool) -> anyhow::Result<Placement> {
-        Ok(Placement::Hosts(Box::new(Testbed::routed(clients, ipv6)?)))
+    /// router host; `napi`: threaded NAPI at the router's ports,
+    /// [`Testbed::routed`]).
+    pub fn routed(clients: usize, napi: bool, ipv6: bool) -> anyhow::Result<Placement> {
+        Ok(Placement::Hosts(Box::new(Testbed::routed(
+            clients, napi, ipv6,
+        )?)))
     }
 
     /// The SFU's configuration for `backend` (with the in-kernel fan-out

@@ -96,35 +96,7 @@ impl Testbed {
                 .context("turning TX checksum offload off on a client veth")?;
         }
         if napi {
-            // A transmit queue on every host's veth, as a NIC driver has:
-            // with NAPI at the switch port, veth stops its queue while the
-            // port's ring is full, and a socket's packets wait in the qdisc
-            // instead of being dropped (AF_XDP, which bypasses the qdisc,
-            // waits in its TX ring).
-            let hosts: Vec<Host> = topology.hosts().to_vec();
-            for host in hosts {
-                let dev = host.ifaces[0].0.clone();
-                let out = Command::new("ip")
-                    .args([
-                        "netns",
-                        "exec",
-                        &host.netns,
-                        "tc",
-                        "qdisc",
-                        "replace",
-                        "dev",
-                        &dev,
-                    ])
-                    .args(["root", "pfifo", "limit", "10000"])
-                    .output()
-                    .context("running tc")?;
-                anyhow::ensure!(
-                    out.status.success(),
-                    "tc qdisc on {dev} in {}: {}",
-                    host.netns,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
+            queue_on_every_host(&topology)?;
         }
         let mut testbed = Testbed {
             ports: Vec::new(),
@@ -136,19 +108,27 @@ impl Testbed {
             topology,
         };
         if let (true, Some(switch)) = (napi, testbed.switch.clone()) {
-            for p in 0..=clients {
-                let port = format!("p{p}");
-                let name = port.clone();
-                let addr = switch
-                    .run(move || attach_xdp_pass(&name, XdpMode::Native))
-                    .context("entering the switch namespace")?
-                    .with_context(|| format!("native XDP on switch port {port}"))?;
-                testbed.ports.push(addr);
-                let threads = threaded_napi(&switch, &port)?;
-                testbed.switch_napi.extend(threads);
-            }
+            let ports: Vec<String> = (0..=clients).map(|p| format!("p{p}")).collect();
+            testbed.napi_at_ports(&switch, &ports)?;
         }
         Ok(testbed)
+    }
+
+    /// Native pass-everything XDP and threaded NAPI on `ports` of `host`
+    /// (the switch, or the router), their NAPI threads counted as the
+    /// switch's CPU.
+    fn napi_at_ports(&mut self, host: &Host, ports: &[String]) -> anyhow::Result<()> {
+        for port in ports {
+            let name = port.clone();
+            let attachment = host
+                .run(move || attach_xdp_pass(&name, XdpMode::Native))
+                .with_context(|| format!("entering the {} namespace", host.name))?
+                .with_context(|| format!("native XDP on {} port {port}", host.name))?;
+            self.ports.push(attachment);
+            let threads = threaded_napi(host, port)?;
+            self.switch_napi.extend(threads);
+        }
+        Ok(())
     }
 
     /// Hosts `sfu` and `c0..c<clients>` each on a link of its own to host
@@ -159,9 +139,12 @@ impl Testbed {
     /// i (10.77.(i+2).0/24, the client at .2); default routes point at the
     /// router. With `ipv6`, the same in `fd77:0:0:N::/64` too, and the
     /// SFU's IPv6 default route points at the router's link-local address,
-    /// as a route learnt from router advertisements does. No switch and no
-    /// NAPI threads.
-    pub fn routed(clients: usize, ipv6: bool) -> anyhow::Result<Testbed> {
+    /// as a route learnt from router advertisements does. `napi`: the
+    /// router's ports get what a bridged testbed's switch ports get (native
+    /// XDP, threaded NAPI, counted as the switch's CPU, and a transmit queue
+    /// on every host), so that the forwarding the experiment causes is not
+    /// counted as other load on the machine.
+    pub fn routed(clients: usize, napi: bool, ipv6: bool) -> anyhow::Result<Testbed> {
         anyhow::ensure!(clients <= 200, "a routed testbed has at most 200 clients");
         let mut topology_builder = Topology::builder()
             .host("sfu")
@@ -221,15 +204,23 @@ impl Testbed {
                 .context("entering a client host")?
                 .context("turning TX checksum offload off on a client veth")?;
         }
-        Ok(Testbed {
+        if napi {
+            queue_on_every_host(&topology)?;
+        }
+        let mut testbed = Testbed {
             ports: Vec::new(),
             switch_napi: Vec::new(),
-            switch: None,
+            switch: napi.then(|| router.clone()),
             clients,
-            napi: false,
+            napi,
             ipv6,
             topology,
-        })
+        };
+        if napi {
+            let ports: Vec<String> = router.ifaces.iter().map(|i| i.0.clone()).collect();
+            testbed.napi_at_ports(&router, &ports)?;
+        }
+        Ok(testbed)
     }
 
     /// The SFU's host.
@@ -373,6 +364,39 @@ fn napi_threads() -> BTreeSet<(u32, String)> {
         }
     }
     out
+}
+
+/// A transmit queue (pfifo, 10000 packets) on every host's veth, as a NIC
+/// driver has: with NAPI at the switch (or router) port, veth stops its
+/// queue while the port's ring is full, and a socket's packets wait in the
+/// qdisc instead of being dropped (AF_XDP, which bypasses the qdisc, waits
+/// in its TX ring).
+fn queue_on_every_host(topology: &Topology) -> anyhow::Result<()> {
+    for host in topology.hosts() {
+        for (dev, _, _) in &host.ifaces {
+            let out = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &host.netns,
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                ])
+                .args(["root", "pfifo", "limit", "10000"])
+                .output()
+                .context("running tc")?;
+            anyhow::ensure!(
+                out.status.success(),
+                "tc qdisc on {dev} in {}: {}",
+                host.netns,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `echo 1 > /sys/class/net/<dev>/threaded` inside `host` (sysfs shows the

@@ -71,12 +71,14 @@ pub(crate) struct LabSfuArgs {
     /// Run the SFU and the load in separate namespace hosts joined by veth.
     #[arg(long)]
     pub netns: bool,
-    /// With `--netns`: no threaded NAPI at the switch ports (client delivery
-    /// then runs inside the SFU's send calls and is charged to it).
+    /// With `--netns`: no threaded NAPI at the switch (or router) ports
+    /// (client delivery then runs inside the SFU's send calls and is
+    /// charged to it).
     #[arg(long)]
     pub no_napi: bool,
     /// With `--netns`: every client behind a router host (the SFU's next
-    /// hop is the router; no switch, no threaded NAPI), to compare the
+    /// hop is the router, whose ports get threaded NAPI as a switch's do,
+    /// unless `--no-napi`), to compare the
     /// fast paths beyond the first link.
     #[arg(long)]
     pub routed: bool,
@@ -218,8 +220,10 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
 /// fingerprint).
 fn shape(a: &LabSfuArgs) -> String {
     if a.netns {
-        let shape = if a.routed {
+        let shape = if a.routed && a.no_napi {
             "veth hosts, every client behind a router host"
+        } else if a.routed {
+            "veth hosts, every client behind a router host with threaded NAPI at its ports"
         } else if a.no_napi {
             "veth hosts, no threaded NAPI"
         } else {
@@ -447,7 +451,7 @@ pub(crate) fn run(a: LabSfuArgs) -> anyhow::Result<()> {
             config.clients.iter().copied().max().unwrap_or(1)
         };
         let place = if a.routed {
-            Placement::routed(max, a.ipv6)?
+            Placement::routed(max, !a.no_napi, a.ipv6)?
         } else {
             Placement::hosts(max, !a.no_napi, a.ipv6)?
         };

@@ -216,7 +216,7 @@ pub(crate) fn run_load(a: LoadArgs) -> anyhow::Result<()> {
         "--sfu-kernel-fanout cannot run with --sfu-backend xdp"
     );
     let topo = if a.routed {
-        Testbed::routed(a.clients, a.ipv6)?
+        Testbed::routed(a.clients, false, a.ipv6)?
     } else {
         Testbed::build(a.clients, false, a.ipv6)?
     };
