@@ -301,12 +301,11 @@ fn calls_in_both_modes(uac: &Host, proxy: &Host, uas: &Host) {
             "{messages}"
         );
         if mode == "stateful" {
+            // 240 datagrams/s leave most 1 ms windows empty: none is
+            // slept, so coalescing costs no wake-up (checked above: no
+            // more wake-ups than datagrams; a window after every quick
+            // 180/200 pair made 261 for 240).
             assert_eq!(summary["config"]["rx_coalesce_us"], 1000);
-            // A 200 right behind its 180 from the UAS is dense traffic.
-            assert!(
-                messages["rx_coalesce_windows"].as_u64().unwrap() > 0,
-                "{messages}"
-            );
         } else {
             assert_eq!(messages["rx_coalesce_windows"], 0, "{messages}");
         }

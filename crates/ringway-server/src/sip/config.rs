@@ -126,8 +126,8 @@ pub struct SipServerConfig {
     pub batch: usize,
     /// Receive coalescing (as a NIC's `rx-usecs`), `None`: off. A worker
     /// whose receive brought fewer datagrams than a batch, while datagrams
-    /// come closer together than this (its wait for them was shorter),
-    /// sleeps this long before receiving again, so that one wake-up
+    /// come at two or more per window (over the last 16 windows), sleeps
+    /// this long before receiving again, so that one wake-up
     /// handles several datagrams: fewer wake-ups and send calls per
     /// message at low and middle rates, each datagram waiting up to this
     /// much longer (K_rcv). A full batch never waits. 1 µs..=100 ms, and at

@@ -113,9 +113,7 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
             // Right after a coalescing window: take what came, no wait.
             let after_window = coalescing.as_ref().is_some_and(|c| c.slept);
             let timeout = if after_window { Duration::ZERO } else { POLL };
-            let waiting_since = coalescing.as_ref().map(|_| monotonic_now());
             let received = io.recv_batch(&mut rx, Some(timeout));
-            let waited = waiting_since.map(|since| monotonic_now().saturating_since(since));
             let got = *received.as_ref().unwrap_or(&0);
             match received {
                 Ok(0) if after_window => worker.count_wakeup(),
@@ -133,8 +131,8 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
             }
             worker.report_unreachable(io.as_mut(), monotonic_now().0);
             slot.offer(worker.metrics(), &mut published);
-            if let (Some(coalescing), Some(waited)) = (coalescing.as_mut(), waited) {
-                if coalescing.after(got, rx.capacity(), waited) {
+            if let Some(coalescing) = coalescing.as_mut() {
+                if coalescing.after(monotonic_now().0, got, rx.capacity()) {
                     worker.count_coalesce_window();
                 }
             }
@@ -148,31 +146,61 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
 /// after a receive that brought fewer datagrams than a batch, sleep the
 /// window before receiving again, so that what arrives meanwhile is
 /// handled by one wake-up, as a NIC's interrupt moderation (`rx-usecs`)
-/// does. Only while datagrams come closer together than the window (the
-/// wait for this batch was shorter): at rates too low to put a second
-/// datagram in a window, a sleep would be a wake-up more and nothing
-/// saved, and the loop waits for datagrams as without coalescing. A full
-/// batch never sleeps (more is probably queued): the high-rate path is
-/// unchanged.
+/// does. Only while datagrams come at two or more per window (counted
+/// over the last [`PERIOD_WINDOWS`] windows): a window that finds nothing
+/// is a wake-up more, and at rates that leave most windows empty the
+/// loop waits for datagrams as without coalescing. A full batch never
+/// sleeps (more is probably queued): the high-rate path is unchanged.
 struct Coalescing {
     window: Duration,
     /// The last round ended with a window slept.
     slept: bool,
+    /// Length of a counting period (ns): [`PERIOD_WINDOWS`] windows.
+    period: u64,
+    /// Start of the current period (monotonic ns).
+    period_start: u64,
+    /// Datagrams received in the current period and in the one before it.
+    this_period: u64,
+    last_period: u64,
 }
+
+/// Windows per counting period of [`Coalescing`].
+const PERIOD_WINDOWS: u64 = 16;
+/// Datagrams per window (on average over a period) from which windows are
+/// slept: with Poisson arrivals one window in e² ≈ 7 is then empty.
+const DENSE_PER_WINDOW: u64 = 2;
 
 impl Coalescing {
     fn new(window: Duration) -> Coalescing {
+        let window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         Coalescing {
             window,
             slept: false,
+            period: window_ns.saturating_mul(PERIOD_WINDOWS),
+            period_start: 0,
+            this_period: 0,
+            last_period: 0,
         }
     }
 
     /// After a receive that brought `got` datagrams of a `capacity` batch
-    /// after waiting `waited` ns: sleep the window if traffic is dense and
-    /// the batch was not full. Returns whether it slept.
-    fn after(&mut self, got: usize, capacity: usize, waited: u64) -> bool {
-        self.slept = got > 0 && got < capacity && u128::from(waited) < self.window.as_nanos();
+    /// at `now` (monotonic ns): sleep the window if datagrams come densely
+    /// and the batch was not full. Returns whether it slept.
+    fn after(&mut self, now: u64, got: usize, capacity: usize) -> bool {
+        let elapsed = now.saturating_sub(self.period_start);
+        if elapsed >= self.period {
+            // A period with nothing in between: the last one counted 0.
+            self.last_period = if elapsed < 2 * self.period {
+                self.this_period
+            } else {
+                0
+            };
+            self.this_period = 0;
+            self.period_start = now;
+        }
+        self.this_period += got as u64;
+        let dense = self.this_period.max(self.last_period) >= DENSE_PER_WINDOW * PERIOD_WINDOWS;
+        self.slept = dense && got > 0 && got < capacity;
         if self.slept {
             std::thread::sleep(self.window);
         }
@@ -314,20 +342,30 @@ mod tests {
     use super::Coalescing;
     use std::time::Duration;
 
-    /// The window is slept only after a partial batch whose wait was
-    /// shorter than the window: not after nothing, not after a full batch
-    /// (high rate: more is queued), not when datagrams come further apart
-    /// than the window (a sleep would only add a wake-up).
+    /// The window is slept only after a partial batch while datagrams come
+    /// at two or more per window (32 over the last 16 windows): not after
+    /// nothing, not after a full batch (high rate: more is queued), not at
+    /// rates that would leave most windows empty, and no longer once the
+    /// rate has fallen for a period.
     #[test]
     fn coalescing_sleeps_only_after_a_partial_batch_of_dense_traffic() {
+        let us = 1_000;
         let mut c = Coalescing::new(Duration::from_micros(50));
-        assert!(c.after(3, 32, 10_000), "partial, waited 10 µs < 50 µs");
+        let start = 1_000_000 * us;
+        // 31 datagrams in the first 16 windows (800 µs): too sparse yet.
+        for k in 0..31 {
+            assert!(!c.after(start + k * 20 * us, 1, 32), "datagram {k}");
+        }
+        assert!(c.after(start + 700 * us, 1, 32), "the 32nd in 800 µs");
         assert!(c.slept);
-        assert!(!c.after(0, 32, 0), "nothing came");
+        assert!(!c.after(start + 760 * us, 0, 32), "nothing came");
         assert!(!c.slept);
-        assert!(!c.after(32, 32, 0), "a full batch");
-        assert!(!c.after(1, 32, 50_000), "waited as long as the window");
-        assert!(!c.after(1, 32, 2_000_000), "sparse traffic");
-        assert!(c.after(31, 32, 0));
+        assert!(!c.after(start + 770 * us, 32, 32), "a full batch");
+        // The next period: dense by the last one's count.
+        assert!(c.after(start + 900 * us, 1, 32));
+        // The period after that one, which had 1 datagram: sparse again.
+        assert!(!c.after(start + 1_800 * us, 1, 32));
+        // A long pause: the count starts over.
+        assert!(!c.after(start + 100_000 * us, 5, 32));
     }
 }

@@ -197,7 +197,7 @@ pub struct ProxyArgs {
     /// Datagrams per receive batch.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
-    /// Receive coalescing (as a NIC's rx-usecs; 0: off): after a receive that brought less than a batch while datagrams come closer together than this, a worker sleeps this many µs before receiving again, so one wake-up handles several; each datagram may wait that much longer (K_rcv). 1..=100000.
+    /// Receive coalescing (as a NIC's rx-usecs; 0: off): after a receive that brought less than a batch while datagrams come at two or more per window, a worker sleeps this many µs before receiving again, so one wake-up handles several; each datagram may wait that much longer (K_rcv). 1..=100000.
     #[arg(long, default_value_t = 0, value_name = "US")]
     pub rx_coalesce_us: u64,
     /// Registrar: shortest registration accepted (s); shorter ones get 423 Interval Too Brief.
