@@ -120,6 +120,31 @@ impl Checkpoint {
     }
 }
 
+/// Attempts at one run a resumed state file may hold before the run
+/// counts as made even though every attempt was left out.
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// Keys of the runs a resumed grid need not make again, from each finished
+/// attempt's `(key, kept)`: those with an attempt that was kept, and those
+/// attempted [`MAX_ATTEMPTS`] times. A run left out (other load on the
+/// machine, a late generator) is made again on `--resume`: the reasons are
+/// interference, not the run's outcome, so the remade run is as valid as
+/// any; the attempts left out stay in the state file and in the report.
+pub fn settled_keys(
+    attempts: impl IntoIterator<Item = (String, bool)>,
+) -> std::collections::HashSet<String> {
+    let mut seen: std::collections::HashMap<String, (usize, bool)> = Default::default();
+    for (key, kept) in attempts {
+        let entry = seen.entry(key).or_default();
+        entry.0 += 1;
+        entry.1 |= kept;
+    }
+    seen.into_iter()
+        .filter(|(_, (tries, kept))| *kept || *tries >= MAX_ATTEMPTS)
+        .map(|(key, _)| key)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

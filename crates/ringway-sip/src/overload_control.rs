@@ -8,7 +8,8 @@
 //!   the copy of that Via gets `oc=<percentage of new requests to reduce>`,
 //!   `oc-algo="loss"`, `oc-validity=<ms>` and `oc-seq=<seconds>.<fraction>`.
 //!   The reduction comes from [`OcController`]: the share of the offered
-//!   new calls above the capacity the worker measured (see there). The
+//!   new calls above the capacity the workers measured ([`OcPool`]: one
+//!   estimate and one advertisement per set of workers sharing a queue). The
 //!   parameters go only into a response to the sender of the request,
 //!   which that response goes to anyway: no new destination, a few bytes
 //!   more (the amplification bound still holds), nothing in a forwarded
@@ -24,9 +25,11 @@
 //! like a client without overload control).
 
 mod controller;
+mod pool;
 
 use crate::msg::Via;
-pub use controller::{OcController, OcControllerConfig};
+pub use controller::OcController;
+pub use pool::{OcControllerConfig, OcPool};
 
 /// How long an advertised reduction holds (ms) unless renewed, for a
 /// client that gets none (RFC 7339's default is the same 500 ms).

@@ -908,9 +908,41 @@ pub fn svg(runs: &[Run], s: &Summary) -> String {
     )
 }
 
+/// Keys of the runs a resumed grid need not make again
+/// ([`crate::checkpoint::settled_keys`]: a run left out is made again).
+pub fn settled_keys(runs: &[Run]) -> std::collections::HashSet<String> {
+    crate::checkpoint::settled_keys(runs.iter().map(|r| (r.key(), r.excluded.is_none())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_left_out_are_made_again_up_to_the_attempt_limit() {
+        let kept = run("socket", 6, 0, 10.0, 40.0);
+        let mut left_out = run("mmsg", 6, 0, 10.0, 40.0);
+        left_out.excluded = Some("other load on the machine (55% of a core)".into());
+        let mut remade = left_out.clone();
+        remade.excluded = None;
+        let mut stubborn = run("xdp", 6, 0, 10.0, 40.0);
+        stubborn.excluded = Some("load generator late".into());
+        let settled = settled_keys(&[kept.clone(), left_out.clone()]);
+        assert!(settled.contains(&kept.key()));
+        assert!(!settled.contains(&left_out.key()), "made again on --resume");
+        let settled = settled_keys(&[left_out.clone(), remade]);
+        assert!(
+            settled.contains(&left_out.key()),
+            "a kept attempt settles it"
+        );
+        let tries: Vec<Run> = (0..crate::checkpoint::MAX_ATTEMPTS)
+            .map(|_| stubborn.clone())
+            .collect();
+        assert!(
+            !settled_keys(&tries[..crate::checkpoint::MAX_ATTEMPTS - 1]).contains(&stubborn.key())
+        );
+        assert!(settled_keys(&tries).contains(&stubborn.key()), "bounded");
+    }
 
     fn run(backend: &str, clients: usize, rep: usize, cpu: f64, d: f64) -> Run {
         Run {

@@ -125,6 +125,10 @@ struct Shared {
     inject_panic: Option<String>,
     /// DNS for next hops given by name (`None`: names are not resolved).
     names: Option<Arc<names::ProxyNames>>,
+    /// The overload controllers' shared estimate, for workers that read one
+    /// socket (`--rx-model shared`: one queue, the same senders); `None`:
+    /// every worker its own (its own socket and senders).
+    overload_pool: Option<Arc<ringway_sip::overload_control::OcPool>>,
 }
 
 impl Shared {
@@ -239,6 +243,11 @@ impl SipServer {
             panicked: Mutex::new(Vec::new()),
             inject_panic: std::env::var("RINGWAY_TEST_PANIC").ok(),
             names,
+            overload_pool: (config.rx_model == RxModel::Shared).then(|| {
+                Arc::new(ringway_sip::overload_control::OcPool::new(
+                    ringway_sip::overload_control::OcControllerConfig::default(),
+                ))
+            }),
             control: control::ControlState::new(config.clone(), swappable),
             config,
         });

@@ -95,6 +95,7 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
     let mut worker = SipWorker::new(&shared.proxy, config.batch, tx_stamp_every);
     worker.with_connections(shared.connections.clone());
     worker.with_monitor(shared.monitor.clone());
+    worker.overload_control_pool(shared.overload_pool.clone());
     worker.shed_after(config.overload_queue_delay.map(duration_ns));
     worker.pin_admitted(config.overload_pinned_admit_ppm);
     worker.overload_control(config.overload_control);

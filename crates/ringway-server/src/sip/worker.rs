@@ -9,7 +9,7 @@ use super::tcp::Connections;
 use ringway_io::time::realtime_now;
 use ringway_io::{BatchIo, IcmpUnreachable, Nanos, RxBatch, TxBatch, TxStamp};
 use ringway_sip::overload::{ShedConfig, Shedder};
-use ringway_sip::overload_control::{OcController, OcControllerConfig};
+use ringway_sip::overload_control::{OcController, OcControllerConfig, OcPool};
 use ringway_sip::{Action, DropReason, Hop, MsgLabel, Outcome, Proxy, ProxyWorker, Transport};
 use std::sync::Arc;
 
@@ -101,6 +101,9 @@ pub struct SipWorker<'p> {
     /// controller, while `shedder` runs.
     overload_control: bool,
     oc: Option<OcController>,
+    /// The pool the controller joins (workers sharing one queue; `None`:
+    /// a pool of its own).
+    oc_pool: Option<Arc<OcPool>>,
     /// The lab's pinned fraction ([`SipWorker::pin_admitted`]).
     pinned_ppm: Option<u32>,
     /// Emulated service time added to every handled message, and its
@@ -135,6 +138,7 @@ impl<'p> SipWorker<'p> {
             shedder: None,
             overload_control: true,
             oc: None,
+            oc_pool: None,
             pinned_ppm: None,
             service: None,
             connections: None,
@@ -200,10 +204,26 @@ impl<'p> SipWorker<'p> {
         self.reset_overload_control();
     }
 
-    /// A fresh advertisement controller for the current settings.
+    /// Share the overload controller's estimate and advertisement with the
+    /// other workers given the same `pool` (workers reading one socket:
+    /// [`OcPool`]); `None`: this worker's own. Call before
+    /// [`SipWorker::shed_with`].
+    pub fn overload_control_pool(&mut self, pool: Option<Arc<OcPool>>) {
+        self.oc_pool = pool;
+        self.oc = None;
+        self.reset_overload_control();
+    }
+
+    /// A fresh advertisement controller for the current settings (in this
+    /// worker's place of the pool, if it has one already).
     fn reset_overload_control(&mut self) {
+        let previous = self.oc.take();
         self.oc = (self.overload_control && self.shedder.is_some()).then(|| {
-            let mut oc = OcController::new(OcControllerConfig::default());
+            let mut oc = match (&self.oc_pool, previous) {
+                (Some(_), Some(previous)) => previous.fresh(),
+                (Some(pool), None) => OcController::join(pool),
+                (None, _) => OcController::new(OcControllerConfig::default()),
+            };
             if let Some(ppm) = self.pinned_ppm {
                 oc.pin(ppm);
             }
@@ -313,6 +333,9 @@ impl<'p> SipWorker<'p> {
                         picked_at.0,
                         shedder.standing_delay(),
                         shedder.config().target,
+                        // A few times per period: CPU the worker got,
+                        // so that its stalls do not count as lost capacity.
+                        || Some(ringway_io::thread::thread_cpu_total().as_nanos() as u64),
                     );
                     if dropped {
                         oc.count_new_call(picked_at.0, false);

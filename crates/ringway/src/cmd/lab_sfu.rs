@@ -308,7 +308,7 @@ fn experiment(
             config.clients, config.pps, config.reps, config.duration_s
         );
     }
-    let done: std::collections::HashSet<String> = runs.iter().map(Run::key).collect();
+    let done = ringway_lab::sfulab::settled_keys(&runs);
     let left = config
         .plan()
         .iter()

@@ -345,7 +345,9 @@ pub(crate) fn run(a: LabSrpicTcpArgs) -> anyhow::Result<()> {
         }
         None => (None, Vec::new()),
     };
-    let done: std::collections::HashSet<String> = runs.iter().map(RunResult::key).collect();
+    // Runs flagged (left out) are made again on --resume, a bounded number of times.
+    let done =
+        ringway_lab::checkpoint::settled_keys(runs.iter().map(|r| (r.key(), r.flagged.is_none())));
     let left = plan.iter().filter(|p| !done.contains(&p.key())).count();
     println!(
         "lab srpic-tcp: {} cells, {} runs of {} s ({left} to make, about {:.0} min; arms {}, each block in random order, seed {}); sender profiles: S-Sender = {:?}, A-Sender = kernel defaults; TCP timestamps {} in both namespaces; SRPIC placement {}; α {} ms{}; router batching {}; collapse below {} % of the link rate",
