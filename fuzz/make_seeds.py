@@ -531,6 +531,32 @@ def ws_seeds():
     yield "bad-continuation", b"\x3f\x00" + ws_upgrade() + ws_frame(0, b"x")
 
 
+def ws_answer(accept=b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", protocol=b"sip", status=b"101 Switching Protocols",
+              extra=b""):
+    """A server's answer to the `sip_ws_client` target's upgrade (RFC 6455 1.3's key)."""
+    return (b"HTTP/1.1 " + status + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: " + protocol +
+            b"\r\n" + extra + b"\r\n")
+
+
+def ws_client_seeds():
+    """`sip_ws_client` inputs: read size byte, then the server's stream."""
+    msg = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/WS 127.0.0.1:5066;branch=z9hG4bK1\r\nContent-Length: 0\r\n\r\n"
+    plain = dict(masked=False)
+    yield "ok-message", b"\x07" + ws_answer() + ws_frame(1, msg, **plain)
+    yield "ok-fragments-ping", (b"\x03" + ws_answer() + ws_frame(1, msg[:20], fin=False, **plain)
+                                + ws_frame(9, b"hi", **plain) + ws_frame(0, msg[20:], **plain)
+                                + ws_frame(8, b"\x03\xe8", **plain))
+    yield "ok-len16", b"\x10" + ws_answer() + ws_frame(2, b"x" * 200, **plain)
+    yield "bad-accept", b"\x3f" + ws_answer(accept=b"s3pPLMBiTxaQ9kYGzzhZRbK+xOA=") + ws_frame(1, msg, **plain)
+    yield "bad-protocol", b"\x3f" + ws_answer(protocol=b"chat")
+    yield "bad-status", b"\x3f" + ws_answer(status=b"403 Forbidden")
+    yield "bad-extension", b"\x3f" + ws_answer(extra=b"Sec-WebSocket-Extensions: permessage-deflate\r\n")
+    yield "bad-masked", b"\x3f" + ws_answer() + ws_frame(1, msg)
+    yield "bad-too-big", b"\x3f" + ws_answer() + ws_frame(1, b"y" * 300, **plain)
+    yield "bad-len64", b"\x3f" + ws_answer() + b"\x81\x7f" + struct.pack(">Q", 1 << 40)
+
+
 def main():
     for name, msg in MESSAGES.items():
         put("sip_parse", name, msg)
@@ -571,6 +597,8 @@ def main():
         put("dns_response", name, data)
     for name, data in ws_seeds():
         put("sip_ws", name, data)
+    for name, data in ws_client_seeds():
+        put("sip_ws_client", name, data)
     # The SFU crate's own corpora: JackTrip datagrams (as scripts: each from
     # the three clients and from one that never shook hands) and join tokens.
     sfu = os.path.join(HERE, "..", "crates", "ringway-sfu", "tests", "corpus")

@@ -30,7 +30,7 @@ declare -A BUDGET=(
   [sip_parse]=50 [sip_proxy]=60 [sip_dispatch]=40 [sip_digest]=25
   [sfu_wire]=20 [sfu_core]=45 [sfu_jacktrip]=20 [sfu_token]=15 [sfu_recording]=15
   [pcap]=45 [nfqueue]=20 [rtnetlink]=15 [xdp_frame]=15
-  [redis_reply]=30 [metrics_http]=10 [sip_tcp_framing]=20 [dns_response]=20 [sip_ws]=20
+  [redis_reply]=30 [metrics_http]=10 [sip_tcp_framing]=20 [dns_response]=20 [sip_ws]=20 [sip_ws_client]=15
 )
 declare -A DICT=([sip_parse]=sip [sip_proxy]=sip [sip_dispatch]=sip [sip_digest]=sip)
 

@@ -13,6 +13,7 @@ PKGS=(sip-tester sipsak tshark tcpdump iperf3 iptables kamailio iproute2 prometh
       gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-base
       xdp-tools libxdp-dev clang g++
       jacktrip jackd2 sox bc python3 ethtool stunnel4 openssl iputils-ping kamailio-tls-modules
+      kamailio-websocket-modules
       baresip-core systemd chromium)
 missing=()
 for p in "${PKGS[@]}"; do

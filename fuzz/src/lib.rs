@@ -137,6 +137,73 @@ pub fn sip_ws(data: &[u8]) {
     }
 }
 
+/// The server's side of a WebSocket connection we opened (`--route-to
+/// ws:`), cut into reads (the first byte picks the read size): the
+/// answer to our upgrade (RFC 6455 4.1, checked against the accept key of
+/// a fixed key) consumes no more than it was given and no more than its
+/// bound, then the server's (unmasked) frames decode within their bounds;
+/// every message re-encoded as our masked client frame decodes to itself
+/// on the server side (one codec, both directions).
+pub fn sip_ws_client(data: &[u8]) {
+    use ringway_server::sip::ws::{
+        client_handshake, encode_frame, parse_handshake_response, Decoder, Role, WsEvent, WsLimits,
+    };
+    let Some((&cut, stream)) = data.split_first() else {
+        return;
+    };
+    let limits = WsLimits {
+        max_handshake_bytes: 512,
+        max_message_bytes: 256,
+    };
+    // The key of RFC 6455 1.3's example: its accept is in the seeds.
+    let ours = client_handshake("proxy.test", "/sip", *b"the sample nonce");
+    let read = usize::from(cut % 64) + 1;
+    let mut head = Vec::new();
+    let mut decoder: Option<Decoder> = None;
+    for chunk in stream.chunks(read) {
+        let bytes = match decoder.as_mut() {
+            Some(_) => chunk.to_vec(),
+            None => {
+                head.extend_from_slice(chunk);
+                match parse_handshake_response(&head, limits, &ours.accept) {
+                    Ok(None) => {
+                        assert!(head.len() <= limits.max_handshake_bytes);
+                        continue;
+                    }
+                    Err(_) => return,
+                    Ok(Some(consumed)) => {
+                        assert!(consumed <= head.len());
+                        assert!(consumed <= limits.max_handshake_bytes);
+                        assert_eq!(&head[consumed - 4..consumed], b"\r\n\r\n");
+                        decoder = Some(Decoder::new(Role::Client));
+                        head[consumed..].to_vec()
+                    }
+                }
+            }
+        };
+        let Some(d) = decoder.as_mut() else { continue };
+        if d.extend(&bytes, limits).is_err() {
+            return;
+        }
+        loop {
+            match d.next(limits) {
+                Ok(None) => break,
+                Ok(Some(WsEvent::Message(m))) => {
+                    assert!(m.len() <= limits.max_message_bytes);
+                    let frame = encode_frame(true, 1, &m, Some([cut, 7, 0, 255]));
+                    let mut server = Decoder::new(Role::Server);
+                    server.extend(&frame, limits).expect("within bounds");
+                    assert_eq!(server.next(limits), Ok(Some(WsEvent::Message(m))));
+                }
+                Ok(Some(WsEvent::Ping(p))) => assert!(p.len() <= 125),
+                Ok(Some(WsEvent::Close(_))) => return,
+                Ok(Some(WsEvent::Pong)) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
 /// A `/metrics` HTTP request head through its router.
 pub fn metrics_http(data: &[u8]) {
     ringway_server::fuzzing::metrics_request(data);
@@ -147,7 +214,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target: name (the `fuzz_targets/` binary and the `corpus/`
 /// directory) and function.
-pub const TARGETS: [(&str, Target); 18] = [
+pub const TARGETS: [(&str, Target); 19] = [
     ("sip_parse", sip_parse),
     ("sip_digest", sip_digest),
     ("sip_proxy", sip_proxy),
@@ -165,5 +232,6 @@ pub const TARGETS: [(&str, Target); 18] = [
     ("sip_tcp_framing", sip_tcp_framing),
     ("dns_response", dns_response),
     ("sip_ws", sip_ws),
+    ("sip_ws_client", sip_ws_client),
     ("xdp_frame", xdp_frame),
 ];

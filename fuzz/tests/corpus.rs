@@ -72,6 +72,7 @@ replay_tests!(
     sip_tcp_framing,
     dns_response,
     sip_ws,
+    sip_ws_client,
     xdp_frame,
 );
 
@@ -96,6 +97,7 @@ fn every_target_has_a_replay_test() {
         "sip_tcp_framing",
         "dns_response",
         "sip_ws",
+        "sip_ws_client",
         "xdp_frame",
     ];
     let targets: Vec<&str> = ringway_fuzz::TARGETS.iter().map(|t| t.0).collect();

@@ -22,8 +22,9 @@ pub struct DispatchServerConfig {
     pub listeners: Vec<TransportAddr>,
     /// The proxies behind it (1..=64 with `proxy_names`), IP literals,
     /// each with the transport it is reached over (`IP:PORT` for UDP,
-    /// `tcp:IP:PORT`, `tls:IP:PORT`; a connection transport needs a listen
-    /// address of it, TLS also `tls.ca`).
+    /// `tcp:IP:PORT`, `tls:IP:PORT`, `ws:IP:PORT`, `wss:IP:PORT`; a
+    /// connection transport needs a listen address of it, TLS and WSS also
+    /// `tls.ca`; a WebSocket connection we open asks for the path `/`).
     #[serde(with = "proxy_list")]
     pub proxies: Vec<TransportAddr>,
     /// Proxies given by name: each resolved at start (RFC 3263: `host`
@@ -210,21 +211,25 @@ impl DispatchServerConfig {
                     .map(|n| (n.to_string(), n.transport)),
             );
         for (proxy, transport) in transports {
-            if matches!(transport, Transport::Ws | Transport::Wss) {
-                return fail(format!(
-                    "proxy {proxy}: WebSocket clients connect to us (reach proxies over udp, tcp or tls)"
-                ));
-            }
             if transport != Transport::Udp
                 && !self.listeners.iter().any(|l| l.transport == transport)
             {
                 return fail(format!("proxy {proxy} needs a {transport} listen address"));
             }
-            if transport == Transport::Tls && self.tls.ca.is_none() {
+            if matches!(transport, Transport::Tls | Transport::Wss) && self.tls.ca.is_none() {
                 return fail(format!(
-                    "proxy {proxy} over tls needs tls.ca (to verify the proxy)"
+                    "proxy {proxy} over {transport} needs tls.ca (to verify the proxy)"
                 ));
             }
+        }
+        if let Some(name) = self
+            .proxy_names
+            .iter()
+            .find(|n| matches!(n.transport, Transport::Ws | Transport::Wss))
+        {
+            return fail(format!(
+                "proxy {name}: a WebSocket proxy takes IP:PORT (no DNS for ws)"
+            ));
         }
         self.tcp.validate().map_err(ServerError::Config)?;
         let tls_listen = self

@@ -462,6 +462,7 @@ impl DispatchServer {
                 tcp: &config.tcp,
                 tls: &config.tls,
                 ws_origins: &config.ws_origins,
+                ws_paths: Vec::new(),
                 workers: config.workers,
                 who: "sip dispatch",
             },

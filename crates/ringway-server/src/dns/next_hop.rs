@@ -86,14 +86,18 @@ impl<'de> Deserialize<'de> for NextHop {
     }
 }
 
-/// A next hop with its transport: `[udp:|tcp:|tls:]` and an address or a
-/// name (`tls:proxy.example.net`, `tcp:10.0.0.5:5060`, `sip.example.net`).
+/// A next hop with its transport: `[udp:|tcp:|tls:|ws:|wss:]` and an
+/// address or a name (`tls:proxy.example.net`, `tcp:10.0.0.5:5060`,
+/// `sip.example.net`); `ws:` and `wss:` may add the WebSocket resource
+/// name (`ws:10.0.0.5:8080/sip`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransportNextHop {
     /// The transport (UDP when no scheme is given).
     pub transport: ringway_sip::Transport,
     /// The address or the name.
     pub hop: NextHop,
+    /// `ws:`/`wss:` only: the path of the upgrade request (`/sip`), if given.
+    pub path: Option<String>,
 }
 
 impl FromStr for TransportNextHop {
@@ -108,9 +112,26 @@ impl FromStr for TransportNextHop {
                 .map(|t| (t, rest))
         });
         let (transport, rest) = scheme.unwrap_or((ringway_sip::Transport::Udp, text));
+        let websocket = matches!(
+            transport,
+            ringway_sip::Transport::Ws | ringway_sip::Transport::Wss
+        );
+        let (rest, path) = match rest.find('/') {
+            Some(at) if websocket => {
+                let path = &rest[at..];
+                if !crate::sip::ws::valid_path(path) {
+                    return Err(format!(
+                        "`{text}`: the path must be / then at most 255 visible ASCII characters"
+                    ));
+                }
+                (&rest[..at], Some(path.to_string()))
+            }
+            _ => (rest, None),
+        };
         Ok(TransportNextHop {
             transport,
             hop: rest.parse()?,
+            path,
         })
     }
 }
@@ -118,9 +139,10 @@ impl FromStr for TransportNextHop {
 impl fmt::Display for TransportNextHop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.transport {
-            ringway_sip::Transport::Udp => write!(f, "{}", self.hop),
-            transport => write!(f, "{}:{}", transport.name(), self.hop),
+            ringway_sip::Transport::Udp => write!(f, "{}", self.hop)?,
+            transport => write!(f, "{}:{}", transport.name(), self.hop)?,
         }
+        f.write_str(self.path.as_deref().unwrap_or_default())
     }
 }
 
@@ -170,6 +192,16 @@ mod tests {
         assert_eq!(plain.to_string(), "p.test:5080");
         let addr: TransportNextHop = "tcp:[::1]:5070".parse().unwrap();
         assert_eq!(addr.hop, NextHop::Addr("[::1]:5070".parse().unwrap()));
+        let ws: TransportNextHop = "ws:[::1]:8080/sip".parse().unwrap();
+        assert_eq!(ws.hop, NextHop::Addr("[::1]:8080".parse().unwrap()));
+        assert_eq!(ws.path.as_deref(), Some("/sip"));
+        assert_eq!(ws.to_string(), "ws:[::1]:8080/sip");
+        let wss: TransportNextHop = "wss:127.0.0.1:443".parse().unwrap();
+        assert_eq!(wss.path, None);
+        assert!("tcp:127.0.0.1:5060/sip"
+            .parse::<TransportNextHop>()
+            .is_err());
+        assert!("ws:127.0.0.1:80/a b".parse::<TransportNextHop>().is_err());
         for bad in [
             "",
             "127.0.0.1",

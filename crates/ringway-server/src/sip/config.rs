@@ -42,9 +42,12 @@ pub struct SipServerConfig {
     /// Worker threads (1..=256).
     pub workers: usize,
     /// Send every request not addressed elsewhere to this next hop, over
-    /// its transport (`tcp:ADDR` needs a TCP listener; a bare address is
-    /// UDP).
+    /// its transport (`tcp:ADDR` needs a TCP listener, `ws:ADDR` a ws
+    /// listener; a bare address is UDP).
     pub route_to: Option<TransportAddr>,
+    /// The resource name (`/sip`) of the WebSocket connection to a `ws:`
+    /// or `wss:` `route_to` (default `/`).
+    pub route_to_path: Option<String>,
     /// The next hop of `route_to` given by name instead (`[tcp:|tls:]NAME`
     /// or `NAME:PORT`): resolved per request (RFC 3263, from the DNS cache
     /// while its TTLs last), each address checked by the relay policy, the
@@ -212,6 +215,7 @@ impl Default for SipServerConfig {
             mode: Mode::Stateless,
             workers: 1,
             route_to: None,
+            route_to_path: None,
             route_to_name: None,
             dns_server: None,
             dns_pending: super::PendingLimits::default(),
@@ -356,7 +360,7 @@ impl SipServerConfig {
             }
             if matches!(name.transport, Transport::Ws | Transport::Wss) {
                 return fail(format!(
-                    "route_to {name}: WebSocket clients connect to us (route to tcp, tls or udp)"
+                    "route_to {name}: a WebSocket next hop takes IP:PORT[/path] (no DNS for ws)"
                 ));
             }
             if name.transport == Transport::Tls && self.tls.ca.is_none() {
@@ -380,21 +384,28 @@ impl SipServerConfig {
             .listeners
             .iter()
             .any(|l| matches!(l.transport, Transport::Tls | Transport::Wss));
-        if let Some(to) = self
-            .route_to
-            .filter(|to| matches!(to.transport, Transport::Ws | Transport::Wss))
-        {
-            return fail(format!(
-                "route_to {to}: WebSocket clients connect to us (route to tcp, tls or udp)"
-            ));
+        if let Some(path) = &self.route_to_path {
+            let ws = self
+                .route_to
+                .is_some_and(|to| matches!(to.transport, Transport::Ws | Transport::Wss));
+            if !ws {
+                return fail(format!(
+                    "route_to_path {path:?}: only for a ws: or wss: route_to"
+                ));
+            }
+            if !super::ws::valid_path(path) {
+                return fail(format!(
+                    "route_to_path {path:?}: a path is / then at most 255 visible ASCII characters"
+                ));
+            }
         }
         self.tls.validate(tls_listen).map_err(ServerError::Config)?;
-        if self
-            .route_to
-            .is_some_and(|to| to.transport == Transport::Tls)
-            && self.tls.ca.is_none()
-        {
-            return fail("route_to over tls needs tls.ca (to verify the next hop)".into());
+        if let Some(to) = self.route_to.filter(|to| {
+            matches!(to.transport, Transport::Tls | Transport::Wss) && self.tls.ca.is_none()
+        }) {
+            return fail(format!(
+                "route_to {to} over tls needs tls.ca (to verify the next hop)"
+            ));
         }
         Ok(())
     }

@@ -77,6 +77,9 @@ pub(crate) struct StreamSettings<'a> {
     pub(crate) tls: &'a TlsConfig,
     /// Origins WebSocket clients may come from (none: any).
     pub(crate) ws_origins: &'a [String],
+    /// The resource name of the WebSocket connections we open to an
+    /// address (others: `/`).
+    pub(crate) ws_paths: Vec<(SocketAddr, String)>,
     /// Event loops when `tcp.threads` is 0: as many as UDP workers.
     pub(crate) workers: usize,
     /// Who logs ("sip server", "sip dispatch").
@@ -95,6 +98,12 @@ pub(super) fn open_listeners(
             tcp: &config.tcp,
             tls: &config.tls,
             ws_origins: &config.ws_origins,
+            ws_paths: config
+                .route_to
+                .zip(config.route_to_path.clone())
+                .map(|(to, path)| (to.addr, path))
+                .into_iter()
+                .collect(),
             workers: config.workers,
             who: "sip server",
         },
@@ -184,8 +193,11 @@ pub(crate) fn open_stream_listeners(
         config.tcp.clone(),
         registries,
         tls,
-        super::ws::OriginPolicy {
-            allowed: config.ws_origins.to_vec(),
+        super::ws::WsSettings {
+            origins: super::ws::OriginPolicy {
+                allowed: config.ws_origins.to_vec(),
+            },
+            paths: config.ws_paths.iter().cloned().collect(),
         },
         config.listeners.iter().map(|l| l.transport).collect(),
     )));

@@ -25,8 +25,9 @@ pub struct DispatchArgs {
     /// Repeatable: one UDP address (the last given wins) and others.
     #[arg(long, default_value = "127.0.0.1:5060", value_parser = super::sip_proxy::parse_transport_addr)]
     pub listen: Vec<TransportAddr>,
-    /// A proxy behind the dispatcher: IP:PORT (UDP), `tcp:IP:PORT` or `tls:IP:PORT` (needs a
-    /// listen address of that transport; tls also --tls-ca), or a name: `[tcp:|tls:]HOST`
+    /// A proxy behind the dispatcher: IP:PORT (UDP), `tcp:IP:PORT`, `tls:IP:PORT`, `ws:IP:PORT` or
+    /// `wss:IP:PORT` (needs a listen address of that transport; tls and wss also --tls-ca; ws and wss
+    /// open a WebSocket connection to the path `/`), or a name: `[tcp:|tls:]HOST`
     /// (NAPTR/SRV) or HOST:PORT (A/AAAA), resolved at start, every target a proxy (repeatable,
     /// at least one).
     #[arg(long = "proxy")]
@@ -107,6 +108,11 @@ impl TryFrom<&DispatchArgs> for DispatchServerConfig {
 
     fn try_from(args: &DispatchArgs) -> anyhow::Result<DispatchServerConfig> {
         serving::check_common_options(args.duration, args.metrics, args.metrics_public)?;
+        if let Some(proxy) = args.proxies.iter().find(|p| p.path.is_some()) {
+            anyhow::bail!(
+                "--proxy {proxy}: the dispatcher's WebSocket connections take the path / (give none)"
+            );
+        }
         let io = Io::new(args.backend, None).map_err(|_| {
             anyhow::anyhow!(
                 "--backend {}: the dispatcher runs on sockets (socket, mmsg or uring)",
@@ -241,6 +247,14 @@ mod tests {
             "--proxy",
             "127.0.0.12:5060",
         ]));
+        assert!(valid(&[
+            "--listen",
+            "127.0.0.1:5060",
+            "--listen",
+            "ws:127.0.0.1:8080",
+            "--proxy",
+            "ws:127.0.0.11:80",
+        ]));
         for bad in [
             &["--proxy", "127.0.0.11:5060", "--proxy", "127.0.0.11:5060"][..],
             // A connection transport needs a listen address of it.
@@ -254,14 +268,38 @@ mod tests {
                 "--proxy",
                 "tls:127.0.0.11:5061",
             ],
-            // WebSocket clients connect to us.
+            // WebSocket proxies: a ws listen address, no path, no name.
+            &["--proxy", "ws:127.0.0.11:80"],
             &[
                 "--listen",
                 "127.0.0.1:5060",
                 "--listen",
                 "ws:127.0.0.1:8080",
                 "--proxy",
-                "ws:127.0.0.11:80",
+                "ws:127.0.0.11:80/sip",
+            ],
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "ws:127.0.0.1:8080",
+                "--proxy",
+                "ws:proxy.example.net:80",
+            ],
+            // WSS needs a CA to verify the proxy with.
+            &[
+                "--listen",
+                "127.0.0.1:5060",
+                "--listen",
+                "ws:127.0.0.1:8080",
+                "--listen",
+                "wss:127.0.0.1:8443",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "--proxy",
+                "wss:127.0.0.11:443",
             ],
             // No UDP address.
             &[

@@ -79,9 +79,10 @@ pub struct ProxyArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
-    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP), `tcp:ADDR` or `tls:ADDR`,
-    /// or a name: `[tcp:|tls:]HOST` (NAPTR/SRV) or `HOST:PORT` (A/AAAA), resolved per request from the
-    /// DNS cache (RFC 3263; stateful mode fails over to the next target).
+    /// Send every request not addressed elsewhere to this next hop: ADDR (UDP), `tcp:ADDR`, `tls:ADDR`,
+    /// `ws:ADDR[/path]` or `wss:ADDR[/path]` (a WebSocket client connection, RFC 7118), or a name:
+    /// `[tcp:|tls:]HOST` (NAPTR/SRV) or `HOST:PORT` (A/AAAA), resolved per request from the DNS cache
+    /// (RFC 3263; stateful mode fails over to the next target).
     #[arg(long)]
     pub route_to: Option<ringway_server::dns::TransportNextHop>,
     /// Nameserver for names, IP:PORT (default: the first of /etc/resolv.conf). Given, Request-URI and
@@ -362,6 +363,7 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
                 }),
                 ringway_server::dns::NextHop::Name { .. } => None,
             }),
+            route_to_path: args.route_to.as_ref().and_then(|to| to.path.clone()),
             route_to_name: args
                 .route_to
                 .clone()
@@ -615,5 +617,45 @@ mod tests {
         assert!(!error.contains("hunter2"), "{error}");
         assert!(valid(&["--location", "redis://127.0.0.1:6379/0"]));
         assert!(valid(&["--metrics", "192.0.2.1:9000", "--metrics-public"]));
+    }
+
+    #[test]
+    fn a_websocket_next_hop_needs_its_listener() {
+        let parse = crate::cmd::parse_args::<ProxyArgs>;
+        let check = |args: &[&str]| checked_config(&parse(args).unwrap());
+        let ws = [
+            "--listen",
+            "127.0.0.1:5060",
+            "--listen",
+            "ws:127.0.0.1:8080",
+        ];
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            ws.iter().chain(extra).copied().collect()
+        };
+        let config = check(&with(&["--route-to", "ws:127.0.0.5:8080/sip"])).unwrap();
+        assert_eq!(config.route_to.unwrap().to_string(), "ws:127.0.0.5:8080");
+        assert_eq!(config.route_to_path.as_deref(), Some("/sip"));
+        assert!(check(&with(&["--route-to", "ws:127.0.0.5:8080"])).is_ok());
+        // The core's Via and Record-Route name our ws listen address: one
+        // line saying what is missing.
+        let error = format!(
+            "{:#}",
+            check(&["--route-to", "ws:127.0.0.5:8080"]).unwrap_err()
+        );
+        assert!(
+            error.contains("route_to ws:127.0.0.5:8080 needs a ws listen address"),
+            "{error}"
+        );
+        for bad in [
+            // wss: its listener and a CA to verify the upstream.
+            with(&["--route-to", "wss:127.0.0.5:443"]),
+            // No DNS for WebSocket next hops.
+            with(&["--route-to", "ws:gw.example.net:8080"]),
+        ] {
+            assert!(check(&bad).is_err(), "{bad:?} accepted");
+        }
+        // A path only after ws: or wss:, and only visible ASCII.
+        assert!(parse(&["--route-to", "tcp:127.0.0.5:5060/sip"]).is_err());
+        assert!(parse(&["--route-to", "ws:127.0.0.5:80/a\r\nX: y"]).is_err());
     }
 }

@@ -176,6 +176,15 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
             if close.is_none() && event.is_error() {
                 close = Some(CloseReason::IoError);
             }
+            if close == Some(CloseReason::IoError)
+                && !entry.conn.inbound
+                && !entry.connected
+                && entry.messages == 0
+            {
+                // A connection of ours that failed before its connect
+                // completed (refused: the error comes as a read).
+                close = Some(CloseReason::ConnectFailed);
+            }
             if close.is_none() {
                 // Up (TLS: its handshake done too): no longer a transport
                 // error if it closes.
@@ -206,6 +215,10 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
                     let active = entry.conn.last_active.load(Ordering::Relaxed);
                     if entry.conn.handshake_expired(now, handshake) {
                         Some(CloseReason::TlsHandshake)
+                    } else if entry.conn.upgrade_expired(now, message) {
+                        // The WebSocket upgrade (request or answer) is
+                        // the first message: bounded like any other.
+                        Some(CloseReason::WsHandshake)
                     } else if entry.framer.in_message()
                         && now.saturating_sub(entry.message_started) > message
                     {
@@ -361,9 +374,10 @@ fn read_ready(entry: &mut Owned, buf: &mut [u8], ctx: &mut ReadContext<'_>) -> O
     }
 }
 
-/// Bytes of a WebSocket connection (RFC 7118): the upgrade request until
-/// it is whole and answered, then frames; each data message is one SIP
-/// message for the core. `Some(reason)`: close the connection.
+/// Bytes of a WebSocket connection (RFC 7118): the upgrade request (an
+/// accepted connection) or the server's answer to ours (one we opened)
+/// until it is whole and checked, then frames; each data message is one
+/// SIP message for the core. `Some(reason)`: close the connection.
 fn ws_input(
     entry: &mut Owned,
     bytes: &[u8],
@@ -388,27 +402,64 @@ fn ws_input(
             bytes
         } else {
             state.head.extend_from_slice(bytes);
-            match ws::parse_handshake(&state.head, limits, &connections.origins) {
-                Ok(None) => {
-                    if state.head.len() > limits.max_handshake_bytes {
-                        return Some(CloseReason::WsHandshake);
+            let consumed = match session.role() {
+                ws::Role::Server => {
+                    match ws::parse_handshake(&state.head, limits, &connections.ws.origins) {
+                        Ok(None) => None,
+                        Err(e) => {
+                            let _ = entry.conn.write_raw(e.response(), send_limit, now);
+                            return Some(CloseReason::WsHandshake);
+                        }
+                        Ok(Some(upgrade)) => {
+                            if !entry.conn.write_raw(&upgrade.response, send_limit, now) {
+                                return Some(CloseReason::IoError);
+                            }
+                            Some(upgrade.consumed)
+                        }
                     }
-                    return None;
                 }
-                Err(e) => {
-                    let _ = entry.conn.write_raw(e.response(), send_limit, now);
+                ws::Role::Client => {
+                    match ws::parse_handshake_response(&state.head, limits, session.accept()) {
+                        Ok(None) => None,
+                        Err(e) => {
+                            crate::warn_limited!(
+                                "sip {}: {} refused our WebSocket upgrade: {}",
+                                entry.conn.transport,
+                                entry.conn.peer,
+                                e.label()
+                            );
+                            return Some(CloseReason::WsHandshake);
+                        }
+                        Ok(Some(consumed)) => {
+                            // What was sent meanwhile goes first, then
+                            // the connection counts as upgraded (under
+                            // the state lock: see `WsSession::outgoing`).
+                            for message in std::mem::take(&mut state.pending) {
+                                if !entry
+                                    .conn
+                                    .write_raw(&session.text(&message), send_limit, now)
+                                {
+                                    return Some(
+                                        entry.conn.closing().unwrap_or(CloseReason::IoError),
+                                    );
+                                }
+                            }
+                            state.pending_bytes = 0;
+                            Some(consumed)
+                        }
+                    }
+                }
+            };
+            let Some(consumed) = consumed else {
+                if state.head.len() > limits.max_handshake_bytes {
                     return Some(CloseReason::WsHandshake);
                 }
-                Ok(Some(upgrade)) => {
-                    if !entry.conn.write_raw(&upgrade.response, send_limit, now) {
-                        return Some(CloseReason::IoError);
-                    }
-                    session.set_upgraded();
-                    fresh = state.head.split_off(upgrade.consumed);
-                    state.head = Vec::new();
-                    &fresh
-                }
-            }
+                return None;
+            };
+            session.set_upgraded();
+            fresh = state.head.split_off(consumed);
+            state.head = Vec::new();
+            &fresh
         };
         'chunks: for chunk in input.chunks(ws::MAX_READ) {
             if let Err(e) = state.decoder.extend(chunk, limits) {
@@ -444,13 +495,11 @@ fn ws_input(
                 add(&connections.counters.of(entry.conn.transport).pings, 1);
                 let _ = entry
                     .conn
-                    .write_raw(&ws::pong_frame(&payload), send_limit, now);
+                    .write_raw(&session.pong(&payload), send_limit, now);
             }
             WsEvent::Pong => {}
             WsEvent::Close(_) => {
-                let _ = entry
-                    .conn
-                    .write_raw(&ws::close_frame(1000), send_limit, now);
+                let _ = entry.conn.write_raw(&session.close(1000), send_limit, now);
                 return Some(CloseReason::PeerClosed);
             }
         }
@@ -458,7 +507,7 @@ fn ws_input(
     let e = close?;
     let _ = entry
         .conn
-        .write_raw(&ws::close_frame(e.close_code()), send_limit, now);
+        .write_raw(&session.close(e.close_code()), send_limit, now);
     Some(CloseReason::WsError)
 }
 

@@ -36,7 +36,7 @@ pub mod framing;
 pub(crate) use event_loop::{run_loop, LoopContext};
 
 use super::tls::{TlsContext, TlsSession};
-use super::ws::{OriginPolicy, WsSession};
+use super::ws::{Outgoing, WsSession, WsSettings};
 use framing::FrameLimits;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -470,9 +470,12 @@ impl Conn {
     fn write(&self, bytes: &[u8], limit: usize, now: u64) -> bool {
         match &self.ws {
             // One SIP message per WebSocket message (RFC 7118 5.2); nothing
-            // before the upgrade is answered.
-            Some(ws) if ws.upgraded() => self.write_raw(&super::ws::text_frame(bytes), limit, now),
-            Some(_) => false,
+            // before the upgrade is answered (ours: kept until then).
+            Some(ws) => match ws.outgoing(bytes, limit) {
+                Outgoing::Frame(frame) => self.write_raw(&frame, limit, now),
+                Outgoing::Queued => self.closing.load(Ordering::Relaxed) == 0,
+                Outgoing::Refused => false,
+            },
             None => self.write_raw(bytes, limit, now),
         }
     }
@@ -594,6 +597,13 @@ impl Conn {
         }
     }
 
+    /// A WebSocket upgrade (the client's request, or the server's answer
+    /// to ours) not done `timeout_ns` after the connection opened.
+    fn upgrade_expired(&self, now: u64, timeout_ns: u64) -> bool {
+        self.ws.as_ref().is_some_and(|ws| !ws.upgraded())
+            && now.saturating_sub(self.opened) > timeout_ns
+    }
+
     /// A TLS handshake begun before `deadline` (ns) and not finished: it
     /// is counted as timed out and the connection is to be closed.
     fn handshake_expired(&self, now: u64, timeout_ns: u64) -> bool {
@@ -619,12 +629,16 @@ impl Conn {
     }
 
     /// The owner saw the TCP connection complete (`connected`): once the
-    /// TLS handshake (if any) is done too, it is up and the copies go.
+    /// TLS handshake and the WebSocket upgrade (if any) are done too, it
+    /// is up and the copies go.
     fn confirm_if_up(&self, connected: bool) {
         if self.inbound || self.established.load(Ordering::Relaxed) || !connected {
             return;
         }
         if self.tls.as_ref().is_some_and(TlsSession::handshaking) {
+            return;
+        }
+        if self.ws.as_ref().is_some_and(|ws| !ws.upgraded()) {
             return;
         }
         self.established.store(true, Ordering::Relaxed);
@@ -704,8 +718,8 @@ pub struct Connections {
     counters: TcpCounters,
     /// TLS certificates and sessions (`None`: no TLS configured).
     tls: Option<Arc<TlsContext>>,
-    /// Origins WebSocket clients may come from.
-    origins: OriginPolicy,
+    /// Origins WebSocket clients may come from; paths of those we open.
+    ws: WsSettings,
     /// Told of every connection that closes (the registrar's flows).
     on_close: OnceLock<CloseHook>,
     /// The transports we listen on (their metrics rows are shown even
@@ -727,7 +741,7 @@ impl Connections {
         config: TcpConfig,
         registries: Vec<Registry>,
         tls: Option<Arc<TlsContext>>,
-        origins: OriginPolicy,
+        ws: WsSettings,
         listening: Vec<Transport>,
     ) -> Connections {
         Connections {
@@ -738,7 +752,7 @@ impl Connections {
             config,
             counters: TcpCounters::default(),
             tls,
-            origins,
+            ws,
             on_close: OnceLock::new(),
             listening,
             undelivered: Mutex::new(Undelivered::default()),
@@ -880,15 +894,25 @@ impl Connections {
             add(&self.counters.of(transport).refused_limit, 1);
             return None;
         }
+        let limit = self.config.max_send_buffer_bytes;
         let tls = match transport {
-            // Browsers connect to us; we open no WebSocket connections.
-            Transport::Ws | Transport::Wss => return None,
-            Transport::Tls => Some(
-                self.tls
-                    .as_ref()?
-                    .connect(addr, self.config.max_send_buffer_bytes)?,
-            ),
+            Transport::Tls | Transport::Wss => {
+                Some(self.tls.as_ref()?.connect(addr, limit, transport)?)
+            }
             _ => None,
+        };
+        // RFC 7118 as a client: our upgrade request goes first.
+        let ws = matches!(transport, Transport::Ws | Transport::Wss).then(|| {
+            let host = match (&tls, &self.tls) {
+                (Some(_), Some(context)) => context.config().server_name.clone(),
+                _ => None,
+            };
+            let path = self.ws.paths.get(&addr).map_or("/", String::as_str);
+            WsSession::client(&host.unwrap_or_else(|| addr.to_string()), path)
+        });
+        let (ws, request) = match ws {
+            Some((session, request)) => (Some(session), Some(request)),
+            None => (None, None),
         };
         let row = self.counters.of(transport);
         let Ok(stream) = TcpStream::connect(addr) else {
@@ -896,7 +920,15 @@ impl Connections {
             return None;
         };
         add(&row.connected, 1);
-        self.insert(table, stream, addr, (false, transport, tls), now)
+        let conn = self.insert(table, stream, addr, (false, transport, tls, ws), now)?;
+        if let Some(request) = request {
+            // Queued until the connect completes (or, over TLS, until its
+            // handshake has).
+            if !conn.write_raw(&request, limit, now) {
+                return None;
+            }
+        }
+        Some(conn)
     }
 
     /// Take an accepted connection, or close it at once beyond a bound
@@ -919,6 +951,7 @@ impl Connections {
             add(&row.refused_per_ip, 1);
             return;
         }
+        let ws = matches!(transport, Transport::Ws | Transport::Wss).then(WsSession::server);
         let tls = match transport {
             Transport::Tls | Transport::Wss => {
                 let Some(session) = self
@@ -936,7 +969,7 @@ impl Connections {
         add(&row.accepted, 1);
         *table.per_ip.entry(peer.ip()).or_default() += 1;
         if self
-            .insert(&mut table, stream, peer, (true, transport, tls), now)
+            .insert(&mut table, stream, peer, (true, transport, tls, ws), now)
             .is_none()
         {
             release_ip(&mut table, peer.ip());
@@ -956,7 +989,7 @@ impl Connections {
         table: &mut Table,
         mut stream: TcpStream,
         peer: SocketAddr,
-        (inbound, transport, tls): (bool, Transport, Option<TlsSession>),
+        (inbound, transport, tls, ws): (bool, Transport, Option<TlsSession>, Option<WsSession>),
         now: u64,
     ) -> Option<Arc<Conn>> {
         let _ = stream.set_nodelay(true);
@@ -983,7 +1016,7 @@ impl Connections {
             inbound,
             transport,
             tls,
-            ws: matches!(transport, Transport::Ws | Transport::Wss).then(WsSession::default),
+            ws,
             opened: now,
             alias: OnceLock::new(),
             unconfirmed: Mutex::new((!inbound).then(Vec::new)),

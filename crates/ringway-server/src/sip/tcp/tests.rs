@@ -43,7 +43,7 @@ fn closing_keeps_every_index_consistent() {
         TcpConfig::default(),
         vec![poll.registry().try_clone().unwrap()],
         None,
-        OriginPolicy::default(),
+        WsSettings::default(),
         vec![Transport::Tcp],
     );
     let closed = Arc::new(Mutex::new(Vec::new()));

@@ -433,9 +433,14 @@ impl TlsContext {
         ))
     }
 
-    /// A session for a connection we open to `peer`, or `None` without a
-    /// CA to verify it with (counted).
-    pub(crate) fn connect(self: &Arc<Self>, peer: SocketAddr, limit: usize) -> Option<TlsSession> {
+    /// A session for a connection we open to `peer` (`tls` or `wss`), or
+    /// `None` without a CA to verify it with (counted).
+    pub(crate) fn connect(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        limit: usize,
+        transport: Transport,
+    ) -> Option<TlsSession> {
         let client = self
             .configs
             .read()
@@ -458,7 +463,7 @@ impl TlsContext {
             self.clone(),
             Connection::Client(session),
             limit,
-            Transport::Tls,
+            transport,
         ))
     }
 

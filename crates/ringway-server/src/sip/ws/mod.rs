@@ -1,16 +1,21 @@
-//! SIP over WebSocket (RFC 7118) as a server: the HTTP/1.1 upgrade
-//! (RFC 6455 4.2, sub-protocol `sip`, configurable Origin check) and the
-//! frame codec (RFC 6455 5). Plain data in, bytes and events out: no
-//! socket here (the connection code feeds it what it read, over TCP or
+//! SIP over WebSocket (RFC 7118), both ends: as a server, the HTTP/1.1
+//! upgrade (RFC 6455 4.2, sub-protocol `sip`, configurable Origin check);
+//! as a client (`--route-to ws:`), our opening handshake and the check of
+//! the server's answer (RFC 6455 4.1: `101`, `Sec-WebSocket-Accept` of our
+//! key, `sip`); and one frame codec (RFC 6455 5) for both directions,
+//! the masking direction a [`Role`]. Plain data in, bytes and events out:
+//! no socket here (the connection code feeds it what it read, over TCP or
 //! TLS for `wss:`).
 //!
-//! Bounds: the upgrade request is at most [`WsLimits::max_handshake_bytes`];
-//! a message (all its fragments) at most [`WsLimits::max_message_bytes`],
-//! checked against the length a frame header claims before anything is
-//! buffered for it. Client frames must be masked (RFC 6455 5.1), control
+//! Bounds: the upgrade request and the answer to ours are at most
+//! [`WsLimits::max_handshake_bytes`]; a message (all its fragments) at
+//! most [`WsLimits::max_message_bytes`], checked against the length a
+//! frame header claims before anything is buffered for it. A client's
+//! frames must be masked and a server's not (RFC 6455 5.1), control
 //! frames short and unfragmented (5.5), reserved bits clear; any breach
 //! is an error and the connection closes (with a close frame, 1002 or
-//! 1009).
+//! 1009). Every frame we send as a client is masked with a fresh random
+//! key (RFC 6455 5.3).
 
 use serde::{Deserialize, Serialize};
 
@@ -183,6 +188,153 @@ pub fn accept_key(key: &str) -> String {
     base64(digest.as_ref())
 }
 
+/// Our opening handshake as a client (RFC 6455 4.1) and the answer it
+/// must get.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientHandshake {
+    /// The upgrade request to send.
+    pub request: Vec<u8>,
+    /// The `Sec-WebSocket-Accept` the server must answer with.
+    pub accept: String,
+}
+
+/// The upgrade request for `path` on `host` (`IP:PORT` or a name) with
+/// the 16-byte `key` (random: [`random_bytes`]), offering only `sip`.
+/// `host` and `path` must be visible ASCII ([`valid_path`]); anything
+/// else is replaced by `/` and dropped, so no header can be injected.
+pub fn client_handshake(host: &str, path: &str, key: [u8; 16]) -> ClientHandshake {
+    let key = base64(&key);
+    let path = if valid_path(path) { path } else { "/" };
+    let host: String = host.chars().filter(|c| c.is_ascii_graphic()).collect();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: sip\r\n\r\n"
+    );
+    ClientHandshake {
+        request: request.into_bytes(),
+        accept: accept_key(&key),
+    }
+}
+
+/// Whether `path` can be the resource name of our upgrade request: `/`
+/// then visible ASCII, at most 256 bytes.
+pub fn valid_path(path: &str) -> bool {
+    path.starts_with('/') && path.len() <= 256 && path.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Why a server's answer to our upgrade was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseError {
+    /// Longer than `max_handshake_bytes` without its end.
+    TooLarge,
+    /// Not `HTTP/1.1 101` (the server refused, or is no WebSocket server).
+    NotSwitching,
+    /// `Upgrade: websocket` or `Connection: Upgrade` missing, an extension
+    /// we did not offer, or not text.
+    NotWebSocket,
+    /// `Sec-WebSocket-Accept` missing or not the one our key asks for.
+    BadAccept,
+    /// The sub-protocol is not `sip` (RFC 7118 4).
+    NoSipProtocol,
+}
+
+impl ResponseError {
+    /// Label (logs).
+    pub fn label(self) -> &'static str {
+        match self {
+            ResponseError::TooLarge => "too_large",
+            ResponseError::NotSwitching => "not_101",
+            ResponseError::NotWebSocket => "not_websocket",
+            ResponseError::BadAccept => "bad_accept",
+            ResponseError::NoSipProtocol => "no_sip_protocol",
+        }
+    }
+}
+
+/// Check the server's answer to our upgrade at the start of `buf`
+/// (RFC 6455 4.1): `Ok(None)` while incomplete, else the bytes it took
+/// (frames may follow).
+pub fn parse_handshake_response(
+    buf: &[u8],
+    limits: WsLimits,
+    accept: &str,
+) -> Result<Option<usize>, ResponseError> {
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > limits.max_handshake_bytes {
+            return Err(ResponseError::TooLarge);
+        }
+        return Ok(None);
+    };
+    if end + 4 > limits.max_handshake_bytes {
+        return Err(ResponseError::TooLarge);
+    }
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| ResponseError::NotWebSocket)?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let (Some("HTTP/1.1"), Some("101")) = (parts.next(), parts.next()) else {
+        return Err(ResponseError::NotSwitching);
+    };
+    let (mut upgrade, mut connection, mut accepted, mut protocol) = (false, false, None, None);
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or(ResponseError::NotWebSocket)?;
+        let value = value.trim();
+        let has_token = |token: &str| {
+            value
+                .split(',')
+                .any(|v| v.trim().eq_ignore_ascii_case(token))
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "upgrade" => upgrade |= has_token("websocket"),
+            "connection" => connection |= has_token("upgrade"),
+            // Every copy must be right (one wrong one fails it).
+            "sec-websocket-accept" => {
+                accepted = Some(accepted.unwrap_or(true) && value == accept);
+            }
+            "sec-websocket-protocol" => {
+                protocol = Some(protocol.unwrap_or(true) && value.eq_ignore_ascii_case("sip"));
+            }
+            // We offered none (RFC 6455 4.1, point 5).
+            "sec-websocket-extensions" => return Err(ResponseError::NotWebSocket),
+            _ => {}
+        }
+    }
+    if !(upgrade && connection) {
+        return Err(ResponseError::NotWebSocket);
+    }
+    if accepted != Some(true) {
+        return Err(ResponseError::BadAccept);
+    }
+    if protocol != Some(true) {
+        return Err(ResponseError::NoSipProtocol);
+    }
+    Ok(Some(end + 4))
+}
+
+/// `N` bytes from the system's random source (a mask, a key). Should it
+/// ever fail, from the process's randomly keyed SipHash of a counter and
+/// the time instead: still unpredictable to a peer.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    use ring::rand::SecureRandom;
+    let mut out = [0u8; N];
+    if ring::rand::SystemRandom::new().fill(&mut out).is_ok() {
+        return out;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = KEYS.get_or_init(Default::default).build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        h.write_u64(ringway_io::monotonic_now().0);
+        h.write_usize(i);
+        let bytes = h.finish().to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+    out
+}
+
 fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
@@ -228,7 +380,19 @@ impl FrameError {
     }
 }
 
-/// What a client sent, frame by frame.
+/// Which end of a connection we are (RFC 6455 5.1, 5.3): a server reads
+/// masked frames and writes unmasked ones; a client writes every frame
+/// masked with a fresh random key and refuses masked ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// We accepted the connection (a browser's).
+    #[default]
+    Server,
+    /// We opened it (`--route-to ws:`).
+    Client,
+}
+
+/// What the peer sent, frame by frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WsEvent {
     /// A whole data message (text or binary): one SIP message (RFC 7118 5.2).
@@ -251,9 +415,12 @@ const OP_PONG: u8 = 10;
 /// Bytes one [`Decoder::extend`] takes at most.
 pub const MAX_READ: usize = 64 * 1024;
 
-/// Decodes a client's frames (after the upgrade), bounded.
+/// Decodes the peer's frames (after the upgrade), bounded: a client's
+/// (masked) as [`Role::Server`], a server's (unmasked) as [`Role::Client`].
 #[derive(Debug, Default)]
 pub struct Decoder {
+    /// Our end: which masking the peer's frames must have.
+    role: Role,
     /// Bytes read and not yet decoded (at most one frame header plus
     /// what a bounded payload needs).
     buf: Vec<u8>,
@@ -264,6 +431,14 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// A decoder for our end `role` of the connection.
+    pub fn new(role: Role) -> Decoder {
+        Decoder {
+            role,
+            ..Decoder::default()
+        }
+    }
+
     /// Take bytes read from the connection (at most [`MAX_READ`] at a
     /// time, each followed by [`Decoder::next`] until `None`): the buffer
     /// then never holds more than one incomplete frame, whose claimed
@@ -284,7 +459,7 @@ impl Decoder {
     /// The next event, `Ok(None)` until a whole frame is buffered.
     pub fn next(&mut self, limits: WsLimits) -> Result<Option<WsEvent>, FrameError> {
         loop {
-            let Some(frame) = parse_frame(&self.buf, limits)? else {
+            let Some(frame) = parse_frame(&self.buf, limits, self.role)? else {
                 return Ok(None);
             };
             let Frame {
@@ -295,8 +470,10 @@ impl Decoder {
                 mask,
             } = frame;
             let mut payload = self.buf[header_len..header_len + payload_len].to_vec();
-            for (i, b) in payload.iter_mut().enumerate() {
-                *b ^= mask[i % 4];
+            if let Some(mask) = mask {
+                for (i, b) in payload.iter_mut().enumerate() {
+                    *b ^= mask[i % 4];
+                }
             }
             self.buf.drain(..header_len + payload_len);
             match opcode {
@@ -332,20 +509,23 @@ struct Frame {
     opcode: u8,
     header_len: usize,
     payload_len: usize,
-    mask: [u8; 4],
+    mask: Option<[u8; 4]>,
 }
 
 /// One frame's header at the start of `buf`, once the whole frame is
-/// there; its claimed length checked before anything waits for it.
-fn parse_frame(buf: &[u8], limits: WsLimits) -> Result<Option<Frame>, FrameError> {
+/// there; its claimed length checked before anything waits for it. As
+/// `role`'s peer wrote it: masked to a server, unmasked to a client.
+fn parse_frame(buf: &[u8], limits: WsLimits, role: Role) -> Result<Option<Frame>, FrameError> {
     if buf.len() < 2 {
         return Ok(None);
     }
     let (b0, b1) = (buf[0], buf[1]);
     let fin = b0 & 0x80 != 0;
     let opcode = b0 & 0x0f;
-    if b0 & 0x70 != 0 || b1 & 0x80 == 0 {
-        // Reserved bits (no extension negotiated), or unmasked.
+    let masked = b1 & 0x80 != 0;
+    if b0 & 0x70 != 0 || masked != (role == Role::Server) {
+        // Reserved bits (no extension negotiated), or a client's frame
+        // unmasked, or a server's masked.
         return Err(FrameError::Protocol);
     }
     let control = opcode >= 8;
@@ -380,10 +560,14 @@ fn parse_frame(buf: &[u8], limits: WsLimits) -> Result<Option<Frame>, FrameError
         return Err(FrameError::TooBig);
     }
     let payload_len = len as usize;
-    let Some(mask) = buf.get(at..at + 4) else {
-        return Ok(None);
+    let (mask, header_len) = if masked {
+        let Some(mask) = buf.get(at..at + 4) else {
+            return Ok(None);
+        };
+        (Some([mask[0], mask[1], mask[2], mask[3]]), at + 4)
+    } else {
+        (None, at)
     };
-    let header_len = at + 4;
     if buf.len() < header_len + payload_len {
         return Ok(None);
     }
@@ -392,78 +576,183 @@ fn parse_frame(buf: &[u8], limits: WsLimits) -> Result<Option<Frame>, FrameError
         opcode,
         header_len,
         payload_len,
-        mask: [mask[0], mask[1], mask[2], mask[3]],
+        mask,
     }))
 }
 
 /// A server frame (unmasked, one fragment): a SIP message as text.
 pub fn text_frame(payload: &[u8]) -> Vec<u8> {
-    frame(OP_TEXT, payload)
+    encode_frame(true, OP_TEXT, payload, None)
 }
 
-/// A pong answering a ping's payload.
+/// A server's pong answering a ping's payload.
 pub fn pong_frame(payload: &[u8]) -> Vec<u8> {
-    frame(OP_PONG, &payload[..payload.len().min(125)])
+    encode_frame(true, OP_PONG, &payload[..payload.len().min(125)], None)
 }
 
-/// A close frame with `code`.
+/// A server's close frame with `code`.
 pub fn close_frame(code: u16) -> Vec<u8> {
-    frame(OP_CLOSE, &code.to_be_bytes())
+    encode_frame(true, OP_CLOSE, &code.to_be_bytes(), None)
 }
 
-fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + 10);
-    out.push(0x80 | opcode);
+/// One frame, both directions: `opcode` with `payload`, the last of its
+/// message when `fin`; masked with `mask` when given (a client's frame,
+/// RFC 6455 5.3), else as a server sends it.
+pub fn encode_frame(fin: bool, opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 14);
+    let fin_bit: u8 = if fin { 0x80 } else { 0 };
+    out.push(fin_bit | (opcode & 0x0f));
+    let mask_bit = if mask.is_some() { 0x80 } else { 0 };
     match payload.len() {
-        n if n < 126 => out.push(n as u8),
+        n if n < 126 => out.push(mask_bit | n as u8),
         n if n <= 0xffff => {
-            out.push(126);
+            out.push(mask_bit | 126);
             out.extend_from_slice(&(n as u16).to_be_bytes());
         }
         n => {
-            out.push(127);
+            out.push(mask_bit | 127);
             out.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
-    out.extend_from_slice(payload);
+    match mask {
+        None => out.extend_from_slice(payload),
+        Some(mask) => {
+            out.extend_from_slice(&mask);
+            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        }
+    }
     out
 }
 
 /// A client's frame (masked with `mask`), for tests and the fuzz target.
 pub fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
-    let mut out = frame(opcode, payload);
-    if !fin {
-        out[0] &= 0x7f;
-    }
-    let at = match payload.len() {
-        n if n < 126 => 2,
-        n if n <= 0xffff => 4,
-        _ => 10,
-    };
-    out[1] |= 0x80;
-    out.splice(at..at, mask);
-    for (i, b) in out[at + 4..].iter_mut().enumerate() {
-        *b ^= mask[i % 4];
-    }
-    out
+    encode_frame(fin, opcode, payload, Some(mask))
 }
 
-/// One accepted WebSocket connection's state in the driver: the upgrade
-/// request until it is whole, then the frame decoder.
+/// The WebSocket settings of a server's connections.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WsSettings {
+    /// Which browser origins may connect to us.
+    pub origins: OriginPolicy,
+    /// The resource name (`/sip`) of the connections we open to each
+    /// address (others: `/`).
+    pub paths: std::collections::HashMap<std::net::SocketAddr, String>,
+}
+
+/// What becomes of a SIP message sent on a WebSocket connection.
+pub(crate) enum Outgoing {
+    /// Its frame, to write now.
+    Frame(Vec<u8>),
+    /// Kept until the server answers our upgrade (then written).
+    Queued,
+    /// Not sent: no upgrade answered (server side), or beyond the bound
+    /// of what waits for it.
+    Refused,
+}
+
+/// One WebSocket connection's state in the driver: the upgrade request
+/// (accepted) or the answer to ours (opened) until it is whole, then the
+/// frame decoder.
 #[derive(Debug, Default)]
 pub(crate) struct WsSession {
     upgraded: std::sync::atomic::AtomicBool,
+    /// Which end we are.
+    role: Role,
+    /// Opened by us: the `Sec-WebSocket-Accept` the server must answer.
+    accept: String,
     state: std::sync::Mutex<WsState>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct WsState {
-    /// The upgrade request so far.
+    /// The upgrade request (or the answer to ours) so far.
     pub(crate) head: Vec<u8>,
     pub(crate) decoder: Decoder,
+    /// Opened by us: SIP messages sent before the server answered our
+    /// upgrade (RFC 6455 4.1: nothing goes before it), and their bytes.
+    pub(crate) pending: Vec<Vec<u8>>,
+    pub(crate) pending_bytes: usize,
 }
 
 impl WsSession {
+    /// An accepted connection's session.
+    pub(crate) fn server() -> WsSession {
+        WsSession::default()
+    }
+
+    /// The session of a connection we open to `host` (as the `Host`
+    /// header names it) for `path`, and the upgrade request to write
+    /// first.
+    pub(crate) fn client(host: &str, path: &str) -> (WsSession, Vec<u8>) {
+        let handshake = client_handshake(host, path, random_bytes());
+        let session = WsSession {
+            upgraded: Default::default(),
+            role: Role::Client,
+            accept: handshake.accept,
+            state: std::sync::Mutex::new(WsState {
+                decoder: Decoder::new(Role::Client),
+                ..WsState::default()
+            }),
+        };
+        (session, handshake.request)
+    }
+
+    /// Which end we are.
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Opened by us: the `Sec-WebSocket-Accept` the server must answer.
+    pub(crate) fn accept(&self) -> &str {
+        &self.accept
+    }
+
+    /// One whole frame of ours: masked with a fresh random key as a client.
+    pub(crate) fn frame(&self, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mask = (self.role == Role::Client).then(random_bytes::<4>);
+        encode_frame(true, opcode, payload, mask)
+    }
+
+    /// A SIP message as a text frame of ours.
+    pub(crate) fn text(&self, message: &[u8]) -> Vec<u8> {
+        self.frame(OP_TEXT, message)
+    }
+
+    /// Our pong to a ping's payload.
+    pub(crate) fn pong(&self, payload: &[u8]) -> Vec<u8> {
+        self.frame(OP_PONG, &payload[..payload.len().min(125)])
+    }
+
+    /// Our close frame with `code`.
+    pub(crate) fn close(&self, code: u16) -> Vec<u8> {
+        self.frame(OP_CLOSE, &code.to_be_bytes())
+    }
+
+    /// A SIP message to send: its frame once upgraded; on a connection we
+    /// opened whose upgrade is not answered yet, kept (within `limit`
+    /// bytes) until it is, to go out first (see `WsState::pending`).
+    pub(crate) fn outgoing(&self, message: &[u8], limit: usize) -> Outgoing {
+        if self.upgraded() {
+            return Outgoing::Frame(self.text(message));
+        }
+        if self.role == Role::Server {
+            return Outgoing::Refused;
+        }
+        let mut state = self.state();
+        // The owner writes what waits, then marks it upgraded, under this
+        // lock: seen upgraded now, this message goes after them.
+        if self.upgraded() {
+            drop(state);
+            return Outgoing::Frame(self.text(message));
+        }
+        if state.pending_bytes + message.len() > limit {
+            return Outgoing::Refused;
+        }
+        state.pending_bytes += message.len();
+        state.pending.push(message.to_vec());
+        Outgoing::Queued
+    }
+
     /// Whether the upgrade was answered (frames flow).
     pub(crate) fn upgraded(&self) -> bool {
         self.upgraded.load(std::sync::atomic::Ordering::Acquire)
@@ -638,5 +927,151 @@ mod tests {
             assert_eq!(&f[f.len() - len..], &payload[..]);
         }
         assert_eq!(close_frame(1002), vec![0x88, 2, 0x03, 0xea]);
+    }
+
+    /// A server's answer to `handshake`, with `extra` headers.
+    fn answer(handshake: &ClientHandshake, extra: &str) -> String {
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {}\r\n{extra}\r\n",
+            handshake.accept
+        )
+    }
+
+    #[test]
+    fn our_upgrade_is_accepted_by_our_server_and_its_answer_checked() {
+        let ours = client_handshake("127.0.0.1:8080", "/sip", *b"the sample nonce");
+        let text = String::from_utf8(ours.request.clone()).unwrap();
+        assert!(text.starts_with("GET /sip HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"));
+        // RFC 6455 1.3's sample key is this nonce's base64.
+        assert!(text.contains("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"));
+        assert_eq!(ours.accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+        // The server side of this module takes it and its answer passes.
+        let up = parse_handshake(&ours.request, LIMITS, &OriginPolicy::default())
+            .unwrap()
+            .unwrap();
+        let mut answered = up.response.clone();
+        answered.extend(text_frame(b"x"));
+        assert_eq!(
+            parse_handshake_response(&answered, LIMITS, &ours.accept),
+            Ok(Some(up.response.len()))
+        );
+        // Incomplete: wait.
+        assert_eq!(
+            parse_handshake_response(&up.response[..30], LIMITS, &ours.accept),
+            Ok(None)
+        );
+        let good = answer(&ours, "Sec-WebSocket-Protocol: sip\r\n");
+        assert!(parse_handshake_response(good.as_bytes(), LIMITS, &ours.accept).is_ok());
+        for (bad, error) in [
+            (
+                good.replace("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", "s3pPLMBiTxaQ9kYGzzhZRbK+xOA="),
+                ResponseError::BadAccept,
+            ),
+            (
+                answer(&ours, "Sec-WebSocket-Protocol: sip\r\nSec-WebSocket-Accept: x\r\n"),
+                ResponseError::BadAccept,
+            ),
+            (answer(&ours, ""), ResponseError::NoSipProtocol),
+            (
+                answer(&ours, "Sec-WebSocket-Protocol: chat\r\n"),
+                ResponseError::NoSipProtocol,
+            ),
+            (
+                good.replace("101 Switching Protocols", "200 OK"),
+                ResponseError::NotSwitching,
+            ),
+            (
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
+                ResponseError::NotSwitching,
+            ),
+            (
+                good.replace("Upgrade: websocket\r\n", ""),
+                ResponseError::NotWebSocket,
+            ),
+            (
+                answer(
+                    &ours,
+                    "Sec-WebSocket-Protocol: sip\r\nSec-WebSocket-Extensions: permessage-deflate\r\n",
+                ),
+                ResponseError::NotWebSocket,
+            ),
+        ] {
+            assert_eq!(
+                parse_handshake_response(bad.as_bytes(), LIMITS, &ours.accept),
+                Err(error),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_handshake_response(&[b'a'; 5000], LIMITS, &ours.accept),
+            Err(ResponseError::TooLarge)
+        );
+        // No header can be injected through the path or the host.
+        let evil = client_handshake("a\r\nX: y", "/a\r\nX: y", [0; 16]);
+        let text = String::from_utf8(evil.request).unwrap();
+        assert!(
+            text.starts_with("GET / HTTP/1.1\r\nHost: aX:y\r\n"),
+            "{text}"
+        );
+        assert!(!valid_path("sip") && !valid_path("/a b") && valid_path("/ws?x=1"));
+    }
+
+    #[test]
+    fn a_client_masks_every_frame_and_refuses_masked_ones() {
+        let (session, request) = WsSession::client("127.0.0.1:1", "/");
+        assert!(request.starts_with(b"GET / HTTP/1.1\r\n"));
+        // Our frames as a client: masked, each with its own key, and the
+        // server side decodes them.
+        let a = session.text(b"OPTIONS sip:a SIP/2.0");
+        let b = session.text(b"OPTIONS sip:a SIP/2.0");
+        assert_eq!(a[1] & 0x80, 0x80, "masked");
+        assert_ne!(a[2..6], b[2..6], "a fresh key per frame");
+        let mut server = Decoder::new(Role::Server);
+        server.extend(&a, LIMITS).unwrap();
+        assert_eq!(
+            server.next(LIMITS),
+            Ok(Some(WsEvent::Message(b"OPTIONS sip:a SIP/2.0".to_vec())))
+        );
+        assert_eq!(session.pong(b"p")[1] & 0x80, 0x80);
+        assert_eq!(session.close(1000)[1] & 0x80, 0x80);
+        // A server's frames: unmasked, decoded by a client; a masked one
+        // (a client's) is a protocol error there.
+        let mut client = Decoder::new(Role::Client);
+        client
+            .extend(&text_frame(b"SIP/2.0 200 OK"), LIMITS)
+            .unwrap();
+        assert_eq!(
+            client.next(LIMITS),
+            Ok(Some(WsEvent::Message(b"SIP/2.0 200 OK".to_vec())))
+        );
+        let mut client = Decoder::new(Role::Client);
+        client
+            .extend(&client_frame(true, OP_TEXT, b"x", [1, 2, 3, 4]), LIMITS)
+            .unwrap();
+        assert_eq!(client.next(LIMITS), Err(FrameError::Protocol));
+        // A server frame claiming more than a message may hold.
+        let mut client = Decoder::new(Role::Client);
+        let mut huge = vec![0x81, 127];
+        huge.extend_from_slice(&(1u64 << 40).to_be_bytes());
+        client.extend(&huge, LIMITS).unwrap();
+        assert_eq!(client.next(LIMITS), Err(FrameError::TooBig));
+        // Before the answer, messages wait (bounded), then go as frames.
+        assert!(matches!(
+            session.outgoing(&[b'a'; 600], 1000),
+            Outgoing::Queued
+        ));
+        assert!(matches!(
+            session.outgoing(&[b'a'; 600], 1000),
+            Outgoing::Refused
+        ));
+        assert_eq!(session.state().pending.len(), 1);
+        session.set_upgraded();
+        assert!(matches!(session.outgoing(b"x", 1000), Outgoing::Frame(_)));
+        // A server session sends nothing before the upgrade.
+        assert!(matches!(
+            WsSession::server().outgoing(b"x", 1000),
+            Outgoing::Refused
+        ));
     }
 }
