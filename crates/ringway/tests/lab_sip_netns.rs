@@ -1,6 +1,7 @@
 //! `ringway lab sip --netns`: the generator and the proxy in namespaces of
 //! their own on one veth pair; ringway on mmsg and on AF_XDP and Kamailio
-//! measured at the same rates in one short run. The report has every
+//! measured at the same rates in one short run, each ringway backend with
+//! and without receive coalescing (`--rx-coalesce-us 0,500`). The report has every
 //! arm's row at every rate, every run valid (the xdp arm did not fall
 //! back to a socket), the drop rate and CPU figures where an arm has data
 //! and n/a (null) where it has none, the ratios, and no namespace is left.
@@ -54,6 +55,8 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
             proxies,
             "--backends",
             "mmsg,xdp",
+            "--rx-coalesce-us",
+            "0,500",
             "--workers",
             "1",
             "--rates",
@@ -69,7 +72,12 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("veth.json")).unwrap()).unwrap();
-    let mut arms = vec!["ringway/mmsg", "ringway/xdp"];
+    let mut arms = vec![
+        "ringway/mmsg",
+        "ringway/mmsg+rx500us",
+        "ringway/xdp",
+        "ringway/xdp+rx500us",
+    ];
     if kamailio {
         arms.push("kamailio");
     }
@@ -101,8 +109,13 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
             // Stamped per packet by ringway only: n/a (null) for Kamailio, never 0.
             if *arm == "kamailio" {
                 assert!(row["t_sip_us"].is_null(), "{row:#}");
+                assert!(row["datagrams_per_wakeup"].is_null(), "{row:#}");
             } else {
                 assert!(row["t_sip_us"].as_f64().unwrap() > 0.0, "{row:#}");
+                assert!(
+                    row["datagrams_per_wakeup"].as_f64().unwrap() >= 1.0,
+                    "{row:#}"
+                );
             }
         }
     }
@@ -115,6 +128,7 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
             .unwrap_or_else(|| panic!("no {what} at 400: {report:#}"))
     };
     assert!(ratio("ringway/xdp / ringway/mmsg CPU per call") > 0.0);
+    assert!(ratio("ringway/xdp+rx500us / ringway/xdp CPU per call") > 0.0);
     if kamailio {
         assert!(ratio("ringway/xdp / kamailio CPU per call") > 0.0);
     }
@@ -137,6 +151,13 @@ fn one_short_run_compares_every_arm_on_the_same_wire() {
         assert!(run["wire_drops"].is_u64(), "{run:#}");
         assert!(run["proxy_napi_cpu_s"].as_f64().unwrap() > 0.0, "{run:#}");
         let xdp = run["spec"]["proxy"] == "ringway" && run["spec"]["backend"] == "xdp";
+        // The window reached the proxy (a run whose proxy reports another
+        // one is flagged, and no row has a flagged run: checked above).
+        let coalesced = run["spec"]["rx_coalesce_us"].as_u64();
+        assert!(coalesced.is_none() || coalesced == Some(500), "{run:#}");
+        if run["spec"]["proxy"] == "ringway" {
+            assert!(run["proxy_wakeups"].as_u64().unwrap() > 0, "{run:#}");
+        }
         assert_eq!(run["xsk_drops"].is_u64(), xdp, "{run:#}");
         if run["spec"]["proxy"] == "ringway" {
             // The proxy itself counted (nearly) every call-setup message
@@ -184,6 +205,11 @@ fn netns_options_that_do_not_go_together_are_refused() {
             "--rates: 0 is not a positive rate",
         ),
         (&["--ipv6"], "--netns"),
+        (&["--rx-coalesce-us", "200"], "--netns"),
+        (
+            &["--netns", "--rates", "100", "--rx-coalesce-us", "100001"],
+            "--rx-coalesce-us 100001",
+        ),
     ];
     for (args, want) in cases {
         let out = lab(dir.path(), args);

@@ -58,6 +58,18 @@ fn metrics_endpoint_serves_histograms_and_counters() {
     );
     assert!(prom_sum(&text, "ringway_sip_k_snd_seconds_count") > 0.0);
     assert!(prom_sum(&text, "ringway_sip_forwarded_total") >= 50.0);
+    // Wake-ups of the receive loop: at least one per batch, at most one
+    // per datagram (coalescing off: no windows), as in the summary.
+    let wakeups = prom_value(&text, "ringway_sip_wakeups_total").unwrap();
+    assert!(wakeups >= 1.0 && wakeups <= n_in, "{wakeups} for {n_in}");
+    assert_eq!(
+        wakeups as u64,
+        summary["messages"]["wakeups"].as_u64().unwrap()
+    );
+    assert_eq!(
+        prom_value(&text, "ringway_sip_rx_coalesce_windows_total"),
+        Some(0.0)
+    );
     // Shedding off: no admitted-fraction gauge and null in the summary
     // (n/a, not a made-up 1).
     assert!(!text.contains("ringway_sip_overload_admitted"), "{text}");

@@ -415,9 +415,7 @@ pub struct VethResult {
 /// the global settings restored, and then `on_interrupt` ends the process.
 pub fn run_veth(
     mut c: Campaign,
-    backends: Vec<ringway_io::BackendKind>,
-    rates: Vec<f64>,
-    ipv6: bool,
+    plan: super::veth::VethPlan,
     stop: &std::sync::Arc<AtomicBool>,
     progress: &mut dyn SweepProgress,
     on_interrupt: fn() -> !,
@@ -429,9 +427,10 @@ pub fn run_veth(
     c.sweep.modes = vec!["default".into()];
     let cfg = VethConfig {
         sweep: c.sweep.clone(),
-        backends,
-        rates,
-        ipv6,
+        backends: plan.backends,
+        rates: plan.rates,
+        ipv6: plan.ipv6,
+        rx_coalesce_us: plan.rx_coalesce_us,
     };
     cfg.validate(&tools).map_err(anyhow::Error::msg)?;
     log_all(SysState::recover(&tools.state_file));
@@ -447,7 +446,7 @@ pub fn run_veth(
     );
     let (state, messages) = SysState::apply(&c.state_file, &knobs);
     log_all(messages);
-    let outcome = SipTestbed::build(ipv6)
+    let outcome = SipTestbed::build(cfg.ipv6)
         .and_then(|bed| run_all(&cfg, &bed, &tools, &mut store, progress, stop));
     // The testbed is gone here (dropped inside), whatever happened.
     log_all(state.restore());

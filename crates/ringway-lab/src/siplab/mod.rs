@@ -122,13 +122,18 @@ pub struct RunSpec {
     /// earlier runs stay valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire: Option<String>,
+    /// ringway's receive-coalescing window (µs, `--rx-coalesce-us`;
+    /// `None`: off). Not serialised when off, so keys of earlier runs stay
+    /// valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_coalesce_us: Option<u64>,
 }
 
 impl RunSpec {
     /// Label of the configuration for tables (proxy, receive model, batch, mode, cores).
     pub fn config_label(&self) -> String {
         if self.wire.is_some() {
-            return veth::arm_name(self.proxy, self.backend).to_string();
+            return veth::Arm::of(self).name();
         }
         match self.proxy {
             ProxyKind::Ringway => format!(
@@ -253,6 +258,11 @@ pub struct RunRecord {
     pub proxy_cpu_sys_s: f64,
     /// Messages the proxy received (ringway only).
     pub proxy_msgs_in: Option<u64>,
+    /// Wake-ups of the proxy's receive loops (ringway only; `None`: a
+    /// summary without them): `proxy_msgs_in / proxy_wakeups` datagrams
+    /// per wake-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_wakeups: Option<u64>,
     /// Generator CPU seconds.
     pub gen_cpu_s: f64,
     /// Latencies over all message types (ringway only).
@@ -329,6 +339,7 @@ impl RunRecord {
             proxy_cpu_user_s: 0.0,
             proxy_cpu_sys_s: 0.0,
             proxy_msgs_in: None,
+            proxy_wakeups: None,
             gen_cpu_s: 0.0,
             all: None,
             by_type: BTreeMap::new(),
@@ -589,6 +600,9 @@ fn ringway_command(
     }
     if let Some(service) = spec.service {
         cmd.args(["--emulated-service-us", &service.to_string()]);
+    }
+    if let Some(window) = spec.rx_coalesce_us {
+        cmd.args(["--rx-coalesce-us", &window.to_string()]);
     }
     cmd
 }
@@ -1114,6 +1128,14 @@ fn record_proxy_summary(
     }
     rec.all = Some(type_lat(&summary["all"]));
     rec.proxy_msgs_in = summary["messages"]["in"].as_u64();
+    rec.proxy_wakeups = summary["messages"]["wakeups"].as_u64();
+    let asked = spec.rx_coalesce_us.unwrap_or(0);
+    let ran = summary["config"]["rx_coalesce_us"].as_u64().unwrap_or(0);
+    if spec.proxy == ProxyKind::Ringway && ran != asked {
+        rec.flags.push(format!(
+            "the proxy ran with receive coalescing {ran} µs, not the {asked} µs asked"
+        ));
+    }
     rec.per_worker_in = summary["messages"]["per_worker_in"]
         .as_array()
         .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
@@ -1301,6 +1323,7 @@ mod tests {
             service: None,
             globals: Vec::new(),
             wire: None,
+            rx_coalesce_us: None,
         }
     }
 

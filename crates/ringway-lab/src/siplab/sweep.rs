@@ -726,6 +726,7 @@ pub fn spec_for(
         },
         globals: cfg.globals.clone(),
         wire: None,
+        rx_coalesce_us: None,
     }
 }
 

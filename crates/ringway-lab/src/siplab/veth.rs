@@ -56,6 +56,8 @@ use std::time::Instant;
 const DEV: &str = "eth0";
 /// The proxy's SIP port.
 const SIP_PORT: u16 = 5060;
+/// Longest receive-coalescing window `ringway sip proxy` takes (µs).
+const MAX_RX_COALESCE_US: u64 = 100_000;
 
 /// Name of an arm in reports: `kamailio`, `ringway/<backend>`.
 pub fn arm_name(proxy: ProxyKind, backend: BackendKind) -> &'static str {
@@ -68,20 +70,58 @@ pub fn arm_name(proxy: ProxyKind, backend: BackendKind) -> &'static str {
     }
 }
 
-/// One proxy as measured: Kamailio, or ringway on one backend.
+/// One proxy as measured: Kamailio, or ringway on one backend (with
+/// receive coalescing or without).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Arm {
     /// The proxy.
     pub proxy: ProxyKind,
     /// ringway's backend (Kamailio: mmsg, not used).
     pub backend: BackendKind,
+    /// ringway's receive-coalescing window, µs (`None`: off; Kamailio: none).
+    pub rx_coalesce_us: Option<u64>,
 }
 
 impl Arm {
-    /// `kamailio`, `ringway/xdp`, ...
-    pub fn name(&self) -> &'static str {
-        arm_name(self.proxy, self.backend)
+    /// The arm a run of `spec` belongs to.
+    pub fn of(spec: &RunSpec) -> Arm {
+        match spec.proxy {
+            ProxyKind::Kamailio => Arm {
+                proxy: ProxyKind::Kamailio,
+                backend: BackendKind::Mmsg,
+                rx_coalesce_us: None,
+            },
+            ProxyKind::Ringway => Arm {
+                proxy: ProxyKind::Ringway,
+                backend: spec.backend,
+                rx_coalesce_us: spec.rx_coalesce_us,
+            },
+        }
     }
+
+    /// `kamailio`, `ringway/xdp`, `ringway/xdp+rx200us` (receive
+    /// coalescing of 200 µs), ...
+    pub fn name(&self) -> String {
+        let base = arm_name(self.proxy, self.backend);
+        match self.rx_coalesce_us {
+            Some(us) => format!("{base}+rx{us}us"),
+            None => base.to_string(),
+        }
+    }
+}
+
+/// What `--netns` adds to the sweep's options (`--backends`, `--rates`,
+/// `--ipv6`, `--rx-coalesce-us`).
+#[derive(Clone, Debug, Default)]
+pub struct VethPlan {
+    /// ringway's backends, one arm each.
+    pub backends: Vec<BackendKind>,
+    /// Offered call rates (calls/s).
+    pub rates: Vec<f64>,
+    /// The hosts talk IPv6.
+    pub ipv6: bool,
+    /// ringway's receive-coalescing windows (µs; 0: off).
+    pub rx_coalesce_us: Vec<u64>,
 }
 
 /// A `--netns` experiment: the sweep's settings (proxies, workers, mode,
@@ -97,24 +137,50 @@ pub struct VethConfig {
     pub rates: Vec<f64>,
     /// The hosts talk IPv6 (`--ipv6`).
     pub ipv6: bool,
+    /// ringway's receive-coalescing windows (µs, `--rx-coalesce-us`; 0:
+    /// off), one arm per backend and window; empty: off only.
+    pub rx_coalesce_us: Vec<u64>,
 }
 
 impl VethConfig {
-    /// The arms in their base order: ringway on each backend, then Kamailio.
+    /// The arms in their base order: ringway on each backend (with each
+    /// coalescing window), then Kamailio.
     pub fn arms(&self) -> Vec<Arm> {
-        let mut arms = Vec::new();
+        let windows: Vec<Option<u64>> = if self.rx_coalesce_us.is_empty() {
+            vec![None]
+        } else {
+            self.rx_coalesce_us
+                .iter()
+                .map(|&us| (us > 0).then_some(us))
+                .collect()
+        };
+        let mut arms: Vec<Arm> = Vec::new();
         for &proxy in &self.sweep.proxies {
             match proxy {
                 ProxyKind::Ringway => {
-                    arms.extend(self.backends.iter().map(|&backend| Arm { proxy, backend }))
+                    for &backend in &self.backends {
+                        for &rx_coalesce_us in &windows {
+                            arms.push(Arm {
+                                proxy,
+                                backend,
+                                rx_coalesce_us,
+                            });
+                        }
+                    }
                 }
                 ProxyKind::Kamailio => arms.push(Arm {
                     proxy,
                     backend: BackendKind::Mmsg,
+                    rx_coalesce_us: None,
                 }),
             }
         }
-        arms.dedup();
+        let mut seen = Vec::new();
+        arms.retain(|arm| {
+            let new = !seen.contains(arm);
+            seen.push(*arm);
+            new
+        });
         arms
     }
 
@@ -152,6 +218,15 @@ impl VethConfig {
         }
         if self.sweep.proxies.contains(&ProxyKind::Ringway) && self.backends.is_empty() {
             return Err("--backends is empty".into());
+        }
+        if let Some(&bad) = self
+            .rx_coalesce_us
+            .iter()
+            .find(|&&us| us > MAX_RX_COALESCE_US)
+        {
+            return Err(format!(
+                "--rx-coalesce-us {bad}: a window is 1..={MAX_RX_COALESCE_US} µs (0: off)"
+            ));
         }
         if self.backends.contains(&BackendKind::Xdp) && self.sweep.workers.iter().any(|&w| w != 1) {
             return Err("--backends xdp: the proxy runs one worker on AF_XDP (--workers 1)".into());
@@ -197,6 +272,7 @@ impl VethConfig {
         );
         spec.backend = arm.backend;
         spec.wire = Some(self.wire().to_string());
+        spec.rx_coalesce_us = arm.rx_coalesce_us;
         spec
     }
 }
@@ -645,6 +721,9 @@ pub struct VethRow {
     pub t_sip_us: Option<f64>,
     /// Mean K_rcv over all messages, µs (`None`: not stamped).
     pub k_rcv_us: Option<f64>,
+    /// Datagrams the proxy's workers handled per wake-up of their receive
+    /// loop (mean of the runs; `None`: Kamailio, or a summary without it).
+    pub datagrams_per_wakeup: Option<f64>,
 }
 
 /// Capacity of one arm: the highest rate up to which every rate's valid
@@ -692,10 +771,7 @@ pub fn rows(cfg: &VethConfig, records: &[RunRecord]) -> Vec<VethRow> {
                 let runs: Vec<&RunRecord> = records
                     .iter()
                     .filter(|r| {
-                        r.spec.workers == workers
-                            && r.spec.rate == rate
-                            && r.spec.proxy == arm.proxy
-                            && (arm.proxy == ProxyKind::Kamailio || r.spec.backend == arm.backend)
+                        r.spec.workers == workers && r.spec.rate == rate && Arm::of(&r.spec) == arm
                     })
                     .collect();
                 let valid: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.valid()).collect();
@@ -714,7 +790,7 @@ pub fn rows(cfg: &VethConfig, records: &[RunRecord]) -> Vec<VethRow> {
                     .collect();
                 let ringway = arm.proxy == ProxyKind::Ringway;
                 out.push(VethRow {
-                    arm: arm.name().into(),
+                    arm: arm.name(),
                     workers,
                     rate,
                     runs: runs.len(),
@@ -757,6 +833,10 @@ pub fn rows(cfg: &VethConfig, records: &[RunRecord]) -> Vec<VethRow> {
                     } else {
                         None
                     },
+                    datagrams_per_wakeup: mean_of(valid.iter().map(|&r| {
+                        let wakeups = r.proxy_wakeups.filter(|&w| w > 0)?;
+                        Some(r.proxy_msgs_in? as f64 / wakeups as f64)
+                    })),
                 });
             }
         }
@@ -774,9 +854,10 @@ pub fn capacities(cfg: &VethConfig, rows: &[VethRow], threshold: f64) -> Vec<Vet
             let mut capacity = None;
             let mut censored = false;
             for (i, &rate) in rates.iter().enumerate() {
+                let name = arm.name();
                 let Some(row) = rows
                     .iter()
-                    .find(|r| r.arm == arm.name() && r.workers == workers && r.rate == rate)
+                    .find(|r| r.arm == name && r.workers == workers && r.rate == rate)
                 else {
                     break;
                 };
@@ -789,7 +870,7 @@ pub fn capacities(cfg: &VethConfig, rows: &[VethRow], threshold: f64) -> Vec<Vet
                 }
             }
             out.push(VethCapacity {
-                arm: arm.name().into(),
+                arm: arm.name(),
                 workers,
                 capacity: capacity.map(|c| c.0),
                 censored,
@@ -800,14 +881,24 @@ pub fn capacities(cfg: &VethConfig, rows: &[VethRow], threshold: f64) -> Vec<Vet
     out
 }
 
-/// xdp/Kamailio and xdp/mmsg (and every other ringway backend against
-/// Kamailio): capacities, and CPU per call at every rate both carried.
+/// xdp/Kamailio, xdp/mmsg and mmsg/Kamailio, and each arm with receive
+/// coalescing against Kamailio and against its backend without:
+/// capacities, and CPU per call at every rate both carried.
 pub fn ratios(rows: &[VethRow], caps: &[VethCapacity]) -> Vec<VethRatio> {
-    let pairs = [
+    let mut pairs: Vec<(&str, &str)> = vec![
         ("ringway/xdp", "kamailio"),
         ("ringway/xdp", "ringway/mmsg"),
         ("ringway/mmsg", "kamailio"),
     ];
+    for cap in caps {
+        if let Some((base, _)) = cap.arm.split_once('+') {
+            for pair in [(cap.arm.as_str(), "kamailio"), (cap.arm.as_str(), base)] {
+                if !pairs.contains(&pair) {
+                    pairs.push(pair);
+                }
+            }
+        }
+    }
     let mut out = Vec::new();
     for (a, b) in pairs {
         for ca in caps.iter().filter(|c| c.arm == a) {
@@ -860,12 +951,12 @@ pub fn markdown(
 ) -> String {
     let mut s = String::new();
     s.push_str(
-        "| arm | workers | rate | runs | left out | PDR % | failed % | achieved cps | proxy µs/call | proxy process µs/call | gen µs/call | gen CPU % | T_sip µs | K_rcv µs |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| arm | workers | rate | runs | left out | PDR % | failed % | achieved cps | proxy µs/call | proxy process µs/call | gen µs/call | gen CPU % | T_sip µs | K_rcv µs | datagrams/wake-up |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.arm,
             r.workers,
             r.rate,
@@ -880,6 +971,7 @@ pub fn markdown(
             opt(r.gen_cpu_pct, 0),
             opt(r.t_sip_us, 2),
             opt(r.k_rcv_us, 1),
+            opt(r.datagrams_per_wakeup, 2),
         ));
     }
     s.push_str(&format!(
@@ -982,6 +1074,7 @@ mod tests {
             gen_cpu_pct: None,
             t_sip_us: None,
             k_rcv_us: None,
+            datagrams_per_wakeup: None,
         }
     }
 
@@ -994,6 +1087,7 @@ mod tests {
             backends: vec![BackendKind::Mmsg, BackendKind::Xdp],
             rates: rates.to_vec(),
             ipv6: false,
+            rx_coalesce_us: Vec::new(),
         }
     }
 
@@ -1001,10 +1095,76 @@ mod tests {
     fn arms_rotate_so_that_none_is_always_first() {
         let c = cfg(&[1000.0]);
         let arms = c.arms();
-        let names: Vec<&str> = arms.iter().map(|a| a.name()).collect();
+        let names: Vec<String> = arms.iter().map(|a| a.name()).collect();
         assert_eq!(names, ["ringway/mmsg", "ringway/xdp", "kamailio"]);
-        let firsts: Vec<&str> = (0..3).map(|b| block_order(&arms, b)[0].name()).collect();
+        let firsts: Vec<String> = (0..3).map(|b| block_order(&arms, b)[0].name()).collect();
         assert_eq!(firsts, ["ringway/mmsg", "ringway/xdp", "kamailio"]);
+    }
+
+    /// `--rx-coalesce-us 0,200`: every ringway backend runs with and
+    /// without the window, as arms of their own (the proxy is told, the
+    /// run keys differ); each run's datagrams per wake-up lands in its own
+    /// arm's row; the coalesced arm is compared with Kamailio and with its
+    /// backend without coalescing.
+    #[test]
+    fn coalescing_windows_are_arms_of_their_own() {
+        let mut c = cfg(&[2000.0]);
+        c.backends = vec![BackendKind::Xdp];
+        c.rx_coalesce_us = vec![0, 200];
+        let arms = c.arms();
+        let names: Vec<String> = arms.iter().map(|a| a.name()).collect();
+        assert_eq!(names, ["ringway/xdp", "ringway/xdp+rx200us", "kamailio"]);
+        assert_eq!(c.planned(), 3 * c.sweep.reps as usize);
+        let specs: Vec<RunSpec> = arms.iter().map(|&a| c.spec(a, 1, 2000.0, 0)).collect();
+        assert_eq!(specs[0].rx_coalesce_us, None);
+        assert_eq!(specs[1].rx_coalesce_us, Some(200));
+        assert_ne!(specs[0].key(), specs[1].key());
+        assert!(
+            !specs[0].key().contains("rx_coalesce"),
+            "keys of runs without it stay as they were"
+        );
+        assert_eq!(specs[1].config_label(), "ringway/xdp+rx200us");
+        let records: Vec<RunRecord> = specs
+            .iter()
+            .zip([(12_000, 12_000), (12_000, 3_000), (0, 0)])
+            .map(|(spec, (msgs, wakeups))| {
+                let mut r = RunRecord::empty(spec);
+                r.succeeded = 2000;
+                r.proxy_cpu_s = 0.1;
+                r.proxy_napi_cpu_s = Some(0.02);
+                if spec.proxy == ProxyKind::Ringway {
+                    r.proxy_msgs_in = Some(msgs);
+                    r.proxy_wakeups = Some(wakeups);
+                }
+                r
+            })
+            .collect();
+        let rows = rows(&c, &records);
+        let per_wakeup = |arm: &str| {
+            rows.iter()
+                .find(|r| r.arm == arm)
+                .unwrap()
+                .datagrams_per_wakeup
+        };
+        assert_eq!(per_wakeup("ringway/xdp"), Some(1.0));
+        assert_eq!(per_wakeup("ringway/xdp+rx200us"), Some(4.0));
+        assert_eq!(per_wakeup("kamailio"), None, "n/a, not 0");
+        let caps = capacities(&c, &rows, 0.01);
+        let whats: Vec<String> = ratios(&rows, &caps)
+            .into_iter()
+            .filter(|r| r.rate.is_some())
+            .map(|r| r.what)
+            .collect();
+        assert!(
+            whats.contains(&"ringway/xdp+rx200us / kamailio CPU per call".to_string()),
+            "{whats:?}"
+        );
+        assert!(
+            whats.contains(&"ringway/xdp+rx200us / ringway/xdp CPU per call".to_string()),
+            "{whats:?}"
+        );
+        let md = markdown(&rows, &caps, &ratios(&rows, &caps), 0.01);
+        assert!(md.contains("datagrams/wake-up"), "{md}");
     }
 
     #[test]

@@ -127,6 +127,15 @@ pub struct SipServerConfig {
     pub domains: Vec<String>,
     /// Datagrams per receive batch (1..=1024).
     pub batch: usize,
+    /// Receive coalescing (as a NIC's `rx-usecs`), `None`: off. A worker
+    /// whose receive brought fewer datagrams than a batch, while datagrams
+    /// come at two or more per window (over the last 16 windows), sleeps
+    /// this long before receiving again, so that one wake-up
+    /// handles several datagrams: fewer wake-ups and send calls per
+    /// message at low and middle rates, each datagram waiting up to this
+    /// much longer (K_rcv). A full batch never waits. 1 µs..=100 ms, and at
+    /// most a quarter of `overload_queue_delay` (the wait counts there).
+    pub rx_coalesce: Option<Duration>,
     /// Registrar: shortest registration accepted (s); shorter ones get 423.
     pub min_expires: u32,
     /// Registrar: longest registration granted (s).
@@ -234,6 +243,7 @@ impl Default for SipServerConfig {
             max_path_bytes: ringway_sip::DEFAULT_MAX_PATH_BYTES,
             domains: Vec::new(),
             batch: 32,
+            rx_coalesce: None,
             min_expires: RegistrarPolicy::default().min_expires,
             max_expires: RegistrarPolicy::default().max_expires,
             default_expires: RegistrarPolicy::default().default_expires,
@@ -261,6 +271,12 @@ impl Default for SipServerConfig {
     }
 }
 
+/// Shortest and longest receive-coalescing window
+/// ([`SipServerConfig::rx_coalesce`]).
+pub const MIN_RX_COALESCE: Duration = Duration::from_micros(1);
+/// See [`MIN_RX_COALESCE`].
+pub const MAX_RX_COALESCE: Duration = Duration::from_millis(100);
+
 /// Default of `--overload-queue-delay-ms` (0: off), i.e. of
 /// [`SipServerConfig::overload_queue_delay`].
 pub const DEFAULT_OVERLOAD_QUEUE_DELAY_MS: u64 = 0;
@@ -284,6 +300,13 @@ impl SipServerConfig {
         }
         if !(1..=1024).contains(&self.batch) {
             return fail(format!("batch must be 1..=1024, not {}", self.batch));
+        }
+        if let Some(window) = self.rx_coalesce {
+            if !(MIN_RX_COALESCE..=MAX_RX_COALESCE).contains(&window) {
+                return fail(format!(
+                    "rx_coalesce must be 1 µs..=100 ms (None: off), not {window:?}"
+                ));
+            }
         }
         if self.max_transactions == 0 {
             return fail("max_transactions must be above 0".into());
@@ -519,6 +542,14 @@ impl SipServerConfig {
             if delay.is_zero() || delay > Duration::from_secs(10) {
                 return fail(format!(
                     "overload_queue_delay must be above 0 and at most 10 s (None: off), not {delay:?}"
+                ));
+            }
+        }
+        if let (Some(window), Some(delay)) = (self.rx_coalesce, self.overload_queue_delay) {
+            if window.saturating_mul(4) > delay {
+                return fail(format!(
+                    "rx_coalesce ({window:?}) must be at most a quarter of overload_queue_delay \
+                     ({delay:?}): every datagram's wait in the window counts as queueing delay"
                 ));
             }
         }

@@ -47,7 +47,10 @@ pub mod ws;
 
 pub use backend::IoInUse;
 pub(crate) use config::check_flood;
-pub use config::{RxModel, SipServerConfig, DEFAULT_FLOW_TIMER_S, DEFAULT_OVERLOAD_QUEUE_DELAY_MS};
+pub use config::{
+    RxModel, SipServerConfig, DEFAULT_FLOW_TIMER_S, DEFAULT_OVERLOAD_QUEUE_DELAY_MS,
+    MAX_RX_COALESCE, MIN_RX_COALESCE,
+};
 pub use control::{
     AorBindings, BindingError, ContactInfo, ReloadReport, SipControl, Status, MAX_LISTED_AORS,
     RELOADABLE,

@@ -422,6 +422,16 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
             metrics.rx_errors,
         ),
         (
+            "ringway_sip_wakeups_total",
+            "Wake-ups of the workers' receive loops: receives that brought datagrams, and coalescing windows after which none had come (messages_in / wakeups: datagrams per wake-up).",
+            metrics.wakeups,
+        ),
+        (
+            "ringway_sip_rx_coalesce_windows_total",
+            "Receive-coalescing windows the workers slept (--rx-coalesce-us).",
+            metrics.rx_coalesce_windows,
+        ),
+        (
             "ringway_sip_rx_truncated_total",
             "Datagrams larger than a frame (dropped).",
             metrics.rx_truncated,

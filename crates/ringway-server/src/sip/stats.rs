@@ -232,6 +232,14 @@ pub struct WorkerMetrics {
     pub rx_truncated: u64,
     /// Receive syscall errors (other than timeouts).
     pub rx_errors: u64,
+    /// Wake-ups of the worker's receive loop: receive calls that brought
+    /// datagrams (after a wait, or at once while more were queued), and
+    /// receive-coalescing windows after which none had come; `msgs_in /
+    /// wakeups` is the datagrams each wake-up handled. Idle timeouts are
+    /// not counted.
+    pub wakeups: u64,
+    /// Receive-coalescing windows slept ([`SipServerConfig::rx_coalesce`](super::SipServerConfig::rx_coalesce)).
+    pub rx_coalesce_windows: u64,
     /// Datagrams sent by timer processing (retransmissions, timeouts).
     pub timer_out: u64,
     /// Received datagrams without a kernel RX timestamp (K_rcv not sampled).
@@ -276,6 +284,8 @@ impl Default for WorkerMetrics {
             tx_oversize: 0,
             rx_truncated: 0,
             rx_errors: 0,
+            wakeups: 0,
+            rx_coalesce_windows: 0,
             timer_out: 0,
             k_rcv_missing: 0,
             k_snd_requested: 0,
@@ -314,6 +324,8 @@ impl Clone for WorkerMetrics {
         self.tx_oversize = source.tx_oversize;
         self.rx_truncated = source.rx_truncated;
         self.rx_errors = source.rx_errors;
+        self.wakeups = source.wakeups;
+        self.rx_coalesce_windows = source.rx_coalesce_windows;
         self.timer_out = source.timer_out;
         self.k_rcv_missing = source.k_rcv_missing;
         self.k_snd_requested = source.k_snd_requested;
@@ -377,6 +389,8 @@ impl WorkerMetrics {
         self.overload_oc_reduction_pct += other.overload_oc_reduction_pct;
         self.overload_oc_capacity += other.overload_oc_capacity;
         self.rx_errors += other.rx_errors;
+        self.wakeups += other.wakeups;
+        self.rx_coalesce_windows += other.rx_coalesce_windows;
         self.timer_out += other.timer_out;
         self.k_rcv_missing += other.k_rcv_missing;
         self.k_snd_requested += other.k_snd_requested;

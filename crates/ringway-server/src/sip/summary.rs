@@ -34,6 +34,12 @@ pub struct Messages {
     pub overload_admitted_min_ratio: Option<f64>,
     /// Receive syscall errors.
     pub rx_errors: u64,
+    /// Wake-ups of the workers' receive loops (receives that brought
+    /// datagrams, and coalescing windows after which none had come):
+    /// `in / wakeups` datagrams per wake-up.
+    pub wakeups: u64,
+    /// Receive-coalescing windows the workers slept.
+    pub rx_coalesce_windows: u64,
     /// Datagrams the kernel refused to send.
     pub tx_errors: u64,
     /// Core output larger than a send frame (dropped).
@@ -199,6 +205,8 @@ pub struct ConfigView {
     pub record_route: bool,
     /// Datagrams per batch.
     pub batch: usize,
+    /// Receive-coalescing window (µs; 0: off).
+    pub rx_coalesce_us: u64,
     /// Requested receive buffer.
     pub rcvbuf_requested: Option<usize>,
     /// Receive buffer granted per socket.
@@ -342,6 +350,9 @@ impl ConfigView {
             registrar: config.registrar,
             record_route: config.record_route,
             batch: config.batch,
+            rx_coalesce_us: config
+                .rx_coalesce
+                .map_or(0, |w| u64::try_from(w.as_micros()).unwrap_or(u64::MAX)),
             rcvbuf_requested: config.rcvbuf,
             rcvbuf_granted: rcvbuf_granted.to_vec(),
             tx_stamp_every: config.tx_stamp_every,
@@ -402,6 +413,8 @@ pub(super) fn build(
             overload_admitted_ratio: m.overload_admitted_ratio().map(|r| r.0),
             overload_admitted_min_ratio: m.overload_admitted_ratio().map(|r| r.1),
             rx_errors: m.rx_errors,
+            wakeups: m.wakeups,
+            rx_coalesce_windows: m.rx_coalesce_windows,
             tx_errors: m.tx_errors,
             tx_oversize: m.tx_oversize,
             k_rcv_missing: m.k_rcv_missing,

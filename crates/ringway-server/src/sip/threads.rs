@@ -7,7 +7,7 @@ use super::location::StoreThread;
 use super::snapshot::MetricsSlot;
 use super::{lock, tcp, Shared, SipTimer, SipWorker, ThreadCpu, WorkerMetrics, RX_FRAME};
 use crate::host;
-use ringway_io::{monotonic_now, BatchIo, RxBatch};
+use ringway_io::{monotonic_now, BackendKind, BatchIo, RxBatch};
 use std::net::UdpSocket;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,7 +86,13 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
     lock(&shared.placement).extend(lines);
     let config = &shared.config;
     let mut rx = RxBatch::new(config.batch, RX_FRAME);
-    let mut worker = SipWorker::new(&shared.proxy, config.batch, config.tx_stamp_every);
+    // AF_XDP has no kernel TX stamps (K_snd is n/a): asking for them would
+    // only count them lost, and read the backend's counters per batch.
+    let tx_stamp_every = match io.kind() {
+        BackendKind::Xdp => 0,
+        _ => config.tx_stamp_every,
+    };
+    let mut worker = SipWorker::new(&shared.proxy, config.batch, tx_stamp_every);
     worker.with_connections(shared.connections.clone());
     worker.with_monitor(shared.monitor.clone());
     worker.overload_control_pool(shared.overload_pool.clone());
@@ -94,14 +100,27 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
     worker.pin_admitted(config.overload_pinned_admit_ppm);
     worker.overload_control(config.overload_control);
     worker.emulate_service(config.emulated_service, index as u64 + 1);
+    let mut coalescing = config.rx_coalesce.map(Coalescing::new);
+    if let Some(window) = config.rx_coalesce {
+        // A short window is mostly timer slack (50 µs by default) otherwise.
+        let slack = ringway_io::thread::set_timer_slack(window / 8);
+        log::info!("sip server: worker {index}: receive coalescing {window:?}, {slack}");
+    }
     let slot = &shared.slots[index];
     let mut published = 0u64;
     let _alive = AliveGuard::new(&shared.threads_alive);
     let run = catch_unwind(AssertUnwindSafe(|| {
         while !shared.stop.load(Ordering::Relaxed) {
-            match io.recv_batch(&mut rx, Some(POLL)) {
-                Ok(0) => {}
+            // Right after a coalescing window: take what came, no wait.
+            let after_window = coalescing.as_ref().is_some_and(|c| c.slept);
+            let timeout = if after_window { Duration::ZERO } else { POLL };
+            let received = io.recv_batch(&mut rx, Some(timeout));
+            let got = *received.as_ref().unwrap_or(&0);
+            match received {
+                Ok(0) if after_window => worker.count_wakeup(),
+                Ok(0) => worker.refresh_io(&*io),
                 Ok(_) => {
+                    worker.count_wakeup();
                     shared.injected_panic(&name);
                     worker.drive_batch(io.as_mut(), &rx, monotonic_now)
                 }
@@ -113,9 +132,81 @@ pub(super) fn worker_thread(shared: &Shared, index: usize, mut io: Box<dyn Batch
             }
             worker.report_unreachable(io.as_mut(), monotonic_now().0);
             slot.offer(worker.metrics(), &mut published);
+            if let Some(coalescing) = coalescing.as_mut() {
+                if coalescing.after(monotonic_now().0, got, rx.capacity()) {
+                    worker.count_coalesce_window();
+                }
+            }
         }
+        worker.refresh_io(&*io);
     }));
     finish_thread(shared, slot, worker.metrics(), &name, run);
+}
+
+/// Receive coalescing of one worker ([`super::SipServerConfig::rx_coalesce`]):
+/// after a receive that brought fewer datagrams than a batch, sleep the
+/// window before receiving again, so that what arrives meanwhile is
+/// handled by one wake-up, as a NIC's interrupt moderation (`rx-usecs`)
+/// does. Only while datagrams come at two or more per window (counted
+/// over the last [`PERIOD_WINDOWS`] windows): a window that finds nothing
+/// is a wake-up more, and at rates that leave most windows empty the
+/// loop waits for datagrams as without coalescing. A full batch never
+/// sleeps (more is probably queued): the high-rate path is unchanged.
+struct Coalescing {
+    window: Duration,
+    /// The last round ended with a window slept.
+    slept: bool,
+    /// Length of a counting period (ns): [`PERIOD_WINDOWS`] windows.
+    period: u64,
+    /// Start of the current period (monotonic ns).
+    period_start: u64,
+    /// Datagrams received in the current period and in the one before it.
+    this_period: u64,
+    last_period: u64,
+}
+
+/// Windows per counting period of [`Coalescing`].
+const PERIOD_WINDOWS: u64 = 16;
+/// Datagrams per window (on average over a period) from which windows are
+/// slept: with Poisson arrivals one window in e² ≈ 7 is then empty.
+const DENSE_PER_WINDOW: u64 = 2;
+
+impl Coalescing {
+    fn new(window: Duration) -> Coalescing {
+        let window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        Coalescing {
+            window,
+            slept: false,
+            period: window_ns.saturating_mul(PERIOD_WINDOWS),
+            period_start: 0,
+            this_period: 0,
+            last_period: 0,
+        }
+    }
+
+    /// After a receive that brought `got` datagrams of a `capacity` batch
+    /// at `now` (monotonic ns): sleep the window if datagrams come densely
+    /// and the batch was not full. Returns whether it slept.
+    fn after(&mut self, now: u64, got: usize, capacity: usize) -> bool {
+        let elapsed = now.saturating_sub(self.period_start);
+        if elapsed >= self.period {
+            // A period with nothing in between: the last one counted 0.
+            self.last_period = if elapsed < 2 * self.period {
+                self.this_period
+            } else {
+                0
+            };
+            self.this_period = 0;
+            self.period_start = now;
+        }
+        self.this_period += got as u64;
+        let dense = self.this_period.max(self.last_period) >= DENSE_PER_WINDOW * PERIOD_WINDOWS;
+        self.slept = dense && got > 0 && got < capacity;
+        if self.slept {
+            std::thread::sleep(self.window);
+        }
+        self.slept
+    }
 }
 
 /// Publish a thread's final metrics and CPU time, also when its loop
@@ -244,5 +335,38 @@ pub(super) fn keepalive_thread(shared: &Shared, udp: UdpSocket) {
         shared.thread_panicked("sip-keepalive");
         log::error!("sip server: thread sip-keepalive panicked: stopping every thread");
         resume_unwind(panic);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Coalescing;
+    use std::time::Duration;
+
+    /// The window is slept only after a partial batch while datagrams come
+    /// at two or more per window (32 over the last 16 windows): not after
+    /// nothing, not after a full batch (high rate: more is queued), not at
+    /// rates that would leave most windows empty, and no longer once the
+    /// rate has fallen for a period.
+    #[test]
+    fn coalescing_sleeps_only_after_a_partial_batch_of_dense_traffic() {
+        let us = 1_000;
+        let mut c = Coalescing::new(Duration::from_micros(50));
+        let start = 1_000_000 * us;
+        // 31 datagrams in the first 16 windows (800 µs): too sparse yet.
+        for k in 0..31 {
+            assert!(!c.after(start + k * 20 * us, 1, 32), "datagram {k}");
+        }
+        assert!(c.after(start + 700 * us, 1, 32), "the 32nd in 800 µs");
+        assert!(c.slept);
+        assert!(!c.after(start + 760 * us, 0, 32), "nothing came");
+        assert!(!c.slept);
+        assert!(!c.after(start + 770 * us, 32, 32), "a full batch");
+        // The next period: dense by the last one's count.
+        assert!(c.after(start + 900 * us, 1, 32));
+        // The period after that one, which had 1 datagram: sparse again.
+        assert!(!c.after(start + 1_800 * us, 1, 32));
+        // A long pause: the count starts over.
+        assert!(!c.after(start + 100_000 * us, 5, 32));
     }
 }

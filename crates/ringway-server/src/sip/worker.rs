@@ -25,6 +25,12 @@ pub const TX_FRAME: usize = super::RX_FRAME + 2048;
 /// follow a stall (the proxy descheduled, a burst): the queue drains
 /// several times faster than with a 503 each.
 pub(crate) const OVERLOAD_DROP_FACTOR: u64 = 2;
+/// How often (ns) a busy worker copies its backend's counters into its
+/// metrics: reading them may be a system call (AF_XDP's
+/// `XDP_STATISTICS`), once per batch was one per wake-up at low rates.
+/// [`SipWorker::refresh_io`] reads them at once (on an idle timeout, and
+/// when the worker ends).
+const IO_STATS_EVERY_NS: u64 = 10_000_000;
 
 /// Overload control of one datagram, before any parse: feed its queueing
 /// delay to `shedder`; `true` if it is a new INVITE to drop unanswered
@@ -110,6 +116,9 @@ pub struct SipWorker<'p> {
     monitor: Option<Arc<FlowMonitor>>,
     /// ICMP unreachable reports taken from the socket, for the core.
     unreachable: Vec<IcmpUnreachable>,
+    /// When the backend's counters were last copied into the metrics
+    /// (the T_sip clock; `None`: never).
+    io_read_at: Option<Nanos>,
 }
 
 impl<'p> SipWorker<'p> {
@@ -135,6 +144,7 @@ impl<'p> SipWorker<'p> {
             connections: None,
             monitor: None,
             unreachable: Vec::new(),
+            io_read_at: None,
         }
     }
 
@@ -238,10 +248,33 @@ impl<'p> SipWorker<'p> {
         self.metrics.rx_errors += 1;
     }
 
+    /// Count a wake-up of the receive loop ([`WorkerMetrics::wakeups`]).
+    pub fn count_wakeup(&mut self) {
+        self.metrics.wakeups += 1;
+    }
+
+    /// Count a receive-coalescing window slept.
+    pub fn count_coalesce_window(&mut self) {
+        self.metrics.rx_coalesce_windows += 1;
+    }
+
+    /// Copy `io`'s counters into the metrics now (a busy worker does so
+    /// every 10 ms, [`IO_STATS_EVERY_NS`]; call this when idle and before
+    /// the final metrics are taken).
+    pub fn refresh_io(&mut self, io: &dyn BatchIo) {
+        let io_stats = io.stats();
+        let metrics = &mut self.metrics;
+        metrics.msgs_out = io_stats.tx_packets;
+        metrics.tx_errors = metrics.tx_errors.max(io_stats.tx_errors);
+        metrics.socket_rx_dropped = io_stats.rx_dropped;
+        metrics.io = io_stats;
+    }
+
     /// Run every datagram of `rx` through the core (T_sip timed with
     /// `clock`), send what it produced with one `send_batch` (earlier only
     /// if the send batch fills), sample K_snd, and refresh the socket
-    /// counters from `io`. The waits follow the papers' eq. 1, stamped per
+    /// counters from `io` (the first time, then every 10 ms of `clock`:
+    /// [`SipWorker::refresh_io`]). The waits follow the papers' eq. 1, stamped per
     /// datagram on the realtime clock (the clock of the receive stamps):
     /// K_rcv runs from the kernel RX stamp to the start of this datagram's
     /// own processing (t_sip-in − t_arr: the wait behind the datagrams
@@ -390,12 +423,14 @@ impl<'p> SipWorker<'p> {
         }
         self.send_and_record_waits(io);
         self.collect_tx_stamps(io);
-        let io_stats = io.stats();
-        let metrics = &mut self.metrics;
-        metrics.msgs_out = io_stats.tx_packets;
-        metrics.tx_errors = metrics.tx_errors.max(io_stats.tx_errors);
-        metrics.socket_rx_dropped = io_stats.rx_dropped;
-        metrics.io = io_stats;
+        let now = clock();
+        let due = self
+            .io_read_at
+            .is_none_or(|at| now.saturating_since(at) >= IO_STATS_EVERY_NS);
+        if due {
+            self.io_read_at = Some(now);
+            self.refresh_io(io);
+        }
     }
 
     /// Send what the batch produced, then record each datagram's wait
@@ -476,7 +511,11 @@ impl<'p> SipWorker<'p> {
     /// Record the K_snd of the TX stamps the kernel returned, polling only
     /// while some are outstanding (each poll is a system call).
     fn collect_tx_stamps(&mut self, io: &mut dyn BatchIo) {
-        if self.metrics.k_snd_requested <= self.stamps_seen + io.stats().tx_stamps_lost {
+        // The counters only when stamps are outstanding (they may cost a
+        // system call).
+        if self.metrics.k_snd_requested <= self.stamps_seen
+            || self.metrics.k_snd_requested <= self.stamps_seen + io.stats().tx_stamps_lost
+        {
             return;
         }
         self.stamps.clear();

@@ -199,6 +199,12 @@ pub(crate) struct SweepArgs {
     /// With --netns: the offered call rates (calls/s, comma-separated).
     #[arg(long, value_delimiter = ',', requires = "netns")]
     pub rates: Vec<f64>,
+    /// With --netns: ringway's receive-coalescing windows (µs,
+    /// comma-separated; 0: off), one arm per backend and window, e.g.
+    /// `0,200` runs ringway/xdp and ringway/xdp+rx200us side by side
+    /// (`sip proxy --rx-coalesce-us`). Default: off.
+    #[arg(long, value_delimiter = ',', requires = "netns", value_name = "US")]
+    pub rx_coalesce_us: Vec<u64>,
 }
 
 /// Run it.
@@ -248,12 +254,15 @@ fn veth_and_report(a: SweepArgs) -> anyhow::Result<()> {
     } else {
         a.backends.clone()
     };
-    let (rates, ipv6) = (a.rates.clone(), a.ipv6);
+    let plan = ringway_lab::siplab::veth::VethPlan {
+        backends,
+        rates: a.rates.clone(),
+        ipv6: a.ipv6,
+        rx_coalesce_us: a.rx_coalesce_us.clone(),
+    };
     let result = campaign::run_veth(
         campaign(a)?,
-        backends,
-        rates,
-        ipv6,
+        plan,
         &stop,
         &mut BarProgress::default(),
         || std::process::exit(130),

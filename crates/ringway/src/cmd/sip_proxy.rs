@@ -198,6 +198,9 @@ pub struct ProxyArgs {
     /// Datagrams per receive batch.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// Receive coalescing (as a NIC's rx-usecs; 0: off): after a receive that brought less than a batch while datagrams come at two or more per window, a worker sleeps this many µs before receiving again, so one wake-up handles several; each datagram may wait that much longer (K_rcv). 1..=100000.
+    #[arg(long, default_value_t = 0, value_name = "US")]
+    pub rx_coalesce_us: u64,
     /// Registrar: shortest registration accepted (s); shorter ones get 423 Interval Too Brief.
     #[arg(long, default_value_t = 60)]
     pub min_expires: u32,
@@ -388,6 +391,8 @@ impl TryFrom<&ProxyArgs> for SipServerConfig {
             max_path_bytes: args.max_path_bytes,
             domains: args.domains.clone(),
             batch: args.batch,
+            rx_coalesce: (args.rx_coalesce_us > 0)
+                .then(|| Duration::from_micros(args.rx_coalesce_us)),
             min_expires: args.min_expires,
             max_expires: args.max_expires,
             default_expires: args.default_expires,
@@ -554,9 +559,28 @@ mod tests {
             ],
             &["--flood-window-ms", "0"],
             &["--overload-queue-delay-ms", "10001"],
+            &["--rx-coalesce-us", "100001"],
+            &[
+                "--rx-coalesce-us",
+                "30000",
+                "--overload-queue-delay-ms",
+                "100",
+            ],
         ] {
             assert!(!valid(bad), "{bad:?} accepted");
         }
+        assert_eq!(
+            checked_config(&parse(&["--rx-coalesce-us", "200"]).unwrap())
+                .unwrap()
+                .rx_coalesce,
+            Some(Duration::from_micros(200))
+        );
+        assert!(valid(&[
+            "--rx-coalesce-us",
+            "25000",
+            "--overload-queue-delay-ms",
+            "100"
+        ]));
         // 0 is "off", not a zero delay.
         assert_eq!(
             checked_config(&parse(&["--overload-queue-delay-ms", "0"]).unwrap())

@@ -1158,6 +1158,7 @@ mod tests {
             service: None,
             globals: Vec::new(),
             wire: None,
+            rx_coalesce_us: None,
         };
         let mut r = RunRecord::empty(&spec);
         r.pdr = pdr;
