@@ -12,7 +12,7 @@
 //! ([`Placement::Loopback`], the caller enters it), or in the paper's
 //! testbed shape ([`Placement::Hosts`], see [`super::testbed`]).
 
-use super::testbed::{cpu_of, machine_busy_ns, machine_steal_ns, napi_snapshot, Testbed};
+use super::testbed::{cpu_of, napi_snapshot, MachineTimes, Testbed};
 use super::Run;
 use crate::siplab::design::{block_order, AA_SUFFIX};
 use anyhow::Context;
@@ -350,9 +350,8 @@ struct Sample {
     sfu_napi: Option<CpuTime>,
     switch: Option<CpuTime>,
     process: Option<CpuTime>,
-    machine_ns: Option<u64>,
-    /// The machine's steal time (all CPUs), ns.
-    steal_ns: Option<u64>,
+    /// The machine's busy, idle and steal time (read right after `at`).
+    machine: Option<MachineTimes>,
     /// The SFU's engine thread's run time in ns (sampled in the window,
     /// like the NAPI threads; from schedstat, not 10 ms ticks).
     engine_ns: Option<u64>,
@@ -361,11 +360,10 @@ struct Sample {
 fn sample(sfu_napi: &[u32], switch: &[u32]) -> Sample {
     Sample {
         at: Instant::now(),
+        machine: MachineTimes::read(),
         sfu_napi: cpu_of(sfu_napi),
         switch: cpu_of(switch),
         process: process_cpu_time().ok(),
-        machine_ns: machine_busy_ns(),
-        steal_ns: machine_steal_ns(),
         engine_ns: super::testbed::thread_named("sfu-engine")
             .and_then(super::testbed::thread_run_time_ns),
     }
@@ -597,7 +595,12 @@ fn pct_of(ns: u64, secs: f64) -> f64 {
 /// switch without threaded NAPI).
 struct WindowCpu {
     /// Everything else on the machine: busy time less this process, the
-    /// SFU host's NAPI thread and the switch's.
+    /// SFU host's NAPI thread and the switch's. Busy time is the CPUs' time
+    /// less their exact idle time ([`MachineTimes`]: the tick-sampled busy
+    /// fields are biased by a load in step with the tick); signed, so that
+    /// an accounting that counts more than the machine did shows as
+    /// negative instead of 0 (a few tenths of a % either way are the 10 ms
+    /// resolution of the counters).
     foreign_pct: f64,
     /// The SFU host: the engine thread and its NAPI thread.
     sfu_host_pct: f64,
@@ -611,20 +614,23 @@ impl WindowCpu {
     /// Over the window from `first` to `second` (`napi`: the testbed runs
     /// threaded NAPI).
     fn between(first: &Sample, second: &Sample, napi: bool) -> WindowCpu {
-        let window = second.at.duration_since(first.at).as_secs_f64().max(1e-3);
+        let window_ns = second.at.duration_since(first.at).as_nanos() as u64;
+        let window = (window_ns as f64 / 1e9).max(1e-3);
         let sfu_napi_ns = between(first.sfu_napi, second.sfu_napi);
         let switch_ns = between(first.switch, second.switch);
-        let foreign_pct = match (first.machine_ns, second.machine_ns) {
-            (Some(a), Some(b)) => match (
-                between(first.process, second.process),
-                sfu_napi_ns,
-                switch_ns,
-            ) {
-                (Some(p), Some(n), Some(w)) => {
-                    pct_of(b.saturating_sub(a).saturating_sub(p + n + w), window)
-                }
-                _ => f64::NAN,
-            },
+        let busy_ns = first
+            .machine
+            .zip(second.machine)
+            .and_then(|(a, b)| a.busy_between(&b, window_ns));
+        let ours_ns = [
+            between(first.process, second.process),
+            sfu_napi_ns,
+            switch_ns,
+        ]
+        .into_iter()
+        .sum::<Option<u64>>();
+        let foreign_pct = match (busy_ns, ours_ns) {
+            (Some(busy), Some(ours)) => pct_of(busy, window) - pct_of(ours, window),
             _ => f64::NAN,
         };
         // The SFU host over one window: the engine thread's CPU and its NAPI
@@ -637,6 +643,10 @@ impl WindowCpu {
             (Some(engine), Some(ns)) if napi => pct_of(engine + ns, window),
             _ => f64::NAN,
         };
+        let steal_ns = first
+            .machine
+            .zip(second.machine)
+            .and_then(|(a, b)| b.steal_ns.checked_sub(a.steal_ns));
         WindowCpu {
             foreign_pct,
             sfu_host_pct,
@@ -644,10 +654,7 @@ impl WindowCpu {
                 Some(ns) if napi => pct_of(ns, window),
                 _ => f64::NAN,
             },
-            steal_pct: match (first.steal_ns, second.steal_ns) {
-                (Some(a), Some(b)) => pct_of(b.saturating_sub(a), window),
-                _ => f64::NAN,
-            },
+            steal_pct: steal_ns.map_or(f64::NAN, |ns| pct_of(ns, window)),
         }
     }
 }
@@ -1194,5 +1201,64 @@ mod tests {
         assert_eq!(without.plan().len(), 3 * 3 * 2 * 2);
         assert_eq!(without.planned_seconds(), 36.0 * 62.0);
         assert_eq!(c.planned_seconds(), 54.0 * 62.0);
+    }
+
+    /// A sample at `at`: the machine's idle and tick-sampled busy time (s,
+    /// 2 CPUs), this process, the SFU's NAPI thread and the switch (s).
+    fn sample_at(at: Instant, (idle, sampled): (f64, f64), ours: [f64; 3]) -> Sample {
+        let ns = |s: f64| (s * 1e9) as u64;
+        let cpu = |s: f64| {
+            Some(CpuTime {
+                user_ns: 0,
+                system_ns: ns(s),
+            })
+        };
+        Sample {
+            at,
+            machine: Some(MachineTimes {
+                cpus: 2,
+                idle_ns: ns(idle),
+                sampled_busy_ns: ns(sampled),
+                steal_ns: ns(0.5),
+            }),
+            sfu_napi: cpu(ours[1]),
+            switch: cpu(ours[2]),
+            process: cpu(ours[0]),
+            engine_ns: Some(ns(ours[0] / 2.0)),
+        }
+    }
+
+    #[test]
+    fn other_load_is_the_exact_busy_time_less_every_host() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(10);
+        let first = sample_at(t0, (100.0, 50.0), [1.0, 0.1, 0.2]);
+        // 20 s of CPU time in the window, 12 s of it idle: 8 s busy. The
+        // ticks, in step with the load, saw only 2 s of it.
+        // Ours: process 4 s, SFU NAPI 0.5 s, switch 1.5 s = 6 s.
+        let second = sample_at(t1, (112.0, 52.0), [5.0, 0.6, 1.7]);
+        let w = WindowCpu::between(&first, &second, true);
+        assert!((w.foreign_pct - 20.0).abs() < 1e-6, "{}", w.foreign_pct);
+        assert!((w.switch_pct - 15.0).abs() < 1e-6, "{}", w.switch_pct);
+        // Engine (half the process: 2 s) + its NAPI thread (0.5 s).
+        assert!((w.sfu_host_pct - 25.0).abs() < 1e-6, "{}", w.sfu_host_pct);
+        assert_eq!(w.steal_pct, 0.0);
+        // More accounted than the machine was busy: shown, not hidden as 0.
+        let quiet = sample_at(t1, (116.0, 60.0), [5.0, 0.6, 1.7]);
+        let w = WindowCpu::between(&first, &quiet, true);
+        assert!((w.foreign_pct + 20.0).abs() < 1e-6, "{}", w.foreign_pct);
+        // A counter missing, or the CPUs changed: unknown, not 0.
+        let mut gone = sample_at(t1, (112.0, 52.0), [5.0, 0.6, 1.7]);
+        gone.switch = None;
+        assert!(WindowCpu::between(&first, &gone, true).foreign_pct.is_nan());
+        let mut hotplug = sample_at(t1, (112.0, 52.0), [5.0, 0.6, 1.7]);
+        hotplug.machine.as_mut().unwrap().cpus = 3;
+        assert!(WindowCpu::between(&first, &hotplug, true)
+            .foreign_pct
+            .is_nan());
+        // Without threaded NAPI the hosts are n/a; other load is still known.
+        let w = WindowCpu::between(&first, &second, false);
+        assert!(w.sfu_host_pct.is_nan() && w.switch_pct.is_nan());
+        assert!((w.foreign_pct - 20.0).abs() < 1e-6);
     }
 }

@@ -80,7 +80,11 @@ pub struct Run {
     #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub clients_pct: f64,
     /// Busy CPU of the machine not accounted to any of the above (other
-    /// jobs; % of one core; NaN when unknown).
+    /// jobs; % of one core; NaN when unknown): the CPUs' time less their
+    /// exact idle time, less the hosts' CPU. Signed: below 0 when the hosts
+    /// were charged more than the machine was busy (until 2026-11-26 the
+    /// busy time was the tick-sampled `/proc/stat` fields and the value was
+    /// clamped at 0).
     #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub foreign_pct: f64,
     /// (a) pickup → last copy scheduled, median (µs; NaN without samples).

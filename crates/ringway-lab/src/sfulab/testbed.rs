@@ -30,10 +30,11 @@
 //!   NAPI thread, the switch is the port NAPI threads (bridging and the
 //!   clients' receive path), the clients are the load threads. Kernel
 //!   threads are found by name (`napi/<dev>-<id>`) as they appear. The
-//!   machine's busy time (`/proc/stat`) minus all of these is other load
-//!   on the machine. Softirq work done outside these threads (e.g. at a
-//!   syscall's return) is charged to whatever thread ran it: approximate,
-//!   as the kernel has no IRQ time accounting here.
+//!   machine's busy time (the CPUs' time less their exact idle time,
+//!   [`MachineTimes`]) minus all of these is other load on the machine.
+//!   Softirq work done outside these threads (e.g. at a syscall's return)
+//!   is charged to whatever thread ran it: approximate, as the kernel has
+//!   no IRQ time accounting here.
 
 use anyhow::Context;
 use ringway_io::backend::{attach_xdp_pass, XdpAttachment};
@@ -463,36 +464,78 @@ pub fn thread_run_time_ns(tid: i32) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// Busy CPU time of the whole machine, all CPUs (`/proc/stat`: everything
-/// but idle and iowait), in ns.
-pub fn machine_busy_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().next()?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if fields.len() < 5 {
-        return None;
-    }
-    let total: u64 = fields.iter().take(8).sum();
-    let busy = total - fields[3] - fields[4];
-    Some(busy * (1_000_000_000 / ringway_server::host::USER_HZ))
+/// The machine's CPU times at one moment, all CPUs summed (`/proc/stat`),
+/// in ns.
+///
+/// The busy fields (user, system, softirq, ...) are tick samples: this
+/// kernel (`CONFIG_TICK_CPU_ACCOUNTING`) charges a whole tick (4 ms at
+/// HZ=250) to whatever a CPU is doing when its tick fires. The idle and
+/// iowait fields are exact on a tickless kernel (the idle clock). A load
+/// whose period divides the tick's (the SFU lab's 2 ms and 4 ms packet
+/// intervals) puts its bursts at the same point of every tick: a CPU's
+/// ticks then find it always busy or always idle, and its sampled busy time
+/// is off by up to the CPU's whole idle time, the same way for a whole run.
+/// Busy time over a window is therefore the window's CPU time less the
+/// exact idle time ([`MachineTimes::busy_between`]), not the sum of the
+/// sampled fields ([`MachineTimes::sampled_busy_ns`], kept to show the
+/// difference).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MachineTimes {
+    /// CPUs with a line of their own (online).
+    pub cpus: u64,
+    /// Idle and iowait time.
+    pub idle_ns: u64,
+    /// Busy time as the ticks sampled it (user, nice, system, irq, softirq,
+    /// steal).
+    pub sampled_busy_ns: u64,
+    /// Time the hypervisor took from the machine's CPUs (steal).
+    pub steal_ns: u64,
 }
 
-/// Time the hypervisor took from this machine's CPUs (steal, all CPUs
-/// summed; `/proc/stat`), in ns.
-pub fn machine_steal_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let steal: u64 = text
-        .lines()
-        .next()?
-        .split_whitespace()
-        .nth(8)?
-        .parse()
-        .ok()?;
-    Some(steal * (1_000_000_000 / ringway_server::host::USER_HZ))
+impl MachineTimes {
+    /// From a `/proc/stat` text (`None`: no `cpu` line, or one with fewer
+    /// than 8 fields).
+    pub fn parse(text: &str) -> Option<MachineTimes> {
+        let mut lines = text.lines();
+        let fields: Vec<u64> = lines
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if fields.len() < 8 {
+            return None;
+        }
+        let cpus = lines
+            .take_while(|l| l.starts_with("cpu"))
+            .filter(|l| l[3..].starts_with(|c: char| c.is_ascii_digit()))
+            .count() as u64;
+        let tick = 1_000_000_000 / ringway_server::host::USER_HZ;
+        let idle = fields[3] + fields[4];
+        let total: u64 = fields[..8].iter().sum();
+        Some(MachineTimes {
+            cpus,
+            idle_ns: idle * tick,
+            sampled_busy_ns: (total - idle) * tick,
+            steal_ns: fields[7] * tick,
+        })
+    }
+
+    /// Now.
+    pub fn read() -> Option<MachineTimes> {
+        MachineTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// Busy time of all CPUs from `self` to `later`, `window_ns` apart:
+    /// the CPUs' time over the window less their exact idle time (`None`
+    /// if the CPUs changed in between or a counter went back).
+    pub fn busy_between(&self, later: &MachineTimes, window_ns: u64) -> Option<u64> {
+        if self.cpus != later.cpus || self.cpus == 0 {
+            return None;
+        }
+        let idle = later.idle_ns.checked_sub(self.idle_ns)?;
+        Some((window_ns * self.cpus).saturating_sub(idle))
+    }
 }
 
 #[cfg(test)]
@@ -541,6 +584,42 @@ mod thread_tests {
         t.join().unwrap();
         // 3 ms of spinning is under one 10 ms tick of `stat`, yet it shows.
         assert!(after >= before + 2_000_000, "{before} -> {after}");
+    }
+
+    #[test]
+    fn machine_times_take_idle_exactly_and_count_online_cpus() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let text = "cpu  300 5 120 1900 20 0 40 15 0 0\n\
+            cpu0 150 5 60 950 10 0 20 5 0 0\n\
+            cpu1 150 0 60 950 10 0 20 10 0 0\n\
+            intr 1 2\nctxt 9\n";
+        let a = MachineTimes::parse(text).unwrap();
+        let tick = 10_000_000;
+        assert_eq!(
+            a,
+            MachineTimes {
+                cpus: 2,
+                idle_ns: 1920 * tick,
+                sampled_busy_ns: 480 * tick,
+                steal_ns: 15 * tick,
+            }
+        );
+        // 1 s later: 0.5 s of the 2 CPU-seconds idle, whatever the ticks
+        // sampled.
+        let b = MachineTimes {
+            idle_ns: a.idle_ns + 500_000_000,
+            sampled_busy_ns: a.sampled_busy_ns,
+            ..a
+        };
+        assert_eq!(a.busy_between(&b, 1_000_000_000), Some(1_500_000_000));
+        assert_eq!(b.busy_between(&a, 1_000_000_000), None, "idle went back");
+        let three = MachineTimes { cpus: 3, ..b };
+        assert_eq!(a.busy_between(&three, 1_000_000_000), None);
+        assert!(MachineTimes::parse("cpu0 1 2 3 4 5 6 7 8\n").is_none());
+        assert!(MachineTimes::parse("cpu  1 2 3\n").is_none());
+        // The live counters parse, with at least one CPU.
+        let now = MachineTimes::read().expect("/proc/stat");
+        assert!(now.cpus >= 1);
     }
 
     #[test]
