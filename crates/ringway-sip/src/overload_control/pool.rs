@@ -35,9 +35,11 @@
 //!     completions while the queue stays under the target and does not
 //!     grow say that the proxy was slow (a stall of the whole machine, its
 //!     senders with it) or was sent less — not that it could serve no
-//!     more: with the bounded fall alone the estimate fell ~30 % within a
-//!     second like that on the quiet machine, and the three seconds under
-//!     80 % of capacity followed. A capacity really lost makes the queue
+//!     more. With the bounded fall alone the estimate fell ~30 % within a
+//!     second on the quiet machine and the three seconds under 80 % of
+//!     capacity followed (docs/sip-proxy.md; that the queue did not grow
+//!     then is the diagnosis, which `tests/overload_control_sim.rs`'s
+//!     machine stalls reproduce). A capacity really lost makes the queue
 //!     grow (the same arrivals, less served) and then stand at the target
 //!     (the shedder holds it there), so the fast fall follows it.
 //!
