@@ -27,6 +27,10 @@ fn main() {
     ]
     .into_iter()
     .flatten()
+    // A path that does not exist (no packed-refs in a fresh `git init`)
+    // would make cargo run this script, and rebuild every crate above,
+    // on every build.
+    .filter(|path| std::path::Path::new(path).exists())
     {
         println!("cargo:rerun-if-changed={path}");
     }

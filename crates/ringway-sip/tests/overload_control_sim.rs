@@ -8,6 +8,10 @@
 //! first version's loop (advertising the shedder's own refused share)
 //! swings and loses goodput in the same model, and the capacity estimate
 //! without the worker's CPU times loses seconds under 80 % to the stalls.
+//! When the whole machine stalls and the queue neither grows nor reaches
+//! the target, the estimate falls only slowly, and the seconds after the
+//! stalls keep 80 % of what the machine could serve; the bounded fall in
+//! every saturated period (the rule before) loses them.
 //!
 //! The models, in 1 ms steps, no randomness:
 //! - capacity `C` = 20 000 new calls/s: a call costs 50 µs of the worker's
@@ -27,8 +31,11 @@
 //!   INVITE is decided when the worker takes it up (as the driver does),
 //!   an admitted call's later messages queue behind; the worker gets the
 //!   whole CPU, or (stalls) 70 % of it for 200 or 300 ms every 3 s, or 70 %
-//!   from some second on (another process took the rest for good), and the
-//!   CPU it used is what the controller reads as its thread's CPU time (or
+//!   from some second on (another process took the rest for good), or
+//!   (machine stalls) 70 % for 300 ms, 600 ms or 1 s every 3 s with its
+//!   senders descheduled too, the steal unseen by its CPU clock and a
+//!   standing delay of half the target that never grows ([`Cpu`]); the CPU
+//!   it used is what the controller reads as its thread's CPU time (or
 //!   nothing: the estimate before CPU times were read). In a stall the
 //!   fluid model would still decide calls at the full rate: only the queue
 //!   model shows what a descheduled worker measures.
@@ -95,12 +102,17 @@ impl Offer {
     }
 
     /// The new INVITEs sent in millisecond `ms` (each: how many times it
-    /// was sent), with `reduction` advertised now.
-    fn new_calls(&mut self, ms: u64, reduction: u8) -> Vec<u8> {
+    /// was sent), with `reduction` advertised now; none if the senders are
+    /// descheduled (`sending` false: the calls of that millisecond are not
+    /// made, resends wait).
+    fn new_calls(&mut self, ms: u64, reduction: u8, sending: bool) -> Vec<u8> {
         let history = &mut self.history;
         history.push_back(reduction);
         if history.len() > 101 {
             history.pop_front();
+        }
+        if !sending {
+            return Vec::new();
         }
         let applied = |delay: u64| -> f64 {
             let back = (delay as usize).min(history.len() - 1);
@@ -149,30 +161,62 @@ enum Cpu {
     Whole,
     /// 70 % for 200 ms, then 3 s later for 300 ms, and so on (from second 3).
     Stalls,
+    /// The hypervisor takes the whole machine, the senders too: 70 % for
+    /// 300 ms, 3 s later for 600 ms, then 1 s, and so on (from second 3),
+    /// and the worker's thread's CPU clock runs on through it (the guest
+    /// does not see the steal). Every datagram also waits half the target
+    /// on top of the work ahead of it: a standing delay that the
+    /// controller counts as saturation although it neither grows nor
+    /// reaches the target. The proxy completes 30 % fewer calls in a stall
+    /// while its queue stays where it was.
+    MachineStalls,
     /// 70 % from this second to the overload's end.
     LostFrom(u64),
 }
 
 impl Cpu {
+    /// Whether millisecond `ms` falls in a stall's window (from second 3,
+    /// one every 3 s, of these lengths in turn, ms) and there in the 15 ms
+    /// of every 50 ms that the worker is descheduled: 30 % less.
+    fn descheduled(ms: u64, lengths: &[u64]) -> bool {
+        let window = ms / (3 * S);
+        let length = lengths[window as usize % lengths.len()];
+        (3 * S..OVERLOAD_MS).contains(&ms) && ms % (3 * S) < length && ms % 50 < 15
+    }
+
     /// The share of the CPU the worker gets in millisecond `ms`.
     fn share(self, ms: u64) -> f64 {
-        match self {
-            Cpu::Stalls if (3 * S..OVERLOAD_MS).contains(&ms) => {
-                let length = if (ms / (3 * S)).is_multiple_of(2) {
-                    200
-                } else {
-                    300
-                };
-                // Descheduled 15 ms of every 50 ms: 30 % less.
-                if ms % (3 * S) < length && ms % 50 < 15 {
-                    0.0
-                } else {
-                    1.0
-                }
-            }
-            Cpu::LostFrom(second) if (second * S..OVERLOAD_MS).contains(&ms) => 0.7,
-            _ => 1.0,
+        let descheduled = match self {
+            Cpu::Stalls => Cpu::descheduled(ms, &[200, 300]),
+            Cpu::MachineStalls => Cpu::descheduled(ms, &[300, 600, 1_000]),
+            Cpu::LostFrom(second) if (second * S..OVERLOAD_MS).contains(&ms) => return 0.7,
+            Cpu::Whole | Cpu::LostFrom(_) => false,
+        };
+        if descheduled {
+            0.0
+        } else {
+            1.0
         }
+    }
+
+    /// Whether the worker's thread's CPU time runs on while it is
+    /// descheduled (the hypervisor took the CPU: the guest does not see it).
+    fn stolen(self) -> bool {
+        self == Cpu::MachineStalls
+    }
+
+    /// What every datagram waits on top of the work ahead of it (ns).
+    fn wait_floor(self) -> u64 {
+        if self == Cpu::MachineStalls {
+            TARGET / 2
+        } else {
+            0
+        }
+    }
+
+    /// Whether the senders run in millisecond `ms`.
+    fn senders_run(self, ms: u64) -> bool {
+        self != Cpu::MachineStalls || self.share(ms) > 0.0
     }
 }
 
@@ -187,6 +231,17 @@ struct Run {
     max_delay: u64,
 }
 
+impl Run {
+    fn new() -> Run {
+        Run {
+            admitted: vec![0; (END_MS / S) as usize],
+            reduction: Vec::new(),
+            capacity: Vec::new(),
+            max_delay: 0,
+        }
+    }
+}
+
 /// The fluid model: every new INVITE is decided as it arrives, with the
 /// delay the work queued ahead of it will cost, and its whole call's work
 /// is queued at once. The worker has the whole CPU.
@@ -196,12 +251,7 @@ fn simulate(law: Law, senders: Senders) -> Run {
     let mut offer = Offer::new(senders);
     let mut queue_s = 0.0f64;
     let mut cpu_used_ns = 0u64;
-    let mut run = Run {
-        admitted: vec![0; (END_MS / S) as usize],
-        reduction: Vec::new(),
-        capacity: Vec::new(),
-        max_delay: 0,
-    };
+    let mut run = Run::new();
     for ms in 0..END_MS {
         let now = ms * MS;
         let reduction = match law {
@@ -211,7 +261,7 @@ fn simulate(law: Law, senders: Senders) -> Run {
                 (refused / 10_000) as u8
             }
         };
-        let new_calls = offer.new_calls(ms, reduction);
+        let new_calls = offer.new_calls(ms, reduction, true);
         let mut work = 0.0;
         for sends in new_calls {
             let delay = (queue_s * 1e9) as u64;
@@ -257,11 +307,34 @@ fn simulate(law: Law, senders: Senders) -> Run {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Estimate {
     /// As the driver does now: per CPU-second of the worker's thread, the
-    /// CPU supply and the estimate held through short dips.
+    /// CPU supply and the estimate held through short dips, a fall the
+    /// queue does not confirm slow.
     Now,
-    /// Before: the smoothed admitted rate while saturated (no CPU times,
-    /// no hold).
+    /// The rule before the slow fall: every saturated period may lower the
+    /// estimate by the bounded step, whatever the queue does.
+    FastFall,
+    /// Before CPU times: the smoothed admitted rate while saturated (no
+    /// CPU times, no hold).
     Before,
+}
+
+impl Estimate {
+    /// The controller's knobs for this estimate.
+    fn config(self) -> OcControllerConfig {
+        let now = OcControllerConfig::default();
+        match self {
+            Estimate::Now => now,
+            Estimate::FastFall => OcControllerConfig {
+                slow_fall: now.max_fall,
+                ..now
+            },
+            Estimate::Before => OcControllerConfig {
+                max_fall: 1.0,
+                slow_fall: 1.0,
+                ..now
+            },
+        }
+    }
 }
 
 /// What waits in the worker's queue.
@@ -285,33 +358,22 @@ const INVITE_PART: f64 = 0.25;
 /// ahead of it at the CPU it gets. With [`Estimate::Now`] the controller
 /// reads the CPU time the worker used, as the driver does.
 fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
-    let cpu_times = estimate == Estimate::Now;
+    let cpu_times = estimate != Estimate::Before;
     let mut shedder = Shedder::new(ShedConfig::with_target(TARGET));
-    let mut oc = OcController::new(match estimate {
-        Estimate::Now => OcControllerConfig::default(),
-        Estimate::Before => OcControllerConfig {
-            max_fall: 1.0,
-            ..OcControllerConfig::default()
-        },
-    });
+    let mut oc = OcController::new(estimate.config());
     let mut offer = Offer::new(senders);
     let mut queue: VecDeque<Item> = VecDeque::new();
     // The worker's clock (ns): it runs ahead of the millisecond while it
     // works off a message that started in it.
     let mut clock = 0.0f64;
     let mut cpu_used_s = 0.0f64;
-    let mut run = Run {
-        admitted: vec![0; (END_MS / S) as usize],
-        reduction: Vec::new(),
-        capacity: Vec::new(),
-        max_delay: 0,
-    };
+    let mut run = Run::new();
     for ms in 0..END_MS {
         let start = (ms * MS) as f64;
         let end = start + MS as f64;
         let share = cpu.share(ms);
         let reduction = oc.advert(ms * MS).reduction();
-        let new_calls = offer.new_calls(ms, reduction);
+        let new_calls = offer.new_calls(ms, reduction, cpu.senders_run(ms));
         let spacing = MS as f64 / new_calls.len().max(1) as f64;
         for (i, sends) in new_calls.into_iter().enumerate() {
             let at = start + i as f64 * spacing;
@@ -319,9 +381,15 @@ fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
         }
         clock = clock.max(start);
         if share == 0.0 {
-            // Descheduled: nothing is served, the clock runs on.
+            // Descheduled: nothing is served, the clock runs on. The
+            // hypervisor's steal runs on the thread's CPU clock too, if the
+            // worker had work.
+            if cpu.stolen() && clock < end && !queue.is_empty() {
+                cpu_used_s += (end - clock) / 1e9;
+            }
             clock = clock.max(end);
         }
+
         while clock < end {
             let Some(item) = queue.pop_front() else {
                 break;
@@ -332,7 +400,7 @@ fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
                     // Idle until it arrives.
                     clock = clock.max(at);
                     let now = clock as u64;
-                    let delay = (clock - at) as u64;
+                    let delay = (clock - at) as u64 + cpu.wait_floor();
                     run.max_delay = run.max_delay.max(delay);
                     shedder.observe(now, delay);
                     if delay > 2 * TARGET {
@@ -470,10 +538,11 @@ fn senders_without_oc_are_still_shed_and_conforming_ones_make_room() {
 /// other threads on its core, the hypervisor). Every second from the third
 /// on admits at least 80 % of the capacity (a stall's own second can reach
 /// at most 91 %), and the capacity estimate stays within 10 % of the
-/// capacity. The estimate before this change, run in the same model
+/// capacity. The estimate before CPU times, run in the same model
 /// (printed, not asserted), does about as well here (worst second 83 %
-/// against 86 %): this model does not reproduce the 70 % seconds measured
-/// on the quiet machine, whose stalls the CPU times are for.
+/// against 85 %): this model does not reproduce the 70 % seconds measured
+/// on the quiet machine (see [`a_fall_the_queue_does_not_confirm_is_slow`]
+/// for a model in which the estimate falls as it did there).
 #[test]
 fn short_stalls_do_not_lower_the_capacity_estimate() {
     let whole = simulate_queue(Senders::Obey(100), Cpu::Whole, Estimate::Now);
@@ -518,6 +587,67 @@ fn a_lasting_loss_of_cpu_is_followed() {
         assert!(
             admitted as f64 >= 0.8 * left,
             "second {second}: {admitted} admitted"
+        );
+    }
+}
+
+/// Stalls of the whole machine (queue model, [`Cpu::MachineStalls`]): the
+/// senders are descheduled with the worker, so in a window of 300 ms,
+/// 600 ms or 1 s the proxy completes 30 % fewer calls per second, per
+/// CPU-second as its thread's clock reads, while its queue stays under the
+/// target and does not grow. A fall the queue does not confirm is slow, so
+/// every second from the third admits at least 80 % of what the machine
+/// could serve in it (the capacity times the CPU the stall left;
+/// measured here: ≥ 85 %) and 90 % on average. The rule before (the
+/// bounded fall in every saturated period) lowers the estimate with the
+/// completions, the advertisement throttles the senders to it, and the
+/// seconds after the stalls lose more: the same run fails both bounds.
+#[test]
+fn a_fall_the_queue_does_not_confirm_is_slow() {
+    // The share of the CPU in each second the stalls leave.
+    let available = |second: usize| {
+        let ms = second as u64 * S;
+        (ms..ms + S)
+            .map(|ms| Cpu::MachineStalls.share(ms))
+            .sum::<f64>()
+            / S as f64
+    };
+    let relative = |run: &Run| -> (f64, f64) {
+        let seconds: Vec<f64> = (3..(OVERLOAD_MS / S) as usize)
+            .map(|second| run.admitted[second] as f64 / (CAPACITY as f64 * available(second)))
+            .collect();
+        let worst = seconds.iter().copied().fold(f64::MAX, f64::min);
+        (worst, seconds.iter().sum::<f64>() / seconds.len() as f64)
+    };
+    for delay in [100, 1] {
+        let mut results = Vec::new();
+        for estimate in [Estimate::Now, Estimate::FastFall] {
+            let run = simulate_queue(Senders::Obey(delay), Cpu::MachineStalls, estimate);
+            judge(
+                &format!("machine stalls, {estimate:?}, delay {delay} ms"),
+                &run,
+                3,
+            );
+            let lowest = *run.capacity[50..300].iter().min().unwrap();
+            let (worst, mean) = relative(&run);
+            println!(
+                "of what the machine could serve: worst {:.1} %, mean {:.1} %; \
+                 lowest estimate {lowest}",
+                worst * 100.0,
+                mean * 100.0
+            );
+            results.push((worst, mean));
+        }
+        let [(worst, mean), (worst_before, mean_before)] = results[..] else {
+            unreachable!()
+        };
+        assert!(worst >= 0.8, "worst second {:.1} %", worst * 100.0);
+        assert!(mean >= 0.9, "mean {:.1} %", mean * 100.0);
+        assert!(
+            worst_before < 0.8 && mean_before < 0.9,
+            "the fall before: worst {:.1} %, mean {:.1} %",
+            worst_before * 100.0,
+            mean_before * 100.0
         );
     }
 }

@@ -353,23 +353,11 @@ mod tests {
         period(&mut c, 100 * MS, 3_000, 1_000, 10 * MS);
         assert_eq!(c.advert(0).reduction(), 75);
         assert!(!c.overrides_refusal(300 * MS, 0));
-        let c = OcController::new(OcControllerConfig {
-            period: 0,
-            validity_ms: u32::MAX,
-            capacity_weight: f64::NAN,
-            gain: 7.0,
-            max_step: f64::INFINITY,
-            probe: -1.0,
-            floor: 2.0,
-            max_fall: 0.5,
-        });
-        let k = c.config();
-        assert_eq!(k.period, 1);
-        assert_eq!(k.validity_ms, crate::overload_control::MAX_VALIDITY_MS);
-        assert_eq!(k.capacity_weight, 0.25);
-        assert_eq!(
-            (k.gain, k.max_step, k.probe, k.floor, k.max_fall),
-            (1.0, 1.25, 0.0, 1.0, 0.5)
-        );
+        // The controller runs on its pool's clamped knobs
+        // (`pool::tests::knobs_are_clamped_once`).
+        let knobs = crate::overload_control::pool::tests::out_of_range();
+        let c = OcController::new(knobs);
+        assert_eq!(c.config(), OcPool::new(knobs).config());
+        assert_eq!(c.config().period, 1);
     }
 }

@@ -16,15 +16,32 @@
 //!     hypervisor, the timer thread's burst) served fewer calls with less
 //!     CPU: `c` does not move.
 //!   - `s`, the CPU-seconds per second the workers get while saturated:
-//!     a hold that follows any rise at once and falls by at most
-//!     `max_fall` (5 %) per saturated period. A stall of 300 ms takes
-//!     at most 14 % off `C` for its own duration and none afterwards; a
-//!     lasting loss of CPU (another process on the core) is followed
-//!     within a second (0.95⁷ ≈ 0.7).
-//!   - `C` itself falls by at most the same 5 % per saturated period
+//!     a hold that follows any rise at once and falls by at most the
+//!     period's *fall* (below) per saturated period. A stall of 300 ms
+//!     whose backlog grows takes at most 14 % off `C` for its own duration
+//!     and none afterwards; a lasting loss of CPU (another process on the
+//!     core) is followed within a second (0.95⁷ ≈ 0.7).
+//!   - `C` itself falls by at most the same fall per saturated period
 //!     (any rise at once): what the CPU normalisation cannot see — the
 //!     refusals and drops of a stall's backlog eat CPU too, so fewer calls
 //!     per CPU-second are admitted while it drains — is held through too.
+//!   - **A fall is trusted only when the queue grows.** The fall of a
+//!     saturated period is `max_fall` (5 %) when the pool's standing delay
+//!     (the largest of its workers') rose since the last period by more
+//!     than a tenth of the shedder's target, or stands at the target —
+//!     within a quarter of it (7.5 ms of 10) or over: the shedder holds
+//!     the standing delay, a minimum, just under its target while it sheds.
+//!     Otherwise it is `slow_fall` (0.5 %: about 5 % a second). Fewer
+//!     completions while the queue stays under the target and does not
+//!     grow say that the proxy was slow (a stall of the whole machine, its
+//!     senders with it) or was sent less — not that it could serve no
+//!     more. With the bounded fall alone the estimate fell ~30 % within a
+//!     second on the quiet machine and the three seconds under 80 % of
+//!     capacity followed (docs/sip-proxy.md; that the queue did not grow
+//!     then is the diagnosis, which `tests/overload_control_sim.rs`'s
+//!     machine stalls reproduce). A capacity really lost makes the queue
+//!     grow (the same arrivals, less served) and then stand at the target
+//!     (the shedder holds it there), so the fast fall follows it.
 //!
 //!   Before this, `C` was the smoothed admitted rate itself: every stall of
 //!   the proxy pulled it down, the advertisement over-throttled the senders
@@ -89,8 +106,13 @@ pub struct OcControllerConfig {
     /// 0: the shedder alone decides, as before).
     pub floor: f64,
     /// The largest relative fall of the capacity estimate, and of the CPU
-    /// supply behind it, per saturated period (0–1; 1: no hold).
+    /// supply behind it, per saturated period in which the queue grows or
+    /// stands at the shedder's target (0–1; 1: no hold).
     pub max_fall: f64,
+    /// The same while the queue stands under the target and does not grow
+    /// (0–`max_fall`; `max_fall`: the rule before): the proxy completed
+    /// fewer calls but nothing says it could not have served more.
+    pub slow_fall: f64,
 }
 
 impl Default for OcControllerConfig {
@@ -104,6 +126,7 @@ impl Default for OcControllerConfig {
             probe: 0.1,
             floor: 0.9,
             max_fall: 0.05,
+            slow_fall: 0.005,
         }
     }
 }
@@ -120,6 +143,7 @@ impl OcControllerConfig {
                 default
             }
         };
+        let max_fall = unit(self.max_fall, defaults.max_fall);
         OcControllerConfig {
             period: self.period.max(1),
             validity_ms: self.validity_ms.min(super::MAX_VALIDITY_MS),
@@ -132,7 +156,8 @@ impl OcControllerConfig {
             },
             probe: unit(self.probe, defaults.probe),
             floor: unit(self.floor, defaults.floor),
-            max_fall: unit(self.max_fall, defaults.max_fall),
+            max_fall,
+            slow_fall: unit(self.slow_fall, defaults.slow_fall).min(max_fall),
         }
     }
 }
@@ -141,6 +166,15 @@ impl OcControllerConfig {
 /// trickle of new calls still arrives, which is how the proxy sees the
 /// capacity come back. Also the shedder's floor.
 pub(super) const MIN_KEEP: f64 = 1.0 / 64.0;
+/// The queue "grows" in a period when its standing delay rose by more than
+/// the shedder's target divided by this (a tenth: 1 ms at 10 ms), not by
+/// the jitter of its minimum.
+const GROWTH_TOLERANCE: u64 = 10;
+/// The queue stands "at the target" when its standing delay is within the
+/// target divided by this of it (a quarter: 7.5 ms at 10 ms): the shedder
+/// holds the standing delay, a minimum, just under its target while it
+/// sheds.
+const NEAR_TARGET: u64 = 4;
 /// A period whose workers got less CPU than this (CPU-seconds per second)
 /// gives no sample of the calls per CPU-second: too little to divide by.
 const MIN_SUPPLY_SAMPLE: f64 = 0.05;
@@ -372,6 +406,7 @@ impl Estimate {
             max_step,
             probe,
             max_fall,
+            slow_fall,
             ..
         } = self.config;
         let secs = elapsed as f64 / 1e9;
@@ -379,11 +414,21 @@ impl Estimate {
             (Some(current), Some(before)) => (current as f64 - before as f64) / 1e9,
             _ => 0.0,
         };
+        // A fall is trusted only when the queue says the proxy could not
+        // keep up: it grew, or it stands at the target (within a quarter
+        // of it: the shedder holds it just under).
+        let grew = standing
+            .zip(self.last_standing)
+            .is_some_and(|(current, before)| {
+                current.saturating_sub(before) > target / GROWTH_TOLERANCE
+            });
+        let queue_grows = grew || standing.is_some_and(|q| q >= target - target / NEAR_TARGET);
         self.last_standing = standing;
         // A period much longer than the knob was mostly silence: its
         // standing delay is older than its few arrivals.
         let recent = elapsed <= 2 * period;
         let saturated = recent && standing.is_some_and(|q| q >= target / 2);
+        let fall = if queue_grows { max_fall } else { slow_fall };
         if saturated {
             // Saturated: what was served is the capacity, per CPU-second
             // the workers had.
@@ -398,7 +443,7 @@ impl Estimate {
                     }
                     Some(c) => c + weight * (sample - c),
                 });
-                self.supply = supply.max(self.supply * (1.0 - max_fall));
+                self.supply = supply.max(self.supply * (1.0 - fall));
             }
         } else if let Some(held) = self.capacity {
             // Not saturated: at least what was admitted (and a probe).
@@ -408,14 +453,14 @@ impl Estimate {
             }
         }
         // The estimate: any rise at once; a fall (saturated periods only)
-        // by at most `max_fall` per period, so a dip of the smoothed rate
+        // by at most `fall` per period, so a dip of the smoothed rate
         // shorter than a few periods (refusals eating CPU in a stall) is
-        // held through.
+        // held through, and one the queue does not confirm barely moves it.
         let Some(measured) = self.per_cpu.map(|c| c * self.supply) else {
             return;
         };
         let capacity = match self.capacity {
-            Some(held) if saturated => measured.max(held * (1.0 - max_fall)),
+            Some(held) if saturated => measured.max(held * (1.0 - fall)),
             Some(held) => measured.max(held),
             None => measured,
         };
@@ -438,7 +483,7 @@ impl Estimate {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -456,7 +501,8 @@ mod tests {
     }
 
     /// A worker descheduled for 30 % of a period serves 30 % fewer calls
-    /// with 30 % less CPU: the capacity falls by the bounded 5 % only, and
+    /// with 30 % less CPU, its queue at the target: the capacity falls by
+    /// the bounded 5 % only, and
     /// is back at once. Without CPU times the same period pulls the
     /// smoothed rate down by a quarter of the dip (the estimate before
     /// this change), held at the same 5 %, but it stays down afterwards.
@@ -473,24 +519,74 @@ mod tests {
             }
             let before = pool.lock().capacity().unwrap();
             assert!((before - 20_000.0).abs() < 1.0, "{before}");
-            now += 100 * MS;
-            let during = pool
-                .report(w, now, report(3_000, 1_400, cpu_ms(70), 10 * MS))
-                .unwrap()
-                .capacity
-                .unwrap();
-            now += 100 * MS;
-            let after = pool
-                .report(w, now, report(3_000, 2_000, cpu_ms(100), 10 * MS))
-                .unwrap()
-                .capacity
-                .unwrap();
+            // One more period: its capacity estimate.
+            let mut period = |admitted, cpu| {
+                now += 100 * MS;
+                let published = pool.report(w, now, report(3_000, admitted, cpu, 10 * MS));
+                published.unwrap().capacity.unwrap()
+            };
+            let during = period(1_400, cpu_ms(70));
+            let after = period(2_000, cpu_ms(100));
             if cpu {
                 assert!((during - 19_000.0).abs() < 1.0, "{during}");
                 assert!((after - 20_000.0).abs() < 1.0, "{after}");
             } else {
                 assert!((during - 19_000.0).abs() < 1.0, "{during}");
                 assert!((after - 18_875.0).abs() < 1.0, "{after}");
+            }
+        }
+    }
+
+    /// The capacity after ten saturated periods of 2 000 calls admitted in
+    /// 100 ms with the whole CPU (20 000/s), then one period per standing
+    /// delay in `standing` (ms) with 1 400 admitted and `cpu_ms` of CPU.
+    fn capacity_after(cpu_ms: Option<u64>, standing: &[f64]) -> f64 {
+        let pool = OcPool::new(OcControllerConfig::default());
+        let w = pool.join();
+        let mut now = 0;
+        let before = cpu_ms.map(|_| 100);
+        for _ in 0..10 {
+            now += 100 * MS;
+            pool.report(w, now, report(3_000, 2_000, before, 6 * MS));
+        }
+        let mut capacity = None;
+        for &delay in standing {
+            now += 100 * MS;
+            let standing = (delay * MS as f64) as u64;
+            let published = pool.report(w, now, report(3_000, 1_400, cpu_ms, standing));
+            capacity = published.unwrap().capacity;
+        }
+        capacity.unwrap()
+    }
+
+    /// 30 % fewer calls completed for 400 ms, with or without CPU times
+    /// that see it: while the queue stands under ¾ of the target and grows
+    /// by no more than a tenth of it per period, the estimate falls by
+    /// 0.5 % a period; a period in which the queue grows, or stands within
+    /// a quarter of the target or over it, lets it fall by the bounded 5 %.
+    #[test]
+    fn the_capacity_falls_fast_only_when_the_queue_grows() {
+        const SLOW: f64 = 0.995;
+        const FAST: f64 = 0.95;
+        for cpu_ms in [Some(70), Some(100), None] {
+            for (standing, falls) in [
+                // Steady, or growing by 1 ms a period or less, under ¾ of
+                // the target.
+                ([6.0, 6.0, 6.0, 6.0], [SLOW; 4]),
+                ([6.0, 6.9, 7.0, 7.4], [SLOW; 4]),
+                ([7.0, 7.4, 7.4, 7.4], [SLOW; 4]),
+                // Growing by 1.2 ms in one period.
+                ([6.0, 7.2, 7.4, 7.4], [SLOW, FAST, SLOW, SLOW]),
+                // Within a quarter of the target, or at it.
+                ([7.0, 7.4, 7.9, 7.9], [SLOW, SLOW, FAST, FAST]),
+                ([6.0, 10.0, 10.0, 10.0], [SLOW, FAST, FAST, FAST]),
+            ] {
+                let expected = 20_000.0 * falls.iter().product::<f64>();
+                let capacity = capacity_after(cpu_ms, &standing);
+                assert!(
+                    (capacity - expected).abs() < 1.0,
+                    "CPU {cpu_ms:?}, standing {standing:?}: {capacity}"
+                );
             }
         }
     }
@@ -536,14 +632,12 @@ mod tests {
         };
         for i in 0..40u64 {
             let (share_a, share_b) = if i % 2 == 0 { (70, 30) } else { (30, 70) };
-            now += 50 * MS;
-            let p = pool.report(a, now, one(share_a, keep)).unwrap();
-            keep = p.keep;
-            published.push(p);
-            now += 50 * MS;
-            let p = pool.report(b, now, one(share_b, keep)).unwrap();
-            keep = p.keep;
-            published.push(p);
+            for (worker, share) in [(a, share_a), (b, share_b)] {
+                now += 50 * MS;
+                let p = pool.report(worker, now, one(share, keep)).unwrap();
+                keep = p.keep;
+                published.push(p);
+            }
         }
         let last = &published[published.len() - 10..];
         for p in last {
@@ -559,9 +653,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn knobs_are_clamped_once() {
-        let pool = OcPool::new(OcControllerConfig {
+    /// Every knob out of its range (the controller's tests use it too).
+    pub(in crate::overload_control) fn out_of_range() -> OcControllerConfig {
+        OcControllerConfig {
             period: 0,
             validity_ms: u32::MAX,
             capacity_weight: f64::NAN,
@@ -569,15 +663,31 @@ mod tests {
             max_step: f64::INFINITY,
             probe: -1.0,
             floor: 2.0,
-            max_fall: f64::NAN,
-        });
-        let k = pool.config();
+            max_fall: 0.5,
+            slow_fall: f64::NAN,
+        }
+    }
+
+    #[test]
+    fn knobs_are_clamped_once() {
+        let k = OcPool::new(out_of_range()).config();
         assert_eq!(k.period, 1);
         assert_eq!(k.validity_ms, crate::overload_control::MAX_VALIDITY_MS);
-        assert_eq!((k.capacity_weight, k.max_fall), (0.25, 0.05));
+        assert_eq!(k.capacity_weight, 0.25);
         assert_eq!(
             (k.gain, k.max_step, k.probe, k.floor),
             (1.0, 1.25, 0.0, 1.0)
         );
+        // The slow fall: its default, and never faster than the bounded one.
+        assert_eq!((k.max_fall, k.slow_fall), (0.5, 0.005));
+        let defaults = OcControllerConfig::default();
+        let k = OcPool::new(OcControllerConfig {
+            max_fall: f64::NAN,
+            slow_fall: 0.2,
+            ..defaults
+        })
+        .config();
+        assert_eq!((k.max_fall, k.slow_fall), (0.05, 0.05));
+        assert_eq!(OcPool::new(defaults).config(), defaults);
     }
 }
