@@ -85,13 +85,9 @@ pub fn sip_tcp_framing(data: &[u8]) {
 /// was given, the decoder's buffer stays within one frame and one read,
 /// and no message exceeds its bound.
 pub fn sip_ws(data: &[u8]) {
-    use ringway_server::sip::ws::{parse_handshake, Decoder, OriginPolicy, WsEvent, WsLimits};
+    use ringway_server::sip::ws::{parse_handshake, Decoder, OriginPolicy};
     let Some((&[cut, policy], stream)) = data.split_first_chunk::<2>() else {
         return;
-    };
-    let limits = WsLimits {
-        max_handshake_bytes: 512,
-        max_message_bytes: 256,
     };
     let origins = OriginPolicy {
         allowed: if policy & 1 == 1 {
@@ -100,41 +96,16 @@ pub fn sip_ws(data: &[u8]) {
             Vec::new()
         },
     };
-    let read = usize::from(cut % 64) + 1;
-    let mut head = Vec::new();
-    let mut decoder: Option<Decoder> = None;
-    for chunk in stream.chunks(read) {
-        let bytes = match decoder.as_mut() {
-            Some(_) => chunk.to_vec(),
-            None => {
-                head.extend_from_slice(chunk);
-                match parse_handshake(&head, limits, &origins) {
-                    Ok(None) => continue,
-                    Err(_) => return,
-                    Ok(Some(upgrade)) => {
-                        assert!(upgrade.consumed <= head.len());
-                        assert!(upgrade.consumed <= limits.max_handshake_bytes);
-                        decoder = Some(Decoder::default());
-                        head[upgrade.consumed..].to_vec()
-                    }
-                }
-            }
-        };
-        let Some(d) = decoder.as_mut() else { continue };
-        if d.extend(&bytes, limits).is_err() {
-            return;
-        }
-        loop {
-            match d.next(limits) {
-                Ok(None) => break,
-                Ok(Some(WsEvent::Message(m))) => assert!(m.len() <= limits.max_message_bytes),
-                Ok(Some(WsEvent::Ping(p))) => assert!(p.len() <= 125),
-                Ok(Some(WsEvent::Close(_))) => return,
-                Ok(Some(WsEvent::Pong)) => {}
-                Err(_) => return,
-            }
-        }
-    }
+    ws_connection(
+        cut,
+        stream,
+        Decoder::default(),
+        |head| match parse_handshake(head, WS_LIMITS, &origins) {
+            Ok(upgrade) => Some(upgrade.map(|u| u.consumed)),
+            Err(_) => None,
+        },
+        |_| {},
+    );
 }
 
 /// The server's side of a WebSocket connection we opened (`--route-to
@@ -146,54 +117,86 @@ pub fn sip_ws(data: &[u8]) {
 /// on the server side (one codec, both directions).
 pub fn sip_ws_client(data: &[u8]) {
     use ringway_server::sip::ws::{
-        client_handshake, encode_frame, parse_handshake_response, Decoder, Role, WsEvent, WsLimits,
+        client_handshake, encode_frame, parse_handshake_response, Decoder, Role, WsEvent,
     };
     let Some((&cut, stream)) = data.split_first() else {
         return;
     };
-    let limits = WsLimits {
-        max_handshake_bytes: 512,
-        max_message_bytes: 256,
-    };
     // The key of RFC 6455 1.3's example: its accept is in the seeds.
     let ours = client_handshake("proxy.test", "/sip", *b"the sample nonce");
+    ws_connection(
+        cut,
+        stream,
+        Decoder::new(Role::Client),
+        |head| match parse_handshake_response(head, WS_LIMITS, &ours.accept) {
+            Ok(None) => {
+                assert!(head.len() <= WS_LIMITS.max_handshake_bytes);
+                Some(None)
+            }
+            Ok(Some(consumed)) => {
+                assert_eq!(&head[consumed - 4..consumed], b"\r\n\r\n");
+                Some(Some(consumed))
+            }
+            Err(_) => None,
+        },
+        |m| {
+            let frame = encode_frame(true, 1, &m, Some([cut, 7, 0, 255]));
+            let mut server = Decoder::new(Role::Server);
+            server.extend(&frame, WS_LIMITS).expect("within bounds");
+            assert_eq!(server.next(WS_LIMITS), Ok(Some(WsEvent::Message(m))));
+        },
+    );
+}
+
+/// The bounds of the WebSocket targets.
+const WS_LIMITS: ringway_server::sip::ws::WsLimits = ringway_server::sip::ws::WsLimits {
+    max_handshake_bytes: 512,
+    max_message_bytes: 256,
+};
+
+/// One end of a WebSocket connection fed `stream` in reads of `cut % 64 +
+/// 1` bytes: the head so far goes to `handshake` (`Some(None)`: incomplete,
+/// `Some(Some(consumed))`: the upgrade took `consumed` bytes, which must be
+/// within what it was given and its bound; `None`: refused, the end), the
+/// rest to `decoder`, whose messages (each within its bound) go to
+/// `message`, until a close or an error.
+fn ws_connection(
+    cut: u8,
+    stream: &[u8],
+    mut decoder: ringway_server::sip::ws::Decoder,
+    mut handshake: impl FnMut(&[u8]) -> Option<Option<usize>>,
+    mut message: impl FnMut(Vec<u8>),
+) {
+    use ringway_server::sip::ws::WsEvent;
+    let limits = WS_LIMITS;
     let read = usize::from(cut % 64) + 1;
     let mut head = Vec::new();
-    let mut decoder: Option<Decoder> = None;
+    let mut upgraded = false;
     for chunk in stream.chunks(read) {
-        let bytes = match decoder.as_mut() {
-            Some(_) => chunk.to_vec(),
-            None => {
-                head.extend_from_slice(chunk);
-                match parse_handshake_response(&head, limits, &ours.accept) {
-                    Ok(None) => {
-                        assert!(head.len() <= limits.max_handshake_bytes);
-                        continue;
-                    }
-                    Err(_) => return,
-                    Ok(Some(consumed)) => {
-                        assert!(consumed <= head.len());
-                        assert!(consumed <= limits.max_handshake_bytes);
-                        assert_eq!(&head[consumed - 4..consumed], b"\r\n\r\n");
-                        decoder = Some(Decoder::new(Role::Client));
-                        head[consumed..].to_vec()
-                    }
+        let bytes = if upgraded {
+            chunk.to_vec()
+        } else {
+            head.extend_from_slice(chunk);
+            match handshake(&head) {
+                Some(None) => continue,
+                None => return,
+                Some(Some(consumed)) => {
+                    assert!(consumed <= head.len());
+                    assert!(consumed <= limits.max_handshake_bytes);
+                    upgraded = true;
+                    head[consumed..].to_vec()
                 }
             }
         };
-        let Some(d) = decoder.as_mut() else { continue };
-        if d.extend(&bytes, limits).is_err() {
+        if decoder.extend(&bytes, limits).is_err() {
             return;
         }
         loop {
-            match d.next(limits) {
+            match decoder.next(limits) {
                 Ok(None) => break,
                 Ok(Some(WsEvent::Message(m))) => {
                     assert!(m.len() <= limits.max_message_bytes);
-                    let frame = encode_frame(true, 1, &m, Some([cut, 7, 0, 255]));
-                    let mut server = Decoder::new(Role::Server);
-                    server.extend(&frame, limits).expect("within bounds");
-                    assert_eq!(server.next(limits), Ok(Some(WsEvent::Message(m))));
+                    message(m);
                 }
                 Ok(Some(WsEvent::Ping(p))) => assert!(p.len() <= 125),
                 Ok(Some(WsEvent::Close(_))) => return,

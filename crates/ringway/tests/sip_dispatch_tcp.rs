@@ -34,8 +34,16 @@ fn a(s: &str) -> SocketAddr {
 }
 
 /// A proxy on `ip` (UDP and TCP port 5060, with `tls` also TLS port 5061
-/// presenting `proxy.pem` of `dir`) relaying to the loopback UAs.
-fn start_member(procs: &mut Procs, dir: &Path, ip: &str, mode: &str, tls: bool) -> ProxyProc {
+/// presenting `proxy.pem` of `dir`) relaying to the loopback UAs, then
+/// `extra`.
+fn start_member(
+    procs: &mut Procs,
+    dir: &Path,
+    ip: &str,
+    mode: &str,
+    tls: bool,
+    extra: &[&str],
+) -> ProxyProc {
     let mut args = strings(&[
         "--listen",
         &format!("{ip}:5060"),
@@ -50,8 +58,23 @@ fn start_member(procs: &mut Procs, dir: &Path, ip: &str, mode: &str, tls: bool) 
         args.extend(strings(&["--listen", &format!("tls:{ip}:5061")]));
         args.extend(cert_args(dir, false));
     }
+    args.extend(strings(extra));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     start_proxy(procs, dir, &args)
+}
+
+/// The dispatcher on UDP and TCP 127.0.0.1:5060, probing every 100 ms,
+/// then `extra`.
+fn start_tcp_dispatcher(procs: &mut Procs, dir: &Path, extra: &[&str]) -> ProxyProc {
+    let args = [
+        "--listen",
+        "127.0.0.1:5060",
+        "--listen",
+        "tcp:127.0.0.1:5060",
+        "--probe-interval-ms",
+        "100",
+    ];
+    start_dispatcher(procs, dir, &[&args[..], extra].concat())
 }
 
 /// `--tls-cert`/`--tls-key` (the certificate for every test IP), and with
@@ -142,23 +165,17 @@ fn check_connections(dispatch: &serde_json::Value) {
 fn sipp_over_tcp_through_the_dispatcher_to_two_proxies_over_tcp() {
     let (dispatch, members, stats, large) = in_bed(|procs, dir| {
         let members = [
-            start_member(procs, dir, PROXIES[0], "stateful", false),
-            start_member(procs, dir, PROXIES[1], "stateless", false),
+            start_member(procs, dir, PROXIES[0], "stateful", false, &[]),
+            start_member(procs, dir, PROXIES[1], "stateless", false, &[]),
         ];
-        let d = start_dispatcher(
+        let d = start_tcp_dispatcher(
             procs,
             dir,
             &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "tcp:127.0.0.1:5060",
                 "--proxy",
                 "tcp:127.0.0.11:5060",
                 "--proxy",
                 "tcp:127.0.0.12:5060",
-                "--probe-interval-ms",
-                "100",
                 "--metrics",
                 "127.0.0.1:9091",
             ],
@@ -333,8 +350,8 @@ fn sipp_through_stunnel_over_tls_through_the_dispatcher_to_two_proxies_over_tls(
     let (dispatch, members, stats) = in_bed(|procs, dir| {
         make_certs_for_ips(dir, &["127.0.0.1", PROXIES[0], PROXIES[1]]);
         let members = [
-            start_member(procs, dir, PROXIES[0], "stateful", true),
-            start_member(procs, dir, PROXIES[1], "stateless", true),
+            start_member(procs, dir, PROXIES[0], "stateful", true, &[]),
+            start_member(procs, dir, PROXIES[1], "stateless", true, &[]),
         ];
         let mut args = strings(&[
             "--listen",
@@ -427,20 +444,7 @@ Contact: <sip:alice@127.0.0.1:5070>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n
 
 /// Datagrams on `socket` until one starts with `prefix` (bounded).
 fn receive_starting(socket: &UdpSocket, prefix: &str, limit: Duration) -> Option<String> {
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let end = Instant::now() + limit;
-    let mut buf = [0u8; 8192];
-    while Instant::now() < end {
-        if let Ok(n) = socket.recv(&mut buf) {
-            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-            if text.starts_with(prefix) {
-                return Some(text);
-            }
-        }
-    }
-    None
+    receive_matching(socket, limit, |text| text.starts_with(prefix))
 }
 
 /// RFC 5923: a user registered through the dispatcher (Path) is called at
@@ -450,36 +454,12 @@ fn receive_starting(socket: &UdpSocket, prefix: &str, limit: Duration) -> Option
 #[test]
 fn a_proxy_reaches_the_dispatcher_over_the_dispatchers_own_connection() {
     let (dispatch, member, invite) = in_bed(|procs, dir| {
-        let member = start_proxy(
+        let registrar = ["--registrar", "--domain", "ringway.test"];
+        let member = start_member(procs, dir, PROXIES[0], "stateless", false, &registrar);
+        let d = start_tcp_dispatcher(
             procs,
             dir,
-            &[
-                "--listen",
-                "127.0.0.11:5060",
-                "--listen",
-                "tcp:127.0.0.11:5060",
-                "--registrar",
-                "--domain",
-                "ringway.test",
-                "--relay",
-                "127.0.0.0/8",
-            ],
-        );
-        let d = start_dispatcher(
-            procs,
-            dir,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "tcp:127.0.0.1:5060",
-                "--proxy",
-                "tcp:127.0.0.11:5060",
-                "--relay",
-                "127.0.0.0/8",
-                "--probe-interval-ms",
-                "100",
-            ],
+            &["--proxy", "tcp:127.0.0.11:5060", "--relay", "127.0.0.0/8"],
         );
         let ua = UdpSocket::bind("127.0.0.1:5070").unwrap();
         // Through the dispatcher: the binding's Path is the dispatcher's

@@ -151,7 +151,7 @@ fn a_via_alias_makes_its_connection_carry_requests_to_that_sent_by() {
 #[test]
 fn a_call_over_a_flow_whose_connection_closed_gets_430_flow_failed() {
     let (answer, edge) = in_bed(|procs, dir| {
-        let (registrar, edge) = registrar_behind_edge(procs, dir, &[], &[]);
+        let (registrar, edge) = registrar_behind_edge(procs, dir, "tcp:127.0.0.1:5060", &[], &[]);
         let long = Duration::from_secs(10);
         let mut ua = TcpStream::connect("127.0.0.1:5060").unwrap();
         ua.write_all(REGISTER.as_bytes()).unwrap();

@@ -42,19 +42,10 @@ fn calls_over_tcp(
     uac_transport: &'static str,
 ) -> (serde_json::Value, SippStats) {
     in_bed(move |procs, dir| {
-        let p = start_proxy(
+        let p = start_loopback_proxy(
             procs,
             dir,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "tcp:127.0.0.1:5060",
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                mode,
-            ],
+            &["--listen", "tcp:127.0.0.1:5060", "--mode", mode],
         );
         assert!(
             p.startup.iter().any(|l| l.contains("tcp:127.0.0.1:5060")),

@@ -278,33 +278,7 @@ fn secure_websocket_ua_registers_and_receives_a_call_from_sipp() {
 #[test]
 fn a_registrar_behind_an_edge_proxy_reaches_a_websocket_ua_through_its_path() {
     let (lines, stats, edge, registrar) = in_bed(|procs, d| {
-        let registrar = start_proxy(
-            procs,
-            d,
-            &[
-                "--listen",
-                "127.0.0.1:5080",
-                "--registrar",
-                "--domain",
-                "ringway.test",
-                "--relay",
-                "127.0.0.0/8",
-            ],
-        );
-        let edge = start_proxy(
-            procs,
-            d,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "ws:127.0.0.1:5066",
-                "--route-to",
-                "127.0.0.1:5080",
-                "--relay",
-                "127.0.0.0/8",
-            ],
-        );
+        let (registrar, edge) = registrar_behind_edge(procs, d, "ws:127.0.0.1:5066", &[], &[]);
         let ua_pid = start_ua(
             procs,
             d,

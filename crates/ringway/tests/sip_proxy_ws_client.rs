@@ -110,6 +110,44 @@ fn row<'a>(s: &'a serde_json::Value, transport: &str) -> &'a serde_json::Value {
     &s["tcp"]["by_transport"][transport]
 }
 
+/// The proxy under test: UDP 127.0.0.1:5060 and a WebSocket listener
+/// (`scheme`: `ws:` or `wss:`) on 127.0.0.1:5066, routing to `upstream`
+/// in `mode`, then `extra`.
+fn start_edge(
+    procs: &mut Procs,
+    dir: &Path,
+    scheme: &str,
+    upstream: &str,
+    mode: &str,
+    extra: &[&str],
+) -> ProxyProc {
+    let listen = format!("{scheme}127.0.0.1:5066");
+    let args = ["--listen", &listen, "--route-to", upstream, "--mode", mode];
+    start_loopback_proxy(procs, dir, &[&args[..], extra].concat())
+}
+
+/// Every call (`stats`) crossed one connection on `transport` that the
+/// summary `ours` opened (its INVITE, ACK and BYE out on it) and `theirs`
+/// accepted, which refused no frame.
+fn assert_calls_crossed_one_connection(
+    stats: &SippStats,
+    ours: &serde_json::Value,
+    theirs: &serde_json::Value,
+    transport: &str,
+) {
+    assert_eq!(stats.successful, u64::from(CALLS), "{stats:?}");
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    let ours = row(ours, transport);
+    assert_eq!(ours["connected"], 1, "{ours}");
+    assert!(
+        ours["messages_out"].as_u64().unwrap() >= 3 * u64::from(CALLS),
+        "{ours}"
+    );
+    let theirs = row(theirs, transport);
+    assert_eq!(theirs["accepted"], 1, "{theirs}");
+    assert_eq!(closed(theirs, "ws_error"), 0, "{theirs}");
+}
+
 fn closed(row: &serde_json::Value, reason: &str) -> u64 {
     row["closed"]
         .as_array()
@@ -128,22 +166,7 @@ fn calls_cross_kamailio_over_one_websocket_connection_in_both_modes() {
         wait_udp(5070);
         let mut runs = Vec::new();
         for mode in ["stateful", "stateless"] {
-            let p = start_proxy(
-                procs,
-                dir,
-                &[
-                    "--listen",
-                    "127.0.0.1:5060",
-                    "--listen",
-                    "ws:127.0.0.1:5066",
-                    "--route-to",
-                    "ws:127.0.0.1:8080/sip",
-                    "--relay",
-                    "127.0.0.0/8",
-                    "--mode",
-                    mode,
-                ],
-            );
+            let p = start_edge(procs, dir, "ws:", "ws:127.0.0.1:8080/sip", mode, &[]);
             let stats = calls(procs, dir, mode);
             runs.push((mode, stats, stop_proxy(procs, &p)));
         }
@@ -203,22 +226,15 @@ fn calls_cross_a_second_ringway_over_wss() {
         ];
         upstream_args.extend(&certs);
         let upstream = start_proxy(procs, dir, &upstream_args);
-        let mut edge_args = vec![
-            "--listen",
-            "127.0.0.1:5060",
-            "--listen",
-            "wss:127.0.0.1:5066",
-            "--route-to",
+        let edge_args = [&["--tls-ca", &ca][..], &certs[..]].concat();
+        let edge = start_edge(
+            procs,
+            dir,
+            "wss:",
             "wss:127.0.0.1:5067/sip",
-            "--tls-ca",
-            &ca,
-            "--relay",
-            "127.0.0.0/8",
-            "--mode",
             "stateful",
-        ];
-        edge_args.extend(&certs);
-        let edge = start_proxy(procs, dir, &edge_args);
+            &edge_args,
+        );
         spawn_sipp(procs, dir, &uas_args(a("127.0.0.1:5070")));
         wait_udp(5070);
         let stats = calls(procs, dir, "wss");
@@ -228,23 +244,14 @@ fn calls_cross_a_second_ringway_over_wss() {
             stop_proxy(procs, &upstream),
         )
     });
-    assert_eq!(stats.successful, u64::from(CALLS), "{stats:?}");
-    assert_eq!(stats.failed, 0, "{stats:?}");
-    let ours = row(&edge, "wss");
-    assert_eq!(ours["connected"], 1, "{ours}");
-    assert!(
-        ours["messages_out"].as_u64().unwrap() >= 3 * u64::from(CALLS),
-        "{ours}"
-    );
+    // The upstream's server side refuses unmasked client frames (1002,
+    // ws_error): none here.
+    assert_calls_crossed_one_connection(&stats, &edge, &upstream, "wss");
     assert_eq!(
         edge["tls"]["by_transport"]["wss"]["handshakes"], 1,
         "{edge}"
     );
-    // The upstream's server side refuses unmasked client frames (1002,
-    // ws_error): none here.
     let theirs = row(&upstream, "wss");
-    assert_eq!(theirs["accepted"], 1, "{theirs}");
-    assert_eq!(closed(theirs, "ws_error"), 0, "{theirs}");
     assert_eq!(closed(theirs, "ws_handshake"), 0, "{theirs}");
 }
 
@@ -409,43 +416,17 @@ fn final_status(socket: &UdpSocket, call: &str) -> Option<String> {
     socket
         .send_to(invite(call).as_bytes(), "127.0.0.1:5060")
         .unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(15);
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        let Ok(n) = socket.recv(&mut buf) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&buf[..n]);
-        let status = text.lines().next().unwrap_or_default().to_string();
-        if text.contains(&format!("Call-ID: {call}@")) && !status.starts_with("SIP/2.0 1") {
-            return Some(status);
-        }
-    }
-    None
+    let call_id = format!("Call-ID: {call}@");
+    receive_matching(socket, Duration::from_secs(15), |text| {
+        text.contains(&call_id) && !status_line(text).starts_with("SIP/2.0 1")
+    })
+    .map(|text| status_line(&text).to_string())
 }
 
 #[test]
 fn bad_servers_are_refused_and_counted() {
     let (statuses, seen, s) = in_bed(|procs, dir| {
-        let p = start_proxy(
-            procs,
-            dir,
-            &[
-                "--listen",
-                "127.0.0.1:5060",
-                "--listen",
-                "ws:127.0.0.1:5066",
-                "--route-to",
-                "ws:127.0.0.1:8090/sip",
-                "--relay",
-                "127.0.0.0/8",
-                "--mode",
-                "stateful",
-            ],
-        );
+        let p = start_edge(procs, dir, "ws:", "ws:127.0.0.1:8090/sip", "stateful", &[]);
         let ua = UdpSocket::bind("127.0.0.1:5061").unwrap();
         // Nobody listens yet: the connection is refused.
         let down = final_status(&ua, "down");
@@ -557,20 +538,10 @@ fn the_dispatcher_reaches_a_proxy_over_ws() {
         let (_, stats) = run_sipp(procs, dir, "uac", &uac, Duration::from_secs(60));
         (stats, stop_proxy(procs, &d), stop_proxy(procs, &member))
     });
-    assert_eq!(stats.successful, u64::from(CALLS), "{stats:?}");
-    assert_eq!(stats.failed, 0, "{stats:?}");
-    let ours = row(&dispatch, "ws");
-    assert_eq!(ours["connected"], 1, "{ours}");
-    assert!(
-        ours["messages_out"].as_u64().unwrap() >= 3 * u64::from(CALLS),
-        "{ours}"
-    );
+    assert_calls_crossed_one_connection(&stats, &dispatch, &member, "ws");
     assert!(
         dispatch["dispatch"]["probe_answers"].as_u64().unwrap() >= 2,
         "{}",
         dispatch["dispatch"]
     );
-    let theirs = row(&member, "ws");
-    assert_eq!(theirs["accepted"], 1, "{theirs}");
-    assert_eq!(closed(theirs, "ws_error"), 0, "{theirs}");
 }

@@ -42,7 +42,6 @@ use ringway_io::thread::CpuTime;
 use ringway_io::XdpMode;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::process::Command;
 
 /// The namespace testbed (deleted on drop).
 pub struct Testbed {
@@ -374,26 +373,12 @@ fn napi_threads() -> BTreeSet<(u32, String)> {
 fn queue_on_every_host(topology: &Topology) -> anyhow::Result<()> {
     for host in topology.hosts() {
         for (dev, _, _) in &host.ifaces {
-            let out = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &host.netns,
-                    "tc",
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    dev,
-                ])
-                .args(["root", "pfifo", "limit", "10000"])
-                .output()
-                .context("running tc")?;
-            anyhow::ensure!(
-                out.status.success(),
-                "tc qdisc on {dev} in {}: {}",
-                host.netns,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            run_in(
+                host,
+                &[
+                    "tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "10000",
+                ],
+            )?;
         }
     }
     Ok(())
@@ -404,17 +389,8 @@ fn queue_on_every_host(topology: &Topology) -> anyhow::Result<()> {
 /// exec`); returns the NAPI threads that appeared for `dev`.
 pub(crate) fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> {
     let before = napi_threads();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &host.netns, "sh", "-c"])
-        .arg(format!("echo 1 > /sys/class/net/{dev}/threaded"))
-        .output()
-        .context("running ip netns exec")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "threaded NAPI on {dev} in {}: {}",
-        host.netns,
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    let enable = format!("echo 1 > /sys/class/net/{dev}/threaded");
+    run_in(host, &["sh", "-c", &enable])?;
     let prefix = format!("napi/{dev}-");
     let mut found = Vec::new();
     for _ in 0..50 {

@@ -56,16 +56,34 @@ Content-Length: 0\r\n\r\n"
 
 /// The first final response `udp` receives within `limit` (its status line).
 pub(crate) fn final_response(udp: &UdpSocket, limit: Duration) -> Option<String> {
+    receive_matching(udp, limit, |text| {
+        let line = status_line(text);
+        line.starts_with("SIP/2.0 ") && !line.starts_with("SIP/2.0 1")
+    })
+    .map(|text| status_line(&text).to_string())
+}
+
+/// The first line of a message.
+pub(crate) fn status_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// The first datagram `udp` receives within `limit` that `wanted` takes
+/// (as text); the others are dropped.
+pub(crate) fn receive_matching(
+    udp: &UdpSocket,
+    limit: Duration,
+    wanted: impl Fn(&str) -> bool,
+) -> Option<String> {
     udp.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let end = Instant::now() + limit;
-    let mut buf = [0u8; 4096];
+    let mut buf = vec![0u8; 65_535];
     while Instant::now() < end {
         if let Ok(n) = udp.recv(&mut buf) {
             let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-            let line = text.lines().next().unwrap_or("").to_string();
-            if line.starts_with("SIP/2.0 ") && !line.starts_with("SIP/2.0 1") {
-                return Some(line);
+            if wanted(&text) {
+                return Some(text);
             }
         }
     }
@@ -117,11 +135,13 @@ pub(crate) fn wait_metric(metrics: &str, sample: &str, want: f64) -> bool {
 }
 
 /// A registrar for `ringway.test` on 127.0.0.1:5080 (UDP; then
-/// `registrar_args`) and an edge proxy on 127.0.0.1:5060 (UDP and TCP)
-/// routing to it (then `edge_args`), both relaying to 127.0.0.0/8.
+/// `registrar_args`) and an edge proxy on UDP 127.0.0.1:5060 and
+/// `edge_listen` (`tcp:127.0.0.1:5060`, `ws:127.0.0.1:5066`) routing to it
+/// (then `edge_args`), both relaying to 127.0.0.0/8.
 pub(crate) fn registrar_behind_edge(
     procs: &mut Procs,
     dir: &Path,
+    edge_listen: &str,
     registrar_args: &[&str],
     edge_args: &[&str],
 ) -> (ProxyProc, ProxyProc) {
@@ -139,7 +159,7 @@ pub(crate) fn registrar_behind_edge(
         "--listen",
         "127.0.0.1:5060",
         "--listen",
-        "tcp:127.0.0.1:5060",
+        edge_listen,
         "--route-to",
         "127.0.0.1:5080",
         "--relay",
@@ -165,6 +185,7 @@ pub(crate) fn registrar_acting_on_430(
     let (registrar, edge) = registrar_behind_edge(
         procs,
         dir,
+        "tcp:127.0.0.1:5060",
         &registrar_args,
         &["--metrics", "127.0.0.1:9091"],
     );

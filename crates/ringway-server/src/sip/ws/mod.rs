@@ -114,17 +114,10 @@ pub fn parse_handshake(
     limits: WsLimits,
     origins: &OriginPolicy,
 ) -> Result<Option<Upgrade>, HandshakeError> {
-    let Some(end) = find(buf, b"\r\n\r\n") else {
-        if buf.len() > limits.max_handshake_bytes {
-            return Err(HandshakeError::TooLarge);
-        }
+    use HandshakeError::{NotWebSocket, TooLarge};
+    let Some((mut lines, consumed)) = message_head(buf, limits, TooLarge, NotWebSocket)? else {
         return Ok(None);
     };
-    if end + 4 > limits.max_handshake_bytes {
-        return Err(HandshakeError::TooLarge);
-    }
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| HandshakeError::NotWebSocket)?;
-    let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
     let mut parts = request_line.split(' ');
     let (Some("GET"), Some(target), Some("HTTP/1.1"), None) =
@@ -138,19 +131,13 @@ pub fn parse_handshake(
     let (mut upgrade, mut connection, mut key, mut version, mut sip, mut origin) =
         (false, false, None, None, false, None);
     for line in lines {
-        let (name, value) = line.split_once(':').ok_or(HandshakeError::NotWebSocket)?;
-        let value = value.trim();
-        let has_token = |token: &str| {
-            value
-                .split(',')
-                .any(|v| v.trim().eq_ignore_ascii_case(token))
-        };
-        match name.trim().to_ascii_lowercase().as_str() {
-            "upgrade" => upgrade |= has_token("websocket"),
-            "connection" => connection |= has_token("upgrade"),
+        let (name, value) = header_field(line).ok_or(HandshakeError::NotWebSocket)?;
+        match name.as_str() {
+            "upgrade" => upgrade |= has_token(value, "websocket"),
+            "connection" => connection |= has_token(value, "upgrade"),
             "sec-websocket-key" => key = Some(value),
             "sec-websocket-version" => version = Some(value),
-            "sec-websocket-protocol" => sip |= has_token("sip"),
+            "sec-websocket-protocol" => sip |= has_token(value, "sip"),
             "origin" => origin = Some(value),
             _ => {}
         }
@@ -175,7 +162,7 @@ pub fn parse_handshake(
     );
     Ok(Some(Upgrade {
         response: response.into_bytes(),
-        consumed: end + 4,
+        consumed,
     }))
 }
 
@@ -259,17 +246,10 @@ pub fn parse_handshake_response(
     limits: WsLimits,
     accept: &str,
 ) -> Result<Option<usize>, ResponseError> {
-    let Some(end) = find(buf, b"\r\n\r\n") else {
-        if buf.len() > limits.max_handshake_bytes {
-            return Err(ResponseError::TooLarge);
-        }
+    use ResponseError::{NotWebSocket, TooLarge};
+    let Some((mut lines, consumed)) = message_head(buf, limits, TooLarge, NotWebSocket)? else {
         return Ok(None);
     };
-    if end + 4 > limits.max_handshake_bytes {
-        return Err(ResponseError::TooLarge);
-    }
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| ResponseError::NotWebSocket)?;
-    let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
     let mut parts = status_line.splitn(3, ' ');
     let (Some("HTTP/1.1"), Some("101")) = (parts.next(), parts.next()) else {
@@ -277,16 +257,10 @@ pub fn parse_handshake_response(
     };
     let (mut upgrade, mut connection, mut accepted, mut protocol) = (false, false, None, None);
     for line in lines {
-        let (name, value) = line.split_once(':').ok_or(ResponseError::NotWebSocket)?;
-        let value = value.trim();
-        let has_token = |token: &str| {
-            value
-                .split(',')
-                .any(|v| v.trim().eq_ignore_ascii_case(token))
-        };
-        match name.trim().to_ascii_lowercase().as_str() {
-            "upgrade" => upgrade |= has_token("websocket"),
-            "connection" => connection |= has_token("upgrade"),
+        let (name, value) = header_field(line).ok_or(ResponseError::NotWebSocket)?;
+        match name.as_str() {
+            "upgrade" => upgrade |= has_token(value, "websocket"),
+            "connection" => connection |= has_token(value, "upgrade"),
             // Every copy must be right (one wrong one fails it).
             "sec-websocket-accept" => {
                 accepted = Some(accepted.unwrap_or(true) && value == accept);
@@ -308,7 +282,7 @@ pub fn parse_handshake_response(
     if protocol != Some(true) {
         return Err(ResponseError::NoSipProtocol);
     }
-    Ok(Some(end + 4))
+    Ok(Some(consumed))
 }
 
 /// `N` bytes from the system's random source (a mask, a key). Should it
@@ -354,6 +328,43 @@ fn base64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// The head of the HTTP message at the start of `buf` once it is whole:
+/// its lines, and its length with the blank line that ends it. `Ok(None)`
+/// while incomplete; `too_large` past `max_handshake_bytes`, `not_text`
+/// when it is not UTF-8.
+fn message_head<E>(
+    buf: &[u8],
+    limits: WsLimits,
+    too_large: E,
+    not_text: E,
+) -> Result<Option<(impl Iterator<Item = &str>, usize)>, E> {
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > limits.max_handshake_bytes {
+            return Err(too_large);
+        }
+        return Ok(None);
+    };
+    if end + 4 > limits.max_handshake_bytes {
+        return Err(too_large);
+    }
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| not_text)?;
+    Ok(Some((head.split("\r\n"), end + 4)))
+}
+
+/// A header line's name (lower case) and value (trimmed); `None` without
+/// a colon.
+fn header_field(line: &str) -> Option<(String, &str)> {
+    let (name, value) = line.split_once(':')?;
+    Some((name.trim().to_ascii_lowercase(), value.trim()))
+}
+
+/// Whether the comma-separated header `value` lists `token` (any case).
+fn has_token(value: &str, token: &str) -> bool {
+    value
+        .split(',')
+        .any(|v| v.trim().eq_ignore_ascii_case(token))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
