@@ -231,13 +231,20 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
             hub.arg("--clocked");
         }
         procs.spawn(&mut hub, &d.join("hub.log"));
+        // 512-frame periods (10.7 ms): at 128 frames five servers and their
+        // clients wake 375 times a second each, and where jackd cannot get
+        // real-time scheduling (CI) a loaded machine made them miss cycles
+        // until JACK refused new clients ("Cannot open jackrec client") and
+        // dropped a JackTrip client whose notification timed out, so its
+        // recording was silence. Reproduced here with `--no-realtime` and two
+        // busy loops at 128 frames; none in five runs at 512.
         for i in 0..n {
             let name = format!("{tag}-{i}");
             procs.spawn(
                 &mut jack(
                     &name,
                     &[
-                        "jackd", "-n", &name, "-d", "dummy", "-r", "48000", "-p", "128",
+                        "jackd", "-n", &name, "-d", "dummy", "-r", "48000", "-p", "512",
                     ],
                 ),
                 &d.join(format!("jackd{i}.log")),
@@ -372,6 +379,16 @@ fn session(n: usize, tones: Vec<Option<(u32, f32)>>, setup: HubSetup) -> Session
                 break;
             }
             eprintln!("jack_rec retry {attempt} for clients {missing:?}");
+            for &i in &missing {
+                for log in [format!("rec{i}.log"), format!("jackd{i}.log")] {
+                    let text = std::fs::read_to_string(d.join(&log)).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                    eprintln!("--- {log} (last lines)");
+                    for line in tail.iter().rev() {
+                        eprintln!("{line}");
+                    }
+                }
+            }
             disturbed = true;
             for i in missing {
                 finish(record(i));

@@ -7,6 +7,8 @@ pub mod http;
 mod process;
 mod prom;
 
-pub use hist::{latency_histogram, t975, LatencySummary, LATENCY_MAX_NS};
+pub use hist::{
+    compact_latency_histogram, latency_histogram, t975, LatencySummary, LATENCY_MAX_NS,
+};
 pub use process::process_metrics;
 pub use prom::{PromText, BUCKETS_S};

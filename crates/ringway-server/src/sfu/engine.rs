@@ -26,6 +26,7 @@
 //! receive batch (the old behaviour).
 
 use super::{Flush, FRAME};
+use crate::metrics::compact_latency_histogram;
 use hdrhistogram::Histogram;
 use ringway_io::{monotonic_now, realtime_now, BatchIo, Nanos, RxBatch, TxBatch, TxProgress};
 use ringway_reorder::{Class, Srpic};
@@ -183,20 +184,15 @@ pub(super) struct Delays {
 
 impl Delays {
     fn new() -> Delays {
+        // Four are recorded per packet: compact ones (cache misses of
+        // recording into 3-digit histograms showed in the engine's profile).
         Delays {
-            scheduled: delay_histogram(),
-            handoff: delay_histogram(),
-            wait: delay_histogram(),
-            kernel: delay_histogram(),
+            scheduled: compact_latency_histogram(),
+            handoff: compact_latency_histogram(),
+            wait: compact_latency_histogram(),
+            kernel: compact_latency_histogram(),
         }
     }
-}
-
-/// 1 ns .. 100 s with 2 significant digits (1% resolution): four are
-/// recorded per packet, and at 3 digits (~600 KiB of counters each) the
-/// cache misses of recording showed up in the engine's profile.
-fn delay_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 100_000_000_000, 2).expect("valid bounds")
 }
 
 /// A forwarded packet whose last copy the kernel has not taken yet.

@@ -3,7 +3,7 @@
 //! core's [`MsgLabel::slot`] and [`DropReason::index`] — no string search
 //! or string-keyed map per datagram.
 
-use crate::metrics::{latency_histogram, LATENCY_MAX_NS};
+use crate::metrics::{compact_latency_histogram, LATENCY_MAX_NS};
 use hdrhistogram::Histogram;
 use ringway_io::IoStats;
 use ringway_sip::proxy::DROP_REASONS;
@@ -81,10 +81,12 @@ impl Default for TypeStats {
             absorbed: 0,
             deferred: 0,
             dropped: [0; DROP_REASONS.len()],
-            k_rcv: latency_histogram(),
-            t_sip: latency_histogram(),
-            k_snd: latency_histogram(),
-            wait: latency_histogram(),
+            // Three are recorded per message (K_rcv, T_sip, wait): compact
+            // ones, whose counters stay in the cache (issue 23's profile).
+            k_rcv: compact_latency_histogram(),
+            t_sip: compact_latency_histogram(),
+            k_snd: compact_latency_histogram(),
+            wait: compact_latency_histogram(),
         }
     }
 }
@@ -458,6 +460,14 @@ mod tests {
         assert!((s.mean_us - 2.0).abs() < 0.01, "{s:?}");
         assert_eq!(a.all_types().histogram(Latency::TSip).len(), 4);
         assert_eq!(a.all_types().dropped_total(), 1);
+    }
+
+    #[test]
+    fn per_message_histograms_are_the_compact_ones() {
+        let stats = TypeStats::default();
+        for latency in Latency::ALL {
+            assert_eq!(stats.histogram(latency).sigfig(), 2, "{latency:?}");
+        }
     }
 
     #[test]
