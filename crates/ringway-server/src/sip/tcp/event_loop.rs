@@ -104,15 +104,7 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     } else {
         spare_descriptor()
     };
-    for (i, (listener, _)) in ctx.listeners.iter_mut().enumerate() {
-        if let Err(e) = ctx
-            .poll
-            .registry()
-            .register(listener, Token(i), Interest::READABLE)
-        {
-            log::error!("sip tcp: cannot poll listener: {e}");
-        }
-    }
+    register_listeners(&mut ctx);
     while !ctx.stop.load(Ordering::Relaxed) {
         if let Err(e) = ctx.poll.poll(&mut events, Some(POLL)) {
             if e.kind() != ErrorKind::Interrupted {
@@ -241,6 +233,19 @@ pub(crate) fn run_loop(mut ctx: LoopContext<'_>) {
     }
     for (_, entry) in owned.drain() {
         connections.close(&entry.conn, CloseReason::Shutdown);
+    }
+}
+
+/// Poll the loop's listeners (token = their index).
+fn register_listeners(ctx: &mut LoopContext<'_>) {
+    for (i, (listener, _)) in ctx.listeners.iter_mut().enumerate() {
+        if let Err(e) = ctx
+            .poll
+            .registry()
+            .register(listener, Token(i), Interest::READABLE)
+        {
+            log::error!("sip tcp: cannot poll listener: {e}");
+        }
     }
 }
 
