@@ -295,7 +295,7 @@ except OSError:
 trace = p.get("overload_control_trace") or []
 if trace:
     print("  the controller's periods per second (summary's overload_control_trace): saturated/periods, "
-          "queue grows, supply CPU-s/s (mean), standing ms (mean), arrived/admitted calls/s, "
+          "queue grows, supply CPU-s/s (mean), standing ms (mean), arrived/admitted calls/s, datagrams/s, "
           "sample calls per CPU-s (median), capacity and kept share at the second's end:")
     t0 = trace[0]["at_ns"]
     seconds = {}
@@ -315,6 +315,7 @@ if trace:
               f"supply {num(mean(r['supply'] for r in rs), '{:.2f}')} "
               f"standing {num(mean(r['standing_ms'] for r in rs), '{:.1f}')} "
               f"arrived {num(mean(r['arrived'] for r in rs))} admitted {num(mean(r['admitted'] for r in rs))} "
+              f"datagrams {num(mean(r.get('datagrams') for r in rs))} "
               f"sample {num(median)} capacity {num(last['capacity'])} keep {last['keep']:.3f}")
 print(f"  probes ({probes} x 1 s of calls, one a second after the overload): success ratio")
 row = []

@@ -196,6 +196,9 @@ pub struct PeriodRecord {
     /// New calls that arrived and were admitted, per second (the pool's).
     pub arrived: f64,
     pub admitted: f64,
+    /// Datagrams the workers took from their queue, per second: the work
+    /// (a call is several; a refusal one or two).
+    pub datagrams: f64,
     /// CPU-seconds per second the workers got (`None`: not known).
     pub supply: Option<f64>,
     /// The pool's standing delay (ms; `None`: no sample) and the
@@ -224,6 +227,8 @@ pub(super) struct Report {
     /// New calls that arrived, and of those admitted.
     pub arrived: u64,
     pub admitted: u64,
+    /// Datagrams taken from the queue.
+    pub datagrams: u64,
     /// CPU time the worker used (ns; `None`: not known).
     pub cpu: Option<u64>,
     /// The worker's shedder's standing delay (ns) and target (ns).
@@ -236,6 +241,7 @@ pub(super) struct Report {
 struct Rates {
     arrived: f64,
     admitted: f64,
+    datagrams: f64,
     /// CPU-seconds per second (`None`: not known).
     supply: Option<f64>,
 }
@@ -367,6 +373,7 @@ impl Estimate {
             sum.elapsed += report.elapsed;
             sum.arrived += report.arrived;
             sum.admitted += report.admitted;
+            sum.datagrams += report.datagrams;
             sum.cpu = match (sum.cpu, report.cpu) {
                 (Some(a), Some(b)) => Some(a + b),
                 // Unknown in any report: unknown for the period.
@@ -410,6 +417,7 @@ impl Estimate {
                 let rates = Rates {
                     arrived: slot.sum.arrived as f64 / secs,
                     admitted: slot.sum.admitted as f64 / secs,
+                    datagrams: slot.sum.datagrams as f64 / secs,
                     supply: slot.sum.cpu.map(|cpu| cpu as f64 / 1e9 / secs),
                 };
                 slot.last = Some(rates);
@@ -426,6 +434,7 @@ impl Estimate {
             if let Some(rates) = rates {
                 total.arrived += rates.arrived;
                 total.admitted += rates.admitted;
+                total.datagrams += rates.datagrams;
                 total.supply = total.supply.zip(rates.supply).map(|(a, b)| a + b);
             }
             if alive {
@@ -463,6 +472,7 @@ impl Estimate {
             elapsed_ms: ms(elapsed),
             arrived: rates.arrived,
             admitted: rates.admitted,
+            datagrams: rates.datagrams,
             supply: rates.supply,
             standing_ms: standing.map(ms),
             target_ms: ms(target),
@@ -584,6 +594,7 @@ pub(super) mod tests {
             elapsed: 100 * MS,
             arrived,
             admitted,
+            datagrams: 6 * admitted + arrived.saturating_sub(admitted),
             cpu: cpu_ms.map(|ms| ms * MS),
             standing: Some(standing),
             target: TARGET,
@@ -763,6 +774,7 @@ pub(super) mod tests {
         assert_eq!(first.at_ns, 100 * MS);
         assert!(close(first.elapsed_ms, 100.0), "{first:?}");
         assert!(close(first.arrived, 30_000.0) && close(first.admitted, 20_000.0));
+        assert!(close(first.datagrams, 130_000.0), "{first:?}");
         assert!(close(first.supply.unwrap(), 1.0), "{first:?}");
         assert_eq!((first.standing_ms, first.target_ms), (Some(10.0), 10.0));
         assert!(first.saturated && first.queue_grows, "{first:?}");
