@@ -290,6 +290,33 @@ try:
     print("   " + " ".join(fmt(x) for x in open(log + ".admitted").read().split()))
 except OSError:
     print("   n/a")
+# The shared controller's periods (the proxy's summary), per second:
+# what went into the capacity estimate and what came out.
+trace = p.get("overload_control_trace") or []
+if trace:
+    print("  the controller's periods per second (summary's overload_control_trace): saturated/periods, "
+          "queue grows, supply CPU-s/s (mean), standing ms (mean), arrived/admitted calls/s, datagrams/s, "
+          "sample calls per CPU-s (median), capacity and kept share at the second's end:")
+    t0 = trace[0]["at_ns"]
+    seconds = {}
+    for r in trace:
+        seconds.setdefault((r["at_ns"] - t0) // 1_000_000_000, []).append(r)
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+    def num(x, f="{:.0f}"):
+        return "n/a" if x is None else f.format(x)
+    for sec in sorted(seconds):
+        rs = seconds[sec]
+        samples = sorted(r["sample"] for r in rs if r["sample"] is not None)
+        median = samples[len(samples) // 2] if samples else None
+        last = rs[-1]
+        print(f"   {sec:3d}: {sum(r['saturated'] for r in rs)}/{len(rs)} grows {sum(r['queue_grows'] for r in rs)} "
+              f"supply {num(mean(r['supply'] for r in rs), '{:.2f}')} "
+              f"standing {num(mean(r['standing_ms'] for r in rs), '{:.1f}')} "
+              f"arrived {num(mean(r['arrived'] for r in rs))} admitted {num(mean(r['admitted'] for r in rs))} "
+              f"datagrams {num(mean(r.get('datagrams') for r in rs))} "
+              f"sample {num(median)} capacity {num(last['capacity'])} keep {last['keep']:.3f}")
 print(f"  probes ({probes} x 1 s of calls, one a second after the overload): success ratio")
 row = []
 for i in range(1, probes + 1):

@@ -29,7 +29,7 @@ mod pool;
 
 use crate::msg::Via;
 pub use controller::OcController;
-pub use pool::{OcControllerConfig, OcPool};
+pub use pool::{OcControllerConfig, OcPool, PeriodRecord, TRACE_PERIODS};
 
 /// How long an advertised reduction holds (ms) unless renewed, for a
 /// client that gets none (RFC 7339's default is the same 500 ms).

@@ -425,7 +425,7 @@ impl SipServer {
         self.stop_threads();
         let snap = snapshot(&self.shared);
         let s = &self.shared;
-        summary::build(
+        let mut summary = summary::build(
             &s.config,
             s.local,
             (&s.rcvbuf_granted, &s.io_in_use),
@@ -433,7 +433,12 @@ impl SipServer {
             lock(&s.threads_cpu).clone(),
             lock(&s.placement).clone(),
             lock(&s.panicked).clone(),
-        )
+        );
+        summary.overload_control_trace = s
+            .overload_pool
+            .as_ref()
+            .map_or_else(Vec::new, |pool| pool.trace());
+        summary
     }
 }
 

@@ -321,6 +321,11 @@ pub struct Summary {
     /// `tx_via_socket` count what took the kernel socket instead of the
     /// XSK rings).
     pub io: ringway_io::IoStats,
+    /// The shared overload controller's last periods, oldest first
+    /// (`--rx-model shared` with shedding on; absent otherwise): what went
+    /// into each capacity estimate and what came out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overload_control_trace: Vec<ringway_sip::overload_control::PeriodRecord>,
 }
 
 /// Schema id of [`Summary`].
@@ -466,6 +471,7 @@ pub(super) fn build(
         keepalive: snap.keepalive.clone(),
         threads_panicked,
         io: m.io,
+        overload_control_trace: Vec::new(),
     }
 }
 

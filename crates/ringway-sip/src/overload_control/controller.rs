@@ -54,9 +54,11 @@ pub struct OcController {
     /// worker's CPU time then (ns).
     report_start: Option<u64>,
     cpu_at_start: Option<u64>,
-    /// New calls that arrived and were admitted since the last report.
+    /// New calls that arrived and were admitted since the last report,
+    /// and the datagrams (ticks) seen.
     arrived: u64,
     admitted: u64,
+    datagrams: u64,
     /// What the pool published at the last report.
     published: Published,
     /// Pinned share (lab knob): reports change nothing here.
@@ -98,6 +100,7 @@ impl OcController {
             cpu_at_start: None,
             arrived: 0,
             admitted: 0,
+            datagrams: 0,
             published: Published {
                 keep: 1.0,
                 capacity: None,
@@ -156,8 +159,8 @@ impl OcController {
         self.tokens = (self.tokens + elapsed as f64 * rate).min(burst);
     }
 
-    /// Call with every datagram (or at least a few times a period): now
-    /// and then this worker's counts go to the pool, which closes a period
+    /// Call with every datagram taken from the queue (each call counts one
+    /// in the pool's trace): now and then this worker's counts go to the pool, which closes a period
     /// when one ended (a new capacity sample, a new advertisement).
     /// `standing` is the admission controller's standing delay (ns: the
     /// smallest delay of its last interval; `None`: no sample yet) and
@@ -174,6 +177,7 @@ impl OcController {
         cpu: impl FnOnce() -> Option<u64>,
     ) {
         self.target = target;
+        self.datagrams += 1;
         let Some(start) = self.report_start else {
             self.report_start = Some(now);
             self.cpu_at_start = cpu();
@@ -188,6 +192,7 @@ impl OcController {
             elapsed,
             arrived: self.arrived,
             admitted: self.admitted,
+            datagrams: self.datagrams,
             cpu: cpu_now
                 .zip(self.cpu_at_start)
                 .map(|(now, before)| now.saturating_sub(before)),
@@ -203,6 +208,7 @@ impl OcController {
         self.cpu_at_start = cpu_now;
         self.arrived = 0;
         self.admitted = 0;
+        self.datagrams = 0;
     }
 
     /// This worker's part of the capacity estimate (new calls per second:

@@ -82,6 +82,8 @@
 //! its own queue: one pool each, so every sender hears the worker it
 //! talks to.
 
+use serde::Serialize;
+use std::collections::VecDeque;
 use std::sync::{Mutex, TryLockError};
 
 /// The knobs of the overload controller; [`OcControllerConfig::default`] is
@@ -179,6 +181,44 @@ const NEAR_TARGET: u64 = 4;
 /// gives no sample of the calls per CPU-second: too little to divide by.
 const MIN_SUPPLY_SAMPLE: f64 = 0.05;
 
+/// Periods kept in a pool's trace ([`OcPool::trace`]): five minutes of
+/// 100 ms periods, about 400 KB.
+pub const TRACE_PERIODS: usize = 3_000;
+
+/// One period of a pool's estimate, as it was computed: what went in and
+/// what came out ([`OcPool::trace`]; rates per second, times in ms).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PeriodRecord {
+    /// End of the period (the driver's clock, ns).
+    pub at_ns: u64,
+    /// Its length (ms).
+    pub elapsed_ms: f64,
+    /// New calls that arrived and were admitted, per second (the pool's).
+    pub arrived: f64,
+    pub admitted: f64,
+    /// Datagrams the workers took from their queue, per second: the work
+    /// (a call is several; a refusal one or two).
+    pub datagrams: f64,
+    /// CPU-seconds per second the workers got (`None`: not known).
+    pub supply: Option<f64>,
+    /// The pool's standing delay (ms; `None`: no sample) and the
+    /// shedders' target (ms).
+    pub standing_ms: Option<f64>,
+    pub target_ms: f64,
+    /// Whether the period counted as saturated, and as one in which the
+    /// queue grew or stood at the target (the fast fall).
+    pub saturated: bool,
+    pub queue_grows: bool,
+    /// Its sample of the new calls per CPU-second (saturated periods only).
+    pub sample: Option<f64>,
+    /// The smoothed calls per CPU-second and the held CPU supply after it.
+    pub per_cpu: Option<f64>,
+    pub held_supply: f64,
+    /// The capacity estimate (calls per second) and the share kept after it.
+    pub capacity: Option<f64>,
+    pub keep: f64,
+}
+
 /// What one worker counted since its last report.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct Report {
@@ -187,6 +227,8 @@ pub(super) struct Report {
     /// New calls that arrived, and of those admitted.
     pub arrived: u64,
     pub admitted: u64,
+    /// Datagrams taken from the queue.
+    pub datagrams: u64,
     /// CPU time the worker used (ns; `None`: not known).
     pub cpu: Option<u64>,
     /// The worker's shedder's standing delay (ns) and target (ns).
@@ -199,6 +241,7 @@ pub(super) struct Report {
 struct Rates {
     arrived: f64,
     admitted: f64,
+    datagrams: f64,
     /// CPU-seconds per second (`None`: not known).
     supply: Option<f64>,
 }
@@ -246,6 +289,8 @@ struct Estimate {
     /// The pool's standing delay at the last period's end (ns).
     last_standing: Option<u64>,
     keep: f64,
+    /// The last [`TRACE_PERIODS`] periods.
+    trace: VecDeque<PeriodRecord>,
 }
 
 /// The shared estimate of a set of workers' controllers (see the module
@@ -269,6 +314,7 @@ impl OcPool {
                 capacity: None,
                 last_standing: None,
                 keep: 1.0,
+                trace: VecDeque::new(),
             }),
         }
     }
@@ -284,6 +330,13 @@ impl OcPool {
         self.estimate
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The last periods' estimates, oldest first (at most
+    /// [`TRACE_PERIODS`]): what a benchmark reads to see why the capacity
+    /// estimate moved.
+    pub fn trace(&self) -> Vec<PeriodRecord> {
+        self.lock().trace.iter().copied().collect()
     }
 
     /// A place for one more worker.
@@ -320,6 +373,7 @@ impl Estimate {
             sum.elapsed += report.elapsed;
             sum.arrived += report.arrived;
             sum.admitted += report.admitted;
+            sum.datagrams += report.datagrams;
             sum.cpu = match (sum.cpu, report.cpu) {
                 (Some(a), Some(b)) => Some(a + b),
                 // Unknown in any report: unknown for the period.
@@ -363,6 +417,7 @@ impl Estimate {
                 let rates = Rates {
                     arrived: slot.sum.arrived as f64 / secs,
                     admitted: slot.sum.admitted as f64 / secs,
+                    datagrams: slot.sum.datagrams as f64 / secs,
                     supply: slot.sum.cpu.map(|cpu| cpu as f64 / 1e9 / secs),
                 };
                 slot.last = Some(rates);
@@ -379,6 +434,7 @@ impl Estimate {
             if let Some(rates) = rates {
                 total.arrived += rates.arrived;
                 total.admitted += rates.admitted;
+                total.datagrams += rates.datagrams;
                 total.supply = total.supply.zip(rates.supply).map(|(a, b)| a + b);
             }
             if alive {
@@ -392,13 +448,54 @@ impl Estimate {
                 1.0
             };
         }
-        self.update(elapsed, total, standing, target);
+        self.update(now, elapsed, total, standing, target);
     }
 
-    /// The estimate and the share kept after a period of `elapsed` ns with
-    /// the pool's `rates`, its standing delay `standing` and the shedders'
-    /// `target`.
-    fn update(&mut self, elapsed: u64, rates: Rates, standing: Option<u64>, target: u64) {
+    /// The estimate and the share kept after a period of `elapsed` ns
+    /// ending at `now` with the pool's `rates`, its standing delay
+    /// `standing` and the shedders' `target`, recorded in the trace.
+    fn update(
+        &mut self,
+        now: u64,
+        elapsed: u64,
+        rates: Rates,
+        standing: Option<u64>,
+        target: u64,
+    ) {
+        let (saturated, queue_grows, sample) = self.estimate(elapsed, rates, standing, target);
+        if self.trace.len() == TRACE_PERIODS {
+            self.trace.pop_front();
+        }
+        let ms = |ns: u64| ns as f64 / 1e6;
+        self.trace.push_back(PeriodRecord {
+            at_ns: now,
+            elapsed_ms: ms(elapsed),
+            arrived: rates.arrived,
+            admitted: rates.admitted,
+            datagrams: rates.datagrams,
+            supply: rates.supply,
+            standing_ms: standing.map(ms),
+            target_ms: ms(target),
+            saturated,
+            queue_grows,
+            sample,
+            per_cpu: self.per_cpu,
+            held_supply: self.supply,
+            capacity: self.capacity,
+            keep: self.keep,
+        });
+    }
+
+    /// [`Estimate::update`]'s computation; returns whether the period was
+    /// saturated, whether the queue grew, and its sample of the calls per
+    /// CPU-second.
+    fn estimate(
+        &mut self,
+        elapsed: u64,
+        rates: Rates,
+        standing: Option<u64>,
+        target: u64,
+    ) -> (bool, bool, Option<f64>) {
         let OcControllerConfig {
             period,
             capacity_weight: weight,
@@ -429,19 +526,21 @@ impl Estimate {
         let recent = elapsed <= 2 * period;
         let saturated = recent && standing.is_some_and(|q| q >= target / 2);
         let fall = if queue_grows { max_fall } else { slow_fall };
+        let mut sample = None;
         if saturated {
             // Saturated: what was served is the capacity, per CPU-second
             // the workers had.
             let served = rates.admitted * (secs / (secs + growth).max(secs / 2.0)).clamp(0.5, 2.0);
             let supply = rates.supply.unwrap_or(1.0);
             if supply >= MIN_SUPPLY_SAMPLE {
-                let sample = served / supply;
+                let per_cpu = served / supply;
+                sample = Some(per_cpu);
                 self.per_cpu = Some(match self.per_cpu {
                     None => {
                         self.supply = supply;
-                        sample
+                        per_cpu
                     }
-                    Some(c) => c + weight * (sample - c),
+                    Some(c) => c + weight * (per_cpu - c),
                 });
                 self.supply = supply.max(self.supply * (1.0 - fall));
             }
@@ -457,7 +556,7 @@ impl Estimate {
         // shorter than a few periods (refusals eating CPU in a stall) is
         // held through, and one the queue does not confirm barely moves it.
         let Some(measured) = self.per_cpu.map(|c| c * self.supply) else {
-            return;
+            return (saturated, queue_grows, sample);
         };
         let capacity = match self.capacity {
             Some(held) if saturated => measured.max(held * (1.0 - fall)),
@@ -479,6 +578,7 @@ impl Estimate {
         // it (the capacity estimate grows instead, by the probe).
         let factor = if saturated { factor } else { factor.max(1.0) };
         self.keep = (self.keep * factor).clamp(MIN_KEEP, 1.0);
+        (saturated, queue_grows, sample)
     }
 }
 
@@ -494,6 +594,7 @@ pub(super) mod tests {
             elapsed: 100 * MS,
             arrived,
             admitted,
+            datagrams: 6 * admitted + arrived.saturating_sub(admitted),
             cpu: cpu_ms.map(|ms| ms * MS),
             standing: Some(standing),
             target: TARGET,
@@ -650,6 +751,54 @@ pub(super) mod tests {
         assert!(
             (share - 0.3).abs() < 0.02 || (share - 0.7).abs() < 0.02,
             "{share}"
+        );
+    }
+
+    /// The trace holds each period's inputs and results, oldest first, and
+    /// at most [`TRACE_PERIODS`] of them.
+    #[test]
+    fn the_trace_records_every_period_and_is_bounded() {
+        let pool = OcPool::new(OcControllerConfig::default());
+        let w = pool.join();
+        let mut now = 0;
+        let mut next = |pool: &OcPool, standing| {
+            now += 100 * MS;
+            pool.report(w, now, report(3_000, 2_000, Some(100), standing));
+        };
+        next(&pool, 10 * MS);
+        next(&pool, MS);
+        let trace = pool.trace();
+        assert_eq!(trace.len(), 2, "{trace:?}");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b.abs().max(1.0);
+        let first = trace[0];
+        assert_eq!(first.at_ns, 100 * MS);
+        assert!(close(first.elapsed_ms, 100.0), "{first:?}");
+        assert!(close(first.arrived, 30_000.0) && close(first.admitted, 20_000.0));
+        assert!(close(first.datagrams, 130_000.0), "{first:?}");
+        assert!(close(first.supply.unwrap(), 1.0), "{first:?}");
+        assert_eq!((first.standing_ms, first.target_ms), (Some(10.0), 10.0));
+        assert!(first.saturated && first.queue_grows, "{first:?}");
+        assert!(close(first.sample.unwrap(), 20_000.0), "{first:?}");
+        assert!(close(first.capacity.unwrap(), 20_000.0), "{first:?}");
+        // (2/3)^0.35
+        assert!((first.keep - 0.867_697).abs() < 1e-5, "{first:?}");
+        // A period without a standing queue: no sample; the estimate moves
+        // a quarter of the way to the admitted rate plus 10 %, the share
+        // kept does not fall.
+        let second = trace[1];
+        assert!(!second.saturated && second.sample.is_none(), "{second:?}");
+        assert_eq!(second.at_ns, 200 * MS);
+        assert!(close(second.capacity.unwrap(), 20_500.0), "{second:?}");
+        assert_eq!(second.keep, first.keep);
+        for _ in 0..TRACE_PERIODS + 5 {
+            next(&pool, 10 * MS);
+        }
+        let trace = pool.trace();
+        assert_eq!(trace.len(), TRACE_PERIODS);
+        assert_eq!(trace[0].at_ns, 8 * 100 * MS);
+        assert_eq!(
+            trace[TRACE_PERIODS - 1].at_ns,
+            (TRACE_PERIODS as u64 + 7) * 100 * MS
         );
     }
 
