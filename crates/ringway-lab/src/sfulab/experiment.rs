@@ -843,6 +843,11 @@ pub struct CapacityPoint {
     /// SFU host CPU (engine + its NAPI thread; NaN without the testbed's
     /// threaded NAPI).
     pub sfu_host_pct: f64,
+    /// The load clients' CPU and the switch's (bridging and the clients'
+    /// receive path), % of one core: beside the SFU's, they say whose limit
+    /// a step that lost packets reached.
+    pub clients_pct: f64,
+    pub switch_pct: f64,
     /// Client loss (%).
     pub loss_pct: f64,
     /// Delay (a) p50 (µs).
@@ -913,6 +918,8 @@ fn capacity_point(
             load_pps,
             cpu_pct: f64::NAN,
             sfu_host_pct: f64::NAN,
+            clients_pct: f64::NAN,
+            switch_pct: f64::NAN,
             loss_pct: f64::NAN,
             delay_p50_us: f64::NAN,
             handoff_p50_us: f64::NAN,
@@ -930,8 +937,10 @@ fn capacity_point(
     let over = measured.client_loss_pct.is_nan() || measured.client_loss_pct > loss_limit;
     let limit = if over {
         Some(format!(
-            "client loss {:.2}% > {loss_limit}%",
-            measured.client_loss_pct
+            "client loss {:.2}% > {loss_limit}% (SFU {cpu:.0}%, clients {}, switch {} of a core)",
+            measured.client_loss_pct,
+            percent(measured.clients_pct),
+            percent(measured.switch_pct),
         ))
     } else if cpu >= cpu_limit {
         Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
@@ -953,6 +962,8 @@ fn capacity_point(
         load_pps,
         cpu_pct: cpu,
         sfu_host_pct: measured.sfu_host_pct,
+        clients_pct: measured.clients_pct,
+        switch_pct: measured.switch_pct,
         loss_pct: measured.client_loss_pct,
         delay_p50_us: delay(measured.delay_p50_us),
         handoff_p50_us: delay(measured.handoff_p50_us),
@@ -1054,6 +1065,15 @@ pub fn run_capacity(
     })
 }
 
+/// A share of a core, or n/a.
+fn percent(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.0}%")
+    } else {
+        "n/a".into()
+    }
+}
+
 /// The capacity curve as text.
 pub fn render_capacity(cap: &Capacity) -> String {
     use std::fmt::Write;
@@ -1067,7 +1087,7 @@ pub fn render_capacity(cap: &Capacity) -> String {
     };
     let _ = writeln!(
         out,
-        "capacity (loss <= {}% and engine CPU < {}% of a core, valid runs only):\n{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8}  limit",
+        "capacity (loss <= {}% and engine CPU < {}% of a core, valid runs only):\n{:>7} {:>7} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>11} {:>11} {:>11} {:>8}  limit",
         cap.limits.0,
         cap.limits.1,
         "backend",
@@ -1075,6 +1095,8 @@ pub fn render_capacity(cap: &Capacity) -> String {
         "pps_in",
         "cpu%",
         "sfuhost%",
+        "clients%",
+        "switch%",
         "loss%",
         "a_p50_us",
         "b_p50_us",
@@ -1084,12 +1106,14 @@ pub fn render_capacity(cap: &Capacity) -> String {
     for p in &cap.points {
         let _ = writeln!(
             out,
-            "{:>7} {:>7} {:>9} {:>8} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8}  {}",
+            "{:>7} {:>7} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>11} {:>11} {:>11} {:>8}  {}",
             p.backend,
             p.clients,
             p.load_pps,
             format_value(p.cpu_pct),
             format_value(p.sfu_host_pct),
+            format_value(p.clients_pct),
+            format_value(p.switch_pct),
             if p.loss_pct.is_finite() {
                 format!("{:.2}", p.loss_pct)
             } else {

@@ -184,6 +184,11 @@ pub struct Row {
     pub sfu_host: MeanCi,
     /// SFU host CPU per packet offered (µs).
     pub sfu_host_per_packet: MeanCi,
+    /// The load clients' CPU % (their send and receive threads), beside
+    /// the SFU's: the testbed measures the SFU only while they cost less.
+    pub clients_cpu: MeanCi,
+    /// The switch's CPU % (bridging and the clients' receive path).
+    pub switch_cpu: MeanCi,
     /// (a) p50 (µs).
     pub delay_p50: MeanCi,
     /// (a) p99 (µs).
@@ -431,6 +436,8 @@ fn row(cells: &Cells<'_>, (clients, pps, backend): &(usize, u32, String), rs: &[
         cpu_per_packet: mean_ci(&col(rs, |r| r.cpu_per_packet_us)),
         sfu_host: mean_ci(&col(rs, |r| r.sfu_host_pct)),
         sfu_host_per_packet: mean_ci(&col(rs, |r| r.sfu_host_per_packet_us)),
+        clients_cpu: mean_ci(&col(rs, |r| r.clients_pct)),
+        switch_cpu: mean_ci(&col(rs, |r| r.switch_pct)),
         delay_p50: mean_ci(&col(rs, |r| r.delay_p50_us)),
         delay_p99: mean_ci(&col(rs, |r| r.delay_p99_us)),
         handoff_p50: mean_ci(&col(rs, |r| r.handoff_p50_us)),
@@ -692,6 +699,8 @@ fn cells_table(s: &Summary) -> Table {
             "c_wait_us",
             "d_kdelay",
             "sfuhost%",
+            "clients%",
+            "switch%",
             "cpu/s",
             "a/s",
             "b/s",
@@ -713,6 +722,8 @@ fn cells_table(s: &Summary) -> Table {
             ci(&r.wait_p50),
             ci(&r.kdelay_p50),
             ci(&r.sfu_host),
+            ci(&r.clients_cpu),
+            ci(&r.switch_cpu),
             ratio_ci(r, 0),
             ratio_ci(r, 2),
             ratio_ci(r, 3),
@@ -1042,6 +1053,11 @@ mod tests {
         assert!((r.delay_p50_ratio.unwrap() - 16.0 / 17.0).abs() < 1e-9);
         // No kernel stamps for this xdp: n/a, never 0.
         assert_eq!(r.kdelay_p50_ratio, None);
+        // The clients' CPU beside the SFU's; no switch threads: n/a.
+        assert_eq!((r.clients_cpu.n, r.clients_cpu.mean), (3, 1.0));
+        assert_eq!(r.switch_cpu.n, 0);
+        let header = cells_table(&s).text();
+        assert!(header.contains("clients%") && header.contains("switch%"), "{header}");
         let b = s.backends.iter().find(|b| b.backend == "xdp").unwrap();
         assert!((b.cpu_ratio.unwrap() - 0.5).abs() < 1e-9);
         assert_eq!(b.kdelay_p50_ratio, None);

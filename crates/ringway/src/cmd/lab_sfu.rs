@@ -413,7 +413,7 @@ fn print_run(r: &anyhow::Result<Run>, p: &PlannedRun) {
         Ok(r) => println!(
             "run rep={rep} clients={n} pps={pps} backend={name} (block {} #{}) [{}; flush {}]: cpu user={} \
              kern={} ({}/pkt) delay(a) p50={} mean={} (b)={} (c)={} (d)={} copies={:.1} \
-             media={} client_loss={} sfu_host={} ({}/pkt) switch={} other={} steal={} load={}{}",
+             media={} client_loss={} sfu_host={} ({}/pkt) clients={} switch={} other={} steal={} load={}{}",
             p.block,
             p.order,
             r.io_mode,
@@ -431,6 +431,7 @@ fn print_run(r: &anyhow::Result<Run>, p: &PlannedRun) {
             unit(r.client_loss_pct, 2, "%"),
             unit(r.sfu_host_pct, 1, "%"),
             unit(r.sfu_host_per_packet_us, 2, "us"),
+            unit(r.clients_pct, 1, "%"),
             unit(r.switch_pct, 1, "%"),
             unit(r.foreign_pct, 0, "%"),
             unit(r.steal_pct, 1, "%"),
