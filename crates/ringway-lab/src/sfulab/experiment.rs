@@ -843,10 +843,11 @@ pub struct CapacityPoint {
     /// SFU host CPU (engine + its NAPI thread; NaN without the testbed's
     /// threaded NAPI).
     pub sfu_host_pct: f64,
-    /// The load clients' CPU and the switch's (bridging and the clients'
-    /// receive path), % of one core: beside the SFU's, they say whose limit
-    /// a step that lost packets reached.
+    /// The load clients' CPU, % of one core: beside the SFU's, it says
+    /// whose limit a step that lost packets reached.
     pub clients_pct: f64,
+    /// The switch's CPU (bridging and the clients' receive path), % of
+    /// one core.
     pub switch_pct: f64,
     /// Client loss (%).
     pub loss_pct: f64,

@@ -193,29 +193,32 @@ pub struct PeriodRecord {
     pub at_ns: u64,
     /// Its length (ms).
     pub elapsed_ms: f64,
-    /// New calls that arrived and were admitted, per second (the pool's).
+    /// New calls that arrived, per second (the pool's).
     pub arrived: f64,
+    /// Of those, admitted, per second.
     pub admitted: f64,
     /// Datagrams the workers took from their queue, per second: the work
     /// (a call is several; a refusal one or two).
     pub datagrams: f64,
     /// CPU-seconds per second the workers got (`None`: not known).
     pub supply: Option<f64>,
-    /// The pool's standing delay (ms; `None`: no sample) and the
-    /// shedders' target (ms).
+    /// The pool's standing delay (ms; `None`: no sample).
     pub standing_ms: Option<f64>,
+    /// The shedders' target (ms).
     pub target_ms: f64,
-    /// Whether the period counted as saturated, and as one in which the
-    /// queue grew or stood at the target (the fast fall).
+    /// Whether the period counted as saturated.
     pub saturated: bool,
+    /// Whether the queue grew or stood at the target (the fast fall).
     pub queue_grows: bool,
     /// Its sample of the new calls per CPU-second (saturated periods only).
     pub sample: Option<f64>,
-    /// The smoothed calls per CPU-second and the held CPU supply after it.
+    /// The smoothed calls per CPU-second after the period.
     pub per_cpu: Option<f64>,
+    /// The held CPU supply (CPU-seconds per second) after it.
     pub held_supply: f64,
-    /// The capacity estimate (calls per second) and the share kept after it.
+    /// The capacity estimate after it (calls per second).
     pub capacity: Option<f64>,
+    /// The share of new calls kept after it.
     pub keep: f64,
 }
 
