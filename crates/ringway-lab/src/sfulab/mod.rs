@@ -1057,7 +1057,10 @@ mod tests {
         assert_eq!((r.clients_cpu.n, r.clients_cpu.mean), (3, 1.0));
         assert_eq!(r.switch_cpu.n, 0);
         let header = cells_table(&s).text();
-        assert!(header.contains("clients%") && header.contains("switch%"), "{header}");
+        assert!(
+            header.contains("clients%") && header.contains("switch%"),
+            "{header}"
+        );
         let b = s.backends.iter().find(|b| b.backend == "xdp").unwrap();
         assert!((b.cpu_ratio.unwrap() - 0.5).abs() < 1e-9);
         assert_eq!(b.kdelay_p50_ratio, None);

@@ -457,14 +457,7 @@ impl Estimate {
     /// The estimate and the share kept after a period of `elapsed` ns
     /// ending at `now` with the pool's `rates`, its standing delay
     /// `standing` and the shedders' `target`, recorded in the trace.
-    fn update(
-        &mut self,
-        now: u64,
-        elapsed: u64,
-        rates: Rates,
-        standing: Option<u64>,
-        target: u64,
-    ) {
+    fn update(&mut self, now: u64, elapsed: u64, rates: Rates, standing: Option<u64>, target: u64) {
         let (saturated, queue_grows, sample) = self.estimate(elapsed, rates, standing, target);
         if self.trace.len() == TRACE_PERIODS {
             self.trace.pop_front();
