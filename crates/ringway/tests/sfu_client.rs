@@ -227,6 +227,58 @@ fn lab_sfu_in_veth_hosts() {
     no_namespaces_of(pid);
 }
 
+/// `ringway lab sfu --netns --client-rx xdp`: the load clients receive
+/// through AF_XDP on their own veths. Every run has its echoes (only the
+/// clients' receive path carries them) and nothing lost, none of it came
+/// through the companion sockets (the XDP programs redirected it all),
+/// and the clients' CPU is reported beside the SFU's.
+#[test]
+fn lab_sfu_clients_receive_through_af_xdp() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("lab.json");
+    let grid = [
+        "--reps",
+        "1",
+        "--clients",
+        "3",
+        "--pps",
+        "300",
+        "--backends",
+        "socket,xdp",
+        "--client-rx",
+        "xdp",
+    ];
+    let (pid, stdout) = lab_sfu_netns(&grid, &json);
+    assert!(
+        stdout.contains("clients receive through AF_XDP"),
+        "{stdout}"
+    );
+    let v = read_json(&json);
+    let runs = v["runs"].as_array().unwrap();
+    // socket, socket#aa, xdp
+    assert_eq!(runs.len(), 3, "{stdout}");
+    for r in runs {
+        assert_eq!(r["client_rx"], "xdp", "{r}");
+        assert_eq!(r["client_rx_via_kernel"], 0, "{r}");
+        assert!(
+            r["client_rtt_p50_us"].as_f64().is_some_and(|x| x > 0.0),
+            "{r}"
+        );
+        assert_eq!(r["client_lost"], 0, "{r}");
+        assert!(r["media"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["clients_pct"].as_f64().is_some(), "{r}");
+    }
+    no_namespaces_of(pid);
+    // Without the testbed there is no client veth to attach to.
+    let (_, refused) = run_ringway(&["lab", "sfu", "--client-rx", "xdp", "--duration", "1"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--client-rx xdp needs --netns"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
 /// `ringway lab sfu --capacity`: the clients rise per backend until a
 /// limit; the curve and the load each backend carried are printed.
 #[test]

@@ -71,6 +71,10 @@ pub struct SfuLabConfig {
     pub aa: bool,
     /// Seed of the blocks' run orders ([`block_order`]).
     pub seed: u64,
+    /// The load clients receive through AF_XDP on their own veths
+    /// (namespace testbed only), so that they cost less than the SFU
+    /// they load; `false`: through their sockets.
+    pub xdp_clients: bool,
 }
 
 impl Default for SfuLabConfig {
@@ -94,6 +98,7 @@ impl Default for SfuLabConfig {
             kernel_fanout: false,
             aa: true,
             seed: 1,
+            xdp_clients: false,
         }
     }
 }
@@ -240,7 +245,11 @@ impl SfuLabConfig {
             self.seed,
             self.max_foreign_pct,
             self.max_late_pct,
-        )
+        ) + if self.xdp_clients {
+            " clients receive AF_XDP"
+        } else {
+            ""
+        }
     }
 
     /// Seconds the grid takes at least (warm-up and measurement per run).
@@ -319,6 +328,24 @@ impl Placement {
             duration_s: Some(c.warmup_s + c.duration_s + 60.0),
             ..SfuServerConfig::default()
         })
+    }
+
+    /// With `xdp`: the first `n` clients' interfaces and addresses for
+    /// their AF_XDP receive path, and full checksums from the SFU host
+    /// (testbed only); else nothing.
+    fn client_xdp(&self, n: usize, xdp: bool) -> anyhow::Result<Vec<(String, std::net::IpAddr)>> {
+        match self {
+            _ if !xdp => Ok(Vec::new()),
+            Placement::Loopback => {
+                anyhow::bail!(
+                    "clients receiving through AF_XDP need the namespace testbed (--netns)"
+                )
+            }
+            Placement::Hosts(t) => {
+                t.full_checksums_from_sfu()?;
+                Ok(t.client_interfaces(n))
+            }
+        }
     }
 
     /// Namespaces of the first `n` clients (empty on loopback).
@@ -446,6 +473,7 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
         drain_s: 0.3,
         backend: BackendKind::Mmsg,
         in_netns: place.client_netns(column.clients),
+        xdp_receive: place.client_xdp(column.clients, c.xdp_clients)?,
         cpus: c.load_cpus.clone(),
         seed: column.rep as u64 + 1,
         ..SfuLoadConfig::new(addr, column.clients)
@@ -772,6 +800,8 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
             f64::NAN
         },
         client_rtt_p50_us: or_nan(load.rtt.count, load.rtt.p50_us),
+        client_rx: load.rx_backend.clone(),
+        client_rx_via_kernel: load.rx_via_kernel,
         tx_congested: sample.tx_congested,
         load_late_pct: late_pct,
         excluded,

@@ -127,6 +127,13 @@ pub struct Run {
     /// Median RTT the clients measured through the echo (µs).
     #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub client_rtt_p50_us: f64,
+    /// How the clients received (`socket`, `mmsg`, `xdp`).
+    #[serde(default)]
+    pub client_rx: String,
+    /// Datagrams the clients' AF_XDP receive path got through its companion
+    /// socket instead of its ring (0 for socket receive).
+    #[serde(default)]
+    pub client_rx_via_kernel: u64,
     /// The AF_XDP TX ring was congested (the send path waited for room).
     pub tx_congested: bool,
     /// Sender ticks more than 1 ms late, in % of all ticks.
@@ -1013,6 +1020,8 @@ mod tests {
             client_lost: 0,
             client_loss_pct: 0.0,
             client_rtt_p50_us: 0.0,
+            client_rx: "mmsg".into(),
+            client_rx_via_kernel: 0,
             tx_congested: false,
             load_late_pct: 0.0,
             excluded: None,

@@ -251,6 +251,34 @@ impl Testbed {
             .collect()
     }
 
+    /// Interface and address of each of the first `n` clients (IPv6 in an
+    /// IPv6 testbed), for their AF_XDP receive path.
+    pub fn client_interfaces(&self, n: usize) -> Vec<(String, IpAddr)> {
+        (0..n.min(self.clients))
+            .filter_map(|i| {
+                let host = self.topology.host(&format!("c{i}")).expect("built");
+                if self.ipv6 {
+                    let (name, addr, _) = host.ifaces6.first()?;
+                    Some((name.clone(), IpAddr::V6(*addr)))
+                } else {
+                    let (name, addr, _) = host.ifaces.first()?;
+                    Some((name.clone(), IpAddr::V4(*addr)))
+                }
+            })
+            .collect()
+    }
+
+    /// Full UDP checksums from the SFU host too (TX checksum offload off
+    /// on its veth), for clients that receive through AF_XDP: it verifies
+    /// every checksum, and a same-host sender leaves it partial.
+    pub fn full_checksums_from_sfu(&self) -> anyhow::Result<()> {
+        let host = self.sfu().clone();
+        let ifname = host.ifaces[0].0.clone();
+        host.run(move || ringway_io::backend::disable_tx_checksum_offload(&ifname))
+            .context("entering the SFU host")?
+            .context("turning TX checksum offload off on the SFU's veth")
+    }
+
     /// Clients the testbed has hosts for.
     pub fn clients(&self) -> usize {
         self.clients

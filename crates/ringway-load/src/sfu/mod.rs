@@ -21,7 +21,8 @@ use anyhow::{bail, Context};
 use ringway_io::netns::Host;
 use ringway_io::thread::CpuTime;
 use ringway_io::{
-    open_backend, open_udp, realtime_now, BackendKind, BatchIo, RxBatch, SocketConfig, TxBatch,
+    open_backend, open_udp, open_xdp_with_socket, realtime_now, BackendKind, BatchIo, IoStats,
+    RxBatch, SocketConfig, TxBatch, XdpConfig,
 };
 use ringway_server::host::{self, transient};
 use ringway_server::metrics::LatencySummary;
@@ -69,6 +70,10 @@ pub struct SfuLoadConfig {
     /// Open source i's socket inside named network namespace i (mod the
     /// list length): one namespace host per client.
     pub in_netns: Vec<String>,
+    /// Receive through AF_XDP: source i on interface and address
+    /// `xdp_receive[i]` of its namespace host (`in_netns[i]`), instead of
+    /// through its socket; empty: the sockets.
+    pub xdp_receive: Vec<(String, IpAddr)>,
     /// Give each source its own phase within the interval (independent
     /// clients); `false`: every source sends at the same tick (one burst).
     pub desync: bool,
@@ -96,6 +101,7 @@ impl SfuLoadConfig {
             send: true,
             cpus: None,
             in_netns: Vec::new(),
+            xdp_receive: Vec::new(),
             desync: true,
             seed: 1,
         }
@@ -152,6 +158,11 @@ pub struct ClientReport {
     pub control_errors: u64,
     /// Datagrams that were neither RTP nor control.
     pub malformed: u64,
+    /// The receive backend (`socket`, `mmsg`, `uring`, `xdp`).
+    pub rx_backend: String,
+    /// Datagrams an AF_XDP receive backend got through its companion
+    /// socket instead of its ring (0 for the others).
+    pub rx_via_kernel: u64,
     /// Per received stream (SSRC, type) counters, summed over receivers.
     pub received: Vec<StreamSummary>,
     /// Sender ticks (one per source per interval) made.
@@ -246,7 +257,8 @@ struct Source {
 
 /// Open source `i`'s socket (inside its namespace host, if any).
 fn open_source_socket(c: &SfuLoadConfig, i: usize) -> anyhow::Result<UdpSocket> {
-    let bind_ip = c.bind.unwrap_or(if c.server.ip().is_loopback() {
+    let xdp_ip = (!c.xdp_receive.is_empty()).then(|| c.xdp_receive[i % c.xdp_receive.len()].1);
+    let bind_ip = c.bind.or(xdp_ip).unwrap_or(if c.server.ip().is_loopback() {
         c.server.ip()
     } else if c.server.is_ipv4() {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
@@ -260,18 +272,58 @@ fn open_source_socket(c: &SfuLoadConfig, i: usize) -> anyhow::Result<UdpSocket> 
         return Ok(open_udp(&cfg).context("opening client socket")?.0);
     }
     // A socket stays in the namespace it was created in.
-    let netns_name = c.in_netns[i % c.in_netns.len()].clone();
-    let host = Host {
-        name: netns_name.clone(),
-        netns: netns_name.clone(),
-        ifaces: Vec::new(),
-        ifaces6: Vec::new(),
-    };
+    let host = client_host(c, i);
     let (sock, _) = host
         .run(move || open_udp(&cfg))
-        .with_context(|| format!("entering netns {netns_name}"))?
-        .with_context(|| format!("opening client socket in netns {netns_name}"))?;
+        .with_context(|| format!("entering netns {}", host.netns))?
+        .with_context(|| format!("opening client socket in netns {}", host.netns))?;
     Ok(sock)
+}
+
+/// Source `i`'s namespace host (`c.in_netns` must not be empty).
+fn client_host(c: &SfuLoadConfig, i: usize) -> Host {
+    let netns = c.in_netns[i % c.in_netns.len()].clone();
+    Host {
+        name: netns.clone(),
+        netns,
+        ifaces: Vec::new(),
+        ifaces6: Vec::new(),
+    }
+}
+
+/// UMEM frames of a client's AF_XDP receive backend (half on the fill
+/// ring): 512 frames hold far more than the receiver's gathering pause
+/// lets arrive.
+const XDP_RX_FRAMES: u32 = 1024;
+
+/// Source `i`'s AF_XDP receive backend, opened inside its namespace host
+/// on the address and port it registered from: the registration socket
+/// is closed first and the backend's companion socket (bound to the same
+/// address and port) takes its place for the control messages and the
+/// sends. Nothing is sent to the source between the two (the senders
+/// have not started).
+fn swap_to_xdp(
+    c: &SfuLoadConfig,
+    i: usize,
+    source: &mut Source,
+) -> anyhow::Result<Box<dyn BatchIo>> {
+    let (ifname, _) = &c.xdp_receive[i % c.xdp_receive.len()];
+    let local = source.sock.local_addr()?;
+    let host = client_host(c, i);
+    let stand_in = host
+        .run(move || UdpSocket::bind(SocketAddr::new(local.ip(), 0)))
+        .with_context(|| format!("entering netns {}", host.netns))??;
+    drop(std::mem::replace(&mut source.sock, stand_in));
+    let cfg = XdpConfig {
+        frames: XDP_RX_FRAMES,
+        ..XdpConfig::new(ifname, local)
+    };
+    let (backend, companion) = host
+        .run(move || open_xdp_with_socket(cfg))
+        .with_context(|| format!("entering netns {}", host.netns))?
+        .with_context(|| format!("AF_XDP receive on {ifname} in netns {}", host.netns))?;
+    source.sock = companion;
+    Ok(backend)
 }
 
 /// Register every source, then subscribe each to `c.subscribe`.
@@ -329,8 +381,8 @@ impl Shared {
 }
 
 /// What the receiver thread reports: statistics per socket, its CPU time,
-/// the placement lines the kernel refused.
-type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>);
+/// the placement lines the kernel refused, and the backends' counters.
+type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>, IoStats);
 
 /// Pin the calling thread to `cpus` (if any); the lines the kernel refused.
 fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
@@ -359,19 +411,27 @@ type Sending = (Box<dyn BatchIo>, Vec<StreamGen>);
 
 /// A receive backend (with its statistics) and a send backend (with its
 /// media streams, one per type) on each source's socket, which is then
-/// made non-blocking.
+/// made non-blocking. With `c.xdp_receive` the receive backend is AF_XDP
+/// on the source's interface ([`swap_to_xdp`]) and the sends go through
+/// its companion socket.
 fn open_backends(
     c: &SfuLoadConfig,
-    sources: &[Source],
+    sources: &mut [Source],
     interval_ns: u64,
 ) -> anyhow::Result<(Vec<Receiving>, Vec<Sending>)> {
+    anyhow::ensure!(
+        c.xdp_receive.is_empty() || !c.in_netns.is_empty(),
+        "AF_XDP receive needs the sources in namespace hosts"
+    );
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
-    for s in sources {
-        receivers.push((
-            open_backend(c.backend, s.sock.try_clone()?)?,
-            RxStats::new(vec![s.session.ssid]),
-        ));
+    for (i, s) in sources.iter_mut().enumerate() {
+        let receive = if c.xdp_receive.is_empty() {
+            open_backend(c.backend, s.sock.try_clone()?)?
+        } else {
+            swap_to_xdp(c, i, s)?
+        };
+        receivers.push((receive, RxStats::new(vec![s.session.ssid])));
         let streams = c
             .types
             .iter()
@@ -440,6 +500,9 @@ fn spawn_receiver(
                 && sockets
                     .iter()
                     .all(|(io, _)| matches!(io.kind(), BackendKind::Socket | BackendKind::Mmsg));
+            // AF_XDP: datagrams are read from the rings without a system
+            // call, so every pass looks at every source and then pauses.
+            let rings = sockets.iter().all(|(io, _)| io.kind() == BackendKind::Xdp);
             let fds: Vec<_> = sockets.iter().map(|(io, _)| io.raw_fd()).collect();
             let mut gather = true;
             while !shared.stop_rx.load(Ordering::Relaxed) {
@@ -463,7 +526,7 @@ fn spawn_receiver(
                         continue;
                     }
                     // One socket: block briefly; many: poll each without waiting.
-                    let wait = if single {
+                    let wait = if single && !rings {
                         Duration::from_millis(5)
                     } else {
                         Duration::ZERO
@@ -486,14 +549,19 @@ fn spawn_receiver(
                         .fetch_add(received as u64, Ordering::Relaxed);
                     shared.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
                 }
-                if got > 0 && pollable && gather {
+                if got > 0 && (pollable || rings) && gather {
                     std::thread::sleep(RX_GATHER);
-                } else if got == 0 && !single && !pollable {
+                } else if got == 0 && (rings || (!single && !pollable)) {
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
             let cpu = host::thread_cpu_time().ok();
-            Ok((sockets.into_iter().map(|(_, s)| s).collect(), cpu, refused))
+            let mut io_stats = IoStats::default();
+            for (io, _) in &sockets {
+                io_stats.add(&io.stats());
+            }
+            let stats = sockets.into_iter().map(|(_, s)| s).collect();
+            Ok((stats, cpu, refused, io_stats))
         })
 }
 
@@ -572,7 +640,7 @@ pub fn run(
     let mut sources = register_sources(c)?;
     let ssids: Vec<u32> = sources.iter().map(|s| s.session.ssid).collect();
     let interval_ns = (c.interval_ms * 1e6) as u64;
-    let (receivers, senders) = open_backends(c, &sources, interval_ns)?;
+    let (receivers, senders) = open_backends(c, &mut sources, interval_ns)?;
     let shared = Arc::new(Shared::default());
     // Stops and joins whatever thread is still running on every way out
     // (a sender that failed to start or stopped with an error included).
@@ -629,7 +697,7 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(50));
     }
     shared.stop_rx.store(true, Ordering::Relaxed);
-    let (per_socket, rx_cpu, rx_refused) = threads
+    let (per_socket, rx_cpu, rx_refused, rx_io) = threads
         .receiver
         .take()
         .expect("the receiver is joined once")
@@ -637,6 +705,12 @@ pub fn run(
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
     let mut summary = report(ssids, sent_for, &shared, &per_socket, sent.late);
     summary.ticks = sent.ticks;
+    summary.rx_backend = if c.xdp_receive.is_empty() {
+        c.backend.name().to_string()
+    } else {
+        BackendKind::Xdp.name().to_string()
+    };
+    summary.rx_via_kernel = rx_io.rx_via_socket;
     summary.cpu = match (sent.cpu, rx_cpu) {
         (Some(a), Some(b)) => Some(CpuTime {
             user_ns: a.user_ns + b.user_ns,
@@ -713,6 +787,8 @@ fn report(
         control: total.control,
         control_errors: total.control_errors,
         malformed: total.malformed,
+        rx_backend: String::new(),
+        rx_via_kernel: 0,
         received: total.streams(),
         ticks: 0,
         late_ticks,
@@ -779,7 +855,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         shared.stop_rx.store(true, Ordering::Relaxed);
-        let (stats, _, _) = receiver.join().unwrap().unwrap();
+        let (stats, _, _, _) = receiver.join().unwrap().unwrap();
         assert_eq!(shared.rx_packets.load(Ordering::Relaxed), 50);
         let per_socket: Vec<u64> = stats.iter().map(|st| st.rx_packets).collect();
         assert_eq!(per_socket, [0, 15, 35]);

@@ -87,6 +87,12 @@ pub(crate) struct LabSfuArgs {
     /// their IPv4 ones; the SFU listens on its own).
     #[arg(long)]
     pub ipv6: bool,
+    /// How the load clients receive: `socket` (their UDP sockets) or, with
+    /// `--netns`, `xdp` (AF_XDP on each client's own veth, read without a
+    /// system call: the clients then cost less than the SFU they load;
+    /// the SFU host's veth sends full checksums, which AF_XDP verifies).
+    #[arg(long, value_enum, default_value_t = ClientReceive::Socket)]
+    pub client_rx: ClientReceive,
     /// Leave out runs with more other load on the machine than this (% of
     /// one core).
     #[arg(long, default_value_t = 50.0)]
@@ -159,6 +165,15 @@ pub(crate) struct LabSfuArgs {
     pub resume: bool,
 }
 
+/// How the load clients receive (`--client-rx`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientReceive {
+    /// Through their UDP sockets.
+    Socket,
+    /// Through AF_XDP on their own veths (`--netns`).
+    Xdp,
+}
+
 impl LabSfuArgs {
     fn backends(&self) -> Vec<BackendKind> {
         self.backends.clone().unwrap_or_else(|| {
@@ -193,6 +208,10 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             a.calibrate.is_finite() && a.calibrate >= 0.0,
             "--calibrate must not be negative"
         );
+        anyhow::ensure!(
+            a.client_rx == ClientReceive::Socket || a.netns,
+            "--client-rx xdp needs --netns (AF_XDP on each client's veth)"
+        );
         let config = SfuLabConfig {
             clients: a.clients.clone(),
             pps: a.pps.clone(),
@@ -212,6 +231,7 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             kernel_fanout: a.kernel_fanout,
             aa: !a.no_aa,
             seed: a.seed,
+            xdp_clients: a.client_rx == ClientReceive::Xdp,
         };
         Ok(if a.paper { config.paper() } else { config })
     }
@@ -231,7 +251,11 @@ fn shape(a: &LabSfuArgs) -> String {
             "veth hosts, threaded NAPI at the switch ports"
         };
         let family = if a.ipv6 { ", IPv6" } else { "" };
-        format!("{shape}{family}")
+        let clients = match a.client_rx {
+            ClientReceive::Socket => "",
+            ClientReceive::Xdp => ", clients receive through AF_XDP",
+        };
+        format!("{shape}{family}{clients}")
     } else {
         "private netns, lo".to_string()
     }

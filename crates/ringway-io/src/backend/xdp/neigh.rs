@@ -77,6 +77,8 @@ impl NextHopTable {
 /// Next hops and the kernel's neighbour entries of one interface.
 pub(crate) struct Neighbours {
     dev: String,
+    /// The interface's index, resolved when the backend was opened.
+    ifindex: Option<u32>,
     socket: Option<RouteSocket>,
     /// What the last read found.
     current: Arc<NextHopTable>,
@@ -123,10 +125,15 @@ impl Neighbours {
     /// Destinations remembered at most (then forgotten all at once).
     pub(crate) const MAX_DESTINATIONS: usize = 4096;
 
+    /// The tables of `dev`, in the calling thread's network namespace: its
+    /// index and the rtnetlink socket are taken now (a socket stays in the
+    /// namespace it was made in), so a backend handed to a thread of
+    /// another namespace (a load client's receiver) still reads its own.
     pub(crate) fn new(dev: &str) -> Neighbours {
         Neighbours {
             dev: dev.to_string(),
-            socket: None,
+            ifindex: super::ifindex(dev).ok(),
+            socket: RouteSocket::open().ok(),
             current: Arc::default(),
             pending: HashSet::new(),
             read_at: None,
@@ -250,7 +257,10 @@ impl Neighbours {
         &mut self,
         dsts: &[IpAddr],
     ) -> std::io::Result<(HashMap<IpAddr, [u8; 6]>, Vec<(IpAddr, Option<IpAddr>)>)> {
-        let ifindex = super::ifindex(&self.dev)?;
+        let ifindex = match self.ifindex {
+            Some(index) => index,
+            None => *self.ifindex.insert(super::ifindex(&self.dev)?),
+        };
         let socket = match &mut self.socket {
             Some(s) => s,
             None => self.socket.insert(RouteSocket::open()?),

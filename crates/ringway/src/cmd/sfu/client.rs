@@ -153,6 +153,7 @@ impl CommonArgs {
             send: !self.no_send,
             cpus,
             in_netns: self.in_netns.clone(),
+            xdp_receive: Vec::new(),
             desync: !self.sync,
             seed: 1,
         })
