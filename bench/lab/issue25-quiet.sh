@@ -8,6 +8,13 @@
 #        --rate-mbps 100 --srpic-retransmissions sorted,tsval,in-place   ("no harm under drops":
 #        the three placements as arms of the same blocks, against the same SRPIC-off runs)
 #   d  the report: OUT/issue25-tables.md
+#   e  ringway lab sip compare --at-rates 650 --profiles baseline,enhanced,slice-1ms
+#        --proxy ringway,kamailio --workers 2,4,8 --cores 1 --batch 1 --rx-model shared
+#        --reps 8 (SIP_REPS) --duration 10 --emulated-service-us exp:200   (the scheduler study at 1 core,
+#        point 3: baseline vs enhanced vs a tuned slice, Kamailio alongside; OUT/sip-compare/)
+#
+# CLIENT_RX=xdp runs step a with `--client-rx xdp` (the load clients receive
+# through AF_XDP on their veths) into its own files (sfu-paper-xdp-clients.*).
 #
 # Usage (as root: the labs build network namespaces):
 #   OUT=results/issue25 bench/lab/issue25-quiet.sh
@@ -84,13 +91,22 @@ else
     T4_GRID=(--reps 20)
     T5_GRID=(--deltas 0.1,0.01 --duration 20 --reps 5)
 fi
+if [[ "$SMOKE" == 1 ]]; then
+    SIP_GRID=(--proxy ringway --workers 2 --reps 2 --duration 2 --max-foreign-cpu 1000)
+else
+    SIP_GRID=(--proxy ringway,kamailio --workers 2,4,8 --reps "${SIP_REPS:-8}" --duration 10)
+fi
+CLIENT_RX="${CLIENT_RX:-socket}"
+SFU_NAME=sfu-paper
+[[ "$CLIENT_RX" == xdp ]] && SFU_NAME=sfu-paper-xdp-clients
 
 for s in $STEPS; do
     case "$s" in
     a)
         step a "$RINGWAY" lab sfu "${SFU_GRID[@]}" --netns --cpus 0 --load-cpus 1 \
-            --json "$OUT/sfu-paper.json" --svg "$OUT/sfu-paper.svg" --markdown "$OUT/sfu-paper.md" \
-            --state "$OUT/sfu-paper.state.jsonl" --resume
+            --client-rx "$CLIENT_RX" \
+            --json "$OUT/$SFU_NAME.json" --svg "$OUT/$SFU_NAME.svg" --markdown "$OUT/$SFU_NAME.md" \
+            --state "$OUT/$SFU_NAME.state.jsonl" --resume
         ;;
     b)
         step b "$RINGWAY" lab srpic-tcp --preset table4 --betas 0.5 "${T4_GRID[@]}" \
@@ -106,8 +122,13 @@ for s in $STEPS; do
     d)
         step d python3 "$ROOT/bench/lab/issue25_report.py" "$OUT"
         ;;
+    e)
+        step e "$RINGWAY" lab sip compare --at-rates 650 --profiles baseline,enhanced,slice-1ms \
+            "${SIP_GRID[@]}" --cores 1 --batch 1 --rx-model shared \
+            --emulated-service-us exp:200 --out "$OUT/sip-compare"
+        ;;
     *)
-        log "unknown step $s (a, b, c, d)"
+        log "unknown step $s (a, b, c, d, e)"
         FAILED=1
         ;;
     esac
