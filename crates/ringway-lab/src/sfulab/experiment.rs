@@ -1080,20 +1080,26 @@ pub fn run_capacity(
             ratio_to_socket: None,
         });
     }
+    set_ratios_to_socket(&mut carried);
+    Ok(Capacity {
+        points,
+        carried,
+        limits,
+    })
+}
+
+/// Each backend's carried load relative to socket's; n/a (not 0) for a
+/// backend, socket included, without a valid step.
+fn set_ratios_to_socket(carried: &mut [Carried]) {
     let socket = carried
         .iter()
         .find(|c| c.backend == "socket")
         .map(|c| c.load_pps);
     for c in carried.iter_mut() {
         c.ratio_to_socket = socket
-            .filter(|&s| s > 0)
+            .filter(|&s| s > 0 && c.clients > 0)
             .map(|s| c.load_pps as f64 / s as f64);
     }
-    Ok(Capacity {
-        points,
-        carried,
-        limits,
-    })
 }
 
 /// A share of a core, or n/a.
@@ -1161,6 +1167,14 @@ pub fn render_capacity(cap: &Capacity) -> String {
         }
     }
     for c in &cap.carried {
+        if c.clients == 0 {
+            let _ = writeln!(
+                out,
+                "carried {}: n/a (no step below the limit had a valid run)",
+                c.backend
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "carried {}: {} clients, {} pps in{}",
@@ -1178,6 +1192,42 @@ pub fn render_capacity(cap: &Capacity) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A backend whose every step was left out carried n/a, not 0 clients
+    /// at 0.00x socket (seen printed so on a busy VM).
+    #[test]
+    fn a_backend_without_a_valid_step_carried_n_a() {
+        let carried = |backend: &str, clients, load_pps| Carried {
+            backend: backend.into(),
+            clients,
+            load_pps,
+            ratio_to_socket: None,
+        };
+        let mut all = vec![
+            carried("socket", 6, 9000),
+            carried("xdp", 0, 0),
+            carried("mmsg", 10, 15000),
+        ];
+        set_ratios_to_socket(&mut all);
+        assert_eq!(all[0].ratio_to_socket, Some(1.0));
+        assert_eq!(all[1].ratio_to_socket, None);
+        assert!((all[2].ratio_to_socket.unwrap() - 15000.0 / 9000.0).abs() < 1e-12);
+        let text = render_capacity(&Capacity {
+            points: Vec::new(),
+            carried: all,
+            limits: (1.0, 95.0),
+        });
+        assert!(text.contains("carried xdp: n/a"), "{text}");
+        assert!(
+            text.contains("carried socket: 6 clients, 9000 pps in (1.00x socket)"),
+            "{text}"
+        );
+        assert!(!text.contains("0.00x"), "{text}");
+        // Without a valid socket step, no backend has a ratio.
+        let mut none = vec![carried("socket", 0, 0), carried("xdp", 6, 9000)];
+        set_ratios_to_socket(&mut none);
+        assert_eq!(none[1].ratio_to_socket, None);
+    }
 
     #[test]
     fn late_limit_is_the_calibration_plus_three_standard_errors_and_the_tolerance() {
