@@ -143,6 +143,9 @@ fn lab_sfu_in_veth_hosts() {
         }
         assert!(r["media"].as_u64().unwrap() > 0);
         assert_eq!(r["client_lost"], 0, "{r}");
+        // Socket receive: the AF_XDP counters have no data (null, not 0).
+        assert_eq!(r["client_rx"], "mmsg", "{r}");
+        assert!(r["client_rx_via_kernel"].is_null(), "{r}");
         // CPU per emulated host: the SFU host and the switch threads.
         assert!(r["sfu_host_pct"].as_f64().is_some(), "{r}");
         assert!(r["switch_pct"].as_f64().is_some(), "{r}");
@@ -258,8 +261,11 @@ fn lab_sfu_clients_receive_through_af_xdp() {
     // socket, socket#aa, xdp
     assert_eq!(runs.len(), 3, "{stdout}");
     for r in runs {
+        // The backends that ran, not the option asked for.
         assert_eq!(r["client_rx"], "xdp", "{r}");
         assert_eq!(r["client_rx_via_kernel"], 0, "{r}");
+        // A checksum the rings rejected would show as loss only.
+        assert_eq!(r["client_rx_rejected"], 0, "{r}");
         assert!(
             r["client_rtt_p50_us"].as_f64().is_some_and(|x| x > 0.0),
             "{r}"

@@ -343,7 +343,12 @@ impl Placement {
             }
             Placement::Hosts(t) => {
                 t.full_checksums_from_sfu()?;
-                Ok(t.client_interfaces(n))
+                let interfaces = t.client_interfaces(n);
+                anyhow::ensure!(
+                    interfaces.len() == t.client_netns(n).len(),
+                    "a client host of the testbed has no interface for AF_XDP receive"
+                );
+                Ok(interfaces)
             }
         }
     }
@@ -802,6 +807,7 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         client_rtt_p50_us: or_nan(load.rtt.count, load.rtt.p50_us),
         client_rx: load.rx_backend.clone(),
         client_rx_via_kernel: load.rx_via_kernel,
+        client_rx_rejected: load.rx_rejected,
         tx_congested: sample.tx_congested,
         load_late_pct: late_pct,
         excluded,

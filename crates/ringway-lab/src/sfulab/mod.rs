@@ -131,9 +131,13 @@ pub struct Run {
     #[serde(default)]
     pub client_rx: String,
     /// Datagrams the clients' AF_XDP receive path got through its companion
-    /// socket instead of its ring (0 for socket receive).
+    /// sockets instead of its rings (`None`, null: socket receive).
     #[serde(default)]
-    pub client_rx_via_kernel: u64,
+    pub client_rx_via_kernel: Option<u64>,
+    /// Frames the clients' AF_XDP receive path dropped as invalid or with a
+    /// bad UDP checksum (`None`, null: socket receive).
+    #[serde(default)]
+    pub client_rx_rejected: Option<u64>,
     /// The AF_XDP TX ring was congested (the send path waited for room).
     pub tx_congested: bool,
     /// Sender ticks more than 1 ms late, in % of all ticks.
@@ -1021,7 +1025,8 @@ mod tests {
             client_loss_pct: 0.0,
             client_rtt_p50_us: 0.0,
             client_rx: "mmsg".into(),
-            client_rx_via_kernel: 0,
+            client_rx_via_kernel: None,
+            client_rx_rejected: None,
             tx_congested: false,
             load_late_pct: 0.0,
             excluded: None,

@@ -158,11 +158,15 @@ pub struct ClientReport {
     pub control_errors: u64,
     /// Datagrams that were neither RTP nor control.
     pub malformed: u64,
-    /// The receive backend (`socket`, `mmsg`, `uring`, `xdp`).
+    /// The receive backends that ran (`socket`, `mmsg`, `uring`, `xdp`;
+    /// `mixed` if they differ).
     pub rx_backend: String,
-    /// Datagrams an AF_XDP receive backend got through its companion
-    /// socket instead of its ring (0 for the others).
-    pub rx_via_kernel: u64,
+    /// AF_XDP receive: datagrams that came through the companion sockets
+    /// instead of the rings (`None`: not AF_XDP).
+    pub rx_via_kernel: Option<u64>,
+    /// AF_XDP receive: frames dropped as invalid or with a bad UDP
+    /// checksum (`None`: not AF_XDP; the kernel drops those silently).
+    pub rx_rejected: Option<u64>,
     /// Per received stream (SSRC, type) counters, summed over receivers.
     pub received: Vec<StreamSummary>,
     /// Sender ticks (one per source per interval) made.
@@ -420,8 +424,10 @@ fn open_backends(
     interval_ns: u64,
 ) -> anyhow::Result<(Vec<Receiving>, Vec<Sending>)> {
     anyhow::ensure!(
-        c.xdp_receive.is_empty() || !c.in_netns.is_empty(),
-        "AF_XDP receive needs the sources in namespace hosts"
+        c.xdp_receive.is_empty() || c.xdp_receive.len() == c.in_netns.len(),
+        "AF_XDP receive needs one interface per source namespace host ({} interfaces, {} namespaces)",
+        c.xdp_receive.len(),
+        c.in_netns.len()
     );
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
@@ -551,7 +557,9 @@ fn spawn_receiver(
                 }
                 if got > 0 && (pollable || rings) && gather {
                     std::thread::sleep(RX_GATHER);
-                } else if got == 0 && (rings || (!single && !pollable)) {
+                } else if rings || (got == 0 && !single && !pollable) {
+                    // (The rings are looked at without a system call: a
+                    // pass always ends in a pause, so the loop never spins.)
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
@@ -641,6 +649,16 @@ pub fn run(
     let ssids: Vec<u32> = sources.iter().map(|s| s.session.ssid).collect();
     let interval_ns = (c.interval_ms * 1e6) as u64;
     let (receivers, senders) = open_backends(c, &mut sources, interval_ns)?;
+    // What the receive backends are (not what was asked for).
+    let rx_kind = receivers
+        .iter()
+        .map(|(io, _)| io.kind())
+        .try_fold(None, |seen, kind| match seen {
+            Some(k) if k != kind => Err(()),
+            _ => Ok(Some(kind)),
+        })
+        .ok()
+        .flatten();
     let shared = Arc::new(Shared::default());
     // Stops and joins whatever thread is still running on every way out
     // (a sender that failed to start or stopped with an error included).
@@ -705,12 +723,11 @@ pub fn run(
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
     let mut summary = report(ssids, sent_for, &shared, &per_socket, sent.late);
     summary.ticks = sent.ticks;
-    summary.rx_backend = if c.xdp_receive.is_empty() {
-        c.backend.name().to_string()
-    } else {
-        BackendKind::Xdp.name().to_string()
-    };
-    summary.rx_via_kernel = rx_io.rx_via_socket;
+    summary.rx_backend = rx_kind.map_or("mixed", |k| k.name()).to_string();
+    if rx_kind == Some(BackendKind::Xdp) {
+        summary.rx_via_kernel = Some(rx_io.rx_via_socket);
+        summary.rx_rejected = Some(rx_io.rx_invalid + rx_io.rx_bad_checksum);
+    }
     summary.cpu = match (sent.cpu, rx_cpu) {
         (Some(a), Some(b)) => Some(CpuTime {
             user_ns: a.user_ns + b.user_ns,
@@ -788,7 +805,8 @@ fn report(
         control_errors: total.control_errors,
         malformed: total.malformed,
         rx_backend: String::new(),
-        rx_via_kernel: 0,
+        rx_via_kernel: None,
+        rx_rejected: None,
         received: total.streams(),
         ticks: 0,
         late_ticks,

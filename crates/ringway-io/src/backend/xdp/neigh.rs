@@ -80,6 +80,9 @@ pub(crate) struct Neighbours {
     /// The interface's index, resolved when the backend was opened.
     ifindex: Option<u32>,
     socket: Option<RouteSocket>,
+    /// `socket` was opened in the namespace the backend was made in: it is
+    /// never dropped for another (see [`Neighbours::new`]).
+    socket_from_start: bool,
     /// What the last read found.
     current: Arc<NextHopTable>,
     /// Destinations asked for that have no next hop yet.
@@ -129,11 +132,17 @@ impl Neighbours {
     /// index and the rtnetlink socket are taken now (a socket stays in the
     /// namespace it was made in), so a backend handed to a thread of
     /// another namespace (a load client's receiver) still reads its own.
+    /// That socket is kept after a failed read (replies are matched by
+    /// sequence number, so a stale one is ignored); only a reader whose
+    /// socket could not be opened here opens one when it reads.
     pub(crate) fn new(dev: &str) -> Neighbours {
+        let socket = RouteSocket::open().ok();
+        let socket_from_start = socket.is_some();
         Neighbours {
             dev: dev.to_string(),
             ifindex: super::ifindex(dev).ok(),
-            socket: RouteSocket::open().ok(),
+            socket,
+            socket_from_start,
             current: Arc::default(),
             pending: HashSet::new(),
             read_at: None,
@@ -245,7 +254,9 @@ impl Neighbours {
                     );
                 }
                 self.failures += 1;
-                self.socket = None;
+                if !self.socket_from_start {
+                    self.socket = None;
+                }
                 self.replace(NextHopTable::default())
             }
         }
