@@ -146,6 +146,9 @@ fn lab_sfu_in_veth_hosts() {
         // Socket receive: the AF_XDP counters have no data (null, not 0).
         assert_eq!(r["client_rx"], "mmsg", "{r}");
         assert!(r["client_rx_via_kernel"].is_null(), "{r}");
+        // The testbed's sender runs real-time by default (read back from
+        // the kernel at the end of the run).
+        assert_eq!(r["load_sender_policy"], "fifo:10", "{r}");
         // CPU per emulated host: the SFU host and the switch threads.
         assert!(r["sfu_host_pct"].as_f64().is_some(), "{r}");
         assert!(r["switch_pct"].as_f64().is_some(), "{r}");

@@ -16,7 +16,7 @@ use super::testbed::{cpu_of, napi_snapshot, MachineTimes, Testbed};
 use super::Run;
 use crate::siplab::design::{block_order, AA_SUFFIX};
 use anyhow::Context;
-use ringway_io::thread::{process_cpu_time, CpuTime};
+use ringway_io::thread::{process_cpu_time, CpuTime, Policy};
 use ringway_io::{BackendKind, Io, XdpInterface};
 use ringway_load::sfu::{ClientReport, SfuLoadConfig};
 use ringway_server::sfu::{Flush, ServeReport, SfuServer, SfuServerConfig};
@@ -52,6 +52,11 @@ pub struct SfuLabConfig {
     pub cpus: Option<Vec<usize>>,
     /// Pin the load threads to these CPUs.
     pub load_cpus: Option<Vec<usize>>,
+    /// Scheduling policy of the load's sender thread (and of the lateness
+    /// calibration); `None`: inherited. `Fifo` keeps the receive work the
+    /// load causes on its own CPUs from making it late
+    /// ([`ringway_load::sfu::SfuLoadConfig::sender_policy`]).
+    pub load_sender_policy: Option<Policy>,
     /// Leave out runs with more than this much other load on the machine
     /// (% of one core).
     pub max_foreign_pct: f64,
@@ -92,6 +97,7 @@ impl Default for SfuLabConfig {
             spin_us: 0,
             cpus: None,
             load_cpus: None,
+            load_sender_policy: None,
             max_foreign_pct: 50.0,
             max_late_pct: 1.0,
             late_calibration: None,
@@ -227,6 +233,9 @@ impl SfuLabConfig {
     /// setting of a run but the repetitions (more can be added later) and
     /// the lateness calibration (measured again on every start).
     pub fn fingerprint(&self) -> String {
+        let sender = self
+            .load_sender_policy
+            .map_or(String::new(), |p| format!(" load sender {p}"));
         format!(
             "lab sfu: clients {:?} pps {:?} backends {:?} duration {} s warm-up {} s flush {:?}/{} µs batch {:?} spin {} µs cpus {:?} load cpus {:?} tc {} aa {} seed {} max foreign {} % max late {} %",
             self.clients,
@@ -249,7 +258,7 @@ impl SfuLabConfig {
             " clients receive AF_XDP"
         } else {
             ""
-        }
+        } + &sender
     }
 
     /// Seconds the grid takes at least (warm-up and measurement per run).
@@ -480,6 +489,7 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
         in_netns: place.client_netns(column.clients),
         xdp_receive: place.client_xdp(column.clients, c.xdp_clients)?,
         cpus: c.load_cpus.clone(),
+        sender_policy: c.load_sender_policy,
         seed: column.rep as u64 + 1,
         ..SfuLoadConfig::new(addr, column.clients)
     };
@@ -575,6 +585,7 @@ pub fn calibrate_lateness(c: &SfuLabConfig, duration: Duration) -> anyhow::Resul
         1,
         duration,
         c.load_cpus.clone(),
+        c.load_sender_policy,
     )?;
     Ok(LateCalibration::new(ticks, late, c.max_late_pct))
 }
@@ -808,6 +819,7 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         client_rx: load.rx_backend.clone(),
         client_rx_via_kernel: load.rx_via_kernel,
         client_rx_rejected: load.rx_rejected,
+        load_sender_policy: load.sender_policy.map(|p| p.to_string()),
         tx_congested: sample.tx_congested,
         load_late_pct: late_pct,
         excluded,

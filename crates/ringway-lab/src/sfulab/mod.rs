@@ -138,6 +138,11 @@ pub struct Run {
     /// bad UDP checksum (`None`, null: socket receive).
     #[serde(default)]
     pub client_rx_rejected: Option<u64>,
+    /// The load's sender thread's scheduling policy as the kernel reported
+    /// it at the end of the run (`fifo:10`, `other`; `None`: not read, or
+    /// a run recorded before it was).
+    #[serde(default)]
+    pub load_sender_policy: Option<String>,
     /// The AF_XDP TX ring was congested (the send path waited for room).
     pub tx_congested: bool,
     /// Sender ticks more than 1 ms late, in % of all ticks.
@@ -1027,6 +1032,7 @@ mod tests {
             client_rx: "mmsg".into(),
             client_rx_via_kernel: None,
             client_rx_rejected: None,
+            load_sender_policy: None,
             tx_congested: false,
             load_late_pct: 0.0,
             excluded: None,

@@ -19,7 +19,7 @@ pub use schedule::{phases, tick_lateness, LATE_TICK};
 
 use anyhow::{bail, Context};
 use ringway_io::netns::Host;
-use ringway_io::thread::CpuTime;
+use ringway_io::thread::{CpuTime, Policy};
 use ringway_io::{
     open_backend, open_udp, open_xdp_with_socket, realtime_now, BackendKind, BatchIo, IoStats,
     RxBatch, SocketConfig, TxBatch, XdpConfig,
@@ -65,8 +65,14 @@ pub struct SfuLoadConfig {
     pub leave: bool,
     /// Send media (otherwise only register and subscribe).
     pub send: bool,
-    /// Pin the receiver thread to these CPUs.
+    /// Pin the receiver and sender threads to these CPUs.
     pub cpus: Option<Vec<usize>>,
+    /// Scheduling policy of the sender thread; `None`: inherited. A
+    /// real-time policy (`Fifo`) keeps the receive work the load itself
+    /// causes on the load's CPUs (the receiver thread, softirq threads) from
+    /// delaying its ticks; the receiver keeps the fair policy, and kernel
+    /// stamps keep its measurements independent of when it runs.
+    pub sender_policy: Option<Policy>,
     /// Open source i's socket inside named network namespace i (mod the
     /// list length): one namespace host per client.
     pub in_netns: Vec<String>,
@@ -100,6 +106,7 @@ impl SfuLoadConfig {
             leave: true,
             send: true,
             cpus: None,
+            sender_policy: None,
             in_netns: Vec::new(),
             xdp_receive: Vec::new(),
             desync: true,
@@ -180,6 +187,9 @@ pub struct ClientReport {
     /// Placement lines (`cpus`) the kernel refused, per thread (empty: all
     /// applied, or nothing asked).
     pub placement_refused: Vec<String>,
+    /// The sender thread's scheduling policy as the kernel reports it at
+    /// its end (`None`: nothing was sent, or it could not be read).
+    pub sender_policy: Option<Policy>,
 }
 
 /// Counters of a running load, for live statistics.
@@ -388,13 +398,15 @@ impl Shared {
 /// the placement lines the kernel refused, and the backends' counters.
 type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>, IoStats);
 
-/// Pin the calling thread to `cpus` (if any); the lines the kernel refused.
-fn pin(thread: &str, cpus: Option<Vec<usize>>) -> Vec<String> {
-    let Some(list) = cpus else {
+/// Pin the calling thread to `cpus` and give it `policy` (each if any);
+/// the lines the kernel refused.
+fn pin(thread: &str, cpus: Option<Vec<usize>>, policy: Option<Policy>) -> Vec<String> {
+    if cpus.is_none() && policy.is_none() {
         return Vec::new();
-    };
+    }
     let placement = ringway_io::thread::Placement {
-        cpus: Some(list),
+        cpus,
+        policy,
         ..Default::default()
     };
     placement
@@ -496,7 +508,7 @@ fn spawn_receiver(
     std::thread::Builder::new()
         .name("sfu-client-rx".into())
         .spawn(move || -> anyhow::Result<ReceiverEnd> {
-            let refused = pin("sfu-client-rx", cpus);
+            let refused = pin("sfu-client-rx", cpus, None);
             let mut batch = RxBatch::new(64, FRAME);
             let mut published = Instant::now();
             let single = sockets.len() == 1;
@@ -579,6 +591,8 @@ struct SenderEnd {
     late: u64,
     cpu: Option<CpuTime>,
     refused: Vec<String>,
+    /// Its scheduling policy read back at its end.
+    policy: Option<Policy>,
 }
 
 /// The sender thread: source k ticks every interval at its own phase
@@ -591,11 +605,12 @@ fn spawn_sender(
     interval_ns: u64,
     phases: Vec<u64>,
     cpus: Option<Vec<usize>>,
+    policy: Option<Policy>,
 ) -> std::io::Result<JoinHandle<anyhow::Result<SenderEnd>>> {
     std::thread::Builder::new()
         .name("sfu-client-tx".into())
         .spawn(move || -> anyhow::Result<SenderEnd> {
-            let refused = pin("sfu-client-tx", cpus);
+            let refused = pin("sfu-client-tx", cpus, policy);
             let mut tx_batch = TxBatch::new(64, FRAME);
             let mut schedule = TickSchedule::new(phases, interval_ns);
             while !shared.stop_tx.load(Ordering::Relaxed) && !sources.is_empty() {
@@ -627,6 +642,7 @@ fn spawn_sender(
                 late: schedule.late,
                 cpu: host::thread_cpu_time().ok(),
                 refused,
+                policy: ringway_io::thread::policy().ok(),
             })
         })
 }
@@ -675,6 +691,7 @@ pub fn run(
             interval_ns,
             phases(c.sources, interval_ns, c.desync, c.seed),
             c.cpus.clone(),
+            c.sender_policy,
         )?);
     }
     let start = Instant::now();
@@ -707,6 +724,7 @@ pub fn run(
             late: 0,
             cpu: Some(CpuTime::default()),
             refused: Vec::new(),
+            policy: None,
         },
     };
     std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
@@ -736,6 +754,7 @@ pub fn run(
         _ => None,
     };
     summary.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
+    summary.sender_policy = sent.policy;
     Ok(summary)
 }
 
@@ -812,12 +831,52 @@ fn report(
         late_ticks,
         cpu: None,
         placement_refused: Vec::new(),
+        sender_policy: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sender thread runs with the policy asked for and reads it back
+    /// (root may set a real-time policy; otherwise the refusal is in its
+    /// placement lines), and the receiver is not given it.
+    #[test]
+    fn the_sender_takes_the_asked_policy_and_reports_it() {
+        let server: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let sender = spawn_sender(
+            Arc::new(Shared::default()),
+            Vec::new(),
+            server,
+            1_000_000,
+            Vec::new(),
+            None,
+            Some(Policy::Fifo(10)),
+        )
+        .unwrap();
+        let end = sender.join().unwrap().unwrap();
+        if end.refused.is_empty() {
+            assert_eq!(end.policy, Some(Policy::Fifo(10)));
+        } else {
+            assert_eq!(end.policy, Some(Policy::Other), "{:?}", end.refused);
+        }
+        // Without a policy the sender keeps the caller's.
+        let inherited = ringway_io::thread::policy().unwrap();
+        let sender = spawn_sender(
+            Arc::new(Shared::default()),
+            Vec::new(),
+            server,
+            1_000_000,
+            Vec::new(),
+            None,
+            None,
+        )
+        .unwrap();
+        let end = sender.join().unwrap().unwrap();
+        assert!(end.refused.is_empty());
+        assert_eq!(end.policy, Some(inherited));
+    }
 
     /// The guard stops and joins the receiver on an early exit (here: the
     /// sender failed), so no thread outlives `run`.

@@ -3,6 +3,7 @@
 //! alone measures the generator's own lateness on a machine.
 
 use super::pin;
+use ringway_io::thread::Policy;
 use std::time::{Duration, Instant};
 
 /// A tick is late when it starts more than this after it was due.
@@ -56,7 +57,8 @@ impl TickSchedule {
 
 /// The generator's own lateness on this machine: the sender's schedule for
 /// `sources` sources every `interval_ms` (phases from `seed`, as
-/// [`super::run`] draws them) run for `duration` on a thread pinned to `cpus`,
+/// [`super::run`] draws them) run for `duration` on a thread pinned to `cpus`
+/// with the sender's scheduling `policy`,
 /// sleeping to each tick as the sender does but sending nothing. Returns
 /// (ticks, ticks more than [`LATE_TICK`] late): what the machine's timer
 /// and scheduler cost the generator before any load is added.
@@ -66,13 +68,14 @@ pub fn tick_lateness(
     seed: u64,
     duration: Duration,
     cpus: Option<Vec<usize>>,
+    policy: Option<Policy>,
 ) -> anyhow::Result<(u64, u64)> {
     anyhow::ensure!(sources > 0, "no sources to schedule");
     let interval_ns = (interval_ms * 1e6).max(1.0) as u64;
     let thread = std::thread::Builder::new()
         .name("sfu-calibrate".into())
         .spawn(move || {
-            let refused = pin("sfu-calibrate", cpus);
+            let refused = pin("sfu-calibrate", cpus, policy);
             let mut schedule =
                 TickSchedule::new(phases(sources, interval_ns, true, seed), interval_ns);
             let start = Instant::now();

@@ -15,6 +15,7 @@
 //! afterwards).
 
 use anyhow::Context;
+use ringway_io::thread::Policy;
 use ringway_io::BackendKind;
 use ringway_lab::checkpoint::Checkpoint;
 use ringway_lab::sfulab::experiment::{
@@ -69,6 +70,14 @@ pub(crate) struct LabSfuArgs {
     /// Pin the load threads to these CPUs.
     #[arg(long)]
     pub load_cpus: Option<String>,
+    /// Scheduling policy of the load's sender thread: `other`, `batch`,
+    /// `fifo:N`, `rr:N` (default: `fifo:10` with `--netns`, which runs as
+    /// root anyway; inherited otherwise). Real-time keeps the receive work
+    /// the load causes on its CPUs from making the sender late (runs with
+    /// a late sender are left out); the receiver stays fair-class and its
+    /// figures come from kernel stamps.
+    #[arg(long)]
+    pub load_sender_policy: Option<Policy>,
     /// Run the SFU and the load in separate namespace hosts joined by veth.
     #[arg(long)]
     pub netns: bool,
@@ -225,6 +234,11 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             spin_us: a.spin_us,
             cpus: list(&a.cpus, "--cpus")?,
             load_cpus: list(&a.load_cpus, "--load-cpus")?,
+            load_sender_policy: match a.load_sender_policy {
+                Some(policy) => Some(policy),
+                None if a.netns => Some(Policy::Fifo(10)),
+                None => None,
+            },
             max_foreign_pct: a.max_foreign_cpu,
             max_late_pct: a.max_late,
             late_calibration: None,

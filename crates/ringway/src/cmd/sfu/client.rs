@@ -152,6 +152,7 @@ impl CommonArgs {
             leave: !self.no_leave,
             send: !self.no_send,
             cpus,
+            sender_policy: None,
             in_netns: self.in_netns.clone(),
             xdp_receive: Vec::new(),
             desync: !self.sync,
