@@ -819,7 +819,7 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         client_rx: load.rx_backend.clone(),
         client_rx_via_kernel: load.rx_via_kernel,
         client_rx_rejected: load.rx_rejected,
-        load_sender_policy: load.sender_policy.map(|p| p.to_string()),
+        load_sender_policy: load.sender_policy.clone(),
         tx_congested: sample.tx_congested,
         load_late_pct: late_pct,
         excluded,

@@ -184,12 +184,13 @@ pub struct ClientReport {
     /// `None` (null) when the kernel did not tell it.
     #[serde(with = "ringway_server::host::cpu_seconds::option")]
     pub cpu: Option<CpuTime>,
-    /// Placement lines (`cpus`) the kernel refused, per thread (empty: all
-    /// applied, or nothing asked).
+    /// Placement lines (CPUs, the sender's policy) the kernel refused, per
+    /// thread (empty: all applied, or nothing asked).
     pub placement_refused: Vec<String>,
     /// The sender thread's scheduling policy as the kernel reports it at
-    /// its end (`None`: nothing was sent, or it could not be read).
-    pub sender_policy: Option<Policy>,
+    /// its end (`fifo:10`, `other`; `None`: nothing was sent, or it could
+    /// not be read).
+    pub sender_policy: Option<String>,
 }
 
 /// Counters of a running load, for live statistics.
@@ -754,7 +755,7 @@ pub fn run(
         _ => None,
     };
     summary.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
-    summary.sender_policy = sent.policy;
+    summary.sender_policy = sent.policy.map(|p| p.to_string());
     Ok(summary)
 }
 
@@ -841,7 +842,7 @@ mod tests {
 
     /// The sender thread runs with the policy asked for and reads it back
     /// (root may set a real-time policy; otherwise the refusal is in its
-    /// placement lines), and the receiver is not given it.
+    /// placement lines and it keeps the caller's).
     #[test]
     fn the_sender_takes_the_asked_policy_and_reports_it() {
         let server: SocketAddr = "127.0.0.1:9".parse().unwrap();
@@ -855,14 +856,14 @@ mod tests {
             Some(Policy::Fifo(10)),
         )
         .unwrap();
+        let inherited = ringway_io::thread::policy().unwrap();
         let end = sender.join().unwrap().unwrap();
         if end.refused.is_empty() {
             assert_eq!(end.policy, Some(Policy::Fifo(10)));
         } else {
-            assert_eq!(end.policy, Some(Policy::Other), "{:?}", end.refused);
+            assert_eq!(end.policy, Some(inherited), "{:?}", end.refused);
         }
         // Without a policy the sender keeps the caller's.
-        let inherited = ringway_io::thread::policy().unwrap();
         let sender = spawn_sender(
             Arc::new(Shared::default()),
             Vec::new(),

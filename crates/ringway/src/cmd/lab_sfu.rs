@@ -71,11 +71,13 @@ pub(crate) struct LabSfuArgs {
     #[arg(long)]
     pub load_cpus: Option<String>,
     /// Scheduling policy of the load's sender thread: `other`, `batch`,
-    /// `fifo:N`, `rr:N` (default: `fifo:10` with `--netns`, which runs as
-    /// root anyway; inherited otherwise). Real-time keeps the receive work
-    /// the load causes on its CPUs from making the sender late (runs with
-    /// a late sender are left out); the receiver stays fair-class and its
-    /// figures come from kernel stamps.
+    /// `idle`, `fifo:N`, `rr:N` (default: `fifo:10` with `--netns`, which
+    /// runs as root anyway; inherited otherwise). Real-time keeps the
+    /// receive work the load causes on its CPUs from making the sender
+    /// late (runs with a late sender are left out); the receiver stays
+    /// fair-class and its figures come from kernel stamps. A policy the
+    /// kernel refuses stops the lab at the calibration (or, with
+    /// `--calibrate 0`, flags every run).
     #[arg(long)]
     pub load_sender_policy: Option<Policy>,
     /// Run the SFU and the load in separate namespace hosts joined by veth.
