@@ -846,35 +846,28 @@ mod tests {
     #[test]
     fn the_sender_takes_the_asked_policy_and_reports_it() {
         let server: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let sender = spawn_sender(
-            Arc::new(Shared::default()),
-            Vec::new(),
-            server,
-            1_000_000,
-            Vec::new(),
-            None,
-            Some(Policy::Fifo(10)),
-        )
-        .unwrap();
+        let run = |policy| {
+            let shared = Arc::new(Shared::default());
+            let sender = spawn_sender(
+                shared,
+                Vec::new(),
+                server,
+                1_000_000,
+                Vec::new(),
+                None,
+                policy,
+            );
+            sender.unwrap().join().unwrap().unwrap()
+        };
         let inherited = ringway_io::thread::policy().unwrap();
-        let end = sender.join().unwrap().unwrap();
+        let end = run(Some(Policy::Fifo(10)));
         if end.refused.is_empty() {
             assert_eq!(end.policy, Some(Policy::Fifo(10)));
         } else {
             assert_eq!(end.policy, Some(inherited), "{:?}", end.refused);
         }
         // Without a policy the sender keeps the caller's.
-        let sender = spawn_sender(
-            Arc::new(Shared::default()),
-            Vec::new(),
-            server,
-            1_000_000,
-            Vec::new(),
-            None,
-            None,
-        )
-        .unwrap();
-        let end = sender.join().unwrap().unwrap();
+        let end = run(None);
         assert!(end.refused.is_empty());
         assert_eq!(end.policy, Some(inherited));
     }
