@@ -13,7 +13,7 @@
 #        --reps 8 (SIP_REPS) --duration 10 --emulated-service-us exp:200   (the scheduler study at 1 core,
 #        point 3: baseline vs enhanced vs a tuned slice, Kamailio alongside; OUT/sip-compare/)
 #
-# CLIENT_RX=xdp runs step a with `--client-rx xdp` (the load clients receive
+# CLIENT_RX=xdp runs step a with `--client-io xdp` (the load clients receive and send
 # through AF_XDP on their veths) into its own files (sfu-paper-xdp-clients.*).
 #
 # Usage (as root: the labs build network namespaces):
@@ -104,7 +104,7 @@ for s in $STEPS; do
     case "$s" in
     a)
         step a "$RINGWAY" lab sfu "${SFU_GRID[@]}" --netns --cpus 0 --load-cpus 1 \
-            --client-rx "$CLIENT_RX" \
+            --client-io "$CLIENT_RX" \
             --json "$OUT/$SFU_NAME.json" --svg "$OUT/$SFU_NAME.svg" --markdown "$OUT/$SFU_NAME.md" \
             --state "$OUT/$SFU_NAME.state.jsonl" --resume
         ;;

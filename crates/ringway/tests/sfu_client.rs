@@ -233,13 +233,15 @@ fn lab_sfu_in_veth_hosts() {
     no_namespaces_of(pid);
 }
 
-/// `ringway lab sfu --netns --client-rx xdp`: the load clients receive
-/// through AF_XDP on their own veths. Every run has its echoes (only the
-/// clients' receive path carries them) and nothing lost, none of it came
-/// through the companion sockets (the XDP programs redirected it all),
+/// `ringway lab sfu --netns --client-io xdp`: the load clients receive
+/// and send through AF_XDP on their own veths. Every run has its echoes
+/// (only the clients' receive path carries them) and nothing lost, none of
+/// it came through the companion sockets (the XDP programs redirected it
+/// all), the media went out through the TX rings (only the first ticks,
+/// before each client's next hop is known, through the companion sockets),
 /// and the clients' CPU is reported beside the SFU's.
 #[test]
-fn lab_sfu_clients_receive_through_af_xdp() {
+fn lab_sfu_clients_receive_and_send_through_af_xdp() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("lab.json");
     let grid = [
@@ -251,12 +253,12 @@ fn lab_sfu_clients_receive_through_af_xdp() {
         "300",
         "--backends",
         "socket,xdp",
-        "--client-rx",
+        "--client-io",
         "xdp",
     ];
     let (pid, stdout) = lab_sfu_netns(&grid, &json);
     assert!(
-        stdout.contains("clients receive through AF_XDP"),
+        stdout.contains("clients receive and send through AF_XDP"),
         "{stdout}"
     );
     let v = read_json(&json);
@@ -269,6 +271,11 @@ fn lab_sfu_clients_receive_through_af_xdp() {
         assert_eq!(r["client_rx_via_kernel"], 0, "{r}");
         // A checksum the rings rejected would show as loss only.
         assert_eq!(r["client_rx_rejected"], 0, "{r}");
+        assert_eq!(r["client_rx_ring_drops"], 0, "{r}");
+        assert_eq!(r["client_tx"], "xdp", "{r}");
+        // A few first ticks per client at most (3 datagrams each).
+        let via_kernel = r["client_tx_via_kernel"].as_u64().expect("AF_XDP sends");
+        assert!(via_kernel <= 3 * 3 * 4, "{r}");
         assert!(
             r["client_rtt_p50_us"].as_f64().is_some_and(|x| x > 0.0),
             "{r}"
@@ -279,10 +286,10 @@ fn lab_sfu_clients_receive_through_af_xdp() {
     }
     no_namespaces_of(pid);
     // Without the testbed there is no client veth to attach to.
-    let (_, refused) = run_ringway(&["lab", "sfu", "--client-rx", "xdp", "--duration", "1"]);
+    let (_, refused) = run_ringway(&["lab", "sfu", "--client-io", "xdp", "--duration", "1"]);
     assert!(!refused.status.success());
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("--client-rx xdp needs --netns"),
+        String::from_utf8_lossy(&refused.stderr).contains("--client-io xdp needs --netns"),
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );

@@ -76,8 +76,8 @@ pub struct SfuLabConfig {
     pub aa: bool,
     /// Seed of the blocks' run orders ([`block_order`]).
     pub seed: u64,
-    /// The load clients receive through AF_XDP on their own veths
-    /// (namespace testbed only), so that they cost less than the SFU
+    /// The load clients receive and send through AF_XDP on their own
+    /// veths (namespace testbed only), so that they cost less than the SFU
     /// they load; `false`: through their sockets.
     pub xdp_clients: bool,
 }
@@ -255,7 +255,7 @@ impl SfuLabConfig {
             self.max_foreign_pct,
             self.max_late_pct,
         ) + if self.xdp_clients {
-            " clients receive AF_XDP"
+            " clients receive and send AF_XDP"
         } else {
             ""
         } + &sender
@@ -819,6 +819,9 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         client_rx: load.rx_backend.clone(),
         client_rx_via_kernel: load.rx_via_kernel,
         client_rx_rejected: load.rx_rejected,
+        client_rx_ring_drops: load.rx_ring_drops,
+        client_tx: load.tx_backend.clone(),
+        client_tx_via_kernel: load.tx_via_kernel,
         load_sender_policy: load.sender_policy.clone(),
         tx_congested: sample.tx_congested,
         load_late_pct: late_pct,
@@ -986,10 +989,11 @@ fn capacity_point(
     let over = measured.client_loss_pct.is_nan() || measured.client_loss_pct > loss_limit;
     let limit = if over {
         Some(format!(
-            "client loss {:.2}% > {loss_limit}% (SFU {cpu:.0}%, clients {}, switch {} of a core)",
+            "client loss {:.2}% > {loss_limit}% (SFU {cpu:.0}%, clients {}, switch {} of a core){}",
             measured.client_loss_pct,
             percent(measured.clients_pct),
             percent(measured.switch_pct),
+            loss_causes(measured),
         ))
     } else if cpu >= cpu_limit {
         Some(format!("CPU {cpu:.0}% >= {cpu_limit}%"))
@@ -1020,6 +1024,24 @@ fn capacity_point(
         foreign_pct: measured.foreign_pct,
         flagged,
         limit,
+    }
+}
+
+/// What the run itself says about where its loss happened: the SFU's
+/// AF_XDP transmit waited for room (its link took no more), the clients'
+/// AF_XDP sockets dropped frames; empty when it says nothing.
+pub(super) fn loss_causes(run: &Run) -> String {
+    let mut causes = Vec::new();
+    if run.tx_congested {
+        causes.push("the SFU's AF_XDP transmit congested".to_string());
+    }
+    if let Some(drops) = run.client_rx_ring_drops.filter(|d| *d > 0) {
+        causes.push(format!("the clients' AF_XDP sockets dropped {drops}"));
+    }
+    if causes.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", causes.join(", "))
     }
 }
 

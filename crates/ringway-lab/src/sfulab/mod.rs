@@ -138,6 +138,19 @@ pub struct Run {
     /// bad UDP checksum (`None`, null: socket receive).
     #[serde(default)]
     pub client_rx_rejected: Option<u64>,
+    /// Frames the kernel dropped at the clients' AF_XDP sockets (no fill
+    /// frame, RX ring full; `None`, null: socket receive).
+    #[serde(default)]
+    pub client_rx_ring_drops: Option<u64>,
+    /// How the clients sent their media (`mmsg`, `xdp`, …; empty in state
+    /// files from before it was recorded).
+    #[serde(default)]
+    pub client_tx: String,
+    /// Media datagrams the clients' AF_XDP send path put through its
+    /// companion sockets instead of its TX rings (`None`, null: socket
+    /// sends).
+    #[serde(default)]
+    pub client_tx_via_kernel: Option<u64>,
     /// The load's sender thread's scheduling policy as the kernel reported
     /// it at the end of the run (`fifo:10`, `other`; `None`: not read, or
     /// a run recorded before it was).
@@ -967,6 +980,23 @@ pub fn settled_keys(runs: &[Run]) -> std::collections::HashSet<String> {
 mod tests {
     use super::*;
 
+    /// A capacity step that ends on loss names where the run saw it: the
+    /// SFU's AF_XDP transmit waiting for room, the clients' sockets
+    /// dropping frames; nothing when the run saw neither.
+    #[test]
+    fn a_capacity_limit_says_where_the_loss_happened() {
+        let mut r = run("xdp", 16, 0, 40.0, 1.0);
+        assert_eq!(experiment::loss_causes(&r), "");
+        r.client_rx_ring_drops = Some(0);
+        assert_eq!(experiment::loss_causes(&r), "");
+        r.tx_congested = true;
+        r.client_rx_ring_drops = Some(7);
+        assert_eq!(
+            experiment::loss_causes(&r),
+            ": the SFU's AF_XDP transmit congested, the clients' AF_XDP sockets dropped 7"
+        );
+    }
+
     #[test]
     fn runs_left_out_are_made_again_up_to_the_attempt_limit() {
         let kept = run("socket", 6, 0, 10.0, 40.0);
@@ -1032,6 +1062,9 @@ mod tests {
             client_rx: "mmsg".into(),
             client_rx_via_kernel: None,
             client_rx_rejected: None,
+            client_rx_ring_drops: None,
+            client_tx: "mmsg".into(),
+            client_tx_via_kernel: None,
             load_sender_policy: None,
             tx_congested: false,
             load_late_pct: 0.0,

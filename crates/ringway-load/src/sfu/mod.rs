@@ -76,9 +76,10 @@ pub struct SfuLoadConfig {
     /// Open source i's socket inside named network namespace i (mod the
     /// list length): one namespace host per client.
     pub in_netns: Vec<String>,
-    /// Receive through AF_XDP: source i on interface and address
+    /// Receive and send through AF_XDP: source i on interface and address
     /// `xdp_receive[i]` of its namespace host (`in_netns[i]`), instead of
-    /// through its socket; empty: the sockets.
+    /// through its socket; one thread then owns every source's rings and
+    /// both sends and receives. Empty: the sockets.
     pub xdp_receive: Vec<(String, IpAddr)>,
     /// Give each source its own phase within the interval (independent
     /// clients); `false`: every source sends at the same tick (one burst).
@@ -174,6 +175,17 @@ pub struct ClientReport {
     /// AF_XDP receive: frames dropped as invalid or with a bad UDP
     /// checksum (`None`: not AF_XDP; the kernel drops those silently).
     pub rx_rejected: Option<u64>,
+    /// AF_XDP receive: frames the kernel dropped at the clients' sockets
+    /// (no fill-ring frame, RX ring full: `XDP_STATISTICS`), which
+    /// otherwise show only as loss; `None`: not AF_XDP.
+    pub rx_ring_drops: Option<u64>,
+    /// The backends the media went out through (`mmsg`, `xdp`, …; `mixed`
+    /// if they differ).
+    pub tx_backend: String,
+    /// AF_XDP sends: media datagrams that went through the companion
+    /// sockets instead of the TX rings (no next hop in the ring's tables,
+    /// too long); `None`: not AF_XDP.
+    pub tx_via_kernel: Option<u64>,
     /// Per received stream (SSRC, type) counters, summed over receivers.
     pub received: Vec<StreamSummary>,
     /// Sender ticks (one per source per interval) made.
@@ -395,9 +407,19 @@ impl Shared {
     }
 }
 
-/// What the receiver thread reports: statistics per socket, its CPU time,
-/// the placement lines the kernel refused, and the backends' counters.
-type ReceiverEnd = (Vec<RxStats>, Option<CpuTime>, Vec<String>, IoStats);
+/// What the receiver thread reports.
+struct ReceiverEnd {
+    /// Statistics per source.
+    stats: Vec<RxStats>,
+    /// Its CPU time.
+    cpu: Option<CpuTime>,
+    /// The placement lines the kernel refused.
+    refused: Vec<String>,
+    /// The receive backends' counters (their sends too, when they sent).
+    io: IoStats,
+    /// The sender's end, when this thread sent too (AF_XDP).
+    sender: Option<SenderEnd>,
+}
 
 /// Pin the calling thread to `cpus` and give it `policy` (each if any);
 /// the lines the kernel refused.
@@ -419,57 +441,81 @@ fn pin(thread: &str, cpus: Option<Vec<usize>>, policy: Option<Policy>) -> Vec<St
         .collect()
 }
 
-/// The receiver thread: every source's socket, statistics per socket.
 /// A source's receive backend and what it counts.
 type Receiving = (Box<dyn BatchIo>, RxStats);
 
 /// A source's send backend and its media streams, one per type.
 type Sending = (Box<dyn BatchIo>, Vec<StreamGen>);
 
-/// A receive backend (with its statistics) and a send backend (with its
-/// media streams, one per type) on each source's socket, which is then
-/// made non-blocking. With `c.xdp_receive` the receive backend is AF_XDP
-/// on the source's interface ([`swap_to_xdp`]) and the sends go through
-/// its companion socket.
+/// The sources' backends.
+enum Backends {
+    /// A receive and a send backend per source (sockets): a receiver
+    /// thread and a sender thread.
+    Apart(Vec<Receiving>, Vec<Sending>),
+    /// One backend per source that receives and sends (AF_XDP: one
+    /// socket's RX and TX rings), with the source's media streams: one
+    /// thread owns them all ([`spawn_client_io`]).
+    Shared(Vec<Receiving>, Vec<Vec<StreamGen>>),
+}
+
+/// The media streams of `session`, one per type.
+fn streams_of(c: &SfuLoadConfig, session: &Session, interval_ns: u64) -> Vec<StreamGen> {
+    c.types
+        .iter()
+        .enumerate()
+        .map(|(i, msg)| {
+            let size = c.sizes[i.min(c.sizes.len() - 1)];
+            StreamGen::new(
+                session.ssid,
+                *msg,
+                size,
+                interval_ns,
+                (session.ssid as u16) ^ 0x1234,
+            )
+        })
+        .collect()
+}
+
+/// The sources' backends; each source's socket is then made non-blocking
+/// (it carries the control messages). Sockets: a receive and a send
+/// backend on each. With `c.xdp_receive`: an AF_XDP backend per source
+/// ([`swap_to_xdp`]) that receives through its RX ring and sends through
+/// its TX ring; the control messages go through its companion socket.
 fn open_backends(
     c: &SfuLoadConfig,
     sources: &mut [Source],
     interval_ns: u64,
-) -> anyhow::Result<(Vec<Receiving>, Vec<Sending>)> {
+) -> anyhow::Result<Backends> {
     anyhow::ensure!(
         c.xdp_receive.is_empty() || c.xdp_receive.len() == c.in_netns.len(),
-        "AF_XDP receive needs one interface per source namespace host ({} interfaces, {} namespaces)",
+        "AF_XDP needs one interface per source namespace host ({} interfaces, {} namespaces)",
         c.xdp_receive.len(),
         c.in_netns.len()
     );
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
+    let mut streams = Vec::new();
     for (i, s) in sources.iter_mut().enumerate() {
-        let receive = if c.xdp_receive.is_empty() {
-            open_backend(c.backend, s.sock.try_clone()?)?
+        if c.xdp_receive.is_empty() {
+            receivers.push((
+                open_backend(c.backend, s.sock.try_clone()?)?,
+                RxStats::new(vec![s.session.ssid]),
+            ));
+            senders.push((
+                open_backend(c.backend, s.sock.try_clone()?)?,
+                streams_of(c, &s.session, interval_ns),
+            ));
         } else {
-            swap_to_xdp(c, i, s)?
-        };
-        receivers.push((receive, RxStats::new(vec![s.session.ssid])));
-        let streams = c
-            .types
-            .iter()
-            .enumerate()
-            .map(|(i, msg)| {
-                let size = c.sizes[i.min(c.sizes.len() - 1)];
-                StreamGen::new(
-                    s.session.ssid,
-                    *msg,
-                    size,
-                    interval_ns,
-                    (s.session.ssid as u16) ^ 0x1234,
-                )
-            })
-            .collect();
-        senders.push((open_backend(c.backend, s.sock.try_clone()?)?, streams));
+            receivers.push((swap_to_xdp(c, i, s)?, RxStats::new(vec![s.session.ssid])));
+            streams.push(streams_of(c, &s.session, interval_ns));
+        }
         s.sock.set_nonblocking(true)?;
     }
-    Ok((receivers, senders))
+    Ok(if c.xdp_receive.is_empty() {
+        Backends::Apart(receivers, senders)
+    } else {
+        Backends::Shared(receivers, streams)
+    })
 }
 
 /// Send a control message of `kind` (keepalive, leave) from every source
@@ -490,6 +536,15 @@ fn tell_all(sources: &mut [Source], kind: MsgType, server: SocketAddr) {
 const RX_GATHER: Duration = Duration::from_micros(500);
 /// The longest wait for any socket to become readable.
 const RX_WAIT: Duration = Duration::from_millis(5);
+/// The receiver thread's pause between two looks at AF_XDP RX rings that
+/// found nothing.
+const RING_PAUSE: Duration = Duration::from_micros(200);
+/// The AF_XDP client thread's longest pause between two looks at its RX
+/// rings while every datagram carries the XDP program's receive stamp
+/// (reading later then costs the measurement nothing; 512 fill-ring
+/// frames per source last 18 ms at 28 500 datagrams/s); without stamps,
+/// [`RING_PAUSE`].
+const RING_GATHER: Duration = Duration::from_millis(1);
 
 /// Which of `fds` are readable within `wait` (bit `i`: `fds[i]`). More
 /// than 64, or a failed wait: all of them (each is then read without
@@ -501,6 +556,65 @@ fn readable(fds: &[std::os::fd::RawFd], wait: Duration) -> u64 {
     ringway_io::tun::wait_readable(fds, Some(wait)).unwrap_or(u64::MAX)
 }
 
+/// One pass over the receive backends: those marked in `ready` (bit `i`:
+/// backend `i`; beyond 64: all) are read once, each waiting up to `wait`,
+/// and what they hold is recorded. Returns (datagrams, whether every one
+/// carried a kernel receive stamp).
+fn receive_pass(
+    sockets: &mut [Receiving],
+    batch: &mut RxBatch,
+    shared: &Shared,
+    ready: u64,
+    wait: Duration,
+) -> anyhow::Result<(usize, bool)> {
+    let mut got = 0;
+    let mut stamped = true;
+    for (i, (io, st)) in sockets.iter_mut().enumerate() {
+        if i < 64 && (ready >> i) & 1 == 0 {
+            continue;
+        }
+        let received = match io.recv_batch(batch, Some(wait)) {
+            Ok(received) => received,
+            Err(e) if transient(&e) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        got += received;
+        let mut bytes = 0;
+        for d in batch.iter() {
+            stamped &= d.meta.kernel_rx.is_some();
+            let stamp = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
+            st.record(stamp, d.data);
+            bytes += d.data.len() as u64;
+        }
+        shared
+            .rx_packets
+            .fetch_add(received as u64, Ordering::Relaxed);
+        shared.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    Ok((got, stamped))
+}
+
+/// Publish the media lost and reordered so far (for live statistics).
+fn publish_loss(sockets: &[Receiving], shared: &Shared) {
+    let (lost, reordered) = sockets.iter().fold((0, 0), |a, (_, st)| {
+        let totals = st.media_totals();
+        (a.0 + totals.1, a.1 + totals.2)
+    });
+    shared.lost.store(lost, Ordering::Relaxed);
+    shared.reordered.store(reordered, Ordering::Relaxed);
+}
+
+/// The receive backends' counters summed.
+fn io_totals(sockets: &[Receiving]) -> IoStats {
+    let mut io_stats = IoStats::default();
+    for (io, _) in sockets {
+        io_stats.add(&io.stats());
+    }
+    io_stats
+}
+
+/// The receiver thread: every source's receive backend, statistics per
+/// source.
 fn spawn_receiver(
     shared: Arc<Shared>,
     mut sockets: Vec<Receiving>,
@@ -523,66 +637,43 @@ fn spawn_receiver(
             // call, so every pass looks at every source and then pauses.
             let rings = sockets.iter().all(|(io, _)| io.kind() == BackendKind::Xdp);
             let fds: Vec<_> = sockets.iter().map(|(io, _)| io.raw_fd()).collect();
+            // One socket: block briefly; many: poll each without waiting.
+            let wait = if single && !rings {
+                Duration::from_millis(5)
+            } else {
+                Duration::ZERO
+            };
             let mut gather = true;
             while !shared.stop_rx.load(Ordering::Relaxed) {
                 if published.elapsed() >= Duration::from_millis(500) {
                     published = Instant::now();
-                    let (lost, reordered) = sockets.iter().fold((0, 0), |a, (_, st)| {
-                        let totals = st.media_totals();
-                        (a.0 + totals.1, a.1 + totals.2)
-                    });
-                    shared.lost.store(lost, Ordering::Relaxed);
-                    shared.reordered.store(reordered, Ordering::Relaxed);
+                    publish_loss(&sockets, &shared);
                 }
-                let mut got = 0;
                 let ready = if pollable {
                     readable(&fds, RX_WAIT)
                 } else {
                     u64::MAX
                 };
-                for (i, (io, st)) in sockets.iter_mut().enumerate() {
-                    if i < 64 && (ready >> i) & 1 == 0 {
-                        continue;
-                    }
-                    // One socket: block briefly; many: poll each without waiting.
-                    let wait = if single && !rings {
-                        Duration::from_millis(5)
-                    } else {
-                        Duration::ZERO
-                    };
-                    let received = match io.recv_batch(&mut batch, Some(wait)) {
-                        Ok(received) => received,
-                        Err(e) if transient(&e) => 0,
-                        Err(e) => return Err(e.into()),
-                    };
-                    got += received;
-                    let mut bytes = 0;
-                    for d in batch.iter() {
-                        gather &= d.meta.kernel_rx.is_some();
-                        let stamp = d.meta.kernel_rx.unwrap_or(d.meta.app_rx).0;
-                        st.record(stamp, d.data);
-                        bytes += d.data.len() as u64;
-                    }
-                    shared
-                        .rx_packets
-                        .fetch_add(received as u64, Ordering::Relaxed);
-                    shared.rx_bytes.fetch_add(bytes, Ordering::Relaxed);
-                }
+                let (got, stamped) = receive_pass(&mut sockets, &mut batch, &shared, ready, wait)?;
+                gather &= stamped;
                 if got > 0 && (pollable || rings) && gather {
                     std::thread::sleep(RX_GATHER);
                 } else if rings || (got == 0 && !single && !pollable) {
                     // (The rings are looked at without a system call: a
                     // pass always ends in a pause, so the loop never spins.)
-                    std::thread::sleep(Duration::from_micros(200));
+                    std::thread::sleep(RING_PAUSE);
                 }
             }
             let cpu = host::thread_cpu_time().ok();
-            let mut io_stats = IoStats::default();
-            for (io, _) in &sockets {
-                io_stats.add(&io.stats());
-            }
+            let io = io_totals(&sockets);
             let stats = sockets.into_iter().map(|(_, s)| s).collect();
-            Ok((stats, cpu, refused, io_stats))
+            Ok(ReceiverEnd {
+                stats,
+                cpu,
+                refused,
+                io,
+                sender: None,
+            })
         })
 }
 
@@ -594,6 +685,38 @@ struct SenderEnd {
     refused: Vec<String>,
     /// Its scheduling policy read back at its end.
     policy: Option<Policy>,
+}
+
+/// One tick of a source: one packet per stream, sent to `server` in one
+/// batch through `io`, and counted.
+fn send_tick(
+    io: &mut dyn BatchIo,
+    streams: &mut [StreamGen],
+    tx_batch: &mut TxBatch,
+    server: SocketAddr,
+    shared: &Shared,
+) -> anyhow::Result<()> {
+    tx_batch.clear();
+    for s in streams.iter_mut() {
+        let now_ns = realtime_now().0;
+        if tx_batch
+            .push_with(server, |f| s.next_packet(f, now_ns))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let sent = io.send_batch(tx_batch)?;
+    shared.tx_packets.fetch_add(sent as u64, Ordering::Relaxed);
+    shared.tx_bytes.fetch_add(
+        tx_batch
+            .iter()
+            .take(sent)
+            .map(|(_, d)| d.len() as u64)
+            .sum(),
+        Ordering::Relaxed,
+    );
+    Ok(())
 }
 
 /// The sender thread: source k ticks every interval at its own phase
@@ -617,26 +740,7 @@ fn spawn_sender(
             while !shared.stop_tx.load(Ordering::Relaxed) && !sources.is_empty() {
                 let source = schedule.wait_next();
                 let (io, streams) = &mut sources[source];
-                tx_batch.clear();
-                for s in streams.iter_mut() {
-                    let now_ns = realtime_now().0;
-                    if tx_batch
-                        .push_with(server, |f| s.next_packet(f, now_ns))
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-                let sent = io.send_batch(&tx_batch)?;
-                shared.tx_packets.fetch_add(sent as u64, Ordering::Relaxed);
-                shared.tx_bytes.fetch_add(
-                    tx_batch
-                        .iter()
-                        .take(sent)
-                        .map(|(_, d)| d.len() as u64)
-                        .sum(),
-                    Ordering::Relaxed,
-                );
+                send_tick(io.as_mut(), streams, &mut tx_batch, server, &shared)?;
             }
             Ok(SenderEnd {
                 ticks: schedule.ticks,
@@ -644,6 +748,91 @@ fn spawn_sender(
                 cpu: host::thread_cpu_time().ok(),
                 refused,
                 policy: ringway_io::thread::policy().ok(),
+            })
+        })
+}
+
+/// How the single client thread of AF_XDP sources runs.
+struct ClientIoPlan {
+    server: SocketAddr,
+    interval_ns: u64,
+    phases: Vec<u64>,
+    /// Send media (otherwise only receive).
+    send: bool,
+    cpus: Option<Vec<usize>>,
+    policy: Option<Policy>,
+}
+
+/// The client thread of AF_XDP sources: it owns every source's socket,
+/// sends each source's ticks through its TX ring on the sender's schedule
+/// (with the sender's policy) and, before every tick and at least every
+/// [`RING_GATHER`], reads the RX rings. The rings need no system call to be
+/// read, so a second thread would only add its own wake-ups; the receive
+/// work between two ticks is a few µs, and ticks made late by it are
+/// counted like any other.
+fn spawn_client_io(
+    shared: Arc<Shared>,
+    mut sockets: Vec<Receiving>,
+    mut streams: Vec<Vec<StreamGen>>,
+    plan: ClientIoPlan,
+) -> std::io::Result<JoinHandle<anyhow::Result<ReceiverEnd>>> {
+    std::thread::Builder::new()
+        .name("sfu-client-io".into())
+        .spawn(move || -> anyhow::Result<ReceiverEnd> {
+            let refused = pin("sfu-client-io", plan.cpus, plan.policy);
+            let mut rx_batch = RxBatch::new(64, FRAME);
+            let mut tx_batch = TxBatch::new(64, FRAME);
+            let mut schedule = TickSchedule::new(plan.phases, plan.interval_ns);
+            let mut sending = plan.send && !sockets.is_empty();
+            let mut published = Instant::now();
+            let sender_end = |schedule: &TickSchedule| SenderEnd {
+                ticks: schedule.ticks,
+                late: schedule.late,
+                // Counted in the thread's own CPU time.
+                cpu: Some(CpuTime::default()),
+                refused: Vec::new(),
+                policy: ringway_io::thread::policy().ok(),
+            };
+            let mut sender = None;
+            let mut pause = RING_GATHER;
+            while !shared.stop_rx.load(Ordering::Relaxed) {
+                if published.elapsed() >= Duration::from_millis(500) {
+                    published = Instant::now();
+                    publish_loss(&sockets, &shared);
+                }
+                let (_, stamped) = receive_pass(
+                    &mut sockets,
+                    &mut rx_batch,
+                    &shared,
+                    u64::MAX,
+                    Duration::ZERO,
+                )?;
+                if !stamped {
+                    pause = RING_PAUSE;
+                }
+                if sending && shared.stop_tx.load(Ordering::Relaxed) {
+                    sending = false;
+                    sender = Some(sender_end(&schedule));
+                }
+                if !sending {
+                    std::thread::sleep(pause);
+                } else if let Some(k) = schedule.wait_next_within(pause) {
+                    let io = sockets[k].0.as_mut();
+                    send_tick(io, &mut streams[k], &mut tx_batch, plan.server, &shared)?;
+                }
+            }
+            if sending {
+                sender = Some(sender_end(&schedule));
+            }
+            let cpu = host::thread_cpu_time().ok();
+            let io = io_totals(&sockets);
+            let stats = sockets.into_iter().map(|(_, s)| s).collect();
+            Ok(ReceiverEnd {
+                stats,
+                cpu,
+                refused,
+                io,
+                sender,
             })
         })
 }
@@ -665,35 +854,53 @@ pub fn run(
     let mut sources = register_sources(c)?;
     let ssids: Vec<u32> = sources.iter().map(|s| s.session.ssid).collect();
     let interval_ns = (c.interval_ms * 1e6) as u64;
-    let (receivers, senders) = open_backends(c, &mut sources, interval_ns)?;
-    // What the receive backends are (not what was asked for).
-    let rx_kind = receivers
-        .iter()
-        .map(|(io, _)| io.kind())
-        .try_fold(None, |seen, kind| match seen {
-            Some(k) if k != kind => Err(()),
-            _ => Ok(Some(kind)),
-        })
-        .ok()
-        .flatten();
+    let backends = open_backends(c, &mut sources, interval_ns)?;
+    // What the backends are (not what was asked for).
+    let (rx_kind, tx_kind) = match &backends {
+        Backends::Apart(receivers, senders) => (
+            one_kind(receivers.iter().map(|(io, _)| io.kind())),
+            one_kind(senders.iter().map(|(io, _)| io.kind())),
+        ),
+        Backends::Shared(receivers, _) => {
+            let kind = one_kind(receivers.iter().map(|(io, _)| io.kind()));
+            (kind, kind)
+        }
+    };
     let shared = Arc::new(Shared::default());
+    let phases = phases(c.sources, interval_ns, c.desync, c.seed);
     // Stops and joins whatever thread is still running on every way out
     // (a sender that failed to start or stopped with an error included).
     let mut threads = Threads {
         shared: shared.clone(),
-        receiver: Some(spawn_receiver(shared.clone(), receivers, c.cpus.clone())?),
+        receiver: None,
         sender: None,
     };
-    if c.send {
-        threads.sender = Some(spawn_sender(
-            shared.clone(),
-            senders,
-            c.server,
-            interval_ns,
-            phases(c.sources, interval_ns, c.desync, c.seed),
-            c.cpus.clone(),
-            c.sender_policy,
-        )?);
+    match backends {
+        Backends::Apart(receivers, senders) => {
+            threads.receiver = Some(spawn_receiver(shared.clone(), receivers, c.cpus.clone())?);
+            if c.send {
+                threads.sender = Some(spawn_sender(
+                    shared.clone(),
+                    senders,
+                    c.server,
+                    interval_ns,
+                    phases,
+                    c.cpus.clone(),
+                    c.sender_policy,
+                )?);
+            }
+        }
+        Backends::Shared(receivers, streams) => {
+            let plan = ClientIoPlan {
+                server: c.server,
+                interval_ns,
+                phases,
+                send: c.send,
+                cpus: c.cpus.clone(),
+                policy: c.sender_policy,
+            };
+            threads.receiver = Some(spawn_client_io(shared.clone(), receivers, streams, plan)?);
+        }
     }
     let start = Instant::now();
     let mut last_live = Instant::now();
@@ -716,17 +923,12 @@ pub fn run(
     }
     shared.stop_tx.store(true, Ordering::Relaxed);
     let sent_for = start.elapsed().as_secs_f64();
-    let sent = match threads.sender.take() {
-        Some(s) => s
-            .join()
-            .map_err(|_| anyhow::anyhow!("sender thread panicked"))??,
-        None => SenderEnd {
-            ticks: 0,
-            late: 0,
-            cpu: Some(CpuTime::default()),
-            refused: Vec::new(),
-            policy: None,
-        },
+    let sender = match threads.sender.take() {
+        Some(s) => Some(
+            s.join()
+                .map_err(|_| anyhow::anyhow!("sender thread panicked"))??,
+        ),
+        None => None,
     };
     std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
     if c.leave {
@@ -734,29 +936,52 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(50));
     }
     shared.stop_rx.store(true, Ordering::Relaxed);
-    let (per_socket, rx_cpu, rx_refused, rx_io) = threads
+    let received = threads
         .receiver
         .take()
         .expect("the receiver is joined once")
         .join()
         .map_err(|_| anyhow::anyhow!("receiver thread panicked"))??;
-    let mut summary = report(ssids, sent_for, &shared, &per_socket, sent.late);
+    let sent = sender.or(received.sender).unwrap_or(SenderEnd {
+        ticks: 0,
+        late: 0,
+        cpu: Some(CpuTime::default()),
+        refused: Vec::new(),
+        policy: None,
+    });
+    let mut summary = report(ssids, sent_for, &shared, &received.stats, sent.late);
     summary.ticks = sent.ticks;
     summary.rx_backend = rx_kind.map_or("mixed", |k| k.name()).to_string();
+    summary.tx_backend = tx_kind.map_or("mixed", |k| k.name()).to_string();
     if rx_kind == Some(BackendKind::Xdp) {
-        summary.rx_via_kernel = Some(rx_io.rx_via_socket);
-        summary.rx_rejected = Some(rx_io.rx_invalid + rx_io.rx_bad_checksum);
+        summary.rx_via_kernel = Some(received.io.rx_via_socket);
+        summary.rx_rejected = Some(received.io.rx_invalid + received.io.rx_bad_checksum);
+        summary.rx_ring_drops = Some(received.io.rx_dropped);
     }
-    summary.cpu = match (sent.cpu, rx_cpu) {
+    if tx_kind == Some(BackendKind::Xdp) {
+        summary.tx_via_kernel = Some(received.io.tx_via_socket);
+    }
+    summary.cpu = match (sent.cpu, received.cpu) {
         (Some(a), Some(b)) => Some(CpuTime {
             user_ns: a.user_ns + b.user_ns,
             system_ns: a.system_ns + b.system_ns,
         }),
         _ => None,
     };
-    summary.placement_refused = rx_refused.into_iter().chain(sent.refused).collect();
+    summary.placement_refused = received.refused.into_iter().chain(sent.refused).collect();
     summary.sender_policy = sent.policy.map(|p| p.to_string());
     Ok(summary)
+}
+
+/// The one kind of `kinds` (`None`: none, or they differ).
+fn one_kind(mut kinds: impl Iterator<Item = BackendKind>) -> Option<BackendKind> {
+    kinds
+        .try_fold(None, |seen, kind| match seen {
+            Some(k) if k != kind => Err(()),
+            _ => Ok(Some(kind)),
+        })
+        .ok()
+        .flatten()
 }
 
 /// The load's threads; dropping it stops and joins those still running.
@@ -827,6 +1052,9 @@ fn report(
         rx_backend: String::new(),
         rx_via_kernel: None,
         rx_rejected: None,
+        rx_ring_drops: None,
+        tx_backend: String::new(),
+        tx_via_kernel: None,
         received: total.streams(),
         ticks: 0,
         late_ticks,
@@ -926,9 +1154,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         shared.stop_rx.store(true, Ordering::Relaxed);
-        let (stats, _, _, _) = receiver.join().unwrap().unwrap();
+        let end = receiver.join().unwrap().unwrap();
         assert_eq!(shared.rx_packets.load(Ordering::Relaxed), 50);
-        let per_socket: Vec<u64> = stats.iter().map(|st| st.rx_packets).collect();
+        let per_socket: Vec<u64> = end.stats.iter().map(|st| st.rx_packets).collect();
         assert_eq!(per_socket, [0, 15, 35]);
     }
 }

@@ -33,8 +33,8 @@ impl TickSchedule {
         }
     }
 
-    /// Sleep until the next tick is due; the source whose tick it is.
-    pub(super) fn wait_next(&mut self) -> usize {
+    /// The source whose tick is next, and when it is due.
+    fn next_due(&self) -> (usize, Instant) {
         let (source, due_ns) = self
             .next
             .iter()
@@ -42,7 +42,28 @@ impl TickSchedule {
             .enumerate()
             .min_by_key(|x| x.1)
             .expect("a source");
-        let due = self.start + Duration::from_nanos(due_ns);
+        (source, self.start + Duration::from_nanos(due_ns))
+    }
+
+    /// Sleep until the next tick is due; the source whose tick it is.
+    pub(super) fn wait_next(&mut self) -> usize {
+        let (source, due) = self.next_due();
+        self.take(source, due)
+    }
+
+    /// As [`TickSchedule::wait_next`] when the next tick is due within
+    /// `at_most`; otherwise sleep `at_most` and return `None`.
+    pub(super) fn wait_next_within(&mut self, at_most: Duration) -> Option<usize> {
+        let (source, due) = self.next_due();
+        if due > Instant::now() + at_most {
+            std::thread::sleep(at_most);
+            return None;
+        }
+        Some(self.take(source, due))
+    }
+
+    /// Sleep until `due`, then count `source`'s tick (late or not).
+    fn take(&mut self, source: usize, due: Instant) -> usize {
         let now = Instant::now();
         if due > now {
             std::thread::sleep(due - now);
@@ -110,4 +131,23 @@ pub fn phases(n: usize, interval_ns: u64, desync: bool, seed: u64) -> Vec<u64> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AF_XDP client thread's wait: a tick due later than the bound
+    /// is not taken (the thread only pauses), one due within it is, and
+    /// the skipped pause does not count as a tick.
+    #[test]
+    fn a_bounded_wait_takes_only_a_tick_due_within_it() {
+        // Source 0 due at once, source 1 50 ms later.
+        let mut schedule = TickSchedule::new(vec![0, 50_000_000], 1_000_000_000);
+        assert_eq!(schedule.wait_next_within(Duration::from_millis(1)), Some(0));
+        let before = Instant::now();
+        assert_eq!(schedule.wait_next_within(Duration::from_millis(1)), None);
+        assert!(before.elapsed() >= Duration::from_millis(1));
+        assert_eq!((schedule.ticks, schedule.late), (1, 0));
+    }
 }

@@ -98,12 +98,14 @@ pub(crate) struct LabSfuArgs {
     /// their IPv4 ones; the SFU listens on its own).
     #[arg(long)]
     pub ipv6: bool,
-    /// How the load clients receive: `socket` (their UDP sockets) or, with
-    /// `--netns`, `xdp` (AF_XDP on each client's own veth, read without a
-    /// system call: the clients then cost less than the SFU they load;
-    /// the SFU host's veth sends full checksums, which AF_XDP verifies).
-    #[arg(long, value_enum, default_value_t = ClientReceive::Socket)]
-    pub client_rx: ClientReceive,
+    /// How the load clients receive and send: `socket` (their UDP
+    /// sockets) or, with `--netns`, `xdp` (AF_XDP on each client's own
+    /// veth: one thread reads the RX rings without a system call and sends
+    /// each tick through a TX ring, so the clients cost less than the SFU
+    /// they load; the SFU host's veth sends full checksums, which AF_XDP
+    /// verifies). `--client-rx` is the older name.
+    #[arg(long, value_enum, default_value_t = ClientIo::Socket, alias = "client-rx")]
+    pub client_io: ClientIo,
     /// Leave out runs with more other load on the machine than this (% of
     /// one core).
     #[arg(long, default_value_t = 50.0)]
@@ -176,12 +178,12 @@ pub(crate) struct LabSfuArgs {
     pub resume: bool,
 }
 
-/// How the load clients receive (`--client-rx`).
+/// How the load clients receive and send (`--client-io`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ClientReceive {
+pub(crate) enum ClientIo {
     /// Through their UDP sockets.
     Socket,
-    /// Through AF_XDP on their own veths (`--netns`).
+    /// Through AF_XDP on their own veths (`--netns`): RX and TX rings.
     Xdp,
 }
 
@@ -220,8 +222,8 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             "--calibrate must not be negative"
         );
         anyhow::ensure!(
-            a.client_rx == ClientReceive::Socket || a.netns,
-            "--client-rx xdp needs --netns (AF_XDP on each client's veth)"
+            a.client_io == ClientIo::Socket || a.netns,
+            "--client-io xdp needs --netns (AF_XDP on each client's veth)"
         );
         let config = SfuLabConfig {
             clients: a.clients.clone(),
@@ -247,7 +249,7 @@ impl TryFrom<&LabSfuArgs> for SfuLabConfig {
             kernel_fanout: a.kernel_fanout,
             aa: !a.no_aa,
             seed: a.seed,
-            xdp_clients: a.client_rx == ClientReceive::Xdp,
+            xdp_clients: a.client_io == ClientIo::Xdp,
         };
         Ok(if a.paper { config.paper() } else { config })
     }
@@ -267,9 +269,9 @@ fn shape(a: &LabSfuArgs) -> String {
             "veth hosts, threaded NAPI at the switch ports"
         };
         let family = if a.ipv6 { ", IPv6" } else { "" };
-        let clients = match a.client_rx {
-            ClientReceive::Socket => "",
-            ClientReceive::Xdp => ", clients receive through AF_XDP",
+        let clients = match a.client_io {
+            ClientIo::Socket => "",
+            ClientIo::Xdp => ", clients receive and send through AF_XDP",
         };
         format!("{shape}{family}{clients}")
     } else {

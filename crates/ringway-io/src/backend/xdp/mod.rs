@@ -499,6 +499,10 @@ pub(crate) struct XdpBackend {
     /// through the XSK.
     lent: Vec<Option<Lent>>,
     next_hops: NextHops,
+    /// The last source whose next hop was known, and in which table
+    /// (generation): its datagrams need no look-up until the table
+    /// changes (a client's packets come back to back).
+    known_source: Option<(IpAddr, u64)>,
     templates: HashMap<SocketAddr, Template, BuildHasherDefault<AddrHasher>>,
     templates_generation: u64,
     ip_id: u16,
@@ -614,6 +618,7 @@ impl XdpBackend {
                 rx_owned: 0,
                 lent_count: 0,
                 lent: Vec::new(),
+                known_source: None,
                 templates: HashMap::default(),
                 templates_generation: 0,
                 ip_id: 0,
@@ -729,7 +734,7 @@ impl XdpBackend {
                 continue;
             };
             let src = parsed.src();
-            self.next_hops.note(src.ip());
+            note_source(&mut self.next_hops, &mut self.known_source, src.ip());
             let data = parsed.udp().payload();
             let frame = batch.next_frame_mut().expect("room checked");
             let copied = data.len().min(frame.len());
@@ -1154,6 +1159,18 @@ impl BatchIo for XdpBackend {
         snapshot.tx_ring_full_drops = self.txr.full_drops;
         snapshot
     }
+}
+
+/// A datagram came from `ip`: ask `next_hops` for its next hop if it is
+/// missing, skipped while `known` (the last source found known, and the
+/// table's generation then) sends again.
+fn note_source(next_hops: &mut NextHops, known: &mut Option<(IpAddr, u64)>, ip: IpAddr) {
+    let generation = next_hops.generation();
+    if *known == Some((ip, generation)) {
+        return;
+    }
+    next_hops.note(ip);
+    *known = next_hops.get(ip).is_some().then_some((ip, generation));
 }
 
 fn ifindex(name: &str) -> io::Result<u32> {
