@@ -276,6 +276,7 @@ fn lab_sfu_clients_receive_and_send_through_af_xdp() {
         // A few first ticks per client at most (3 datagrams each).
         let via_kernel = r["client_tx_via_kernel"].as_u64().expect("AF_XDP sends");
         assert!(via_kernel <= 3 * 3 * 4, "{r}");
+        assert_eq!(r["client_tx_drops"], 0, "{r}");
         assert!(
             r["client_rtt_p50_us"].as_f64().is_some_and(|x| x > 0.0),
             "{r}"

@@ -55,7 +55,8 @@ pub struct SfuLabConfig {
     /// Scheduling policy of the load's sender thread (and of the lateness
     /// calibration); `None`: inherited. `Fifo` keeps the receive work the
     /// load causes on its own CPUs from making it late
-    /// ([`ringway_load::sfu::SfuLoadConfig::sender_policy`]).
+    /// ([`ringway_load::sfu::SfuLoadConfig::sender_policy`]; with AF_XDP
+    /// clients the one thread that sends and receives).
     pub load_sender_policy: Option<Policy>,
     /// Leave out runs with more than this much other load on the machine
     /// (% of one core).
@@ -822,8 +823,10 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         client_rx_ring_drops: load.rx_ring_drops,
         client_tx: load.tx_backend.clone(),
         client_tx_via_kernel: load.tx_via_kernel,
+        client_tx_drops: load.tx_dropped,
         load_sender_policy: load.sender_policy.clone(),
         tx_congested: sample.tx_congested,
+        sfu_rx_drops: Some(sample.io.rx_dropped),
         load_late_pct: late_pct,
         excluded,
         // As the paper: a congested TX path spoils the delays, not the CPU.
@@ -1028,15 +1031,22 @@ fn capacity_point(
 }
 
 /// What the run itself says about where its loss happened: the SFU's
-/// AF_XDP transmit waited for room (its link took no more), the clients'
-/// AF_XDP sockets dropped frames; empty when it says nothing.
+/// receive dropped datagrams, its AF_XDP transmit waited for room (its
+/// link took no more), the clients' AF_XDP sockets dropped frames; empty
+/// when it says nothing.
 pub(super) fn loss_causes(run: &Run) -> String {
     let mut causes = Vec::new();
+    if let Some(drops) = run.sfu_rx_drops.filter(|d| *d > 0) {
+        causes.push(format!("the SFU's receive dropped {drops}"));
+    }
     if run.tx_congested {
         causes.push("the SFU's AF_XDP transmit congested".to_string());
     }
     if let Some(drops) = run.client_rx_ring_drops.filter(|d| *d > 0) {
         causes.push(format!("the clients' AF_XDP sockets dropped {drops}"));
+    }
+    if let Some(drops) = run.client_tx_drops.filter(|d| *d > 0) {
+        causes.push(format!("the clients' AF_XDP sends dropped {drops}"));
     }
     if causes.is_empty() {
         String::new()

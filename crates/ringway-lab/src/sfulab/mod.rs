@@ -151,6 +151,10 @@ pub struct Run {
     /// sends).
     #[serde(default)]
     pub client_tx_via_kernel: Option<u64>,
+    /// Media datagrams the clients' AF_XDP send path dropped (TX ring full
+    /// after the bounded wait, send errors; `None`, null: socket sends).
+    #[serde(default)]
+    pub client_tx_drops: Option<u64>,
     /// The load's sender thread's scheduling policy as the kernel reported
     /// it at the end of the run (`fifo:10`, `other`; `None`: not read, or
     /// a run recorded before it was).
@@ -158,6 +162,11 @@ pub struct Run {
     pub load_sender_policy: Option<String>,
     /// The AF_XDP TX ring was congested (the send path waited for room).
     pub tx_congested: bool,
+    /// Datagrams the SFU's receive path dropped over the whole run (its
+    /// socket's buffer full: `SO_RXQ_OVFL`; AF_XDP: no fill frame or RX
+    /// ring full); `None`: state files from before it was recorded.
+    #[serde(default)]
+    pub sfu_rx_drops: Option<u64>,
     /// Sender ticks more than 1 ms late, in % of all ticks.
     #[serde(deserialize_with = "crate::stats::nan_or_f64")]
     pub load_late_pct: f64,
@@ -989,11 +998,16 @@ mod tests {
         assert_eq!(experiment::loss_causes(&r), "");
         r.client_rx_ring_drops = Some(0);
         assert_eq!(experiment::loss_causes(&r), "");
+        r.sfu_rx_drops = Some(0);
+        assert_eq!(experiment::loss_causes(&r), "");
         r.tx_congested = true;
         r.client_rx_ring_drops = Some(7);
+        r.sfu_rx_drops = Some(5);
+        r.client_tx_drops = Some(3);
         assert_eq!(
             experiment::loss_causes(&r),
-            ": the SFU's AF_XDP transmit congested, the clients' AF_XDP sockets dropped 7"
+            ": the SFU's receive dropped 5, the SFU's AF_XDP transmit congested, \
+             the clients' AF_XDP sockets dropped 7, the clients' AF_XDP sends dropped 3"
         );
     }
 
@@ -1065,8 +1079,10 @@ mod tests {
             client_rx_ring_drops: None,
             client_tx: "mmsg".into(),
             client_tx_via_kernel: None,
+            client_tx_drops: None,
             load_sender_policy: None,
             tx_congested: false,
+            sfu_rx_drops: None,
             load_late_pct: 0.0,
             excluded: None,
             delay_excluded: None,

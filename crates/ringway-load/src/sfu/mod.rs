@@ -1,7 +1,8 @@
 //! The SFU's load clients: N registered RTP sources in one process, each
 //! with its own socket and SSID (optionally each inside its own network
 //! namespace host), a sender thread pacing RTP, a receiver thread counting
-//! loss, reordering, echo RTT and one-way delay, and the control traffic
+//! loss, reordering, echo RTT and one-way delay (with AF_XDP one thread
+//! does both: [`SfuLoadConfig::xdp_receive`]), and the control traffic
 //! (register with the SFU's cookie exchange, subscribe, keepalive, leave)
 //! on the calling thread.
 //!
@@ -55,7 +56,8 @@ pub struct SfuLoadConfig {
     pub duration_s: f64,
     /// Seconds to keep receiving after sending stops.
     pub drain_s: f64,
-    /// I/O backend of the sender and receiver threads.
+    /// I/O backend of the sender and receiver threads (not used with
+    /// `xdp_receive`).
     pub backend: BackendKind,
     /// Local IP to bind (default: the server's IP when loopback, else any).
     pub bind: Option<IpAddr>,
@@ -71,7 +73,10 @@ pub struct SfuLoadConfig {
     /// real-time policy (`Fifo`) keeps the receive work the load itself
     /// causes on the load's CPUs (the receiver thread, softirq threads) from
     /// delaying its ticks; the receiver keeps the fair policy, and kernel
-    /// stamps keep its measurements independent of when it runs.
+    /// stamps keep its measurements independent of when it runs. With
+    /// `xdp_receive` the one thread that sends and reads the rings takes
+    /// it (the reading between two ticks is short, and a tick it delays
+    /// is counted late like any other).
     pub sender_policy: Option<Policy>,
     /// Open source i's socket inside named network namespace i (mod the
     /// list length): one namespace host per client.
@@ -186,6 +191,10 @@ pub struct ClientReport {
     /// sockets instead of the TX rings (no next hop in the ring's tables,
     /// too long); `None`: not AF_XDP.
     pub tx_via_kernel: Option<u64>,
+    /// AF_XDP sends: media datagrams dropped on the way out (TX ring full
+    /// after the bounded wait, send errors), which otherwise show only as
+    /// loss; `None`: not AF_XDP.
+    pub tx_dropped: Option<u64>,
     /// Per received stream (SSRC, type) counters, summed over receivers.
     pub received: Vec<StreamSummary>,
     /// Sender ticks (one per source per interval) made.
@@ -318,17 +327,17 @@ fn client_host(c: &SfuLoadConfig, i: usize) -> Host {
     }
 }
 
-/// UMEM frames of a client's AF_XDP receive backend (half on the fill
-/// ring): 512 frames hold far more than the receiver's gathering pause
-/// lets arrive.
+/// UMEM frames of a client's AF_XDP backend (half on the fill ring, the
+/// rest for the TX ring): 512 fill frames hold far more than arrives in
+/// the client thread's longest pause between two looks at the RX ring.
 const XDP_RX_FRAMES: u32 = 1024;
 
 /// Source `i`'s AF_XDP receive backend, opened inside its namespace host
 /// on the address and port it registered from: the registration socket
 /// is closed first and the backend's companion socket (bound to the same
-/// address and port) takes its place for the control messages and the
-/// sends. Nothing is sent to the source between the two (the senders
-/// have not started).
+/// address and port) takes its place for the control messages; the media
+/// go out through the backend's TX ring. Nothing is sent to the source
+/// between the two (the senders have not started).
 fn swap_to_xdp(
     c: &SfuLoadConfig,
     i: usize,
@@ -536,8 +545,9 @@ fn tell_all(sources: &mut [Source], kind: MsgType, server: SocketAddr) {
 const RX_GATHER: Duration = Duration::from_micros(500);
 /// The longest wait for any socket to become readable.
 const RX_WAIT: Duration = Duration::from_millis(5);
-/// The receiver thread's pause between two looks at AF_XDP RX rings that
-/// found nothing.
+/// The pause between two passes that found nothing over backends without
+/// readiness (io_uring), and the AF_XDP client thread's pause while
+/// datagrams come without the XDP program's stamp.
 const RING_PAUSE: Duration = Duration::from_micros(200);
 /// The AF_XDP client thread's longest pause between two looks at its RX
 /// rings while every datagram carries the XDP program's receive stamp
@@ -633,12 +643,9 @@ fn spawn_receiver(
                 && sockets
                     .iter()
                     .all(|(io, _)| matches!(io.kind(), BackendKind::Socket | BackendKind::Mmsg));
-            // AF_XDP: datagrams are read from the rings without a system
-            // call, so every pass looks at every source and then pauses.
-            let rings = sockets.iter().all(|(io, _)| io.kind() == BackendKind::Xdp);
             let fds: Vec<_> = sockets.iter().map(|(io, _)| io.raw_fd()).collect();
             // One socket: block briefly; many: poll each without waiting.
-            let wait = if single && !rings {
+            let wait = if single {
                 Duration::from_millis(5)
             } else {
                 Duration::ZERO
@@ -656,11 +663,10 @@ fn spawn_receiver(
                 };
                 let (got, stamped) = receive_pass(&mut sockets, &mut batch, &shared, ready, wait)?;
                 gather &= stamped;
-                if got > 0 && (pollable || rings) && gather {
+                if got > 0 && pollable && gather {
                     std::thread::sleep(RX_GATHER);
-                } else if rings || (got == 0 && !single && !pollable) {
-                    // (The rings are looked at without a system call: a
-                    // pass always ends in a pause, so the loop never spins.)
+                } else if got == 0 && !single && !pollable {
+                    // (Backends without readiness: never spin.)
                     std::thread::sleep(RING_PAUSE);
                 }
             }
@@ -765,11 +771,13 @@ struct ClientIoPlan {
 
 /// The client thread of AF_XDP sources: it owns every source's socket,
 /// sends each source's ticks through its TX ring on the sender's schedule
-/// (with the sender's policy) and, before every tick and at least every
-/// [`RING_GATHER`], reads the RX rings. The rings need no system call to be
-/// read, so a second thread would only add its own wake-ups; the receive
-/// work between two ticks is a few µs, and ticks made late by it are
-/// counted like any other.
+/// (with the sender's policy) and reads the RX rings at its first wake-up
+/// after each [`RING_GATHER`] (not before every tick: each look at a ring costs
+/// clock reads and ring bookkeeping, the datagrams carry the XDP program's
+/// stamps, and 64 per client and pass is more than twice what 20 clients
+/// at 1500 pps bring in a pause). The rings need no system call to be
+/// read, so a second thread would only add its own wake-ups; ticks made
+/// late by the receive work are counted like any other.
 fn spawn_client_io(
     shared: Arc<Shared>,
     mut sockets: Vec<Receiving>,
@@ -794,26 +802,31 @@ fn spawn_client_io(
                 policy: ringway_io::thread::policy().ok(),
             };
             let mut sender = None;
+            // The last pass over the RX rings and the pause until the next.
+            let mut passed: Option<Instant> = None;
             let mut pause = RING_GATHER;
             while !shared.stop_rx.load(Ordering::Relaxed) {
                 if published.elapsed() >= Duration::from_millis(500) {
                     published = Instant::now();
                     publish_loss(&sockets, &shared);
                 }
-                let (_, stamped) = receive_pass(
-                    &mut sockets,
-                    &mut rx_batch,
-                    &shared,
-                    u64::MAX,
-                    Duration::ZERO,
-                )?;
-                if !stamped {
-                    pause = RING_PAUSE;
+                if passed.is_none_or(|at| at.elapsed() >= pause) {
+                    let (_, stamped) = receive_pass(
+                        &mut sockets,
+                        &mut rx_batch,
+                        &shared,
+                        u64::MAX,
+                        Duration::ZERO,
+                    )?;
+                    passed = Some(Instant::now());
+                    pause = if stamped { RING_GATHER } else { RING_PAUSE };
                 }
                 if sending && shared.stop_tx.load(Ordering::Relaxed) {
                     sending = false;
                     sender = Some(sender_end(&schedule));
                 }
+                // The next pass waits for a wake-up the ticks make anyway
+                // (at most one pause later): no wake-up of its own.
                 if !sending {
                     std::thread::sleep(pause);
                 } else if let Some(k) = schedule.wait_next_within(pause) {
@@ -960,6 +973,7 @@ pub fn run(
     }
     if tx_kind == Some(BackendKind::Xdp) {
         summary.tx_via_kernel = Some(received.io.tx_via_socket);
+        summary.tx_dropped = Some(received.io.tx_ring_full_drops + received.io.tx_errors);
     }
     summary.cpu = match (sent.cpu, received.cpu) {
         (Some(a), Some(b)) => Some(CpuTime {
@@ -1055,6 +1069,7 @@ fn report(
         rx_ring_drops: None,
         tx_backend: String::new(),
         tx_via_kernel: None,
+        tx_dropped: None,
         received: total.streams(),
         ticks: 0,
         late_ticks,

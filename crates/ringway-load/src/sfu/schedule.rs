@@ -62,12 +62,15 @@ impl TickSchedule {
         Some(self.take(source, due))
     }
 
-    /// Sleep until `due`, then count `source`'s tick (late or not).
+    /// Sleep until `due`, then count `source`'s tick, late when it starts
+    /// more than [`LATE_TICK`] after `due` (an overrun of the sleep
+    /// itself included).
     fn take(&mut self, source: usize, due: Instant) -> usize {
         let now = Instant::now();
         if due > now {
             std::thread::sleep(due - now);
-        } else if now - due > LATE_TICK {
+        }
+        if Instant::now().saturating_duration_since(due) > LATE_TICK {
             self.late += 1;
         }
         self.next[source] += self.interval_ns;
@@ -138,16 +141,24 @@ mod tests {
     use super::*;
 
     /// The AF_XDP client thread's wait: a tick due later than the bound
-    /// is not taken (the thread only pauses), one due within it is, and
-    /// the skipped pause does not count as a tick.
+    /// is not taken (the thread only pauses), one due within it is, at its
+    /// time, and the skipped pause does not count as a tick.
     #[test]
     fn a_bounded_wait_takes_only_a_tick_due_within_it() {
-        // Source 0 due at once, source 1 50 ms later.
-        let mut schedule = TickSchedule::new(vec![0, 50_000_000], 1_000_000_000);
+        // Source 0 due at once, source 1 at 50 ms, source 2 at 20 ms.
+        let mut schedule = TickSchedule::new(vec![0, 50_000_000, 20_000_000], 1_000_000_000);
+        let start = schedule.start;
         assert_eq!(schedule.wait_next_within(Duration::from_millis(1)), Some(0));
         let before = Instant::now();
         assert_eq!(schedule.wait_next_within(Duration::from_millis(1)), None);
         assert!(before.elapsed() >= Duration::from_millis(1));
-        assert_eq!((schedule.ticks, schedule.late), (1, 0));
+        assert_eq!(schedule.ticks, 1);
+        // Source 2 is due within a 40 ms bound: taken, not before its time.
+        assert_eq!(
+            schedule.wait_next_within(Duration::from_millis(40)),
+            Some(2)
+        );
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_eq!(schedule.ticks, 2);
     }
 }

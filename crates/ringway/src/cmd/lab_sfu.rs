@@ -75,7 +75,9 @@ pub(crate) struct LabSfuArgs {
     /// runs as root anyway; inherited otherwise). Real-time keeps the
     /// receive work the load causes on its CPUs from making the sender
     /// late (runs with a late sender are left out); the receiver stays
-    /// fair-class and its figures come from kernel stamps. A policy the
+    /// fair-class and its figures come from kernel stamps (with
+    /// `--client-io xdp` one thread sends and receives, with this policy).
+    /// A policy the
     /// kernel refuses stops the lab at the calibration (or, with
     /// `--calibrate 0`, flags every run).
     #[arg(long)]
@@ -103,8 +105,9 @@ pub(crate) struct LabSfuArgs {
     /// veth: one thread reads the RX rings without a system call and sends
     /// each tick through a TX ring, so the clients cost less than the SFU
     /// they load; the SFU host's veth sends full checksums, which AF_XDP
-    /// verifies). `--client-rx` is the older name.
-    #[arg(long, value_enum, default_value_t = ClientIo::Socket, alias = "client-rx")]
+    /// verifies). Until 2026-11-27 this was `--client-rx xdp`, with the
+    /// sends through the sockets.
+    #[arg(long, value_enum, default_value_t = ClientIo::Socket)]
     pub client_io: ClientIo,
     /// Leave out runs with more other load on the machine than this (% of
     /// one core).
