@@ -564,9 +564,27 @@ fn failover_calls(route_to: &'static str, tcp: bool) -> (SippStats, String) {
         let proxy = start_proxy(&mut procs, dir.path(), &args);
         let mut uac = uac_args(a(PROXY), a(UAC), "bob", "example.com", 10, 10);
         uac.extend(["-recv_timeout".to_string(), "8000".to_string()]);
+        // SIPp's own account of a failed call (its errors log, in `dir`).
+        uac.push("-trace_err".to_string());
         let calls = run_sipp(&mut procs, dir.path(), "uac", &uac, Duration::from_secs(90)).1;
         let metrics = scrape(a(PROXY_METRICS));
         stop_proxy(&mut procs, &proxy);
+        if calls.failed > 0 {
+            // What went wrong is gone with the directory after the test:
+            // print it now (shown with the failing test's output).
+            for entry in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.ends_with("errors.log") {
+                    let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                    let from = (text.len().saturating_sub(6000)..text.len())
+                        .find(|i| text.is_char_boundary(*i))
+                        .unwrap_or(text.len());
+                    let tail = &text[from..];
+                    eprintln!("--- {name} (last 6000 bytes) ---\n{tail}");
+                }
+            }
+            eprintln!("--- the proxy's metrics ---\n{metrics}");
+        }
         (calls, metrics)
     })
 }
