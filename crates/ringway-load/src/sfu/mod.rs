@@ -430,6 +430,27 @@ struct ReceiverEnd {
     sender: Option<SenderEnd>,
 }
 
+impl ReceiverEnd {
+    /// The calling (receiving) thread's end: its CPU time now, the
+    /// backends' counters and each source's statistics.
+    fn at_end(
+        sockets: Vec<Receiving>,
+        refused: Vec<String>,
+        sender: Option<SenderEnd>,
+    ) -> ReceiverEnd {
+        let cpu = host::thread_cpu_time().ok();
+        let io = io_totals(&sockets);
+        let stats = sockets.into_iter().map(|(_, s)| s).collect();
+        ReceiverEnd {
+            stats,
+            cpu,
+            refused,
+            io,
+            sender,
+        }
+    }
+}
+
 /// Pin the calling thread to `cpus` and give it `policy` (each if any);
 /// the lines the kernel refused.
 fn pin(thread: &str, cpus: Option<Vec<usize>>, policy: Option<Policy>) -> Vec<String> {
@@ -670,16 +691,7 @@ fn spawn_receiver(
                     std::thread::sleep(RING_PAUSE);
                 }
             }
-            let cpu = host::thread_cpu_time().ok();
-            let io = io_totals(&sockets);
-            let stats = sockets.into_iter().map(|(_, s)| s).collect();
-            Ok(ReceiverEnd {
-                stats,
-                cpu,
-                refused,
-                io,
-                sender: None,
-            })
+            Ok(ReceiverEnd::at_end(sockets, refused, None))
         })
 }
 
@@ -837,16 +849,7 @@ fn spawn_client_io(
             if sending {
                 sender = Some(sender_end(&schedule));
             }
-            let cpu = host::thread_cpu_time().ok();
-            let io = io_totals(&sockets);
-            let stats = sockets.into_iter().map(|(_, s)| s).collect();
-            Ok(ReceiverEnd {
-                stats,
-                cpu,
-                refused,
-                io,
-                sender,
-            })
+            Ok(ReceiverEnd::at_end(sockets, refused, sender))
         })
 }
 
