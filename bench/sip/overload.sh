@@ -13,6 +13,12 @@
 #     ends, PROBES one-second probes of PROBE_RATE calls/s start one a
 #     second (separate generator processes, same CPU): the success ratio of
 #     each second's calls is the recovery curve.
+#  3. Capacity again (when step 1 ran and CAP_AFTER=1, the default): the
+#     same steps after the overload runs, into capacity-after.tsv; the
+#     summary judges each mode's goodput against the best step before,
+#     the best after and the median of all valid steps — the spread of
+#     the steps is the run's noise floor (this VM's speed moves by more
+#     than 10 % over minutes without any steal showing).
 #  Step 2 runs once per mode of MODES, side by side:
 #   on   shedding (--overload-queue-delay-ms SHED_MS), generators without
 #        RFC 7339 overload control (--overload-control off: no `oc` in
@@ -44,7 +50,7 @@
 # Usage: bench/sip/overload.sh
 #   env: RINGWAY=path (default target/release/ringway)  OUT=/tmp/ringway-overload
 #        RATES="3000 4000 5000 6000 7000 8000"  CAP_SECS=10  FACTOR=3  OVER_SECS=30
-#        CAPACITY=N (skip step 1)  PROBES=10  PROBE_RATE=1000  NICE=-5
+#        CAPACITY=N (skip steps 1 and 3)  CAP_AFTER=1  PROBES=10  PROBE_RATE=1000  NICE=-5
 #        SHED_MS=10 (the shedding run's --overload-queue-delay-ms: the set point
 #        of the admission controller, docs/sip-proxy.md)  MODES="on off"
 #        (any of on, oc, off; e.g. CAPACITY=19590 MODES="on oc" PROBES=5)
@@ -66,6 +72,7 @@ NICE="${NICE:--5}"
 SHED_MS="${SHED_MS:-10}"
 MODES="${MODES:-on off}"
 GENS="${GENS:-2}"
+CAP_AFTER="${CAP_AFTER:-1}"
 PROXY=127.0.0.1:5060
 # With autogroups (kernel.sched_autogroup_enabled) a process's nice counts
 # only inside its session; between sessions the autogroup's nice decides.
@@ -105,16 +112,17 @@ load() {
         >"$1.out" 2>"$1.err" || true
 }
 
-# 1. Capacity.
-if [[ -z "${CAPACITY:-}" ]]; then
+# capacity_steps TSV PREFIX: a fresh proxy per rate of RATES, CAP_SECS each;
+# one line per step into TSV.
+capacity_steps() {
     printf "rate\tattempted\tsucceeded\tfailed\tgoodput\tsched_ratio\tlag_us\tgen_rx_drops\tproxy_socket_drops\n" \
-        | tee "$OUT/capacity.tsv"
+        | tee "$1"
     for rate in $RATES; do
-        log="$OUT/cap-$rate"
+        log="$OUT/$2-$rate"
         start_proxy "$log" "$SHED_MS"
         load "$log" "$rate" "$CAP_SECS"
         stop_proxy
-        python3 - "$log" "$rate" <<'EOF' | tee -a "$OUT/capacity.tsv"
+        python3 - "$log" "$rate" <<'EOF' | tee -a "$1"
 import json, sys
 log, rate = sys.argv[1], sys.argv[2]
 l = json.load(open(log + ".json")); p = json.load(open(log + ".proxy.json"))
@@ -124,7 +132,11 @@ print("\t".join(str(x) for x in [rate, l["attempted"], l["succeeded"], l["failed
       l["rx_dropped"], p["drops"]["socket_rxq_ovfl"]]))
 EOF
     done
-    CAPACITY=$(python3 - "$OUT/capacity.tsv" <<'EOF'
+}
+# best_step TSV: the highest goodput of a step whose generator kept its
+# schedule (0: none did).
+best_step() {
+    python3 - "$1" <<'EOF'
 import sys
 best = 0
 for line in open(sys.argv[1]).read().splitlines()[1:]:
@@ -134,7 +146,14 @@ for line in open(sys.argv[1]).read().splitlines()[1:]:
         best = max(best, goodput)
 print(best)
 EOF
-)
+}
+
+# 1. Capacity.
+measured_capacity=0
+if [[ -z "${CAPACITY:-}" ]]; then
+    capacity_steps "$OUT/capacity.tsv" cap
+    CAPACITY=$(best_step "$OUT/capacity.tsv")
+    measured_capacity=1
 fi
 echo "capacity: $CAPACITY calls/s" | tee "$OUT/capacity.txt"
 if [[ "$CAPACITY" -le 0 ]]; then
@@ -236,6 +255,7 @@ series = [(t, total[t] - total[t - 1]) for t in range(1, end + 1)]
 over = [g for t, g in series if 2 <= t <= l["start_phase_s"]]
 sched = l["attempted"] / max(l["scheduled"], 1)
 behind = sched < 0.99 or l["start_lag_mean_us"] > 10_000
+json.dump({"over": over, "behind": behind}, open(log + ".over.json", "w"))
 flag = "  ** generator fell behind (or its CPU was taken): left out **" if behind else ""
 print(f"mode {mode} (on: shedding; oc: shedding + RFC 7339 overload control at the generators; "
       f"off: neither): capacity {cap}/s, offered {offer}/s for {l['start_phase_s']:.1f} s "
@@ -362,3 +382,45 @@ for i in range(1, probes + 1):
 print("   " + " ".join(row))
 EOF
 done
+
+# 3. Capacity again, and each mode judged against the steps before and after.
+if [[ $measured_capacity == 1 && $CAP_AFTER == 1 ]]; then
+    capacity_steps "$OUT/capacity-after.tsv" cap-after
+    python3 - "$OUT" "$MODES" <<'EOF' | tee "$OUT/judged.txt"
+import json, sys
+out, modes = sys.argv[1], sys.argv[2].split()
+def steps(path):
+    good = []
+    for line in open(path).read().splitlines()[1:]:
+        f = line.split("\t")
+        if int(f[1]) and float(f[5]) >= 0.99 and float(f[6]) <= 10_000:
+            good.append(int(f[4]))
+    return good
+before, after = steps(out + "/capacity.tsv"), steps(out + "/capacity-after.tsv")
+every = sorted(before + after)
+if not before or not after:
+    print("capacity before or after: no step with its generator on schedule; nothing judged")
+    sys.exit(0)
+median = every[len(every) // 2]
+refs = [("best step before", max(before)), ("best step after", max(after)), ("median step", median)]
+print(f"capacity steps (goodput of the steps whose generator kept its schedule): before {before}, "
+      f"after {after}; best before {max(before)}, best after {max(after)}, median {median}; "
+      f"spread of all steps {min(every)}-{max(every)} ({max(every) / min(every) - 1:.0%} over the lowest): "
+      f"the run's noise floor")
+for mode in modes:
+    try:
+        o = json.load(open(f"{out}/over-{mode}.over.json"))
+    except OSError:
+        continue
+    over = o["over"]
+    if not over:
+        continue
+    flag = " (generator fell behind: left out)" if o["behind"] else ""
+    parts = []
+    for name, ref in refs:
+        low = sum(1 for g in over if g < 0.8 * ref)
+        parts.append(f"{name} {ref}: mean {sum(over) / len(over) / ref:.0%}, worst second "
+                     f"{min(over) / ref:.0%}, {low} of {len(over)} seconds under 80 %")
+    print(f"mode {mode}{flag}: " + "; ".join(parts))
+EOF
+fi
