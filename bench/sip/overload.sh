@@ -3,7 +3,10 @@
 # spirit): stateful, 2 workers on one CPU, the generator (`ringway sip
 # load`, built-in UAS) on the other CPU.
 #
-#  1. Capacity: fresh proxy per step, RATES for CAP_SECS each; capacity =
+#  1. Capacity: fresh proxy per step, RATES for CAP_SECS each (40 s by
+#     default: longer than a transaction lives, timer J/L's 32 s over UDP,
+#     so the step reaches the transaction table's steady state; 10 s steps
+#     measured a peak the proxy did not hold for 20 s); capacity =
 #     the highest goodput (successful calls/s over the start phase) of a
 #     step whose generator kept its schedule (its failed calls are 503s
 #     from shedding at the edge, reported in capacity.tsv).
@@ -49,7 +52,7 @@
 #
 # Usage: bench/sip/overload.sh
 #   env: RINGWAY=path (default target/release/ringway)  OUT=/tmp/ringway-overload
-#        RATES="3000 4000 5000 6000 7000 8000"  CAP_SECS=10  FACTOR=3  OVER_SECS=30
+#        RATES="3000 4000 5000 6000 7000 8000"  CAP_SECS=40  FACTOR=3  OVER_SECS=30
 #        CAPACITY=N (skip steps 1 and 3)  CAP_AFTER=1  PROBES=10  PROBE_RATE=1000  NICE=-5
 #        SHED_MS=10 (the shedding run's --overload-queue-delay-ms: the set point
 #        of the admission controller, docs/sip-proxy.md)  MODES="on off"
@@ -63,7 +66,7 @@ source "$HERE/../lib.sh"
 bench_private_netns --session "$@"
 OUT="${OUT:-/tmp/ringway-overload}"
 RATES="${RATES:-3000 4000 5000 6000 7000 8000}"
-CAP_SECS="${CAP_SECS:-10}"
+CAP_SECS="${CAP_SECS:-40}"
 FACTOR="${FACTOR:-3}"
 OVER_SECS="${OVER_SECS:-30}"
 PROBES="${PROBES:-10}"
