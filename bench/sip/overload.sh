@@ -268,7 +268,8 @@ print(f"  generators: attempted {l['attempted']} / scheduled {l['scheduled']} ({
 print(f"  calls: ok {l['succeeded']} failed {l['failed_total']} {dict(l['failed'])} "
       f"throttled by the generators (RFC 7339, never sent) {l['throttled']}")
 print(f"  proxy: socket drops {p['drops']['socket_rxq_ovfl']}, queue sheds {p['proxy'].get('overload_queue_sheds')}, "
-      f"table sheds {p['proxy']['overload_sheds']}, dropped on a peek {p['messages'].get('overload_queue_drops', 'n/a')}, "
+      f"table sheds {p['proxy']['overload_sheds']}, dropped on a peek {p['messages'].get('overload_queue_drops', 'n/a')} "
+      f"(resends of those seen {p['messages'].get('overload_invite_resends', 'n/a')}), "
       f"transactions created {p['proxy']['transactions_created']}")
 # CPU time of both CPUs over the run, and what our processes used of it:
 # the rest went to other processes (the noise of a shared machine).
@@ -351,7 +352,7 @@ except OSError:
 trace = p.get("overload_control_trace") or []
 if trace:
     print("  the controller's periods per second (summary's overload_control_trace): saturated/periods, "
-          "queue grows, supply CPU-s/s (mean), standing ms (mean), arrived/admitted calls/s, datagrams/s, "
+          "queue grows, supply CPU-s/s (mean), standing ms (mean), arrived/resent/admitted calls/s (resent: INVITEs dropped unanswered coming back, not counted as arrivals), datagrams/s, "
           "sample calls per CPU-s (median), capacity and kept share at the second's end:")
     t0 = trace[0]["at_ns"]
     seconds = {}
@@ -370,7 +371,7 @@ if trace:
         print(f"   {sec:3d}: {sum(r['saturated'] for r in rs)}/{len(rs)} grows {sum(r['queue_grows'] for r in rs)} "
               f"supply {num(mean(r['supply'] for r in rs), '{:.2f}')} "
               f"standing {num(mean(r['standing_ms'] for r in rs), '{:.1f}')} "
-              f"arrived {num(mean(r['arrived'] for r in rs))} admitted {num(mean(r['admitted'] for r in rs))} "
+              f"arrived {num(mean(r['arrived'] for r in rs))} resent {num(mean(r.get('resent') for r in rs))} admitted {num(mean(r['admitted'] for r in rs))} "
               f"datagrams {num(mean(r.get('datagrams') for r in rs))} "
               f"sample {num(median)} capacity {num(last['capacity'])} keep {last['keep']:.3f}")
 print(f"  probes ({probes} x 1 s of calls, one a second after the overload): success ratio")

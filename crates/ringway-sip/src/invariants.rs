@@ -25,6 +25,7 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
     // The overload peek reads every datagram too (it must not panic), and
     // so does the quick refusal.
     let _ = crate::peek::is_new_invite(data);
+    let peeked_call_id = crate::peek::call_id(data);
     refuse_under_overload(data);
     let lazy = SipMsg::parse_lazy(data);
     let Ok(m) = SipMsg::parse(data) else {
@@ -35,6 +36,13 @@ pub fn parse_and_edit(data: &[u8]) -> bool {
         }
         return false;
     };
+    // The overload path tells resends apart by the peeked Call-ID: for a
+    // message the full parser accepts it is the parser's.
+    assert_eq!(
+        peeked_call_id,
+        m.call_id().map(str::as_bytes),
+        "the peeked Call-ID differs from the parsed one"
+    );
     let l = lazy.expect("parse_lazy accepts what parse accepts");
     lazy_agrees(&m, &l);
     let _ = (

@@ -34,6 +34,78 @@ pub fn is_new_invite(datagram: &[u8]) -> bool {
     false
 }
 
+/// The Call-ID of `datagram`: the value of its first `Call-ID` (or `i`)
+/// header with its continuation lines, trimmed, by the full parser's line
+/// grammar and folding; `None` if there is none or the value is empty or
+/// holds white space (the full parser refuses those). What a driver
+/// telling a sender's resend from a new request reads, without a parse.
+pub fn call_id(datagram: &[u8]) -> Option<&[u8]> {
+    // The value's range, once the Call-ID line is found.
+    let mut value: Option<(usize, usize)> = None;
+    // Past the start line, and the empty lines before it (RFC 3261 §7.5).
+    let skip = datagram
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(datagram.len());
+    let mut pos = find_byte_at(datagram, skip, b'\n')? + 1;
+    while let Some(newline) = find_byte_at(datagram, pos, b'\n') {
+        let mut content_end = newline;
+        if content_end > pos && datagram[content_end - 1] == b'\r' {
+            content_end -= 1;
+        }
+        if content_end == pos {
+            break;
+        }
+        let line = &datagram[pos..content_end];
+        if line[0] == b' ' || line[0] == b'\t' {
+            // A continuation extends the value of the header above.
+            if let Some((start, end)) = value.as_mut() {
+                let (from, to) = trim_range(datagram, pos, content_end);
+                if from < to {
+                    if *start == *end {
+                        *start = from;
+                    }
+                    *end = to;
+                }
+            }
+        } else if value.is_some() {
+            break;
+        } else if let Some((name, _)) = split_header(line) {
+            if header_kind(name) == HeaderKind::CallId {
+                let colon = pos + line.iter().position(|&b| b == b':')? + 1;
+                let (from, to) = trim_range(datagram, colon, content_end);
+                value = Some(if from < to {
+                    (from, to)
+                } else {
+                    (content_end, content_end)
+                });
+            }
+        }
+        pos = newline + 1;
+    }
+    let (start, end) = value?;
+    let value = &datagram[start..end];
+    let usable = !value.is_empty() && !value.iter().any(|&b| is_lws(b));
+    usable.then_some(value)
+}
+
+/// The offset of the first `byte` in `bytes` at or after `from`.
+fn find_byte_at(bytes: &[u8], from: usize, byte: u8) -> Option<usize> {
+    let at = bytes.get(from..)?.iter().position(|&b| b == byte)?;
+    Some(from + at)
+}
+
+/// `bytes[from..to]` without linear white space at either end, as a range.
+fn trim_range(bytes: &[u8], mut from: usize, mut to: usize) -> (usize, usize) {
+    while from < to && is_lws(bytes[from]) {
+        from += 1;
+    }
+    while to > from && is_lws(bytes[to - 1]) {
+        to -= 1;
+    }
+    (from, to)
+}
+
 /// The value of `line` if it is a To header (`To` or `t`, any case), by
 /// the full parser's line grammar ([`split_header`]).
 fn to_header_value(line: &[u8]) -> Option<&[u8]> {
@@ -171,5 +243,37 @@ From: <sip:a@example.com>;tag=1\r\n{to}\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\n\r\n"
         let body = b"INVITE sip:b@x SIP/2.0\r\nTo: <sip:b@x>;tag=2\r\n\r\nTo: <sip:c@x>\r\n";
         assert!(!is_new_invite(body));
         assert!(!is_new_invite(b""));
+    }
+
+    #[test]
+    fn the_call_id_is_read_as_the_full_parser_reads_it() {
+        let with = |header: &str| {
+            format!(
+                "INVITE sip:b@x SIP/2.0\r\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bK1\r\n\
+From: <sip:a@x>;tag=1\r\nTo: <sip:b@x>\r\n{header}\r\nCSeq: 1 INVITE\r\n\r\nCall-ID: body\r\n"
+            )
+        };
+        for (header, expected) in [
+            ("Call-ID: a84b4c76e66710@pc33", Some("a84b4c76e66710@pc33")),
+            ("i:  c1 ", Some("c1")),
+            ("CALL-id\t: c2", Some("c2")),
+            ("Call-ID: ", None),
+            ("Call-ID: two words", None),
+            ("X-Call-ID: c3", None),
+            // Folded: the value on the continuation line, or spread over
+            // lines (white space inside: refused).
+            ("Call-ID:\r\n  c4@host", Some("c4@host")),
+            ("Call-ID: c5@host\r\n \t", Some("c5@host")),
+            ("Call-ID: c6\r\n @host", None),
+        ] {
+            let datagram = with(header);
+            let peeked = call_id(datagram.as_bytes());
+            assert_eq!(peeked, expected.map(str::as_bytes), "{header}");
+            if let Ok(parsed) = crate::SipMsg::parse(datagram.as_bytes()) {
+                assert_eq!(peeked, parsed.call_id().map(str::as_bytes), "{header}");
+            }
+        }
+        assert_eq!(call_id(b""), None);
+        assert_eq!(call_id(b"INVITE sip:b@x SIP/2.0\r\n\r\nCall-ID: body\r\n"), None);
     }
 }

@@ -41,7 +41,7 @@
 //!   model shows what a descheduled worker measures.
 
 use ringway_sip::overload::{ShedConfig, Shedder};
-use ringway_sip::overload_control::{OcController, OcControllerConfig};
+use ringway_sip::overload_control::{OcController, OcControllerConfig, OcPool};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -80,15 +80,37 @@ enum Senders {
     Mixed,
 }
 
+/// A controller whose table of dropped INVITEs is keyed from a fixed seed:
+/// every run of a model is the same.
+fn seeded(config: OcControllerConfig) -> OcController {
+    OcController::join(&std::sync::Arc::new(OcPool::seeded(config, 7)))
+}
+
+/// One new INVITE as sent: its call and how many times it was sent.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct Invite {
+    call: u64,
+    sends: u8,
+}
+
+impl Invite {
+    /// Its Call-ID, as the driver peeks it.
+    fn call_id(self) -> String {
+        format!("{}@sim", self.call)
+    }
+}
+
 /// The senders: their throttles and their timer-A retransmissions.
 struct Offer {
     senders: Senders,
     /// The advertised reduction of the last 101 ms, newest last.
     history: VecDeque<u8>,
-    /// INVITEs to send again: (when in ms, sends so far).
-    again: BinaryHeap<Reverse<(u64, u8)>>,
+    /// INVITEs to send again: (when in ms, the INVITE as sent so far).
+    again: BinaryHeap<Reverse<(u64, Invite)>>,
     /// Credit of each half of the senders (calls).
     credit: [f64; 2],
+    /// Calls made so far.
+    calls: u64,
 }
 
 impl Offer {
@@ -98,14 +120,15 @@ impl Offer {
             history: VecDeque::new(),
             again: BinaryHeap::new(),
             credit: [0.0; 2],
+            calls: 0,
         }
     }
 
-    /// The new INVITEs sent in millisecond `ms` (each: how many times it
-    /// was sent), with `reduction` advertised now; none if the senders are
+    /// The new INVITEs sent in millisecond `ms` (new calls and resends),
+    /// with `reduction` advertised now; none if the senders are
     /// descheduled (`sending` false: the calls of that millisecond are not
     /// made, resends wait).
-    fn new_calls(&mut self, ms: u64, reduction: u8, sending: bool) -> Vec<u8> {
+    fn new_calls(&mut self, ms: u64, reduction: u8, sending: bool) -> Vec<Invite> {
         let history = &mut self.history;
         history.push_back(reduction);
         if history.len() > 101 {
@@ -131,26 +154,52 @@ impl Offer {
             Senders::Ignore => [1.0; 2],
             Senders::Mixed => [applied(100), 1.0],
         };
-        let mut new_calls: Vec<u8> = Vec::new();
+        let mut new_calls = Vec::new();
         for (credit, keep) in self.credit.iter_mut().zip(keep) {
             *credit += offered / 2.0 * keep;
             while *credit >= 1.0 {
                 *credit -= 1.0;
-                new_calls.push(1);
+                self.calls += 1;
+                new_calls.push(Invite {
+                    call: self.calls,
+                    sends: 1,
+                });
             }
         }
         while self.again.peek().is_some_and(|&Reverse((at, _))| at <= ms) {
-            new_calls.push(self.again.pop().unwrap().0 .1 + 1);
+            let invite = self.again.pop().unwrap().0 .1;
+            new_calls.push(Invite {
+                sends: invite.sends + 1,
+                ..invite
+            });
         }
         new_calls
     }
 
-    /// An INVITE sent `sends` times was dropped in millisecond `ms`: timer A
-    /// sends it again after 500 ms, 1 s, 2 s, ... (up to 7 sends).
-    fn resend(&mut self, ms: u64, sends: u8) {
-        if sends < 7 {
-            self.again.push(Reverse((ms + (500 << (sends - 1)), sends)));
+    /// `invite` was dropped in millisecond `ms`: timer A sends it again
+    /// after 500 ms, 1 s, 2 s, ... (up to 7 sends).
+    fn resend(&mut self, ms: u64, invite: Invite) {
+        if invite.sends < 7 {
+            self.again
+                .push(Reverse((ms + (500 << (invite.sends - 1)), invite)));
         }
+    }
+}
+
+/// What the driver tells the controller of a new INVITE it took up at
+/// `now`: whether it is the resend of one dropped unanswered (when it
+/// `tells` the controller of drops at all: the rule before counted every
+/// resend as a new call), remembering it if it is `dropped`, and its fate.
+fn count_invite(oc: &mut OcController, now: u64, invite: Invite, tells: bool, dropped: bool, admitted: bool) {
+    let call_id = invite.call_id();
+    let resent = tells && oc.is_resend(now, call_id.as_bytes());
+    if tells && dropped {
+        oc.remember_dropped(now, call_id.as_bytes());
+    }
+    if resent {
+        oc.count_resend(now, admitted);
+    } else {
+        oc.count_new_call(now, admitted);
     }
 }
 
@@ -247,7 +296,7 @@ impl Run {
 /// is queued at once. The worker has the whole CPU.
 fn simulate(law: Law, senders: Senders) -> Run {
     let mut shedder = Shedder::new(ShedConfig::with_target(TARGET));
-    let mut oc = OcController::new(OcControllerConfig::default());
+    let mut oc = seeded(OcControllerConfig::default());
     let mut offer = Offer::new(senders);
     let mut queue_s = 0.0f64;
     let mut cpu_used_ns = 0u64;
@@ -263,16 +312,16 @@ fn simulate(law: Law, senders: Senders) -> Run {
         };
         let new_calls = offer.new_calls(ms, reduction, true);
         let mut work = 0.0;
-        for sends in new_calls {
+        for invite in new_calls {
             let delay = (queue_s * 1e9) as u64;
             run.max_delay = run.max_delay.max(delay);
             shedder.observe(now, delay);
             let controller = (law == Law::Controller).then_some(&mut oc);
             if delay > 2 * TARGET {
                 work += PEEK * CALL_S;
-                offer.resend(ms, sends);
+                offer.resend(ms, invite);
                 if let Some(oc) = controller {
-                    oc.count_new_call(now, false);
+                    count_invite(oc, now, invite, true, true, false);
                 }
                 continue;
             }
@@ -280,7 +329,7 @@ fn simulate(law: Law, senders: Senders) -> Run {
             let admit = match controller {
                 Some(oc) => {
                     let admit = !refuse || oc.overrides_refusal(now, delay);
-                    oc.count_new_call(now, admit);
+                    count_invite(oc, now, invite, true, false, admit);
                     admit
                 }
                 None => !refuse,
@@ -316,6 +365,9 @@ enum Estimate {
     /// Before CPU times: the smoothed admitted rate while saturated (no
     /// CPU times, no hold).
     Before,
+    /// As now, but the resends of INVITEs dropped unanswered counted as
+    /// new calls' arrivals (the rule before the driver told them apart).
+    ResendsCounted,
 }
 
 impl Estimate {
@@ -323,7 +375,7 @@ impl Estimate {
     fn config(self) -> OcControllerConfig {
         let now = OcControllerConfig::default();
         match self {
-            Estimate::Now => now,
+            Estimate::Now | Estimate::ResendsCounted => now,
             Estimate::FastFall => OcControllerConfig {
                 slow_fall: now.max_fall,
                 ..now
@@ -339,8 +391,8 @@ impl Estimate {
 
 /// What waits in the worker's queue.
 enum Item {
-    /// A new INVITE (sent this many times) that arrived at this time (ns).
-    Invite { at: f64, sends: u8 },
+    /// A new INVITE that arrived at this time (ns).
+    Invite { at: f64, invite: Invite },
     /// The rest of an admitted call (its responses, ACK, BYE), in seconds
     /// of CPU.
     Rest(f64),
@@ -359,8 +411,9 @@ const INVITE_PART: f64 = 0.25;
 /// reads the CPU time the worker used, as the driver does.
 fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
     let cpu_times = estimate != Estimate::Before;
+    let tells = estimate != Estimate::ResendsCounted;
     let mut shedder = Shedder::new(ShedConfig::with_target(TARGET));
-    let mut oc = OcController::new(estimate.config());
+    let mut oc = seeded(estimate.config());
     let mut offer = Offer::new(senders);
     let mut queue: VecDeque<Item> = VecDeque::new();
     // The worker's clock (ns): it runs ahead of the millisecond while it
@@ -375,9 +428,9 @@ fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
         let reduction = oc.advert(ms * MS).reduction();
         let new_calls = offer.new_calls(ms, reduction, cpu.senders_run(ms));
         let spacing = MS as f64 / new_calls.len().max(1) as f64;
-        for (i, sends) in new_calls.into_iter().enumerate() {
+        for (i, invite) in new_calls.into_iter().enumerate() {
             let at = start + i as f64 * spacing;
-            queue.push_back(Item::Invite { at, sends });
+            queue.push_back(Item::Invite { at, invite });
         }
         clock = clock.max(start);
         if share == 0.0 {
@@ -396,7 +449,7 @@ fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
             };
             let cost = match item {
                 Item::Rest(cost) => cost,
-                Item::Invite { at, sends } => {
+                Item::Invite { at, invite } => {
                     // Idle until it arrives.
                     clock = clock.max(at);
                     let now = clock as u64;
@@ -404,13 +457,13 @@ fn simulate_queue(senders: Senders, cpu: Cpu, estimate: Estimate) -> Run {
                     run.max_delay = run.max_delay.max(delay);
                     shedder.observe(now, delay);
                     if delay > 2 * TARGET {
-                        offer.resend(ms, sends);
-                        oc.count_new_call(now, false);
+                        offer.resend(ms, invite);
+                        count_invite(&mut oc, now, invite, tells, true, false);
                         PEEK * CALL_S
                     } else {
                         let refuse = shedder.is_shedding() && !shedder.admit_new_call();
                         let admit = !refuse || oc.overrides_refusal(now, delay);
-                        oc.count_new_call(now, admit);
+                        count_invite(&mut oc, now, invite, tells, false, admit);
                         if admit {
                             run.admitted[(ms / S) as usize] += 1;
                             queue.push_back(Item::Rest((1.0 - INVITE_PART) * CALL_S));
@@ -598,10 +651,12 @@ fn a_lasting_loss_of_cpu_is_followed() {
 /// target and does not grow. A fall the queue does not confirm is slow, so
 /// every second from the third admits at least 80 % of what the machine
 /// could serve in it (the capacity times the CPU the stall left;
-/// measured here: ≥ 85 %) and 90 % on average. The rule before (the
+/// measured here: ≥ 96 %) and 90 % on average. The rule before (the
 /// bounded fall in every saturated period) lowers the estimate with the
 /// completions, the advertisement throttles the senders to it, and the
-/// seconds after the stalls lose more: the same run fails both bounds.
+/// seconds after the stalls lose more: at least 10 points of the worst
+/// second and 3 of the mean (here 81–84 % and 93 %; before the resends of
+/// dropped INVITEs were told apart, under both bounds).
 #[test]
 fn a_fall_the_queue_does_not_confirm_is_slow() {
     // The share of the CPU in each second the stalls leave.
@@ -644,10 +699,45 @@ fn a_fall_the_queue_does_not_confirm_is_slow() {
         assert!(worst >= 0.8, "worst second {:.1} %", worst * 100.0);
         assert!(mean >= 0.9, "mean {:.1} %", mean * 100.0);
         assert!(
-            worst_before < 0.8 && mean_before < 0.9,
+            worst_before <= worst - 0.1 && mean_before <= mean - 0.03,
             "the fall before: worst {:.1} %, mean {:.1} %",
             worst_before * 100.0,
             mean_before * 100.0
+        );
+    }
+}
+
+/// The onset, in the queue model: at the jump to 3× the capacity the
+/// queue passes the drop bound before the shedder and the throttles catch
+/// up, and the INVITEs dropped then come back 0.5 s, 1.5 s, … later,
+/// whatever the advertisement says. The driver tells those resends apart
+/// (the Call-IDs of the dropped INVITEs, `overload_control::resends`), so
+/// the advertisement overshoots its fixed point (67 %) by at most 15
+/// points (the senders' own lag) and every second from the one after the
+/// onset admits 90 % of the capacity (here 97–98 %). Counted as new calls
+/// (the rule before) they made the reduction climb to 85–88 % and the
+/// second after the onset admit 81 % (measured on the quiet machine: 78 %).
+#[test]
+fn resends_of_dropped_invites_are_not_taken_for_new_calls() {
+    for delay in [100, 1] {
+        let mut results = Vec::new();
+        for estimate in [Estimate::Now, Estimate::ResendsCounted] {
+            let run = simulate_queue(Senders::Obey(delay), Cpu::Whole, estimate);
+            let (worst, mean, _, _) = judge(&format!("onset, {estimate:?}, delay {delay} ms"), &run, 1);
+            let peak = *run.reduction[..30].iter().max().unwrap();
+            println!("peak reduction in the first 3 s: {peak} %");
+            results.push((worst, mean, peak));
+        }
+        let [(worst, mean, peak), (worst_before, _, peak_before)] = results[..] else {
+            unreachable!()
+        };
+        assert!(worst >= 0.9, "worst second {:.1} %", worst * 100.0);
+        assert!(mean >= 0.95, "mean {:.1} %", mean * 100.0);
+        assert!(peak <= 82, "peak reduction {peak} %");
+        assert!(
+            worst_before < 0.85 && peak_before >= 85,
+            "resends counted: worst {:.1} %, peak reduction {peak_before} %",
+            worst_before * 100.0
         );
     }
 }

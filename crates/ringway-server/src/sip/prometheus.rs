@@ -442,6 +442,11 @@ fn datagram_counters(text: &mut PromText, snap: &Snapshot) {
             metrics.overload_queue_drops,
         ),
         (
+            "ringway_sip_overload_invite_resends_total",
+            "New INVITEs that were resends of ones dropped unanswered.",
+            metrics.overload_invite_resends,
+        ),
+        (
             "ringway_sip_socket_drops_total",
             "SO_RXQ_OVFL drops of the proxy sockets.",
             metrics.socket_rx_dropped,

@@ -254,6 +254,9 @@ pub struct WorkerMetrics {
     /// [`OVERLOAD_DROP_FACTOR`](super::worker::OVERLOAD_DROP_FACTOR) times
     /// the shedding delay.
     pub overload_queue_drops: u64,
+    /// New INVITEs that were the resends of ones dropped unanswered
+    /// (RFC 7339 overload control on: not counted as new calls' arrivals).
+    pub overload_invite_resends: u64,
     /// Workers running an overload admission controller (0: shedding off;
     /// summed by [`WorkerMetrics::merge`]).
     pub overload_controllers: u64,
@@ -293,6 +296,7 @@ impl Default for WorkerMetrics {
             k_snd_requested: 0,
             socket_rx_dropped: 0,
             overload_queue_drops: 0,
+            overload_invite_resends: 0,
             overload_controllers: 0,
             overload_admitted_ppm: 0,
             overload_admitted_min_ppm: 1_000_000,
@@ -333,6 +337,7 @@ impl Clone for WorkerMetrics {
         self.k_snd_requested = source.k_snd_requested;
         self.socket_rx_dropped = source.socket_rx_dropped;
         self.overload_queue_drops = source.overload_queue_drops;
+        self.overload_invite_resends = source.overload_invite_resends;
         self.overload_controllers = source.overload_controllers;
         self.overload_admitted_ppm = source.overload_admitted_ppm;
         self.overload_admitted_min_ppm = source.overload_admitted_min_ppm;
@@ -382,6 +387,7 @@ impl WorkerMetrics {
         self.tx_oversize += other.tx_oversize;
         self.rx_truncated += other.rx_truncated;
         self.overload_queue_drops += other.overload_queue_drops;
+        self.overload_invite_resends += other.overload_invite_resends;
         self.overload_controllers += other.overload_controllers;
         self.overload_admitted_ppm += other.overload_admitted_ppm;
         self.overload_admitted_min_ppm = self

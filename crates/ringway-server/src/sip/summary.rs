@@ -27,6 +27,9 @@ pub struct Messages {
     /// New INVITEs dropped unanswered on a peek: they waited more than
     /// twice `overload_queue_delay_ms` (the 503 stage's second threshold).
     pub overload_queue_drops: u64,
+    /// New INVITEs recognised as the resends of ones dropped unanswered
+    /// (overload control on).
+    pub overload_invite_resends: u64,
     /// The admitted fraction of new INVITEs at the end (mean over the
     /// workers' overload controllers; `null`: shedding off).
     pub overload_admitted_ratio: Option<f64>,
@@ -415,6 +418,7 @@ pub(super) fn build(
             timer_out: m.timer_out,
             rx_truncated: m.rx_truncated,
             overload_queue_drops: m.overload_queue_drops,
+            overload_invite_resends: m.overload_invite_resends,
             overload_admitted_ratio: m.overload_admitted_ratio().map(|r| r.0),
             overload_admitted_min_ratio: m.overload_admitted_ratio().map(|r| r.1),
             rx_errors: m.rx_errors,

@@ -32,20 +32,31 @@ pub(crate) const OVERLOAD_DROP_FACTOR: u64 = 2;
 /// when the worker ends).
 const IO_STATS_EVERY_NS: u64 = 10_000_000;
 
+/// What overload control made of one datagram before any parse.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Shed {
+    /// A new INVITE to drop unanswered.
+    drop: bool,
+    /// A new INVITE that is the resend of one dropped unanswered
+    /// ([`OcController::is_resend`]).
+    resent: bool,
+}
+
 /// Overload control of one datagram, before any parse: feed its queueing
-/// delay to `shedder`; `true` if it is a new INVITE to drop unanswered
-/// (it waited beyond [`OVERLOAD_DROP_FACTOR`] × the target), else set the
-/// core's shedding for it (a new INVITE the controller refuses gets `503`,
-/// unless `oc`'s floor takes it: [`OcController::overrides_refusal`]).
-/// Only a new INVITE is peeked at, and only while the controller sheds or
-/// the wait is beyond the drop bound.
+/// delay to `shedder`; a new INVITE that waited beyond
+/// [`OVERLOAD_DROP_FACTOR`] × the target is to be dropped unanswered (its
+/// Call-ID remembered by `oc`), else set the core's shedding for it (a new
+/// INVITE the controller refuses gets `503`, unless `oc`'s floor takes it:
+/// [`OcController::overrides_refusal`]). Only a new INVITE is peeked at,
+/// and only while the controller sheds, the wait is beyond the drop bound,
+/// or `oc` expects resends of INVITEs dropped in the last 32 s.
 fn shed(
     shedder: &mut Shedder,
-    oc: Option<&mut OcController>,
+    mut oc: Option<&mut OcController>,
     proxy: &mut ProxyWorker<'_>,
     datagram: &ringway_io::Datagram<'_>,
     picked_at: Nanos,
-) -> bool {
+) -> Shed {
     let mut beyond_drop_bound = false;
     // Without a stamp the wait is unknown: never under the floor's bound.
     let mut waited = u64::MAX;
@@ -57,28 +68,54 @@ fn shed(
         let bound = shedder.config().target.saturating_mul(OVERLOAD_DROP_FACTOR);
         beyond_drop_bound = waited > bound;
     }
-    let new_invite = (shedder.is_shedding() || beyond_drop_bound)
+    let expects_resends = oc
+        .as_deref()
+        .is_some_and(|oc| oc.expects_resends(picked_at.0));
+    let new_invite = (shedder.is_shedding() || beyond_drop_bound || expects_resends)
         && ringway_sip::peek::is_new_invite(datagram.data);
+    let call_id = match &oc {
+        Some(_) if new_invite => ringway_sip::peek::call_id(datagram.data),
+        _ => None,
+    };
+    let resent = match (oc.as_deref(), call_id) {
+        (Some(oc), Some(call_id)) => oc.is_resend(picked_at.0, call_id),
+        _ => false,
+    };
     if new_invite && beyond_drop_bound {
-        return true;
+        if let (Some(oc), Some(call_id)) = (oc.as_deref(), call_id) {
+            oc.remember_dropped(picked_at.0, call_id);
+        }
+        return Shed { drop: true, resent };
     }
     let refuse = new_invite && shedder.is_shedding() && !shedder.admit_new_call();
-    let refuse = refuse && !oc.is_some_and(|oc| oc.overrides_refusal(picked_at.0, waited));
+    let refuse = refuse
+        && !oc
+            .as_deref_mut()
+            .is_some_and(|oc| oc.overrides_refusal(picked_at.0, waited));
     proxy.set_shedding(refuse);
-    false
+    Shed {
+        drop: false,
+        resent,
+    }
 }
 
-/// Count a new call for `oc` from what the core did with an INVITE:
-/// forwarded (admitted) or refused with `503`; anything else (a
-/// retransmission absorbed, another answer) is not a new call's fate.
-fn count_new_call(oc: &mut OcController, now: Nanos, outcome: &Outcome) {
+/// Count a new call (or, `resent`, the resend of one dropped unanswered)
+/// for `oc` from what the core did with an INVITE: forwarded (admitted) or
+/// refused with `503`; anything else (a retransmission absorbed, another
+/// answer) is not a new call's fate.
+fn count_new_call(oc: &mut OcController, now: Nanos, outcome: &Outcome, resent: bool) {
     if outcome.label != MsgLabel::Invite {
         return;
     }
-    match outcome.action {
-        Action::Forwarded { .. } => oc.count_new_call(now.0, true),
-        Action::Responded(503) => oc.count_new_call(now.0, false),
-        _ => {}
+    let admitted = match outcome.action {
+        Action::Forwarded { .. } => true,
+        Action::Responded(503) => false,
+        _ => return,
+    };
+    if resent {
+        oc.count_resend(now.0, admitted);
+    } else {
+        oc.count_new_call(now.0, admitted);
     }
 }
 
@@ -320,8 +357,11 @@ impl<'p> SipWorker<'p> {
                 }
             }
             let picked_at = realtime_now();
+            let mut resent = false;
             if let Some(shedder) = shedder.as_mut() {
-                let dropped = shed(shedder, oc.as_mut(), proxy, &datagram, picked_at);
+                let shed = shed(shedder, oc.as_mut(), proxy, &datagram, picked_at);
+                resent = shed.resent;
+                metrics.overload_invite_resends += u64::from(shed.resent);
                 // The gauge: the fraction now (the last datagram's) and the
                 // lowest seen, per datagram (a batch may span a whole cut).
                 let ppm = u64::from(shedder.admitted_ppm());
@@ -337,7 +377,9 @@ impl<'p> SipWorker<'p> {
                         // so that its stalls do not count as lost capacity.
                         || Some(ringway_io::thread::thread_cpu_total().as_nanos() as u64),
                     );
-                    if dropped {
+                    if shed.drop && shed.resent {
+                        oc.count_resend(picked_at.0, false);
+                    } else if shed.drop {
                         oc.count_new_call(picked_at.0, false);
                     }
                     let advert = oc.advert(picked_at.0);
@@ -346,7 +388,7 @@ impl<'p> SipWorker<'p> {
                     metrics.overload_oc_capacity = oc.capacity().map_or(0, |c| c as u64);
                     proxy.set_overload_control(Some(advert));
                 }
-                if dropped {
+                if shed.drop {
                     metrics.overload_queue_drops += 1;
                     let stats = metrics.slot_mut(MsgLabel::Invite.slot());
                     stats.count += 1;
@@ -391,7 +433,7 @@ impl<'p> SipWorker<'p> {
                     }
                 });
             if let Some(oc) = oc.as_mut() {
-                count_new_call(oc, picked_at, &outcome);
+                count_new_call(oc, picked_at, &outcome, resent);
             }
             if let Some((time, rng)) = service.as_mut() {
                 time.burn(rng);
@@ -854,6 +896,46 @@ mod tests {
         let both = k_rcv.mean() - 5_000.0 + wait.mean();
         assert!(both >= 600_000.0, "mean wait before + after {both} ns");
         assert!(wait.max() < 1_000_000_000 && k_rcv.max() < 1_000_000_000);
+    }
+
+    /// A new INVITE dropped unanswered for waiting past the drop bound is
+    /// remembered: its sender's resend (the same Call-ID) is counted apart
+    /// from new calls, once; another call's INVITE is not.
+    #[test]
+    fn the_resend_of_a_dropped_invite_is_told_from_a_new_call() {
+        let p = proxy(Mode::Stateful);
+        let mut w = SipWorker::new(&p, 8, 0);
+        w.shed_with(Some(ShedConfig::with_target(200_000_000)));
+        let fresh = realtime_now().0;
+        let ms = 1_000_000;
+        let (dropped, other) = (invite(7, 0), invite(8, 0));
+        let mut io = mem_io();
+        let rx = batch(&[(UAC, &dropped, Some(fresh - 1000 * ms), false)]);
+        w.drive_batch(&mut io, &rx, ticking());
+        assert_eq!(w.metrics().overload_queue_drops, 1);
+        assert_eq!(w.metrics().overload_invite_resends, 0);
+        // 500 ms later: the resend, a copy of it, another call.
+        let rx = batch(&[
+            (UAC, &dropped, Some(fresh + 500 * ms), false),
+            (UAC, &dropped, Some(fresh + 500 * ms + 1), false),
+            (UAC, &other, Some(fresh + 500 * ms + 2), false),
+        ]);
+        w.drive_batch(&mut io, &rx, ticking());
+        assert_eq!(w.metrics().overload_invite_resends, 1);
+        let inv = w.metrics().get(MsgLabel::Invite).unwrap();
+        assert_eq!(inv.forwarded, 2, "the resend and the other call go on");
+        // Without overload control nothing is remembered.
+        let mut w = SipWorker::new(&p, 8, 0);
+        w.overload_control(false);
+        w.shed_with(Some(ShedConfig::with_target(200_000_000)));
+        let third = invite(9, 0);
+        let rx = batch(&[
+            (UAC, &third, Some(fresh - 1000 * ms), false),
+            (UAC, &third, Some(fresh + 500 * ms), false),
+        ]);
+        w.drive_batch(&mut io, &rx, ticking());
+        assert_eq!(w.metrics().overload_queue_drops, 1);
+        assert_eq!(w.metrics().overload_invite_resends, 0);
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct OcController {
     arrived: u64,
     admitted: u64,
     datagrams: u64,
+    /// Resends of INVITEs dropped unanswered since the last report.
+    resent: u64,
     /// What the pool published at the last report.
     published: Published,
     /// Pinned share (lab knob): reports change nothing here.
@@ -101,6 +103,7 @@ impl OcController {
             arrived: 0,
             admitted: 0,
             datagrams: 0,
+            resent: 0,
             published: Published {
                 keep: 1.0,
                 capacity: None,
@@ -129,6 +132,39 @@ impl OcController {
     /// the proxy took it on, `false` if it was refused or dropped.
     pub fn count_new_call(&mut self, now: u64, admitted: bool) {
         self.arrived += 1;
+        self.count_admitted(now, admitted);
+    }
+
+    /// The resend of a new INVITE dropped unanswered ([`Self::is_resend`])
+    /// arrived at `now`: counted like a new call, but not in the arrivals
+    /// the advertisement is computed against (see [`super::resends`]).
+    pub fn count_resend(&mut self, now: u64, admitted: bool) {
+        self.resent += 1;
+        self.count_admitted(now, admitted);
+    }
+
+    /// A new INVITE with `call_id` was dropped unanswered at `now` (it
+    /// waited beyond the drop bound): remembered, so that its sender's
+    /// resend is told apart ([`Self::is_resend`]). Count it as well
+    /// ([`Self::count_new_call`] or [`Self::count_resend`]).
+    pub fn remember_dropped(&self, now: u64, call_id: &[u8]) {
+        self.pool.dropped().remember(now, call_id);
+    }
+
+    /// Whether any new INVITE was dropped unanswered in the pool in the
+    /// last 32 s (timer B): only then may a new INVITE be a resend, and its
+    /// Call-ID worth a peek.
+    pub fn expects_resends(&self, now: u64) -> bool {
+        self.pool.dropped().expected(now)
+    }
+
+    /// Whether a new INVITE with `call_id` arriving at `now` is the resend
+    /// of one the pool dropped unanswered (each drop matches once).
+    pub fn is_resend(&self, now: u64, call_id: &[u8]) -> bool {
+        self.expects_resends(now) && self.pool.dropped().take(call_id)
+    }
+
+    fn count_admitted(&mut self, now: u64, admitted: bool) {
         if admitted {
             self.admitted += 1;
             self.fill(now);
@@ -191,6 +227,7 @@ impl OcController {
         let report = Report {
             elapsed,
             arrived: self.arrived,
+            resent: self.resent,
             admitted: self.admitted,
             datagrams: self.datagrams,
             cpu: cpu_now
@@ -207,6 +244,7 @@ impl OcController {
         self.report_start = Some(now);
         self.cpu_at_start = cpu_now;
         self.arrived = 0;
+        self.resent = 0;
         self.admitted = 0;
         self.datagrams = 0;
     }

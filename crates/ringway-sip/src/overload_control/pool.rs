@@ -56,7 +56,8 @@
 //!   ate CPU climbs back once they stop).
 //! - **The advertised share kept** `k` (reduction `1 − k`): each period
 //!   `k ← k · (C / A)^g`, where `A` is the rate of new calls that *arrived*
-//!   (after the senders' throttles), with gain `g` = 0.35 and at most ×1.25
+//!   (after the senders' throttles; not the resends of INVITEs dropped
+//!   unanswered, [`super::resends`]), with gain `g` = 0.35 and at most ×1.25
 //!   or ÷1.25 per period. `A = O·k` for conforming senders offering `O`, so
 //!   the fixed point is `k = C / O` whatever `O` is; senders without `oc`
 //!   count in `A` too, so the conforming ones are asked to make room for
@@ -82,6 +83,8 @@
 //! its own queue: one pool each, so every sender hears the worker it
 //! talks to.
 
+use super::resends::DroppedInvites;
+use crate::hash::{KeyRing, Purpose};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::{Mutex, TryLockError};
@@ -193,8 +196,13 @@ pub struct PeriodRecord {
     pub at_ns: u64,
     /// Its length (ms).
     pub elapsed_ms: f64,
-    /// New calls that arrived, per second (the pool's).
+    /// New calls that arrived, per second (the pool's), not counting the
+    /// resends of INVITEs dropped unanswered.
     pub arrived: f64,
+    /// Those resends, per second ([`super::resends`]): admitted or refused
+    /// like new calls, but not counted in `arrived`.
+    #[serde(default)]
+    pub resent: f64,
     /// Of those, admitted, per second.
     pub admitted: f64,
     /// Datagrams the workers took from their queue, per second: the work
@@ -227,8 +235,10 @@ pub struct PeriodRecord {
 pub(super) struct Report {
     /// Wall time covered (ns).
     pub elapsed: u64,
-    /// New calls that arrived, and of those admitted.
+    /// New calls that arrived (not counting resends), resends of INVITEs
+    /// dropped unanswered, and of both those admitted.
     pub arrived: u64,
+    pub resent: u64,
     pub admitted: u64,
     /// Datagrams taken from the queue.
     pub datagrams: u64,
@@ -243,6 +253,7 @@ pub(super) struct Report {
 #[derive(Clone, Copy, Debug, Default)]
 struct Rates {
     arrived: f64,
+    resent: f64,
     admitted: f64,
     datagrams: f64,
     /// CPU-seconds per second (`None`: not known).
@@ -301,12 +312,26 @@ struct Estimate {
 #[derive(Debug)]
 pub struct OcPool {
     estimate: Mutex<Estimate>,
+    /// The new INVITEs the pool's workers dropped unanswered.
+    dropped: DroppedInvites,
 }
 
 impl OcPool {
     /// A pool advertising nothing (`oc=0`) until it sees overload; the
     /// knobs clamped to their ranges.
     pub fn new(config: OcControllerConfig) -> OcPool {
+        OcPool::with_dropped(config, DroppedInvites::new())
+    }
+
+    /// The same, with the key of its table of dropped INVITEs
+    /// ([`super::resends`]) spread from `seed` instead of random: a
+    /// simulation that repeats exactly.
+    pub fn seeded(config: OcControllerConfig, seed: u64) -> OcPool {
+        let key = KeyRing::from_seed(seed).key(Purpose::Retransmission);
+        OcPool::with_dropped(config, DroppedInvites::keyed(key))
+    }
+
+    fn with_dropped(config: OcControllerConfig, dropped: DroppedInvites) -> OcPool {
         OcPool {
             estimate: Mutex::new(Estimate {
                 config: config.clamped(),
@@ -319,7 +344,13 @@ impl OcPool {
                 keep: 1.0,
                 trace: VecDeque::new(),
             }),
+            dropped,
         }
+    }
+
+    /// The new INVITEs its workers dropped unanswered.
+    pub(super) fn dropped(&self) -> &DroppedInvites {
+        &self.dropped
     }
 
     /// The knobs (clamped).
@@ -375,6 +406,7 @@ impl Estimate {
             let sum = &mut slot.sum;
             sum.elapsed += report.elapsed;
             sum.arrived += report.arrived;
+            sum.resent += report.resent;
             sum.admitted += report.admitted;
             sum.datagrams += report.datagrams;
             sum.cpu = match (sum.cpu, report.cpu) {
@@ -419,6 +451,7 @@ impl Estimate {
                 let secs = slot.sum.elapsed as f64 / 1e9;
                 let rates = Rates {
                     arrived: slot.sum.arrived as f64 / secs,
+                    resent: slot.sum.resent as f64 / secs,
                     admitted: slot.sum.admitted as f64 / secs,
                     datagrams: slot.sum.datagrams as f64 / secs,
                     supply: slot.sum.cpu.map(|cpu| cpu as f64 / 1e9 / secs),
@@ -436,6 +469,7 @@ impl Estimate {
             per_worker.push(rates.map_or(0.0, |r| r.arrived));
             if let Some(rates) = rates {
                 total.arrived += rates.arrived;
+                total.resent += rates.resent;
                 total.admitted += rates.admitted;
                 total.datagrams += rates.datagrams;
                 total.supply = total.supply.zip(rates.supply).map(|(a, b)| a + b);
@@ -467,6 +501,7 @@ impl Estimate {
             at_ns: now,
             elapsed_ms: ms(elapsed),
             arrived: rates.arrived,
+            resent: rates.resent,
             admitted: rates.admitted,
             datagrams: rates.datagrams,
             supply: rates.supply,
@@ -589,6 +624,7 @@ pub(super) mod tests {
         Report {
             elapsed: 100 * MS,
             arrived,
+            resent: 0,
             admitted,
             datagrams: 6 * admitted + arrived.saturating_sub(admitted),
             cpu: cpu_ms.map(|ms| ms * MS),
