@@ -139,11 +139,14 @@ pub enum Purpose {
     Dialog,
     /// The dispatcher's probe nonces.
     ProbeNonce,
+    /// The Call-IDs of new INVITEs dropped under overload (a table key;
+    /// servers key that table at random, simulations from a seed).
+    DroppedInvite,
 }
 
 impl Purpose {
     /// Every purpose, in the order of [`KeyRing`]'s keys.
-    pub const ALL: [Purpose; 12] = [
+    pub const ALL: [Purpose; 13] = [
         Purpose::Transaction,
         Purpose::LoopDetect,
         Purpose::Upstream,
@@ -156,6 +159,7 @@ impl Purpose {
         Purpose::AuthorisedHop,
         Purpose::Dialog,
         Purpose::ProbeNonce,
+        Purpose::DroppedInvite,
     ];
 
     /// The label its key is derived with (never changes: it is part of
@@ -174,6 +178,7 @@ impl Purpose {
             Purpose::AuthorisedHop => b"authorised-hop",
             Purpose::Dialog => b"dialog",
             Purpose::ProbeNonce => b"probe-nonce",
+            Purpose::DroppedInvite => b"dropped-invite",
         }
     }
 

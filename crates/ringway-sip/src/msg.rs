@@ -593,7 +593,7 @@ fn header_line(
 
 /// Trim LWS from both ends of `buf[a..e]`, returning the new bounds.
 #[inline]
-fn trim_range(buf: &[u8], mut a: usize, mut e: usize) -> (usize, usize) {
+pub(crate) fn trim_range(buf: &[u8], mut a: usize, mut e: usize) -> (usize, usize) {
     while a < e && is_lws(buf[a]) {
         a += 1;
     }

@@ -29,9 +29,8 @@ mod pool;
 mod resends;
 
 use crate::msg::Via;
-pub use controller::OcController;
+pub use controller::{NewCallCounts, OcController};
 pub use pool::{OcControllerConfig, OcPool, PeriodRecord, TRACE_PERIODS};
-pub use resends::{RESEND_WINDOW_NS, SLOTS as DROPPED_INVITE_SLOTS};
 
 /// How long an advertised reduction holds (ms) unless renewed, for a
 /// client that gets none (RFC 7339's default is the same 500 ms).

@@ -190,7 +190,14 @@ impl Offer {
 /// `now`: whether it is the resend of one dropped unanswered (when it
 /// `tells` the controller of drops at all: the rule before counted every
 /// resend as a new call), remembering it if it is `dropped`, and its fate.
-fn count_invite(oc: &mut OcController, now: u64, invite: Invite, tells: bool, dropped: bool, admitted: bool) {
+fn count_invite(
+    oc: &mut OcController,
+    now: u64,
+    invite: Invite,
+    tells: bool,
+    dropped: bool,
+    admitted: bool,
+) {
     let call_id = invite.call_id();
     let resent = tells && oc.is_resend(now, call_id.as_bytes());
     if tells && dropped {
@@ -723,7 +730,8 @@ fn resends_of_dropped_invites_are_not_taken_for_new_calls() {
         let mut results = Vec::new();
         for estimate in [Estimate::Now, Estimate::ResendsCounted] {
             let run = simulate_queue(Senders::Obey(delay), Cpu::Whole, estimate);
-            let (worst, mean, _, _) = judge(&format!("onset, {estimate:?}, delay {delay} ms"), &run, 1);
+            let (worst, mean, _, _) =
+                judge(&format!("onset, {estimate:?}, delay {delay} ms"), &run, 1);
             let peak = *run.reduction[..30].iter().max().unwrap();
             println!("peak reduction in the first 3 s: {peak} %");
             results.push((worst, mean, peak));

@@ -52,7 +52,7 @@ struct Shed {
 /// or `oc` expects resends of INVITEs dropped in the last 32 s.
 fn shed(
     shedder: &mut Shedder,
-    mut oc: Option<&mut OcController>,
+    oc: Option<&mut OcController>,
     proxy: &mut ProxyWorker<'_>,
     datagram: &ringway_io::Datagram<'_>,
     picked_at: Nanos,
@@ -88,10 +88,7 @@ fn shed(
         return Shed { drop: true, resent };
     }
     let refuse = new_invite && shedder.is_shedding() && !shedder.admit_new_call();
-    let refuse = refuse
-        && !oc
-            .as_deref_mut()
-            .is_some_and(|oc| oc.overrides_refusal(picked_at.0, waited));
+    let refuse = refuse && !oc.is_some_and(|oc| oc.overrides_refusal(picked_at.0, waited));
     proxy.set_shedding(refuse);
     Shed {
         drop: false,
@@ -102,21 +99,22 @@ fn shed(
 /// Count a new call (or, `resent`, the resend of one dropped unanswered)
 /// for `oc` from what the core did with an INVITE: forwarded (admitted) or
 /// refused with `503`; anything else (a retransmission absorbed, another
-/// answer) is not a new call's fate.
-fn count_new_call(oc: &mut OcController, now: Nanos, outcome: &Outcome, resent: bool) {
+/// answer) is not a new call's fate. Returns whether a resend was counted.
+fn count_new_call(oc: &mut OcController, now: Nanos, outcome: &Outcome, resent: bool) -> bool {
     if outcome.label != MsgLabel::Invite {
-        return;
+        return false;
     }
     let admitted = match outcome.action {
         Action::Forwarded { .. } => true,
         Action::Responded(503) => false,
-        _ => return,
+        _ => return false,
     };
     if resent {
         oc.count_resend(now.0, admitted);
     } else {
         oc.count_new_call(now.0, admitted);
     }
+    resent
 }
 
 /// Per-worker state: the send batch, TX-stamp sampling, and the metrics.
@@ -359,9 +357,8 @@ impl<'p> SipWorker<'p> {
             let picked_at = realtime_now();
             let mut resent = false;
             if let Some(shedder) = shedder.as_mut() {
-                let shed = shed(shedder, oc.as_mut(), proxy, &datagram, picked_at);
-                resent = shed.resent;
-                metrics.overload_invite_resends += u64::from(shed.resent);
+                let verdict = shed(shedder, oc.as_mut(), proxy, &datagram, picked_at);
+                resent = verdict.resent;
                 // The gauge: the fraction now (the last datagram's) and the
                 // lowest seen, per datagram (a batch may span a whole cut).
                 let ppm = u64::from(shedder.admitted_ppm());
@@ -377,9 +374,10 @@ impl<'p> SipWorker<'p> {
                         // so that its stalls do not count as lost capacity.
                         || Some(ringway_io::thread::thread_cpu_total().as_nanos() as u64),
                     );
-                    if shed.drop && shed.resent {
+                    if verdict.drop && verdict.resent {
                         oc.count_resend(picked_at.0, false);
-                    } else if shed.drop {
+                        metrics.overload_invite_resends += 1;
+                    } else if verdict.drop {
                         oc.count_new_call(picked_at.0, false);
                     }
                     let advert = oc.advert(picked_at.0);
@@ -388,7 +386,7 @@ impl<'p> SipWorker<'p> {
                     metrics.overload_oc_capacity = oc.capacity().map_or(0, |c| c as u64);
                     proxy.set_overload_control(Some(advert));
                 }
-                if shed.drop {
+                if verdict.drop {
                     metrics.overload_queue_drops += 1;
                     let stats = metrics.slot_mut(MsgLabel::Invite.slot());
                     stats.count += 1;
@@ -433,7 +431,9 @@ impl<'p> SipWorker<'p> {
                     }
                 });
             if let Some(oc) = oc.as_mut() {
-                count_new_call(oc, picked_at, &outcome, resent);
+                if count_new_call(oc, picked_at, &outcome, resent) {
+                    metrics.overload_invite_resends += 1;
+                }
             }
             if let Some((time, rng)) = service.as_mut() {
                 time.burn(rng);
@@ -900,42 +900,55 @@ mod tests {
 
     /// A new INVITE dropped unanswered for waiting past the drop bound is
     /// remembered: its sender's resend (the same Call-ID) is counted apart
-    /// from new calls, once; another call's INVITE is not.
+    /// from new calls, once, also by another worker of the same pool;
+    /// another call's INVITE is a new call.
     #[test]
     fn the_resend_of_a_dropped_invite_is_told_from_a_new_call() {
+        use ringway_sip::overload_control::NewCallCounts;
         let p = proxy(Mode::Stateful);
-        let mut w = SipWorker::new(&p, 8, 0);
-        w.shed_with(Some(ShedConfig::with_target(200_000_000)));
+        let pool = Arc::new(OcPool::new(OcControllerConfig::default()));
+        let worker = || {
+            let mut w = SipWorker::new(&p, 8, 0);
+            w.overload_control_pool(Some(pool.clone()));
+            w.shed_with(Some(ShedConfig::with_target(200_000_000)));
+            w
+        };
+        let (mut first, mut second) = (worker(), worker());
         let fresh = realtime_now().0;
         let ms = 1_000_000;
         let (dropped, other) = (invite(7, 0), invite(8, 0));
         let mut io = mem_io();
         let rx = batch(&[(UAC, &dropped, Some(fresh - 1000 * ms), false)]);
-        w.drive_batch(&mut io, &rx, ticking());
-        assert_eq!(w.metrics().overload_queue_drops, 1);
-        assert_eq!(w.metrics().overload_invite_resends, 0);
-        // 500 ms later: the resend, a copy of it, another call.
+        first.drive_batch(&mut io, &rx, ticking());
+        assert_eq!(first.metrics().overload_queue_drops, 1);
+        let counted = |w: &SipWorker<'_>| w.oc.as_ref().map(OcController::counted);
+        assert_eq!(
+            counted(&first),
+            Some(NewCallCounts {
+                arrived: 1,
+                resent: 0,
+                admitted: 0
+            })
+        );
+        // The resend, a copy of it, another call: read by the other worker.
         let rx = batch(&[
             (UAC, &dropped, Some(fresh + 500 * ms), false),
             (UAC, &dropped, Some(fresh + 500 * ms + 1), false),
             (UAC, &other, Some(fresh + 500 * ms + 2), false),
         ]);
-        w.drive_batch(&mut io, &rx, ticking());
-        assert_eq!(w.metrics().overload_invite_resends, 1);
-        let inv = w.metrics().get(MsgLabel::Invite).unwrap();
+        second.drive_batch(&mut io, &rx, ticking());
+        let inv = second.metrics().get(MsgLabel::Invite).unwrap();
         assert_eq!(inv.forwarded, 2, "the resend and the other call go on");
-        // Without overload control nothing is remembered.
-        let mut w = SipWorker::new(&p, 8, 0);
-        w.overload_control(false);
-        w.shed_with(Some(ShedConfig::with_target(200_000_000)));
-        let third = invite(9, 0);
-        let rx = batch(&[
-            (UAC, &third, Some(fresh - 1000 * ms), false),
-            (UAC, &third, Some(fresh + 500 * ms), false),
-        ]);
-        w.drive_batch(&mut io, &rx, ticking());
-        assert_eq!(w.metrics().overload_queue_drops, 1);
-        assert_eq!(w.metrics().overload_invite_resends, 0);
+        assert_eq!(second.metrics().overload_invite_resends, 1);
+        assert_eq!(
+            counted(&second),
+            Some(NewCallCounts {
+                arrived: 1,
+                resent: 1,
+                admitted: 2
+            }),
+            "the copy is the resend's retransmission, absorbed"
+        );
     }
 
     #[test]

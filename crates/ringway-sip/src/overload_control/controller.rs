@@ -43,6 +43,18 @@ const FLOOR_BURST_NS: f64 = 5e6;
 /// period however the workers' phases fall.
 const REPORTS_PER_PERIOD: u64 = 4;
 
+/// The new calls a controller counted since it was made (what its worker
+/// took up), for the driver's tests and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NewCallCounts {
+    /// New calls that arrived (not counting resends).
+    pub arrived: u64,
+    /// Resends of new INVITEs dropped unanswered.
+    pub resent: u64,
+    /// New calls and resends admitted.
+    pub admitted: u64,
+}
+
 /// The advertisement's controller of one worker; see the module
 /// documentation.
 #[derive(Debug)]
@@ -61,6 +73,8 @@ pub struct OcController {
     datagrams: u64,
     /// Resends of INVITEs dropped unanswered since the last report.
     resent: u64,
+    /// Every count since the controller was made.
+    counted: NewCallCounts,
     /// What the pool published at the last report.
     published: Published,
     /// Pinned share (lab knob): reports change nothing here.
@@ -104,6 +118,7 @@ impl OcController {
             admitted: 0,
             datagrams: 0,
             resent: 0,
+            counted: NewCallCounts::default(),
             published: Published {
                 keep: 1.0,
                 capacity: None,
@@ -132,6 +147,7 @@ impl OcController {
     /// the proxy took it on, `false` if it was refused or dropped.
     pub fn count_new_call(&mut self, now: u64, admitted: bool) {
         self.arrived += 1;
+        self.counted.arrived += 1;
         self.count_admitted(now, admitted);
     }
 
@@ -140,6 +156,7 @@ impl OcController {
     /// the advertisement is computed against (see [`super::resends`]).
     pub fn count_resend(&mut self, now: u64, admitted: bool) {
         self.resent += 1;
+        self.counted.resent += 1;
         self.count_admitted(now, admitted);
     }
 
@@ -164,8 +181,14 @@ impl OcController {
         self.expects_resends(now) && self.pool.dropped().take(call_id)
     }
 
+    /// What it counted since it was made.
+    pub fn counted(&self) -> NewCallCounts {
+        self.counted
+    }
+
     fn count_admitted(&mut self, now: u64, admitted: bool) {
         if admitted {
+            self.counted.admitted += 1;
             self.admitted += 1;
             self.fill(now);
             self.tokens = (self.tokens - 1.0).max(0.0);

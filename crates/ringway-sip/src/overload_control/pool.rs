@@ -201,9 +201,9 @@ pub struct PeriodRecord {
     pub arrived: f64,
     /// Those resends, per second ([`super::resends`]): admitted or refused
     /// like new calls, but not counted in `arrived`.
-    #[serde(default)]
     pub resent: f64,
-    /// Of those, admitted, per second.
+    /// New calls and resends admitted, per second (may exceed `arrived`
+    /// while resends come back).
     pub admitted: f64,
     /// Datagrams the workers took from their queue, per second: the work
     /// (a call is several; a refusal one or two).
@@ -327,7 +327,7 @@ impl OcPool {
     /// ([`super::resends`]) spread from `seed` instead of random: a
     /// simulation that repeats exactly.
     pub fn seeded(config: OcControllerConfig, seed: u64) -> OcPool {
-        let key = KeyRing::from_seed(seed).key(Purpose::Retransmission);
+        let key = KeyRing::from_seed(seed).key(Purpose::DroppedInvite);
         OcPool::with_dropped(config, DroppedInvites::keyed(key))
     }
 
@@ -466,7 +466,9 @@ impl Estimate {
             };
             target = target.max(slot.sum.target);
             slot.sum = Report::default();
-            per_worker.push(rates.map_or(0.0, |r| r.arrived));
+            // Its share of the new INVITEs it took up, resends included
+            // (its floor counts admitted resends too).
+            per_worker.push(rates.map_or(0.0, |r| r.arrived + r.resent));
             if let Some(rates) = rates {
                 total.arrived += rates.arrived;
                 total.resent += rates.resent;
@@ -479,8 +481,9 @@ impl Estimate {
             }
         }
         for (slot, arrived) in self.slots.iter_mut().zip(per_worker) {
-            slot.share = if total.arrived > 0.0 {
-                arrived / total.arrived
+            let pool_arrived = total.arrived + total.resent;
+            slot.share = if pool_arrived > 0.0 {
+                arrived / pool_arrived
             } else {
                 1.0
             };

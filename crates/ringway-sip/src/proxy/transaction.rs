@@ -436,11 +436,12 @@ const HEAP_ENTRIES_PER_TRANSACTION: usize = 2;
 pub(super) struct Shard {
     /// Boxed: the table's own entries stay small (24 bytes), so growing it
     /// moves little. With the transactions inline (312 bytes an entry)
-    /// the 64 shards, filled evenly, doubled together: at ~18 000 calls/s
-    /// a stall of a few hundred ms at 7 168 and again at 14 336
-    /// transactions a shard (12 s and 25 s into an overload from a fresh
-    /// proxy), the goodput's dips in bench/sip/overload.sh
-    /// (docs/sip-proxy.md).
+    /// the 64 shards, filled evenly, grow together: 64 doublings at 7 168
+    /// transactions a shard took ~190 ms, at 14 336 ~225 ms (boxed: 13 and
+    /// 25 ms; a stand-alone timing on this VM) — at ~18 000 calls/s, 12 s
+    /// and 25 s into an overload from a fresh proxy, a stall that pushed
+    /// the queue past the drop bound (docs/sip-proxy.md, "Transactions
+    /// boxed").
     pub(super) transactions: HashMap<TransactionKey, Box<Transaction>>,
     pub(super) timers: BinaryHeap<Reverse<ScheduledTimer>>,
     /// Transactions by the UDP destination they wait at
