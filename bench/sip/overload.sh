@@ -21,7 +21,10 @@
 #     summary judges each mode's goodput against the best step before,
 #     the best after and the median of all valid steps — the spread of
 #     the steps is the run's noise floor (this VM's speed moves by more
-#     than 10 % over minutes without any steal showing).
+#     than 10 % over minutes without any steal showing) — and against the
+#     best step before scaled by each second's CPU speed: cpu-speed.py
+#     samples the speed of CPU 0 every 100 ms during every step and run
+#     (per second of its own CPU time; ~0.5 % of the CPU).
 #  Step 2 runs once per mode of MODES, side by side:
 #   on   shedding (--overload-queue-delay-ms SHED_MS), generators without
 #        RFC 7339 overload control (--overload-control off: no `oc` in
@@ -108,6 +111,17 @@ stop_proxy() {
     kill -TERM "$proxy"
     wait "$proxy" || true
 }
+# start_speed_probe LOG SECS: the CPU speed of CPU 0 (the proxy's) as it
+# runs, a sample every 100 ms into LOG.speed (cpu-speed.py; PID in $speed).
+start_speed_probe() {
+    taskset -c 0 python3 "$HERE/cpu-speed.py" "$1.speed" "$2" &
+    speed=$!
+    PIDS+=("$speed")
+}
+stop_speed_probe() {
+    kill "$speed" 2>/dev/null || true
+    wait "$speed" 2>/dev/null || true
+}
 # load LOG RATE SECS: one generator on CPU 1 (foreground).
 load() {
     nice -n "$NICE" taskset -c 1 "$RINGWAY" sip load --proxy "$PROXY" --rate "$2" \
@@ -123,7 +137,9 @@ capacity_steps() {
     for rate in $RATES; do
         log="$OUT/$2-$rate"
         start_proxy "$log" "$SHED_MS"
+        start_speed_probe "$log" "$CAP_SECS"
         load "$log" "$rate" "$CAP_SECS"
+        stop_speed_probe
         stop_proxy
         python3 - "$log" "$rate" <<'EOF' | tee -a "$1"
 import json, sys
@@ -175,6 +191,7 @@ for mode in $MODES; do
     rm -f "$log".* "$log"-probe-*
     start_proxy "$log" "$shed"
     grep -E '^cpu[01] ' /proc/stat >"$log.stat0"
+    start_speed_probe "$log" "$((OVER_SECS + PROBES + 2))"
     date +%s.%N >"$log.t0"
     run_delay "$proxy" >"$log.proxy-wait0"
     # The admission controller's fraction, scraped once a second.
@@ -221,6 +238,7 @@ for mode in $MODES; do
     for p in "${probes[@]}"; do wait "$p" || true; done
     grep -E '^cpu[01] ' /proc/stat >"$log.stat1"
     date +%s.%N >"$log.t1"
+    stop_speed_probe
     stop_proxy
     python3 - "$log" "$CAPACITY" "$OFFER" "$PROBES" "$mode" "$GENS" <<'EOF' | tee "$log.report.txt"
 import json, re, sys
@@ -258,7 +276,7 @@ series = [(t, total[t] - total[t - 1]) for t in range(1, end + 1)]
 over = [g for t, g in series if 2 <= t <= l["start_phase_s"]]
 sched = l["attempted"] / max(l["scheduled"], 1)
 behind = sched < 0.99 or l["start_lag_mean_us"] > 10_000
-json.dump({"over": over, "behind": behind}, open(log + ".over.json", "w"))
+over_json = {"over": over, "behind": behind}
 flag = "  ** generator fell behind (or its CPU was taken): left out **" if behind else ""
 print(f"mode {mode} (on: shedding; oc: shedding + RFC 7339 overload control at the generators; "
       f"off: neither): capacity {cap}/s, offered {offer}/s for {l['start_phase_s']:.1f} s "
@@ -333,6 +351,38 @@ if over and steal:
         low = sum(1 for x in shares if x < 0.8)
         print(f"  goodput against the capacity less that second's steal: min {min(shares):.0%}, "
               f"mean {sum(shares) / len(shares):.0%}, {low} of {len(shares)} seconds under 80 %")
+# Each second against the CPU's speed in it (cpu-speed.py: a fixed unit
+# of work on CPU 0 every 100 ms, per second of its own CPU time; this VM's
+# CPU runs 30 % slower for seconds at a time with no steal showing),
+# relative to the median speed during the capacity steps (or, without
+# them, during this run).
+import glob, statistics
+def speeds(path):
+    try:
+        return [tuple(map(float, line.split())) for line in open(path)]
+    except OSError:
+        return []
+reference = [r for f in glob.glob(log.rsplit("/", 1)[0] + "/cap-[0-9]*.speed") for _, r in speeds(f)]
+own = speeds(log + ".speed")
+speed_of = {}
+if own:
+    base = statistics.median(reference or [r for _, r in own])
+    t_start = float(open(log + ".t0").read())
+    per = {}
+    for t, r in own:
+        per.setdefault(int(t - t_start) + 1, []).append(r)
+    speed_of = {t: statistics.median(v) / base for t, v in per.items()}
+judged_speed = [(g, speed_of.get(t)) for t, g in series if 2 <= t <= l["start_phase_s"]]
+if over and speed_of:
+    print("  CPU speed of cpu0 per second (% of " + ("the capacity steps'" if reference else "this run's")
+          + " median): " + " ".join("n/a" if s is None else f"{100 * s:.0f}" for _, s in judged_speed))
+    shares = [g / (cap * s) for g, s in judged_speed if s]
+    if shares:
+        low = sum(1 for x in shares if x < 0.8)
+        print(f"  goodput against the capacity times that second's CPU speed: min {min(shares):.0%}, "
+              f"mean {sum(shares) / len(shares):.0%}, {low} of {len(shares)} seconds under 80 %")
+over_json["speed"] = [s for _, s in judged_speed] if speed_of else None
+json.dump(over_json, open(log + ".over.json", "w"))
 m = p["messages"]
 print(f"  admitted fraction of new INVITEs: at the end {m.get('overload_admitted_ratio')}, "
       f"lowest {m.get('overload_admitted_min_ratio')}; per second (scraped, admitted/advertised oc reduction %"
@@ -426,5 +476,30 @@ for mode in modes:
         parts.append(f"{name} {ref}: mean {sum(over) / len(over) / ref:.0%}, worst second "
                      f"{min(over) / ref:.0%}, {low} of {len(over)} seconds under 80 %")
     print(f"mode {mode}{flag}: " + "; ".join(parts))
+    # The same against the best step before scaled by the CPU's speed: each
+    # second's goodput against that step's goodput times the second's speed
+    # relative to the step's own (both from cpu-speed.py, relative to the
+    # median of every step before).
+    speed = o.get("speed")
+    if speed and any(s is not None for s in speed):
+        import glob, statistics
+        rows = [l.split("\t") for l in open(out + "/capacity.tsv").read().splitlines()[1:]]
+        valid = [f for f in rows if int(f[1]) and float(f[5]) >= 0.99 and float(f[6]) <= 10_000]
+        best = max(valid, key=lambda f: int(f[4]))
+        def step_speed(rate):
+            try:
+                return statistics.median(float(x.split()[1]) for x in open(f"{out}/cap-{rate}.speed"))
+            except (OSError, statistics.StatisticsError):
+                return None
+        everyone = [float(x.split()[1]) for f in glob.glob(out + "/cap-[0-9]*.speed") for x in open(f)]
+        at_best = step_speed(best[0])
+        if everyone and at_best:
+            relative = at_best / statistics.median(everyone)
+            shares = [g / (int(best[4]) * s / relative) for g, s in zip(over, speed) if s]
+            low = sum(1 for x in shares if x < 0.8)
+            print(f"mode {mode}{flag}, CPU speed taken into account: best step before {best[4]} "
+                  f"(its CPU at {relative:.0%} of the steps' median speed): mean "
+                  f"{sum(shares) / len(shares):.0%}, worst second {min(shares):.0%}, {low} of "
+                  f"{len(shares)} seconds under 80 %")
 EOF
 fi
