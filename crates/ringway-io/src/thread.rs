@@ -75,10 +75,16 @@ pub fn online_cpus() -> usize {
 
 /// CPUs the calling thread may run on.
 pub fn affinity() -> io::Result<Vec<usize>> {
+    affinity_of(0)
+}
+
+/// CPUs thread `tid` may run on (0: the calling thread).
+pub fn affinity_of(tid: i32) -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain old data; all-zero is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pointer and size describe a live cpu_set_t.
-    cvt(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
+    // SAFETY: pointer and size describe a live cpu_set_t; tid names a
+    // thread (0: the calling one), a wrong one is an error (ESRCH).
+    cvt(unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) })?;
     Ok((0..libc::CPU_SETSIZE as usize)
         // SAFETY: index is below CPU_SETSIZE.
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
@@ -87,6 +93,12 @@ pub fn affinity() -> io::Result<Vec<usize>> {
 
 /// Pin the calling thread to `cpus`.
 pub fn set_affinity(cpus: &[usize]) -> Outcome {
+    set_affinity_of(0, cpus)
+}
+
+/// Pin thread `tid` (0: the calling thread) to `cpus`, e.g. a kernel
+/// thread serving a testbed's device; needs the right to change it.
+pub fn set_affinity_of(tid: i32, cpus: &[usize]) -> Outcome {
     if cpus.is_empty() {
         return Outcome::Refused("EINVAL (empty CPU list)".into());
     }
@@ -99,13 +111,14 @@ pub fn set_affinity(cpus: &[usize]) -> Outcome {
         // SAFETY: index checked against CPU_SETSIZE above.
         unsafe { libc::CPU_SET(c, &mut set) };
     }
-    // SAFETY: pointer and size describe a live cpu_set_t.
+    // SAFETY: pointer and size describe a live cpu_set_t; tid names a
+    // thread (0: the calling one), a wrong one is an error (ESRCH).
     let result =
-        cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) });
+        cvt(unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) });
     if let Err(error) = result {
         return refused(error);
     }
-    match affinity() {
+    match affinity_of(tid) {
         Ok(v) => Outcome::Applied(format!("cpus {v:?}")),
         Err(error) => Outcome::Applied(format!("read back failed: {error}")),
     }

@@ -28,6 +28,33 @@ fn affinity_applied_and_read_back() {
 }
 
 #[test]
+fn another_threads_affinity_is_set_and_read_back() {
+    let all = thread::affinity().unwrap();
+    let one = *all.last().unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        tid_tx.send(thread::current_tid()).unwrap();
+        done_rx.recv().unwrap();
+        thread::affinity().unwrap()
+    });
+    let tid = tid_rx.recv().unwrap();
+    let r = thread::set_affinity_of(tid, &[one]);
+    assert!(r.is_applied(), "{r}");
+    assert_eq!(thread::affinity_of(tid).unwrap(), vec![one]);
+    // The calling thread is left as it was.
+    assert_eq!(thread::affinity().unwrap(), all);
+    done_tx.send(()).unwrap();
+    // The other thread sees its own new mask.
+    assert_eq!(other.join().unwrap(), vec![one]);
+    // A thread that does not exist: refused with the reason.
+    match thread::set_affinity_of(i32::MAX, &[one]) {
+        Outcome::Refused(r) => assert!(r.contains("ESRCH"), "{r}"),
+        o => panic!("unexpected {o}"),
+    }
+}
+
+#[test]
 fn slice_applied_or_refused_with_reason() {
     on_thread(|| {
         match thread::set_slice(Duration::from_millis(3)) {

@@ -48,9 +48,11 @@ pub struct SfuLabConfig {
     pub batch: Option<usize>,
     /// SFU spin before sleeping (µs).
     pub spin_us: u32,
-    /// Pin the SFU engine thread to these CPUs.
+    /// Pin the SFU engine thread to these CPUs (in the testbed its NAPI
+    /// thread too).
     pub cpus: Option<Vec<usize>>,
-    /// Pin the load threads to these CPUs.
+    /// Pin the load threads to these CPUs (in the testbed the switch's
+    /// NAPI threads too).
     pub load_cpus: Option<Vec<usize>>,
     /// Scheduling policy of the load's sender thread (and of the lateness
     /// calibration); `None`: inherited. `Fifo` keeps the receive work the
@@ -481,6 +483,16 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
         Placement::Hosts(t) => t.switch_napi.clone(),
         Placement::Loopback => Vec::new(),
     };
+    // The SFU host alone on its CPUs (testbed docs): its NAPI thread with
+    // the engine, the switch's (the wire's) with the load.
+    let napi_refused = match place {
+        Placement::Hosts(t) => t.pin_hosts(
+            &sfu_napi,
+            c.cpus.as_deref().unwrap_or_default(),
+            c.load_cpus.as_deref().unwrap_or_default(),
+        ),
+        Placement::Loopback => Vec::new(),
+    };
     // 3 streams per client: interval = 3 / pps seconds.
     let load = SfuLoadConfig {
         interval_ms: 3000.0 / column.pps as f64,
@@ -514,6 +526,7 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
         load,
         before: first,
         after: second,
+        napi_refused,
     })
 }
 
@@ -524,6 +537,8 @@ struct Measured {
     /// CPU samples at the start and the end of the measured window.
     before: Sample,
     after: Sample,
+    /// NAPI threads that could not be put on their host's CPUs.
+    napi_refused: Vec<String>,
 }
 
 /// The load generator's lateness alone on this machine, and the limit the
@@ -724,6 +739,7 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         load,
         before: first,
         after: second,
+        napi_refused,
     } = measure(place, c, column)?;
     let engine_pct =
         |ns: Option<u64>| ns.map_or(f64::NAN, |ns| pct_of(ns, sample.wall_s.max(1e-3)));
@@ -745,6 +761,7 @@ fn run_column(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Re
         .placement_refused
         .iter()
         .chain(&load.placement_refused)
+        .chain(&napi_refused)
         .next();
     let excluded = exclusion(c, refused, late_pct, foreign_pct);
     let kernel = sample.kernel_fanout.filter(|_| fanout);

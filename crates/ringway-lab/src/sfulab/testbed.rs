@@ -35,6 +35,15 @@
 //!   Softirq work done outside these threads (e.g. at a syscall's return)
 //!   is charged to whatever thread ran it: approximate, as the kernel has
 //!   no IRQ time accounting here.
+//! * **The SFU host alone on its CPUs**: with `--cpus` and `--load-cpus`
+//!   (`pin_kernel_threads`), the SFU's NAPI thread runs on the SFU's CPUs
+//!   with its engine, and the switch's (the wire's) on the load's, as the
+//!   paper's SFU had a machine of its own. Unpinned, the scheduler moved
+//!   the SFU's NAPI thread and the busiest switch thread between the two
+//!   vCPUs every few seconds, and the SFU host's kernel work ran partly
+//!   beside the wire on the load's CPU, where its wake-ups were local and
+//!   its caches shared: the in-kernel fan-out's SFU host measured 0.19x
+//!   socket's CPU per packet that way and 0.35x pinned (docs/pktswitch.md).
 
 use anyhow::Context;
 use ringway_io::backend::{attach_xdp_pass, XdpAttachment};
@@ -319,6 +328,22 @@ impl Testbed {
         found.dedup();
         Ok(found)
     }
+
+    /// The SFU host alone on its CPUs (module docs): the SFU's NAPI threads
+    /// `sfu_napi` to `sfu_cpus`, the switch's to `load_cpus` (an empty list
+    /// pins nothing). Returns one line per refusal.
+    pub fn pin_hosts(
+        &self,
+        sfu_napi: &[u32],
+        sfu_cpus: &[usize],
+        load_cpus: &[usize],
+    ) -> Vec<String> {
+        [
+            pin_kernel_threads(sfu_napi, sfu_cpus, "the SFU's"),
+            pin_kernel_threads(&self.switch_napi, load_cpus, "the switch's"),
+        ]
+        .concat()
+    }
 }
 
 /// The link-local address of `ifname` in `host`, once the kernel has made
@@ -434,6 +459,26 @@ pub(crate) fn threaded_napi(host: &Host, dev: &str) -> anyhow::Result<Vec<u32>> 
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     Ok(found)
+}
+
+/// Pin the kernel threads `pids` (a testbed device's NAPI threads) to
+/// `cpus`, as a NIC's interrupt is steered to the host it serves; returns
+/// one line per refusal (`what`: whose threads). Nothing for empty `cpus`.
+pub(crate) fn pin_kernel_threads(pids: &[u32], cpus: &[usize], what: &str) -> Vec<String> {
+    if cpus.is_empty() {
+        return Vec::new();
+    }
+    pids.iter()
+        .filter_map(|&pid| {
+            let tid = i32::try_from(pid).ok()?;
+            match ringway_io::thread::set_affinity_of(tid, cpus) {
+                ringway_io::thread::Outcome::Applied(_) => None,
+                ringway_io::thread::Outcome::Refused(why) => {
+                    Some(format!("{what} NAPI thread {pid} to CPUs {cpus:?}: {why}"))
+                }
+            }
+        })
+        .collect()
 }
 
 /// Sum of the CPU times of `pids` (processes or kernel threads) now;
@@ -646,5 +691,33 @@ mod thread_tests {
         tx.send(()).unwrap();
         t.join().unwrap();
         assert_eq!(thread_named("no-such-thread"), None);
+    }
+
+    #[test]
+    fn threads_are_pinned_to_their_hosts_cpus_or_the_refusal_is_named() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<i32>();
+        let t = std::thread::spawn(move || {
+            started_tx.send(ringway_io::thread::current_tid()).unwrap();
+            let _ = rx.recv();
+        });
+        let tid = started.recv().unwrap();
+        let all = ringway_io::thread::affinity().unwrap();
+        let last = *all.last().unwrap();
+        let pid = u32::try_from(tid).unwrap();
+        assert!(pin_kernel_threads(&[pid], &[last], "a test's").is_empty());
+        assert_eq!(ringway_io::thread::affinity_of(tid).unwrap(), vec![last]);
+        // Not pinned without CPUs.
+        assert!(pin_kernel_threads(&[pid], &[], "a test's").is_empty());
+        assert_eq!(ringway_io::thread::affinity_of(tid).unwrap(), vec![last]);
+        tx.send(()).unwrap();
+        t.join().unwrap();
+        // A thread that is gone: one line naming whose thread and why.
+        let refused = pin_kernel_threads(&[u32::MAX >> 1], &[last], "the switch's");
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with("the switch's NAPI thread") && refused[0].contains("ESRCH"),
+            "{refused:?}"
+        );
     }
 }

@@ -39,7 +39,9 @@ use super::{
     run_generator, start_proxy, stop_proxy, topology, Counters, ProxyKind, ProxyWire, RunRecord,
     RunSpec, Tools,
 };
-use crate::sfulab::testbed::{napi_snapshot, run_in, threaded_napi, NapiSnapshot};
+use crate::sfulab::testbed::{
+    napi_snapshot, pin_kernel_threads, run_in, threaded_napi, NapiSnapshot,
+};
 use crate::stats::mean_ci;
 use anyhow::Context;
 use ringway_io::backend::{attach_xdp_pass, XdpAttachment};
@@ -433,21 +435,7 @@ fn napi_threads_of(host: &Host, before: &NapiSnapshot) -> anyhow::Result<Vec<u32
 /// its host's CPUs, as a NIC's interrupt on the host it serves); a
 /// refusal is a note. Nothing to do for empty `cpus` (not pinned).
 fn pin_threads(pids: &[u32], cpus: &[usize], what: &str, notes: &mut Vec<String>) {
-    if cpus.is_empty() {
-        return;
-    }
-    let list = topology::cpu_list_text(cpus);
-    for pid in pids {
-        let ok = std::process::Command::new("taskset")
-            .args(["-pc", &list, &pid.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            notes.push(format!("{what} NAPI thread {pid}: CPUs {list} refused"));
-        }
-    }
+    notes.extend(pin_kernel_threads(pids, cpus, what));
 }
 
 /// CPU seconds the kernel threads `pids` have run (`/proc/PID/schedstat`,

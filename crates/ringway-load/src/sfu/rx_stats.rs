@@ -2,7 +2,7 @@
 //! of its own echoed packets and the one-way delay of others' packets.
 
 use hdrhistogram::Histogram;
-use ringway_server::metrics::latency_histogram;
+use ringway_server::metrics::compact_latency_histogram;
 use ringway_sfu::client::SeqTracker;
 use ringway_sfu::wire::{self, Control, MediaType, MsgType, RtpPacket};
 use std::collections::BTreeMap;
@@ -31,9 +31,12 @@ pub struct RxStats {
     streams: BTreeMap<(u32, u8), (SeqTracker, u64)>,
     merged: BTreeMap<(u32, u8), [u64; 4]>,
     merged_media: (u64, u64, u64),
-    /// RTT of echoed own packets (ns).
+    /// RTT of echoed own packets (ns; 2 significant digits: recorded per
+    /// datagram, and a client's two 3-digit histograms, ~220 KiB each, made
+    /// a cache miss of most records on the load thread).
     pub rtt: Histogram<u64>,
-    /// One-way delay of other sources' packets (ns; same-host clocks only).
+    /// One-way delay of other sources' packets (ns; same-host clocks only;
+    /// 2 significant digits).
     pub owd: Histogram<u64>,
     /// Datagrams received.
     pub rx_packets: u64,
@@ -56,8 +59,8 @@ impl Default for RxStats {
             streams: BTreeMap::new(),
             merged: BTreeMap::new(),
             merged_media: (0, 0, 0),
-            rtt: latency_histogram(),
-            owd: latency_histogram(),
+            rtt: compact_latency_histogram(),
+            owd: compact_latency_histogram(),
             rx_packets: 0,
             rx_bytes: 0,
             echoes: 0,

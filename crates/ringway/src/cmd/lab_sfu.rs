@@ -64,10 +64,12 @@ pub(crate) struct LabSfuArgs {
     /// in the engine's CPU and in the `spin` figure).
     #[arg(long, default_value_t = 0)]
     pub spin_us: u32,
-    /// Pin the SFU engine thread to these CPUs.
+    /// Pin the SFU engine thread to these CPUs (in the testbed its
+    /// interface's NAPI thread too: the SFU host alone on them).
     #[arg(long)]
     pub cpus: Option<String>,
-    /// Pin the load threads to these CPUs.
+    /// Pin the load threads to these CPUs (in the testbed the switch's
+    /// NAPI threads too: the wire beside the clients).
     #[arg(long)]
     pub load_cpus: Option<String>,
     /// Scheduling policy of the load's sender thread: `other`, `batch`,
