@@ -1,7 +1,8 @@
 //! Thread placement: CPU affinity, scheduling policy, nice, per-thread EEVDF
 //! slice, and per-thread CPU time split into user and kernel.
 //!
-//! Every setter acts on the calling thread and returns an [`Outcome`]:
+//! Every setter acts on the calling thread (those named `_of`: on the
+//! thread given) and returns an [`Outcome`]:
 //! applied (with the value read back from the kernel) or refused with the
 //! errno reason. Nothing is silently ignored.
 

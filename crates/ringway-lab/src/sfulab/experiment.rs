@@ -486,7 +486,7 @@ fn measure(place: &Placement, c: &SfuLabConfig, column: Column) -> anyhow::Resul
     // The SFU host alone on its CPUs (testbed docs): its NAPI thread with
     // the engine, the switch's (the wire's) with the load.
     let napi_refused = match place {
-        Placement::Hosts(t) => t.pin_hosts(
+        Placement::Hosts(t) => t.pin_napi_threads(
             &sfu_napi,
             c.cpus.as_deref().unwrap_or_default(),
             c.load_cpus.as_deref().unwrap_or_default(),

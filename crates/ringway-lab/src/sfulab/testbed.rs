@@ -35,9 +35,9 @@
 //!   Softirq work done outside these threads (e.g. at a syscall's return)
 //!   is charged to whatever thread ran it: approximate, as the kernel has
 //!   no IRQ time accounting here.
-//! * **The SFU host alone on its CPUs**: with `--cpus` and `--load-cpus`
-//!   (`pin_kernel_threads`), the SFU's NAPI thread runs on the SFU's CPUs
-//!   with its engine, and the switch's (the wire's) on the load's, as the
+//! * **The SFU host alone on its CPUs** ([`Testbed::pin_napi_threads`]):
+//!   with `--cpus` the SFU's NAPI thread runs on the SFU's CPUs with its
+//!   engine, with `--load-cpus` the switch's (the wire's) on the load's, as the
 //!   paper's SFU had a machine of its own. Unpinned, the scheduler moved
 //!   the SFU's NAPI thread and the busiest switch thread between the two
 //!   vCPUs every few seconds, and the SFU host's kernel work ran partly
@@ -331,14 +331,18 @@ impl Testbed {
 
     /// The SFU host alone on its CPUs (module docs): the SFU's NAPI threads
     /// `sfu_napi` to `sfu_cpus`, the switch's to `load_cpus` (an empty list
-    /// pins nothing). Returns one line per refusal.
-    pub fn pin_hosts(
+    /// pins nothing). Returns one line per refusal; with `sfu_cpus` given
+    /// and no SFU thread to pin, that is one too.
+    pub fn pin_napi_threads(
         &self,
         sfu_napi: &[u32],
         sfu_cpus: &[usize],
         load_cpus: &[usize],
     ) -> Vec<String> {
+        let missing = (sfu_napi.is_empty() && !sfu_cpus.is_empty())
+            .then(|| "the SFU's NAPI thread was not found: not on the SFU's CPUs".to_string());
         [
+            missing.into_iter().collect(),
             pin_kernel_threads(sfu_napi, sfu_cpus, "the SFU's"),
             pin_kernel_threads(&self.switch_napi, load_cpus, "the switch's"),
         ]
@@ -468,13 +472,18 @@ pub(crate) fn pin_kernel_threads(pids: &[u32], cpus: &[usize], what: &str) -> Ve
     if cpus.is_empty() {
         return Vec::new();
     }
+    let list = crate::siplab::topology::cpu_list_text(cpus);
     pids.iter()
         .filter_map(|&pid| {
-            let tid = i32::try_from(pid).ok()?;
-            match ringway_io::thread::set_affinity_of(tid, cpus) {
+            let outcome = match i32::try_from(pid) {
+                // 0 would name the calling thread.
+                Ok(tid) if tid > 0 => ringway_io::thread::set_affinity_of(tid, cpus),
+                _ => ringway_io::thread::Outcome::Refused("not a thread id".into()),
+            };
+            match outcome {
                 ringway_io::thread::Outcome::Applied(_) => None,
                 ringway_io::thread::Outcome::Refused(why) => {
-                    Some(format!("{what} NAPI thread {pid} to CPUs {cpus:?}: {why}"))
+                    Some(format!("{what} NAPI thread {pid} to CPUs {list}: {why}"))
                 }
             }
         })
@@ -704,6 +713,12 @@ mod thread_tests {
         let tid = started.recv().unwrap();
         let all = ringway_io::thread::affinity().unwrap();
         let last = *all.last().unwrap();
+        if all.len() < 2 {
+            tx.send(()).unwrap();
+            t.join().unwrap();
+            ringway_io::testing::skip("one CPU: a pin would not change the mask");
+            return;
+        }
         let pid = u32::try_from(tid).unwrap();
         assert!(pin_kernel_threads(&[pid], &[last], "a test's").is_empty());
         assert_eq!(ringway_io::thread::affinity_of(tid).unwrap(), vec![last]);

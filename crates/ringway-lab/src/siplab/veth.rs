@@ -431,13 +431,6 @@ fn napi_threads_of(host: &Host, before: &NapiSnapshot) -> anyhow::Result<Vec<u32
     Ok(found)
 }
 
-/// Pin the kernel threads `pids` to `cpus` (each host's NAPI thread on
-/// its host's CPUs, as a NIC's interrupt on the host it serves); a
-/// refusal is a note. Nothing to do for empty `cpus` (not pinned).
-fn pin_threads(pids: &[u32], cpus: &[usize], what: &str, notes: &mut Vec<String>) {
-    notes.extend(pin_kernel_threads(pids, cpus, what));
-}
-
 /// CPU seconds the kernel threads `pids` have run (`/proc/PID/schedstat`,
 /// nanoseconds: a short run's NAPI time is a few ms, which the 10 ms ticks
 /// of `stat` would round to 0); `None`: none given or one is gone.
@@ -560,8 +553,14 @@ fn measure(
             "no NAPI thread found for the proxy's veth: its receive path is not in its CPU".into(),
         );
     }
-    pin_threads(&proxy_napi, &spec.proxy_cpus, "proxy", notes);
-    pin_threads(&bed.gen_napi, &spec.gen_cpus, "generator", notes);
+    // Each host's NAPI thread on its host's CPUs, as a NIC's interrupt on
+    // the host it serves (a refusal is a note).
+    notes.extend(pin_kernel_threads(&proxy_napi, &spec.proxy_cpus, "proxy"));
+    notes.extend(pin_kernel_threads(
+        &bed.gen_napi,
+        &spec.gen_cpus,
+        "generator",
+    ));
     let cpus = spec.proxy_cpus.clone();
     let read = move || Counters::read(pid, &cpus);
     let loadavg = super::background::loadavg1().unwrap_or(f64::NAN);
